@@ -1,0 +1,106 @@
+# lind — top-level build. Sources are found by directory, so adding a file
+# to a module needs no edit here.
+#
+#   make          build/lind and build/lindctl (CUDA backend too when nvcc exists)
+#   make deps     install missing Debian packages (a fast no-op when present)
+#   make test     deps, build, every test; ends with "N passed, N failed"
+#   make run      deps, build, serve the shipped default model on ./lind.sock
+#   make asan     the test suite under AddressSanitizer + UndefinedBehaviorSanitizer
+#   make bench    every benchmark, results in bench/results/
+
+CC      ?= cc
+BUILD   ?= build
+ARCH    ?= -march=native
+OPT     ?= -O3
+SAN     ?=
+CFLAGS  += -std=gnu11 $(OPT) $(ARCH) -g -Wall -Wextra -Werror -I. \
+           -D_GNU_SOURCE -fno-strict-aliasing $(SAN)
+LDFLAGS += $(SAN)
+LDLIBS  += -lopenblas -luv -lmsgpackc -lsqlite3 -ljansson -lxxhash -lm -lpthread
+
+DEPS_PKGS = libuv1-dev libmsgpack-dev libsqlite3-dev libopenblas-dev libedit-dev \
+            libjansson-dev libxxhash-dev pkg-config python3-msgpack bible-kjv \
+            gnuplot-nox tmux clang
+MODEL   ?= models/default
+
+# ---- CUDA (optional) --------------------------------------------------------
+NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+ifeq ($(strip $(NO_CUDA)),)
+ifneq ($(strip $(NVCC)),)
+HAVE_CUDA := 1
+endif
+endif
+
+LIB_SRCS  := $(wildcard recurrent/*.c kernels/*.c kernels/cpu/*.c state/*.c)
+LIND_SRCS := $(wildcard daemon/*.c)
+CLI_LIB_SRCS := $(filter-out client/lindctl%.c,$(wildcard client/*.c))
+CTL_SRCS  := $(wildcard client/lindctl*.c)
+TEST_SRCS := $(wildcard tests/test_*.c)
+FUZZ_SRCS := $(wildcard tests/fuzz_*.c)
+
+ifdef HAVE_CUDA
+CU_SRCS   := $(wildcard kernels/cuda/*.cu)
+LIB_SRCS  += $(wildcard kernels/cuda/*.c)
+CFLAGS    += -DLIND_HAVE_CUDA -I$(CUDA_HOME)/include
+LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
+NVFLAGS   ?= -O3 -I. -DLIND_HAVE_CUDA -gencode arch=compute_80,code=sm_80 \
+             -gencode arch=compute_90,code=sm_90 -Xcompiler -Wall,-Wextra,-Werror,-fPIC
+endif
+
+LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(CU_SRCS:%.cu=$(BUILD)/%.cu.o)
+LIND_OBJS := $(LIND_SRCS:%.c=$(BUILD)/%.o)
+CLI_LIB_OBJS := $(CLI_LIB_SRCS:%.c=$(BUILD)/%.o)
+CTL_OBJS  := $(CTL_SRCS:%.c=$(BUILD)/%.o)
+TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
+
+.PHONY: all deps test run asan bench model test-torch test-cuda clean
+all: $(BUILD)/lind $(BUILD)/lindctl $(TEST_BINS)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/liblind.a: $(LIB_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/liblindclient.a: $(CLI_LIB_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/lind: $(LIND_OBJS) $(BUILD)/liblind.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/lindctl: $(CTL_OBJS) $(BUILD)/liblindclient.a
+	$(CC) $(LDFLAGS) -o $@ $^ -ledit $(LDLIBS)
+
+# Test programs may use the daemon's internals (everything but its main).
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(filter-out $(BUILD)/daemon/main.o,$(LIND_OBJS)) \
+                  $(BUILD)/liblindclient.a $(BUILD)/liblind.a
+	$(CC) $(LDFLAGS) -o $@ $^ -ledit $(LDLIBS)
+
+deps:
+	@sh tools/deps.sh $(DEPS_PKGS)
+
+test: deps
+	@$(MAKE) --no-print-directory all
+	@sh tests/run.sh $(BUILD)
+
+asan:
+	@$(MAKE) --no-print-directory BUILD=build-asan OPT=-O1 \
+	    SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+	    NO_CUDA=1 all
+	@LIND_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1 sh tests/run.sh build-asan
+
+run: deps all
+	$(BUILD)/lind serve --model $(MODEL) --socket ./lind.sock --db ./lind.db
+
+-include $(LIB_OBJS:.o=.d) $(LIND_OBJS:.o=.d) $(CLI_LIB_OBJS:.o=.d) $(CTL_OBJS:.o=.d) $(TEST_BINS:=.d)
+
+clean:
+	rm -rf build build-asan

@@ -1,0 +1,85 @@
+/* state/store.h — where sessions persist: a narrow interface with one
+ * implementation today (SQLite, state/store_sqlite.c) and room for another
+ * (a server database shared by several nodes) behind the same calls.
+ *
+ * The store keeps, per session name: the encoded state blob (state/format.h,
+ * opaque here), the transcript tail (state/transcript.h, opaque here), the
+ * token count, and created/updated times. Every function returns 0 or a
+ * negative code (-ENOENT no such session, -EEXIST name taken, -EINVAL bad
+ * name or argument, -EIO storage failure, -EBUSY locked past the timeout) and
+ * fills `err` when given one.
+ *
+ * Threading: one store handle is used by one thread (the daemon's store
+ * thread); open a second handle for another thread. */
+#ifndef LIND_STATE_STORE_H
+#define LIND_STATE_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define STORE_NAME_MAX 128
+
+typedef struct store store;
+
+typedef enum { STORE_SYNC_FULL = 0, STORE_SYNC_NORMAL = 1 } store_sync;
+
+typedef struct store_options {
+    store_sync sync;        /* FULL (default): on disk when save returns */
+    int busy_timeout_ms;    /* default 5000 */
+} store_options;
+
+/* One session to save. The store copies what it needs; the caller keeps
+ * ownership of the buffers. */
+typedef struct store_record {
+    const char    *name;
+    const uint8_t *state;      size_t state_len;
+    const uint8_t *transcript; size_t transcript_len;
+    uint64_t       tokens;
+} store_record;
+
+/* A loaded session; store_loaded_free() releases its buffers. */
+typedef struct store_loaded {
+    uint8_t *state;      size_t state_len;
+    uint8_t *transcript; size_t transcript_len;
+    uint64_t tokens;
+    int64_t  created_ms, updated_ms;
+} store_loaded;
+
+typedef struct store_info {
+    char     name[STORE_NAME_MAX + 1];
+    uint64_t tokens;
+    size_t   state_len;
+    int64_t  created_ms, updated_ms;
+} store_info;
+
+store_options store_defaults(void);
+
+/* Check a session name: UTF-8, 1..STORE_NAME_MAX bytes, no control chars. */
+int  store_name_check(const char *name, char *err, size_t errlen);
+
+/* Open (creating and migrating as needed) the store at `path`. *out is owned
+ * by the caller and released with store_close(). */
+int  store_open(const char *path, const store_options *opt, store **out,
+                char *err, size_t errlen);
+void store_close(store *s);
+
+/* Save n sessions in one atomic commit (all or none). */
+int  store_save(store *s, const store_record *recs, int n, char *err, size_t errlen);
+int  store_load(store *s, const char *name, store_loaded *out, char *err, size_t errlen);
+void store_loaded_free(store_loaded *l);
+/* All sessions, sorted by name; *out is malloc'd (free()) with *n entries. */
+int  store_list(store *s, store_info **out, size_t *n, char *err, size_t errlen);
+int  store_count(store *s, size_t *n, char *err, size_t errlen);
+int  store_delete(store *s, const char *name, char *err, size_t errlen);
+/* Copy src to the new name dst (-EEXIST if dst exists). */
+int  store_fork(store *s, const char *src, const char *dst, char *err, size_t errlen);
+/* Export one session as a self-contained, checksummed byte string (*out is
+ * malloc'd, caller frees) / import such bytes under `name` (-EEXIST if taken,
+ * -EINVAL with a specific message if the bytes are not a valid export).
+ * lindctl writes and reads these bytes as files. */
+int  store_export(store *s, const char *name, uint8_t **out, size_t *len,
+                  char *err, size_t errlen);
+int  store_import(store *s, const char *name, const uint8_t *data, size_t len,
+                  char *err, size_t errlen);
+
+#endif
