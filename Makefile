@@ -49,10 +49,11 @@ NVFLAGS   ?= -O3 -I. -DLIND_HAVE_CUDA -gencode arch=compute_80,code=sm_80 \
 endif
 
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(CU_SRCS:%.cu=$(BUILD)/%.cu.o)
-LIND_OBJS := $(LIND_SRCS:%.c=$(BUILD)/%.o)
+DMN_OBJS  := $(filter-out $(BUILD)/daemon/main.o,$(LIND_SRCS:%.c=$(BUILD)/%.o))
 CLI_LIB_OBJS := $(CLI_LIB_SRCS:%.c=$(BUILD)/%.o)
 CTL_OBJS  := $(CTL_SRCS:%.c=$(BUILD)/%.o)
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
+BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 
 .PHONY: all deps test run asan bench model test-torch test-cuda clean
 all: $(BUILD)/lind $(BUILD)/lindctl $(TEST_BINS)
@@ -65,7 +66,13 @@ $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -MMD -MP -c $< -o $@
 
+# Three libraries: the engine (recurrent, kernels, state), the daemon's
+# internals (everything in daemon/ but main.c), the client library.
 $(BUILD)/liblind.a: $(LIB_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/liblinddaemon.a: $(DMN_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
@@ -73,16 +80,32 @@ $(BUILD)/liblindclient.a: $(CLI_LIB_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/lind: $(LIND_OBJS) $(BUILD)/liblind.a
+$(BUILD)/lind: $(BUILD)/daemon/main.o $(BUILD)/liblinddaemon.a $(BUILD)/liblind.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/lindctl: $(CTL_OBJS) $(BUILD)/liblindclient.a
 	$(CC) $(LDFLAGS) -o $@ $^ -ledit $(LDLIBS)
 
-# Test programs may use the daemon's internals (everything but its main).
-$(BUILD)/tests/%: $(BUILD)/tests/%.o $(filter-out $(BUILD)/daemon/main.o,$(LIND_OBJS)) \
-                  $(BUILD)/liblindclient.a $(BUILD)/liblind.a
-	$(CC) $(LDFLAGS) -o $@ $^ -ledit $(LDLIBS)
+# A test links what its name says it needs, so one module's work in progress
+# never breaks another module's tests: test_daemon_* and fuzz_* the daemon
+# internals, test_client_* / test_lindctl_* the client library, the rest the
+# engine alone.
+$(BUILD)/tests/test_daemon_%: $(BUILD)/tests/test_daemon_%.o $(BUILD)/liblinddaemon.a $(BUILD)/liblindclient.a $(BUILD)/liblind.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/tests/test_client_%: $(BUILD)/tests/test_client_%.o $(BUILD)/liblindclient.a $(BUILD)/liblind.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/tests/test_lindctl_%: $(BUILD)/tests/test_lindctl_%.o $(BUILD)/liblindclient.a $(BUILD)/liblind.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(BUILD)/liblind.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# Benchmark programs (bench/*.c) link everything; `make bench` runs bench/run.sh.
+$(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/liblinddaemon.a $(BUILD)/liblindclient.a $(BUILD)/liblind.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+bench: deps
+	@$(MAKE) --no-print-directory all $(BENCH_BINS)
+	@sh bench/run.sh $(BUILD)
 
 deps:
 	@sh tools/deps.sh $(DEPS_PKGS)
@@ -100,7 +123,7 @@ asan:
 run: deps all
 	$(BUILD)/lind serve --model $(MODEL) --socket ./lind.sock --db ./lind.db
 
--include $(LIB_OBJS:.o=.d) $(LIND_OBJS:.o=.d) $(CLI_LIB_OBJS:.o=.d) $(CTL_OBJS:.o=.d) $(TEST_BINS:=.d)
+-include $(LIB_OBJS:.o=.d) $(DMN_OBJS:.o=.d) $(BUILD)/daemon/main.d $(CLI_LIB_OBJS:.o=.d) $(CTL_OBJS:.o=.d) $(TEST_BINS:=.d)
 
 clean:
 	rm -rf build build-asan
