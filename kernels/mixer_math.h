@@ -1,0 +1,132 @@
+/* kernels/mixer_math.h — the per-element math of lind's model, one definition
+ * compiled both as C (kernels/cpu/) and as CUDA (kernels/cuda/).
+ *
+ * Everything here is a pure function of its arguments (plus the state it is
+ * explicitly handed), so the two backends agree on what a step computes and
+ * the tests' reference (tests/test_core_parallel.c) can check the formulas
+ * once. Accumulators are fp64 (see docs/NUMERICS.md): inputs and outputs of
+ * a step are fp32, the sums that grow with stream length are double.
+ *
+ * Parallel decomposition this is written for:
+ *   - linear mixer: one CUDA block per (session, head); thread j owns column
+ *     j of S (the v index) and calls lind_lin_column() — it reads and writes
+ *     S[·][j] exactly once; thread i < dh also calls lind_lin_z() for z[i] and
+ *     the block sums its return values to get the denominator.
+ *   - AFT: one thread per (session, channel) calling lind_aft_channel().
+ *   - layer norm: one block (or loop) per row; lind_ln_apply() per element
+ *     after the row's mean and 1/std are known. */
+#ifndef LIND_KERNELS_MIXER_MATH_H
+#define LIND_KERNELS_MIXER_MATH_H
+
+#include <math.h>
+
+#ifdef __CUDACC__
+#define LIND_HD __host__ __device__
+#else
+#define LIND_HD
+#endif
+
+/* ---- activations ----------------------------------------------------- */
+
+/* φ(x) = elu(x) + 1: x + 1 for x > 0, e^x otherwise. Always > 0. */
+LIND_HD static inline float lind_elu1(float x) {
+    return x > 0.0f ? x + 1.0f : expf(x);
+}
+
+/* GELU, erf form: x · ½ (1 + erf(x / √2)). */
+LIND_HD static inline float lind_gelu_erf(float x) {
+    return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+}
+
+LIND_HD static inline float lind_sigmoid(float x) {
+    return 1.0f / (1.0f + expf(-x));
+}
+
+/* ---- token shift ------------------------------------------------------- */
+
+/* μ⊙h_t + (1−μ)⊙h_{t−1}, written as prev + μ(h − prev). */
+LIND_HD static inline float lind_shift_mix(float h, float prev, float mu) {
+    return prev + mu * (h - prev);
+}
+
+/* ---- layer norm --------------------------------------------------------- */
+
+/* Per element once the row statistics are known: (x − mean)·rstd·w + b,
+ * rstd = 1/√(var + eps), var the biased (1/d) variance. */
+LIND_HD static inline float lind_ln_apply(float x, float mean, float rstd, float w, float b) {
+    return (x - mean) * rstd * w + b;
+}
+
+LIND_HD static inline float lind_ln_rstd(float var, float eps) {
+    return 1.0f / sqrtf(var + eps);
+}
+
+/* ---- linear attention (Katharopoulos, with per-head decay γ) ------------
+ *
+ * State of one head: S[i][j] (double, dh × dh, row-major: i indexes φ(k), j
+ * indexes v) and z[i] (double, dh). One step with φk = φ(k), φq = φ(q):
+ *   S ← γS + φk vᵀ,   z ← γz + φk,   o_j = (Σ_i φq_i S[i][j]) / (Σ_i φq_i z_i + eps)
+ * The new S and z include the current token. */
+
+/* Update column j of S (elements S[i·ld + j], i < dh) and return the
+ * numerator Σ_i φq_i S[i][j] over the updated column. Each S element is read
+ * once and written once. */
+LIND_HD static inline double lind_lin_column(double *S, int ld, int j, int dh,
+                                             const float *phik, const float *phiq,
+                                             float v_j, double gamma) {
+    double num = 0.0;
+    for (int i = 0; i < dh; i++) {
+        double s = gamma * S[(long)i * ld + j] + (double)phik[i] * (double)v_j;
+        S[(long)i * ld + j] = s;
+        num += (double)phiq[i] * s;
+    }
+    return num;
+}
+
+/* Update z_i in place and return its term φq_i·z_i of the denominator. */
+LIND_HD static inline double lind_lin_z(double *z_i, float phik_i, float phiq_i, double gamma) {
+    double z = gamma * *z_i + (double)phik_i;
+    *z_i = z;
+    return (double)phiq_i * z;
+}
+
+/* The head output from numerator and denominator sums. */
+LIND_HD static inline float lind_lin_out(double num, double den, float eps) {
+    return (float)(num / (den + (double)eps));
+}
+
+/* ---- AFT with exponential position bias (RWKV-4 form) -------------------
+ *
+ * Per channel, with decay w ≥ 0 and bonus u:
+ *   wkv_t = (Σ_{i<t} e^{−(t−1−i)w + k_i} v_i + e^{u+k_t} v_t)
+ *         / (Σ_{i<t} e^{−(t−1−i)w + k_i}     + e^{u+k_t})
+ * The state keeps the two past sums scaled by e^{−max}: num = a·e^{−max},
+ * den = b·e^{−max}, so no exponential ever overflows whatever k is. A zeroed
+ * state (num = den = max = 0) is the empty history: den == 0 is treated as
+ * "no past terms" (max is then ignored), so it is valid even for k ≪ 0.
+ * After the first token den ≥ 1 (the largest term is scaled to 1).
+ *
+ * Returns wkv_t (before the σ(r) gate) and advances the state:
+ *   a ← e^{−w}·a + e^{k}·v,   b ← e^{−w}·b + e^{k}. */
+LIND_HD static inline float lind_aft_channel(double *num, double *den, double *mx,
+                                             float k, float v, float w, float u) {
+    double a = *num, b = *den, p = *mx;
+    int empty = !(b > 0.0);
+    /* output: past sums plus the current token with its bonus */
+    double uk = (double)u + (double)k;
+    double q = empty ? uk : fmax(p, uk);
+    double e1 = empty ? 0.0 : exp(p - q);
+    double e2 = exp(uk - q);
+    double wkv = (e1 * a + e2 * (double)v) / (e1 * b + e2);
+    /* state: decay the past by e^{−w}, add the current token without bonus */
+    double pw = p - (double)w;
+    double q2 = empty ? (double)k : fmax(pw, (double)k);
+    double f1 = empty ? 0.0 : exp(pw - q2);
+    double f2 = exp((double)k - q2);
+    *num = f1 * a + f2 * (double)v;
+    *den = f1 * b + f2;
+    *mx = q2;
+    return (float)wkv;
+}
+
+#endif
