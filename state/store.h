@@ -6,8 +6,14 @@
  * opaque here), the transcript tail (state/transcript.h, opaque here), the
  * token count, and created/updated times. Every function returns 0 or a
  * negative code (-ENOENT no such session, -EEXIST name taken, -EINVAL bad
- * name or argument, -EIO storage failure, -EBUSY locked past the timeout) and
- * fills `err` when given one.
+ * name or argument, -EIO storage failure, -ENOSPC disk full, -EBUSY locked
+ * past the timeout) and fills `err` when given one (err may be NULL).
+ * store_open also refuses (-EINVAL) a file that is not a lind store and a
+ * store whose schema is newer than this lind knows.
+ *
+ * Durability: with STORE_SYNC_FULL a save is on disk when it returns; with
+ * STORE_SYNC_NORMAL it survives a crash of the process (never half-written)
+ * but the last commits may be lost to a power failure.
  *
  * Threading: one store handle is used by one thread (the daemon's store
  * thread); open a second handle for another thread. */
@@ -76,10 +82,22 @@ int  store_fork(store *s, const char *src, const char *dst, char *err, size_t er
 /* Export one session as a self-contained, checksummed byte string (*out is
  * malloc'd, caller frees) / import such bytes under `name` (-EEXIST if taken,
  * -EINVAL with a specific message if the bytes are not a valid export).
- * lindctl writes and reads these bytes as files. */
+ * lindctl writes and reads these bytes as files. store_import with name NULL
+ * uses the name recorded in the export. */
 int  store_export(store *s, const char *name, uint8_t **out, size_t *len,
                   char *err, size_t errlen);
 int  store_import(store *s, const char *name, const uint8_t *data, size_t len,
                   char *err, size_t errlen);
+
+/* The export format itself (docs/STATE.md), without a store: encode one
+ * record (*out malloc'd, caller frees), or check and parse export bytes. On
+ * success rec's buffers point into `data` (valid while data is) and rec->name
+ * is `name`, filled with the recorded name. -EINVAL with a specific message
+ * (bad magic, newer version, truncated, checksum mismatch, bad name). */
+#define STORE_EXPORT_VERSION 1
+int  store_export_encode(const store_record *rec, uint8_t **out, size_t *len,
+                         char *err, size_t errlen);
+int  store_export_decode(const uint8_t *data, size_t len, store_record *rec,
+                         char name[STORE_NAME_MAX + 1], char *err, size_t errlen);
 
 #endif

@@ -1,0 +1,501 @@
+/* state/store_sqlite.c — the SQLite implementation of the store.
+ *
+ * One table of sessions in a WAL-mode database; a schema_version table and
+ * a list of migrations (migrations[i] takes the schema from version i to
+ * i + 1, so schema v2 is one more entry). Every statement is prepared once
+ * at open and bound per call; saves of several sessions share one
+ * transaction (BEGIN IMMEDIATE ... COMMIT), so a group is all-or-nothing and
+ * costs one commit (one fsync with synchronous=FULL). */
+#include "state/store_impl.h"
+
+#include <errno.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define LIND_APPLICATION_ID 0x4c494e44   /* "LIND" in the database header */
+
+static const char *const migrations[] = {
+    /* 0 -> 1 */
+    "CREATE TABLE sessions ("
+    "  name       TEXT PRIMARY KEY NOT NULL,"
+    "  state      BLOB NOT NULL,"
+    "  transcript BLOB NOT NULL,"
+    "  tokens     INTEGER NOT NULL,"
+    "  created_ms INTEGER NOT NULL,"
+    "  updated_ms INTEGER NOT NULL"
+    ");",
+};
+#define SCHEMA_VERSION ((int)(sizeof migrations / sizeof migrations[0]))
+
+enum {
+    Q_BEGIN, Q_COMMIT, Q_ROLLBACK, Q_UPSERT, Q_INSERT, Q_LOAD, Q_LIST, Q_COUNT,
+    Q_DELETE, Q_FORK, Q_N
+};
+
+static const char *const queries[Q_N] = {
+    [Q_BEGIN]    = "BEGIN IMMEDIATE",
+    [Q_COMMIT]   = "COMMIT",
+    [Q_ROLLBACK] = "ROLLBACK",
+    [Q_UPSERT]   = "INSERT INTO sessions(name, state, transcript, tokens, created_ms, updated_ms)"
+                   " VALUES(?1, ?2, ?3, ?4, ?5, ?5)"
+                   " ON CONFLICT(name) DO UPDATE SET state = excluded.state,"
+                   " transcript = excluded.transcript, tokens = excluded.tokens,"
+                   " updated_ms = excluded.updated_ms",
+    [Q_INSERT]   = "INSERT INTO sessions(name, state, transcript, tokens, created_ms, updated_ms)"
+                   " VALUES(?1, ?2, ?3, ?4, ?5, ?5)",
+    [Q_LOAD]     = "SELECT state, transcript, tokens, created_ms, updated_ms"
+                   " FROM sessions WHERE name = ?1",
+    [Q_LIST]     = "SELECT name, tokens, length(state), created_ms, updated_ms"
+                   " FROM sessions ORDER BY name",
+    [Q_COUNT]    = "SELECT count(*) FROM sessions",
+    [Q_DELETE]   = "DELETE FROM sessions WHERE name = ?1",
+    [Q_FORK]     = "INSERT INTO sessions(name, state, transcript, tokens, created_ms, updated_ms)"
+                   " SELECT ?2, state, transcript, tokens, ?3, ?3 FROM sessions WHERE name = ?1",
+};
+
+typedef struct sqlite_store {
+    store base;              /* first: a store * is a sqlite_store * */
+    sqlite3 *db;
+    sqlite3_stmt *q[Q_N];
+    char path[];             /* for messages */
+} sqlite_store;
+
+static int fail(int code, char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int map_rc(int rc)
+{
+    switch (rc & 0xFF) {
+    case SQLITE_BUSY: case SQLITE_LOCKED: return -EBUSY;
+    case SQLITE_FULL:                     return -ENOSPC;
+    case SQLITE_CONSTRAINT:               return -EEXIST;
+    case SQLITE_NOMEM:                    return -ENOMEM;
+    case SQLITE_NOTADB:                   return -EINVAL;
+    default:                              return -EIO;
+    }
+}
+
+/* Report a failed SQLite call with the database's own message. */
+static int db_fail(sqlite_store *s, int rc, char *err, size_t errlen, const char *what)
+{
+    return fail(map_rc(rc), err, errlen, "store %s: %s: %s", s->path, what,
+                sqlite3_errmsg(s->db));
+}
+
+/* Run one prepared statement that returns no rows, leaving it reset. */
+static int run(sqlite3_stmt *st)
+{
+    int rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    return rc == SQLITE_DONE || rc == SQLITE_ROW ? SQLITE_OK : rc;
+}
+
+/* Run a script (migrations, pragmas) statement by statement. */
+static int run_script(sqlite3 *db, const char *sql)
+{
+    while (sql && *sql) {
+        sqlite3_stmt *st = NULL;
+        const char *tail = NULL;
+        int rc = sqlite3_prepare_v2(db, sql, -1, &st, &tail);
+        if (rc != SQLITE_OK)
+            return rc;
+        if (st) {
+            while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+                ;
+            sqlite3_finalize(st);
+            if (rc != SQLITE_DONE)
+                return rc;
+        }
+        sql = tail;
+    }
+    return SQLITE_OK;
+}
+
+/* One integer from a one-row query; `bind` is bound to ?1 when non-NULL. */
+static int query_int(sqlite3 *db, const char *sql, const char *bind, int64_t *out)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+    if (rc != SQLITE_OK)
+        return rc;
+    if (bind)
+        sqlite3_bind_text(st, 1, bind, -1, SQLITE_STATIC);
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        *out = sqlite3_column_int64(st, 0);
+        rc = SQLITE_OK;
+    } else if (rc == SQLITE_DONE) {
+        *out = 0;
+        rc = SQLITE_OK;
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static int rollback(sqlite_store *s)
+{
+    if (sqlite3_get_autocommit(s->db))
+        return SQLITE_OK;
+    return run(s->q[Q_ROLLBACK]);
+}
+
+/* Bring the schema to SCHEMA_VERSION inside one transaction. */
+static int migrate(sqlite_store *s, char *err, size_t errlen)
+{
+    sqlite3 *db = s->db;
+    int rc = run_script(db, "BEGIN IMMEDIATE");
+    if (rc != SQLITE_OK)
+        return db_fail(s, rc, err, errlen, "cannot lock to check the schema");
+    int64_t appid = 0, has_version = 0, tables = 0, version = 0;
+    if ((rc = query_int(db, "PRAGMA application_id", NULL, &appid)) != SQLITE_OK ||
+        (rc = query_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table'"
+                            " AND name = 'schema_version'", NULL, &has_version)) != SQLITE_OK ||
+        (rc = query_int(db, "SELECT count(*) FROM sqlite_master", NULL, &tables)) != SQLITE_OK) {
+        int code = db_fail(s, rc, err, errlen, "cannot read the schema");
+        run_script(db, "ROLLBACK");
+        return code;
+    }
+    if ((appid != 0 && appid != LIND_APPLICATION_ID) || (!has_version && tables > 0)) {
+        run_script(db, "ROLLBACK");
+        return fail(-EINVAL, err, errlen,
+                    "store %s: an SQLite database of another application, not a lind store",
+                    s->path);
+    }
+    if (!has_version) {
+        char sql[160];
+        snprintf(sql, sizeof sql,
+                 "CREATE TABLE schema_version (version INTEGER NOT NULL);"
+                 "INSERT INTO schema_version VALUES (0);"
+                 "PRAGMA application_id = %d;", LIND_APPLICATION_ID);
+        if ((rc = run_script(db, sql)) != SQLITE_OK)
+            goto fail_rb;
+    } else if ((rc = query_int(db, "SELECT version FROM schema_version", NULL, &version)) != SQLITE_OK) {
+        goto fail_rb;
+    }
+    if (version > SCHEMA_VERSION || version < 0) {
+        run_script(db, "ROLLBACK");
+        return fail(-EINVAL, err, errlen,
+                    "store %s has schema version %lld; this lind knows versions up to %d"
+                    " (written by a newer lind?)", s->path, (long long)version, SCHEMA_VERSION);
+    }
+    for (int v = (int)version; v < SCHEMA_VERSION; v++) {
+        char sql[80];
+        snprintf(sql, sizeof sql, "UPDATE schema_version SET version = %d", v + 1);
+        if ((rc = run_script(db, migrations[v])) != SQLITE_OK ||
+            (rc = run_script(db, sql)) != SQLITE_OK)
+            goto fail_rb;
+    }
+    if ((rc = run_script(db, "COMMIT")) != SQLITE_OK)
+        goto fail_rb;
+    return 0;
+fail_rb: {
+        int code = db_fail(s, rc, err, errlen, "schema migration failed");
+        run_script(db, "ROLLBACK");
+        return code;
+    }
+}
+
+static void sq_close(store *base)
+{
+    sqlite_store *s = (sqlite_store *)base;
+    for (int i = 0; i < Q_N; i++)
+        sqlite3_finalize(s->q[i]);
+    sqlite3_close(s->db);
+    free(s);
+}
+
+static int bind_record(sqlite3_stmt *st, const store_record *r, int64_t now)
+{
+    int rc = sqlite3_bind_text(st, 1, r->name, -1, SQLITE_STATIC);
+    /* A zero-length blob must not bind as NULL. */
+    if (rc == SQLITE_OK)
+        rc = r->state_len ? sqlite3_bind_blob64(st, 2, r->state, r->state_len, SQLITE_STATIC)
+                          : sqlite3_bind_zeroblob(st, 2, 0);
+    if (rc == SQLITE_OK)
+        rc = r->transcript_len
+             ? sqlite3_bind_blob64(st, 3, r->transcript, r->transcript_len, SQLITE_STATIC)
+             : sqlite3_bind_zeroblob(st, 3, 0);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_int64(st, 4, (sqlite3_int64)r->tokens);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_int64(st, 5, now);
+    return rc;
+}
+
+static int sq_save(store *base, const store_record *recs, int n, char *err, size_t errlen)
+{
+    sqlite_store *s = (sqlite_store *)base;
+    int64_t now = now_ms();
+    int rc = run(s->q[Q_BEGIN]);
+    if (rc != SQLITE_OK)
+        return db_fail(s, rc, err, errlen, "cannot begin the save");
+    for (int i = 0; i < n; i++) {
+        rc = bind_record(s->q[Q_UPSERT], &recs[i], now);
+        if (rc == SQLITE_OK)
+            rc = run(s->q[Q_UPSERT]);
+        else {
+            sqlite3_reset(s->q[Q_UPSERT]);
+            sqlite3_clear_bindings(s->q[Q_UPSERT]);
+        }
+        if (rc != SQLITE_OK) {
+            char what[STORE_NAME_MAX + 32];
+            snprintf(what, sizeof what, "saving '%s'", recs[i].name);
+            int code = db_fail(s, rc, err, errlen, what);
+            rollback(s);
+            return code == -EEXIST ? -EIO : code;
+        }
+    }
+    rc = run(s->q[Q_COMMIT]);
+    if (rc != SQLITE_OK) {
+        int code = db_fail(s, rc, err, errlen, "commit failed");
+        rollback(s);
+        return code;
+    }
+    return 0;
+}
+
+static int sq_create(store *base, const store_record *rec, char *err, size_t errlen)
+{
+    sqlite_store *s = (sqlite_store *)base;
+    sqlite3_stmt *st = s->q[Q_INSERT];
+    int rc = bind_record(st, rec, now_ms());
+    if (rc == SQLITE_OK)
+        rc = run(st);
+    else {
+        sqlite3_reset(st);
+        sqlite3_clear_bindings(st);
+    }
+    if ((rc & 0xFF) == SQLITE_CONSTRAINT)
+        return fail(-EEXIST, err, errlen, "a session named '%s' already exists", rec->name);
+    if (rc != SQLITE_OK)
+        return db_fail(s, rc, err, errlen, "insert failed");
+    return 0;
+}
+
+static int copy_blob(sqlite3_stmt *st, int col, uint8_t **out, size_t *len)
+{
+    const void *p = sqlite3_column_blob(st, col);
+    size_t n = (size_t)sqlite3_column_bytes(st, col);
+    /* One spare byte so an empty blob is still a non-NULL buffer. */
+    *out = malloc(n + 1);
+    if (!*out)
+        return -ENOMEM;
+    if (n)
+        memcpy(*out, p, n);
+    *len = n;
+    return 0;
+}
+
+static int sq_load(store *base, const char *name, store_loaded *out, char *err, size_t errlen)
+{
+    sqlite_store *s = (sqlite_store *)base;
+    sqlite3_stmt *st = s->q[Q_LOAD];
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st), code = 0;
+    if (rc == SQLITE_ROW) {
+        if (copy_blob(st, 0, &out->state, &out->state_len) < 0 ||
+            copy_blob(st, 1, &out->transcript, &out->transcript_len) < 0) {
+            store_loaded_free(out);
+            code = fail(-ENOMEM, err, errlen, "loading '%s': out of memory", name);
+        } else {
+            out->tokens = (uint64_t)sqlite3_column_int64(st, 2);
+            out->created_ms = sqlite3_column_int64(st, 3);
+            out->updated_ms = sqlite3_column_int64(st, 4);
+        }
+    } else if (rc == SQLITE_DONE) {
+        code = fail(-ENOENT, err, errlen, "no session named '%s'", name);
+    } else {
+        code = db_fail(s, rc, err, errlen, "load failed");
+    }
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    return code;
+}
+
+static int sq_list(store *base, store_info **out, size_t *n, char *err, size_t errlen)
+{
+    sqlite_store *s = (sqlite_store *)base;
+    sqlite3_stmt *st = s->q[Q_LIST];
+    store_info *v = NULL;
+    size_t cnt = 0, cap = 0;
+    int rc, code = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (cnt == cap) {
+            size_t nc = cap ? cap * 2 : 16;
+            store_info *nv = realloc(v, nc * sizeof *nv);
+            if (!nv) {
+                code = fail(-ENOMEM, err, errlen, "listing sessions: out of memory");
+                break;
+            }
+            v = nv;
+            cap = nc;
+        }
+        store_info *e = &v[cnt++];
+        memset(e, 0, sizeof *e);
+        const char *nm = (const char *)sqlite3_column_text(st, 0);
+        if (nm)
+            snprintf(e->name, sizeof e->name, "%s", nm);
+        e->tokens = (uint64_t)sqlite3_column_int64(st, 1);
+        e->state_len = (size_t)sqlite3_column_int64(st, 2);
+        e->created_ms = sqlite3_column_int64(st, 3);
+        e->updated_ms = sqlite3_column_int64(st, 4);
+    }
+    if (!code && rc != SQLITE_DONE)
+        code = db_fail(s, rc, err, errlen, "list failed");
+    sqlite3_reset(st);
+    if (code) {
+        free(v);
+        return code;
+    }
+    *out = v;
+    *n = cnt;
+    return 0;
+}
+
+static int sq_count(store *base, size_t *n, char *err, size_t errlen)
+{
+    sqlite_store *s = (sqlite_store *)base;
+    sqlite3_stmt *st = s->q[Q_COUNT];
+    int rc = sqlite3_step(st), code = 0;
+    if (rc == SQLITE_ROW)
+        *n = (size_t)sqlite3_column_int64(st, 0);
+    else
+        code = db_fail(s, rc, err, errlen, "count failed");
+    sqlite3_reset(st);
+    return code;
+}
+
+static int sq_delete(store *base, const char *name, char *err, size_t errlen)
+{
+    sqlite_store *s = (sqlite_store *)base;
+    sqlite3_stmt *st = s->q[Q_DELETE];
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    int rc = run(st);
+    if (rc != SQLITE_OK)
+        return db_fail(s, rc, err, errlen, "delete failed");
+    if (sqlite3_changes(s->db) == 0)
+        return fail(-ENOENT, err, errlen, "no session named '%s'", name);
+    return 0;
+}
+
+static int sq_fork(store *base, const char *src, const char *dst, char *err, size_t errlen)
+{
+    sqlite_store *s = (sqlite_store *)base;
+    sqlite3_stmt *st = s->q[Q_FORK];
+    sqlite3_bind_text(st, 1, src, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, dst, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, now_ms());
+    int rc = run(st);
+    if ((rc & 0xFF) == SQLITE_CONSTRAINT)
+        return fail(-EEXIST, err, errlen, "a session named '%s' already exists", dst);
+    if (rc != SQLITE_OK)
+        return db_fail(s, rc, err, errlen, "fork failed");
+    if (sqlite3_changes(s->db) == 0)
+        return fail(-ENOENT, err, errlen, "no session named '%s'", src);
+    return 0;
+}
+
+static const store_ops sqlite_ops = {
+    .name = "sqlite",
+    .close = sq_close,
+    .save = sq_save,
+    .create = sq_create,
+    .load = sq_load,
+    .list = sq_list,
+    .count = sq_count,
+    .del = sq_delete,
+    .fork = sq_fork,
+};
+
+int store_sqlite_open(const char *path, const store_options *opt, store **out,
+                      char *err, size_t errlen)
+{
+    size_t plen = strlen(path);
+    sqlite_store *s = calloc(1, sizeof *s + plen + 1);
+    if (!s)
+        return fail(-ENOMEM, err, errlen, "store %s: out of memory", path);
+    memcpy(s->path, path, plen + 1);
+    s->base.ops = &sqlite_ops;
+    int rc = sqlite3_open_v2(path, &s->db,
+                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                             NULL);
+    int code;
+    if (rc != SQLITE_OK) {
+        code = fail(rc == SQLITE_CANTOPEN ? -EIO : map_rc(rc), err, errlen,
+                    "cannot open store %s: %s", path,
+                    s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
+        goto bad;
+    }
+    sqlite3_extended_result_codes(s->db, 1);
+    sqlite3_busy_timeout(s->db, opt->busy_timeout_ms);
+    /* WAL: readers never block the writer, a commit appends to the log. */
+    sqlite3_stmt *st = NULL;
+    rc = sqlite3_prepare_v2(s->db, "PRAGMA journal_mode = WAL", -1, &st, NULL);
+    if (rc == SQLITE_OK) {
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW) {
+            const char *mode = (const char *)sqlite3_column_text(st, 0);
+            rc = mode && strcmp(mode, "wal") == 0 ? SQLITE_OK : SQLITE_ERROR;
+            if (rc != SQLITE_OK) {
+                code = fail(-EIO, err, errlen, "store %s: cannot use WAL mode (got %s)",
+                            path, mode ? mode : "nothing");
+                sqlite3_finalize(st);
+                goto bad;
+            }
+        }
+        sqlite3_finalize(st);
+    }
+    if (rc != SQLITE_OK) {
+        if ((rc & 0xFF) == SQLITE_NOTADB)
+            code = fail(-EINVAL, err, errlen, "store %s: not an SQLite database, not a lind store",
+                        path);
+        else
+            code = db_fail(s, rc, err, errlen, "cannot set WAL mode");
+        goto bad;
+    }
+    rc = run_script(s->db, opt->sync == STORE_SYNC_FULL
+                           ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL");
+    if (rc == SQLITE_OK)
+        rc = run_script(s->db, "PRAGMA journal_size_limit = 67108864");
+    if (rc != SQLITE_OK) {
+        code = db_fail(s, rc, err, errlen, "cannot set durability");
+        goto bad;
+    }
+    if ((code = migrate(s, err, errlen)) < 0)
+        goto bad;
+    for (int i = 0; i < Q_N; i++) {
+        rc = sqlite3_prepare_v3(s->db, queries[i], -1, SQLITE_PREPARE_PERSISTENT, &s->q[i], NULL);
+        if (rc != SQLITE_OK) {
+            code = db_fail(s, rc, err, errlen, "cannot prepare statements");
+            goto bad;
+        }
+    }
+    *out = &s->base;
+    return 0;
+bad:
+    for (int i = 0; i < Q_N; i++)
+        sqlite3_finalize(s->q[i]);
+    sqlite3_close(s->db);
+    free(s);
+    return code;
+}
