@@ -1,0 +1,475 @@
+/* daemon/protocol.c — message framing, request decoding, event encoding.
+ * See protocol.h for the contract and docs/PROTOCOL.md for the wire format. */
+#include "daemon/protocol.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const code_names[] = {
+    [PE_OK] = "ok", [PE_BAD_REQUEST] = "bad_request", [PE_UNKNOWN_OP] = "unknown_op",
+    [PE_TOO_LARGE] = "too_large", [PE_DECODE] = "decode", [PE_BAD_NAME] = "bad_name",
+    [PE_NOT_FOUND] = "not_found", [PE_EXISTS] = "exists", [PE_BUSY] = "busy",
+    [PE_LIMIT] = "limit", [PE_BAD_STATE] = "bad_state", [PE_IO] = "io",
+    [PE_SHUTTING_DOWN] = "shutting_down", [PE_INTERNAL] = "internal",
+};
+
+const char *proto_code_name(proto_code c)
+{
+    if ((int)c < 0 || (size_t)c >= sizeof code_names / sizeof *code_names) return "internal";
+    return code_names[c];
+}
+
+static const struct { const char *name; proto_op op; } ops[] = {
+    {"hello", OP_HELLO}, {"generate", OP_GENERATE}, {"append", OP_APPEND},
+    {"cancel", OP_CANCEL}, {"info", OP_INFO}, {"list", OP_LIST},
+    {"delete", OP_DELETE}, {"fork", OP_FORK}, {"export", OP_EXPORT},
+    {"import", OP_IMPORT}, {"stats", OP_STATS},
+};
+
+const char *proto_op_name(proto_op op)
+{
+    for (size_t i = 0; i < sizeof ops / sizeof *ops; i++)
+        if (ops[i].op == op) return ops[i].name;
+    return "?";
+}
+
+/* ---- framing -------------------------------------------------------------
+ * msgpack is prefix-encoded, so a message is complete once every value that
+ * a header announced has been seen: `need` counts values still owed. The
+ * scan exists because msgpack-c allocates an array's or map's declared
+ * element count up front: a 5-byte header could otherwise ask for gigabytes.
+ * Every value takes at least one byte, so no honest message under the limit
+ * declares more elements than the limit has bytes. */
+static int be_len(const uint8_t *p, int n, uint64_t *out)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++) v = (v << 8) | p[i];
+    *out = v;
+    return 0;
+}
+
+long proto_scan(const uint8_t *buf, size_t len, size_t max_message)
+{
+    size_t pos = 0;
+    uint64_t need = 1;
+    while (need > 0) {
+        if (pos > max_message) return -PE_TOO_LARGE;
+        if (pos >= len) return 0;
+        uint8_t b = buf[pos];
+        size_t hdr = 1;          /* header bytes */
+        uint64_t payload = 0;    /* raw bytes after the header */
+        uint64_t items = 0;      /* values the header announces */
+        int lenbytes = 0;        /* big-endian length field after the tag */
+        int kind = 0;            /* 0 scalar/raw, 1 array, 2 map */
+        if (b <= 0x7f || b >= 0xe0) {
+            /* fixint */
+        } else if (b <= 0x8f) { kind = 2; items = b & 0x0f;
+        } else if (b <= 0x9f) { kind = 1; items = b & 0x0f;
+        } else if (b <= 0xbf) { payload = b & 0x1f;
+        } else switch (b) {
+            case 0xc0: case 0xc2: case 0xc3: break;
+            case 0xc1: return -PE_DECODE;
+            case 0xc4: case 0xd9: lenbytes = 1; break;            /* bin8, str8 */
+            case 0xc5: case 0xda: lenbytes = 2; break;
+            case 0xc6: case 0xdb: lenbytes = 4; break;
+            case 0xc7: lenbytes = 1; payload = 1; break;           /* ext: +type */
+            case 0xc8: lenbytes = 2; payload = 1; break;
+            case 0xc9: lenbytes = 4; payload = 1; break;
+            case 0xca: payload = 4; break;
+            case 0xcb: payload = 8; break;
+            case 0xcc: case 0xd0: payload = 1; break;
+            case 0xcd: case 0xd1: payload = 2; break;
+            case 0xce: case 0xd2: payload = 4; break;
+            case 0xcf: case 0xd3: payload = 8; break;
+            case 0xd4: payload = 2; break;                         /* fixext */
+            case 0xd5: payload = 3; break;
+            case 0xd6: payload = 5; break;
+            case 0xd7: payload = 9; break;
+            case 0xd8: payload = 17; break;
+            case 0xdc: kind = 1; lenbytes = 2; break;
+            case 0xdd: kind = 1; lenbytes = 4; break;
+            case 0xde: kind = 2; lenbytes = 2; break;
+            case 0xdf: kind = 2; lenbytes = 4; break;
+            default: return -PE_DECODE;
+        }
+        if (lenbytes) {
+            if (len - pos < 1 + (size_t)lenbytes) {
+                return (pos + 1 + lenbytes > max_message) ? -PE_TOO_LARGE : 0;
+            }
+            uint64_t v;
+            be_len(buf + pos + 1, lenbytes, &v);
+            hdr += lenbytes;
+            if (kind) items = v; else payload += v;
+        }
+        if (kind == 2) items *= 2;
+        need = need - 1 + items;
+        if (need > max_message || payload > max_message) return -PE_TOO_LARGE;
+        pos += hdr + payload;
+    }
+    if (pos > max_message) return -PE_TOO_LARGE;
+    if (pos > len) return 0;
+    return (long)pos;
+}
+
+/* ---- decoding ------------------------------------------------------------ */
+
+static proto_code fail(proto_error *err, proto_code c, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static proto_code fail(proto_error *err, proto_code c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+    err->code = c;
+    return c;
+}
+
+static const msgpack_object *field(const msgpack_object *map, const char *key)
+{
+    size_t kl = strlen(key);
+    for (uint32_t i = 0; i < map->via.map.size; i++) {
+        const msgpack_object *k = &map->via.map.ptr[i].key;
+        if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == kl &&
+            memcmp(k->via.str.ptr, key, kl) == 0)
+            return &map->via.map.ptr[i].val;
+    }
+    return NULL;
+}
+
+static const char *type_name(const msgpack_object *o)
+{
+    switch (o->type) {
+    case MSGPACK_OBJECT_NIL: return "nil";
+    case MSGPACK_OBJECT_BOOLEAN: return "bool";
+    case MSGPACK_OBJECT_POSITIVE_INTEGER: case MSGPACK_OBJECT_NEGATIVE_INTEGER: return "integer";
+    case MSGPACK_OBJECT_FLOAT32: case MSGPACK_OBJECT_FLOAT64: return "float";
+    case MSGPACK_OBJECT_STR: return "string";
+    case MSGPACK_OBJECT_BIN: return "bin";
+    case MSGPACK_OBJECT_ARRAY: return "array";
+    case MSGPACK_OBJECT_MAP: return "map";
+    default: return "ext";
+    }
+}
+
+/* An unsigned integer field in [lo, hi]; absent leaves *out untouched. */
+static proto_code get_uint(const msgpack_object *m, const char *key, uint64_t lo, uint64_t hi,
+                           int required, uint64_t *out, int *present, proto_error *err)
+{
+    const msgpack_object *v = field(m, key);
+    if (present) *present = v != NULL;
+    if (!v) return required ? fail(err, PE_BAD_REQUEST, "missing field '%s'", key) : PE_OK;
+    if (v->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
+        return fail(err, PE_BAD_REQUEST, "field '%s' must be >= %llu, got %lld", key,
+                    (unsigned long long)lo, (long long)v->via.i64);
+    if (v->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+        return fail(err, PE_BAD_REQUEST, "field '%s' must be an unsigned integer, got %s",
+                    key, type_name(v));
+    if (v->via.u64 < lo || v->via.u64 > hi)
+        return fail(err, PE_BAD_REQUEST, "field '%s' must be in %llu..%llu, got %llu", key,
+                    (unsigned long long)lo, (unsigned long long)hi,
+                    (unsigned long long)v->via.u64);
+    *out = v->via.u64;
+    return PE_OK;
+}
+
+static proto_code get_float(const msgpack_object *m, const char *key, double lo, double hi,
+                            int lo_open, float *out, proto_error *err)
+{
+    const msgpack_object *v = field(m, key);
+    if (!v) return PE_OK;
+    double d;
+    if (v->type == MSGPACK_OBJECT_FLOAT32 || v->type == MSGPACK_OBJECT_FLOAT64) d = v->via.f64;
+    else if (v->type == MSGPACK_OBJECT_POSITIVE_INTEGER) d = (double)v->via.u64;
+    else if (v->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) d = (double)v->via.i64;
+    else return fail(err, PE_BAD_REQUEST, "field '%s' must be a number, got %s", key, type_name(v));
+    if (!isfinite(d) || d > hi || d < lo || (lo_open && d == lo))
+        return fail(err, PE_BAD_REQUEST, "field '%s' must be in %s%g..%g, got %g", key,
+                    lo_open ? "(exclusive) " : "", lo, hi, d);
+    *out = (float)d;
+    return PE_OK;
+}
+
+/* Raw bytes from a str or bin field; copies into a malloc'd buffer. */
+static proto_code get_bytes(const msgpack_object *m, const char *key, int required,
+                            int allow_nul, uint8_t **out, size_t *outlen, proto_error *err)
+{
+    const msgpack_object *v = field(m, key);
+    if (!v) return required ? fail(err, PE_BAD_REQUEST, "missing field '%s'", key) : PE_OK;
+    const char *p; uint32_t n;
+    if (v->type == MSGPACK_OBJECT_STR) { p = v->via.str.ptr; n = v->via.str.size; }
+    else if (v->type == MSGPACK_OBJECT_BIN) { p = v->via.bin.ptr; n = v->via.bin.size; }
+    else return fail(err, PE_BAD_REQUEST, "field '%s' must be a string or bin, got %s",
+                     key, type_name(v));
+    if (!allow_nul && n && memchr(p, 0, n))
+        return fail(err, PE_BAD_REQUEST, "field '%s' contains byte 0 (reserved for BOS)", key);
+    uint8_t *b = malloc(n ? n : 1);
+    if (!b) return fail(err, PE_INTERNAL, "out of memory copying '%s'", key);
+    if (n) memcpy(b, p, n);
+    *out = b;
+    *outlen = n;
+    return PE_OK;
+}
+
+static proto_code get_name(const msgpack_object *m, const char *key, char *out, proto_error *err)
+{
+    const msgpack_object *v = field(m, key);
+    if (!v) return fail(err, PE_BAD_REQUEST, "missing field '%s'", key);
+    if (v->type != MSGPACK_OBJECT_STR && v->type != MSGPACK_OBJECT_BIN)
+        return fail(err, PE_BAD_REQUEST, "field '%s' must be a string, got %s", key, type_name(v));
+    const char *p = v->type == MSGPACK_OBJECT_STR ? v->via.str.ptr : v->via.bin.ptr;
+    uint32_t n = v->type == MSGPACK_OBJECT_STR ? v->via.str.size : v->via.bin.size;
+    if (n > STORE_NAME_MAX)
+        return fail(err, PE_BAD_NAME, "session name in '%s' is %u bytes, the limit is %d",
+                    key, n, STORE_NAME_MAX);
+    if (memchr(p, 0, n))
+        return fail(err, PE_BAD_NAME, "session name in '%s' contains a NUL byte", key);
+    memcpy(out, p, n);
+    out[n] = 0;
+    char why[160];
+    if (store_name_check(out, why, sizeof why) != 0)
+        return fail(err, PE_BAD_NAME, "bad session name in '%s': %s", key, why);
+    return PE_OK;
+}
+
+static proto_code decode_generate(const msgpack_object *m, const proto_limits *lim,
+                                  proto_request *r, proto_error *err)
+{
+    proto_code c;
+    uint64_t u;
+    r->max_tokens = lim->max_tokens < 256 ? lim->max_tokens : 256;
+    const msgpack_object *mt = field(m, "max_tokens");
+    if (mt && mt->type == MSGPACK_OBJECT_POSITIVE_INTEGER && mt->via.u64 > lim->max_tokens)
+        return fail(err, PE_LIMIT, "max_tokens %llu is over the server's limit of %u",
+                    (unsigned long long)mt->via.u64, lim->max_tokens);
+    if ((c = get_uint(m, "max_tokens", 0, lim->max_tokens, 0, &u, NULL, err))) return c;
+    if (mt) r->max_tokens = (uint32_t)u;
+
+    const msgpack_object *st = field(m, "stop");
+    if (st) {
+        if (st->type != MSGPACK_OBJECT_ARRAY)
+            return fail(err, PE_BAD_REQUEST, "field 'stop' must be an array of strings, got %s",
+                        type_name(st));
+        if (st->via.array.size > PROTO_MAX_STOPS)
+            return fail(err, PE_BAD_REQUEST, "field 'stop' has %u strings, at most %d allowed",
+                        st->via.array.size, PROTO_MAX_STOPS);
+        for (uint32_t i = 0; i < st->via.array.size; i++) {
+            const msgpack_object *s = &st->via.array.ptr[i];
+            const char *p; uint32_t n;
+            if (s->type == MSGPACK_OBJECT_STR) { p = s->via.str.ptr; n = s->via.str.size; }
+            else if (s->type == MSGPACK_OBJECT_BIN) { p = s->via.bin.ptr; n = s->via.bin.size; }
+            else return fail(err, PE_BAD_REQUEST, "stop[%u] must be a string, got %s", i,
+                             type_name(s));
+            if (n < 1 || n > PROTO_MAX_STOP_LEN)
+                return fail(err, PE_BAD_REQUEST, "stop[%u] is %u bytes, must be 1..%d", i, n,
+                            PROTO_MAX_STOP_LEN);
+            memcpy(r->stop[i], p, n);
+            r->stop_len[i] = (uint8_t)n;
+        }
+        r->n_stop = (int)st->via.array.size;
+    }
+    if ((c = get_float(m, "temperature", 0, 100, 0, &r->sp.temperature, err))) return c;
+    if ((c = get_uint(m, "top_k", 0, 256, 0, &u, NULL, err))) return c;
+    if (field(m, "top_k")) r->sp.top_k = (int)u;
+    if ((c = get_float(m, "top_p", 0, 1, 1, &r->sp.top_p, err))) return c;
+    if ((c = get_float(m, "repetition_penalty", 0, 100, 1, &r->sp.rep_penalty, err))) return c;
+    if ((c = get_uint(m, "repetition_window", 0, SAMPLER_WINDOW_MAX, 0, &u, NULL, err))) return c;
+    if (field(m, "repetition_window")) r->sp.rep_window = (int)u;
+    const msgpack_object *sd = field(m, "seed");
+    if (sd) {
+        if (sd->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+            return fail(err, PE_BAD_REQUEST, "field 'seed' must be an unsigned integer, got %s",
+                        type_name(sd));
+        r->sp.seed = sd->via.u64;
+        r->has_seed = 1;
+    }
+    return PE_OK;
+}
+
+proto_code proto_decode(const msgpack_object *o, const proto_limits *lim,
+                        proto_request *r, proto_error *err)
+{
+    memset(r, 0, sizeof *r);
+    memset(err, 0, sizeof *err);
+    if (o->type != MSGPACK_OBJECT_MAP)
+        return fail(err, PE_DECODE, "a request must be a msgpack map, got %s", type_name(o));
+    const msgpack_object *idv = field(o, "id");
+    if (idv && idv->type == MSGPACK_OBJECT_POSITIVE_INTEGER) err->id = idv->via.u64;
+    proto_code c = PE_OK;
+    uint64_t u;
+    if ((c = get_uint(o, "id", 0, UINT64_MAX, 1, &u, NULL, err))) goto out;
+    r->id = u;
+    const msgpack_object *opv = field(o, "op");
+    if (!opv) { c = fail(err, PE_BAD_REQUEST, "missing field 'op'"); goto out; }
+    if (opv->type != MSGPACK_OBJECT_STR) {
+        c = fail(err, PE_BAD_REQUEST, "field 'op' must be a string, got %s", type_name(opv));
+        goto out;
+    }
+    for (size_t i = 0; i < sizeof ops / sizeof *ops; i++)
+        if (strlen(ops[i].name) == opv->via.str.size &&
+            memcmp(ops[i].name, opv->via.str.ptr, opv->via.str.size) == 0)
+            r->op = ops[i].op;
+    if (!r->op) {
+        char shown[40];
+        size_t n = opv->via.str.size < 32 ? opv->via.str.size : 32;
+        for (size_t i = 0; i < n; i++) {
+            unsigned char ch = (unsigned char)opv->via.str.ptr[i];
+            shown[i] = (ch >= 0x20 && ch < 0x7f) ? (char)ch : '?';
+        }
+        shown[n] = 0;
+        c = fail(err, PE_UNKNOWN_OP, "unknown op '%s%s'", shown, opv->via.str.size > 32 ? "..." : "");
+        goto out;
+    }
+    r->sp = (sampler_params){ .temperature = 0.8f, .top_k = 0, .top_p = 1.0f,
+                              .rep_penalty = 1.0f, .rep_window = 64, .seed = 0 };
+    switch (r->op) {
+    case OP_HELLO: case OP_LIST: case OP_STATS:
+        break;
+    case OP_GENERATE:
+        if ((c = get_name(o, "session", r->session, err))) goto out;
+        if ((c = get_bytes(o, "text", 0, 0, &r->text, &r->text_len, err))) goto out;
+        c = decode_generate(o, lim, r, err);
+        break;
+    case OP_APPEND:
+        if ((c = get_name(o, "session", r->session, err))) goto out;
+        c = get_bytes(o, "text", 1, 0, &r->text, &r->text_len, err);
+        break;
+    case OP_CANCEL:
+        c = get_uint(o, "target", 0, UINT64_MAX, 1, &r->target, NULL, err);
+        break;
+    case OP_INFO: case OP_DELETE: case OP_EXPORT:
+        c = get_name(o, "session", r->session, err);
+        break;
+    case OP_FORK:
+        if ((c = get_name(o, "session", r->session, err))) goto out;
+        c = get_name(o, "to", r->to, err);
+        break;
+    case OP_IMPORT:
+        if ((c = get_name(o, "session", r->session, err))) goto out;
+        c = get_bytes(o, "data", 1, 1, &r->data, &r->data_len, err);
+        break;
+    }
+out:
+    if (c != PE_OK) {
+        proto_request_free(r);
+        memset(r, 0, sizeof *r);
+    }
+    return c;
+}
+
+proto_code proto_parse(const uint8_t *msg, size_t len, const proto_limits *lim,
+                       proto_request *req, proto_error *err)
+{
+    memset(req, 0, sizeof *req);
+    memset(err, 0, sizeof *err);
+    if (len > lim->max_message)
+        return fail(err, PE_TOO_LARGE, "message of %zu bytes is over the limit of %zu bytes",
+                    len, lim->max_message);
+    long n = proto_scan(msg, len, lim->max_message);
+    if (n == -PE_TOO_LARGE)
+        return fail(err, PE_TOO_LARGE, "message is over the limit of %zu bytes", lim->max_message);
+    if (n <= 0 || (size_t)n != len)
+        return fail(err, PE_DECODE, "bytes are not one msgpack message");
+    msgpack_unpacked up;
+    msgpack_unpacked_init(&up);
+    size_t off = 0;
+    msgpack_unpack_return ur = msgpack_unpack_next(&up, (const char *)msg, len, &off);
+    proto_code c;
+    if (ur != MSGPACK_UNPACK_SUCCESS || off != len)
+        c = fail(err, PE_DECODE, "bytes do not decode as msgpack (%s)",
+                 ur == MSGPACK_UNPACK_NOMEM_ERROR ? "nested too deeply or too large" : "malformed");
+    else
+        c = proto_decode(&up.data, lim, req, err);
+    msgpack_unpacked_destroy(&up);
+    return c;
+}
+
+void proto_request_free(proto_request *r)
+{
+    free(r->text);
+    free(r->data);
+    r->text = r->data = NULL;
+    r->text_len = r->data_len = 0;
+}
+
+/* ---- encoding ------------------------------------------------------------ */
+
+void proto_pack_key(msgpack_packer *pk, const char *key)
+{
+    size_t n = strlen(key);
+    msgpack_pack_str(pk, n);
+    msgpack_pack_str_body(pk, key, n);
+}
+
+void proto_pack_str(msgpack_packer *pk, const char *s)
+{
+    proto_pack_key(pk, s);
+}
+
+void proto_pack_bin(msgpack_packer *pk, const void *p, size_t n)
+{
+    msgpack_pack_bin(pk, n);
+    msgpack_pack_bin_body(pk, p, n);
+}
+
+static void head(msgpack_packer *pk, msgpack_sbuffer *sb, uint64_t id, const char *event, int extra)
+{
+    msgpack_packer_init(pk, sb, msgpack_sbuffer_write);
+    msgpack_pack_map(pk, 2 + extra);
+    proto_pack_key(pk, "id");
+    msgpack_pack_uint64(pk, id);
+    proto_pack_key(pk, "event");
+    proto_pack_str(pk, event);
+}
+
+void proto_pack_error(msgpack_sbuffer *sb, uint64_t id, proto_code code, const char *msg)
+{
+    msgpack_packer pk;
+    head(&pk, sb, id, "error", 2);
+    proto_pack_key(&pk, "code");
+    proto_pack_str(&pk, proto_code_name(code));
+    proto_pack_key(&pk, "message");
+    proto_pack_str(&pk, msg ? msg : "");
+}
+
+void proto_pack_token(msgpack_sbuffer *sb, uint64_t id, const uint8_t *bytes, size_t n)
+{
+    msgpack_packer pk;
+    head(&pk, sb, id, "token", 1);
+    proto_pack_key(&pk, "data");
+    proto_pack_bin(&pk, bytes, n);
+}
+
+void proto_pack_done(msgpack_sbuffer *sb, const proto_done *d)
+{
+    msgpack_packer pk;
+    int stop = d->stop && d->stop_len;
+    head(&pk, sb, d->id, "done", 5 + stop);
+    proto_pack_key(&pk, "reason");
+    proto_pack_str(&pk, d->reason);
+    proto_pack_key(&pk, "tokens_in");
+    msgpack_pack_uint64(&pk, d->tokens_in);
+    proto_pack_key(&pk, "tokens_out");
+    msgpack_pack_uint64(&pk, d->tokens_out);
+    proto_pack_key(&pk, "session_tokens");
+    msgpack_pack_uint64(&pk, d->session_tokens);
+    proto_pack_key(&pk, "ms");
+    msgpack_pack_map(&pk, 5);
+    proto_pack_key(&pk, "queue");    msgpack_pack_double(&pk, d->ms_queue);
+    proto_pack_key(&pk, "prompt");   msgpack_pack_double(&pk, d->ms_prompt);
+    proto_pack_key(&pk, "generate"); msgpack_pack_double(&pk, d->ms_generate);
+    proto_pack_key(&pk, "save");     msgpack_pack_double(&pk, d->ms_save);
+    proto_pack_key(&pk, "total");    msgpack_pack_double(&pk, d->ms_total);
+    if (stop) {
+        proto_pack_key(&pk, "stop");
+        proto_pack_bin(&pk, d->stop, d->stop_len);
+    }
+}
+
+void proto_result_begin(msgpack_packer *pk, msgpack_sbuffer *sb, uint64_t id, int n_fields)
+{
+    head(pk, sb, id, "result", n_fields);
+}

@@ -1,0 +1,112 @@
+/* daemon/protocol.h — the wire protocol of docs/PROTOCOL.md as pure functions.
+ *
+ * Incoming: proto_scan() finds where the next msgpack message ends in a
+ * connection's input bytes (and refuses one that is, or declares itself,
+ * larger than the limit before anything is allocated for it); proto_parse()
+ * turns one complete message into a typed proto_request, or into a stable
+ * error code and a message naming the field at fault. Neither touches any
+ * state, so the fuzz target (tests/fuzz_protocol.c) drives them directly.
+ *
+ * Outgoing: proto_pack_* append one event (a msgpack map) to a
+ * msgpack_sbuffer owned by the caller. */
+#ifndef LIND_DAEMON_PROTOCOL_H
+#define LIND_DAEMON_PROTOCOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <msgpack.h>
+#include "recurrent/sampler.h"
+#include "state/store.h"
+
+#define PROTO_VERSION     1
+#define PROTO_MAX_STOPS   8
+#define PROTO_MAX_STOP_LEN 64
+#define PROTO_ERRMSG      256
+
+typedef enum proto_op {
+    OP_HELLO = 1, OP_GENERATE, OP_APPEND, OP_CANCEL, OP_INFO, OP_LIST,
+    OP_DELETE, OP_FORK, OP_EXPORT, OP_IMPORT, OP_STATS,
+} proto_op;
+
+/* Stable error codes; proto_code_name() gives the wire string. */
+typedef enum proto_code {
+    PE_OK = 0, PE_BAD_REQUEST, PE_UNKNOWN_OP, PE_TOO_LARGE, PE_DECODE,
+    PE_BAD_NAME, PE_NOT_FOUND, PE_EXISTS, PE_BUSY, PE_LIMIT, PE_BAD_STATE,
+    PE_IO, PE_SHUTTING_DOWN, PE_INTERNAL,
+} proto_code;
+
+const char *proto_code_name(proto_code c);
+const char *proto_op_name(proto_op op);
+
+/* Server limits the decoder enforces. */
+typedef struct proto_limits {
+    size_t   max_message;   /* bytes per message */
+    uint32_t max_tokens;    /* per generate */
+} proto_limits;
+
+/* A decoded request. Byte fields are malloc'd copies owned by the request:
+ * release with proto_request_free(). */
+typedef struct proto_request {
+    proto_op op;
+    uint64_t id;
+    char     session[STORE_NAME_MAX + 1];
+    char     to[STORE_NAME_MAX + 1];          /* fork */
+    uint8_t *text;  size_t text_len;          /* generate, append */
+    uint8_t *data;  size_t data_len;          /* import */
+    uint64_t target;                          /* cancel */
+    uint32_t max_tokens;                      /* generate */
+    int      n_stop;
+    uint8_t  stop[PROTO_MAX_STOPS][PROTO_MAX_STOP_LEN];
+    uint8_t  stop_len[PROTO_MAX_STOPS];
+    sampler_params sp;                        /* generate: this turn's settings */
+    int      has_seed;
+} proto_request;
+
+typedef struct proto_error {
+    proto_code code;
+    uint64_t   id;        /* the request's id when it could be read, else 0 */
+    char       msg[PROTO_ERRMSG];
+} proto_error;
+
+/* Where the first message in buf[0..len) ends.
+ *   > 0: a complete message of that many bytes;
+ *     0: incomplete, read more;
+ *    <0: -PE_TOO_LARGE (longer than max_message, or a container declaring
+ *        more elements than max_message bytes could hold) or -PE_DECODE
+ *        (a byte that starts no msgpack value). */
+long proto_scan(const uint8_t *buf, size_t len, size_t max_message);
+
+/* Decode one complete message (as delimited by proto_scan). On success
+ * returns 0 and fills *req (free it with proto_request_free). On failure
+ * returns the error code, fills *err and leaves *req empty. Codes PE_DECODE
+ * and PE_TOO_LARGE mean the connection must be closed. */
+proto_code proto_parse(const uint8_t *msg, size_t len, const proto_limits *lim,
+                       proto_request *req, proto_error *err);
+/* Same, from an already unpacked object. */
+proto_code proto_decode(const msgpack_object *o, const proto_limits *lim,
+                        proto_request *req, proto_error *err);
+void proto_request_free(proto_request *req);
+
+/* ---- events ------------------------------------------------------------- */
+
+void proto_pack_error(msgpack_sbuffer *sb, uint64_t id, proto_code code, const char *msg);
+void proto_pack_token(msgpack_sbuffer *sb, uint64_t id, const uint8_t *bytes, size_t n);
+
+typedef struct proto_done {
+    uint64_t id;
+    const char *reason;            /* "length", "stop", "cancelled" */
+    uint64_t tokens_in, tokens_out, session_tokens;
+    double   ms_queue, ms_prompt, ms_generate, ms_save, ms_total;
+    const uint8_t *stop; size_t stop_len;  /* when reason is "stop" */
+} proto_done;
+void proto_pack_done(msgpack_sbuffer *sb, const proto_done *d);
+
+/* Start a `result` event with n_fields op-specific fields to follow; the
+ * caller then packs n_fields key/value pairs with the helpers below or with
+ * msgpack_pack_* on the returned packer. */
+void proto_result_begin(msgpack_packer *pk, msgpack_sbuffer *sb, uint64_t id, int n_fields);
+void proto_pack_key(msgpack_packer *pk, const char *key);
+void proto_pack_str(msgpack_packer *pk, const char *s);
+void proto_pack_bin(msgpack_packer *pk, const void *p, size_t n);
+
+#endif
