@@ -70,13 +70,20 @@ LIND_HD static inline float lind_ln_rstd(float var, float eps) {
 
 /* Update column j of S (elements S[i·ld + j], i < dh) and return the
  * numerator Σ_i φq_i S[i][j] over the updated column. Each S element is read
- * once and written once. */
+ * once and written once. A CPU loop may instead run i outer, j inner (for
+ * vectorization) with lind_lin_s(): the per-element operations and the
+ * i-order of each numerator sum are the same, so results are identical. */
+/* One element of the S update: γ·s + φk_i·v_j (fp64). */
+LIND_HD static inline double lind_lin_s(double s, double gamma, float phik_i, float v_j) {
+    return gamma * s + (double)phik_i * (double)v_j;
+}
+
 LIND_HD static inline double lind_lin_column(double *S, int ld, int j, int dh,
                                              const float *phik, const float *phiq,
                                              float v_j, double gamma) {
     double num = 0.0;
     for (int i = 0; i < dh; i++) {
-        double s = gamma * S[(long)i * ld + j] + (double)phik[i] * (double)v_j;
+        double s = lind_lin_s(S[(long)i * ld + j], gamma, phik[i], v_j);
         S[(long)i * ld + j] = s;
         num += (double)phiq[i] * s;
     }

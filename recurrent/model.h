@@ -84,4 +84,9 @@ int  model_slot_write(model *m, int slot, const void *src);
  * the head (prompt feeding). Slots in one call must be distinct. */
 int  model_step(model *m, const int *slots, const int *tokens, int B, float *logits);
 
+/* The backend the model runs on (kernels/backend.h), for benchmarks that
+ * measure the same device's primitive rates. Owned by the model. */
+struct backend;
+struct backend *model_backend(model *m);
+
 #endif

@@ -1,0 +1,413 @@
+/* daemon/cli_offline.c — `lind info`, `lind score`, `lind generate` and
+ * `lind bench-step`: the engine driven directly, no daemon. */
+#include <cblas.h>
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "daemon/cli.h"
+#include "kernels/backend.h"
+#include "recurrent/model.h"
+#include "recurrent/sampler.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Options every subcommand shares plus each one's own. */
+typedef struct opts {
+    const char *model, *backend, *prompt;
+    long n, after_generate, max_batch;
+    double seconds;
+    sampler_params sp;
+    int seed_set;
+} opts;
+
+enum { O_BACKEND = 1000, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_AFTER, O_REP, O_REPWIN, O_MAXB, O_SECS };
+
+static int parse_long(const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_float(const char *s, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v)) return -1;
+    *out = v;
+    return 0;
+}
+
+/* Parse argv; positional arguments are left in argv[optind..). 0 or 2. */
+static int parse(int argc, char **argv, const char *cmd, opts *o) {
+    static const struct option lo[] = {
+        {"model", required_argument, 0, 'm'},      {"backend", required_argument, 0, O_BACKEND},
+        {"prompt", required_argument, 0, 'p'},     {"temperature", required_argument, 0, O_TEMP},
+        {"top-k", required_argument, 0, O_TOPK},   {"top-p", required_argument, 0, O_TOPP},
+        {"seed", required_argument, 0, O_SEED},    {"after-generate", required_argument, 0, O_AFTER},
+        {"rep-penalty", required_argument, 0, O_REP}, {"rep-window", required_argument, 0, O_REPWIN},
+        {"max-batch", required_argument, 0, O_MAXB}, {"seconds", required_argument, 0, O_SECS},
+        {0, 0, 0, 0}};
+    memset(o, 0, sizeof *o);
+    o->sp = sampler_defaults();
+    o->n = 256;
+    o->max_batch = 64;
+    o->seconds = 0.5;
+    optind = 1;
+    int c;
+    double f;
+    long l;
+    while ((c = getopt_long(argc, argv, "m:p:n:", lo, NULL)) != -1) {
+        switch (c) {
+        case 'm': o->model = optarg; break;
+        case O_BACKEND: o->backend = optarg; break;
+        case 'p': o->prompt = optarg; break;
+        case 'n':
+            if (parse_long(optarg, 0, 1L << 40, &o->n)) goto bad;
+            break;
+        case O_AFTER:
+            if (parse_long(optarg, 0, 1L << 40, &o->after_generate)) goto bad;
+            break;
+        case O_MAXB:
+            if (parse_long(optarg, 1, 4096, &o->max_batch)) goto bad;
+            break;
+        case O_SECS:
+            if (parse_float(optarg, &o->seconds) || o->seconds <= 0) goto bad;
+            break;
+        case O_TEMP:
+            if (parse_float(optarg, &f)) goto bad;
+            o->sp.temperature = (float)f;
+            break;
+        case O_TOPK:
+            if (parse_long(optarg, 0, 256, &l)) goto bad;
+            o->sp.top_k = (int)l;
+            break;
+        case O_TOPP:
+            if (parse_float(optarg, &f)) goto bad;
+            o->sp.top_p = (float)f;
+            break;
+        case O_REP:
+            if (parse_float(optarg, &f)) goto bad;
+            o->sp.rep_penalty = (float)f;
+            break;
+        case O_REPWIN:
+            if (parse_long(optarg, 0, SAMPLER_WINDOW_MAX, &l)) goto bad;
+            o->sp.rep_window = (int)l;
+            break;
+        case O_SEED: {
+            char *end;
+            errno = 0;
+            o->sp.seed = strtoull(optarg, &end, 10);
+            if (errno || end == optarg || *end) goto bad;
+            o->seed_set = 1;
+            break;
+        }
+        default:
+            fprintf(stderr, "lind %s: see `lind --help`\n", cmd);
+            return 2;
+        }
+        continue;
+    bad:
+        fprintf(stderr, "lind %s: bad value \"%s\" for %s\n", cmd, optarg, argv[optind - 1]);
+        return 2;
+    }
+    if (!o->model) {
+        fprintf(stderr, "lind %s: --model DIR is required\n", cmd);
+        return 2;
+    }
+    char err[256];
+    if (sampler_params_check(&o->sp, err, sizeof err) < 0) {
+        fprintf(stderr, "lind %s: %s\n", cmd, err);
+        return 2;
+    }
+    return 0;
+}
+
+static model *load(const opts *o, const char *cmd) {
+    char err[512];
+    model *m = NULL;
+    if (model_load(o->model, o->backend, &m, err, sizeof err) < 0) {
+        fprintf(stderr, "lind %s: %s\n", cmd, err);
+        return NULL;
+    }
+    return m;
+}
+
+/* ---- info ------------------------------------------------------------- */
+
+int cli_info(int argc, char **argv) {
+    opts o;
+    if (parse(argc, argv, "info", &o)) return 2;
+    model *m = load(&o, "info");
+    if (!m) return 1;
+    const lind_config *c = model_config(m);
+    printf("model:        %s\n", o.model);
+    printf("fingerprint:  %016llx\n", (unsigned long long)model_fingerprint(m));
+    printf("vocab_size:   %d\nd_model:      %d\nn_layers:     %d\nn_heads:      %d\nd_head:       %d\nd_ff:         %d\n",
+           c->vocab_size, c->d_model, c->n_layers, c->n_heads, c->d_head, c->d_ff);
+    printf("mixers:       ");
+    for (int i = 0; i < c->n_layers; i++) printf("%s%s", i ? "," : "", c->mixers[i]);
+    printf("\nfeature_map:  %s\ntoken_shift:  %s\n", c->feature_map, c->token_shift ? "true" : "false");
+    if (c->aft_variant[0]) printf("aft_variant:  %s\n", c->aft_variant);
+    printf("norm_eps:     %g\nattn_eps:     %g\n", (double)c->norm_eps, (double)c->attn_eps);
+    printf("parameters:   %zu\n", model_param_count(m));
+    printf("state_bytes:  %zu per session\n", model_state_bytes(m));
+    printf("backend:      %s (%s)\n", model_backend_name(m), model_device_name(m));
+    model_free(m);
+    return 0;
+}
+
+/* ---- score ------------------------------------------------------------ */
+
+/* −log2 p(y) from logits, in double. */
+static double bits_of(const float *l, int y) {
+    float mx = l[0];
+    for (int i = 1; i < LIND_VOCAB; i++)
+        if (l[i] > mx) mx = l[i];
+    double s = 0.0;
+    for (int i = 0; i < LIND_VOCAB; i++) s += exp((double)l[i] - mx);
+    return (log(s) + mx - (double)l[y]) / log(2.0);
+}
+
+static unsigned char *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    unsigned char *buf = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n == cap) {
+            cap = cap ? cap * 2 : 65536;
+            unsigned char *nb = realloc(buf, cap);
+            if (!nb) { free(buf); fclose(f); errno = ENOMEM; return NULL; }
+            buf = nb;
+        }
+        size_t r = fread(buf + n, 1, cap - n, f);
+        n += r;
+        if (r == 0) break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) { free(buf); errno = EIO; return NULL; }
+    *len = n;
+    return buf;
+}
+
+int cli_score(int argc, char **argv) {
+    opts o;
+    if (parse(argc, argv, "score", &o)) return 2;
+    if (optind != argc - 1) {
+        fprintf(stderr, "lind score: exactly one FILE to score is required\n");
+        return 2;
+    }
+    const char *path = argv[optind];
+    size_t len = 0;
+    unsigned char *text = slurp(path, &len);
+    if (!text) {
+        fprintf(stderr, "lind score: %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    model *m = load(&o, "score");
+    if (!m) { free(text); return 1; }
+    int rc = 1, slot = 0, tok = LIND_BOS;
+    float logits[LIND_VOCAB], scratch[2 * LIND_VOCAB];
+    if (model_slots_reserve(m, 1) < 0 || model_slot_reset(m, 0) < 0) goto out;
+    double t0 = now_s();
+    if (model_step(m, &slot, &tok, 1, logits) < 0) goto fail;
+    sampler smp;
+    sampler_init(&smp, &o.sp);
+    for (long i = 0; i < o.after_generate; i++) {
+        tok = sampler_next(&smp, logits, LIND_VOCAB, scratch);
+        sampler_observe(&smp, tok);
+        if (model_step(m, &slot, &tok, 1, logits) < 0) goto fail;
+    }
+    double t1 = now_s(), bits = 0.0;
+    for (size_t i = 0; i < len; i++) {
+        bits += bits_of(logits, text[i]);
+        tok = text[i];
+        if (model_step(m, &slot, &tok, 1, i + 1 < len ? logits : NULL) < 0) goto fail;
+    }
+    double t2 = now_s();
+    printf("file: %s\nbytes: %zu\n", path, len);
+    if (o.after_generate) printf("after_generate: %ld tokens (seed %llu, temperature %g)\n", o.after_generate,
+                                 (unsigned long long)o.sp.seed, (double)o.sp.temperature);
+    printf("bits_per_byte: %.6f\n", len ? bits / (double)len : 0.0);
+    printf("seconds: %.3f (%.0f bytes/s scored)\n", t2 - t1 + (o.after_generate ? 0 : t1 - t0),
+           len / (t2 - t1 > 0 ? t2 - t1 : 1e-9));
+    rc = 0;
+    goto out;
+fail:
+    fprintf(stderr, "lind score: model step failed\n");
+out:
+    model_free(m);
+    free(text);
+    return rc;
+}
+
+/* ---- generate ----------------------------------------------------------- */
+
+int cli_generate(int argc, char **argv) {
+    opts o;
+    if (parse(argc, argv, "generate", &o)) return 2;
+    if (optind != argc) {
+        fprintf(stderr, "lind generate: unexpected argument \"%s\"\n", argv[optind]);
+        return 2;
+    }
+    model *m = load(&o, "generate");
+    if (!m) return 1;
+    const char *prompt = o.prompt ? o.prompt : "";
+    int rc = 1, slot = 0, tok = LIND_BOS;
+    float logits[LIND_VOCAB], scratch[2 * LIND_VOCAB];
+    sampler smp;
+    sampler_init(&smp, &o.sp);
+    if (model_slots_reserve(m, 1) < 0 || model_slot_reset(m, 0) < 0) goto out;
+    size_t plen = strlen(prompt);
+    if (model_step(m, &slot, &tok, 1, plen ? NULL : logits) < 0) goto out;
+    for (size_t i = 0; i < plen; i++) {
+        tok = (unsigned char)prompt[i];
+        sampler_observe(&smp, tok);
+        if (model_step(m, &slot, &tok, 1, i + 1 == plen ? logits : NULL) < 0) goto out;
+    }
+    fwrite(prompt, 1, plen, stdout);
+    fflush(stdout);
+    for (long i = 0; i < o.n; i++) {
+        tok = sampler_next(&smp, logits, LIND_VOCAB, scratch);
+        sampler_observe(&smp, tok);
+        putchar(tok);
+        fflush(stdout);
+        if (i + 1 < o.n && model_step(m, &slot, &tok, 1, logits) < 0) goto out;
+    }
+    putchar('\n');
+    rc = 0;
+out:
+    if (rc) fprintf(stderr, "lind generate: model step failed\n");
+    model_free(m);
+    return rc;
+}
+
+/* ---- bench-step -------------------------------------------------------- */
+
+/* FLOPs of the matrix products of one token (2 per weight): what the SGEMM
+ * rate is compared against. Mixer state updates are not counted. */
+static double flops_per_token(const lind_config *c) {
+    double d = c->d_model, hd = (double)c->n_heads * c->d_head, w = 0;
+    for (int i = 0; i < c->n_layers; i++) {
+        w += 2.0 * d * c->d_ff;
+        w += !strcmp(c->mixers[i], "linear") ? 4.0 * d * hd : 4.0 * d * d;
+    }
+    w += (double)LIND_VOCAB * d;
+    return 2.0 * w;
+}
+
+/* Best-of SGEMM rate of the backend's matmul on M×K · (N×K)ᵀ, GFLOP/s. */
+static double sgemm_rate(backend *be, int M, int N, int K, double secs) {
+    backend_buf *x = NULL, *w = NULL, *y = NULL;
+    double best = 0;
+    if (be->ops->buf_new(be, (size_t)M * K, &x) < 0 || be->ops->buf_new(be, (size_t)N * K, &w) < 0 ||
+        be->ops->buf_new(be, (size_t)M * N, &y) < 0)
+        goto out;
+    float *init = malloc(sizeof(float) * (size_t)(M > N ? M : N) * K);
+    if (!init) goto out;
+    for (size_t i = 0; i < (size_t)(M > N ? M : N) * K; i++) init[i] = (float)((i * 2654435761u) % 1000) * 1e-3f;
+    be->ops->buf_upload(be, x, 0, init, (size_t)M * K);
+    be->ops->buf_upload(be, w, 0, init, (size_t)N * K);
+    free(init);
+    float sink;
+    double start = now_s();
+    while (now_s() - start < secs) {
+        double t0 = now_s();
+        int reps = 4;
+        for (int r = 0; r < reps; r++) be->ops->matmul(be, x, 0, K, w, NULL, y, 0, N, M, N, K, 0);
+        be->ops->buf_download(be, y, 0, &sink, 1);
+        double g = 2.0 * M * N * K * reps / (now_s() - t0) * 1e-9;
+        if (g > best) best = g;
+    }
+out:
+    be->ops->buf_free(be, x);
+    be->ops->buf_free(be, w);
+    be->ops->buf_free(be, y);
+    return best;
+}
+
+/* Host memory bandwidth: best-of memcpy over 256 MiB, GB/s (read + write). */
+static double membw(double secs) {
+    size_t n = 256u << 20;
+    char *a = malloc(n), *b = malloc(n);
+    double best = 0;
+    if (a && b) {
+        memset(a, 1, n);
+        memset(b, 2, n);
+        double start = now_s();
+        while (now_s() - start < secs) {
+            double t0 = now_s();
+            memcpy(b, a, n);
+            double g = 2.0 * (double)n / (now_s() - t0) * 1e-9;
+            if (g > best) best = g;
+            a[0]++;
+        }
+    }
+    free(a);
+    free(b);
+    return best;
+}
+
+int cli_bench_step(int argc, char **argv) {
+    opts o;
+    if (parse(argc, argv, "bench-step", &o)) return 2;
+    model *m = load(&o, "bench-step");
+    if (!m) return 1;
+    const lind_config *c = model_config(m);
+    int maxb = (int)o.max_batch, rc = 1;
+    int *slots = malloc(sizeof(int) * (size_t)maxb), *toks = malloc(sizeof(int) * (size_t)maxb);
+    float *logits = malloc(sizeof(float) * LIND_VOCAB * (size_t)maxb);
+    if (!slots || !toks || !logits || model_slots_reserve(m, maxb) < 0) goto out;
+    for (int b = 0; b < maxb; b++) slots[b] = b;
+    double fpt = flops_per_token(c);
+    printf("model %s: %zu parameters, %zu state bytes/session, backend %s (%s), BLAS threads %d\n", o.model,
+           model_param_count(m), model_state_bytes(m), model_backend_name(m), model_device_name(m),
+           openblas_get_num_threads());
+    printf("matrix FLOPs per token: %.3f M\n", fpt * 1e-6);
+    double peak = sgemm_rate(model_backend(m), 1024, 1024, 1024, o.seconds);
+    double bw = membw(o.seconds);
+    printf("SGEMM 1024x1024x1024: %.1f GFLOP/s    host memory bandwidth (memcpy, read+write): %.1f GB/s\n\n",
+           peak, bw);
+    printf("%6s %12s %12s %12s %10s %14s\n", "batch", "step ms", "us/token", "tokens/s", "GFLOP/s", "vs SGEMM peak");
+    unsigned seed = 1;
+    for (int B = 1; B <= maxb; B *= 2) {
+        for (int b = 0; b < B; b++) model_slot_reset(m, b);
+        long steps = 0;
+        for (int w = 0; w < 3; w++) {
+            for (int b = 0; b < B; b++) toks[b] = (int)((seed = seed * 1103515245u + 12345u) >> 16) & 255;
+            if (model_step(m, slots, toks, B, logits) < 0) goto out;
+        }
+        double t0 = now_s(), t;
+        do {
+            for (int b = 0; b < B; b++) toks[b] = (int)((seed = seed * 1103515245u + 12345u) >> 16) & 255;
+            if (model_step(m, slots, toks, B, logits) < 0) goto out;
+            steps++;
+        } while ((t = now_s() - t0) < o.seconds);
+        double step_ms = t / steps * 1e3, tps = (double)steps * B / t, gf = tps * fpt * 1e-9;
+        printf("%6d %12.3f %12.1f %12.0f %10.1f %13.0f%%\n", B, step_ms, step_ms * 1e3 / B, tps, gf,
+               100.0 * gf / peak);
+        fflush(stdout);
+        if (B < maxb && B * 2 > maxb) B = maxb / 2;   /* end on max_batch exactly */
+    }
+    rc = 0;
+out:
+    if (rc) fprintf(stderr, "lind bench-step: failed\n");
+    free(slots);
+    free(toks);
+    free(logits);
+    model_free(m);
+    return rc;
+}

@@ -1,0 +1,330 @@
+/* kernels/cpu/backend_cpu.c — the CPU backend: projections through OpenBLAS
+ * (one SGEMM per projection over the whole batch), everything else plain C
+ * loops written to vectorize at -O3, per-element math from
+ * kernels/mixer_math.h. */
+#include <cblas.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/backend.h"
+#include "kernels/mixer_math.h"
+
+struct backend_buf {
+    float *p;
+    size_t n;
+};
+
+typedef struct cpu {
+    backend base;
+    uint8_t *pool;          /* nslots × stride bytes */
+    int nslots;
+    size_t slot_bytes, stride;
+    int *slots, *tokens;    /* current batch */
+    int B, cap;
+    float *tmp;             /* per-row scratch of the mixer steps */
+    size_t tmp_n;
+    char device[128];
+} cpu;
+
+#define ALIGN 64
+static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+static void *amalloc(size_t n) {
+    void *p = NULL;
+    if (posix_memalign(&p, ALIGN, round_up(n ? n : 1, ALIGN))) return NULL;
+    return p;
+}
+
+static const char *cpu_device_name(backend *be) { return ((cpu *)be)->device; }
+
+static int cpu_buf_new(backend *be, size_t n, backend_buf **out) {
+    (void)be;
+    backend_buf *b = malloc(sizeof *b);
+    if (!b) return -ENOMEM;
+    b->p = amalloc(n * sizeof(float));
+    if (!b->p) { free(b); return -ENOMEM; }
+    b->n = n;
+    *out = b;
+    return 0;
+}
+
+static void cpu_buf_free(backend *be, backend_buf *b) {
+    (void)be;
+    if (!b) return;
+    free(b->p);
+    free(b);
+}
+
+static int cpu_buf_upload(backend *be, backend_buf *b, size_t off, const float *src, size_t n) {
+    (void)be;
+    if (off > b->n || n > b->n - off) return -ERANGE;
+    memcpy(b->p + off, src, n * sizeof(float));
+    return 0;
+}
+
+static int cpu_buf_download(backend *be, const backend_buf *b, size_t off, float *dst, size_t n) {
+    (void)be;
+    if (off > b->n || n > b->n - off) return -ERANGE;
+    memcpy(dst, b->p + off, n * sizeof(float));
+    return 0;
+}
+
+static int cpu_slots_reserve(backend *be, int n, size_t slot_bytes) {
+    cpu *c = (cpu *)be;
+    if (c->nslots && slot_bytes != c->slot_bytes) return -EINVAL;
+    if (n <= c->nslots) return 0;
+    size_t stride = round_up(slot_bytes ? slot_bytes : 1, ALIGN);
+    uint8_t *p = amalloc((size_t)n * stride);
+    if (!p) return -ENOMEM;
+    if (c->pool) memcpy(p, c->pool, (size_t)c->nslots * stride);
+    memset(p + (size_t)c->nslots * stride, 0, (size_t)(n - c->nslots) * stride);
+    free(c->pool);
+    c->pool = p;
+    c->nslots = n;
+    c->slot_bytes = slot_bytes;
+    c->stride = stride;
+    return 0;
+}
+
+static uint8_t *slot_ptr(cpu *c, int slot) { return c->pool + (size_t)slot * c->stride; }
+
+static int cpu_slot_zero(backend *be, int slot) {
+    cpu *c = (cpu *)be;
+    if (slot < 0 || slot >= c->nslots) return -ERANGE;
+    memset(slot_ptr(c, slot), 0, c->slot_bytes);
+    return 0;
+}
+
+static int cpu_slot_read(backend *be, int slot, void *dst) {
+    cpu *c = (cpu *)be;
+    if (slot < 0 || slot >= c->nslots) return -ERANGE;
+    memcpy(dst, slot_ptr(c, slot), c->slot_bytes);
+    return 0;
+}
+
+static int cpu_slot_write(backend *be, int slot, const void *src) {
+    cpu *c = (cpu *)be;
+    if (slot < 0 || slot >= c->nslots) return -ERANGE;
+    memcpy(slot_ptr(c, slot), src, c->slot_bytes);
+    return 0;
+}
+
+static int cpu_begin_step(backend *be, const int *slots, const int *tokens, int B) {
+    cpu *c = (cpu *)be;
+    if (B > c->cap) {
+        int *s = realloc(c->slots, (size_t)B * sizeof *s);
+        if (!s) return -ENOMEM;
+        c->slots = s;
+        int *t = realloc(c->tokens, (size_t)B * sizeof *t);
+        if (!t) return -ENOMEM;
+        c->tokens = t;
+        c->cap = B;
+    }
+    for (int b = 0; b < B; b++)
+        if (slots[b] < 0 || slots[b] >= c->nslots || tokens[b] < 0 || tokens[b] > 255) return -ERANGE;
+    memcpy(c->slots, slots, (size_t)B * sizeof *slots);
+    memcpy(c->tokens, tokens, (size_t)B * sizeof *tokens);
+    c->B = B;
+    return 0;
+}
+
+static int cpu_embed(backend *be, const backend_buf *E, backend_buf *x, int d) {
+    cpu *c = (cpu *)be;
+    for (int b = 0; b < c->B; b++)
+        memcpy(x->p + (size_t)b * d, E->p + (size_t)c->tokens[b] * d, (size_t)d * sizeof(float));
+    return 0;
+}
+
+static int cpu_layernorm(backend *be, const backend_buf *x, backend_buf *y, const backend_buf *w,
+                         const backend_buf *bias, int d, float eps) {
+    cpu *c = (cpu *)be;
+    for (int b = 0; b < c->B; b++) {
+        const float *xr = x->p + (size_t)b * d;
+        float *yr = y->p + (size_t)b * d;
+        float sum = 0.0f;
+        for (int i = 0; i < d; i++) sum += xr[i];
+        float mean = sum / (float)d, var = 0.0f;
+        for (int i = 0; i < d; i++) var += (xr[i] - mean) * (xr[i] - mean);
+        float rstd = lind_ln_rstd(var / (float)d, eps);
+        for (int i = 0; i < d; i++) yr[i] = lind_ln_apply(xr[i], mean, rstd, w->p[i], bias->p[i]);
+    }
+    return 0;
+}
+
+static int cpu_matmul(backend *be, const backend_buf *x, size_t xo, int ldx, const backend_buf *W,
+                      const backend_buf *bias, backend_buf *y, size_t yo, int ldy, int B, int N, int K,
+                      int accumulate) {
+    (void)be;
+    float beta = accumulate ? 1.0f : 0.0f;
+    if (bias) {
+        for (int b = 0; b < B; b++) {
+            float *yr = y->p + yo + (size_t)b * ldy;
+            if (accumulate)
+                for (int n = 0; n < N; n++) yr[n] += bias->p[n];
+            else
+                memcpy(yr, bias->p, (size_t)N * sizeof(float));
+        }
+        beta = 1.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, N, K, 1.0f, x->p + xo, ldx, W->p, K, beta,
+                y->p + yo, ldy);
+    return 0;
+}
+
+static int cpu_gelu(backend *be, backend_buf *x, size_t n) {
+    (void)be;
+    float *p = x->p;
+    for (size_t i = 0; i < n; i++) p[i] = lind_gelu_erf(p[i]);
+    return 0;
+}
+
+static int cpu_shift_mix(backend *be, const backend_buf *h, const backend_buf *mu, backend_buf *out,
+                         size_t shift_off, int d, int nmix) {
+    cpu *c = (cpu *)be;
+    for (int b = 0; b < c->B; b++) {
+        float *prev = (float *)(slot_ptr(c, c->slots[b]) + shift_off);
+        const float *hr = h->p + (size_t)b * d;
+        float *o = out->p + (size_t)b * nmix * d;
+        for (int p = 0; p < nmix; p++)
+            for (int i = 0; i < d; i++) o[p * d + i] = lind_shift_mix(hr[i], prev[i], mu->p[p * d + i]);
+        memcpy(prev, hr, (size_t)d * sizeof(float));
+    }
+    return 0;
+}
+
+static float *tmp_get(cpu *c, size_t n) {
+    if (n > c->tmp_n) {
+        float *t = amalloc(n * sizeof(float));
+        if (!t) return NULL;
+        free(c->tmp);
+        c->tmp = t;
+        c->tmp_n = n;
+    }
+    return c->tmp;
+}
+
+static int cpu_linear_step(backend *be, const backend_buf *in, const backend_buf *gamma, backend_buf *out,
+                           size_t state_off, int H, int dh, float eps) {
+    cpu *c = (cpu *)be;
+    int hd = H * dh;
+    /* φq, φk and the fp64 numerators of one head */
+    float *t = tmp_get(c, (size_t)2 * dh + 2 * (size_t)dh);
+    if (!t) return -ENOMEM;
+    float *phiq = t, *phik = t + dh;
+    double *num = (double *)(t + 2 * dh);
+    for (int b = 0; b < c->B; b++) {
+        uint8_t *st = slot_ptr(c, c->slots[b]) + state_off;
+        const float *q = in->p + (size_t)b * 3 * hd, *k = q + hd, *v = q + 2 * hd;
+        for (int h = 0; h < H; h++) {
+            double *S = (double *)st + (size_t)h * dh * dh;
+            double *z = (double *)st + (size_t)H * dh * dh + (size_t)h * dh;
+            const float *vh = v + h * dh;
+            double g = gamma ? (double)gamma->p[h] : 1.0;
+            double den = 0.0;
+            for (int i = 0; i < dh; i++) {
+                phiq[i] = lind_elu1(q[h * dh + i]);
+                phik[i] = lind_elu1(k[h * dh + i]);
+                den += lind_lin_z(&z[i], phik[i], phiq[i], g);
+                num[i] = 0.0;
+            }
+            /* i outer, j inner: contiguous rows of S, vectorizable */
+            for (int i = 0; i < dh; i++) {
+                double *Si = S + (size_t)i * dh;
+                float pk = phik[i];
+                double pq = (double)phiq[i];
+                for (int j = 0; j < dh; j++) {
+                    double s = lind_lin_s(Si[j], g, pk, vh[j]);
+                    Si[j] = s;
+                    num[j] += pq * s;
+                }
+            }
+            float *o = out->p + (size_t)b * hd + (size_t)h * dh;
+            for (int j = 0; j < dh; j++) o[j] = lind_lin_out(num[j], den, eps);
+        }
+    }
+    return 0;
+}
+
+static int cpu_aft_step(backend *be, const backend_buf *in, const backend_buf *w, const backend_buf *u,
+                        backend_buf *out, size_t state_off, int d) {
+    cpu *c = (cpu *)be;
+    for (int b = 0; b < c->B; b++) {
+        double *num = (double *)(slot_ptr(c, c->slots[b]) + state_off), *den = num + d, *mx = den + d;
+        const float *r = in->p + (size_t)b * 3 * d, *k = r + d, *v = r + 2 * d;
+        float *o = out->p + (size_t)b * d;
+        for (int i = 0; i < d; i++) {
+            float wkv = lind_aft_channel(&num[i], &den[i], &mx[i], k[i], v[i], w ? w->p[i] : 0.0f,
+                                         u ? u->p[i] : 0.0f);
+            o[i] = lind_sigmoid(r[i]) * wkv;
+        }
+    }
+    return 0;
+}
+
+static void cpu_free(backend *be) {
+    cpu *c = (cpu *)be;
+    if (!c) return;
+    free(c->pool);
+    free(c->slots);
+    free(c->tokens);
+    free(c->tmp);
+    free(c);
+}
+
+static const backend_ops cpu_ops = {
+    .name = "cpu",
+    .free = cpu_free,
+    .device_name = cpu_device_name,
+    .buf_new = cpu_buf_new,
+    .buf_free = cpu_buf_free,
+    .buf_upload = cpu_buf_upload,
+    .buf_download = cpu_buf_download,
+    .slots_reserve = cpu_slots_reserve,
+    .slot_zero = cpu_slot_zero,
+    .slot_read = cpu_slot_read,
+    .slot_write = cpu_slot_write,
+    .begin_step = cpu_begin_step,
+    .embed = cpu_embed,
+    .layernorm = cpu_layernorm,
+    .matmul = cpu_matmul,
+    .gelu = cpu_gelu,
+    .shift_mix = cpu_shift_mix,
+    .linear_step = cpu_linear_step,
+    .aft_step = cpu_aft_step,
+};
+
+/* "model name" from /proc/cpuinfo, else "cpu". */
+static void read_cpu_name(char *out, size_t n) {
+    snprintf(out, n, "cpu");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+        if (!strncmp(line, "model name", 10)) {
+            char *p = strchr(line, ':');
+            if (p) {
+                p++;
+                while (*p == ' ') p++;
+                p[strcspn(p, "\n")] = 0;
+                snprintf(out, n, "%s", p);
+            }
+            break;
+        }
+    }
+    fclose(f);
+}
+
+int backend_cpu_new(backend **out, char *err, size_t errlen) {
+    cpu *c = calloc(1, sizeof *c);
+    if (!c) {
+        snprintf(err, errlen, "backend cpu: out of memory");
+        return -ENOMEM;
+    }
+    c->base.ops = &cpu_ops;
+    read_cpu_name(c->device, sizeof c->device);
+    *out = &c->base;
+    return 0;
+}

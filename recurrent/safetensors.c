@@ -1,0 +1,215 @@
+/* recurrent/safetensors.c — see safetensors.h. */
+#include "recurrent/safetensors.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int fail(char *err, size_t errlen, int code, const char *fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+const char *st_dtype_name(int dtype) {
+    switch (dtype) {
+    case ST_F32: return "F32";
+    case ST_F16: return "F16";
+    case ST_BF16: return "BF16";
+    }
+    return "?";
+}
+
+static int dtype_size(int dtype) { return dtype == ST_F32 ? 4 : 2; }
+
+/* Parse one tensor entry; 0 or -EINVAL with a message. */
+static int parse_tensor(const char *path, const char *name, json_t *v, st_tensor *t,
+                        size_t data_size, char *err, size_t errlen) {
+    if (!json_is_object(v))
+        return fail(err, errlen, -EINVAL, "%s: tensor '%s': header entry is not a JSON object", path, name);
+    json_t *dt = json_object_get(v, "dtype"), *sh = json_object_get(v, "shape"),
+           *off = json_object_get(v, "data_offsets");
+    if (!json_is_string(dt))
+        return fail(err, errlen, -EINVAL, "%s: tensor '%s': missing or non-string \"dtype\"", path, name);
+    const char *d = json_string_value(dt);
+    if (!strcmp(d, "F32")) t->dtype = ST_F32;
+    else if (!strcmp(d, "F16")) t->dtype = ST_F16;
+    else if (!strcmp(d, "BF16")) t->dtype = ST_BF16;
+    else
+        return fail(err, errlen, -EINVAL, "%s: tensor '%s': unsupported dtype \"%s\" (F32, F16 or BF16 accepted)",
+                    path, name, d);
+    if (!json_is_array(sh))
+        return fail(err, errlen, -EINVAL, "%s: tensor '%s': missing or non-array \"shape\"", path, name);
+    size_t nd = json_array_size(sh);
+    if (nd > ST_MAX_DIMS)
+        return fail(err, errlen, -EINVAL, "%s: tensor '%s': %zu dimensions (at most %d)", path, name, nd, ST_MAX_DIMS);
+    t->ndim = (int)nd;
+    size_t numel = 1;
+    for (size_t i = 0; i < nd; i++) {
+        json_t *e = json_array_get(sh, i);
+        if (!json_is_integer(e) || json_integer_value(e) < 0)
+            return fail(err, errlen, -EINVAL, "%s: tensor '%s': shape[%zu] is not a non-negative integer", path, name, i);
+        json_int_t x = json_integer_value(e);
+        t->shape[i] = x;
+        if (x != 0 && numel > (SIZE_MAX / 8) / (size_t)x)
+            return fail(err, errlen, -EINVAL, "%s: tensor '%s': shape too large", path, name);
+        numel *= (size_t)x;
+    }
+    t->numel = numel;
+    if (!json_is_array(off) || json_array_size(off) != 2 ||
+        !json_is_integer(json_array_get(off, 0)) || !json_is_integer(json_array_get(off, 1)))
+        return fail(err, errlen, -EINVAL, "%s: tensor '%s': \"data_offsets\" must be [begin, end]", path, name);
+    json_int_t b = json_integer_value(json_array_get(off, 0)), e = json_integer_value(json_array_get(off, 1));
+    if (b < 0 || e < b)
+        return fail(err, errlen, -EINVAL, "%s: tensor '%s': bad data_offsets [%lld, %lld]", path, name,
+                    (long long)b, (long long)e);
+    if ((unsigned long long)e > data_size)
+        return fail(err, errlen, -EINVAL,
+                    "%s: tensor '%s': data_offsets [%lld, %lld] run past the end of the data (%zu bytes; file truncated?)",
+                    path, name, (long long)b, (long long)e, data_size);
+    t->begin = (size_t)b;
+    t->end = (size_t)e;
+    if (t->end - t->begin != numel * (size_t)dtype_size(t->dtype))
+        return fail(err, errlen, -EINVAL, "%s: tensor '%s': %zu data bytes for %zu %s elements (expected %zu)",
+                    path, name, t->end - t->begin, numel, d, numel * (size_t)dtype_size(t->dtype));
+    return 0;
+}
+
+int st_open(st_file *f, const char *path, char *err, size_t errlen) {
+    memset(f, 0, sizeof *f);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return fail(err, errlen, -errno, "%s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        int e = errno;
+        close(fd);
+        return fail(err, errlen, -e, "%s: %s", path, strerror(e));
+    }
+    if (st.st_size < 8) {
+        close(fd);
+        return fail(err, errlen, -EINVAL, "%s: truncated: %lld bytes, shorter than the 8-byte header length",
+                    path, (long long)st.st_size);
+    }
+    size_t size = (size_t)st.st_size;
+    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    int e = errno;
+    close(fd);
+    if (map == MAP_FAILED) return fail(err, errlen, -e, "%s: mmap: %s", path, strerror(e));
+    f->map = map;
+    f->size = size;
+    f->path = strdup(path);
+    if (!f->path) { st_close(f); return fail(err, errlen, -ENOMEM, "%s: out of memory", path); }
+
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | f->map[i];
+    if (hlen > size - 8) {
+        int r = fail(err, errlen, -EINVAL, "%s: truncated: header length %llu but only %zu bytes follow",
+                     path, (unsigned long long)hlen, size - 8);
+        st_close(f);
+        return r;
+    }
+    f->data = f->map + 8 + hlen;
+    f->data_size = size - 8 - (size_t)hlen;
+
+    json_error_t je;
+    json_t *root = json_loadb((const char *)f->map + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &je);
+    if (!root) {
+        int r = fail(err, errlen, -EINVAL, "%s: bad header JSON at line %d column %d: %s", path, je.line,
+                     je.column, je.text);
+        st_close(f);
+        return r;
+    }
+    int rc = 0;
+    if (!json_is_object(root)) {
+        rc = fail(err, errlen, -EINVAL, "%s: bad header JSON: top level is not an object", path);
+        goto out;
+    }
+    f->t = calloc(json_object_size(root) + 1, sizeof *f->t);
+    if (!f->t) { rc = fail(err, errlen, -ENOMEM, "%s: out of memory", path); goto out; }
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v) {
+        if (!strcmp(key, "__metadata__")) continue;
+        st_tensor *t = &f->t[f->n];
+        if ((rc = parse_tensor(path, key, v, t, f->data_size, err, errlen)) < 0) goto out;
+        t->name = strdup(key);
+        if (!t->name) { rc = fail(err, errlen, -ENOMEM, "%s: out of memory", path); goto out; }
+        f->n++;
+    }
+out:
+    json_decref(root);
+    if (rc < 0) st_close(f);
+    return rc;
+}
+
+void st_close(st_file *f) {
+    if (f->t)
+        for (int i = 0; i < f->n; i++) free(f->t[i].name);
+    free(f->t);
+    if (f->map) munmap((void *)f->map, f->size);
+    free(f->path);
+    memset(f, 0, sizeof *f);
+}
+
+st_tensor *st_find(st_file *f, const char *name) {
+    for (int i = 0; i < f->n; i++)
+        if (!strcmp(f->t[i].name, name)) return &f->t[i];
+    return NULL;
+}
+
+static float half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0) {
+        if (man == 0) bits = sign;
+        else {  /* subnormal: normalize */
+            int e = -1;
+            do { e++; man <<= 1; } while (!(man & 0x400));
+            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    float out;
+    memcpy(&out, &bits, 4);
+    return out;
+}
+
+void st_read_f32(const st_file *f, const st_tensor *t, float *dst) {
+    const uint8_t *p = f->data + t->begin;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (t->dtype == ST_F32) {
+        memcpy(dst, p, t->numel * 4);
+        return;
+    }
+#endif
+    for (size_t i = 0; i < t->numel; i++) {
+        uint32_t bits;
+        switch (t->dtype) {
+        case ST_F32:
+            bits = (uint32_t)p[4 * i] | (uint32_t)p[4 * i + 1] << 8 | (uint32_t)p[4 * i + 2] << 16 |
+                   (uint32_t)p[4 * i + 3] << 24;
+            memcpy(&dst[i], &bits, 4);
+            break;
+        case ST_F16:
+            dst[i] = half_to_float((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
+            break;
+        default: /* BF16: the top half of an fp32 */
+            bits = ((uint32_t)p[2 * i] | (uint32_t)p[2 * i + 1] << 8) << 16;
+            memcpy(&dst[i], &bits, 4);
+            break;
+        }
+    }
+}
