@@ -32,6 +32,8 @@ enum {
     STATE_E_CHECKSUM  = -2005,  /* bytes changed after writing */
     STATE_E_TRUNCATED = -2006,  /* shorter than its header says */
     STATE_E_NONFINITE = -2007,  /* NaN/Inf in the state: never written */
+    STATE_E_INVALID   = -2008,  /* intact, but a field is out of range
+                                   (pending token, sampler settings/window) */
 };
 
 /* What a session is, besides its raw recurrent state. */
@@ -52,7 +54,10 @@ int state_encode(const model *m, const state_meta *meta, const void *raw,
 int state_decode(const model *m, const uint8_t *blob, size_t len,
                  state_meta *meta, void *raw, char *err, size_t errlen);
 
-/* A short, stable, lowercase word for an error code above ("checksum", ...). */
+/* A short, stable, lowercase word for an error code above ("checksum", ...).
+ * Checks run in this order, so the first fault found is the one reported:
+ * magic, version, byte order, truncation/checksum, model, field ranges,
+ * NaN/Inf. */
 const char *state_strerror(int code);
 
 #endif
