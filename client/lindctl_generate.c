@@ -1,0 +1,258 @@
+/* client/lindctl_generate.c — `lindctl generate`: one turn, streamed to
+ * stdout as raw bytes or, with --json, as JSON lines for scripts. */
+#include "client/lindctl.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_STOPS 8
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+"usage: lindctl generate SESSION [TEXT] [options]\n"
+"\n"
+"Append TEXT (\"-\" reads it from stdin) to SESSION, creating the session on\n"
+"first use, and stream the model's continuation to stdout. Ctrl-C cancels\n"
+"the turn (the session keeps what was streamed); a second Ctrl-C quits.\n"
+"\n"
+"options:\n"
+"  -n, --max-tokens N        tokens to generate (daemon default 256)\n"
+"      --seed S              reseed the session's sampler for this turn\n"
+"  -t, --temperature T       0 = greedy (daemon default 0.8)\n"
+"      --top-k K             keep the K likeliest bytes (0 = off)\n"
+"      --top-p P             nucleus sampling (1 = off)\n"
+"      --repetition-penalty R, --repetition-window W\n"
+"      --stop S              stop after S is produced (repeatable, at most %d)\n"
+"      --json                print every event as a JSON line: token events as\n"
+"                            {\"event\":\"token\",\"id\":N,\"text\":...} (text cut on whole\n"
+"                            UTF-8 characters), then the done or error event\n"
+"  -v, --verbose             print the done summary on stderr\n"
+"      --socket PATH         the daemon's socket (default ./lind.sock)\n"
+"\n"
+"exit status: see lindctl --help (0 ok, 3 no daemon, 6 not_found, 8 busy, ...)\n",
+            MAX_STOPS);
+}
+
+/* Read all of stdin into a malloc'd buffer; NULL on failure. */
+static char *read_stdin(size_t *len)
+{
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (!buf) return NULL;
+        if (n == cap) {
+            char *p = realloc(buf, cap *= 2);
+            if (!p) { free(buf); return NULL; }
+            buf = p;
+        }
+        ssize_t got = read(0, buf + n, cap - n);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) { free(buf); return NULL; }
+        if (got == 0) break;
+        n += (size_t)got;
+    }
+    *len = n;
+    return buf;
+}
+
+typedef struct gen_state {
+    int json, verbose;
+    unsigned char pend[8];   /* --json: bytes of an unfinished UTF-8 character */
+    size_t npend;
+    int last_newline;        /* raw mode: last byte written was '\n' */
+    size_t bytes_out;
+} gen_state;
+
+static void json_token(gen_state *st, uint64_t id, const uint8_t *p, size_t n, int flush)
+{
+    unsigned char buf[256];
+    while (n || (flush && st->npend)) {
+        size_t take = n < sizeof buf - st->npend ? n : sizeof buf - st->npend;
+        memcpy(buf, st->pend, st->npend);
+        memcpy(buf + st->npend, p, take);
+        size_t all = st->npend + take;
+        p += take;
+        n -= take;
+        size_t cut = flush && !n ? all : ctl_utf8_complete(buf, all);
+        /* A stuck prefix longer than a character is not UTF-8: let it go. */
+        if (cut == 0 && all >= 4) cut = all;
+        st->npend = all - cut;
+        memcpy(st->pend, buf + cut, st->npend);
+        if (cut) {
+            json_t *o = json_pack("{s:s, s:I, s:o}", "event", "token", "id", (json_int_t)id,
+                                  "text", ctl_json_bytes(buf, cut));
+            ctl_json_line(o);
+            json_decref(o);
+        }
+        if (flush && !n) st->npend = 0;
+    }
+}
+
+int cmd_generate(const ctl_opts *g0, int argc, char **argv)
+{
+    ctl_opts g = *g0;
+    lindc_gen_opts o;
+    lindc_gen_opts_init(&o);
+    const char *stops[MAX_STOPS];
+    size_t nstop = 0;
+    gen_state st = { .last_newline = 1 };
+    enum { O_SEED = 1, O_TOPK, O_TOPP, O_STOP, O_JSON, O_REPP, O_REPW };
+    static const struct option longopts[] = {
+        CTL_COMMON_LONGOPTS,
+        { "max-tokens", required_argument, NULL, 'n' },
+        { "seed", required_argument, NULL, O_SEED },
+        { "temperature", required_argument, NULL, 't' },
+        { "top-k", required_argument, NULL, O_TOPK },
+        { "top-p", required_argument, NULL, O_TOPP },
+        { "repetition-penalty", required_argument, NULL, O_REPP },
+        { "repetition-window", required_argument, NULL, O_REPW },
+        { "stop", required_argument, NULL, O_STOP },
+        { "json", no_argument, NULL, O_JSON },
+        { "verbose", no_argument, NULL, 'v' },
+        { 0, 0, 0, 0 },
+    };
+    int opt;
+    uint64_t u;
+    while ((opt = getopt_long(argc, argv, "hn:t:v", longopts, NULL)) != -1) {
+        switch (opt) {
+        case CTL_OPT_SOCKET: g.socket = optarg; break;
+        case CTL_OPT_HELP: usage(stdout); return EXIT_OK;
+        case 'n': if (ctl_parse_u64("--max-tokens", optarg, &u)) return EXIT_USAGE;
+                  o.max_tokens = (int64_t)u; break;
+        case O_SEED: if (ctl_parse_u64("--seed", optarg, &o.seed)) return EXIT_USAGE;
+                     o.has_seed = 1; break;
+        case 't': if (ctl_parse_f64("--temperature", optarg, &o.temperature)) return EXIT_USAGE;
+                  if (o.temperature < 0) { fprintf(stderr, "lindctl: --temperature must be >= 0\n"); return EXIT_USAGE; }
+                  break;
+        case O_TOPK: if (ctl_parse_u64("--top-k", optarg, &u)) return EXIT_USAGE;
+                     o.top_k = (int64_t)u; break;
+        case O_TOPP: if (ctl_parse_f64("--top-p", optarg, &o.top_p)) return EXIT_USAGE;
+                     if (o.top_p < 0) { fprintf(stderr, "lindctl: --top-p must be >= 0\n"); return EXIT_USAGE; }
+                     break;
+        case O_REPP: if (ctl_parse_f64("--repetition-penalty", optarg, &o.repetition_penalty)) return EXIT_USAGE;
+                     if (o.repetition_penalty < 0) { fprintf(stderr, "lindctl: --repetition-penalty must be >= 0\n"); return EXIT_USAGE; }
+                     break;
+        case O_REPW: if (ctl_parse_u64("--repetition-window", optarg, &u)) return EXIT_USAGE;
+                     o.repetition_window = (int64_t)u; break;
+        case O_STOP:
+            if (nstop == MAX_STOPS) {
+                fprintf(stderr, "lindctl: at most %d --stop strings\n", MAX_STOPS);
+                return EXIT_USAGE;
+            }
+            stops[nstop++] = optarg;
+            break;
+        case O_JSON: st.json = 1; break;
+        case 'v': st.verbose = 1; break;
+        default: usage(stderr); return EXIT_USAGE;
+        }
+    }
+    int nargs = argc - optind;
+    if (nargs < 1 || nargs > 2) {
+        fprintf(stderr, "lindctl generate: want SESSION and optionally TEXT (got %d arguments)\n", nargs);
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    o.session = argv[optind];
+    char *owned = NULL;
+    if (nargs == 2) {
+        if (!strcmp(argv[optind + 1], "-")) {
+            owned = read_stdin(&o.text_len);
+            if (!owned) {
+                fprintf(stderr, "lindctl: cannot read the text from stdin: %s\n", strerror(errno));
+                return EXIT_LOCAL_FILE;
+            }
+            o.text = owned;
+        } else {
+            o.text = argv[optind + 1];
+            o.text_len = strlen(argv[optind + 1]);
+        }
+    }
+    o.stop = stops;
+    o.n_stop = nstop;
+
+    lindc *c;
+    int status = ctl_connect(&g, &c);
+    if (status) { free(owned); return status; }
+    ctl_catch_sigint();
+    uint64_t id;
+    int rc = lindc_generate(c, &o, &id);
+    free(owned);
+    if (rc) {
+        lindc_free(c);
+        return ctl_report_lib(rc, "generate");
+    }
+    int cancel_sent = 0;
+    status = EXIT_CONNECTION;
+    for (;;) {
+        if (ctl_interrupted >= 2) { status = EXIT_INTERRUPTED; break; }
+        if (ctl_interrupted && !cancel_sent) {
+            cancel_sent = 1;
+            if ((rc = lindc_cancel(c, id, NULL))) { status = ctl_report_lib(rc, "cancel"); break; }
+        }
+        lindc_event ev;
+        rc = lindc_next(c, &ev, -1);
+        if (rc == -EINTR) continue;
+        if (rc) { status = ctl_report_lib(rc, "generate"); break; }
+        /* Skip the cancel's own result; id 0 is a connection-level error. */
+        if (ev.id != id && !(ev.kind == LINDC_EV_ERROR && ev.id == 0)) continue;
+        if (ev.kind == LINDC_EV_TOKEN) {
+            if (st.json) {
+                json_token(&st, id, ev.data, ev.len, 0);
+            } else if (ev.len) {
+                fwrite(ev.data, 1, ev.len, stdout);
+                fflush(stdout);
+                st.last_newline = ev.data[ev.len - 1] == '\n';
+            }
+            st.bytes_out += ev.len;
+        } else if (ev.kind == LINDC_EV_DONE) {
+            char reason[32] = "";
+            lindc_get_strcpy(ev.map, "reason", reason, sizeof reason);
+            if (st.json) {
+                json_token(&st, id, NULL, 0, 1);
+                json_t *j = ctl_to_json(ev.map);
+                ctl_json_line(j);
+                json_decref(j);
+            } else if (!st.last_newline && isatty(1)) {
+                fputc('\n', stdout);
+                fflush(stdout);
+            }
+            if (st.verbose) {
+                uint64_t tin = 0, tout = 0, stok = 0;
+                double ms = 0;
+                lindc_get_u64(ev.map, "tokens_in", &tin);
+                lindc_get_u64(ev.map, "tokens_out", &tout);
+                lindc_get_u64(ev.map, "session_tokens", &stok);
+                lindc_get_f64(lindc_get(ev.map, "ms"), "total", &ms);
+                fprintf(stderr, "[%s: %llu in, %llu out, session at %llu tokens, %.1f ms]\n", reason,
+                        (unsigned long long)tin, (unsigned long long)tout,
+                        (unsigned long long)stok, ms);
+            }
+            if (!strcmp(reason, "cancelled")) {
+                if (cancel_sent) {
+                    fprintf(stderr, "lindctl: cancelled; the session keeps the %zu bytes streamed\n", st.bytes_out);
+                    status = EXIT_INTERRUPTED;
+                } else {
+                    fprintf(stderr, "lindctl: the daemon cancelled the turn (is it shutting down?)\n");
+                    status = EXIT_SHUTTING_DOWN;
+                }
+            } else {
+                status = EXIT_OK;
+            }
+            break;
+        } else if (ev.kind == LINDC_EV_ERROR) {
+            if (st.json) {
+                json_t *j = ctl_to_json(ev.map);
+                ctl_json_line(j);
+                json_decref(j);
+            }
+            status = ctl_report_event(&ev);
+            break;
+        }
+    }
+    lindc_free(c);
+    return status;
+}

@@ -1,0 +1,529 @@
+/* client/lindctl_sessions.c — `lindctl sessions ls|show|rm|fork|export|
+ * import` and `lindctl stats`: one request each, printed as a readable
+ * table or, with --json, as one JSON document. */
+#include "client/lindctl.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+"usage: lindctl sessions COMMAND [options]\n"
+"\n"
+"  ls                     every stored session: name, tokens, last update\n"
+"  show SESSION           one session's details and transcript tail\n"
+"  rm SESSION...          delete sessions\n"
+"  fork SESSION NEW       copy SESSION's state to a new session NEW\n"
+"  export SESSION FILE    write SESSION's self-contained bytes to FILE (- = stdout)\n"
+"  import SESSION FILE    create SESSION from an export (FILE - = stdin)\n"
+"\n"
+"options:\n"
+"  --json          print the daemon's answer as JSON\n"
+"  --socket PATH   the daemon's socket (default ./lind.sock)\n");
+}
+
+void ctl_print_transcript(const msgpack_object *arr, FILE *f, const char *in_prefix)
+{
+    if (!arr || arr->type != MSGPACK_OBJECT_ARRAY) return;
+    int at_line_start = 1;
+    for (uint32_t i = 0; i < arr->via.array.size; i++) {
+        const msgpack_object *t = &arr->via.array.ptr[i];
+        char role[8] = "";
+        const uint8_t *p;
+        size_t n;
+        lindc_get_strcpy(t, "role", role, sizeof role);
+        if (lindc_get_bytes(t, "text", &p, &n)) continue;
+        if (!strcmp(role, "in")) {
+            if (!at_line_start) fputc('\n', f);
+            fputs(in_prefix, f);
+            /* The user's text usually ends with its own newline. */
+            fwrite(p, 1, n, f);
+            at_line_start = n && p[n - 1] == '\n';
+            if (!at_line_start) { fputc('\n', f); at_line_start = 1; }
+        } else {
+            fwrite(p, 1, n, f);
+            if (n) at_line_start = p[n - 1] == '\n';
+        }
+    }
+    if (!at_line_start) fputc('\n', f);
+}
+
+/* ---- subcommands --------------------------------------------------------- */
+
+static int print_json_result(const lindc_event *ev)
+{
+    json_t *j = ctl_to_json(ev->map);
+    json_object_del(j, "id");
+    json_object_del(j, "event");
+    ctl_json_line(j);
+    json_decref(j);
+    return EXIT_OK;
+}
+
+static int sessions_ls(lindc *c, int json)
+{
+    lindc_req r;
+    lindc_event ev;
+    lindc_req_init(&r, "list");
+    int status = ctl_call(c, &r, &ev);
+    lindc_req_free(&r);
+    if (status) return status;
+    if (json) return print_json_result(&ev);
+    const msgpack_object *arr = lindc_get(ev.map, "sessions");
+    if (!arr || arr->type != MSGPACK_OBJECT_ARRAY) {
+        fprintf(stderr, "lindctl: the daemon's list has no sessions array\n");
+        return EXIT_CONNECTION;
+    }
+    if (arr->via.array.size == 0) {
+        printf("(no sessions)\n");
+        return EXIT_OK;
+    }
+    int w = 7;
+    for (uint32_t i = 0; i < arr->via.array.size; i++) {
+        char name[256];
+        lindc_get_strcpy(&arr->via.array.ptr[i], "session", name, sizeof name);
+        if ((int)strlen(name) > w) w = (int)strlen(name);
+    }
+    printf("%-*s  %10s  %s\n", w, "SESSION", "TOKENS", "UPDATED");
+    for (uint32_t i = 0; i < arr->via.array.size; i++) {
+        const msgpack_object *s = &arr->via.array.ptr[i];
+        char name[256], when[64] = "-";
+        uint64_t tokens = 0, upd = 0;
+        lindc_get_strcpy(s, "session", name, sizeof name);
+        lindc_get_u64(s, "tokens", &tokens);
+        if (lindc_get_u64(s, "updated_ms", &upd) == 0) ctl_fmt_time(when, sizeof when, upd);
+        printf("%-*s  %10llu  %s\n", w, name, (unsigned long long)tokens, when);
+    }
+    return EXIT_OK;
+}
+
+static int sessions_show(lindc *c, const char *name, int json)
+{
+    lindc_req r;
+    lindc_event ev;
+    lindc_req_init(&r, "info");
+    lindc_req_str(&r, "session", name);
+    int status = ctl_call(c, &r, &ev);
+    lindc_req_free(&r);
+    if (status) return status;
+    if (json) return print_json_result(&ev);
+    uint64_t tokens = 0, sbytes = 0, created = 0, updated = 0;
+    int resident = 0, busy = 0;
+    char when[64];
+    lindc_get_u64(ev.map, "tokens", &tokens);
+    lindc_get_u64(ev.map, "state_bytes", &sbytes);
+    printf("session      %s\n", name);
+    printf("tokens       %llu\n", (unsigned long long)tokens);
+    printf("state bytes  %llu\n", (unsigned long long)sbytes);
+    if (lindc_get_u64(ev.map, "created_ms", &created) == 0) {
+        ctl_fmt_time(when, sizeof when, created);
+        printf("created      %s\n", when);
+    }
+    if (lindc_get_u64(ev.map, "updated_ms", &updated) == 0) {
+        ctl_fmt_time(when, sizeof when, updated);
+        printf("updated      %s\n", when);
+    }
+    if (lindc_get_bool(ev.map, "resident", &resident) == 0)
+        printf("resident     %s\n", resident ? "yes (in the daemon's memory)" : "no (on disk)");
+    if (lindc_get_bool(ev.map, "busy", &busy) == 0)
+        printf("busy         %s\n", busy ? "yes (a turn is running)" : "no");
+    const msgpack_object *tr = lindc_get(ev.map, "transcript");
+    if (tr && tr->type == MSGPACK_OBJECT_ARRAY && tr->via.array.size) {
+        printf("transcript (tail):\n");
+        ctl_print_transcript(tr, stdout, "> ");
+    }
+    return EXIT_OK;
+}
+
+static int sessions_rm(lindc *c, char **names, int n, int json)
+{
+    int first_fail = EXIT_OK;
+    for (int i = 0; i < n; i++) {
+        lindc_req r;
+        lindc_event ev;
+        lindc_req_init(&r, "delete");
+        lindc_req_str(&r, "session", names[i]);
+        int status = ctl_call(c, &r, &ev);
+        lindc_req_free(&r);
+        if (status == EXIT_CONNECTION || status == EXIT_INTERRUPTED) return status;
+        if (status) {
+            if (!first_fail) first_fail = status;
+            continue;
+        }
+        if (json) print_json_result(&ev);
+        else printf("deleted %s\n", names[i]);
+    }
+    return first_fail;
+}
+
+static int sessions_fork(lindc *c, const char *from, const char *to, int json)
+{
+    lindc_req r;
+    lindc_event ev;
+    lindc_req_init(&r, "fork");
+    lindc_req_str(&r, "session", from);
+    lindc_req_str(&r, "to", to);
+    int status = ctl_call(c, &r, &ev);
+    lindc_req_free(&r);
+    if (status) return status;
+    if (json) return print_json_result(&ev);
+    printf("forked %s -> %s\n", from, to);
+    return EXIT_OK;
+}
+
+/* Write all of buf to fd. */
+static int write_fd(int fd, const void *buf, size_t n)
+{
+    const char *p = buf;
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return -errno;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int sessions_export(lindc *c, const char *name, const char *path, int json)
+{
+    if (!strcmp(path, "-") && isatty(1)) {
+        fprintf(stderr, "lindctl: refusing to write binary export data to a terminal; give a FILE\n");
+        return EXIT_USAGE;
+    }
+    lindc_req r;
+    lindc_event ev;
+    lindc_req_init(&r, "export");
+    lindc_req_str(&r, "session", name);
+    int status = ctl_call(c, &r, &ev);
+    lindc_req_free(&r);
+    if (status) return status;
+    const uint8_t *data;
+    size_t n;
+    if (lindc_get_bytes(ev.map, "data", &data, &n)) {
+        fprintf(stderr, "lindctl: the daemon's export has no data field\n");
+        return EXIT_CONNECTION;
+    }
+    if (!strcmp(path, "-")) {
+        int rc = write_fd(1, data, n);
+        if (rc) {
+            fprintf(stderr, "lindctl: cannot write the export to stdout: %s\n", strerror(-rc));
+            return EXIT_LOCAL_FILE;
+        }
+        return EXIT_OK;
+    }
+    /* Write beside the target and rename, so FILE is never half-written. */
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp) {
+        fprintf(stderr, "lindctl: path too long: %s\n", path);
+        return EXIT_LOCAL_FILE;
+    }
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        fprintf(stderr, "lindctl: cannot create %s: %s\n", tmp, strerror(errno));
+        return EXIT_LOCAL_FILE;
+    }
+    int ok = fwrite(data, 1, n, f) == n;
+    ok = (fflush(f) == 0) && ok && fsync(fileno(f)) == 0;
+    int e = errno;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        if (ok) e = errno;
+        fprintf(stderr, "lindctl: cannot write %s: %s\n", path, strerror(e));
+        unlink(tmp);
+        return EXIT_LOCAL_FILE;
+    }
+    if (json) {
+        json_t *j = json_pack("{s:s, s:s, s:I}", "session", name, "file", path, "bytes", (json_int_t)n);
+        ctl_json_line(j);
+        json_decref(j);
+    } else {
+        printf("exported %s to %s (%zu bytes)\n", name, path, n);
+    }
+    return EXIT_OK;
+}
+
+/* Read a whole file (or stdin for "-") into a malloc'd buffer. */
+static int read_file(const char *path, uint8_t **out, size_t *len)
+{
+    int fd = strcmp(path, "-") ? open(path, O_RDONLY | O_CLOEXEC) : 0;
+    if (fd < 0) return -errno;
+    size_t cap = 1 << 16, n = 0;
+    uint8_t *buf = malloc(cap);
+    int rc = 0;
+    for (;;) {
+        if (!buf) { rc = -ENOMEM; break; }
+        if (n == cap) {
+            uint8_t *p = realloc(buf, cap *= 2);
+            if (!p) { rc = -ENOMEM; break; }
+            buf = p;
+        }
+        ssize_t got = read(fd, buf + n, cap - n);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) { rc = -errno; break; }
+        if (got == 0) break;
+        n += (size_t)got;
+    }
+    if (fd) close(fd);
+    if (rc) { free(buf); return rc; }
+    *out = buf;
+    *len = n;
+    return 0;
+}
+
+static int sessions_import(lindc *c, const char *name, const char *path, int json)
+{
+    uint8_t *data = NULL;
+    size_t n = 0;
+    int rc = read_file(path, &data, &n);
+    if (rc) {
+        fprintf(stderr, "lindctl: cannot read %s: %s\n", path, strerror(-rc));
+        return EXIT_LOCAL_FILE;
+    }
+    /* Ask the daemon's message limit first: an oversized import would
+     * otherwise only be answered by the connection closing. */
+    lindc_req r;
+    lindc_event ev;
+    lindc_req_init(&r, "hello");
+    int status = ctl_call(c, &r, &ev);
+    lindc_req_free(&r);
+    uint64_t max_message = 0;
+    if (!status && lindc_get_u64(lindc_get(ev.map, "limits"), "max_message", &max_message) == 0
+        && n + strlen(name) + 64 > max_message) {
+        fprintf(stderr, "lindctl: %s is %zu bytes; the daemon takes messages of at most %llu bytes\n",
+                path, n, (unsigned long long)max_message);
+        free(data);
+        return EXIT_REFUSED;
+    }
+    if (!status) {
+        lindc_req_init(&r, "import");
+        lindc_req_str(&r, "session", name);
+        lindc_req_bin(&r, "data", data, n);
+        status = ctl_call(c, &r, &ev);
+        lindc_req_free(&r);
+    }
+    free(data);
+    if (status) return status;
+    if (json) return print_json_result(&ev);
+    uint64_t tokens = 0;
+    lindc_get_u64(ev.map, "tokens", &tokens);
+    printf("imported %s from %s (%llu tokens)\n", name, path, (unsigned long long)tokens);
+    return EXIT_OK;
+}
+
+int cmd_sessions(const ctl_opts *g0, int argc, char **argv)
+{
+    ctl_opts g = *g0;
+    int json = 0;
+    enum { O_JSON = 1 };
+    static const struct option longopts[] = {
+        CTL_COMMON_LONGOPTS, { "json", no_argument, NULL, O_JSON }, { 0, 0, 0, 0 },
+    };
+    int opt;
+    while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (opt) {
+        case CTL_OPT_SOCKET: g.socket = optarg; break;
+        case CTL_OPT_HELP: usage(stdout); return EXIT_OK;
+        case O_JSON: json = 1; break;
+        default: usage(stderr); return EXIT_USAGE;
+        }
+    }
+    if (optind >= argc) {
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    const char *sub = argv[optind];
+    char **args = argv + optind + 1;
+    int nargs = argc - optind - 1;
+    static const struct { const char *name; int min, max; } subs[] = {
+        { "ls", 0, 0 }, { "show", 1, 1 }, { "rm", 1, 1 << 20 }, { "fork", 2, 2 },
+        { "export", 2, 2 }, { "import", 2, 2 },
+    };
+    size_t k;
+    for (k = 0; k < sizeof subs / sizeof subs[0]; k++)
+        if (!strcmp(subs[k].name, sub)) break;
+    if (k == sizeof subs / sizeof subs[0]) {
+        fprintf(stderr, "lindctl sessions: unknown command '%s'\n", sub);
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    if (nargs < subs[k].min || nargs > subs[k].max) {
+        fprintf(stderr, "lindctl sessions %s: wrong number of arguments\n", sub);
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    lindc *c;
+    int status = ctl_connect(&g, &c);
+    if (status) return status;
+    ctl_catch_sigint();
+    switch (k) {
+    case 0: status = sessions_ls(c, json); break;
+    case 1: status = sessions_show(c, args[0], json); break;
+    case 2: status = sessions_rm(c, args, nargs, json); break;
+    case 3: status = sessions_fork(c, args[0], args[1], json); break;
+    case 4: status = sessions_export(c, args[0], args[1], json); break;
+    default: status = sessions_import(c, args[0], args[1], json); break;
+    }
+    lindc_free(c);
+    return status;
+}
+
+/* ---- stats ------------------------------------------------------------------ */
+
+static void stats_usage(FILE *f)
+{
+    fprintf(f,
+"usage: lindctl stats [--json] [--socket PATH]\n"
+"\n"
+"The daemon's model, counters and latency figures. --json prints the stats\n"
+"result with the hello result under \"hello\".\n");
+}
+
+static void print_ms(const char *label, const msgpack_object *m)
+{
+    double p50 = 0, p90 = 0, p99 = 0, max = 0;
+    if (!m) return;
+    lindc_get_f64(m, "p50", &p50);
+    lindc_get_f64(m, "p90", &p90);
+    lindc_get_f64(m, "p99", &p99);
+    lindc_get_f64(m, "max", &max);
+    printf("%-14s p50 %.3f  p90 %.3f  p99 %.3f  max %.3f\n", label, p50, p90, p99, max);
+}
+
+static void print_value(const msgpack_object *o)
+{
+    json_t *j = ctl_to_json(o);
+    char *s = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
+    printf("%s", s ? s : "?");
+    free(s);
+    json_decref(j);
+}
+
+int cmd_stats(const ctl_opts *g0, int argc, char **argv)
+{
+    ctl_opts g = *g0;
+    int json = 0;
+    enum { O_JSON = 1 };
+    static const struct option longopts[] = {
+        CTL_COMMON_LONGOPTS, { "json", no_argument, NULL, O_JSON }, { 0, 0, 0, 0 },
+    };
+    int opt;
+    while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (opt) {
+        case CTL_OPT_SOCKET: g.socket = optarg; break;
+        case CTL_OPT_HELP: stats_usage(stdout); return EXIT_OK;
+        case O_JSON: json = 1; break;
+        default: stats_usage(stderr); return EXIT_USAGE;
+        }
+    }
+    if (optind != argc) {
+        fprintf(stderr, "lindctl stats: takes no arguments\n");
+        return EXIT_USAGE;
+    }
+    lindc *c;
+    int status = ctl_connect(&g, &c);
+    if (status) return status;
+    lindc_req r;
+    lindc_event hello, ev;
+    lindc_req_init(&r, "hello");
+    status = ctl_call(c, &r, &hello);
+    lindc_req_free(&r);
+    json_t *hj = status ? NULL : ctl_to_json(hello.map);   /* hello's memory ends at the next call */
+    if (!status) {
+        lindc_req_init(&r, "stats");
+        status = ctl_call(c, &r, &ev);
+        lindc_req_free(&r);
+    }
+    if (status) {
+        json_decref(hj);
+        lindc_free(c);
+        return status;
+    }
+    json_object_del(hj, "id");
+    json_object_del(hj, "event");
+    if (json) {
+        json_t *j = ctl_to_json(ev.map);
+        json_object_del(j, "id");
+        json_object_del(j, "event");
+        json_object_set_new(j, "hello", hj);
+        ctl_json_line(j);
+        json_decref(j);
+        lindc_free(c);
+        return EXIT_OK;
+    }
+    json_t *model = json_object_get(hj, "model");
+    printf("%-14s %s (protocol %lld)\n", "server", json_string_value(json_object_get(hj, "server")),
+           (long long)json_integer_value(json_object_get(hj, "protocol")));
+    if (model) {
+        printf("%-14s %s\n", "model", json_string_value(json_object_get(model, "path")));
+        printf("%-14s %lld params, d_model %lld, %lld layers, %lld state bytes/session, fingerprint %s\n", "",
+               (long long)json_integer_value(json_object_get(model, "params")),
+               (long long)json_integer_value(json_object_get(model, "d_model")),
+               (long long)json_integer_value(json_object_get(model, "n_layers")),
+               (long long)json_integer_value(json_object_get(model, "state_bytes")),
+               json_string_value(json_object_get(model, "fingerprint")));
+    }
+    /* Known fields in a fixed order, then whatever else the daemon sends. */
+    static const char *shown[] = { "id", "event", "uptime_s", "connections", "sessions_resident",
+        "sessions_stored", "tokens_in", "tokens_out", "steps", "batch_hist", "step_ms", "save_ms",
+        "backend" };
+    char backend[32] = "?";
+    lindc_get_strcpy(ev.map, "backend", backend, sizeof backend);
+    printf("%-14s %s\n", "backend", backend);
+    uint64_t up = 0, v1 = 0, v2 = 0;
+    lindc_get_u64(ev.map, "uptime_s", &up);
+    printf("%-14s %lluh %02llum %02llus\n", "uptime", (unsigned long long)(up / 3600),
+           (unsigned long long)(up / 60 % 60), (unsigned long long)(up % 60));
+    lindc_get_u64(ev.map, "connections", &v1);
+    printf("%-14s %llu\n", "connections", (unsigned long long)v1);
+    v1 = v2 = 0;
+    lindc_get_u64(ev.map, "sessions_resident", &v1);
+    lindc_get_u64(ev.map, "sessions_stored", &v2);
+    printf("%-14s %llu resident, %llu stored\n", "sessions", (unsigned long long)v1, (unsigned long long)v2);
+    v1 = v2 = 0;
+    lindc_get_u64(ev.map, "tokens_in", &v1);
+    lindc_get_u64(ev.map, "tokens_out", &v2);
+    printf("%-14s %llu in, %llu out\n", "tokens", (unsigned long long)v1, (unsigned long long)v2);
+    v1 = 0;
+    lindc_get_u64(ev.map, "steps", &v1);
+    printf("%-14s %llu\n", "steps", (unsigned long long)v1);
+    const msgpack_object *hist = lindc_get(ev.map, "batch_hist");
+    if (hist && hist->type == MSGPACK_OBJECT_MAP) {
+        printf("%-14s", "batch sizes");
+        for (uint32_t i = 0; i < hist->via.map.size; i++) {
+            printf(" ");
+            const msgpack_object_kv *kv = &hist->via.map.ptr[i];
+            if (kv->key.type == MSGPACK_OBJECT_STR) printf("%.*s", (int)kv->key.via.str.size, kv->key.via.str.ptr);
+            else print_value(&kv->key);
+            printf(":");
+            print_value(&kv->val);
+        }
+        printf("\n");
+    }
+    print_ms("step ms", lindc_get(ev.map, "step_ms"));
+    print_ms("save ms", lindc_get(ev.map, "save_ms"));
+    for (uint32_t i = 0; i < ev.map->via.map.size; i++) {
+        const msgpack_object_kv *kv = &ev.map->via.map.ptr[i];
+        if (kv->key.type != MSGPACK_OBJECT_STR) continue;
+        int known = 0;
+        for (size_t k = 0; k < sizeof shown / sizeof shown[0]; k++)
+            if (kv->key.via.str.size == strlen(shown[k]) && !memcmp(kv->key.via.str.ptr, shown[k], kv->key.via.str.size))
+                known = 1;
+        if (known) continue;
+        char key[64];
+        snprintf(key, sizeof key, "%.*s", (int)kv->key.via.str.size, kv->key.via.str.ptr);
+        for (char *p = key; *p; p++) if (*p == '_') *p = ' ';
+        printf("%-14s ", key);
+        print_value(&kv->val);
+        printf("\n");
+    }
+    json_decref(hj);
+    lindc_free(c);
+    return EXIT_OK;
+}
