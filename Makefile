@@ -32,7 +32,10 @@ HAVE_CUDA := 1
 endif
 endif
 
-LIB_SRCS  := $(wildcard recurrent/*.c kernels/*.c kernels/cpu/*.c state/*.c)
+# kernels/cuda/*.c are plain C (the GPU backend's logic and its host-side
+# test harness) except kernels/cuda/cuda_*.c, which need the CUDA runtime.
+LIB_SRCS  := $(wildcard recurrent/*.c kernels/*.c kernels/cpu/*.c state/*.c) \
+             $(filter-out kernels/cuda/cuda_%.c,$(wildcard kernels/cuda/*.c))
 LIND_SRCS := $(wildcard daemon/*.c)
 CLI_LIB_SRCS := $(filter-out client/lindctl%.c,$(wildcard client/*.c))
 CTL_SRCS  := $(wildcard client/lindctl*.c)
@@ -41,7 +44,7 @@ FUZZ_SRCS := $(wildcard tests/fuzz_*.c)
 
 ifdef HAVE_CUDA
 CU_SRCS   := $(wildcard kernels/cuda/*.cu)
-LIB_SRCS  += $(wildcard kernels/cuda/*.c)
+LIB_SRCS  += $(wildcard kernels/cuda/cuda_*.c)
 CFLAGS    += -DLIND_HAVE_CUDA -I$(CUDA_HOME)/include
 LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
 NVFLAGS   ?= -O3 -I. -DLIND_HAVE_CUDA -gencode arch=compute_80,code=sm_80 \
@@ -113,6 +116,13 @@ deps:
 test: deps
 	@$(MAKE) --no-print-directory all
 	@sh tests/run.sh $(BUILD)
+
+# The CUDA backend's tests: its kernels under the host harness against the
+# CPU backend (always), and the real device against the CPU backend (a SKIP
+# line saying why when there is no nvcc build or no device).
+test-cuda: deps
+	@$(MAKE) --no-print-directory all
+	@sh tests/run.sh $(BUILD) test_cuda_
 
 asan:
 	@$(MAKE) --no-print-directory BUILD=build-asan OPT=-O1 \

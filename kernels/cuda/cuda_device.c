@@ -1,0 +1,159 @@
+/* kernels/cuda/cuda_device.c — the CUDA device (device.h) and the CUDA
+ * backend's constructor, backend_cuda_new().
+ *
+ * Everything runs in order on one non-blocking stream: copies, the kernels
+ * of kernels.cu, and cuBLAS (bound to the same stream). Only d2h waits, so a
+ * step's launches queue up behind each other and the host blocks once, when
+ * it downloads the logits or reads a slot back. Built only when nvcc is
+ * found (LIND_HAVE_CUDA); links cudart and cublas. */
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/grid_backend.h"
+#include "kernels/cuda/cuda_launch.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct cdev {
+    lind_device    dev;     /* first */
+    int            ordinal;
+    cudaStream_t   stream;
+    cublasHandle_t blas;
+} cdev;
+
+static cdev *C(lind_device *d) { return (cdev *)d; }
+
+static int cuda_rc(lind_device *d, cudaError_t e, const char *what) {
+    if (e == cudaSuccess) return 0;
+    snprintf(d->err, sizeof d->err, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+    return e == cudaErrorMemoryAllocation ? -ENOMEM : -EIO;
+}
+
+static void c_free(lind_device *d) {
+    cdev *c = C(d);
+    if (c->blas) cublasDestroy(c->blas);
+    if (c->stream) cudaStreamDestroy(c->stream);
+    free(c);
+}
+
+static int c_alloc(lind_device *d, size_t bytes, void **out) {
+    *out = NULL;
+    return cuda_rc(d, cudaMalloc(out, bytes ? bytes : 1), "cudaMalloc");
+}
+
+static void c_release(lind_device *d, void *p) {
+    (void)d;
+    if (p) cudaFree(p);
+}
+
+/* From pageable host memory the copy is staged before the call returns, so
+ * src may be reused at once (the contract of device.h). */
+static int c_h2d(lind_device *d, void *dst, const void *src, size_t bytes) {
+    return cuda_rc(d, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, C(d)->stream), "copy to device");
+}
+
+static int c_d2h(lind_device *d, void *dst, const void *src, size_t bytes) {
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, C(d)->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(C(d)->stream);
+    return cuda_rc(d, e, "copy from device");
+}
+
+static int c_d2d(lind_device *d, void *dst, const void *src, size_t bytes) {
+    return cuda_rc(d, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, C(d)->stream), "device copy");
+}
+
+static int c_zero(lind_device *d, void *dst, size_t bytes) {
+    return cuda_rc(d, cudaMemsetAsync(dst, 0, bytes, C(d)->stream), "cudaMemsetAsync");
+}
+
+static int c_launch(lind_device *d, int kernel, const lind_launch *L, const void *args) {
+    return cuda_rc(d, (cudaError_t)lind_cuda_launch(kernel, L, args, C(d)->stream), "kernel launch");
+}
+
+static int c_sgemm(lind_device *d, int transa, int transb, int m, int n, int k, float alpha,
+                   const float *A, int lda, const float *B, int ldb, float beta, float *Cm, int ldc) {
+    cublasStatus_t s = cublasSgemm(C(d)->blas, transa ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                   transb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, A, lda, B, ldb,
+                                   &beta, Cm, ldc);
+    if (s == CUBLAS_STATUS_SUCCESS) return 0;
+    snprintf(d->err, sizeof d->err, "cublasSgemm: %s", cublasGetStatusString(s));
+    return -EIO;
+}
+
+int cuda_device_new(lind_device **out, char *err, size_t errlen) {
+    *out = NULL;
+    int n = 0, ordinal = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "backend cuda: no usable CUDA device (cudaGetDeviceCount: %s)", cudaGetErrorString(e));
+        return -ENODEV;
+    }
+    if (n == 0) {
+        snprintf(err, errlen, "backend cuda: no CUDA device found");
+        return -ENODEV;
+    }
+    const char *env = getenv("LIND_CUDA_DEVICE");
+    if (env && *env) {
+        char *end;
+        long v = strtol(env, &end, 10);
+        if (*end || v < 0 || v >= n) {
+            snprintf(err, errlen, "backend cuda: LIND_CUDA_DEVICE=%s is not a device index below %d", env, n);
+            return -EINVAL;
+        }
+        ordinal = (int)v;
+    }
+    struct cudaDeviceProp prop;
+    if ((e = cudaSetDevice(ordinal)) != cudaSuccess || (e = cudaGetDeviceProperties(&prop, ordinal)) != cudaSuccess) {
+        snprintf(err, errlen, "backend cuda: device %d: %s", ordinal, cudaGetErrorString(e));
+        return -ENODEV;
+    }
+    cdev *c = calloc(1, sizeof *c);
+    if (!c) { snprintf(err, errlen, "backend cuda: out of memory"); return -ENOMEM; }
+    c->ordinal = ordinal;
+    snprintf(c->dev.name, sizeof c->dev.name, "%.160s (device %d, sm_%d%d, %.1f GiB)", prop.name, ordinal,
+             prop.major, prop.minor, (double)prop.totalGlobalMem / (1024.0 * 1024 * 1024));
+    c->dev.free = c_free;
+    c->dev.alloc = c_alloc;
+    c->dev.release = c_release;
+    c->dev.h2d = c_h2d;
+    c->dev.d2h = c_d2h;
+    c->dev.d2d = c_d2d;
+    c->dev.zero = c_zero;
+    c->dev.launch = c_launch;
+    c->dev.sgemm = c_sgemm;
+    if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        snprintf(err, errlen, "backend cuda: %s: cannot create a stream: %s", c->dev.name, cudaGetErrorString(e));
+        c_free(&c->dev);
+        return -EIO;
+    }
+    cublasHandle_t h = NULL;
+    cublasStatus_t s = cublasCreate(&h);
+    if (s == CUBLAS_STATUS_SUCCESS) c->blas = h;
+    if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetStream(c->blas, c->stream);
+    /* plain fp32 GEMMs (no TF32), so results track the CPU backend's */
+    if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        snprintf(err, errlen, "backend cuda: %s: cuBLAS: %s", c->dev.name, cublasGetStatusString(s));
+        c_free(&c->dev);
+        return -EIO;
+    }
+    if ((e = (cudaError_t)lind_cuda_probe(c->stream)) != cudaSuccess) {
+        snprintf(err, errlen, "backend cuda: %s cannot run this build's kernels (built for sm_80 and sm_90): %s",
+                 c->dev.name, cudaGetErrorString(e));
+        c_free(&c->dev);
+        return -ENODEV;
+    }
+    *out = &c->dev;
+    return 0;
+}
+
+int backend_cuda_new(backend **out, char *err, size_t errlen) {
+    lind_device *dev;
+    *out = NULL;
+    int rc = cuda_device_new(&dev, err, errlen);
+    if (rc < 0) return rc;
+    return grid_backend_new(dev, "cuda", out, err, errlen);
+}

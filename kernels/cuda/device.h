@@ -1,0 +1,53 @@
+/* kernels/cuda/device.h — what the GPU backend needs from a device.
+ *
+ * The backend logic (kernels/cuda/grid_backend.c: buffers, the slot pool,
+ * bounds checks, the row-major GEMM mapping, each op's launch geometry) is
+ * written once against this small table. Two devices implement it:
+ *   - the CUDA device (cuda_device.c, kernels.cu): cudaMalloc, cudaMemcpy on
+ *     one stream, the kernels of kernel_bodies.h as __global__s, cublasSgemm;
+ *   - the harness (harness.c): host memory, the same kernel bodies run block
+ *     by block and thread by thread, cblas_sgemm in column-major order.
+ * So everything above the device layer is exercised by the tests even on a
+ * machine without a GPU.
+ *
+ * Pointers called "device" are whatever alloc() returned; the backend does
+ * arithmetic on them but never dereferences them. Calls return 0 or a
+ * negative errno-style code; the device keeps a message for the last failure
+ * (device->err). */
+#ifndef LIND_KERNELS_CUDA_DEVICE_H
+#define LIND_KERNELS_CUDA_DEVICE_H
+
+#include <stddef.h>
+#include "kernels/cuda/kernel_bodies.h"
+
+typedef struct lind_device lind_device;
+
+struct lind_device {
+    char name[256];          /* e.g. "NVIDIA H100 80GB HBM3 (sm_90, 79 GiB)" */
+    char err[256];           /* message of the last failure */
+    void (*free)(lind_device *dev);
+    int  (*alloc)(lind_device *dev, size_t bytes, void **out);
+    void (*release)(lind_device *dev, void *p);          /* NULL is a no-op */
+    /* Ordered after every earlier call. h2d may return before the copy
+     * lands, but src may be reused as soon as it returns; d2h returns once
+     * dst holds the data (it waits for all earlier work). */
+    int  (*h2d)(lind_device *dev, void *dst, const void *src, size_t bytes);
+    int  (*d2h)(lind_device *dev, void *dst, const void *src, size_t bytes);
+    int  (*d2d)(lind_device *dev, void *dst, const void *src, size_t bytes);
+    int  (*zero)(lind_device *dev, void *dst, size_t bytes);
+    /* Run kernel `kernel` (enum kb_kernel) over L with its kb_*_args. */
+    int  (*launch)(lind_device *dev, int kernel, const lind_launch *L, const void *args);
+    /* Column-major SGEMM, BLAS/cuBLAS semantics:
+     *   C[m × n] = α·op(A)·op(B) + β·C, op = transpose when trans* != 0;
+     * β = 0 means C is not read. */
+    int  (*sgemm)(lind_device *dev, int transa, int transb, int m, int n, int k,
+                  float alpha, const float *A, int lda, const float *B, int ldb,
+                  float beta, float *C, int ldc);
+};
+
+/* The CUDA device (only when built with LIND_HAVE_CUDA): device 0 or the
+ * one named by env LIND_CUDA_DEVICE. Fails with a clear message when no
+ * device is usable. */
+int cuda_device_new(lind_device **out, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,377 @@
+/* kernels/cuda/grid_backend.c — kernels/backend.h over a lind_device.
+ *
+ * Owns the device buffers, the slot pool (one device allocation, slots at a
+ * 256-byte stride so fp64 state regions stay aligned and coalesced), the
+ * current batch's slot and token arrays on the device, and maps each op to a
+ * kernel launch or a GEMM. Every op validates its extents on the host before
+ * anything reaches the device: a bad offset here would otherwise be a silent
+ * out-of-bounds write in device memory. */
+#include "kernels/cuda/grid_backend.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SLOT_ALIGN 256
+
+struct backend_buf {
+    void  *p;       /* device pointer */
+    size_t n;       /* floats */
+};
+
+typedef struct gridbe {
+    backend      base;          /* first: backend_free() sees a backend */
+    backend_ops  ops;           /* the shared table with this backend's name */
+    char         name[16];
+    lind_device *dev;
+    char         err[320];
+
+    unsigned char *pool;        /* nslots × stride bytes */
+    int    nslots;
+    size_t slot_bytes, stride;
+
+    int   *d_slots, *d_tokens;  /* current batch on the device */
+    int    cap;                 /* their capacity */
+    int    B;
+    unsigned *seen;             /* per slot: stamp of the last batch using it */
+    unsigned  stamp;
+} gridbe;
+
+static gridbe *G(backend *be) { return (gridbe *)be; }
+
+static int fail(gridbe *g, int rc, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g->err, sizeof g->err, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+/* A device call; on failure the device's message becomes ours. */
+static int dev_rc(gridbe *g, int rc, const char *what) {
+    if (rc < 0) snprintf(g->err, sizeof g->err, "%s: %s", what, g->dev->err);
+    return rc;
+}
+
+const char *grid_backend_error(const backend *be) { return ((const gridbe *)be)->err; }
+
+static float *F(const backend_buf *b) { return (float *)b->p; }
+
+/* Does buffer b hold `need` floats? */
+static int fits(gridbe *g, const backend_buf *b, size_t need, const char *op, const char *what) {
+    if (!b) return fail(g, -EINVAL, "%s: %s is NULL", op, what);
+    if (need > b->n)
+        return fail(g, -EINVAL, "%s: %s needs %zu floats, buffer holds %zu", op, what, need, b->n);
+    return 0;
+}
+
+/* Does a state region of `bytes` at `off` (aligned to `align`) fit a slot? */
+static int region_fits(gridbe *g, size_t off, size_t bytes, size_t align, const char *op) {
+    if (!g->pool) return fail(g, -EINVAL, "%s: no slots reserved", op);
+    if (off % align) return fail(g, -EINVAL, "%s: state offset %zu is not %zu-byte aligned", op, off, align);
+    if (off > g->slot_bytes || bytes > g->slot_bytes - off)
+        return fail(g, -EINVAL, "%s: state region [%zu, +%zu) exceeds the slot's %zu bytes",
+                    op, off, bytes, g->slot_bytes);
+    return 0;
+}
+
+static int launch(gridbe *g, int kernel, lind_launch L, const void *args, const char *op) {
+    if (L.gx < 1 || L.gy < 1 || L.gy > KB_MAX_GRID_Y || L.block < 1 || L.block > KB_MAX_BLOCK ||
+        L.smem > KB_MAX_SMEM)
+        return fail(g, -EINVAL, "%s: launch %d×%d blocks of %d threads, %zu B shared is out of limits",
+                    op, L.gx, L.gy, L.block, L.smem);
+    return dev_rc(g, g->dev->launch(g->dev, kernel, &L, args), op);
+}
+
+/* ---- lifetime ------------------------------------------------------------ */
+
+static void g_free(backend *be) {
+    gridbe *g = G(be);
+    if (!g) return;
+    g->dev->release(g->dev, g->pool);
+    g->dev->release(g->dev, g->d_slots);
+    g->dev->release(g->dev, g->d_tokens);
+    g->dev->free(g->dev);
+    free(g->seen);
+    free(g);
+}
+
+static const char *g_device_name(backend *be) { return G(be)->dev->name; }
+
+/* ---- buffers --------------------------------------------------------------- */
+
+static int g_buf_new(backend *be, size_t n, backend_buf **out) {
+    gridbe *g = G(be);
+    *out = NULL;
+    if (n > SIZE_MAX / sizeof(float) / 2) return fail(g, -ENOMEM, "buf_new: %zu floats is too many", n);
+    backend_buf *b = calloc(1, sizeof *b);
+    if (!b) return fail(g, -ENOMEM, "buf_new: out of host memory");
+    int rc = g->dev->alloc(g->dev, (n ? n : 1) * sizeof(float), &b->p);
+    if (rc < 0) { free(b); return dev_rc(g, rc, "buf_new"); }
+    b->n = n;
+    *out = b;
+    return 0;
+}
+
+static void g_buf_free(backend *be, backend_buf *b) {
+    if (!b) return;
+    G(be)->dev->release(G(be)->dev, b->p);
+    free(b);
+}
+
+static int g_buf_upload(backend *be, backend_buf *b, size_t off, const float *src, size_t n) {
+    gridbe *g = G(be);
+    if (off > SIZE_MAX - n) return fail(g, -EINVAL, "buf_upload: offset overflows");
+    int rc = fits(g, b, off + n, "buf_upload", "destination");
+    if (rc < 0 || n == 0) return rc;
+    return dev_rc(g, g->dev->h2d(g->dev, F(b) + off, src, n * sizeof(float)), "buf_upload");
+}
+
+static int g_buf_download(backend *be, const backend_buf *b, size_t off, float *dst, size_t n) {
+    gridbe *g = G(be);
+    if (off > SIZE_MAX - n) return fail(g, -EINVAL, "buf_download: offset overflows");
+    int rc = fits(g, b, off + n, "buf_download", "source");
+    if (rc < 0 || n == 0) return rc;
+    return dev_rc(g, g->dev->d2h(g->dev, dst, F(b) + off, n * sizeof(float)), "buf_download");
+}
+
+/* ---- slot pool ----------------------------------------------------------- */
+
+static int g_slots_reserve(backend *be, int n, size_t slot_bytes) {
+    gridbe *g = G(be);
+    if (n < 0 || slot_bytes == 0) return fail(g, -EINVAL, "slots_reserve: bad count %d or size %zu", n, slot_bytes);
+    if (g->slot_bytes && slot_bytes != g->slot_bytes)
+        return fail(g, -EINVAL, "slots_reserve: slot size %zu differs from the pool's %zu", slot_bytes, g->slot_bytes);
+    if (n <= g->nslots) return 0;
+    size_t stride = (slot_bytes + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN;
+    if ((size_t)n > SIZE_MAX / stride) return fail(g, -ENOMEM, "slots_reserve: %d slots overflow", n);
+    unsigned *seen = realloc(g->seen, (size_t)n * sizeof *seen);
+    if (!seen) return fail(g, -ENOMEM, "slots_reserve: out of host memory");
+    memset(seen + g->nslots, 0, (size_t)(n - g->nslots) * sizeof *seen);
+    g->seen = seen;
+    void *pool;
+    int rc = g->dev->alloc(g->dev, (size_t)n * stride, &pool);
+    if (rc < 0) return dev_rc(g, rc, "slots_reserve");
+    size_t keep = (size_t)g->nslots * stride;
+    if (keep) rc = g->dev->d2d(g->dev, pool, g->pool, keep);
+    if (rc == 0) rc = g->dev->zero(g->dev, (unsigned char *)pool + keep, (size_t)n * stride - keep);
+    if (rc < 0) { g->dev->release(g->dev, pool); return dev_rc(g, rc, "slots_reserve"); }
+    g->dev->release(g->dev, g->pool);
+    g->pool = pool;
+    g->nslots = n;
+    g->slot_bytes = slot_bytes;
+    g->stride = stride;
+    return 0;
+}
+
+static int slot_ok(gridbe *g, int slot, const char *op) {
+    if (slot < 0 || slot >= g->nslots)
+        return fail(g, -EINVAL, "%s: slot %d out of range (pool has %d)", op, slot, g->nslots);
+    return 0;
+}
+
+static unsigned char *slot_ptr(gridbe *g, int slot) { return g->pool + (size_t)slot * g->stride; }
+
+static int g_slot_zero(backend *be, int slot) {
+    gridbe *g = G(be);
+    int rc = slot_ok(g, slot, "slot_zero");
+    return rc < 0 ? rc : dev_rc(g, g->dev->zero(g->dev, slot_ptr(g, slot), g->slot_bytes), "slot_zero");
+}
+
+static int g_slot_read(backend *be, int slot, void *dst) {
+    gridbe *g = G(be);
+    int rc = slot_ok(g, slot, "slot_read");
+    return rc < 0 ? rc : dev_rc(g, g->dev->d2h(g->dev, dst, slot_ptr(g, slot), g->slot_bytes), "slot_read");
+}
+
+static int g_slot_write(backend *be, int slot, const void *src) {
+    gridbe *g = G(be);
+    int rc = slot_ok(g, slot, "slot_write");
+    return rc < 0 ? rc : dev_rc(g, g->dev->h2d(g->dev, slot_ptr(g, slot), src, g->slot_bytes), "slot_write");
+}
+
+/* ---- the step ------------------------------------------------------------ */
+
+static int g_begin_step(backend *be, const int *slots, const int *tokens, int B) {
+    gridbe *g = G(be);
+    if (B < 0 || B > KB_MAX_GRID_Y) return fail(g, -EINVAL, "begin_step: batch of %d (max %d)", B, KB_MAX_GRID_Y);
+    g->B = 0;
+    if (++g->stamp == 0) {   /* wrapped: forget every old stamp */
+        if (g->nslots) memset(g->seen, 0, (size_t)g->nslots * sizeof *g->seen);
+        g->stamp = 1;
+    }
+    for (int b = 0; b < B; b++) {
+        int rc = slot_ok(g, slots[b], "begin_step");
+        if (rc < 0) return rc;
+        if (g->seen[slots[b]] == g->stamp) return fail(g, -EINVAL, "begin_step: slot %d appears twice", slots[b]);
+        g->seen[slots[b]] = g->stamp;
+        if (tokens[b] < 0 || tokens[b] > 255) return fail(g, -EINVAL, "begin_step: token %d out of 0..255", tokens[b]);
+    }
+    if (B > g->cap) {
+        int cap = g->cap * 2 > B ? g->cap * 2 : B;
+        void *s = NULL, *t = NULL;
+        int rc = g->dev->alloc(g->dev, (size_t)cap * sizeof(int), &s);
+        if (rc == 0) rc = g->dev->alloc(g->dev, (size_t)cap * sizeof(int), &t);
+        if (rc < 0) { g->dev->release(g->dev, s); return dev_rc(g, rc, "begin_step"); }
+        g->dev->release(g->dev, g->d_slots);
+        g->dev->release(g->dev, g->d_tokens);
+        g->d_slots = s;
+        g->d_tokens = t;
+        g->cap = cap;
+    }
+    if (B == 0) return 0;
+    int rc = g->dev->h2d(g->dev, g->d_slots, slots, (size_t)B * sizeof(int));
+    if (rc == 0) rc = g->dev->h2d(g->dev, g->d_tokens, tokens, (size_t)B * sizeof(int));
+    if (rc < 0) return dev_rc(g, rc, "begin_step");
+    g->B = B;
+    return 0;
+}
+
+static int g_embed(backend *be, const backend_buf *E, backend_buf *x, int d) {
+    gridbe *g = G(be);
+    int B = g->B, rc;
+    if (d < 1) return fail(g, -EINVAL, "embed: width %d", d);
+    if ((rc = fits(g, E, (size_t)256 * d, "embed", "E")) < 0 || (rc = fits(g, x, (size_t)B * d, "embed", "x")) < 0)
+        return rc;
+    if (B == 0) return 0;
+    kb_embed_args a = { F(E), F(x), g->d_tokens, d };
+    return launch(g, KB_EMBED, kb_embed_launch(B, d), &a, "embed");
+}
+
+static int g_layernorm(backend *be, const backend_buf *x, backend_buf *y, const backend_buf *w,
+                       const backend_buf *bias, int d, float eps) {
+    gridbe *g = G(be);
+    int B = g->B, rc;
+    size_t n = (size_t)B * d;
+    if (d < 1) return fail(g, -EINVAL, "layernorm: width %d", d);
+    if ((rc = fits(g, x, n, "layernorm", "x")) < 0 || (rc = fits(g, y, n, "layernorm", "y")) < 0 ||
+        (rc = fits(g, w, d, "layernorm", "w")) < 0 || (rc = fits(g, bias, d, "layernorm", "bias")) < 0)
+        return rc;
+    if (B == 0) return 0;
+    kb_layernorm_args a = { F(x), F(y), F(w), F(bias), d, eps };
+    return launch(g, KB_LAYERNORM, kb_layernorm_launch(B, d), &a, "layernorm");
+}
+
+/* Row-major y[B × N] (+)= x[B × K]·Wᵀ (+ bias) as one column-major SGEMM:
+ * read column-major, y is yᵀ [N × B] (ld ldy), W is Wᵀ [K × N] (ld K) and
+ * x is xᵀ [K × B] (ld ldx), so yᵀ = op_T(Wᵀ)·xᵀ = W·xᵀ. */
+static int g_matmul(backend *be, const backend_buf *x, size_t xo, int ldx, const backend_buf *W,
+                    const backend_buf *bias, backend_buf *y, size_t yo, int ldy, int B, int N, int K,
+                    int accumulate) {
+    gridbe *g = G(be);
+    int rc;
+    if (B < 0 || N < 1 || K < 1 || ldx < K || ldy < N || B > KB_MAX_GRID_Y)
+        return fail(g, -EINVAL, "matmul: bad shape B=%d N=%d K=%d ldx=%d ldy=%d", B, N, K, ldx, ldy);
+    if (B == 0) return 0;
+    size_t xn = xo + (size_t)(B - 1) * ldx + K, yn = yo + (size_t)(B - 1) * ldy + N;
+    if ((rc = fits(g, x, xn, "matmul", "x")) < 0 || (rc = fits(g, y, yn, "matmul", "y")) < 0 ||
+        (rc = fits(g, W, (size_t)N * K, "matmul", "W")) < 0 || (bias && (rc = fits(g, bias, N, "matmul", "bias")) < 0))
+        return rc;
+    float beta = accumulate ? 1.0f : 0.0f;
+    if (bias) {
+        kb_bias_rows_args a = { F(y) + yo, F(bias), ldy, N, accumulate };
+        if ((rc = launch(g, KB_BIAS_ROWS, kb_bias_rows_launch(B, N), &a, "matmul bias")) < 0) return rc;
+        beta = 1.0f;
+    }
+    return dev_rc(g, g->dev->sgemm(g->dev, 1, 0, N, B, K, 1.0f, F(W), K, F(x) + xo, ldx, beta, F(y) + yo, ldy),
+                  "matmul");
+}
+
+static int g_gelu(backend *be, backend_buf *x, size_t n) {
+    gridbe *g = G(be);
+    int rc = fits(g, x, n, "gelu", "x");
+    if (rc < 0 || n == 0) return rc;
+    if (n > (size_t)KB_EW_BLOCK * INT32_MAX) return fail(g, -EINVAL, "gelu: %zu elements", n);
+    kb_gelu_args a = { F(x), n };
+    return launch(g, KB_GELU, kb_gelu_launch(n), &a, "gelu");
+}
+
+static int g_shift_mix(backend *be, const backend_buf *h, const backend_buf *mu, backend_buf *out,
+                       size_t shift_off, int d, int nmix) {
+    gridbe *g = G(be);
+    int B = g->B, rc;
+    if (d < 1 || nmix < 1) return fail(g, -EINVAL, "shift_mix: width %d, %d mixes", d, nmix);
+    if ((rc = region_fits(g, shift_off, (size_t)d * sizeof(float), sizeof(float), "shift_mix")) < 0 ||
+        (rc = fits(g, h, (size_t)B * d, "shift_mix", "h")) < 0 ||
+        (rc = fits(g, mu, (size_t)nmix * d, "shift_mix", "mu")) < 0 ||
+        (rc = fits(g, out, (size_t)B * nmix * d, "shift_mix", "out")) < 0)
+        return rc;
+    if (B == 0) return 0;
+    kb_shift_mix_args a = { F(h), F(mu), F(out), g->pool, g->stride, shift_off, g->d_slots, d, nmix };
+    return launch(g, KB_SHIFT_MIX, kb_shift_mix_launch(B, d), &a, "shift_mix");
+}
+
+static int g_linear_step(backend *be, const backend_buf *in, const backend_buf *gamma, backend_buf *out,
+                         size_t state_off, int H, int dh, float eps) {
+    gridbe *g = G(be);
+    int B = g->B, rc;
+    if (H < 1 || dh < 1 || dh > KB_MAX_BLOCK) return fail(g, -EINVAL, "linear_step: %d heads of width %d", H, dh);
+    size_t HD = (size_t)H * dh;
+    if ((rc = region_fits(g, state_off, HD * (dh + 1) * sizeof(double), sizeof(double), "linear_step")) < 0 ||
+        (rc = fits(g, in, (size_t)B * 3 * HD, "linear_step", "in")) < 0 ||
+        (rc = fits(g, out, (size_t)B * HD, "linear_step", "out")) < 0 ||
+        (gamma && (rc = fits(g, gamma, H, "linear_step", "gamma")) < 0))
+        return rc;
+    if (B == 0) return 0;
+    kb_linear_args a = { F(in), gamma ? F(gamma) : NULL, F(out), g->pool, g->stride, state_off,
+                         g->d_slots, H, dh, eps };
+    return launch(g, KB_LINEAR_STEP, kb_linear_launch(B, H, dh), &a, "linear_step");
+}
+
+static int g_aft_step(backend *be, const backend_buf *in, const backend_buf *w, const backend_buf *u,
+                      backend_buf *out, size_t state_off, int d) {
+    gridbe *g = G(be);
+    int B = g->B, rc;
+    if (d < 1) return fail(g, -EINVAL, "aft_step: width %d", d);
+    if ((rc = region_fits(g, state_off, (size_t)3 * d * sizeof(double), sizeof(double), "aft_step")) < 0 ||
+        (rc = fits(g, in, (size_t)B * 3 * d, "aft_step", "in")) < 0 ||
+        (rc = fits(g, out, (size_t)B * d, "aft_step", "out")) < 0 ||
+        (w && (rc = fits(g, w, d, "aft_step", "w")) < 0) || (u && (rc = fits(g, u, d, "aft_step", "u")) < 0))
+        return rc;
+    if (B == 0) return 0;
+    kb_aft_args a = { F(in), w ? F(w) : NULL, u ? F(u) : NULL, F(out), g->pool, g->stride, state_off,
+                      g->d_slots, d };
+    return launch(g, KB_AFT_STEP, kb_aft_launch(B, d), &a, "aft_step");
+}
+
+static const backend_ops grid_ops = {
+    .name = "grid",
+    .free = g_free,
+    .device_name = g_device_name,
+    .buf_new = g_buf_new,
+    .buf_free = g_buf_free,
+    .buf_upload = g_buf_upload,
+    .buf_download = g_buf_download,
+    .slots_reserve = g_slots_reserve,
+    .slot_zero = g_slot_zero,
+    .slot_read = g_slot_read,
+    .slot_write = g_slot_write,
+    .begin_step = g_begin_step,
+    .embed = g_embed,
+    .layernorm = g_layernorm,
+    .matmul = g_matmul,
+    .gelu = g_gelu,
+    .shift_mix = g_shift_mix,
+    .linear_step = g_linear_step,
+    .aft_step = g_aft_step,
+};
+
+int grid_backend_new(lind_device *dev, const char *name, backend **out, char *err, size_t errlen) {
+    *out = NULL;
+    gridbe *g = calloc(1, sizeof *g);
+    if (!g) {
+        dev->free(dev);
+        snprintf(err, errlen, "backend %s: out of memory", name);
+        return -ENOMEM;
+    }
+    g->dev = dev;
+    snprintf(g->name, sizeof g->name, "%s", name);
+    g->ops = grid_ops;
+    g->ops.name = g->name;
+    g->base.ops = &g->ops;
+    *out = &g->base;
+    return 0;
+}

@@ -1,0 +1,159 @@
+/* kernels/cuda/harness.c — the host emulation of the CUDA device (see
+ * harness.h): host memory, kernel bodies run over the launch grid with
+ * barrier phases and emulated shared memory, cblas for cuBLAS. */
+#include "kernels/cuda/harness.h"
+#include "kernels/cuda/grid_backend.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int (*body_fn)(const lind_thread *t, int phase, const void *args);
+
+static int run_embed(const lind_thread *t, int p, const void *a) { return kb_embed(t, p, (const kb_embed_args *)a); }
+static int run_layernorm(const lind_thread *t, int p, const void *a) { return kb_layernorm(t, p, (const kb_layernorm_args *)a); }
+static int run_bias_rows(const lind_thread *t, int p, const void *a) { return kb_bias_rows(t, p, (const kb_bias_rows_args *)a); }
+static int run_gelu(const lind_thread *t, int p, const void *a) { return kb_gelu(t, p, (const kb_gelu_args *)a); }
+static int run_shift_mix(const lind_thread *t, int p, const void *a) { return kb_shift_mix(t, p, (const kb_shift_mix_args *)a); }
+static int run_linear(const lind_thread *t, int p, const void *a) { return kb_linear_step(t, p, (const kb_linear_args *)a); }
+static int run_aft(const lind_thread *t, int p, const void *a) { return kb_aft_step(t, p, (const kb_aft_args *)a); }
+
+static const body_fn bodies[KB_NKERNELS] = {
+    [KB_EMBED] = run_embed,
+    [KB_LAYERNORM] = run_layernorm,
+    [KB_BIAS_ROWS] = run_bias_rows,
+    [KB_GELU] = run_gelu,
+    [KB_SHIFT_MIX] = run_shift_mix,
+    [KB_LINEAR_STEP] = run_linear,
+    [KB_AFT_STEP] = run_aft,
+};
+
+#define MAX_PHASES 4096
+
+/* Index i of n in the given order. */
+static int ordered(int order, int i, int n) { return order == HARNESS_REVERSE ? n - 1 - i : i; }
+
+int harness_launch(int order, int kernel, const lind_launch *L, const void *args, char *err, size_t errlen) {
+    if (kernel < 0 || kernel >= KB_NKERNELS || !bodies[kernel]) {
+        snprintf(err, errlen, "harness: no kernel %d", kernel);
+        return -EINVAL;
+    }
+    if (L->gx < 1 || L->gy < 1 || L->gy > KB_MAX_GRID_Y || L->block < 1 || L->block > KB_MAX_BLOCK ||
+        L->smem > KB_MAX_SMEM) {
+        snprintf(err, errlen, "harness: kernel %d: invalid launch %d×%d blocks of %d threads, %zu B shared",
+                 kernel, L->gx, L->gy, L->block, L->smem);
+        return -EINVAL;
+    }
+    /* 16-byte aligned, as dynamic shared memory is; never zero-sized so a
+     * kernel reading it without asking for any still reads poison */
+    size_t sbytes = (L->smem + 15) / 16 * 16 + 16;
+    void *smem = aligned_alloc(16, sbytes);
+    if (!smem) { snprintf(err, errlen, "harness: out of memory"); return -ENOMEM; }
+    int rc = 0;
+    size_t nblocks = (size_t)L->gx * (size_t)L->gy;
+    for (size_t bi = 0; bi < nblocks && rc == 0; bi++) {
+        size_t blk = order == HARNESS_REVERSE ? nblocks - 1 - bi : bi;
+        lind_thread t = { (int)(blk % (size_t)L->gx), (int)(blk / (size_t)L->gx), 0, L->block, smem };
+        memset(smem, 0xff, sbytes);
+        for (int phase = 0, more = 1; more; phase++) {
+            if (phase == MAX_PHASES) {
+                snprintf(err, errlen, "harness: kernel %d never finished (%d phases)", kernel, MAX_PHASES);
+                rc = -EINVAL;
+                break;
+            }
+            for (int i = 0; i < L->block; i++) {
+                t.tx = ordered(order, i, L->block);
+                int m = bodies[kernel](&t, phase, args) != 0;
+                if (i == 0) more = m;
+                else if (m != more) {
+                    snprintf(err, errlen, "harness: kernel %d block (%d,%d): threads disagree on the barrier "
+                             "after phase %d", kernel, t.bx, t.by, phase);
+                    rc = -EINVAL;
+                    more = 0;
+                    break;
+                }
+            }
+        }
+    }
+    free(smem);
+    return rc;
+}
+
+/* ---- the device ---------------------------------------------------------- */
+
+typedef struct hdev {
+    lind_device dev;   /* first */
+    int order;
+} hdev;
+
+static void h_free(lind_device *d) { free(d); }
+
+static int h_alloc(lind_device *d, size_t bytes, void **out) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        snprintf(d->err, sizeof d->err, "harness: cannot allocate %zu bytes", bytes);
+        return -ENOMEM;
+    }
+    memset(p, 0xff, bytes);
+    *out = p;
+    return 0;
+}
+
+static void h_release(lind_device *d, void *p) { (void)d; free(p); }
+
+static int h_copy(lind_device *d, void *dst, const void *src, size_t bytes) {
+    (void)d;
+    memmove(dst, src, bytes);
+    return 0;
+}
+
+static int h_zero(lind_device *d, void *dst, size_t bytes) {
+    (void)d;
+    memset(dst, 0, bytes);
+    return 0;
+}
+
+static int h_launch(lind_device *d, int kernel, const lind_launch *L, const void *args) {
+    return harness_launch(((hdev *)d)->order, kernel, L, args, d->err, sizeof d->err);
+}
+
+static int h_sgemm(lind_device *d, int transa, int transb, int m, int n, int k, float alpha,
+                   const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    (void)d;
+    cblas_sgemm(CblasColMajor, transa ? CblasTrans : CblasNoTrans, transb ? CblasTrans : CblasNoTrans,
+                m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    return 0;
+}
+
+int harness_device_new(int order, lind_device **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (order != HARNESS_FORWARD && order != HARNESS_REVERSE) {
+        snprintf(err, errlen, "harness: unknown thread order %d", order);
+        return -EINVAL;
+    }
+    hdev *h = calloc(1, sizeof *h);
+    if (!h) { snprintf(err, errlen, "harness: out of memory"); return -ENOMEM; }
+    h->order = order;
+    snprintf(h->dev.name, sizeof h->dev.name, "host emulation of the CUDA kernels (%s thread order)",
+             order == HARNESS_REVERSE ? "reverse" : "forward");
+    h->dev.free = h_free;
+    h->dev.alloc = h_alloc;
+    h->dev.release = h_release;
+    h->dev.h2d = h_copy;
+    h->dev.d2h = h_copy;
+    h->dev.d2d = h_copy;
+    h->dev.zero = h_zero;
+    h->dev.launch = h_launch;
+    h->dev.sgemm = h_sgemm;
+    *out = &h->dev;
+    return 0;
+}
+
+int backend_harness_new(int order, backend **out, char *err, size_t errlen) {
+    lind_device *dev;
+    int rc = harness_device_new(order, &dev, err, errlen);
+    if (rc < 0) return rc;
+    return grid_backend_new(dev, "harness", out, err, errlen);
+}

@@ -1,0 +1,60 @@
+/* kernels/cuda/kernels.cu — the __global__ kernels of the CUDA backend.
+ *
+ * Each kernel is the generic runner around one per-thread body of
+ * kernel_bodies.h: phases separated by __syncthreads() until the body says
+ * it is done. The same bodies run under the host harness (harness.c). */
+#include "kernels/cuda/cuda_launch.h"
+
+#include <cuda_runtime.h>
+
+#define LIND_KERNEL(name, body, Args)                                        \
+    __global__ void name(Args a) {                                           \
+        extern __shared__ double lind_smem[];                                \
+        lind_thread t;                                                       \
+        t.bx = (int)blockIdx.x;                                              \
+        t.by = (int)blockIdx.y;                                              \
+        t.tx = (int)threadIdx.x;                                             \
+        t.bdim = (int)blockDim.x;                                            \
+        t.smem = lind_smem;                                                  \
+        for (int phase = 0; body(&t, phase, &a); phase++) __syncthreads();   \
+    }
+
+LIND_KERNEL(k_embed, kb_embed, kb_embed_args)
+LIND_KERNEL(k_layernorm, kb_layernorm, kb_layernorm_args)
+LIND_KERNEL(k_bias_rows, kb_bias_rows, kb_bias_rows_args)
+LIND_KERNEL(k_gelu, kb_gelu, kb_gelu_args)
+LIND_KERNEL(k_shift_mix, kb_shift_mix, kb_shift_mix_args)
+LIND_KERNEL(k_linear_step, kb_linear_step, kb_linear_args)
+LIND_KERNEL(k_aft_step, kb_aft_step, kb_aft_args)
+
+__global__ void k_probe(int *flag) { *flag = 1; }
+
+extern "C" int lind_cuda_launch(int kernel, const lind_launch *L, const void *args, void *stream) {
+    dim3 grid((unsigned)L->gx, (unsigned)L->gy), block((unsigned)L->block);
+    cudaStream_t s = (cudaStream_t)stream;
+    switch (kernel) {
+    case KB_EMBED:       k_embed<<<grid, block, L->smem, s>>>(*(const kb_embed_args *)args); break;
+    case KB_LAYERNORM:   k_layernorm<<<grid, block, L->smem, s>>>(*(const kb_layernorm_args *)args); break;
+    case KB_BIAS_ROWS:   k_bias_rows<<<grid, block, L->smem, s>>>(*(const kb_bias_rows_args *)args); break;
+    case KB_GELU:        k_gelu<<<grid, block, L->smem, s>>>(*(const kb_gelu_args *)args); break;
+    case KB_SHIFT_MIX:   k_shift_mix<<<grid, block, L->smem, s>>>(*(const kb_shift_mix_args *)args); break;
+    case KB_LINEAR_STEP: k_linear_step<<<grid, block, L->smem, s>>>(*(const kb_linear_args *)args); break;
+    case KB_AFT_STEP:    k_aft_step<<<grid, block, L->smem, s>>>(*(const kb_aft_args *)args); break;
+    default: return (int)cudaErrorInvalidValue;
+    }
+    return (int)cudaGetLastError();
+}
+
+extern "C" int lind_cuda_probe(void *stream) {
+    int *flag = NULL, host = 0;
+    cudaStream_t s = (cudaStream_t)stream;
+    cudaError_t e = cudaMalloc((void **)&flag, sizeof *flag);
+    if (e != cudaSuccess) return (int)e;
+    k_probe<<<1, 1, 0, s>>>(flag);
+    e = cudaGetLastError();
+    if (e == cudaSuccess) e = cudaMemcpyAsync(&host, flag, sizeof host, cudaMemcpyDeviceToHost, s);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+    if (e == cudaSuccess && host != 1) e = cudaErrorUnknown;
+    cudaFree(flag);
+    return (int)e;
+}
