@@ -95,7 +95,8 @@ static int chat_greet(chat *ch, int first)
     lindc_req_free(&r);
     if (rc == LINDC_ESERVER) {
         if (!strcmp(ev.code, "not_found")) {
-            notice(first ? "new session \"%s\"" : "session \"%s\" is new (it was never saved)",
+            notice(first ? "new session \"%s\""
+                         : "reconnected; session \"%s\" is not in the daemon's store (never saved)",
                    ch->o.session);
             return 0;
         }

@@ -459,6 +459,7 @@ static int write_plot(const stress *st, const row *rows)
         "$data using 1:3 with linespoints title 'p90', "
         "$data using 1:4 with linespoints title 'p99'\n"
         "set ylabel 'aggregate tokens/s'\n"
+        "set key bottom right\n"
         "set y2label 'daemon RSS (MB)'\n"
         "set y2tics\n"
         "set y2range [0:*]\n"
