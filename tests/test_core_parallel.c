@@ -1,0 +1,360 @@
+/* tests/test_core_parallel.c — the recurrent step equals the parallel form.
+ *
+ * A plain-C reference computes the whole model over a 300-token sequence in
+ * the parallel (quadratic, causal-masked) form, in double: linear attention
+ * as Σ_{i≤t} γ^{t−i} φ(q_t)·φ(k_i) v_i / (Σ_{i≤t} γ^{t−i} φ(q_t)·φ(k_i) + ε),
+ * AFT as the explicit weighted average over all i ≤ t, token shift as
+ * μ⊙h_t + (1−μ)⊙h_{t−1}. The engine's recurrent logits must match at every
+ * position within 1e-4, relative to the largest logit magnitude at that
+ * position. Also: B sessions stepped together equal the same sessions
+ * stepped one at a time. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "recurrent/model.h"
+#include "recurrent/safetensors.h"
+#include "tests/check.h"
+#include "tests/testmodel.h"
+
+#define T 300
+
+static char tmpdir[256];
+
+/* ---- reference ---------------------------------------------------------- */
+
+typedef struct ref {
+    st_file st;
+    lind_config c;
+} ref;
+
+/* The tensor `name` as a malloc'd double array (NULL if absent). */
+static double *W(ref *r, const char *fmt, int layer) {
+    char name[128];
+    snprintf(name, sizeof name, fmt, layer);
+    st_tensor *t = st_find(&r->st, name);
+    if (!t) return NULL;
+    float *f = malloc(t->numel * sizeof *f);
+    double *d = malloc(t->numel * sizeof *d);
+    st_read_f32(&r->st, t, f);
+    for (size_t i = 0; i < t->numel; i++) d[i] = f[i];
+    free(f);
+    return d;
+}
+
+/* y[t][n] = Σ_k x[t][k] w[n][k] (+ b[n]) for all t. */
+static void lin(const double *x, int K, const double *w, const double *b, int N, double *y) {
+    for (int t = 0; t < T; t++)
+        for (int n = 0; n < N; n++) {
+            double s = b ? b[n] : 0.0;
+            for (int k = 0; k < K; k++) s += x[(size_t)t * K + k] * w[(size_t)n * K + k];
+            y[(size_t)t * N + n] = s;
+        }
+}
+
+static void ln(const double *x, int d, const double *w, const double *b, double eps, double *y) {
+    for (int t = 0; t < T; t++) {
+        const double *xr = x + (size_t)t * d;
+        double m = 0, v = 0;
+        for (int i = 0; i < d; i++) m += xr[i];
+        m /= d;
+        for (int i = 0; i < d; i++) v += (xr[i] - m) * (xr[i] - m);
+        v /= d;
+        for (int i = 0; i < d; i++) y[(size_t)t * d + i] = (xr[i] - m) / sqrt(v + eps) * w[i] + b[i];
+    }
+}
+
+/* x_p[t] = μ⊙h[t] + (1−μ)⊙h[t−1], h[−1] = 0; mu NULL: x_p = h. */
+static void shift(const double *h, int d, const double *mu, double *out) {
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < d; i++) {
+            double cur = h[(size_t)t * d + i], prev = t ? h[(size_t)(t - 1) * d + i] : 0.0;
+            out[(size_t)t * d + i] = mu ? mu[i] * cur + (1 - mu[i]) * prev : cur;
+        }
+}
+
+static double phi(double x) { return x > 0 ? x + 1 : exp(x); }
+
+/* Whole-model logits [T × 256] for tokens tok[0..T). */
+static void ref_forward(ref *r, const int *tok, double *logits) {
+    const lind_config *c = &r->c;
+    int d = c->d_model, H = c->n_heads, dh = c->d_head, hd = H * dh, ff = c->d_ff;
+    double *x = calloc((size_t)T * d, 8), *h = calloc((size_t)T * d, 8), *hp = calloc((size_t)T * d, 8);
+    int wmax = hd > d ? hd : d;
+    double *q = calloc((size_t)T * wmax, 8), *k = calloc((size_t)T * wmax, 8), *v = calloc((size_t)T * wmax, 8);
+    double *o = calloc((size_t)T * wmax, 8), *y = calloc((size_t)T * d, 8), *f = calloc((size_t)T * ff, 8);
+    double *E = W(r, "embed.weight", 0);
+    for (int t = 0; t < T; t++) memcpy(x + (size_t)t * d, E + (size_t)tok[t] * d, (size_t)d * 8);
+    free(E);
+    for (int l = 0; l < c->n_layers; l++) {
+        double *l1w = W(r, "layers.%d.ln1.weight", l), *l1b = W(r, "layers.%d.ln1.bias", l);
+        ln(x, d, l1w, l1b, c->norm_eps, h);
+        int is_lin = !strcmp(c->mixers[l], "linear");
+        const char *pn[3] = {is_lin ? "q" : "r", "k", "v"};
+        double *outs[3] = {q, k, v};
+        int N = is_lin ? hd : d;
+        for (int p = 0; p < 3; p++) {
+            char nm[64];
+            snprintf(nm, sizeof nm, "layers.%%d.mixer.mu_%s", pn[p]);
+            double *mu = W(r, nm, l);
+            shift(h, d, mu, hp);
+            snprintf(nm, sizeof nm, "layers.%%d.mixer.w%s", pn[p]);
+            double *w = W(r, nm, l);
+            lin(hp, d, w, NULL, N, outs[p]);
+            free(mu);
+            free(w);
+        }
+        if (is_lin) {
+            double *g = W(r, "layers.%d.mixer.decay", l);
+            for (int hh = 0; hh < H; hh++) {
+                double gam = g ? g[hh] : 1.0;
+                for (int t = 0; t < T; t++) {
+                    double num[256] = {0}, den = 0;
+                    for (int i = 0; i <= t; i++) {
+                        double a = 0;
+                        for (int e = 0; e < dh; e++)
+                            a += phi(q[(size_t)t * hd + hh * dh + e]) * phi(k[(size_t)i * hd + hh * dh + e]);
+                        a *= pow(gam, t - i);
+                        den += a;
+                        for (int j = 0; j < dh; j++) num[j] += a * v[(size_t)i * hd + hh * dh + j];
+                    }
+                    for (int j = 0; j < dh; j++) o[(size_t)t * hd + hh * dh + j] = num[j] / (den + c->attn_eps);
+                }
+            }
+            free(g);
+        } else {
+            double *td = W(r, "layers.%d.mixer.time_decay", l), *tf = W(r, "layers.%d.mixer.time_first", l);
+            for (int ch = 0; ch < d; ch++) {
+                /* w = exp(time_decay); the engine keeps w as fp32 */
+                double w = td ? (double)(float)exp(td[ch]) : 0.0, u = tf ? tf[ch] : 0.0;
+                for (int t = 0; t < T; t++) {
+                    /* exponents of all terms, then a max-subtracted weighted average */
+                    double mx = u + k[(size_t)t * d + ch];
+                    for (int i = 0; i < t; i++) {
+                        double e = -(t - 1 - i) * w + k[(size_t)i * d + ch];
+                        if (e > mx) mx = e;
+                    }
+                    double num = exp(u + k[(size_t)t * d + ch] - mx) * v[(size_t)t * d + ch];
+                    double den = exp(u + k[(size_t)t * d + ch] - mx);
+                    for (int i = 0; i < t; i++) {
+                        double e = exp(-(t - 1 - i) * w + k[(size_t)i * d + ch] - mx);
+                        num += e * v[(size_t)i * d + ch];
+                        den += e;
+                    }
+                    double rr = q[(size_t)t * d + ch];
+                    o[(size_t)t * d + ch] = 1.0 / (1.0 + exp(-rr)) * num / den;
+                }
+            }
+            free(td);
+            free(tf);
+        }
+        double *wo = W(r, "layers.%d.mixer.wo", l);
+        lin(o, N, wo, NULL, d, y);
+        for (size_t i = 0; i < (size_t)T * d; i++) x[i] += y[i];
+        double *l2w = W(r, "layers.%d.ln2.weight", l), *l2b = W(r, "layers.%d.ln2.bias", l);
+        ln(x, d, l2w, l2b, c->norm_eps, h);
+        double *w1 = W(r, "layers.%d.ffn.w1", l), *b1 = W(r, "layers.%d.ffn.b1", l);
+        double *w2 = W(r, "layers.%d.ffn.w2", l), *b2 = W(r, "layers.%d.ffn.b2", l);
+        lin(h, d, w1, b1, ff, f);
+        for (size_t i = 0; i < (size_t)T * ff; i++) f[i] = 0.5 * f[i] * (1 + erf(f[i] / sqrt(2.0)));
+        lin(f, ff, w2, b2, d, y);
+        for (size_t i = 0; i < (size_t)T * d; i++) x[i] += y[i];
+        free(l1w); free(l1b); free(l2w); free(l2b); free(wo);
+        free(w1); free(b1); free(w2); free(b2);
+    }
+    double *lw = W(r, "ln_f.weight", 0), *lb = W(r, "ln_f.bias", 0), *hw = W(r, "head.weight", 0);
+    ln(x, d, lw, lb, c->norm_eps, h);
+    lin(h, d, hw, NULL, 256, logits);
+    free(lw); free(lb); free(hw);
+    free(x); free(h); free(hp); free(q); free(k); free(v); free(o); free(y); free(f);
+}
+
+/* ---- cases ---------------------------------------------------------------- */
+
+static void random_tokens(int *tok, uint64_t seed) {
+    tok[0] = LIND_BOS;
+    for (int t = 1; t < T; t++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        tok[t] = (int)(seed >> 56);
+    }
+}
+
+/* Build a model, run the reference and the recurrent engine, compare. */
+static void compare(const char *mixers, int shift, const char *aft_variant, float gamma_min) {
+    char dir[512];
+    static int n;
+    snprintf(dir, sizeof dir, "%s/m%d", tmpdir, n++);
+    lind_config c = testmodel_config(32, 2, 4, 8, 64, mixers, shift, aft_variant);
+    testmodel_opts opts = {gamma_min, 1.0f};
+    CHECK(testmodel_write(dir, &c, 1234 + (uint64_t)n, &opts) == 0, "testmodel_write");
+    char err[512] = "";
+    model *m = NULL;
+    CHECK(model_load(dir, "cpu", &m, err, sizeof err) == 0, "model_load: %s", err);
+    if (!m) return;
+    ref r = {.c = c};
+    char path[600];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    CHECK(st_open(&r.st, path, err, sizeof err) == 0, "st_open: %s", err);
+    int tok[T];
+    random_tokens(tok, (uint64_t)n * 77);
+    double *want = malloc(sizeof(double) * T * 256);
+    ref_forward(&r, tok, want);
+    CHECK(model_slots_reserve(m, 2) == 0 && model_slot_reset(m, 1) == 0, "slots");
+    float got[256];
+    double worst = 0;
+    int worst_t = -1, slot = 1;
+    for (int t = 0; t < T; t++) {
+        CHECK(model_step(m, &slot, &tok[t], 1, got) == 0, "model_step at %d", t);
+        double scale = 0, diff = 0;
+        for (int i = 0; i < 256; i++) {
+            double w = want[(size_t)t * 256 + i];
+            if (fabs(w) > scale) scale = fabs(w);
+            double e = fabs(got[i] - w);
+            if (!(e <= diff)) diff = e;   /* NaN-propagating */
+        }
+        double rel = diff / (scale > 1e-30 ? scale : 1e-30);
+        if (!(rel <= worst)) { worst = rel; worst_t = t; }
+    }
+    CHECK(worst <= 1e-4, "max relative logit error %.3g at position %d (tolerance 1e-4)", worst, worst_t);
+    printf("NOTE %s shift=%d %s γmin=%g: max relative error %.2e\n", mixers, shift,
+           aft_variant ? aft_variant : "-", (double)gamma_min, worst);
+    free(want);
+    st_close(&r.st);
+    model_free(m);
+}
+
+static void linear_plain(void) { compare("linear", 0, NULL, 0); }
+static void linear_shift_decay(void) { compare("linear", 1, NULL, 0.8f); }
+static void linear_shift_plain(void) { compare("linear", 1, NULL, 0); }
+static void linear_noshift_decay(void) { compare("linear", 0, NULL, 0.7f); }
+static void aft_simple(void) { compare("aft", 0, "simple", 0); }
+static void aft_simple_shift(void) { compare("aft", 1, "simple", 0); }
+static void aft_decay(void) { compare("aft", 0, "decay", 0); }
+static void aft_decay_shift(void) { compare("aft", 1, "decay", 0); }
+static void mixed_shift_decay(void) { compare("linear,aft", 1, "decay", 0.85f); }
+static void mixed_plain_simple(void) { compare("aft,linear", 0, "simple", 0); }
+
+/* B sessions stepped together give the logits of each stepped alone. The
+ * sessions start at different times, so their positions differ. */
+static void batched_equals_unbatched(void) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/batch", tmpdir);
+    lind_config c = testmodel_config(48, 2, 4, 12, 96, "linear,aft", 1, "decay");
+    testmodel_opts opts = {0.9f, 1.0f};
+    CHECK(testmodel_write(dir, &c, 99, &opts) == 0, "testmodel_write");
+    char err[512] = "";
+    model *m = NULL;
+    CHECK(model_load(dir, "cpu", &m, err, sizeof err) == 0, "model_load: %s", err);
+    if (!m) return;
+    enum { NS = 7, STEPS = 60 };
+    CHECK(model_slots_reserve(m, 2 * NS) == 0, "reserve");
+    int slots_b[NS], tok[NS][STEPS];
+    for (int s = 0; s < NS; s++) {
+        random_tokens(tok[s], 1000 + (uint64_t)s);  /* first T tokens; we use STEPS */
+        slots_b[s] = 2 * s;                        /* batched copy in even slots */
+        model_slot_reset(m, 2 * s);
+        model_slot_reset(m, 2 * s + 1);            /* single copy in odd slots */
+    }
+    float lb[NS * 256], l1[256];
+    double worst = 0;
+    for (int step = 0; step < STEPS + NS; step++) {
+        /* session s starts at step s: BOS first */
+        int bs[NS], bt[NS], nb = 0, who[NS];
+        for (int s = NS - 1; s >= 0; s--) {   /* reverse order: batch rows ≠ slot order */
+            int pos = step - s;
+            if (pos < 0 || pos >= STEPS) continue;
+            bs[nb] = slots_b[s];
+            bt[nb] = tok[s][pos];
+            who[nb++] = s;
+        }
+        if (!nb) continue;
+        CHECK(model_step(m, bs, bt, nb, lb) == 0, "batched step");
+        for (int b = 0; b < nb; b++) {
+            int s = who[b], slot = 2 * s + 1;
+            CHECK(model_step(m, &slot, &bt[b], 1, l1) == 0, "single step");
+            for (int i = 0; i < 256; i++) {
+                double e = fabs((double)lb[b * 256 + i] - l1[i]) / (1.0 + fabs(l1[i]));
+                if (!(e <= worst)) worst = e;
+            }
+        }
+    }
+    CHECK(worst <= 1e-5, "batched vs single logits differ by %.3g (relative)", worst);
+    /* the states themselves agree too */
+    size_t sb = model_state_bytes(m);
+    char *a = malloc(sb), *b = malloc(sb);
+    model_state_region reg[64];
+    int nr = model_state_regions(m, reg, 64);
+    double sworst = 0;
+    for (int s = 0; s < NS; s++) {
+        model_slot_read(m, 2 * s, a);
+        model_slot_read(m, 2 * s + 1, b);
+        for (int r = 0; r < nr; r++)
+            for (size_t i = 0; i < reg[r].count; i++) {
+                double x, y;
+                if (reg[r].elem_bytes == 8) {
+                    memcpy(&x, a + reg[r].offset + 8 * i, 8);
+                    memcpy(&y, b + reg[r].offset + 8 * i, 8);
+                } else {
+                    float fx, fy;
+                    memcpy(&fx, a + reg[r].offset + 4 * i, 4);
+                    memcpy(&fy, b + reg[r].offset + 4 * i, 4);
+                    x = fx;
+                    y = fy;
+                }
+                double e = fabs(x - y) / (1.0 + fabs(y));
+                if (!(e <= sworst)) sworst = e;
+            }
+    }
+    CHECK(sworst <= 1e-5, "batched vs single states differ by %.3g", sworst);
+    free(a);
+    free(b);
+    model_free(m);
+}
+
+/* Bad calls are refused, not crashes: repeated slot, slot out of range, bad token. */
+static void step_rejects_bad_batches(void) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/bad", tmpdir);
+    lind_config c = testmodel_config(16, 1, 2, 8, 32, "linear", 0, NULL);
+    CHECK(testmodel_write(dir, &c, 5, NULL) == 0, "testmodel_write");
+    char err[512] = "";
+    model *m = NULL;
+    CHECK(model_load(dir, "cpu", &m, err, sizeof err) == 0, "model_load: %s", err);
+    if (!m) return;
+    CHECK(model_slots_reserve(m, 4) == 0, "reserve");
+    int s2[2] = {1, 1}, t2[2] = {3, 4}, s1 = 9, t1 = 3, s0 = 0, tbad = 256;
+    float l[512];
+    CHECK(model_step(m, s2, t2, 2, l) < 0, "repeated slot accepted");
+    CHECK(model_step(m, &s1, &t1, 1, l) < 0, "slot out of range accepted");
+    CHECK(model_step(m, &s0, &tbad, 1, l) < 0, "token 256 accepted");
+    CHECK(model_step(m, &s0, &t1, 0, l) < 0, "empty batch accepted");
+    int s3[2] = {1, 2};
+    CHECK(model_step(m, s3, t2, 2, l) == 0, "a good batch after bad ones fails");
+    model_free(m);
+}
+
+int main(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/lind_parallel.XXXXXX");
+    if (!mkdtemp(tmpdir)) {
+        printf("FAIL setup: mkdtemp\n");
+        return 1;
+    }
+    RUN(linear_plain);
+    RUN(linear_shift_decay);
+    RUN(linear_shift_plain);
+    RUN(linear_noshift_decay);
+    RUN(aft_simple);
+    RUN(aft_simple_shift);
+    RUN(aft_decay);
+    RUN(aft_decay_shift);
+    RUN(mixed_shift_decay);
+    RUN(mixed_plain_simple);
+    RUN(batched_equals_unbatched);
+    RUN(step_rejects_bad_batches);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) printf("NOTE could not remove %s\n", tmpdir);
+    return check_exit();
+}
