@@ -16,8 +16,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
 #include "kernels/backend.h"
+#include "recurrent/model.h"
 #include "tests/check.h"
+#include "tests/testmodel.h"
 
 typedef struct cmp_pair {
     backend *a, *r;
@@ -435,6 +439,99 @@ static void case_block(void) {
                     &Wo2, &W1, &b1, &W2, &b2, &head, &gamma, &aw, &au, &x, &h, &hm, &qkv, &o, &f, &logits };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) twin_free(all[i]);
     free(tmp);
+}
+
+/* ---- whole models -------------------------------------------------------- */
+
+/* The backend name model_load() gets for the side under test. */
+static const char *cmp_model_backend = "cuda";
+
+/* Relative error of one logits row, against the row's largest magnitude. */
+static double row_err(const float *a, const float *r) { return rel_err_f(a, r, LIND_VOCAB); }
+
+/* Step B sessions through `steps` tokens on both backends, comparing the
+ * logits at every step; halfway, every session's state is read from the CPU
+ * model and written into both models in reverse session order (so states
+ * cross backends), and the token streams follow them. */
+static void compare_models(const char *dir, int B, int steps, const char *label) {
+    char err[512];
+    model *a = NULL, *r = NULL;
+    int rc = model_load(dir, cmp_model_backend, &a, err, sizeof err);
+    CHECK(rc == 0, "%s: load on %s: %s", label, cmp_model_backend, err);
+    if (rc == 0) {
+        rc = model_load(dir, "cpu", &r, err, sizeof err);
+        CHECK(rc == 0, "%s: load on cpu: %s", label, err);
+    }
+    if (rc < 0) { model_free(a); return; }
+    CHECK(!strcmp(model_backend_name(a), cmp_model_backend), "%s: backend is %s", label, model_backend_name(a));
+    CHECK(model_state_bytes(a) == model_state_bytes(r), "%s: state sizes differ", label);
+    CHECK(model_slots_reserve(a, B + 3) == 0 && model_slots_reserve(r, B + 3) == 0, "%s: reserve", label);
+    size_t sb = model_state_bytes(r);
+    int *slots = malloc(B * sizeof *slots), *tok = malloc(B * sizeof *tok), *stream = malloc(B * sizeof *stream);
+    float *la = malloc((size_t)B * LIND_VOCAB * sizeof *la), *lr = malloc((size_t)B * LIND_VOCAB * sizeof *lr);
+    unsigned char *states = malloc((size_t)B * sb);
+    if (!slots || !tok || !stream || !la || !lr || !states) abort();
+    for (int b = 0; b < B; b++) {
+        slots[b] = B + 2 - b;   /* distinct, in reverse, not from 0 */
+        stream[b] = b;
+        CHECK(model_slot_reset(a, slots[b]) == 0 && model_slot_reset(r, slots[b]) == 0, "%s: reset", label);
+    }
+    static const char text[] = "In the beginning God created the heaven and the earth. And the earth was "
+                               "without form, and void; and darkness was upon the face of the deep.";
+    double worst = 0;
+    for (int t = 0; t < steps && !check_failed_; t++) {
+        if (t == steps / 2) {
+            for (int b = 0; b < B; b++)
+                CHECK(model_slot_read(r, slots[b], states + (size_t)b * sb) == 0, "%s: slot_read", label);
+            for (int b = 0; b < B; b++) {
+                const unsigned char *s = states + (size_t)(B - 1 - b) * sb;
+                CHECK(model_slot_write(a, slots[b], s) == 0 && model_slot_write(r, slots[b], s) == 0,
+                      "%s: slot_write", label);
+            }
+            for (int b = 0; b < B / 2; b++) { int x = stream[b]; stream[b] = stream[B - 1 - b]; stream[B - 1 - b] = x; }
+        }
+        for (int b = 0; b < B; b++)
+            tok[b] = t == 0 ? LIND_BOS : (unsigned char)text[(t * 3 + stream[b] * 11) % (sizeof text - 1)];
+        int ra = model_step(a, slots, tok, B, la), rr = model_step(r, slots, tok, B, lr);
+        CHECK(ra == 0 && rr == 0, "%s: step %d: %d %d", label, t, ra, rr);
+        for (int b = 0; b < B; b++) {
+            double e = row_err(la + (size_t)b * LIND_VOCAB, lr + (size_t)b * LIND_VOCAB);
+            if (!(e <= worst)) worst = e;
+            CHECK(e <= 1e-4, "%s: step %d session %d: logits relative error %.3g", label, t, b, e);
+        }
+    }
+    printf("NOTE %s: worst logits relative error %.3g over %d steps × %d sessions\n", label, worst, steps, B);
+    free(slots); free(tok); free(stream); free(la); free(lr); free(states);
+    model_free(a);
+    model_free(r);
+}
+
+static void models_random(void) {
+    static const struct { const char *mixers; int shift; const char *aft; float gmin; } cfgs[] = {
+        { "linear", 0, NULL, 0 },           { "linear", 1, NULL, 0.8f },
+        { "aft", 1, "simple", 0 },          { "aft", 0, "decay", 0 },
+        { "linear,aft", 1, "decay", 0.9f },
+    };
+    char tmpl[] = "/tmp/lind_cuda_test_XXXXXX";
+    char *dir = mkdtemp(tmpl);
+    CHECK(dir != NULL, "mkdtemp");
+    if (!dir) return;
+    for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++) {
+        lind_config c = testmodel_config(96, 3, 3, 32, 192, cfgs[i].mixers, cfgs[i].shift, cfgs[i].aft);
+        testmodel_opts o = { cfgs[i].gmin, 1 };
+        char sub[128], label[128];
+        snprintf(sub, sizeof sub, "%s/m%zu", dir, i);
+        snprintf(label, sizeof label, "%s shift=%d aft=%s gamma_min=%g", cfgs[i].mixers, cfgs[i].shift,
+                 cfgs[i].aft ? cfgs[i].aft : "-", cfgs[i].gmin);
+        int rc = testmodel_write(sub, &c, 100 + i, &o);
+        CHECK(rc == 0, "%s: write model: %d", label, rc);
+        if (rc == 0) compare_models(sub, 7, 40, label);
+        char path[192];
+        snprintf(path, sizeof path, "%s/config.json", sub); unlink(path);
+        snprintf(path, sizeof path, "%s/model.safetensors", sub); unlink(path);
+        rmdir(sub);
+    }
+    rmdir(dir);
 }
 
 /* Run every case with A from `ctor` against the CPU backend. */

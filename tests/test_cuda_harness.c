@@ -6,8 +6,11 @@
  * the same per-thread bodies over the same grids with barriers and shared
  * memory emulated. Every op is compared with the CPU backend on random
  * inputs, twice: threads in forward and in reverse order (a kernel whose
- * result depends on the order has a race within a barrier phase). Then the
- * refusals: what would corrupt device memory must be caught on the host. */
+ * result depends on the order has a race within a barrier phase). Whole
+ * random models (each mixer, token shift on/off, γ < 1 and = 1, AFT simple
+ * and decay) loaded on "harness" and on "cpu" give the same logits for a
+ * batch of sessions. Then the refusals: what would corrupt device memory
+ * must be caught on the host. */
 #include <errno.h>
 #include <string.h>
 
@@ -105,6 +108,9 @@ int main(void) {
      * same per-element code on the same inputs. */
     cmp_run_all("harness_fwd", ctor_forward, 1e-5, 1e-12);
     cmp_run_all("harness_rev", ctor_reverse, 1e-5, 1e-12);
+    /* whole models through recurrent/model.c on the "harness" backend */
+    cmp_model_backend = "harness";
+    RUN(models_random);
     RUN(refusals);
     RUN(harness_limits);
     return check_exit();
