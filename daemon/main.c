@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "daemon/cli.h"
+#include "daemon/server.h"
 
 typedef struct command {
     const char *name;
@@ -14,6 +15,7 @@ static const command commands[] = {
     {"info", cli_info, "info --model DIR [--backend B]          config, parameters, state bytes, backend"},
     {"score", cli_score, "score --model DIR FILE [--after-generate N --seed S --temperature T]   bits/byte of FILE"},
     {"generate", cli_generate, "generate --model DIR --prompt TEXT -n N [--seed S --temperature T --top-k K --top-p P]"},
+    {"serve", server_main, "serve [--model DIR --socket PATH --db PATH ...]   the daemon (docs/PROTOCOL.md)"},
     {"bench-step", cli_bench_step, "bench-step --model DIR [--max-batch 64 --seconds S]   step time, tokens/s vs SGEMM"},
 };
 

@@ -275,7 +275,7 @@ static proto_code decode_generate(const msgpack_object *m, const proto_limits *l
     if ((c = get_uint(m, "top_k", 0, 256, 0, &u, NULL, err))) return c;
     if (field(m, "top_k")) r->sp.top_k = (int)u;
     if ((c = get_float(m, "top_p", 0, 1, 1, &r->sp.top_p, err))) return c;
-    if ((c = get_float(m, "repetition_penalty", 0, 100, 1, &r->sp.rep_penalty, err))) return c;
+    if ((c = get_float(m, "repetition_penalty", 1, 100, 0, &r->sp.rep_penalty, err))) return c;
     if ((c = get_uint(m, "repetition_window", 0, SAMPLER_WINDOW_MAX, 0, &u, NULL, err))) return c;
     if (field(m, "repetition_window")) r->sp.rep_window = (int)u;
     const msgpack_object *sd = field(m, "seed");

@@ -1,0 +1,252 @@
+/* daemon/conn.c — see conn.h. */
+#include "daemon/conn.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include "daemon/commands.h"
+#include "daemon/msg.h"
+
+#define CONN_IDX_BITS 24
+#define READ_CHUNK    (64 * 1024)
+
+int conn_table_init(conn_table *t)
+{
+    t->cap = 64;
+    t->count = 0;
+    t->seq = 0;
+    t->v = calloc(t->cap, sizeof *t->v);
+    return t->v ? 0 : -ENOMEM;
+}
+
+void conn_table_free(conn_table *t)
+{
+    free(t->v);
+    t->v = NULL;
+}
+
+conn *conn_lookup(conn_table *t, uint64_t id)
+{
+    uint32_t idx = (uint32_t)(id & ((1u << CONN_IDX_BITS) - 1));
+    if (idx >= t->cap || !t->v[idx] || t->v[idx]->id != id) return NULL;
+    return t->v[idx];
+}
+
+static int table_add(conn_table *t, conn *c)
+{
+    uint32_t idx = 0;
+    while (idx < t->cap && t->v[idx]) idx++;
+    if (idx == t->cap) {
+        if (t->cap >= (1u << CONN_IDX_BITS)) return -EMFILE;
+        conn **nv = realloc(t->v, 2 * t->cap * sizeof *nv);
+        if (!nv) return -ENOMEM;
+        memset(nv + t->cap, 0, t->cap * sizeof *nv);
+        t->v = nv;
+        t->cap *= 2;
+    }
+    t->v[idx] = c;
+    t->count++;
+    c->id = (++t->seq << CONN_IDX_BITS) | idx;
+    return 0;
+}
+
+static void table_del(conn_table *t, conn *c)
+{
+    uint32_t idx = (uint32_t)(c->id & ((1u << CONN_IDX_BITS) - 1));
+    if (idx < t->cap && t->v[idx] == c) { t->v[idx] = NULL; t->count--; }
+}
+
+size_t conn_unsent(const conn *c) { return c->pend.size + c->wbuf.size; }
+
+static void post_sched(conn *c, dmsg_kind kind)
+{
+    dmsg *m = dmsg_new(kind, c->id);
+    if (m) queue_push(&c->srv->schedq, &m->node);
+}
+
+static void on_close(uv_handle_t *h)
+{
+    conn *c = (conn *)h;
+    msgpack_sbuffer_destroy(&c->pend);
+    msgpack_sbuffer_destroy(&c->wbuf);
+    free(c->in);
+    free(c);
+}
+
+void conn_close(conn *c)
+{
+    if (c->closed) return;
+    c->closed = 1;
+    uv_read_stop((uv_stream_t *)&c->pipe);
+    post_sched(c, M_CONN_CLOSED);
+    stats_connections(&c->srv->st, -1);
+    table_del(c->srv->conns, c);
+    uv_close((uv_handle_t *)&c->pipe, on_close);
+}
+
+static void check_pressure(conn *c)
+{
+    size_t hi = c->srv->opt.max_output, unsent = conn_unsent(c);
+    if (!c->paused && unsent > hi) {
+        c->paused = 1;
+        post_sched(c, M_PAUSE);
+    } else if (c->paused && unsent <= hi / 4) {
+        c->paused = 0;
+        post_sched(c, M_RESUME);
+    }
+}
+
+static void flush(conn *c);
+
+static void on_write(uv_write_t *req, int status)
+{
+    conn *c = req->data;
+    c->writing = 0;
+    c->wbuf.size = 0;
+    if (c->closed) return;
+    if (status < 0) { conn_close(c); return; }
+    flush(c);
+    check_pressure(c);
+}
+
+static void flush(conn *c)
+{
+    if (c->closed || c->writing) return;
+    if (c->pend.size == 0) {
+        if (c->closing) conn_close(c);
+        return;
+    }
+    msgpack_sbuffer tmp = c->wbuf;
+    c->wbuf = c->pend;
+    c->pend = tmp;
+    c->pend.size = 0;
+    uv_buf_t b = uv_buf_init(c->wbuf.data, (unsigned)c->wbuf.size);
+    c->wreq.data = c;
+    c->writing = 1;
+    int rc = uv_write(&c->wreq, (uv_stream_t *)&c->pipe, &b, 1, on_write);
+    if (rc < 0) { c->writing = 0; c->wbuf.size = 0; conn_close(c); }
+}
+
+void conn_send(conn *c, const char *data, size_t len)
+{
+    if (c->closed || len == 0) return;
+    if (msgpack_sbuffer_write(&c->pend, data, len) != 0) { conn_close(c); return; }
+    flush(c);
+    check_pressure(c);
+}
+
+void conn_deliver(server *srv, outmsg *o)
+{
+    conn *c = conn_lookup(srv->conns, o->conn);
+    if (c && !c->closed) {
+        c->inflight -= o->finals;
+        conn_send(c, o->sb.data, o->sb.size);
+        if (o->close_after) conn_close_after_flush(c);
+    }
+    outmsg_free(o);
+}
+
+void conn_close_after_flush(conn *c)
+{
+    if (c->closed) return;
+    c->closing = 1;
+    uv_read_stop((uv_stream_t *)&c->pipe);
+    flush(c);
+}
+
+static void send_error(conn *c, uint64_t id, proto_code code, const char *msg)
+{
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    proto_pack_error(&sb, id, code, msg);
+    conn_send(c, sb.data, sb.size);
+    msgpack_sbuffer_destroy(&sb);
+}
+
+/* Decode and dispatch every complete message in the input buffer. */
+static void consume(conn *c)
+{
+    size_t off = 0;
+    const proto_limits *lim = &c->srv->limits;
+    while (!c->closing && !c->closed && off < c->in_len) {
+        long n = proto_scan(c->in + off, c->in_len - off, lim->max_message);
+        if (n == 0) break;
+        if (n < 0) {
+            char msg[160];
+            if (n == -PE_TOO_LARGE)
+                snprintf(msg, sizeof msg, "message is over the limit of %zu bytes; closing the "
+                         "connection", lim->max_message);
+            else
+                snprintf(msg, sizeof msg, "bytes at offset %zu of the stream are not msgpack; "
+                         "closing the connection", off);
+            send_error(c, 0, (proto_code)-n, msg);
+            conn_close_after_flush(c);
+            break;
+        }
+        proto_request req;
+        proto_error err;
+        uint64_t t = now_ns();
+        proto_code code = proto_parse(c->in + off, (size_t)n, lim, &req, &err);
+        off += (size_t)n;
+        if (code != PE_OK) {
+            send_error(c, err.id, code, err.msg);
+            if (code == PE_DECODE || code == PE_TOO_LARGE) conn_close_after_flush(c);
+            continue;
+        }
+        commands_dispatch(c->srv, c, &req, t);
+    }
+    if (off) {
+        memmove(c->in, c->in + off, c->in_len - off);
+        c->in_len -= off;
+    }
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    conn *c = (conn *)h;
+    (void)suggested;
+    if (c->in_cap - c->in_len < READ_CHUNK) {
+        size_t nc = c->in_len + READ_CHUNK;
+        uint8_t *ni = realloc(c->in, nc);
+        if (!ni) { *buf = uv_buf_init(NULL, 0); return; }
+        c->in = ni;
+        c->in_cap = nc;
+    }
+    *buf = uv_buf_init((char *)c->in + c->in_len, (unsigned)(c->in_cap - c->in_len));
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    conn *c = (conn *)s;
+    (void)buf;
+    if (nread < 0) { conn_close(c); return; }   /* EOF or error: cancel its turns */
+    if (nread == 0) return;
+    c->in_len += (size_t)nread;
+    consume(c);
+    /* Don't keep a large buffer around for a connection that is quiet. */
+    if (c->in_len == 0 && c->in_cap > 4 * READ_CHUNK) {
+        free(c->in);
+        c->in = NULL;
+        c->in_cap = 0;
+    }
+}
+
+int conn_accept(server *srv)
+{
+    conn *c = calloc(1, sizeof *c);
+    if (!c) return -ENOMEM;
+    c->srv = srv;
+    msgpack_sbuffer_init(&c->pend);
+    msgpack_sbuffer_init(&c->wbuf);
+    int rc = uv_pipe_init(srv->loop, &c->pipe, 0);
+    if (rc < 0) { free(c); return rc; }
+    if ((rc = uv_accept((uv_stream_t *)&srv->listener, (uv_stream_t *)&c->pipe)) < 0 ||
+        (rc = table_add(srv->conns, c)) < 0) {
+        c->closed = 1;
+        uv_close((uv_handle_t *)&c->pipe, on_close);
+        return rc;
+    }
+    stats_connections(&srv->st, +1);
+    if ((rc = uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read)) < 0) conn_close(c);
+    return rc;
+}

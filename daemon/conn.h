@@ -1,0 +1,60 @@
+/* daemon/conn.h — client connections (loop thread only).
+ *
+ * A connection reads bytes into its input buffer, cuts them into messages
+ * with proto_scan, decodes each (proto_parse) and hands it to
+ * commands_dispatch. Output is appended to a pending buffer and written in
+ * as few writes as possible: one write in flight, everything that arrives
+ * meanwhile goes out in the next one. When unsent output passes
+ * --max-output the compute thread is told to pause this connection's turns
+ * (M_PAUSE), and to resume them (M_RESUME) once it drained below a quarter
+ * of that. Bytes that are not msgpack, or an oversized message, get an
+ * error and the connection is closed once the error is written.
+ *
+ * Connections are named by a 64-bit id that is never reused, so a message
+ * from another thread for a connection that has gone is simply dropped. */
+#ifndef LIND_DAEMON_CONN_H
+#define LIND_DAEMON_CONN_H
+
+#include <stdint.h>
+#include <msgpack.h>
+#include <uv.h>
+#include "daemon/msg.h"
+#include "daemon/server.h"
+
+typedef struct conn {
+    uv_pipe_t pipe;            /* first: the handle's address is the conn's */
+    server   *srv;
+    uint64_t  id;
+    uint8_t  *in;              /* bytes read, not yet a complete message */
+    size_t    in_len, in_cap;
+    msgpack_sbuffer pend;      /* output not yet handed to a write */
+    msgpack_sbuffer wbuf;      /* output of the write in flight */
+    uv_write_t wreq;
+    int       writing, paused, closing, closed;
+    int       inflight;        /* requests sent on to other threads, not yet answered */
+} conn;
+
+typedef struct conn_table {
+    conn   **v;
+    uint32_t cap, count;
+    uint64_t seq;
+} conn_table;
+
+int   conn_table_init(conn_table *t);
+void  conn_table_free(conn_table *t);
+conn *conn_lookup(conn_table *t, uint64_t id);
+
+/* Accept a pending connection on the listener. */
+int   conn_accept(server *srv);
+/* Queue bytes for the client (the events of one outmsg). */
+void  conn_send(conn *c, const char *data, size_t len);
+/* Deliver an outmsg from another thread (frees it). */
+void  conn_deliver(server *srv, outmsg *o);
+/* Close now (turns are cancelled by the compute thread). */
+void  conn_close(conn *c);
+/* Stop reading and close once pending output is written. */
+void  conn_close_after_flush(conn *c);
+/* Unsent output bytes (pending + in flight). */
+size_t conn_unsent(const conn *c);
+
+#endif

@@ -1,0 +1,72 @@
+/* daemon/msg.c — constructors and destructors of the inter-thread messages. */
+#include "daemon/msg.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+dmsg *dmsg_new(dmsg_kind kind, uint64_t conn)
+{
+    dmsg *m = calloc(1, sizeof *m);
+    if (!m) return NULL;
+    m->kind = kind;
+    m->conn = conn;
+    return m;
+}
+
+void dmsg_free(dmsg *m)
+{
+    if (!m) return;
+    proto_request_free(&m->req);
+    store_loaded_free(&m->loaded);
+    free(m->state);
+    free(m->transcript);
+    free(m->rinfo.transcript);
+    free(m);
+}
+
+outmsg *outmsg_new(uint64_t conn)
+{
+    outmsg *o = calloc(1, sizeof *o);
+    if (!o) return NULL;
+    o->conn = conn;
+    msgpack_sbuffer_init(&o->sb);
+    return o;
+}
+
+void outmsg_free(outmsg *o)
+{
+    if (!o) return;
+    msgpack_sbuffer_destroy(&o->sb);
+    free(o);
+}
+
+outmsg *outmsg_error(uint64_t conn, uint64_t id, proto_code code, const char *fmt, ...)
+{
+    outmsg *o = outmsg_new(conn);
+    if (!o) return NULL;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    proto_pack_error(&o->sb, id, code, msg);
+    o->finals = 1;
+    return o;
+}
+
+uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}

@@ -1,0 +1,93 @@
+/* daemon/msg.h — the messages the daemon's threads exchange.
+ *
+ *   loop  → compute : requests on sessions, connection closed/paused/resumed,
+ *                     shutdown                                  (dmsg)
+ *   loop  → store   : list, export, stats                       (dmsg)
+ *   compute → store : load, save (a finished turn), admin ops   (dmsg)
+ *   store → compute : loaded, saved                             (dmsg)
+ *   any   → loop    : encoded events for one connection, exit   (outmsg)
+ *
+ * Ownership passes with the message: the receiver frees it (dmsg_free /
+ * outmsg_free), including every buffer it points to. */
+#ifndef LIND_DAEMON_MSG_H
+#define LIND_DAEMON_MSG_H
+
+#include <stdint.h>
+#include <msgpack.h>
+#include "daemon/queue.h"
+#include "daemon/protocol.h"
+#include "state/store.h"
+
+typedef enum dmsg_kind {
+    M_REQUEST = 1,  /* a client request (req), from connection `conn` */
+    M_CONN_CLOSED,  /* connection `conn` is gone: cancel its turns */
+    M_PAUSE,        /* connection `conn` has too much unsent output */
+    M_RESUME,       /* ... and has drained */
+    M_SHUTDOWN,     /* stop: cancel turns, save, then stop the store thread */
+    M_LOAD,         /* compute → store: load session `name` */
+    M_LOADED,       /* store → compute: rc, loaded */
+    M_SAVE,         /* compute → store: commit rec, then answer the turn */
+    M_SAVED,        /* store → compute: rc (0 = committed) */
+    M_STOP,         /* compute → store: nothing more will come */
+} dmsg_kind;
+
+/* What a finished turn tells its client once its state is committed. */
+typedef struct turn_result {
+    int      is_append;       /* answer with `result` {session_tokens} */
+    proto_done done;          /* generate: the done event (ms_save filled by the store) */
+    uint8_t  stop[PROTO_MAX_STOP_LEN];
+    uint64_t t_recv_ns;       /* when the request arrived, for ms.total */
+} turn_result;
+
+/* Resident facts the store thread adds to an `info` answer. */
+typedef struct resident_info {
+    int      resident, busy;
+    uint64_t tokens;
+    int64_t  created_ms;
+    uint8_t *transcript; size_t transcript_len;   /* encoded, owned */
+} resident_info;
+
+typedef struct dmsg {
+    qnode    node;
+    dmsg_kind kind;
+    uint64_t conn;            /* connection id (0: none) */
+    uint64_t t_recv_ns;       /* monotonic time the request arrived */
+    proto_request req;        /* M_REQUEST */
+    void    *sess;            /* the compute thread's session, opaque elsewhere */
+    char     name[STORE_NAME_MAX + 1];
+    int      rc;              /* M_LOADED, M_SAVED: 0 or negative code */
+    proto_code code;          /* M_SAVED failure: the error code sent */
+    char     err[256];
+    store_loaded loaded;      /* M_LOADED */
+    /* M_SAVE */
+    uint8_t *state; size_t state_len;
+    uint8_t *transcript; size_t transcript_len;
+    uint64_t tokens;
+    turn_result result;
+    resident_info rinfo;      /* M_REQUEST op info, forwarded by compute */
+} dmsg;
+
+dmsg *dmsg_new(dmsg_kind kind, uint64_t conn);
+void  dmsg_free(dmsg *m);
+
+/* Encoded events for one connection. `finals` counts the final events
+ * (result/done/error) inside, so the loop knows requests that ended. */
+typedef struct outmsg {
+    qnode    node;
+    uint64_t conn;
+    int      finals;
+    int      close_after;     /* close the connection once this is written */
+    int      exit;            /* the store thread is done: the loop may end */
+    msgpack_sbuffer sb;
+} outmsg;
+
+outmsg *outmsg_new(uint64_t conn);
+void    outmsg_free(outmsg *o);
+/* One-event helpers: a new outmsg holding an error / nothing yet. */
+outmsg *outmsg_error(uint64_t conn, uint64_t id, proto_code code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+uint64_t now_ns(void);
+int64_t  wall_ms(void);
+
+#endif

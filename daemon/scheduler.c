@@ -1,0 +1,842 @@
+/* daemon/scheduler.c — the compute thread: turns, batched steps, residency.
+ * See scheduler.h for the model of operation. */
+#include "daemon/scheduler.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "daemon/msg.h"
+#include "daemon/session.h"
+#include "recurrent/sampler.h"
+#include "state/format.h"
+#include "state/store.h"
+#include "state/transcript.h"
+
+/* The compute thread's view of a connection: paused or not, and the events
+ * of the current round waiting to be handed to the loop in one piece. */
+typedef struct cconn {
+    uint64_t id;
+    int      paused, closed;
+    int      refs;            /* turns and waiting requests of this connection */
+    outmsg  *out;
+    struct cconn *hnext, *fnext;
+} cconn;
+
+#define CCONN_BUCKETS 256
+
+typedef struct turn {
+    session *s;
+    cconn   *c;
+    uint64_t req_id;
+    int      is_append;
+    int      gen;              /* still to sample (cleared by a cancel mid-prompt) */
+    int      generating;       /* the prompt is fed; feeding sampled tokens */
+    uint8_t *feed;             /* pending token, then the text */
+    size_t   feed_len, feed_pos;
+    int      last;             /* last sampled token */
+    uint32_t max_tokens, produced;
+    int      n_stop;
+    uint8_t  stop[PROTO_MAX_STOPS][PROTO_MAX_STOP_LEN];
+    uint8_t  stop_len[PROTO_MAX_STOPS];
+    uint8_t  tail[PROTO_MAX_STOP_LEN];
+    size_t   tail_len;
+    int      cancelled, finished, stop_hit;
+    uint64_t tokens_in;
+    uint64_t t_recv, t_start, t_prompt, t_end;
+} turn;
+
+struct scheduler {
+    server  *srv;
+    model   *m;
+    pthread_t th;
+    session_table tab;
+    int     *free_slots, nfree;
+    turn   **active;
+    int      nactive, cap_active, rr;
+    cconn   *cc[CCONN_BUCKETS];
+    cconn   *flush;            /* connections with events this round */
+    dmsg    *saves, *saves_tail;   /* M_SAVE to push after the round's events */
+    session *wait_head, *wait_tail;
+    uint64_t clock;
+    int      shutting, saves_inflight, loads_inflight;
+    float   *logits, scratch[2 * LIND_VOCAB];
+    int     *b_slots, *b_toks;
+    turn   **b_turns;
+    void    *raw;
+};
+
+/* ---- connections --------------------------------------------------------- */
+
+static cconn *cconn_get(scheduler *S, uint64_t id)
+{
+    cconn **pp = &S->cc[id % CCONN_BUCKETS];
+    for (cconn *c = *pp; c; c = c->hnext)
+        if (c->id == id) return c;
+    cconn *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->id = id;
+    c->hnext = *pp;
+    *pp = c;
+    return c;
+}
+
+static void cconn_release(scheduler *S, cconn *c)
+{
+    if (--c->refs > 0 || !c->closed || c->out) return;
+    cconn **pp = &S->cc[c->id % CCONN_BUCKETS];
+    while (*pp && *pp != c) pp = &(*pp)->hnext;
+    if (*pp) *pp = c->hnext;
+    free(c);
+}
+
+/* The round's output buffer of a connection (NULL when it is gone). */
+static msgpack_sbuffer *cconn_out(scheduler *S, cconn *c)
+{
+    if (c->closed) return NULL;
+    if (!c->out) {
+        c->out = outmsg_new(c->id);
+        if (!c->out) return NULL;
+        c->fnext = S->flush;
+        S->flush = c;
+    }
+    return &c->out->sb;
+}
+
+static void send_out(scheduler *S, outmsg *o)
+{
+    if (o) queue_push(&S->srv->loopq, &o->node);
+}
+
+static void reply_error(scheduler *S, uint64_t conn, uint64_t id, proto_code code,
+                        const char *fmt, const char *arg)
+{
+    send_out(S, outmsg_error(conn, id, code, fmt, arg));
+}
+
+/* ---- slots and residency -------------------------------------------------- */
+
+static void drop_session(scheduler *S, session *s)
+{
+    session_remove(&S->tab, s);
+    if (s->slot >= 0) S->free_slots[S->nfree++] = s->slot;
+    session_free(s);
+    stats_resident(&S->srv->st, S->tab.count);
+}
+
+struct lru_pick { session *best; };
+static void lru_visit(session *s, void *arg)
+{
+    struct lru_pick *p = arg;
+    if (s->phase == SESS_READY && !s->busy && (!p->best || s->last_use < p->best->last_use))
+        p->best = s;
+}
+
+/* A free slot, evicting the least recently used idle session if needed (an
+ * idle session has nothing unsaved). -1 when every slot is busy. */
+static int take_slot(scheduler *S)
+{
+    if (S->nfree == 0) {
+        struct lru_pick p = { NULL };
+        session_foreach(&S->tab, lru_visit, &p);
+        if (!p.best) return -1;
+        drop_session(S, p.best);
+    }
+    return S->free_slots[--S->nfree];
+}
+
+static void begin_turn(scheduler *S, session *s, dmsg *m);
+static void serve_waiters(scheduler *S);
+
+/* Put a loaded (or new) session into a slot and start its waiting turn. */
+static void place(scheduler *S, session *s)
+{
+    int slot = take_slot(S);
+    if (slot < 0) {
+        s->phase = SESS_WAIT_SLOT;
+        s->wnext = NULL;
+        if (S->wait_tail) S->wait_tail->wnext = s; else S->wait_head = s;
+        S->wait_tail = s;
+        return;
+    }
+    s->slot = slot;
+    dmsg *ld = s->loaded;
+    dmsg *w = s->waiting;
+    char err[256];
+    if (ld->rc == -ENOENT) {
+        model_slot_reset(S->m, slot);
+        memset(&s->meta, 0, sizeof s->meta);
+        s->meta.pending_token = LIND_BOS;
+        sampler_init(&s->meta.sampler, &w->req.sp);
+        s->created_ms = wall_ms();
+    } else {
+        int rc = state_decode(S->m, ld->loaded.state, ld->loaded.state_len, &s->meta, S->raw,
+                              err, sizeof err);
+        if (rc == 0) rc = model_slot_write(S->m, slot, S->raw);
+        if (rc != 0) {
+            send_out(S, outmsg_error(w->conn, w->req.id, PE_BAD_STATE,
+                                     "session '%s': the stored state cannot be used (%s): %s",
+                                     s->name, state_strerror(rc), err));
+            cconn *c = cconn_get(S, w->conn);
+            drop_session(S, s);
+            if (c) cconn_release(S, c);
+            return;
+        }
+        if (transcript_decode(&s->tr, ld->loaded.transcript, ld->loaded.transcript_len,
+                              err, sizeof err) != 0)
+            transcript_clear(&s->tr);   /* the tail is a convenience; the state is intact */
+        s->created_ms = ld->loaded.created_ms;
+    }
+    dmsg_free(ld);
+    s->loaded = NULL;
+    s->phase = SESS_READY;
+    s->waiting = NULL;
+    s->last_use = ++S->clock;
+    stats_resident(&S->srv->st, S->tab.count);
+    begin_turn(S, s, w);
+}
+
+static void serve_waiters(scheduler *S)
+{
+    while (S->wait_head) {
+        if (S->nfree == 0) {
+            struct lru_pick p = { NULL };
+            session_foreach(&S->tab, lru_visit, &p);
+            if (!p.best) return;
+        }
+        session *s = S->wait_head;
+        S->wait_head = s->wnext;
+        if (!S->wait_head) S->wait_tail = NULL;
+        place(S, s);
+    }
+}
+
+/* ---- turns ----------------------------------------------------------------- */
+
+static void begin_turn(scheduler *S, session *s, dmsg *m)
+{
+    proto_request *r = &m->req;
+    turn *t = calloc(1, sizeof *t);
+    cconn *c = cconn_get(S, m->conn);
+    uint8_t *feed = malloc(r->text_len + 1);
+    if (!t || !c || !feed || transcript_append(&s->tr, TRANSCRIPT_IN, r->text, r->text_len) != 0) {
+        free(t); free(feed);
+        reply_error(S, m->conn, r->id, PE_INTERNAL, "out of memory starting a turn on '%s'", s->name);
+        s->busy = 0;
+        if (c) cconn_release(S, c);
+        dmsg_free(m);
+        return;
+    }
+    t->s = s;
+    t->c = c;            /* the reference taken when the request arrived */
+    t->req_id = r->id;
+    t->is_append = r->op == OP_APPEND;
+    t->t_recv = m->t_recv_ns;
+    t->t_start = now_ns();
+    t->cancelled = m->rc == -ECANCELED || c->closed;
+    if (r->op == OP_GENERATE) {
+        if (r->has_seed) {
+            sampler_init(&s->meta.sampler, &r->sp);
+        } else {
+            sampler_params p = r->sp;
+            p.seed = s->meta.sampler.p.seed;
+            sampler_set_params(&s->meta.sampler, &p);
+        }
+        t->max_tokens = r->max_tokens;
+        t->n_stop = r->n_stop;
+        memcpy(t->stop, r->stop, sizeof t->stop);
+        memcpy(t->stop_len, r->stop_len, sizeof t->stop_len);
+    }
+    t->gen = r->op == OP_GENERATE && r->max_tokens > 0 && !t->cancelled;
+    if (s->meta.pending_token >= 0) feed[t->feed_len++] = (uint8_t)s->meta.pending_token;
+    for (size_t i = 0; i < r->text_len; i++) {
+        feed[t->feed_len++] = r->text[i];
+        sampler_observe(&s->meta.sampler, r->text[i]);
+    }
+    t->feed = feed;
+    t->tokens_in = r->text_len;
+    s->meta.pending_token = -1;
+    s->turn = t;
+    if (S->nactive == S->cap_active) {
+        int nc = S->cap_active ? S->cap_active * 2 : 64;
+        turn **na = realloc(S->active, (size_t)nc * sizeof *na);
+        if (!na) {
+            s->meta.pending_token = feed[0];
+            free(feed); free(t);
+            s->turn = NULL;
+            s->busy = 0;
+            reply_error(S, m->conn, r->id, PE_INTERNAL, "out of memory queueing a turn on '%s'", s->name);
+            cconn_release(S, c);
+            dmsg_free(m);
+            return;
+        }
+        S->active = na;
+        S->cap_active = nc;
+    }
+    S->active[S->nactive++] = t;
+    dmsg_free(m);
+}
+
+static uint64_t session_tokens(const session *s)
+{
+    return s->meta.tokens + (s->meta.pending_token >= 0 ? 1 : 0);
+}
+
+/* End a turn at a token boundary: the state is consistent with every token
+ * emitted. Encode it and queue the commit; `done` follows the commit. */
+static void finish(scheduler *S, turn *t, int pending, const char *reason)
+{
+    session *s = t->s;
+    t->finished = 1;
+    t->t_end = now_ns();
+    if (!t->t_prompt) t->t_prompt = t->t_end;
+    s->meta.pending_token = pending;
+    s->turn = NULL;
+    s->last_use = ++S->clock;
+
+    char err[256];
+    uint8_t *blob = NULL, *tr = NULL;
+    size_t blen = 0, tlen = 0;
+    int rc = model_slot_read(S->m, s->slot, S->raw);
+    if (rc == 0) rc = state_encode(S->m, &s->meta, S->raw, &blob, &blen, err, sizeof err);
+    else snprintf(err, sizeof err, "reading slot %d failed (%d)", s->slot, rc);
+    if (rc == 0 && transcript_encode(&s->tr, &tr, &tlen) != 0) {
+        rc = -ENOMEM;
+        snprintf(err, sizeof err, "out of memory encoding the transcript");
+    }
+    dmsg *m = rc == 0 ? dmsg_new(M_SAVE, t->c->id) : NULL;
+    if (!m) {
+        /* Never save a poisoned state over a good one: report, and drop the
+         * resident copy so the next use resumes from the last commit. */
+        msgpack_sbuffer *sb = cconn_out(S, t->c);
+        if (sb) {
+            char msg[800];
+            snprintf(msg, sizeof msg, "session '%s': the turn's state was not saved (%s): %s; "
+                     "the session stays at its last committed turn", s->name,
+                     rc < 0 ? state_strerror(rc) : "error", rc == 0 ? "out of memory" : err);
+            proto_pack_error(sb, t->req_id, PE_BAD_STATE, msg);
+            t->c->out->finals++;
+        }
+        free(blob);
+        free(tr);
+        drop_session(S, s);
+        return;
+    }
+    snprintf(m->name, sizeof m->name, "%s", s->name);
+    m->sess = s;
+    m->state = blob; m->state_len = blen;
+    m->transcript = tr; m->transcript_len = tlen;
+    m->tokens = session_tokens(s);
+    turn_result *res = &m->result;
+    res->is_append = t->is_append;
+    res->t_recv_ns = t->t_recv;
+    res->done.id = t->req_id;
+    res->done.reason = reason;
+    res->done.tokens_in = t->tokens_in;
+    res->done.tokens_out = t->produced;
+    res->done.session_tokens = m->tokens;
+    res->done.ms_queue = (double)(t->t_start - t->t_recv) / 1e6;
+    res->done.ms_prompt = (double)(t->t_prompt - t->t_start) / 1e6;
+    res->done.ms_generate = (double)(t->t_end - t->t_prompt) / 1e6;
+    if (t->stop_hit >= 0 && !strcmp(reason, "stop")) {
+        memcpy(res->stop, t->stop[t->stop_hit], t->stop_len[t->stop_hit]);
+        res->done.stop = res->stop;
+        res->done.stop_len = t->stop_len[t->stop_hit];
+    }
+    if (S->saves_tail) S->saves_tail->node.next = &m->node; else S->saves = m;
+    S->saves_tail = m;
+    m->node.next = NULL;
+    S->saves_inflight++;
+}
+
+/* After a token was emitted or the feed advanced: has the turn ended? */
+static void emit_token(scheduler *S, turn *t, int tok)
+{
+    session *s = t->s;
+    uint8_t byte = (uint8_t)tok;
+    sampler_observe(&s->meta.sampler, tok);
+    t->produced++;
+    msgpack_sbuffer *sb = cconn_out(S, t->c);
+    if (sb) proto_pack_token(sb, t->req_id, &byte, 1);
+    transcript_append(&s->tr, TRANSCRIPT_OUT, &byte, 1);
+    if (t->tail_len == PROTO_MAX_STOP_LEN) {
+        memmove(t->tail, t->tail + 1, PROTO_MAX_STOP_LEN - 1);
+        t->tail_len--;
+    }
+    t->tail[t->tail_len++] = byte;
+    t->stop_hit = -1;
+    for (int i = 0; i < t->n_stop; i++)
+        if (t->tail_len >= t->stop_len[i] &&
+            !memcmp(t->tail + t->tail_len - t->stop_len[i], t->stop[i], t->stop_len[i])) {
+            t->stop_hit = i;
+            break;
+        }
+    if (t->stop_hit >= 0) finish(S, t, tok, "stop");
+    else if (t->produced >= t->max_tokens) finish(S, t, tok, "length");
+    else if (t->cancelled) finish(S, t, tok, "cancelled");
+    else { t->last = tok; t->generating = 1; }
+}
+
+/* A turn that is not (or no longer) sampling ends once one token of its
+ * feed is left: that token becomes the session's pending token. */
+static void maybe_end_feed(scheduler *S, turn *t)
+{
+    if (t->finished || t->gen || t->generating) return;
+    size_t left = t->feed_len - t->feed_pos;
+    if (left > 1) return;
+    int pending = left ? t->feed[t->feed_pos] : -1;
+    finish(S, t, pending, t->is_append ? "append" : (t->cancelled ? "cancelled" : "length"));
+}
+
+static void cancel_turn(turn *t)
+{
+    t->cancelled = 1;
+    if (!t->generating) t->gen = 0;   /* finish feeding the text, sample nothing */
+}
+
+/* ---- a round ----------------------------------------------------------------- */
+
+static void flush_round(scheduler *S)
+{
+    for (cconn *c = S->flush; c; ) {
+        cconn *next = c->fnext;
+        outmsg *o = c->out;
+        c->out = NULL;
+        c->fnext = NULL;
+        if (!c->closed) send_out(S, o);
+        else {
+            outmsg_free(o);
+            c->refs++;
+            cconn_release(S, c);   /* frees it if nothing else holds it */
+        }
+        c = next;
+    }
+    S->flush = NULL;
+    /* Saves go after the events, so `done` always follows its tokens. */
+    for (dmsg *m = S->saves; m; ) {
+        dmsg *next = (dmsg *)m->node.next;
+        queue_push(&S->srv->persistq, &m->node);
+        m = next;
+    }
+    S->saves = S->saves_tail = NULL;
+}
+
+static void reap(scheduler *S)
+{
+    int j = 0;
+    for (int i = 0; i < S->nactive; i++) {
+        turn *t = S->active[i];
+        if (t->finished) {
+            if (S->rr > j) S->rr--;
+            cconn_release(S, t->c);
+            free(t->feed);
+            free(t);
+        } else {
+            S->active[j++] = t;
+        }
+    }
+    S->nactive = j;
+    if (S->rr >= S->nactive) S->rr = 0;
+}
+
+static void fail_batch(scheduler *S, int B, int rc)
+{
+    for (int b = 0; b < B; b++) {
+        turn *t = S->b_turns[b];
+        msgpack_sbuffer *sb = cconn_out(S, t->c);
+        if (sb) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "model step failed (%d); session '%s' stays at its last "
+                     "committed turn", rc, t->s->name);
+            proto_pack_error(sb, t->req_id, PE_INTERNAL, msg);
+            t->c->out->finals++;
+        }
+        t->finished = 1;
+        t->s->turn = NULL;
+        drop_session(S, t->s);
+    }
+}
+
+/* One round; returns the number of sessions stepped (0: nothing runnable). */
+static int round_once(scheduler *S)
+{
+    int maxb = S->srv->opt.max_batch, B = 0, need_logits = 0;
+    uint64_t t0 = now_ns();
+    for (int k = 0; k < S->nactive && B < maxb; k++) {
+        turn *t = S->active[(S->rr + k) % S->nactive];
+        if (t->finished) continue;
+        if (t->c->closed && !t->cancelled) cancel_turn(t);
+        if (t->c->paused && !t->cancelled) continue;
+        if (t->generating && t->cancelled) { finish(S, t, t->last, "cancelled"); continue; }
+        maybe_end_feed(S, t);
+        if (t->finished) continue;
+        int tok;
+        if (!t->generating) {
+            tok = t->feed[t->feed_pos];
+            if (t->gen && t->feed_pos + 1 == t->feed_len) need_logits = 1;
+        } else {
+            tok = t->last;
+            need_logits = 1;
+        }
+        S->b_turns[B] = t;
+        S->b_slots[B] = t->s->slot;
+        S->b_toks[B] = tok;
+        B++;
+    }
+    if (B == 0) {
+        flush_round(S);
+        reap(S);
+        return 0;
+    }
+    if (S->nactive) S->rr = (S->rr + B) % S->nactive;
+    int rc = model_step(S->m, S->b_slots, S->b_toks, B, need_logits ? S->logits : NULL);
+    if (rc != 0) {
+        fail_batch(S, B, rc);
+        flush_round(S);
+        reap(S);
+        return B;
+    }
+    uint64_t fed = 0, out = 0;
+    for (int b = 0; b < B; b++) {
+        turn *t = S->b_turns[b];
+        t->s->meta.tokens++;
+        if (!t->generating) {
+            t->feed_pos++;
+            fed++;
+            if (t->feed_pos < t->feed_len || !t->gen) { maybe_end_feed(S, t); continue; }
+            t->t_prompt = now_ns();
+        }
+        int tok = sampler_next(&t->s->meta.sampler, S->logits + (size_t)b * LIND_VOCAB,
+                               LIND_VOCAB, S->scratch);
+        emit_token(S, t, tok);
+        out++;
+    }
+    /* More of the prompts, without the head, up to the chunk. */
+    for (int k = 1; k < S->srv->opt.prompt_chunk; k++) {
+        int P = 0;
+        for (int b = 0; b < B; b++) {
+            turn *t = S->b_turns[b];
+            if (t->finished || t->generating || t->feed_len - t->feed_pos < 2) continue;
+            S->b_slots[P] = t->s->slot;
+            S->b_toks[P] = t->feed[t->feed_pos];
+            S->b_turns[B + P] = t;   /* scratch after the main batch */
+            P++;
+        }
+        if (P == 0) break;
+        if ((rc = model_step(S->m, S->b_slots, S->b_toks, P, NULL)) != 0) {
+            memmove(S->b_turns, S->b_turns + B, (size_t)P * sizeof *S->b_turns);
+            fail_batch(S, P, rc);
+            break;
+        }
+        for (int p = 0; p < P; p++) {
+            turn *t = S->b_turns[B + p];
+            t->s->meta.tokens++;
+            t->feed_pos++;
+            fed++;
+            maybe_end_feed(S, t);
+        }
+    }
+    stats_step(&S->srv->st, B, (double)(now_ns() - t0) / 1e6, fed, out);
+    flush_round(S);
+    reap(S);
+    return B;
+}
+
+/* ---- messages ---------------------------------------------------------------- */
+
+static turn *find_turn(scheduler *S, uint64_t conn, uint64_t id)
+{
+    for (int i = 0; i < S->nactive; i++)
+        if (!S->active[i]->finished && S->active[i]->c->id == conn && S->active[i]->req_id == id)
+            return S->active[i];
+    return NULL;
+}
+
+struct waiting_find { uint64_t conn, id; dmsg *hit; };
+static void waiting_visit(session *s, void *arg)
+{
+    struct waiting_find *f = arg;
+    if (s->waiting && s->waiting->conn == f->conn && s->waiting->req.id == f->id) f->hit = s->waiting;
+}
+
+static void cancel_all_visit(session *s, void *arg)
+{
+    const uint64_t *conn = arg;
+    if (s->waiting && (!conn || s->waiting->conn == *conn)) s->waiting->rc = -ECANCELED;
+}
+
+static void start_turn_request(scheduler *S, dmsg *m)
+{
+    proto_request *r = &m->req;
+    if (S->shutting) {
+        reply_error(S, m->conn, r->id, PE_SHUTTING_DOWN, "%s", "the server is shutting down");
+        dmsg_free(m);
+        return;
+    }
+    session *s = session_find(&S->tab, r->session);
+    if (s && s->busy) {
+        reply_error(S, m->conn, r->id, PE_BUSY, "session '%s' has a turn in flight", r->session);
+        dmsg_free(m);
+        return;
+    }
+    cconn *c = cconn_get(S, m->conn);
+    if (!c) {
+        reply_error(S, m->conn, r->id, PE_INTERNAL, "%s", "out of memory");
+        dmsg_free(m);
+        return;
+    }
+    c->refs++;
+    if (s) {
+        s->busy = 1;
+        begin_turn(S, s, m);
+        return;
+    }
+    s = session_new(r->session, S->srv->opt.transcript_bytes);
+    dmsg *ld = dmsg_new(M_LOAD, 0);
+    if (!s || !ld) {
+        session_free(s);
+        dmsg_free(ld);
+        reply_error(S, m->conn, r->id, PE_INTERNAL, "%s", "out of memory");
+        cconn_release(S, c);
+        dmsg_free(m);
+        return;
+    }
+    s->busy = 1;
+    s->waiting = m;
+    session_insert(&S->tab, s);
+    snprintf(ld->name, sizeof ld->name, "%s", s->name);
+    ld->sess = s;
+    S->loads_inflight++;
+    queue_push(&S->srv->persistq, &ld->node);
+}
+
+static void forward(scheduler *S, dmsg *m)
+{
+    queue_push(&S->srv->persistq, &m->node);
+}
+
+static void on_request(scheduler *S, dmsg *m)
+{
+    proto_request *r = &m->req;
+    session *s;
+    switch (r->op) {
+    case OP_GENERATE: case OP_APPEND:
+        start_turn_request(S, m);
+        return;
+    case OP_CANCEL: {
+        turn *t = find_turn(S, m->conn, r->target);
+        int hit = 0;
+        if (t) { cancel_turn(t); hit = 1; }
+        else {
+            struct waiting_find f = { m->conn, r->target, NULL };
+            session_foreach(&S->tab, waiting_visit, &f);
+            if (f.hit) { f.hit->rc = -ECANCELED; hit = 1; }
+        }
+        outmsg *o = outmsg_new(m->conn);
+        if (o) {
+            msgpack_packer pk;
+            proto_result_begin(&pk, &o->sb, r->id, 1);
+            proto_pack_key(&pk, "cancelled");
+            if (hit) msgpack_pack_true(&pk); else msgpack_pack_false(&pk);
+            o->finals = 1;
+            send_out(S, o);
+        }
+        dmsg_free(m);
+        return;
+    }
+    case OP_INFO:
+        s = session_find(&S->tab, r->session);
+        if (s) {
+            m->rinfo.resident = s->phase == SESS_READY;
+            m->rinfo.busy = s->busy;
+            m->rinfo.tokens = s->phase == SESS_READY ? session_tokens(s) : 0;
+            m->rinfo.created_ms = s->created_ms;
+            if (s->phase == SESS_READY)
+                transcript_encode(&s->tr, &m->rinfo.transcript, &m->rinfo.transcript_len);
+        }
+        forward(S, m);
+        return;
+    case OP_DELETE:
+        s = session_find(&S->tab, r->session);
+        if (s && s->busy) {
+            reply_error(S, m->conn, r->id, PE_BUSY, "session '%s' has a turn in flight", r->session);
+            dmsg_free(m);
+            return;
+        }
+        if (s) drop_session(S, s);
+        forward(S, m);
+        return;
+    case OP_FORK: case OP_IMPORT: {
+        const char *dst = r->op == OP_FORK ? r->to : r->session;
+        if (session_find(&S->tab, dst)) {
+            reply_error(S, m->conn, r->id, PE_EXISTS, "session '%s' already exists", dst);
+            dmsg_free(m);
+            return;
+        }
+        if (r->op == OP_IMPORT) {
+            store_record rec;
+            char name[STORE_NAME_MAX + 1], err[256];
+            int rc = store_export_decode(r->data, r->data_len, &rec, name, err, sizeof err);
+            state_meta meta;
+            if (rc == 0) rc = state_decode(S->m, rec.state, rec.state_len, &meta, S->raw,
+                                           err, sizeof err);
+            if (rc != 0) {
+                send_out(S, outmsg_error(m->conn, r->id, PE_BAD_STATE,
+                                         "cannot import into '%s': %s", r->session, err));
+                dmsg_free(m);
+                return;
+            }
+            m->tokens = rec.tokens;
+        }
+        forward(S, m);
+        return;
+    }
+    default:
+        reply_error(S, m->conn, r->id, PE_INTERNAL, "op '%s' reached the compute thread",
+                    proto_op_name(r->op));
+        dmsg_free(m);
+        return;
+    }
+}
+
+static void on_loaded(scheduler *S, dmsg *m)
+{
+    session *s = m->sess;
+    S->loads_inflight--;
+    if (m->rc < 0 && m->rc != -ENOENT) {
+        dmsg *w = s->waiting;
+        send_out(S, outmsg_error(w->conn, w->req.id, PE_IO, "loading session '%s' failed: %s",
+                                 s->name, m->err));
+        cconn *c = cconn_get(S, w->conn);
+        drop_session(S, s);
+        if (c) cconn_release(S, c);
+        dmsg_free(m);
+        return;
+    }
+    s->loaded = m;
+    place(S, s);
+}
+
+static void on_saved(scheduler *S, dmsg *m)
+{
+    session *s = m->sess;
+    S->saves_inflight--;
+    s->busy = 0;
+    s->last_use = ++S->clock;
+    if (m->rc != 0) drop_session(S, s);   /* resume from the last commit next time */
+    dmsg_free(m);
+    serve_waiters(S);
+}
+
+static void handle(scheduler *S, dmsg *m)
+{
+    switch (m->kind) {
+    case M_REQUEST: on_request(S, m); return;
+    case M_LOADED:  on_loaded(S, m); return;
+    case M_SAVED:   on_saved(S, m); return;
+    case M_CONN_CLOSED: {
+        cconn *c = cconn_get(S, m->conn);
+        if (c) {
+            c->closed = 1;
+            for (int i = 0; i < S->nactive; i++)
+                if (S->active[i]->c == c) cancel_turn(S->active[i]);
+            session_foreach(&S->tab, cancel_all_visit, &m->conn);
+            c->refs++;
+            cconn_release(S, c);
+        }
+        break;
+    }
+    case M_PAUSE: case M_RESUME: {
+        cconn *c = cconn_get(S, m->conn);
+        if (c) {
+            c->paused = m->kind == M_PAUSE;
+            c->refs++;
+            cconn_release(S, c);
+        }
+        break;
+    }
+    case M_SHUTDOWN:
+        S->shutting = 1;
+        for (int i = 0; i < S->nactive; i++) cancel_turn(S->active[i]);
+        session_foreach(&S->tab, cancel_all_visit, NULL);
+        break;
+    default:
+        break;
+    }
+    dmsg_free(m);
+}
+
+static void *compute_main(void *arg)
+{
+    scheduler *S = arg;
+    int idle = 1;
+    for (;;) {
+        qnode *n = queue_take_all(&S->srv->schedq, idle ? -1 : 0);
+        while (n) {
+            qnode *next = n->next;
+            handle(S, (dmsg *)n);
+            n = next;
+        }
+        if (S->shutting && S->nactive == 0 && S->saves_inflight == 0 &&
+            S->loads_inflight == 0 && !S->wait_head)
+            break;
+        idle = round_once(S) == 0;
+    }
+    dmsg *stop = dmsg_new(M_STOP, 0);
+    if (stop) queue_push(&S->srv->persistq, &stop->node);
+    return NULL;
+}
+
+int scheduler_start(server *srv, scheduler **out)
+{
+    scheduler *S = calloc(1, sizeof *S);
+    if (!S) return -ENOMEM;
+    S->srv = srv;
+    S->m = srv->m;
+    int nres = srv->opt.max_resident, maxb = srv->opt.max_batch;
+    int rc = model_slots_reserve(S->m, nres);
+    if (rc != 0) { free(S); return rc; }
+    S->free_slots = malloc((size_t)nres * sizeof *S->free_slots);
+    S->logits = malloc((size_t)maxb * LIND_VOCAB * sizeof *S->logits);
+    S->b_slots = malloc((size_t)maxb * sizeof *S->b_slots);
+    S->b_toks = malloc((size_t)maxb * sizeof *S->b_toks);
+    S->b_turns = malloc((size_t)maxb * 2 * sizeof *S->b_turns);
+    S->raw = malloc(srv->state_bytes);
+    if (!S->free_slots || !S->logits || !S->b_slots || !S->b_toks || !S->b_turns || !S->raw ||
+        session_table_init(&S->tab) != 0) {
+        scheduler_join(S);
+        return -ENOMEM;
+    }
+    for (int i = 0; i < nres; i++) S->free_slots[S->nfree++] = nres - 1 - i;
+    if (pthread_create(&S->th, NULL, compute_main, S) != 0) {
+        S->th = 0;
+        scheduler_join(S);
+        return -EAGAIN;
+    }
+    *out = S;
+    return 0;
+}
+
+void scheduler_join(scheduler *S)
+{
+    if (!S) return;
+    if (S->th) pthread_join(S->th, NULL);
+    for (int i = 0; i < S->nactive; i++) { free(S->active[i]->feed); free(S->active[i]); }
+    free(S->active);
+    for (int i = 0; i < CCONN_BUCKETS; i++)
+        for (cconn *c = S->cc[i]; c; ) {
+            cconn *n = c->hnext;
+            outmsg_free(c->out);
+            free(c);
+            c = n;
+        }
+    if (S->tab.buckets) session_table_free(&S->tab);
+    free(S->free_slots);
+    free(S->logits);
+    free(S->b_slots);
+    free(S->b_toks);
+    free(S->b_turns);
+    free(S->raw);
+    free(S);
+}

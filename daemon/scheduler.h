@@ -1,0 +1,36 @@
+/* daemon/scheduler.h — the compute thread.
+ *
+ * It owns the model, its slots and the resident sessions (session.h), and
+ * loops: take every message queued for it (requests, store replies,
+ * connection events), then run one round. A round gathers every runnable
+ * turn (up to --max-batch, round-robin when there are more) and advances
+ * them together with one model_step; sessions still feeding a prompt then
+ * get up to --prompt-chunk − 1 more prompt-only steps, so a long prompt
+ * costs other streams a bounded delay and never a stall.
+ *
+ * A turn feeds the session's pending token and its text, then samples,
+ * emits and feeds tokens until max_tokens, a stop string, or a cancel. The
+ * last sampled token stays pending (not fed), which is what makes a stream
+ * split over turns and restarts equal to an uninterrupted one. When a turn
+ * ends its state is encoded and handed to the store thread; the session
+ * stays busy until the store thread reports the commit.
+ *
+ * Turns of a connection whose unsent output is over --max-output pause at
+ * a token boundary (M_PAUSE/M_RESUME from the loop). A turn cancelled by
+ * `cancel`, by its client disconnecting or by shutdown ends at the next
+ * token boundary, after finishing the feed of its text (minus the last byte,
+ * which becomes the pending token), so its saved state is exactly the
+ * stream its client was sent. */
+#ifndef LIND_DAEMON_SCHEDULER_H
+#define LIND_DAEMON_SCHEDULER_H
+
+#include "daemon/server.h"
+
+typedef struct scheduler scheduler;
+
+/* Start the compute thread; it takes over srv->m. 0 or negative errno. */
+int  scheduler_start(server *srv, scheduler **out);
+/* Wait for the thread to end (after M_SHUTDOWN) and free everything. */
+void scheduler_join(scheduler *s);
+
+#endif

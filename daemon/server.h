@@ -1,0 +1,82 @@
+/* daemon/server.h — `lind serve`: the daemon as a whole.
+ *
+ * Three threads share one `server`:
+ *   loop    (server.c, conn.c, commands.c) owns the listening socket, every
+ *           connection, and the event encoding for connection-level answers;
+ *   compute (scheduler.c, session.c) owns the model, its slots and every
+ *           resident session, and runs the batched steps;
+ *   store   (persist.c) owns the SQLite store and does all of its I/O.
+ * They talk only through the three queues below (daemon/msg.h). The fields
+ * under "read-only after start" are set before the threads start and never
+ * change; `stats` has its own lock. */
+#ifndef LIND_DAEMON_SERVER_H
+#define LIND_DAEMON_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+#include "daemon/queue.h"
+#include "daemon/stats.h"
+#include "daemon/protocol.h"
+#include "recurrent/model.h"
+#include "state/store.h"
+
+typedef struct server_options {
+    const char *model_dir;     /* default "models/default" */
+    const char *socket_path;   /* default "./lind.sock" */
+    const char *db_path;       /* default "./lind.db" */
+    const char *backend;       /* "cpu", "cuda", "auto" (default) */
+    int      max_batch;        /* sessions per step, default 256 */
+    int      max_resident;     /* sessions kept in slots, default 1024 */
+    int      prompt_chunk;     /* prompt tokens per session per round, default 16 */
+    size_t   max_message;      /* bytes per request, default 1 MiB */
+    size_t   max_output;       /* unsent bytes per connection before its turns pause, default 256 KiB */
+    uint32_t max_tokens;       /* per generate, default 65536 */
+    int      max_inflight;     /* requests in flight per connection, default 1024 */
+    store_sync sync;           /* default full */
+    size_t   transcript_bytes; /* transcript tail per session, default 4 KiB */
+} server_options;
+
+server_options server_defaults(void);
+/* Parse `lind serve` options (argv[0] is "serve"). 0, or -EINVAL with a
+ * message in err. */
+int server_parse_args(int argc, char **argv, server_options *o, char *err, size_t errlen);
+
+struct conn_table;
+struct scheduler;
+struct persist;
+
+typedef struct server {
+    /* read-only after start */
+    server_options opt;
+    proto_limits   limits;
+    model         *m;              /* used only by the compute thread once started */
+    size_t         state_bytes;
+    uint64_t       fingerprint;
+    char           backend[16];
+    char           model_path[1024];
+    int            d_model, n_layers;
+    size_t         params;
+
+    queue          loopq;          /* outmsg → loop */
+    queue          schedq;         /* dmsg → compute */
+    queue          persistq;       /* dmsg → store */
+    stats          st;
+
+    /* loop thread only */
+    uv_loop_t     *loop;
+    uv_pipe_t      listener;
+    uv_async_t     wake;
+    uv_signal_t    sigterm, sigint;
+    uv_timer_t     exit_timer;
+    struct conn_table *conns;
+    int            stopping;       /* SIGTERM/SIGINT seen */
+    int            store_done;     /* the store thread has finished */
+    int            exit_code;
+} server;
+
+/* Run the daemon until SIGTERM/SIGINT; returns the process exit code.
+ * Prints start-up failures (model, store, socket) to stderr. */
+int server_main(int argc, char **argv);
+
+#endif

@@ -1,0 +1,135 @@
+/* daemon/stats.c — see stats.h. */
+#include "daemon/stats.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include "daemon/msg.h"
+#include "daemon/protocol.h"
+
+int stats_init(stats *s)
+{
+    memset(s, 0, sizeof *s);
+    s->start_ns = now_ns();
+    return pthread_mutex_init(&s->mu, NULL) ? -1 : 0;
+}
+
+void stats_destroy(stats *s) { pthread_mutex_destroy(&s->mu); }
+
+static void lat_add(lat_series *l, double ms)
+{
+    l->ms[l->pos] = (float)ms;
+    l->pos = (l->pos + 1) % STATS_WINDOW;
+    if (l->n < STATS_WINDOW) l->n++;
+    if (ms > l->max) l->max = ms;
+}
+
+void stats_step(stats *s, int batch, double ms, uint64_t tokens_in, uint64_t tokens_out)
+{
+    int b = 0;
+    while (b < STATS_BUCKETS - 1 && (1 << (b + 1)) <= batch) b++;
+    pthread_mutex_lock(&s->mu);
+    s->steps++;
+    s->batch_hist[b]++;
+    s->tokens_in += tokens_in;
+    s->tokens_out += tokens_out;
+    lat_add(&s->step, ms);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void stats_save(stats *s, double ms, int sessions)
+{
+    pthread_mutex_lock(&s->mu);
+    s->saves += (uint64_t)sessions;
+    lat_add(&s->save, ms);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void stats_connections(stats *s, int delta)
+{
+    pthread_mutex_lock(&s->mu);
+    s->connections += (uint64_t)(int64_t)delta;
+    if (delta > 0) s->connections_total += (uint64_t)delta;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void stats_resident(stats *s, uint64_t n)
+{
+    pthread_mutex_lock(&s->mu);
+    s->sessions_resident = n;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static int cmpf(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+static void pack_lat(msgpack_packer *pk, const lat_series *l, float *tmp)
+{
+    memcpy(tmp, l->ms, l->n * sizeof(float));
+    qsort(tmp, l->n, sizeof(float), cmpf);
+    const char *names[] = { "p50", "p90", "p99" };
+    const double q[] = { 0.50, 0.90, 0.99 };
+    msgpack_pack_map(pk, 5);
+    for (int i = 0; i < 3; i++) {
+        proto_pack_key(pk, names[i]);
+        double v = 0;
+        if (l->n) {
+            size_t k = (size_t)(q[i] * (double)(l->n - 1) + 0.5);
+            v = tmp[k];
+        }
+        msgpack_pack_double(pk, v);
+    }
+    proto_pack_key(pk, "max");
+    msgpack_pack_double(pk, l->max);
+    proto_pack_key(pk, "samples");
+    msgpack_pack_uint32(pk, l->n);
+}
+
+void stats_pack(stats *s, msgpack_packer *pk, uint64_t stored, const char *backend)
+{
+    static const char *bucket[STATS_BUCKETS] = {
+        "1", "2-3", "4-7", "8-15", "16-31", "32-63", "64-127", "128-255",
+        "256-511", "512-1023", "1024-2047", "2048+" };
+    float *tmp = malloc(STATS_WINDOW * sizeof(float));
+    pthread_mutex_lock(&s->mu);
+    proto_pack_key(pk, "uptime_s");
+    msgpack_pack_double(pk, (double)(now_ns() - s->start_ns) / 1e9);
+    proto_pack_key(pk, "connections");
+    msgpack_pack_uint64(pk, s->connections);
+    proto_pack_key(pk, "sessions_resident");
+    msgpack_pack_uint64(pk, s->sessions_resident);
+    proto_pack_key(pk, "sessions_stored");
+    msgpack_pack_uint64(pk, stored);
+    proto_pack_key(pk, "tokens_in");
+    msgpack_pack_uint64(pk, s->tokens_in);
+    proto_pack_key(pk, "tokens_out");
+    msgpack_pack_uint64(pk, s->tokens_out);
+    proto_pack_key(pk, "steps");
+    msgpack_pack_uint64(pk, s->steps);
+    proto_pack_key(pk, "saves");
+    msgpack_pack_uint64(pk, s->saves);
+    int nb = 0;
+    for (int i = 0; i < STATS_BUCKETS; i++) nb += s->batch_hist[i] != 0;
+    proto_pack_key(pk, "batch_hist");
+    msgpack_pack_map(pk, nb);
+    for (int i = 0; i < STATS_BUCKETS; i++) {
+        if (!s->batch_hist[i]) continue;
+        proto_pack_key(pk, bucket[i]);
+        msgpack_pack_uint64(pk, s->batch_hist[i]);
+    }
+    if (tmp) {
+        proto_pack_key(pk, "step_ms");
+        pack_lat(pk, &s->step, tmp);
+        proto_pack_key(pk, "save_ms");
+        pack_lat(pk, &s->save, tmp);
+    } else {
+        proto_pack_key(pk, "step_ms"); msgpack_pack_nil(pk);
+        proto_pack_key(pk, "save_ms"); msgpack_pack_nil(pk);
+    }
+    pthread_mutex_unlock(&s->mu);
+    proto_pack_key(pk, "backend");
+    proto_pack_str(pk, backend);
+    free(tmp);
+}

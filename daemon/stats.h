@@ -1,0 +1,45 @@
+/* daemon/stats.h — counters and latency samples shared by the daemon's
+ * threads, behind one mutex (each update is a few adds; contention is nil
+ * next to a model step or a commit).
+ *
+ * Latency percentiles are exact over a window of the most recent samples
+ * (STATS_WINDOW per series), so they describe current behaviour rather
+ * than the whole uptime. The batch histogram buckets by powers of two. */
+#ifndef LIND_DAEMON_STATS_H
+#define LIND_DAEMON_STATS_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <msgpack.h>
+
+#define STATS_WINDOW  4096
+#define STATS_BUCKETS 12   /* 1, 2-3, 4-7, ..., 1024-2047, 2048+ */
+
+typedef struct lat_series {
+    float    ms[STATS_WINDOW];
+    uint32_t n, pos;
+    double   max;
+} lat_series;
+
+typedef struct stats {
+    pthread_mutex_t mu;
+    uint64_t start_ns;
+    uint64_t tokens_in, tokens_out, steps, turns, saves;
+    uint64_t batch_hist[STATS_BUCKETS];
+    uint64_t connections, connections_total;
+    uint64_t sessions_resident;
+    lat_series step, save;
+} stats;
+
+int  stats_init(stats *s);
+void stats_destroy(stats *s);
+void stats_step(stats *s, int batch, double ms, uint64_t tokens_in, uint64_t tokens_out);
+void stats_save(stats *s, double ms, int sessions);
+void stats_connections(stats *s, int delta);
+void stats_resident(stats *s, uint64_t n);
+/* Pack the `stats` result fields (count: stats_pack_fields) after the caller
+ * packed the result header; `stored` and `backend` come from the caller. */
+#define STATS_FIELDS 12
+void stats_pack(stats *s, msgpack_packer *pk, uint64_t stored, const char *backend);
+
+#endif
