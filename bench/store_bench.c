@@ -1,0 +1,390 @@
+/* bench/store_bench.c — how fast sessions persist and resume.
+ *
+ * For the default model (models/default, or a random-weight model of the
+ * same configuration when it is absent) and for a 12-layer, 768-wide model
+ * (random weights; 12 heads x 64, mixers alternating linear/aft):
+ *   - encode/decode of the state blob, save (encode + one commit) and load
+ *     (read + decode + write into a slot);
+ *   - sessions saved per second with grouped commits (1, 8, 64 per commit)
+ *     under durability full and normal (default model's state);
+ *   - resuming from the stored state against re-feeding a 10,000-token
+ *     history through model_step.
+ * Prints markdown. Not a test: numbers depend on the machine and its load.
+ *
+ *   usage: store_bench [--dir DIR] [--model DIR] [--quick]
+ *     --dir    where the databases go (default: a new directory in /tmp)
+ *     --quick  fewer repetitions
+ * The 12-layer re-feed is measured over 500 tokens (300 with --quick) and
+ * scaled to 10,000: a recurrent step costs the same at every position. */
+#include "tests/testmodel.h"
+#include "state/format.h"
+#include "state/store.h"
+
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void die(const char *what, const char *err)
+{
+    fprintf(stderr, "store_bench: %s: %s\n", what, err);
+    exit(1);
+}
+
+static char workdir[256];
+static int quick;
+
+typedef struct bench_model {
+    const char *label;
+    model *m;
+    size_t state_bytes, blob_bytes;
+    uint8_t *raw, *blob;
+    state_meta meta;
+} bench_model;
+
+static void feed(model *m, int slot, int ntok)
+{
+    int tok = LIND_BOS;
+    uint64_t x = 88172645463325252ull;
+    for (int i = 0; i < ntok; i++) {
+        if (model_step(m, &slot, &tok, 1, NULL) < 0)
+            die("model_step", "failed");
+        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+        tok = 32 + (int)(x % 95);   /* printable ASCII */
+    }
+}
+
+static void prepare(bench_model *b, const char *label, const char *dir, const lind_config *cfg)
+{
+    char err[512] = "";
+    if (cfg && testmodel_write(dir, cfg, 1, NULL) < 0)
+        die("testmodel_write", dir);
+    if (model_load(dir, "cpu", &b->m, err, sizeof err) < 0)
+        die("model_load", err);
+    b->label = label;
+    model_slots_reserve(b->m, 2);
+    model_slot_reset(b->m, 0);
+    feed(b->m, 0, 64);
+    b->state_bytes = model_state_bytes(b->m);
+    b->raw = malloc(b->state_bytes);
+    model_slot_read(b->m, 0, b->raw);
+    memset(&b->meta, 0, sizeof b->meta);
+    sampler_params p = sampler_defaults();
+    sampler_init(&b->meta.sampler, &p);
+    b->meta.tokens = 64;
+    b->meta.pending_token = 'a';
+    if (state_encode(b->m, &b->meta, b->raw, &b->blob, &b->blob_bytes, err, sizeof err) < 0)
+        die("state_encode", err);
+}
+
+static store *open_store(const char *name, store_sync sync)
+{
+    char path[512], err[512];
+    snprintf(path, sizeof path, "%s/%s", workdir, name);
+    unlink(path);
+    store_options o = store_defaults();
+    o.sync = sync;
+    store *s = NULL;
+    if (store_open(path, &o, &s, err, sizeof err) < 0)
+        die("store_open", err);
+    return s;
+}
+
+/* Median of n doubles (sorts in place). */
+static double median(double *v, int n)
+{
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            double t = v[j]; v[j] = v[j - 1]; v[j - 1] = t;
+        }
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+typedef struct timings {
+    double encode_ms, decode_ms, save_ms, load_ms;
+} timings;
+
+static timings time_save_load(bench_model *b)
+{
+    enum { REPS_MAX = 50 };
+    int reps = quick ? 10 : REPS_MAX;
+    double t[REPS_MAX];
+    char err[512];
+    timings r;
+    uint8_t *blob;
+    size_t len;
+    for (int i = 0; i < reps; i++) {
+        double t0 = now_s();
+        if (state_encode(b->m, &b->meta, b->raw, &blob, &len, err, sizeof err) < 0)
+            die("state_encode", err);
+        t[i] = now_s() - t0;
+        free(blob);
+    }
+    r.encode_ms = 1e3 * median(t, reps);
+    uint8_t *out = malloc(b->state_bytes);
+    state_meta mt;
+    for (int i = 0; i < reps; i++) {
+        double t0 = now_s();
+        if (state_decode(b->m, b->blob, b->blob_bytes, &mt, out, err, sizeof err) < 0)
+            die("state_decode", err);
+        t[i] = now_s() - t0;
+    }
+    r.decode_ms = 1e3 * median(t, reps);
+
+    /* A save as the daemon does it: read the slot, encode, commit (full). */
+    store *s = open_store("saveload.db", STORE_SYNC_FULL);
+    for (int i = 0; i < reps; i++) {
+        /* One more token first (untimed): a real save writes a changed
+         * state, and SQLite skips rewriting pages whose bytes are equal. */
+        int slot = 0, tok = 'a' + i % 26;
+        model_step(b->m, &slot, &tok, 1, NULL);
+        double t0 = now_s();
+        model_slot_read(b->m, 0, b->raw);
+        if (state_encode(b->m, &b->meta, b->raw, &blob, &len, err, sizeof err) < 0)
+            die("state_encode", err);
+        store_record rec = { "bench", blob, len, NULL, 0, b->meta.tokens };
+        if (store_save(s, &rec, 1, err, sizeof err) < 0)
+            die("store_save", err);
+        t[i] = now_s() - t0;
+        free(blob);
+    }
+    r.save_ms = 1e3 * median(t, reps);
+    /* A load: read the row, decode, write the slot. */
+    for (int i = 0; i < reps; i++) {
+        double t0 = now_s();
+        store_loaded l;
+        if (store_load(s, "bench", &l, err, sizeof err) < 0)
+            die("store_load", err);
+        if (state_decode(b->m, l.state, l.state_len, &mt, out, err, sizeof err) < 0)
+            die("state_decode", err);
+        model_slot_write(b->m, 1, out);
+        t[i] = now_s() - t0;
+        store_loaded_free(&l);
+    }
+    r.load_ms = 1e3 * median(t, reps);
+    store_close(s);
+    free(out);
+    return r;
+}
+
+/* Sessions per second re-saving `total` existing sessions in commits of g,
+ * each save with changed bytes in every page (as a session's state changes
+ * everywhere after a turn). The first round, which creates the rows, is not
+ * timed. */
+static double grouped_rate(bench_model *b, int g, store_sync sync)
+{
+    int total = quick ? 128 : 512;
+    char name[64], err[512];
+    snprintf(name, sizeof name, "group-%d-%s.db", g, sync == STORE_SYNC_FULL ? "full" : "normal");
+    store *s = open_store(name, sync);
+    store_record *recs = calloc((size_t)g, sizeof *recs);
+    char (*names)[32] = calloc((size_t)g, 32);
+    uint8_t **blobs = calloc((size_t)g, sizeof *blobs);
+    for (int i = 0; i < g; i++) {
+        blobs[i] = malloc(b->blob_bytes);
+        memcpy(blobs[i], b->blob, b->blob_bytes);
+    }
+    double t0 = 0;
+    for (int round = 0; round < 2; round++) {
+        if (round == 1)
+            t0 = now_s();
+        for (int done = 0; done < total; done += g) {
+            for (int i = 0; i < g; i++) {
+                for (size_t k = (size_t)(done + i) % 512; k < b->blob_bytes; k += 512)
+                    blobs[i][k]++;
+                snprintf(names[i], 32, "s%06d", done + i);
+                recs[i] = (store_record){ names[i], blobs[i], b->blob_bytes, NULL, 0, 64 };
+            }
+            if (store_save(s, recs, g, err, sizeof err) < 0)
+                die("store_save", err);
+        }
+    }
+    double el = now_s() - t0;
+    store_close(s);
+    for (int i = 0; i < g; i++)
+        free(blobs[i]);
+    free(blobs);
+    free(recs);
+    free(names);
+    return total / el;
+}
+
+typedef struct resume {
+    int tokens_measured;
+    double refeed_s, resume_ms;
+} resume;
+
+static resume time_resume(bench_model *b, int measure_tokens)
+{
+    resume r;
+    char err[512];
+    r.tokens_measured = measure_tokens;
+    model_slot_reset(b->m, 0);
+    double t0 = now_s();
+    feed(b->m, 0, measure_tokens);
+    r.refeed_s = (now_s() - t0) * (10000.0 / measure_tokens);
+    /* The state after that history, stored; resume = load + decode + slot write. */
+    model_slot_read(b->m, 0, b->raw);
+    uint8_t *blob;
+    size_t len;
+    state_meta mt = b->meta;
+    mt.tokens = (uint64_t)measure_tokens;
+    if (state_encode(b->m, &mt, b->raw, &blob, &len, err, sizeof err) < 0)
+        die("state_encode", err);
+    store *s = open_store("resume.db", STORE_SYNC_FULL);
+    store_record rec = { "history", blob, len, NULL, 0, mt.tokens };
+    if (store_save(s, &rec, 1, err, sizeof err) < 0)
+        die("store_save", err);
+    uint8_t *out = malloc(b->state_bytes);
+    double t[20];
+    for (int i = 0; i < 20; i++) {
+        double a = now_s();
+        store_loaded l;
+        if (store_load(s, "history", &l, err, sizeof err) < 0)
+            die("store_load", err);
+        if (state_decode(b->m, l.state, l.state_len, &mt, out, err, sizeof err) < 0)
+            die("state_decode", err);
+        model_slot_write(b->m, 1, out);
+        t[i] = now_s() - a;
+        store_loaded_free(&l);
+    }
+    r.resume_ms = 1e3 * median(t, 20);
+    store_close(s);
+    free(out);
+    free(blob);
+    return r;
+}
+
+static void machine(void)
+{
+    char cpu[256] = "unknown CPU", line[512];
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "model name", 10) == 0) {
+            char *p = strchr(line, ':');
+            if (p) {
+                snprintf(cpu, sizeof cpu, "%s", p + 2);
+                cpu[strcspn(cpu, "\n")] = 0;
+            }
+            break;
+        }
+    if (f)
+        fclose(f);
+    struct utsname u;
+    uname(&u);
+    time_t now = time(NULL);
+    char when[64];
+    strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", gmtime(&now));
+    printf("Machine: %s, %ld cores online, %s %s; SQLite %s; databases in %s; %s\n\n", cpu,
+           sysconf(_SC_NPROCESSORS_ONLN), u.sysname, u.release, sqlite3_libversion(), workdir, when);
+}
+
+int main(int argc, char **argv)
+{
+    const char *dir = NULL, *default_dir = "models/default";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
+        else if (!strcmp(argv[i], "--model") && i + 1 < argc) default_dir = argv[++i];
+        else if (!strcmp(argv[i], "--quick")) quick = 1;
+        else {
+            fprintf(stderr, "usage: %s [--dir DIR] [--model DIR] [--quick]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (dir)
+        snprintf(workdir, sizeof workdir, "%s", dir);
+    else {
+        snprintf(workdir, sizeof workdir, "/tmp/lind-store-bench-XXXXXX");
+        if (!mkdtemp(workdir))
+            die("mkdtemp", workdir);
+    }
+
+    printf("## Session store\n\nCommand: `");
+    for (int i = 0; i < argc; i++)
+        printf("%s%s", i ? " " : "", argv[i]);
+    printf("`\n\n");
+    machine();
+
+    bench_model models[2];
+    char path[512], cfgpath[512];
+    snprintf(cfgpath, sizeof cfgpath, "%s/model.safetensors", default_dir);
+    const char *deflabel;
+    if (access(cfgpath, R_OK) == 0) {
+        prepare(&models[0], "default", default_dir, NULL);
+        deflabel = default_dir;
+    } else {
+        /* tools/train.py's default configuration, random weights. */
+        lind_config c = testmodel_config(256, 4, 8, 32, 1024, "linear,aft", 1, "decay");
+        snprintf(path, sizeof path, "%s/default-random", workdir);
+        prepare(&models[0], "default", path, &c);
+        deflabel = "random weights, config of tools/train.py's default (models/default absent)";
+    }
+    lind_config big = testmodel_config(768, 12, 12, 64, 3072, "linear,aft", 1, "decay");
+    snprintf(path, sizeof path, "%s/12x768", workdir);
+    prepare(&models[1], "12 layers x 768", path, &big);
+
+    printf("### Save and load one session (median)\n\n");
+    printf("| model | layers x d_model | state bytes | blob bytes | encode ms | decode ms |"
+           " save ms (encode + commit, full) | load ms (read + decode + slot) |\n");
+    printf("|---|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < 2; i++) {
+        bench_model *b = &models[i];
+        timings t = time_save_load(b);
+        const lind_config *c = model_config(b->m);
+        printf("| %s | %d x %d | %zu | %zu | %.3f | %.3f | %.3f | %.3f |\n",
+               i == 0 ? deflabel : "random weights, 12 heads x 64, linear/aft", c->n_layers,
+               c->d_model, b->state_bytes, b->blob_bytes, t.encode_ms, t.decode_ms, t.save_ms,
+               t.load_ms);
+        fflush(stdout);
+    }
+
+    printf("\n### Grouped commits: sessions saved per second\n\n"
+           "Re-saving %d existing sessions with changed %zu-byte blobs (the default model's state).\n\n",
+           quick ? 128 : 512, models[0].blob_bytes);
+    printf("| sessions per commit | durability full | durability normal |\n|---|---|---|\n");
+    int groups[] = { 1, 8, 64 };
+    for (int i = 0; i < 3; i++) {
+        double full = grouped_rate(&models[0], groups[i], STORE_SYNC_FULL);
+        double normal = grouped_rate(&models[0], groups[i], STORE_SYNC_NORMAL);
+        printf("| %d | %.0f | %.0f |\n", groups[i], full, normal);
+        fflush(stdout);
+    }
+
+    printf("\n### Resume from the stored state vs re-feeding a 10,000-token history\n\n");
+    printf("| model | re-feed 10,000 tokens (model_step, s) | resume (load + decode + slot, ms) | ratio |\n");
+    printf("|---|---|---|---|\n");
+    for (int i = 0; i < 2; i++) {
+        bench_model *b = &models[i];
+        int n = i == 0 ? 10000 : quick ? 300 : 500;
+        resume r = time_resume(b, n);
+        const lind_config *c = model_config(b->m);
+        char note[96] = "";
+        if (n != 10000)
+            snprintf(note, sizeof note, " (measured over %d tokens, scaled)", n);
+        printf("| %d x %d | %.2f%s | %.3f | %.0fx |\n", c->n_layers, c->d_model, r.refeed_s, note,
+               r.resume_ms, r.refeed_s * 1e3 / r.resume_ms);
+        fflush(stdout);
+    }
+    for (int i = 0; i < 2; i++) {
+        free(models[i].raw);
+        free(models[i].blob);
+        model_free(models[i].m);
+    }
+    if (!dir) {
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", workdir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "store_bench: could not remove %s\n", workdir);
+    }
+    return 0;
+}
