@@ -173,9 +173,9 @@ static void ref_forward(ref *r, const int *tok, double *logits) {
 
 /* ---- cases ---------------------------------------------------------------- */
 
-static void random_tokens(int *tok, uint64_t seed) {
+static void random_tokens(int *tok, int n, uint64_t seed) {
     tok[0] = LIND_BOS;
-    for (int t = 1; t < T; t++) {
+    for (int t = 1; t < n; t++) {
         seed = seed * 6364136223846793005ull + 1442695040888963407ull;
         tok[t] = (int)(seed >> 56);
     }
@@ -198,7 +198,7 @@ static void compare(const char *mixers, int shift, const char *aft_variant, floa
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     CHECK(st_open(&r.st, path, err, sizeof err) == 0, "st_open: %s", err);
     int tok[T];
-    random_tokens(tok, (uint64_t)n * 77);
+    random_tokens(tok, T, (uint64_t)n * 77);
     double *want = malloc(sizeof(double) * T * 256);
     ref_forward(&r, tok, want);
     CHECK(model_slots_reserve(m, 2) == 0 && model_slot_reset(m, 1) == 0, "slots");
@@ -252,7 +252,7 @@ static void batched_equals_unbatched(void) {
     CHECK(model_slots_reserve(m, 2 * NS) == 0, "reserve");
     int slots_b[NS], tok[NS][STEPS];
     for (int s = 0; s < NS; s++) {
-        random_tokens(tok[s], 1000 + (uint64_t)s);  /* first T tokens; we use STEPS */
+        random_tokens(tok[s], STEPS, 1000 + (uint64_t)s);
         slots_b[s] = 2 * s;                        /* batched copy in even slots */
         model_slot_reset(m, 2 * s);
         model_slot_reset(m, 2 * s + 1);            /* single copy in odd slots */
