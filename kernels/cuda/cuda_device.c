@@ -44,9 +44,11 @@ static int c_alloc(lind_device *d, size_t bytes, void **out) {
     return cuda_rc(d, cudaMalloc(out, bytes ? bytes : 1), "cudaMalloc");
 }
 
+/* Wait for the stream first: work queued on it may still use p. */
 static void c_release(lind_device *d, void *p) {
-    (void)d;
-    if (p) cudaFree(p);
+    if (!p) return;
+    cudaStreamSynchronize(C(d)->stream);
+    cudaFree(p);
 }
 
 /* From pageable host memory the copy is staged before the call returns, so

@@ -1,0 +1,127 @@
+#!/usr/bin/python3
+"""Roofline of one lind decode step on the CUDA backend (docs/CUDA.md).
+
+Counts, for a model config and a batch of B sessions stepping one token:
+the bytes the step must move through device memory (weights once, each
+session's state read and written, the activations between kernels) and the
+FLOPs (GEMMs in fp32, mixer updates in fp64), then the time each implies on
+a device with the given bandwidth and peak rates, and the tokens/s bound.
+
+    /usr/bin/python3 tools/cuda_roofline.py                    # the docs' table
+    /usr/bin/python3 tools/cuda_roofline.py models/default/config.json
+
+Device defaults are the NVIDIA H100 SXM5 datasheet figures (not measured).
+The byte counts follow kernels/cuda/ exactly: fp32 weights, fp64 states
+laid out as recurrent/ lays them (S, z per linear layer; num, den, max per
+AFT layer; one fp32 token-shift vector per layer), and every activation
+buffer written by one kernel and read by the next through device memory.
+"""
+import argparse
+import json
+import sys
+
+H100 = {"name": "H100 SXM5", "bw": 3.35e12, "fp32": 66.9e12, "fp64": 33.5e12}
+
+
+def config(d, L, H, ff, mixers, shift=True):
+    return {"d_model": d, "n_layers": L, "n_heads": H, "d_head": d // H, "d_ff": ff,
+            "mixers": (mixers * L)[:L], "token_shift": shift}
+
+
+def step_cost(c, B):
+    d, H, dh, ff = c["d_model"], c["n_heads"], c["d_head"], c["d_ff"]
+    HD = H * dh
+    shift = bool(c["token_shift"])
+    w_params = 256 * d                      # head (embedding: only B rows are read)
+    vec_params = 2 * d                      # ln_f
+    state = 0                               # bytes per session
+    act = 0                                 # floats moved per session
+    gemm_flops = 2 * 256 * d                # head, per session
+    mix_flops = 0                           # fp64, per session
+    launches = 3                            # embed, ln_f, head GEMM
+    for kind in c["mixers"]:
+        n = HD if kind == "linear" else d   # width of q/k/v (r/k/v)
+        w_params += 3 * n * d + d * n + 2 * d * ff
+        vec_params += 4 * d + ff + d + (3 * d if shift else 0) + (H if kind == "linear" else 2 * d)
+        gemm_flops += 2 * (3 * n * d + d * n + 2 * d * ff)
+        if kind == "linear":
+            state += 8 * H * dh * (dh + 1)  # S and z, fp64
+            mix_flops += 5 * H * dh * dh    # γS + φk·v and Σ φq·S per element
+        else:
+            state += 8 * 3 * d              # num, den, max
+            mix_flops += 100 * d            # ≈20 operations and 4 exp (≈20 each) per channel
+        if shift:
+            state += 4 * d
+        # floats each kernel reads + writes, per session:
+        act += 2 * d                        # LN1: x → h
+        act += 6 * d if shift else 0        # shift_mix: h, prev → 3 mixes, prev
+        act += (3 * d if shift else d) + 3 * n   # q/k/v GEMMs
+        act += 4 * n                        # mixer step: 3n in, n out
+        act += n + 2 * d                    # Wo GEMM, accumulating into x
+        act += 2 * d                        # LN2
+        act += d + 3 * ff                   # bias rows + W1 GEMM (β = 1)
+        act += 2 * ff                       # GELU in place
+        act += ff + 4 * d                   # bias rows + W2 GEMM accumulating
+        launches += 13 if shift else 11
+    act += 2 * d + 2 * d + d + 256          # embed, ln_f, head
+    wbytes = 4 * (w_params + vec_params)
+    return {
+        "weights": wbytes,
+        "state_rw": 2 * state * B,
+        "state": state,
+        "act": 4 * act * B,
+        "flops32": gemm_flops * B,
+        "flops64": mix_flops * B,
+        "launches": launches,
+        "params": w_params + vec_params + 256 * d,
+    }
+
+
+def roofline(c, B, dev):
+    s = step_cost(c, B)
+    t_mem = (s["weights"] + s["state_rw"] + s["act"]) / dev["bw"]
+    t_cmp = s["flops32"] / dev["fp32"] + s["flops64"] / dev["fp64"]
+    return s, t_mem, t_cmp, max(t_mem, t_cmp)
+
+
+def fmt_bytes(x):
+    return "%.1f MB" % (x / 1e6) if x >= 1e5 else "%.1f kB" % (x / 1e3)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("configs", nargs="*", help="config.json files (default: the two models of docs/CUDA.md)")
+    ap.add_argument("--batches", default="1,256")
+    ap.add_argument("--bw", type=float, default=H100["bw"], help="memory bandwidth, bytes/s")
+    ap.add_argument("--fp32", type=float, default=H100["fp32"], help="fp32 peak, FLOP/s")
+    ap.add_argument("--fp64", type=float, default=H100["fp64"], help="fp64 peak, FLOP/s")
+    a = ap.parse_args()
+    dev = {"bw": a.bw, "fp32": a.fp32, "fp64": a.fp64}
+    models = []
+    for p in a.configs:
+        with open(p) as f:
+            models.append((p, json.load(f)))
+    if not models:
+        models = [("default (4×256, linear/aft, d_ff 1024)", config(256, 4, 8, 1024, ["linear", "aft"])),
+                  ("12×768, linear/aft, d_ff 3072", config(768, 12, 12, 3072, ["linear", "aft"])),
+                  ("12×768, all linear, d_ff 3072", config(768, 12, 12, 3072, ["linear"]))]
+    print("| model | B | weights | state r+w | activations | GEMM FLOP | fp64 FLOP | t_mem | t_compute "
+          "| bound | tokens/s |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|")
+    for name, c in models:
+        for B in (int(x) for x in a.batches.split(",")):
+            s, tm, tc, t = roofline(c, B, dev)
+            print("| %s | %d | %s | %s | %s | %.3g G | %.3g M | %.1f µs | %.1f µs | %s | %s |" % (
+                name, B, fmt_bytes(s["weights"]), fmt_bytes(s["state_rw"]), fmt_bytes(s["act"]),
+                s["flops32"] / 1e9, s["flops64"] / 1e6, tm * 1e6, tc * 1e6,
+                "memory" if tm >= tc else "compute", "{:,.0f}".format(B / t)))
+    print()
+    for name, c in models:
+        s = step_cost(c, 1)
+        print("%s: %d parameters, %d state bytes per session, %d kernel launches per step"
+              % (name, s["params"], s["state"], s["launches"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
