@@ -109,11 +109,22 @@ static void on_write(uv_write_t *req, int status)
     check_pressure(c);
 }
 
+static void on_shutdown(uv_shutdown_t *req, int status)
+{
+    conn *c = req->data;
+    if (status < 0 && !c->closed) conn_close(c);
+}
+
 static void flush(conn *c)
 {
     if (c->closed || c->writing) return;
     if (c->pend.size == 0) {
-        if (c->closing) conn_close(c);
+        if (c->closing == CONN_FLUSH_CLOSE) conn_close(c);
+        else if (c->closing == CONN_LINGER && !c->shut) {
+            c->shut = 1;
+            c->sreq.data = c;
+            if (uv_shutdown(&c->sreq, (uv_stream_t *)&c->pipe, on_shutdown) < 0) conn_close(c);
+        }
         return;
     }
     msgpack_sbuffer tmp = c->wbuf;
@@ -141,16 +152,17 @@ void conn_deliver(server *srv, outmsg *o)
     if (c && !c->closed) {
         c->inflight -= o->finals;
         conn_send(c, o->sb.data, o->sb.size);
-        if (o->close_after) conn_close_after_flush(c);
+        if (o->close_after) conn_close_after_flush(c, CONN_LINGER);
     }
     outmsg_free(o);
 }
 
-void conn_close_after_flush(conn *c)
+void conn_close_after_flush(conn *c, int how)
 {
-    if (c->closed) return;
-    c->closing = 1;
-    uv_read_stop((uv_stream_t *)&c->pipe);
+    if (c->closed || c->closing) return;
+    c->closing = how;
+    c->in_len = 0;
+    if (how == CONN_FLUSH_CLOSE) uv_read_stop((uv_stream_t *)&c->pipe);
     flush(c);
 }
 
@@ -180,7 +192,7 @@ static void consume(conn *c)
                 snprintf(msg, sizeof msg, "bytes at offset %zu of the stream are not msgpack; "
                          "closing the connection", off);
             send_error(c, 0, (proto_code)-n, msg);
-            conn_close_after_flush(c);
+            conn_close_after_flush(c, CONN_LINGER);
             break;
         }
         proto_request req;
@@ -190,11 +202,12 @@ static void consume(conn *c)
         off += (size_t)n;
         if (code != PE_OK) {
             send_error(c, err.id, code, err.msg);
-            if (code == PE_DECODE || code == PE_TOO_LARGE) conn_close_after_flush(c);
+            if (code == PE_DECODE || code == PE_TOO_LARGE) conn_close_after_flush(c, CONN_LINGER);
             continue;
         }
         commands_dispatch(c->srv, c, &req, t);
     }
+    if (c->closing) return;   /* the buffer was dropped */
     if (off) {
         memmove(c->in, c->in + off, c->in_len - off);
         c->in_len -= off;
@@ -221,6 +234,12 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     (void)buf;
     if (nread < 0) { conn_close(c); return; }   /* EOF or error: cancel its turns */
     if (nread == 0) return;
+    if (c->closing) {
+        /* Lingering after an error: discard, up to a bound. */
+        c->discarded += (size_t)nread;
+        if (c->discarded > 4 * c->srv->opt.max_message + (1u << 20)) conn_close(c);
+        return;
+    }
     c->in_len += (size_t)nread;
     consume(c);
     /* Don't keep a large buffer around for a connection that is quiet. */

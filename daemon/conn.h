@@ -30,7 +30,11 @@ typedef struct conn {
     msgpack_sbuffer pend;      /* output not yet handed to a write */
     msgpack_sbuffer wbuf;      /* output of the write in flight */
     uv_write_t wreq;
-    int       writing, paused, closing, closed;
+    uv_shutdown_t sreq;
+    int       writing, paused, closed;
+    int       closing;         /* CONN_LINGER or CONN_FLUSH_CLOSE once set */
+    int       shut;            /* write side shut down (lingering) */
+    size_t    discarded;       /* input thrown away while lingering */
     int       inflight;        /* requests sent on to other threads, not yet answered */
 } conn;
 
@@ -52,8 +56,13 @@ void  conn_send(conn *c, const char *data, size_t len);
 void  conn_deliver(server *srv, outmsg *o);
 /* Close now (turns are cancelled by the compute thread). */
 void  conn_close(conn *c);
-/* Stop reading and close once pending output is written. */
-void  conn_close_after_flush(conn *c);
+/* After a fatal input error: write what is pending (the error), shut the
+ * write side, and read-and-discard until the client closes (a bounded
+ * amount), so the client reads the error instead of a connection reset. */
+#define CONN_LINGER      1
+/* At shutdown: stop reading, close once pending output is written. */
+#define CONN_FLUSH_CLOSE 2
+void  conn_close_after_flush(conn *c, int how);
 /* Unsent output bytes (pending + in flight). */
 size_t conn_unsent(const conn *c);
 

@@ -194,7 +194,7 @@ static void finish_exit(server *srv)
     for (uint32_t i = 0; i < t->cap; i++) {
         conn *c = t->v[i];
         if (!c) continue;
-        if (conn_unsent(c)) { conn_close_after_flush(c); waiting = 1; }
+        if (conn_unsent(c)) { conn_close_after_flush(c, CONN_FLUSH_CLOSE); waiting = 1; }
         else conn_close(c);
     }
     if (!waiting) { close_everything(srv); return; }
