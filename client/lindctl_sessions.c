@@ -476,8 +476,10 @@ int cmd_stats(const ctl_opts *g0, int argc, char **argv)
     char backend[32] = "?";
     lindc_get_strcpy(ev.map, "backend", backend, sizeof backend);
     printf("%-14s %s\n", "backend", backend);
-    uint64_t up = 0, v1 = 0, v2 = 0;
-    lindc_get_u64(ev.map, "uptime_s", &up);
+    uint64_t v1 = 0, v2 = 0;
+    double upf = 0;
+    lindc_get_f64(ev.map, "uptime_s", &upf);
+    uint64_t up = upf > 0 ? (uint64_t)upf : 0;
     printf("%-14s %lluh %02llum %02llus\n", "uptime", (unsigned long long)(up / 3600),
            (unsigned long long)(up / 60 % 60), (unsigned long long)(up % 60));
     lindc_get_u64(ev.map, "connections", &v1);

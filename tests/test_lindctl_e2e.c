@@ -1,0 +1,464 @@
+/* tests/test_lindctl_e2e.c — lindctl against a real `lind serve` (a small
+ * random model in a temporary directory): generate (raw, --json, --stop,
+ * continuation, Ctrl-C, error exit statuses), every `sessions` subcommand,
+ * stats, a small stress run (CSV and PNG, sane numbers), and what happens
+ * when no daemon is there. Chat is tests/test_lindctl_chat.c. */
+#include "client/lindclient.h"
+#include "tests/check.h"
+#include "tests/lindctl_harness.h"
+
+#include <jansson.h>
+
+static harness H;
+
+/* Nonzero if s contains needle. */
+static int has(const char *s, const char *needle) { return s && strstr(s, needle) != NULL; }
+
+/* ---- no daemon -------------------------------------------------------------- */
+
+static void absent_daemon(void)
+{
+    char sock[100];
+    snprintf(sock, sizeof sock, "%s/nobody.sock", H.dir);
+    const char *cmds[][4] = {
+        { "generate", "s", "hi", NULL }, { "sessions", "ls", NULL, NULL }, { "stats", NULL, NULL, NULL },
+        { "chat", "s", NULL, NULL }, { "stress", "--sessions", "1", NULL },
+    };
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        ctl_run r;
+        harness_ctl(&H, &r, "--socket", sock, cmds[i][0], cmds[i][1], cmds[i][2],
+                    i == 4 ? "--tokens" : NULL, "5", NULL);
+        CHECK(r.status == 3, "%s: exit %d, want 3 (stderr: %s)", cmds[i][0], r.status, r.err);
+        CHECK(has(r.err, "cannot connect") && has(r.err, sock) && has(r.err, "lind serve"),
+              "%s: stderr should name the socket and the cause: %s", cmds[i][0], r.err);
+        ctl_run_free(&r);
+    }
+    /* A socket file left by a dead daemon: connection refused, same status. */
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    memcpy(sa.sun_path, sock, strlen(sock) + 1);   /* H.dir is short: fits */
+    CHECK(bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0, "bind");
+    close(fd);
+    ctl_run r;
+    harness_ctl(&H, &r, "--socket", sock, "sessions", "ls");
+    CHECK(r.status == 3 && has(r.err, "refused"), "stale socket: exit %d, stderr %s", r.status, r.err);
+    ctl_run_free(&r);
+    unlink(sock);
+}
+
+static void usage_errors(void)
+{
+    ctl_run r;
+    harness_ctl(&H, &r, "bogus");
+    CHECK(r.status == 2 && has(r.err, "unknown command"), "unknown command: %d %s", r.status, r.err);
+    ctl_run_free(&r);
+    harness_ctl(&H, &r, "generate");
+    CHECK(r.status == 2 && has(r.err, "usage:"), "generate without session: %d", r.status);
+    ctl_run_free(&r);
+    harness_ctl(&H, &r, "generate", "s", "x", "-n", "ten");
+    CHECK(r.status == 2 && has(r.err, "--max-tokens"), "bad number: %d %s", r.status, r.err);
+    ctl_run_free(&r);
+    harness_ctl(&H, &r, "sessions", "fork", "onlyone");
+    CHECK(r.status == 2, "fork with one name: %d", r.status);
+    ctl_run_free(&r);
+    harness_ctl(&H, &r, "stress", "--sessions", "2");
+    CHECK(r.status == 2 && has(r.err, "--tokens"), "stress without --tokens: %d %s", r.status, r.err);
+    ctl_run_free(&r);
+    const char *cmds[] = { "chat", "generate", "sessions", "stats", "stress" };
+    for (size_t i = 0; i < 5; i++) {
+        harness_ctl(&H, &r, cmds[i], "--help");
+        CHECK(r.status == 0 && has(r.out, "usage: lindctl") && has(r.out, "--socket"),
+              "%s --help: %d", cmds[i], r.status);
+        ctl_run_free(&r);
+    }
+    harness_ctl(&H, &r, "--help");
+    CHECK(r.status == 0 && has(r.out, "exit status"), "lindctl --help documents exit statuses");
+    ctl_run_free(&r);
+}
+
+/* ---- generate -------------------------------------------------------------- */
+
+static void generate_streams(void)
+{
+    ctl_run a, b;
+    harness_ctl(&H, &a, "generate", "g1", "In the beginning", "-n", "40", "-t", "0");
+    CHECK(a.status == 0, "exit %d: %s", a.status, a.err);
+    CHECK(a.out_len == 40, "40 tokens are 40 bytes, got %zu", a.out_len);
+    /* Greedy from the same text on a fresh session gives the same bytes. */
+    harness_ctl(&H, &b, "generate", "g2", "In the beginning", "-n", "40", "-t", "0");
+    CHECK(b.status == 0 && b.out_len == a.out_len && !memcmp(a.out, b.out, a.out_len), "greedy is deterministic");
+    ctl_run_free(&a);
+    ctl_run_free(&b);
+
+    /* A seeded sampled stream split over two turns equals the whole stream. */
+    harness_ctl(&H, &a, "generate", "whole", "And", "-n", "30", "--seed", "9", "--temperature", "1", "--top-k", "40", "--top-p", "0.95");
+    harness_ctl(&H, &b, "generate", "split", "And", "-n", "12", "--seed", "9", "--temperature", "1", "--top-k", "40", "--top-p", "0.95");
+    ctl_run c;
+    harness_ctl(&H, &c, "generate", "split", "-n", "18", "--temperature", "1", "--top-k", "40", "--top-p", "0.95");
+    CHECK(a.status == 0 && b.status == 0 && c.status == 0, "exits %d %d %d", a.status, b.status, c.status);
+    CHECK(a.out_len == 30 && b.out_len + c.out_len == 30 && !memcmp(a.out, b.out, b.out_len)
+          && !memcmp(a.out + b.out_len, c.out, c.out_len), "continuation without text resumes the stream");
+    ctl_run_free(&a);
+    ctl_run_free(&b);
+    ctl_run_free(&c);
+
+    /* Text from stdin ("-"), --verbose summary on stderr. */
+    harness_ctl_in(&H, &a, "Genesis", 7, "generate", "stdin1", "-", "-n", "5", "-v", (const char *)NULL);
+    CHECK(a.status == 0 && a.out_len == 5, "stdin text: %d %zu", a.status, a.out_len);
+    CHECK(has(a.err, "length") && has(a.err, "7 in") && has(a.err, "5 out"), "verbose summary: %s", a.err);
+    ctl_run_free(&a);
+}
+
+static void generate_stop(void)
+{
+    ctl_run a, b;
+    harness_ctl(&H, &a, "generate", "stopA", "The", "-n", "60", "-t", "0");
+    CHECK(a.status == 0 && a.out_len == 60, "greedy run: %d %zu", a.status, a.out_len);
+    if (a.out_len < 60) { ctl_run_free(&a); return; }
+    /* Stop on 3 bytes of the greedy stream from position 20 on (none NUL:
+     * a command-line argument cannot hold one). */
+    char stop[4] = "";
+    size_t at = 20;
+    for (; at + 3 <= 60; at++)
+        if (a.out[at] && a.out[at + 1] && a.out[at + 2]) break;
+    CHECK(at + 3 <= 60, "no NUL-free window in the greedy stream");
+    if (at + 3 > 60) { ctl_run_free(&a); return; }
+    memcpy(stop, a.out + at, 3);
+    const char *hit = memmem(a.out, 60, stop, 3);   /* the first occurrence stops it */
+    size_t first = hit ? (size_t)(hit - a.out) : at;
+    harness_ctl(&H, &b, "generate", "stopB", "The", "-n", "60", "-t", "0", "--stop", stop);
+    CHECK(b.status == 0, "exit %d: %s", b.status, b.err);
+    CHECK(b.out_len == first + 3 && !memcmp(b.out, a.out, b.out_len),
+          "stream ends with the stop string: %zu bytes, want %zu", b.out_len, first + 3);
+    ctl_run_free(&b);
+
+    /* The same with --json: every line is JSON, the done event says why. */
+    harness_ctl(&H, &b, "generate", "stopC", "The", "-n", "60", "-t", "0", "--stop", stop, "--json");
+    CHECK(b.status == 0, "exit %d: %s", b.status, b.err);
+    json_t *done = NULL;
+    size_t token_lines = 0;
+    char *line = b.out;
+    while (line && *line) {
+        char *nl = strchr(line, '\n');
+        if (nl) *nl = 0;
+        json_error_t je;
+        json_t *j = json_loads(line, JSON_ALLOW_NUL, &je);
+        CHECK(j != NULL, "not JSON: %s", line);
+        const char *evn = j ? json_string_value(json_object_get(j, "event")) : NULL;
+        if (evn && !strcmp(evn, "token")) {
+            token_lines++;
+            CHECK(json_string_value(json_object_get(j, "text")) != NULL, "token line has text");
+        }
+        if (evn && !strcmp(evn, "done")) { json_decref(done); done = json_incref(j); }
+        json_decref(j);
+        line = nl ? nl + 1 : NULL;
+    }
+    CHECK(done != NULL, "no done event");
+    if (done) {
+        const char *reason = json_string_value(json_object_get(done, "reason"));
+        CHECK(reason && !strcmp(reason, "stop"), "reason %s", reason ? reason : "(none)");
+        CHECK(json_integer_value(json_object_get(done, "tokens_out")) == (json_int_t)(first + 3),
+              "tokens_out %lld", (long long)json_integer_value(json_object_get(done, "tokens_out")));
+        CHECK(token_lines >= 1 && token_lines <= first + 3, "token lines %zu", token_lines);
+    }
+    json_decref(done);
+    ctl_run_free(&b);
+    ctl_run_free(&a);
+}
+
+static void generate_errors(void)
+{
+    ctl_run r;
+    char longname[300];
+    memset(longname, 'n', sizeof longname - 1);
+    longname[sizeof longname - 1] = 0;
+    harness_ctl(&H, &r, "generate", longname, "x", "-n", "1");
+    CHECK(r.status == 5 && has(r.err, "bad_name"), "long name: %d %s", r.status, r.err);
+    ctl_run_free(&r);
+    harness_ctl(&H, &r, "generate", "bad\x01name", "x", "-n", "1");
+    CHECK(r.status == 5 && has(r.err, "bad_name"), "control char: %d %s", r.status, r.err);
+    ctl_run_free(&r);
+    harness_ctl(&H, &r, "generate", "lim", "x", "-n", "999999999");
+    CHECK(r.status == 9 && has(r.err, "limit"), "over max_tokens: %d %s", r.status, r.err);
+    ctl_run_free(&r);
+    harness_ctl(&H, &r, "generate", "t", "x", "--top-p", "7");
+    CHECK(r.status == 5 && has(r.err, "bad_request"), "top_p 7: %d %s", r.status, r.err);
+    ctl_run_free(&r);
+
+    /* busy: hold a long turn on the session through the library, then ask lindctl. */
+    lindc *c;
+    CHECK(lindc_connect(&c, H.sock, NULL, 0) == 0, "connect");
+    lindc_gen_opts o;
+    lindc_gen_opts_init(&o);
+    o.session = "busy1";
+    o.text = "x";
+    o.text_len = 1;
+    o.max_tokens = 65536;
+    uint64_t id;
+    CHECK(lindc_generate(c, &o, &id) == 0, "send");
+    lindc_event ev;
+    CHECK(lindc_wait(c, id, &ev, 30000) == 0 && ev.kind == LINDC_EV_TOKEN, "first token");
+    harness_ctl(&H, &r, "generate", "busy1", "y", "-n", "1");
+    CHECK(r.status == 8 && has(r.err, "busy"), "busy: %d %s", r.status, r.err);
+    ctl_run_free(&r);
+    lindc_cancel(c, id, NULL);
+    while (lindc_wait(c, id, &ev, 30000) == 0 && !ev.final) {}
+    CHECK(ev.kind == LINDC_EV_DONE, "cancelled turn ends with done");
+    lindc_free(c);
+}
+
+static void generate_ctrl_c(void)
+{
+    char *argv[] = { "lindctl", "--socket", H.sock, "generate", "intr", "x", "-n", "65536", NULL };
+    int out, err;
+    pid_t pid = harness_spawn(&H, argv, NULL, &out, &err);
+    /* Wait for the stream to start, then Ctrl-C. */
+    char buf[4096];
+    ssize_t n = read(out, buf, sizeof buf);
+    CHECK(n > 0, "no output before Ctrl-C");
+    kill(pid, SIGINT);
+    ctl_run r = { 0 };
+    harness_collect(&H, pid, out, err, &r);
+    CHECK(r.status == 130, "exit %d, want 130 (stderr %s)", r.status, r.err);
+    CHECK(has(r.err, "cancelled"), "stderr: %s", r.err);
+    size_t streamed = (size_t)n + r.out_len;
+    ctl_run_free(&r);
+    /* The session kept what was streamed: its tokens are the 1-byte text,
+     * the bytes streamed and, depending on counting, BOS. */
+    harness_ctl(&H, &r, "sessions", "show", "intr", "--json");
+    json_t *j = json_loads(r.out, JSON_ALLOW_NUL, NULL);
+    CHECK(j != NULL, "show --json: %s", r.out);
+    json_int_t tokens = j ? json_integer_value(json_object_get(j, "tokens")) : 0;
+    CHECK(tokens > 0 && (size_t)tokens >= streamed && (size_t)tokens <= streamed + 2,
+          "session has %lld tokens after %zu streamed bytes", (long long)tokens, streamed);
+    json_decref(j);
+    ctl_run_free(&r);
+}
+
+/* ---- sessions ---------------------------------------------------------------- */
+
+static json_int_t show_tokens(const char *name)
+{
+    ctl_run r;
+    harness_ctl(&H, &r, "sessions", "show", name, "--json");
+    json_t *j = json_loads(r.out ? r.out : "", JSON_ALLOW_NUL, NULL);
+    json_int_t t = j ? json_integer_value(json_object_get(j, "tokens")) : -1;
+    json_decref(j);
+    ctl_run_free(&r);
+    return t;
+}
+
+static void sessions_all(void)
+{
+    ctl_run r, a, b;
+    harness_ctl(&H, &r, "generate", "alpha", "Hello there", "-n", "20", "-t", "0");
+    CHECK(r.status == 0, "generate alpha %d", r.status);
+    ctl_run_free(&r);
+
+    harness_ctl(&H, &r, "sessions", "ls");
+    CHECK(r.status == 0 && has(r.out, "SESSION") && has(r.out, "alpha"), "ls: %d %s", r.status, r.out);
+    ctl_run_free(&r);
+    harness_ctl(&H, &r, "sessions", "ls", "--json");
+    json_t *j = json_loads(r.out, JSON_ALLOW_NUL, NULL);
+    json_t *arr = json_object_get(j, "sessions");
+    int found = 0;
+    for (size_t i = 0; i < json_array_size(arr); i++) {
+        json_t *s = json_array_get(arr, i);
+        const char *name = json_string_value(json_object_get(s, "session"));
+        if (name && !strcmp(name, "alpha")) found = json_integer_value(json_object_get(s, "tokens")) > 20;
+    }
+    CHECK(found, "ls --json lists alpha with its tokens: %s", r.out);
+    json_decref(j);
+    ctl_run_free(&r);
+
+    harness_ctl(&H, &r, "sessions", "show", "alpha");
+    CHECK(r.status == 0 && has(r.out, "tokens") && has(r.out, "Hello there"), "show: %s", r.out);
+    ctl_run_free(&r);
+    json_int_t alpha_tokens = show_tokens("alpha");
+    CHECK(alpha_tokens >= 31, "alpha tokens %lld", (long long)alpha_tokens);
+
+    harness_ctl(&H, &r, "sessions", "show", "nosuch");
+    CHECK(r.status == 6 && has(r.err, "not_found"), "show missing: %d %s", r.status, r.err);
+    ctl_run_free(&r);
+
+    /* fork: same state, so the same greedy continuation. */
+    harness_ctl(&H, &r, "sessions", "fork", "alpha", "beta");
+    CHECK(r.status == 0 && has(r.out, "beta"), "fork: %d %s", r.status, r.err);
+    ctl_run_free(&r);
+    CHECK(show_tokens("beta") == alpha_tokens, "fork keeps the token count");
+    harness_ctl(&H, &r, "sessions", "fork", "alpha", "beta");
+    CHECK(r.status == 7 && has(r.err, "exists"), "fork onto existing: %d %s", r.status, r.err);
+    ctl_run_free(&r);
+    harness_ctl(&H, &r, "sessions", "fork", "nosuch", "gamma");
+    CHECK(r.status == 6, "fork of missing: %d", r.status);
+    ctl_run_free(&r);
+
+    /* export / import round trip. */
+    char file[256], bad[256];
+    snprintf(file, sizeof file, "%s/alpha.lind", H.dir);
+    harness_ctl(&H, &r, "sessions", "export", "alpha", file);
+    CHECK(r.status == 0 && has(r.out, "exported"), "export: %d %s", r.status, r.err);
+    ctl_run_free(&r);
+    struct stat sb;
+    CHECK(stat(file, &sb) == 0 && sb.st_size > 64, "export file written");
+    harness_ctl(&H, &r, "sessions", "import", "delta", file);
+    CHECK(r.status == 0 && has(r.out, "imported"), "import: %d %s", r.status, r.err);
+    ctl_run_free(&r);
+    CHECK(show_tokens("delta") == alpha_tokens, "import keeps the token count");
+    harness_ctl(&H, &r, "sessions", "import", "delta", file);
+    CHECK(r.status == 7, "import onto existing: %d %s", r.status, r.err);
+    ctl_run_free(&r);
+
+    harness_ctl(&H, &a, "generate", "alpha", "-n", "25", "-t", "0");
+    harness_ctl(&H, &b, "generate", "delta", "-n", "25", "-t", "0");
+    CHECK(a.status == 0 && b.status == 0 && a.out_len == 25 && b.out_len == 25
+          && !memcmp(a.out, b.out, 25), "imported state continues like the original");
+    ctl_run_free(&a);
+    ctl_run_free(&b);
+    harness_ctl(&H, &b, "generate", "beta", "-n", "25", "-t", "0");
+    harness_ctl(&H, &a, "generate", "delta", "-n", "1", "-t", "0");   /* keep delta busy-free */
+    CHECK(b.status == 0 && b.out_len == 25, "fork generates");
+    ctl_run_free(&a);
+    ctl_run_free(&b);
+
+    /* Broken import files and local file errors. */
+    snprintf(bad, sizeof bad, "%s/garbage.lind", H.dir);
+    FILE *f = fopen(bad, "w");
+    fputs("this is not an export", f);
+    fclose(f);
+    harness_ctl(&H, &r, "sessions", "import", "eps", bad);
+    CHECK((r.status == 10 || r.status == 5) && (has(r.err, "bad_state") || has(r.err, "bad_request")),
+          "garbage import: %d %s", r.status, r.err);
+    ctl_run_free(&r);
+    CHECK(show_tokens("eps") == -1, "a refused import creates nothing");
+    harness_ctl(&H, &r, "sessions", "import", "eps", "/nonexistent/file");
+    CHECK(r.status == 13 && has(r.err, "/nonexistent/file"), "missing file: %d %s", r.status, r.err);
+    ctl_run_free(&r);
+    harness_ctl(&H, &r, "sessions", "export", "alpha", "/nonexistent/dir/f");
+    CHECK(r.status == 13, "unwritable export path: %d %s", r.status, r.err);
+    ctl_run_free(&r);
+    harness_ctl(&H, &r, "sessions", "export", "nosuch", file);
+    CHECK(r.status == 6, "export of missing: %d", r.status);
+    ctl_run_free(&r);
+
+    /* rm: several at once; a missing one fails the command but not the rest. */
+    harness_ctl(&H, &r, "sessions", "rm", "beta", "nosuch", "delta");
+    CHECK(r.status == 6 && has(r.out, "deleted beta") && has(r.out, "deleted delta"), "rm: %d %s %s", r.status, r.out, r.err);
+    ctl_run_free(&r);
+    CHECK(show_tokens("beta") == -1 && show_tokens("delta") == -1, "deleted sessions are gone");
+    harness_ctl(&H, &r, "sessions", "ls");
+    CHECK(!has(r.out, "beta") && has(r.out, "alpha"), "ls after rm: %s", r.out);
+    ctl_run_free(&r);
+}
+
+static void stats_table_and_json(void)
+{
+    ctl_run r;
+    harness_ctl(&H, &r, "stats");
+    CHECK(r.status == 0, "exit %d %s", r.status, r.err);
+    CHECK(has(r.out, "uptime") && has(r.out, "tokens") && has(r.out, "step ms") && has(r.out, "backend"),
+          "table: %s", r.out);
+    ctl_run_free(&r);
+    harness_ctl(&H, &r, "stats", "--json");
+    json_t *j = json_loads(r.out, JSON_ALLOW_NUL, NULL);
+    CHECK(j != NULL, "json: %s", r.out);
+    CHECK(json_integer_value(json_object_get(j, "tokens_out")) >= 100, "tokens_out counts what we generated");
+    CHECK(json_integer_value(json_object_get(j, "connections")) >= 1, "our own connection counts");
+    json_t *model = json_object_get(json_object_get(j, "hello"), "model");
+    CHECK(json_string_value(json_object_get(model, "fingerprint")) != NULL, "hello.model.fingerprint");
+    json_decref(j);
+    ctl_run_free(&r);
+}
+
+/* ---- stress ------------------------------------------------------------------- */
+
+static void stress_small(void)
+{
+    char csv[256], png[256];
+    snprintf(csv, sizeof csv, "%s/stress.csv", H.dir);
+    snprintf(png, sizeof png, "%s/stress.png", H.dir);
+    ctl_run r;
+    harness_ctl(&H, &r, "stress", "--sessions", "3", "--tokens", "120", "--windows", "4",
+                "--prefix", "st", "--csv", csv, "--plot", png);
+    CHECK(r.status == 0, "exit %d: %s", r.status, r.err);
+    CHECK(has(r.out, "tokens/s aggregate") && has(r.out, "sessions finished: 3/3; errors: 0")
+          && has(r.out, "daemon RSS (pid"), "report: %s", r.out);
+    ctl_run_free(&r);
+
+    FILE *f = fopen(csv, "r");
+    CHECK(f != NULL, "csv written");
+    if (f) {
+        char line[512];
+        CHECK(fgets(line, sizeof line, f) && has(line, "tokens_from,tokens_to"), "csv header");
+        int rows = 0;
+        unsigned long long from, to, samples, total = 0, prev_to = 0;
+        double p50, p90, p99, max, mean, tps, rss;
+        while (fgets(line, sizeof line, f)) {
+            if (sscanf(line, "%llu,%llu,%llu,%lf,%lf,%lf,%lf,%lf,%lf,%lf", &from, &to, &samples,
+                       &p50, &p90, &p99, &max, &mean, &tps, &rss) != 10) {
+                CHECK(0, "bad csv row: %s", line);
+                continue;
+            }
+            rows++;
+            CHECK(from == prev_to && to == from + 30, "window bounds %llu-%llu", from, to);
+            prev_to = to;
+            CHECK(p50 > 0 && p50 <= p90 && p90 <= p99 && p99 <= max, "ordered percentiles: %s", line);
+            CHECK(tps > 0 && rss > 1, "tokens/s and RSS: %s", line);
+            total += samples;
+        }
+        CHECK(rows == 4, "rows %d", rows);
+        /* Every token but each session's first (reported as TTFT) is a sample. */
+        CHECK(total == 3 * 120 - 3, "latency samples %llu", total);
+        fclose(f);
+    }
+    f = fopen(png, "rb");
+    unsigned char magic[8] = { 0 };
+    CHECK(f && fread(magic, 1, 8, f) == 8 && !memcmp(magic, "\x89PNG\r\n\x1a\n", 8), "png written");
+    if (f) fclose(f);
+    harness_ctl(&H, &r, "sessions", "ls");
+    CHECK(!has(r.out, "st-0"), "stress deletes its sessions: %s", r.out);
+    ctl_run_free(&r);
+}
+
+static void stress_daemon_dies(void)
+{
+    /* The daemon goes away mid-run: every session's error is reported and
+     * the exit status says the connection was lost. */
+    char *argv[] = { "lindctl", "--socket", H.sock, "stress", "--sessions", "2", "--tokens", "100000000",
+                     "--no-progress", NULL };
+    int out, err;
+    pid_t pid = harness_spawn(&H, argv, NULL, &out, &err);
+    harness_sleep_ms(H.slow ? 3000 : 800);
+    harness_stop_sig(&H, SIGKILL);
+    ctl_run r = { 0 };
+    harness_collect(&H, pid, out, err, &r);
+    CHECK(r.status == 4, "exit %d, want 4: %s", r.status, r.err);
+    CHECK(has(r.out, "errors: 2") && has(r.err, "connection"), "report: %s / %s", r.out, r.err);
+    ctl_run_free(&r);
+    CHECK(harness_start(&H) == 0, "restart");
+}
+
+int main(void)
+{
+    if (harness_init(&H, 32, 2) != 0) {
+        printf("FAIL setup: cannot write the test model\n");
+        return 1;
+    }
+    RUN(absent_daemon);
+    RUN(usage_errors);
+    if (harness_start(&H) != 0) {
+        printf("FAIL setup: lind serve did not start\n");
+        harness_free(&H);
+        return 1;
+    }
+    RUN(generate_streams);
+    RUN(generate_stop);
+    RUN(generate_errors);
+    RUN(generate_ctrl_c);
+    RUN(sessions_all);
+    RUN(stats_table_and_json);
+    RUN(stress_small);
+    RUN(stress_daemon_dies);
+    harness_free(&H);
+    return check_exit();
+}
