@@ -58,7 +58,7 @@ CTL_OBJS  := $(CTL_SRCS:%.c=$(BUILD)/%.o)
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 
-.PHONY: all deps test run asan bench model test-torch test-cuda clean
+.PHONY: all deps test run asan bench model test-torch test-cuda clean fuzz
 all: $(BUILD)/lind $(BUILD)/lindctl $(TEST_BINS)
 
 $(BUILD)/%.o: %.c
@@ -132,6 +132,25 @@ asan:
 
 run: deps all
 	$(BUILD)/lind serve --model $(MODEL) --socket ./lind.sock --db ./lind.db
+
+# libFuzzer targets (tests/fuzz_*.c): built with clang, each run for
+# FUZZ_SECONDS from its seeds (tests/fuzz_seeds/NAME) plus the corpus it
+# grew before (build-fuzz/corpus/NAME). A crash, leak or abort fails.
+FUZZ_SECONDS ?= 60
+FUZZ_BUILD   ?= build-fuzz
+FUZZ_CFLAGS  = -std=gnu11 -g -O1 -I. -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
+               -fno-sanitize-recover=undefined
+FUZZ_LIBSRC  = daemon/protocol.c state/store.c state/store_sqlite.c
+fuzz:
+	@mkdir -p $(FUZZ_BUILD)
+	@for f in $(FUZZ_SRCS); do n=$$(basename $$f .c); \
+	  clang $(FUZZ_CFLAGS) -o $(FUZZ_BUILD)/$$n $$f $(FUZZ_LIBSRC) -lmsgpackc -lsqlite3 -lxxhash -lm || exit 1; \
+	  mkdir -p $(FUZZ_BUILD)/corpus/$$n; \
+	  echo "fuzz: $$n for $(FUZZ_SECONDS) s"; \
+	  $(FUZZ_BUILD)/$$n -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -print_final_stats=1 \
+	    $(FUZZ_BUILD)/corpus/$$n tests/fuzz_seeds/$$n 2>$(FUZZ_BUILD)/$$n.log || \
+	    { tail -n 40 $(FUZZ_BUILD)/$$n.log; exit 1; }; \
+	  grep -E '^(stat::number_of_executed_units|Done)' $(FUZZ_BUILD)/$$n.log; done
 
 -include $(LIB_OBJS:.o=.d) $(DMN_OBJS:.o=.d) $(BUILD)/daemon/main.d $(CLI_LIB_OBJS:.o=.d) $(CTL_OBJS:.o=.d) $(TEST_BINS:=.d)
 
