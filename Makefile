@@ -133,6 +133,18 @@ asan:
 run: deps all
 	$(BUILD)/lind serve --model $(MODEL) --socket ./lind.sock --db ./lind.db
 
+# The shipped model: corpus, training (about 40 minutes on 2 cores, fixed
+# seed), export, agreement fixture, loss plot. Needs python3-torch.
+model: deps
+	/usr/bin/python3 tools/corpus.py data/kjv
+	nice -n 5 /usr/bin/python3 tools/train.py --data data/kjv --out $(MODEL)
+	/usr/bin/python3 tools/fixture.py $(MODEL) data/kjv/heldout.txt tests/fixtures
+	/usr/bin/python3 tools/plot_loss.py $(MODEL)
+
+# Regenerate the fixture from PyTorch and repeat the recurrent-vs-parallel check.
+test-torch: $(BUILD)/tests/test_model_default
+	@sh tools/test_torch.sh $(BUILD)
+
 # libFuzzer targets (tests/fuzz_*.c): built with clang, each run for
 # FUZZ_SECONDS from its seeds (tests/fuzz_seeds/NAME) plus the corpus it
 # grew before (build-fuzz/corpus/NAME). A crash, leak or abort fails.

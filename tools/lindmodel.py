@@ -1,0 +1,341 @@
+"""tools/lindmodel.py — lind's model in PyTorch, in the parallel (training) form.
+
+This is the same function lind's C engine computes one token at a time in the
+recurrent form (see issue "Recurrent core" and docs/MODEL.md):
+
+  block (pre-norm):  h = LN1(x);  x += Mixer(h);  x += W2·GELU(W1·LN2(x) + b1) + b2
+  logits = Head·LN_f(x); byte vocabulary; token 0 is BOS, fed first.
+
+  token shift: projection p sees  h_p = mu_p*h_t + (1-mu_p)*h_{t-1}, h_{-1} = 0.
+  linear mixer: phi = elu+1, per head with decay gamma:
+      o_t = sum_{i<=t} gamma^{t-i} (phi(q_t).phi(k_i)) v_i
+            / (sum_{i<=t} gamma^{t-i} phi(q_t).phi(k_i) + attn_eps)
+  aft mixer (RWKV-4 form), per channel with w = exp(time_decay), u = time_first:
+      wkv_t = softmax_i(L[t,i]) . v,  L[t,i] = -(t-1-i)w + k_i (i<t), u + k_t (i=t)
+      y = Wo (sigmoid(r) * wkv)
+
+The learnable parameters are reparametrized for training (gamma and w through
+bounded maps) but `export_tensors` writes exactly the tensors the C loader
+reads (gamma itself as `decay`, log w as `time_decay`), and `from_tensors`
+builds a model straight from those, which is what the fixture is computed
+with. Also here: a numpy-only safetensors reader and writer.
+"""
+import json
+import math
+import struct
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+# Bounds of the learned decays. They keep every layer's memory finite, so
+# a stream far longer than the training window stays in the regime training
+# saw (the long-stream check of the default-model issue).
+GAMMA_MIN, GAMMA_MAX = 0.5, 0.995      # linear mixer, per head
+W_MIN, W_MAX = 0.01, 8.0              # aft decay per channel
+
+
+def token_shift(h):
+    """h_{t-1} for every t, zero at the first position. h: [B, T, d]."""
+    return F.pad(h, (0, 0, 1, 0))[:, :-1, :]
+
+
+def mix(h, hp, mu):
+    return mu * h + (1.0 - mu) * hp
+
+
+def linear_attention(q, k, v, gamma, eps):
+    """Parallel causal form. q, k, v: [B, H, T, dh]; gamma: [H]."""
+    T = q.shape[2]
+    fq, fk = F.elu(q) + 1.0, F.elu(k) + 1.0
+    t = torch.arange(T, device=q.device, dtype=q.dtype)
+    dist = t[:, None] - t[None, :]                                # t - i
+    causal = dist >= 0
+    logd = torch.log(gamma)[:, None, None] * dist.clamp(min=0)    # [H, T, T]
+    decay = torch.where(causal, torch.exp(logd), torch.zeros((), dtype=q.dtype))
+    a = torch.matmul(fq, fk.transpose(-1, -2)) * decay            # [B, H, T, T]
+    num = torch.matmul(a, v)
+    den = a.sum(-1, keepdim=True) + eps
+    return num / den
+
+
+def aft_wkv(k, v, w, u, chunk=32):
+    """Parallel causal AFT with decay, chunk by chunk.
+
+    Per channel, for t in a chunk starting at s (j = t - s):
+      sum_{s<=i<t} e^{-(t-1-i)w + k_i} v_i = e^{K-(j-1)w} * sum_{l<j} e^{k_l + l w - K} v_l
+    an exclusive prefix sum against the chunk's maximum K of k_l + l w, so
+    the whole chunk costs O(chunk * d) instead of O(chunk^2 * d). The earlier
+    chunks enter as one more term, carried as (a, b, m): numerator and
+    denominator sums scaled by e^{-m}. Every exponential is taken relative
+    to a maximum; the sums run in float64 so that chunk * w stays far from
+    the exponent range. Exact: the same function as the softmax over L[t, i]
+    (tests/test_model_torch.py checks it). k, v: [B, T, d]; w, u: [d]."""
+    B, T, d = k.shape
+    out_dtype = k.dtype
+    k, v, w, u = k.double(), v.double(), w.double(), u.double()
+    a = torch.zeros(B, d, dtype=torch.float64)
+    b = torch.zeros(B, d, dtype=torch.float64)
+    m = torch.full((B, d), -1e300, dtype=torch.float64)   # empty past
+    outs = []
+    for s in range(0, T, chunk):
+        kc, vc = k[:, s:s + chunk], v[:, s:s + chunk]
+        n = kc.shape[1]
+        j = torch.arange(n, dtype=torch.float64)[None, :, None]        # [1, n, 1]
+        x = kc + j * w
+        K = x.amax(1, keepdim=True).detach()
+        e = torch.exp(x - K)
+        ev = e * vc
+        S = torch.cumsum(ev, 1) - ev          # exclusive prefix sums
+        Z = torch.cumsum(e, 1) - e
+        c1 = K - (j - 1.0) * w                # in-chunk earlier tokens
+        c2 = m[:, None, :] - j * w            # earlier chunks
+        c3 = u + kc                           # the current token, with bonus
+        R = torch.maximum(torch.maximum(c1, c2), c3).detach()
+        e1, e2, e3 = torch.exp(c1 - R), torch.exp(c2 - R), torch.exp(c3 - R)
+        num = e1 * S + e2 * a[:, None, :] + e3 * vc
+        den = e1 * Z + e2 * b[:, None, :] + e3
+        outs.append(num / den)
+        if s + chunk < T:
+            d1 = K[:, 0, :] - (n - 1.0) * w
+            d2 = m - n * w
+            mn = torch.maximum(d1, d2).detach()
+            f1, f2 = torch.exp(d1 - mn), torch.exp(d2 - mn)
+            a = f1 * ev.sum(1) + f2 * a
+            b = f1 * e.sum(1) + f2 * b
+            m = mn
+    return torch.cat(outs, 1).to(out_dtype)
+
+
+class LinearMixer(nn.Module):
+    def __init__(self, d, H, dh, eps, layer, n_layers):
+        super().__init__()
+        self.H, self.dh, self.eps = H, dh, eps
+        self.wq = nn.Parameter(torch.empty(H * dh, d))
+        self.wk = nn.Parameter(torch.empty(H * dh, d))
+        self.wv = nn.Parameter(torch.empty(H * dh, d))
+        self.wo = nn.Parameter(torch.empty(d, H * dh))
+        for p in (self.wq, self.wk, self.wv):
+            nn.init.normal_(p, std=0.02)
+        nn.init.normal_(self.wo, std=0.02 / math.sqrt(2 * n_layers))
+        ramp = torch.arange(d, dtype=torch.float32) / d
+        self.mu_q = nn.Parameter(1.0 - 0.5 * ramp)
+        self.mu_k = nn.Parameter(1.0 - 0.5 * ramp)
+        self.mu_v = nn.Parameter(1.0 - 0.7 * ramp)
+        # gamma = GAMMA_MIN + (GAMMA_MAX - GAMMA_MIN) * sigmoid(theta), spread over heads
+        target = torch.linspace(0.7, 0.99, H)
+        frac = (target - GAMMA_MIN) / (GAMMA_MAX - GAMMA_MIN)
+        self.decay_theta = nn.Parameter(torch.log(frac / (1 - frac)))
+        self.fixed_gamma = None   # set by from_tensors: the exported gamma as is
+
+    def gamma(self):
+        if self.fixed_gamma is not None:
+            return self.fixed_gamma
+        return GAMMA_MIN + (GAMMA_MAX - GAMMA_MIN) * torch.sigmoid(self.decay_theta)
+
+    def forward(self, h):
+        B, T, _ = h.shape
+        hp = token_shift(h)
+        def heads(x):
+            return x.view(B, T, self.H, self.dh).transpose(1, 2)
+        q = heads(F.linear(mix(h, hp, self.mu_q), self.wq))
+        k = heads(F.linear(mix(h, hp, self.mu_k), self.wk))
+        v = heads(F.linear(mix(h, hp, self.mu_v), self.wv))
+        o = linear_attention(q, k, v, self.gamma().to(h.dtype), self.eps)
+        return F.linear(o.transpose(1, 2).reshape(B, T, self.H * self.dh), self.wo)
+
+    def export(self):
+        return {"wq": self.wq, "wk": self.wk, "wv": self.wv, "wo": self.wo,
+                "decay": self.gamma(), "mu_q": self.mu_q, "mu_k": self.mu_k, "mu_v": self.mu_v}
+
+
+class AftMixer(nn.Module):
+    def __init__(self, d, layer, n_layers, chunk=32):
+        super().__init__()
+        self.chunk = chunk
+        self.wr = nn.Parameter(torch.empty(d, d))
+        self.wk = nn.Parameter(torch.empty(d, d))
+        self.wv = nn.Parameter(torch.empty(d, d))
+        self.wo = nn.Parameter(torch.empty(d, d))
+        for p in (self.wr, self.wk, self.wv):
+            nn.init.normal_(p, std=0.02)
+        nn.init.normal_(self.wo, std=0.02 / math.sqrt(2 * n_layers))
+        ramp = torch.arange(d, dtype=torch.float32) / d
+        self.mu_r = nn.Parameter(1.0 - 0.5 * ramp)
+        self.mu_k = nn.Parameter(1.0 - 0.6 * ramp)
+        self.mu_v = nn.Parameter(1.0 - 0.7 * ramp)
+        # log w = log W_MIN + (log W_MAX - log W_MIN) * sigmoid(theta): channels
+        # from slow (w ~ 0.02) to fast (w ~ 3)
+        w0 = torch.linspace(math.log(0.02), math.log(3.0), d)
+        frac = (w0 - math.log(W_MIN)) / (math.log(W_MAX) - math.log(W_MIN))
+        self.decay_theta = nn.Parameter(torch.log(frac / (1 - frac)))
+        self.time_first = nn.Parameter(torch.full((d,), 0.5) + 0.3 * torch.sin(torch.arange(d) * 1.0))
+        self.fixed_time_decay = None
+
+    def w(self):
+        if self.fixed_time_decay is not None:
+            return torch.exp(self.fixed_time_decay)
+        lo, hi = math.log(W_MIN), math.log(W_MAX)
+        return torch.exp(lo + (hi - lo) * torch.sigmoid(self.decay_theta))
+
+    def forward(self, h):
+        hp = token_shift(h)
+        r = F.linear(mix(h, hp, self.mu_r), self.wr)
+        k = F.linear(mix(h, hp, self.mu_k), self.wk)
+        v = F.linear(mix(h, hp, self.mu_v), self.wv)
+        wkv = aft_wkv(k, v, self.w().to(h.dtype), self.time_first, self.chunk)
+        return F.linear(torch.sigmoid(r) * wkv, self.wo)
+
+    def export(self):
+        return {"wr": self.wr, "wk": self.wk, "wv": self.wv, "wo": self.wo,
+                "time_decay": torch.log(self.w()), "time_first": self.time_first,
+                "mu_r": self.mu_r, "mu_k": self.mu_k, "mu_v": self.mu_v}
+
+
+class Block(nn.Module):
+    def __init__(self, cfg, i):
+        super().__init__()
+        d, eps = cfg["d_model"], cfg["norm_eps"]
+        self.ln1 = nn.LayerNorm(d, eps=eps)
+        self.ln2 = nn.LayerNorm(d, eps=eps)
+        kind = cfg["mixers"][i]
+        if kind == "linear":
+            self.mixer = LinearMixer(d, cfg["n_heads"], cfg["d_head"], cfg["attn_eps"], i, cfg["n_layers"])
+        elif kind == "aft":
+            self.mixer = AftMixer(d, i, cfg["n_layers"])
+        else:
+            raise ValueError("unknown mixer %r" % kind)
+        self.w1 = nn.Linear(d, cfg["d_ff"])
+        self.w2 = nn.Linear(cfg["d_ff"], d)
+        nn.init.normal_(self.w1.weight, std=0.02)
+        nn.init.zeros_(self.w1.bias)
+        nn.init.normal_(self.w2.weight, std=0.02 / math.sqrt(2 * cfg["n_layers"]))
+        nn.init.zeros_(self.w2.bias)
+
+    def forward(self, x):
+        x = x + self.mixer(self.ln1(x))
+        return x + self.w2(F.gelu(self.w1(self.ln2(x))))
+
+
+class Model(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        assert cfg["vocab_size"] == 256 and cfg["feature_map"] == "elu1"
+        assert cfg["token_shift"] is True and cfg["aft_variant"] == "decay"
+        assert len(cfg["mixers"]) == cfg["n_layers"]
+        self.cfg = cfg
+        d = cfg["d_model"]
+        self.embed = nn.Embedding(256, d)
+        nn.init.normal_(self.embed.weight, std=0.1)
+        self.layers = nn.ModuleList(Block(cfg, i) for i in range(cfg["n_layers"]))
+        self.ln_f = nn.LayerNorm(d, eps=cfg["norm_eps"])
+        self.head = nn.Linear(d, 256, bias=False)
+        nn.init.normal_(self.head.weight, std=0.02)
+
+    def forward(self, tokens):
+        x = self.embed(tokens)
+        for blk in self.layers:
+            x = blk(x)
+        return self.head(self.ln_f(x))
+
+    def export_tensors(self):
+        """The tensors lind loads, by name, as float32 numpy arrays."""
+        out = {"embed.weight": self.embed.weight, "ln_f.weight": self.ln_f.weight,
+               "ln_f.bias": self.ln_f.bias, "head.weight": self.head.weight}
+        for i, blk in enumerate(self.layers):
+            p = "layers.%d." % i
+            out.update({p + "ln1.weight": blk.ln1.weight, p + "ln1.bias": blk.ln1.bias,
+                        p + "ln2.weight": blk.ln2.weight, p + "ln2.bias": blk.ln2.bias,
+                        p + "ffn.w1": blk.w1.weight, p + "ffn.b1": blk.w1.bias,
+                        p + "ffn.w2": blk.w2.weight, p + "ffn.b2": blk.w2.bias})
+            for name, t in blk.mixer.export().items():
+                out[p + "mixer." + name] = t
+        return {k: v.detach().to(torch.float32).contiguous().numpy() for k, v in out.items()}
+
+    @classmethod
+    def from_tensors(cls, cfg, tensors, dtype=torch.float64):
+        """A model computing with exactly the exported tensors (no reparametrization)."""
+        m = cls(cfg)
+        used = set()
+        def put(param, name):
+            src = torch.from_numpy(np.asarray(tensors[name], dtype=np.float32).copy())
+            if tuple(param.shape) != tuple(src.shape):
+                raise ValueError("%s: shape %s, expected %s" % (name, tuple(src.shape), tuple(param.shape)))
+            param.data.copy_(src)
+            used.add(name)
+        with torch.no_grad():
+            put(m.embed.weight, "embed.weight")
+            put(m.ln_f.weight, "ln_f.weight"); put(m.ln_f.bias, "ln_f.bias")
+            put(m.head.weight, "head.weight")
+            for i, blk in enumerate(m.layers):
+                p = "layers.%d." % i
+                put(blk.ln1.weight, p + "ln1.weight"); put(blk.ln1.bias, p + "ln1.bias")
+                put(blk.ln2.weight, p + "ln2.weight"); put(blk.ln2.bias, p + "ln2.bias")
+                put(blk.w1.weight, p + "ffn.w1"); put(blk.w1.bias, p + "ffn.b1")
+                put(blk.w2.weight, p + "ffn.w2"); put(blk.w2.bias, p + "ffn.b2")
+                mx = blk.mixer
+                if isinstance(mx, LinearMixer):
+                    for n in ("wq", "wk", "wv", "wo", "mu_q", "mu_k", "mu_v"):
+                        put(getattr(mx, n), p + "mixer." + n)
+                    mx.fixed_gamma = torch.from_numpy(np.asarray(tensors[p + "mixer.decay"], np.float32).copy())
+                    used.add(p + "mixer.decay")
+                else:
+                    for n in ("wr", "wk", "wv", "wo", "mu_r", "mu_k", "mu_v", "time_first"):
+                        put(getattr(mx, n), p + "mixer." + n)
+                    mx.fixed_time_decay = torch.from_numpy(np.asarray(tensors[p + "mixer.time_decay"], np.float32).copy())
+                    used.add(p + "mixer.time_decay")
+        extra = set(tensors) - used
+        if extra:
+            raise ValueError("unexpected tensors: %s" % sorted(extra))
+        m = m.to(dtype)
+        for blk in m.layers:
+            mx = blk.mixer
+            if isinstance(mx, LinearMixer):
+                mx.fixed_gamma = mx.fixed_gamma.to(dtype)
+            else:
+                mx.fixed_time_decay = mx.fixed_time_decay.to(dtype)
+        return m
+
+
+# ---- safetensors (numpy only) ----------------------------------------------
+
+def save_safetensors(path, tensors):
+    """Write float32 tensors: 8-byte LE header length, JSON header padded with
+    spaces to a multiple of 8, then the raw little-endian data."""
+    header, blobs, off = {}, [], 0
+    for name in sorted(tensors):
+        a = np.ascontiguousarray(tensors[name], dtype="<f4")
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
+        blobs.append(a.tobytes())
+        off += a.nbytes
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+def load_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    base = 8 + n
+    out = {}
+    for name, meta in header.items():
+        if name == "__metadata__":
+            continue
+        if meta["dtype"] != "F32":
+            raise ValueError("%s: dtype %s (only F32 here)" % (name, meta["dtype"]))
+        s, e = meta["data_offsets"]
+        out[name] = np.frombuffer(data[base + s:base + e], dtype="<f4").reshape(meta["shape"])
+    return out
+
+
+def load_model_dir(path, dtype=torch.float64):
+    with open(path + "/config.json") as f:
+        cfg = json.load(f)
+    return cfg, Model.from_tensors(cfg, load_safetensors(path + "/model.safetensors"), dtype)
