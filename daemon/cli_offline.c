@@ -297,16 +297,73 @@ out:
 
 /* ---- bench-step -------------------------------------------------------- */
 
-/* FLOPs of the matrix products of one token (2 per weight): what the SGEMM
- * rate is compared against. Mixer state updates are not counted. */
-static double flops_per_token(const lind_config *c) {
-    double d = c->d_model, hd = (double)c->n_heads * c->d_head, w = 0;
+/* The matrix products of one token, in step order: {N, K} of y = x·Wᵀ with
+ * W [N × K]. Mirrors the step: with token shift the three input projections
+ * of a mixer are separate GEMMs, without it one fused GEMM. */
+typedef struct gemm_shape { int N, K; } gemm_shape;
+
+static int step_gemms(const lind_config *c, gemm_shape *out) {
+    int n = 0, d = c->d_model;
     for (int i = 0; i < c->n_layers; i++) {
-        w += 2.0 * d * c->d_ff;
-        w += !strcmp(c->mixers[i], "linear") ? 4.0 * d * hd : 4.0 * d * d;
+        int w = !strcmp(c->mixers[i], "linear") ? c->n_heads * c->d_head : d;
+        if (c->token_shift)
+            for (int p = 0; p < 3; p++) out[n++] = (gemm_shape){w, d};
+        else
+            out[n++] = (gemm_shape){3 * w, d};
+        out[n++] = (gemm_shape){d, w};
+        out[n++] = (gemm_shape){c->d_ff, d};
+        out[n++] = (gemm_shape){d, c->d_ff};
     }
-    w += (double)LIND_VOCAB * d;
-    return 2.0 * w;
+    out[n++] = (gemm_shape){LIND_VOCAB, d};
+    return n;
+}
+
+/* FLOPs of those products per token (2 per weight): what the SGEMM rates are
+ * compared against. Mixer state updates are not counted. */
+static double flops_per_token(const gemm_shape *g, int n) {
+    double f = 0;
+    for (int i = 0; i < n; i++) f += 2.0 * g[i].N * g[i].K;
+    return f;
+}
+
+/* GFLOP/s of the step's GEMM sequence alone at batch B through the backend
+ * (same shapes, same order, nothing else): the rate the step could reach if
+ * everything but its matrix products were free. */
+static double gemm_only_rate(backend *be, const gemm_shape *g, int n, int B, double secs) {
+    int maxdim = 0;
+    for (int i = 0; i < n; i++) {
+        if (g[i].N > maxdim) maxdim = g[i].N;
+        if (g[i].K > maxdim) maxdim = g[i].K;
+    }
+    backend_buf *x = NULL, *y = NULL, **w = calloc((size_t)n, sizeof *w);
+    double rate = 0;
+    float *init = malloc(sizeof(float) * (size_t)maxdim * maxdim);
+    if (!w || !init) goto out;
+    for (size_t i = 0; i < (size_t)maxdim * maxdim; i++) init[i] = (float)((i * 2654435761u) % 1000) * 1e-4f;
+    if (be->ops->buf_new(be, (size_t)B * maxdim, &x) < 0 || be->ops->buf_new(be, (size_t)B * maxdim, &y) < 0)
+        goto out;
+    be->ops->buf_upload(be, x, 0, init, (size_t)B * maxdim);
+    for (int i = 0; i < n; i++) {
+        if (be->ops->buf_new(be, (size_t)g[i].N * g[i].K, &w[i]) < 0) goto out;
+        be->ops->buf_upload(be, w[i], 0, init, (size_t)g[i].N * g[i].K);
+    }
+    float sink;
+    long reps = 0;
+    double t0 = now_s(), t;
+    do {
+        for (int i = 0; i < n; i++) be->ops->matmul(be, x, 0, g[i].K, w[i], NULL, y, 0, g[i].N, B, g[i].N, g[i].K, 0);
+        be->ops->buf_download(be, y, 0, &sink, 1);
+        reps++;
+    } while ((t = now_s() - t0) < secs);
+    rate = flops_per_token(g, n) * B * reps / t * 1e-9;
+out:
+    if (w)
+        for (int i = 0; i < n; i++) be->ops->buf_free(be, w[i]);
+    free(w);
+    free(init);
+    be->ops->buf_free(be, x);
+    be->ops->buf_free(be, y);
+    return rate;
 }
 
 /* Best-of SGEMM rate of the backend's matmul on M×K · (N×K)ᵀ, GFLOP/s. */
@@ -370,18 +427,22 @@ int cli_bench_step(int argc, char **argv) {
     int maxb = (int)o.max_batch, rc = 1;
     int *slots = malloc(sizeof(int) * (size_t)maxb), *toks = malloc(sizeof(int) * (size_t)maxb);
     float *logits = malloc(sizeof(float) * LIND_VOCAB * (size_t)maxb);
-    if (!slots || !toks || !logits || model_slots_reserve(m, maxb) < 0) goto out;
+    gemm_shape *g = malloc(sizeof *g * (size_t)(6 * c->n_layers + 1));
+    if (!slots || !toks || !logits || !g || model_slots_reserve(m, maxb) < 0) goto out;
     for (int b = 0; b < maxb; b++) slots[b] = b;
-    double fpt = flops_per_token(c);
+    int ng = step_gemms(c, g);
+    double fpt = flops_per_token(g, ng);
     printf("model %s: %zu parameters, %zu state bytes/session, backend %s (%s), BLAS threads %d\n", o.model,
            model_param_count(m), model_state_bytes(m), model_backend_name(m), model_device_name(m),
            openblas_get_num_threads());
-    printf("matrix FLOPs per token: %.3f M\n", fpt * 1e-6);
+    printf("matrix FLOPs per token: %.3f M (%d GEMMs per step)\n", fpt * 1e-6, ng);
     double peak = sgemm_rate(model_backend(m), 1024, 1024, 1024, o.seconds);
     double bw = membw(o.seconds);
-    printf("SGEMM 1024x1024x1024: %.1f GFLOP/s    host memory bandwidth (memcpy, read+write): %.1f GB/s\n\n",
-           peak, bw);
-    printf("%6s %12s %12s %12s %10s %14s\n", "batch", "step ms", "us/token", "tokens/s", "GFLOP/s", "vs SGEMM peak");
+    printf("SGEMM 1024x1024x1024: %.1f GFLOP/s    host memory bandwidth (memcpy, read+write): %.1f GB/s\n", peak, bw);
+    printf("columns: step time; per-token time; aggregate tokens/s; the step's matrix GFLOP/s; the same GEMMs\n"
+           "alone at this batch (GFLOP/s); step rate as a share of GEMMs-alone and of the 1024^3 SGEMM rate\n\n");
+    printf("%6s %10s %10s %10s %9s %11s %9s %9s\n", "batch", "step ms", "us/token", "tokens/s", "GFLOP/s",
+           "GEMM-alone", "vs GEMM", "vs peak");
     unsigned seed = 1;
     for (int B = 1; B <= maxb; B *= 2) {
         for (int b = 0; b < B; b++) model_slot_reset(m, b);
@@ -397,8 +458,9 @@ int cli_bench_step(int argc, char **argv) {
             steps++;
         } while ((t = now_s() - t0) < o.seconds);
         double step_ms = t / steps * 1e3, tps = (double)steps * B / t, gf = tps * fpt * 1e-9;
-        printf("%6d %12.3f %12.1f %12.0f %10.1f %13.0f%%\n", B, step_ms, step_ms * 1e3 / B, tps, gf,
-               100.0 * gf / peak);
+        double alone = gemm_only_rate(model_backend(m), g, ng, B, o.seconds);
+        printf("%6d %10.3f %10.1f %10.0f %9.1f %11.1f %8.0f%% %8.0f%%\n", B, step_ms, step_ms * 1e3 / B, tps, gf,
+               alone, 100.0 * gf / alone, 100.0 * gf / peak);
         fflush(stdout);
         if (B < maxb && B * 2 > maxb) B = maxb / 2;   /* end on max_batch exactly */
     }
@@ -408,6 +470,7 @@ out:
     free(slots);
     free(toks);
     free(logits);
+    free(g);
     model_free(m);
     return rc;
 }

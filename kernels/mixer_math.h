@@ -19,6 +19,7 @@
 #define LIND_KERNELS_MIXER_MATH_H
 
 #include <math.h>
+#include <string.h>
 
 #ifdef __CUDACC__
 #define LIND_HD __host__ __device__
@@ -33,9 +34,43 @@ LIND_HD static inline float lind_elu1(float x) {
     return x > 0.0f ? x + 1.0f : expf(x);
 }
 
-/* GELU, erf form: x · ½ (1 + erf(x / √2)). */
+/* e^x in float without library calls or branches, so loops over it
+ * vectorize on the CPU and it costs a few FMAs on the GPU: x = n·ln2 + r with
+ * |r| ≤ ln2/2 (Cody–Waite split of ln2), e^r by its degree-7 Taylor
+ * polynomial (truncation < 6e-9 relative), 2^n put in the exponent bits.
+ * Inputs are clamped to [−87, 88] (results stay normal and finite). */
+LIND_HD static inline float lind_expf(float x) {
+    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+    float n = rintf(x * 1.44269504088896341f);
+    float r = fmaf(n, -0.693145751953125f, x);
+    r = fmaf(n, -1.428606765330187e-6f, r);
+    float p = 1.0f / 5040.0f + r * (1.0f / 40320.0f);
+    p = fmaf(p, r, 1.0f / 720.0f);
+    p = fmaf(p, r, 1.0f / 120.0f);
+    p = fmaf(p, r, 1.0f / 24.0f);
+    p = fmaf(p, r, 1.0f / 6.0f);
+    p = fmaf(p, r, 0.5f);
+    p = fmaf(p, r, 1.0f);
+    p = fmaf(p, r, 1.0f);
+    int bits = ((int)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+/* GELU, erf form: x·Φ(x) with Φ(x) = ½(1 + erf(x/√2)). erfc(z) for z ≥ 0 is
+ * Abramowitz & Stegun 7.1.26, t·(a1 + t(a2 + …)) e^{−z²} with t = 1/(1+pz)
+ * (absolute error ≤ 1.5e-7); Φ is taken from erfc on both sides, so there is
+ * no cancellation for negative x. Branch-free: vectorizes on the CPU. */
 LIND_HD static inline float lind_gelu_erf(float x) {
-    return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    float z = fabsf(x) * 0.70710678118654752f;
+    float t = 1.0f / fmaf(0.3275911f, z, 1.0f);
+    float poly = fmaf(t, 1.061405429f, -1.453152027f);
+    poly = fmaf(poly, t, 1.421413741f);
+    poly = fmaf(poly, t, -0.284496736f);
+    poly = fmaf(poly, t, 0.254829592f);
+    float half_erfc = 0.5f * poly * t * lind_expf(-z * z);
+    return x * (x >= 0.0f ? 1.0f - half_erfc : half_erfc);
 }
 
 LIND_HD static inline float lind_sigmoid(float x) {
@@ -119,19 +154,21 @@ LIND_HD static inline float lind_aft_channel(double *num, double *den, double *m
                                              float k, float v, float w, float u) {
     double a = *num, b = *den, p = *mx;
     int empty = !(b > 0.0);
-    /* output: past sums plus the current token with its bonus */
+    /* output: past sums plus the current token with its bonus. Of the two
+     * scale factors e^{p−q} and e^{uk−q} one is e^0 = 1, so one exp suffices. */
     double uk = (double)u + (double)k;
-    double q = empty ? uk : fmax(p, uk);
-    double e1 = empty ? 0.0 : exp(p - q);
-    double e2 = exp(uk - q);
+    double e1, e2;
+    if (empty) { e1 = 0.0; e2 = 1.0; }
+    else if (p >= uk) { e1 = 1.0; e2 = exp(uk - p); }
+    else { e1 = exp(p - uk); e2 = 1.0; }
     double wkv = (e1 * a + e2 * (double)v) / (e1 * b + e2);
     /* state: decay the past by e^{−w}, add the current token without bonus */
-    double pw = p - (double)w;
-    double q2 = empty ? (double)k : fmax(pw, (double)k);
-    double f1 = empty ? 0.0 : exp(pw - q2);
-    double f2 = exp((double)k - q2);
-    *num = f1 * a + f2 * (double)v;
-    *den = f1 * b + f2;
+    double pw = p - (double)w, kk = (double)k, q2;
+    if (empty) { e1 = 0.0; e2 = 1.0; q2 = kk; }
+    else if (pw >= kk) { e1 = 1.0; e2 = exp(kk - pw); q2 = pw; }
+    else { e1 = exp(pw - kk); e2 = 1.0; q2 = kk; }
+    *num = e1 * a + e2 * (double)v;
+    *den = e1 * b + e2;
     *mx = q2;
     return (float)wkv;
 }
