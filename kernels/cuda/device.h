@@ -29,8 +29,9 @@ struct lind_device {
     int  (*alloc)(lind_device *dev, size_t bytes, void **out);
     void (*release)(lind_device *dev, void *p);          /* NULL is a no-op */
     /* Ordered after every earlier call. h2d may return before the copy
-     * lands, but src may be reused as soon as it returns; d2h returns once
-     * dst holds the data (it waits for all earlier work). */
+     * lands, but src (ordinary pageable host memory, as from malloc, not
+     * pinned) may be reused as soon as it returns; d2h returns once dst
+     * holds the data (it waits for all earlier work). */
     int  (*h2d)(lind_device *dev, void *dst, const void *src, size_t bytes);
     int  (*d2h)(lind_device *dev, void *dst, const void *src, size_t bytes);
     int  (*d2d)(lind_device *dev, void *dst, const void *src, size_t bytes);
