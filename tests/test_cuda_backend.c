@@ -1,8 +1,10 @@
 /* tests/test_cuda_backend.c — the real CUDA backend against the CPU backend.
  *
- * Needs a build with nvcc and a CUDA device; otherwise prints one SKIP line
- * saying which is missing and exits 0 (`make test-cuda` and `make test` both
- * run it). On a device:
+ * Always: "auto" picks the CUDA backend when it can be created and the CPU
+ * backend otherwise, and a failing "cuda" says why. The rest needs a build
+ * with nvcc and a CUDA device; otherwise it prints one SKIP line saying
+ * which is missing (`make test-cuda` and `make test` both run it). On a
+ * device:
  *   - every op, case by case, as test_cuda_harness.c checks the harness
  *     (tests/cuda_compare.h), with tolerances for the device's own expf/erff
  *     and cuBLAS summation order;
@@ -27,6 +29,26 @@ static int ctor_under_test(backend **out, char *err, size_t errlen) {
     return backend_new(under_test, out, err, errlen);
 }
 
+/* "auto" takes the GPU when "cuda" works and the CPU when it does not; a
+ * failing "cuda" says why, under its own name. */
+static void auto_selection(void) {
+    backend *cu = NULL, *au = NULL;
+    char err[256] = "", aerr[256] = "";
+    int rc = backend_new("cuda", &cu, err, sizeof err);
+    CHECK(backend_new("auto", &au, aerr, sizeof aerr) == 0, "auto failed: %s", aerr);
+    if (rc == 0) {
+        CHECK(!strcmp(cu->ops->name, "cuda"), "cuda backend is named %s", cu->ops->name);
+        CHECK(au && !strcmp(au->ops->name, "cuda"), "auto picked %s with a device present", au ? au->ops->name : "-");
+    } else {
+        CHECK(cu == NULL, "failed constructor left a backend");
+        CHECK(!strncmp(err, "backend cuda: ", 14) && strlen(err) > 20, "unclear message \"%s\"", err);
+        CHECK(au && !strcmp(au->ops->name, "cpu"), "auto picked %s without a device", au ? au->ops->name : "-");
+        printf("NOTE without a device: %s\n", err);
+    }
+    backend_free(cu);
+    backend_free(au);
+}
+
 static void model_default(void) {
     compare_models("models/default", 16, 64, "models/default");
 }
@@ -35,6 +57,7 @@ int main(void) {
     const char *env = getenv("LIND_CUDA_TEST_BACKEND");
     if (env && *env) under_test = env;
     cmp_model_backend = under_test;
+    RUN(auto_selection);
     backend *be;
     char err[256];
     if (backend_new(under_test, &be, err, sizeof err) < 0) {
