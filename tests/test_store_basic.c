@@ -391,6 +391,28 @@ static void schema_and_foreign_files(void)
     CHECK(store_open(path, NULL, &s, err, sizeof err) == -EINVAL && !s, "newer schema refused");
     CHECK(strstr(err, "schema version 99") != NULL, "says so: %s", err);
 
+    /* A store left at schema version 0 (created, never migrated) is brought
+     * to the current version when opened. */
+    const char *v0 = newdb();
+    sqlite3_open(v0, &db);
+    sqlite3_exec(db, "CREATE TABLE schema_version (version INTEGER NOT NULL);"
+                     "INSERT INTO schema_version VALUES (0); PRAGMA application_id = 1279872580;",
+                 NULL, NULL, NULL);
+    sqlite3_close(db);
+    s = NULL;
+    CHECK(store_open(v0, NULL, &s, err, sizeof err) == 0, "v0 store migrates: %s", err);
+    if (s) {
+        uint8_t b = 1;
+        store_record r = { "after-migration", &b, 1, NULL, 0, 1 };
+        CHECK(store_save(s, &r, 1, err, sizeof err) == 0, "save after migration: %s", err);
+        store_close(s);
+    }
+    sqlite3_open(v0, &db);
+    sqlite3_prepare_v2(db, "SELECT version FROM schema_version", -1, &st, NULL);
+    CHECK(sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) == 1, "now version 1");
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+
     const char *other = newdb();
     sqlite3_open(other, &db);
     sqlite3_exec(db, "CREATE TABLE users(id INTEGER)", NULL, NULL, NULL);
