@@ -183,6 +183,47 @@ static void refuses_malformed(void)
     transcript_free(&t);
 }
 
+/* Random bytes after a valid version byte: decoded or refused, never
+ * anything else, and a decoded tail keeps the transcript's invariants. */
+static void random_bytes(void)
+{
+    uint64_t x = 0x243F6A8885A308D3ull;
+    uint8_t buf[64];
+    int decoded = 0, broken = 0;
+    for (int it = 0; it < 20000; it++) {
+        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+        size_t n = 1 + x % sizeof buf;
+        for (size_t i = 0; i < n; i++) {
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            /* Mostly small values so roles and lengths are often plausible. */
+            buf[i] = (uint8_t)(x % 4 == 0 ? x >> 8 : (x >> 8) % 6);
+        }
+        buf[0] = TRANSCRIPT_FORMAT_VERSION;
+        transcript t;
+        transcript_init(&t, 16);
+        char err[200];
+        int rc = transcript_decode(&t, buf, n, err, sizeof err);
+        if (rc == 0) {
+            decoded++;
+            size_t sum = 0;
+            for (size_t i = 0; i < transcript_count(&t); i++) {
+                size_t len;
+                transcript_entry_at(&t, i, NULL, NULL, &len);
+                sum += len;
+                if (len == 0)
+                    broken++;
+            }
+            if (sum != t.len || t.len > 16)
+                broken++;
+        } else if (rc != -EINVAL) {
+            broken++;
+        }
+        transcript_free(&t);
+    }
+    CHECK(broken == 0, "%d inputs broke an invariant", broken);
+    CHECK(decoded > 100, "only %d random inputs decoded: the generator is off", decoded);
+}
+
 int main(void)
 {
     RUN(entries_merge_by_role);
@@ -192,5 +233,6 @@ int main(void)
     RUN(zero_limit_keeps_nothing);
     RUN(roundtrip);
     RUN(refuses_malformed);
+    RUN(random_bytes);
     return check_exit();
 }
