@@ -9,12 +9,14 @@
 #include "state/store_impl.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sqlite3.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define LIND_APPLICATION_ID 0x4c494e44   /* "LIND" in the database header */
 
@@ -436,6 +438,11 @@ int store_sqlite_open(const char *path, const store_options *opt, store **out,
         return fail(-ENOMEM, err, errlen, "store %s: out of memory", path);
     memcpy(s->path, path, plen + 1);
     s->base.ops = &sqlite_ops;
+    /* Sessions hold users' conversations: a new store is private to its
+     * owner (SQLite gives the -wal and -shm files the same mode). */
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd >= 0)
+        close(fd);
     int rc = sqlite3_open_v2(path, &s->db,
                              SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                              NULL);

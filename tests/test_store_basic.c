@@ -8,6 +8,7 @@
 #include <sqlite3.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char dir[64];
@@ -385,6 +386,9 @@ static void schema_and_foreign_files(void)
     CHECK(sqlite3_step(st) == SQLITE_ROW && strcmp((const char *)sqlite3_column_text(st, 0), "wal") == 0,
           "WAL mode");
     sqlite3_finalize(st);
+    struct stat sb;
+    CHECK(stat(path, &sb) == 0 && (sb.st_mode & 0777) == 0600, "new store is private (mode %o)",
+          (unsigned)(sb.st_mode & 0777));
     sqlite3_exec(db, "UPDATE schema_version SET version = 99", NULL, NULL, NULL);
     sqlite3_close(db);
     s = NULL;
