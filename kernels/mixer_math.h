@@ -29,11 +29,6 @@
 
 /* ---- activations ----------------------------------------------------- */
 
-/* φ(x) = elu(x) + 1: x + 1 for x > 0, e^x otherwise. Always > 0. */
-LIND_HD static inline float lind_elu1(float x) {
-    return x > 0.0f ? x + 1.0f : expf(x);
-}
-
 /* e^x in float without library calls or branches, so loops over it
  * vectorize on the CPU and it costs a few FMAs on the GPU: x = n·ln2 + r with
  * |r| ≤ ln2/2 (Cody–Waite split of ln2), e^r by its degree-7 Taylor
@@ -58,6 +53,39 @@ LIND_HD static inline float lind_expf(float x) {
     return p * scale;
 }
 
+/* φ(x) = elu(x) + 1: x + 1 for x > 0, e^x otherwise. Always > 0. */
+LIND_HD static inline float lind_elu1(float x) {
+    return x > 0.0f ? x + 1.0f : lind_expf(x);
+}
+
+/* e^x in double, the same construction as lind_expf with a degree-13
+ * Taylor polynomial (truncation < 1e-17 relative) and a two-constant split
+ * of ln2: within a few ulp of exp(), branch-free. Clamped to [−708, 709]. */
+LIND_HD static inline double lind_exp(double x) {
+    x = x < -708.0 ? -708.0 : (x > 709.0 ? 709.0 : x);
+    double n = rint(x * 1.4426950408889634074);
+    double r = fma(n, -6.93147180369123816490e-01, x);
+    r = fma(n, -1.90821492927058770002e-10, r);
+    double p = 1.0 / 6227020800.0;
+    p = fma(p, r, 1.0 / 479001600.0);
+    p = fma(p, r, 1.0 / 39916800.0);
+    p = fma(p, r, 1.0 / 3628800.0);
+    p = fma(p, r, 1.0 / 362880.0);
+    p = fma(p, r, 1.0 / 40320.0);
+    p = fma(p, r, 1.0 / 5040.0);
+    p = fma(p, r, 1.0 / 720.0);
+    p = fma(p, r, 1.0 / 120.0);
+    p = fma(p, r, 1.0 / 24.0);
+    p = fma(p, r, 1.0 / 6.0);
+    p = fma(p, r, 0.5);
+    p = fma(p, r, 1.0);
+    p = fma(p, r, 1.0);
+    long long bits = ((long long)n + 1023) << 52;
+    double scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
 /* GELU, erf form: x·Φ(x) with Φ(x) = ½(1 + erf(x/√2)). erfc(z) for z ≥ 0 is
  * Abramowitz & Stegun 7.1.26, t·(a1 + t(a2 + …)) e^{−z²} with t = 1/(1+pz)
  * (absolute error ≤ 1.5e-7); Φ is taken from erfc on both sides, so there is
@@ -74,7 +102,7 @@ LIND_HD static inline float lind_gelu_erf(float x) {
 }
 
 LIND_HD static inline float lind_sigmoid(float x) {
-    return 1.0f / (1.0f + expf(-x));
+    return 1.0f / (1.0f + lind_expf(-x));
 }
 
 /* ---- token shift ------------------------------------------------------- */
@@ -154,22 +182,23 @@ LIND_HD static inline float lind_aft_channel(double *num, double *den, double *m
                                              float k, float v, float w, float u) {
     double a = *num, b = *den, p = *mx;
     int empty = !(b > 0.0);
-    /* output: past sums plus the current token with its bonus. Of the two
-     * scale factors e^{p−q} and e^{uk−q} one is e^0 = 1, so one exp suffices. */
+    /* Output: past sums plus the current token with its bonus. Of the two
+     * scale factors e^{p−q} and e^{uk−q} (q the larger exponent) one is 1,
+     * so one exp of −|p − uk| suffices. Written without branches so a CPU
+     * loop over channels vectorizes. */
     double uk = (double)u + (double)k;
-    double e1, e2;
-    if (empty) { e1 = 0.0; e2 = 1.0; }
-    else if (p >= uk) { e1 = 1.0; e2 = exp(uk - p); }
-    else { e1 = exp(p - uk); e2 = 1.0; }
+    double e = lind_exp(-fabs(p - uk));
+    double e1 = empty ? 0.0 : (p >= uk ? 1.0 : e);
+    double e2 = empty ? 1.0 : (p >= uk ? e : 1.0);
     double wkv = (e1 * a + e2 * (double)v) / (e1 * b + e2);
-    /* state: decay the past by e^{−w}, add the current token without bonus */
-    double pw = p - (double)w, kk = (double)k, q2;
-    if (empty) { e1 = 0.0; e2 = 1.0; q2 = kk; }
-    else if (pw >= kk) { e1 = 1.0; e2 = exp(kk - pw); q2 = pw; }
-    else { e1 = exp(pw - kk); e2 = 1.0; q2 = kk; }
-    *num = e1 * a + e2 * (double)v;
-    *den = e1 * b + e2;
-    *mx = q2;
+    /* State: decay the past by e^{−w}, add the current token without bonus. */
+    double pw = p - (double)w, kk = (double)k;
+    double f = lind_exp(-fabs(pw - kk));
+    double f1 = empty ? 0.0 : (pw >= kk ? 1.0 : f);
+    double f2 = empty ? 1.0 : (pw >= kk ? f : 1.0);
+    *num = f1 * a + f2 * (double)v;
+    *den = f1 * b + f2;
+    *mx = empty ? kk : (pw >= kk ? pw : kk);
     return (float)wkv;
 }
 

@@ -206,6 +206,24 @@ static float *tmp_get(cpu *c, size_t n) {
     return c->tmp;
 }
 
+/* S ← γS + φk vᵀ and num_j = Σ_i φq_i S[i][j] for one head: i outer, j inner
+ * over contiguous rows of S so it vectorizes; the same per-element operation
+ * (lind_lin_s) and i-order as lind_lin_column() in kernels/mixer_math.h. */
+static void lin_head(double *restrict S, double *restrict num, const float *restrict phik,
+                     const float *restrict phiq, const float *restrict v, double g, int dh) {
+    for (int j = 0; j < dh; j++) num[j] = 0.0;
+    for (int i = 0; i < dh; i++) {
+        double *restrict Si = S + (size_t)i * dh;
+        float pk = phik[i];
+        double pq = (double)phiq[i];
+        for (int j = 0; j < dh; j++) {
+            double s = lind_lin_s(Si[j], g, pk, v[j]);
+            Si[j] = s;
+            num[j] += pq * s;
+        }
+    }
+}
+
 static int cpu_linear_step(backend *be, const backend_buf *in, const backend_buf *gamma, backend_buf *out,
                            size_t state_off, int H, int dh, float eps) {
     cpu *c = (cpu *)be;
@@ -221,26 +239,14 @@ static int cpu_linear_step(backend *be, const backend_buf *in, const backend_buf
         for (int h = 0; h < H; h++) {
             double *S = (double *)st + (size_t)h * dh * dh;
             double *z = (double *)st + (size_t)H * dh * dh + (size_t)h * dh;
-            const float *vh = v + h * dh;
             double g = gamma ? (double)gamma->p[h] : 1.0;
             double den = 0.0;
             for (int i = 0; i < dh; i++) {
                 phiq[i] = lind_elu1(q[h * dh + i]);
                 phik[i] = lind_elu1(k[h * dh + i]);
                 den += lind_lin_z(&z[i], phik[i], phiq[i], g);
-                num[i] = 0.0;
             }
-            /* i outer, j inner: contiguous rows of S, vectorizable */
-            for (int i = 0; i < dh; i++) {
-                double *Si = S + (size_t)i * dh;
-                float pk = phik[i];
-                double pq = (double)phiq[i];
-                for (int j = 0; j < dh; j++) {
-                    double s = lind_lin_s(Si[j], g, pk, vh[j]);
-                    Si[j] = s;
-                    num[j] += pq * s;
-                }
-            }
+            lin_head(S, num, phik, phiq, v + h * dh, g, dh);
             float *o = out->p + (size_t)b * hd + (size_t)h * dh;
             for (int j = 0; j < dh; j++) o[j] = lind_lin_out(num[j], den, eps);
         }
@@ -248,18 +254,29 @@ static int cpu_linear_step(backend *be, const backend_buf *in, const backend_buf
     return 0;
 }
 
+/* One session's AFT channels; restrict lets the loop vectorize. */
+static void aft_row(float *restrict o, double *restrict num, double *restrict den, double *restrict mx,
+                    const float *restrict r, const float *restrict k, const float *restrict v,
+                    const float *restrict w, const float *restrict u, int d) {
+    for (int i = 0; i < d; i++)
+        o[i] = lind_sigmoid(r[i]) * lind_aft_channel(&num[i], &den[i], &mx[i], k[i], v[i], w[i], u[i]);
+}
+
 static int cpu_aft_step(backend *be, const backend_buf *in, const backend_buf *w, const backend_buf *u,
                         backend_buf *out, size_t state_off, int d) {
     cpu *c = (cpu *)be;
+    const float *wp = w ? w->p : NULL, *up = u ? u->p : NULL;
+    if (!wp || !up) {   /* AFT-simple: w = u = 0 */
+        float *zeros = tmp_get(c, (size_t)d);
+        if (!zeros) return -ENOMEM;
+        memset(zeros, 0, (size_t)d * sizeof *zeros);
+        if (!wp) wp = zeros;
+        if (!up) up = zeros;
+    }
     for (int b = 0; b < c->B; b++) {
         double *num = (double *)(slot_ptr(c, c->slots[b]) + state_off), *den = num + d, *mx = den + d;
         const float *r = in->p + (size_t)b * 3 * d, *k = r + d, *v = r + 2 * d;
-        float *o = out->p + (size_t)b * d;
-        for (int i = 0; i < d; i++) {
-            float wkv = lind_aft_channel(&num[i], &den[i], &mx[i], k[i], v[i], w ? w->p[i] : 0.0f,
-                                         u ? u->p[i] : 0.0f);
-            o[i] = lind_sigmoid(r[i]) * wkv;
-        }
+        aft_row(out->p + (size_t)b * d, num, den, mx, r, k, v, wp, up, d);
     }
     return 0;
 }
