@@ -30,7 +30,7 @@
 #define KILLS     200
 
 typedef struct msg {
-    char     kind;           /* 'A' announce, 'R' returned, 'E' error */
+    char     kind;           /* 'O' opened, 'A' announce, 'R' returned, 'E' error */
     uint8_t  k;              /* records in the group */
     uint8_t  idx[GROUP_MAX]; /* session indices */
     uint64_t version;
@@ -80,6 +80,9 @@ static void child(int fd, uint64_t version, uint64_t seed)
         if (write(fd, &m, sizeof m) < 0) _exit(4);
         _exit(3);
     }
+    m.kind = 'O';
+    if (write(fd, &m, sizeof m) != sizeof m)
+        _exit(4);
     static uint8_t st[GROUP_MAX][CONTENT_MAX], tr[GROUP_MAX][400];
     char names[GROUP_MAX][32];
     uint64_t r = seed;
@@ -151,11 +154,20 @@ static void kill_and_verify(void)
             _exit(0);
         }
         close(p[1]);
-        /* Mostly 0..20 ms into the run; sometimes within the first 2 ms (open). */
+        /* One run in eight is killed 0..2 ms after the fork, often while
+         * opening the store; the others 0..20 ms after the store is open
+         * (timed from the child's 'O', so a loaded machine does not turn
+         * them into kills during start-up). */
         rnd = mix(rnd);
-        useconds_t delay = rnd % 8 == 0 ? (useconds_t)(rnd >> 8) % 2000
-                                        : (useconds_t)(rnd >> 8) % 20000;
-        usleep(delay);
+        msg m, inflight;
+        memset(&inflight, 0, sizeof inflight);
+        if (rnd % 8 == 0) {
+            usleep((useconds_t)((rnd >> 8) % 2000));
+        } else {
+            ssize_t got = read(p[0], &m, sizeof m);
+            CHECK(got == sizeof m && m.kind == 'O', "iteration %d: child did not open the store", it);
+            usleep((useconds_t)((rnd >> 8) % 20000));
+        }
         kill(pid, SIGKILL);
         int status = 0;
         waitpid(pid, &status, 0);
@@ -163,8 +175,6 @@ static void kill_and_verify(void)
         CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
               "iteration %d: child ended by itself (status %d): a save failed", it, status);
         /* Replay the child's reports. */
-        msg m, inflight;
-        memset(&inflight, 0, sizeof inflight);
         int have_inflight = 0;
         ssize_t got;
         while ((got = read(p[0], &m, sizeof m)) == sizeof m) {
@@ -172,6 +182,8 @@ static void kill_and_verify(void)
                 inflight = m;
                 have_inflight = 1;
                 next_version = m.version + 1;
+            } else if (m.kind == 'O') {
+                continue;
             } else if (m.kind == 'R') {
                 for (int i = 0; i < m.k; i++)
                     returned[m.idx[i]] = m.version;
@@ -256,9 +268,10 @@ static void kill_and_verify(void)
     printf("NOTE %d kills, %d during a save (%d of those had committed), %d saves returned\n",
            kills, interrupted, inflight_committed, saves_returned);
     CHECK(kills >= KILLS, "only %d kills", kills);
-    /* The kills must actually land inside saves for the test to mean anything. */
-    CHECK(interrupted >= kills / 4, "only %d of %d kills interrupted a save", interrupted, kills);
-    CHECK(saves_returned >= kills, "only %d saves returned in %d runs", saves_returned, kills);
+    /* The kills must actually land inside saves for the test to mean
+     * anything (7 in 8 are aimed after the open). */
+    CHECK(interrupted >= kills / 2, "only %d of %d kills interrupted a save", interrupted, kills);
+    CHECK(saves_returned >= kills / 2, "only %d saves returned in %d runs", saves_returned, kills);
 }
 
 int main(void)
