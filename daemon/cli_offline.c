@@ -344,8 +344,7 @@ static double gemm_only_rate(backend *be, const gemm_shape *g, int n, int B, dou
         goto out;
     be->ops->buf_upload(be, x, 0, init, (size_t)B * maxdim);
     for (int i = 0; i < n; i++) {
-        if (be->ops->buf_new(be, (size_t)g[i].N * g[i].K, &w[i]) < 0) goto out;
-        be->ops->buf_upload(be, w[i], 0, init, (size_t)g[i].N * g[i].K);
+        if (backend_weight_new(be, g[i].N, g[i].K, init, &w[i]) < 0) goto out;
     }
     float sink;
     long reps = 0;
@@ -370,15 +369,14 @@ out:
 static double sgemm_rate(backend *be, int M, int N, int K, double secs) {
     backend_buf *x = NULL, *w = NULL, *y = NULL;
     double best = 0;
-    if (be->ops->buf_new(be, (size_t)M * K, &x) < 0 || be->ops->buf_new(be, (size_t)N * K, &w) < 0 ||
-        be->ops->buf_new(be, (size_t)M * N, &y) < 0)
-        goto out;
     float *init = malloc(sizeof(float) * (size_t)(M > N ? M : N) * K);
     if (!init) goto out;
     for (size_t i = 0; i < (size_t)(M > N ? M : N) * K; i++) init[i] = (float)((i * 2654435761u) % 1000) * 1e-3f;
-    be->ops->buf_upload(be, x, 0, init, (size_t)M * K);
-    be->ops->buf_upload(be, w, 0, init, (size_t)N * K);
+    int ok = be->ops->buf_new(be, (size_t)M * K, &x) == 0 && backend_weight_new(be, N, K, init, &w) == 0 &&
+             be->ops->buf_new(be, (size_t)M * N, &y) == 0;
+    if (ok) be->ops->buf_upload(be, x, 0, init, (size_t)M * K);
     free(init);
+    if (!ok) goto out;
     float sink;
     double start = now_s();
     while (now_s() - start < secs) {

@@ -51,6 +51,13 @@ typedef struct backend_ops {
     int  (*buf_upload)(backend *be, backend_buf *b, size_t off, const float *src, size_t n);
     int  (*buf_download)(backend *be, const backend_buf *b, size_t off, float *dst, size_t n);
 
+    /* A weight W [N × K] (row-major host data) for use as matmul's W. The
+     * backend may keep it in another layout (the CPU backend stores Wᵀ, which
+     * OpenBLAS multiplies faster at small batch); such a buffer is only ever
+     * passed to matmul as W and to buf_free. Optional: NULL means buf_new +
+     * buf_upload (see backend_weight_new below). */
+    int  (*weight_new)(backend *be, int N, int K, const float *W, backend_buf **out);
+
     /* ---- slot pool ---------------------------------------------------- */
     /* Make room for at least n slots of slot_bytes each, keeping the contents
      * of existing slots (slot_bytes must not change after the first call).
@@ -78,7 +85,8 @@ typedef struct backend_ops {
     /* One GEMM over the batch:
      *   y[b, yo + n] = (accumulate ? y[b, yo + n] : 0) + bias[n] + Σ_k x[b, xo + k] · W[n, k]
      * for b < B, n < N, k < K; x has row stride ldx, y row stride ldy (floats),
-     * W is [N × K] row-major at offset 0, bias (length N) may be NULL.
+     * W is [N × K] row-major at offset 0 (or made by weight_new), bias
+     * (length N) may be NULL.
      * accumulate = 1 is how residual adds are done (x ← x + Wo·o). */
     int (*matmul)(backend *be, const backend_buf *x, size_t xo, int ldx,
                   const backend_buf *W, const backend_buf *bias,
@@ -122,6 +130,17 @@ typedef struct backend_ops {
 struct backend {
     const backend_ops *ops;
 };
+
+/* Upload a matmul weight through weight_new when the backend has it. */
+static inline int backend_weight_new(backend *be, int N, int K, const float *W, backend_buf **out) {
+    if (be->ops->weight_new) return be->ops->weight_new(be, N, K, W, out);
+    int rc = be->ops->buf_new(be, (size_t)N * (size_t)K, out);
+    if (rc == 0 && (rc = be->ops->buf_upload(be, *out, 0, W, (size_t)N * (size_t)K)) < 0) {
+        be->ops->buf_free(be, *out);
+        *out = NULL;
+    }
+    return rc;
+}
 
 /* Create a backend by name: "cpu", "cuda", or "auto" (NULL = "auto": CUDA
  * when built with it and a device is usable, else CPU). On failure returns

@@ -44,17 +44,18 @@ int mixer_proj3_load(mixer_proj3 *p, backend *be, int shift, int n, int d,
     size_t wn = (size_t)n * (size_t)d;
     int rc;
     if (shift) {
-        for (int i = 0; i < 3; i++) {
-            if ((rc = o->buf_new(be, wn, &p->w[i])) < 0) goto fail;
-            if ((rc = o->buf_upload(be, p->w[i], 0, W[i], wn)) < 0) goto fail;
-        }
+        for (int i = 0; i < 3; i++)
+            if ((rc = backend_weight_new(be, n, d, W[i], &p->w[i])) < 0) goto fail;
         if ((rc = o->buf_new(be, 3 * (size_t)d, &p->mu)) < 0) goto fail;
         for (int i = 0; i < 3; i++)
             if ((rc = o->buf_upload(be, p->mu, (size_t)i * d, mu[i], (size_t)d)) < 0) goto fail;
     } else {
-        if ((rc = o->buf_new(be, 3 * wn, &p->fused)) < 0) goto fail;
-        for (int i = 0; i < 3; i++)
-            if ((rc = o->buf_upload(be, p->fused, (size_t)i * wn, W[i], wn)) < 0) goto fail;
+        float *cat = malloc(3 * wn * sizeof *cat);
+        if (!cat) { rc = -ENOMEM; goto fail; }
+        for (int i = 0; i < 3; i++) memcpy(cat + (size_t)i * wn, W[i], wn * sizeof *cat);
+        rc = backend_weight_new(be, 3 * n, d, cat, &p->fused);
+        free(cat);
+        if (rc < 0) goto fail;
     }
     return 0;
 fail:

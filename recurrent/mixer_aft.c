@@ -93,7 +93,7 @@ static int aft_load(const lind_config *c, int layer, backend *be, const float *c
     const float *W[3] = {t[T_WR], t[T_WK], t[T_WV]};
     const float *mu[3] = {t[T_MUR], t[T_MUK], t[T_MUV]};
     if ((rc = mixer_proj3_load(&A->rkv, be, c->token_shift, d, d, W, mu)) < 0) goto fail;
-    if ((rc = upload(be, &A->wo, t[T_WO], (size_t)d * d)) < 0) goto fail;
+    if ((rc = backend_weight_new(be, d, d, t[T_WO], &A->wo)) < 0) goto fail;
     if (w) {
         if ((rc = upload(be, &A->w, w, (size_t)d)) < 0) goto fail;
         if ((rc = upload(be, &A->u, t[T_TF], (size_t)d)) < 0) goto fail;

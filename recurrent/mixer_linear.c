@@ -71,8 +71,7 @@ static int lin_load(const lind_config *c, int layer, backend *be, const float *c
     const float *mu[3] = {NULL, NULL, NULL};
     if (c->token_shift) { mu[0] = t[T_MUQ]; mu[1] = t[T_MUK]; mu[2] = t[T_MUV]; }
     if ((rc = mixer_proj3_load(&L->qkv, be, c->token_shift, hd, L->d, W, mu)) < 0) goto fail;
-    if ((rc = be->ops->buf_new(be, (size_t)L->d * hd, &L->wo)) < 0) goto fail;
-    if ((rc = be->ops->buf_upload(be, L->wo, 0, t[T_WO], (size_t)L->d * hd)) < 0) goto fail;
+    if ((rc = backend_weight_new(be, L->d, hd, t[T_WO], &L->wo)) < 0) goto fail;
     if (t[T_DECAY]) {
         if ((rc = be->ops->buf_new(be, (size_t)L->H, &L->gamma)) < 0) goto fail;
         if ((rc = be->ops->buf_upload(be, L->gamma, 0, t[T_DECAY], (size_t)L->H)) < 0) goto fail;

@@ -97,16 +97,29 @@ static int take(loader *ld, const char *name, int ndim, int d0, int d1, int opti
     return 0;
 }
 
-/* take + upload into a new device buffer. */
-static int take_up(model *m, loader *ld, const char *name, int ndim, int d0, int d1, backend_buf **out) {
+/* take + upload into a new device buffer; `weight`: a matmul W, uploaded
+ * with backend_weight_new (the backend picks its layout). */
+static int take_up_as(model *m, loader *ld, const char *name, int ndim, int d0, int d1, int weight,
+                      backend_buf **out) {
     float *p;
     int rc = take(ld, name, ndim, d0, d1, 0, &p);
     if (rc < 0) return rc;
     size_t n = (size_t)d0 * (ndim == 2 ? (size_t)d1 : 1);
-    if ((rc = m->be->ops->buf_new(m->be, n, out)) == 0) rc = m->be->ops->buf_upload(m->be, *out, 0, p, n);
+    if (weight)
+        rc = backend_weight_new(m->be, d0, d1, p, out);
+    else if ((rc = m->be->ops->buf_new(m->be, n, out)) == 0)
+        rc = m->be->ops->buf_upload(m->be, *out, 0, p, n);
     free(p);
     if (rc < 0) return fail(ld->err, ld->errlen, rc, "%s: backend could not take '%s' (error %d)", ld->dir, name, rc);
     return 0;
+}
+
+static int take_up(model *m, loader *ld, const char *name, int ndim, int d0, int d1, backend_buf **out) {
+    return take_up_as(m, ld, name, ndim, d0, d1, 0, out);
+}
+
+static int take_w(model *m, loader *ld, const char *name, int d0, int d1, backend_buf **out) {
+    return take_up_as(m, ld, name, 2, d0, d1, 1, out);
 }
 
 static int load_layer(model *m, loader *ld, int i) {
@@ -114,9 +127,9 @@ static int load_layer(model *m, loader *ld, int i) {
     layer *L = &m->L[i];
     char nm[128];
     int rc, d = c->d_model;
-#define T(field, suffix, nd, a, b)                                   \
-    snprintf(nm, sizeof nm, "layers.%d.%s", i, suffix);             \
-    if ((rc = take_up(m, ld, nm, nd, a, b, &L->field)) < 0) return rc;
+#define T(field, suffix, nd, a, b)                                              \
+    snprintf(nm, sizeof nm, "layers.%d.%s", i, suffix);                        \
+    if ((rc = take_up_as(m, ld, nm, nd, a, b, nd == 2, &L->field)) < 0) return rc;
     T(ln1_w, "ln1.weight", 1, d, 0);
     T(ln1_b, "ln1.bias", 1, d, 0);
     T(ln2_w, "ln2.weight", 1, d, 0);
@@ -243,7 +256,7 @@ int model_load(const char *dir, const char *backend_name, model **out, char *err
     if ((rc = take_up(m, &ld, "embed.weight", 2, LIND_VOCAB, d, &m->embed)) < 0) goto out;
     if ((rc = take_up(m, &ld, "ln_f.weight", 1, d, 0, &m->lnf_w)) < 0) goto out;
     if ((rc = take_up(m, &ld, "ln_f.bias", 1, d, 0, &m->lnf_b)) < 0) goto out;
-    if ((rc = take_up(m, &ld, "head.weight", 2, LIND_VOCAB, d, &m->head)) < 0) goto out;
+    if ((rc = take_w(m, &ld, "head.weight", LIND_VOCAB, d, &m->head)) < 0) goto out;
     for (int i = 0; i < c->n_layers; i++)
         if ((rc = load_layer(m, &ld, i)) < 0) goto out;
     for (int i = 0; i < ld.st.n; i++) {

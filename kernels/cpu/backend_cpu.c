@@ -15,6 +15,7 @@
 struct backend_buf {
     float *p;
     size_t n;
+    int wt;          /* made by weight_new: p holds Wᵀ [K × N] */
 };
 
 typedef struct cpu {
@@ -47,7 +48,20 @@ static int cpu_buf_new(backend *be, size_t n, backend_buf **out) {
     b->p = amalloc(n * sizeof(float));
     if (!b->p) { free(b); return -ENOMEM; }
     b->n = n;
+    b->wt = 0;
     *out = b;
+    return 0;
+}
+
+/* Keep Wᵀ: y = x·Wᵀ then runs as a NoTrans·NoTrans SGEMM, which OpenBLAS
+ * does faster than NoTrans·Trans for the small M (batch) of a decode step. */
+static int cpu_weight_new(backend *be, int N, int K, const float *W, backend_buf **out) {
+    int rc = cpu_buf_new(be, (size_t)N * (size_t)K, out);
+    if (rc < 0) return rc;
+    float *t = (*out)->p;
+    for (int n = 0; n < N; n++)
+        for (int k = 0; k < K; k++) t[(size_t)k * N + n] = W[(size_t)n * K + k];
+    (*out)->wt = 1;
     return 0;
 }
 
@@ -169,8 +183,12 @@ static int cpu_matmul(backend *be, const backend_buf *x, size_t xo, int ldx, con
         }
         beta = 1.0f;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, N, K, 1.0f, x->p + xo, ldx, W->p, K, beta,
-                y->p + yo, ldy);
+    if (W->wt)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, N, K, 1.0f, x->p + xo, ldx, W->p, N, beta,
+                    y->p + yo, ldy);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, N, K, 1.0f, x->p + xo, ldx, W->p, K, beta,
+                    y->p + yo, ldy);
     return 0;
 }
 
@@ -299,6 +317,7 @@ static const backend_ops cpu_ops = {
     .buf_free = cpu_buf_free,
     .buf_upload = cpu_buf_upload,
     .buf_download = cpu_buf_download,
+    .weight_new = cpu_weight_new,
     .slots_reserve = cpu_slots_reserve,
     .slot_zero = cpu_slot_zero,
     .slot_read = cpu_slot_read,
