@@ -57,7 +57,7 @@ typedef struct dmsg {
     char     name[STORE_NAME_MAX + 1];
     int      rc;              /* M_LOADED, M_SAVED: 0 or negative code */
     proto_code code;          /* M_SAVED failure: the error code sent */
-    char     err[256];
+    char     err[512];
     store_loaded loaded;      /* M_LOADED */
     /* M_SAVE */
     uint8_t *state; size_t state_len;

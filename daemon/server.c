@@ -328,12 +328,20 @@ int server_main(int argc, char **argv)
     code = 0;
     fprintf(stderr, "lind serve: stopped; every session saved\n");
 out:
-    /* Drain what the threads left for a loop that no longer runs. */
+    /* Drain what was left for threads that no longer run (e.g. the
+     * connection-closed notes of the final close). */
     for (qnode *n = queue_take_all(&srv->loopq, 0); n; ) {
         qnode *next = n->next;
         outmsg_free((outmsg *)n);
         n = next;
     }
+    queue *dq[2] = { &srv->schedq, &srv->persistq };
+    for (int i = 0; i < 2; i++)
+        for (qnode *n = queue_take_all(dq[i], 0); n; ) {
+            qnode *next = n->next;
+            dmsg_free((dmsg *)n);
+            n = next;
+        }
     if (uv_loop_alive(&loop)) { close_everything(srv); uv_run(&loop, UV_RUN_DEFAULT); }
     uv_loop_close(&loop);
     conn_table_free(&conns);
