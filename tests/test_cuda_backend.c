@@ -12,7 +12,8 @@
  *     AFT and mixed, token shift on and off, γ < 1 and = 1, AFT simple and
  *     decay; plus models/default when present) give the same logits at every
  *     step for a batch of sessions, within 1e-4 relative, also after the
- *     states were moved between the two backends through slot read/write.
+ *     states were moved between the two backends through slot read/write;
+ *   - the random models again with LIND_CUDA_WEIGHTS=bf16, within 2%.
  *
  * LIND_CUDA_TEST_BACKEND=name runs the same checks with another backend in
  * the place of "cuda" (e.g. "cpu" against itself, to exercise the test). */
@@ -70,6 +71,7 @@ int main(void) {
      * GEMMs in its own order */
     cmp_run_all(under_test, ctor_under_test, 5e-5, 5e-6);
     RUN(models_random);
+    RUN(models_random_bf16);
     struct stat st;
     if (stat("models/default/config.json", &st) == 0) RUN(model_default);
     else printf("SKIP model_default: no models/default in %s\n", getcwd(err, sizeof err) ? err : ".");

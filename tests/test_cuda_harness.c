@@ -12,6 +12,8 @@
  * batch of sessions. Then the refusals: what would corrupt device memory
  * must be caught on the host. */
 #include <errno.h>
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cuda/grid_backend.h"
@@ -102,6 +104,90 @@ static void harness_limits(void) {
               "geometry %zu out of limits", i);
 }
 
+/* bf16 rounding written independently of kb_bf16(): keep 8 significant
+ * bits, ties to even (rintf in the default rounding mode). */
+static float round_bf16(float f) {
+    int e;
+    float m = frexpf(f, &e);
+    return ldexpf(rintf(ldexpf(m, 8)), e - 8);
+}
+
+/* y = round(x)·round(W)ᵀ (+ bias, + y) in the test, by plain loops in double. */
+static void ref_bf16(const float *x, int ldx, const float *W, const float *bias, float *y, int ldy, int B, int N,
+                     int K, int acc) {
+    for (int b = 0; b < B; b++)
+        for (int n = 0; n < N; n++) {
+            double s = (acc ? y[(size_t)b * ldy + n] : 0) + (bias ? bias[n] : 0);
+            for (int k = 0; k < K; k++)
+                s += (double)round_bf16(x[(size_t)b * ldx + k]) * (double)round_bf16(W[(size_t)n * K + k]);
+            y[(size_t)b * ldy + n] = (float)s;
+        }
+}
+
+/* The bf16 GEMM path: exactly the product of the bf16-rounded operands
+ * (fp32 sums), through offsets and strides, with bias and accumulation, and
+ * the weights' bf16 copy refreshed when the weights are uploaded again. */
+static void bf16_matmul(void) {
+    backend *be;
+    char err[256];
+    if (backend_harness_new(HARNESS_REVERSE, &be, err, sizeof err) < 0) { CHECK(0, "%s", err); return; }
+    CHECK(grid_backend_set_weights(be, "bf16", err, sizeof err) == 0, "%s", err);
+    CHECK(grid_backend_set_weights(be, "fp16", err, sizeof err) == -EINVAL && strstr(err, "fp16"),
+          "fp16 accepted or unclear: %s", err);
+    const backend_ops *o = be->ops;
+    enum { B = 5, N = 24, K = 70, LDX = 2 * K + 3, LDY = N + 9 };
+    size_t xo = K + 1, yo = 4;
+    float x[B * LDX + 8], W[N * K], bias[N], y0[B * LDY + 8], got[B * LDY + 8], want[B * LDY + 8];
+    fill(x, sizeof x / sizeof *x, 3, 0);
+    fill(W, N * K, 1, 0);
+    fill(bias, N, 1, 0);
+    fill(y0, sizeof y0 / sizeof *y0, 1, 0);
+    backend_buf *bx, *bW, *bb, *by;
+    if (o->buf_new(be, sizeof x / sizeof *x, &bx) || o->buf_new(be, N * K, &bW) || o->buf_new(be, N, &bb) ||
+        o->buf_new(be, sizeof y0 / sizeof *y0, &by)) { CHECK(0, "buf_new"); backend_free(be); return; }
+    CHECK(o->buf_upload(be, bx, 0, x, sizeof x / sizeof *x) == 0 && o->buf_upload(be, bb, 0, bias, N) == 0, "upload");
+    for (int pass = 0; pass < 3; pass++) {
+        if (pass == 2) fill(W, N * K, 1, 0);   /* new weights: the bf16 copy must follow */
+        if (pass != 1) CHECK(o->buf_upload(be, bW, 0, W, N * K) == 0, "upload W");
+        int acc = pass == 1;
+        const backend_buf *bias_buf = pass == 0 ? NULL : bb;
+        CHECK(o->buf_upload(be, by, 0, y0, sizeof y0 / sizeof *y0) == 0, "upload y");
+        CHECK(o->matmul(be, bx, xo, LDX, bW, bias_buf, by, yo, LDY, B, N, K, acc) == 0, "matmul: %s",
+              grid_backend_error(be));
+        CHECK(o->buf_download(be, by, 0, got, sizeof got / sizeof *got) == 0, "download");
+        memcpy(want, y0, sizeof want);
+        ref_bf16(x + xo, LDX, W, pass == 0 ? NULL : bias, want + yo, LDY, B, N, K, acc);
+        double e = rel_err_f(got, want, sizeof got / sizeof *got);
+        CHECK(e <= 1e-6, "pass %d: relative error %.3g against the bf16 reference", pass, e);
+        /* and it is a different function from the fp32 one */
+        float full[B * LDY + 8];
+        memcpy(full, y0, sizeof full);
+        for (int b = 0; b < B; b++)
+            for (int n = 0; n < N; n++) {
+                double t = (acc ? full[(size_t)b * LDY + yo + n] : 0) + (pass ? bias[n] : 0);
+                for (int k = 0; k < K; k++) t += (double)x[(size_t)b * LDX + xo + k] * W[(size_t)n * K + k];
+                full[(size_t)b * LDY + yo + n] = (float)t;
+            }
+        double d = rel_err_f(got, full, sizeof got / sizeof *got);
+        CHECK(d > 1e-4 && d < 3e-2, "pass %d: bf16 vs fp32 differ by %.3g", pass, d);
+        if (pass == 2) printf("NOTE bf16_matmul: bf16 against fp32 products: %.3g relative\n", d);
+    }
+    o->buf_free(be, bx); o->buf_free(be, bW); o->buf_free(be, bb); o->buf_free(be, by);
+    backend_free(be);
+}
+
+/* Whole models with LIND_CUDA_WEIGHTS=bf16 stay close to the fp32 CPU
+ * backend; an unknown value is refused by name. */
+static void bf16_models(void) {
+    char err[256];
+    backend *be = NULL;
+    setenv("LIND_CUDA_WEIGHTS", "int4", 1);
+    CHECK(backend_harness_new(HARNESS_FORWARD, &be, err, sizeof err) == -EINVAL && be == NULL && strstr(err, "int4"),
+          "LIND_CUDA_WEIGHTS=int4: %s", err);
+    unsetenv("LIND_CUDA_WEIGHTS");
+    models_random_bf16();
+}
+
 int main(void) {
     /* fp32 results may differ from the CPU backend's only by summation order
      * (layer norm sums in double here, in float there); fp64 states run the
@@ -111,6 +197,8 @@ int main(void) {
     /* whole models through recurrent/model.c on the "harness" backend */
     cmp_model_backend = "harness";
     RUN(models_random);
+    RUN(bf16_matmul);
+    RUN(bf16_models);
     RUN(refusals);
     RUN(harness_limits);
     return check_exit();

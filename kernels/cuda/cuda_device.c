@@ -85,6 +85,17 @@ static int c_sgemm(lind_device *d, int transa, int transb, int m, int n, int k, 
     return -EIO;
 }
 
+static int c_gemm_bf16(lind_device *d, int transa, int transb, int m, int n, int k, float alpha,
+                       const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta, float *Cm, int ldc) {
+    cublasStatus_t s = cublasGemmEx(C(d)->blas, transa ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                    transb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, A, CUDA_R_16BF, lda,
+                                    B, CUDA_R_16BF, ldb, &beta, Cm, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                                    CUBLAS_GEMM_DEFAULT);
+    if (s == CUBLAS_STATUS_SUCCESS) return 0;
+    snprintf(d->err, sizeof d->err, "cublasGemmEx (bf16): %s", cublasGetStatusString(s));
+    return -EIO;
+}
+
 int cuda_device_new(lind_device **out, char *err, size_t errlen) {
     *out = NULL;
     int n = 0, ordinal = 0;
@@ -126,6 +137,7 @@ int cuda_device_new(lind_device **out, char *err, size_t errlen) {
     c->dev.zero = c_zero;
     c->dev.launch = c_launch;
     c->dev.sgemm = c_sgemm;
+    c->dev.gemm_bf16 = c_gemm_bf16;
     if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
         snprintf(err, errlen, "backend cuda: %s: cannot create a stream: %s", c->dev.name, cudaGetErrorString(e));
         c_free(&c->dev);

@@ -4,7 +4,7 @@
  * bounds checks, the row-major GEMM mapping, each op's launch geometry) is
  * written once against this small table. Two devices implement it:
  *   - the CUDA device (cuda_device.c, kernels.cu): cudaMalloc, cudaMemcpy on
- *     one stream, the kernels of kernel_bodies.h as __global__s, cublasSgemm;
+ *     one stream, the kernels of kernel_bodies.h as __global__s, cuBLAS;
  *   - the harness (harness.c): host memory, the same kernel bodies run block
  *     by block and thread by thread, cblas_sgemm in column-major order.
  * So everything above the device layer is exercised by the tests even on a
@@ -44,6 +44,11 @@ struct lind_device {
     int  (*sgemm)(lind_device *dev, int transa, int transb, int m, int n, int k,
                   float alpha, const float *A, int lda, const float *B, int ldb,
                   float beta, float *C, int ldc);
+    /* The same with A and B in bf16 (bit patterns, see kb_bf16()) and C in
+     * fp32; products and sums in fp32 (cublasGemmEx, CUBLAS_COMPUTE_32F). */
+    int  (*gemm_bf16)(lind_device *dev, int transa, int transb, int m, int n, int k,
+                      float alpha, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                      float beta, float *C, int ldc);
 };
 
 /* The CUDA device (only when built with LIND_HAVE_CUDA): device 0 or the

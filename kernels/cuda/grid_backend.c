@@ -20,6 +20,8 @@
 struct backend_buf {
     void  *p;       /* device pointer */
     size_t n;       /* floats */
+    uint16_t *bf;   /* bf16 copy (weights, in bf16 mode), device pointer */
+    int    bf_ok;   /* bf holds the current contents */
 };
 
 typedef struct gridbe {
@@ -38,6 +40,10 @@ typedef struct gridbe {
     int    B;
     unsigned *seen;             /* per slot: stamp of the last batch using it */
     unsigned  stamp;
+
+    int       bf16;             /* GEMMs in bf16 (grid_backend_set_weights) */
+    uint16_t *xb;               /* bf16 copy of a GEMM's activations */
+    size_t    xb_n;
 } gridbe;
 
 static gridbe *G(backend *be) { return (gridbe *)be; }
@@ -94,6 +100,7 @@ static void g_free(backend *be) {
     g->dev->release(g->dev, g->pool);
     g->dev->release(g->dev, g->d_slots);
     g->dev->release(g->dev, g->d_tokens);
+    g->dev->release(g->dev, g->xb);
     g->dev->free(g->dev);
     free(g->seen);
     free(g);
@@ -119,6 +126,7 @@ static int g_buf_new(backend *be, size_t n, backend_buf **out) {
 static void g_buf_free(backend *be, backend_buf *b) {
     if (!b) return;
     G(be)->dev->release(G(be)->dev, b->p);
+    G(be)->dev->release(G(be)->dev, b->bf);
     free(b);
 }
 
@@ -127,6 +135,7 @@ static int g_buf_upload(backend *be, backend_buf *b, size_t off, const float *sr
     if (off > SIZE_MAX - n) return fail(g, -EINVAL, "buf_upload: offset overflows");
     int rc = fits(g, b, off + n, "buf_upload", "destination");
     if (rc < 0 || n == 0) return rc;
+    b->bf_ok = 0;
     return dev_rc(g, g->dev->h2d(g->dev, F(b) + off, src, n * sizeof(float)), "buf_upload");
 }
 
@@ -255,6 +264,41 @@ static int g_layernorm(backend *be, const backend_buf *x, backend_buf *y, const 
     return launch(g, KB_LAYERNORM, kb_layernorm_launch(B, d), &a, "layernorm");
 }
 
+/* The bf16 GEMM: W's bf16 copy (made on first use, and again after W is
+ * uploaded to), x's block rounded into the scratch, then the same mapping as
+ * the fp32 call below. W is the const argument of matmul: its bf16 copy is
+ * a cache, not its contents. */
+static int matmul_bf16(gridbe *g, const backend_buf *x, size_t xo, int ldx, backend_buf *W, backend_buf *y,
+                       size_t yo, int ldy, int B, int N, int K, float beta) {
+    int rc;
+    size_t wn = (size_t)N * K;
+    if (wn > INT32_MAX)
+        return fail(g, -EINVAL, "matmul: %zu weights are too many for the bf16 path", wn);
+    if (!W->bf) {
+        void *p;
+        if ((rc = g->dev->alloc(g->dev, wn * sizeof(uint16_t), &p)) < 0) return dev_rc(g, rc, "matmul bf16 weights");
+        W->bf = p;
+        W->bf_ok = 0;
+    }
+    if (!W->bf_ok) {
+        kb_to_bf16_args a = { F(W), W->bf, 0, 0, (int)wn };
+        if ((rc = launch(g, KB_TO_BF16, kb_to_bf16_launch(1, (int)wn), &a, "matmul bf16 weights")) < 0) return rc;
+        W->bf_ok = 1;
+    }
+    size_t xn = (size_t)B * K;
+    if (xn > g->xb_n) {
+        void *p;
+        if ((rc = g->dev->alloc(g->dev, xn * sizeof(uint16_t), &p)) < 0) return dev_rc(g, rc, "matmul bf16 scratch");
+        g->dev->release(g->dev, g->xb);
+        g->xb = p;
+        g->xb_n = xn;
+    }
+    kb_to_bf16_args a = { F(x) + xo, g->xb, ldx, K, K };
+    if ((rc = launch(g, KB_TO_BF16, kb_to_bf16_launch(B, K), &a, "matmul bf16 activations")) < 0) return rc;
+    return dev_rc(g, g->dev->gemm_bf16(g->dev, 1, 0, N, B, K, 1.0f, W->bf, K, g->xb, K, beta, F(y) + yo, ldy),
+                  "matmul");
+}
+
 /* Row-major y[B × N] (+)= x[B × K]·Wᵀ (+ bias) as one column-major SGEMM:
  * read column-major, y is yᵀ [N × B] (ld ldy), W is Wᵀ [K × N] (ld K) and
  * x is xᵀ [K × B] (ld ldx), so yᵀ = op_T(Wᵀ)·xᵀ = W·xᵀ. */
@@ -276,6 +320,7 @@ static int g_matmul(backend *be, const backend_buf *x, size_t xo, int ldx, const
         if ((rc = launch(g, KB_BIAS_ROWS, kb_bias_rows_launch(B, N), &a, "matmul bias")) < 0) return rc;
         beta = 1.0f;
     }
+    if (g->bf16) return matmul_bf16(g, x, xo, ldx, (backend_buf *)W, y, yo, ldy, B, N, K, beta);
     return dev_rc(g, g->dev->sgemm(g->dev, 1, 0, N, B, K, 1.0f, F(W), K, F(x) + xo, ldx, beta, F(y) + yo, ldy),
                   "matmul");
 }
@@ -359,6 +404,17 @@ static const backend_ops grid_ops = {
     .aft_step = g_aft_step,
 };
 
+int grid_backend_set_weights(backend *be, const char *precision, char *err, size_t errlen) {
+    gridbe *g = G(be);
+    if (!strcmp(precision, "fp32")) g->bf16 = 0;
+    else if (!strcmp(precision, "bf16")) g->bf16 = 1;
+    else {
+        snprintf(err, errlen, "backend %s: weight precision \"%s\" is not fp32 or bf16", g->name, precision);
+        return -EINVAL;
+    }
+    return 0;
+}
+
 int grid_backend_new(lind_device *dev, const char *name, backend **out, char *err, size_t errlen) {
     *out = NULL;
     gridbe *g = calloc(1, sizeof *g);
@@ -372,6 +428,12 @@ int grid_backend_new(lind_device *dev, const char *name, backend **out, char *er
     g->ops = grid_ops;
     g->ops.name = g->name;
     g->base.ops = &g->ops;
+    const char *w = getenv("LIND_CUDA_WEIGHTS");
+    int rc = w && *w ? grid_backend_set_weights(&g->base, w, err, errlen) : 0;
+    if (rc < 0) {
+        g_free(&g->base);
+        return rc;
+    }
     *out = &g->base;
     return 0;
 }

@@ -11,11 +11,23 @@
 #include "kernels/cuda/device.h"
 
 /* A backend named `name` ("cuda", "harness") over `dev`, which it takes
- * ownership of (freed by backend_free, or here on failure). */
+ * ownership of (freed by backend_free, or here on failure). Environment
+ * LIND_CUDA_WEIGHTS=fp32|bf16 sets the GEMM precision (below); any other
+ * value fails. */
 int grid_backend_new(lind_device *dev, const char *name, backend **out, char *err, size_t errlen);
 
 /* Message of the last failed op (empty if none) — the interface's ops only
  * return codes; this says what the device reported. */
 const char *grid_backend_error(const backend *be);
+
+/* Precision of the GEMMs: "fp32" (the default: cublasSgemm, results track
+ * the CPU backend to rounding) or "bf16": each weight matrix gets a bf16
+ * copy on its first use (kept until the buffer is uploaded to again), the
+ * activations are rounded to bf16 before each GEMM, and cuBLAS multiplies
+ * them with fp32 accumulation — half the weight bytes per step, about 3
+ * significant digits in the products. Everything else (norms, mixers,
+ * states) stays fp32/fp64. A W given to matmul must be a weight buffer,
+ * written only by buf_upload. 0, or -EINVAL naming the bad value. */
+int grid_backend_set_weights(backend *be, const char *precision, char *err, size_t errlen);
 
 #endif

@@ -19,6 +19,7 @@ static int run_gelu(const lind_thread *t, int p, const void *a) { return kb_gelu
 static int run_shift_mix(const lind_thread *t, int p, const void *a) { return kb_shift_mix(t, p, (const kb_shift_mix_args *)a); }
 static int run_linear(const lind_thread *t, int p, const void *a) { return kb_linear_step(t, p, (const kb_linear_args *)a); }
 static int run_aft(const lind_thread *t, int p, const void *a) { return kb_aft_step(t, p, (const kb_aft_args *)a); }
+static int run_to_bf16(const lind_thread *t, int p, const void *a) { return kb_to_bf16(t, p, (const kb_to_bf16_args *)a); }
 
 static const body_fn bodies[KB_NKERNELS] = {
     [KB_EMBED] = run_embed,
@@ -28,6 +29,7 @@ static const body_fn bodies[KB_NKERNELS] = {
     [KB_SHIFT_MIX] = run_shift_mix,
     [KB_LINEAR_STEP] = run_linear,
     [KB_AFT_STEP] = run_aft,
+    [KB_TO_BF16] = run_to_bf16,
 };
 
 #define MAX_PHASES 4096
@@ -127,6 +129,33 @@ static int h_sgemm(lind_device *d, int transa, int transb, int m, int n, int k, 
     return 0;
 }
 
+/* A column-major bf16 matrix of rows × cols (ld ≥ rows) widened to fp32:
+ * every bf16 product is exact in fp32, so cblas on the widened values is
+ * the bf16 GEMM with fp32 accumulation. */
+static float *widen(const uint16_t *A, int ld, int rows, int cols) {
+    float *w = calloc((size_t)ld * (size_t)cols + 1, sizeof *w);
+    if (!w) return NULL;
+    for (int c = 0; c < cols; c++)
+        for (int r = 0; r < rows; r++) w[(size_t)c * ld + r] = kb_bf16_to_float(A[(size_t)c * ld + r]);
+    return w;
+}
+
+static int h_gemm_bf16(lind_device *d, int transa, int transb, int m, int n, int k, float alpha,
+                       const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc) {
+    float *a = widen(A, lda, transa ? k : m, transa ? m : k), *b = widen(B, ldb, transb ? n : k, transb ? k : n);
+    if (!a || !b) {
+        free(a);
+        free(b);
+        snprintf(d->err, sizeof d->err, "harness: out of memory");
+        return -ENOMEM;
+    }
+    cblas_sgemm(CblasColMajor, transa ? CblasTrans : CblasNoTrans, transb ? CblasTrans : CblasNoTrans,
+                m, n, k, alpha, a, lda, b, ldb, beta, C, ldc);
+    free(a);
+    free(b);
+    return 0;
+}
+
 int harness_device_new(int order, lind_device **out, char *err, size_t errlen) {
     *out = NULL;
     if (order != HARNESS_FORWARD && order != HARNESS_REVERSE) {
@@ -147,6 +176,7 @@ int harness_device_new(int order, lind_device **out, char *err, size_t errlen) {
     h->dev.zero = h_zero;
     h->dev.launch = h_launch;
     h->dev.sgemm = h_sgemm;
+    h->dev.gemm_bf16 = h_gemm_bf16;
     *out = &h->dev;
     return 0;
 }

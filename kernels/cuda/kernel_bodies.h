@@ -22,6 +22,8 @@
 #define LIND_KERNELS_CUDA_KERNEL_BODIES_H
 
 #include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 #include "kernels/mixer_math.h"
 
 /* One thread's coordinates: blockIdx.x/y, threadIdx.x, blockDim.x and the
@@ -48,7 +50,7 @@ typedef struct lind_launch {
 
 enum kb_kernel {
     KB_EMBED, KB_LAYERNORM, KB_BIAS_ROWS, KB_GELU, KB_SHIFT_MIX,
-    KB_LINEAR_STEP, KB_AFT_STEP, KB_NKERNELS
+    KB_LINEAR_STEP, KB_AFT_STEP, KB_TO_BF16, KB_NKERNELS
 };
 
 /* The per-session state of row b of the batch: slot slots[b] of the pool. */
@@ -286,6 +288,43 @@ LIND_HD static inline int kb_aft_step(const lind_thread *t, int phase, const kb_
     float w = a->w ? a->w[c] : 0.0f, u = a->u ? a->u[c] : 0.0f;
     float wkv = lind_aft_channel(&st[c], &st[d + c], &st[2 * d + c], row[d + c], row[2 * d + c], w, u);
     a->out[(size_t)b * d + c] = lind_sigmoid(row[c]) * wkv;
+    return 0;
+}
+
+/* ---- fp32 → bf16 (for the bf16-weights option) --------------------------
+ * Round to nearest, ties to even; NaN stays a (quiet) NaN. bf16 keeps fp32's
+ * exponent range, so nothing overflows that did not in fp32. */
+LIND_HD static inline uint16_t kb_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+LIND_HD static inline float kb_bf16_to_float(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* y[r, c] = bf16(x[r, c]) for r < rows, c < cols (row strides ldx, ldy). */
+typedef struct kb_to_bf16_args {
+    const float *x;
+    uint16_t *y;
+    int ldx, ldy, cols;
+} kb_to_bf16_args;
+
+static inline lind_launch kb_to_bf16_launch(int rows, int cols) {
+    lind_launch L = { kb_ceil_div((size_t)cols, KB_EW_BLOCK), rows, KB_EW_BLOCK, 0 };
+    return L;
+}
+
+LIND_HD static inline int kb_to_bf16(const lind_thread *t, int phase, const kb_to_bf16_args *a) {
+    (void)phase;
+    int c = t->bx * t->bdim + t->tx, r = t->by;
+    if (c < a->cols) a->y[(size_t)r * a->ldy + c] = kb_bf16(a->x[(size_t)r * a->ldx + c]);
     return 0;
 }
 

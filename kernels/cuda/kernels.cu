@@ -26,6 +26,7 @@ LIND_KERNEL(k_gelu, kb_gelu, kb_gelu_args)
 LIND_KERNEL(k_shift_mix, kb_shift_mix, kb_shift_mix_args)
 LIND_KERNEL(k_linear_step, kb_linear_step, kb_linear_args)
 LIND_KERNEL(k_aft_step, kb_aft_step, kb_aft_args)
+LIND_KERNEL(k_to_bf16, kb_to_bf16, kb_to_bf16_args)
 
 __global__ void k_probe(int *flag) { *flag = 1; }
 
@@ -40,6 +41,7 @@ extern "C" int lind_cuda_launch(int kernel, const lind_launch *L, const void *ar
     case KB_SHIFT_MIX:   k_shift_mix<<<grid, block, L->smem, s>>>(*(const kb_shift_mix_args *)args); break;
     case KB_LINEAR_STEP: k_linear_step<<<grid, block, L->smem, s>>>(*(const kb_linear_args *)args); break;
     case KB_AFT_STEP:    k_aft_step<<<grid, block, L->smem, s>>>(*(const kb_aft_args *)args); break;
+    case KB_TO_BF16:     k_to_bf16<<<grid, block, L->smem, s>>>(*(const kb_to_bf16_args *)args); break;
     default: return (int)cudaErrorInvalidValue;
     }
     return (int)cudaGetLastError();
