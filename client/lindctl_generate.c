@@ -72,10 +72,10 @@ static void json_token(gen_state *st, uint64_t id, const uint8_t *p, size_t n, i
     unsigned char buf[256];
     while (n || (flush && st->npend)) {
         size_t take = n < sizeof buf - st->npend ? n : sizeof buf - st->npend;
-        memcpy(buf, st->pend, st->npend);
-        memcpy(buf + st->npend, p, take);
+        if (st->npend) memcpy(buf, st->pend, st->npend);
+        if (take) memcpy(buf + st->npend, p, take);
         size_t all = st->npend + take;
-        p += take;
+        if (take) p += take;
         n -= take;
         size_t cut = flush && !n ? all : ctl_utf8_complete(buf, all);
         /* A stuck prefix longer than a character is not UTF-8: let it go. */
