@@ -9,6 +9,7 @@ a device with the given bandwidth and peak rates, and the tokens/s bound.
 
     /usr/bin/python3 tools/cuda_roofline.py                    # the docs' table
     /usr/bin/python3 tools/cuda_roofline.py models/default/config.json
+    /usr/bin/python3 tools/cuda_roofline.py --weights bf16     # LIND_CUDA_WEIGHTS=bf16
 
 Device defaults are the NVIDIA H100 SXM5 datasheet figures (not measured).
 The byte counts follow kernels/cuda/ exactly: fp32 weights, fp64 states
@@ -20,7 +21,7 @@ import argparse
 import json
 import sys
 
-H100 = {"name": "H100 SXM5", "bw": 3.35e12, "fp32": 66.9e12, "fp64": 33.5e12}
+H100 = {"name": "H100 SXM5", "bw": 3.35e12, "fp32": 66.9e12, "fp64": 33.5e12, "bf16": 989.4e12}
 
 
 def config(d, L, H, ff, mixers, shift=True):
@@ -28,11 +29,14 @@ def config(d, L, H, ff, mixers, shift=True):
             "mixers": (mixers * L)[:L], "token_shift": shift}
 
 
-def step_cost(c, B):
+def step_cost(c, B, bf16=False):
+    """bf16: LIND_CUDA_WEIGHTS=bf16 — matrices read as bf16 (2 bytes), and
+    each GEMM input read once more in fp32 and written and read in bf16
+    (one extra float's worth of bytes per input element)."""
     d, H, dh, ff = c["d_model"], c["n_heads"], c["d_head"], c["d_ff"]
     HD = H * dh
     shift = bool(c["token_shift"])
-    w_params = 256 * d                      # head (embedding: only B rows are read)
+    mat_params = 256 * d                    # head (embedding: only B rows are read)
     vec_params = 2 * d                      # ln_f
     state = 0                               # bytes per session
     act = 0                                 # floats moved per session
@@ -41,7 +45,7 @@ def step_cost(c, B):
     launches = 3                            # embed, ln_f, head GEMM
     for kind in c["mixers"]:
         n = HD if kind == "linear" else d   # width of q/k/v (r/k/v)
-        w_params += 3 * n * d + d * n + 2 * d * ff
+        mat_params += 3 * n * d + d * n + 2 * d * ff
         vec_params += 4 * d + ff + d + (3 * d if shift else 0) + (H if kind == "linear" else 2 * d)
         gemm_flops += 2 * (3 * n * d + d * n + 2 * d * ff)
         if kind == "linear":
@@ -63,8 +67,14 @@ def step_cost(c, B):
         act += 2 * ff                       # GELU in place
         act += ff + 4 * d                   # bias rows + W2 GEMM accumulating
         launches += 13 if shift else 11
+        if bf16:                            # GEMM inputs: q/k/v, Wo, W1, W2
+            act += (3 * d if shift else d) + n + d + ff
+            launches += 6 if shift else 4
     act += 2 * d + 2 * d + d + 256          # embed, ln_f, head
-    wbytes = 4 * (w_params + vec_params)
+    if bf16:
+        act += d
+        launches += 1
+    wbytes = (2 if bf16 else 4) * mat_params + 4 * vec_params
     return {
         "weights": wbytes,
         "state_rw": 2 * state * B,
@@ -73,14 +83,14 @@ def step_cost(c, B):
         "flops32": gemm_flops * B,
         "flops64": mix_flops * B,
         "launches": launches,
-        "params": w_params + vec_params + 256 * d,
+        "params": mat_params + vec_params + 256 * d,
     }
 
 
-def roofline(c, B, dev):
-    s = step_cost(c, B)
+def roofline(c, B, dev, bf16=False):
+    s = step_cost(c, B, bf16)
     t_mem = (s["weights"] + s["state_rw"] + s["act"]) / dev["bw"]
-    t_cmp = s["flops32"] / dev["fp32"] + s["flops64"] / dev["fp64"]
+    t_cmp = s["flops32"] / dev["bf16" if bf16 else "fp32"] + s["flops64"] / dev["fp64"]
     return s, t_mem, t_cmp, max(t_mem, t_cmp)
 
 
@@ -95,8 +105,10 @@ def main():
     ap.add_argument("--bw", type=float, default=H100["bw"], help="memory bandwidth, bytes/s")
     ap.add_argument("--fp32", type=float, default=H100["fp32"], help="fp32 peak, FLOP/s")
     ap.add_argument("--fp64", type=float, default=H100["fp64"], help="fp64 peak, FLOP/s")
+    ap.add_argument("--bf16", type=float, default=H100["bf16"], help="bf16 tensor-core peak (dense), FLOP/s")
+    ap.add_argument("--weights", choices=["fp32", "bf16"], default="fp32", help="GEMM precision (LIND_CUDA_WEIGHTS)")
     a = ap.parse_args()
-    dev = {"bw": a.bw, "fp32": a.fp32, "fp64": a.fp64}
+    dev = {"bw": a.bw, "fp32": a.fp32, "fp64": a.fp64, "bf16": a.bf16}
     models = []
     for p in a.configs:
         with open(p) as f:
@@ -110,14 +122,14 @@ def main():
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|")
     for name, c in models:
         for B in (int(x) for x in a.batches.split(",")):
-            s, tm, tc, t = roofline(c, B, dev)
+            s, tm, tc, t = roofline(c, B, dev, a.weights == "bf16")
             print("| %s | %d | %s | %s | %s | %.3g G | %.3g M | %.1f µs | %.1f µs | %s | %s |" % (
                 name, B, fmt_bytes(s["weights"]), fmt_bytes(s["state_rw"]), fmt_bytes(s["act"]),
                 s["flops32"] / 1e9, s["flops64"] / 1e6, tm * 1e6, tc * 1e6,
                 "memory" if tm >= tc else "compute", "{:,.0f}".format(B / t)))
     print()
     for name, c in models:
-        s = step_cost(c, 1)
+        s = step_cost(c, 1, a.weights == "bf16")
         print("%s: %d parameters, %d state bytes per session, %d kernel launches per step"
               % (name, s["params"], s["state"], s["launches"]))
     return 0
