@@ -172,6 +172,26 @@ static void bf16_matmul(void) {
         CHECK(d > 1e-4 && d < 3e-2, "pass %d: bf16 vs fp32 differ by %.3g", pass, d);
         if (pass == 2) printf("NOTE bf16_matmul: bf16 against fp32 products: %.3g relative\n", d);
     }
+    /* a weight made by weight_new in bf16 mode keeps only its bf16 copy:
+     * the same products, but it cannot be read back or used by fp32 GEMMs */
+    backend_buf *wW = NULL;
+    CHECK(o->weight_new(be, N, K, W, &wW) == 0, "weight_new: %s", grid_backend_error(be));
+    if (wW) {
+        CHECK(o->buf_upload(be, by, 0, y0, sizeof y0 / sizeof *y0) == 0, "upload y");
+        CHECK(o->matmul(be, bx, xo, LDX, wW, NULL, by, yo, LDY, B, N, K, 0) == 0, "matmul: %s", grid_backend_error(be));
+        CHECK(o->buf_download(be, by, 0, got, sizeof got / sizeof *got) == 0, "download");
+        memcpy(want, y0, sizeof want);
+        ref_bf16(x + xo, LDX, W, NULL, want + yo, LDY, B, N, K, 0);
+        double e = rel_err_f(got, want, sizeof got / sizeof *got);
+        CHECK(e <= 1e-6, "weight_new: relative error %.3g against the bf16 reference", e);
+        float back[4];
+        CHECK(o->buf_download(be, wW, 0, back, 4) == -EINVAL, "a bf16-only weight was read back");
+        CHECK(o->buf_upload(be, wW, 0, back, 4) == -EINVAL, "a bf16-only weight was written");
+        CHECK(grid_backend_set_weights(be, "fp32", err, sizeof err) == 0, "%s", err);
+        CHECK(o->matmul(be, bx, xo, LDX, wW, NULL, by, yo, LDY, B, N, K, 0) == -EINVAL,
+              "an fp32 GEMM used a bf16-only weight");
+        o->buf_free(be, wW);
+    }
     o->buf_free(be, bx); o->buf_free(be, bW); o->buf_free(be, bb); o->buf_free(be, by);
     backend_free(be);
 }

@@ -22,6 +22,7 @@ struct backend_buf {
     size_t n;       /* floats */
     uint16_t *bf;   /* bf16 copy (weights, in bf16 mode), device pointer */
     int    bf_ok;   /* bf holds the current contents */
+    int    bf_only; /* a weight_new weight in bf16 mode: no fp32 copy (p NULL) */
 };
 
 typedef struct gridbe {
@@ -133,6 +134,7 @@ static void g_buf_free(backend *be, backend_buf *b) {
 static int g_buf_upload(backend *be, backend_buf *b, size_t off, const float *src, size_t n) {
     gridbe *g = G(be);
     if (off > SIZE_MAX - n) return fail(g, -EINVAL, "buf_upload: offset overflows");
+    if (b && b->bf_only) return fail(g, -EINVAL, "buf_upload: a bf16 weight cannot be written");
     int rc = fits(g, b, off + n, "buf_upload", "destination");
     if (rc < 0 || n == 0) return rc;
     b->bf_ok = 0;
@@ -142,9 +144,35 @@ static int g_buf_upload(backend *be, backend_buf *b, size_t off, const float *sr
 static int g_buf_download(backend *be, const backend_buf *b, size_t off, float *dst, size_t n) {
     gridbe *g = G(be);
     if (off > SIZE_MAX - n) return fail(g, -EINVAL, "buf_download: offset overflows");
+    if (b && b->bf_only) return fail(g, -EINVAL, "buf_download: a bf16 weight cannot be read back");
     int rc = fits(g, b, off + n, "buf_download", "source");
     if (rc < 0 || n == 0) return rc;
     return dev_rc(g, g->dev->d2h(g->dev, dst, F(b) + off, n * sizeof(float)), "buf_download");
+}
+
+static int refresh_bf16(gridbe *g, backend_buf *W, const char *op);
+
+/* A matmul weight. In bf16 mode only its bf16 copy stays on the device
+ * (half the memory of fp32 instead of one and a half). */
+static int g_weight_new(backend *be, int N, int K, const float *W, backend_buf **out) {
+    gridbe *g = G(be);
+    *out = NULL;
+    if (N < 1 || K < 1) return fail(g, -EINVAL, "weight_new: shape %d × %d", N, K);
+    size_t n = (size_t)N * (size_t)K;
+    backend_buf *b;
+    int rc = g_buf_new(be, n, &b);
+    if (rc < 0) return rc;
+    if ((rc = g_buf_upload(be, b, 0, W, n)) == 0 && g->bf16 && (rc = refresh_bf16(g, b, "weight_new")) == 0) {
+        g->dev->release(g->dev, b->p);
+        b->p = NULL;
+        b->bf_only = 1;
+    }
+    if (rc < 0) {
+        g_buf_free(be, b);
+        return rc;
+    }
+    *out = b;
+    return 0;
 }
 
 /* ---- slot pool ----------------------------------------------------------- */
@@ -264,6 +292,24 @@ static int g_layernorm(backend *be, const backend_buf *x, backend_buf *y, const 
     return launch(g, KB_LAYERNORM, kb_layernorm_launch(B, d), &a, "layernorm");
 }
 
+/* Make W's bf16 copy current (allocated on first use). */
+static int refresh_bf16(gridbe *g, backend_buf *W, const char *op) {
+    int rc;
+    if (W->bf_ok) return 0;
+    if (W->n > INT32_MAX) return fail(g, -EINVAL, "%s: %zu weights are too many for the bf16 path", op, W->n);
+    if (!W->bf) {
+        void *p;
+        if ((rc = g->dev->alloc(g->dev, (W->n ? W->n : 1) * sizeof(uint16_t), &p)) < 0) return dev_rc(g, rc, op);
+        W->bf = p;
+    }
+    if (W->n) {
+        kb_to_bf16_args a = { F(W), W->bf, 0, 0, (int)W->n };
+        if ((rc = launch(g, KB_TO_BF16, kb_to_bf16_launch(1, (int)W->n), &a, op)) < 0) return rc;
+    }
+    W->bf_ok = 1;
+    return 0;
+}
+
 /* The bf16 GEMM: W's bf16 copy (made on first use, and again after W is
  * uploaded to), x's block rounded into the scratch, then the same mapping as
  * the fp32 call below. W is the const argument of matmul: its bf16 copy is
@@ -271,20 +317,7 @@ static int g_layernorm(backend *be, const backend_buf *x, backend_buf *y, const 
 static int matmul_bf16(gridbe *g, const backend_buf *x, size_t xo, int ldx, backend_buf *W, backend_buf *y,
                        size_t yo, int ldy, int B, int N, int K, float beta) {
     int rc;
-    size_t wn = (size_t)N * K;
-    if (wn > INT32_MAX)
-        return fail(g, -EINVAL, "matmul: %zu weights are too many for the bf16 path", wn);
-    if (!W->bf) {
-        void *p;
-        if ((rc = g->dev->alloc(g->dev, wn * sizeof(uint16_t), &p)) < 0) return dev_rc(g, rc, "matmul bf16 weights");
-        W->bf = p;
-        W->bf_ok = 0;
-    }
-    if (!W->bf_ok) {
-        kb_to_bf16_args a = { F(W), W->bf, 0, 0, (int)wn };
-        if ((rc = launch(g, KB_TO_BF16, kb_to_bf16_launch(1, (int)wn), &a, "matmul bf16 weights")) < 0) return rc;
-        W->bf_ok = 1;
-    }
+    if ((rc = refresh_bf16(g, W, "matmul bf16 weights")) < 0) return rc;
     size_t xn = (size_t)B * K;
     if (xn > g->xb_n) {
         void *p;
@@ -321,6 +354,7 @@ static int g_matmul(backend *be, const backend_buf *x, size_t xo, int ldx, const
         beta = 1.0f;
     }
     if (g->bf16) return matmul_bf16(g, x, xo, ldx, (backend_buf *)W, y, yo, ldy, B, N, K, beta);
+    if (W->bf_only) return fail(g, -EINVAL, "matmul: W was made as a bf16 weight, GEMMs are now fp32");
     return dev_rc(g, g->dev->sgemm(g->dev, 1, 0, N, B, K, 1.0f, F(W), K, F(x) + xo, ldx, beta, F(y) + yo, ldy),
                   "matmul");
 }
@@ -390,6 +424,7 @@ static const backend_ops grid_ops = {
     .buf_free = g_buf_free,
     .buf_upload = g_buf_upload,
     .buf_download = g_buf_download,
+    .weight_new = g_weight_new,
     .slots_reserve = g_slots_reserve,
     .slot_zero = g_slot_zero,
     .slot_read = g_slot_read,

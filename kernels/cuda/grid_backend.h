@@ -27,7 +27,9 @@ const char *grid_backend_error(const backend *be);
  * them with fp32 accumulation — half the weight bytes per step, about 3
  * significant digits in the products. Everything else (norms, mixers,
  * states) stays fp32/fp64. A W given to matmul must be a weight buffer,
- * written only by buf_upload. 0, or -EINVAL naming the bad value. */
+ * written only by buf_upload; one made by weight_new while in bf16 mode
+ * keeps only its bf16 copy (it cannot be read back, nor used after a switch
+ * back to fp32). 0, or -EINVAL naming the bad value. */
 int grid_backend_set_weights(backend *be, const char *precision, char *err, size_t errlen);
 
 #endif
