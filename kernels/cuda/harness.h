@@ -5,9 +5,10 @@
  * block; within a block, phase by phase, every thread through a phase before
  * any thread starts the next (what __syncthreads() guarantees), with the
  * block's shared memory a fresh buffer filled with NaN bytes (so a read of
- * shared memory nobody wrote shows up as NaN). Its GEMM is cblas_sgemm in
- * column-major order, the same call shape as cublasSgemm. New buffers are
- * NaN-filled too (device memory is uninitialized).
+ * shared memory nobody wrote shows up as NaN). Its GEMMs are cblas_sgemm in
+ * column-major order, the same call shape as cublasSgemm (bf16 operands are
+ * widened to fp32 first, which is exact). New buffers are NaN-filled too
+ * (device memory is uninitialized).
  *
  * The thread order inside a phase is selectable: a kernel whose result
  * depends on it has a race between threads of one phase. The harness also
