@@ -1,6 +1,5 @@
 /* daemon/cli_offline.c — `lind info`, `lind score`, `lind generate` and
  * `lind bench-step`: the engine driven directly, no daemon. */
-#include <cblas.h>
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -430,9 +429,8 @@ int cli_bench_step(int argc, char **argv) {
     for (int b = 0; b < maxb; b++) slots[b] = b;
     int ng = step_gemms(c, g);
     double fpt = flops_per_token(g, ng);
-    printf("model %s: %zu parameters, %zu state bytes/session, backend %s (%s), BLAS threads %d\n", o.model,
-           model_param_count(m), model_state_bytes(m), model_backend_name(m), model_device_name(m),
-           openblas_get_num_threads());
+    printf("model %s: %zu parameters, %zu state bytes/session, backend %s (%s)\n", o.model,
+           model_param_count(m), model_state_bytes(m), model_backend_name(m), model_device_name(m));
     printf("matrix FLOPs per token: %.3f M (%d GEMMs per step)\n", fpt * 1e-6, ng);
     double peak = sgemm_rate(model_backend(m), 1024, 1024, 1024, o.seconds);
     double bw = membw(o.seconds);

@@ -313,6 +313,56 @@ static void batched_equals_unbatched(void) {
     model_free(m);
 }
 
+/* The CPU backend splits big ops across threads (LIND_CPU_THREADS): a model
+ * big enough to take those paths gives the same logits with 1 and 3
+ * threads, through steps of several batch sizes. */
+static void threads_equal_single(void) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/threads", tmpdir);
+    lind_config c = testmodel_config(128, 2, 4, 32, 512, "linear,aft", 1, "decay");
+    testmodel_opts opts = {0.95f, 1.0f};
+    CHECK(testmodel_write(dir, &c, 21, &opts) == 0, "testmodel_write");
+    char err[512] = "";
+    model *m[2] = {0};
+    const char *nt[2] = {"1", "3"};
+    for (int i = 0; i < 2; i++) {
+        setenv("LIND_CPU_THREADS", nt[i], 1);
+        CHECK(model_load(dir, "cpu", &m[i], err, sizeof err) == 0, "model_load: %s", err);
+    }
+    unsetenv("LIND_CPU_THREADS");
+    if (!m[0] || !m[1]) { model_free(m[0]); model_free(m[1]); return; }
+    CHECK(strstr(model_device_name(m[1]), "3 threads") != NULL, "device \"%s\" does not say 3 threads",
+          model_device_name(m[1]));
+    enum { NB = 48 };
+    int slots[NB], toks[NB];
+    float *l0 = malloc(sizeof(float) * NB * 256), *l1 = malloc(sizeof(float) * NB * 256);
+    for (int i = 0; i < 2; i++) {
+        model_slots_reserve(m[i], NB);
+        for (int b = 0; b < NB; b++) model_slot_reset(m[i], b);
+    }
+    double worst = 0;
+    uint64_t seed = 5;
+    for (int step = 0; step < 24; step++) {
+        int B = step % 3 == 0 ? NB : step % 3 == 1 ? 17 : 1;   /* threaded and inline paths */
+        for (int b = 0; b < B; b++) {
+            slots[b] = (b * 7 + step) % NB;
+            seed = seed * 6364136223846793005ull + 1;
+            toks[b] = step == 0 ? LIND_BOS : (int)(seed >> 56);
+        }
+        /* distinct slots: b·7 mod 48 is a permutation since gcd(7, 48) = 1 */
+        CHECK(model_step(m[0], slots, toks, B, l0) == 0 && model_step(m[1], slots, toks, B, l1) == 0, "step");
+        for (int i = 0; i < B * 256; i++) {
+            double e = fabs((double)l0[i] - l1[i]) / (1.0 + fabs(l0[i]));
+            if (!(e <= worst)) worst = e;
+        }
+    }
+    CHECK(worst <= 1e-5, "1 vs 3 threads: logits differ by %.3g", worst);
+    free(l0);
+    free(l1);
+    model_free(m[0]);
+    model_free(m[1]);
+}
+
 /* Bad calls are refused, not crashes: repeated slot, slot out of range, bad token. */
 static void step_rejects_bad_batches(void) {
     char dir[512];
@@ -352,6 +402,7 @@ int main(void) {
     RUN(mixed_shift_decay);
     RUN(mixed_plain_simple);
     RUN(batched_equals_unbatched);
+    RUN(threads_equal_single);
     RUN(step_rejects_bad_batches);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

@@ -8,8 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/pool.h"
 #include "kernels/mixer_math.h"
 
 struct backend_buf {
@@ -25,8 +27,9 @@ typedef struct cpu {
     size_t slot_bytes, stride;
     int *slots, *tokens;    /* current batch */
     int B, cap;
-    float *tmp;             /* per-row scratch of the mixer steps */
+    float *tmp;             /* scratch of the mixer steps */
     size_t tmp_n;
+    cpu_pool *threads;      /* every op runs across these */
     char device[128];
 } cpu;
 
@@ -145,74 +148,6 @@ static int cpu_begin_step(backend *be, const int *slots, const int *tokens, int 
     return 0;
 }
 
-static int cpu_embed(backend *be, const backend_buf *E, backend_buf *x, int d) {
-    cpu *c = (cpu *)be;
-    for (int b = 0; b < c->B; b++)
-        memcpy(x->p + (size_t)b * d, E->p + (size_t)c->tokens[b] * d, (size_t)d * sizeof(float));
-    return 0;
-}
-
-static int cpu_layernorm(backend *be, const backend_buf *x, backend_buf *y, const backend_buf *w,
-                         const backend_buf *bias, int d, float eps) {
-    cpu *c = (cpu *)be;
-    for (int b = 0; b < c->B; b++) {
-        const float *xr = x->p + (size_t)b * d;
-        float *yr = y->p + (size_t)b * d;
-        float sum = 0.0f;
-        for (int i = 0; i < d; i++) sum += xr[i];
-        float mean = sum / (float)d, var = 0.0f;
-        for (int i = 0; i < d; i++) var += (xr[i] - mean) * (xr[i] - mean);
-        float rstd = lind_ln_rstd(var / (float)d, eps);
-        for (int i = 0; i < d; i++) yr[i] = lind_ln_apply(xr[i], mean, rstd, w->p[i], bias->p[i]);
-    }
-    return 0;
-}
-
-static int cpu_matmul(backend *be, const backend_buf *x, size_t xo, int ldx, const backend_buf *W,
-                      const backend_buf *bias, backend_buf *y, size_t yo, int ldy, int B, int N, int K,
-                      int accumulate) {
-    (void)be;
-    float beta = accumulate ? 1.0f : 0.0f;
-    if (bias) {
-        for (int b = 0; b < B; b++) {
-            float *yr = y->p + yo + (size_t)b * ldy;
-            if (accumulate)
-                for (int n = 0; n < N; n++) yr[n] += bias->p[n];
-            else
-                memcpy(yr, bias->p, (size_t)N * sizeof(float));
-        }
-        beta = 1.0f;
-    }
-    if (W->wt)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, N, K, 1.0f, x->p + xo, ldx, W->p, N, beta,
-                    y->p + yo, ldy);
-    else
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, N, K, 1.0f, x->p + xo, ldx, W->p, K, beta,
-                    y->p + yo, ldy);
-    return 0;
-}
-
-static int cpu_gelu(backend *be, backend_buf *x, size_t n) {
-    (void)be;
-    float *p = x->p;
-    for (size_t i = 0; i < n; i++) p[i] = lind_gelu_erf(p[i]);
-    return 0;
-}
-
-static int cpu_shift_mix(backend *be, const backend_buf *h, const backend_buf *mu, backend_buf *out,
-                         size_t shift_off, int d, int nmix) {
-    cpu *c = (cpu *)be;
-    for (int b = 0; b < c->B; b++) {
-        float *prev = (float *)(slot_ptr(c, c->slots[b]) + shift_off);
-        const float *hr = h->p + (size_t)b * d;
-        float *o = out->p + (size_t)b * nmix * d;
-        for (int p = 0; p < nmix; p++)
-            for (int i = 0; i < d; i++) o[p * d + i] = lind_shift_mix(hr[i], prev[i], mu->p[p * d + i]);
-        memcpy(prev, hr, (size_t)d * sizeof(float));
-    }
-    return 0;
-}
-
 static float *tmp_get(cpu *c, size_t n) {
     if (n > c->tmp_n) {
         float *t = amalloc(n * sizeof(float));
@@ -222,6 +157,153 @@ static float *tmp_get(cpu *c, size_t n) {
         c->tmp_n = n;
     }
     return c->tmp;
+}
+
+static int cpu_embed(backend *be, const backend_buf *E, backend_buf *x, int d) {
+    cpu *c = (cpu *)be;
+    for (int b = 0; b < c->B; b++)
+        memcpy(x->p + (size_t)b * d, E->p + (size_t)c->tokens[b] * d, (size_t)d * sizeof(float));
+    return 0;
+}
+
+/* ---- running an op over the pool ---------------------------------------
+ * Batch-row ops split rows [0, B) into parts; matmul splits the output
+ * columns. Small ops run inline: a fork-join costs microseconds. */
+
+static int row_parts(const cpu *c, int B, size_t work_per_row) {
+    int n = cpu_pool_size(c->threads);
+    if ((size_t)B * work_per_row < (1u << 15)) return 1;
+    return B < n ? B : n;
+}
+
+static void part_range(int total, int part, int nparts, int *lo, int *hi) {
+    *lo = (int)((long)total * part / nparts);
+    *hi = (int)((long)total * (part + 1) / nparts);
+}
+
+typedef struct ln_job {
+    const float *x, *w, *bias;
+    float *y;
+    int B, d;
+    float eps;
+} ln_job;
+
+static void ln_part(void *arg, int part, int nparts) {
+    const ln_job *j = arg;
+    int lo, hi, d = j->d;
+    part_range(j->B, part, nparts, &lo, &hi);
+    for (int b = lo; b < hi; b++) {
+        const float *xr = j->x + (size_t)b * d;
+        float *yr = j->y + (size_t)b * d;
+        float sum = 0.0f;
+        for (int i = 0; i < d; i++) sum += xr[i];
+        float mean = sum / (float)d, var = 0.0f;
+        for (int i = 0; i < d; i++) var += (xr[i] - mean) * (xr[i] - mean);
+        float rstd = lind_ln_rstd(var / (float)d, j->eps);
+        for (int i = 0; i < d; i++) yr[i] = lind_ln_apply(xr[i], mean, rstd, j->w[i], j->bias[i]);
+    }
+}
+
+static int cpu_layernorm(backend *be, const backend_buf *x, backend_buf *y, const backend_buf *w,
+                         const backend_buf *bias, int d, float eps) {
+    cpu *c = (cpu *)be;
+    ln_job j = {x->p, w->p, bias->p, y->p, c->B, d, eps};
+    cpu_pool_run(c->threads, ln_part, &j, row_parts(c, c->B, (size_t)d * 4));
+    return 0;
+}
+
+typedef struct mm_job {
+    const float *x, *W, *bias;
+    float *y;
+    int ldx, ldy, B, N, K, wt, accumulate;
+} mm_job;
+
+/* Output columns [n0, n1) of y = x·Wᵀ (+ bias, + y). */
+static void mm_part(void *arg, int part, int nparts) {
+    const mm_job *j = arg;
+    int n0, n1;
+    part_range(j->N / 16, part, nparts, &n0, &n1);   /* 16-column aligned blocks */
+    n0 *= 16;
+    n1 = part == nparts - 1 ? j->N : n1 * 16;
+    int nn = n1 - n0;
+    if (nn <= 0) return;
+    float beta = j->accumulate ? 1.0f : 0.0f;
+    if (j->bias) {
+        for (int b = 0; b < j->B; b++) {
+            float *yr = j->y + (size_t)b * j->ldy + n0;
+            if (j->accumulate)
+                for (int n = 0; n < nn; n++) yr[n] += j->bias[n0 + n];
+            else
+                memcpy(yr, j->bias + n0, (size_t)nn * sizeof(float));
+        }
+        beta = 1.0f;
+    }
+    if (j->wt)   /* W stored as Wᵀ [K × N] */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, j->B, nn, j->K, 1.0f, j->x, j->ldx, j->W + n0, j->N,
+                    beta, j->y + n0, j->ldy);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->B, nn, j->K, 1.0f, j->x, j->ldx,
+                    j->W + (size_t)n0 * j->K, j->K, beta, j->y + n0, j->ldy);
+}
+
+static int cpu_matmul(backend *be, const backend_buf *x, size_t xo, int ldx, const backend_buf *W,
+                      const backend_buf *bias, backend_buf *y, size_t yo, int ldy, int B, int N, int K,
+                      int accumulate) {
+    cpu *c = (cpu *)be;
+    mm_job j = {x->p + xo, W->p, bias ? bias->p : NULL, y->p + yo, ldx, ldy, B, N, K, W->wt, accumulate};
+    int parts = cpu_pool_size(c->threads);
+    if ((double)B * N * K < (double)(1 << 19) || N < 32 * parts) parts = 1;
+    cpu_pool_run(c->threads, mm_part, &j, parts);
+    return 0;
+}
+
+typedef struct gelu_job {
+    float *p;
+    size_t n;
+} gelu_job;
+
+static void gelu_part(void *arg, int part, int nparts) {
+    const gelu_job *j = arg;
+    size_t lo = j->n * (size_t)part / (size_t)nparts, hi = j->n * (size_t)(part + 1) / (size_t)nparts;
+    float *p = j->p;
+    for (size_t i = lo; i < hi; i++) p[i] = lind_gelu_erf(p[i]);
+}
+
+static int cpu_gelu(backend *be, backend_buf *x, size_t n) {
+    cpu *c = (cpu *)be;
+    gelu_job j = {x->p, n};
+    cpu_pool_run(c->threads, gelu_part, &j, n < (1u << 14) ? 1 : cpu_pool_size(c->threads));
+    return 0;
+}
+
+typedef struct shift_job {
+    cpu *c;
+    const float *h, *mu;
+    float *out;
+    size_t off;
+    int d, nmix;
+} shift_job;
+
+static void shift_part(void *arg, int part, int nparts) {
+    const shift_job *j = arg;
+    int lo, hi, d = j->d;
+    part_range(j->c->B, part, nparts, &lo, &hi);
+    for (int b = lo; b < hi; b++) {
+        float *prev = (float *)(slot_ptr(j->c, j->c->slots[b]) + j->off);
+        const float *hr = j->h + (size_t)b * d;
+        float *o = j->out + (size_t)b * j->nmix * d;
+        for (int p = 0; p < j->nmix; p++)
+            for (int i = 0; i < d; i++) o[p * d + i] = lind_shift_mix(hr[i], prev[i], j->mu[p * d + i]);
+        memcpy(prev, hr, (size_t)d * sizeof(float));
+    }
+}
+
+static int cpu_shift_mix(backend *be, const backend_buf *h, const backend_buf *mu, backend_buf *out,
+                         size_t shift_off, int d, int nmix) {
+    cpu *c = (cpu *)be;
+    shift_job j = {c, h->p, mu->p, out->p, shift_off, d, nmix};
+    cpu_pool_run(c->threads, shift_part, &j, row_parts(c, c->B, (size_t)d * nmix * 2));
+    return 0;
 }
 
 /* S ← γS + φk vᵀ and num_j = Σ_i φq_i S[i][j] for one head: i outer, j inner
@@ -242,22 +324,28 @@ static void lin_head(double *restrict S, double *restrict num, const float *rest
     }
 }
 
-static int cpu_linear_step(backend *be, const backend_buf *in, const backend_buf *gamma, backend_buf *out,
-                           size_t state_off, int H, int dh, float eps) {
-    cpu *c = (cpu *)be;
-    int hd = H * dh;
-    /* φq, φk and the fp64 numerators of one head */
-    float *t = tmp_get(c, (size_t)2 * dh + 2 * (size_t)dh);
-    if (!t) return -ENOMEM;
-    float *phiq = t, *phik = t + dh;
-    double *num = (double *)(t + 2 * dh);
-    for (int b = 0; b < c->B; b++) {
-        uint8_t *st = slot_ptr(c, c->slots[b]) + state_off;
-        const float *q = in->p + (size_t)b * 3 * hd, *k = q + hd, *v = q + 2 * hd;
+typedef struct lin_job {
+    cpu *c;
+    const float *in, *gamma;
+    float *out, *tmp;   /* tmp: 4·dh floats per part */
+    size_t off;
+    int H, dh;
+    float eps;
+} lin_job;
+
+static void lin_part(void *arg, int part, int nparts) {
+    const lin_job *j = arg;
+    int lo, hi, H = j->H, dh = j->dh, hd = H * dh;
+    part_range(j->c->B, part, nparts, &lo, &hi);
+    float *phiq = j->tmp + (size_t)part * 4 * dh, *phik = phiq + dh;
+    double *num = (double *)(phik + dh);
+    for (int b = lo; b < hi; b++) {
+        uint8_t *st = slot_ptr(j->c, j->c->slots[b]) + j->off;
+        const float *q = j->in + (size_t)b * 3 * hd, *k = q + hd, *v = q + 2 * hd;
         for (int h = 0; h < H; h++) {
             double *S = (double *)st + (size_t)h * dh * dh;
             double *z = (double *)st + (size_t)H * dh * dh + (size_t)h * dh;
-            double g = gamma ? (double)gamma->p[h] : 1.0;
+            double g = j->gamma ? (double)j->gamma[h] : 1.0;
             double den = 0.0;
             for (int i = 0; i < dh; i++) {
                 phiq[i] = lind_elu1(q[h * dh + i]);
@@ -265,10 +353,20 @@ static int cpu_linear_step(backend *be, const backend_buf *in, const backend_buf
                 den += lind_lin_z(&z[i], phik[i], phiq[i], g);
             }
             lin_head(S, num, phik, phiq, v + h * dh, g, dh);
-            float *o = out->p + (size_t)b * hd + (size_t)h * dh;
-            for (int j = 0; j < dh; j++) o[j] = lind_lin_out(num[j], den, eps);
+            float *o = j->out + (size_t)b * hd + (size_t)h * dh;
+            for (int jj = 0; jj < dh; jj++) o[jj] = lind_lin_out(num[jj], den, j->eps);
         }
     }
+}
+
+static int cpu_linear_step(backend *be, const backend_buf *in, const backend_buf *gamma, backend_buf *out,
+                           size_t state_off, int H, int dh, float eps) {
+    cpu *c = (cpu *)be;
+    int parts = row_parts(c, c->B, (size_t)H * dh * dh);
+    float *t = tmp_get(c, (size_t)parts * 4 * dh);   /* φq, φk, fp64 numerators per part */
+    if (!t) return -ENOMEM;
+    lin_job j = {c, in->p, gamma ? gamma->p : NULL, out->p, t, state_off, H, dh, eps};
+    cpu_pool_run(c->threads, lin_part, &j, parts);
     return 0;
 }
 
@@ -278,6 +376,25 @@ static void aft_row(float *restrict o, double *restrict num, double *restrict de
                     const float *restrict w, const float *restrict u, int d) {
     for (int i = 0; i < d; i++)
         o[i] = lind_sigmoid(r[i]) * lind_aft_channel(&num[i], &den[i], &mx[i], k[i], v[i], w[i], u[i]);
+}
+
+typedef struct aft_job {
+    cpu *c;
+    const float *in, *w, *u;
+    float *out;
+    size_t off;
+    int d;
+} aft_job;
+
+static void aft_part(void *arg, int part, int nparts) {
+    const aft_job *j = arg;
+    int lo, hi, d = j->d;
+    part_range(j->c->B, part, nparts, &lo, &hi);
+    for (int b = lo; b < hi; b++) {
+        double *num = (double *)(slot_ptr(j->c, j->c->slots[b]) + j->off), *den = num + d, *mx = den + d;
+        const float *r = j->in + (size_t)b * 3 * d;
+        aft_row(j->out + (size_t)b * d, num, den, mx, r, r + d, r + 2 * d, j->w, j->u, d);
+    }
 }
 
 static int cpu_aft_step(backend *be, const backend_buf *in, const backend_buf *w, const backend_buf *u,
@@ -291,11 +408,8 @@ static int cpu_aft_step(backend *be, const backend_buf *in, const backend_buf *w
         if (!wp) wp = zeros;
         if (!up) up = zeros;
     }
-    for (int b = 0; b < c->B; b++) {
-        double *num = (double *)(slot_ptr(c, c->slots[b]) + state_off), *den = num + d, *mx = den + d;
-        const float *r = in->p + (size_t)b * 3 * d, *k = r + d, *v = r + 2 * d;
-        aft_row(out->p + (size_t)b * d, num, den, mx, r, k, v, wp, up, d);
-    }
+    aft_job j = {c, in->p, wp, up, out->p, state_off, d};
+    cpu_pool_run(c->threads, aft_part, &j, row_parts(c, c->B, (size_t)d * 16));
     return 0;
 }
 
@@ -306,6 +420,7 @@ static void cpu_free(backend *be) {
     free(c->slots);
     free(c->tokens);
     free(c->tmp);
+    cpu_pool_free(c->threads);
     free(c);
 }
 
@@ -360,7 +475,23 @@ int backend_cpu_new(backend **out, char *err, size_t errlen) {
         return -ENOMEM;
     }
     c->base.ops = &cpu_ops;
+    /* Threads: LIND_CPU_THREADS, else every online CPU. The pool splits
+     * every op, GEMMs included, so OpenBLAS itself runs single-threaded
+     * (its own threads would spin against ours between calls). */
+    long nt = sysconf(_SC_NPROCESSORS_ONLN);
+    const char *env = getenv("LIND_CPU_THREADS");
+    if (env && *env) nt = strtol(env, NULL, 10);
+    if (nt < 1) nt = 1;
+    if (nt > 64) nt = 64;
+    if (cpu_pool_new((int)nt, &c->threads) < 0) {
+        free(c);
+        snprintf(err, errlen, "backend cpu: cannot start %ld threads", nt);
+        return -EAGAIN;
+    }
+    openblas_set_num_threads(1);
     read_cpu_name(c->device, sizeof c->device);
+    size_t dl = strlen(c->device);
+    snprintf(c->device + dl, sizeof c->device - dl, ", %ld threads", nt);
     *out = &c->base;
     return 0;
 }
