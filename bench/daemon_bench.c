@@ -1,0 +1,301 @@
+/* bench/daemon_bench.c — `lind serve` under load, through the socket.
+ *
+ * For 1, 8, 64 and 256 sessions streaming at once (one client connection,
+ * every generate in flight together): aggregate tokens/s, per-token latency
+ * p50/p99 (the gap between consecutive tokens of one stream as the client
+ * sees them), and the ratio to the in-process batched step rate — the same
+ * model stepping the same batch size with model_step + sampler_next in this
+ * process, no daemon, no socket. Then the daemon's RSS, sampled from
+ * /proc while one session streams 10^6 tokens.
+ *
+ * The model is models/default when present, else random weights of the
+ * default model's configuration (4 layers, d_model 192, 6 heads x 32,
+ * d_ff 768, linear/aft). Prints markdown. Not a test: the figures depend on
+ * the machine and its load (client and daemon share the CPU here).
+ *
+ *   usage: daemon_bench [--lind PATH] [--model DIR] [--quick] [--rss-tokens N]
+ *     --lind   the lind binary (default: ../lind next to this program)
+ *     --quick  fewer tokens per session, 10^5 tokens for the RSS run */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client/lindclient.h"
+#include "recurrent/model.h"
+#include "recurrent/sampler.h"
+#include "tests/testmodel.h"
+
+static char workdir[256], model_dir[512], sock_path[300], db_path[300], lind_bin[512];
+static int quick;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void die(const char *what, const char *why)
+{
+    fprintf(stderr, "daemon_bench: %s: %s\n", what, why);
+    exit(1);
+}
+
+static pid_t start_daemon(const char *max_tokens)
+{
+    unlink(db_path);
+    char wal[320];
+    snprintf(wal, sizeof wal, "%s-wal", db_path);
+    unlink(wal);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl(lind_bin, lind_bin, "serve", "--model", model_dir, "--socket", sock_path, "--db",
+              db_path, "--backend", "cpu", "--max-batch", "256", "--max-resident", "512",
+              "--max-tokens", max_tokens, (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 3000; i++) {
+        lindc *c;
+        if (lindc_connect(&c, sock_path, NULL, 0) == 0) { lindc_free(c); return pid; }
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid) die("lind serve", "exited at start");
+        usleep(10000);
+    }
+    die("lind serve", "did not start");
+    return -1;
+}
+
+static void stop_daemon(pid_t pid)
+{
+    kill(pid, SIGTERM);
+    int st;
+    waitpid(pid, &st, 0);
+}
+
+static long rss_kib(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    long kib = -1;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmRSS:", 6)) { kib = strtol(line + 6, NULL, 10); break; }
+    fclose(f);
+    return kib;
+}
+
+static int cmpd(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* In-process: S sessions stepping together, logits on, one sample each,
+ * for at least `secs` seconds. */
+static double inproc_rate(int S, double secs)
+{
+    model *m;
+    char err[256];
+    if (model_load(model_dir, "cpu", &m, err, sizeof err) != 0) die("model_load", err);
+    model_slots_reserve(m, S);
+    int *slots = malloc(sizeof(int) * (size_t)S), *toks = malloc(sizeof(int) * (size_t)S);
+    float *logits = malloc(sizeof(float) * LIND_VOCAB * (size_t)S), scratch[2 * LIND_VOCAB];
+    sampler *sm = malloc(sizeof(sampler) * (size_t)S);
+    sampler_params p = sampler_defaults();
+    for (int b = 0; b < S; b++) {
+        slots[b] = b;
+        toks[b] = LIND_BOS;
+        model_slot_reset(m, b);
+        p.seed = (uint64_t)b;
+        sampler_init(&sm[b], &p);
+    }
+    double t0 = 0;
+    long steps = 0;
+    for (int k = 0;; k++) {
+        if (k == 5) t0 = now_s();   /* a few warm-up steps */
+        model_step(m, slots, toks, S, logits);
+        for (int b = 0; b < S; b++) {
+            toks[b] = sampler_next(&sm[b], logits + (size_t)b * LIND_VOCAB, LIND_VOCAB, scratch);
+            sampler_observe(&sm[b], toks[b]);
+        }
+        if (k >= 5 && ++steps >= 20 && now_s() - t0 >= secs) break;
+    }
+    double rate = (double)S * (double)steps / (now_s() - t0);
+    free(slots); free(toks); free(logits); free(sm);
+    model_free(m);
+    return rate;
+}
+
+typedef struct run_result { double tok_s, p50_ms, p99_ms, wall_s; long tokens; } run_result;
+
+static run_result daemon_run(int S, int per)
+{
+    run_result r = {0};
+    pid_t pid = start_daemon("1000000");
+    lindc *c;
+    char err[256];
+    if (lindc_connect(&c, sock_path, err, sizeof err) != 0) die("connect", err);
+    uint64_t *ids = malloc(sizeof(uint64_t) * (size_t)S);
+    double *last = calloc((size_t)S, sizeof(double));
+    size_t cap = (size_t)S * (size_t)per, ngaps = 0;
+    double *gaps = malloc(sizeof(double) * cap);
+    double t0 = now_s();
+    for (int i = 0; i < S; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "bench-%d", i);
+        lindc_gen_opts o;
+        lindc_gen_opts_init(&o);
+        o.session = name;
+        o.text = "The ";
+        o.text_len = 4;
+        o.max_tokens = per;
+        o.has_seed = 1;
+        o.seed = (uint64_t)i;
+        if (lindc_generate(c, &o, &ids[i]) != 0) die("generate", "send failed");
+    }
+    uint64_t first = ids[0];
+    int done = 0;
+    while (done < S) {
+        lindc_event ev;
+        int rc = lindc_next(c, &ev, 60000);
+        if (rc != 0) die("events", lindc_strerror(rc));
+        int i = (int)(ev.id - first);
+        if (i < 0 || i >= S) continue;
+        double t = now_s();
+        if (ev.kind == LINDC_EV_TOKEN) {
+            if (last[i] > 0 && ngaps < cap) gaps[ngaps++] = (t - last[i]) * 1e3;
+            last[i] = t;
+            r.tokens += (long)ev.len;
+        } else if (ev.final) {
+            if (ev.kind != LINDC_EV_DONE) die("generate", ev.message);
+            done++;
+        }
+    }
+    r.wall_s = now_s() - t0;
+    r.tok_s = (double)r.tokens / r.wall_s;
+    qsort(gaps, ngaps, sizeof *gaps, cmpd);
+    if (ngaps) {
+        r.p50_ms = gaps[(size_t)(0.50 * (double)(ngaps - 1))];
+        r.p99_ms = gaps[(size_t)(0.99 * (double)(ngaps - 1))];
+    }
+    lindc_free(c);
+    stop_daemon(pid);
+    free(ids); free(last); free(gaps);
+    return r;
+}
+
+static void rss_run(long ntok)
+{
+    char mt[32];
+    snprintf(mt, sizeof mt, "%ld", ntok);
+    pid_t pid = start_daemon(mt);
+    lindc *c;
+    char err[256];
+    if (lindc_connect(&c, sock_path, err, sizeof err) != 0) die("connect", err);
+    lindc_gen_opts o;
+    lindc_gen_opts_init(&o);
+    o.session = "long";
+    o.text = "In the beginning ";
+    o.text_len = strlen(o.text);
+    o.max_tokens = ntok;
+    o.has_seed = 1;
+    o.seed = 1;
+    uint64_t id;
+    if (lindc_generate(c, &o, &id) != 0) die("generate", "send failed");
+    long got = 0, next_mark = 0, base = -1, maxr = 0, minr = 1L << 40;
+    double t0 = now_s();
+    printf("| tokens streamed | daemon RSS (KiB) | elapsed s |\n|---:|---:|---:|\n");
+    for (;;) {
+        lindc_event ev;
+        int rc = lindc_wait(c, id, &ev, 60000);
+        if (rc != 0) die("events", lindc_strerror(rc));
+        if (ev.kind == LINDC_EV_TOKEN) got += (long)ev.len;
+        if (got >= next_mark || ev.final) {
+            long kib = rss_kib(pid);
+            printf("| %ld | %ld | %.1f |\n", got, kib, now_s() - t0);
+            fflush(stdout);
+            if (got >= ntok / 10) {   /* after warm-up: buffers at their working size */
+                if (base < 0) base = kib;
+                if (kib > maxr) maxr = kib;
+                if (kib < minr) minr = kib;
+            }
+            next_mark += ntok / 10;
+        }
+        if (ev.final) {
+            if (ev.kind != LINDC_EV_DONE) die("long generate", ev.message);
+            break;
+        }
+    }
+    printf("\nRSS from 10%% to 100%% of the stream: min %ld KiB, max %ld KiB (spread %ld KiB) "
+           "over %ld tokens in %.1f s (%.0f tokens/s).\n\n",
+           minr, maxr, maxr - minr, got, now_s() - t0, (double)got / (now_s() - t0));
+    lindc_free(c);
+    stop_daemon(pid);
+}
+
+int main(int argc, char **argv)
+{
+    long rss_tokens = 1000000;
+    const char *model_arg = NULL;
+    snprintf(lind_bin, sizeof lind_bin, "%s", argv[0]);
+    char *slash = strrchr(lind_bin, '/');
+    if (slash) snprintf(slash, sizeof lind_bin - (size_t)(slash - lind_bin), "/../lind");
+    else snprintf(lind_bin, sizeof lind_bin, "build/lind");
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) { quick = 1; rss_tokens = 100000; }
+        else if (!strcmp(argv[i], "--lind") && i + 1 < argc) snprintf(lind_bin, sizeof lind_bin, "%s", argv[++i]);
+        else if (!strcmp(argv[i], "--model") && i + 1 < argc) model_arg = argv[++i];
+        else if (!strcmp(argv[i], "--rss-tokens") && i + 1 < argc) rss_tokens = atol(argv[++i]);
+        else { fprintf(stderr, "usage: daemon_bench [--lind PATH] [--model DIR] [--quick] [--rss-tokens N]\n"); return 2; }
+    }
+    snprintf(workdir, sizeof workdir, "/tmp/lind-daemon-bench-XXXXXX");
+    if (!mkdtemp(workdir)) die("mkdtemp", strerror(errno));
+    snprintf(sock_path, sizeof sock_path, "%s/lind.sock", workdir);
+    snprintf(db_path, sizeof db_path, "%s/lind.db", workdir);
+    struct stat st;
+    const char *label = "models/default";
+    if (model_arg) { snprintf(model_dir, sizeof model_dir, "%s", model_arg); label = model_arg; }
+    else if (stat("models/default/model.safetensors", &st) == 0) snprintf(model_dir, sizeof model_dir, "models/default");
+    else {
+        snprintf(model_dir, sizeof model_dir, "%s/model", workdir);
+        lind_config cfg = testmodel_config(192, 4, 6, 32, 768, "linear,aft", 1, "decay");
+        if (testmodel_write(model_dir, &cfg, 7, NULL) != 0) die("testmodel_write", model_dir);
+        label = "random weights, default configuration (4 x 192, d_ff 768)";
+    }
+    struct utsname u;
+    uname(&u);
+    printf("# lind serve under load\n\nModel: %s. Machine: %s %s, %ld CPUs. Daemon: %s, "
+           "--max-batch 256, durability full. One client connection; every stream in flight "
+           "at once.\n\n", label, u.sysname, u.machine, sysconf(_SC_NPROCESSORS_ONLN), lind_bin);
+    printf("| sessions | tokens/session | aggregate tokens/s | token gap p50 ms | token gap p99 ms "
+           "| in-process step rate tokens/s | ratio |\n|---:|---:|---:|---:|---:|---:|---:|\n");
+    const int sizes[] = { 1, 8, 64, 256 };
+    for (int k = 0; k < 4; k++) {
+        int S = sizes[k];
+        int per = (quick ? 8000 : 40000) / S;
+        if (per < (quick ? 50 : 150)) per = quick ? 50 : 150;
+        /* In-process before and after the daemon run: the mean evens out
+         * slow drifts in the machine's load. */
+        double secs = quick ? 1.0 : 3.0;
+        double ip1 = inproc_rate(S, secs);
+        run_result r = daemon_run(S, per);
+        double ip = 0.5 * (ip1 + inproc_rate(S, secs));
+        printf("| %d | %d | %.0f | %.3f | %.3f | %.0f | %.0f%% |\n", S, per, r.tok_s, r.p50_ms,
+               r.p99_ms, ip, 100.0 * r.tok_s / ip);
+        fflush(stdout);
+    }
+    printf("\n## RSS while one session streams %ld tokens\n\n", rss_tokens);
+    rss_run(rss_tokens);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", workdir);
+    if (system(cmd) != 0) fprintf(stderr, "daemon_bench: could not remove %s\n", workdir);
+    return 0;
+}
