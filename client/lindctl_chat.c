@@ -9,11 +9,16 @@
 #include <errno.h>
 #include <getopt.h>
 #include <histedit.h>
+#include <limits.h>
+#include <langinfo.h>
+#include <locale.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <wchar.h>
 
 #define MAX_STOPS 8
 
@@ -44,9 +49,21 @@ static void usage(FILE *f)
 typedef struct chat {
     ctl_opts g;
     lindc_gen_opts o;
-    lindc *c;
+    lindc *c;               /* NULL while the daemon is away */
     char *hist_path;
+    EditLine *el;
+    int at_prompt;          /* el_gets() is running: notices must redraw the line */
+    int said_down;          /* "the daemon is down" was printed for this outage */
+    int retry_ms;           /* current reconnect back-off */
+    double next_try;        /* monotonic seconds of the next reconnect attempt */
 } chat;
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 static const char *prompt_fn(EditLine *el)
 {
@@ -54,16 +71,24 @@ static const char *prompt_fn(EditLine *el)
     return "you> ";
 }
 
+/* The chat whose prompt is on screen, so notices printed while the user
+ * types can redraw it (set only around el_gets). */
+static chat *prompt_owner;
+
 static void notice(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void notice(const char *fmt, ...)
 {
     fflush(stdout);
+    chat *ch = prompt_owner;
+    int redraw = ch && ch->at_prompt;
+    if (redraw && isatty(2)) fputs("\r\033[K", stderr);   /* over the prompt line */
     va_list ap;
     va_start(ap, fmt);
     fputc('[', stderr);
     vfprintf(stderr, fmt, ap);
     fputs("]\n", stderr);
     va_end(ap);
+    if (redraw) el_set(ch->el, EL_REFRESH);
 }
 
 /* hello + info: print what we are talking to and where the session is.
@@ -118,29 +143,48 @@ static int chat_greet(chat *ch, int first)
     return 0;
 }
 
-/* Wait for the daemon to come back. Returns 0 once reconnected, or
- * EXIT_INTERRUPTED when the user pressed Ctrl-C to stop waiting. */
-static int chat_reconnect(chat *ch, const char *why)
+/* Forget a dead connection and say why; reconnecting starts now. */
+static void chat_lost(chat *ch, const char *why)
 {
     lindc_free(ch->c);
     ch->c = NULL;
-    notice("lind: %s; reconnecting to %s (Ctrl-C quits)", why, ch->g.socket);
+    ch->said_down = 0;
+    ch->retry_ms = 100;
+    ch->next_try = mono_s() + 0.1;
+    notice("lind: %s; reconnecting to %s", why, ch->g.socket);
+}
+
+/* One reconnect attempt. 0 once connected (and greeted), else <0. */
+static int chat_try_connect(chat *ch)
+{
+    char err[512];
+    if (lindc_connect(&ch->c, ch->g.socket, err, sizeof err) == 0) {
+        if (chat_greet(ch, 0) == 0) return 0;
+        lindc_free(ch->c);
+        ch->c = NULL;
+    } else if (!ch->said_down) {
+        notice("lind: the daemon is down (%s); still trying", err);
+        ch->said_down = 1;
+    }
+    ch->next_try = mono_s() + ch->retry_ms / 1000.0;
+    if (ch->retry_ms < 1000) ch->retry_ms *= 2;
+    return -1;
+}
+
+/* Block until the daemon is back (a line is waiting to be sent). 0 once
+ * reconnected, EXIT_INTERRUPTED when the user pressed Ctrl-C instead. */
+static int chat_wait_daemon(chat *ch)
+{
+    notice("waiting for the daemon to send that line (Ctrl-C quits)");
     ctl_interrupted = 0;
-    int delay_ms = 100, said_down = 0;
     for (;;) {
-        struct timespec ts = { delay_ms / 1000, (long)(delay_ms % 1000) * 1000000L };
-        nanosleep(&ts, NULL);
-        if (ctl_interrupted) return EXIT_INTERRUPTED;
-        char err[512];
-        if (lindc_connect(&ch->c, ch->g.socket, err, sizeof err) == 0) {
-            if (chat_greet(ch, 0) == 0) return 0;
-            lindc_free(ch->c);
-            ch->c = NULL;
-        } else if (!said_down) {
-            notice("lind: the daemon is down (%s); still trying", err);
-            said_down = 1;
+        double wait = ch->next_try - mono_s();
+        if (wait > 0) {
+            struct timespec ts = { (time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9) };
+            nanosleep(&ts, NULL);
         }
-        if (delay_ms < 1000) delay_ms *= 2;
+        if (ctl_interrupted) return EXIT_INTERRUPTED;
+        if (mono_s() >= ch->next_try && chat_try_connect(ch) == 0) return 0;
     }
 }
 
@@ -155,6 +199,59 @@ static const char *chat_check_idle(chat *ch)
         if (rc) return "the daemon closed the connection (it stopped or restarted)";
         if (ev.kind == LINDC_EV_ERROR && !strcmp(ev.code, "shutting_down"))
             return "the daemon is shutting down";
+    }
+}
+
+/* libedit's character reader (EL_GETCFN): waits on the terminal and the
+ * daemon's socket together, so a daemon that stops or comes back while the
+ * user sits at the prompt is reported at once, and reconnects happen in the
+ * background. Decodes UTF-8 (the locale's multibyte encoding) like
+ * libedit's own reader: 1 = a character, 0 = end of input, -1 = error or
+ * interrupted (errno EINTR: Ctrl-C). */
+static int chat_getc(EditLine *el, wchar_t *wc)
+{
+    chat *ch = NULL;
+    el_get(el, EL_CLIENTDATA, &ch);
+    char mb[MB_LEN_MAX];
+    size_t nb = 0;
+    for (;;) {
+        struct pollfd p[2] = { { .fd = 0, .events = POLLIN },
+                               { .fd = ch->c ? lindc_fd(ch->c) : -1, .events = POLLIN } };
+        int timeout = -1;
+        if (!ch->c) {
+            double w = ch->next_try - mono_s();
+            timeout = w > 0 ? (int)(w * 1000) + 1 : 0;
+        }
+        int n = poll(p, 2, timeout);
+        if (n < 0) {
+            if (errno == EINTR && !ctl_interrupted) continue;   /* SIGWINCH, SIGCONT */
+            return -1;
+        }
+        if (!ch->c && mono_s() >= ch->next_try) chat_try_connect(ch);
+        if (n > 0 && p[1].revents && ch->c) {
+            const char *why = chat_check_idle(ch);
+            if (why) chat_lost(ch, why);
+        }
+        if (n <= 0 || !p[0].revents) continue;
+        ssize_t got = read(0, mb + nb, 1);
+        if (got < 0) {
+            if (errno == EINTR && !ctl_interrupted) continue;
+            return -1;
+        }
+        if (got == 0) {
+            *wc = 0;
+            return 0;
+        }
+        nb++;
+        mbstate_t st;
+        memset(&st, 0, sizeof st);
+        size_t r = mbrtowc(wc, mb, nb, &st);
+        if (r == (size_t)-2 && nb < sizeof mb) continue;   /* more bytes of one character */
+        if (r == (size_t)-1 || r == (size_t)-2) {           /* not a character: drop it */
+            nb = 0;
+            continue;
+        }
+        return 1;
     }
 }
 
@@ -263,6 +360,12 @@ int cmd_chat(const ctl_opts *g0, int argc, char **argv)
     ch.o.stop = stops;
     ch.o.n_stop = nstop;
 
+    /* libedit decodes keystrokes with the locale's encoding; under the
+     * plain C locale (ASCII) it would drop every non-ASCII key, so take
+     * UTF-8 there. */
+    const char *loc = setlocale(LC_CTYPE, "");
+    if (!loc || !strcmp(nl_langinfo(CODESET), "ANSI_X3.4-1968")) setlocale(LC_CTYPE, "C.UTF-8");
+
     int status = ctl_connect(&ch.g, &ch.c);
     if (status) return status;
     ctl_catch_sigint();
@@ -291,13 +394,19 @@ int cmd_chat(const ctl_opts *g0, int argc, char **argv)
     el_set(el, EL_PROMPT, prompt_fn);
     el_set(el, EL_HIST, history, hist);
     el_set(el, EL_SIGNAL, 1);
+    el_set(el, EL_CLIENTDATA, &ch);
+    el_set(el, EL_GETCFN, chat_getc);
     el_source(el, NULL);
+    ch.el = el;
+    prompt_owner = &ch;
 
     status = EXIT_OK;
     for (;;) {
         int count = 0;
         ctl_interrupted = 0;
+        ch.at_prompt = 1;
         const char *line = el_gets(el, &count);
+        ch.at_prompt = 0;
         if (!line) {
             if (count == -1 && (errno == EINTR || ctl_interrupted)) {
                 /* Ctrl-C at the prompt: drop the line, prompt again. */
@@ -317,17 +426,19 @@ int cmd_chat(const ctl_opts *g0, int argc, char **argv)
         if (len > 1) history(hist, &hev, H_ENTER, line);
         /* An empty line (just Enter) means "go on" without new text. */
         if (len == 1 && line[0] == '\n') len = 0;
-        const char *why = chat_check_idle(&ch);
-        if (why && (status = chat_reconnect(&ch, why)) != 0) break;
+        const char *why = ch.c ? chat_check_idle(&ch) : NULL;
+        if (why) chat_lost(&ch, why);
+        if (!ch.c && (status = chat_wait_daemon(&ch)) != 0) break;
         rc = chat_turn(&ch, line, len);
         if (rc == LINDC_ECLOSED || rc == LINDC_EBROKEN || rc == LINDC_EPROTO || (rc < 0 && rc != -EINTR)) {
             char buf[160];
             snprintf(buf, sizeof buf, "%s; the reply was cut off, the session keeps what the daemon saved",
                      rc == LINDC_ECLOSED || rc == LINDC_EBROKEN
                          ? "the daemon went away mid-reply" : lindc_strerror(rc));
-            if ((status = chat_reconnect(&ch, buf)) != 0) break;
+            chat_lost(&ch, buf);
         }
     }
+    prompt_owner = NULL;
     if (ch.hist_path) history(hist, &hev, H_SAVE, ch.hist_path);
     free(ch.hist_path);
     history_end(hist);

@@ -31,6 +31,9 @@ static int term_open(term *t, const char *session, const char *max_tokens)
     if (t->pid == 0) {
         setenv("HOME", home, 1);
         setenv("TERM", "xterm", 1);
+        unsetenv("LANG");
+        unsetenv("LC_ALL");
+        unsetenv("LC_CTYPE");
         execl(H.lindctl, H.lindctl, "--socket", H.sock, "chat", session, "-n", max_tokens, "-t", "0",
               (char *)NULL);
         _exit(127);
@@ -244,19 +247,48 @@ static void chat_daemon_restart(void)
     CHECK(term_expect(&t, "you> ", 20), "prompt: %s", tail(&t));
     term_send(&t, "one\r");
     CHECK(term_expect(&t, "you> ", 20), "first reply: %s", tail(&t));
-    /* The daemon restarts while chat sits at the prompt. */
+    /* The daemon stops and comes back while chat sits at the prompt: chat
+     * says so and reconnects without a keystroke. */
     harness_stop(&H);
+    CHECK(term_expect(&t, "closed the connection", 20), "notices the daemon left: %s", tail(&t));
+    CHECK(term_expect(&t, "the daemon is down", 20), "says it is down: %s", tail(&t));
     CHECK(harness_start(&H) == 0, "restart");
+    CHECK(term_expect(&t, "reconnected; session \"c3\" is at", 30), "reconnects by itself: %s", tail(&t));
+    CHECK(term_expect(&t, "you> ", 10), "the prompt is redrawn: %s", tail(&t));
     term_send(&t, "two\r");
-    CHECK(term_expect(&t, "reconnecting", 20), "says it reconnects: %s", tail(&t));
-    CHECK(term_expect(&t, "reconnected; session \"c3\"", 30), "reconnected: %s", tail(&t));
-    CHECK(term_expect(&t, "you> ", 20), "the line is sent after reconnecting: %s", tail(&t));
+    CHECK(term_expect(&t, "two", 10), "echo: %s", tail(&t));
+    CHECK(term_expect(&t, "you> ", 20), "reply after the reconnect: %s", tail(&t));
+    /* A line typed while the daemon is away is sent once it is back. */
+    harness_stop(&H);
+    CHECK(term_expect(&t, "closed the connection", 20), "notices again: %s", tail(&t));
+    term_send(&t, "three\r");
+    CHECK(term_expect(&t, "waiting for the daemon", 20), "says the line waits: %s", tail(&t));
+    CHECK(harness_start(&H) == 0, "restart");
+    CHECK(term_expect(&t, "reconnected", 30), "reconnected: %s", tail(&t));
+    CHECK(term_expect(&t, "you> ", 20), "reply: %s", tail(&t));
     char ins[256];
     transcript_ins("c3", ins, sizeof ins);
-    CHECK(!strcmp(ins, "one\n|two\n"), "both lines reached the session: '%s'", ins);
+    CHECK(!strcmp(ins, "one\n|two\n|three\n"), "every line reached the session: '%s'", ins);
     term_send(&t, "\x04");
     CHECK(term_wait(&t, 20) == 0, "exits 0");
     term_close(&t);
+}
+
+static void chat_utf8_input(void)
+{
+    /* Under the plain C locale (the child has no LANG) typed UTF-8 still
+     * reaches the session intact. */
+    term t;
+    CHECK(term_open(&t, "c5", "5") == 0, "forkpty");
+    CHECK(term_expect(&t, "you> ", 20), "prompt: %s", tail(&t));
+    term_send(&t, "caf\xc3\xa9 \xe2\x86\x92 \xf0\x9f\x99\x82\r");
+    CHECK(term_expect(&t, "you> ", 20), "reply: %s", tail(&t));
+    term_send(&t, "\x04");
+    CHECK(term_wait(&t, 20) == 0, "exits 0");
+    term_close(&t);
+    char ins[256];
+    transcript_ins("c5", ins, sizeof ins);
+    CHECK(!strcmp(ins, "caf\xc3\xa9 \xe2\x86\x92 \xf0\x9f\x99\x82\n"), "transcript: '%s'", ins);
 }
 
 static void chat_daemon_dies_mid_reply(void)
@@ -297,6 +329,7 @@ int main(void)
     RUN(chat_resume_and_history);
     RUN(chat_ctrl_c);
     RUN(chat_daemon_restart);
+    RUN(chat_utf8_input);
     RUN(chat_daemon_dies_mid_reply);
     harness_free(&H);
     return check_exit();
