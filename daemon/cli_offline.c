@@ -329,6 +329,7 @@ static double flops_per_token(const gemm_shape *g, int n) {
  * (same shapes, same order, nothing else): the rate the step could reach if
  * everything but its matrix products were free. */
 static double gemm_only_rate(backend *be, const gemm_shape *g, int n, int B, double secs) {
+    if (n < 1 || B < 1) return 0;
     int maxdim = 0;
     for (int i = 0; i < n; i++) {
         if (g[i].N > maxdim) maxdim = g[i].N;
