@@ -116,6 +116,9 @@ typedef struct stress {
     sample *samples;
     size_t nsamples, capsamples;
     pid_t daemon_pid;
+    uint64_t steps0, steps1, out0, out1;   /* daemon stats before / after */
+    double step_p50, step_p99;              /* daemon's step time at the end */
+    int have_stats;
     uint64_t total;
     double t0, t_end;
     int first_status;
@@ -276,20 +279,34 @@ static void progress_line(stress *st, double t)
             hist_quantile(&st->win[w], 0.5), hist_quantile(&st->win[w], 0.99), rss, st->nerrs);
 }
 
-/* Read the daemon's pid: a `pid` stats field when the daemon has one, else
- * the socket peer's credentials. */
-static pid_t find_daemon_pid(lindc *c)
+/* Read the daemon's counters (and, at the start, its pid: a `pid` stats
+ * field when the daemon has one, else the socket peer's credentials).
+ * Returns 0 when stats answered. */
+static int read_stats(stress *st, lindc *c, int at_start)
 {
     lindc_req r;
     lindc_event ev;
-    uint64_t pid = 0;
+    uint64_t pid = 0, steps = 0, out = 0;
     lindc_req_init(&r, "stats");
-    if (lindc_call(c, &r, &ev, 10000) == 0 && lindc_get_u64(ev.map, "pid", &pid) == 0 && pid > 0) {
-        lindc_req_free(&r);
-        return (pid_t)pid;
-    }
+    int rc = lindc_call(c, &r, &ev, 10000);
     lindc_req_free(&r);
-    return lindc_peer_pid(c);
+    if (at_start)
+        st->daemon_pid = rc == 0 && lindc_get_u64(ev.map, "pid", &pid) == 0 && pid > 0
+                       ? (pid_t)pid : lindc_peer_pid(c);
+    if (rc) return rc;
+    lindc_get_u64(ev.map, "steps", &steps);
+    lindc_get_u64(ev.map, "tokens_out", &out);
+    if (at_start) {
+        st->steps0 = steps;
+        st->out0 = out;
+    } else {
+        st->steps1 = steps;
+        st->out1 = out;
+        lindc_get_f64(lindc_get(ev.map, "step_ms"), "p50", &st->step_p50);
+        lindc_get_f64(lindc_get(ev.map, "step_ms"), "p99", &st->step_p99);
+        st->have_stats = 1;
+    }
+    return 0;
 }
 
 /* ---- the run ---------------------------------------------------------------- */
@@ -497,6 +514,13 @@ static void report(const stress *st, const row *rows)
                (int)st->daemon_pid, st->samples[0].rss_mb, rmax, st->samples[st->nsamples - 1].rss_mb);
     else
         printf("daemon RSS: unavailable (pid %d not readable in /proc)\n", (int)st->daemon_pid);
+    if (st->have_stats && st->steps1 > st->steps0) {
+        uint64_t steps = st->steps1 - st->steps0, out = st->out1 - st->out0;
+        printf("daemon: %llu steps for %llu tokens out (%.1f sessions per step on average; "
+               "counts every client's work), step time p50 %.3f ms, p99 %.3f ms (daemon's stats)\n",
+               (unsigned long long)steps, (unsigned long long)out, (double)out / (double)steps,
+               st->step_p50, st->step_p99);
+    }
     printf("\nper-token latency along the stream (ms; tokens/s is the whole fleet's):\n");
     printf("%15s %9s %9s %9s %9s %9s %10s %8s\n", "tokens", "samples", "p50", "p90", "p99", "max", "tokens/s", "rss MB");
     const row *first = NULL, *last = NULL;
@@ -597,7 +621,7 @@ int cmd_stress(const ctl_opts *g0, int argc, char **argv)
     st.max_turn = 256;
     lindc_get_u64(lindc_get(ev.map, "limits"), "max_tokens", &st.max_turn);
     if (!st.max_turn) st.max_turn = 256;
-    st.daemon_pid = find_daemon_pid(st.conns[0]);
+    read_stats(&st, st.conns[0], 1);
 
     for (uint64_t i = 0; i < st.n_sessions; i++) {
         snprintf(st.s[i].name, sizeof st.s[i].name, "%s-%llu", st.prefix, (unsigned long long)i);
@@ -607,6 +631,11 @@ int cmd_stress(const ctl_opts *g0, int argc, char **argv)
     ctl_catch_sigint();
     int rc = run(&st);
 
+    for (uint64_t ci = 0; ci < st.n_conns; ci++)
+        if (st.conns[ci]) {
+            read_stats(&st, st.conns[ci], 0);
+            break;
+        }
     row *rows = calloc(st.n_windows, sizeof *rows);
     if (!rows) { status = EXIT_INTERNAL; goto out; }
     build_rows(&st, rows);
