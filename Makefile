@@ -56,7 +56,10 @@ DMN_OBJS  := $(filter-out $(BUILD)/daemon/main.o,$(LIND_SRCS:%.c=$(BUILD)/%.o))
 CLI_LIB_OBJS := $(CLI_LIB_SRCS:%.c=$(BUILD)/%.o)
 CTL_OBJS  := $(CTL_SRCS:%.c=$(BUILD)/%.o)
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
-BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
+# Benchmark programs are bench/*_bench.c; the other bench/*.c (the softmax
+# baseline, shared helpers) are linked into each of them.
+BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*_bench.c))
+BENCH_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(filter-out %_bench.c,$(wildcard bench/*.c)))
 
 .PHONY: all deps test run asan bench model test-torch test-cuda clean fuzz
 all: $(BUILD)/lind $(BUILD)/lindctl $(TEST_BINS)
@@ -102,8 +105,9 @@ $(BUILD)/tests/test_lindctl_%: $(BUILD)/tests/test_lindctl_%.o $(BUILD)/liblindc
 $(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(BUILD)/liblind.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-# Benchmark programs (bench/*.c) link everything; `make bench` runs bench/run.sh.
-$(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/liblinddaemon.a $(BUILD)/liblindclient.a $(BUILD)/liblind.a
+# Benchmark programs (bench/*_bench.c) link everything; `make bench` runs
+# bench/run.sh (BENCH_QUICK=1: a fast smoke run at small sizes).
+$(BUILD)/bench/%: $(BUILD)/bench/%.o $(BENCH_OBJS) $(BUILD)/liblinddaemon.a $(BUILD)/liblindclient.a $(BUILD)/liblind.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 bench: deps
@@ -164,7 +168,8 @@ fuzz:
 	    { tail -n 40 $(FUZZ_BUILD)/$$n.log; exit 1; }; \
 	  grep -E '^(stat::number_of_executed_units|Done)' $(FUZZ_BUILD)/$$n.log; done
 
--include $(LIB_OBJS:.o=.d) $(DMN_OBJS:.o=.d) $(BUILD)/daemon/main.d $(CLI_LIB_OBJS:.o=.d) $(CTL_OBJS:.o=.d) $(TEST_BINS:=.d)
+-include $(LIB_OBJS:.o=.d) $(DMN_OBJS:.o=.d) $(BUILD)/daemon/main.d $(CLI_LIB_OBJS:.o=.d) $(CTL_OBJS:.o=.d) $(TEST_BINS:=.d) \
+         $(BENCH_BINS:=.d) $(BENCH_OBJS:.o=.d)
 
 clean:
 	rm -rf build build-asan

@@ -1,21 +1,275 @@
 #!/bin/sh
-# Run every benchmark program BUILD/bench/* and keep its markdown output in
-# bench/results/NAME.md (stdout; stderr goes to bench/results/NAME.log).
-# Benchmarks are not tests: they print numbers and never pass or fail.
-#   usage: bench/run.sh [BUILD_DIR] [FILTER] [-- ARGS passed to each program]
+# bench/run.sh — every benchmark of `make bench`, in one run on one machine.
+# Results go to bench/results/: one markdown file per section (each opens
+# with the command that produced it and the machine it ran on), PNG plots
+# drawn by gnuplot, and README.md (the index, with the machine and the total
+# time). Benchmarks are not tests: they print numbers and never pass or fail;
+# the script fails only when a program fails.
+#
+#   usage: bench/run.sh [BUILD_DIR] [FILTER] [-- ARGS for the other programs]
+#     FILTER   run only the sections whose name contains it: decode, batch,
+#              store, daemon, or the name of another BUILD/bench/*_bench
+#   environment:
+#     BENCH_QUICK=1  small sizes: a smoke run of about a minute
+#     MODEL=DIR      the model (default models/default; when it has no
+#                    model.safetensors, random weights in its configuration)
+#     BENCH_OUT=DIR  where results go (default bench/results)
+#
+# Sections:
+#   decode  per-token decode time and memory per session against position,
+#           recurrent vs softmax attention with a KV cache (decode_bench)
+#   batch   throughput against batch size 1..256 beside the SGEMM rate and
+#           memory bandwidth of the same run (`lind bench-step`), roofline
+#   store   save/load per session, grouped commits, resume vs re-feed at
+#           1k, 10k, 100k tokens (store_bench)
+#   daemon  end to end through `lind serve` with 1..256 sessions
+#           (`lindctl stress`): tokens/s, latency percentiles, ratio to the
+#           in-process rate of the batch section
+#   then every other BUILD/bench/*_bench program, output in NAME.md.
+set -u
 B=${1:-build}
 FILTER=${2:-}
 [ $# -gt 0 ] && shift
 [ $# -gt 0 ] && shift
 [ "${1:-}" = "--" ] && shift
-out=bench/results
+out=${BENCH_OUT:-bench/results}
+quick=${BENCH_QUICK:-}
 mkdir -p "$out"
+tmp=$(mktemp -d /tmp/lind-bench-XXXXXX)
+daemon_pid=
+cleanup() {
+  if [ -n "$daemon_pid" ]; then kill "$daemon_pid" 2>/dev/null; wait "$daemon_pid" 2>/dev/null; fi
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 status=0
-for p in "$B"/bench/*; do
+start=$(date +%s)
+
+want() { case "$1" in *"$FILTER"*) return 0 ;; esac; return 1; }
+have_gnuplot() { command -v gnuplot >/dev/null 2>&1; }
+
+# ---- the machine and the model ----------------------------------------------
+cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -n 1)
+cores=$(nproc)
+mem=$(free -g | awk '/^Mem:/ { print $2 " GiB total, " $7 " GiB available" }')
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+git diff --quiet HEAD 2>/dev/null || commit="$commit (with uncommitted changes in the tree)"
+MODEL=${MODEL:-models/default}
+if [ -f "$MODEL/model.safetensors" ]; then
+  model_note="$MODEL (trained weights)"
+else
+  m="$tmp/random-weights-default-config"
+  "$B/bench/decode_bench" --write-model "$m" || { echo "cannot write the fallback model"; exit 1; }
+  model_note="random weights in tools/train.py's default configuration, written to $m ($MODEL has no model.safetensors)"
+  MODEL=$m
+fi
+machine_line="Machine: $cpu, $cores cores, $mem, $(uname -sr); load average $(cut -d' ' -f1-3 /proc/loadavg) at start; $(date -u '+%Y-%m-%d %H:%M UTC'); lind commit $commit"
+echo "$machine_line"
+echo "Model: $model_note"
+
+# Markdown preamble of a section written by this script.
+preamble() {
+  printf '## %s\n\n%s\n\nModel: %s\n\n' "$1" "$machine_line" "$model_note"
+}
+
+# ---- decode: recurrent vs softmax against position ---------------------------
+if want decode; then
+  echo "== decode"
+  if [ -n "$quick" ]; then args="--quick"; else args=""; fi
+  # shellcheck disable=SC2086
+  if nice "$B/bench/decode_bench" --model "$MODEL" $args --data "$out/decode.dat" \
+       --stream "$out/decode_stream.dat" >"$out/decode.md" 2>"$out/decode.log"; then
+    cat "$out/decode.md"
+    if have_gnuplot; then
+      gnuplot <<EOF || status=1
+set terminal pngcairo size 1200,500 font ',10'
+set output '$out/decode.png'
+set datafile missing 'nan'
+set multiplot layout 1,2 title 'Decode at batch 1: lind recurrent state vs softmax attention with a KV cache ($cpu, $cores cores)'
+set logscale xy
+set grid
+set key top left
+set xlabel 'position N (tokens already in the session)'
+set ylabel 'time per token (us)'
+plot '$out/decode.dat' using 1:2 with linespoints lw 2 title 'recurrent (lind)', \
+     '$out/decode.dat' using 1:3 with linespoints lw 2 title 'softmax + KV cache (baseline)'
+set ylabel 'memory per session (bytes)'
+plot '$out/decode.dat' using 1:4 with linespoints lw 2 title 'recurrent state', \
+     '$out/decode.dat' using 1:5 with linespoints lw 2 title 'softmax KV cache'
+unset multiplot
+set output '$out/decode_stream.png'
+set terminal pngcairo size 900,450 font ',10'
+unset logscale y
+set yrange [0:*]
+set title 'lind recurrent decode: per-token time along one stream (doubling windows)'
+set xlabel 'position in the stream (tokens)'
+set ylabel 'time per token (us)'
+plot '$out/decode_stream.dat' using (sqrt(\$1*\$2)):3 with linespoints lw 2 title 'median', \
+     '$out/decode_stream.dat' using (sqrt(\$1*\$2)):4 with linespoints title 'mean'
+EOF
+    fi
+  else
+    echo "decode_bench failed; see $out/decode.log"
+    status=1
+  fi
+fi
+
+# ---- batch: throughput against batch size, with the roofline ------------------
+if want batch || want daemon; then
+  echo "== batch"
+  if [ -n "$quick" ]; then maxb=16 secs=0.1; else maxb=256 secs=0.5; fi
+  cmd="$B/lind bench-step --model $MODEL --max-batch $maxb --seconds $secs"
+  if nice $cmd >"$out/batch.txt" 2>"$out/batch.log"; then
+    # Roofline per batch: the step reads every weight once (fp32) and does
+    # the matrix FLOPs bench-step counts; the bound is the smaller of
+    # SGEMM-rate / FLOPs-per-token and B · bandwidth / weight-bytes.
+    caches=$(lscpu | awk -F: '/^L[23] cache/ { gsub(/^ +/, "", $2); printf "%s%s %s", sep, $1, $2; sep = ", " }')
+    awk -v dat="$out/batch.dat" -v caches="$caches" '
+      /parameters/ { for (i = 1; i <= NF; i++) if ($(i+1) ~ /^parameters/) params = $i }
+      /matrix FLOPs per token:/ { for (i = 1; i <= NF; i++) if ($i == "token:") fpt = $(i+1) * 1e6 }
+      /^SGEMM/ { for (i = 1; i <= NF; i++) { if ($i == "GFLOP/s") peak = $(i-1); if ($i == "GB/s") bw = $(i-1) } }
+      # Header: "step ms" is one column of the rows below it.
+      $1 == "batch" { j = 0; for (i = 1; i <= NF; i++) { if ($i == "ms" && $(i-1) == "step") continue; j++; if ($i == "tokens/s") tcol = j } next }
+      tcol && $1 ~ /^[0-9]+$/ { b[++n] = $1; t[n] = $(tcol) }
+      END {
+        if (!params || !fpt || !peak || !bw || !n) { print "could not read bench-step output" > "/dev/stderr"; exit 1 }
+        wbytes = params * 4
+        printf "Step FLOPs per token %.3f M; weights %.2f MB (fp32, read once per step); SGEMM %.1f GFLOP/s; memory bandwidth %.1f GB/s (memcpy, read+write). This CPU caches: %s. Weights that fit in cache are read faster than the memcpy bandwidth, so at small batches the measured rate can pass the memory roof.\n\n", fpt / 1e6, wbytes / 1e6, peak, bw, caches
+        print "| batch | tokens/s | compute bound (SGEMM / FLOPs) | memory bound (B x bandwidth / weight bytes) | roofline tokens/s | measured / roofline |"
+        print "|---|---|---|---|---|---|"
+        for (i = 1; i <= n; i++) {
+          cb = peak * 1e9 / fpt; mb = b[i] * bw * 1e9 / wbytes; r = cb < mb ? cb : mb
+          printf "| %d | %.0f | %.0f | %.0f | %.0f | %.0f%% |\n", b[i], t[i], cb, mb, r, 100 * t[i] / r
+          printf "%d %.1f %.1f %.1f\n", b[i], t[i], cb, mb > dat
+        }
+      }' "$out/batch.txt" >"$tmp/roofline.md" || status=1
+    {
+      preamble "Throughput against batch size"
+      printf 'Command: `%s`\n\n```\n' "$cmd"
+      cat "$out/batch.txt"
+      printf '```\n\n### Roofline\n\n'
+      cat "$tmp/roofline.md"
+    } >"$out/batch.md"
+    cat "$out/batch.md"
+    if have_gnuplot && [ -s "$out/batch.dat" ]; then
+      gnuplot <<EOF || status=1
+set terminal pngcairo size 900,550 font ',10'
+set output '$out/batch.png'
+set title 'lind decode throughput against batch size ($cpu, $cores cores)'
+set logscale xy
+set grid
+set key bottom right
+set xlabel 'sessions stepped together (batch)'
+set ylabel 'tokens/s (all sessions)'
+plot '$out/batch.dat' using 1:2 with linespoints lw 2 title 'measured (lind bench-step)', \
+     '$out/batch.dat' using 1:3 with lines dt 2 title 'compute roof: SGEMM rate / FLOPs per token', \
+     '$out/batch.dat' using 1:4 with lines dt 3 title 'memory roof: B x bandwidth / weight bytes'
+EOF
+    fi
+  else
+    echo "bench-step failed; see $out/batch.log"
+    status=1
+  fi
+fi
+
+# ---- store: persistence ------------------------------------------------------------
+if want store; then
+  echo "== store"
+  if [ -n "$quick" ]; then args="--quick --history 1000"; else args="--history 1000,10000,100000"; fi
+  # shellcheck disable=SC2086
+  if nice "$B/bench/store_bench" --model "$MODEL" $args >"$out/store_bench.md" 2>"$out/store_bench.log"; then
+    cat "$out/store_bench.md"
+  else
+    echo "store_bench failed; see $out/store_bench.log"
+    status=1
+  fi
+fi
+
+# ---- daemon: end to end through the socket -------------------------------------------
+# In-process tokens/s at batch B, from the batch section's bench-step table.
+inproc() { awk -v b="$1" '$1 == b { print $2 }' "$out/batch.dat" 2>/dev/null; }
+if want daemon; then
+  echo "== daemon"
+  sock="$tmp/lind.sock"
+  "$B/lind" serve --model "$MODEL" --socket "$sock" --db "$tmp/lind.db" >"$out/daemon.log" 2>&1 &
+  daemon_pid=$!
+  i=0
+  while [ ! -S "$sock" ] && [ $i -lt 300 ] && kill -0 "$daemon_pid" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+  if [ ! -S "$sock" ]; then
+    echo "lind serve did not start; see $out/daemon.log"
+    status=1
+  else
+    if [ -n "$quick" ]; then plan="1:256 8:128"; else plan="1:2048 8:1024 64:512 256:256"; fi
+    : >"$out/daemon.dat"
+    {
+      preamble "End to end through the daemon"
+      printf 'Daemon: `%s serve --model %s --socket SOCK --db DB` (defaults: max batch 256, durability full).\n' "$B/lind" "$MODEL"
+      printf 'Load: `%s stress --socket SOCK --sessions S --tokens T --windows 1 --no-progress --temperature 1`, S sessions at once over min(S, 16) connections, each generating T tokens in one turn.\n' "$B/lindctl"
+      printf 'Latency is the time between consecutive tokens of one session as the client receives them (the first token of each session, which includes its prompt, is reported apart).\n'
+      printf 'In-process rate: tokens/s of `lind bench-step` at the same batch size in this run (batch section).\n\n'
+      printf 'Tokens reach the client in bursts (several per read), so the p50 of the gaps can be near zero; the mean gap is the per-session token period.\n\n'
+      echo "| sessions | tokens each | tokens/s (daemon) | per-token latency mean ms | p50 ms | p90 ms | p99 ms | first token p50 ms | in-process tokens/s at that batch | daemon / in-process |"
+      echo "|---|---|---|---|---|---|---|---|---|---|"
+    } >"$out/daemon.md"
+    for st in $plan; do
+      s=${st%%:*} t=${st##*:}
+      f="$out/daemon-$s.txt"
+      if nice "$B/lindctl" stress --socket "$sock" --sessions "$s" --tokens "$t" --windows 1 --no-progress \
+           --temperature 1 >"$f" 2>>"$out/daemon.log"; then
+        tps=$(sed -n 's/.*: \([0-9.]*\) tokens\/s aggregate.*/\1/p' "$f")
+        ttft=$(sed -n 's/^first token.*p50 \([0-9.]*\) ms.*/\1/p' "$f")
+        # The one window's row: span, samples, p50, p90, p99, ...
+        p50=$(awk '$1 ~ /^[0-9]+-[0-9]+$/ { print $3; exit }' "$f")
+        p90=$(awk '$1 ~ /^[0-9]+-[0-9]+$/ { print $4; exit }' "$f")
+        p99=$(awk '$1 ~ /^[0-9]+-[0-9]+$/ { print $5; exit }' "$f")
+        ip=$(inproc "$s")
+        ratio=$(awk -v a="$tps" -v b="$ip" 'BEGIN { if (b > 0) printf "%.0f%%", 100 * a / b; else print "-" }')
+        mean=$(awk '$1 ~ /^[0-9]+-[0-9]+$/ { print $8; exit }' "$f")
+        printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$s" "$t" "$tps" "$mean" "$p50" "$p90" "$p99" \
+          "$ttft" "${ip:--}" "$ratio" >>"$out/daemon.md"
+        echo "$s $tps ${ip:-nan} $p50 $p99" >>"$out/daemon.dat"
+      else
+        echo "lindctl stress with $s sessions failed; see $f and $out/daemon.log"
+        printf '| %s | %s | failed (see daemon-%s.txt) | | | | | | | |\n' "$s" "$t" "$s" >>"$out/daemon.md"
+        status=1
+      fi
+    done
+    printf '\nFull `lindctl stress` reports: daemon-S.txt beside this file.\n' >>"$out/daemon.md"
+    cat "$out/daemon.md"
+    if have_gnuplot && [ -s "$out/daemon.dat" ]; then
+      gnuplot <<EOF || status=1
+set terminal pngcairo size 900,550 font ',10'
+set output '$out/daemon.png'
+set datafile missing 'nan'
+set title 'lind end to end through the socket ($cpu, $cores cores)'
+set logscale x
+set logscale y
+set grid
+set key top left
+set xlabel 'concurrent sessions'
+set ylabel 'tokens/s (all sessions)'
+set y2label 'per-token latency (ms)'
+set y2tics
+set logscale y2
+plot '$out/daemon.dat' using 1:2 with linespoints lw 2 title 'daemon tokens/s', \
+     '$out/daemon.dat' using 1:3 with linespoints lw 2 title 'in-process tokens/s (bench-step)', \
+     '$out/daemon.dat' using 1:4 axes x1y2 with linespoints dt 2 title 'latency p50 (ms)', \
+     '$out/daemon.dat' using 1:5 axes x1y2 with linespoints dt 3 title 'latency p99 (ms)'
+EOF
+    fi
+  fi
+  kill -TERM "$daemon_pid" 2>/dev/null
+  wait "$daemon_pid" 2>/dev/null
+  daemon_pid=
+fi
+
+# ---- every other benchmark program ----------------------------------------------------
+for p in "$B"/bench/*_bench; do
   [ -x "$p" ] && [ -f "$p" ] || continue
   name=$(basename "$p")
-  case "$name" in *.o|*.d) continue ;; esac
-  case "$name" in *"$FILTER"*) ;; *) continue ;; esac
+  case "$name" in decode_bench|store_bench) continue ;; esac
+  want "$name" || continue
   echo "== $name"
   if nice "$p" "$@" >"$out/$name.md" 2>"$out/$name.log"; then
     cat "$out/$name.md"
@@ -24,4 +278,24 @@ for p in "$B"/bench/*; do
     status=1
   fi
 done
+
+# ---- the index ---------------------------------------------------------------------
+elapsed=$(( $(date +%s) - start ))
+{
+  echo "# lind benchmark results"
+  echo
+  echo "Produced by \`make bench\` (\`sh bench/run.sh $B${FILTER:+ $FILTER}\`${quick:+ with BENCH_QUICK=$quick}) in $elapsed s."
+  echo
+  echo "$machine_line"
+  echo
+  echo "Model: $model_note"
+  echo
+  for f in decode.md batch.md store_bench.md daemon.md; do
+    [ -f "$out/$f" ] && echo "- [$f]($f)"
+  done
+  for f in decode.png decode_stream.png batch.png daemon.png; do
+    [ -f "$out/$f" ] && echo "- ![$f]($f)"
+  done
+} >"$out/README.md"
+echo "bench/run.sh: done in $elapsed s, results in $out (status $status)"
 exit $status

@@ -7,15 +7,16 @@
  *     (read + decode + write into a slot);
  *   - sessions saved per second with grouped commits (1, 8, 64 per commit)
  *     under durability full and normal (default model's state);
- *   - resuming from the stored state against re-feeding a 10,000-token
- *     history through model_step.
+ *   - resuming from the stored state against re-feeding a history (10,000
+ *     tokens, or the --history lengths) through model_step.
  * Prints markdown. Not a test: numbers depend on the machine and its load.
  *
- *   usage: store_bench [--dir DIR] [--model DIR] [--quick]
- *     --dir    where the databases go (default: a new directory in /tmp)
- *     --quick  fewer repetitions
+ *   usage: store_bench [--dir DIR] [--model DIR] [--history N,N,...] [--quick]
+ *     --dir      where the databases go (default: a new directory in /tmp)
+ *     --history  history lengths for resume vs re-feed (default 10000)
+ *     --quick    fewer repetitions
  * The 12-layer re-feed is measured over 500 tokens (300 with --quick) and
- * scaled to 10,000: a recurrent step costs the same at every position. */
+ * scaled: a recurrent step costs the same at every position. */
 #include "tests/testmodel.h"
 #include "state/format.h"
 #include "state/store.h"
@@ -222,49 +223,76 @@ static double grouped_rate(bench_model *b, int g, store_sync sync)
 }
 
 typedef struct resume {
-    int tokens_measured;
+    long history, tokens_measured;
     double refeed_s, resume_ms;
 } resume;
 
-static resume time_resume(bench_model *b, int measure_tokens)
+/* Feed positions [from, to) of a fixed history (BOS, then printable ASCII
+ * from a hash of the position), prompt-style: no logits. */
+static void feed_range(model *m, int slot, long from, long to)
 {
-    resume r;
-    char err[512];
-    r.tokens_measured = measure_tokens;
-    model_slot_reset(b->m, 0);
-    double t0 = now_s();
-    feed(b->m, 0, measure_tokens);
-    r.refeed_s = (now_s() - t0) * (10000.0 / measure_tokens);
-    /* The state after that history, stored; resume = load + decode + slot write. */
-    model_slot_read(b->m, 0, b->raw);
-    uint8_t *blob;
-    size_t len;
-    state_meta mt = b->meta;
-    mt.tokens = (uint64_t)measure_tokens;
-    if (state_encode(b->m, &mt, b->raw, &blob, &len, err, sizeof err) < 0)
-        die("state_encode", err);
-    store *s = open_store("resume.db", STORE_SYNC_FULL);
-    store_record rec = { "history", blob, len, tail, sizeof tail, mt.tokens };
-    if (store_save(s, &rec, 1, err, sizeof err) < 0)
-        die("store_save", err);
-    uint8_t *out = malloc(b->state_bytes);
-    double t[20];
-    for (int i = 0; i < 20; i++) {
-        double a = now_s();
-        store_loaded l;
-        if (store_load(s, "history", &l, err, sizeof err) < 0)
-            die("store_load", err);
-        if (state_decode(b->m, l.state, l.state_len, &mt, out, err, sizeof err) < 0)
-            die("state_decode", err);
-        model_slot_write(b->m, 1, out);
-        t[i] = now_s() - a;
-        store_loaded_free(&l);
+    for (long i = from; i < to; i++) {
+        uint64_t x = (uint64_t)i * 0x9e3779b97f4a7c15ull;
+        x ^= x >> 29;
+        int tok = i == 0 ? LIND_BOS : 32 + (int)(x % 95);
+        if (model_step(m, &slot, &tok, 1, NULL) < 0)
+            die("model_step", "failed");
     }
-    r.resume_ms = 1e3 * median(t, 20);
+}
+
+/* Resume (load + decode + slot write, median of 20) of the state after each
+ * history length hist[k] (ascending), against re-feeding that history from
+ * BOS. One pass feeds the longest history; the re-feed time of a shorter
+ * one is the time to reach it. With cap > 0 only the first cap tokens are
+ * fed and re-feed times are scaled (a recurrent step costs the same at
+ * every position); the state then is the one after cap tokens. */
+static void time_resume(bench_model *b, const long *hist, int nh, long cap, resume *out)
+{
+    char err[512];
+    store *s = open_store("resume.db", STORE_SYNC_FULL);
+    uint8_t *res = malloc(b->state_bytes);
+    model_slot_reset(b->m, 0);
+    long fed = 0;
+    double elapsed = 0;
+    for (int k = 0; k < nh; k++) {
+        resume *r = &out[k];
+        long target = cap > 0 && hist[k] > cap ? cap : hist[k];
+        double t0 = now_s();
+        feed_range(b->m, 0, fed, target);
+        elapsed += now_s() - t0;
+        fed = target;
+        r->history = hist[k];
+        r->tokens_measured = target;
+        r->refeed_s = elapsed * ((double)hist[k] / (double)target);
+        model_slot_read(b->m, 0, b->raw);
+        uint8_t *blob;
+        size_t len;
+        state_meta mt = b->meta;
+        mt.tokens = (uint64_t)hist[k];
+        if (state_encode(b->m, &mt, b->raw, &blob, &len, err, sizeof err) < 0)
+            die("state_encode", err);
+        store_record rec = { "history", blob, len, tail, sizeof tail, mt.tokens };
+        if (store_save(s, &rec, 1, err, sizeof err) < 0)
+            die("store_save", err);
+        double t[20];
+        for (int i = 0; i < 20; i++) {
+            double a = now_s();
+            store_loaded l;
+            if (store_load(s, "history", &l, err, sizeof err) < 0)
+                die("store_load", err);
+            if (state_decode(b->m, l.state, l.state_len, &mt, res, err, sizeof err) < 0)
+                die("state_decode", err);
+            model_slot_write(b->m, 1, res);
+            t[i] = now_s() - a;
+            store_loaded_free(&l);
+        }
+        r->resume_ms = 1e3 * median(t, 20);
+        free(blob);
+        fprintf(stderr, "store_bench: history %ld: re-feed %.2f s, resume %.3f ms\n", r->history, r->refeed_s,
+                r->resume_ms);
+    }
     store_close(s);
-    free(out);
-    free(blob);
-    return r;
+    free(res);
 }
 
 static void machine(void)
@@ -291,15 +319,34 @@ static void machine(void)
            sysconf(_SC_NPROCESSORS_ONLN), u.sysname, u.release, sqlite3_libversion(), workdir, when);
 }
 
+/* Up to 8 increasing history lengths, comma-separated; count or -1. */
+static int parse_hist(const char *arg, long *out)
+{
+    int n = 0;
+    const char *p = arg;
+    while (*p && n < 8) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 1 || (n && v <= out[n - 1]) || (*end && *end != ','))
+            return -1;
+        out[n++] = v;
+        p = *end ? end + 1 : end;
+    }
+    return *p ? -1 : n;
+}
+
 int main(int argc, char **argv)
 {
+    long hist[8] = { 10000 };
+    int nhist = 1;
     const char *dir = NULL, *default_dir = "models/default";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
         else if (!strcmp(argv[i], "--model") && i + 1 < argc) default_dir = argv[++i];
         else if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--history") && i + 1 < argc && (nhist = parse_hist(argv[++i], hist)) > 0) {}
         else {
-            fprintf(stderr, "usage: %s [--dir DIR] [--model DIR] [--quick]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--dir DIR] [--model DIR] [--history N,N,...] [--quick]\n", argv[0]);
             return 2;
         }
     }
@@ -365,21 +412,27 @@ int main(int argc, char **argv)
         fflush(stdout);
     }
 
-    printf("\n### Resume from the stored state vs re-feeding a 10,000-token history\n\n");
-    printf("| model | re-feed 10,000 tokens (model_step, s) | resume (load + decode + slot, ms) | ratio |\n");
-    printf("|---|---|---|---|\n");
+    printf("\n### Resume from the stored state vs re-feeding the history\n\n"
+           "Re-feed: the history fed token by token through model_step from BOS (no logits), as a server"
+           " without saved state would have to. Resume: the stored state read, decoded and written into a slot.\n\n");
+    printf("| model | history (tokens) | re-feed (s) | resume (load + decode + slot, ms) | ratio |\n");
+    printf("|---|---|---|---|---|\n");
+    resume *rs = calloc((size_t)nhist, sizeof *rs);
     for (int i = 0; i < 2; i++) {
         bench_model *b = &models[i];
-        int n = i == 0 ? 10000 : quick ? 300 : 500;
-        resume r = time_resume(b, n);
+        long cap = i == 0 ? 0 : quick ? 300 : 500;
+        time_resume(b, hist, nhist, cap, rs);
         const lind_config *c = model_config(b->m);
-        char note[96] = "";
-        if (n != 10000)
-            snprintf(note, sizeof note, " (measured over %d tokens, scaled)", n);
-        printf("| %d x %d | %.2f%s | %.3f | %.0fx |\n", c->n_layers, c->d_model, r.refeed_s, note,
-               r.resume_ms, r.refeed_s * 1e3 / r.resume_ms);
+        for (int k = 0; k < nhist; k++) {
+            char note[96] = "";
+            if (rs[k].tokens_measured != rs[k].history)
+                snprintf(note, sizeof note, " (measured over %ld tokens, scaled)", rs[k].tokens_measured);
+            printf("| %d x %d | %ld | %.2f%s | %.3f | %.0fx |\n", c->n_layers, c->d_model, rs[k].history,
+                   rs[k].refeed_s, note, rs[k].resume_ms, rs[k].refeed_s * 1e3 / rs[k].resume_ms);
+        }
         fflush(stdout);
     }
+    free(rs);
     for (int i = 0; i < 2; i++) {
         free(models[i].raw);
         free(models[i].blob);
