@@ -23,7 +23,8 @@ static void usage(FILE *f)
 "\n"
 "options (every command):\n"
 "  --socket PATH   the daemon's socket (default $LIND_SOCKET, else %s)\n"
-"  --help          help for lindctl or for one command (lindctl CMD --help)\n"
+"  --help          help for lindctl or for one command (lindctl CMD --help,\n"
+"                  or lindctl help CMD)\n"
 "\n"
 "exit status:\n"
 "  0 ok; 1 daemon internal error; 2 bad command line; 3 no daemon at the socket;\n"
@@ -56,9 +57,18 @@ int main(int argc, char **argv)
         { "stats", cmd_stats }, { "stress", cmd_stress },
     };
     const char *name = argv[optind];
+    static char help_flag[] = "--help";
+    char *help_argv[3] = { NULL, help_flag, NULL };
     if (!strcmp(name, "help")) {
-        usage(stdout);
-        return EXIT_OK;
+        if (optind + 1 >= argc) {
+            usage(stdout);
+            return EXIT_OK;
+        }
+        /* "lindctl help CMD" is "lindctl CMD --help". */
+        name = help_argv[0] = argv[optind + 1];
+        argc = 2;
+        argv = help_argv;
+        optind = 0;
     }
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (!strcmp(cmds[i].name, name)) {

@@ -74,6 +74,9 @@ static void usage_errors(void)
     harness_ctl(&H, &r, "--help");
     CHECK(r.status == 0 && has(r.out, "exit status"), "lindctl --help documents exit statuses");
     ctl_run_free(&r);
+    harness_ctl(&H, &r, "help", "generate");
+    CHECK(r.status == 0 && has(r.out, "usage: lindctl generate"), "lindctl help generate: %d", r.status);
+    ctl_run_free(&r);
 }
 
 /* ---- generate -------------------------------------------------------------- */
