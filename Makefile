@@ -62,7 +62,7 @@ BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*_bench.c))
 BENCH_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(filter-out %_bench.c,$(wildcard bench/*.c)))
 
 .PHONY: all deps test run asan bench model test-torch test-cuda clean fuzz
-all: $(BUILD)/lind $(BUILD)/lindctl $(TEST_BINS)
+all: $(BUILD)/lind $(BUILD)/lindctl $(TEST_BINS) $(BENCH_BINS)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
