@@ -8,6 +8,8 @@
 #include "tests/lindctl_harness.h"
 
 #include <jansson.h>
+#include <locale.h>
+#include <wchar.h>
 
 static harness H;
 
@@ -167,6 +169,64 @@ static void generate_stop(void)
     json_decref(done);
     ctl_run_free(&b);
     ctl_run_free(&a);
+}
+
+/* --json token lines cut the stream on whole UTF-8 characters: their texts
+ * joined equal the raw stream decoded in one go (glibc's mbrtowc held to
+ * RFC 3629 as the reference; each byte that starts no valid character
+ * becomes U+FFFD). */
+static void generate_json_utf8(void)
+{
+    ctl_run a, b;
+    harness_ctl(&H, &a, "generate", "u1", "x", "-n", "4000", "-t", "1", "--seed", "3");
+    harness_ctl(&H, &b, "generate", "u2", "x", "-n", "4000", "-t", "1", "--seed", "3", "--json");
+    CHECK(a.status == 0 && b.status == 0 && a.out_len == 4000, "runs: %d %d %zu", a.status, b.status, a.out_len);
+    char *want = calloc(3 * a.out_len + 1, 1), *got = calloc(3 * a.out_len + 1, 1);
+    size_t wn = 0, gn = 0, multibyte = 0, lines = 0;
+    setlocale(LC_CTYPE, "C.UTF-8");
+    for (size_t i = 0; i < a.out_len;) {
+        mbstate_t st;
+        memset(&st, 0, sizeof st);
+        wchar_t wc;
+        size_t r = mbrtowc(&wc, a.out + i, a.out_len - i, &st);
+        if (r == 0) r = 1;   /* a NUL byte is a character of its own */
+        /* glibc also takes the old 5- and 6-byte forms and values past
+         * U+10FFFF; RFC 3629 UTF-8 does not. */
+        int strict_bad = r != (size_t)-1 && r != (size_t)-2 && (r > 4 || wc > 0x10FFFF || (wc >= 0xD800 && wc <= 0xDFFF));
+        if (r == (size_t)-1 || r == (size_t)-2 || strict_bad) {
+            memcpy(want + wn, "\xef\xbf\xbd", 3);
+            wn += 3;
+            i++;
+        } else {
+            memcpy(want + wn, a.out + i, r);
+            wn += r;
+            i += r;
+            multibyte += r > 1;
+        }
+    }
+    for (char *line = b.out; line && *line;) {
+        char *nl = strchr(line, '\n');
+        if (nl) *nl = 0;
+        json_t *j = json_loads(line, JSON_ALLOW_NUL, NULL);
+        const char *evn = json_string_value(json_object_get(j, "event"));
+        if (evn && !strcmp(evn, "token")) {
+            json_t *t = json_object_get(j, "text");
+            size_t n = json_string_length(t);
+            CHECK(n > 0 && gn + n <= 3 * a.out_len, "token text length %zu", n);
+            if (n && gn + n <= 3 * a.out_len) memcpy(got + gn, json_string_value(t), n);
+            gn += n;
+            lines++;
+        }
+        json_decref(j);
+        line = nl ? nl + 1 : NULL;
+    }
+    CHECK(gn == wn && !memcmp(got, want, wn), "joined texts (%zu bytes) differ from the decoded stream (%zu bytes)", gn, wn);
+    CHECK(lines > 1, "token lines %zu", lines);
+    printf("NOTE json_utf8: %zu multi-byte characters among 4000 bytes, %zu token lines\n", multibyte, lines);
+    free(want);
+    free(got);
+    ctl_run_free(&a);
+    ctl_run_free(&b);
 }
 
 static void generate_errors(void)
@@ -456,6 +516,7 @@ int main(void)
     }
     RUN(generate_streams);
     RUN(generate_stop);
+    RUN(generate_json_utf8);
     RUN(generate_errors);
     RUN(generate_ctrl_c);
     RUN(sessions_all);
