@@ -29,6 +29,7 @@ typedef struct harness {
     char lind[512], lindctl[512];
     pid_t daemon;
     int slow;              /* under sanitizers: give things more time */
+    const char *extra[8];  /* more `lind serve` options (NULL-terminated) */
 } harness;
 
 /* Captured result of one lindctl run. */
@@ -91,8 +92,12 @@ static inline int harness_start(harness *h) {
     if (pid == 0) {
         int fd = open(h->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (fd >= 0) { dup2(fd, 1); dup2(fd, 2); close(fd); }
-        execl(h->lind, h->lind, "serve", "--model", h->model, "--socket", h->sock,
-              "--db", h->db, "--backend", "cpu", (char *)NULL);
+        const char *av[24] = { h->lind, "serve", "--model", h->model, "--socket", h->sock,
+                               "--db", h->db, "--backend", "cpu" };
+        int n = 10;
+        for (int i = 0; i < 8 && h->extra[i]; i++) av[n++] = h->extra[i];
+        av[n] = NULL;
+        execv(h->lind, (char *const *)av);
         fprintf(stderr, "exec %s: %s\n", h->lind, strerror(errno));
         _exit(127);
     }

@@ -483,6 +483,59 @@ static void stress_small(void)
     ctl_run_free(&r);
 }
 
+static void stress_many_turns(void)
+{
+    /* A daemon whose turns are capped at 50 tokens: stress goes on in as
+     * many turns as it takes, and the stream stays one stream. */
+    harness_stop(&H);
+    H.extra[0] = "--max-tokens";
+    H.extra[1] = "50";
+    CHECK(harness_start(&H) == 0, "start with --max-tokens 50");
+    H.extra[0] = NULL;
+    char csv[256];
+    snprintf(csv, sizeof csv, "%s/turns.csv", H.dir);
+    ctl_run r;
+    harness_ctl(&H, &r, "stress", "--sessions", "2", "--tokens", "130", "--windows", "2", "--csv", csv, "--keep",
+                "--prefix", "mt");
+    CHECK(r.status == 0 && has(r.out, "sessions finished: 2/2; errors: 0"), "exit %d: %s %s", r.status, r.out, r.err);
+    ctl_run_free(&r);
+    FILE *f = fopen(csv, "r");
+    char line[512];
+    unsigned long long total = 0, from, to, samples;
+    if (f) {
+        if (!fgets(line, sizeof line, f)) line[0] = 0;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "%llu,%llu,%llu", &from, &to, &samples) == 3) total += samples;
+        fclose(f);
+    }
+    CHECK(total == 2 * 130 - 2, "latency samples over 3 turns each: %llu", total);
+    /* The kept sessions hold the whole stream: BOS, the 4-byte prompt, 130 tokens. */
+    CHECK(show_tokens("mt-0") == 135 && show_tokens("mt-1") == 135, "session tokens %lld %lld",
+          (long long)show_tokens("mt-0"), (long long)show_tokens("mt-1"));
+    harness_ctl(&H, &r, "generate", "mt-0", "-n", "51");
+    CHECK(r.status == 9 && has(r.err, "limit"), "-n over this daemon's max_tokens: %d %s", r.status, r.err);
+    ctl_run_free(&r);
+    /* Session 0 (seed 1, prompt "The ") is where three plain turns get. */
+    harness_ctl(&H, &r, "generate", "ref", "The ", "-n", "50", "--seed", "1");
+    ctl_run_free(&r);
+    harness_ctl(&H, &r, "generate", "ref", "-n", "50");
+    ctl_run_free(&r);
+    harness_ctl(&H, &r, "generate", "ref", "-n", "30");
+    ctl_run_free(&r);
+    ctl_run a, b;
+    harness_ctl(&H, &a, "generate", "mt-0", "-n", "20", "-t", "0");
+    harness_ctl(&H, &b, "generate", "ref", "-n", "20", "-t", "0");
+    CHECK(a.status == 0 && b.status == 0 && a.out_len == 20 && b.out_len == 20 && !memcmp(a.out, b.out, 20),
+          "stress's session continues like the same turns done by hand");
+    ctl_run_free(&a);
+    ctl_run_free(&b);
+    harness_ctl(&H, &r, "sessions", "rm", "mt-0", "mt-1", "ref");
+    CHECK(r.status == 0, "rm %d", r.status);
+    ctl_run_free(&r);
+    harness_stop(&H);
+    CHECK(harness_start(&H) == 0, "restart with defaults");
+}
+
 static void stress_daemon_dies(void)
 {
     /* The daemon goes away mid-run: every session's error is reported and
@@ -522,6 +575,7 @@ int main(void)
     RUN(sessions_all);
     RUN(stats_table_and_json);
     RUN(stress_small);
+    RUN(stress_many_turns);
     RUN(stress_daemon_dies);
     harness_free(&H);
     return check_exit();
