@@ -398,8 +398,10 @@ static int deliver(lindc *c, qent e, lindc_event *ev)
     c->held_obj = e.obj;
     memset(ev, 0, sizeof *ev);
     ev->map = &c->held_obj;
+    int name_rc = lindc_get_strcpy(ev->map, "event", ev->name, sizeof ev->name);
+    /* A long event name (from a newer server) is only truncated. */
     if (c->held_obj.type != MSGPACK_OBJECT_MAP || lindc_get_u64(ev->map, "id", &ev->id) != 0
-        || lindc_get_strcpy(ev->map, "event", ev->name, sizeof ev->name) != 0) {
+        || (name_rc != 0 && name_rc != -ENOSPC)) {
         c->broken = 1;
         return LINDC_EPROTO;
     }

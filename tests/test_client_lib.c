@@ -194,6 +194,28 @@ static void script_error(int fd)
     msgpack_unpacker_destroy(&r.up);
 }
 
+/* An event this library does not know, with a long name, then a result. */
+static void script_future(int fd)
+{
+    reader r;
+    msgpack_unpacker_init(&r.up, 4096);
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    if (read_msg(fd, &r, &u) == 0) {
+        uint64_t id = req_id(&u.data);
+        out o;
+        out_begin(&o, id, "progress_report_from_a_newer_server", 1);
+        out_key(&o, "pct");
+        msgpack_pack_uint64(&o.pk, 50);
+        out_send(&o, fd, 0);
+        out_begin(&o, id, "result", 0);
+        out_send(&o, fd, 0);
+        read_msg(fd, &r, &u);
+    }
+    msgpack_unpacked_destroy(&u);
+    msgpack_unpacker_destroy(&r.up);
+}
+
 static void script_garbage(int fd)
 {
     /* 0xc1 is the one byte msgpack never uses. */
@@ -459,6 +481,31 @@ static void server_error_event(void)
     server_stop(&s);
 }
 
+static void unknown_event_passes(void)
+{
+    server s;
+    server_start(&s, script_future);
+    lindc *c;
+    CHECK(lindc_connect(&c, s.path, NULL, 0) == 0, "connect");
+    lindc_req r;
+    lindc_req_init(&r, "anything");
+    uint64_t id;
+    CHECK(lindc_send(c, &r, &id) == 0, "send");
+    lindc_req_free(&r);
+    lindc_event ev;
+    int rc = lindc_next(c, &ev, 5000);
+    CHECK(rc == 0 && ev.kind == LINDC_EV_OTHER && !ev.final && ev.id == id, "unknown event: rc %d kind %d", rc, ev.kind);
+    CHECK(!strncmp(ev.name, "progress_report_from_a_", strlen(ev.name)) && strlen(ev.name) == sizeof ev.name - 1,
+          "name truncated: %s", ev.name);
+    uint64_t pct = 0;
+    CHECK(lindc_get_u64(ev.map, "pct", &pct) == 0 && pct == 50, "fields readable");
+    rc = lindc_next(c, &ev, 5000);
+    CHECK(rc == 0 && ev.kind == LINDC_EV_RESULT && ev.final, "then the result: rc %d", rc);
+    CHECK(lindc_in_flight(c) == 0, "done");
+    lindc_free(c);
+    server_stop(&s);
+}
+
 static void garbage_is_proto_error(void)
 {
     server s;
@@ -536,6 +583,7 @@ int main(void)
     RUN(wait_queues_others);
     RUN(callback_run);
     RUN(server_error_event);
+    RUN(unknown_event_passes);
     RUN(garbage_is_proto_error);
     RUN(closed_connection);
     RUN(timeout_and_signal);
