@@ -442,8 +442,10 @@ static void stress_small(void)
     snprintf(png, sizeof png, "%s/stress.png", H.dir);
     ctl_run r;
     harness_ctl(&H, &r, "stress", "--sessions", "3", "--tokens", "120", "--windows", "4",
-                "--prefix", "st", "--csv", csv, "--plot", png);
+                "--prefix", "st", "--csv", csv, "--plot", png, "--progress");
     CHECK(r.status == 0, "exit %d: %s", r.status, r.err);
+    CHECK(has(r.err, "\r") && has(r.err, "360/360 tokens (100%)") && has(r.err, "tok/s") && has(r.err, "errors 0"),
+          "progress line: %s", r.err);
     CHECK(has(r.out, "tokens/s aggregate") && has(r.out, "sessions finished: 3/3; errors: 0")
           && has(r.out, "daemon RSS (pid"), "report: %s", r.out);
     ctl_run_free(&r);
