@@ -135,7 +135,7 @@ static int chat_greet(chat *ch, int first)
         const msgpack_object *tr = lindc_get(ev.map, "transcript");
         notice("resuming \"%s\" at %llu tokens%s", ch->o.session, (unsigned long long)tokens,
                tr && tr->type == MSGPACK_OBJECT_ARRAY && tr->via.array.size ? "; the transcript's tail:" : "");
-        ctl_print_transcript(tr, stdout, "you> ");
+        ctl_print_transcript(tr, stdout, "you> ", !isatty(1));
         fflush(stdout);
     } else {
         notice("reconnected; session \"%s\" is at %llu tokens", ch->o.session, (unsigned long long)tokens);
@@ -286,7 +286,7 @@ static int chat_turn(chat *ch, const char *text, size_t len)
         }
         if (ev.id != id) continue;
         if (ev.kind == LINDC_EV_TOKEN && ev.len) {
-            fwrite(ev.data, 1, ev.len, stdout);
+            ctl_write_text(stdout, ev.data, ev.len, !isatty(1));
             fflush(stdout);
             at_line_start = ev.data[ev.len - 1] == '\n';
         } else if (ev.kind == LINDC_EV_DONE || ev.kind == LINDC_EV_ERROR) {

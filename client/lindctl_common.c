@@ -192,6 +192,24 @@ void ctl_json_line(json_t *v)
     fflush(stdout);
 }
 
+void ctl_write_text(FILE *f, const uint8_t *p, size_t n, int raw)
+{
+    if (raw) {
+        fwrite(p, 1, n, f);
+        return;
+    }
+    size_t start = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t b = p[i];
+        if ((b >= 0x20 && b != 0x7f) || b == '\n' || b == '\t') continue;
+        fwrite(p + start, 1, i - start, f);
+        fputc('^', f);
+        fputc(b == 0x7f ? '?' : b + '@', f);
+        start = i + 1;
+    }
+    fwrite(p + start, 1, n - start, f);
+}
+
 void ctl_fmt_time(char *buf, size_t cap, uint64_t ms)
 {
     time_t t = (time_t)(ms / 1000);

@@ -28,7 +28,7 @@ static void usage(FILE *f)
 "  --socket PATH   the daemon's socket (default ./lind.sock)\n");
 }
 
-void ctl_print_transcript(const msgpack_object *arr, FILE *f, const char *in_prefix)
+void ctl_print_transcript(const msgpack_object *arr, FILE *f, const char *in_prefix, int raw)
 {
     if (!arr || arr->type != MSGPACK_OBJECT_ARRAY) return;
     int at_line_start = 1;
@@ -43,11 +43,11 @@ void ctl_print_transcript(const msgpack_object *arr, FILE *f, const char *in_pre
             if (!at_line_start) fputc('\n', f);
             fputs(in_prefix, f);
             /* The user's text usually ends with its own newline. */
-            fwrite(p, 1, n, f);
+            ctl_write_text(f, p, n, raw);
             at_line_start = n && p[n - 1] == '\n';
             if (!at_line_start) { fputc('\n', f); at_line_start = 1; }
         } else {
-            fwrite(p, 1, n, f);
+            ctl_write_text(f, p, n, raw);
             if (n) at_line_start = p[n - 1] == '\n';
         }
     }
@@ -136,7 +136,7 @@ static int sessions_show(lindc *c, const char *name, int json)
     const msgpack_object *tr = lindc_get(ev.map, "transcript");
     if (tr && tr->type == MSGPACK_OBJECT_ARRAY && tr->via.array.size) {
         printf("transcript (tail):\n");
-        ctl_print_transcript(tr, stdout, "> ");
+        ctl_print_transcript(tr, stdout, "> ", !isatty(1));
     }
     return EXIT_OK;
 }

@@ -218,8 +218,17 @@ static void chat_ctrl_c(void)
     size_t before = t.len;
     term_wait_output(&t, before + 200, 10);
     CHECK(t.len >= before + 200, "the reply streams before Ctrl-C");
+    size_t reply_from = t.mark;
     term_send(&t, "\x03");
     CHECK(term_expect(&t, "[cancelled]", 30), "cancel notice: %s", tail(&t));
+    /* The random model's control bytes reach the terminal in caret
+     * notation, never raw (only the pty's own \r\n and tabs). */
+    size_t raw_ctl = 0;
+    for (size_t i = reply_from; i + strlen("[cancelled]") < t.mark; i++) {
+        unsigned char ch = (unsigned char)t.buf[i];
+        if ((ch < 0x20 && ch != '\r' && ch != '\n' && ch != '\t') || ch == 0x7f) raw_ctl++;
+    }
+    CHECK(raw_ctl == 0, "%zu raw control bytes in %zu bytes of reply", raw_ctl, t.mark - reply_from);
     CHECK(term_expect(&t, "you> ", 10), "prompt after cancel: %s", tail(&t));
     CHECK(waitpid(t.pid, NULL, WNOHANG) == 0, "chat is still running");
     term_send(&t, "\x04");
