@@ -178,6 +178,7 @@ static void record_error(stress *st, sess *s, const char *code, const char *mess
     if (st->nerrs <= 10) {
         if (st->progress) fputc('\n', stderr);
         fprintf(stderr, "lindctl stress: error on %s: %s: %s\n", e->session, code, message);
+        if (st->nerrs == 10) fprintf(stderr, "lindctl stress: further errors are listed in the report only\n");
     }
 }
 
@@ -540,6 +541,15 @@ static void report(const stress *st, const row *rows)
     size_t finished = 0;
     for (uint64_t i = 0; i < st->n_sessions; i++) finished += st->s[i].finished;
     printf("\nsessions finished: %zu/%llu; errors: %zu\n", finished, (unsigned long long)st->n_sessions, st->nerrs);
+    /* Errors by code first (one line per distinct code), then each one. */
+    for (size_t i = 0; i < st->nerrs; i++) {
+        int seen = 0;
+        for (size_t k = 0; k < i && !seen; k++) seen = !strcmp(st->errs[k].code, st->errs[i].code);
+        if (seen) continue;
+        size_t count = 0;
+        for (size_t k = i; k < st->nerrs; k++) count += !strcmp(st->errs[k].code, st->errs[i].code);
+        printf("  %zu x %s (first: %s)\n", count, st->errs[i].code, st->errs[i].message);
+    }
     for (size_t i = 0; i < st->nerrs; i++)
         printf("  error %s on %s: %s\n", st->errs[i].code, st->errs[i].session, st->errs[i].message);
 }

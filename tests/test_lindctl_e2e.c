@@ -492,7 +492,9 @@ static void stress_many_turns(void)
     harness_stop(&H);
     H.extra[0] = "--max-tokens";
     H.extra[1] = "50";
-    CHECK(harness_start(&H) == 0, "start with --max-tokens 50");
+    H.extra[2] = "--max-inflight";
+    H.extra[3] = "2";
+    CHECK(harness_start(&H) == 0, "start with --max-tokens 50 --max-inflight 2");
     H.extra[0] = NULL;
     char csv[256];
     snprintf(csv, sizeof csv, "%s/turns.csv", H.dir);
@@ -531,6 +533,14 @@ static void stress_many_turns(void)
           "stress's session continues like the same turns done by hand");
     ctl_run_free(&a);
     ctl_run_free(&b);
+    /* Three sessions on one connection that takes two requests: the third
+     * is refused, reported, and decides the exit status. */
+    harness_ctl(&H, &r, "stress", "--sessions", "3", "--connections", "1", "--tokens", "10", "--prefix", "lim");
+    CHECK(r.status == 9, "exit %d, want 9 (limit)", r.status);
+    CHECK(has(r.out, "sessions finished: 2/3; errors: 1") && has(r.out, "1 x limit")
+          && has(r.out, "error limit on lim-2") && has(r.err, "error on lim-2: limit"),
+          "report: %s / %s", r.out, r.err);
+    ctl_run_free(&r);
     harness_ctl(&H, &r, "sessions", "rm", "mt-0", "mt-1", "ref");
     CHECK(r.status == 0, "rm %d", r.status);
     ctl_run_free(&r);
