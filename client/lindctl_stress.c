@@ -37,6 +37,7 @@ static void usage(FILE *f)
 "  --csv FILE          write the per-window table as CSV\n"
 "  --plot FILE.png     plot latency, tokens/s and RSS against tokens (gnuplot)\n"
 "  --progress / --no-progress   live progress line (default: when stderr is a tty)\n"
+"  --json              print the report as one JSON object instead of tables\n"
 "  --socket PATH       the daemon's socket (default ./lind.sock)\n"
 "\n"
 "exit status: 0 when every session reached M tokens with no error; else the\n"
@@ -106,7 +107,7 @@ typedef struct stress {
     uint64_t n_sessions, m_tokens, n_conns, n_windows, win_len, seed, max_turn;
     double temperature;
     const char *text, *prefix, *csv, *plot;
-    int keep, progress;
+    int keep, progress, json;
     lindc **conns;
     sess *s;
     hist *win;            /* per window */
@@ -554,6 +555,45 @@ static void report(const stress *st, const row *rows)
         printf("  error %s on %s: %s\n", st->errs[i].code, st->errs[i].session, st->errs[i].message);
 }
 
+static void report_json(const stress *st, const row *rows)
+{
+    double el = st->t_end - st->t0, rmax = -1;
+    for (size_t i = 0; i < st->nsamples; i++)
+        if (st->samples[i].rss_mb > rmax) rmax = st->samples[i].rss_mb;
+    size_t finished = 0;
+    for (uint64_t i = 0; i < st->n_sessions; i++) finished += st->s[i].finished;
+    json_t *j = json_pack("{s:I, s:I, s:I, s:I, s:f, s:f, s:I, s:I}",
+        "sessions", (json_int_t)st->n_sessions, "tokens_per_session", (json_int_t)st->m_tokens,
+        "connections", (json_int_t)st->n_conns, "tokens", (json_int_t)st->total,
+        "seconds", el, "tokens_per_s", el > 0 ? (double)st->total / el : 0.0,
+        "finished", (json_int_t)finished, "daemon_pid", (json_int_t)st->daemon_pid);
+    json_object_set_new(j, "first_token_ms", json_pack("{s:f, s:f, s:f}",
+        "p50", hist_quantile(&st->ttft, 0.5), "p99", hist_quantile(&st->ttft, 0.99), "max", st->ttft.max_ms));
+    if (st->nsamples && st->samples[0].rss_mb >= 0)
+        json_object_set_new(j, "rss_mb", json_pack("{s:f, s:f, s:f}", "start", st->samples[0].rss_mb,
+            "peak", rmax, "end", st->samples[st->nsamples - 1].rss_mb));
+    if (st->have_stats && st->steps1 > st->steps0)
+        json_object_set_new(j, "daemon", json_pack("{s:I, s:I, s:f, s:f}",
+            "steps", (json_int_t)(st->steps1 - st->steps0), "tokens_out", (json_int_t)(st->out1 - st->out0),
+            "step_ms_p50", st->step_p50, "step_ms_p99", st->step_p99));
+    json_t *w = json_array();
+    for (uint64_t k = 0; k < st->n_windows; k++) {
+        const row *r = &rows[k];
+        json_array_append_new(w, json_pack("{s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
+            "tokens_from", (json_int_t)r->from, "tokens_to", (json_int_t)r->to, "samples", (json_int_t)r->samples,
+            "p50_ms", r->p50, "p90_ms", r->p90, "p99_ms", r->p99, "max_ms", r->max, "mean_ms", r->mean,
+            "tokens_per_s", r->tps, "rss_mb", r->rss));
+    }
+    json_object_set_new(j, "windows", w);
+    json_t *e = json_array();
+    for (size_t k = 0; k < st->nerrs; k++)
+        json_array_append_new(e, json_pack("{s:s, s:s, s:s}", "session", st->errs[k].session,
+            "code", st->errs[k].code, "message", st->errs[k].message));
+    json_object_set_new(j, "errors", e);
+    ctl_json_line(j);
+    json_decref(j);
+}
+
 int cmd_stress(const ctl_opts *g0, int argc, char **argv)
 {
     stress st = { .g = *g0, .n_windows = 20, .seed = 1, .temperature = -1, .text = "The " };
@@ -561,7 +601,7 @@ int cmd_stress(const ctl_opts *g0, int argc, char **argv)
     char prefix[64];
     snprintf(prefix, sizeof prefix, "stress-%d", (int)getpid());
     st.prefix = prefix;
-    enum { O_SESS = 1, O_TOK, O_CONN, O_WIN, O_TEXT, O_SEED, O_PREFIX, O_KEEP, O_CSV, O_PLOT, O_PROG, O_NOPROG };
+    enum { O_SESS = 1, O_TOK, O_CONN, O_WIN, O_TEXT, O_SEED, O_PREFIX, O_KEEP, O_CSV, O_PLOT, O_PROG, O_NOPROG, O_JSON };
     static const struct option longopts[] = {
         CTL_COMMON_LONGOPTS,
         { "sessions", required_argument, NULL, O_SESS }, { "tokens", required_argument, NULL, O_TOK },
@@ -570,7 +610,8 @@ int cmd_stress(const ctl_opts *g0, int argc, char **argv)
         { "seed", required_argument, NULL, O_SEED }, { "prefix", required_argument, NULL, O_PREFIX },
         { "keep", no_argument, NULL, O_KEEP }, { "csv", required_argument, NULL, O_CSV },
         { "plot", required_argument, NULL, O_PLOT }, { "progress", no_argument, NULL, O_PROG },
-        { "no-progress", no_argument, NULL, O_NOPROG }, { 0, 0, 0, 0 },
+        { "no-progress", no_argument, NULL, O_NOPROG }, { "json", no_argument, NULL, O_JSON },
+        { 0, 0, 0, 0 },
     };
     int opt;
     while ((opt = getopt_long(argc, argv, "ht:", longopts, NULL)) != -1) {
@@ -590,6 +631,7 @@ int cmd_stress(const ctl_opts *g0, int argc, char **argv)
         case O_PLOT: st.plot = optarg; break;
         case O_PROG: st.progress = 1; break;
         case O_NOPROG: st.progress = 0; break;
+        case O_JSON: st.json = 1; break;
         default: usage(stderr); return EXIT_USAGE;
         }
     }
@@ -649,7 +691,8 @@ int cmd_stress(const ctl_opts *g0, int argc, char **argv)
     row *rows = calloc(st.n_windows, sizeof *rows);
     if (!rows) { status = EXIT_INTERNAL; goto out; }
     build_rows(&st, rows);
-    report(&st, rows);
+    if (st.json) report_json(&st, rows);
+    else report(&st, rows);
     status = st.first_status;
     if (rc == -EINTR) status = EXIT_INTERRUPTED;
     int fst = EXIT_OK;

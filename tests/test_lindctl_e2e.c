@@ -483,6 +483,23 @@ static void stress_small(void)
     harness_ctl(&H, &r, "sessions", "ls");
     CHECK(!has(r.out, "st-0"), "stress deletes its sessions: %s", r.out);
     ctl_run_free(&r);
+
+    /* --json: the same report as one object. */
+    harness_ctl(&H, &r, "stress", "--sessions", "2", "--tokens", "30", "--windows", "3", "--json");
+    CHECK(r.status == 0, "json run: exit %d %s", r.status, r.err);
+    json_t *j = json_loads(r.out, 0, NULL);
+    CHECK(j && json_integer_value(json_object_get(j, "tokens")) == 60
+          && json_integer_value(json_object_get(j, "finished")) == 2
+          && json_real_value(json_object_get(j, "tokens_per_s")) > 0
+          && json_array_size(json_object_get(j, "errors")) == 0, "summary: %s", r.out);
+    json_t *w = json_object_get(j, "windows");
+    json_int_t samples = 0;
+    for (size_t i = 0; i < json_array_size(w); i++)
+        samples += json_integer_value(json_object_get(json_array_get(w, i), "samples"));
+    CHECK(json_array_size(w) == 3 && samples == 58, "windows %zu samples %lld", json_array_size(w), (long long)samples);
+    CHECK(json_real_value(json_object_get(json_object_get(j, "rss_mb"), "peak")) > 1, "rss");
+    json_decref(j);
+    ctl_run_free(&r);
 }
 
 static void stress_many_turns(void)
