@@ -42,7 +42,8 @@ static void usage(FILE *f)
 "options:\n"
 "  -n, --max-tokens N     reply length (default 200)\n"
 "      --seed S, -t/--temperature T, --top-k K, --top-p P, --stop S (repeatable)\n"
-"                         sampling, as for lindctl generate\n"
+"                         sampling, as for lindctl generate (the seed applies to\n"
+"                         the first turn; later turns continue its random stream)\n"
 "      --socket PATH      the daemon's socket (default ./lind.sock)\n");
 }
 
@@ -266,6 +267,7 @@ static int chat_turn(chat *ch, const char *text, size_t len)
     ctl_interrupted = 0;
     int rc = lindc_generate(ch->c, &o, &id);
     if (rc) return rc;
+    ch->o.has_seed = 0;   /* --seed seeds the first turn; later ones continue its RNG */
     int cancel_sent = 0, at_line_start = 1;
     for (;;) {
         if (ctl_interrupted && !cancel_sent) {
