@@ -374,6 +374,7 @@ int cmd_chat(const ctl_opts *g0, int argc, char **argv)
     int rc = chat_greet(&ch, 1);
     if (rc) {
         lindc_free(ch.c);
+        if (rc == -EINTR) return EXIT_INTERRUPTED;
         return rc == LINDC_ESERVER ? EXIT_SHUTTING_DOWN : ctl_report_lib(rc, "chat");
     }
 
