@@ -33,10 +33,14 @@
  * vectorize on the CPU and it costs a few FMAs on the GPU: x = n·ln2 + r with
  * |r| ≤ ln2/2 (Cody–Waite split of ln2), e^r by its degree-7 Taylor
  * polynomial (truncation < 6e-9 relative), 2^n put in the exponent bits.
+ * n is rounded by adding 1.5·2^23, which leaves it in the low bits of the
+ * sum: no float-to-int conversion, so a NaN input gives NaN, not UB.
  * Inputs are clamped to [−87, 88] (results stay normal and finite). */
 LIND_HD static inline float lind_expf(float x) {
     x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-    float n = rintf(x * 1.44269504088896341f);
+    const float magic = 12582912.0f;   /* 1.5·2^23 */
+    float t = x * 1.44269504088896341f + magic;
+    float n = t - magic;
     float r = fmaf(n, -0.693145751953125f, x);
     r = fmaf(n, -1.428606765330187e-6f, r);
     float p = 1.0f / 5040.0f + r * (1.0f / 40320.0f);
@@ -47,7 +51,10 @@ LIND_HD static inline float lind_expf(float x) {
     p = fmaf(p, r, 0.5f);
     p = fmaf(p, r, 1.0f);
     p = fmaf(p, r, 1.0f);
-    int bits = ((int)n + 127) << 23;
+    unsigned int tb, mb, bits;
+    memcpy(&tb, &t, sizeof tb);
+    memcpy(&mb, &magic, sizeof mb);
+    bits = (tb - mb + 127u) << 23;   /* 2^n */
     float scale;
     memcpy(&scale, &bits, sizeof scale);
     return p * scale;
@@ -60,10 +67,13 @@ LIND_HD static inline float lind_elu1(float x) {
 
 /* e^x in double, the same construction as lind_expf with a degree-13
  * Taylor polynomial (truncation < 1e-17 relative) and a two-constant split
- * of ln2: within a few ulp of exp(), branch-free. Clamped to [−708, 709]. */
+ * of ln2: within a few ulp of exp(), branch-free, NaN in gives NaN out.
+ * Clamped to [−708, 709]. */
 LIND_HD static inline double lind_exp(double x) {
     x = x < -708.0 ? -708.0 : (x > 709.0 ? 709.0 : x);
-    double n = rint(x * 1.4426950408889634074);
+    const double magic = 6755399441055744.0;   /* 1.5·2^52 */
+    double t = x * 1.4426950408889634074 + magic;
+    double n = t - magic;
     double r = fma(n, -6.93147180369123816490e-01, x);
     r = fma(n, -1.90821492927058770002e-10, r);
     double p = 1.0 / 6227020800.0;
@@ -80,7 +90,10 @@ LIND_HD static inline double lind_exp(double x) {
     p = fma(p, r, 0.5);
     p = fma(p, r, 1.0);
     p = fma(p, r, 1.0);
-    long long bits = ((long long)n + 1023) << 52;
+    unsigned long long tb, mb, bits;
+    memcpy(&tb, &t, sizeof tb);
+    memcpy(&mb, &magic, sizeof mb);
+    bits = (tb - mb + 1023ull) << 52;   /* 2^n */
     double scale;
     memcpy(&scale, &bits, sizeof scale);
     return p * scale;
