@@ -1,0 +1,197 @@
+/* tests/test_core_cli.c — the offline `lind` commands: info, generate, score
+ * (with --after-generate) and their errors, run as a user would, with the
+ * numbers checked against the C API doing the same thing in-process. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "recurrent/model.h"
+#include "recurrent/sampler.h"
+#include "tests/check.h"
+#include "tests/testmodel.h"
+
+static char tmpdir[256], lind[512], mdir[300];
+
+/* Run a shell command, capture stdout+stderr into out; returns exit status. */
+static int run(char *out, size_t outlen, const char *fmt, ...) {
+    char cmd[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    char full[2200];
+    snprintf(full, sizeof full, "%s 2>&1", cmd);
+    FILE *p = popen(full, "r");
+    if (!p) return -1;
+    size_t n = fread(out, 1, outlen - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void info_reports_model(void) {
+    char out[4096];
+    int rc = run(out, sizeof out, "%s info --model %s --backend cpu", lind, mdir);
+    CHECK(rc == 0, "exit %d: %s", rc, out);
+    model *m = NULL;
+    char err[256];
+    CHECK(model_load(mdir, "cpu", &m, err, sizeof err) == 0, "load: %s", err);
+    if (!m) return;
+    char want[128];
+    snprintf(want, sizeof want, "state_bytes:  %zu per session", model_state_bytes(m));
+    CHECK(strstr(out, want), "no \"%s\" in:\n%s", want, out);
+    snprintf(want, sizeof want, "parameters:   %zu", model_param_count(m));
+    CHECK(strstr(out, want), "no \"%s\" in:\n%s", want, out);
+    CHECK(strstr(out, "mixers:       linear,aft") && strstr(out, "backend:      cpu"), "config/backend missing:\n%s", out);
+    model_free(m);
+}
+
+/* Greedy generation through the CLI equals the API's greedy continuation. */
+static void generate_matches_api(void) {
+    char out[4096];
+    int rc = run(out, sizeof out, "%s generate --model %s --prompt 'abc' -n 40 --temperature 0", lind, mdir);
+    CHECK(rc == 0, "exit %d: %s", rc, out);
+    model *m = NULL;
+    char err[256];
+    CHECK(model_load(mdir, "cpu", &m, err, sizeof err) == 0, "load: %s", err);
+    if (!m) return;
+    model_slots_reserve(m, 1);
+    model_slot_reset(m, 0);
+    int slot = 0, tok = LIND_BOS;
+    float l[256];
+    char want[64] = "abc";
+    model_step(m, &slot, &tok, 1, NULL);
+    for (int i = 0; i < 3; i++) {
+        tok = want[i];
+        model_step(m, &slot, &tok, 1, l);
+    }
+    for (int i = 0; i < 40; i++) {
+        int best = 0;
+        for (int k = 1; k < 256; k++)
+            if (l[k] > l[best]) best = k;
+        want[3 + i] = (char)best;
+        tok = best;
+        model_step(m, &slot, &tok, 1, l);
+    }
+    CHECK(!memcmp(out, want, 43) && out[43] == '\n', "CLI output differs from the API's greedy continuation");
+    model_free(m);
+    /* seeded sampling is reproducible */
+    char a[4096], b[4096];
+    run(a, sizeof a, "%s generate --model %s --prompt x -n 60 --seed 9 --top-k 20 --top-p 0.9", lind, mdir);
+    run(b, sizeof b, "%s generate --model %s --prompt x -n 60 --seed 9 --top-k 20 --top-p 0.9", lind, mdir);
+    CHECK(!memcmp(a, b, 62), "same seed, different text");
+}
+
+/* bits/byte of `path` after generating n tokens with seed s (n = 0: none). */
+static double api_bpb(const char *path, long n, uint64_t seed) {
+    model *m = NULL;
+    char err[256];
+    if (model_load(mdir, "cpu", &m, err, sizeof err) < 0) return -1;
+    FILE *f = fopen(path, "rb");
+    unsigned char buf[8192];
+    size_t len = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    model_slots_reserve(m, 1);
+    model_slot_reset(m, 0);
+    int slot = 0, tok = LIND_BOS;
+    float l[256], scratch[512];
+    model_step(m, &slot, &tok, 1, l);
+    sampler_params p = sampler_defaults();
+    p.seed = seed;
+    sampler s;
+    sampler_init(&s, &p);
+    for (long i = 0; i < n; i++) {
+        tok = sampler_next(&s, l, 256, scratch);
+        sampler_observe(&s, tok);
+        model_step(m, &slot, &tok, 1, l);
+    }
+    double bits = 0;
+    for (size_t i = 0; i < len; i++) {
+        double mx = l[0], z = 0;
+        for (int k = 1; k < 256; k++)
+            if (l[k] > mx) mx = l[k];
+        for (int k = 0; k < 256; k++) z += exp(l[k] - mx);
+        bits += (log(z) + mx - l[buf[i]]) / log(2.0);
+        tok = buf[i];
+        model_step(m, &slot, &tok, 1, l);
+    }
+    model_free(m);
+    return bits / (double)len;
+}
+
+static void score_matches_api(void) {
+    char path[400], out[4096];
+    snprintf(path, sizeof path, "%s/text.txt", tmpdir);
+    FILE *f = fopen(path, "w");
+    for (int i = 0; i < 40; i++) fprintf(f, "line %d: the quick brown fox jumps over the lazy dog\n", i);
+    fclose(f);
+    int rc = run(out, sizeof out, "%s score --model %s %s", lind, mdir, path);
+    CHECK(rc == 0, "exit %d: %s", rc, out);
+    const char *k = strstr(out, "bits_per_byte: ");
+    CHECK(k != NULL, "no bits_per_byte in:\n%s", out);
+    if (k) {
+        double got = atof(k + 15), want = api_bpb(path, 0, 0);
+        CHECK(fabs(got - want) < 2e-6, "CLI %.6f vs API %.6f bits/byte", got, want);
+    }
+    rc = run(out, sizeof out, "%s score --model %s --after-generate 50 --seed 4 %s", lind, mdir, path);
+    CHECK(rc == 0, "exit %d: %s", rc, out);
+    k = strstr(out, "bits_per_byte: ");
+    CHECK(k != NULL && strstr(out, "after_generate: 50 tokens (seed 4"), "no after_generate report in:\n%s", out);
+    if (k) {
+        double got = atof(k + 15), want = api_bpb(path, 50, 4), fresh = api_bpb(path, 0, 0);
+        CHECK(fabs(got - want) < 2e-6, "CLI %.6f vs API %.6f bits/byte after 50 generated", got, want);
+        CHECK(fabs(got - fresh) > 1e-6, "--after-generate had no effect (%.6f)", got);
+    }
+}
+
+static void errors_are_reported(void) {
+    char out[4096];
+    int rc = run(out, sizeof out, "%s score %s/text.txt", lind, tmpdir);
+    CHECK(rc == 2 && strstr(out, "--model DIR is required"), "missing --model: exit %d: %s", rc, out);
+    rc = run(out, sizeof out, "%s info --model %s/nope", lind, tmpdir);
+    CHECK(rc == 1 && strstr(out, "nope/config.json"), "missing model: exit %d: %s", rc, out);
+    rc = run(out, sizeof out, "%s generate --model %s --top-p 1.5", lind, mdir);
+    CHECK(rc == 2 && strstr(out, "top_p"), "bad top-p: exit %d: %s", rc, out);
+    rc = run(out, sizeof out, "%s generate --model %s -n many", lind, mdir);
+    CHECK(rc == 2 && strstr(out, "bad value \"many\""), "bad -n: exit %d: %s", rc, out);
+    rc = run(out, sizeof out, "%s score --model %s %s/missing.txt", lind, mdir, tmpdir);
+    CHECK(rc == 1 && strstr(out, "missing.txt"), "missing file: exit %d: %s", rc, out);
+    rc = run(out, sizeof out, "%s frobnicate", lind);
+    CHECK(rc == 2 && strstr(out, "unknown command"), "unknown command: exit %d: %s", rc, out);
+    rc = run(out, sizeof out, "%s info --model %s --backend tpu", lind, mdir);
+    CHECK(rc == 1 && strstr(out, "unknown backend \"tpu\""), "bad backend: exit %d: %s", rc, out);
+}
+
+int main(void) {
+    const char *b = getenv("LIND_BUILD");
+    snprintf(lind, sizeof lind, "%s/lind", b && *b ? b : "build");
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/lind_cli.XXXXXX");
+    if (!mkdtemp(tmpdir)) {
+        printf("FAIL setup: mkdtemp\n");
+        return 1;
+    }
+    snprintf(mdir, sizeof mdir, "%s/model", tmpdir);
+    lind_config c = testmodel_config(32, 2, 4, 8, 64, "linear,aft", 1, "decay");
+    testmodel_opts o = {0.9f, 1};
+    if (testmodel_write(mdir, &c, 11, &o) != 0) {
+        printf("FAIL setup: testmodel_write\n");
+        return 1;
+    }
+    FILE *f = fopen(lind, "r");
+    if (!f) {
+        printf("SKIP cli: %s not built\n", lind);
+        return 0;
+    }
+    fclose(f);
+    RUN(info_reports_model);
+    RUN(generate_matches_api);
+    RUN(score_matches_api);
+    RUN(errors_are_reported);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) printf("NOTE could not remove %s\n", tmpdir);
+    return check_exit();
+}
