@@ -607,6 +607,60 @@ def eviction_keeps_sessions():
 
 
 @case
+def corrupt_or_foreign_state_reported_alone():
+    import sqlite3
+    t3 = tempfile.mkdtemp(prefix="lind-e2e-corrupt-")
+    os.symlink(os.path.join(TMP, "model"), os.path.join(t3, "model"))
+    s3 = Server(t3).start()
+    try:
+        c = s3.client()
+        for name in ("good", "bad"):
+            expect(c.call("generate", session=name, text="x", max_tokens=5)["event"] == "done", name)
+        c.close()
+        expect(s3.stop() == 0, "clean stop")
+        db = sqlite3.connect(s3.db)
+        blob = bytearray(db.execute("SELECT state FROM sessions WHERE name='bad'").fetchone()[0])
+        blob[len(blob) // 2] ^= 0x01
+        db.execute("UPDATE sessions SET state=? WHERE name='bad'", (bytes(blob),))
+        db.commit()
+        db.close()
+        s3.start()
+        c = s3.client()
+        expect_error(c.call("generate", session="bad", max_tokens=3), "bad_state", ["bad", "checksum"])
+        expect(c.call("generate", session="good", max_tokens=3)["event"] == "done", "good loads")
+        c.close()
+        expect(s3.stop() == 0, "clean stop")
+        # the same store under another model: every state is refused, by name
+        write_model(os.path.join(t3, "model2"), seed=4)
+        os.unlink(os.path.join(t3, "model"))
+        os.symlink(os.path.join(t3, "model2"), os.path.join(t3, "model"))
+        s3.start()
+        c = s3.client()
+        expect_error(c.call("generate", session="good", max_tokens=3), "bad_state", ["good"])
+        expect(c.call("generate", session="fresh", max_tokens=3)["event"] == "done", "new sessions work")
+        c.close()
+    finally:
+        s3.stop()
+
+
+@case
+def inflight_limit():
+    t4 = tempfile.mkdtemp(prefix="lind-e2e-inflight-")
+    os.symlink(os.path.join(TMP, "model"), os.path.join(t4, "model"))
+    s4 = Server(t4, "--max-inflight", "2").start()
+    try:
+        c = s4.client()
+        a = c.send("generate", session="a", max_tokens=2000)
+        b = c.send("generate", session="b", max_tokens=2000)
+        expect_error(c.wait(c.send("generate", session="c", max_tokens=5))[1], "limit", ["in flight"])
+        expect(c.wait(a)[1]["event"] == "done" and c.wait(b)[1]["event"] == "done", "first two run")
+        expect(c.call("generate", session="c", max_tokens=5)["event"] == "done", "room again")
+        c.close()
+    finally:
+        s4.stop()
+
+
+@case
 def sigterm_with_turns_in_flight():
     c = srv.client()
     ids = {c.send("generate", session="term-%d" % i, text="t", max_tokens=90000): i for i in range(4)}
