@@ -10,6 +10,7 @@
 
 #include "daemon/cli.h"
 #include "kernels/backend.h"
+#include "kernels/softmax.h"
 #include "recurrent/model.h"
 #include "recurrent/sampler.h"
 
@@ -170,14 +171,7 @@ int cli_info(int argc, char **argv) {
 /* ---- score ------------------------------------------------------------ */
 
 /* −log2 p(y) from logits, in double. */
-static double bits_of(const float *l, int y) {
-    float mx = l[0];
-    for (int i = 1; i < LIND_VOCAB; i++)
-        if (l[i] > mx) mx = l[i];
-    double s = 0.0;
-    for (int i = 0; i < LIND_VOCAB; i++) s += exp((double)l[i] - mx);
-    return (log(s) + mx - (double)l[y]) / log(2.0);
-}
+static double bits_of(const float *l, int y) { return -lind_logprob(l, LIND_VOCAB, y) / log(2.0); }
 
 static unsigned char *slurp(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");

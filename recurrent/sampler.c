@@ -4,6 +4,8 @@
  * draw from the kept tokens. The RNG is xoshiro256** seeded by splitmix64. */
 #include "recurrent/sampler.h"
 
+#include "kernels/softmax.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -90,13 +92,8 @@ int sampler_next(sampler *s, const float *logits, int vocab, float *scratch) {
         if (l[i] > l[best]) best = i;
     if (s->p.temperature == 0.0f) return best;
 
-    /* softmax at temperature, max-subtracted */
-    float mx = l[best], inv_t = 1.0f / s->p.temperature;
-    double total = 0.0;
-    for (int i = 0; i < vocab; i++) {
-        l[i] = expf((l[i] - mx) * inv_t);
-        total += l[i];
-    }
+    /* probabilities at temperature (unnormalized, max-subtracted) */
+    double total = lind_softmax(l, vocab, 1.0f / s->p.temperature, l);
     int n = vocab;
     int k = s->p.top_k > 0 && s->p.top_k < vocab ? s->p.top_k : vocab;
     if (k < vocab || s->p.top_p < 1.0f) {

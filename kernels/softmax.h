@@ -1,0 +1,32 @@
+/* kernels/softmax.h — logits to probabilities, one definition for the
+ * sampler (recurrent/sampler.c) and for scoring (`lind score`). Header
+ * functions, host and device like kernels/mixer_math.h. */
+#ifndef LIND_KERNELS_SOFTMAX_H
+#define LIND_KERNELS_SOFTMAX_H
+
+#include "kernels/mixer_math.h"
+
+/* p[i] = e^{(l[i] − max l)·inv_temp}, unnormalized (the largest is 1);
+ * returns Σ p[i] in double. p may equal l. */
+LIND_HD static inline double lind_softmax(const float *l, int n, float inv_temp, float *p) {
+    float mx = l[0];
+    for (int i = 1; i < n; i++) mx = l[i] > mx ? l[i] : mx;
+    double total = 0.0;
+    for (int i = 0; i < n; i++) {
+        p[i] = lind_expf((l[i] - mx) * inv_temp);
+        total += p[i];
+    }
+    return total;
+}
+
+/* ln p(y) under softmax(l) at temperature 1, in double: the log-likelihood
+ * `lind score` sums (−ln p / ln 2 bits per byte). */
+LIND_HD static inline double lind_logprob(const float *l, int n, int y) {
+    float mx = l[0];
+    for (int i = 1; i < n; i++) mx = l[i] > mx ? l[i] : mx;
+    double z = 0.0;
+    for (int i = 0; i < n; i++) z += exp((double)l[i] - (double)mx);
+    return (double)l[y] - (double)mx - log(z);
+}
+
+#endif
