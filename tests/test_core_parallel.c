@@ -319,7 +319,7 @@ static void batched_equals_unbatched(void) {
 static void threads_equal_single(void) {
     char dir[512];
     snprintf(dir, sizeof dir, "%s/threads", tmpdir);
-    lind_config c = testmodel_config(128, 2, 4, 32, 512, "linear,aft", 1, "decay");
+    lind_config c = testmodel_config(256, 2, 8, 32, 512, "linear,aft", 1, "decay");
     testmodel_opts opts = {0.95f, 1.0f};
     CHECK(testmodel_write(dir, &c, 21, &opts) == 0, "testmodel_write");
     char err[512] = "";
@@ -333,7 +333,7 @@ static void threads_equal_single(void) {
     if (!m[0] || !m[1]) { model_free(m[0]); model_free(m[1]); return; }
     CHECK(strstr(model_device_name(m[1]), "3 threads") != NULL, "device \"%s\" does not say 3 threads",
           model_device_name(m[1]));
-    enum { NB = 48 };
+    enum { NB = 64 };
     int slots[NB], toks[NB];
     float *l0 = malloc(sizeof(float) * NB * 256), *l1 = malloc(sizeof(float) * NB * 256);
     for (int i = 0; i < 2; i++) {
@@ -349,7 +349,7 @@ static void threads_equal_single(void) {
             seed = seed * 6364136223846793005ull + 1;
             toks[b] = step == 0 ? LIND_BOS : (int)(seed >> 56);
         }
-        /* distinct slots: b·7 mod 48 is a permutation since gcd(7, 48) = 1 */
+        /* distinct slots: b·7 mod 64 is a permutation since gcd(7, 64) = 1 */
         CHECK(model_step(m[0], slots, toks, B, l0) == 0 && model_step(m[1], slots, toks, B, l1) == 0, "step");
         for (int i = 0; i < B * 256; i++) {
             double e = fabs((double)l0[i] - l1[i]) / (1.0 + fabs(l0[i]));
