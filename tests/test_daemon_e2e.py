@@ -661,6 +661,30 @@ def inflight_limit():
 
 
 @case
+def long_prompt_does_not_stall_others():
+    text = bytes((i * 7 + 13) % 250 + 1 for i in range(100000))
+    a = srv.client()
+    b = srv.client()
+    rl = a.send("generate", session="long-prompt", text=text, max_tokens=5, seed=6)
+    time.sleep(0.05)
+    rq = b.send("generate", session="quick", text="hi", max_tokens=50)
+    out_q, done_q = b.wait(rq)
+    expect(done_q["event"] == "done" and len(out_q) == 50, done_q)
+    st = b.call("info", session="long-prompt")
+    expect(st["busy"] is True, "the quick stream ended while the long prompt was still feeding")
+    out_l, done_l = a.wait(rl)
+    expect(done_l["event"] == "done" and done_l["tokens_in"] == len(text), done_l)
+    # fed in chunks, the result is the same as fed in two requests
+    r = a.call("append", session="long-prompt-2", text=text[:60001])
+    expect(r["event"] == "result", r)
+    out2, _ = a.wait(a.send("generate", session="long-prompt-2", text=text[60001:], max_tokens=5,
+                            seed=6))
+    expect(out2 == out_l, "chunked feed differs: %r vs %r" % (out2, out_l))
+    a.close()
+    b.close()
+
+
+@case
 def sigterm_with_turns_in_flight():
     c = srv.client()
     ids = {c.send("generate", session="term-%d" % i, text="t", max_tokens=90000): i for i in range(4)}
