@@ -253,8 +253,8 @@ static int cpu_matmul(backend *be, const backend_buf *x, size_t xo, int ldx, con
     mm_job j = {x->p + xo, W->p, bias ? bias->p : NULL, y->p + yo, ldx, ldy, B, N, K, W->wt, accumulate};
     int parts = cpu_pool_size(c->threads);
     /* a fork-join costs ~2–40 µs on a busy 2-vCPU VM: split only GEMMs of
-     * ≥ 2M multiply-adds (≥ ~20 µs of work per part) */
-    if ((double)B * N * K < (double)(1 << 21) || N < 32 * parts) parts = 1;
+     * ≥ 4M multiply-adds (≥ ~40 µs of work per part) */
+    if ((double)B * N * K < (double)(1 << 22) || N < 32 * parts) parts = 1;
     cpu_pool_run(c->threads, mm_part, &j, parts);
     return 0;
 }
