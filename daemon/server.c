@@ -24,7 +24,7 @@ server_options server_defaults(void)
 {
     return (server_options){
         .model_dir = "models/default", .socket_path = "./lind.sock", .db_path = "./lind.db",
-        .backend = "auto", .max_batch = 256, .max_resident = 1024, .prompt_chunk = 16,
+        .backend = "auto", .max_batch = 256, .max_resident = 0, .prompt_chunk = 16,
         .max_message = 1u << 20, .max_output = 256u << 10, .max_tokens = 65536,
         .max_inflight = 1024, .sync = STORE_SYNC_FULL, .transcript_bytes = 4096,
     };
@@ -101,8 +101,20 @@ int server_parse_args(int argc, char **argv, server_options *o, char *err, size_
         }
         if (rc) return rc;
     }
-    if (o->max_batch > o->max_resident) o->max_batch = o->max_resident;
     return 0;
+}
+
+/* Without --max-resident: up to 1024 sessions, within about 1 GiB of state. */
+#define RESIDENT_DEFAULT     1024
+#define RESIDENT_STATE_BYTES (1ull << 30)
+
+static void size_residency(server_options *o, size_t state_bytes)
+{
+    if (o->max_resident == 0) {
+        unsigned long long fit = RESIDENT_STATE_BYTES / (state_bytes ? state_bytes : 1);
+        o->max_resident = fit < 1 ? 1 : fit > RESIDENT_DEFAULT ? RESIDENT_DEFAULT : (int)fit;
+    }
+    if (o->max_batch > o->max_resident) o->max_batch = o->max_resident;
 }
 
 /* ---- the socket ------------------------------------------------------------ */
@@ -257,6 +269,7 @@ int server_main(int argc, char **argv)
     }
     const lind_config *cfg = model_config(srv->m);
     srv->state_bytes = model_state_bytes(srv->m);
+    size_residency(&srv->opt, srv->state_bytes);
     srv->fingerprint = model_fingerprint(srv->m);
     srv->d_model = cfg->d_model;
     srv->n_layers = cfg->n_layers;

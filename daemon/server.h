@@ -27,7 +27,8 @@ typedef struct server_options {
     const char *db_path;       /* default "./lind.db" */
     const char *backend;       /* "cpu", "cuda", "auto" (default) */
     int      max_batch;        /* sessions per step, default 256 */
-    int      max_resident;     /* sessions kept in slots, default 1024 */
+    int      max_resident;     /* sessions kept in slots; 0 (default): 1024, or fewer if
+                                  their states would pass 1 GiB */
     int      prompt_chunk;     /* prompt tokens per session per round, default 16 */
     size_t   max_message;      /* bytes per request, default 1 MiB */
     size_t   max_output;       /* unsent bytes per connection before its turns pause, default 256 KiB */
