@@ -232,6 +232,8 @@ def hello():
     expect(len(r["model"]["fingerprint"]) == 16 and r["model"]["state_bytes"] > 0, r["model"])
     expect(r["backend"] == "cpu" and r["limits"]["max_tokens"] == 100000, r)
     expect(r["limits"]["max_name"] == 128 and r["limits"]["max_message"] == 1 << 20, r["limits"])
+    mode = os.stat(srv.sock).st_mode & 0o777
+    expect(mode == 0o600, "socket mode %o, want 600" % mode)
     c.close()
 
 
