@@ -238,6 +238,21 @@ def hello():
 
 
 @case
+def second_server_on_same_socket_refused():
+    p = subprocess.run([LIND, "serve", "--model", os.path.join(TMP, "model"), "--socket", srv.sock,
+                        "--db", os.path.join(TMP, "other.db"), "--backend", "cpu"],
+                       capture_output=True, timeout=60)
+    expect(p.returncode != 0 and b"another server is listening" in p.stderr, p)
+    expect(srv.client().call("hello")["event"] == "result", "the first one still serves")
+    bad = subprocess.run([LIND, "serve", "--model", os.path.join(TMP, "no-such-model"),
+                          "--socket", os.path.join(TMP, "x.sock"), "--db", os.path.join(TMP, "x.db")],
+                         capture_output=True, timeout=60)
+    expect(bad.returncode != 0 and b"no-such-model" in bad.stderr, bad)
+    opt = subprocess.run([LIND, "serve", "--max-batch", "0"], capture_output=True, timeout=60)
+    expect(opt.returncode == 2 and b"--max-batch" in opt.stderr, opt)
+
+
+@case
 def streaming_generate():
     c = srv.client()
     rid = c.send("generate", session="stream", text="Once upon a time", max_tokens=50, seed=1)
