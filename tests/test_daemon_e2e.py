@@ -519,6 +519,34 @@ def oversized_message_closes_connection():
 
 
 @case
+def garbage_storm_leaves_streams_intact():
+    import random
+    rnd = random.Random(5)
+    ref = gen_alone("storm-ref", 17, "steady", 200)
+    c = srv.client()
+    rid = c.send("generate", session="storm", text="steady", max_tokens=200, seed=17,
+                 temperature=0.9)
+    closed = 0
+    for i in range(40):
+        g = srv.client()
+        g.s.settimeout(10)
+        g.send_raw(bytes(rnd.randrange(256) for _ in range(rnd.randrange(1, 3000))))
+        g.s.shutdown(socket.SHUT_WR)
+        try:
+            while g.read_event() is not None:
+                pass
+            closed += 1
+        except (ConnectionResetError, socket.timeout):
+            pass
+        g.close()
+    out, done = c.wait(rid)
+    expect(done["event"] == "done" and out == ref, "the stream beside the garbage is intact")
+    expect(closed == 40, "every garbage connection ended cleanly (%d of 40)" % closed)
+    expect(srv.client().call("hello")["event"] == "result", "still serving")
+    c.close()
+
+
+@case
 def stop_strings():
     whole = gen_alone("stop-ref", 5, "stop test", 200)
     stop = whole[40:42]
