@@ -353,6 +353,49 @@ def restart_sigkill_equals_uninterrupted():
 
 
 @case
+def sigkill_mid_stream_resumes_from_a_done():
+    """Six sessions run 20-token turns back to back; SIGKILL lands mid-stream.
+    After restart each session holds exactly the state after one of its
+    turns — at least the last one whose `done` the client saw — and goes on
+    exactly like a session that was never interrupted."""
+    k, turn = 6, 20
+    c = srv.client()
+    seen = {i: 0 for i in range(k)}      # dones seen per session
+    pending = {}
+    for i in range(k):
+        pending[c.send("generate", session="kill-%d" % i, text="k%d" % i, max_tokens=turn,
+                       seed=50 + i)] = i
+    total = 0
+    while total < 40 // SCALE + 12:
+        ev = c.read_event()
+        if ev["event"] == "token":
+            continue
+        i = pending.pop(ev["id"])
+        expect(ev["event"] == "done", ev)
+        seen[i] += 1
+        total += 1
+        pending[c.send("generate", session="kill-%d" % i, max_tokens=turn)] = i
+    srv.proc.send_signal(signal.SIGKILL)
+    srv.proc.wait(timeout=60)
+    srv.proc = None
+    c.close()
+    srv.start()
+    c = srv.client()
+    for i in range(k):
+        info = c.call("info", session="kill-%d" % i)
+        turns, rest = divmod(info["tokens"] - (1 + 2), turn)
+        expect(rest == 0 and turns >= seen[i], "session %d: %d tokens after %d dones seen"
+               % (i, info["tokens"], seen[i]))
+        x, _ = c.wait(c.send("generate", session="kill-%d" % i, max_tokens=30))
+        c.call("generate", session="ref-%d" % i, text="k%d" % i, max_tokens=turn, seed=50 + i)
+        for _ in range(turns - 1):
+            c.call("generate", session="ref-%d" % i, max_tokens=turn)
+        y, _ = c.wait(c.send("generate", session="ref-%d" % i, max_tokens=30))
+        expect(x == y, "session %d after SIGKILL differs from an uninterrupted one" % i)
+    c.close()
+
+
+@case
 def cancel():
     c = srv.client()
     rid = c.send("generate", session="cancel-me", text="x", max_tokens=90000)
