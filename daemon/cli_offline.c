@@ -189,9 +189,9 @@ static unsigned char *slurp(const char *path, size_t *len) {
         n += r;
         if (r == 0) break;
     }
-    int bad = ferror(f);
+    int bad = ferror(f), e = errno;   /* e.g. EISDIR */
     fclose(f);
-    if (bad) { free(buf); errno = EIO; return NULL; }
+    if (bad) { free(buf); errno = e ? e : EIO; return NULL; }
     *len = n;
     return buf;
 }
