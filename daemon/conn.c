@@ -16,6 +16,7 @@ int conn_table_init(conn_table *t)
     t->count = 0;
     t->seq = 0;
     t->v = calloc(t->cap, sizeof *t->v);
+    if (!t->v) t->cap = 0;
     return t->v ? 0 : -ENOMEM;
 }
 

@@ -65,6 +65,11 @@ struct scheduler {
     int     *b_slots, *b_toks;
     turn   **b_turns;
     void    *raw;
+    /* start-up handshake with the main thread */
+    pthread_mutex_t mu;
+    pthread_cond_t  cv;
+    int      ready;            /* 0 starting, 1 serving, <0 failed */
+    char     err[1024];
 };
 
 /* ---- connections --------------------------------------------------------- */
@@ -767,9 +772,66 @@ static void handle(scheduler *S, dmsg *m)
     dmsg_free(m);
 }
 
+/* Without --max-resident: up to 1024 sessions, within about 1 GiB of state. */
+#define RESIDENT_DEFAULT     1024
+#define RESIDENT_STATE_BYTES (1ull << 30)
+
+/* On the compute thread, before serving: load the model there (a GPU
+ * backend's context then belongs to the thread that uses it), publish the
+ * facts `hello` reports, size the slots and buffers. */
+static int setup(scheduler *S, char *err, size_t errlen)
+{
+    server *srv = S->srv;
+    int rc = model_load(srv->opt.model_dir, srv->opt.backend, &S->m, err, errlen);
+    if (rc != 0) return rc;
+    srv->m = S->m;
+    const lind_config *cfg = model_config(S->m);
+    srv->state_bytes = model_state_bytes(S->m);
+    srv->fingerprint = model_fingerprint(S->m);
+    srv->d_model = cfg->d_model;
+    srv->n_layers = cfg->n_layers;
+    srv->params = model_param_count(S->m);
+    snprintf(srv->backend, sizeof srv->backend, "%s", model_backend_name(S->m));
+    server_options *o = &srv->opt;
+    if (o->max_resident == 0) {
+        unsigned long long fit = RESIDENT_STATE_BYTES / (srv->state_bytes ? srv->state_bytes : 1);
+        o->max_resident = fit < 1 ? 1 : fit > RESIDENT_DEFAULT ? RESIDENT_DEFAULT : (int)fit;
+    }
+    if (o->max_batch > o->max_resident) o->max_batch = o->max_resident;
+    int nres = o->max_resident, maxb = o->max_batch;
+    if ((rc = model_slots_reserve(S->m, nres)) != 0) {
+        snprintf(err, errlen, "cannot hold %d sessions of %zu state bytes each (%d); "
+                 "lower --max-resident", nres, srv->state_bytes, rc);
+        return rc;
+    }
+    S->free_slots = malloc((size_t)nres * sizeof *S->free_slots);
+    S->logits = malloc((size_t)maxb * LIND_VOCAB * sizeof *S->logits);
+    S->b_slots = malloc((size_t)maxb * sizeof *S->b_slots);
+    S->b_toks = malloc((size_t)maxb * sizeof *S->b_toks);
+    S->b_turns = malloc((size_t)maxb * 2 * sizeof *S->b_turns);
+    S->raw = malloc(srv->state_bytes);
+    if (!S->free_slots || !S->logits || !S->b_slots || !S->b_toks || !S->b_turns || !S->raw ||
+        session_table_init(&S->tab) != 0) {
+        snprintf(err, errlen, "out of memory sizing the compute thread");
+        return -ENOMEM;
+    }
+    for (int i = 0; i < nres; i++) S->free_slots[S->nfree++] = nres - 1 - i;
+    return 0;
+}
+
 static void *compute_main(void *arg)
 {
     scheduler *S = arg;
+    int rc = setup(S, S->err, sizeof S->err);
+    pthread_mutex_lock(&S->mu);
+    S->ready = rc ? rc : 1;
+    pthread_cond_signal(&S->cv);
+    pthread_mutex_unlock(&S->mu);
+    if (rc != 0) {
+        model_free(S->m);
+        S->m = S->srv->m = NULL;
+        return NULL;
+    }
     int idle = 1;
     for (;;) {
         qnode *n = queue_take_all(&S->srv->schedq, idle ? -1 : 0);
@@ -785,34 +847,33 @@ static void *compute_main(void *arg)
     }
     dmsg *stop = dmsg_new(M_STOP, 0);
     if (stop) queue_push(&S->srv->persistq, &stop->node);
+    model_free(S->m);
+    S->m = S->srv->m = NULL;
     return NULL;
 }
 
-int scheduler_start(server *srv, scheduler **out)
+int scheduler_start(server *srv, scheduler **out, char *err, size_t errlen)
 {
     scheduler *S = calloc(1, sizeof *S);
-    if (!S) return -ENOMEM;
+    if (!S) { snprintf(err, errlen, "out of memory"); return -ENOMEM; }
     S->srv = srv;
-    S->m = srv->m;
-    int nres = srv->opt.max_resident, maxb = srv->opt.max_batch;
-    int rc = model_slots_reserve(S->m, nres);
-    if (rc != 0) { free(S); return rc; }
-    S->free_slots = malloc((size_t)nres * sizeof *S->free_slots);
-    S->logits = malloc((size_t)maxb * LIND_VOCAB * sizeof *S->logits);
-    S->b_slots = malloc((size_t)maxb * sizeof *S->b_slots);
-    S->b_toks = malloc((size_t)maxb * sizeof *S->b_toks);
-    S->b_turns = malloc((size_t)maxb * 2 * sizeof *S->b_turns);
-    S->raw = malloc(srv->state_bytes);
-    if (!S->free_slots || !S->logits || !S->b_slots || !S->b_toks || !S->b_turns || !S->raw ||
-        session_table_init(&S->tab) != 0) {
-        scheduler_join(S);
-        return -ENOMEM;
-    }
-    for (int i = 0; i < nres; i++) S->free_slots[S->nfree++] = nres - 1 - i;
+    pthread_mutex_init(&S->mu, NULL);
+    pthread_cond_init(&S->cv, NULL);
     if (pthread_create(&S->th, NULL, compute_main, S) != 0) {
-        S->th = 0;
-        scheduler_join(S);
+        snprintf(err, errlen, "cannot create the compute thread");
+        pthread_cond_destroy(&S->cv);
+        pthread_mutex_destroy(&S->mu);
+        free(S);
         return -EAGAIN;
+    }
+    pthread_mutex_lock(&S->mu);
+    while (!S->ready) pthread_cond_wait(&S->cv, &S->mu);
+    pthread_mutex_unlock(&S->mu);
+    if (S->ready < 0) {
+        int rc = S->ready;
+        snprintf(err, errlen, "%s", S->err);
+        scheduler_join(S);
+        return rc;
     }
     *out = S;
     return 0;
@@ -838,5 +899,7 @@ void scheduler_join(scheduler *S)
     free(S->b_toks);
     free(S->b_turns);
     free(S->raw);
+    pthread_cond_destroy(&S->cv);
+    pthread_mutex_destroy(&S->mu);
     free(S);
 }

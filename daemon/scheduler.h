@@ -28,9 +28,14 @@
 
 typedef struct scheduler scheduler;
 
-/* Start the compute thread; it takes over srv->m. 0 or negative errno. */
-int  scheduler_start(server *srv, scheduler **out);
-/* Wait for the thread to end (after M_SHUTDOWN) and free everything. */
+/* Start the compute thread and wait until it is ready: it loads the model
+ * (srv->opt.model_dir, srv->opt.backend) itself, so that a GPU context
+ * belongs to the thread using it, fills srv's model facts (state_bytes,
+ * fingerprint, backend, ...) and settles max_resident / max_batch. 0, or a
+ * negative code with the reason (model load, slots) in err. */
+int  scheduler_start(server *srv, scheduler **out, char *err, size_t errlen);
+/* Wait for the thread to end (after M_SHUTDOWN; it frees the model) and
+ * free everything. */
 void scheduler_join(scheduler *s);
 
 #endif

@@ -104,19 +104,6 @@ int server_parse_args(int argc, char **argv, server_options *o, char *err, size_
     return 0;
 }
 
-/* Without --max-resident: up to 1024 sessions, within about 1 GiB of state. */
-#define RESIDENT_DEFAULT     1024
-#define RESIDENT_STATE_BYTES (1ull << 30)
-
-static void size_residency(server_options *o, size_t state_bytes)
-{
-    if (o->max_resident == 0) {
-        unsigned long long fit = RESIDENT_STATE_BYTES / (state_bytes ? state_bytes : 1);
-        o->max_resident = fit < 1 ? 1 : fit > RESIDENT_DEFAULT ? RESIDENT_DEFAULT : (int)fit;
-    }
-    if (o->max_batch > o->max_resident) o->max_batch = o->max_resident;
-}
-
 /* ---- the socket ------------------------------------------------------------ */
 
 /* A socket file left by a killed daemon is removed; one a live daemon
@@ -161,8 +148,6 @@ static int listen_on(server *srv, char *err, size_t errlen)
     }
     int rc = clear_stale_socket(path, err, errlen);
     if (rc) return rc;
-    if ((rc = uv_pipe_init(srv->loop, &srv->listener, 0)) < 0) goto fail;
-    srv->listener.data = srv;
     mode_t old = umask(0177);   /* the socket is born 0600: no window for others */
     rc = uv_pipe_bind(&srv->listener, path);
     umask(old);
@@ -261,74 +246,50 @@ int server_main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     srv->limits = (proto_limits){ .max_message = srv->opt.max_message,
                                   .max_tokens = srv->opt.max_tokens };
-    int rc = model_load(srv->opt.model_dir, srv->opt.backend, &srv->m, err, sizeof err);
-    if (rc != 0) {
-        fprintf(stderr, "lind serve: cannot load model: %s\n", err);
-        free(srv);
-        return 1;
-    }
-    const lind_config *cfg = model_config(srv->m);
-    srv->state_bytes = model_state_bytes(srv->m);
-    size_residency(&srv->opt, srv->state_bytes);
-    srv->fingerprint = model_fingerprint(srv->m);
-    srv->d_model = cfg->d_model;
-    srv->n_layers = cfg->n_layers;
-    srv->params = model_param_count(srv->m);
-    snprintf(srv->backend, sizeof srv->backend, "%s", model_backend_name(srv->m));
     if (!realpath(srv->opt.model_dir, srv->model_path))
         snprintf(srv->model_path, sizeof srv->model_path, "%s", srv->opt.model_dir);
-
-    store_options so = store_defaults();
-    so.sync = srv->opt.sync;
-    store *st = NULL;
-    if ((rc = store_open(srv->opt.db_path, &so, &st, err, sizeof err)) != 0) {
-        fprintf(stderr, "lind serve: cannot open the store: %s\n", err);
-        model_free(srv->m);
-        free(srv);
-        return 1;
-    }
 
     uv_loop_t loop;
     conn_table conns;
     scheduler *sched = NULL;
     persist *pers = NULL;
-    int code = 1;
+    store *st = NULL;
+    int code = 1, rc;
     uv_loop_init(&loop);
     srv->loop = &loop;
     srv->conns = &conns;
     uv_async_init(&loop, &srv->wake, on_wake);
     srv->wake.data = srv;
+    uv_signal_init(&loop, &srv->sigterm);
+    uv_signal_init(&loop, &srv->sigint);
+    uv_timer_init(&loop, &srv->exit_timer);
+    uv_pipe_init(&loop, &srv->listener, 0);
+    srv->sigterm.data = srv->sigint.data = srv->exit_timer.data = srv->listener.data = srv;
     if (conn_table_init(&conns) != 0 || stats_init(&srv->st) != 0 ||
         queue_init(&srv->loopq, &srv->wake) != 0 || queue_init(&srv->schedq, NULL) != 0 ||
         queue_init(&srv->persistq, NULL) != 0) {
         fprintf(stderr, "lind serve: out of memory\n");
-        return 1;
+        goto out;
     }
-    uv_signal_init(&loop, &srv->sigterm);
-    uv_signal_init(&loop, &srv->sigint);
-    uv_timer_init(&loop, &srv->exit_timer);
-    srv->sigterm.data = srv->sigint.data = srv->exit_timer.data = srv;
-
+    if ((rc = scheduler_start(srv, &sched, err, sizeof err)) != 0) {
+        fprintf(stderr, "lind serve: cannot load model: %s\n", err);
+        goto out;
+    }
+    store_options so = store_defaults();
+    so.sync = srv->opt.sync;
+    if ((rc = store_open(srv->opt.db_path, &so, &st, err, sizeof err)) != 0) {
+        fprintf(stderr, "lind serve: cannot open the store: %s\n", err);
+        goto out;
+    }
     if ((rc = listen_on(srv, err, sizeof err)) != 0) {
         fprintf(stderr, "lind serve: %s\n", err);
-        store_close(st);
-        close_everything(srv);
-        uv_run(&loop, UV_RUN_DEFAULT);
         goto out;
     }
     if ((rc = persist_start(srv, st, &pers)) != 0) {
         fprintf(stderr, "lind serve: cannot start the store thread: %s\n", strerror(-rc));
-        store_close(st);
         goto out;
     }
-    if ((rc = scheduler_start(srv, &sched)) != 0) {
-        fprintf(stderr, "lind serve: cannot start the compute thread (%d slots): %s\n",
-                srv->opt.max_resident, strerror(-rc));
-        dmsg *m = dmsg_new(M_STOP, 0);
-        queue_push(&srv->persistq, &m->node);
-        persist_join(pers);
-        goto out;
-    }
+    st = NULL;   /* the store thread owns it now */
     uv_signal_start(&srv->sigterm, on_signal, SIGTERM);
     uv_signal_start(&srv->sigint, on_signal, SIGINT);
     fprintf(stderr, "lind serve: %s (%s, %zu params, %zu state bytes/session) on %s, store %s\n",
@@ -336,11 +297,19 @@ int server_main(int argc, char **argv)
             srv->opt.socket_path, srv->opt.db_path);
     uv_run(&loop, UV_RUN_DEFAULT);
     scheduler_join(sched);
+    sched = NULL;
     persist_join(pers);
+    pers = NULL;
     unlink(srv->opt.socket_path);
     code = 0;
     fprintf(stderr, "lind serve: stopped; every session saved\n");
 out:
+    if (sched) {   /* start-up failed after the model loaded: stop the compute thread */
+        dmsg *m = dmsg_new(M_SHUTDOWN, 0);
+        if (m) queue_push(&srv->schedq, &m->node);
+        scheduler_join(sched);
+    }
+    if (st) store_close(st);
     /* Drain what was left for threads that no longer run (e.g. the
      * connection-closed notes of the final close). */
     for (qnode *n = queue_take_all(&srv->loopq, 0); n; ) {
@@ -362,7 +331,6 @@ out:
     queue_destroy(&srv->schedq);
     queue_destroy(&srv->persistq);
     stats_destroy(&srv->st);
-    model_free(srv->m);
     free(srv);
     return code;
 }

@@ -248,6 +248,9 @@ def second_server_on_same_socket_refused():
                           "--socket", os.path.join(TMP, "x.sock"), "--db", os.path.join(TMP, "x.db")],
                          capture_output=True, timeout=60)
     expect(bad.returncode != 0 and b"no-such-model" in bad.stderr, bad)
+    baddb = subprocess.run([LIND, "serve", "--model", os.path.join(TMP, "model"), "--socket",
+                            os.path.join(TMP, "y.sock"), "--db", TMP], capture_output=True, timeout=60)
+    expect(baddb.returncode == 1 and b"store" in baddb.stderr, baddb)
     opt = subprocess.run([LIND, "serve", "--max-batch", "0"], capture_output=True, timeout=60)
     expect(opt.returncode == 2 and b"--max-batch" in opt.stderr, opt)
 
