@@ -14,8 +14,11 @@
  * the machine and its load (client and daemon share the CPU here).
  *
  *   usage: daemon_bench [--lind PATH] [--model DIR] [--quick] [--rss-tokens N]
- *     --lind   the lind binary (default: ../lind next to this program)
- *     --quick  fewer tokens per session, 10^5 tokens for the RSS run */
+ *     --lind        the lind binary (default: ../lind next to this program)
+ *     --model       default: $MODEL, else models/default (as bench/run.sh)
+ *     --quick       fewer tokens per session, 10^5 tokens for the RSS run
+ *                   (also when BENCH_QUICK is set, as bench/run.sh does)
+ *     --rss-tokens  length of the RSS run; 0 skips it */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -258,6 +261,8 @@ int main(int argc, char **argv)
     char *slash = strrchr(lind_bin, '/');
     if (slash) snprintf(slash, sizeof lind_bin - (size_t)(slash - lind_bin), "/../lind");
     else snprintf(lind_bin, sizeof lind_bin, "build/lind");
+    const char *bq = getenv("BENCH_QUICK"), *env_model = getenv("MODEL");
+    if (bq && *bq) { quick = 1; rss_tokens = 100000; }
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) { quick = 1; rss_tokens = 100000; }
         else if (!strcmp(argv[i], "--lind") && i + 1 < argc) snprintf(lind_bin, sizeof lind_bin, "%s", argv[++i]);
@@ -271,9 +276,17 @@ int main(int argc, char **argv)
     snprintf(db_path, sizeof db_path, "%s/lind.db", workdir);
     struct stat st;
     const char *label = "models/default";
-    if (model_arg) { snprintf(model_dir, sizeof model_dir, "%s", model_arg); label = model_arg; }
-    else if (stat("models/default/model.safetensors", &st) == 0) snprintf(model_dir, sizeof model_dir, "models/default");
-    else {
+    char probe[600];
+    snprintf(probe, sizeof probe, "%s/model.safetensors", env_model ? env_model : "");
+    if (model_arg) {
+        snprintf(model_dir, sizeof model_dir, "%s", model_arg);
+        label = model_arg;
+    } else if (env_model && *env_model && stat(probe, &st) == 0) {
+        snprintf(model_dir, sizeof model_dir, "%s", env_model);
+        label = env_model;
+    } else if (stat("models/default/model.safetensors", &st) == 0) {
+        snprintf(model_dir, sizeof model_dir, "models/default");
+    } else {
         snprintf(model_dir, sizeof model_dir, "%s/model", workdir);
         lind_config cfg = testmodel_config(192, 4, 6, 32, 768, "linear,aft", 1, "decay");
         if (testmodel_write(model_dir, &cfg, 7, NULL) != 0) die("testmodel_write", model_dir);
@@ -314,8 +327,10 @@ int main(int argc, char **argv)
                r.p99_ms, ip, 100.0 * r.tok_s / ip);
         fflush(stdout);
     }
-    printf("\n## RSS while one session streams %ld tokens\n\n", rss_tokens);
-    rss_run(rss_tokens);
+    if (rss_tokens > 0) {
+        printf("\n## RSS while one session streams %ld tokens\n\n", rss_tokens);
+        rss_run(rss_tokens);
+    }
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", workdir);
     if (system(cmd) != 0) fprintf(stderr, "daemon_bench: could not remove %s\n", workdir);
