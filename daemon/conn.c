@@ -153,7 +153,6 @@ void conn_deliver(server *srv, outmsg *o)
     if (c && !c->closed) {
         c->inflight -= o->finals;
         conn_send(c, o->sb.data, o->sb.size);
-        if (o->close_after) conn_close_after_flush(c, CONN_LINGER);
     }
     outmsg_free(o);
 }

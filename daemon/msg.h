@@ -76,7 +76,6 @@ typedef struct outmsg {
     qnode    node;
     uint64_t conn;
     int      finals;
-    int      close_after;     /* close the connection once this is written */
     int      exit;            /* the store thread is done: the loop may end */
     msgpack_sbuffer sb;
 } outmsg;
