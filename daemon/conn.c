@@ -85,15 +85,24 @@ void conn_close(conn *c)
     uv_close((uv_handle_t *)&c->pipe, on_close);
 }
 
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+
+/* Over --max-output unsent: pause the connection's turns, and stop reading
+ * its requests too (their answers would pile up just the same); both
+ * resume once the client has taken all but a quarter of it. */
 static void check_pressure(conn *c)
 {
     size_t hi = c->srv->opt.max_output, unsent = conn_unsent(c);
     if (!c->paused && unsent > hi) {
         c->paused = 1;
         post_sched(c, M_PAUSE);
+        if (!c->closing) uv_read_stop((uv_stream_t *)&c->pipe);
     } else if (c->paused && unsent <= hi / 4) {
         c->paused = 0;
         post_sched(c, M_RESUME);
+        if (!c->closing && uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read) < 0)
+            conn_close(c);
     }
 }
 

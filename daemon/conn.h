@@ -6,8 +6,9 @@
  * as few writes as possible: one write in flight, everything that arrives
  * meanwhile goes out in the next one. When unsent output passes
  * --max-output the compute thread is told to pause this connection's turns
- * (M_PAUSE), and to resume them (M_RESUME) once it drained below a quarter
- * of that. Bytes that are not msgpack, or an oversized message, get an
+ * (M_PAUSE) and the connection stops reading requests; both resume
+ * (M_RESUME) once it drained below a quarter of that. So a client that
+ * never reads holds at most about --max-output of the daemon's memory. Bytes that are not msgpack, or an oversized message, get an
  * error and the connection is closed once the error is written.
  *
  * Connections are named by a 64-bit id that is never reused, so a message

@@ -484,6 +484,29 @@ def expect_error(ev, code, words=()):
 
 
 @case
+def requests_without_reading_answers():
+    """A client that floods requests and reads nothing: the server stops
+    reading it (its answers are held back, bounded), then delivers every
+    answer once the client reads."""
+    c = srv.client()
+    n = 20000
+    blob = b"".join(msgpack.packb({"op": "nope", "id": i + 1}) for i in range(n))
+    sender = threading.Thread(target=c.send_raw, args=(blob,))
+    sender.start()
+    time.sleep(1.0)
+    other = srv.client()
+    expect(other.call("hello")["event"] == "result", "others are served meanwhile")
+    other.close()
+    got = 0
+    while got < n:
+        ev = c.read_event()
+        expect(ev is not None and ev["code"] == "unknown_op" and ev["id"] == got + 1, ev)
+        got += 1
+    sender.join()
+    c.close()
+
+
+@case
 def bad_requests_get_errors():
     c = srv.client()
     expect_error(c.call("frobnicate"), "unknown_op", ["frobnicate"])
