@@ -758,6 +758,29 @@ def corrupt_or_foreign_state_reported_alone():
 
 
 @case
+def sync_normal_survives_process_kill():
+    t5 = tempfile.mkdtemp(prefix="lind-e2e-normal-")
+    os.symlink(os.path.join(TMP, "model"), os.path.join(t5, "model"))
+    s5 = Server(t5, "--sync", "normal", "--transcript-bytes", "16").start()
+    try:
+        c = s5.client()
+        a, d = c.wait(c.send("generate", session="n", text="normal sync", max_tokens=40, seed=3))
+        expect(d["event"] == "done", d)
+        c.close()
+        s5.stop(signal.SIGKILL)
+        s5.start()
+        c = s5.client()
+        info = c.call("info", session="n")
+        expect(info["tokens"] == d["session_tokens"], (info, d))
+        tail = b"".join(e["text"] for e in info["transcript"])
+        expect(len(tail) <= 16 and tail == (b"normal sync" + a)[-len(tail):],
+               "a 16-byte transcript tail: %r" % tail)
+        c.close()
+    finally:
+        s5.stop()
+
+
+@case
 def inflight_limit():
     t4 = tempfile.mkdtemp(prefix="lind-e2e-inflight-")
     os.symlink(os.path.join(TMP, "model"), os.path.join(t4, "model"))
