@@ -1,0 +1,151 @@
+/* tests/test_daemon_units.c — the daemon's small parts on their own: the
+ * inter-thread queue, the session table, the statistics. */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <msgpack.h>
+
+#include "daemon/msg.h"
+#include "daemon/queue.h"
+#include "daemon/session.h"
+#include "daemon/stats.h"
+#include "tests/check.h"
+
+typedef struct item { qnode node; int producer, seq; } item;
+
+#define PRODUCERS 4
+#define PER       5000
+
+static queue q;
+
+static void *produce(void *arg)
+{
+    int p = (int)(intptr_t)arg;
+    for (int i = 0; i < PER; i++) {
+        item *it = malloc(sizeof *it);
+        it->producer = p;
+        it->seq = i;
+        queue_push(&q, &it->node);
+    }
+    return NULL;
+}
+
+/* Many producers, one consumer: nothing lost, each producer's order kept. */
+static void queue_fifo_across_threads(void)
+{
+    CHECK(queue_init(&q, NULL) == 0, "init");
+    pthread_t th[PRODUCERS];
+    for (int p = 0; p < PRODUCERS; p++) pthread_create(&th[p], NULL, produce, (void *)(intptr_t)p);
+    int next[PRODUCERS] = {0}, got = 0, order_ok = 1;
+    while (got < PRODUCERS * PER) {
+        qnode *n = queue_take_all(&q, 1000);
+        CHECK(n != NULL, "items arrive within a second");
+        if (!n) break;
+        while (n) {
+            item *it = (item *)n;
+            n = n->next;
+            if (it->seq != next[it->producer]) order_ok = 0;
+            next[it->producer] = it->seq + 1;
+            got++;
+            free(it);
+        }
+    }
+    for (int p = 0; p < PRODUCERS; p++) pthread_join(th[p], NULL);
+    CHECK(got == PRODUCERS * PER && order_ok, "%d items, per-producer order %s", got,
+          order_ok ? "kept" : "broken");
+    CHECK(queue_take_all(&q, 0) == NULL && queue_len(&q) == 0, "empty after");
+    uint64_t t0 = now_ns();
+    CHECK(queue_take_all(&q, 50) == NULL, "a timed wait on an empty queue returns nothing");
+    CHECK(now_ns() - t0 >= 40000000ull, "and it did wait");
+    queue_destroy(&q);
+}
+
+static void session_table_ops(void)
+{
+    session_table t;
+    CHECK(session_table_init(&t) == 0, "init");
+    enum { N = 5000 };   /* several times the initial bucket count: the table grows */
+    char name[64];
+    for (int i = 0; i < N; i++) {
+        snprintf(name, sizeof name, "session-%d", i);
+        session *s = session_new(name, 64);
+        CHECK(s && s->slot == -1 && s->meta.pending_token == -1, "new %d", i);
+        session_insert(&t, s);
+    }
+    CHECK(t.count == N && t.nbuckets >= N, "%zu sessions in %zu buckets", t.count, t.nbuckets);
+    int found = 0;
+    for (int i = 0; i < N; i++) {
+        snprintf(name, sizeof name, "session-%d", i);
+        session *s = session_find(&t, name);
+        found += s && !strcmp(s->name, name);
+    }
+    CHECK(found == N, "all found (%d)", found);
+    CHECK(session_find(&t, "session-x") == NULL, "absent name");
+    for (int i = 0; i < N; i += 2) {
+        snprintf(name, sizeof name, "session-%d", i);
+        session *s = session_find(&t, name);
+        session_remove(&t, s);
+        session_free(s);
+    }
+    CHECK(t.count == N / 2, "half removed: %zu", t.count);
+    CHECK(session_find(&t, "session-2") == NULL && session_find(&t, "session-3") != NULL,
+          "removed ones gone, others stay");
+    session_table_free(&t);
+}
+
+static const msgpack_object *get(const msgpack_object *m, const char *k)
+{
+    for (uint32_t i = 0; i < m->via.map.size; i++) {
+        const msgpack_object *key = &m->via.map.ptr[i].key;
+        if (key->via.str.size == strlen(k) && !memcmp(key->via.str.ptr, k, key->via.str.size))
+            return &m->via.map.ptr[i].val;
+    }
+    return NULL;
+}
+
+static void stats_percentiles_and_buckets(void)
+{
+    stats st;
+    CHECK(stats_init(&st) == 0, "init");
+    for (int i = 1; i <= 100; i++) stats_step(&st, i, (double)i, 2, 1);
+    stats_save(&st, 7.0, 3);
+    stats_connections(&st, +2);
+    stats_connections(&st, -1);
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, STATS_FIELDS);
+    stats_pack(&st, &pk, 42, "cpu");
+    msgpack_unpacked up;
+    msgpack_unpacked_init(&up);
+    size_t off = 0;
+    CHECK(msgpack_unpack_next(&up, sb.data, sb.size, &off) == MSGPACK_UNPACK_SUCCESS &&
+          off == sb.size, "one map, all bytes");
+    const msgpack_object *m = &up.data;
+    CHECK(m->via.map.size == STATS_FIELDS, "STATS_FIELDS fields");
+    CHECK(get(m, "steps")->via.u64 == 100 && get(m, "tokens_in")->via.u64 == 200 &&
+          get(m, "tokens_out")->via.u64 == 100 && get(m, "saves")->via.u64 == 3, "counters");
+    CHECK(get(m, "sessions_stored")->via.u64 == 42 && get(m, "connections")->via.u64 == 1, "gauges");
+    const msgpack_object *h = get(m, "batch_hist");
+    /* batches 1..100: 1 | 2-3 | 4-7 | 8-15 | 16-31 | 32-63 | 64-100 */
+    CHECK(h && h->via.map.size == 7, "seven buckets used");
+    CHECK(get(h, "1")->via.u64 == 1 && get(h, "2-3")->via.u64 == 2 && get(h, "32-63")->via.u64 == 32 &&
+          get(h, "64-127")->via.u64 == 37, "bucket counts");
+    const msgpack_object *sm = get(m, "step_ms");
+    CHECK(get(sm, "p50")->via.f64 == 50.0 || get(sm, "p50")->via.f64 == 51.0, "p50 %g",
+          get(sm, "p50")->via.f64);
+    CHECK(get(sm, "p99")->via.f64 >= 98.0 && get(sm, "max")->via.f64 == 100.0, "p99, max");
+    CHECK(get(get(m, "save_ms"), "p50")->via.f64 == 7.0, "save p50");
+    msgpack_unpacked_destroy(&up);
+    msgpack_sbuffer_destroy(&sb);
+    stats_destroy(&st);
+}
+
+int main(void)
+{
+    RUN(queue_fifo_across_threads);
+    RUN(session_table_ops);
+    RUN(stats_percentiles_and_buckets);
+    return check_exit();
+}
