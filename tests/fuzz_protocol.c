@@ -2,8 +2,10 @@
  *
  * Feeds arbitrary bytes through what a connection does with them: the frame
  * scan, then msgpack unpacking and request decoding of each complete frame.
- * Invariants checked: no crash, no leak, scan results within bounds, and an
- * accepted request always has a valid op and a session name the store takes.
+ * Invariants checked: no crash, no leak, scan results within bounds and
+ * independent of where reads split the bytes, every error carries a
+ * message, and an accepted request always has a valid op, a session name
+ * the store takes, max_tokens within the limit and no NUL in its text.
  * Built and run by `make fuzz` (clang -fsanitize=fuzzer,address,undefined). */
 #include <stdint.h>
 #include <stdlib.h>
@@ -18,6 +20,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         long n = proto_scan(data + off, size - off, lim.max_message);
         if (n <= 0) break;   /* incomplete, too large or undecodable: the connection ends */
         if ((size_t)n > size - off || (size_t)n > lim.max_message) abort();
+        /* A frame found in full is "incomplete" in any shorter prefix: the
+         * scan gives the same answer whatever the read boundaries were. */
+        if (proto_scan(data + off, (size_t)n - 1, lim.max_message) != 0) abort();
+        if (proto_scan(data + off, (size_t)n / 2, lim.max_message) != 0) abort();
         proto_request r;
         proto_error e;
         proto_code c = proto_parse(data + off, (size_t)n, &lim, &r, &e);
