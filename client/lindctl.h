@@ -87,8 +87,9 @@ int cmd_sessions(const ctl_opts *g, int argc, char **argv);
 int cmd_stats(const ctl_opts *g, int argc, char **argv);
 int cmd_stress(const ctl_opts *g, int argc, char **argv);
 
-/* Parse the options every command accepts (--socket, --help) out of a
- * getopt_long loop: returns 1 when `opt` was one of them. */
+/* The long options every command accepts (--socket, --help): each command
+ * puts CTL_COMMON_LONGOPTS first in its getopt_long table and handles the
+ * two values below in its switch. */
 #define CTL_OPT_SOCKET 1000
 #define CTL_OPT_HELP   'h'
 #define CTL_COMMON_LONGOPTS \
