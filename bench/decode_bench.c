@@ -21,10 +21,11 @@
  *                       [--window W] [--prefix P] [--mem-limit-gib G]
  *                       [--threads T] [--data FILE] [--stream FILE] [--quick]
  *          decode_bench --write-model DIR   (the fallback model, for run.sh)
- * --threads sets LIND_CPU_THREADS for the backend (default: its own rule)
+ * --threads T (default 1) sets LIND_CPU_THREADS for both models' backends
  * and the baseline's attention threads alike. */
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,7 +51,10 @@ typedef struct opts {
 typedef struct result {
     long n;
     double rec_us, rec_mean_us, sm_us;   /* sm_us < 0: not run */
-    int rec_steps, sm_steps;
+    double rec_int_us;                   /* interleaved re-measure, < 0: not run */
+    double rec_pair_us;                  /* alternating with the softmax steps, < 0: not run */
+    int rec_steps, sm_steps, rec_int_steps;
+    uint8_t *snap;                       /* recurrent state holding n tokens */
     size_t rec_bytes, sm_bytes;
     const char *sm_note;                 /* how the position was reached, or why not run */
     char sm_note_buf[160];
@@ -79,8 +83,9 @@ static int parse_positions(const char *s, opts *o) {
 /* ---- recurrent -------------------------------------------------------------- */
 
 /* Step one session from BOS for `steps` tokens; times[t] = seconds of the step
- * that consumed the token at position t (t = 0 is BOS). */
-static void run_recurrent(model *m, long steps, float *times) {
+ * that consumed the token at position t (t = 0 is BOS). The state holding
+ * exactly res[i].n tokens is copied to res[i].snap where that is allocated. */
+static void run_recurrent(model *m, long steps, float *times, result *res, int nres) {
     int slot = 0, tok = LIND_BOS;
     float logits[LIND_VOCAB], scratch[2 * LIND_VOCAB];
     sampler_params sp = sampler_defaults();
@@ -90,6 +95,8 @@ static void run_recurrent(model *m, long steps, float *times) {
     if (model_slots_reserve(m, 1) < 0 || model_slot_reset(m, 0) < 0) die("recurrent", "no slot");
     double start = bench_now(), next_report = start + 10;
     for (long t = 0; t < steps; t++) {
+        for (int i = 0; i < nres; i++)
+            if (res[i].n == t && res[i].snap && model_slot_read(m, 0, res[i].snap) < 0) die("recurrent", "slot read");
         double t0 = bench_now();
         if (model_step(m, &slot, &tok, 1, logits) < 0) die("recurrent", "model_step failed");
         double t1 = bench_now();
@@ -102,6 +109,36 @@ static void run_recurrent(model *m, long steps, float *times) {
             next_report = t1 + 10;
         }
     }
+}
+
+/* The stream above runs for minutes, and the machine's load changes under
+ * it. To compare positions under the same conditions, the saved states are
+ * measured again in alternation: `rounds` rounds, each writing every saved
+ * state into the slot in turn and timing `per` steps from it. */
+static void remeasure(model *m, result *res, int nres, int rounds, int per) {
+    int slot = 0;
+    float logits[LIND_VOCAB];
+    double **v = calloc((size_t)nres, sizeof *v);
+    if (!v) die("remeasure", "out of memory");
+    for (int i = 0; i < nres; i++)
+        if (res[i].snap && !(v[i] = malloc(sizeof(double) * (size_t)rounds * (size_t)per))) die("remeasure", "out of memory");
+    for (int r = 0; r < rounds; r++)
+        for (int i = 0; i < nres; i++) {
+            if (!res[i].snap) continue;
+            if (model_slot_write(m, 0, res[i].snap) < 0) die("remeasure", "slot write");
+            for (int k = 0; k < per; k++) {
+                int tok = 32 + (r * per + k) * 37 % 95;
+                double t0 = bench_now();
+                if (model_step(m, &slot, &tok, 1, logits) < 0) die("remeasure", "model_step failed");
+                v[i][r * per + k] = bench_now() - t0;
+            }
+        }
+    for (int i = 0; i < nres; i++) {
+        res[i].rec_int_us = v[i] ? bench_median(v[i], (size_t)rounds * (size_t)per) * 1e6 : -1;
+        res[i].rec_int_steps = v[i] ? rounds * per : 0;
+        free(v[i]);
+    }
+    free(v);
 }
 
 /* Median and mean of times[a, b) in µs. */
@@ -134,20 +171,48 @@ static double sm_step(sm_run *r) {
     return dt;
 }
 
+/* One timed recurrent step of slot 0 (the paired measurement). */
+static double rec_step(model *m, long k) {
+    int slot = 0, tok = 32 + (int)(k * 37 % 95);
+    float logits[LIND_VOCAB];
+    double t0 = bench_now();
+    if (model_step(m, &slot, &tok, 1, logits) < 0) die("recurrent", "model_step failed");
+    return bench_now() - t0;
+}
+
+/* Paired measurement: softmax and recurrent steps alternate in blocks of
+ * PAIR steps each (one softmax step per block when a step takes over
+ * 10 ms), so both medians are taken under the same machine load while each
+ * model mostly runs with its own data in cache, as it would alone; the
+ * first step of a block finds the other model's traffic in cache, and the
+ * medians look past it. */
+#define PAIR 8
+
 /* W timed steps from the current position (at least 3, fewer than W once
- * `budget` seconds are spent); median µs, count in *steps. */
-static double sm_measure(sm_run *r, long W, double budget, int *steps) {
-    double *v = malloc(sizeof(double) * (size_t)W), start = bench_now();
-    if (!v) die("softmax", "out of memory");
-    long k = 0;
-    while (k < W && (k < 3 || bench_now() - start < budget)) v[k++] = sm_step(r);
+ * `budget` seconds are spent); median µs, count in *steps. With a saved
+ * recurrent state (snap), blocks of softmax steps alternate with blocks of
+ * PAIR recurrent steps from that state: their median in *rec_us (else -1). */
+static double sm_measure(sm_run *r, long W, double budget, int *steps, model *m, const uint8_t *snap,
+                         double *rec_us) {
+    double *v = malloc(sizeof(double) * (size_t)W), *u = malloc(sizeof(double) * (size_t)(W + 1) * PAIR);
+    double start = bench_now();
+    if (!v || !u) die("softmax", "out of memory");
+    if (snap && model_slot_write(m, 0, snap) < 0) die("recurrent", "slot write");
+    long k = 0, nu = 0;
+    while (k < W && (k < 3 || bench_now() - start < budget)) {
+        double b0 = bench_now();
+        for (int j = 0; j < PAIR && k < W && (j == 0 || bench_now() - b0 < 0.01); j++) v[k++] = sm_step(r);
+        for (int j = 0; snap && j < PAIR; j++, nu++) u[nu] = rec_step(m, nu);
+    }
     *steps = (int)k;
     double med = bench_median(v, (size_t)k) * 1e6;
+    *rec_us = snap ? bench_median(u, (size_t)nu) * 1e6 : -1;
     free(v);
+    free(u);
     return med;
 }
 
-static void run_softmax(const opts *o, result *res, int nres, const char *dir) {
+static void run_softmax(const opts *o, result *res, int nres, const char *dir, model *m) {
     char err[512];
     sm_run r = {.tok = LIND_BOS};
     if (smax_load(dir, o->threads, &r.s, err, sizeof err) < 0) die("softmax baseline", err);
@@ -160,17 +225,36 @@ static void run_softmax(const opts *o, result *res, int nres, const char *dir) {
     /* The real prefix: every position up to P + W stepped from BOS. */
     if (smax_reserve(r.s, P + W) < 0) die("softmax", "out of memory for the prefix cache");
     smax_reset(r.s);
-    double *pt = malloc(sizeof(double) * (size_t)(P + W));
-    if (!pt) die("softmax", "out of memory");
-    for (long t = 0; t < P + W; t++) pt[t] = sm_step(&r);
+    /* pt: softmax step times; pr: PAIR recurrent steps after each of those
+     * in a measured window (from the state saved at that window's N). */
+    double *pt = malloc(sizeof(double) * (size_t)(P + W)), *pr = malloc(sizeof(double) * (size_t)(P + W));
+    if (!pt || !pr) die("softmax", "out of memory");
+    for (long t = 0; t < P + W; t++) {
+        pt[t] = sm_step(&r);
+        pr[t] = -1;
+        /* At the end of every block of PAIR softmax steps inside a measured
+         * window, PAIR recurrent steps (from the state saved at N). */
+        for (int i = 0; i < nres; i++)
+            if (res[i].snap && res[i].n <= P && t >= res[i].n && t < res[i].n + W) {
+                if (t == res[i].n && model_slot_write(m, 0, res[i].snap) < 0) die("recurrent", "slot write");
+                if ((t - res[i].n) % PAIR == PAIR - 1)
+                    for (long j = t - PAIR + 1; j <= t; j++) pr[j] = rec_step(m, j);
+                break;
+            }
+    }
     for (int i = 0; i < nres; i++) {
         result *x = &res[i];
         x->sm_bytes = smax_session_bytes(r.s, x->n);
+        x->rec_pair_us = -1;
         if (x->n <= P) {
             double *w = malloc(sizeof(double) * (size_t)W);
             if (!w) die("softmax", "out of memory");
             memcpy(w, pt + x->n, sizeof(double) * (size_t)W);
             x->sm_us = bench_median(w, (size_t)W) * 1e6;
+            size_t nu = 0;
+            for (long t = x->n; t < x->n + W; t++)
+                if (pr[t] >= 0) w[nu++] = pr[t];
+            if (nu) x->rec_pair_us = bench_median(w, nu) * 1e6;
             free(w);
             x->sm_steps = (int)W;
             x->sm_note = "stepped from BOS";
@@ -197,13 +281,14 @@ static void run_softmax(const opts *o, result *res, int nres, const char *dir) {
         double f0 = bench_now();
         smax_set_position(r.s, x->n);
         double fill = bench_now() - f0;
-        x->sm_us = sm_measure(&r, W, 5.0, &x->sm_steps);
+        x->sm_us = sm_measure(&r, W, 5.0, &x->sm_steps, m, x->snap, &x->rec_pair_us);
         snprintf(x->sm_note_buf, sizeof x->sm_note_buf,
                  "rows %ld..%ld filled from the %ld stepped ones (%.1f s)", P + W, x->n - 1, P + W, fill);
         x->sm_note = x->sm_note_buf;
         fprintf(stderr, "decode_bench: softmax at %ld: %.1f us/token over %d steps\n", x->n, x->sm_us, x->sm_steps);
     }
     free(pt);
+    free(pr);
     smax_free(r.s);
 }
 
@@ -251,13 +336,12 @@ int main(int argc, char **argv) {
             setenv("LIND_CPU_THREADS", v, 1);   /* the CPU backend reads it when it starts */
         } else usage();
     }
-    /* Both models use the CPU backend's thread count (its rule: the
-     * environment's LIND_CPU_THREADS, else every online CPU). */
+    /* One thread each by default: per-token cost on one core, and no thread
+     * pools of the two models spinning against each other when they are
+     * measured in alternation. Throughput on every core is bench-step's. */
     if (!o.threads) {
-        const char *env = getenv("LIND_CPU_THREADS");
-        o.threads = env && *env ? atoi(env) : (int)sysconf(_SC_NPROCESSORS_ONLN);
-        if (o.threads < 1) o.threads = 1;
-        if (o.threads > 64) o.threads = 64;
+        o.threads = 1;
+        setenv("LIND_CPU_THREADS", "1", 1);
     }
     if (o.quick) {
         if (!positions) positions = "256,512,1024,2048,4096";
@@ -305,8 +389,11 @@ int main(int argc, char **argv) {
     for (int i = 0; i < nres; i++) {
         res[i].n = o.pos[i];
         res[i].rec_bytes = model_state_bytes(m);
-        res[i].rec_us = -1;
-        if (o.pos[i] <= o.advance_max) rec_end = o.pos[i] + W;
+        res[i].rec_us = res[i].rec_int_us = -1;
+        if (o.pos[i] <= o.advance_max) {
+            rec_end = o.pos[i] + W;
+            if (!(res[i].snap = malloc(model_state_bytes(m)))) die("recurrent", "out of memory");
+        }
     }
 
     float *times = NULL;
@@ -315,32 +402,43 @@ int main(int argc, char **argv) {
         times = malloc(sizeof(float) * (size_t)rec_end);
         if (!times) die("recurrent", "out of memory for step times");
         double t0 = bench_now();
-        run_recurrent(m, rec_end, times);
+        run_recurrent(m, rec_end, times, res, nres);
         rec_total = bench_now() - t0;
         for (int i = 0; i < nres; i++)
             if (res[i].n + W <= rec_end) {
                 res[i].rec_us = window_us(times, res[i].n, res[i].n + W, &res[i].rec_mean_us);
                 res[i].rec_steps = (int)W;
             }
+        remeasure(m, res, nres, 16, W / 16 > 4 ? (int)(W / 16) : 4);
     }
-    run_softmax(&o, res, nres, dir);
+    run_softmax(&o, res, nres, dir, m);
 
     printf("### Per-token decode time and memory per session\n\n");
-    printf("Median of the timed steps after position N (the W = %ld steps after N; fewer for softmax at very "
-           "long N, see the last column).\n\n", W);
-    printf("| position N | recurrent us/token | recurrent bytes/session | softmax us/token | softmax KV bytes/session |"
-           " softmax / recurrent | softmax: how N was reached |\n|---|---|---|---|---|---|---|\n");
+    printf("Medians of timed steps; the machine is shared, so its load changes during the run. Recurrent, "
+           "stream order: the W = %ld steps after N in the one long stream. Recurrent, interleaved: the states "
+           "saved at each N measured again after the stream, all positions in alternation (16 rounds), so every "
+           "position sees the same load. Softmax: the W steps after N (fewer at very long N, see the count), in "
+           "blocks of 8 (1 when a step takes over 10 ms) alternating with blocks of 8 recurrent steps from the "
+           "state saved at N (recurrent, paired): the ratio is softmax / paired, two medians taken under the same "
+           "load. Both models run on %d thread(s).\n\n", W, o.threads);
+    printf("| position N | recurrent us/token, stream order | recurrent, interleaved | recurrent, paired |"
+           " recurrent bytes/session | softmax us/token | softmax KV bytes/session | softmax / recurrent |"
+           " softmax: how N was reached |\n|---|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < nres; i++) {
         result *x = &res[i];
-        char rec[80], sm[48], ratio[32];
+        char rec[80], ri[48], rp[32], sm[48], ratio[32];
         if (x->rec_us >= 0) snprintf(rec, sizeof rec, "%.1f", x->rec_us);
         else snprintf(rec, sizeof rec, "not run (stepping capped at %ld)", o.advance_max);
+        if (x->rec_int_us >= 0) snprintf(ri, sizeof ri, "%.1f (%d steps)", x->rec_int_us, x->rec_int_steps);
+        else snprintf(ri, sizeof ri, "-");
+        if (x->rec_pair_us >= 0) snprintf(rp, sizeof rp, "%.1f", x->rec_pair_us);
+        else snprintf(rp, sizeof rp, "-");
         if (x->sm_us >= 0) snprintf(sm, sizeof sm, "%.1f (%d steps)", x->sm_us, x->sm_steps);
         else snprintf(sm, sizeof sm, "out of memory");
-        if (x->sm_us >= 0 && x->rec_us > 0) snprintf(ratio, sizeof ratio, "%.2fx", x->sm_us / x->rec_us);
+        if (x->sm_us >= 0 && x->rec_pair_us > 0) snprintf(ratio, sizeof ratio, "%.2fx", x->sm_us / x->rec_pair_us);
         else snprintf(ratio, sizeof ratio, "-");
-        printf("| %ld | %s | %zu | %s | %zu | %s | %s |\n", x->n, rec, x->rec_bytes, sm, x->sm_bytes, ratio,
-               x->sm_note);
+        printf("| %ld | %s | %s | %s | %zu | %s | %zu | %s | %s |\n", x->n, rec, ri, rp, x->rec_bytes, sm,
+               x->sm_bytes, ratio, x->sm_note);
     }
     if (rec_end)
         printf("\nThe recurrent session was stepped from BOS through %ld positions (every token sampled from "
@@ -356,8 +454,8 @@ int main(int argc, char **argv) {
     for (int k = 0; k < 3; k++) {
         char meas[32] = "not measured";
         for (int i = 0; i < nres; i++)
-            if (res[i].n == pn[k] && res[i].sm_us >= 0 && res[i].rec_us > 0)
-                snprintf(meas, sizeof meas, "%.2fx", res[i].sm_us / res[i].rec_us);
+            if (res[i].n == pn[k] && res[i].sm_us >= 0 && res[i].rec_pair_us > 0)
+                snprintf(meas, sizeof meas, "%.2fx", res[i].sm_us / res[i].rec_pair_us);
         printf("| %ld | %s | %s |\n", pn[k], pr[k], meas);
     }
 
@@ -380,13 +478,17 @@ int main(int argc, char **argv) {
     if (o.data) {
         FILE *f = fopen(o.data, "w");
         if (!f) die(o.data, strerror(errno));
-        fprintf(f, "# N recurrent_us softmax_us recurrent_bytes softmax_bytes (NaN: not run)\n");
+        fprintf(f, "# N recurrent_us(stream order) softmax_us recurrent_bytes softmax_bytes recurrent_us(interleaved)"
+                   " recurrent_us(paired) (NaN: not run)\n");
         for (int i = 0; i < nres; i++)
-            fprintf(f, "%ld %.3f %.3f %zu %zu\n", res[i].n, res[i].rec_us >= 0 ? res[i].rec_us : NAN,
-                    res[i].sm_us >= 0 ? res[i].sm_us : NAN, res[i].rec_bytes, res[i].sm_bytes);
+            fprintf(f, "%ld %.3f %.3f %zu %zu %.3f %.3f\n", res[i].n, res[i].rec_us >= 0 ? res[i].rec_us : NAN,
+                    res[i].sm_us >= 0 ? res[i].sm_us : NAN, res[i].rec_bytes, res[i].sm_bytes,
+                    res[i].rec_int_us >= 0 ? res[i].rec_int_us : NAN,
+                    res[i].rec_pair_us >= 0 ? res[i].rec_pair_us : NAN);
         fclose(f);
     }
     free(times);
+    for (int i = 0; i < nres; i++) free(res[i].snap);
     free(res);
     model_free(m);
     if (strcmp(dir, o.model)) {

@@ -92,7 +92,8 @@ set grid
 set key top left
 set xlabel 'position N (tokens already in the session)'
 set ylabel 'time per token (us)'
-plot '$out/decode.dat' using 1:2 with linespoints lw 2 title 'recurrent (lind)', \
+plot '$out/decode.dat' using 1:6 with linespoints lw 2 title 'recurrent (lind), interleaved', \
+     '$out/decode.dat' using 1:2 with points pt 6 title 'recurrent (lind), stream order', \
      '$out/decode.dat' using 1:3 with linespoints lw 2 title 'softmax + KV cache (baseline)'
 set ylabel 'memory per session (bytes)'
 plot '$out/decode.dat' using 1:4 with linespoints lw 2 title 'recurrent state', \
