@@ -8,24 +8,24 @@
 #
 #   usage: bench/run.sh [BUILD_DIR] [FILTER] [-- ARGS for the other programs]
 #     FILTER   run only the sections whose name contains it: decode, batch,
-#              store, daemon, or the name of another BUILD/bench/*_bench
+#              store, or the name of another BUILD/bench/*_bench (daemon_bench)
 #   environment:
 #     BENCH_QUICK=1  small sizes: a smoke run of about a minute
 #     MODEL=DIR      the model (default models/default; when it has no
 #                    model.safetensors, random weights in its configuration)
 #     BENCH_OUT=DIR  where results go (default bench/results)
 #
-# Sections:
+# Sections, in this order:
 #   decode  per-token decode time and memory per session against position,
 #           recurrent vs softmax attention with a KV cache (decode_bench)
 #   batch   throughput against batch size 1..256 beside the SGEMM rate and
 #           memory bandwidth of the same run (`lind bench-step`), roofline
 #   store   save/load per session, grouped commits, resume vs re-feed at
 #           1k, 10k, 100k tokens (store_bench)
-#   daemon  end to end through `lind serve` with 1..256 sessions
-#           (`lindctl stress`): tokens/s, latency percentiles, ratio to the
-#           in-process rate of the batch section
-#   then every other BUILD/bench/*_bench program, output in NAME.md.
+#   then every other BUILD/bench/*_bench program, output in NAME.md:
+#   daemon_bench, end to end through `lind serve` with 1..256 sessions
+#   (tokens/s, latency percentiles, ratio to the in-process rate, RSS over a
+#   10^6-token stream), reads MODEL and BENCH_QUICK from the environment.
 set -u
 B=${1:-build}
 FILTER=${2:-}
@@ -36,11 +36,7 @@ out=${BENCH_OUT:-bench/results}
 quick=${BENCH_QUICK:-}
 mkdir -p "$out"
 tmp=$(mktemp -d /tmp/lind-bench-XXXXXX)
-daemon_pid=
-cleanup() {
-  if [ -n "$daemon_pid" ]; then kill "$daemon_pid" 2>/dev/null; wait "$daemon_pid" 2>/dev/null; fi
-  rm -rf "$tmp"
-}
+cleanup() { rm -rf "$tmp"; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 status=0
@@ -64,6 +60,7 @@ else
   model_note="random weights in tools/train.py's default configuration, written to $m ($MODEL has no model.safetensors)"
   MODEL=$m
 fi
+export MODEL
 machine_line="Machine: $cpu, $cores cores, $mem, $(uname -sr); load average $(cut -d' ' -f1-3 /proc/loadavg) at start; $(date -u '+%Y-%m-%d %H:%M UTC'); lind commit $commit"
 echo "$machine_line"
 echo "Model: $model_note"
@@ -117,7 +114,7 @@ EOF
 fi
 
 # ---- batch: throughput against batch size, with the roofline ------------------
-if want batch || want daemon; then
+if want batch; then
   echo "== batch"
   if [ -n "$quick" ]; then maxb=16 secs=0.1; else maxb=256 secs=1; fi
   cmd="$B/lind bench-step --model $MODEL --max-batch $maxb --seconds $secs"
@@ -187,84 +184,6 @@ if want store; then
   fi
 fi
 
-# ---- daemon: end to end through the socket -------------------------------------------
-# In-process tokens/s at batch B, from the batch section's bench-step table.
-inproc() { awk -v b="$1" '$1 == b { print $2 }' "$out/batch.dat" 2>/dev/null; }
-if want daemon; then
-  echo "== daemon"
-  sock="$tmp/lind.sock"
-  nice "$B/lind" serve --model "$MODEL" --socket "$sock" --db "$tmp/lind.db" >"$out/daemon.log" 2>&1 &
-  daemon_pid=$!
-  i=0
-  while [ ! -S "$sock" ] && [ $i -lt 300 ] && kill -0 "$daemon_pid" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
-  if [ ! -S "$sock" ]; then
-    echo "lind serve did not start; see $out/daemon.log"
-    status=1
-  else
-    if [ -n "$quick" ]; then plan="1:256 8:128"; else plan="1:4096 8:1024 64:512 256:512"; fi
-    : >"$out/daemon.dat"
-    {
-      preamble "End to end through the daemon"
-      printf 'Daemon: `%s serve --model %s --socket SOCK --db DB` (defaults: max batch 256, durability full).\n' "$B/lind" "$MODEL"
-      printf 'Load: `%s stress --socket SOCK --sessions S --tokens T --windows 1 --no-progress --temperature 1`, S sessions at once over min(S, 16) connections, each generating T tokens in one turn.\n' "$B/lindctl"
-      printf 'Latency is the time between consecutive tokens of one session as the client receives them (the first token of each session, which includes its prompt, is reported apart).\n'
-      printf 'In-process rate: tokens/s of `lind bench-step` at the same batch size in this run (batch section).\n\n'
-      printf 'Tokens reach the client in bursts (several per read), so the p50 of the gaps can be near zero; the mean gap (sessions / tokens/s) is the per-session token period.\n\n'
-      echo "| sessions | tokens each | tokens/s (daemon) | mean gap ms | p50 ms | p90 ms | p99 ms | first token p50 ms | in-process tokens/s at that batch | daemon / in-process |"
-      echo "|---|---|---|---|---|---|---|---|---|---|"
-    } >"$out/daemon.md"
-    for st in $plan; do
-      s=${st%%:*} t=${st##*:}
-      f="$out/daemon-$s.txt"
-      if nice "$B/lindctl" stress --socket "$sock" --sessions "$s" --tokens "$t" --windows 1 --no-progress \
-           --temperature 1 >"$f" 2>>"$out/daemon.log"; then
-        tps=$(sed -n 's/.*: \([0-9.]*\) tokens\/s aggregate.*/\1/p' "$f")
-        ttft=$(sed -n 's/^first token.*p50 \([0-9.]*\) ms.*/\1/p' "$f")
-        # The one window's row: span, samples, p50, p90, p99, ...
-        p50=$(awk '$1 ~ /^[0-9]+-[0-9]+$/ { print $3; exit }' "$f")
-        p90=$(awk '$1 ~ /^[0-9]+-[0-9]+$/ { print $4; exit }' "$f")
-        p99=$(awk '$1 ~ /^[0-9]+-[0-9]+$/ { print $5; exit }' "$f")
-        ip=$(inproc "$s")
-        ratio=$(awk -v a="$tps" -v b="$ip" 'BEGIN { if (b > 0) printf "%.0f%%", 100 * a / b; else print "-" }')
-        mean=$(awk -v s="$s" -v t="$tps" 'BEGIN { if (t > 0) printf "%.3f", 1000 * s / t; else print "-" }')
-        printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$s" "$t" "$tps" "$mean" "$p50" "$p90" "$p99" \
-          "$ttft" "${ip:--}" "$ratio" >>"$out/daemon.md"
-        echo "$s $tps ${ip:-nan} $p50 $p99" >>"$out/daemon.dat"
-      else
-        echo "lindctl stress with $s sessions failed; see $f and $out/daemon.log"
-        printf '| %s | %s | failed (see daemon-%s.txt) | | | | | | | |\n' "$s" "$t" "$s" >>"$out/daemon.md"
-        status=1
-      fi
-    done
-    printf '\nFull `lindctl stress` reports: daemon-S.txt beside this file.\n' >>"$out/daemon.md"
-    cat "$out/daemon.md"
-    if have_gnuplot && [ -s "$out/daemon.dat" ]; then
-      gnuplot <<EOF || status=1
-set terminal pngcairo size 900,550 font ',10'
-set output '$out/daemon.png'
-set datafile missing 'nan'
-set title 'lind end to end through the socket ($cpu, $cores cores)'
-set logscale x
-set logscale y
-set grid
-set key top left
-set xlabel 'concurrent sessions'
-set ylabel 'tokens/s (all sessions)'
-set y2label 'per-token latency (ms)'
-set y2tics
-set logscale y2
-plot '$out/daemon.dat' using 1:2 with linespoints lw 2 title 'daemon tokens/s', \
-     '$out/daemon.dat' using 1:3 with linespoints lw 2 title 'in-process tokens/s (bench-step)', \
-     '$out/daemon.dat' using 1:4 axes x1y2 with linespoints dt 2 title 'latency p50 (ms)', \
-     '$out/daemon.dat' using 1:5 axes x1y2 with linespoints dt 3 title 'latency p99 (ms)'
-EOF
-    fi
-  fi
-  kill -TERM "$daemon_pid" 2>/dev/null
-  wait "$daemon_pid" 2>/dev/null
-  daemon_pid=
-fi
-
 # ---- every other benchmark program ----------------------------------------------------
 for p in "$B"/bench/*_bench; do
   [ -x "$p" ] && [ -f "$p" ] || continue
@@ -291,11 +210,13 @@ elapsed=$(( $(date +%s) - start ))
   echo
   echo "Model: $model_note"
   echo
-  for f in decode.md batch.md store_bench.md daemon.md; do
-    [ -f "$out/$f" ] && echo "- [$f]($f)"
+  for f in "$out"/*.md; do
+    f=$(basename "$f")
+    [ "$f" = README.md ] || echo "- [$f]($f)"
   done
-  for f in decode.png decode_stream.png batch.png daemon.png; do
-    [ -f "$out/$f" ] && echo "- ![$f]($f)"
+  echo
+  for f in "$out"/*.png; do
+    [ -f "$f" ] && echo "![$(basename "$f")]($(basename "$f"))"
   done
 } >"$out/README.md"
 echo "bench/run.sh: done in $elapsed s, results in $out (status $status)"
