@@ -30,6 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
+#include "recurrent/errmsg.h"
+#include "state/le.h"
 
 static const uint8_t state_magic[8] = { 'L', 'I', 'N', 'D', 'S', 'T', 0, 1 };
 
@@ -37,55 +39,16 @@ static const uint8_t state_magic[8] = { 'L', 'I', 'N', 'D', 'S', 'T', 0, 1 };
 #define FIXED_BYTES  392
 #define REGION_BYTES 40
 
-static int fail(int code, char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
 static void putf(uint8_t *p, float f)
 {
     uint32_t v;
     memcpy(&v, &f, 4);
-    put32(p, v);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++)
-        v |= (uint32_t)p[i] << (8 * i);
-    return v;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
+    le_put32(p, v);
 }
 
 static float getf(const uint8_t *p)
 {
-    uint32_t v = get32(p);
+    uint32_t v = le_get32(p);
     float f;
     memcpy(&f, &v, 4);
     return f;
@@ -155,7 +118,7 @@ static int check_finite(const model_state_region *r, int nr, const uint8_t *raw,
             } else {
                 memcpy(&v, e, 8);
             }
-            return fail(STATE_E_NONFINITE, err, errlen,
+            return errmsg_set(STATE_E_NONFINITE, err, errlen,
                         "%s: layer %d region %s holds %s at element %ld", what,
                         r[i].layer, r[i].name, v != v ? "NaN" : v > 0 ? "+Inf" : "-Inf", at);
         }
@@ -182,21 +145,21 @@ int state_encode(const model *m, const state_meta *meta, const void *raw,
                  uint8_t **out, size_t *outlen, char *err, size_t errlen)
 {
     if (!m || !meta || !raw || !out || !outlen)
-        return fail(-EINVAL, err, errlen, "state_encode: missing argument");
+        return errmsg_set(-EINVAL, err, errlen, "state_encode: missing argument");
     *out = NULL;
     *outlen = 0;
     if (meta->pending_token < -1 || meta->pending_token >= LIND_VOCAB)
-        return fail(STATE_E_INVALID, err, errlen, "state_encode: pending token %d out of range",
+        return errmsg_set(STATE_E_INVALID, err, errlen, "state_encode: pending token %d out of range",
                     meta->pending_token);
     const sampler *sp = &meta->sampler;
     if (sp->wlen > SAMPLER_WINDOW_MAX || sp->wpos >= SAMPLER_WINDOW_MAX)
-        return fail(STATE_E_INVALID, err, errlen, "state_encode: sampler window %u/%u out of range",
+        return errmsg_set(STATE_E_INVALID, err, errlen, "state_encode: sampler window %u/%u out of range",
                     sp->wlen, sp->wpos);
     model_state_region *r;
     int nr;
     int rc = model_regions(m, &r, &nr);
     if (rc < 0)
-        return fail(rc, err, errlen, "state_encode: cannot read the model's state layout");
+        return errmsg_set(rc, err, errlen, "state_encode: cannot read the model's state layout");
     rc = check_finite(r, nr, raw, "state not saved", err, errlen);
     if (rc < 0) {
         free(r);
@@ -209,43 +172,43 @@ int state_encode(const model *m, const state_meta *meta, const void *raw,
     uint8_t *b = calloc(1, total);
     if (!b) {
         free(r);
-        return fail(-ENOMEM, err, errlen, "state_encode: out of memory for %zu bytes", total);
+        return errmsg_set(-ENOMEM, err, errlen, "state_encode: out of memory for %zu bytes", total);
     }
     memcpy(b, state_magic, 8);
-    put32(b + 8, STATE_FORMAT_VERSION);
+    le_put32(b + 8, STATE_FORMAT_VERSION);
     uint32_t bom = BOM;
     memcpy(b + 12, &bom, 4);
-    put32(b + 16, (uint32_t)hdr);
-    put32(b + 20, (uint32_t)nr);
-    put64(b + 24, model_fingerprint(m));
-    put64(b + 32, raw_bytes);
-    put64(b + 40, meta->tokens);
-    put32(b + 48, (uint32_t)meta->pending_token);
-    put32(b + 52, (uint32_t)c->n_layers);
-    put32(b + 56, (uint32_t)c->d_model);
-    put32(b + 60, (uint32_t)XXH64(b, 60, 0));
+    le_put32(b + 16, (uint32_t)hdr);
+    le_put32(b + 20, (uint32_t)nr);
+    le_put64(b + 24, model_fingerprint(m));
+    le_put64(b + 32, raw_bytes);
+    le_put64(b + 40, meta->tokens);
+    le_put32(b + 48, (uint32_t)meta->pending_token);
+    le_put32(b + 52, (uint32_t)c->n_layers);
+    le_put32(b + 56, (uint32_t)c->d_model);
+    le_put32(b + 60, (uint32_t)XXH64(b, 60, 0));
     putf(b + 64, sp->p.temperature);
-    put32(b + 68, (uint32_t)sp->p.top_k);
+    le_put32(b + 68, (uint32_t)sp->p.top_k);
     putf(b + 72, sp->p.top_p);
     putf(b + 76, sp->p.rep_penalty);
-    put32(b + 80, (uint32_t)sp->p.rep_window);
-    put64(b + 88, sp->p.seed);
+    le_put32(b + 80, (uint32_t)sp->p.rep_window);
+    le_put64(b + 88, sp->p.seed);
     for (int i = 0; i < 4; i++)
-        put64(b + 96 + 8 * i, sp->rng[i]);
-    put32(b + 128, sp->wlen);
-    put32(b + 132, sp->wpos);
+        le_put64(b + 96 + 8 * i, sp->rng[i]);
+    le_put32(b + 128, sp->wlen);
+    le_put32(b + 132, sp->wpos);
     memcpy(b + 136, sp->window, SAMPLER_WINDOW_MAX);
     for (int i = 0; i < nr; i++) {
         uint8_t *e = b + FIXED_BYTES + (size_t)i * REGION_BYTES;
-        put32(e, (uint32_t)r[i].layer);
-        put32(e + 4, (uint32_t)r[i].elem_bytes);
+        le_put32(e, (uint32_t)r[i].layer);
+        le_put32(e + 4, (uint32_t)r[i].elem_bytes);
         memcpy(e + 8, r[i].name, 16);
-        put64(e + 24, r[i].offset);
-        put64(e + 32, r[i].count);
+        le_put64(e + 24, r[i].offset);
+        le_put64(e + 32, r[i].count);
     }
     free(r);
     memcpy(b + hdr, raw, raw_bytes);
-    put64(b + hdr + raw_bytes, XXH64(b, hdr + raw_bytes, 0));
+    le_put64(b + hdr + raw_bytes, XXH64(b, hdr + raw_bytes, 0));
     *out = b;
     *outlen = total;
     return 0;
@@ -255,77 +218,77 @@ int state_decode(const model *m, const uint8_t *blob, size_t len,
                  state_meta *meta, void *raw, char *err, size_t errlen)
 {
     if (!m || !meta || !raw || (len && !blob))
-        return fail(-EINVAL, err, errlen, "state_decode: missing argument");
+        return errmsg_set(-EINVAL, err, errlen, "state_decode: missing argument");
     if (len == 0)
-        return fail(STATE_E_TRUNCATED, err, errlen, "state is empty");
+        return errmsg_set(STATE_E_TRUNCATED, err, errlen, "state is empty");
     size_t mlen = len < 8 ? len : 8;
     if (memcmp(blob, state_magic, mlen) != 0)
-        return fail(STATE_E_MAGIC, err, errlen, "not a lind session state (bad magic)");
+        return errmsg_set(STATE_E_MAGIC, err, errlen, "not a lind session state (bad magic)");
     if (len < 16)
-        return fail(STATE_E_TRUNCATED, err, errlen, "state truncated: %zu bytes", len);
-    uint32_t version = get32(blob + 8);
+        return errmsg_set(STATE_E_TRUNCATED, err, errlen, "state truncated: %zu bytes", len);
+    uint32_t version = le_get32(blob + 8);
     if (version > STATE_FORMAT_VERSION)
-        return fail(STATE_E_VERSION, err, errlen,
+        return errmsg_set(STATE_E_VERSION, err, errlen,
                     "state has format version %u, written by a newer lind (this one reads %d)",
                     version, STATE_FORMAT_VERSION);
     if (version == 0)
-        return fail(STATE_E_VERSION, err, errlen, "state has unknown format version 0");
+        return errmsg_set(STATE_E_VERSION, err, errlen, "state has unknown format version 0");
     uint32_t bom;
     memcpy(&bom, blob + 12, 4);
     if (bom != BOM)
-        return fail(bom == __builtin_bswap32(BOM) ? STATE_E_ENDIAN : STATE_E_CHECKSUM, err, errlen,
+        return errmsg_set(bom == __builtin_bswap32(BOM) ? STATE_E_ENDIAN : STATE_E_CHECKSUM, err, errlen,
                     bom == __builtin_bswap32(BOM)
                         ? "state was written on a machine of the other byte order"
                         : "state is damaged (bad byte-order mark)");
     if (len < FIXED_BYTES)
-        return fail(STATE_E_TRUNCATED, err, errlen,
+        return errmsg_set(STATE_E_TRUNCATED, err, errlen,
                     "state truncated: %zu bytes, its header alone is %d", len, FIXED_BYTES);
-    if (get32(blob + 60) != (uint32_t)XXH64(blob, 60, 0))
-        return fail(STATE_E_CHECKSUM, err, errlen,
+    if (le_get32(blob + 60) != (uint32_t)XXH64(blob, 60, 0))
+        return errmsg_set(STATE_E_CHECKSUM, err, errlen,
                     "state checksum mismatch: its header changed after it was written");
-    uint64_t hdr = get32(blob + 16), nr = get32(blob + 20), raw_bytes = get64(blob + 32);
+    uint64_t hdr = le_get32(blob + 16), nr = le_get32(blob + 20), raw_bytes = le_get64(blob + 32);
     if (hdr != FIXED_BYTES + nr * REGION_BYTES || raw_bytes > UINT64_MAX / 2)
-        return fail(STATE_E_CHECKSUM, err, errlen, "state is damaged (inconsistent header sizes)");
+        return errmsg_set(STATE_E_CHECKSUM, err, errlen, "state is damaged (inconsistent header sizes)");
     uint64_t total = hdr + raw_bytes + 8;
     if (len < total)
-        return fail(STATE_E_TRUNCATED, err, errlen,
+        return errmsg_set(STATE_E_TRUNCATED, err, errlen,
                     "state truncated: %zu bytes, its header says %llu", len,
                     (unsigned long long)total);
     if (len > total)
-        return fail(STATE_E_CHECKSUM, err, errlen,
+        return errmsg_set(STATE_E_CHECKSUM, err, errlen,
                     "state is damaged: %llu bytes after its end", (unsigned long long)(len - total));
-    uint64_t sum = get64(blob + hdr + raw_bytes);
+    uint64_t sum = le_get64(blob + hdr + raw_bytes);
     if (XXH64(blob, (size_t)(hdr + raw_bytes), 0) != sum)
-        return fail(STATE_E_CHECKSUM, err, errlen,
+        return errmsg_set(STATE_E_CHECKSUM, err, errlen,
                     "state checksum mismatch: the bytes changed after they were written");
 
     /* Intact. Now: is it this model's? */
     const lind_config *c = model_config(m);
-    uint64_t fp = get64(blob + 24);
+    uint64_t fp = le_get64(blob + 24);
     if (fp != model_fingerprint(m))
-        return fail(STATE_E_MODEL, err, errlen,
+        return errmsg_set(STATE_E_MODEL, err, errlen,
                     "state belongs to another model (fingerprint %016llx, %u layers, d_model %u);"
                     " this model is %016llx (%d layers, d_model %d)",
-                    (unsigned long long)fp, get32(blob + 52), get32(blob + 56),
+                    (unsigned long long)fp, le_get32(blob + 52), le_get32(blob + 56),
                     (unsigned long long)model_fingerprint(m), c->n_layers, c->d_model);
     model_state_region *r;
     int mnr;
     int rc = model_regions(m, &r, &mnr);
     if (rc < 0)
-        return fail(rc, err, errlen, "state_decode: cannot read the model's state layout");
+        return errmsg_set(rc, err, errlen, "state_decode: cannot read the model's state layout");
     if (raw_bytes != model_state_bytes(m) || nr != (uint64_t)mnr) {
         free(r);
-        return fail(STATE_E_MODEL, err, errlen,
+        return errmsg_set(STATE_E_MODEL, err, errlen,
                     "state layout differs from the model's: %llu bytes in %llu regions,"
                     " the model has %zu bytes in %d", (unsigned long long)raw_bytes,
                     (unsigned long long)nr, model_state_bytes(m), mnr);
     }
     for (int i = 0; i < mnr; i++) {
         const uint8_t *e = blob + FIXED_BYTES + (size_t)i * REGION_BYTES;
-        if ((int32_t)get32(e) != r[i].layer || (int)get32(e + 4) != r[i].elem_bytes ||
-            memcmp(e + 8, r[i].name, 16) != 0 || get64(e + 24) != r[i].offset ||
-            get64(e + 32) != r[i].count) {
-            rc = fail(STATE_E_MODEL, err, errlen,
+        if ((int32_t)le_get32(e) != r[i].layer || (int)le_get32(e + 4) != r[i].elem_bytes ||
+            memcmp(e + 8, r[i].name, 16) != 0 || le_get64(e + 24) != r[i].offset ||
+            le_get64(e + 32) != r[i].count) {
+            rc = errmsg_set(STATE_E_MODEL, err, errlen,
                       "state layout differs from the model's at region %d (layer %d %s)", i,
                       r[i].layer, r[i].name);
             free(r);
@@ -336,29 +299,29 @@ int state_decode(const model *m, const uint8_t *blob, size_t len,
     /* Fields a hand-made blob could still get wrong. */
     state_meta mt;
     memset(&mt, 0, sizeof mt);
-    mt.tokens = get64(blob + 40);
-    mt.pending_token = (int32_t)get32(blob + 48);
+    mt.tokens = le_get64(blob + 40);
+    mt.pending_token = (int32_t)le_get32(blob + 48);
     sampler *sp = &mt.sampler;
     sp->p.temperature = getf(blob + 64);
-    sp->p.top_k = (int32_t)get32(blob + 68);
+    sp->p.top_k = (int32_t)le_get32(blob + 68);
     sp->p.top_p = getf(blob + 72);
     sp->p.rep_penalty = getf(blob + 76);
-    sp->p.rep_window = (int32_t)get32(blob + 80);
-    sp->p.seed = get64(blob + 88);
+    sp->p.rep_window = (int32_t)le_get32(blob + 80);
+    sp->p.seed = le_get64(blob + 88);
     for (int i = 0; i < 4; i++)
-        sp->rng[i] = get64(blob + 96 + 8 * i);
-    sp->wlen = get32(blob + 128);
-    sp->wpos = get32(blob + 132);
+        sp->rng[i] = le_get64(blob + 96 + 8 * i);
+    sp->wlen = le_get32(blob + 128);
+    sp->wpos = le_get32(blob + 132);
     memcpy(sp->window, blob + 136, SAMPLER_WINDOW_MAX);
     char why[160];
     if (mt.pending_token < -1 || mt.pending_token >= LIND_VOCAB)
-        rc = fail(STATE_E_INVALID, err, errlen, "state's pending token %d is out of range",
+        rc = errmsg_set(STATE_E_INVALID, err, errlen, "state's pending token %d is out of range",
                   mt.pending_token);
     else if (sp->wlen > SAMPLER_WINDOW_MAX || sp->wpos >= SAMPLER_WINDOW_MAX)
-        rc = fail(STATE_E_INVALID, err, errlen, "state's sampler window %u/%u is out of range",
+        rc = errmsg_set(STATE_E_INVALID, err, errlen, "state's sampler window %u/%u is out of range",
                   sp->wlen, sp->wpos);
     else if (sampler_params_check(&sp->p, why, sizeof why) < 0)
-        rc = fail(STATE_E_INVALID, err, errlen, "state's sampler settings are invalid: %s", why);
+        rc = errmsg_set(STATE_E_INVALID, err, errlen, "state's sampler settings are invalid: %s", why);
     else
         rc = check_finite(r, mnr, blob + hdr, "state refused", err, errlen);
     free(r);

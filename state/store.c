@@ -15,19 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
+#include "recurrent/errmsg.h"
+#include "state/le.h"
 
 static const uint8_t export_magic[8] = { 'L', 'I', 'N', 'D', 'E', 'X', 0, 1 };
-
-static int fail(int code, char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 store_options store_defaults(void)
 {
@@ -40,12 +31,12 @@ store_options store_defaults(void)
 int store_name_check(const char *name, char *err, size_t errlen)
 {
     if (!name)
-        return fail(-EINVAL, err, errlen, "session name is missing");
+        return errmsg_set(-EINVAL, err, errlen, "session name is missing");
     size_t len = strnlen(name, STORE_NAME_MAX + 1);
     if (len == 0)
-        return fail(-EINVAL, err, errlen, "session name is empty");
+        return errmsg_set(-EINVAL, err, errlen, "session name is empty");
     if (len > STORE_NAME_MAX)
-        return fail(-EINVAL, err, errlen, "session name is %zu bytes long; at most %d are allowed",
+        return errmsg_set(-EINVAL, err, errlen, "session name is %zu bytes long; at most %d are allowed",
                     strlen(name), STORE_NAME_MAX);
     const uint8_t *s = (const uint8_t *)name;
     for (size_t i = 0; i < len;) {
@@ -57,35 +48,35 @@ int store_name_check(const char *name, char *err, size_t errlen)
         else if (b >= 0xE0 && b <= 0xEF) { cp = b & 0x0F; n = 3; }
         else if (b >= 0xF0 && b <= 0xF4) { cp = b & 0x07; n = 4; }
         else if (b == 0xC0 || b == 0xC1)
-            return fail(-EINVAL, err, errlen,
+            return errmsg_set(-EINVAL, err, errlen,
                         "session name is not valid UTF-8: overlong encoding at byte %zu", i);
         else if (b >= 0x80 && b <= 0xBF)
-            return fail(-EINVAL, err, errlen,
+            return errmsg_set(-EINVAL, err, errlen,
                         "session name is not valid UTF-8: unexpected continuation byte 0x%02X at byte %zu",
                         b, i);
         else
-            return fail(-EINVAL, err, errlen,
+            return errmsg_set(-EINVAL, err, errlen,
                         "session name is not valid UTF-8: invalid byte 0x%02X at byte %zu", b, i);
         if (i + n > len)
-            return fail(-EINVAL, err, errlen,
+            return errmsg_set(-EINVAL, err, errlen,
                         "session name is not valid UTF-8: character at byte %zu is cut short", i);
         for (size_t k = 1; k < n; k++) {
             if ((s[i + k] & 0xC0) != 0x80)
-                return fail(-EINVAL, err, errlen,
+                return errmsg_set(-EINVAL, err, errlen,
                             "session name is not valid UTF-8: character at byte %zu is cut short", i);
             cp = cp << 6 | (s[i + k] & 0x3F);
         }
         if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000))
-            return fail(-EINVAL, err, errlen,
+            return errmsg_set(-EINVAL, err, errlen,
                         "session name is not valid UTF-8: overlong encoding at byte %zu", i);
         if (cp >= 0xD800 && cp <= 0xDFFF)
-            return fail(-EINVAL, err, errlen,
+            return errmsg_set(-EINVAL, err, errlen,
                         "session name is not valid UTF-8: surrogate U+%04X at byte %zu", cp, i);
         if (cp > 0x10FFFF)
-            return fail(-EINVAL, err, errlen,
+            return errmsg_set(-EINVAL, err, errlen,
                         "session name is not valid UTF-8: code point above U+10FFFF at byte %zu", i);
         if (cp < 0x20 || (cp >= 0x7F && cp <= 0x9F))
-            return fail(-EINVAL, err, errlen,
+            return errmsg_set(-EINVAL, err, errlen,
                         "session name contains control character U+%04X at byte %zu", cp, i);
         i += n;
     }
@@ -103,15 +94,15 @@ int store_open(const char *path, const store_options *opt, store **out,
 {
     ERRBUF(err, errlen);
     if (!out)
-        return fail(-EINVAL, err, errlen, "store_open: no output handle");
+        return errmsg_set(-EINVAL, err, errlen, "store_open: no output handle");
     *out = NULL;
     if (!path || !*path)
-        return fail(-EINVAL, err, errlen, "store path is empty");
+        return errmsg_set(-EINVAL, err, errlen, "store path is empty");
     store_options o = opt ? *opt : store_defaults();
     if (o.sync != STORE_SYNC_FULL && o.sync != STORE_SYNC_NORMAL)
-        return fail(-EINVAL, err, errlen, "store durability must be full or normal");
+        return errmsg_set(-EINVAL, err, errlen, "store durability must be full or normal");
     if (o.busy_timeout_ms < 0)
-        return fail(-EINVAL, err, errlen, "store busy timeout %d ms is negative",
+        return errmsg_set(-EINVAL, err, errlen, "store busy timeout %d ms is negative",
                     o.busy_timeout_ms);
     /* One implementation today; a URI scheme picks another when there is one. */
     if (strncmp(path, "sqlite:", 7) == 0)
@@ -130,11 +121,11 @@ static int check_record(const store_record *r, int i, char *err, size_t errlen)
     char why[200];
     int rc = store_name_check(r->name, why, sizeof why);
     if (rc < 0)
-        return fail(rc, err, errlen, "record %d: %s", i, why);
+        return errmsg_set(rc, err, errlen, "record %d: %s", i, why);
     if ((r->state_len && !r->state) || (r->transcript_len && !r->transcript))
-        return fail(-EINVAL, err, errlen, "record %d (%s): missing buffer", i, r->name);
+        return errmsg_set(-EINVAL, err, errlen, "record %d (%s): missing buffer", i, r->name);
     if (r->tokens > INT64_MAX)
-        return fail(-EINVAL, err, errlen, "record %d (%s): token count too large", i, r->name);
+        return errmsg_set(-EINVAL, err, errlen, "record %d (%s): token count too large", i, r->name);
     return 0;
 }
 
@@ -142,7 +133,7 @@ int store_save(store *s, const store_record *recs, int n, char *err, size_t errl
 {
     ERRBUF(err, errlen);
     if (!s || !recs || n < 1)
-        return fail(-EINVAL, err, errlen, "store_save: need a store and at least one record");
+        return errmsg_set(-EINVAL, err, errlen, "store_save: need a store and at least one record");
     for (int i = 0; i < n; i++) {
         int rc = check_record(&recs[i], i, err, errlen);
         if (rc < 0)
@@ -155,7 +146,7 @@ int store_load(store *s, const char *name, store_loaded *out, char *err, size_t 
 {
     ERRBUF(err, errlen);
     if (!s || !out)
-        return fail(-EINVAL, err, errlen, "store_load: missing argument");
+        return errmsg_set(-EINVAL, err, errlen, "store_load: missing argument");
     memset(out, 0, sizeof *out);
     int rc = store_name_check(name, err, errlen);
     if (rc < 0)
@@ -176,7 +167,7 @@ int store_list(store *s, store_info **out, size_t *n, char *err, size_t errlen)
 {
     ERRBUF(err, errlen);
     if (!s || !out || !n)
-        return fail(-EINVAL, err, errlen, "store_list: missing argument");
+        return errmsg_set(-EINVAL, err, errlen, "store_list: missing argument");
     *out = NULL;
     *n = 0;
     return s->ops->list(s, out, n, err, errlen);
@@ -186,7 +177,7 @@ int store_count(store *s, size_t *n, char *err, size_t errlen)
 {
     ERRBUF(err, errlen);
     if (!s || !n)
-        return fail(-EINVAL, err, errlen, "store_count: missing argument");
+        return errmsg_set(-EINVAL, err, errlen, "store_count: missing argument");
     return s->ops->count(s, n, err, errlen);
 }
 
@@ -194,7 +185,7 @@ int store_delete(store *s, const char *name, char *err, size_t errlen)
 {
     ERRBUF(err, errlen);
     if (!s)
-        return fail(-EINVAL, err, errlen, "store_delete: no store");
+        return errmsg_set(-EINVAL, err, errlen, "store_delete: no store");
     int rc = store_name_check(name, err, errlen);
     if (rc < 0)
         return rc;
@@ -205,55 +196,27 @@ int store_fork(store *s, const char *src, const char *dst, char *err, size_t err
 {
     ERRBUF(err, errlen);
     if (!s)
-        return fail(-EINVAL, err, errlen, "store_fork: no store");
+        return errmsg_set(-EINVAL, err, errlen, "store_fork: no store");
     char why[200];
     int rc = store_name_check(src, why, sizeof why);
     if (rc < 0)
-        return fail(rc, err, errlen, "fork source: %s", why);
+        return errmsg_set(rc, err, errlen, "fork source: %s", why);
     rc = store_name_check(dst, why, sizeof why);
     if (rc < 0)
-        return fail(rc, err, errlen, "fork target: %s", why);
+        return errmsg_set(rc, err, errlen, "fork target: %s", why);
     if (strcmp(src, dst) == 0)
-        return fail(-EEXIST, err, errlen, "cannot fork session '%s' onto itself", src);
+        return errmsg_set(-EEXIST, err, errlen, "cannot fork session '%s' onto itself", src);
     return s->ops->fork(s, src, dst, err, errlen);
 }
 
 /* ---- export format ------------------------------------------------------ */
-
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get_u32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++)
-        v |= (uint32_t)p[i] << (8 * i);
-    return v;
-}
-
-static uint64_t get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
 
 int store_export_encode(const store_record *rec, uint8_t **out, size_t *len,
                         char *err, size_t errlen)
 {
     ERRBUF(err, errlen);
     if (!rec || !out || !len)
-        return fail(-EINVAL, err, errlen, "store_export_encode: missing argument");
+        return errmsg_set(-EINVAL, err, errlen, "store_export_encode: missing argument");
     int rc = check_record(rec, 0, err, errlen);
     if (rc < 0)
         return rc;
@@ -261,22 +224,22 @@ int store_export_encode(const store_record *rec, uint8_t **out, size_t *len,
     size_t total = 8 + 4 + 4 + nlen + 8 + 8 + rec->state_len + 8 + rec->transcript_len + 8;
     uint8_t *b = malloc(total);
     if (!b)
-        return fail(-ENOMEM, err, errlen, "export of '%s': out of memory", rec->name);
+        return errmsg_set(-ENOMEM, err, errlen, "export of '%s': out of memory", rec->name);
     uint8_t *p = b;
     memcpy(p, export_magic, 8);             p += 8;
-    put_u32(p, STORE_EXPORT_VERSION);       p += 4;
-    put_u32(p, (uint32_t)nlen);             p += 4;
+    le_put32(p, STORE_EXPORT_VERSION);       p += 4;
+    le_put32(p, (uint32_t)nlen);             p += 4;
     memcpy(p, rec->name, nlen);             p += nlen;
-    put_u64(p, rec->tokens);                p += 8;
-    put_u64(p, rec->state_len);             p += 8;
+    le_put64(p, rec->tokens);                p += 8;
+    le_put64(p, rec->state_len);             p += 8;
     if (rec->state_len)
         memcpy(p, rec->state, rec->state_len);
     p += rec->state_len;
-    put_u64(p, rec->transcript_len);        p += 8;
+    le_put64(p, rec->transcript_len);        p += 8;
     if (rec->transcript_len)
         memcpy(p, rec->transcript, rec->transcript_len);
     p += rec->transcript_len;
-    put_u64(p, XXH64(b, (size_t)(p - b), 0));
+    le_put64(p, XXH64(b, (size_t)(p - b), 0));
     *out = b;
     *len = total;
     return 0;
@@ -287,69 +250,69 @@ int store_export_decode(const uint8_t *data, size_t len, store_record *rec,
 {
     ERRBUF(err, errlen);
     if (!rec || !name || (len && !data))
-        return fail(-EINVAL, err, errlen, "store_export_decode: missing argument");
+        return errmsg_set(-EINVAL, err, errlen, "store_export_decode: missing argument");
     memset(rec, 0, sizeof *rec);
     name[0] = 0;
     if (len == 0)
-        return fail(-EINVAL, err, errlen, "session export is empty");
+        return errmsg_set(-EINVAL, err, errlen, "session export is empty");
     if (memcmp(data, export_magic, len < 8 ? len : 8) != 0)
-        return fail(-EINVAL, err, errlen, "not a lind session export (bad magic)");
+        return errmsg_set(-EINVAL, err, errlen, "not a lind session export (bad magic)");
     const size_t fixed = 8 + 4 + 4;
     if (len < fixed)
-        return fail(-EINVAL, err, errlen, "session export truncated: %zu bytes", len);
-    uint32_t version = get_u32(data + 8);
+        return errmsg_set(-EINVAL, err, errlen, "session export truncated: %zu bytes", len);
+    uint32_t version = le_get32(data + 8);
     if (version == 0 || version > STORE_EXPORT_VERSION)
-        return fail(-EINVAL, err, errlen,
+        return errmsg_set(-EINVAL, err, errlen,
                     "session export has format version %u; this lind reads version %u%s",
                     version, STORE_EXPORT_VERSION,
                     version > STORE_EXPORT_VERSION ? " (written by a newer lind)" : "");
     /* Walk the declared sections; any that runs past the end is truncation. */
     size_t pos = fixed;
-    uint32_t nlen = get_u32(data + 12);
+    uint32_t nlen = le_get32(data + 12);
     if (nlen > len - pos)
-        return fail(-EINVAL, err, errlen,
+        return errmsg_set(-EINVAL, err, errlen,
                     "session export truncated: name of %u bytes, %zu remain", nlen, len - pos);
     const uint8_t *np = data + pos;
     pos += nlen;
     if (len - pos < 16)
-        return fail(-EINVAL, err, errlen, "session export truncated after the name");
-    uint64_t tokens = get_u64(data + pos);
-    uint64_t slen = get_u64(data + pos + 8);
+        return errmsg_set(-EINVAL, err, errlen, "session export truncated after the name");
+    uint64_t tokens = le_get64(data + pos);
+    uint64_t slen = le_get64(data + pos + 8);
     pos += 16;
     if (slen > len - pos)
-        return fail(-EINVAL, err, errlen,
+        return errmsg_set(-EINVAL, err, errlen,
                     "session export truncated: state of %llu bytes, %zu remain",
                     (unsigned long long)slen, len - pos);
     const uint8_t *sp = data + pos;
     pos += (size_t)slen;
     if (len - pos < 8)
-        return fail(-EINVAL, err, errlen, "session export truncated after the state");
-    uint64_t tlen = get_u64(data + pos);
+        return errmsg_set(-EINVAL, err, errlen, "session export truncated after the state");
+    uint64_t tlen = le_get64(data + pos);
     pos += 8;
     if (tlen > len - pos)
-        return fail(-EINVAL, err, errlen,
+        return errmsg_set(-EINVAL, err, errlen,
                     "session export truncated: transcript of %llu bytes, %zu remain",
                     (unsigned long long)tlen, len - pos);
     const uint8_t *tp = data + pos;
     pos += (size_t)tlen;
     if (len - pos < 8)
-        return fail(-EINVAL, err, errlen, "session export truncated: checksum missing");
+        return errmsg_set(-EINVAL, err, errlen, "session export truncated: checksum missing");
     if (len - pos > 8)
-        return fail(-EINVAL, err, errlen,
+        return errmsg_set(-EINVAL, err, errlen,
                     "session export has %zu unexpected bytes after its checksum", len - pos - 8);
-    if (XXH64(data, pos, 0) != get_u64(data + pos))
-        return fail(-EINVAL, err, errlen, "session export is damaged (checksum mismatch)");
+    if (XXH64(data, pos, 0) != le_get64(data + pos))
+        return errmsg_set(-EINVAL, err, errlen, "session export is damaged (checksum mismatch)");
     if (nlen > STORE_NAME_MAX)
-        return fail(-EINVAL, err, errlen, "session export names a session of %u bytes", nlen);
+        return errmsg_set(-EINVAL, err, errlen, "session export names a session of %u bytes", nlen);
     memcpy(name, np, nlen);
     name[nlen] = 0;
     if (memchr(name, 0, nlen))
-        return fail(-EINVAL, err, errlen, "session export's name contains a NUL byte");
+        return errmsg_set(-EINVAL, err, errlen, "session export's name contains a NUL byte");
     char why[200];
     if (store_name_check(name, why, sizeof why) < 0)
-        return fail(-EINVAL, err, errlen, "session export's name is invalid: %s", why);
+        return errmsg_set(-EINVAL, err, errlen, "session export's name is invalid: %s", why);
     if (tokens > INT64_MAX)
-        return fail(-EINVAL, err, errlen, "session export's token count is out of range");
+        return errmsg_set(-EINVAL, err, errlen, "session export's token count is out of range");
     rec->name = name;
     rec->tokens = tokens;
     rec->state = sp;
@@ -364,7 +327,7 @@ int store_export(store *s, const char *name, uint8_t **out, size_t *len,
 {
     ERRBUF(err, errlen);
     if (!out || !len)
-        return fail(-EINVAL, err, errlen, "store_export: missing argument");
+        return errmsg_set(-EINVAL, err, errlen, "store_export: missing argument");
     *out = NULL;
     *len = 0;
     store_loaded l;
@@ -386,7 +349,7 @@ int store_import(store *s, const char *name, const uint8_t *data, size_t len,
 {
     ERRBUF(err, errlen);
     if (!s)
-        return fail(-EINVAL, err, errlen, "store_import: no store");
+        return errmsg_set(-EINVAL, err, errlen, "store_import: no store");
     if (name) {
         int rc = store_name_check(name, err, errlen);
         if (rc < 0)

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "recurrent/errmsg.h"
 
 #define LIND_APPLICATION_ID 0x4c494e44   /* "LIND" in the database header */
 
@@ -66,17 +67,6 @@ typedef struct sqlite_store {
     char path[];             /* for messages */
 } sqlite_store;
 
-static int fail(int code, char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
 static int64_t now_ms(void)
 {
     struct timespec ts;
@@ -99,7 +89,7 @@ static int map_rc(int rc)
 /* Report a failed SQLite call with the database's own message. */
 static int db_fail(sqlite_store *s, int rc, char *err, size_t errlen, const char *what)
 {
-    return fail(map_rc(rc), err, errlen, "store %s: %s: %s", s->path, what,
+    return errmsg_set(map_rc(rc), err, errlen, "store %s: %s: %s", s->path, what,
                 sqlite3_errmsg(s->db));
 }
 
@@ -179,7 +169,7 @@ static int migrate(sqlite_store *s, char *err, size_t errlen)
     }
     if ((appid != 0 && appid != LIND_APPLICATION_ID) || (!has_version && tables > 0)) {
         run_script(db, "ROLLBACK");
-        return fail(-EINVAL, err, errlen,
+        return errmsg_set(-EINVAL, err, errlen,
                     "store %s: an SQLite database of another application, not a lind store",
                     s->path);
     }
@@ -196,7 +186,7 @@ static int migrate(sqlite_store *s, char *err, size_t errlen)
     }
     if (version > SCHEMA_VERSION || version < 0) {
         run_script(db, "ROLLBACK");
-        return fail(-EINVAL, err, errlen,
+        return errmsg_set(-EINVAL, err, errlen,
                     "store %s has schema version %lld; this lind knows versions up to %d"
                     " (written by a newer lind?)", s->path, (long long)version, SCHEMA_VERSION);
     }
@@ -288,7 +278,7 @@ static int sq_create(store *base, const store_record *rec, char *err, size_t err
         sqlite3_clear_bindings(st);
     }
     if ((rc & 0xFF) == SQLITE_CONSTRAINT)
-        return fail(-EEXIST, err, errlen, "a session named '%s' already exists", rec->name);
+        return errmsg_set(-EEXIST, err, errlen, "a session named '%s' already exists", rec->name);
     if (rc != SQLITE_OK)
         return db_fail(s, rc, err, errlen, "insert failed");
     return 0;
@@ -318,14 +308,14 @@ static int sq_load(store *base, const char *name, store_loaded *out, char *err, 
         if (copy_blob(st, 0, &out->state, &out->state_len) < 0 ||
             copy_blob(st, 1, &out->transcript, &out->transcript_len) < 0) {
             store_loaded_free(out);
-            code = fail(-ENOMEM, err, errlen, "loading '%s': out of memory", name);
+            code = errmsg_set(-ENOMEM, err, errlen, "loading '%s': out of memory", name);
         } else {
             out->tokens = (uint64_t)sqlite3_column_int64(st, 2);
             out->created_ms = sqlite3_column_int64(st, 3);
             out->updated_ms = sqlite3_column_int64(st, 4);
         }
     } else if (rc == SQLITE_DONE) {
-        code = fail(-ENOENT, err, errlen, "no session named '%s'", name);
+        code = errmsg_set(-ENOENT, err, errlen, "no session named '%s'", name);
     } else {
         code = db_fail(s, rc, err, errlen, "load failed");
     }
@@ -346,7 +336,7 @@ static int sq_list(store *base, store_info **out, size_t *n, char *err, size_t e
             size_t nc = cap ? cap * 2 : 16;
             store_info *nv = realloc(v, nc * sizeof *nv);
             if (!nv) {
-                code = fail(-ENOMEM, err, errlen, "listing sessions: out of memory");
+                code = errmsg_set(-ENOMEM, err, errlen, "listing sessions: out of memory");
                 break;
             }
             v = nv;
@@ -396,7 +386,7 @@ static int sq_delete(store *base, const char *name, char *err, size_t errlen)
     if (rc != SQLITE_OK)
         return db_fail(s, rc, err, errlen, "delete failed");
     if (sqlite3_changes(s->db) == 0)
-        return fail(-ENOENT, err, errlen, "no session named '%s'", name);
+        return errmsg_set(-ENOENT, err, errlen, "no session named '%s'", name);
     return 0;
 }
 
@@ -409,11 +399,11 @@ static int sq_fork(store *base, const char *src, const char *dst, char *err, siz
     sqlite3_bind_int64(st, 3, now_ms());
     int rc = run(st);
     if ((rc & 0xFF) == SQLITE_CONSTRAINT)
-        return fail(-EEXIST, err, errlen, "a session named '%s' already exists", dst);
+        return errmsg_set(-EEXIST, err, errlen, "a session named '%s' already exists", dst);
     if (rc != SQLITE_OK)
         return db_fail(s, rc, err, errlen, "fork failed");
     if (sqlite3_changes(s->db) == 0)
-        return fail(-ENOENT, err, errlen, "no session named '%s'", src);
+        return errmsg_set(-ENOENT, err, errlen, "no session named '%s'", src);
     return 0;
 }
 
@@ -435,7 +425,7 @@ int store_sqlite_open(const char *path, const store_options *opt, store **out,
     size_t plen = strlen(path);
     sqlite_store *s = calloc(1, sizeof *s + plen + 1);
     if (!s)
-        return fail(-ENOMEM, err, errlen, "store %s: out of memory", path);
+        return errmsg_set(-ENOMEM, err, errlen, "store %s: out of memory", path);
     memcpy(s->path, path, plen + 1);
     s->base.ops = &sqlite_ops;
     /* Sessions hold users' conversations: a new store is private to its
@@ -448,7 +438,7 @@ int store_sqlite_open(const char *path, const store_options *opt, store **out,
                              NULL);
     int code;
     if (rc != SQLITE_OK) {
-        code = fail(rc == SQLITE_CANTOPEN ? -EIO : map_rc(rc), err, errlen,
+        code = errmsg_set(rc == SQLITE_CANTOPEN ? -EIO : map_rc(rc), err, errlen,
                     "cannot open store %s: %s", path,
                     s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
         goto bad;
@@ -464,7 +454,7 @@ int store_sqlite_open(const char *path, const store_options *opt, store **out,
             const char *mode = (const char *)sqlite3_column_text(st, 0);
             rc = mode && strcmp(mode, "wal") == 0 ? SQLITE_OK : SQLITE_ERROR;
             if (rc != SQLITE_OK) {
-                code = fail(-EIO, err, errlen, "store %s: cannot use WAL mode (got %s)",
+                code = errmsg_set(-EIO, err, errlen, "store %s: cannot use WAL mode (got %s)",
                             path, mode ? mode : "nothing");
                 sqlite3_finalize(st);
                 goto bad;
@@ -474,7 +464,7 @@ int store_sqlite_open(const char *path, const store_options *opt, store **out,
     }
     if (rc != SQLITE_OK) {
         if ((rc & 0xFF) == SQLITE_NOTADB)
-            code = fail(-EINVAL, err, errlen, "store %s: not an SQLite database, not a lind store",
+            code = errmsg_set(-EINVAL, err, errlen, "store %s: not an SQLite database, not a lind store",
                         path);
         else
             code = db_fail(s, rc, err, errlen, "cannot set WAL mode");

@@ -11,17 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int fail(int code, char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
+#include "recurrent/errmsg.h"
 
 int transcript_init(transcript *t, size_t limit)
 {
@@ -175,20 +165,20 @@ int transcript_decode(transcript *t, const uint8_t *data, size_t len,
     transcript tmp;
     int rc = transcript_init(&tmp, t->limit);
     if (rc < 0)
-        return fail(rc, err, errlen, "transcript limit %zu too large", t->limit);
+        return errmsg_set(rc, err, errlen, "transcript limit %zu too large", t->limit);
     if (len == 0)
         goto done;
     if (!data)
-        return fail(-EINVAL, err, errlen, "transcript: no data");
+        return errmsg_set(-EINVAL, err, errlen, "transcript: no data");
     if (data[0] != TRANSCRIPT_FORMAT_VERSION)
-        return fail(-EINVAL, err, errlen,
+        return errmsg_set(-EINVAL, err, errlen,
                     "transcript: unknown format version %u (this lind reads %u)",
                     data[0], TRANSCRIPT_FORMAT_VERSION);
     size_t pos = 1;
     for (size_t entry = 0; pos < len; entry++) {
         uint8_t role = data[pos++];
         if (role > TRANSCRIPT_OUT) {
-            rc = fail(-EINVAL, err, errlen, "transcript: entry %zu has unknown role %u",
+            rc = errmsg_set(-EINVAL, err, errlen, "transcript: entry %zu has unknown role %u",
                       entry, role);
             goto bad;
         }
@@ -196,13 +186,13 @@ int transcript_decode(transcript *t, const uint8_t *data, size_t len,
         int shift = 0;
         for (;;) {
             if (pos >= len) {
-                rc = fail(-EINVAL, err, errlen,
+                rc = errmsg_set(-EINVAL, err, errlen,
                           "transcript: truncated length of entry %zu", entry);
                 goto bad;
             }
             uint8_t b = data[pos++];
             if (shift > 63 || (shift == 63 && (b & 0x7E))) {
-                rc = fail(-EINVAL, err, errlen,
+                rc = errmsg_set(-EINVAL, err, errlen,
                           "transcript: length of entry %zu overflows", entry);
                 goto bad;
             }
@@ -212,18 +202,18 @@ int transcript_decode(transcript *t, const uint8_t *data, size_t len,
                 break;
         }
         if (n == 0) {
-            rc = fail(-EINVAL, err, errlen, "transcript: entry %zu is empty", entry);
+            rc = errmsg_set(-EINVAL, err, errlen, "transcript: entry %zu is empty", entry);
             goto bad;
         }
         if (n > len - pos) {
-            rc = fail(-EINVAL, err, errlen,
+            rc = errmsg_set(-EINVAL, err, errlen,
                       "transcript: entry %zu claims %llu bytes, %zu remain",
                       entry, (unsigned long long)n, len - pos);
             goto bad;
         }
         rc = transcript_append(&tmp, (transcript_role)role, data + pos, (size_t)n);
         if (rc < 0) {
-            fail(rc, err, errlen, "transcript: out of memory");
+            errmsg_set(rc, err, errlen, "transcript: out of memory");
             goto bad;
         }
         pos += (size_t)n;
