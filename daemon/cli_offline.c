@@ -20,6 +20,14 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* CPU time of the whole process (all threads): rates per CPU-second do not
+ * drop when other jobs take the CPUs, which wall-clock rates do. */
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 /* Options every subcommand shares plus each one's own. */
 typedef struct opts {
     const char *model, *backend, *prompt;
@@ -323,18 +331,21 @@ static double flops_per_token(const gemm_shape *g, int n) {
     return f;
 }
 
+/* A rate in GFLOP per wall-clock second and per CPU-second (best trials). */
+typedef struct rates { double wall, cpu; } rates;
+
 /* GFLOP/s of the step's GEMM sequence alone at batch B through the backend
  * (same shapes, same order, nothing else): the rate the step could reach if
  * everything but its matrix products were free. */
-static double gemm_only_rate(backend *be, const gemm_shape *g, int n, int B, double secs) {
-    if (n < 1 || B < 1) return 0;
+static rates gemm_only_rate(backend *be, const gemm_shape *g, int n, int B, double secs) {
+    rates rate = {0, 0};
+    if (n < 1 || B < 1) return rate;
     int maxdim = 0;
     for (int i = 0; i < n; i++) {
         if (g[i].N > maxdim) maxdim = g[i].N;
         if (g[i].K > maxdim) maxdim = g[i].K;
     }
     backend_buf *x = NULL, *y = NULL, **w = calloc((size_t)n, sizeof *w);
-    double rate = 0;
     float *init = malloc(sizeof(float) * (size_t)maxdim * maxdim);
     if (!w || !init) goto out;
     for (size_t i = 0; i < (size_t)maxdim * maxdim; i++) init[i] = (float)((i * 2654435761u) % 1000) * 1e-4f;
@@ -347,15 +358,16 @@ static double gemm_only_rate(backend *be, const gemm_shape *g, int n, int B, dou
     float sink;
     for (int trial = 0; trial < BENCH_TRIALS; trial++) {
         long reps = 0;
-        double t0 = now_s(), t;
+        double t0 = now_s(), c0 = cpu_s(), t;
         do {
             for (int i = 0; i < n; i++)
                 be->ops->matmul(be, x, 0, g[i].K, w[i], NULL, y, 0, g[i].N, B, g[i].N, g[i].K, 0);
             be->ops->buf_download(be, y, 0, &sink, 1);
             reps++;
         } while ((t = now_s() - t0) < secs / BENCH_TRIALS);
-        double r = flops_per_token(g, n) * B * reps / t * 1e-9;
-        if (r > rate) rate = r;
+        double gflop = flops_per_token(g, n) * B * reps * 1e-9, c = cpu_s() - c0;
+        if (gflop / t > rate.wall) rate.wall = gflop / t;
+        if (c > 0 && gflop / c > rate.cpu) rate.cpu = gflop / c;
     }
 out:
     if (w)
@@ -368,9 +380,9 @@ out:
 }
 
 /* Best-of SGEMM rate of the backend's matmul on M×K · (N×K)ᵀ, GFLOP/s. */
-static double sgemm_rate(backend *be, int M, int N, int K, double secs) {
+static rates sgemm_rate(backend *be, int M, int N, int K, double secs) {
     backend_buf *x = NULL, *w = NULL, *y = NULL;
-    double best = 0;
+    rates best = {0, 0};
     float *init = malloc(sizeof(float) * (size_t)(M > N ? M : N) * K);
     if (!init) goto out;
     for (size_t i = 0; i < (size_t)(M > N ? M : N) * K; i++) init[i] = (float)((i * 2654435761u) % 1000) * 1e-3f;
@@ -382,12 +394,13 @@ static double sgemm_rate(backend *be, int M, int N, int K, double secs) {
     float sink;
     double start = now_s();
     while (now_s() - start < secs) {
-        double t0 = now_s();
+        double t0 = now_s(), c0 = cpu_s();
         int reps = 4;
         for (int r = 0; r < reps; r++) be->ops->matmul(be, x, 0, K, w, NULL, y, 0, N, M, N, K, 0);
         be->ops->buf_download(be, y, 0, &sink, 1);
-        double g = 2.0 * M * N * K * reps / (now_s() - t0) * 1e-9;
-        if (g > best) best = g;
+        double gflop = 2.0 * M * N * K * reps * 1e-9, t = now_s() - t0, c = cpu_s() - c0;
+        if (gflop / t > best.wall) best.wall = gflop / t;
+        if (c > 0 && gflop / c > best.cpu) best.cpu = gflop / c;
     }
 out:
     be->ops->buf_free(be, x);
@@ -424,20 +437,22 @@ int cli_bench_step(int argc, char **argv) {
     model *m = load(&o, "bench-step");
     if (!m) return 1;
     const lind_config *c = model_config(m);
-    int maxb = (int)o.max_batch, rc = 1;
+    int maxb = (int)o.max_batch, rc = 1, nrows = 0;
     int *slots = malloc(sizeof(int) * (size_t)maxb), *toks = malloc(sizeof(int) * (size_t)maxb);
     float *logits = malloc(sizeof(float) * LIND_VOCAB * (size_t)maxb);
     gemm_shape *g = malloc(sizeof *g * (size_t)(6 * c->n_layers + 1));
+    struct { int B; double step_cpu_gf, alone_cpu_gf; } rows[16];
     if (!slots || !toks || !logits || !g || model_slots_reserve(m, maxb) < 0) goto out;
     for (int b = 0; b < maxb; b++) slots[b] = b;
     int ng = step_gemms(c, g);
     double fpt = flops_per_token(g, ng);
-    printf("model %s: %zu parameters, %zu state bytes/session, backend %s (%s)\n", o.model,
-           model_param_count(m), model_state_bytes(m), model_backend_name(m), model_device_name(m));
+    printf("model %s: %zu parameters, %zu state bytes/session, backend %s (%s)\n", o.model, model_param_count(m),
+           model_state_bytes(m), model_backend_name(m), model_device_name(m));
     printf("matrix FLOPs per token: %.3f M (%d GEMMs per step)\n", fpt * 1e-6, ng);
-    double peak = sgemm_rate(model_backend(m), 1024, 1024, 1024, o.seconds);
+    rates peak = sgemm_rate(model_backend(m), 1024, 1024, 1024, o.seconds);
     double bw = membw(o.seconds);
-    printf("SGEMM 1024x1024x1024: %.1f GFLOP/s    host memory bandwidth (memcpy, read+write): %.1f GB/s\n", peak, bw);
+    printf("SGEMM 1024x1024x1024: %.1f GFLOP/s    host memory bandwidth (memcpy, read+write): %.1f GB/s\n",
+           peak.wall, bw);
     printf("columns: step time; per-token time; aggregate tokens/s; the step's matrix GFLOP/s; the same GEMMs\n"
            "alone at this batch (GFLOP/s); step rate as a share of GEMMs-alone and of the 1024^3 SGEMM rate\n"
            "(each rate: best of %d trials of %.2f s)\n\n", BENCH_TRIALS, o.seconds / BENCH_TRIALS);
@@ -450,24 +465,37 @@ int cli_bench_step(int argc, char **argv) {
             for (int b = 0; b < B; b++) toks[b] = (int)((seed = seed * 1103515245u + 12345u) >> 16) & 255;
             if (model_step(m, slots, toks, B, logits) < 0) goto out;
         }
-        double step_ms = 1e30;
+        double step_ms = 1e30, step_cpu_ms = 1e30;
         for (int trial = 0; trial < BENCH_TRIALS; trial++) {
             long steps = 0;
-            double t0 = now_s(), t;
+            double t0 = now_s(), c0 = cpu_s(), t;
             do {
                 for (int b = 0; b < B; b++) toks[b] = (int)((seed = seed * 1103515245u + 12345u) >> 16) & 255;
                 if (model_step(m, slots, toks, B, logits) < 0) goto out;
                 steps++;
             } while ((t = now_s() - t0) < o.seconds / BENCH_TRIALS);
+            double cpu = cpu_s() - c0;
             if (t / steps * 1e3 < step_ms) step_ms = t / steps * 1e3;
+            if (cpu > 0 && cpu / steps * 1e3 < step_cpu_ms) step_cpu_ms = cpu / steps * 1e3;
         }
         double tps = B / (step_ms * 1e-3), gf = tps * fpt * 1e-9;
-        double alone = gemm_only_rate(model_backend(m), g, ng, B, o.seconds);
+        rates alone = gemm_only_rate(model_backend(m), g, ng, B, o.seconds);
         printf("%6d %10.3f %10.1f %10.0f %9.1f %11.1f %8.0f%% %8.0f%%\n", B, step_ms, step_ms * 1e3 / B, tps, gf,
-               alone, 100.0 * gf / alone, 100.0 * gf / peak);
+               alone.wall, 100.0 * gf / alone.wall, 100.0 * gf / peak.wall);
         fflush(stdout);
+        if (nrows < 16) {
+            rows[nrows].B = B;
+            rows[nrows].step_cpu_gf = B * fpt * 1e-9 / (step_cpu_ms * 1e-3);
+            rows[nrows++].alone_cpu_gf = alone.cpu;
+        }
         if (B < maxb && B * 2 > maxb) B = maxb / 2;   /* end on max_batch exactly */
     }
+    printf("\nper CPU-second of this process (all its threads; unaffected by other jobs taking the CPUs):\n"
+           "SGEMM 1024x1024x1024: %.1f GFLOP per CPU-s\n", peak.cpu);
+    printf("%6s %12s %12s %9s %9s\n", "batch", "step GF/cpu-s", "GEMM GF/cpu-s", "vs GEMM", "vs peak");
+    for (int i = 0; i < nrows; i++)
+        printf("%6d %12.1f %12.1f %8.0f%% %8.0f%%\n", rows[i].B, rows[i].step_cpu_gf, rows[i].alone_cpu_gf,
+               100.0 * rows[i].step_cpu_gf / rows[i].alone_cpu_gf, 100.0 * rows[i].step_cpu_gf / peak.cpu);
     rc = 0;
 out:
     if (rc) fprintf(stderr, "lind bench-step: failed\n");
