@@ -19,6 +19,7 @@
 #include "recurrent/config.h"
 #include "recurrent/mixer.h"
 #include "recurrent/safetensors.h"
+#include "recurrent/errmsg.h"
 
 typedef struct layer {
     backend_buf *ln1_w, *ln1_b, *ln2_w, *ln2_b, *w1, *b1, *w2, *b2;
@@ -43,16 +44,6 @@ struct model {
     backend_buf *x, *h, *ff, *logits, *scratch[3];
 };
 
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
 /* ---- loading ------------------------------------------------------------ */
 
 typedef struct loader {
@@ -69,7 +60,7 @@ static int take(loader *ld, const char *name, int ndim, int d0, int d1, int opti
     st_tensor *t = st_find(&ld->st, name);
     if (!t) {
         if (optional) return 0;
-        return fail(ld->err, ld->errlen, -ENOENT, "%s: missing tensor '%s'", ld->st.path, name);
+        return errmsg_set(-ENOENT, ld->err, ld->errlen, "%s: missing tensor '%s'", ld->st.path, name);
     }
     int ok = t->ndim == ndim && t->shape[0] == d0 && (ndim == 1 || t->shape[1] == d1);
     if (!ok) {
@@ -80,17 +71,17 @@ static int take(loader *ld, const char *name, int ndim, int d0, int d1, int opti
         snprintf(got + n, sizeof got - n, "]");
         if (ndim == 1) snprintf(want, sizeof want, "[%d]", d0);
         else snprintf(want, sizeof want, "[%d, %d]", d0, d1);
-        return fail(ld->err, ld->errlen, -EINVAL, "%s: tensor '%s' has shape %s, expected %s", ld->st.path, name,
+        return errmsg_set(-EINVAL, ld->err, ld->errlen, "%s: tensor '%s' has shape %s, expected %s", ld->st.path, name,
                     got, want);
     }
     t->used = 1;
     float *p = malloc((t->numel ? t->numel : 1) * sizeof *p);
-    if (!p) return fail(ld->err, ld->errlen, -ENOMEM, "%s: out of memory reading '%s'", ld->st.path, name);
+    if (!p) return errmsg_set(-ENOMEM, ld->err, ld->errlen, "%s: out of memory reading '%s'", ld->st.path, name);
     st_read_f32(&ld->st, t, p);
     for (size_t i = 0; i < t->numel; i++)
         if (!isfinite(p[i])) {
             free(p);
-            return fail(ld->err, ld->errlen, -EINVAL, "%s: tensor '%s' holds a non-finite value at element %zu",
+            return errmsg_set(-EINVAL, ld->err, ld->errlen, "%s: tensor '%s' holds a non-finite value at element %zu",
                         ld->st.path, name, i);
         }
     *out = p;
@@ -110,7 +101,7 @@ static int take_up_as(model *m, loader *ld, const char *name, int ndim, int d0, 
     else if ((rc = m->be->ops->buf_new(m->be, n, out)) == 0)
         rc = m->be->ops->buf_upload(m->be, *out, 0, p, n);
     free(p);
-    if (rc < 0) return fail(ld->err, ld->errlen, rc, "%s: backend could not take '%s' (error %d)", ld->dir, name, rc);
+    if (rc < 0) return errmsg_set(rc, ld->err, ld->errlen, "%s: backend could not take '%s' (error %d)", ld->dir, name, rc);
     return 0;
 }
 
@@ -152,7 +143,7 @@ static int load_layer(model *m, loader *ld, int i) {
     if (rc == 0) {
         char merr[256] = "";
         rc = L->kind->load(c, i, m->be, (const float *const *)host, &L->mixer, merr, sizeof merr);
-        if (rc < 0) fail(ld->err, ld->errlen, rc, "%s: %s", ld->st.path, merr);
+        if (rc < 0) errmsg_set(rc, ld->err, ld->errlen, "%s: %s", ld->st.path, merr);
     }
     for (int k = 0; k < n; k++) free(host[k]);
     return rc;
@@ -202,7 +193,7 @@ static int layout_state(model *m) {
 static char *read_file(const char *path, size_t *len, char *err, size_t errlen) {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        fail(err, errlen, -errno, "%s: %s", path, strerror(errno));
+        errmsg_set(-errno, err, errlen, "%s: %s", path, strerror(errno));
         return NULL;
     }
     char *buf = NULL;
@@ -214,7 +205,7 @@ static char *read_file(const char *path, size_t *len, char *err, size_t errlen) 
             if (!nb) {
                 free(buf);
                 fclose(f);
-                fail(err, errlen, -ENOMEM, "%s: out of memory", path);
+                errmsg_set(-ENOMEM, err, errlen, "%s: out of memory", path);
                 return NULL;
             }
             buf = nb;
@@ -227,7 +218,7 @@ static char *read_file(const char *path, size_t *len, char *err, size_t errlen) 
     fclose(f);
     if (bad) {
         free(buf);
-        fail(err, errlen, -EIO, "%s: read error", path);
+        errmsg_set(-EIO, err, errlen, "%s: read error", path);
         return NULL;
     }
     buf[n] = 0;
@@ -240,7 +231,7 @@ int model_load(const char *dir, const char *backend_name, model **out, char *err
     char path[4096];
     loader ld = {.dir = dir, .err = err, .errlen = errlen};
     model *m = calloc(1, sizeof *m);
-    if (!m) return fail(err, errlen, -ENOMEM, "out of memory");
+    if (!m) return errmsg_set(-ENOMEM, err, errlen, "out of memory");
     int rc;
     snprintf(path, sizeof path, "%s/config.json", dir);
     size_t clen = 0;
@@ -261,16 +252,16 @@ int model_load(const char *dir, const char *backend_name, model **out, char *err
         if ((rc = load_layer(m, &ld, i)) < 0) goto out;
     for (int i = 0; i < ld.st.n; i++) {
         if (!ld.st.t[i].used) {
-            rc = fail(err, errlen, -EINVAL, "%s: unexpected tensor '%s' (not used by this config; a silently "
+            rc = errmsg_set(-EINVAL, err, errlen, "%s: unexpected tensor '%s' (not used by this config; a silently "
                       "ignored weight would be a bug)", ld.st.path, ld.st.t[i].name);
             goto out;
         }
         m->params += ld.st.t[i].numel;
     }
-    if ((rc = layout_state(m)) < 0) { fail(err, errlen, rc, "out of memory"); goto out; }
+    if ((rc = layout_state(m)) < 0) { errmsg_set(rc, err, errlen, "out of memory"); goto out; }
 
     XXH64_state_t *xs = XXH64_createState();
-    if (!xs) { rc = fail(err, errlen, -ENOMEM, "out of memory"); goto out; }
+    if (!xs) { rc = errmsg_set(-ENOMEM, err, errlen, "out of memory"); goto out; }
     XXH64_reset(xs, 0);
     XXH64_update(xs, ctext, clen);
     XXH64_update(xs, ld.st.data, ld.st.data_size);

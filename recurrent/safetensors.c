@@ -11,16 +11,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
+#include "recurrent/errmsg.h"
 
 const char *st_dtype_name(int dtype) {
     switch (dtype) {
@@ -37,51 +28,51 @@ static int dtype_size(int dtype) { return dtype == ST_F32 ? 4 : 2; }
 static int parse_tensor(const char *path, const char *name, json_t *v, st_tensor *t,
                         size_t data_size, char *err, size_t errlen) {
     if (!json_is_object(v))
-        return fail(err, errlen, -EINVAL, "%s: tensor '%s': header entry is not a JSON object", path, name);
+        return errmsg_set(-EINVAL, err, errlen, "%s: tensor '%s': header entry is not a JSON object", path, name);
     json_t *dt = json_object_get(v, "dtype"), *sh = json_object_get(v, "shape"),
            *off = json_object_get(v, "data_offsets");
     if (!json_is_string(dt))
-        return fail(err, errlen, -EINVAL, "%s: tensor '%s': missing or non-string \"dtype\"", path, name);
+        return errmsg_set(-EINVAL, err, errlen, "%s: tensor '%s': missing or non-string \"dtype\"", path, name);
     const char *d = json_string_value(dt);
     if (!strcmp(d, "F32")) t->dtype = ST_F32;
     else if (!strcmp(d, "F16")) t->dtype = ST_F16;
     else if (!strcmp(d, "BF16")) t->dtype = ST_BF16;
     else
-        return fail(err, errlen, -EINVAL, "%s: tensor '%s': unsupported dtype \"%s\" (F32, F16 or BF16 accepted)",
+        return errmsg_set(-EINVAL, err, errlen, "%s: tensor '%s': unsupported dtype \"%s\" (F32, F16 or BF16 accepted)",
                     path, name, d);
     if (!json_is_array(sh))
-        return fail(err, errlen, -EINVAL, "%s: tensor '%s': missing or non-array \"shape\"", path, name);
+        return errmsg_set(-EINVAL, err, errlen, "%s: tensor '%s': missing or non-array \"shape\"", path, name);
     size_t nd = json_array_size(sh);
     if (nd > ST_MAX_DIMS)
-        return fail(err, errlen, -EINVAL, "%s: tensor '%s': %zu dimensions (at most %d)", path, name, nd, ST_MAX_DIMS);
+        return errmsg_set(-EINVAL, err, errlen, "%s: tensor '%s': %zu dimensions (at most %d)", path, name, nd, ST_MAX_DIMS);
     t->ndim = (int)nd;
     size_t numel = 1;
     for (size_t i = 0; i < nd; i++) {
         json_t *e = json_array_get(sh, i);
         if (!json_is_integer(e) || json_integer_value(e) < 0)
-            return fail(err, errlen, -EINVAL, "%s: tensor '%s': shape[%zu] is not a non-negative integer", path, name, i);
+            return errmsg_set(-EINVAL, err, errlen, "%s: tensor '%s': shape[%zu] is not a non-negative integer", path, name, i);
         json_int_t x = json_integer_value(e);
         t->shape[i] = x;
         if (x != 0 && numel > (SIZE_MAX / 8) / (size_t)x)
-            return fail(err, errlen, -EINVAL, "%s: tensor '%s': shape too large", path, name);
+            return errmsg_set(-EINVAL, err, errlen, "%s: tensor '%s': shape too large", path, name);
         numel *= (size_t)x;
     }
     t->numel = numel;
     if (!json_is_array(off) || json_array_size(off) != 2 ||
         !json_is_integer(json_array_get(off, 0)) || !json_is_integer(json_array_get(off, 1)))
-        return fail(err, errlen, -EINVAL, "%s: tensor '%s': \"data_offsets\" must be [begin, end]", path, name);
+        return errmsg_set(-EINVAL, err, errlen, "%s: tensor '%s': \"data_offsets\" must be [begin, end]", path, name);
     json_int_t b = json_integer_value(json_array_get(off, 0)), e = json_integer_value(json_array_get(off, 1));
     if (b < 0 || e < b)
-        return fail(err, errlen, -EINVAL, "%s: tensor '%s': bad data_offsets [%lld, %lld]", path, name,
+        return errmsg_set(-EINVAL, err, errlen, "%s: tensor '%s': bad data_offsets [%lld, %lld]", path, name,
                     (long long)b, (long long)e);
     if ((unsigned long long)e > data_size)
-        return fail(err, errlen, -EINVAL,
+        return errmsg_set(-EINVAL, err, errlen,
                     "%s: tensor '%s': data_offsets [%lld, %lld] run past the end of the data (%zu bytes; file truncated?)",
                     path, name, (long long)b, (long long)e, data_size);
     t->begin = (size_t)b;
     t->end = (size_t)e;
     if (t->end - t->begin != numel * (size_t)dtype_size(t->dtype))
-        return fail(err, errlen, -EINVAL, "%s: tensor '%s': %zu data bytes for %zu %s elements (expected %zu)",
+        return errmsg_set(-EINVAL, err, errlen, "%s: tensor '%s': %zu data bytes for %zu %s elements (expected %zu)",
                     path, name, t->end - t->begin, numel, d, numel * (size_t)dtype_size(t->dtype));
     return 0;
 }
@@ -89,32 +80,32 @@ static int parse_tensor(const char *path, const char *name, json_t *v, st_tensor
 int st_open(st_file *f, const char *path, char *err, size_t errlen) {
     memset(f, 0, sizeof *f);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return fail(err, errlen, -errno, "%s: %s", path, strerror(errno));
+    if (fd < 0) return errmsg_set(-errno, err, errlen, "%s: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) < 0) {
         int e = errno;
         close(fd);
-        return fail(err, errlen, -e, "%s: %s", path, strerror(e));
+        return errmsg_set(-e, err, errlen, "%s: %s", path, strerror(e));
     }
     if (st.st_size < 8) {
         close(fd);
-        return fail(err, errlen, -EINVAL, "%s: truncated: %lld bytes, shorter than the 8-byte header length",
+        return errmsg_set(-EINVAL, err, errlen, "%s: truncated: %lld bytes, shorter than the 8-byte header length",
                     path, (long long)st.st_size);
     }
     size_t size = (size_t)st.st_size;
     void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     int e = errno;
     close(fd);
-    if (map == MAP_FAILED) return fail(err, errlen, -e, "%s: mmap: %s", path, strerror(e));
+    if (map == MAP_FAILED) return errmsg_set(-e, err, errlen, "%s: mmap: %s", path, strerror(e));
     f->map = map;
     f->size = size;
     f->path = strdup(path);
-    if (!f->path) { st_close(f); return fail(err, errlen, -ENOMEM, "%s: out of memory", path); }
+    if (!f->path) { st_close(f); return errmsg_set(-ENOMEM, err, errlen, "%s: out of memory", path); }
 
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | f->map[i];
     if (hlen > size - 8) {
-        int r = fail(err, errlen, -EINVAL, "%s: truncated: header length %llu but only %zu bytes follow",
+        int r = errmsg_set(-EINVAL, err, errlen, "%s: truncated: header length %llu but only %zu bytes follow",
                      path, (unsigned long long)hlen, size - 8);
         st_close(f);
         return r;
@@ -125,18 +116,18 @@ int st_open(st_file *f, const char *path, char *err, size_t errlen) {
     json_error_t je;
     json_t *root = json_loadb((const char *)f->map + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
-        int r = fail(err, errlen, -EINVAL, "%s: bad header JSON at line %d column %d: %s", path, je.line,
+        int r = errmsg_set(-EINVAL, err, errlen, "%s: bad header JSON at line %d column %d: %s", path, je.line,
                      je.column, je.text);
         st_close(f);
         return r;
     }
     int rc = 0;
     if (!json_is_object(root)) {
-        rc = fail(err, errlen, -EINVAL, "%s: bad header JSON: top level is not an object", path);
+        rc = errmsg_set(-EINVAL, err, errlen, "%s: bad header JSON: top level is not an object", path);
         goto out;
     }
     f->t = calloc(json_object_size(root) + 1, sizeof *f->t);
-    if (!f->t) { rc = fail(err, errlen, -ENOMEM, "%s: out of memory", path); goto out; }
+    if (!f->t) { rc = errmsg_set(-ENOMEM, err, errlen, "%s: out of memory", path); goto out; }
     const char *key;
     json_t *v;
     json_object_foreach(root, key, v) {
@@ -144,7 +135,7 @@ int st_open(st_file *f, const char *path, char *err, size_t errlen) {
         st_tensor *t = &f->t[f->n];
         if ((rc = parse_tensor(path, key, v, t, f->data_size, err, errlen)) < 0) goto out;
         t->name = strdup(key);
-        if (!t->name) { rc = fail(err, errlen, -ENOMEM, "%s: out of memory", path); goto out; }
+        if (!t->name) { rc = errmsg_set(-ENOMEM, err, errlen, "%s: out of memory", path); goto out; }
         f->n++;
     }
 out:
