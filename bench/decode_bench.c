@@ -375,7 +375,7 @@ int main(int argc, char **argv) {
     printf("Model: %s: d_model %d, %d layers (", label, c->d_model, c->n_layers);
     for (int i = 0; i < c->n_layers; i++) printf("%s%s", i ? "," : "", c->mixers[i]);
     printf("), %d heads x %d, d_ff %d, %zu parameters. Backend %s (%s), batch 1; the softmax attention's heads "
-           "run on %d threads.\n\n", c->n_heads, c->d_head, c->d_ff, model_param_count(m), model_backend_name(m),
+           "run on %d thread(s).\n\n", c->n_heads, c->d_head, c->d_ff, model_param_count(m), model_backend_name(m),
            model_device_name(m), o.threads);
 
     double worst = smax_selfcheck();
