@@ -16,6 +16,7 @@
 #include "recurrent/config.h"
 #include "recurrent/mixer.h"
 #include "recurrent/safetensors.h"
+#include "recurrent/errmsg.h"
 
 typedef struct smax_layer {
     backend_buf *ln1_w, *ln1_b, *ln2_w, *ln2_b, *w1, *b1, *w2, *b2, *wo;
@@ -34,14 +35,6 @@ struct smax {
     cpu_pool *pool;         /* splits the heads; NULL: one thread */
     int nthreads;
 };
-
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return code;
-}
 
 /* ---- the attention kernel ------------------------------------------------ */
 
@@ -157,13 +150,13 @@ typedef struct loader {
 static int take(loader *ld, const char *name, int d0, int d1, float **out) {
     st_tensor *t = st_find(&ld->st, name);
     *out = NULL;
-    if (!t) return fail(ld->err, ld->errlen, -ENOENT, "%s: missing tensor '%s'", ld->st.path, name);
+    if (!t) return errmsg_set(-ENOENT, ld->err, ld->errlen, "%s: missing tensor '%s'", ld->st.path, name);
     if (t->ndim != (d1 ? 2 : 1) || t->shape[0] != d0 || (d1 && t->shape[1] != d1))
-        return fail(ld->err, ld->errlen, -EINVAL,
+        return errmsg_set(-EINVAL, ld->err, ld->errlen,
                     "%s: tensor '%s' is not [%d x %d] (the softmax baseline reuses AFT layers' projections "
                     "as q/k/v/o, which needs d_model = n_heads * d_head)", ld->st.path, name, d0, d1 ? d1 : 1);
     float *p = malloc(t->numel * sizeof *p + 1);
-    if (!p) return fail(ld->err, ld->errlen, -ENOMEM, "out of memory reading '%s'", name);
+    if (!p) return errmsg_set(-ENOMEM, ld->err, ld->errlen, "out of memory reading '%s'", name);
     st_read_f32(&ld->st, t, p);
     *out = p;
     return 0;
@@ -180,7 +173,7 @@ static int take_up(smax *s, loader *ld, const char *name, int d0, int d1, int we
     else if ((rc = s->be->ops->buf_new(s->be, n, out)) == 0)
         rc = s->be->ops->buf_upload(s->be, *out, 0, p, n);
     free(p);
-    if (rc < 0) return fail(ld->err, ld->errlen, rc, "backend could not take '%s' (error %d)", name, rc);
+    if (rc < 0) return errmsg_set(rc, ld->err, ld->errlen, "backend could not take '%s' (error %d)", name, rc);
     return 0;
 }
 
@@ -202,7 +195,7 @@ static int load_layer(smax *s, loader *ld, int i) {
     T(b2, "ffn.b2", d, 0, 0);
     int lin = !strcmp(c->mixers[i], "linear");
     if (!lin && strcmp(c->mixers[i], "aft"))
-        return fail(ld->err, ld->errlen, -EINVAL, "layer %d: mixer '%s' has no q/k/v/o the baseline can reuse", i,
+        return errmsg_set(-EINVAL, ld->err, ld->errlen, "layer %d: mixer '%s' has no q/k/v/o the baseline can reuse", i,
                     c->mixers[i]);
     T(wo, "mixer.wo", d, hd, 1);
 #undef T
@@ -219,7 +212,7 @@ static int load_layer(smax *s, loader *ld, int i) {
     }
     if (rc == 0 && (rc = mixer_proj3_load(&L->qkv, s->be, c->token_shift, hd, d, (const float *const *)W,
                                           (const float *const *)mu)) < 0)
-        fail(ld->err, ld->errlen, rc, "layer %d: backend could not take the projections (error %d)", i, rc);
+        errmsg_set(rc, ld->err, ld->errlen, "layer %d: backend could not take the projections (error %d)", i, rc);
     for (int p = 0; p < 3; p++) {
         free(W[p]);
         free(mu[p]);
@@ -229,13 +222,13 @@ static int load_layer(smax *s, loader *ld, int i) {
 
 int smax_load(const char *dir, int threads, smax **out, char *err, size_t errlen) {
     *out = NULL;
-    if (threads < 1 || threads > 64) return fail(err, errlen, -EINVAL, "threads must be 1..64, not %d", threads);
+    if (threads < 1 || threads > 64) return errmsg_set(-EINVAL, err, errlen, "threads must be 1..64, not %d", threads);
     smax *s = calloc(1, sizeof *s);
-    if (!s) return fail(err, errlen, -ENOMEM, "out of memory");
+    if (!s) return errmsg_set(-ENOMEM, err, errlen, "out of memory");
     s->nthreads = threads;
     if (threads > 1 && cpu_pool_new(threads, &s->pool) < 0) {
         free(s);
-        return fail(err, errlen, -EAGAIN, "cannot start %d threads", threads);
+        return errmsg_set(-EAGAIN, err, errlen, "cannot start %d threads", threads);
     }
     loader ld = {.err = err, .errlen = errlen};
     char path[4096], *text = NULL;
@@ -243,14 +236,14 @@ int smax_load(const char *dir, int threads, smax **out, char *err, size_t errlen
     snprintf(path, sizeof path, "%s/config.json", dir);
     FILE *f = fopen(path, "rb");
     if (!f) {
-        rc = fail(err, errlen, -errno, "%s: %s", path, strerror(errno));
+        rc = errmsg_set(-errno, err, errlen, "%s: %s", path, strerror(errno));
         smax_free(s);
         return rc;
     }
     text = calloc(1, 1 << 20);
     size_t len = text ? fread(text, 1, (1 << 20) - 1, f) : 0;
     fclose(f);
-    if (!text) { smax_free(s); return fail(err, errlen, -ENOMEM, "out of memory"); }
+    if (!text) { smax_free(s); return errmsg_set(-ENOMEM, err, errlen, "out of memory"); }
     rc = config_parse(text, len, path, &s->cfg, err, errlen);
     free(text);
     if (rc < 0) { smax_free(s); return rc; }
@@ -283,7 +276,7 @@ int smax_load(const char *dir, int threads, smax **out, char *err, size_t errlen
     rc = 0;
     goto out;
 oom:
-    fail(err, errlen, rc, "out of memory for activations");
+    errmsg_set(rc, err, errlen, "out of memory for activations");
 out:
     st_close(&ld.st);
     if (rc < 0) {
