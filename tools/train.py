@@ -6,7 +6,12 @@ training text, each window [BOS] + bytes with a fresh state, with AdamW and
 a warmup + cosine learning-rate schedule, from a fixed seed. Writes into
 OUT: config.json, model.safetensors (the tensors lind loads), train_log.csv
 (step, seconds, learning rate, train and held-out bits/byte) and
-final.json (the final figures).
+train_steps.csv (every step's learning rate and batch
+bits/byte; --lr-from replays it exactly) and final.json (the final figures).
+
+The schedule (warmup, cosine) runs on steps, but on a busy shared machine
+it runs on elapsed time whenever that is further along, so training always
+ends within --time-budget; final.json says which happened.
 
     usage: tools/train.py --data data/kjv --out models/default [--steps N ...]
 """
@@ -67,7 +72,7 @@ def main():
     ap.add_argument("--mixers", default="linear,aft,linear,aft")
     ap.add_argument("--ctx", type=int, default=256, help="bytes per training window")
     ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--steps", type=int, default=2400)
+    ap.add_argument("--steps", type=int, default=1500)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--min-lr", type=float, default=1e-4)
     ap.add_argument("--warmup", type=int, default=100)
@@ -77,11 +82,19 @@ def main():
     ap.add_argument("--eval-windows", type=int, default=16)
     ap.add_argument("--final-windows", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--time-budget", type=float, default=2520,
+    ap.add_argument("--lr-from", metavar="CSV",
+                    help="replay the per-step learning rates of an earlier run's train_steps.csv "
+                         "(its step count, no time budget): the same seed then gives the same model")
+    ap.add_argument("--time-budget", type=float, default=2580,
                     help="seconds; if set and the machine is slower than planned, the schedule "
                          "runs on elapsed time instead of steps so training ends within it")
     a = ap.parse_args()
 
+    replay = None
+    if a.lr_from:
+        with open(a.lr_from) as f:
+            replay = [float(line.split(",")[1]) for line in f.readlines()[1:]]
+        a.steps, a.time_budget = len(replay), 0
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     gen = torch.Generator().manual_seed(a.seed)
@@ -126,10 +139,10 @@ def main():
     log = open(os.path.join(a.out, "train_log.csv"), "w")
     log.write("step,seconds,lr,train_bpb,heldout_bpb\n")
     t0 = time.time()
-    run_loss, run_n, step, time_bound = 0.0, 0, 0, False
+    run_loss, run_n, step, time_bound, per_step = 0.0, 0, 0, False, []
     for step in range(a.steps):
         p = progress(step, time.time() - t0)
-        lr = lr_at(step, p)
+        lr = replay[step] if replay else lr_at(step, p)
         for g in opt.param_groups:
             g["lr"] = lr
         starts = torch.randint(0, len(train) - a.ctx - 1, (a.batch,), generator=gen)
@@ -139,7 +152,9 @@ def main():
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        run_loss += loss.item() / LN2
+        bits = loss.item() / LN2
+        per_step.append("%d,%r,%.4f\n" % (step + 1, lr, bits))
+        run_loss += bits
         run_n += 1
         time_bound = time_bound or bool(a.time_budget and (time.time() - t0) / a.time_budget > (step + 1) / a.steps)
         last = step == a.steps - 1 or progress(step + 1, time.time() - t0) >= 1.0
@@ -155,6 +170,9 @@ def main():
             break
     train_s = time.time() - t0
 
+    with open(os.path.join(a.out, "train_steps.csv"), "w") as f:
+        f.write("step,lr,train_bpb\n")
+        f.writelines(per_step)
     tensors = model.export_tensors()
     with open(os.path.join(a.out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=1)
@@ -162,7 +180,8 @@ def main():
     lindmodel.save_safetensors(os.path.join(a.out, "model.safetensors"), tensors)
     final_hb = evaluate(model, held, a.ctx, a.final_windows)
     final = {"seed": a.seed, "steps": step + 1, "steps_planned": a.steps,
-             "schedule": "elapsed time (machine slower than planned)" if time_bound else "steps",
+             "schedule": ("replayed from %s" % a.lr_from) if replay else
+                         "elapsed time (machine slower than planned)" if time_bound else "steps",
              "time_budget_seconds": a.time_budget, "batch": a.batch, "ctx": a.ctx,
              "tokens_trained": (step + 1) * a.batch * a.ctx, "lr": a.lr, "min_lr": a.min_lr,
              "warmup": a.warmup, "weight_decay": a.wd, "params": nparams,
