@@ -19,14 +19,30 @@ buffer written by one kernel and read by the next through device memory.
 """
 import argparse
 import json
+import os
 import sys
 
 H100 = {"name": "H100 SXM5", "bw": 3.35e12, "fp32": 66.9e12, "fp64": 33.5e12, "bf16": 989.4e12}
 
 
+DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models", "default", "config.json")
+
+
 def config(d, L, H, ff, mixers, shift=True):
     return {"d_model": d, "n_layers": L, "n_heads": H, "d_head": d // H, "d_ff": ff,
-            "mixers": (mixers * L)[:L], "token_shift": shift}
+            "mixers": (mixers * L)[:L], "token_shift": shift, "aft_variant": "decay"}
+
+
+def default_model():
+    """The shipped model: models/default/config.json when present, else its
+    shape as shipped (4 × 192, linear/aft, 6 heads × 32, d_ff 768)."""
+    try:
+        with open(DEFAULT_CONFIG) as f:
+            c = json.load(f)
+    except FileNotFoundError:
+        c = config(192, 4, 6, 768, ["linear", "aft"])
+    kinds = list(dict.fromkeys(c["mixers"]))
+    return ("default (%d×%d, %s, d_ff %d)" % (c["n_layers"], c["d_model"], "/".join(kinds), c["d_ff"]), c)
 
 
 def step_cost(c, B, bf16=False):
@@ -43,10 +59,11 @@ def step_cost(c, B, bf16=False):
     gemm_flops = 2 * 256 * d                # head, per session
     mix_flops = 0                           # fp64, per session
     launches = 3                            # embed, ln_f, head GEMM
+    aft_vec = 2 * d if c.get("aft_variant", "decay") == "decay" else 0   # time_decay, time_first
     for kind in c["mixers"]:
         n = HD if kind == "linear" else d   # width of q/k/v (r/k/v)
         mat_params += 3 * n * d + d * n + 2 * d * ff
-        vec_params += 4 * d + ff + d + (3 * d if shift else 0) + (H if kind == "linear" else 2 * d)
+        vec_params += 4 * d + ff + d + (3 * d if shift else 0) + (H if kind == "linear" else aft_vec)
         gemm_flops += 2 * (3 * n * d + d * n + 2 * d * ff)
         if kind == "linear":
             state += 8 * H * dh * (dh + 1)  # S and z, fp64
@@ -100,7 +117,7 @@ def fmt_bytes(x):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("configs", nargs="*", help="config.json files (default: the two models of docs/CUDA.md)")
+    ap.add_argument("configs", nargs="*", help="config.json files (default: models/default and the two 12×768 models of docs/CUDA.md)")
     ap.add_argument("--batches", default="1,256")
     ap.add_argument("--bw", type=float, default=H100["bw"], help="memory bandwidth, bytes/s")
     ap.add_argument("--fp32", type=float, default=H100["fp32"], help="fp32 peak, FLOP/s")
@@ -114,7 +131,7 @@ def main():
         with open(p) as f:
             models.append((p, json.load(f)))
     if not models:
-        models = [("default (4×256, linear/aft, d_ff 1024)", config(256, 4, 8, 1024, ["linear", "aft"])),
+        models = [default_model(),
                   ("12×768, linear/aft, d_ff 3072", config(768, 12, 12, 3072, ["linear", "aft"])),
                   ("12×768, all linear, d_ff 3072", config(768, 12, 12, 3072, ["linear"]))]
     print("| model | B | weights | state r+w | activations | GEMM FLOP | fp64 FLOP | t_mem | t_compute "
