@@ -22,8 +22,8 @@
 #define MIXER_MAX_REGIONS 8
 
 typedef struct mixer_tensor {
-    const char *name;    /* suffix after "layers.<i>.mixer."; NULL marks a
-                            placeholder that keeps a kind's indices stable
+    const char *name;    /* suffix after "layers.<i>.mixer."; NULL marks an
+                            unused entry that keeps a kind's indices stable
                             (load gets NULL for it) */
     int ndim;            /* 1 or 2 */
     int shape[2];
