@@ -16,6 +16,9 @@ SAN     ?=
 CFLAGS  += -std=gnu11 $(OPT) $(ARCH) -g -Wall -Wextra -Werror -I. \
            -D_GNU_SOURCE -fno-strict-aliasing $(SAN)
 LDFLAGS += $(SAN)
+# lindctl links only what it uses: no BLAS (OpenBLAS starts worker threads at
+# load time, and a Ctrl-C delivered to one of them would never interrupt chat).
+CTL_LDLIBS = -ledit -lmsgpackc -ljansson -lm -lpthread
 LDLIBS  += -lopenblas -luv -lmsgpackc -lsqlite3 -ljansson -lxxhash -lm -lpthread
 
 DEPS_PKGS = libuv1-dev libmsgpack-dev libsqlite3-dev libopenblas-dev libedit-dev \
@@ -90,7 +93,7 @@ $(BUILD)/lind: $(BUILD)/daemon/main.o $(BUILD)/liblinddaemon.a $(BUILD)/liblind.
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/lindctl: $(CTL_OBJS) $(BUILD)/liblindclient.a
-	$(CC) $(LDFLAGS) -o $@ $^ -ledit $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CTL_LDLIBS)
 
 # A test links what its name says it needs, so one module's work in progress
 # never breaks another module's tests: test_daemon_* and fuzz_* the daemon

@@ -218,12 +218,30 @@ static int chat_getc(EditLine *el, wchar_t *wc)
     for (;;) {
         struct pollfd p[2] = { { .fd = 0, .events = POLLIN },
                                { .fd = ch->c ? lindc_fd(ch->c) : -1, .events = POLLIN } };
-        int timeout = -1;
+        struct timespec ts, *tsp = NULL;
         if (!ch->c) {
             double w = ch->next_try - mono_s();
-            timeout = w > 0 ? (int)(w * 1000) + 1 : 0;
+            if (w < 0) w = 0;
+            ts.tv_sec = (time_t)w;
+            ts.tv_nsec = (long)((w - (double)ts.tv_sec) * 1e9);
+            tsp = &ts;
         }
-        int n = poll(p, 2, timeout);
+        /* A Ctrl-C that lands while we are not blocked (echoing the last
+         * key, say) only sets the flag: check it with SIGINT blocked and
+         * wait with it unblocked atomically (ppoll), so none is missed. */
+        sigset_t block, orig;
+        sigemptyset(&block);
+        sigaddset(&block, SIGINT);
+        sigprocmask(SIG_BLOCK, &block, &orig);
+        if (ctl_interrupted) {
+            sigprocmask(SIG_SETMASK, &orig, NULL);
+            errno = EINTR;
+            return -1;
+        }
+        int n = ppoll(p, 2, tsp, &orig);
+        int poll_errno = errno;
+        sigprocmask(SIG_SETMASK, &orig, NULL);
+        errno = poll_errno;
         if (n < 0) {
             if (errno == EINTR && !ctl_interrupted) continue;   /* SIGWINCH, SIGCONT */
             return -1;
