@@ -65,6 +65,9 @@ BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*_bench.c))
 BENCH_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(filter-out %_bench.c,$(wildcard bench/*.c)))
 
 .PHONY: all deps test run asan bench model test-torch test-cuda clean fuzz
+# Keep object files of test and bench programs (intermediates otherwise), so
+# a second `make` has nothing to do.
+.SECONDARY:
 all: $(BUILD)/lind $(BUILD)/lindctl $(TEST_BINS) $(BENCH_BINS)
 
 $(BUILD)/%.o: %.c
