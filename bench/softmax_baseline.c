@@ -437,11 +437,11 @@ int smax_step(smax *s, int token, float *logits) {
         if (s->pool && parts > 1) cpu_pool_run(s->pool, attn_part, &job, parts);
         else attn_part(&job, 0, 1);
         if ((rc = o->buf_upload(be, ob, 0, s->o, (size_t)hd)) < 0) return rc;
-        if ((rc = o->matmul(be, ob, 0, hd, L->wo, NULL, s->x, 0, d, 1, d, hd, 1)) < 0) return rc;
+        if ((rc = o->matmul(be, ob, 0, hd, L->wo, NULL, s->x, 0, d, 1, d, hd, BACKEND_MM_ACCUMULATE)) < 0) return rc;
         if ((rc = o->layernorm(be, s->x, s->h, L->ln2_w, L->ln2_b, d, c->norm_eps)) < 0) return rc;
-        if ((rc = o->matmul(be, s->h, 0, d, L->w1, L->b1, s->ff, 0, dff, 1, dff, d, 0)) < 0) return rc;
-        if ((rc = o->gelu(be, s->ff, (size_t)dff)) < 0) return rc;
-        if ((rc = o->matmul(be, s->ff, 0, dff, L->w2, L->b2, s->x, 0, d, 1, d, dff, 1)) < 0) return rc;
+        if ((rc = o->matmul(be, s->h, 0, d, L->w1, L->b1, s->ff, 0, dff, 1, dff, d, BACKEND_MM_GELU)) < 0) return rc;
+        if ((rc = o->matmul(be, s->ff, 0, dff, L->w2, L->b2, s->x, 0, d, 1, d, dff, BACKEND_MM_ACCUMULATE)) < 0)
+            return rc;
     }
     s->pos = n;
     if (!logits) return 0;

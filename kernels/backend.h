@@ -38,6 +38,9 @@
 typedef struct backend backend;
 typedef struct backend_buf backend_buf;   /* defined by each backend */
 
+/* matmul flags */
+enum { BACKEND_MM_ACCUMULATE = 1, BACKEND_MM_GELU = 2 };
+
 typedef struct backend_ops {
     const char *name;                     /* "cpu", "cuda" */
     void (*free)(backend *be);            /* frees the pool and the backend; buffers must be freed first */
@@ -86,14 +89,15 @@ typedef struct backend_ops {
      *   y[b, yo + n] = (accumulate ? y[b, yo + n] : 0) + bias[n] + Σ_k x[b, xo + k] · W[n, k]
      * for b < B, n < N, k < K; x has row stride ldx, y row stride ldy (floats),
      * W is [N × K] row-major at offset 0 (or made by weight_new), bias
-     * (length N) may be NULL.
-     * accumulate = 1 is how residual adds are done (x ← x + Wo·o). */
+     * (length N) may be NULL. flags:
+     *   BACKEND_MM_ACCUMULATE  add into y: how residual adds are done (x ← x + Wo·o)
+     *   BACKEND_MM_GELU        y = GELU(bias + Σ) (lind_gelu_erf per element):
+     *                          the feed-forward's first product with its
+     *                          activation, in one pass; needs ldy == N and no
+     *                          ACCUMULATE (-EINVAL otherwise). */
     int (*matmul)(backend *be, const backend_buf *x, size_t xo, int ldx,
                   const backend_buf *W, const backend_buf *bias,
-                  backend_buf *y, size_t yo, int ldy, int B, int N, int K, int accumulate);
-
-    /* In place over n = B·d contiguous floats: x = GELU(x), erf form. */
-    int (*gelu)(backend *be, backend_buf *x, size_t n);
+                  backend_buf *y, size_t yo, int ldy, int B, int N, int K, int flags);
 
     /* Token shift, for each b < B with prev = the fp32 vector of d floats at
      * byte offset shift_off inside slot slots[b]:

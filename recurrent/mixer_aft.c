@@ -115,7 +115,8 @@ static int aft_step(void *priv, const mixer_io *io) {
     int rc;
     if ((rc = mixer_proj3_run(&A->rkv, io, rkv)) < 0) return rc;
     if ((rc = be->ops->aft_step(be, rkv, A->w, A->u, o, io->region_off[0], A->d)) < 0) return rc;
-    return be->ops->matmul(be, o, 0, A->d, A->wo, NULL, io->x, 0, A->d, io->B, A->d, A->d, 1);
+    return be->ops->matmul(be, o, 0, A->d, A->wo, NULL, io->x, 0, A->d, io->B, A->d, A->d,
+                           BACKEND_MM_ACCUMULATE);
 }
 
 const mixer_kind mixer_aft = {

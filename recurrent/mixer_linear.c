@@ -91,7 +91,8 @@ static int lin_step(void *priv, const mixer_io *io) {
     backend_buf *qkv = io->scratch[0], *o = io->scratch[2];
     if ((rc = mixer_proj3_run(&L->qkv, io, qkv)) < 0) return rc;
     if ((rc = be->ops->linear_step(be, qkv, L->gamma, o, io->region_off[0], L->H, L->dh, L->eps)) < 0) return rc;
-    return be->ops->matmul(be, o, 0, hd, L->wo, NULL, io->x, 0, L->d, io->B, L->d, hd, 1);
+    return be->ops->matmul(be, o, 0, hd, L->wo, NULL, io->x, 0, L->d, io->B, L->d, hd,
+                           BACKEND_MM_ACCUMULATE);
 }
 
 const mixer_kind mixer_linear = {

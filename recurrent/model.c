@@ -413,9 +413,10 @@ int model_step(model *m, const int *slots, const int *tokens, int B, float *logi
         io.shift_off = L->shift_off;
         if ((rc = L->kind->step(L->mixer, &io)) < 0) return rc;
         if ((rc = o->layernorm(be, m->x, m->h, L->ln2_w, L->ln2_b, d, c->norm_eps)) < 0) return rc;
-        if ((rc = o->matmul(be, m->h, 0, d, L->w1, L->b1, m->ff, 0, dff, B, dff, d, 0)) < 0) return rc;
-        if ((rc = o->gelu(be, m->ff, (size_t)B * dff)) < 0) return rc;
-        if ((rc = o->matmul(be, m->ff, 0, dff, L->w2, L->b2, m->x, 0, d, B, d, dff, 1)) < 0) return rc;
+        if ((rc = o->matmul(be, m->h, 0, d, L->w1, L->b1, m->ff, 0, dff, B, dff, d, BACKEND_MM_GELU)) < 0)
+            return rc;
+        if ((rc = o->matmul(be, m->ff, 0, dff, L->w2, L->b2, m->x, 0, d, B, d, dff, BACKEND_MM_ACCUMULATE)) < 0)
+            return rc;
     }
     if (!logits) return 0;
     if ((rc = o->layernorm(be, m->x, m->h, m->lnf_w, m->lnf_b, d, c->norm_eps)) < 0) return rc;

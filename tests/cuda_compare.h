@@ -226,15 +226,22 @@ static void case_matmul(void) {
     free(x); free(y); free(W); free(bias);
 }
 
-static void case_gelu(void) {
-    size_t n = 5000;
-    float *x = fvec(n);
-    fill(x, n, 6, 0);
-    twin t = twin_new(x, n);
-    CHECK(P.a->ops->gelu(P.a, t.a, n - 3) == 0 && P.r->ops->gelu(P.r, t.r, n - 3) == 0, "gelu");
-    same_f(&t, 0, n, "gelu");
-    twin_free(&t);
-    free(x);
+/* The feed-forward's first product with its GELU (BACKEND_MM_GELU): with
+ * bias, at an offset, over contiguous rows. */
+static void case_matmul_gelu(void) {
+    int B = CMP_B, K = 40, N = 72;
+    size_t yo = 5, xn = (size_t)B * K, yn = (size_t)B * N + 16;
+    float *x = fvec(xn), *y = fvec(yn), *W = fvec((size_t)N * K), *bias = fvec(N);
+    fill(x, xn, 2, 0);
+    fill(y, yn, 1, 0);
+    fill(W, (size_t)N * K, 0.5f, 0);
+    fill(bias, N, 1, 0);
+    twin tx = twin_new(x, xn), tW = twin_new(W, (size_t)N * K), tb = twin_new(bias, N), ty = twin_new(y, yn);
+    CHECK(P.a->ops->matmul(P.a, tx.a, 0, K, tW.a, tb.a, ty.a, yo, N, B, N, K, BACKEND_MM_GELU) == 0 &&
+          P.r->ops->matmul(P.r, tx.r, 0, K, tW.r, tb.r, ty.r, yo, N, B, N, K, BACKEND_MM_GELU) == 0, "matmul gelu");
+    same_f(&ty, 0, yn, "matmul gelu");
+    twin_free(&tx); twin_free(&tW); twin_free(&tb); twin_free(&ty);
+    free(x); free(y); free(W); free(bias);
 }
 
 static void case_shift_mix(void) {
@@ -411,8 +418,7 @@ static void case_block(void) {
                     if (!rc) rc = op->matmul(be, S(o), 0, d, S(Wo2), NULL, S(x), 0, d, B, d, d, 1);
                 }
                 if (!rc) rc = op->layernorm(be, S(x), S(h), S(ln2w), S(ln2b), d, 1e-5f);
-                if (!rc) rc = op->matmul(be, S(h), 0, d, S(W1), S(b1), S(f), 0, F, B, F, d, 0);
-                if (!rc) rc = op->gelu(be, S(f), (size_t)B * F);
+                if (!rc) rc = op->matmul(be, S(h), 0, d, S(W1), S(b1), S(f), 0, F, B, F, d, BACKEND_MM_GELU);
                 if (!rc) rc = op->matmul(be, S(f), 0, F, S(W2), S(b2), S(x), 0, d, B, d, F, 1);
             }
             if (!rc) rc = op->layernorm(be, S(x), S(h), S(lnfw), S(lnfb), d, 1e-5f);
@@ -553,7 +559,7 @@ static void models_random_bf16(void) {
 static void cmp_run_all(const char *label, backend_ctor ctor, double tol_f, double tol_s) {
     static const struct { const char *name; void (*fn)(void); } cases[] = {
         { "embed", case_embed }, { "layernorm", case_layernorm }, { "matmul", case_matmul },
-        { "gelu", case_gelu }, { "shift_mix", case_shift_mix }, { "linear_step", case_linear },
+        { "matmul_gelu", case_matmul_gelu }, { "shift_mix", case_shift_mix }, { "linear_step", case_linear },
         { "aft_step", case_aft }, { "slots", case_slots }, { "two_layer_model", case_block },
     };
     static char name[128];

@@ -67,7 +67,10 @@ static void refusals(void) {
     CHECK(o->matmul(be, in, 0, 32, W, NULL, out, 0, 32, 2, 32, 32, 0) == 0, "good matmul: %s", grid_backend_error(be));
     CHECK(o->shift_mix(be, in, in, out, slot_bytes - 8, 32, 1) == -EINVAL, "shift region past the slot accepted");
     CHECK(o->buf_upload(be, small, 5, zeros, 6) == -EINVAL, "upload past the end accepted");
-    CHECK(o->gelu(be, small, 11) == -EINVAL, "gelu past the end accepted");
+    CHECK(o->matmul(be, in, 0, 32, W, NULL, out, 0, 32, 2, 32, 32, BACKEND_MM_GELU | BACKEND_MM_ACCUMULATE) == -EINVAL,
+          "GELU with accumulate accepted");
+    CHECK(o->matmul(be, in, 0, 32, W, NULL, out, 0, 40, 1, 32, 32, BACKEND_MM_GELU) == -EINVAL,
+          "GELU with ldy != N accepted");
     CHECK(o->slots_reserve(be, 8, slot_bytes + 8) == -EINVAL, "slot size change accepted");
 
     /* dh = 2048 needs more threads than a block has: refused, not launched */

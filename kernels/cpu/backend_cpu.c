@@ -5,6 +5,11 @@
  * token-shift, layer-norm and linear-state loops), per-element math from
  * kernels/mixer_math.h. Big ops are split across a fork-join pool
  * (kernels/cpu/pool.h): GEMMs by output columns, batch ops by rows. */
+#if defined(__GNUC__) && !defined(__clang__)
+/* Where AVX-512 is enabled, let the element-wise loops use it (GCC defaults
+ * to 256-bit vectors on Intel). */
+#pragma GCC target("prefer-vector-width=512")
+#endif
 #include <cblas.h>
 #include <errno.h>
 #include <stdint.h>
@@ -14,13 +19,17 @@
 #include <unistd.h>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/pool.h"
 #include "kernels/mixer_math.h"
+
+enum { BUF_PLAIN, BUF_WT, BUF_PACKED };
 
 struct backend_buf {
     float *p;
     size_t n;
-    int wt;          /* made by weight_new: p holds Wᵀ [K × N] */
+    int kind;        /* made by weight_new: BUF_WT, p holds Wᵀ [K × N] for
+                        OpenBLAS; BUF_PACKED, p holds kernels/cpu/gemm.h panels */
 };
 
 typedef struct cpu {
@@ -33,6 +42,7 @@ typedef struct cpu {
     float *tmp;             /* scratch of the mixer steps */
     size_t tmp_n;
     cpu_pool *threads;      /* every op runs across these */
+    int packed;             /* weights packed for kernels/cpu/gemm.c (else OpenBLAS) */
     char device[128];
 } cpu;
 
@@ -54,20 +64,29 @@ static int cpu_buf_new(backend *be, size_t n, backend_buf **out) {
     b->p = amalloc(n * sizeof(float));
     if (!b->p) { free(b); return -ENOMEM; }
     b->n = n;
-    b->wt = 0;
+    b->kind = BUF_PLAIN;
     *out = b;
     return 0;
 }
 
-/* Keep Wᵀ: y = x·Wᵀ then runs as a NoTrans·NoTrans SGEMM, which OpenBLAS
- * does faster than NoTrans·Trans for the small M (batch) of a decode step. */
+/* Packed panels for kernels/cpu/gemm.c when the CPU runs it; otherwise Wᵀ,
+ * so y = x·Wᵀ runs as a NoTrans·NoTrans SGEMM, which OpenBLAS does faster
+ * than NoTrans·Trans for the small M (batch) of a decode step. */
 static int cpu_weight_new(backend *be, int N, int K, const float *W, backend_buf **out) {
+    cpu *c = (cpu *)be;
+    if (c->packed) {
+        int rc = cpu_buf_new(be, cpu_gemm_packed_floats(N, K), out);
+        if (rc < 0) return rc;
+        cpu_gemm_pack(W, N, K, (*out)->p);
+        (*out)->kind = BUF_PACKED;
+        return 0;
+    }
     int rc = cpu_buf_new(be, (size_t)N * (size_t)K, out);
     if (rc < 0) return rc;
     float *t = (*out)->p;
     for (int n = 0; n < N; n++)
         for (int k = 0; k < K; k++) t[(size_t)k * N + n] = W[(size_t)n * K + k];
-    (*out)->wt = 1;
+    (*out)->kind = BUF_WT;
     return 0;
 }
 
@@ -171,11 +190,12 @@ static int cpu_embed(backend *be, const backend_buf *E, backend_buf *x, int d) {
 
 /* ---- running an op over the pool ---------------------------------------
  * Batch-row ops split rows [0, B) into parts; matmul splits the output
- * columns. Small ops run inline: a fork-join costs microseconds. */
+ * columns. Tiny ops run inline: a fork-join costs about a microsecond while
+ * the workers poll (kernels/cpu/pool.c). */
 
 static int row_parts(const cpu *c, int B, size_t work_per_row) {
     int n = cpu_pool_size(c->threads);
-    if ((size_t)B * work_per_row < (1u << 16)) return 1;
+    if ((size_t)B * work_per_row < (1u << 12)) return 1;
     return B < n ? B : n;
 }
 
@@ -191,20 +211,42 @@ typedef struct ln_job {
     float eps;
 } ln_job;
 
+/* Σ x[i] over 16 interleaved partial sums, so the loop vectorizes (a single
+ * running sum must be added in order, one element per add latency). The
+ * order differs from the CUDA kernel's tree reduction in the last bits, as
+ * any two reductions do. */
+#define LN_LANES 16
+static inline float lane_sum(const float *x, float mean, int sq, int d) {
+    float acc[LN_LANES] = {0};
+    int i = 0;
+    for (; i + LN_LANES <= d; i += LN_LANES)
+        for (int l = 0; l < LN_LANES; l++) {
+            float t = x[i + l] - mean;
+            acc[l] += sq ? t * t : t;
+        }
+    float s = 0.0f;
+    for (int l = 0; l < LN_LANES; l++) s += acc[l];
+    for (; i < d; i++) {
+        float t = x[i] - mean;
+        s += sq ? t * t : t;
+    }
+    return s;
+}
+
+/* One row; y may equal x (each element is read before it is written). Not
+ * inlined into the part loop: as its own function the loops vectorize. */
+__attribute__((noinline)) static void ln_row(const float *x, float *y, const float *restrict w,
+                                             const float *restrict bias, int d, float eps) {
+    float mean = lane_sum(x, 0.0f, 0, d) / (float)d;
+    float rstd = lind_ln_rstd(lane_sum(x, mean, 1, d) / (float)d, eps);
+    for (int i = 0; i < d; i++) y[i] = lind_ln_apply(x[i], mean, rstd, w[i], bias[i]);
+}
+
 static void ln_part(void *arg, int part, int nparts) {
     const ln_job *j = arg;
     int lo, hi, d = j->d;
     part_range(j->B, part, nparts, &lo, &hi);
-    for (int b = lo; b < hi; b++) {
-        const float *xr = j->x + (size_t)b * d;
-        float *yr = j->y + (size_t)b * d;
-        float sum = 0.0f;
-        for (int i = 0; i < d; i++) sum += xr[i];
-        float mean = sum / (float)d, var = 0.0f;
-        for (int i = 0; i < d; i++) var += (xr[i] - mean) * (xr[i] - mean);
-        float rstd = lind_ln_rstd(var / (float)d, j->eps);
-        for (int i = 0; i < d; i++) yr[i] = lind_ln_apply(xr[i], mean, rstd, j->w[i], j->bias[i]);
-    }
+    for (int b = lo; b < hi; b++) ln_row(j->x + (size_t)b * d, j->y + (size_t)b * d, j->w, j->bias, d, j->eps);
 }
 
 static int cpu_layernorm(backend *be, const backend_buf *x, backend_buf *y, const backend_buf *w,
@@ -218,66 +260,73 @@ static int cpu_layernorm(backend *be, const backend_buf *x, backend_buf *y, cons
 typedef struct mm_job {
     const float *x, *W, *bias;
     float *y;
-    int ldx, ldy, B, N, K, wt, accumulate;
+    int ldx, ldy, B, N, K, kind, flags;
 } mm_job;
 
-/* Output columns [n0, n1) of y = x·Wᵀ (+ bias, + y). */
+/* Panels [p0, p1) of a packed weight for this part. */
+static void mm_packed_part(void *arg, int part, int nparts) {
+    const mm_job *j = arg;
+    int p0, p1;
+    part_range(cpu_gemm_panels(j->N), part, nparts, &p0, &p1);
+    cpu_gemm_run(j->x, j->ldx, j->W, j->bias, j->y, j->ldy, j->B, j->N, j->K, p0, p1, j->flags);
+}
+
+/* GELU over nn columns of B rows (OpenBLAS path). */
+__attribute__((noinline)) static void gelu_cols(float *y, int ldy, int B, int nn) {
+    for (int b = 0; b < B; b++) {
+        float *restrict yr = y + (size_t)b * ldy;
+        for (int n = 0; n < nn; n++) yr[n] = lind_gelu_erf(yr[n]);
+    }
+}
+
+/* Output columns [n0, n1) of y = x·Wᵀ (+ bias, + y) through OpenBLAS. */
 static void mm_part(void *arg, int part, int nparts) {
     const mm_job *j = arg;
-    int n0, n1;
+    int n0, n1, acc = j->flags & BACKEND_MM_ACCUMULATE;
     part_range(j->N / 16, part, nparts, &n0, &n1);   /* 16-column aligned blocks */
     n0 *= 16;
     n1 = part == nparts - 1 ? j->N : n1 * 16;
     int nn = n1 - n0;
     if (nn <= 0) return;
-    float beta = j->accumulate ? 1.0f : 0.0f;
+    float beta = acc ? 1.0f : 0.0f;
     if (j->bias) {
         for (int b = 0; b < j->B; b++) {
             float *yr = j->y + (size_t)b * j->ldy + n0;
-            if (j->accumulate)
+            if (acc)
                 for (int n = 0; n < nn; n++) yr[n] += j->bias[n0 + n];
             else
                 memcpy(yr, j->bias + n0, (size_t)nn * sizeof(float));
         }
         beta = 1.0f;
     }
-    if (j->wt)   /* W stored as Wᵀ [K × N] */
+    if (j->kind == BUF_WT)   /* W stored as Wᵀ [K × N] */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, j->B, nn, j->K, 1.0f, j->x, j->ldx, j->W + n0, j->N,
                     beta, j->y + n0, j->ldy);
     else
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->B, nn, j->K, 1.0f, j->x, j->ldx,
                     j->W + (size_t)n0 * j->K, j->K, beta, j->y + n0, j->ldy);
+    if (j->flags & BACKEND_MM_GELU) gelu_cols(j->y + n0, j->ldy, j->B, nn);
 }
 
 static int cpu_matmul(backend *be, const backend_buf *x, size_t xo, int ldx, const backend_buf *W,
                       const backend_buf *bias, backend_buf *y, size_t yo, int ldy, int B, int N, int K,
-                      int accumulate) {
+                      int flags) {
     cpu *c = (cpu *)be;
-    mm_job j = {x->p + xo, W->p, bias ? bias->p : NULL, y->p + yo, ldx, ldy, B, N, K, W->wt, accumulate};
+    if ((flags & ~(BACKEND_MM_ACCUMULATE | BACKEND_MM_GELU)) ||
+        ((flags & BACKEND_MM_GELU) && ((flags & BACKEND_MM_ACCUMULATE) || ldy != N)))
+        return -EINVAL;
+    mm_job j = {x->p + xo, W->p, bias ? bias->p : NULL, y->p + yo, ldx, ldy, B, N, K, W->kind, flags};
     int parts = cpu_pool_size(c->threads);
-    /* a fork-join costs ~2–40 µs on a busy 2-vCPU VM: split only GEMMs of
-     * ≥ 4M multiply-adds (≥ ~40 µs of work per part) */
-    if ((double)B * N * K < (double)(1 << 22) || N < 32 * parts) parts = 1;
-    cpu_pool_run(c->threads, mm_part, &j, parts);
-    return 0;
-}
-
-typedef struct gelu_job {
-    float *p;
-    size_t n;
-} gelu_job;
-
-static void gelu_part(void *arg, int part, int nparts) {
-    const gelu_job *j = arg;
-    size_t lo = j->n * (size_t)part / (size_t)nparts, hi = j->n * (size_t)(part + 1) / (size_t)nparts;
-    float *p = j->p;
-    for (size_t i = lo; i < hi; i++) p[i] = lind_gelu_erf(p[i]);
-}
-
-static int cpu_gelu(backend *be, backend_buf *x, size_t n) {
-    cpu *c = (cpu *)be;
-    gelu_job j = {x->p, n};
-    cpu_pool_run(c->threads, gelu_part, &j, n < (1u << 14) ? 1 : cpu_pool_size(c->threads));
+    /* below ~64k multiply-adds a fork-join (about a microsecond) costs more
+     * than it saves */
+    if ((double)B * N * K < (double)(1 << 16)) parts = 1;
+    if (W->kind == BUF_PACKED) {
+        if (parts > cpu_gemm_panels(N)) parts = cpu_gemm_panels(N);
+        cpu_pool_run(c->threads, mm_packed_part, &j, parts);
+    } else {
+        if (N < 16 * parts) parts = 1;
+        cpu_pool_run(c->threads, mm_part, &j, parts);
+    }
     return 0;
 }
 
@@ -289,18 +338,21 @@ typedef struct shift_job {
     int d, nmix;
 } shift_job;
 
+/* One row: out[p·d + i] for p < nmix, then prev ← h. */
+__attribute__((noinline)) static void shift_row(float *restrict out, float *restrict prev, const float *restrict h,
+                                                const float *restrict mu, int d, int nmix) {
+    for (int p = 0; p < nmix; p++)
+        for (int i = 0; i < d; i++) out[p * d + i] = lind_shift_mix(h[i], prev[i], mu[p * d + i]);
+    for (int i = 0; i < d; i++) prev[i] = h[i];
+}
+
 static void shift_part(void *arg, int part, int nparts) {
     const shift_job *j = arg;
     int lo, hi, d = j->d;
     part_range(j->c->B, part, nparts, &lo, &hi);
-    for (int b = lo; b < hi; b++) {
-        float *prev = (float *)(slot_ptr(j->c, j->c->slots[b]) + j->off);
-        const float *hr = j->h + (size_t)b * d;
-        float *o = j->out + (size_t)b * j->nmix * d;
-        for (int p = 0; p < j->nmix; p++)
-            for (int i = 0; i < d; i++) o[p * d + i] = lind_shift_mix(hr[i], prev[i], j->mu[p * d + i]);
-        memcpy(prev, hr, (size_t)d * sizeof(float));
-    }
+    for (int b = lo; b < hi; b++)
+        shift_row(j->out + (size_t)b * j->nmix * d, (float *)(slot_ptr(j->c, j->c->slots[b]) + j->off),
+                  j->h + (size_t)b * d, j->mu, d, j->nmix);
 }
 
 static int cpu_shift_mix(backend *be, const backend_buf *h, const backend_buf *mu, backend_buf *out,
@@ -314,7 +366,7 @@ static int cpu_shift_mix(backend *be, const backend_buf *h, const backend_buf *m
 /* S ← γS + φk vᵀ and num_j = Σ_i φq_i S[i][j] for one head: i outer, j inner
  * over contiguous rows of S so it vectorizes; the same per-element operation
  * (lind_lin_s) and i-order as lind_lin_column() in kernels/mixer_math.h. */
-static void lin_head(double *restrict S, double *restrict num, const float *restrict phik,
+__attribute__((noinline)) static void lin_head(double *restrict S, double *restrict num, const float *restrict phik,
                      const float *restrict phiq, const float *restrict v, double g, int dh) {
     for (int j = 0; j < dh; j++) num[j] = 0.0;
     for (int i = 0; i < dh; i++) {
@@ -329,37 +381,60 @@ static void lin_head(double *restrict S, double *restrict num, const float *rest
     }
 }
 
+/* Scratch floats per part: φq and φk of a row (H·dh each), then fp64
+ * numerators and z terms of a head (dh each, 8-byte aligned since H·dh·2
+ * floats is even). */
+static size_t lin_tmp_floats(int H, int dh) { return (size_t)2 * H * dh + 4 * (size_t)dh; }
+
 typedef struct lin_job {
     cpu *c;
     const float *in, *gamma;
-    float *out, *tmp;   /* tmp: 4·dh floats per part */
+    float *out, *tmp;   /* tmp: lin_tmp_floats() per part */
     size_t off;
     int H, dh;
     float eps;
 } lin_job;
 
+/* φ over n values (both branches are computed, so the loop vectorizes). */
+__attribute__((noinline)) static void phi_row(float *restrict out, const float *restrict x, int n) {
+    for (int i = 0; i < n; i++) out[i] = lind_elu1(x[i]);
+}
+
+/* z ← γz + φk for one head, returning the denominator Σ_i φq_i z_i summed in
+ * i order (the order of the CUDA kernel's reference); the updates vectorize,
+ * the sum is a separate pass over term. */
+__attribute__((noinline)) static double lin_z_head(double *restrict z, double *restrict term,
+                                                   const float *restrict phik, const float *restrict phiq,
+                                                   double g, int dh) {
+    for (int i = 0; i < dh; i++) term[i] = lind_lin_z(&z[i], phik[i], phiq[i], g);
+    double den = 0.0;
+    for (int i = 0; i < dh; i++) den += term[i];
+    return den;
+}
+
+__attribute__((noinline)) static void lin_out_head(float *restrict o, const double *restrict num, double den,
+                                                   float eps, int dh) {
+    for (int i = 0; i < dh; i++) o[i] = lind_lin_out(num[i], den, eps);
+}
+
 static void lin_part(void *arg, int part, int nparts) {
     const lin_job *j = arg;
     int lo, hi, H = j->H, dh = j->dh, hd = H * dh;
     part_range(j->c->B, part, nparts, &lo, &hi);
-    float *phiq = j->tmp + (size_t)part * 4 * dh, *phik = phiq + dh;
-    double *num = (double *)(phik + dh);
+    float *phiq = j->tmp + (size_t)part * lin_tmp_floats(H, dh), *phik = phiq + hd;
+    double *num = (double *)(phik + hd), *term = num + dh;
     for (int b = lo; b < hi; b++) {
         uint8_t *st = slot_ptr(j->c, j->c->slots[b]) + j->off;
         const float *q = j->in + (size_t)b * 3 * hd, *k = q + hd, *v = q + 2 * hd;
+        phi_row(phiq, q, hd);
+        phi_row(phik, k, hd);
         for (int h = 0; h < H; h++) {
             double *S = (double *)st + (size_t)h * dh * dh;
             double *z = (double *)st + (size_t)H * dh * dh + (size_t)h * dh;
             double g = j->gamma ? (double)j->gamma[h] : 1.0;
-            double den = 0.0;
-            for (int i = 0; i < dh; i++) {
-                phiq[i] = lind_elu1(q[h * dh + i]);
-                phik[i] = lind_elu1(k[h * dh + i]);
-                den += lind_lin_z(&z[i], phik[i], phiq[i], g);
-            }
-            lin_head(S, num, phik, phiq, v + h * dh, g, dh);
-            float *o = j->out + (size_t)b * hd + (size_t)h * dh;
-            for (int jj = 0; jj < dh; jj++) o[jj] = lind_lin_out(num[jj], den, j->eps);
+            double den = lin_z_head(z, term, phik + h * dh, phiq + h * dh, g, dh);
+            lin_head(S, num, phik + h * dh, phiq + h * dh, v + h * dh, g, dh);
+            lin_out_head(j->out + (size_t)b * hd + (size_t)h * dh, num, den, j->eps, dh);
         }
     }
 }
@@ -368,7 +443,7 @@ static int cpu_linear_step(backend *be, const backend_buf *in, const backend_buf
                            size_t state_off, int H, int dh, float eps) {
     cpu *c = (cpu *)be;
     int parts = row_parts(c, c->B, (size_t)H * dh * dh);
-    float *t = tmp_get(c, (size_t)parts * 4 * dh);   /* φq, φk, fp64 numerators per part */
+    float *t = tmp_get(c, (size_t)parts * lin_tmp_floats(H, dh));
     if (!t) return -ENOMEM;
     lin_job j = {c, in->p, gamma ? gamma->p : NULL, out->p, t, state_off, H, dh, eps};
     cpu_pool_run(c->threads, lin_part, &j, parts);
@@ -376,7 +451,7 @@ static int cpu_linear_step(backend *be, const backend_buf *in, const backend_buf
 }
 
 /* One session's AFT channels; restrict lets the loop vectorize. */
-static void aft_row(float *restrict o, double *restrict num, double *restrict den, double *restrict mx,
+__attribute__((noinline)) static void aft_row(float *restrict o, double *restrict num, double *restrict den, double *restrict mx,
                     const float *restrict r, const float *restrict k, const float *restrict v,
                     const float *restrict w, const float *restrict u, int d) {
     for (int i = 0; i < d; i++)
@@ -446,7 +521,6 @@ static const backend_ops cpu_ops = {
     .embed = cpu_embed,
     .layernorm = cpu_layernorm,
     .matmul = cpu_matmul,
-    .gelu = cpu_gelu,
     .shift_mix = cpu_shift_mix,
     .linear_step = cpu_linear_step,
     .aft_step = cpu_aft_step,
@@ -494,9 +568,14 @@ int backend_cpu_new(backend **out, char *err, size_t errlen) {
         return -EAGAIN;
     }
     openblas_set_num_threads(1);
+    /* LIND_CPU_GEMM=openblas keeps OpenBLAS even where the packed kernel
+     * runs (for comparisons). */
+    const char *g = getenv("LIND_CPU_GEMM");
+    c->packed = cpu_gemm_available() && !(g && !strcmp(g, "openblas"));
     read_cpu_name(c->device, sizeof c->device);
     size_t dl = strlen(c->device);
-    snprintf(c->device + dl, sizeof c->device - dl, ", %ld threads", nt);
+    snprintf(c->device + dl, sizeof c->device - dl, ", %ld threads, %s", nt,
+             c->packed ? "AVX-512 packed GEMM" : "OpenBLAS GEMM");
     *out = &c->base;
     return 0;
 }

@@ -5,8 +5,20 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 
-#define SPIN_ROUNDS 512     /* ≈ 12 µs of polling (pause ≈ 24 ns here) before sleeping */
+/* How long a waiting thread polls before it sleeps on a condition variable.
+ * The ops of one step follow each other within microseconds, and waking a
+ * sleeping thread costs tens of microseconds on a VM: polling across a whole
+ * step keeps every fork-join at about a microsecond. An idle pool (a daemon
+ * between steps) sleeps after this long. */
+#define SPIN_NS 2000000L
+
+static long long now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
 
 struct cpu_pool {
     int size;
@@ -40,10 +52,13 @@ static void *worker(void *a) {
     unsigned seen = 0;
     for (;;) {
         unsigned g;
-        int spins = 0;
-        while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen && spins < SPIN_ROUNDS) {
+        long long t0 = 0;
+        for (int spins = 0; (g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen; spins++) {
             cpu_relax();
-            spins++;
+            if ((spins & 255) == 255) {
+                if (!t0) t0 = now_ns();
+                else if (now_ns() - t0 > SPIN_NS) break;
+            }
         }
         if (g == seen) {
             pthread_mutex_lock(&p->mu);
@@ -130,10 +145,13 @@ void cpu_pool_run(cpu_pool *p, cpu_pool_fn fn, void *arg, int n) {
     if (p->sleepers) pthread_cond_broadcast(&p->go);
     pthread_mutex_unlock(&p->mu);
     fn(arg, 0, n);
-    int spins = 0;
-    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0 && spins < SPIN_ROUNDS) {
+    long long t0 = 0;
+    for (int spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++) {
         cpu_relax();
-        spins++;
+        if ((spins & 255) == 255) {
+            if (!t0) t0 = now_ns();
+            else if (now_ns() - t0 > SPIN_NS) break;
+        }
     }
     if (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) {
         pthread_mutex_lock(&p->mu);

@@ -337,11 +337,14 @@ static int matmul_bf16(gridbe *g, const backend_buf *x, size_t xo, int ldx, back
  * x is xᵀ [K × B] (ld ldx), so yᵀ = op_T(Wᵀ)·xᵀ = W·xᵀ. */
 static int g_matmul(backend *be, const backend_buf *x, size_t xo, int ldx, const backend_buf *W,
                     const backend_buf *bias, backend_buf *y, size_t yo, int ldy, int B, int N, int K,
-                    int accumulate) {
+                    int flags) {
     gridbe *g = G(be);
-    int rc;
+    int rc, accumulate = flags & BACKEND_MM_ACCUMULATE;
     if (B < 0 || N < 1 || K < 1 || ldx < K || ldy < N || B > KB_MAX_GRID_Y)
         return fail(g, -EINVAL, "matmul: bad shape B=%d N=%d K=%d ldx=%d ldy=%d", B, N, K, ldx, ldy);
+    if ((flags & ~(BACKEND_MM_ACCUMULATE | BACKEND_MM_GELU)) ||
+        ((flags & BACKEND_MM_GELU) && (accumulate || ldy != N)))
+        return fail(g, -EINVAL, "matmul: flags %#x (GELU needs ldy == N and no accumulate)", flags);
     if (B == 0) return 0;
     size_t xn = xo + (size_t)(B - 1) * ldx + K, yn = yo + (size_t)(B - 1) * ldy + N;
     if ((rc = fits(g, x, xn, "matmul", "x")) < 0 || (rc = fits(g, y, yn, "matmul", "y")) < 0 ||
@@ -353,19 +356,16 @@ static int g_matmul(backend *be, const backend_buf *x, size_t xo, int ldx, const
         if ((rc = launch(g, KB_BIAS_ROWS, kb_bias_rows_launch(B, N), &a, "matmul bias")) < 0) return rc;
         beta = 1.0f;
     }
-    if (g->bf16) return matmul_bf16(g, x, xo, ldx, (backend_buf *)W, y, yo, ldy, B, N, K, beta);
-    if (W->bf_only) return fail(g, -EINVAL, "matmul: W was made as a bf16 weight, GEMMs are now fp32");
-    return dev_rc(g, g->dev->sgemm(g->dev, 1, 0, N, B, K, 1.0f, F(W), K, F(x) + xo, ldx, beta, F(y) + yo, ldy),
-                  "matmul");
-}
-
-static int g_gelu(backend *be, backend_buf *x, size_t n) {
-    gridbe *g = G(be);
-    int rc = fits(g, x, n, "gelu", "x");
-    if (rc < 0 || n == 0) return rc;
-    if (n > (size_t)KB_EW_BLOCK * INT32_MAX) return fail(g, -EINVAL, "gelu: %zu elements", n);
-    kb_gelu_args a = { F(x), n };
-    return launch(g, KB_GELU, kb_gelu_launch(n), &a, "gelu");
+    if (g->bf16) rc = matmul_bf16(g, x, xo, ldx, (backend_buf *)W, y, yo, ldy, B, N, K, beta);
+    else if (W->bf_only) return fail(g, -EINVAL, "matmul: W was made as a bf16 weight, GEMMs are now fp32");
+    else rc = dev_rc(g, g->dev->sgemm(g->dev, 1, 0, N, B, K, 1.0f, F(W), K, F(x) + xo, ldx, beta, F(y) + yo, ldy),
+                     "matmul");
+    if (rc < 0 || !(flags & BACKEND_MM_GELU)) return rc;
+    /* the activation in place over the B·N contiguous outputs */
+    size_t n = (size_t)B * N;
+    if (n > (size_t)KB_EW_BLOCK * INT32_MAX) return fail(g, -EINVAL, "matmul gelu: %zu elements", n);
+    kb_gelu_args a = { F(y) + yo, n };
+    return launch(g, KB_GELU, kb_gelu_launch(n), &a, "matmul gelu");
 }
 
 static int g_shift_mix(backend *be, const backend_buf *h, const backend_buf *mu, backend_buf *out,
@@ -433,7 +433,6 @@ static const backend_ops grid_ops = {
     .embed = g_embed,
     .layernorm = g_layernorm,
     .matmul = g_matmul,
-    .gelu = g_gelu,
     .shift_mix = g_shift_mix,
     .linear_step = g_linear_step,
     .aft_step = g_aft_step,

@@ -1,0 +1,182 @@
+/* tests/test_core_gemm.c — the CPU backend's packed decode GEMM
+ * (kernels/cpu/gemm.h) against a long-double reference: every row-block
+ * size, panel tails, strides, bias, accumulate, panel ranges; that a row's
+ * result does not depend on the batch around it; and the backend's matmul
+ * flags (fused GELU) on both of its GEMM paths, packed and OpenBLAS. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/mixer_math.h"
+#include "tests/check.h"
+
+static float frand(unsigned *s) {
+    *s = *s * 1103515245u + 12345u;
+    return (float)((*s >> 8) & 0xFFFF) / 32768.0f - 1.0f;
+}
+
+/* One product y = (acc ? y0 : 0) + bias + x·Wᵀ through cpu_gemm_run over all
+ * panels, checked element by element; the padding columns of y (ldy > N)
+ * must keep their sentinel. Returns the worst relative error. */
+static double run_case(int B, int N, int K, int ldx, int ldy, int with_bias, int acc, unsigned seed) {
+    float *x = malloc(sizeof(float) * (size_t)B * ldx), *W = malloc(sizeof(float) * (size_t)N * K);
+    float *bias = malloc(sizeof(float) * (size_t)N), *y = malloc(sizeof(float) * (size_t)B * ldy);
+    float *y0 = malloc(sizeof(float) * (size_t)B * ldy);
+    float *Wp = aligned_alloc(64, ((cpu_gemm_packed_floats(N, K) * sizeof(float) + 63) / 64) * 64);
+    double worst = 0;
+    for (int i = 0; i < B * ldx; i++) x[i] = frand(&seed);
+    for (int i = 0; i < N * K; i++) W[i] = frand(&seed);
+    for (int i = 0; i < N; i++) bias[i] = frand(&seed);
+    for (int i = 0; i < B * ldy; i++) y[i] = y0[i] = (i % ldy) < N ? frand(&seed) : 12345.0f;
+    cpu_gemm_pack(W, N, K, Wp);
+    cpu_gemm_run(x, ldx, Wp, with_bias ? bias : NULL, y, ldy, B, N, K, 0, cpu_gemm_panels(N), acc);
+    for (int b = 0; b < B; b++) {
+        for (int n = 0; n < N; n++) {
+            long double yv = acc ? y0[b * ldy + n] : 0, bv = with_bias ? bias[n] : 0;
+            long double ref = yv + bv, mag = fabsl(yv) + fabsl(bv);
+            for (int k = 0; k < K; k++) {
+                ref += (long double)x[b * ldx + k] * W[n * K + k];
+                mag += fabsl((long double)x[b * ldx + k] * W[n * K + k]);
+            }
+            double err = (double)(fabsl(y[b * ldy + n] - ref) / (mag + 1e-30L));
+            if (err > worst) worst = err;
+        }
+        for (int n = N; n < ldy; n++)
+            CHECK(y[b * ldy + n] == 12345.0f, "B=%d N=%d K=%d: column %d beyond N was written", B, N, K, n);
+    }
+    free(x); free(W); free(bias); free(y); free(y0); free(Wp);
+    return worst;
+}
+
+/* Every row-block size 1…12 and the splits of bigger batches, N on and off
+ * the 32-column panel edge, K from 1 up. */
+static void test_shapes(void) {
+    static const int Bs[] = {1, 2, 3, 5, 7, 11, 12, 13, 24, 25, 32, 37, 64, 100};
+    static const int Ns[] = {1, 15, 16, 17, 31, 32, 33, 48, 64, 96, 192};
+    static const int Ks[] = {1, 3, 16, 33, 192};
+    unsigned seed = 7;
+    double worst = 0;
+    for (size_t bi = 0; bi < sizeof Bs / sizeof *Bs; bi++)
+        for (size_t ni = 0; ni < sizeof Ns / sizeof *Ns; ni++)
+            for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++) {
+                int B = Bs[bi], N = Ns[ni], K = Ks[ki];
+                double e = run_case(B, N, K, K, N, (int)((bi + ni) % 2), (int)((ni + ki) % 2), seed++);
+                if (e > worst) worst = e;
+                CHECK(e < 1e-5, "B=%d N=%d K=%d: relative error %.3g", B, N, K, e);
+            }
+    printf("NOTE gemm shapes: worst relative error %.3g (fp32 sums vs long double)\n", worst);
+}
+
+/* Row strides wider than the product (q, k, v as column blocks of one
+ * buffer) and y padding that must stay untouched. */
+static void test_strides(void) {
+    CHECK(run_case(9, 40, 50, 77, 53, 1, 1, 3) < 1e-5, "strided, bias, accumulate");
+    CHECK(run_case(33, 64, 192, 576, 200, 0, 0, 4) < 1e-5, "strided, plain");
+}
+
+/* Splitting panels between callers (the backend's threads) covers each
+ * column exactly once, with the same values as one call. */
+static void test_panel_ranges(void) {
+    int B = 20, N = 100, K = 40, P = cpu_gemm_panels(N);
+    unsigned seed = 11;
+    float *x = malloc(sizeof(float) * B * K), *W = malloc(sizeof(float) * N * K);
+    float *y1 = malloc(sizeof(float) * B * N), *y2 = malloc(sizeof(float) * B * N);
+    float *Wp = aligned_alloc(64, ((cpu_gemm_packed_floats(N, K) * sizeof(float) + 63) / 64) * 64);
+    for (int i = 0; i < B * K; i++) x[i] = frand(&seed);
+    for (int i = 0; i < N * K; i++) W[i] = frand(&seed);
+    cpu_gemm_pack(W, N, K, Wp);
+    cpu_gemm_run(x, K, Wp, NULL, y1, N, B, N, K, 0, P, 0);
+    for (int i = 0; i < B * N; i++) y2[i] = NAN;
+    for (int p = 0; p < P; p++) cpu_gemm_run(x, K, Wp, NULL, y2, N, B, N, K, p, p + 1, 0);
+    CHECK(!memcmp(y1, y2, sizeof(float) * B * N), "panel-by-panel result differs from one call");
+    cpu_gemm_run(x, K, Wp, NULL, y2, N, B, N, K, 1, 1, 0);   /* empty range writes nothing */
+    CHECK(!memcmp(y1, y2, sizeof(float) * B * N), "an empty panel range wrote");
+    free(x); free(W); free(y1); free(y2); free(Wp);
+}
+
+/* A session's logits must not depend on who shares its step: row b of a
+ * batch is bit-identical to the same row computed alone (every element is
+ * one FMA chain over k in order, whatever the row block). */
+static void test_batch_invariance(void) {
+    int N = 96, K = 192, B = 37;
+    unsigned seed = 5;
+    float *x = malloc(sizeof(float) * B * K), *W = malloc(sizeof(float) * N * K), *bias = malloc(sizeof(float) * N);
+    float *yb = malloc(sizeof(float) * B * N), *y1 = malloc(sizeof(float) * N);
+    float *Wp = aligned_alloc(64, ((cpu_gemm_packed_floats(N, K) * sizeof(float) + 63) / 64) * 64);
+    for (int i = 0; i < B * K; i++) x[i] = frand(&seed);
+    for (int i = 0; i < N * K; i++) W[i] = frand(&seed);
+    for (int i = 0; i < N; i++) bias[i] = frand(&seed);
+    cpu_gemm_pack(W, N, K, Wp);
+    cpu_gemm_run(x, K, Wp, bias, yb, N, B, N, K, 0, cpu_gemm_panels(N), 0);
+    for (int b = 0; b < B; b++) {
+        cpu_gemm_run(x + b * K, K, Wp, bias, y1, N, 1, N, K, 0, cpu_gemm_panels(N), 0);
+        CHECK(!memcmp(y1, yb + b * N, sizeof(float) * N), "row %d of a batch of %d differs from the row alone", b, B);
+    }
+    free(x); free(W); free(bias); free(yb); free(y1); free(Wp);
+}
+
+/* matmul through the CPU backend with BACKEND_MM_GELU equals the product
+ * followed by lind_gelu_erf, on the path LIND_CPU_GEMM selects; flag
+ * combinations the contract refuses are refused. */
+static void backend_gelu_case(const char *gemm) {
+    enum { B = 19, N = 150, K = 64 };
+    setenv("LIND_CPU_GEMM", gemm, 1);
+    backend *be;
+    char err[256];
+    int rc = backend_new("cpu", &be, err, sizeof err);
+    unsetenv("LIND_CPU_GEMM");
+    CHECK(rc == 0, "%s: %s", gemm, err);
+    if (rc) return;
+    const backend_ops *o = be->ops;
+    unsigned seed = 9;
+    float x[B * K], W[N * K], bias[N], y[B * N];
+    for (int i = 0; i < B * K; i++) x[i] = 2 * frand(&seed);
+    for (int i = 0; i < N * K; i++) W[i] = 0.3f * frand(&seed);
+    for (int i = 0; i < N; i++) bias[i] = frand(&seed);
+    backend_buf *bx = NULL, *bW = NULL, *bb = NULL, *by = NULL;
+    CHECK(o->buf_new(be, B * K, &bx) == 0 && backend_weight_new(be, N, K, W, &bW) == 0 &&
+          o->buf_new(be, N, &bb) == 0 && o->buf_new(be, B * N, &by) == 0, "buffers");
+    o->buf_upload(be, bx, 0, x, B * K);
+    o->buf_upload(be, bb, 0, bias, N);
+    CHECK(o->matmul(be, bx, 0, K, bW, bb, by, 0, N, B, N, K, BACKEND_MM_GELU) == 0, "%s: matmul gelu", gemm);
+    o->buf_download(be, by, 0, y, B * N);
+    double worst = 0;
+    for (int b = 0; b < B; b++)
+        for (int n = 0; n < N; n++) {
+            double s = bias[n], mag = fabs(bias[n]);
+            for (int k = 0; k < K; k++) {
+                s += (double)x[b * K + k] * W[n * K + k];
+                mag += fabs((double)x[b * K + k] * W[n * K + k]);
+            }
+            double e = fabs(y[b * N + n] - lind_gelu_erf((float)s)) / (mag + 1e-30);
+            if (e > worst) worst = e;
+        }
+    CHECK(worst < 1e-5, "%s: GELU(x·Wᵀ + b) off by %.3g relative", gemm, worst);
+    CHECK(o->matmul(be, bx, 0, K, bW, bb, by, 0, N, B, N, K, BACKEND_MM_GELU | BACKEND_MM_ACCUMULATE) == -EINVAL,
+          "%s: GELU with accumulate accepted", gemm);
+    CHECK(o->matmul(be, bx, 0, K, bW, bb, by, 0, N + 1, B - 1, N, K, BACKEND_MM_GELU) == -EINVAL,
+          "%s: GELU with ldy != N accepted", gemm);
+    CHECK(o->matmul(be, bx, 0, K, bW, bb, by, 0, N, B, N, K, 4) == -EINVAL, "%s: unknown flag accepted", gemm);
+    o->buf_free(be, bx); o->buf_free(be, bW); o->buf_free(be, bb); o->buf_free(be, by);
+    backend_free(be);
+}
+
+static void test_backend_gelu_packed(void) { backend_gelu_case("packed"); }
+static void test_backend_gelu_openblas(void) { backend_gelu_case("openblas"); }
+
+int main(void) {
+    RUN(test_backend_gelu_openblas);
+    if (!cpu_gemm_available()) {
+        printf("SKIP gemm: this CPU has no AVX-512F; the CPU backend uses OpenBLAS here\n");
+        return check_exit();
+    }
+    RUN(test_backend_gelu_packed);
+    RUN(test_shapes);
+    RUN(test_strides);
+    RUN(test_panel_ranges);
+    RUN(test_batch_invariance);
+    return check_exit();
+}
