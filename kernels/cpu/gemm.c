@@ -10,7 +10,17 @@
 
 #define NR CPU_GEMM_NR
 #define MR CPU_GEMM_MR
+/* The row loops must be unrolled completely so the accumulator arrays live
+ * in registers. */
+#if defined(__clang__)
+#define UNROLL_ROWS _Pragma("clang loop unroll(full)")
+#define UNROLL_K _Pragma("clang loop unroll_count(2)")
+#define TGT __attribute__((target("avx512f,fma")))
+#else   /* GCC: also let gelu16's loop use 512-bit vectors */
+#define UNROLL_ROWS _Pragma("GCC unroll 12")
+#define UNROLL_K _Pragma("GCC unroll 2")
 #define TGT __attribute__((target("avx512f,fma,prefer-vector-width=512")))
+#endif
 
 int cpu_gemm_available(void) {
 #if defined(__x86_64__)
@@ -54,15 +64,15 @@ TGT static inline __attribute__((always_inline)) void micro(const int mr, int K,
                                                             const float *panel, const float *bias, float *y, int ldy,
                                                             int ncols, int flags) {
     __m512 c0[MR], c1[MR];
-#pragma GCC unroll 12
+UNROLL_ROWS
     for (int r = 0; r < mr; r++) {
         c0[r] = _mm512_setzero_ps();
         c1[r] = _mm512_setzero_ps();
     }
-#pragma GCC unroll 2
+UNROLL_K
     for (int k = 0; k < K; k++) {
         __m512 w0 = _mm512_load_ps(panel + (size_t)k * NR), w1 = _mm512_load_ps(panel + (size_t)k * NR + 16);
-#pragma GCC unroll 12
+UNROLL_ROWS
         for (int r = 0; r < mr; r++) {
             __m512 a = _mm512_set1_ps(x[(size_t)r * ldx + k]);
             c0[r] = _mm512_fmadd_ps(a, w0, c0[r]);
@@ -73,7 +83,7 @@ TGT static inline __attribute__((always_inline)) void micro(const int mr, int K,
     __mmask16 m1 = ncols >= NR ? (__mmask16)0xFFFF : ncols > 16 ? (__mmask16)((1u << (ncols - 16)) - 1) : 0;
     __m512 b0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
     __m512 b1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
-#pragma GCC unroll 12
+UNROLL_ROWS
     for (int r = 0; r < mr; r++) {
         float *yr = y + (size_t)r * ldy;
         __m512 o0 = _mm512_add_ps(c0[r], b0), o1 = _mm512_add_ps(c1[r], b1);

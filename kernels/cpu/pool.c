@@ -3,21 +3,48 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
 
-/* How long a waiting thread polls before it sleeps on a condition variable.
- * The ops of one step follow each other within microseconds, and waking a
- * sleeping thread costs tens of microseconds on a VM: polling across a whole
- * step keeps every fork-join at about a microsecond. An idle pool (a daemon
- * between steps) sleeps after this long. */
-#define SPIN_NS 2000000L
+/* How a thread waits for the next job or for the others to finish: it polls
+ * (the ops of one step follow each other within microseconds, and waking a
+ * sleeping thread costs tens of microseconds on a VM, so a fork-join stays
+ * at about a microsecond), after POLL_NS it polls with sched_yield() so the
+ * event loop and other threads sharing these cores get them at once, and
+ * after SLEEP_NS (an idle pool, e.g. a daemon between steps) it sleeps on a
+ * condition variable. */
+#define POLL_NS  20000L
+#define SLEEP_NS 2000000L
 
 static long long now_ns(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+typedef struct poller {
+    unsigned spins;
+    long long t0, dt;
+} poller;
+
+/* One round of waiting; 0 once the caller should sleep instead. */
+static int poll_more(poller *w) {
+    if (w->dt > POLL_NS) sched_yield();
+    else cpu_relax();
+    if ((++w->spins & (w->dt > POLL_NS ? 15u : 255u)) == 0) {
+        long long t = now_ns();
+        if (!w->t0) w->t0 = t;
+        w->dt = t - w->t0;
+    }
+    return w->dt <= SLEEP_NS;
 }
 
 struct cpu_pool {
@@ -38,12 +65,6 @@ typedef struct worker_arg {
     int index;
 } worker_arg;
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-}
-
 static void *worker(void *a) {
     worker_arg *wa = a;
     cpu_pool *p = wa->p;
@@ -52,14 +73,8 @@ static void *worker(void *a) {
     unsigned seen = 0;
     for (;;) {
         unsigned g;
-        long long t0 = 0;
-        for (int spins = 0; (g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen; spins++) {
-            cpu_relax();
-            if ((spins & 255) == 255) {
-                if (!t0) t0 = now_ns();
-                else if (now_ns() - t0 > SPIN_NS) break;
-            }
-        }
+        poller w = {0, 0, 0};
+        while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen && poll_more(&w)) {}
         if (g == seen) {
             pthread_mutex_lock(&p->mu);
             while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen && !p->stop) {
@@ -145,14 +160,8 @@ void cpu_pool_run(cpu_pool *p, cpu_pool_fn fn, void *arg, int n) {
     if (p->sleepers) pthread_cond_broadcast(&p->go);
     pthread_mutex_unlock(&p->mu);
     fn(arg, 0, n);
-    long long t0 = 0;
-    for (int spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++) {
-        cpu_relax();
-        if ((spins & 255) == 255) {
-            if (!t0) t0 = now_ns();
-            else if (now_ns() - t0 > SPIN_NS) break;
-        }
-    }
+    poller w = {0, 0, 0};
+    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0 && poll_more(&w)) {}
     if (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) {
         pthread_mutex_lock(&p->mu);
         while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) pthread_cond_wait(&p->done, &p->mu);

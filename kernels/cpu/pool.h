@@ -2,9 +2,9 @@
  *
  * cpu_pool_run(p, fn, arg, n) runs fn(arg, i, n) for every part i < n, part 0
  * on the calling thread and the others on the pool's workers, and returns
- * when all are done. Workers spin briefly for the next job (ops of one step
- * follow each other closely), then sleep on a condition variable. One caller
- * at a time. */
+ * when all are done. Waiting threads poll, then poll yielding the CPU, then
+ * sleep on a condition variable (see pool.c for the timings). One caller at a
+ * time. */
 #ifndef LIND_KERNELS_CPU_POOL_H
 #define LIND_KERNELS_CPU_POOL_H
 
