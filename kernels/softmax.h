@@ -9,13 +9,20 @@
 /* p[i] = e^{(l[i] − max l)·inv_temp}, unnormalized (the largest is 1);
  * returns Σ p[i] in double. p may equal l. */
 LIND_HD static inline double lind_softmax(const float *l, int n, float inv_temp, float *p) {
-    float mx = l[0];
-    for (int i = 1; i < n; i++) mx = l[i] > mx ? l[i] : mx;
+    /* max over 16 interleaved lanes and the exponentials in their own loop,
+     * so both vectorize; the sum stays one in-order double pass, so the
+     * result is the same whatever the vector width */
+    float lane[16];
+    int i = 0;
+    for (int j = 0; j < 16; j++) lane[j] = l[0];
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; j++) lane[j] = l[i + j] > lane[j] ? l[i + j] : lane[j];
+    float mx = lane[0];
+    for (int j = 1; j < 16; j++) mx = lane[j] > mx ? lane[j] : mx;
+    for (; i < n; i++) mx = l[i] > mx ? l[i] : mx;
+    for (i = 0; i < n; i++) p[i] = lind_expf((l[i] - mx) * inv_temp);
     double total = 0.0;
-    for (int i = 0; i < n; i++) {
-        p[i] = lind_expf((l[i] - mx) * inv_temp);
-        total += p[i];
-    }
+    for (i = 0; i < n; i++) total += p[i];
     return total;
 }
 

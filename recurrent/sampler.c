@@ -87,10 +87,12 @@ int sampler_next(sampler *s, const float *logits, int vocab, float *scratch) {
     float *l = scratch, *idx = scratch + vocab;   /* indices kept as floats (exact < 2^24) */
     memcpy(l, logits, (size_t)vocab * sizeof *l);
     apply_penalty(s, l, vocab);
-    int best = 0;
-    for (int i = 1; i < vocab; i++)
-        if (l[i] > l[best]) best = i;
-    if (s->p.temperature == 0.0f) return best;
+    if (s->p.temperature == 0.0f) {
+        int best = 0;
+        for (int i = 1; i < vocab; i++)
+            if (l[i] > l[best]) best = i;
+        return best;
+    }
 
     /* probabilities at temperature (unnormalized, max-subtracted) */
     double total = lind_softmax(l, vocab, 1.0f / s->p.temperature, l);
@@ -118,16 +120,18 @@ int sampler_next(sampler *s, const float *logits, int vocab, float *scratch) {
         }
         total = 0.0;
         for (int i = 0; i < n; i++) total += l[(int)idx[i]];
-    } else {
-        for (int i = 0; i < vocab; i++) idx[i] = (float)i;
     }
+    /* the draw, in token order or in the kept order; the most likely token
+     * has mass 1, so `last` is always set from a kept token */
+    int ordered = k < vocab || s->p.top_p < 1.0f;
     double u = (double)(rng_next(s->rng) >> 11) * 0x1.0p-53 * total, acc = 0.0;
-    int last = best;   /* rounding fallback: the last kept token with mass */
+    int last = 0;   /* rounding fallback: the last kept token with mass */
     for (int i = 0; i < n; i++) {
-        float pi = l[(int)idx[i]];
+        int t = ordered ? (int)idx[i] : i;
+        float pi = l[t];
         if (pi <= 0.0f) continue;
         acc += pi;
-        last = (int)idx[i];
+        last = t;
         if (u < acc) return last;
     }
     return last;

@@ -3,6 +3,11 @@
  * decides at run time (cpu_gemm_available). */
 #include "kernels/cpu/gemm.h"
 
+#if defined(__GNUC__) && !defined(__clang__)
+/* where AVX-512 is enabled, let gelu_tile's loop use it (GCC defaults to
+ * 256-bit vectors on Intel) */
+#pragma GCC target("prefer-vector-width=512")
+#endif
 #include <immintrin.h>
 #include <string.h>
 
@@ -16,10 +21,10 @@
 #define UNROLL_ROWS _Pragma("clang loop unroll(full)")
 #define UNROLL_K _Pragma("clang loop unroll_count(2)")
 #define TGT __attribute__((target("avx512f,fma")))
-#else   /* GCC: also let gelu16's loop use 512-bit vectors */
+#else
 #define UNROLL_ROWS _Pragma("GCC unroll 12")
 #define UNROLL_K _Pragma("GCC unroll 2")
-#define TGT __attribute__((target("avx512f,fma,prefer-vector-width=512")))
+#define TGT __attribute__((target("avx512f,fma")))
 #endif
 
 int cpu_gemm_available(void) {
@@ -46,13 +51,14 @@ void cpu_gemm_pack(const float *W, int N, int K, float *dst) {
     }
 }
 
-/* lind_gelu_erf on 16 lanes: the shared scalar definition in a loop the
- * compiler turns into one pass of 512-bit vector code. */
-TGT static inline __attribute__((always_inline)) __m512 gelu16(__m512 v) {
-    float t[16] __attribute__((aligned(64)));
-    _mm512_store_ps(t, v);
-    for (int i = 0; i < 16; i++) t[i] = lind_gelu_erf(t[i]);
-    return _mm512_load_ps(t);
+/* GELU over a finished mr × ncols tile of y, still in L1. A plain function
+ * (not TGT) so lind_gelu_erf inlines and the loop vectorizes with the
+ * file's own flags: GCC does not inline across differing target options. */
+__attribute__((noinline)) static void gelu_tile(float *y, int ldy, int mr, int ncols) {
+    for (int r = 0; r < mr; r++) {
+        float *restrict yr = y + (size_t)r * ldy;
+        for (int j = 0; j < ncols; j++) yr[j] = lind_gelu_erf(yr[j]);
+    }
 }
 
 /* One row block of `mr` rows (a compile-time constant after inlining)
@@ -87,10 +93,7 @@ UNROLL_ROWS
     for (int r = 0; r < mr; r++) {
         float *yr = y + (size_t)r * ldy;
         __m512 o0 = _mm512_add_ps(c0[r], b0), o1 = _mm512_add_ps(c1[r], b1);
-        if (flags & CPU_GEMM_GELU) {
-            o0 = gelu16(o0);
-            o1 = gelu16(o1);
-        } else if (flags & CPU_GEMM_ACCUMULATE) {
+        if (flags & CPU_GEMM_ACCUMULATE) {
             o0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, yr), o0);
             o1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, yr + 16), o1);
         }
@@ -125,8 +128,9 @@ void cpu_gemm_run(const float *x, int ldx, const float *Wp, const float *bias, f
         const float *bp = bias ? bias + (size_t)p * NR : NULL;
         for (int i = 0; i < nb; i++) {
             int r0 = row0(B, nb, i), mr = row0(B, nb, i + 1) - r0;
-            micro_any(mr, K, x + (size_t)r0 * ldx, ldx, panel, bp, y + (size_t)r0 * ldy + (size_t)p * NR, ldy, ncols,
-                      flags);
+            float *yt = y + (size_t)r0 * ldy + (size_t)p * NR;
+            micro_any(mr, K, x + (size_t)r0 * ldx, ldx, panel, bp, yt, ldy, ncols, flags);
+            if (flags & CPU_GEMM_GELU) gelu_tile(yt, ldy, mr, ncols);
         }
     }
 }
