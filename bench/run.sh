@@ -127,8 +127,10 @@ if want batch; then
       /parameters/ { for (i = 1; i <= NF; i++) if ($(i+1) ~ /^parameters/) params = $i }
       /matrix FLOPs per token:/ { for (i = 1; i <= NF; i++) if ($i == "token:") fpt = $(i+1) * 1e6 }
       /^SGEMM/ { for (i = 1; i <= NF; i++) { if ($i == "GFLOP/s") peak = $(i-1); if ($i == "GB/s") bw = $(i-1) } }
-      # Header: "step ms" is one column of the rows below it.
-      $1 == "batch" { j = 0; for (i = 1; i <= NF; i++) { if ($i == "ms" && $(i-1) == "step") continue; j++; if ($i == "tokens/s") tcol = j } next }
+      # Header: "step ms" is one column of the rows below it. Only the first
+      # table has tokens/s; the per-CPU-second table after it does not.
+      /^per CPU-second/ { tcol = 0; done = 1 }
+      $1 == "batch" && !done { j = 0; for (i = 1; i <= NF; i++) { if ($i == "ms" && $(i-1) == "step") continue; j++; if ($i == "tokens/s") tcol = j } next }
       tcol && $1 ~ /^[0-9]+$/ { b[++n] = $1; t[n] = $(tcol) }
       END {
         if (!params || !fpt || !peak || !bw || !n) { print "could not read bench-step output" > "/dev/stderr"; exit 1 }

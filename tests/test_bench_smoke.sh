@@ -4,7 +4,8 @@
 # memory per session is what the model's shape says (constant for the
 # recurrent state, K and V of every layer per cached token for softmax), a
 # cache over the memory limit is reported as out of memory rather than run,
-# and bench/run.sh's decode section writes its markdown, plot and index.
+# bench/run.sh's decode section writes its markdown, plot and index, and its
+# batch section one roofline row per batch.
 # Times are printed by the benchmark but not asserted: speed is shown by
 # `make bench`, never by a timed test.
 B=${LIND_BUILD:-build}
@@ -78,3 +79,12 @@ if command -v gnuplot >/dev/null 2>&1; then
 fi
 if [ $rc -eq 0 ] && [ -z "$missing" ] && grep -q 'decode.md' "$tmp/results/README.md"; then pass run_sh_decode_quick
 else fail run_sh_decode_quick "exit $rc, missing:$missing; $(tail -n 5 "$tmp/run.log")"; fi
+
+# run.sh's batch section, quick: one roofline row per batch bench-step
+# printed (1, 2, 4, 8, 16 in order), none from its per-CPU-second table.
+BENCH_QUICK=1 BENCH_OUT="$tmp/results" MODEL="$tmp/none" sh bench/run.sh "$B" batch >"$tmp/run_batch.log" 2>&1
+rc=$?
+rows=$(sed -n '/^### Roofline/,$p' "$tmp/results/batch.md" 2>/dev/null | awk -F'|' '$2 ~ /^ *[0-9]+ *$/ { gsub(/ /, "", $2); printf "%s,", $2 }')
+dat=$(awk '{ printf "%s,", $1 }' "$tmp/results/batch.dat" 2>/dev/null)
+if [ $rc -eq 0 ] && [ "$rows" = "1,2,4,8,16," ] && [ "$dat" = "1,2,4,8,16," ]; then pass run_sh_batch_roofline_rows
+else fail run_sh_batch_roofline_rows "exit $rc, roofline rows '$rows', batch.dat rows '$dat'; $(tail -n 3 "$tmp/run_batch.log")"; fi
