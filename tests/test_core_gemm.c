@@ -1,8 +1,9 @@
 /* tests/test_core_gemm.c — the CPU backend's packed decode GEMM
- * (kernels/cpu/gemm.h) against a long-double reference: every row-block
- * size, panel tails, strides, bias, accumulate, panel ranges; that a row's
- * result does not depend on the batch around it; and the backend's matmul
- * flags (fused GELU) on both of its GEMM paths, packed and OpenBLAS. */
+ * (kernels/cpu/gemm.h), for each kernel this CPU runs (AVX-512, AVX2),
+ * against a long-double reference: every row-block size, panel tails,
+ * strides, bias, accumulate, panel ranges; that a row's result does not
+ * depend on the batch around it; that the two kernels agree bit for bit; and
+ * the backend's matmul flags (fused GELU) on each of its GEMM paths. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -12,6 +13,14 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/mixer_math.h"
 #include "tests/check.h"
+
+static cpu_gemm_isa ISA;   /* the kernel under test */
+
+static float *packed_new(cpu_gemm_isa isa, const float *W, int N, int K) {
+    float *Wp = aligned_alloc(64, ((cpu_gemm_packed_floats(isa, N, K) * sizeof(float) + 63) / 64) * 64);
+    cpu_gemm_pack(isa, W, N, K, Wp);
+    return Wp;
+}
 
 static float frand(unsigned *s) {
     *s = *s * 1103515245u + 12345u;
@@ -25,14 +34,14 @@ static double run_case(int B, int N, int K, int ldx, int ldy, int with_bias, int
     float *x = malloc(sizeof(float) * (size_t)B * ldx), *W = malloc(sizeof(float) * (size_t)N * K);
     float *bias = malloc(sizeof(float) * (size_t)N), *y = malloc(sizeof(float) * (size_t)B * ldy);
     float *y0 = malloc(sizeof(float) * (size_t)B * ldy);
-    float *Wp = aligned_alloc(64, ((cpu_gemm_packed_floats(N, K) * sizeof(float) + 63) / 64) * 64);
+    float *Wp;
     double worst = 0;
     for (int i = 0; i < B * ldx; i++) x[i] = frand(&seed);
     for (int i = 0; i < N * K; i++) W[i] = frand(&seed);
     for (int i = 0; i < N; i++) bias[i] = frand(&seed);
     for (int i = 0; i < B * ldy; i++) y[i] = y0[i] = (i % ldy) < N ? frand(&seed) : 12345.0f;
-    cpu_gemm_pack(W, N, K, Wp);
-    cpu_gemm_run(x, ldx, Wp, with_bias ? bias : NULL, y, ldy, B, N, K, 0, cpu_gemm_panels(N), acc);
+    Wp = packed_new(ISA, W, N, K);
+    cpu_gemm_run(ISA, x, ldx, Wp, with_bias ? bias : NULL, y, ldy, B, N, K, 0, cpu_gemm_panels(ISA, N), acc);
     for (int b = 0; b < B; b++) {
         for (int n = 0; n < N; n++) {
             long double yv = acc ? y0[b * ldy + n] : 0, bv = with_bias ? bias[n] : 0;
@@ -67,7 +76,8 @@ static void test_shapes(void) {
                 if (e > worst) worst = e;
                 CHECK(e < 1e-5, "B=%d N=%d K=%d: relative error %.3g", B, N, K, e);
             }
-    printf("NOTE gemm shapes: worst relative error %.3g (fp32 sums vs long double)\n", worst);
+    printf("NOTE gemm shapes (%s): worst relative error %.3g (fp32 sums vs long double)\n", cpu_gemm_isa_name(ISA),
+           worst);
 }
 
 /* Row strides wider than the product (q, k, v as column blocks of one
@@ -80,19 +90,18 @@ static void test_strides(void) {
 /* Splitting panels between callers (the backend's threads) covers each
  * column exactly once, with the same values as one call. */
 static void test_panel_ranges(void) {
-    int B = 20, N = 100, K = 40, P = cpu_gemm_panels(N);
+    int B = 20, N = 100, K = 40, P = cpu_gemm_panels(ISA, N);
     unsigned seed = 11;
     float *x = malloc(sizeof(float) * B * K), *W = malloc(sizeof(float) * N * K);
     float *y1 = malloc(sizeof(float) * B * N), *y2 = malloc(sizeof(float) * B * N);
-    float *Wp = aligned_alloc(64, ((cpu_gemm_packed_floats(N, K) * sizeof(float) + 63) / 64) * 64);
     for (int i = 0; i < B * K; i++) x[i] = frand(&seed);
     for (int i = 0; i < N * K; i++) W[i] = frand(&seed);
-    cpu_gemm_pack(W, N, K, Wp);
-    cpu_gemm_run(x, K, Wp, NULL, y1, N, B, N, K, 0, P, 0);
+    float *Wp = packed_new(ISA, W, N, K);
+    cpu_gemm_run(ISA, x, K, Wp, NULL, y1, N, B, N, K, 0, P, 0);
     for (int i = 0; i < B * N; i++) y2[i] = NAN;
-    for (int p = 0; p < P; p++) cpu_gemm_run(x, K, Wp, NULL, y2, N, B, N, K, p, p + 1, 0);
+    for (int p = 0; p < P; p++) cpu_gemm_run(ISA, x, K, Wp, NULL, y2, N, B, N, K, p, p + 1, 0);
     CHECK(!memcmp(y1, y2, sizeof(float) * B * N), "panel-by-panel result differs from one call");
-    cpu_gemm_run(x, K, Wp, NULL, y2, N, B, N, K, 1, 1, 0);   /* empty range writes nothing */
+    cpu_gemm_run(ISA, x, K, Wp, NULL, y2, N, B, N, K, 1, 1, 0);   /* empty range writes nothing */
     CHECK(!memcmp(y1, y2, sizeof(float) * B * N), "an empty panel range wrote");
     free(x); free(W); free(y1); free(y2); free(Wp);
 }
@@ -105,14 +114,13 @@ static void test_batch_invariance(void) {
     unsigned seed = 5;
     float *x = malloc(sizeof(float) * B * K), *W = malloc(sizeof(float) * N * K), *bias = malloc(sizeof(float) * N);
     float *yb = malloc(sizeof(float) * B * N), *y1 = malloc(sizeof(float) * N);
-    float *Wp = aligned_alloc(64, ((cpu_gemm_packed_floats(N, K) * sizeof(float) + 63) / 64) * 64);
     for (int i = 0; i < B * K; i++) x[i] = frand(&seed);
     for (int i = 0; i < N * K; i++) W[i] = frand(&seed);
     for (int i = 0; i < N; i++) bias[i] = frand(&seed);
-    cpu_gemm_pack(W, N, K, Wp);
-    cpu_gemm_run(x, K, Wp, bias, yb, N, B, N, K, 0, cpu_gemm_panels(N), 0);
+    float *Wp = packed_new(ISA, W, N, K);
+    cpu_gemm_run(ISA, x, K, Wp, bias, yb, N, B, N, K, 0, cpu_gemm_panels(ISA, N), 0);
     for (int b = 0; b < B; b++) {
-        cpu_gemm_run(x + b * K, K, Wp, bias, y1, N, 1, N, K, 0, cpu_gemm_panels(N), 0);
+        cpu_gemm_run(ISA, x + b * K, K, Wp, bias, y1, N, 1, N, K, 0, cpu_gemm_panels(ISA, N), 0);
         CHECK(!memcmp(y1, yb + b * N, sizeof(float) * N), "row %d of a batch of %d differs from the row alone", b, B);
     }
     free(x); free(W); free(bias); free(yb); free(y1); free(Wp);
@@ -164,19 +172,76 @@ static void backend_gelu_case(const char *gemm) {
     backend_free(be);
 }
 
-static void test_backend_gelu_packed(void) { backend_gelu_case("packed"); }
+/* The AVX2 and AVX-512 kernels compute every element as the same FMA chain:
+ * equal bit for bit, with bias and accumulate, on an odd shape. */
+static void test_isas_agree(void) {
+    enum { B = 29, N = 75, K = 131 };
+    unsigned seed = 21;
+    float x[B * K], W[N * K], bias[N], y1[B * N], y2[B * N];
+    for (int i = 0; i < B * K; i++) x[i] = frand(&seed);
+    for (int i = 0; i < N * K; i++) W[i] = frand(&seed);
+    for (int i = 0; i < N; i++) bias[i] = frand(&seed);
+    for (int i = 0; i < B * N; i++) y1[i] = y2[i] = frand(&seed);
+    float *p512 = packed_new(CPU_GEMM_AVX512, W, N, K), *p256 = packed_new(CPU_GEMM_AVX2, W, N, K);
+    cpu_gemm_run(CPU_GEMM_AVX512, x, K, p512, bias, y1, N, B, N, K, 0, cpu_gemm_panels(CPU_GEMM_AVX512, N),
+                 CPU_GEMM_ACCUMULATE);
+    cpu_gemm_run(CPU_GEMM_AVX2, x, K, p256, bias, y2, N, B, N, K, 0, cpu_gemm_panels(CPU_GEMM_AVX2, N),
+                 CPU_GEMM_ACCUMULATE);
+    CHECK(!memcmp(y1, y2, sizeof y1), "AVX2 and AVX-512 results differ");
+    free(p512);
+    free(p256);
+}
+
+static void test_backend_gelu_avx512(void) { backend_gelu_case("avx512"); }
+static void test_backend_gelu_avx2(void) { backend_gelu_case("avx2"); }
 static void test_backend_gelu_openblas(void) { backend_gelu_case("openblas"); }
+
+/* An unknown kernel name, or one this CPU cannot run, is refused by name. */
+static void test_backend_bad_gemm_env(void) {
+    backend *be;
+    char err[256] = "";
+    setenv("LIND_CPU_GEMM", "avx1024", 1);
+    int rc = backend_new("cpu", &be, err, sizeof err);
+    unsetenv("LIND_CPU_GEMM");
+    CHECK(rc == -EINVAL && strstr(err, "LIND_CPU_GEMM=avx1024"), "rc %d, message '%s'", rc, err);
+    if (rc == 0) backend_free(be);
+}
+
+/* Every case for one kernel, named after it. */
+static void run_isa(cpu_gemm_isa isa) {
+    static const struct { const char *name; void (*fn)(void); } cases[] = {
+        {"shapes", test_shapes}, {"strides", test_strides}, {"panel_ranges", test_panel_ranges},
+        {"batch_invariance", test_batch_invariance},
+    };
+    ISA = isa;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "%s_%s", cases[i].name, isa == CPU_GEMM_AVX512 ? "avx512" : "avx2");
+        check_begin(name);
+        cases[i].fn();
+        check_end();
+    }
+}
 
 int main(void) {
     RUN(test_backend_gelu_openblas);
-    if (!cpu_gemm_available()) {
-        printf("SKIP gemm: this CPU has no AVX-512F; the CPU backend uses OpenBLAS here\n");
-        return check_exit();
+    RUN(test_backend_bad_gemm_env);
+    int any = 0;   /* some packed kernel runs here */
+    if (cpu_gemm_supported(CPU_GEMM_AVX512)) {
+        RUN(test_backend_gelu_avx512);
+        run_isa(CPU_GEMM_AVX512);
+        any = 1;
+    } else {
+        printf("SKIP gemm_avx512: this CPU has no AVX-512F\n");
     }
-    RUN(test_backend_gelu_packed);
-    RUN(test_shapes);
-    RUN(test_strides);
-    RUN(test_panel_ranges);
-    RUN(test_batch_invariance);
+    if (cpu_gemm_supported(CPU_GEMM_AVX2)) {
+        RUN(test_backend_gelu_avx2);
+        run_isa(CPU_GEMM_AVX2);
+        any = 1;
+    } else {
+        printf("SKIP gemm_avx2: this CPU has no AVX2+FMA\n");
+    }
+    if (cpu_gemm_supported(CPU_GEMM_AVX512) && cpu_gemm_supported(CPU_GEMM_AVX2)) RUN(test_isas_agree);
+    if (!any) printf("NOTE the CPU backend uses OpenBLAS for every product on this CPU\n");
     return check_exit();
 }

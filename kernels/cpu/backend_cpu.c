@@ -42,7 +42,7 @@ typedef struct cpu {
     float *tmp;             /* scratch of the mixer steps */
     size_t tmp_n;
     cpu_pool *threads;      /* every op runs across these */
-    int packed;             /* weights packed for kernels/cpu/gemm.c (else OpenBLAS) */
+    cpu_gemm_isa isa;       /* kernels/cpu/gemm.c kernel weights are packed for; NONE: OpenBLAS */
     char device[128];
 } cpu;
 
@@ -74,10 +74,10 @@ static int cpu_buf_new(backend *be, size_t n, backend_buf **out) {
  * than NoTrans·Trans for the small M (batch) of a decode step. */
 static int cpu_weight_new(backend *be, int N, int K, const float *W, backend_buf **out) {
     cpu *c = (cpu *)be;
-    if (c->packed) {
-        int rc = cpu_buf_new(be, cpu_gemm_packed_floats(N, K), out);
+    if (c->isa != CPU_GEMM_NONE) {
+        int rc = cpu_buf_new(be, cpu_gemm_packed_floats(c->isa, N, K), out);
         if (rc < 0) return rc;
-        cpu_gemm_pack(W, N, K, (*out)->p);
+        cpu_gemm_pack(c->isa, W, N, K, (*out)->p);
         (*out)->kind = BUF_PACKED;
         return 0;
     }
@@ -261,14 +261,15 @@ typedef struct mm_job {
     const float *x, *W, *bias;
     float *y;
     int ldx, ldy, B, N, K, kind, flags;
+    cpu_gemm_isa isa;
 } mm_job;
 
 /* Panels [p0, p1) of a packed weight for this part. */
 static void mm_packed_part(void *arg, int part, int nparts) {
     const mm_job *j = arg;
     int p0, p1;
-    part_range(cpu_gemm_panels(j->N), part, nparts, &p0, &p1);
-    cpu_gemm_run(j->x, j->ldx, j->W, j->bias, j->y, j->ldy, j->B, j->N, j->K, p0, p1, j->flags);
+    part_range(cpu_gemm_panels(j->isa, j->N), part, nparts, &p0, &p1);
+    cpu_gemm_run(j->isa, j->x, j->ldx, j->W, j->bias, j->y, j->ldy, j->B, j->N, j->K, p0, p1, j->flags);
 }
 
 /* GELU over nn columns of B rows (OpenBLAS path). */
@@ -315,14 +316,14 @@ static int cpu_matmul(backend *be, const backend_buf *x, size_t xo, int ldx, con
     if ((flags & ~(BACKEND_MM_ACCUMULATE | BACKEND_MM_GELU)) ||
         ((flags & BACKEND_MM_GELU) && ((flags & BACKEND_MM_ACCUMULATE) || ldy != N)))
         return -EINVAL;
-    mm_job j = {x->p + xo, W->p, bias ? bias->p : NULL, y->p + yo, ldx, ldy, B, N, K, W->kind, flags};
+    mm_job j = {x->p + xo, W->p, bias ? bias->p : NULL, y->p + yo, ldx, ldy, B, N, K, W->kind, flags, c->isa};
     int parts = cpu_pool_size(c->threads);
     /* below ~16k multiply-adds (about 2 µs on one core) a fork-join, about a
      * microsecond, costs more than it saves; at 2^14 rather than 2^16 the
      * 192 × 192 products of a batch-1 step split too (step 171 → 147 µs) */
     if ((double)B * N * K < (double)(1 << 14)) parts = 1;
     if (W->kind == BUF_PACKED) {
-        if (parts > cpu_gemm_panels(N)) parts = cpu_gemm_panels(N);
+        if (parts > cpu_gemm_panels(c->isa, N)) parts = cpu_gemm_panels(c->isa, N);
         cpu_pool_run(c->threads, mm_packed_part, &j, parts);
     } else {
         if (N < 16 * parts) parts = 1;
@@ -569,14 +570,30 @@ int backend_cpu_new(backend **out, char *err, size_t errlen) {
         return -EAGAIN;
     }
     openblas_set_num_threads(1);
-    /* LIND_CPU_GEMM=openblas keeps OpenBLAS even where the packed kernel
-     * runs (for comparisons). */
+    /* LIND_CPU_GEMM picks the matrix kernel (for comparisons): "openblas",
+     * "avx2", "avx512"; unset or empty, the best this CPU runs. */
     const char *g = getenv("LIND_CPU_GEMM");
-    c->packed = cpu_gemm_available() && !(g && !strcmp(g, "openblas"));
+    c->isa = cpu_gemm_detect();
+    if (g && *g) {
+        cpu_gemm_isa want = !strcmp(g, "openblas") ? CPU_GEMM_NONE
+                            : !strcmp(g, "avx2")   ? CPU_GEMM_AVX2
+                            : !strcmp(g, "avx512") ? CPU_GEMM_AVX512
+                                                   : (cpu_gemm_isa)-1;
+        if ((int)want < 0 || !cpu_gemm_supported(want)) {
+            snprintf(err, errlen, "backend cpu: LIND_CPU_GEMM=%s: %s", g,
+                     (int)want < 0 ? "unknown (openblas, avx2 or avx512)" : "this CPU cannot run that kernel");
+            cpu_free(&c->base);
+            return -EINVAL;
+        }
+        c->isa = want;
+    }
     read_cpu_name(c->device, sizeof c->device);
     size_t dl = strlen(c->device);
-    snprintf(c->device + dl, sizeof c->device - dl, ", %ld threads, %s", nt,
-             c->packed ? "AVX-512 packed GEMM" : "OpenBLAS GEMM");
+    if (c->isa == CPU_GEMM_NONE)
+        snprintf(c->device + dl, sizeof c->device - dl, ", %ld threads, OpenBLAS GEMM", nt);
+    else
+        snprintf(c->device + dl, sizeof c->device - dl, ", %ld threads, %s packed GEMM", nt,
+                 cpu_gemm_isa_name(c->isa));
     *out = &c->base;
     return 0;
 }
