@@ -189,7 +189,7 @@ TGT256 static void micro256_any(int mr, int K, const float *x, int ldx, const fl
     }
 }
 
-/* Row blocks of near-equal size (B = 32 with MR 12 → 11, 11, 10): block i
+/* Row blocks of near-equal size (B = 32 with MR 12 → 10, 11, 11): block i
  * covers rows [row0(i), row0(i + 1)). */
 static int row0(int B, int nb, int i) { return (int)((long)B * i / nb); }
 
