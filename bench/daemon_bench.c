@@ -36,7 +36,9 @@
 #include "tests/testmodel.h"
 
 static char workdir[256], model_dir[512], sock_path[300], db_path[300], lind_bin[512];
+static char wal_path[320], shm_path[320], model_cfg[560], model_st[560];
 static int quick;
+static volatile sig_atomic_t daemon_pid;   /* the running lind serve, 0 if none */
 
 static double now_s(void)
 {
@@ -45,18 +47,45 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* Stop the daemon if one runs and remove everything this program created:
+ * the database, its WAL files, the socket, the random model. Only
+ * async-signal-safe calls, so the signal handler can use it too. */
+static void cleanup(void)
+{
+    pid_t pid = (pid_t)daemon_pid;
+    if (pid > 0) {
+        int st;
+        kill(pid, SIGTERM);
+        waitpid(pid, &st, 0);
+        daemon_pid = 0;
+    }
+    if (!workdir[0]) return;
+    const char *files[] = {db_path, wal_path, shm_path, sock_path, model_cfg, model_st};
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++)
+        if (files[i][0]) unlink(files[i]);
+    if (model_cfg[0]) rmdir(model_dir);
+    rmdir(workdir);
+}
+
+/* Ctrl-C or a kill: no daemon or scratch files left behind. */
+static void on_signal(int sig)
+{
+    cleanup();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
 static void die(const char *what, const char *why)
 {
     fprintf(stderr, "daemon_bench: %s: %s\n", what, why);
+    cleanup();
     exit(1);
 }
 
 static pid_t start_daemon(const char *max_tokens)
 {
     unlink(db_path);
-    char wal[320];
-    snprintf(wal, sizeof wal, "%s-wal", db_path);
-    unlink(wal);
+    unlink(wal_path);
     pid_t pid = fork();
     if (pid == 0) {
         execl(lind_bin, lind_bin, "serve", "--model", model_dir, "--socket", sock_path, "--db",
@@ -64,6 +93,8 @@ static pid_t start_daemon(const char *max_tokens)
               "--max-tokens", max_tokens, (char *)NULL);
         _exit(127);
     }
+    if (pid < 0) die("fork", strerror(errno));
+    daemon_pid = pid;
     for (int i = 0; i < 3000; i++) {
         lindc *c;
         if (lindc_connect(&c, sock_path, NULL, 0) == 0) { lindc_free(c); return pid; }
@@ -80,6 +111,7 @@ static void stop_daemon(pid_t pid)
     kill(pid, SIGTERM);
     int st;
     waitpid(pid, &st, 0);
+    daemon_pid = 0;
 }
 
 static long rss_kib(pid_t pid)
@@ -274,6 +306,11 @@ int main(int argc, char **argv)
     if (!mkdtemp(workdir)) die("mkdtemp", strerror(errno));
     snprintf(sock_path, sizeof sock_path, "%s/lind.sock", workdir);
     snprintf(db_path, sizeof db_path, "%s/lind.db", workdir);
+    snprintf(wal_path, sizeof wal_path, "%s-wal", db_path);
+    snprintf(shm_path, sizeof shm_path, "%s-shm", db_path);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    signal(SIGHUP, on_signal);
     struct stat st;
     const char *label = "models/default";
     char probe[600];
@@ -288,6 +325,8 @@ int main(int argc, char **argv)
         snprintf(model_dir, sizeof model_dir, "models/default");
     } else {
         snprintf(model_dir, sizeof model_dir, "%s/model", workdir);
+        snprintf(model_cfg, sizeof model_cfg, "%s/config.json", model_dir);
+        snprintf(model_st, sizeof model_st, "%s/model.safetensors", model_dir);
         lind_config cfg = testmodel_config(192, 4, 6, 32, 768, "linear,aft", 1, "decay");
         if (testmodel_write(model_dir, &cfg, 7, NULL) != 0) die("testmodel_write", model_dir);
         label = "random weights, default configuration (4 x 192, d_ff 768)";
@@ -331,8 +370,7 @@ int main(int argc, char **argv)
         printf("\n## RSS while one session streams %ld tokens\n\n", rss_tokens);
         rss_run(rss_tokens);
     }
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", workdir);
-    if (system(cmd) != 0) fprintf(stderr, "daemon_bench: could not remove %s\n", workdir);
+    cleanup();
+    if (access(workdir, F_OK) == 0) fprintf(stderr, "daemon_bench: could not remove %s\n", workdir);
     return 0;
 }
