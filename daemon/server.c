@@ -174,6 +174,7 @@ static void close_everything(server *srv)
     close_handle((uv_handle_t *)&srv->wake);
     close_handle((uv_handle_t *)&srv->sigterm);
     close_handle((uv_handle_t *)&srv->sigint);
+    close_handle((uv_handle_t *)&srv->sighup);
     close_handle((uv_handle_t *)&srv->exit_timer);
     close_handle((uv_handle_t *)&srv->listener);
 }
@@ -198,6 +199,7 @@ static void finish_exit(server *srv)
     uv_timer_start(&srv->exit_timer, on_exit_timer, EXIT_FLUSH_MS, 0);
     close_handle((uv_handle_t *)&srv->sigterm);
     close_handle((uv_handle_t *)&srv->sigint);
+    close_handle((uv_handle_t *)&srv->sighup);
 }
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -262,9 +264,10 @@ int server_main(int argc, char **argv)
     srv->wake.data = srv;
     uv_signal_init(&loop, &srv->sigterm);
     uv_signal_init(&loop, &srv->sigint);
+    uv_signal_init(&loop, &srv->sighup);
     uv_timer_init(&loop, &srv->exit_timer);
     uv_pipe_init(&loop, &srv->listener, 0);
-    srv->sigterm.data = srv->sigint.data = srv->exit_timer.data = srv->listener.data = srv;
+    srv->sigterm.data = srv->sigint.data = srv->sighup.data = srv->exit_timer.data = srv->listener.data = srv;
     if (conn_table_init(&conns) != 0 || stats_init(&srv->st) != 0 ||
         queue_init(&srv->loopq, &srv->wake) != 0 || queue_init(&srv->schedq, NULL) != 0 ||
         queue_init(&srv->persistq, NULL) != 0) {
@@ -292,6 +295,7 @@ int server_main(int argc, char **argv)
     st = NULL;   /* the store thread owns it now */
     uv_signal_start(&srv->sigterm, on_signal, SIGTERM);
     uv_signal_start(&srv->sigint, on_signal, SIGINT);
+    uv_signal_start(&srv->sighup, on_signal, SIGHUP);   /* a closed terminal: stop as cleanly */
     fprintf(stderr, "lind serve: %s (%s, %zu params, %zu state bytes/session) on %s, store %s\n",
             srv->model_path, srv->backend, srv->params, srv->state_bytes,
             srv->opt.socket_path, srv->opt.db_path);

@@ -68,7 +68,7 @@ typedef struct server {
     uv_loop_t     *loop;
     uv_pipe_t      listener;
     uv_async_t     wake;
-    uv_signal_t    sigterm, sigint;
+    uv_signal_t    sigterm, sigint, sighup;
     uv_timer_t     exit_timer;
     struct conn_table *conns;
     int            stopping;       /* SIGTERM/SIGINT seen */

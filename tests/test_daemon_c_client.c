@@ -125,7 +125,10 @@ static int collect(lindc *c, uint64_t id, uint8_t *out, size_t cap, char *reason
 }
 
 #define NSESS 24
-#define NTOK  48
+/* Long enough that the streams overlap however fast a step is: the batching
+ * check below needs 16+ of them in one step (at 48 tokens a fast step let
+ * early streams end before the last requests arrived). */
+#define NTOK  200
 
 static void batched_sessions_equal_engine_alone(void)
 {
@@ -159,7 +162,7 @@ static void batched_sessions_equal_engine_alone(void)
 
 static void restart_split(int sig)
 {
-    const char *name = sig == SIGKILL ? "split-kill" : "split-term";
+    const char *name = sig == SIGKILL ? "split-kill" : sig == SIGHUP ? "split-hup" : "split-term";
     const int n1 = 30, n2 = 34;
     uint8_t want[64], a[64], b[64];
     CHECK(reference("Tell me a story.", 77, n1 + n2, want) == 0, "reference");
@@ -183,6 +186,7 @@ static void restart_split(int sig)
 
 static void restart_graceful(void) { restart_split(SIGTERM); }
 static void restart_sigkill(void) { restart_split(SIGKILL); }
+static void restart_sighup(void) { restart_split(SIGHUP); }   /* graceful, as SIGTERM */
 
 static void garbage_gets_error_and_close(void)
 {
@@ -222,6 +226,7 @@ int main(void)
     RUN(batched_sessions_equal_engine_alone);
     RUN(restart_graceful);
     RUN(restart_sigkill);
+    RUN(restart_sighup);
     RUN(garbage_gets_error_and_close);
     check_begin("graceful_exit");
     CHECK(stop_server(SIGTERM) == 0, "exit status 0 on SIGTERM");
