@@ -380,35 +380,67 @@ out:
     return rate;
 }
 
-/* Best-of SGEMM rate of the backend's matmul on M×K · (N×K)ᵀ, GFLOP/s: the
- * yardstick on a GPU backend (cuBLAS). */
-static rates sgemm_rate(backend *be, int M, int N, int K, double secs) {
-    backend_buf *x = NULL, *w = NULL, *y = NULL;
+/* Best-of rate over `secs` seconds of trials of run(arg, 4): four products
+ * of `gflop` GFLOP each, finished when run returns. */
+static rates best_rate(void (*run)(void *arg, int reps), void *arg, double gflop, double secs) {
     rates best = {0, 0};
-    float *init = malloc(sizeof(float) * (size_t)(M > N ? M : N) * K);
-    if (!init) goto out;
-    for (size_t i = 0; i < (size_t)(M > N ? M : N) * K; i++) init[i] = (float)((i * 2654435761u) % 1000) * 1e-3f;
-    int ok = be->ops->buf_new(be, (size_t)M * K, &x) == 0 && backend_weight_new(be, N, K, init, &w) == 0 &&
-             be->ops->buf_new(be, (size_t)M * N, &y) == 0;
-    if (ok) be->ops->buf_upload(be, x, 0, init, (size_t)M * K);
-    free(init);
-    if (!ok) goto out;
-    float sink;
     double start = now_s();
     while (now_s() - start < secs) {
         double t0 = now_s(), c0 = cpu_s();
         int reps = 4;
-        for (int r = 0; r < reps; r++) be->ops->matmul(be, x, 0, K, w, NULL, y, 0, N, M, N, K, 0);
-        be->ops->buf_download(be, y, 0, &sink, 1);
-        double gflop = 2.0 * M * N * K * reps * 1e-9, t = now_s() - t0, c = cpu_s() - c0;
-        if (gflop / t > best.wall) best.wall = gflop / t;
-        if (c > 0 && gflop / c > best.cpu) best.cpu = gflop / c;
+        run(arg, reps);
+        double g = gflop * reps, t = now_s() - t0, c = cpu_s() - c0;
+        if (g / t > best.wall) best.wall = g / t;
+        if (c > 0 && g / c > best.cpu) best.cpu = g / c;
     }
-out:
-    be->ops->buf_free(be, x);
-    be->ops->buf_free(be, w);
-    be->ops->buf_free(be, y);
     return best;
+}
+
+typedef struct mm_bench {
+    backend *be;
+    backend_buf *x, *w, *y;
+    int M, N, K;
+} mm_bench;
+
+static void run_backend_mm(void *arg, int reps) {
+    mm_bench *b = arg;
+    float sink;
+    for (int r = 0; r < reps; r++)
+        b->be->ops->matmul(b->be, b->x, 0, b->K, b->w, NULL, b->y, 0, b->N, b->M, b->N, b->K, 0);
+    b->be->ops->buf_download(b->be, b->y, 0, &sink, 1);   /* waits for a device */
+}
+
+/* Best-of SGEMM rate of the backend's matmul on M×K · (N×K)ᵀ, GFLOP/s: the
+ * yardstick on a GPU backend (cuBLAS). */
+static rates sgemm_rate(backend *be, int M, int N, int K, double secs) {
+    mm_bench b = {be, NULL, NULL, NULL, M, N, K};
+    rates best = {0, 0};
+    float *init = malloc(sizeof(float) * (size_t)(M > N ? M : N) * K);
+    if (!init) goto out;
+    for (size_t i = 0; i < (size_t)(M > N ? M : N) * K; i++) init[i] = (float)((i * 2654435761u) % 1000) * 1e-3f;
+    int ok = be->ops->buf_new(be, (size_t)M * K, &b.x) == 0 && backend_weight_new(be, N, K, init, &b.w) == 0 &&
+             be->ops->buf_new(be, (size_t)M * N, &b.y) == 0;
+    if (ok) be->ops->buf_upload(be, b.x, 0, init, (size_t)M * K);
+    free(init);
+    if (ok) best = best_rate(run_backend_mm, &b, 2.0 * M * N * K * 1e-9, secs);
+out:
+    be->ops->buf_free(be, b.x);
+    be->ops->buf_free(be, b.w);
+    be->ops->buf_free(be, b.y);
+    return best;
+}
+
+typedef struct blas_bench {
+    const float *a, *b;
+    float *c;
+    int n;
+} blas_bench;
+
+static void run_openblas(void *arg, int reps) {
+    blas_bench *m = arg;
+    for (int r = 0; r < reps; r++)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m->n, m->n, m->n, 1.0f, m->a, m->n, m->b, m->n, 0.0f,
+                    m->c, m->n);
 }
 
 /* The CPU yardstick: OpenBLAS's own SGEMM on every core it sees (the CPU
@@ -425,17 +457,9 @@ static rates sgemm_rate_openblas(int n, double secs, int *threads) {
             a[i] = (float)((i * 2654435761u) % 1000) * 1e-3f;
             b[i] = (float)((i * 40503u) % 1000) * 1e-3f;
         }
+        blas_bench m = {a, b, c, n};
         openblas_set_num_threads(*threads);
-        double start = now_s();
-        while (now_s() - start < secs) {
-            double t0 = now_s(), c0 = cpu_s();
-            int reps = 4;
-            for (int r = 0; r < reps; r++)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-            double gflop = 2.0 * n * n * n * reps * 1e-9, t = now_s() - t0, cs = cpu_s() - c0;
-            if (gflop / t > best.wall) best.wall = gflop / t;
-            if (cs > 0 && gflop / cs > best.cpu) best.cpu = gflop / cs;
-        }
+        best = best_rate(run_openblas, &m, 2.0 * n * n * n * 1e-9, secs);
         openblas_set_num_threads(1);
     }
     free(a);

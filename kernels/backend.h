@@ -135,6 +135,13 @@ struct backend {
     const backend_ops *ops;
 };
 
+/* The matmul flags contract, checked the same way by every backend: known
+ * flags only, and GELU only on contiguous rows without ACCUMULATE. */
+static inline int backend_mm_flags_ok(int flags, int ldy, int N) {
+    if (flags & ~(BACKEND_MM_ACCUMULATE | BACKEND_MM_GELU)) return 0;
+    return !(flags & BACKEND_MM_GELU) || (!(flags & BACKEND_MM_ACCUMULATE) && ldy == N);
+}
+
 /* Upload a matmul weight through weight_new when the backend has it. */
 static inline int backend_weight_new(backend *be, int N, int K, const float *W, backend_buf **out) {
     if (be->ops->weight_new) return be->ops->weight_new(be, N, K, W, out);

@@ -98,7 +98,8 @@ int sampler_next(sampler *s, const float *logits, int vocab, float *scratch) {
     double total = lind_softmax(l, vocab, 1.0f / s->p.temperature, l);
     int n = vocab;
     int k = s->p.top_k > 0 && s->p.top_k < vocab ? s->p.top_k : vocab;
-    if (k < vocab || s->p.top_p < 1.0f) {
+    int ordered = k < vocab || s->p.top_p < 1.0f;   /* draw from idx[], else in token order */
+    if (ordered) {
         /* order tokens by probability, descending (insertion sort: vocab ≤ 256) */
         for (int i = 0; i < vocab; i++) {
             int j = i;
@@ -121,9 +122,8 @@ int sampler_next(sampler *s, const float *logits, int vocab, float *scratch) {
         total = 0.0;
         for (int i = 0; i < n; i++) total += l[(int)idx[i]];
     }
-    /* the draw, in token order or in the kept order; the most likely token
-     * has mass 1, so `last` is always set from a kept token */
-    int ordered = k < vocab || s->p.top_p < 1.0f;
+    /* the draw; the most likely token has mass 1, so `last` is always set
+     * from a kept token */
     double u = (double)(rng_next(s->rng) >> 11) * 0x1.0p-53 * total, acc = 0.0;
     int last = 0;   /* rounding fallback: the last kept token with mass */
     for (int i = 0; i < n; i++) {

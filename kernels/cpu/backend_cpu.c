@@ -1,10 +1,12 @@
-/* kernels/cpu/backend_cpu.c — the CPU backend: projections through OpenBLAS
- * (one SGEMM per projection over the whole batch, weights kept transposed so
- * it is a NoTrans·NoTrans product), everything else plain C loops that
- * vectorize at -O3 -march=native (checked with -fopt-info-vec: the GELU, AFT,
- * token-shift, layer-norm and linear-state loops), per-element math from
- * kernels/mixer_math.h. Big ops are split across a fork-join pool
- * (kernels/cpu/pool.h): GEMMs by output columns, batch ops by rows. */
+/* kernels/cpu/backend_cpu.c — the CPU backend: matrix products through the
+ * packed AVX-512/AVX2 kernels of kernels/cpu/gemm.h (weights packed once by
+ * weight_new) or, on a CPU with neither, OpenBLAS (weights kept transposed
+ * so it is a NoTrans·NoTrans product); everything else plain C loops that
+ * vectorize at -O3 -march=native (each hot loop in a noinline function with
+ * restrict pointers, checked with -fopt-info-vec), per-element math from
+ * kernels/mixer_math.h. Every op is split across a fork-join pool
+ * (kernels/cpu/pool.h): products by weight panels, batch ops by rows. See
+ * docs/CPU.md. */
 #if defined(__GNUC__) && !defined(__clang__)
 /* Where AVX-512 is enabled, let the element-wise loops use it (GCC defaults
  * to 256-bit vectors on Intel). */
@@ -272,14 +274,6 @@ static void mm_packed_part(void *arg, int part, int nparts) {
     cpu_gemm_run(j->isa, j->x, j->ldx, j->W, j->bias, j->y, j->ldy, j->B, j->N, j->K, p0, p1, j->flags);
 }
 
-/* GELU over nn columns of B rows (OpenBLAS path). */
-__attribute__((noinline)) static void gelu_cols(float *y, int ldy, int B, int nn) {
-    for (int b = 0; b < B; b++) {
-        float *restrict yr = y + (size_t)b * ldy;
-        for (int n = 0; n < nn; n++) yr[n] = lind_gelu_erf(yr[n]);
-    }
-}
-
 /* Output columns [n0, n1) of y = x·Wᵀ (+ bias, + y) through OpenBLAS. */
 static void mm_part(void *arg, int part, int nparts) {
     const mm_job *j = arg;
@@ -306,16 +300,14 @@ static void mm_part(void *arg, int part, int nparts) {
     else
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->B, nn, j->K, 1.0f, j->x, j->ldx,
                     j->W + (size_t)n0 * j->K, j->K, beta, j->y + n0, j->ldy);
-    if (j->flags & BACKEND_MM_GELU) gelu_cols(j->y + n0, j->ldy, j->B, nn);
+    if (j->flags & BACKEND_MM_GELU) cpu_gemm_gelu(j->y + n0, j->ldy, j->B, nn);
 }
 
 static int cpu_matmul(backend *be, const backend_buf *x, size_t xo, int ldx, const backend_buf *W,
                       const backend_buf *bias, backend_buf *y, size_t yo, int ldy, int B, int N, int K,
                       int flags) {
     cpu *c = (cpu *)be;
-    if ((flags & ~(BACKEND_MM_ACCUMULATE | BACKEND_MM_GELU)) ||
-        ((flags & BACKEND_MM_GELU) && ((flags & BACKEND_MM_ACCUMULATE) || ldy != N)))
-        return -EINVAL;
+    if (!backend_mm_flags_ok(flags, ldy, N)) return -EINVAL;
     mm_job j = {x->p + xo, W->p, bias ? bias->p : NULL, y->p + yo, ldx, ldy, B, N, K, W->kind, flags, c->isa};
     int parts = cpu_pool_size(c->threads);
     /* below ~16k multiply-adds (about 2 µs on one core) a fork-join, about a

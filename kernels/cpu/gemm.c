@@ -4,7 +4,7 @@
 #include "kernels/cpu/gemm.h"
 
 #if defined(__GNUC__) && !defined(__clang__)
-/* where AVX-512 is enabled, let gelu_tile's loop use it (GCC defaults to
+/* where AVX-512 is enabled, let cpu_gemm_gelu's loop use it (GCC defaults to
  * 256-bit vectors on Intel) */
 #pragma GCC target("prefer-vector-width=512")
 #endif
@@ -69,14 +69,14 @@ void cpu_gemm_pack(cpu_gemm_isa isa, const float *W, int N, int K, float *dst) {
     }
 }
 
-/* GELU over a finished mr × ncols tile of y, still in L1. A plain function
- * (no target attribute) so lind_gelu_erf inlines and the loop vectorizes
- * with the file's own flags: GCC does not inline across differing target
- * options. */
-__attribute__((noinline)) static void gelu_tile(float *y, int ldy, int mr, int ncols) {
-    for (int r = 0; r < mr; r++) {
+/* A plain function (no target attribute) so lind_gelu_erf inlines and the
+ * loop vectorizes with the file's own flags: GCC does not inline across
+ * differing target options. The packed kernels call it on each finished
+ * tile while it is still in L1. */
+void cpu_gemm_gelu(float *y, int ldy, int rows, int cols) {
+    for (int r = 0; r < rows; r++) {
         float *restrict yr = y + (size_t)r * ldy;
-        for (int j = 0; j < ncols; j++) yr[j] = lind_gelu_erf(yr[j]);
+        for (int j = 0; j < cols; j++) yr[j] = lind_gelu_erf(yr[j]);
     }
 }
 
@@ -208,7 +208,7 @@ void cpu_gemm_run(cpu_gemm_isa isa, const float *x, int ldx, const float *Wp, co
                 micro512_any(mr, K, x + (size_t)r0 * ldx, ldx, panel, bp, yt, ldy, ncols, flags);
             else
                 micro256_any(mr, K, x + (size_t)r0 * ldx, ldx, panel, bp, yt, ldy, ncols, flags);
-            if (flags & CPU_GEMM_GELU) gelu_tile(yt, ldy, mr, ncols);
+            if (flags & CPU_GEMM_GELU) cpu_gemm_gelu(yt, ldy, mr, ncols);
         }
     }
 }

@@ -64,4 +64,9 @@ void cpu_gemm_pack(cpu_gemm_isa isa, const float *W, int N, int K, float *dst);
 void cpu_gemm_run(cpu_gemm_isa isa, const float *x, int ldx, const float *Wp, const float *bias, float *y,
                   int ldy, int B, int N, int K, int p0, int p1, int flags);
 
+/* y[r·ldy + j] = lind_gelu_erf(y[r·ldy + j]) for r < rows, j < cols: the
+ * CPU_GEMM_GELU activation, also applied by the backend after an OpenBLAS
+ * product. Runs on any CPU. */
+void cpu_gemm_gelu(float *y, int ldy, int rows, int cols);
+
 #endif

@@ -342,8 +342,7 @@ static int g_matmul(backend *be, const backend_buf *x, size_t xo, int ldx, const
     int rc, accumulate = flags & BACKEND_MM_ACCUMULATE;
     if (B < 0 || N < 1 || K < 1 || ldx < K || ldy < N || B > KB_MAX_GRID_Y)
         return fail(g, -EINVAL, "matmul: bad shape B=%d N=%d K=%d ldx=%d ldy=%d", B, N, K, ldx, ldy);
-    if ((flags & ~(BACKEND_MM_ACCUMULATE | BACKEND_MM_GELU)) ||
-        ((flags & BACKEND_MM_GELU) && (accumulate || ldy != N)))
+    if (!backend_mm_flags_ok(flags, ldy, N))
         return fail(g, -EINVAL, "matmul: flags %#x (GELU needs ldy == N and no accumulate)", flags);
     if (B == 0) return 0;
     size_t xn = xo + (size_t)(B - 1) * ldx + K, yn = yo + (size_t)(B - 1) * ldy + N;
