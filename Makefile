@@ -23,7 +23,7 @@ LDLIBS  += -lopenblas -luv -lmsgpackc -lsqlite3 -ljansson -lxxhash -lm -lpthread
 
 DEPS_PKGS = libuv1-dev libmsgpack-dev libsqlite3-dev libopenblas-dev libedit-dev \
             libjansson-dev libxxhash-dev pkg-config python3-msgpack bible-kjv \
-            gnuplot-nox tmux clang
+            gnuplot-nox tmux clang python3-numpy
 MODEL   ?= models/default
 
 # ---- CUDA (optional) --------------------------------------------------------

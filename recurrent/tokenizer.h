@@ -1,0 +1,85 @@
+/* recurrent/tokenizer.h — text ↔ tokens, behind one small interface.
+ *
+ * A tokenizer kind is one file (recurrent/tokenizer_<kind>.c) exporting one
+ * `tokenizer_kind` and one entry in the table in recurrent/tokenizer.c.
+ * Kinds:
+ *   "bytes" — one token per byte (vocab 256, token = byte value); the shipped
+ *             default model's.
+ *   "bpe"   — byte-level BPE read from a Hugging Face tokenizer.json (ByteLevel
+ *             pre-tokenizer with its GPT-2 regex, merges by rank, added and
+ *             special tokens matched first): GPT-NeoX-20B (RWKV-4 Pile/Raven),
+ *             GPT-2 and alike.
+ *   "world" — the RWKV World vocabulary file (one token per line: id, a Python
+ *             str/bytes literal, its byte length); greedy longest match through
+ *             a trie.
+ *
+ * Streaming: text reaches the daemon in turns, and a turn boundary may fall
+ * inside a word. tokenizer_encode(final = 0) tokenizes only the prefix of the
+ * text whose tokens cannot change whatever text follows, and reports how many
+ * bytes that was; the caller keeps the rest (the "tail", at most
+ * TOKENIZER_TAIL_MAX bytes — a longer undecided stretch is tokenized anyway)
+ * and prepends it to the next turn's text. So any split of a text into turns
+ * gives the same tokens as the whole text encoded with final = 1.
+ *
+ * Errors are values: 0 or a negative errno-style code with a message in err.
+ * A tokenizer is immutable after loading and may be used from several threads.
+ */
+#ifndef LIND_RECURRENT_TOKENIZER_H
+#define LIND_RECURRENT_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TOKENIZER_TAIL_MAX 1024   /* bytes of undecided text a stream may hold back */
+
+typedef struct tokenizer tokenizer;
+
+/* Load a tokenizer of kind `kind` ("bytes", "bpe", "world") from `path` (the
+ * tokenizer.json or the World vocabulary file; NULL for "bytes"). On success
+ * *out is a new tokenizer the caller frees with tokenizer_free(). On failure
+ * <0 and err names the file, line/field and what is wrong. */
+int  tokenizer_load(const char *kind, const char *path, tokenizer **out, char *err, size_t errlen);
+void tokenizer_free(tokenizer *t);          /* NULL is a no-op */
+
+const char *tokenizer_kind_name(const tokenizer *t);   /* "bytes", "bpe", "world" */
+/* One more than the largest token id the tokenizer can produce or decode. */
+int  tokenizer_vocab_size(const tokenizer *t);
+
+/* Encode len bytes of text (any bytes: invalid UTF-8 is encoded too, as its
+ * bytes). Appends the tokens to *toks (a malloc'd array of *cap entries the
+ * function grows with realloc; *ntoks entries in use; the caller owns it and
+ * may pass NULL/0/0 to start). *consumed receives the bytes tokenized: all of
+ * them when final != 0, else the stream-safe prefix (see top). 0, or -ENOMEM
+ * (with *toks still valid and owned by the caller). */
+int  tokenizer_encode(const tokenizer *t, const uint8_t *text, size_t len, int final,
+                      int32_t **toks, size_t *ntoks, size_t *cap, size_t *consumed);
+
+/* The bytes of token id: *len bytes at the returned pointer, owned by the
+ * tokenizer. NULL (and *len = 0) for an id it does not know. Joining the
+ * bytes of a text's tokens gives back the text. */
+const uint8_t *tokenizer_token_bytes(const tokenizer *t, int32_t id, size_t *len);
+
+/* Special tokens (added tokens marked special, e.g. "<|endoftext|>"): count,
+ * then id and text of the i-th. Special tokens are matched in text as their
+ * literal strings before any other tokenization (as Hugging Face does). */
+int  tokenizer_special_count(const tokenizer *t);
+int32_t tokenizer_special(const tokenizer *t, int i, const char **text);
+
+/* ---- for kind implementations (recurrent/tokenizer_<kind>.c) ------------ */
+typedef struct tokenizer_kind {
+    const char *name;
+    int  (*load)(const char *path, void **priv, char *err, size_t errlen);
+    void (*free)(void *priv);
+    int  (*vocab_size)(const void *priv);
+    int  (*encode)(const void *priv, const uint8_t *text, size_t len, int final,
+                   int32_t **toks, size_t *ntoks, size_t *cap, size_t *consumed);
+    const uint8_t *(*token_bytes)(const void *priv, int32_t id, size_t *len);
+    int  (*special_count)(const void *priv);
+    int32_t (*special)(const void *priv, int i, const char **text);
+} tokenizer_kind;
+
+/* The kind called name, or NULL; names of all kinds, comma-separated. */
+const tokenizer_kind *tokenizer_find_kind(const char *name);
+const char *tokenizer_kind_names(char *buf, size_t len);
+
+#endif
