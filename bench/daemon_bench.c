@@ -327,7 +327,7 @@ int main(int argc, char **argv)
         snprintf(model_dir, sizeof model_dir, "%s/model", workdir);
         snprintf(model_cfg, sizeof model_cfg, "%s/config.json", model_dir);
         snprintf(model_st, sizeof model_st, "%s/model.safetensors", model_dir);
-        lind_config cfg = testmodel_config(192, 4, 6, 32, 768, "linear,aft", 1, "decay");
+        testmodel_cfg cfg = testmodel_config(192, 4, 6, 32, 768, "linear,aft", 1, "decay");
         if (testmodel_write(model_dir, &cfg, 7, NULL) != 0) die("testmodel_write", model_dir);
         label = "random weights, default configuration (4 x 192, d_ff 768)";
     }

@@ -67,7 +67,7 @@ static void feed(model *m, int slot, int ntok)
     }
 }
 
-static void prepare(bench_model *b, const char *label, const char *dir, const lind_config *cfg)
+static void prepare(bench_model *b, const char *label, const char *dir, const testmodel_cfg *cfg)
 {
     char err[512] = "";
     if (cfg && testmodel_write(dir, cfg, 1, NULL) < 0)
@@ -373,12 +373,12 @@ int main(int argc, char **argv)
         deflabel = default_dir;
     } else {
         /* tools/train.py's default configuration, random weights. */
-        lind_config c = testmodel_config(256, 4, 8, 32, 1024, "linear,aft", 1, "decay");
+        testmodel_cfg c = testmodel_config(256, 4, 8, 32, 1024, "linear,aft", 1, "decay");
         snprintf(path, sizeof path, "%s/default-random", workdir);
         prepare(&models[0], "default", path, &c);
         deflabel = "random weights, config of tools/train.py's default (models/default absent)";
     }
-    lind_config big = testmodel_config(768, 12, 12, 64, 3072, "linear,aft", 1, "decay");
+    testmodel_cfg big = testmodel_config(768, 12, 12, 64, 3072, "linear,aft", 1, "decay");
     snprintf(path, sizeof path, "%s/12x768", workdir);
     prepare(&models[1], "12 layers x 768", path, &big);
 

@@ -18,10 +18,18 @@
  *     offsets (the model lays them out first); the pool's slot stride may be
  *     padded beyond slot_bytes, only slot_bytes are ever read or written.
  *   - A step's batch: begin_step() hands the backend the slots and tokens of
- *     the B sessions stepping together (host arrays; a device backend uploads
+ *     the R rows stepping together (host arrays; a device backend uploads
  *     them once per step). Every op that touches slots or tokens refers to
- *     that current batch: row b of every activation buffer is session
- *     slots[b].
+ *     that current batch: row r of every activation buffer is a token of
+ *     session slots[r]. Rows of one slot are consecutive — a *run* — and are
+ *     that session's next tokens in order (batched prefill: a prompt chunk of
+ *     T tokens is a run of T rows). Ops that read or write slot state
+ *     (shift_mix, linear_step, aft_step, ...) process a run's rows in row
+ *     order, each row seeing the state the previous row left, so a run gives
+ *     bit for bit what T one-row steps would; different runs are independent.
+ *     Row-wise ops (matmul, layernorm, ...) never look at runs: the packed
+ *     products are batch-invariant, so one R-row product equals R one-row
+ *     products.
  *
  * All ops are enqueued in order; buf_download() and slot_read() are
  * synchronous (they see every op enqueued before them). Ops return 0 or a
@@ -38,8 +46,11 @@
 typedef struct backend backend;
 typedef struct backend_buf backend_buf;   /* defined by each backend */
 
+/* weight_new_half precisions */
+enum { BACKEND_W_F16 = 1, BACKEND_W_BF16 = 2 };
+
 /* matmul flags */
-enum { BACKEND_MM_ACCUMULATE = 1, BACKEND_MM_GELU = 2 };
+enum { BACKEND_MM_ACCUMULATE = 1, BACKEND_MM_GELU = 2, BACKEND_MM_RELU2 = 4, BACKEND_MM_SIGMOID = 8 };
 
 typedef struct backend_ops {
     const char *name;                     /* "cpu", "cuda" */
@@ -71,13 +82,14 @@ typedef struct backend_ops {
     int  (*slot_write)(backend *be, int slot, const void *src); /* slot_bytes */
 
     /* ---- one step --------------------------------------------------------- */
-    /* Set the current batch: row b is slot slots[b] consuming tokens[b]
-     * (0..255). Slots are distinct and < the reserved count (the caller
-     * checked). The arrays are copied; B ≤ the capacity passed to any
-     * activation buffer is the caller's business. */
-    int (*begin_step)(backend *be, const int *slots, const int *tokens, int B);
+    /* Set the current batch: row r is slot slots[r] consuming tokens[r]
+     * (0 ≤ token < the rows of the embedding; the caller checked). Slots are
+     * < the reserved count and form runs (see top: a slot's rows are
+     * consecutive; the caller checked). The arrays are copied; R ≤ the
+     * capacity passed to any activation buffer is the caller's business. */
+    int (*begin_step)(backend *be, const int *slots, const int *tokens, int R);
 
-    /* x[b, :d] = E[tokens[b], :d]  (E is [256 × d]). */
+    /* x[r, :d] = E[tokens[r], :d]  (E is [vocab × d]). */
     int (*embed)(backend *be, const backend_buf *E, backend_buf *x, int d);
 
     /* y[b, :] = LN(x[b, :]) * w + bias over d columns, eps inside the sqrt.
@@ -99,10 +111,10 @@ typedef struct backend_ops {
                   const backend_buf *W, const backend_buf *bias,
                   backend_buf *y, size_t yo, int ldy, int B, int N, int K, int flags);
 
-    /* Token shift, for each b < B with prev = the fp32 vector of d floats at
-     * byte offset shift_off inside slot slots[b]:
-     *   out[b, p·d + c] = prev[c] + mu[p·d + c] · (h[b, c] − prev[c])   p < nmix
-     * then prev ← h[b, :]. h is [B × d], out is [B × nmix·d], mu holds nmix·d.
+    /* Token shift, for each row r in run order with prev = the fp32 vector of
+     * d floats at byte offset shift_off inside slot slots[r]:
+     *   out[r, p·d + c] = prev[c] + mu[p·d + c] · (h[r, c] − prev[c])   p < nmix
+     * then prev ← h[r, :]. h is [R × d], out is [R × nmix·d], mu holds nmix·d.
      * (= μ⊙h_t + (1−μ)⊙h_{t−1}; a zeroed slot gives h_{−1} = 0.) */
     int (*shift_mix)(backend *be, const backend_buf *h, const backend_buf *mu,
                      backend_buf *out, size_t shift_off, int d, int nmix);
@@ -128,6 +140,24 @@ typedef struct backend_ops {
      * per element exactly as lind_aft_channel() in kernels/mixer_math.h. */
     int (*aft_step)(backend *be, const backend_buf *in, const backend_buf *w,
                     const backend_buf *u, backend_buf *out, size_t state_off, int d);
+
+    /* ---- row helpers (no slot state) ------------------------------------ */
+    /* dst[i, :d] = src[rows[i], :d] for i < n (src row stride d, rows a host
+     * array of n indices < R): the rows whose logits a step wants. */
+    int (*gather_rows)(backend *be, const backend_buf *src, const int *rows, int n,
+                       backend_buf *dst, int d);
+    /* x[r, :d] *= s for r < R (RWKV's rescale_every halving). */
+    int (*scale_rows)(backend *be, backend_buf *x, int d, float s);
+    /* x[r, c] += g[r, go + c] · v[r, vo + c] for r < R, c < d; g and v have row
+     * strides ldg and ldv (floats), x row stride d (a gated residual add:
+     * RWKV's channel mix x += σ(r) ⊙ (Wv·k), with σ applied by matmul). */
+    int (*gated_add)(backend *be, backend_buf *x, const backend_buf *g, size_t go, int ldg,
+                     const backend_buf *v, size_t vo, int ldv, int d);
+
+    /* W [N × K] row-major half-precision host data (IEEE fp16 or bfloat16
+     * bits, wtype) kept in half precision by the backend; otherwise exactly
+     * as weight_new. Optional (NULL: the model widens to fp32). */
+    int (*weight_new_half)(backend *be, int N, int K, const uint16_t *W, int wtype, backend_buf **out);
 } backend_ops;
 
 /* Every backend struct starts with this. */
@@ -136,10 +166,14 @@ struct backend {
 };
 
 /* The matmul flags contract, checked the same way by every backend: known
- * flags only, and GELU only on contiguous rows without ACCUMULATE. */
+ * flags only; an activation (GELU, RELU2 = max(0, s)², SIGMOID) at most one,
+ * only on contiguous rows and without ACCUMULATE. */
+#define BACKEND_MM_ACT (BACKEND_MM_GELU | BACKEND_MM_RELU2 | BACKEND_MM_SIGMOID)
 static inline int backend_mm_flags_ok(int flags, int ldy, int N) {
-    if (flags & ~(BACKEND_MM_ACCUMULATE | BACKEND_MM_GELU)) return 0;
-    return !(flags & BACKEND_MM_GELU) || (!(flags & BACKEND_MM_ACCUMULATE) && ldy == N);
+    if (flags & ~(BACKEND_MM_ACCUMULATE | BACKEND_MM_ACT)) return 0;
+    int act = flags & BACKEND_MM_ACT;
+    if (act & (act - 1)) return 0;
+    return !act || (!(flags & BACKEND_MM_ACCUMULATE) && ldy == N);
 }
 
 /* Upload a matmul weight through weight_new when the backend has it. */

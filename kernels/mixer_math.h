@@ -121,6 +121,12 @@ LIND_HD static inline float lind_sigmoid(float x) {
 /* ---- token shift ------------------------------------------------------- */
 
 /* μ⊙h_t + (1−μ)⊙h_{t−1}, written as prev + μ(h − prev). */
+/* RWKV's channel-mix key activation: max(0, x)². */
+LIND_HD static inline float lind_relu2(float x) {
+    float r = x > 0.0f ? x : 0.0f;
+    return r * r;
+}
+
 LIND_HD static inline float lind_shift_mix(float h, float prev, float mu) {
     return prev + mu * (h - prev);
 }

@@ -1,4 +1,6 @@
-/* recurrent/config.c — config.json ⇄ lind_config, with validation. */
+/* recurrent/config.c — config.json → lind_config, with validation. The
+ * model-wide keys are read here; each layer's mixer and FFN kind read their
+ * own keys through a kind_scope (recurrent/kind.h). */
 #include "recurrent/config.h"
 
 #include <errno.h>
@@ -8,135 +10,234 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "recurrent/mixer.h"
 #include "recurrent/errmsg.h"
+#include "recurrent/hf_rwkv4.h"
+#include "recurrent/kind.h"
 
-static int get_int(json_t *root, const char *path, const char *key, int *out, char *err, size_t errlen) {
-    json_t *v = json_object_get(root, key);
-    if (!v) return errmsg_set(-EINVAL, err, errlen, "%s: missing field \"%s\"", path, key);
-    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > (1 << 20))
-        return errmsg_set(-EINVAL, err, errlen, "%s: field \"%s\" must be an integer in 1..%d", path, key, 1 << 20);
+struct kind_scope {
+    json_t *layer;       /* the layer's object, or NULL */
+    json_t *root;
+    const char *path;
+    int index;
+    char where[96];
+};
+
+const char *kind_scope_where(const kind_scope *s) { return s->where; }
+
+static json_t *scope_get(const kind_scope *s, const char *key) {
+    json_t *v = s->layer ? json_object_get(s->layer, key) : NULL;
+    return v ? v : json_object_get(s->root, key);
+}
+
+int kind_cfg_int(const kind_scope *s, const char *key, int required, int def, int lo, int hi, int *out,
+                 char *err, size_t errlen) {
+    json_t *v = scope_get(s, key);
+    if (!v) {
+        if (required) return errmsg_set(-EINVAL, err, errlen, "%s: missing field \"%s\"", s->where, key);
+        *out = def;
+        return 0;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+        return errmsg_set(-EINVAL, err, errlen, "%s: field \"%s\" must be an integer in %d..%d", s->where, key, lo, hi);
     *out = (int)json_integer_value(v);
     return 0;
 }
 
-static int get_str(json_t *root, const char *path, const char *key, char *out, size_t outlen,
-                   int required, char *err, size_t errlen) {
-    json_t *v = json_object_get(root, key);
-    if (!v) return required ? errmsg_set(-EINVAL, err, errlen, "%s: missing field \"%s\"", path, key) : 0;
-    if (!json_is_string(v)) return errmsg_set(-EINVAL, err, errlen, "%s: field \"%s\" must be a string", path, key);
-    if (strlen(json_string_value(v)) >= outlen)
-        return errmsg_set(-EINVAL, err, errlen, "%s: field \"%s\": \"%s\" is not a known value", path, key, json_string_value(v));
-    strcpy(out, json_string_value(v));
+int kind_cfg_num(const kind_scope *s, const char *key, int required, double def, double lo, double hi,
+                 float *out, char *err, size_t errlen) {
+    json_t *v = scope_get(s, key);
+    if (!v) {
+        if (required) return errmsg_set(-EINVAL, err, errlen, "%s: missing field \"%s\"", s->where, key);
+        *out = (float)def;
+        return 0;
+    }
+    double x = json_is_number(v) ? json_number_value(v) : NAN;
+    if (!(x >= lo && x <= hi))
+        return errmsg_set(-EINVAL, err, errlen, "%s: field \"%s\" must be a number in [%g, %g]", s->where, key, lo, hi);
+    *out = (float)x;
     return 0;
 }
 
-static int get_num(json_t *root, const char *path, const char *key, float *out, int required,
+int kind_cfg_bool(const kind_scope *s, const char *key, int required, int def, int *out, char *err, size_t errlen) {
+    json_t *v = scope_get(s, key);
+    if (!v) {
+        if (required) return errmsg_set(-EINVAL, err, errlen, "%s: missing field \"%s\"", s->where, key);
+        *out = def;
+        return 0;
+    }
+    if (!json_is_boolean(v)) return errmsg_set(-EINVAL, err, errlen, "%s: field \"%s\" must be true or false", s->where, key);
+    *out = json_is_true(v);
+    return 0;
+}
+
+int kind_cfg_enum(const kind_scope *s, const char *key, int required, const char *def,
+                  const char *const *choices, char *out, size_t outlen, char *err, size_t errlen) {
+    json_t *v = scope_get(s, key);
+    const char *val = def;
+    if (!v) {
+        if (required) return errmsg_set(-EINVAL, err, errlen, "%s: missing field \"%s\"", s->where, key);
+    } else if (!json_is_string(v)) {
+        return errmsg_set(-EINVAL, err, errlen, "%s: field \"%s\" must be a string", s->where, key);
+    } else {
+        val = json_string_value(v);
+    }
+    char known[160] = "";
+    size_t n = 0;
+    for (int i = 0; choices[i]; i++) {
+        if (val && !strcmp(val, choices[i]) && strlen(val) < outlen) {
+            strcpy(out, val);
+            return 0;
+        }
+        n += (size_t)snprintf(known + n, n < sizeof known ? sizeof known - n : 0, "%s\"%s\"", i ? ", " : "", choices[i]);
+    }
+    return errmsg_set(-EINVAL, err, errlen, "%s: field \"%s\" is \"%.40s\" (known: %s)", s->where, key, val ? val : "",
+                      known);
+}
+
+/* ---- model-wide keys --------------------------------------------------- */
+
+static int get_int(json_t *root, const char *path, const char *key, int required, int def, int lo, int hi, int *out,
                    char *err, size_t errlen) {
-    json_t *v = json_object_get(root, key);
-    if (!v) return required ? errmsg_set(-EINVAL, err, errlen, "%s: missing field \"%s\"", path, key) : 0;
-    if (!json_is_number(v)) return errmsg_set(-EINVAL, err, errlen, "%s: field \"%s\" must be a number", path, key);
-    *out = (float)json_number_value(v);
-    return 0;
+    kind_scope s = {.root = root, .path = path};
+    snprintf(s.where, sizeof s.where, "%s", path);
+    return kind_cfg_int(&s, key, required, def, lo, hi, out, err, errlen);
 }
 
-int config_uses(const lind_config *c, const char *kind) {
+static int get_num(json_t *root, const char *path, const char *key, int required, double def, double lo, double hi,
+                   float *out, char *err, size_t errlen) {
+    kind_scope s = {.root = root, .path = path};
+    snprintf(s.where, sizeof s.where, "%s", path);
+    return kind_cfg_num(&s, key, required, def, lo, hi, out, err, errlen);
+}
+
+int config_uses(const lind_config *c, int ffn, const char *kind) {
     for (int i = 0; i < c->n_layers && i < LIND_MAX_LAYERS; i++)
-        if (!strcmp(c->mixers[i], kind)) return 1;
+        if (!strcmp(ffn ? c->layers[i].ffn : c->layers[i].mixer, kind)) return 1;
     return 0;
 }
 
-int config_check(const lind_config *c, const char *path, char *err, size_t errlen) {
-    if (c->vocab_size != LIND_VOCAB)
-        return errmsg_set(-EINVAL, err, errlen, "%s: vocab_size is %d, lind models are byte-level (256)", path, c->vocab_size);
-    if (c->d_model < 1 || c->n_heads < 1 || c->d_head < 1 || c->d_ff < 1 || c->n_layers < 1)
-        return errmsg_set(-EINVAL, err, errlen, "%s: d_model, n_layers, n_heads, d_head and d_ff must be positive", path);
-    if (c->n_layers > LIND_MAX_LAYERS)
-        return errmsg_set(-EINVAL, err, errlen, "%s: n_layers is %d (at most %d)", path, c->n_layers, LIND_MAX_LAYERS);
-    if ((long)c->n_heads * c->d_head > (1 << 20) || c->d_model > (1 << 16) || c->d_ff > (1 << 18))
-        return errmsg_set(-EINVAL, err, errlen, "%s: dimensions too large", path);
-    char names[128];
-    for (int i = 0; i < c->n_layers; i++)
-        if (!mixer_find(c->mixers[i]))
-            return errmsg_set(-EINVAL, err, errlen, "%s: mixers[%d] is \"%s\": unknown mixer kind (known: %s)", path, i,
-                        c->mixers[i], mixer_kind_names(names, sizeof names));
-    if (strcmp(c->feature_map, "elu1"))
-        return errmsg_set(-EINVAL, err, errlen, "%s: feature_map \"%s\" is not supported (known: elu1)", path, c->feature_map);
-    if (config_uses(c, "aft") && strcmp(c->aft_variant, "simple") && strcmp(c->aft_variant, "decay"))
-        return errmsg_set(-EINVAL, err, errlen, "%s: aft_variant must be \"simple\" or \"decay\" when a layer is \"aft\" (got \"%s\")",
-                    path, c->aft_variant);
-    if (!(c->norm_eps > 0) || !isfinite(c->norm_eps))
-        return errmsg_set(-EINVAL, err, errlen, "%s: norm_eps must be a positive number", path);
-    if (!(c->attn_eps >= 0) || !isfinite(c->attn_eps))
-        return errmsg_set(-EINVAL, err, errlen, "%s: attn_eps must be a non-negative number", path);
+/* Kind name of layer i's part from "layers"[i][field] or the flat array. */
+static int layer_kind_name(json_t *root, json_t *layer, const char *path, int i, int ffn, char *out,
+                           char *err, size_t errlen) {
+    const char *field = ffn ? "ffn" : "mixer", *flat = ffn ? "ffns" : "mixers";
+    json_t *v = layer ? json_object_get(layer, field) : NULL;
+    if (!layer) {
+        json_t *arr = json_object_get(root, flat);
+        if (!arr && ffn) {
+            strcpy(out, "gelu_mlp");   /* the flat form's only FFN */
+            return 0;
+        }
+        if (!json_is_array(arr))
+            return errmsg_set(-EINVAL, err, errlen, "%s: missing or non-array field \"%s\" (or a \"layers\" array)", path,
+                              flat);
+        v = json_array_get(arr, (size_t)i);
+    }
+    if (!json_is_string(v))
+        return errmsg_set(-EINVAL, err, errlen, "%s: layer %d: \"%s\" is missing or not a string", path, i, field);
+    char names[160];
+    const char *name = json_string_value(v);
+    const layer_kind *k = ffn ? ffn_find(name) : mixer_find(name);
+    if (!k || strlen(name) >= 16)
+        return errmsg_set(-EINVAL, err, errlen, "%s: layer %d: %s \"%.40s\" is not a known kind (known: %s)", path, i,
+                          field, name, ffn ? ffn_kind_names(names, sizeof names) : mixer_kind_names(names, sizeof names));
+    strcpy(out, name);
+    return 0;
+}
+
+static int parse_tokenizer(json_t *root, const char *path, lind_config *c, char *err, size_t errlen) {
+    json_t *t = json_object_get(root, "tokenizer");
+    if (!t) return 0;   /* lind's flat form: bytes; HF: found by model_load */
+    json_t *kind = t, *file = NULL;
+    if (json_is_object(t)) {
+        kind = json_object_get(t, "kind");
+        file = json_object_get(t, "file");
+    }
+    if (!json_is_string(kind) || strlen(json_string_value(kind)) >= sizeof c->tokenizer)
+        return errmsg_set(-EINVAL, err, errlen, "%s: \"tokenizer\" must be a kind name or {\"kind\": ..., \"file\": ...}",
+                          path);
+    strcpy(c->tokenizer, json_string_value(kind));
+    if (file) {
+        const char *f = json_is_string(file) ? json_string_value(file) : NULL;
+        if (!f || !*f || strlen(f) >= sizeof c->tokenizer_file || strstr(f, ".."))
+            return errmsg_set(-EINVAL, err, errlen, "%s: \"tokenizer\".\"file\" must be a file name inside the model "
+                              "directory", path);
+        strcpy(c->tokenizer_file, f);
+    }
+    return 0;
+}
+
+static int parse_native(json_t *root, const char *path, lind_config *c, char *err, size_t errlen) {
+    int rc;
+    if ((rc = get_int(root, path, "vocab_size", 1, 0, 1, LIND_MAX_VOCAB, &c->vocab_size, err, errlen)) ||
+        (rc = get_int(root, path, "d_model", 1, 0, 1, 1 << 16, &c->d_model, err, errlen)) ||
+        (rc = get_int(root, path, "n_layers", 1, 0, 1, LIND_MAX_LAYERS, &c->n_layers, err, errlen)) ||
+        (rc = get_int(root, path, "bos", 0, 0, 0, LIND_MAX_VOCAB, &c->bos, err, errlen)) ||
+        (rc = get_num(root, path, "norm_eps", 1, 0, 1e-30, 1.0, &c->norm_eps, err, errlen)) ||
+        (rc = get_num(root, path, "final_norm_eps", 0, c->norm_eps, 1e-30, 1.0, &c->final_norm_eps, err, errlen)) ||
+        (rc = get_int(root, path, "rescale_every", 0, 0, 0, LIND_MAX_LAYERS, &c->rescale_every, err, errlen)))
+        return rc;
+    if (c->bos >= c->vocab_size)
+        return errmsg_set(-EINVAL, err, errlen, "%s: bos %d is outside the vocabulary (%d)", path, c->bos, c->vocab_size);
+    json_t *en = json_object_get(root, "emb_norm");
+    if (en && !json_is_boolean(en)) return errmsg_set(-EINVAL, err, errlen, "%s: field \"emb_norm\" must be true or false", path);
+    c->emb_norm = en && json_is_true(en);
+    if ((rc = parse_tokenizer(root, path, c, err, errlen))) return rc;
+
+    json_t *layers = json_object_get(root, "layers");
+    if (layers && (!json_is_array(layers) || (int)json_array_size(layers) != c->n_layers))
+        return errmsg_set(-EINVAL, err, errlen, "%s: \"layers\" must be an array of %d objects", path, c->n_layers);
+    json_t *flat = json_object_get(root, "mixers");
+    if (!layers && json_is_array(flat) && (int)json_array_size(flat) != c->n_layers)
+        return errmsg_set(-EINVAL, err, errlen, "%s: \"mixers\" has %zu entries for %d layers", path, json_array_size(flat),
+                          c->n_layers);
+    json_t *ffns = json_object_get(root, "ffns");
+    if (!layers && ffns && (!json_is_array(ffns) || (int)json_array_size(ffns) != c->n_layers))
+        return errmsg_set(-EINVAL, err, errlen, "%s: \"ffns\" must be an array of %d kind names", path, c->n_layers);
+    for (int i = 0; i < c->n_layers; i++) {
+        json_t *lo = layers ? json_array_get(layers, (size_t)i) : NULL;
+        if (layers && !json_is_object(lo))
+            return errmsg_set(-EINVAL, err, errlen, "%s: layers[%d] is not an object", path, i);
+        lind_layer_cfg *L = &c->layers[i];
+        if ((rc = layer_kind_name(root, lo, path, i, 0, L->mixer, err, errlen)) ||
+            (rc = layer_kind_name(root, lo, path, i, 1, L->ffn, err, errlen)))
+            return rc;
+        kind_scope s = {.layer = lo, .root = root, .path = path, .index = i};
+        snprintf(s.where, sizeof s.where, "%s: layer %d (%s)", path, i, L->mixer);
+        if ((rc = mixer_find(L->mixer)->configure(&s, c, L->mixer_p, err, errlen))) return rc;
+        snprintf(s.where, sizeof s.where, "%s: layer %d (%s)", path, i, L->ffn);
+        if ((rc = ffn_find(L->ffn)->configure(&s, c, L->ffn_p, err, errlen))) return rc;
+    }
     return 0;
 }
 
 int config_parse(const char *text, size_t len, const char *path, lind_config *c, char *err, size_t errlen) {
     memset(c, 0, sizeof *c);
-    c->attn_eps = 1e-6f;
     json_error_t je;
     json_t *root = json_loadb(text, len, 0, &je);
     if (!root) return errmsg_set(-EINVAL, err, errlen, "%s: bad JSON at line %d column %d: %s", path, je.line, je.column, je.text);
     int rc = -EINVAL;
-    if (!json_is_object(root)) { errmsg_set(-EINVAL, err, errlen, "%s: top level is not a JSON object", path); goto out; }
-    if (get_int(root, path, "vocab_size", &c->vocab_size, err, errlen) ||
-        get_int(root, path, "d_model", &c->d_model, err, errlen) ||
-        get_int(root, path, "n_layers", &c->n_layers, err, errlen) ||
-        get_int(root, path, "n_heads", &c->n_heads, err, errlen) ||
-        get_int(root, path, "d_head", &c->d_head, err, errlen) ||
-        get_int(root, path, "d_ff", &c->d_ff, err, errlen))
-        goto out;
-    if (c->n_layers > LIND_MAX_LAYERS) {
-        errmsg_set(-EINVAL, err, errlen, "%s: n_layers is %d (at most %d)", path, c->n_layers, LIND_MAX_LAYERS);
+    if (!json_is_object(root)) {
+        errmsg_set(-EINVAL, err, errlen, "%s: top level is not a JSON object", path);
         goto out;
     }
-    json_t *mx = json_object_get(root, "mixers");
-    if (!json_is_array(mx)) { errmsg_set(-EINVAL, err, errlen, "%s: missing or non-array field \"mixers\"", path); goto out; }
-    if ((int)json_array_size(mx) != c->n_layers) {
-        errmsg_set(-EINVAL, err, errlen, "%s: \"mixers\" has %zu entries for %d layers", path, json_array_size(mx), c->n_layers);
-        goto out;
-    }
-    for (int i = 0; i < c->n_layers; i++) {
-        json_t *e = json_array_get(mx, (size_t)i);
-        if (!json_is_string(e)) { errmsg_set(-EINVAL, err, errlen, "%s: mixers[%d] is not a string", path, i); goto out; }
-        if (strlen(json_string_value(e)) >= sizeof c->mixers[i]) {
-            char names[128];
-            errmsg_set(-EINVAL, err, errlen, "%s: mixers[%d] is \"%.40s\": unknown mixer kind (known: %s)", path, i,
-                 json_string_value(e), mixer_kind_names(names, sizeof names));
+    json_t *mt = json_object_get(root, "model_type");
+    if (mt) {
+        if (!json_is_string(mt) || strcmp(json_string_value(mt), "rwkv")) {
+            errmsg_set(-EINVAL, err, errlen, "%s: model_type \"%s\" is not supported (lind reads \"rwkv\" — RWKV-4 — and "
+                       "its own format)", path, json_is_string(mt) ? json_string_value(mt) : "?");
             goto out;
         }
-        strcpy(c->mixers[i], json_string_value(e));
+        json_t *native = NULL;
+        if ((rc = hf_rwkv4_translate(root, path, &native, err, errlen)) < 0) goto out;
+        rc = parse_native(native, path, c, err, errlen);
+        json_decref(native);
+        snprintf(c->format, sizeof c->format, "hf-rwkv4");
+    } else {
+        rc = parse_native(root, path, c, err, errlen);
+        snprintf(c->format, sizeof c->format, "lind");
+        if (!rc && !c->tokenizer[0]) snprintf(c->tokenizer, sizeof c->tokenizer, "bytes");
     }
-    if (get_str(root, path, "feature_map", c->feature_map, sizeof c->feature_map, 1, err, errlen) ||
-        get_str(root, path, "aft_variant", c->aft_variant, sizeof c->aft_variant, 0, err, errlen) ||
-        get_num(root, path, "norm_eps", &c->norm_eps, 1, err, errlen) ||
-        get_num(root, path, "attn_eps", &c->attn_eps, 0, err, errlen))
-        goto out;
-    json_t *ts = json_object_get(root, "token_shift");
-    if (!json_is_boolean(ts)) { errmsg_set(-EINVAL, err, errlen, "%s: missing or non-boolean field \"token_shift\"", path); goto out; }
-    c->token_shift = json_is_true(ts);
-    if (config_uses(c, "aft") && !c->aft_variant[0]) {
-        errmsg_set(-EINVAL, err, errlen, "%s: missing field \"aft_variant\" (required when a layer is \"aft\")", path);
-        goto out;
-    }
-    rc = config_check(c, path, err, errlen);
 out:
     json_decref(root);
     return rc;
-}
-
-char *config_to_json(const lind_config *c) {
-    json_t *mx = json_array();
-    for (int i = 0; i < c->n_layers; i++) json_array_append_new(mx, json_string(c->mixers[i]));
-    json_t *root = json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:o, s:s, s:b, s:f, s:f}",
-                             "vocab_size", c->vocab_size, "d_model", c->d_model, "n_layers", c->n_layers,
-                             "n_heads", c->n_heads, "d_head", c->d_head, "d_ff", c->d_ff, "mixers", mx,
-                             "feature_map", c->feature_map, "token_shift", c->token_shift,
-                             "norm_eps", (double)c->norm_eps, "attn_eps", (double)c->attn_eps);
-    if (!root) return NULL;
-    if (c->aft_variant[0]) json_object_set_new(root, "aft_variant", json_string(c->aft_variant));
-    char *s = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-    json_decref(root);
-    return s;
 }

@@ -1,11 +1,17 @@
 /* recurrent/config.h — reading and validating a model's config.json.
  *
- * Fields (docs/MODEL.md): vocab_size (must be 256), d_model, n_layers,
- * n_heads, d_head, d_ff, mixers (array, one kind per layer), feature_map
- * ("elu1"), token_shift (bool), norm_eps, aft_variant ("simple" | "decay",
- * required when any layer is "aft"), attn_eps (optional, default 1e-6).
- * Unknown mixer kinds and feature maps are refused; unknown extra fields are
- * ignored (exporters add their own bookkeeping). */
+ * Two layouts are read (docs/MODEL.md, docs/MODELS.md):
+ *  - lind's own: model-wide keys (vocab_size, d_model, n_layers, norm_eps,
+ *    final_norm_eps, emb_norm, rescale_every, bos, tokenizer) and per layer a
+ *    mixer kind and an FFN kind — either a "layers" array of objects
+ *    ({"mixer": "linear", "ffn": "gelu_mlp", ...kind keys}) or the older flat
+ *    form ("mixers": [...], FFN "gelu_mlp", every kind key at the top level).
+ *    A kind's keys are read by the kind itself (recurrent/kind.h) from the
+ *    layer's object, else the top level.
+ *  - Hugging Face RWKV-4 ("model_type": "rwkv"), translated into lind's form
+ *    by recurrent/hf_rwkv4.c.
+ * Unknown kinds are refused naming the known ones; unknown extra fields
+ * (exporters' bookkeeping) are ignored. */
 #ifndef LIND_RECURRENT_CONFIG_H
 #define LIND_RECURRENT_CONFIG_H
 
@@ -17,15 +23,7 @@
 int config_parse(const char *text, size_t len, const char *path, lind_config *out,
                  char *err, size_t errlen);
 
-/* Check the numbers and names of a config (also used by tests that build a
- * config in code). */
-int config_check(const lind_config *c, const char *path, char *err, size_t errlen);
-
-/* Serialize to config.json text; returns a malloc'd NUL-terminated string
- * (caller frees) or NULL on allocation failure. */
-char *config_to_json(const lind_config *c);
-
-/* Does any layer use the mixer kind `kind`? */
-int config_uses(const lind_config *c, const char *kind);
+/* Does any layer use the mixer (ffn = 0) or FFN (ffn = 1) kind `kind`? */
+int config_uses(const lind_config *c, int ffn, const char *kind);
 
 #endif

@@ -1,11 +1,13 @@
 /* recurrent/mixer_aft.c — AFT with an exponential position bias, in the
- * recurrent form RWKV-4 made popular:
- *   r, k, v = Wr·h_r, Wk·h_k, Wv·h_v   (width d_model)
+ * recurrent form of RWKV-4's time mixing:
+ *   r, k, v = Wr·h_r, Wk·h_k, Wv·h_v   (width A = aft_dim, default d_model)
  *   wkv_t = (Σ_{i<t} e^{−(t−1−i)w + k_i} v_i + e^{u+k_t} v_t)
  *         / (Σ_{i<t} e^{−(t−1−i)w + k_i}     + e^{u+k_t})
  *   y = Wo·(σ(r) ⊙ wkv)
  * with w = exp(time_decay), u = time_first for aft_variant "decay", and
- * w = u = 0 for "simple". State per session: num, den, max (d doubles each). */
+ * w = u = 0 for "simple". Keys: aft_variant (required), aft_dim, token_shift.
+ * State per session: num, den, max (A doubles each), and with token shift
+ * h_{t−1} (d floats). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -14,115 +16,134 @@
 
 #include "recurrent/mixer.h"
 
+typedef struct aft_params {
+    int decay, A, shift;
+    char variant[16];
+} aft_params;
+_Static_assert(sizeof(aft_params) <= LIND_KIND_PARAMS * 8, "aft_params too big");
+
 enum { T_WR, T_WK, T_WV, T_WO, T_MUR, T_MUK, T_MUV, T_TD, T_TF };
 
 typedef struct aft {
     mixer_proj3 rkv;
-    backend_buf *wo, *w, *u;   /* w, u NULL for AFT-simple */
-    int d;
+    backend_buf *wo, *w, *u;   /* wo [d × A]; w, u [A], NULL for AFT-simple */
+    int d, A, shift;
 } aft;
 
-static int is_decay(const lind_config *c) { return !strcmp(c->aft_variant, "decay"); }
+static int aft_configure(const kind_scope *s, const lind_config *c, void *params, char *err, size_t errlen) {
+    aft_params *p = params;
+    static const char *const variants[] = {"simple", "decay", NULL};
+    int rc;
+    if ((rc = kind_cfg_enum(s, "aft_variant", 1, NULL, variants, p->variant, sizeof p->variant, err, errlen)) ||
+        (rc = kind_cfg_int(s, "aft_dim", 0, c->d_model, 1, 1 << 16, &p->A, err, errlen)) ||
+        (rc = kind_cfg_bool(s, "token_shift", 0, 0, &p->shift, err, errlen)))
+        return rc;
+    p->decay = !strcmp(p->variant, "decay");
+    return 0;
+}
 
-static int aft_tensors(const lind_config *c, mixer_tensor *t) {
-    int d = c->d_model, n = 0;
-    t[n++] = (mixer_tensor){"wr", 2, {d, d}, 0};
-    t[n++] = (mixer_tensor){"wk", 2, {d, d}, 0};
-    t[n++] = (mixer_tensor){"wv", 2, {d, d}, 0};
-    t[n++] = (mixer_tensor){"wo", 2, {d, d}, 0};
-    if (c->token_shift) {
-        t[n++] = (mixer_tensor){"mu_r", 1, {d, 0}, 0};
-        t[n++] = (mixer_tensor){"mu_k", 1, {d, 0}, 0};
-        t[n++] = (mixer_tensor){"mu_v", 1, {d, 0}, 0};
-    } else {
-        /* keep the T_* indices stable: these three are never present */
-        t[n++] = (mixer_tensor){NULL, 0, {0, 0}, 1};
-        t[n++] = (mixer_tensor){NULL, 0, {0, 0}, 1};
-        t[n++] = (mixer_tensor){NULL, 0, {0, 0}, 1};
-    }
-    if (is_decay(c)) {
-        t[n++] = (mixer_tensor){"time_decay", 1, {d, 0}, 0};
-        t[n++] = (mixer_tensor){"time_first", 1, {d, 0}, 0};
+static int aft_tensors(const lind_config *c, const void *params, kind_tensor *t) {
+    const aft_params *p = params;
+    int d = c->d_model, A = p->A, n = 0;
+    t[n++] = (kind_tensor){"wr", 2, {A, d}, 0, 1};
+    t[n++] = (kind_tensor){"wk", 2, {A, d}, 0, 1};
+    t[n++] = (kind_tensor){"wv", 2, {A, d}, 0, 1};
+    t[n++] = (kind_tensor){"wo", 2, {d, A}, 0, 1};
+    for (int i = 0; i < 3; i++)   /* μ_r, μ_k, μ_v; unused entries keep the T_* indices stable */
+        t[n++] = p->shift ? (kind_tensor){(const char *[]){"mu_r", "mu_k", "mu_v"}[i], 1, {d, 0}, 0, 0}
+                          : (kind_tensor){NULL, 0, {0, 0}, 1, 0};
+    if (p->decay) {
+        t[n++] = (kind_tensor){"time_decay", 1, {A, 0}, 0, 0};
+        t[n++] = (kind_tensor){"time_first", 1, {A, 0}, 0, 0};
     }
     return n;
 }
 
-static int aft_regions(const lind_config *c, mixer_region *r) {
-    size_t d = (size_t)c->d_model;
-    r[0] = (mixer_region){"num", 8, d};
-    r[1] = (mixer_region){"den", 8, d};
-    r[2] = (mixer_region){"max", 8, d};
-    return 3;
+static int aft_regions(const lind_config *c, const void *params, kind_region *r) {
+    const aft_params *p = params;
+    size_t A = (size_t)p->A;
+    r[0] = (kind_region){"num", LIND_EL_F64, A};
+    r[1] = (kind_region){"den", LIND_EL_F64, A};
+    r[2] = (kind_region){"max", LIND_EL_F64, A};
+    if (!p->shift) return 3;
+    r[3] = (kind_region){"shift", LIND_EL_F32, (size_t)c->d_model};
+    return 4;
+}
+
+static size_t aft_scratch(const lind_config *c, const void *params) {
+    const aft_params *p = params;
+    size_t d = (size_t)c->d_model, A = (size_t)p->A;
+    return 3 * (A > d ? A : d);
 }
 
 static void aft_free(void *priv, backend *be) {
-    aft *A = priv;
-    if (!A) return;
-    mixer_proj3_free(&A->rkv, be);
-    be->ops->buf_free(be, A->wo);
-    be->ops->buf_free(be, A->w);
-    be->ops->buf_free(be, A->u);
-    free(A);
+    aft *X = priv;
+    if (!X) return;
+    mixer_proj3_free(&X->rkv, be);
+    be->ops->buf_free(be, X->wo);
+    be->ops->buf_free(be, X->w);
+    be->ops->buf_free(be, X->u);
+    free(X);
 }
 
-static int upload(backend *be, backend_buf **b, const float *src, size_t n) {
-    int rc = be->ops->buf_new(be, n, b);
-    return rc < 0 ? rc : be->ops->buf_upload(be, *b, 0, src, n);
-}
-
-static int aft_load(const lind_config *c, int layer, backend *be, const float *const *t, void **priv,
+static int aft_load(const lind_config *c, const void *params, kind_ctx *ctx, const kind_weight *t, void **priv,
                     char *err, size_t errlen) {
-    aft *A = calloc(1, sizeof *A);
-    if (!A) return -ENOMEM;
-    int d = A->d = c->d_model, rc;
+    const aft_params *p = params;
+    aft *X = calloc(1, sizeof *X);
+    if (!X) return -ENOMEM;
+    X->d = c->d_model;
+    X->A = p->A;
+    X->shift = p->shift;
+    int A = p->A, rc;
     float *w = NULL;
-    if (is_decay(c)) {
-        w = malloc((size_t)d * sizeof *w);
-        if (!w) { free(A); return -ENOMEM; }
-        for (int i = 0; i < d; i++) {
-            w[i] = expf(t[T_TD][i]);
-            if (!isfinite(w[i]) || !isfinite(t[T_TF][i])) {
+    if (p->decay) {
+        w = malloc((size_t)A * sizeof *w);
+        if (!w) { free(X); return -ENOMEM; }
+        for (int i = 0; i < A; i++) {
+            w[i] = expf(t[T_TD].f32[i]);
+            if (!isfinite(w[i]) || !isfinite(t[T_TF].f32[i])) {
                 snprintf(err, errlen, "tensor 'layers.%d.mixer.%s': channel %d is not finite (or exp overflows)",
-                         layer, isfinite(t[T_TF][i]) ? "time_decay" : "time_first", i);
+                         ctx->layer, isfinite(t[T_TF].f32[i]) ? "time_decay" : "time_first", i);
                 free(w);
-                free(A);
+                free(X);
                 return -EINVAL;
             }
         }
     }
-    const float *W[3] = {t[T_WR], t[T_WK], t[T_WV]};
-    const float *mu[3] = {t[T_MUR], t[T_MUK], t[T_MUV]};
-    if ((rc = mixer_proj3_load(&A->rkv, be, c->token_shift, d, d, W, mu)) < 0) goto fail;
-    if ((rc = backend_weight_new(be, d, d, t[T_WO], &A->wo)) < 0) goto fail;
+    const kind_weight *W[3] = {&t[T_WR], &t[T_WK], &t[T_WV]};
+    const float *mu[3] = {t[T_MUR].f32, t[T_MUK].f32, t[T_MUV].f32};
+    if ((rc = mixer_proj3_load(&X->rkv, ctx, p->shift, A, X->d, W, mu)) < 0) goto fail;
+    if ((rc = kind_matrix(ctx, &t[T_WO], X->d, A, ctx->out_scale, &X->wo)) < 0) goto fail;
     if (w) {
-        if ((rc = upload(be, &A->w, w, (size_t)d)) < 0) goto fail;
-        if ((rc = upload(be, &A->u, t[T_TF], (size_t)d)) < 0) goto fail;
+        if ((rc = kind_vector(ctx, w, (size_t)A, &X->w)) < 0) goto fail;
+        if ((rc = kind_vector(ctx, t[T_TF].f32, (size_t)A, &X->u)) < 0) goto fail;
     }
     free(w);
-    *priv = A;
+    *priv = X;
     return 0;
 fail:
-    snprintf(err, errlen, "layer %d aft mixer: backend error %d while uploading weights", layer, rc);
+    snprintf(err, errlen, "layer %d aft mixer: backend error %d while uploading weights", ctx->layer, rc);
     free(w);
-    aft_free(A, be);
+    aft_free(X, ctx->be);
     return rc;
 }
 
-static int aft_step(void *priv, const mixer_io *io) {
-    aft *A = priv;
+static int aft_step(void *priv, const layer_io *io) {
+    aft *X = priv;
     backend *be = io->be;
     backend_buf *rkv = io->scratch[0], *o = io->scratch[2];
     int rc;
-    if ((rc = mixer_proj3_run(&A->rkv, io, rkv)) < 0) return rc;
-    if ((rc = be->ops->aft_step(be, rkv, A->w, A->u, o, io->region_off[0], A->d)) < 0) return rc;
-    return be->ops->matmul(be, o, 0, A->d, A->wo, NULL, io->x, 0, A->d, io->B, A->d, A->d,
-                           BACKEND_MM_ACCUMULATE);
+    if ((rc = mixer_proj3_run(&X->rkv, io, X->shift ? io->region_off[3] : 0, rkv)) < 0) return rc;
+    if ((rc = be->ops->aft_step(be, rkv, X->w, X->u, o, io->region_off[0], X->A)) < 0) return rc;
+    return be->ops->matmul(be, o, 0, X->A, X->wo, NULL, io->x, 0, X->d, io->R, X->d, X->A, BACKEND_MM_ACCUMULATE);
 }
 
-const mixer_kind mixer_aft = {
+const layer_kind mixer_aft = {
     .name = "aft",
+    .configure = aft_configure,
     .tensors = aft_tensors,
     .regions = aft_regions,
+    .scratch_floats = aft_scratch,
     .load = aft_load,
     .step = aft_step,
     .free = aft_free,

@@ -1,10 +1,12 @@
-/* recurrent/model.c — loading a model and stepping a batch of sessions.
+/* recurrent/model.c — loading a model and stepping batches of sessions.
  *
- * The step, written once against kernels/backend.h:
- *   x = embed[token]
- *   per layer:  h = LN1(x);  x += Mixer(h);  h = LN2(x);  x += W2·GELU(W1·h + b1) + b2
- *   logits = Head·LN_f(x)
- * Mixer internals live behind recurrent/mixer.h. */
+ * The step, written once against kernels/backend.h, over R rows (runs of one
+ * session's consecutive tokens, kernels/backend.h):
+ *   x = embed[token];  x = LN_emb(x) if emb_norm
+ *   per layer i:  x += Mixer(LN1(x));  x += FFN(LN2(x));
+ *                 x *= ½ after every rescale_every-th block
+ *   logits = Head·LN_f(x)   for the rows that want them
+ * Mixer and FFN internals live behind recurrent/kind.h. */
 #include "recurrent/model.h"
 
 #include <errno.h>
@@ -13,178 +15,250 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "kernels/backend.h"
+#include "kernels/half.h"
 #include "recurrent/config.h"
-#include "recurrent/mixer.h"
-#include "recurrent/safetensors.h"
 #include "recurrent/errmsg.h"
+#include "recurrent/hf_rwkv4.h"
+#include "recurrent/kind.h"
+#include "recurrent/safetensors.h"
+#include "recurrent/tokenizer.h"
+
+typedef struct part {
+    const layer_kind *kind;
+    const void *params;               /* in the model's cfg */
+    void *priv;
+    size_t region_off[KIND_MAX_REGIONS];
+} part;
 
 typedef struct layer {
-    backend_buf *ln1_w, *ln1_b, *ln2_w, *ln2_b, *w1, *b1, *w2, *b2;
-    const mixer_kind *kind;
-    void *mixer;
-    size_t region_off[MIXER_MAX_REGIONS];
-    size_t shift_off;
+    backend_buf *ln1_w, *ln1_b, *ln2_w, *ln2_b;   /* [d] each */
+    part mixer, ffn;
 } layer;
 
 struct model {
     lind_config cfg;
     backend *be;
-    backend_buf *embed, *lnf_w, *lnf_b, *head;
+    tokenizer *tok;
+    backend_buf *embed;                /* [V × d], fp32 */
+    backend_buf *emb_w, *emb_b;        /* [d], when emb_norm */
+    backend_buf *lnf_w, *lnf_b;        /* [d] */
+    backend_buf *head;                 /* [V × d], a matmul weight */
     layer L[LIND_MAX_LAYERS];
-    size_t state_bytes, params;
+    size_t state_bytes, params, block_macs, head_macs, weight_bytes;
+    lind_dtype wdtype;
     model_state_region *regions;
     int nregions;
     uint64_t fingerprint;
     int nslots;
-    uint8_t *seen;                /* nslots flags for the distinct-slot check */
-    int cap;                      /* batch rows the activations hold */
-    backend_buf *x, *h, *ff, *logits, *scratch[3];
+    uint32_t *mark, stamp;             /* per slot: the call that last saw it (run check) */
+    int cap, lcap;                     /* rows the activations / gathered rows hold */
+    size_t scratch_floats;             /* per row, the widest part's */
+    backend_buf *x, *h, *hrows, *logits, *scratch[3];
 };
 
 /* ---- loading ------------------------------------------------------------ */
 
 typedef struct loader {
     const char *dir;
-    st_file st;
+    int hf;                            /* tensor names are HF RWKV-4's */
+    lind_dtype want;                   /* opts.weights */
+    st_set st;
     char *err;
     size_t errlen;
 } loader;
 
-/* Find `name`, check its shape against (d0[, d1]), widen to a malloc'd fp32
- * array in *out. Missing: -ENOENT unless optional (then *out = NULL). */
-static int take(loader *ld, const char *name, int ndim, int d0, int d1, int optional, float **out) {
-    *out = NULL;
-    st_tensor *t = st_find(&ld->st, name);
+/* The tensor a lind name refers to in this checkpoint (*file set), or NULL;
+ * `shown` receives the name as the file spells it, for messages. */
+static st_tensor *find(loader *ld, const char *name, st_file **file, char *shown, size_t shownlen) {
+    const char *n = name;
+    if (ld->hf && !(n = hf_rwkv4_tensor_name(name, shown, shownlen))) {
+        snprintf(shown, shownlen, "%s", name);
+        return NULL;
+    }
+    if (n == name) snprintf(shown, shownlen, "%s", name);
+    return st_set_find(&ld->st, shown, file);
+}
+
+/* Shape check: the file's shape equals (d0[, d1]) after dropping leading
+ * dimensions of size 1 (HF stores RWKV's μ vectors as [1, 1, d]). */
+static int shape_ok(const st_tensor *t, int ndim, int d0, int d1) {
+    int k = 0;
+    while (t->ndim - k > ndim && t->shape[k] == 1) k++;
+    if (t->ndim - k != ndim) return 0;
+    return t->shape[k] == d0 && (ndim == 1 || t->shape[k + 1] == d1);
+}
+
+static int bad_shape(loader *ld, const st_file *f, const char *shown, const st_tensor *t, int ndim, int d0, int d1) {
+    char got[96] = "[", want[48];
+    size_t n = 1;
+    for (int i = 0; i < t->ndim && n < sizeof got - 24; i++)
+        n += (size_t)snprintf(got + n, sizeof got - n, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+    snprintf(got + n, sizeof got - n, "]");
+    if (ndim == 1) snprintf(want, sizeof want, "[%d]", d0);
+    else snprintf(want, sizeof want, "[%d, %d]", d0, d1);
+    return errmsg_set(-EINVAL, ld->err, ld->errlen, "%s: tensor '%s' has shape %s, expected %s", f->path, shown, got,
+                      want);
+}
+
+/* Find `name`, check its shape, and read it: as fp32 into w->f32, or — a
+ * matrix whose precision stays half — as 16-bit values into w->half. Both
+ * malloc'd (the caller frees). Missing: -ENOENT unless optional. */
+static int take(loader *ld, const char *name, int ndim, int d0, int d1, int optional, int matrix, kind_weight *w) {
+    memset(w, 0, sizeof *w);
+    char shown[160];
+    st_file *f = NULL;
+    st_tensor *t = find(ld, name, &f, shown, sizeof shown);
     if (!t) {
         if (optional) return 0;
-        return errmsg_set(-ENOENT, ld->err, ld->errlen, "%s: missing tensor '%s'", ld->st.path, name);
+        return errmsg_set(-ENOENT, ld->err, ld->errlen, "%s: missing tensor '%s'",
+                          ld->st.index_path ? ld->st.index_path : ld->st.f[0].path, shown);
     }
-    int ok = t->ndim == ndim && t->shape[0] == d0 && (ndim == 1 || t->shape[1] == d1);
-    if (!ok) {
-        char got[96] = "[", want[48];
-        size_t n = 1;
-        for (int i = 0; i < t->ndim && n < sizeof got - 24; i++)
-            n += (size_t)snprintf(got + n, sizeof got - n, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
-        snprintf(got + n, sizeof got - n, "]");
-        if (ndim == 1) snprintf(want, sizeof want, "[%d]", d0);
-        else snprintf(want, sizeof want, "[%d, %d]", d0, d1);
-        return errmsg_set(-EINVAL, ld->err, ld->errlen, "%s: tensor '%s' has shape %s, expected %s", ld->st.path, name,
-                    got, want);
-    }
+    if (!shape_ok(t, ndim, d0, d1)) return bad_shape(ld, f, shown, t, ndim, d0, d1);
     t->used = 1;
-    float *p = malloc((t->numel ? t->numel : 1) * sizeof *p);
-    if (!p) return errmsg_set(-ENOMEM, ld->err, ld->errlen, "%s: out of memory reading '%s'", ld->st.path, name);
-    st_read_f32(&ld->st, t, p);
+    size_t n = t->numel ? t->numel : 1;
+    int wtype = 0;   /* the half type to keep, 0: fp32 */
+    if (matrix) {
+        if (ld->want == LIND_DT_BF16) wtype = BACKEND_W_BF16;
+        else if (ld->want == LIND_DT_F16) wtype = BACKEND_W_F16;
+        else if (ld->want == LIND_DT_AUTO && t->dtype != ST_F32)
+            wtype = t->dtype == ST_BF16 ? BACKEND_W_BF16 : BACKEND_W_F16;
+    }
+    float *p = malloc(n * sizeof *p);
+    if (!p) return errmsg_set(-ENOMEM, ld->err, ld->errlen, "%s: out of memory reading '%s'", f->path, shown);
+    st_read_f32(f, t, p);
     for (size_t i = 0; i < t->numel; i++)
         if (!isfinite(p[i])) {
             free(p);
             return errmsg_set(-EINVAL, ld->err, ld->errlen, "%s: tensor '%s' holds a non-finite value at element %zu",
-                        ld->st.path, name, i);
+                              f->path, shown, i);
         }
-    *out = p;
+    if (!wtype) {
+        w->f32 = p;
+    } else {
+        uint16_t *h = malloc(n * sizeof *h);
+        if (!h) {
+            free(p);
+            return errmsg_set(-ENOMEM, ld->err, ld->errlen, "%s: out of memory reading '%s'", f->path, shown);
+        }
+        int same = (t->dtype == ST_BF16 && wtype == BACKEND_W_BF16) || (t->dtype == ST_F16 && wtype == BACKEND_W_F16);
+        if (same) st_read_half(f, t, h);
+        else
+            for (size_t i = 0; i < t->numel; i++)
+                h[i] = wtype == BACKEND_W_BF16 ? lind_f32_to_bf16(p[i]) : lind_f32_to_f16(p[i]);
+        for (size_t i = 0; i < t->numel && !same; i++)
+            if (!isfinite(wtype == BACKEND_W_BF16 ? lind_bf16_to_f32(h[i]) : lind_f16_to_f32(h[i]))) {
+                free(p);
+                free(h);
+                return errmsg_set(-EINVAL, ld->err, ld->errlen, "%s: tensor '%s' element %zu overflows %s", f->path,
+                                  shown, i, wtype == BACKEND_W_BF16 ? "bf16" : "fp16");
+            }
+        free(p);
+        w->half = h;
+        w->wtype = wtype;
+    }
+    w->present = 1;
     return 0;
 }
 
-/* take + upload into a new device buffer; `weight`: a matmul W, uploaded
- * with backend_weight_new (the backend picks its layout). */
-static int take_up_as(model *m, loader *ld, const char *name, int ndim, int d0, int d1, int weight,
-                      backend_buf **out) {
-    float *p;
-    int rc = take(ld, name, ndim, d0, d1, 0, &p);
+static void weight_free(kind_weight *w) {
+    free((void *)w->f32);
+    free((void *)w->half);
+    memset(w, 0, sizeof *w);
+}
+
+/* A vector or an fp32 table uploaded as a plain buffer. */
+static int take_vec(model *m, loader *ld, const char *name, int ndim, int d0, int d1, backend_buf **out) {
+    kind_weight w;
+    int rc = take(ld, name, ndim, d0, d1, 0, 0, &w);
     if (rc < 0) return rc;
-    size_t n = (size_t)d0 * (ndim == 2 ? (size_t)d1 : 1);
-    if (weight)
-        rc = backend_weight_new(m->be, d0, d1, p, out);
-    else if ((rc = m->be->ops->buf_new(m->be, n, out)) == 0)
-        rc = m->be->ops->buf_upload(m->be, *out, 0, p, n);
-    free(p);
+    kind_ctx ctx = {.be = m->be, .layer = -1, .out_scale = 1.0f};
+    rc = kind_vector(&ctx, w.f32, (size_t)d0 * (ndim == 2 ? (size_t)d1 : 1), out);
+    weight_free(&w);
     if (rc < 0) return errmsg_set(rc, ld->err, ld->errlen, "%s: backend could not take '%s' (error %d)", ld->dir, name, rc);
     return 0;
 }
 
-static int take_up(model *m, loader *ld, const char *name, int ndim, int d0, int d1, backend_buf **out) {
-    return take_up_as(m, ld, name, ndim, d0, d1, 0, out);
-}
-
-static int take_w(model *m, loader *ld, const char *name, int d0, int d1, backend_buf **out) {
-    return take_up_as(m, ld, name, 2, d0, d1, 1, out);
+static int load_part(model *m, loader *ld, int i, part *P, const char *kind_name, const uint64_t *params,
+                     int ffn, float out_scale) {
+    const lind_config *c = &m->cfg;
+    char nm[128];
+    P->kind = ffn ? ffn_find(kind_name) : mixer_find(kind_name);
+    P->params = params;
+    kind_tensor spec[KIND_MAX_TENSORS];
+    kind_weight w[KIND_MAX_TENSORS];
+    memset(w, 0, sizeof w);
+    int n = P->kind->tensors(c, params, spec), rc = 0;
+    for (int k = 0; k < n && rc == 0; k++) {
+        if (!spec[k].name) continue;
+        snprintf(nm, sizeof nm, "layers.%d.%s.%s", i, ffn ? "ffn" : "mixer", spec[k].name);
+        rc = take(ld, nm, spec[k].ndim, spec[k].shape[0], spec[k].shape[1], spec[k].optional, spec[k].matrix, &w[k]);
+    }
+    if (rc == 0) {
+        char kerr[256] = "";
+        kind_ctx ctx = {.be = m->be, .layer = i, .out_scale = out_scale};
+        rc = P->kind->load(c, params, &ctx, w, &P->priv, kerr, sizeof kerr);
+        if (rc < 0) errmsg_set(rc, ld->err, ld->errlen, "%s: %s", ld->dir, kerr);
+        m->block_macs += ctx.macs;
+        m->weight_bytes += ctx.weight_bytes;
+    }
+    for (int k = 0; k < n; k++) weight_free(&w[k]);
+    return rc;
 }
 
 static int load_layer(model *m, loader *ld, int i) {
     const lind_config *c = &m->cfg;
     layer *L = &m->L[i];
-    char nm[128];
+    char nm[64];
     int rc, d = c->d_model;
-#define T(field, suffix, nd, a, b)                                              \
-    snprintf(nm, sizeof nm, "layers.%d.%s", i, suffix);                        \
-    if ((rc = take_up_as(m, ld, nm, nd, a, b, nd == 2, &L->field)) < 0) return rc;
-    T(ln1_w, "ln1.weight", 1, d, 0);
-    T(ln1_b, "ln1.bias", 1, d, 0);
-    T(ln2_w, "ln2.weight", 1, d, 0);
-    T(ln2_b, "ln2.bias", 1, d, 0);
-    T(w1, "ffn.w1", 2, c->d_ff, d);
-    T(b1, "ffn.b1", 1, c->d_ff, 0);
-    T(w2, "ffn.w2", 2, d, c->d_ff);
-    T(b2, "ffn.b2", 1, d, 0);
-#undef T
-    L->kind = mixer_find(c->mixers[i]);
-    mixer_tensor spec[MIXER_MAX_TENSORS];
-    float *host[MIXER_MAX_TENSORS] = {0};
-    int n = L->kind->tensors(c, spec);
-    rc = 0;
-    for (int k = 0; k < n && rc == 0; k++) {
-        if (!spec[k].name) continue;
-        snprintf(nm, sizeof nm, "layers.%d.mixer.%s", i, spec[k].name);
-        rc = take(ld, nm, spec[k].ndim, spec[k].shape[0], spec[k].shape[1], spec[k].optional, &host[k]);
+    backend_buf **bufs[4] = {&L->ln1_w, &L->ln1_b, &L->ln2_w, &L->ln2_b};
+    const char *names[4] = {"ln1.weight", "ln1.bias", "ln2.weight", "ln2.bias"};
+    for (int k = 0; k < 4; k++) {
+        snprintf(nm, sizeof nm, "layers.%d.%s", i, names[k]);
+        if ((rc = take_vec(m, ld, nm, 1, d, 0, bufs[k])) < 0) return rc;
     }
-    if (rc == 0) {
-        char merr[256] = "";
-        rc = L->kind->load(c, i, m->be, (const float *const *)host, &L->mixer, merr, sizeof merr);
-        if (rc < 0) errmsg_set(rc, ld->err, ld->errlen, "%s: %s", ld->st.path, merr);
-    }
-    for (int k = 0; k < n; k++) free(host[k]);
-    return rc;
+    /* rescale_every: block i's outputs are scaled by 2^-(i / n), matching x,
+     * which is halved after every n-th block. */
+    float scale = c->rescale_every ? ldexpf(1.0f, -(i / c->rescale_every)) : 1.0f;
+    if ((rc = load_part(m, ld, i, &L->mixer, c->layers[i].mixer, c->layers[i].mixer_p, 0, scale)) < 0) return rc;
+    return load_part(m, ld, i, &L->ffn, c->layers[i].ffn, c->layers[i].ffn_p, 1, scale);
 }
 
-/* Lay out the per-session state: 8-byte regions first (aligned), then 4-byte. */
+/* Lay out the per-session state: 8-byte regions first (aligned), then 4-byte,
+ * each pass layer by layer, mixer before FFN, in the order the kinds declare. */
 static int layout_state(model *m) {
     const lind_config *c = &m->cfg;
     int total = 0;
-    mixer_region r[MIXER_MAX_REGIONS];
-    for (int i = 0; i < c->n_layers; i++) total += m->L[i].kind->regions(c, r) + (c->token_shift ? 1 : 0);
-    m->regions = calloc((size_t)total, sizeof *m->regions);
+    kind_region r[KIND_MAX_REGIONS];
+    for (int i = 0; i < c->n_layers; i++)
+        total += m->L[i].mixer.kind->regions(c, m->L[i].mixer.params, r) +
+                 m->L[i].ffn.kind->regions(c, m->L[i].ffn.params, r);
+    m->regions = calloc((size_t)total + 1, sizeof *m->regions);
     if (!m->regions) return -ENOMEM;
     size_t off = 0;
     int n = 0;
-    for (int pass = 8; pass >= 4; pass -= 4) {
-        for (int i = 0; i < c->n_layers; i++) {
-            int nr = m->L[i].kind->regions(c, r);
-            for (int k = 0; k < nr; k++) {
-                if (r[k].elem_bytes != pass) continue;
-                model_state_region *g = &m->regions[n++];
-                g->layer = i;
-                snprintf(g->name, sizeof g->name, "%s", r[k].name);
-                g->elem_bytes = r[k].elem_bytes;
-                g->offset = off;
-                g->count = r[k].count;
-                m->L[i].region_off[k] = off;
-                off += r[k].count * (size_t)r[k].elem_bytes;
+    for (int pass = 8; pass >= 4; pass -= 4)
+        for (int i = 0; i < c->n_layers; i++)
+            for (int f = 0; f < 2; f++) {
+                part *P = f ? &m->L[i].ffn : &m->L[i].mixer;
+                int nr = P->kind->regions(c, P->params, r);
+                for (int k = 0; k < nr; k++) {
+                    int eb = (r[k].type == LIND_EL_F64 || r[k].type == LIND_EL_I64) ? 8 : 4;
+                    if (eb != pass) continue;
+                    model_state_region *g = &m->regions[n++];
+                    g->layer = i;
+                    snprintf(g->name, sizeof g->name, "%s%s", f ? "ffn." : "", r[k].name);
+                    g->type = r[k].type;
+                    g->elem_bytes = eb;
+                    g->offset = off;
+                    g->count = r[k].count;
+                    P->region_off[k] = off;
+                    off += r[k].count * (size_t)eb;
+                }
             }
-            if (pass == 4 && c->token_shift) {
-                model_state_region *g = &m->regions[n++];
-                g->layer = i;
-                snprintf(g->name, sizeof g->name, "shift");
-                g->elem_bytes = 4;
-                g->offset = off;
-                g->count = (size_t)c->d_model;
-                m->L[i].shift_off = off;
-                off += (size_t)c->d_model * 4;
-            }
-        }
-    }
     m->nregions = n;
     m->state_bytes = off;
     return 0;
@@ -226,10 +300,42 @@ static char *read_file(const char *path, size_t *len, char *err, size_t errlen) 
     return buf;
 }
 
+/* The tokenizer the directory declares (lind's config) or holds (HF). */
+static int load_tokenizer(model *m, const char *dir, char *err, size_t errlen) {
+    lind_config *c = &m->cfg;
+    char path[4096];
+    if (!c->tokenizer[0]) {   /* HF: whichever file is there */
+        for (int i = 0; i < 2 && !c->tokenizer[0]; i++) {
+            snprintf(path, sizeof path, "%s/%s", dir, hf_rwkv4_tokenizer_files[i]);
+            if (access(path, F_OK) == 0) {
+                snprintf(c->tokenizer, sizeof c->tokenizer, "%s", hf_rwkv4_tokenizer_kinds[i]);
+                snprintf(c->tokenizer_file, sizeof c->tokenizer_file, "%s", hf_rwkv4_tokenizer_files[i]);
+            }
+        }
+        if (!c->tokenizer[0])
+            return errmsg_set(-ENOENT, err, errlen, "%s: no tokenizer: expected %s (BPE) or %s (RWKV World)", dir,
+                              hf_rwkv4_tokenizer_files[0], hf_rwkv4_tokenizer_files[1]);
+    }
+    if (strcmp(c->tokenizer, "bytes") && !c->tokenizer_file[0])
+        return errmsg_set(-EINVAL, err, errlen, "%s/config.json: tokenizer \"%s\" needs a \"file\"", dir, c->tokenizer);
+    snprintf(path, sizeof path, "%s/%s", dir, c->tokenizer_file);
+    int rc = tokenizer_load(c->tokenizer, c->tokenizer_file[0] ? path : NULL, &m->tok, err, errlen);
+    if (rc < 0) return rc;
+    if (tokenizer_vocab_size(m->tok) > c->vocab_size)
+        return errmsg_set(-EINVAL, err, errlen, "%s: the %s tokenizer has %d tokens but the model's vocab_size is %d", dir,
+                          c->tokenizer, tokenizer_vocab_size(m->tok), c->vocab_size);
+    return 0;
+}
+
 int model_load(const char *dir, const char *backend_name, model **out, char *err, size_t errlen) {
+    model_opts o = {.backend = backend_name, .weights = LIND_DT_AUTO};
+    return model_load_opts(dir, &o, out, err, errlen);
+}
+
+int model_load_opts(const char *dir, const model_opts *o, model **out, char *err, size_t errlen) {
     *out = NULL;
     char path[4096];
-    loader ld = {.dir = dir, .err = err, .errlen = errlen};
+    loader ld = {.dir = dir, .err = err, .errlen = errlen, .want = o ? o->weights : LIND_DT_AUTO};
     model *m = calloc(1, sizeof *m);
     if (!m) return errmsg_set(-ENOMEM, err, errlen, "out of memory");
     int rc;
@@ -238,39 +344,67 @@ int model_load(const char *dir, const char *backend_name, model **out, char *err
     char *ctext = read_file(path, &clen, err, errlen);
     if (!ctext) { free(m); return -ENOENT; }
     if ((rc = config_parse(ctext, clen, path, &m->cfg, err, errlen)) < 0) goto out;
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if ((rc = st_open(&ld.st, path, err, errlen)) < 0) goto out;
-    if ((rc = backend_new(backend_name, &m->be, err, errlen)) < 0) goto out;
+    ld.hf = !strcmp(m->cfg.format, "hf-rwkv4");
+    if ((rc = load_tokenizer(m, dir, err, errlen)) < 0) goto out;
+    if ((rc = st_set_open(&ld.st, dir, err, errlen)) < 0) goto out;
+    if ((rc = backend_new(o ? o->backend : NULL, &m->be, err, errlen)) < 0) goto out;
 
     const lind_config *c = &m->cfg;
-    int d = c->d_model;
-    if ((rc = take_up(m, &ld, "embed.weight", 2, LIND_VOCAB, d, &m->embed)) < 0) goto out;
-    if ((rc = take_up(m, &ld, "ln_f.weight", 1, d, 0, &m->lnf_w)) < 0) goto out;
-    if ((rc = take_up(m, &ld, "ln_f.bias", 1, d, 0, &m->lnf_b)) < 0) goto out;
-    if ((rc = take_w(m, &ld, "head.weight", LIND_VOCAB, d, &m->head)) < 0) goto out;
+    int d = c->d_model, V = c->vocab_size;
+    if ((rc = take_vec(m, &ld, "embed.weight", 2, V, d, &m->embed)) < 0) goto out;
+    if (c->emb_norm && ((rc = take_vec(m, &ld, "emb_norm.weight", 1, d, 0, &m->emb_w)) < 0 ||
+                        (rc = take_vec(m, &ld, "emb_norm.bias", 1, d, 0, &m->emb_b)) < 0))
+        goto out;
+    if ((rc = take_vec(m, &ld, "ln_f.weight", 1, d, 0, &m->lnf_w)) < 0) goto out;
+    if ((rc = take_vec(m, &ld, "ln_f.bias", 1, d, 0, &m->lnf_b)) < 0) goto out;
+    {
+        kind_weight w;
+        if ((rc = take(&ld, "head.weight", 2, V, d, 0, 1, &w)) < 0) goto out;
+        kind_ctx ctx = {.be = m->be, .layer = -1, .out_scale = 1.0f};
+        rc = kind_matrix(&ctx, &w, V, d, 1.0f, &m->head);
+        if (w.half) m->wdtype = w.wtype == BACKEND_W_BF16 ? LIND_DT_BF16 : LIND_DT_F16;
+        weight_free(&w);
+        if (rc < 0) { errmsg_set(rc, err, errlen, "%s: backend could not take 'head.weight' (error %d)", dir, rc); goto out; }
+        m->head_macs = ctx.macs;
+        m->weight_bytes += ctx.weight_bytes;
+    }
     for (int i = 0; i < c->n_layers; i++)
         if ((rc = load_layer(m, &ld, i)) < 0) goto out;
-    for (int i = 0; i < ld.st.n; i++) {
-        if (!ld.st.t[i].used) {
-            rc = errmsg_set(-EINVAL, err, errlen, "%s: unexpected tensor '%s' (not used by this config; a silently "
-                      "ignored weight would be a bug)", ld.st.path, ld.st.t[i].name);
-            goto out;
+    if (!m->wdtype) m->wdtype = ld.want == LIND_DT_AUTO ? LIND_DT_F32 : ld.want;
+    for (int f = 0; f < ld.st.n; f++)
+        for (int i = 0; i < ld.st.f[f].n; i++) {
+            if (!ld.st.f[f].t[i].used) {
+                rc = errmsg_set(-EINVAL, err, errlen, "%s: unexpected tensor '%s' (not used by this config; a silently "
+                                "ignored weight would be a bug)", ld.st.f[f].path, ld.st.f[f].t[i].name);
+                goto out;
+            }
+            m->params += ld.st.f[f].t[i].numel;
         }
-        m->params += ld.st.t[i].numel;
-    }
     if ((rc = layout_state(m)) < 0) { errmsg_set(rc, err, errlen, "out of memory"); goto out; }
+    m->scratch_floats = 1;
+    for (int i = 0; i < c->n_layers; i++) {
+        size_t a = m->L[i].mixer.kind->scratch_floats(c, m->L[i].mixer.params);
+        size_t b = m->L[i].ffn.kind->scratch_floats(c, m->L[i].ffn.params);
+        if (a > m->scratch_floats) m->scratch_floats = a;
+        if (b > m->scratch_floats) m->scratch_floats = b;
+    }
 
     XXH64_state_t *xs = XXH64_createState();
     if (!xs) { rc = errmsg_set(-ENOMEM, err, errlen, "out of memory"); goto out; }
     XXH64_reset(xs, 0);
     XXH64_update(xs, ctext, clen);
-    XXH64_update(xs, ld.st.data, ld.st.data_size);
+    for (int f = 0; f < ld.st.n; f++) XXH64_update(xs, ld.st.f[f].data, ld.st.f[f].data_size);
+    if (m->wdtype != LIND_DT_F32) {   /* fp32 models keep the fingerprint they always had */
+        char tag[32];
+        int n = snprintf(tag, sizeof tag, "weights=%s", lind_dtype_name(m->wdtype));
+        XXH64_update(xs, tag, (size_t)n);
+    }
     m->fingerprint = XXH64_digest(xs);
     XXH64_freeState(xs);
     rc = 0;
 out:
     free(ctext);
-    st_close(&ld.st);
+    st_set_close(&ld.st);
     if (rc < 0) {
         model_free(m);
         return rc;
@@ -283,11 +417,16 @@ static void free_acts(model *m) {
     backend *be = m->be;
     be->ops->buf_free(be, m->x);
     be->ops->buf_free(be, m->h);
-    be->ops->buf_free(be, m->ff);
-    be->ops->buf_free(be, m->logits);
     for (int i = 0; i < 3; i++) be->ops->buf_free(be, m->scratch[i]);
-    m->x = m->h = m->ff = m->logits = m->scratch[0] = m->scratch[1] = m->scratch[2] = NULL;
+    m->x = m->h = m->scratch[0] = m->scratch[1] = m->scratch[2] = NULL;
     m->cap = 0;
+}
+
+static void free_logit_bufs(model *m) {
+    m->be->ops->buf_free(m->be, m->hrows);
+    m->be->ops->buf_free(m->be, m->logits);
+    m->hrows = m->logits = NULL;
+    m->lcap = 0;
 }
 
 void model_free(model *m) {
@@ -295,20 +434,21 @@ void model_free(model *m) {
     backend *be = m->be;
     if (be) {
         free_acts(m);
-        be->ops->buf_free(be, m->embed);
-        be->ops->buf_free(be, m->lnf_w);
-        be->ops->buf_free(be, m->lnf_b);
-        be->ops->buf_free(be, m->head);
+        free_logit_bufs(m);
+        backend_buf *top[] = {m->embed, m->emb_w, m->emb_b, m->lnf_w, m->lnf_b, m->head};
+        for (size_t k = 0; k < sizeof top / sizeof top[0]; k++) be->ops->buf_free(be, top[k]);
         for (int i = 0; i < m->cfg.n_layers; i++) {
             layer *L = &m->L[i];
-            backend_buf *bs[] = {L->ln1_w, L->ln1_b, L->ln2_w, L->ln2_b, L->w1, L->b1, L->w2, L->b2};
+            backend_buf *bs[] = {L->ln1_w, L->ln1_b, L->ln2_w, L->ln2_b};
             for (size_t k = 0; k < sizeof bs / sizeof bs[0]; k++) be->ops->buf_free(be, bs[k]);
-            if (L->kind && L->mixer) L->kind->free(L->mixer, be);
+            if (L->mixer.kind && L->mixer.priv) L->mixer.kind->free(L->mixer.priv, be);
+            if (L->ffn.kind && L->ffn.priv) L->ffn.kind->free(L->ffn.priv, be);
         }
         backend_free(be);
     }
+    tokenizer_free(m->tok);
     free(m->regions);
-    free(m->seen);
+    free(m->mark);
     free(m);
 }
 
@@ -318,9 +458,28 @@ const lind_config *model_config(const model *m) { return &m->cfg; }
 const char *model_backend_name(const model *m) { return m->be->ops->name; }
 const char *model_device_name(const model *m) { return m->be->ops->device_name(m->be); }
 size_t model_param_count(const model *m) { return m->params; }
+int model_vocab(const model *m) { return m->cfg.vocab_size; }
+int model_bos(const model *m) { return m->cfg.bos; }
+const struct tokenizer *model_tokenizer(const model *m) { return m->tok; }
+lind_dtype model_weights_dtype(const model *m) { return m->wdtype; }
 size_t model_state_bytes(const model *m) { return m->state_bytes; }
 uint64_t model_fingerprint(const model *m) { return m->fingerprint; }
 backend *model_backend(model *m) { return m->be; }
+
+void model_costs(const model *m, size_t *block_macs, size_t *head_macs, size_t *weight_bytes) {
+    if (block_macs) *block_macs = m->block_macs;
+    if (head_macs) *head_macs = m->head_macs;
+    if (weight_bytes) *weight_bytes = m->weight_bytes;
+}
+
+const char *lind_dtype_name(lind_dtype t) {
+    switch (t) {
+    case LIND_DT_F32: return "f32";
+    case LIND_DT_F16: return "f16";
+    case LIND_DT_BF16: return "bf16";
+    default: return "auto";
+    }
+}
 
 int model_state_regions(const model *m, model_state_region *out, int max) {
     for (int i = 0; i < m->nregions && i < max; i++) out[i] = m->regions[i];
@@ -332,10 +491,10 @@ int model_state_regions(const model *m, model_state_region *out, int max) {
 int model_slots_reserve(model *m, int n) {
     if (n < 0) return -EINVAL;
     if (n <= m->nslots) return 0;
-    uint8_t *s = realloc(m->seen, (size_t)n);
+    uint32_t *s = realloc(m->mark, (size_t)n * sizeof *s);
     if (!s) return -ENOMEM;
-    m->seen = s;
-    memset(m->seen, 0, (size_t)n);
+    m->mark = s;
+    memset(m->mark + m->nslots, 0, (size_t)(n - m->nslots) * sizeof *s);
     int rc = m->be->ops->slots_reserve(m->be, n, m->state_bytes);
     if (rc < 0) return rc;
     m->nslots = n;
@@ -361,21 +520,17 @@ int model_slot_write(model *m, int slot, const void *src) {
 
 /* ---- the step ---------------------------------------------------------- */
 
-static int ensure_cap(model *m, int B) {
-    if (B <= m->cap) return 0;
+static int ensure_cap(model *m, int R) {
+    if (R <= m->cap) return 0;
     int cap = m->cap ? m->cap : 1;
-    while (cap < B) cap *= 2;
+    while (cap < R) cap *= 2;
     free_acts(m);
-    const lind_config *c = &m->cfg;
     backend *be = m->be;
-    size_t d = (size_t)c->d_model, sc = mixer_scratch_floats(c);
+    size_t d = (size_t)m->cfg.d_model;
     int rc;
-    if ((rc = be->ops->buf_new(be, cap * d, &m->x)) < 0 || (rc = be->ops->buf_new(be, cap * d, &m->h)) < 0 ||
-        (rc = be->ops->buf_new(be, cap * (size_t)c->d_ff, &m->ff)) < 0 ||
-        (rc = be->ops->buf_new(be, cap * (size_t)LIND_VOCAB, &m->logits)) < 0)
-        goto fail;
+    if ((rc = be->ops->buf_new(be, cap * d, &m->x)) < 0 || (rc = be->ops->buf_new(be, cap * d, &m->h)) < 0) goto fail;
     for (int i = 0; i < 3; i++)
-        if ((rc = be->ops->buf_new(be, cap * sc, &m->scratch[i])) < 0) goto fail;
+        if ((rc = be->ops->buf_new(be, cap * m->scratch_floats, &m->scratch[i])) < 0) goto fail;
     m->cap = cap;
     return 0;
 fail:
@@ -383,44 +538,83 @@ fail:
     return rc;
 }
 
-int model_step(model *m, const int *slots, const int *tokens, int B, float *logits) {
-    if (B < 1) return -EINVAL;
-    int rc = 0;
-    for (int b = 0; b < B; b++) {
-        if (slots[b] < 0 || slots[b] >= m->nslots || tokens[b] < 0 || tokens[b] >= LIND_VOCAB || m->seen[slots[b]]) {
-            rc = -EINVAL;   /* out of range, bad token or a repeated slot */
-            B = b;
-            break;
-        }
-        m->seen[slots[b]] = 1;
+static int ensure_lcap(model *m, int n) {
+    if (n <= m->lcap) return 0;
+    int cap = m->lcap ? m->lcap : 1;
+    while (cap < n) cap *= 2;
+    free_logit_bufs(m);
+    backend *be = m->be;
+    int rc;
+    if ((rc = be->ops->buf_new(be, (size_t)cap * (size_t)m->cfg.d_model, &m->hrows)) < 0 ||
+        (rc = be->ops->buf_new(be, (size_t)cap * (size_t)m->cfg.vocab_size, &m->logits)) < 0) {
+        free_logit_bufs(m);
+        return rc;
     }
-    for (int b = 0; b < B; b++) m->seen[slots[b]] = 0;
-    if (rc < 0) return rc;
-    if ((rc = ensure_cap(m, B)) < 0) return rc;
+    m->lcap = cap;
+    return 0;
+}
 
+/* Rows form runs: a slot's rows are consecutive and it has one run. */
+static int check_rows(model *m, const int *slots, const int32_t *tokens, int R, const int *logit_rows, int nlogits) {
+    if (R < 1 || nlogits < 0 || nlogits > R || (nlogits && !logit_rows && nlogits != R)) return -EINVAL;
+    if (++m->stamp == 0) {   /* wrapped: clear old marks */
+        memset(m->mark, 0, (size_t)m->nslots * sizeof *m->mark);
+        m->stamp = 1;
+    }
+    for (int r = 0; r < R; r++) {
+        int s = slots[r];
+        if (s < 0 || s >= m->nslots || tokens[r] < 0 || tokens[r] >= m->cfg.vocab_size) return -EINVAL;
+        if (r > 0 && slots[r - 1] == s) continue;   /* the run goes on */
+        if (m->mark[s] == m->stamp) return -EINVAL; /* a second run of one slot */
+        m->mark[s] = m->stamp;
+    }
+    for (int i = 0; logit_rows && i < nlogits; i++)
+        if (logit_rows[i] < 0 || logit_rows[i] >= R) return -EINVAL;
+    return 0;
+}
+
+int model_forward(model *m, const int *slots, const int32_t *tokens, int R, const int *logit_rows, int nlogits,
+                  float *logits) {
+    int rc = check_rows(m, slots, tokens, R, logit_rows, nlogits);
+    if (rc < 0) return rc;
+    if ((rc = ensure_cap(m, R)) < 0) return rc;
     const lind_config *c = &m->cfg;
     backend *be = m->be;
     const backend_ops *o = be->ops;
-    int d = c->d_model, dff = c->d_ff;
-    if ((rc = o->begin_step(be, slots, tokens, B)) < 0) return rc;
+    int d = c->d_model, V = c->vocab_size;
+    if ((rc = o->begin_step(be, slots, tokens, R)) < 0) return rc;
     if ((rc = o->embed(be, m->embed, m->x, d)) < 0) return rc;
-    mixer_io io = {.be = be, .cfg = c, .B = B, .h = m->h, .x = m->x,
+    if (c->emb_norm && (rc = o->layernorm(be, m->x, m->x, m->emb_w, m->emb_b, d, c->norm_eps)) < 0) return rc;
+    layer_io io = {.be = be, .R = R, .h = m->h, .x = m->x,
                    .scratch = {m->scratch[0], m->scratch[1], m->scratch[2]}};
     for (int i = 0; i < c->n_layers; i++) {
         layer *L = &m->L[i];
         if ((rc = o->layernorm(be, m->x, m->h, L->ln1_w, L->ln1_b, d, c->norm_eps)) < 0) return rc;
-        memcpy(io.region_off, L->region_off, sizeof io.region_off);
-        io.shift_off = L->shift_off;
-        if ((rc = L->kind->step(L->mixer, &io)) < 0) return rc;
+        memcpy(io.region_off, L->mixer.region_off, sizeof io.region_off);
+        if ((rc = L->mixer.kind->step(L->mixer.priv, &io)) < 0) return rc;
         if ((rc = o->layernorm(be, m->x, m->h, L->ln2_w, L->ln2_b, d, c->norm_eps)) < 0) return rc;
-        if ((rc = o->matmul(be, m->h, 0, d, L->w1, L->b1, m->ff, 0, dff, B, dff, d, BACKEND_MM_GELU)) < 0)
-            return rc;
-        if ((rc = o->matmul(be, m->ff, 0, dff, L->w2, L->b2, m->x, 0, d, B, d, dff, BACKEND_MM_ACCUMULATE)) < 0)
+        memcpy(io.region_off, L->ffn.region_off, sizeof io.region_off);
+        if ((rc = L->ffn.kind->step(L->ffn.priv, &io)) < 0) return rc;
+        if (c->rescale_every && (i + 1) % c->rescale_every == 0 && (rc = o->scale_rows(be, m->x, d, 0.5f)) < 0)
             return rc;
     }
-    if (!logits) return 0;
-    if ((rc = o->layernorm(be, m->x, m->h, m->lnf_w, m->lnf_b, d, c->norm_eps)) < 0) return rc;
-    if ((rc = o->matmul(be, m->h, 0, d, m->head, NULL, m->logits, 0, LIND_VOCAB, B, LIND_VOCAB, d, 0)) < 0)
-        return rc;
-    return o->buf_download(be, m->logits, 0, logits, (size_t)B * LIND_VOCAB);
+    if (!nlogits) return 0;
+    if ((rc = o->layernorm(be, m->x, m->h, m->lnf_w, m->lnf_b, d, c->final_norm_eps)) < 0) return rc;
+    const backend_buf *hx = m->h;
+    int all = !logit_rows || nlogits == R;
+    for (int i = 0; all && logit_rows && i < nlogits; i++) all = logit_rows[i] == i;
+    if ((rc = ensure_lcap(m, nlogits)) < 0) return rc;
+    if (!all) {
+        if ((rc = o->gather_rows(be, m->h, logit_rows, nlogits, m->hrows, d)) < 0) return rc;
+        hx = m->hrows;
+    }
+    if ((rc = o->matmul(be, hx, 0, d, m->head, NULL, m->logits, 0, V, nlogits, V, d, 0)) < 0) return rc;
+    return o->buf_download(be, m->logits, 0, logits, (size_t)nlogits * (size_t)V);
+}
+
+int model_step(model *m, const int *slots, const int32_t *tokens, int B, float *logits) {
+    if (B < 1) return -EINVAL;
+    for (int b = 1; b < B; b++)   /* distinct slots: adjacent repeats would be a run */
+        if (slots[b] == slots[b - 1]) return -EINVAL;
+    return model_forward(m, slots, tokens, B, NULL, logits ? B : 0, logits);
 }

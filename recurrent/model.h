@@ -7,10 +7,12 @@
  * (model_state_bytes() bytes, whatever the stream length). A step advances a
  * batch of slots by one token each, in one batched pass per layer.
  *
- * Token convention: one token per byte (vocab 256). Token 0 (NUL) is BOS: a
- * fresh session is a zeroed slot that is then fed BOS, and the logits after
- * BOS predict the first byte of text (this is what `lind score` and the
- * trainer in tools/ both do).
+ * Tokens: 32-bit ids in [0, vocab_size); a model directory declares its
+ * tokenizer (recurrent/tokenizer.h), which the model loads and owns. A fresh
+ * session is a zeroed slot that is then fed the BOS token (config "bos",
+ * default 0: NUL for byte models, <|endoftext|> for RWKV's vocabularies); the
+ * logits after BOS predict the first token of text (`lind score` and the
+ * trainer in tools/ both do this).
  *
  * Errors are values: functions return 0 or a negative errno-style code and,
  * where they take one, fill `err` (a caller-provided buffer) with a message
@@ -24,20 +26,44 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define LIND_VOCAB     256
-#define LIND_BOS       0
+#define LIND_BYTE_VOCAB 256          /* the "bytes" tokenizer's vocabulary */
+#define LIND_BOS        0            /* the default "bos" (NUL for byte models) */
+#define LIND_MAX_VOCAB  (1 << 18)
 #define LIND_MAX_LAYERS 64
+#define LIND_KIND_PARAMS 16          /* uint64 words of a kind's parsed settings */
 
+/* One block: x += mixer(LN1(x)); x += ffn(LN2(x)). Each part is a kind
+ * (recurrent/kind.h) that owns its configuration keys: it parses them into
+ * its own settings struct, stored in mixer_p / ffn_p (≤ 128 bytes). */
+typedef struct lind_layer_cfg {
+    char     mixer[16], ffn[16];     /* kind names: "linear", "aft", ...; "gelu_mlp", ... */
+    uint64_t mixer_p[LIND_KIND_PARAMS], ffn_p[LIND_KIND_PARAMS];
+} lind_layer_cfg;
+
+/* Model-wide settings (docs/MODEL.md); everything per kind is in layers[]. */
 typedef struct lind_config {
-    int vocab_size;            /* must be 256 */
-    int d_model, n_layers, n_heads, d_head, d_ff;
-    char mixers[LIND_MAX_LAYERS][16]; /* per layer: "linear", "aft", ... */
-    char feature_map[16];      /* "elu1" */
-    char aft_variant[16];      /* "simple" or "decay" */
-    int token_shift;           /* 0/1 */
-    float norm_eps;            /* layer norm epsilon */
-    float attn_eps;            /* linear mixer ε in φ(q)ᵀz + ε (optional, default 1e-6) */
+    int   vocab_size;                /* 1..LIND_MAX_VOCAB */
+    int   d_model, n_layers;
+    int   bos;                       /* token fed to a fresh session, default 0 */
+    float norm_eps;                  /* ln1, ln2 and the embedding norm */
+    float final_norm_eps;            /* ln_f; default norm_eps */
+    int   emb_norm;                  /* LayerNorm on the embedding (RWKV-4's pre_ln) */
+    int   rescale_every;             /* 0, or: x halved after every n-th block and each
+                                        block's output projections scaled to match
+                                        (RWKV's fp16 overflow guard; same function) */
+    char  tokenizer[16];             /* "bytes", "bpe", "world" */
+    char  tokenizer_file[256];       /* relative to the model directory; "" for bytes */
+    char  format[16];                /* "lind" or "hf-rwkv4": where the config came from */
+    lind_layer_cfg layers[LIND_MAX_LAYERS];
 } lind_config;
+
+/* Weight precision in memory (matrix weights; vectors are always fp32). */
+typedef enum lind_dtype { LIND_DT_AUTO = 0, LIND_DT_F32, LIND_DT_F16, LIND_DT_BF16 } lind_dtype;
+
+typedef struct model_opts {
+    const char *backend;             /* "cpu", "cuda", "auto"; NULL = "auto" */
+    lind_dtype  weights;             /* AUTO: as stored (fp16/bf16 stay half) */
+} model_opts;
 
 typedef struct model model;
 
@@ -45,26 +71,43 @@ typedef struct model model;
  * NULL means "auto"). On success *out is a new model the caller frees with
  * model_free(). On failure returns <0 and writes the reason into err. */
 int  model_load(const char *dir, const char *backend, model **out, char *err, size_t errlen);
+/* The same with options (precision). */
+int  model_load_opts(const char *dir, const model_opts *o, model **out, char *err, size_t errlen);
 void model_free(model *m);
 
 const lind_config *model_config(const model *m);
 const char *model_backend_name(const model *m);   /* "cpu" / "cuda" */
 const char *model_device_name(const model *m);    /* CPU model / GPU name */
 size_t   model_param_count(const model *m);
+int      model_vocab(const model *m);                /* cfg.vocab_size */
+int      model_bos(const model *m);                  /* cfg.bos */
+/* The tokenizer the model directory declares; owned by the model. */
+const struct tokenizer *model_tokenizer(const model *m);
+/* Precision the matrix weights are held in (LIND_DT_F32/F16/BF16). */
+lind_dtype model_weights_dtype(const model *m);
+const char *lind_dtype_name(lind_dtype t);           /* "f32", "f16", "bf16", "auto" */
 /* Bytes of one session's recurrent state (all layers), as read and written
  * by model_slot_read/model_slot_write. Independent of stream length. */
 size_t   model_state_bytes(const model *m);
+/* Multiply-adds per token of the blocks' products and of the head, and the
+ * bytes of all matrix weights as held in memory (benchmark figures). */
+void     model_costs(const model *m, size_t *block_macs, size_t *head_macs, size_t *weight_bytes);
 /* 64-bit fingerprint of the model: xxh64 over config.json and the tensor
- * data. A saved state is only ever loaded into the model it came from. */
+ * data, and the in-memory weight precision when it is not fp32 (a state made
+ * with bf16 weights is not the state fp32 weights would make). A saved state
+ * is only ever loaded into the model it came from. */
 uint64_t model_fingerprint(const model *m);
 
 /* The raw state described as typed regions (for the state format's header,
  * its NaN/Inf check, and tools). Fills up to `max` regions, returns how many
  * the model has (call with max = 0 to count). Regions tile the raw state. */
+typedef enum lind_elem { LIND_EL_F32 = 0, LIND_EL_F64 = 1, LIND_EL_I32 = 2, LIND_EL_I64 = 3 } lind_elem;
 typedef struct model_state_region {
     int    layer;         /* -1 for model-wide regions */
-    char   name[16];      /* e.g. "S", "z", "num", "den", "max", "shift" */
-    int    elem_bytes;    /* 4 = float, 8 = double */
+    char   name[16];      /* e.g. "S", "z", "num", "den", "max", "shift"; a
+                             layer's FFN regions are prefixed "ffn." */
+    int    type;          /* lind_elem: floats are checked for NaN/Inf, integers never */
+    int    elem_bytes;    /* 4 or 8 (follows from type) */
     size_t offset, count; /* byte offset in the raw state, element count */
 } model_state_region;
 int model_state_regions(const model *m, model_state_region *out, int max);
@@ -80,9 +123,21 @@ int  model_slot_read(model *m, int slot, void *dst);
 int  model_slot_write(model *m, int slot, const void *src);
 
 /* Advance B slots by one token each: slots[b] consumes tokens[b]. If logits is
- * non-NULL it receives B×256 floats (row b for slots[b]); passing NULL skips
+ * non-NULL it receives B×vocab floats (row b for slots[b]); passing NULL skips
  * the head (prompt feeding). Slots in one call must be distinct. */
-int  model_step(model *m, const int *slots, const int *tokens, int B, float *logits);
+int  model_step(model *m, const int *slots, const int32_t *tokens, int B, float *logits);
+
+/* The general step, for batched prefill: R rows, row r feeds tokens[r] into
+ * slot slots[r]. Rows of one slot must be consecutive (a "run"): they are that
+ * session's next tokens in order, and a slot appears in at most one run. The
+ * products run as R-row GEMMs; each mixer applies its state updates token by
+ * token inside a run, so the result is bit-identical to feeding the tokens
+ * one model_step at a time. logits (if nlogits > 0) receives nlogits×vocab
+ * floats: row i for row index logit_rows[i] (any rows, in any order;
+ * logit_rows NULL with nlogits = R means every row).
+ * -EINVAL for a bad slot, token, run order or logit row. */
+int  model_forward(model *m, const int *slots, const int32_t *tokens, int R,
+                   const int *logit_rows, int nlogits, float *logits);
 
 /* The backend the model runs on (kernels/backend.h), for benchmarks that
  * measure the same device's primitive rates. Owned by the model. */

@@ -204,3 +204,106 @@ void st_read_f32(const st_file *f, const st_tensor *t, float *dst) {
         }
     }
 }
+
+void st_read_half(const st_file *f, const st_tensor *t, uint16_t *dst) {
+    const uint8_t *p = f->data + t->begin;
+    for (size_t i = 0; i < t->numel; i++) dst[i] = (uint16_t)(p[2 * i] | p[2 * i + 1] << 8);
+}
+
+/* ---- sharded checkpoints ------------------------------------------------ */
+
+void st_set_close(st_set *s) {
+    for (int i = 0; i < s->n; i++) st_close(&s->f[i]);
+    free(s->f);
+    free(s->index_path);
+    memset(s, 0, sizeof *s);
+}
+
+st_tensor *st_set_find(st_set *s, const char *name, st_file **file) {
+    for (int i = 0; i < s->n; i++) {
+        st_tensor *t = st_find(&s->f[i], name);
+        if (t) {
+            if (file) *file = &s->f[i];
+            return t;
+        }
+    }
+    return NULL;
+}
+
+/* Index of the shard called fname in s, opening it if new; <0 on error. */
+static int shard_open(st_set *s, const char *dir, const char *fname, char *err, size_t errlen) {
+    if (!*fname || strchr(fname, '/') || !strcmp(fname, ".") || !strcmp(fname, ".."))
+        return errmsg_set(-EINVAL, err, errlen, "%s: weight_map names \"%s\": shards must be plain file names in the "
+                          "model directory", s->index_path, fname);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, fname);
+    for (int i = 0; i < s->n; i++)
+        if (!strcmp(s->f[i].path, path)) return i;
+    st_file *nf = realloc(s->f, (size_t)(s->n + 1) * sizeof *nf);
+    if (!nf) return errmsg_set(-ENOMEM, err, errlen, "%s: out of memory", s->index_path);
+    s->f = nf;
+    char e2[512];
+    int rc = st_open(&s->f[s->n], path, e2, sizeof e2);
+    if (rc < 0) return errmsg_set(rc, err, errlen, "%s: shard named by %s: %s", fname, s->index_path, e2);
+    return s->n++;
+}
+
+int st_set_open(st_set *s, const char *dir, char *err, size_t errlen) {
+    memset(s, 0, sizeof *s);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (access(path, F_OK) == 0 || errno != ENOENT) {
+        s->f = calloc(1, sizeof *s->f);
+        if (!s->f) return errmsg_set(-ENOMEM, err, errlen, "%s: out of memory", path);
+        int rc = st_open(&s->f[0], path, err, errlen);
+        if (rc < 0) { st_set_close(s); return rc; }
+        s->n = 1;
+        return 0;
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    json_error_t je;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (!root) {
+        if (access(path, F_OK) != 0)
+            return errmsg_set(-ENOENT, err, errlen, "%s: no model.safetensors and no model.safetensors.index.json", dir);
+        return errmsg_set(-EINVAL, err, errlen, "%s: bad JSON at line %d column %d: %s", path, je.line, je.column, je.text);
+    }
+    int rc = 0;
+    s->index_path = strdup(path);
+    if (!s->index_path) { rc = errmsg_set(-ENOMEM, err, errlen, "%s: out of memory", path); goto out; }
+    json_t *wm = json_is_object(root) ? json_object_get(root, "weight_map") : NULL;
+    if (!json_is_object(wm) || json_object_size(wm) == 0) {
+        rc = errmsg_set(-EINVAL, err, errlen, "%s: missing or empty object \"weight_map\"", path);
+        goto out;
+    }
+    const char *key;
+    json_t *v;
+    json_object_foreach(wm, key, v) {
+        if (!json_is_string(v)) {
+            rc = errmsg_set(-EINVAL, err, errlen, "%s: weight_map[\"%s\"] is not a file name", path, key);
+            goto out;
+        }
+        int i = shard_open(s, dir, json_string_value(v), err, errlen);
+        if (i < 0) { rc = i; goto out; }
+        if (!st_find(&s->f[i], key)) {
+            rc = errmsg_set(-EINVAL, err, errlen, "%s: weight_map puts tensor '%s' in %s, which does not hold it", path,
+                            key, json_string_value(v));
+            goto out;
+        }
+    }
+    /* every tensor once, and only the ones the index names */
+    for (int i = 0; i < s->n; i++)
+        for (int k = 0; k < s->f[i].n; k++) {
+            const char *nm = s->f[i].t[k].name;
+            json_t *where = json_object_get(wm, nm);
+            if (!where || strcmp(s->f[i].path + strlen(dir) + 1, json_string_value(where))) {
+                rc = errmsg_set(-EINVAL, err, errlen, "%s: tensor '%s' is not in %s's weight_map for that file%s",
+                                s->f[i].path, nm, path, where ? " (it names another shard: a duplicate)" : "");
+                goto out;
+            }
+        }
+out:
+    json_decref(root);
+    if (rc < 0) st_set_close(s);
+    return rc;
+}

@@ -45,7 +45,27 @@ void st_close(st_file *f);
 st_tensor *st_find(st_file *f, const char *name);
 /* Widen a tensor's data to fp32 into dst (t->numel floats). */
 void st_read_f32(const st_file *f, const st_tensor *t, float *dst);
+/* Copy an F16/BF16 tensor's raw 16-bit values (little-endian in the file)
+ * into dst (t->numel entries). */
+void st_read_half(const st_file *f, const st_tensor *t, uint16_t *dst);
 /* "F32", "F16", "BF16" */
 const char *st_dtype_name(int dtype);
+
+/* A model's weights: model.safetensors, or the shards that
+ * model.safetensors.index.json names ("weight_map": tensor → file, as
+ * Hugging Face writes sharded checkpoints). Every shard is opened and
+ * validated; the index must name only files in the same directory, each
+ * tensor of the weight map must be in the file it names, and no tensor may
+ * appear twice. */
+typedef struct st_set {
+    st_file *f;                    /* n files, in index order (shard order) */
+    int      n;
+    char    *index_path;           /* owned; NULL for a single file */
+} st_set;
+
+int  st_set_open(st_set *s, const char *dir, char *err, size_t errlen);
+void st_set_close(st_set *s);
+/* The tensor called name and the file holding it (*file), or NULL. */
+st_tensor *st_set_find(st_set *s, const char *name, st_file **file);
 
 #endif

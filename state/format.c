@@ -148,7 +148,7 @@ int state_encode(const model *m, const state_meta *meta, const void *raw,
         return errmsg_set(-EINVAL, err, errlen, "state_encode: missing argument");
     *out = NULL;
     *outlen = 0;
-    if (meta->pending_token < -1 || meta->pending_token >= LIND_VOCAB)
+    if (meta->pending_token < -1 || meta->pending_token >= model_vocab(m))
         return errmsg_set(STATE_E_INVALID, err, errlen, "state_encode: pending token %d out of range",
                     meta->pending_token);
     const sampler *sp = &meta->sampler;
@@ -314,7 +314,7 @@ int state_decode(const model *m, const uint8_t *blob, size_t len,
     sp->wpos = le_get32(blob + 132);
     memcpy(sp->window, blob + 136, SAMPLER_WINDOW_MAX);
     char why[160];
-    if (mt.pending_token < -1 || mt.pending_token >= LIND_VOCAB)
+    if (mt.pending_token < -1 || mt.pending_token >= model_vocab(m))
         rc = errmsg_set(STATE_E_INVALID, err, errlen, "state's pending token %d is out of range",
                   mt.pending_token);
     else if (sp->wlen > SAMPLER_WINDOW_MAX || sp->wpos >= SAMPLER_WINDOW_MAX)

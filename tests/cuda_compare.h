@@ -455,7 +455,7 @@ static const char *cmp_model_backend = "cuda";
 static double cmp_logits_tol = 1e-4;
 
 /* Relative error of one logits row, against the row's largest magnitude. */
-static double row_err(const float *a, const float *r) { return rel_err_f(a, r, LIND_VOCAB); }
+static double row_err(const float *a, const float *r) { return rel_err_f(a, r, LIND_BYTE_VOCAB); }
 
 /* Step B sessions through `steps` tokens on both backends, comparing the
  * logits at every step; halfway, every session's state is read from the CPU
@@ -476,7 +476,7 @@ static void compare_models(const char *dir, int B, int steps, const char *label)
     CHECK(model_slots_reserve(a, B + 3) == 0 && model_slots_reserve(r, B + 3) == 0, "%s: reserve", label);
     size_t sb = model_state_bytes(r);
     int *slots = malloc(B * sizeof *slots), *tok = malloc(B * sizeof *tok), *stream = malloc(B * sizeof *stream);
-    float *la = malloc((size_t)B * LIND_VOCAB * sizeof *la), *lr = malloc((size_t)B * LIND_VOCAB * sizeof *lr);
+    float *la = malloc((size_t)B * LIND_BYTE_VOCAB * sizeof *la), *lr = malloc((size_t)B * LIND_BYTE_VOCAB * sizeof *lr);
     unsigned char *states = malloc((size_t)B * sb);
     if (!slots || !tok || !stream || !la || !lr || !states) abort();
     for (int b = 0; b < B; b++) {
@@ -503,7 +503,7 @@ static void compare_models(const char *dir, int B, int steps, const char *label)
         int ra = model_step(a, slots, tok, B, la), rr = model_step(r, slots, tok, B, lr);
         CHECK(ra == 0 && rr == 0, "%s: step %d: %d %d", label, t, ra, rr);
         for (int b = 0; b < B; b++) {
-            double e = row_err(la + (size_t)b * LIND_VOCAB, lr + (size_t)b * LIND_VOCAB);
+            double e = row_err(la + (size_t)b * LIND_BYTE_VOCAB, lr + (size_t)b * LIND_BYTE_VOCAB);
             if (!(e <= worst)) worst = e;
             CHECK(e <= cmp_logits_tol, "%s: step %d session %d: logits relative error %.3g > %.3g", label, t, b,
                   e, cmp_logits_tol);
@@ -526,7 +526,7 @@ static void models_random(void) {
     CHECK(dir != NULL, "mkdtemp");
     if (!dir) return;
     for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++) {
-        lind_config c = testmodel_config(96, 3, 3, 32, 192, cfgs[i].mixers, cfgs[i].shift, cfgs[i].aft);
+        testmodel_cfg c = testmodel_config(96, 3, 3, 32, 192, cfgs[i].mixers, cfgs[i].shift, cfgs[i].aft);
         testmodel_opts o = { cfgs[i].gmin, 1 };
         char sub[128], label[128];
         snprintf(sub, sizeof sub, "%s/m%zu", dir, i);

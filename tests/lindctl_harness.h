@@ -66,7 +66,7 @@ static inline int harness_init(harness *h, int d_model, int n_layers) {
     snprintf(h->lind, sizeof h->lind, "%s/lind", b);
     snprintf(h->lindctl, sizeof h->lindctl, "%s/lindctl", b);
     int heads = d_model / 8 > 0 ? d_model / 8 : 1;
-    lind_config c = testmodel_config(d_model, n_layers, heads, d_model / heads, 4 * d_model,
+    testmodel_cfg c = testmodel_config(d_model, n_layers, heads, d_model / heads, 4 * d_model,
                                      "linear,aft", 1, "decay");
     testmodel_opts o = { 0.9f, 1.0f };
     return testmodel_write(h->model, &c, 1234, &o);

@@ -174,7 +174,7 @@ int main(void) {
         return 1;
     }
     snprintf(mdir, sizeof mdir, "%s/model", tmpdir);
-    lind_config c = testmodel_config(32, 2, 4, 8, 64, "linear,aft", 1, "decay");
+    testmodel_cfg c = testmodel_config(32, 2, 4, 8, 64, "linear,aft", 1, "decay");
     testmodel_opts o = {0.9f, 1};
     if (testmodel_write(mdir, &c, 11, &o) != 0) {
         printf("FAIL setup: testmodel_write\n");

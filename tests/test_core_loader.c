@@ -19,7 +19,7 @@ static int ncase;
 /* A valid model directory; returns its path in a static buffer. */
 static const char *valid_model(const char *mixers, const char *variant, char *dir, size_t n) {
     snprintf(dir, n, "%s/m%d", tmpdir, ncase++);
-    lind_config c = testmodel_config(16, 2, 2, 8, 32, mixers, 1, variant);
+    testmodel_cfg c = testmodel_config(16, 2, 2, 8, 32, mixers, 1, variant);
     testmodel_opts o = {0.9f, 1};
     if (testmodel_write(dir, &c, 3, &o) != 0) return NULL;
     return dir;
@@ -249,7 +249,7 @@ static void bad_config(void) {
     char j[1024];
     snprintf(j, sizeof j, "{%s,\"mixers\":[\"linear\",\"mamba9\"],\"feature_map\":\"elu1\"}", base);
     write_file(dir, "config.json", j, strlen(j));
-    EXPECT_REFUSED(dir, "config.json", "mixers[1]", "mamba9", "unknown mixer kind");
+    EXPECT_REFUSED(dir, "config.json", "layer 1", "mamba9", "not a known kind", "linear, aft");
     snprintf(j, sizeof j, "{%s,\"mixers\":[\"linear\",\"linear\"],\"feature_map\":\"relu\"}", base);
     write_file(dir, "config.json", j, strlen(j));
     EXPECT_REFUSED(dir, "config.json", "feature_map", "relu");
@@ -263,12 +263,19 @@ static void bad_config(void) {
     EXPECT_REFUSED(dir, "config.json", "bad JSON");
     snprintf(j, sizeof j, "{%s,\"mixers\":[\"linear\",\"linear\"],\"feature_map\":\"elu1\"}", base);
     char *v = strstr(j, "256");
-    memcpy(v, "512", 3);
+    memcpy(v, "128", 3);   /* fewer ids than the byte tokenizer produces */
     write_file(dir, "config.json", j, strlen(j));
-    EXPECT_REFUSED(dir, "config.json", "vocab_size", "512");
-    snprintf(j, sizeof j, "{%s,\"mixers\":[\"linear\",\"linear\"]}", base);
+    EXPECT_REFUSED(dir, "bytes tokenizer has 256 tokens", "vocab_size is 128");
+    memcpy(v, "512", 3);   /* more is allowed (padded vocabularies), but the tensors must match */
     write_file(dir, "config.json", j, strlen(j));
-    EXPECT_REFUSED(dir, "config.json", "missing field \"feature_map\"");
+    EXPECT_REFUSED(dir, "embed.weight", "expected [512, 16]");
+    char *h = strstr(j, "\"n_heads\":2,");
+    memmove(h, h + 12, strlen(h + 12) + 1);
+    write_file(dir, "config.json", j, strlen(j));
+    EXPECT_REFUSED(dir, "config.json", "layer 0 (linear)", "missing field \"n_heads\"");
+    snprintf(j, sizeof j, "{%s,\"mixers\":[\"linear\",\"linear\"],\"ffns\":[\"gelu_mlp\",\"swiglu9\"]}", base);
+    write_file(dir, "config.json", j, strlen(j));
+    EXPECT_REFUSED(dir, "config.json", "layer 1", "ffn \"swiglu9\"", "gelu_mlp, rwkv_channel_mix");
     char none[300];
     snprintf(none, sizeof none, "%s/does-not-exist", tmpdir);
     EXPECT_REFUSED(none, "does-not-exist/config.json", "No such file");

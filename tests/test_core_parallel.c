@@ -27,7 +27,7 @@ static char tmpdir[256];
 
 typedef struct ref {
     st_file st;
-    lind_config c;
+    testmodel_cfg c;
 } ref;
 
 /* The tensor `name` as a malloc'd double array (NULL if absent). */
@@ -79,7 +79,7 @@ static double phi(double x) { return x > 0 ? x + 1 : exp(x); }
 
 /* Whole-model logits [T × 256] for tokens tok[0..T). */
 static void ref_forward(ref *r, const int *tok, double *logits) {
-    const lind_config *c = &r->c;
+    const testmodel_cfg *c = &r->c;
     int d = c->d_model, H = c->n_heads, dh = c->d_head, hd = H * dh, ff = c->d_ff;
     double *x = calloc((size_t)T * d, 8), *h = calloc((size_t)T * d, 8), *hp = calloc((size_t)T * d, 8);
     int wmax = hd > d ? hd : d;
@@ -186,7 +186,7 @@ static void compare(const char *mixers, int shift, const char *aft_variant, floa
     char dir[512];
     static int n;
     snprintf(dir, sizeof dir, "%s/m%d", tmpdir, n++);
-    lind_config c = testmodel_config(32, 2, 4, 8, 64, mixers, shift, aft_variant);
+    testmodel_cfg c = testmodel_config(32, 2, 4, 8, 64, mixers, shift, aft_variant);
     testmodel_opts opts = {gamma_min, 1.0f};
     CHECK(testmodel_write(dir, &c, 1234 + (uint64_t)n, &opts) == 0, "testmodel_write");
     char err[512] = "";
@@ -241,7 +241,7 @@ static void mixed_plain_simple(void) { compare("aft,linear", 0, "simple", 0); }
 static void batched_equals_unbatched(void) {
     char dir[512];
     snprintf(dir, sizeof dir, "%s/batch", tmpdir);
-    lind_config c = testmodel_config(48, 2, 4, 12, 96, "linear,aft", 1, "decay");
+    testmodel_cfg c = testmodel_config(48, 2, 4, 12, 96, "linear,aft", 1, "decay");
     testmodel_opts opts = {0.9f, 1.0f};
     CHECK(testmodel_write(dir, &c, 99, &opts) == 0, "testmodel_write");
     char err[512] = "";
@@ -319,7 +319,7 @@ static void batched_equals_unbatched(void) {
 static void threads_equal_single(void) {
     char dir[512];
     snprintf(dir, sizeof dir, "%s/threads", tmpdir);
-    lind_config c = testmodel_config(256, 2, 8, 32, 512, "linear,aft", 1, "decay");
+    testmodel_cfg c = testmodel_config(256, 2, 8, 32, 512, "linear,aft", 1, "decay");
     testmodel_opts opts = {0.95f, 1.0f};
     CHECK(testmodel_write(dir, &c, 21, &opts) == 0, "testmodel_write");
     char err[512] = "";
@@ -367,7 +367,7 @@ static void threads_equal_single(void) {
 static void step_rejects_bad_batches(void) {
     char dir[512];
     snprintf(dir, sizeof dir, "%s/bad", tmpdir);
-    lind_config c = testmodel_config(16, 1, 2, 8, 32, "linear", 0, NULL);
+    testmodel_cfg c = testmodel_config(16, 1, 2, 8, 32, "linear", 0, NULL);
     CHECK(testmodel_write(dir, &c, 5, NULL) == 0, "testmodel_write");
     char err[512] = "";
     model *m = NULL;

@@ -74,14 +74,14 @@ static int reference(const char *text, uint64_t seed, int n, uint8_t *out)
     sampler_init(&s, &p);
     size_t tl = strlen(text);
     for (size_t i = 0; i < tl; i++) sampler_observe(&s, (uint8_t)text[i]);
-    float logits[LIND_VOCAB], scratch[2 * LIND_VOCAB];
+    float logits[LIND_BYTE_VOCAB], scratch[2 * LIND_BYTE_VOCAB];
     int slot = 0, tok = LIND_BOS;
     for (size_t i = 0; i <= tl; i++) {
         model_step(m, &slot, &tok, 1, i == tl ? logits : NULL);
         if (i < tl) tok = (uint8_t)text[i];
     }
     for (int k = 0; k < n; k++) {
-        tok = sampler_next(&s, logits, LIND_VOCAB, scratch);
+        tok = sampler_next(&s, logits, LIND_BYTE_VOCAB, scratch);
         sampler_observe(&s, tok);
         out[k] = (uint8_t)tok;
         if (k + 1 < n) model_step(m, &slot, &tok, 1, logits);
@@ -219,7 +219,7 @@ int main(void)
     snprintf(model_dir, sizeof model_dir, "%s/model", dir);
     snprintf(sock_path, sizeof sock_path, "%s/lind.sock", dir);
     snprintf(db_path, sizeof db_path, "%s/lind.db", dir);
-    lind_config cfg = testmodel_config(32, 2, 4, 8, 64, "linear,aft", 1, "decay");
+    testmodel_cfg cfg = testmodel_config(32, 2, 4, 8, 64, "linear,aft", 1, "decay");
     testmodel_opts mo = { 0.9f, 1.0f };
     if (testmodel_write(model_dir, &cfg, 11, &mo) != 0) { printf("FAIL setup: model\n"); return 1; }
     if (start_server() != 0) { printf("FAIL setup: server did not start (%s)\n", lind_bin); return 1; }

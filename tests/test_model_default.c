@@ -68,8 +68,8 @@ static void recurrent_matches_pytorch(void) {
     const lind_config *c = model_config(m);
     int n_lin = 0, n_aft = 0;
     for (int i = 0; i < c->n_layers; i++) {
-        n_lin += strcmp(c->mixers[i], "linear") == 0;
-        n_aft += strcmp(c->mixers[i], "aft") == 0;
+        n_lin += strcmp(c->layers[i].mixer, "linear") == 0;
+        n_aft += strcmp(c->layers[i].mixer, "aft") == 0;
     }
     CHECK(n_lin >= 1 && n_aft >= 1, "the default model mixes linear and AFT layers (%d, %d)", n_lin, n_aft);
     CHECK(model_slots_reserve(m, 1) == 0, "reserve a slot");

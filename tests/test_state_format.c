@@ -17,7 +17,7 @@ static model *load_random(const char *sub, uint64_t seed)
 {
     char path[128], err[256] = "";
     snprintf(path, sizeof path, "%s/%s", dir, sub);
-    lind_config c = testmodel_config(32, 2, 4, 8, 64, "linear,aft", 1, "decay");
+    testmodel_cfg c = testmodel_config(32, 2, 4, 8, 64, "linear,aft", 1, "decay");
     if (testmodel_write(path, &c, seed, NULL) < 0)
         return NULL;
     model *x = NULL;

@@ -19,7 +19,7 @@ static void corrupted_session_isolated(void)
     snprintf(mdir, sizeof mdir, "%s/model", dir);
     snprintf(mdir2, sizeof mdir2, "%s/model2", dir);
     snprintf(path, sizeof path, "%s/sessions.db", dir);
-    lind_config c = testmodel_config(32, 2, 4, 8, 64, "linear,aft", 0, "simple");
+    testmodel_cfg c = testmodel_config(32, 2, 4, 8, 64, "linear,aft", 0, "simple");
     model *m = NULL, *m2 = NULL;
     if (testmodel_write(mdir, &c, 7, NULL) < 0 || testmodel_write(mdir2, &c, 8, NULL) < 0 ||
         model_load(mdir, "cpu", &m, err, sizeof err) < 0 ||

@@ -1,12 +1,14 @@
 /* tests/testmodel.h — header-only helpers that write model directories for
  * tests: random weights in exactly the layout docs/MODEL.md describes.
  *
- *   lind_config c = testmodel_config(32, 2, 4, 8, 64, "linear,aft", 1, "decay");
+ *   testmodel_cfg c = testmodel_config(32, 2, 4, 8, 64, "linear,aft", 1, "decay");
  *   testmodel_write("/tmp/m", &c, 42, NULL);      // config.json + model.safetensors
  *
  * testmodel_st_write() writes an arbitrary list of tensors (any dtype string,
- * any offsets) so loader tests can build broken files. Links against liblind
- * (config_to_json). Signatures are stable: other modules' tests use them. */
+ * any offsets) so loader tests can build broken files. The config is
+ * written in lind's flat config.json form (docs/MODEL.md): linear/aft mixers,
+ * gelu_mlp FFNs, byte tokens. Signatures are stable: other modules' tests use
+ * them. */
 #ifndef LIND_TESTS_TESTMODEL_H
 #define LIND_TESTS_TESTMODEL_H
 
@@ -20,6 +22,17 @@
 
 #include "recurrent/config.h"
 #include "recurrent/model.h"
+
+/* The shape of a test model, in the flat config's terms. */
+typedef struct testmodel_cfg {
+    int vocab_size;            /* 256 */
+    int d_model, n_layers, n_heads, d_head, d_ff;
+    char mixers[LIND_MAX_LAYERS][16];
+    char feature_map[16];
+    char aft_variant[16];
+    int token_shift;
+    float norm_eps, attn_eps;
+} testmodel_cfg;
 
 typedef struct testmodel_opts {
     float gamma_min;   /* linear mixers: 0 = no decay tensor (γ = 1); else γ_h uniform in [gamma_min, 1] */
@@ -38,9 +51,9 @@ typedef struct testmodel_tensor {
 /* A config with the given sizes. `mixers` is a comma-separated list cycled
  * over the layers ("linear", "aft", "linear,aft"...). aft_variant may be
  * NULL when no layer is aft. norm_eps 1e-5, attn_eps 1e-6. */
-static inline lind_config testmodel_config(int d_model, int n_layers, int n_heads, int d_head, int d_ff,
+static inline testmodel_cfg testmodel_config(int d_model, int n_layers, int n_heads, int d_head, int d_ff,
                                            const char *mixers, int token_shift, const char *aft_variant) {
-    lind_config c;
+    testmodel_cfg c;
     memset(&c, 0, sizeof c);
     c.vocab_size = 256;
     c.d_model = d_model;
@@ -131,13 +144,30 @@ static inline int testmodel_add_(testmodel_tensor *t, int *n, float **bufs, uint
 
 /* Write dir/config.json and dir/model.safetensors (creating dir) with
  * weights drawn from `seed`. 0 or a negative errno. */
-static inline int testmodel_write(const char *dir, const lind_config *cfg, uint64_t seed, const testmodel_opts *opts) {
+/* config.json text for cfg (malloc'd, caller frees), or NULL. */
+static inline char *testmodel_config_json(const testmodel_cfg *c) {
+    size_t cap = 512 + (size_t)c->n_layers * 24, n = 0;
+    char *s = malloc(cap);
+    if (!s) return NULL;
+    n += (size_t)snprintf(s + n, cap - n, "{\n \"vocab_size\": %d,\n \"d_model\": %d,\n \"n_layers\": %d,\n"
+                          " \"n_heads\": %d,\n \"d_head\": %d,\n \"d_ff\": %d,\n \"mixers\": [",
+                          c->vocab_size, c->d_model, c->n_layers, c->n_heads, c->d_head, c->d_ff);
+    for (int i = 0; i < c->n_layers; i++) n += (size_t)snprintf(s + n, cap - n, "%s\"%s\"", i ? ", " : "", c->mixers[i]);
+    n += (size_t)snprintf(s + n, cap - n, "],\n \"feature_map\": \"%s\",\n \"token_shift\": %s,\n \"norm_eps\": %.9g,\n"
+                          " \"attn_eps\": %.9g", c->feature_map, c->token_shift ? "true" : "false",
+                          (double)c->norm_eps, (double)c->attn_eps);
+    if (c->aft_variant[0]) n += (size_t)snprintf(s + n, cap - n, ",\n \"aft_variant\": \"%s\"", c->aft_variant);
+    snprintf(s + n, cap - n, "\n}\n");
+    return s;
+}
+
+static inline int testmodel_write(const char *dir, const testmodel_cfg *cfg, uint64_t seed, const testmodel_opts *opts) {
     testmodel_opts o = {0, 1};
     if (opts) o = *opts;
     if (o.scale == 0) o.scale = 1;
     if (mkdir(dir, 0755) < 0 && errno != EEXIST) return -errno;
     char path[4096];
-    char *json = config_to_json(cfg);
+    char *json = testmodel_config_json(cfg);
     if (!json) return -ENOMEM;
     snprintf(path, sizeof path, "%s/config.json", dir);
     FILE *f = fopen(path, "w");

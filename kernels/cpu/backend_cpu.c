@@ -39,8 +39,9 @@ typedef struct cpu {
     uint8_t *pool;          /* nslots × stride bytes */
     int nslots;
     size_t slot_bytes, stride;
-    int *slots, *tokens;    /* current batch */
-    int B, cap;
+    int *slots, *tokens;    /* current batch: B rows */
+    int *run;               /* nruns + 1 row indices: run k is rows [run[k], run[k+1]) */
+    int B, cap, nruns;
     float *tmp;             /* scratch of the mixer steps */
     size_t tmp_n;
     cpu_pool *threads;      /* every op runs across these */
@@ -162,13 +163,20 @@ static int cpu_begin_step(backend *be, const int *slots, const int *tokens, int 
         int *t = realloc(c->tokens, (size_t)B * sizeof *t);
         if (!t) return -ENOMEM;
         c->tokens = t;
+        int *r = realloc(c->run, (size_t)(B + 1) * sizeof *r);
+        if (!r) return -ENOMEM;
+        c->run = r;
         c->cap = B;
     }
     for (int b = 0; b < B; b++)
-        if (slots[b] < 0 || slots[b] >= c->nslots || tokens[b] < 0 || tokens[b] > 255) return -ERANGE;
+        if (slots[b] < 0 || slots[b] >= c->nslots || tokens[b] < 0) return -ERANGE;
     memcpy(c->slots, slots, (size_t)B * sizeof *slots);
     memcpy(c->tokens, tokens, (size_t)B * sizeof *tokens);
     c->B = B;
+    c->nruns = 0;
+    for (int b = 0; b < B; b++)
+        if (b == 0 || slots[b] != slots[b - 1]) c->run[c->nruns++] = b;
+    c->run[c->nruns] = B;
     return 0;
 }
 
@@ -303,12 +311,40 @@ static void mm_part(void *arg, int part, int nparts) {
     if (j->flags & BACKEND_MM_GELU) cpu_gemm_gelu(j->y + n0, j->ldy, j->B, nn);
 }
 
+/* RELU2 / SIGMOID over n contiguous outputs. */
+typedef struct act_job {
+    float *y;
+    size_t n;
+    int flag;
+} act_job;
+
+__attribute__((noinline)) static void act_relu2(float *restrict y, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] = lind_relu2(y[i]);
+}
+
+__attribute__((noinline)) static void act_sigmoid(float *restrict y, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] = lind_sigmoid(y[i]);
+}
+
+static void act_part(void *arg, int part, int nparts) {
+    const act_job *j = arg;
+    size_t lo = j->n * (size_t)part / (size_t)nparts, hi = j->n * (size_t)(part + 1) / (size_t)nparts;
+    if (j->flag == BACKEND_MM_RELU2) act_relu2(j->y + lo, hi - lo);
+    else act_sigmoid(j->y + lo, hi - lo);
+}
+
+static void act_rows(cpu *c, float *y, size_t n, int flag) {
+    act_job j = {y, n, flag};
+    cpu_pool_run(c->threads, act_part, &j, n < (1u << 14) ? 1 : cpu_pool_size(c->threads));
+}
+
 static int cpu_matmul(backend *be, const backend_buf *x, size_t xo, int ldx, const backend_buf *W,
                       const backend_buf *bias, backend_buf *y, size_t yo, int ldy, int B, int N, int K,
                       int flags) {
     cpu *c = (cpu *)be;
     if (!backend_mm_flags_ok(flags, ldy, N)) return -EINVAL;
-    mm_job j = {x->p + xo, W->p, bias ? bias->p : NULL, y->p + yo, ldx, ldy, B, N, K, W->kind, flags, c->isa};
+    int post = flags & (BACKEND_MM_RELU2 | BACKEND_MM_SIGMOID);   /* applied after the product */
+    mm_job j = {x->p + xo, W->p, bias ? bias->p : NULL, y->p + yo, ldx, ldy, B, N, K, W->kind, flags & ~post, c->isa};
     int parts = cpu_pool_size(c->threads);
     /* below ~16k multiply-adds (about 2 µs on one core) a fork-join, about a
      * microsecond, costs more than it saves; at 2^14 rather than 2^16 the
@@ -321,6 +357,7 @@ static int cpu_matmul(backend *be, const backend_buf *x, size_t xo, int ldx, con
         if (N < 16 * parts) parts = 1;
         cpu_pool_run(c->threads, mm_part, &j, parts);
     }
+    if (post) act_rows(c, y->p + yo, (size_t)B * (size_t)N, post);
     return 0;
 }
 
@@ -340,11 +377,12 @@ __attribute__((noinline)) static void shift_row(float *restrict out, float *rest
     for (int i = 0; i < d; i++) prev[i] = h[i];
 }
 
+/* Parts split runs, never a run: its rows go in order through one state. */
 static void shift_part(void *arg, int part, int nparts) {
     const shift_job *j = arg;
     int lo, hi, d = j->d;
-    part_range(j->c->B, part, nparts, &lo, &hi);
-    for (int b = lo; b < hi; b++)
+    part_range(j->c->nruns, part, nparts, &lo, &hi);
+    for (int b = j->c->run[lo]; b < j->c->run[hi]; b++)
         shift_row(j->out + (size_t)b * j->nmix * d, (float *)(slot_ptr(j->c, j->c->slots[b]) + j->off),
                   j->h + (size_t)b * d, j->mu, d, j->nmix);
 }
@@ -353,7 +391,7 @@ static int cpu_shift_mix(backend *be, const backend_buf *h, const backend_buf *m
                          size_t shift_off, int d, int nmix) {
     cpu *c = (cpu *)be;
     shift_job j = {c, h->p, mu->p, out->p, shift_off, d, nmix};
-    cpu_pool_run(c->threads, shift_part, &j, row_parts(c, c->B, (size_t)d * nmix * 2));
+    cpu_pool_run(c->threads, shift_part, &j, row_parts(c, c->nruns, (size_t)d * nmix * 2 * c->B / c->nruns));
     return 0;
 }
 
@@ -414,10 +452,10 @@ __attribute__((noinline)) static void lin_out_head(float *restrict o, const doub
 static void lin_part(void *arg, int part, int nparts) {
     const lin_job *j = arg;
     int lo, hi, H = j->H, dh = j->dh, hd = H * dh;
-    part_range(j->c->B, part, nparts, &lo, &hi);
+    part_range(j->c->nruns, part, nparts, &lo, &hi);
     float *phiq = j->tmp + (size_t)part * lin_tmp_floats(H, dh), *phik = phiq + hd;
     double *num = (double *)(phik + hd), *term = num + dh;
-    for (int b = lo; b < hi; b++) {
+    for (int b = j->c->run[lo]; b < j->c->run[hi]; b++) {
         uint8_t *st = slot_ptr(j->c, j->c->slots[b]) + j->off;
         const float *q = j->in + (size_t)b * 3 * hd, *k = q + hd, *v = q + 2 * hd;
         phi_row(phiq, q, hd);
@@ -436,7 +474,7 @@ static void lin_part(void *arg, int part, int nparts) {
 static int cpu_linear_step(backend *be, const backend_buf *in, const backend_buf *gamma, backend_buf *out,
                            size_t state_off, int H, int dh, float eps) {
     cpu *c = (cpu *)be;
-    int parts = row_parts(c, c->B, (size_t)H * dh * dh);
+    int parts = row_parts(c, c->nruns, (size_t)H * dh * dh * c->B / c->nruns);
     float *t = tmp_get(c, (size_t)parts * lin_tmp_floats(H, dh));
     if (!t) return -ENOMEM;
     lin_job j = {c, in->p, gamma ? gamma->p : NULL, out->p, t, state_off, H, dh, eps};
@@ -463,8 +501,8 @@ typedef struct aft_job {
 static void aft_part(void *arg, int part, int nparts) {
     const aft_job *j = arg;
     int lo, hi, d = j->d;
-    part_range(j->c->B, part, nparts, &lo, &hi);
-    for (int b = lo; b < hi; b++) {
+    part_range(j->c->nruns, part, nparts, &lo, &hi);
+    for (int b = j->c->run[lo]; b < j->c->run[hi]; b++) {
         double *num = (double *)(slot_ptr(j->c, j->c->slots[b]) + j->off), *den = num + d, *mx = den + d;
         const float *r = j->in + (size_t)b * 3 * d;
         aft_row(j->out + (size_t)b * d, num, den, mx, r, r + d, r + 2 * d, j->w, j->u, d);
@@ -483,7 +521,39 @@ static int cpu_aft_step(backend *be, const backend_buf *in, const backend_buf *w
         if (!up) up = zeros;
     }
     aft_job j = {c, in->p, wp, up, out->p, state_off, d};
-    cpu_pool_run(c->threads, aft_part, &j, row_parts(c, c->B, (size_t)d * 16));
+    cpu_pool_run(c->threads, aft_part, &j, row_parts(c, c->nruns, (size_t)d * 16 * c->B / c->nruns));
+    return 0;
+}
+
+/* ---- row helpers ------------------------------------------------------------ */
+
+static int cpu_gather_rows(backend *be, const backend_buf *src, const int *rows, int n, backend_buf *dst, int d) {
+    cpu *c = (cpu *)be;
+    for (int i = 0; i < n; i++) {
+        if (rows[i] < 0 || rows[i] >= c->B) return -ERANGE;
+        memcpy(dst->p + (size_t)i * d, src->p + (size_t)rows[i] * d, (size_t)d * sizeof(float));
+    }
+    return 0;
+}
+
+static int cpu_scale_rows(backend *be, backend_buf *x, int d, float s) {
+    cpu *c = (cpu *)be;
+    size_t n = (size_t)c->B * (size_t)d;
+    float *restrict p = x->p;
+    for (size_t i = 0; i < n; i++) p[i] *= s;
+    return 0;
+}
+
+__attribute__((noinline)) static void gated_row(float *restrict x, const float *restrict g, const float *restrict v,
+                                                int d) {
+    for (int i = 0; i < d; i++) x[i] += g[i] * v[i];
+}
+
+static int cpu_gated_add(backend *be, backend_buf *x, const backend_buf *g, size_t go, int ldg, const backend_buf *v,
+                         size_t vo, int ldv, int d) {
+    cpu *c = (cpu *)be;
+    for (int r = 0; r < c->B; r++)
+        gated_row(x->p + (size_t)r * d, g->p + go + (size_t)r * ldg, v->p + vo + (size_t)r * ldv, d);
     return 0;
 }
 
@@ -493,6 +563,7 @@ static void cpu_free(backend *be) {
     free(c->pool);
     free(c->slots);
     free(c->tokens);
+    free(c->run);
     free(c->tmp);
     cpu_pool_free(c->threads);
     free(c);
@@ -518,6 +589,9 @@ static const backend_ops cpu_ops = {
     .shift_mix = cpu_shift_mix,
     .linear_step = cpu_linear_step,
     .aft_step = cpu_aft_step,
+    .gather_rows = cpu_gather_rows,
+    .scale_rows = cpu_scale_rows,
+    .gated_add = cpu_gated_add,
 };
 
 /* "model name" from /proc/cpuinfo, else "cpu". */

@@ -1,0 +1,91 @@
+/* recurrent/kind.c — the upload helpers every kind uses (recurrent/kind.h). */
+#include "recurrent/kind.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/half.h"
+
+static float widen(uint16_t h, int wtype) { return wtype == BACKEND_W_BF16 ? lind_bf16_to_f32(h) : lind_f16_to_f32(h); }
+static uint16_t narrow(float f, int wtype) { return wtype == BACKEND_W_BF16 ? lind_f32_to_bf16(f) : lind_f32_to_f16(f); }
+
+/* Half weights: kept half when the backend can, else widened. */
+static int upload_half(kind_ctx *ctx, const uint16_t *h, int wtype, int N, int K, float scale, backend_buf **out) {
+    backend *be = ctx->be;
+    size_t n = (size_t)N * (size_t)K;
+    int rc;
+    if (be->ops->weight_new_half) {
+        uint16_t *tmp = NULL;
+        if (scale != 1.0f) {
+            if (!(tmp = malloc(n * sizeof *tmp))) return -ENOMEM;
+            for (size_t i = 0; i < n; i++) tmp[i] = narrow(widen(h[i], wtype) * scale, wtype);
+        }
+        rc = be->ops->weight_new_half(be, N, K, tmp ? tmp : h, wtype, out);
+        free(tmp);
+        if (rc == 0) ctx->weight_bytes += 2 * n;
+        return rc;
+    }
+    float *f = malloc(n * sizeof *f);
+    if (!f) return -ENOMEM;
+    for (size_t i = 0; i < n; i++) f[i] = widen(h[i], wtype) * scale;
+    rc = backend_weight_new(be, N, K, f, out);
+    free(f);
+    if (rc == 0) ctx->weight_bytes += 4 * n;
+    return rc;
+}
+
+int kind_matrix(kind_ctx *ctx, const kind_weight *w, int N, int K, float scale, backend_buf **out) {
+    size_t n = (size_t)N * (size_t)K;
+    int rc;
+    if (w->half) {
+        rc = upload_half(ctx, w->half, w->wtype, N, K, scale, out);
+    } else if (scale != 1.0f) {
+        float *f = malloc(n * sizeof *f);
+        if (!f) return -ENOMEM;
+        for (size_t i = 0; i < n; i++) f[i] = w->f32[i] * scale;
+        rc = backend_weight_new(ctx->be, N, K, f, out);
+        free(f);
+        if (rc == 0) ctx->weight_bytes += 4 * n;
+    } else {
+        rc = backend_weight_new(ctx->be, N, K, w->f32, out);
+        if (rc == 0) ctx->weight_bytes += 4 * n;
+    }
+    if (rc == 0) ctx->macs += n;
+    return rc;
+}
+
+int kind_matrix3(kind_ctx *ctx, const kind_weight *const w[3], int n, int d, backend_buf **out) {
+    size_t wn = (size_t)n * (size_t)d;
+    int half = w[0]->half && w[1]->half && w[2]->half && w[0]->wtype == w[1]->wtype && w[1]->wtype == w[2]->wtype;
+    int rc;
+    if (half) {
+        uint16_t *cat = malloc(3 * wn * sizeof *cat);
+        if (!cat) return -ENOMEM;
+        for (int i = 0; i < 3; i++) memcpy(cat + (size_t)i * wn, w[i]->half, wn * sizeof *cat);
+        rc = upload_half(ctx, cat, w[0]->wtype, 3 * n, d, 1.0f, out);
+        free(cat);
+    } else {
+        float *cat = malloc(3 * wn * sizeof *cat);
+        if (!cat) return -ENOMEM;
+        for (int i = 0; i < 3; i++) {
+            if (w[i]->f32) memcpy(cat + (size_t)i * wn, w[i]->f32, wn * sizeof *cat);
+            else for (size_t k = 0; k < wn; k++) cat[(size_t)i * wn + k] = widen(w[i]->half[k], w[i]->wtype);
+        }
+        rc = backend_weight_new(ctx->be, 3 * n, d, cat, out);
+        free(cat);
+        if (rc == 0) ctx->weight_bytes += 12 * wn;
+    }
+    if (rc == 0) ctx->macs += 3 * wn;
+    return rc;
+}
+
+int kind_vector(kind_ctx *ctx, const float *v, size_t n, backend_buf **out) {
+    backend *be = ctx->be;
+    int rc = be->ops->buf_new(be, n, out);
+    if (rc == 0 && (rc = be->ops->buf_upload(be, *out, 0, v, n)) < 0) {
+        be->ops->buf_free(be, *out);
+        *out = NULL;
+    }
+    return rc;
+}
