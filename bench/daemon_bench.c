@@ -142,7 +142,7 @@ static double inproc_rate(int S, double secs)
     if (model_load(model_dir, "cpu", &m, err, sizeof err) != 0) die("model_load", err);
     model_slots_reserve(m, S);
     int *slots = malloc(sizeof(int) * (size_t)S), *toks = malloc(sizeof(int) * (size_t)S);
-    float *logits = malloc(sizeof(float) * LIND_VOCAB * (size_t)S), scratch[2 * LIND_VOCAB];
+    float *logits = malloc(sizeof(float) * LIND_BYTE_VOCAB * (size_t)S), scratch[2 * LIND_BYTE_VOCAB];
     sampler *sm = malloc(sizeof(sampler) * (size_t)S);
     sampler_params p = sampler_defaults();
     for (int b = 0; b < S; b++) {
@@ -158,7 +158,7 @@ static double inproc_rate(int S, double secs)
         if (k == 5) t0 = now_s();   /* a few warm-up steps */
         model_step(m, slots, toks, S, logits);
         for (int b = 0; b < S; b++) {
-            toks[b] = sampler_next(&sm[b], logits + (size_t)b * LIND_VOCAB, LIND_VOCAB, scratch);
+            toks[b] = sampler_next(&sm[b], logits + (size_t)b * LIND_BYTE_VOCAB, LIND_BYTE_VOCAB, scratch);
             sampler_observe(&sm[b], toks[b]);
         }
         if (k >= 5 && ++steps >= 20 && now_s() - t0 >= secs) break;

@@ -87,7 +87,7 @@ static int parse_positions(const char *s, opts *o) {
  * exactly res[i].n tokens is copied to res[i].snap where that is allocated. */
 static void run_recurrent(model *m, long steps, float *times, result *res, int nres) {
     int slot = 0, tok = LIND_BOS;
-    float logits[LIND_VOCAB], scratch[2 * LIND_VOCAB];
+    float logits[LIND_BYTE_VOCAB], scratch[2 * LIND_BYTE_VOCAB];
     sampler_params sp = sampler_defaults();
     sp.seed = 1;
     sampler smp;
@@ -101,7 +101,7 @@ static void run_recurrent(model *m, long steps, float *times, result *res, int n
         if (model_step(m, &slot, &tok, 1, logits) < 0) die("recurrent", "model_step failed");
         double t1 = bench_now();
         times[t] = (float)(t1 - t0);
-        tok = sampler_next(&smp, logits, LIND_VOCAB, scratch);
+        tok = sampler_next(&smp, logits, LIND_BYTE_VOCAB, scratch);
         sampler_observe(&smp, tok);
         if (t1 > next_report) {
             fprintf(stderr, "decode_bench: recurrent at position %ld of %ld (%.0f s, %.1f us/token so far)\n", t + 1,
@@ -117,7 +117,7 @@ static void run_recurrent(model *m, long steps, float *times, result *res, int n
  * state into the slot in turn and timing `per` steps from it. */
 static void remeasure(model *m, result *res, int nres, int rounds, int per) {
     int slot = 0;
-    float logits[LIND_VOCAB];
+    float logits[LIND_BYTE_VOCAB];
     double **v = calloc((size_t)nres, sizeof *v);
     if (!v) die("remeasure", "out of memory");
     for (int i = 0; i < nres; i++)
@@ -158,7 +158,7 @@ typedef struct sm_run {
     smax *s;
     sampler smp;
     int tok;
-    float logits[LIND_VOCAB], scratch[2 * LIND_VOCAB];
+    float logits[LIND_BYTE_VOCAB], scratch[2 * LIND_BYTE_VOCAB];
 } sm_run;
 
 /* One timed decode step: feed the pending token, sample the next. */
@@ -166,7 +166,7 @@ static double sm_step(sm_run *r) {
     double t0 = bench_now();
     if (smax_step(r->s, r->tok, r->logits) < 0) die("softmax", "smax_step failed");
     double dt = bench_now() - t0;
-    r->tok = sampler_next(&r->smp, r->logits, LIND_VOCAB, r->scratch);
+    r->tok = sampler_next(&r->smp, r->logits, LIND_BYTE_VOCAB, r->scratch);
     sampler_observe(&r->smp, r->tok);
     return dt;
 }
@@ -174,7 +174,7 @@ static double sm_step(sm_run *r) {
 /* One timed recurrent step of slot 0 (the paired measurement). */
 static double rec_step(model *m, long k) {
     int slot = 0, tok = 32 + (int)(k * 37 % 95);
-    float logits[LIND_VOCAB];
+    float logits[LIND_BYTE_VOCAB];
     double t0 = bench_now();
     if (model_step(m, &slot, &tok, 1, logits) < 0) die("recurrent", "model_step failed");
     return bench_now() - t0;
@@ -293,7 +293,7 @@ static void run_softmax(const opts *o, result *res, int nres, const char *dir, m
 }
 
 /* tools/train.py's default configuration: what models/default holds. */
-static lind_config fallback_config(void) {
+static testmodel_cfg fallback_config(void) {
     return testmodel_config(192, 4, 6, 32, 768, "linear,aft", 1, "decay");
 }
 
@@ -313,7 +313,7 @@ int main(int argc, char **argv) {
     /* --write-model DIR: write the fallback model (random weights, default
      * configuration) for bench/run.sh's other benchmarks, and exit. */
     if (argc == 3 && !strcmp(argv[1], "--write-model")) {
-        lind_config c = fallback_config();
+        testmodel_cfg c = fallback_config();
         if (testmodel_write(argv[2], &c, 1, NULL) < 0) die("testmodel_write", argv[2]);
         return 0;
     }
@@ -364,7 +364,7 @@ int main(int argc, char **argv) {
         snprintf(label, sizeof label, "%s", o.model);
     } else {
         snprintf(dir, sizeof dir, "/tmp/lind-decode-bench-%d", (int)getpid());
-        lind_config c = fallback_config();
+        testmodel_cfg c = fallback_config();
         if (testmodel_write(dir, &c, 1, NULL) < 0) die("testmodel_write", dir);
         snprintf(label, sizeof label,
                  "random weights in tools/train.py's default configuration (%s has no model.safetensors)", o.model);
@@ -373,10 +373,9 @@ int main(int argc, char **argv) {
     if (model_load(dir, "cpu", &m, err, sizeof err) < 0) die("model_load", err);
     const lind_config *c = model_config(m);
     printf("Model: %s: d_model %d, %d layers (", label, c->d_model, c->n_layers);
-    for (int i = 0; i < c->n_layers; i++) printf("%s%s", i ? "," : "", c->mixers[i]);
-    printf("), %d heads x %d, d_ff %d, %zu parameters. Backend %s (%s), batch 1; the softmax attention's heads "
-           "run on %d thread(s).\n\n", c->n_heads, c->d_head, c->d_ff, model_param_count(m), model_backend_name(m),
-           model_device_name(m), o.threads);
+    for (int i = 0; i < c->n_layers; i++) printf("%s%s/%s", i ? "," : "", c->layers[i].mixer, c->layers[i].ffn);
+    printf("), %zu parameters. Backend %s (%s), batch 1; the softmax attention's heads "
+           "run on %d thread(s).\n\n", model_param_count(m), model_backend_name(m), model_device_name(m), o.threads);
 
     double worst = smax_selfcheck();
     printf("Softmax baseline self-check (SGEMV scores, vectorized softmax, SGEMV output vs a double loop; "

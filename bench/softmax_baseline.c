@@ -13,7 +13,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cpu/pool.h"
-#include "recurrent/config.h"
+#include <jansson.h>
 #include "recurrent/mixer.h"
 #include "recurrent/safetensors.h"
 #include "recurrent/errmsg.h"
@@ -25,7 +25,7 @@ typedef struct smax_layer {
 } smax_layer;
 
 struct smax {
-    lind_config cfg;
+    smax_cfg cfg;
     backend *be;
     backend_buf *embed, *lnf_w, *lnf_b, *head;
     smax_layer L[LIND_MAX_LAYERS];
@@ -178,7 +178,7 @@ static int take_up(smax *s, loader *ld, const char *name, int d0, int d1, int we
 }
 
 static int load_layer(smax *s, loader *ld, int i) {
-    const lind_config *c = &s->cfg;
+    const smax_cfg *c = &s->cfg;
     smax_layer *L = &s->L[i];
     int d = c->d_model, hd = c->n_heads * c->d_head, rc;
     char nm[128];
@@ -210,14 +210,44 @@ static int load_layer(smax *s, loader *ld, int i) {
             rc = take(ld, nm, d, 0, &mu[p]);
         }
     }
-    if (rc == 0 && (rc = mixer_proj3_load(&L->qkv, s->be, c->token_shift, hd, d, (const float *const *)W,
-                                          (const float *const *)mu)) < 0)
+    kind_ctx ctx = {.be = s->be, .layer = i, .out_scale = 1.0f};
+    kind_weight kw[3];
+    const kind_weight *kwp[3];
+    for (int p = 0; p < 3; p++) {
+        kw[p] = (kind_weight){.f32 = W[p], .present = 1};
+        kwp[p] = &kw[p];
+    }
+    if (rc == 0 && (rc = mixer_proj3_load(&L->qkv, &ctx, c->token_shift, hd, d, kwp, (const float *const *)mu)) < 0)
         errmsg_set(rc, ld->err, ld->errlen, "layer %d: backend could not take the projections (error %d)", i, rc);
     for (int p = 0; p < 3; p++) {
         free(W[p]);
         free(mu[p]);
     }
     return rc;
+}
+
+/* The flat config's keys the baseline needs. */
+static int parse_cfg(const char *text, size_t len, const char *path, smax_cfg *c, char *err, size_t errlen) {
+    memset(c, 0, sizeof *c);
+    json_error_t je;
+    json_t *root = json_loadb(text, len, 0, &je);
+    if (!root) return errmsg_set(-EINVAL, err, errlen, "%s: bad JSON: %s", path, je.text);
+    int ok = json_unpack(root, "{s:i, s:i, s:i, s:i, s:i, s:i, s:b, s:F}", "vocab_size", &c->vocab_size, "d_model",
+                         &c->d_model, "n_layers", &c->n_layers, "n_heads", &c->n_heads, "d_head", &c->d_head, "d_ff",
+                         &c->d_ff, "token_shift", &c->token_shift, "norm_eps", &(double){0}) == 0;
+    json_t *nv = json_object_get(root, "norm_eps"), *mx = json_object_get(root, "mixers");
+    ok = ok && json_is_array(mx) && (int)json_array_size(mx) == c->n_layers && c->n_layers <= LIND_MAX_LAYERS;
+    for (int i = 0; ok && i < c->n_layers; i++) {
+        json_t *e = json_array_get(mx, (size_t)i);
+        ok = json_is_string(e) && strlen(json_string_value(e)) < sizeof c->mixers[i];
+        if (ok) strcpy(c->mixers[i], json_string_value(e));
+    }
+    if (ok) c->norm_eps = (float)json_number_value(nv);
+    json_decref(root);
+    if (!ok)
+        return errmsg_set(-EINVAL, err, errlen, "%s: the softmax baseline needs lind's flat config (vocab_size, d_model, "
+                          "n_layers, n_heads, d_head, d_ff, token_shift, norm_eps, mixers)", path);
+    return 0;
 }
 
 int smax_load(const char *dir, int threads, smax **out, char *err, size_t errlen) {
@@ -244,18 +274,18 @@ int smax_load(const char *dir, int threads, smax **out, char *err, size_t errlen
     size_t len = text ? fread(text, 1, (1 << 20) - 1, f) : 0;
     fclose(f);
     if (!text) { smax_free(s); return errmsg_set(-ENOMEM, err, errlen, "out of memory"); }
-    rc = config_parse(text, len, path, &s->cfg, err, errlen);
+    rc = parse_cfg(text, len, path, &s->cfg, err, errlen);
     free(text);
     if (rc < 0) { smax_free(s); return rc; }
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     if ((rc = st_open(&ld.st, path, err, errlen)) < 0) { smax_free(s); return rc; }
     if ((rc = backend_new("cpu", &s->be, err, errlen)) < 0) goto out;
-    const lind_config *c = &s->cfg;
+    const smax_cfg *c = &s->cfg;
     int d = c->d_model, hd = c->n_heads * c->d_head;
-    if ((rc = take_up(s, &ld, "embed.weight", LIND_VOCAB, d, 0, &s->embed)) < 0 ||
+    if ((rc = take_up(s, &ld, "embed.weight", c->vocab_size, d, 0, &s->embed)) < 0 ||
         (rc = take_up(s, &ld, "ln_f.weight", d, 0, 0, &s->lnf_w)) < 0 ||
         (rc = take_up(s, &ld, "ln_f.bias", d, 0, 0, &s->lnf_b)) < 0 ||
-        (rc = take_up(s, &ld, "head.weight", LIND_VOCAB, d, 1, &s->head)) < 0)
+        (rc = take_up(s, &ld, "head.weight", c->vocab_size, d, 1, &s->head)) < 0)
         goto out;
     for (int i = 0; i < c->n_layers; i++)
         if ((rc = load_layer(s, &ld, i)) < 0) goto out;
@@ -265,7 +295,7 @@ int smax_load(const char *dir, int threads, smax **out, char *err, size_t errlen
     size_t sc = 3 * (size_t)(d > hd ? d : hd);
     if ((rc = o->buf_new(s->be, (size_t)d, &s->x)) < 0 || (rc = o->buf_new(s->be, (size_t)d, &s->h)) < 0 ||
         (rc = o->buf_new(s->be, (size_t)c->d_ff, &s->ff)) < 0 ||
-        (rc = o->buf_new(s->be, LIND_VOCAB, &s->logits)) < 0)
+        (rc = o->buf_new(s->be, c->vocab_size, &s->logits)) < 0)
         goto oom;
     for (int i = 0; i < 3; i++)
         if ((rc = o->buf_new(s->be, sc, &s->scratch[i])) < 0) goto oom;
@@ -314,7 +344,7 @@ void smax_free(smax *s) {
     free(s);
 }
 
-const lind_config *smax_config(const smax *s) { return &s->cfg; }
+const smax_cfg *smax_config(const smax *s) { return &s->cfg; }
 
 size_t smax_kv_bytes_per_token(const smax *s) {
     return 2 * (size_t)s->cfg.n_layers * (size_t)s->cfg.n_heads * (size_t)s->cfg.d_head * sizeof(float);
@@ -407,8 +437,8 @@ static void attn_part(void *arg, int part, int nparts) {
 }
 
 int smax_step(smax *s, int token, float *logits) {
-    if (token < 0 || token >= LIND_VOCAB || s->pos >= s->cap) return -EINVAL;
-    const lind_config *c = &s->cfg;
+    const smax_cfg *c = &s->cfg;
+    if (token < 0 || token >= c->vocab_size || s->pos >= s->cap) return -EINVAL;
     backend *be = s->be;
     const backend_ops *o = be->ops;
     int d = c->d_model, dff = c->d_ff, H = c->n_heads, dh = c->d_head, hd = H * dh, slot = 0, rc;
@@ -416,14 +446,12 @@ int smax_step(smax *s, int token, float *logits) {
     float scale = 1.0f / sqrtf((float)dh);
     if ((rc = o->begin_step(be, &slot, &token, 1)) < 0) return rc;
     if ((rc = o->embed(be, s->embed, s->x, d)) < 0) return rc;
-    mixer_io io = {.be = be, .cfg = c, .B = 1, .h = s->h, .x = s->x,
-                   .scratch = {s->scratch[0], s->scratch[1], s->scratch[2]}};
+    layer_io io = {.be = be, .R = 1, .h = s->h, .x = s->x, .scratch = {s->scratch[0], s->scratch[1], s->scratch[2]}};
     for (int i = 0; i < c->n_layers; i++) {
         smax_layer *L = &s->L[i];
         if ((rc = o->layernorm(be, s->x, s->h, L->ln1_w, L->ln1_b, d, c->norm_eps)) < 0) return rc;
-        io.shift_off = (size_t)i * (size_t)d * sizeof(float);
         backend_buf *qkv = s->scratch[0], *ob = s->scratch[2];
-        if ((rc = mixer_proj3_run(&L->qkv, &io, qkv)) < 0) return rc;
+        if ((rc = mixer_proj3_run(&L->qkv, &io, (size_t)i * (size_t)d * sizeof(float), qkv)) < 0) return rc;
         /* q to the host, k and v straight into row t of each head's cache. */
         if ((rc = o->buf_download(be, qkv, 0, s->q, (size_t)hd)) < 0) return rc;
         for (int h = 0; h < H; h++) {
@@ -446,6 +474,6 @@ int smax_step(smax *s, int token, float *logits) {
     s->pos = n;
     if (!logits) return 0;
     if ((rc = o->layernorm(be, s->x, s->h, s->lnf_w, s->lnf_b, d, c->norm_eps)) < 0) return rc;
-    if ((rc = o->matmul(be, s->h, 0, d, s->head, NULL, s->logits, 0, LIND_VOCAB, 1, LIND_VOCAB, d, 0)) < 0) return rc;
-    return o->buf_download(be, s->logits, 0, logits, LIND_VOCAB);
+    if ((rc = o->matmul(be, s->h, 0, d, s->head, NULL, s->logits, 0, c->vocab_size, 1, c->vocab_size, d, 0)) < 0) return rc;
+    return o->buf_download(be, s->logits, 0, logits, c->vocab_size);
 }

@@ -32,12 +32,20 @@
 
 typedef struct smax smax;
 
+/* The shape the baseline reads from a lind flat config.json (docs/MODEL.md):
+ * linear/AFT layers with gelu_mlp FFNs, as the shipped model has. */
+typedef struct smax_cfg {
+    int d_model, n_layers, n_heads, d_head, d_ff, token_shift, vocab_size;
+    char mixers[LIND_MAX_LAYERS][16];
+    float norm_eps;
+} smax_cfg;
+
 /* Load the model directory dir (config.json + model.safetensors) onto a new
  * CPU backend; the attention runs on `threads` threads (1..64). The cache
  * starts empty with capacity 0. */
 int  smax_load(const char *dir, int threads, smax **out, char *err, size_t errlen);
 void smax_free(smax *s);
-const lind_config *smax_config(const smax *s);
+const smax_cfg *smax_config(const smax *s);
 
 /* Bytes the KV cache holds per cached token (K and V, all layers, fp32). */
 size_t smax_kv_bytes_per_token(const smax *s);
