@@ -118,7 +118,7 @@ int config_uses(const lind_config *c, int ffn, const char *kind) {
 
 /* Kind name of layer i's part from "layers"[i][field] or the flat array. */
 static int layer_kind_name(json_t *root, json_t *layer, const char *path, int i, int ffn, char *out,
-                           char *err, size_t errlen) {
+                           size_t outlen, char *err, size_t errlen) {
     const char *field = ffn ? "ffn" : "mixer", *flat = ffn ? "ffns" : "mixers";
     json_t *v = layer ? json_object_get(layer, field) : NULL;
     if (!layer) {
@@ -137,7 +137,7 @@ static int layer_kind_name(json_t *root, json_t *layer, const char *path, int i,
     char names[160];
     const char *name = json_string_value(v);
     const layer_kind *k = ffn ? ffn_find(name) : mixer_find(name);
-    if (!k || strlen(name) >= 16)
+    if (!k || strlen(name) >= outlen)
         return errmsg_set(-EINVAL, err, errlen, "%s: layer %d: %s \"%.40s\" is not a known kind (known: %s)", path, i,
                           field, name, ffn ? ffn_kind_names(names, sizeof names) : mixer_kind_names(names, sizeof names));
     strcpy(out, name);
@@ -198,8 +198,8 @@ static int parse_native(json_t *root, const char *path, lind_config *c, char *er
         if (layers && !json_is_object(lo))
             return errmsg_set(-EINVAL, err, errlen, "%s: layers[%d] is not an object", path, i);
         lind_layer_cfg *L = &c->layers[i];
-        if ((rc = layer_kind_name(root, lo, path, i, 0, L->mixer, err, errlen)) ||
-            (rc = layer_kind_name(root, lo, path, i, 1, L->ffn, err, errlen)))
+        if ((rc = layer_kind_name(root, lo, path, i, 0, L->mixer, sizeof L->mixer, err, errlen)) ||
+            (rc = layer_kind_name(root, lo, path, i, 1, L->ffn, sizeof L->ffn, err, errlen)))
             return rc;
         kind_scope s = {.layer = lo, .root = root, .path = path, .index = i};
         snprintf(s.where, sizeof s.where, "%s: layer %d (%s)", path, i, L->mixer);

@@ -36,7 +36,7 @@
  * (recurrent/kind.h) that owns its configuration keys: it parses them into
  * its own settings struct, stored in mixer_p / ffn_p (≤ 128 bytes). */
 typedef struct lind_layer_cfg {
-    char     mixer[16], ffn[16];     /* kind names: "linear", "aft", ...; "gelu_mlp", ... */
+    char     mixer[24], ffn[24];     /* kind names: "linear", "aft", ...; "gelu_mlp", ... */
     uint64_t mixer_p[LIND_KIND_PARAMS], ffn_p[LIND_KIND_PARAMS];
 } lind_layer_cfg;
 
