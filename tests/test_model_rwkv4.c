@@ -15,7 +15,8 @@
  *     lengths, logit rows requested in reverse order: bit-identical too.
  * Then precision: a_f32 loaded with bf16 weights stays within twice what
  * bf16-rounding all of a_f32's weights costs in float64 (the distance between
- * the c_bf16 and a_f32 references), and c_bf16 widened to fp32 matches its
+ * the c_bf16 and a_f32 references) and moves by at least a tenth of it (the
+ * weights really are rounded), and c_bf16 widened to fp32 matches its
  * reference. And bad directories fail with a message naming the culprit: a
  * missing shard, an index pointing at a file without the tensor, a tensor of
  * the wrong shape, a config.json without hidden_size.
@@ -290,6 +291,8 @@ static void rwkv4_bf16_weights_accuracy(void) {
         printf("NOTE rwkv4 a_f32 with bf16 weights: worst relative error vs the fp32 reference %.3g (position %d); "
                "bound 2 x %.3g (float64 cost of bf16-rounding all weights)\n", e, at, cost);
         CHECK(e <= 2 * cost, "bf16 weights: relative error %.3g at position %d > %.3g", e, at, 2 * cost);
+        /* and the weights really are rounded: a tenth of the expected cost */
+        CHECK(e >= cost / 10, "bf16 weights change the logits by only %.3g: not held in bf16?", e);
     }
     free(st);
     model_free(m);
