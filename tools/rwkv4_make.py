@@ -10,6 +10,7 @@ The directory looks like what Hugging Face publishes for RwkvForCausalLM
   model-0000N-of-0000M.safetensors + model.safetensors.index.json  (sharded)
   tokenizer.json                 a small byte-level BPE (GPT-2 byte<->unicode
                                  map, a few merges, <|endoftext|> = id 0)
+  special_tokens_map.json, tokenizer_config.json   as HF repos carry them
 
 Tensor names and shapes are HF's (H = hidden_size, A = attention_hidden_size,
 I = intermediate_size, V = vocab_size):
@@ -232,6 +233,15 @@ def write_model(outdir, tensors, cfg, dtype="F32", shards=1):
     with open(os.path.join(outdir, "tokenizer.json"), "w") as f:
         json.dump(tokenizer_json(), f, indent=1, ensure_ascii=False)
         f.write("\n")
+    # The two small files HF repos carry beside tokenizer.json.
+    eot = "<|endoftext|>"
+    side = {"special_tokens_map.json": {"bos_token": eot, "eos_token": eot, "unk_token": eot},
+            "tokenizer_config.json": {"add_prefix_space": False, "bos_token": eot, "eos_token": eot,
+                                      "unk_token": eot, "tokenizer_class": "GPTNeoXTokenizer"}}
+    for name, obj in side.items():
+        with open(os.path.join(outdir, name), "w") as f:
+            json.dump(obj, f, indent=2)
+            f.write("\n")
     if shards <= 1:
         write_safetensors(os.path.join(outdir, "model.safetensors"), tensors, dtype)
         return
