@@ -264,8 +264,17 @@ int st_set_open(st_set *s, const char *dir, char *err, size_t errlen) {
     json_error_t je;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
-        if (access(path, F_OK) != 0)
-            return errmsg_set(-ENOENT, err, errlen, "%s: no model.safetensors and no model.safetensors.index.json", dir);
+        if (access(path, F_OK) != 0) {
+            char bin[4096];
+            snprintf(bin, sizeof bin, "%s/pytorch_model.bin", dir);
+            int pt = access(bin, F_OK) == 0;
+            snprintf(bin, sizeof bin, "%s/pytorch_model.bin.index.json", dir);
+            pt = pt || access(bin, F_OK) == 0;
+            return errmsg_set(-ENOENT, err, errlen, "%s: no model.safetensors and no model.safetensors.index.json%s", dir,
+                              pt ? " (lind reads only safetensors, not pytorch_model*.bin: convert the checkpoint, "
+                                   "e.g. with safetensors' convert script, or download the safetensors revision)"
+                                 : "");
+        }
         return errmsg_set(-EINVAL, err, errlen, "%s: bad JSON at line %d column %d: %s", path, je.line, je.column, je.text);
     }
     int rc = 0;
