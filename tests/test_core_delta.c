@@ -15,8 +15,9 @@
  * batched sessions give bit for bit the logits and states of one-token
  * steps; 1 and 3 CPU threads agree bit for bit; the state blob round-trips
  * through model_slot_read/write and the state format, its int32 ring index
- * included (never checked as a float); bad configs and tensors are refused
- * by name; a backend without the ops refuses the model. */
+ * included (never checked as a float); bf16 matrix weights load and track
+ * fp32; bad configs and tensors are refused by name; a backend without the
+ * ops refuses the model. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -640,6 +641,41 @@ static void state_roundtrip(void) {
     model_free(m);
 }
 
+/* Matrix weights held as bf16 (kind_matrix3 / kind_matrix half paths): the
+ * model loads and tracks the fp32 one to bf16's precision. */
+static void bf16_weights(void) {
+    char dir[512], err[512] = "";
+    snprintf(dir, sizeof dir, "%s/bf16", tmpdir);
+    CHECK(write_model(dir, &two_layer, 19, NULL, 0, NULL) == 0, "write_model");
+    model *m[2] = {0};
+    model_opts o[2] = {{"cpu", LIND_DT_F32}, {"cpu", LIND_DT_BF16}};
+    for (int i = 0; i < 2; i++) CHECK(model_load_opts(dir, &o[i], &m[i], err, sizeof err) == 0, "load: %s", err);
+    if (!m[0] || !m[1]) { model_free(m[0]); model_free(m[1]); return; }
+    CHECK(model_weights_dtype(m[1]) == LIND_DT_BF16, "weights held as %s", lind_dtype_name(model_weights_dtype(m[1])));
+    int32_t tok[60];
+    random_tokens(tok, 60, 8);
+    float a[V], b[V];
+    double worst = 0, diff = 0;
+    int s = 0;
+    for (int i = 0; i < 2; i++) model_slots_reserve(m[i], 1);
+    for (int t = 0; t < 60; t++) {
+        model_step(m[0], &s, &tok[t], 1, a);
+        model_step(m[1], &s, &tok[t], 1, b);
+        double scale = 0, e = 0;
+        for (int i = 0; i < V; i++) {
+            if (fabs(a[i]) > scale) scale = fabs(a[i]);
+            if (!(fabs((double)a[i] - b[i]) <= e)) e = fabs((double)a[i] - b[i]);
+        }
+        if (!(e / scale <= worst)) worst = e / scale;
+        diff += e;
+    }
+    /* bf16 keeps 8 significant bits (relative rounding ≤ 2^-9 per weight) */
+    CHECK(worst <= 2e-2 && diff > 0, "bf16 vs fp32 logits: max relative error %.3g (sum of errors %.3g)", worst, diff);
+    printf("NOTE bf16 weights vs fp32: max relative logit error %.2e over 60 tokens\n", worst);
+    model_free(m[0]);
+    model_free(m[1]);
+}
+
 /* Bad configs and tensors are refused with messages naming what is wrong. */
 static void bad_input_refused(void) {
     char dir[512], err[512];
@@ -722,6 +758,7 @@ int main(void) {
     RUN(batched_equals_unbatched);
     RUN(threads_equal_single);
     RUN(state_roundtrip);
+    RUN(bf16_weights);
     RUN(bad_input_refused);
     RUN(backend_without_ops);
     char cmd[300];
