@@ -158,6 +158,42 @@ typedef struct backend_ops {
      * bits, wtype) kept in half precision by the backend; otherwise exactly
      * as weight_new. Optional (NULL: the model widens to fp32). */
     int (*weight_new_half)(backend *be, int N, int K, const uint16_t *W, int wtype, backend_buf **out);
+
+    /* ---- constant-state mixers beyond linear attention / AFT --------------
+     * Optional: a backend without them leaves them NULL, and a kind that
+     * needs one refuses to load on it (naming the op). */
+
+    /* Causal depthwise convolution of kernel K ≥ 2 over the last K inputs
+     * (Mamba's and Gated DeltaNet's short convolution), for each row r in run
+     * order and channel c < n:
+     *   out[r, c] = act(Σ_{j<K} w[c·K + j] · x_{t−(K−1)+j}[c]),  x_t = in[r, c]
+     * per element as lind_conv_channel(); act is lind_silu when silu, else
+     * none. in and out have row strides ldi and ldo; out may be in (same
+     * stride: each element is read before it is written). State in slot
+     * slots[r]: the fp32 ring [n][K−1] at byte offset ring_off and its head
+     * index p (int32, the oldest entry) at idx_off, read modulo K−1 (so any
+     * bit pattern is a valid state); after a run p is stored in [0, K−1).
+     * Zeroed = all-zero past. */
+    int (*short_conv)(backend *be, const backend_buf *in, int ldi, backend_buf *out, int ldo,
+                      const backend_buf *w, int n, int K, size_t ring_off, size_t idx_off, int silu);
+
+    /* Gated delta rule (Gated DeltaNet) for every row r in run order and head
+     * h < H (dh = d_head, hd = H·dh):
+     *   in  = [R × (3·hd + 2·H)]: q at column 0, k at hd, v at 2·hd (after
+     *         the short convolution), then the β logits (H), then the gate
+     *         logits (H)
+     *   gate: 2·H floats, A = exp(A_log) (H) then the gate bias (H)
+     *   norm_w: dh floats, the output RMS norm's weight (shared by heads)
+     *   state in slot slots[r] at byte offset state_off: S as double
+     *   [H][dh (k index i)][dh (v index j)]
+     *   out[r, h·dh + j] = RMSNorm(o_h)[j] (float), out is [R × hd]
+     * with q ← q/‖q‖·dh^−½, k ← k/‖k‖, β = σ(β logit), α =
+     * exp(−A·softplus(gate logit + bias)), S ← α S (I − β k kᵀ) + β v kᵀ,
+     * o = S q, RMS norm with eps inside the √; per element as
+     * lind_delta_column() / lind_delta_u() / lind_delta_s() and the
+     * lind_delta_* / lind_l2_* / lind_rms_* helpers of kernels/mixer_math.h. */
+    int (*delta_step)(backend *be, const backend_buf *in, const backend_buf *gate, const backend_buf *norm_w,
+                      backend_buf *out, size_t state_off, int H, int dh, float eps);
 } backend_ops;
 
 /* Every backend struct starts with this. */

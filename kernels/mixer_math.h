@@ -13,6 +13,10 @@
  *     S[·][j] exactly once; thread i < dh also calls lind_lin_z() for z[i] and
  *     the block sums its return values to get the denominator.
  *   - AFT: one thread per (session, channel) calling lind_aft_channel().
+ *   - delta rule: one block per (session, head); thread j owns column j of S
+ *     and calls lind_delta_column(); the q/k L2 norms and the output's RMS
+ *     norm are block sums. Short convolution: one thread per (session,
+ *     channel) calling lind_conv_channel() over the session's rows.
  *   - layer norm: one block (or loop) per row; lind_ln_apply() per element
  *     after the row's mean and 1/std are known. */
 #ifndef LIND_KERNELS_MIXER_MATH_H
@@ -219,6 +223,98 @@ LIND_HD static inline float lind_aft_channel(double *num, double *den, double *m
     *den = f1 * b + f2;
     *mx = empty ? kk : (pw >= kk ? pw : kk);
     return (float)wkv;
+}
+
+/* ---- short causal convolution (Mamba / Gated DeltaNet) -----------------
+ *
+ * Depthwise over channels, kernel K: y_t[c] = Σ_{j<K} w[c][j]·x_{t−(K−1)+j}[c]
+ * (w[c][K−1] weighs the current input, as PyTorch's conv1d with K−1 left
+ * padding). Per channel the state is a ring of its last K−1 inputs, ring[q]
+ * for q < K−1, shared head index p (the oldest entry); a zeroed ring with
+ * p = 0 is an all-zero past. Returns y_t before any activation, summing j in
+ * order; the caller then stores x at ring[p] and advances p. */
+LIND_HD static inline float lind_conv_channel(const float *w, const float *ring, int p, float x, int K) {
+    float acc = 0.0f;
+    int q = p;
+    for (int j = 0; j < K - 1; j++) {
+        acc = fmaf(w[j], ring[q], acc);
+        q = q + 1 == K - 1 ? 0 : q + 1;
+    }
+    return fmaf(w[K - 1], x, acc);
+}
+
+/* SiLU, x·σ(x). */
+LIND_HD static inline float lind_silu(float x) {
+    return x / (1.0f + lind_expf(-x));
+}
+
+/* ---- gated delta rule (Gated DeltaNet; DeltaNet with α = 1) -------------
+ *
+ * Per head, with q and k L2-normalized (q also scaled by dh^−½), β ∈ (0, 1)
+ * and gate α ∈ (0, 1]:
+ *   S_t = α S_{t−1} (I − β k kᵀ) + β v kᵀ,   o = S_t q
+ * which is, with the pseudo value u = β (v − α S_{t−1} k):
+ *   S_t = α S_{t−1} + u kᵀ
+ * State of one head: S[i][j] (double, dh × dh, row-major: i indexes k, j
+ * indexes v — the linear mixer's layout). Column j of S is all that o_j
+ * needs: it is read once for (S k)_j, then updated and read for o_j. Sums
+ * over i go in i order. */
+
+#define LIND_L2_EPS 1e-6   /* inside the √ of the q/k L2 norms (as FLA's l2norm) */
+
+/* 1/‖x‖ from Σx², for the L2 norms of q and k. */
+LIND_HD static inline double lind_l2_rscale(double sumsq) {
+    return 1.0 / sqrt(sumsq + LIND_L2_EPS);
+}
+
+/* β = σ(x), in double. */
+LIND_HD static inline double lind_delta_beta(float x) {
+    return 1.0 / (1.0 + lind_exp(-(double)x));
+}
+
+/* α = exp(−A·softplus(x + bias)) with A = exp(A_log) > 0 (Mamba-2's
+ * discretized decay, as Gated DeltaNet); softplus(z) = max(z, 0) +
+ * log1p(e^{−|z|}) never overflows. */
+LIND_HD static inline double lind_delta_alpha(float x, float A, float bias) {
+    double z = (double)x + (double)bias;
+    double sp = (z > 0.0 ? z : 0.0) + log1p(lind_exp(-fabs(z)));
+    return lind_exp(-(double)A * sp);
+}
+
+/* u_j = β (v_j − α (S k)_j). */
+LIND_HD static inline double lind_delta_u(double sk_j, float v_j, double alpha, double beta) {
+    return beta * ((double)v_j - alpha * sk_j);
+}
+
+/* One element of the S update: α·s + k_i·u_j. */
+LIND_HD static inline double lind_delta_s(double s, double alpha, double k_i, double u_j) {
+    return alpha * s + k_i * u_j;
+}
+
+/* Column j of one head (elements S[i·ld + j], i < dh): reads it for (S k)_j,
+ * updates it and returns o_j = Σ_i q_i S_t[i][j]. A CPU loop may instead run
+ * i outer, j inner in two passes with lind_delta_u() and lind_delta_s(): the
+ * same operations in the same i-order, so identical results. */
+LIND_HD static inline double lind_delta_column(double *S, int ld, int j, int dh, const double *k, const double *q,
+                                               float v_j, double alpha, double beta) {
+    double sk = 0.0;
+    for (int i = 0; i < dh; i++) sk += S[(long)i * ld + j] * k[i];
+    double u = lind_delta_u(sk, v_j, alpha, beta), o = 0.0;
+    for (int i = 0; i < dh; i++) {
+        double s = lind_delta_s(S[(long)i * ld + j], alpha, k[i], u);
+        S[(long)i * ld + j] = s;
+        o += q[i] * s;
+    }
+    return o;
+}
+
+/* The head output's RMS norm: o·rs·w with rs = 1/√(Σo²/dh + eps). */
+LIND_HD static inline double lind_rms_rscale(double sumsq, int n, float eps) {
+    return 1.0 / sqrt(sumsq / (double)n + (double)eps);
+}
+
+LIND_HD static inline float lind_rms_apply(double o, double rs, float w) {
+    return (float)(o * rs * (double)w);
 }
 
 #endif

@@ -10,6 +10,7 @@
 static const layer_kind *const kinds[] = {
     &mixer_linear,
     &mixer_aft,
+    &mixer_delta,
 };
 #define NKINDS (sizeof kinds / sizeof kinds[0])
 

@@ -102,11 +102,14 @@ static long first_nonfinite(const uint8_t *p, size_t count, int elem)
     return -1;
 }
 
-/* Check every region of raw; fills the message naming region and element. */
+/* Check every float region of raw (model_state_region.type); fills the
+ * message naming region and element. */
 static int check_finite(const model_state_region *r, int nr, const uint8_t *raw,
                         const char *what, char *err, size_t errlen)
 {
     for (int i = 0; i < nr; i++) {
+        if (r[i].type == LIND_EL_I32 || r[i].type == LIND_EL_I64)
+            continue;   /* integers (counters, ring indices): any bits are valid */
         long at = first_nonfinite(raw + r[i].offset, r[i].count, r[i].elem_bytes);
         if (at >= 0) {
             const uint8_t *e = raw + r[i].offset + (size_t)at * (size_t)r[i].elem_bytes;

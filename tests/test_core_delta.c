@@ -1,0 +1,768 @@
+/* tests/test_core_delta.c — the "delta" mixer kind (gated delta rule with a
+ * short convolution, recurrent/mixer_delta.c) end to end.
+ *
+ * A plain-C double-precision reference computes the whole model over a
+ * 300-token sequence in PARALLEL form, never materializing the state S: the
+ * causal convolution as an explicit sum over each position's last K inputs,
+ * and the gated delta rule through its pseudo values (the UT transform of
+ * DeltaNet's chunked form, over the whole sequence as one chunk):
+ *   u_i = β_i v_i − Σ_{m<i} β_i e^{G_i − G_m} (k_i·k_m) u_m   (a lower-
+ *         triangular solve, G the cumulative log-gates)
+ *   o_t = Σ_{i≤t} e^{G_t − G_i} (q_t·k_i) u_i
+ * The engine's recurrent logits (one model_step per token, S updated by the
+ * delta rule) must match at every position within 1e-4 relative to the
+ * largest logit there. Also: batched prefill (model_forward runs) and
+ * batched sessions give bit for bit the logits and states of one-token
+ * steps; 1 and 3 CPU threads agree bit for bit; the state blob round-trips
+ * through model_slot_read/write and the state format, its int32 ring index
+ * included (never checked as a float); bf16 matrix weights load and track
+ * fp32; bad configs and tensors are refused by name; a backend without the
+ * ops refuses the model. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kernels/backend.h"
+#include "recurrent/model.h"
+#include "recurrent/safetensors.h"
+#include "state/format.h"
+#include "tests/check.h"
+#include "tests/testmodel.h"
+
+#define T 300
+#define V 256
+
+static char tmpdir[256];
+
+/* ---- writing a model in lind's "layers" form ------------------------------ */
+
+typedef struct lspec {
+    const char *mixer;   /* "delta" or "linear" */
+    int H, dh, K;        /* K: conv_size (delta) */
+} lspec;
+
+typedef struct mspec {
+    int d, ff, nl;
+    lspec L[4];
+} mspec;
+
+/* config.json + model.safetensors with random weights; `cfg_extra` (may be
+ * NULL) replaces layer 0's conv_size text, for broken configs; `skip` names
+ * a tensor to leave out; `alog` (if nonzero) is layer 0's a_log[0]. */
+static int write_model(const char *dir, const mspec *m, uint64_t seed, const char *skip, float alog,
+                       const char *cfg_extra) {
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST) return -errno;
+    char path[600], js[4096];
+    size_t n = 0;
+    n += (size_t)snprintf(js + n, sizeof js - n,
+                          "{\"vocab_size\": %d, \"d_model\": %d, \"n_layers\": %d, \"norm_eps\": 1e-5, \"layers\": [",
+                          V, m->d, m->nl);
+    for (int i = 0; i < m->nl; i++) {
+        const lspec *l = &m->L[i];
+        n += (size_t)snprintf(js + n, sizeof js - n, "%s{\"mixer\": \"%s\", \"ffn\": \"gelu_mlp\", \"n_heads\": %d, "
+                              "\"d_head\": %d, \"d_ff\": %d", i ? ", " : "", l->mixer, l->H, l->dh, m->ff);
+        if (!strcmp(l->mixer, "delta")) {
+            if (i == 0 && cfg_extra) n += (size_t)snprintf(js + n, sizeof js - n, ", %s", cfg_extra);
+            else n += (size_t)snprintf(js + n, sizeof js - n, ", \"conv_size\": %d", l->K);
+        }
+        n += (size_t)snprintf(js + n, sizeof js - n, "}");
+    }
+    snprintf(js + n, sizeof js - n, "]}\n");
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return -errno;
+    int ok = fputs(js, f) >= 0;
+    if (fclose(f) != 0 || !ok) return -EIO;
+
+    int maxn = 4 + m->nl * 24, nt = 0, rc = 0;
+    testmodel_tensor *t = calloc((size_t)maxn, sizeof *t);
+    float **bufs = calloc((size_t)maxn, sizeof *bufs);
+    if (!t || !bufs) { free(t); free(bufs); return -ENOMEM; }
+    uint64_t rng = seed * 0x2545f4914f6cdd1dull + 1;
+    int d = m->d, ff = m->ff;
+    double sd = 1 / sqrt((double)d), sff = 1 / sqrt((double)ff);
+    char nm[96];
+#define ADD(name, d0, d1, kind, a, b)                                                     \
+    do {                                                                                  \
+        if (rc == 0 && !(skip && !strcmp(skip, name)))                                    \
+            rc = testmodel_add_(t, &nt, bufs, &rng, name, d0, d1, kind, a, b);            \
+    } while (0)
+#define L(s) (snprintf(nm, sizeof nm, "layers.%d.%s", i, s), nm)
+    ADD("embed.weight", V, d, TESTMODEL_UNIFORM, 1.0, 0);
+    ADD("ln_f.weight", d, 0, TESTMODEL_ONE_PLUS, 0.1, 0);
+    ADD("ln_f.bias", d, 0, TESTMODEL_UNIFORM, 0.1, 0);
+    ADD("head.weight", V, d, TESTMODEL_UNIFORM, sd, 0);
+    for (int i = 0; i < m->nl && rc == 0; i++) {
+        const lspec *l = &m->L[i];
+        int hd = l->H * l->dh;
+        double shd = 1 / sqrt((double)hd);
+        ADD(L("ln1.weight"), d, 0, TESTMODEL_ONE_PLUS, 0.1, 0);
+        ADD(L("ln1.bias"), d, 0, TESTMODEL_UNIFORM, 0.1, 0);
+        ADD(L("ln2.weight"), d, 0, TESTMODEL_ONE_PLUS, 0.1, 0);
+        ADD(L("ln2.bias"), d, 0, TESTMODEL_UNIFORM, 0.1, 0);
+        ADD(L("ffn.w1"), ff, d, TESTMODEL_UNIFORM, sd, 0);
+        ADD(L("ffn.b1"), ff, 0, TESTMODEL_UNIFORM, 0.1, 0);
+        ADD(L("ffn.w2"), d, ff, TESTMODEL_UNIFORM, sff, 0);
+        ADD(L("ffn.b2"), d, 0, TESTMODEL_UNIFORM, 0.1, 0);
+        ADD(L("mixer.wq"), hd, d, TESTMODEL_UNIFORM, 2 * sd, 0);
+        ADD(L("mixer.wk"), hd, d, TESTMODEL_UNIFORM, 2 * sd, 0);
+        ADD(L("mixer.wv"), hd, d, TESTMODEL_UNIFORM, 2 * sd, 0);
+        ADD(L("mixer.wo"), d, hd, TESTMODEL_UNIFORM, shd, 0);
+        if (!strcmp(l->mixer, "delta")) {
+            double sk = 1 / sqrt((double)l->K);
+            ADD(L("mixer.wb"), l->H, d, TESTMODEL_UNIFORM, 2 * sd, 0);
+            ADD(L("mixer.wa"), l->H, d, TESTMODEL_UNIFORM, 2 * sd, 0);
+            ADD(L("mixer.conv_q"), hd, l->K, TESTMODEL_UNIFORM, sk, 0);
+            ADD(L("mixer.conv_k"), hd, l->K, TESTMODEL_UNIFORM, sk, 0);
+            ADD(L("mixer.conv_v"), hd, l->K, TESTMODEL_UNIFORM, sk, 0);
+            /* α = e^{−A·softplus(x + bias)} spans about 0.3 … 0.99 */
+            ADD(L("mixer.a_log"), l->H, 0, TESTMODEL_RANGE, -2.0, 0.5);
+            if (i == 0 && alog != 0 && rc == 0 && !skip) bufs[nt - 1][0] = alog;
+            ADD(L("mixer.a_bias"), l->H, 0, TESTMODEL_RANGE, -3.0, 0.0);
+            ADD(L("mixer.o_norm"), l->dh, 0, TESTMODEL_ONE_PLUS, 0.1, 0);
+        }
+    }
+#undef L
+#undef ADD
+    if (rc == 0) {
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        rc = testmodel_st_write(path, t, nt);
+    }
+    for (int i = 0; i < nt; i++) free(bufs[i]);
+    free(bufs);
+    free(t);
+    return rc;
+}
+
+/* ---- the parallel-form reference, in double ------------------------------- */
+
+typedef struct ref {
+    st_file st;
+    const mspec *m;
+} ref;
+
+static double *W(ref *r, const char *fmt, int layer) {
+    char name[128];
+    snprintf(name, sizeof name, fmt, layer);
+    st_tensor *t = st_find(&r->st, name);
+    if (!t) return NULL;
+    float *f = malloc(t->numel * sizeof *f);
+    double *d = malloc(t->numel * sizeof *d);
+    st_read_f32(&r->st, t, f);
+    for (size_t i = 0; i < t->numel; i++) d[i] = f[i];
+    free(f);
+    return d;
+}
+
+/* y[t][n] = Σ_k x[t][k] w[n][k] (+ b[n]) */
+static void lin(const double *x, int K, const double *w, const double *b, int N, double *y) {
+    for (int t = 0; t < T; t++)
+        for (int n = 0; n < N; n++) {
+            double s = b ? b[n] : 0.0;
+            for (int k = 0; k < K; k++) s += x[(size_t)t * K + k] * w[(size_t)n * K + k];
+            y[(size_t)t * N + n] = s;
+        }
+}
+
+static void ln(const double *x, int d, const double *w, const double *b, double eps, double *y) {
+    for (int t = 0; t < T; t++) {
+        const double *xr = x + (size_t)t * d;
+        double mu = 0, v = 0;
+        for (int i = 0; i < d; i++) mu += xr[i];
+        mu /= d;
+        for (int i = 0; i < d; i++) v += (xr[i] - mu) * (xr[i] - mu);
+        v /= d;
+        for (int i = 0; i < d; i++) y[(size_t)t * d + i] = (xr[i] - mu) / sqrt(v + eps) * w[i] + b[i];
+    }
+}
+
+static double sigm(double x) { return 1 / (1 + exp(-x)); }
+static double softplus(double x) { return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x)); }
+
+/* Causal depthwise conv then SiLU, in place over [T × n]: the explicit sum
+ * over positions t−K+1 … t (zero before the start). */
+static void conv_silu(double *x, int n, const double *w, int K) {
+    double *y = malloc((size_t)T * n * sizeof *y);
+    for (int t = 0; t < T; t++)
+        for (int c = 0; c < n; c++) {
+            double s = 0;
+            for (int j = 0; j < K; j++) {
+                int tt = t - (K - 1) + j;
+                if (tt >= 0) s += w[(size_t)c * K + j] * x[(size_t)tt * n + c];
+            }
+            y[(size_t)t * n + c] = s * sigm(s);
+        }
+    memcpy(x, y, (size_t)T * n * sizeof *y);
+    free(y);
+}
+
+/* The delta mixer of layer l over h [T × d]: o [T × hd] (before Wo). */
+static void ref_delta(ref *r, int l, const double *h, double *o) {
+    const lspec *ls = &r->m->L[l];
+    int d = r->m->d, H = ls->H, dh = ls->dh, hd = H * dh, K = ls->K;
+    double *q = malloc(sizeof(double) * T * hd), *k = malloc(sizeof(double) * T * hd), *v = malloc(sizeof(double) * T * hd);
+    double *bl = malloc(sizeof(double) * T * H), *al = malloc(sizeof(double) * T * H);
+    const char *pn[3] = {"q", "k", "v"};
+    double *outs[3] = {q, k, v};
+    for (int p = 0; p < 3; p++) {
+        char nm[64];
+        snprintf(nm, sizeof nm, "layers.%%d.mixer.w%s", pn[p]);
+        double *w = W(r, nm, l);
+        lin(h, d, w, NULL, hd, outs[p]);
+        free(w);
+        snprintf(nm, sizeof nm, "layers.%%d.mixer.conv_%s", pn[p]);
+        double *cw = W(r, nm, l);
+        conv_silu(outs[p], hd, cw, K);
+        free(cw);
+    }
+    double *wb = W(r, "layers.%d.mixer.wb", l), *wa = W(r, "layers.%d.mixer.wa", l);
+    lin(h, d, wb, NULL, H, bl);
+    lin(h, d, wa, NULL, H, al);
+    double *alog = W(r, "layers.%d.mixer.a_log", l), *abias = W(r, "layers.%d.mixer.a_bias", l);
+    double *onorm = W(r, "layers.%d.mixer.o_norm", l);
+    double *u = malloc(sizeof(double) * T * dh), *G = malloc(sizeof(double) * T), *beta = malloc(sizeof(double) * T);
+    double *qn = malloc(sizeof(double) * T * dh), *kn = malloc(sizeof(double) * T * dh);
+    for (int hh = 0; hh < H; hh++) {
+        double A = exp(alog[hh]), g = 0;
+        for (int t = 0; t < T; t++) {
+            double sq = 0, sk = 0;
+            for (int i = 0; i < dh; i++) {
+                sq += q[(size_t)t * hd + hh * dh + i] * q[(size_t)t * hd + hh * dh + i];
+                sk += k[(size_t)t * hd + hh * dh + i] * k[(size_t)t * hd + hh * dh + i];
+            }
+            for (int i = 0; i < dh; i++) {
+                qn[(size_t)t * dh + i] = q[(size_t)t * hd + hh * dh + i] / sqrt(sq + 1e-6) / sqrt((double)dh);
+                kn[(size_t)t * dh + i] = k[(size_t)t * hd + hh * dh + i] / sqrt(sk + 1e-6);
+            }
+            beta[t] = sigm(bl[(size_t)t * H + hh]);
+            g += -A * softplus(al[(size_t)t * H + hh] + abias[hh]);
+            G[t] = g;
+        }
+        /* pseudo values: the lower-triangular system (I + A) U = diag(β) V */
+        for (int i = 0; i < T; i++) {
+            double *ui = u + (size_t)i * dh;
+            for (int j = 0; j < dh; j++) ui[j] = beta[i] * v[(size_t)i * hd + hh * dh + j];
+            for (int mm = 0; mm < i; mm++) {
+                double kk = 0;
+                for (int e = 0; e < dh; e++) kk += kn[(size_t)i * dh + e] * kn[(size_t)mm * dh + e];
+                double a = beta[i] * exp(G[i] - G[mm]) * kk;
+                for (int j = 0; j < dh; j++) ui[j] -= a * u[(size_t)mm * dh + j];
+            }
+        }
+        /* outputs: causal attention over the pseudo values, then the RMS norm */
+        for (int t = 0; t < T; t++) {
+            double ot[1024] = {0}, ss = 0;
+            for (int i = 0; i <= t; i++) {
+                double qk = 0;
+                for (int e = 0; e < dh; e++) qk += qn[(size_t)t * dh + e] * kn[(size_t)i * dh + e];
+                double a = exp(G[t] - G[i]) * qk;
+                for (int j = 0; j < dh; j++) ot[j] += a * u[(size_t)i * dh + j];
+            }
+            for (int j = 0; j < dh; j++) ss += ot[j] * ot[j];
+            double rs = 1 / sqrt(ss / dh + 1e-5);
+            for (int j = 0; j < dh; j++) o[(size_t)t * hd + hh * dh + j] = ot[j] * rs * onorm[j];
+        }
+    }
+    free(q); free(k); free(v); free(bl); free(al); free(wb); free(wa);
+    free(alog); free(abias); free(onorm); free(u); free(G); free(beta); free(qn); free(kn);
+}
+
+static double phi(double x) { return x > 0 ? x + 1 : exp(x); }
+
+/* The linear mixer (elu+1, no decay, no shift) of layer l, quadratic form. */
+static void ref_linear(ref *r, int l, const double *h, double *o) {
+    const lspec *ls = &r->m->L[l];
+    int d = r->m->d, H = ls->H, dh = ls->dh, hd = H * dh;
+    double *q = malloc(sizeof(double) * T * hd), *k = malloc(sizeof(double) * T * hd), *v = malloc(sizeof(double) * T * hd);
+    double *wq = W(r, "layers.%d.mixer.wq", l), *wk = W(r, "layers.%d.mixer.wk", l), *wv = W(r, "layers.%d.mixer.wv", l);
+    lin(h, d, wq, NULL, hd, q);
+    lin(h, d, wk, NULL, hd, k);
+    lin(h, d, wv, NULL, hd, v);
+    for (int hh = 0; hh < H; hh++)
+        for (int t = 0; t < T; t++) {
+            double num[1024] = {0}, den = 0;
+            for (int i = 0; i <= t; i++) {
+                double a = 0;
+                for (int e = 0; e < dh; e++)
+                    a += phi(q[(size_t)t * hd + hh * dh + e]) * phi(k[(size_t)i * hd + hh * dh + e]);
+                den += a;
+                for (int j = 0; j < dh; j++) num[j] += a * v[(size_t)i * hd + hh * dh + j];
+            }
+            for (int j = 0; j < dh; j++) o[(size_t)t * hd + hh * dh + j] = num[j] / (den + 1e-6);
+        }
+    free(q); free(k); free(v); free(wq); free(wk); free(wv);
+}
+
+static void ref_forward(ref *r, const int *tok, double *logits) {
+    const mspec *m = r->m;
+    int d = m->d, ff = m->ff, wmax = 0;
+    for (int l = 0; l < m->nl; l++)
+        if (m->L[l].H * m->L[l].dh > wmax) wmax = m->L[l].H * m->L[l].dh;
+    double *x = calloc((size_t)T * d, 8), *h = calloc((size_t)T * d, 8), *y = calloc((size_t)T * d, 8);
+    double *o = calloc((size_t)T * wmax, 8), *f = calloc((size_t)T * ff, 8);
+    double *E = W(r, "embed.weight", 0);
+    for (int t = 0; t < T; t++) memcpy(x + (size_t)t * d, E + (size_t)tok[t] * d, (size_t)d * 8);
+    free(E);
+    for (int l = 0; l < m->nl; l++) {
+        int hd = m->L[l].H * m->L[l].dh;
+        double *l1w = W(r, "layers.%d.ln1.weight", l), *l1b = W(r, "layers.%d.ln1.bias", l);
+        ln(x, d, l1w, l1b, 1e-5, h);
+        if (!strcmp(m->L[l].mixer, "delta")) ref_delta(r, l, h, o);
+        else ref_linear(r, l, h, o);
+        double *wo = W(r, "layers.%d.mixer.wo", l);
+        lin(o, hd, wo, NULL, d, y);
+        for (size_t i = 0; i < (size_t)T * d; i++) x[i] += y[i];
+        double *l2w = W(r, "layers.%d.ln2.weight", l), *l2b = W(r, "layers.%d.ln2.bias", l);
+        ln(x, d, l2w, l2b, 1e-5, h);
+        double *w1 = W(r, "layers.%d.ffn.w1", l), *b1 = W(r, "layers.%d.ffn.b1", l);
+        double *w2 = W(r, "layers.%d.ffn.w2", l), *b2 = W(r, "layers.%d.ffn.b2", l);
+        lin(h, d, w1, b1, ff, f);
+        for (size_t i = 0; i < (size_t)T * ff; i++) f[i] = 0.5 * f[i] * (1 + erf(f[i] / sqrt(2.0)));
+        lin(f, ff, w2, b2, d, y);
+        for (size_t i = 0; i < (size_t)T * d; i++) x[i] += y[i];
+        free(l1w); free(l1b); free(l2w); free(l2b); free(wo); free(w1); free(b1); free(w2); free(b2);
+    }
+    double *lw = W(r, "ln_f.weight", 0), *lb = W(r, "ln_f.bias", 0), *hw = W(r, "head.weight", 0);
+    ln(x, d, lw, lb, 1e-5, h);
+    lin(h, d, hw, NULL, V, logits);
+    free(lw); free(lb); free(hw); free(x); free(h); free(y); free(o); free(f);
+}
+
+/* ---- helpers ---------------------------------------------------------------- */
+
+static void random_tokens(int32_t *tok, int n, uint64_t seed) {
+    tok[0] = LIND_BOS;
+    for (int t = 1; t < n; t++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        tok[t] = (int32_t)(seed >> 56);
+    }
+}
+
+static model *load_model(const char *name, const mspec *ms, uint64_t seed, const char *backend) {
+    char dir[512], err[512] = "";
+    snprintf(dir, sizeof dir, "%s/%s", tmpdir, name);
+    int rc = write_model(dir, ms, seed, NULL, 0, NULL);
+    CHECK(rc == 0, "write_model: %d", rc);
+    model *m = NULL;
+    rc = model_load(dir, backend, &m, err, sizeof err);
+    CHECK(rc == 0, "model_load: %s", err);
+    return m;
+}
+
+/* The two-layer model of the brief: delta then linear. */
+static const mspec two_layer = {32, 64, 2, {{"delta", 2, 16, 4}, {"linear", 4, 8, 0}}};
+
+/* ---- cases -------------------------------------------------------------- */
+
+static void parallel_case(const char *name, const mspec *ms, uint64_t seed) {
+    model *m = load_model(name, ms, seed, "cpu");
+    if (!m) return;
+    char path[600], err[512];
+    snprintf(path, sizeof path, "%s/%s/model.safetensors", tmpdir, name);
+    ref r = {.m = ms};
+    CHECK(st_open(&r.st, path, err, sizeof err) == 0, "st_open: %s", err);
+    int32_t tok[T];
+    int itok[T];
+    random_tokens(tok, T, seed * 31);
+    for (int t = 0; t < T; t++) itok[t] = tok[t];
+    double *want = malloc(sizeof(double) * T * V);
+    ref_forward(&r, itok, want);
+    CHECK(model_slots_reserve(m, 1) == 0 && model_slot_reset(m, 0) == 0, "slots");
+    float got[V];
+    double worst = 0, mean = 0;
+    int worst_t = -1, slot = 0;
+    for (int t = 0; t < T; t++) {
+        CHECK(model_step(m, &slot, &tok[t], 1, got) == 0, "model_step at %d", t);
+        double scale = 0, diff = 0;
+        for (int i = 0; i < V; i++) {
+            double w = want[(size_t)t * V + i];
+            if (fabs(w) > scale) scale = fabs(w);
+            double e = fabs(got[i] - w);
+            if (!(e <= diff)) diff = e;
+        }
+        double rel = diff / (scale > 1e-30 ? scale : 1e-30);
+        mean += rel / T;
+        if (!(rel <= worst)) { worst = rel; worst_t = t; }
+    }
+    CHECK(worst <= 1e-4, "max relative logit error %.3g at position %d (tolerance 1e-4)", worst, worst_t);
+    printf("NOTE %s: recurrent vs parallel form over %d tokens: max relative logit error %.2e (position %d), "
+           "mean %.2e\n", name, T, worst, worst_t, mean);
+    free(want);
+    st_close(&r.st);
+    model_free(m);
+}
+
+static void parallel_delta_linear(void) { parallel_case("delta_linear", &two_layer, 11); }
+
+static void parallel_delta_k2(void) {
+    static const mspec ms = {24, 48, 2, {{"delta", 4, 8, 2}, {"delta", 1, 24, 3}}};
+    parallel_case("delta_k2", &ms, 12);
+}
+
+/* model_forward over runs = one model_step per token, bit for bit. */
+static void prefill_bitwise(void) {
+    model *m = load_model("prefill", &two_layer, 13, "cpu");
+    if (!m) return;
+    enum { N = 150 };
+    size_t sb = model_state_bytes(m);
+    int32_t tok[N];
+    random_tokens(tok, N, 99);
+    float *ref = malloc(sizeof(float) * N * V), *got = malloc(sizeof(float) * N * V);
+    unsigned char *sref = malloc(sb), *sgot = malloc(sb);
+    CHECK(model_slots_reserve(m, 8) == 0, "reserve");
+    int slot = 0;
+    for (int t = 0; t < N; t++) CHECK(model_step(m, &slot, &tok[t], 1, ref + (size_t)t * V) == 0, "step");
+    model_slot_read(m, 0, sref);
+    int chunks[] = {1, 3, 7, 64, N};
+    for (int ci = 0; ci < 5; ci++) {
+        int s = 1 + ci, ch = chunks[ci], slots[N], rows[N];
+        for (int t0 = 0; t0 < N; t0 += ch) {
+            int n = N - t0 < ch ? N - t0 : ch;
+            for (int r = 0; r < n; r++) { slots[r] = s; rows[r] = r; }
+            CHECK(model_forward(m, slots, tok + t0, n, rows, n, got + (size_t)t0 * V) == 0, "forward");
+        }
+        CHECK(!memcmp(got, ref, sizeof(float) * N * V), "chunks of %d: logits differ from one-token steps", ch);
+        model_slot_read(m, s, sgot);
+        CHECK(!memcmp(sgot, sref, sb), "chunks of %d: final state differs", ch);
+    }
+    /* two sessions' runs in one call (lengths 5 and 101, the ring index at
+     * different phases), logits of each run's last row */
+    int slots[106], rows[2] = {4, 105};
+    int32_t toks[106];
+    for (int r = 0; r < 5; r++) { slots[r] = 6; toks[r] = tok[r]; }
+    for (int r = 0; r < 101; r++) { slots[5 + r] = 7; toks[5 + r] = tok[r]; }
+    float lg[2 * V];
+    CHECK(model_forward(m, slots, toks, 106, rows, 2, lg) == 0, "mixed forward");
+    CHECK(!memcmp(lg, ref + 4 * V, V * sizeof(float)), "run of 5: last row differs");
+    CHECK(!memcmp(lg + V, ref + 100 * V, V * sizeof(float)), "run of 101: last row differs");
+    for (int t = 101; t < N; t++) { int s7 = 7; model_step(m, &s7, &tok[t], 1, NULL); }
+    model_slot_read(m, 7, sgot);
+    CHECK(!memcmp(sgot, sref, sb), "prefill then steps: final state differs");
+    free(ref); free(got); free(sref); free(sgot);
+    model_free(m);
+}
+
+/* Sessions stepped together (starting at different times, batch rows not in
+ * slot order) equal the same sessions stepped alone, logits and states. */
+static void batched_equals_unbatched(void) {
+    model *m = load_model("batch", &two_layer, 14, "cpu");
+    if (!m) return;
+    enum { NS = 6, STEPS = 40 };
+    CHECK(model_slots_reserve(m, 2 * NS) == 0, "reserve");
+    int32_t tok[NS][STEPS];
+    for (int s = 0; s < NS; s++) random_tokens(tok[s], STEPS, 500 + (uint64_t)s);
+    float lb[NS * V], l1[V];
+    int same = 1;
+    for (int step = 0; step < STEPS + NS; step++) {
+        int bs[NS], nb = 0, who[NS];
+        int32_t bt[NS];
+        for (int s = NS - 1; s >= 0; s--) {
+            int pos = step - s;
+            if (pos < 0 || pos >= STEPS) continue;
+            bs[nb] = 2 * s;
+            bt[nb] = tok[s][pos];
+            who[nb++] = s;
+        }
+        if (!nb) continue;
+        CHECK(model_step(m, bs, bt, nb, lb) == 0, "batched step");
+        for (int b = 0; b < nb; b++) {
+            int slot = 2 * who[b] + 1;
+            CHECK(model_step(m, &slot, &bt[b], 1, l1) == 0, "single step");
+            same &= !memcmp(lb + b * V, l1, sizeof l1);
+        }
+    }
+    CHECK(same, "batched logits differ from single-session logits");
+    size_t sb = model_state_bytes(m);
+    char *a = malloc(sb), *b = malloc(sb);
+    for (int s = 0; s < NS; s++) {
+        model_slot_read(m, 2 * s, a);
+        model_slot_read(m, 2 * s + 1, b);
+        CHECK(!memcmp(a, b, sb), "session %d: batched state differs", s);
+    }
+    free(a);
+    free(b);
+    model_free(m);
+}
+
+/* A model big enough that the CPU backend splits the delta op by (run, head)
+ * and the convolution by runs across threads: 1 and 3 threads agree. */
+static void threads_equal_single(void) {
+    static const mspec big = {256, 256, 1, {{"delta", 8, 32, 4}}};
+    char dir[512], err[512] = "";
+    snprintf(dir, sizeof dir, "%s/threads", tmpdir);
+    CHECK(write_model(dir, &big, 15, NULL, 0, NULL) == 0, "write_model");
+    model *m[2] = {0};
+    const char *nt[2] = {"1", "3"};
+    for (int i = 0; i < 2; i++) {
+        setenv("LIND_CPU_THREADS", nt[i], 1);
+        CHECK(model_load(dir, "cpu", &m[i], err, sizeof err) == 0, "model_load: %s", err);
+    }
+    unsetenv("LIND_CPU_THREADS");
+    if (!m[0] || !m[1]) { model_free(m[0]); model_free(m[1]); return; }
+    enum { NB = 32 };
+    int slots[NB * 3];
+    int32_t toks[NB * 3];
+    float *l[2];
+    for (int i = 0; i < 2; i++) {
+        l[i] = malloc(sizeof(float) * NB * 3 * V);
+        model_slots_reserve(m[i], NB);
+    }
+    uint64_t seed = 5;
+    int same = 1;
+    for (int step = 0; step < 12; step++) {
+        /* one-token steps of 32 sessions, and prefill runs of 3 tokens */
+        int per = step % 2 ? 3 : 1, R = NB * per;
+        for (int r = 0; r < R; r++) {
+            slots[r] = (r / per * 7 + step) % NB;
+            seed = seed * 6364136223846793005ull + 1;
+            toks[r] = (int32_t)(seed >> 56);
+        }
+        for (int i = 0; i < 2; i++) CHECK(model_forward(m[i], slots, toks, R, NULL, R, l[i]) == 0, "forward");
+        same &= !memcmp(l[0], l[1], sizeof(float) * R * V);
+    }
+    CHECK(same, "1 vs 3 threads: logits differ");
+    size_t sb = model_state_bytes(m[0]);
+    char *a = malloc(sb), *b = malloc(sb);
+    for (int s = 0; s < NB; s++) {
+        model_slot_read(m[0], s, a);
+        model_slot_read(m[1], s, b);
+        CHECK(!memcmp(a, b, sb), "1 vs 3 threads: slot %d state differs", s);
+    }
+    free(a); free(b); free(l[0]); free(l[1]);
+    model_free(m[0]);
+    model_free(m[1]);
+}
+
+static const model_state_region *find_region(const model_state_region *r, int n, int layer, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (r[i].layer == layer && !strcmp(r[i].name, name)) return &r[i];
+    return NULL;
+}
+
+/* The typed regions, and the state blob through slot_read/write and the
+ * state format: the int32 ring index is an integer that no float check sees. */
+static void state_roundtrip(void) {
+    model *m = load_model("state", &two_layer, 16, "cpu");
+    if (!m) return;
+    model_state_region reg[16];
+    int nr = model_state_regions(m, reg, 16);
+    const model_state_region *S = find_region(reg, nr, 0, "S"), *ring = find_region(reg, nr, 0, "conv"),
+                             *idx = find_region(reg, nr, 0, "conv_idx");
+    CHECK(S && S->type == LIND_EL_F64 && S->elem_bytes == 8 && S->count == 2 * 16 * 16 && S->offset % 8 == 0,
+          "region S: fp64, H·dh·dh");
+    CHECK(ring && ring->type == LIND_EL_F32 && ring->elem_bytes == 4 && ring->count == 3 * 32 * 3,
+          "region conv: fp32, 3·hd·(K−1)");
+    CHECK(idx && idx->type == LIND_EL_I32 && idx->elem_bytes == 4 && idx->count == 1, "region conv_idx: one int32");
+    if (!S || !ring || !idx) { model_free(m); return; }
+    size_t sb = model_state_bytes(m);
+    size_t tiled = 0;
+    for (int i = 0; i < nr; i++) tiled += reg[i].count * (size_t)reg[i].elem_bytes;
+    CHECK(tiled == sb, "regions tile the state: %zu of %zu bytes", tiled, sb);
+
+    enum { N1 = 23, N2 = 30 };
+    int32_t tok[N1 + N2];
+    random_tokens(tok, N1 + N2, 77);
+    CHECK(model_slots_reserve(m, 4) == 0, "reserve");
+    int s0 = 0, s1 = 1, s2 = 2;
+    for (int t = 0; t < N1; t++) model_step(m, &s0, &tok[t], 1, NULL);
+    unsigned char *blob = malloc(sb), *b2 = malloc(sb), *b3 = malloc(sb);
+    model_slot_read(m, 0, blob);
+    int32_t iv;
+    memcpy(&iv, blob + idx->offset, 4);
+    CHECK(iv == N1 % 3, "ring index after %d tokens is %d, expected %d", N1, iv, N1 % 3);
+    /* slot 1: the blob as read; slot 2: the index replaced by a value ≡ it
+     * mod K−1 whose bits are a float NaN (0x7fc00000 + r) */
+    int32_t nanidx = 0x7fc00000;
+    nanidx += (int32_t)(((uint32_t)iv + 3 - (uint32_t)nanidx % 3) % 3);
+    CHECK((uint32_t)nanidx % 3 == (uint32_t)iv, "setup");
+    float asf;
+    memcpy(&asf, &nanidx, 4);
+    CHECK(isnan(asf), "setup: the index bits are a float NaN");
+    model_slot_write(m, 1, blob);
+    memcpy(b2, blob, sb);
+    memcpy(b2 + idx->offset, &nanidx, 4);
+    /* through the state format: encode (floats checked, the int not), decode */
+    state_meta meta = {.tokens = N1, .pending_token = -1};
+    sampler_params sp = sampler_defaults();
+    sampler_init(&meta.sampler, &sp);
+    uint8_t *enc = NULL;
+    size_t enclen = 0;
+    char err[256] = "";
+    int rc = state_encode(m, &meta, b2, &enc, &enclen, err, sizeof err);
+    CHECK(rc == 0, "state_encode refused an int32 region holding NaN bits: %s", err);
+    state_meta back;
+    if (rc == 0) {
+        rc = state_decode(m, enc, enclen, &back, b3, err, sizeof err);
+        CHECK(rc == 0 && !memcmp(b3, b2, sb), "state_decode: %s", err);
+        free(enc);
+    }
+    model_slot_write(m, 2, b3);
+    /* a NaN in the fp64 S region is refused, naming the region */
+    memcpy(b3, blob, sb);
+    double dn = NAN;
+    memcpy(b3 + S->offset + 8 * 5, &dn, 8);
+    rc = state_encode(m, &meta, b3, &enc, &enclen, err, sizeof err);
+    CHECK(rc == STATE_E_NONFINITE && strstr(err, "S"), "NaN in S: rc %d, \"%s\"", rc, err);
+    if (rc == 0) free(enc);
+
+    float l0[V], l1[V], l2[V];
+    int same1 = 1, same2 = 1;
+    for (int t = N1; t < N1 + N2; t++) {
+        model_step(m, &s0, &tok[t], 1, l0);
+        model_step(m, &s1, &tok[t], 1, l1);
+        model_step(m, &s2, &tok[t], 1, l2);
+        same1 &= !memcmp(l0, l1, sizeof l0);
+        same2 &= !memcmp(l0, l2, sizeof l0);
+    }
+    CHECK(same1, "a slot written from the read blob continues differently");
+    CHECK(same2, "the ring index is not read modulo K−1");
+    model_slot_read(m, 0, blob);
+    model_slot_read(m, 1, b2);
+    model_slot_read(m, 2, b3);
+    CHECK(!memcmp(blob, b2, sb), "states differ after continuing");
+    memcpy(&iv, b3 + idx->offset, 4);
+    CHECK(iv == (N1 + N2) % 3 && !memcmp(blob, b3, sb), "the index is stored reduced (got %d)", iv);
+    /* a reset slot is the empty history: equal to a fresh model's first step */
+    model_slot_reset(m, 3);
+    int s3 = 3;
+    model_step(m, &s3, &tok[0], 1, l1);
+    model *fresh = load_model("state", &two_layer, 16, "cpu");
+    if (fresh) {
+        model_slots_reserve(fresh, 1);
+        int z = 0;
+        model_step(fresh, &z, &tok[0], 1, l2);
+        CHECK(!memcmp(l1, l2, sizeof l1), "a reset slot is not the empty history");
+        model_free(fresh);
+    }
+    free(blob); free(b2); free(b3);
+    model_free(m);
+}
+
+/* Matrix weights held as bf16 (kind_matrix3 / kind_matrix half paths): the
+ * model loads and tracks the fp32 one to bf16's precision. */
+static void bf16_weights(void) {
+    char dir[512], err[512] = "";
+    snprintf(dir, sizeof dir, "%s/bf16", tmpdir);
+    CHECK(write_model(dir, &two_layer, 19, NULL, 0, NULL) == 0, "write_model");
+    model *m[2] = {0};
+    model_opts o[2] = {{"cpu", LIND_DT_F32}, {"cpu", LIND_DT_BF16}};
+    for (int i = 0; i < 2; i++) CHECK(model_load_opts(dir, &o[i], &m[i], err, sizeof err) == 0, "load: %s", err);
+    if (!m[0] || !m[1]) { model_free(m[0]); model_free(m[1]); return; }
+    CHECK(model_weights_dtype(m[1]) == LIND_DT_BF16, "weights held as %s", lind_dtype_name(model_weights_dtype(m[1])));
+    int32_t tok[60];
+    random_tokens(tok, 60, 8);
+    float a[V], b[V];
+    double worst = 0, diff = 0;
+    int s = 0;
+    for (int i = 0; i < 2; i++) model_slots_reserve(m[i], 1);
+    for (int t = 0; t < 60; t++) {
+        model_step(m[0], &s, &tok[t], 1, a);
+        model_step(m[1], &s, &tok[t], 1, b);
+        double scale = 0, e = 0;
+        for (int i = 0; i < V; i++) {
+            if (fabs(a[i]) > scale) scale = fabs(a[i]);
+            if (!(fabs((double)a[i] - b[i]) <= e)) e = fabs((double)a[i] - b[i]);
+        }
+        if (!(e / scale <= worst)) worst = e / scale;
+        diff += e;
+    }
+    /* bf16 keeps 8 significant bits (relative rounding ≤ 2^-9 per weight) */
+    CHECK(worst <= 2e-2 && diff > 0, "bf16 vs fp32 logits: max relative error %.3g (sum of errors %.3g)", worst, diff);
+    printf("NOTE bf16 weights vs fp32: max relative logit error %.2e over 60 tokens\n", worst);
+    model_free(m[0]);
+    model_free(m[1]);
+}
+
+/* Bad configs and tensors are refused with messages naming what is wrong. */
+static void bad_input_refused(void) {
+    char dir[512], err[512];
+    model *m = NULL;
+    struct { const char *cfg, *skip; float alog; const char *want; } cases[] = {
+        {"\"conv_size\": 1", NULL, 0, "conv_size"},
+        {"\"conv_size\": 17", NULL, 0, "conv_size"},
+        {"\"conv_size\": 4, \"head_norm_eps\": -1", NULL, 0, "head_norm_eps"},
+        {NULL, "layers.0.mixer.conv_k", 0, "layers.0.mixer.conv_k"},
+        {NULL, "layers.0.mixer.a_bias", 0, "layers.0.mixer.a_bias"},
+        {NULL, NULL, 100.0f, "a_log"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(dir, sizeof dir, "%s/bad%zu", tmpdir, i);
+        CHECK(write_model(dir, &two_layer, 17, cases[i].skip, cases[i].alog, cases[i].cfg) == 0, "write_model");
+        err[0] = 0;
+        int rc = model_load(dir, "cpu", &m, err, sizeof err);
+        CHECK(rc < 0 && strstr(err, cases[i].want), "case %zu: rc %d, message \"%s\" does not name %s", i, rc, err,
+              cases[i].want);
+        if (rc == 0) model_free(m);
+        m = NULL;
+    }
+}
+
+/* A backend without short_conv/delta_step (the CUDA backend's code, run by
+ * the host harness, until it gets them) refuses a delta model with a message
+ * naming the op; one that has them must match the CPU backend. */
+static void backend_without_ops(void) {
+    backend *be = NULL;
+    char err[512] = "";
+    CHECK(backend_new("harness", &be, err, sizeof err) == 0, "harness backend: %s", err);
+    if (!be) return;
+    int has = be->ops->short_conv && be->ops->delta_step;
+    backend_free(be);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/harness", tmpdir);
+    CHECK(write_model(dir, &two_layer, 18, NULL, 0, NULL) == 0, "write_model");
+    model *m = NULL;
+    int rc = model_load(dir, "harness", &m, err, sizeof err);
+    if (!has) {
+        CHECK(rc == -ENOTSUP && strstr(err, "delta_step") && strstr(err, "layer 0"),
+              "harness backend: rc %d, \"%s\"", rc, err);
+        if (rc == 0) model_free(m);
+        return;
+    }
+    CHECK(rc == 0, "model_load on the harness: %s", err);
+    model *c = NULL;
+    CHECK(model_load(dir, "cpu", &c, err, sizeof err) == 0, "model_load: %s", err);
+    if (m && c) {
+        model_slots_reserve(m, 1);
+        model_slots_reserve(c, 1);
+        int32_t tok[40];
+        random_tokens(tok, 40, 3);
+        float a[V], b[V];
+        double worst = 0;
+        int s = 0;
+        for (int t = 0; t < 40; t++) {
+            model_step(m, &s, &tok[t], 1, a);
+            model_step(c, &s, &tok[t], 1, b);
+            for (int i = 0; i < V; i++) {
+                double e = fabs((double)a[i] - b[i]) / (1 + fabs(b[i]));
+                if (!(e <= worst)) worst = e;
+            }
+        }
+        CHECK(worst <= 1e-4, "harness vs cpu: %.3g", worst);
+    }
+    model_free(m);
+    model_free(c);
+}
+
+int main(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/lind_delta.XXXXXX");
+    if (!mkdtemp(tmpdir)) {
+        printf("FAIL setup: mkdtemp\n");
+        return 1;
+    }
+    RUN(parallel_delta_linear);
+    RUN(parallel_delta_k2);
+    RUN(prefill_bitwise);
+    RUN(batched_equals_unbatched);
+    RUN(threads_equal_single);
+    RUN(state_roundtrip);
+    RUN(bf16_weights);
+    RUN(bad_input_refused);
+    RUN(backend_without_ops);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) printf("NOTE could not remove %s\n", tmpdir);
+    return check_exit();
+}
