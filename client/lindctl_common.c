@@ -4,10 +4,12 @@
 #include "client/lindctl.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 volatile sig_atomic_t ctl_interrupted;
 
@@ -242,5 +244,102 @@ int ctl_parse_f64(const char *opt, const char *s, double *out)
         return -1;
     }
     *out = v;
+    return 0;
+}
+
+int ctl_check_gen_opts(const lindc_gen_opts *o, char *err, size_t errlen)
+{
+    if (o->temperature >= 0 && o->temperature > 100)
+        snprintf(err, errlen, "--temperature wants 0..100, got %g", o->temperature);
+    else if (o->top_k > 256)
+        snprintf(err, errlen, "--top-k wants 0..256, got %lld", (long long)o->top_k);
+    else if (o->top_p >= 0 && (o->top_p == 0 || o->top_p > 1))
+        snprintf(err, errlen, "--top-p wants a number in (0, 1], got %g", o->top_p);
+    else if (o->repetition_penalty >= 0 && (o->repetition_penalty < 1 || o->repetition_penalty > 100))
+        snprintf(err, errlen, "--repetition-penalty wants 1..100, got %g", o->repetition_penalty);
+    else if (o->repetition_window > 256)
+        snprintf(err, errlen, "--repetition-window wants 0..256, got %lld", (long long)o->repetition_window);
+    else if (o->n_stop > CTL_MAX_STOPS)
+        snprintf(err, errlen, "at most %d stop strings, got %zu", CTL_MAX_STOPS, o->n_stop);
+    else {
+        for (size_t i = 0; i < o->n_stop; i++) {
+            size_t n = strlen(o->stop[i]);
+            if (n < 1 || n > CTL_STOP_MAX) {
+                snprintf(err, errlen, "a stop string is 1..%d bytes, got %zu ('%s')", CTL_STOP_MAX, n, o->stop[i]);
+                return -EINVAL;
+            }
+        }
+        return 0;
+    }
+    return -EINVAL;
+}
+
+int ctl_write_atomic(const char *path, const void *data, size_t n, char *err, size_t errlen)
+{
+    /* Write beside the target and rename, so FILE is never half-written. */
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp) {
+        snprintf(err, errlen, "path too long: %s", path);
+        return -ENAMETOOLONG;
+    }
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        int e = errno;
+        snprintf(err, errlen, "cannot create %s: %s", tmp, strerror(e));
+        return -e;
+    }
+    int ok = fwrite(data, 1, n, f) == n;
+    ok = (fflush(f) == 0) && ok && fsync(fileno(f)) == 0;
+    int e = errno;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        if (ok) e = errno;
+        snprintf(err, errlen, "cannot write %s: %s", path, strerror(e));
+        unlink(tmp);
+        return -(e ? e : EIO);
+    }
+    return 0;
+}
+
+int ctl_check_writable(const char *path, char *err, size_t errlen)
+{
+    /* Create the file if it is not there (removed again), else open it for
+     * writing without touching its contents. */
+    int existed = access(path, F_OK) == 0;
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        int e = errno;
+        snprintf(err, errlen, "cannot write %s: %s", path, strerror(e));
+        return -e;
+    }
+    close(fd);
+    if (!existed) unlink(path);
+    return 0;
+}
+
+int ctl_read_file(const char *path, uint8_t **out, size_t *len)
+{
+    int fd = strcmp(path, "-") ? open(path, O_RDONLY | O_CLOEXEC) : 0;
+    if (fd < 0) return -errno;
+    size_t cap = 1 << 16, n = 0;
+    uint8_t *buf = malloc(cap);
+    int rc = 0;
+    for (;;) {
+        if (!buf) { rc = -ENOMEM; break; }
+        if (n == cap) {
+            uint8_t *p = realloc(buf, cap *= 2);
+            if (!p) { rc = -ENOMEM; break; }
+            buf = p;
+        }
+        ssize_t got = read(fd, buf + n, cap - n);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) { rc = -errno; break; }
+        if (got == 0) break;
+        n += (size_t)got;
+    }
+    if (fd) close(fd);
+    if (rc) { free(buf); return rc; }
+    *out = buf;
+    *len = n;
     return 0;
 }

@@ -218,25 +218,9 @@ static int sessions_export(lindc *c, const char *name, const char *path, int jso
         }
         return EXIT_OK;
     }
-    /* Write beside the target and rename, so FILE is never half-written. */
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp) {
-        fprintf(stderr, "lindctl: path too long: %s\n", path);
-        return EXIT_LOCAL_FILE;
-    }
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        fprintf(stderr, "lindctl: cannot create %s: %s\n", tmp, strerror(errno));
-        return EXIT_LOCAL_FILE;
-    }
-    int ok = fwrite(data, 1, n, f) == n;
-    ok = (fflush(f) == 0) && ok && fsync(fileno(f)) == 0;
-    int e = errno;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        if (ok) e = errno;
-        fprintf(stderr, "lindctl: cannot write %s: %s\n", path, strerror(e));
-        unlink(tmp);
+    char err[600];
+    if (ctl_write_atomic(path, data, n, err, sizeof err)) {
+        fprintf(stderr, "lindctl: %s\n", err);
         return EXIT_LOCAL_FILE;
     }
     if (json) {
@@ -249,39 +233,11 @@ static int sessions_export(lindc *c, const char *name, const char *path, int jso
     return EXIT_OK;
 }
 
-/* Read a whole file (or stdin for "-") into a malloc'd buffer. */
-static int read_file(const char *path, uint8_t **out, size_t *len)
-{
-    int fd = strcmp(path, "-") ? open(path, O_RDONLY | O_CLOEXEC) : 0;
-    if (fd < 0) return -errno;
-    size_t cap = 1 << 16, n = 0;
-    uint8_t *buf = malloc(cap);
-    int rc = 0;
-    for (;;) {
-        if (!buf) { rc = -ENOMEM; break; }
-        if (n == cap) {
-            uint8_t *p = realloc(buf, cap *= 2);
-            if (!p) { rc = -ENOMEM; break; }
-            buf = p;
-        }
-        ssize_t got = read(fd, buf + n, cap - n);
-        if (got < 0 && errno == EINTR) continue;
-        if (got < 0) { rc = -errno; break; }
-        if (got == 0) break;
-        n += (size_t)got;
-    }
-    if (fd) close(fd);
-    if (rc) { free(buf); return rc; }
-    *out = buf;
-    *len = n;
-    return 0;
-}
-
 static int sessions_import(lindc *c, const char *name, const char *path, int json)
 {
     uint8_t *data = NULL;
     size_t n = 0;
-    int rc = read_file(path, &data, &n);
+    int rc = ctl_read_file(path, &data, &n);
     if (rc) {
         fprintf(stderr, "lindctl: cannot read %s: %s\n", path, strerror(-rc));
         return EXIT_LOCAL_FILE;
