@@ -30,6 +30,8 @@ enum {
 };
 
 #define CTL_DEFAULT_SOCKET "./lind.sock"
+/* What `lindctl --version` prints (the lind release it belongs to). */
+#define CTL_VERSION "lindctl 1.0 (lind 1.0, protocol 1)"
 
 /* Options every command takes. */
 typedef struct ctl_opts {
@@ -102,6 +104,8 @@ int ctl_write_atomic(const char *path, const void *data, size_t n, char *err, si
 /* Can path be written (checked before a long run that ends by writing it)?
  * Leaves an existing file as it is and creates no file. 0 or -errno. */
 int ctl_check_writable(const char *path, char *err, size_t errlen);
+/* 1 when path exists and is a terminal (a PNG or export never goes there). */
+int ctl_is_terminal(const char *path);
 /* Read a whole file ("-": stdin) into *out (malloc'd; caller frees).
  * 0 or a negated errno. */
 int ctl_read_file(const char *path, uint8_t **out, size_t *len);

@@ -343,3 +343,12 @@ int ctl_read_file(const char *path, uint8_t **out, size_t *len)
     *len = n;
     return 0;
 }
+
+int ctl_is_terminal(const char *path)
+{
+    int fd = open(path, O_WRONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return 0;
+    int t = isatty(fd);
+    close(fd);
+    return t;
+}

@@ -173,6 +173,12 @@ int cmd_generate(const ctl_opts *g0, int argc, char **argv)
     }
     o.stop = stops;
     o.n_stop = nstop;
+    char err[256];
+    if (ctl_check_gen_opts(&o, err, sizeof err)) {
+        fprintf(stderr, "lindctl: %s\n", err);
+        free(owned);
+        return EXIT_USAGE;
+    }
 
     lindc *c;
     int status = ctl_connect(&g, &c);
@@ -250,6 +256,9 @@ int cmd_generate(const ctl_opts *g0, int argc, char **argv)
                 json_decref(j);
             }
             status = ctl_report_event(&ev);
+            /* The request holds only what the command line gave: a field the
+             * daemon refused is a bad command line, as if lindctl had caught it. */
+            if (!strcmp(ev.code, "bad_request")) status = EXIT_USAGE;
             break;
         }
     }

@@ -97,7 +97,7 @@ static int sessions_ls(lindc *c, int json)
         uint64_t tokens = 0, upd = 0;
         lindc_get_strcpy(s, "session", name, sizeof name);
         lindc_get_u64(s, "tokens", &tokens);
-        if (lindc_get_u64(s, "updated_ms", &upd) == 0) ctl_fmt_time(when, sizeof when, upd);
+        if (lindc_get_u64(s, "updated_ms", &upd) == 0 && upd) ctl_fmt_time(when, sizeof when, upd);
         printf("%-*s  %10llu  %s\n", w, name, (unsigned long long)tokens, when);
     }
     return EXIT_OK;
@@ -121,14 +121,18 @@ static int sessions_show(lindc *c, const char *name, int json)
     printf("session      %s\n", name);
     printf("tokens       %llu\n", (unsigned long long)tokens);
     printf("state bytes  %llu\n", (unsigned long long)sbytes);
-    if (lindc_get_u64(ev.map, "created_ms", &created) == 0) {
+    if (lindc_get_u64(ev.map, "created_ms", &created) == 0 && created) {
         ctl_fmt_time(when, sizeof when, created);
         printf("created      %s\n", when);
     }
     if (lindc_get_u64(ev.map, "updated_ms", &updated) == 0) {
-        ctl_fmt_time(when, sizeof when, updated);
+        /* 0: the first turn is not committed yet (not 1970). */
+        if (updated) ctl_fmt_time(when, sizeof when, updated);
+        else snprintf(when, sizeof when, "never (no turn committed yet)");
         printf("updated      %s\n", when);
     }
+    uint64_t seed;
+    if (lindc_get_u64(ev.map, "seed", &seed) == 0) printf("seed         %llu\n", (unsigned long long)seed);
     if (lindc_get_bool(ev.map, "resident", &resident) == 0)
         printf("resident     %s\n", resident ? "yes (in the daemon's memory)" : "no (on disk)");
     if (lindc_get_bool(ev.map, "busy", &busy) == 0)
@@ -193,9 +197,14 @@ static int write_fd(int fd, const void *buf, size_t n)
 
 static int sessions_export(lindc *c, const char *name, const char *path, int json)
 {
-    if (!strcmp(path, "-") && isatty(1)) {
+    if ((!strcmp(path, "-") && isatty(1)) || (strcmp(path, "-") && ctl_is_terminal(path))) {
         fprintf(stderr, "lindctl: refusing to write binary export data to a terminal; give a FILE\n");
         return EXIT_USAGE;
+    }
+    char perr[600];
+    if (strcmp(path, "-") && ctl_check_writable(path, perr, sizeof perr)) {   /* before asking */
+        fprintf(stderr, "lindctl: %s\n", perr);
+        return EXIT_LOCAL_FILE;
     }
     lindc_req r;
     lindc_event ev;
