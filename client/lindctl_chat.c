@@ -1204,7 +1204,7 @@ int cmd_chat(const ctl_opts *g0, int argc, char **argv)
         size_t len;
         int got = chat_read_message(&ch, hist, &msg, &len);
         if (got < 0) {
-            fputc('\n', stdout);
+            if (isatty(0) && isatty(1)) fputc('\n', stdout);   /* past the prompt; a pipe gets replies only */
             break;    /* Ctrl-D / end of input */
         }
         if (got == 0) continue;   /* Ctrl-C dropped it */
