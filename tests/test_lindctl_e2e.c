@@ -7,6 +7,8 @@
 #include "tests/check.h"
 #include "tests/lindctl_harness.h"
 
+#include <pty.h>
+
 #include <jansson.h>
 #include <locale.h>
 #include <wchar.h>
@@ -46,6 +48,90 @@ static void absent_daemon(void)
     CHECK(r.status == 3 && has(r.err, "refused"), "stale socket: exit %d, stderr %s", r.status, r.err);
     ctl_run_free(&r);
     unlink(sock);
+}
+
+/* Run build/lind with argv (NULL-terminated, argv[0] ignored). */
+static void run_lind(ctl_run *r, char *const *argv)
+{
+    harness L = H;
+    snprintf(L.lindctl, sizeof L.lindctl, "%s", H.lind);
+    int out = -1, err = -1;
+    pid_t pid = harness_spawn(&L, argv, NULL, &out, &err);
+    harness_collect(&L, pid, out, err, r);
+}
+
+static void help_and_version(void)
+{
+    ctl_run r;
+    char *v[] = { "lind", "--version", NULL };
+    run_lind(&r, v);
+    CHECK(r.status == 0 && has(r.out, "lind 1."), "lind --version: %d %s", r.status, r.out);
+    ctl_run_free(&r);
+    harness_ctl(&H, &r, "--version");
+    CHECK(r.status == 0 && has(r.out, "lindctl 1."), "lindctl --version: %d %s", r.status, r.out);
+    ctl_run_free(&r);
+    static char *const subs[] = { "info", "score", "generate", "serve", "bench-step" };
+    for (size_t i = 0; i < 5; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "usage: lind %s", subs[i]);
+        char *a[] = { "lind", subs[i], "--help", NULL };
+        run_lind(&r, a);
+        CHECK(r.status == 0 && has(r.out, want) && has(r.out, "--model") && has(r.out, "--backend"),
+              "lind %s --help: %d %.200s", subs[i], r.status, r.out);
+        ctl_run_free(&r);
+    }
+    char *sv[] = { "lind", "serve", "--help", NULL };
+    run_lind(&r, sv);
+    static const char *const serve_opts[] = { "--socket", "--db", "--max-batch", "--max-resident",
+        "--max-message", "--max-tokens", "--sync", "--transcript-bytes", "--max-output",
+        "--prompt-chunk", "--max-inflight", "$LIND_SOCKET" };
+    for (size_t i = 0; i < sizeof serve_opts / sizeof serve_opts[0]; i++)
+        CHECK(has(r.out, serve_opts[i]), "lind serve --help names %s", serve_opts[i]);
+    ctl_run_free(&r);
+    char *hv[] = { "lind", "help", "generate", NULL };
+    run_lind(&r, hv);
+    CHECK(r.status == 0 && has(r.out, "usage: lind generate"), "lind help generate: %d", r.status);
+    ctl_run_free(&r);
+    static const char *const chat_opts[] = { "--template", "--system", "--stop", "--seed", "--top-p",
+                                             "--repetition-penalty", "/fork", "/save", "raven" };
+    harness_ctl(&H, &r, "chat", "--help");
+    for (size_t i = 0; i < sizeof chat_opts / sizeof chat_opts[0]; i++)
+        CHECK(has(r.out, chat_opts[i]), "chat --help names %s", chat_opts[i]);
+    ctl_run_free(&r);
+}
+
+/* Output paths are checked before any work; a PNG never goes to a terminal. */
+static void output_paths_first(void)
+{
+    ctl_run r;
+    double t0 = harness_now();
+    harness_ctl(&H, &r, "stress", "--sessions", "2", "--tokens", "100000", "--prefix", "pathchk",
+                "--csv", "/nonexistent-dir/x.csv");
+    CHECK(r.status == 13 && has(r.err, "/nonexistent-dir/x.csv"), "bad --csv: %d %s", r.status, r.err);
+    ctl_run_free(&r);
+    harness_ctl(&H, &r, "stress", "--sessions", "2", "--tokens", "100000", "--prefix", "pathchk",
+                "--plot", "/nonexistent-dir/x.png");
+    CHECK(r.status == 13, "bad --plot: %d %s", r.status, r.err);
+    ctl_run_free(&r);
+    CHECK(harness_now() - t0 < 20, "refused before running (%.1f s)", harness_now() - t0);
+    harness_ctl(&H, &r, "sessions", "ls");
+    CHECK(!has(r.out, "pathchk"), "no stress session was created: %s", r.out);
+    ctl_run_free(&r);
+    int master, slave;
+    char tty[128];
+    if (openpty(&master, &slave, tty, NULL, NULL) == 0) {
+        harness_ctl(&H, &r, "stress", "--sessions", "1", "--tokens", "10", "--plot", tty);
+        CHECK(r.status == 2 && has(r.err, "terminal"), "--plot to a terminal: %d %s", r.status, r.err);
+        ctl_run_free(&r);
+        harness_ctl(&H, &r, "sessions", "export", "whatever", tty);
+        CHECK(r.status == 2 && has(r.err, "terminal"), "export to a terminal: %d %s", r.status, r.err);
+        ctl_run_free(&r);
+        close(master);
+        close(slave);
+    }
+    harness_ctl(&H, &r, "sessions", "export", "whatever", "/nonexistent-dir/f");
+    CHECK(r.status == 13, "export to a bad path is refused before asking: %d %s", r.status, r.err);
+    ctl_run_free(&r);
 }
 
 static void usage_errors(void)
@@ -244,9 +330,31 @@ static void generate_errors(void)
     harness_ctl(&H, &r, "generate", "lim", "x", "-n", "999999999");
     CHECK(r.status == 9 && has(r.err, "limit"), "over max_tokens: %d %s", r.status, r.err);
     ctl_run_free(&r);
-    harness_ctl(&H, &r, "generate", "t", "x", "--top-p", "7");
-    CHECK(r.status == 5 && has(r.err, "bad_request"), "top_p 7: %d %s", r.status, r.err);
-    ctl_run_free(&r);
+    /* A bad option value is status 2 whoever notices it: lindctl checks the
+     * daemon's ranges, and the daemon refuses the same values. */
+    static const char *const badv[][2] = { { "--top-p", "7" }, { "-t", "101" },
+                                           { "--repetition-penalty", "0.5" }, { "--top-k", "300" } };
+    for (size_t i = 0; i < 4; i++) {
+        harness_ctl(&H, &r, "generate", "t", "x", badv[i][0], badv[i][1]);
+        CHECK(r.status == 2 && has(r.err, "wants"), "%s %s: %d %s", badv[i][0], badv[i][1], r.status, r.err);
+        ctl_run_free(&r);
+    }
+    {
+        lindc *lc;
+        char e[256];
+        CHECK(lindc_connect(&lc, H.sock, e, sizeof e) == 0, "connect: %s", e);
+        lindc_gen_opts go;
+        lindc_gen_opts_init(&go);
+        go.session = "t";
+        go.top_p = 7;
+        uint64_t gid;
+        lindc_event gev;
+        int grc = lindc_generate(lc, &go, &gid);
+        while (!grc && !(grc = lindc_wait(lc, gid, &gev, 10000)) && !gev.final) {}
+        CHECK(!grc && gev.kind == LINDC_EV_ERROR && !strcmp(gev.code, "bad_request"),
+              "the daemon refuses top_p 7 too: %d %s", grc, gev.code);
+        lindc_free(lc);
+    }
 
     /* busy: hold a long turn on the session through the library, then ask lindctl. */
     lindc *c;
@@ -591,11 +699,13 @@ int main(void)
     }
     RUN(absent_daemon);
     RUN(usage_errors);
+    RUN(help_and_version);
     if (harness_start(&H) != 0) {
         printf("FAIL setup: lind serve did not start\n");
         harness_free(&H);
         return 1;
     }
+    RUN(output_paths_first);
     RUN(generate_streams);
     RUN(generate_stop);
     RUN(generate_json_utf8);
