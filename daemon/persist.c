@@ -83,6 +83,10 @@ static void do_saves(persist *P, dmsg **v, int n)
             }
             o->finals = 1;
         }
+        reqlog_turn(&P->srv->log, m->name, res->is_append ? "append" : "generate", res->done.tokens_in,
+                    res->done.tokens_out,
+                    res->done.tokens_out ? res->done.ms_queue + res->done.ms_prompt : -1.0,
+                    (double)(now_ns() - res->t_recv_ns) / 1e6, m->rc == 0 ? res->done.reason : "io");
         /* The compute thread learns of the commit before the client does,
          * so a request sent after `done` never finds the session busy. */
         free(m->state); m->state = NULL;

@@ -28,6 +28,7 @@ server_options server_defaults(void)
         .backend = "auto", .max_batch = 256, .max_resident = 0, .prompt_chunk = 16,
         .max_message = 1u << 20, .max_output = 256u << 10, .max_tokens = 65536,
         .max_inflight = 1024, .sync = STORE_SYNC_FULL, .transcript_bytes = 4096,
+        .log_level = REQLOG_INFO,
     };
 }
 
@@ -49,7 +50,8 @@ static const char usage[] =
     "usage: lind serve [--model DIR] [--socket PATH] [--db PATH] [--backend cpu|cuda|auto]\n"
     "                  [--max-batch N] [--max-resident N] [--max-message BYTES]\n"
     "                  [--max-tokens N] [--sync full|normal] [--transcript-bytes N]\n"
-    "                  [--max-output BYTES] [--prompt-chunk N] [--max-inflight N]";
+    "                  [--max-output BYTES] [--prompt-chunk N] [--max-inflight N]\n"
+    "                  [--log-level error|warn|info|debug] [--log-file PATH]";
 
 void server_usage(FILE *f)
 {
@@ -74,6 +76,10 @@ void server_usage(FILE *f)
         "  --max-output BYTES     unsent bytes per connection before its turns pause (default 262144)\n"
         "  --prompt-chunk N       text tokens fed per session per step (default 16)\n"
         "  --max-inflight N       requests awaiting their final event, per connection (default 1024)\n"
+        "  --log-level L          error, warn, info (default: one line per finished turn:\n"
+        "                         session, tokens in/out, time to first token, total time,\n"
+        "                         outcome) or debug\n"
+        "  --log-file PATH        append the request log there (default stderr)\n"
         "  -h, --help             this text\n"
         "\n"
         "SIGTERM, SIGINT or SIGHUP stop it gracefully: turns end at a token boundary and\n"
@@ -156,6 +162,15 @@ int server_parse_args(int argc, char **argv, server_options *o, char *err, size_
             if (!(rc = parse_num(a, v, 1, UINT32_MAX, &x, err, errlen))) o->max_tokens = (uint32_t)x;
         } else if (!strcmp(a, "--max-inflight")) {
             if (!(rc = parse_num(a, v, 1, 1 << 20, &x, err, errlen))) o->max_inflight = (int)x;
+        } else if (!strcmp(a, "--log-file")) {
+            o->log_file = v;
+        } else if (!strcmp(a, "--log-level")) {
+            reqlog_level lv;
+            if (reqlog_parse_level(v, &lv)) {
+                snprintf(err, errlen, "--log-level wants error, warn, info or debug, got '%s'", v);
+                return -EINVAL;
+            }
+            o->log_level = (int)lv;
         } else if (!strcmp(a, "--transcript-bytes")) {
             if (!(rc = parse_num(a, v, 0, TRANSCRIPT_LIMIT_MAX, &x, err, errlen)))
                 o->transcript_bytes = (size_t)x;
@@ -324,6 +339,11 @@ int server_main(int argc, char **argv)
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
+    if (reqlog_open(&srv->log, srv->opt.log_file, (reqlog_level)srv->opt.log_level, err, sizeof err)) {
+        fprintf(stderr, "lind serve: %s\n", err);
+        free(srv);
+        return 1;
+    }
     srv->limits = (proto_limits){ .max_message = srv->opt.max_message,
                                   .max_tokens = srv->opt.max_tokens };
     if (!realpath(srv->opt.model_dir, srv->model_path))
@@ -415,6 +435,7 @@ out:
     queue_destroy(&srv->persistq);
     stats_destroy(&srv->st);
     free(srv->chat_template);
+    reqlog_close(&srv->log);
     free(srv);
     return code;
 }

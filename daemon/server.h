@@ -19,6 +19,7 @@
 #include "daemon/queue.h"
 #include "daemon/stats.h"
 #include "daemon/protocol.h"
+#include "daemon/reqlog.h"
 #include "recurrent/model.h"
 #include "state/store.h"
 
@@ -40,6 +41,8 @@ typedef struct server_options {
     int      max_inflight;     /* requests in flight per connection, default 1024 */
     store_sync sync;           /* default full */
     size_t   transcript_bytes; /* transcript tail per session, default 4 KiB */
+    const char *log_file;      /* --log-file: request log and notices; NULL = stderr */
+    int      log_level;        /* --log-level: a reqlog_level, default info */
 } server_options;
 
 server_options server_defaults(void);
@@ -63,6 +66,7 @@ typedef struct server {
     char           backend[16];
     char           model_path[1024];
     char          *chat_template;  /* the model directory's lind_chat.json (NUL-terminated), or NULL */
+    reqlog         log;            /* one line per finished turn (daemon/reqlog.h) */
     int            d_model, n_layers;
     size_t         params;
 

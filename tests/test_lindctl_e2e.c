@@ -169,6 +169,25 @@ static void usage_errors(void)
 
 /* ---- generate -------------------------------------------------------------- */
 
+/* lind serve writes one request log line per finished turn (to stderr,
+ * which the harness sends to its log file). */
+static void request_log(void)
+{
+    ctl_run r;
+    harness_ctl(&H, &r, "generate", "log me", "Genesis", "-n", "6", "-t", "0");
+    CHECK(r.status == 0, "generate: %d %s", r.status, r.err);
+    ctl_run_free(&r);
+    FILE *f = fopen(H.log, "r");
+    char line[1024];
+    int found = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (strstr(line, " info turn session=\"log me\" op=generate in=7 out=6 ttft_ms=") &&
+            strstr(line, " total_ms=") && strstr(line, " outcome=length\n"))
+            found = 1;
+    if (f) fclose(f);
+    CHECK(found, "no turn line for session 'log me' in %s", H.log);
+}
+
 static void generate_streams(void)
 {
     ctl_run a, b;
@@ -707,6 +726,7 @@ int main(void)
     }
     RUN(output_paths_first);
     RUN(generate_streams);
+    RUN(request_log);
     RUN(generate_stop);
     RUN(generate_json_utf8);
     RUN(generate_errors);
