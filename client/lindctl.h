@@ -110,6 +110,13 @@ int ctl_is_terminal(const char *path);
  * 0 or a negated errno. */
 int ctl_read_file(const char *path, uint8_t **out, size_t *len);
 
+/* A random seed for a new session (getrandom), so two new sessions differ
+ * while each stays reproducible: the seed is kept in the session's state. */
+uint64_t ctl_random_seed(void);
+/* 1 when the daemon has no session `name` (info says not_found), 0 when it
+ * has, or a negative lindc code. */
+int ctl_session_is_new(lindc *c, const char *name);
+
 /* Parse a number option strictly; print an error naming `opt` on failure. */
 int ctl_parse_u64(const char *opt, const char *s, uint64_t *out);
 int ctl_parse_f64(const char *opt, const char *s, double *out);

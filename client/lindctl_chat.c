@@ -188,9 +188,16 @@ static int chat_enter(chat *ch, int first)
     lindc_req_free(&r);
     if (rc == LINDC_ESERVER) {
         if (!strcmp(ev.code, "not_found")) {
-            notice(first ? "new session \"%s\""
-                         : "reconnected; session \"%s\" is not in the daemon's store (never saved)",
-                   ch->session);
+            /* A new session gets a random seed unless one was asked for:
+             * two new chats differ, and the state keeps it. */
+            if (!ch->o.has_seed) {
+                ch->o.seed = ctl_random_seed();
+                ch->o.has_seed = 1;
+            }
+            if (first)
+                notice("new session \"%s\" (seed %llu)", ch->session, (unsigned long long)ch->o.seed);
+            else
+                notice("reconnected; session \"%s\" is not in the daemon's store (never saved)", ch->session);
             ch->after_reply = 0;
             ch->tail_len = 0;
             ch->system_pending = ch->system != NULL;

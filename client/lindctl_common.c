@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 volatile sig_atomic_t ctl_interrupted;
@@ -351,4 +352,29 @@ int ctl_is_terminal(const char *path)
     int t = isatty(fd);
     close(fd);
     return t;
+}
+
+uint64_t ctl_random_seed(void)
+{
+    uint64_t s = 0;
+    if (getrandom(&s, sizeof s, 0) != (ssize_t)sizeof s) {   /* no entropy source: time and pid */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        s = ((uint64_t)ts.tv_sec * 1000000007u) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32);
+    }
+    return s >> 1;   /* fits a JSON integer and msgpack's positive fixint range tools expect */
+}
+
+int ctl_session_is_new(lindc *c, const char *name)
+{
+    lindc_req r;
+    lindc_event ev;
+    lindc_req_init(&r, "info");
+    lindc_req_str(&r, "session", name);
+    int rc;
+    do rc = lindc_call(c, &r, &ev, -1);
+    while (rc == -EINTR && !ctl_interrupted);
+    lindc_req_free(&r);
+    if (rc == LINDC_ESERVER) return !strcmp(ev.code, "not_found");
+    return rc == 0 ? 0 : rc;
 }

@@ -184,6 +184,20 @@ int cmd_generate(const ctl_opts *g0, int argc, char **argv)
     int status = ctl_connect(&g, &c);
     if (status) { free(owned); return status; }
     ctl_catch_sigint();
+    /* A new session without --seed gets a random one (kept in its state). */
+    if (!o.has_seed) {
+        int isnew = ctl_session_is_new(c, o.session);
+        if (isnew < 0) {
+            free(owned);
+            lindc_free(c);
+            return isnew == -EINTR ? EXIT_INTERRUPTED : ctl_report_lib(isnew, "info");
+        }
+        if (isnew) {
+            o.seed = ctl_random_seed();
+            o.has_seed = 1;
+            if (st.verbose) fprintf(stderr, "[new session \"%s\", seed %llu]\n", o.session, (unsigned long long)o.seed);
+        }
+    }
     uint64_t id;
     int rc = lindc_generate(c, &o, &id);
     free(owned);

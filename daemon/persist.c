@@ -196,7 +196,11 @@ static void do_request(persist *P, dmsg *m)
         if (rc != 0 && !(rc == -ENOENT && known)) break;
         int stored = rc == 0;
         rc = 0;
-        proto_result_begin(&pk, &o->sb, r->id, 8);
+        proto_result_begin(&pk, &o->sb, r->id, m->rinfo.resident ? 9 : 8);
+        if (m->rinfo.resident) {   /* optional: the seed is read from a resident session only */
+            proto_pack_key(&pk, "seed");
+            msgpack_pack_uint64(&pk, m->rinfo.seed);
+        }
         proto_pack_key(&pk, "session");
         proto_pack_str(&pk, r->session);
         proto_pack_key(&pk, "tokens");

@@ -657,8 +657,10 @@ static void on_request(scheduler *S, dmsg *m)
             m->rinfo.busy = s->busy;
             m->rinfo.tokens = s->phase == SESS_READY ? session_tokens(s) : 0;
             m->rinfo.created_ms = s->created_ms;
-            if (s->phase == SESS_READY)
+            if (s->phase == SESS_READY) {
                 transcript_encode(&s->tr, &m->rinfo.transcript, &m->rinfo.transcript_len);
+                m->rinfo.seed = s->meta.sampler.p.seed;
+            }
         }
         forward(S, m);
         return;

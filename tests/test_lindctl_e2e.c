@@ -169,6 +169,33 @@ static void usage_errors(void)
 
 /* ---- generate -------------------------------------------------------------- */
 
+/* A new session without --seed draws a random one: two new sessions
+ * differ, the seed is reported (-v, sessions show) and replays the stream. */
+static void random_seeds(void)
+{
+    ctl_run a, b, c, show;
+    harness_ctl(&H, &a, "generate", "rs-a", "And", "-n", "64", "-t", "1", "-v");
+    harness_ctl(&H, &b, "generate", "rs-b", "And", "-n", "64", "-t", "1", "-v");
+    CHECK(a.status == 0 && b.status == 0, "exits %d %d", a.status, b.status);
+    CHECK(a.out_len != b.out_len || memcmp(a.out, b.out, a.out_len), "two new sessions differ");
+    const char *p = strstr(a.err, "seed ");
+    unsigned long long seed = 0;
+    CHECK(p && sscanf(p, "seed %llu", &seed) == 1, "-v names the seed: %s", a.err);
+    char sd[32];
+    snprintf(sd, sizeof sd, "%llu", seed);
+    harness_ctl(&H, &c, "generate", "rs-c", "And", "-n", "64", "-t", "1", "--seed", sd);
+    CHECK(c.status == 0 && c.out_len == a.out_len && !memcmp(a.out, c.out, a.out_len),
+          "the reported seed replays the stream");
+    harness_ctl(&H, &show, "sessions", "show", "rs-a");
+    char want[64];
+    snprintf(want, sizeof want, "seed         %llu", seed);
+    CHECK(has(show.out, want), "sessions show prints the seed: %s", show.out);
+    ctl_run_free(&a);
+    ctl_run_free(&b);
+    ctl_run_free(&c);
+    ctl_run_free(&show);
+}
+
 /* lind serve writes one request log line per finished turn (to stderr,
  * which the harness sends to its log file). */
 static void request_log(void)
@@ -727,6 +754,7 @@ int main(void)
     RUN(output_paths_first);
     RUN(generate_streams);
     RUN(request_log);
+    RUN(random_seeds);
     RUN(generate_stop);
     RUN(generate_json_utf8);
     RUN(generate_errors);
