@@ -117,6 +117,10 @@ uint64_t ctl_random_seed(void);
  * has, or a negative lindc code. */
 int ctl_session_is_new(lindc *c, const char *name);
 
+/* The progress line on stderr (a terminal) while a long text is fed: draw
+ * it for a `progress` event, or with ev NULL erase it if *shown. */
+void ctl_progress_line(const lindc_event *ev, int *shown);
+
 /* Parse a number option strictly; print an error naming `opt` on failure. */
 int ctl_parse_u64(const char *opt, const char *s, uint64_t *out);
 int ctl_parse_f64(const char *opt, const char *s, double *out);

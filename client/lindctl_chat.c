@@ -532,6 +532,8 @@ static int chat_turn(chat *ch, const char *text, size_t len)
     o.text_len = len;
     o.n_stop = chat_stops(ch, stops);
     o.stop = stops;
+    o.progress = isatty(2);
+    int progress_shown = 0;
     uint64_t id;
     ctl_interrupted = 0;
     int rc = lindc_generate(ch->c, &o, &id);
@@ -571,6 +573,11 @@ static int chat_turn(chat *ch, const char *text, size_t len)
             break;
         }
         if (ev.id != id) continue;
+        if (ev.kind == LINDC_EV_PROGRESS) {
+            ctl_progress_line(&ev, &progress_shown);
+            continue;
+        }
+        ctl_progress_line(NULL, &progress_shown);
         if (ev.kind == LINDC_EV_TOKEN && ev.len) {
             tail_add(ch, ev.data, ev.len);
             ch->after_reply = 1;

@@ -378,3 +378,19 @@ int ctl_session_is_new(lindc *c, const char *name)
     if (rc == LINDC_ESERVER) return !strcmp(ev.code, "not_found");
     return rc == 0 ? 0 : rc;
 }
+
+void ctl_progress_line(const lindc_event *ev, int *shown)
+{
+    if (!ev) {
+        if (*shown) fputs("\r\033[K", stderr);
+        *shown = 0;
+        return;
+    }
+    uint64_t fed = 0, total = 0;
+    lindc_get_u64(ev->map, "fed", &fed);
+    lindc_get_u64(ev->map, "total", &total);
+    fprintf(stderr, "\r\033[K[feeding the text: %llu of %llu tokens, %.0f%%]",
+            (unsigned long long)fed, (unsigned long long)total, total ? 100.0 * (double)fed / (double)total : 0.0);
+    fflush(stderr);
+    *shown = 1;
+}

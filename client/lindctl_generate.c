@@ -173,6 +173,8 @@ int cmd_generate(const ctl_opts *g0, int argc, char **argv)
     }
     o.stop = stops;
     o.n_stop = nstop;
+    o.progress = isatty(2) && !st.json;   /* a progress line while a long text is fed */
+    int progress_shown = 0;
     char err[256];
     if (ctl_check_gen_opts(&o, err, sizeof err)) {
         fprintf(stderr, "lindctl: %s\n", err);
@@ -219,6 +221,11 @@ int cmd_generate(const ctl_opts *g0, int argc, char **argv)
         if (rc) { status = ctl_report_lib(rc, "generate"); break; }
         /* Skip the cancel's own result; id 0 is a connection-level error. */
         if (ev.id != id && !(ev.kind == LINDC_EV_ERROR && ev.id == 0)) continue;
+        if (ev.kind == LINDC_EV_PROGRESS) {
+            ctl_progress_line(&ev, &progress_shown);
+            continue;
+        }
+        ctl_progress_line(NULL, &progress_shown);
         if (ev.kind == LINDC_EV_TOKEN) {
             if (st.json) {
                 json_token(&st, id, ev.data, ev.len, 0);

@@ -196,6 +196,45 @@ static void random_seeds(void)
     ctl_run_free(&show);
 }
 
+/* A generate that asks for progress gets `progress` events while its long
+ * text is fed (fed rising, total fixed); one that does not ask gets none. */
+static void prompt_progress(void)
+{
+    lindc *c;
+    char e[256];
+    if (lindc_connect(&c, H.sock, e, sizeof e)) { CHECK(0, "connect: %s", e); return; }
+    static char text[20000];
+    for (size_t i = 0; i < sizeof text; i++) text[i] = (char)('a' + i % 26);
+    for (int ask = 0; ask < 2; ask++) {
+        lindc_gen_opts o;
+        lindc_gen_opts_init(&o);
+        o.session = ask ? "prog-yes" : "prog-no";
+        o.text = text;
+        o.text_len = sizeof text;
+        o.max_tokens = 1;
+        o.progress = ask;
+        uint64_t id, last_fed = 0, total = 0;
+        int n = 0, rising = 1, rc = lindc_generate(c, &o, &id);
+        lindc_event ev;
+        while (!rc && !(rc = lindc_wait(c, id, &ev, 60000)) && !ev.final) {
+            if (ev.kind != LINDC_EV_PROGRESS) continue;
+            uint64_t fed = 0;
+            lindc_get_u64(ev.map, "fed", &fed);
+            lindc_get_u64(ev.map, "total", &total);
+            if (fed <= last_fed || fed >= total) rising = 0;
+            last_fed = fed;
+            n++;
+        }
+        CHECK(rc == 0 && ev.kind == LINDC_EV_DONE, "%s: ends with done (%d)", o.session, rc);
+        if (ask)
+            CHECK(n >= 10 && rising && total == sizeof text + 1, "progress events: %d, rising %d, total %llu",
+                  n, rising, (unsigned long long)total);
+        else
+            CHECK(n == 0, "no progress events unasked, got %d", n);
+    }
+    lindc_free(c);
+}
+
 /* lind serve writes one request log line per finished turn (to stderr,
  * which the harness sends to its log file). */
 static void request_log(void)
@@ -754,6 +793,7 @@ int main(void)
     RUN(output_paths_first);
     RUN(generate_streams);
     RUN(request_log);
+    RUN(prompt_progress);
     RUN(random_seeds);
     RUN(generate_stop);
     RUN(generate_json_utf8);
