@@ -100,6 +100,42 @@ static void help_and_version(void)
     ctl_run_free(&r);
 }
 
+/* lind score draws a progress line when stderr is a terminal, and not
+ * when it is a pipe (the result lines are the same). */
+static void score_progress_on_terminal(void)
+{
+    char file[256];
+    snprintf(file, sizeof file, "%s/score.txt", H.dir);
+    FILE *f = fopen(file, "w");
+    for (int i = 0; f && i < 3000; i++) fputs("In the beginning. ", f);
+    if (f) fclose(f);
+    int fd;
+    pid_t pid = forkpty(&fd, NULL, NULL, NULL);
+    if (pid == 0) {
+        execl(H.lind, H.lind, "score", "--model", H.model, "--backend", "cpu", file, (char *)NULL);
+        _exit(127);
+    }
+    char *buf = calloc(1, 1);
+    size_t len = 0;
+    for (;;) {
+        char b[4096];
+        ssize_t n = read(fd, b, sizeof b);
+        if (n <= 0) break;
+        harness_buf_add(&buf, &len, b, (size_t)n);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    close(fd);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "score exits 0");
+    CHECK(has(buf, "[scored 0 of 54000 bytes") && has(buf, "bits_per_byte:"), "progress line: %.300s", buf);
+    free(buf);
+    ctl_run r;
+    char *av[] = { "lind", "score", "--model", H.model, "--backend", "cpu", file, NULL };
+    run_lind(&r, av);
+    CHECK(r.status == 0 && has(r.out, "bits_per_byte:") && !has(r.err, "[scored"), "no progress into a pipe: %s", r.err);
+    ctl_run_free(&r);
+}
+
 /* Output paths are checked before any work; a PNG never goes to a terminal. */
 static void output_paths_first(void)
 {
@@ -791,6 +827,7 @@ int main(void)
         return 1;
     }
     RUN(output_paths_first);
+    RUN(score_progress_on_terminal);
     RUN(generate_streams);
     RUN(request_log);
     RUN(prompt_progress);
