@@ -664,6 +664,47 @@ static void stats_table_and_json(void)
 
 /* ---- stress ------------------------------------------------------------------- */
 
+/* Ctrl-C mid-run: stress reports the windows it measured, says how many
+ * it did not reach, and writes no rows of zeros to the CSV. */
+static void stress_ctrl_c(void)
+{
+    char csv[256];
+    snprintf(csv, sizeof csv, "%s/intr.csv", H.dir);
+    char *argv[] = { "lindctl", "--socket", H.sock, "stress", "--sessions", "2", "--tokens", "2000000",
+                     "--windows", "1000", "--prefix", "intr", "--csv", csv, NULL };
+    int out, err;
+    pid_t pid = harness_spawn(&H, argv, NULL, &out, &err);
+    CHECK(pid > 0, "spawn");
+    harness_sleep_ms(H.slow ? 8000 : 3000);
+    kill(pid, SIGINT);
+    ctl_run r;
+    harness_collect(&H, pid, out, err, &r);
+    CHECK(r.status == 130, "interrupted: %d %s", r.status, r.err);
+    CHECK(has(r.out, "windows not reached"), "says windows were not reached: %.400s", r.out);
+    /* Every table row printed has samples. */
+    const char *p = strstr(r.out, "tokens/s   rss MB\n");
+    int rows = 0, zero = 0;
+    for (p = p ? strchr(p, '\n') + 1 : NULL; p && *p && strchr(p, '\n'); p = strchr(p, '\n') + 1) {
+        unsigned long long a, b, samples;
+        if (sscanf(p, " %llu-%llu %llu", &a, &b, &samples) != 3) break;
+        rows++;
+        if (!samples) zero++;
+    }
+    CHECK(rows >= 1 && zero == 0, "%d rows, %d with no samples", rows, zero);
+    FILE *f = fopen(csv, "r");
+    char line[512];
+    int crow = 0, czero = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        unsigned long long a, b, samples;
+        if (sscanf(line, "%llu,%llu,%llu", &a, &b, &samples) != 3) continue;
+        crow++;
+        if (!samples) czero++;
+    }
+    if (f) fclose(f);
+    CHECK(crow == rows && czero == 0, "csv: %d rows (table %d), %d empty", crow, rows, czero);
+    ctl_run_free(&r);
+}
+
 static void stress_small(void)
 {
     char csv[256], png[256];
@@ -840,6 +881,7 @@ int main(void)
     RUN(stats_table_and_json);
     RUN(stress_small);
     RUN(stress_many_turns);
+    RUN(stress_ctrl_c);
     RUN(stress_daemon_dies);
     harness_free(&H);
     return check_exit();
