@@ -61,8 +61,8 @@ static void usage(FILE *f)
 "options:\n"
 "  -n, --max-tokens N        reply length (default 200)\n"
 "      --seed S              seed of the first turn (later turns continue its\n"
-"                            random stream); without it a new session's seed is\n"
-"                            drawn by the daemon\n"
+"                            random stream); without it a new session gets a\n"
+"                            random seed, shown in the banner\n"
 "  -t, --temperature T, --top-k K, --top-p P, --repetition-penalty R,\n"
 "      --repetition-window W sampling, as for lindctl generate\n"
 "      --stop S              stop a reply at S (repeatable; the template's own\n"
@@ -654,7 +654,8 @@ static int chat_set(chat *ch, const char *key, char *val)
         o.temperature = f;
     } else if (!strcmp(k, "top-k")) {
         if (ctl_parse_u64("top-k", val, &u)) return -1;
-        o.top_k = u > 1000000 ? 1000000 : (int64_t)u;
+        if (u > 256) { fprintf(stderr, "lindctl: --top-k wants 0..256, got %s\n", val); return -1; }
+        o.top_k = (int64_t)u;
     } else if (!strcmp(k, "top-p")) {
         if (ctl_parse_f64("top-p", val, &f)) return -1;
         o.top_p = f <= 0 ? 0 : f;
@@ -665,7 +666,8 @@ static int chat_set(chat *ch, const char *key, char *val)
         o.repetition_penalty = f;
     } else if (!strcmp(k, "repetition-window")) {
         if (ctl_parse_u64("repetition-window", val, &u)) return -1;
-        o.repetition_window = u > 1000000 ? 1000000 : (int64_t)u;
+        if (u > 256) { fprintf(stderr, "lindctl: --repetition-window wants 0..256, got %s\n", val); return -1; }
+        o.repetition_window = (int64_t)u;
     } else if (!strcmp(k, "seed")) {
         if (ctl_parse_u64("seed", val, &o.seed)) return -1;
         o.has_seed = 1;

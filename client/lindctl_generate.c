@@ -122,13 +122,14 @@ int cmd_generate(const ctl_opts *g0, int argc, char **argv)
         case CTL_OPT_SOCKET: g.socket = optarg; break;
         case CTL_OPT_HELP: usage(stdout); return EXIT_OK;
         case 'n': if (ctl_parse_u64("--max-tokens", optarg, &u)) return EXIT_USAGE;
-                  o.max_tokens = (int64_t)u; break;
+                  o.max_tokens = u > INT64_MAX ? INT64_MAX : (int64_t)u; break;   /* the daemon says `limit` */
         case O_SEED: if (ctl_parse_u64("--seed", optarg, &o.seed)) return EXIT_USAGE;
                      o.has_seed = 1; break;
         case 't': if (ctl_parse_f64("--temperature", optarg, &o.temperature)) return EXIT_USAGE;
                   if (o.temperature < 0) { fprintf(stderr, "lindctl: --temperature must be >= 0\n"); return EXIT_USAGE; }
                   break;
         case O_TOPK: if (ctl_parse_u64("--top-k", optarg, &u)) return EXIT_USAGE;
+                     if (u > 256) { fprintf(stderr, "lindctl: --top-k wants 0..256, got %s\n", optarg); return EXIT_USAGE; }
                      o.top_k = (int64_t)u; break;
         case O_TOPP: if (ctl_parse_f64("--top-p", optarg, &o.top_p)) return EXIT_USAGE;
                      if (o.top_p < 0) { fprintf(stderr, "lindctl: --top-p must be >= 0\n"); return EXIT_USAGE; }
@@ -137,6 +138,7 @@ int cmd_generate(const ctl_opts *g0, int argc, char **argv)
                      if (o.repetition_penalty < 0) { fprintf(stderr, "lindctl: --repetition-penalty must be >= 0\n"); return EXIT_USAGE; }
                      break;
         case O_REPW: if (ctl_parse_u64("--repetition-window", optarg, &u)) return EXIT_USAGE;
+                     if (u > 256) { fprintf(stderr, "lindctl: --repetition-window wants 0..256, got %s\n", optarg); return EXIT_USAGE; }
                      o.repetition_window = (int64_t)u; break;
         case O_STOP:
             if (nstop == MAX_STOPS) {

@@ -174,7 +174,9 @@ static void record_error(stress *st, sess *s, const char *code, const char *mess
     snprintf(e->message, sizeof e->message, "%s", message);
     snprintf(e->session, sizeof e->session, "%s", s ? s->name : "-");
     if (!st->first_status) {
-        st->first_status = !strcmp(code, "connection") ? EXIT_CONNECTION : ctl_exit_for_code(code);
+        /* bad_request: the generate carried only command-line values. */
+        st->first_status = !strcmp(code, "connection") ? EXIT_CONNECTION
+                         : !strcmp(code, "bad_request") ? EXIT_USAGE : ctl_exit_for_code(code);
     }
     if (st->nerrs <= 10) {
         if (st->progress) fputc('\n', stderr);
@@ -635,7 +637,12 @@ int cmd_stress(const ctl_opts *g0, int argc, char **argv)
         case O_CONN: if (ctl_parse_u64("--connections", optarg, &st.n_conns)) return EXIT_USAGE; break;
         case O_WIN: if (ctl_parse_u64("--windows", optarg, &st.n_windows)) return EXIT_USAGE; break;
         case O_TEXT: st.text = optarg; break;
-        case 't': if (ctl_parse_f64("--temperature", optarg, &st.temperature) || st.temperature < 0) return EXIT_USAGE; break;
+        case 't': if (ctl_parse_f64("--temperature", optarg, &st.temperature)) return EXIT_USAGE;
+                  if (st.temperature < 0 || st.temperature > 100) {   /* the daemon's range: status 2 either way */
+                      fprintf(stderr, "lindctl: --temperature wants 0..100, got %s\n", optarg);
+                      return EXIT_USAGE;
+                  }
+                  break;
         case O_SEED: if (ctl_parse_u64("--seed", optarg, &st.seed)) return EXIT_USAGE; break;
         case O_PREFIX: st.prefix = optarg; break;
         case O_KEEP: st.keep = 1; break;
