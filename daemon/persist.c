@@ -83,10 +83,16 @@ static void do_saves(persist *P, dmsg **v, int n)
             }
             o->finals = 1;
         }
-        reqlog_turn(&P->srv->log, m->name, res->is_append ? "append" : "generate", res->done.tokens_in,
-                    res->done.tokens_out,
-                    res->done.tokens_out ? res->done.ms_queue + res->done.ms_prompt : -1.0,
-                    (double)(now_ns() - res->t_recv_ns) / 1e6, m->rc == 0 ? res->done.reason : "io");
+        reqlog_turn_info li = {
+            .session = m->name, .op = res->is_append ? "append" : "generate",
+            .tokens_in = res->done.tokens_in, .tokens_out = res->done.tokens_out,
+            .ttft_ms = res->done.tokens_out ? res->done.ms_queue + res->done.ms_prompt : -1.0,
+            .total_ms = (double)(now_ns() - res->t_recv_ns) / 1e6,
+            .queue_ms = res->done.ms_queue, .prompt_ms = res->done.ms_prompt,
+            .generate_ms = res->done.ms_generate, .save_ms = ms_save,
+            .outcome = m->rc == 0 ? res->done.reason : "io",
+        };
+        reqlog_turn(&P->srv->log, &li);
         /* The compute thread learns of the commit before the client does,
          * so a request sent after `done` never finds the session busy. */
         free(m->state); m->state = NULL;

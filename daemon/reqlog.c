@@ -62,23 +62,25 @@ static void put_name(char *buf, size_t cap, const char *name)
     buf[o] = 0;
 }
 
-void reqlog_turn(const reqlog *l, const char *session, const char *op, uint64_t tokens_in,
-                 uint64_t tokens_out, double ttft_ms, double total_ms, const char *outcome)
+void reqlog_turn(const reqlog *l, const reqlog_turn_info *t)
 {
     if (!l || l->level < REQLOG_INFO) return;
     struct timeval tv;
     gettimeofday(&tv, NULL);
     struct tm tm;
     gmtime_r(&tv.tv_sec, &tm);
-    char when[40], name[300], ttft[32], line[600];
+    char when[40], name[300], ttft[32], detail[160] = "", line[800];
     strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
-    put_name(name, sizeof name, session);
-    if (ttft_ms >= 0) snprintf(ttft, sizeof ttft, "%.2f", ttft_ms);
+    put_name(name, sizeof name, t->session);
+    if (t->ttft_ms >= 0) snprintf(ttft, sizeof ttft, "%.2f", t->ttft_ms);
     else snprintf(ttft, sizeof ttft, "-");
+    if (l->level >= REQLOG_DEBUG)
+        snprintf(detail, sizeof detail, " queue_ms=%.2f prompt_ms=%.2f generate_ms=%.2f save_ms=%.2f",
+                 t->queue_ms, t->prompt_ms, t->generate_ms, t->save_ms);
     int n = snprintf(line, sizeof line,
-                     "%s.%03dZ info turn session=%s op=%s in=%llu out=%llu ttft_ms=%s total_ms=%.2f outcome=%s\n",
-                     when, (int)(tv.tv_usec / 1000), name, op, (unsigned long long)tokens_in,
-                     (unsigned long long)tokens_out, ttft, total_ms, outcome);
+                     "%s.%03dZ info turn session=%s op=%s in=%llu out=%llu ttft_ms=%s total_ms=%.2f outcome=%s%s\n",
+                     when, (int)(tv.tv_usec / 1000), name, t->op, (unsigned long long)t->tokens_in,
+                     (unsigned long long)t->tokens_out, ttft, t->total_ms, t->outcome, detail);
     if (n < 0) return;
     if ((size_t)n >= sizeof line) {
         n = sizeof line - 1;

@@ -5,6 +5,7 @@
  * A turn line is written when its outcome is known (after the commit):
  *   2026-11-23T18:40:20.123Z info turn session=demo op=generate in=5 out=40
  *     ttft_ms=2.4 total_ms=19.1 outcome=length
+ * and at level debug " queue_ms=... prompt_ms=... generate_ms=... save_ms=..." before the newline
  * (one line; `session` is quoted when it holds spaces, quotes or '='). Lines are
  * written with one write(2) each, so threads never interleave inside one. */
 #ifndef LIND_DAEMON_REQLOG_H
@@ -30,10 +31,18 @@ int  reqlog_parse_level(const char *s, reqlog_level *out);
 int  reqlog_open(reqlog *l, const char *path, reqlog_level level, char *err, size_t errlen);
 void reqlog_close(reqlog *l);
 
-/* One finished turn at level info. `op` is "generate" or "append";
- * `outcome` the done reason ("length", "stop", "cancelled") or an error
- * code ("io", "bad_state"). ttft_ms < 0: no token was produced. */
-void reqlog_turn(const reqlog *l, const char *session, const char *op, uint64_t tokens_in,
-                 uint64_t tokens_out, double ttft_ms, double total_ms, const char *outcome);
+/* What one finished turn reports. */
+typedef struct reqlog_turn_info {
+    const char *session, *op;      /* op: "generate" or "append" */
+    uint64_t tokens_in, tokens_out;
+    double ttft_ms;                /* < 0: no token was produced */
+    double total_ms;
+    double queue_ms, prompt_ms, generate_ms, save_ms;   /* the split, at level debug */
+    const char *outcome;           /* done reason ("length", "stop", "cancelled") or "io" */
+} reqlog_turn_info;
+
+/* One finished turn at level info; at level debug the line also carries
+ * queue_ms, prompt_ms, generate_ms and save_ms. */
+void reqlog_turn(const reqlog *l, const reqlog_turn_info *t);
 
 #endif

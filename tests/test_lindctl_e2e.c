@@ -205,6 +205,40 @@ static void usage_errors(void)
 
 /* ---- generate -------------------------------------------------------------- */
 
+/* --log-file takes the request log; --log-level debug adds the time split,
+ * --log-level warn drops turn lines. */
+static void request_log_file_and_levels(void)
+{
+    static const char *const levels[2] = { "debug", "warn" };
+    for (int k = 0; k < 2; k++) {
+        harness h2;
+        if (harness_init(&h2, 16, 1) != 0) { CHECK(0, "second harness"); return; }
+        char logf[256];
+        snprintf(logf, sizeof logf, "%s/requests.log", h2.dir);
+        h2.extra[0] = "--log-file";
+        h2.extra[1] = logf;
+        h2.extra[2] = "--log-level";
+        h2.extra[3] = levels[k];
+        CHECK(harness_start(&h2) == 0, "daemon with --log-file");
+        ctl_run r;
+        harness_ctl(&h2, &r, "generate", "lf", "abc", "-n", "3", "-t", "0");
+        CHECK(r.status == 0, "generate: %d %s", r.status, r.err);
+        ctl_run_free(&r);
+        harness_stop(&h2);
+        FILE *f = fopen(logf, "r");
+        char line[1024];
+        int turn = 0, split = 0;
+        while (f && fgets(line, sizeof line, f)) {
+            if (strstr(line, " info turn session=lf op=generate in=3 out=3 ")) turn++;
+            if (strstr(line, " queue_ms=") && strstr(line, " save_ms=")) split++;
+        }
+        if (f) fclose(f);
+        if (k == 0) CHECK(f && turn == 1 && split == 1, "debug: %d turn lines, %d with the split", turn, split);
+        else CHECK(f && turn == 0, "warn: %d turn lines", turn);
+        harness_free(&h2);
+    }
+}
+
 /* A new session without --seed draws a random one: two new sessions
  * differ, the seed is reported (-v, sessions show) and replays the stream. */
 static void random_seeds(void)
@@ -871,6 +905,7 @@ int main(void)
     RUN(score_progress_on_terminal);
     RUN(generate_streams);
     RUN(request_log);
+    RUN(request_log_file_and_levels);
     RUN(prompt_progress);
     RUN(random_seeds);
     RUN(generate_stop);
