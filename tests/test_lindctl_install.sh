@@ -68,10 +68,12 @@ got=$(complete_words "$C/lind" lind serve --backend "")
 [ "$(echo $got)" = "cpu cuda auto" ] && pass complete_lind_backend || fail complete_lind_backend "$got"
 
 # Session names come from the daemon named by --socket.
-"$B/lind" serve --model models/default --socket "$tmp/s" --db "$tmp/db" --backend cpu >"$tmp/daemon.log" 2>&1 &
+# (The daemon takes its socket from $LIND_SOCKET, as lindctl does.)
+LIND_SOCKET="$tmp/s" "$B/lind" serve --model models/default --db "$tmp/db" --backend cpu >"$tmp/daemon.log" 2>&1 &
 daemon=$!
 for i in $(seq 1 300); do [ -S "$tmp/s" ] && break; sleep 0.1; done
-"$B/lindctl" --socket "$tmp/s" generate alpha-one "x" -n 1 >/dev/null 2>&1
+[ -S "$tmp/s" ] && pass serve_honours_LIND_SOCKET || fail serve_honours_LIND_SOCKET "no socket at $tmp/s"
+LIND_SOCKET="$tmp/s" "$B/lindctl" generate alpha-one "x" -n 1 >/dev/null 2>&1
 "$B/lindctl" --socket "$tmp/s" generate alpha-two "x" -n 1 >/dev/null 2>&1
 got=$(complete_words "$C/lindctl" lindctl --socket "$tmp/s" chat alpha)
 [ "$(echo $got)" = "alpha-one alpha-two" ] && pass complete_session_names || fail complete_session_names "$got"
