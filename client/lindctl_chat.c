@@ -1044,19 +1044,22 @@ static int ends_with(const char *line, const char *what)
 
 /* Read one message: a line, a """ block, or lines joined by a trailing
  * backslash. Returns 1 with *msg (malloc'd, ends with '\n' unless empty),
- * 0 when Ctrl-C dropped it, -1 at end of input. */
-static int chat_read_message(chat *ch, History *hist, char **msg, size_t *len)
+ * 0 when Ctrl-C dropped it, -1 at end of input. *block is set for a """
+ * block, whose text is never a command. */
+static int chat_read_message(chat *ch, History *hist, char **msg, size_t *len, int *block)
 {
     HistEvent hev;
     int eof;
     *msg = NULL;
     *len = 0;
+    *block = 0;
     ch->cont = 0;
     const char *line = chat_line(ch, &eof);
     if (!line) return eof ? -1 : 0;
     if (strlen(line) > 1) history(hist, &hev, H_ENTER, line);
     if (!strncmp(line, "\"\"\"", 3)) {
         /* A block: from after the opening """ to before the closing one. */
+        *block = 1;
         const char *rest = line + 3;
         int done = strcmp(rest, "\n") && ends_with(rest, "\"\"\"");
         for (;;) {
@@ -1218,19 +1221,20 @@ int cmd_chat(const ctl_opts *g0, int argc, char **argv)
     for (;;) {
         char *msg;
         size_t len;
-        int got = chat_read_message(&ch, hist, &msg, &len);
+        int block;
+        int got = chat_read_message(&ch, hist, &msg, &len, &block);
         if (got < 0) {
             if (isatty(0) && isatty(1)) fputc('\n', stdout);   /* past the prompt; a pipe gets replies only */
             break;    /* Ctrl-D / end of input */
         }
         if (got == 0) continue;   /* Ctrl-C dropped it */
-        if (msg[0] == '/' && msg[1] != '/') {
+        if (!block && msg[0] == '/' && msg[1] != '/') {
             int quit = chat_command(&ch, msg);
             free(msg);
             if (quit) break;
             continue;
         }
-        if (msg[0] == '/') memmove(msg, msg + 1, len--);   /* "//x" sends "/x" */
+        if (!block && msg[0] == '/') memmove(msg, msg + 1, len--);   /* "//x" sends "/x" */
         const char *why = ch.c ? chat_check_idle(&ch) : NULL;
         if (why) chat_lost(&ch, why);
         if (!ch.c && (status = chat_wait_daemon(&ch)) != 0) {

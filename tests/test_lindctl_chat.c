@@ -415,6 +415,9 @@ static void chat_multiline(void)
     CHECK(term_expect(&t, "... ", 10), "backslash continues: %s", tail(&t));
     term_send(&t, "two\r");
     CHECK(term_expect(&t, "you> ", 20), "reply: %s", tail(&t));
+    /* A block's text is never a command. */
+    term_send(&t, "\"\"\"/etc/motd\"\"\"\r");
+    CHECK(term_expect(&t, "you> ", 20), "reply: %s", tail(&t));
     /* Ctrl-C inside a block drops the whole message. */
     term_send(&t, "\"\"\"\r");
     CHECK(term_expect(&t, "... ", 10), "block: %s", tail(&t));
@@ -426,7 +429,7 @@ static void chat_multiline(void)
     term_close(&t);
     char ins[256];
     transcript_ins("m1", ins, sizeof ins);
-    CHECK(!strcmp(ins, "first\nsecond\nthird\n|one \ntwo\n"), "messages: '%s'", ins);
+    CHECK(!strcmp(ins, "first\nsecond\nthird\n|one \ntwo\n|/etc/motd\n"), "messages: '%s'", ins);
 }
 
 static void chat_typeahead(void)
