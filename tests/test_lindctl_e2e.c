@@ -239,6 +239,36 @@ static void request_log_file_and_levels(void)
     }
 }
 
+/* A new session whose first turn is still running has no commit yet:
+ * sessions show says "never", not a 1970 date. */
+static void show_uncommitted(void)
+{
+    lindc *c;
+    char e[256];
+    if (lindc_connect(&c, H.sock, e, sizeof e)) { CHECK(0, "connect: %s", e); return; }
+    lindc_gen_opts o;
+    lindc_gen_opts_init(&o);
+    o.session = "uncommitted";
+    o.text = "x";
+    o.text_len = 1;
+    o.max_tokens = 65536;
+    uint64_t id;
+    lindc_event ev;
+    CHECK(lindc_generate(c, &o, &id) == 0, "generate");
+    CHECK(lindc_wait(c, id, &ev, 30000) == 0 && ev.kind == LINDC_EV_TOKEN, "the turn streams");
+    ctl_run r;
+    harness_ctl(&H, &r, "sessions", "show", "uncommitted");
+    CHECK(r.status == 0 && has(r.out, "updated      never (no turn committed yet)") && !has(r.out, "1970"),
+          "show: %d %s", r.status, r.out);
+    ctl_run_free(&r);
+    harness_ctl(&H, &r, "sessions", "ls");
+    CHECK(!has(r.out, "1970"), "ls: %s", r.out);
+    ctl_run_free(&r);
+    lindc_cancel(c, id, NULL);
+    while (lindc_wait(c, id, &ev, 30000) == 0 && !ev.final) {}
+    lindc_free(c);
+}
+
 /* A new session without --seed draws a random one: two new sessions
  * differ, the seed is reported (-v, sessions show) and replays the stream. */
 static void random_seeds(void)
@@ -908,6 +938,7 @@ int main(void)
     RUN(request_log_file_and_levels);
     RUN(prompt_progress);
     RUN(random_seeds);
+    RUN(show_uncommitted);
     RUN(generate_stop);
     RUN(generate_json_utf8);
     RUN(generate_errors);
