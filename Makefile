@@ -7,6 +7,8 @@
 #   make run      deps, build, serve the shipped default model on ./lind.sock
 #   make asan     the test suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make bench    every benchmark, results in bench/results/
+#   make install  lind, lindctl, their man pages and bash completion under
+#                 $(DESTDIR)$(PREFIX) (default /usr/local)
 
 CC      ?= cc
 BUILD   ?= build
@@ -23,7 +25,7 @@ LDLIBS  += -lopenblas -luv -lmsgpackc -lsqlite3 -ljansson -lxxhash -lpcre2-8 -lu
 
 DEPS_PKGS = libuv1-dev libmsgpack-dev libsqlite3-dev libopenblas-dev libedit-dev \
             libjansson-dev libxxhash-dev pkg-config python3-msgpack bible-kjv \
-            gnuplot-nox tmux clang python3-numpy libpcre2-dev libutf8proc-dev nodejs
+            gnuplot-nox tmux clang python3-numpy libpcre2-dev libutf8proc-dev nodejs help2man
 MODEL   ?= models/default
 
 # ---- CUDA (optional) --------------------------------------------------------
@@ -64,7 +66,7 @@ TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*_bench.c))
 BENCH_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(filter-out %_bench.c,$(wildcard bench/*.c)))
 
-.PHONY: all deps test run asan bench model test-torch test-cuda clean fuzz
+.PHONY: all deps test run asan bench model test-torch test-cuda clean fuzz man install
 # Keep object files of test and bench programs (intermediates otherwise), so
 # a second `make` has nothing to do.
 .SECONDARY:
@@ -179,6 +181,21 @@ fuzz:
 
 -include $(LIB_OBJS:.o=.d) $(DMN_OBJS:.o=.d) $(BUILD)/daemon/main.d $(CLI_LIB_OBJS:.o=.d) $(CTL_OBJS:.o=.d) $(TEST_BINS:=.d) \
          $(BENCH_BINS:=.d) $(BENCH_OBJS:.o=.d)
+
+# Man pages made by help2man from the binaries' --help (tools/mkman.sh).
+man: $(BUILD)/man/lind.1
+$(BUILD)/man/lind.1: $(BUILD)/lind $(BUILD)/lindctl tools/mkman.sh
+	@sh tools/mkman.sh $(BUILD)
+
+PREFIX  ?= /usr/local
+DESTDIR ?=
+install: $(BUILD)/lind $(BUILD)/lindctl $(BUILD)/man/lind.1
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
+	    $(DESTDIR)$(PREFIX)/share/bash-completion/completions
+	install -m 755 $(BUILD)/lind $(BUILD)/lindctl $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 $(BUILD)/man/lind.1 $(BUILD)/man/lindctl.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 644 tools/completion/lind.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/lind
+	install -m 644 tools/completion/lindctl.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/lindctl
 
 clean:
 	rm -rf build build-asan

@@ -90,7 +90,7 @@ static pid_t start_daemon(const char *max_tokens)
     if (pid == 0) {
         execl(lind_bin, lind_bin, "serve", "--model", model_dir, "--socket", sock_path, "--db",
               db_path, "--backend", "cpu", "--max-batch", "256", "--max-resident", "512",
-              "--max-tokens", max_tokens, (char *)NULL);
+              "--max-tokens", max_tokens, "--log-level", "warn", (char *)NULL);   /* no line per turn */
         _exit(127);
     }
     if (pid < 0) die("fork", strerror(errno));

@@ -269,6 +269,7 @@ int lindc_generate(lindc *c, const lindc_gen_opts *o, uint64_t *id)
     if (o->repetition_window >= 0) lindc_req_u64(&r, "repetition_window", (uint64_t)o->repetition_window);
     if (o->has_seed) lindc_req_u64(&r, "seed", o->seed);
     if (o->n_stop) lindc_req_strv(&r, "stop", o->stop, o->n_stop);
+    if (o->progress) lindc_req_bool(&r, "progress", 1);
     int rc = lindc_send(c, &r, id);
     lindc_req_free(&r);
     return rc;
@@ -420,6 +421,8 @@ static int deliver(lindc *c, qent e, lindc_event *ev)
         if (lindc_get_strcpy(ev->map, "code", ev->code, sizeof ev->code) == -ENOENT)
             snprintf(ev->code, sizeof ev->code, "unknown");
         lindc_get_strcpy(ev->map, "message", ev->message, sizeof ev->message);
+    } else if (!strcmp(ev->name, "progress")) {
+        ev->kind = LINDC_EV_PROGRESS;
     } else {
         ev->kind = LINDC_EV_OTHER;
     }

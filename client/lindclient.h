@@ -54,6 +54,7 @@ typedef enum lindc_event_kind {
     LINDC_EV_DONE,     /* `done`: generate finished; see lindc_done */
     LINDC_EV_ERROR,    /* `error`: `code` and `message` */
     LINDC_EV_OTHER,    /* an event name this library does not know */
+    LINDC_EV_PROGRESS, /* `progress` (asked with lindc_gen_opts.progress): `fed`, `total` in map */
 } lindc_event_kind;
 
 /* One event from the server. Everything it points to (map, data, name)
@@ -138,6 +139,7 @@ typedef struct lindc_gen_opts {
     uint64_t seed;
     const char *const *stop;        /* stop strings, NUL-terminated */
     size_t n_stop;
+    int progress;                   /* ask for `progress` events while a long text is fed */
 } lindc_gen_opts;
 
 void lindc_gen_opts_init(lindc_gen_opts *o);

@@ -25,12 +25,16 @@ static void usage(FILE *f)
 "  --socket PATH   the daemon's socket (default $LIND_SOCKET, else %s)\n"
 "  --help          help for lindctl or for one command (lindctl CMD --help,\n"
 "                  or lindctl help CMD)\n"
+"  --version       print the version\n"
 "\n"
 "exit status:\n"
-"  0 ok; 1 daemon internal error; 2 bad command line; 3 no daemon at the socket;\n"
-"  4 connection lost; 5 request refused (bad_request, bad_name, too_large, ...);\n"
+"  0 ok; 1 daemon internal error; 2 bad command line (also an option value the\n"
+"  daemon refused as bad_request); 3 no daemon at the socket;\n"
+"  4 connection lost; 5 request refused (bad_name, too_large, unknown_op, ...);\n"
 "  6 not_found; 7 exists; 8 busy; 9 limit; 10 bad_state; 11 io (daemon's store);\n"
-"  12 shutting_down; 13 local file error; 130 interrupted (Ctrl-C)\n",
+"  12 shutting_down; 13 local file error; 130 interrupted (Ctrl-C)\n"
+"\n"
+"documents: docs/LINDCTL.md (this program), docs/PROTOCOL.md (the wire protocol)\n",
             CTL_DEFAULT_SOCKET);
 }
 
@@ -38,11 +42,13 @@ int main(int argc, char **argv)
 {
     ctl_opts g = { .socket = getenv("LIND_SOCKET") };
     if (!g.socket || !*g.socket) g.socket = CTL_DEFAULT_SOCKET;
-    static const struct option longopts[] = { CTL_COMMON_LONGOPTS, { 0, 0, 0, 0 } };
+    static const struct option longopts[] = { CTL_COMMON_LONGOPTS, { "version", no_argument, NULL, 'V' },
+                                               { 0, 0, 0, 0 } };
     int opt;
     /* "+": stop at the command name; its own options follow it. */
-    while ((opt = getopt_long(argc, argv, "+h", longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "+hV", longopts, NULL)) != -1) {
         switch (opt) {
+        case 'V': printf("%s\n", CTL_VERSION); return EXIT_OK;
         case CTL_OPT_SOCKET: g.socket = optarg; break;
         case CTL_OPT_HELP: usage(stdout); return EXIT_OK;
         default: usage(stderr); return EXIT_USAGE;

@@ -30,6 +30,8 @@ enum {
 };
 
 #define CTL_DEFAULT_SOCKET "./lind.sock"
+/* What `lindctl --version` prints (the lind release it belongs to). */
+#define CTL_VERSION "lindctl 1.0 (lind 1.0, protocol 1)"
 
 /* Options every command takes. */
 typedef struct ctl_opts {
@@ -96,8 +98,72 @@ int cmd_stress(const ctl_opts *g, int argc, char **argv);
     { "socket", required_argument, NULL, CTL_OPT_SOCKET }, \
     { "help", no_argument, NULL, CTL_OPT_HELP }
 
+/* Write n bytes to path through a temporary file beside it and a rename,
+ * so path is never half-written. 0, or a negated errno with a sentence. */
+int ctl_write_atomic(const char *path, const void *data, size_t n, char *err, size_t errlen);
+/* Can path be written (checked before a long run that ends by writing it)?
+ * Leaves an existing file as it is and creates no file. 0 or -errno. */
+int ctl_check_writable(const char *path, char *err, size_t errlen);
+/* 1 when path exists and is a terminal (a PNG or export never goes there). */
+int ctl_is_terminal(const char *path);
+/* Read a whole file ("-": stdin) into *out (malloc'd; caller frees).
+ * 0 or a negated errno. */
+int ctl_read_file(const char *path, uint8_t **out, size_t *len);
+
+/* A random seed for a new session (getrandom), so two new sessions differ
+ * while each stays reproducible: the seed is kept in the session's state. */
+uint64_t ctl_random_seed(void);
+/* 1 when the daemon has no session `name` (info says not_found), 0 when it
+ * has, or a negative lindc code. */
+int ctl_session_is_new(lindc *c, const char *name);
+
+/* The progress line on stderr (a terminal) while a long text is fed: draw
+ * it for a `progress` event, or with ev NULL erase it if *shown. */
+void ctl_progress_line(const lindc_event *ev, int *shown);
+
 /* Parse a number option strictly; print an error naming `opt` on failure. */
 int ctl_parse_u64(const char *opt, const char *s, uint64_t *out);
 int ctl_parse_f64(const char *opt, const char *s, double *out);
+
+/* The daemon's limits on generate fields (docs/PROTOCOL.md), checked by
+ * lindctl too so that a bad value is a bad command line (status 2) however
+ * it is noticed. */
+#define CTL_MAX_STOPS 8
+#define CTL_STOP_MAX 64
+/* 0, or -EINVAL with a sentence naming the option (--top-p ...) in err. */
+int ctl_check_gen_opts(const lindc_gen_opts *o, char *err, size_t errlen);
+
+/* ---- chat templates (lindctl_template.c) ---------------------------------- */
+
+#define CTL_TEMPLATE_MAX 16384   /* bytes of a template file */
+
+/* How a chat model was trained to see a conversation (lind_chat.json,
+ * docs/LINDCTL.md). Owns its strings: free with ctl_template_free(). */
+typedef struct ctl_template {
+    char  name[64];
+    char *system;          /* "...{system}..." or NULL: a system prompt is not framed */
+    char *user;            /* "...{prompt}...": one user turn, up to the reply's start */
+    char *assistant_end;   /* what closes a reply before the next user turn, or NULL */
+    char *default_system;  /* the system prompt when none is given, or NULL */
+    char *stop[CTL_MAX_STOPS];
+    size_t n_stop;
+} ctl_template;
+
+/* Parse the JSON format; `origin` names it in errors. 0 or -EINVAL. */
+int  ctl_template_from_json(ctl_template *t, const char *json, size_t len, const char *origin,
+                            char *err, size_t errlen);
+/* A built-in name ("none", "raven") or a template file's path. */
+int  ctl_template_load(ctl_template *t, const char *spec, char *err, size_t errlen);
+void ctl_template_free(ctl_template *t);
+/* Print the built-ins, one a line. */
+void ctl_template_list(FILE *f);
+/* The text to send for one typed message: assistant_end when a reply came
+ * before (`after_reply`), the framed system prompt when `system` is set,
+ * then the user pattern around msg (its final newline dropped). What the
+ * stream already ends with (`tail`: a stop string the reply stopped on) is
+ * not repeated. *out is malloc'd (caller frees). 0 or -ENOMEM. */
+int  ctl_template_format(const ctl_template *t, const char *system, int after_reply,
+                         const uint8_t *tail, size_t tail_len, const char *msg, size_t msg_len,
+                         char **out, size_t *out_len);
 
 #endif

@@ -4,10 +4,13 @@
 #include "client/lindctl.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 volatile sig_atomic_t ctl_interrupted;
 
@@ -243,4 +246,151 @@ int ctl_parse_f64(const char *opt, const char *s, double *out)
     }
     *out = v;
     return 0;
+}
+
+int ctl_check_gen_opts(const lindc_gen_opts *o, char *err, size_t errlen)
+{
+    if (o->temperature >= 0 && o->temperature > 100)
+        snprintf(err, errlen, "--temperature wants 0..100, got %g", o->temperature);
+    else if (o->top_k > 256)
+        snprintf(err, errlen, "--top-k wants 0..256, got %lld", (long long)o->top_k);
+    else if (o->top_p >= 0 && (o->top_p == 0 || o->top_p > 1))
+        snprintf(err, errlen, "--top-p wants a number in (0, 1], got %g", o->top_p);
+    else if (o->repetition_penalty >= 0 && (o->repetition_penalty < 1 || o->repetition_penalty > 100))
+        snprintf(err, errlen, "--repetition-penalty wants 1..100, got %g", o->repetition_penalty);
+    else if (o->repetition_window > 256)
+        snprintf(err, errlen, "--repetition-window wants 0..256, got %lld", (long long)o->repetition_window);
+    else if (o->n_stop > CTL_MAX_STOPS)
+        snprintf(err, errlen, "at most %d stop strings, got %zu", CTL_MAX_STOPS, o->n_stop);
+    else {
+        for (size_t i = 0; i < o->n_stop; i++) {
+            size_t n = strlen(o->stop[i]);
+            if (n < 1 || n > CTL_STOP_MAX) {
+                snprintf(err, errlen, "a stop string is 1..%d bytes, got %zu ('%s')", CTL_STOP_MAX, n, o->stop[i]);
+                return -EINVAL;
+            }
+        }
+        return 0;
+    }
+    return -EINVAL;
+}
+
+int ctl_write_atomic(const char *path, const void *data, size_t n, char *err, size_t errlen)
+{
+    /* Write beside the target and rename, so FILE is never half-written. */
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp) {
+        snprintf(err, errlen, "path too long: %s", path);
+        return -ENAMETOOLONG;
+    }
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        int e = errno;
+        snprintf(err, errlen, "cannot create %s: %s", tmp, strerror(e));
+        return -e;
+    }
+    int ok = fwrite(data, 1, n, f) == n;
+    ok = (fflush(f) == 0) && ok && fsync(fileno(f)) == 0;
+    int e = errno;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        if (ok) e = errno;
+        snprintf(err, errlen, "cannot write %s: %s", path, strerror(e));
+        unlink(tmp);
+        return -(e ? e : EIO);
+    }
+    return 0;
+}
+
+int ctl_check_writable(const char *path, char *err, size_t errlen)
+{
+    /* Create the file if it is not there (removed again), else open it for
+     * writing without touching its contents. */
+    int existed = access(path, F_OK) == 0;
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        int e = errno;
+        snprintf(err, errlen, "cannot write %s: %s", path, strerror(e));
+        return -e;
+    }
+    close(fd);
+    if (!existed) unlink(path);
+    return 0;
+}
+
+int ctl_read_file(const char *path, uint8_t **out, size_t *len)
+{
+    int fd = strcmp(path, "-") ? open(path, O_RDONLY | O_CLOEXEC) : 0;
+    if (fd < 0) return -errno;
+    size_t cap = 1 << 16, n = 0;
+    uint8_t *buf = malloc(cap);
+    int rc = 0;
+    for (;;) {
+        if (!buf) { rc = -ENOMEM; break; }
+        if (n == cap) {
+            uint8_t *p = realloc(buf, cap *= 2);
+            if (!p) { rc = -ENOMEM; break; }
+            buf = p;
+        }
+        ssize_t got = read(fd, buf + n, cap - n);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) { rc = -errno; break; }
+        if (got == 0) break;
+        n += (size_t)got;
+    }
+    if (fd) close(fd);
+    if (rc) { free(buf); return rc; }
+    *out = buf;
+    *len = n;
+    return 0;
+}
+
+int ctl_is_terminal(const char *path)
+{
+    int fd = open(path, O_WRONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return 0;
+    int t = isatty(fd);
+    close(fd);
+    return t;
+}
+
+uint64_t ctl_random_seed(void)
+{
+    uint64_t s = 0;
+    if (getrandom(&s, sizeof s, 0) != (ssize_t)sizeof s) {   /* no entropy source: time and pid */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        s = ((uint64_t)ts.tv_sec * 1000000007u) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32);
+    }
+    return s >> 1;   /* fits a JSON integer and msgpack's positive fixint range tools expect */
+}
+
+int ctl_session_is_new(lindc *c, const char *name)
+{
+    lindc_req r;
+    lindc_event ev;
+    lindc_req_init(&r, "info");
+    lindc_req_str(&r, "session", name);
+    int rc;
+    do rc = lindc_call(c, &r, &ev, -1);
+    while (rc == -EINTR && !ctl_interrupted);
+    lindc_req_free(&r);
+    if (rc == LINDC_ESERVER) return !strcmp(ev.code, "not_found");
+    return rc == 0 ? 0 : rc;
+}
+
+void ctl_progress_line(const lindc_event *ev, int *shown)
+{
+    if (!ev) {
+        if (*shown) fputs("\r\033[K", stderr);
+        *shown = 0;
+        return;
+    }
+    uint64_t fed = 0, total = 0;
+    lindc_get_u64(ev->map, "fed", &fed);
+    lindc_get_u64(ev->map, "total", &total);
+    fprintf(stderr, "\r\033[K[feeding the text: %llu of %llu tokens, %.0f%%]",
+            (unsigned long long)fed, (unsigned long long)total, total ? 100.0 * (double)fed / (double)total : 0.0);
+    fflush(stderr);
+    *shown = 1;
 }

@@ -122,13 +122,14 @@ int cmd_generate(const ctl_opts *g0, int argc, char **argv)
         case CTL_OPT_SOCKET: g.socket = optarg; break;
         case CTL_OPT_HELP: usage(stdout); return EXIT_OK;
         case 'n': if (ctl_parse_u64("--max-tokens", optarg, &u)) return EXIT_USAGE;
-                  o.max_tokens = (int64_t)u; break;
+                  o.max_tokens = u > INT64_MAX ? INT64_MAX : (int64_t)u; break;   /* the daemon says `limit` */
         case O_SEED: if (ctl_parse_u64("--seed", optarg, &o.seed)) return EXIT_USAGE;
                      o.has_seed = 1; break;
         case 't': if (ctl_parse_f64("--temperature", optarg, &o.temperature)) return EXIT_USAGE;
                   if (o.temperature < 0) { fprintf(stderr, "lindctl: --temperature must be >= 0\n"); return EXIT_USAGE; }
                   break;
         case O_TOPK: if (ctl_parse_u64("--top-k", optarg, &u)) return EXIT_USAGE;
+                     if (u > 256) { fprintf(stderr, "lindctl: --top-k wants 0..256, got %s\n", optarg); return EXIT_USAGE; }
                      o.top_k = (int64_t)u; break;
         case O_TOPP: if (ctl_parse_f64("--top-p", optarg, &o.top_p)) return EXIT_USAGE;
                      if (o.top_p < 0) { fprintf(stderr, "lindctl: --top-p must be >= 0\n"); return EXIT_USAGE; }
@@ -137,6 +138,7 @@ int cmd_generate(const ctl_opts *g0, int argc, char **argv)
                      if (o.repetition_penalty < 0) { fprintf(stderr, "lindctl: --repetition-penalty must be >= 0\n"); return EXIT_USAGE; }
                      break;
         case O_REPW: if (ctl_parse_u64("--repetition-window", optarg, &u)) return EXIT_USAGE;
+                     if (u > 256) { fprintf(stderr, "lindctl: --repetition-window wants 0..256, got %s\n", optarg); return EXIT_USAGE; }
                      o.repetition_window = (int64_t)u; break;
         case O_STOP:
             if (nstop == MAX_STOPS) {
@@ -173,11 +175,33 @@ int cmd_generate(const ctl_opts *g0, int argc, char **argv)
     }
     o.stop = stops;
     o.n_stop = nstop;
+    o.progress = isatty(2) && !st.json;   /* a progress line while a long text is fed */
+    int progress_shown = 0;
+    char err[256];
+    if (ctl_check_gen_opts(&o, err, sizeof err)) {
+        fprintf(stderr, "lindctl: %s\n", err);
+        free(owned);
+        return EXIT_USAGE;
+    }
 
     lindc *c;
     int status = ctl_connect(&g, &c);
     if (status) { free(owned); return status; }
     ctl_catch_sigint();
+    /* A new session without --seed gets a random one (kept in its state). */
+    if (!o.has_seed) {
+        int isnew = ctl_session_is_new(c, o.session);
+        if (isnew < 0) {
+            free(owned);
+            lindc_free(c);
+            return isnew == -EINTR ? EXIT_INTERRUPTED : ctl_report_lib(isnew, "info");
+        }
+        if (isnew) {
+            o.seed = ctl_random_seed();
+            o.has_seed = 1;
+            if (st.verbose) fprintf(stderr, "[new session \"%s\", seed %llu]\n", o.session, (unsigned long long)o.seed);
+        }
+    }
     uint64_t id;
     int rc = lindc_generate(c, &o, &id);
     free(owned);
@@ -199,6 +223,11 @@ int cmd_generate(const ctl_opts *g0, int argc, char **argv)
         if (rc) { status = ctl_report_lib(rc, "generate"); break; }
         /* Skip the cancel's own result; id 0 is a connection-level error. */
         if (ev.id != id && !(ev.kind == LINDC_EV_ERROR && ev.id == 0)) continue;
+        if (ev.kind == LINDC_EV_PROGRESS) {
+            ctl_progress_line(&ev, &progress_shown);
+            continue;
+        }
+        ctl_progress_line(NULL, &progress_shown);
         if (ev.kind == LINDC_EV_TOKEN) {
             if (st.json) {
                 json_token(&st, id, ev.data, ev.len, 0);
@@ -250,6 +279,9 @@ int cmd_generate(const ctl_opts *g0, int argc, char **argv)
                 json_decref(j);
             }
             status = ctl_report_event(&ev);
+            /* The request holds only what the command line gave: a field the
+             * daemon refused is a bad command line, as if lindctl had caught it. */
+            if (!strcmp(ev.code, "bad_request")) status = EXIT_USAGE;
             break;
         }
     }

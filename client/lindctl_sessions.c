@@ -97,7 +97,7 @@ static int sessions_ls(lindc *c, int json)
         uint64_t tokens = 0, upd = 0;
         lindc_get_strcpy(s, "session", name, sizeof name);
         lindc_get_u64(s, "tokens", &tokens);
-        if (lindc_get_u64(s, "updated_ms", &upd) == 0) ctl_fmt_time(when, sizeof when, upd);
+        if (lindc_get_u64(s, "updated_ms", &upd) == 0 && upd) ctl_fmt_time(when, sizeof when, upd);
         printf("%-*s  %10llu  %s\n", w, name, (unsigned long long)tokens, when);
     }
     return EXIT_OK;
@@ -121,14 +121,18 @@ static int sessions_show(lindc *c, const char *name, int json)
     printf("session      %s\n", name);
     printf("tokens       %llu\n", (unsigned long long)tokens);
     printf("state bytes  %llu\n", (unsigned long long)sbytes);
-    if (lindc_get_u64(ev.map, "created_ms", &created) == 0) {
+    if (lindc_get_u64(ev.map, "created_ms", &created) == 0 && created) {
         ctl_fmt_time(when, sizeof when, created);
         printf("created      %s\n", when);
     }
     if (lindc_get_u64(ev.map, "updated_ms", &updated) == 0) {
-        ctl_fmt_time(when, sizeof when, updated);
+        /* 0: the first turn is not committed yet (not 1970). */
+        if (updated) ctl_fmt_time(when, sizeof when, updated);
+        else snprintf(when, sizeof when, "never (no turn committed yet)");
         printf("updated      %s\n", when);
     }
+    uint64_t seed;
+    if (lindc_get_u64(ev.map, "seed", &seed) == 0) printf("seed         %llu\n", (unsigned long long)seed);
     if (lindc_get_bool(ev.map, "resident", &resident) == 0)
         printf("resident     %s\n", resident ? "yes (in the daemon's memory)" : "no (on disk)");
     if (lindc_get_bool(ev.map, "busy", &busy) == 0)
@@ -193,9 +197,14 @@ static int write_fd(int fd, const void *buf, size_t n)
 
 static int sessions_export(lindc *c, const char *name, const char *path, int json)
 {
-    if (!strcmp(path, "-") && isatty(1)) {
+    if ((!strcmp(path, "-") && isatty(1)) || (strcmp(path, "-") && ctl_is_terminal(path))) {
         fprintf(stderr, "lindctl: refusing to write binary export data to a terminal; give a FILE\n");
         return EXIT_USAGE;
+    }
+    char perr[600];
+    if (strcmp(path, "-") && ctl_check_writable(path, perr, sizeof perr)) {   /* before asking */
+        fprintf(stderr, "lindctl: %s\n", perr);
+        return EXIT_LOCAL_FILE;
     }
     lindc_req r;
     lindc_event ev;
@@ -218,25 +227,9 @@ static int sessions_export(lindc *c, const char *name, const char *path, int jso
         }
         return EXIT_OK;
     }
-    /* Write beside the target and rename, so FILE is never half-written. */
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp) {
-        fprintf(stderr, "lindctl: path too long: %s\n", path);
-        return EXIT_LOCAL_FILE;
-    }
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        fprintf(stderr, "lindctl: cannot create %s: %s\n", tmp, strerror(errno));
-        return EXIT_LOCAL_FILE;
-    }
-    int ok = fwrite(data, 1, n, f) == n;
-    ok = (fflush(f) == 0) && ok && fsync(fileno(f)) == 0;
-    int e = errno;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        if (ok) e = errno;
-        fprintf(stderr, "lindctl: cannot write %s: %s\n", path, strerror(e));
-        unlink(tmp);
+    char err[600];
+    if (ctl_write_atomic(path, data, n, err, sizeof err)) {
+        fprintf(stderr, "lindctl: %s\n", err);
         return EXIT_LOCAL_FILE;
     }
     if (json) {
@@ -249,39 +242,11 @@ static int sessions_export(lindc *c, const char *name, const char *path, int jso
     return EXIT_OK;
 }
 
-/* Read a whole file (or stdin for "-") into a malloc'd buffer. */
-static int read_file(const char *path, uint8_t **out, size_t *len)
-{
-    int fd = strcmp(path, "-") ? open(path, O_RDONLY | O_CLOEXEC) : 0;
-    if (fd < 0) return -errno;
-    size_t cap = 1 << 16, n = 0;
-    uint8_t *buf = malloc(cap);
-    int rc = 0;
-    for (;;) {
-        if (!buf) { rc = -ENOMEM; break; }
-        if (n == cap) {
-            uint8_t *p = realloc(buf, cap *= 2);
-            if (!p) { rc = -ENOMEM; break; }
-            buf = p;
-        }
-        ssize_t got = read(fd, buf + n, cap - n);
-        if (got < 0 && errno == EINTR) continue;
-        if (got < 0) { rc = -errno; break; }
-        if (got == 0) break;
-        n += (size_t)got;
-    }
-    if (fd) close(fd);
-    if (rc) { free(buf); return rc; }
-    *out = buf;
-    *len = n;
-    return 0;
-}
-
 static int sessions_import(lindc *c, const char *name, const char *path, int json)
 {
     uint8_t *data = NULL;
     size_t n = 0;
-    int rc = read_file(path, &data, &n);
+    int rc = ctl_read_file(path, &data, &n);
     if (rc) {
         fprintf(stderr, "lindctl: cannot read %s: %s\n", path, strerror(-rc));
         return EXIT_LOCAL_FILE;

@@ -174,7 +174,9 @@ static void record_error(stress *st, sess *s, const char *code, const char *mess
     snprintf(e->message, sizeof e->message, "%s", message);
     snprintf(e->session, sizeof e->session, "%s", s ? s->name : "-");
     if (!st->first_status) {
-        st->first_status = !strcmp(code, "connection") ? EXIT_CONNECTION : ctl_exit_for_code(code);
+        /* bad_request: the generate carried only command-line values. */
+        st->first_status = !strcmp(code, "connection") ? EXIT_CONNECTION
+                         : !strcmp(code, "bad_request") ? EXIT_USAGE : ctl_exit_for_code(code);
     }
     if (st->nerrs <= 10) {
         if (st->progress) fputc('\n', stderr);
@@ -435,6 +437,7 @@ static int write_csv(const stress *st, const row *rows)
     fprintf(f, "tokens_from,tokens_to,latency_samples,p50_ms,p90_ms,p99_ms,max_ms,mean_ms,tokens_per_s,rss_mb\n");
     for (uint64_t w = 0; w < st->n_windows; w++) {
         const row *r = &rows[w];
+        if (!r->samples) break;   /* the windows measured, only */
         fprintf(f, "%llu,%llu,%llu,%.4f,%.4f,%.4f,%.4f,%.4f,%.1f,%.1f\n",
                 (unsigned long long)r->from, (unsigned long long)r->to, (unsigned long long)r->samples,
                 r->p50, r->p90, r->p99, r->max, r->mean, r->tps, r->rss);
@@ -483,8 +486,8 @@ static int write_plot(const stress *st, const row *rows)
         "set y2label 'daemon RSS (MB)'\n"
         "set y2tics\n"
         "set y2range [0:*]\n"
-        "plot $data using 1:5 with linespoints title 'tokens/s' axes x1y1, "
-        "$data using 1:6 with linespoints title 'RSS MB' axes x1y2\n"
+        "plot $data using 1:5 with linespoints lc rgb '#1f77b4' dt 1 pt 7 lw 2 title 'tokens/s (left axis)' axes x1y1, "
+        "$data using 1:6 with linespoints lc rgb '#d62728' dt 2 pt 4 lw 2 title 'RSS MB (right axis)' axes x1y2\n"
         "unset multiplot\n",
         st->plot, (unsigned long long)st->n_sessions, (unsigned long long)st->m_tokens);
     int rc = pclose(gp);
@@ -530,6 +533,12 @@ static void report(const stress *st, const row *rows)
     const row *first = NULL, *last = NULL;
     for (uint64_t w = 0; w < st->n_windows; w++) {
         const row *r = &rows[w];
+        if (!r->samples) {   /* not reached (Ctrl-C, errors): no row of zeros */
+            uint64_t left = 0;
+            for (uint64_t k = w; k < st->n_windows; k++) left += !rows[k].samples;
+            printf("%15s (%llu window%s not reached)\n", "...", (unsigned long long)left, left == 1 ? "" : "s");
+            break;
+        }
         char span[32];
         snprintf(span, sizeof span, "%llu-%llu", (unsigned long long)r->from, (unsigned long long)r->to);
         printf("%15s %9llu %9.3f %9.3f %9.3f %9.3f %9.3f %10.1f %8.1f\n", span, (unsigned long long)r->samples,
@@ -583,6 +592,7 @@ static void report_json(const stress *st, const row *rows)
     json_t *w = json_array();
     for (uint64_t k = 0; k < st->n_windows; k++) {
         const row *r = &rows[k];
+        if (!r->samples) break;
         json_array_append_new(w, json_pack("{s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
             "tokens_from", (json_int_t)r->from, "tokens_to", (json_int_t)r->to, "samples", (json_int_t)r->samples,
             "p50_ms", r->p50, "p90_ms", r->p90, "p99_ms", r->p99, "max_ms", r->max, "mean_ms", r->mean,
@@ -627,7 +637,12 @@ int cmd_stress(const ctl_opts *g0, int argc, char **argv)
         case O_CONN: if (ctl_parse_u64("--connections", optarg, &st.n_conns)) return EXIT_USAGE; break;
         case O_WIN: if (ctl_parse_u64("--windows", optarg, &st.n_windows)) return EXIT_USAGE; break;
         case O_TEXT: st.text = optarg; break;
-        case 't': if (ctl_parse_f64("--temperature", optarg, &st.temperature) || st.temperature < 0) return EXIT_USAGE; break;
+        case 't': if (ctl_parse_f64("--temperature", optarg, &st.temperature)) return EXIT_USAGE;
+                  if (st.temperature < 0 || st.temperature > 100) {   /* the daemon's range: status 2 either way */
+                      fprintf(stderr, "lindctl: --temperature wants 0..100, got %s\n", optarg);
+                      return EXIT_USAGE;
+                  }
+                  break;
         case O_SEED: if (ctl_parse_u64("--seed", optarg, &st.seed)) return EXIT_USAGE; break;
         case O_PREFIX: st.prefix = optarg; break;
         case O_KEEP: st.keep = 1; break;
@@ -648,6 +663,22 @@ int cmd_stress(const ctl_opts *g0, int argc, char **argv)
         fprintf(stderr, "lindctl stress: --sessions is at most 100000\n");
         return EXIT_USAGE;
     }
+    /* Output paths are checked now, not after a long run. */
+    char perr[600];
+    if (st.plot && (strchr(st.plot, '\'') || strchr(st.plot, '\n'))) {
+        fprintf(stderr, "lindctl: --plot path may not contain quotes or newlines\n");
+        return EXIT_USAGE;
+    }
+    if (st.plot && (!strcmp(st.plot, "-") || ctl_is_terminal(st.plot))) {
+        fprintf(stderr, "lindctl: refusing to write a PNG to a terminal; give --plot a FILE.png\n");
+        return EXIT_USAGE;
+    }
+    const char *outs[2] = { st.csv, st.plot };
+    for (int i = 0; i < 2; i++)
+        if (outs[i] && ctl_check_writable(outs[i], perr, sizeof perr)) {
+            fprintf(stderr, "lindctl: %s\n", perr);
+            return EXIT_LOCAL_FILE;
+        }
     if (!st.n_conns) st.n_conns = st.n_sessions < 16 ? st.n_sessions : 16;
     if (st.n_conns > st.n_sessions) st.n_conns = st.n_sessions;
     if (st.n_windows > st.m_tokens) st.n_windows = st.m_tokens;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "daemon/cli.h"
 #include "kernels/backend.h"
@@ -206,6 +207,21 @@ static unsigned char *slurp(const char *path, size_t *len) {
     return buf;
 }
 
+/* `lind score` on a terminal: a progress line on stderr, redrawn at most
+ * five times a second; done = 1 erases it. */
+static void score_progress(size_t i, size_t len, double t_start, double *t_last, int done) {
+    if (done) {
+        if (*t_last > 0) fputs("\r\033[K", stderr);
+        return;
+    }
+    double t = now_s();
+    if (t - *t_last < 0.2) return;
+    *t_last = t;
+    fprintf(stderr, "\r\033[K[scored %zu of %zu bytes, %.0f%%, %.0f bytes/s]", i, len,
+            len ? 100.0 * (double)i / (double)len : 0.0, (double)i / (t - t_start > 1e-9 ? t - t_start : 1e-9));
+    fflush(stderr);
+}
+
 int cli_score(int argc, char **argv) {
     opts o;
     if (parse(argc, argv, "score", &o)) return 2;
@@ -234,13 +250,16 @@ int cli_score(int argc, char **argv) {
         sampler_observe(&smp, tok);
         if (model_step(m, &slot, &tok, 1, logits) < 0) goto fail;
     }
-    double t1 = now_s(), bits = 0.0;
+    double t1 = now_s(), bits = 0.0, t_prog = 0;
+    int prog = isatty(2);
     for (size_t i = 0; i < len; i++) {
+        if (prog && (i & 1023) == 0) score_progress(i, len, t1, &t_prog, 0);
         bits += bits_of(logits, text[i]);
         tok = text[i];
         if (model_step(m, &slot, &tok, 1, i + 1 < len ? logits : NULL) < 0) goto fail;
     }
     double t2 = now_s();
+    if (prog) score_progress(len, len, t1, &t_prog, 1);
     printf("file: %s\nbytes: %zu\n", path, len);
     if (o.after_generate) printf("after_generate: %ld tokens (seed %llu, temperature %g)\n", o.after_generate,
                                  (unsigned long long)o.sp.seed, (double)o.sp.temperature);

@@ -5,8 +5,6 @@
 #include <string.h>
 #include "daemon/msg.h"
 
-#define LIND_SERVER_VERSION "lind 1.0"
-
 static void hello(server *srv, conn *c, uint64_t id)
 {
     msgpack_sbuffer sb;
@@ -18,7 +16,11 @@ static void hello(server *srv, conn *c, uint64_t id)
     proto_pack_key(&pk, "server");
     proto_pack_str(&pk, LIND_SERVER_VERSION);
     proto_pack_key(&pk, "model");
-    msgpack_pack_map(&pk, 6);
+    msgpack_pack_map(&pk, srv->chat_template ? 7 : 6);
+    if (srv->chat_template) {   /* optional: lindctl chat frames turns with it */
+        proto_pack_key(&pk, "chat_template");
+        proto_pack_str(&pk, srv->chat_template);
+    }
     proto_pack_key(&pk, "path");
     proto_pack_str(&pk, srv->model_path);
     char fp[17];

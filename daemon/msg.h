@@ -45,6 +45,7 @@ typedef struct resident_info {
     uint64_t tokens;
     int64_t  created_ms;
     uint8_t *transcript; size_t transcript_len;   /* encoded, owned */
+    uint64_t seed;            /* the sampler's seed, when resident */
 } resident_info;
 
 typedef struct dmsg {

@@ -83,6 +83,16 @@ static void do_saves(persist *P, dmsg **v, int n)
             }
             o->finals = 1;
         }
+        reqlog_turn_info li = {
+            .session = m->name, .op = res->is_append ? "append" : "generate",
+            .tokens_in = res->done.tokens_in, .tokens_out = res->done.tokens_out,
+            .ttft_ms = res->done.tokens_out ? res->done.ms_queue + res->done.ms_prompt : -1.0,
+            .total_ms = (double)(now_ns() - res->t_recv_ns) / 1e6,
+            .queue_ms = res->done.ms_queue, .prompt_ms = res->done.ms_prompt,
+            .generate_ms = res->done.ms_generate, .save_ms = ms_save,
+            .outcome = m->rc == 0 ? res->done.reason : "io",
+        };
+        reqlog_turn(&P->srv->log, &li);
         /* The compute thread learns of the commit before the client does,
          * so a request sent after `done` never finds the session busy. */
         free(m->state); m->state = NULL;
@@ -192,7 +202,11 @@ static void do_request(persist *P, dmsg *m)
         if (rc != 0 && !(rc == -ENOENT && known)) break;
         int stored = rc == 0;
         rc = 0;
-        proto_result_begin(&pk, &o->sb, r->id, 8);
+        proto_result_begin(&pk, &o->sb, r->id, m->rinfo.resident ? 9 : 8);
+        if (m->rinfo.resident) {   /* optional: the seed is read from a resident session only */
+            proto_pack_key(&pk, "seed");
+            msgpack_pack_uint64(&pk, m->rinfo.seed);
+        }
         proto_pack_key(&pk, "session");
         proto_pack_str(&pk, r->session);
         proto_pack_key(&pk, "tokens");

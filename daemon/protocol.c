@@ -289,6 +289,17 @@ static proto_code decode_generate(const msgpack_object *m, const proto_limits *l
     return PE_OK;
 }
 
+/* Optional boolean `progress` of generate/append. */
+static proto_code get_progress(const msgpack_object *o, proto_request *r, proto_error *err)
+{
+    const msgpack_object *p = field(o, "progress");
+    if (!p) return PE_OK;
+    if (p->type != MSGPACK_OBJECT_BOOLEAN)
+        return fail(err, PE_BAD_REQUEST, "field 'progress' must be a boolean, got %s", type_name(p));
+    r->progress = p->via.boolean;
+    return PE_OK;
+}
+
 proto_code proto_decode(const msgpack_object *o, const proto_limits *lim,
                         proto_request *r, proto_error *err)
 {
@@ -331,10 +342,12 @@ proto_code proto_decode(const msgpack_object *o, const proto_limits *lim,
     case OP_GENERATE:
         if ((c = get_name(o, "session", r->session, err))) goto out;
         if ((c = get_bytes(o, "text", 0, 0, &r->text, &r->text_len, err))) goto out;
+        if ((c = get_progress(o, r, err))) goto out;
         c = decode_generate(o, lim, r, err);
         break;
     case OP_APPEND:
         if ((c = get_name(o, "session", r->session, err))) goto out;
+        if ((c = get_progress(o, r, err))) goto out;
         c = get_bytes(o, "text", 1, 0, &r->text, &r->text_len, err);
         break;
     case OP_CANCEL:
@@ -441,6 +454,16 @@ void proto_pack_token(msgpack_sbuffer *sb, uint64_t id, const uint8_t *bytes, si
     head(&pk, sb, id, "token", 1);
     proto_pack_key(&pk, "data");
     proto_pack_bin(&pk, bytes, n);
+}
+
+void proto_pack_progress(msgpack_sbuffer *sb, uint64_t id, uint64_t fed, uint64_t total)
+{
+    msgpack_packer pk;
+    head(&pk, sb, id, "progress", 2);
+    proto_pack_key(&pk, "fed");
+    msgpack_pack_uint64(&pk, fed);
+    proto_pack_key(&pk, "total");
+    msgpack_pack_uint64(&pk, total);
 }
 
 void proto_pack_done(msgpack_sbuffer *sb, const proto_done *d)

@@ -60,6 +60,7 @@ typedef struct proto_request {
     uint8_t  stop_len[PROTO_MAX_STOPS];
     sampler_params sp;                        /* generate: this turn's settings */
     int      has_seed;
+    int      progress;                        /* generate/append: send `progress` events */
 } proto_request;
 
 typedef struct proto_error {
@@ -91,6 +92,9 @@ void proto_request_free(proto_request *req);
 
 void proto_pack_error(msgpack_sbuffer *sb, uint64_t id, proto_code code, const char *msg);
 void proto_pack_token(msgpack_sbuffer *sb, uint64_t id, const uint8_t *bytes, size_t n);
+/* `progress` (only to requests that asked with `progress: true`): `fed` of
+ * the turn's `total` input tokens are through the model. */
+void proto_pack_progress(msgpack_sbuffer *sb, uint64_t id, uint64_t fed, uint64_t total);
 
 typedef struct proto_done {
     uint64_t id;

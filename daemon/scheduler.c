@@ -45,6 +45,8 @@ typedef struct turn {
     int      cancelled, finished, stop_hit;
     uint64_t tokens_in;
     uint64_t t_recv, t_start, t_prompt, t_end;
+    int      progress;         /* the request asked for `progress` events */
+    size_t   progress_next;    /* feed_pos at which the next one is due */
 } turn;
 
 struct scheduler {
@@ -240,6 +242,7 @@ static void begin_turn(scheduler *S, session *s, dmsg *m)
     t->t_recv = m->t_recv_ns;
     t->t_start = now_ns();
     t->cancelled = m->rc == -ECANCELED || c->closed;
+    t->progress = r->progress;
     if (r->op == OP_GENERATE) {
         if (r->has_seed) {
             sampler_init(&s->meta.sampler, &r->sp);
@@ -463,6 +466,22 @@ static void fail_batch(scheduler *S, int B, int rc)
     }
 }
 
+/* `progress` events for turns that asked, while a long text is fed: about
+ * every 2 % of it, and not more often than every 256 tokens. */
+static void report_progress(scheduler *S)
+{
+    for (int i = 0; i < S->nactive; i++) {
+        turn *t = S->active[i];
+        if (!t->progress || t->finished || t->generating || t->feed_pos >= t->feed_len) continue;
+        size_t step = t->feed_len / 50 > 256 ? t->feed_len / 50 : 256;
+        if (!t->progress_next) t->progress_next = step;
+        if (t->feed_pos < t->progress_next) continue;
+        msgpack_sbuffer *sb = cconn_out(S, t->c);
+        if (sb) proto_pack_progress(sb, t->req_id, t->feed_pos, t->feed_len);
+        t->progress_next = t->feed_pos + step;
+    }
+}
+
 /* One round; returns the number of sessions stepped (0: nothing runnable). */
 static int round_once(scheduler *S)
 {
@@ -542,6 +561,7 @@ static int round_once(scheduler *S)
             maybe_end_feed(S, t);
         }
     }
+    report_progress(S);
     stats_step(&S->srv->st, B, (double)(now_ns() - t0) / 1e6, fed, out);
     flush_round(S);
     reap(S);
@@ -657,8 +677,10 @@ static void on_request(scheduler *S, dmsg *m)
             m->rinfo.busy = s->busy;
             m->rinfo.tokens = s->phase == SESS_READY ? session_tokens(s) : 0;
             m->rinfo.created_ms = s->created_ms;
-            if (s->phase == SESS_READY)
+            if (s->phase == SESS_READY) {
                 transcript_encode(&s->tr, &m->rinfo.transcript, &m->rinfo.transcript_len);
+                m->rinfo.seed = s->meta.sampler.p.seed;
+            }
         }
         forward(S, m);
         return;

@@ -3,6 +3,7 @@
 #include "daemon/server.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -27,6 +28,7 @@ server_options server_defaults(void)
         .backend = "auto", .max_batch = 256, .max_resident = 0, .prompt_chunk = 16,
         .max_message = 1u << 20, .max_output = 256u << 10, .max_tokens = 65536,
         .max_inflight = 1024, .sync = STORE_SYNC_FULL, .transcript_bytes = 4096,
+        .log_level = REQLOG_INFO,
     };
 }
 
@@ -48,7 +50,76 @@ static const char usage[] =
     "usage: lind serve [--model DIR] [--socket PATH] [--db PATH] [--backend cpu|cuda|auto]\n"
     "                  [--max-batch N] [--max-resident N] [--max-message BYTES]\n"
     "                  [--max-tokens N] [--sync full|normal] [--transcript-bytes N]\n"
-    "                  [--max-output BYTES] [--prompt-chunk N] [--max-inflight N]";
+    "                  [--max-output BYTES] [--prompt-chunk N] [--max-inflight N]\n"
+    "                  [--log-level error|warn|info|debug] [--log-file PATH]";
+
+void server_usage(FILE *f)
+{
+    fprintf(f, "%s\n\n", usage);
+    fprintf(f,
+        "Serve a model to clients (lindctl, docs/PROTOCOL.md) on a Unix socket.\n"
+        "\n"
+        "options:\n"
+        "  --model DIR            model directory (default models/default; docs/MODEL.md).\n"
+        "                         Its lind_chat.json, if any, is the chat template hello reports\n"
+        "  --socket PATH          socket (default $LIND_SOCKET, else ./lind.sock); a stale one\n"
+        "                         left by a killed server is replaced, a live one refused\n"
+        "  --db PATH              SQLite session store (default ./lind.db)\n"
+        "  --backend B            cpu, cuda or auto (default: CUDA when built with it and a GPU is there)\n"
+        "  --max-batch N          sessions per model step (default 256)\n"
+        "  --max-resident N       sessions kept in model slots (default 1024, fewer when\n"
+        "                         their states would pass 1 GiB)\n"
+        "  --max-message BYTES    request size limit (default 1048576)\n"
+        "  --max-tokens N         tokens per generate (default 65536)\n"
+        "  --sync full|normal     commit durability (default full)\n"
+        "  --transcript-bytes N   transcript tail kept per session (default 4096)\n"
+        "  --max-output BYTES     unsent bytes per connection before its turns pause (default 262144)\n"
+        "  --prompt-chunk N       text tokens fed per session per step (default 16)\n"
+        "  --max-inflight N       requests awaiting their final event, per connection (default 1024)\n"
+        "  --log-level L          info (default): one line per finished turn: session,\n"
+        "                         tokens in/out, time to first token, total time, outcome;\n"
+        "                         debug: also the time split (queue, prompt, generate, save);\n"
+        "                         warn, error: no request log\n"
+        "  --log-file PATH        append the request log there (default stderr)\n"
+        "  -h, --help             this text\n"
+        "\n"
+        "SIGTERM, SIGINT or SIGHUP stop it gracefully: turns end at a token boundary and\n"
+        "every session is saved. Exit status: 0 after a clean stop, 1 when start-up\n"
+        "failed (model, store, socket), 2 for a bad command line.\n");
+}
+
+/* The model directory's chat template, lind_chat.json: reported in hello
+ * when it is a JSON object with a "user" pattern; lindctl interprets it
+ * (docs/LINDCTL.md). A broken one is reported here and not served. */
+static void load_chat_template(server *srv)
+{
+    char path[1100];
+    snprintf(path, sizeof path, "%s/lind_chat.json", srv->opt.model_dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) return;
+    char *buf = malloc(16385);
+    size_t n = buf ? fread(buf, 1, 16385, f) : 0;
+    fclose(f);
+    if (!buf) return;
+    buf[n < 16385 ? n : 16384] = 0;
+    json_error_t je;
+    json_t *j = n <= 16384 ? json_loadb(buf, n, 0, &je) : NULL;
+    const char *user = json_string_value(json_object_get(j, "user"));
+    if (n > 16384)
+        fprintf(stderr, "lind serve: ignoring %s: over 16384 bytes\n", path);
+    else if (!j)
+        fprintf(stderr, "lind serve: ignoring %s: not JSON (line %d: %s)\n", path, je.line, je.text);
+    else if (!user || !strstr(user, "{prompt}"))
+        fprintf(stderr, "lind serve: ignoring %s: no \"user\" pattern holding {prompt}\n", path);
+    else if (memchr(buf, 0, n))
+        fprintf(stderr, "lind serve: ignoring %s: it holds a NUL byte\n", path);
+    else {
+        srv->chat_template = buf;
+        buf = NULL;
+    }
+    json_decref(j);
+    free(buf);
+}
 
 int server_parse_args(int argc, char **argv, server_options *o, char *err, size_t errlen)
 {
@@ -92,6 +163,15 @@ int server_parse_args(int argc, char **argv, server_options *o, char *err, size_
             if (!(rc = parse_num(a, v, 1, UINT32_MAX, &x, err, errlen))) o->max_tokens = (uint32_t)x;
         } else if (!strcmp(a, "--max-inflight")) {
             if (!(rc = parse_num(a, v, 1, 1 << 20, &x, err, errlen))) o->max_inflight = (int)x;
+        } else if (!strcmp(a, "--log-file")) {
+            o->log_file = v;
+        } else if (!strcmp(a, "--log-level")) {
+            reqlog_level lv;
+            if (reqlog_parse_level(v, &lv)) {
+                snprintf(err, errlen, "--log-level wants error, warn, info or debug, got '%s'", v);
+                return -EINVAL;
+            }
+            o->log_level = (int)lv;
         } else if (!strcmp(a, "--transcript-bytes")) {
             if (!(rc = parse_num(a, v, 0, TRANSCRIPT_LIMIT_MAX, &x, err, errlen)))
                 o->transcript_bytes = (size_t)x;
@@ -240,16 +320,36 @@ int server_main(int argc, char **argv)
     char err[1024] = "";
     if (!srv) { fprintf(stderr, "lind serve: out of memory\n"); return 1; }
     srv->opt = server_defaults();
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            server_usage(stdout);
+            free(srv);
+            return 0;
+        }
+        if (!strcmp(argv[i], "--version")) {
+            printf("%s\n", LIND_SERVER_VERSION);
+            free(srv);
+            return 0;
+        }
+    }
+    const char *env_sock = getenv("LIND_SOCKET");   /* as lindctl reads it */
+    if (env_sock && *env_sock) srv->opt.socket_path = env_sock;
     if (server_parse_args(argc, argv, &srv->opt, err, sizeof err) != 0) {
         fprintf(stderr, "lind serve: %s\n", err);
         free(srv);
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
+    if (reqlog_open(&srv->log, srv->opt.log_file, (reqlog_level)srv->opt.log_level, err, sizeof err)) {
+        fprintf(stderr, "lind serve: %s\n", err);
+        free(srv);
+        return 1;
+    }
     srv->limits = (proto_limits){ .max_message = srv->opt.max_message,
                                   .max_tokens = srv->opt.max_tokens };
     if (!realpath(srv->opt.model_dir, srv->model_path))
         snprintf(srv->model_path, sizeof srv->model_path, "%s", srv->opt.model_dir);
+    load_chat_template(srv);
 
     uv_loop_t loop;
     conn_table conns;
@@ -335,6 +435,8 @@ out:
     queue_destroy(&srv->schedq);
     queue_destroy(&srv->persistq);
     stats_destroy(&srv->st);
+    free(srv->chat_template);
+    reqlog_close(&srv->log);
     free(srv);
     return code;
 }

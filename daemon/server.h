@@ -13,13 +13,18 @@
 #define LIND_DAEMON_SERVER_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <uv.h>
 #include "daemon/queue.h"
 #include "daemon/stats.h"
 #include "daemon/protocol.h"
+#include "daemon/reqlog.h"
 #include "recurrent/model.h"
 #include "state/store.h"
+
+/* The version `lind --version`, `lindctl --version` and hello's `server` say. */
+#define LIND_SERVER_VERSION "lind 1.0"
 
 typedef struct server_options {
     const char *model_dir;     /* default "models/default" */
@@ -36,12 +41,16 @@ typedef struct server_options {
     int      max_inflight;     /* requests in flight per connection, default 1024 */
     store_sync sync;           /* default full */
     size_t   transcript_bytes; /* transcript tail per session, default 4 KiB */
+    const char *log_file;      /* --log-file: request log and notices; NULL = stderr */
+    int      log_level;        /* --log-level: a reqlog_level, default info */
 } server_options;
 
 server_options server_defaults(void);
 /* Parse `lind serve` options (argv[0] is "serve"). 0, or -EINVAL with a
  * message in err. */
 int server_parse_args(int argc, char **argv, server_options *o, char *err, size_t errlen);
+/* `lind serve --help`: every option with its default. */
+void server_usage(FILE *f);
 
 struct conn_table;
 struct scheduler;
@@ -56,6 +65,8 @@ typedef struct server {
     uint64_t       fingerprint;
     char           backend[16];
     char           model_path[1024];
+    char          *chat_template;  /* the model directory's lind_chat.json (NUL-terminated), or NULL */
+    reqlog         log;            /* one line per finished turn (daemon/reqlog.h) */
     int            d_model, n_layers;
     size_t         params;
 

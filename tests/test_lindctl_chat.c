@@ -22,7 +22,9 @@ typedef struct term {
     size_t len, mark;    /* mark: where the next expect() starts looking */
 } term;
 
-static int term_open(term *t, const char *session, const char *max_tokens)
+/* Start chat on SESSION with -n max_tokens -t 0 and the NULL-terminated
+ * extra arguments in `more` (may be NULL). */
+static int term_open_args(term *t, const char *session, const char *max_tokens, const char *const *more)
 {
     memset(t, 0, sizeof *t);
     struct winsize ws = { .ws_row = 50, .ws_col = 200 };
@@ -34,12 +36,20 @@ static int term_open(term *t, const char *session, const char *max_tokens)
         unsetenv("LANG");
         unsetenv("LC_ALL");
         unsetenv("LC_CTYPE");
-        execl(H.lindctl, H.lindctl, "--socket", H.sock, "chat", session, "-n", max_tokens, "-t", "0",
-              (char *)NULL);
+        const char *av[32] = { H.lindctl, "--socket", H.sock, "chat", session, "-n", max_tokens, "-t", "0" };
+        int n = 9;
+        for (int i = 0; more && more[i] && n < 31; i++) av[n++] = more[i];
+        av[n] = NULL;
+        execv(H.lindctl, (char *const *)av);
         _exit(127);
     }
     t->buf = calloc(1, 1);
     return 0;
+}
+
+static int term_open(term *t, const char *session, const char *max_tokens)
+{
+    return term_open_args(t, session, max_tokens, NULL);
 }
 
 /* Read what is there for up to ms milliseconds. */
@@ -321,6 +331,228 @@ static void chat_daemon_dies_mid_reply(void)
     term_close(&t);
 }
 
+/* Does `hay` hold `needle` after byte `from`? */
+static int seen_after(const term *t, size_t from, const char *needle)
+{
+    return from <= t->len && memmem(t->buf + from, t->len - from, needle, strlen(needle)) != NULL;
+}
+
+static void chat_slash_commands(void)
+{
+    term t;
+    char file[256];
+    snprintf(file, sizeof file, "%s/saved.lind", H.dir);
+    CHECK(term_open(&t, "k1", "5") == 0, "forkpty");
+    CHECK(term_expect(&t, "you> ", 20), "prompt: %s", tail(&t));
+    term_send(&t, "/help\r");
+    CHECK(term_expect(&t, "/switch NAME", 10), "/help lists the commands: %s", tail(&t));
+    CHECK(term_expect(&t, "you> ", 10), "prompt: %s", tail(&t));
+    /* An unknown /word is an error and never reaches the model. */
+    term_send(&t, "/frobnicate now\r");
+    CHECK(term_expect(&t, "unknown command /frobnicate", 10), "unknown command: %s", tail(&t));
+    /* /set checks values as the daemon would, and /show settings shows them. */
+    term_send(&t, "/set temperature 500\r");
+    CHECK(term_expect(&t, "wants 0..100", 10), "bad value refused: %s", tail(&t));
+    term_send(&t, "/set seed 77\r");
+    term_send(&t, "/set top-k 5\r");
+    term_send(&t, "/set stop END none\r");
+    term_send(&t, "/set system Be brief.\r");
+    term_send(&t, "/show settings\r");
+    CHECK(term_expect(&t, "top-k              5", 10), "top-k shown: %s", tail(&t));
+    CHECK(term_expect(&t, "seed               77", 10), "seed shown: %s", tail(&t));
+    CHECK(term_expect(&t, "\"END\" \"none\"", 10), "stops shown: %s", tail(&t));
+    CHECK(term_expect(&t, "system             \"Be brief.\"", 10), "system shown: %s", tail(&t));
+    term_send(&t, "/set stop none\r");
+    term_send(&t, "/set system none\r");
+    term_send(&t, "//slash\r");
+    CHECK(term_expect(&t, "you> ", 20), "reply: %s", tail(&t));
+    term_send(&t, "/show session\r");
+    CHECK(term_expect(&t, "tokens             ", 10), "/show session: %s", tail(&t));
+    term_send(&t, "/show model\r");
+    CHECK(term_expect(&t, "fingerprint", 10), "/show model: %s", tail(&t));
+    /* fork stays, switch moves, save/load round-trip, clear keeps the old one. */
+    term_send(&t, "/fork k1-copy\r");
+    CHECK(term_expect(&t, "forked \"k1\" to \"k1-copy\"", 10), "fork: %s", tail(&t));
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "/save %s\r", file);
+    term_send(&t, cmd);
+    CHECK(term_expect(&t, "saved \"k1\"", 10), "save: %s", tail(&t));
+    snprintf(cmd, sizeof cmd, "/load %s k1-loaded\r", file);
+    term_send(&t, cmd);
+    CHECK(term_expect(&t, "loaded", 10) && term_expect(&t, "resuming \"k1-loaded\"", 10), "load: %s", tail(&t));
+    term_send(&t, "/switch k1\r");
+    CHECK(term_expect(&t, "resuming \"k1\"", 10), "switch: %s", tail(&t));
+    term_send(&t, "/clear\r");
+    CHECK(term_expect(&t, "starting afresh in \"k1-2\"", 10), "clear: %s", tail(&t));
+    CHECK(term_expect(&t, "new session \"k1-2\"", 10), "clear: %s", tail(&t));
+    term_send(&t, "fresh\r");
+    CHECK(term_expect(&t, "you> ", 20), "reply: %s", tail(&t));
+    term_send(&t, "/bye\r");
+    CHECK(term_wait(&t, 20) == 0, "/bye exits 0");
+    term_close(&t);
+    char ins[512];
+    transcript_ins("k1", ins, sizeof ins);
+    CHECK(!strcmp(ins, "/slash\n"), "only the // line reached k1: '%s'", ins);
+    transcript_ins("k1-copy", ins, sizeof ins);
+    CHECK(!strcmp(ins, "/slash\n"), "fork: '%s'", ins);
+    transcript_ins("k1-loaded", ins, sizeof ins);
+    CHECK(!strcmp(ins, "/slash\n"), "load: '%s'", ins);
+    transcript_ins("k1-2", ins, sizeof ins);
+    CHECK(!strcmp(ins, "fresh\n"), "clear: '%s'", ins);
+}
+
+static void chat_multiline(void)
+{
+    term t;
+    CHECK(term_open(&t, "m1", "3") == 0, "forkpty");
+    CHECK(term_expect(&t, "you> ", 20), "prompt: %s", tail(&t));
+    term_send(&t, "\"\"\"first\r");
+    CHECK(term_expect(&t, "... ", 10), "continuation prompt: %s", tail(&t));
+    term_send(&t, "second\r");
+    term_send(&t, "third\"\"\"\r");
+    CHECK(term_expect(&t, "you> ", 20), "reply: %s", tail(&t));
+    term_send(&t, "one \\\r");
+    CHECK(term_expect(&t, "... ", 10), "backslash continues: %s", tail(&t));
+    term_send(&t, "two\r");
+    CHECK(term_expect(&t, "you> ", 20), "reply: %s", tail(&t));
+    /* A block's text is never a command. */
+    term_send(&t, "\"\"\"/etc/motd\"\"\"\r");
+    CHECK(term_expect(&t, "you> ", 20), "reply: %s", tail(&t));
+    /* Ctrl-C inside a block drops the whole message. */
+    term_send(&t, "\"\"\"\r");
+    CHECK(term_expect(&t, "... ", 10), "block: %s", tail(&t));
+    term_send(&t, "dropped\r");
+    term_send(&t, "\x03");
+    CHECK(term_expect(&t, "you> ", 10), "prompt after Ctrl-C: %s", tail(&t));
+    term_send(&t, "\x04");
+    CHECK(term_wait(&t, 20) == 0, "exits 0");
+    term_close(&t);
+    char ins[256];
+    transcript_ins("m1", ins, sizeof ins);
+    CHECK(!strcmp(ins, "first\nsecond\nthird\n|one \ntwo\n|/etc/motd\n"), "messages: '%s'", ins);
+}
+
+static void chat_typeahead(void)
+{
+    term t;
+    CHECK(term_open(&t, "ta", "65536") == 0, "forkpty");
+    CHECK(term_expect(&t, "you> ", 20), "prompt: %s", tail(&t));
+    term_send(&t, "go\r");
+    CHECK(term_expect(&t, "go", 10), "echo");
+    size_t before = t.len;
+    term_wait_output(&t, before + 200, 10);
+    /* Typed while the reply streams: not echoed into it, kept for later
+     * (a whole line runs at the next prompt, the rest waits there). */
+    term_send(&t, "/set max-tokens 3\rlater");
+    term_wait_output(&t, t.len + 400, 5);
+    size_t typed_at = t.len;
+    term_send(&t, "\x03");
+    CHECK(term_expect(&t, "[cancelled]", 30), "cancel: %s", tail(&t));
+    size_t cancel_at = t.mark;
+    CHECK(!memmem(t.buf + before, cancel_at - before, "later", 5) &&
+          !memmem(t.buf + before, cancel_at - before, "max-tokens", 10),
+          "typed text did not show inside the reply");
+    (void)typed_at;
+    CHECK(term_expect(&t, "you> later", 10), "the typed text waits at the next prompt: %s", tail(&t));
+    term_send(&t, "\r");
+    CHECK(term_expect(&t, "you> ", 20), "reply: %s", tail(&t));
+    term_send(&t, "\x04");
+    CHECK(term_wait(&t, 20) == 0, "exits 0");
+    term_close(&t);
+    char ins[256];
+    transcript_ins("ta", ins, sizeof ins);
+    CHECK(strstr(ins, "later\n") != NULL, "the typed-ahead line was sent: '%s'", ins);
+    ctl_run r;
+    harness_ctl(&H, &r, "sessions", "show", "ta", "--json");
+    json_t *j = json_loads(r.out ? r.out : "", JSON_ALLOW_NUL, NULL);
+    json_t *tr = json_object_get(j, "transcript");
+    json_t *last = json_array_get(tr, json_array_size(tr) - 1);
+    /* 3 bytes, each at most 3 once a non-UTF-8 byte becomes U+FFFD */
+    CHECK(last && !strcmp(json_string_value(json_object_get(last, "role")), "out") &&
+          json_string_length(json_object_get(last, "text")) <= 9,
+          "the typed-ahead /set max-tokens 3 applied to the last reply");
+    json_decref(j);
+    ctl_run_free(&r);
+}
+
+/* The model directory's lind_chat.json: the daemon reports it, chat frames
+ * messages with it; --template and --system override. */
+static void chat_model_template(void)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/lind_chat.json", H.model);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL, "write %s", path);
+    if (!f) return;
+    fputs("{\"name\": \"qa\", \"system\": \"[{system}]\\n\", \"user\": \"Q: {prompt}\\nA:\","
+          " \"assistant_end\": \"\\n\", \"stop\": [\"\\nQ:\"], \"default_system\": \"Answer.\"}\n", f);
+    fclose(f);
+    harness_stop(&H);
+    CHECK(harness_start(&H) == 0, "restart with the template");
+    term t;
+    CHECK(term_open(&t, "tm", "4") == 0, "forkpty");
+    CHECK(term_expect(&t, "chat template \"qa\" from the model directory", 20), "banner: %s", tail(&t));
+    CHECK(term_expect(&t, "you> ", 10), "prompt: %s", tail(&t));
+    term_send(&t, "hi\r");
+    CHECK(term_expect(&t, "you> ", 20), "reply: %s", tail(&t));
+    term_send(&t, "more\r");
+    CHECK(term_expect(&t, "you> ", 20), "reply: %s", tail(&t));
+    term_send(&t, "/show model\r");
+    CHECK(term_expect(&t, "lind_chat.json (in the model directory)", 10), "/show model: %s", tail(&t));
+    term_send(&t, "\x04");
+    CHECK(term_wait(&t, 20) == 0, "exits 0");
+    term_close(&t);
+    char ins[512];
+    transcript_ins("tm", ins, sizeof ins);
+    /* The reply ran 4 tokens (no "\nQ:" at temperature 0 from this model is
+     * not guaranteed, so accept either ending of the first reply). */
+    CHECK(!strncmp(ins, "[Answer.]\nQ: hi\nA:|", 19) && strstr(ins, "Q: more\nA:"), "framed: '%s'", ins);
+
+    const char *const none[] = { "--template", "none", "--system", "plain sys", NULL };
+    CHECK(term_open_args(&t, "tn", "2", none) == 0, "forkpty");
+    CHECK(term_expect(&t, "you> ", 20), "prompt: %s", tail(&t));
+    CHECK(!seen_after(&t, 0, "chat template \"qa\""), "--template none wins: %s", tail(&t));
+    term_send(&t, "x\r");
+    CHECK(term_expect(&t, "you> ", 20), "reply: %s", tail(&t));
+    term_send(&t, "\x04");
+    CHECK(term_wait(&t, 20) == 0, "exits 0");
+    term_close(&t);
+    transcript_ins("tn", ins, sizeof ins);
+    CHECK(!strcmp(ins, "plain sys\nx\n"), "unframed: '%s'", ins);
+
+    const char *const raven[] = { "--template", "raven", NULL };
+    CHECK(term_open_args(&t, "tr", "2", raven) == 0, "forkpty");
+    CHECK(term_expect(&t, "you> ", 20), "prompt: %s", tail(&t));
+    term_send(&t, "hey\r");
+    CHECK(term_expect(&t, "you> ", 20), "reply: %s", tail(&t));
+    term_send(&t, "\x04");
+    CHECK(term_wait(&t, 20) == 0, "exits 0");
+    term_close(&t);
+    transcript_ins("tr", ins, sizeof ins);
+    CHECK(!strcmp(ins, "User: hey\n\nAssistant:"), "raven replaces the model's template and its system: '%s'", ins);
+
+    unlink(path);
+    harness_stop(&H);
+    CHECK(harness_start(&H) == 0, "restart without the template");
+}
+
+/* Piped: stdout holds only the new replies; the old transcript goes to
+ * stderr. */
+static void chat_piped(void)
+{
+    ctl_run r;
+    harness_ctl_in(&H, &r, "one\n", 4, "chat", "pp", "-n", "3", "-t", "0", (const char *)NULL);
+    CHECK(r.status == 0, "first run: %d %s", r.status, r.err);
+    size_t first_len = r.out_len;
+    ctl_run_free(&r);
+    harness_ctl_in(&H, &r, "two\n", 4, "chat", "pp", "-n", "3", "-t", "0", (const char *)NULL);
+    CHECK(r.status == 0, "second run: %d %s", r.status, r.err);
+    CHECK(!strstr(r.out, "you> one"), "old transcript not on stdout: '%s'", r.out);
+    CHECK(strstr(r.err, "you> one") != NULL, "old transcript on stderr: '%s'", r.err);
+    CHECK(r.out_len == first_len, "stdout is one reply (%zu bytes), like the first run's (%zu)", r.out_len, first_len);
+    ctl_run_free(&r);
+}
+
 int main(void)
 {
     if (harness_init(&H, 32, 2) != 0) {
@@ -340,6 +572,11 @@ int main(void)
     RUN(chat_daemon_restart);
     RUN(chat_utf8_input);
     RUN(chat_daemon_dies_mid_reply);
+    RUN(chat_slash_commands);
+    RUN(chat_multiline);
+    RUN(chat_typeahead);
+    RUN(chat_model_template);
+    RUN(chat_piped);
     harness_free(&H);
     return check_exit();
 }

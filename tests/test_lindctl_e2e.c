@@ -7,6 +7,8 @@
 #include "tests/check.h"
 #include "tests/lindctl_harness.h"
 
+#include <pty.h>
+
 #include <jansson.h>
 #include <locale.h>
 #include <wchar.h>
@@ -48,6 +50,126 @@ static void absent_daemon(void)
     unlink(sock);
 }
 
+/* Run build/lind with argv (NULL-terminated, argv[0] ignored). */
+static void run_lind(ctl_run *r, char *const *argv)
+{
+    harness L = H;
+    snprintf(L.lindctl, sizeof L.lindctl, "%s", H.lind);
+    int out = -1, err = -1;
+    pid_t pid = harness_spawn(&L, argv, NULL, &out, &err);
+    harness_collect(&L, pid, out, err, r);
+}
+
+static void help_and_version(void)
+{
+    ctl_run r;
+    char *v[] = { "lind", "--version", NULL };
+    run_lind(&r, v);
+    CHECK(r.status == 0 && has(r.out, "lind 1."), "lind --version: %d %s", r.status, r.out);
+    ctl_run_free(&r);
+    harness_ctl(&H, &r, "--version");
+    CHECK(r.status == 0 && has(r.out, "lindctl 1."), "lindctl --version: %d %s", r.status, r.out);
+    ctl_run_free(&r);
+    static char *const subs[] = { "info", "score", "generate", "serve", "bench-step" };
+    for (size_t i = 0; i < 5; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "usage: lind %s", subs[i]);
+        char *a[] = { "lind", subs[i], "--help", NULL };
+        run_lind(&r, a);
+        CHECK(r.status == 0 && has(r.out, want) && has(r.out, "--model") && has(r.out, "--backend"),
+              "lind %s --help: %d %.200s", subs[i], r.status, r.out);
+        ctl_run_free(&r);
+    }
+    char *sv[] = { "lind", "serve", "--help", NULL };
+    run_lind(&r, sv);
+    static const char *const serve_opts[] = { "--socket", "--db", "--max-batch", "--max-resident",
+        "--max-message", "--max-tokens", "--sync", "--transcript-bytes", "--max-output",
+        "--prompt-chunk", "--max-inflight", "$LIND_SOCKET" };
+    for (size_t i = 0; i < sizeof serve_opts / sizeof serve_opts[0]; i++)
+        CHECK(has(r.out, serve_opts[i]), "lind serve --help names %s", serve_opts[i]);
+    ctl_run_free(&r);
+    char *hv[] = { "lind", "help", "generate", NULL };
+    run_lind(&r, hv);
+    CHECK(r.status == 0 && has(r.out, "usage: lind generate"), "lind help generate: %d", r.status);
+    ctl_run_free(&r);
+    static const char *const chat_opts[] = { "--template", "--system", "--stop", "--seed", "--top-p",
+                                             "--repetition-penalty", "/fork", "/save", "raven" };
+    harness_ctl(&H, &r, "chat", "--help");
+    for (size_t i = 0; i < sizeof chat_opts / sizeof chat_opts[0]; i++)
+        CHECK(has(r.out, chat_opts[i]), "chat --help names %s", chat_opts[i]);
+    ctl_run_free(&r);
+}
+
+/* lind score draws a progress line when stderr is a terminal, and not
+ * when it is a pipe (the result lines are the same). */
+static void score_progress_on_terminal(void)
+{
+    char file[256];
+    snprintf(file, sizeof file, "%s/score.txt", H.dir);
+    FILE *f = fopen(file, "w");
+    for (int i = 0; f && i < 3000; i++) fputs("In the beginning. ", f);
+    if (f) fclose(f);
+    int fd;
+    pid_t pid = forkpty(&fd, NULL, NULL, NULL);
+    if (pid == 0) {
+        execl(H.lind, H.lind, "score", "--model", H.model, "--backend", "cpu", file, (char *)NULL);
+        _exit(127);
+    }
+    char *buf = calloc(1, 1);
+    size_t len = 0;
+    for (;;) {
+        char b[4096];
+        ssize_t n = read(fd, b, sizeof b);
+        if (n <= 0) break;
+        harness_buf_add(&buf, &len, b, (size_t)n);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    close(fd);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "score exits 0");
+    CHECK(has(buf, "[scored 0 of 54000 bytes") && has(buf, "bits_per_byte:"), "progress line: %.300s", buf);
+    free(buf);
+    ctl_run r;
+    char *av[] = { "lind", "score", "--model", H.model, "--backend", "cpu", file, NULL };
+    run_lind(&r, av);
+    CHECK(r.status == 0 && has(r.out, "bits_per_byte:") && !has(r.err, "[scored"), "no progress into a pipe: %s", r.err);
+    ctl_run_free(&r);
+}
+
+/* Output paths are checked before any work; a PNG never goes to a terminal. */
+static void output_paths_first(void)
+{
+    ctl_run r;
+    double t0 = harness_now();
+    harness_ctl(&H, &r, "stress", "--sessions", "2", "--tokens", "100000", "--prefix", "pathchk",
+                "--csv", "/nonexistent-dir/x.csv");
+    CHECK(r.status == 13 && has(r.err, "/nonexistent-dir/x.csv"), "bad --csv: %d %s", r.status, r.err);
+    ctl_run_free(&r);
+    harness_ctl(&H, &r, "stress", "--sessions", "2", "--tokens", "100000", "--prefix", "pathchk",
+                "--plot", "/nonexistent-dir/x.png");
+    CHECK(r.status == 13, "bad --plot: %d %s", r.status, r.err);
+    ctl_run_free(&r);
+    CHECK(harness_now() - t0 < 20, "refused before running (%.1f s)", harness_now() - t0);
+    harness_ctl(&H, &r, "sessions", "ls");
+    CHECK(!has(r.out, "pathchk"), "no stress session was created: %s", r.out);
+    ctl_run_free(&r);
+    int master, slave;
+    char tty[128];
+    if (openpty(&master, &slave, tty, NULL, NULL) == 0) {
+        harness_ctl(&H, &r, "stress", "--sessions", "1", "--tokens", "10", "--plot", tty);
+        CHECK(r.status == 2 && has(r.err, "terminal"), "--plot to a terminal: %d %s", r.status, r.err);
+        ctl_run_free(&r);
+        harness_ctl(&H, &r, "sessions", "export", "whatever", tty);
+        CHECK(r.status == 2 && has(r.err, "terminal"), "export to a terminal: %d %s", r.status, r.err);
+        ctl_run_free(&r);
+        close(master);
+        close(slave);
+    }
+    harness_ctl(&H, &r, "sessions", "export", "whatever", "/nonexistent-dir/f");
+    CHECK(r.status == 13, "export to a bad path is refused before asking: %d %s", r.status, r.err);
+    ctl_run_free(&r);
+}
+
 static void usage_errors(void)
 {
     ctl_run r;
@@ -82,6 +204,155 @@ static void usage_errors(void)
 }
 
 /* ---- generate -------------------------------------------------------------- */
+
+/* --log-file takes the request log; --log-level debug adds the time split,
+ * --log-level warn drops turn lines. */
+static void request_log_file_and_levels(void)
+{
+    static const char *const levels[2] = { "debug", "warn" };
+    for (int k = 0; k < 2; k++) {
+        harness h2;
+        if (harness_init(&h2, 16, 1) != 0) { CHECK(0, "second harness"); return; }
+        char logf[256];
+        snprintf(logf, sizeof logf, "%s/requests.log", h2.dir);
+        h2.extra[0] = "--log-file";
+        h2.extra[1] = logf;
+        h2.extra[2] = "--log-level";
+        h2.extra[3] = levels[k];
+        CHECK(harness_start(&h2) == 0, "daemon with --log-file");
+        ctl_run r;
+        harness_ctl(&h2, &r, "generate", "lf", "abc", "-n", "3", "-t", "0");
+        CHECK(r.status == 0, "generate: %d %s", r.status, r.err);
+        ctl_run_free(&r);
+        harness_stop(&h2);
+        FILE *f = fopen(logf, "r");
+        char line[1024];
+        int turn = 0, split = 0;
+        while (f && fgets(line, sizeof line, f)) {
+            if (strstr(line, " info turn session=lf op=generate in=3 out=3 ")) turn++;
+            if (strstr(line, " queue_ms=") && strstr(line, " save_ms=")) split++;
+        }
+        if (f) fclose(f);
+        if (k == 0) CHECK(f && turn == 1 && split == 1, "debug: %d turn lines, %d with the split", turn, split);
+        else CHECK(f && turn == 0, "warn: %d turn lines", turn);
+        harness_free(&h2);
+    }
+}
+
+/* A new session whose first turn is still running has no commit yet:
+ * sessions show says "never", not a 1970 date. */
+static void show_uncommitted(void)
+{
+    lindc *c;
+    char e[256];
+    if (lindc_connect(&c, H.sock, e, sizeof e)) { CHECK(0, "connect: %s", e); return; }
+    lindc_gen_opts o;
+    lindc_gen_opts_init(&o);
+    o.session = "uncommitted";
+    o.text = "x";
+    o.text_len = 1;
+    o.max_tokens = 65536;
+    uint64_t id;
+    lindc_event ev;
+    CHECK(lindc_generate(c, &o, &id) == 0, "generate");
+    CHECK(lindc_wait(c, id, &ev, 30000) == 0 && ev.kind == LINDC_EV_TOKEN, "the turn streams");
+    ctl_run r;
+    harness_ctl(&H, &r, "sessions", "show", "uncommitted");
+    CHECK(r.status == 0 && has(r.out, "updated      never (no turn committed yet)") && !has(r.out, "1970"),
+          "show: %d %s", r.status, r.out);
+    ctl_run_free(&r);
+    harness_ctl(&H, &r, "sessions", "ls");
+    CHECK(!has(r.out, "1970"), "ls: %s", r.out);
+    ctl_run_free(&r);
+    lindc_cancel(c, id, NULL);
+    while (lindc_wait(c, id, &ev, 30000) == 0 && !ev.final) {}
+    lindc_free(c);
+}
+
+/* A new session without --seed draws a random one: two new sessions
+ * differ, the seed is reported (-v, sessions show) and replays the stream. */
+static void random_seeds(void)
+{
+    ctl_run a, b, c, show;
+    harness_ctl(&H, &a, "generate", "rs-a", "And", "-n", "64", "-t", "1", "-v");
+    harness_ctl(&H, &b, "generate", "rs-b", "And", "-n", "64", "-t", "1", "-v");
+    CHECK(a.status == 0 && b.status == 0, "exits %d %d", a.status, b.status);
+    CHECK(a.out_len != b.out_len || memcmp(a.out, b.out, a.out_len), "two new sessions differ");
+    const char *p = strstr(a.err, "seed ");
+    unsigned long long seed = 0;
+    CHECK(p && sscanf(p, "seed %llu", &seed) == 1, "-v names the seed: %s", a.err);
+    char sd[32];
+    snprintf(sd, sizeof sd, "%llu", seed);
+    harness_ctl(&H, &c, "generate", "rs-c", "And", "-n", "64", "-t", "1", "--seed", sd);
+    CHECK(c.status == 0 && c.out_len == a.out_len && !memcmp(a.out, c.out, a.out_len),
+          "the reported seed replays the stream");
+    harness_ctl(&H, &show, "sessions", "show", "rs-a");
+    char want[64];
+    snprintf(want, sizeof want, "seed         %llu", seed);
+    CHECK(has(show.out, want), "sessions show prints the seed: %s", show.out);
+    ctl_run_free(&a);
+    ctl_run_free(&b);
+    ctl_run_free(&c);
+    ctl_run_free(&show);
+}
+
+/* A generate that asks for progress gets `progress` events while its long
+ * text is fed (fed rising, total fixed); one that does not ask gets none. */
+static void prompt_progress(void)
+{
+    lindc *c;
+    char e[256];
+    if (lindc_connect(&c, H.sock, e, sizeof e)) { CHECK(0, "connect: %s", e); return; }
+    static char text[20000];
+    for (size_t i = 0; i < sizeof text; i++) text[i] = (char)('a' + i % 26);
+    for (int ask = 0; ask < 2; ask++) {
+        lindc_gen_opts o;
+        lindc_gen_opts_init(&o);
+        o.session = ask ? "prog-yes" : "prog-no";
+        o.text = text;
+        o.text_len = sizeof text;
+        o.max_tokens = 1;
+        o.progress = ask;
+        uint64_t id, last_fed = 0, total = 0;
+        int n = 0, rising = 1, rc = lindc_generate(c, &o, &id);
+        lindc_event ev;
+        while (!rc && !(rc = lindc_wait(c, id, &ev, 60000)) && !ev.final) {
+            if (ev.kind != LINDC_EV_PROGRESS) continue;
+            uint64_t fed = 0;
+            lindc_get_u64(ev.map, "fed", &fed);
+            lindc_get_u64(ev.map, "total", &total);
+            if (fed <= last_fed || fed >= total) rising = 0;
+            last_fed = fed;
+            n++;
+        }
+        CHECK(rc == 0 && ev.kind == LINDC_EV_DONE, "%s: ends with done (%d)", o.session, rc);
+        if (ask)
+            CHECK(n >= 10 && rising && total == sizeof text + 1, "progress events: %d, rising %d, total %llu",
+                  n, rising, (unsigned long long)total);
+        else
+            CHECK(n == 0, "no progress events unasked, got %d", n);
+    }
+    lindc_free(c);
+}
+
+/* lind serve writes one request log line per finished turn (to stderr,
+ * which the harness sends to its log file). */
+static void request_log(void)
+{
+    ctl_run r;
+    harness_ctl(&H, &r, "generate", "log me", "Genesis", "-n", "6", "-t", "0");
+    CHECK(r.status == 0, "generate: %d %s", r.status, r.err);
+    ctl_run_free(&r);
+    FILE *f = fopen(H.log, "r");
+    char line[1024];
+    int found = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (strstr(line, " info turn session=\"log me\" op=generate in=7 out=6 ttft_ms=") &&
+            strstr(line, " total_ms=") && strstr(line, " outcome=length\n"))
+            found = 1;
+    if (f) fclose(f);
+    CHECK(found, "no turn line for session 'log me' in %s", H.log);
+}
 
 static void generate_streams(void)
 {
@@ -244,9 +515,31 @@ static void generate_errors(void)
     harness_ctl(&H, &r, "generate", "lim", "x", "-n", "999999999");
     CHECK(r.status == 9 && has(r.err, "limit"), "over max_tokens: %d %s", r.status, r.err);
     ctl_run_free(&r);
-    harness_ctl(&H, &r, "generate", "t", "x", "--top-p", "7");
-    CHECK(r.status == 5 && has(r.err, "bad_request"), "top_p 7: %d %s", r.status, r.err);
-    ctl_run_free(&r);
+    /* A bad option value is status 2 whoever notices it: lindctl checks the
+     * daemon's ranges, and the daemon refuses the same values. */
+    static const char *const badv[][2] = { { "--top-p", "7" }, { "-t", "101" },
+                                           { "--repetition-penalty", "0.5" }, { "--top-k", "300" } };
+    for (size_t i = 0; i < 4; i++) {
+        harness_ctl(&H, &r, "generate", "t", "x", badv[i][0], badv[i][1]);
+        CHECK(r.status == 2 && has(r.err, "wants"), "%s %s: %d %s", badv[i][0], badv[i][1], r.status, r.err);
+        ctl_run_free(&r);
+    }
+    {
+        lindc *lc;
+        char e[256];
+        CHECK(lindc_connect(&lc, H.sock, e, sizeof e) == 0, "connect: %s", e);
+        lindc_gen_opts go;
+        lindc_gen_opts_init(&go);
+        go.session = "t";
+        go.top_p = 7;
+        uint64_t gid;
+        lindc_event gev;
+        int grc = lindc_generate(lc, &go, &gid);
+        while (!grc && !(grc = lindc_wait(lc, gid, &gev, 10000)) && !gev.final) {}
+        CHECK(!grc && gev.kind == LINDC_EV_ERROR && !strcmp(gev.code, "bad_request"),
+              "the daemon refuses top_p 7 too: %d %s", grc, gev.code);
+        lindc_free(lc);
+    }
 
     /* busy: hold a long turn on the session through the library, then ask lindctl. */
     lindc *c;
@@ -435,6 +728,47 @@ static void stats_table_and_json(void)
 
 /* ---- stress ------------------------------------------------------------------- */
 
+/* Ctrl-C mid-run: stress reports the windows it measured, says how many
+ * it did not reach, and writes no rows of zeros to the CSV. */
+static void stress_ctrl_c(void)
+{
+    char csv[256];
+    snprintf(csv, sizeof csv, "%s/intr.csv", H.dir);
+    char *argv[] = { "lindctl", "--socket", H.sock, "stress", "--sessions", "2", "--tokens", "2000000",
+                     "--windows", "1000", "--prefix", "intr", "--csv", csv, NULL };
+    int out, err;
+    pid_t pid = harness_spawn(&H, argv, NULL, &out, &err);
+    CHECK(pid > 0, "spawn");
+    harness_sleep_ms(H.slow ? 8000 : 3000);
+    kill(pid, SIGINT);
+    ctl_run r;
+    harness_collect(&H, pid, out, err, &r);
+    CHECK(r.status == 130, "interrupted: %d %s", r.status, r.err);
+    CHECK(has(r.out, "windows not reached"), "says windows were not reached: %.400s", r.out);
+    /* Every table row printed has samples. */
+    const char *p = strstr(r.out, "tokens/s   rss MB\n");
+    int rows = 0, zero = 0;
+    for (p = p ? strchr(p, '\n') + 1 : NULL; p && *p && strchr(p, '\n'); p = strchr(p, '\n') + 1) {
+        unsigned long long a, b, samples;
+        if (sscanf(p, " %llu-%llu %llu", &a, &b, &samples) != 3) break;
+        rows++;
+        if (!samples) zero++;
+    }
+    CHECK(rows >= 1 && zero == 0, "%d rows, %d with no samples", rows, zero);
+    FILE *f = fopen(csv, "r");
+    char line[512];
+    int crow = 0, czero = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        unsigned long long a, b, samples;
+        if (sscanf(line, "%llu,%llu,%llu", &a, &b, &samples) != 3) continue;
+        crow++;
+        if (!samples) czero++;
+    }
+    if (f) fclose(f);
+    CHECK(crow == rows && czero == 0, "csv: %d rows (table %d), %d empty", crow, rows, czero);
+    ctl_run_free(&r);
+}
+
 static void stress_small(void)
 {
     char csv[256], png[256];
@@ -591,12 +925,20 @@ int main(void)
     }
     RUN(absent_daemon);
     RUN(usage_errors);
+    RUN(help_and_version);
     if (harness_start(&H) != 0) {
         printf("FAIL setup: lind serve did not start\n");
         harness_free(&H);
         return 1;
     }
+    RUN(output_paths_first);
+    RUN(score_progress_on_terminal);
     RUN(generate_streams);
+    RUN(request_log);
+    RUN(request_log_file_and_levels);
+    RUN(prompt_progress);
+    RUN(random_seeds);
+    RUN(show_uncommitted);
     RUN(generate_stop);
     RUN(generate_json_utf8);
     RUN(generate_errors);
@@ -605,6 +947,7 @@ int main(void)
     RUN(stats_table_and_json);
     RUN(stress_small);
     RUN(stress_many_turns);
+    RUN(stress_ctrl_c);
     RUN(stress_daemon_dies);
     harness_free(&H);
     return check_exit();

@@ -1,0 +1,48 @@
+/* daemon/reqlog.h — `lind serve`'s log: one line per finished turn (the
+ * request log) plus the daemon's own notices, filtered by a level and
+ * written to stderr or a file (--log-level, --log-file).
+ *
+ * A turn line is written when its outcome is known (after the commit):
+ *   2026-11-23T18:40:20.123Z info turn session=demo op=generate in=5 out=40
+ *     ttft_ms=2.4 total_ms=19.1 outcome=length
+ * and at level debug " queue_ms=... prompt_ms=... generate_ms=... save_ms=..." before the newline
+ * (one line; `session` is quoted when it holds spaces, quotes or '='). Lines are
+ * written with one write(2) each, so threads never interleave inside one. */
+#ifndef LIND_DAEMON_REQLOG_H
+#define LIND_DAEMON_REQLOG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum reqlog_level {
+    REQLOG_ERROR = 0, REQLOG_WARN = 1, REQLOG_INFO = 2, REQLOG_DEBUG = 3,
+} reqlog_level;
+
+typedef struct reqlog {
+    int fd;                /* 2 (stderr) unless --log-file opened another */
+    int owned;             /* fd was opened here: reqlog_close() closes it */
+    reqlog_level level;    /* lines above this level are dropped */
+} reqlog;
+
+/* "error", "warn", "info", "debug" → 0, or -EINVAL. */
+int  reqlog_parse_level(const char *s, reqlog_level *out);
+/* Open the log: path NULL = stderr, else appended to (created 0640).
+ * 0, or a negated errno with a sentence in err. */
+int  reqlog_open(reqlog *l, const char *path, reqlog_level level, char *err, size_t errlen);
+void reqlog_close(reqlog *l);
+
+/* What one finished turn reports. */
+typedef struct reqlog_turn_info {
+    const char *session, *op;      /* op: "generate" or "append" */
+    uint64_t tokens_in, tokens_out;
+    double ttft_ms;                /* < 0: no token was produced */
+    double total_ms;
+    double queue_ms, prompt_ms, generate_ms, save_ms;   /* the split, at level debug */
+    const char *outcome;           /* done reason ("length", "stop", "cancelled") or "io" */
+} reqlog_turn_info;
+
+/* One finished turn at level info; at level debug the line also carries
+ * queue_ms, prompt_ms, generate_ms and save_ms. */
+void reqlog_turn(const reqlog *l, const reqlog_turn_info *t);
+
+#endif

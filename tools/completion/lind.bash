@@ -1,0 +1,40 @@
+# tools/completion/lind.bash — bash completion for lind (installed by
+# `make install` as $(PREFIX)/share/bash-completion/completions/lind).
+
+_lind()
+{
+    local cur prev cmd
+    cur=${COMP_WORDS[COMP_CWORD]}
+    prev=${COMP_WORDS[COMP_CWORD-1]}
+    cmd=${COMP_WORDS[1]}
+    case $prev in
+        -m|--model) COMPREPLY=($(compgen -d -- "$cur")); return ;;
+        --socket|--db) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        --backend) COMPREPLY=($(compgen -W "cpu cuda auto" -- "$cur")); return ;;
+        --sync) COMPREPLY=($(compgen -W "full normal" -- "$cur")); return ;;
+        -p|--prompt|-n|--temperature|--top-k|--top-p|--seed|--rep-penalty|--rep-window|\
+        --after-generate|--max-batch|--seconds|--max-resident|--max-message|--max-tokens|\
+        --transcript-bytes|--max-output|--prompt-chunk|--max-inflight) return ;;
+    esac
+    if ((COMP_CWORD == 1)); then
+        COMPREPLY=($(compgen -W "info score generate serve bench-step help --help --version" -- "$cur"))
+        return
+    fi
+    local sampling="--temperature --top-k --top-p --rep-penalty --rep-window --seed"
+    case $cmd in
+        help) COMPREPLY=($(compgen -W "info score generate serve bench-step" -- "$cur")) ;;
+        info) COMPREPLY=($(compgen -W "--model --backend --help" -- "$cur")) ;;
+        score)
+            if [[ $cur == -* ]]; then
+                COMPREPLY=($(compgen -W "--model --backend --after-generate $sampling --help" -- "$cur"))
+            else
+                COMPREPLY=($(compgen -f -- "$cur"))
+            fi ;;
+        generate) COMPREPLY=($(compgen -W "--model --backend --prompt -n $sampling --help" -- "$cur")) ;;
+        serve) COMPREPLY=($(compgen -W "--model --socket --db --backend --max-batch --max-resident
+                   --max-message --max-tokens --sync --transcript-bytes --max-output --prompt-chunk
+                   --max-inflight --help --version" -- "$cur")) ;;
+        bench-step) COMPREPLY=($(compgen -W "--model --backend --max-batch --seconds --help" -- "$cur")) ;;
+    esac
+}
+complete -F _lind lind
