@@ -455,6 +455,10 @@ static int g_matmul(backend *be, const backend_buf *x, size_t xo, int ldx, const
     }
     if (g->bf16) {
         rc = matmul_bf16(g, x, xo, ldx, (backend_buf *)W, y, yo, ldy, B, N, K, beta);
+    } else if (W->half && B <= KB_GEMV_MAXB) {   /* decode: read the half weights directly */
+        kb_gemv_half_args a = { W->half, F(x) + xo, F(y) + yo, W->htype == BACKEND_W_BF16, B, N, K, ldx, ldy,
+                                beta != 0.0f };
+        rc = launch(g, KB_GEMV_HALF, kb_gemv_half_launch(N), &a, "matmul half");
     } else {
         const float *Wf = F(W);
         if (W->half && (rc = weight_widen(g, W, &Wf)) < 0) return rc;
@@ -570,7 +574,8 @@ static int g_gated_add(backend *be, backend_buf *x, const backend_buf *gate, siz
 }
 
 /* A half-precision weight stays half on the device (half the memory of
- * fp32); matmul widens it, exactly, before each fp32 GEMM (weight_widen), or
+ * fp32). matmul reads it directly for up to KB_GEMV_MAXB rows (kb_gemv_half),
+ * widens it exactly before an fp32 GEMM over more rows (weight_widen), and
  * hands it to the bf16 GEMMs in bf16 mode. */
 static int g_weight_new_half(backend *be, int N, int K, const uint16_t *W, int wtype, backend_buf **out) {
     gridbe *g = G(be);

@@ -24,6 +24,7 @@ static int run_gather_rows(const lind_thread *t, int p, const void *a) { return 
 static int run_scale(const lind_thread *t, int p, const void *a) { return kb_scale(t, p, (const kb_scale_args *)a); }
 static int run_gated_add(const lind_thread *t, int p, const void *a) { return kb_gated_add(t, p, (const kb_gated_add_args *)a); }
 static int run_widen_half(const lind_thread *t, int p, const void *a) { return kb_widen_half(t, p, (const kb_widen_half_args *)a); }
+static int run_gemv_half(const lind_thread *t, int p, const void *a) { return kb_gemv_half(t, p, (const kb_gemv_half_args *)a); }
 
 static const body_fn bodies[KB_NKERNELS] = {
     [KB_EMBED] = run_embed,
@@ -38,6 +39,7 @@ static const body_fn bodies[KB_NKERNELS] = {
     [KB_SCALE] = run_scale,
     [KB_GATED_ADD] = run_gated_add,
     [KB_WIDEN_HALF] = run_widen_half,
+    [KB_GEMV_HALF] = run_gemv_half,
 };
 
 /* A body that never says it is done is a bug the harness reports rather than

@@ -51,7 +51,7 @@ typedef struct lind_launch {
 enum kb_kernel {
     KB_EMBED, KB_LAYERNORM, KB_BIAS_ROWS, KB_ACT, KB_SHIFT_MIX,
     KB_LINEAR_STEP, KB_AFT_STEP, KB_TO_BF16, KB_GATHER_ROWS, KB_SCALE,
-    KB_GATED_ADD, KB_WIDEN_HALF, KB_NKERNELS
+    KB_GATED_ADD, KB_WIDEN_HALF, KB_GEMV_HALF, KB_NKERNELS
 };
 
 /* The per-session state of row b of the batch: slot slots[b] of the pool. */
@@ -468,6 +468,61 @@ LIND_HD static inline int kb_widen_half(const lind_thread *t, int phase, const k
         float f = a->bf16 ? kb_bf16_to_float(a->x[i]) : kb_f16_to_float(a->x[i]);
         if (a->to_bf16) a->yb[i] = kb_bf16(f);
         else a->y[i] = f;
+    }
+    return 0;
+}
+
+/* ---- small-batch product with half weights --------------------------------
+ * y[b, n] = (beta ? y[b, n] : 0) + Σ_k x[b, k] · widen(W[n, k]) for b < B ≤
+ * KB_GEMV_MAXB: the decode step's products read the half weights directly
+ * (2 bytes per weight, where widening first costs 2 + 4 + 4). Block of 256
+ * threads = 8 groups of 32 lanes, group w on output n = 8·blockIdx.x + w:
+ * lane l sums k ≡ l (mod 32) in k order for every row (fp32, widen(W) · x
+ * as one fmaf), then a tree over the 32 lanes in shared memory (5 phases)
+ * and lane b < B writes row b. Every output's sum has the same order
+ * whatever B is, so this kernel alone is batch-invariant. */
+#define KB_GEMV_MAXB  8
+#define KB_GEMV_LANES 32
+#define KB_GEMV_GROUPS 8
+
+typedef struct kb_gemv_half_args {
+    const uint16_t *W;      /* [N × K] half bits */
+    const float *x;         /* row b at x + b·ldx */
+    float *y;               /* row b at y + b·ldy */
+    int bf16, B, N, K, ldx, ldy, beta;
+} kb_gemv_half_args;
+
+static inline lind_launch kb_gemv_half_launch(int N) {
+    lind_launch L = { kb_ceil_div((size_t)N, KB_GEMV_GROUPS), 1, KB_GEMV_GROUPS * KB_GEMV_LANES,
+                      (size_t)KB_GEMV_GROUPS * KB_GEMV_MAXB * KB_GEMV_LANES * sizeof(float) };
+    return L;
+}
+
+LIND_HD static inline int kb_gemv_half(const lind_thread *t, int phase, const kb_gemv_half_args *a) {
+    int w = t->tx / KB_GEMV_LANES, l = t->tx % KB_GEMV_LANES, n = t->bx * KB_GEMV_GROUPS + w;
+    float *red = (float *)t->smem + (size_t)w * KB_GEMV_MAXB * KB_GEMV_LANES;   /* [MAXB][LANES] of group w */
+    if (phase == 0) {
+        float acc[KB_GEMV_MAXB];
+        for (int b = 0; b < KB_GEMV_MAXB; b++) acc[b] = 0.0f;
+        if (n < a->N) {
+            const uint16_t *Wn = a->W + (size_t)n * a->K;
+            for (int k = l; k < a->K; k += KB_GEMV_LANES) {
+                float wk = a->bf16 ? kb_bf16_to_float(Wn[k]) : kb_f16_to_float(Wn[k]);
+                for (int b = 0; b < a->B; b++) acc[b] = fmaf(wk, a->x[(size_t)b * a->ldx + k], acc[b]);
+            }
+        }
+        for (int b = 0; b < KB_GEMV_MAXB; b++) red[b * KB_GEMV_LANES + l] = acc[b];
+        return 1;
+    }
+    if (phase <= 5) {   /* log2(32) tree steps */
+        int half = KB_GEMV_LANES >> phase;
+        if (l < half)
+            for (int b = 0; b < a->B; b++) red[b * KB_GEMV_LANES + l] += red[b * KB_GEMV_LANES + l + half];
+        return 1;
+    }
+    if (n < a->N && l < a->B) {
+        float *y = a->y + (size_t)l * a->ldy + n;
+        *y = (a->beta ? *y : 0.0f) + red[l * KB_GEMV_LANES];
     }
     return 0;
 }

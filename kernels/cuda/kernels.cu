@@ -31,6 +31,7 @@ LIND_KERNEL(k_gather_rows, kb_gather_rows, kb_gather_rows_args)
 LIND_KERNEL(k_scale, kb_scale, kb_scale_args)
 LIND_KERNEL(k_gated_add, kb_gated_add, kb_gated_add_args)
 LIND_KERNEL(k_widen_half, kb_widen_half, kb_widen_half_args)
+LIND_KERNEL(k_gemv_half, kb_gemv_half, kb_gemv_half_args)
 
 __global__ void k_probe(int *flag) { *flag = 1; }
 
@@ -50,6 +51,7 @@ extern "C" int lind_cuda_launch(int kernel, const lind_launch *L, const void *ar
     case KB_SCALE:       k_scale<<<grid, block, L->smem, s>>>(*(const kb_scale_args *)args); break;
     case KB_GATED_ADD:   k_gated_add<<<grid, block, L->smem, s>>>(*(const kb_gated_add_args *)args); break;
     case KB_WIDEN_HALF:  k_widen_half<<<grid, block, L->smem, s>>>(*(const kb_widen_half_args *)args); break;
+    case KB_GEMV_HALF:   k_gemv_half<<<grid, block, L->smem, s>>>(*(const kb_gemv_half_args *)args); break;
     default: return (int)cudaErrorInvalidValue;
     }
     return (int)cudaGetLastError();
