@@ -508,7 +508,8 @@ LIND_HD static inline int kb_gemv_half(const lind_thread *t, int phase, const kb
             const uint16_t *Wn = a->W + (size_t)n * a->K;
             for (int k = l; k < a->K; k += KB_GEMV_LANES) {
                 float wk = a->bf16 ? kb_bf16_to_float(Wn[k]) : kb_f16_to_float(Wn[k]);
-                for (int b = 0; b < a->B; b++) acc[b] = fmaf(wk, a->x[(size_t)b * a->ldx + k], acc[b]);
+                for (int b = 0; b < KB_GEMV_MAXB; b++)   /* constant trip count: acc stays in registers */
+                    if (b < a->B) acc[b] = fmaf(wk, a->x[(size_t)b * a->ldx + k], acc[b]);
             }
         }
         for (int b = 0; b < KB_GEMV_MAXB; b++) red[b * KB_GEMV_LANES + l] = acc[b];
