@@ -6,11 +6,13 @@
  * the same per-thread bodies over the same grids with barriers and shared
  * memory emulated. Every op is compared with the CPU backend on random
  * inputs, twice: threads in forward and in reverse order (a kernel whose
- * result depends on the order has a race within a barrier phase). Whole
- * random models (each mixer, token shift on/off, γ < 1 and = 1, AFT simple
- * and decay) loaded on "harness" and on "cpu" give the same logits for a
- * batch of sessions. Then the refusals: what would corrupt device memory
- * must be caught on the host. */
+ * result depends on the order has a race within a barrier phase); batches
+ * whose rows form runs (batched prefill) give, bit for bit, what one-row
+ * steps give. Whole random models (each mixer, token shift on/off, γ < 1
+ * and = 1, AFT simple and decay; an RWKV-4-shaped model with fp32, fp16 and
+ * bf16 weights) loaded on "harness" and on "cpu" give the same logits for a
+ * batch of sessions, stepped and prefilled. Then the refusals: what would
+ * corrupt device memory must be caught on the host. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -45,12 +47,17 @@ static void refusals(void) {
     float zeros[2 * 3 * 32] = { 0 };
     CHECK(o->buf_upload(be, in, 0, zeros, 2 * 3 * 32) == 0, "upload");
 
-    int slots_ok[2] = { 1, 3 }, slots_dup[2] = { 1, 1 }, slots_far[2] = { 1, 4 }, tok[2] = { 0, 255 },
-        tok_bad[2] = { 0, 256 };
-    CHECK(o->begin_step(be, slots_dup, tok, 2) == -EINVAL, "duplicate slot accepted");
+    int slots_ok[2] = { 1, 3 }, slots_run[2] = { 1, 1 }, slots_far[2] = { 1, 4 }, tok[2] = { 0, 255 },
+        tok_bad[2] = { 0, -1 }, tok_big[2] = { 0, 40 }, slots_split[3] = { 1, 3, 1 }, tok3[3] = { 0, 1, 2 };
+    CHECK(o->begin_step(be, slots_run, tok, 2) == 0, "a run of two rows refused: %s", grid_backend_error(be));
+    CHECK(o->begin_step(be, slots_split, tok3, 3) == -EINVAL, "a slot in two runs accepted");
     CHECK(strstr(grid_backend_error(be), "twice") != NULL, "message: %s", grid_backend_error(be));
     CHECK(o->begin_step(be, slots_far, tok, 2) == -EINVAL, "slot past the pool accepted");
-    CHECK(o->begin_step(be, slots_ok, tok_bad, 2) == -EINVAL, "token 256 accepted");
+    CHECK(o->begin_step(be, slots_ok, tok_bad, 2) == -EINVAL, "token -1 accepted");
+    /* a token past a byte is fine; past the embedding's rows embed refuses it */
+    CHECK(o->begin_step(be, slots_ok, tok_big, 2) == 0, "token 40 refused: %s", grid_backend_error(be));
+    CHECK(o->embed(be, W, out, 32) == -EINVAL, "token 40 of a 32-row table embedded");
+    CHECK(strstr(grid_backend_error(be), "token 40") != NULL, "message: %s", grid_backend_error(be));
     CHECK(o->begin_step(be, slots_ok, tok, 2) == 0, "begin_step: %s", grid_backend_error(be));
 
     CHECK(o->linear_step(be, in, NULL, out, 0, 4, 8, 1e-6f) == 0, "linear_step: %s", grid_backend_error(be));
@@ -71,6 +78,26 @@ static void refusals(void) {
           "GELU with accumulate accepted");
     CHECK(o->matmul(be, in, 0, 32, W, NULL, out, 0, 40, 1, 32, 32, BACKEND_MM_GELU) == -EINVAL,
           "GELU with ldy != N accepted");
+    CHECK(o->matmul(be, in, 0, 32, W, NULL, out, 0, 32, 2, 32, 32, BACKEND_MM_RELU2 | BACKEND_MM_SIGMOID) == -EINVAL,
+          "two activations accepted");
+    CHECK(o->matmul(be, in, 0, 32, W, NULL, out, 0, 32, 2, 32, 32, BACKEND_MM_SIGMOID | BACKEND_MM_ACCUMULATE) ==
+          -EINVAL, "SIGMOID with accumulate accepted");
+    CHECK(o->matmul(be, in, 0, 32, W, NULL, out, 0, 32, 2, 32, 32, 64) == -EINVAL, "an unknown flag accepted");
+    int rows_bad[2] = { 0, 2 };
+    CHECK(o->gather_rows(be, out, rows_bad, 2, in, 32) == -EINVAL, "gather of row 2 of a 2-row batch accepted");
+    CHECK(o->gather_rows(be, out, rows_bad, 1, small, 32) == -EINVAL, "gather into a short buffer accepted");
+    CHECK(o->scale_rows(be, small, 32, 0.5f) == -EINVAL, "scale_rows over a short buffer accepted");
+    CHECK(o->gated_add(be, out, in, 0, 16, in, 0, 32, 32) == -EINVAL, "gated_add with ldg < d accepted");
+    CHECK(o->gated_add(be, out, in, 170, 32, in, 0, 32, 32) == -EINVAL, "gated_add gate past the end accepted");
+    CHECK(o->gated_add(be, small, in, 0, 32, in, 0, 32, 32) == -EINVAL, "gated_add into a short x accepted");
+    uint16_t hw[4] = { 0 };
+    backend_buf *hb = NULL;
+    CHECK(o->weight_new_half(be, 2, 2, hw, 3, &hb) == -EINVAL && hb == NULL, "half type 3 accepted");
+    CHECK(o->weight_new_half(be, 2, 2, hw, BACKEND_W_F16, &hb) == 0, "weight_new_half: %s", grid_backend_error(be));
+    float back[4];
+    CHECK(o->buf_download(be, hb, 0, back, 4) == -EINVAL, "a half weight was read back");
+    CHECK(o->buf_upload(be, hb, 0, back, 4) == -EINVAL, "a half weight was written");
+    o->buf_free(be, hb);
     CHECK(o->slots_reserve(be, 8, slot_bytes + 8) == -EINVAL, "slot size change accepted");
 
     /* dh = 2048 needs more threads than a block has: refused, not launched */
@@ -93,15 +120,18 @@ done:
 /* The harness itself refuses launches a GPU would refuse. */
 static void harness_limits(void) {
     char err[256];
-    kb_gelu_args a = { NULL, 0 };
+    kb_act_args a = { NULL, 0, KB_ACT_GELU };
     lind_launch big = { 1, 1, 2048, 0 }, smem = { 1, 1, 32, 64 * 1024 }, gy = { 1, 70000, 32, 0 };
-    CHECK(harness_launch(HARNESS_FORWARD, KB_GELU, &big, &a, err, sizeof err) == -EINVAL, "2048 threads accepted");
-    CHECK(harness_launch(HARNESS_FORWARD, KB_GELU, &smem, &a, err, sizeof err) == -EINVAL, "64 KiB shared accepted");
-    CHECK(harness_launch(HARNESS_FORWARD, KB_GELU, &gy, &a, err, sizeof err) == -EINVAL, "grid.y 70000 accepted");
+    CHECK(harness_launch(HARNESS_FORWARD, KB_ACT, &big, &a, err, sizeof err) == -EINVAL, "2048 threads accepted");
+    CHECK(harness_launch(HARNESS_FORWARD, KB_ACT, &smem, &a, err, sizeof err) == -EINVAL, "64 KiB shared accepted");
+    CHECK(harness_launch(HARNESS_FORWARD, KB_ACT, &gy, &a, err, sizeof err) == -EINVAL, "grid.y 70000 accepted");
     CHECK(harness_launch(HARNESS_FORWARD, KB_NKERNELS, &big, &a, err, sizeof err) == -EINVAL, "unknown kernel accepted");
     /* every kernel's geometry is within limits at the largest shapes lind allows */
     lind_launch L[] = { kb_linear_launch(65535, 64, 1024), kb_layernorm_launch(65535, 1 << 16),
-                        kb_aft_launch(65535, 1 << 16), kb_shift_mix_launch(65535, 1 << 16) };
+                        kb_aft_launch(65535, 1 << 16), kb_shift_mix_launch(65535, 1 << 16),
+                        kb_gather_rows_launch(65535, 1 << 16), kb_gated_add_launch(65535, 1 << 16),
+                        kb_scale_launch((size_t)65535 << 16), kb_widen_half_launch((size_t)1 << 34),
+                        kb_gemv_half_launch(1 << 20) };
     for (size_t i = 0; i < sizeof L / sizeof *L; i++)
         CHECK(L[i].block <= KB_MAX_BLOCK && L[i].smem <= KB_MAX_SMEM && L[i].gy <= KB_MAX_GRID_Y,
               "geometry %zu out of limits", i);
@@ -199,6 +229,100 @@ static void bf16_matmul(void) {
     backend_free(be);
 }
 
+/* The device's half → fp32 widening equals the host's (kernels/half.h) for
+ * every one of the 65536 fp16 and bf16 bit patterns (NaNs as NaNs). */
+static void half_widening(void) {
+    int bad[2] = { 0, 0 };
+    for (uint32_t h = 0; h < 65536; h++) {
+        float dev[2] = { kb_f16_to_float((uint16_t)h), kb_bf16_to_float((uint16_t)h) };
+        float host[2] = { lind_f16_to_f32((uint16_t)h), lind_bf16_to_f32((uint16_t)h) };
+        for (int k = 0; k < 2; k++)
+            if (isnan(host[k]) ? !isnan(dev[k]) : memcmp(&dev[k], &host[k], sizeof(float))) bad[k]++;
+    }
+    CHECK(bad[0] == 0 && bad[1] == 0, "%d fp16 and %d bf16 patterns widen differently", bad[0], bad[1]);
+}
+
+/* Half weights through the GPU backend. Over more than KB_GEMV_MAXB rows in
+ * fp32 mode (widened, then the fp32 GEMM) and in bf16 mode for a bf16
+ * weight: exactly the products of the widened fp32 copy made by weight_new,
+ * bit for bit. Over up to KB_GEMV_MAXB rows in fp32 mode (kb_gemv_half, its
+ * own summation order): within 10⁻⁶ of a double-precision reference of the
+ * widened values, with accumulate, and bit-identical row by row whatever the
+ * number of rows (batch-invariant). fp16 weights in bf16 mode are rounded
+ * twice (fp16 → bf16): within bf16 accuracy. */
+static void half_matmul(void) {
+    backend *be;
+    char err[256];
+    if (backend_harness_new(HARNESS_REVERSE, &be, err, sizeof err) < 0) { CHECK(0, "%s", err); return; }
+    const backend_ops *o = be->ops;
+    enum { BMAX = 12, N = 44, K = 80, LDY = N + 3 };
+    static float x[BMAX * K], Wf[N * K], y0[BMAX * LDY], y1[BMAX * LDY], y2[BMAX * LDY], wide[N * K];
+    static uint16_t Wh[N * K];
+    fill(x, BMAX * K, 2, 0);
+    fill(Wf, N * K, 1, 0);
+    fill(y0, BMAX * LDY, 1, 0);
+    backend_buf *bx, *by;
+    if (o->buf_new(be, BMAX * K, &bx) || o->buf_new(be, BMAX * LDY, &by)) { CHECK(0, "buf_new"); backend_free(be); return; }
+    CHECK(o->buf_upload(be, bx, 0, x, BMAX * K) == 0, "upload");
+    static const int rows[] = { 1, 4, KB_GEMV_MAXB, BMAX };
+    for (int mode = 0; mode < 2; mode++) {
+        CHECK(grid_backend_set_weights(be, mode ? "bf16" : "fp32", err, sizeof err) == 0, "%s", err);
+        for (int wt = BACKEND_W_F16; wt <= BACKEND_W_BF16; wt++) {
+            const char *wn = wt == BACKEND_W_BF16 ? "bf16" : "fp16";
+            for (int i = 0; i < N * K; i++) Wh[i] = wt == BACKEND_W_BF16 ? lind_f32_to_bf16(Wf[i]) : lind_f32_to_f16(Wf[i]);
+            for (int i = 0; i < N * K; i++) wide[i] = wt == BACKEND_W_BF16 ? lind_bf16_to_f32(Wh[i]) : lind_f16_to_f32(Wh[i]);
+            backend_buf *hw = NULL, *fw = NULL;
+            CHECK(o->weight_new_half(be, N, K, Wh, wt, &hw) == 0 && o->weight_new(be, N, K, wide, &fw) == 0,
+                  "weights: %s", grid_backend_error(be));
+            if (!hw || !fw) { o->buf_free(be, hw); o->buf_free(be, fw); continue; }
+            float first[LDY];   /* row 0 of the one-row product: every B must give it again */
+            for (size_t ri = 0; ri < sizeof rows / sizeof *rows; ri++)
+                for (int acc = 0; acc < 2; acc++) {
+                    int B = rows[ri];
+                    CHECK(o->buf_upload(be, by, 0, y0, BMAX * LDY) == 0 &&
+                          o->matmul(be, bx, 0, K, hw, NULL, by, 0, LDY, B, N, K, acc) == 0 &&
+                          o->buf_download(be, by, 0, y1, BMAX * LDY) == 0, "half matmul: %s", grid_backend_error(be));
+                    CHECK(o->buf_upload(be, by, 0, y0, BMAX * LDY) == 0 &&
+                          o->matmul(be, bx, 0, K, fw, NULL, by, 0, LDY, B, N, K, acc) == 0 &&
+                          o->buf_download(be, by, 0, y2, BMAX * LDY) == 0, "fp32 matmul: %s", grid_backend_error(be));
+                    CHECK(!memcmp(y1 + B * LDY, y0 + B * LDY, (BMAX - B) * LDY * sizeof(float)),
+                          "%s weights, B=%d: rows past the batch were written", wn, B);
+                    for (int b = 0; b < B; b++)
+                        CHECK(!memcmp(y1 + b * LDY + N, y0 + b * LDY + N, (LDY - N) * sizeof(float)),
+                              "%s weights, B=%d: columns past N were written", wn, B);
+                    if (mode == 1 && wt == BACKEND_W_F16) {
+                        double e = rel_err_f(y1, y2, B * LDY);
+                        CHECK(e < 3e-2, "fp16 weights in bf16 mode, B=%d: %.3g", B, e);
+                    } else if (mode == 1 || B > KB_GEMV_MAXB) {
+                        CHECK(!memcmp(y1, y2, sizeof y1), "%s weights, %s GEMMs, B=%d: differ from the widened fp32 "
+                              "weight", wn, mode ? "bf16" : "fp32", B);
+                    } else {
+                        double worst = 0, scale = 0;
+                        for (int b = 0; b < B; b++)
+                            for (int n = 0; n < N; n++) {
+                                double r = acc ? y0[b * LDY + n] : 0;
+                                for (int k = 0; k < K; k++) r += (double)x[b * K + k] * wide[n * K + k];
+                                double e = fabs(y1[b * LDY + n] - r);
+                                if (!(e <= worst)) worst = e;
+                                if (fabs(r) > scale) scale = fabs(r);
+                            }
+                        CHECK(worst <= 1e-6 * scale, "%s weights, B=%d accumulate=%d: error %.3g against the "
+                              "reference (scale %.3g)", wn, B, acc, worst, scale);
+                        if (B == 1 && !acc) memcpy(first, y1, sizeof first);
+                        else if (!acc)
+                            CHECK(!memcmp(first, y1, N * sizeof(float)), "%s weights: row 0 at B=%d differs from "
+                                  "B=1 (not batch-invariant)", wn, B);
+                    }
+                }
+            o->buf_free(be, hw);
+            o->buf_free(be, fw);
+        }
+    }
+    o->buf_free(be, bx);
+    o->buf_free(be, by);
+    backend_free(be);
+}
+
 /* Whole models with LIND_CUDA_WEIGHTS=bf16 stay close to the fp32 CPU
  * backend; an unknown value is refused by name. */
 static void bf16_models(void) {
@@ -219,7 +343,11 @@ int main(void) {
     cmp_run_all("harness_rev", ctor_reverse, 1e-5, 1e-12);
     /* whole models through recurrent/model.c on the "harness" backend */
     cmp_model_backend = "harness";
+    cmp_batch_invariant = 1;
     RUN(models_random);
+    RUN(models_rwkv4);
+    RUN(half_widening);
+    RUN(half_matmul);
     RUN(bf16_matmul);
     RUN(bf16_models);
     RUN(refusals);

@@ -2,8 +2,8 @@
  *
  * Owns the device buffers, the slot pool (one device allocation, slots at a
  * 256-byte stride so fp64 state regions stay aligned and coalesced), the
- * current batch's slot and token arrays on the device, and maps each op to a
- * kernel launch or a GEMM. Every op validates its extents on the host before
+ * current batch's slot, token and run arrays on the device, and maps each op
+ * to a kernel launch or a GEMM. Every op validates its extents on the host before
  * anything reaches the device: a bad offset here would otherwise be a silent
  * out-of-bounds write in device memory. */
 #include "kernels/cuda/grid_backend.h"
@@ -23,6 +23,8 @@ struct backend_buf {
     uint16_t *bf;   /* bf16 copy (weights, in bf16 mode), device pointer */
     int    bf_ok;   /* bf holds the current contents */
     int    bf_only; /* a weight_new weight in bf16 mode: no fp32 copy (p NULL) */
+    uint16_t *half; /* a weight_new_half weight: its n half values (p NULL) */
+    int    htype;   /* BACKEND_W_F16 / BACKEND_W_BF16 when half is set */
 };
 
 typedef struct gridbe {
@@ -37,10 +39,17 @@ typedef struct gridbe {
     size_t slot_bytes, stride;
 
     int   *d_slots, *d_tokens;  /* current batch on the device */
-    int    cap;                 /* their capacity */
-    int    B;
+    int   *d_runs;              /* nruns + 1 row starts (kernel_bodies.h) */
+    int   *runs;                /* the same on the host */
+    int    cap;                 /* capacity of those arrays, in rows */
+    int    B, nruns;
+    int    max_token;           /* largest token of the batch (embed's bound) */
     unsigned *seen;             /* per slot: stamp of the last batch using it */
     unsigned  stamp;
+    int   *d_rows;              /* gather_rows' indices on the device */
+    int    rows_cap;
+    float *wtmp;                /* fp32 widening of a half weight for one GEMM */
+    size_t wtmp_n;
 
     int       bf16;             /* GEMMs in bf16 (grid_backend_set_weights) */
     uint16_t *xb;               /* bf16 copy of a GEMM's activations */
@@ -101,9 +110,13 @@ static void g_free(backend *be) {
     g->dev->release(g->dev, g->pool);
     g->dev->release(g->dev, g->d_slots);
     g->dev->release(g->dev, g->d_tokens);
+    g->dev->release(g->dev, g->d_runs);
+    g->dev->release(g->dev, g->d_rows);
     g->dev->release(g->dev, g->xb);
+    g->dev->release(g->dev, g->wtmp);
     g->dev->free(g->dev);
     free(g->seen);
+    free(g->runs);
     free(g);
 }
 
@@ -128,13 +141,14 @@ static void g_buf_free(backend *be, backend_buf *b) {
     if (!b) return;
     G(be)->dev->release(G(be)->dev, b->p);
     G(be)->dev->release(G(be)->dev, b->bf);
+    G(be)->dev->release(G(be)->dev, b->half);
     free(b);
 }
 
 static int g_buf_upload(backend *be, backend_buf *b, size_t off, const float *src, size_t n) {
     gridbe *g = G(be);
     if (off > SIZE_MAX - n) return fail(g, -EINVAL, "buf_upload: offset overflows");
-    if (b && b->bf_only) return fail(g, -EINVAL, "buf_upload: a bf16 weight cannot be written");
+    if (b && (b->bf_only || b->half)) return fail(g, -EINVAL, "buf_upload: a bf16 or half weight cannot be written");
     int rc = fits(g, b, off + n, "buf_upload", "destination");
     if (rc < 0 || n == 0) return rc;
     b->bf_ok = 0;
@@ -144,7 +158,7 @@ static int g_buf_upload(backend *be, backend_buf *b, size_t off, const float *sr
 static int g_buf_download(backend *be, const backend_buf *b, size_t off, float *dst, size_t n) {
     gridbe *g = G(be);
     if (off > SIZE_MAX - n) return fail(g, -EINVAL, "buf_download: offset overflows");
-    if (b && b->bf_only) return fail(g, -EINVAL, "buf_download: a bf16 weight cannot be read back");
+    if (b && (b->bf_only || b->half)) return fail(g, -EINVAL, "buf_download: a bf16 or half weight cannot be read back");
     int rc = fits(g, b, off + n, "buf_download", "source");
     if (rc < 0 || n == 0) return rc;
     return dev_rc(g, g->dev->d2h(g->dev, dst, F(b) + off, n * sizeof(float)), "buf_download");
@@ -232,38 +246,68 @@ static int g_slot_write(backend *be, int slot, const void *src) {
 
 /* ---- the step ------------------------------------------------------------ */
 
+/* Grow the batch arrays to hold B rows (and B + 1 run starts). */
+static int batch_cap(gridbe *g, int B) {
+    if (B <= g->cap) return 0;
+    int cap = g->cap * 2 > B ? g->cap * 2 : B;
+    int *h = realloc(g->runs, (size_t)(cap + 1) * sizeof *h);
+    if (!h) return fail(g, -ENOMEM, "begin_step: out of host memory");
+    g->runs = h;
+    void *s = NULL, *t = NULL, *r = NULL;
+    int rc = g->dev->alloc(g->dev, (size_t)cap * sizeof(int), &s);
+    if (rc == 0) rc = g->dev->alloc(g->dev, (size_t)cap * sizeof(int), &t);
+    if (rc == 0) rc = g->dev->alloc(g->dev, (size_t)(cap + 1) * sizeof(int), &r);
+    if (rc < 0) {
+        g->dev->release(g->dev, s);
+        g->dev->release(g->dev, t);
+        return dev_rc(g, rc, "begin_step");
+    }
+    g->dev->release(g->dev, g->d_slots);
+    g->dev->release(g->dev, g->d_tokens);
+    g->dev->release(g->dev, g->d_runs);
+    g->d_slots = s;
+    g->d_tokens = t;
+    g->d_runs = r;
+    g->cap = cap;
+    return 0;
+}
+
+/* The batch: rows form runs (a slot's rows consecutive, one run per slot),
+ * checked here since a slot in two runs would be two blocks racing on one
+ * state. Tokens must be ≥ 0; their upper bound is the embedding's rows,
+ * checked by embed (the only op that indexes by token). */
 static int g_begin_step(backend *be, const int *slots, const int *tokens, int B) {
     gridbe *g = G(be);
     if (B < 0 || B > KB_MAX_GRID_Y) return fail(g, -EINVAL, "begin_step: batch of %d (max %d)", B, KB_MAX_GRID_Y);
-    g->B = 0;
+    g->B = g->nruns = 0;
     if (++g->stamp == 0) {   /* wrapped: forget every old stamp */
         if (g->nslots) memset(g->seen, 0, (size_t)g->nslots * sizeof *g->seen);
         g->stamp = 1;
     }
+    int maxtok = 0;
     for (int b = 0; b < B; b++) {
         int rc = slot_ok(g, slots[b], "begin_step");
         if (rc < 0) return rc;
-        if (g->seen[slots[b]] == g->stamp) return fail(g, -EINVAL, "begin_step: slot %d appears twice", slots[b]);
+        if (tokens[b] < 0) return fail(g, -EINVAL, "begin_step: row %d: negative token %d", b, tokens[b]);
+        if (tokens[b] > maxtok) maxtok = tokens[b];
+        if (b > 0 && slots[b] == slots[b - 1]) continue;   /* the run goes on */
+        if (g->seen[slots[b]] == g->stamp)
+            return fail(g, -EINVAL, "begin_step: slot %d appears twice, in two runs (row %d)", slots[b], b);
         g->seen[slots[b]] = g->stamp;
-        if (tokens[b] < 0 || tokens[b] > 255) return fail(g, -EINVAL, "begin_step: token %d out of 0..255", tokens[b]);
     }
-    if (B > g->cap) {
-        int cap = g->cap * 2 > B ? g->cap * 2 : B;
-        void *s = NULL, *t = NULL;
-        int rc = g->dev->alloc(g->dev, (size_t)cap * sizeof(int), &s);
-        if (rc == 0) rc = g->dev->alloc(g->dev, (size_t)cap * sizeof(int), &t);
-        if (rc < 0) { g->dev->release(g->dev, s); return dev_rc(g, rc, "begin_step"); }
-        g->dev->release(g->dev, g->d_slots);
-        g->dev->release(g->dev, g->d_tokens);
-        g->d_slots = s;
-        g->d_tokens = t;
-        g->cap = cap;
-    }
-    if (B == 0) return 0;
-    int rc = g->dev->h2d(g->dev, g->d_slots, slots, (size_t)B * sizeof(int));
+    int rc = batch_cap(g, B);
+    if (rc < 0 || B == 0) return rc;
+    int n = 0;
+    for (int b = 0; b < B; b++)
+        if (b == 0 || slots[b] != slots[b - 1]) g->runs[n++] = b;
+    g->runs[n] = B;
+    rc = g->dev->h2d(g->dev, g->d_slots, slots, (size_t)B * sizeof(int));
     if (rc == 0) rc = g->dev->h2d(g->dev, g->d_tokens, tokens, (size_t)B * sizeof(int));
+    if (rc == 0) rc = g->dev->h2d(g->dev, g->d_runs, g->runs, (size_t)(n + 1) * sizeof(int));
     if (rc < 0) return dev_rc(g, rc, "begin_step");
     g->B = B;
+    g->nruns = n;
+    g->max_token = maxtok;
     return 0;
 }
 
@@ -271,9 +315,12 @@ static int g_embed(backend *be, const backend_buf *E, backend_buf *x, int d) {
     gridbe *g = G(be);
     int B = g->B, rc;
     if (d < 1) return fail(g, -EINVAL, "embed: width %d", d);
-    if ((rc = fits(g, E, (size_t)256 * d, "embed", "E")) < 0 || (rc = fits(g, x, (size_t)B * d, "embed", "x")) < 0)
-        return rc;
     if (B == 0) return 0;
+    if (E && (size_t)g->max_token >= E->n / (size_t)d)
+        return fail(g, -EINVAL, "embed: token %d past the %zu rows of E", g->max_token, E->n / (size_t)d);
+    if ((rc = fits(g, E, ((size_t)g->max_token + 1) * d, "embed", "E")) < 0 ||
+        (rc = fits(g, x, (size_t)B * d, "embed", "x")) < 0)
+        return rc;
     kb_embed_args a = { F(E), F(x), g->d_tokens, d };
     return launch(g, KB_EMBED, kb_embed_launch(B, d), &a, "embed");
 }
@@ -310,14 +357,43 @@ static int refresh_bf16(gridbe *g, backend_buf *W, const char *op) {
     return 0;
 }
 
-/* The bf16 GEMM: W's bf16 copy (made on first use, and again after W is
+/* The bf16 operand of W: a bf16 half weight as it is; an fp16 one rounded
+ * to bf16 once (kept in W->bf); an fp32 one through refresh_bf16. */
+static int weight_bf16(gridbe *g, backend_buf *W, const uint16_t **out, const char *op) {
+    int rc;
+    *out = NULL;
+    if (W->half && W->htype == BACKEND_W_BF16) {
+        *out = W->half;
+        return 0;
+    }
+    if (W->half) {
+        if (!W->bf_ok) {
+            if (!W->bf) {
+                void *p;
+                if ((rc = g->dev->alloc(g->dev, W->n * sizeof(uint16_t), &p)) < 0) return dev_rc(g, rc, op);
+                W->bf = p;
+            }
+            kb_widen_half_args a = { W->half, NULL, W->bf, W->n, 0, 1 };
+            if ((rc = launch(g, KB_WIDEN_HALF, kb_widen_half_launch(W->n), &a, op)) < 0) return rc;
+            W->bf_ok = 1;
+        }
+        *out = W->bf;
+        return 0;
+    }
+    if ((rc = refresh_bf16(g, W, op)) < 0) return rc;
+    *out = W->bf;
+    return 0;
+}
+
+/* The bf16 GEMM: W's bf16 operand (made on first use, and again after W is
  * uploaded to), x's block rounded into the scratch, then the same mapping as
  * the fp32 call below. W is the const argument of matmul: its bf16 copy is
  * a cache, not its contents. */
 static int matmul_bf16(gridbe *g, const backend_buf *x, size_t xo, int ldx, backend_buf *W, backend_buf *y,
                        size_t yo, int ldy, int B, int N, int K, float beta) {
     int rc;
-    if ((rc = refresh_bf16(g, W, "matmul bf16 weights")) < 0) return rc;
+    const uint16_t *Wb;
+    if ((rc = weight_bf16(g, W, &Wb, "matmul bf16 weights")) < 0) return rc;
     size_t xn = (size_t)B * K;
     if (xn > g->xb_n) {
         void *p;
@@ -328,13 +404,33 @@ static int matmul_bf16(gridbe *g, const backend_buf *x, size_t xo, int ldx, back
     }
     kb_to_bf16_args a = { F(x) + xo, g->xb, ldx, K, K };
     if ((rc = launch(g, KB_TO_BF16, kb_to_bf16_launch(B, K), &a, "matmul bf16 activations")) < 0) return rc;
-    return dev_rc(g, g->dev->gemm_bf16(g->dev, 1, 0, N, B, K, 1.0f, W->bf, K, g->xb, K, beta, F(y) + yo, ldy),
+    return dev_rc(g, g->dev->gemm_bf16(g->dev, 1, 0, N, B, K, 1.0f, Wb, K, g->xb, K, beta, F(y) + yo, ldy),
                   "matmul");
+}
+
+/* The fp32 operand of a half weight: widened (exactly) into the shared
+ * scratch, so the GEMM that follows is the fp32 GEMM of the same values —
+ * what the model would get by widening on the host, at half the device
+ * memory for the weight and one extra pass over it per product. */
+static int weight_widen(gridbe *g, const backend_buf *W, const float **out) {
+    int rc;
+    if (W->n > g->wtmp_n) {
+        void *p;
+        if ((rc = g->dev->alloc(g->dev, W->n * sizeof(float), &p)) < 0) return dev_rc(g, rc, "matmul half scratch");
+        g->dev->release(g->dev, g->wtmp);
+        g->wtmp = p;
+        g->wtmp_n = W->n;
+    }
+    kb_widen_half_args a = { W->half, g->wtmp, NULL, W->n, W->htype == BACKEND_W_BF16, 0 };
+    if ((rc = launch(g, KB_WIDEN_HALF, kb_widen_half_launch(W->n), &a, "matmul half weights")) < 0) return rc;
+    *out = g->wtmp;
+    return 0;
 }
 
 /* Row-major y[B × N] (+)= x[B × K]·Wᵀ (+ bias) as one column-major SGEMM:
  * read column-major, y is yᵀ [N × B] (ld ldy), W is Wᵀ [K × N] (ld K) and
- * x is xᵀ [K × B] (ld ldx), so yᵀ = op_T(Wᵀ)·xᵀ = W·xᵀ. */
+ * x is xᵀ [K × B] (ld ldx), so yᵀ = op_T(Wᵀ)·xᵀ = W·xᵀ. An activation flag
+ * runs as a pass over the B·N outputs after the product (and bias). */
 static int g_matmul(backend *be, const backend_buf *x, size_t xo, int ldx, const backend_buf *W,
                     const backend_buf *bias, backend_buf *y, size_t yo, int ldy, int B, int N, int K,
                     int flags) {
@@ -343,28 +439,40 @@ static int g_matmul(backend *be, const backend_buf *x, size_t xo, int ldx, const
     if (B < 0 || N < 1 || K < 1 || ldx < K || ldy < N || B > KB_MAX_GRID_Y)
         return fail(g, -EINVAL, "matmul: bad shape B=%d N=%d K=%d ldx=%d ldy=%d", B, N, K, ldx, ldy);
     if (!backend_mm_flags_ok(flags, ldy, N))
-        return fail(g, -EINVAL, "matmul: flags %#x (GELU needs ldy == N and no accumulate)", flags);
+        return fail(g, -EINVAL, "matmul: flags %#x (at most one activation, which needs ldy == N and no accumulate)",
+                    flags);
     if (B == 0) return 0;
     size_t xn = xo + (size_t)(B - 1) * ldx + K, yn = yo + (size_t)(B - 1) * ldy + N;
     if ((rc = fits(g, x, xn, "matmul", "x")) < 0 || (rc = fits(g, y, yn, "matmul", "y")) < 0 ||
         (rc = fits(g, W, (size_t)N * K, "matmul", "W")) < 0 || (bias && (rc = fits(g, bias, N, "matmul", "bias")) < 0))
         return rc;
+    if (!g->bf16 && W->bf_only) return fail(g, -EINVAL, "matmul: W was made as a bf16 weight, GEMMs are now fp32");
     float beta = accumulate ? 1.0f : 0.0f;
     if (bias) {
         kb_bias_rows_args a = { F(y) + yo, F(bias), ldy, N, accumulate };
         if ((rc = launch(g, KB_BIAS_ROWS, kb_bias_rows_launch(B, N), &a, "matmul bias")) < 0) return rc;
         beta = 1.0f;
     }
-    if (g->bf16) rc = matmul_bf16(g, x, xo, ldx, (backend_buf *)W, y, yo, ldy, B, N, K, beta);
-    else if (W->bf_only) return fail(g, -EINVAL, "matmul: W was made as a bf16 weight, GEMMs are now fp32");
-    else rc = dev_rc(g, g->dev->sgemm(g->dev, 1, 0, N, B, K, 1.0f, F(W), K, F(x) + xo, ldx, beta, F(y) + yo, ldy),
-                     "matmul");
-    if (rc < 0 || !(flags & BACKEND_MM_GELU)) return rc;
+    if (g->bf16) {
+        rc = matmul_bf16(g, x, xo, ldx, (backend_buf *)W, y, yo, ldy, B, N, K, beta);
+    } else if (W->half && B <= KB_GEMV_MAXB) {   /* decode: read the half weights directly */
+        kb_gemv_half_args a = { W->half, F(x) + xo, F(y) + yo, W->htype == BACKEND_W_BF16, B, N, K, ldx, ldy,
+                                beta != 0.0f };
+        rc = launch(g, KB_GEMV_HALF, kb_gemv_half_launch(N), &a, "matmul half");
+    } else {
+        const float *Wf = F(W);
+        if (W->half && (rc = weight_widen(g, W, &Wf)) < 0) return rc;
+        rc = dev_rc(g, g->dev->sgemm(g->dev, 1, 0, N, B, K, 1.0f, Wf, K, F(x) + xo, ldx, beta, F(y) + yo, ldy),
+                    "matmul");
+    }
+    int act = flags & BACKEND_MM_ACT;
+    if (rc < 0 || !act) return rc;
     /* the activation in place over the B·N contiguous outputs */
     size_t n = (size_t)B * N;
-    if (n > (size_t)KB_EW_BLOCK * INT32_MAX) return fail(g, -EINVAL, "matmul gelu: %zu elements", n);
-    kb_gelu_args a = { F(y) + yo, n };
-    return launch(g, KB_GELU, kb_gelu_launch(n), &a, "matmul gelu");
+    if (n > (size_t)KB_EW_BLOCK * INT32_MAX) return fail(g, -EINVAL, "matmul activation: %zu elements", n);
+    kb_act_args a = { F(y) + yo, n,
+                      act == BACKEND_MM_GELU ? KB_ACT_GELU : act == BACKEND_MM_RELU2 ? KB_ACT_RELU2 : KB_ACT_SIGMOID };
+    return launch(g, KB_ACT, kb_act_launch(n), &a, "matmul activation");
 }
 
 static int g_shift_mix(backend *be, const backend_buf *h, const backend_buf *mu, backend_buf *out,
@@ -378,8 +486,8 @@ static int g_shift_mix(backend *be, const backend_buf *h, const backend_buf *mu,
         (rc = fits(g, out, (size_t)B * nmix * d, "shift_mix", "out")) < 0)
         return rc;
     if (B == 0) return 0;
-    kb_shift_mix_args a = { F(h), F(mu), F(out), g->pool, g->stride, shift_off, g->d_slots, d, nmix };
-    return launch(g, KB_SHIFT_MIX, kb_shift_mix_launch(B, d), &a, "shift_mix");
+    kb_shift_mix_args a = { F(h), F(mu), F(out), g->pool, g->stride, shift_off, g->d_slots, g->d_runs, d, nmix };
+    return launch(g, KB_SHIFT_MIX, kb_shift_mix_launch(g->nruns, d), &a, "shift_mix");
 }
 
 static int g_linear_step(backend *be, const backend_buf *in, const backend_buf *gamma, backend_buf *out,
@@ -395,8 +503,8 @@ static int g_linear_step(backend *be, const backend_buf *in, const backend_buf *
         return rc;
     if (B == 0) return 0;
     kb_linear_args a = { F(in), gamma ? F(gamma) : NULL, F(out), g->pool, g->stride, state_off,
-                         g->d_slots, H, dh, eps };
-    return launch(g, KB_LINEAR_STEP, kb_linear_launch(B, H, dh), &a, "linear_step");
+                         g->d_slots, g->d_runs, H, dh, eps };
+    return launch(g, KB_LINEAR_STEP, kb_linear_launch(g->nruns, H, dh), &a, "linear_step");
 }
 
 static int g_aft_step(backend *be, const backend_buf *in, const backend_buf *w, const backend_buf *u,
@@ -411,8 +519,86 @@ static int g_aft_step(backend *be, const backend_buf *in, const backend_buf *w, 
         return rc;
     if (B == 0) return 0;
     kb_aft_args a = { F(in), w ? F(w) : NULL, u ? F(u) : NULL, F(out), g->pool, g->stride, state_off,
-                      g->d_slots, d };
-    return launch(g, KB_AFT_STEP, kb_aft_launch(B, d), &a, "aft_step");
+                      g->d_slots, g->d_runs, d };
+    return launch(g, KB_AFT_STEP, kb_aft_launch(g->nruns, d), &a, "aft_step");
+}
+
+/* ---- row helpers ----------------------------------------------------------- */
+
+static int g_gather_rows(backend *be, const backend_buf *src, const int *rows, int n, backend_buf *dst, int d) {
+    gridbe *g = G(be);
+    int rc;
+    if (d < 1 || n < 0 || n > KB_MAX_GRID_Y) return fail(g, -EINVAL, "gather_rows: %d rows of width %d", n, d);
+    if (n == 0) return 0;
+    for (int i = 0; i < n; i++)
+        if (rows[i] < 0 || rows[i] >= g->B)
+            return fail(g, -EINVAL, "gather_rows: row %d is %d, the batch has %d rows", i, rows[i], g->B);
+    if ((rc = fits(g, src, (size_t)g->B * d, "gather_rows", "src")) < 0 ||
+        (rc = fits(g, dst, (size_t)n * d, "gather_rows", "dst")) < 0)
+        return rc;
+    if (n > g->rows_cap) {
+        int cap = g->rows_cap * 2 > n ? g->rows_cap * 2 : n;
+        void *p;
+        if ((rc = g->dev->alloc(g->dev, (size_t)cap * sizeof(int), &p)) < 0) return dev_rc(g, rc, "gather_rows");
+        g->dev->release(g->dev, g->d_rows);
+        g->d_rows = p;
+        g->rows_cap = cap;
+    }
+    if ((rc = g->dev->h2d(g->dev, g->d_rows, rows, (size_t)n * sizeof(int))) < 0) return dev_rc(g, rc, "gather_rows");
+    kb_gather_rows_args a = { F(src), F(dst), g->d_rows, d };
+    return launch(g, KB_GATHER_ROWS, kb_gather_rows_launch(n, d), &a, "gather_rows");
+}
+
+static int g_scale_rows(backend *be, backend_buf *x, int d, float s) {
+    gridbe *g = G(be);
+    int rc;
+    if (d < 1) return fail(g, -EINVAL, "scale_rows: width %d", d);
+    size_t n = (size_t)g->B * d;
+    if ((rc = fits(g, x, n, "scale_rows", "x")) < 0 || n == 0) return rc;
+    kb_scale_args a = { F(x), n, s };
+    return launch(g, KB_SCALE, kb_scale_launch(n), &a, "scale_rows");
+}
+
+static int g_gated_add(backend *be, backend_buf *x, const backend_buf *gate, size_t go, int ldg, const backend_buf *v,
+                       size_t vo, int ldv, int d) {
+    gridbe *g = G(be);
+    int B = g->B, rc;
+    if (d < 1 || ldg < d || ldv < d) return fail(g, -EINVAL, "gated_add: width %d, ldg %d, ldv %d", d, ldg, ldv);
+    if (B == 0) return 0;
+    if ((rc = fits(g, x, (size_t)B * d, "gated_add", "x")) < 0 ||
+        (rc = fits(g, gate, go + (size_t)(B - 1) * ldg + d, "gated_add", "g")) < 0 ||
+        (rc = fits(g, v, vo + (size_t)(B - 1) * ldv + d, "gated_add", "v")) < 0)
+        return rc;
+    kb_gated_add_args a = { F(x), F(gate) + go, F(v) + vo, ldg, ldv, d };
+    return launch(g, KB_GATED_ADD, kb_gated_add_launch(B, d), &a, "gated_add");
+}
+
+/* A half-precision weight stays half on the device (half the memory of
+ * fp32). matmul reads it directly for up to KB_GEMV_MAXB rows (kb_gemv_half),
+ * widens it exactly before an fp32 GEMM over more rows (weight_widen), and
+ * hands it to the bf16 GEMMs in bf16 mode. */
+static int g_weight_new_half(backend *be, int N, int K, const uint16_t *W, int wtype, backend_buf **out) {
+    gridbe *g = G(be);
+    *out = NULL;
+    if (N < 1 || K < 1) return fail(g, -EINVAL, "weight_new_half: shape %d × %d", N, K);
+    if (wtype != BACKEND_W_F16 && wtype != BACKEND_W_BF16)
+        return fail(g, -EINVAL, "weight_new_half: unknown half type %d", wtype);
+    size_t n = (size_t)N * (size_t)K;
+    if (n > SIZE_MAX / sizeof(float) / 2) return fail(g, -ENOMEM, "weight_new_half: %zu weights is too many", n);
+    backend_buf *b = calloc(1, sizeof *b);
+    if (!b) return fail(g, -ENOMEM, "weight_new_half: out of host memory");
+    void *p;
+    int rc = g->dev->alloc(g->dev, n * sizeof(uint16_t), &p);
+    if (rc < 0) { free(b); return dev_rc(g, rc, "weight_new_half"); }
+    b->half = p;
+    b->htype = wtype;
+    b->n = n;
+    if ((rc = g->dev->h2d(g->dev, b->half, W, n * sizeof(uint16_t))) < 0) {
+        g_buf_free(be, b);
+        return dev_rc(g, rc, "weight_new_half");
+    }
+    *out = b;
+    return 0;
 }
 
 static const backend_ops grid_ops = {
@@ -435,6 +621,10 @@ static const backend_ops grid_ops = {
     .shift_mix = g_shift_mix,
     .linear_step = g_linear_step,
     .aft_step = g_aft_step,
+    .gather_rows = g_gather_rows,
+    .scale_rows = g_scale_rows,
+    .gated_add = g_gated_add,
+    .weight_new_half = g_weight_new_half,
 };
 
 int grid_backend_set_weights(backend *be, const char *precision, char *err, size_t errlen) {

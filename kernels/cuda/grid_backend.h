@@ -1,7 +1,7 @@
 /* kernels/cuda/grid_backend.h — the backend interface (kernels/backend.h)
  * implemented over a lind_device (device.h): device buffers, a device pool
- * of session-state slots, cuBLAS-style GEMMs over the batch and the kernels
- * of kernel_bodies.h. The CUDA backend is this over the CUDA device; the
+ * of session-state slots, the batch's rows and runs, cuBLAS-style GEMMs over
+ * the batch and the kernels of kernel_bodies.h. The CUDA backend is this over the CUDA device; the
  * test harness is this over the host-emulated device. */
 #ifndef LIND_KERNELS_CUDA_GRID_BACKEND_H
 #define LIND_KERNELS_CUDA_GRID_BACKEND_H
@@ -29,7 +29,9 @@ const char *grid_backend_error(const backend *be);
  * states) stays fp32/fp64. A W given to matmul must be a weight buffer,
  * written only by buf_upload; one made by weight_new while in bf16 mode
  * keeps only its bf16 copy (it cannot be read back, nor used after a switch
- * back to fp32). 0, or -EINVAL naming the bad value. */
+ * back to fp32). A half weight (weight_new_half) works in both modes: fp32
+ * GEMMs widen it exactly first, bf16 GEMMs take a bf16 weight as it is and
+ * an fp16 one rounded to bf16 once. 0, or -EINVAL naming the bad value. */
 int grid_backend_set_weights(backend *be, const char *precision, char *err, size_t errlen);
 
 #endif

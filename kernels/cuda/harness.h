@@ -7,7 +7,8 @@
  * block's shared memory a fresh buffer filled with NaN bytes (so a read of
  * shared memory nobody wrote shows up as NaN). Its GEMMs are cblas_sgemm in
  * column-major order, the same call shape as cublasSgemm (bf16 operands are
- * widened to fp32 first, which is exact). New buffers are NaN-filled too
+ * widened to fp32 first, which is exact), one output column (batch row) at
+ * a time so they are batch-invariant. New buffers are NaN-filled too
  * (device memory is uninitialized).
  *
  * The thread order inside a phase is selectable: a kernel whose result

@@ -49,12 +49,19 @@ typedef struct lind_launch {
 #define KB_EW_BLOCK    256      /* block size of the element-wise kernels */
 
 enum kb_kernel {
-    KB_EMBED, KB_LAYERNORM, KB_BIAS_ROWS, KB_GELU, KB_SHIFT_MIX,
-    KB_LINEAR_STEP, KB_AFT_STEP, KB_TO_BF16, KB_NKERNELS
+    KB_EMBED, KB_LAYERNORM, KB_BIAS_ROWS, KB_ACT, KB_SHIFT_MIX,
+    KB_LINEAR_STEP, KB_AFT_STEP, KB_TO_BF16, KB_GATHER_ROWS, KB_SCALE,
+    KB_GATED_ADD, KB_WIDEN_HALF, KB_GEMV_HALF, KB_NKERNELS
 };
 
 /* The per-session state of row b of the batch: slot slots[b] of the pool. */
 #define KB_SLOT(pool, stride, slots, b) ((pool) + (size_t)(slots)[b] * (stride))
+
+/* Runs (kernels/backend.h): the batch's rows grouped by session, run k being
+ * rows [runs[k], runs[k+1]) of one slot, that session's next tokens in order.
+ * The kernels that touch slot state have one block row (blockIdx.y) per run
+ * and walk its rows in order, so a run of T rows computes exactly what T
+ * one-row steps would, bit for bit; runs are independent of each other. */
 
 LIND_HD static inline int kb_log2(int n) {
     int l = 0;
@@ -158,66 +165,85 @@ LIND_HD static inline int kb_bias_rows(const lind_thread *t, int phase, const kb
     return 0;
 }
 
-/* ---- GELU in place over n floats ---------------------------------------- */
-typedef struct kb_gelu_args {
+/* ---- activation in place over n floats ----------------------------------
+ * The epilogue of matmul's activation flags, after the product (and bias):
+ * KB_ACT_GELU lind_gelu_erf, KB_ACT_RELU2 lind_relu2 (max(0, x)²),
+ * KB_ACT_SIGMOID lind_sigmoid — the per-element functions the CPU backend
+ * applies. */
+enum { KB_ACT_GELU, KB_ACT_RELU2, KB_ACT_SIGMOID };
+
+typedef struct kb_act_args {
     float *x;
     size_t n;
-} kb_gelu_args;
+    int act;
+} kb_act_args;
 
-static inline lind_launch kb_gelu_launch(size_t n) {
+static inline lind_launch kb_act_launch(size_t n) {
     lind_launch L = { kb_ceil_div(n, KB_EW_BLOCK), 1, KB_EW_BLOCK, 0 };
     return L;
 }
 
-LIND_HD static inline int kb_gelu(const lind_thread *t, int phase, const kb_gelu_args *a) {
+LIND_HD static inline int kb_act(const lind_thread *t, int phase, const kb_act_args *a) {
     (void)phase;
     size_t i = (size_t)t->bx * t->bdim + t->tx;
-    if (i < a->n) a->x[i] = lind_gelu_erf(a->x[i]);
+    if (i < a->n) {
+        float x = a->x[i];
+        a->x[i] = a->act == KB_ACT_GELU ? lind_gelu_erf(x) : a->act == KB_ACT_RELU2 ? lind_relu2(x) : lind_sigmoid(x);
+    }
     return 0;
 }
 
-/* ---- token shift: one thread per (session, channel) ---------------------
- * out[b, p·d + c] = lind_shift_mix(h, prev, μ[p·d + c]) for p < nmix, then
- * prev ← h, prev being d floats at byte shift_off of the session's slot. */
+/* ---- token shift: one thread per (run, channel) ---------------------------
+ * For each row b of the run in order: out[b, p·d + c] = lind_shift_mix(h,
+ * prev, μ[p·d + c]) for p < nmix, then prev ← h; prev is d floats at byte
+ * shift_off of the run's slot, read once before the run and written once
+ * after it (a float kept in a register is the float the store would hold). */
 typedef struct kb_shift_mix_args {
     const float *h, *mu;
     float *out;
     unsigned char *pool;
     size_t stride, shift_off;
-    const int *slots;
+    const int *slots, *runs;
     int d, nmix;
 } kb_shift_mix_args;
 
-static inline lind_launch kb_shift_mix_launch(int B, int d) {
-    lind_launch L = { kb_ceil_div((size_t)d, KB_EW_BLOCK), B, KB_EW_BLOCK, 0 };
+static inline lind_launch kb_shift_mix_launch(int nruns, int d) {
+    lind_launch L = { kb_ceil_div((size_t)d, KB_EW_BLOCK), nruns, KB_EW_BLOCK, 0 };
     return L;
 }
 
 LIND_HD static inline int kb_shift_mix(const lind_thread *t, int phase, const kb_shift_mix_args *a) {
     (void)phase;
-    int c = t->bx * t->bdim + t->tx, b = t->by, d = a->d;
+    int c = t->bx * t->bdim + t->tx, r0 = a->runs[t->by], r1 = a->runs[t->by + 1], d = a->d;
     if (c >= d) return 0;
-    float *prev = (float *)(KB_SLOT(a->pool, a->stride, a->slots, b) + a->shift_off);
-    float h = a->h[(size_t)b * d + c], p = prev[c];
-    float *out = a->out + (size_t)b * a->nmix * d;
-    for (int m = 0; m < a->nmix; m++) out[(size_t)m * d + c] = lind_shift_mix(h, p, a->mu[(size_t)m * d + c]);
-    prev[c] = h;
+    float *prev = (float *)(KB_SLOT(a->pool, a->stride, a->slots, r0) + a->shift_off);
+    float p = prev[c];
+    for (int b = r0; b < r1; b++) {
+        float h = a->h[(size_t)b * d + c];
+        float *out = a->out + (size_t)b * a->nmix * d;
+        for (int m = 0; m < a->nmix; m++) out[(size_t)m * d + c] = lind_shift_mix(h, p, a->mu[(size_t)m * d + c]);
+        p = h;
+    }
+    prev[c] = p;
     return 0;
 }
 
-/* ---- linear attention step: one block per (head, session) ---------------
- * Block of T = max(32, next power of two ≥ dh) threads. Phase 0: thread i < dh
- * computes φ(k_i), φ(q_i) into shared memory, updates z_i and leaves its
- * denominator term φq_i·z_i for the tree sum (phases 1..log2 T). Last phase:
+/* ---- linear attention step: one block per (head, run) ---------------------
+ * Block of T = max(32, next power of two ≥ dh) threads; the run's rows one
+ * after the other, each in lg + 2 phases (lg = log2 T), a barrier between
+ * every two, also between rows (the next row's phase 0 overwrites the shared
+ * φ and the sum the last phase of this one reads). Per row, phase 0: thread
+ * i < dh computes φ(k_i), φ(q_i) into shared memory, updates z_i and leaves
+ * its denominator term φq_i·z_i for the tree sum (phases 1..lg). Last phase:
  * thread j < dh updates column j of S — read once, written once, coalesced
  * across the block since S rows are contiguous in j — and writes o_j. */
 typedef struct kb_linear_args {
-    const float *in;        /* [B × 3·H·dh]: q | k | v */
+    const float *in;        /* [R × 3·H·dh]: q | k | v */
     const float *gamma;     /* H decays, or NULL for γ = 1 */
-    float *out;             /* [B × H·dh] */
+    float *out;             /* [R × H·dh] */
     unsigned char *pool;
     size_t stride, state_off;
-    const int *slots;
+    const int *slots, *runs;
     int H, dh;
     float eps;
 } kb_linear_args;
@@ -228,22 +254,23 @@ static inline int kb_linear_threads(int dh) {
     return T;
 }
 
-static inline lind_launch kb_linear_launch(int B, int H, int dh) {
+static inline lind_launch kb_linear_launch(int nruns, int H, int dh) {
     int T = kb_linear_threads(dh);
-    lind_launch L = { H, B, T, (size_t)T * sizeof(double) + 2 * (size_t)T * sizeof(float) };
+    lind_launch L = { H, nruns, T, (size_t)T * sizeof(double) + 2 * (size_t)T * sizeof(float) };
     return L;
 }
 
 LIND_HD static inline int kb_linear_step(const lind_thread *t, int phase, const kb_linear_args *a) {
-    int T = t->bdim, lg = kb_log2(T), tx = t->tx, h = t->bx, b = t->by;
+    int T = t->bdim, lg = kb_log2(T), tx = t->tx, h = t->bx, per = lg + 2;
+    int r0 = a->runs[t->by], n = a->runs[t->by + 1] - r0, sub = phase % per, b = r0 + phase / per;
     int H = a->H, dh = a->dh, HD = H * dh;
     double *red = (double *)t->smem;
     float *phik = (float *)(red + T), *phiq = phik + T;
-    double *S = (double *)(KB_SLOT(a->pool, a->stride, a->slots, b) + a->state_off);
+    double *S = (double *)(KB_SLOT(a->pool, a->stride, a->slots, r0) + a->state_off);
     double *Sh = S + (size_t)h * dh * dh, *zh = S + (size_t)HD * dh + (size_t)h * dh;
     double gamma = a->gamma ? (double)a->gamma[h] : 1.0;
     const float *row = a->in + (size_t)b * 3 * HD;
-    if (phase == 0) {
+    if (sub == 0) {
         double term = 0.0;
         if (tx < dh) {
             float fq = lind_elu1(row[h * dh + tx]), fk = lind_elu1(row[HD + h * dh + tx]);
@@ -254,40 +281,47 @@ LIND_HD static inline int kb_linear_step(const lind_thread *t, int phase, const 
         red[tx] = term;
         return 1;
     }
-    if (phase <= lg) { kb_tree_step(red, tx, T, phase); return 1; }
+    if (sub <= lg) { kb_tree_step(red, tx, T, sub); return 1; }
     if (tx < dh) {
         double num = lind_lin_column(Sh, dh, tx, dh, phik, phiq, row[2 * HD + h * dh + tx], gamma);
         a->out[(size_t)b * HD + h * dh + tx] = lind_lin_out(num, red[0], a->eps);
     }
-    return 0;
+    return b - r0 + 1 < n;   /* another row: barrier first */
 }
 
-/* ---- AFT step: one thread per (session, channel) ------------------------
- * State: num, den, max as double[d] each at byte state_off of the slot. */
+/* ---- AFT step: one thread per (run, channel) -----------------------------
+ * State: num, den, max as double[d] each at byte state_off of the slot, held
+ * in registers across the run's rows (a double kept is the double stored). */
 typedef struct kb_aft_args {
-    const float *in;        /* [B × 3·d]: r | k | v */
+    const float *in;        /* [R × 3·d]: r | k | v */
     const float *w, *u;     /* d floats each, or NULL for 0 */
-    float *out;             /* [B × d] */
+    float *out;             /* [R × d] */
     unsigned char *pool;
     size_t stride, state_off;
-    const int *slots;
+    const int *slots, *runs;
     int d;
 } kb_aft_args;
 
-static inline lind_launch kb_aft_launch(int B, int d) {
-    lind_launch L = { kb_ceil_div((size_t)d, KB_EW_BLOCK), B, KB_EW_BLOCK, 0 };
+static inline lind_launch kb_aft_launch(int nruns, int d) {
+    lind_launch L = { kb_ceil_div((size_t)d, KB_EW_BLOCK), nruns, KB_EW_BLOCK, 0 };
     return L;
 }
 
 LIND_HD static inline int kb_aft_step(const lind_thread *t, int phase, const kb_aft_args *a) {
     (void)phase;
-    int c = t->bx * t->bdim + t->tx, b = t->by, d = a->d;
+    int c = t->bx * t->bdim + t->tx, r0 = a->runs[t->by], r1 = a->runs[t->by + 1], d = a->d;
     if (c >= d) return 0;
-    double *st = (double *)(KB_SLOT(a->pool, a->stride, a->slots, b) + a->state_off);
-    const float *row = a->in + (size_t)b * 3 * d;
+    double *st = (double *)(KB_SLOT(a->pool, a->stride, a->slots, r0) + a->state_off);
+    double num = st[c], den = st[d + c], mx = st[2 * d + c];
     float w = a->w ? a->w[c] : 0.0f, u = a->u ? a->u[c] : 0.0f;
-    float wkv = lind_aft_channel(&st[c], &st[d + c], &st[2 * d + c], row[d + c], row[2 * d + c], w, u);
-    a->out[(size_t)b * d + c] = lind_sigmoid(row[c]) * wkv;
+    for (int b = r0; b < r1; b++) {
+        const float *row = a->in + (size_t)b * 3 * d;
+        float wkv = lind_aft_channel(&num, &den, &mx, row[d + c], row[2 * d + c], w, u);
+        a->out[(size_t)b * d + c] = lind_sigmoid(row[c]) * wkv;
+    }
+    st[c] = num;
+    st[d + c] = den;
+    st[2 * d + c] = mx;
     return 0;
 }
 
@@ -325,6 +359,172 @@ LIND_HD static inline int kb_to_bf16(const lind_thread *t, int phase, const kb_t
     (void)phase;
     int c = t->bx * t->bdim + t->tx, r = t->by;
     if (c < a->cols) a->y[(size_t)r * a->ldy + c] = kb_bf16(a->x[(size_t)r * a->ldx + c]);
+    return 0;
+}
+
+/* ---- gather rows: dst[i, c] = src[rows[i], c] ----------------------------- */
+typedef struct kb_gather_rows_args {
+    const float *src;
+    float *dst;
+    const int *rows;        /* n row indices (device copy of gather_rows' host array) */
+    int d;
+} kb_gather_rows_args;
+
+static inline lind_launch kb_gather_rows_launch(int n, int d) {
+    lind_launch L = { kb_ceil_div((size_t)d, KB_EW_BLOCK), n, KB_EW_BLOCK, 0 };
+    return L;
+}
+
+LIND_HD static inline int kb_gather_rows(const lind_thread *t, int phase, const kb_gather_rows_args *a) {
+    (void)phase;
+    int c = t->bx * t->bdim + t->tx, i = t->by;
+    if (c < a->d) a->dst[(size_t)i * a->d + c] = a->src[(size_t)a->rows[i] * a->d + c];
+    return 0;
+}
+
+/* ---- scale: x[i] *= s over n floats (rescale_every's halving) ------------- */
+typedef struct kb_scale_args {
+    float *x;
+    size_t n;
+    float s;
+} kb_scale_args;
+
+static inline lind_launch kb_scale_launch(size_t n) {
+    lind_launch L = { kb_ceil_div(n, KB_EW_BLOCK), 1, KB_EW_BLOCK, 0 };
+    return L;
+}
+
+LIND_HD static inline int kb_scale(const lind_thread *t, int phase, const kb_scale_args *a) {
+    (void)phase;
+    size_t i = (size_t)t->bx * t->bdim + t->tx;
+    if (i < a->n) a->x[i] *= a->s;
+    return 0;
+}
+
+/* ---- gated residual add: x[r, c] += g[r, c] · v[r, c] ----------------------
+ * g and v already offset to their column 0, row strides ldg and ldv; x has
+ * row stride d. One rounding (fmaf), as the CPU backend's loop compiles to
+ * wherever the CPU has FMA. */
+typedef struct kb_gated_add_args {
+    float *x;
+    const float *g, *v;
+    int ldg, ldv, d;
+} kb_gated_add_args;
+
+static inline lind_launch kb_gated_add_launch(int R, int d) {
+    lind_launch L = { kb_ceil_div((size_t)d, KB_EW_BLOCK), R, KB_EW_BLOCK, 0 };
+    return L;
+}
+
+LIND_HD static inline int kb_gated_add(const lind_thread *t, int phase, const kb_gated_add_args *a) {
+    (void)phase;
+    int c = t->bx * t->bdim + t->tx, r = t->by;
+    if (c < a->d) {
+        float *x = a->x + (size_t)r * a->d + c;
+        *x = fmaf(a->g[(size_t)r * a->ldg + c], a->v[(size_t)r * a->ldv + c], *x);
+    }
+    return 0;
+}
+
+/* ---- half → fp32 (half-precision weights) ----------------------------------
+ * Exact: every fp16 and bf16 value is an fp32 value. fp16 subnormals are
+ * m·2^-24 (m < 1024), computed as a float product, which is exact too. */
+LIND_HD static inline float kb_f16_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, bits;
+    if (e == 0x1fu) {
+        bits = sign | 0x7f800000u | (m << 13);
+    } else if (e != 0) {
+        bits = sign | ((e + 112u) << 23) | (m << 13);
+    } else {
+        float f = (float)m * 5.9604644775390625e-8f;   /* 2^-24 */
+        memcpy(&bits, &f, sizeof bits);
+        bits |= sign;
+    }
+    float out;
+    memcpy(&out, &bits, sizeof out);
+    return out;
+}
+
+/* y[i] = widen(x[i]) for i < n, x fp16 (bf16 = 0) or bf16 (bf16 = 1) bits;
+ * or, with to_bf16, the bf16 rounding of that (an fp16 weight for the bf16
+ * GEMMs), written as bf16 bits into yb. */
+typedef struct kb_widen_half_args {
+    const uint16_t *x;
+    float *y;
+    uint16_t *yb;
+    size_t n;
+    int bf16, to_bf16;
+} kb_widen_half_args;
+
+static inline lind_launch kb_widen_half_launch(size_t n) {
+    lind_launch L = { kb_ceil_div(n, KB_EW_BLOCK), 1, KB_EW_BLOCK, 0 };
+    return L;
+}
+
+LIND_HD static inline int kb_widen_half(const lind_thread *t, int phase, const kb_widen_half_args *a) {
+    (void)phase;
+    size_t i = (size_t)t->bx * t->bdim + t->tx;
+    if (i < a->n) {
+        float f = a->bf16 ? kb_bf16_to_float(a->x[i]) : kb_f16_to_float(a->x[i]);
+        if (a->to_bf16) a->yb[i] = kb_bf16(f);
+        else a->y[i] = f;
+    }
+    return 0;
+}
+
+/* ---- small-batch product with half weights --------------------------------
+ * y[b, n] = (beta ? y[b, n] : 0) + Σ_k x[b, k] · widen(W[n, k]) for b < B ≤
+ * KB_GEMV_MAXB: the decode step's products read the half weights directly
+ * (2 bytes per weight, where widening first costs 2 + 4 + 4). Block of 256
+ * threads = 8 groups of 32 lanes, group w on output n = 8·blockIdx.x + w:
+ * lane l sums k ≡ l (mod 32) in k order for every row (fp32, widen(W) · x
+ * as one fmaf), then a tree over the 32 lanes in shared memory (5 phases)
+ * and lane b < B writes row b. Every output's sum has the same order
+ * whatever B is, so this kernel alone is batch-invariant. */
+#define KB_GEMV_MAXB  8
+#define KB_GEMV_LANES 32
+#define KB_GEMV_GROUPS 8
+
+typedef struct kb_gemv_half_args {
+    const uint16_t *W;      /* [N × K] half bits */
+    const float *x;         /* row b at x + b·ldx */
+    float *y;               /* row b at y + b·ldy */
+    int bf16, B, N, K, ldx, ldy, beta;
+} kb_gemv_half_args;
+
+static inline lind_launch kb_gemv_half_launch(int N) {
+    lind_launch L = { kb_ceil_div((size_t)N, KB_GEMV_GROUPS), 1, KB_GEMV_GROUPS * KB_GEMV_LANES,
+                      (size_t)KB_GEMV_GROUPS * KB_GEMV_MAXB * KB_GEMV_LANES * sizeof(float) };
+    return L;
+}
+
+LIND_HD static inline int kb_gemv_half(const lind_thread *t, int phase, const kb_gemv_half_args *a) {
+    int w = t->tx / KB_GEMV_LANES, l = t->tx % KB_GEMV_LANES, n = t->bx * KB_GEMV_GROUPS + w;
+    float *red = (float *)t->smem + (size_t)w * KB_GEMV_MAXB * KB_GEMV_LANES;   /* [MAXB][LANES] of group w */
+    if (phase == 0) {
+        float acc[KB_GEMV_MAXB];
+        for (int b = 0; b < KB_GEMV_MAXB; b++) acc[b] = 0.0f;
+        if (n < a->N) {
+            const uint16_t *Wn = a->W + (size_t)n * a->K;
+            for (int k = l; k < a->K; k += KB_GEMV_LANES) {
+                float wk = a->bf16 ? kb_bf16_to_float(Wn[k]) : kb_f16_to_float(Wn[k]);
+                for (int b = 0; b < KB_GEMV_MAXB; b++)   /* constant trip count: acc stays in registers */
+                    if (b < a->B) acc[b] = fmaf(wk, a->x[(size_t)b * a->ldx + k], acc[b]);
+            }
+        }
+        for (int b = 0; b < KB_GEMV_MAXB; b++) red[b * KB_GEMV_LANES + l] = acc[b];
+        return 1;
+    }
+    if (phase <= 5) {   /* log2(32) tree steps */
+        int half = KB_GEMV_LANES >> phase;
+        if (l < half)
+            for (int b = 0; b < a->B; b++) red[b * KB_GEMV_LANES + l] += red[b * KB_GEMV_LANES + l + half];
+        return 1;
+    }
+    if (n < a->N && l < a->B) {
+        float *y = a->y + (size_t)l * a->ldy + n;
+        *y = (a->beta ? *y : 0.0f) + red[l * KB_GEMV_LANES];
+    }
     return 0;
 }
 

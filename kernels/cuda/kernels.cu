@@ -22,11 +22,16 @@
 LIND_KERNEL(k_embed, kb_embed, kb_embed_args)
 LIND_KERNEL(k_layernorm, kb_layernorm, kb_layernorm_args)
 LIND_KERNEL(k_bias_rows, kb_bias_rows, kb_bias_rows_args)
-LIND_KERNEL(k_gelu, kb_gelu, kb_gelu_args)
+LIND_KERNEL(k_act, kb_act, kb_act_args)
 LIND_KERNEL(k_shift_mix, kb_shift_mix, kb_shift_mix_args)
 LIND_KERNEL(k_linear_step, kb_linear_step, kb_linear_args)
 LIND_KERNEL(k_aft_step, kb_aft_step, kb_aft_args)
 LIND_KERNEL(k_to_bf16, kb_to_bf16, kb_to_bf16_args)
+LIND_KERNEL(k_gather_rows, kb_gather_rows, kb_gather_rows_args)
+LIND_KERNEL(k_scale, kb_scale, kb_scale_args)
+LIND_KERNEL(k_gated_add, kb_gated_add, kb_gated_add_args)
+LIND_KERNEL(k_widen_half, kb_widen_half, kb_widen_half_args)
+LIND_KERNEL(k_gemv_half, kb_gemv_half, kb_gemv_half_args)
 
 __global__ void k_probe(int *flag) { *flag = 1; }
 
@@ -37,11 +42,16 @@ extern "C" int lind_cuda_launch(int kernel, const lind_launch *L, const void *ar
     case KB_EMBED:       k_embed<<<grid, block, L->smem, s>>>(*(const kb_embed_args *)args); break;
     case KB_LAYERNORM:   k_layernorm<<<grid, block, L->smem, s>>>(*(const kb_layernorm_args *)args); break;
     case KB_BIAS_ROWS:   k_bias_rows<<<grid, block, L->smem, s>>>(*(const kb_bias_rows_args *)args); break;
-    case KB_GELU:        k_gelu<<<grid, block, L->smem, s>>>(*(const kb_gelu_args *)args); break;
+    case KB_ACT:         k_act<<<grid, block, L->smem, s>>>(*(const kb_act_args *)args); break;
     case KB_SHIFT_MIX:   k_shift_mix<<<grid, block, L->smem, s>>>(*(const kb_shift_mix_args *)args); break;
     case KB_LINEAR_STEP: k_linear_step<<<grid, block, L->smem, s>>>(*(const kb_linear_args *)args); break;
     case KB_AFT_STEP:    k_aft_step<<<grid, block, L->smem, s>>>(*(const kb_aft_args *)args); break;
     case KB_TO_BF16:     k_to_bf16<<<grid, block, L->smem, s>>>(*(const kb_to_bf16_args *)args); break;
+    case KB_GATHER_ROWS: k_gather_rows<<<grid, block, L->smem, s>>>(*(const kb_gather_rows_args *)args); break;
+    case KB_SCALE:       k_scale<<<grid, block, L->smem, s>>>(*(const kb_scale_args *)args); break;
+    case KB_GATED_ADD:   k_gated_add<<<grid, block, L->smem, s>>>(*(const kb_gated_add_args *)args); break;
+    case KB_WIDEN_HALF:  k_widen_half<<<grid, block, L->smem, s>>>(*(const kb_widen_half_args *)args); break;
+    case KB_GEMV_HALF:   k_gemv_half<<<grid, block, L->smem, s>>>(*(const kb_gemv_half_args *)args); break;
     default: return (int)cudaErrorInvalidValue;
     }
     return (int)cudaGetLastError();
