@@ -17,7 +17,7 @@ static const command commands[] = {
     {"generate", cli_generate, "generate --model DIR --prompt TEXT -n N [--seed S --temperature T --top-k K --top-p P]"},
     {"serve", server_main, "serve [--model DIR --socket PATH --db PATH ...]   the daemon (docs/PROTOCOL.md)"},
     {"bench-step", cli_bench_step, "bench-step --model DIR [--max-batch 64 --seconds S]   step time, tokens/s vs SGEMM"},
-    {"tokenize", cli_tokenize, "tokenize --tokenizer KIND[:PATH] [--decode] [--chunk N] [--lines] [FILE]   token ids of a text (or --decode: text of ids)"},
+    {"tokenize", cli_tokenize, "tokenize --tokenizer KIND[:PATH] [--decode] [--chunk N] [--lines] [FILE...]   token ids of texts (--decode: text of ids)"},
 };
 
 static void usage(FILE *f) {

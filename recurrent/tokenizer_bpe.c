@@ -659,13 +659,13 @@ static int encode_piece(const bpe *t, scratch *s, const uint8_t *b, size_t n, in
             }
         }
     }
-    if (grow((void **)&s->sym, &s->symcap, n, sizeof *s->sym) < 0) return -ENOMEM;
-    size_t c2 = 0;
-    if (grow((void **)&s->prev, &c2, n, sizeof *s->prev) < 0) return -ENOMEM;
-    c2 = 0;
-    if (grow((void **)&s->next, &c2, n, sizeof *s->next) < 0) return -ENOMEM;
-    c2 = 0;
-    if (grow((void **)&s->slen, &c2, n, sizeof *s->slen) < 0) return -ENOMEM;
+    if (n > s->symcap) {   /* the four per-symbol arrays share one capacity */
+        size_t c[4] = {s->symcap, s->symcap, s->symcap, s->symcap};
+        if (grow((void **)&s->sym, &c[0], n, sizeof *s->sym) < 0 || grow((void **)&s->prev, &c[1], n, sizeof *s->prev) < 0 ||
+            grow((void **)&s->next, &c[2], n, sizeof *s->next) < 0 || grow((void **)&s->slen, &c[3], n, sizeof *s->slen) < 0)
+            return -ENOMEM;
+        s->symcap = c[0];
+    }
     if (grow((void **)&s->heap, &s->hcap, 2 * n + 2, sizeof *s->heap) < 0) return -ENOMEM;
     for (size_t i = 0; i < n; i++) {
         s->sym[i] = t->byte_id[b[i]];
