@@ -723,7 +723,8 @@ static size_t utf8_char(const uint8_t *p, size_t n, int32_t *cp) {
 
 /* Bytes at the end of text[0..n) that begin a UTF-8 character still missing
  * its last bytes (0 when the text ends on a character boundary or on bytes
- * that can never become valid). */
+ * that can never become valid). PCRE2's partial matching would report such
+ * a character too; cutting it off keeps the NFC chunking on whole ones. */
 static size_t incomplete_tail(const uint8_t *text, size_t n) {
     for (size_t k = 1; k <= 3 && k <= n; k++) {
         uint8_t c = text[n - k];
@@ -850,7 +851,6 @@ static int bpe_segment(const void *priv, const uint8_t *text, size_t n, int fina
      * add_prefix_space the text after it must start with a space. */
 #define CUT_OK(pos) ((pos) == 0 || (RAW(pos) != SIZE_MAX && (!t->add_prefix_space || ((pos) < wl && w[pos] == ' '))))
     size_t p = 0, ok_pos = 0, ok_ntoks = *ntoks;
-    int undecided = 0;
     while (p < wl) {
         size_t ms = wl, me = wl;
         if (t->re) {
@@ -864,10 +864,9 @@ static int bpe_segment(const void *priv, const uint8_t *text, size_t n, int fina
                  * (not final): the gap to the end could still grow. Another
                  * error (a resource limit): the rest is one piece, decided
                  * when the text is final. */
-                if (!final) { undecided = 1; break; }
+                if (!final) break;
             }
         } else if (!final) {   /* no regex: the whole stretch is one piece */
-            undecided = 1;
             break;
         }
         size_t cut[2] = {p, ms}, end[2] = {ms, me};
@@ -882,7 +881,6 @@ static int bpe_segment(const void *priv, const uint8_t *text, size_t n, int fina
         *consumed = n;
         return 0;
     }
-    (void)undecided;
     /* p is where the first undecided search started, or the end. */
     if ((p < wl && CUT_OK(p)) || (p == wl && RAW(p) != SIZE_MAX && !t->add_prefix_space)) {
         ok_pos = p;
