@@ -414,15 +414,13 @@ static int bpe_load(const char *path, void **priv, char *err, size_t errlen) {
          * added token; its bytes are its UTF-8. */
         int mapped = n >= 0;
         if (!mapped) n = (long)strlen(key);
-        char what[48];
-        snprintf(what, sizeof what, "model.vocab");
-        if ((rc = set_token(t, path, what, id, mapped ? buf : (const uint8_t *)key, (size_t)n, &plen, &pcap, err, errlen)) < 0) {
-            if (rc == -EINVAL) {
-                int32_t other = -1;
-                const char *k2;
+        if ((rc = set_token(t, path, "model.vocab", id, mapped ? buf : (const uint8_t *)key, (size_t)n, &plen, &pcap, err, errlen)) < 0) {
+            if (rc == -EINVAL) {   /* name the other string with that id */
+                const char *k2, *other = "?";
                 json_t *v2;
-                json_object_foreach(vocab, k2, v2) if (json_integer_value(v2) == id && strcmp(k2, key)) { other = 1; break; }
-                errmsg_set(-EINVAL, err, errlen, "%s: model.vocab: id %d is given to both \"%s\" and \"%s\"", path, id, other > 0 ? k2 : key, key);
+                json_object_foreach(vocab, k2, v2)
+                    if (json_integer_value(v2) == id && strcmp(k2, key)) { other = k2; break; }
+                errmsg_set(-EINVAL, err, errlen, "%s: model.vocab: id %d is given to both \"%s\" and \"%s\"", path, id, other, key);
             }
             goto out;
         }
