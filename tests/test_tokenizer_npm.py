@@ -22,7 +22,9 @@ tests/fixtures/tokenizer/multilingual.txt, and adversarial texts (runs of
 spaces, digits, newlines, mixed whitespace, ZWJ emoji sequences). Streaming is
 checked through `lind tokenize --chunk N` giving the ids of the whole text.
 Invalid UTF-8 cannot be handed to a JavaScript string, so for it the test checks
-lind's documented behaviour instead: decode(encode(bytes)) == bytes.
+lind's documented behaviour instead: decode(encode(bytes)) == bytes. Last, the
+"world" kind reads GPT-2's 50k tokens written as an RWKV World vocabulary
+(Python literals) and its greedy encoding is compared with a Python one.
 
 Prints SKIP with the reason when node/npm is missing or the registry cannot be
 reached. Environment: LIND_BUILD (build directory, default build).
@@ -273,7 +275,100 @@ def main():
                     failed += 1
             except Exception as e:  # noqa: BLE001
                 say("FAIL", f"invalid_utf8_{name}", str(e)); failed += 1
+        failed += world_check(tmp, os.path.join(toks["gpt2"], "tokenizer.json"), kjv if have_kjv else None)
     return 1 if failed else 0
+
+
+def byte_level_decoder():
+    """GPT-2's byte-level alphabet, character → byte."""
+    keep = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    table, n = {}, 0
+    for b in range(256):
+        if b in keep:
+            table[chr(b)] = b
+        else:
+            table[chr(256 + n)] = b
+            n += 1
+    return table
+
+
+def world_check(tmp, gpt2_json, kjv):
+    """The "world" kind on a big vocabulary written the way RWKV's file is
+    (Python repr() of each token: a str literal when it is UTF-8, else a
+    bytes literal; escapes of every kind), made from GPT-2's 50k tokens, its
+    greedy longest-match encoding against a plain Python one. 0 or 1."""
+    dec = byte_level_decoder()
+    with open(gpt2_json, encoding="utf-8") as f:
+        vocab = json.load(f)["model"]["vocab"]
+    toks = {}
+    for s, i in vocab.items():
+        b = bytes(dec[c] for c in s)
+        if b != b"<|endoftext|>":
+            toks[i + 1] = b
+    vp = os.path.join(tmp, "world_vocab.txt")
+    with open(vp, "w", encoding="utf-8") as f:
+        for i in sorted(toks):
+            b = toks[i]
+            try:
+                lit = repr(b.decode("utf-8"))
+            except UnicodeDecodeError:
+                lit = repr(b)
+            f.write(f"{i} {lit} {len(b)}\n")
+    trie = {}
+    for i, b in toks.items():
+        node = trie
+        for c in b:
+            node = node.setdefault(c, {})
+        node[None] = i
+
+    def greedy(data):
+        out, q = [], 0
+        while q < len(data):
+            node, best, blen, k = trie, None, 0, 0
+            while q + k < len(data) and data[q + k] in node:
+                node = node[data[q + k]]
+                k += 1
+                if None in node:
+                    best, blen = node[None], k
+            out.append(best)
+            q += blen
+        return out
+
+    text = b""
+    if kjv:
+        with open(kjv, "rb") as f:
+            text = f.read(300000)
+    with open(SAMPLE, "rb") as f:
+        text += f.read()
+    text += b"tail<|endoftext|>x<|endoftext|><|endoftext|>y \xff\xfe\xe4\xb8 end"
+    want = []
+    for k, part in enumerate(text.split(b"<|endoftext|>")):
+        if k:
+            want.append(0)
+        want += greedy(part)
+    want = " ".join(map(str, want))
+    tp = os.path.join(tmp, "world_text.bin")
+    with open(tp, "wb") as f:
+        f.write(text)
+    try:
+        r = run([LIND, "tokenize", "--tokenizer", "world:" + vp, tp])
+        if r.returncode != 0:
+            raise RuntimeError(r.stderr.decode(errors="replace").strip())
+        got = r.stdout.decode().strip()
+        streamed = run([LIND, "tokenize", "--tokenizer", "world:" + vp, "--chunk", "13", tp]).stdout.decode().strip()
+    except Exception as e:  # noqa: BLE001
+        say("FAIL", "world_gpt2_vocab", str(e))
+        return 1
+    if got != want:
+        say("FAIL", "world_gpt2_vocab", "greedy ids differ: " + first_diff(got, want))
+        return 1
+    if streamed != got:
+        say("FAIL", "world_gpt2_vocab", "streamed in 13-byte pieces: " + first_diff(streamed, got))
+        return 1
+    say("PASS", "world_gpt2_vocab")
+    print(f"NOTE world_gpt2_vocab: {len(toks)} tokens written as Python literals; {len(text)} bytes, "
+          f"{len(want.split())} tokens identical to a Python greedy encoder (also streamed)")
+    return 0
 
 
 if __name__ == "__main__":
