@@ -138,6 +138,9 @@ def adversarial():
         "long_letters": ("a" * 5000, False),
         "specials": ("<|endoftext|>" * 3 + "x<|endoftext|>y <|end" + "<|begin_of_text|>z<|eot_id|>"
                      "<|im_start|>user\nhi<|im_end|>\n<|endofprompt|><|im_", True),
+        "random_mix": ("".join(rnd.choice([" ", "  ", "\n", "a", "é", "e\u0301", "中", "👨\u200d👩", "1", "22",
+                                           "<|endoftext|>", "<|im_start|>", "\t", "\u00a0", "x\u0308\u0301"])
+                               for _ in range(8000)), True),
         "combining": ("e\u0301" * 300 + " " + "\u1100\u1161\u11a8" * 50 + " " + "a" + "\u0301" * 200, True),
     }
 
