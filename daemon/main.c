@@ -67,8 +67,8 @@ static const command commands[] = {
      "  --max-batch N          largest batch timed, 1..4096 (default 64)\n"
      "  --seconds S            time spent per measurement (default 1)\n"},
     {"tokenize", cli_tokenize,
-     "tokenize --tokenizer KIND[:PATH] [--decode] [--chunk N] [--lines] [FILE]   token ids of a text",
-     "usage: lind tokenize --tokenizer KIND[:PATH] [--decode] [--chunk N] [--lines] [FILE]\n"
+     "tokenize --tokenizer KIND[:PATH] [--decode] [--chunk N] [--lines] [FILE...]   token ids of a text",
+     "usage: lind tokenize --tokenizer KIND[:PATH] [--decode] [--chunk N] [--lines] [FILE...]\n"
      "\n"
      "Print the token ids of FILE's text (or stdin) on one line, or with --decode\n"
      "the text of a line of ids. KIND is bytes, bpe (PATH: a tokenizer.json) or world\n"
