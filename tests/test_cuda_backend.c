@@ -75,6 +75,7 @@ int main(void) {
     cmp_run_all(under_test, ctor_under_test, 5e-5, 5e-6);
     RUN(models_random);
     RUN(models_rwkv4);
+    RUN(models_delta);
     RUN(models_random_bf16);
     struct stat st;
     if (stat("models/default/config.json", &st) == 0) RUN(model_default);

@@ -346,6 +346,7 @@ int main(void) {
     cmp_batch_invariant = 1;
     RUN(models_random);
     RUN(models_rwkv4);
+    RUN(models_delta);
     RUN(half_widening);
     RUN(half_matmul);
     RUN(bf16_matmul);
