@@ -624,7 +624,7 @@ static void dl_seed_slots(size_t slot_bytes, size_t foff, size_t nf, size_t idx_
     for (int s = 0; s < CMP_NSLOTS; s++) {
         fill(f, nf, 1, 0);
         memcpy(blob + foff, f, nf * sizeof *f);
-        int32_t idx = idx0 + 7919 * s;
+        uint32_t idx = (uint32_t)idx0 + 7919u * (uint32_t)s;   /* wraps past 2³¹: any pattern */
         memcpy(blob + idx_off, &idx, sizeof idx);
         CHECK(P.a->ops->slot_write(P.a, s, blob) == 0 && P.r->ops->slot_write(P.r, s, blob) == 0, "slot_write");
     }
