@@ -603,6 +603,237 @@ static void case_runs(void) {
     free(lin_in); free(aft_in); free(h); free(sa); free(s1);
 }
 
+/* ---- short convolution and the gated delta rule ---------------------------
+ * Batches of one row per session and batches of runs of several lengths
+ * (the CUDA kernels have one block row per run), alternating so states carry
+ * across both. */
+static const int dl_single[6] = { 6, 1, 4, 0, 7, 3 };
+static const int dl_runs[17] = { 6, 6, 6, 1, 4, 4, 4, 4, 4, 0, 7, 7, 3, 3, 3, 3, 3 };   /* 3, 1, 5, 1, 2, 5 */
+static const int *dl_layout(int step, int *R) {
+    *R = step % 2 ? 17 : 6;
+    return step % 2 ? dl_runs : dl_single;
+}
+
+/* Every slot of both backends starts with the same random bytes in
+ * [foff, foff + nf floats) and the int32 `idx` pattern at idx_off (any
+ * pattern is a valid ring index: it is read modulo K − 1). */
+static void dl_seed_slots(size_t slot_bytes, size_t foff, size_t nf, size_t idx_off, int32_t idx0) {
+    unsigned char *blob = calloc(1, slot_bytes);
+    float *f = fvec(nf);
+    if (!blob) abort();
+    for (int s = 0; s < CMP_NSLOTS; s++) {
+        fill(f, nf, 1, 0);
+        memcpy(blob + foff, f, nf * sizeof *f);
+        uint32_t idx = (uint32_t)idx0 + 7919u * (uint32_t)s;   /* wraps past 2³¹: any pattern */
+        memcpy(blob + idx_off, &idx, sizeof idx);
+        CHECK(P.a->ops->slot_write(P.a, s, blob) == 0 && P.r->ops->slot_write(P.r, s, blob) == 0, "slot_write");
+    }
+    free(blob);
+    free(f);
+}
+
+/* The ring index of every slot equal on both backends; in [0, K − 1) in
+ * the slots the batches used (the others keep their seeded pattern). */
+static void dl_same_idx(size_t slot_bytes, size_t idx_off, int K, const char *what) {
+    unsigned char *a = malloc(slot_bytes), *r = malloc(slot_bytes);
+    if (!a || !r) abort();
+    for (int s = 0; s < CMP_NSLOTS; s++) {
+        int32_t ia, ir;
+        CHECK(P.a->ops->slot_read(P.a, s, a) == 0 && P.r->ops->slot_read(P.r, s, r) == 0, "slot_read");
+        memcpy(&ia, a + idx_off, sizeof ia);
+        memcpy(&ir, r + idx_off, sizeof ir);
+        int used = s != 2 && s != 5 && s != 8;   /* not in dl_single / dl_runs */
+        CHECK(ia == ir && (!used || (ia >= 0 && ia < K - 1)), "%s: slot %d ring index %d, reference %d (K %d)", what,
+              s, ia, ir, K);
+    }
+    free(a);
+    free(r);
+}
+
+/* short_conv: n 300 (two blocks per run, the second partly idle) and 24;
+ * K 2, 4 and 7; SiLU on and off; in place (the model's use) and into a
+ * separate buffer with other strides; the ring at a nonzero offset, random
+ * to start with, and ring indices from arbitrary bit patterns. Outputs every
+ * step, rings and indices at the end. */
+static void case_short_conv(void) {
+    static const struct { int n, K, silu, inplace; int32_t idx0; } cfgs[] = {
+        { 300, 4, 1, 1, -123456789 }, { 300, 2, 0, 0, 0 }, { 24, 7, 1, 0, 2147480000 }, { 24, 4, 0, 1, 5 },
+    };
+    for (size_t ci = 0; ci < sizeof cfgs / sizeof *cfgs && !check_failed_; ci++) {
+        if (fresh_pair() < 0) return;
+        int n = cfgs[ci].n, K = cfgs[ci].K, ldi = n + 5, ldo = cfgs[ci].inplace ? ldi : n + 3, tokens[17] = { 0 };
+        size_t ring_off = 20, nring = (size_t)n * (K - 1), idx_off = ring_off + nring * 4 + 8,
+               slot_bytes = idx_off + 4 + 12;
+        both_reserve(CMP_NSLOTS, slot_bytes);
+        dl_seed_slots(slot_bytes, ring_off, nring, idx_off, cfgs[ci].idx0);
+        float *w = fvec((size_t)n * K), *in = fvec((size_t)17 * ldi);
+        fill(w, (size_t)n * K, 1, 0);
+        fill(in, (size_t)17 * ldi, 1, 0);   /* out's first contents: what the op must leave past n */
+        twin tw = twin_new(w, (size_t)n * K), tin = twin_new(NULL, (size_t)17 * ldi),
+             tout = cfgs[ci].inplace ? tin : twin_new(in, (size_t)17 * ldo);
+        for (int step = 0; step < 12 && !check_failed_; step++) {
+            int R;
+            const int *sl = dl_layout(step, &R);
+            fill(in, (size_t)17 * ldi, 2, 0);
+            CHECK(P.a->ops->buf_upload(P.a, tin.a, 0, in, tin.n) == 0 &&
+                  P.r->ops->buf_upload(P.r, tin.r, 0, in, tin.n) == 0, "upload");
+            both_begin(sl, tokens, R);
+            char what[96];
+            snprintf(what, sizeof what, "short_conv n=%d K=%d silu=%d inplace=%d step %d", n, K, cfgs[ci].silu,
+                     cfgs[ci].inplace, step);
+            CHECK(P.a->ops->short_conv(P.a, tin.a, ldi, tout.a, ldo, tw.a, n, K, ring_off, idx_off, cfgs[ci].silu) == 0 &&
+                  P.r->ops->short_conv(P.r, tin.r, ldi, tout.r, ldo, tw.r, n, K, ring_off, idx_off, cfgs[ci].silu) == 0,
+                  "%s", what);
+            same_f(&tout, 0, (size_t)R * ldo, what);   /* the columns past n too: untouched alike */
+        }
+        for (int s = 0; s < CMP_NSLOTS; s++) same_slot(s, slot_bytes, 0, 0, ring_off, nring, P.tol_s, "short_conv ring");
+        dl_same_idx(slot_bytes, idx_off, K, "short_conv");
+        twin_free(&tw);
+        twin_free(&tin);
+        if (!cfgs[ci].inplace) twin_free(&tout);
+        free(w);
+        free(in);
+    }
+}
+
+/* delta_step inputs: q, k, v (±2), β logits (±3), gate logits (±3). */
+static void dl_fill_in(float *in, int R, int H, int dh) {
+    int hd = H * dh, ld = 3 * hd + 2 * H;
+    for (int r = 0; r < R; r++) {
+        fill(in + (size_t)r * ld, (size_t)3 * hd, 2, 0);
+        fill(in + (size_t)r * ld + 3 * hd, (size_t)2 * H, 3, 0);
+    }
+}
+
+/* A = exp(U(−2, 0.5)) and the gate bias U(−3, 0) (α about 0.3 … 0.99, as
+ * the models use), the RMS weight 1 ± 0.1. */
+static void dl_params(float *gate, float *norm_w, int H, int dh) {
+    for (int h = 0; h < H; h++) {
+        gate[h] = expf(-0.75f + 1.25f * frand());
+        gate[H + h] = -1.5f + 1.5f * frand();
+    }
+    fill(norm_w, dh, 0.1f, 1);
+}
+
+/* delta_step: head widths 8, 48 (a warp-sized block, partly idle) and 100
+ * (not a power of two: 128 threads), 3 heads, 16 steps on out-of-order
+ * slots alternating one-row batches and runs, S at a nonzero offset;
+ * outputs every step, S at the end. */
+static void case_delta(void) {
+    static const int dhs[] = { 8, 48, 100 };
+    int H = 3, tokens[17] = { 0 };
+    for (size_t di = 0; di < sizeof dhs / sizeof *dhs && !check_failed_; di++) {
+        if (fresh_pair() < 0) return;
+        int dh = dhs[di], hd = H * dh, ld = 3 * hd + 2 * H;
+        size_t off = 64, nd = (size_t)hd * dh, slot_bytes = off + nd * 8 + 24;
+        both_reserve(CMP_NSLOTS, slot_bytes);
+        float gate[6], *norm_w = fvec(dh), *in = fvec((size_t)17 * ld);
+        dl_params(gate, norm_w, H, dh);
+        twin tg = twin_new(gate, 2 * H), tn = twin_new(norm_w, dh), tin = twin_new(NULL, (size_t)17 * ld),
+             tout = twin_new(NULL, (size_t)17 * hd);
+        for (int step = 0; step < 16 && !check_failed_; step++) {
+            int R;
+            const int *sl = dl_layout(step, &R);
+            dl_fill_in(in, R, H, dh);
+            CHECK(P.a->ops->buf_upload(P.a, tin.a, 0, in, (size_t)R * ld) == 0 &&
+                  P.r->ops->buf_upload(P.r, tin.r, 0, in, (size_t)R * ld) == 0, "upload");
+            both_begin(sl, tokens, R);
+            char what[80];
+            snprintf(what, sizeof what, "delta_step dh=%d step %d (%d rows)", dh, step, R);
+            CHECK(P.a->ops->delta_step(P.a, tin.a, tg.a, tn.a, tout.a, off, H, dh, 1e-5f) == 0 &&
+                  P.r->ops->delta_step(P.r, tin.r, tg.r, tn.r, tout.r, off, H, dh, 1e-5f) == 0, "%s", what);
+            same_f(&tout, 0, (size_t)R * hd, what);
+        }
+        for (int s = 0; s < CMP_NSLOTS; s++) same_slot(s, slot_bytes, off, nd, 0, 0, P.tol_s, "delta_step S");
+        twin_free(&tg); twin_free(&tn); twin_free(&tin); twin_free(&tout);
+        free(norm_w); free(in);
+    }
+}
+
+/* The delta mixer's two ops as the model runs them (the convolution in
+ * place over q | k | v of the projections, then the delta rule), over runs:
+ * a prefill chunk of 33 rows and runs of 7, 1, 12 and 3, three calls each.
+ * Backend A's runs must equal, bit for bit, the same rows one per call
+ * (outputs and whole slots), and match the reference's runs. */
+enum { DR_H = 2, DR_DH = 16, DR_HD = DR_H * DR_DH, DR_LD = 3 * DR_HD + 2 * DR_H, DR_K = 4 };
+static const size_t dr_ring_off = (size_t)DR_HD * DR_DH * 8, dr_nring = (size_t)3 * DR_HD * (DR_K - 1),
+                    dr_idx_off = (size_t)DR_HD * DR_DH * 8 + (size_t)3 * DR_HD * (DR_K - 1) * 4,
+                    dr_bytes = (size_t)DR_HD * DR_DH * 8 + (size_t)3 * DR_HD * (DR_K - 1) * 4 + 4;
+
+static int dr_ops(backend *be, backend_buf *const *b, const int *slots, int R, int r0, const float *in, float *out) {
+    const backend_ops *o = be->ops;
+    int tokens[64] = { 0 };
+    int rc = o->begin_step(be, slots, tokens, R);
+    if (!rc) rc = o->buf_upload(be, b[0], 0, in + (size_t)r0 * DR_LD, (size_t)R * DR_LD);
+    if (!rc) rc = o->short_conv(be, b[0], DR_LD, b[0], DR_LD, b[1], 3 * DR_HD, DR_K, dr_ring_off, dr_idx_off, 1);
+    if (!rc) rc = o->delta_step(be, b[0], b[2], b[3], b[4], 0, DR_H, DR_DH, 1e-5f);
+    if (!rc) rc = o->buf_download(be, b[4], 0, out + (size_t)r0 * DR_HD, (size_t)R * DR_HD);
+    return rc;
+}
+
+static void case_delta_runs(void) {
+    static const int chunk[33] = { 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5,
+                                   5, 5, 5, 5, 5, 5, 5 };
+    static const int mixed[23] = { 6, 6, 6, 6, 6, 6, 6, 1, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 0, 0, 0 };
+    static const struct { const int *slots; int R; const char *name; } layouts[] = {
+        { chunk, 33, "prefill chunk of 33" }, { mixed, 23, "runs of 7, 1, 12, 3" },
+    };
+    enum { CALLS = 3, MAXR = 33 };
+    float w[3 * DR_HD * DR_K], gate[2 * DR_H], norm_w[DR_DH];
+    fill(w, 3 * DR_HD * DR_K, 0.5f, 0);
+    dl_params(gate, norm_w, DR_H, DR_DH);
+    float *in = fvec((size_t)CALLS * MAXR * DR_LD), *out[3];
+    for (int k = 0; k < 3; k++) out[k] = fvec((size_t)CALLS * MAXR * DR_HD);   /* A runs, A one row, R runs */
+    unsigned char *sa = malloc(dr_bytes), *s1 = malloc(dr_bytes);
+    for (size_t li = 0; li < sizeof layouts / sizeof *layouts && !check_failed_; li++) {
+        if (fresh_pair() < 0) break;
+        int R = layouts[li].R;
+        const int *sl = layouts[li].slots;
+        both_reserve(20, dr_bytes);
+        backend_buf *ba[5], *br[5];
+        backend *be[2] = { P.a, P.r };
+        for (int k = 0; k < 2; k++) {
+            backend_buf **b = k ? br : ba;
+            const backend_ops *o = be[k]->ops;
+            int rc = o->buf_new(be[k], (size_t)R * DR_LD, &b[0]) | o->buf_new(be[k], 3 * DR_HD * DR_K, &b[1]) |
+                     o->buf_new(be[k], 2 * DR_H, &b[2]) | o->buf_new(be[k], DR_DH, &b[3]) |
+                     o->buf_new(be[k], (size_t)R * DR_HD, &b[4]);
+            CHECK(rc == 0, "buf_new");
+            if (rc) abort();
+            CHECK(o->buf_upload(be[k], b[1], 0, w, 3 * DR_HD * DR_K) == 0 &&
+                  o->buf_upload(be[k], b[2], 0, gate, 2 * DR_H) == 0 && o->buf_upload(be[k], b[3], 0, norm_w, DR_DH) == 0,
+                  "upload");
+        }
+        for (int r = 0; r < CALLS * R; r++) dl_fill_in(in + (size_t)r * DR_LD, 1, DR_H, DR_DH);
+        for (int call = 0; call < CALLS; call++) {
+            int r0 = call * R;
+            CHECK(dr_ops(P.a, ba, sl, R, r0, in, out[0]) == 0, "A runs: %s", layouts[li].name);
+            CHECK(dr_ops(P.r, br, sl, R, r0, in, out[2]) == 0, "R runs: %s", layouts[li].name);
+            for (int r = 0; r < R; r++) {
+                int one = sl[r] + 10;
+                CHECK(dr_ops(P.a, ba, &one, 1, r0 + r, in, out[1]) == 0, "A one row");
+            }
+        }
+        size_t n = (size_t)CALLS * R * DR_HD;
+        CHECK(!memcmp(out[0], out[1], n * sizeof(float)), "%s: delta outputs of runs differ from one-row steps",
+              layouts[li].name);
+        double e = rel_err_f(out[0], out[2], n);
+        if (!(e <= worst_)) worst_ = e;
+        CHECK(e <= P.tol_f, "%s: relative error %.3g against the reference > %.3g", layouts[li].name, e, P.tol_f);
+        for (int r = 0; r < R; r++) {
+            if (r > 0 && sl[r] == sl[r - 1]) continue;
+            CHECK(P.a->ops->slot_read(P.a, sl[r], sa) == 0 && P.a->ops->slot_read(P.a, sl[r] + 10, s1) == 0,
+                  "slot_read");
+            CHECK(!memcmp(sa, s1, dr_bytes), "%s: slot %d after runs differs from one-row steps", layouts[li].name,
+                  sl[r]);
+            same_slot(sl[r], dr_bytes, 0, (size_t)DR_HD * DR_DH, dr_ring_off, dr_nring, P.tol_s, layouts[li].name);
+        }
+        for (int k = 0; k < 5; k++) { P.a->ops->buf_free(P.a, ba[k]); P.r->ops->buf_free(P.r, br[k]); }
+    }
+    for (int k = 0; k < 3; k++) free(out[k]);
+    free(in); free(sa); free(s1);
+}
+
 /* The pool: growing keeps slot contents, new slots are zero, write/read
  * round-trips, zero clears. */
 static void case_slots(void) {
@@ -1041,6 +1272,102 @@ static void models_random(void) {
     rmdir(dir);
 }
 
+/* A model with delta mixers in lind's "layers" form, the shapes and weight
+ * ranges of tests/test_core_delta.c: `spec` 0 is d 32 with a delta layer
+ * (H 2, dh 16, K 4) then a linear one (H 4, dh 8); 1 is d 24 with two delta
+ * layers (H 4, dh 8, K 2; H 1, dh 24, K 3); GELU FFNs, vocabulary 256. */
+static int write_delta(const char *dir, int spec, uint64_t seed) {
+    static const struct { int d, ff; struct { const char *mixer; int H, dh, K; } L[2]; } specs[2] = {
+        { 32, 64, { { "delta", 2, 16, 4 }, { "linear", 4, 8, 0 } } },
+        { 24, 48, { { "delta", 4, 8, 2 }, { "delta", 1, 24, 3 } } },
+    };
+    int d = specs[spec].d, ff = specs[spec].ff;
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST) return -errno;
+    char path[512];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return -errno;
+    fprintf(f, "{\"vocab_size\": 256, \"d_model\": %d, \"n_layers\": 2, \"norm_eps\": 1e-5, \"layers\": [", d);
+    for (int i = 0; i < 2; i++) {
+        fprintf(f, "%s{\"mixer\": \"%s\", \"ffn\": \"gelu_mlp\", \"n_heads\": %d, \"d_head\": %d, \"d_ff\": %d",
+                i ? ", " : "", specs[spec].L[i].mixer, specs[spec].L[i].H, specs[spec].L[i].dh, ff);
+        if (!strcmp(specs[spec].L[i].mixer, "delta")) fprintf(f, ", \"conv_size\": %d", specs[spec].L[i].K);
+        fprintf(f, "}");
+    }
+    fprintf(f, "]}\n");
+    if (fclose(f)) return -EIO;
+    testmodel_tensor t[4 + 2 * 24];
+    float *bufs[4 + 2 * 24];
+    int n = 0, rc = 0;
+    uint64_t rng = seed * 0x2545f4914f6cdd1dull + 1;
+    double sd = 1 / sqrt((double)d), sff = 1 / sqrt((double)ff);
+    char nm[96];
+#define D_ADD(name, d0, d1, kind, a, b) \
+    if (rc == 0) rc = testmodel_add_(t, &n, bufs, &rng, name, d0, d1, kind, a, b)
+    D_ADD("embed.weight", 256, d, TESTMODEL_UNIFORM, 1.0, 0);
+    D_ADD("ln_f.weight", d, 0, TESTMODEL_ONE_PLUS, 0.1, 0);
+    D_ADD("ln_f.bias", d, 0, TESTMODEL_UNIFORM, 0.1, 0);
+    D_ADD("head.weight", 256, d, TESTMODEL_UNIFORM, sd, 0);
+    for (int i = 0; i < 2; i++) {
+        int H = specs[spec].L[i].H, dh = specs[spec].L[i].dh, K = specs[spec].L[i].K, hd = H * dh;
+        double shd = 1 / sqrt((double)hd);
+#define D_L(s) (snprintf(nm, sizeof nm, "layers.%d.%s", i, s), nm)
+        D_ADD(D_L("ln1.weight"), d, 0, TESTMODEL_ONE_PLUS, 0.1, 0);
+        D_ADD(D_L("ln1.bias"), d, 0, TESTMODEL_UNIFORM, 0.1, 0);
+        D_ADD(D_L("ln2.weight"), d, 0, TESTMODEL_ONE_PLUS, 0.1, 0);
+        D_ADD(D_L("ln2.bias"), d, 0, TESTMODEL_UNIFORM, 0.1, 0);
+        D_ADD(D_L("ffn.w1"), ff, d, TESTMODEL_UNIFORM, sd, 0);
+        D_ADD(D_L("ffn.b1"), ff, 0, TESTMODEL_UNIFORM, 0.1, 0);
+        D_ADD(D_L("ffn.w2"), d, ff, TESTMODEL_UNIFORM, sff, 0);
+        D_ADD(D_L("ffn.b2"), d, 0, TESTMODEL_UNIFORM, 0.1, 0);
+        D_ADD(D_L("mixer.wq"), hd, d, TESTMODEL_UNIFORM, 2 * sd, 0);
+        D_ADD(D_L("mixer.wk"), hd, d, TESTMODEL_UNIFORM, 2 * sd, 0);
+        D_ADD(D_L("mixer.wv"), hd, d, TESTMODEL_UNIFORM, 2 * sd, 0);
+        D_ADD(D_L("mixer.wo"), d, hd, TESTMODEL_UNIFORM, shd, 0);
+        if (K) {
+            double sk = 1 / sqrt((double)K);
+            D_ADD(D_L("mixer.wb"), H, d, TESTMODEL_UNIFORM, 2 * sd, 0);
+            D_ADD(D_L("mixer.wa"), H, d, TESTMODEL_UNIFORM, 2 * sd, 0);
+            D_ADD(D_L("mixer.conv_q"), hd, K, TESTMODEL_UNIFORM, sk, 0);
+            D_ADD(D_L("mixer.conv_k"), hd, K, TESTMODEL_UNIFORM, sk, 0);
+            D_ADD(D_L("mixer.conv_v"), hd, K, TESTMODEL_UNIFORM, sk, 0);
+            D_ADD(D_L("mixer.a_log"), H, 0, TESTMODEL_RANGE, -2.0, 0.5);
+            D_ADD(D_L("mixer.a_bias"), H, 0, TESTMODEL_RANGE, -3.0, 0.0);
+            D_ADD(D_L("mixer.o_norm"), dh, 0, TESTMODEL_ONE_PLUS, 0.1, 0);
+        }
+#undef D_L
+    }
+#undef D_ADD
+    if (rc == 0) {
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        rc = testmodel_st_write(path, t, n);
+    }
+    for (int i = 0; i < n; i++) free(bufs[i]);
+    return rc;
+}
+
+/* Delta models (short convolution + gated delta rule) stepped (7 sessions ×
+ * 40 steps, states crossing backends halfway) and prefilled. */
+static void models_delta(void) {
+    static const char *names[2] = { "delta+linear d32 (H 2, dh 16, K 4)", "delta+delta d24 (H 4 dh 8 K 2; H 1 dh 24 K 3)" };
+    char tmpl[] = "/tmp/lind_cuda_delta_XXXXXX";
+    char *dir = mkdtemp(tmpl);
+    CHECK(dir != NULL, "mkdtemp");
+    if (!dir) return;
+    for (int i = 0; i < 2 && !check_failed_; i++) {
+        char sub[128];
+        snprintf(sub, sizeof sub, "%s/m%d", dir, i);
+        int rc = write_delta(sub, i, 18 + (uint64_t)i);
+        CHECK(rc == 0, "%s: write model: %d", names[i], rc);
+        if (rc == 0) {
+            compare_models(sub, 7, 40, names[i]);
+            compare_prefill(sub, names[i]);
+        }
+        rm_model(sub);
+    }
+    rmdir(dir);
+}
+
 /* The same with LIND_CUDA_WEIGHTS=bf16 on the side under test: GEMMs on
  * bf16-rounded operands put the logits within 2% of the fp32 CPU backend's
  * (measured through the harness: about 0.5%). */
@@ -1060,7 +1387,8 @@ static void cmp_run_all(const char *label, backend_ctor ctor, double tol_f, doub
         { "matmul_gelu", case_matmul_gelu }, { "matmul_act", case_matmul_act }, { "matmul_half", case_matmul_half },
         { "shift_mix", case_shift_mix }, { "linear_step", case_linear }, { "aft_step", case_aft },
         { "runs", case_runs }, { "row_ops", case_row_ops }, { "slots", case_slots },
-        { "two_layer_model", case_block },
+        { "two_layer_model", case_block }, { "short_conv", case_short_conv }, { "delta_step", case_delta },
+        { "delta_runs", case_delta_runs },
     };
     static char name[128];
     P.label = label;

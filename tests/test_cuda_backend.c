@@ -16,6 +16,8 @@
  *   - an RWKV-4-shaped model (AFT with aft_dim ≠ d_model, channel-mix FFN,
  *     embedding norm, rescale_every, vocabulary 300) with fp32, fp16 and
  *     bf16 weights, stepped and prefilled (model_forward over runs);
+ *   - two delta models (short convolution + gated delta rule, the shapes of
+ *     tests/test_core_delta.c), stepped and prefilled;
  *   - the random models again with LIND_CUDA_WEIGHTS=bf16, within 2%.
  *
  * LIND_CUDA_TEST_BACKEND=name runs the same checks with another backend in
@@ -75,6 +77,7 @@ int main(void) {
     cmp_run_all(under_test, ctor_under_test, 5e-5, 5e-6);
     RUN(models_random);
     RUN(models_rwkv4);
+    RUN(models_delta);
     RUN(models_random_bf16);
     struct stat st;
     if (stat("models/default/config.json", &st) == 0) RUN(model_default);

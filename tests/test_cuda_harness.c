@@ -10,8 +10,9 @@
  * whose rows form runs (batched prefill) give, bit for bit, what one-row
  * steps give. Whole random models (each mixer, token shift on/off, γ < 1
  * and = 1, AFT simple and decay; an RWKV-4-shaped model with fp32, fp16 and
- * bf16 weights) loaded on "harness" and on "cpu" give the same logits for a
- * batch of sessions, stepped and prefilled. Then the refusals: what would
+ * bf16 weights; delta models with their short convolution) loaded on
+ * "harness" and on "cpu" give the same logits for a batch of sessions,
+ * stepped and prefilled. Then the refusals: what would
  * corrupt device memory must be caught on the host. */
 #include <errno.h>
 #include <math.h>
@@ -100,6 +101,29 @@ static void refusals(void) {
     o->buf_free(be, hb);
     CHECK(o->slots_reserve(be, 8, slot_bytes + 8) == -EINVAL, "slot size change accepted");
 
+    /* short_conv and delta_step: regions, extents and aliasing checked */
+    CHECK(o->short_conv(be, in, 32, out, 32, W, 32, 4, 0, 32 * 3 * 4, 1) == 0, "short_conv: %s", grid_backend_error(be));
+    CHECK(o->short_conv(be, in, 32, out, 32, W, 32, 4, 2, 32 * 3 * 4, 1) == -EINVAL, "misaligned ring accepted");
+    CHECK(o->short_conv(be, in, 32, out, 32, W, 32, 4, 0, slot_bytes - 2, 1) == -EINVAL, "index past the slot accepted");
+    CHECK(o->short_conv(be, in, 32, out, 32, W, 32, 4, 0, 40, 1) == -EINVAL, "index inside the ring accepted");
+    CHECK(strstr(grid_backend_error(be), "inside the ring") != NULL, "message: %s", grid_backend_error(be));
+    CHECK(o->short_conv(be, in, 32, out, 32, W, 32, 4, slot_bytes - 100, 0, 1) == -EINVAL, "ring past the slot accepted");
+    CHECK(o->short_conv(be, in, 32, out, 32, W, 32, 1, 0, 32 * 3 * 4, 1) == -EINVAL, "kernel 1 accepted");
+    CHECK(o->short_conv(be, in, 32, in, 40, W, 32, 4, 0, 32 * 3 * 4, 1) == -EINVAL, "in place with two strides accepted");
+    CHECK(o->short_conv(be, in, 16, out, 32, W, 32, 4, 0, 32 * 3 * 4, 1) == -EINVAL, "ldi < n accepted");
+    CHECK(o->short_conv(be, in, 32, small, 32, W, 32, 4, 0, 32 * 3 * 4, 1) == -EINVAL, "short output accepted");
+    CHECK(o->short_conv(be, in, 32, out, 32, small, 32, 4, 0, 32 * 3 * 4, 1) == -EINVAL, "short weights accepted");
+    /* delta: in [2 × (3·32 + 8)] = 208 floats > the 192 of in */
+    CHECK(o->delta_step(be, in, W, W, out, 0, 4, 8, 1e-5f) == -EINVAL, "short delta input accepted");
+    CHECK(o->delta_step(be, W, small, W, out, 0, 8, 4, 1e-5f) == -EINVAL, "gate of 10 < 2·8 accepted");
+    CHECK(o->delta_step(be, W, W, small, out, 0, 1, 16, 1e-5f) == -EINVAL, "norm weight of 10 < 16 accepted");
+    CHECK(o->delta_step(be, W, W, W, W, 0, 4, 8, 1e-5f) == -EINVAL, "delta out = in accepted");
+    CHECK(o->delta_step(be, W, W, W, out, 4, 4, 8, 1e-5f) == -EINVAL, "misaligned delta state accepted");
+    CHECK(o->delta_step(be, W, W, W, out, slot_bytes - 8 * 4 * 8 * 8 + 8, 4, 8, 1e-5f) == -EINVAL,
+          "delta state past the slot accepted");
+    CHECK(o->delta_step(be, W, W, W, out, 0, 1, 2048, 1e-5f) == -EINVAL, "delta dh 2048 accepted");
+    CHECK(o->delta_step(be, W, W, W, out, 0, 4, 8, 1e-5f) == 0, "delta_step: %s", grid_backend_error(be));
+
     /* dh = 2048 needs more threads than a block has: refused, not launched */
     CHECK(o->linear_step(be, in, NULL, out, 0, 1, 2048, 1e-6f) == -EINVAL, "dh 2048 accepted");
 
@@ -131,7 +155,8 @@ static void harness_limits(void) {
                         kb_aft_launch(65535, 1 << 16), kb_shift_mix_launch(65535, 1 << 16),
                         kb_gather_rows_launch(65535, 1 << 16), kb_gated_add_launch(65535, 1 << 16),
                         kb_scale_launch((size_t)65535 << 16), kb_widen_half_launch((size_t)1 << 34),
-                        kb_gemv_half_launch(1 << 20) };
+                        kb_gemv_half_launch(1 << 20), kb_short_conv_launch(65535, 3 << 16),
+                        kb_conv_advance_launch(65535), kb_delta_launch(65535, 1 << 12, 1024) };
     for (size_t i = 0; i < sizeof L / sizeof *L; i++)
         CHECK(L[i].block <= KB_MAX_BLOCK && L[i].smem <= KB_MAX_SMEM && L[i].gy <= KB_MAX_GRID_Y,
               "geometry %zu out of limits", i);
@@ -346,6 +371,7 @@ int main(void) {
     cmp_batch_invariant = 1;
     RUN(models_random);
     RUN(models_rwkv4);
+    RUN(models_delta);
     RUN(half_widening);
     RUN(half_matmul);
     RUN(bf16_matmul);

@@ -25,6 +25,9 @@ static int run_scale(const lind_thread *t, int p, const void *a) { return kb_sca
 static int run_gated_add(const lind_thread *t, int p, const void *a) { return kb_gated_add(t, p, (const kb_gated_add_args *)a); }
 static int run_widen_half(const lind_thread *t, int p, const void *a) { return kb_widen_half(t, p, (const kb_widen_half_args *)a); }
 static int run_gemv_half(const lind_thread *t, int p, const void *a) { return kb_gemv_half(t, p, (const kb_gemv_half_args *)a); }
+static int run_short_conv(const lind_thread *t, int p, const void *a) { return kb_short_conv(t, p, (const kb_short_conv_args *)a); }
+static int run_conv_advance(const lind_thread *t, int p, const void *a) { return kb_conv_advance(t, p, (const kb_conv_advance_args *)a); }
+static int run_delta(const lind_thread *t, int p, const void *a) { return kb_delta_step(t, p, (const kb_delta_args *)a); }
 
 static const body_fn bodies[KB_NKERNELS] = {
     [KB_EMBED] = run_embed,
@@ -40,11 +43,14 @@ static const body_fn bodies[KB_NKERNELS] = {
     [KB_GATED_ADD] = run_gated_add,
     [KB_WIDEN_HALF] = run_widen_half,
     [KB_GEMV_HALF] = run_gemv_half,
+    [KB_SHORT_CONV] = run_short_conv,
+    [KB_CONV_ADVANCE] = run_conv_advance,
+    [KB_DELTA_STEP] = run_delta,
 };
 
 /* A body that never says it is done is a bug the harness reports rather than
- * hangs on. The linear step takes log2(T) + 2 phases per row of a run, so the
- * bound allows runs of well over 10^5 rows. */
+ * hangs on. The linear step takes log2(T) + 2 phases per row of a run, the
+ * delta step 2·log2(T) + 4, so the bound allows runs of well over 10^5 rows. */
 #define MAX_PHASES (1 << 22)
 
 /* Index i of n in the given order. */

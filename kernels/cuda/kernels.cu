@@ -32,6 +32,9 @@ LIND_KERNEL(k_scale, kb_scale, kb_scale_args)
 LIND_KERNEL(k_gated_add, kb_gated_add, kb_gated_add_args)
 LIND_KERNEL(k_widen_half, kb_widen_half, kb_widen_half_args)
 LIND_KERNEL(k_gemv_half, kb_gemv_half, kb_gemv_half_args)
+LIND_KERNEL(k_short_conv, kb_short_conv, kb_short_conv_args)
+LIND_KERNEL(k_conv_advance, kb_conv_advance, kb_conv_advance_args)
+LIND_KERNEL(k_delta_step, kb_delta_step, kb_delta_args)
 
 __global__ void k_probe(int *flag) { *flag = 1; }
 
@@ -52,6 +55,9 @@ extern "C" int lind_cuda_launch(int kernel, const lind_launch *L, const void *ar
     case KB_GATED_ADD:   k_gated_add<<<grid, block, L->smem, s>>>(*(const kb_gated_add_args *)args); break;
     case KB_WIDEN_HALF:  k_widen_half<<<grid, block, L->smem, s>>>(*(const kb_widen_half_args *)args); break;
     case KB_GEMV_HALF:   k_gemv_half<<<grid, block, L->smem, s>>>(*(const kb_gemv_half_args *)args); break;
+    case KB_SHORT_CONV:  k_short_conv<<<grid, block, L->smem, s>>>(*(const kb_short_conv_args *)args); break;
+    case KB_CONV_ADVANCE: k_conv_advance<<<grid, block, L->smem, s>>>(*(const kb_conv_advance_args *)args); break;
+    case KB_DELTA_STEP:  k_delta_step<<<grid, block, L->smem, s>>>(*(const kb_delta_args *)args); break;
     default: return (int)cudaErrorInvalidValue;
     }
     return (int)cudaGetLastError();
