@@ -280,6 +280,7 @@ int server_main(int argc, char **argv)
     }
     store_options so = store_defaults();
     so.sync = srv->opt.sync;
+    so.exclusive = 1;   /* a second daemon on this database is refused, naming our pid */
     if ((rc = store_open(srv->opt.db_path, &so, &st, err, sizeof err)) != 0) {
         fprintf(stderr, "lind serve: cannot open the store: %s\n", err);
         goto out;
