@@ -64,7 +64,7 @@ TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*_bench.c))
 BENCH_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(filter-out %_bench.c,$(wildcard bench/*.c)))
 
-.PHONY: all deps test run asan bench model test-torch test-cuda clean fuzz
+.PHONY: all deps test run asan bench model test-torch test-cuda clean fuzz fuzz-build
 # Keep object files of test and bench programs (intermediates otherwise), so
 # a second `make` has nothing to do.
 .SECONDARY:
@@ -158,27 +158,52 @@ model: deps
 test-torch: $(BUILD)/tests/test_model_default
 	@sh tools/test_torch.sh $(BUILD)
 
-# libFuzzer targets (tests/fuzz_*.c): built with clang, each run for
-# FUZZ_SECONDS from its seeds (tests/fuzz_seeds/NAME) plus the corpus it
-# grew before (build-fuzz/corpus/NAME). A crash, leak or abort fails.
-FUZZ_SECONDS ?= 60
+# libFuzzer targets (tests/fuzz_*.c), one per decoder of untrusted bytes:
+# the protocol, the state blob, the export file, the transcript,
+# safetensors headers, config.json, tokenizer files. Built with clang: the
+# engine, the store and the protocol decoder compiled once into
+# $(FUZZ_BUILD)/libfuzz.a (sanitized, no CUDA), each driver linked against
+# it, so a driver gets exactly the sources it uses. Each runs for
+# FUZZ_SECONDS from its seeds (tests/fuzz_seeds/NAME, kept in the tree) plus
+# the corpus it grew before ($(FUZZ_BUILD)/corpus/NAME). A crash, leak,
+# abort or sanitizer report fails. `make fuzz-build` only builds them.
+FUZZ_SECONDS ?= 20
 FUZZ_BUILD   ?= build-fuzz
-FUZZ_CFLAGS  = -std=gnu11 -g -O1 -I. -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
-               -fno-sanitize-recover=undefined
-FUZZ_LIBSRC  = daemon/protocol.c state/store.c state/store_sqlite.c
-fuzz:
-	@mkdir -p $(FUZZ_BUILD)
-	@for f in $(FUZZ_SRCS); do n=$$(basename $$f .c); \
-	  clang $(FUZZ_CFLAGS) -o $(FUZZ_BUILD)/$$n $$f $(FUZZ_LIBSRC) -lmsgpackc -lsqlite3 -lxxhash -lm || exit 1; \
+FUZZ_SAN      = -fsanitize=address,undefined -fno-sanitize-recover=undefined
+FUZZ_CFLAGS   = -std=gnu11 -g -O1 $(ARCH) -I. -D_GNU_SOURCE -fno-strict-aliasing $(FUZZ_SAN)
+FUZZ_LIB_SRCS = $(wildcard recurrent/*.c kernels/*.c kernels/cpu/*.c state/*.c) \
+                $(filter-out kernels/cuda/cuda_%.c,$(wildcard kernels/cuda/*.c)) daemon/protocol.c
+FUZZ_LIB_OBJS = $(FUZZ_LIB_SRCS:%.c=$(FUZZ_BUILD)/obj/%.o)
+FUZZ_BINS     = $(FUZZ_SRCS:tests/%.c=$(FUZZ_BUILD)/%)
+FUZZ_LDLIBS   = -lopenblas -lmsgpackc -lsqlite3 -ljansson -lxxhash -lpcre2-8 -lutf8proc -lm -lpthread
+
+$(FUZZ_BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
+
+$(FUZZ_BUILD)/libfuzz.a: $(FUZZ_LIB_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(FUZZ_BUILD)/fuzz_%: tests/fuzz_%.c tests/fuzz_common.h $(FUZZ_BUILD)/libfuzz.a
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_BUILD)/libfuzz.a $(FUZZ_LDLIBS)
+
+fuzz-build: $(FUZZ_BINS)
+
+fuzz: fuzz-build
+	@for f in $(FUZZ_BINS); do n=$$(basename $$f); \
 	  mkdir -p $(FUZZ_BUILD)/corpus/$$n; \
 	  echo "fuzz: $$n for $(FUZZ_SECONDS) s"; \
-	  $(FUZZ_BUILD)/$$n -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -print_final_stats=1 \
+	  ASAN_OPTIONS=detect_leaks=1 $$f -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -timeout=10 \
+	    -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/$$n- \
 	    $(FUZZ_BUILD)/corpus/$$n tests/fuzz_seeds/$$n 2>$(FUZZ_BUILD)/$$n.log || \
 	    { tail -n 40 $(FUZZ_BUILD)/$$n.log; exit 1; }; \
 	  grep -E '^(stat::number_of_executed_units|Done)' $(FUZZ_BUILD)/$$n.log; done
+
+-include $(FUZZ_LIB_OBJS:.o=.d)
 
 -include $(LIB_OBJS:.o=.d) $(DMN_OBJS:.o=.d) $(BUILD)/daemon/main.d $(CLI_LIB_OBJS:.o=.d) $(CTL_OBJS:.o=.d) $(TEST_BINS:=.d) \
          $(BENCH_BINS:=.d) $(BENCH_OBJS:.o=.d)
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-tsan build-faults build-fuzz
