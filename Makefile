@@ -64,7 +64,7 @@ TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*_bench.c))
 BENCH_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(filter-out %_bench.c,$(wildcard bench/*.c)))
 
-.PHONY: all deps test run asan bench model test-torch test-cuda clean fuzz fuzz-build
+.PHONY: all deps test run asan tsan bench model test-torch test-cuda test-faults clean fuzz fuzz-build
 # Keep object files of test and bench programs (intermediates otherwise), so
 # a second `make` has nothing to do.
 .SECONDARY:
@@ -139,6 +139,16 @@ asan:
 	    SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 	    NO_CUDA=1 all
 	@LIND_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1 sh tests/run.sh build-asan
+
+# Fault injection into the store layer (tests/test_state_faults.c): every
+# allocation, write and fsync position of a fixed workload, under
+# AddressSanitizer (so a leak on an error path fails too). `make test` runs
+# the same program with every 7th allocation position.
+test-faults:
+	@$(MAKE) --no-print-directory BUILD=build-faults OPT=-O1 \
+	    SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+	    NO_CUDA=1 build-faults/tests/test_state_faults
+	@LIND_FAULTS_FULL=1 LIND_TEST_TIMEOUT=600 ASAN_OPTIONS=detect_leaks=1 sh tests/run.sh build-faults test_state_faults
 
 run: deps all
 	$(BUILD)/lind serve --model $(MODEL) --socket ./lind.sock --db ./lind.db
