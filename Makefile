@@ -21,9 +21,14 @@ LDFLAGS += $(SAN)
 CTL_LDLIBS = -ledit -lmsgpackc -ljansson -lm -lpthread
 LDLIBS  += -lopenblas -luv -lmsgpackc -lsqlite3 -ljansson -lxxhash -lpcre2-8 -lutf8proc -lm -lpthread
 
+# Every package a test, benchmark or tool uses (tests/test_deps.py checks the
+# Python imports against this list). python3-torch is here, not optional:
+# `make model`, `make test-torch` and the PyTorch agreement tests need it, and
+# tests that SKIP without it would otherwise never run on a fresh machine.
 DEPS_PKGS = libuv1-dev libmsgpack-dev libsqlite3-dev libopenblas-dev libedit-dev \
             libjansson-dev libxxhash-dev pkg-config python3-msgpack bible-kjv \
-            gnuplot-nox tmux clang python3-numpy libpcre2-dev libutf8proc-dev nodejs
+            gnuplot-nox tmux clang python3-numpy libpcre2-dev libutf8proc-dev nodejs \
+            python3-torch
 MODEL   ?= models/default
 
 # ---- CUDA (optional) --------------------------------------------------------
@@ -64,7 +69,7 @@ TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*_bench.c))
 BENCH_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(filter-out %_bench.c,$(wildcard bench/*.c)))
 
-.PHONY: all deps test run asan tsan bench model test-torch test-cuda test-faults clean fuzz fuzz-build
+.PHONY: all deps test run asan tsan tsan-build bench model test-torch test-cuda test-faults clean fuzz fuzz-build
 # Keep object files of test and bench programs (intermediates otherwise), so
 # a second `make` has nothing to do.
 .SECONDARY:
@@ -149,6 +154,22 @@ test-faults:
 	    SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 	    NO_CUDA=1 build-faults/tests/test_state_faults
 	@LIND_FAULTS_FULL=1 LIND_TEST_TIMEOUT=600 ASAN_OPTIONS=detect_leaks=1 sh tests/run.sh build-faults test_state_faults
+
+# ThreadSanitizer: the daemon (its compute, store and loop threads), the
+# tests that drive it, and the engine's threaded tests (the CPU worker pool,
+# the store), every one built with -fsanitize=thread; any report fails.
+# OpenBLAS is not instrumented: tests/tsan.supp names what TSan cannot see.
+TSAN_TESTS = $(filter $(BUILD)/tests/test_daemon_% $(BUILD)/tests/test_core_parallel \
+               $(BUILD)/tests/test_store_% $(BUILD)/tests/test_state_% $(BUILD)/tests/test_client_% \
+               $(BUILD)/tests/test_lindctl_%,$(TEST_BINS))
+tsan:
+	@$(MAKE) --no-print-directory BUILD=build-tsan OPT=-O1 \
+	    SAN="-fsanitize=thread -fno-omit-frame-pointer" NO_CUDA=1 tsan-build
+	@for t in test_daemon_ test_lindctl_ test_client_ test_core_parallel test_store_ test_state_; do \
+	  LIND_SANITIZED=1 TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/tsan.supp" \
+	    sh tests/run.sh build-tsan $$t | tee build-tsan/run-$$t.log | grep -v '^[0-9]* passed' ; \
+	  grep -q ' 0 failed$$' build-tsan/run-$$t.log || exit 1; done
+tsan-build: $(BUILD)/lind $(BUILD)/lindctl $(TSAN_TESTS)
 
 run: deps all
 	$(BUILD)/lind serve --model $(MODEL) --socket ./lind.sock --db ./lind.db
