@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -133,9 +134,62 @@ static int clear_stale_socket(const char *path, char *err, size_t errlen)
 static void on_connection(uv_stream_t *l, int status)
 {
     server *srv = l->data;
-    if (status < 0 || srv->stopping) return;
+    if (status < 0) {
+        /* libuv accepted and closed the client itself (out of descriptors):
+         * it got no answer, so at least the operator learns of it. */
+        char why[200];
+        struct rlimit rl = { 0, 0 };
+        getrlimit(RLIMIT_NOFILE, &rl);
+        snprintf(why, sizeof why, "a connection was dropped unanswered: %s (open-file limit %lld)",
+                 uv_strerror(status), (long long)rl.rlim_cur);
+        conn_log_refusal(why);
+        return;
+    }
+    if (srv->stopping) return;
     int rc = conn_accept(srv);
     if (rc < 0) fprintf(stderr, "lind serve: accepting a connection failed: %s\n", uv_strerror(rc));
+}
+
+/* bind() says "permission denied" for a missing directory too: name the
+ * real reason before trying. */
+static int socket_dir_check(const char *path, char *err, size_t errlen)
+{
+    char dir[sizeof ((struct sockaddr_un *)0)->sun_path];   /* the path fits: checked before */
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+    struct stat st;
+    if (stat(dir, &st) != 0) {
+        int e = errno;
+        snprintf(err, errlen, "socket %s: its directory %s %s", path, dir,
+                 e == ENOENT ? "does not exist" : strerror(e));
+        return -e;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "socket %s: %s is not a directory", path, dir);
+        return -ENOTDIR;
+    }
+    if (access(dir, W_OK | X_OK) != 0) {
+        int e = errno;
+        snprintf(err, errlen, "socket %s: cannot create it in %s: %s", path, dir, strerror(e));
+        return -e;
+    }
+    return 0;
+}
+
+/* Connections are file descriptors: take the hard limit the system allows
+ * rather than the (often 1024) soft default. */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            fprintf(stderr, "lind serve: cannot raise the open-file limit to %lld: %s\n",
+                    (long long)rl.rlim_max, strerror(errno));
+    }
 }
 
 static int listen_on(server *srv, char *err, size_t errlen)
@@ -146,7 +200,9 @@ static int listen_on(server *srv, char *err, size_t errlen)
         snprintf(err, errlen, "socket path '%s' is longer than %zu bytes", path, sizeof sa.sun_path - 1);
         return -ENAMETOOLONG;
     }
-    int rc = clear_stale_socket(path, err, errlen);
+    int rc = socket_dir_check(path, err, errlen);
+    if (rc) return rc;
+    rc = clear_stale_socket(path, err, errlen);
     if (rc) return rc;
     mode_t old = umask(0177);   /* the socket is born 0600: no window for others */
     rc = uv_pipe_bind(&srv->listener, path);
@@ -179,9 +235,20 @@ static void close_everything(server *srv)
     close_handle((uv_handle_t *)&srv->listener);
 }
 
+/* EXIT_FLUSH_MS after the last commit, clients that have not taken their
+ * final events lose them (docs/DAEMON.md, "Shutdown"): say so. */
 static void on_exit_timer(uv_timer_t *t)
 {
-    close_everything(t->data);
+    server *srv = t->data;
+    conn_table *ct = srv->conns;
+    unsigned slow = 0;
+    size_t bytes = 0;
+    for (uint32_t i = 0; i < ct->cap; i++)
+        if (ct->v[i] && !ct->v[i]->closed) { slow++; bytes += conn_unsent(ct->v[i]); }
+    if (slow)
+        fprintf(stderr, "lind serve: %u client(s) did not read their last %zu bytes within %d ms"
+                " of shutdown; dropping them (every turn is saved)\n", slow, bytes, EXIT_FLUSH_MS);
+    close_everything(srv);
 }
 
 /* Every turn is saved and the store closed: write what is left, then end. */
@@ -246,6 +313,7 @@ int server_main(int argc, char **argv)
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
+    raise_fd_limit();
     srv->limits = (proto_limits){ .max_message = srv->opt.max_message,
                                   .max_tokens = srv->opt.max_tokens };
     if (!realpath(srv->opt.model_dir, srv->model_path))
