@@ -299,6 +299,14 @@ static void on_wake(uv_async_t *a)
     }
 }
 
+/* The store found its database removed or replaced (store thread): every
+ * later turn fails with `io` and this message; say it where operators look. */
+static void store_lost_loudly(void *arg, const char *why)
+{
+    (void)arg;
+    fprintf(stderr, "lind serve: ERROR: %s. Turns are no longer acknowledged; restart lind.\n", why);
+}
+
 /* ---- main ------------------------------------------------------------------------ */
 
 int server_main(int argc, char **argv)
@@ -349,6 +357,7 @@ int server_main(int argc, char **argv)
     store_options so = store_defaults();
     so.sync = srv->opt.sync;
     so.exclusive = 1;   /* a second daemon on this database is refused, naming our pid */
+    so.on_lost = store_lost_loudly;
     if ((rc = store_open(srv->opt.db_path, &so, &st, err, sizeof err)) != 0) {
         fprintf(stderr, "lind serve: cannot open the store: %s\n", err);
         goto out;

@@ -54,6 +54,12 @@ typedef struct store_options {
     store_sync sync;        /* FULL (default): on disk when save returns */
     int busy_timeout_ms;    /* default 5000 */
     int exclusive;          /* 1: refuse a second exclusive opener (default 0) */
+    /* Called once, on the thread that found it, when the database file or
+     * its -wal was removed or replaced (see Identity above), with the
+     * message every later write returns; NULL: none. For a daemon to say
+     * so loudly. */
+    void (*on_lost)(void *arg, const char *why);
+    void *on_lost_arg;
 } store_options;
 
 /* One session to save. The store copies what it needs; the caller keeps

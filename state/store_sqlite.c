@@ -78,6 +78,8 @@ typedef struct sqlite_store {
     dev_t dev; ino_t ino;    /* the database file this handle opened */
     dev_t wal_dev; ino_t wal_ino;  /* its -wal, once it exists (wal_ino 0: not yet) */
     char *lost;              /* set once the file was removed/replaced: why (malloc'd) */
+    void (*on_lost)(void *, const char *);
+    void *on_lost_arg;
     char path[];             /* for messages */
 } sqlite_store;
 
@@ -178,6 +180,14 @@ static void remember_wal(sqlite_store *s)
     }
 }
 
+static int lost_message(const sqlite_store *s, char *err, size_t errlen)
+{
+    return errmsg_set(-ESTALE, err, errlen,
+                      "store %s: %s while lind had it open; nothing more is saved or"
+                      " acknowledged on it (restore the file, or restart lind on a new one)",
+                      s->path, s->lost);
+}
+
 /* Is the path still the file SQLite writes, and its -wal the log SQLite
  * appends to? If not, remember why and refuse this and every later write:
  * a commit into an unlinked file would be acknowledged and then lost. */
@@ -212,13 +222,15 @@ static int check_identity(sqlite_store *s, char *err, size_t errlen)
             if (!s->lost)
                 return errmsg_set(-ESTALE, err, errlen, "store %s: %s", s->path, why);
             memcpy(s->lost, why, n);
+            if (s->on_lost) {
+                char msg[1024];
+                lost_message(s, msg, sizeof msg);
+                s->on_lost(s->on_lost_arg, msg);
+            }
         }
     }
     if (s->lost)
-        return errmsg_set(-ESTALE, err, errlen,
-                          "store %s: %s while lind had it open; nothing more is saved or"
-                          " acknowledged on it (restore the file, or restart lind on a new one)",
-                          s->path, s->lost);
+        return lost_message(s, err, errlen);
     return 0;
 }
 
@@ -580,6 +592,8 @@ int store_sqlite_open(const char *path, const store_options *opt, store **out,
     memcpy(s->path, path, plen + 1);
     s->base.ops = &sqlite_ops;
     s->lock_fd = -1;
+    s->on_lost = opt->on_lost;
+    s->on_lost_arg = opt->on_lost_arg;
     /* Sessions hold users' conversations: a new store is private to its
      * owner (SQLite gives the -wal and -shm files the same mode). Opening it
      * read-write here is also the first writability check, with the

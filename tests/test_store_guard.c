@@ -197,12 +197,25 @@ static void unwritable_refused_at_open(void)
     chmod(dir, 0700);
 }
 
+static int lost_calls;
+static char lost_why[1024];
+static void on_lost(void *arg, const char *why)
+{
+    lost_calls += arg == (void *)&lost_calls;
+    snprintf(lost_why, sizeof lost_why, "%s", why);
+}
+
 static void removed_db_refuses_writes(void)
 {
     char path[128];
     newdb(path, sizeof path);
     int rc; char err[512];
-    store *s = open_with(path, 1, &rc, err, sizeof err);
+    store_options o = store_defaults();
+    o.exclusive = 1;
+    o.on_lost = on_lost;
+    o.on_lost_arg = &lost_calls;
+    store *s = NULL;
+    rc = store_open(path, &o, &s, err, sizeof err);
     CHECK(s, "open: %s", err);
     if (!s) return;
     CHECK(save1(s, "a", 1, 1000, err, sizeof err) == 0, "save before: %s", err);
@@ -212,6 +225,9 @@ static void removed_db_refuses_writes(void)
     CHECK(strstr(err, "removed") && strstr(err, path), "message: %s", err);
     rc = save1(s, "c", 3, 1000, err, sizeof err);
     CHECK(rc == -ESTALE, "and every later save: rc %d", rc);
+    CHECK(lost_calls == 1, "on_lost called once, not %d times", lost_calls);
+    CHECK(strcmp(lost_why, err) == 0, "on_lost got the message writes return: '%s' vs '%s'",
+          lost_why, err);
     CHECK(store_delete(s, "a", err, sizeof err) == -ESTALE, "delete refused too");
     CHECK(store_fork(s, "a", "z", err, sizeof err) == -ESTALE, "fork refused too");
     CHECK(holds(s, "a", 1, 1000), "reads go on from the open file");
