@@ -605,8 +605,8 @@ int store_sqlite_open(const char *path, const store_options *opt, store **out,
         if (e == ENOENT)
             return errmsg_set(-ENOENT, err, errlen, "cannot open store %s: its directory does"
                               " not exist", path);
-        return errmsg_set(-e, err, errlen, "cannot open store %s for writing: %s", path,
-                          strerror(e));
+        return errmsg_set(-e, err, errlen, "store %s is not writable: opening it for writing:"
+                          " %s", path, strerror(e));
     }
     struct stat fst;
     if (fstat(fd, &fst) != 0 || !S_ISREG(fst.st_mode)) {
