@@ -147,13 +147,14 @@ asan:
 
 # Fault injection into the store layer (tests/test_state_faults.c): every
 # allocation, write and fsync position of a fixed workload, under
-# AddressSanitizer (so a leak on an error path fails too). `make test` runs
+# AddressSanitizer (so a leak on an error path fails too; the build is
+# make asan's, so after it nothing is recompiled). `make test` runs
 # the same program with every 7th allocation position.
 test-faults:
-	@$(MAKE) --no-print-directory BUILD=build-faults OPT=-O1 \
+	@$(MAKE) --no-print-directory BUILD=build-asan OPT=-O1 \
 	    SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
-	    NO_CUDA=1 build-faults/tests/test_state_faults
-	@LIND_FAULTS_FULL=1 LIND_TEST_TIMEOUT=600 ASAN_OPTIONS=detect_leaks=1 sh tests/run.sh build-faults test_state_faults
+	    NO_CUDA=1 build-asan/tests/test_state_faults
+	@LIND_FAULTS_FULL=1 LIND_TEST_TIMEOUT=600 ASAN_OPTIONS=detect_leaks=1 sh tests/run.sh build-asan test_state_faults
 
 # ThreadSanitizer: the daemon (its compute, store and loop threads), the
 # tests that drive it, and the engine's threaded tests (the CPU worker pool,
@@ -237,4 +238,4 @@ fuzz: fuzz-build
          $(BENCH_BINS:=.d) $(BENCH_OBJS:.o=.d)
 
 clean:
-	rm -rf build build-asan build-tsan build-faults build-fuzz
+	rm -rf build build-asan build-tsan build-fuzz
