@@ -184,12 +184,17 @@ static int socket_dir_check(const char *path, char *err, size_t errlen)
 static void raise_fd_limit(void)
 {
     struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-        rl.rlim_cur = rl.rlim_max;
-        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
-            fprintf(stderr, "lind serve: cannot raise the open-file limit to %lld: %s\n",
-                    (long long)rl.rlim_max, strerror(errno));
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max) return;
+    rlim_t old = rl.rlim_cur;
+    /* An unlimited hard limit still stops at fs.nr_open: try less then. */
+    const rlim_t tries[3] = { rl.rlim_max, 1u << 20, 65536 };
+    for (int i = 0; i < 3; i++) {
+        if (tries[i] <= old || tries[i] > rl.rlim_max) continue;
+        rl.rlim_cur = tries[i];
+        if (setrlimit(RLIMIT_NOFILE, &rl) == 0) return;
     }
+    fprintf(stderr, "lind serve: cannot raise the open-file limit above %lld: %s\n",
+            (long long)old, strerror(errno));
 }
 
 static int listen_on(server *srv, char *err, size_t errlen)

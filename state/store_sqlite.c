@@ -196,6 +196,7 @@ static int check_identity(sqlite_store *s, char *err, size_t errlen)
     if (!s->lost) {
         struct stat st;
         char why[512] = "";
+        int gone = 0;
         if (stat(s->path, &st) != 0)
             snprintf(why, sizeof why, "the database file %s was removed (%s)", s->path,
                      strerror(errno));
@@ -205,9 +206,10 @@ static int check_identity(sqlite_store *s, char *err, size_t errlen)
                      (unsigned long long)s->ino);
         else if (s->wal_ino == 0)
             remember_wal(s);
-        else if (stat_wal(s, &st) != 0 || st.st_dev != s->wal_dev || st.st_ino != s->wal_ino) {
+        else if ((gone = stat_wal(s, &st) != 0) || st.st_dev != s->wal_dev ||
+                 st.st_ino != s->wal_ino) {
             snprintf(why, sizeof why, "the write-ahead log %s-wal was %s", s->path,
-                     errno == ENOENT ? "removed" : "replaced by another file");
+                     gone ? "removed" : "replaced by another file");
             /* The log SQLite has open still holds every acknowledged commit:
              * copy them into the database file before refusing more. */
             int rc = sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
