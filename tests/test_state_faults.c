@@ -3,8 +3,12 @@
  * One fixed workload through state/store.h (an exclusive open, grouped and
  * single saves, loads, a fork, export and import, a delete, list and count,
  * close, then a reopen, a save and a close) is run once cleanly to count
- * SQLite's allocations, file writes and fsyncs, then again once per N with
- *   - the N-th allocation failing (SQLITE_CONFIG_MALLOC wrapper), once;
+ * the allocations (SQLite's and lind's own), file writes and fsyncs, then
+ * again once per N with
+ *   - the N-th allocation failing, once: SQLite's through an
+ *     SQLITE_CONFIG_MALLOC wrapper, lind's through the linker (the Makefile
+ *     links this test with -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,
+ *     which reroutes every call from the engine archive to __wrap_*);
  *   - the N-th write failing (a VFS shim over the default VFS), once;
  *   - every write from the N-th on failing (a disk gone bad);
  *   - the N-th fsync failing, once.
@@ -54,6 +58,27 @@ static int hit(int kind)
 }
 
 static sqlite3_mem_methods real_mem;
+
+/* lind's own allocations (store.c, store_sqlite.c, ...): see the top. */
+void *__real_malloc(size_t n);
+void *__real_calloc(size_t n, size_t m);
+void *__real_realloc(void *p, size_t n);
+void *__wrap_malloc(size_t n);
+void *__wrap_calloc(size_t n, size_t m);
+void *__wrap_realloc(void *p, size_t n);
+/* Of the allocation events, how many were lind's, and (in the clean run)
+ * their positions, so a strided sweep still tries every one of them. */
+static long lind_allocs, lind_pos[256];
+static int lind_hit(void)
+{
+    int h = hit(F_ALLOC);
+    if (lind_allocs < 256) lind_pos[lind_allocs] = counts[F_ALLOC];
+    lind_allocs++;
+    return h;
+}
+void *__wrap_malloc(size_t n) { return lind_hit() ? NULL : __real_malloc(n); }
+void *__wrap_calloc(size_t n, size_t m) { return lind_hit() ? NULL : __real_calloc(n, m); }
+void *__wrap_realloc(void *p, size_t n) { return lind_hit() ? NULL : __real_realloc(p, n); }
 
 static void *m_malloc(int n)
 {
@@ -224,7 +249,7 @@ static int semantic(const char *what, int rc, const char *err, int may_be_absent
 
 static void save_op(store *s, const int *nm, const int *vals, int n)
 {
-    store_record r[4];
+    store_record r[4] = { { 0 } };
     for (int i = 0; i < n; i++) r[i] = rec(nm[i], vals[i]);
     char err[512] = "";
     int rc = store_save(s, r, n, err, sizeof err);
@@ -370,22 +395,26 @@ static void one_run(int kind, long at, int persist)
 }
 
 static long clean[F_KINDS];
+static long clean_lind_pos[256], clean_lind_n;
 
 static void clean_run_counts(void)
 {
     run_label = "clean run";
+    lind_allocs = 0;
     one_run(F_ALLOC, 0, 0);
     memcpy(clean, counts, sizeof clean);
+    clean_lind_n = lind_allocs < 256 ? lind_allocs : 256;
+    memcpy(clean_lind_pos, lind_pos, sizeof lind_pos);
     CHECK(fired == 0, "nothing injected");
-    CHECK(clean[F_ALLOC] > 100 && clean[F_WRITE] > 10 && clean[F_SYNC] > 2,
-          "the workload exercises the store: %ld allocations, %ld writes, %ld fsyncs",
-          clean[F_ALLOC], clean[F_WRITE], clean[F_SYNC]);
+    CHECK(clean[F_ALLOC] > 100 && clean[F_WRITE] > 10 && clean[F_SYNC] > 2 && lind_allocs > 5,
+          "the workload exercises the store: %ld allocations (%ld of them lind's), %ld writes,"
+          " %ld fsyncs", clean[F_ALLOC], lind_allocs, clean[F_WRITE], clean[F_SYNC]);
     for (int i = 0; i < NNAMES; i++)
         CHECK(allowed[i] == (i == 2 ? ABSENT : 1ull << (i == 0 ? 5 : i == 1 ? 2 : i == 3 ? 6 :
                                                       i == 4 ? 2 : 7)),
               "clean run: session %s ends as expected (%#llx)", names[i],
               (unsigned long long)allowed[i]);
-    printf("NOTE workload: %ld SQLite allocations, %ld writes, %ld fsyncs\n",
+    printf("NOTE workload: %ld allocations, %ld writes, %ld fsyncs\n",
            clean[F_ALLOC], clean[F_WRITE], clean[F_SYNC]);
 }
 
@@ -393,13 +422,21 @@ static void sweep(int kind, int persist, long stride)
 {
     char label[96];
     long runs = 0, fires = 0;
-    for (long n = 1; n <= clean[kind] && !check_failed_; n += stride) {
+    long extra = kind == F_ALLOC && stride > 1 ? clean_lind_n : 0;
+    for (long n = 1, k = 0; !check_failed_; ) {
+        if (n > clean[kind]) {
+            /* Strided: then every position of a lind allocation. */
+            if (k >= extra) break;
+            n = clean_lind_pos[k++];
+            if ((n - 1) % stride == 0) continue;
+        }
         snprintf(label, sizeof label, "%s %ld%s", kind_name[kind], n, persist ? " onwards" : "");
         run_label = label;
         long before = fired;
         one_run(kind, n, persist);
         fires += fired > before;
         runs++;
+        n = k ? clean[kind] + 1 : n + stride;
     }
     CHECK(fires > 0, "no fault fired in %ld runs", runs);
     printf("NOTE %s%s: %ld runs, a fault fired in %ld\n", kind_name[kind],
