@@ -21,14 +21,14 @@ LDFLAGS += $(SAN)
 CTL_LDLIBS = -ledit -lmsgpackc -ljansson -lm -lpthread
 LDLIBS  += -lopenblas -luv -lmsgpackc -lsqlite3 -ljansson -lxxhash -lpcre2-8 -lutf8proc -lm -lpthread
 
+DEPS_PKGS = libuv1-dev libmsgpack-dev libsqlite3-dev libopenblas-dev libedit-dev \
+            libjansson-dev libxxhash-dev pkg-config python3-msgpack bible-kjv \
+            gnuplot-nox tmux clang python3-numpy libpcre2-dev libutf8proc-dev nodejs
 # Every package a test, benchmark or tool uses (tests/test_deps.py checks the
 # Python imports against this list). python3-torch is here, not optional:
 # `make model`, `make test-torch` and the PyTorch agreement tests need it, and
 # tests that SKIP without it would otherwise never run on a fresh machine.
-DEPS_PKGS = libuv1-dev libmsgpack-dev libsqlite3-dev libopenblas-dev libedit-dev \
-            libjansson-dev libxxhash-dev pkg-config python3-msgpack bible-kjv \
-            gnuplot-nox tmux clang python3-numpy libpcre2-dev libutf8proc-dev nodejs \
-            python3-torch
+DEPS_PKGS += python3-torch
 MODEL   ?= models/default
 
 # ---- CUDA (optional) --------------------------------------------------------
@@ -69,7 +69,8 @@ TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*_bench.c))
 BENCH_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(filter-out %_bench.c,$(wildcard bench/*.c)))
 
-.PHONY: all deps test run asan tsan tsan-build bench model test-torch test-cuda test-faults clean fuzz fuzz-build
+.PHONY: all deps test run asan bench model test-torch test-cuda clean fuzz
+.PHONY: tsan tsan-build test-faults fuzz-build
 # Keep object files of test and bench programs (intermediates otherwise), so
 # a second `make` has nothing to do.
 .SECONDARY:

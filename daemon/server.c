@@ -205,6 +205,7 @@ static int listen_on(server *srv, char *err, size_t errlen)
         snprintf(err, errlen, "socket path '%s' is longer than %zu bytes", path, sizeof sa.sun_path - 1);
         return -ENAMETOOLONG;
     }
+    raise_fd_limit();   /* before the first connection: each is a descriptor */
     int rc = socket_dir_check(path, err, errlen);
     if (rc) return rc;
     rc = clear_stale_socket(path, err, errlen);
@@ -326,7 +327,6 @@ int server_main(int argc, char **argv)
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
-    raise_fd_limit();
     srv->limits = (proto_limits){ .max_message = srv->opt.max_message,
                                   .max_tokens = srv->opt.max_tokens };
     if (!realpath(srv->opt.model_dir, srv->model_path))

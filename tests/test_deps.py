@@ -48,11 +48,12 @@ def report(ok, name, why=""):
 
 
 def deps_pkgs():
+    """The packages of every `DEPS_PKGS =` / `+=` line (with continuations)."""
     text = open(os.path.join(ROOT, "Makefile")).read()
-    m = re.search(r"^DEPS_PKGS\s*=\s*((?:.*\\\n)*.*)$", text, re.M)
-    if not m:
-        return None
-    return set(m.group(1).replace("\\\n", " ").split())
+    pkgs = set()
+    for m in re.finditer(r"^DEPS_PKGS\s*\+?=\s*((?:.*\\\n)*.*)$", text, re.M):
+        pkgs |= set(m.group(1).replace("\\\n", " ").split())
+    return pkgs or None
 
 
 def local_modules():
