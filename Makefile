@@ -24,11 +24,6 @@ LDLIBS  += -lopenblas -luv -lmsgpackc -lsqlite3 -ljansson -lxxhash -lpcre2-8 -lu
 DEPS_PKGS = libuv1-dev libmsgpack-dev libsqlite3-dev libopenblas-dev libedit-dev \
             libjansson-dev libxxhash-dev pkg-config python3-msgpack bible-kjv \
             gnuplot-nox tmux clang python3-numpy libpcre2-dev libutf8proc-dev nodejs
-# Every package a test, benchmark or tool uses (tests/test_deps.py checks the
-# Python imports against this list). python3-torch is here, not optional:
-# `make model`, `make test-torch` and the PyTorch agreement tests need it, and
-# tests that SKIP without it would otherwise never run on a fresh machine.
-DEPS_PKGS += python3-torch
 MODEL   ?= models/default
 
 # ---- CUDA (optional) --------------------------------------------------------
@@ -70,7 +65,6 @@ BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*_bench.c))
 BENCH_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(filter-out %_bench.c,$(wildcard bench/*.c)))
 
 .PHONY: all deps test run asan bench model test-torch test-cuda clean fuzz
-.PHONY: tsan tsan-build test-faults fuzz-build
 # Keep object files of test and bench programs (intermediates otherwise), so
 # a second `make` has nothing to do.
 .SECONDARY:
@@ -129,6 +123,12 @@ bench: deps
 	@$(MAKE) --no-print-directory all $(BENCH_BINS)
 	@sh bench/run.sh $(BUILD)
 
+# Every package a test, benchmark or tool uses (tests/test_deps.py checks the
+# Python imports against this list). python3-torch is here, not optional:
+# `make model`, `make test-torch` and the PyTorch agreement tests need it, and
+# tests that SKIP without it would otherwise never run on a fresh machine.
+DEPS_PKGS += python3-torch
+
 deps:
 	@sh tools/deps.sh $(DEPS_PKGS)
 
@@ -167,13 +167,16 @@ test-faults:
 TSAN_TESTS = $(filter $(BUILD)/tests/test_daemon_% $(BUILD)/tests/test_core_parallel \
                $(BUILD)/tests/test_store_% $(BUILD)/tests/test_state_% $(BUILD)/tests/test_client_% \
                $(BUILD)/tests/test_lindctl_%,$(TEST_BINS))
+.PHONY: tsan tsan-build test-faults fuzz-build
 tsan:
 	@$(MAKE) --no-print-directory BUILD=build-tsan OPT=-O1 \
 	    SAN="-fsanitize=thread -fno-omit-frame-pointer" NO_CUDA=1 tsan-build
-	@for t in test_daemon_ test_lindctl_ test_client_ test_core_parallel test_store_ test_state_; do \
+	@ok=1; for t in test_daemon_ test_lindctl_ test_client_ test_core_parallel test_store_ test_state_; do \
 	  LIND_SANITIZED=1 TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/tsan.supp" \
 	    sh tests/run.sh build-tsan $$t | tee build-tsan/run-$$t.log | grep -v '^[0-9]* passed' ; \
-	  grep -q ' 0 failed$$' build-tsan/run-$$t.log || exit 1; done
+	  grep -q ' 0 failed$$' build-tsan/run-$$t.log || ok=0; done; \
+	  cat build-tsan/run-*.log | awk '/^[0-9]+ passed, [0-9]+ failed$$/ { p += $$1; f += $$3 } \
+	    END { print "tsan: " p " passed, " f " failed" }'; [ $$ok = 1 ]
 tsan-build: $(BUILD)/lind $(BUILD)/lindctl $(TSAN_TESTS)
 
 run: deps all
