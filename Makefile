@@ -116,6 +116,9 @@ $(BUILD)/tests/test_lindctl_%: $(BUILD)/tests/test_lindctl_%.o $(BUILD)/liblindc
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 $(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(BUILD)/liblind.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+# The fault-injection test fails lind's own allocations too: every malloc,
+# calloc and realloc call in the engine archive goes to its __wrap_* hooks.
+$(BUILD)/tests/test_state_faults: LDFLAGS += -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc
 
 # Benchmark programs (bench/*_bench.c) link everything; `make bench` runs
 # bench/run.sh (BENCH_QUICK=1: a fast smoke run at small sizes).
@@ -125,6 +128,12 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BENCH_OBJS) $(BUILD)/liblinddaemon.a $(BU
 bench: deps
 	@$(MAKE) --no-print-directory all $(BENCH_BINS)
 	@sh bench/run.sh $(BUILD)
+
+# Every package a test, benchmark or tool uses (tests/test_deps.py checks the
+# Python imports against this list). python3-torch is here, not optional:
+# `make model`, `make test-torch` and the PyTorch agreement tests need it, and
+# tests that SKIP without it would otherwise never run on a fresh machine.
+DEPS_PKGS += python3-torch
 
 deps:
 	@sh tools/deps.sh $(DEPS_PKGS)
@@ -146,6 +155,36 @@ asan:
 	    NO_CUDA=1 all
 	@LIND_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1 sh tests/run.sh build-asan
 
+# Fault injection into the store layer (tests/test_state_faults.c): every
+# allocation, write and fsync position of a fixed workload, under
+# AddressSanitizer (so a leak on an error path fails too; the build is
+# make asan's, so after it nothing is recompiled). `make test` runs
+# the same program with every 7th allocation position.
+test-faults:
+	@$(MAKE) --no-print-directory BUILD=build-asan OPT=-O1 \
+	    SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+	    NO_CUDA=1 build-asan/tests/test_state_faults
+	@LIND_FAULTS_FULL=1 LIND_TEST_TIMEOUT=600 ASAN_OPTIONS=detect_leaks=1 sh tests/run.sh build-asan test_state_faults
+
+# ThreadSanitizer: the daemon (its compute, store and loop threads), the
+# tests that drive it, and the engine's threaded tests (the CPU worker pool,
+# the store), every one built with -fsanitize=thread; any report fails.
+# OpenBLAS is not instrumented: tests/tsan.supp names what TSan cannot see.
+TSAN_TESTS = $(filter $(BUILD)/tests/test_daemon_% $(BUILD)/tests/test_core_parallel \
+               $(BUILD)/tests/test_store_% $(BUILD)/tests/test_state_% $(BUILD)/tests/test_client_% \
+               $(BUILD)/tests/test_lindctl_%,$(TEST_BINS))
+.PHONY: tsan tsan-build test-faults fuzz-build
+tsan:
+	@$(MAKE) --no-print-directory BUILD=build-tsan OPT=-O1 \
+	    SAN="-fsanitize=thread -fno-omit-frame-pointer" NO_CUDA=1 tsan-build
+	@ok=1; for t in test_daemon_ test_lindctl_ test_client_ test_core_parallel test_store_ test_state_; do \
+	  LIND_SANITIZED=1 TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/tsan.supp" \
+	    sh tests/run.sh build-tsan $$t | tee build-tsan/run-$$t.log | grep -v '^[0-9]* passed' ; \
+	  grep -q ' 0 failed$$' build-tsan/run-$$t.log || ok=0; done; \
+	  cat build-tsan/run-*.log | awk '/^[0-9]+ passed, [0-9]+ failed$$/ { p += $$1; f += $$3 } \
+	    END { print "tsan: " p " passed, " f " failed" }'; [ $$ok = 1 ]
+tsan-build: $(BUILD)/lind $(BUILD)/lindctl $(TSAN_TESTS)
+
 run: deps all
 	$(BUILD)/lind serve --model $(MODEL) --socket ./lind.sock --db ./lind.db
 
@@ -164,24 +203,49 @@ model: deps
 test-torch: $(BUILD)/tests/test_model_default
 	@sh tools/test_torch.sh $(BUILD)
 
-# libFuzzer targets (tests/fuzz_*.c): built with clang, each run for
-# FUZZ_SECONDS from its seeds (tests/fuzz_seeds/NAME) plus the corpus it
-# grew before (build-fuzz/corpus/NAME). A crash, leak or abort fails.
-FUZZ_SECONDS ?= 60
+# libFuzzer targets (tests/fuzz_*.c), one per decoder of untrusted bytes:
+# the protocol, the state blob, the export file, the transcript,
+# safetensors headers, config.json, tokenizer files. Built with clang: the
+# engine, the store and the protocol decoder compiled once into
+# $(FUZZ_BUILD)/libfuzz.a (sanitized, no CUDA), each driver linked against
+# it, so a driver gets exactly the sources it uses. Each runs for
+# FUZZ_SECONDS from its seeds (tests/fuzz_seeds/NAME, kept in the tree) plus
+# the corpus it grew before ($(FUZZ_BUILD)/corpus/NAME). A crash, leak,
+# abort or sanitizer report fails. `make fuzz-build` only builds them.
+FUZZ_SECONDS ?= 20
 FUZZ_BUILD   ?= build-fuzz
-FUZZ_CFLAGS  = -std=gnu11 -g -O1 -I. -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
-               -fno-sanitize-recover=undefined
-FUZZ_LIBSRC  = daemon/protocol.c state/store.c state/store_sqlite.c
-fuzz:
-	@mkdir -p $(FUZZ_BUILD)
-	@for f in $(FUZZ_SRCS); do n=$$(basename $$f .c); \
-	  clang $(FUZZ_CFLAGS) -o $(FUZZ_BUILD)/$$n $$f $(FUZZ_LIBSRC) -lmsgpackc -lsqlite3 -lxxhash -lm || exit 1; \
+FUZZ_SAN      = -fsanitize=address,undefined -fno-sanitize-recover=undefined
+FUZZ_CFLAGS   = -std=gnu11 -g -O1 $(ARCH) -I. -D_GNU_SOURCE -fno-strict-aliasing $(FUZZ_SAN)
+FUZZ_LIB_SRCS = $(wildcard recurrent/*.c kernels/*.c kernels/cpu/*.c state/*.c) \
+                $(filter-out kernels/cuda/cuda_%.c,$(wildcard kernels/cuda/*.c)) daemon/protocol.c
+FUZZ_LIB_OBJS = $(FUZZ_LIB_SRCS:%.c=$(FUZZ_BUILD)/obj/%.o)
+FUZZ_BINS     = $(FUZZ_SRCS:tests/%.c=$(FUZZ_BUILD)/%)
+FUZZ_LDLIBS   = -lopenblas -lmsgpackc -lsqlite3 -ljansson -lxxhash -lpcre2-8 -lutf8proc -lm -lpthread
+
+$(FUZZ_BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
+
+$(FUZZ_BUILD)/libfuzz.a: $(FUZZ_LIB_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(FUZZ_BUILD)/fuzz_%: tests/fuzz_%.c tests/fuzz_common.h $(FUZZ_BUILD)/libfuzz.a
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_BUILD)/libfuzz.a $(FUZZ_LDLIBS)
+
+fuzz-build: $(FUZZ_BINS)
+
+fuzz: fuzz-build
+	@for f in $(FUZZ_BINS); do n=$$(basename $$f); \
 	  mkdir -p $(FUZZ_BUILD)/corpus/$$n; \
 	  echo "fuzz: $$n for $(FUZZ_SECONDS) s"; \
-	  $(FUZZ_BUILD)/$$n -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -print_final_stats=1 \
+	  ASAN_OPTIONS=detect_leaks=1 $$f -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -timeout=10 \
+	    -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/$$n- \
 	    $(FUZZ_BUILD)/corpus/$$n tests/fuzz_seeds/$$n 2>$(FUZZ_BUILD)/$$n.log || \
 	    { tail -n 40 $(FUZZ_BUILD)/$$n.log; exit 1; }; \
 	  grep -E '^(stat::number_of_executed_units|Done)' $(FUZZ_BUILD)/$$n.log; done
+
+-include $(FUZZ_LIB_OBJS:.o=.d)
 
 -include $(LIB_OBJS:.o=.d) $(DMN_OBJS:.o=.d) $(BUILD)/daemon/main.d $(CLI_LIB_OBJS:.o=.d) $(CTL_OBJS:.o=.d) $(TEST_BINS:=.d) \
          $(BENCH_BINS:=.d) $(BENCH_OBJS:.o=.d)
@@ -202,4 +266,4 @@ install: $(BUILD)/lind $(BUILD)/lindctl $(BUILD)/man/lind.1
 	install -m 644 tools/completion/lindctl.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/lindctl
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-tsan build-fuzz

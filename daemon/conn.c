@@ -2,8 +2,11 @@
 #include "daemon/conn.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 #include "daemon/commands.h"
 #include "daemon/msg.h"
 
@@ -71,7 +74,89 @@ static void on_close(uv_handle_t *h)
     msgpack_sbuffer_destroy(&c->pend);
     msgpack_sbuffer_destroy(&c->wbuf);
     free(c->in);
+    free(c->ids);
     free(c);
+}
+
+/* ---- ids of requests in flight (ids are never 0: the decoder refuses it) -- */
+
+static uint32_t id_slot(const conn *c, uint64_t id)
+{
+    uint64_t h = id * 0x9E3779B97F4A7C15ull;
+    return (uint32_t)(h >> 32) & (c->ids_cap - 1);
+}
+
+static int ids_has(const conn *c, uint64_t id)
+{
+    if (!c->ids_n) return 0;
+    for (uint32_t i = id_slot(c, id);; i = (i + 1) & (c->ids_cap - 1)) {
+        if (c->ids[i] == id) return 1;
+        if (!c->ids[i]) return 0;
+    }
+}
+
+static int ids_add(conn *c, uint64_t id)
+{
+    if (2 * (c->ids_n + 1) > c->ids_cap) {
+        uint32_t ncap = c->ids_cap ? 2 * c->ids_cap : 16;
+        uint64_t *nv = calloc(ncap, sizeof *nv), *old = c->ids;
+        if (!nv) return -ENOMEM;
+        uint32_t ocap = c->ids_cap;
+        c->ids = nv;
+        c->ids_cap = ncap;
+        c->ids_n = 0;
+        for (uint32_t i = 0; i < ocap; i++)
+            if (old[i]) ids_add(c, old[i]);
+        free(old);
+    }
+    uint32_t i = id_slot(c, id);
+    while (c->ids[i] && c->ids[i] != id) i = (i + 1) & (c->ids_cap - 1);
+    if (!c->ids[i]) { c->ids[i] = id; c->ids_n++; }
+    return 0;
+}
+
+static void ids_del(conn *c, uint64_t id)
+{
+    if (!c->ids_n) return;
+    uint32_t m = c->ids_cap - 1, i = id_slot(c, id);
+    while (c->ids[i] != id) {
+        if (!c->ids[i]) return;
+        i = (i + 1) & m;
+    }
+    /* Backward-shift deletion keeps every probe chain unbroken. */
+    for (uint32_t j = (i + 1) & m; c->ids[j]; j = (j + 1) & m) {
+        uint32_t home = id_slot(c, c->ids[j]);
+        if (((j - home) & m) >= ((j - i) & m)) { c->ids[i] = c->ids[j]; i = j; }
+    }
+    c->ids[i] = 0;
+    c->ids_n--;
+}
+
+/* The final events (result, done, error) in a batch of events from another
+ * thread end their requests: forget those ids. */
+static void ids_forget_finals(conn *c, const char *data, size_t len)
+{
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t off = 0;
+    while (c->ids_n && msgpack_unpack_next(&u, data, len, &off) == MSGPACK_UNPACK_SUCCESS) {
+        const msgpack_object *o = &u.data;
+        if (o->type != MSGPACK_OBJECT_MAP) continue;
+        uint64_t id = 0;
+        int final = 0;
+        for (uint32_t i = 0; i < o->via.map.size; i++) {
+            const msgpack_object *k = &o->via.map.ptr[i].key, *v = &o->via.map.ptr[i].val;
+            if (k->type != MSGPACK_OBJECT_STR) continue;
+            if (k->via.str.size == 2 && !memcmp(k->via.str.ptr, "id", 2) &&
+                v->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+                id = v->via.u64;
+            else if (k->via.str.size == 5 && !memcmp(k->via.str.ptr, "event", 5) &&
+                     v->type == MSGPACK_OBJECT_STR)
+                final = !(v->via.str.size == 5 && !memcmp(v->via.str.ptr, "token", 5));
+        }
+        if (final && id) ids_del(c, id);
+    }
+    msgpack_unpacked_destroy(&u);
 }
 
 void conn_close(conn *c)
@@ -161,6 +246,7 @@ void conn_deliver(server *srv, outmsg *o)
     conn *c = conn_lookup(srv->conns, o->conn);
     if (c && !c->closed) {
         c->inflight -= o->finals;
+        if (o->finals > 0) ids_forget_finals(c, o->sb.data, o->sb.size);
         conn_send(c, o->sb.data, o->sb.size);
     }
     outmsg_free(o);
@@ -214,7 +300,22 @@ static void consume(conn *c)
             if (code == PE_DECODE || code == PE_TOO_LARGE) conn_close_after_flush(c, CONN_LINGER);
             continue;
         }
+        if (ids_has(c, req.id)) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "request id %llu is already in flight on this connection;"
+                     " ids must be unique among a connection's requests in flight",
+                     (unsigned long long)req.id);
+            send_error(c, 0, PE_BAD_REQUEST, msg);
+            proto_request_free(&req);
+            continue;
+        }
+        uint64_t id = req.id;
+        int before = c->inflight;
         commands_dispatch(c->srv, c, &req, t);
+        if (c->inflight > before && ids_add(c, id) < 0) {
+            /* Out of memory for the set: the request runs, only the
+             * duplicate check misses it. */
+        }
     }
     if (c->closing) return;   /* the buffer was dropped */
     if (off) {
@@ -259,6 +360,32 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     }
 }
 
+/* At most one log line a second for refusals, with the count since the last. */
+void conn_log_refusal(const char *why)
+{
+    static time_t last;
+    static long unlogged;
+    time_t now = time(NULL);
+    if (now == last) { unlogged++; return; }
+    last = now;
+    if (unlogged)
+        fprintf(stderr, "lind serve: %s (and %ld more refused in the last second)\n", why, unlogged);
+    else
+        fprintf(stderr, "lind serve: %s\n", why);
+    unlogged = 0;
+}
+
+void conn_refuse_fd_limit(conn *c, long long limit)
+{
+    char msg[240];
+    snprintf(msg, sizeof msg, "the server is at its limit of %lld open files (%d kept for its"
+             " store) with %u connections; try again later", limit, CONN_FD_RESERVE,
+             c->srv->conns->count - 1);
+    send_error(c, 0, PE_LIMIT, msg);
+    conn_log_refusal(msg);
+    conn_close_after_flush(c, CONN_FLUSH_CLOSE);
+}
+
 int conn_accept(server *srv)
 {
     conn *c = calloc(1, sizeof *c);
@@ -275,6 +402,13 @@ int conn_accept(server *srv)
         return rc;
     }
     stats_connections(&srv->st, +1);
+    uv_os_fd_t fd = -1;
+    struct rlimit rl;
+    if (uv_fileno((uv_handle_t *)&c->pipe, &fd) == 0 && getrlimit(RLIMIT_NOFILE, &rl) == 0 &&
+        rl.rlim_cur != RLIM_INFINITY && (rlim_t)fd + CONN_FD_RESERVE >= rl.rlim_cur) {
+        conn_refuse_fd_limit(c, (long long)rl.rlim_cur);
+        return 0;
+    }
     if ((rc = uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read)) < 0) conn_close(c);
     return rc;
 }

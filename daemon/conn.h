@@ -12,7 +12,17 @@
  * error and the connection is closed once the error is written.
  *
  * Connections are named by a 64-bit id that is never reused, so a message
- * from another thread for a connection that has gone is simply dropped. */
+ * from another thread for a connection that has gone is simply dropped.
+ *
+ * Request ids: a connection remembers the ids of its requests in flight
+ * (handed to another thread, final event not yet delivered); a request
+ * reusing one of them is refused with `bad_request` on id 0 (an answer on
+ * its own id would read as the other request's final event).
+ *
+ * File descriptors: a connection accepted within CONN_FD_RESERVE of the
+ * process's open-file limit is answered with a `limit` error on id 0 and
+ * closed, and the refusal is logged, so the daemon keeps descriptors for its
+ * store and the client learns why. */
 #ifndef LIND_DAEMON_CONN_H
 #define LIND_DAEMON_CONN_H
 
@@ -37,7 +47,11 @@ typedef struct conn {
     int       shut;            /* write side shut down (lingering) */
     size_t    discarded;       /* input thrown away while lingering */
     int       inflight;        /* requests sent on to other threads, not yet answered */
+    uint64_t *ids;             /* open-addressing set of their request ids (0 = empty slot) */
+    uint32_t  ids_cap, ids_n;
 } conn;
+
+#define CONN_FD_RESERVE 16      /* descriptors kept free for the store and the loop */
 
 typedef struct conn_table {
     conn   **v;
@@ -66,5 +80,11 @@ void  conn_close(conn *c);
 void  conn_close_after_flush(conn *c, int how);
 /* Unsent output bytes (pending + in flight). */
 size_t conn_unsent(const conn *c);
+/* Answer a just-accepted connection with a `limit` error on id 0 naming the
+ * open-file limit, log it, and close it once written. */
+void  conn_refuse_fd_limit(conn *c, long long limit);
+/* Log a refused connection to stderr, at most one line a second (with the
+ * number refused meanwhile). */
+void  conn_log_refusal(const char *why);
 
 #endif

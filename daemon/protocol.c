@@ -312,6 +312,11 @@ proto_code proto_decode(const msgpack_object *o, const proto_limits *lim,
     proto_code c = PE_OK;
     uint64_t u;
     if ((c = get_uint(o, "id", 0, UINT64_MAX, 1, &u, NULL, err))) goto out;
+    if (u == 0) {   /* the id of connection-level errors: an answer on it would be ambiguous */
+        c = fail(err, PE_BAD_REQUEST, "field 'id' is 0, which the server keeps for"
+                 " connection-level errors; use 1 or more");
+        goto out;
+    }
     r->id = u;
     const msgpack_object *opv = field(o, "op");
     if (!opv) { c = fail(err, PE_BAD_REQUEST, "missing field 'op'"); goto out; }

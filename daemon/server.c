@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -213,9 +214,67 @@ static int clear_stale_socket(const char *path, char *err, size_t errlen)
 static void on_connection(uv_stream_t *l, int status)
 {
     server *srv = l->data;
-    if (status < 0 || srv->stopping) return;
+    if (status < 0) {
+        /* libuv accepted and closed the client itself (out of descriptors):
+         * it got no answer, so at least the operator learns of it. */
+        char why[200];
+        struct rlimit rl = { 0, 0 };
+        getrlimit(RLIMIT_NOFILE, &rl);
+        snprintf(why, sizeof why, "a connection was dropped unanswered: %s (open-file limit %lld)",
+                 uv_strerror(status), (long long)rl.rlim_cur);
+        conn_log_refusal(why);
+        return;
+    }
+    if (srv->stopping) return;
     int rc = conn_accept(srv);
     if (rc < 0) fprintf(stderr, "lind serve: accepting a connection failed: %s\n", uv_strerror(rc));
+}
+
+/* bind() says "permission denied" for a missing directory too: name the
+ * real reason before trying. */
+static int socket_dir_check(const char *path, char *err, size_t errlen)
+{
+    char dir[sizeof ((struct sockaddr_un *)0)->sun_path];   /* the path fits: checked before */
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+    struct stat st;
+    if (stat(dir, &st) != 0) {
+        int e = errno;
+        snprintf(err, errlen, "socket %s: its directory %s %s", path, dir,
+                 e == ENOENT ? "does not exist" : strerror(e));
+        return -e;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "socket %s: %s is not a directory", path, dir);
+        return -ENOTDIR;
+    }
+    if (access(dir, W_OK | X_OK) != 0) {
+        int e = errno;
+        snprintf(err, errlen, "socket %s: cannot create it in %s: %s", path, dir, strerror(e));
+        return -e;
+    }
+    return 0;
+}
+
+/* Connections are file descriptors: take the hard limit the system allows
+ * rather than the (often 1024) soft default. */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max) return;
+    rlim_t old = rl.rlim_cur;
+    /* An unlimited hard limit still stops at fs.nr_open: try less then. */
+    const rlim_t tries[3] = { rl.rlim_max, 1u << 20, 65536 };
+    for (int i = 0; i < 3; i++) {
+        if (tries[i] <= old || tries[i] > rl.rlim_max) continue;
+        rl.rlim_cur = tries[i];
+        if (setrlimit(RLIMIT_NOFILE, &rl) == 0) return;
+    }
+    fprintf(stderr, "lind serve: cannot raise the open-file limit above %lld: %s\n",
+            (long long)old, strerror(errno));
 }
 
 static int listen_on(server *srv, char *err, size_t errlen)
@@ -226,7 +285,10 @@ static int listen_on(server *srv, char *err, size_t errlen)
         snprintf(err, errlen, "socket path '%s' is longer than %zu bytes", path, sizeof sa.sun_path - 1);
         return -ENAMETOOLONG;
     }
-    int rc = clear_stale_socket(path, err, errlen);
+    raise_fd_limit();   /* before the first connection: each is a descriptor */
+    int rc = socket_dir_check(path, err, errlen);
+    if (rc) return rc;
+    rc = clear_stale_socket(path, err, errlen);
     if (rc) return rc;
     mode_t old = umask(0177);   /* the socket is born 0600: no window for others */
     rc = uv_pipe_bind(&srv->listener, path);
@@ -259,9 +321,20 @@ static void close_everything(server *srv)
     close_handle((uv_handle_t *)&srv->listener);
 }
 
+/* EXIT_FLUSH_MS after the last commit, clients that have not taken their
+ * final events lose them (docs/DAEMON.md, "Shutdown"): say so. */
 static void on_exit_timer(uv_timer_t *t)
 {
-    close_everything(t->data);
+    server *srv = t->data;
+    conn_table *ct = srv->conns;
+    unsigned slow = 0;
+    size_t bytes = 0;
+    for (uint32_t i = 0; i < ct->cap; i++)
+        if (ct->v[i] && !ct->v[i]->closed) { slow++; bytes += conn_unsent(ct->v[i]); }
+    if (slow)
+        fprintf(stderr, "lind serve: %u client(s) did not read their last %zu bytes within %d ms"
+                " of shutdown; dropping them (every turn is saved)\n", slow, bytes, EXIT_FLUSH_MS);
+    close_everything(srv);
 }
 
 /* Every turn is saved and the store closed: write what is left, then end. */
@@ -310,6 +383,14 @@ static void on_wake(uv_async_t *a)
         }
         n = next;
     }
+}
+
+/* The store found its database removed or replaced (store thread): every
+ * later turn fails with `io` and this message; say it where operators look. */
+static void store_lost_loudly(void *arg, const char *why)
+{
+    (void)arg;
+    fprintf(stderr, "lind serve: ERROR: %s. Turns are no longer acknowledged; restart lind.\n", why);
 }
 
 /* ---- main ------------------------------------------------------------------------ */
@@ -380,6 +461,8 @@ int server_main(int argc, char **argv)
     }
     store_options so = store_defaults();
     so.sync = srv->opt.sync;
+    so.exclusive = 1;   /* a second daemon on this database is refused, naming our pid */
+    so.on_lost = store_lost_loudly;
     if ((rc = store_open(srv->opt.db_path, &so, &st, err, sizeof err)) != 0) {
         fprintf(stderr, "lind serve: cannot open the store: %s\n", err);
         goto out;

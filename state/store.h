@@ -7,9 +7,30 @@
  * token count, and created/updated times. Every function returns 0 or a
  * negative code (-ENOENT no such session, -EEXIST name taken, -EINVAL bad
  * name or argument, -EIO storage failure, -ENOSPC disk full, -EBUSY locked
- * past the timeout) and fills `err` when given one (err may be NULL).
+ * past the timeout, -ESTALE the database file was removed or replaced under
+ * the open store) and fills `err` when given one (err may be NULL).
  * store_open also refuses (-EINVAL) a file that is not a lind store and a
- * store whose schema is newer than this lind knows.
+ * store whose schema is newer than this lind knows, and refuses a database
+ * it cannot write (-EACCES, -EROFS, -ENOENT for a missing directory, or the
+ * code of the failed probe write), naming the reason.
+ *
+ * Exclusive use: a handle opened with `exclusive` holds an advisory lock
+ * (flock) on the database file for its lifetime; a second exclusive open of
+ * the same file, from any process, is refused with -EBUSY and a message
+ * naming the database and the pid of the holder (the holder records its pid
+ * in the database header's user_version when it takes the lock). The daemon
+ * opens its store exclusively; non-exclusive handles (tools, tests) are not
+ * refused.
+ *
+ * Identity: the store remembers which file (device, inode) it opened, and
+ * which write-ahead log. Before and after every write (save group, create,
+ * delete, fork) it checks that the path still names that file and that the
+ * -wal file is still the one SQLite writes. If either was removed or
+ * replaced, the write is not acknowledged: it returns -ESTALE with a message
+ * saying what happened, and so does every later write on that handle (reads
+ * go on from the file still open). When only the -wal was removed, the
+ * store first checkpoints the log into the database file, so the commits
+ * acknowledged before the removal survive a restart.
  *
  * Durability: with STORE_SYNC_FULL a save is on disk when it returns; with
  * STORE_SYNC_NORMAL it survives a crash of the process (never half-written)
@@ -32,6 +53,13 @@ typedef enum { STORE_SYNC_FULL = 0, STORE_SYNC_NORMAL = 1 } store_sync;
 typedef struct store_options {
     store_sync sync;        /* FULL (default): on disk when save returns */
     int busy_timeout_ms;    /* default 5000 */
+    int exclusive;          /* 1: refuse a second exclusive opener (default 0) */
+    /* Called once, on the thread that found it, when the database file or
+     * its -wal was removed or replaced (see Identity above), with the
+     * message every later write returns; NULL: none. For a daemon to say
+     * so loudly. */
+    void (*on_lost)(void *arg, const char *why);
+    void *on_lost_arg;
 } store_options;
 
 /* One session to save. The store copies what it needs; the caller keeps

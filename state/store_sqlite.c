@@ -5,7 +5,15 @@
  * i + 1, so schema v2 is one more entry). Every statement is prepared once
  * at open and bound per call; saves of several sessions share one
  * transaction (BEGIN IMMEDIATE ... COMMIT), so a group is all-or-nothing and
- * costs one commit (one fsync with synchronous=FULL). */
+ * costs one commit (one fsync with synchronous=FULL).
+ *
+ * Guards (store.h): an exclusive handle holds flock() on its own descriptor
+ * of the database file (flock and SQLite's POSIX locks do not interact on
+ * Linux) and records its pid in the header's user_version; every open
+ * probes writability with one small commit; every write checks, before and
+ * after, that the path and its -wal still name the files SQLite has open.
+ * That descriptor is closed only after sqlite3_close(): closing any
+ * descriptor of the file would drop the process's POSIX locks on it. */
 #include "state/store_impl.h"
 
 #include <errno.h>
@@ -15,6 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include "recurrent/errmsg.h"
@@ -64,6 +74,12 @@ typedef struct sqlite_store {
     store base;              /* first: a store * is a sqlite_store * */
     sqlite3 *db;
     sqlite3_stmt *q[Q_N];
+    int lock_fd;             /* exclusive handles: the flock()ed descriptor; else -1 */
+    dev_t dev; ino_t ino;    /* the database file this handle opened */
+    dev_t wal_dev; ino_t wal_ino;  /* its -wal, once it exists (wal_ino 0: not yet) */
+    char *lost;              /* set once the file was removed/replaced: why (malloc'd) */
+    void (*on_lost)(void *, const char *);
+    void *on_lost_arg;
     char path[];             /* for messages */
 } sqlite_store;
 
@@ -144,6 +160,82 @@ static int query_int(sqlite3 *db, const char *sql, const char *bind, int64_t *ou
     return rc;
 }
 
+/* Where the -wal of `path` lives: path + "-wal" (SQLite's own naming). */
+static int stat_wal(const sqlite_store *s, struct stat *st)
+{
+    char wal[4096];
+    if (snprintf(wal, sizeof wal, "%s-wal", s->path) >= (int)sizeof wal) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    return stat(wal, st);
+}
+
+static void remember_wal(sqlite_store *s)
+{
+    struct stat st;
+    if (stat_wal(s, &st) == 0) {
+        s->wal_dev = st.st_dev;
+        s->wal_ino = st.st_ino;
+    }
+}
+
+static int lost_message(const sqlite_store *s, char *err, size_t errlen)
+{
+    return errmsg_set(-ESTALE, err, errlen,
+                      "store %s: %s while lind had it open; nothing more is saved or"
+                      " acknowledged on it (restore the file, or restart lind on a new one)",
+                      s->path, s->lost);
+}
+
+/* Is the path still the file SQLite writes, and its -wal the log SQLite
+ * appends to? If not, remember why and refuse this and every later write:
+ * a commit into an unlinked file would be acknowledged and then lost. */
+static int check_identity(sqlite_store *s, char *err, size_t errlen)
+{
+    if (!s->lost) {
+        struct stat st;
+        char why[512] = "";
+        int gone = 0;
+        if (stat(s->path, &st) != 0)
+            snprintf(why, sizeof why, "the database file %s was removed (%s)", s->path,
+                     strerror(errno));
+        else if (st.st_dev != s->dev || st.st_ino != s->ino)
+            snprintf(why, sizeof why, "the database file %s was replaced by another file"
+                     " (inode %llu, was %llu)", s->path, (unsigned long long)st.st_ino,
+                     (unsigned long long)s->ino);
+        else if (s->wal_ino == 0)
+            remember_wal(s);
+        else if ((gone = stat_wal(s, &st) != 0) || st.st_dev != s->wal_dev ||
+                 st.st_ino != s->wal_ino) {
+            snprintf(why, sizeof why, "the write-ahead log %s-wal was %s", s->path,
+                     gone ? "removed" : "replaced by another file");
+            /* The log SQLite has open still holds every acknowledged commit:
+             * copy them into the database file before refusing more. */
+            int rc = sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+            size_t k = strlen(why);
+            snprintf(why + k, sizeof why - k, rc == SQLITE_OK
+                     ? "; the sessions saved before that were checkpointed into %s"
+                     : "; checkpointing the saved sessions into %s failed too", s->path);
+        }
+        if (why[0]) {
+            size_t n = strlen(why) + 1;
+            s->lost = malloc(n);
+            if (!s->lost)
+                return errmsg_set(-ESTALE, err, errlen, "store %s: %s", s->path, why);
+            memcpy(s->lost, why, n);
+            if (s->on_lost) {
+                char msg[1024];
+                lost_message(s, msg, sizeof msg);
+                s->on_lost(s->on_lost_arg, msg);
+            }
+        }
+    }
+    if (s->lost)
+        return lost_message(s, err, errlen);
+    return 0;
+}
+
 static int rollback(sqlite_store *s)
 {
     if (sqlite3_get_autocommit(s->db))
@@ -151,11 +243,37 @@ static int rollback(sqlite_store *s)
     return run(s->q[Q_ROLLBACK]);
 }
 
+/* The probe write failed: say why in the user's terms where we can tell. */
+static int unwritable(sqlite_store *s, int rc, char *err, size_t errlen)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", s->path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+    int code = map_rc(rc);
+    char why[1024];
+    snprintf(why, sizeof why, "%s", sqlite3_errmsg(s->db));
+    run_script(s->db, "ROLLBACK");
+    if (access(s->path, W_OK) != 0)
+        return errmsg_set(-errno, err, errlen, "store %s is not writable: %s (%s)", s->path,
+                          strerror(errno), why);
+    if (access(dir, W_OK | X_OK) != 0)
+        return errmsg_set(-errno, err, errlen, "store %s is not writable: its directory %s: %s"
+                          " (SQLite creates %s-wal and %s-shm there) (%s)", s->path, dir,
+                          strerror(errno), s->path, s->path, why);
+    return errmsg_set(code == -EEXIST ? -EIO : code, err, errlen,
+                      "store %s is not writable: a test write failed: %s", s->path, why);
+}
+
 /* Bring the schema to SCHEMA_VERSION inside one transaction. */
 static int migrate(sqlite_store *s, char *err, size_t errlen)
 {
     sqlite3 *db = s->db;
     int rc = run_script(db, "BEGIN IMMEDIATE");
+    if (rc != SQLITE_OK && ((rc & 0xFF) == SQLITE_READONLY || (rc & 0xFF) == SQLITE_CANTOPEN))
+        return unwritable(s, rc, err, errlen);
     if (rc != SQLITE_OK)
         return db_fail(s, rc, err, errlen, "cannot lock to check the schema");
     int64_t appid = 0, has_version = 0, tables = 0, version = 0;
@@ -197,14 +315,31 @@ static int migrate(sqlite_store *s, char *err, size_t errlen)
             (rc = run_script(db, sql)) != SQLITE_OK)
             goto fail_rb;
     }
+    /* Every open writes one header field and commits: the probe that this
+     * database can be written at all (file mode, directory for the -wal,
+     * read-only mount, full disk), so a daemon refuses at start instead of
+     * failing every turn. An exclusive handle writes its pid there (what a
+     * refused second opener reports); others rewrite the value they read. */
+    int64_t owner = 0;
+    if ((rc = query_int(db, "PRAGMA user_version", NULL, &owner)) != SQLITE_OK)
+        goto fail_probe;
+    {
+        char sql[64];
+        snprintf(sql, sizeof sql, "PRAGMA user_version = %lld",
+                 s->lock_fd >= 0 ? (long long)getpid() : (long long)owner);
+        if ((rc = run_script(db, sql)) != SQLITE_OK)
+            goto fail_probe;
+    }
     if ((rc = run_script(db, "COMMIT")) != SQLITE_OK)
-        goto fail_rb;
+        goto fail_probe;
     return 0;
 fail_rb: {
         int code = db_fail(s, rc, err, errlen, "schema migration failed");
         run_script(db, "ROLLBACK");
         return code;
     }
+fail_probe:
+    return unwritable(s, rc, err, errlen);
 }
 
 static void sq_close(store *base)
@@ -213,6 +348,9 @@ static void sq_close(store *base)
     for (int i = 0; i < Q_N; i++)
         sqlite3_finalize(s->q[i]);
     sqlite3_close(s->db);
+    if (s->lock_fd >= 0)
+        close(s->lock_fd);   /* after sqlite3_close: see the top of the file */
+    free(s->lost);
     free(s);
 }
 
@@ -238,7 +376,10 @@ static int sq_save(store *base, const store_record *recs, int n, char *err, size
 {
     sqlite_store *s = (sqlite_store *)base;
     int64_t now = now_ms();
-    int rc = run(s->q[Q_BEGIN]);
+    int rc = check_identity(s, err, errlen);
+    if (rc < 0)
+        return rc;
+    rc = run(s->q[Q_BEGIN]);
     if (rc != SQLITE_OK)
         return db_fail(s, rc, err, errlen, "cannot begin the save");
     for (int i = 0; i < n; i++) {
@@ -263,14 +404,17 @@ static int sq_save(store *base, const store_record *recs, int n, char *err, size
         rollback(s);
         return code;
     }
-    return 0;
+    return check_identity(s, err, errlen);
 }
 
 static int sq_create(store *base, const store_record *rec, char *err, size_t errlen)
 {
     sqlite_store *s = (sqlite_store *)base;
     sqlite3_stmt *st = s->q[Q_INSERT];
-    int rc = bind_record(st, rec, now_ms());
+    int rc = check_identity(s, err, errlen);
+    if (rc < 0)
+        return rc;
+    rc = bind_record(st, rec, now_ms());
     if (rc == SQLITE_OK)
         rc = run(st);
     else {
@@ -281,7 +425,7 @@ static int sq_create(store *base, const store_record *rec, char *err, size_t err
         return errmsg_set(-EEXIST, err, errlen, "a session named '%s' already exists", rec->name);
     if (rc != SQLITE_OK)
         return db_fail(s, rc, err, errlen, "insert failed");
-    return 0;
+    return check_identity(s, err, errlen);
 }
 
 static int copy_blob(sqlite3_stmt *st, int col, uint8_t **out, size_t *len)
@@ -381,30 +525,36 @@ static int sq_delete(store *base, const char *name, char *err, size_t errlen)
 {
     sqlite_store *s = (sqlite_store *)base;
     sqlite3_stmt *st = s->q[Q_DELETE];
+    int rc = check_identity(s, err, errlen);
+    if (rc < 0)
+        return rc;
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-    int rc = run(st);
+    rc = run(st);
     if (rc != SQLITE_OK)
         return db_fail(s, rc, err, errlen, "delete failed");
     if (sqlite3_changes(s->db) == 0)
         return errmsg_set(-ENOENT, err, errlen, "no session named '%s'", name);
-    return 0;
+    return check_identity(s, err, errlen);
 }
 
 static int sq_fork(store *base, const char *src, const char *dst, char *err, size_t errlen)
 {
     sqlite_store *s = (sqlite_store *)base;
     sqlite3_stmt *st = s->q[Q_FORK];
+    int rc = check_identity(s, err, errlen);
+    if (rc < 0)
+        return rc;
     sqlite3_bind_text(st, 1, src, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, dst, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 3, now_ms());
-    int rc = run(st);
+    rc = run(st);
     if ((rc & 0xFF) == SQLITE_CONSTRAINT)
         return errmsg_set(-EEXIST, err, errlen, "a session named '%s' already exists", dst);
     if (rc != SQLITE_OK)
         return db_fail(s, rc, err, errlen, "fork failed");
     if (sqlite3_changes(s->db) == 0)
         return errmsg_set(-ENOENT, err, errlen, "no session named '%s'", src);
-    return 0;
+    return check_identity(s, err, errlen);
 }
 
 static const store_ops sqlite_ops = {
@@ -419,6 +569,21 @@ static const store_ops sqlite_ops = {
     .fork = sq_fork,
 };
 
+/* The pid an exclusive holder of `path` recorded (0 if none readable): a
+ * read-only look, which WAL mode allows while the holder writes. */
+static long long holder_pid(const char *path)
+{
+    sqlite3 *db = NULL;
+    int64_t pid = 0;
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) == SQLITE_OK) {
+        sqlite3_busy_timeout(db, 1000);
+        if (query_int(db, "PRAGMA user_version", NULL, &pid) != SQLITE_OK)
+            pid = 0;
+    }
+    sqlite3_close(db);
+    return (long long)pid;
+}
+
 int store_sqlite_open(const char *path, const store_options *opt, store **out,
                       char *err, size_t errlen)
 {
@@ -428,11 +593,50 @@ int store_sqlite_open(const char *path, const store_options *opt, store **out,
         return errmsg_set(-ENOMEM, err, errlen, "store %s: out of memory", path);
     memcpy(s->path, path, plen + 1);
     s->base.ops = &sqlite_ops;
+    s->lock_fd = -1;
+    s->on_lost = opt->on_lost;
+    s->on_lost_arg = opt->on_lost_arg;
     /* Sessions hold users' conversations: a new store is private to its
-     * owner (SQLite gives the -wal and -shm files the same mode). */
-    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd >= 0)
+     * owner (SQLite gives the -wal and -shm files the same mode). Opening it
+     * read-write here is also the first writability check, with the
+     * system's own reason (a missing directory, a read-only file or mount). */
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        int e = errno;
+        free(s);
+        if (e == ENOENT)
+            return errmsg_set(-ENOENT, err, errlen, "cannot open store %s: its directory does"
+                              " not exist", path);
+        return errmsg_set(-e, err, errlen, "store %s is not writable: opening it for writing:"
+                          " %s", path, strerror(e));
+    }
+    struct stat fst;
+    if (fstat(fd, &fst) != 0 || !S_ISREG(fst.st_mode)) {
         close(fd);
+        free(s);
+        return errmsg_set(-EINVAL, err, errlen, "store %s is not a regular file", path);
+    }
+    s->dev = fst.st_dev;
+    s->ino = fst.st_ino;
+    if (opt->exclusive) {
+        s->lock_fd = fd;
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            int e = errno;
+            long long pid = holder_pid(path);
+            close(fd);
+            free(s);
+            if (e != EWOULDBLOCK)
+                return errmsg_set(-e, err, errlen, "store %s: cannot lock it: %s", path,
+                                  strerror(e));
+            char who[64] = "a process whose pid it did not record";
+            if (pid > 0)
+                snprintf(who, sizeof who, "pid %lld", pid);
+            return errmsg_set(-EBUSY, err, errlen, "store %s is in use by another lind serve (%s);"
+                              " one database serves one daemon", path, who);
+        }
+    } else {
+        close(fd);   /* before SQLite opens the file: see the top of the file */
+    }
     int rc = sqlite3_open_v2(path, &s->db,
                              SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                              NULL);
@@ -466,6 +670,8 @@ int store_sqlite_open(const char *path, const store_options *opt, store **out,
         if ((rc & 0xFF) == SQLITE_NOTADB)
             code = errmsg_set(-EINVAL, err, errlen, "store %s: not an SQLite database, not a lind store",
                         path);
+        else if ((rc & 0xFF) == SQLITE_READONLY || (rc & 0xFF) == SQLITE_CANTOPEN)
+            code = unwritable(s, rc, err, errlen);
         else
             code = db_fail(s, rc, err, errlen, "cannot set WAL mode");
         goto bad;
@@ -480,6 +686,7 @@ int store_sqlite_open(const char *path, const store_options *opt, store **out,
     }
     if ((code = migrate(s, err, errlen)) < 0)
         goto bad;
+    remember_wal(s);
     for (int i = 0; i < Q_N; i++) {
         rc = sqlite3_prepare_v3(s->db, queries[i], -1, SQLITE_PREPARE_PERSISTENT, &s->q[i], NULL);
         if (rc != SQLITE_OK) {
@@ -493,6 +700,8 @@ bad:
     for (int i = 0; i < Q_N; i++)
         sqlite3_finalize(s->q[i]);
     sqlite3_close(s->db);
+    if (s->lock_fd >= 0)
+        close(s->lock_fd);
     free(s);
     return code;
 }

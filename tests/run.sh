@@ -4,9 +4,14 @@
 # "PASS name" or "FAIL name: why" (or "SKIP name: why"); a program that exits
 # non-zero without printing a FAIL counts as one failure. Ends with
 # "N passed, N failed".
+# Each program runs under a time limit (LIND_TEST_TIMEOUT seconds, default
+# 600; a hung program is killed and counted as one failure naming the limit
+# and its last output line). A C test that crashes in a case reports that
+# case as failed itself (tests/check.h).
 #   usage: tests/run.sh [BUILD_DIR] [FILTER]
 B=${1:-build}
 FILTER=${2:-}
+LIMIT=${LIND_TEST_TIMEOUT:-600}
 export LIND_BUILD="$B"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
@@ -15,8 +20,12 @@ run_one() {
   name=$1; shift
   case "$name" in *"$FILTER"*) ;; *) return ;; esac
   start=$(date +%s)
-  "$@" >"$out/log" 2>&1
+  timeout -k 10 "$LIMIT" "$@" >"$out/log" 2>&1
   rc=$?
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+    last=$(grep -v '^ *$' "$out/log" | tail -n 1)
+    echo "FAIL $name: timed out after ${LIMIT}s (last output: ${last:-none})" >>"$out/log"
+  fi
   p=$(grep -c '^PASS ' "$out/log"); f=$(grep -c '^FAIL ' "$out/log"); s=$(grep -c '^SKIP ' "$out/log")
   if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
     echo "FAIL $name: exited with status $rc" >>"$out/log"; f=1

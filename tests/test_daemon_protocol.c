@@ -66,6 +66,9 @@ static void hello_and_ids(void)
     CHECK(parse(&r, &e) == PE_BAD_REQUEST && strstr(e.msg, "'id'"), "missing id: %s", e.msg);
     begin(2); ks("op", "hello"); ks("id", "x");
     CHECK(parse(&r, &e) == PE_BAD_REQUEST && strstr(e.msg, "unsigned"), "string id: %s", e.msg);
+    begin(2); ks("op", "hello"); ku("id", 0);
+    CHECK(parse(&r, &e) == PE_BAD_REQUEST && e.id == 0 && strstr(e.msg, "connection-level"),
+          "id 0 (kept for connection-level errors) refused: %s", e.msg);
     begin(2); ks("op", "hello"); k("id"); msgpack_pack_int64(&pk, -3);
     CHECK(parse(&r, &e) == PE_BAD_REQUEST, "negative id");
     begin(1); ku("id", 5);

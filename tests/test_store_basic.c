@@ -434,7 +434,8 @@ static void schema_and_foreign_files(void)
 
     char nodir[200];
     snprintf(nodir, sizeof nodir, "%s/no/such/dir/x.db", dir);
-    CHECK(store_open(nodir, NULL, &s, err, sizeof err) == -EIO, "unopenable path: %s", err);
+    CHECK(store_open(nodir, NULL, &s, err, sizeof err) == -ENOENT, "unopenable path: %s", err);
+    CHECK(strstr(err, "directory does not exist") != NULL, "says why: %s", err);
     store_options o = store_defaults();
     o.sync = (store_sync)5;
     CHECK(store_open(newdb(), &o, &s, err, sizeof err) == -EINVAL, "bad durability refused");
