@@ -18,7 +18,7 @@ static void hello(server *srv, conn *c, uint64_t id)
     proto_pack_key(&pk, "server");
     proto_pack_str(&pk, LIND_SERVER_VERSION);
     proto_pack_key(&pk, "model");
-    msgpack_pack_map(&pk, 6);
+    msgpack_pack_map(&pk, 9);
     proto_pack_key(&pk, "path");
     proto_pack_str(&pk, srv->model_path);
     char fp[17];
@@ -33,6 +33,12 @@ static void hello(server *srv, conn *c, uint64_t id)
     msgpack_pack_uint64(&pk, srv->params);
     proto_pack_key(&pk, "state_bytes");
     msgpack_pack_uint64(&pk, srv->state_bytes);
+    proto_pack_key(&pk, "vocab");
+    msgpack_pack_int(&pk, srv->vocab);
+    proto_pack_key(&pk, "tokenizer");
+    proto_pack_str(&pk, srv->tokenizer);
+    proto_pack_key(&pk, "weights");
+    proto_pack_str(&pk, srv->dtype);
     proto_pack_key(&pk, "backend");
     proto_pack_str(&pk, srv->backend);
     proto_pack_key(&pk, "limits");

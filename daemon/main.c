@@ -16,6 +16,7 @@ static const command commands[] = {
     {"score", cli_score, "score --model DIR FILE [--after-generate N --seed S --temperature T]   bits/byte of FILE"},
     {"generate", cli_generate, "generate --model DIR --prompt TEXT -n N [--seed S --temperature T --top-k K --top-p P]"},
     {"serve", server_main, "serve [--model DIR --socket PATH --db PATH ...]   the daemon (docs/PROTOCOL.md)"},
+    {"logits", cli_logits, "logits --model DIR --tokens FILE --out FILE [--chunk N]   float32 logits after every int32 token"},
     {"bench-step", cli_bench_step, "bench-step --model DIR [--max-batch 64 --seconds S]   step time, tokens/s vs SGEMM"},
 };
 

@@ -24,7 +24,7 @@ server_options server_defaults(void)
 {
     return (server_options){
         .model_dir = "models/default", .socket_path = "./lind.sock", .db_path = "./lind.db",
-        .backend = "auto", .max_batch = 256, .max_resident = 0, .prompt_chunk = 16,
+        .backend = "auto", .max_batch = 256, .max_resident = 0, .prompt_chunk = 64,
         .max_message = 1u << 20, .max_output = 256u << 10, .max_tokens = 65536,
         .max_inflight = 1024, .sync = STORE_SYNC_FULL, .transcript_bytes = 4096,
     };
@@ -48,7 +48,8 @@ static const char usage[] =
     "usage: lind serve [--model DIR] [--socket PATH] [--db PATH] [--backend cpu|cuda|auto]\n"
     "                  [--max-batch N] [--max-resident N] [--max-message BYTES]\n"
     "                  [--max-tokens N] [--sync full|normal] [--transcript-bytes N]\n"
-    "                  [--max-output BYTES] [--prompt-chunk N] [--max-inflight N]";
+    "                  [--max-output BYTES] [--prompt-chunk N] [--max-inflight N]\n"
+    "                  [--dtype f32|bf16|f16]";
 
 int server_parse_args(int argc, char **argv, server_options *o, char *err, size_t errlen)
 {
@@ -74,6 +75,11 @@ int server_parse_args(int argc, char **argv, server_options *o, char *err, size_
                 return -EINVAL;
             }
             o->backend = v;
+        } else if (!strcmp(a, "--dtype")) {
+            if (!strcmp(v, "f32")) o->dtype = LIND_DT_F32;
+            else if (!strcmp(v, "bf16")) o->dtype = LIND_DT_BF16;
+            else if (!strcmp(v, "f16")) o->dtype = LIND_DT_F16;
+            else { snprintf(err, errlen, "--dtype wants f32, bf16 or f16, got '%s'", v); return -EINVAL; }
         } else if (!strcmp(a, "--sync")) {
             if (!strcmp(v, "full")) o->sync = STORE_SYNC_FULL;
             else if (!strcmp(v, "normal")) o->sync = STORE_SYNC_NORMAL;

@@ -14,6 +14,7 @@
 #include "state/format.h"
 #include "state/store.h"
 #include "state/transcript.h"
+#include "recurrent/tokenizer.h"
 
 struct turn;
 struct dmsg;
@@ -25,6 +26,8 @@ typedef struct session {
     session_phase phase;
     int           slot;          /* model slot, -1 until READY */
     state_meta    meta;
+    uint8_t       text_tail[TOKENIZER_TAIL_MAX];   /* TEMPORARY until state_meta has it */
+    uint32_t      text_tail_len;
     transcript    tr;
     int           busy;          /* a turn is queued, running, or being saved */
     struct turn  *turn;          /* the running turn */
