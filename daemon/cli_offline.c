@@ -1,7 +1,7 @@
 /* daemon/cli_offline.c — `lind info`, `lind score`, `lind generate`,
- * `lind logits` and `lind bench-step`: the engine driven directly, no
- * daemon. Text goes through the model's own tokenizer; prompts are fed with
- * model_forward in chunks (bit-identical to one token per step). */
+ * `lind logits`, `lind bench-step` and `lind tokenize`: the engine driven
+ * directly, no daemon. Text goes through the model's own tokenizer; prompts
+ * are fed with model_forward in chunks (bit-identical to one token per step). */
 #include <cblas.h>
 #include <errno.h>
 #include <getopt.h>
@@ -748,5 +748,105 @@ out:
     free(logits);
     free(g);
     model_free(m);
+    return rc;
+}
+
+/* `lind tokenize --tokenizer KIND[:PATH] [--decode] [--chunk N] [--lines] [FILE]`:
+ * the token ids of FILE's (or stdin's) text on one line, space-separated;
+ * with --decode, the bytes of the ids read from FILE/stdin. --chunk N feeds
+ * the text in N-byte pieces the way a stream does (the undecided tail
+ * carried into the next piece), which must give the same ids. --lines
+ * encodes each line (without its newline) on its own: one output line each. */
+int cli_tokenize(int argc, char **argv) {
+    static const struct option lo[] = {{"tokenizer", required_argument, 0, 't'}, {"decode", no_argument, 0, 'd'},
+                                       {"chunk", required_argument, 0, 'c'}, {"lines", no_argument, 0, 'l'},
+                                       {0, 0, 0, 0}};
+    const char *spec = "bytes";
+    int decode = 0, lines = 0, c;
+    long chunk = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        if (c == 't') spec = optarg;
+        else if (c == 'd') decode = 1;
+        else if (c == 'l') lines = 1;
+        else if (c == 'c' && !parse_long(optarg, 1, 1L << 30, &chunk)) {}
+        else {
+            fprintf(stderr, "usage: lind tokenize --tokenizer KIND[:PATH] [--decode] [--chunk N] [--lines] [FILE]\n");
+            return 2;
+        }
+    }
+    const char *file = optind < argc ? argv[optind] : "/dev/stdin";
+    char kind[32], err[512];
+    const char *colon = strchr(spec, ':');
+    size_t kl = colon ? (size_t)(colon - spec) : strlen(spec);
+    snprintf(kind, sizeof kind, "%.*s", (int)(kl < sizeof kind ? kl : sizeof kind - 1), spec);
+    tokenizer *t = NULL;
+    if (tokenizer_load(kind, colon ? colon + 1 : NULL, &t, err, sizeof err) < 0) {
+        fprintf(stderr, "lind tokenize: %s\n", err);
+        return 1;
+    }
+    size_t len = 0;
+    unsigned char *text = slurp(file, &len);
+    if (!text) {
+        fprintf(stderr, "lind tokenize: %s: %s\n", file, strerror(errno));
+        tokenizer_free(t);
+        return 1;
+    }
+    int rc = 0;
+    if (decode) {
+        char *p = (char *)text, *end;
+        text = realloc(text, len + 1);   /* NUL-terminate for strtol */
+        if (!text) { fprintf(stderr, "lind tokenize: out of memory\n"); free(p); tokenizer_free(t); return 1; }
+        text[len] = 0;
+        p = (char *)text;
+        for (;;) {
+            while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r') p++;
+            if (!*p) break;
+            errno = 0;
+            long id = strtol(p, &end, 10);
+            size_t bl;
+            const uint8_t *b = end != p && !errno && id >= 0 && id <= INT32_MAX ? tokenizer_token_bytes(t, (int32_t)id, &bl) : NULL;
+            if (!b) {
+                fprintf(stderr, "lind tokenize: \"%.*s\" is not a token id of this tokenizer\n", (int)strcspn(p, " \n\t\r"), p);
+                rc = 1;
+                break;
+            }
+            fwrite(b, 1, bl, stdout);
+            p = end;
+        }
+    } else if (lines) {
+        int32_t *toks = NULL;
+        size_t ntoks = 0, cap = 0, used;
+        for (size_t a = 0; a < len && !rc;) {
+            const unsigned char *nl = memchr(text + a, '\n', len - a);
+            size_t b = nl ? (size_t)(nl - text) : len;
+            ntoks = 0;
+            if (tokenizer_encode(t, text + a, b - a, 1, &toks, &ntoks, &cap, &used) < 0) rc = 1;
+            for (size_t i = 0; !rc && i < ntoks; i++) printf(i ? " %d" : "%d", toks[i]);
+            printf("\n");
+            a = b + 1;
+        }
+        if (rc) fprintf(stderr, "lind tokenize: out of memory\n");
+        free(toks);
+    } else {
+        int32_t *toks = NULL;
+        size_t ntoks = 0, cap = 0, used, start = 0;
+        size_t step = chunk ? (size_t)chunk : len;
+        /* Stream: each call sees the carried tail plus the next piece. */
+        for (size_t fed = 0; rc == 0;) {
+            fed = fed + step < len ? fed + step : len;
+            int final = fed == len;
+            if (tokenizer_encode(t, text + start, fed - start, final, &toks, &ntoks, &cap, &used) < 0) rc = 1;
+            start += used;
+            if (final) break;
+        }
+        if (rc) fprintf(stderr, "lind tokenize: out of memory\n");
+        for (size_t i = 0; !rc && i < ntoks; i++) printf(i ? " %d" : "%d", toks[i]);
+        if (!rc) printf("\n");
+        free(toks);
+    }
+    free(text);
+    tokenizer_free(t);
+    if (fflush(stdout)) rc = 1;
     return rc;
 }

@@ -78,6 +78,36 @@ typedef struct tokenizer_kind {
     int32_t (*special)(const void *priv, int i, const char **text);
 } tokenizer_kind;
 
+/* Append one token to the caller's growable array (see tokenizer_encode):
+ * 0 or -ENOMEM (the array is left as it was). */
+int  tokenizer_push(int32_t **toks, size_t *ntoks, size_t *cap, int32_t id);
+
+/* Literal strings matched before anything else (added/special tokens), shared
+ * by the kinds. The caller owns the arrays; first[b] is 1 when some literal
+ * starts with byte b, maxlen the longest literal's length. */
+typedef struct tokenizer_literals {
+    int n;
+    const uint8_t *const *text;   /* [n] literal bytes (not NUL-terminated) */
+    const size_t *len;            /* [n] their lengths, each > 0 */
+    const int32_t *id;            /* [n] their token ids */
+    size_t maxlen;
+    uint8_t first[256];
+} tokenizer_literals;
+
+/* Encodes an ordinary stretch of text (no literal inside), same contract as
+ * tokenizer_kind.encode; text starts where a literal ended or at the start. */
+typedef int (*tokenizer_segment_fn)(const void *priv, const uint8_t *text, size_t len, int final,
+                                    int32_t **toks, size_t *ntoks, size_t *cap, size_t *consumed);
+
+/* Encode text split at literal matches (leftmost-longest, as Hugging Face's
+ * added vocabulary): each literal becomes its id, the stretches between go
+ * to seg. Streaming: a suffix of the text that is a proper prefix of a
+ * literal may still become one, so with final == 0 the stretch before it is
+ * passed to seg as not final and nothing from that suffix on is consumed. */
+int  tokenizer_encode_literals(const tokenizer_literals *L, tokenizer_segment_fn seg, const void *priv,
+                               const uint8_t *text, size_t len, int final,
+                               int32_t **toks, size_t *ntoks, size_t *cap, size_t *consumed);
+
 /* The kind called name, or NULL; names of all kinds, comma-separated. */
 const tokenizer_kind *tokenizer_find_kind(const char *name);
 const char *tokenizer_kind_names(char *buf, size_t len);
