@@ -365,6 +365,31 @@ def tokens_are_multi_byte_and_join_to_the_offline_text():
     c.close()
 
 
+@case
+def offline_score_is_bits_per_byte_over_tokens():
+    # lind score: BOS, then the text's tokens; its bits/byte is the tokens'
+    # total -log2 p over the text's bytes. Recomputed here from `lind logits`.
+    ids = tokenize(TEXT)
+    tpath, lpath, xpath = (os.path.join(TMP, n) for n in ("score.i32", "score.f32", "score.txt"))
+    np.array([0] + ids, dtype="<i4").tofile(tpath)
+    with open(xpath, "wb") as f:
+        f.write(TEXT)
+    p = subprocess.run([LIND, "logits", "--model", MODEL, "--backend", "cpu", "--tokens", tpath, "--out", lpath],
+                       capture_output=True, timeout=120)
+    expect(p.returncode == 0, p.stderr)
+    lg = np.fromfile(lpath, dtype="<f4").astype(np.float64).reshape(len(ids) + 1, VOCAB)
+    mx = lg.max(1, keepdims=True)
+    logp = lg - mx - np.log(np.exp(lg - mx).sum(1, keepdims=True))
+    bits = -logp[np.arange(len(ids)), ids].sum() / np.log(2)
+    p = subprocess.run([LIND, "score", "--model", MODEL, "--backend", "cpu", xpath], capture_output=True,
+                       timeout=120, text=True)
+    expect(p.returncode == 0, p.stderr)
+    got = dict(line.split(": ", 1) for line in p.stdout.splitlines())
+    expect(got["tokens"].startswith("%d (bpe" % len(ids)), got)
+    bpb = float(got["bits_per_byte"])
+    expect(abs(bpb - bits / len(TEXT)) < 1e-5 * bpb, "score %.6f vs %.6f from logits" % (bpb, bits / len(TEXT)))
+
+
 def split_run(name, cuts, restarts):
     """Append TEXT in pieces cut at `cuts`, restarting the server (by the
     signal in restarts[i]) after piece i when given, then generate."""
