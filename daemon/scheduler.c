@@ -234,7 +234,9 @@ static void serve_waiters(scheduler *S)
  * tokenizer cannot decide yet (a word may go on in the next turn) as the new
  * tail; a generate flushes it, since sampling follows. So any split of a text
  * into turns feeds the tokens of the whole text. Runs on the compute thread
- * (never the loop). 0, or -ENOMEM with nothing changed. */
+ * (never the loop). 0, or -ENOMEM (or -EOVERFLOW: the tokenizer held back
+ * more than TOKENIZER_TAIL_MAX bytes, which its contract rules out) with
+ * nothing changed. */
 static int tokenize_turn(scheduler *S, session *s, const proto_request *r, int32_t **feed,
                          size_t *nfeed, size_t *ntext, uint8_t *tail, uint32_t *tail_len)
 {
@@ -247,10 +249,11 @@ static int tokenize_turn(scheduler *S, session *s, const proto_request *r, int32
     if (s->meta.pending_token >= 0) toks[n++] = s->meta.pending_token;
     size_t first = n;
     int final = r->op == OP_GENERATE;
-    if (tokenizer_encode(S->tok, text, len, final, &toks, &n, &cap, &used) != 0 ||
-        len - used > TOKENIZER_TAIL_MAX) {
+    int rc = tokenizer_encode(S->tok, text, len, final, &toks, &n, &cap, &used);
+    if (rc == 0 && len - used > TOKENIZER_TAIL_MAX) rc = -EOVERFLOW;
+    if (rc != 0) {
         free(text); free(toks);
-        return -ENOMEM;
+        return rc;
     }
     *tail_len = (uint32_t)(len - used);
     memcpy(tail, text + used, len - used);
@@ -269,7 +272,8 @@ static void begin_turn(scheduler *S, session *s, dmsg *m)
     int32_t *feed = NULL;
     size_t nfeed = 0, ntext = 0;
     uint32_t tail_len = 0;
-    int ok = t && c && tokenize_turn(S, s, r, &feed, &nfeed, &ntext, S->tailbuf, &tail_len) == 0;
+    int trc = t && c ? tokenize_turn(S, s, r, &feed, &nfeed, &ntext, S->tailbuf, &tail_len) : -ENOMEM;
+    int ok = trc == 0;
     if (ok && S->nactive == S->cap_active) {
         int nc = S->cap_active ? S->cap_active * 2 : 64;
         turn **na = realloc(S->active, (size_t)nc * sizeof *na);
@@ -278,7 +282,9 @@ static void begin_turn(scheduler *S, session *s, dmsg *m)
     }
     if (!ok || transcript_append(&s->tr, TRANSCRIPT_IN, r->text, r->text_len) != 0) {
         free(t); free(feed);
-        reply_error(S, m->conn, r->id, PE_INTERNAL, "out of memory starting a turn on '%s'", s->name);
+        send_out(S, outmsg_error(m->conn, r->id, PE_INTERNAL, "cannot start a turn on '%s': %s", s->name,
+                                 trc == -EOVERFLOW ? "the tokenizer held back more text than a session keeps"
+                                                   : "out of memory"));
         s->busy = 0;
         if (c) cconn_release(S, c);
         dmsg_free(m);
