@@ -3,6 +3,7 @@
  * parameter checks, and a sampler restored from its bytes continues exactly. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "recurrent/sampler.h"
@@ -184,6 +185,113 @@ static void params_checked(void) {
     CHECK(sampler_params_check(&p, err, sizeof err) < 0, "NaN temperature accepted");
 }
 
+
+/* ---- the v1 record: the shipped byte model samples what lind v1 sampled --
+ *
+ * tests/fixtures/state_v1/sampler_v1.bin holds the tokens the v1 sampler (the
+ * commit before 32-bit token ids, 4fbc3f1) drew for the cases below: 300
+ * settings (temperature × top-k × top-p × repetition penalty/window), each a
+ * seeded session of V1_STEPS draws whose logits alternate between real ones
+ * (the shipped model's, tests/fixtures/default_logits.f32) and synthetic ones
+ * (scaled, quantized into ties, with -1e30 entries that underflow to 0), every
+ * draw observed into the window. LIND_SAMPLER_RECORD=FILE writes the file
+ * instead of comparing (how it was made: tests/fixtures/state_v1/README.md). */
+#define V1_STEPS 200
+#define V1_REAL_ROWS 513
+
+static void v1_logits(float *l, const float *real, int setting, int step) {
+    unsigned seed = (unsigned)(setting * 7919 + step * 104729 + 1);
+    if (real && step % 2 == 0) {
+        memcpy(l, real + (size_t)((setting * 37 + step * 11) % V1_REAL_ROWS) * V, sizeof(float) * V);
+        return;
+    }
+    static const float scales[4] = {0.3f, 1.0f, 3.0f, 0.05f};
+    float sc = scales[(setting + step) % 4];
+    for (int i = 0; i < V; i++) {
+        seed = seed * 1103515245u + 12345u;
+        float x = (float)((seed >> 8) % 10000) / 1000.0f - 5.0f;
+        if (step % 3 == 1) x = floorf(x * 2.0f) / 2.0f;          /* ties */
+        l[i] = x * sc;
+        if (step % 5 == 3 && (seed >> 4) % 7 == 0) l[i] = -1e30f; /* p underflows to 0 */
+    }
+}
+
+static sampler_params v1_params(int setting) {
+    static const float temps[5] = {0.0f, 0.5f, 0.8f, 1.0f, 1.7f};
+    static const int topk[5] = {0, 1, 3, 40, 255};
+    static const float topp[4] = {1.0f, 0.95f, 0.6f, 0.2f};
+    static const float pen[3] = {1.0f, 1.3f, 2.5f};
+    static const int win[3] = {64, 16, 256};
+    sampler_params p = sampler_defaults();
+    int s = setting;
+    p.temperature = temps[s % 5]; s /= 5;
+    p.top_k = topk[s % 5]; s /= 5;
+    p.top_p = topp[s % 4]; s /= 4;
+    p.rep_penalty = pen[s % 3];
+    p.rep_window = win[s % 3];
+    p.seed = 1000u + (uint64_t)setting;
+    return p;
+}
+
+#define V1_SETTINGS 300
+
+static void same_tokens_as_v1(void) {
+    const char *rec = getenv("LIND_SAMPLER_RECORD");
+    const char *fdir = getenv("LIND_FIXTURE_DIR") ? getenv("LIND_FIXTURE_DIR") : "tests/fixtures";
+    char path[512];
+    snprintf(path, sizeof path, "%s/default_logits.f32", fdir);
+    float *real = malloc(sizeof(float) * V * V1_REAL_ROWS);
+    FILE *f = fopen(path, "rb");
+    size_t got = f ? fread(real, sizeof(float) * V, V1_REAL_ROWS, f) : 0;
+    if (f) fclose(f);
+    CHECK(got == V1_REAL_ROWS, "%s: %zu rows of 256 logits, want %d", path, got, V1_REAL_ROWS);
+    unsigned char *toks = malloc((size_t)V1_SETTINGS * V1_STEPS), *want = malloc((size_t)V1_SETTINGS * V1_STEPS);
+    float l[V], s[2 * V];
+    for (int st = 0; st < V1_SETTINGS; st++) {
+        sampler_params p = v1_params(st);
+        sampler a;
+        sampler_init(&a, &p);
+        for (int t = 0; t < V1_STEPS; t++) {
+            if (t == V1_STEPS / 2) {   /* a new turn's settings: RNG and window kept */
+                sampler_params q = p;
+                q.temperature = p.temperature == 0.0f ? 0.0f : p.temperature * 1.25f;
+                sampler_set_params(&a, &q);
+            }
+            v1_logits(l, got == V1_REAL_ROWS ? real : NULL, st, t);
+            int x = sampler_next(&a, l, V, s);
+            toks[(size_t)st * V1_STEPS + t] = (unsigned char)x;
+            sampler_observe(&a, x);
+        }
+    }
+    if (rec) {
+        FILE *o = fopen(rec, "wb");
+        CHECK(o && fwrite(toks, 1, (size_t)V1_SETTINGS * V1_STEPS, o) == (size_t)V1_SETTINGS * V1_STEPS &&
+              fclose(o) == 0, "cannot write %s", rec);
+    } else {
+        snprintf(path, sizeof path, "%s/state_v1/sampler_v1.bin", fdir);
+        f = fopen(path, "rb");
+        size_t n = f ? fread(want, 1, (size_t)V1_SETTINGS * V1_STEPS + 1, f) : 0;
+        if (f) fclose(f);
+        CHECK(n == (size_t)V1_SETTINGS * V1_STEPS, "%s: %zu bytes, want %d", path, n, V1_SETTINGS * V1_STEPS);
+        int bad = 0;
+        for (int st = 0; st < V1_SETTINGS && n == (size_t)V1_SETTINGS * V1_STEPS; st++)
+            for (int t = 0; t < V1_STEPS; t++) {
+                size_t i = (size_t)st * V1_STEPS + t;
+                if (toks[i] == want[i]) continue;
+                sampler_params p = v1_params(st);
+                if (bad++ < 5)
+                    CHECK(0, "setting %d (T %g, top_k %d, top_p %g, penalty %g/%d) step %d: token %d, v1 drew %d",
+                          st, (double)p.temperature, p.top_k, (double)p.top_p, (double)p.rep_penalty,
+                          p.rep_window, t, toks[i], want[i]);
+                break;
+            }
+        CHECK(bad == 0, "%d of %d settings diverge from v1", bad, V1_SETTINGS);
+    }
+    free(real);
+    free(toks);
+    free(want);
+}
+
 int main(void) {
     RUN(same_seed_same_tokens);
     RUN(restored_state_continues);
@@ -192,5 +300,6 @@ int main(void) {
     RUN(greedy_is_argmax);
     RUN(repetition_penalty_applies);
     RUN(params_checked);
+    RUN(same_tokens_as_v1);
     return check_exit();
 }
