@@ -315,7 +315,11 @@ TEXT = ("The recurrent state of a session is a constant size whatever the length
         "so the daemon keeps thousands of them resident and saves each one after every turn. "
         "Café, naïve, Ωmega — “quoted” 12345 tokens;  two  spaces\tand a tab.\n"
         "A second paragraph: the model reads the whole text, then it generates.").encode()
-GEN = dict(max_tokens=40, temperature=0.9, top_k=VOCAB, top_p=0.95, seed=11)
+# No seed: a fresh session's sampler starts from seed 0 either way, and a
+# seed would clear the repetition window (docs/PROTOCOL.md), which holds the
+# prompt's token ids (over 255 here) and is saved with the state.
+GEN = dict(max_tokens=40, temperature=0.9, top_k=VOCAB, top_p=0.95, repetition_penalty=1.3,
+           repetition_window=200)
 
 srv = Server(TMP, MODEL, "a", "--max-tokens", "100000").start()
 
