@@ -331,6 +331,16 @@ def hello_reports_tokenizer():
     m = r["model"]
     expect(m["vocab"] == VOCAB and m["tokenizer"] == "bpe" and m["weights"] == "f32", m)
     c.close()
+    # --dtype bf16 keeps the matrix weights in bf16: another fingerprint (a
+    # state is tied to the precision that made it), and still a working model
+    half = Server(TMP, MODEL, "bf16", "--dtype", "bf16").start()
+    c = half.client()
+    _, h = c.call("hello")
+    toks, done = c.call("generate", session="h", text=TEXT, max_tokens=10, temperature=0)
+    c.close()
+    half.stop()
+    expect(h["model"]["weights"] == "bf16" and h["model"]["fingerprint"] != m["fingerprint"], h["model"])
+    expect(done["event"] == "done" and done["tokens_out"] == 10 == len(toks), done)
 
 
 def tokenize(text):
