@@ -168,6 +168,7 @@ static int layout_state(model *m) {
                 g->layer = i;
                 snprintf(g->name, sizeof g->name, "%s", r[k].name);
                 g->elem_bytes = r[k].elem_bytes;
+                g->type = r[k].elem_bytes == 8 ? LIND_EL_F64 : LIND_EL_F32;
                 g->offset = off;
                 g->count = r[k].count;
                 m->L[i].region_off[k] = off;
@@ -177,6 +178,7 @@ static int layout_state(model *m) {
                 model_state_region *g = &m->regions[n++];
                 g->layer = i;
                 snprintf(g->name, sizeof g->name, "shift");
+                g->type = LIND_EL_F32;
                 g->elem_bytes = 4;
                 g->offset = off;
                 g->count = (size_t)c->d_model;

@@ -61,10 +61,13 @@ uint64_t model_fingerprint(const model *m);
 /* The raw state described as typed regions (for the state format's header,
  * its NaN/Inf check, and tools). Fills up to `max` regions, returns how many
  * the model has (call with max = 0 to count). Regions tile the raw state. */
+typedef enum lind_elem { LIND_EL_F32 = 0, LIND_EL_F64 = 1, LIND_EL_I32 = 2, LIND_EL_I64 = 3 } lind_elem;
 typedef struct model_state_region {
     int    layer;         /* -1 for model-wide regions */
-    char   name[16];      /* e.g. "S", "z", "num", "den", "max", "shift" */
-    int    elem_bytes;    /* 4 = float, 8 = double */
+    char   name[16];      /* e.g. "S", "z", "num", "den", "max", "shift"; a
+                             layer's FFN regions are prefixed "ffn." */
+    int    type;          /* lind_elem: floats are checked for NaN/Inf, integers never */
+    int    elem_bytes;    /* 4 or 8 (follows from type) */
     size_t offset, count; /* byte offset in the raw state, element count */
 } model_state_region;
 int model_state_regions(const model *m, model_state_region *out, int max);
