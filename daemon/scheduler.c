@@ -240,12 +240,12 @@ static void serve_waiters(scheduler *S)
 static int tokenize_turn(scheduler *S, session *s, const proto_request *r, int32_t **feed,
                          size_t *nfeed, size_t *ntext, uint8_t *tail, uint32_t *tail_len)
 {
-    size_t len = s->text_tail_len + r->text_len, cap = 1, n = 0, used = 0;
+    size_t len = s->meta.tail_len + r->text_len, cap = 1, n = 0, used = 0;
     uint8_t *text = malloc(len ? len : 1);
     int32_t *toks = malloc(sizeof *toks);
     if (!text || !toks) { free(text); free(toks); return -ENOMEM; }
-    memcpy(text, s->text_tail, s->text_tail_len);
-    if (r->text_len) memcpy(text + s->text_tail_len, r->text, r->text_len);
+    memcpy(text, s->meta.tail, s->meta.tail_len);
+    if (r->text_len) memcpy(text + s->meta.tail_len, r->text, r->text_len);
     if (s->meta.pending_token >= 0) toks[n++] = s->meta.pending_token;
     size_t first = n;
     int final = r->op == OP_GENERATE;
@@ -318,8 +318,8 @@ static void begin_turn(scheduler *S, session *s, dmsg *m)
     t->feed_len = nfeed;
     t->tokens_in = ntext;
     s->meta.pending_token = -1;
-    memcpy(s->text_tail, S->tailbuf, tail_len);
-    s->text_tail_len = tail_len;
+    memcpy(s->meta.tail, S->tailbuf, tail_len);
+    s->meta.tail_len = tail_len;
     s->turn = t;
     S->active[S->nactive++] = t;
     dmsg_free(m);

@@ -2,7 +2,8 @@
  *
  * A session is resident while it is in this table: loading from the store,
  * or loaded into a model slot. Its whole context is the slot's recurrent
- * state plus `meta` (state/format.h) and its transcript tail. `busy` covers a
+ * state plus `meta` (state/format.h: token count, pending token, sampler,
+ * the text tail the tokenizer has not decided yet) and its transcript tail. `busy` covers a
  * turn from its start until its state is committed, so a session that is
  * not busy has nothing unsaved and may be evicted by dropping it. Only the
  * compute thread touches this table. */
@@ -14,7 +15,6 @@
 #include "state/format.h"
 #include "state/store.h"
 #include "state/transcript.h"
-#include "recurrent/tokenizer.h"
 
 struct turn;
 struct dmsg;
@@ -26,8 +26,6 @@ typedef struct session {
     session_phase phase;
     int           slot;          /* model slot, -1 until READY */
     state_meta    meta;
-    uint8_t       text_tail[TOKENIZER_TAIL_MAX];   /* TEMPORARY until state_meta has it */
-    uint32_t      text_tail_len;
     transcript    tr;
     int           busy;          /* a turn is queued, running, or being saved */
     struct turn  *turn;          /* the running turn */
