@@ -27,6 +27,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import socket
 import struct
@@ -570,4 +571,6 @@ except Exception as e:
     failures += 1
 if failures:
     print("server log tail:\n" + srv.tail())
+else:
+    shutil.rmtree(TMP, ignore_errors=True)
 sys.exit(1 if failures else 0)
