@@ -489,12 +489,15 @@ def stop_strings_across_and_inside_tokens():
             break
     expect(found, "no token boundary to test in %r" % ref)
     # a stop string strictly inside one multi-byte token ends the turn after that token
+    inside = 0
     for i, t in enumerate(ref):
         if len(t) >= 3 and out.find(t[1:-1]) == ends[i] - len(t) + 1:
             toks, done = c.call("generate", session="stop-in", text=TEXT, max_tokens=80, temperature=0,
                                 stop=[t[1:-1]])
             expect(done["reason"] == "stop" and toks == ref[:i + 1], (done, toks, ref[:i + 1]))
+            inside = 1
             break
+    expect(inside, "no token of 3+ bytes whose middle first occurs inside it: %r" % ref)
     c.close()
 
 
