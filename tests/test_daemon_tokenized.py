@@ -562,7 +562,8 @@ def batched_prefill_mixed_with_decode_equals_one_at_a_time():
         for name, _ in reqs:
             expect(got.get(name) == results[name], "--prompt-chunk %s: %s differs: %r vs %r" % (
                 chunk, name, b"".join(got.get(name) or []), b"".join(results[name])))
-        expect(st["steps"] > 0, st)
+        # the sessions really shared steps (prefill beside decode)
+        expect(any(k != "1" for k in st["batch_hist"]), st["batch_hist"])
 
 
 try:
