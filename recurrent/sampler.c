@@ -11,18 +11,24 @@
  * top-k nor top-p the walk is in id order over every token.
  *
  * What is sorted, so the cost stays O(vocab):
- *   vocab <= SAMPLER_EXACT_VOCAB  every token (cheap at 256): v1's arithmetic
- *       exactly, its sums included, so byte models draw v1's tokens.
- *   top-k (k < vocab)  only the tokens in the 2^(1/8)-wide probability bands
- *       that hold the k largest (a histogram pass finds the lowest such band).
- *       The kept set, its order and its sums are the rule's exactly.
- *   top-p alone  only tokens with probability >= (1−p)·Z/(2·vocab) (Z the
- *       total): the others hold at most (1−p)/2 of the mass together, so the
- *       nucleus lies among the sorted ones; if rounding ever says otherwise
- *       every token is sorted. The nucleus mass is measured against Z summed
- *       in id order (v1 summed it in sorted order: a last-bit difference).
- * The sort is an in-place MSD radix sort of token ids on the 64-bit key
- * (~probability bits, id), which is the rule's order: no second buffer. */
+ *   vocab <= SAMPLER_EXACT_VOCAB  every token (cheap at 256), with
+ *       lind_softmax's in-order sum: v1's arithmetic exactly, so byte models
+ *       draw v1's tokens (tests/fixtures/state_v1/sampler_v1.bin).
+ *   above, probabilities fall into bands (the top 12 bits of the float: an
+ *   eighth of an octave each; one counting pass):
+ *     top-k (k < vocab)  the tokens in the bands that hold the k largest; the
+ *       kept set, its order and its sums are the rule's exactly.
+ *     top-p alone  the tokens in the bands whose mass (at least count × the
+ *       band's lower edge) surely reaches p of the total; if rounding ever
+ *       says otherwise every token is sorted. The nucleus is measured against
+ *       the total summed by blocks (v1 summed it in sorted order: last bits).
+ *   and the softmax total and the plain draw (no top-k/top-p) go by blocks of
+ *   1024 tokens with 8-lane sums, instead of one long in-order chain.
+ * The sort: a stable LSD radix sort in stack buffers up to 1024 candidates
+ * (the usual case), else an in-place MSD radix sort of the ids on the 64-bit
+ * key (~probability bits, id), which is the rule's order. The worst case is a
+ * flat distribution under top-p, where the nucleus itself is most of the
+ * vocabulary (bench/sampler_bench.c measures both). */
 #include "recurrent/sampler.h"
 
 #include "kernels/softmax.h"
@@ -338,6 +344,7 @@ static int32_t draw_blocks(const float *p, int n, const double *bsum, double u) 
 }
 
 int32_t sampler_next(sampler *s, const float *logits, int vocab, float *scratch) {
+    if (vocab > SAMPLER_VOCAB_MAX) vocab = SAMPLER_VOCAB_MAX;   /* the contract's bound; bsum[] below */
     /* p: the probabilities, scratch[0, vocab); ids: token ids as uint32 in
      * scratch[vocab, 2·vocab) (the build uses -fno-strict-aliasing) */
     float *p = scratch;

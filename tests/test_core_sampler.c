@@ -325,7 +325,7 @@ static void frequencies_follow_softmax(void) {
             p.seed = 200u + (uint64_t)c;
             rule_probs(l, n, p.temperature, p.top_k, p.top_p, q);
             int df;
-            double x2 = chi2_of(l, n, p, q, n == V ? 20000 : 6000, &df);
+            double x2 = chi2_of(l, n, p, q, n == V ? 20000 : 3000, &df);
             CHECK(x2 >= 0 && x2 < chi2_crit(df), "vocab %d T %g top_k %d top_p %g: chi-square %.1f over %d df%s", n,
                   (double)p.temperature, p.top_k, (double)p.top_p, x2, df, x2 < 0 ? " (a token outside the kept set)" : "");
         }
