@@ -24,9 +24,10 @@
  *       the total summed by blocks (v1 summed it in sorted order: last bits).
  *   and the softmax total and the plain draw (no top-k/top-p) go by blocks of
  *   1024 tokens with 8-lane sums, instead of one long in-order chain.
- * The sort: a stable LSD radix sort in stack buffers up to 1024 candidates
- * (the usual case), else an in-place MSD radix sort of the ids on the 64-bit
- * key (~probability bits, id), which is the rule's order. The worst case is a
+ * The sort: a stable LSD radix sort, in stack buffers up to 1024 candidates
+ * (the usual case) or in the scratch up to vocab/4, else an in-place MSD radix
+ * sort of the ids on the 64-bit key (~probability bits, id); all give the
+ * rule's order. The worst case is a
  * flat distribution under top-p, where the nucleus itself is most of the
  * vocabulary (bench/sampler_bench.c measures both). */
 #include "recurrent/sampler.h"
@@ -152,13 +153,13 @@ static void insertion_sort(uint32_t *a, uint32_t n, const float *p) {
     }
 }
 
-/* Sort up to SMALL_SORT ids (given in id order) by key_of: a stable LSD radix
- * sort on the 32 probability bits, four 8-bit digits, in stack buffers;
- * digits all ids share are skipped. Stability keeps equal probabilities in
- * id order. */
+/* Sort n ids (given in id order) by key_of: a stable LSD radix sort on the
+ * 32 probability bits, four 8-bit digits, with keys and ids in the buffers
+ * ka, kb, ib (n each); digits all ids share are skipped. Stability keeps
+ * equal probabilities in id order. sort_small: up to SMALL_SORT ids, buffers
+ * on the stack. */
 #define SMALL_SORT 1024
-static void sort_small(uint32_t *a, uint32_t n, const float *p) {
-    uint32_t ka[SMALL_SORT], kb[SMALL_SORT], ib[SMALL_SORT];
+static void sort_lsd(uint32_t *a, uint32_t n, const float *p, uint32_t *ka, uint32_t *kb, uint32_t *ib) {
     uint32_t *k0 = ka, *k1 = kb, *i0 = a, *i1 = ib;
     for (uint32_t i = 0; i < n; i++) {
         uint32_t u;
@@ -184,6 +185,11 @@ static void sort_small(uint32_t *a, uint32_t n, const float *p) {
         t = i0; i0 = i1; i1 = t;
     }
     if (i0 != a) memcpy(a, i0, n * sizeof *a);
+}
+
+static void sort_small(uint32_t *a, uint32_t n, const float *p) {
+    uint32_t ka[SMALL_SORT], kb[SMALL_SORT], ib[SMALL_SORT];
+    sort_lsd(a, n, p, ka, kb, ib);
 }
 
 /* Sort ids a[0..n) by key_of, in place: MSD radix on the key byte at `shift`
@@ -226,9 +232,12 @@ static void sort_ids(uint32_t *a, uint32_t n, const float *p, int shift) {
     insertion_sort(a, n, p);
 }
 
-/* Candidates (in id order) into the rule's order. */
-static void sort_candidates(uint32_t *ids, uint32_t c, const float *p) {
+/* Candidates (in id order, ids[] with room for `room` entries) into the
+ * rule's order: LSD when its buffers fit (on the stack, or in the room after
+ * the candidates), else the in-place MSD sort (gathers keys: slower). */
+static void sort_candidates(uint32_t *ids, uint32_t c, const float *p, uint32_t room) {
     if (c <= SMALL_SORT) sort_small(ids, c, p);
+    else if (c <= room / 4) sort_lsd(ids, c, p, ids + c, ids + 2 * (size_t)c, ids + 3 * (size_t)c);
     else sort_ids(ids, c, p, 56);
 }
 
@@ -372,7 +381,7 @@ int32_t sampler_next(sampler *s, const float *logits, int vocab, float *scratch)
                   : k < vocab ? kth_band_floor(p, vocab, k)
                   : mass_band_floor(p, vocab, (double)s->p.top_p * total);
         uint32_t c = collect(p, vocab, tau, ids);
-        sort_candidates(ids, c, p);
+        sort_candidates(ids, c, p, (uint32_t)vocab);
         n = k < (int)c ? k : (int)c;
         double mass = 0.0;
         if (k < vocab || exact)
@@ -395,7 +404,7 @@ int32_t sampler_next(sampler *s, const float *logits, int vocab, float *scratch)
                 if (found || k < vocab || (int)c == vocab) break;
                 /* rounding left the nucleus short of the sorted tokens: all of them */
                 c = collect(p, vocab, 0.0f, ids);
-                sort_candidates(ids, c, p);
+                sort_candidates(ids, c, p, (uint32_t)vocab);
                 n = vocab;
             }
         }
