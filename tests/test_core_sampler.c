@@ -316,8 +316,10 @@ static void frequencies_follow_softmax(void) {
             }
         }
         /* with top-k and top-p: the renormalized rule */
-        struct { int k; float tp; float T; } cs[3] = {{40, 1.0f, 1.0f}, {0, 0.9f, 1.0f}, {40, 0.8f, 2.0f}};
-        for (int c = 0; c < 3; c++) {
+        /* (sorted candidates: a few, thousands, most of the vocabulary) */
+        struct { int k; float tp; float T; } cs[4] = {{40, 1.0f, 1.0f}, {0, 0.9f, 1.0f}, {40, 0.8f, 2.0f},
+                                                      {5000, 0.5f, 1.0f}};
+        for (int c = 0; c < 4; c++) {
             sampler_params p = sampler_defaults();
             p.temperature = cs[c].T;
             p.top_k = cs[c].k;
