@@ -11,18 +11,25 @@
  * top-k nor top-p the walk is in id order over every token.
  *
  * What is sorted, so the cost stays O(vocab):
- *   vocab <= SAMPLER_EXACT_VOCAB  every token (cheap at 256): v1's arithmetic
- *       exactly, its sums included, so byte models draw v1's tokens.
- *   top-k (k < vocab)  only the tokens in the 2^(1/8)-wide probability bands
- *       that hold the k largest (a histogram pass finds the lowest such band).
- *       The kept set, its order and its sums are the rule's exactly.
- *   top-p alone  only tokens with probability >= (1−p)·Z/(2·vocab) (Z the
- *       total): the others hold at most (1−p)/2 of the mass together, so the
- *       nucleus lies among the sorted ones; if rounding ever says otherwise
- *       every token is sorted. The nucleus mass is measured against Z summed
- *       in id order (v1 summed it in sorted order: a last-bit difference).
- * The sort is an in-place MSD radix sort of token ids on the 64-bit key
- * (~probability bits, id), which is the rule's order: no second buffer. */
+ *   vocab <= SAMPLER_EXACT_VOCAB  every token (cheap at 256), with
+ *       lind_softmax's in-order sum: v1's arithmetic exactly, so byte models
+ *       draw v1's tokens (tests/fixtures/state_v1/sampler_v1.bin).
+ *   above, probabilities fall into bands (the top 12 bits of the float: an
+ *   eighth of an octave each; one counting pass):
+ *     top-k (k < vocab)  the tokens in the bands that hold the k largest; the
+ *       kept set, its order and its sums are the rule's exactly.
+ *     top-p alone  the tokens in the bands whose mass (at least count × the
+ *       band's lower edge) surely reaches p of the total; if rounding ever
+ *       says otherwise every token is sorted. The nucleus is measured against
+ *       the total summed by blocks (v1 summed it in sorted order: last bits).
+ *   and the softmax total and the plain draw (no top-k/top-p) go by blocks of
+ *   1024 tokens with 8-lane sums, instead of one long in-order chain.
+ * The sort: a stable LSD radix sort, in stack buffers up to 1024 candidates
+ * (the usual case) or in the scratch up to vocab/4, else an in-place MSD radix
+ * sort of the ids on the 64-bit key (~probability bits, id); all give the
+ * rule's order. The worst case is a
+ * flat distribution under top-p, where the nucleus itself is most of the
+ * vocabulary (bench/sampler_bench.c measures both). */
 #include "recurrent/sampler.h"
 
 #include "kernels/softmax.h"
@@ -146,13 +153,13 @@ static void insertion_sort(uint32_t *a, uint32_t n, const float *p) {
     }
 }
 
-/* Sort up to SMALL_SORT ids (given in id order) by key_of: a stable LSD radix
- * sort on the 32 probability bits, four 8-bit digits, in stack buffers;
- * digits all ids share are skipped. Stability keeps equal probabilities in
- * id order. */
+/* Sort n ids (given in id order) by key_of: a stable LSD radix sort on the
+ * 32 probability bits, four 8-bit digits, with keys and ids in the buffers
+ * ka, kb, ib (n each); digits all ids share are skipped. Stability keeps
+ * equal probabilities in id order. sort_small: up to SMALL_SORT ids, buffers
+ * on the stack. */
 #define SMALL_SORT 1024
-static void sort_small(uint32_t *a, uint32_t n, const float *p) {
-    uint32_t ka[SMALL_SORT], kb[SMALL_SORT], ib[SMALL_SORT];
+static void sort_lsd(uint32_t *a, uint32_t n, const float *p, uint32_t *ka, uint32_t *kb, uint32_t *ib) {
     uint32_t *k0 = ka, *k1 = kb, *i0 = a, *i1 = ib;
     for (uint32_t i = 0; i < n; i++) {
         uint32_t u;
@@ -178,6 +185,11 @@ static void sort_small(uint32_t *a, uint32_t n, const float *p) {
         t = i0; i0 = i1; i1 = t;
     }
     if (i0 != a) memcpy(a, i0, n * sizeof *a);
+}
+
+static void sort_small(uint32_t *a, uint32_t n, const float *p) {
+    uint32_t ka[SMALL_SORT], kb[SMALL_SORT], ib[SMALL_SORT];
+    sort_lsd(a, n, p, ka, kb, ib);
 }
 
 /* Sort ids a[0..n) by key_of, in place: MSD radix on the key byte at `shift`
@@ -220,9 +232,12 @@ static void sort_ids(uint32_t *a, uint32_t n, const float *p, int shift) {
     insertion_sort(a, n, p);
 }
 
-/* Candidates (in id order) into the rule's order. */
-static void sort_candidates(uint32_t *ids, uint32_t c, const float *p) {
+/* Candidates (in id order, ids[] with room for `room` entries) into the
+ * rule's order: LSD when its buffers fit (on the stack, or in the room after
+ * the candidates), else the in-place MSD sort (gathers keys: slower). */
+static void sort_candidates(uint32_t *ids, uint32_t c, const float *p, uint32_t room) {
     if (c <= SMALL_SORT) sort_small(ids, c, p);
+    else if (c <= room / 4) sort_lsd(ids, c, p, ids + c, ids + 2 * (size_t)c, ids + 3 * (size_t)c);
     else sort_ids(ids, c, p, 56);
 }
 
@@ -338,6 +353,7 @@ static int32_t draw_blocks(const float *p, int n, const double *bsum, double u) 
 }
 
 int32_t sampler_next(sampler *s, const float *logits, int vocab, float *scratch) {
+    if (vocab > SAMPLER_VOCAB_MAX) vocab = SAMPLER_VOCAB_MAX;   /* the contract's bound; bsum[] below */
     /* p: the probabilities, scratch[0, vocab); ids: token ids as uint32 in
      * scratch[vocab, 2·vocab) (the build uses -fno-strict-aliasing) */
     float *p = scratch;
@@ -365,7 +381,7 @@ int32_t sampler_next(sampler *s, const float *logits, int vocab, float *scratch)
                   : k < vocab ? kth_band_floor(p, vocab, k)
                   : mass_band_floor(p, vocab, (double)s->p.top_p * total);
         uint32_t c = collect(p, vocab, tau, ids);
-        sort_candidates(ids, c, p);
+        sort_candidates(ids, c, p, (uint32_t)vocab);
         n = k < (int)c ? k : (int)c;
         double mass = 0.0;
         if (k < vocab || exact)
@@ -388,7 +404,7 @@ int32_t sampler_next(sampler *s, const float *logits, int vocab, float *scratch)
                 if (found || k < vocab || (int)c == vocab) break;
                 /* rounding left the nucleus short of the sorted tokens: all of them */
                 c = collect(p, vocab, 0.0f, ids);
-                sort_candidates(ids, c, p);
+                sort_candidates(ids, c, p, (uint32_t)vocab);
                 n = vocab;
             }
         }

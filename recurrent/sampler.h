@@ -7,9 +7,9 @@
  * session's persisted state (state/format.h), so a restored session samples
  * exactly the tokens an uninterrupted one would.
  *
- * Cost is O(vocab) per token whatever the settings: one pass for the
- * penalty-free copy/argmax/softmax, and top-k / top-p sort only the tokens
- * that can be kept (see sampler.c). For a vocabulary of at most 256 the
+ * Cost is O(vocab) per token: the softmax, a counting pass, and top-k /
+ * top-p radix-sort only the tokens that can be kept (see sampler.c; the
+ * penalty copies the logits only when it is on). For a vocabulary of at most 256 the
  * arithmetic is exactly lind v1's, so byte models draw the same tokens for the
  * same seed and settings as before 32-bit ids
  * (tests/fixtures/state_v1/sampler_v1.bin). */
@@ -53,7 +53,8 @@ void sampler_set_params(sampler *s, const sampler_params *p);
  * ones). Ids outside the vocabulary given to sampler_next are never
  * penalized. */
 void sampler_observe(sampler *s, int32_t token);
-/* Sample the next token from `vocab` logits (1..SAMPLER_VOCAB_MAX, finite);
+/* Sample the next token from `vocab` logits (1..SAMPLER_VOCAB_MAX; logits
+ * past SAMPLER_VOCAB_MAX are ignored; finite);
  * `scratch` holds >= 2*vocab floats. Does not observe the token: the caller
  * does, once it is emitted. Uses one RNG draw unless greedy (none). */
 int32_t sampler_next(sampler *s, const float *logits, int vocab, float *scratch);
