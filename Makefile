@@ -24,6 +24,10 @@ LDLIBS  += -lopenblas -luv -lmsgpackc -lsqlite3 -ljansson -lxxhash -lpcre2-8 -lu
 DEPS_PKGS = libuv1-dev libmsgpack-dev libsqlite3-dev libopenblas-dev libedit-dev \
             libjansson-dev libxxhash-dev pkg-config python3-msgpack bible-kjv \
             gnuplot-nox tmux clang python3-numpy libpcre2-dev libutf8proc-dev nodejs
+# npm runs tests/test_tokenizer_npm.py's reference; a nodejs that bundles npm
+# (NodeSource's) conflicts with Debian's npm package, so ask for it only when
+# there is no npm command.
+DEPS_PKGS += $(if $(shell command -v npm 2>/dev/null),,npm)
 MODEL   ?= models/default
 
 # ---- CUDA (optional) --------------------------------------------------------

@@ -751,12 +751,68 @@ out:
     return rc;
 }
 
-/* `lind tokenize --tokenizer KIND[:PATH] [--decode] [--chunk N] [--lines] [FILE]`:
- * the token ids of FILE's (or stdin's) text on one line, space-separated;
+/* `lind tokenize --tokenizer KIND[:PATH] [--decode] [--chunk N] [--lines] [FILE...]`:
+ * the token ids of each FILE's (or stdin's) text on one line, space-separated;
  * with --decode, the bytes of the ids read from FILE/stdin. --chunk N feeds
  * the text in N-byte pieces the way a stream does (the undecided tail
  * carried into the next piece), which must give the same ids. --lines
  * encodes each line (without its newline) on its own: one output line each. */
+static int tokenize_file(const tokenizer *t, const char *file, int decode, int lines, size_t chunk) {
+    size_t len = 0;
+    unsigned char *text = slurp(file, &len);
+    if (!text) {
+        fprintf(stderr, "lind tokenize: %s: %s\n", file, strerror(errno));
+        return 1;
+    }
+    int rc = 0;
+    if (decode) {
+        unsigned char *z = realloc(text, len + 1);   /* NUL-terminated for strtol */
+        if (!z) { free(text); fprintf(stderr, "lind tokenize: out of memory\n"); return 1; }
+        text = z;
+        text[len] = 0;
+        char *p = (char *)text, *end;
+        for (;;) {
+            while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r') p++;
+            if (!*p) break;
+            errno = 0;
+            long id = strtol(p, &end, 10);
+            size_t bl = 0;
+            const uint8_t *b = end != p && !errno && id >= 0 && id <= INT32_MAX ? tokenizer_token_bytes(t, (int32_t)id, &bl) : NULL;
+            if (!b) {
+                fprintf(stderr, "lind tokenize: %s: \"%.*s\" is not a token id of this tokenizer\n", file, (int)strcspn(p, " \n\t\r"), p);
+                rc = 1;
+                break;
+            }
+            fwrite(b, 1, bl, stdout);
+            p = end;
+        }
+        free(text);
+        return rc;
+    }
+    int32_t *toks = NULL;
+    size_t ntoks = 0, cap = 0, used;
+    for (size_t a = 0; (a < len || (!lines && a == 0)) && !rc;) {
+        /* One record: a line (--lines) or the whole text, fed in chunks. */
+        const unsigned char *nl = lines ? memchr(text + a, '\n', len - a) : NULL;
+        size_t b = lines && nl ? (size_t)(nl - text) : len, start = a, fed = a;
+        ntoks = 0;
+        for (;;) {
+            fed = chunk && fed + chunk < b ? fed + chunk : b;
+            int final = fed == b;
+            if (tokenizer_encode(t, text + start, fed - start, final, &toks, &ntoks, &cap, &used) < 0) { rc = 1; break; }
+            start += used;
+            if (final) break;
+        }
+        for (size_t i = 0; !rc && i < ntoks; i++) printf(i ? " %d" : "%d", toks[i]);
+        printf("\n");
+        a = b + 1;
+    }
+    if (rc) fprintf(stderr, "lind tokenize: out of memory\n");
+    free(toks);
+    free(text);
+    return rc;
+}
+
 int cli_tokenize(int argc, char **argv) {
     static const struct option lo[] = {{"tokenizer", required_argument, 0, 't'}, {"decode", no_argument, 0, 'd'},
                                        {"chunk", required_argument, 0, 'c'}, {"lines", no_argument, 0, 'l'},
@@ -771,11 +827,10 @@ int cli_tokenize(int argc, char **argv) {
         else if (c == 'l') lines = 1;
         else if (c == 'c' && !parse_long(optarg, 1, 1L << 30, &chunk)) {}
         else {
-            fprintf(stderr, "usage: lind tokenize --tokenizer KIND[:PATH] [--decode] [--chunk N] [--lines] [FILE]\n");
+            fprintf(stderr, "usage: lind tokenize --tokenizer KIND[:PATH] [--decode] [--chunk N] [--lines] [FILE...]\n");
             return 2;
         }
     }
-    const char *file = optind < argc ? argv[optind] : "/dev/stdin";
     char kind[32], err[512];
     const char *colon = strchr(spec, ':');
     size_t kl = colon ? (size_t)(colon - spec) : strlen(spec);
@@ -785,67 +840,9 @@ int cli_tokenize(int argc, char **argv) {
         fprintf(stderr, "lind tokenize: %s\n", err);
         return 1;
     }
-    size_t len = 0;
-    unsigned char *text = slurp(file, &len);
-    if (!text) {
-        fprintf(stderr, "lind tokenize: %s: %s\n", file, strerror(errno));
-        tokenizer_free(t);
-        return 1;
-    }
     int rc = 0;
-    if (decode) {
-        char *p = (char *)text, *end;
-        text = realloc(text, len + 1);   /* NUL-terminate for strtol */
-        if (!text) { fprintf(stderr, "lind tokenize: out of memory\n"); free(p); tokenizer_free(t); return 1; }
-        text[len] = 0;
-        p = (char *)text;
-        for (;;) {
-            while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r') p++;
-            if (!*p) break;
-            errno = 0;
-            long id = strtol(p, &end, 10);
-            size_t bl;
-            const uint8_t *b = end != p && !errno && id >= 0 && id <= INT32_MAX ? tokenizer_token_bytes(t, (int32_t)id, &bl) : NULL;
-            if (!b) {
-                fprintf(stderr, "lind tokenize: \"%.*s\" is not a token id of this tokenizer\n", (int)strcspn(p, " \n\t\r"), p);
-                rc = 1;
-                break;
-            }
-            fwrite(b, 1, bl, stdout);
-            p = end;
-        }
-    } else if (lines) {
-        int32_t *toks = NULL;
-        size_t ntoks = 0, cap = 0, used;
-        for (size_t a = 0; a < len && !rc;) {
-            const unsigned char *nl = memchr(text + a, '\n', len - a);
-            size_t b = nl ? (size_t)(nl - text) : len;
-            ntoks = 0;
-            if (tokenizer_encode(t, text + a, b - a, 1, &toks, &ntoks, &cap, &used) < 0) rc = 1;
-            for (size_t i = 0; !rc && i < ntoks; i++) printf(i ? " %d" : "%d", toks[i]);
-            printf("\n");
-            a = b + 1;
-        }
-        if (rc) fprintf(stderr, "lind tokenize: out of memory\n");
-        free(toks);
-    } else {
-        int32_t *toks = NULL;
-        size_t ntoks = 0, cap = 0, used, start = 0;
-        size_t step = chunk ? (size_t)chunk : len;
-        /* Stream: each call sees the carried tail plus the next piece. */
-        for (size_t fed = 0; rc == 0;) {
-            fed = fed + step < len ? fed + step : len;
-            int final = fed == len;
-            if (tokenizer_encode(t, text + start, fed - start, final, &toks, &ntoks, &cap, &used) < 0) rc = 1;
-            start += used;
-            if (final) break;
-        }
-        if (rc) fprintf(stderr, "lind tokenize: out of memory\n");
-        for (size_t i = 0; !rc && i < ntoks; i++) printf(i ? " %d" : "%d", toks[i]);
-        if (!rc) printf("\n");
-        free(toks);
-    }
-    free(text);
+    if (optind >= argc) rc = tokenize_file(t, "/dev/stdin", decode, lines, (size_t)chunk);
+    for (int i = optind; i < argc && !rc; i++) rc = tokenize_file(t, argv[i], decode, lines, (size_t)chunk);
     tokenizer_free(t);
     if (fflush(stdout)) rc = 1;
     return rc;

@@ -18,7 +18,7 @@ static const command commands[] = {
     {"serve", server_main, "serve [--model DIR --socket PATH --db PATH ...]   the daemon (docs/PROTOCOL.md)"},
     {"logits", cli_logits, "logits --model DIR --tokens FILE --out FILE [--chunk N]   float32 logits after every int32 token"},
     {"bench-step", cli_bench_step, "bench-step --model DIR [--max-batch 64 --seconds S]   step time, tokens/s vs SGEMM"},
-    {"tokenize", cli_tokenize, "tokenize --tokenizer KIND[:PATH] [--decode] [--chunk N] [--lines] [FILE]   token ids of a text (or --decode: text of ids)"},
+    {"tokenize", cli_tokenize, "tokenize --tokenizer KIND[:PATH] [--decode] [--chunk N] [--lines] [FILE...]   token ids of texts (--decode: text of ids)"},
 };
 
 static void usage(FILE *f) {

@@ -31,13 +31,15 @@ int tokenizer_push(int32_t **toks, size_t *ntoks, size_t *cap, int32_t id) {
 }
 
 /* ---- "bytes": one token per byte, exactly the shipped model's scheme ---- */
-static uint8_t byte_values[256];
+#define B4(n) n, n + 1, n + 2, n + 3
+#define B16(n) B4(n), B4(n + 4), B4(n + 8), B4(n + 12)
+#define B64(n) B16(n), B16(n + 16), B16(n + 32), B16(n + 48)
+static const uint8_t byte_values[256] = {B64(0), B64(64), B64(128), B64(192)};   /* [b] = b */
 
 static int bytes_load(const char *path, void **priv, char *err, size_t errlen) {
     if (path && *path)
         return errmsg_set(-EINVAL, err, errlen, "tokenizer kind \"bytes\" takes no file (got \"%s\")", path);
-    for (int i = 0; i < 256; i++) byte_values[i] = (uint8_t)i;   /* idempotent */
-    *priv = byte_values;
+    *priv = (void *)byte_values;   /* never written through */
     return 0;
 }
 static void bytes_free(void *priv) { (void)priv; }

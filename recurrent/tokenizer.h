@@ -6,9 +6,10 @@
  *   "bytes" — one token per byte (vocab 256, token = byte value); the shipped
  *             default model's.
  *   "bpe"   — byte-level BPE read from a Hugging Face tokenizer.json (ByteLevel
- *             pre-tokenizer with its GPT-2 regex, merges by rank, added and
- *             special tokens matched first): GPT-NeoX-20B (RWKV-4 Pile/Raven),
- *             GPT-2 and alike.
+ *             pre-tokenizer with its GPT-2 regex, or a Split regex + ByteLevel
+ *             as Llama-3 files have; NFC; merges by rank; added and special
+ *             tokens matched first): GPT-NeoX-20B (RWKV-4 Pile/Raven), GPT-2,
+ *             Llama-3 and alike.
  *   "world" — the RWKV World vocabulary file (one token per line: id, a Python
  *             str/bytes literal, its byte length); greedy longest match through
  *             a trie.
@@ -19,7 +20,10 @@
  * bytes that was; the caller keeps the rest (the "tail", at most
  * TOKENIZER_TAIL_MAX bytes — a longer undecided stretch is tokenized anyway)
  * and prepends it to the next turn's text. So any split of a text into turns
- * gives the same tokens as the whole text encoded with final = 1.
+ * gives the same tokens as the whole text encoded with final = 1, as long as
+ * no undecided stretch outgrew TOKENIZER_TAIL_MAX (a single 5000-space regex
+ * piece does; it is then cut). Each kind's rule is in its file's top comment
+ * and in docs/TOKENIZERS.md.
  *
  * Errors are values: 0 or a negative errno-style code with a message in err.
  * A tokenizer is immutable after loading and may be used from several threads.
@@ -60,8 +64,10 @@ int  tokenizer_encode(const tokenizer *t, const uint8_t *text, size_t len, int f
 const uint8_t *tokenizer_token_bytes(const tokenizer *t, int32_t id, size_t *len);
 
 /* Special tokens (added tokens marked special, e.g. "<|endoftext|>"): count,
- * then id and text of the i-th. Special tokens are matched in text as their
- * literal strings before any other tokenization (as Hugging Face does). */
+ * then id and text (NUL-terminated, owned by the tokenizer) of the i-th;
+ * -1 and NULL for an i out of range. Special tokens (and a tokenizer.json's
+ * other added tokens) are matched in text as their literal strings before
+ * any other tokenization (as Hugging Face does). */
 int  tokenizer_special_count(const tokenizer *t);
 int32_t tokenizer_special(const tokenizer *t, int i, const char **text);
 

@@ -9,8 +9,8 @@
  *   normalizer   null, NFC (libutf8proc), or a Sequence of those.
  *   pre_tokenizer ByteLevel (use_regex: the GPT-2 regex; add_prefix_space),
  *                or a Sequence of one Split (Regex or String pattern,
- *                behavior Isolated, not inverted) and ByteLevel with
- *                use_regex false (Llama-3 / GPT-4 style).
+ *                behavior Isolated, or Removed with invert true) and
+ *                ByteLevel with use_regex false (Llama-3, Qwen, GPT-4o style).
  *   added_tokens matched as literal strings in the raw text before anything
  *                else, leftmost-longest (tokenizer_encode_literals); those
  *                marked special are the tokenizer's specials. lstrip, rstrip
@@ -266,10 +266,16 @@ static int load_pre_tokenizer(bpe *t, const char *path, json_t *p, char *err, si
             const char *str = json_string_value(json_object_get(pat, "String"));
             if (!rx && !str)
                 return errmsg_set(-EINVAL, err, errlen, "%s: %s.pattern: expected {\"Regex\": ...} or {\"String\": ...}", path, where);
-            if (!is_null_or(json_object_get(e, "behavior"), "Isolated"))
-                return errmsg_set(-EINVAL, err, errlen, "%s: %s.behavior: only \"Isolated\" is supported", path, where);
-            if (json_is_true(json_object_get(e, "invert")))
-                return errmsg_set(-EINVAL, err, errlen, "%s: %s.invert: true is not supported", path, where);
+            /* Isolated: matches and the gaps between them are pieces (invert
+             * changes nothing). Removed + invert: the matches are the pieces
+             * and the gaps are dropped; the GPT-4o-style patterns match all
+             * valid text, so gaps only come from invalid UTF-8, which is kept
+             * as pieces here so that every byte still encodes. */
+            json_t *beh = json_object_get(e, "behavior");
+            int inv = json_is_true(json_object_get(e, "invert"));
+            if (!is_null_or(beh, "Isolated") && !(inv && is_null_or(beh, "Removed")))
+                return errmsg_set(-EINVAL, err, errlen, "%s: %s.behavior: only \"Isolated\", or \"Removed\" with invert true, is supported",
+                                  path, where);
             if ((rc = compile_regex(t, path, rx ? rx : str, !rx, err, errlen)) < 0) return rc;
             have_split = 1;
         } else if (!strcmp(et, "ByteLevel")) {
@@ -408,15 +414,13 @@ static int bpe_load(const char *path, void **priv, char *err, size_t errlen) {
          * added token; its bytes are its UTF-8. */
         int mapped = n >= 0;
         if (!mapped) n = (long)strlen(key);
-        char what[48];
-        snprintf(what, sizeof what, "model.vocab");
-        if ((rc = set_token(t, path, what, id, mapped ? buf : (const uint8_t *)key, (size_t)n, &plen, &pcap, err, errlen)) < 0) {
-            if (rc == -EINVAL) {
-                int32_t other = -1;
-                const char *k2;
+        if ((rc = set_token(t, path, "model.vocab", id, mapped ? buf : (const uint8_t *)key, (size_t)n, &plen, &pcap, err, errlen)) < 0) {
+            if (rc == -EINVAL) {   /* name the other string with that id */
+                const char *k2, *other = "?";
                 json_t *v2;
-                json_object_foreach(vocab, k2, v2) if (json_integer_value(v2) == id && strcmp(k2, key)) { other = 1; break; }
-                errmsg_set(-EINVAL, err, errlen, "%s: model.vocab: id %d is given to both \"%s\" and \"%s\"", path, id, other > 0 ? k2 : key, key);
+                json_object_foreach(vocab, k2, v2)
+                    if (json_integer_value(v2) == id && strcmp(k2, key)) { other = k2; break; }
+                errmsg_set(-EINVAL, err, errlen, "%s: model.vocab: id %d is given to both \"%s\" and \"%s\"", path, id, other, key);
             }
             goto out;
         }
@@ -659,13 +663,13 @@ static int encode_piece(const bpe *t, scratch *s, const uint8_t *b, size_t n, in
             }
         }
     }
-    if (grow((void **)&s->sym, &s->symcap, n, sizeof *s->sym) < 0) return -ENOMEM;
-    size_t c2 = 0;
-    if (grow((void **)&s->prev, &c2, n, sizeof *s->prev) < 0) return -ENOMEM;
-    c2 = 0;
-    if (grow((void **)&s->next, &c2, n, sizeof *s->next) < 0) return -ENOMEM;
-    c2 = 0;
-    if (grow((void **)&s->slen, &c2, n, sizeof *s->slen) < 0) return -ENOMEM;
+    if (n > s->symcap) {   /* the four per-symbol arrays share one capacity */
+        size_t c[4] = {s->symcap, s->symcap, s->symcap, s->symcap};
+        if (grow((void **)&s->sym, &c[0], n, sizeof *s->sym) < 0 || grow((void **)&s->prev, &c[1], n, sizeof *s->prev) < 0 ||
+            grow((void **)&s->next, &c[2], n, sizeof *s->next) < 0 || grow((void **)&s->slen, &c[3], n, sizeof *s->slen) < 0)
+            return -ENOMEM;
+        s->symcap = c[0];
+    }
     if (grow((void **)&s->heap, &s->hcap, 2 * n + 2, sizeof *s->heap) < 0) return -ENOMEM;
     for (size_t i = 0; i < n; i++) {
         s->sym[i] = t->byte_id[b[i]];
@@ -723,7 +727,8 @@ static size_t utf8_char(const uint8_t *p, size_t n, int32_t *cp) {
 
 /* Bytes at the end of text[0..n) that begin a UTF-8 character still missing
  * its last bytes (0 when the text ends on a character boundary or on bytes
- * that can never become valid). */
+ * that can never become valid). PCRE2's partial matching would report such
+ * a character too; cutting it off keeps the NFC chunking on whole ones. */
 static size_t incomplete_tail(const uint8_t *text, size_t n) {
     for (size_t k = 1; k <= 3 && k <= n; k++) {
         uint8_t c = text[n - k];
@@ -850,7 +855,6 @@ static int bpe_segment(const void *priv, const uint8_t *text, size_t n, int fina
      * add_prefix_space the text after it must start with a space. */
 #define CUT_OK(pos) ((pos) == 0 || (RAW(pos) != SIZE_MAX && (!t->add_prefix_space || ((pos) < wl && w[pos] == ' '))))
     size_t p = 0, ok_pos = 0, ok_ntoks = *ntoks;
-    int undecided = 0;
     while (p < wl) {
         size_t ms = wl, me = wl;
         if (t->re) {
@@ -864,10 +868,9 @@ static int bpe_segment(const void *priv, const uint8_t *text, size_t n, int fina
                  * (not final): the gap to the end could still grow. Another
                  * error (a resource limit): the rest is one piece, decided
                  * when the text is final. */
-                if (!final) { undecided = 1; break; }
+                if (!final) break;
             }
         } else if (!final) {   /* no regex: the whole stretch is one piece */
-            undecided = 1;
             break;
         }
         size_t cut[2] = {p, ms}, end[2] = {ms, me};
@@ -882,7 +885,6 @@ static int bpe_segment(const void *priv, const uint8_t *text, size_t n, int fina
         *consumed = n;
         return 0;
     }
-    (void)undecided;
     /* p is where the first undecided search started, or the end. */
     if ((p < wl && CUT_OK(p)) || (p == wl && RAW(p) != SIZE_MAX && !t->add_prefix_space)) {
         ok_pos = p;
