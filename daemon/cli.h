@@ -9,6 +9,7 @@ int cli_info(int argc, char **argv);
 int cli_score(int argc, char **argv);
 int cli_generate(int argc, char **argv);
 int cli_bench_step(int argc, char **argv);
+int cli_logits(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
 
 #endif

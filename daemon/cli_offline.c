@@ -1,5 +1,7 @@
 /* daemon/cli_offline.c — `lind info`, `lind score`, `lind generate`,
- * `lind bench-step` and `lind tokenize`: the engine driven directly, no daemon. */
+ * `lind logits`, `lind bench-step` and `lind tokenize`: the engine driven
+ * directly, no daemon. Text goes through the model's own tokenizer; prompts
+ * are fed with model_forward in chunks (bit-identical to one token per step). */
 #include <cblas.h>
 #include <errno.h>
 #include <getopt.h>
@@ -33,14 +35,16 @@ static double cpu_s(void) {
 
 /* Options every subcommand shares plus each one's own. */
 typedef struct opts {
-    const char *model, *backend, *prompt;
-    long n, after_generate, max_batch;
+    const char *model, *backend, *prompt, *tokens, *out;
+    long n, after_generate, max_batch, chunk;
     double seconds;
     sampler_params sp;
     int seed_set;
+    lind_dtype dtype;
 } opts;
 
-enum { O_BACKEND = 1000, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_AFTER, O_REP, O_REPWIN, O_MAXB, O_SECS };
+enum { O_BACKEND = 1000, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_AFTER, O_REP, O_REPWIN, O_MAXB, O_SECS,
+       O_DTYPE, O_TOKENS, O_OUT, O_CHUNK };
 
 static int parse_long(const char *s, long lo, long hi, long *out) {
     char *end;
@@ -69,12 +73,15 @@ static int parse(int argc, char **argv, const char *cmd, opts *o) {
         {"seed", required_argument, 0, O_SEED},    {"after-generate", required_argument, 0, O_AFTER},
         {"rep-penalty", required_argument, 0, O_REP}, {"rep-window", required_argument, 0, O_REPWIN},
         {"max-batch", required_argument, 0, O_MAXB}, {"seconds", required_argument, 0, O_SECS},
+        {"dtype", required_argument, 0, O_DTYPE},  {"tokens", required_argument, 0, O_TOKENS},
+        {"out", required_argument, 0, O_OUT},      {"chunk", required_argument, 0, O_CHUNK},
         {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->sp = sampler_defaults();
     o->n = 256;
     o->max_batch = 64;
     o->seconds = 1.0;
+    o->chunk = 64;
     optind = 1;
     int c;
     double f;
@@ -100,8 +107,22 @@ static int parse(int argc, char **argv, const char *cmd, opts *o) {
             if (parse_float(optarg, &f)) goto bad;
             o->sp.temperature = (float)f;
             break;
+        case O_DTYPE:
+            if (!strcmp(optarg, "f32")) o->dtype = LIND_DT_F32;
+            else if (!strcmp(optarg, "bf16")) o->dtype = LIND_DT_BF16;
+            else if (!strcmp(optarg, "f16")) o->dtype = LIND_DT_F16;
+            else {
+                fprintf(stderr, "lind %s: --dtype wants f32, bf16 or f16, got \"%s\"\n", cmd, optarg);
+                return 2;
+            }
+            break;
+        case O_TOKENS: o->tokens = optarg; break;
+        case O_OUT: o->out = optarg; break;
+        case O_CHUNK:
+            if (parse_long(optarg, 1, 1 << 16, &o->chunk)) goto bad;
+            break;
         case O_TOPK:
-            if (parse_long(optarg, 0, 256, &l)) goto bad;
+            if (parse_long(optarg, 0, LIND_MAX_VOCAB, &l)) goto bad;
             o->sp.top_k = (int)l;
             break;
         case O_TOPP:
@@ -148,7 +169,8 @@ static int parse(int argc, char **argv, const char *cmd, opts *o) {
 static model *load(const opts *o, const char *cmd) {
     char err[512];
     model *m = NULL;
-    if (model_load(o->model, o->backend, &m, err, sizeof err) < 0) {
+    model_opts mo = {o->backend, o->dtype};
+    if (model_load_opts(o->model, &mo, &m, err, sizeof err) < 0) {
         fprintf(stderr, "lind %s: %s\n", cmd, err);
         return NULL;
     }
@@ -163,15 +185,28 @@ int cli_info(int argc, char **argv) {
     model *m = load(&o, "info");
     if (!m) return 1;
     const lind_config *c = model_config(m);
+    const tokenizer *tk = model_tokenizer(m);
+    size_t block_macs, head_macs, wbytes;
+    model_costs(m, &block_macs, &head_macs, &wbytes);
     printf("model:        %s\n", o.model);
+    printf("format:       %s\n", c->format[0] ? c->format : "lind");
     printf("fingerprint:  %016llx\n", (unsigned long long)model_fingerprint(m));
-    printf("vocab_size:   %d\nd_model:      %d\nn_layers:     %d\nn_heads:      %d\nd_head:       %d\nd_ff:         %d\n",
-           c->vocab_size, c->d_model, c->n_layers, c->n_heads, c->d_head, c->d_ff);
+    printf("vocab_size:   %d\n", c->vocab_size);
+    printf("tokenizer:    %s%s%s (%d ids, %d special)\n", tokenizer_kind_name(tk), c->tokenizer_file[0] ? ", " : "",
+           c->tokenizer_file, tokenizer_vocab_size(tk), tokenizer_special_count(tk));
+    printf("bos:          %d\n", c->bos);
+    printf("d_model:      %d\nn_layers:     %d\n", c->d_model, c->n_layers);
     printf("mixers:       ");
-    for (int i = 0; i < c->n_layers; i++) printf("%s%s", i ? "," : "", c->mixers[i]);
-    printf("\nfeature_map:  %s\ntoken_shift:  %s\n", c->feature_map, c->token_shift ? "true" : "false");
-    if (c->aft_variant[0]) printf("aft_variant:  %s\n", c->aft_variant);
-    printf("norm_eps:     %g\nattn_eps:     %g\n", (double)c->norm_eps, (double)c->attn_eps);
+    for (int i = 0; i < c->n_layers; i++) printf("%s%s", i ? "," : "", c->layers[i].mixer);
+    printf("\nffns:         ");
+    for (int i = 0; i < c->n_layers; i++) printf("%s%s", i ? "," : "", c->layers[i].ffn);
+    printf("\n");
+    for (int i = 0; i < c->n_layers; i++)
+        printf("layer %-3d     mixer %s, ffn %s\n", i, c->layers[i].mixer, c->layers[i].ffn);
+    printf("norm_eps:     %g\nemb_norm:     %s\nrescale_every: %d\n", (double)c->norm_eps,
+           c->emb_norm ? "true" : "false", c->rescale_every);
+    printf("weights:      %s (%zu bytes of matrices)\n", lind_dtype_name(model_weights_dtype(m)), wbytes);
+    printf("macs/token:   %zu (blocks %zu, head %zu)\n", block_macs + head_macs, block_macs, head_macs);
     printf("parameters:   %zu\n", model_param_count(m));
     printf("state_bytes:  %zu per session\n", model_state_bytes(m));
     printf("backend:      %s (%s)\n", model_backend_name(m), model_device_name(m));
@@ -182,7 +217,35 @@ int cli_info(int argc, char **argv) {
 /* ---- score ------------------------------------------------------------ */
 
 /* −log2 p(y) from logits, in double. */
-static double bits_of(const float *l, int y) { return -lind_logprob(l, LIND_VOCAB, y) / log(2.0); }
+static double bits_of(const float *l, int vocab, int y) { return -lind_logprob(l, vocab, y) / log(2.0); }
+
+/* Feed tokens[0..n) into slot 0 through model_forward in runs of `chunk`
+ * rows (bit-identical to one model_step per token). `last` (vocab floats)
+ * receives the logits after the last token when non-NULL. */
+static int feed(model *m, const int32_t *tokens, size_t n, long chunk, float *last) {
+    int slots[chunk];
+    for (long i = 0; i < chunk; i++) slots[i] = 0;
+    for (size_t i = 0; i < n; i += (size_t)chunk) {
+        int k = n - i < (size_t)chunk ? (int)(n - i) : (int)chunk, row = k - 1;
+        int want = last && i + (size_t)k == n;
+        if (model_forward(m, slots, tokens + i, k, want ? &row : NULL, want, want ? last : NULL) < 0) return -1;
+    }
+    return 0;
+}
+
+/* Tokenize a whole text with the model's tokenizer; *toks is malloc'd (the
+ * caller frees it). 0, or -1 out of memory. */
+static int tokenize_all(const model *m, const unsigned char *text, size_t len, int32_t **toks, size_t *n) {
+    size_t cap = 0, used = 0;
+    *toks = NULL;
+    *n = 0;
+    if (tokenizer_encode(model_tokenizer(m), text, len, 1, toks, n, &cap, &used) < 0) {
+        free(*toks);
+        *toks = NULL;
+        return -1;
+    }
+    return 0;
+}
 
 static unsigned char *slurp(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
@@ -217,7 +280,7 @@ static void score_progress(size_t i, size_t len, double t_start, double *t_last,
     double t = now_s();
     if (t - *t_last < 0.2) return;
     *t_last = t;
-    fprintf(stderr, "\r\033[K[scored %zu of %zu bytes, %.0f%%, %.0f bytes/s]", i, len,
+    fprintf(stderr, "\r\033[K[scored %zu of %zu tokens, %.0f%%, %.0f tokens/s]", i, len,
             len ? 100.0 * (double)i / (double)len : 0.0, (double)i / (t - t_start > 1e-9 ? t - t_start : 1e-9));
     fflush(stderr);
 }
@@ -238,34 +301,52 @@ int cli_score(int argc, char **argv) {
     }
     model *m = load(&o, "score");
     if (!m) { free(text); return 1; }
-    int rc = 1, slot = 0, tok = LIND_BOS;
-    float logits[LIND_VOCAB], scratch[2 * LIND_VOCAB];
-    if (model_slots_reserve(m, 1) < 0 || model_slot_reset(m, 0) < 0) goto out;
+    int V = model_vocab(m), slot = 0, rc = 1;
+    int32_t tok = model_bos(m), *toks = NULL;
+    size_t ntoks = 0;
+    long C = o.chunk;
+    float *prev = malloc(sizeof(float) * (size_t)V), *scratch = malloc(sizeof(float) * 2 * (size_t)V);
+    float *lg = malloc(sizeof(float) * (size_t)V * (size_t)C);
+    int *slots = malloc(sizeof(int) * (size_t)C), *rows = malloc(sizeof(int) * (size_t)C);
+    if (!prev || !scratch || !lg || !slots || !rows || tokenize_all(m, text, len, &toks, &ntoks) < 0) {
+        fprintf(stderr, "lind score: out of memory\n");
+        goto out;
+    }
+    for (long i = 0; i < C; i++) { slots[i] = 0; rows[i] = (int)i; }
+    if (model_slots_reserve(m, 1) < 0 || model_slot_reset(m, 0) < 0) goto fail;
     double t0 = now_s();
-    if (model_step(m, &slot, &tok, 1, logits) < 0) goto fail;
+    if (model_step(m, &slot, &tok, 1, prev) < 0) goto fail;
     sampler smp;
     sampler_init(&smp, &o.sp);
     for (long i = 0; i < o.after_generate; i++) {
-        tok = sampler_next(&smp, logits, LIND_VOCAB, scratch);
+        tok = sampler_next(&smp, prev, V, scratch);
         sampler_observe(&smp, tok);
-        if (model_step(m, &slot, &tok, 1, logits) < 0) goto fail;
+        if (model_step(m, &slot, &tok, 1, prev) < 0) goto fail;
     }
+    /* Token i is scored by the logits after token i-1: the last row of the
+     * previous chunk, then the rows of its own chunk. Summed in order, so the
+     * figure does not depend on the chunk size. */
     double t1 = now_s(), bits = 0.0, t_prog = 0;
     int prog = isatty(2);
-    for (size_t i = 0; i < len; i++) {
-        if (prog && (i & 1023) == 0) score_progress(i, len, t1, &t_prog, 0);
-        bits += bits_of(logits, text[i]);
-        tok = text[i];
-        if (model_step(m, &slot, &tok, 1, i + 1 < len ? logits : NULL) < 0) goto fail;
+    for (size_t i = 0; i < ntoks; i += (size_t)C) {
+        if (prog) score_progress(i, ntoks, t1, &t_prog, 0);
+        int k = ntoks - i < (size_t)C ? (int)(ntoks - i) : (int)C;
+        bits += bits_of(prev, V, toks[i]);
+        int nl = i + (size_t)k < ntoks ? k : k - 1;   /* the text's last row predicts nothing */
+        if (model_forward(m, slots, toks + i, k, rows, nl, nl ? lg : NULL) < 0) goto fail;
+        for (int j = 1; j < k; j++) bits += bits_of(lg + (size_t)(j - 1) * V, V, toks[i + (size_t)j]);
+        if (nl == k) memcpy(prev, lg + (size_t)(k - 1) * V, sizeof(float) * (size_t)V);
     }
-    double t2 = now_s();
-    if (prog) score_progress(len, len, t1, &t_prog, 1);
-    printf("file: %s\nbytes: %zu\n", path, len);
+    double t2 = now_s(), dt = t2 - t1 > 0 ? t2 - t1 : 1e-9;
+    if (prog) score_progress(ntoks, ntoks, t1, &t_prog, 1);
+    printf("file: %s\nbytes: %zu\ntokens: %zu (%s tokenizer)\n", path, len, ntoks,
+           tokenizer_kind_name(model_tokenizer(m)));
     if (o.after_generate) printf("after_generate: %ld tokens (seed %llu, temperature %g)\n", o.after_generate,
                                  (unsigned long long)o.sp.seed, (double)o.sp.temperature);
     printf("bits_per_byte: %.6f\n", len ? bits / (double)len : 0.0);
-    printf("seconds: %.3f (%.0f bytes/s scored)\n", t2 - t1 + (o.after_generate ? 0 : t1 - t0),
-           len / (t2 - t1 > 0 ? t2 - t1 : 1e-9));
+    printf("bits_per_token: %.6f\n", ntoks ? bits / (double)ntoks : 0.0);
+    printf("seconds: %.3f (%.0f bytes/s, %.0f tokens/s scored)\n", t2 - t1 + (o.after_generate ? 0 : t1 - t0),
+           len / dt, ntoks / dt);
     rc = 0;
     goto out;
 fail:
@@ -273,6 +354,12 @@ fail:
 out:
     model_free(m);
     free(text);
+    free(toks);
+    free(prev);
+    free(scratch);
+    free(lg);
+    free(slots);
+    free(rows);
     return rc;
 }
 
@@ -287,25 +374,32 @@ int cli_generate(int argc, char **argv) {
     }
     model *m = load(&o, "generate");
     if (!m) return 1;
+    const tokenizer *tk = model_tokenizer(m);
     const char *prompt = o.prompt ? o.prompt : "";
-    int rc = 1, slot = 0, tok = LIND_BOS;
-    float logits[LIND_VOCAB], scratch[2 * LIND_VOCAB];
+    size_t plen = strlen(prompt), n = 0;
+    int V = model_vocab(m), rc = 1, slot = 0;
+    int32_t *toks = NULL, tok;
+    float *logits = malloc(sizeof(float) * (size_t)V), *scratch = malloc(sizeof(float) * 2 * (size_t)V);
     sampler smp;
     sampler_init(&smp, &o.sp);
+    /* BOS, then the prompt's tokens */
+    int32_t bos = model_bos(m);
+    size_t cap = 1, used = 0;
+    toks = malloc(sizeof *toks);
+    if (!logits || !scratch || !toks) goto out;
+    toks[n++] = bos;
+    if (tokenizer_encode(tk, (const uint8_t *)prompt, plen, 1, &toks, &n, &cap, &used) < 0) goto out;
+    for (size_t i = 1; i < n; i++) sampler_observe(&smp, toks[i]);
     if (model_slots_reserve(m, 1) < 0 || model_slot_reset(m, 0) < 0) goto out;
-    size_t plen = strlen(prompt);
-    if (model_step(m, &slot, &tok, 1, plen ? NULL : logits) < 0) goto out;
-    for (size_t i = 0; i < plen; i++) {
-        tok = (unsigned char)prompt[i];
-        sampler_observe(&smp, tok);
-        if (model_step(m, &slot, &tok, 1, i + 1 == plen ? logits : NULL) < 0) goto out;
-    }
+    if (feed(m, toks, n, o.chunk, logits) < 0) goto out;
     fwrite(prompt, 1, plen, stdout);
     fflush(stdout);
     for (long i = 0; i < o.n; i++) {
-        tok = sampler_next(&smp, logits, LIND_VOCAB, scratch);
+        tok = sampler_next(&smp, logits, V, scratch);
         sampler_observe(&smp, tok);
-        putchar(tok);
+        size_t bl = 0;
+        const uint8_t *b = tokenizer_token_bytes(tk, tok, &bl);
+        if (b) fwrite(b, 1, bl, stdout);
         fflush(stdout);
         if (i + 1 < o.n && model_step(m, &slot, &tok, 1, logits) < 0) goto out;
     }
@@ -313,6 +407,87 @@ int cli_generate(int argc, char **argv) {
     rc = 0;
 out:
     if (rc) fprintf(stderr, "lind generate: model step failed\n");
+    free(toks);
+    free(logits);
+    free(scratch);
+    model_free(m);
+    return rc;
+}
+
+/* ---- logits ------------------------------------------------------------- */
+
+/* `lind logits --model DIR --tokens FILE --out FILE [--chunk N]`: the logits
+ * after every position of a token file (int32 little-endian ids), as float32
+ * rows of vocab_size, in order. The state starts zeroed and nothing is added
+ * (put BOS in the file if it is wanted): the reference implementations the
+ * parity tests compare against start the same way. */
+int cli_logits(int argc, char **argv) {
+    opts o;
+    if (parse(argc, argv, "logits", &o)) return 2;
+    if (optind != argc || !o.tokens || !o.out) {
+        fprintf(stderr, "lind logits: --tokens FILE and --out FILE are required (and nothing else)\n");
+        return 2;
+    }
+    size_t len = 0;
+    unsigned char *raw = slurp(o.tokens, &len);
+    if (!raw) {
+        fprintf(stderr, "lind logits: %s: %s\n", o.tokens, strerror(errno));
+        return 1;
+    }
+    if (len % 4) {
+        fprintf(stderr, "lind logits: %s: %zu bytes is not a whole number of int32 tokens\n", o.tokens, len);
+        free(raw);
+        return 1;
+    }
+    model *m = load(&o, "logits");
+    if (!m) { free(raw); return 1; }
+    size_t n = len / 4;
+    int V = model_vocab(m), rc = 1;
+    long C = o.chunk;
+    int32_t *toks = malloc(sizeof *toks * (n ? n : 1));
+    float *lg = malloc(sizeof(float) * (size_t)V * (size_t)C);
+    int *slots = malloc(sizeof(int) * (size_t)C);
+    FILE *f = NULL;
+    if (!toks || !lg || !slots) { fprintf(stderr, "lind logits: out of memory\n"); goto out; }
+    for (size_t i = 0; i < n; i++) {
+        toks[i] = (int32_t)((uint32_t)raw[4 * i] | (uint32_t)raw[4 * i + 1] << 8 | (uint32_t)raw[4 * i + 2] << 16 |
+                            (uint32_t)raw[4 * i + 3] << 24);
+        if (toks[i] < 0 || toks[i] >= V) {
+            fprintf(stderr, "lind logits: %s: token %zu is %d, outside the vocabulary 0..%d\n", o.tokens, i,
+                    toks[i], V - 1);
+            goto out;
+        }
+    }
+    for (long i = 0; i < C; i++) slots[i] = 0;
+    if (!(f = fopen(o.out, "wb"))) {
+        fprintf(stderr, "lind logits: %s: %s\n", o.out, strerror(errno));
+        goto out;
+    }
+    if (model_slots_reserve(m, 1) < 0 || model_slot_reset(m, 0) < 0) goto step_failed;
+    for (size_t i = 0; i < n; i += (size_t)C) {
+        int k = n - i < (size_t)C ? (int)(n - i) : (int)C;
+        if (model_forward(m, slots, toks + i, k, NULL, k, lg) < 0) goto step_failed;
+        if (fwrite(lg, sizeof(float), (size_t)k * (size_t)V, f) != (size_t)k * (size_t)V) {
+            fprintf(stderr, "lind logits: writing %s: %s\n", o.out, strerror(errno));
+            goto out;
+        }
+    }
+    if (fclose(f) != 0) {
+        f = NULL;
+        fprintf(stderr, "lind logits: writing %s: %s\n", o.out, strerror(errno));
+        goto out;
+    }
+    f = NULL;
+    rc = 0;
+    goto out;
+step_failed:
+    fprintf(stderr, "lind logits: model step failed\n");
+out:
+    if (f) fclose(f);
+    free(raw);
+    free(toks);
+    free(lg);
+    free(slots);
     model_free(m);
     return rc;
 }
@@ -323,24 +498,22 @@ out:
  * best trial is the one least disturbed by other processes. */
 #define BENCH_TRIALS 5
 
-/* The matrix products of one token, in step order: {N, K} of y = x·Wᵀ with
- * W [N × K]. Mirrors the step: with token shift the three input projections
- * of a mixer are separate GEMMs, without it one fused GEMM. */
+/* The matrix products of one token as GEMM shapes {N, K} of y = x·Wᵀ with
+ * W [N × K]. A layer's kinds own their products (recurrent/kind.h), so the
+ * model reports only their multiply-adds (model_costs): each layer is taken
+ * as one GEMM with K = d_model and the layer's share of the blocks'
+ * multiply-adds as N, then the head [vocab × d_model]. Same FLOPs as the
+ * step's products; the split into separate products is not reproduced. */
 typedef struct gemm_shape { int N, K; } gemm_shape;
 
-static int step_gemms(const lind_config *c, gemm_shape *out) {
+static int step_gemms(const model *m, gemm_shape *out) {
+    const lind_config *c = model_config(m);
+    size_t block_macs, head_macs;
+    model_costs(m, &block_macs, &head_macs, NULL);
     int n = 0, d = c->d_model;
-    for (int i = 0; i < c->n_layers; i++) {
-        int w = !strcmp(c->mixers[i], "linear") ? c->n_heads * c->d_head : d;
-        if (c->token_shift)
-            for (int p = 0; p < 3; p++) out[n++] = (gemm_shape){w, d};
-        else
-            out[n++] = (gemm_shape){3 * w, d};
-        out[n++] = (gemm_shape){d, w};
-        out[n++] = (gemm_shape){c->d_ff, d};
-        out[n++] = (gemm_shape){d, c->d_ff};
-    }
-    out[n++] = (gemm_shape){LIND_VOCAB, d};
+    for (int i = 0; i < c->n_layers; i++)
+        out[n++] = (gemm_shape){(int)((block_macs / (size_t)c->n_layers + (size_t)d / 2) / (size_t)d), d};
+    out[n++] = (gemm_shape){(int)(head_macs / (size_t)d), d};
     return n;
 }
 
@@ -516,18 +689,20 @@ int cli_bench_step(int argc, char **argv) {
     model *m = load(&o, "bench-step");
     if (!m) return 1;
     const lind_config *c = model_config(m);
-    int maxb = (int)o.max_batch, rc = 1, nrows = 0;
-    int *slots = malloc(sizeof(int) * (size_t)maxb), *toks = malloc(sizeof(int) * (size_t)maxb);
-    float *logits = malloc(sizeof(float) * LIND_VOCAB * (size_t)maxb);
-    gemm_shape *g = malloc(sizeof *g * (size_t)(6 * c->n_layers + 1));
+    int maxb = (int)o.max_batch, rc = 1, nrows = 0, V = model_vocab(m);
+    int *slots = malloc(sizeof(int) * (size_t)maxb);
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)maxb);
+    float *logits = malloc(sizeof(float) * (size_t)V * (size_t)maxb);
+    gemm_shape *g = malloc(sizeof *g * (size_t)(c->n_layers + 1));
     struct { int B; double step_cpu_gf, alone_cpu_gf; } rows[16];
     if (!slots || !toks || !logits || !g || model_slots_reserve(m, maxb) < 0) goto out;
     for (int b = 0; b < maxb; b++) slots[b] = b;
-    int ng = step_gemms(c, g);
+    int ng = step_gemms(m, g);
     double fpt = flops_per_token(g, ng);
     printf("model %s: %zu parameters, %zu state bytes/session, backend %s (%s)\n", o.model, model_param_count(m),
            model_state_bytes(m), model_backend_name(m), model_device_name(m));
-    printf("matrix FLOPs per token: %.3f M (%d GEMMs per step)\n", fpt * 1e-6, ng);
+    printf("matrix FLOPs per token: %.3f M (model_costs; GEMM-alone runs them as %d GEMMs: one per layer, "
+           "then the head)\n", fpt * 1e-6, ng);
     rates peak;
     char yardstick[64];
     if (!strcmp(model_backend_name(m), "cpu")) {
@@ -550,7 +725,7 @@ int cli_bench_step(int argc, char **argv) {
     for (int B = 1; B <= maxb; B *= 2) {
         for (int b = 0; b < B; b++) model_slot_reset(m, b);
         for (int w = 0; w < 3; w++) {
-            for (int b = 0; b < B; b++) toks[b] = (int)((seed = seed * 1103515245u + 12345u) >> 16) & 255;
+            for (int b = 0; b < B; b++) toks[b] = (int32_t)(((seed = seed * 1103515245u + 12345u) >> 16) % (unsigned)V);
             if (model_step(m, slots, toks, B, logits) < 0) goto out;
         }
         double step_ms = 1e30, step_cpu_ms = 1e30;
@@ -558,7 +733,7 @@ int cli_bench_step(int argc, char **argv) {
             long steps = 0;
             double t0 = now_s(), c0 = cpu_s(), t;
             do {
-                for (int b = 0; b < B; b++) toks[b] = (int)((seed = seed * 1103515245u + 12345u) >> 16) & 255;
+                for (int b = 0; b < B; b++) toks[b] = (int32_t)(((seed = seed * 1103515245u + 12345u) >> 16) % (unsigned)V);
                 if (model_step(m, slots, toks, B, logits) < 0) goto out;
                 steps++;
             } while ((t = now_s() - t0) < o.seconds / BENCH_TRIALS);

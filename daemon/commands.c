@@ -16,7 +16,7 @@ static void hello(server *srv, conn *c, uint64_t id)
     proto_pack_key(&pk, "server");
     proto_pack_str(&pk, LIND_SERVER_VERSION);
     proto_pack_key(&pk, "model");
-    msgpack_pack_map(&pk, srv->chat_template ? 7 : 6);
+    msgpack_pack_map(&pk, srv->chat_template ? 10 : 9);
     if (srv->chat_template) {   /* optional: lindctl chat frames turns with it */
         proto_pack_key(&pk, "chat_template");
         proto_pack_str(&pk, srv->chat_template);
@@ -35,6 +35,12 @@ static void hello(server *srv, conn *c, uint64_t id)
     msgpack_pack_uint64(&pk, srv->params);
     proto_pack_key(&pk, "state_bytes");
     msgpack_pack_uint64(&pk, srv->state_bytes);
+    proto_pack_key(&pk, "vocab");
+    msgpack_pack_int(&pk, srv->vocab);
+    proto_pack_key(&pk, "tokenizer");
+    proto_pack_str(&pk, srv->tokenizer);
+    proto_pack_key(&pk, "weights");
+    proto_pack_str(&pk, srv->dtype);
     proto_pack_key(&pk, "backend");
     proto_pack_str(&pk, srv->backend);
     proto_pack_key(&pk, "limits");

@@ -30,7 +30,8 @@ static const command commands[] = {
      "\n"
      "options:\n"
      "  -m, --model DIR        model directory (docs/MODEL.md), required\n"
-     "  --backend B            cpu, cuda or auto (default auto)\n"},
+     "  --backend B            cpu, cuda or auto (default auto)\n"
+     "  --dtype T              matrix weights in memory: f32, bf16 or f16 (default: as stored)\n"},
     {"score", cli_score, "score --model DIR FILE [--after-generate N --seed S --temperature T]   bits/byte of FILE",
      "usage: lind score --model DIR [options] FILE\n"
      "\n"
@@ -40,6 +41,8 @@ static const command commands[] = {
      "options:\n"
      "  -m, --model DIR        model directory, required\n"
      "  --backend B            cpu, cuda or auto (default auto)\n"
+     "  --dtype T              matrix weights in memory: f32, bf16 or f16 (default: as stored)\n"
+     "  --chunk N              prompt tokens fed per batched pass (default 64; the bits do not change)\n"
      "  --after-generate N     generate N tokens first, then score FILE\n"
      SAMPLING_HELP},
     {"generate", cli_generate, "generate --model DIR --prompt TEXT -n N [--seed S --temperature T --top-k K --top-p P]",
@@ -52,8 +55,24 @@ static const command commands[] = {
      "  -m, --model DIR        model directory, required\n"
      "  --backend B            cpu, cuda or auto (default auto)\n"
      "  -p, --prompt TEXT      text fed first (default none)\n"
+     "  --dtype T              matrix weights in memory: f32, bf16 or f16 (default: as stored)\n"
      "  -n N                   tokens to generate (default 256)\n"
      SAMPLING_HELP},
+    {"logits", cli_logits, "logits --model DIR --tokens FILE --out FILE [--chunk N]   float32 logits after every int32 token",
+     "usage: lind logits --model DIR --tokens FILE --out FILE [--chunk N] [--dtype T] [--backend B]\n"
+     "\n"
+     "Feed the int32 little-endian token ids of FILE to a fresh session (nothing is\n"
+     "prepended: start the file with the BOS id if you want one) and write the\n"
+     "float32 logits after every token, vocab values per position, to --out.\n"
+     "The PyTorch parity test uses it (docs/MODELS.md).\n"
+     "\n"
+     "options:\n"
+     "  -m, --model DIR        model directory, required\n"
+     "  --tokens FILE          int32 token ids, required\n"
+     "  --out FILE             where the logits go, required\n"
+     "  --chunk N              tokens per batched pass (default 64; the logits do not change)\n"
+     "  --dtype T              matrix weights in memory: f32, bf16 or f16 (default: as stored)\n"
+     "  --backend B            cpu, cuda or auto (default auto)\n"},
     {"serve", server_main, "serve [--model DIR --socket PATH --db PATH ...]   the daemon (docs/DAEMON.md)", NULL},
     {"bench-step", cli_bench_step, "bench-step --model DIR [--max-batch 64 --seconds S]   step time, tokens/s vs SGEMM",
      "usage: lind bench-step --model DIR [--backend B] [--max-batch N] [--seconds S]\n"
@@ -65,7 +84,8 @@ static const command commands[] = {
      "  -m, --model DIR        model directory, required\n"
      "  --backend B            cpu, cuda or auto (default auto)\n"
      "  --max-batch N          largest batch timed, 1..4096 (default 64)\n"
-     "  --seconds S            time spent per measurement (default 1)\n"},
+     "  --seconds S            time spent per measurement (default 1)\n"
+     "  --dtype T              matrix weights in memory: f32, bf16 or f16 (default: as stored)\n"},
     {"tokenize", cli_tokenize,
      "tokenize --tokenizer KIND[:PATH] [--decode] [--chunk N] [--lines] [FILE...]   token ids of a text",
      "usage: lind tokenize --tokenizer KIND[:PATH] [--decode] [--chunk N] [--lines] [FILE...]\n"

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "recurrent/model.h"
 
 static const char *const code_names[] = {
     [PE_OK] = "ok", [PE_BAD_REQUEST] = "bad_request", [PE_UNKNOWN_OP] = "unknown_op",
@@ -272,7 +273,8 @@ static proto_code decode_generate(const msgpack_object *m, const proto_limits *l
         r->n_stop = (int)st->via.array.size;
     }
     if ((c = get_float(m, "temperature", 0, 100, 0, &r->sp.temperature, err))) return c;
-    if ((c = get_uint(m, "top_k", 0, 256, 0, &u, NULL, err))) return c;
+    if ((c = get_uint(m, "top_k", 0, lim->max_top_k > 0 ? (uint64_t)lim->max_top_k : LIND_MAX_VOCAB, 0, &u,
+                      NULL, err))) return c;
     if (field(m, "top_k")) r->sp.top_k = (int)u;
     if ((c = get_float(m, "top_p", 0, 1, 1, &r->sp.top_p, err))) return c;
     if ((c = get_float(m, "repetition_penalty", 1, 100, 0, &r->sp.rep_penalty, err))) return c;

@@ -42,6 +42,7 @@ const char *proto_op_name(proto_op op);
 typedef struct proto_limits {
     size_t   max_message;   /* bytes per message */
     uint32_t max_tokens;    /* per generate */
+    int      max_top_k;     /* top_k up to the model's vocabulary; 0: LIND_MAX_VOCAB */
 } proto_limits;
 
 /* A decoded request. Byte fields are malloc'd copies owned by the request:

@@ -10,6 +10,7 @@
 #include "daemon/msg.h"
 #include "daemon/session.h"
 #include "recurrent/sampler.h"
+#include "recurrent/tokenizer.h"
 #include "state/format.h"
 #include "state/store.h"
 #include "state/transcript.h"
@@ -33,14 +34,14 @@ typedef struct turn {
     int      is_append;
     int      gen;              /* still to sample (cleared by a cancel mid-prompt) */
     int      generating;       /* the prompt is fed; feeding sampled tokens */
-    uint8_t *feed;             /* pending token, then the text */
+    int32_t *feed;             /* pending token, then the text's tokens */
     size_t   feed_len, feed_pos;
-    int      last;             /* last sampled token */
+    int32_t  last;             /* last sampled token */
     uint32_t max_tokens, produced;
     int      n_stop;
     uint8_t  stop[PROTO_MAX_STOPS][PROTO_MAX_STOP_LEN];
     uint8_t  stop_len[PROTO_MAX_STOPS];
-    uint8_t  tail[PROTO_MAX_STOP_LEN];
+    uint8_t  tail[PROTO_MAX_STOP_LEN];   /* the output's last bytes, for stop strings */
     size_t   tail_len;
     int      cancelled, finished, stop_hit;
     uint64_t tokens_in;
@@ -63,9 +64,18 @@ struct scheduler {
     session *wait_head, *wait_tail;
     uint64_t clock;
     int      shutting, saves_inflight, loads_inflight;
-    float   *logits, scratch[2 * LIND_VOCAB];
-    int     *b_slots, *b_toks;
+    const tokenizer *tok;      /* the model's */
+    int      vocab;
+    float   *logits, *scratch;     /* [logits_rows × vocab], [2 × vocab] */
+    int      logits_rows;
+    /* A round: up to max_batch turns (b_turns, b_n rows each, b_lidx their
+     * logits row or -1) laid out as max_rows rows (b_slots, b_toks), runs of
+     * consecutive rows per turn; b_lrows the rows whose logits are wanted. */
+    int     *b_slots, *b_n, *b_lidx, *b_lrows;
+    int32_t *b_toks;
     turn   **b_turns;
+    int      max_rows, prr;
+    uint8_t  tailbuf[TOKENIZER_TAIL_MAX];   /* a turn's new text tail */
     void    *raw;
     /* start-up handshake with the main thread */
     pthread_mutex_t mu;
@@ -174,7 +184,7 @@ static void place(scheduler *S, session *s)
     if (ld->rc == -ENOENT) {
         model_slot_reset(S->m, slot);
         memset(&s->meta, 0, sizeof s->meta);
-        s->meta.pending_token = LIND_BOS;
+        s->meta.pending_token = model_bos(S->m);
         sampler_init(&s->meta.sampler, &w->req.sp);
         s->created_ms = wall_ms();
     } else {
@@ -221,15 +231,62 @@ static void serve_waiters(scheduler *S)
 
 /* ---- turns ----------------------------------------------------------------- */
 
+/* The turn's tokens: the session's pending token, then its held-back text
+ * tail and this turn's text tokenized together. An append keeps the end the
+ * tokenizer cannot decide yet (a word may go on in the next turn) as the new
+ * tail; a generate flushes it, since sampling follows. So any split of a text
+ * into turns feeds the tokens of the whole text. Runs on the compute thread
+ * (never the loop). 0, or -ENOMEM (or -EOVERFLOW: the tokenizer held back
+ * more than TOKENIZER_TAIL_MAX bytes, which its contract rules out) with
+ * nothing changed. */
+static int tokenize_turn(scheduler *S, session *s, const proto_request *r, int32_t **feed,
+                         size_t *nfeed, size_t *ntext, uint8_t *tail, uint32_t *tail_len)
+{
+    size_t len = s->meta.tail_len + r->text_len, cap = 1, n = 0, used = 0;
+    uint8_t *text = malloc(len ? len : 1);
+    int32_t *toks = malloc(sizeof *toks);
+    if (!text || !toks) { free(text); free(toks); return -ENOMEM; }
+    memcpy(text, s->meta.tail, s->meta.tail_len);
+    if (r->text_len) memcpy(text + s->meta.tail_len, r->text, r->text_len);
+    if (s->meta.pending_token >= 0) toks[n++] = s->meta.pending_token;
+    size_t first = n;
+    int final = r->op == OP_GENERATE;
+    int rc = tokenizer_encode(S->tok, text, len, final, &toks, &n, &cap, &used);
+    if (rc == 0 && len - used > TOKENIZER_TAIL_MAX) rc = -EOVERFLOW;
+    if (rc != 0) {
+        free(text); free(toks);
+        return rc;
+    }
+    *tail_len = (uint32_t)(len - used);
+    memcpy(tail, text + used, len - used);
+    free(text);
+    *feed = toks;
+    *nfeed = n;
+    *ntext = n - first;
+    return 0;
+}
+
 static void begin_turn(scheduler *S, session *s, dmsg *m)
 {
     proto_request *r = &m->req;
     turn *t = calloc(1, sizeof *t);
     cconn *c = cconn_get(S, m->conn);
-    uint8_t *feed = malloc(r->text_len + 1);
-    if (!t || !c || !feed || transcript_append(&s->tr, TRANSCRIPT_IN, r->text, r->text_len) != 0) {
+    int32_t *feed = NULL;
+    size_t nfeed = 0, ntext = 0;
+    uint32_t tail_len = 0;
+    int trc = t && c ? tokenize_turn(S, s, r, &feed, &nfeed, &ntext, S->tailbuf, &tail_len) : -ENOMEM;
+    int ok = trc == 0;
+    if (ok && S->nactive == S->cap_active) {
+        int nc = S->cap_active ? S->cap_active * 2 : 64;
+        turn **na = realloc(S->active, (size_t)nc * sizeof *na);
+        if (na) { S->active = na; S->cap_active = nc; }
+        ok = na != NULL;
+    }
+    if (!ok || transcript_append(&s->tr, TRANSCRIPT_IN, r->text, r->text_len) != 0) {
         free(t); free(feed);
-        reply_error(S, m->conn, r->id, PE_INTERNAL, "out of memory starting a turn on '%s'", s->name);
+        send_out(S, outmsg_error(m->conn, r->id, PE_INTERNAL, "cannot start a turn on '%s': %s", s->name,
+                                 trc == -EOVERFLOW ? "the tokenizer held back more text than a session keeps"
+                                                   : "out of memory"));
         s->busy = 0;
         if (c) cconn_release(S, c);
         dmsg_free(m);
@@ -256,32 +313,17 @@ static void begin_turn(scheduler *S, session *s, dmsg *m)
         memcpy(t->stop, r->stop, sizeof t->stop);
         memcpy(t->stop_len, r->stop_len, sizeof t->stop_len);
     }
-    t->gen = r->op == OP_GENERATE && r->max_tokens > 0 && !t->cancelled;
-    if (s->meta.pending_token >= 0) feed[t->feed_len++] = (uint8_t)s->meta.pending_token;
-    for (size_t i = 0; i < r->text_len; i++) {
-        feed[t->feed_len++] = r->text[i];
-        sampler_observe(&s->meta.sampler, r->text[i]);
-    }
+    /* Nothing to condition on (a state without a pending token and no
+     * text): no logits to sample from. */
+    t->gen = r->op == OP_GENERATE && r->max_tokens > 0 && !t->cancelled && nfeed > 0;
+    for (size_t i = nfeed - ntext; i < nfeed; i++) sampler_observe(&s->meta.sampler, feed[i]);
     t->feed = feed;
-    t->tokens_in = r->text_len;
+    t->feed_len = nfeed;
+    t->tokens_in = ntext;
     s->meta.pending_token = -1;
+    memcpy(s->meta.tail, S->tailbuf, tail_len);
+    s->meta.tail_len = tail_len;
     s->turn = t;
-    if (S->nactive == S->cap_active) {
-        int nc = S->cap_active ? S->cap_active * 2 : 64;
-        turn **na = realloc(S->active, (size_t)nc * sizeof *na);
-        if (!na) {
-            s->meta.pending_token = feed[0];
-            free(feed); free(t);
-            s->turn = NULL;
-            s->busy = 0;
-            reply_error(S, m->conn, r->id, PE_INTERNAL, "out of memory queueing a turn on '%s'", s->name);
-            cconn_release(S, c);
-            dmsg_free(m);
-            return;
-        }
-        S->active = na;
-        S->cap_active = nc;
-    }
     S->active[S->nactive++] = t;
     dmsg_free(m);
 }
@@ -358,28 +400,47 @@ static void finish(scheduler *S, turn *t, int pending, const char *reason)
     S->saves_inflight++;
 }
 
-/* After a token was emitted or the feed advanced: has the turn ended? */
-static void emit_token(scheduler *S, turn *t, int tok)
+/* Does a stop string end inside the token's bytes b[0..n)? Stop strings
+ * may span tokens (the output tail holds the bytes before b) and a token may
+ * hold several bytes; the first stop string (in request order) found wins. */
+static int stop_match(const turn *t, const uint8_t *b, size_t n)
+{
+    for (int i = 0; i < t->n_stop; i++) {
+        const uint8_t *st = t->stop[i];
+        size_t L = t->stop_len[i];
+        if (n >= L && memmem(b, n, st, L)) return i;
+        for (size_t k = 1; k < L; k++)   /* k bytes from the tail, L-k from b */
+            if (k <= t->tail_len && L - k <= n && !memcmp(t->tail + t->tail_len - k, st, k) &&
+                !memcmp(b, st + k, L - k))
+                return i;
+    }
+    return -1;
+}
+
+/* A sampled token: send its bytes, then see whether the turn has ended. */
+static void emit_token(scheduler *S, turn *t, int32_t tok)
 {
     session *s = t->s;
-    uint8_t byte = (uint8_t)tok;
+    size_t n = 0;
+    const uint8_t *b = tokenizer_token_bytes(S->tok, tok, &n);
+    static const uint8_t none[1];
+    if (!b) { b = none; n = 0; }   /* an id the tokenizer has no text for (padded vocabularies) */
     sampler_observe(&s->meta.sampler, tok);
     t->produced++;
     msgpack_sbuffer *sb = cconn_out(S, t->c);
-    if (sb) proto_pack_token(sb, t->req_id, &byte, 1);
-    transcript_append(&s->tr, TRANSCRIPT_OUT, &byte, 1);
-    if (t->tail_len == PROTO_MAX_STOP_LEN) {
-        memmove(t->tail, t->tail + 1, PROTO_MAX_STOP_LEN - 1);
-        t->tail_len--;
+    if (sb) proto_pack_token(sb, t->req_id, b, n);
+    if (n) transcript_append(&s->tr, TRANSCRIPT_OUT, b, n);
+    t->stop_hit = stop_match(t, b, n);
+    /* keep the last PROTO_MAX_STOP_LEN bytes of the output */
+    if (n >= PROTO_MAX_STOP_LEN) {
+        memcpy(t->tail, b + n - PROTO_MAX_STOP_LEN, PROTO_MAX_STOP_LEN);
+        t->tail_len = PROTO_MAX_STOP_LEN;
+    } else if (n) {
+        size_t keep = t->tail_len + n > PROTO_MAX_STOP_LEN ? PROTO_MAX_STOP_LEN - n : t->tail_len;
+        memmove(t->tail, t->tail + t->tail_len - keep, keep);
+        memcpy(t->tail + keep, b, n);
+        t->tail_len = keep + n;
     }
-    t->tail[t->tail_len++] = byte;
-    t->stop_hit = -1;
-    for (int i = 0; i < t->n_stop; i++)
-        if (t->tail_len >= t->stop_len[i] &&
-            !memcmp(t->tail + t->tail_len - t->stop_len[i], t->stop[i], t->stop_len[i])) {
-            t->stop_hit = i;
-            break;
-        }
     if (t->stop_hit >= 0) finish(S, t, tok, "stop");
     else if (t->produced >= t->max_tokens) finish(S, t, tok, "length");
     else if (t->cancelled) finish(S, t, tok, "cancelled");
@@ -393,7 +454,7 @@ static void maybe_end_feed(scheduler *S, turn *t)
     if (t->finished || t->gen || t->generating) return;
     size_t left = t->feed_len - t->feed_pos;
     if (left > 1) return;
-    int pending = left ? t->feed[t->feed_pos] : -1;
+    int32_t pending = left ? t->feed[t->feed_pos] : -1;
     finish(S, t, pending, t->is_append ? "append" : (t->cancelled ? "cancelled" : "length"));
 }
 
@@ -482,10 +543,32 @@ static void report_progress(scheduler *S)
     }
 }
 
-/* One round; returns the number of sessions stepped (0: nothing runnable). */
+/* Grow the logits buffer to hold n rows. */
+static int logits_reserve(scheduler *S, int n)
+{
+    if (n <= S->logits_rows) return 0;
+    float *l = realloc(S->logits, (size_t)n * (size_t)S->vocab * sizeof *l);
+    if (!l) return -ENOMEM;
+    S->logits = l;
+    S->logits_rows = n;
+    return 0;
+}
+
+/* One round; returns the number of sessions stepped (0: nothing runnable).
+ *
+ * Up to --max-batch runnable turns, round-robin, get one row each: a decode
+ * turn its last sampled token, a turn feeding its prompt its next prompt
+ * token. Turns still feeding then get more of their prompt, up to
+ * --prompt-chunk rows each, handed out round-robin until the round has
+ * max(--max-batch, --prompt-chunk) such extra rows: a long prompt moves in
+ * chunks but never makes a round much longer than a full decode batch. All
+ * rows go through one model_forward (a turn's rows are one run), with logits
+ * only for decode rows and the last prompt row of a turn about to sample.
+ * model_forward equals token-at-a-time feeding bit for bit, so the chunking
+ * never changes a result. */
 static int round_once(scheduler *S)
 {
-    int maxb = S->srv->opt.max_batch, B = 0, need_logits = 0;
+    int maxb = S->srv->opt.max_batch, B = 0;
     uint64_t t0 = now_ns();
     for (int k = 0; k < S->nactive && B < maxb; k++) {
         turn *t = S->active[(S->rr + k) % S->nactive];
@@ -495,17 +578,8 @@ static int round_once(scheduler *S)
         if (t->generating && t->cancelled) { finish(S, t, t->last, "cancelled"); continue; }
         maybe_end_feed(S, t);
         if (t->finished) continue;
-        int tok;
-        if (!t->generating) {
-            tok = t->feed[t->feed_pos];
-            if (t->gen && t->feed_pos + 1 == t->feed_len) need_logits = 1;
-        } else {
-            tok = t->last;
-            need_logits = 1;
-        }
         S->b_turns[B] = t;
-        S->b_slots[B] = t->s->slot;
-        S->b_toks[B] = tok;
+        S->b_n[B] = 1;
         B++;
     }
     if (B == 0) {
@@ -514,7 +588,50 @@ static int round_once(scheduler *S)
         return 0;
     }
     if (S->nactive) S->rr = (S->rr + B) % S->nactive;
-    int rc = model_step(S->m, S->b_slots, S->b_toks, B, need_logits ? S->logits : NULL);
+
+    /* Extra prompt rows, round-robin over the turns still feeding. */
+    int chunk = S->srv->opt.prompt_chunk, extra_max = S->max_rows - maxb, extra = 0, np = 0, served = 0;
+    for (int b = 0; b < B; b++)
+        if (!S->b_turns[b]->generating) S->b_lidx[np++] = b;   /* b_lidx as scratch */
+    int start = np ? S->prr % np : 0;
+    for (int j = 0; j < np && extra < extra_max; j++) {
+        int b = S->b_lidx[(start + j) % np];
+        turn *t = S->b_turns[b];
+        size_t left = t->feed_len - t->feed_pos - (t->gen ? 0 : 1);   /* an append keeps its last */
+        size_t want = left < (size_t)chunk ? left : (size_t)chunk;
+        int more = (int)want - 1;
+        if (more > extra_max - extra) more = extra_max - extra;
+        if (more <= 0) continue;
+        S->b_n[b] += more;
+        extra += more;
+        served++;
+    }
+    S->prr = np ? (start + served) % np : 0;
+
+    /* Lay out the rows. */
+    int R = 0, nl = 0;
+    for (int b = 0; b < B; b++) {
+        turn *t = S->b_turns[b];
+        int slot = t->s->slot;
+        S->b_lidx[b] = -1;
+        if (t->generating) {
+            S->b_slots[R] = slot;
+            S->b_toks[R] = t->last;
+            S->b_lidx[b] = nl;
+            S->b_lrows[nl++] = R++;
+            continue;
+        }
+        for (int j = 0; j < S->b_n[b]; j++) {
+            S->b_slots[R] = slot;
+            S->b_toks[R++] = t->feed[t->feed_pos + (size_t)j];
+        }
+        if (t->gen && t->feed_pos + (size_t)S->b_n[b] == t->feed_len) {
+            S->b_lidx[b] = nl;
+            S->b_lrows[nl++] = R - 1;
+        }
+    }
+    int rc = logits_reserve(S, nl);
+    if (rc == 0) rc = model_forward(S->m, S->b_slots, S->b_toks, R, S->b_lrows, nl, nl ? S->logits : NULL);
     if (rc != 0) {
         fail_batch(S, B, rc);
         flush_round(S);
@@ -524,42 +641,17 @@ static int round_once(scheduler *S)
     uint64_t fed = 0, out = 0;
     for (int b = 0; b < B; b++) {
         turn *t = S->b_turns[b];
-        t->s->meta.tokens++;
+        t->s->meta.tokens += (uint64_t)S->b_n[b];
         if (!t->generating) {
-            t->feed_pos++;
-            fed++;
-            if (t->feed_pos < t->feed_len || !t->gen) { maybe_end_feed(S, t); continue; }
+            t->feed_pos += (size_t)S->b_n[b];
+            fed += (uint64_t)S->b_n[b];
+            if (S->b_lidx[b] < 0) { maybe_end_feed(S, t); continue; }
             t->t_prompt = now_ns();
         }
-        int tok = sampler_next(&t->s->meta.sampler, S->logits + (size_t)b * LIND_VOCAB,
-                               LIND_VOCAB, S->scratch);
+        int32_t tok = sampler_next(&t->s->meta.sampler, S->logits + (size_t)S->b_lidx[b] * (size_t)S->vocab,
+                                   S->vocab, S->scratch);
         emit_token(S, t, tok);
         out++;
-    }
-    /* More of the prompts, without the head, up to the chunk. */
-    for (int k = 1; k < S->srv->opt.prompt_chunk; k++) {
-        int P = 0;
-        for (int b = 0; b < B; b++) {
-            turn *t = S->b_turns[b];
-            if (t->finished || t->generating || t->feed_len - t->feed_pos < 2) continue;
-            S->b_slots[P] = t->s->slot;
-            S->b_toks[P] = t->feed[t->feed_pos];
-            S->b_turns[B + P] = t;   /* scratch after the main batch */
-            P++;
-        }
-        if (P == 0) break;
-        if ((rc = model_step(S->m, S->b_slots, S->b_toks, P, NULL)) != 0) {
-            memmove(S->b_turns, S->b_turns + B, (size_t)P * sizeof *S->b_turns);
-            fail_batch(S, P, rc);
-            break;
-        }
-        for (int p = 0; p < P; p++) {
-            turn *t = S->b_turns[B + p];
-            t->s->meta.tokens++;
-            t->feed_pos++;
-            fed++;
-            maybe_end_feed(S, t);
-        }
     }
     report_progress(S);
     stats_step(&S->srv->st, B, (double)(now_ns() - t0) / 1e6, fed, out);
@@ -804,7 +896,8 @@ static void handle(scheduler *S, dmsg *m)
 static int setup(scheduler *S, char *err, size_t errlen)
 {
     server *srv = S->srv;
-    int rc = model_load(srv->opt.model_dir, srv->opt.backend, &S->m, err, errlen);
+    model_opts mo = { srv->opt.backend, srv->opt.dtype };
+    int rc = model_load_opts(srv->opt.model_dir, &mo, &S->m, err, errlen);
     if (rc != 0) return rc;
     srv->m = S->m;
     const lind_config *cfg = model_config(S->m);
@@ -813,6 +906,10 @@ static int setup(scheduler *S, char *err, size_t errlen)
     srv->d_model = cfg->d_model;
     srv->n_layers = cfg->n_layers;
     srv->params = model_param_count(S->m);
+    srv->vocab = model_vocab(S->m);
+    srv->limits.max_top_k = srv->vocab;   /* read by the loop only after start */
+    snprintf(srv->tokenizer, sizeof srv->tokenizer, "%s", tokenizer_kind_name(model_tokenizer(S->m)));
+    snprintf(srv->dtype, sizeof srv->dtype, "%s", lind_dtype_name(model_weights_dtype(S->m)));
     snprintf(srv->backend, sizeof srv->backend, "%s", model_backend_name(S->m));
     server_options *o = &srv->opt;
     if (o->max_resident == 0) {
@@ -826,13 +923,21 @@ static int setup(scheduler *S, char *err, size_t errlen)
                  "lower --max-resident", nres, srv->state_bytes, rc);
         return rc;
     }
+    S->tok = model_tokenizer(S->m);
+    S->vocab = model_vocab(S->m);
+    /* one row per turn, plus the extra prompt rows (round_once) */
+    S->max_rows = maxb + (maxb > o->prompt_chunk ? maxb : o->prompt_chunk);
     S->free_slots = malloc((size_t)nres * sizeof *S->free_slots);
-    S->logits = malloc((size_t)maxb * LIND_VOCAB * sizeof *S->logits);
-    S->b_slots = malloc((size_t)maxb * sizeof *S->b_slots);
-    S->b_toks = malloc((size_t)maxb * sizeof *S->b_toks);
-    S->b_turns = malloc((size_t)maxb * 2 * sizeof *S->b_turns);
+    S->scratch = malloc(2 * (size_t)S->vocab * sizeof *S->scratch);
+    S->b_slots = malloc((size_t)S->max_rows * sizeof *S->b_slots);
+    S->b_toks = malloc((size_t)S->max_rows * sizeof *S->b_toks);
+    S->b_n = malloc((size_t)maxb * sizeof *S->b_n);
+    S->b_lidx = malloc((size_t)maxb * sizeof *S->b_lidx);
+    S->b_lrows = malloc((size_t)maxb * sizeof *S->b_lrows);
+    S->b_turns = malloc((size_t)maxb * sizeof *S->b_turns);
     S->raw = malloc(srv->state_bytes);
-    if (!S->free_slots || !S->logits || !S->b_slots || !S->b_toks || !S->b_turns || !S->raw ||
+    if (!S->free_slots || !S->scratch || !S->b_slots || !S->b_toks || !S->b_n || !S->b_lidx || !S->b_lrows ||
+        !S->b_turns || !S->raw || logits_reserve(S, maxb < 16 ? maxb : 16) != 0 ||
         session_table_init(&S->tab) != 0) {
         snprintf(err, errlen, "out of memory sizing the compute thread");
         return -ENOMEM;
@@ -917,8 +1022,12 @@ void scheduler_join(scheduler *S)
     if (S->tab.buckets) session_table_free(&S->tab);
     free(S->free_slots);
     free(S->logits);
+    free(S->scratch);
     free(S->b_slots);
     free(S->b_toks);
+    free(S->b_n);
+    free(S->b_lidx);
+    free(S->b_lrows);
     free(S->b_turns);
     free(S->raw);
     pthread_cond_destroy(&S->cv);

@@ -2,24 +2,31 @@
  *
  * It owns the model, its slots and the resident sessions (session.h), and
  * loops: take every message queued for it (requests, store replies,
- * connection events), then run one round. A round gathers every runnable
- * turn (up to --max-batch, round-robin when there are more) and advances
- * them together with one model_step; sessions still feeding a prompt then
- * get up to --prompt-chunk − 1 more prompt-only steps, so a long prompt
- * costs other streams a bounded delay and never a stall.
+ * connection events), then run one round. A round gathers up to --max-batch
+ * runnable turns (round-robin when there are more), one row each, gives the
+ * turns still feeding a prompt more rows (up to --prompt-chunk each, at most
+ * max(--max-batch, --prompt-chunk) extra rows per round), and runs them all
+ * in one model_forward, with logits only for the rows that sample. So a long
+ * prompt is prefilled in chunks beside other sessions' decoding, costing
+ * them a bounded delay and never a stall; model_forward is bit-identical to
+ * one token per step, so batching never changes a result.
  *
- * A turn feeds the session's pending token and its text, then samples,
- * emits and feeds tokens until max_tokens, a stop string, or a cancel. The
- * last sampled token stays pending (not fed), which is what makes a stream
- * split over turns and restarts equal to an uninterrupted one. When a turn
- * ends its state is encoded and handed to the store thread; the session
- * stays busy until the store thread reports the commit.
+ * A turn's text is tokenized here with the model's tokenizer, after the
+ * session's held-back text tail (state_meta): an append keeps the undecided
+ * end of its text as the new tail, a generate flushes it. The turn feeds the
+ * session's pending token and those tokens, then samples, emits (each
+ * token's bytes) and feeds tokens until max_tokens, a stop string (matched
+ * over the output bytes, across tokens), or a cancel. The last sampled token
+ * stays pending (not fed), which with the tail is what makes a stream split
+ * over turns and restarts equal to an uninterrupted one. When a turn ends
+ * its state is encoded and handed to the store thread; the session stays
+ * busy until the store thread reports the commit.
  *
  * Turns of a connection whose unsent output is over --max-output pause at
  * a token boundary (M_PAUSE/M_RESUME from the loop). A turn cancelled by
  * `cancel`, by its client disconnecting or by shutdown ends at the next
- * token boundary, after finishing the feed of its text (minus the last byte,
- * which becomes the pending token), so its saved state is exactly the
+ * token boundary, after finishing the feed of its text (minus the last
+ * token, which becomes the pending token), so its saved state is exactly the
  * stream its client was sent. */
 #ifndef LIND_DAEMON_SCHEDULER_H
 #define LIND_DAEMON_SCHEDULER_H

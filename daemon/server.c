@@ -26,7 +26,7 @@ server_options server_defaults(void)
 {
     return (server_options){
         .model_dir = "models/default", .socket_path = "./lind.sock", .db_path = "./lind.db",
-        .backend = "auto", .max_batch = 256, .max_resident = 0, .prompt_chunk = 16,
+        .backend = "auto", .max_batch = 256, .max_resident = 0, .prompt_chunk = 64,
         .max_message = 1u << 20, .max_output = 256u << 10, .max_tokens = 65536,
         .max_inflight = 1024, .sync = STORE_SYNC_FULL, .transcript_bytes = 4096,
         .log_level = REQLOG_INFO,
@@ -52,7 +52,7 @@ static const char usage[] =
     "                  [--max-batch N] [--max-resident N] [--max-message BYTES]\n"
     "                  [--max-tokens N] [--sync full|normal] [--transcript-bytes N]\n"
     "                  [--max-output BYTES] [--prompt-chunk N] [--max-inflight N]\n"
-    "                  [--log-level error|warn|info|debug] [--log-file PATH]";
+    "                  [--dtype f32|bf16|f16] [--log-level error|warn|info|debug] [--log-file PATH]";
 
 void server_usage(FILE *f)
 {
@@ -75,8 +75,10 @@ void server_usage(FILE *f)
         "  --sync full|normal     commit durability (default full)\n"
         "  --transcript-bytes N   transcript tail kept per session (default 4096)\n"
         "  --max-output BYTES     unsent bytes per connection before its turns pause (default 262144)\n"
-        "  --prompt-chunk N       text tokens fed per session per step (default 16)\n"
+        "  --prompt-chunk N       prompt tokens fed per session per step, as one run of the\n"
+        "                         step's batched pass (default 64)\n"
         "  --max-inflight N       requests awaiting their final event, per connection (default 1024)\n"
+        "  --dtype T              matrix weights in memory: f32, bf16 or f16 (default: as stored)\n"
         "  --log-level L          info (default): one line per finished turn: session,\n"
         "                         tokens in/out, time to first token, total time, outcome;\n"
         "                         debug: also the time split (queue, prompt, generate, save);\n"
@@ -146,6 +148,11 @@ int server_parse_args(int argc, char **argv, server_options *o, char *err, size_
                 return -EINVAL;
             }
             o->backend = v;
+        } else if (!strcmp(a, "--dtype")) {
+            if (!strcmp(v, "f32")) o->dtype = LIND_DT_F32;
+            else if (!strcmp(v, "bf16")) o->dtype = LIND_DT_BF16;
+            else if (!strcmp(v, "f16")) o->dtype = LIND_DT_F16;
+            else { snprintf(err, errlen, "--dtype wants f32, bf16 or f16, got '%s'", v); return -EINVAL; }
         } else if (!strcmp(a, "--sync")) {
             if (!strcmp(v, "full")) o->sync = STORE_SYNC_FULL;
             else if (!strcmp(v, "normal")) o->sync = STORE_SYNC_NORMAL;

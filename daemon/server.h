@@ -31,10 +31,12 @@ typedef struct server_options {
     const char *socket_path;   /* default "./lind.sock" */
     const char *db_path;       /* default "./lind.db" */
     const char *backend;       /* "cpu", "cuda", "auto" (default) */
+    lind_dtype  dtype;         /* matrix weights in memory: LIND_DT_AUTO (as stored, default),
+                                  F32, BF16, F16 (--dtype) */
     int      max_batch;        /* sessions per step, default 256 */
     int      max_resident;     /* sessions kept in slots; 0 (default): 1024, or fewer if
                                   their states would pass 1 GiB */
-    int      prompt_chunk;     /* prompt tokens per session per round, default 16 */
+    int      prompt_chunk;     /* prompt tokens per session per round, default 64 */
     size_t   max_message;      /* bytes per request, default 1 MiB */
     size_t   max_output;       /* unsent bytes per connection before its turns pause, default 256 KiB */
     uint32_t max_tokens;       /* per generate, default 65536 */
@@ -69,6 +71,9 @@ typedef struct server {
     reqlog         log;            /* one line per finished turn (daemon/reqlog.h) */
     int            d_model, n_layers;
     size_t         params;
+    int            vocab;
+    char           tokenizer[16];  /* the model's tokenizer kind */
+    char           dtype[8];       /* weights in memory: "f32", "bf16", "f16" */
 
     queue          loopq;          /* outmsg → loop */
     queue          schedq;         /* dmsg → compute */

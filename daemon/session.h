@@ -2,7 +2,8 @@
  *
  * A session is resident while it is in this table: loading from the store,
  * or loaded into a model slot. Its whole context is the slot's recurrent
- * state plus `meta` (state/format.h) and its transcript tail. `busy` covers a
+ * state plus `meta` (state/format.h: token count, pending token, sampler,
+ * the text tail the tokenizer has not decided yet) and its transcript tail. `busy` covers a
  * turn from its start until its state is committed, so a session that is
  * not busy has nothing unsaved and may be evicted by dropping it. Only the
  * compute thread touches this table. */

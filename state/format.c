@@ -1,10 +1,10 @@
 /* state/format.c — encode and verify a session's state blob (format.h).
  *
- * Layout, version 1 (header integers little-endian; docs/STATE.md):
+ * Layout, version 2 (header integers little-endian; docs/STATE.md):
  *     0  magic "LINDST\0\1"
  *     8  u32 format version
  *    12  u32 byte-order mark 0x01020304 in the writer's order: the raw
- *        state below is the writer's floats as they lie in memory
+ *        state below is the writer's numbers as they lie in memory
  *    16  u32 header bytes (where the raw state starts)
  *    20  u32 region count
  *    24  u64 model fingerprint
@@ -17,11 +17,18 @@
  *    64  sampler params: f32 temperature, i32 top_k, f32 top_p,
  *        f32 rep_penalty, i32 rep_window, u32 zero, u64 seed
  *    96  sampler RNG: 4 × u64
- *   128  u32 window length, u32 window position, 256 window bytes
- *   392  region table, 40 bytes per region: i32 layer, u32 element bytes,
- *        16 name bytes, u64 offset, u64 count
+ *   128  u32 window length, u32 window position
+ *   136  window: 256 × i32 token ids
+ *  1160  u32 tail length (<= TOKENIZER_TAIL_MAX)
+ *  1164  tail bytes (tail length of them)
+ *        region table, 48 bytes per region: i32 layer, u32 element bytes,
+ *        16 name bytes, u64 offset, u64 count, u32 element type (lind_elem),
+ *        u32 zero
  *        raw state
- *        u64 xxh64 of everything before it */
+ *        u64 xxh64 of everything before it
+ * Version 1 is the same up to byte 136, then 256 window bytes (one per
+ * token), no tail, and 40-byte regions without the type (all float); it is
+ * read, never written. */
 #include "state/format.h"
 
 #include <errno.h>
@@ -36,8 +43,20 @@
 static const uint8_t state_magic[8] = { 'L', 'I', 'N', 'D', 'S', 'T', 0, 1 };
 
 #define BOM          0x01020304u
-#define FIXED_BYTES  392
-#define REGION_BYTES 40
+#define WINDOW_AT    136
+
+/* Where the version-dependent parts lie. */
+typedef struct layout {
+    uint32_t fixed;        /* bytes before the tail (v1: before the regions) */
+    uint32_t region_bytes; /* per region-table entry */
+    int      window_elem;  /* bytes per window entry: 1 (v1) or 4 */
+    int      typed;        /* regions carry their element type */
+    int      has_tail;
+} layout;
+
+static const layout layout_v1 = {WINDOW_AT + SAMPLER_WINDOW_MAX, 40, 1, 0, 0};
+static const layout layout_v2 = {WINDOW_AT + 4 * SAMPLER_WINDOW_MAX + 4, 48, 4, 1, 1};
+#define TAIL_LEN_AT (WINDOW_AT + 4 * SAMPLER_WINDOW_MAX)
 
 static void putf(uint8_t *p, float f)
 {
@@ -102,14 +121,28 @@ static long first_nonfinite(const uint8_t *p, size_t count, int elem)
     return -1;
 }
 
-/* Check every float region of raw (model_state_region.type); fills the
- * message naming region and element. */
+static int is_float(int type) { return type == LIND_EL_F32 || type == LIND_EL_F64; }
+
+static const char *elem_name(int type)
+{
+    switch (type) {
+    case LIND_EL_F32: return "f32";
+    case LIND_EL_F64: return "f64";
+    case LIND_EL_I32: return "i32";
+    case LIND_EL_I64: return "i64";
+    default:          return "unknown";
+    }
+}
+
+/* Check every float region of raw (integer regions hold ring heads,
+ * positions, counters: any bit pattern is theirs); fills the message naming
+ * region and element. */
 static int check_finite(const model_state_region *r, int nr, const uint8_t *raw,
                         const char *what, char *err, size_t errlen)
 {
     for (int i = 0; i < nr; i++) {
-        if (r[i].type == LIND_EL_I32 || r[i].type == LIND_EL_I64)
-            continue;   /* integers (counters, ring indices): any bits are valid */
+        if (!is_float(r[i].type))
+            continue;
         long at = first_nonfinite(raw + r[i].offset, r[i].count, r[i].elem_bytes);
         if (at >= 0) {
             const uint8_t *e = raw + r[i].offset + (size_t)at * (size_t)r[i].elem_bytes;
@@ -129,18 +162,68 @@ static int check_finite(const model_state_region *r, int nr, const uint8_t *raw,
     return 0;
 }
 
-/* The model's region table (malloc'd, caller frees) and its count. */
-static int model_regions(const model *m, model_state_region **out, int *n)
+int state_check_finite(const model_state_region *r, int nr, const void *raw, char *err, size_t errlen)
+{
+    return check_finite(r, nr, raw, "state refused", err, errlen);
+}
+
+/* The model's region table (malloc'd, caller frees) and its count, checked:
+ * a known element type of its size, inside the raw state. */
+static int model_regions(const model *m, model_state_region **out, int *n, char *err, size_t errlen)
 {
     int nr = model_state_regions(m, NULL, 0);
     if (nr < 0)
-        return nr;
+        return errmsg_set(nr, err, errlen, "cannot read the model's state layout");
     model_state_region *r = calloc((size_t)(nr ? nr : 1), sizeof *r);
     if (!r)
-        return -ENOMEM;
+        return errmsg_set(-ENOMEM, err, errlen, "out of memory for the model's state layout");
     model_state_regions(m, r, nr);
+    size_t sb = model_state_bytes(m);
+    for (int i = 0; i < nr; i++) {
+        int want = r[i].type == LIND_EL_F32 || r[i].type == LIND_EL_I32 ? 4
+                 : r[i].type == LIND_EL_F64 || r[i].type == LIND_EL_I64 ? 8 : 0;
+        if (want == 0 || r[i].elem_bytes != want || r[i].offset > sb ||
+            r[i].count > (sb - r[i].offset) / (size_t)want) {
+            int layer = r[i].layer, type = r[i].type, eb = r[i].elem_bytes;
+            free(r);
+            return errmsg_set(-EINVAL, err, errlen,
+                        "the model's state region %d (layer %d) has element type %d of %d bytes"
+                        " or lies outside its %zu-byte state", i, layer, type, eb, sb);
+        }
+    }
     *out = r;
     *n = nr;
+    return 0;
+}
+
+/* The vocabulary token ids are checked against (model_vocab(m) once the
+ * model exports it; the same value). */
+static int vocab_of(const model *m) { return model_config(m)->vocab_size; }
+
+/* Range checks shared by encode (what the caller passed) and decode (what
+ * the blob holds); `who` starts the message. */
+static int check_meta(const state_meta *mt, int vocab, const char *who, char *err, size_t errlen)
+{
+    const sampler *sp = &mt->sampler;
+    char why[160];
+    if (mt->pending_token < -1 || mt->pending_token >= vocab)
+        return errmsg_set(STATE_E_INVALID, err, errlen,
+                    "%s pending token %d is out of range (-1 or 0..%d)", who, mt->pending_token,
+                    vocab - 1);
+    if (sp->wlen > SAMPLER_WINDOW_MAX || sp->wpos >= SAMPLER_WINDOW_MAX)
+        return errmsg_set(STATE_E_INVALID, err, errlen, "%s sampler window %u/%u is out of range",
+                    who, sp->wlen, sp->wpos);
+    for (int i = 0; i < SAMPLER_WINDOW_MAX; i++)
+        if (sp->window[i] < 0 || sp->window[i] >= SAMPLER_VOCAB_MAX)
+            return errmsg_set(STATE_E_INVALID, err, errlen,
+                        "%s sampler window entry %d is token %d, outside 0..%d", who, i,
+                        sp->window[i], SAMPLER_VOCAB_MAX - 1);
+    if (mt->tail_len > TOKENIZER_TAIL_MAX)
+        return errmsg_set(STATE_E_INVALID, err, errlen,
+                    "%s text tail is %u bytes, more than the %d a stream holds back", who,
+                    mt->tail_len, TOKENIZER_TAIL_MAX);
+    if (sampler_params_check(&sp->p, why, sizeof why) < 0)
+        return errmsg_set(STATE_E_INVALID, err, errlen, "%s sampler settings are invalid: %s", who, why);
     return 0;
 }
 
@@ -151,26 +234,25 @@ int state_encode(const model *m, const state_meta *meta, const void *raw,
         return errmsg_set(-EINVAL, err, errlen, "state_encode: missing argument");
     *out = NULL;
     *outlen = 0;
-    if (meta->pending_token < -1 || meta->pending_token >= model_vocab(m))
-        return errmsg_set(STATE_E_INVALID, err, errlen, "state_encode: pending token %d out of range",
-                    meta->pending_token);
+    int rc = check_meta(meta, vocab_of(m), "state_encode:", err, errlen);
+    if (rc < 0)
+        return rc;
     const sampler *sp = &meta->sampler;
-    if (sp->wlen > SAMPLER_WINDOW_MAX || sp->wpos >= SAMPLER_WINDOW_MAX)
-        return errmsg_set(STATE_E_INVALID, err, errlen, "state_encode: sampler window %u/%u out of range",
-                    sp->wlen, sp->wpos);
     model_state_region *r;
     int nr;
-    int rc = model_regions(m, &r, &nr);
-    if (rc < 0)
-        return errmsg_set(rc, err, errlen, "state_encode: cannot read the model's state layout");
+    char why[200];
+    if ((rc = model_regions(m, &r, &nr, why, sizeof why)) < 0)
+        return errmsg_set(rc, err, errlen, "state_encode: %s", why);
     rc = check_finite(r, nr, raw, "state not saved", err, errlen);
     if (rc < 0) {
         free(r);
         return rc;
     }
+    const layout *L = &layout_v2;
     const lind_config *c = model_config(m);
     size_t raw_bytes = model_state_bytes(m);
-    size_t hdr = FIXED_BYTES + (size_t)nr * REGION_BYTES;
+    size_t table = L->fixed + meta->tail_len;
+    size_t hdr = table + (size_t)nr * L->region_bytes;
     size_t total = hdr + raw_bytes + 8;
     uint8_t *b = calloc(1, total);
     if (!b) {
@@ -200,14 +282,18 @@ int state_encode(const model *m, const state_meta *meta, const void *raw,
         le_put64(b + 96 + 8 * i, sp->rng[i]);
     le_put32(b + 128, sp->wlen);
     le_put32(b + 132, sp->wpos);
-    memcpy(b + 136, sp->window, SAMPLER_WINDOW_MAX);
+    for (int i = 0; i < SAMPLER_WINDOW_MAX; i++)
+        le_put32(b + WINDOW_AT + 4 * i, (uint32_t)sp->window[i]);
+    le_put32(b + TAIL_LEN_AT, meta->tail_len);
+    memcpy(b + L->fixed, meta->tail, meta->tail_len);
     for (int i = 0; i < nr; i++) {
-        uint8_t *e = b + FIXED_BYTES + (size_t)i * REGION_BYTES;
+        uint8_t *e = b + table + (size_t)i * L->region_bytes;
         le_put32(e, (uint32_t)r[i].layer);
         le_put32(e + 4, (uint32_t)r[i].elem_bytes);
         memcpy(e + 8, r[i].name, 16);
         le_put64(e + 24, r[i].offset);
         le_put64(e + 32, r[i].count);
+        le_put32(e + 40, (uint32_t)r[i].type);
     }
     free(r);
     memcpy(b + hdr, raw, raw_bytes);
@@ -236,6 +322,7 @@ int state_decode(const model *m, const uint8_t *blob, size_t len,
                     version, STATE_FORMAT_VERSION);
     if (version == 0)
         return errmsg_set(STATE_E_VERSION, err, errlen, "state has unknown format version 0");
+    const layout *L = version == 1 ? &layout_v1 : &layout_v2;
     uint32_t bom;
     memcpy(&bom, blob + 12, 4);
     if (bom != BOM)
@@ -243,14 +330,16 @@ int state_decode(const model *m, const uint8_t *blob, size_t len,
                     bom == __builtin_bswap32(BOM)
                         ? "state was written on a machine of the other byte order"
                         : "state is damaged (bad byte-order mark)");
-    if (len < FIXED_BYTES)
+    if (len < L->fixed)
         return errmsg_set(STATE_E_TRUNCATED, err, errlen,
-                    "state truncated: %zu bytes, its header alone is %d", len, FIXED_BYTES);
+                    "state truncated: %zu bytes, its header alone is %u", len, L->fixed);
     if (le_get32(blob + 60) != (uint32_t)XXH64(blob, 60, 0))
         return errmsg_set(STATE_E_CHECKSUM, err, errlen,
                     "state checksum mismatch: its header changed after it was written");
     uint64_t hdr = le_get32(blob + 16), nr = le_get32(blob + 20), raw_bytes = le_get64(blob + 32);
-    if (hdr != FIXED_BYTES + nr * REGION_BYTES || raw_bytes > UINT64_MAX / 2)
+    uint64_t tail_len = L->has_tail ? le_get32(blob + TAIL_LEN_AT) : 0;
+    uint64_t table = L->fixed + tail_len;
+    if (hdr != table + nr * L->region_bytes || raw_bytes > UINT64_MAX / 2)
         return errmsg_set(STATE_E_CHECKSUM, err, errlen, "state is damaged (inconsistent header sizes)");
     uint64_t total = hdr + raw_bytes + 8;
     if (len < total)
@@ -276,9 +365,10 @@ int state_decode(const model *m, const uint8_t *blob, size_t len,
                     (unsigned long long)model_fingerprint(m), c->n_layers, c->d_model);
     model_state_region *r;
     int mnr;
-    int rc = model_regions(m, &r, &mnr);
+    char why[200];
+    int rc = model_regions(m, &r, &mnr, why, sizeof why);
     if (rc < 0)
-        return errmsg_set(rc, err, errlen, "state_decode: cannot read the model's state layout");
+        return errmsg_set(rc, err, errlen, "state_decode: %s", why);
     if (raw_bytes != model_state_bytes(m) || nr != (uint64_t)mnr) {
         free(r);
         return errmsg_set(STATE_E_MODEL, err, errlen,
@@ -287,24 +377,36 @@ int state_decode(const model *m, const uint8_t *blob, size_t len,
                     (unsigned long long)nr, model_state_bytes(m), mnr);
     }
     for (int i = 0; i < mnr; i++) {
-        const uint8_t *e = blob + FIXED_BYTES + (size_t)i * REGION_BYTES;
+        const uint8_t *e = blob + table + (size_t)i * L->region_bytes;
+        /* v1 regions were all float: their type follows from the size */
+        int type = L->typed ? (int)le_get32(e + 40) : le_get32(e + 4) == 8 ? LIND_EL_F64 : LIND_EL_F32;
         if ((int32_t)le_get32(e) != r[i].layer || (int)le_get32(e + 4) != r[i].elem_bytes ||
             memcmp(e + 8, r[i].name, 16) != 0 || le_get64(e + 24) != r[i].offset ||
-            le_get64(e + 32) != r[i].count) {
+            le_get64(e + 32) != r[i].count || type != r[i].type || (L->typed && le_get32(e + 44) != 0)) {
+            char nm[17];
+            memcpy(nm, e + 8, 16);
+            nm[16] = 0;
             rc = errmsg_set(STATE_E_MODEL, err, errlen,
-                      "state layout differs from the model's at region %d (layer %d %s)", i,
-                      r[i].layer, r[i].name);
+                      "state layout differs from the model's at region %d: the state has layer %d %.16s"
+                      " (%s, %u bytes at %llu), the model layer %d %s (%s, %zu bytes at %zu)%s", i,
+                      (int32_t)le_get32(e), nm, elem_name(type), le_get32(e + 4),
+                      (unsigned long long)le_get64(e + 24), r[i].layer, r[i].name, elem_name(r[i].type),
+                      r[i].count * (size_t)r[i].elem_bytes, r[i].offset,
+                      L->typed ? "" : " (a version-1 state: its regions are all float)");
             free(r);
             return rc;
         }
     }
 
     /* Fields a hand-made blob could still get wrong. */
-    state_meta mt;
-    memset(&mt, 0, sizeof mt);
-    mt.tokens = le_get64(blob + 40);
-    mt.pending_token = (int32_t)le_get32(blob + 48);
-    sampler *sp = &mt.sampler;
+    state_meta *mt = calloc(1, sizeof *mt);
+    if (!mt) {
+        free(r);
+        return errmsg_set(-ENOMEM, err, errlen, "state_decode: out of memory");
+    }
+    mt->tokens = le_get64(blob + 40);
+    mt->pending_token = (int32_t)le_get32(blob + 48);
+    sampler *sp = &mt->sampler;
     sp->p.temperature = getf(blob + 64);
     sp->p.top_k = (int32_t)le_get32(blob + 68);
     sp->p.top_p = getf(blob + 72);
@@ -315,22 +417,20 @@ int state_decode(const model *m, const uint8_t *blob, size_t len,
         sp->rng[i] = le_get64(blob + 96 + 8 * i);
     sp->wlen = le_get32(blob + 128);
     sp->wpos = le_get32(blob + 132);
-    memcpy(sp->window, blob + 136, SAMPLER_WINDOW_MAX);
-    char why[160];
-    if (mt.pending_token < -1 || mt.pending_token >= model_vocab(m))
-        rc = errmsg_set(STATE_E_INVALID, err, errlen, "state's pending token %d is out of range",
-                  mt.pending_token);
-    else if (sp->wlen > SAMPLER_WINDOW_MAX || sp->wpos >= SAMPLER_WINDOW_MAX)
-        rc = errmsg_set(STATE_E_INVALID, err, errlen, "state's sampler window %u/%u is out of range",
-                  sp->wlen, sp->wpos);
-    else if (sampler_params_check(&sp->p, why, sizeof why) < 0)
-        rc = errmsg_set(STATE_E_INVALID, err, errlen, "state's sampler settings are invalid: %s", why);
-    else
+    for (int i = 0; i < SAMPLER_WINDOW_MAX; i++)
+        sp->window[i] = L->window_elem == 1 ? blob[WINDOW_AT + i]
+                                            : (int32_t)le_get32(blob + WINDOW_AT + 4 * i);
+    mt->tail_len = (uint32_t)tail_len;
+    rc = check_meta(mt, vocab_of(m), "state's", err, errlen);
+    if (rc == 0) {
+        memcpy(mt->tail, blob + L->fixed, mt->tail_len);
         rc = check_finite(r, mnr, blob + hdr, "state refused", err, errlen);
+    }
     free(r);
-    if (rc < 0)
-        return rc;
-    memcpy(raw, blob + hdr, (size_t)raw_bytes);
-    *meta = mt;
-    return 0;
+    if (rc == 0) {
+        memcpy(raw, blob + hdr, (size_t)raw_bytes);
+        *meta = *mt;
+    }
+    free(mt);
+    return rc;
 }

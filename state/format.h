@@ -8,10 +8,13 @@
  *
  * Blob layout (little-endian, all integers fixed width; see docs/STATE.md):
  *   header: magic "LINDST\0\1", format version, byte-order mark, model
- *           fingerprint, region table (model_state_region per region),
- *           token count, pending token, sampler (params, RNG, window)
+ *           fingerprint, token count, pending token, sampler (params, RNG,
+ *           window of token ids), the unfinished text tail, region table
+ *           (model_state_region per region, with its element type)
  *   raw state (model_state_bytes())
  *   xxh64 checksum over everything before it
+ * state_decode() also reads version 1 (byte windows, no tail, untyped
+ * regions: all float), as lind wrote it before 32-bit token ids.
  */
 #ifndef LIND_STATE_FORMAT_H
 #define LIND_STATE_FORMAT_H
@@ -20,8 +23,9 @@
 #include <stdint.h>
 #include "recurrent/model.h"
 #include "recurrent/sampler.h"
+#include "recurrent/tokenizer.h"
 
-#define STATE_FORMAT_VERSION 1
+#define STATE_FORMAT_VERSION 2
 
 /* Error codes beyond errno values (all negative). */
 enum {
@@ -33,26 +37,43 @@ enum {
     STATE_E_TRUNCATED = -2006,  /* shorter than its header says */
     STATE_E_NONFINITE = -2007,  /* NaN/Inf in the state: never written */
     STATE_E_INVALID   = -2008,  /* intact, but a field is out of range
-                                   (pending token, sampler settings/window) */
+                                   (pending token, sampler settings/window,
+                                   text tail) */
 };
 
 /* What a session is, besides its raw recurrent state. */
 typedef struct state_meta {
     uint64_t tokens;         /* tokens consumed so far, BOS included */
-    int32_t  pending_token;  /* sampled/emitted but not yet fed; -1 = none */
-    sampler  sampler;        /* params, RNG, repetition window */
+    int32_t  pending_token;  /* sampled/emitted but not yet fed; -1 = none;
+                                else an id in [0, the model's vocab) */
+    sampler  sampler;        /* params, RNG, repetition window (ids in
+                                [0, SAMPLER_VOCAB_MAX): one the model lacks is
+                                never penalized) */
+    uint32_t tail_len;  uint8_t tail[TOKENIZER_TAIL_MAX];   /* text not yet tokenized (recurrent/tokenizer.h) */
 } state_meta;
 
 /* Encode. `raw` is model_state_bytes(m) bytes read from a slot. Fails with
- * STATE_E_NONFINITE (naming the region) if any float/double in raw is NaN or
- * Inf. On success *out is a malloc'd blob the caller frees. */
+ * STATE_E_NONFINITE (naming the region) if any element of a float region
+ * (LIND_EL_F32/F64) of raw is NaN or Inf (integer regions are never checked),
+ * and with STATE_E_INVALID if a meta field is out of range (pending token
+ * outside the model's vocabulary, a window id outside [0, SAMPLER_VOCAB_MAX),
+ * window length/position, sampler settings, tail_len > TOKENIZER_TAIL_MAX). On success *out is a malloc'd blob the
+ * caller frees. Always writes STATE_FORMAT_VERSION. */
 int state_encode(const model *m, const state_meta *meta, const void *raw,
                  uint8_t **out, size_t *outlen, char *err, size_t errlen);
 
 /* Decode and verify a blob against model m. On success fills *meta and copies
- * the raw state into `raw` (model_state_bytes(m) bytes, caller's buffer). */
+ * the raw state into `raw` (model_state_bytes(m) bytes, caller's buffer).
+ * A version-1 blob decodes into the same state_meta: its window bytes become
+ * ids, tail_len is 0; its regions must match the model's (all float). */
 int state_decode(const model *m, const uint8_t *blob, size_t len,
                  state_meta *meta, void *raw, char *err, size_t errlen);
+
+/* The NaN/Inf check both run: every element of the float regions
+ * (LIND_EL_F32/F64) of raw, never the integer ones (ring heads, positions,
+ * counters: any bit pattern is theirs). 0, or STATE_E_NONFINITE with a message
+ * naming layer, region and element. */
+int state_check_finite(const model_state_region *r, int nr, const void *raw, char *err, size_t errlen);
 
 /* A short, stable, lowercase word for an error code above ("checksum", ...).
  * Checks run in this order, so the first fault found is the one reported:

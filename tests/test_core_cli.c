@@ -1,6 +1,7 @@
 /* tests/test_core_cli.c — the offline `lind` commands: info, generate, score
- * (with --after-generate) and their errors, run as a user would, with the
- * numbers checked against the C API doing the same thing in-process. */
+ * (with --after-generate and any --chunk), logits, and their errors, run as a
+ * user would, with the numbers checked against the C API doing the same thing
+ * in-process (a BPE model's CLI is checked by tests/test_daemon_tokenized.py). */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -46,7 +47,65 @@ static void info_reports_model(void) {
     snprintf(want, sizeof want, "parameters:   %zu", model_param_count(m));
     CHECK(strstr(out, want), "no \"%s\" in:\n%s", want, out);
     CHECK(strstr(out, "mixers:       linear,aft") && strstr(out, "backend:      cpu"), "config/backend missing:\n%s", out);
+    const char *lines[] = {"format:       lind", "tokenizer:    bytes", "vocab_size:   256", "bos:          0",
+                           "ffns:         gelu_mlp,gelu_mlp", "layer 1       mixer aft, ffn gelu_mlp",
+                           "weights:      f32"};
+    for (size_t i = 0; i < sizeof lines / sizeof *lines; i++)
+        CHECK(strstr(out, lines[i]), "no \"%s\" in:\n%s", lines[i], out);
     model_free(m);
+    rc = run(out, sizeof out, "%s info --model %s --backend cpu --dtype bf16", lind, mdir);
+    CHECK(rc == 0 && strstr(out, "weights:      bf16"), "--dtype bf16: exit %d:\n%s", rc, out);
+    rc = run(out, sizeof out, "%s info --model %s --dtype f8", lind, mdir);
+    CHECK(rc == 2 && strstr(out, "--dtype wants f32, bf16 or f16"), "--dtype f8: exit %d: %s", rc, out);
+}
+
+/* `lind logits` writes exactly the logits model_step gives after each
+ * token of the file, whatever --chunk. */
+static void logits_match_api(void) {
+    enum { T = 50, V = 256 };
+    char tpath[400], opath[400], out[4096];
+    snprintf(tpath, sizeof tpath, "%s/tokens.i32", tmpdir);
+    snprintf(opath, sizeof opath, "%s/logits.f32", tmpdir);
+    int32_t toks[T];
+    for (int t = 0; t < T; t++) toks[t] = (int32_t)((t * 73 + 5) % V);
+    FILE *f = fopen(tpath, "wb");
+    fwrite(toks, sizeof toks[0], T, f);   /* little-endian host */
+    fclose(f);
+    model *m = NULL;
+    char err[256];
+    CHECK(model_load(mdir, "cpu", &m, err, sizeof err) == 0, "load: %s", err);
+    if (!m) return;
+    static float want[T * V], got[T * V + 1];
+    model_slots_reserve(m, 1);
+    model_slot_reset(m, 0);
+    int slot = 0;
+    for (int t = 0; t < T; t++) model_step(m, &slot, &toks[t], 1, want + (size_t)t * V);
+    model_free(m);
+    const char *chunks[] = {"", "--chunk 1", "--chunk 7"};
+    for (int c = 0; c < 3; c++) {
+        int rc = run(out, sizeof out, "%s logits --model %s --tokens %s --out %s %s", lind, mdir, tpath, opath,
+                     chunks[c]);
+        CHECK(rc == 0, "logits %s: exit %d: %s", chunks[c], rc, out);
+        f = fopen(opath, "rb");
+        size_t n = f ? fread(got, sizeof(float), T * V + 1, f) : 0;
+        if (f) fclose(f);
+        CHECK(n == (size_t)T * V, "logits %s: %zu floats, want %d", chunks[c], n, T * V);
+        CHECK(!memcmp(got, want, sizeof want), "logits %s differ from model_step's", chunks[c]);
+    }
+    toks[3] = V;   /* past the vocabulary */
+    f = fopen(tpath, "wb");
+    fwrite(toks, sizeof toks[0], T, f);
+    fputc(0, f);   /* and a stray byte */
+    fclose(f);
+    int rc = run(out, sizeof out, "%s logits --model %s --tokens %s --out %s", lind, mdir, tpath, opath);
+    CHECK(rc == 1 && strstr(out, "not a whole number of int32 tokens"), "odd size: exit %d: %s", rc, out);
+    f = fopen(tpath, "wb");
+    fwrite(toks, sizeof toks[0], T, f);
+    fclose(f);
+    rc = run(out, sizeof out, "%s logits --model %s --tokens %s --out %s", lind, mdir, tpath, opath);
+    CHECK(rc == 1 && strstr(out, "token 3 is 256, outside the vocabulary 0..255"), "bad token: exit %d: %s", rc, out);
+    rc = run(out, sizeof out, "%s logits --model %s --tokens %s", lind, mdir, tpath);
+    CHECK(rc == 2 && strstr(out, "--out FILE"), "no --out: exit %d: %s", rc, out);
 }
 
 /* Greedy generation through the CLI equals the API's greedy continuation. */
@@ -145,6 +204,13 @@ static void score_matches_api(void) {
         CHECK(fabs(got - want) < 2e-6, "CLI %.6f vs API %.6f bits/byte after 50 generated", got, want);
         CHECK(fabs(got - fresh) > 1e-6, "--after-generate had no effect (%.6f)", got);
     }
+    /* the prompt is fed in chunks of rows; the figure is the same for any */
+    char one[4096];
+    run(one, sizeof one, "%s score --model %s --chunk 1 %s", lind, mdir, path);
+    rc = run(out, sizeof out, "%s score --model %s --chunk 13 %s", lind, mdir, path);
+    const char *a = strstr(one, "bits_per_byte: "), *b = strstr(out, "bits_per_byte: ");
+    CHECK(rc == 0 && a && b && !strncmp(a, b, 24), "--chunk 1 vs 13:\n%s\n%s", one, out);
+    CHECK(strstr(out, "tokens: 2110 (bytes tokenizer)"), "no token count in:\n%s", out);
 }
 
 static void errors_are_reported(void) {
@@ -189,6 +255,7 @@ int main(void) {
     RUN(info_reports_model);
     RUN(generate_matches_api);
     RUN(score_matches_api);
+    RUN(logits_match_api);
     RUN(errors_are_reported);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

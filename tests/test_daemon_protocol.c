@@ -5,7 +5,7 @@
 #include "tests/check.h"
 #include "daemon/protocol.h"
 
-static const proto_limits LIM = { .max_message = 1 << 20, .max_tokens = 4096 };
+static const proto_limits LIM = { .max_message = 1 << 20, .max_tokens = 4096, .max_top_k = 256 };
 
 /* Build a request from alternating key/value specs:
  *   "s" str, "u" uint64, "i" int64, "f" double, "b" bin, "n" nil,
@@ -129,8 +129,19 @@ static void generate_fields(void)
     begin(4); ks("op", "generate"); ku("id", 3); ks("session", "s");
     k("top_p"); msgpack_pack_double(&pk, 0);
     CHECK(parse(&r, &e) == PE_BAD_REQUEST && strstr(e.msg, "top_p"), "top_p 0");
+    /* top_k is bounded by the model's vocabulary (LIM: 256 ids) */
     begin(4); ks("op", "generate"); ku("id", 3); ks("session", "s"); ku("top_k", 300);
-    CHECK(parse(&r, &e) == PE_BAD_REQUEST, "top_k 300");
+    CHECK(parse(&r, &e) == PE_BAD_REQUEST && strstr(e.msg, "0..256"), "top_k 300 over a 256 vocabulary: %s", e.msg);
+    begin(4); ks("op", "generate"); ku("id", 3); ks("session", "s"); ku("top_k", 256);
+    CHECK(parse(&r, &e) == PE_OK && r.sp.top_k == 256, "top_k 256 = the vocabulary: %s", e.msg);
+    proto_request_free(&r);
+    proto_limits big = LIM;
+    big.max_top_k = 50277;
+    begin(4); ks("op", "generate"); ku("id", 3); ks("session", "s"); ku("top_k", 40000);
+    CHECK(proto_parse((const uint8_t *)sb.data, sb.size, &big, &r, &e) == PE_OK && r.sp.top_k == 40000,
+          "top_k 40000 with a 50277-token vocabulary: %s", e.msg);
+    msgpack_sbuffer_destroy(&sb);
+    proto_request_free(&r);
     begin(4); ks("op", "generate"); ku("id", 3); ks("session", "s"); ku("repetition_window", 257);
     CHECK(parse(&r, &e) == PE_BAD_REQUEST, "window 257");
     begin(4); ks("op", "generate"); ku("id", 3); ks("session", "s");

@@ -1,11 +1,14 @@
 /* tests/test_state_format.c — the state blob: a saved and restored session
  * continues exactly as the uninterrupted one, and every kind of damage is
  * refused with its specific error. Uses small random-weight models
- * (tests/testmodel.h). */
+ * (tests/testmodel.h). Version 2: typed regions (integers never checked as
+ * floats), the text tail, 32-bit window ids; and the version-1 blobs lind
+ * wrote for the shipped model (tests/fixtures/state_v1) still decode. */
 #include "tests/check.h"
 #include "tests/testmodel.h"
 #include "state/format.h"
 
+#include <jansson.h>
 #include <math.h>
 #include <string.h>
 #include <xxhash.h>
@@ -45,6 +48,12 @@ static uint8_t *run_session(model *x, int slot, const char *text, sampler *smp)
     return raw;
 }
 
+/* Where the raw state starts in a v2 blob with this tail. */
+static size_t header_bytes(const model *x, uint32_t tail_len)
+{
+    return 1164 + tail_len + 48 * (size_t)model_state_regions(x, NULL, 0);
+}
+
 static state_meta some_meta(void)
 {
     state_meta mt;
@@ -71,11 +80,24 @@ static int same_sampler(const sampler *a, const sampler *b)
            a->wpos == b->wpos && memcmp(a->window, b->window, sizeof a->window) == 0;
 }
 
+static int same_meta(const state_meta *a, const state_meta *b)
+{
+    return a->tokens == b->tokens && a->pending_token == b->pending_token &&
+           same_sampler(&a->sampler, &b->sampler) && a->tail_len == b->tail_len &&
+           memcmp(a->tail, b->tail, a->tail_len) == 0;
+}
+
 static void resume_continues_exactly(void)
 {
     state_meta mt = some_meta();
     uint8_t *raw = run_session(m, 0, "Hello, wor", &mt.sampler);
     mt.tokens = 11;
+    /* ids a byte window could not hold, and an unfinished text tail */
+    sampler_observe(&mt.sampler, 300);
+    sampler_observe(&mt.sampler, SAMPLER_VOCAB_MAX - 1);
+    sampler_observe(&mt.sampler, 'l');
+    memcpy(mt.tail, "ld \xe2\x82", 5);   /* "ld " and the first two bytes of a UTF-8 character */
+    mt.tail_len = 5;
     uint8_t *blob = NULL;
     size_t len = 0;
     char err[256] = "";
@@ -83,7 +105,7 @@ static void resume_continues_exactly(void)
     CHECK(rc == 0, "encode: %d %s", rc, err);
     if (rc < 0) { free(raw); return; }
     int nr = model_state_regions(m, NULL, 0);
-    CHECK(len == 392 + 40 * (size_t)nr + model_state_bytes(m) + 8, "blob size %zu", len);
+    CHECK(len == 1164 + 5 + 48 * (size_t)nr + model_state_bytes(m) + 8, "blob size %zu", len);
 
     size_t sb = model_state_bytes(m);
     uint8_t *back = malloc(sb);
@@ -93,6 +115,10 @@ static void resume_continues_exactly(void)
     CHECK(memcmp(back, raw, sb) == 0, "raw state bit-identical");
     CHECK(mb.tokens == 11 && mb.pending_token == 'x', "tokens/pending");
     CHECK(same_sampler(&mb.sampler, &mt.sampler), "sampler (params, RNG, window) identical");
+    CHECK(mb.tail_len == 5 && memcmp(mb.tail, "ld \xe2\x82", 5) == 0, "text tail: %u bytes", mb.tail_len);
+    int w = (int)((mb.sampler.wpos + SAMPLER_WINDOW_MAX - 2) % SAMPLER_WINDOW_MAX);
+    CHECK(mb.sampler.window[w] == SAMPLER_VOCAB_MAX - 1 &&
+          mb.sampler.window[(w + SAMPLER_WINDOW_MAX - 1) % SAMPLER_WINDOW_MAX] == 300, "window ids > 255");
 
     /* The restored session, in another slot, continues exactly like the
      * original: same logits and the same sampled tokens. */
@@ -154,7 +180,7 @@ static void refusals(void)
           "text is not a state");
 
     memcpy(y, blob, len);
-    y[8] = 2;
+    y[8] = STATE_FORMAT_VERSION + 1;
     reseal(y, len);
     rc = state_decode(m, y, len, &mo, out, err, sizeof err);
     CHECK(rc == STATE_E_VERSION && strstr(err, "newer"), "newer version: %d %s", rc, err);
@@ -185,7 +211,7 @@ static void refusals(void)
     /* A flipped bit anywhere: bad magic, a version this lind does not read,
      * or — everywhere else — a checksum mismatch. Never accepted. */
     int accepted = 0, mislabeled = 0;
-    for (size_t i = 0; i < len; i += i < 400 + 40 * 16 ? 1 : 7) {
+    for (size_t i = 0; i < len; i += i < header_bytes(m, 0) + 64 ? 1 : 7) {
         for (int bit = 0; bit < 8; bit += 3) {
             memcpy(y, blob, len);
             y[i] ^= (uint8_t)(1u << bit);
@@ -217,7 +243,7 @@ static void refusals(void)
     CHECK(rc == STATE_E_INVALID && strstr(err, "top_p"), "top_p: %d %s", rc, err);
     /* A forged NaN in the raw state. */
     memcpy(y, blob, len);
-    size_t hdr = 392 + 40 * (size_t)model_state_regions(m, NULL, 0);
+    size_t hdr = header_bytes(m, 0);
     float nan = NAN;
     memcpy(y + hdr + sb - 4, &nan, 4);
     reseal(y, len);
@@ -274,6 +300,284 @@ static void nonfinite_never_encoded(void)
     free(raw);
 }
 
+/* Integer regions hold any bit pattern (NaN-looking ones included); a NaN or
+ * Inf in a float region is refused, naming the region. */
+static void typed_regions(void)
+{
+    uint8_t raw[4 * 4 + 8 * 2 + 4 * 4 + 8 * 2];
+    model_state_region r[4] = {
+        {.layer = 0, .name = "head", .type = LIND_EL_I32, .elem_bytes = 4, .offset = 0, .count = 4},
+        {.layer = 0, .name = "pos", .type = LIND_EL_I64, .elem_bytes = 8, .offset = 16, .count = 2},
+        {.layer = 1, .name = "S", .type = LIND_EL_F32, .elem_bytes = 4, .offset = 32, .count = 4},
+        {.layer = -1, .name = "ffn.k", .type = LIND_EL_F64, .elem_bytes = 8, .offset = 48, .count = 2},
+    };
+    memset(raw, 0, sizeof raw);
+    uint32_t nan32[4] = {0x7fc00000u, 0x7f800000u, 0xff800000u, 0x7fffffffu};
+    uint64_t nan64[2] = {0x7ff8000000000000ull, 0xfff0000000000000ull};
+    memcpy(raw, nan32, 16);
+    memcpy(raw + 16, nan64, 16);
+    char err[256] = "";
+    int rc = state_check_finite(r, 4, raw, err, sizeof err);
+    CHECK(rc == 0, "integer regions holding NaN/Inf bit patterns refused: %d %s", rc, err);
+    float nf = NAN;
+    memcpy(raw + 32 + 8, &nf, 4);
+    rc = state_check_finite(r, 4, raw, err, sizeof err);
+    CHECK(rc == STATE_E_NONFINITE && strstr(err, "layer 1 region S") && strstr(err, "NaN at element 2"),
+          "NaN in a float region: %d %s", rc, err);
+    memset(raw + 32, 0, 16);
+    double inf = -INFINITY;
+    memcpy(raw + 48 + 8, &inf, 8);
+    rc = state_check_finite(r, 4, raw, err, sizeof err);
+    CHECK(rc == STATE_E_NONFINITE && strstr(err, "layer -1 region ffn.k") && strstr(err, "-Inf at element 1"),
+          "-Inf in a double region: %d %s", rc, err);
+    /* the same two regions as float would be refused: the type is what decides */
+    r[0].type = LIND_EL_F32;
+    memset(raw + 48, 0, 16);
+    rc = state_check_finite(r, 4, raw, err, sizeof err);
+    CHECK(rc == STATE_E_NONFINITE && strstr(err, "region head"), "as f32 the head region is refused: %d %s", rc, err);
+
+    /* The blob's region table carries the type: a forged table whose type
+     * differs from the model's is another layout. */
+    state_meta mt = some_meta();
+    uint8_t *st = run_session(m, 0, "typed", NULL), *blob = NULL;
+    size_t len = 0;
+    if (state_encode(m, &mt, st, &blob, &len, err, sizeof err) < 0) {
+        CHECK(0, "encode: %s", err);
+        free(st);
+        return;
+    }
+    uint8_t *out = malloc(model_state_bytes(m));
+    state_meta mo;
+    size_t e0 = 1164;   /* first region entry; its type at +40 */
+    CHECK(blob[e0 + 40] == LIND_EL_F64 || blob[e0 + 40] == LIND_EL_F32, "region 0 type byte %d", blob[e0 + 40]);
+    blob[e0 + 40] = LIND_EL_I64;
+    reseal(blob, len);
+    rc = state_decode(m, blob, len, &mo, out, err, sizeof err);
+    CHECK(rc == STATE_E_MODEL && strstr(err, "i64"), "region type changed: %d %s", rc, err);
+    free(out);
+    free(blob);
+    free(st);
+}
+
+/* The text tail: empty, binary, the longest allowed; one byte more is
+ * refused at encode and, forged into a blob, at decode. Every truncation of a
+ * blob with a tail reads as truncation. */
+static void text_tail(void)
+{
+    uint8_t *st = run_session(m, 0, "tail", NULL);
+    size_t sb = model_state_bytes(m);
+    uint8_t *out = malloc(sb);
+    char err[256] = "";
+    uint32_t lens[3] = {0, 7, TOKENIZER_TAIL_MAX};
+    for (int c = 0; c < 3; c++) {
+        state_meta mt = some_meta(), mo;
+        mt.tail_len = lens[c];
+        for (uint32_t i = 0; i < lens[c]; i++) mt.tail[i] = (uint8_t)(i * 37 + 1);
+        uint8_t *blob = NULL;
+        size_t len = 0;
+        int rc = state_encode(m, &mt, st, &blob, &len, err, sizeof err);
+        CHECK(rc == 0 && len == header_bytes(m, lens[c]) + sb + 8, "tail %u: encode %d %s, %zu bytes", lens[c], rc,
+              err, len);
+        if (rc < 0) continue;
+        memset(&mo, 0x5a, sizeof mo);
+        rc = state_decode(m, blob, len, &mo, out, err, sizeof err);
+        CHECK(rc == 0 && same_meta(&mo, &mt) && memcmp(out, st, sb) == 0, "tail %u: round trip %d %s", lens[c], rc,
+              err);
+        if (lens[c] == 7) {
+            int wrong = 0;
+            for (size_t n = 0; n < len; n++)
+                wrong += state_decode(m, blob, n, &mo, out, err, sizeof err) != STATE_E_TRUNCATED;
+            CHECK(wrong == 0, "%d truncations of a blob with a tail not reported as truncated", wrong);
+            /* tail length changed, checksums recomputed, sizes no longer add up: damage */
+            uint8_t *y = malloc(len);
+            memcpy(y, blob, len);
+            y[1160] = 8;
+            reseal(y, len);
+            rc = state_decode(m, y, len, &mo, out, err, sizeof err);
+            CHECK(rc == STATE_E_CHECKSUM && strstr(err, "inconsistent"), "tail length off by one: %d %s", rc, err);
+            free(y);
+        }
+        if (lens[c] == TOKENIZER_TAIL_MAX) {
+            /* forge a blob with one byte more, consistent sizes and checksums */
+            uint8_t *y = malloc(len + 1);
+            size_t at = 1164 + TOKENIZER_TAIL_MAX;
+            memcpy(y, blob, at);
+            y[at] = 'x';
+            memcpy(y + at + 1, blob + at, len - at);
+            uint32_t h = (uint32_t)(header_bytes(m, TOKENIZER_TAIL_MAX) + 1), tl = TOKENIZER_TAIL_MAX + 1;
+            for (int i = 0; i < 4; i++) {
+                y[16 + i] = (uint8_t)(h >> (8 * i));
+                y[1160 + i] = (uint8_t)(tl >> (8 * i));
+            }
+            reseal(y, len + 1);
+            rc = state_decode(m, y, len + 1, &mo, out, err, sizeof err);
+            CHECK(rc == STATE_E_INVALID && strstr(err, "tail is 1025 bytes"), "forged tail of 1025: %d %s", rc, err);
+            free(y);
+        }
+        free(blob);
+    }
+    state_meta mt = some_meta();
+    mt.tail_len = TOKENIZER_TAIL_MAX + 1;
+    uint8_t *blob = (uint8_t *)1;
+    size_t len = 3;
+    int rc = state_encode(m, &mt, st, &blob, &len, err, sizeof err);
+    CHECK(rc == STATE_E_INVALID && blob == NULL && len == 0 && strstr(err, "tail"), "encode tail 1025: %d %s", rc, err);
+    mt = some_meta();
+    mt.sampler.window[3] = -1;
+    rc = state_encode(m, &mt, st, &blob, &len, err, sizeof err);
+    CHECK(rc == STATE_E_INVALID && strstr(err, "window entry 3"), "encode window id -1: %d %s", rc, err);
+    mt.sampler.window[3] = SAMPLER_VOCAB_MAX;
+    rc = state_encode(m, &mt, st, &blob, &len, err, sizeof err);
+    CHECK(rc == STATE_E_INVALID && strstr(err, "window entry 3"), "encode window id 2^18: %d %s", rc, err);
+    free(out);
+    free(st);
+}
+
+/* ---- version 1, as lind wrote it for the shipped model ------------------- */
+
+static uint8_t *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = malloc(n > 0 ? (size_t)n : 1);
+    if (n < 0 || fread(b, 1, (size_t)n, f) != (size_t)n) {
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    *len = (size_t)n;
+    return b;
+}
+
+static uint64_t hex64(json_t *o, const char *k)
+{
+    const char *s = json_string_value(json_object_get(o, k));
+    return s ? strtoull(s, NULL, 16) : 0;
+}
+
+static void v1_blobs_decode(void)
+{
+    const char *fdir = getenv("LIND_FIXTURE_DIR") ? getenv("LIND_FIXTURE_DIR") : "tests/fixtures";
+    const char *mdir = getenv("LIND_MODEL_DIR") ? getenv("LIND_MODEL_DIR") : "models/default";
+    char path[512], err[256] = "";
+    snprintf(path, sizeof path, "%s/state_v1/expected.json", fdir);
+    json_error_t je;
+    json_t *ex = json_load_file(path, 0, &je);
+    CHECK(ex != NULL, "%s: %s", path, je.text);
+    model *d = NULL;
+    int rc = model_load(mdir, "cpu", &d, err, sizeof err);
+    CHECK(rc == 0, "model_load %s: %s", mdir, err);
+    if (!ex || rc < 0 || model_slots_reserve(d, 2) < 0) {
+        json_decref(ex);
+        model_free(d);
+        return;
+    }
+    CHECK(model_fingerprint(d) == hex64(ex, "model_fingerprint"), "%s is not the model the fixtures were made with",
+          mdir);
+    size_t sb = model_state_bytes(d);
+    uint8_t *raw = malloc(sb), *raw2 = malloc(sb);
+    const char *names[2] = {"bos", "generated"};
+    for (int c = 0; c < 2; c++) {
+        json_t *o = json_object_get(ex, names[c]);
+        snprintf(path, sizeof path, "%s/state_v1/%s", fdir, json_string_value(json_object_get(o, "file")));
+        size_t len = 0;
+        uint8_t *blob = slurp(path, &len);
+        CHECK(blob && len == (size_t)json_integer_value(json_object_get(o, "blob_bytes")), "%s: %zu bytes", path,
+              len);
+        if (!blob)
+            continue;
+        CHECK(blob[8] == 1, "%s is not a version-1 blob", path);
+        state_meta mt;
+        memset(&mt, 0x5a, sizeof mt);
+        rc = state_decode(d, blob, len, &mt, raw, err, sizeof err);
+        CHECK(rc == 0, "%s: decode %d %s", names[c], rc, err);
+        if (rc < 0) {
+            free(blob);
+            continue;
+        }
+        const sampler *sp = &mt.sampler;
+        CHECK(mt.tokens == (uint64_t)json_integer_value(json_object_get(o, "tokens")) &&
+                  mt.pending_token == (int)json_integer_value(json_object_get(o, "pending_token")) && mt.tail_len == 0,
+              "%s: tokens %llu pending %d tail %u", names[c], (unsigned long long)mt.tokens, mt.pending_token,
+              mt.tail_len);
+        CHECK(sp->p.temperature == (float)json_number_value(json_object_get(o, "temperature")) &&
+                  sp->p.top_k == (int)json_integer_value(json_object_get(o, "top_k")) &&
+                  sp->p.top_p == (float)json_number_value(json_object_get(o, "top_p")) &&
+                  sp->p.rep_penalty == (float)json_number_value(json_object_get(o, "rep_penalty")) &&
+                  sp->p.rep_window == (int)json_integer_value(json_object_get(o, "rep_window")) &&
+                  sp->p.seed == (uint64_t)json_integer_value(json_object_get(o, "seed")),
+              "%s: sampler settings", names[c]);
+        json_t *rng = json_object_get(o, "rng"), *win = json_object_get(o, "window");
+        int rng_ok = 1, win_ok = json_array_size(win) == SAMPLER_WINDOW_MAX;
+        for (int i = 0; i < 4; i++)
+            rng_ok &= sp->rng[i] == strtoull(json_string_value(json_array_get(rng, (size_t)i)), NULL, 16);
+        for (int i = 0; win_ok && i < SAMPLER_WINDOW_MAX; i++)
+            win_ok &= sp->window[i] == (int32_t)json_integer_value(json_array_get(win, (size_t)i));
+        CHECK(rng_ok, "%s: RNG words differ", names[c]);
+        CHECK(win_ok && sp->wlen == (uint32_t)json_integer_value(json_object_get(o, "wlen")) &&
+                  sp->wpos == (uint32_t)json_integer_value(json_object_get(o, "wpos")),
+              "%s: window (bytes as ids, length %u, position %u)", names[c], sp->wlen, sp->wpos);
+        CHECK(XXH64(raw, sb, 0) == hex64(o, "raw_xxh64"), "%s: raw state differs from what v1 saved", names[c]);
+
+        /* upgraded: re-encoded as v2, the same session */
+        uint8_t *b2 = NULL;
+        size_t l2 = 0;
+        state_meta m2;
+        rc = state_encode(d, &mt, raw, &b2, &l2, err, sizeof err);
+        CHECK(rc == 0 && b2[8] == STATE_FORMAT_VERSION, "%s: re-encode %d %s", names[c], rc, err);
+        if (rc == 0) {
+            rc = state_decode(d, b2, l2, &m2, raw2, err, sizeof err);
+            CHECK(rc == 0 && same_meta(&m2, &mt) && memcmp(raw, raw2, sb) == 0, "%s: v2 round trip %d %s", names[c],
+                  rc, err);
+            free(b2);
+        }
+
+        /* the restored session steps like the one v1 saved: feed the recorded
+         * tokens afresh and compare the logits after the pending token */
+        if (c == 1 && mt.pending_token >= 0) {
+            json_t *fed = json_object_get(o, "fed");
+            int s0 = 0, s1 = 1, tok;
+            float la[LIND_BYTE_VOCAB], lb[LIND_BYTE_VOCAB];
+            model_slot_reset(d, s0);
+            for (size_t i = 0; i < json_array_size(fed); i++) {
+                tok = (int)json_integer_value(json_array_get(fed, i));
+                model_step(d, &s0, &tok, 1, NULL);
+            }
+            model_slot_write(d, s1, raw);
+            tok = mt.pending_token;
+            model_step(d, &s0, &tok, 1, la);
+            model_step(d, &s1, &tok, 1, lb);
+            double md = 0, mx = 0;
+            for (int i = 0; i < LIND_BYTE_VOCAB; i++) {
+                md = fmax(md, fabs((double)la[i] - lb[i]));
+                mx = fmax(mx, fabs((double)la[i]));
+            }
+            CHECK(md <= 1e-5 * mx, "%s: the restored v1 session's logits differ by %g (max %g)", names[c], md, mx);
+        }
+        free(blob);
+    }
+    /* a v1 blob for another model is still refused as such */
+    snprintf(path, sizeof path, "%s/state_v1/bos.state", fdir);
+    size_t len = 0;
+    uint8_t *blob = slurp(path, &len);
+    if (blob) {
+        state_meta mt;
+        uint8_t *o = malloc(model_state_bytes(m));
+        rc = state_decode(m, blob, len, &mt, o, err, sizeof err);
+        CHECK(rc == STATE_E_MODEL && strstr(err, "another model"), "v1 blob into another model: %d %s", rc, err);
+        free(o);
+        free(blob);
+    }
+    free(raw);
+    free(raw2);
+    json_decref(ex);
+    model_free(d);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/lind-format-test-XXXXXX");
@@ -290,6 +594,9 @@ int main(void)
     RUN(resume_continues_exactly);
     RUN(refusals);
     RUN(nonfinite_never_encoded);
+    RUN(typed_regions);
+    RUN(text_tail);
+    RUN(v1_blobs_decode);
     model_free(m);
     model_free(other);
     char cmd[128];

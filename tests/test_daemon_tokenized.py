@@ -1,0 +1,580 @@
+#!/usr/bin/python3
+"""tests/test_daemon_tokenized.py — `lind serve` with a tokenized model, end to end.
+
+A small random RWKV-4 model in the Hugging Face layout (config.json with
+model_type "rwkv", model.safetensors with HF's tensor names) and a byte-level
+BPE tokenizer.json (id 0 <|endoftext|>, the 256 bytes in GPT-2's
+byte<->unicode spelling, then merges learned here from the repository's
+README, so real English words become multi-byte tokens) are written here with
+numpy, served by the real daemon ($LIND_BUILD/lind), and driven over the
+protocol of docs/PROTOCOL.md. The cases are what a user of such a model relies
+on:
+  - a text split at random byte positions (inside words, inside UTF-8
+    characters) into append turns, with daemon restarts (graceful and SIGKILL)
+    between some of them, then one generate, gives exactly the tokens of one
+    generate with the whole text: same output bytes, same token counts;
+  - token events carry each token's bytes (several per token), and joined
+    they are the text `lind generate` prints offline for the same request;
+  - stop strings are found across token boundaries and inside one token;
+  - a session resumed after a restart continues byte-identically;
+  - batched prefill (prompts fed in chunks, mixed with other sessions'
+    decode rows in one model_forward) gives the results of the same requests
+    run one at a time, whatever --prompt-chunk.
+Prints one line per case: PASS name / FAIL name: why.
+"""
+import collections
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+import msgpack
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.environ.get("LIND_BUILD", "build")
+LIND = os.path.join(BUILD, "lind")
+SANITIZED = os.environ.get("LIND_SANITIZED") == "1"
+
+
+# ---- the tokenizer -------------------------------------------------------------
+
+def bytes_to_unicode():
+    """GPT-2's ByteLevel map: printable bytes stand for themselves, the others
+    are shifted to U+0100 and up, in byte order."""
+    keep = set(range(ord("!"), ord("~") + 1)) | set(range(0xA1, 0xAD)) | set(range(0xAE, 0x100))
+    m, n = {}, 0
+    for b in range(256):
+        if b in keep:
+            m[b] = chr(b)
+        else:
+            m[b] = chr(256 + n)
+            n += 1
+    return m
+
+
+# Training-time pieces: roughly GPT-2's pre-tokenizer (a word with its leading
+# space, digits, punctuation runs, whitespace). Only the merges come from it.
+PIECE = re.compile(r"'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+| ?[^\sA-Za-z0-9]+|\s+(?!\S)|\s+")
+
+
+def learn_merges(text, n_merges):
+    """Plain BPE training over the byte-level pieces of text: the most
+    frequent adjacent pair (ties: the first seen) becomes the next merge."""
+    b2u = bytes_to_unicode()
+    words = collections.Counter(PIECE.findall(text))
+    seqs = {w: [b2u[b] for b in w.encode()] for w in words}
+    merges = []
+    for _ in range(n_merges):
+        pairs = collections.Counter()
+        for w, c in words.items():
+            s = seqs[w]
+            for a, b in zip(s, s[1:]):
+                pairs[(a, b)] += c
+        if not pairs:
+            break
+        (a, b), c = max(pairs.items(), key=lambda kv: kv[1])
+        if c < 2:
+            break
+        merges.append((a, b))
+        for w in seqs:
+            s, out, i = seqs[w], [], 0
+            while i < len(s):
+                if i + 1 < len(s) and s[i] == a and s[i + 1] == b:
+                    out.append(a + b)
+                    i += 2
+                else:
+                    out.append(s[i])
+                    i += 1
+            seqs[w] = out
+    return merges
+
+
+def tokenizer_json(merges):
+    b2u = bytes_to_unicode()
+    vocab = {"<|endoftext|>": 0}
+    for b in range(256):
+        vocab[b2u[b]] = 1 + b
+    kept = []
+    for a, b in merges:
+        if a + b not in vocab:
+            vocab[a + b] = len(vocab)
+            kept.append((a, b))
+    bl = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    return {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [{"id": 0, "content": "<|endoftext|>", "single_word": False, "lstrip": False,
+                          "rstrip": False, "normalized": False, "special": True}],
+        "normalizer": None, "pre_tokenizer": bl, "post_processor": dict(bl), "decoder": dict(bl),
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+                  "vocab": vocab, "merges": ["%s %s" % m for m in kept]},
+    }, len(vocab)
+
+
+# ---- the model (HF RWKV-4 layout) -------------------------------------------------
+
+def write_safetensors(path, tensors):
+    header, blobs, off = {"__metadata__": {"format": "pt"}}, [], 0
+    for name, a in tensors:
+        b = np.ascontiguousarray(a, dtype="<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
+        off += len(b)
+        blobs.append(b)
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def write_model(path, merges_text, seed=5, H=48, L=2, n_merges=300, pad=3):
+    os.makedirs(path, exist_ok=True)
+    tj, tv = tokenizer_json(learn_merges(merges_text, n_merges))
+    V = tv + pad   # padded like HF checkpoints: ids past the tokenizer's have no text
+    A, I = H, 4 * H
+    rng = np.random.default_rng(seed)
+
+    def normal(shape, std):
+        return rng.standard_normal(shape) * std
+
+    def ln(p):
+        return [(p + ".weight", 1.0 + normal(H, 0.1)), (p + ".bias", normal(H, 0.05))]
+
+    t = [("rwkv.embeddings.weight", normal((V, H), 1.0))]
+    for i in range(L):
+        p = "rwkv.blocks.%d." % i
+        if i == 0:
+            t += ln(p + "pre_ln")
+        t += ln(p + "ln1") + ln(p + "ln2")
+        a, f = p + "attention.", p + "feed_forward."
+        t += [(a + "time_decay", rng.uniform(-6.0, 1.5, A)), (a + "time_first", rng.uniform(-1.5, 1.5, A)),
+              (a + "time_mix_key", rng.uniform(0, 1, (1, 1, H))),
+              (a + "time_mix_value", rng.uniform(0, 1, (1, 1, H))),
+              (a + "time_mix_receptance", rng.uniform(0, 1, (1, 1, H))),
+              (a + "key.weight", normal((A, H), 1.5 / np.sqrt(H))),
+              (a + "value.weight", normal((A, H), 1.0 / np.sqrt(H))),
+              (a + "receptance.weight", normal((A, H), 1.0 / np.sqrt(H))),
+              (a + "output.weight", normal((H, A), 0.8 / np.sqrt(A))),
+              (f + "time_mix_key", rng.uniform(0, 1, (1, 1, H))),
+              (f + "time_mix_receptance", rng.uniform(0, 1, (1, 1, H))),
+              (f + "key.weight", normal((I, H), 1.0 / np.sqrt(H))),
+              (f + "receptance.weight", normal((H, H), 1.0 / np.sqrt(H))),
+              (f + "value.weight", normal((H, I), 1.0 / np.sqrt(I)))]
+    t += ln("rwkv.ln_out") + [("head.weight", normal((V, H), 3.0 / np.sqrt(H)))]
+    cfg = {"architectures": ["RwkvForCausalLM"], "model_type": "rwkv", "vocab_size": V, "hidden_size": H,
+           "num_hidden_layers": L, "attention_hidden_size": A, "intermediate_size": I,
+           "layer_norm_epsilon": 1e-5, "rescale_every": 6, "bos_token_id": 0, "eos_token_id": 0,
+           "tie_word_embeddings": False, "context_length": 1024}
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+    with open(os.path.join(path, "tokenizer.json"), "w") as f:
+        json.dump(tj, f, ensure_ascii=False)
+    write_safetensors(os.path.join(path, "model.safetensors"), t)
+    return V, tv
+
+
+# ---- the server and a client ------------------------------------------------------
+
+class Server:
+    def __init__(self, tmp, model, name, *extra):
+        self.sock = os.path.join(tmp, name + ".sock")
+        self.db = os.path.join(tmp, name + ".db")
+        self.logpath = os.path.join(tmp, name + ".log")
+        self.model, self.extra, self.proc = model, list(extra), None
+        self.log = open(self.logpath, "ab")
+
+    def start(self):
+        args = [LIND, "serve", "--model", self.model, "--socket", self.sock, "--db", self.db,
+                "--backend", "cpu"] + self.extra
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=self.log)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("server exited with %d: %s" % (self.proc.returncode, self.tail()))
+            try:
+                s = socket.socket(socket.AF_UNIX)
+                s.connect(self.sock)
+                s.close()
+                return self
+            except OSError:
+                time.sleep(0.02)
+        raise RuntimeError("server did not start: " + self.tail())
+
+    def stop(self, sig=signal.SIGTERM):
+        if not self.proc:
+            return None
+        self.proc.send_signal(sig)
+        rc = self.proc.wait(timeout=60)
+        self.proc = None
+        return rc
+
+    def restart(self, sig=signal.SIGTERM):
+        self.stop(sig)
+        return self.start()
+
+    def tail(self):
+        self.log.flush()
+        with open(self.logpath, "rb") as f:
+            return f.read()[-2000:].decode(errors="replace")
+
+    def client(self):
+        return Client(self.sock)
+
+
+class Client:
+    def __init__(self, path):
+        self.s = socket.socket(socket.AF_UNIX)
+        self.s.connect(path)
+        self.s.settimeout(120)
+        self.up = msgpack.Unpacker(raw=False)
+        self.next_id = 1
+        self.events = []
+
+    def send(self, op, **fields):
+        rid = self.next_id
+        self.next_id += 1
+        req = {"op": op, "id": rid}
+        req.update(fields)
+        self.s.sendall(msgpack.packb(req, use_bin_type=True))
+        return rid
+
+    def read_event(self):
+        while True:
+            for ev in self.up:
+                return ev
+            data = self.s.recv(1 << 16)
+            if not data:
+                return None
+            self.up.feed(data)
+
+    def wait(self, rid):
+        """Request rid's token events (a list of bytes, one per token) and its final event."""
+        toks, i = [], 0
+        while True:
+            while i < len(self.events):
+                ev = self.events[i]
+                if ev["id"] == rid:
+                    del self.events[i]
+                    if ev["event"] == "token":
+                        toks.append(bytes(ev["data"]))
+                        continue
+                    return toks, ev
+                i += 1
+            ev = self.read_event()
+            if ev is None:
+                raise EOFError("connection closed while waiting for %d" % rid)
+            self.events.append(ev)
+
+    def call(self, op, **fields):
+        return self.wait(self.send(op, **fields))
+
+    def close(self):
+        self.s.close()
+
+
+failures = 0
+
+
+def case(fn):
+    global failures
+    try:
+        fn()
+        print("PASS", fn.__name__, flush=True)
+    except Exception as e:
+        failures += 1
+        tb = traceback.extract_tb(e.__traceback__)[-1]
+        print("FAIL %s: %s (line %d)" % (fn.__name__, repr(e)[:600], tb.lineno), flush=True)
+    return fn
+
+
+def expect(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
+# ---- setup -------------------------------------------------------------------------
+
+with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+    README = f.read()
+TMP = tempfile.mkdtemp(prefix="lind-tok-")
+MODEL = os.path.join(TMP, "model")
+VOCAB, TOK_VOCAB = write_model(MODEL, README)
+
+# The text of the split cases: English prose (merged into long tokens), a
+# few multi-byte UTF-8 characters, digits, punctuation and odd spacing.
+TEXT = ("The recurrent state of a session is a constant size whatever the length of the stream, "
+        "so the daemon keeps thousands of them resident and saves each one after every turn. "
+        "Café, naïve, Ωmega — “quoted” 12345 tokens;  two  spaces\tand a tab.\n"
+        "A second paragraph: the model reads the whole text, then it generates.").encode()
+# No seed: a fresh session's sampler starts from seed 0 either way, and a
+# seed would clear the repetition window (docs/PROTOCOL.md), which holds the
+# prompt's token ids (over 255 here) and is saved with the state.
+GEN = dict(max_tokens=40, temperature=0.9, top_k=VOCAB, top_p=0.95, repetition_penalty=1.3,
+           repetition_window=200)
+
+srv = Server(TMP, MODEL, "a", "--max-tokens", "100000").start()
+
+
+@case
+def hello_reports_tokenizer():
+    c = srv.client()
+    _, r = c.call("hello")
+    m = r["model"]
+    expect(m["vocab"] == VOCAB and m["tokenizer"] == "bpe" and m["weights"] == "f32", m)
+    c.close()
+    # --dtype bf16 keeps the matrix weights in bf16: another fingerprint (a
+    # state is tied to the precision that made it), and still a working model
+    half = Server(TMP, MODEL, "bf16", "--dtype", "bf16").start()
+    c = half.client()
+    _, h = c.call("hello")
+    toks, done = c.call("generate", session="h", text=TEXT, max_tokens=10, temperature=0)
+    c.close()
+    half.stop()
+    expect(h["model"]["weights"] == "bf16" and h["model"]["fingerprint"] != m["fingerprint"], h["model"])
+    expect(done["event"] == "done" and done["tokens_out"] == 10 == len(toks), done)
+
+
+def tokenize(text):
+    """The token ids of text by `lind tokenize` with the model's tokenizer.json."""
+    path = os.path.join(TMP, "tokenize.txt")
+    with open(path, "wb") as f:
+        f.write(text)
+    p = subprocess.run([LIND, "tokenize", "--tokenizer", "bpe:" + os.path.join(MODEL, "tokenizer.json"), path],
+                       capture_output=True, timeout=60)
+    expect(p.returncode == 0, p.stderr)
+    return [int(x) for x in p.stdout.split()]
+
+
+def whole(c, name, text=TEXT, **gen):
+    toks, done = c.call("generate", session=name, text=text, **(gen or GEN))
+    expect(done["event"] == "done", done)
+    return toks, done
+
+
+@case
+def tokens_are_multi_byte_and_join_to_the_offline_text():
+    c = srv.client()
+    toks, done = whole(c, "mb", max_tokens=60, temperature=0)
+    expect(done["tokens_out"] == len(toks) == 60, (done, len(toks)))
+    expect(max(len(t) for t in toks) >= 2, "every token was one byte: %r" % toks[:20])
+    # tokens_in counts the text's tokens (fewer than its bytes)
+    expect(done["tokens_in"] == len(tokenize(TEXT)) < len(TEXT) * 0.8, (done["tokens_in"], len(TEXT)))
+    p = subprocess.run([LIND, "generate", "--model", MODEL, "--backend", "cpu", "--prompt", TEXT.decode(),
+                        "-n", "60", "--temperature", "0"], capture_output=True, timeout=120)
+    expect(p.returncode == 0, p.stderr)
+    expect(p.stdout == TEXT + b"".join(toks) + b"\n", "offline %r vs daemon %r" % (p.stdout[len(TEXT):],
+                                                                                 b"".join(toks)))
+    _, info = c.call("info", session="mb")
+    out = [e["text"] for e in info["transcript"] if e["role"] == "out"]
+    expect(out == [b"".join(toks)], (out, b"".join(toks)))
+    c.close()
+
+
+@case
+def offline_score_is_bits_per_byte_over_tokens():
+    # lind score: BOS, then the text's tokens; its bits/byte is the tokens'
+    # total -log2 p over the text's bytes. Recomputed here from `lind logits`.
+    ids = tokenize(TEXT)
+    tpath, lpath, xpath = (os.path.join(TMP, n) for n in ("score.i32", "score.f32", "score.txt"))
+    np.array([0] + ids, dtype="<i4").tofile(tpath)
+    with open(xpath, "wb") as f:
+        f.write(TEXT)
+    p = subprocess.run([LIND, "logits", "--model", MODEL, "--backend", "cpu", "--tokens", tpath, "--out", lpath],
+                       capture_output=True, timeout=120)
+    expect(p.returncode == 0, p.stderr)
+    lg = np.fromfile(lpath, dtype="<f4").astype(np.float64).reshape(len(ids) + 1, VOCAB)
+    mx = lg.max(1, keepdims=True)
+    logp = lg - mx - np.log(np.exp(lg - mx).sum(1, keepdims=True))
+    bits = -logp[np.arange(len(ids)), ids].sum() / np.log(2)
+    p = subprocess.run([LIND, "score", "--model", MODEL, "--backend", "cpu", xpath], capture_output=True,
+                       timeout=120, text=True)
+    expect(p.returncode == 0, p.stderr)
+    got = dict(line.split(": ", 1) for line in p.stdout.splitlines())
+    expect(got["tokens"].startswith("%d (bpe" % len(ids)), got)
+    bpb = float(got["bits_per_byte"])
+    expect(abs(bpb - bits / len(TEXT)) < 1e-5 * bpb, "score %.6f vs %.6f from logits" % (bpb, bits / len(TEXT)))
+
+
+def split_run(name, cuts, restarts):
+    """Append TEXT in pieces cut at `cuts`, restarting the server (by the
+    signal in restarts[i]) after piece i when given, then generate."""
+    global srv
+    c = srv.client()
+    pieces = [TEXT[a:b] for a, b in zip([0] + cuts, cuts + [len(TEXT)])]
+    tokens_in = 0
+    for i, p in enumerate(pieces):
+        _, r = c.call("append", session=name, text=p)
+        expect(r["event"] == "result", r)
+        if i in restarts:
+            c.close()
+            srv.restart(restarts[i])
+            c = srv.client()
+    toks, done = c.call("generate", session=name, text=b"", **GEN)
+    c.close()
+    return toks, done
+
+
+@case
+def split_appends_with_restarts_equal_one_generate():
+    c = srv.client()
+    ref, rdone = whole(c, "whole")
+    c.close()
+    rnd = random.Random(7)
+    for trial in range(4 if not SANITIZED else 2):
+        k = rnd.randint(1, 12)
+        cuts = sorted(rnd.sample(range(1, len(TEXT)), k))
+        # cut inside a multi-byte character at least once
+        if trial == 0:
+            cuts = sorted(set(cuts + [TEXT.index("é".encode()) + 1, TEXT.index("Ω".encode()) + 1]))
+        restarts = {}   # trial 0 without restarts: the tail kept in memory
+        for i in rnd.sample(range(len(cuts) + 1), min(2, len(cuts) + 1)) if trial else []:
+            restarts[i] = signal.SIGKILL if rnd.random() < 0.5 else signal.SIGTERM
+        toks, done = split_run("split-%d" % trial, cuts, restarts)
+        expect(b"".join(toks) == b"".join(ref), "trial %d cuts %r restarts %r: %r vs %r" % (
+            trial, cuts, restarts, b"".join(toks), b"".join(ref)))
+        expect([len(t) for t in toks] == [len(t) for t in ref], "token boundaries differ")
+        expect(done["session_tokens"] == rdone["session_tokens"], (done, rdone))
+
+
+@case
+def appends_hold_back_an_undecided_tail():
+    # After "The daemon reads" the word may go on ("readside"): the append
+    # feeds "The daemon" and keeps " reads" back, so the session holds BOS
+    # and the tokens of "The daemon" (the last of them pending).
+    c = srv.client()
+    _, r1 = c.call("append", session="tail", text=b"The daemon reads")
+    expect(r1["session_tokens"] == 1 + len(tokenize(b"The daemon")), (r1, tokenize(b"The daemon")))
+    _, r2 = c.call("append", session="tail", text=b"ide")
+    toks, d = c.call("generate", session="tail", text=b" the text", max_tokens=5, temperature=0)
+    whole_text = b"The daemon readside the text"
+    wt, w = c.call("generate", session="tail-whole", text=whole_text, max_tokens=5, temperature=0)
+    expect(toks == wt and d["session_tokens"] == w["session_tokens"], (r2, d, w))
+    expect(w["tokens_in"] == len(tokenize(whole_text)) and w["session_tokens"] == 1 + w["tokens_in"] + 5, w)
+    c.close()
+
+
+@case
+def stop_strings_across_and_inside_tokens():
+    c = srv.client()
+    ref, _ = whole(c, "stop-ref", max_tokens=80, temperature=0)
+    out = b"".join(ref)
+    ends = np.cumsum([len(t) for t in ref])
+    # a stop string across the boundary of two tokens: the last byte of one
+    # token and the first of the next, at its first occurrence
+    found = 0
+    for i in range(1, len(ref)):
+        if not ref[i - 1] or not ref[i]:
+            continue
+        s = ref[i - 1][-1:] + ref[i][:2]
+        first = out.find(s)
+        if not first < ends[i - 1] < first + len(s):
+            continue   # its first occurrence does not span this boundary
+        n_tok = int(np.searchsorted(ends, first + len(s) - 1, side="right")) + 1
+        toks, done = c.call("generate", session="stop-a-%d" % i, text=TEXT, max_tokens=80, temperature=0,
+                            stop=[s])
+        expect(done["reason"] == "stop" and done["stop"] == s, done)
+        expect(toks == ref[:n_tok], "stop %r: %d tokens, want %d" % (s, len(toks), n_tok))
+        found += 1
+        if found == 2:
+            break
+    expect(found, "no token boundary to test in %r" % ref)
+    # a stop string strictly inside one multi-byte token ends the turn after that token
+    inside = 0
+    for i, t in enumerate(ref):
+        if len(t) >= 3 and out.find(t[1:-1]) == ends[i] - len(t) + 1:
+            toks, done = c.call("generate", session="stop-in", text=TEXT, max_tokens=80, temperature=0,
+                                stop=[t[1:-1]])
+            expect(done["reason"] == "stop" and toks == ref[:i + 1], (done, toks, ref[:i + 1]))
+            inside = 1
+            break
+    expect(inside, "no token of 3+ bytes whose middle first occurs inside it: %r" % ref)
+    c.close()
+
+
+@case
+def resume_after_restart_is_byte_identical():
+    global srv
+    c = srv.client()
+    a1, _ = c.call("generate", session="res-a", text=TEXT, max_tokens=30, temperature=0.8, seed=3)
+    b1, _ = c.call("generate", session="res-b", text=TEXT, max_tokens=30, temperature=0.8, seed=3)
+    b2, bd = c.call("generate", session="res-b", text=b" and more", max_tokens=30, temperature=0.8)
+    c.close()
+    srv.restart(signal.SIGKILL)
+    c = srv.client()
+    a2, ad = c.call("generate", session="res-a", text=b" and more", max_tokens=30, temperature=0.8)
+    expect(a1 == b1 and a2 == b2, "%r vs %r" % (b"".join(a2), b"".join(b2)))
+    expect(ad["session_tokens"] == bd["session_tokens"], (ad, bd))
+    c.close()
+
+
+def requests(n_long, n_short):
+    """Long prompts (generating a little) and short prompts generating much."""
+    rnd = random.Random(5)
+    words = README.split()
+    reqs = []
+    for i in range(n_long):
+        start = rnd.randrange(len(words) - 400)
+        txt = " ".join(words[start:start + rnd.randint(150, 400)]).encode()
+        reqs.append(("long-%d" % i, dict(text=txt, max_tokens=8, temperature=0.7, seed=i)))
+    for i in range(n_short):
+        reqs.append(("short-%d" % i, dict(text=b"Hello there", max_tokens=120, temperature=0.7, seed=100 + i)))
+    return reqs
+
+
+@case
+def batched_prefill_mixed_with_decode_equals_one_at_a_time():
+    reqs = requests(4, 4) if not SANITIZED else requests(2, 2)
+    results = {}
+    # alone: one request at a time, token by token prompts (--prompt-chunk 1)
+    one = Server(TMP, MODEL, "one", "--prompt-chunk", "1").start()
+    c = one.client()
+    for name, r in reqs:
+        results[name] = c.call("generate", session=name, **r)[0]
+    c.close()
+    one.stop()
+    for chunk in ("7", "64"):
+        many = Server(TMP, MODEL, "many-" + chunk, "--prompt-chunk", chunk).start()
+        got = {}
+
+        def run(name, r):
+            cl = many.client()
+            got[name] = cl.call("generate", session=name, **r)[0]
+            cl.close()
+        # the short ones start first so their decoding overlaps the long prompts
+        ths = [threading.Thread(target=run, args=nr) for nr in reqs[::-1]]
+        for t in ths:
+            t.start()
+            time.sleep(0.01)
+        for t in ths:
+            t.join(300)
+        _, st = many.client().call("stats")
+        many.stop()
+        for name, _ in reqs:
+            expect(got.get(name) == results[name], "--prompt-chunk %s: %s differs: %r vs %r" % (
+                chunk, name, b"".join(got.get(name) or []), b"".join(results[name])))
+        # the sessions really shared steps (prefill beside decode)
+        expect(any(k != "1" for k in st["batch_hist"]), st["batch_hist"])
+
+
+try:
+    rc = srv.stop()
+    expect(rc == 0, "exit status %r" % rc)
+    print("PASS final_shutdown")
+except Exception as e:
+    print("FAIL final_shutdown: %r" % e)
+    failures += 1
+if failures:
+    print("server log tail:\n" + srv.tail())
+else:
+    shutil.rmtree(TMP, ignore_errors=True)
+sys.exit(1 if failures else 0)
