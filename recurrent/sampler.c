@@ -24,12 +24,13 @@
  *       the total summed by blocks (v1 summed it in sorted order: last bits).
  *   and the softmax total and the plain draw (no top-k/top-p) go by blocks of
  *   1024 tokens with 8-lane sums, instead of one long in-order chain.
- * The sort: a stable LSD radix sort, in stack buffers up to 1024 candidates
- * (the usual case) or in the scratch up to vocab/4, else an in-place MSD radix
- * sort of the ids on the 64-bit key (~probability bits, id); all give the
- * rule's order. The worst case is a
- * flat distribution under top-p, where the nucleus itself is most of the
- * vocabulary (bench/sampler_bench.c measures both). */
+ * The sort: up to 1024 candidates (the usual case: top-k 40, or top-p on a
+ * peaked distribution) are collected in id order and LSD radix-sorted in
+ * stack buffers; more are distributed by band in one pass and sorted band by
+ * band (LSD in the scratch, or an in-place MSD radix sort on the 64-bit key
+ * (~probability bits, id) for a band too big for it). All give the rule's
+ * order. The worst case is a flat distribution under top-p, where the nucleus
+ * itself is most of the vocabulary (bench/sampler_bench.c measures both). */
 #include "recurrent/sampler.h"
 
 #include "kernels/softmax.h"
