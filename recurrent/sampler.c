@@ -24,12 +24,13 @@
  *       the total summed by blocks (v1 summed it in sorted order: last bits).
  *   and the softmax total and the plain draw (no top-k/top-p) go by blocks of
  *   1024 tokens with 8-lane sums, instead of one long in-order chain.
- * The sort: a stable LSD radix sort, in stack buffers up to 1024 candidates
- * (the usual case) or in the scratch up to vocab/4, else an in-place MSD radix
- * sort of the ids on the 64-bit key (~probability bits, id); all give the
- * rule's order. The worst case is a
- * flat distribution under top-p, where the nucleus itself is most of the
- * vocabulary (bench/sampler_bench.c measures both). */
+ * The sort: up to 1024 candidates (the usual case: top-k 40, or top-p on a
+ * peaked distribution) are collected in id order and LSD radix-sorted in
+ * stack buffers; more are distributed by band in one pass and sorted band by
+ * band (LSD in the scratch, or an in-place MSD radix sort on the 64-bit key
+ * (~probability bits, id) for a band too big for it). All give the rule's
+ * order. The worst case is a flat distribution under top-p, where the nucleus
+ * itself is most of the vocabulary (bench/sampler_bench.c measures both). */
 #include "recurrent/sampler.h"
 
 #include "kernels/softmax.h"
@@ -268,33 +269,6 @@ static void band_counts(const float *p, int n, uint32_t cnt[NBANDS]) {
     for (int b = 0; b < NBANDS; b++) cnt[b] = h[0][b] + h[1][b] + h[2][b] + h[3][b];
 }
 
-/* The lower edge of the highest band such that at least k probabilities lie
- * at or above it. */
-static float kth_band_floor(const float *p, int n, int k) {
-    uint32_t cnt[NBANDS], acc = 0;
-    band_counts(p, n, cnt);
-    for (int b = NBANDS - 1; b > 0; b--) {
-        acc += cnt[b];
-        if (acc >= (uint32_t)k) return band_floor((uint32_t)b);
-    }
-    return 0.0f;
-}
-
-/* The lower edge of the highest band such that the probabilities at or above
- * it surely hold at least `want`: a band's mass is at least its count times
- * its lower edge, and the margin covers any rounding of the sorted sums that
- * follow. 0 (every token) when no band is that sure. */
-static float mass_band_floor(const float *p, int n, double want) {
-    uint32_t cnt[NBANDS];
-    band_counts(p, n, cnt);
-    double acc = 0.0, need = want * (1.0 + 1e-6);
-    for (int b = NBANDS - 1; b > 0; b--) {
-        acc += (double)cnt[b] * (double)band_floor((uint32_t)b);
-        if (acc >= need) return band_floor((uint32_t)b);
-    }
-    return 0.0f;
-}
-
 /* Ids with p >= tau into ids[], in id order; returns how many. */
 static uint32_t collect(const float *p, int n, float tau, uint32_t *ids) {
     uint32_t c = 0;
@@ -304,6 +278,55 @@ static uint32_t collect(const float *p, int n, float tau, uint32_t *ids) {
     }
     return c;
 }
+
+/* Above SAMPLER_EXACT_VOCAB: the candidates, in the rule's order, into
+ * ids[] (room for n). The lowest band kept is the highest one such that the
+ * bands from it up hold at least k tokens (top-k), or surely hold `want` of
+ * the mass (top-p alone: a band's mass is at least its count times its lower
+ * edge; the margin covers the rounding of the sorted sums that follow; band 0,
+ * every token, when none is that sure). One pass distributes the kept ids by
+ * band, highest band first and id order within a band; each band is then
+ * sorted on the probability bits below the band's (stable, so equal
+ * probabilities stay in id order). Returns how many. */
+static uint32_t candidates_by_band(const float *p, int n, int k, double want, uint32_t *ids) {
+    uint32_t cnt[NBANDS], pos[NBANDS];
+    band_counts(p, n, cnt);
+    int lowest = 0;
+    if (k < n) {
+        uint32_t acc = 0;
+        for (int b = NBANDS - 1; b > 0; b--)
+            if ((acc += cnt[b]) >= (uint32_t)k) { lowest = b; break; }
+    } else {
+        double acc = 0.0, need = want * (1.0 + 1e-6);
+        for (int b = NBANDS - 1; b > 0; b--)
+            if ((acc += (double)cnt[b] * (double)band_floor((uint32_t)b)) >= need) { lowest = b; break; }
+    }
+    uint32_t c = 0;
+    for (int b = NBANDS - 1; b >= lowest; b--) {
+        pos[b] = c;
+        c += cnt[b];
+    }
+    if (c <= SMALL_SORT) {   /* few: collect in id order, one LSD sort */
+        c = collect(p, n, band_floor((uint32_t)lowest), ids);
+        sort_small(ids, c, p);
+        return c;
+    }
+    for (int i = 0; i < n; i++) {
+        uint32_t b = band_of(p, i);
+        if ((int)b >= lowest) ids[pos[b]++] = (uint32_t)i;
+    }
+    uint32_t spare = (uint32_t)n - c;   /* ids[c, n) is free for the LSD buffers */
+    for (int b = NBANDS - 1; b >= lowest; b--) {
+        uint32_t m = cnt[b], *seg = ids + pos[b] - m;
+        if (m <= 1) continue;
+        if (m <= 32) insertion_sort(seg, m, p);
+        else if (m <= SMALL_SORT) sort_small(seg, m, p);
+        else if (m <= spare / 3) sort_lsd(seg, m, p, ids + c, ids + c + m, ids + c + 2 * (size_t)m);
+        else sort_ids(seg, m, p, 56);
+    }
+    return c;
+}
+
 
 /* Above SAMPLER_EXACT_VOCAB: lind_softmax's probabilities (the same max and
  * the same per-element formula), but summed per block of SUM_BLOCK tokens in
@@ -377,11 +400,13 @@ int32_t sampler_next(sampler *s, const float *logits, int vocab, float *scratch)
     if (!ordered && !exact)
         return draw_blocks(p, vocab, bsum, (double)(rng_next(s->rng) >> 11) * 0x1.0p-53 * total);
     if (ordered) {
-        float tau = exact ? 0.0f
-                  : k < vocab ? kth_band_floor(p, vocab, k)
-                  : mass_band_floor(p, vocab, (double)s->p.top_p * total);
-        uint32_t c = collect(p, vocab, tau, ids);
-        sort_candidates(ids, c, p, (uint32_t)vocab);
+        uint32_t c;
+        if (exact) {
+            c = collect(p, vocab, 0.0f, ids);
+            sort_candidates(ids, c, p, (uint32_t)vocab);
+        } else {
+            c = candidates_by_band(p, vocab, k, (double)s->p.top_p * total, ids);
+        }
         n = k < (int)c ? k : (int)c;
         double mass = 0.0;
         if (k < vocab || exact)

@@ -497,6 +497,49 @@ static void penalty_on_big_ids(void) {
     free(scratch);
 }
 
+/* Above 256 the candidates are sorted band by band (sampler.c): with more
+ * than a thousand candidates, the k-th / nucleus boundary inside one band of
+ * five close probabilities whose ids run opposite to their order must still
+ * keep the two most likely of the five. */
+static void order_within_a_band(void) {
+    enum { NV = 4000, FILL = 1100 };
+    float *l = malloc(sizeof(float) * NV), *scratch = malloc(sizeof(float) * 2 * NV);
+    for (int i = 0; i < NV; i++) l[i] = -30.0f;
+    for (int i = 0; i < FILL; i++) l[i] = 0.5f;
+    int A[5];
+    for (int j = 0; j < 5; j++) {   /* A[0] most likely, highest id; all within 4%: one band */
+        A[j] = NV - 1 - j;
+        l[A[j]] = -0.01f * (float)j;
+    }
+    for (int mode = 0; mode < 2; mode++) {
+        sampler_params p = sampler_defaults();
+        p.temperature = 1.0f;
+        p.seed = 31u + (uint64_t)mode;
+        if (mode == 0) {
+            p.top_k = FILL + 2;
+        } else {   /* mass: the fillers, A[0], and half of A[1] */
+            double e = exp(-0.5), tot = FILL + e * (1 + exp(-0.01) + exp(-0.02) + exp(-0.03) + exp(-0.04));
+            p.top_p = (float)((FILL + e * (1 + 0.5 * exp(-0.01))) / tot);
+        }
+        sampler a;
+        sampler_init(&a, &p);
+        int h[5] = {0}, other = 0;
+        for (int t = 0; t < 30000; t++) {
+            int x = sampler_next(&a, l, NV, scratch);
+            if (x >= FILL) {
+                int j = NV - 1 - x;
+                if (j >= 0 && j < 5) h[j]++;
+                else other++;
+            }
+        }
+        CHECK(h[0] > 0 && h[1] > 0 && h[2] == 0 && h[3] == 0 && h[4] == 0 && other == 0,
+              "%s: the five of one band drawn %d/%d/%d/%d/%d times (+%d others), want the first two only",
+              mode ? "top-p" : "top-k", h[0], h[1], h[2], h[3], h[4], other);
+    }
+    free(l);
+    free(scratch);
+}
+
 /* The 256-entry ring wraps: a token leaves the window exactly when 256 newer
  * ones have been observed. */
 static void window_wraps(void) {
@@ -644,6 +687,7 @@ int main(void) {
     RUN(top_p_boundary_exact);
     RUN(top_k_exact_big);
     RUN(penalty_on_big_ids);
+    RUN(order_within_a_band);
     RUN(window_wraps);
     RUN(same_tokens_as_v1);
     return check_exit();

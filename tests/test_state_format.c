@@ -560,7 +560,8 @@ static void v1_blobs_decode(void)
         }
         free(blob);
     }
-    /* a v1 blob for another model is still refused as such */
+    /* a v1 blob for another model is still refused as such; every cut of a
+     * v1 blob reads as truncation; forged v1 fields are refused like v2's */
     snprintf(path, sizeof path, "%s/state_v1/bos.state", fdir);
     size_t len = 0;
     uint8_t *blob = slurp(path, &len);
@@ -570,6 +571,24 @@ static void v1_blobs_decode(void)
         rc = state_decode(m, blob, len, &mt, o, err, sizeof err);
         CHECK(rc == STATE_E_MODEL && strstr(err, "another model"), "v1 blob into another model: %d %s", rc, err);
         free(o);
+        int wrong = 0;
+        for (size_t n = 0; n < len; n++)
+            wrong += state_decode(d, blob, n, &mt, raw, err, sizeof err) != STATE_E_TRUNCATED;
+        CHECK(wrong == 0, "%d truncations of a v1 blob not reported as truncated", wrong);
+        blob[48] = 0x00;
+        blob[49] = 0x01;
+        blob[50] = 0x00;
+        blob[51] = 0x00;   /* pending token 256: outside the byte vocabulary */
+        reseal(blob, len);
+        rc = state_decode(d, blob, len, &mt, raw, err, sizeof err);
+        CHECK(rc == STATE_E_INVALID && strstr(err, "pending token 256"), "forged v1 pending token: %d %s", rc, err);
+        blob[48] = 0xff;
+        blob[49] = 0xff;
+        blob[50] = 0xff;
+        blob[51] = 0xff;   /* back to -1 */
+        blob[200] ^= 1;    /* a window byte, checksum not recomputed */
+        rc = state_decode(d, blob, len, &mt, raw, err, sizeof err);
+        CHECK(rc == STATE_E_CHECKSUM, "flipped v1 window byte: %d %s", rc, err);
         free(blob);
     }
     free(raw);
