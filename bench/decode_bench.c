@@ -374,8 +374,14 @@ int main(int argc, char **argv) {
     const lind_config *c = model_config(m);
     printf("Model: %s: d_model %d, %d layers (", label, c->d_model, c->n_layers);
     for (int i = 0; i < c->n_layers; i++) printf("%s%s/%s", i ? "," : "", c->layers[i].mixer, c->layers[i].ffn);
-    printf("), %zu parameters. Backend %s (%s), batch 1; the softmax attention's heads "
-           "run on %d thread(s).\n\n", model_param_count(m), model_backend_name(m), model_device_name(m), o.threads);
+    /* the attention shape, as the softmax baseline reads it from the flat config */
+    smax *shape = NULL;
+    if (smax_load(dir, 1, &shape, err, sizeof err) < 0) die("softmax baseline", err);
+    const smax_cfg *sc = smax_config(shape);
+    printf("), %d heads x %d, d_ff %d, %zu parameters. Backend %s (%s), batch 1; the softmax attention's heads "
+           "run on %d thread(s).\n\n", sc->n_heads, sc->d_head, sc->d_ff, model_param_count(m), model_backend_name(m),
+           model_device_name(m), o.threads);
+    smax_free(shape);
 
     double worst = smax_selfcheck();
     printf("Softmax baseline self-check (SGEMV scores, vectorized softmax, SGEMV output vs a double loop; "

@@ -38,8 +38,21 @@ def helptext(prog, sub):
 # ---- 1. command lines name real subcommands and options ---------------------
 
 CMD = re.compile(r"(?:^|[\s`(])(?:\$ )?(?:build/)?(lindctl|lind)((?: +[^\s`|;&)]+)*)")
-SUBS = {"lind": ["info", "score", "generate", "serve", "bench-step", "help"],
-        "lindctl": ["chat", "generate", "sessions", "stats", "stress", "help"]}
+def subcommands(prog):
+    """The subcommands a program's --help lists under "commands:" (2-space indent)."""
+    out = subprocess.run([f"{B}/{prog}", "--help"], capture_output=True, text=True).stdout
+    subs, inside = ["help"], False
+    for line in out.splitlines():
+        if line.strip() == "commands:":
+            inside = True
+        elif inside and re.match(r"^  [a-z]", line):
+            subs.append(line.split()[0])
+        elif inside:
+            inside = False
+    return subs
+
+
+SUBS = {"lind": subcommands("lind"), "lindctl": subcommands("lindctl")}
 GLOBAL = {"lind": {"--help", "-h", "--version"}, "lindctl": {"--socket", "--help", "-h", "--version"}}
 
 

@@ -127,7 +127,7 @@ static void score_progress_on_terminal(void)
     waitpid(pid, &st, 0);
     close(fd);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "score exits 0");
-    CHECK(has(buf, "[scored 0 of 54000 bytes") && has(buf, "bits_per_byte:"), "progress line: %.300s", buf);
+    CHECK(has(buf, "[scored 0 of 54000 tokens") && has(buf, "bits_per_byte:"), "progress line: %.300s", buf);
     free(buf);
     ctl_run r;
     char *av[] = { "lind", "score", "--model", H.model, "--backend", "cpu", file, NULL };
