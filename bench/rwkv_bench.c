@@ -9,7 +9,14 @@
  * not depend on the weights' values. Batch 1 streams every matrix weight
  * once per token: its floor is weight bytes / read bandwidth.
  *
- *   usage: rwkv_bench [--quick] [--dir DIR] [--d D --layers L --ffn F --vocab V] */
+ * --load-only: write the model (with --file-bf16 its tensors are stored as
+ * BF16, as published half-precision checkpoints are), load it keeping the
+ * stored precision, step once, and print the resident memory: the check
+ * that a big model fits (e.g. a 7B shape: --d 4096 --layers 32 --ffn 16384
+ * --vocab 65536 --file-bf16 --load-only).
+ *
+ *   usage: rwkv_bench [--quick] [--dir DIR] [--d D --layers L --ffn F --vocab V]
+ *                     [--file-bf16] [--load-only] */
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -20,6 +27,7 @@
 #include <unistd.h>
 
 #include "bench/benchutil.h"
+#include "kernels/half.h"
 #include "recurrent/model.h"
 #include "tests/testmodel.h"
 
@@ -38,19 +46,25 @@ static float urand(float a) {   /* a·U(−1, 1) */
     return a * ((float)(rng_state >> 40) / (float)(1 << 23) - 1.0f);
 }
 
-static int add(testmodel_tensor *t, int *n, float **bufs, const char *name, int d0, int d1, float lo, float hi) {
+static int file_bf16;   /* --file-bf16: tensors stored as BF16 */
+
+static int add(testmodel_tensor *t, int *n, void **bufs, const char *name, int d0, int d1, float lo, float hi) {
     size_t numel = (size_t)d0 * (size_t)(d1 ? d1 : 1);
-    float *p = malloc(numel * sizeof *p);
+    void *p = malloc(numel * (file_bf16 ? 2 : 4));
     if (!p) return -ENOMEM;
-    for (size_t i = 0; i < numel; i++) p[i] = lo + (hi - lo) * 0.5f * (urand(1.0f) + 1.0f);
+    for (size_t i = 0; i < numel; i++) {
+        float v = lo + (hi - lo) * 0.5f * (urand(1.0f) + 1.0f);
+        if (file_bf16) ((uint16_t *)p)[i] = lind_f32_to_bf16(v);
+        else ((float *)p)[i] = v;
+    }
     testmodel_tensor *x = &t[*n];
     snprintf(x->name, sizeof x->name, "%s", name);
-    x->dtype = "F32";
+    x->dtype = file_bf16 ? "BF16" : "F32";
     x->ndim = d1 ? 2 : 1;
     x->shape[0] = d0;
     x->shape[1] = d1;
     x->data = p;
-    x->nbytes = numel * sizeof *p;
+    x->nbytes = numel * (file_bf16 ? 2 : 4);
     bufs[(*n)++] = p;
     return 0;
 }
@@ -71,7 +85,7 @@ static void write_model(const char *dir, shape s) {
     if (fclose(f)) die(path, "write failed");
     int maxn = 8 + 24 * s.layers, n = 0, rc = 0;
     testmodel_tensor *t = calloc((size_t)maxn, sizeof *t);
-    float **bufs = calloc((size_t)maxn, sizeof *bufs);
+    void **bufs = calloc((size_t)maxn, sizeof *bufs);
     if (!t || !bufs) die("model", "out of memory");
     int d = s.d, F = s.ffn;
     float sd = 1.0f / 27.7f, sf = 1.0f / 55.4f;   /* ≈ 1/√d, 1/√F for d 768, F 3072 */
@@ -220,12 +234,48 @@ static void measure(const char *dir, lind_dtype dt, int quick, double gbs, row *
     model_free(m);
 }
 
+/* VmRSS of this process, MB. */
+static double rss_mb(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmRSS:", 6)) kb = atof(line + 6);
+    if (f) fclose(f);
+    return kb / 1024.0;
+}
+
+static void load_only(const char *dir, shape s) {
+    double t0 = bench_now(), rss0 = rss_mb();
+    model *m = NULL;
+    char err[512];
+    model_opts o = {.backend = "cpu", .weights = LIND_DT_AUTO};
+    if (model_load_opts(dir, &o, &m, err, sizeof err) < 0) die("model_load", err);
+    double t_load = bench_now() - t0, rss_load = rss_mb();
+    size_t wbytes;
+    model_costs(m, NULL, NULL, &wbytes);
+    float *logits = malloc((size_t)model_vocab(m) * sizeof *logits);
+    int slot = 0;
+    int32_t tok = 1;
+    if (!logits || model_slots_reserve(m, 1) < 0 || model_step(m, &slot, &tok, 1, logits) < 0) die("step", "failed");
+    double rss_step = rss_mb();
+    printf("| shape | parameters | weights in memory | matrix bytes (GB) | load (s) | RSS after load (GB) |"
+           " RSS after a step (GB) |\n|---|---|---|---|---|---|---|\n");
+    printf("| d %d, %d layers, ffn %d, vocab %d | %.2fB | %s | %.2f | %.1f | %.2f | %.2f |\n", s.d, s.layers, s.ffn,
+           s.vocab, (double)model_param_count(m) / 1e9, lind_dtype_name(model_weights_dtype(m)), (double)wbytes / 1e9,
+           t_load, (rss_load - rss0) / 1024.0, (rss_step - rss0) / 1024.0);
+    free(logits);
+    model_free(m);
+}
+
 int main(int argc, char **argv) {
     shape s = {768, 12, 3072, 50277};
-    int quick = 0;
+    int quick = 0, only_load = 0;
     const char *dir = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) { quick = 1; continue; }
+        if (!strcmp(argv[i], "--file-bf16")) { file_bf16 = 1; continue; }
+        if (!strcmp(argv[i], "--load-only")) { only_load = 1; continue; }
         if (i + 1 >= argc) die(argv[i], "needs a value");
         const char *v = argv[++i];
         if (!strcmp(argv[i - 1], "--dir")) dir = v;
@@ -247,6 +297,15 @@ int main(int argc, char **argv) {
            "emb_norm, rescale_every 6).\n\n", s.d, s.layers, s.ffn, s.vocab);
     fflush(stdout);
     write_model(dir, s);
+    if (only_load) {
+        load_only(dir, s);
+        if (dir == tmp) {
+            char cmd[400];
+            snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+            if (system(cmd)) return 1;
+        }
+        return 0;
+    }
     double gbs = read_gbs();
     printf("Read bandwidth (2 threads summing 1 GiB, best of 5): %.1f GB/s\n\n", gbs);
     row rows[2];
