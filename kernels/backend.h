@@ -40,6 +40,11 @@ typedef struct backend_buf backend_buf;   /* defined by each backend */
 
 /* matmul flags */
 enum { BACKEND_MM_ACCUMULATE = 1, BACKEND_MM_GELU = 2 };
+/* more matmul flags: RWKV's channel-mix activations (at most one activation
+ * flag — GELU, RELU2, SIGMOID — per call) */
+enum { BACKEND_MM_RELU2 = 4, BACKEND_MM_SIGMOID = 8 };
+/* weight_new_half's wtype: the 16-bit format of the host data */
+enum { BACKEND_W_F16 = 1, BACKEND_W_BF16 = 2 };
 
 typedef struct backend_ops {
     const char *name;                     /* "cpu", "cuda" */
@@ -94,7 +99,13 @@ typedef struct backend_ops {
      *   BACKEND_MM_GELU        y = GELU(bias + Σ) (lind_gelu_erf per element):
      *                          the feed-forward's first product with its
      *                          activation, in one pass; needs ldy == N and no
-     *                          ACCUMULATE (-EINVAL otherwise). */
+     *                          ACCUMULATE (-EINVAL otherwise).
+     *   BACKEND_MM_RELU2       y = max(0, bias + Σ)² (lind_relu2): RWKV's
+     *                          channel-mix key; the same conditions as GELU.
+     *   BACKEND_MM_SIGMOID     y = σ(bias + Σ) (lind_sigmoid): RWKV's
+     *                          receptance gate; the same conditions as GELU.
+     * At most one of GELU, RELU2, SIGMOID. W may also come from
+     * weight_new_half; the activations x and the result y stay fp32. */
     int (*matmul)(backend *be, const backend_buf *x, size_t xo, int ldx,
                   const backend_buf *W, const backend_buf *bias,
                   backend_buf *y, size_t yo, int ldy, int B, int N, int K, int flags);
@@ -128,6 +139,14 @@ typedef struct backend_ops {
      * per element exactly as lind_aft_channel() in kernels/mixer_math.h. */
     int (*aft_step)(backend *be, const backend_buf *in, const backend_buf *w,
                     const backend_buf *u, backend_buf *out, size_t state_off, int d);
+
+    /* W [N × K] row-major half-precision host data (IEEE fp16 or bfloat16
+     * bits, wtype BACKEND_W_F16 / BACKEND_W_BF16) kept in half precision by
+     * the backend; otherwise exactly as weight_new. matmul with such a W
+     * gives the same result as with the fp32 weight holding the widened
+     * (exact) values. -EINVAL for an unknown wtype. Optional (NULL: the
+     * model widens to fp32 and calls weight_new). */
+    int (*weight_new_half)(backend *be, int N, int K, const uint16_t *W, int wtype, backend_buf **out);
 } backend_ops;
 
 /* Every backend struct starts with this. */
@@ -136,10 +155,13 @@ struct backend {
 };
 
 /* The matmul flags contract, checked the same way by every backend: known
- * flags only, and GELU only on contiguous rows without ACCUMULATE. */
+ * flags only, at most one activation (GELU, RELU2, SIGMOID), and an
+ * activation only on contiguous rows without ACCUMULATE. */
 static inline int backend_mm_flags_ok(int flags, int ldy, int N) {
-    if (flags & ~(BACKEND_MM_ACCUMULATE | BACKEND_MM_GELU)) return 0;
-    return !(flags & BACKEND_MM_GELU) || (!(flags & BACKEND_MM_ACCUMULATE) && ldy == N);
+    const int act = flags & (BACKEND_MM_GELU | BACKEND_MM_RELU2 | BACKEND_MM_SIGMOID);
+    if (flags & ~(BACKEND_MM_ACCUMULATE | BACKEND_MM_GELU | BACKEND_MM_RELU2 | BACKEND_MM_SIGMOID)) return 0;
+    if (act & (act - 1)) return 0;   /* more than one activation */
+    return !act || (!(flags & BACKEND_MM_ACCUMULATE) && ldy == N);
 }
 
 /* Upload a matmul weight through weight_new when the backend has it. */

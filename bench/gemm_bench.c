@@ -1,0 +1,231 @@
+/* bench/gemm_bench.c — the CPU backend's matrix products at RWKV-4 169M
+ * shapes (d 768, ffn 3072, vocab 50277), in fp32, bf16 and fp16 weights.
+ *
+ * First the machine's DRAM read bandwidth (bench_read_gbs). Then each
+ * product W [N × K] (768×768, 3072×768, 768×3072, 50277×768) at batch
+ * B = 1, 8, 32, 64, 256 through backend matmul (every thread of the backend,
+ * as the model runs it): µs per call, GFLOP/s (2·B·N·K per call) and GB/s of
+ * weight bytes. Calls cycle through enough copies of the weight (≥ 96 MB,
+ * three times the L3) that every call reads its weight from DRAM, as a
+ * decode step does. Last, one token's products of the whole 169M model at
+ * B = 1 (12 layers × 7 products + the head, 130.6M weights, the channel-mix
+ * activations fused), against the bandwidth floor weight_bytes / read GB/s.
+ * Every figure is the best of 3 timed runs.
+ *
+ *   usage: gemm_bench [--quick]
+ * --quick (or BENCH_QUICK=1 in the environment): B = 1 and 64 only, short
+ * runs — a smoke test of the program, not figures to quote. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/benchutil.h"
+#include "kernels/backend.h"
+
+enum { WT_F32 = 0 };   /* with BACKEND_W_F16 / BACKEND_W_BF16 */
+static const struct { int wt; const char *name; int bytes; } DTYPES[] = {
+    {WT_F32, "f32", 4}, {BACKEND_W_BF16, "bf16", 2}, {BACKEND_W_F16, "f16", 2}};
+static const struct { const char *what; int N, K; } SHAPES[] = {
+    {"att k/v/r/o, ffn r", 768, 768},
+    {"ffn key", 3072, 768},
+    {"ffn value", 768, 3072},
+    {"head", 50277, 768},
+};
+#define NDT (int)(sizeof DTYPES / sizeof *DTYPES)
+#define NSHAPE (int)(sizeof SHAPES / sizeof *SHAPES)
+#define COLD_BYTES ((size_t)96 << 20)
+
+static unsigned rng = 12345;
+static unsigned next(void) {
+    rng = rng * 1103515245u + 12345u;
+    return rng >> 8;
+}
+
+/* Host weights of one dtype: fp32 values in ±[1/16, 1), or half bits of
+ * the same range (no subnormals: they would not change the timing anyway). */
+static void *host_weights(int wt, size_t n) {
+    if (wt == WT_F32) {
+        float *w = malloc(n * sizeof *w);
+        for (size_t i = 0; w && i < n; i++) w[i] = ((float)(next() & 0xFFFF) / 65536.0f - 0.5f) * 0.1f;
+        return w;
+    }
+    uint16_t *w = malloc(n * sizeof *w);
+    for (size_t i = 0; w && i < n; i++) {
+        unsigned r = next();
+        w[i] = wt == BACKEND_W_BF16 ? (uint16_t)((r & 0x807F) | ((123u + (r >> 16) % 4) << 7))
+                                    : (uint16_t)((r & 0x83FF) | ((11u + (r >> 16) % 4) << 10));
+    }
+    return w;
+}
+
+static int weight_new(backend *be, int wt, int N, int K, const void *host, backend_buf **out) {
+    if (wt == WT_F32) return backend_weight_new(be, N, K, host, out);
+    if (!be->ops->weight_new_half) return -ENOTSUP;
+    return be->ops->weight_new_half(be, N, K, host, wt, out);
+}
+
+/* Best of 3 runs of at least min_s each: µs per call, calls cycling through
+ * the ncopy weights. */
+static double time_calls(backend *be, backend_buf **W, int ncopy, backend_buf *x, backend_buf *y, int B, int N,
+                         int K, double min_s) {
+    const backend_ops *o = be->ops;
+    for (int c = 0; c < ncopy; c++) o->matmul(be, x, 0, K, W[c], NULL, y, 0, N, B, N, K, 0);   /* warm up */
+    double best = 1e30;
+    for (int run = 0; run < 3; run++) {
+        long calls = 0;
+        double t0 = bench_now(), dt;
+        do {
+            o->matmul(be, x, 0, K, W[calls % ncopy], NULL, y, 0, N, B, N, K, 0);
+            calls++;
+        } while ((dt = bench_now() - t0) < min_s);
+        if (dt / calls < best) best = dt / calls;
+    }
+    return best * 1e6;
+}
+
+static int bench_shapes(backend *be, const int *Bs, int nB, double min_s) {
+    const backend_ops *o = be->ops;
+    printf("## Products, per call\n\n");
+    printf("Weights cold (cycled through copies totalling ≥ 96 MB). GFLOP/s counts 2·B·N·K; GB/s is weight bytes "
+           "per second.\n\n");
+    printf("| W (N × K) | what | dtype | B | µs | GFLOP/s | weight GB/s |\n|---|---|---|---:|---:|---:|---:|\n");
+    int maxB = Bs[nB - 1];
+    for (int s = 0; s < NSHAPE; s++) {
+        int N = SHAPES[s].N, K = SHAPES[s].K;
+        backend_buf *x = NULL, *y = NULL;
+        if (o->buf_new(be, (size_t)maxB * K, &x) || o->buf_new(be, (size_t)maxB * N, &y)) return -ENOMEM;
+        float *hx = malloc(sizeof(float) * (size_t)maxB * K);
+        for (size_t i = 0; i < (size_t)maxB * K; i++) hx[i] = (float)(next() & 0xFFFF) / 65536.0f - 0.5f;
+        o->buf_upload(be, x, 0, hx, (size_t)maxB * K);
+        free(hx);
+        for (int d = 0; d < NDT; d++) {
+            size_t wbytes = (size_t)N * K * DTYPES[d].bytes;
+            int ncopy = (int)((COLD_BYTES + wbytes - 1) / wbytes);
+            void *host = host_weights(DTYPES[d].wt, (size_t)N * K);
+            backend_buf **W = calloc((size_t)ncopy, sizeof *W);
+            if (!host || !W) return -ENOMEM;
+            for (int c = 0; c < ncopy; c++) {
+                int rc = weight_new(be, DTYPES[d].wt, N, K, host, &W[c]);
+                if (rc < 0) {
+                    fprintf(stderr, "gemm_bench: weight %d × %d %s: %s\n", N, K, DTYPES[d].name, strerror(-rc));
+                    return rc;
+                }
+            }
+            free(host);
+            for (int bi = 0; bi < nB; bi++) {
+                int B = Bs[bi];
+                double us = time_calls(be, W, ncopy, x, y, B, N, K, min_s);
+                printf("| %d × %d | %s | %s | %d | %.1f | %.1f | %.1f |\n", N, K, SHAPES[s].what, DTYPES[d].name, B,
+                       us, 2.0 * B * N * K / us * 1e-3, (double)wbytes / us * 1e-3);
+                fflush(stdout);
+            }
+            for (int c = 0; c < ncopy; c++) o->buf_free(be, W[c]);
+            free(W);
+        }
+        o->buf_free(be, x);
+        o->buf_free(be, y);
+    }
+    printf("\n");
+    return 0;
+}
+
+/* One token of the 169M model at B = 1: per layer the time mix's r, k, v
+ * (768×768, r with SIGMOID) and output (accumulate), the channel mix's r
+ * (SIGMOID), key (3072×768, RELU2) and value (768×3072, accumulate); then
+ * the head. */
+enum { LAYERS = 12, D = 768, F = 3072, V = 50277, PER_LAYER = 7 };
+
+static int bench_token(backend *be, double read_gbs, int tokens) {
+    const backend_ops *o = be->ops;
+    static const struct { int N, K, flags; } P[PER_LAYER] = {
+        {D, D, BACKEND_MM_SIGMOID}, {D, D, 0}, {D, D, 0}, {D, D, BACKEND_MM_ACCUMULATE},
+        {D, D, BACKEND_MM_SIGMOID}, {F, D, BACKEND_MM_RELU2}, {D, F, BACKEND_MM_ACCUMULATE}};
+    printf("## One token's products at B = 1 (RWKV-4 169M)\n\n");
+    printf("%d layers × %d products + the %d × %d head; floor = weight bytes / read bandwidth (%.1f GB/s).\n\n",
+           LAYERS, PER_LAYER, V, D, read_gbs);
+    printf("| dtype | weight MB | ms per token (best) | ms (median) | floor ms | best / floor | weight GB/s |\n"
+           "|---|---:|---:|---:|---:|---:|---:|\n");
+    backend_buf *x = NULL, *y = NULL;
+    if (o->buf_new(be, F, &x) || o->buf_new(be, V, &y)) return -ENOMEM;
+    float hx[F];
+    for (int i = 0; i < F; i++) hx[i] = (float)(next() & 0xFFFF) / 65536.0f - 0.5f;
+    o->buf_upload(be, x, 0, hx, F);
+    o->buf_upload(be, y, 0, hx, F);
+    for (int d = 0; d < NDT; d++) {
+        backend_buf *W[LAYERS * PER_LAYER + 1];
+        double bytes = 0;
+        void *hd = host_weights(DTYPES[d].wt, (size_t)D * D), *hf = host_weights(DTYPES[d].wt, (size_t)F * D);
+        void *hv = host_weights(DTYPES[d].wt, (size_t)V * D);
+        if (!hd || !hf || !hv) return -ENOMEM;
+        for (int l = 0; l < LAYERS; l++)
+            for (int p = 0; p < PER_LAYER; p++) {
+                const void *h = P[p].N * P[p].K == D * D ? hd : hf;
+                int rc = weight_new(be, DTYPES[d].wt, P[p].N, P[p].K, h, &W[l * PER_LAYER + p]);
+                if (rc < 0) return rc;
+                bytes += (double)P[p].N * P[p].K * DTYPES[d].bytes;
+            }
+        int rc = weight_new(be, DTYPES[d].wt, V, D, hv, &W[LAYERS * PER_LAYER]);
+        if (rc < 0) return rc;
+        bytes += (double)V * D * DTYPES[d].bytes;
+        free(hd);
+        free(hf);
+        free(hv);
+        double t[64];
+        int nt = tokens < 64 ? tokens : 64;
+        for (int it = -2; it < nt; it++) {   /* two untimed tokens first */
+            double t0 = bench_now();
+            for (int l = 0; l < LAYERS; l++)
+                for (int p = 0; p < PER_LAYER; p++)
+                    o->matmul(be, x, 0, P[p].K, W[l * PER_LAYER + p], NULL, y, 0, P[p].N, 1, P[p].N, P[p].K,
+                              P[p].flags);
+            o->matmul(be, x, 0, D, W[LAYERS * PER_LAYER], NULL, y, 0, V, 1, V, D, 0);
+            if (it >= 0) t[it] = bench_now() - t0;
+        }
+        double best = t[0];
+        for (int i = 1; i < nt; i++)
+            if (t[i] < best) best = t[i];
+        double med = bench_median(t, (size_t)nt), floor_s = read_gbs > 0 ? bytes / (read_gbs * 1e9) : 0;
+        printf("| %s | %.1f | %.3f | %.3f | %.3f | %.2f | %.1f |\n", DTYPES[d].name, bytes / 1e6, best * 1e3,
+               med * 1e3, floor_s * 1e3, floor_s > 0 ? best / floor_s : 0, bytes / best / 1e9);
+        fflush(stdout);
+        for (int i = 0; i <= LAYERS * PER_LAYER; i++) o->buf_free(be, W[i]);
+    }
+    o->buf_free(be, x);
+    o->buf_free(be, y);
+    printf("\n");
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *q = getenv("BENCH_QUICK");
+    int quick = q && *q && strcmp(q, "0");
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) {
+            quick = 1;
+        } else {
+            fprintf(stderr, "usage: gemm_bench [--quick]\n");
+            return 2;
+        }
+    }
+    bench_header(stdout, argc, argv);
+    backend *be;
+    char err[256];
+    if (backend_new("cpu", &be, err, sizeof err) < 0) {
+        fprintf(stderr, "gemm_bench: %s\n", err);
+        return 1;
+    }
+    printf("Backend: %s\n\n", be->ops->device_name(be));
+    double gbs = bench_read_gbs();
+    printf("DRAM read bandwidth (2 threads summing a 1 GiB buffer, best of 5): %.1f GB/s\n\n", gbs);
+    static const int full[] = {1, 8, 32, 64, 256}, small[] = {1, 64};
+    int rc = quick ? bench_shapes(be, small, 2, 0.02) : bench_shapes(be, full, 5, 0.3);
+    if (rc == 0) rc = bench_token(be, gbs, quick ? 3 : 30);
+    backend_free(be);
+    if (rc < 0) {
+        fprintf(stderr, "gemm_bench: %s\n", strerror(-rc));
+        return 1;
+    }
+    return 0;
+}
