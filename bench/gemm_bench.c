@@ -1,7 +1,9 @@
 /* bench/gemm_bench.c — the CPU backend's matrix products at RWKV-4 169M
  * shapes (d 768, ffn 3072, vocab 50277), in fp32, bf16 and fp16 weights.
  *
- * First the machine's DRAM read bandwidth (bench_read_gbs). Then each
+ * First the machine's DRAM read bandwidth (bench_read_gbs) and FMA ceiling
+ * (every backend thread running independent fused multiply-adds in the
+ * vector width of the backend's kernel, no memory traffic). Then each
  * product W [N × K] (768×768, 3072×768, 768×3072, 50277×768) at batch
  * B = 1, 8, 32, 64, 256 through backend matmul (every thread of the backend,
  * as the model runs it): µs per call, GFLOP/s (2·B·N·K per call) and GB/s of
@@ -16,13 +18,17 @@
  * --quick (or BENCH_QUICK=1 in the environment): B = 1 and 64 only, short
  * runs — a smoke test of the program, not figures to quote. */
 #include <errno.h>
+#include <immintrin.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bench/benchutil.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/gemm.h"
 
 enum { WT_F32 = 0 };   /* with BACKEND_W_F16 / BACKEND_W_BF16 */
 static const struct { int wt; const char *name; int bytes; } DTYPES[] = {
@@ -64,6 +70,64 @@ static int weight_new(backend *be, int wt, int N, int K, const void *host, backe
     if (wt == WT_F32) return backend_weight_new(be, N, K, host, out);
     if (!be->ops->weight_new_half) return -ENOTSUP;
     return be->ops->weight_new_half(be, N, K, host, wt, out);
+}
+
+/* ---- FMA ceiling ----------------------------------------------------------
+ * 12 independent accumulator chains (more than the FMA pipes × latency of
+ * current cores) per thread; returns the FLOPs done. */
+#define FMA_ITERS 20000000L
+__attribute__((target("avx512f,fma"))) static double fma512(float seed) {
+    __m512 c[12], a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(seed);
+    for (int i = 0; i < 12; i++) c[i] = _mm512_set1_ps((float)i);
+    for (long it = 0; it < FMA_ITERS; it++)
+        _Pragma("GCC unroll 12") for (int i = 0; i < 12; i++) c[i] = _mm512_fmadd_ps(a, c[i], b);
+    float s = 0;
+    for (int i = 0; i < 12; i++) s += _mm512_reduce_add_ps(c[i]);
+    if (s == 1.0f) fprintf(stderr, "(unlikely)\n");   /* keeps the sums */
+    return 2.0 * 16 * 12 * FMA_ITERS;
+}
+__attribute__((target("avx2,fma"))) static double fma256(float seed) {
+    __m256 c[12], a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(seed);
+    for (int i = 0; i < 12; i++) c[i] = _mm256_set1_ps((float)i);
+    for (long it = 0; it < FMA_ITERS; it++)
+        _Pragma("GCC unroll 12") for (int i = 0; i < 12; i++) c[i] = _mm256_fmadd_ps(a, c[i], b);
+    float t[8], s = 0;
+    for (int i = 0; i < 12; i++) {
+        _mm256_storeu_ps(t, c[i]);
+        for (int l = 0; l < 8; l++) s += t[l];
+    }
+    if (s == 1.0f) fprintf(stderr, "(unlikely)\n");
+    return 2.0 * 8 * 12 * FMA_ITERS;
+}
+
+static cpu_gemm_isa fma_isa;
+static void *fma_thread(void *arg) {
+    double *flops = arg;
+    *flops = fma_isa == CPU_GEMM_AVX512 ? fma512(0.001f) : fma256(0.001f);
+    return NULL;
+}
+
+/* GFLOP/s of `threads` threads at once, best of 3; 0 without AVX2/AVX-512. */
+static double fma_ceiling(int threads) {
+    fma_isa = cpu_gemm_detect();
+    if (fma_isa == CPU_GEMM_NONE) return 0;
+    if (threads > 64) threads = 64;
+    double best = 0;
+    for (int run = 0; run < 3; run++) {
+        pthread_t th[64];
+        double flops[64] = {0}, t0 = bench_now();
+        int n = 0;
+        for (; n < threads; n++)
+            if (pthread_create(&th[n], NULL, fma_thread, &flops[n])) break;
+        double sum = 0;
+        for (int i = 0; i < n; i++) {
+            pthread_join(th[i], NULL);
+            sum += flops[i];
+        }
+        double g = sum / (bench_now() - t0) / 1e9;
+        if (g > best) best = g;
+    }
+    return best;
 }
 
 /* Best of 3 runs of at least min_s each: µs per call, calls cycling through
@@ -219,6 +283,10 @@ int main(int argc, char **argv) {
     printf("Backend: %s\n\n", be->ops->device_name(be));
     double gbs = bench_read_gbs();
     printf("DRAM read bandwidth (2 threads summing a 1 GiB buffer, best of 5): %.1f GB/s\n\n", gbs);
+    const char *te = getenv("LIND_CPU_THREADS");
+    long nt = te && *te ? strtol(te, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+    printf("FMA ceiling (%ld threads, %s fused multiply-adds from registers, best of 3): %.1f GFLOP/s\n\n", nt,
+           cpu_gemm_isa_name(cpu_gemm_detect()), fma_ceiling(nt < 1 ? 1 : (int)nt));
     static const int full[] = {1, 8, 32, 64, 256}, small[] = {1, 64};
     int rc = quick ? bench_shapes(be, small, 2, 0.02) : bench_shapes(be, full, 5, 0.3);
     if (rc == 0) rc = bench_token(be, gbs, quick ? 3 : 30);

@@ -46,7 +46,7 @@ static double run_case(int B, int N, int K, int ldx, int ldy, int with_bias, int
     for (int i = 0; i < N; i++) bias[i] = frand(&seed);
     for (int i = 0; i < B * ldy; i++) y[i] = y0[i] = (i % ldy) < N ? frand(&seed) : 12345.0f;
     Wp = packed_new(ISA, W, N, K);
-    cpu_gemm_run(ISA, CPU_GEMM_F32, x, ldx, Wp, with_bias ? bias : NULL, y, ldy, B, N, K, 0, cpu_gemm_panels(ISA, N), acc);
+    cpu_gemm_run(ISA, CPU_GEMM_F32, x, ldx, Wp, with_bias ? bias : NULL, y, ldy, B, N, K, 0, cpu_gemm_panels(ISA, N), acc, NULL);
     for (int b = 0; b < B; b++) {
         for (int n = 0; n < N; n++) {
             long double yv = acc ? y0[b * ldy + n] : 0, bv = with_bias ? bias[n] : 0;
@@ -102,11 +102,11 @@ static void test_panel_ranges(void) {
     for (int i = 0; i < B * K; i++) x[i] = frand(&seed);
     for (int i = 0; i < N * K; i++) W[i] = frand(&seed);
     float *Wp = packed_new(ISA, W, N, K);
-    cpu_gemm_run(ISA, CPU_GEMM_F32, x, K, Wp, NULL, y1, N, B, N, K, 0, P, 0);
+    cpu_gemm_run(ISA, CPU_GEMM_F32, x, K, Wp, NULL, y1, N, B, N, K, 0, P, 0, NULL);
     for (int i = 0; i < B * N; i++) y2[i] = NAN;
-    for (int p = 0; p < P; p++) cpu_gemm_run(ISA, CPU_GEMM_F32, x, K, Wp, NULL, y2, N, B, N, K, p, p + 1, 0);
+    for (int p = 0; p < P; p++) cpu_gemm_run(ISA, CPU_GEMM_F32, x, K, Wp, NULL, y2, N, B, N, K, p, p + 1, 0, NULL);
     CHECK(!memcmp(y1, y2, sizeof(float) * B * N), "panel-by-panel result differs from one call");
-    cpu_gemm_run(ISA, CPU_GEMM_F32, x, K, Wp, NULL, y2, N, B, N, K, 1, 1, 0);   /* empty range writes nothing */
+    cpu_gemm_run(ISA, CPU_GEMM_F32, x, K, Wp, NULL, y2, N, B, N, K, 1, 1, 0, NULL);   /* empty range writes nothing */
     CHECK(!memcmp(y1, y2, sizeof(float) * B * N), "an empty panel range wrote");
     free(x); free(W); free(y1); free(y2); free(Wp);
 }
@@ -123,9 +123,9 @@ static void test_batch_invariance(void) {
     for (int i = 0; i < N * K; i++) W[i] = frand(&seed);
     for (int i = 0; i < N; i++) bias[i] = frand(&seed);
     float *Wp = packed_new(ISA, W, N, K);
-    cpu_gemm_run(ISA, CPU_GEMM_F32, x, K, Wp, bias, yb, N, B, N, K, 0, cpu_gemm_panels(ISA, N), 0);
+    cpu_gemm_run(ISA, CPU_GEMM_F32, x, K, Wp, bias, yb, N, B, N, K, 0, cpu_gemm_panels(ISA, N), 0, NULL);
     for (int b = 0; b < B; b++) {
-        cpu_gemm_run(ISA, CPU_GEMM_F32, x + b * K, K, Wp, bias, y1, N, 1, N, K, 0, cpu_gemm_panels(ISA, N), 0);
+        cpu_gemm_run(ISA, CPU_GEMM_F32, x + b * K, K, Wp, bias, y1, N, 1, N, K, 0, cpu_gemm_panels(ISA, N), 0, NULL);
         CHECK(!memcmp(y1, yb + b * N, sizeof(float) * N), "row %d of a batch of %d differs from the row alone", b, B);
     }
     free(x); free(W); free(bias); free(yb); free(y1); free(Wp);
@@ -254,18 +254,20 @@ static int half_case(cpu_gemm_wtype wt, int B, int N, int K, int ldx, int ldy, i
     float *x = malloc(sizeof(float) * (size_t)B * ldx), *Wf = malloc(sizeof(float) * (size_t)N * K);
     uint16_t *Wh = malloc(sizeof(uint16_t) * (size_t)N * K);
     float *bias = malloc(sizeof(float) * (size_t)N), *yf = malloc(sizeof(float) * (size_t)B * ldy);
-    float *yh = malloc(sizeof(float) * (size_t)B * ldy);
+    float *yh = malloc(sizeof(float) * (size_t)B * ldy), *yw = malloc(sizeof(float) * (size_t)B * ldy);
+    float *scratch = aligned_alloc(64, ((cpu_gemm_scratch_floats(ISA, K) * sizeof(float) + 63) / 64) * 64);
     for (int i = 0; i < B * ldx; i++) x[i] = frand(&seed);
     for (int i = 0; i < N * K; i++) Wf[i] = ref_half(wt, Wh[i] = hrand(wt, &seed));
     for (int i = 0; i < N; i++) bias[i] = frand(&seed);
-    for (int i = 0; i < B * ldy; i++) yf[i] = yh[i] = frand(&seed);
+    for (int i = 0; i < B * ldy; i++) yf[i] = yh[i] = yw[i] = frand(&seed);
     float *pf = packed_new(ISA, Wf, N, K);
     uint16_t *ph = half_packed_new(ISA, Wh, N, K);
     const float *bp = with_bias ? bias : NULL;
-    cpu_gemm_run(ISA, CPU_GEMM_F32, x, ldx, pf, bp, yf, ldy, B, N, K, p0, p1, flags);
-    cpu_gemm_run(ISA, wt, x, ldx, ph, bp, yh, ldy, B, N, K, p0, p1, flags);
-    int same = !memcmp(yf, yh, sizeof(float) * (size_t)B * ldy);
-    free(x); free(Wf); free(Wh); free(bias); free(yf); free(yh); free(pf); free(ph);
+    cpu_gemm_run(ISA, CPU_GEMM_F32, x, ldx, pf, bp, yf, ldy, B, N, K, p0, p1, flags, NULL);
+    cpu_gemm_run(ISA, wt, x, ldx, ph, bp, yh, ldy, B, N, K, p0, p1, flags, NULL);      /* widened in registers */
+    cpu_gemm_run(ISA, wt, x, ldx, ph, bp, yw, ldy, B, N, K, p0, p1, flags, scratch);   /* large B: panel by panel */
+    int same = !memcmp(yf, yh, sizeof(float) * (size_t)B * ldy) && !memcmp(yf, yw, sizeof(float) * (size_t)B * ldy);
+    free(x); free(Wf); free(Wh); free(bias); free(yf); free(yh); free(yw); free(scratch); free(pf); free(ph);
     return same;
 }
 
@@ -300,7 +302,7 @@ static void test_half_exact(void) {
  * widened weights, equal bit for bit, for each flag, at B = 1 and 19, on the
  * path LIND_CPU_GEMM selects (the OpenBLAS path widens at load). */
 static void backend_half_case(const char *gemm) {
-    enum { BM = 19, N = 150, K = 64 };
+    enum { BM = 40, N = 150, K = 64 };   /* B = 40: half panels widened once per panel */
     setenv("LIND_CPU_GEMM", gemm, 1);
     backend *be;
     char err[256];
@@ -361,9 +363,9 @@ static void test_isas_agree(void) {
     for (int i = 0; i < B * N; i++) y1[i] = y2[i] = frand(&seed);
     float *p512 = packed_new(CPU_GEMM_AVX512, W, N, K), *p256 = packed_new(CPU_GEMM_AVX2, W, N, K);
     cpu_gemm_run(CPU_GEMM_AVX512, CPU_GEMM_F32, x, K, p512, bias, y1, N, B, N, K, 0, cpu_gemm_panels(CPU_GEMM_AVX512, N),
-                 CPU_GEMM_ACCUMULATE);
+                 CPU_GEMM_ACCUMULATE, NULL);
     cpu_gemm_run(CPU_GEMM_AVX2, CPU_GEMM_F32, x, K, p256, bias, y2, N, B, N, K, 0, cpu_gemm_panels(CPU_GEMM_AVX2, N),
-                 CPU_GEMM_ACCUMULATE);
+                 CPU_GEMM_ACCUMULATE, NULL);
     CHECK(!memcmp(y1, y2, sizeof y1), "AVX2 and AVX-512 results differ");
     free(p512);
     free(p256);
@@ -378,9 +380,9 @@ static void test_isas_agree(void) {
             memcpy(y3, y1, sizeof y3);
             memcpy(y4, y1, sizeof y4);
             cpu_gemm_run(CPU_GEMM_AVX512, wt, x, K, h512, bias, y3, N, b, N, K, 0, cpu_gemm_panels(CPU_GEMM_AVX512, N),
-                         CPU_GEMM_ACCUMULATE);
+                         CPU_GEMM_ACCUMULATE, NULL);
             cpu_gemm_run(CPU_GEMM_AVX2, wt, x, K, h256, bias, y4, N, b, N, K, 0, cpu_gemm_panels(CPU_GEMM_AVX2, N),
-                         CPU_GEMM_ACCUMULATE);
+                         CPU_GEMM_ACCUMULATE, NULL);
             CHECK(!memcmp(y3, y4, sizeof y3), "%s B=%d: AVX2 and AVX-512 results differ", w ? "bf16" : "f16", b);
         }
         free(h512);

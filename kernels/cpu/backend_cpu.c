@@ -296,6 +296,7 @@ typedef struct mm_job {
     int ldx, ldy, B, N, K, kind, flags;
     cpu_gemm_isa isa;
     cpu_gemm_wtype wtype;   /* of a BUF_PACKED W */
+    float *scratch;         /* half W: cpu_gemm_scratch_floats() per part, or NULL */
 } mm_job;
 
 /* Panels [p0, p1) of a packed weight for this part. */
@@ -303,7 +304,9 @@ static void mm_packed_part(void *arg, int part, int nparts) {
     const mm_job *j = arg;
     int p0, p1;
     part_range(cpu_gemm_panels(j->isa, j->N), part, nparts, &p0, &p1);
-    cpu_gemm_run(j->isa, j->wtype, j->x, j->ldx, j->W, j->bias, j->y, j->ldy, j->B, j->N, j->K, p0, p1, j->flags);
+    float *scr = j->scratch ? j->scratch + (size_t)part * cpu_gemm_scratch_floats(j->isa, j->K) : NULL;
+    cpu_gemm_run(j->isa, j->wtype, j->x, j->ldx, j->W, j->bias, j->y, j->ldy, j->B, j->N, j->K, p0, p1, j->flags,
+                 scr);
 }
 
 /* Output columns [n0, n1) of y = x·Wᵀ (+ bias, + y) through OpenBLAS. */
@@ -341,7 +344,7 @@ static int cpu_matmul(backend *be, const backend_buf *x, size_t xo, int ldx, con
     cpu *c = (cpu *)be;
     if (!backend_mm_flags_ok(flags, ldy, N)) return -EINVAL;
     mm_job j = {x->p + xo, W->p, bias ? bias->p : NULL, y->p + yo, ldx, ldy, B, N, K, W->kind, flags, c->isa,
-                (cpu_gemm_wtype)W->wtype};
+                (cpu_gemm_wtype)W->wtype, NULL};
     int parts = cpu_pool_size(c->threads);
     /* below ~16k multiply-adds (about 2 µs on one core) a fork-join, about a
      * microsecond, costs more than it saves; at 2^14 rather than 2^16 the
@@ -349,6 +352,9 @@ static int cpu_matmul(backend *be, const backend_buf *x, size_t xo, int ldx, con
     if ((double)B * N * K < (double)(1 << 14)) parts = 1;
     if (W->kind == BUF_PACKED) {
         if (parts > cpu_gemm_panels(c->isa, N)) parts = cpu_gemm_panels(c->isa, N);
+        /* a half weight's widened panels (the mixer ops' scratch: ops do not overlap) */
+        if (W->wtype != CPU_GEMM_F32 && !(j.scratch = tmp_get(c, (size_t)parts * cpu_gemm_scratch_floats(c->isa, K))))
+            return -ENOMEM;
         cpu_pool_run(c->threads, mm_packed_part, &j, parts);
     } else {
         if (N < 16 * parts) parts = 1;

@@ -34,8 +34,15 @@
 #define MR256 6
 /* The single-row kernels: panels streamed at once, and how far ahead (in
  * bytes of each panel) they prefetch. */
+#ifndef G1
 #define G1 4
+#endif
+#ifndef PF_BYTES
 #define PF_BYTES 1024
+#endif
+/* A half panel is widened once into the caller's scratch when at least this
+ * many row blocks will read it (below, widening in registers costs less). */
+#define WIDEN_MIN_BLOCKS 3
 
 int cpu_gemm_supported(cpu_gemm_isa isa) {
 #if defined(__x86_64__)
@@ -247,6 +254,19 @@ DEF_ANY512(CPU_GEMM_F32, f32)
 DEF_ANY512(CPU_GEMM_F16, f16)
 DEF_ANY512(CPU_GEMM_BF16, bf16)
 
+/* A whole half panel widened into an fp32 one (dst: K·NR512 floats). */
+TGT512 static void widen512(cpu_gemm_wtype wt, int K, const void *panel, float *dst) {
+    for (int k = 0; k < K; k++) {
+        __m512 w0, w1;
+        if (wt == CPU_GEMM_F16)
+            wload512(CPU_GEMM_F16, panel, (size_t)k, &w0, &w1);
+        else
+            wload512(CPU_GEMM_BF16, panel, (size_t)k, &w0, &w1);
+        _mm512_store_ps(dst + (size_t)k * NR512, w0);
+        _mm512_store_ps(dst + (size_t)k * NR512 + 16, w1);
+    }
+}
+
 /* ---- AVX2: 6 rows × 16 columns --------------------------------------------
  * The same scheme in 8-float vectors: 2·mr ≤ 12 accumulators, two panel
  * vectors and one broadcast fill the 16 registers. Partial panels are
@@ -360,6 +380,18 @@ DEF_ANY256(CPU_GEMM_F32, f32)
 DEF_ANY256(CPU_GEMM_F16, f16)
 DEF_ANY256(CPU_GEMM_BF16, bf16)
 
+TGT256 static void widen256(cpu_gemm_wtype wt, int K, const void *panel, float *dst) {
+    for (int k = 0; k < K; k++) {
+        __m256 w0, w1;
+        if (wt == CPU_GEMM_F16)
+            wload256(CPU_GEMM_F16, panel, (size_t)k, &w0, &w1);
+        else
+            wload256(CPU_GEMM_BF16, panel, (size_t)k, &w0, &w1);
+        _mm256_store_ps(dst + (size_t)k * NR256, w0);
+        _mm256_store_ps(dst + (size_t)k * NR256 + 8, w1);
+    }
+}
+
 /* ---- driver ------------------------------------------------------------ */
 
 typedef void (*micro_fn)(int mr, int K, const float *x, int ldx, const void *panel, const float *bias, float *y,
@@ -371,8 +403,11 @@ typedef void (*row_fn)(int K, const float *x, const void *panels, size_t pstride
  * covers rows [row0(i), row0(i + 1)). */
 static int row0(int B, int nb, int i) { return (int)((long)B * i / nb); }
 
+size_t cpu_gemm_scratch_floats(cpu_gemm_isa isa, int K) { return (size_t)cpu_gemm_nr(isa) * (size_t)K; }
+
 void cpu_gemm_run(cpu_gemm_isa isa, cpu_gemm_wtype wtype, const float *x, int ldx, const void *Wp,
-                  const float *bias, float *y, int ldy, int B, int N, int K, int p0, int p1, int flags) {
+                  const float *bias, float *y, int ldy, int B, int N, int K, int p0, int p1, int flags,
+                  float *scratch) {
     const int is512 = isa == CPU_GEMM_AVX512, nr = cpu_gemm_nr(isa), mrmax = is512 ? MR512 : MR256;
     const int wt = (int)wtype;
     micro_fn micro = is512 ? (wt == CPU_GEMM_F32 ? micro512_f32 : wt == CPU_GEMM_F16 ? micro512_f16 : micro512_bf16)
@@ -382,6 +417,8 @@ void cpu_gemm_run(cpu_gemm_isa isa, cpu_gemm_wtype wtype, const float *x, int ld
     const size_t pstride = (size_t)nr * K * (wt == CPU_GEMM_F32 ? sizeof(float) : sizeof(uint16_t));
     const char *W = Wp;
     int nb = (B + mrmax - 1) / mrmax, p = p0;
+    /* many row blocks per panel: widen each half panel once, then the fp32 kernel */
+    const int widen = wt != CPU_GEMM_F32 && scratch && nb >= WIDEN_MIN_BLOCKS;
     if (B == 1) {   /* groups of G1 full panels, the rest below */
         int full = N / nr < p1 ? N / nr : p1;
         for (; p + G1 <= full; p += G1) {
@@ -391,13 +428,22 @@ void cpu_gemm_run(cpu_gemm_isa isa, cpu_gemm_wtype wtype, const float *x, int ld
         }
     }
     for (; p < p1; p++) {
-        const char *panel = W + (size_t)p * pstride;
+        const void *panel = W + (size_t)p * pstride;
         int ncols = N - p * nr < nr ? N - p * nr : nr;
         const float *bp = bias ? bias + (size_t)p * nr : NULL;
+        micro_fn mk = micro;
+        if (widen) {
+            if (is512)
+                widen512(wtype, K, panel, scratch);
+            else
+                widen256(wtype, K, panel, scratch);
+            panel = scratch;
+            mk = is512 ? micro512_f32 : micro256_f32;
+        }
         for (int i = 0; i < nb; i++) {
             int r0 = row0(B, nb, i), mr = row0(B, nb, i + 1) - r0;
             float *yt = y + (size_t)r0 * ldy + (size_t)p * nr;
-            micro(mr, K, x + (size_t)r0 * ldx, ldx, panel, bp, yt, ldy, ncols, flags);
+            mk(mr, K, x + (size_t)r0 * ldx, ldx, panel, bp, yt, ldy, ncols, flags);
             if (flags & CPU_GEMM_ACTIVATIONS) cpu_gemm_activate(yt, ldy, mr, ncols, flags);
         }
     }

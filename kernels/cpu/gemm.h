@@ -86,9 +86,15 @@ void cpu_gemm_pack_half(cpu_gemm_isa isa, const uint16_t *W, int N, int K, uint1
  * const uint16_t * for F16/BF16). Columns n ≥ N are never written. The bias
  * is added to the finished sum: y + (bias + Σ) when accumulating. Loop
  * order: panels outer, row blocks inner, so a panel is read from memory once
- * per call and the caller's share of W stays in its caches. */
+ * per call and the caller's share of W stays in its caches. scratch: NULL,
+ * or cpu_gemm_scratch_floats(isa, K) floats, 64-byte aligned, owned by this
+ * caller for the call: with it, a half weight at a large B is widened one
+ * panel at a time into scratch and run by the fp32 kernel (the same values,
+ * the same chains) instead of being widened again for every row block. */
 void cpu_gemm_run(cpu_gemm_isa isa, cpu_gemm_wtype wtype, const float *x, int ldx, const void *Wp,
-                  const float *bias, float *y, int ldy, int B, int N, int K, int p0, int p1, int flags);
+                  const float *bias, float *y, int ldy, int B, int N, int K, int p0, int p1, int flags,
+                  float *scratch);
+size_t cpu_gemm_scratch_floats(cpu_gemm_isa isa, int K);
 
 /* y[r·ldy + j] = act(y[r·ldy + j]) for r < rows, j < cols, act the
  * activation flag in flags (none: nothing): the packed kernels' epilogue,
