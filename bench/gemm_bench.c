@@ -14,9 +14,10 @@
  * activations fused), against the bandwidth floor weight_bytes / read GB/s.
  * Every figure is the best of 3 timed runs.
  *
- *   usage: gemm_bench [--quick]
+ *   usage: gemm_bench [--quick] [--token-only]
  * --quick (or BENCH_QUICK=1 in the environment): B = 1 and 64 only, short
- * runs — a smoke test of the program, not figures to quote. */
+ * runs — a smoke test of the program, not figures to quote. --token-only:
+ * skip the per-product table. */
 #include <errno.h>
 #include <immintrin.h>
 #include <pthread.h>
@@ -100,17 +101,40 @@ __attribute__((target("avx2,fma"))) static double fma256(float seed) {
     return 2.0 * 8 * 12 * FMA_ITERS;
 }
 
+/* The same with AVX512_BF16's vdpbf16ps: 32 bf16 products summed in pairs
+ * into 16 fp32 lanes per instruction (counted as 64 FLOPs). What a bf16
+ * dot-product kernel could reach; lind's kernels do not use it (docs/CPU.md). */
+__attribute__((target("avx512f,avx512bf16"))) static double dpbf16(float seed) {
+    __m512 c[12];
+    __m512bh a = (__m512bh)_mm512_set1_epi32(0x3F803F80), b = (__m512bh)_mm512_set1_epi32(0x3C003C00);
+    for (int i = 0; i < 12; i++) c[i] = _mm512_set1_ps(seed * (float)i);
+    for (long it = 0; it < FMA_ITERS; it++)
+        _Pragma("GCC unroll 12") for (int i = 0; i < 12; i++) c[i] = _mm512_dpbf16_ps(c[i], a, b);
+    float s = 0;
+    for (int i = 0; i < 12; i++) s += _mm512_reduce_add_ps(c[i]);
+    if (s == 1.0f) fprintf(stderr, "(unlikely)\n");
+    return 2.0 * 32 * 12 * FMA_ITERS;
+}
+
+static int fma_kind;   /* 0: the backend's FMA width, 1: vdpbf16ps */
 static cpu_gemm_isa fma_isa;
 static void *fma_thread(void *arg) {
     double *flops = arg;
-    *flops = fma_isa == CPU_GEMM_AVX512 ? fma512(0.001f) : fma256(0.001f);
+    *flops = fma_kind ? dpbf16(0.001f) : fma_isa == CPU_GEMM_AVX512 ? fma512(0.001f) : fma256(0.001f);
     return NULL;
 }
 
-/* GFLOP/s of `threads` threads at once, best of 3; 0 without AVX2/AVX-512. */
-static double fma_ceiling(int threads) {
+static int has_dpbf16(void) {
+    __builtin_cpu_init();
+    return cpu_gemm_detect() == CPU_GEMM_AVX512 && __builtin_cpu_supports("avx512bf16");
+}
+
+/* GFLOP/s of `threads` threads at once, best of 3; 0 without AVX2/AVX-512
+ * (or, for kind 1, AVX512_BF16). */
+static double fma_ceiling(int threads, int kind) {
     fma_isa = cpu_gemm_detect();
-    if (fma_isa == CPU_GEMM_NONE) return 0;
+    fma_kind = kind;
+    if (fma_isa == CPU_GEMM_NONE || (kind && !has_dpbf16())) return 0;
     if (threads > 64) threads = 64;
     double best = 0;
     for (int run = 0; run < 3; run++) {
@@ -264,12 +288,14 @@ static int bench_token(backend *be, double read_gbs, int tokens) {
 
 int main(int argc, char **argv) {
     const char *q = getenv("BENCH_QUICK");
-    int quick = q && *q && strcmp(q, "0");
+    int quick = q && *q && strcmp(q, "0"), token_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {
             quick = 1;
+        } else if (!strcmp(argv[i], "--token-only")) {
+            token_only = 1;
         } else {
-            fprintf(stderr, "usage: gemm_bench [--quick]\n");
+            fprintf(stderr, "usage: gemm_bench [--quick] [--token-only]\n");
             return 2;
         }
     }
@@ -286,9 +312,12 @@ int main(int argc, char **argv) {
     const char *te = getenv("LIND_CPU_THREADS");
     long nt = te && *te ? strtol(te, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
     printf("FMA ceiling (%ld threads, %s fused multiply-adds from registers, best of 3): %.1f GFLOP/s\n\n", nt,
-           cpu_gemm_isa_name(cpu_gemm_detect()), fma_ceiling(nt < 1 ? 1 : (int)nt));
+           cpu_gemm_isa_name(cpu_gemm_detect()), fma_ceiling(nt < 1 ? 1 : (int)nt, 0));
+    if (has_dpbf16())
+        printf("vdpbf16ps ceiling (the same, AVX512_BF16 bf16-pair dot products, not used by lind): %.1f GFLOP/s\n\n",
+               fma_ceiling(nt < 1 ? 1 : (int)nt, 1));
     static const int full[] = {1, 8, 32, 64, 256}, small[] = {1, 64};
-    int rc = quick ? bench_shapes(be, small, 2, 0.02) : bench_shapes(be, full, 5, 0.3);
+    int rc = token_only ? 0 : quick ? bench_shapes(be, small, 2, 0.02) : bench_shapes(be, full, 5, 0.3);
     if (rc == 0) rc = bench_token(be, gbs, quick ? 3 : 30);
     backend_free(be);
     if (rc < 0) {

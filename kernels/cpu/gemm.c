@@ -217,8 +217,8 @@ TGT512 INLINE void row512(const cpu_gemm_wtype wt, int K, const float *x, const 
         UNROLL_ROWS
         for (int g = 0; g < G1; g++) {
             __m512 w0, w1;
-            _mm_prefetch(pp[g] + (size_t)k * rowb + PF_BYTES, _MM_HINT_T0);
-            if (rowb > 64) _mm_prefetch(pp[g] + (size_t)k * rowb + PF_BYTES + 64, _MM_HINT_T0);
+            if (PF_BYTES) _mm_prefetch(pp[g] + (size_t)k * rowb + PF_BYTES, _MM_HINT_T0);
+            if (PF_BYTES && rowb > 64) _mm_prefetch(pp[g] + (size_t)k * rowb + PF_BYTES + 64, _MM_HINT_T0);
             wload512(wt, pp[g], (size_t)k, &w0, &w1);
             c0[g] = _mm512_fmadd_ps(a, w0, c0[g]);
             c1[g] = _mm512_fmadd_ps(a, w1, c1[g]);
@@ -347,7 +347,7 @@ TGT256 INLINE void row256(const cpu_gemm_wtype wt, int K, const float *x, const 
         UNROLL_ROWS
         for (int g = 0; g < G1; g++) {
             __m256 w0, w1;
-            if ((k * rowb) % 64 == 0) _mm_prefetch(pp[g] + (size_t)k * rowb + PF_BYTES, _MM_HINT_T0);
+            if (PF_BYTES && (k * rowb) % 64 == 0) _mm_prefetch(pp[g] + (size_t)k * rowb + PF_BYTES, _MM_HINT_T0);
             wload256(wt, pp[g], (size_t)k, &w0, &w1);
             c0[g] = _mm256_fmadd_ps(a, w0, c0[g]);
             c1[g] = _mm256_fmadd_ps(a, w1, c1[g]);
