@@ -130,15 +130,15 @@ static int has_dpbf16(void) {
     return cpu_gemm_detect() == CPU_GEMM_AVX512 && __builtin_cpu_supports("avx512bf16");
 }
 
-/* GFLOP/s of `threads` threads at once, best of 3; 0 without AVX2/AVX-512
- * (or, for kind 1, AVX512_BF16). */
-static double fma_ceiling(int threads, int kind) {
+/* GFLOP/s of `threads` threads at once, best of `runs`; 0 without
+ * AVX2/AVX-512 (or, for kind 1, AVX512_BF16). */
+static double fma_ceiling(int threads, int kind, int runs) {
     fma_isa = cpu_gemm_detect();
     fma_kind = kind;
     if (fma_isa == CPU_GEMM_NONE || (kind && !has_dpbf16())) return 0;
     if (threads > 64) threads = 64;
     double best = 0;
-    for (int run = 0; run < 3; run++) {
+    for (int run = 0; run < runs; run++) {
         pthread_t th[64];
         double flops[64] = {0}, t0 = bench_now();
         int n = 0;
@@ -174,12 +174,14 @@ static double time_calls(backend *be, backend_buf **W, int ncopy, backend_buf *x
     return best * 1e6;
 }
 
-static int bench_shapes(backend *be, const int *Bs, int nB, double min_s) {
+static int bench_shapes(backend *be, const int *Bs, int nB, double min_s, int threads) {
     const backend_ops *o = be->ops;
     printf("## Products, per call\n\n");
     printf("Weights cold (cycled through copies totalling ≥ 96 MB). GFLOP/s counts 2·B·N·K; GB/s is weight bytes "
-           "per second.\n\n");
-    printf("| W (N × K) | what | dtype | B | µs | GFLOP/s | weight GB/s |\n|---|---|---|---:|---:|---:|---:|\n");
+           "per second; at B ≥ 32 \"ceiling\" is the FMA ceiling measured again right after the row's timing (on a "
+           "shared machine it moves), and %% the row's GFLOP/s against it.\n\n");
+    printf("| W (N × K) | what | dtype | B | µs | GFLOP/s | weight GB/s | ceiling | %% |\n"
+           "|---|---|---|---:|---:|---:|---:|---:|---:|\n");
     int maxB = Bs[nB - 1];
     for (int s = 0; s < NSHAPE; s++) {
         int N = SHAPES[s].N, K = SHAPES[s].K;
@@ -205,9 +207,14 @@ static int bench_shapes(backend *be, const int *Bs, int nB, double min_s) {
             free(host);
             for (int bi = 0; bi < nB; bi++) {
                 int B = Bs[bi];
-                double us = time_calls(be, W, ncopy, x, y, B, N, K, min_s);
-                printf("| %d × %d | %s | %s | %d | %.1f | %.1f | %.1f |\n", N, K, SHAPES[s].what, DTYPES[d].name, B,
-                       us, 2.0 * B * N * K / us * 1e-3, (double)wbytes / us * 1e-3);
+                double us = time_calls(be, W, ncopy, x, y, B, N, K, min_s), gf = 2.0 * B * N * K / us * 1e-3;
+                printf("| %d × %d | %s | %s | %d | %.1f | %.1f | %.1f |", N, K, SHAPES[s].what, DTYPES[d].name, B, us,
+                       gf, (double)wbytes / us * 1e-3);
+                double ceil = B >= 32 ? fma_ceiling(threads, 0, 1) : 0;
+                if (ceil > 0)
+                    printf(" %.1f | %.0f |\n", ceil, 100 * gf / ceil);
+                else
+                    printf(" | |\n");
                 fflush(stdout);
             }
             for (int c = 0; c < ncopy; c++) o->buf_free(be, W[c]);
@@ -323,12 +330,13 @@ int main(int argc, char **argv) {
     const char *te = getenv("LIND_CPU_THREADS");
     long nt = te && *te ? strtol(te, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
     printf("FMA ceiling (%ld threads, %s fused multiply-adds from registers, best of 3): %.1f GFLOP/s\n\n", nt,
-           cpu_gemm_isa_name(cpu_gemm_detect()), fma_ceiling(nt < 1 ? 1 : (int)nt, 0));
+           cpu_gemm_isa_name(cpu_gemm_detect()), fma_ceiling(nt < 1 ? 1 : (int)nt, 0, 3));
     if (has_dpbf16())
         printf("vdpbf16ps ceiling (the same, AVX512_BF16 bf16-pair dot products, not used by lind): %.1f GFLOP/s\n\n",
-               fma_ceiling(nt < 1 ? 1 : (int)nt, 1));
+               fma_ceiling(nt < 1 ? 1 : (int)nt, 1, 3));
     static const int full[] = {1, 8, 32, 64, 256}, small[] = {1, 64};
-    int rc = token_only ? 0 : quick ? bench_shapes(be, small, 2, 0.02) : bench_shapes(be, full, 5, 0.3);
+    int threads = nt < 1 ? 1 : (int)nt;
+    int rc = token_only ? 0 : quick ? bench_shapes(be, small, 2, 0.02, threads) : bench_shapes(be, full, 5, 0.3, threads);
     if (rc == 0) rc = bench_token(be, gbs, quick ? 3 : 30);
     backend_free(be);
     if (rc < 0) {
