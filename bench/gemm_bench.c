@@ -12,7 +12,7 @@
  * decode step does. Last, one token's products of the whole 169M model at
  * B = 1 (12 layers × 7 products + the head, 130.6M weights, the channel-mix
  * activations fused), against the bandwidth floor weight_bytes / read GB/s.
- * Each product's figure is the best of 3 timed runs, a token's the best of
+ * Each product's figure is the best of 7 timed runs, a token's the best of
  * 30 (and the median).
  *
  *   usage: gemm_bench [--quick] [--token-only]
@@ -155,14 +155,15 @@ static double fma_ceiling(int threads, int kind, int runs) {
     return best;
 }
 
-/* Best of 3 runs of at least min_s each: µs per call, calls cycling through
- * the ncopy weights. */
+/* Best of 7 runs of at least min_s each: µs per call, calls cycling through
+ * the ncopy weights. (Many short runs: on a shared machine the best one
+ * falls in a quiet moment more often than one of a few long ones.) */
 static double time_calls(backend *be, backend_buf **W, int ncopy, backend_buf *x, backend_buf *y, int B, int N,
                          int K, double min_s) {
     const backend_ops *o = be->ops;
     for (int c = 0; c < ncopy; c++) o->matmul(be, x, 0, K, W[c], NULL, y, 0, N, B, N, K, 0);   /* warm up */
     double best = 1e30;
-    for (int run = 0; run < 3; run++) {
+    for (int run = 0; run < 7; run++) {
         long calls = 0;
         double t0 = bench_now(), dt;
         do {
@@ -336,7 +337,7 @@ int main(int argc, char **argv) {
                fma_ceiling(nt < 1 ? 1 : (int)nt, 1, 3));
     static const int full[] = {1, 8, 32, 64, 256}, small[] = {1, 64};
     int threads = nt < 1 ? 1 : (int)nt;
-    int rc = token_only ? 0 : quick ? bench_shapes(be, small, 2, 0.02, threads) : bench_shapes(be, full, 5, 0.3, threads);
+    int rc = token_only ? 0 : quick ? bench_shapes(be, small, 2, 0.02, threads) : bench_shapes(be, full, 5, 0.1, threads);
     if (rc == 0) rc = bench_token(be, gbs, quick ? 3 : 30);
     backend_free(be);
     if (rc < 0) {
