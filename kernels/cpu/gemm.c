@@ -32,14 +32,9 @@
 #define MR512 12
 #define NR256 16
 #define MR256 6
-/* The single-row kernels: panels streamed at once, and how far ahead (in
- * bytes of each panel) they prefetch. */
-#ifndef G1
+/* Panels the single-row kernels stream at once (1, 4, 8 measured: 4 was
+ * fastest, docs/CPU.md). */
 #define G1 4
-#endif
-#ifndef PF_BYTES
-#define PF_BYTES 1024
-#endif
 /* A half panel is widened once into the caller's scratch when at least this
  * many row blocks will read it (below, widening in registers costs less). */
 #define WIDEN_MIN_BLOCKS 3
@@ -200,11 +195,12 @@ TGT512 INLINE void micro512(const int mr, const cpu_gemm_wtype wt, int K, const 
 
 /* One row against G1 full consecutive panels (B = 1: the weights' bytes are
  * the whole cost). Two chains per panel would leave the loads waiting on FMA
- * latency; G1 panels give 2·G1 independent chains, and each panel's stream
- * is prefetched PF_BYTES ahead. The per-element chains are micro512's. */
+ * latency; G1 panels give 2·G1 independent chains. No software prefetch:
+ * the hardware prefetchers follow these sequential streams, and prefetching
+ * 1–2 KB ahead measured slower for half weights (docs/CPU.md). The
+ * per-element chains are micro512's. */
 TGT512 INLINE void row512(const cpu_gemm_wtype wt, int K, const float *x, const void *panels, size_t pstride,
                           const float *bias, float *y, int flags) {
-    const size_t rowb = wt == CPU_GEMM_F32 ? NR512 * 4 : NR512 * 2;   /* bytes per k of a panel */
     const char *pp[G1];
     __m512 c0[G1], c1[G1];
     for (int g = 0; g < G1; g++) {
@@ -217,8 +213,6 @@ TGT512 INLINE void row512(const cpu_gemm_wtype wt, int K, const float *x, const 
         UNROLL_ROWS
         for (int g = 0; g < G1; g++) {
             __m512 w0, w1;
-            if (PF_BYTES) _mm_prefetch(pp[g] + (size_t)k * rowb + PF_BYTES, _MM_HINT_T0);
-            if (PF_BYTES && rowb > 64) _mm_prefetch(pp[g] + (size_t)k * rowb + PF_BYTES + 64, _MM_HINT_T0);
             wload512(wt, pp[g], (size_t)k, &w0, &w1);
             c0[g] = _mm512_fmadd_ps(a, w0, c0[g]);
             c1[g] = _mm512_fmadd_ps(a, w1, c1[g]);
@@ -334,7 +328,6 @@ TGT256 INLINE void micro256(const int mr, const cpu_gemm_wtype wt, int K, const 
 /* AVX2's single-row kernel: G1 panels, 2·G1 chains of 8 floats. */
 TGT256 INLINE void row256(const cpu_gemm_wtype wt, int K, const float *x, const void *panels, size_t pstride,
                           const float *bias, float *y, int flags) {
-    const size_t rowb = wt == CPU_GEMM_F32 ? NR256 * 4 : NR256 * 2;
     const char *pp[G1];
     __m256 c0[G1], c1[G1];
     for (int g = 0; g < G1; g++) {
@@ -347,7 +340,6 @@ TGT256 INLINE void row256(const cpu_gemm_wtype wt, int K, const float *x, const 
         UNROLL_ROWS
         for (int g = 0; g < G1; g++) {
             __m256 w0, w1;
-            if (PF_BYTES && (k * rowb) % 64 == 0) _mm_prefetch(pp[g] + (size_t)k * rowb + PF_BYTES, _MM_HINT_T0);
             wload256(wt, pp[g], (size_t)k, &w0, &w1);
             c0[g] = _mm256_fmadd_ps(a, w0, c0[g]);
             c1[g] = _mm256_fmadd_ps(a, w1, c1[g]);

@@ -29,8 +29,8 @@
  *
  * A single row (B = 1, a decode step of one session) runs a kernel of its
  * own that streams four panels at once: eight independent FMA chains
- * instead of two, with software prefetch, so the product runs at memory
- * bandwidth rather than at FMA latency. Same chains, same results. */
+ * instead of two, so the product runs at memory bandwidth rather than at
+ * FMA latency. Same chains, same results. */
 #ifndef LIND_KERNELS_CPU_GEMM_H
 #define LIND_KERNELS_CPU_GEMM_H
 
