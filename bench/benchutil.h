@@ -16,5 +16,9 @@ double bench_median(double *v, size_t n);
 void bench_header(FILE *f, int argc, char **argv);
 /* Bytes of MemAvailable from /proc/meminfo, or 0 when unknown. */
 size_t bench_mem_available(void);
+/* DRAM read bandwidth in GB/s (10^9 bytes/s): 2 threads summing halves of a
+ * 1 GiB buffer, best of 5 passes. 0 when the buffer or threads cannot be
+ * had. Takes about a second. */
+double bench_read_gbs(void);
 
 #endif

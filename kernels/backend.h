@@ -106,7 +106,13 @@ typedef struct backend_ops {
      *   BACKEND_MM_GELU        y = GELU(bias + Σ) (lind_gelu_erf per element):
      *                          the feed-forward's first product with its
      *                          activation, in one pass; needs ldy == N and no
-     *                          ACCUMULATE (-EINVAL otherwise). */
+     *                          ACCUMULATE (-EINVAL otherwise).
+     *   BACKEND_MM_RELU2       y = max(0, bias + Σ)² (lind_relu2): RWKV's
+     *                          channel-mix key; the same conditions as GELU.
+     *   BACKEND_MM_SIGMOID     y = σ(bias + Σ) (lind_sigmoid): RWKV's
+     *                          receptance gate; the same conditions as GELU.
+     * At most one of GELU, RELU2, SIGMOID. W may also come from
+     * weight_new_half; the activations x and the result y stay fp32. */
     int (*matmul)(backend *be, const backend_buf *x, size_t xo, int ldx,
                   const backend_buf *W, const backend_buf *bias,
                   backend_buf *y, size_t yo, int ldy, int B, int N, int K, int flags);
@@ -155,8 +161,11 @@ typedef struct backend_ops {
                      const backend_buf *v, size_t vo, int ldv, int d);
 
     /* W [N × K] row-major half-precision host data (IEEE fp16 or bfloat16
-     * bits, wtype) kept in half precision by the backend; otherwise exactly
-     * as weight_new. Optional (NULL: the model widens to fp32). */
+     * bits, wtype BACKEND_W_F16 / BACKEND_W_BF16) kept in half precision by
+     * the backend; otherwise exactly as weight_new. matmul with such a W
+     * gives the same result as with the fp32 weight holding the widened
+     * (exact) values. -EINVAL for an unknown wtype. Optional (NULL: the
+     * model widens to fp32 and calls weight_new). */
     int (*weight_new_half)(backend *be, int N, int K, const uint16_t *W, int wtype, backend_buf **out);
 
     /* ---- constant-state mixers beyond linear attention / AFT --------------

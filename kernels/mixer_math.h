@@ -122,15 +122,49 @@ LIND_HD static inline float lind_sigmoid(float x) {
     return 1.0f / (1.0f + lind_expf(-x));
 }
 
-/* ---- token shift ------------------------------------------------------- */
-
-/* μ⊙h_t + (1−μ)⊙h_{t−1}, written as prev + μ(h − prev). */
-/* RWKV's channel-mix key activation: max(0, x)². */
+/* max(0, x)²: RWKV-4's channel-mix key activation. */
 LIND_HD static inline float lind_relu2(float x) {
     float r = x > 0.0f ? x : 0.0f;
     return r * r;
 }
 
+/* ---- half-precision weights --------------------------------------------- */
+
+/* The fp32 value of bfloat16 bits (exact: bf16 is fp32's top half). */
+LIND_HD static inline float lind_bf16_to_float(unsigned short h) {
+    unsigned int bits = (unsigned int)h << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* The fp32 value of IEEE binary16 bits: exact for every finite value
+ * (subnormals included) and ±inf, the values vcvtph2ps and __half2float
+ * give; a NaN stays a NaN. */
+LIND_HD static inline float lind_f16_to_float(unsigned short h) {
+    unsigned int sign = (unsigned int)(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu, bits;
+    if (e == 0x1Fu) {
+        bits = sign | 0x7F800000u | (m << 13);             /* inf / NaN (payload kept) */
+    } else if (e) {
+        bits = sign | ((e + 112u) << 23) | (m << 13);       /* normal: rebias 15 → 127 */
+    } else if (m) {                                       /* subnormal: m·2^-24, normalized */
+        int sh = 0;
+        while (!(m & 0x400u)) {
+            m <<= 1;
+            sh++;
+        }
+        bits = sign | ((unsigned int)(113 - sh) << 23) | ((m & 0x3FFu) << 13);
+    } else {
+        bits = sign;                                      /* ±0 */
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* ---- token shift ------------------------------------------------------- */
+
+/* μ⊙h_t + (1−μ)⊙h_{t−1}, written as prev + μ(h − prev). */
 LIND_HD static inline float lind_shift_mix(float h, float prev, float mu) {
     return prev + mu * (h - prev);
 }

@@ -2,10 +2,15 @@
  * (kernels/cpu/gemm.h), for each kernel this CPU runs (AVX-512, AVX2),
  * against a long-double reference: every row-block size, panel tails,
  * strides, bias, accumulate, panel ranges; that a row's result does not
- * depend on the batch around it; that the two kernels agree bit for bit; and
- * the backend's matmul flags (fused GELU) on each of its GEMM paths. */
+ * depend on the batch around it; that the two kernels agree bit for bit;
+ * half-precision weights (fp16, bf16): the exact widening, and results bit
+ * for bit equal to the fp32 kernel on the widened weights (every row block,
+ * the single-row kernel, tails, flags, both kernels); and the backend's
+ * matmul flags (fused GELU, ReLU², sigmoid) and weight_new_half on each of
+ * its GEMM paths. */
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,7 +46,7 @@ static double run_case(int B, int N, int K, int ldx, int ldy, int with_bias, int
     for (int i = 0; i < N; i++) bias[i] = frand(&seed);
     for (int i = 0; i < B * ldy; i++) y[i] = y0[i] = (i % ldy) < N ? frand(&seed) : 12345.0f;
     Wp = packed_new(ISA, W, N, K);
-    cpu_gemm_run(ISA, x, ldx, Wp, with_bias ? bias : NULL, y, ldy, B, N, K, 0, cpu_gemm_panels(ISA, N), acc);
+    cpu_gemm_run(ISA, CPU_GEMM_F32, x, ldx, Wp, with_bias ? bias : NULL, y, ldy, B, N, K, 0, cpu_gemm_panels(ISA, N), acc, NULL);
     for (int b = 0; b < B; b++) {
         for (int n = 0; n < N; n++) {
             long double yv = acc ? y0[b * ldy + n] : 0, bv = with_bias ? bias[n] : 0;
@@ -97,11 +102,11 @@ static void test_panel_ranges(void) {
     for (int i = 0; i < B * K; i++) x[i] = frand(&seed);
     for (int i = 0; i < N * K; i++) W[i] = frand(&seed);
     float *Wp = packed_new(ISA, W, N, K);
-    cpu_gemm_run(ISA, x, K, Wp, NULL, y1, N, B, N, K, 0, P, 0);
+    cpu_gemm_run(ISA, CPU_GEMM_F32, x, K, Wp, NULL, y1, N, B, N, K, 0, P, 0, NULL);
     for (int i = 0; i < B * N; i++) y2[i] = NAN;
-    for (int p = 0; p < P; p++) cpu_gemm_run(ISA, x, K, Wp, NULL, y2, N, B, N, K, p, p + 1, 0);
+    for (int p = 0; p < P; p++) cpu_gemm_run(ISA, CPU_GEMM_F32, x, K, Wp, NULL, y2, N, B, N, K, p, p + 1, 0, NULL);
     CHECK(!memcmp(y1, y2, sizeof(float) * B * N), "panel-by-panel result differs from one call");
-    cpu_gemm_run(ISA, x, K, Wp, NULL, y2, N, B, N, K, 1, 1, 0);   /* empty range writes nothing */
+    cpu_gemm_run(ISA, CPU_GEMM_F32, x, K, Wp, NULL, y2, N, B, N, K, 1, 1, 0, NULL);   /* empty range writes nothing */
     CHECK(!memcmp(y1, y2, sizeof(float) * B * N), "an empty panel range wrote");
     free(x); free(W); free(y1); free(y2); free(Wp);
 }
@@ -110,7 +115,7 @@ static void test_panel_ranges(void) {
  * batch is bit-identical to the same row computed alone (every element is
  * one FMA chain over k in order, whatever the row block). */
 static void test_batch_invariance(void) {
-    int N = 96, K = 192, B = 37;
+    int N = 300, K = 192, B = 37;   /* B = 1 runs the single-row kernel on groups of panels */
     unsigned seed = 5;
     float *x = malloc(sizeof(float) * B * K), *W = malloc(sizeof(float) * N * K), *bias = malloc(sizeof(float) * N);
     float *yb = malloc(sizeof(float) * B * N), *y1 = malloc(sizeof(float) * N);
@@ -118,18 +123,27 @@ static void test_batch_invariance(void) {
     for (int i = 0; i < N * K; i++) W[i] = frand(&seed);
     for (int i = 0; i < N; i++) bias[i] = frand(&seed);
     float *Wp = packed_new(ISA, W, N, K);
-    cpu_gemm_run(ISA, x, K, Wp, bias, yb, N, B, N, K, 0, cpu_gemm_panels(ISA, N), 0);
+    cpu_gemm_run(ISA, CPU_GEMM_F32, x, K, Wp, bias, yb, N, B, N, K, 0, cpu_gemm_panels(ISA, N), 0, NULL);
     for (int b = 0; b < B; b++) {
-        cpu_gemm_run(ISA, x + b * K, K, Wp, bias, y1, N, 1, N, K, 0, cpu_gemm_panels(ISA, N), 0);
+        cpu_gemm_run(ISA, CPU_GEMM_F32, x + b * K, K, Wp, bias, y1, N, 1, N, K, 0, cpu_gemm_panels(ISA, N), 0, NULL);
         CHECK(!memcmp(y1, yb + b * N, sizeof(float) * N), "row %d of a batch of %d differs from the row alone", b, B);
     }
     free(x); free(W); free(bias); free(yb); free(y1); free(Wp);
 }
 
-/* matmul through the CPU backend with BACKEND_MM_GELU equals the product
- * followed by lind_gelu_erf, on the path LIND_CPU_GEMM selects; flag
- * combinations the contract refuses are refused. */
-static void backend_gelu_case(const char *gemm) {
+/* The activation a matmul flag asks for, as the reference applies it. */
+static double act_ref(int flags, double s) {
+    if (flags & BACKEND_MM_GELU) return lind_gelu_erf((float)s);
+    if (flags & BACKEND_MM_RELU2) return s > 0 ? s * s : 0;
+    if (flags & BACKEND_MM_SIGMOID) return 1.0 / (1.0 + exp(-s));
+    return s;
+}
+
+/* matmul through the CPU backend with each activation flag (GELU, RELU2,
+ * SIGMOID) equals the product followed by the activation, on the path
+ * LIND_CPU_GEMM selects; flag combinations the contract refuses are
+ * refused. */
+static void backend_flags_case(const char *gemm) {
     enum { B = 19, N = 150, K = 64 };
     setenv("LIND_CPU_GEMM", gemm, 1);
     backend *be;
@@ -149,26 +163,191 @@ static void backend_gelu_case(const char *gemm) {
           o->buf_new(be, N, &bb) == 0 && o->buf_new(be, B * N, &by) == 0, "buffers");
     o->buf_upload(be, bx, 0, x, B * K);
     o->buf_upload(be, bb, 0, bias, N);
-    CHECK(o->matmul(be, bx, 0, K, bW, bb, by, 0, N, B, N, K, BACKEND_MM_GELU) == 0, "%s: matmul gelu", gemm);
-    o->buf_download(be, by, 0, y, B * N);
-    double worst = 0;
-    for (int b = 0; b < B; b++)
-        for (int n = 0; n < N; n++) {
-            double s = bias[n], mag = fabs(bias[n]);
-            for (int k = 0; k < K; k++) {
-                s += (double)x[b * K + k] * W[n * K + k];
-                mag += fabs((double)x[b * K + k] * W[n * K + k]);
+    static const struct { int flag; const char *name; } acts[] = {
+        {BACKEND_MM_GELU, "GELU"}, {BACKEND_MM_RELU2, "RELU2"}, {BACKEND_MM_SIGMOID, "SIGMOID"}};
+    for (size_t a = 0; a < sizeof acts / sizeof *acts; a++) {
+        int f = acts[a].flag;
+        CHECK(o->matmul(be, bx, 0, K, bW, bb, by, 0, N, B, N, K, f) == 0, "%s: matmul %s", gemm, acts[a].name);
+        o->buf_download(be, by, 0, y, B * N);
+        double worst = 0;
+        for (int b = 0; b < B; b++)
+            for (int n = 0; n < N; n++) {
+                double s = bias[n], mag = fabs(bias[n]);
+                for (int k = 0; k < K; k++) {
+                    s += (double)x[b * K + k] * W[n * K + k];
+                    mag += fabs((double)x[b * K + k] * W[n * K + k]);
+                }
+                /* ReLU² doubles the relative error of s: scale by |s| + mag */
+                double scale = f == BACKEND_MM_RELU2 ? mag * (fabs(s) + mag) : mag;
+                double e = fabs(y[b * N + n] - act_ref(f, s)) / (scale + 1e-30);
+                if (e > worst) worst = e;
             }
-            double e = fabs(y[b * N + n] - lind_gelu_erf((float)s)) / (mag + 1e-30);
-            if (e > worst) worst = e;
-        }
-    CHECK(worst < 1e-5, "%s: GELU(x·Wᵀ + b) off by %.3g relative", gemm, worst);
-    CHECK(o->matmul(be, bx, 0, K, bW, bb, by, 0, N, B, N, K, BACKEND_MM_GELU | BACKEND_MM_ACCUMULATE) == -EINVAL,
-          "%s: GELU with accumulate accepted", gemm);
-    CHECK(o->matmul(be, bx, 0, K, bW, bb, by, 0, N + 1, B - 1, N, K, BACKEND_MM_GELU) == -EINVAL,
-          "%s: GELU with ldy != N accepted", gemm);
-    CHECK(o->matmul(be, bx, 0, K, bW, bb, by, 0, N, B, N, K, 4) == -EINVAL, "%s: unknown flag accepted", gemm);
+        CHECK(worst < 1e-5, "%s: %s(x·Wᵀ + b) off by %.3g relative", gemm, acts[a].name, worst);
+        CHECK(o->matmul(be, bx, 0, K, bW, bb, by, 0, N, B, N, K, f | BACKEND_MM_ACCUMULATE) == -EINVAL,
+              "%s: %s with accumulate accepted", gemm, acts[a].name);
+        CHECK(o->matmul(be, bx, 0, K, bW, bb, by, 0, N + 1, B - 1, N, K, f) == -EINVAL,
+              "%s: %s with ldy != N accepted", gemm, acts[a].name);
+    }
+    CHECK(o->matmul(be, bx, 0, K, bW, bb, by, 0, N, B, N, K, BACKEND_MM_RELU2 | BACKEND_MM_SIGMOID) == -EINVAL,
+          "%s: two activations accepted", gemm);
+    CHECK(o->matmul(be, bx, 0, K, bW, bb, by, 0, N, B, N, K, BACKEND_MM_GELU | BACKEND_MM_RELU2) == -EINVAL,
+          "%s: GELU with RELU2 accepted", gemm);
+    CHECK(o->matmul(be, bx, 0, K, bW, bb, by, 0, N, B, N, K, 16) == -EINVAL, "%s: unknown flag accepted", gemm);
     o->buf_free(be, bx); o->buf_free(be, bW); o->buf_free(be, bb); o->buf_free(be, by);
+    backend_free(be);
+}
+
+/* ---- half-precision weights ---------------------------------------------- */
+
+/* Independent references for the two 16-bit formats. */
+static float ref_f16(uint16_t h) {
+    int e = (h >> 10) & 31, m = h & 1023;
+    float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(1024 + m), e - 25);
+    return (h & 0x8000) ? -v : v;
+}
+static float ref_bf16(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+static float ref_half(cpu_gemm_wtype wt, uint16_t h) { return wt == CPU_GEMM_F16 ? ref_f16(h) : ref_bf16(h); }
+
+/* Random finite half bits of moderate size, with subnormals and zeros
+ * (exponent 0) now and then. */
+static uint16_t hrand(cpu_gemm_wtype wt, unsigned *s) {
+    *s = *s * 1103515245u + 12345u;
+    unsigned r = *s >> 4, e = (r >> 16) % 12;
+    if (wt == CPU_GEMM_F16) return (uint16_t)((r & 0x83FF) | (e ? (e + 6) << 10 : 0));       /* 2^-8 … 2^2 */
+    return (uint16_t)((r & 0x807F) | (e ? (e + 118) << 7 : 0));                             /* 2^-8 … 2^2 */
+}
+
+static uint16_t *half_packed_new(cpu_gemm_isa isa, const uint16_t *W, int N, int K) {
+    uint16_t *Wp = aligned_alloc(64, ((cpu_gemm_packed_floats(isa, N, K) * sizeof(uint16_t) + 63) / 64) * 64);
+    cpu_gemm_pack_half(isa, W, N, K, Wp);
+    return Wp;
+}
+
+/* Every half pattern widens to its exact value. */
+static void test_widen(void) {
+    static uint16_t h[65536];
+    static float f[65536];
+    for (int i = 0; i < 65536; i++) h[i] = (uint16_t)i;
+    for (int w = 0; w < 2; w++) {
+        cpu_gemm_wtype wt = w ? CPU_GEMM_BF16 : CPU_GEMM_F16;
+        cpu_gemm_widen(wt, h, f, 65536);
+        int bad = 0;
+        for (int i = 0; i < 65536; i++) {
+            float r = ref_half(wt, h[i]);
+            if (isnan(r) ? !isnan(f[i]) : memcmp(&r, &f[i], sizeof r) != 0) {
+                if (!bad) CHECK(0, "%s %04x widened to %a, not %a", w ? "bf16" : "f16", i, f[i], r);
+                bad++;
+            }
+        }
+    }
+}
+
+/* One product with half weights against the fp32 kernel on the widened
+ * weights: equal bit for bit. Returns 1 when equal. */
+static int half_case(cpu_gemm_wtype wt, int B, int N, int K, int ldx, int ldy, int with_bias, int flags, int p0,
+                     int p1, unsigned seed) {
+    float *x = malloc(sizeof(float) * (size_t)B * ldx), *Wf = malloc(sizeof(float) * (size_t)N * K);
+    uint16_t *Wh = malloc(sizeof(uint16_t) * (size_t)N * K);
+    float *bias = malloc(sizeof(float) * (size_t)N), *yf = malloc(sizeof(float) * (size_t)B * ldy);
+    float *yh = malloc(sizeof(float) * (size_t)B * ldy), *yw = malloc(sizeof(float) * (size_t)B * ldy);
+    float *scratch = aligned_alloc(64, ((cpu_gemm_scratch_floats(ISA, K) * sizeof(float) + 63) / 64) * 64);
+    for (int i = 0; i < B * ldx; i++) x[i] = frand(&seed);
+    for (int i = 0; i < N * K; i++) Wf[i] = ref_half(wt, Wh[i] = hrand(wt, &seed));
+    for (int i = 0; i < N; i++) bias[i] = frand(&seed);
+    for (int i = 0; i < B * ldy; i++) yf[i] = yh[i] = yw[i] = frand(&seed);
+    float *pf = packed_new(ISA, Wf, N, K);
+    uint16_t *ph = half_packed_new(ISA, Wh, N, K);
+    const float *bp = with_bias ? bias : NULL;
+    cpu_gemm_run(ISA, CPU_GEMM_F32, x, ldx, pf, bp, yf, ldy, B, N, K, p0, p1, flags, NULL);
+    cpu_gemm_run(ISA, wt, x, ldx, ph, bp, yh, ldy, B, N, K, p0, p1, flags, NULL);      /* widened in registers */
+    cpu_gemm_run(ISA, wt, x, ldx, ph, bp, yw, ldy, B, N, K, p0, p1, flags, scratch);   /* large B: panel by panel */
+    int same = !memcmp(yf, yh, sizeof(float) * (size_t)B * ldy) && !memcmp(yf, yw, sizeof(float) * (size_t)B * ldy);
+    free(x); free(Wf); free(Wh); free(bias); free(yf); free(yh); free(yw); free(scratch); free(pf); free(ph);
+    return same;
+}
+
+/* Both formats, every row-block size and bigger batches, B = 1 on groups of
+ * panels and single panels, N on and off the panel edge, strides, bias,
+ * every flag, panel ranges starting off a group boundary. */
+static void test_half_exact(void) {
+    static const int Bs[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 24, 25, 37, 64};
+    static const int Ns[] = {1, 17, 32, 33, 100, 200};
+    static const int Ks[] = {1, 7, 64};
+    static const int Fs[] = {0, CPU_GEMM_ACCUMULATE, CPU_GEMM_GELU, CPU_GEMM_RELU2, CPU_GEMM_SIGMOID};
+    unsigned seed = 77;
+    int cases = 0, bad = 0;
+    for (int w = 0; w < 2; w++)
+        for (size_t bi = 0; bi < sizeof Bs / sizeof *Bs; bi++)
+            for (size_t ni = 0; ni < sizeof Ns / sizeof *Ns; ni++)
+                for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++) {
+                    cpu_gemm_wtype wt = w ? CPU_GEMM_BF16 : CPU_GEMM_F16;
+                    int B = Bs[bi], N = Ns[ni], K = Ks[ki], P = cpu_gemm_panels(ISA, N);
+                    int flags = Fs[(bi + ni + ki) % 5], odd = (int)((bi + ki) % 3 == 0);
+                    int p0 = odd && P > 1 ? 1 : 0;
+                    int ok = half_case(wt, B, N, K, K + odd, N + 3 * odd, (int)((ni + ki) % 2), flags, p0, P, seed++);
+                    cases++;
+                    if (!ok && bad++ < 5)
+                        CHECK(0, "%s B=%d N=%d K=%d flags=%d panels [%d, %d): differs from the fp32 kernel",
+                              w ? "bf16" : "f16", B, N, K, flags, p0, P);
+                }
+    CHECK(bad == 0, "%d of %d cases differ", bad, cases);
+}
+
+/* The same through the backend: weight_new_half against weight_new of the
+ * widened weights, equal bit for bit, for each flag, at B = 1 and 19, on the
+ * path LIND_CPU_GEMM selects (the OpenBLAS path widens at load). */
+static void backend_half_case(const char *gemm) {
+    enum { BM = 40, N = 150, K = 64 };   /* B = 40: half panels widened once per panel */
+    setenv("LIND_CPU_GEMM", gemm, 1);
+    backend *be;
+    char err[256];
+    int rc = backend_new("cpu", &be, err, sizeof err);
+    unsetenv("LIND_CPU_GEMM");
+    CHECK(rc == 0, "%s: %s", gemm, err);
+    if (rc) return;
+    const backend_ops *o = be->ops;
+    CHECK(o->weight_new_half != NULL, "%s: no weight_new_half", gemm);
+    unsigned seed = 31;
+    static float x[BM * K], Wf[N * K], bias[N], y0[BM * N], y1[BM * N], y2[BM * N];
+    static uint16_t Wh[N * K];
+    for (int i = 0; i < BM * K; i++) x[i] = frand(&seed);
+    for (int i = 0; i < N; i++) bias[i] = frand(&seed);
+    for (int i = 0; i < BM * N; i++) y0[i] = frand(&seed);
+    backend_buf *bx = NULL, *bb = NULL, *by = NULL, *bad = NULL;
+    CHECK(o->buf_new(be, BM * K, &bx) == 0 && o->buf_new(be, N, &bb) == 0 && o->buf_new(be, BM * N, &by) == 0,
+          "buffers");
+    o->buf_upload(be, bx, 0, x, BM * K);
+    o->buf_upload(be, bb, 0, bias, N);
+    static const int Fs[] = {0, BACKEND_MM_ACCUMULATE, BACKEND_MM_GELU, BACKEND_MM_RELU2, BACKEND_MM_SIGMOID};
+    for (int w = 0; w < 2; w++) {
+        int wtype = w ? BACKEND_W_BF16 : BACKEND_W_F16;
+        for (int i = 0; i < N * K; i++)
+            Wf[i] = ref_half(w ? CPU_GEMM_BF16 : CPU_GEMM_F16, Wh[i] = hrand(w ? CPU_GEMM_BF16 : CPU_GEMM_F16, &seed));
+        backend_buf *bW = NULL, *bH = NULL;
+        CHECK(backend_weight_new(be, N, K, Wf, &bW) == 0 && o->weight_new_half(be, N, K, Wh, wtype, &bH) == 0,
+              "%s: weights", gemm);
+        if (!bW || !bH) break;
+        for (int B = 1; B <= BM; B += BM - 1)
+            for (size_t f = 0; f < sizeof Fs / sizeof *Fs; f++) {
+                o->buf_upload(be, by, 0, y0, BM * N);
+                CHECK(o->matmul(be, bx, 0, K, bW, bb, by, 0, N, B, N, K, Fs[f]) == 0, "matmul fp32");
+                o->buf_download(be, by, 0, y1, BM * N);
+                o->buf_upload(be, by, 0, y0, BM * N);
+                CHECK(o->matmul(be, bx, 0, K, bH, bb, by, 0, N, B, N, K, Fs[f]) == 0, "matmul half");
+                o->buf_download(be, by, 0, y2, BM * N);
+                CHECK(!memcmp(y1, y2, sizeof y1), "%s %s B=%d flags %d: half weight differs from its fp32 widening",
+                      gemm, w ? "bf16" : "f16", B, Fs[f]);
+            }
+        o->buf_free(be, bW);
+        o->buf_free(be, bH);
+    }
+    CHECK(o->weight_new_half(be, N, K, Wh, 3, &bad) == -EINVAL, "%s: unknown wtype accepted", gemm);
+    o->buf_free(be, bx); o->buf_free(be, bb); o->buf_free(be, by);
     backend_free(be);
 }
 
@@ -183,18 +362,40 @@ static void test_isas_agree(void) {
     for (int i = 0; i < N; i++) bias[i] = frand(&seed);
     for (int i = 0; i < B * N; i++) y1[i] = y2[i] = frand(&seed);
     float *p512 = packed_new(CPU_GEMM_AVX512, W, N, K), *p256 = packed_new(CPU_GEMM_AVX2, W, N, K);
-    cpu_gemm_run(CPU_GEMM_AVX512, x, K, p512, bias, y1, N, B, N, K, 0, cpu_gemm_panels(CPU_GEMM_AVX512, N),
-                 CPU_GEMM_ACCUMULATE);
-    cpu_gemm_run(CPU_GEMM_AVX2, x, K, p256, bias, y2, N, B, N, K, 0, cpu_gemm_panels(CPU_GEMM_AVX2, N),
-                 CPU_GEMM_ACCUMULATE);
+    cpu_gemm_run(CPU_GEMM_AVX512, CPU_GEMM_F32, x, K, p512, bias, y1, N, B, N, K, 0, cpu_gemm_panels(CPU_GEMM_AVX512, N),
+                 CPU_GEMM_ACCUMULATE, NULL);
+    cpu_gemm_run(CPU_GEMM_AVX2, CPU_GEMM_F32, x, K, p256, bias, y2, N, B, N, K, 0, cpu_gemm_panels(CPU_GEMM_AVX2, N),
+                 CPU_GEMM_ACCUMULATE, NULL);
     CHECK(!memcmp(y1, y2, sizeof y1), "AVX2 and AVX-512 results differ");
     free(p512);
     free(p256);
+    /* half weights: the same agreement, B = 1 (single-row kernels) and 29 */
+    uint16_t Wh[N * K];
+    float y3[B * N], y4[B * N];
+    for (int w = 0; w < 2; w++) {
+        cpu_gemm_wtype wt = w ? CPU_GEMM_BF16 : CPU_GEMM_F16;
+        for (int i = 0; i < N * K; i++) Wh[i] = hrand(wt, &seed);
+        uint16_t *h512 = half_packed_new(CPU_GEMM_AVX512, Wh, N, K), *h256 = half_packed_new(CPU_GEMM_AVX2, Wh, N, K);
+        for (int b = 1; b <= B; b += B - 1) {
+            memcpy(y3, y1, sizeof y3);
+            memcpy(y4, y1, sizeof y4);
+            cpu_gemm_run(CPU_GEMM_AVX512, wt, x, K, h512, bias, y3, N, b, N, K, 0, cpu_gemm_panels(CPU_GEMM_AVX512, N),
+                         CPU_GEMM_ACCUMULATE, NULL);
+            cpu_gemm_run(CPU_GEMM_AVX2, wt, x, K, h256, bias, y4, N, b, N, K, 0, cpu_gemm_panels(CPU_GEMM_AVX2, N),
+                         CPU_GEMM_ACCUMULATE, NULL);
+            CHECK(!memcmp(y3, y4, sizeof y3), "%s B=%d: AVX2 and AVX-512 results differ", w ? "bf16" : "f16", b);
+        }
+        free(h512);
+        free(h256);
+    }
 }
 
-static void test_backend_gelu_avx512(void) { backend_gelu_case("avx512"); }
-static void test_backend_gelu_avx2(void) { backend_gelu_case("avx2"); }
-static void test_backend_gelu_openblas(void) { backend_gelu_case("openblas"); }
+static void test_backend_flags_avx512(void) { backend_flags_case("avx512"); }
+static void test_backend_flags_avx2(void) { backend_flags_case("avx2"); }
+static void test_backend_flags_openblas(void) { backend_flags_case("openblas"); }
+static void test_backend_half_avx512(void) { backend_half_case("avx512"); }
+static void test_backend_half_avx2(void) { backend_half_case("avx2"); }
+static void test_backend_half_openblas(void) { backend_half_case("openblas"); }
 
 /* An unknown kernel name, or one this CPU cannot run, is refused by name. */
 static void test_backend_bad_gemm_env(void) {
@@ -211,7 +412,7 @@ static void test_backend_bad_gemm_env(void) {
 static void run_isa(cpu_gemm_isa isa) {
     static const struct { const char *name; void (*fn)(void); } cases[] = {
         {"shapes", test_shapes}, {"strides", test_strides}, {"panel_ranges", test_panel_ranges},
-        {"batch_invariance", test_batch_invariance},
+        {"batch_invariance", test_batch_invariance}, {"half_exact", test_half_exact},
     };
     ISA = isa;
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -224,18 +425,22 @@ static void run_isa(cpu_gemm_isa isa) {
 }
 
 int main(void) {
-    RUN(test_backend_gelu_openblas);
+    RUN(test_widen);
+    RUN(test_backend_flags_openblas);
+    RUN(test_backend_half_openblas);
     RUN(test_backend_bad_gemm_env);
     int any = 0;   /* some packed kernel runs here */
     if (cpu_gemm_supported(CPU_GEMM_AVX512)) {
-        RUN(test_backend_gelu_avx512);
+        RUN(test_backend_flags_avx512);
+        RUN(test_backend_half_avx512);
         run_isa(CPU_GEMM_AVX512);
         any = 1;
     } else {
         printf("SKIP gemm_avx512: this CPU has no AVX-512F\n");
     }
     if (cpu_gemm_supported(CPU_GEMM_AVX2)) {
-        RUN(test_backend_gelu_avx2);
+        RUN(test_backend_flags_avx2);
+        RUN(test_backend_half_avx2);
         run_isa(CPU_GEMM_AVX2);
         any = 1;
     } else {

@@ -32,6 +32,8 @@ struct backend_buf {
     size_t n;
     int kind;        /* made by weight_new: BUF_WT, p holds Wᵀ [K × N] for
                         OpenBLAS; BUF_PACKED, p holds kernels/cpu/gemm.h panels */
+    int wtype;       /* BUF_PACKED: cpu_gemm_wtype of the panels (F16/BF16:
+                        p holds uint16_t elements, made by weight_new_half) */
 };
 
 typedef struct cpu {
@@ -68,6 +70,7 @@ static int cpu_buf_new(backend *be, size_t n, backend_buf **out) {
     if (!b->p) { free(b); return -ENOMEM; }
     b->n = n;
     b->kind = BUF_PLAIN;
+    b->wtype = CPU_GEMM_F32;
     *out = b;
     return 0;
 }
@@ -90,6 +93,34 @@ static int cpu_weight_new(backend *be, int N, int K, const float *W, backend_buf
     for (int n = 0; n < N; n++)
         for (int k = 0; k < K; k++) t[(size_t)k * N + n] = W[(size_t)n * K + k];
     (*out)->kind = BUF_WT;
+    return 0;
+}
+
+/* Half-precision panels when the CPU runs the packed kernels (they widen in
+ * registers); on a CPU with neither AVX2 nor AVX-512, widened to fp32 here
+ * and kept as weight_new keeps it (OpenBLAS multiplies fp32 only). */
+static int cpu_weight_new_half(backend *be, int N, int K, const uint16_t *W, int wtype, backend_buf **out) {
+    cpu *c = (cpu *)be;
+    if (wtype != BACKEND_W_F16 && wtype != BACKEND_W_BF16) return -EINVAL;
+    size_t nk = (size_t)N * (size_t)K;
+    if (c->isa == CPU_GEMM_NONE) {
+        float *wide = malloc((nk ? nk : 1) * sizeof(float));
+        if (!wide) return -ENOMEM;
+        cpu_gemm_widen((cpu_gemm_wtype)wtype, W, wide, nk);
+        int rc = cpu_weight_new(be, N, K, wide, out);
+        free(wide);
+        return rc;
+    }
+    size_t n = cpu_gemm_packed_floats(c->isa, N, K);
+    backend_buf *b = malloc(sizeof *b);
+    if (!b) return -ENOMEM;
+    b->p = amalloc(n * sizeof(uint16_t));
+    if (!b->p) { free(b); return -ENOMEM; }
+    cpu_gemm_pack_half(c->isa, W, N, K, (uint16_t *)b->p);
+    b->n = n / 2;   /* floats' worth (never uploaded to or downloaded from) */
+    b->kind = BUF_PACKED;
+    b->wtype = wtype;
+    *out = b;
     return 0;
 }
 
@@ -272,6 +303,8 @@ typedef struct mm_job {
     float *y;
     int ldx, ldy, B, N, K, kind, flags;
     cpu_gemm_isa isa;
+    cpu_gemm_wtype wtype;   /* of a BUF_PACKED W */
+    float *scratch;         /* half W: cpu_gemm_scratch_floats() per part, or NULL */
 } mm_job;
 
 /* Panels [p0, p1) of a packed weight for this part. */
@@ -279,7 +312,9 @@ static void mm_packed_part(void *arg, int part, int nparts) {
     const mm_job *j = arg;
     int p0, p1;
     part_range(cpu_gemm_panels(j->isa, j->N), part, nparts, &p0, &p1);
-    cpu_gemm_run(j->isa, j->x, j->ldx, j->W, j->bias, j->y, j->ldy, j->B, j->N, j->K, p0, p1, j->flags);
+    float *scr = j->scratch ? j->scratch + (size_t)part * cpu_gemm_scratch_floats(j->isa, j->K) : NULL;
+    cpu_gemm_run(j->isa, j->wtype, j->x, j->ldx, j->W, j->bias, j->y, j->ldy, j->B, j->N, j->K, p0, p1, j->flags,
+                 scr);
 }
 
 /* Output columns [n0, n1) of y = x·Wᵀ (+ bias, + y) through OpenBLAS. */
@@ -308,34 +343,7 @@ static void mm_part(void *arg, int part, int nparts) {
     else
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->B, nn, j->K, 1.0f, j->x, j->ldx,
                     j->W + (size_t)n0 * j->K, j->K, beta, j->y + n0, j->ldy);
-    if (j->flags & BACKEND_MM_GELU) cpu_gemm_gelu(j->y + n0, j->ldy, j->B, nn);
-}
-
-/* RELU2 / SIGMOID over n contiguous outputs. */
-typedef struct act_job {
-    float *y;
-    size_t n;
-    int flag;
-} act_job;
-
-__attribute__((noinline)) static void act_relu2(float *restrict y, size_t n) {
-    for (size_t i = 0; i < n; i++) y[i] = lind_relu2(y[i]);
-}
-
-__attribute__((noinline)) static void act_sigmoid(float *restrict y, size_t n) {
-    for (size_t i = 0; i < n; i++) y[i] = lind_sigmoid(y[i]);
-}
-
-static void act_part(void *arg, int part, int nparts) {
-    const act_job *j = arg;
-    size_t lo = j->n * (size_t)part / (size_t)nparts, hi = j->n * (size_t)(part + 1) / (size_t)nparts;
-    if (j->flag == BACKEND_MM_RELU2) act_relu2(j->y + lo, hi - lo);
-    else act_sigmoid(j->y + lo, hi - lo);
-}
-
-static void act_rows(cpu *c, float *y, size_t n, int flag) {
-    act_job j = {y, n, flag};
-    cpu_pool_run(c->threads, act_part, &j, n < (1u << 14) ? 1 : cpu_pool_size(c->threads));
+    cpu_gemm_activate(j->y + n0, j->ldy, j->B, nn, j->flags);   /* GELU, RELU2 or SIGMOID, if any */
 }
 
 static int cpu_matmul(backend *be, const backend_buf *x, size_t xo, int ldx, const backend_buf *W,
@@ -343,8 +351,8 @@ static int cpu_matmul(backend *be, const backend_buf *x, size_t xo, int ldx, con
                       int flags) {
     cpu *c = (cpu *)be;
     if (!backend_mm_flags_ok(flags, ldy, N)) return -EINVAL;
-    int post = flags & (BACKEND_MM_RELU2 | BACKEND_MM_SIGMOID);   /* applied after the product */
-    mm_job j = {x->p + xo, W->p, bias ? bias->p : NULL, y->p + yo, ldx, ldy, B, N, K, W->kind, flags & ~post, c->isa};
+    mm_job j = {x->p + xo, W->p, bias ? bias->p : NULL, y->p + yo, ldx, ldy, B, N, K, W->kind, flags, c->isa,
+                (cpu_gemm_wtype)W->wtype, NULL};
     int parts = cpu_pool_size(c->threads);
     /* below ~16k multiply-adds (about 2 µs on one core) a fork-join, about a
      * microsecond, costs more than it saves; at 2^14 rather than 2^16 the
@@ -352,12 +360,14 @@ static int cpu_matmul(backend *be, const backend_buf *x, size_t xo, int ldx, con
     if ((double)B * N * K < (double)(1 << 14)) parts = 1;
     if (W->kind == BUF_PACKED) {
         if (parts > cpu_gemm_panels(c->isa, N)) parts = cpu_gemm_panels(c->isa, N);
+        /* a half weight's widened panels (the mixer ops' scratch: ops do not overlap) */
+        if (W->wtype != CPU_GEMM_F32 && !(j.scratch = tmp_get(c, (size_t)parts * cpu_gemm_scratch_floats(c->isa, K))))
+            return -ENOMEM;
         cpu_pool_run(c->threads, mm_packed_part, &j, parts);
     } else {
         if (N < 16 * parts) parts = 1;
         cpu_pool_run(c->threads, mm_part, &j, parts);
     }
-    if (post) act_rows(c, y->p + yo, (size_t)B * (size_t)N, post);
     return 0;
 }
 
@@ -732,6 +742,7 @@ static const backend_ops cpu_ops = {
     .gated_add = cpu_gated_add,
     .short_conv = cpu_short_conv,
     .delta_step = cpu_delta_step,
+    .weight_new_half = cpu_weight_new_half,
 };
 
 /* "model name" from /proc/cpuinfo, else "cpu". */

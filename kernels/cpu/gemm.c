@@ -1,11 +1,13 @@
 /* kernels/cpu/gemm.c — see gemm.h. AVX-512 and AVX2 intrinsics behind
  * function target attributes, so the file builds with any -march and the
- * backend decides at run time (cpu_gemm_detect). */
+ * backend decides at run time (cpu_gemm_detect). Each kernel is one inline
+ * template over the row count and the weight type (both compile-time
+ * constants after inlining), instantiated by a switch. */
 #include "kernels/cpu/gemm.h"
 
 #if defined(__GNUC__) && !defined(__clang__)
-/* where AVX-512 is enabled, let cpu_gemm_gelu's loop use it (GCC defaults to
- * 256-bit vectors on Intel) */
+/* where AVX-512 is enabled, let cpu_gemm_activate's loops use it (GCC
+ * defaults to 256-bit vectors on Intel) */
 #pragma GCC target("prefer-vector-width=512")
 #endif
 #include <immintrin.h>
@@ -23,17 +25,25 @@
 #define UNROLL_K _Pragma("GCC unroll 2")
 #endif
 #define TGT512 __attribute__((target("avx512f,fma")))
-#define TGT256 __attribute__((target("avx2,fma")))
+#define TGT256 __attribute__((target("avx2,fma,f16c")))
+#define INLINE static inline __attribute__((always_inline))
 
 #define NR512 32
 #define MR512 12
 #define NR256 16
 #define MR256 6
+/* Panels the single-row kernels stream at once (1, 4, 8 measured: 4 was
+ * fastest, docs/CPU.md). */
+#define G1 4
+/* A half panel is widened once into the caller's scratch when at least this
+ * many row blocks will read it (below, widening in registers costs less). */
+#define WIDEN_MIN_BLOCKS 3
 
 int cpu_gemm_supported(cpu_gemm_isa isa) {
 #if defined(__x86_64__)
     __builtin_cpu_init();
     if (isa == CPU_GEMM_AVX512) return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+    /* every AVX2 CPU has F16C (fp16 weights' vcvtph2ps) */
     if (isa == CPU_GEMM_AVX2) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #endif
     return isa == CPU_GEMM_NONE;
@@ -69,26 +79,96 @@ void cpu_gemm_pack(cpu_gemm_isa isa, const float *W, int N, int K, float *dst) {
     }
 }
 
-/* A plain function (no target attribute) so lind_gelu_erf inlines and the
- * loop vectorizes with the file's own flags: GCC does not inline across
- * differing target options. The packed kernels call it on each finished
- * tile while it is still in L1. */
-void cpu_gemm_gelu(float *y, int ldy, int rows, int cols) {
-    for (int r = 0; r < rows; r++) {
-        float *restrict yr = y + (size_t)r * ldy;
-        for (int j = 0; j < cols; j++) yr[j] = lind_gelu_erf(yr[j]);
+void cpu_gemm_pack_half(cpu_gemm_isa isa, const uint16_t *W, int N, int K, uint16_t *dst) {
+    int nr = cpu_gemm_nr(isa);
+    for (int p = 0; p < cpu_gemm_panels(isa, N); p++) {
+        uint16_t *panel = dst + (size_t)p * nr * K;
+        for (int k = 0; k < K; k++)
+            for (int j = 0; j < nr; j++) {
+                int n = p * nr + j;
+                panel[(size_t)k * nr + j] = n < N ? W[(size_t)n * K + k] : 0;   /* +0 in both formats */
+            }
     }
 }
 
+void cpu_gemm_widen(cpu_gemm_wtype wtype, const uint16_t *src, float *dst, size_t n) {
+    if (wtype == CPU_GEMM_BF16)
+        for (size_t i = 0; i < n; i++) dst[i] = lind_bf16_to_float(src[i]);
+    else
+        for (size_t i = 0; i < n; i++) dst[i] = lind_f16_to_float(src[i]);
+}
+
+/* Plain functions (no target attribute) so the activations inline and the
+ * loops vectorize with the file's own flags: GCC does not inline across
+ * differing target options. The packed kernels call cpu_gemm_activate on
+ * each finished tile while it is still in L1. */
+__attribute__((noinline)) static void act_gelu(float *restrict y, int n) {
+    for (int j = 0; j < n; j++) y[j] = lind_gelu_erf(y[j]);
+}
+__attribute__((noinline)) static void act_relu2(float *restrict y, int n) {
+    for (int j = 0; j < n; j++) y[j] = lind_relu2(y[j]);
+}
+__attribute__((noinline)) static void act_sigmoid(float *restrict y, int n) {
+    for (int j = 0; j < n; j++) y[j] = lind_sigmoid(y[j]);
+}
+
+void cpu_gemm_activate(float *y, int ldy, int rows, int cols, int flags) {
+    void (*f)(float *restrict, int) = (flags & CPU_GEMM_GELU)      ? act_gelu
+                                      : (flags & CPU_GEMM_RELU2)   ? act_relu2
+                                      : (flags & CPU_GEMM_SIGMOID) ? act_sigmoid
+                                                                   : NULL;
+    if (!f) return;
+    for (int r = 0; r < rows; r++) f(y + (size_t)r * ldy, cols);
+}
+
 /* ---- AVX-512: 12 rows × 32 columns ---------------------------------------
- * One row block of `mr` rows (a compile-time constant after inlining)
- * against one panel: 2·mr accumulators of 16 floats stay in registers for the
- * whole k loop; each k loads the panel's two vectors once and broadcasts one
- * x value per row straight from x (packing x would cost as much as the
+ * One row block of `mr` rows against one panel: 2·mr accumulators of 16
+ * floats stay in registers for the whole k loop; each k loads the panel's
+ * two vectors once (widening half weights in registers) and broadcasts one x
+ * value per row straight from x (packing x would cost as much as the
  * multiply-adds when a thread's share of N is a few panels). */
-TGT512 static inline __attribute__((always_inline)) void micro512(const int mr, int K, const float *x, int ldx,
-                                                                  const float *panel, const float *bias, float *y,
-                                                                  int ldy, int ncols, int flags) {
+
+/* Panel row k as two vectors of 16 floats: columns 0–15 and 16–31. */
+TGT512 INLINE void wload512(const cpu_gemm_wtype wt, const void *panel, size_t k, __m512 *w0, __m512 *w1) {
+    if (wt == CPU_GEMM_F32) {
+        const float *p = (const float *)panel + k * NR512;
+        *w0 = _mm512_load_ps(p);
+        *w1 = _mm512_load_ps(p + 16);
+        return;
+    }
+    const __m256i *p = (const __m256i *)((const uint16_t *)panel + k * NR512);
+    __m256i h0 = _mm256_load_si256(p), h1 = _mm256_load_si256(p + 1);
+    if (wt == CPU_GEMM_F16) {
+        *w0 = _mm512_cvtph_ps(h0);
+        *w1 = _mm512_cvtph_ps(h1);
+    } else {   /* bf16 → fp32: the 16 bits become the top half */
+        *w0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h0), 16));
+        *w1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h1), 16));
+    }
+}
+
+/* Lane masks of a panel's first ncols columns. */
+TGT512 INLINE __mmask16 mask512_lo(int ncols) {
+    return ncols >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << ncols) - 1);
+}
+TGT512 INLINE __mmask16 mask512_hi(int ncols) {
+    return ncols >= NR512 ? (__mmask16)0xFFFF : ncols > 16 ? (__mmask16)((1u << (ncols - 16)) - 1) : 0;
+}
+
+/* One finished row of a tile: y = (ACCUMULATE ? y : 0) + (bias + Σ). */
+TGT512 INLINE void store512(float *yr, __m512 c0, __m512 c1, __m512 b0, __m512 b1, __mmask16 m0, __mmask16 m1,
+                            int flags) {
+    __m512 o0 = _mm512_add_ps(c0, b0), o1 = _mm512_add_ps(c1, b1);
+    if (flags & CPU_GEMM_ACCUMULATE) {
+        o0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, yr), o0);
+        o1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, yr + 16), o1);
+    }
+    _mm512_mask_storeu_ps(yr, m0, o0);
+    _mm512_mask_storeu_ps(yr + 16, m1, o1);
+}
+
+TGT512 INLINE void micro512(const int mr, const cpu_gemm_wtype wt, int K, const float *x, int ldx, const void *panel,
+                            const float *bias, float *y, int ldy, int ncols, int flags) {
     __m512 c0[MR512], c1[MR512];
     UNROLL_ROWS
     for (int r = 0; r < mr; r++) {
@@ -97,7 +177,8 @@ TGT512 static inline __attribute__((always_inline)) void micro512(const int mr, 
     }
     UNROLL_K
     for (int k = 0; k < K; k++) {
-        __m512 w0 = _mm512_load_ps(panel + (size_t)k * NR512), w1 = _mm512_load_ps(panel + (size_t)k * NR512 + 16);
+        __m512 w0, w1;
+        wload512(wt, panel, (size_t)k, &w0, &w1);
         UNROLL_ROWS
         for (int r = 0; r < mr; r++) {
             __m512 a = _mm512_set1_ps(x[(size_t)r * ldx + k]);
@@ -105,32 +186,78 @@ TGT512 static inline __attribute__((always_inline)) void micro512(const int mr, 
             c1[r] = _mm512_fmadd_ps(a, w1, c1[r]);
         }
     }
-    __mmask16 m0 = ncols >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << ncols) - 1);
-    __mmask16 m1 = ncols >= NR512 ? (__mmask16)0xFFFF : ncols > 16 ? (__mmask16)((1u << (ncols - 16)) - 1) : 0;
+    __mmask16 m0 = mask512_lo(ncols), m1 = mask512_hi(ncols);
     __m512 b0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
     __m512 b1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
     UNROLL_ROWS
-    for (int r = 0; r < mr; r++) {
-        float *yr = y + (size_t)r * ldy;
-        __m512 o0 = _mm512_add_ps(c0[r], b0), o1 = _mm512_add_ps(c1[r], b1);
-        if (flags & CPU_GEMM_ACCUMULATE) {
-            o0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, yr), o0);
-            o1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, yr + 16), o1);
+    for (int r = 0; r < mr; r++) store512(y + (size_t)r * ldy, c0[r], c1[r], b0, b1, m0, m1, flags);
+}
+
+/* One row against G1 full consecutive panels (B = 1: the weights' bytes are
+ * the whole cost). Two chains per panel would leave the loads waiting on FMA
+ * latency; G1 panels give 2·G1 independent chains. No software prefetch:
+ * the hardware prefetchers follow these sequential streams, and prefetching
+ * 1–2 KB ahead measured slower for half weights (docs/CPU.md). The
+ * per-element chains are micro512's. */
+TGT512 INLINE void row512(const cpu_gemm_wtype wt, int K, const float *x, const void *panels, size_t pstride,
+                          const float *bias, float *y, int flags) {
+    const char *pp[G1];
+    __m512 c0[G1], c1[G1];
+    for (int g = 0; g < G1; g++) {
+        pp[g] = (const char *)panels + (size_t)g * pstride;
+        c0[g] = c1[g] = _mm512_setzero_ps();
+    }
+    UNROLL_K
+    for (int k = 0; k < K; k++) {
+        __m512 a = _mm512_set1_ps(x[k]);
+        UNROLL_ROWS
+        for (int g = 0; g < G1; g++) {
+            __m512 w0, w1;
+            wload512(wt, pp[g], (size_t)k, &w0, &w1);
+            c0[g] = _mm512_fmadd_ps(a, w0, c0[g]);
+            c1[g] = _mm512_fmadd_ps(a, w1, c1[g]);
         }
-        _mm512_mask_storeu_ps(yr, m0, o0);
-        _mm512_mask_storeu_ps(yr + 16, m1, o1);
+    }
+    for (int g = 0; g < G1; g++) {
+        __m512 b0 = bias ? _mm512_loadu_ps(bias + g * NR512) : _mm512_setzero_ps();
+        __m512 b1 = bias ? _mm512_loadu_ps(bias + g * NR512 + 16) : _mm512_setzero_ps();
+        store512(y + g * NR512, c0[g], c1[g], b0, b1, 0xFFFF, 0xFFFF, flags);
     }
 }
 
-/* The kernel for a run-time row count: one instance per mr. */
-TGT512 static void micro512_any(int mr, int K, const float *x, int ldx, const float *panel, const float *bias,
-                                float *y, int ldy, int ncols, int flags) {
-    switch (mr) {
-#define CASE(n) \
-    case n: micro512(n, K, x, ldx, panel, bias, y, ldy, ncols, flags); break;
-        CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8) CASE(9) CASE(10) CASE(11) CASE(12)
-#undef CASE
-    default: break;
+/* The kernels for a run-time row count and weight type: one instance each. */
+#define ROWS12(M) M(1) M(2) M(3) M(4) M(5) M(6) M(7) M(8) M(9) M(10) M(11) M(12)
+#define ROWS6(M) M(1) M(2) M(3) M(4) M(5) M(6)
+
+#define DEF_ANY512(WT, SUF)                                                                                     \
+    TGT512 static void micro512_##SUF(int mr, int K, const float *x, int ldx, const void *panel,              \
+                                      const float *bias, float *y, int ldy, int ncols, int flags) {             \
+        switch (mr) {                                                                                           \
+            ROWS12(CASE512_##SUF)                                                                               \
+        default: break;                                                                                         \
+        }                                                                                                       \
+    }                                                                                                           \
+    TGT512 static void row512_##SUF(int K, const float *x, const void *panels, size_t pstride, const float *bias, \
+                                    float *y, int flags) {                                                      \
+        row512(WT, K, x, panels, pstride, bias, y, flags);                                                      \
+    }
+#define CASE512_f32(n) case n: micro512(n, CPU_GEMM_F32, K, x, ldx, panel, bias, y, ldy, ncols, flags); break;
+#define CASE512_f16(n) case n: micro512(n, CPU_GEMM_F16, K, x, ldx, panel, bias, y, ldy, ncols, flags); break;
+#define CASE512_bf16(n) case n: micro512(n, CPU_GEMM_BF16, K, x, ldx, panel, bias, y, ldy, ncols, flags); break;
+DEF_ANY512(CPU_GEMM_F32, f32)
+DEF_ANY512(CPU_GEMM_F16, f16)
+DEF_ANY512(CPU_GEMM_BF16, bf16)
+
+/* A whole half panel widened into an fp32 one (dst: K·NR512 floats). */
+TGT512 static void widen512(cpu_gemm_wtype wt, int K, const void *panel, float *dst) {
+    for (int k = 0; k < K; k++) {
+        __m512 w0, w1;
+        if (wt == CPU_GEMM_F16)
+            wload512(CPU_GEMM_F16, panel, (size_t)k, &w0, &w1);
+        else
+            wload512(CPU_GEMM_BF16, panel, (size_t)k, &w0, &w1);
+        _mm512_store_ps(dst + (size_t)k * NR512, w0);
+        _mm512_store_ps(dst + (size_t)k * NR512 + 16, w1);
     }
 }
 
@@ -138,14 +265,42 @@ TGT512 static void micro512_any(int mr, int K, const float *x, int ldx, const fl
  * The same scheme in 8-float vectors: 2·mr ≤ 12 accumulators, two panel
  * vectors and one broadcast fill the 16 registers. Partial panels are
  * masked with an integer lane mask. */
-TGT256 static inline __attribute__((always_inline)) __m256i lane_mask256(int n) {
+TGT256 INLINE __m256i lane_mask256(int n) {
     const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), idx);   /* lane i on when i < n */
 }
 
-TGT256 static inline __attribute__((always_inline)) void micro256(const int mr, int K, const float *x, int ldx,
-                                                                  const float *panel, const float *bias, float *y,
-                                                                  int ldy, int ncols, int flags) {
+TGT256 INLINE void wload256(const cpu_gemm_wtype wt, const void *panel, size_t k, __m256 *w0, __m256 *w1) {
+    if (wt == CPU_GEMM_F32) {
+        const float *p = (const float *)panel + k * NR256;
+        *w0 = _mm256_load_ps(p);
+        *w1 = _mm256_load_ps(p + 8);
+        return;
+    }
+    const __m128i *p = (const __m128i *)((const uint16_t *)panel + k * NR256);
+    __m128i h0 = _mm_load_si128(p), h1 = _mm_load_si128(p + 1);
+    if (wt == CPU_GEMM_F16) {
+        *w0 = _mm256_cvtph_ps(h0);
+        *w1 = _mm256_cvtph_ps(h1);
+    } else {
+        *w0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h0), 16));
+        *w1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h1), 16));
+    }
+}
+
+TGT256 INLINE void store256(float *yr, __m256 c0, __m256 c1, __m256 b0, __m256 b1, __m256i m0, __m256i m1,
+                            int flags) {
+    __m256 o0 = _mm256_add_ps(c0, b0), o1 = _mm256_add_ps(c1, b1);
+    if (flags & CPU_GEMM_ACCUMULATE) {
+        o0 = _mm256_add_ps(_mm256_maskload_ps(yr, m0), o0);
+        o1 = _mm256_add_ps(_mm256_maskload_ps(yr + 8, m1), o1);
+    }
+    _mm256_maskstore_ps(yr, m0, o0);
+    _mm256_maskstore_ps(yr + 8, m1, o1);
+}
+
+TGT256 INLINE void micro256(const int mr, const cpu_gemm_wtype wt, int K, const float *x, int ldx, const void *panel,
+                            const float *bias, float *y, int ldy, int ncols, int flags) {
     __m256 c0[MR256], c1[MR256];
     UNROLL_ROWS
     for (int r = 0; r < mr; r++) {
@@ -154,7 +309,8 @@ TGT256 static inline __attribute__((always_inline)) void micro256(const int mr, 
     }
     UNROLL_K
     for (int k = 0; k < K; k++) {
-        __m256 w0 = _mm256_load_ps(panel + (size_t)k * NR256), w1 = _mm256_load_ps(panel + (size_t)k * NR256 + 8);
+        __m256 w0, w1;
+        wload256(wt, panel, (size_t)k, &w0, &w1);
         UNROLL_ROWS
         for (int r = 0; r < mr; r++) {
             __m256 a = _mm256_broadcast_ss(x + (size_t)r * ldx + k);
@@ -166,49 +322,121 @@ TGT256 static inline __attribute__((always_inline)) void micro256(const int mr, 
     __m256 b0 = bias ? _mm256_maskload_ps(bias, m0) : _mm256_setzero_ps();
     __m256 b1 = bias ? _mm256_maskload_ps(bias + 8, m1) : _mm256_setzero_ps();
     UNROLL_ROWS
-    for (int r = 0; r < mr; r++) {
-        float *yr = y + (size_t)r * ldy;
-        __m256 o0 = _mm256_add_ps(c0[r], b0), o1 = _mm256_add_ps(c1[r], b1);
-        if (flags & CPU_GEMM_ACCUMULATE) {
-            o0 = _mm256_add_ps(_mm256_maskload_ps(yr, m0), o0);
-            o1 = _mm256_add_ps(_mm256_maskload_ps(yr + 8, m1), o1);
+    for (int r = 0; r < mr; r++) store256(y + (size_t)r * ldy, c0[r], c1[r], b0, b1, m0, m1, flags);
+}
+
+/* AVX2's single-row kernel: G1 panels, 2·G1 chains of 8 floats. */
+TGT256 INLINE void row256(const cpu_gemm_wtype wt, int K, const float *x, const void *panels, size_t pstride,
+                          const float *bias, float *y, int flags) {
+    const char *pp[G1];
+    __m256 c0[G1], c1[G1];
+    for (int g = 0; g < G1; g++) {
+        pp[g] = (const char *)panels + (size_t)g * pstride;
+        c0[g] = c1[g] = _mm256_setzero_ps();
+    }
+    UNROLL_K
+    for (int k = 0; k < K; k++) {
+        __m256 a = _mm256_broadcast_ss(x + k);
+        UNROLL_ROWS
+        for (int g = 0; g < G1; g++) {
+            __m256 w0, w1;
+            wload256(wt, pp[g], (size_t)k, &w0, &w1);
+            c0[g] = _mm256_fmadd_ps(a, w0, c0[g]);
+            c1[g] = _mm256_fmadd_ps(a, w1, c1[g]);
         }
-        _mm256_maskstore_ps(yr, m0, o0);
-        _mm256_maskstore_ps(yr + 8, m1, o1);
+    }
+    const __m256i all = _mm256_set1_epi32(-1);
+    for (int g = 0; g < G1; g++) {
+        __m256 b0 = bias ? _mm256_loadu_ps(bias + g * NR256) : _mm256_setzero_ps();
+        __m256 b1 = bias ? _mm256_loadu_ps(bias + g * NR256 + 8) : _mm256_setzero_ps();
+        store256(y + g * NR256, c0[g], c1[g], b0, b1, all, all, flags);
     }
 }
 
-TGT256 static void micro256_any(int mr, int K, const float *x, int ldx, const float *panel, const float *bias,
-                                float *y, int ldy, int ncols, int flags) {
-    switch (mr) {
-#define CASE(n) \
-    case n: micro256(n, K, x, ldx, panel, bias, y, ldy, ncols, flags); break;
-        CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6)
-#undef CASE
-    default: break;
+#define DEF_ANY256(WT, SUF)                                                                                     \
+    TGT256 static void micro256_##SUF(int mr, int K, const float *x, int ldx, const void *panel,              \
+                                      const float *bias, float *y, int ldy, int ncols, int flags) {             \
+        switch (mr) {                                                                                           \
+            ROWS6(CASE256_##SUF)                                                                                \
+        default: break;                                                                                         \
+        }                                                                                                       \
+    }                                                                                                           \
+    TGT256 static void row256_##SUF(int K, const float *x, const void *panels, size_t pstride, const float *bias, \
+                                    float *y, int flags) {                                                      \
+        row256(WT, K, x, panels, pstride, bias, y, flags);                                                      \
+    }
+#define CASE256_f32(n) case n: micro256(n, CPU_GEMM_F32, K, x, ldx, panel, bias, y, ldy, ncols, flags); break;
+#define CASE256_f16(n) case n: micro256(n, CPU_GEMM_F16, K, x, ldx, panel, bias, y, ldy, ncols, flags); break;
+#define CASE256_bf16(n) case n: micro256(n, CPU_GEMM_BF16, K, x, ldx, panel, bias, y, ldy, ncols, flags); break;
+DEF_ANY256(CPU_GEMM_F32, f32)
+DEF_ANY256(CPU_GEMM_F16, f16)
+DEF_ANY256(CPU_GEMM_BF16, bf16)
+
+TGT256 static void widen256(cpu_gemm_wtype wt, int K, const void *panel, float *dst) {
+    for (int k = 0; k < K; k++) {
+        __m256 w0, w1;
+        if (wt == CPU_GEMM_F16)
+            wload256(CPU_GEMM_F16, panel, (size_t)k, &w0, &w1);
+        else
+            wload256(CPU_GEMM_BF16, panel, (size_t)k, &w0, &w1);
+        _mm256_store_ps(dst + (size_t)k * NR256, w0);
+        _mm256_store_ps(dst + (size_t)k * NR256 + 8, w1);
     }
 }
+
+/* ---- driver ------------------------------------------------------------ */
+
+typedef void (*micro_fn)(int mr, int K, const float *x, int ldx, const void *panel, const float *bias, float *y,
+                         int ldy, int ncols, int flags);
+typedef void (*row_fn)(int K, const float *x, const void *panels, size_t pstride, const float *bias, float *y,
+                       int flags);
 
 /* Row blocks of near-equal size (B = 32 with MR 12 → 10, 11, 11): block i
  * covers rows [row0(i), row0(i + 1)). */
 static int row0(int B, int nb, int i) { return (int)((long)B * i / nb); }
 
-void cpu_gemm_run(cpu_gemm_isa isa, const float *x, int ldx, const float *Wp, const float *bias, float *y,
-                  int ldy, int B, int N, int K, int p0, int p1, int flags) {
-    int nr = cpu_gemm_nr(isa), mrmax = isa == CPU_GEMM_AVX512 ? MR512 : MR256;
-    int nb = (B + mrmax - 1) / mrmax;
-    for (int p = p0; p < p1; p++) {
-        const float *panel = Wp + (size_t)p * nr * K;
+size_t cpu_gemm_scratch_floats(cpu_gemm_isa isa, int K) { return (size_t)cpu_gemm_nr(isa) * (size_t)K; }
+
+void cpu_gemm_run(cpu_gemm_isa isa, cpu_gemm_wtype wtype, const float *x, int ldx, const void *Wp,
+                  const float *bias, float *y, int ldy, int B, int N, int K, int p0, int p1, int flags,
+                  float *scratch) {
+    const int is512 = isa == CPU_GEMM_AVX512, nr = cpu_gemm_nr(isa), mrmax = is512 ? MR512 : MR256;
+    const int wt = (int)wtype;
+    micro_fn micro = is512 ? (wt == CPU_GEMM_F32 ? micro512_f32 : wt == CPU_GEMM_F16 ? micro512_f16 : micro512_bf16)
+                           : (wt == CPU_GEMM_F32 ? micro256_f32 : wt == CPU_GEMM_F16 ? micro256_f16 : micro256_bf16);
+    row_fn row = is512 ? (wt == CPU_GEMM_F32 ? row512_f32 : wt == CPU_GEMM_F16 ? row512_f16 : row512_bf16)
+                       : (wt == CPU_GEMM_F32 ? row256_f32 : wt == CPU_GEMM_F16 ? row256_f16 : row256_bf16);
+    const size_t pstride = (size_t)nr * K * (wt == CPU_GEMM_F32 ? sizeof(float) : sizeof(uint16_t));
+    const char *W = Wp;
+    int nb = (B + mrmax - 1) / mrmax, p = p0;
+    /* many row blocks per panel: widen each half panel once, then the fp32 kernel */
+    const int widen = wt != CPU_GEMM_F32 && scratch && nb >= WIDEN_MIN_BLOCKS;
+    if (B == 1) {   /* groups of G1 full panels, the rest below */
+        int full = N / nr < p1 ? N / nr : p1;
+        for (; p + G1 <= full; p += G1) {
+            float *yt = y + (size_t)p * nr;
+            row(K, x, W + (size_t)p * pstride, pstride, bias ? bias + (size_t)p * nr : NULL, yt, flags);
+            if (flags & CPU_GEMM_ACTIVATIONS) cpu_gemm_activate(yt, ldy, 1, G1 * nr, flags);
+        }
+    }
+    for (; p < p1; p++) {
+        const void *panel = W + (size_t)p * pstride;
         int ncols = N - p * nr < nr ? N - p * nr : nr;
         const float *bp = bias ? bias + (size_t)p * nr : NULL;
+        micro_fn mk = micro;
+        if (widen) {
+            if (is512)
+                widen512(wtype, K, panel, scratch);
+            else
+                widen256(wtype, K, panel, scratch);
+            panel = scratch;
+            mk = is512 ? micro512_f32 : micro256_f32;
+        }
         for (int i = 0; i < nb; i++) {
             int r0 = row0(B, nb, i), mr = row0(B, nb, i + 1) - r0;
             float *yt = y + (size_t)r0 * ldy + (size_t)p * nr;
-            if (isa == CPU_GEMM_AVX512)
-                micro512_any(mr, K, x + (size_t)r0 * ldx, ldx, panel, bp, yt, ldy, ncols, flags);
-            else
-                micro256_any(mr, K, x + (size_t)r0 * ldx, ldx, panel, bp, yt, ldy, ncols, flags);
-            if (flags & CPU_GEMM_GELU) cpu_gemm_gelu(yt, ldy, mr, ncols);
+            mk(mr, K, x + (size_t)r0 * ldx, ldx, panel, bp, yt, ldy, ncols, flags);
+            if (flags & CPU_GEMM_ACTIVATIONS) cpu_gemm_activate(yt, ldy, mr, ncols, flags);
         }
     }
 }

@@ -19,11 +19,23 @@
  * Each output element is one fp32 fused-multiply-add chain over k = 0…K−1 in
  * order, whatever B, the row block or the thread: a session's results do not
  * depend on which other sessions share its step (and the two ISAs give the
- * same results bit for bit). */
+ * same results bit for bit).
+ *
+ * Half-precision weights (fp16 or bf16) are packed the same way with 16-bit
+ * elements and widened to fp32 in registers (vcvtph2ps; a bf16 is the top
+ * half of an fp32) right before the same FMA chains, so a half weight gives
+ * exactly the fp32 kernel's result on the widened weight while streaming
+ * half the bytes. Activations and sums stay fp32.
+ *
+ * A single row (B = 1, a decode step of one session) runs a kernel of its
+ * own that streams four panels at once: eight independent FMA chains
+ * instead of two, so the product runs at memory bandwidth rather than at
+ * FMA latency. Same chains, same results. */
 #ifndef LIND_KERNELS_CPU_GEMM_H
 #define LIND_KERNELS_CPU_GEMM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef enum cpu_gemm_isa {
     CPU_GEMM_NONE = 0,     /* neither: the backend uses OpenBLAS */
@@ -31,9 +43,20 @@ typedef enum cpu_gemm_isa {
     CPU_GEMM_AVX512 = 2,
 } cpu_gemm_isa;
 
-/* cpu_gemm_run flags (the same values as kernels/backend.h's matmul flags) */
+/* Weight element types (the values of kernels/backend.h's BACKEND_W_*). */
+typedef enum cpu_gemm_wtype {
+    CPU_GEMM_F32 = 0,
+    CPU_GEMM_F16 = 1,    /* IEEE binary16 */
+    CPU_GEMM_BF16 = 2,   /* bfloat16 */
+} cpu_gemm_wtype;
+
+/* cpu_gemm_run flags (the same values as kernels/backend.h's matmul flags);
+ * at most one of GELU, RELU2, SIGMOID */
 #define CPU_GEMM_ACCUMULATE 1
-#define CPU_GEMM_GELU       2
+#define CPU_GEMM_GELU       2   /* y = lind_gelu_erf(s) */
+#define CPU_GEMM_RELU2      4   /* y = lind_relu2(s) = max(0, s)² */
+#define CPU_GEMM_SIGMOID    8   /* y = lind_sigmoid(s) */
+#define CPU_GEMM_ACTIVATIONS (CPU_GEMM_GELU | CPU_GEMM_RELU2 | CPU_GEMM_SIGMOID)
 
 /* The best kernel this CPU runs. */
 cpu_gemm_isa cpu_gemm_detect(void);
@@ -42,31 +65,45 @@ int cpu_gemm_supported(cpu_gemm_isa isa);
 /* "AVX-512", "AVX2", "none". */
 const char *cpu_gemm_isa_name(cpu_gemm_isa isa);
 
-/* Panel width, panels of an N-column weight, floats of its packed form
- * (isa ≠ CPU_GEMM_NONE). */
+/* Panel width, panels of an N-column weight, elements of its packed form
+ * (floats, or uint16 for a half weight; isa ≠ CPU_GEMM_NONE). */
 int    cpu_gemm_nr(cpu_gemm_isa isa);
 int    cpu_gemm_panels(cpu_gemm_isa isa, int N);
 size_t cpu_gemm_packed_floats(cpu_gemm_isa isa, int N, int K);
 
-/* Pack W [N × K] row-major into dst (cpu_gemm_packed_floats() floats,
- * caller-owned, 32-byte aligned at least). */
+/* Pack W [N × K] row-major into dst (cpu_gemm_packed_floats() elements,
+ * caller-owned, 64-byte aligned): fp32, or 16-bit half-precision bits
+ * (fp16 or bf16, the layout does not depend on which). */
 void cpu_gemm_pack(cpu_gemm_isa isa, const float *W, int N, int K, float *dst);
+void cpu_gemm_pack_half(cpu_gemm_isa isa, const uint16_t *W, int N, int K, uint16_t *dst);
 
 /* Output columns of panels [p0, p1) of
  *   y[b, n] = (ACCUMULATE ? y[b, n] : 0) + (bias ? bias[n] : 0) + Σ_k x[b, k]·W[n, k]
- * or, with CPU_GEMM_GELU, y[b, n] = lind_gelu_erf(bias[n] + Σ), applied to
- * each finished tile while it is in L1; for b < B, with x row stride ldx and
- * y row stride ldy (floats); Wp is the weight packed for the same isa, which
- * the CPU must support. Columns n ≥ N are never written. The bias is added
- * to the finished sum: y + (bias + Σ) when accumulating. Loop order: panels
- * outer, row blocks inner, so a panel is read from memory once per call and
- * the caller's share of W stays in its caches. */
-void cpu_gemm_run(cpu_gemm_isa isa, const float *x, int ldx, const float *Wp, const float *bias, float *y,
-                  int ldy, int B, int N, int K, int p0, int p1, int flags);
+ * or, with an activation flag, y[b, n] = act(bias[n] + Σ), applied to each
+ * finished tile while it is in L1; for b < B, with x row stride ldx and y
+ * row stride ldy (floats); Wp is the weight packed for the same isa (which
+ * the CPU must support), of element type wtype (const float * for F32,
+ * const uint16_t * for F16/BF16). Columns n ≥ N are never written. The bias
+ * is added to the finished sum: y + (bias + Σ) when accumulating. Loop
+ * order: panels outer, row blocks inner, so a panel is read from memory once
+ * per call and the caller's share of W stays in its caches. scratch: NULL,
+ * or cpu_gemm_scratch_floats(isa, K) floats, 64-byte aligned, owned by this
+ * caller for the call: with it, a half weight at a large B is widened one
+ * panel at a time into scratch and run by the fp32 kernel (the same values,
+ * the same chains) instead of being widened again for every row block. */
+void cpu_gemm_run(cpu_gemm_isa isa, cpu_gemm_wtype wtype, const float *x, int ldx, const void *Wp,
+                  const float *bias, float *y, int ldy, int B, int N, int K, int p0, int p1, int flags,
+                  float *scratch);
+size_t cpu_gemm_scratch_floats(cpu_gemm_isa isa, int K);
 
-/* y[r·ldy + j] = lind_gelu_erf(y[r·ldy + j]) for r < rows, j < cols: the
- * CPU_GEMM_GELU activation, also applied by the backend after an OpenBLAS
- * product. Runs on any CPU. */
-void cpu_gemm_gelu(float *y, int ldy, int rows, int cols);
+/* y[r·ldy + j] = act(y[r·ldy + j]) for r < rows, j < cols, act the
+ * activation flag in flags (none: nothing): the packed kernels' epilogue,
+ * also applied by the backend after an OpenBLAS product. Runs on any CPU. */
+void cpu_gemm_activate(float *y, int ldy, int rows, int cols, int flags);
+
+/* dst[i] = the fp32 value of the half-precision bits src[i] (wtype F16 or
+ * BF16), for i < n: exact. Runs on any CPU (the OpenBLAS path widens half
+ * weights at load with it). */
+void cpu_gemm_widen(cpu_gemm_wtype wtype, const uint16_t *src, float *dst, size_t n);
 
 #endif

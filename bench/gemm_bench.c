@@ -1,0 +1,348 @@
+/* bench/gemm_bench.c — the CPU backend's matrix products at RWKV-4 169M
+ * shapes (d 768, ffn 3072, vocab 50277), in fp32, bf16 and fp16 weights.
+ *
+ * First the machine's DRAM read bandwidth (bench_read_gbs) and FMA ceiling
+ * (every backend thread running independent fused multiply-adds in the
+ * vector width of the backend's kernel, no memory traffic). Then each
+ * product W [N × K] (768×768, 3072×768, 768×3072, 50277×768) at batch
+ * B = 1, 8, 32, 64, 256 through backend matmul (every thread of the backend,
+ * as the model runs it): µs per call, GFLOP/s (2·B·N·K per call) and GB/s of
+ * weight bytes. Calls cycle through enough copies of the weight (≥ 96 MB,
+ * three times the L3) that every call reads its weight from DRAM, as a
+ * decode step does. Last, one token's products of the whole 169M model at
+ * B = 1 (12 layers × 7 products + the head, 130.6M weights, the channel-mix
+ * activations fused), against the bandwidth floor weight_bytes / read GB/s.
+ * Each product's figure is the best of 7 timed runs, a token's the best of
+ * 30 (and the median).
+ *
+ *   usage: gemm_bench [--quick] [--token-only]
+ * --quick (or BENCH_QUICK=1 in the environment): B = 1 and 64 only, short
+ * runs — a smoke test of the program, not figures to quote. --token-only:
+ * skip the per-product table. */
+#include <errno.h>
+#include <immintrin.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench/benchutil.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/gemm.h"
+
+enum { WT_F32 = 0 };   /* with BACKEND_W_F16 / BACKEND_W_BF16 */
+static const struct { int wt; const char *name; int bytes; } DTYPES[] = {
+    {WT_F32, "f32", 4}, {BACKEND_W_BF16, "bf16", 2}, {BACKEND_W_F16, "f16", 2}};
+static const struct { const char *what; int N, K; } SHAPES[] = {
+    {"att k/v/r/o, ffn r", 768, 768},
+    {"ffn key", 3072, 768},
+    {"ffn value", 768, 3072},
+    {"head", 50277, 768},
+};
+#define NDT (int)(sizeof DTYPES / sizeof *DTYPES)
+#define NSHAPE (int)(sizeof SHAPES / sizeof *SHAPES)
+#define COLD_BYTES ((size_t)96 << 20)
+
+static unsigned rng = 12345;
+static unsigned next(void) {
+    rng = rng * 1103515245u + 12345u;
+    return rng >> 8;
+}
+
+/* Host weights of one dtype: fp32 values in ±[1/16, 1), or half bits of
+ * the same range (no subnormals: they would not change the timing anyway). */
+static void *host_weights(int wt, size_t n) {
+    if (wt == WT_F32) {
+        float *w = malloc(n * sizeof *w);
+        for (size_t i = 0; w && i < n; i++) w[i] = ((float)(next() & 0xFFFF) / 65536.0f - 0.5f) * 0.1f;
+        return w;
+    }
+    uint16_t *w = malloc(n * sizeof *w);
+    for (size_t i = 0; w && i < n; i++) {
+        unsigned r = next();
+        w[i] = wt == BACKEND_W_BF16 ? (uint16_t)((r & 0x807F) | ((123u + (r >> 16) % 4) << 7))
+                                    : (uint16_t)((r & 0x83FF) | ((11u + (r >> 16) % 4) << 10));
+    }
+    return w;
+}
+
+static int weight_new(backend *be, int wt, int N, int K, const void *host, backend_buf **out) {
+    if (wt == WT_F32) return backend_weight_new(be, N, K, host, out);
+    if (!be->ops->weight_new_half) return -ENOTSUP;
+    return be->ops->weight_new_half(be, N, K, host, wt, out);
+}
+
+/* ---- FMA ceiling ----------------------------------------------------------
+ * 12 independent accumulator chains (more than the FMA pipes × latency of
+ * current cores) per thread; returns the FLOPs done. */
+#define FMA_ITERS 20000000L
+__attribute__((target("avx512f,fma"))) static double fma512(float seed) {
+    __m512 c[12], a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(seed);
+    for (int i = 0; i < 12; i++) c[i] = _mm512_set1_ps((float)i);
+    for (long it = 0; it < FMA_ITERS; it++)
+        _Pragma("GCC unroll 12") for (int i = 0; i < 12; i++) c[i] = _mm512_fmadd_ps(a, c[i], b);
+    float s = 0;
+    for (int i = 0; i < 12; i++) s += _mm512_reduce_add_ps(c[i]);
+    if (s == 1.0f) fprintf(stderr, "(unlikely)\n");   /* keeps the sums */
+    return 2.0 * 16 * 12 * FMA_ITERS;
+}
+__attribute__((target("avx2,fma"))) static double fma256(float seed) {
+    __m256 c[12], a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(seed);
+    for (int i = 0; i < 12; i++) c[i] = _mm256_set1_ps((float)i);
+    for (long it = 0; it < FMA_ITERS; it++)
+        _Pragma("GCC unroll 12") for (int i = 0; i < 12; i++) c[i] = _mm256_fmadd_ps(a, c[i], b);
+    float t[8], s = 0;
+    for (int i = 0; i < 12; i++) {
+        _mm256_storeu_ps(t, c[i]);
+        for (int l = 0; l < 8; l++) s += t[l];
+    }
+    if (s == 1.0f) fprintf(stderr, "(unlikely)\n");
+    return 2.0 * 8 * 12 * FMA_ITERS;
+}
+
+/* The same with AVX512_BF16's vdpbf16ps: 32 bf16 products summed in pairs
+ * into 16 fp32 lanes per instruction (counted as 64 FLOPs). What a bf16
+ * dot-product kernel could reach; lind's kernels do not use it (docs/CPU.md). */
+__attribute__((target("avx512f,avx512bf16"))) static double dpbf16(float seed) {
+    __m512 c[12];
+    __m512bh a = (__m512bh)_mm512_set1_epi32(0x3F803F80), b = (__m512bh)_mm512_set1_epi32(0x3C003C00);
+    for (int i = 0; i < 12; i++) c[i] = _mm512_set1_ps(seed * (float)i);
+    for (long it = 0; it < FMA_ITERS; it++)
+        _Pragma("GCC unroll 12") for (int i = 0; i < 12; i++) c[i] = _mm512_dpbf16_ps(c[i], a, b);
+    float s = 0;
+    for (int i = 0; i < 12; i++) s += _mm512_reduce_add_ps(c[i]);
+    if (s == 1.0f) fprintf(stderr, "(unlikely)\n");
+    return 2.0 * 32 * 12 * FMA_ITERS;
+}
+
+static int fma_kind;   /* 0: the backend's FMA width, 1: vdpbf16ps */
+static cpu_gemm_isa fma_isa;
+static void *fma_thread(void *arg) {
+    double *flops = arg;
+    *flops = fma_kind ? dpbf16(0.001f) : fma_isa == CPU_GEMM_AVX512 ? fma512(0.001f) : fma256(0.001f);
+    return NULL;
+}
+
+static int has_dpbf16(void) {
+    __builtin_cpu_init();
+    return cpu_gemm_detect() == CPU_GEMM_AVX512 && __builtin_cpu_supports("avx512bf16");
+}
+
+/* GFLOP/s of `threads` threads at once, best of `runs`; 0 without
+ * AVX2/AVX-512 (or, for kind 1, AVX512_BF16). */
+static double fma_ceiling(int threads, int kind, int runs) {
+    fma_isa = cpu_gemm_detect();
+    fma_kind = kind;
+    if (fma_isa == CPU_GEMM_NONE || (kind && !has_dpbf16())) return 0;
+    if (threads > 64) threads = 64;
+    double best = 0;
+    for (int run = 0; run < runs; run++) {
+        pthread_t th[64];
+        double flops[64] = {0}, t0 = bench_now();
+        int n = 0;
+        for (; n < threads; n++)
+            if (pthread_create(&th[n], NULL, fma_thread, &flops[n])) break;
+        double sum = 0;
+        for (int i = 0; i < n; i++) {
+            pthread_join(th[i], NULL);
+            sum += flops[i];
+        }
+        double g = sum / (bench_now() - t0) / 1e9;
+        if (g > best) best = g;
+    }
+    return best;
+}
+
+/* Best of 7 runs of at least min_s each: µs per call, calls cycling through
+ * the ncopy weights. (Many short runs: on a shared machine the best one
+ * falls in a quiet moment more often than one of a few long ones.) */
+static double time_calls(backend *be, backend_buf **W, int ncopy, backend_buf *x, backend_buf *y, int B, int N,
+                         int K, double min_s) {
+    const backend_ops *o = be->ops;
+    for (int c = 0; c < ncopy; c++) o->matmul(be, x, 0, K, W[c], NULL, y, 0, N, B, N, K, 0);   /* warm up */
+    double best = 1e30;
+    for (int run = 0; run < 7; run++) {
+        long calls = 0;
+        double t0 = bench_now(), dt;
+        do {
+            o->matmul(be, x, 0, K, W[calls % ncopy], NULL, y, 0, N, B, N, K, 0);
+            calls++;
+        } while ((dt = bench_now() - t0) < min_s);
+        if (dt / calls < best) best = dt / calls;
+    }
+    return best * 1e6;
+}
+
+static int bench_shapes(backend *be, const int *Bs, int nB, double min_s, int threads) {
+    const backend_ops *o = be->ops;
+    printf("## Products, per call\n\n");
+    printf("Weights cold (cycled through copies totalling ≥ 96 MB). GFLOP/s counts 2·B·N·K; GB/s is weight bytes "
+           "per second; at B ≥ 32 \"ceiling\" is the FMA ceiling measured again right after the row's timing (on a "
+           "shared machine it moves), and %% the row's GFLOP/s against it.\n\n");
+    printf("| W (N × K) | what | dtype | B | µs | GFLOP/s | weight GB/s | ceiling | %% |\n"
+           "|---|---|---|---:|---:|---:|---:|---:|---:|\n");
+    int maxB = Bs[nB - 1];
+    for (int s = 0; s < NSHAPE; s++) {
+        int N = SHAPES[s].N, K = SHAPES[s].K;
+        backend_buf *x = NULL, *y = NULL;
+        if (o->buf_new(be, (size_t)maxB * K, &x) || o->buf_new(be, (size_t)maxB * N, &y)) return -ENOMEM;
+        float *hx = malloc(sizeof(float) * (size_t)maxB * K);
+        for (size_t i = 0; i < (size_t)maxB * K; i++) hx[i] = (float)(next() & 0xFFFF) / 65536.0f - 0.5f;
+        o->buf_upload(be, x, 0, hx, (size_t)maxB * K);
+        free(hx);
+        for (int d = 0; d < NDT; d++) {
+            size_t wbytes = (size_t)N * K * DTYPES[d].bytes;
+            int ncopy = (int)((COLD_BYTES + wbytes - 1) / wbytes);
+            void *host = host_weights(DTYPES[d].wt, (size_t)N * K);
+            backend_buf **W = calloc((size_t)ncopy, sizeof *W);
+            if (!host || !W) return -ENOMEM;
+            for (int c = 0; c < ncopy; c++) {
+                int rc = weight_new(be, DTYPES[d].wt, N, K, host, &W[c]);
+                if (rc < 0) {
+                    fprintf(stderr, "gemm_bench: weight %d × %d %s: %s\n", N, K, DTYPES[d].name, strerror(-rc));
+                    return rc;
+                }
+            }
+            free(host);
+            for (int bi = 0; bi < nB; bi++) {
+                int B = Bs[bi];
+                double us = time_calls(be, W, ncopy, x, y, B, N, K, min_s), gf = 2.0 * B * N * K / us * 1e-3;
+                printf("| %d × %d | %s | %s | %d | %.1f | %.1f | %.1f |", N, K, SHAPES[s].what, DTYPES[d].name, B, us,
+                       gf, (double)wbytes / us * 1e-3);
+                double ceil = B >= 32 ? fma_ceiling(threads, 0, 1) : 0;
+                if (ceil > 0)
+                    printf(" %.1f | %.0f |\n", ceil, 100 * gf / ceil);
+                else
+                    printf(" | |\n");
+                fflush(stdout);
+            }
+            for (int c = 0; c < ncopy; c++) o->buf_free(be, W[c]);
+            free(W);
+        }
+        o->buf_free(be, x);
+        o->buf_free(be, y);
+    }
+    printf("\n");
+    return 0;
+}
+
+/* One token of the 169M model at B = 1: per layer the time mix's r, k, v
+ * (768×768, r with SIGMOID) and output (accumulate), the channel mix's r
+ * (SIGMOID), key (3072×768, RELU2) and value (768×3072, accumulate); then
+ * the head. The dtypes take turns token by token, so a busy moment of a
+ * shared machine hits them alike; the read bandwidth is measured again
+ * every 10 rounds and after them, and the best of all is the floor's. */
+enum { LAYERS = 12, D = 768, F = 3072, V = 50277, PER_LAYER = 7, NW = LAYERS * PER_LAYER + 1 };
+
+static int bench_token(backend *be, double read_gbs, int tokens) {
+    const backend_ops *o = be->ops;
+    static const struct { int N, K, flags; } P[PER_LAYER] = {
+        {D, D, BACKEND_MM_SIGMOID}, {D, D, 0}, {D, D, 0}, {D, D, BACKEND_MM_ACCUMULATE},
+        {D, D, BACKEND_MM_SIGMOID}, {F, D, BACKEND_MM_RELU2}, {D, F, BACKEND_MM_ACCUMULATE}};
+    backend_buf *x = NULL, *y = NULL, *W[NDT][NW];
+    double bytes[NDT] = {0}, t[NDT][64];
+    if (o->buf_new(be, F, &x) || o->buf_new(be, V, &y)) return -ENOMEM;
+    float hx[F];
+    for (int i = 0; i < F; i++) hx[i] = (float)(next() & 0xFFFF) / 65536.0f - 0.5f;
+    o->buf_upload(be, x, 0, hx, F);
+    o->buf_upload(be, y, 0, hx, F);
+    for (int d = 0; d < NDT; d++) {
+        void *hd = host_weights(DTYPES[d].wt, (size_t)D * D), *hf = host_weights(DTYPES[d].wt, (size_t)F * D);
+        void *hv = host_weights(DTYPES[d].wt, (size_t)V * D);
+        if (!hd || !hf || !hv) return -ENOMEM;
+        for (int l = 0; l < LAYERS; l++)
+            for (int p = 0; p < PER_LAYER; p++) {
+                const void *h = P[p].N * P[p].K == D * D ? hd : hf;
+                int rc = weight_new(be, DTYPES[d].wt, P[p].N, P[p].K, h, &W[d][l * PER_LAYER + p]);
+                if (rc < 0) return rc;
+                bytes[d] += (double)P[p].N * P[p].K * DTYPES[d].bytes;
+            }
+        int rc = weight_new(be, DTYPES[d].wt, V, D, hv, &W[d][NW - 1]);
+        if (rc < 0) return rc;
+        bytes[d] += (double)V * D * DTYPES[d].bytes;
+        free(hd);
+        free(hf);
+        free(hv);
+    }
+    int nt = tokens < 64 ? tokens : 64;
+    for (int it = -2; it < nt; it++) {   /* two untimed rounds first */
+        if (it > 0 && it % 10 == 0) {
+            double g = bench_read_gbs();
+            if (g > read_gbs) read_gbs = g;
+        }
+        for (int d = 0; d < NDT; d++) {
+            double t0 = bench_now();
+            for (int l = 0; l < LAYERS; l++)
+                for (int p = 0; p < PER_LAYER; p++)
+                    o->matmul(be, x, 0, P[p].K, W[d][l * PER_LAYER + p], NULL, y, 0, P[p].N, 1, P[p].N, P[p].K,
+                              P[p].flags);
+            o->matmul(be, x, 0, D, W[d][NW - 1], NULL, y, 0, V, 1, V, D, 0);
+            if (it >= 0) t[d][it] = bench_now() - t0;
+        }
+    }
+    double again = bench_read_gbs();
+    if (again > read_gbs) read_gbs = again;
+    printf("## One token's products at B = 1 (RWKV-4 169M)\n\n");
+    printf("%d layers × %d products + the %d × %d head, %d tokens per dtype taking turns; floor = weight bytes / "
+           "read bandwidth (the best of the measurements before, between and after: %.1f GB/s).\n\n",
+           LAYERS, PER_LAYER, V, D, nt, read_gbs);
+    printf("| dtype | weight MB | ms per token (best) | ms (median) | floor ms | best / floor | weight GB/s |\n"
+           "|---|---:|---:|---:|---:|---:|---:|\n");
+    for (int d = 0; d < NDT; d++) {
+        double best = t[d][0];
+        for (int i = 1; i < nt; i++)
+            if (t[d][i] < best) best = t[d][i];
+        double med = bench_median(t[d], (size_t)nt), floor_s = read_gbs > 0 ? bytes[d] / (read_gbs * 1e9) : 0;
+        printf("| %s | %.1f | %.3f | %.3f | %.3f | %.2f | %.1f |\n", DTYPES[d].name, bytes[d] / 1e6, best * 1e3,
+               med * 1e3, floor_s * 1e3, floor_s > 0 ? best / floor_s : 0, bytes[d] / best / 1e9);
+        for (int i = 0; i < NW; i++) o->buf_free(be, W[d][i]);
+    }
+    o->buf_free(be, x);
+    o->buf_free(be, y);
+    printf("\n");
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *q = getenv("BENCH_QUICK");
+    int quick = q && *q && strcmp(q, "0"), token_only = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) {
+            quick = 1;
+        } else if (!strcmp(argv[i], "--token-only")) {
+            token_only = 1;
+        } else {
+            fprintf(stderr, "usage: gemm_bench [--quick] [--token-only]\n");
+            return 2;
+        }
+    }
+    bench_header(stdout, argc, argv);
+    backend *be;
+    char err[256];
+    if (backend_new("cpu", &be, err, sizeof err) < 0) {
+        fprintf(stderr, "gemm_bench: %s\n", err);
+        return 1;
+    }
+    printf("Backend: %s\n\n", be->ops->device_name(be));
+    double gbs = bench_read_gbs();
+    printf("DRAM read bandwidth (2 threads summing a 1 GiB buffer, best of 5): %.1f GB/s\n\n", gbs);
+    const char *te = getenv("LIND_CPU_THREADS");
+    long nt = te && *te ? strtol(te, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+    printf("FMA ceiling (%ld threads, %s fused multiply-adds from registers, best of 3): %.1f GFLOP/s\n\n", nt,
+           cpu_gemm_isa_name(cpu_gemm_detect()), fma_ceiling(nt < 1 ? 1 : (int)nt, 0, 3));
+    if (has_dpbf16())
+        printf("vdpbf16ps ceiling (the same, AVX512_BF16 bf16-pair dot products, not used by lind): %.1f GFLOP/s\n\n",
+               fma_ceiling(nt < 1 ? 1 : (int)nt, 1, 3));
+    static const int full[] = {1, 8, 32, 64, 256}, small[] = {1, 64};
+    int threads = nt < 1 ? 1 : (int)nt;
+    int rc = token_only ? 0 : quick ? bench_shapes(be, small, 2, 0.02, threads) : bench_shapes(be, full, 5, 0.1, threads);
+    if (rc == 0) rc = bench_token(be, gbs, quick ? 3 : 30);
+    backend_free(be);
+    if (rc < 0) {
+        fprintf(stderr, "gemm_bench: %s\n", strerror(-rc));
+        return 1;
+    }
+    return 0;
+}
