@@ -17,15 +17,19 @@ OPT     ?= -O3
 SAN     ?=
 CFLAGS  += -std=gnu11 $(OPT) $(ARCH) -g -Wall -Wextra -Werror -I. \
            -D_GNU_SOURCE -fno-strict-aliasing $(SAN)
+# libpq (the PostgreSQL store): Debian puts its header under /usr/include/postgresql.
+PQ_CFLAGS := $(shell pkg-config --cflags libpq 2>/dev/null || echo -I/usr/include/postgresql)
+CFLAGS  += $(PQ_CFLAGS)
 LDFLAGS += $(SAN)
 # lindctl links only what it uses: no BLAS (OpenBLAS starts worker threads at
 # load time, and a Ctrl-C delivered to one of them would never interrupt chat).
 CTL_LDLIBS = -ledit -lmsgpackc -ljansson -lm -lpthread
-LDLIBS  += -lopenblas -luv -lmsgpackc -lsqlite3 -ljansson -lxxhash -lpcre2-8 -lutf8proc -lm -lpthread
+LDLIBS  += -lopenblas -luv -lmsgpackc -lsqlite3 -lpq -ljansson -lxxhash -lpcre2-8 -lutf8proc -lm -lpthread
 
 DEPS_PKGS = libuv1-dev libmsgpack-dev libsqlite3-dev libopenblas-dev libedit-dev \
             libjansson-dev libxxhash-dev pkg-config python3-msgpack bible-kjv \
-            gnuplot-nox tmux clang python3-numpy libpcre2-dev libutf8proc-dev nodejs help2man
+            gnuplot-nox tmux clang python3-numpy libpcre2-dev libutf8proc-dev nodejs help2man \
+            libpq-dev postgresql
 MODEL   ?= models/default
 
 # ---- CUDA (optional) --------------------------------------------------------
@@ -166,12 +170,12 @@ test-torch: $(BUILD)/tests/test_model_default
 FUZZ_SECONDS ?= 60
 FUZZ_BUILD   ?= build-fuzz
 FUZZ_CFLAGS  = -std=gnu11 -g -O1 -I. -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
-               -fno-sanitize-recover=undefined
-FUZZ_LIBSRC  = daemon/protocol.c state/store.c state/store_sqlite.c
+               -fno-sanitize-recover=undefined $(PQ_CFLAGS)
+FUZZ_LIBSRC  = daemon/protocol.c state/store.c state/store_sqlite.c state/store_pg.c
 fuzz:
 	@mkdir -p $(FUZZ_BUILD)
 	@for f in $(FUZZ_SRCS); do n=$$(basename $$f .c); \
-	  clang $(FUZZ_CFLAGS) -o $(FUZZ_BUILD)/$$n $$f $(FUZZ_LIBSRC) -lmsgpackc -lsqlite3 -lxxhash -lm || exit 1; \
+	  clang $(FUZZ_CFLAGS) -o $(FUZZ_BUILD)/$$n $$f $(FUZZ_LIBSRC) -lmsgpackc -lsqlite3 -lpq -lxxhash -lm || exit 1; \
 	  mkdir -p $(FUZZ_BUILD)/corpus/$$n; \
 	  echo "fuzz: $$n for $(FUZZ_SECONDS) s"; \
 	  $(FUZZ_BUILD)/$$n -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -print_final_stats=1 \

@@ -1,13 +1,16 @@
-/* state/store.h — where sessions persist: a narrow interface with one
- * implementation today (SQLite, state/store_sqlite.c) and room for another
- * (a server database shared by several nodes) behind the same calls.
+/* state/store.h — where sessions persist: a narrow interface with two
+ * implementations behind the same calls: SQLite (state/store_sqlite.c, the
+ * embedded default: a file path) and PostgreSQL (state/store_pg.c, a server
+ * database several nodes share: a postgres:// or postgresql:// URI).
  *
  * The store keeps, per session name: the encoded state blob (state/format.h,
  * opaque here), the transcript tail (state/transcript.h, opaque here), the
  * token count, and created/updated times. Every function returns 0 or a
  * negative code (-ENOENT no such session, -EEXIST name taken, -EINVAL bad
- * name or argument, -EIO storage failure, -ENOSPC disk full, -EBUSY locked
- * past the timeout) and fills `err` when given one (err may be NULL).
+ * name or argument, -EIO storage failure or lost connection, -ENOSPC disk
+ * full, -EBUSY locked past the timeout, -ESTALE a versioned save lost its
+ * compare-and-swap, -EAGAIN a lease held by another owner, -ENOLCK a lease
+ * not held by the caller) and fills `err` when given one (err may be NULL).
  * store_open also refuses (-EINVAL) a file that is not a lind store and a
  * store whose schema is newer than this lind knows.
  *
@@ -49,6 +52,7 @@ typedef struct store_loaded {
     uint8_t *transcript; size_t transcript_len;
     uint64_t tokens;
     int64_t  created_ms, updated_ms;
+    uint64_t version;          /* the row's version: pass it to store_save_versioned */
 } store_loaded;
 
 typedef struct store_info {
@@ -56,6 +60,7 @@ typedef struct store_info {
     uint64_t tokens;
     size_t   state_len;
     int64_t  created_ms, updated_ms;
+    uint64_t version;
 } store_info;
 
 store_options store_defaults(void);
@@ -63,14 +68,70 @@ store_options store_defaults(void);
 /* Check a session name: UTF-8, 1..STORE_NAME_MAX bytes, no control chars. */
 int  store_name_check(const char *name, char *err, size_t errlen);
 
-/* Open (creating and migrating as needed) the store at `path`. *out is owned
- * by the caller and released with store_close(). */
+/* Open (creating and migrating as needed) the store at `path`: a file path
+ * (optionally "sqlite:PATH") for SQLite, or a libpq URI "postgres://..." /
+ * "postgresql://..." for PostgreSQL (e.g. postgresql:///lind?host=/run/pg;
+ * key=value conninfo strings are not accepted: they would be file names).
+ * A PostgreSQL server that cannot be reached is -EIO with libpq's message.
+ * *out is owned by the caller and released with store_close(). */
 int  store_open(const char *path, const store_options *opt, store **out,
                 char *err, size_t errlen);
 void store_close(store *s);
 
-/* Save n sessions in one atomic commit (all or none). */
+/* Save n sessions in one atomic commit (all or none), unconditionally (each
+ * row's version still moves on by one). */
 int  store_save(store *s, const store_record *recs, int n, char *err, size_t errlen);
+
+/* ---- versions: compare-and-swap saves -----------------------------------
+ * Every session row carries a version: 1 when created (save, fork, import),
+ * one more at every save. store_load returns it; a versioned save passes
+ * back the version it loaded and writes only if the row is still at it. */
+#define STORE_VERSION_NEW 0            /* expect: the session must not exist */
+#define STORE_VERSION_ANY UINT64_MAX   /* expect: unconditional (store_save) */
+
+typedef struct store_save_result {
+    int      rc;        /* 0 saved, -ESTALE not saved (version moved), or the group's error */
+    uint64_t version;   /* rc 0: the new version; -ESTALE: the row's current
+                         * version (0 = no such session) */
+} store_save_result;
+
+/* Save n sessions in one transaction, record i only if its row is at
+ * expect[i] (STORE_VERSION_NEW / _ANY above). Outcomes are per record: a
+ * record whose version does not match writes nothing and gets -ESTALE in
+ * res[i], while the other records of the group still commit together (one
+ * commit, all or none of them). Returns 0 when every record saved, -ESTALE
+ * when one or more did not (the others did; err names the first stale one),
+ * or another negative code when the group failed as a whole (nothing
+ * written; every res[i].rc is that code). res has n entries (caller-owned). */
+int  store_save_versioned(store *s, const store_record *recs, const uint64_t *expect, int n,
+                          store_save_result *res, char *err, size_t errlen);
+
+/* ---- leases: which node serves a session --------------------------------
+ * A lease is (session name, owner, expiry) kept in the store, apart from the
+ * session row (a node can lease a name before its first save; deleting a
+ * session leaves its lease). Expiry is on the store's clock (PostgreSQL: the
+ * server's; SQLite: this machine's), in ms since the epoch. Owners are
+ * strings checked like session names (e.g. "node-a:pid"). */
+typedef struct store_lease {
+    char    owner[STORE_NAME_MAX + 1];
+    int64_t expires_ms;
+} store_lease;
+
+/* Take the lease on `name` for `owner` for ttl_ms (> 0): succeeds (0) when
+ * there is no lease, when it has expired (a takeover), or when owner already
+ * holds it (then it is renewed). -EAGAIN when another owner holds an
+ * unexpired lease. `out` (may be NULL) gets the lease as it now stands: ours
+ * on success, the other holder's name and expiry on -EAGAIN. Atomic: of two
+ * owners racing for a free or expired lease exactly one gets it. */
+int  store_lease_acquire(store *s, const char *name, const char *owner, int64_t ttl_ms,
+                         store_lease *out, char *err, size_t errlen);
+/* Extend owner's lease to now + ttl_ms. -ENOLCK when owner does not hold it
+ * (released, or expired and taken over; `out` then gets the current holder,
+ * owner "" when none). A lease that expired but nobody took is renewed. */
+int  store_lease_renew(store *s, const char *name, const char *owner, int64_t ttl_ms,
+                       store_lease *out, char *err, size_t errlen);
+/* Give the lease up. -ENOLCK when owner does not hold it. */
+int  store_lease_release(store *s, const char *name, const char *owner, char *err, size_t errlen);
 int  store_load(store *s, const char *name, store_loaded *out, char *err, size_t errlen);
 void store_loaded_free(store_loaded *l);
 /* All sessions, sorted by name; *out is malloc'd (free()) with *n entries. */

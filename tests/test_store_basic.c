@@ -380,7 +380,7 @@ static void schema_and_foreign_files(void)
     sqlite3_open(path, &db);
     sqlite3_stmt *st;
     sqlite3_prepare_v2(db, "SELECT version FROM schema_version", -1, &st, NULL);
-    CHECK(sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) == 1, "schema version 1");
+    CHECK(sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) == 2, "schema version 2");
     sqlite3_finalize(st);
     sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, NULL);
     CHECK(sqlite3_step(st) == SQLITE_ROW && strcmp((const char *)sqlite3_column_text(st, 0), "wal") == 0,
@@ -413,7 +413,7 @@ static void schema_and_foreign_files(void)
     }
     sqlite3_open(v0, &db);
     sqlite3_prepare_v2(db, "SELECT version FROM schema_version", -1, &st, NULL);
-    CHECK(sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) == 1, "now version 1");
+    CHECK(sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) == 2, "now version 2");
     sqlite3_finalize(st);
     sqlite3_close(db);
 
