@@ -671,6 +671,15 @@ static const store_ops pg_ops = {
     .lease_release = pg_lease_release,
 };
 
+/* Server notices (e.g. "terminating connection due to immediate shutdown")
+ * would go to stderr by default; a library must not write there. The
+ * failure they announce reaches the caller as an error anyway. */
+static void quiet_notices(void *arg, const char *msg)
+{
+    (void)arg;
+    (void)msg;
+}
+
 /* "user@host:port/db" from the URI, never its password. */
 static void describe(const char *uri, char *out, size_t len)
 {
@@ -723,6 +732,8 @@ int store_pg_open(const char *uri, const store_options *opt, store **out, char *
                           trim(PQerrorMessage(s->conn), msg, sizeof msg));
         goto bad;
     }
+    /* Kept across PQreset: it belongs to the PGconn. */
+    PQsetNoticeProcessor(s->conn, quiet_notices, NULL);
     const char *enc = PQparameterStatus(s->conn, "server_encoding");
     if (enc && strcmp(enc, "UTF8") && strcmp(enc, "SQL_ASCII")) {
         code = errmsg_set(-EINVAL, err, errlen,
