@@ -112,6 +112,11 @@ int store_open(const char *path, const store_options *opt, store **out,
     return store_sqlite_open(path, &o, out, err, errlen);
 }
 
+const char *store_where(const store *s)
+{
+    return s ? s->ops->where(s) : "(no store)";
+}
+
 void store_close(store *s)
 {
     if (s)

@@ -77,6 +77,10 @@ int  store_name_check(const char *name, char *err, size_t errlen);
 int  store_open(const char *path, const store_options *opt, store **out,
                 char *err, size_t errlen);
 void store_close(store *s);
+/* Which store this is, for messages and logs: "sqlite:PATH", or the
+ * PostgreSQL URI without its password (postgresql://user@host:port/db).
+ * Owned by the handle, valid until store_close. */
+const char *store_where(const store *s);
 
 /* Save n sessions in one atomic commit (all or none), unconditionally (each
  * row's version still moves on by one). */

@@ -16,6 +16,7 @@
 typedef struct store_ops {
     const char *name;   /* "sqlite", "postgresql" */
     void (*close)(store *s);
+    const char *(*where)(const store *s);   /* store_where's description */
     /* Insert or replace n records in one commit, record i only if its row is
      * at expect[i] (STORE_VERSION_NEW / _ANY): store_save_versioned's
      * contract, res filled for every record. */

@@ -299,6 +299,11 @@ out:
 
 /* ---- operations ---------------------------------------------------------- */
 
+static const char *pg_where(const store *base)
+{
+    return ((const pg_store *)base)->desc;
+}
+
 static void pg_close(store *base)
 {
     pg_store *s = (pg_store *)base;
@@ -659,6 +664,7 @@ static int pg_lease_release(store *base, const char *name, const char *owner, ch
 static const store_ops pg_ops = {
     .name = "postgresql",
     .close = pg_close,
+    .where = pg_where,
     .save = pg_save,
     .create = pg_create,
     .load = pg_load,

@@ -90,6 +90,7 @@ typedef struct sqlite_store {
     store base;              /* first: a store * is a sqlite_store * */
     sqlite3 *db;
     sqlite3_stmt *q[Q_N];
+    char *where;             /* "sqlite:PATH" for store_where */
     char path[];             /* for messages */
 } sqlite_store;
 
@@ -233,9 +234,16 @@ fail_rb: {
     }
 }
 
+static const char *sq_where(const store *base)
+{
+    const sqlite_store *s = (const sqlite_store *)base;
+    return s->where ? s->where : s->path;
+}
+
 static void sq_close(store *base)
 {
     sqlite_store *s = (sqlite_store *)base;
+    free(s->where);
     for (int i = 0; i < Q_N; i++)
         sqlite3_finalize(s->q[i]);
     sqlite3_close(s->db);
@@ -571,6 +579,7 @@ static int sq_lease_release(store *base, const char *name, const char *owner, ch
 static const store_ops sqlite_ops = {
     .name = "sqlite",
     .close = sq_close,
+    .where = sq_where,
     .save = sq_save,
     .create = sq_create,
     .load = sq_load,
@@ -592,6 +601,8 @@ int store_sqlite_open(const char *path, const store_options *opt, store **out,
         return errmsg_set(-ENOMEM, err, errlen, "store %s: out of memory", path);
     memcpy(s->path, path, plen + 1);
     s->base.ops = &sqlite_ops;
+    if (asprintf(&s->where, "sqlite:%s", path) < 0)
+        s->where = NULL;   /* store_where falls back to the bare path */
     /* Sessions hold users' conversations: a new store is private to its
      * owner (SQLite gives the -wal and -shm files the same mode). */
     int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -657,6 +668,7 @@ bad:
     for (int i = 0; i < Q_N; i++)
         sqlite3_finalize(s->q[i]);
     sqlite3_close(s->db);
+    free(s->where);
     free(s);
     return code;
 }

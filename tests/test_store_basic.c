@@ -731,6 +731,9 @@ static void durability_normal_and_prefix(void)
     CHECK(store_save(s, &r, 1, err, sizeof err) == 0, "save");
     store_close(s);
     CHECK(access(path + 7, F_OK) == 0, "prefix stripped: file at the path");
+    s = open_ok(path + 7);
+    CHECK(s && strcmp(store_where(s), path) == 0, "where: %s", s ? store_where(s) : "");
+    store_close(s);
     s = open_ok(path);
     store_loaded l;
     CHECK(s && store_load(s, "n", &l, NULL, 0) == 0 && l.state_len == 3 && l.state[2] == 9,
@@ -799,6 +802,21 @@ static void schema_server(void)
         ok += WIFEXITED(st) && WEXITSTATUS(st) == 0;
     }
     CHECK(ok == 4, "%d of 4 concurrent first opens succeeded", ok);
+    /* A password in the URI never shows in store_where or in messages. */
+    char secret[300];
+    snprintf(secret, sizeof secret, "postgresql://lind:hunter2@/s%d?host=%s&port=%d", dbseq, pg.dir,
+             pg.port);   /* the database `fresh` */
+    s = NULL;
+    CHECK(store_open(secret, NULL, &s, err, sizeof err) == 0, "open with a password: %s", err);
+    if (s) {
+        CHECK(strncmp(store_where(s), "postgresql://lind@", 18) == 0 &&
+              !strstr(store_where(s), "hunter2"), "where: %s", store_where(s));
+        store_loaded ld;
+        CHECK(store_load(s, "ghost", &ld, err, sizeof err) == -ENOENT && !strstr(err, "hunter2"),
+              "message: %s", err);
+        store_close(s);
+        s = NULL;
+    }
     /* Bad and unreachable URIs: clear errors, no crash. */
     CHECK(store_open("postgresql://[bad", NULL, &s, err, sizeof err) == -EINVAL && !s,
           "malformed URI: %s", err);
