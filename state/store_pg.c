@@ -180,7 +180,7 @@ static int session_setup(pg_store *s, char *err, size_t errlen)
     if (code < 0)
         return code;
     for (int i = 0; i < Q_N; i++) {
-        char name[16];
+        char name[24];
         snprintf(name, sizeof name, "lind_q%d", i);
         PGresult *r = PQprepare(s->conn, name, queries[i], 0, NULL);
         if (PQresultStatus(r) != PGRES_COMMAND_OK)
@@ -215,7 +215,7 @@ static int ensure_conn(pg_store *s, char *err, size_t errlen)
 static PGresult *exec_q(pg_store *s, int q, int n, const char *const *vals, const int *lens,
                         const int *fmts, int binary)
 {
-    char name[16];
+    char name[24];
     snprintf(name, sizeof name, "lind_q%d", q);
     return PQexecPrepared(s->conn, name, n, vals, lens, fmts, binary);
 }
