@@ -146,32 +146,37 @@ int store_save(store *s, const store_record *recs, int n, char *err, size_t errl
     store_save_result local[16], *res = local;
     if (n > 16 && !(res = malloc((size_t)n * sizeof *res)))
         return errmsg_set(-ENOMEM, err, errlen, "store_save: out of memory");
-    int rc = store_save_versioned(s, recs, NULL, n, res, err, errlen);
+    int rc = store_save_versioned(s, recs, NULL, n, NULL, res, err, errlen);
     if (res != local)
         free(res);
     return rc;
 }
 
 int store_save_versioned(store *s, const store_record *recs, const uint64_t *expect, int n,
-                         store_save_result *res, char *err, size_t errlen)
+                         const char *lease_owner, store_save_result *res, char *err,
+                         size_t errlen)
 {
     ERRBUF(err, errlen);
     if (!s || !recs || !res || n < 1)
         return errmsg_set(-EINVAL, err, errlen,
                           "store_save: need a store, at least one record and a result per record");
-    for (int i = 0; i < n; i++) {
-        int rc = check_record(&recs[i], i, err, errlen);
+    int rc = 0;
+    char why[200];
+    if (lease_owner && store_name_check(lease_owner, why, sizeof why) < 0)
+        rc = errmsg_set(-EINVAL, err, errlen, "lease owner: %s", why);
+    for (int i = 0; rc == 0 && i < n; i++) {
+        rc = check_record(&recs[i], i, err, errlen);
         /* Two versioned records of one group naming one session would swap
          * against each other's version: refused like a bad record. */
         for (int k = 0; rc == 0 && expect && k < i; k++)
             if (strcmp(recs[k].name, recs[i].name) == 0)
                 rc = errmsg_set(-EINVAL, err, errlen, "records %d and %d both save '%s'", k, i,
                                 recs[i].name);
-        if (rc < 0) {
-            for (int k = 0; k < n; k++)
-                res[k] = (store_save_result){ rc, 0 };
-            return rc;
-        }
+    }
+    if (rc < 0) {
+        for (int k = 0; k < n; k++)
+            res[k] = (store_save_result){ rc, 0 };
+        return rc;
     }
     uint64_t local[16], *ex = (uint64_t *)expect;
     if (!expect) {
@@ -181,11 +186,11 @@ int store_save_versioned(store *s, const store_record *recs, const uint64_t *exp
         for (int i = 0; i < n; i++)
             ex[i] = STORE_VERSION_ANY;
     }
-    int rc = s->ops->save(s, recs, ex, n, res, err, errlen);
-    if (rc == -ESTALE) {
-        int stale = 0, first = -1;
+    rc = s->ops->save(s, recs, ex, n, lease_owner, res, err, errlen);
+    if (rc == -ESTALE || rc == -ENOLCK) {
+        int failed = 0, first = -1;
         for (int i = 0; i < n; i++)
-            if (res[i].rc == -ESTALE && stale++ == 0)
+            if (res[i].rc < 0 && failed++ == 0)
                 first = i;
         char want[40], have[40];
         if (ex[first] == STORE_VERSION_NEW)
@@ -196,10 +201,16 @@ int store_save_versioned(store *s, const store_record *recs, const uint64_t *exp
             snprintf(have, sizeof have, "version %llu", (unsigned long long)res[first].version);
         else
             snprintf(have, sizeof have, "no session");
-        errmsg_set(-ESTALE, err, errlen,
-                   "session '%s' changed since it was loaded: the save expected %s, the store has"
-                   " %s; not saved (%d of %d records stale, the others saved)", recs[first].name,
-                   want, have, stale, n);
+        if (res[first].rc == -ENOLCK)
+            errmsg_set(-ENOLCK, err, errlen,
+                       "session '%s': '%s' does not hold its lease (expired, released or taken"
+                       " over); not saved (%d of %d records refused, the others saved)",
+                       recs[first].name, lease_owner, failed, n);
+        else
+            errmsg_set(-ESTALE, err, errlen,
+                       "session '%s' changed since it was loaded: the save expected %s, the store"
+                       " has %s; not saved (%d of %d records refused, the others saved)",
+                       recs[first].name, want, have, failed, n);
     }
     if (ex != expect && ex != local)
         free(ex);

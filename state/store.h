@@ -94,21 +94,29 @@ int  store_save(store *s, const store_record *recs, int n, char *err, size_t err
 #define STORE_VERSION_ANY UINT64_MAX   /* expect: unconditional (store_save) */
 
 typedef struct store_save_result {
-    int      rc;        /* 0 saved, -ESTALE not saved (version moved), or the group's error */
-    uint64_t version;   /* rc 0: the new version; -ESTALE: the row's current
-                         * version (0 = no such session) */
+    int      rc;        /* 0 saved; -ESTALE not saved, the version moved on;
+                         * -ENOLCK not saved, lease_owner does not hold the
+                         * session's lease; or the group's error */
+    uint64_t version;   /* rc 0: the new version; -ESTALE / -ENOLCK: the
+                         * row's current version (0 = no such session) */
 } store_save_result;
 
 /* Save n sessions in one transaction, record i only if its row is at
- * expect[i] (STORE_VERSION_NEW / _ANY above). Outcomes are per record: a
- * record whose version does not match writes nothing and gets -ESTALE in
- * res[i], while the other records of the group still commit together (one
- * commit, all or none of them). Returns 0 when every record saved, -ESTALE
- * when one or more did not (the others did; err names the first stale one),
- * or another negative code when the group failed as a whole (nothing
- * written; every res[i].rc is that code). res has n entries (caller-owned). */
+ * expect[i] (STORE_VERSION_NEW / _ANY above; expect NULL: all _ANY) and,
+ * when lease_owner is not NULL, only if lease_owner holds an unexpired
+ * lease on that session (see leases below; the lease row is locked until
+ * the commit, so a takeover waits for the save or the save sees the
+ * takeover). Outcomes are per record: a record that fails its version or
+ * lease check writes nothing and gets -ESTALE or -ENOLCK in res[i], while
+ * the other records of the group still commit together (one commit, all or
+ * none of them). Returns 0 when every record saved; else the code of the
+ * first record that did not (the others did; err names it and counts
+ * them); or another negative code when the group failed as a whole
+ * (nothing written; every res[i].rc is that code). res has n entries
+ * (caller-owned). */
 int  store_save_versioned(store *s, const store_record *recs, const uint64_t *expect, int n,
-                          store_save_result *res, char *err, size_t errlen);
+                          const char *lease_owner, store_save_result *res, char *err,
+                          size_t errlen);
 
 /* ---- leases: which node serves a session --------------------------------
  * A lease is (session name, owner, expiry) kept in the store, apart from the

@@ -18,10 +18,12 @@ typedef struct store_ops {
     void (*close)(store *s);
     const char *(*where)(const store *s);   /* store_where's description */
     /* Insert or replace n records in one commit, record i only if its row is
-     * at expect[i] (STORE_VERSION_NEW / _ANY): store_save_versioned's
-     * contract, res filled for every record. */
+     * at expect[i] (STORE_VERSION_NEW / _ANY; never NULL here) and, with an
+     * owner, only under owner's unexpired lease: store_save_versioned's
+     * contract, res filled for every record; per-record failures return
+     * the first one's code, store.c words the message. */
     int (*save)(store *s, const store_record *recs, const uint64_t *expect, int n,
-                store_save_result *res, char *err, size_t errlen);
+                const char *owner, store_save_result *res, char *err, size_t errlen);
     /* Insert one record; -EEXIST if the name is taken. */
     int (*create)(store *s, const store_record *rec, char *err, size_t errlen);
     int (*load)(store *s, const char *name, store_loaded *out, char *err, size_t errlen);

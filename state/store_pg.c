@@ -62,7 +62,7 @@ static const char *const migrations[] = {
 
 enum {
     Q_UPSERT, Q_INSERT_NEW, Q_CAS, Q_VERSION, Q_INSERT, Q_LOAD, Q_LIST, Q_COUNT, Q_DELETE,
-    Q_FORK, Q_LEASE_TAKE, Q_LEASE_GET, Q_LEASE_RENEW, Q_LEASE_RELEASE, Q_N
+    Q_FORK, Q_LEASE_TAKE, Q_LEASE_GET, Q_LEASE_RENEW, Q_LEASE_RELEASE, Q_LEASE_HELD, Q_N
 };
 
 #define SESSION_COLS "name, state, transcript, tokens, created_ms, updated_ms"
@@ -103,6 +103,11 @@ static const char *const queries[Q_N] = {
     [Q_LEASE_RENEW] = "UPDATE lind_leases SET expires_ms = " PG_NOW " + $3::bigint"
                      " WHERE name = $1 AND owner = $2 RETURNING owner, expires_ms",
     [Q_LEASE_RELEASE] = "DELETE FROM lind_leases WHERE name = $1 AND owner = $2",
+    /* A save under a lease: FOR SHARE holds the lease row until the commit,
+     * so a takeover (which updates the row) waits for the save, and a save
+     * that waited on a takeover re-reads the row and finds the new owner. */
+    [Q_LEASE_HELD] = "SELECT 1 FROM lind_leases WHERE name = $1 AND owner = $2"
+                     " AND expires_ms > " PG_NOW " FOR SHARE",
 };
 
 typedef struct pg_store {
@@ -353,11 +358,11 @@ static int check_sizes(const store_record *r, char *err, size_t errlen)
 }
 
 static int pg_save(store *base, const store_record *recs, const uint64_t *expect, int n,
-                   store_save_result *res, char *err, size_t errlen)
+                   const char *owner, store_save_result *res, char *err, size_t errlen)
 {
     pg_store *s = (pg_store *)base;
     int64_t now = now_ms();
-    int code = 0, stale = 0, in_tx = 0;
+    int code = 0, first_fail = 0, in_tx = 0;
     for (int i = 0; i < n && code == 0; i++)
         code = check_sizes(&recs[i], err, errlen);
     if (code == 0)
@@ -369,7 +374,20 @@ static int pg_save(store *base, const store_record *recs, const uint64_t *expect
                 : expect[i] == STORE_VERSION_NEW ? Q_INSERT_NEW : Q_CAS;
         rec_params p;
         rec_bind(&p, &recs[i], now, q == Q_CAS ? &expect[i] : NULL);
-        PGresult *r = exec_q(s, q, q == Q_CAS ? 6 : 5, p.vals, p.lens, p.fmts, 0);
+        int refused = -ESTALE;   /* when the write returns no row */
+        PGresult *r = NULL;
+        if (owner) {
+            const char *lv[2] = { recs[i].name, owner };
+            r = exec_q(s, Q_LEASE_HELD, 2, lv, NULL, NULL, 0);
+            if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 0) {
+                refused = -ENOLCK;   /* r: an empty result, as a refused write's */
+            } else if (PQresultStatus(r) == PGRES_TUPLES_OK) {
+                PQclear(r);
+                r = NULL;
+            }
+        }
+        if (!r)
+            r = exec_q(s, q, q == Q_CAS ? 6 : 5, p.vals, p.lens, p.fmts, 0);
         if (PQresultStatus(r) != PGRES_TUPLES_OK) {
             char what[STORE_NAME_MAX + 32];
             snprintf(what, sizeof what, "saving '%s'", recs[i].name);
@@ -385,8 +403,9 @@ static int pg_save(store *base, const store_record *recs, const uint64_t *expect
                 code = pg_fail(s, r, err, errlen, "reading a session's version");
             else
                 res[i] = (store_save_result){
-                    -ESTALE, PQntuples(r) ? (uint64_t)text_i64(r, 0, 0) : 0 };
-            stale++;
+                    refused, PQntuples(r) ? (uint64_t)text_i64(r, 0, 0) : 0 };
+            if (!first_fail)
+                first_fail = refused;
         }
         PQclear(r);
     }
@@ -400,7 +419,7 @@ static int pg_save(store *base, const store_record *recs, const uint64_t *expect
         return code;
     }
     /* store.c words the message from res. */
-    return stale ? -ESTALE : 0;
+    return first_fail;
 }
 
 static int pg_create(store *base, const store_record *rec, char *err, size_t errlen)

@@ -45,7 +45,7 @@ static const char *const migrations[] = {
 enum {
     Q_BEGIN, Q_COMMIT, Q_ROLLBACK, Q_UPSERT, Q_INSERT, Q_LOAD, Q_LIST, Q_COUNT,
     Q_DELETE, Q_FORK, Q_INSERT_NEW, Q_CAS, Q_VERSION, Q_LEASE_TAKE, Q_LEASE_GET,
-    Q_LEASE_RENEW, Q_LEASE_RELEASE, Q_N
+    Q_LEASE_RENEW, Q_LEASE_RELEASE, Q_LEASE_HELD, Q_N
 };
 
 static const char *const queries[Q_N] = {
@@ -84,6 +84,9 @@ static const char *const queries[Q_N] = {
     [Q_LEASE_RENEW] = "UPDATE leases SET expires_ms = ?3 + ?4 WHERE name = ?1 AND owner = ?2"
                    " RETURNING owner, expires_ms",
     [Q_LEASE_RELEASE] = "DELETE FROM leases WHERE name = ?1 AND owner = ?2",
+    /* Inside a save's BEGIN IMMEDIATE: nobody can take the lease over
+     * between this check and the commit. */
+    [Q_LEASE_HELD] = "SELECT 1 FROM leases WHERE name = ?1 AND owner = ?2 AND expires_ms > ?3",
 };
 
 typedef struct sqlite_store {
@@ -282,11 +285,11 @@ static int step_ints(sqlite3_stmt *st, int64_t *v, int cols, int *got)
 }
 
 static int sq_save(store *base, const store_record *recs, const uint64_t *expect, int n,
-                   store_save_result *res, char *err, size_t errlen)
+                   const char *owner, store_save_result *res, char *err, size_t errlen)
 {
     sqlite_store *s = (sqlite_store *)base;
     int64_t now = now_ms();
-    int rc = run(s->q[Q_BEGIN]), stale = 0, code;
+    int rc = run(s->q[Q_BEGIN]), first_fail = 0, code;
     if (rc != SQLITE_OK) {
         code = db_fail(s, rc, err, errlen, "cannot begin the save");
         goto fail;
@@ -295,27 +298,43 @@ static int sq_save(store *base, const store_record *recs, const uint64_t *expect
         sqlite3_stmt *st = s->q[expect[i] == STORE_VERSION_ANY ? Q_UPSERT
                                 : expect[i] == STORE_VERSION_NEW ? Q_INSERT_NEW : Q_CAS];
         int64_t v = 0;
-        int got = 0;
-        rc = bind_record(st, &recs[i], now);
-        if (rc == SQLITE_OK && st == s->q[Q_CAS])
-            rc = sqlite3_bind_int64(st, 6, (sqlite3_int64)expect[i]);
-        if (rc == SQLITE_OK)
-            rc = step_ints(st, &v, 1, &got);
-        else {
+        int got = 0, refused = 0;
+        if (owner) {
+            sqlite3_stmt *lq = s->q[Q_LEASE_HELD];
+            sqlite3_bind_text(lq, 1, recs[i].name, -1, SQLITE_STATIC);
+            sqlite3_bind_text(lq, 2, owner, -1, SQLITE_STATIC);
+            sqlite3_bind_int64(lq, 3, now_ms());
+            rc = step_ints(lq, &v, 1, &got);
+            refused = rc == SQLITE_OK && !got ? -ENOLCK : 0;
+            if (rc != SQLITE_OK)
+                goto step_failed;
+        }
+        if (refused) {
+            rc = SQLITE_OK;
+            got = 0;
+        } else if ((rc = bind_record(st, &recs[i], now)) == SQLITE_OK) {
+            if (st == s->q[Q_CAS])
+                rc = sqlite3_bind_int64(st, 6, (sqlite3_int64)expect[i]);
+            if (rc == SQLITE_OK)
+                rc = step_ints(st, &v, 1, &got);
+            refused = -ESTALE;   /* when no row came back */
+        }
+        if (rc != SQLITE_OK) {
             sqlite3_reset(st);
             sqlite3_clear_bindings(st);
-        }
-        if (rc == SQLITE_OK && !got) {
-            /* The swap did not happen: report where the row is instead. */
+        } else if (!got) {
+            /* Not written: report where the row is instead. */
             sqlite3_bind_text(s->q[Q_VERSION], 1, recs[i].name, -1, SQLITE_STATIC);
             rc = step_ints(s->q[Q_VERSION], &v, 1, &got);
             if (!got)
                 v = 0;
-            res[i] = (store_save_result){ -ESTALE, (uint64_t)v };
-            stale++;
+            res[i] = (store_save_result){ refused, (uint64_t)v };
+            if (!first_fail)
+                first_fail = refused;
         } else {
             res[i] = (store_save_result){ 0, (uint64_t)v };
         }
+step_failed:
         if (rc != SQLITE_OK) {
             char what[STORE_NAME_MAX + 32];
             snprintf(what, sizeof what, "saving '%s'", recs[i].name);
@@ -332,9 +351,7 @@ static int sq_save(store *base, const store_record *recs, const uint64_t *expect
         goto fail;
     }
     /* store.c words the message from res. */
-    if (stale)
-        return -ESTALE;
-    return 0;
+    return first_fail;
 fail:
     for (int i = 0; i < n; i++)
         res[i] = (store_save_result){ code, 0 };

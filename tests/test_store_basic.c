@@ -504,11 +504,11 @@ static void versions_cas(void)
           (unsigned long long)vb);
     store_save_result res;
     r.state = &two;
-    CHECK(store_save_versioned(a, &r, &va, 1, &res, err, sizeof err) == 0 && res.rc == 0 &&
+    CHECK(store_save_versioned(a, &r, &va, 1, NULL, &res, err, sizeof err) == 0 && res.rc == 0 &&
           res.version == 2, "a's swap 1 -> 2: %s (version %llu)", err, (unsigned long long)res.version);
     r.state = &three;
     err[0] = 0;
-    int rc = store_save_versioned(b, &r, &vb, 1, &res, err, sizeof err);
+    int rc = store_save_versioned(b, &r, &vb, 1, NULL, &res, err, sizeof err);
     CHECK(rc == -ESTALE && res.rc == -ESTALE && res.version == 2,
           "b's stale save refused: %d, result %d, store at %llu", rc, res.rc,
           (unsigned long long)res.version);
@@ -518,23 +518,23 @@ static void versions_cas(void)
     CHECK(load_version(b, "conv", &v, &first) == 0 && v == 2 && first == 2,
           "row keeps a's save (version %llu, byte %u)", (unsigned long long)v, first);
     /* b reloads and swaps from the version it now sees. */
-    CHECK(store_save_versioned(b, &r, &v, 1, &res, err, sizeof err) == 0 && res.version == 3,
+    CHECK(store_save_versioned(b, &r, &v, 1, NULL, &res, err, sizeof err) == 0 && res.version == 3,
           "b after reloading: %s", err);
     /* store_save stays unconditional and still moves the version. */
     CHECK(store_save(a, &r, 1, err, sizeof err) == 0, "unconditional: %s", err);
     CHECK(load_version(a, "conv", &v, NULL) == 0 && v == 4, "version 4 (%llu)", (unsigned long long)v);
     /* NEW: only when the name is free. */
     uint64_t fresh = STORE_VERSION_NEW;
-    CHECK(store_save_versioned(a, &r, &fresh, 1, &res, err, sizeof err) == -ESTALE && res.version == 4,
+    CHECK(store_save_versioned(a, &r, &fresh, 1, NULL, &res, err, sizeof err) == -ESTALE && res.version == 4,
           "NEW over an existing session refused");
     CHECK(strstr(err, "expected no session"), "says so: %s", err);
     store_record n = { "newborn", &one, 1, NULL, 0, 1 };
-    CHECK(store_save_versioned(a, &n, &fresh, 1, &res, err, sizeof err) == 0 && res.version == 1,
+    CHECK(store_save_versioned(a, &n, &fresh, 1, NULL, &res, err, sizeof err) == 0 && res.version == 1,
           "NEW on a free name: %s", err);
     /* A deleted session: the swap finds no row. */
     CHECK(store_delete(b, "conv", NULL, 0) == 0, "delete");
     v = 4;
-    CHECK(store_save_versioned(a, &r, &v, 1, &res, err, sizeof err) == -ESTALE && res.version == 0,
+    CHECK(store_save_versioned(a, &r, &v, 1, NULL, &res, err, sizeof err) == -ESTALE && res.version == 0,
           "save over a deleted session refused");
     CHECK(strstr(err, "has no session"), "says so: %s", err);
     CHECK(store_load(a, "conv", &(store_loaded){ 0 }, NULL, 0) == -ENOENT, "not recreated");
@@ -576,7 +576,7 @@ static void versions_grouped(void)
     };
     uint64_t ex[3] = { 1, 1, STORE_VERSION_NEW };   /* b is at 2: stale */
     store_save_result res[3];
-    int rc = store_save_versioned(s, g, ex, 3, res, err, sizeof err);
+    int rc = store_save_versioned(s, g, ex, 3, NULL, res, err, sizeof err);
     CHECK(rc == -ESTALE, "group with one stale record: %d (%s)", rc, err);
     CHECK(res[0].rc == 0 && res[0].version == 2, "a saved at 2 (%d %llu)", res[0].rc,
           (unsigned long long)res[0].version);
@@ -592,14 +592,14 @@ static void versions_grouped(void)
     /* The same session twice in one versioned group. */
     store_record dup[2] = { { "a", nb, 8, NULL, 0, 6 }, { "a", nb, 8, NULL, 0, 7 } };
     uint64_t ex2[2] = { 2, 3 };
-    CHECK(store_save_versioned(s, dup, ex2, 2, res, err, sizeof err) == -EINVAL &&
+    CHECK(store_save_versioned(s, dup, ex2, 2, NULL, res, err, sizeof err) == -EINVAL &&
           res[0].rc == -EINVAL && strstr(err, "both save 'a'"), "repeated name refused: %s", err);
     /* A bad record: the whole group refused, every result says so. */
     store_record badg[2] = { { "a", nb, 8, NULL, 0, 6 }, { "", nb, 8, NULL, 0, 7 } };
-    CHECK(store_save_versioned(s, badg, ex2, 2, res, err, sizeof err) == -EINVAL &&
+    CHECK(store_save_versioned(s, badg, ex2, 2, NULL, res, err, sizeof err) == -EINVAL &&
           res[0].rc == -EINVAL && res[1].rc == -EINVAL, "bad record refuses the group");
     CHECK(load_version(s, "a", &v, NULL) == 0 && v == 2, "a still at 2 (%llu)", (unsigned long long)v);
-    CHECK(store_save_versioned(s, g, ex, 3, NULL, err, sizeof err) == -EINVAL, "results required");
+    CHECK(store_save_versioned(s, g, ex, 3, NULL, NULL, err, sizeof err) == -EINVAL, "results required");
     store_close(s);
 }
 
@@ -661,6 +661,49 @@ static void leases(void)
     CHECK(store_lease_acquire(s, "bad\n", "a", 10, NULL, err, sizeof err) == -EINVAL, "bad name");
     store_close(s);
     store_close(t);
+}
+
+/* Saves under a lease: only the holder of an unexpired lease writes; the
+ * others of the group still do. */
+static void leased_saves(void)
+{
+    const char *path = newdb();
+    store *s = open_ok(path);
+    if (!s) return;
+    char err[256] = "";
+    uint8_t b1 = 1, b2 = 2;
+    store_record r[2] = { { "held", &b1, 1, NULL, 0, 1 }, { "unleased", &b1, 1, NULL, 0, 1 } };
+    store_save_result res[2];
+    CHECK(store_lease_acquire(s, "held", "node-a", 10000, NULL, err, sizeof err) == 0, "lease: %s", err);
+    CHECK(store_save_versioned(s, r, NULL, 1, "node-a", res, err, sizeof err) == 0 && res[0].version == 1,
+          "holder saves: %s", err);
+    r[0].state = &b2;
+    err[0] = 0;
+    CHECK(store_save_versioned(s, r, NULL, 1, "node-b", res, err, sizeof err) == -ENOLCK &&
+          res[0].rc == -ENOLCK && res[0].version == 1, "another owner refused: %s", err);
+    CHECK(strstr(err, "'node-b' does not hold its lease") && strstr(err, "held"), "message: %s", err);
+    /* A group: the leased record saves, the unleased one is refused alone. */
+    int rc = store_save_versioned(s, r, (uint64_t[]){ 1, STORE_VERSION_NEW }, 2, "node-a", res, err,
+                                  sizeof err);
+    CHECK(rc == -ENOLCK && res[0].rc == 0 && res[0].version == 2 && res[1].rc == -ENOLCK &&
+          res[1].version == 0, "per record: %d %d %d", rc, res[0].rc, res[1].rc);
+    CHECK(strstr(err, "unleased") && strstr(err, "1 of 2"), "message: %s", err);
+    size_t n = 0;
+    CHECK(store_count(s, &n, NULL, 0) == 0 && n == 1, "unleased not created (%zu)", n);
+    /* Version and lease both checked: a stale version under a good lease. */
+    CHECK(store_save_versioned(s, r, (uint64_t[]){ 1 }, 1, "node-a", res, err, sizeof err) == -ESTALE,
+          "stale under lease: %s", err);
+    /* An expired lease no longer lets its owner write, taken over or not. */
+    CHECK(store_lease_acquire(s, "held", "node-a", 100, NULL, NULL, 0) == 0, "short renewal");
+    usleep(250000);
+    CHECK(store_save_versioned(s, r, NULL, 1, "node-a", res, err, sizeof err) == -ENOLCK,
+          "expired lease refused");
+    CHECK(store_lease_acquire(s, "held", "node-b", 10000, NULL, NULL, 0) == 0, "b takes over");
+    CHECK(store_save_versioned(s, r, (uint64_t[]){ 2 }, 1, "node-b", res, err, sizeof err) == 0 &&
+          res[0].version == 3, "new holder saves: %s", err);
+    CHECK(store_save_versioned(s, r, NULL, 1, "bad\n", res, err, sizeof err) == -EINVAL,
+          "owner checked");
+    store_close(s);
 }
 
 /* Eight handles race for one free lease, then for it expired: exactly one
@@ -854,7 +897,7 @@ static void connection_loss(void)
     err[0] = 0;
     rc = store_save(s, r, 3, err, sizeof err);
     CHECK(rc == -EIO && err[0], "save on a dead server: %d %s", rc, err);
-    rc = store_save_versioned(s, r, (uint64_t[]){ 1, 1, 1 }, 3, res, err, sizeof err);
+    rc = store_save_versioned(s, r, (uint64_t[]){ 1, 1, 1 }, 3, NULL, res, err, sizeof err);
     CHECK(rc == -EIO && res[0].rc == -EIO && res[2].rc == -EIO, "versioned save: %d", rc);
     err[0] = 0;
     CHECK(store_load(s, "k1", &ld, err, sizeof err) == -EIO && err[0], "load: %s", err);
@@ -876,7 +919,7 @@ static void connection_loss(void)
     CHECK(store_count(s, &n, err, sizeof err) == 0 && n == 3, "all three there (%zu): %s", n, err);
     CHECK(store_lease_renew(s, "k1", "node-a", 1000, &l, err, sizeof err) == 0,
           "the lease survived: %s", err);
-    CHECK(store_save_versioned(s, r, (uint64_t[]){ 1, 1, 1 }, 3, res, err, sizeof err) == 0 &&
+    CHECK(store_save_versioned(s, r, (uint64_t[]){ 1, 1, 1 }, 3, NULL, res, err, sizeof err) == 0 &&
           res[1].version == 2, "versioned save after restart: %s", err);
     CHECK(store_open(path, NULL, &t, err, sizeof err) == 0, "new handle: %s", err);
     store_close(t);
@@ -904,6 +947,7 @@ int main(void)
     RUN(versions_grouped);
     RUN(leases);
     RUN(leases_race);
+    RUN(leased_saves);
 
     /* The same cases against PostgreSQL (names end in _pg). */
     char why[600];
@@ -911,7 +955,7 @@ int main(void)
     const char *pg_cases[] = { "save_load_roundtrip", "missing_and_delete", "list_sorted",
                                "grouped_save_all_or_nothing", "fork_copies", "names",
                                "export_import", "export_refusals", "versions_cas",
-                               "versions_grouped", "leases", "leases_race", "schema_server",
+                               "versions_grouped", "leases", "leases_race", "leased_saves", "schema_server",
                                "connection_loss" };
     if (up != 0) {
         for (size_t i = 0; i < sizeof pg_cases / sizeof pg_cases[0]; i++)
@@ -934,6 +978,7 @@ int main(void)
         RUN_PG(versions_grouped);
         RUN_PG(leases);
         RUN_PG(leases_race);
+        RUN_PG(leased_saves);
         RUN_PG(schema_server);
         RUN_PG(connection_loss);
         pgserver_stop(&pg);
