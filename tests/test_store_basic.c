@@ -860,6 +860,21 @@ static void schema_server(void)
         store_close(s);
         s = NULL;
     }
+    /* Another schema of the same database, through the URI's options: a
+     * second, independent store. */
+    char other_schema[400];
+    pg_exec(path, "CREATE SCHEMA tenant2", NULL, 0);
+    snprintf(other_schema, sizeof other_schema, "%s&options=-csearch_path%%3Dtenant2", path);
+    s = NULL;
+    CHECK(store_open(other_schema, NULL, &s, err, sizeof err) == 0, "open in schema tenant2: %s", err);
+    if (s) {
+        size_t cnt = 9;
+        CHECK(store_count(s, &cnt, NULL, 0) == 0 && cnt == 0, "tenant2 starts empty (%zu)", cnt);
+        store_close(s);
+        s = NULL;
+    }
+    CHECK(pg_exec(path, "SELECT count(*) FROM tenant2.lind_sessions", v, sizeof v) == 0 &&
+          !strcmp(v, "0"), "tables created in tenant2");
     /* Bad and unreachable URIs: clear errors, no crash. */
     CHECK(store_open("postgresql://[bad", NULL, &s, err, sizeof err) == -EINVAL && !s,
           "malformed URI: %s", err);
