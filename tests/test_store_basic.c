@@ -448,6 +448,35 @@ static void schema_and_foreign_files(void)
     sqlite3_finalize(st);
     sqlite3_close(db);
 
+    /* A v1 store (before versions and leases) with a session in it: its
+     * rows start at version 1 and leases work after the migration. */
+    const char *v1 = newdb();
+    sqlite3_open(v1, &db);
+    sqlite3_exec(db, "CREATE TABLE schema_version (version INTEGER NOT NULL);"
+                     "INSERT INTO schema_version VALUES (1); PRAGMA application_id = 1279872580;"
+                     "CREATE TABLE sessions (name TEXT PRIMARY KEY NOT NULL, state BLOB NOT NULL,"
+                     " transcript BLOB NOT NULL, tokens INTEGER NOT NULL,"
+                     " created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL);"
+                     "INSERT INTO sessions VALUES ('old', x'0102', x'', 7, 1700000000000, 1700000000000);",
+                 NULL, NULL, NULL);
+    sqlite3_close(db);
+    s = NULL;
+    CHECK(store_open(v1, NULL, &s, err, sizeof err) == 0, "v1 store migrates: %s", err);
+    if (s) {
+        store_loaded l;
+        CHECK(store_load(s, "old", &l, err, sizeof err) == 0 && l.version == 1 && l.tokens == 7 &&
+              l.state_len == 2 && l.state[1] == 2, "old session kept, at version 1: %s", err);
+        store_loaded_free(&l);
+        store_save_result res;
+        uint8_t b = 3;
+        store_record r = { "old", &b, 1, NULL, 0, 8 };
+        CHECK(store_save_versioned(s, &r, (uint64_t[]){ 1 }, 1, NULL, &res, err, sizeof err) == 0 &&
+              res.version == 2, "versioned save after migration: %s", err);
+        CHECK(store_lease_acquire(s, "old", "node-a", 1000, NULL, err, sizeof err) == 0,
+              "lease after migration: %s", err);
+        store_close(s);
+    }
+
     const char *other = newdb();
     sqlite3_open(other, &db);
     sqlite3_exec(db, "CREATE TABLE users(id INTEGER)", NULL, NULL, NULL);
