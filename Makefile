@@ -28,8 +28,7 @@ LDLIBS  += -lopenblas -luv -lmsgpackc -lsqlite3 -lpq -ljansson -lxxhash -lpcre2-
 
 DEPS_PKGS = libuv1-dev libmsgpack-dev libsqlite3-dev libopenblas-dev libedit-dev \
             libjansson-dev libxxhash-dev pkg-config python3-msgpack bible-kjv \
-            gnuplot-nox tmux clang python3-numpy libpcre2-dev libutf8proc-dev nodejs help2man \
-            libpq-dev postgresql
+            gnuplot-nox tmux clang python3-numpy libpcre2-dev libutf8proc-dev nodejs help2man
 MODEL   ?= models/default
 
 # ---- CUDA (optional) --------------------------------------------------------
@@ -59,6 +58,11 @@ LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudar
 NVFLAGS   ?= -O3 -I. -DLIND_HAVE_CUDA -gencode arch=compute_80,code=sm_80 \
              -gencode arch=compute_90,code=sm_90 -Xcompiler -Wall,-Wextra,-Werror,-fPIC
 endif
+
+# The PostgreSQL store (state/store_pg.c) links libpq; its tests and
+# store_bench start a private server with the postgresql package's initdb
+# and pg_ctl (tests/pgserver.h), and SKIP without them.
+DEPS_PKGS += libpq-dev postgresql
 
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(CU_SRCS:%.cu=$(BUILD)/%.cu.o)
 DMN_OBJS  := $(filter-out $(BUILD)/daemon/main.o,$(LIND_SRCS:%.c=$(BUILD)/%.o))
@@ -174,12 +178,12 @@ test-torch: $(BUILD)/tests/test_model_default
 FUZZ_SECONDS ?= 60
 FUZZ_BUILD   ?= build-fuzz
 FUZZ_CFLAGS  = -std=gnu11 -g -O1 -I. -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
-               -fno-sanitize-recover=undefined $(PQ_CFLAGS)
-FUZZ_LIBSRC  = daemon/protocol.c state/store.c state/store_sqlite.c state/store_pg.c
+               -fno-sanitize-recover=undefined
+FUZZ_LIBSRC  = daemon/protocol.c state/store.c state/store_sqlite.c
 fuzz:
 	@mkdir -p $(FUZZ_BUILD)
 	@for f in $(FUZZ_SRCS); do n=$$(basename $$f .c); \
-	  clang $(FUZZ_CFLAGS) -o $(FUZZ_BUILD)/$$n $$f $(FUZZ_LIBSRC) -lmsgpackc -lsqlite3 -lpq -lxxhash -lm || exit 1; \
+	  clang $(FUZZ_CFLAGS) -o $(FUZZ_BUILD)/$$n $$f $(FUZZ_LIBSRC) -lmsgpackc -lsqlite3 -lxxhash -lm || exit 1; \
 	  mkdir -p $(FUZZ_BUILD)/corpus/$$n; \
 	  echo "fuzz: $$n for $(FUZZ_SECONDS) s"; \
 	  $(FUZZ_BUILD)/$$n -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -print_final_stats=1 \
@@ -189,6 +193,13 @@ fuzz:
 
 -include $(LIB_OBJS:.o=.d) $(DMN_OBJS:.o=.d) $(BUILD)/daemon/main.d $(CLI_LIB_OBJS:.o=.d) $(CTL_OBJS:.o=.d) $(TEST_BINS:=.d) \
          $(BENCH_BINS:=.d) $(BENCH_OBJS:.o=.d)
+
+# The fuzz drivers link the store, so the PostgreSQL one too: libpq's header
+# and library (FUZZ_LIBSRC names sources and libraries for the one clang
+# line of each driver).
+FUZZ_CFLAGS += $(PQ_CFLAGS)
+FUZZ_LIBSRC += state/store_pg.c -lpq
+FUZZ_LDLIBS += -lpq
 
 # Man pages made by help2man from the binaries' --help (tools/mkman.sh).
 man: $(BUILD)/man/lind.1

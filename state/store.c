@@ -187,11 +187,15 @@ int store_save_versioned(store *s, const store_record *recs, const uint64_t *exp
             ex[i] = STORE_VERSION_ANY;
     }
     rc = s->ops->save(s, recs, ex, n, lease_owner, res, err, errlen);
-    if (rc == -ESTALE || rc == -ENOLCK) {
-        int failed = 0, first = -1;
+    int failed = 0, first = -1;
+    for (int i = 0; rc == 0 && i < n; i++)
+        if (res[i].rc < 0 && failed++ == 0)
+            first = i;
+    if (rc < 0) {
         for (int i = 0; i < n; i++)
-            if (res[i].rc < 0 && failed++ == 0)
-                first = i;
+            res[i] = (store_save_result){ rc, 0 };
+    } else if (failed) {
+        rc = res[first].rc;
         char want[40], have[40];
         if (ex[first] == STORE_VERSION_NEW)
             snprintf(want, sizeof want, "no session");
@@ -201,13 +205,13 @@ int store_save_versioned(store *s, const store_record *recs, const uint64_t *exp
             snprintf(have, sizeof have, "version %llu", (unsigned long long)res[first].version);
         else
             snprintf(have, sizeof have, "no session");
-        if (res[first].rc == -ENOLCK)
-            errmsg_set(-ENOLCK, err, errlen,
+        if (rc == -ENOLCK)
+            errmsg_set(rc, err, errlen,
                        "session '%s': '%s' does not hold its lease (expired, released or taken"
                        " over); not saved (%d of %d records refused, the others saved)",
                        recs[first].name, lease_owner, failed, n);
         else
-            errmsg_set(-ESTALE, err, errlen,
+            errmsg_set(rc, err, errlen,
                        "session '%s' changed since it was loaded: the save expected %s, the store"
                        " has %s; not saved (%d of %d records refused, the others saved)",
                        recs[first].name, want, have, failed, n);

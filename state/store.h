@@ -7,10 +7,8 @@
  * opaque here), the transcript tail (state/transcript.h, opaque here), the
  * token count, and created/updated times. Every function returns 0 or a
  * negative code (-ENOENT no such session, -EEXIST name taken, -EINVAL bad
- * name or argument, -EIO storage failure or lost connection, -ENOSPC disk
- * full, -EBUSY locked past the timeout, -ESTALE a versioned save lost its
- * compare-and-swap, -EAGAIN a lease held by another owner, -ENOLCK a lease
- * not held by the caller) and fills `err` when given one (err may be NULL).
+ * name or argument, -EIO storage failure, -ENOSPC disk full, -EBUSY locked
+ * past the timeout) and fills `err` when given one (err may be NULL).
  * store_open also refuses (-EINVAL) a file that is not a lind store and a
  * store whose schema is newer than this lind knows.
  *
@@ -19,7 +17,12 @@
  * but the last commits may be lost to a power failure.
  *
  * Threading: one store handle is used by one thread (the daemon's store
- * thread); open a second handle for another thread. */
+ * thread); open a second handle for another thread.
+ *
+ * Several nodes on one store (docs/SCALE.md) add these codes: -ECANCELED a
+ * versioned save found its session moved on (compare-and-swap lost),
+ * -EAGAIN a lease held by another owner, -ENOLCK a lease the caller does
+ * not hold; and -EIO includes a lost connection to a database server. */
 #ifndef LIND_STATE_STORE_H
 #define LIND_STATE_STORE_H
 
@@ -77,8 +80,8 @@ int  store_name_check(const char *name, char *err, size_t errlen);
 int  store_open(const char *path, const store_options *opt, store **out,
                 char *err, size_t errlen);
 void store_close(store *s);
-/* Which store this is, for messages and logs: "sqlite:PATH", or the
- * PostgreSQL URI without its password (postgresql://user@host:port/db).
+/* Which store this is, for messages and logs: the SQLite file's path, or
+ * the PostgreSQL URI without its password (postgresql://user@host:port/db).
  * Owned by the handle, valid until store_close. */
 const char *store_where(const store *s);
 
@@ -94,10 +97,10 @@ int  store_save(store *s, const store_record *recs, int n, char *err, size_t err
 #define STORE_VERSION_ANY UINT64_MAX   /* expect: unconditional (store_save) */
 
 typedef struct store_save_result {
-    int      rc;        /* 0 saved; -ESTALE not saved, the version moved on;
+    int      rc;        /* 0 saved; -ECANCELED not saved, the version moved on;
                          * -ENOLCK not saved, lease_owner does not hold the
                          * session's lease; or the group's error */
-    uint64_t version;   /* rc 0: the new version; -ESTALE / -ENOLCK: the
+    uint64_t version;   /* rc 0: the new version; -ECANCELED / -ENOLCK: the
                          * row's current version (0 = no such session) */
 } store_save_result;
 
@@ -107,7 +110,7 @@ typedef struct store_save_result {
  * lease on that session (see leases below; the lease row is locked until
  * the commit, so a takeover waits for the save or the save sees the
  * takeover). Outcomes are per record: a record that fails its version or
- * lease check writes nothing and gets -ESTALE or -ENOLCK in res[i], while
+ * lease check writes nothing and gets -ECANCELED or -ENOLCK in res[i], while
  * the other records of the group still commit together (one commit, all or
  * none of them). Returns 0 when every record saved; else the code of the
  * first record that did not (the others did; err names it and counts

@@ -19,9 +19,11 @@ typedef struct store_ops {
     const char *(*where)(const store *s);   /* store_where's description */
     /* Insert or replace n records in one commit, record i only if its row is
      * at expect[i] (STORE_VERSION_NEW / _ANY; never NULL here) and, with an
-     * owner, only under owner's unexpired lease: store_save_versioned's
-     * contract, res filled for every record; per-record failures return
-     * the first one's code, store.c words the message. */
+     * owner, only under owner's unexpired lease. Returns 0 when the
+     * transaction committed, with res[i] saying which records were written
+     * (rc 0, the new version) and which refused (-ECANCELED / -ENOLCK, the
+     * row's current version); store.c reports those. A negative return is
+     * a failure of the whole group: nothing written (res is then ignored). */
     int (*save)(store *s, const store_record *recs, const uint64_t *expect, int n,
                 const char *owner, store_save_result *res, char *err, size_t errlen);
     /* Insert one record; -EEXIST if the name is taken. */

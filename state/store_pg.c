@@ -362,7 +362,7 @@ static int pg_save(store *base, const store_record *recs, const uint64_t *expect
 {
     pg_store *s = (pg_store *)base;
     int64_t now = now_ms();
-    int code = 0, first_fail = 0, in_tx = 0;
+    int code = 0, in_tx = 0;
     for (int i = 0; i < n && code == 0; i++)
         code = check_sizes(&recs[i], err, errlen);
     if (code == 0)
@@ -374,7 +374,7 @@ static int pg_save(store *base, const store_record *recs, const uint64_t *expect
                 : expect[i] == STORE_VERSION_NEW ? Q_INSERT_NEW : Q_CAS;
         rec_params p;
         rec_bind(&p, &recs[i], now, q == Q_CAS ? &expect[i] : NULL);
-        int refused = -ESTALE;   /* when the write returns no row */
+        int refused = -ECANCELED;   /* when the write returns no row */
         PGresult *r = NULL;
         if (owner) {
             const char *lv[2] = { recs[i].name, owner };
@@ -404,8 +404,6 @@ static int pg_save(store *base, const store_record *recs, const uint64_t *expect
             else
                 res[i] = (store_save_result){
                     refused, PQntuples(r) ? (uint64_t)text_i64(r, 0, 0) : 0 };
-            if (!first_fail)
-                first_fail = refused;
         }
         PQclear(r);
     }
@@ -418,8 +416,8 @@ static int pg_save(store *base, const store_record *recs, const uint64_t *expect
             res[i] = (store_save_result){ code, 0 };
         return code;
     }
-    /* store.c words the message from res. */
-    return first_fail;
+    /* Records refused by their checks are in res; store.c reports them. */
+    return 0;
 }
 
 static int pg_create(store *base, const store_record *rec, char *err, size_t errlen)

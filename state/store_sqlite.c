@@ -5,8 +5,7 @@
  * i + 1, so schema v2 is one more entry). Every statement is prepared once
  * at open and bound per call; saves of several sessions share one
  * transaction (BEGIN IMMEDIATE ... COMMIT), so a group is all-or-nothing and
- * costs one commit (one fsync with synchronous=FULL). Schema v2 adds the
- * row version (compare-and-swap saves) and the leases table (store.h). */
+ * costs one commit (one fsync with synchronous=FULL). */
 #include "state/store_impl.h"
 
 #include <errno.h>
@@ -93,7 +92,6 @@ typedef struct sqlite_store {
     store base;              /* first: a store * is a sqlite_store * */
     sqlite3 *db;
     sqlite3_stmt *q[Q_N];
-    char *where;             /* "sqlite:PATH" for store_where */
     char path[];             /* for messages */
 } sqlite_store;
 
@@ -239,14 +237,12 @@ fail_rb: {
 
 static const char *sq_where(const store *base)
 {
-    const sqlite_store *s = (const sqlite_store *)base;
-    return s->where ? s->where : s->path;
+    return ((const sqlite_store *)base)->path;
 }
 
 static void sq_close(store *base)
 {
     sqlite_store *s = (sqlite_store *)base;
-    free(s->where);
     for (int i = 0; i < Q_N; i++)
         sqlite3_finalize(s->q[i]);
     sqlite3_close(s->db);
@@ -289,73 +285,59 @@ static int sq_save(store *base, const store_record *recs, const uint64_t *expect
 {
     sqlite_store *s = (sqlite_store *)base;
     int64_t now = now_ms();
-    int rc = run(s->q[Q_BEGIN]), first_fail = 0, code;
-    if (rc != SQLITE_OK) {
-        code = db_fail(s, rc, err, errlen, "cannot begin the save");
-        goto fail;
-    }
+    int rc = run(s->q[Q_BEGIN]);
+    if (rc != SQLITE_OK)
+        return db_fail(s, rc, err, errlen, "cannot begin the save");
     for (int i = 0; i < n; i++) {
+        /* Which write: unconditional, create-only, or the swap from expect[i]. */
         sqlite3_stmt *st = s->q[expect[i] == STORE_VERSION_ANY ? Q_UPSERT
                                 : expect[i] == STORE_VERSION_NEW ? Q_INSERT_NEW : Q_CAS];
         int64_t v = 0;
-        int got = 0, refused = 0;
+        int got = 0, refused = -ECANCELED;   /* when the write returns no row */
         if (owner) {
             sqlite3_stmt *lq = s->q[Q_LEASE_HELD];
             sqlite3_bind_text(lq, 1, recs[i].name, -1, SQLITE_STATIC);
             sqlite3_bind_text(lq, 2, owner, -1, SQLITE_STATIC);
             sqlite3_bind_int64(lq, 3, now_ms());
             rc = step_ints(lq, &v, 1, &got);
-            refused = rc == SQLITE_OK && !got ? -ENOLCK : 0;
-            if (rc != SQLITE_OK)
-                goto step_failed;
+            if (rc == SQLITE_OK && !got)
+                refused = -ENOLCK;
         }
-        if (refused) {
-            rc = SQLITE_OK;
-            got = 0;
-        } else if ((rc = bind_record(st, &recs[i], now)) == SQLITE_OK) {
-            if (st == s->q[Q_CAS])
+        if (rc == SQLITE_OK && refused != -ENOLCK) {
+            rc = bind_record(st, &recs[i], now);
+            if (rc == SQLITE_OK && st == s->q[Q_CAS])
                 rc = sqlite3_bind_int64(st, 6, (sqlite3_int64)expect[i]);
             if (rc == SQLITE_OK)
                 rc = step_ints(st, &v, 1, &got);
-            refused = -ESTALE;   /* when no row came back */
+            else {
+                sqlite3_reset(st);
+                sqlite3_clear_bindings(st);
+            }
         }
-        if (rc != SQLITE_OK) {
-            sqlite3_reset(st);
-            sqlite3_clear_bindings(st);
-        } else if (!got) {
+        if (rc == SQLITE_OK && !got) {
             /* Not written: report where the row is instead. */
             sqlite3_bind_text(s->q[Q_VERSION], 1, recs[i].name, -1, SQLITE_STATIC);
             rc = step_ints(s->q[Q_VERSION], &v, 1, &got);
-            if (!got)
-                v = 0;
-            res[i] = (store_save_result){ refused, (uint64_t)v };
-            if (!first_fail)
-                first_fail = refused;
+            res[i] = (store_save_result){ refused, got ? (uint64_t)v : 0 };
         } else {
             res[i] = (store_save_result){ 0, (uint64_t)v };
         }
-step_failed:
         if (rc != SQLITE_OK) {
             char what[STORE_NAME_MAX + 32];
             snprintf(what, sizeof what, "saving '%s'", recs[i].name);
-            code = db_fail(s, rc, err, errlen, what);
+            int code = db_fail(s, rc, err, errlen, what);
             rollback(s);
-            code = code == -EEXIST ? -EIO : code;
-            goto fail;
+            return code == -EEXIST ? -EIO : code;
         }
     }
+    /* Records refused by their checks are in res; store.c reports them. */
     rc = run(s->q[Q_COMMIT]);
     if (rc != SQLITE_OK) {
-        code = db_fail(s, rc, err, errlen, "commit failed");
+        int code = db_fail(s, rc, err, errlen, "commit failed");
         rollback(s);
-        goto fail;
+        return code;
     }
-    /* store.c words the message from res. */
-    return first_fail;
-fail:
-    for (int i = 0; i < n; i++)
-        res[i] = (store_save_result){ code, 0 };
-    return code;
+    return 0;
 }
 
 static int sq_create(store *base, const store_record *rec, char *err, size_t errlen)
@@ -618,8 +600,6 @@ int store_sqlite_open(const char *path, const store_options *opt, store **out,
         return errmsg_set(-ENOMEM, err, errlen, "store %s: out of memory", path);
     memcpy(s->path, path, plen + 1);
     s->base.ops = &sqlite_ops;
-    if (asprintf(&s->where, "sqlite:%s", path) < 0)
-        s->where = NULL;   /* store_where falls back to the bare path */
     /* Sessions hold users' conversations: a new store is private to its
      * owner (SQLite gives the -wal and -shm files the same mode). */
     int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -685,7 +665,6 @@ bad:
     for (int i = 0; i < Q_N; i++)
         sqlite3_finalize(s->q[i]);
     sqlite3_close(s->db);
-    free(s->where);
     free(s);
     return code;
 }
