@@ -125,13 +125,25 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* libpq's messages end in a newline; the store's do not. */
+/* libpq's messages span lines ("...\n\tThis probably means ...\n"); the
+ * store's are one line (they end up in logs and protocol errors): line
+ * breaks and the tabs after them become one space, the last one goes. */
 static const char *trim(const char *msg, char *buf, size_t len)
 {
-    snprintf(buf, len, "%s", msg && *msg ? msg : "unknown error");
-    size_t n = strlen(buf);
-    while (n && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
-        buf[--n] = 0;
+    if (!msg || !*msg)
+        msg = "unknown error";
+    size_t n = 0;
+    for (const char *p = msg; *p && n + 1 < len; p++) {
+        if (*p == '\n' || *p == '\t' || *p == '\r') {
+            if (n && buf[n - 1] != ' ')
+                buf[n++] = ' ';
+        } else {
+            buf[n++] = *p;
+        }
+    }
+    while (n && buf[n - 1] == ' ')
+        n--;
+    buf[n] = 0;
     return buf;
 }
 

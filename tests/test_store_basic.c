@@ -911,6 +911,7 @@ static void schema_server(void)
     snprintf(nowhere, sizeof nowhere, "postgresql:///x?host=%s/no-such-dir&user=lind", pg.dir);
     CHECK(store_open(nowhere, NULL, &s, err, sizeof err) == -EIO && !s, "unreachable server: %s", err);
     CHECK(strstr(err, "cannot connect") && strstr(err, "no-such-dir"), "message: %s", err);
+    CHECK(!strchr(err, '\n') && !strchr(err, '\t'), "message is one line: %s", err);
     pgserver_uri(&pg, "no_such_database", nowhere, sizeof nowhere);
     CHECK(store_open(nowhere, NULL, &s, err, sizeof err) == -EIO && strstr(err, "no_such_database"),
           "missing database: %s", err);
@@ -946,6 +947,7 @@ static void connection_loss(void)
     err[0] = 0;
     CHECK(store_load(s, "k1", &ld, err, sizeof err) == -EIO && err[0], "load: %s", err);
     CHECK(strstr(err, "connection") != NULL, "message says connection: %s", err);
+    CHECK(!strchr(err, '\n') && !strchr(err, '\t'), "message is one line: %s", err);
     CHECK(store_list(s, &v, &n, err, sizeof err) == -EIO && !v, "list: %s", err);
     CHECK(store_count(s, &n, err, sizeof err) == -EIO, "count");
     CHECK(store_delete(s, "k2", err, sizeof err) == -EIO, "delete");
