@@ -17,11 +17,14 @@ OPT     ?= -O3
 SAN     ?=
 CFLAGS  += -std=gnu11 $(OPT) $(ARCH) -g -Wall -Wextra -Werror -I. \
            -D_GNU_SOURCE -fno-strict-aliasing $(SAN)
+# libpq (the PostgreSQL store): Debian puts its header under /usr/include/postgresql.
+PQ_CFLAGS := $(shell pkg-config --cflags libpq 2>/dev/null || echo -I/usr/include/postgresql)
+CFLAGS  += $(PQ_CFLAGS)
 LDFLAGS += $(SAN)
 # lindctl links only what it uses: no BLAS (OpenBLAS starts worker threads at
 # load time, and a Ctrl-C delivered to one of them would never interrupt chat).
 CTL_LDLIBS = -ledit -lmsgpackc -ljansson -lm -lpthread
-LDLIBS  += -lopenblas -luv -lmsgpackc -lsqlite3 -ljansson -lxxhash -lpcre2-8 -lutf8proc -lm -lpthread
+LDLIBS  += -lopenblas -luv -lmsgpackc -lsqlite3 -lpq -ljansson -lxxhash -lpcre2-8 -lutf8proc -lm -lpthread
 
 DEPS_PKGS = libuv1-dev libmsgpack-dev libsqlite3-dev libopenblas-dev libedit-dev \
             libjansson-dev libxxhash-dev pkg-config python3-msgpack bible-kjv \
@@ -59,6 +62,11 @@ LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudar
 NVFLAGS   ?= -O3 -I. -DLIND_HAVE_CUDA -gencode arch=compute_80,code=sm_80 \
              -gencode arch=compute_90,code=sm_90 -Xcompiler -Wall,-Wextra,-Werror,-fPIC
 endif
+
+# The PostgreSQL store (state/store_pg.c) links libpq; its tests and
+# store_bench start a private server with the postgresql package's initdb
+# and pg_ctl (tests/pgserver.h), and SKIP without them.
+DEPS_PKGS += libpq-dev postgresql
 
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(CU_SRCS:%.cu=$(BUILD)/%.cu.o)
 DMN_OBJS  := $(filter-out $(BUILD)/daemon/main.o,$(LIND_SRCS:%.c=$(BUILD)/%.o))
@@ -123,6 +131,10 @@ $(BUILD)/tests/test_state_faults: LDFLAGS += -Wl,--wrap=malloc,--wrap=calloc,--w
 # Benchmark programs (bench/*_bench.c) link everything; `make bench` runs
 # bench/run.sh (BENCH_QUICK=1: a fast smoke run at small sizes).
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BENCH_OBJS) $(BUILD)/liblinddaemon.a $(BUILD)/liblindclient.a $(BUILD)/liblind.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# store_bench measures the engine's store alone: it links no daemon.
+$(BUILD)/bench/store_bench: $(BUILD)/bench/store_bench.o $(BENCH_OBJS) $(BUILD)/liblind.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 bench: deps
@@ -249,6 +261,13 @@ fuzz: fuzz-build
 
 -include $(LIB_OBJS:.o=.d) $(DMN_OBJS:.o=.d) $(BUILD)/daemon/main.d $(CLI_LIB_OBJS:.o=.d) $(CTL_OBJS:.o=.d) $(TEST_BINS:=.d) \
          $(BENCH_BINS:=.d) $(BENCH_OBJS:.o=.d)
+
+# The fuzz drivers link the store, so the PostgreSQL one too: libpq's header
+# and library (FUZZ_LIBSRC names sources and libraries for the one clang
+# line of each driver).
+FUZZ_CFLAGS += $(PQ_CFLAGS)
+FUZZ_LIBSRC += state/store_pg.c -lpq
+FUZZ_LDLIBS += -lpq
 
 # Man pages made by help2man from the binaries' --help (tools/mkman.sh).
 man: $(BUILD)/man/lind.1

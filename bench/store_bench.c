@@ -8,15 +8,22 @@
  *   - sessions saved per second with grouped commits (1, 8, 64 per commit)
  *     under durability full and normal (default model's state);
  *   - resuming from the stored state against re-feeding a history (10,000
- *     tokens, or the --history lengths) through model_step.
+ *     tokens, or the --history lengths) through model_step;
+ *   - PostgreSQL against SQLite on this machine: save and resume (load)
+ *     latency, sessions saved per second with grouped commits, against a
+ *     private server the bench starts itself (tests/pgserver.h: Unix socket
+ *     only, fsync on, default settings otherwise), or a line saying why not.
  * Prints markdown. Not a test: numbers depend on the machine and its load.
  *
  *   usage: store_bench [--dir DIR] [--model DIR] [--history N,N,...] [--quick]
+ *                      [--compare-only]
  *     --dir      where the databases go (default: a new directory in /tmp)
  *     --history  history lengths for resume vs re-feed (default 10000)
  *     --quick    fewer repetitions
+ *     --compare-only  only the PostgreSQL vs SQLite section
  * The 12-layer re-feed is measured over 500 tokens (300 with --quick) and
  * scaled: a recurrent step costs the same at every position. */
+#include "tests/pgserver.h"
 #include "tests/testmodel.h"
 #include "state/format.h"
 #include "state/store.h"
@@ -90,11 +97,24 @@ static void prepare(bench_model *b, const char *label, const char *dir, const te
         die("state_encode", err);
 }
 
+/* Set while the PostgreSQL comparison runs: stores are then fresh databases
+ * on this server instead of files. */
+static pgserver *pgsrv;
+
 static store *open_store(const char *name, store_sync sync)
 {
     char path[512], err[512];
-    snprintf(path, sizeof path, "%s/%s", workdir, name);
-    unlink(path);
+    if (pgsrv) {
+        static int seq;
+        char db[64];
+        snprintf(db, sizeof db, "bench%d", ++seq);
+        if (pgserver_createdb(pgsrv, db, err, sizeof err) < 0)
+            die("create database", err);
+        pgserver_uri(pgsrv, db, path, sizeof path);
+    } else {
+        snprintf(path, sizeof path, "%s/%s", workdir, name);
+        unlink(path);
+    }
     store_options o = store_defaults();
     o.sync = sync;
     store *s = NULL;
@@ -295,6 +315,52 @@ static void time_resume(bench_model *b, const long *hist, int nh, long cap, resu
     free(res);
 }
 
+/* PostgreSQL against SQLite, one after the other on this machine, with the
+ * default model's state: the save and load of time_save_load and the
+ * grouped-commit rates, durability full. */
+static void compare_pg(bench_model *b)
+{
+    printf("\n### PostgreSQL vs SQLite\n\n");
+    pgserver srv;
+    char why[600];
+    int up = pgserver_start(&srv, NULL, why, sizeof why);
+    if (up != 0) {
+        printf("PostgreSQL: not measured: %s\n", why);
+        fprintf(stderr, "store_bench: PostgreSQL skipped: %s\n", why);
+        pgserver_stop(&srv);
+        return;
+    }
+    char ver[64] = "?";
+    {
+        char uri[256];
+        pgserver_uri(&srv, "postgres", uri, sizeof uri);
+        PGconn *c = PQconnectdb(uri);
+        if (PQstatus(c) == CONNECTION_OK)
+            snprintf(ver, sizeof ver, "%s", PQparameterStatus(c, "server_version"));
+        PQfinish(c);
+    }
+    printf("The default model's %zu-byte state blob and a 4 KiB transcript tail per session;"
+           " durability full (SQLite synchronous=FULL in WAL mode; PostgreSQL %s"
+           " synchronous_commit=on, fsync on, over a Unix socket, a server this bench started with"
+           " default settings). Save: read the slot, encode, commit one session (median). Resume:"
+           " load the row, decode, write the slot (median). Saves/s: re-saving %d existing sessions"
+           " in commits of 1, 8, 64.\n\n", b->blob_bytes, ver, quick ? 128 : 512);
+    printf("| store | save ms | resume ms | saves/s, 1 per commit | saves/s, 8 per commit |"
+           " saves/s, 64 per commit |\n|---|---|---|---|---|---|\n");
+    for (int k = 0; k < 2; k++) {
+        pgsrv = k ? &srv : NULL;
+        timings t = time_save_load(b);
+        double r1 = grouped_rate(b, 1, STORE_SYNC_FULL);
+        double r8 = grouped_rate(b, 8, STORE_SYNC_FULL);
+        double r64 = grouped_rate(b, 64, STORE_SYNC_FULL);
+        printf("| %s | %.3f | %.3f | %.0f | %.0f | %.0f |\n", k ? "PostgreSQL" : "SQLite", t.save_ms,
+               t.load_ms, r1, r8, r64);
+        fflush(stdout);
+    }
+    pgsrv = NULL;
+    pgserver_stop(&srv);
+}
+
 static void machine(void)
 {
     char cpu[256] = "unknown CPU", line[512];
@@ -338,15 +404,17 @@ static int parse_hist(const char *arg, long *out)
 int main(int argc, char **argv)
 {
     long hist[8] = { 10000 };
-    int nhist = 1;
+    int nhist = 1, compare_only = 0;
     const char *dir = NULL, *default_dir = "models/default";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
         else if (!strcmp(argv[i], "--model") && i + 1 < argc) default_dir = argv[++i];
         else if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--compare-only")) compare_only = 1;
         else if (!strcmp(argv[i], "--history") && i + 1 < argc && (nhist = parse_hist(argv[++i], hist)) > 0) {}
         else {
-            fprintf(stderr, "usage: %s [--dir DIR] [--model DIR] [--history N,N,...] [--quick]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--dir DIR] [--model DIR] [--history N,N,...] [--quick]"
+                    " [--compare-only]\n", argv[0]);
             return 2;
         }
     }
@@ -378,11 +446,18 @@ int main(int argc, char **argv)
         prepare(&models[0], "default", path, &c);
         deflabel = "random weights, config of tools/train.py's default (models/default absent)";
     }
+    memset(tail, 'x', sizeof tail);
+    if (compare_only) {
+        compare_pg(&models[0]);
+        free(models[0].raw);
+        free(models[0].blob);
+        model_free(models[0].m);
+        goto done;
+    }
     testmodel_cfg big = testmodel_config(768, 12, 12, 64, 3072, "linear,aft", 1, "decay");
     snprintf(path, sizeof path, "%s/12x768", workdir);
     prepare(&models[1], "12 layers x 768", path, &big);
 
-    memset(tail, 'x', sizeof tail);
     printf("### Save and load one session (median)\n\n"
            "Every save also carries a %zu-byte transcript tail (4 KiB of text).\n\n", sizeof tail);
     printf("| model | layers x d_model | state bytes | blob bytes | encode ms | decode ms |"
@@ -433,11 +508,13 @@ int main(int argc, char **argv)
         fflush(stdout);
     }
     free(rs);
+    compare_pg(&models[0]);
     for (int i = 0; i < 2; i++) {
         free(models[i].raw);
         free(models[i].blob);
         model_free(models[i].m);
     }
+done:
     if (!dir) {
         char cmd[300];
         snprintf(cmd, sizeof cmd, "rm -rf %s", workdir);

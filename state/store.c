@@ -104,10 +104,17 @@ int store_open(const char *path, const store_options *opt, store **out,
     if (o.busy_timeout_ms < 0)
         return errmsg_set(-EINVAL, err, errlen, "store busy timeout %d ms is negative",
                     o.busy_timeout_ms);
-    /* One implementation today; a URI scheme picks another when there is one. */
+    /* A libpq URI picks PostgreSQL; anything else is an SQLite file. */
+    if (strncmp(path, "postgres://", 11) == 0 || strncmp(path, "postgresql://", 13) == 0)
+        return store_pg_open(path, &o, out, err, errlen);
     if (strncmp(path, "sqlite:", 7) == 0)
         path += 7;
     return store_sqlite_open(path, &o, out, err, errlen);
+}
+
+const char *store_where(const store *s)
+{
+    return s ? s->ops->where(s) : "(no store)";
 }
 
 void store_close(store *s)
@@ -129,17 +136,89 @@ static int check_record(const store_record *r, int i, char *err, size_t errlen)
     return 0;
 }
 
+/* Group sizes are bounded so the per-record scratch of store_save fits the
+ * stack in small groups and the heap otherwise. */
 int store_save(store *s, const store_record *recs, int n, char *err, size_t errlen)
 {
     ERRBUF(err, errlen);
     if (!s || !recs || n < 1)
         return errmsg_set(-EINVAL, err, errlen, "store_save: need a store and at least one record");
-    for (int i = 0; i < n; i++) {
-        int rc = check_record(&recs[i], i, err, errlen);
-        if (rc < 0)
-            return rc;
+    store_save_result local[16], *res = local;
+    if (n > 16 && !(res = malloc((size_t)n * sizeof *res)))
+        return errmsg_set(-ENOMEM, err, errlen, "store_save: out of memory");
+    int rc = store_save_versioned(s, recs, NULL, n, NULL, res, err, errlen);
+    if (res != local)
+        free(res);
+    return rc;
+}
+
+int store_save_versioned(store *s, const store_record *recs, const uint64_t *expect, int n,
+                         const char *lease_owner, store_save_result *res, char *err,
+                         size_t errlen)
+{
+    ERRBUF(err, errlen);
+    if (!s || !recs || !res || n < 1)
+        return errmsg_set(-EINVAL, err, errlen,
+                          "store_save: need a store, at least one record and a result per record");
+    int rc = 0;
+    char why[200];
+    if (lease_owner && store_name_check(lease_owner, why, sizeof why) < 0)
+        rc = errmsg_set(-EINVAL, err, errlen, "lease owner: %s", why);
+    for (int i = 0; rc == 0 && i < n; i++) {
+        rc = check_record(&recs[i], i, err, errlen);
+        /* Two versioned records of one group naming one session would swap
+         * against each other's version: refused like a bad record. */
+        for (int k = 0; rc == 0 && expect && k < i; k++)
+            if (strcmp(recs[k].name, recs[i].name) == 0)
+                rc = errmsg_set(-EINVAL, err, errlen, "records %d and %d both save '%s'", k, i,
+                                recs[i].name);
     }
-    return s->ops->save(s, recs, n, err, errlen);
+    if (rc < 0) {
+        for (int k = 0; k < n; k++)
+            res[k] = (store_save_result){ rc, 0 };
+        return rc;
+    }
+    uint64_t local[16], *ex = (uint64_t *)expect;
+    if (!expect) {
+        ex = n <= 16 ? local : malloc((size_t)n * sizeof *ex);
+        if (!ex)
+            return errmsg_set(-ENOMEM, err, errlen, "store_save: out of memory");
+        for (int i = 0; i < n; i++)
+            ex[i] = STORE_VERSION_ANY;
+    }
+    rc = s->ops->save(s, recs, ex, n, lease_owner, res, err, errlen);
+    int failed = 0, first = -1;
+    for (int i = 0; rc == 0 && i < n; i++)
+        if (res[i].rc < 0 && failed++ == 0)
+            first = i;
+    if (rc < 0) {
+        for (int i = 0; i < n; i++)
+            res[i] = (store_save_result){ rc, 0 };
+    } else if (failed) {
+        rc = res[first].rc;
+        char want[40], have[40];
+        if (ex[first] == STORE_VERSION_NEW)
+            snprintf(want, sizeof want, "no session");
+        else
+            snprintf(want, sizeof want, "version %llu", (unsigned long long)ex[first]);
+        if (res[first].version)
+            snprintf(have, sizeof have, "version %llu", (unsigned long long)res[first].version);
+        else
+            snprintf(have, sizeof have, "no session");
+        if (rc == -ENOLCK)
+            errmsg_set(rc, err, errlen,
+                       "session '%s': '%s' does not hold its lease (expired, released or taken"
+                       " over); not saved (%d of %d records refused, the others saved)",
+                       recs[first].name, lease_owner, failed, n);
+        else
+            errmsg_set(rc, err, errlen,
+                       "session '%s' changed since it was loaded: the save expected %s, the store"
+                       " has %s; not saved (%d of %d records refused, the others saved)",
+                       recs[first].name, want, have, failed, n);
+    }
+    if (ex != expect && ex != local)
+        free(ex);
+    return rc;
 }
 
 int store_load(store *s, const char *name, store_loaded *out, char *err, size_t errlen)
@@ -207,6 +286,60 @@ int store_fork(store *s, const char *src, const char *dst, char *err, size_t err
     if (strcmp(src, dst) == 0)
         return errmsg_set(-EEXIST, err, errlen, "cannot fork session '%s' onto itself", src);
     return s->ops->fork(s, src, dst, err, errlen);
+}
+
+/* ---- leases ------------------------------------------------------------- */
+
+static int check_lease_args(const char *name, const char *owner, int64_t ttl_ms, int need_ttl,
+                            char *err, size_t errlen)
+{
+    char why[200];
+    int rc = store_name_check(name, why, sizeof why);
+    if (rc < 0)
+        return errmsg_set(rc, err, errlen, "lease: %s", why);
+    if (store_name_check(owner, why, sizeof why) < 0)
+        return errmsg_set(-EINVAL, err, errlen, "lease owner: %s", why);
+    if (need_ttl && ttl_ms <= 0)
+        return errmsg_set(-EINVAL, err, errlen, "lease of '%s': ttl %lld ms must be positive", name,
+                          (long long)ttl_ms);
+    return 0;
+}
+
+int store_lease_acquire(store *s, const char *name, const char *owner, int64_t ttl_ms,
+                        store_lease *out, char *err, size_t errlen)
+{
+    ERRBUF(err, errlen);
+    store_lease scratch;
+    if (!out)
+        out = &scratch;
+    memset(out, 0, sizeof *out);
+    if (!s)
+        return errmsg_set(-EINVAL, err, errlen, "store_lease_acquire: no store");
+    int rc = check_lease_args(name, owner, ttl_ms, 1, err, errlen);
+    return rc < 0 ? rc : s->ops->lease_acquire(s, name, owner, ttl_ms, out, err, errlen);
+}
+
+int store_lease_renew(store *s, const char *name, const char *owner, int64_t ttl_ms,
+                      store_lease *out, char *err, size_t errlen)
+{
+    ERRBUF(err, errlen);
+    store_lease scratch;
+    if (!out)
+        out = &scratch;
+    memset(out, 0, sizeof *out);
+    if (!s)
+        return errmsg_set(-EINVAL, err, errlen, "store_lease_renew: no store");
+    int rc = check_lease_args(name, owner, ttl_ms, 1, err, errlen);
+    return rc < 0 ? rc : s->ops->lease_renew(s, name, owner, ttl_ms, out, err, errlen);
+}
+
+int store_lease_release(store *s, const char *name, const char *owner, char *err, size_t errlen)
+{
+    ERRBUF(err, errlen);
+    if (!s)
+        return errmsg_set(-EINVAL, err, errlen, "store_lease_release: no store");
+    int rc = check_lease_args(name, owner, 0, 0, err, errlen);
+    return rc < 0 ? rc : s->ops->lease_release(s, name, owner, err, errlen);
 }
 
 /* ---- export format ------------------------------------------------------ */

@@ -1,6 +1,7 @@
-/* state/store.h — where sessions persist: a narrow interface with one
- * implementation today (SQLite, state/store_sqlite.c) and room for another
- * (a server database shared by several nodes) behind the same calls.
+/* state/store.h — where sessions persist: a narrow interface with two
+ * implementations behind the same calls: SQLite (state/store_sqlite.c, the
+ * embedded default: a file path) and PostgreSQL (state/store_pg.c, a server
+ * database several nodes share: a postgres:// or postgresql:// URI).
  *
  * The store keeps, per session name: the encoded state blob (state/format.h,
  * opaque here), the transcript tail (state/transcript.h, opaque here), the
@@ -37,7 +38,12 @@
  * but the last commits may be lost to a power failure.
  *
  * Threading: one store handle is used by one thread (the daemon's store
- * thread); open a second handle for another thread. */
+ * thread); open a second handle for another thread.
+ *
+ * Several nodes on one store (docs/SCALE.md) add these codes: -ECANCELED a
+ * versioned save found its session moved on (compare-and-swap lost),
+ * -EAGAIN a lease held by another owner, -ENOLCK a lease the caller does
+ * not hold; and -EIO includes a lost connection to a database server. */
 #ifndef LIND_STATE_STORE_H
 #define LIND_STATE_STORE_H
 
@@ -77,6 +83,7 @@ typedef struct store_loaded {
     uint8_t *transcript; size_t transcript_len;
     uint64_t tokens;
     int64_t  created_ms, updated_ms;
+    uint64_t version;          /* the row's version: pass it to store_save_versioned */
 } store_loaded;
 
 typedef struct store_info {
@@ -84,6 +91,7 @@ typedef struct store_info {
     uint64_t tokens;
     size_t   state_len;
     int64_t  created_ms, updated_ms;
+    uint64_t version;
 } store_info;
 
 store_options store_defaults(void);
@@ -91,14 +99,82 @@ store_options store_defaults(void);
 /* Check a session name: UTF-8, 1..STORE_NAME_MAX bytes, no control chars. */
 int  store_name_check(const char *name, char *err, size_t errlen);
 
-/* Open (creating and migrating as needed) the store at `path`. *out is owned
- * by the caller and released with store_close(). */
+/* Open (creating and migrating as needed) the store at `path`: a file path
+ * (optionally "sqlite:PATH") for SQLite, or a libpq URI "postgres://..." /
+ * "postgresql://..." for PostgreSQL (e.g. postgresql:///lind?host=/run/pg;
+ * key=value conninfo strings are not accepted: they would be file names).
+ * A PostgreSQL server that cannot be reached is -EIO with libpq's message.
+ * *out is owned by the caller and released with store_close(). */
 int  store_open(const char *path, const store_options *opt, store **out,
                 char *err, size_t errlen);
 void store_close(store *s);
+/* Which store this is, for messages and logs: the SQLite file's path, or
+ * the PostgreSQL URI without its password (postgresql://user@host:port/db).
+ * Owned by the handle, valid until store_close. */
+const char *store_where(const store *s);
 
-/* Save n sessions in one atomic commit (all or none). */
+/* Save n sessions in one atomic commit (all or none), unconditionally (each
+ * row's version still moves on by one). */
 int  store_save(store *s, const store_record *recs, int n, char *err, size_t errlen);
+
+/* ---- versions: compare-and-swap saves -----------------------------------
+ * Every session row carries a version: 1 when created (save, fork, import),
+ * one more at every save. store_load returns it; a versioned save passes
+ * back the version it loaded and writes only if the row is still at it. */
+#define STORE_VERSION_NEW 0            /* expect: the session must not exist */
+#define STORE_VERSION_ANY UINT64_MAX   /* expect: unconditional (store_save) */
+
+typedef struct store_save_result {
+    int      rc;        /* 0 saved; -ECANCELED not saved, the version moved on;
+                         * -ENOLCK not saved, lease_owner does not hold the
+                         * session's lease; or the group's error */
+    uint64_t version;   /* rc 0: the new version; -ECANCELED / -ENOLCK: the
+                         * row's current version (0 = no such session) */
+} store_save_result;
+
+/* Save n sessions in one transaction, record i only if its row is at
+ * expect[i] (STORE_VERSION_NEW / _ANY above; expect NULL: all _ANY) and,
+ * when lease_owner is not NULL, only if lease_owner holds an unexpired
+ * lease on that session (see leases below; the lease row is locked until
+ * the commit, so a takeover waits for the save or the save sees the
+ * takeover). Outcomes are per record: a record that fails its version or
+ * lease check writes nothing and gets -ECANCELED or -ENOLCK in res[i], while
+ * the other records of the group still commit together (one commit, all or
+ * none of them). Returns 0 when every record saved; else the code of the
+ * first record that did not (the others did; err names it and counts
+ * them); or another negative code when the group failed as a whole
+ * (nothing written; every res[i].rc is that code). res has n entries
+ * (caller-owned). */
+int  store_save_versioned(store *s, const store_record *recs, const uint64_t *expect, int n,
+                          const char *lease_owner, store_save_result *res, char *err,
+                          size_t errlen);
+
+/* ---- leases: which node serves a session --------------------------------
+ * A lease is (session name, owner, expiry) kept in the store, apart from the
+ * session row (a node can lease a name before its first save; deleting a
+ * session leaves its lease). Expiry is on the store's clock (PostgreSQL: the
+ * server's; SQLite: this machine's), in ms since the epoch. Owners are
+ * strings checked like session names (e.g. "node-a:pid"). */
+typedef struct store_lease {
+    char    owner[STORE_NAME_MAX + 1];
+    int64_t expires_ms;
+} store_lease;
+
+/* Take the lease on `name` for `owner` for ttl_ms (> 0): succeeds (0) when
+ * there is no lease, when it has expired (a takeover), or when owner already
+ * holds it (then it is renewed). -EAGAIN when another owner holds an
+ * unexpired lease. `out` (may be NULL) gets the lease as it now stands: ours
+ * on success, the other holder's name and expiry on -EAGAIN. Atomic: of two
+ * owners racing for a free or expired lease exactly one gets it. */
+int  store_lease_acquire(store *s, const char *name, const char *owner, int64_t ttl_ms,
+                         store_lease *out, char *err, size_t errlen);
+/* Extend owner's lease to now + ttl_ms. -ENOLCK when owner does not hold it
+ * (released, or expired and taken over; `out` then gets the current holder,
+ * owner "" when none). A lease that expired but nobody took is renewed. */
+int  store_lease_renew(store *s, const char *name, const char *owner, int64_t ttl_ms,
+                       store_lease *out, char *err, size_t errlen);
+/* Give the lease up. -ENOLCK when owner does not hold it. */
+int  store_lease_release(store *s, const char *name, const char *owner, char *err, size_t errlen);
 int  store_load(store *s, const char *name, store_loaded *out, char *err, size_t errlen);
 void store_loaded_free(store_loaded *l);
 /* All sessions, sorted by name; *out is malloc'd (free()) with *n entries. */

@@ -14,10 +14,18 @@
 #include "state/store.h"
 
 typedef struct store_ops {
-    const char *name;   /* "sqlite" */
+    const char *name;   /* "sqlite", "postgresql" */
     void (*close)(store *s);
-    /* Insert or replace n records in one atomic commit. */
-    int (*save)(store *s, const store_record *recs, int n, char *err, size_t errlen);
+    const char *(*where)(const store *s);   /* store_where's description */
+    /* Insert or replace n records in one commit, record i only if its row is
+     * at expect[i] (STORE_VERSION_NEW / _ANY; never NULL here) and, with an
+     * owner, only under owner's unexpired lease. Returns 0 when the
+     * transaction committed, with res[i] saying which records were written
+     * (rc 0, the new version) and which refused (-ECANCELED / -ENOLCK, the
+     * row's current version); store.c reports those. A negative return is
+     * a failure of the whole group: nothing written (res is then ignored). */
+    int (*save)(store *s, const store_record *recs, const uint64_t *expect, int n,
+                const char *owner, store_save_result *res, char *err, size_t errlen);
     /* Insert one record; -EEXIST if the name is taken. */
     int (*create)(store *s, const store_record *rec, char *err, size_t errlen);
     int (*load)(store *s, const char *name, store_loaded *out, char *err, size_t errlen);
@@ -26,6 +34,13 @@ typedef struct store_ops {
     int (*del)(store *s, const char *name, char *err, size_t errlen);
     /* Copy src to dst atomically; -ENOENT / -EEXIST. */
     int (*fork)(store *s, const char *src, const char *dst, char *err, size_t errlen);
+    /* Leases: store.h's contract; names, owner and ttl_ms > 0 checked, out
+     * never NULL. */
+    int (*lease_acquire)(store *s, const char *name, const char *owner, int64_t ttl_ms,
+                         store_lease *out, char *err, size_t errlen);
+    int (*lease_renew)(store *s, const char *name, const char *owner, int64_t ttl_ms,
+                       store_lease *out, char *err, size_t errlen);
+    int (*lease_release)(store *s, const char *name, const char *owner, char *err, size_t errlen);
 } store_ops;
 
 struct store {
@@ -35,5 +50,8 @@ struct store {
 /* SQLite implementation (state/store_sqlite.c). */
 int store_sqlite_open(const char *path, const store_options *opt, store **out,
                       char *err, size_t errlen);
+/* PostgreSQL implementation (state/store_pg.c); uri is a libpq URI. */
+int store_pg_open(const char *uri, const store_options *opt, store **out,
+                  char *err, size_t errlen);
 
 #endif

@@ -41,12 +41,20 @@ static const char *const migrations[] = {
     "  created_ms INTEGER NOT NULL,"
     "  updated_ms INTEGER NOT NULL"
     ");",
+    /* 1 -> 2: versions and leases (store.h); existing rows start at 1. */
+    "ALTER TABLE sessions ADD COLUMN version INTEGER NOT NULL DEFAULT 1;"
+    "CREATE TABLE leases ("
+    "  name       TEXT PRIMARY KEY NOT NULL,"
+    "  owner      TEXT NOT NULL,"
+    "  expires_ms INTEGER NOT NULL"
+    ");",
 };
 #define SCHEMA_VERSION ((int)(sizeof migrations / sizeof migrations[0]))
 
 enum {
     Q_BEGIN, Q_COMMIT, Q_ROLLBACK, Q_UPSERT, Q_INSERT, Q_LOAD, Q_LIST, Q_COUNT,
-    Q_DELETE, Q_FORK, Q_N
+    Q_DELETE, Q_FORK, Q_INSERT_NEW, Q_CAS, Q_VERSION, Q_LEASE_TAKE, Q_LEASE_GET,
+    Q_LEASE_RENEW, Q_LEASE_RELEASE, Q_LEASE_HELD, Q_N
 };
 
 static const char *const queries[Q_N] = {
@@ -57,17 +65,37 @@ static const char *const queries[Q_N] = {
                    " VALUES(?1, ?2, ?3, ?4, ?5, ?5)"
                    " ON CONFLICT(name) DO UPDATE SET state = excluded.state,"
                    " transcript = excluded.transcript, tokens = excluded.tokens,"
-                   " updated_ms = excluded.updated_ms",
+                   " updated_ms = excluded.updated_ms, version = sessions.version + 1"
+                   " RETURNING version",
     [Q_INSERT]   = "INSERT INTO sessions(name, state, transcript, tokens, created_ms, updated_ms)"
                    " VALUES(?1, ?2, ?3, ?4, ?5, ?5)",
-    [Q_LOAD]     = "SELECT state, transcript, tokens, created_ms, updated_ms"
+    [Q_LOAD]     = "SELECT state, transcript, tokens, created_ms, updated_ms, version"
                    " FROM sessions WHERE name = ?1",
-    [Q_LIST]     = "SELECT name, tokens, length(state), created_ms, updated_ms"
+    [Q_LIST]     = "SELECT name, tokens, length(state), created_ms, updated_ms, version"
                    " FROM sessions ORDER BY name",
     [Q_COUNT]    = "SELECT count(*) FROM sessions",
     [Q_DELETE]   = "DELETE FROM sessions WHERE name = ?1",
     [Q_FORK]     = "INSERT INTO sessions(name, state, transcript, tokens, created_ms, updated_ms)"
                    " SELECT ?2, state, transcript, tokens, ?3, ?3 FROM sessions WHERE name = ?1",
+    /* Versioned saves: a row comes back only when the swap happened. */
+    [Q_INSERT_NEW] = "INSERT INTO sessions(name, state, transcript, tokens, created_ms, updated_ms)"
+                   " VALUES(?1, ?2, ?3, ?4, ?5, ?5) ON CONFLICT(name) DO NOTHING RETURNING version",
+    [Q_CAS]      = "UPDATE sessions SET state = ?2, transcript = ?3, tokens = ?4, updated_ms = ?5,"
+                   " version = version + 1 WHERE name = ?1 AND version = ?6 RETURNING version",
+    [Q_VERSION]  = "SELECT version FROM sessions WHERE name = ?1",
+    /* Leases: ?3 is now (ms), ?4 the ttl. */
+    [Q_LEASE_TAKE] = "INSERT INTO leases(name, owner, expires_ms) VALUES(?1, ?2, ?3 + ?4)"
+                   " ON CONFLICT(name) DO UPDATE SET owner = excluded.owner,"
+                   " expires_ms = excluded.expires_ms"
+                   " WHERE leases.owner = excluded.owner OR leases.expires_ms <= ?3"
+                   " RETURNING owner, expires_ms",
+    [Q_LEASE_GET] = "SELECT owner, expires_ms FROM leases WHERE name = ?1",
+    [Q_LEASE_RENEW] = "UPDATE leases SET expires_ms = ?3 + ?4 WHERE name = ?1 AND owner = ?2"
+                   " RETURNING owner, expires_ms",
+    [Q_LEASE_RELEASE] = "DELETE FROM leases WHERE name = ?1 AND owner = ?2",
+    /* Inside a save's BEGIN IMMEDIATE: nobody can take the lease over
+     * between this check and the commit. */
+    [Q_LEASE_HELD] = "SELECT 1 FROM leases WHERE name = ?1 AND owner = ?2 AND expires_ms > ?3",
 };
 
 typedef struct sqlite_store {
@@ -342,6 +370,11 @@ fail_probe:
     return unwritable(s, rc, err, errlen);
 }
 
+static const char *sq_where(const store *base)
+{
+    return ((const sqlite_store *)base)->path;
+}
+
 static void sq_close(store *base)
 {
     sqlite_store *s = (sqlite_store *)base;
@@ -372,7 +405,21 @@ static int bind_record(sqlite3_stmt *st, const store_record *r, int64_t now)
     return rc;
 }
 
-static int sq_save(store *base, const store_record *recs, int n, char *err, size_t errlen)
+/* Step a statement that returns at most one row of integers (RETURNING,
+ * SELECT): *got says whether a row came, cols of it land in v; reset after. */
+static int step_ints(sqlite3_stmt *st, int64_t *v, int cols, int *got)
+{
+    int rc = sqlite3_step(st);
+    *got = rc == SQLITE_ROW;
+    for (int c = 0; *got && c < cols; c++)
+        v[c] = sqlite3_column_int64(st, c);
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    return rc == SQLITE_DONE || rc == SQLITE_ROW ? SQLITE_OK : rc;
+}
+
+static int sq_save(store *base, const store_record *recs, const uint64_t *expect, int n,
+                   const char *owner, store_save_result *res, char *err, size_t errlen)
 {
     sqlite_store *s = (sqlite_store *)base;
     int64_t now = now_ms();
@@ -383,12 +430,38 @@ static int sq_save(store *base, const store_record *recs, int n, char *err, size
     if (rc != SQLITE_OK)
         return db_fail(s, rc, err, errlen, "cannot begin the save");
     for (int i = 0; i < n; i++) {
-        rc = bind_record(s->q[Q_UPSERT], &recs[i], now);
-        if (rc == SQLITE_OK)
-            rc = run(s->q[Q_UPSERT]);
-        else {
-            sqlite3_reset(s->q[Q_UPSERT]);
-            sqlite3_clear_bindings(s->q[Q_UPSERT]);
+        /* Which write: unconditional, create-only, or the swap from expect[i]. */
+        sqlite3_stmt *st = s->q[expect[i] == STORE_VERSION_ANY ? Q_UPSERT
+                                : expect[i] == STORE_VERSION_NEW ? Q_INSERT_NEW : Q_CAS];
+        int64_t v = 0;
+        int got = 0, refused = -ECANCELED;   /* when the write returns no row */
+        if (owner) {
+            sqlite3_stmt *lq = s->q[Q_LEASE_HELD];
+            sqlite3_bind_text(lq, 1, recs[i].name, -1, SQLITE_STATIC);
+            sqlite3_bind_text(lq, 2, owner, -1, SQLITE_STATIC);
+            sqlite3_bind_int64(lq, 3, now_ms());
+            rc = step_ints(lq, &v, 1, &got);
+            if (rc == SQLITE_OK && !got)
+                refused = -ENOLCK;
+        }
+        if (rc == SQLITE_OK && refused != -ENOLCK) {
+            rc = bind_record(st, &recs[i], now);
+            if (rc == SQLITE_OK && st == s->q[Q_CAS])
+                rc = sqlite3_bind_int64(st, 6, (sqlite3_int64)expect[i]);
+            if (rc == SQLITE_OK)
+                rc = step_ints(st, &v, 1, &got);
+            else {
+                sqlite3_reset(st);
+                sqlite3_clear_bindings(st);
+            }
+        }
+        if (rc == SQLITE_OK && !got) {
+            /* Not written: report where the row is instead. */
+            sqlite3_bind_text(s->q[Q_VERSION], 1, recs[i].name, -1, SQLITE_STATIC);
+            rc = step_ints(s->q[Q_VERSION], &v, 1, &got);
+            res[i] = (store_save_result){ refused, got ? (uint64_t)v : 0 };
+        } else {
+            res[i] = (store_save_result){ 0, (uint64_t)v };
         }
         if (rc != SQLITE_OK) {
             char what[STORE_NAME_MAX + 32];
@@ -398,6 +471,7 @@ static int sq_save(store *base, const store_record *recs, int n, char *err, size
             return code == -EEXIST ? -EIO : code;
         }
     }
+    /* Records refused by their checks are in res; store.c reports them. */
     rc = run(s->q[Q_COMMIT]);
     if (rc != SQLITE_OK) {
         int code = db_fail(s, rc, err, errlen, "commit failed");
@@ -457,6 +531,7 @@ static int sq_load(store *base, const char *name, store_loaded *out, char *err, 
             out->tokens = (uint64_t)sqlite3_column_int64(st, 2);
             out->created_ms = sqlite3_column_int64(st, 3);
             out->updated_ms = sqlite3_column_int64(st, 4);
+            out->version = (uint64_t)sqlite3_column_int64(st, 5);
         }
     } else if (rc == SQLITE_DONE) {
         code = errmsg_set(-ENOENT, err, errlen, "no session named '%s'", name);
@@ -495,6 +570,7 @@ static int sq_list(store *base, store_info **out, size_t *n, char *err, size_t e
         e->state_len = (size_t)sqlite3_column_int64(st, 2);
         e->created_ms = sqlite3_column_int64(st, 3);
         e->updated_ms = sqlite3_column_int64(st, 4);
+        e->version = (uint64_t)sqlite3_column_int64(st, 5);
     }
     if (!code && rc != SQLITE_DONE)
         code = db_fail(s, rc, err, errlen, "list failed");
@@ -557,9 +633,102 @@ static int sq_fork(store *base, const char *src, const char *dst, char *err, siz
     return check_identity(s, err, errlen);
 }
 
+/* ---- leases ------------------------------------------------------------- */
+
+/* The lease on name as it stands (owner "" when none). */
+static int lease_get(sqlite_store *s, const char *name, store_lease *out)
+{
+    sqlite3_stmt *st = s->q[Q_LEASE_GET];
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    memset(out, 0, sizeof *out);
+    if (rc == SQLITE_ROW) {
+        snprintf(out->owner, sizeof out->owner, "%s", (const char *)sqlite3_column_text(st, 0));
+        out->expires_ms = sqlite3_column_int64(st, 1);
+    }
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+/* Run a lease statement binding (name, owner, now, ttl); a returned row
+ * (owner, expires_ms) is the lease we now hold. */
+static int lease_step(sqlite_store *s, int q, const char *name, const char *owner, int64_t ttl,
+                      store_lease *out, int *got)
+{
+    sqlite3_stmt *st = s->q[q];
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, owner, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, now_ms());
+    sqlite3_bind_int64(st, 4, ttl);
+    int rc = sqlite3_step(st);
+    *got = rc == SQLITE_ROW;
+    if (*got) {
+        snprintf(out->owner, sizeof out->owner, "%s", (const char *)sqlite3_column_text(st, 0));
+        out->expires_ms = sqlite3_column_int64(st, 1);
+    }
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+static int sq_lease_acquire(store *base, const char *name, const char *owner, int64_t ttl_ms,
+                            store_lease *out, char *err, size_t errlen)
+{
+    sqlite_store *s = (sqlite_store *)base;
+    /* Taking and reading the holder are two statements: if the holder let go
+     * in between, try again. */
+    for (int attempt = 0; attempt < 3; attempt++) {
+        int got = 0, rc = lease_step(s, Q_LEASE_TAKE, name, owner, ttl_ms, out, &got);
+        if (rc == SQLITE_OK && got)
+            return 0;
+        if (rc == SQLITE_OK)
+            rc = lease_get(s, name, out);
+        if (rc != SQLITE_OK)
+            return db_fail(s, rc, err, errlen, "lease failed");
+        if (out->owner[0])
+            return errmsg_set(-EAGAIN, err, errlen,
+                              "session '%s' is leased by '%s' for %lld ms more", name, out->owner,
+                              (long long)(out->expires_ms - now_ms()));
+    }
+    return errmsg_set(-EBUSY, err, errlen, "lease of '%s' keeps changing hands", name);
+}
+
+static int sq_lease_renew(store *base, const char *name, const char *owner, int64_t ttl_ms,
+                          store_lease *out, char *err, size_t errlen)
+{
+    sqlite_store *s = (sqlite_store *)base;
+    int got = 0, rc = lease_step(s, Q_LEASE_RENEW, name, owner, ttl_ms, out, &got);
+    if (rc == SQLITE_OK && got)
+        return 0;
+    if (rc == SQLITE_OK)
+        rc = lease_get(s, name, out);
+    if (rc != SQLITE_OK)
+        return db_fail(s, rc, err, errlen, "lease renewal failed");
+    return errmsg_set(-ENOLCK, err, errlen, "lease of '%s' is not held by '%s'%s%s%s", name, owner,
+                      out->owner[0] ? " (held by '" : " (nobody holds it)", out->owner,
+                      out->owner[0] ? "')" : "");
+}
+
+static int sq_lease_release(store *base, const char *name, const char *owner, char *err,
+                            size_t errlen)
+{
+    sqlite_store *s = (sqlite_store *)base;
+    sqlite3_stmt *st = s->q[Q_LEASE_RELEASE];
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, owner, -1, SQLITE_STATIC);
+    int rc = run(st);
+    if (rc != SQLITE_OK)
+        return db_fail(s, rc, err, errlen, "lease release failed");
+    if (sqlite3_changes(s->db) == 0)
+        return errmsg_set(-ENOLCK, err, errlen, "lease of '%s' is not held by '%s'", name, owner);
+    return 0;
+}
+
 static const store_ops sqlite_ops = {
     .name = "sqlite",
     .close = sq_close,
+    .where = sq_where,
     .save = sq_save,
     .create = sq_create,
     .load = sq_load,
@@ -567,6 +736,9 @@ static const store_ops sqlite_ops = {
     .count = sq_count,
     .del = sq_delete,
     .fork = sq_fork,
+    .lease_acquire = sq_lease_acquire,
+    .lease_renew = sq_lease_renew,
+    .lease_release = sq_lease_release,
 };
 
 /* The pid an exclusive holder of `path` recorded (0 if none readable): a

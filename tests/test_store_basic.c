@@ -1,10 +1,17 @@
-/* tests/test_store_basic.c — the session store (SQLite implementation)
- * through its public interface: save/load/list/delete/fork, grouped saves,
- * names, export/import and their refusals, schema versioning. */
+/* tests/test_store_basic.c — the session store through its public
+ * interface: save/load/list/delete/fork, grouped saves, names,
+ * export/import and their refusals, schema versioning, versions
+ * (compare-and-swap saves) and leases. Every case that is not about SQLite's
+ * file runs twice: against SQLite, then (cases named *_pg) against a
+ * PostgreSQL server this test starts itself (tests/pgserver.h; SKIP lines
+ * when it cannot run here), plus PostgreSQL's own cases: schema, lock
+ * timeout, connection loss and recovery. */
 #include "tests/check.h"
+#include "tests/pgserver.h"
 #include "state/store.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <sqlite3.h>
 #include <stdint.h>
 #include <string.h>
@@ -13,11 +20,21 @@
 
 static char dir[64];
 static int dbseq;
+static int use_pg;        /* the cases run against pg, not SQLite files */
+static pgserver pg;
 
-/* A fresh database path per case. */
+/* A fresh store per case: an SQLite file, or a new PostgreSQL database. */
 static const char *newdb(void)
 {
-    static char path[128];
+    static char path[256];
+    if (use_pg) {
+        char db[32], why[512];
+        snprintf(db, sizeof db, "s%d", ++dbseq);
+        if (pgserver_createdb(&pg, db, why, sizeof why) < 0)
+            CHECK(0, "create database: %s", why);
+        pgserver_uri(&pg, db, path, sizeof path);
+        return path;
+    }
     snprintf(path, sizeof path, "%s/s%d.db", dir, ++dbseq);
     return path;
 }
@@ -140,18 +157,32 @@ static void grouped_save_all_or_nothing(void)
     CHECK(store_save(s, bad, 0, err, sizeof err) == -EINVAL, "n = 0 refused");
 
     /* A second handle holding the write lock: the save times out with
-     * -EBUSY and leaves nothing behind. */
+     * -EBUSY and leaves nothing behind. (PostgreSQL: another connection
+     * holds an exclusive lock on the sessions table.) */
     store_options o = store_defaults();
     o.busy_timeout_ms = 50;
     store *s2 = NULL;
     CHECK(store_open(path, &o, &s2, err, sizeof err) == 0, "second handle: %s", err);
     sqlite3 *raw = NULL;
-    sqlite3_open(path, &raw);
-    CHECK(sqlite3_exec(raw, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK, "lock");
+    PGconn *praw = NULL;
+    if (use_pg) {
+        praw = PQconnectdb(path);
+        PGresult *r = PQexec(praw, "BEGIN; LOCK TABLE lind_sessions IN EXCLUSIVE MODE");
+        CHECK(PQresultStatus(r) == PGRES_COMMAND_OK, "lock: %s", PQerrorMessage(praw));
+        PQclear(r);
+    } else {
+        sqlite3_open(path, &raw);
+        CHECK(sqlite3_exec(raw, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK, "lock");
+    }
     int rc = store_save(s2, bad, 2, err, sizeof err);
     CHECK(rc == -EBUSY, "locked store gives -EBUSY, got %d (%s)", rc, err);
-    sqlite3_exec(raw, "ROLLBACK", NULL, NULL, NULL);
-    sqlite3_close(raw);
+    if (use_pg) {
+        PQclear(PQexec(praw, "ROLLBACK"));
+        PQfinish(praw);
+    } else {
+        sqlite3_exec(raw, "ROLLBACK", NULL, NULL, NULL);
+        sqlite3_close(raw);
+    }
     store_count(s, &n, NULL, 0);
     CHECK(n == 0, "still nothing saved (%zu)", n);
     CHECK(store_save(s2, bad, 2, err, sizeof err) == 0, "unlocked save: %s", err);
@@ -380,7 +411,7 @@ static void schema_and_foreign_files(void)
     sqlite3_open(path, &db);
     sqlite3_stmt *st;
     sqlite3_prepare_v2(db, "SELECT version FROM schema_version", -1, &st, NULL);
-    CHECK(sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) == 1, "schema version 1");
+    CHECK(sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) == 2, "schema version 2");
     sqlite3_finalize(st);
     sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, NULL);
     CHECK(sqlite3_step(st) == SQLITE_ROW && strcmp((const char *)sqlite3_column_text(st, 0), "wal") == 0,
@@ -413,9 +444,38 @@ static void schema_and_foreign_files(void)
     }
     sqlite3_open(v0, &db);
     sqlite3_prepare_v2(db, "SELECT version FROM schema_version", -1, &st, NULL);
-    CHECK(sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) == 1, "now version 1");
+    CHECK(sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) == 2, "now version 2");
     sqlite3_finalize(st);
     sqlite3_close(db);
+
+    /* A v1 store (before versions and leases) with a session in it: its
+     * rows start at version 1 and leases work after the migration. */
+    const char *v1 = newdb();
+    sqlite3_open(v1, &db);
+    sqlite3_exec(db, "CREATE TABLE schema_version (version INTEGER NOT NULL);"
+                     "INSERT INTO schema_version VALUES (1); PRAGMA application_id = 1279872580;"
+                     "CREATE TABLE sessions (name TEXT PRIMARY KEY NOT NULL, state BLOB NOT NULL,"
+                     " transcript BLOB NOT NULL, tokens INTEGER NOT NULL,"
+                     " created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL);"
+                     "INSERT INTO sessions VALUES ('old', x'0102', x'', 7, 1700000000000, 1700000000000);",
+                 NULL, NULL, NULL);
+    sqlite3_close(db);
+    s = NULL;
+    CHECK(store_open(v1, NULL, &s, err, sizeof err) == 0, "v1 store migrates: %s", err);
+    if (s) {
+        store_loaded l;
+        CHECK(store_load(s, "old", &l, err, sizeof err) == 0 && l.version == 1 && l.tokens == 7 &&
+              l.state_len == 2 && l.state[1] == 2, "old session kept, at version 1: %s", err);
+        store_loaded_free(&l);
+        store_save_result res;
+        uint8_t b = 3;
+        store_record r = { "old", &b, 1, NULL, 0, 8 };
+        CHECK(store_save_versioned(s, &r, (uint64_t[]){ 1 }, 1, NULL, &res, err, sizeof err) == 0 &&
+              res.version == 2, "versioned save after migration: %s", err);
+        CHECK(store_lease_acquire(s, "old", "node-a", 1000, NULL, err, sizeof err) == 0,
+              "lease after migration: %s", err);
+        store_close(s);
+    }
 
     const char *other = newdb();
     sqlite3_open(other, &db);
@@ -442,6 +502,293 @@ static void schema_and_foreign_files(void)
     CHECK(store_open("", NULL, &s, err, sizeof err) == -EINVAL, "empty path refused");
 }
 
+/* ---- versions --------------------------------------------------------- */
+
+static int load_version(store *s, const char *name, uint64_t *v, uint8_t *first)
+{
+    store_loaded l;
+    int rc = store_load(s, name, &l, NULL, 0);
+    if (rc == 0) {
+        *v = l.version;
+        if (first)
+            *first = l.state_len ? l.state[0] : 0;
+        store_loaded_free(&l);
+    }
+    return rc;
+}
+
+/* Two handles load version v; one saves; the other's save fails with
+ * -ECANCELED and the row keeps the first save. */
+static void versions_cas(void)
+{
+    const char *path = newdb();
+    store *a = open_ok(path), *b = open_ok(path);
+    if (!a || !b) { store_close(a); store_close(b); return; }
+    char err[256] = "";
+    uint8_t one = 1, two = 2, three = 3;
+    store_record r = { "conv", &one, 1, NULL, 0, 10 };
+    CHECK(store_save(a, &r, 1, err, sizeof err) == 0, "first save: %s", err);
+    uint64_t va = 0, vb = 0, v = 0;
+    CHECK(load_version(a, "conv", &va, NULL) == 0 && load_version(b, "conv", &vb, NULL) == 0 &&
+          va == 1 && vb == 1, "both load version 1 (%llu %llu)", (unsigned long long)va,
+          (unsigned long long)vb);
+    store_save_result res;
+    r.state = &two;
+    CHECK(store_save_versioned(a, &r, &va, 1, NULL, &res, err, sizeof err) == 0 && res.rc == 0 &&
+          res.version == 2, "a's swap 1 -> 2: %s (version %llu)", err, (unsigned long long)res.version);
+    r.state = &three;
+    err[0] = 0;
+    int rc = store_save_versioned(b, &r, &vb, 1, NULL, &res, err, sizeof err);
+    CHECK(rc == -ECANCELED && res.rc == -ECANCELED && res.version == 2,
+          "b's stale save refused: %d, result %d, store at %llu", rc, res.rc,
+          (unsigned long long)res.version);
+    CHECK(strstr(err, "conv") && strstr(err, "expected version 1") && strstr(err, "has version 2"),
+          "message names session and versions: %s", err);
+    uint8_t first = 0;
+    CHECK(load_version(b, "conv", &v, &first) == 0 && v == 2 && first == 2,
+          "row keeps a's save (version %llu, byte %u)", (unsigned long long)v, first);
+    /* b reloads and swaps from the version it now sees. */
+    CHECK(store_save_versioned(b, &r, &v, 1, NULL, &res, err, sizeof err) == 0 && res.version == 3,
+          "b after reloading: %s", err);
+    /* store_save stays unconditional and still moves the version. */
+    CHECK(store_save(a, &r, 1, err, sizeof err) == 0, "unconditional: %s", err);
+    CHECK(load_version(a, "conv", &v, NULL) == 0 && v == 4, "version 4 (%llu)", (unsigned long long)v);
+    /* NEW: only when the name is free. */
+    uint64_t fresh = STORE_VERSION_NEW;
+    CHECK(store_save_versioned(a, &r, &fresh, 1, NULL, &res, err, sizeof err) == -ECANCELED && res.version == 4,
+          "NEW over an existing session refused");
+    CHECK(strstr(err, "expected no session"), "says so: %s", err);
+    store_record n = { "newborn", &one, 1, NULL, 0, 1 };
+    CHECK(store_save_versioned(a, &n, &fresh, 1, NULL, &res, err, sizeof err) == 0 && res.version == 1,
+          "NEW on a free name: %s", err);
+    /* A deleted session: the swap finds no row. */
+    CHECK(store_delete(b, "conv", NULL, 0) == 0, "delete");
+    v = 4;
+    CHECK(store_save_versioned(a, &r, &v, 1, NULL, &res, err, sizeof err) == -ECANCELED && res.version == 0,
+          "save over a deleted session refused");
+    CHECK(strstr(err, "has no session"), "says so: %s", err);
+    CHECK(store_load(a, "conv", &(store_loaded){ 0 }, NULL, 0) == -ENOENT, "not recreated");
+    /* Fork and import start at version 1; list shows versions. */
+    CHECK(store_save(a, &n, 1, NULL, 0) == 0, "newborn -> 2");
+    CHECK(store_fork(a, "newborn", "child", err, sizeof err) == 0, "fork: %s", err);
+    uint8_t *x = NULL;
+    size_t xl = 0;
+    store_export(a, "newborn", &x, &xl, NULL, 0);
+    CHECK(x && store_import(a, "imported", x, xl, err, sizeof err) == 0, "import: %s", err);
+    free(x);
+    store_info *info = NULL;
+    size_t cnt = 0;
+    CHECK(store_list(a, &info, &cnt, err, sizeof err) == 0 && cnt == 3, "list %zu", cnt);
+    for (size_t i = 0; i < cnt; i++) {
+        uint64_t want = strcmp(info[i].name, "newborn") == 0 ? 2 : 1;
+        CHECK(info[i].version == want, "%s at version %llu, want %llu", info[i].name,
+              (unsigned long long)info[i].version, (unsigned long long)want);
+    }
+    free(info);
+    store_close(a);
+    store_close(b);
+}
+
+/* A group commits together; a stale record is skipped alone and reported
+ * in its own result; a bad record or a repeated name refuses the group. */
+static void versions_grouped(void)
+{
+    store *s = open_ok(newdb());
+    if (!s) return;
+    char err[256] = "";
+    uint8_t b[8] = { 0 };
+    store_record base[2] = { { "a", b, 8, NULL, 0, 1 }, { "b", b, 8, NULL, 0, 1 } };
+    CHECK(store_save(s, base, 2, err, sizeof err) == 0, "setup: %s", err);
+    CHECK(store_save(s, &base[1], 1, NULL, 0) == 0, "b -> 2");
+    uint8_t nb[8] = { 9, 9, 9, 9, 9, 9, 9, 9 };
+    store_record g[3] = {
+        { "a", nb, 8, NULL, 0, 5 }, { "b", nb, 8, NULL, 0, 5 }, { "c", nb, 8, NULL, 0, 5 },
+    };
+    uint64_t ex[3] = { 1, 1, STORE_VERSION_NEW };   /* b is at 2: stale */
+    store_save_result res[3];
+    int rc = store_save_versioned(s, g, ex, 3, NULL, res, err, sizeof err);
+    CHECK(rc == -ECANCELED, "group with one stale record: %d (%s)", rc, err);
+    CHECK(res[0].rc == 0 && res[0].version == 2, "a saved at 2 (%d %llu)", res[0].rc,
+          (unsigned long long)res[0].version);
+    CHECK(res[1].rc == -ECANCELED && res[1].version == 2, "b stale at 2 (%d %llu)", res[1].rc,
+          (unsigned long long)res[1].version);
+    CHECK(res[2].rc == 0 && res[2].version == 1, "c created (%d)", res[2].rc);
+    CHECK(strstr(err, "'b'") && strstr(err, "1 of 3"), "message: %s", err);
+    uint64_t v;
+    uint8_t first;
+    CHECK(load_version(s, "a", &v, &first) == 0 && first == 9, "a has the group's bytes");
+    CHECK(load_version(s, "b", &v, &first) == 0 && first == 0 && v == 2, "b untouched");
+    CHECK(load_version(s, "c", &v, &first) == 0 && first == 9, "c has the group's bytes");
+    /* The same session twice in one versioned group. */
+    store_record dup[2] = { { "a", nb, 8, NULL, 0, 6 }, { "a", nb, 8, NULL, 0, 7 } };
+    uint64_t ex2[2] = { 2, 3 };
+    CHECK(store_save_versioned(s, dup, ex2, 2, NULL, res, err, sizeof err) == -EINVAL &&
+          res[0].rc == -EINVAL && strstr(err, "both save 'a'"), "repeated name refused: %s", err);
+    /* A bad record: the whole group refused, every result says so. */
+    store_record badg[2] = { { "a", nb, 8, NULL, 0, 6 }, { "", nb, 8, NULL, 0, 7 } };
+    CHECK(store_save_versioned(s, badg, ex2, 2, NULL, res, err, sizeof err) == -EINVAL &&
+          res[0].rc == -EINVAL && res[1].rc == -EINVAL, "bad record refuses the group");
+    CHECK(load_version(s, "a", &v, NULL) == 0 && v == 2, "a still at 2 (%llu)", (unsigned long long)v);
+    CHECK(store_save_versioned(s, g, ex, 3, NULL, NULL, err, sizeof err) == -EINVAL, "results required");
+    store_close(s);
+}
+
+/* ---- leases ----------------------------------------------------------- */
+
+static void leases(void)
+{
+    const char *path = newdb();
+    store *s = open_ok(path), *t = open_ok(path);
+    if (!s || !t) { store_close(s); store_close(t); return; }
+    char err[256] = "";
+    store_lease l;
+    /* A lease needs no session row. */
+    CHECK(store_lease_acquire(s, "chat", "node-a", 10000, &l, err, sizeof err) == 0, "a takes: %s",
+          err);
+    CHECK(strcmp(l.owner, "node-a") == 0 && l.expires_ms > 1700000000000LL, "lease is a's (%s %lld)",
+          l.owner, (long long)l.expires_ms);
+    int64_t first_expiry = l.expires_ms;
+    err[0] = 0;
+    CHECK(store_lease_acquire(t, "chat", "node-b", 10000, &l, err, sizeof err) == -EAGAIN,
+          "b refused while a holds it");
+    CHECK(strcmp(l.owner, "node-a") == 0 && l.expires_ms == first_expiry, "b told the holder: %s %lld",
+          l.owner, (long long)l.expires_ms);
+    CHECK(strstr(err, "node-a") && strstr(err, "chat"), "message names holder: %s", err);
+    usleep(20000);
+    CHECK(store_lease_acquire(s, "chat", "node-a", 10000, &l, err, sizeof err) == 0 &&
+          l.expires_ms > first_expiry, "a re-acquiring renews");
+    CHECK(store_lease_renew(t, "chat", "node-b", 10000, &l, err, sizeof err) == -ENOLCK &&
+          strcmp(l.owner, "node-a") == 0, "b cannot renew a's lease: %s", err);
+    int64_t before = l.expires_ms;
+    usleep(20000);
+    CHECK(store_lease_renew(s, "chat", "node-a", 20000, &l, err, sizeof err) == 0 &&
+          l.expires_ms > before + 5000, "a renews for longer: %s", err);
+    CHECK(store_lease_release(t, "chat", "node-b", err, sizeof err) == -ENOLCK, "b cannot release");
+    CHECK(store_lease_release(s, "chat", "node-a", err, sizeof err) == 0, "a releases: %s", err);
+    CHECK(store_lease_renew(s, "chat", "node-a", 1000, &l, err, sizeof err) == -ENOLCK &&
+          l.owner[0] == 0 && strstr(err, "nobody"), "released lease cannot be renewed: %s", err);
+    CHECK(store_lease_acquire(t, "chat", "node-b", 10000, &l, err, sizeof err) == 0, "b takes it");
+    /* Expiry: a short lease lapses and another owner takes it over; the old
+     * owner then can neither renew nor release. */
+    CHECK(store_lease_acquire(s, "short", "node-a", 150, &l, err, sizeof err) == 0, "a short: %s", err);
+    CHECK(store_lease_acquire(t, "short", "node-b", 5000, NULL, err, sizeof err) == -EAGAIN,
+          "not yet expired");
+    usleep(400000);
+    CHECK(store_lease_acquire(t, "short", "node-b", 5000, &l, err, sizeof err) == 0 &&
+          strcmp(l.owner, "node-b") == 0, "b takes over the expired lease: %s", err);
+    CHECK(store_lease_renew(s, "short", "node-a", 5000, &l, err, sizeof err) == -ENOLCK &&
+          strcmp(l.owner, "node-b") == 0 && strstr(err, "node-b"), "a lost it: %s", err);
+    CHECK(store_lease_release(s, "short", "node-a", err, sizeof err) == -ENOLCK, "a cannot release");
+    /* An expired lease nobody took is still its owner's to renew. */
+    CHECK(store_lease_acquire(s, "lapsed", "node-a", 50, NULL, NULL, 0) == 0, "lapsed taken");
+    usleep(150000);
+    CHECK(store_lease_renew(s, "lapsed", "node-a", 5000, &l, err, sizeof err) == 0, "renewed: %s", err);
+    /* Arguments. */
+    CHECK(store_lease_acquire(s, "x", "node-a", 0, NULL, err, sizeof err) == -EINVAL &&
+          strstr(err, "ttl"), "ttl 0: %s", err);
+    CHECK(store_lease_acquire(s, "x", "", 10, NULL, err, sizeof err) == -EINVAL &&
+          strstr(err, "owner"), "empty owner: %s", err);
+    CHECK(store_lease_acquire(s, "bad\n", "a", 10, NULL, err, sizeof err) == -EINVAL, "bad name");
+    store_close(s);
+    store_close(t);
+}
+
+/* Saves under a lease: only the holder of an unexpired lease writes; the
+ * others of the group still do. */
+static void leased_saves(void)
+{
+    const char *path = newdb();
+    store *s = open_ok(path);
+    if (!s) return;
+    char err[256] = "";
+    uint8_t b1 = 1, b2 = 2;
+    store_record r[2] = { { "held", &b1, 1, NULL, 0, 1 }, { "unleased", &b1, 1, NULL, 0, 1 } };
+    store_save_result res[2];
+    CHECK(store_lease_acquire(s, "held", "node-a", 10000, NULL, err, sizeof err) == 0, "lease: %s", err);
+    CHECK(store_save_versioned(s, r, NULL, 1, "node-a", res, err, sizeof err) == 0 && res[0].version == 1,
+          "holder saves: %s", err);
+    r[0].state = &b2;
+    err[0] = 0;
+    CHECK(store_save_versioned(s, r, NULL, 1, "node-b", res, err, sizeof err) == -ENOLCK &&
+          res[0].rc == -ENOLCK && res[0].version == 1, "another owner refused: %s", err);
+    CHECK(strstr(err, "'node-b' does not hold its lease") && strstr(err, "held"), "message: %s", err);
+    /* A group: the leased record saves, the unleased one is refused alone. */
+    int rc = store_save_versioned(s, r, (uint64_t[]){ 1, STORE_VERSION_NEW }, 2, "node-a", res, err,
+                                  sizeof err);
+    CHECK(rc == -ENOLCK && res[0].rc == 0 && res[0].version == 2 && res[1].rc == -ENOLCK &&
+          res[1].version == 0, "per record: %d %d %d", rc, res[0].rc, res[1].rc);
+    CHECK(strstr(err, "unleased") && strstr(err, "1 of 2"), "message: %s", err);
+    size_t n = 0;
+    CHECK(store_count(s, &n, NULL, 0) == 0 && n == 1, "unleased not created (%zu)", n);
+    /* Version and lease both checked: a stale version under a good lease. */
+    CHECK(store_save_versioned(s, r, (uint64_t[]){ 1 }, 1, "node-a", res, err, sizeof err) == -ECANCELED,
+          "stale under lease: %s", err);
+    /* An expired lease no longer lets its owner write, taken over or not. */
+    CHECK(store_lease_acquire(s, "held", "node-a", 100, NULL, NULL, 0) == 0, "short renewal");
+    usleep(250000);
+    CHECK(store_save_versioned(s, r, NULL, 1, "node-a", res, err, sizeof err) == -ENOLCK,
+          "expired lease refused");
+    CHECK(store_lease_acquire(s, "held", "node-b", 10000, NULL, NULL, 0) == 0, "b takes over");
+    CHECK(store_save_versioned(s, r, (uint64_t[]){ 2 }, 1, "node-b", res, err, sizeof err) == 0 &&
+          res[0].version == 3, "new holder saves: %s", err);
+    CHECK(store_save_versioned(s, r, NULL, 1, "bad\n", res, err, sizeof err) == -EINVAL,
+          "owner checked");
+    store_close(s);
+}
+
+/* Eight handles race for one free lease, then for it expired: exactly one
+ * wins each time. */
+#define RACERS 8
+typedef struct racer {
+    const char *path;
+    const char *name;
+    int idx, rc;
+    pthread_barrier_t *bar;
+} racer;
+
+static void *race(void *arg)
+{
+    racer *r = arg;
+    store *s = NULL;
+    char owner[32], err[256];
+    snprintf(owner, sizeof owner, "racer-%d", r->idx);
+    r->rc = store_open(r->path, NULL, &s, err, sizeof err);
+    pthread_barrier_wait(r->bar);
+    if (r->rc == 0)
+        r->rc = store_lease_acquire(s, r->name, owner, 200, NULL, err, sizeof err);
+    store_close(s);
+    return NULL;
+}
+
+static void leases_race(void)
+{
+    const char *path = newdb();
+    store *s = open_ok(path);   /* creates the schema before the race */
+    if (!s) return;
+    for (int round = 0; round < 2; round++) {
+        if (round == 1)
+            usleep(400000);   /* the winner's 200 ms lease lapses */
+        pthread_t th[RACERS];
+        racer r[RACERS];
+        pthread_barrier_t bar;
+        pthread_barrier_init(&bar, NULL, RACERS);
+        for (int i = 0; i < RACERS; i++) {
+            r[i] = (racer){ path, "contested", i, 0, &bar };
+            pthread_create(&th[i], NULL, race, &r[i]);
+        }
+        int won = 0, lost = 0;
+        for (int i = 0; i < RACERS; i++) {
+            pthread_join(th[i], NULL);
+            won += r[i].rc == 0;
+            lost += r[i].rc == -EAGAIN;
+        }
+        pthread_barrier_destroy(&bar);
+        CHECK(won == 1 && lost == RACERS - 1, "round %d: %d won, %d refused of %d", round, won, lost,
+              RACERS);
+    }
+    store_close(s);
+}
+
 static void durability_normal_and_prefix(void)
 {
     store_options o = store_defaults();
@@ -457,11 +804,172 @@ static void durability_normal_and_prefix(void)
     CHECK(store_save(s, &r, 1, err, sizeof err) == 0, "save");
     store_close(s);
     CHECK(access(path + 7, F_OK) == 0, "prefix stripped: file at the path");
+    s = open_ok(path + 7);
+    CHECK(s && strcmp(store_where(s), path + 7) == 0, "where: %s", s ? store_where(s) : "");
+    store_close(s);
     s = open_ok(path);
     store_loaded l;
     CHECK(s && store_load(s, "n", &l, NULL, 0) == 0 && l.state_len == 3 && l.state[2] == 9,
           "reload");
     store_loaded_free(&l);
+    store_close(s);
+}
+
+/* ---- PostgreSQL's own cases -------------------------------------------- */
+
+/* One SQL command on a raw connection; 0 when it succeeded. */
+static int pg_exec(const char *uri, const char *sql, char *out, size_t outlen)
+{
+    PGconn *c = PQconnectdb(uri);
+    PGresult *r = PQexec(c, sql);
+    ExecStatusType t = PQresultStatus(r);
+    if (out && outlen) {
+        out[0] = 0;
+        if (t == PGRES_TUPLES_OK && PQntuples(r) > 0)
+            snprintf(out, outlen, "%s", PQgetvalue(r, 0, 0));
+    }
+    PQclear(r);
+    PQfinish(c);
+    return t == PGRES_COMMAND_OK || t == PGRES_TUPLES_OK ? 0 : -1;
+}
+
+static void schema_server(void)
+{
+    char err[512] = "", v[32];
+    const char *uri = newdb();
+    char path[256];
+    snprintf(path, sizeof path, "%s", uri);
+    store *s = open_ok(path);
+    if (!s) return;
+    store_close(s);
+    CHECK(pg_exec(path, "SELECT version FROM lind_schema", v, sizeof v) == 0 && !strcmp(v, "1"),
+          "schema version 1 (%s)", v);
+    CHECK(pg_exec(path, "SELECT attstorage FROM pg_attribute WHERE attrelid = 'lind_sessions'::regclass"
+                        " AND attname = 'state'", v, sizeof v) == 0 && !strcmp(v, "e"),
+          "state stored uncompressed out of line (%s)", v);
+    /* Opening again (as a second node would) migrates nothing twice. */
+    s = open_ok(path);
+    store_close(s);
+    pg_exec(path, "UPDATE lind_schema SET version = 99", NULL, 0);
+    s = NULL;
+    CHECK(store_open(path, NULL, &s, err, sizeof err) == -EINVAL && !s, "newer schema refused");
+    CHECK(strstr(err, "schema version 99") != NULL, "says so: %s", err);
+    /* A database holding another application's lind_sessions. */
+    const char *other = newdb();
+    pg_exec(other, "CREATE TABLE lind_sessions (id integer)", NULL, 0);
+    CHECK(store_open(other, NULL, &s, err, sizeof err) == -EINVAL && strstr(err, "not a lind store"),
+          "foreign table refused: %s", err);
+    /* Two nodes opening a fresh database together: one creates, both work. */
+    const char *fresh = newdb();
+    snprintf(path, sizeof path, "%s", fresh);
+    pid_t kids[4];
+    for (int i = 0; i < 4; i++)
+        if ((kids[i] = fork()) == 0) {
+            store *k = NULL;
+            _exit(store_open(path, NULL, &k, NULL, 0) == 0 ? (store_close(k), 0) : 1);
+        }
+    int ok = 0;
+    for (int i = 0; i < 4; i++) {
+        int st = 0;
+        waitpid(kids[i], &st, 0);
+        ok += WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    }
+    CHECK(ok == 4, "%d of 4 concurrent first opens succeeded", ok);
+    /* A password in the URI never shows in store_where or in messages. */
+    char secret[300];
+    snprintf(secret, sizeof secret, "postgresql://lind:hunter2@/s%d?host=%s&port=%d", dbseq, pg.dir,
+             pg.port);   /* the database `fresh` */
+    s = NULL;
+    CHECK(store_open(secret, NULL, &s, err, sizeof err) == 0, "open with a password: %s", err);
+    if (s) {
+        CHECK(strncmp(store_where(s), "postgresql://lind@", 18) == 0 &&
+              !strstr(store_where(s), "hunter2"), "where: %s", store_where(s));
+        store_loaded ld;
+        CHECK(store_load(s, "ghost", &ld, err, sizeof err) == -ENOENT && !strstr(err, "hunter2"),
+              "message: %s", err);
+        store_close(s);
+        s = NULL;
+    }
+    /* Another schema of the same database, through the URI's options: a
+     * second, independent store. */
+    char other_schema[400];
+    pg_exec(path, "CREATE SCHEMA tenant2", NULL, 0);
+    snprintf(other_schema, sizeof other_schema, "%s&options=-csearch_path%%3Dtenant2", path);
+    s = NULL;
+    CHECK(store_open(other_schema, NULL, &s, err, sizeof err) == 0, "open in schema tenant2: %s", err);
+    if (s) {
+        size_t cnt = 9;
+        CHECK(store_count(s, &cnt, NULL, 0) == 0 && cnt == 0, "tenant2 starts empty (%zu)", cnt);
+        store_close(s);
+        s = NULL;
+    }
+    CHECK(pg_exec(path, "SELECT count(*) FROM tenant2.lind_sessions", v, sizeof v) == 0 &&
+          !strcmp(v, "0"), "tables created in tenant2");
+    /* Bad and unreachable URIs: clear errors, no crash. */
+    CHECK(store_open("postgresql://[bad", NULL, &s, err, sizeof err) == -EINVAL && !s,
+          "malformed URI: %s", err);
+    char nowhere[256];
+    snprintf(nowhere, sizeof nowhere, "postgresql:///x?host=%s/no-such-dir&user=lind", pg.dir);
+    CHECK(store_open(nowhere, NULL, &s, err, sizeof err) == -EIO && !s, "unreachable server: %s", err);
+    CHECK(strstr(err, "cannot connect") && strstr(err, "no-such-dir"), "message: %s", err);
+    CHECK(!strchr(err, '\n') && !strchr(err, '\t'), "message is one line: %s", err);
+    pgserver_uri(&pg, "no_such_database", nowhere, sizeof nowhere);
+    CHECK(store_open(nowhere, NULL, &s, err, sizeof err) == -EIO && strstr(err, "no_such_database"),
+          "missing database: %s", err);
+}
+
+/* The server dies under an open handle: every operation fails with -EIO
+ * and libpq's message, nothing crashes; when the server is back the same
+ * handle reconnects and every committed save is there. */
+static void connection_loss(void)
+{
+    char path[256], err[512] = "";
+    snprintf(path, sizeof path, "%s", newdb());
+    store *s = open_ok(path);
+    if (!s) return;
+    uint8_t st[3000];
+    fill(st, sizeof st, 77);
+    store_record r[3] = { { "k1", st, sizeof st, st, 10, 1 }, { "k2", st, 100, NULL, 0, 2 },
+                          { "k3", st, 5, NULL, 0, 3 } };
+    CHECK(store_save(s, r, 3, err, sizeof err) == 0, "save: %s", err);
+    store_lease l;
+    CHECK(store_lease_acquire(s, "k1", "node-a", 60000, &l, err, sizeof err) == 0, "lease: %s", err);
+    CHECK(pgserver_crash(&pg) == 0, "server stopped");
+    store_loaded ld;
+    size_t n;
+    store_info *v = NULL;
+    store_save_result res[3];
+    int rc;
+    err[0] = 0;
+    rc = store_save(s, r, 3, err, sizeof err);
+    CHECK(rc == -EIO && err[0], "save on a dead server: %d %s", rc, err);
+    rc = store_save_versioned(s, r, (uint64_t[]){ 1, 1, 1 }, 3, NULL, res, err, sizeof err);
+    CHECK(rc == -EIO && res[0].rc == -EIO && res[2].rc == -EIO, "versioned save: %d", rc);
+    err[0] = 0;
+    CHECK(store_load(s, "k1", &ld, err, sizeof err) == -EIO && err[0], "load: %s", err);
+    CHECK(strstr(err, "connection") != NULL, "message says connection: %s", err);
+    CHECK(!strchr(err, '\n') && !strchr(err, '\t'), "message is one line: %s", err);
+    CHECK(store_list(s, &v, &n, err, sizeof err) == -EIO && !v, "list: %s", err);
+    CHECK(store_count(s, &n, err, sizeof err) == -EIO, "count");
+    CHECK(store_delete(s, "k2", err, sizeof err) == -EIO, "delete");
+    CHECK(store_fork(s, "k1", "k9", err, sizeof err) == -EIO, "fork");
+    CHECK(store_lease_renew(s, "k1", "node-a", 1000, &l, err, sizeof err) == -EIO, "renew");
+    store *t = NULL;
+    CHECK(store_open(path, NULL, &t, err, sizeof err) == -EIO && !t, "open: %s", err);
+    char why[512] = "";
+    CHECK(pgserver_up(&pg, NULL, why, sizeof why) == 0, "restart: %s", why);
+    /* The same handle again: it reconnects. */
+    CHECK(store_load(s, "k1", &ld, err, sizeof err) == 0, "load after restart: %s", err);
+    CHECK(ld.state_len == sizeof st && memcmp(ld.state, st, sizeof st) == 0 && ld.transcript_len == 10 &&
+          ld.version == 1, "k1 intact");
+    store_loaded_free(&ld);
+    CHECK(store_count(s, &n, err, sizeof err) == 0 && n == 3, "all three there (%zu): %s", n, err);
+    CHECK(store_lease_renew(s, "k1", "node-a", 1000, &l, err, sizeof err) == 0,
+          "the lease survived: %s", err);
+    CHECK(store_save_versioned(s, r, (uint64_t[]){ 1, 1, 1 }, 3, NULL, res, err, sizeof err) == 0 &&
+          res[1].version == 2, "versioned save after restart: %s", err);
+    CHECK(store_open(path, NULL, &t, err, sizeof err) == 0, "new handle: %s", err);
+    store_close(t);
     store_close(s);
 }
 
@@ -482,6 +990,46 @@ int main(void)
     RUN(export_refusals);
     RUN(schema_and_foreign_files);
     RUN(durability_normal_and_prefix);
+    RUN(versions_cas);
+    RUN(versions_grouped);
+    RUN(leases);
+    RUN(leases_race);
+    RUN(leased_saves);
+
+    /* The same cases against PostgreSQL (names end in _pg). */
+    char why[600];
+    int up = pgserver_start(&pg, NULL, why, sizeof why);
+    const char *pg_cases[] = { "save_load_roundtrip", "missing_and_delete", "list_sorted",
+                               "grouped_save_all_or_nothing", "fork_copies", "names",
+                               "export_import", "export_refusals", "versions_cas",
+                               "versions_grouped", "leases", "leases_race", "leased_saves", "schema_server",
+                               "connection_loss" };
+    if (up != 0) {
+        for (size_t i = 0; i < sizeof pg_cases / sizeof pg_cases[0]; i++)
+            printf("%s %s_pg: %s PostgreSQL server: %s\n", up > 0 ? "SKIP" : "FAIL", pg_cases[i],
+                   up > 0 ? "cannot start a" : "could not start the", why);
+        if (up < 0)
+            check_total_failed_++;
+    } else {
+        use_pg = 1;
+#define RUN_PG(f) do { check_begin(#f "_pg"); f(); check_end(); } while (0)
+        RUN_PG(save_load_roundtrip);
+        RUN_PG(missing_and_delete);
+        RUN_PG(list_sorted);
+        RUN_PG(grouped_save_all_or_nothing);
+        RUN_PG(fork_copies);
+        RUN_PG(names);
+        RUN_PG(export_import);
+        RUN_PG(export_refusals);
+        RUN_PG(versions_cas);
+        RUN_PG(versions_grouped);
+        RUN_PG(leases);
+        RUN_PG(leases_race);
+        RUN_PG(leased_saves);
+        RUN_PG(schema_server);
+        RUN_PG(connection_loss);
+        pgserver_stop(&pg);
+    }
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)

@@ -1,8 +1,11 @@
-/* tests/test_store_corrupt.c — damage done behind SQLite's back (a blob
+/* tests/test_store_corrupt.c — damage done behind the store's back (a blob
  * changed or cut by a direct UPDATE, a blob from another model) is reported
  * for that session alone, with its specific error, while every other session
- * still loads and decodes. */
+ * still loads and decodes. Run against SQLite, then against a PostgreSQL
+ * server the test starts (corrupted_session_isolated_pg; SKIP when it
+ * cannot run here). */
 #include "tests/check.h"
+#include "tests/pgserver.h"
 #include "tests/testmodel.h"
 #include "state/format.h"
 #include "state/store.h"
@@ -12,13 +15,18 @@
 
 #define N 6
 
+static const char *pg_uri;   /* NULL: SQLite */
+
 static void corrupted_session_isolated(void)
 {
-    char dir[64] = "/tmp/lind-corrupt-test-XXXXXX", path[128], mdir[128], mdir2[128], err[256] = "";
+    char dir[64] = "/tmp/lind-corrupt-test-XXXXXX", path[256], mdir[128], mdir2[128], err[256] = "";
     if (!mkdtemp(dir)) { CHECK(0, "mkdtemp"); return; }
     snprintf(mdir, sizeof mdir, "%s/model", dir);
     snprintf(mdir2, sizeof mdir2, "%s/model2", dir);
-    snprintf(path, sizeof path, "%s/sessions.db", dir);
+    if (pg_uri)
+        snprintf(path, sizeof path, "%s", pg_uri);
+    else
+        snprintf(path, sizeof path, "%s/sessions.db", dir);
     testmodel_cfg c = testmodel_config(32, 2, 4, 8, 64, "linear,aft", 0, "simple");
     model *m = NULL, *m2 = NULL;
     if (testmodel_write(mdir, &c, 7, NULL) < 0 || testmodel_write(mdir2, &c, 8, NULL) < 0 ||
@@ -58,20 +66,35 @@ static void corrupted_session_isolated(void)
     }
     CHECK(store_save(s, recs, N, err, sizeof err) == 0, "grouped save: %s", err);
 
-    /* Behind SQLite's back: flip one byte of s1's state, cut s3's short. */
-    sqlite3 *db = NULL;
-    sqlite3_open(path, &db);
+    /* Behind the store's back: flip one byte of s1's state, cut s3's short. */
     uint8_t *bad = malloc(recs[1].state_len);
     memcpy(bad, recs[1].state, recs[1].state_len);
     bad[recs[1].state_len / 2] ^= 0x40;
-    sqlite3_stmt *st;
-    sqlite3_prepare_v2(db, "UPDATE sessions SET state = ?1 WHERE name = 's1'", -1, &st, NULL);
-    sqlite3_bind_blob(st, 1, bad, (int)recs[1].state_len, SQLITE_STATIC);
-    CHECK(sqlite3_step(st) == SQLITE_DONE, "update s1");
-    sqlite3_finalize(st);
-    CHECK(sqlite3_exec(db, "UPDATE sessions SET state = substr(state, 1, 1000) WHERE name = 's3'",
-                       NULL, NULL, NULL) == SQLITE_OK, "update s3");
-    sqlite3_close(db);
+    if (pg_uri) {
+        PGconn *c = PQconnectdb(path);
+        const char *vals[1] = { (const char *)bad };
+        int lens[1] = { (int)recs[1].state_len }, fmts[1] = { 1 };
+        PGresult *r = PQexecParams(c, "UPDATE lind_sessions SET state = $1 WHERE name = 's1'", 1,
+                                   NULL, vals, lens, fmts, 0);
+        CHECK(PQresultStatus(r) == PGRES_COMMAND_OK, "update s1: %s", PQerrorMessage(c));
+        PQclear(r);
+        r = PQexec(c, "UPDATE lind_sessions SET state = substring(state from 1 for 1000)"
+                      " WHERE name = 's3'");
+        CHECK(PQresultStatus(r) == PGRES_COMMAND_OK, "update s3: %s", PQerrorMessage(c));
+        PQclear(r);
+        PQfinish(c);
+    } else {
+        sqlite3 *db = NULL;
+        sqlite3_open(path, &db);
+        sqlite3_stmt *st;
+        sqlite3_prepare_v2(db, "UPDATE sessions SET state = ?1 WHERE name = 's1'", -1, &st, NULL);
+        sqlite3_bind_blob(st, 1, bad, (int)recs[1].state_len, SQLITE_STATIC);
+        CHECK(sqlite3_step(st) == SQLITE_DONE, "update s1");
+        sqlite3_finalize(st);
+        CHECK(sqlite3_exec(db, "UPDATE sessions SET state = substr(state, 1, 1000) WHERE name = 's3'",
+                           NULL, NULL, NULL) == SQLITE_OK, "update s3");
+        sqlite3_close(db);
+    }
     free(bad);
 
     int expect[N] = { 0, STATE_E_CHECKSUM, 0, STATE_E_TRUNCATED, 0, STATE_E_MODEL };
@@ -114,5 +137,21 @@ static void corrupted_session_isolated(void)
 int main(void)
 {
     RUN(corrupted_session_isolated);
+    pgserver pg;
+    char why[600], uri[256];
+    int up = pgserver_start(&pg, NULL, why, sizeof why);
+    if (up > 0) {
+        printf("SKIP corrupted_session_isolated_pg: cannot start a PostgreSQL server: %s\n", why);
+    } else if (up < 0 || pgserver_createdb(&pg, "corrupt", why, sizeof why) < 0) {
+        printf("FAIL corrupted_session_isolated_pg: could not start the PostgreSQL server: %s\n", why);
+        check_total_failed_++;
+    } else {
+        pgserver_uri(&pg, "corrupt", uri, sizeof uri);
+        pg_uri = uri;
+        check_begin("corrupted_session_isolated_pg");
+        corrupted_session_isolated();
+        check_end();
+    }
+    pgserver_stop(&pg);
     return check_exit();
 }

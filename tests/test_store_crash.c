@@ -11,8 +11,17 @@
  *   - the in-flight group is all or nothing;
  *   - a session never saved is absent; nothing is ever half-written.
  * Every version's bytes are a pure function of (session, version), so the
- * parent regenerates them to compare. */
+ * parent regenerates them to compare.
+ *
+ * The same run follows against PostgreSQL (kill_and_verify_pg), with the
+ * child's client process killed mid-save against a server this test starts
+ * (tests/pgserver.h; SKIP when it cannot run here): the server must roll
+ * back whatever transaction the dead client left open. A server may still
+ * execute what the dead client had already sent (a COMMIT among it), so
+ * the parent verifies only once the server has closed the dead client's
+ * session: until then the in-flight group may still land, whole. */
 #include "tests/check.h"
+#include "tests/pgserver.h"
 #include "state/store.h"
 
 #include <errno.h>
@@ -36,7 +45,8 @@ typedef struct msg {
     uint64_t version;
 } msg;
 
-static char dir[64], path[128];
+static char dir[64], path[256];
+static int use_pg;
 
 static uint64_t mix(uint64_t x)
 {
@@ -126,6 +136,26 @@ static void child(int fd, uint64_t version, uint64_t seed)
     }
 }
 
+/* PostgreSQL: wait until no session but ours is connected to the test's
+ * database, i.e. the server has finished with the killed client. */
+static void wait_server_done(int it)
+{
+    PGconn *c = PQconnectdb(path);
+    int others = -1;
+    for (int tries = 0; tries < 2000; tries++) {
+        PGresult *r = PQexec(c, "SELECT count(*) FROM pg_stat_activity"
+                                " WHERE datname = current_database() AND pid <> pg_backend_pid()");
+        others = PQresultStatus(r) == PGRES_TUPLES_OK ? atoi(PQgetvalue(r, 0, 0)) : -1;
+        PQclear(r);
+        if (others == 0)
+            break;
+        usleep(5000);
+    }
+    CHECK(others == 0, "iteration %d: the killed client's server session did not end (%d): %s", it,
+          others, PQerrorMessage(c));
+    PQfinish(c);
+}
+
 static uint64_t returned[NAMES];   /* last version whose save returned; 0 = none */
 
 static void kill_and_verify(void)
@@ -174,6 +204,8 @@ static void kill_and_verify(void)
         kills++;
         CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
               "iteration %d: child ended by itself (status %d): a save failed", it, status);
+        if (use_pg)
+            wait_server_done(it);
         /* Replay the child's reports. */
         int have_inflight = 0;
         ssize_t got;
@@ -256,15 +288,19 @@ static void kill_and_verify(void)
         if (check_failed_)
             break;
     }
-    /* The database itself is consistent. */
-    sqlite3 *db = NULL;
-    sqlite3_stmt *st = NULL;
-    sqlite3_open(path, &db);
-    sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &st, NULL);
-    CHECK(sqlite3_step(st) == SQLITE_ROW && strcmp((const char *)sqlite3_column_text(st, 0), "ok") == 0,
-          "integrity_check: %s", sqlite3_column_text(st, 0));
-    sqlite3_finalize(st);
-    sqlite3_close(db);
+    /* The database itself is consistent (SQLite's file; the PostgreSQL
+     * server keeps its own). */
+    if (!use_pg) {
+        sqlite3 *db = NULL;
+        sqlite3_stmt *st = NULL;
+        sqlite3_open(path, &db);
+        sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &st, NULL);
+        CHECK(sqlite3_step(st) == SQLITE_ROW &&
+              strcmp((const char *)sqlite3_column_text(st, 0), "ok") == 0,
+              "integrity_check: %s", sqlite3_column_text(st, 0));
+        sqlite3_finalize(st);
+        sqlite3_close(db);
+    }
     printf("NOTE %d kills, %d during a save (%d of those had committed), %d saves returned\n",
            kills, interrupted, inflight_committed, saves_returned);
     CHECK(kills >= KILLS, "only %d kills", kills);
@@ -283,6 +319,25 @@ int main(void)
     }
     snprintf(path, sizeof path, "%s/crash.db", dir);
     RUN(kill_and_verify);
+
+    pgserver pg;
+    char why[600];
+    int up = pgserver_start(&pg, NULL, why, sizeof why);
+    if (up > 0) {
+        printf("SKIP kill_and_verify_pg: cannot start a PostgreSQL server: %s\n", why);
+    } else if (up < 0 || pgserver_createdb(&pg, "crash", why, sizeof why) < 0) {
+        printf("FAIL kill_and_verify_pg: could not start the PostgreSQL server: %s\n", why);
+        check_total_failed_++;
+        pgserver_stop(&pg);
+    } else {
+        use_pg = 1;
+        pgserver_uri(&pg, "crash", path, sizeof path);
+        memset(returned, 0, sizeof returned);
+        check_begin("kill_and_verify_pg");
+        kill_and_verify();
+        check_end();
+        pgserver_stop(&pg);
+    }
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)
