@@ -676,12 +676,15 @@ static int sq_lease_acquire(store *base, const char *name, const char *owner, in
                             store_lease *out, char *err, size_t errlen)
 {
     sqlite_store *s = (sqlite_store *)base;
+    int ic = check_identity(s, err, errlen);   /* a replaced file holds no lease of ours */
+    if (ic < 0)
+        return ic;
     /* Taking and reading the holder are two statements: if the holder let go
      * in between, try again. */
     for (int attempt = 0; attempt < 3; attempt++) {
         int got = 0, rc = lease_step(s, Q_LEASE_TAKE, name, owner, ttl_ms, out, &got);
         if (rc == SQLITE_OK && got)
-            return 0;
+            return check_identity(s, err, errlen);
         if (rc == SQLITE_OK)
             rc = lease_get(s, name, out);
         if (rc != SQLITE_OK)
@@ -698,9 +701,12 @@ static int sq_lease_renew(store *base, const char *name, const char *owner, int6
                           store_lease *out, char *err, size_t errlen)
 {
     sqlite_store *s = (sqlite_store *)base;
+    int ic = check_identity(s, err, errlen);
+    if (ic < 0)
+        return ic;
     int got = 0, rc = lease_step(s, Q_LEASE_RENEW, name, owner, ttl_ms, out, &got);
     if (rc == SQLITE_OK && got)
-        return 0;
+        return check_identity(s, err, errlen);
     if (rc == SQLITE_OK)
         rc = lease_get(s, name, out);
     if (rc != SQLITE_OK)
@@ -715,14 +721,17 @@ static int sq_lease_release(store *base, const char *name, const char *owner, ch
 {
     sqlite_store *s = (sqlite_store *)base;
     sqlite3_stmt *st = s->q[Q_LEASE_RELEASE];
+    int rc = check_identity(s, err, errlen);
+    if (rc < 0)
+        return rc;
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, owner, -1, SQLITE_STATIC);
-    int rc = run(st);
+    rc = run(st);
     if (rc != SQLITE_OK)
         return db_fail(s, rc, err, errlen, "lease release failed");
     if (sqlite3_changes(s->db) == 0)
         return errmsg_set(-ENOLCK, err, errlen, "lease of '%s' is not held by '%s'", name, owner);
-    return 0;
+    return check_identity(s, err, errlen);
 }
 
 static const store_ops sqlite_ops = {
