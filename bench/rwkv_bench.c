@@ -18,7 +18,6 @@
  *   usage: rwkv_bench [--quick] [--dir DIR] [--d D --layers L --ffn F --vocab V]
  *                     [--file-bf16] [--load-only] */
 #include <errno.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -130,40 +129,6 @@ static void write_model(const char *dir, shape s) {
     if (rc < 0) die("writing the model", strerror(-rc));
 }
 
-/* ---- read bandwidth: 2 threads summing a 1 GiB buffer, best of 5 ----------- */
-
-typedef struct bw_job { const uint64_t *p; size_t n; uint64_t sum; } bw_job;
-
-/* Integer adds vectorize freely (no FP ordering), so the loop is load-bound. */
-static void *bw_run(void *arg) {
-    bw_job *j = arg;
-    uint64_t s = 0;
-    const uint64_t *restrict p = j->p;
-    for (size_t i = 0; i < j->n; i++) s += p[i];
-    j->sum = s;
-    return NULL;
-}
-
-static double read_gbs(void) {
-    size_t bytes = (size_t)1 << 30, n = bytes / sizeof(uint64_t);
-    uint64_t *p = malloc(bytes);
-    if (!p) die("bandwidth", "out of memory");
-    for (size_t i = 0; i < n; i++) p[i] = i & 7;
-    double best = 0;
-    for (int rep = 0; rep < 5; rep++) {
-        pthread_t th[2];
-        bw_job j[2] = {{p, n / 2, 0}, {p + n / 2, n / 2, 0}};
-        double t0 = bench_now();
-        for (int k = 0; k < 2; k++) pthread_create(&th[k], NULL, bw_run, &j[k]);
-        for (int k = 0; k < 2; k++) pthread_join(th[k], NULL);
-        double gbs = (double)bytes / (bench_now() - t0) / 1e9;
-        if (j[0].sum + j[1].sum != (uint64_t)n / 8 * 28) die("bandwidth", "wrong sum");
-        if (gbs > best) best = gbs;
-    }
-    free(p);
-    return best;
-}
-
 /* ---- measurements ------------------------------------------------------------ */
 
 typedef struct row {
@@ -270,7 +235,8 @@ static void load_only(const char *dir, shape s) {
 
 int main(int argc, char **argv) {
     shape s = {768, 12, 3072, 50277};
-    int quick = 0, only_load = 0;
+    const char *q = getenv("BENCH_QUICK");   /* make bench's smoke mode */
+    int quick = q && *q && strcmp(q, "0"), only_load = 0;
     const char *dir = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) { quick = 1; continue; }
@@ -306,8 +272,8 @@ int main(int argc, char **argv) {
         }
         return 0;
     }
-    double gbs = read_gbs();
-    printf("Read bandwidth (2 threads summing 1 GiB, best of 5): %.1f GB/s\n\n", gbs);
+    double gbs = bench_read_gbs();
+    printf("Read bandwidth (bench_read_gbs: 2 threads reading 1 GiB, best of several): %.1f GB/s\n\n", gbs);
     row rows[2];
     measure(dir, LIND_DT_F32, quick, gbs, &rows[0]);
     measure(dir, LIND_DT_BF16, quick, gbs, &rows[1]);
