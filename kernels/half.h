@@ -7,31 +7,12 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline float lind_bf16_to_f32(uint16_t h) {
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
+#include "kernels/mixer_math.h"
 
-static inline float lind_f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-    if (exp == 0) {
-        if (man == 0) bits = sign;
-        else {  /* subnormal: normalize */
-            int e = -1;
-            do { e++; man <<= 1; } while (!(man & 0x400));
-            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
-        }
-    } else if (exp == 31) {
-        bits = sign | 0x7f800000u | (man << 13);
-    } else {
-        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
-    }
-    float out;
-    memcpy(&out, &bits, 4);
-    return out;
-}
+/* Widening: the per-element functions of kernels/mixer_math.h, which the
+ * CPU and CUDA kernels use too (one definition). */
+static inline float lind_bf16_to_f32(uint16_t h) { return lind_bf16_to_float(h); }
+static inline float lind_f16_to_f32(uint16_t h) { return lind_f16_to_float(h); }
 
 static inline uint16_t lind_f32_to_bf16(float f) {
     uint32_t b;

@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "kernels/mixer_math.h"
 #include "recurrent/errmsg.h"
 
 const char *st_dtype_name(int dtype) {
@@ -159,25 +160,6 @@ st_tensor *st_find(st_file *f, const char *name) {
     return NULL;
 }
 
-static float half_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-    if (exp == 0) {
-        if (man == 0) bits = sign;
-        else {  /* subnormal: normalize */
-            int e = -1;
-            do { e++; man <<= 1; } while (!(man & 0x400));
-            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
-        }
-    } else if (exp == 31) {
-        bits = sign | 0x7f800000u | (man << 13);
-    } else {
-        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
-    }
-    float out;
-    memcpy(&out, &bits, 4);
-    return out;
-}
-
 void st_read_f32(const st_file *f, const st_tensor *t, float *dst) {
     const uint8_t *p = f->data + t->begin;
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
@@ -195,7 +177,7 @@ void st_read_f32(const st_file *f, const st_tensor *t, float *dst) {
             memcpy(&dst[i], &bits, 4);
             break;
         case ST_F16:
-            dst[i] = half_to_float((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
+            dst[i] = lind_f16_to_float((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
             break;
         default: /* BF16: the top half of an fp32 */
             bits = ((uint32_t)p[2 * i] | (uint32_t)p[2 * i + 1] << 8) << 16;
