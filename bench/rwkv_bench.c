@@ -28,7 +28,6 @@
 #include "bench/benchutil.h"
 #include "kernels/half.h"
 #include "recurrent/model.h"
-#include "tests/testmodel.h"
 
 static void die(const char *what, const char *why) {
     fprintf(stderr, "rwkv_bench: %s: %s\n", what, why);
@@ -47,25 +46,56 @@ static float urand(float a) {   /* a·U(−1, 1) */
 
 static int file_bf16;   /* --file-bf16: tensors stored as BF16 */
 
-static int add(testmodel_tensor *t, int *n, void **bufs, const char *name, int d0, int d1, float lo, float hi) {
-    size_t numel = (size_t)d0 * (size_t)(d1 ? d1 : 1);
-    void *p = malloc(numel * (file_bf16 ? 2 : 4));
-    if (!p) return -ENOMEM;
-    for (size_t i = 0; i < numel; i++) {
-        float v = lo + (hi - lo) * 0.5f * (urand(1.0f) + 1.0f);
-        if (file_bf16) ((uint16_t *)p)[i] = lind_f32_to_bf16(v);
-        else ((float *)p)[i] = v;
+/* The tensors are described first and written one at a time, each generated
+ * just before it is written, so a model far bigger than memory allows
+ * (a 7B shape) never sits in memory whole. */
+typedef struct tdesc { char name[96]; int d0, d1; float lo, hi; } tdesc;
+
+static void describe(tdesc *t, int *n, const char *name, int d0, int d1, float lo, float hi) {
+    snprintf(t[*n].name, sizeof t[*n].name, "%s", name);
+    t[*n].d0 = d0;
+    t[*n].d1 = d1;
+    t[*n].lo = lo;
+    t[*n].hi = hi;
+    (*n)++;
+}
+
+static size_t tbytes(const tdesc *t) { return (size_t)t->d0 * (size_t)(t->d1 ? t->d1 : 1) * (file_bf16 ? 2 : 4); }
+
+/* safetensors: 8-byte header length, the JSON header, then the data. */
+static void write_tensors(const char *path, const tdesc *t, int n) {
+    size_t cap = 256 + (size_t)n * 256, len = 0, off = 0;
+    char *hdr = malloc(cap);
+    if (!hdr) die(path, "out of memory");
+    len += (size_t)snprintf(hdr + len, cap - len, "{\"__metadata__\":{\"format\":\"pt\"}");
+    for (int i = 0; i < n; i++) {
+        len += (size_t)snprintf(hdr + len, cap - len, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%d", t[i].name,
+                                file_bf16 ? "BF16" : "F32", t[i].d0);
+        if (t[i].d1) len += (size_t)snprintf(hdr + len, cap - len, ",%d", t[i].d1);
+        len += (size_t)snprintf(hdr + len, cap - len, "],\"data_offsets\":[%zu,%zu]}", off, off + tbytes(&t[i]));
+        off += tbytes(&t[i]);
     }
-    testmodel_tensor *x = &t[*n];
-    snprintf(x->name, sizeof x->name, "%s", name);
-    x->dtype = file_bf16 ? "BF16" : "F32";
-    x->ndim = d1 ? 2 : 1;
-    x->shape[0] = d0;
-    x->shape[1] = d1;
-    x->data = p;
-    x->nbytes = numel * (file_bf16 ? 2 : 4);
-    bufs[(*n)++] = p;
-    return 0;
+    len += (size_t)snprintf(hdr + len, cap - len, "}");
+    while (len % 8) hdr[len++] = ' ';
+    FILE *f = fopen(path, "wb");
+    if (!f) die(path, strerror(errno));
+    uint8_t le[8];
+    for (int i = 0; i < 8; i++) le[i] = (uint8_t)((uint64_t)len >> (8 * i));
+    int ok = fwrite(le, 1, 8, f) == 8 && fwrite(hdr, 1, len, f) == len;
+    free(hdr);
+    for (int i = 0; i < n && ok; i++) {
+        size_t numel = (size_t)t[i].d0 * (size_t)(t[i].d1 ? t[i].d1 : 1);
+        void *p = malloc(tbytes(&t[i]));
+        if (!p) die(path, "out of memory");
+        for (size_t k = 0; k < numel; k++) {
+            float v = t[i].lo + (t[i].hi - t[i].lo) * 0.5f * (urand(1.0f) + 1.0f);
+            if (file_bf16) ((uint16_t *)p)[k] = lind_f32_to_bf16(v);
+            else ((float *)p)[k] = v;
+        }
+        ok = fwrite(p, 1, tbytes(&t[i]), f) == tbytes(&t[i]);
+        free(p);
+    }
+    if (fclose(f) != 0 || !ok) die(path, "write failed");
 }
 
 static void write_model(const char *dir, shape s) {
@@ -82,14 +112,13 @@ static void write_model(const char *dir, shape s) {
     for (int i = 0; i < s.layers; i++) fprintf(f, "%s\"rwkv_channel_mix\"", i ? ", " : "");
     fprintf(f, "],\n \"aft_variant\": \"decay\", \"token_shift\": true, \"d_ff\": %d}\n", s.ffn);
     if (fclose(f)) die(path, "write failed");
-    int maxn = 8 + 24 * s.layers, n = 0, rc = 0;
-    testmodel_tensor *t = calloc((size_t)maxn, sizeof *t);
-    void **bufs = calloc((size_t)maxn, sizeof *bufs);
-    if (!t || !bufs) die("model", "out of memory");
+    int maxn = 8 + 24 * s.layers, n = 0;
+    tdesc *t = calloc((size_t)maxn, sizeof *t);
+    if (!t) die("model", "out of memory");
     int d = s.d, F = s.ffn;
     float sd = 1.0f / 27.7f, sf = 1.0f / 55.4f;   /* ≈ 1/√d, 1/√F for d 768, F 3072 */
     char nm[96];
-#define A(name, d0, d1, lo, hi) if (rc == 0) rc = add(t, &n, bufs, name, d0, d1, lo, hi)
+#define A(name, d0, d1, lo, hi) describe(t, &n, name, d0, d1, lo, hi)
     A("embed.weight", s.vocab, d, -1, 1);
     A("emb_norm.weight", d, 0, 0.9f, 1.1f);
     A("emb_norm.bias", d, 0, -0.1f, 0.1f);
@@ -119,14 +148,9 @@ static void write_model(const char *dir, shape s) {
 #undef L
     }
 #undef A
-    if (rc == 0) {
-        snprintf(path, sizeof path, "%s/model.safetensors", dir);
-        rc = testmodel_st_write(path, t, n);
-    }
-    for (int i = 0; i < n; i++) free(bufs[i]);
-    free(bufs);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    write_tensors(path, t, n);
     free(t);
-    if (rc < 0) die("writing the model", strerror(-rc));
 }
 
 /* ---- measurements ------------------------------------------------------------ */
