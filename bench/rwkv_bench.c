@@ -248,8 +248,8 @@ static void load_only(const char *dir, shape s) {
     int32_t tok = 1;
     if (!logits || model_slots_reserve(m, 1) < 0 || model_step(m, &slot, &tok, 1, logits) < 0) die("step", "failed");
     double rss_step = rss_mb();
-    printf("| shape | parameters | weights in memory | matrix bytes (GB) | load (s) | RSS after load (GB) |"
-           " RSS after a step (GB) |\n|---|---|---|---|---|---|---|\n");
+    printf("| shape | parameters | weights in memory | matrix bytes (GB) | load (s) | RSS after load (GiB) |"
+           " RSS after a step (GiB) |\n|---|---|---|---|---|---|---|\n");
     printf("| d %d, %d layers, ffn %d, vocab %d | %.2fB | %s | %.2f | %.1f | %.2f | %.2f |\n", s.d, s.layers, s.ffn,
            s.vocab, (double)model_param_count(m) / 1e9, lind_dtype_name(model_weights_dtype(m)), (double)wbytes / 1e9,
            t_load, (rss_load - rss0) / 1024.0, (rss_step - rss0) / 1024.0);
