@@ -203,6 +203,37 @@ typedef struct backend_ops {
      * lind_delta_* / lind_l2_* / lind_rms_* helpers of kernels/mixer_math.h. */
     int (*delta_step)(backend *be, const backend_buf *in, const backend_buf *gate, const backend_buf *norm_w,
                       backend_buf *out, size_t state_off, int H, int dh, float eps);
+
+    /* Sliding-window softmax attention (the window mixer) for every row r in
+     * run order and head h < H (dh = d_head ≤ 256, hd = H·dh, L = w·dil):
+     *   in  = [R × 3·hd]: q at column 0, k at hd, v at 2·hd (before RoPE)
+     *   slopes: H floats, the ALiBi slopes (ignored when rope_base > 0)
+     *   out[r, h·dh + j] (float), out is [R × hd]
+     * State in slot slots[r]: at ring_off the fp32 ring of keys [L][hd] then
+     * values [L][hd] (position s in row s mod L); at glob_off (when g > 0)
+     * the global keys [g][hd] then values [g][hd] (position s < g in row
+     * s); at pos_off the int64 absolute position t of the run's first token,
+     * read as unsigned (any bits are a valid state), stored + the run's
+     * length after it. Row r at position t: k (rotated by t with RoPE) and v
+     * go to ring row t mod L and, when t < g, to global row t; then
+     * lind_window_head() with q (rotated by t with RoPE), slope = slopes[h]
+     * (0 with RoPE). RoPE when rope_base > 0 (lind_rope, dh even). */
+    int (*window_step)(backend *be, const backend_buf *in, const backend_buf *slopes, backend_buf *out,
+                       size_t ring_off, size_t glob_off, size_t pos_off, int H, int dh, int w, int dil, int g,
+                       float rope_base);
+
+    /* AFT-local / AFT-conv (the aft_local and aft_conv mixers) for every row
+     * r in run order and channel c < d, with window s ≥ 2 and H heads (c is
+     * in head c / (d/H)):
+     *   in  = [R × 3·d]: q at column 0, k at d, v at 2·d
+     *   w:   [H × s] position biases (w[h·s + j] for the key j tokens back)
+     *   out[r, c] = σ(q) · lind_aftw_channel(…), out is [R × d]
+     * State in slot slots[r]: at acc_off num, den, max (double [d] each); at
+     * ring_off the fp32 ring of keys [d][s−1] then values [d][s−1]; at pos_off
+     * the int64 count of tokens seen (read as unsigned), stored + the run's
+     * length after it. Zeroed = the empty history. */
+    int (*aft_window_step)(backend *be, const backend_buf *in, const backend_buf *w, backend_buf *out,
+                           size_t acc_off, size_t ring_off, size_t pos_off, int d, int s, int H);
 } backend_ops;
 
 /* Every backend struct starts with this. */

@@ -351,4 +351,141 @@ LIND_HD static inline float lind_rms_apply(double o, double rs, float w) {
     return (float)(o * rs * (double)w);
 }
 
+/* ---- sliding-window softmax attention (the `window` mixer) ---------------
+ * Per head, at absolute position t (the token's own key and value already
+ * stored): softmax(q·k_s/√dh + bias(t − s)) over the visible positions s —
+ * the window t, t − dil, …, t − (w−1)·dil (those ≥ 0) and the global
+ * positions 0 … g−1 (those ≤ t) not already in the window. Keys of window
+ * positions come from a ring of L = w·dil rows, row s mod L; keys of global
+ * positions from their own rows. ALiBi: bias = −slope·min(t − s, L) (a
+ * global token beyond the window sits at distance L, so it never fades);
+ * RoPE: slope 0, q and k rotated by their absolute positions. Scores and
+ * sums are double; two passes (max, then the weighted sum). */
+
+/* x rotated by angle pos·base^(−2i/dh) on the pairs (i, i + dh/2) (RoPE,
+ * the GPT-NeoX layout); the angle is formed in double from the 64-bit
+ * position. dh even. */
+LIND_HD static inline void lind_rope(float *y, const float *x, unsigned long long pos, int dh, double base) {
+    int half = dh / 2;
+    for (int i = 0; i < half; i++) {
+        double th = (double)pos * exp(-2.0 * (double)i / (double)dh * log(base));
+        double c = cos(th), s = sin(th), a = x[i], b = x[i + half];
+        y[i] = (float)(a * c - b * s);
+        y[i + half] = (float)(a * s + b * c);
+    }
+}
+
+/* The e-th visible key of position t (window keys first, nearest first,
+ * then the global ones in order): returns its row (≥ 0, in the ring when
+ * *in_ring, else in the globals) and its distance t − s, or −1 for a global
+ * position that is also in the window (skipped). e < lind_window_count(). */
+LIND_HD static inline unsigned long long lind_window_nwin(unsigned long long t, int w, int dil) {
+    unsigned long long n = t / (unsigned long long)dil + 1;
+    return n < (unsigned long long)w ? n : (unsigned long long)w;
+}
+LIND_HD static inline unsigned long long lind_window_nglob(unsigned long long t, int g) {
+    return t + 1 < (unsigned long long)g ? t + 1 : (unsigned long long)g;
+}
+LIND_HD static inline long long lind_window_key(unsigned long long t, unsigned long long e, int w, int dil,
+                                                int *in_ring, unsigned long long *dist) {
+    unsigned long long nw = lind_window_nwin(t, w, dil), L = (unsigned long long)w * (unsigned long long)dil;
+    if (e < nw) {
+        unsigned long long s = t - e * (unsigned long long)dil;
+        *in_ring = 1;
+        *dist = t - s;
+        return (long long)(s % L);
+    }
+    unsigned long long s = e - nw, dd = t - s;
+    if (dd % (unsigned long long)dil == 0 && dd / (unsigned long long)dil < (unsigned long long)w) return -1;
+    *in_ring = 0;
+    *dist = dd;
+    return (long long)s;
+}
+
+/* One head of one row: out[j] (dh floats) from q (dh, already rotated for
+ * RoPE) over the ring (keys at rk, values at rv, row r at r·ld) and the
+ * global rows (gk, gv, the same stride); acc holds dh doubles of scratch. */
+LIND_HD static inline void lind_window_head(float *out, double *acc, const float *q, const float *rk,
+                                            const float *rv, const float *gk, const float *gv, long ld,
+                                            unsigned long long t, int w, int dil, int g, double slope, int dh) {
+    unsigned long long n = lind_window_nwin(t, w, dil) + lind_window_nglob(t, g);
+    double L = (double)w * (double)dil, scale = 1.0 / sqrt((double)dh), mx = -1e300, l = 0.0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int j = 0; j < dh; j++) acc[j] = 0.0;
+        for (unsigned long long e = 0; e < n; e++) {
+            int ring;
+            unsigned long long dist;
+            long long row = lind_window_key(t, e, w, dil, &ring, &dist);
+            if (row < 0) continue;
+            const float *k = (ring ? rk : gk) + row * ld, *v = (ring ? rv : gv) + row * ld;
+            double sc = 0.0;
+            for (int i = 0; i < dh; i++) sc += (double)q[i] * (double)k[i];
+            sc = sc * scale - slope * ((double)dist < L ? (double)dist : L);
+            if (pass == 0) {
+                mx = sc > mx ? sc : mx;
+            } else {
+                double p = exp(sc - mx);
+                l += p;
+                for (int j = 0; j < dh; j++) acc[j] += p * (double)v[j];
+            }
+        }
+    }
+    for (int j = 0; j < dh; j++) out[j] = (float)(acc[j] / l);
+}
+
+/* ---- AFT-local / AFT-conv (the `aft_local` and `aft_conv` mixers) --------
+ * One channel at position t with window s ≥ 2 and position biases
+ * w[0 … s−1] (w[j] for the key j tokens back):
+ *   y_t = Σ_{t'≤t} e^{k_t' + b(t−t')} v_t' / Σ_{t'≤t} e^{k_t' + b(t−t')},
+ *   b(j) = w[j] for j < s, 0 beyond
+ * The window's last s−1 keys and values sit in a ring (rk, rv; position p
+ * at p mod (s−1)); the tokens that have left the window are summed in num,
+ * den (double, scaled by e^{−max}, den ≥ 1 once non-empty, den = 0 the
+ * empty history) with their running max mx. After y, the oldest window
+ * token (position t−s+1) leaves into the sums and the current one takes
+ * its ring entry. Returns y (before the σ(q) gate). */
+LIND_HD static inline double lind_aftw_channel(double *num, double *den, double *mx, float *rk, float *rv,
+                                               unsigned long long t, float k, float v, const float *w, int s) {
+    unsigned long long S1 = (unsigned long long)(s - 1), np = t < S1 ? t : S1;
+    double M = (double)k + (double)w[0];
+    if (*den > 0.0 && *mx > M) M = *mx;
+    for (unsigned long long j = 1; j <= np; j++) {
+        double e = (double)rk[(t - j) % S1] + (double)w[j];
+        M = e > M ? e : M;
+    }
+    double n = 0.0, dd = 0.0;
+    if (*den > 0.0) {
+        double f = exp(*mx - M);
+        n = *num * f;
+        dd = *den * f;
+    }
+    double e0 = exp((double)k + (double)w[0] - M);
+    n += e0 * (double)v;
+    dd += e0;
+    for (unsigned long long j = 1; j <= np; j++) {
+        unsigned long long p = (t - j) % S1;
+        double e = exp((double)rk[p] + (double)w[j] - M);
+        n += e * (double)rv[p];
+        dd += e;
+    }
+    unsigned long long slot = t % S1;
+    if (t >= S1) {
+        double ke = (double)rk[slot], ve = (double)rv[slot];
+        if (*den > 0.0) {
+            double m2 = ke > *mx ? ke : *mx;
+            double f = exp(*mx - m2), e = exp(ke - m2);
+            *num = *num * f + e * ve;
+            *den = *den * f + e;
+            *mx = m2;
+        } else {
+            *num = ve;
+            *den = 1.0;
+            *mx = ke;
+        }
+    }
+    rk[slot] = k;
+    rv[slot] = v;
+    return n / dd;
+}
+
 #endif

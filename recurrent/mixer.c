@@ -11,6 +11,9 @@ static const layer_kind *const kinds[] = {
     &mixer_linear,
     &mixer_aft,
     &mixer_delta,
+    &mixer_window,
+    &mixer_aft_local,
+    &mixer_aft_conv,
 };
 #define NKINDS (sizeof kinds / sizeof kinds[0])
 

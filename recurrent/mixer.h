@@ -29,5 +29,8 @@ void mixer_proj3_free(mixer_proj3 *p, backend *be);
 extern const layer_kind mixer_linear;
 extern const layer_kind mixer_aft;
 extern const layer_kind mixer_delta;
+extern const layer_kind mixer_window;
+extern const layer_kind mixer_aft_local;
+extern const layer_kind mixer_aft_conv;
 
 #endif

@@ -1380,6 +1380,133 @@ static void models_random_bf16(void) {
     unsetenv("LIND_CUDA_WEIGHTS");
 }
 
+/* ---- sliding-window attention and AFT-local / AFT-conv ---------------------
+ * The same single-row and run layouts as the delta ops. Slots start with
+ * random rings (and global rows, and sums) and a per-slot int64 position:
+ * with ALiBi any bits (read as unsigned: far past the global tokens), with
+ * RoPE positions below 2^20 (the angle t·θ is formed in double on both, from
+ * exp/log that may differ by an ulp between the C library and the device,
+ * so huge t would compare rounding, not the kernel). */
+static void ww_seed_slots(size_t slot_bytes, size_t foff, size_t nf, size_t doff, size_t nd, size_t pos_off,
+                          uint64_t pos0, uint64_t mask) {
+    unsigned char *blob = calloc(1, slot_bytes);
+    float *f = fvec(nf);
+    if (!blob) abort();
+    for (int s = 0; s < CMP_NSLOTS; s++) {
+        fill(f, nf, 1, 0);
+        memcpy(blob + foff, f, nf * sizeof *f);
+        for (size_t i = 0; i < nd; i++) {   /* num, den ≥ 1 (or 0 = empty), max */
+            double v = i < 2 * (nd / 3) ? (s == 4 ? 0.0 : 1.0 + 3.0 * (frand() + 1.0)) : 2.0 * frand();
+            memcpy(blob + doff + 8 * i, &v, 8);
+        }
+        uint64_t pos = (pos0 + 0x9e3779b97f4a7c15ull * (uint64_t)s) & mask;
+        if (s == 1) pos = 0;   /* one empty history */
+        memcpy(blob + pos_off, &pos, 8);
+        CHECK(P.a->ops->slot_write(P.a, s, blob) == 0 && P.r->ops->slot_write(P.r, s, blob) == 0, "slot_write");
+    }
+    free(blob);
+    free(f);
+}
+
+static void ww_same_pos(size_t slot_bytes, size_t pos_off, const char *what) {
+    unsigned char *a = malloc(slot_bytes), *r = malloc(slot_bytes);
+    if (!a || !r) abort();
+    for (int s = 0; s < CMP_NSLOTS; s++) {
+        CHECK(P.a->ops->slot_read(P.a, s, a) == 0 && P.r->ops->slot_read(P.r, s, r) == 0, "slot_read");
+        CHECK(!memcmp(a + pos_off, r + pos_off, 8), "%s: slot %d positions differ", what, s);
+    }
+    free(a);
+    free(r);
+}
+
+/* window_step: ALiBi with dilation and global tokens; RoPE without; 40
+ * heads (two blocks of 32 per run); a slot at position 0. Outputs every
+ * step, rings, global rows and positions at the end. */
+static void case_window(void) {
+    static const struct { int H, dh, w, dil, g; float rope; uint64_t mask; } cfgs[] = {
+        { 3, 16, 5, 2, 3, 0.0f, ~0ull }, { 2, 32, 7, 1, 0, 10000.0f, (1ull << 20) - 1 },
+        { 40, 8, 4, 3, 2, 500.0f, (1ull << 20) - 1 }, { 1, 6, 1, 1, 1, 0.0f, 63 },
+    };
+    for (size_t ci = 0; ci < sizeof cfgs / sizeof *cfgs && !check_failed_; ci++) {
+        if (fresh_pair() < 0) return;
+        int H = cfgs[ci].H, dh = cfgs[ci].dh, hd = H * dh, tokens[17] = { 0 };
+        size_t L = (size_t)cfgs[ci].w * cfgs[ci].dil, ring_off = 12, nring = 2 * L * hd,
+               glob_off = ring_off + 4 * nring, nglob = 2 * (size_t)cfgs[ci].g * hd,
+               pos_off = (glob_off + 4 * nglob + 7) / 8 * 8, slot_bytes = pos_off + 8 + 4;
+        both_reserve(CMP_NSLOTS, slot_bytes);
+        ww_seed_slots(slot_bytes, ring_off, nring + nglob, 0, 0, pos_off, 12345, cfgs[ci].mask);
+        float *sl_h = fvec((size_t)H), *in = fvec((size_t)17 * 3 * hd);
+        for (int h = 0; h < H; h++) sl_h[h] = 0.05f * (float)(h + 1);
+        twin tsl = twin_new(sl_h, (size_t)H), tin = twin_new(NULL, (size_t)17 * 3 * hd),
+             tout = twin_new(NULL, (size_t)17 * hd);
+        for (int step = 0; step < 12 && !check_failed_; step++) {
+            int R;
+            const int *sl = dl_layout(step, &R);
+            fill(in, (size_t)17 * 3 * hd, 2, 0);
+            CHECK(P.a->ops->buf_upload(P.a, tin.a, 0, in, tin.n) == 0 &&
+                  P.r->ops->buf_upload(P.r, tin.r, 0, in, tin.n) == 0, "upload");
+            both_begin(sl, tokens, R);
+            char what[96];
+            snprintf(what, sizeof what, "window_step H=%d dh=%d w=%d dil=%d g=%d rope=%g step %d", H, dh,
+                     cfgs[ci].w, cfgs[ci].dil, cfgs[ci].g, (double)cfgs[ci].rope, step);
+            CHECK(P.a->ops->window_step(P.a, tin.a, tsl.a, tout.a, ring_off, glob_off, pos_off, H, dh, cfgs[ci].w,
+                                        cfgs[ci].dil, cfgs[ci].g, cfgs[ci].rope) == 0 &&
+                  P.r->ops->window_step(P.r, tin.r, tsl.r, tout.r, ring_off, glob_off, pos_off, H, dh, cfgs[ci].w,
+                                        cfgs[ci].dil, cfgs[ci].g, cfgs[ci].rope) == 0, "%s", what);
+            same_f(&tout, 0, (size_t)R * hd, what);
+        }
+        for (int s = 0; s < CMP_NSLOTS; s++)
+            same_slot(s, slot_bytes, 0, 0, ring_off, nring + nglob, P.tol_s, "window_step ring and global rows");
+        ww_same_pos(slot_bytes, pos_off, "window_step");
+        twin_free(&tsl);
+        twin_free(&tin);
+        twin_free(&tout);
+        free(sl_h);
+        free(in);
+    }
+}
+
+/* aft_window_step: d 300 (two blocks per run), one head and 4 heads, s 2,
+ * 5 and 9; a slot with empty sums. Outputs every step, sums, rings and
+ * positions at the end. */
+static void case_aft_window(void) {
+    static const struct { int d, s, H; } cfgs[] = { { 300, 5, 1 }, { 24, 2, 4 }, { 40, 9, 4 } };
+    for (size_t ci = 0; ci < sizeof cfgs / sizeof *cfgs && !check_failed_; ci++) {
+        if (fresh_pair() < 0) return;
+        int d = cfgs[ci].d, sw = cfgs[ci].s, H = cfgs[ci].H, tokens[17] = { 0 };
+        size_t nd = 3 * (size_t)d, ring_off = 8 * nd + 4, nring = 2 * (size_t)d * (sw - 1),
+               pos_off = (ring_off + 4 * nring + 7) / 8 * 8, slot_bytes = pos_off + 8;
+        both_reserve(CMP_NSLOTS, slot_bytes);
+        ww_seed_slots(slot_bytes, ring_off, nring, 0, nd, pos_off, 777, ~0ull);
+        float *w = fvec((size_t)H * sw), *in = fvec((size_t)17 * 3 * d);
+        fill(w, (size_t)H * sw, 2, 0);
+        twin tw = twin_new(w, (size_t)H * sw), tin = twin_new(NULL, (size_t)17 * 3 * d),
+             tout = twin_new(NULL, (size_t)17 * d);
+        for (int step = 0; step < 12 && !check_failed_; step++) {
+            int R;
+            const int *sl = dl_layout(step, &R);
+            fill(in, (size_t)17 * 3 * d, 3, 0);
+            CHECK(P.a->ops->buf_upload(P.a, tin.a, 0, in, tin.n) == 0 &&
+                  P.r->ops->buf_upload(P.r, tin.r, 0, in, tin.n) == 0, "upload");
+            both_begin(sl, tokens, R);
+            char what[96];
+            snprintf(what, sizeof what, "aft_window_step d=%d s=%d H=%d step %d", d, sw, H, step);
+            CHECK(P.a->ops->aft_window_step(P.a, tin.a, tw.a, tout.a, 0, ring_off, pos_off, d, sw, H) == 0 &&
+                  P.r->ops->aft_window_step(P.r, tin.r, tw.r, tout.r, 0, ring_off, pos_off, d, sw, H) == 0,
+                  "%s", what);
+            same_f(&tout, 0, (size_t)R * d, what);
+        }
+        for (int s = 0; s < CMP_NSLOTS; s++)
+            same_slot(s, slot_bytes, 0, nd, ring_off, nring, P.tol_s, "aft_window_step sums and ring");
+        ww_same_pos(slot_bytes, pos_off, "aft_window_step");
+        twin_free(&tw);
+        twin_free(&tin);
+        twin_free(&tout);
+        free(w);
+        free(in);
+    }
+}
+
 /* Run every case with A from `ctor` against the CPU backend. */
 static void cmp_run_all(const char *label, backend_ctor ctor, double tol_f, double tol_s) {
     static const struct { const char *name; void (*fn)(void); } cases[] = {
@@ -1389,6 +1516,8 @@ static void cmp_run_all(const char *label, backend_ctor ctor, double tol_f, doub
         { "runs", case_runs }, { "row_ops", case_row_ops }, { "slots", case_slots },
         { "two_layer_model", case_block }, { "short_conv", case_short_conv }, { "delta_step", case_delta },
         { "delta_runs", case_delta_runs },
+        { "window_step", case_window },
+        { "aft_window_step", case_aft_window },
     };
     static char name[128];
     P.label = label;

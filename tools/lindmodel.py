@@ -193,6 +193,149 @@ class AftMixer(nn.Module):
                 "mu_r": self.mu_r, "mu_k": self.mu_k, "mu_v": self.mu_v}
 
 
+# ---- sliding-window mixers: window, aft_local, aft_conv ----------------------
+# The parallel forms of recurrent/mixer_window.c and recurrent/mixer_aft_window.c
+# (docs/KINDS.md), over a sequence that starts the stream (positions 0 … T−1).
+
+def alibi_slopes(H):
+    """m_h = 2^(−8(h+1)/H), as the C loader computes them."""
+    return torch.tensor([2.0 ** (-8.0 * (h + 1) / H) for h in range(H)], dtype=torch.float64)
+
+
+def rope(x, base):
+    """x [B, H, T, dh] rotated by the absolute positions 0 … T−1 on the pairs
+    (i, i + dh/2), angle t·base^(−2i/dh) (formed in float64)."""
+    T, dh = x.shape[2], x.shape[3]
+    half = dh // 2
+    inv = torch.exp(-2.0 * torch.arange(half, dtype=torch.float64) / dh * math.log(base))
+    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
+    c, s = torch.cos(ang).to(x.dtype), torch.sin(ang).to(x.dtype)
+    a, b = x[..., :half], x[..., half:]
+    return torch.cat([a * c - b * s, a * s + b * c], -1)
+
+
+def window_attention(q, k, v, w, dil, g, slopes):
+    """Causal softmax attention over the window t, t−dil, …, t−(w−1)·dil and
+    the global positions s < g; ALiBi bias −m_h·min(t−s, w·dil) when slopes
+    is given. q, k, v: [B, H, T, dh]."""
+    T, dh = q.shape[2], q.shape[3]
+    t = torch.arange(T)
+    dist = t[:, None] - t[None, :]
+    vis = (dist >= 0) & ((((dist % dil) == 0) & (dist // dil < w)) | (t[None, :] < g))
+    sc = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(dh)
+    if slopes is not None:
+        sc = sc - slopes.to(q.dtype)[:, None, None] * dist.clamp(min=0, max=w * dil).to(q.dtype)
+    sc = sc.masked_fill(~vis, float("-inf"))
+    return torch.matmul(torch.softmax(sc, -1), v)
+
+
+class WindowMixer(nn.Module):
+    """Keys n_heads, d_head, window, dilation (1), global (0), position
+    ("alibi" | "rope"), rope_base (10000). Tensors wq, wk, wv [H·dh, d], wo [d, H·dh]."""
+
+    def __init__(self, cfg, layer):
+        super().__init__()
+        d, H, dh = cfg["d_model"], cfg["n_heads"], cfg["d_head"]
+        self.H, self.dh = H, dh
+        self.w, self.dil, self.g = cfg["window"], cfg.get("dilation", 1), cfg.get("global", 0)
+        self.rope = cfg.get("position", "alibi") == "rope"
+        self.base = float(cfg.get("rope_base", 10000.0))
+        self.wq = nn.Parameter(torch.empty(H * dh, d))
+        self.wk = nn.Parameter(torch.empty(H * dh, d))
+        self.wv = nn.Parameter(torch.empty(H * dh, d))
+        self.wo = nn.Parameter(torch.empty(d, H * dh))
+        for p in (self.wq, self.wk, self.wv):
+            nn.init.normal_(p, std=0.02)
+        nn.init.normal_(self.wo, std=0.02 / math.sqrt(2 * cfg["n_layers"]))
+
+    def forward(self, h):
+        B, T, _ = h.shape
+        def heads(x):
+            return x.view(B, T, self.H, self.dh).transpose(1, 2)
+        q, k, v = heads(F.linear(h, self.wq)), heads(F.linear(h, self.wk)), heads(F.linear(h, self.wv))
+        if self.rope:
+            q, k = rope(q, self.base), rope(k, self.base)
+        o = window_attention(q, k, v, self.w, self.dil, self.g, None if self.rope else alibi_slopes(self.H))
+        return F.linear(o.transpose(1, 2).reshape(B, T, self.H * self.dh), self.wo)
+
+    def exported_params(self):
+        return {"wq": self.wq, "wk": self.wk, "wv": self.wv, "wo": self.wo}
+
+    def export(self):
+        return self.exported_params()
+
+
+class AftWindowMixer(nn.Module):
+    """AFT-local (conv=False: key window = s, tensor pos_bias [s]) and AFT-conv
+    (conv=True: keys n_heads, kernel_size = s, tensors kernel [H, s],
+    kernel_gain [H], kernel_bias [H], w_h = γ_h·(kernel_h − mean)/√(var + 1e-5)
+    + β_h). y_t = σ(q_t) ⊙ Σ_{t'≤t} e^{k_t' + b(t−t')} v_t' / Σ_{t'≤t} e^{k_t' + b(t−t')},
+    b(j) = w[j] for j < s, 0 beyond; tensors wq, wk, wv, wo [d, d]."""
+
+    def __init__(self, cfg, layer, conv):
+        super().__init__()
+        d = cfg["d_model"]
+        self.conv = conv
+        self.H = cfg["n_heads"] if conv else 1
+        self.s = cfg["kernel_size"] if conv else cfg["window"]
+        self.wq = nn.Parameter(torch.empty(d, d))
+        self.wk = nn.Parameter(torch.empty(d, d))
+        self.wv = nn.Parameter(torch.empty(d, d))
+        self.wo = nn.Parameter(torch.empty(d, d))
+        for p in (self.wq, self.wk, self.wv):
+            nn.init.normal_(p, std=0.02)
+        nn.init.normal_(self.wo, std=0.02 / math.sqrt(2 * cfg["n_layers"]))
+        if conv:
+            self.kernel = nn.Parameter(torch.randn(self.H, self.s) * 0.02)
+            self.kernel_gain = nn.Parameter(torch.full((self.H,), 0.1))
+            self.kernel_bias = nn.Parameter(torch.zeros(self.H))
+        else:
+            self.pos_bias = nn.Parameter(torch.zeros(self.s))
+
+    def biases(self):
+        """[H, s]: the position biases w as the C loader applies them."""
+        if not self.conv:
+            return self.pos_bias[None, :]
+        mean = self.kernel.mean(1, keepdim=True)
+        var = ((self.kernel - mean) ** 2).mean(1, keepdim=True)
+        return self.kernel_gain[:, None] * (self.kernel - mean) / torch.sqrt(var + 1e-5) + self.kernel_bias[:, None]
+
+    def forward(self, h):
+        B, T, d = h.shape
+        H, s = self.H, self.s
+        q, k, v = F.linear(h, self.wq), F.linear(h, self.wk), F.linear(h, self.wv)
+        t = torch.arange(T)
+        dist = t[:, None] - t[None, :]
+        w = self.biases().to(h.dtype)                                   # [H, s]
+        b = torch.where((dist < s)[None], w[:, dist.clamp(0, s - 1)], torch.zeros((), dtype=h.dtype))
+        Wm = torch.exp(b).masked_fill(~(dist >= 0)[None], 0.0)         # [H, T, T]
+        e = torch.exp(k - k.amax(1, keepdim=True).detach())             # e^{k − max over the sequence}
+        def heads(x):
+            return x.view(B, T, H, d // H).transpose(1, 2)              # [B, H, T, d/H]
+        num = torch.matmul(Wm, heads(e * v))
+        den = torch.matmul(Wm, heads(e))
+        y = (num / den).transpose(1, 2).reshape(B, T, d)
+        return F.linear(torch.sigmoid(q) * y, self.wo)
+
+    def exported_params(self):
+        out = {"wq": self.wq, "wk": self.wk, "wv": self.wv, "wo": self.wo}
+        if self.conv:
+            out.update({"kernel": self.kernel, "kernel_gain": self.kernel_gain, "kernel_bias": self.kernel_bias})
+        else:
+            out["pos_bias"] = self.pos_bias
+        return out
+
+    def export(self):
+        return self.exported_params()
+
+
+WINDOW_MIXERS = {
+    "window": WindowMixer,
+    "aft_local": lambda cfg, i: AftWindowMixer(cfg, i, False),
+    "aft_conv": lambda cfg, i: AftWindowMixer(cfg, i, True),
+}
+
+
 class Block(nn.Module):
     def __init__(self, cfg, i):
         super().__init__()
@@ -204,6 +347,8 @@ class Block(nn.Module):
             self.mixer = LinearMixer(d, cfg["n_heads"], cfg["d_head"], cfg["attn_eps"], i, cfg["n_layers"])
         elif kind == "aft":
             self.mixer = AftMixer(d, i, cfg["n_layers"])
+        elif kind in WINDOW_MIXERS:
+            self.mixer = WINDOW_MIXERS[kind](cfg, i)
         else:
             raise ValueError("unknown mixer %r" % kind)
         self.w1 = nn.Linear(d, cfg["d_ff"])
@@ -280,6 +425,9 @@ class Model(nn.Module):
                         put(getattr(mx, n), p + "mixer." + n)
                     mx.fixed_gamma = torch.from_numpy(np.asarray(tensors[p + "mixer.decay"], np.float32).copy())
                     used.add(p + "mixer.decay")
+                elif hasattr(mx, "exported_params"):
+                    for n, prm in mx.exported_params().items():
+                        put(prm, p + "mixer." + n)
                 else:
                     for n in ("wr", "wk", "wv", "wo", "mu_r", "mu_k", "mu_v", "time_first"):
                         put(getattr(mx, n), p + "mixer." + n)
@@ -293,7 +441,7 @@ class Model(nn.Module):
             mx = blk.mixer
             if isinstance(mx, LinearMixer):
                 mx.fixed_gamma = mx.fixed_gamma.to(dtype)
-            else:
+            elif isinstance(mx, AftMixer):
                 mx.fixed_time_decay = mx.fixed_time_decay.to(dtype)
         return m
 

@@ -574,6 +574,55 @@ static int g_delta_step(backend *be, const backend_buf *in, const backend_buf *g
     return launch(g, KB_DELTA_STEP, kb_delta_launch(g->nruns, H, dh), &a, "delta_step");
 }
 
+/* Two launches: the attention (one thread per run and head), then each run's
+ * position advanced by the run's length (kb_pos_advance). */
+static int g_window_step(backend *be, const backend_buf *in, const backend_buf *slopes, backend_buf *out,
+                         size_t ring_off, size_t glob_off, size_t pos_off, int H, int dh, int w, int dil, int gl,
+                         float rope_base) {
+    gridbe *g = G(be);
+    int B = g->B, rc;
+    if (H < 1 || dh < 1 || dh > KB_WINDOW_MAX_DH || w < 1 || dil < 1 || gl < 0 || (rope_base > 0 && dh % 2))
+        return fail(g, -EINVAL, "window_step: %d heads of width %d, window %d, dilation %d, global %d", H, dh, w,
+                    dil, gl);
+    size_t hd = (size_t)H * dh, L = (size_t)w * dil;
+    if ((rc = region_fits(g, ring_off, 2 * L * hd * sizeof(float), sizeof(float), "window_step ring")) < 0 ||
+        (gl && (rc = region_fits(g, glob_off, 2 * (size_t)gl * hd * sizeof(float), sizeof(float),
+                                 "window_step global")) < 0) ||
+        (rc = region_fits(g, pos_off, sizeof(int64_t), sizeof(int64_t), "window_step position")) < 0 ||
+        (rc = fits(g, in, (size_t)B * 3 * hd, "window_step", "in")) < 0 ||
+        (rc = fits(g, out, (size_t)B * hd, "window_step", "out")) < 0 ||
+        (!(rope_base > 0) && (rc = fits(g, slopes, (size_t)H, "window_step", "slopes")) < 0))
+        return rc;
+    if (B == 0) return 0;
+    kb_window_args a = { F(in), slopes ? F(slopes) : NULL, F(out), g->pool, g->stride, ring_off, glob_off, pos_off,
+                         g->d_slots, g->d_runs, H, dh, w, dil, gl, rope_base };
+    if ((rc = launch(g, KB_WINDOW_STEP, kb_window_launch(g->nruns, H), &a, "window_step")) < 0) return rc;
+    kb_pos_advance_args v = { g->pool, g->stride, pos_off, g->d_slots, g->d_runs, g->nruns };
+    return launch(g, KB_POS_ADVANCE, kb_pos_advance_launch(g->nruns), &v, "window_step position");
+}
+
+static int g_aft_window_step(backend *be, const backend_buf *in, const backend_buf *w, backend_buf *out,
+                             size_t acc_off, size_t ring_off, size_t pos_off, int d, int s, int H) {
+    gridbe *g = G(be);
+    int B = g->B, rc;
+    if (d < 1 || s < 2 || H < 1 || d % H)
+        return fail(g, -EINVAL, "aft_window_step: width %d, window %d, %d heads", d, s, H);
+    if ((rc = region_fits(g, acc_off, (size_t)3 * d * sizeof(double), sizeof(double), "aft_window_step sums")) < 0 ||
+        (rc = region_fits(g, ring_off, 2 * (size_t)d * (size_t)(s - 1) * sizeof(float), sizeof(float),
+                          "aft_window_step ring")) < 0 ||
+        (rc = region_fits(g, pos_off, sizeof(int64_t), sizeof(int64_t), "aft_window_step position")) < 0 ||
+        (rc = fits(g, in, (size_t)B * 3 * d, "aft_window_step", "in")) < 0 ||
+        (rc = fits(g, out, (size_t)B * d, "aft_window_step", "out")) < 0 ||
+        (rc = fits(g, w, (size_t)H * s, "aft_window_step", "w")) < 0)
+        return rc;
+    if (B == 0) return 0;
+    kb_aftw_args a = { F(in), F(w), F(out), g->pool, g->stride, acc_off, ring_off, pos_off, g->d_slots, g->d_runs,
+                       d, s, H };
+    if ((rc = launch(g, KB_AFTW_STEP, kb_aftw_launch(g->nruns, d), &a, "aft_window_step")) < 0) return rc;
+    kb_pos_advance_args v = { g->pool, g->stride, pos_off, g->d_slots, g->d_runs, g->nruns };
+    return launch(g, KB_POS_ADVANCE, kb_pos_advance_launch(g->nruns), &v, "aft_window_step position");
+}
+
 /* ---- row helpers ----------------------------------------------------------- */
 
 static int g_gather_rows(backend *be, const backend_buf *src, const int *rows, int n, backend_buf *dst, int d) {
@@ -678,6 +727,8 @@ static const backend_ops grid_ops = {
     .weight_new_half = g_weight_new_half,
     .short_conv = g_short_conv,
     .delta_step = g_delta_step,
+    .window_step = g_window_step,
+    .aft_window_step = g_aft_window_step,
 };
 
 int grid_backend_set_weights(backend *be, const char *precision, char *err, size_t errlen) {

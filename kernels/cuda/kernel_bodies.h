@@ -52,7 +52,9 @@ enum kb_kernel {
     KB_EMBED, KB_LAYERNORM, KB_BIAS_ROWS, KB_ACT, KB_SHIFT_MIX,
     KB_LINEAR_STEP, KB_AFT_STEP, KB_TO_BF16, KB_GATHER_ROWS, KB_SCALE,
     KB_GATED_ADD, KB_WIDEN_HALF, KB_GEMV_HALF, KB_SHORT_CONV, KB_CONV_ADVANCE,
-    KB_DELTA_STEP, KB_NKERNELS
+    KB_DELTA_STEP,
+    KB_WINDOW_STEP, KB_POS_ADVANCE, KB_AFTW_STEP,
+    KB_NKERNELS
 };
 
 /* The per-session state of row b of the batch: slot slots[b] of the pool. */
@@ -485,6 +487,135 @@ LIND_HD static inline int kb_delta_step(const lind_thread *t, int phase, const k
         a->out[(size_t)b * hd + h * dh + tx] = lind_rms_apply(red[T + tx], rs, a->norm_w[tx]);
     }
     return b - r0 + 1 < n;   /* another row: barrier first */
+}
+
+/* ---- sliding-window attention: one thread per (run, head) -----------------
+ * For each row b of the run in order, at position t = the slot's int64
+ * position (read as unsigned) + b − r0: k (rotated by t with RoPE) and v go
+ * to ring row t mod L (and global row t when t < g), then
+ * lind_window_head() over the ring and the global rows — exactly the CPU
+ * backend's per-(run, head) work. q and the dh accumulators are
+ * thread-local (dh ≤ 256). The position is shared by the run's heads, so
+ * this kernel only reads it; kb_pos_advance, launched after it, stores it. */
+#define KB_WINDOW_MAX_DH 256
+typedef struct kb_window_args {
+    const float *in;        /* [R × 3·hd]: q | k | v */
+    const float *slopes;    /* [H] ALiBi slopes */
+    float *out;             /* [R × hd] */
+    unsigned char *pool;
+    size_t stride, ring_off, glob_off, pos_off;
+    const int *slots, *runs;
+    int H, dh, w, dil, g;
+    float rope_base;        /* > 0: RoPE, slopes unused */
+} kb_window_args;
+
+static inline lind_launch kb_window_launch(int nruns, int H) {
+    lind_launch L = { kb_ceil_div((size_t)H, 32), nruns, 32, 0 };
+    return L;
+}
+
+LIND_HD static inline unsigned long long kb_slot_pos(const unsigned char *slot, size_t pos_off) {
+    unsigned long long p;
+    memcpy(&p, slot + pos_off, sizeof p);
+    return p;
+}
+
+LIND_HD static inline int kb_window_step(const lind_thread *t, int phase, const kb_window_args *a) {
+    (void)phase;
+    int h = t->bx * t->bdim + t->tx, r0 = a->runs[t->by], r1 = a->runs[t->by + 1];
+    if (h >= a->H) return 0;
+    int dh = a->dh, hd = a->H * dh;
+    size_t L = (size_t)a->w * (size_t)a->dil;
+    unsigned char *slot = KB_SLOT(a->pool, a->stride, a->slots, r0);
+    float *rk = (float *)(slot + a->ring_off) + (size_t)h * dh, *rv = rk + L * hd;
+    float *gk = (float *)(slot + a->glob_off) + (size_t)h * dh, *gv = gk + (size_t)a->g * hd;
+    unsigned long long t0 = kb_slot_pos(slot, a->pos_off);
+    double slope = a->rope_base > 0 ? 0.0 : (double)a->slopes[h];
+    float q[KB_WINDOW_MAX_DH];
+    double acc[KB_WINDOW_MAX_DH];
+    for (int b = r0; b < r1; b++) {
+        unsigned long long tt = t0 + (unsigned long long)(b - r0);
+        const float *row = a->in + (size_t)b * 3 * hd + (size_t)h * dh;
+        float *kd = rk + (size_t)(tt % L) * hd, *vd = rv + (size_t)(tt % L) * hd;
+        if (a->rope_base > 0) {
+            lind_rope(kd, row + hd, tt, dh, a->rope_base);
+            lind_rope(q, row, tt, dh, a->rope_base);
+        } else {
+            for (int i = 0; i < dh; i++) { kd[i] = row[hd + i]; q[i] = row[i]; }
+        }
+        for (int i = 0; i < dh; i++) vd[i] = row[2 * hd + i];
+        if (tt < (unsigned long long)a->g)
+            for (int i = 0; i < dh; i++) {
+                gk[(size_t)tt * hd + i] = kd[i];
+                gv[(size_t)tt * hd + i] = vd[i];
+            }
+        lind_window_head(a->out + (size_t)b * hd + (size_t)h * dh, acc, q, rk, rv, gk, gv, hd, tt, a->w, a->dil,
+                         a->g, slope, dh);
+    }
+    return 0;
+}
+
+/* After kb_window_step / kb_aftw_step: each run's slot gets its int64
+ * position advanced by the run's length. One thread per run. */
+typedef struct kb_pos_advance_args {
+    unsigned char *pool;
+    size_t stride, pos_off;
+    const int *slots, *runs;
+    int nruns;
+} kb_pos_advance_args;
+
+static inline lind_launch kb_pos_advance_launch(int nruns) {
+    lind_launch L = { kb_ceil_div((size_t)nruns, KB_EW_BLOCK), 1, KB_EW_BLOCK, 0 };
+    return L;
+}
+
+LIND_HD static inline int kb_pos_advance(const lind_thread *t, int phase, const kb_pos_advance_args *a) {
+    (void)phase;
+    int k = t->bx * t->bdim + t->tx;
+    if (k >= a->nruns) return 0;
+    int r0 = a->runs[k];
+    unsigned char *slot = KB_SLOT(a->pool, a->stride, a->slots, r0);
+    unsigned long long p = kb_slot_pos(slot, a->pos_off) + (unsigned long long)(a->runs[k + 1] - r0);
+    memcpy(slot + a->pos_off, &p, sizeof p);
+    return 0;
+}
+
+/* ---- AFT-local / AFT-conv: one thread per (run, channel) ------------------
+ * For each row of the run in order: out = σ(q)·lind_aftw_channel() on the
+ * channel's sums and ring, in place in the slot (the CPU backend's loop).
+ * The position is only read (kb_pos_advance stores it). */
+typedef struct kb_aftw_args {
+    const float *in;        /* [R × 3·d]: q | k | v */
+    const float *w;         /* [H × s] position biases */
+    float *out;             /* [R × d] */
+    unsigned char *pool;
+    size_t stride, acc_off, ring_off, pos_off;
+    const int *slots, *runs;
+    int d, s, H;
+} kb_aftw_args;
+
+static inline lind_launch kb_aftw_launch(int nruns, int d) {
+    lind_launch L = { kb_ceil_div((size_t)d, KB_EW_BLOCK), nruns, KB_EW_BLOCK, 0 };
+    return L;
+}
+
+LIND_HD static inline int kb_aftw_step(const lind_thread *t, int phase, const kb_aftw_args *a) {
+    (void)phase;
+    int c = t->bx * t->bdim + t->tx, r0 = a->runs[t->by], r1 = a->runs[t->by + 1], d = a->d, S1 = a->s - 1;
+    if (c >= d) return 0;
+    unsigned char *slot = KB_SLOT(a->pool, a->stride, a->slots, r0);
+    double *num = (double *)(slot + a->acc_off);
+    float *rk = (float *)(slot + a->ring_off) + (size_t)c * S1, *rv = rk + (size_t)d * S1;
+    const float *w = a->w + (size_t)(c / (d / a->H)) * a->s;
+    unsigned long long t0 = kb_slot_pos(slot, a->pos_off);
+    for (int b = r0; b < r1; b++) {
+        const float *row = a->in + (size_t)b * 3 * d;
+        a->out[(size_t)b * d + c] =
+            lind_sigmoid(row[c]) * (float)lind_aftw_channel(&num[c], &num[d + c], &num[2 * d + c], rk, rv,
+                                                            t0 + (unsigned long long)(b - r0), row[d + c],
+                                                            row[2 * d + c], w, a->s);
+    }
+    return 0;
 }
 
 /* ---- fp32 → bf16 (for the bf16-weights option) --------------------------

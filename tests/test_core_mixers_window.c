@@ -1,0 +1,809 @@
+/* tests/test_core_mixers_window.c — the sliding-window mixer kinds end to end:
+ * "window" (softmax attention over the last w tokens with dilation and
+ * global tokens, ALiBi or RoPE, recurrent/mixer_window.c) and "aft_local" /
+ * "aft_conv" (recurrent/mixer_aft_window.c).
+ *
+ * A plain-C double-precision reference computes each model over a 300-token
+ * sequence in PARALLEL form: window attention as an explicit softmax over
+ * every position s ≤ t with a visibility mask (s < g, or t − s a multiple of
+ * dil below w·dil), RoPE applied to whole sequences of q and k; AFT as the
+ * explicit sums over all t' ≤ t of e^{k_t' + b(t−t')}, b(j) = w[j] for j < s
+ * and 0 beyond. No ring, no position counter. The engine's recurrent logits
+ * (one model_step per token) must match at every position within 1e-4 of
+ * the largest logit there; every case crosses its window boundary (w·dil,
+ * s ≤ 48 < 300), with dilation and global tokens. Also: batched prefill
+ * (model_forward runs) and batched sessions equal one-token steps bit for
+ * bit; 1 and 3 CPU threads agree; the state blob (fp32 rings, fp64 sums,
+ * int64 positions) round-trips through model_slot_read/write and the state
+ * format, a position whose bits are a double NaN included; bad configs and
+ * tensors are refused by name; the CUDA backend's code under the host
+ * harness matches the CPU backend. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kernels/backend.h"
+#include "recurrent/model.h"
+#include "recurrent/safetensors.h"
+#include "state/format.h"
+#include "tests/check.h"
+#include "tests/testmodel.h"
+
+#define T 300
+#define V 256
+
+static char tmpdir[256];
+
+/* ---- writing a model in lind's "layers" form ------------------------------ */
+
+typedef struct lspec {
+    const char *mixer;   /* "window", "aft_local", "aft_conv" */
+    int H, dh;           /* window: heads and head width; aft_conv: heads */
+    int w, dil, g, rope; /* window; w is s (window / kernel_size) for AFT */
+} lspec;
+
+typedef struct mspec {
+    int d, ff, nl;
+    lspec L[4];
+} mspec;
+
+static int is_window(const lspec *l) { return !strcmp(l->mixer, "window"); }
+static int mix_width(const mspec *m, const lspec *l) { return is_window(l) ? l->H * l->dh : m->d; }
+
+/* config.json + model.safetensors with random weights; `cfg_extra` (may be
+ * NULL) is added to layer 0's object; `skip` names a tensor to leave out. */
+static int write_model(const char *dir, const mspec *m, uint64_t seed, const char *skip, const char *cfg_extra) {
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST) return -errno;
+    char path[600], js[4096];
+    size_t n = 0;
+    n += (size_t)snprintf(js + n, sizeof js - n,
+                          "{\"vocab_size\": %d, \"d_model\": %d, \"n_layers\": %d, \"norm_eps\": 1e-5, \"layers\": [",
+                          V, m->d, m->nl);
+    for (int i = 0; i < m->nl; i++) {
+        const lspec *l = &m->L[i];
+        n += (size_t)snprintf(js + n, sizeof js - n, "%s{\"mixer\": \"%s\", \"ffn\": \"gelu_mlp\", \"d_ff\": %d",
+                              i ? ", " : "", l->mixer, m->ff);
+        if (is_window(l))
+            n += (size_t)snprintf(js + n, sizeof js - n, ", \"n_heads\": %d, \"d_head\": %d, \"window\": %d, "
+                                  "\"dilation\": %d, \"global\": %d, \"position\": \"%s\"", l->H, l->dh, l->w,
+                                  l->dil, l->g, l->rope ? "rope" : "alibi");
+        else if (!strcmp(l->mixer, "aft_local"))
+            n += (size_t)snprintf(js + n, sizeof js - n, ", \"window\": %d", l->w);
+        else
+            n += (size_t)snprintf(js + n, sizeof js - n, ", \"n_heads\": %d, \"kernel_size\": %d", l->H, l->w);
+        if (i == 0 && cfg_extra) n += (size_t)snprintf(js + n, sizeof js - n, ", %s", cfg_extra);
+        n += (size_t)snprintf(js + n, sizeof js - n, "}");
+    }
+    snprintf(js + n, sizeof js - n, "]}\n");
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return -errno;
+    int ok = fputs(js, f) >= 0;
+    if (fclose(f) != 0 || !ok) return -EIO;
+
+    int maxn = 4 + m->nl * 24, nt = 0, rc = 0;
+    testmodel_tensor *t = calloc((size_t)maxn, sizeof *t);
+    float **bufs = calloc((size_t)maxn, sizeof *bufs);
+    if (!t || !bufs) { free(t); free(bufs); return -ENOMEM; }
+    uint64_t rng = seed * 0x2545f4914f6cdd1dull + 1;
+    int d = m->d, ff = m->ff;
+    double sd = 1 / sqrt((double)d), sff = 1 / sqrt((double)ff);
+    char nm[96];
+#define ADD(name, d0, d1, kind, a, b)                                                     \
+    do {                                                                                  \
+        if (rc == 0 && !(skip && !strcmp(skip, name)))                                    \
+            rc = testmodel_add_(t, &nt, bufs, &rng, name, d0, d1, kind, a, b);            \
+    } while (0)
+#define L(s) (snprintf(nm, sizeof nm, "layers.%d.%s", i, s), nm)
+    ADD("embed.weight", V, d, TESTMODEL_UNIFORM, 1.0, 0);
+    ADD("ln_f.weight", d, 0, TESTMODEL_ONE_PLUS, 0.1, 0);
+    ADD("ln_f.bias", d, 0, TESTMODEL_UNIFORM, 0.1, 0);
+    ADD("head.weight", V, d, TESTMODEL_UNIFORM, sd, 0);
+    for (int i = 0; i < m->nl && rc == 0; i++) {
+        const lspec *l = &m->L[i];
+        int hd = mix_width(m, l);
+        double shd = 1 / sqrt((double)hd);
+        ADD(L("ln1.weight"), d, 0, TESTMODEL_ONE_PLUS, 0.1, 0);
+        ADD(L("ln1.bias"), d, 0, TESTMODEL_UNIFORM, 0.1, 0);
+        ADD(L("ln2.weight"), d, 0, TESTMODEL_ONE_PLUS, 0.1, 0);
+        ADD(L("ln2.bias"), d, 0, TESTMODEL_UNIFORM, 0.1, 0);
+        ADD(L("ffn.w1"), ff, d, TESTMODEL_UNIFORM, sd, 0);
+        ADD(L("ffn.b1"), ff, 0, TESTMODEL_UNIFORM, 0.1, 0);
+        ADD(L("ffn.w2"), d, ff, TESTMODEL_UNIFORM, sff, 0);
+        ADD(L("ffn.b2"), d, 0, TESTMODEL_UNIFORM, 0.1, 0);
+        /* scores of a few units, so the softmax and e^{k} weights are far
+         * from uniform */
+        ADD(L("mixer.wq"), hd, d, TESTMODEL_UNIFORM, 4 * sd, 0);
+        ADD(L("mixer.wk"), hd, d, TESTMODEL_UNIFORM, 4 * sd, 0);
+        ADD(L("mixer.wv"), hd, d, TESTMODEL_UNIFORM, 2 * sd, 0);
+        ADD(L("mixer.wo"), d, hd, TESTMODEL_UNIFORM, shd, 0);
+        if (!strcmp(l->mixer, "aft_local")) {
+            ADD(L("mixer.pos_bias"), l->w, 0, TESTMODEL_UNIFORM, 2.0, 0);
+        } else if (!strcmp(l->mixer, "aft_conv")) {
+            ADD(L("mixer.kernel"), l->H, l->w, TESTMODEL_UNIFORM, 1.0, 0);
+            ADD(L("mixer.kernel_gain"), l->H, 0, TESTMODEL_ONE_PLUS, 0.5, 0);
+            ADD(L("mixer.kernel_bias"), l->H, 0, TESTMODEL_UNIFORM, 1.0, 0);
+        }
+    }
+#undef L
+#undef ADD
+    if (rc == 0) {
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        rc = testmodel_st_write(path, t, nt);
+    }
+    for (int i = 0; i < nt; i++) free(bufs[i]);
+    free(bufs);
+    free(t);
+    return rc;
+}
+
+/* ---- the parallel-form reference, in double ------------------------------- */
+
+typedef struct ref {
+    st_file st;
+    const mspec *m;
+} ref;
+
+static double *W(ref *r, const char *fmt, int layer) {
+    char name[128];
+    snprintf(name, sizeof name, fmt, layer);
+    st_tensor *t = st_find(&r->st, name);
+    if (!t) return NULL;
+    float *f = malloc(t->numel * sizeof *f);
+    double *d = malloc(t->numel * sizeof *d);
+    st_read_f32(&r->st, t, f);
+    for (size_t i = 0; i < t->numel; i++) d[i] = f[i];
+    free(f);
+    return d;
+}
+
+/* y[t][n] = Σ_k x[t][k] w[n][k] (+ b[n]) */
+static void lin(const double *x, int K, const double *w, const double *b, int N, double *y) {
+    for (int t = 0; t < T; t++)
+        for (int n = 0; n < N; n++) {
+            double s = b ? b[n] : 0.0;
+            for (int k = 0; k < K; k++) s += x[(size_t)t * K + k] * w[(size_t)n * K + k];
+            y[(size_t)t * N + n] = s;
+        }
+}
+
+static void ln(const double *x, int d, const double *w, const double *b, double eps, double *y) {
+    for (int t = 0; t < T; t++) {
+        const double *xr = x + (size_t)t * d;
+        double mu = 0, v = 0;
+        for (int i = 0; i < d; i++) mu += xr[i];
+        mu /= d;
+        for (int i = 0; i < d; i++) v += (xr[i] - mu) * (xr[i] - mu);
+        v /= d;
+        for (int i = 0; i < d; i++) y[(size_t)t * d + i] = (xr[i] - mu) / sqrt(v + eps) * w[i] + b[i];
+    }
+}
+
+/* RoPE over a whole sequence [T × hd]: row t, head h rotated by angle
+ * t·base^(−2i/dh) on the pairs (i, i + dh/2). */
+static void rope_seq(double *x, int H, int dh, double base) {
+    int hd = H * dh, half = dh / 2;
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < half; i++) {
+                double th = t * pow(base, -2.0 * i / dh);
+                double *p = x + (size_t)t * hd + h * dh, a = p[i], b = p[i + half];
+                p[i] = a * cos(th) - b * sin(th);
+                p[i + half] = a * sin(th) + b * cos(th);
+            }
+}
+
+static void qkv(ref *r, int l, const double *h, int n, double **q, double **k, double **v) {
+    int d = r->m->d;
+    double *out[3];
+    const char *pn[3] = {"wq", "wk", "wv"};
+    for (int p = 0; p < 3; p++) {
+        char nm[64];
+        snprintf(nm, sizeof nm, "layers.%%d.mixer.%s", pn[p]);
+        double *w = W(r, nm, l);
+        out[p] = malloc(sizeof(double) * T * n);
+        lin(h, d, w, NULL, n, out[p]);
+        free(w);
+    }
+    *q = out[0]; *k = out[1]; *v = out[2];
+}
+
+/* The window mixer of layer l: o [T × hd] (before Wo), softmax over the
+ * masked positions s ≤ t. */
+static void ref_window(ref *r, int l, const double *h, double *o) {
+    const lspec *ls = &r->m->L[l];
+    int H = ls->H, dh = ls->dh, hd = H * dh;
+    double *q, *k, *v, span = (double)ls->w * ls->dil;
+    qkv(r, l, h, hd, &q, &k, &v);
+    if (ls->rope) { rope_seq(q, H, dh, 10000.0); rope_seq(k, H, dh, 10000.0); }
+    double *p = malloc(sizeof(double) * T);
+    for (int hh = 0; hh < H; hh++) {
+        double slope = ls->rope ? 0.0 : pow(2.0, -8.0 * (hh + 1) / H);
+        for (int t = 0; t < T; t++) {
+            double mx = -INFINITY, sum = 0;
+            for (int s = 0; s <= t; s++) {
+                int vis = s < ls->g || ((t - s) % ls->dil == 0 && (t - s) / ls->dil < ls->w);
+                if (!vis) { p[s] = -INFINITY; continue; }
+                double sc = 0;
+                for (int e = 0; e < dh; e++) sc += q[(size_t)t * hd + hh * dh + e] * k[(size_t)s * hd + hh * dh + e];
+                p[s] = sc / sqrt((double)dh) - slope * fmin((double)(t - s), span);
+                if (p[s] > mx) mx = p[s];
+            }
+            for (int s = 0; s <= t; s++) { p[s] = exp(p[s] - mx); sum += p[s]; }
+            for (int j = 0; j < dh; j++) {
+                double acc = 0;
+                for (int s = 0; s <= t; s++) acc += p[s] * v[(size_t)s * hd + hh * dh + j];
+                o[(size_t)t * hd + hh * dh + j] = acc / sum;
+            }
+        }
+    }
+    free(p); free(q); free(k); free(v);
+}
+
+static double sigm(double x) { return 1 / (1 + exp(-x)); }
+
+/* The AFT mixers of layer l: o [T × d] = σ(q) ⊙ the explicit biased sums. */
+static void ref_aft(ref *r, int l, const double *h, double *o) {
+    const lspec *ls = &r->m->L[l];
+    int d = r->m->d, s = ls->w, conv = !strcmp(ls->mixer, "aft_conv"), H = conv ? ls->H : 1;
+    double *q, *k, *v;
+    qkv(r, l, h, d, &q, &k, &v);
+    double *w = malloc(sizeof(double) * H * s);
+    if (!conv) {
+        double *pb = W(r, "layers.%d.mixer.pos_bias", l);
+        memcpy(w, pb, sizeof(double) * s);
+        free(pb);
+    } else {
+        double *kr = W(r, "layers.%d.mixer.kernel", l), *g = W(r, "layers.%d.mixer.kernel_gain", l),
+               *b = W(r, "layers.%d.mixer.kernel_bias", l);
+        for (int hh = 0; hh < H; hh++) {
+            double mean = 0, var = 0;
+            for (int j = 0; j < s; j++) mean += kr[hh * s + j] / s;
+            for (int j = 0; j < s; j++) var += (kr[hh * s + j] - mean) * (kr[hh * s + j] - mean) / s;
+            for (int j = 0; j < s; j++) w[hh * s + j] = g[hh] * (kr[hh * s + j] - mean) / sqrt(var + 1e-5) + b[hh];
+        }
+        free(kr); free(g); free(b);
+    }
+    for (int c = 0; c < d; c++) {
+        const double *wh = w + (size_t)(c / (d / H)) * s;
+        for (int t = 0; t < T; t++) {
+            double mx = -INFINITY, num = 0, den = 0;
+            for (int tp = 0; tp <= t; tp++) {
+                double e = k[(size_t)tp * d + c] + (t - tp < s ? wh[t - tp] : 0.0);
+                if (e > mx) mx = e;
+            }
+            for (int tp = 0; tp <= t; tp++) {
+                double e = exp(k[(size_t)tp * d + c] + (t - tp < s ? wh[t - tp] : 0.0) - mx);
+                num += e * v[(size_t)tp * d + c];
+                den += e;
+            }
+            o[(size_t)t * d + c] = sigm(q[(size_t)t * d + c]) * num / den;
+        }
+    }
+    free(w); free(q); free(k); free(v);
+}
+
+static void ref_forward(ref *r, const int *tok, double *logits) {
+    const mspec *m = r->m;
+    int d = m->d, ff = m->ff, wmax = 0;
+    for (int l = 0; l < m->nl; l++)
+        if (mix_width(m, &m->L[l]) > wmax) wmax = mix_width(m, &m->L[l]);
+    double *x = calloc((size_t)T * d, 8), *h = calloc((size_t)T * d, 8), *y = calloc((size_t)T * d, 8);
+    double *o = calloc((size_t)T * wmax, 8), *f = calloc((size_t)T * ff, 8);
+    double *E = W(r, "embed.weight", 0);
+    for (int t = 0; t < T; t++) memcpy(x + (size_t)t * d, E + (size_t)tok[t] * d, (size_t)d * 8);
+    free(E);
+    for (int l = 0; l < m->nl; l++) {
+        int hd = mix_width(m, &m->L[l]);
+        double *l1w = W(r, "layers.%d.ln1.weight", l), *l1b = W(r, "layers.%d.ln1.bias", l);
+        ln(x, d, l1w, l1b, 1e-5, h);
+        if (is_window(&m->L[l])) ref_window(r, l, h, o);
+        else ref_aft(r, l, h, o);
+        double *wo = W(r, "layers.%d.mixer.wo", l);
+        lin(o, hd, wo, NULL, d, y);
+        for (size_t i = 0; i < (size_t)T * d; i++) x[i] += y[i];
+        double *l2w = W(r, "layers.%d.ln2.weight", l), *l2b = W(r, "layers.%d.ln2.bias", l);
+        ln(x, d, l2w, l2b, 1e-5, h);
+        double *w1 = W(r, "layers.%d.ffn.w1", l), *b1 = W(r, "layers.%d.ffn.b1", l);
+        double *w2 = W(r, "layers.%d.ffn.w2", l), *b2 = W(r, "layers.%d.ffn.b2", l);
+        lin(h, d, w1, b1, ff, f);
+        for (size_t i = 0; i < (size_t)T * ff; i++) f[i] = 0.5 * f[i] * (1 + erf(f[i] / sqrt(2.0)));
+        lin(f, ff, w2, b2, d, y);
+        for (size_t i = 0; i < (size_t)T * d; i++) x[i] += y[i];
+        free(l1w); free(l1b); free(l2w); free(l2b); free(wo); free(w1); free(b1); free(w2); free(b2);
+    }
+    double *lw = W(r, "ln_f.weight", 0), *lb = W(r, "ln_f.bias", 0), *hw = W(r, "head.weight", 0);
+    ln(x, d, lw, lb, 1e-5, h);
+    lin(h, d, hw, NULL, V, logits);
+    free(lw); free(lb); free(hw); free(x); free(h); free(y); free(o); free(f);
+}
+
+/* ---- helpers ---------------------------------------------------------------- */
+
+static void random_tokens(int32_t *tok, int n, uint64_t seed) {
+    tok[0] = LIND_BOS;
+    for (int t = 1; t < n; t++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        tok[t] = (int32_t)(seed >> 56);
+    }
+}
+
+static model *load_model(const char *name, const mspec *ms, uint64_t seed, const char *backend) {
+    char dir[512], err[512] = "";
+    snprintf(dir, sizeof dir, "%s/%s", tmpdir, name);
+    int rc = write_model(dir, ms, seed, NULL, NULL);
+    CHECK(rc == 0, "write_model: %d", rc);
+    model *m = NULL;
+    rc = model_load(dir, backend, &m, err, sizeof err);
+    CHECK(rc == 0, "model_load: %s", err);
+    return m;
+}
+
+static double rel_row(const float *a, const float *b, int n) {
+    double scale = 0, e = 0;
+    for (int i = 0; i < n; i++) {
+        if (fabs(b[i]) > scale) scale = fabs(b[i]);
+        if (!(fabs((double)a[i] - b[i]) <= e)) e = fabs((double)a[i] - b[i]);
+    }
+    return e / (scale > 1e-30 ? scale : 1e-30);
+}
+
+/* ---- cases -------------------------------------------------------------- */
+
+static const mspec win_alibi = {32, 64, 2, {{"window", 4, 8, 16, 1, 0, 0}, {"window", 2, 16, 5, 3, 4, 0}}};
+static const mspec win_rope = {32, 64, 2, {{"window", 2, 16, 24, 1, 2, 1}, {"window", 4, 8, 7, 2, 0, 1}}};
+static const mspec aft_local2 = {32, 64, 2, {{"aft_local", 0, 0, 8, 0, 0, 0}, {"aft_local", 0, 0, 2, 0, 0, 0}}};
+static const mspec aft_conv2 = {32, 64, 2, {{"aft_conv", 4, 0, 6, 0, 0, 0}, {"aft_conv", 1, 0, 33, 0, 0, 0}}};
+/* every kind in one model, for the bit-identity cases */
+static const mspec mixed = {32, 64, 4,
+                            {{"window", 4, 8, 6, 2, 3, 0},
+                             {"aft_local", 0, 0, 5, 0, 0, 0},
+                             {"aft_conv", 2, 0, 4, 0, 0, 0},
+                             {"window", 2, 16, 9, 1, 1, 1}}};
+/* no RoPE: a position ≡ t modulo 12 (= lcm(w·dil, s−1 of both AFT layers))
+ * past the global tokens and the windows continues identically */
+static const mspec nope = {32, 64, 3,
+                           {{"window", 4, 8, 6, 2, 3, 0},
+                            {"aft_local", 0, 0, 5, 0, 0, 0},
+                            {"aft_conv", 2, 0, 4, 0, 0, 0}}};
+
+static void parallel_case(const char *name, const mspec *ms, uint64_t seed) {
+    model *m = load_model(name, ms, seed, "cpu");
+    if (!m) return;
+    char path[600], err[512];
+    snprintf(path, sizeof path, "%s/%s/model.safetensors", tmpdir, name);
+    ref r = {.m = ms};
+    CHECK(st_open(&r.st, path, err, sizeof err) == 0, "st_open: %s", err);
+    int32_t tok[T];
+    int itok[T];
+    random_tokens(tok, T, seed * 31);
+    for (int t = 0; t < T; t++) itok[t] = tok[t];
+    double *want = malloc(sizeof(double) * T * V);
+    ref_forward(&r, itok, want);
+    CHECK(model_slots_reserve(m, 1) == 0 && model_slot_reset(m, 0) == 0, "slots");
+    float got[V];
+    double worst = 0, mean = 0;
+    int worst_t = -1, slot = 0;
+    for (int t = 0; t < T; t++) {
+        CHECK(model_step(m, &slot, &tok[t], 1, got) == 0, "model_step at %d", t);
+        double scale = 0, diff = 0;
+        for (int i = 0; i < V; i++) {
+            double w = want[(size_t)t * V + i];
+            if (fabs(w) > scale) scale = fabs(w);
+            double e = fabs(got[i] - w);
+            if (!(e <= diff)) diff = e;
+        }
+        double rel = diff / (scale > 1e-30 ? scale : 1e-30);
+        mean += rel / T;
+        if (!(rel <= worst)) { worst = rel; worst_t = t; }
+    }
+    CHECK(worst <= 1e-4, "max relative logit error %.3g at position %d (tolerance 1e-4)", worst, worst_t);
+    printf("NOTE %s: recurrent vs parallel form over %d tokens: max relative logit error %.2e (position %d), "
+           "mean %.2e\n", name, T, worst, worst_t, mean);
+    free(want);
+    st_close(&r.st);
+    model_free(m);
+}
+
+static void parallel_window_alibi(void) { parallel_case("window_alibi", &win_alibi, 11); }
+static void parallel_window_rope(void) { parallel_case("window_rope", &win_rope, 12); }
+static void parallel_aft_local(void) { parallel_case("aft_local", &aft_local2, 13); }
+static void parallel_aft_conv(void) { parallel_case("aft_conv", &aft_conv2, 14); }
+static void parallel_mixed(void) { parallel_case("mixed", &mixed, 15); }
+
+/* model_forward over runs = one model_step per token, bit for bit. */
+static void prefill_bitwise(void) {
+    model *m = load_model("prefill", &mixed, 21, "cpu");
+    if (!m) return;
+    enum { N = 150 };
+    size_t sb = model_state_bytes(m);
+    int32_t tok[N];
+    random_tokens(tok, N, 99);
+    float *ref = malloc(sizeof(float) * N * V), *got = malloc(sizeof(float) * N * V);
+    unsigned char *sref = malloc(sb), *sgot = malloc(sb);
+    CHECK(model_slots_reserve(m, 8) == 0, "reserve");
+    int slot = 0;
+    for (int t = 0; t < N; t++) CHECK(model_step(m, &slot, &tok[t], 1, ref + (size_t)t * V) == 0, "step");
+    model_slot_read(m, 0, sref);
+    int chunks[] = {1, 3, 7, 64, N};
+    for (int ci = 0; ci < 5; ci++) {
+        int s = 1 + ci, ch = chunks[ci], slots[N], rows[N];
+        for (int t0 = 0; t0 < N; t0 += ch) {
+            int n = N - t0 < ch ? N - t0 : ch;
+            for (int r = 0; r < n; r++) { slots[r] = s; rows[r] = r; }
+            CHECK(model_forward(m, slots, tok + t0, n, rows, n, got + (size_t)t0 * V) == 0, "forward");
+        }
+        CHECK(!memcmp(got, ref, sizeof(float) * N * V), "chunks of %d: logits differ from one-token steps", ch);
+        model_slot_read(m, s, sgot);
+        CHECK(!memcmp(sgot, sref, sb), "chunks of %d: final state differs", ch);
+    }
+    /* two sessions' runs in one call (lengths 5 and 101), logits of each run's last row */
+    int slots[106], rows[2] = {4, 105};
+    int32_t toks[106];
+    for (int r = 0; r < 5; r++) { slots[r] = 6; toks[r] = tok[r]; }
+    for (int r = 0; r < 101; r++) { slots[5 + r] = 7; toks[5 + r] = tok[r]; }
+    float lg[2 * V];
+    CHECK(model_forward(m, slots, toks, 106, rows, 2, lg) == 0, "mixed forward");
+    CHECK(!memcmp(lg, ref + 4 * V, V * sizeof(float)), "run of 5: last row differs");
+    CHECK(!memcmp(lg + V, ref + 100 * V, V * sizeof(float)), "run of 101: last row differs");
+    for (int t = 101; t < N; t++) { int s7 = 7; model_step(m, &s7, &tok[t], 1, NULL); }
+    model_slot_read(m, 7, sgot);
+    CHECK(!memcmp(sgot, sref, sb), "prefill then steps: final state differs");
+    free(ref); free(got); free(sref); free(sgot);
+    model_free(m);
+}
+
+/* Sessions stepped together (starting at different times, batch rows not in
+ * slot order) equal the same sessions stepped alone, logits and states. */
+static void batched_equals_unbatched(void) {
+    model *m = load_model("batch", &mixed, 22, "cpu");
+    if (!m) return;
+    enum { NS = 6, STEPS = 40 };
+    CHECK(model_slots_reserve(m, 2 * NS) == 0, "reserve");
+    int32_t tok[NS][STEPS];
+    for (int s = 0; s < NS; s++) random_tokens(tok[s], STEPS, 500 + (uint64_t)s);
+    float lb[NS * V], l1[V];
+    int same = 1;
+    for (int step = 0; step < STEPS + NS; step++) {
+        int bs[NS], nb = 0, who[NS];
+        int32_t bt[NS];
+        for (int s = NS - 1; s >= 0; s--) {
+            int pos = step - s;
+            if (pos < 0 || pos >= STEPS) continue;
+            bs[nb] = 2 * s;
+            bt[nb] = tok[s][pos];
+            who[nb++] = s;
+        }
+        if (!nb) continue;
+        CHECK(model_step(m, bs, bt, nb, lb) == 0, "batched step");
+        for (int b = 0; b < nb; b++) {
+            int slot = 2 * who[b] + 1;
+            CHECK(model_step(m, &slot, &bt[b], 1, l1) == 0, "single step");
+            same &= !memcmp(lb + b * V, l1, sizeof l1);
+        }
+    }
+    CHECK(same, "batched logits differ from single-session logits");
+    size_t sb = model_state_bytes(m);
+    char *a = malloc(sb), *b = malloc(sb);
+    for (int s = 0; s < NS; s++) {
+        model_slot_read(m, 2 * s, a);
+        model_slot_read(m, 2 * s + 1, b);
+        CHECK(!memcmp(a, b, sb), "session %d: batched state differs", s);
+    }
+    free(a);
+    free(b);
+    model_free(m);
+}
+
+/* Big enough that the CPU backend splits window_step by (run, head) and
+ * aft_window_step by runs across threads: 1 and 3 threads agree. */
+static void threads_equal_single(void) {
+    static const mspec big = {256, 256, 2, {{"window", 8, 32, 16, 2, 4, 1}, {"aft_conv", 8, 0, 8, 0, 0, 0}}};
+    char dir[512], err[512] = "";
+    snprintf(dir, sizeof dir, "%s/threads", tmpdir);
+    CHECK(write_model(dir, &big, 23, NULL, NULL) == 0, "write_model");
+    model *m[2] = {0};
+    const char *nt[2] = {"1", "3"};
+    for (int i = 0; i < 2; i++) {
+        setenv("LIND_CPU_THREADS", nt[i], 1);
+        CHECK(model_load(dir, "cpu", &m[i], err, sizeof err) == 0, "model_load: %s", err);
+    }
+    unsetenv("LIND_CPU_THREADS");
+    if (!m[0] || !m[1]) { model_free(m[0]); model_free(m[1]); return; }
+    enum { NB = 32 };
+    int slots[NB * 3];
+    int32_t toks[NB * 3];
+    float *l[2];
+    for (int i = 0; i < 2; i++) {
+        l[i] = malloc(sizeof(float) * NB * 3 * V);
+        model_slots_reserve(m[i], NB);
+    }
+    uint64_t seed = 5;
+    int same = 1;
+    for (int step = 0; step < 24; step++) {
+        int per = step % 2 ? 3 : 1, R = NB * per;
+        for (int r = 0; r < R; r++) {
+            slots[r] = (r / per * 7 + step) % NB;
+            seed = seed * 6364136223846793005ull + 1;
+            toks[r] = (int32_t)(seed >> 56);
+        }
+        for (int i = 0; i < 2; i++) CHECK(model_forward(m[i], slots, toks, R, NULL, R, l[i]) == 0, "forward");
+        same &= !memcmp(l[0], l[1], sizeof(float) * R * V);
+    }
+    CHECK(same, "1 vs 3 threads: logits differ");
+    size_t sb = model_state_bytes(m[0]);
+    char *a = malloc(sb), *b = malloc(sb);
+    for (int s = 0; s < NB; s++) {
+        model_slot_read(m[0], s, a);
+        model_slot_read(m[1], s, b);
+        CHECK(!memcmp(a, b, sb), "1 vs 3 threads: slot %d state differs", s);
+    }
+    free(a); free(b); free(l[0]); free(l[1]);
+    model_free(m[0]);
+    model_free(m[1]);
+}
+
+static const model_state_region *find_region(const model_state_region *r, int n, int layer, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (r[i].layer == layer && !strcmp(r[i].name, name)) return &r[i];
+    return NULL;
+}
+
+/* The typed regions, and the state blob through slot_read/write and the
+ * state format: the int64 positions are integers that no float check sees. */
+static void state_roundtrip(void) {
+    model *m = load_model("state", &nope, 24, "cpu");
+    if (!m) return;
+    model_state_region reg[16];
+    int nr = model_state_regions(m, reg, 16);
+    const model_state_region *ring = find_region(reg, nr, 0, "ring"), *glob = find_region(reg, nr, 0, "global"),
+                             *acc = find_region(reg, nr, 1, "acc"), *aring = find_region(reg, nr, 2, "ring"),
+                             *pos[3];
+    for (int l = 0; l < 3; l++) pos[l] = find_region(reg, nr, l, "pos");
+    CHECK(ring && ring->type == LIND_EL_F32 && ring->count == 2 * 12 * 32, "region ring: fp32, 2·w·dil·hd");
+    CHECK(glob && glob->type == LIND_EL_F32 && glob->count == 2 * 3 * 32, "region global: fp32, 2·g·hd");
+    CHECK(acc && acc->type == LIND_EL_F64 && acc->count == 3 * 32 && acc->offset % 8 == 0, "region acc: fp64, 3·d");
+    CHECK(aring && aring->type == LIND_EL_F32 && aring->count == 2 * 32 * 3, "region ring (aft_conv): 2·d·(s−1)");
+    for (int l = 0; l < 3; l++)
+        CHECK(pos[l] && pos[l]->type == LIND_EL_I64 && pos[l]->elem_bytes == 8 && pos[l]->count == 1 &&
+              pos[l]->offset % 8 == 0, "layer %d region pos: one int64", l);
+    if (!ring || !glob || !acc || !aring || !pos[0] || !pos[1] || !pos[2]) { model_free(m); return; }
+    size_t sb = model_state_bytes(m);
+    size_t tiled = 0;
+    for (int i = 0; i < nr; i++) tiled += reg[i].count * (size_t)reg[i].elem_bytes;
+    CHECK(tiled == sb, "regions tile the state: %zu of %zu bytes", tiled, sb);
+
+    enum { N1 = 29, N2 = 30 };
+    int32_t tok[N1 + N2];
+    random_tokens(tok, N1 + N2, 77);
+    CHECK(model_slots_reserve(m, 4) == 0, "reserve");
+    int s0 = 0, s1 = 1, s2 = 2;
+    for (int t = 0; t < N1; t++) model_step(m, &s0, &tok[t], 1, NULL);
+    unsigned char *blob = malloc(sb), *b2 = malloc(sb), *b3 = malloc(sb);
+    model_slot_read(m, 0, blob);
+    for (int l = 0; l < 3; l++) {
+        int64_t pv;
+        memcpy(&pv, blob + pos[l]->offset, 8);
+        CHECK(pv == N1, "layer %d: position after %d tokens is %lld", l, N1, (long long)pv);
+    }
+    /* slot 2: every position replaced by a value ≡ N1 (mod 12) whose bits are
+     * a double NaN (0x7ff8… + r): read as unsigned, it is a position far
+     * past the global tokens, where only t mod 12 matters without RoPE */
+    uint64_t big = 0x7ff8000000000000ull;
+    big += (uint64_t)((N1 + 12 - big % 12) % 12);
+    double asd;
+    memcpy(&asd, &big, 8);
+    CHECK(isnan(asd) && big % 12 == N1 % 12, "setup: the position bits are a double NaN");
+    model_slot_write(m, 1, blob);
+    memcpy(b2, blob, sb);
+    for (int l = 0; l < 3; l++) memcpy(b2 + pos[l]->offset, &big, 8);
+    state_meta meta = {.tokens = N1, .pending_token = -1};
+    sampler_params sp = sampler_defaults();
+    sampler_init(&meta.sampler, &sp);
+    uint8_t *enc = NULL;
+    size_t enclen = 0;
+    char err[256] = "";
+    int rc = state_encode(m, &meta, b2, &enc, &enclen, err, sizeof err);
+    CHECK(rc == 0, "state_encode refused an int64 region holding NaN bits: %s", err);
+    state_meta back;
+    if (rc == 0) {
+        rc = state_decode(m, enc, enclen, &back, b3, err, sizeof err);
+        CHECK(rc == 0 && !memcmp(b3, b2, sb), "state_decode: %s", err);
+        free(enc);
+    }
+    model_slot_write(m, 2, b3);
+    /* NaNs in the fp32 ring and the fp64 sums are refused, naming the region */
+    const model_state_region *bad[2] = {ring, acc};
+    for (int i = 0; i < 2; i++) {
+        memcpy(b3, blob, sb);
+        if (bad[i]->type == LIND_EL_F32) { float fn = NAN; memcpy(b3 + bad[i]->offset + 4 * 7, &fn, 4); }
+        else { double dn = NAN; memcpy(b3 + bad[i]->offset + 8 * 5, &dn, 8); }
+        rc = state_encode(m, &meta, b3, &enc, &enclen, err, sizeof err);
+        CHECK(rc == STATE_E_NONFINITE && strstr(err, bad[i]->name), "NaN in %s: rc %d, \"%s\"", bad[i]->name, rc, err);
+        if (rc == 0) free(enc);
+    }
+
+    float l0[V], l1[V], l2[V];
+    int same1 = 1, same2 = 1;
+    for (int t = N1; t < N1 + N2; t++) {
+        model_step(m, &s0, &tok[t], 1, l0);
+        model_step(m, &s1, &tok[t], 1, l1);
+        model_step(m, &s2, &tok[t], 1, l2);
+        same1 &= !memcmp(l0, l1, sizeof l0);
+        same2 &= !memcmp(l0, l2, sizeof l0);
+    }
+    CHECK(same1, "a slot written from the read blob continues differently");
+    CHECK(same2, "a position ≡ t (mod 12) past the windows continues differently");
+    model_slot_read(m, 0, blob);
+    model_slot_read(m, 1, b2);
+    CHECK(!memcmp(blob, b2, sb), "states differ after continuing");
+    /* a reset slot is the empty history: equal to a fresh model's first step */
+    model_slot_reset(m, 3);
+    int s3 = 3;
+    model_step(m, &s3, &tok[0], 1, l1);
+    model *fresh = load_model("state", &nope, 24, "cpu");
+    if (fresh) {
+        model_slots_reserve(fresh, 1);
+        int z = 0;
+        model_step(fresh, &z, &tok[0], 1, l2);
+        CHECK(!memcmp(l1, l2, sizeof l1), "a reset slot is not the empty history");
+        model_free(fresh);
+    }
+    free(blob); free(b2); free(b3);
+    model_free(m);
+}
+
+/* Bad configs and tensors are refused with messages naming what is wrong. */
+static void bad_input_refused(void) {
+    char dir[512], err[512];
+    model *m = NULL;
+    static const mspec win1 = {32, 64, 1, {{"window", 4, 8, 6, 1, 0, 0}}};
+    static const mspec al1 = {32, 64, 1, {{"aft_local", 0, 0, 4, 0, 0, 0}}};
+    static const mspec ac1 = {32, 64, 1, {{"aft_conv", 4, 0, 4, 0, 0, 0}}};
+    struct { const mspec *m; const char *cfg, *skip, *want; } cases[] = {
+        {&win1, "\"window\": 0", NULL, "window"},
+        {&win1, "\"dilation\": 0", NULL, "dilation"},
+        {&win1, "\"global\": -1", NULL, "global"},
+        {&win1, "\"position\": \"sinusoid\"", NULL, "position"},
+        {&win1, "\"d_head\": 300", NULL, "d_head"},
+        {&win1, NULL, "layers.0.mixer.wk", "layers.0.mixer.wk"},
+        {&al1, "\"window\": 1", NULL, "window"},
+        {&al1, NULL, "layers.0.mixer.pos_bias", "layers.0.mixer.pos_bias"},
+        {&ac1, "\"n_heads\": 5", NULL, "n_heads"},
+        {&ac1, "\"kernel_size\": 1", NULL, "kernel_size"},
+        {&ac1, NULL, "layers.0.mixer.kernel_gain", "layers.0.mixer.kernel_gain"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(dir, sizeof dir, "%s/bad%zu", tmpdir, i);
+        CHECK(write_model(dir, cases[i].m, 17, cases[i].skip, cases[i].cfg) == 0, "write_model");
+        err[0] = 0;
+        int rc = model_load(dir, "cpu", &m, err, sizeof err);
+        CHECK(rc < 0 && strstr(err, cases[i].want), "case %zu: rc %d, message \"%s\" does not name %s", i, rc, err,
+              cases[i].want);
+        if (rc == 0) model_free(m);
+        m = NULL;
+    }
+}
+
+/* The CUDA backend's code, run by the host harness (kernels/cuda/), has
+ * window_step and aft_window_step: the mixed model loads there and matches
+ * the CPU backend, stepped (three sessions in one batch, 40 tokens) and
+ * prefilled (one run of 40 rows, chunks of 7), logits within 1e-4 relative
+ * to the row's largest, float states within 1e-5 of each region's largest
+ * value, the int64 positions equal. */
+static void harness_matches_cpu(void) {
+    enum { N = 40, NS = 3 };
+    backend *be = NULL;
+    char err[512] = "", dir[512];
+    CHECK(backend_new("harness", &be, err, sizeof err) == 0, "harness backend: %s", err);
+    if (!be) return;
+    CHECK(be->ops->window_step && be->ops->aft_window_step, "the harness backend lacks window_step or aft_window_step");
+    backend_free(be);
+    snprintf(dir, sizeof dir, "%s/harness", tmpdir);
+    CHECK(write_model(dir, &mixed, 25, NULL, NULL) == 0, "write_model");
+    model *m[2] = {0};
+    const char *names[2] = {"harness", "cpu"};
+    for (int k = 0; k < 2; k++)
+        CHECK(model_load(dir, names[k], &m[k], err, sizeof err) == 0, "model_load on %s: %s", names[k], err);
+    if (!m[0] || !m[1]) { model_free(m[0]); model_free(m[1]); return; }
+    size_t sb = model_state_bytes(m[1]);
+    int32_t tok[NS][N];
+    for (int s = 0; s < NS; s++) random_tokens(tok[s], N, 3 + (uint64_t)s);
+    float *lg[2], *pf[2];
+    unsigned char *st[2][NS + 2];
+    for (int k = 0; k < 2; k++) {
+        lg[k] = malloc(sizeof(float) * N * NS * V);
+        pf[k] = malloc(sizeof(float) * N * V);
+        for (int s = 0; s < NS + 2; s++) st[k][s] = malloc(sb);
+        CHECK(model_slots_reserve(m[k], NS + 2) == 0, "reserve");
+        /* stepped: sessions in slots 2, 0, 1 of one batch */
+        int slots[NS] = {2, 0, 1};
+        for (int t = 0; t < N; t++) {
+            int32_t bt[NS];
+            for (int s = 0; s < NS; s++) bt[s] = tok[s][t];
+            CHECK(model_step(m[k], slots, bt, NS, lg[k] + (size_t)t * NS * V) == 0, "%s: step %d", names[k], t);
+        }
+        /* prefilled: session 0's tokens as one run (slot 3) and as chunks of 7 (slot 4) */
+        int ps[N], rows[N];
+        for (int r = 0; r < N; r++) { ps[r] = 3; rows[r] = r; }
+        CHECK(model_forward(m[k], ps, tok[0], N, rows, N, pf[k]) == 0, "%s: forward", names[k]);
+        for (int t0 = 0; t0 < N; t0 += 7) {
+            int n = N - t0 < 7 ? N - t0 : 7;
+            for (int r = 0; r < n; r++) ps[r] = 4;
+            CHECK(model_forward(m[k], ps, tok[0] + t0, n, NULL, 0, NULL) == 0, "%s: forward chunk", names[k]);
+        }
+        for (int s = 0; s < NS + 2; s++) model_slot_read(m[k], s, st[k][s]);
+    }
+    double worst = 0, wpf = 0, wst = 0;
+    for (int r = 0; r < N * NS; r++) {
+        double e = rel_row(lg[0] + (size_t)r * V, lg[1] + (size_t)r * V, V);
+        if (!(e <= worst)) worst = e;
+    }
+    for (int t = 0; t < N; t++) {
+        double e = rel_row(pf[0] + (size_t)t * V, pf[1] + (size_t)t * V, V);
+        if (!(e <= wpf)) wpf = e;
+    }
+    /* every region of every layer: rings, global rows, sums, positions */
+    model_state_region reg[16];
+    int nr = model_state_regions(m[1], reg, 16);
+    CHECK(nr > 0, "state regions");
+    for (int s = 0; s < NS + 2; s++)
+        for (int i = 0; i < nr; i++) {
+            const unsigned char *a = st[0][s] + reg[i].offset, *b = st[1][s] + reg[i].offset;
+            double diff = 0, scale = 0;
+            for (size_t j = 0; j < reg[i].count; j++) {
+                double x, y;
+                if (reg[i].type == LIND_EL_F64) { memcpy(&x, a + 8 * j, 8); memcpy(&y, b + 8 * j, 8); }
+                else if (reg[i].type == LIND_EL_F32) {
+                    float fx, fy;
+                    memcpy(&fx, a + 4 * j, 4); memcpy(&fy, b + 4 * j, 4);
+                    x = fx; y = fy;
+                } else {
+                    CHECK(!memcmp(a, b, (size_t)reg[i].elem_bytes * reg[i].count), "slot %d region %s: integers differ",
+                          s, reg[i].name);
+                    break;
+                }
+                if (!(fabs(x - y) <= diff)) diff = fabs(x - y);
+                if (fabs(y) > scale) scale = fabs(y);
+            }
+            double e = scale > 0 ? diff / scale : diff;
+            if (!(e <= wst)) wst = e;
+        }
+    CHECK(worst <= 1e-4, "harness vs cpu, stepped: %.3g", worst);
+    CHECK(wpf <= 1e-4, "harness vs cpu, prefilled: %.3g", wpf);
+    CHECK(wst <= 1e-5, "harness vs cpu, final states: %.3g", wst);
+    CHECK(!memcmp(st[0][3], st[0][4], sb), "harness: a run of 40 and chunks of 7 leave different states");
+    printf("NOTE harness vs cpu: logits %.2e stepped, %.2e prefilled; states %.2e\n", worst, wpf, wst);
+    for (int k = 0; k < 2; k++) {
+        free(lg[k]);
+        free(pf[k]);
+        for (int s = 0; s < NS + 2; s++) free(st[k][s]);
+        model_free(m[k]);
+    }
+}
+
+int main(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/lind_mixwin.XXXXXX");
+    if (!mkdtemp(tmpdir)) {
+        printf("FAIL setup: mkdtemp\n");
+        return 1;
+    }
+    RUN(parallel_window_alibi);
+    RUN(parallel_window_rope);
+    RUN(parallel_aft_local);
+    RUN(parallel_aft_conv);
+    RUN(parallel_mixed);
+    RUN(prefill_bitwise);
+    RUN(batched_equals_unbatched);
+    RUN(threads_equal_single);
+    RUN(state_roundtrip);
+    RUN(bad_input_refused);
+    RUN(harness_matches_cpu);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) printf("NOTE could not remove %s\n", tmpdir);
+    return check_exit();
+}
