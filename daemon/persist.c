@@ -72,9 +72,15 @@ static void do_saves(persist *P, dmsg **v, int n)
         if (o && m->rc == 0) {
             if (res->is_append) {
                 msgpack_packer pk;
-                proto_result_begin(&pk, &o->sb, res->done.id, 1);
+                proto_result_begin(&pk, &o->sb, res->done.id, 4);
                 proto_pack_key(&pk, "session_tokens");
                 msgpack_pack_uint64(&pk, res->done.session_tokens);
+                proto_pack_key(&pk, "tokens_in");
+                msgpack_pack_uint64(&pk, res->done.tokens_in);
+                proto_pack_key(&pk, "fed_bytes");
+                msgpack_pack_uint64(&pk, res->done.fed_bytes);
+                proto_pack_key(&pk, "cancelled");
+                if (res->cancelled) msgpack_pack_true(&pk); else msgpack_pack_false(&pk);
             } else {
                 proto_done d = res->done;
                 d.ms_save = ms_save;
