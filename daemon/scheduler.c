@@ -886,6 +886,12 @@ static void on_request(scheduler *S, dmsg *m)
             state_meta meta;
             if (rc == 0) rc = state_decode(S->m, rec.state, rec.state_len, &meta, S->raw,
                                            err, sizeof err);
+            uint64_t held = rc == 0 ? meta.tokens + (meta.pending_token >= 0 ? 1 : 0) : 0;
+            if (rc == 0 && rec.tokens != held) {   /* info and list report the record's count */
+                snprintf(err, sizeof err, "the export records %llu tokens but its state holds %llu",
+                         (unsigned long long)rec.tokens, (unsigned long long)held);
+                rc = -EINVAL;
+            }
             if (rc != 0) {
                 send_out(S, outmsg_error(m->conn, r->id, PE_BAD_STATE,
                                          "cannot import into '%s': %s", r->session, err));

@@ -159,3 +159,67 @@ def finish():
     import shutil
     shutil.rmtree(TMP, ignore_errors=True)
     sys.exit(1 if failures else 0)
+
+
+def xxh64(data, seed=0):
+    """XXH64 of bytes (for tests that rewrite checksummed exports)."""
+    M = (1 << 64) - 1
+    P1, P2, P3, P4, P5 = (11400714785074694791, 14029467366897019727, 1609587929392839161,
+                          9650029242287828579, 2870177450012600261)
+    rotl = lambda x, r: ((x << r) | (x >> (64 - r))) & M
+    def rnd(acc, lane):
+        acc = (acc + lane * P2) & M
+        return (rotl(acc, 31) * P1) & M
+    def merge(acc, v):
+        acc ^= rnd(0, v)
+        return (acc * P1 + P4) & M
+    n, i = len(data), 0
+    if n >= 32:
+        v = [(seed + P1 + P2) & M, (seed + P2) & M, seed, (seed - P1) & M]
+        while i + 32 <= n:
+            for k in range(4):
+                v[k] = rnd(v[k], int.from_bytes(data[i + 8 * k:i + 8 * k + 8], "little"))
+            i += 32
+        h = (rotl(v[0], 1) + rotl(v[1], 7) + rotl(v[2], 12) + rotl(v[3], 18)) & M
+        for k in range(4):
+            h = merge(h, v[k])
+    else:
+        h = (seed + P5) & M
+    h = (h + n) & M
+    while i + 8 <= n:
+        h ^= rnd(0, int.from_bytes(data[i:i + 8], "little"))
+        h = (rotl(h, 27) * P1 + P4) & M
+        i += 8
+    if i + 4 <= n:
+        h ^= (int.from_bytes(data[i:i + 4], "little") * P1) & M
+        h = (rotl(h, 23) * P2 + P3) & M
+        i += 4
+    while i < n:
+        h ^= (data[i] * P5) & M
+        h = (rotl(h, 11) * P1) & M
+        i += 1
+    h ^= h >> 33
+    h = (h * P2) & M
+    h ^= h >> 29
+    h = (h * P3) & M
+    h ^= h >> 32
+    return h
+
+
+def export_with_pending(data, pending):
+    """An export (docs/STATE.md) with its state's pending token replaced and
+    every checksum recomputed."""
+    import struct
+    b = bytearray(data)
+    L = struct.unpack_from("<I", b, 12)[0]
+    off = 16 + L + 8
+    S = struct.unpack_from("<Q", b, off)[0]
+    st = off + 8
+    old = struct.unpack_from("<i", b, st + 48)[0]
+    tokens = struct.unpack_from("<Q", b, 16 + L)[0] - (old >= 0) + (pending >= 0)
+    struct.pack_into("<Q", b, 16 + L, tokens)   # the record's count follows the stream
+    struct.pack_into("<i", b, st + 48, pending)
+    struct.pack_into("<I", b, st + 60, xxh64(bytes(b[st:st + 60])) & 0xffffffff)
+    struct.pack_into("<Q", b, st + S - 8, xxh64(bytes(b[st:st + S - 8])))
+    struct.pack_into("<Q", b, len(b) - 8, xxh64(bytes(b[:len(b) - 8])))
+    return bytes(b)
