@@ -23,6 +23,7 @@ typedef enum dmsg_kind {
     M_CONN_CLOSED,  /* connection `conn` is gone: cancel its turns */
     M_PAUSE,        /* connection `conn` has too much unsent output */
     M_RESUME,       /* ... and has drained */
+    M_CANCEL_CONN,  /* connection `conn` stayed paused past --pause-timeout: cancel its turns */
     M_SHUTDOWN,     /* stop: cancel turns, save, then stop the store thread */
     M_LOAD,         /* compute → store: load session `name` */
     M_LOADED,       /* store → compute: rc, loaded */

@@ -70,6 +70,7 @@ struct scheduler {
     cconn   *flush;            /* connections with events this round */
     dmsg    *saves, *saves_tail;   /* M_SAVE to push after the round's events */
     session *wait_head, *wait_tail;
+    int      nwaiting;         /* sessions loading or waiting for a slot (--max-waiting) */
     uint64_t clock;
     int      shutting, saves_inflight, loads_inflight;
     const tokenizer *tok;      /* the model's */
@@ -204,6 +205,7 @@ static void place(scheduler *S, session *s)
                                      "session '%s': the stored state cannot be used (%s): %s",
                                      s->name, state_strerror(rc), err));
             cconn *c = cconn_get(S, w->conn);
+            S->nwaiting--;
             drop_session(S, s);
             if (c) cconn_release(S, c);
             return;
@@ -216,6 +218,7 @@ static void place(scheduler *S, session *s)
     dmsg_free(ld);
     s->loaded = NULL;
     s->phase = SESS_READY;
+    S->nwaiting--;
     s->waiting = NULL;
     s->last_use = ++S->clock;
     stats_resident(&S->srv->st, S->tab.count);
@@ -785,6 +788,15 @@ static void start_turn_request(scheduler *S, dmsg *m)
         begin_turn(S, s, m);
         return;
     }
+    if (S->nwaiting >= S->srv->opt.max_waiting) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "%d sessions are already waiting to be loaded or for a model slot "
+                 "(--max-waiting); try again later", S->nwaiting);
+        reply_error(S, m->conn, r->id, PE_LIMIT, "%s", msg);
+        cconn_release(S, c);
+        dmsg_free(m);
+        return;
+    }
     s = session_new(r->session, S->srv->opt.transcript_bytes);
     dmsg *ld = dmsg_new(M_LOAD, 0);
     if (!s || !ld) {
@@ -797,6 +809,7 @@ static void start_turn_request(scheduler *S, dmsg *m)
     }
     s->busy = 1;
     s->waiting = m;
+    S->nwaiting++;
     session_insert(&S->tab, s);
     snprintf(ld->name, sizeof ld->name, "%s", s->name);
     ld->sess = s;
@@ -920,6 +933,7 @@ static void on_loaded(scheduler *S, dmsg *m)
         send_out(S, outmsg_error(w->conn, w->req.id, PE_IO, "loading session '%s' failed: %s",
                                  s->name, m->err));
         cconn *c = cconn_get(S, w->conn);
+        S->nwaiting--;
         drop_session(S, s);
         if (c) cconn_release(S, c);
         dmsg_free(m);
@@ -956,6 +970,12 @@ static void handle(scheduler *S, dmsg *m)
             c->refs++;
             cconn_release(S, c);
         }
+        break;
+    }
+    case M_CANCEL_CONN: {   /* paused past --pause-timeout: its turns end, their slots free */
+        for (int i = 0; i < S->nactive; i++)
+            if (S->active[i]->c->id == m->conn) cancel_turn(S->active[i]);
+        session_foreach(&S->tab, cancel_all_visit, &m->conn);
         break;
     }
     case M_PAUSE: case M_RESUME: {
