@@ -17,11 +17,11 @@ from outside"):
 Runs the daemon from $LIND_BUILD (default build) on the shipped model
 (`bytes` tokenizer: a token is a byte).
 """
-import socket
 import signal
+import subprocess
 import time
 
-from daemon_harness import Server, Client, case, expect, text_of, finish
+from daemon_harness import Server, Client, case, expect, text_of, finish, LINDCTL
 
 BIG = text_of(400_000)
 
@@ -122,6 +122,50 @@ def cancel_by_session_name_from_another_connection():
                "no field: %r" % ev)
         a.close()
         b.close()
+    finally:
+        s.stop()
+
+
+@case
+def lindctl_cancel_by_name():
+    s = Server("lindctl").start()
+    try:
+        a = Client(s.sock)
+        rid = a.send("append", session="chat one", text=BIG)
+        wait_fed(a, 200)
+        r = subprocess.run([LINDCTL, "--socket", s.sock, "cancel", "chat one"], capture_output=True, timeout=30)
+        expect(r.returncode == 0 and b"cancelled" in r.stdout, "lindctl cancel: %r" % (r,))
+        ev = a.final(rid)
+        expect(ev["event"] == "result" and ev["cancelled"], "append: %r" % ev)
+        r = subprocess.run([LINDCTL, "--socket", s.sock, "cancel", "chat one"], capture_output=True, timeout=30)
+        expect(r.returncode == 6 and b"no turn in flight" in r.stderr, "nothing to cancel: %r" % (r,))
+        a.close()
+    finally:
+        s.stop()
+
+
+@case
+def lindctl_generate_ctrl_c_mid_prompt():
+    s = Server("ctrlc").start()
+    try:
+        w = Client(s.sock)
+        p = subprocess.Popen([LINDCTL, "--socket", s.sock, "generate", "--seed", "1", "long", "-"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        p.stdin.write(BIG)
+        p.stdin.close()
+        wait_fed(w, 200)
+        t0 = time.time()
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=30)
+        err = p.stderr.read()
+        took = time.time() - t0
+        expect(p.returncode == 130, "exit %r: %r" % (p.returncode, err))
+        expect(b"cancelling" in err and b"holds its first" in err, "stderr: %r" % err)
+        expect(took < 2.0, "Ctrl-C took %.2f s" % took)
+        fed = int(err.split(b"holds its first ")[1].split()[0])
+        info = w.call("info", session="long")
+        expect(info["tokens"] == fed + 1, "the session holds %r tokens, lindctl said %d bytes" % (info["tokens"], fed))
+        w.close()
     finally:
         s.stop()
 
