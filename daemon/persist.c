@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "daemon/errors.h"
 #include "daemon/msg.h"
 #include "state/transcript.h"
 
@@ -22,16 +23,6 @@ struct persist {
 static void send_out(persist *P, outmsg *o)
 {
     if (o) queue_push(&P->srv->loopq, &o->node);
-}
-
-static proto_code code_of(int rc)
-{
-    switch (rc) {
-    case -ENOENT: return PE_NOT_FOUND;
-    case -EEXIST: return PE_EXISTS;
-    case -EINVAL: return PE_BAD_REQUEST;
-    default:      return PE_IO;
-    }
 }
 
 /* Commit a run of saves, then answer each turn. */
@@ -247,8 +238,10 @@ static void do_request(persist *P, dmsg *m)
     }
     if (rc != 0) {
         outmsg_free(o);
-        proto_code c = rc == -EBADMSG ? PE_BAD_STATE : rc == -ENOSYS ? PE_INTERNAL : code_of(rc);
-        o = outmsg_error(m->conn, r->id, c, "%s", err[0] ? err : strerror(-rc));
+        /* A store failure the table does not name is still the store's: io. */
+        proto_code c = lind_wire_code(rc);
+        if (c == PE_INTERNAL && rc != -ENOSYS && rc != -ENOMEM) c = PE_IO;
+        o = outmsg_error(m->conn, r->id, c, "%s", err[0] ? err : lind_strerror(rc));
     } else {
         o->finals = 1;
     }

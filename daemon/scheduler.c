@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "daemon/errors.h"
 #include "daemon/msg.h"
 #include "daemon/session.h"
 #include "recurrent/sampler.h"
@@ -201,9 +202,9 @@ static void place(scheduler *S, session *s)
                               err, sizeof err);
         if (rc == 0) rc = model_slot_write(S->m, slot, S->raw);
         if (rc != 0) {
-            send_out(S, outmsg_error(w->conn, w->req.id, PE_BAD_STATE,
+            send_out(S, outmsg_error(w->conn, w->req.id, lind_wire_code(rc),
                                      "session '%s': the stored state cannot be used (%s): %s",
-                                     s->name, state_strerror(rc), err));
+                                     s->name, lind_strerror(rc), err));
             cconn *c = cconn_get(S, w->conn);
             S->nwaiting--;
             drop_session(S, s);
@@ -295,9 +296,9 @@ static void begin_turn(scheduler *S, session *s, dmsg *m)
     }
     if (!ok) {
         free(t); free(feed);
-        send_out(S, outmsg_error(m->conn, r->id, PE_INTERNAL, "cannot start a turn on '%s': %s", s->name,
-                                 trc == -EOVERFLOW ? "the tokenizer held back more text than a session keeps"
-                                                   : "out of memory"));
+        send_out(S, outmsg_error(m->conn, r->id, lind_wire_code(trc ? trc : -ENOMEM),
+                                 "cannot start a turn on '%s': %s", s->name,
+                                 lind_strerror(trc ? trc : -ENOMEM)));
         s->busy = 0;
         if (c) cconn_release(S, c);
         dmsg_free(m);
@@ -414,7 +415,7 @@ static void finish(scheduler *S, turn *t, int pending, const char *reason)
             char msg[800];
             snprintf(msg, sizeof msg, "session '%s': the turn's state was not saved (%s): %s; "
                      "the session stays at its last committed turn", s->name,
-                     rc < 0 ? state_strerror(rc) : "error", rc == 0 ? "out of memory" : err);
+                     rc < 0 ? lind_strerror(rc) : "error", rc == 0 ? "out of memory" : err);
             proto_pack_error(sb, t->req_id, PE_BAD_STATE, msg);
             t->c->out->finals++;
         }
@@ -906,7 +907,8 @@ static void on_request(scheduler *S, dmsg *m)
                 rc = -EINVAL;
             }
             if (rc != 0) {
-                send_out(S, outmsg_error(m->conn, r->id, PE_BAD_STATE,
+                if (rc == -EINVAL) rc = -EBADMSG;   /* bytes that are not a valid export */
+                send_out(S, outmsg_error(m->conn, r->id, lind_wire_code(rc),
                                          "cannot import into '%s': %s", r->session, err));
                 dmsg_free(m);
                 return;
@@ -930,8 +932,8 @@ static void on_loaded(scheduler *S, dmsg *m)
     S->loads_inflight--;
     if (m->rc < 0 && m->rc != -ENOENT) {
         dmsg *w = s->waiting;
-        send_out(S, outmsg_error(w->conn, w->req.id, PE_IO, "loading session '%s' failed: %s",
-                                 s->name, m->err));
+        send_out(S, outmsg_error(w->conn, w->req.id, lind_wire_code(m->rc) == PE_INTERNAL ? PE_IO
+                                 : lind_wire_code(m->rc), "loading session '%s' failed: %s", s->name, m->err));
         cconn *c = cconn_get(S, w->conn);
         S->nwaiting--;
         drop_session(S, s);
