@@ -348,7 +348,7 @@ static void begin_turn(scheduler *S, session *s, dmsg *m)
             acc += n;
             if (acc >= t->old_tail) break;
         }
-        t->min_stop = i < nfeed ? i : nfeed - 1;
+        t->min_stop = i < nfeed ? i : nfeed ? nfeed - 1 : 0;
     }
     s->meta.pending_token = -1;
     memcpy(s->meta.tail, S->tailbuf, tail_len);
