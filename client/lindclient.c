@@ -285,6 +285,16 @@ int lindc_cancel(lindc *c, uint64_t target, uint64_t *id)
     return rc;
 }
 
+int lindc_cancel_session(lindc *c, const char *session, uint64_t *id)
+{
+    lindc_req r;
+    lindc_req_init(&r, "cancel");
+    lindc_req_str(&r, "session", session);
+    int rc = lindc_send(c, &r, id);
+    lindc_req_free(&r);
+    return rc;
+}
+
 /* ---- reading --------------------------------------------------------------- */
 
 static int64_t now_ms(void)

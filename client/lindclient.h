@@ -146,6 +146,9 @@ void lindc_gen_opts_init(lindc_gen_opts *o);
 int  lindc_generate(lindc *c, const lindc_gen_opts *o, uint64_t *id);
 /* Cancel the generate `target` sent on this connection. */
 int  lindc_cancel(lindc *c, uint64_t target, uint64_t *id);
+/* Cancel the turn in flight on session `session`, whichever connection sent
+ * it (its result says `cancelled`: false when none was in flight). */
+int  lindc_cancel_session(lindc *c, const char *session, uint64_t *id);
 
 /* ---- events: iterator ---------------------------------------------------- */
 

@@ -17,6 +17,7 @@ static void usage(FILE *f)
 "commands:\n"
 "  chat SESSION              interactive chat (Ctrl-C cancels a reply, Ctrl-D quits)\n"
 "  generate SESSION [TEXT]   append TEXT and stream the continuation to stdout\n"
+"  cancel SESSION            stop the turn in flight on SESSION (from any client)\n"
 "  sessions ls|show|rm|fork|export|import   manage stored sessions\n"
 "  stats                     the daemon's counters and latency figures\n"
 "  stress                    drive many sessions at once and measure\n"
@@ -60,7 +61,7 @@ int main(int argc, char **argv)
     }
     static const struct { const char *name; int (*fn)(const ctl_opts *, int, char **); } cmds[] = {
         { "chat", cmd_chat }, { "generate", cmd_generate }, { "sessions", cmd_sessions },
-        { "stats", cmd_stats }, { "stress", cmd_stress },
+        { "stats", cmd_stats }, { "stress", cmd_stress }, { "cancel", cmd_cancel },
     };
     const char *name = argv[optind];
     static char help_flag[] = "--help";

@@ -87,6 +87,7 @@ int cmd_generate(const ctl_opts *g, int argc, char **argv);
 int cmd_chat(const ctl_opts *g, int argc, char **argv);
 int cmd_sessions(const ctl_opts *g, int argc, char **argv);
 int cmd_stats(const ctl_opts *g, int argc, char **argv);
+int cmd_cancel(const ctl_opts *g, int argc, char **argv);
 int cmd_stress(const ctl_opts *g, int argc, char **argv);
 
 /* The long options every command accepts (--socket, --help): each command

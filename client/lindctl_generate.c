@@ -204,6 +204,7 @@ int cmd_generate(const ctl_opts *g0, int argc, char **argv)
     }
     uint64_t id;
     int rc = lindc_generate(c, &o, &id);
+    size_t text_len = o.text_len;
     free(owned);
     if (rc) {
         lindc_free(c);
@@ -216,6 +217,8 @@ int cmd_generate(const ctl_opts *g0, int argc, char **argv)
         if (ctl_interrupted && !cancel_sent) {
             cancel_sent = 1;
             if ((rc = lindc_cancel(c, id, NULL))) { status = ctl_report_lib(rc, "cancel"); break; }
+            ctl_progress_line(NULL, &progress_shown);
+            fprintf(stderr, "lindctl: cancelling (Ctrl-C again quits at once)\n");
         }
         lindc_event ev;
         rc = lindc_next(c, &ev, -1);
@@ -261,7 +264,13 @@ int cmd_generate(const ctl_opts *g0, int argc, char **argv)
                         (unsigned long long)stok, ms);
             }
             if (!strcmp(reason, "cancelled")) {
-                if (cancel_sent) {
+                uint64_t fed = text_len;
+                lindc_get_u64(ev.map, "fed_bytes", &fed);
+                if (cancel_sent && fed < text_len) {
+                    fprintf(stderr, "lindctl: cancelled while the text was fed; the session holds its "
+                            "first %llu of %zu bytes\n", (unsigned long long)fed, text_len);
+                    status = EXIT_INTERRUPTED;
+                } else if (cancel_sent) {
                     fprintf(stderr, "lindctl: cancelled; the session keeps the %zu bytes streamed\n", st.bytes_out);
                     status = EXIT_INTERRUPTED;
                 } else {

@@ -494,3 +494,60 @@ int cmd_stats(const ctl_opts *g0, int argc, char **argv)
     lindc_free(c);
     return EXIT_OK;
 }
+
+/* ---- cancel ---------------------------------------------------------------- */
+
+static void cancel_usage(FILE *f)
+{
+    fprintf(f,
+"usage: lindctl cancel SESSION\n"
+"\n"
+"Stop the turn (generate or append) in flight on SESSION, whichever client\n"
+"sent it. It ends at the next token boundary; its client gets `done` (or its\n"
+"append's result) saying how much of its text the session holds.\n"
+"\n"
+"exit status: 0 a turn was cancelled; 6 no turn was in flight on SESSION;\n"
+"others as for every command (lindctl --help).\n");
+}
+
+int cmd_cancel(const ctl_opts *g0, int argc, char **argv)
+{
+    ctl_opts g = *g0;
+    static const struct option longopts[] = { CTL_COMMON_LONGOPTS, { 0, 0, 0, 0 } };
+    int opt;
+    while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (opt) {
+        case CTL_OPT_SOCKET: g.socket = optarg; break;
+        case CTL_OPT_HELP: cancel_usage(stdout); return EXIT_OK;
+        default: cancel_usage(stderr); return EXIT_USAGE;
+        }
+    }
+    if (argc - optind != 1) {
+        fprintf(stderr, "lindctl cancel: want one SESSION (got %d arguments)\n", argc - optind);
+        cancel_usage(stderr);
+        return EXIT_USAGE;
+    }
+    const char *name = argv[optind];
+    lindc *c;
+    int status = ctl_connect(&g, &c);
+    if (status) return status;
+    lindc_req r;
+    lindc_event ev;
+    lindc_req_init(&r, "cancel");
+    lindc_req_str(&r, "session", name);
+    status = ctl_call(c, &r, &ev);
+    lindc_req_free(&r);
+    if (status == EXIT_OK) {
+        int hit = 0;
+        const msgpack_object *v = lindc_get(ev.map, "cancelled");
+        hit = v && v->type == MSGPACK_OBJECT_BOOLEAN && v->via.boolean;
+        if (hit) {
+            printf("cancelled the turn in flight on '%s'\n", name);
+        } else {
+            fprintf(stderr, "lindctl: no turn in flight on '%s'\n", name);
+            status = EXIT_NOT_FOUND;
+        }
+    }
+    lindc_free(c);
+    return status;
+}

@@ -12,6 +12,7 @@
 
 #define CONN_IDX_BITS 24
 #define READ_CHUNK    (64 * 1024)
+#define READ_FIRST    (16 * 1024)   /* a connection's first buffer: most requests are small */
 
 int conn_table_init(conn_table *t)
 {
@@ -75,7 +76,107 @@ static void on_close(uv_handle_t *h)
     msgpack_sbuffer_destroy(&c->wbuf);
     free(c->in);
     free(c->ids);
+    free(c->idb);
     free(c);
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+static void consume(conn *c);
+
+/* Read while nothing holds the connection back: pausing for output, the
+ * byte budget, or closing (a lingering connection reads to discard). */
+static void update_reading(conn *c)
+{
+    if (c->closed) return;
+    int want = c->closing == CONN_LINGER ||
+               (!c->closing && !c->paused && !c->held && !c->starved);
+    if (want == c->reading) return;
+    c->reading = want;
+    if (!want) uv_read_stop((uv_stream_t *)&c->pipe);
+    else if (uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read) < 0) conn_close(c);
+}
+
+static void set_waiting(conn *c, int held, int starved)
+{
+    server *srv = c->srv;
+    int was = c->held || c->starved;
+    c->held = held;
+    c->starved = starved;
+    int now = c->held || c->starved;
+    if (was != now) { if (now) srv->starved++; else srv->starved--; }
+    update_reading(c);
+}
+
+/* Memory was freed: let the connections waiting for the budget try again
+ * (they wait again if it is still short). */
+static void wake_starved(server *srv)
+{
+    if (!srv->starved) return;
+    conn_table *t = srv->conns;
+    for (uint32_t i = 0; i < t->cap && srv->starved; i++) {
+        conn *c = t->v[i];
+        if (!c || c->closed || !(c->held || c->starved)) continue;
+        int held = c->held;
+        set_waiting(c, 0, 0);
+        if (held) consume(c);
+    }
+}
+
+static void mem_add(conn *c, size_t in_bytes, size_t req_bytes)
+{
+    c->srv->mem_bytes += in_bytes + req_bytes;
+    c->srv->inflight_bytes += req_bytes;
+    c->inflight_bytes += req_bytes;
+}
+
+static void mem_sub(conn *c, size_t in_bytes, size_t req_bytes)
+{
+    c->srv->mem_bytes -= in_bytes + req_bytes;
+    c->srv->inflight_bytes -= req_bytes;
+    c->inflight_bytes -= req_bytes;
+}
+
+/* May this connection grow its input buffer by `grow` bytes? */
+static int mem_allow_read(conn *c, size_t grow)
+{
+    server *srv = c->srv;
+    if (srv->mem_bytes + grow <= srv->opt.max_total_bytes) return 1;
+    if (c->in_cap + grow + c->inflight_bytes <= CONN_SMALL_BYTES) return 1;
+    if (srv->overdraft == c->id) return 1;
+    /* One connection at a time may finish a message it started, while the
+     * bytes in flight (which end by themselves) are under the budget. */
+    if (!srv->overdraft && c->in_len > 0 && srv->inflight_bytes < srv->opt.max_total_bytes) {
+        srv->overdraft = c->id;
+        return 1;
+    }
+    return 0;
+}
+
+/* May a complete message of n bytes go on to the other threads now? */
+static int mem_allow_dispatch(conn *c, size_t n)
+{
+    server *srv = c->srv;
+    if (c->inflight_bytes && c->inflight_bytes + n > srv->opt.max_conn_bytes) return 0;
+    if (n <= CONN_SMALL_BYTES && c->inflight_bytes <= CONN_SMALL_BYTES) return 1;
+    return !srv->inflight_bytes || srv->inflight_bytes + n <= srv->opt.max_total_bytes;
+}
+
+static void release_overdraft(conn *c)
+{
+    if (c->srv->overdraft != c->id) return;
+    c->srv->overdraft = 0;
+    wake_starved(c->srv);
+}
+
+/* Free an input buffer that is empty and big, or any at close. */
+static void shrink_in(conn *c, int always)
+{
+    if (c->in_len || (!always && c->in_cap <= 4 * READ_CHUNK)) return;
+    mem_sub(c, c->in_cap, 0);
+    free(c->in);
+    c->in = NULL;
+    c->in_cap = 0;
 }
 
 /* ---- ids of requests in flight (ids are never 0: the decoder refuses it) -- */
@@ -95,41 +196,47 @@ static int ids_has(const conn *c, uint64_t id)
     }
 }
 
-static int ids_add(conn *c, uint64_t id)
+static int ids_add(conn *c, uint64_t id, uint64_t bytes)
 {
     if (2 * (c->ids_n + 1) > c->ids_cap) {
         uint32_t ncap = c->ids_cap ? 2 * c->ids_cap : 16;
-        uint64_t *nv = calloc(ncap, sizeof *nv), *old = c->ids;
-        if (!nv) return -ENOMEM;
+        uint64_t *nv = calloc(ncap, sizeof *nv), *nb = calloc(ncap, sizeof *nb);
+        uint64_t *old = c->ids, *oldb = c->idb;
+        if (!nv || !nb) { free(nv); free(nb); return -ENOMEM; }
         uint32_t ocap = c->ids_cap;
         c->ids = nv;
+        c->idb = nb;
         c->ids_cap = ncap;
         c->ids_n = 0;
         for (uint32_t i = 0; i < ocap; i++)
-            if (old[i]) ids_add(c, old[i]);
+            if (old[i]) ids_add(c, old[i], oldb[i]);
         free(old);
+        free(oldb);
     }
     uint32_t i = id_slot(c, id);
     while (c->ids[i] && c->ids[i] != id) i = (i + 1) & (c->ids_cap - 1);
-    if (!c->ids[i]) { c->ids[i] = id; c->ids_n++; }
+    if (!c->ids[i]) { c->ids[i] = id; c->idb[i] = bytes; c->ids_n++; }
     return 0;
 }
 
-static void ids_del(conn *c, uint64_t id)
+/* Forget id; the bytes it held (0 if unknown). */
+static uint64_t ids_del(conn *c, uint64_t id)
 {
-    if (!c->ids_n) return;
+    if (!c->ids_n) return 0;
     uint32_t m = c->ids_cap - 1, i = id_slot(c, id);
     while (c->ids[i] != id) {
-        if (!c->ids[i]) return;
+        if (!c->ids[i]) return 0;
         i = (i + 1) & m;
     }
+    uint64_t bytes = c->idb[i];
     /* Backward-shift deletion keeps every probe chain unbroken. */
     for (uint32_t j = (i + 1) & m; c->ids[j]; j = (j + 1) & m) {
         uint32_t home = id_slot(c, c->ids[j]);
-        if (((j - home) & m) >= ((j - i) & m)) { c->ids[i] = c->ids[j]; i = j; }
+        if (((j - home) & m) >= ((j - i) & m)) { c->ids[i] = c->ids[j]; c->idb[i] = c->idb[j]; i = j; }
     }
     c->ids[i] = 0;
     c->ids_n--;
+    return bytes;
 }
 
 /* The final events (result, done, error) in a batch of events from another
@@ -154,7 +261,7 @@ static void ids_forget_finals(conn *c, const char *data, size_t len)
                      v->type == MSGPACK_OBJECT_STR)
                 final = !(v->via.str.size == 5 && !memcmp(v->via.str.ptr, "token", 5));
         }
-        if (final && id) ids_del(c, id);
+        if (final && id) mem_sub(c, 0, (size_t)ids_del(c, id));
     }
     msgpack_unpacked_destroy(&u);
 }
@@ -163,15 +270,17 @@ void conn_close(conn *c)
 {
     if (c->closed) return;
     c->closed = 1;
+    if (c->held || c->starved) c->srv->starved--;
+    c->held = c->starved = 0;
     uv_read_stop((uv_stream_t *)&c->pipe);
+    mem_sub(c, c->in_cap, c->inflight_bytes);   /* the buffers go with on_close */
+    if (c->srv->overdraft == c->id) c->srv->overdraft = 0;
+    wake_starved(c->srv);
     post_sched(c, M_CONN_CLOSED);
     stats_connections(&c->srv->st, -1);
     table_del(c->srv->conns, c);
     uv_close((uv_handle_t *)&c->pipe, on_close);
 }
-
-static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
-static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 
 /* Over --max-output unsent: pause the connection's turns, and stop reading
  * its requests too (their answers would pile up just the same); both
@@ -181,13 +290,14 @@ static void check_pressure(conn *c)
     size_t hi = c->srv->opt.max_output, unsent = conn_unsent(c);
     if (!c->paused && unsent > hi) {
         c->paused = 1;
+        c->paused_ms = uv_now(c->srv->loop);
         post_sched(c, M_PAUSE);
-        if (!c->closing) uv_read_stop((uv_stream_t *)&c->pipe);
+        update_reading(c);
     } else if (c->paused && unsent <= hi / 4) {
         c->paused = 0;
+        c->pause_cancelled = 0;
         post_sched(c, M_RESUME);
-        if (!c->closing && uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read) < 0)
-            conn_close(c);
+        update_reading(c);
     }
 }
 
@@ -200,6 +310,7 @@ static void on_write(uv_write_t *req, int status)
     c->wbuf.size = 0;
     if (c->closed) return;
     if (status < 0) { conn_close(c); return; }
+    c->last_out_ms = uv_now(c->srv->loop);
     flush(c);
     check_pressure(c);
 }
@@ -236,6 +347,7 @@ static void flush(conn *c)
 void conn_send(conn *c, const char *data, size_t len)
 {
     if (c->closed || len == 0) return;
+    if (!conn_unsent(c)) c->last_out_ms = uv_now(c->srv->loop);   /* the write clock starts */
     if (msgpack_sbuffer_write(&c->pend, data, len) != 0) { conn_close(c); return; }
     flush(c);
     check_pressure(c);
@@ -246,8 +358,14 @@ void conn_deliver(server *srv, outmsg *o)
     conn *c = conn_lookup(srv->conns, o->conn);
     if (c && !c->closed) {
         c->inflight -= o->finals;
-        if (o->finals > 0) ids_forget_finals(c, o->sb.data, o->sb.size);
+        size_t before = srv->inflight_bytes;
+        if (o->finals > 0) {
+            ids_forget_finals(c, o->sb.data, o->sb.size);
+            c->last_in_ms = uv_now(srv->loop);
+        }
         conn_send(c, o->sb.data, o->sb.size);
+        if (!c->closed && c->held && !c->starved) { set_waiting(c, 0, 0); consume(c); }
+        if (srv->inflight_bytes < before) wake_starved(srv);
     }
     outmsg_free(o);
 }
@@ -257,8 +375,9 @@ void conn_close_after_flush(conn *c, int how)
     if (c->closed || c->closing) return;
     c->closing = how;
     c->in_len = 0;
-    if (how == CONN_FLUSH_CLOSE) uv_read_stop((uv_stream_t *)&c->pipe);
-    flush(c);
+    set_waiting(c, 0, 0);   /* reads to discard (linger) or not at all */
+    release_overdraft(c);
+    if (!c->closed) flush(c);
 }
 
 static void send_error(conn *c, uint64_t id, proto_code code, const char *msg)
@@ -278,6 +397,10 @@ static void consume(conn *c)
     while (!c->closing && !c->closed && off < c->in_len) {
         long n = proto_scan(c->in + off, c->in_len - off, lim->max_message);
         if (n == 0) break;
+        if (n > 0 && !mem_allow_dispatch(c, (size_t)n)) {
+            set_waiting(c, 1, 0);   /* the message stays buffered until bytes free up */
+            break;
+        }
         if (n < 0) {
             char msg[160];
             if (n == -PE_TOO_LARGE)
@@ -312,26 +435,31 @@ static void consume(conn *c)
         uint64_t id = req.id;
         int before = c->inflight;
         commands_dispatch(c->srv, c, &req, t);
-        if (c->inflight > before && ids_add(c, id) < 0) {
-            /* Out of memory for the set: the request runs, only the
-             * duplicate check misses it. */
-        }
+        c->last_in_ms = uv_now(c->srv->loop);
+        if (c->inflight > before && ids_add(c, id, (uint64_t)n) == 0) mem_add(c, 0, (size_t)n);
+        /* (Out of memory for the set: the request runs, only the duplicate
+         * check and the byte count miss it.) */
     }
-    if (c->closing) return;   /* the buffer was dropped */
+    if (c->closing || c->closed) return;   /* the buffer was dropped */
     if (off) {
         memmove(c->in, c->in + off, c->in_len - off);
         c->in_len -= off;
+        if (c->in_len == 0) release_overdraft(c);   /* its message is through */
     }
+    shrink_in(c, 0);
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     conn *c = (conn *)h;
     (void)suggested;
-    if (c->in_cap - c->in_len < READ_CHUNK) {
-        size_t nc = c->in_len + READ_CHUNK;
+    size_t chunk = c->in_len + READ_FIRST < READ_CHUNK ? READ_FIRST : READ_CHUNK;
+    if (c->in_cap - c->in_len < chunk) {
+        size_t nc = c->in_len + chunk;
+        if (!mem_allow_read(c, nc - c->in_cap)) { *buf = uv_buf_init(NULL, 0); return; }   /* UV_ENOBUFS */
         uint8_t *ni = realloc(c->in, nc);
         if (!ni) { *buf = uv_buf_init(NULL, 0); return; }
+        mem_add(c, nc - c->in_cap, 0);
         c->in = ni;
         c->in_cap = nc;
     }
@@ -342,6 +470,10 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     conn *c = (conn *)s;
     (void)buf;
+    if (nread == UV_ENOBUFS) {   /* over the byte budget: wait, unread, until bytes free up */
+        set_waiting(c, c->held, 1);
+        return;
+    }
     if (nread < 0) { conn_close(c); return; }   /* EOF or error: cancel its turns */
     if (nread == 0) return;
     if (c->closing) {
@@ -351,13 +483,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     c->in_len += (size_t)nread;
-    consume(c);
-    /* Don't keep a large buffer around for a connection that is quiet. */
-    if (c->in_len == 0 && c->in_cap > 4 * READ_CHUNK) {
-        free(c->in);
-        c->in = NULL;
-        c->in_cap = 0;
-    }
+    consume(c);   /* also frees a large buffer once it is empty */
 }
 
 /* At most one log line a second for refusals, with the count since the last. */
@@ -409,6 +535,45 @@ int conn_accept(server *srv)
         conn_refuse_fd_limit(c, (long long)rl.rlim_cur);
         return 0;
     }
+    c->last_in_ms = c->last_out_ms = uv_now(srv->loop);
     if ((rc = uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read)) < 0) conn_close(c);
+    else c->reading = 1;
     return rc;
+}
+
+void conn_tick(server *srv)
+{
+    const server_options *o = &srv->opt;
+    uint64_t now = uv_now(srv->loop);
+    conn_table *t = srv->conns;
+    for (uint32_t i = 0; i < t->cap; i++) {
+        conn *c = t->v[i];
+        if (!c || c->closed) continue;
+        size_t unsent = conn_unsent(c);
+        if (o->write_timeout && unsent && now - c->last_out_ms >= 1000ull * o->write_timeout) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "closed a connection whose %zu bytes of output did not move for"
+                     " %u s (--write-timeout); its turns are cancelled", unsent, o->write_timeout);
+            conn_log_refusal(msg);
+            conn_close(c);
+            continue;
+        }
+        if (o->pause_timeout && c->paused && !c->pause_cancelled &&
+            now - c->paused_ms >= 1000ull * o->pause_timeout) {
+            c->pause_cancelled = 1;
+            post_sched(c, M_CANCEL_CONN);
+            char msg[200];
+            snprintf(msg, sizeof msg, "cancelled the turns of a connection paused for %u s"
+                     " (--pause-timeout): its client does not read", o->pause_timeout);
+            conn_log_refusal(msg);
+        }
+        if (o->idle_timeout && !c->closing && !c->inflight && !unsent && !c->in_len &&
+            now - c->last_in_ms >= 1000ull * o->idle_timeout) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "closing the connection: no request for %u s (--idle-timeout)",
+                     o->idle_timeout);
+            send_error(c, 0, PE_LIMIT, msg);
+            conn_close_after_flush(c, CONN_FLUSH_CLOSE);
+        }
+    }
 }

@@ -7,9 +7,26 @@
  * meanwhile goes out in the next one. When unsent output passes
  * --max-output the compute thread is told to pause this connection's turns
  * (M_PAUSE) and the connection stops reading requests; both resume
- * (M_RESUME) once it drained below a quarter of that. So a client that
- * never reads holds at most about --max-output of the daemon's memory. Bytes that are not msgpack, or an oversized message, get an
- * error and the connection is closed once the error is written.
+ * (M_RESUME) once it drained below a quarter of that. Bytes that are not
+ * msgpack, or an oversized message, get an error and the connection is
+ * closed once the error is written.
+ *
+ * Memory: a request's bytes count from its arrival until its final event is
+ * delivered. A connection with --max-conn-bytes of requests in flight stops
+ * reading until some end; all connections together stop growing their input
+ * buffers and dispatching past --max-total-bytes (counting input buffers
+ * too), except that a connection using under CONN_SMALL_BYTES may always go
+ * on (so a small client is never starved by big ones) and one connection at
+ * a time may finish a message it started (so the budget cannot deadlock on
+ * half-read messages). So the daemon holds about --max-total-bytes +
+ * --max-message + connections × (CONN_SMALL_BYTES + --max-output) of
+ * request and output bytes (docs/DAEMON.md).
+ *
+ * Timeouts (conn_tick, every 250 ms): --idle-timeout closes a connection
+ * with nothing in flight and no request for that long (with a `limit` error
+ * on id 0); --write-timeout closes one whose pending output has not moved
+ * (its turns are cancelled like on any close); --pause-timeout cancels the
+ * turns of one paused by --max-output that long, freeing their slots.
  *
  * Connections are named by a 64-bit id that is never reused, so a message
  * from another thread for a connection that has gone is simply dropped.
@@ -48,10 +65,20 @@ typedef struct conn {
     size_t    discarded;       /* input thrown away while lingering */
     int       inflight;        /* requests sent on to other threads, not yet answered */
     uint64_t *ids;             /* open-addressing set of their request ids (0 = empty slot) */
+    uint64_t *idb;             /* [ids_cap] the message bytes of each id in flight */
+    size_t    inflight_bytes;  /* their sum */
+    int       reading;         /* uv_read_start is on */
+    int       held;            /* a complete message waits for the byte budget */
+    int       starved;         /* reading stopped for the byte budget (srv->starved counts) */
+    uint64_t  last_in_ms;      /* last request or final answer (uv_now) */
+    uint64_t  last_out_ms;     /* last write completed, or output queued onto none */
+    uint64_t  paused_ms;       /* when the connection paused */
+    int       pause_cancelled; /* its turns were cancelled for --pause-timeout */
     uint32_t  ids_cap, ids_n;
 } conn;
 
 #define CONN_FD_RESERVE 16      /* descriptors kept free for the store and the loop */
+#define CONN_SMALL_BYTES (32u << 10)    /* a connection under this many bytes always reads */
 
 typedef struct conn_table {
     conn   **v;
@@ -86,5 +113,7 @@ void  conn_refuse_fd_limit(conn *c, long long limit);
 /* Log a refused connection to stderr, at most one line a second (with the
  * number refused meanwhile). */
 void  conn_log_refusal(const char *why);
+/* Apply the timeouts (loop thread, every 250 ms). */
+void  conn_tick(server *srv);
 
 #endif

@@ -23,6 +23,7 @@ typedef enum dmsg_kind {
     M_CONN_CLOSED,  /* connection `conn` is gone: cancel its turns */
     M_PAUSE,        /* connection `conn` has too much unsent output */
     M_RESUME,       /* ... and has drained */
+    M_CANCEL_CONN,  /* connection `conn` stayed paused past --pause-timeout: cancel its turns */
     M_SHUTDOWN,     /* stop: cancel turns, save, then stop the store thread */
     M_LOAD,         /* compute → store: load session `name` */
     M_LOADED,       /* store → compute: rc, loaded */
@@ -33,7 +34,8 @@ typedef enum dmsg_kind {
 
 /* What a finished turn tells its client once its state is committed. */
 typedef struct turn_result {
-    int      is_append;       /* answer with `result` {session_tokens} */
+    int      is_append;       /* answer with `result` {session_tokens, tokens_in, fed_bytes, cancelled} */
+    int      cancelled;       /* the turn ended by a cancel (its text may be cut: done.fed_bytes) */
     proto_done done;          /* generate: the done event (ms_save filled by the store) */
     uint8_t  stop[PROTO_MAX_STOP_LEN];
     uint64_t t_recv_ns;       /* when the request arrived, for ms.total */

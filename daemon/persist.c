@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "daemon/errors.h"
 #include "daemon/msg.h"
 #include "state/transcript.h"
 
@@ -22,16 +23,6 @@ struct persist {
 static void send_out(persist *P, outmsg *o)
 {
     if (o) queue_push(&P->srv->loopq, &o->node);
-}
-
-static proto_code code_of(int rc)
-{
-    switch (rc) {
-    case -ENOENT: return PE_NOT_FOUND;
-    case -EEXIST: return PE_EXISTS;
-    case -EINVAL: return PE_BAD_REQUEST;
-    default:      return PE_IO;
-    }
 }
 
 /* Commit a run of saves, then answer each turn. */
@@ -72,9 +63,15 @@ static void do_saves(persist *P, dmsg **v, int n)
         if (o && m->rc == 0) {
             if (res->is_append) {
                 msgpack_packer pk;
-                proto_result_begin(&pk, &o->sb, res->done.id, 1);
+                proto_result_begin(&pk, &o->sb, res->done.id, 4);
                 proto_pack_key(&pk, "session_tokens");
                 msgpack_pack_uint64(&pk, res->done.session_tokens);
+                proto_pack_key(&pk, "tokens_in");
+                msgpack_pack_uint64(&pk, res->done.tokens_in);
+                proto_pack_key(&pk, "fed_bytes");
+                msgpack_pack_uint64(&pk, res->done.fed_bytes);
+                proto_pack_key(&pk, "cancelled");
+                if (res->cancelled) msgpack_pack_true(&pk); else msgpack_pack_false(&pk);
             } else {
                 proto_done d = res->done;
                 d.ms_save = ms_save;
@@ -241,8 +238,10 @@ static void do_request(persist *P, dmsg *m)
     }
     if (rc != 0) {
         outmsg_free(o);
-        proto_code c = rc == -EBADMSG ? PE_BAD_STATE : rc == -ENOSYS ? PE_INTERNAL : code_of(rc);
-        o = outmsg_error(m->conn, r->id, c, "%s", err[0] ? err : strerror(-rc));
+        /* A store failure the table does not name is still the store's: io. */
+        proto_code c = lind_wire_code(rc);
+        if (c == PE_INTERNAL && rc != -ENOSYS && rc != -ENOMEM) c = PE_IO;
+        o = outmsg_error(m->conn, r->id, c, "%s", err[0] ? err : lind_strerror(rc));
     } else {
         o->finals = 1;
     }

@@ -357,9 +357,23 @@ proto_code proto_decode(const msgpack_object *o, const proto_limits *lim,
         if ((c = get_progress(o, r, err))) goto out;
         c = get_bytes(o, "text", 1, 0, &r->text, &r->text_len, err);
         break;
-    case OP_CANCEL:
-        c = get_uint(o, "target", 0, UINT64_MAX, 1, &r->target, NULL, err);
+    case OP_CANCEL: {
+        /* by request id on this connection (target), or by session name */
+        int has_target = 0;
+        if ((c = get_uint(o, "target", 0, UINT64_MAX, 0, &r->target, &has_target, err))) goto out;
+        if (has_target && field(o, "session")) {
+            c = fail(err, PE_BAD_REQUEST, "cancel takes 'target' or 'session', not both");
+            goto out;
+        }
+        if (!has_target) {
+            if (!field(o, "session")) {
+                c = fail(err, PE_BAD_REQUEST, "missing field 'target' (or 'session')");
+                goto out;
+            }
+            c = get_name(o, "session", r->session, err);
+        }
         break;
+    }
     case OP_INFO: case OP_DELETE: case OP_EXPORT:
         c = get_name(o, "session", r->session, err);
         break;
@@ -477,11 +491,13 @@ void proto_pack_done(msgpack_sbuffer *sb, const proto_done *d)
 {
     msgpack_packer pk;
     int stop = d->stop && d->stop_len;
-    head(&pk, sb, d->id, "done", 5 + stop);
+    head(&pk, sb, d->id, "done", 6 + stop);
     proto_pack_key(&pk, "reason");
     proto_pack_str(&pk, d->reason);
     proto_pack_key(&pk, "tokens_in");
     msgpack_pack_uint64(&pk, d->tokens_in);
+    proto_pack_key(&pk, "fed_bytes");
+    msgpack_pack_uint64(&pk, d->fed_bytes);
     proto_pack_key(&pk, "tokens_out");
     msgpack_pack_uint64(&pk, d->tokens_out);
     proto_pack_key(&pk, "session_tokens");

@@ -101,6 +101,7 @@ typedef struct proto_done {
     uint64_t id;
     const char *reason;            /* "length", "stop", "cancelled" */
     uint64_t tokens_in, tokens_out, session_tokens;
+    uint64_t fed_bytes;        /* bytes of the request's text the session holds */
     double   ms_queue, ms_prompt, ms_generate, ms_save, ms_total;
     const uint8_t *stop; size_t stop_len;  /* when reason is "stop" */
 } proto_done;

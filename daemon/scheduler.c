@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "daemon/errors.h"
 #include "daemon/msg.h"
 #include "daemon/session.h"
 #include "recurrent/sampler.h"
@@ -36,6 +37,14 @@ typedef struct turn {
     int      generating;       /* the prompt is fed; feeding sampled tokens */
     int32_t *feed;             /* pending token, then the text's tokens */
     size_t   feed_len, feed_pos;
+    size_t   first;            /* feed index of the text's first token */
+    size_t   min_stop;         /* a cancelled feed stops no earlier (the old tail's last token) */
+    size_t   observed;         /* feed[first..observed) went to the sampler's window */
+    uint8_t *text;             /* the request's text (owned), for the transcript */
+    size_t   text_len;
+    uint32_t old_tail;         /* bytes of the session's tail put in front of the text */
+    uint64_t fed_bytes;        /* bytes of the text the session holds after the turn */
+    int      text_logged;      /* the text went into the transcript */
     int32_t  last;             /* last sampled token */
     uint32_t max_tokens, produced;
     int      n_stop;
@@ -62,6 +71,7 @@ struct scheduler {
     cconn   *flush;            /* connections with events this round */
     dmsg    *saves, *saves_tail;   /* M_SAVE to push after the round's events */
     session *wait_head, *wait_tail;
+    int      nwaiting;         /* sessions loading or waiting for a slot (--max-waiting) */
     uint64_t clock;
     int      shutting, saves_inflight, loads_inflight;
     const tokenizer *tok;      /* the model's */
@@ -192,10 +202,11 @@ static void place(scheduler *S, session *s)
                               err, sizeof err);
         if (rc == 0) rc = model_slot_write(S->m, slot, S->raw);
         if (rc != 0) {
-            send_out(S, outmsg_error(w->conn, w->req.id, PE_BAD_STATE,
+            send_out(S, outmsg_error(w->conn, w->req.id, lind_wire_code(rc),
                                      "session '%s': the stored state cannot be used (%s): %s",
-                                     s->name, state_strerror(rc), err));
+                                     s->name, lind_strerror(rc), err));
             cconn *c = cconn_get(S, w->conn);
+            S->nwaiting--;
             drop_session(S, s);
             if (c) cconn_release(S, c);
             return;
@@ -208,6 +219,7 @@ static void place(scheduler *S, session *s)
     dmsg_free(ld);
     s->loaded = NULL;
     s->phase = SESS_READY;
+    S->nwaiting--;
     s->waiting = NULL;
     s->last_use = ++S->clock;
     stats_resident(&S->srv->st, S->tab.count);
@@ -282,11 +294,11 @@ static void begin_turn(scheduler *S, session *s, dmsg *m)
         if (na) { S->active = na; S->cap_active = nc; }
         ok = na != NULL;
     }
-    if (!ok || transcript_append(&s->tr, TRANSCRIPT_IN, r->text, r->text_len) != 0) {
+    if (!ok) {
         free(t); free(feed);
-        send_out(S, outmsg_error(m->conn, r->id, PE_INTERNAL, "cannot start a turn on '%s': %s", s->name,
-                                 trc == -EOVERFLOW ? "the tokenizer held back more text than a session keeps"
-                                                   : "out of memory"));
+        send_out(S, outmsg_error(m->conn, r->id, lind_wire_code(trc ? trc : -ENOMEM),
+                                 "cannot start a turn on '%s': %s", s->name,
+                                 lind_strerror(trc ? trc : -ENOMEM)));
         s->busy = 0;
         if (c) cconn_release(S, c);
         dmsg_free(m);
@@ -316,16 +328,54 @@ static void begin_turn(scheduler *S, session *s, dmsg *m)
     /* Nothing to condition on (a state without a pending token and no
      * text): no logits to sample from. */
     t->gen = r->op == OP_GENERATE && r->max_tokens > 0 && !t->cancelled && nfeed > 0;
-    for (size_t i = nfeed - ntext; i < nfeed; i++) sampler_observe(&s->meta.sampler, feed[i]);
     t->feed = feed;
     t->feed_len = nfeed;
     t->tokens_in = ntext;
+    t->first = t->observed = nfeed - ntext;
+    t->old_tail = s->meta.tail_len;
+    t->fed_bytes = r->text_len;
+    t->text = r->text;
+    t->text_len = r->text_len;
+    r->text = NULL;
+    r->text_len = 0;
+    /* The bytes held in the old tail were acknowledged by an earlier append:
+     * a cancelled feed goes on at least through the token that ends them. */
+    if (t->old_tail) {
+        size_t acc = 0, i = t->first;
+        for (; i < nfeed; i++) {
+            size_t n = 0;
+            tokenizer_token_bytes(S->tok, feed[i], &n);
+            acc += n;
+            if (acc >= t->old_tail) break;
+        }
+        t->min_stop = i < nfeed ? i : nfeed ? nfeed - 1 : 0;
+    }
     s->meta.pending_token = -1;
     memcpy(s->meta.tail, S->tailbuf, tail_len);
     s->meta.tail_len = tail_len;
     s->turn = t;
     S->active[S->nactive++] = t;
     dmsg_free(m);
+}
+
+/* Put the text tokens feed[first..upto) into the sampler's repetition
+ * window, once each, in order (as they are fed: a turn stopped early has
+ * observed only what the session holds). */
+static void observe_to(scheduler *S, turn *t, size_t upto)
+{
+    (void)S;
+    if (upto > t->feed_len) upto = t->feed_len;
+    for (; t->observed < upto; t->observed++) sampler_observe(&t->s->meta.sampler, t->feed[t->observed]);
+}
+
+/* The text the session holds goes into its transcript, once: all of it, or
+ * the first fed_bytes of a turn stopped early. */
+static void log_text(turn *t)
+{
+    if (t->text_logged) return;
+    t->text_logged = 1;
+    size_t n = t->fed_bytes < t->text_len ? (size_t)t->fed_bytes : t->text_len;
+    if (n) transcript_append(&t->s->tr, TRANSCRIPT_IN, t->text, n);
 }
 
 static uint64_t session_tokens(const session *s)
@@ -338,6 +388,7 @@ static uint64_t session_tokens(const session *s)
 static void finish(scheduler *S, turn *t, int pending, const char *reason)
 {
     session *s = t->s;
+    log_text(t);
     t->finished = 1;
     t->t_end = now_ns();
     if (!t->t_prompt) t->t_prompt = t->t_end;
@@ -364,7 +415,7 @@ static void finish(scheduler *S, turn *t, int pending, const char *reason)
             char msg[800];
             snprintf(msg, sizeof msg, "session '%s': the turn's state was not saved (%s): %s; "
                      "the session stays at its last committed turn", s->name,
-                     rc < 0 ? state_strerror(rc) : "error", rc == 0 ? "out of memory" : err);
+                     rc < 0 ? lind_strerror(rc) : "error", rc == 0 ? "out of memory" : err);
             proto_pack_error(sb, t->req_id, PE_BAD_STATE, msg);
             t->c->out->finals++;
         }
@@ -384,6 +435,8 @@ static void finish(scheduler *S, turn *t, int pending, const char *reason)
     res->done.id = t->req_id;
     res->done.reason = reason;
     res->done.tokens_in = t->tokens_in;
+    res->done.fed_bytes = t->fed_bytes;
+    res->cancelled = !strcmp(reason, "cancelled");
     res->done.tokens_out = t->produced;
     res->done.session_tokens = m->tokens;
     res->done.ms_queue = (double)(t->t_start - t->t_recv) / 1e6;
@@ -455,13 +508,36 @@ static void maybe_end_feed(scheduler *S, turn *t)
     size_t left = t->feed_len - t->feed_pos;
     if (left > 1) return;
     int32_t pending = left ? t->feed[t->feed_pos] : -1;
+    observe_to(S, t, t->feed_len);
     finish(S, t, pending, t->is_append ? "append" : (t->cancelled ? "cancelled" : "length"));
 }
 
 static void cancel_turn(turn *t)
 {
     t->cancelled = 1;
-    if (!t->generating) t->gen = 0;   /* finish feeding the text, sample nothing */
+    if (!t->generating) t->gen = 0;   /* stop feeding (stop_feed), sample nothing */
+}
+
+/* A cancelled turn still feeding its text stops at this token boundary
+ * (once past the old tail's bytes, min_stop): the session holds the tokens
+ * fed so far plus the next one as its pending token, i.e. the first
+ * fed_bytes bytes of the text as this turn tokenized them; the rest of the
+ * text, and the tail an append would have held back, are dropped. */
+static void stop_feed(scheduler *S, turn *t)
+{
+    size_t p = t->feed_pos;                     /* < feed_len: maybe_end_feed ran */
+    observe_to(S, t, p + 1);
+    uint64_t covered = 0;
+    for (size_t i = t->first; i <= p && i < t->feed_len; i++) {
+        size_t n = 0;
+        tokenizer_token_bytes(S->tok, t->feed[i], &n);
+        covered += n;
+    }
+    t->fed_bytes = covered > t->old_tail ? covered - t->old_tail : 0;
+    if (t->fed_bytes > t->text_len) t->fed_bytes = t->text_len;
+    t->tokens_in = p >= t->first ? p + 1 - t->first : 0;
+    t->s->meta.tail_len = 0;
+    finish(S, t, t->feed[p], "cancelled");
 }
 
 /* ---- a round ----------------------------------------------------------------- */
@@ -500,6 +576,7 @@ static void reap(scheduler *S)
             if (S->rr > j) S->rr--;
             cconn_release(S, t->c);
             free(t->feed);
+            free(t->text);
             free(t);
         } else {
             S->active[j++] = t;
@@ -578,6 +655,7 @@ static int round_once(scheduler *S)
         if (t->generating && t->cancelled) { finish(S, t, t->last, "cancelled"); continue; }
         maybe_end_feed(S, t);
         if (t->finished) continue;
+        if (t->cancelled && t->feed_pos >= t->min_stop) { stop_feed(S, t); continue; }
         S->b_turns[B] = t;
         S->b_n[B] = 1;
         B++;
@@ -644,9 +722,11 @@ static int round_once(scheduler *S)
         t->s->meta.tokens += (uint64_t)S->b_n[b];
         if (!t->generating) {
             t->feed_pos += (size_t)S->b_n[b];
+            observe_to(S, t, t->feed_pos);
             fed += (uint64_t)S->b_n[b];
             if (S->b_lidx[b] < 0) { maybe_end_feed(S, t); continue; }
             t->t_prompt = now_ns();
+            log_text(t);   /* the text before the first token out */
         }
         int32_t tok = sampler_next(&t->s->meta.sampler, S->logits + (size_t)S->b_lidx[b] * (size_t)S->vocab,
                                    S->vocab, S->scratch);
@@ -709,6 +789,15 @@ static void start_turn_request(scheduler *S, dmsg *m)
         begin_turn(S, s, m);
         return;
     }
+    if (S->nwaiting >= S->srv->opt.max_waiting) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "%d sessions are already waiting to be loaded or for a model slot "
+                 "(--max-waiting); try again later", S->nwaiting);
+        reply_error(S, m->conn, r->id, PE_LIMIT, "%s", msg);
+        cconn_release(S, c);
+        dmsg_free(m);
+        return;
+    }
     s = session_new(r->session, S->srv->opt.transcript_bytes);
     dmsg *ld = dmsg_new(M_LOAD, 0);
     if (!s || !ld) {
@@ -721,6 +810,7 @@ static void start_turn_request(scheduler *S, dmsg *m)
     }
     s->busy = 1;
     s->waiting = m;
+    S->nwaiting++;
     session_insert(&S->tab, s);
     snprintf(ld->name, sizeof ld->name, "%s", s->name);
     ld->sess = s;
@@ -742,9 +832,13 @@ static void on_request(scheduler *S, dmsg *m)
         start_turn_request(S, m);
         return;
     case OP_CANCEL: {
-        turn *t = find_turn(S, m->conn, r->target);
+        turn *t = NULL;
         int hit = 0;
-        if (t) { cancel_turn(t); hit = 1; }
+        if (r->session[0]) {   /* by name: the session's turn, from any connection */
+            s = session_find(&S->tab, r->session);
+            if (s && s->turn && !s->turn->finished) { cancel_turn(s->turn); hit = 1; }
+            else if (s && s->waiting) { s->waiting->rc = -ECANCELED; hit = 1; }
+        } else if ((t = find_turn(S, m->conn, r->target))) { cancel_turn(t); hit = 1; }
         else {
             struct waiting_find f = { m->conn, r->target, NULL };
             session_foreach(&S->tab, waiting_visit, &f);
@@ -776,6 +870,12 @@ static void on_request(scheduler *S, dmsg *m)
         }
         forward(S, m);
         return;
+    case OP_LIST: case OP_EXPORT:
+        /* Through here rather than straight to the store: every request
+         * that reaches the store does so in the order it arrived, so a
+         * `delete` or `fork` before an `export` or `list` is seen by it. */
+        forward(S, m);
+        return;
     case OP_DELETE:
         s = session_find(&S->tab, r->session);
         if (s && s->busy) {
@@ -800,8 +900,15 @@ static void on_request(scheduler *S, dmsg *m)
             state_meta meta;
             if (rc == 0) rc = state_decode(S->m, rec.state, rec.state_len, &meta, S->raw,
                                            err, sizeof err);
+            uint64_t held = rc == 0 ? meta.tokens + (meta.pending_token >= 0 ? 1 : 0) : 0;
+            if (rc == 0 && rec.tokens != held) {   /* info and list report the record's count */
+                snprintf(err, sizeof err, "the export records %llu tokens but its state holds %llu",
+                         (unsigned long long)rec.tokens, (unsigned long long)held);
+                rc = -EINVAL;
+            }
             if (rc != 0) {
-                send_out(S, outmsg_error(m->conn, r->id, PE_BAD_STATE,
+                if (rc == -EINVAL) rc = -EBADMSG;   /* bytes that are not a valid export */
+                send_out(S, outmsg_error(m->conn, r->id, lind_wire_code(rc),
                                          "cannot import into '%s': %s", r->session, err));
                 dmsg_free(m);
                 return;
@@ -825,9 +932,10 @@ static void on_loaded(scheduler *S, dmsg *m)
     S->loads_inflight--;
     if (m->rc < 0 && m->rc != -ENOENT) {
         dmsg *w = s->waiting;
-        send_out(S, outmsg_error(w->conn, w->req.id, PE_IO, "loading session '%s' failed: %s",
-                                 s->name, m->err));
+        send_out(S, outmsg_error(w->conn, w->req.id, lind_wire_code(m->rc) == PE_INTERNAL ? PE_IO
+                                 : lind_wire_code(m->rc), "loading session '%s' failed: %s", s->name, m->err));
         cconn *c = cconn_get(S, w->conn);
+        S->nwaiting--;
         drop_session(S, s);
         if (c) cconn_release(S, c);
         dmsg_free(m);
@@ -864,6 +972,12 @@ static void handle(scheduler *S, dmsg *m)
             c->refs++;
             cconn_release(S, c);
         }
+        break;
+    }
+    case M_CANCEL_CONN: {   /* paused past --pause-timeout: its turns end, their slots free */
+        for (int i = 0; i < S->nactive; i++)
+            if (S->active[i]->c->id == m->conn) cancel_turn(S->active[i]);
+        session_foreach(&S->tab, cancel_all_visit, &m->conn);
         break;
     }
     case M_PAUSE: case M_RESUME: {
@@ -1010,7 +1124,11 @@ void scheduler_join(scheduler *S)
 {
     if (!S) return;
     if (S->th) pthread_join(S->th, NULL);
-    for (int i = 0; i < S->nactive; i++) { free(S->active[i]->feed); free(S->active[i]); }
+    for (int i = 0; i < S->nactive; i++) {
+        free(S->active[i]->feed);
+        free(S->active[i]->text);
+        free(S->active[i]);
+    }
     free(S->active);
     for (int i = 0; i < CCONN_BUCKETS; i++)
         for (cconn *c = S->cc[i]; c; ) {

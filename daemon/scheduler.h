@@ -24,10 +24,14 @@
  *
  * Turns of a connection whose unsent output is over --max-output pause at
  * a token boundary (M_PAUSE/M_RESUME from the loop). A turn cancelled by
- * `cancel`, by its client disconnecting or by shutdown ends at the next
- * token boundary, after finishing the feed of its text (minus the last
- * token, which becomes the pending token), so its saved state is exactly the
- * stream its client was sent. */
+ * `cancel` (by id or session name), by its client disconnecting, by
+ * --pause-timeout or by shutdown ends at the next token boundary, also in
+ * the middle of its text: the session keeps the tokens fed plus the next as
+ * its pending token (at least through the tail an earlier append held back,
+ * which was acknowledged), the rest of the text is dropped, and `done` /
+ * the append's result says how many bytes of the text the session holds
+ * (fed_bytes). So its saved state is exactly the stream its client was told
+ * of. Sessions waiting for a load or a slot are at most --max-waiting. */
 #ifndef LIND_DAEMON_SCHEDULER_H
 #define LIND_DAEMON_SCHEDULER_H
 

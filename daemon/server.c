@@ -28,7 +28,8 @@ server_options server_defaults(void)
         .model_dir = "models/default", .socket_path = "./lind.sock", .db_path = "./lind.db",
         .backend = "auto", .max_batch = 256, .max_resident = 0, .prompt_chunk = 64,
         .max_message = 1u << 20, .max_output = 256u << 10, .max_tokens = 65536,
-        .max_inflight = 1024, .sync = STORE_SYNC_FULL, .transcript_bytes = 4096,
+        .max_inflight = 1024, .max_conn_bytes = 4u << 20, .max_total_bytes = 64u << 20,
+        .max_waiting = 4096, .idle_timeout = 0, .write_timeout = 60, .pause_timeout = 60, .sync = STORE_SYNC_FULL, .transcript_bytes = 4096,
         .log_level = REQLOG_INFO,
     };
 }
@@ -52,6 +53,8 @@ static const char usage[] =
     "                  [--max-batch N] [--max-resident N] [--max-message BYTES]\n"
     "                  [--max-tokens N] [--sync full|normal] [--transcript-bytes N]\n"
     "                  [--max-output BYTES] [--prompt-chunk N] [--max-inflight N]\n"
+    "                  [--max-conn-bytes BYTES] [--max-total-bytes BYTES] [--max-waiting N]\n"
+    "                  [--idle-timeout S] [--write-timeout S] [--pause-timeout S]\n"
     "                  [--dtype f32|bf16|f16] [--log-level error|warn|info|debug] [--log-file PATH]";
 
 void server_usage(FILE *f)
@@ -78,6 +81,18 @@ void server_usage(FILE *f)
         "  --prompt-chunk N       prompt tokens fed per session per step, as one run of the\n"
         "                         step's batched pass (default 64)\n"
         "  --max-inflight N       requests awaiting their final event, per connection (default 1024)\n"
+        "  --max-conn-bytes BYTES request bytes awaiting their final event, per connection; more\n"
+        "                         waits unread (default 4194304)\n"
+        "  --max-total-bytes BYTES request bytes in flight plus read buffers, all connections;\n"
+        "                         past it connections wait unread (default 67108864)\n"
+        "  --max-waiting N        sessions waiting for a load or a model slot; more get limit\n"
+        "                         (default 4096)\n"
+        "  --idle-timeout S       close a connection with nothing in flight after S s without\n"
+        "                         a request (default 0: never)\n"
+        "  --write-timeout S      close a connection whose pending output has not moved for S s;\n"
+        "                         its turns are cancelled (default 60; 0: never)\n"
+        "  --pause-timeout S      cancel the turns of a connection paused by --max-output for\n"
+        "                         S s, freeing their slots (default 60; 0: never)\n"
         "  --dtype T              matrix weights in memory: f32, bf16 or f16 (default: as stored)\n"
         "  --log-level L          info (default): one line per finished turn: session,\n"
         "                         tokens in/out, time to first token, total time, outcome;\n"
@@ -171,6 +186,18 @@ int server_parse_args(int argc, char **argv, server_options *o, char *err, size_
             if (!(rc = parse_num(a, v, 1, UINT32_MAX, &x, err, errlen))) o->max_tokens = (uint32_t)x;
         } else if (!strcmp(a, "--max-inflight")) {
             if (!(rc = parse_num(a, v, 1, 1 << 20, &x, err, errlen))) o->max_inflight = (int)x;
+        } else if (!strcmp(a, "--max-conn-bytes")) {
+            if (!(rc = parse_num(a, v, 1024, 1ll << 40, &x, err, errlen))) o->max_conn_bytes = (size_t)x;
+        } else if (!strcmp(a, "--max-total-bytes")) {
+            if (!(rc = parse_num(a, v, 1 << 20, 1ll << 40, &x, err, errlen))) o->max_total_bytes = (size_t)x;
+        } else if (!strcmp(a, "--max-waiting")) {
+            if (!(rc = parse_num(a, v, 1, 1 << 24, &x, err, errlen))) o->max_waiting = (int)x;
+        } else if (!strcmp(a, "--idle-timeout")) {
+            if (!(rc = parse_num(a, v, 0, 1 << 24, &x, err, errlen))) o->idle_timeout = (unsigned)x;
+        } else if (!strcmp(a, "--write-timeout")) {
+            if (!(rc = parse_num(a, v, 0, 1 << 24, &x, err, errlen))) o->write_timeout = (unsigned)x;
+        } else if (!strcmp(a, "--pause-timeout")) {
+            if (!(rc = parse_num(a, v, 0, 1 << 24, &x, err, errlen))) o->pause_timeout = (unsigned)x;
         } else if (!strcmp(a, "--log-file")) {
             o->log_file = v;
         } else if (!strcmp(a, "--log-level")) {
@@ -325,6 +352,7 @@ static void close_everything(server *srv)
     close_handle((uv_handle_t *)&srv->sigint);
     close_handle((uv_handle_t *)&srv->sighup);
     close_handle((uv_handle_t *)&srv->exit_timer);
+    close_handle((uv_handle_t *)&srv->tick);
     close_handle((uv_handle_t *)&srv->listener);
 }
 
@@ -362,6 +390,11 @@ static void finish_exit(server *srv)
     close_handle((uv_handle_t *)&srv->sighup);
 }
 
+static void on_tick(uv_timer_t *t)
+{
+    conn_tick((server *)t->data);
+}
+
 static void on_signal(uv_signal_t *h, int signum)
 {
     server *srv = h->data;
@@ -370,6 +403,7 @@ static void on_signal(uv_signal_t *h, int signum)
     fprintf(stderr, "lind serve: %s: finishing turns at a token boundary and saving\n",
             strsignal(signum));
     close_handle((uv_handle_t *)&srv->listener);
+    uv_timer_stop(&srv->tick);   /* no timeouts while stopping: the exit timer bounds it */
     dmsg *m = dmsg_new(M_SHUTDOWN, 0);
     if (m) queue_push(&srv->schedq, &m->node);
 }
@@ -454,6 +488,8 @@ int server_main(int argc, char **argv)
     uv_signal_init(&loop, &srv->sigint);
     uv_signal_init(&loop, &srv->sighup);
     uv_timer_init(&loop, &srv->exit_timer);
+    uv_timer_init(&loop, &srv->tick);
+    srv->tick.data = srv;
     uv_pipe_init(&loop, &srv->listener, 0);
     srv->sigterm.data = srv->sigint.data = srv->sighup.data = srv->exit_timer.data = srv->listener.data = srv;
     if (conn_table_init(&conns) != 0 || stats_init(&srv->st) != 0 ||
@@ -486,6 +522,7 @@ int server_main(int argc, char **argv)
     uv_signal_start(&srv->sigterm, on_signal, SIGTERM);
     uv_signal_start(&srv->sigint, on_signal, SIGINT);
     uv_signal_start(&srv->sighup, on_signal, SIGHUP);   /* a closed terminal: stop as cleanly */
+    uv_timer_start(&srv->tick, on_tick, 250, 250);
     fprintf(stderr, "lind serve: %s (%s, %zu params, %zu state bytes/session) on %s, store %s\n",
             srv->model_path, srv->backend, srv->params, srv->state_bytes,
             srv->opt.socket_path, srv->opt.db_path);

@@ -41,6 +41,12 @@ typedef struct server_options {
     size_t   max_output;       /* unsent bytes per connection before its turns pause, default 256 KiB */
     uint32_t max_tokens;       /* per generate, default 65536 */
     int      max_inflight;     /* requests in flight per connection, default 1024 */
+    size_t   max_conn_bytes;   /* request bytes in flight per connection, default 4 MiB */
+    size_t   max_total_bytes;  /* request bytes in flight and buffered, all connections, default 64 MiB */
+    int      max_waiting;      /* sessions waiting for a load or a slot, default 4096 */
+    unsigned idle_timeout;     /* s: close a connection with nothing in flight, 0 (default) = never */
+    unsigned write_timeout;    /* s: close a connection whose output has not moved, default 60, 0 = never */
+    unsigned pause_timeout;    /* s: cancel the turns of a connection paused that long, default 60, 0 = never */
     store_sync sync;           /* default full */
     size_t   transcript_bytes; /* transcript tail per session, default 4 KiB */
     const char *log_file;      /* --log-file: request log and notices; NULL = stderr */
@@ -86,6 +92,11 @@ typedef struct server {
     uv_async_t     wake;
     uv_signal_t    sigterm, sigint, sighup;
     uv_timer_t     exit_timer;
+    uv_timer_t     tick;           /* timeouts (conn_tick), every 250 ms */
+    size_t         mem_bytes;      /* request bytes in flight + input buffers, all connections */
+    size_t         inflight_bytes; /* request bytes in flight, all connections */
+    unsigned       starved;        /* connections not reading for mem_bytes (conn.c) */
+    uint64_t       overdraft;      /* the connection that may finish a message past the budget */
     struct conn_table *conns;
     int            stopping;       /* SIGTERM/SIGINT seen */
     int            store_done;     /* the store thread has finished */

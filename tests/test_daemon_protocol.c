@@ -192,6 +192,12 @@ static void other_ops(void)
     CHECK(parse(&r, &e) == PE_OK && r.op == OP_CANCEL && r.target == 77, "cancel");
     begin(2); ks("op", "cancel"); ku("id", 1);
     CHECK(parse(&r, &e) == PE_BAD_REQUEST && strstr(e.msg, "target"), "cancel without target");
+    begin(3); ks("op", "cancel"); ku("id", 1); ks("session", "chat one");
+    CHECK(parse(&r, &e) == PE_OK && r.op == OP_CANCEL && !strcmp(r.session, "chat one"), "cancel by session");
+    begin(4); ks("op", "cancel"); ku("id", 1); ks("session", "a"); ku("target", 2);
+    CHECK(parse(&r, &e) == PE_BAD_REQUEST && strstr(e.msg, "not both"), "cancel with target and session");
+    begin(3); ks("op", "cancel"); ku("id", 1); ks("session", "");
+    CHECK(parse(&r, &e) == PE_BAD_NAME, "cancel by an empty name");
     begin(4); ks("op", "fork"); ku("id", 1); ks("session", "a"); ks("to", "b");
     CHECK(parse(&r, &e) == PE_OK && !strcmp(r.to, "b"), "fork");
     begin(3); ks("op", "fork"); ku("id", 1); ks("session", "a");
@@ -224,7 +230,7 @@ static void encode_events(void)
     msgpack_sbuffer_init(&out);
     proto_pack_token(&out, 5, (const uint8_t *)"x", 1);
     proto_pack_error(&out, 6, PE_BUSY, "session 's' has a turn in flight");
-    proto_done d = { .id = 7, .reason = "stop", .tokens_in = 3, .tokens_out = 4,
+    proto_done d = { .id = 7, .reason = "stop", .tokens_in = 3, .fed_bytes = 11, .tokens_out = 4,
                      .session_tokens = 8, .stop = (const uint8_t *)"END", .stop_len = 3 };
     proto_pack_done(&out, &d);
     msgpack_unpacked up;
@@ -243,7 +249,12 @@ static void encode_events(void)
             msgpack_object *c = &o->via.map.ptr[2].val;
             CHECK(c->via.str.size == 4 && !memcmp(c->via.str.ptr, "busy", 4), "error code");
         }
-        if (n == 2) CHECK(o->via.map.size == 8, "done has 8 fields, got %u", o->via.map.size);
+        if (n == 2) {
+            CHECK(o->via.map.size == 9, "done has 9 fields, got %u", o->via.map.size);
+            msgpack_object_kv *f = &o->via.map.ptr[4];
+            CHECK(f->key.via.str.size == 9 && !memcmp(f->key.via.str.ptr, "fed_bytes", 9) &&
+                  f->val.via.u64 == 11, "done carries fed_bytes");
+        }
         n++;
     }
     CHECK(n == 3 && off == out.size, "three events, all bytes used");

@@ -19,7 +19,9 @@ on:
   - a session resumed after a restart continues byte-identically;
   - batched prefill (prompts fed in chunks, mixed with other sessions'
     decode rows in one model_forward) gives the results of the same requests
-    run one at a time, whatever --prompt-chunk.
+    run one at a time, whatever --prompt-chunk;
+  - a cancel that cuts a long append still feeds the tail an earlier append
+    held back (it was acknowledged) and reports what the session holds.
 Prints one line per case: PASS name / FAIL name: why.
 """
 import collections
@@ -460,6 +462,34 @@ def appends_hold_back_an_undecided_tail():
     wt, w = c.call("generate", session="tail-whole", text=whole_text, max_tokens=5, temperature=0)
     expect(toks == wt and d["session_tokens"] == w["session_tokens"], (r2, d, w))
     expect(w["tokens_in"] == len(tokenize(whole_text)) and w["session_tokens"] == 1 + w["tokens_in"] + 5, w)
+    c.close()
+
+
+@case
+def cancel_mid_text_keeps_the_acknowledged_tail():
+    # The tail " reads" an append held back was acknowledged: a cancel of the
+    # next (long) append, arriving before any of it is fed, still feeds it.
+    # The session then holds the first tokens_in tokens of " reads" + text
+    # (fed_bytes of the text), nothing after.
+    c = srv.client()
+    _, r1 = c.call("append", session="cut", text=b"The daemon reads")
+    reads = len(tokenize(b" reads and"))
+    rid = c.send("append", session="cut", text=b" and " + TEXT * 3000)
+    c.send("cancel", target=rid)
+    _, r2 = c.wait(rid)
+    expect(r2["event"] == "result" and r2["cancelled"], r2)
+    expect(r2["tokens_in"] >= reads - 1 and r2["session_tokens"] == r1["session_tokens"] + r2["tokens_in"],
+           (r1, r2, reads))
+    expect(r2["fed_bytes"] < len(TEXT), r2)
+    # The session's tokens are those of the acknowledged bytes: where the cut
+    # is at a word boundary (the usual case: the cancel came with the append),
+    # feeding the same bytes to a fresh session gives the same stream length.
+    full = b"The daemon reads" + b" and " + TEXT * 3000
+    cut = len(b"The daemon reads") + r2["fed_bytes"]
+    if full[cut:cut + 1] in (b" ", b"\n"):
+        _, w = c.call("generate", session="cut-whole", text=full[:cut], max_tokens=0)
+        _, d = c.call("generate", session="cut", max_tokens=0)
+        expect(d["session_tokens"] == w["session_tokens"], (d, w, full[cut - 20:cut]))
     c.close()
 
 

@@ -1,11 +1,15 @@
 /* tests/test_daemon_units.c — the daemon's small parts on their own: the
  * inter-thread queue, the session table, the statistics. */
+#include <errno.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <msgpack.h>
 
+#include "daemon/errors.h"
 #include "daemon/msg.h"
+#include "state/format.h"
 #include "daemon/queue.h"
 #include "daemon/session.h"
 #include "daemon/stats.h"
@@ -142,10 +146,32 @@ static void stats_percentiles_and_buckets(void)
     stats_destroy(&st);
 }
 
+/* One table: every state-format code is bad_state, the store's codes the
+ * documented wire codes, every entry named, unknown codes internal. */
+static void error_table(void)
+{
+    for (int c = STATE_E_INVALID; c <= STATE_E_MAGIC; c++)
+        CHECK(lind_wire_code(c) == PE_BAD_STATE, "state code %d -> %s", c, proto_code_name(lind_wire_code(c)));
+    CHECK(lind_wire_code(0) == PE_OK, "0 is ok");
+    CHECK(lind_wire_code(-ENOENT) == PE_NOT_FOUND && lind_wire_code(-EEXIST) == PE_EXISTS &&
+          lind_wire_code(-EINVAL) == PE_BAD_REQUEST && lind_wire_code(-EBADMSG) == PE_BAD_STATE &&
+          lind_wire_code(-ESTALE) == PE_IO && lind_wire_code(-EBUSY) == PE_IO &&
+          lind_wire_code(-ENOSPC) == PE_IO && lind_wire_code(-EIO) == PE_IO, "store codes");
+    CHECK(lind_wire_code(-ENOMEM) == PE_INTERNAL && lind_wire_code(-12345) == PE_INTERNAL, "internal");
+    size_t n;
+    const lind_error *t = lind_error_table(&n);
+    for (size_t i = 0; i < n; i++) {
+        CHECK(t[i].text && *t[i].text && !strcmp(lind_strerror(t[i].code), t[i].text), "entry %zu named", i);
+        for (size_t j = 0; j < i; j++) CHECK(t[i].code != t[j].code, "code %d listed twice", t[i].code);
+    }
+    CHECK(!strcmp(lind_strerror(-EPIPE), strerror(EPIPE)), "errno outside the table: strerror");
+}
+
 int main(void)
 {
     RUN(queue_fifo_across_threads);
     RUN(session_table_ops);
     RUN(stats_percentiles_and_buckets);
+    RUN(error_table);
     return check_exit();
 }
