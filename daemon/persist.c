@@ -8,6 +8,7 @@
 #include <string.h>
 #include "daemon/errors.h"
 #include "daemon/msg.h"
+#include "state/format.h"
 #include "state/transcript.h"
 
 #define SAVE_GROUP_MAX 512
@@ -199,10 +200,14 @@ static void do_request(persist *P, dmsg *m)
         if (rc != 0 && !(rc == -ENOENT && known)) break;
         int stored = rc == 0;
         rc = 0;
-        proto_result_begin(&pk, &o->sb, r->id, m->rinfo.resident ? 9 : 8);
-        if (m->rinfo.resident) {   /* optional: the seed is read from a resident session only */
+        /* the seed: the resident session's, else the one its stored state
+         * records (omitted only when neither is there) */
+        uint64_t seed = m->rinfo.seed;
+        int has_seed = m->rinfo.resident || (stored && state_peek_seed(ld.state, ld.state_len, &seed) == 0);
+        proto_result_begin(&pk, &o->sb, r->id, has_seed ? 9 : 8);
+        if (has_seed) {
             proto_pack_key(&pk, "seed");
-            msgpack_pack_uint64(&pk, m->rinfo.seed);
+            msgpack_pack_uint64(&pk, seed);
         }
         proto_pack_key(&pk, "session");
         proto_pack_str(&pk, r->session);

@@ -434,3 +434,13 @@ int state_decode(const model *m, const uint8_t *blob, size_t len,
     free(mt);
     return rc;
 }
+
+int state_peek_seed(const uint8_t *blob, size_t len, uint64_t *seed)
+{
+    if (len < 96 || memcmp(blob, state_magic, 8)) return len < 96 ? STATE_E_TRUNCATED : STATE_E_MAGIC;
+    uint32_t version = le_get32(blob + 8);
+    if (version == 0 || version > STATE_FORMAT_VERSION) return STATE_E_VERSION;
+    if (le_get32(blob + 60) != (uint32_t)XXH64(blob, 60, 0)) return STATE_E_CHECKSUM;
+    *seed = le_get64(blob + 88);   /* sampler params: ..., u32 zero, u64 seed */
+    return 0;
+}

@@ -75,6 +75,11 @@ int state_decode(const model *m, const uint8_t *blob, size_t len,
  * naming layer, region and element. */
 int state_check_finite(const model_state_region *r, int nr, const void *raw, char *err, size_t errlen);
 
+/* The sampler seed recorded in a blob, read without a model (for `info` on
+ * a stored session): checks the magic, the version and the header check,
+ * not the whole checksum. 0, or a STATE_E_* code. */
+int state_peek_seed(const uint8_t *blob, size_t len, uint64_t *seed);
+
 /* A short, stable, lowercase word for an error code above ("checksum", ...).
  * Checks run in this order, so the first fault found is the one reported:
  * magic, version, byte order, truncation/checksum, model, field ranges,

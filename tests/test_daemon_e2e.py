@@ -338,6 +338,9 @@ def split_vs_whole(kill):
     expect(rc == (-signal.SIGKILL if kill else 0), "exit status %r" % rc)
     srv.start()
     c = srv.client()
+    # after the restart the session is only stored: info still reports its seed
+    info = c.call("info", session="split-" + tag)
+    expect(info.get("resident") is False and info.get("seed") == 99, "stored session's info: %r" % info)
     b, d2 = c.wait(c.send("generate", session="split-" + tag, max_tokens=n2, temperature=0.9,
                           top_k=50, top_p=0.95, repetition_penalty=1.2))
     c.close()
