@@ -203,6 +203,30 @@ typedef struct backend_ops {
      * lind_delta_* / lind_l2_* / lind_rms_* helpers of kernels/mixer_math.h. */
     int (*delta_step)(backend *be, const backend_buf *in, const backend_buf *gate, const backend_buf *norm_w,
                       backend_buf *out, size_t state_off, int H, int dh, float eps);
+
+    /* Retention (RetNet) for every row r in run order and head h < H:
+     *   in  = [R × 4·hd]: q at column 0, k at hd, v at 2·hd, the gate
+     *         logits g at 3·hd
+     *   gamma: H floats, the decays γ
+     *   norm: 2·hd floats, the group norm's weight then its bias
+     *   state in slot slots[r] at byte offset state_off: S as double
+     *   [H][dh (k index i)][dh (v index j)]
+     *   out[r, h·dh + j] = SiLU(g) · GroupNorm_h(o)[j] (float), out [R × hd]
+     * with S ← γS + k vᵀ, o_j = dh^−½ Σ_i q_i S[i][j], the group norm over
+     * the head's dh outputs (mean, biased variance, eps inside the √); per
+     * element lind_lin_s() / lind_lin_column() (φ = identity),
+     * lind_gn_rstd(), lind_retention_out(). */
+    int (*retention_step)(backend *be, const backend_buf *in, const backend_buf *gamma, const backend_buf *norm,
+                          backend_buf *out, size_t state_off, int H, int dh, float eps);
+
+    /* FAVOR+ features in log form (Performer), row-wise (no slot state), for
+     * every row r < R, part p (0 = queries, 1 = keys) and head h < H:
+     *   out[r, p·H·m + h·m + f] = u_f  (f < m)  from x = in[r, p·hd + h·dh ...]
+     * per lind_favor_head() with omega [m × dh] (shared by the heads), the
+     * keys' shift ck = max_f ‖ω_f‖²/2. in and out have row strides ldi and
+     * ldo and must not overlap. */
+    int (*favor_features)(backend *be, const backend_buf *in, int ldi, const backend_buf *omega,
+                          backend_buf *out, int ldo, int H, int dh, int m, float ck);
 } backend_ops;
 
 /* Every backend struct starts with this. */

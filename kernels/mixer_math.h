@@ -351,4 +351,61 @@ LIND_HD static inline float lind_rms_apply(double o, double rs, float w) {
     return (float)(o * rs * (double)w);
 }
 
+/* ---- retention (RetNet) --------------------------------------------------
+ *
+ * Per head, no feature map and no normalizer, decay γ ∈ (0, 1]:
+ *   S ← γS + k vᵀ,   o_j = dh^−½ Σ_i q_i S[i][j]
+ * (the linear mixer's S update and column sum with φ = identity:
+ * lind_lin_s() / lind_lin_column() with φk = k, φq = q), then the head's
+ * group norm and the swish gate, per element: */
+
+/* 1/√(var + eps) of a head's group norm (var the biased variance). */
+LIND_HD static inline double lind_gn_rstd(double var, float eps) {
+    return 1.0 / sqrt(var + (double)eps);
+}
+
+/* ((o − mean)·rstd·w + b) · SiLU(g). */
+LIND_HD static inline float lind_retention_out(double o, double mean, double rstd, float w, float b, float g) {
+    float n = (float)((o - mean) * rstd) * w + b;
+    return n * lind_silu(g);
+}
+
+/* ---- FAVOR+ positive random features (Performer) --------------------------
+ *
+ * φ_i(x) = exp(ω_iᵀx̂ − ‖x̂‖²/2)/√m with x̂ = x·dh^−¼, so that
+ * E[φ(q)ᵀφ(k)] = exp(qᵀk/√dh). Written in log form u_i, shifted by a
+ * constant c: φ_i ∝ e^{u_i}, u_i = ω_iᵀx̂ − ‖x̂‖²/2 − c ≤ 0. The shift
+ * cancels in the ratio o = Σ φq·φk v / Σ φq·φk as long as it is the same for
+ * every term of a sum: for a query, c = the row's own largest exponent
+ * (its largest feature is then 1); for keys, c = max_i ‖ω_i‖²/2, a bound
+ * of every key's exponent (ω_iᵀx̂ − ‖x̂‖²/2 = ‖ω_i‖²/2 − ‖x̂ − ω_i‖²/2), fixed
+ * by the stored projection — so no feature ever exceeds 1 and the running
+ * sums grow at most by 1·|v| per token. The 1/√m cancels too. The
+ * exponent is computed in double; u is returned as float clamped to ≤ 0,
+ * and e^u is taken by lind_elu1() (= e^u for u ≤ 0) inside the linear
+ * mixer's step. Features below e^−87 are raised to e^−87 (lind_expf's
+ * clamp): a key that far from every ω gets a weight 1e-38 instead of less. */
+LIND_HD static inline void lind_favor_head(float *out, const float *x, const float *omega, int dh, int m, int is_q,
+                                           float ck) {
+    double s = 1.0 / sqrt(sqrt((double)dh)), half = 0.0;
+    for (int i = 0; i < dh; i++) half += ((double)x[i] * s) * ((double)x[i] * s);
+    half *= 0.5;
+    double c = (double)ck;
+    if (is_q) {
+        c = -1e308;
+        for (int f = 0; f < m; f++) {
+            double dot = 0.0;
+            for (int i = 0; i < dh; i++) dot += (double)omega[(long)f * dh + i] * (double)x[i];
+            double e = dot * s - half;
+            c = e > c ? e : c;
+        }
+    }
+    for (int f = 0; f < m; f++) {
+        double dot = 0.0;
+        for (int i = 0; i < dh; i++) dot += (double)omega[(long)f * dh + i] * (double)x[i];
+        double u = dot * s - half - c;
+        out[f] = (float)(u < 0.0 ? u : 0.0);
+    }
+}
+
 #endif

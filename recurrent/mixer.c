@@ -11,6 +11,8 @@ static const layer_kind *const kinds[] = {
     &mixer_linear,
     &mixer_aft,
     &mixer_delta,
+    &mixer_retnet,
+    &mixer_performer,
 };
 #define NKINDS (sizeof kinds / sizeof kinds[0])
 

@@ -29,5 +29,7 @@ void mixer_proj3_free(mixer_proj3 *p, backend *be);
 extern const layer_kind mixer_linear;
 extern const layer_kind mixer_aft;
 extern const layer_kind mixer_delta;
+extern const layer_kind mixer_retnet;
+extern const layer_kind mixer_performer;
 
 #endif

@@ -673,6 +673,87 @@ static int cpu_delta_step(backend *be, const backend_buf *in, const backend_buf 
     return 0;
 }
 
+/* ---- retention (RetNet) -----------------------------------------------------
+ * Split by (run, head) like delta_step: a session's heads are independent, a
+ * run's rows go in order. The S update and column sums are lin_head() with
+ * φ = identity (lind_lin_s, the i-order of lind_lin_column). */
+typedef struct ret_job {
+    cpu *c;
+    const float *in, *gamma, *norm;
+    float *out;
+    double *tmp;   /* dh doubles per part */
+    size_t off;
+    int H, dh;
+    float eps;
+} ret_job;
+
+static void ret_part(void *arg, int part, int nparts) {
+    const ret_job *j = arg;
+    int H = j->H, dh = j->dh, hd = H * dh, lo, hi;
+    part_range(j->c->nruns * H, part, nparts, &lo, &hi);
+    double *o = j->tmp + (size_t)part * dh, scale = 1.0 / sqrt((double)dh);
+    for (int unit = lo; unit < hi; unit++) {
+        int run = unit / H, h = unit % H;
+        double g = (double)j->gamma[h];
+        for (int b = j->c->run[run]; b < j->c->run[run + 1]; b++) {
+            double *S = (double *)(slot_ptr(j->c, j->c->slots[b]) + j->off) + (size_t)h * dh * dh;
+            const float *row = j->in + (size_t)b * 4 * hd;
+            lin_head(S, o, row + hd + h * dh, row + h * dh, row + 2 * hd + h * dh, g, dh);
+            double mean = 0.0, var = 0.0;
+            for (int i = 0; i < dh; i++) {
+                o[i] *= scale;
+                mean += o[i];
+            }
+            mean /= dh;
+            for (int i = 0; i < dh; i++) var += (o[i] - mean) * (o[i] - mean);
+            double rs = lind_gn_rstd(var / dh, j->eps);
+            float *out = j->out + (size_t)b * hd + (size_t)h * dh;
+            const float *gt = row + 3 * hd + h * dh, *w = j->norm + h * dh, *bias = j->norm + hd + h * dh;
+            for (int i = 0; i < dh; i++) out[i] = lind_retention_out(o[i], mean, rs, w[i], bias[i], gt[i]);
+        }
+    }
+}
+
+static int cpu_retention_step(backend *be, const backend_buf *in, const backend_buf *gamma, const backend_buf *norm,
+                              backend_buf *out, size_t state_off, int H, int dh, float eps) {
+    cpu *c = (cpu *)be;
+    int parts = row_parts(c, c->nruns * H, (size_t)2 * dh * dh * c->B / c->nruns);
+    double *t = (double *)tmp_get(c, 2 * (size_t)parts * dh);
+    if (!t) return -ENOMEM;
+    ret_job j = {c, in->p, gamma->p, norm->p, out->p, t, state_off, H, dh, eps};
+    cpu_pool_run(c->threads, ret_part, &j, parts);
+    return 0;
+}
+
+/* ---- FAVOR+ features (row-wise) ---------------------------------------------- */
+typedef struct favor_job {
+    cpu *c;
+    const float *in, *omega;
+    float *out;
+    int ldi, ldo, H, dh, m;
+    float ck;
+} favor_job;
+
+static void favor_part(void *arg, int part, int nparts) {
+    const favor_job *j = arg;
+    int lo, hi;
+    part_range(j->c->B, part, nparts, &lo, &hi);
+    for (int r = lo; r < hi; r++)
+        for (int p = 0; p < 2; p++)
+            for (int h = 0; h < j->H; h++)
+                lind_favor_head(j->out + (size_t)r * j->ldo + (size_t)(p * j->H + h) * j->m,
+                                j->in + (size_t)r * j->ldi + (size_t)(p * j->H + h) * j->dh, j->omega, j->dh, j->m,
+                                p == 0, j->ck);
+}
+
+static int cpu_favor_features(backend *be, const backend_buf *in, int ldi, const backend_buf *omega,
+                              backend_buf *out, int ldo, int H, int dh, int m, float ck) {
+    cpu *c = (cpu *)be;
+    favor_job j = {c, in->p, omega->p, out->p, ldi, ldo, H, dh, m, ck};
+    cpu_pool_run(c->threads, favor_part, &j, row_parts(c, c->B, (size_t)6 * H * m * dh));
+    return 0;
+}
+
 /* ---- row helpers ------------------------------------------------------------ */
 
 static int cpu_gather_rows(backend *be, const backend_buf *src, const int *rows, int n, backend_buf *dst, int d) {
@@ -743,6 +824,8 @@ static const backend_ops cpu_ops = {
     .short_conv = cpu_short_conv,
     .delta_step = cpu_delta_step,
     .weight_new_half = cpu_weight_new_half,
+    .retention_step = cpu_retention_step,
+    .favor_features = cpu_favor_features,
 };
 
 /* "model name" from /proc/cpuinfo, else "cpu". */

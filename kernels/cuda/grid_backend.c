@@ -652,6 +652,41 @@ static int g_weight_new_half(backend *be, int N, int K, const uint16_t *W, int w
     return 0;
 }
 
+static int g_retention_step(backend *be, const backend_buf *in, const backend_buf *gamma, const backend_buf *norm,
+                            backend_buf *out, size_t state_off, int H, int dh, float eps) {
+    gridbe *g = G(be);
+    int B = g->B, rc;
+    if (H < 1 || dh < 1 || dh > KB_MAX_BLOCK) return fail(g, -EINVAL, "retention_step: %d heads of width %d", H, dh);
+    if (in == out) return fail(g, -EINVAL, "retention_step: out is in (other heads still read the row)");
+    size_t hd = (size_t)H * dh;
+    if ((rc = region_fits(g, state_off, hd * dh * sizeof(double), sizeof(double), "retention_step")) < 0 ||
+        (rc = fits(g, in, (size_t)B * 4 * hd, "retention_step", "in")) < 0 ||
+        (rc = fits(g, out, (size_t)B * hd, "retention_step", "out")) < 0 ||
+        (rc = fits(g, gamma, H, "retention_step", "gamma")) < 0 ||
+        (rc = fits(g, norm, 2 * hd, "retention_step", "norm")) < 0)
+        return rc;
+    if (B == 0) return 0;
+    kb_retention_args a = { F(in), F(gamma), F(norm), F(out), g->pool, g->stride, state_off, g->d_slots, g->d_runs,
+                            H, dh, eps };
+    return launch(g, KB_RETENTION_STEP, kb_retention_launch(g->nruns, H, dh), &a, "retention_step");
+}
+
+static int g_favor_features(backend *be, const backend_buf *in, int ldi, const backend_buf *omega, backend_buf *out,
+                            int ldo, int H, int dh, int m, float ck) {
+    gridbe *g = G(be);
+    int B = g->B, rc;
+    if (H < 1 || dh < 1 || m < 1 || ldi < 2 * H * dh || ldo < 2 * H * m)
+        return fail(g, -EINVAL, "favor_features: %d heads of width %d, %d features, ldi %d, ldo %d", H, dh, m, ldi, ldo);
+    if (in == out) return fail(g, -EINVAL, "favor_features: out is in");
+    if (B == 0) return 0;
+    if ((rc = fits(g, in, (size_t)(B - 1) * ldi + 2 * (size_t)H * dh, "favor_features", "in")) < 0 ||
+        (rc = fits(g, out, (size_t)(B - 1) * ldo + 2 * (size_t)H * m, "favor_features", "out")) < 0 ||
+        (rc = fits(g, omega, (size_t)m * dh, "favor_features", "omega")) < 0)
+        return rc;
+    kb_favor_args a = { F(in), F(omega), F(out), ldi, ldo, H, dh, m, ck };
+    return launch(g, KB_FAVOR, kb_favor_launch(B, H), &a, "favor_features");
+}
+
 static const backend_ops grid_ops = {
     .name = "grid",
     .free = g_free,
@@ -678,6 +713,8 @@ static const backend_ops grid_ops = {
     .weight_new_half = g_weight_new_half,
     .short_conv = g_short_conv,
     .delta_step = g_delta_step,
+    .retention_step = g_retention_step,
+    .favor_features = g_favor_features,
 };
 
 int grid_backend_set_weights(backend *be, const char *precision, char *err, size_t errlen) {

@@ -28,6 +28,8 @@ static int run_gemv_half(const lind_thread *t, int p, const void *a) { return kb
 static int run_short_conv(const lind_thread *t, int p, const void *a) { return kb_short_conv(t, p, (const kb_short_conv_args *)a); }
 static int run_conv_advance(const lind_thread *t, int p, const void *a) { return kb_conv_advance(t, p, (const kb_conv_advance_args *)a); }
 static int run_delta(const lind_thread *t, int p, const void *a) { return kb_delta_step(t, p, (const kb_delta_args *)a); }
+static int run_retention(const lind_thread *t, int p, const void *a) { return kb_retention_step(t, p, (const kb_retention_args *)a); }
+static int run_favor(const lind_thread *t, int p, const void *a) { return kb_favor(t, p, (const kb_favor_args *)a); }
 
 static const body_fn bodies[KB_NKERNELS] = {
     [KB_EMBED] = run_embed,
@@ -46,6 +48,8 @@ static const body_fn bodies[KB_NKERNELS] = {
     [KB_SHORT_CONV] = run_short_conv,
     [KB_CONV_ADVANCE] = run_conv_advance,
     [KB_DELTA_STEP] = run_delta,
+    [KB_RETENTION_STEP] = run_retention,
+    [KB_FAVOR] = run_favor,
 };
 
 /* A body that never says it is done is a bug the harness reports rather than

@@ -52,7 +52,9 @@ enum kb_kernel {
     KB_EMBED, KB_LAYERNORM, KB_BIAS_ROWS, KB_ACT, KB_SHIFT_MIX,
     KB_LINEAR_STEP, KB_AFT_STEP, KB_TO_BF16, KB_GATHER_ROWS, KB_SCALE,
     KB_GATED_ADD, KB_WIDEN_HALF, KB_GEMV_HALF, KB_SHORT_CONV, KB_CONV_ADVANCE,
-    KB_DELTA_STEP, KB_NKERNELS
+    KB_DELTA_STEP,
+    KB_RETENTION_STEP, KB_FAVOR,
+    KB_NKERNELS
 };
 
 /* The per-session state of row b of the batch: slot slots[b] of the pool. */
@@ -687,6 +689,95 @@ LIND_HD static inline int kb_gemv_half(const lind_thread *t, int phase, const kb
         float *y = a->y + (size_t)l * a->ldy + n;
         *y = (a->beta ? *y : 0.0f) + red[l * KB_GEMV_LANES];
     }
+    return 0;
+}
+
+/* ---- retention (RetNet): one block per (head, run) ------------------------
+ * Block of T = kb_linear_threads(dh) threads (lg = log2 T); the run's rows
+ * one after the other, each in 2·lg + 3 phases with a barrier between every
+ * two (also between rows). Per row of head h:
+ *   0            thread j < dh: o_j = dh^−½ · lind_lin_column() (φ = identity:
+ *                S column j updated and summed with q), kept in ov, summed
+ *   1..lg        tree sum of o (red)
+ *   lg+1         thread j: (o_j − mean)² into red2
+ *   lg+2..2lg+1  tree sum of the squares
+ *   2lg+2        thread j < dh: out = lind_retention_out()
+ * Shared: red [T], red2 [T], ov [T] doubles. */
+typedef struct kb_retention_args {
+    const float *in;        /* [R × 4·hd]: q | k | v | g */
+    const float *gamma;     /* [H] */
+    const float *norm;      /* [2·hd]: group norm weight, then bias */
+    float *out;             /* [R × hd] */
+    unsigned char *pool;
+    size_t stride, state_off;
+    const int *slots, *runs;
+    int H, dh;
+    float eps;
+} kb_retention_args;
+
+static inline lind_launch kb_retention_launch(int nruns, int H, int dh) {
+    int T = kb_linear_threads(dh);
+    lind_launch L = { H, nruns, T, 3 * (size_t)T * sizeof(double) };
+    return L;
+}
+
+LIND_HD static inline int kb_retention_step(const lind_thread *t, int phase, const kb_retention_args *a) {
+    int T = t->bdim, lg = kb_log2(T), tx = t->tx, h = t->bx, per = 2 * lg + 3;
+    int r0 = a->runs[t->by], n = a->runs[t->by + 1] - r0, sub = phase % per, b = r0 + phase / per;
+    int dh = a->dh, hd = a->H * dh;
+    double *red = (double *)t->smem, *red2 = red + T, *ov = red2 + T;
+    const float *row = a->in + (size_t)b * 4 * hd;
+    if (sub == 0) {
+        double o = 0.0;
+        if (tx < dh) {
+            double *S = (double *)(KB_SLOT(a->pool, a->stride, a->slots, r0) + a->state_off) + (size_t)h * dh * dh;
+            o = lind_lin_column(S, dh, tx, dh, row + hd + h * dh, row + h * dh, row[2 * hd + h * dh + tx],
+                                (double)a->gamma[h]) * (1.0 / sqrt((double)dh));
+        }
+        ov[tx] = o;
+        red[tx] = o;
+        return 1;
+    }
+    if (sub <= lg) { kb_tree_step(red, tx, T, sub); return 1; }
+    double mean = red[0] / dh;
+    if (sub == lg + 1) {
+        double e = tx < dh ? ov[tx] - mean : 0.0;
+        red2[tx] = e * e;
+        return 1;
+    }
+    if (sub <= 2 * lg + 1) { kb_tree_step(red2, tx, T, sub - lg - 1); return 1; }
+    if (tx < dh) {
+        int c = h * dh + tx;
+        double rs = lind_gn_rstd(red2[0] / dh, a->eps);
+        a->out[(size_t)b * hd + c] = lind_retention_out(ov[tx], mean, rs, a->norm[c], a->norm[hd + c], row[3 * hd + c]);
+    }
+    return b - r0 + 1 < n;   /* another row: barrier first */
+}
+
+/* ---- FAVOR+ log-features: one thread per (row, part·H + head) -------------
+ * Row-wise (no slot state): thread u of row r calls lind_favor_head() for
+ * part p = u / H (0 queries, 1 keys) and head u % H. */
+typedef struct kb_favor_args {
+    const float *in;        /* [R × ldi]: q at 0, k at H·dh */
+    const float *omega;     /* [m × dh] */
+    float *out;             /* [R × ldo]: q features at 0, k features at H·m */
+    int ldi, ldo, H, dh, m;
+    float ck;
+} kb_favor_args;
+
+#define KB_FAVOR_BLOCK 64
+
+static inline lind_launch kb_favor_launch(int R, int H) {
+    lind_launch L = { kb_ceil_div((size_t)2 * H, KB_FAVOR_BLOCK), R, KB_FAVOR_BLOCK, 0 };
+    return L;
+}
+
+LIND_HD static inline int kb_favor(const lind_thread *t, int phase, const kb_favor_args *a) {
+    (void)phase;
+    int u = t->bx * t->bdim + t->tx, r = t->by;
+    if (u < 2 * a->H)
+        lind_favor_head(a->out + (size_t)r * a->ldo + (size_t)u * a->m, a->in + (size_t)r * a->ldi + (size_t)u * a->dh,
+                        a->omega, a->dh, a->m, u < a->H, a->ck);
     return 0;
 }
 
