@@ -227,6 +227,21 @@ typedef struct backend_ops {
      * ldo and must not overlap. */
     int (*favor_features)(backend *be, const backend_buf *in, int ldi, const backend_buf *omega,
                           backend_buf *out, int ldo, int H, int dh, int m, float ck);
+
+    /* cosFormer step for every row r in run order and head h < H:
+     *   in  = [R × 3·hd]: q at 0, k at hd, v at 2·hd (raw, before ReLU)
+     *   state in slot slots[r]: at state_off P (S, z) pairs, S as double
+     *   [P][H][dh][dh] then z as double [P][H][dh]; at pos_off the int64
+     *   count of tokens seen (the row's position t). P = 3 when periodic,
+     *   else 2.
+     *   out[r, h·dh + j] = Σ_p φq_p·S_p[·][j] / (Σ_p φq_p·z_p + eps)
+     * after S_p += φk_p vᵀ, z_p += φk_p, φ_p(x) = lind_cos_feature(x,
+     * lind_cos_mult(lind_cos_theta(t, M, periodic), p)); the position
+     * advances by the run's length. Not periodic: a run that would reach
+     * position M is refused with -EOVERFLOW before any state changes (the
+     * whole call is refused). */
+    int (*cosformer_step)(backend *be, const backend_buf *in, backend_buf *out, size_t state_off, size_t pos_off,
+                          int H, int dh, int M, int periodic, float eps);
 } backend_ops;
 
 /* Every backend struct starts with this. */

@@ -408,4 +408,34 @@ LIND_HD static inline void lind_favor_head(float *out, const float *x, const flo
     }
 }
 
+/* ---- cosFormer's cos re-weighting ----------------------------------------
+ *
+ * Token i attends to j ≤ i with weight relu(q_i)·relu(k_j) · w(i − j).
+ * Horizon form (the paper's, M the horizon): w = cos(π/2·(i − j)/M) =
+ * cos θ_i cos θ_j + sin θ_i sin θ_j with θ_t = π/2·t/M, so the state is two
+ * (S, z) pairs whose features are relu(x)·cos θ_t and relu(x)·sin θ_t. It is
+ * a non-negative weight only while i − j ≤ M; past that it turns negative
+ * and the normalizer can reach zero, so this form refuses positions ≥ M.
+ * Periodic form (sound in an endless stream): w = 1 + cos(π·(i − j)/M) ≥ 0,
+ * θ_t = π·(t mod 2M)/M, a third pair with feature relu(x)·1; the recency
+ * weighting repeats with period 2M (w = 2 at distance 0, 0 at M, 2 at 2M).
+ * The angle is computed from the integer position reduced exactly, in double.
+ * Pair p's multiplier: p = 0 cos θ, 1 sin θ, 2 one. */
+#define LIND_COS_PAIRS_MAX 3
+
+LIND_HD static inline double lind_cos_theta(long long t, int M, int periodic) {
+    const double pi = 3.14159265358979323846;
+    if (periodic) return pi * (double)(t % (2LL * M)) / (double)M;
+    return 0.5 * pi * (double)t / (double)M;
+}
+
+LIND_HD static inline float lind_cos_mult(double theta, int p) {
+    return p == 0 ? (float)cos(theta) : p == 1 ? (float)sin(theta) : 1.0f;
+}
+
+/* φ for pair p: multiplier · relu(x), in float. */
+LIND_HD static inline float lind_cos_feature(float x, float mult) {
+    return (x > 0.0f ? x : 0.0f) * mult;
+}
+
 #endif

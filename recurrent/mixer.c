@@ -13,6 +13,7 @@ static const layer_kind *const kinds[] = {
     &mixer_delta,
     &mixer_retnet,
     &mixer_performer,
+    &mixer_cosformer,
 };
 #define NKINDS (sizeof kinds / sizeof kinds[0])
 

@@ -31,5 +31,6 @@ extern const layer_kind mixer_aft;
 extern const layer_kind mixer_delta;
 extern const layer_kind mixer_retnet;
 extern const layer_kind mixer_performer;
+extern const layer_kind mixer_cosformer;
 
 #endif

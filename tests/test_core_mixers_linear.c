@@ -38,8 +38,9 @@
 static char tmpdir[256];
 
 typedef struct lspec {
-    const char *mixer;   /* "retnet", "performer" */
-    int H, dh, m;        /* m: n_features (performer) */
+    const char *mixer;   /* "retnet", "performer", "cosformer" */
+    int H, dh, m;        /* m: n_features (performer), horizon (cosformer) */
+    const char *mode;    /* cos_mode (cosformer) */
 } lspec;
 
 typedef struct mspec {
@@ -61,6 +62,8 @@ static int write_model(const char *dir, const mspec *m, uint64_t seed, const cha
         n += (size_t)snprintf(js + n, sizeof js - n, "%s{\"mixer\": \"%s\", \"ffn\": \"gelu_mlp\", \"n_heads\": %d, "
                               "\"d_head\": %d, \"d_ff\": %d", i ? ", " : "", l->mixer, l->H, l->dh, m->ff);
         if (!strcmp(l->mixer, "performer")) n += (size_t)snprintf(js + n, sizeof js - n, ", \"n_features\": %d", l->m);
+        if (!strcmp(l->mixer, "cosformer"))
+            n += (size_t)snprintf(js + n, sizeof js - n, ", \"horizon\": %d, \"cos_mode\": \"%s\"", l->m, l->mode);
         n += (size_t)snprintf(js + n, sizeof js - n, "}");
     }
     snprintf(js + n, sizeof js - n, "]}\n");
@@ -241,6 +244,29 @@ static void ref_performer(ref *r, int l, const double *h, double *o) {
     free(q); free(k); free(v); free(om); free(pq); free(pk);
 }
 
+/* cosFormer, quadratic: the weight w(t − j) taken literally. */
+static void ref_cosformer(ref *r, int l, const double *h, double *o) {
+    const lspec *ls = &r->m->L[l];
+    int H = ls->H, dh = ls->dh, hd = H * dh, M = ls->m, periodic = !strcmp(ls->mode, "periodic");
+    double *q = proj(r, "layers.%d.mixer.wq", l, h, hd), *k = proj(r, "layers.%d.mixer.wk", l, h, hd);
+    double *v = proj(r, "layers.%d.mixer.wv", l, h, hd);
+    const double pi = 3.14159265358979323846;
+    for (int hh = 0; hh < H; hh++)
+        for (int t = 0; t < T; t++) {
+            double num[1024] = {0}, den = 0;
+            for (int j = 0; j <= t; j++) {
+                double a = 0, w = periodic ? 1 + cos(pi * (t - j) / M) : cos(pi / 2 * (t - j) / M);
+                for (int e = 0; e < dh; e++)
+                    a += fmax(q[(size_t)t * hd + hh * dh + e], 0) * fmax(k[(size_t)j * hd + hh * dh + e], 0);
+                a *= w;
+                den += a;
+                for (int e = 0; e < dh; e++) num[e] += a * v[(size_t)j * hd + hh * dh + e];
+            }
+            for (int e = 0; e < dh; e++) o[(size_t)t * hd + hh * dh + e] = num[e] / (den + 1e-6);
+        }
+    free(q); free(k); free(v);
+}
+
 static void ref_forward(ref *r, const int *tok, double *logits) {
     const mspec *m = r->m;
     int d = m->d, ff = m->ff, wmax = 0;
@@ -256,7 +282,8 @@ static void ref_forward(ref *r, const int *tok, double *logits) {
         double *l1w = W(r, "layers.%d.ln1.weight", l), *l1b = W(r, "layers.%d.ln1.bias", l);
         ln(x, d, l1w, l1b, 1e-5, h);
         if (!strcmp(m->L[l].mixer, "retnet")) ref_retnet(r, l, h, o);
-        else ref_performer(r, l, h, o);
+        else if (!strcmp(m->L[l].mixer, "performer")) ref_performer(r, l, h, o);
+        else ref_cosformer(r, l, h, o);
         double *wo = W(r, "layers.%d.mixer.wo", l);
         lin(o, hd, wo, NULL, d, y);
         for (size_t i = 0; i < (size_t)T * d; i++) x[i] += y[i];
@@ -298,8 +325,12 @@ static model *load_model(const char *name, const mspec *ms, uint64_t seed, const
 }
 
 /* Per kind: two layers of different shapes (one head of 24 and heads of 8). */
-static const mspec retnet2 = {32, 64, 2, {{"retnet", 2, 16, 0}, {"retnet", 4, 8, 0}}};
-static const mspec performer2 = {32, 64, 2, {{"performer", 2, 16, 24}, {"performer", 4, 8, 8}}};
+static const mspec retnet2 = {32, 64, 2, {{"retnet", 2, 16, 0, NULL}, {"retnet", 4, 8, 0, NULL}}};
+static const mspec performer2 = {32, 64, 2, {{"performer", 2, 16, 24, NULL}, {"performer", 4, 8, 8, NULL}}};
+/* the horizon form within its horizon (300 tokens of 400; the oldest token's
+ * weight cos(π/2·299/400) = 0.38); the periodic form past many periods */
+static const mspec cos_horizon = {32, 64, 2, {{"cosformer", 2, 16, 400, "horizon"}, {"cosformer", 4, 8, 400, "horizon"}}};
+static const mspec cos_periodic = {32, 64, 2, {{"cosformer", 2, 16, 50, "periodic"}, {"cosformer", 4, 8, 37, "periodic"}}};
 
 /* ---- cases -------------------------------------------------------------- */
 
@@ -620,6 +651,64 @@ static void performer_state(void) { state_case("perf_state", &performer2, 26); }
 static void performer_refuse(void) { refuse_case("perf_bad", &performer2, "omega", INFINITY, "layers.0.mixer.omega"); }
 static void performer_harness(void) { harness_case("perf_harness", &performer2, 28); }
 
+static void cosformer_parallel(void) { parallel_case("cos_par", &cos_horizon, 31); }
+static void cosformer_periodic_parallel(void) { parallel_case("cos_per", &cos_periodic, 32); }
+static void cosformer_prefill(void) { prefill_case("cos_pre", &cos_periodic, 33); }
+static void cosformer_batch(void) { batch_case("cos_batch", &cos_periodic, 34); }
+static void cosformer_state(void) { state_case("cos_state", &cos_horizon, 36); }
+static void cosformer_harness(void) { harness_case("cos_harness", &cos_periodic, 38); }
+
+/* The horizon form refuses to pass position M with -EOVERFLOW, leaving every
+ * slot of the refused call as it was; the pos region counts tokens. */
+static void cosformer_horizon_refused(void) {
+    static const mspec ms = {32, 64, 1, {{"cosformer", 2, 16, 20, "horizon"}}};
+    const char *bk[2] = {"cpu", "harness"};
+    for (int k = 0; k < 2; k++) {
+        model *m = load_model(k ? "cos_ref_h" : "cos_ref", &ms, 40, bk[k]);
+        if (!m) return;
+        size_t sb = model_state_bytes(m);
+        model_state_region reg[8];
+        int nr = model_state_regions(m, reg, 8);
+        const model_state_region *pos = NULL;
+        for (int i = 0; i < nr; i++)
+            if (!strcmp(reg[i].name, "pos")) pos = &reg[i];
+        CHECK(pos && pos->type == LIND_EL_I64 && pos->count == 1, "%s: region pos: one int64", bk[k]);
+        int32_t tok[25];
+        random_tokens(tok, 25, 5);
+        CHECK(model_slots_reserve(m, 3) == 0, "reserve");
+        int s0 = 0, rc = 0;
+        for (int t = 0; t < 20; t++) rc |= model_step(m, &s0, &tok[t], 1, NULL);
+        CHECK(rc == 0, "%s: 20 tokens within the horizon of 20: rc %d", bk[k], rc);
+        unsigned char *a = malloc(sb), *b = malloc(sb), *c1 = malloc(sb), *c2 = malloc(sb);
+        model_slot_read(m, 0, a);
+        int64_t pv = -1;
+        if (pos) memcpy(&pv, a + pos->offset, 8);
+        CHECK(pv == 20, "%s: pos after 20 tokens is %lld", bk[k], (long long)pv);
+        rc = model_step(m, &s0, &tok[20], 1, NULL);
+        CHECK(rc == -EOVERFLOW, "%s: the 21st token: rc %d, want -EOVERFLOW", bk[k], rc);
+        model_slot_read(m, 0, b);
+        CHECK(!memcmp(a, b, sb), "%s: a refused step changed the state", bk[k]);
+        /* a run of 3 on slot 1 with the full slot 0 in the same call: refused whole */
+        int sl[4] = {1, 1, 1, 0};
+        model_slot_read(m, 1, c1);
+        rc = model_forward(m, sl, tok, 4, NULL, 0, NULL);
+        model_slot_read(m, 1, c2);
+        CHECK(rc == -EOVERFLOW && !memcmp(c1, c2, sb), "%s: a call with one session past the horizon: rc %d, other "
+              "session %s", bk[k], rc, memcmp(c1, c2, sb) ? "changed" : "unchanged");
+        /* a prefill run crossing the horizon is refused too; one that ends on it is not */
+        int sl25[25];
+        for (int i = 0; i < 25; i++) sl25[i] = 2;
+        rc = model_forward(m, sl25, tok, 21, NULL, 0, NULL);
+        CHECK(rc == -EOVERFLOW, "%s: a prefill run of 21: rc %d", bk[k], rc);
+        rc = model_forward(m, sl25, tok, 20, NULL, 0, NULL);
+        CHECK(rc == 0, "%s: a prefill run of 20: rc %d", bk[k], rc);
+        model_slot_read(m, 2, c2);
+        CHECK(!memcmp(a, c2, sb), "%s: a prefill of 20 differs from 20 steps", bk[k]);
+        free(a); free(b); free(c1); free(c2);
+        model_free(m);
+    }
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/lind_mixlin.XXXXXX");
     if (!mkdtemp(tmpdir)) {
@@ -638,6 +727,13 @@ int main(void) {
     RUN(performer_state);
     RUN(performer_refuse);
     RUN(performer_harness);
+    RUN(cosformer_parallel);
+    RUN(cosformer_periodic_parallel);
+    RUN(cosformer_prefill);
+    RUN(cosformer_batch);
+    RUN(cosformer_state);
+    RUN(cosformer_horizon_refused);
+    RUN(cosformer_harness);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) printf("NOTE could not remove %s\n", tmpdir);

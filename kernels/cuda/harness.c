@@ -30,6 +30,8 @@ static int run_conv_advance(const lind_thread *t, int p, const void *a) { return
 static int run_delta(const lind_thread *t, int p, const void *a) { return kb_delta_step(t, p, (const kb_delta_args *)a); }
 static int run_retention(const lind_thread *t, int p, const void *a) { return kb_retention_step(t, p, (const kb_retention_args *)a); }
 static int run_favor(const lind_thread *t, int p, const void *a) { return kb_favor(t, p, (const kb_favor_args *)a); }
+static int run_cosformer(const lind_thread *t, int p, const void *a) { return kb_cosformer_step(t, p, (const kb_cosformer_args *)a); }
+static int run_pos_advance(const lind_thread *t, int p, const void *a) { return kb_pos_advance(t, p, (const kb_pos_advance_args *)a); }
 
 static const body_fn bodies[KB_NKERNELS] = {
     [KB_EMBED] = run_embed,
@@ -50,6 +52,8 @@ static const body_fn bodies[KB_NKERNELS] = {
     [KB_DELTA_STEP] = run_delta,
     [KB_RETENTION_STEP] = run_retention,
     [KB_FAVOR] = run_favor,
+    [KB_COSFORMER_STEP] = run_cosformer,
+    [KB_POS_ADVANCE] = run_pos_advance,
 };
 
 /* A body that never says it is done is a bug the harness reports rather than

@@ -37,6 +37,8 @@ LIND_KERNEL(k_conv_advance, kb_conv_advance, kb_conv_advance_args)
 LIND_KERNEL(k_delta_step, kb_delta_step, kb_delta_args)
 LIND_KERNEL(k_retention_step, kb_retention_step, kb_retention_args)
 LIND_KERNEL(k_favor, kb_favor, kb_favor_args)
+LIND_KERNEL(k_cosformer_step, kb_cosformer_step, kb_cosformer_args)
+LIND_KERNEL(k_pos_advance, kb_pos_advance, kb_pos_advance_args)
 
 __global__ void k_probe(int *flag) { *flag = 1; }
 
@@ -62,6 +64,8 @@ extern "C" int lind_cuda_launch(int kernel, const lind_launch *L, const void *ar
     case KB_DELTA_STEP:  k_delta_step<<<grid, block, L->smem, s>>>(*(const kb_delta_args *)args); break;
     case KB_RETENTION_STEP: k_retention_step<<<grid, block, L->smem, s>>>(*(const kb_retention_args *)args); break;
     case KB_FAVOR:       k_favor<<<grid, block, L->smem, s>>>(*(const kb_favor_args *)args); break;
+    case KB_COSFORMER_STEP: k_cosformer_step<<<grid, block, L->smem, s>>>(*(const kb_cosformer_args *)args); break;
+    case KB_POS_ADVANCE: k_pos_advance<<<grid, block, L->smem, s>>>(*(const kb_pos_advance_args *)args); break;
     default: return (int)cudaErrorInvalidValue;
     }
     return (int)cudaGetLastError();
