@@ -242,6 +242,20 @@ typedef struct backend_ops {
      * whole call is refused). */
     int (*cosformer_step)(backend *be, const backend_buf *in, backend_buf *out, size_t state_off, size_t pos_off,
                           int H, int dh, int M, int periodic, float eps);
+
+    /* Causal Linformer step for every row r in run order and head h < H:
+     *   in  = [R × 3·hd]: q at 0, k at hd, v at 2·hd
+     *   ef  = [2 × N × kp]: the keys' projection rows E (row t for position
+     *         t), then the values' F
+     *   state in slot slots[r]: at state_off K̄ as double [H][kp][dh], then
+     *   V̄ as double [H][kp][dh]; at pos_off the int64 count of tokens seen
+     *   out[r, h·dh + j] = o_j (float), out [R × hd]
+     * per lind_linf_row() and a softmax over p shifted by its max (lind_exp),
+     * o_j = Σ_p e^{s_p − max} V̄[p][j] / Σ_p e^{s_p − max}, the sums in p
+     * order. A run that would reach position N is refused with -EOVERFLOW
+     * before any state changes (the whole call is refused). */
+    int (*linformer_step)(backend *be, const backend_buf *in, const backend_buf *ef, backend_buf *out,
+                          size_t state_off, size_t pos_off, int H, int dh, int kp, int N);
 } backend_ops;
 
 /* Every backend struct starts with this. */

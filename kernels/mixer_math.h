@@ -438,4 +438,24 @@ LIND_HD static inline float lind_cos_feature(float x, float mult) {
     return (x > 0.0f ? x : 0.0f) * mult;
 }
 
+/* ---- causal Linformer ------------------------------------------------------
+ *
+ * Per head, projection length kp, maximum length N, position-indexed rows
+ * e_t, f_t (kp each: row t of the stored [N × kp] projections):
+ *   K̄[p] += e_t[p]·k,  V̄[p] += f_t[p]·v            (K̄, V̄ [kp × dh], fp64)
+ *   s_p = q·K̄[p]/√dh,  a = softmax(s),  o_j = Σ_p a_p V̄[p][j]
+ * Row p of K̄ and V̄ is updated by its owner, who also returns s_p; the
+ * softmax is shifted by max_p s_p, so no exponential overflows. */
+LIND_HD static inline double lind_linf_row(double *Kp, double *Vp, const float *k, const float *v, const float *q,
+                                           float e, float f, int dh) {
+    double s = 0.0;
+    for (int j = 0; j < dh; j++) {
+        double kk = Kp[j] + (double)e * (double)k[j];
+        Kp[j] = kk;
+        Vp[j] = Vp[j] + (double)f * (double)v[j];
+        s += (double)q[j] * kk;
+    }
+    return s / sqrt((double)dh);
+}
+
 #endif

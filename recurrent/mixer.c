@@ -14,6 +14,7 @@ static const layer_kind *const kinds[] = {
     &mixer_retnet,
     &mixer_performer,
     &mixer_cosformer,
+    &mixer_linformer,
 };
 #define NKINDS (sizeof kinds / sizeof kinds[0])
 

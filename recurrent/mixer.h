@@ -32,5 +32,6 @@ extern const layer_kind mixer_delta;
 extern const layer_kind mixer_retnet;
 extern const layer_kind mixer_performer;
 extern const layer_kind mixer_cosformer;
+extern const layer_kind mixer_linformer;
 
 #endif

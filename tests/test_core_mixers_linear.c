@@ -38,9 +38,10 @@
 static char tmpdir[256];
 
 typedef struct lspec {
-    const char *mixer;   /* "retnet", "performer", "cosformer" */
-    int H, dh, m;        /* m: n_features (performer), horizon (cosformer) */
+    const char *mixer;   /* "retnet", "performer", "cosformer", "linformer" */
+    int H, dh, m;        /* m: n_features (performer), horizon (cosformer), proj_len (linformer) */
     const char *mode;    /* cos_mode (cosformer) */
+    int N;               /* max_len (linformer) */
 } lspec;
 
 typedef struct mspec {
@@ -64,6 +65,8 @@ static int write_model(const char *dir, const mspec *m, uint64_t seed, const cha
         if (!strcmp(l->mixer, "performer")) n += (size_t)snprintf(js + n, sizeof js - n, ", \"n_features\": %d", l->m);
         if (!strcmp(l->mixer, "cosformer"))
             n += (size_t)snprintf(js + n, sizeof js - n, ", \"horizon\": %d, \"cos_mode\": \"%s\"", l->m, l->mode);
+        if (!strcmp(l->mixer, "linformer"))
+            n += (size_t)snprintf(js + n, sizeof js - n, ", \"proj_len\": %d, \"max_len\": %d", l->m, l->N);
         n += (size_t)snprintf(js + n, sizeof js - n, "}");
     }
     snprintf(js + n, sizeof js - n, "]}\n");
@@ -117,6 +120,9 @@ static int write_model(const char *dir, const mspec *m, uint64_t seed, const cha
             ADD(L("mixer.gn_bias"), hd, 0, TESTMODEL_UNIFORM, 0.1, 0);
         } else if (!strcmp(l->mixer, "performer")) {
             ADD(L("mixer.omega"), l->m, l->dh, TESTMODEL_UNIFORM, 1.5, 0);
+        } else if (!strcmp(l->mixer, "linformer")) {
+            ADD(L("mixer.proj_k"), l->N, l->m, TESTMODEL_UNIFORM, 0.3, 0);
+            ADD(L("mixer.proj_v"), l->N, l->m, TESTMODEL_UNIFORM, 0.3, 0);
         }
     }
 #undef L
@@ -267,6 +273,37 @@ static void ref_cosformer(ref *r, int l, const double *h, double *o) {
     free(q); free(k); free(v);
 }
 
+/* Causal Linformer through the masked attention matrix: s_t = Σ_{j≤t}
+ * (q_t·k_j/√dh) E[j] (never forming K̄), V̄_t = Σ_{j≤t} F[j] v_jᵀ. */
+static void ref_linformer(ref *r, int l, const double *h, double *o) {
+    const lspec *ls = &r->m->L[l];
+    int H = ls->H, dh = ls->dh, hd = H * dh, kp = ls->m;
+    double *q = proj(r, "layers.%d.mixer.wq", l, h, hd), *k = proj(r, "layers.%d.mixer.wk", l, h, hd);
+    double *v = proj(r, "layers.%d.mixer.wv", l, h, hd);
+    double *E = W(r, "layers.%d.mixer.proj_k", l), *F = W(r, "layers.%d.mixer.proj_v", l);
+    for (int hh = 0; hh < H; hh++)
+        for (int t = 0; t < T; t++) {
+            double s[256] = {0}, a[256], mx = -1e308, sum = 0;
+            for (int j = 0; j <= t; j++) {
+                double qk = 0;
+                for (int e = 0; e < dh; e++) qk += q[(size_t)t * hd + hh * dh + e] * k[(size_t)j * hd + hh * dh + e];
+                for (int p = 0; p < kp; p++) s[p] += qk / sqrt((double)dh) * E[(size_t)j * kp + p];
+            }
+            for (int p = 0; p < kp; p++) mx = fmax(mx, s[p]);
+            for (int p = 0; p < kp; p++) sum += a[p] = exp(s[p] - mx);
+            for (int e = 0; e < dh; e++) {
+                double acc = 0;
+                for (int j = 0; j <= t; j++) {
+                    double w = 0;
+                    for (int p = 0; p < kp; p++) w += a[p] * F[(size_t)j * kp + p];
+                    acc += w * v[(size_t)j * hd + hh * dh + e];
+                }
+                o[(size_t)t * hd + hh * dh + e] = acc / sum;
+            }
+        }
+    free(q); free(k); free(v); free(E); free(F);
+}
+
 static void ref_forward(ref *r, const int *tok, double *logits) {
     const mspec *m = r->m;
     int d = m->d, ff = m->ff, wmax = 0;
@@ -283,7 +320,8 @@ static void ref_forward(ref *r, const int *tok, double *logits) {
         ln(x, d, l1w, l1b, 1e-5, h);
         if (!strcmp(m->L[l].mixer, "retnet")) ref_retnet(r, l, h, o);
         else if (!strcmp(m->L[l].mixer, "performer")) ref_performer(r, l, h, o);
-        else ref_cosformer(r, l, h, o);
+        else if (!strcmp(m->L[l].mixer, "cosformer")) ref_cosformer(r, l, h, o);
+        else ref_linformer(r, l, h, o);
         double *wo = W(r, "layers.%d.mixer.wo", l);
         lin(o, hd, wo, NULL, d, y);
         for (size_t i = 0; i < (size_t)T * d; i++) x[i] += y[i];
@@ -325,12 +363,13 @@ static model *load_model(const char *name, const mspec *ms, uint64_t seed, const
 }
 
 /* Per kind: two layers of different shapes (one head of 24 and heads of 8). */
-static const mspec retnet2 = {32, 64, 2, {{"retnet", 2, 16, 0, NULL}, {"retnet", 4, 8, 0, NULL}}};
-static const mspec performer2 = {32, 64, 2, {{"performer", 2, 16, 24, NULL}, {"performer", 4, 8, 8, NULL}}};
+static const mspec retnet2 = {32, 64, 2, {{"retnet", 2, 16, 0, NULL, 0}, {"retnet", 4, 8, 0, NULL, 0}}};
+static const mspec performer2 = {32, 64, 2, {{"performer", 2, 16, 24, NULL, 0}, {"performer", 4, 8, 8, NULL, 0}}};
 /* the horizon form within its horizon (300 tokens of 400; the oldest token's
  * weight cos(π/2·299/400) = 0.38); the periodic form past many periods */
-static const mspec cos_horizon = {32, 64, 2, {{"cosformer", 2, 16, 400, "horizon"}, {"cosformer", 4, 8, 400, "horizon"}}};
-static const mspec cos_periodic = {32, 64, 2, {{"cosformer", 2, 16, 50, "periodic"}, {"cosformer", 4, 8, 37, "periodic"}}};
+static const mspec cos_horizon = {32, 64, 2, {{"cosformer", 2, 16, 400, "horizon", 0}, {"cosformer", 4, 8, 400, "horizon", 0}}};
+static const mspec linformer2 = {32, 64, 2, {{"linformer", 2, 16, 12, NULL, 320}, {"linformer", 4, 8, 40, NULL, 300}}};
+static const mspec cos_periodic = {32, 64, 2, {{"cosformer", 2, 16, 50, "periodic", 0}, {"cosformer", 4, 8, 37, "periodic", 0}}};
 
 /* ---- cases -------------------------------------------------------------- */
 
@@ -456,7 +495,7 @@ static void batch_case(const char *name, const mspec *ms, uint64_t seed) {
 }
 
 /* The state blob through model_slot_read/write and state_encode/decode: the
- * copy continues identically; a NaN in S is refused naming it; a reset slot
+ * copy continues identically; a NaN in the matrix state is refused naming it; a reset slot
  * is the empty history. */
 static void state_case(const char *name, const mspec *ms, uint64_t seed) {
     model *m = load_model(name, ms, seed, "cpu");
@@ -467,9 +506,9 @@ static void state_case(const char *name, const mspec *ms, uint64_t seed) {
     size_t tiled = 0, sb = model_state_bytes(m);
     for (int i = 0; i < nr; i++) {
         tiled += reg[i].count * reg[i].elem_bytes;
-        if (reg[i].layer == 0 && !strcmp(reg[i].name, "S")) S = &reg[i];
+        if (!S && reg[i].layer == 0 && reg[i].type == LIND_EL_F64) S = &reg[i];
     }
-    CHECK(S && S->type == LIND_EL_F64 && S->offset % 8 == 0, "region S of layer 0: fp64, aligned");
+    CHECK(S && S->offset % 8 == 0, "layer 0 has an aligned fp64 matrix-state region");
     CHECK(tiled == sb, "regions tile the state: %zu of %zu bytes", tiled, sb);
     if (!S) { model_free(m); return; }
     enum { N1 = 23, N2 = 17 };
@@ -500,7 +539,7 @@ static void state_case(const char *name, const mspec *ms, uint64_t seed) {
     double dn = NAN;
     memcpy(b3 + S->offset + 8 * 5, &dn, 8);
     rc = state_encode(m, &meta, b3, &enc, &enclen, err, sizeof err);
-    CHECK(rc == STATE_E_NONFINITE && strstr(err, "S"), "NaN in S: rc %d, \"%s\"", rc, err);
+    CHECK(rc == STATE_E_NONFINITE && strstr(err, S->name), "NaN in %s: rc %d, \"%s\"", S->name, rc, err);
     if (rc == 0) free(enc);
     float l0[V], l1[V], l2[V];
     int same1 = 1, same2 = 1;
@@ -660,11 +699,12 @@ static void cosformer_harness(void) { harness_case("cos_harness", &cos_periodic,
 
 /* The horizon form refuses to pass position M with -EOVERFLOW, leaving every
  * slot of the refused call as it was; the pos region counts tokens. */
-static void cosformer_horizon_refused(void) {
-    static const mspec ms = {32, 64, 1, {{"cosformer", 2, 16, 20, "horizon"}}};
+static void horizon_refused(const char *name, const mspec *ms) {
     const char *bk[2] = {"cpu", "harness"};
     for (int k = 0; k < 2; k++) {
-        model *m = load_model(k ? "cos_ref_h" : "cos_ref", &ms, 40, bk[k]);
+        char nm[64];
+        snprintf(nm, sizeof nm, "%s_%s", name, bk[k]);
+        model *m = load_model(nm, ms, 40, bk[k]);
         if (!m) return;
         size_t sb = model_state_bytes(m);
         model_state_region reg[8];
@@ -709,6 +749,22 @@ static void cosformer_horizon_refused(void) {
     }
 }
 
+static void cosformer_horizon_refused(void) {
+    static const mspec ms = {32, 64, 1, {{"cosformer", 2, 16, 20, "horizon", 0}}};
+    horizon_refused("cos_ref", &ms);
+}
+
+static void linformer_parallel(void) { parallel_case("linf_par", &linformer2, 41); }
+static void linformer_prefill(void) { prefill_case("linf_pre", &linformer2, 43); }
+static void linformer_batch(void) { batch_case("linf_batch", &linformer2, 44); }
+static void linformer_state(void) { state_case("linf_state", &linformer2, 46); }
+static void linformer_refuse(void) { refuse_case("linf_bad", &linformer2, "proj_v", NAN, "layers.0.mixer.proj_v"); }
+static void linformer_harness(void) { harness_case("linf_harness", &linformer2, 48); }
+static void linformer_max_len_refused(void) {
+    static const mspec ms = {32, 64, 1, {{"linformer", 2, 16, 8, NULL, 20}}};
+    horizon_refused("linf_ref", &ms);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/lind_mixlin.XXXXXX");
     if (!mkdtemp(tmpdir)) {
@@ -734,6 +790,13 @@ int main(void) {
     RUN(cosformer_state);
     RUN(cosformer_horizon_refused);
     RUN(cosformer_harness);
+    RUN(linformer_parallel);
+    RUN(linformer_prefill);
+    RUN(linformer_batch);
+    RUN(linformer_state);
+    RUN(linformer_refuse);
+    RUN(linformer_max_len_refused);
+    RUN(linformer_harness);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) printf("NOTE could not remove %s\n", tmpdir);

@@ -721,6 +721,40 @@ static int g_cosformer_step(backend *be, const backend_buf *in, backend_buf *out
     return launch(g, KB_POS_ADVANCE, kb_pos_advance_launch(g->nruns), &v, "cosformer_step position");
 }
 
+/* Positions are read back before anything is launched, as cosformer_step's
+ * horizon form (two small synchronous copies per run). */
+static int g_linformer_step(backend *be, const backend_buf *in, const backend_buf *ef, backend_buf *out,
+                            size_t state_off, size_t pos_off, int H, int dh, int kp, int N) {
+    gridbe *g = G(be);
+    int B = g->B, rc;
+    if (H < 1 || dh < 1 || dh > KB_MAX_BLOCK || kp < 1 || kp > KB_MAX_BLOCK || N < 1)
+        return fail(g, -EINVAL, "linformer_step: %d heads of width %d, %d projections, length %d", H, dh, kp, N);
+    if (in == out) return fail(g, -EINVAL, "linformer_step: out is in (other heads still read the row)");
+    size_t hd = (size_t)H * dh;
+    if ((rc = region_fits(g, state_off, 2 * hd * kp * sizeof(double), sizeof(double), "linformer_step")) < 0 ||
+        (rc = region_fits(g, pos_off, sizeof(int64_t), sizeof(int64_t), "linformer_step position")) < 0 ||
+        (rc = fits(g, in, (size_t)B * 3 * hd, "linformer_step", "in")) < 0 ||
+        (rc = fits(g, out, (size_t)B * hd, "linformer_step", "out")) < 0 ||
+        (rc = fits(g, ef, 2 * (size_t)N * kp, "linformer_step", "ef")) < 0)
+        return rc;
+    if (B == 0) return 0;
+    for (int k = 0; k < g->nruns; k++) {
+        int slot;
+        int64_t pos;
+        if ((rc = g->dev->d2h(g->dev, &slot, g->d_slots + g->runs[k], sizeof slot)) < 0 ||
+            (rc = g->dev->d2h(g->dev, &pos, g->pool + (size_t)slot * g->stride + pos_off, sizeof pos)) < 0)
+            return dev_rc(g, rc, "linformer_step position");
+        if (pos < 0) return fail(g, -EINVAL, "linformer_step: slot %d: position %lld", slot, (long long)pos);
+        if (pos + (g->runs[k + 1] - g->runs[k]) > N) return -EOVERFLOW;
+    }
+    kb_linformer_args a = { F(in), F(ef), F(out), g->pool, g->stride, state_off, pos_off, g->d_slots, g->d_runs,
+                            H, dh, kp, N };
+    if ((rc = launch(g, KB_LINFORMER_STEP, kb_linformer_launch(g->nruns, H, dh, kp), &a, "linformer_step")) < 0)
+        return rc;
+    kb_pos_advance_args v = { g->pool, g->stride, pos_off, g->d_slots, g->d_runs, g->nruns };
+    return launch(g, KB_POS_ADVANCE, kb_pos_advance_launch(g->nruns), &v, "linformer_step position");
+}
+
 static const backend_ops grid_ops = {
     .name = "grid",
     .free = g_free,
@@ -750,6 +784,7 @@ static const backend_ops grid_ops = {
     .retention_step = g_retention_step,
     .favor_features = g_favor_features,
     .cosformer_step = g_cosformer_step,
+    .linformer_step = g_linformer_step,
 };
 
 int grid_backend_set_weights(backend *be, const char *precision, char *err, size_t errlen) {

@@ -32,6 +32,7 @@ static int run_retention(const lind_thread *t, int p, const void *a) { return kb
 static int run_favor(const lind_thread *t, int p, const void *a) { return kb_favor(t, p, (const kb_favor_args *)a); }
 static int run_cosformer(const lind_thread *t, int p, const void *a) { return kb_cosformer_step(t, p, (const kb_cosformer_args *)a); }
 static int run_pos_advance(const lind_thread *t, int p, const void *a) { return kb_pos_advance(t, p, (const kb_pos_advance_args *)a); }
+static int run_linformer(const lind_thread *t, int p, const void *a) { return kb_linformer_step(t, p, (const kb_linformer_args *)a); }
 
 static const body_fn bodies[KB_NKERNELS] = {
     [KB_EMBED] = run_embed,
@@ -54,6 +55,7 @@ static const body_fn bodies[KB_NKERNELS] = {
     [KB_FAVOR] = run_favor,
     [KB_COSFORMER_STEP] = run_cosformer,
     [KB_POS_ADVANCE] = run_pos_advance,
+    [KB_LINFORMER_STEP] = run_linformer,
 };
 
 /* A body that never says it is done is a bug the harness reports rather than
