@@ -147,6 +147,12 @@ static int cos_step(void *priv, const layer_io *io) {
     return o->matmul(be, out, 0, hd, X->wo, NULL, io->x, 0, d, R, d, hd, BACKEND_MM_ACCUMULATE);
 }
 
+static long long cos_max_tokens(const lind_config *c, const void *params) {
+    (void)c;
+    const cos_params *p = params;
+    return p->periodic ? 0 : p->M;
+}
+
 const layer_kind mixer_cosformer = {
     .name = "cosformer",
     .configure = cos_configure,
@@ -156,4 +162,5 @@ const layer_kind mixer_cosformer = {
     .load = cos_load,
     .step = cos_step,
     .free = cos_free,
+    .max_tokens = cos_max_tokens,
 };

@@ -158,6 +158,12 @@ static int linf_step(void *priv, const layer_io *io) {
     return o->matmul(be, out, 0, hd, X->wo, NULL, io->x, 0, d, R, d, hd, BACKEND_MM_ACCUMULATE);
 }
 
+static long long linf_max_tokens(const lind_config *c, const void *params) {
+    (void)c;
+    const linf_params *p = params;
+    return p->N;
+}
+
 const layer_kind mixer_linformer = {
     .name = "linformer",
     .configure = linf_configure,
@@ -167,4 +173,5 @@ const layer_kind mixer_linformer = {
     .load = linf_load,
     .step = linf_step,
     .free = linf_free,
+    .max_tokens = linf_max_tokens,
 };

@@ -713,6 +713,7 @@ static void horizon_refused(const char *name, const mspec *ms) {
         for (int i = 0; i < nr; i++)
             if (!strcmp(reg[i].name, "pos")) pos = &reg[i];
         CHECK(pos && pos->type == LIND_EL_I64 && pos->count == 1, "%s: region pos: one int64", bk[k]);
+        CHECK(model_max_tokens(m) == 20, "%s: model_max_tokens %lld, want 20", bk[k], model_max_tokens(m));
         int32_t tok[25];
         random_tokens(tok, 25, 5);
         CHECK(model_slots_reserve(m, 3) == 0, "reserve");
@@ -752,6 +753,24 @@ static void horizon_refused(const char *name, const mspec *ms) {
 static void cosformer_horizon_refused(void) {
     static const mspec ms = {32, 64, 1, {{"cosformer", 2, 16, 20, "horizon", 0}}};
     horizon_refused("cos_ref", &ms);
+}
+
+/* Unbounded kinds and the periodic form report no maximum length. */
+static void max_tokens_unbounded(void) {
+    const mspec *ms[3] = {&retnet2, &performer2, &cos_periodic};
+    for (int i = 0; i < 3; i++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "maxtok%d", i);
+        model *m = load_model(nm, ms[i], 50, "cpu");
+        if (!m) continue;
+        CHECK(model_max_tokens(m) == 0, "%s: model_max_tokens %lld, want 0", ms[i]->L[0].mixer, model_max_tokens(m));
+        model_free(m);
+    }
+    model *m = load_model("maxtok_linf", &linformer2, 50, "cpu");
+    if (m) {
+        CHECK(model_max_tokens(m) == 300, "linformer layers of 320 and 300: model_max_tokens %lld", model_max_tokens(m));
+        model_free(m);
+    }
 }
 
 static void linformer_parallel(void) { parallel_case("linf_par", &linformer2, 41); }
@@ -797,6 +816,7 @@ int main(void) {
     RUN(linformer_refuse);
     RUN(linformer_max_len_refused);
     RUN(linformer_harness);
+    RUN(max_tokens_unbounded);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) printf("NOTE could not remove %s\n", tmpdir);
