@@ -582,6 +582,68 @@ static void refuse_case(const char *name, const mspec *ms, const char *tensor, f
     model_free(m);
 }
 
+/* A model big enough that the CPU backend splits the op by (run, head) across
+ * threads: 1 and 3 threads agree bit for bit (32 sessions, one-token steps
+ * and runs of 3). */
+static void threads_case(const char *name, const mspec *ms, uint64_t seed) {
+    char dir[512], err[512] = "";
+    snprintf(dir, sizeof dir, "%s/%s", tmpdir, name);
+    CHECK(write_model(dir, ms, seed, NULL, 0) == 0, "write_model");
+    model *m[2] = {0};
+    const char *nt[2] = {"1", "3"};
+    for (int i = 0; i < 2; i++) {
+        setenv("LIND_CPU_THREADS", nt[i], 1);
+        CHECK(model_load(dir, "cpu", &m[i], err, sizeof err) == 0, "model_load: %s", err);
+    }
+    unsetenv("LIND_CPU_THREADS");
+    if (!m[0] || !m[1]) { model_free(m[0]); model_free(m[1]); return; }
+    enum { NB = 32 };
+    int slots[NB * 3];
+    int32_t toks[NB * 3];
+    float *l[2];
+    for (int i = 0; i < 2; i++) {
+        l[i] = malloc(sizeof(float) * NB * 3 * V);
+        model_slots_reserve(m[i], NB);
+    }
+    uint64_t sd = 5;
+    int same = 1;
+    for (int step = 0; step < 8; step++) {
+        int per = step % 2 ? 3 : 1, R = NB * per;
+        for (int r = 0; r < R; r++) {
+            slots[r] = (r / per * 7 + step) % NB;
+            sd = sd * 6364136223846793005ull + 1;
+            toks[r] = (int32_t)(sd >> 56);
+        }
+        for (int i = 0; i < 2; i++) CHECK(model_forward(m[i], slots, toks, R, NULL, R, l[i]) == 0, "forward");
+        same &= !memcmp(l[0], l[1], sizeof(float) * R * V);
+    }
+    CHECK(same, "1 vs 3 threads: logits differ");
+    size_t sb = model_state_bytes(m[0]);
+    char *a = malloc(sb), *b = malloc(sb);
+    for (int s = 0; s < NB; s++) {
+        model_slot_read(m[0], s, a);
+        model_slot_read(m[1], s, b);
+        CHECK(!memcmp(a, b, sb), "1 vs 3 threads: slot %d state differs", s);
+    }
+    free(a); free(b); free(l[0]); free(l[1]);
+    model_free(m[0]);
+    model_free(m[1]);
+}
+
+static void threads_all_kinds(void) {
+    static const mspec ms[4] = {
+        {128, 128, 1, {{"retnet", 4, 32, 0, NULL, 0}}},
+        {128, 128, 1, {{"performer", 4, 32, 48, NULL, 0}}},
+        {128, 128, 1, {{"cosformer", 4, 32, 40, "periodic", 0}}},
+        {128, 128, 1, {{"linformer", 4, 32, 16, NULL, 64}}},
+    };
+    for (int i = 0; i < 4; i++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "threads%d", i);
+        threads_case(nm, &ms[i], 60 + (uint64_t)i);
+    }
+}
+
 static double rel_row(const float *a, const float *b, int n) {
     double scale = 0, e = 0;
     for (int i = 0; i < n; i++) {
@@ -817,6 +879,7 @@ int main(void) {
     RUN(linformer_max_len_refused);
     RUN(linformer_harness);
     RUN(max_tokens_unbounded);
+    RUN(threads_all_kinds);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) printf("NOTE could not remove %s\n", tmpdir);
