@@ -17,7 +17,9 @@
  * reset it). No sliding: dropping the oldest token would need its e_j k_jᵀ
  * (the past keys), which the state does not keep, and re-indexing rows would
  * change every past term.
- * Keys: n_heads, d_head, proj_len, max_len (required).
+ * Keys: n_heads, d_head, proj_len, max_len (required); d_head and proj_len
+ * at most 512 (the CUDA kernel's block of max(kp, dh) threads uses 72
+ * registers each: 1024 of them would not fit the register file).
  * State per session: K̄ and V̄ (2·H·kp·dh doubles) and pos (one int64, tokens
  * seen). Backend op: linformer_step.
  *
@@ -52,8 +54,8 @@ static int linf_configure(const kind_scope *s, const lind_config *c, void *param
     linf_params *p = params;
     int rc;
     if ((rc = kind_cfg_int(s, "n_heads", 1, 0, 1, 1 << 12, &p->H, err, errlen)) ||
-        (rc = kind_cfg_int(s, "d_head", 1, 0, 1, 1 << 10, &p->dh, err, errlen)) ||
-        (rc = kind_cfg_int(s, "proj_len", 1, 0, 1, 1 << 10, &p->kp, err, errlen)) ||
+        (rc = kind_cfg_int(s, "d_head", 1, 0, 1, 512, &p->dh, err, errlen)) ||
+        (rc = kind_cfg_int(s, "proj_len", 1, 0, 1, 512, &p->kp, err, errlen)) ||
         (rc = kind_cfg_int(s, "max_len", 1, 0, 1, 1 << 24, &p->N, err, errlen)))
         return rc;
     if ((long)p->H * p->dh > (1 << 16)) {

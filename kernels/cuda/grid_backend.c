@@ -727,8 +727,10 @@ static int g_linformer_step(backend *be, const backend_buf *in, const backend_bu
                             size_t state_off, size_t pos_off, int H, int dh, int kp, int N) {
     gridbe *g = G(be);
     int B = g->B, rc;
-    if (H < 1 || dh < 1 || dh > KB_MAX_BLOCK || kp < 1 || kp > KB_MAX_BLOCK || N < 1)
-        return fail(g, -EINVAL, "linformer_step: %d heads of width %d, %d projections, length %d", H, dh, kp, N);
+    /* ≤ 512 threads: k_linformer_step uses 72 registers, 1024 × 72 is over the 64 K file */
+    if (H < 1 || dh < 1 || dh > 512 || kp < 1 || kp > 512 || N < 1)
+        return fail(g, -EINVAL, "linformer_step: %d heads of width %d, %d projections, length %d (width and "
+                    "projections at most 512)", H, dh, kp, N);
     if (in == out) return fail(g, -EINVAL, "linformer_step: out is in (other heads still read the row)");
     size_t hd = (size_t)H * dh;
     if ((rc = region_fits(g, state_off, 2 * hd * kp * sizeof(double), sizeof(double), "linformer_step")) < 0 ||
