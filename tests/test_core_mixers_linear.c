@@ -36,6 +36,8 @@
 #define V 256
 
 static char tmpdir[256];
+static int round_bf16;   /* write_model: matrices rounded to bf16-exact values */
+static const char *cfg_extra;   /* write_model: appended to layer 0's keys */
 
 typedef struct lspec {
     const char *mixer;   /* "retnet", "performer", "cosformer", "linformer" */
@@ -67,6 +69,7 @@ static int write_model(const char *dir, const mspec *m, uint64_t seed, const cha
             n += (size_t)snprintf(js + n, sizeof js - n, ", \"horizon\": %d, \"cos_mode\": \"%s\"", l->m, l->mode);
         if (!strcmp(l->mixer, "linformer"))
             n += (size_t)snprintf(js + n, sizeof js - n, ", \"proj_len\": %d, \"max_len\": %d", l->m, l->N);
+        if (i == 0 && cfg_extra) n += (size_t)snprintf(js + n, sizeof js - n, ", %s", cfg_extra);
         n += (size_t)snprintf(js + n, sizeof js - n, "}");
     }
     snprintf(js + n, sizeof js - n, "]}\n");
@@ -87,6 +90,13 @@ static int write_model(const char *dir, const mspec *m, uint64_t seed, const cha
 #define ADD(name, d0, d1, kind, a, b)                                                         \
     do {                                                                                      \
         if (rc == 0) rc = testmodel_add_(t, &nt, bufs, &rng, name, d0, d1, kind, a, b);       \
+        if (rc == 0 && round_bf16 && (d1) > 0 && !strstr(name, "omega") && !strstr(name, "proj_")) \
+            for (int z_ = 0; z_ < (d0) * (d1); z_++) {                                        \
+                uint32_t u_;                                                                  \
+                memcpy(&u_, &bufs[nt - 1][z_], 4);                                            \
+                u_ &= 0xFFFF0000u;                                                            \
+                memcpy(&bufs[nt - 1][z_], &u_, 4);                                            \
+            }                                                                                 \
         if (rc == 0 && bad && i == 0 && !strcmp(name + strlen("layers.0.mixer."), bad) &&     \
             !strncmp(name, "layers.0.mixer.", 15))                                            \
             bufs[nt - 1][0] = badval;                                                         \
@@ -644,6 +654,65 @@ static void threads_all_kinds(void) {
     }
 }
 
+/* Matrix weights held as bf16 (the kinds' half paths: kind_matrix3, and the
+ * performer's zero-padded Wv and Wo built from the half data): on weights
+ * that are bf16-exact, the bf16-held model gives bit for bit the fp32
+ * model's logits (the half GEMM equals the fp32 one on widened weights). */
+static void bf16_all_kinds(void) {
+    const mspec *ms[4] = {&retnet2, &performer2, &cos_periodic, &linformer2};
+    round_bf16 = 1;
+    for (int k = 0; k < 4; k++) {
+        char dir[512], err[512] = "";
+        snprintf(dir, sizeof dir, "%s/bf16_%d", tmpdir, k);
+        CHECK(write_model(dir, ms[k], 70 + (uint64_t)k, NULL, 0) == 0, "write_model");
+        model *m[2] = {0};
+        model_opts o[2] = {{"cpu", LIND_DT_F32}, {"cpu", LIND_DT_BF16}};
+        for (int i = 0; i < 2; i++) CHECK(model_load_opts(dir, &o[i], &m[i], err, sizeof err) == 0, "load: %s", err);
+        if (m[0] && m[1]) {
+            CHECK(model_weights_dtype(m[1]) == LIND_DT_BF16, "%s: weights held as %s", ms[k]->L[0].mixer,
+                  lind_dtype_name(model_weights_dtype(m[1])));
+            int32_t tok[30];
+            random_tokens(tok, 30, 9);
+            float a[V], b[V];
+            int s = 0, same = 1;
+            for (int i = 0; i < 2; i++) model_slots_reserve(m[i], 1);
+            for (int t = 0; t < 30; t++) {
+                model_step(m[0], &s, &tok[t], 1, a);
+                model_step(m[1], &s, &tok[t], 1, b);
+                same &= !memcmp(a, b, sizeof a);
+            }
+            CHECK(same, "%s: bf16-held weights give other logits than fp32", ms[k]->L[0].mixer);
+        }
+        model_free(m[0]);
+        model_free(m[1]);
+    }
+    round_bf16 = 0;
+}
+
+/* Bad configuration values are refused naming the key. */
+static void bad_config_refused(void) {
+    static const struct { const mspec *ms; const char *extra, *want; } cases[] = {
+        {&performer2, "\"n_features\": 8", "n_features"},
+        {&cos_periodic, "\"cos_mode\": \"sliding\"", "cos_mode"},
+        {&cos_periodic, "\"horizon\": 0", "horizon"},
+        {&linformer2, "\"proj_len\": 513", "proj_len"},
+        {&linformer2, "\"max_len\": 0", "max_len"},
+        {&retnet2, "\"group_norm_eps\": -1", "group_norm_eps"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char dir[512], err[512] = "";
+        snprintf(dir, sizeof dir, "%s/badcfg%zu", tmpdir, i);
+        cfg_extra = cases[i].extra;
+        CHECK(write_model(dir, cases[i].ms, 3, NULL, 0) == 0, "write_model");
+        cfg_extra = NULL;
+        model *m = NULL;
+        int rc = model_load(dir, "cpu", &m, err, sizeof err);
+        CHECK(rc < 0 && strstr(err, cases[i].want), "%s: rc %d, \"%s\"", cases[i].extra, rc, err);
+        printf("NOTE %s: %s\n", cases[i].extra, err);
+        model_free(m);
+    }
+}
+
 static double rel_row(const float *a, const float *b, int n) {
     double scale = 0, e = 0;
     for (int i = 0; i < n; i++) {
@@ -880,6 +949,8 @@ int main(void) {
     RUN(linformer_harness);
     RUN(max_tokens_unbounded);
     RUN(threads_all_kinds);
+    RUN(bf16_all_kinds);
+    RUN(bad_config_refused);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) printf("NOTE could not remove %s\n", tmpdir);
