@@ -238,8 +238,9 @@ typedef struct backend_ops {
      * after S_p += φk_p vᵀ, z_p += φk_p, φ_p(x) = lind_cos_feature(x,
      * lind_cos_mult(lind_cos_theta(t, M, periodic), p)); the position
      * advances by the run's length. Not periodic: a run that would reach
-     * position M is refused with -EOVERFLOW before any state changes (the
-     * whole call is refused). */
+     * position M is refused with -EOVERFLOW, a negative position with
+     * -EINVAL, before any state changes (the whole call is refused).
+     * Periodic: any position is valid (reduced mod 2M). */
     int (*cosformer_step)(backend *be, const backend_buf *in, backend_buf *out, size_t state_off, size_t pos_off,
                           int H, int dh, int M, int periodic, float eps);
 

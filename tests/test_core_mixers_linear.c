@@ -876,7 +876,66 @@ static void horizon_refused(const char *name, const mspec *ms) {
         CHECK(rc == 0, "%s: a prefill run of 20: rc %d", bk[k], rc);
         model_slot_read(m, 2, c2);
         CHECK(!memcmp(a, c2, sb), "%s: a prefill of 20 differs from 20 steps", bk[k]);
+        /* a negative position is a damaged state: refused with -EINVAL */
+        if (pos) {
+            int64_t neg = -5;
+            memcpy(b, a, sb);
+            memcpy(b + pos->offset, &neg, 8);
+            model_slot_write(m, 1, b);
+            int s1 = 1;
+            rc = model_step(m, &s1, &tok[0], 1, NULL);
+            CHECK(rc == -EINVAL, "%s: a negative position: rc %d, want -EINVAL", bk[k], rc);
+        }
         free(a); free(b); free(c1); free(c2);
+        model_free(m);
+    }
+}
+
+/* The periodic form reads any position modulo 2M: a state whose position is
+ * moved by a multiple of 2M (to 4·10^10 + t, or below zero) continues bit for
+ * bit like the original, on the CPU backend and the harness. */
+static void cosformer_periodic_any_position(void) {
+    static const mspec ms = {32, 64, 1, {{"cosformer", 2, 16, 20, "periodic", 0}}};
+    const char *bk[2] = {"cpu", "harness"};
+    for (int k = 0; k < 2; k++) {
+        char nm[64];
+        snprintf(nm, sizeof nm, "cos_anypos_%s", bk[k]);
+        model *m = load_model(nm, &ms, 41, bk[k]);
+        if (!m) return;
+        size_t sb = model_state_bytes(m);
+        model_state_region reg[8];
+        int nr = model_state_regions(m, reg, 8);
+        const model_state_region *pos = NULL;
+        for (int i = 0; i < nr; i++)
+            if (!strcmp(reg[i].name, "pos")) pos = &reg[i];
+        CHECK(pos != NULL, "region pos");
+        if (!pos) { model_free(m); return; }
+        int32_t tok[60];
+        random_tokens(tok, 60, 6);
+        CHECK(model_slots_reserve(m, 3) == 0, "reserve");
+        int s0 = 0, s1 = 1, s2 = 2;
+        for (int t = 0; t < 23; t++) model_step(m, &s0, &tok[t], 1, NULL);
+        unsigned char *a = malloc(sb);
+        model_slot_read(m, 0, a);
+        int64_t p0, p1, p2;
+        memcpy(&p0, a + pos->offset, 8);
+        p1 = p0 + 40LL * 1000000000LL;
+        p2 = p0 - 40;
+        memcpy(a + pos->offset, &p1, 8);
+        model_slot_write(m, 1, a);
+        memcpy(a + pos->offset, &p2, 8);
+        model_slot_write(m, 2, a);
+        float l0[V], l1[V], l2[V];
+        int same = 1, rc = 0;
+        for (int t = 23; t < 60; t++) {
+            rc |= model_step(m, &s0, &tok[t], 1, l0);
+            rc |= model_step(m, &s1, &tok[t], 1, l1);
+            rc |= model_step(m, &s2, &tok[t], 1, l2);
+            same &= !memcmp(l0, l1, sizeof l0) && !memcmp(l0, l2, sizeof l0);
+        }
+        CHECK(rc == 0 && same, "%s: positions %lld, %lld and %lld (≡ mod 40) continue differently (rc %d)", bk[k],
+              (long long)p0, (long long)p1, (long long)p2, rc);
+        free(a);
         model_free(m);
     }
 }
@@ -939,6 +998,7 @@ int main(void) {
     RUN(cosformer_batch);
     RUN(cosformer_state);
     RUN(cosformer_horizon_refused);
+    RUN(cosformer_periodic_any_position);
     RUN(cosformer_harness);
     RUN(linformer_parallel);
     RUN(linformer_prefill);

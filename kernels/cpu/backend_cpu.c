@@ -806,11 +806,13 @@ static int cpu_cosformer_step(backend *be, const backend_buf *in, backend_buf *o
                               int H, int dh, int M, int periodic, float eps) {
     cpu *c = (cpu *)be;
     if (dh > 1024 || M < 1) return -EINVAL;
-    for (int r = 0; r < c->nruns; r++) {
+    /* the horizon form's refusal; the periodic form reads any position
+     * (reduced mod 2M, C's remainder: a negative one is a valid angle too) */
+    for (int r = 0; r < c->nruns && !periodic; r++) {
         int64_t pos;
         memcpy(&pos, slot_ptr(c, c->slots[c->run[r]]) + pos_off, sizeof pos);
         if (pos < 0) return -EINVAL;   /* not a count of tokens: a damaged state */
-        if (!periodic && pos + (c->run[r + 1] - c->run[r]) > M) return -EOVERFLOW;
+        if (pos + (c->run[r + 1] - c->run[r]) > M) return -EOVERFLOW;
     }
     int parts = row_parts(c, c->nruns * H, (size_t)3 * dh * dh * c->B / c->nruns);
     float *t = tmp_get(c, (size_t)parts * cos_tmp_floats(dh));

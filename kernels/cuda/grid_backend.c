@@ -705,14 +705,14 @@ static int g_cosformer_step(backend *be, const backend_buf *in, backend_buf *out
         (rc = fits(g, out, (size_t)B * hd, "cosformer_step", "out")) < 0)
         return rc;
     if (B == 0) return 0;
-    for (int k = 0; k < g->nruns; k++) {
+    for (int k = 0; k < g->nruns && !periodic; k++) {
         int slot;
         int64_t pos;
         if ((rc = g->dev->d2h(g->dev, &slot, g->d_slots + g->runs[k], sizeof slot)) < 0 ||
             (rc = g->dev->d2h(g->dev, &pos, g->pool + (size_t)slot * g->stride + pos_off, sizeof pos)) < 0)
             return dev_rc(g, rc, "cosformer_step position");
         if (pos < 0) return fail(g, -EINVAL, "cosformer_step: slot %d: position %lld", slot, (long long)pos);
-        if (!periodic && pos + (g->runs[k + 1] - g->runs[k]) > M) return -EOVERFLOW;
+        if (pos + (g->runs[k + 1] - g->runs[k]) > M) return -EOVERFLOW;
     }
     kb_cosformer_args a = { F(in), F(out), g->pool, g->stride, state_off, pos_off, g->d_slots, g->d_runs,
                             H, dh, M, periodic, eps };
