@@ -783,7 +783,9 @@ static void cos_part(void *arg, int part, int nparts) {
         memcpy(&pos, st + j->pos_off, sizeof pos);
         for (int b = r0; b < j->c->run[run + 1]; b++) {
             const float *q = j->in + (size_t)b * 3 * hd + h * dh, *k = q + hd, *v = q + 2 * hd;
-            double th = lind_cos_theta((long long)(pos + (b - r0)), j->M, j->periodic), den = 0.0, acc[1024];
+            /* unsigned sum: any stored position (periodic form) wraps instead of overflowing */
+            double th = lind_cos_theta((long long)(int64_t)((uint64_t)pos + (uint64_t)(b - r0)), j->M, j->periodic),
+                   den = 0.0, acc[1024];
             for (int i = 0; i < dh; i++) acc[i] = 0.0;
             for (int p = 0; p < P; p++) {
                 float mult = lind_cos_mult(th, p);
@@ -823,7 +825,7 @@ static int cpu_cosformer_step(backend *be, const backend_buf *in, backend_buf *o
         uint8_t *p = slot_ptr(c, c->slots[c->run[r]]) + pos_off;
         int64_t pos;
         memcpy(&pos, p, sizeof pos);
-        pos += c->run[r + 1] - c->run[r];
+        pos = (int64_t)((uint64_t)pos + (uint64_t)(c->run[r + 1] - c->run[r]));
         memcpy(p, &pos, sizeof pos);
     }
     return 0;
@@ -893,7 +895,7 @@ static int cpu_linformer_step(backend *be, const backend_buf *in, const backend_
         uint8_t *p = slot_ptr(c, c->slots[c->run[r]]) + pos_off;
         int64_t pos;
         memcpy(&pos, p, sizeof pos);
-        pos += c->run[r + 1] - c->run[r];
+        pos = (int64_t)((uint64_t)pos + (uint64_t)(c->run[r + 1] - c->run[r]));
         memcpy(p, &pos, sizeof pos);
     }
     return 0;

@@ -820,7 +820,7 @@ LIND_HD static inline int kb_cosformer_step(const lind_thread *t, int phase, con
         if (tx < dh) {
             int64_t pos;
             memcpy(&pos, slot + a->pos_off, sizeof pos);
-            double th = lind_cos_theta((long long)(pos + (b - r0)), a->M, a->periodic);
+            double th = lind_cos_theta((long long)(int64_t)((uint64_t)pos + (uint64_t)(b - r0)), a->M, a->periodic);
             for (int p = 0; p < P; p++) {
                 float mult = lind_cos_mult(th, p);
                 float fq = lind_cos_feature(row[h * dh + tx], mult), fk = lind_cos_feature(row[hd + h * dh + tx], mult);
@@ -864,7 +864,7 @@ LIND_HD static inline int kb_pos_advance(const lind_thread *t, int phase, const 
     unsigned char *slot = KB_SLOT(a->pool, a->stride, a->slots, r0);
     int64_t pos;
     memcpy(&pos, slot + a->pos_off, sizeof pos);
-    pos += a->runs[k + 1] - r0;
+    pos = (int64_t)((uint64_t)pos + (uint64_t)(a->runs[k + 1] - r0));   /* wraps, never overflows */
     memcpy(slot + a->pos_off, &pos, sizeof pos);
     return 0;
 }
