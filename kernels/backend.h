@@ -234,6 +234,59 @@ typedef struct backend_ops {
      * length after it. Zeroed = the empty history. */
     int (*aft_window_step)(backend *be, const backend_buf *in, const backend_buf *w, backend_buf *out,
                            size_t acc_off, size_t ring_off, size_t pos_off, int d, int s, int H);
+    /* Retention (RetNet) for every row r in run order and head h < H:
+     *   in  = [R × 4·hd]: q at column 0, k at hd, v at 2·hd, the gate
+     *         logits g at 3·hd
+     *   gamma: H floats, the decays γ
+     *   norm: 2·hd floats, the group norm's weight then its bias
+     *   state in slot slots[r] at byte offset state_off: S as double
+     *   [H][dh (k index i)][dh (v index j)]
+     *   out[r, h·dh + j] = SiLU(g) · GroupNorm_h(o)[j] (float), out [R × hd]
+     * with S ← γS + k vᵀ, o_j = dh^−½ Σ_i q_i S[i][j], the group norm over
+     * the head's dh outputs (mean, biased variance, eps inside the √); per
+     * element lind_lin_s() / lind_lin_column() (φ = identity),
+     * lind_gn_rstd(), lind_retention_out(). */
+    int (*retention_step)(backend *be, const backend_buf *in, const backend_buf *gamma, const backend_buf *norm,
+                          backend_buf *out, size_t state_off, int H, int dh, float eps);
+
+    /* FAVOR+ features in log form (Performer), row-wise (no slot state), for
+     * every row r < R, part p (0 = queries, 1 = keys) and head h < H:
+     *   out[r, p·H·m + h·m + f] = u_f  (f < m)  from x = in[r, p·hd + h·dh ...]
+     * per lind_favor_head() with omega [m × dh] (shared by the heads), the
+     * keys' shift ck = max_f ‖ω_f‖²/2. in and out have row strides ldi and
+     * ldo and must not overlap. */
+    int (*favor_features)(backend *be, const backend_buf *in, int ldi, const backend_buf *omega,
+                          backend_buf *out, int ldo, int H, int dh, int m, float ck);
+
+    /* cosFormer step for every row r in run order and head h < H:
+     *   in  = [R × 3·hd]: q at 0, k at hd, v at 2·hd (raw, before ReLU)
+     *   state in slot slots[r]: at state_off P (S, z) pairs, S as double
+     *   [P][H][dh][dh] then z as double [P][H][dh]; at pos_off the int64
+     *   count of tokens seen (the row's position t). P = 3 when periodic,
+     *   else 2.
+     *   out[r, h·dh + j] = Σ_p φq_p·S_p[·][j] / (Σ_p φq_p·z_p + eps)
+     * after S_p += φk_p vᵀ, z_p += φk_p, φ_p(x) = lind_cos_feature(x,
+     * lind_cos_mult(lind_cos_theta(t, M, periodic), p)); the position
+     * advances by the run's length. Not periodic: a run that would reach
+     * position M is refused with -EOVERFLOW, a negative position with
+     * -EINVAL, before any state changes (the whole call is refused).
+     * Periodic: any position is valid (reduced mod 2M). */
+    int (*cosformer_step)(backend *be, const backend_buf *in, backend_buf *out, size_t state_off, size_t pos_off,
+                          int H, int dh, int M, int periodic, float eps);
+
+    /* Causal Linformer step for every row r in run order and head h < H:
+     *   in  = [R × 3·hd]: q at 0, k at hd, v at 2·hd
+     *   ef  = [2 × N × kp]: the keys' projection rows E (row t for position
+     *         t), then the values' F
+     *   state in slot slots[r]: at state_off K̄ as double [H][kp][dh], then
+     *   V̄ as double [H][kp][dh]; at pos_off the int64 count of tokens seen
+     *   out[r, h·dh + j] = o_j (float), out [R × hd]
+     * per lind_linf_row() and a softmax over p shifted by its max (lind_exp),
+     * o_j = Σ_p e^{s_p − max} V̄[p][j] / Σ_p e^{s_p − max}, the sums in p
+     * order. A run that would reach position N is refused with -EOVERFLOW
+     * before any state changes (the whole call is refused). */
+    int (*linformer_step)(backend *be, const backend_buf *in, const backend_buf *ef, backend_buf *out,
+                          size_t state_off, size_t pos_off, int H, int dh, int kp, int N);
 } backend_ops;
 
 /* Every backend struct starts with this. */

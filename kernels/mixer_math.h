@@ -488,4 +488,111 @@ LIND_HD static inline double lind_aftw_channel(double *num, double *den, double 
     return n / dd;
 }
 
+/* ---- retention (RetNet) --------------------------------------------------
+ *
+ * Per head, no feature map and no normalizer, decay γ ∈ (0, 1]:
+ *   S ← γS + k vᵀ,   o_j = dh^−½ Σ_i q_i S[i][j]
+ * (the linear mixer's S update and column sum with φ = identity:
+ * lind_lin_s() / lind_lin_column() with φk = k, φq = q), then the head's
+ * group norm and the swish gate, per element: */
+
+/* 1/√(var + eps) of a head's group norm (var the biased variance). */
+LIND_HD static inline double lind_gn_rstd(double var, float eps) {
+    return 1.0 / sqrt(var + (double)eps);
+}
+
+/* ((o − mean)·rstd·w + b) · SiLU(g). */
+LIND_HD static inline float lind_retention_out(double o, double mean, double rstd, float w, float b, float g) {
+    float n = (float)((o - mean) * rstd) * w + b;
+    return n * lind_silu(g);
+}
+
+/* ---- FAVOR+ positive random features (Performer) --------------------------
+ *
+ * φ_i(x) = exp(ω_iᵀx̂ − ‖x̂‖²/2)/√m with x̂ = x·dh^−¼, so that
+ * E[φ(q)ᵀφ(k)] = exp(qᵀk/√dh). Written in log form u_i, shifted by a
+ * constant c: φ_i ∝ e^{u_i}, u_i = ω_iᵀx̂ − ‖x̂‖²/2 − c ≤ 0. The shift
+ * cancels in the ratio o = Σ φq·φk v / Σ φq·φk as long as it is the same for
+ * every term of a sum: for a query, c = the row's own largest exponent
+ * (its largest feature is then 1); for keys, c = max_i ‖ω_i‖²/2, a bound
+ * of every key's exponent (ω_iᵀx̂ − ‖x̂‖²/2 = ‖ω_i‖²/2 − ‖x̂ − ω_i‖²/2), fixed
+ * by the stored projection — so no feature ever exceeds 1 and the running
+ * sums grow at most by 1·|v| per token. The 1/√m cancels too. The
+ * exponent is computed in double; u is returned as float clamped to ≤ 0,
+ * and e^u is taken by lind_elu1() (= e^u for u ≤ 0) inside the linear
+ * mixer's step. Features below e^−87 are raised to e^−87 (lind_expf's
+ * clamp): a key that far from every ω gets a weight 1e-38 instead of less. */
+LIND_HD static inline void lind_favor_head(float *out, const float *x, const float *omega, int dh, int m, int is_q,
+                                           float ck) {
+    double s = 1.0 / sqrt(sqrt((double)dh)), half = 0.0;
+    for (int i = 0; i < dh; i++) half += ((double)x[i] * s) * ((double)x[i] * s);
+    half *= 0.5;
+    double c = (double)ck;
+    if (is_q) {
+        c = -1e308;
+        for (int f = 0; f < m; f++) {
+            double dot = 0.0;
+            for (int i = 0; i < dh; i++) dot += (double)omega[(long)f * dh + i] * (double)x[i];
+            double e = dot * s - half;
+            c = e > c ? e : c;
+        }
+    }
+    for (int f = 0; f < m; f++) {
+        double dot = 0.0;
+        for (int i = 0; i < dh; i++) dot += (double)omega[(long)f * dh + i] * (double)x[i];
+        double u = dot * s - half - c;
+        out[f] = (float)(u < 0.0 ? u : 0.0);
+    }
+}
+
+/* ---- cosFormer's cos re-weighting ----------------------------------------
+ *
+ * Token i attends to j ≤ i with weight relu(q_i)·relu(k_j) · w(i − j).
+ * Horizon form (the paper's, M the horizon): w = cos(π/2·(i − j)/M) =
+ * cos θ_i cos θ_j + sin θ_i sin θ_j with θ_t = π/2·t/M, so the state is two
+ * (S, z) pairs whose features are relu(x)·cos θ_t and relu(x)·sin θ_t. It is
+ * a non-negative weight only while i − j ≤ M; past that it turns negative
+ * and the normalizer can reach zero, so this form refuses positions ≥ M.
+ * Periodic form (sound in an endless stream): w = 1 + cos(π·(i − j)/M) ≥ 0,
+ * θ_t = π·(t mod 2M)/M, a third pair with feature relu(x)·1; the recency
+ * weighting repeats with period 2M (w = 2 at distance 0, 0 at M, 2 at 2M).
+ * The angle is computed from the integer position reduced exactly, in double.
+ * Pair p's multiplier: p = 0 cos θ, 1 sin θ, 2 one. */
+#define LIND_COS_PAIRS_MAX 3
+
+LIND_HD static inline double lind_cos_theta(long long t, int M, int periodic) {
+    const double pi = 3.14159265358979323846;
+    if (periodic) return pi * (double)(t % (2LL * M)) / (double)M;
+    return 0.5 * pi * (double)t / (double)M;
+}
+
+LIND_HD static inline float lind_cos_mult(double theta, int p) {
+    return p == 0 ? (float)cos(theta) : p == 1 ? (float)sin(theta) : 1.0f;
+}
+
+/* φ for pair p: multiplier · relu(x), in float. */
+LIND_HD static inline float lind_cos_feature(float x, float mult) {
+    return (x > 0.0f ? x : 0.0f) * mult;
+}
+
+/* ---- causal Linformer ------------------------------------------------------
+ *
+ * Per head, projection length kp, maximum length N, position-indexed rows
+ * e_t, f_t (kp each: row t of the stored [N × kp] projections):
+ *   K̄[p] += e_t[p]·k,  V̄[p] += f_t[p]·v            (K̄, V̄ [kp × dh], fp64)
+ *   s_p = q·K̄[p]/√dh,  a = softmax(s),  o_j = Σ_p a_p V̄[p][j]
+ * Row p of K̄ and V̄ is updated by its owner, who also returns s_p; the
+ * softmax is shifted by max_p s_p, so no exponential overflows. */
+LIND_HD static inline double lind_linf_row(double *Kp, double *Vp, const float *k, const float *v, const float *q,
+                                           float e, float f, int dh) {
+    double s = 0.0;
+    for (int j = 0; j < dh; j++) {
+        double kk = Kp[j] + (double)e * (double)k[j];
+        Kp[j] = kk;
+        Vp[j] = Vp[j] + (double)f * (double)v[j];
+        s += (double)q[j] * kk;
+    }
+    return s / sqrt((double)dh);
+}
+
 #endif

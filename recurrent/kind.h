@@ -123,6 +123,11 @@ typedef struct layer_kind {
     /* Rows of the current batch: io->x += part(io->h). */
     int (*step)(void *priv, const layer_io *io);
     void (*free)(void *priv, backend *be);
+    /* Optional (NULL = unbounded): the most tokens a session may hold, for a
+     * kind with a maximum length by construction (linformer's max_len,
+     * cosformer's horizon form); 0 = unbounded. A step that would feed
+     * position ≥ this fails with -EOVERFLOW before the kind's state changes. */
+    long long (*max_tokens)(const lind_config *c, const void *params);
 } layer_kind;
 
 /* The kind tables. */

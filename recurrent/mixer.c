@@ -14,6 +14,10 @@ static const layer_kind *const kinds[] = {
     &mixer_window,
     &mixer_aft_local,
     &mixer_aft_conv,
+    &mixer_retnet,
+    &mixer_performer,
+    &mixer_cosformer,
+    &mixer_linformer,
 };
 #define NKINDS (sizeof kinds / sizeof kinds[0])
 

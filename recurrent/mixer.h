@@ -32,5 +32,9 @@ extern const layer_kind mixer_delta;
 extern const layer_kind mixer_window;
 extern const layer_kind mixer_aft_local;
 extern const layer_kind mixer_aft_conv;
+extern const layer_kind mixer_retnet;
+extern const layer_kind mixer_performer;
+extern const layer_kind mixer_cosformer;
+extern const layer_kind mixer_linformer;
 
 #endif

@@ -463,6 +463,18 @@ int model_bos(const model *m) { return m->cfg.bos; }
 const struct tokenizer *model_tokenizer(const model *m) { return m->tok; }
 lind_dtype model_weights_dtype(const model *m) { return m->wdtype; }
 size_t model_state_bytes(const model *m) { return m->state_bytes; }
+long long model_max_tokens(const model *m) {
+    long long n = 0;
+    for (int i = 0; i < m->cfg.n_layers; i++) {
+        const layer_kind *k[2] = {m->L[i].mixer.kind, m->L[i].ffn.kind};
+        const void *p[2] = {m->L[i].mixer.params, m->L[i].ffn.params};
+        for (int j = 0; j < 2; j++) {
+            long long x = k[j] && k[j]->max_tokens ? k[j]->max_tokens(&m->cfg, p[j]) : 0;
+            if (x > 0 && (n == 0 || x < n)) n = x;
+        }
+    }
+    return n;
+}
 uint64_t model_fingerprint(const model *m) { return m->fingerprint; }
 backend *model_backend(model *m) { return m->be; }
 

@@ -89,6 +89,12 @@ const char *lind_dtype_name(lind_dtype t);           /* "f32", "f16", "bf16", "a
 /* Bytes of one session's recurrent state (all layers), as read and written
  * by model_slot_read/model_slot_write. Independent of stream length. */
 size_t   model_state_bytes(const model *m);
+/* The most tokens a session of this model may hold: the least of its kinds'
+ * maximum lengths (layer_kind.max_tokens), 0 when unbounded. model_step /
+ * model_forward return -EOVERFLOW for a call that would feed a session past
+ * it (before that layer's state changes), so a caller that tracks a
+ * session's token count can refuse a turn up front with a clear message. */
+long long model_max_tokens(const model *m);
 /* Multiply-adds per token of the blocks' products and of the head, and the
  * bytes of all matrix weights as held in memory (benchmark figures). */
 void     model_costs(const model *m, size_t *block_macs, size_t *head_macs, size_t *weight_bytes);

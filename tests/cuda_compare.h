@@ -1419,6 +1419,36 @@ static void ww_same_pos(size_t slot_bytes, size_t pos_off, const char *what) {
     free(r);
 }
 
+/* ---- the linear-attention family: retention_step, favor_features,
+ * cosformer_step, linformer_step (tests/test_core_mixers_linear.c runs them
+ * in models). Alternating one-row batches and runs (dl_layout), state at a
+ * nonzero offset; outputs every step, states at the end. */
+
+/* The int64 position of every slot seeded with pos0 + step·slot. */
+static void ml_seed_pos(size_t slot_bytes, size_t pos_off, int64_t pos0, int64_t step) {
+    unsigned char *blob = calloc(1, slot_bytes);
+    if (!blob) abort();
+    for (int s = 0; s < CMP_NSLOTS; s++) {
+        int64_t pos = pos0 + step * (int64_t)s;
+        memcpy(blob + pos_off, &pos, sizeof pos);
+        CHECK(P.a->ops->slot_write(P.a, s, blob) == 0 && P.r->ops->slot_write(P.r, s, blob) == 0, "slot_write");
+    }
+    free(blob);
+}
+
+/* Positions equal on both backends in every slot. */
+static void ml_same_pos(size_t slot_bytes, size_t pos_off, const char *what) {
+    unsigned char *a = malloc(slot_bytes), *r = malloc(slot_bytes);
+    if (!a || !r) abort();
+    for (int s = 0; s < CMP_NSLOTS; s++) {
+        CHECK(P.a->ops->slot_read(P.a, s, a) == 0 && P.r->ops->slot_read(P.r, s, r) == 0, "slot_read");
+        CHECK(!memcmp(a + pos_off, r + pos_off, 8), "%s: slot %d positions differ", what, s);
+        CHECK(!memcmp(a + pos_off, r + pos_off, 8), "%s: slot %d position differs", what, s);
+    }
+    free(a);
+    free(r);
+}
+
 /* window_step: ALiBi with dilation and global tokens; RoPE without; 40
  * heads (two blocks of 32 per run); a slot at position 0. Outputs every
  * step, rings, global rows and positions at the end. */
@@ -1466,6 +1496,108 @@ static void case_window(void) {
     }
 }
 
+/* retention_step: head widths 8, 48, 100; 3 heads. */
+static void case_retention(void) {
+    static const int dhs[] = { 8, 48, 100 };
+    int H = 3, tokens[17] = { 0 };
+    for (size_t di = 0; di < sizeof dhs / sizeof *dhs && !check_failed_; di++) {
+        if (fresh_pair() < 0) return;
+        int dh = dhs[di], hd = H * dh, ld = 4 * hd;
+        size_t off = 64, nd = (size_t)hd * dh, slot_bytes = off + nd * 8 + 24;
+        both_reserve(CMP_NSLOTS, slot_bytes);
+        float gamma[3] = { 0.9f, 0.97f, 1.0f }, *norm = fvec(2 * (size_t)hd), *in = fvec((size_t)17 * ld);
+        fill(norm, hd, 0.1f, 1);
+        fill(norm + hd, hd, 0.1f, 0);
+        twin tg = twin_new(gamma, H), tn = twin_new(norm, 2 * (size_t)hd), tin = twin_new(NULL, (size_t)17 * ld),
+             tout = twin_new(NULL, (size_t)17 * hd);
+        for (int step = 0; step < 16 && !check_failed_; step++) {
+            int R;
+            const int *sl = dl_layout(step, &R);
+            fill(in, (size_t)R * ld, 2, 0);
+            CHECK(P.a->ops->buf_upload(P.a, tin.a, 0, in, (size_t)R * ld) == 0 &&
+                  P.r->ops->buf_upload(P.r, tin.r, 0, in, (size_t)R * ld) == 0, "upload");
+            both_begin(sl, tokens, R);
+            char what[80];
+            snprintf(what, sizeof what, "retention_step dh=%d step %d (%d rows)", dh, step, R);
+            CHECK(P.a->ops->retention_step(P.a, tin.a, tg.a, tn.a, tout.a, off, H, dh, 1e-5f) == 0 &&
+                  P.r->ops->retention_step(P.r, tin.r, tg.r, tn.r, tout.r, off, H, dh, 1e-5f) == 0, "%s", what);
+            same_f(&tout, 0, (size_t)R * hd, what);
+        }
+        for (int s = 0; s < CMP_NSLOTS; s++) same_slot(s, slot_bytes, off, nd, 0, 0, P.tol_s, "retention_step S");
+        twin_free(&tg); twin_free(&tn); twin_free(&tin); twin_free(&tout);
+        free(norm); free(in);
+    }
+}
+
+/* favor_features: (dh, m) = (8, 8), (16, 40), (64, 72) over 2 heads and 17
+ * rows with padded strides; the keys' shift from omega as the kind computes
+ * it. Row-wise: no slots. */
+static void case_favor(void) {
+    static const struct { int dh, m; } cfgs[] = { { 8, 8 }, { 16, 40 }, { 64, 72 } };
+    int H = 2, tokens[17] = { 0 };
+    for (size_t ci = 0; ci < sizeof cfgs / sizeof *cfgs && !check_failed_; ci++) {
+        if (fresh_pair() < 0) return;
+        int dh = cfgs[ci].dh, m = cfgs[ci].m, ldi = 2 * H * dh + 3, ldo = 3 * H * m;
+        both_reserve(CMP_NSLOTS, 64);
+        float *om = fvec((size_t)m * dh), *in = fvec((size_t)17 * ldi), *out0 = fvec((size_t)17 * ldo);
+        fill(om, (size_t)m * dh, 1.5f, 0);
+        fill(in, (size_t)17 * ldi, 2, 0);
+        double ck = 0;
+        for (int f = 0; f < m; f++) {
+            double n2 = 0;
+            for (int i = 0; i < dh; i++) n2 += (double)om[f * dh + i] * om[f * dh + i];
+            if (n2 / 2 > ck) ck = n2 / 2;
+        }
+        twin to = twin_new(om, (size_t)m * dh), tin = twin_new(in, (size_t)17 * ldi),
+             tout = twin_new(out0, (size_t)17 * ldo);
+        both_begin(dl_runs, tokens, 17);
+        CHECK(P.a->ops->favor_features(P.a, tin.a, ldi, to.a, tout.a, ldo, H, dh, m, (float)ck) == 0 &&
+              P.r->ops->favor_features(P.r, tin.r, ldi, to.r, tout.r, ldo, H, dh, m, (float)ck) == 0, "favor_features");
+        char what[80];
+        snprintf(what, sizeof what, "favor_features dh=%d m=%d", dh, m);
+        same_f(&tout, 0, (size_t)17 * ldo, what);   /* the v columns past 2·H·m: untouched alike */
+        twin_free(&to); twin_free(&tin); twin_free(&tout);
+        free(om); free(in); free(out0);
+    }
+}
+
+/* cosformer_step: dh 8 and 48, horizon (positions from 0 … 59, M 200) and
+ * periodic (positions from 10^12, M 37: the int64 reduction). */
+static void case_cosformer(void) {
+    static const struct { int dh, M, periodic; int64_t pos0; } cfgs[] = {
+        { 8, 200, 0, 0 }, { 48, 200, 0, 3 }, { 8, 37, 1, 1000000000000ll }, { 48, 37, 1, 5 },
+    };
+    int H = 3, tokens[17] = { 0 };
+    for (size_t ci = 0; ci < sizeof cfgs / sizeof *cfgs && !check_failed_; ci++) {
+        if (fresh_pair() < 0) return;
+        int dh = cfgs[ci].dh, hd = H * dh, P3 = cfgs[ci].periodic ? 3 : 2;
+        size_t off = 64, nd = (size_t)P3 * hd * (dh + 1), pos_off = off + nd * 8, slot_bytes = pos_off + 8 + 16;
+        both_reserve(CMP_NSLOTS, slot_bytes);
+        ml_seed_pos(slot_bytes, pos_off, cfgs[ci].pos0, cfgs[ci].periodic ? 1000 : 7);
+        float *in = fvec((size_t)17 * 3 * hd);
+        twin tin = twin_new(NULL, (size_t)17 * 3 * hd), tout = twin_new(NULL, (size_t)17 * hd);
+        for (int step = 0; step < 12 && !check_failed_; step++) {
+            int R;
+            const int *sl = dl_layout(step, &R);
+            fill(in, (size_t)R * 3 * hd, 2, 0);
+            CHECK(P.a->ops->buf_upload(P.a, tin.a, 0, in, (size_t)R * 3 * hd) == 0 &&
+                  P.r->ops->buf_upload(P.r, tin.r, 0, in, (size_t)R * 3 * hd) == 0, "upload");
+            both_begin(sl, tokens, R);
+            char what[96];
+            snprintf(what, sizeof what, "cosformer_step dh=%d M=%d periodic=%d step %d", dh, cfgs[ci].M,
+                     cfgs[ci].periodic, step);
+            int ra = P.a->ops->cosformer_step(P.a, tin.a, tout.a, off, pos_off, H, dh, cfgs[ci].M, cfgs[ci].periodic, 1e-6f);
+            int rr = P.r->ops->cosformer_step(P.r, tin.r, tout.r, off, pos_off, H, dh, cfgs[ci].M, cfgs[ci].periodic, 1e-6f);
+            CHECK(ra == 0 && rr == 0, "%s: %d %d", what, ra, rr);
+            same_f(&tout, 0, (size_t)R * hd, what);
+        }
+        for (int s = 0; s < CMP_NSLOTS; s++) same_slot(s, slot_bytes, off, nd, 0, 0, P.tol_s, "cosformer_step S, z");
+        ml_same_pos(slot_bytes, pos_off, "cosformer_step");
+        twin_free(&tin); twin_free(&tout);
+        free(in);
+    }
+}
+
 /* aft_window_step: d 300 (two blocks per run), one head and 4 heads, s 2,
  * 5 and 9; a slot with empty sums. Outputs every step, sums, rings and
  * positions at the end. */
@@ -1507,6 +1639,40 @@ static void case_aft_window(void) {
     }
 }
 
+/* linformer_step: (dh, kp) = (8, 12), (48, 40), (16, 100); N 80. */
+static void case_linformer(void) {
+    static const struct { int dh, kp; } cfgs[] = { { 8, 12 }, { 48, 40 }, { 16, 100 } };
+    int H = 3, N = 80, tokens[17] = { 0 };
+    for (size_t ci = 0; ci < sizeof cfgs / sizeof *cfgs && !check_failed_; ci++) {
+        if (fresh_pair() < 0) return;
+        int dh = cfgs[ci].dh, kp = cfgs[ci].kp, hd = H * dh;
+        size_t off = 64, nd = (size_t)2 * hd * kp, pos_off = off + nd * 8, slot_bytes = pos_off + 8 + 16;
+        both_reserve(CMP_NSLOTS, slot_bytes);
+        float *ef = fvec(2 * (size_t)N * kp), *in = fvec((size_t)17 * 3 * hd);
+        fill(ef, 2 * (size_t)N * kp, 0.3f, 0);
+        twin te = twin_new(ef, 2 * (size_t)N * kp), tin = twin_new(NULL, (size_t)17 * 3 * hd),
+             tout = twin_new(NULL, (size_t)17 * hd);
+        for (int step = 0; step < 12 && !check_failed_; step++) {
+            int R;
+            const int *sl = dl_layout(step, &R);
+            fill(in, (size_t)R * 3 * hd, 2, 0);
+            CHECK(P.a->ops->buf_upload(P.a, tin.a, 0, in, (size_t)R * 3 * hd) == 0 &&
+                  P.r->ops->buf_upload(P.r, tin.r, 0, in, (size_t)R * 3 * hd) == 0, "upload");
+            both_begin(sl, tokens, R);
+            char what[80];
+            snprintf(what, sizeof what, "linformer_step dh=%d kp=%d step %d", dh, kp, step);
+            int ra = P.a->ops->linformer_step(P.a, tin.a, te.a, tout.a, off, pos_off, H, dh, kp, N);
+            int rr = P.r->ops->linformer_step(P.r, tin.r, te.r, tout.r, off, pos_off, H, dh, kp, N);
+            CHECK(ra == 0 && rr == 0, "%s: %d %d", what, ra, rr);
+            same_f(&tout, 0, (size_t)R * hd, what);
+        }
+        for (int s = 0; s < CMP_NSLOTS; s++) same_slot(s, slot_bytes, off, nd, 0, 0, P.tol_s, "linformer_step K̄, V̄");
+        ml_same_pos(slot_bytes, pos_off, "linformer_step");
+        twin_free(&te); twin_free(&tin); twin_free(&tout);
+        free(ef); free(in);
+    }
+}
+
 /* Run every case with A from `ctor` against the CPU backend. */
 static void cmp_run_all(const char *label, backend_ctor ctor, double tol_f, double tol_s) {
     static const struct { const char *name; void (*fn)(void); } cases[] = {
@@ -1518,6 +1684,7 @@ static void cmp_run_all(const char *label, backend_ctor ctor, double tol_f, doub
         { "delta_runs", case_delta_runs },
         { "window_step", case_window },
         { "aft_window_step", case_aft_window },
+        { "retention_step", case_retention }, { "favor_features", case_favor }, { "cosformer_step", case_cosformer }, { "linformer_step", case_linformer },
     };
     static char name[128];
     P.label = label;

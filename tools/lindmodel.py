@@ -14,6 +14,10 @@ recurrent form (see issue "Recurrent core" and docs/MODEL.md):
       wkv_t = softmax_i(L[t,i]) . v,  L[t,i] = -(t-1-i)w + k_i (i<t), u + k_t (i=t)
       y = Wo (sigmoid(r) * wkv)
 
+  retnet, performer, cosformer, linformer mixers (docs/KINDS.md): the
+  parallel forms below (RetnetMixer ... LinformerMixer), flat-form config
+  keys at the top level as the C loader reads them.
+
 The learnable parameters are reparametrized for training (gamma and w through
 bounded maps) but `export_tensors` writes exactly the tensors the C loader
 reads (gamma itself as `decay`, log w as `time_decay`), and `from_tensors`
@@ -334,6 +338,207 @@ WINDOW_MIXERS = {
     "aft_local": lambda cfg, i: AftWindowMixer(cfg, i, False),
     "aft_conv": lambda cfg, i: AftWindowMixer(cfg, i, True),
 }
+# ---- the linear-attention family (docs/KINDS.md) ----------------------------
+# Each mixer's forward is the parallel (quadratic, causal) form; export()
+# returns exactly the tensors recurrent/mixer_<kind>.c loads, and
+# load(tensors, prefix, put) takes them back as they are.
+
+def _heads(x, H, dh):
+    B, T, _ = x.shape
+    return x.view(B, T, H, dh).transpose(1, 2)           # [B, H, T, dh]
+
+
+def _merge(o):
+    B, H, T, dh = o.shape
+    return o.transpose(1, 2).reshape(B, T, H * dh)
+
+
+def _proj(d, n, std=0.02):
+    p = nn.Parameter(torch.empty(n, d))
+    nn.init.normal_(p, std=std)
+    return p
+
+
+class RetnetMixer(nn.Module):
+    """Retention: o_t = dh^-1/2 sum_{j<=t} gamma^{t-j} (q_t.k_j) v_j per head,
+    y = Wo (SiLU(Wg h) * GroupNorm_head(o)), group norm eps group_norm_eps."""
+    tensor_names = ("wq", "wk", "wv", "wg", "wo", "gn_weight", "gn_bias")
+
+    def __init__(self, d, H, dh, eps, n_layers):
+        super().__init__()
+        self.H, self.dh, self.eps = H, dh, eps
+        self.wq, self.wk, self.wv, self.wg = (_proj(d, H * dh) for _ in range(4))
+        self.wo = _proj(H * dh, d, 0.02 / math.sqrt(2 * n_layers))
+        self.gn_weight = nn.Parameter(torch.ones(H * dh))
+        self.gn_bias = nn.Parameter(torch.zeros(H * dh))
+        # the paper's gamma_h = 1 - 2^(-5-h), fixed (not trained)
+        self.register_buffer("decay", torch.tensor([1.0 - 2.0 ** (-5 - h) for h in range(H)]))
+
+    def forward(self, h):
+        H, dh = self.H, self.dh
+        q, k, v = (_heads(F.linear(h, w), H, dh) for w in (self.wq, self.wk, self.wv))
+        T = h.shape[1]
+        t = torch.arange(T, device=h.device, dtype=h.dtype)
+        dist = t[:, None] - t[None, :]
+        logd = torch.log(self.decay.to(h.dtype))[:, None, None] * dist.clamp(min=0)
+        D = torch.where(dist >= 0, torch.exp(logd), torch.zeros((), dtype=h.dtype))   # [H, T, T]
+        o = torch.matmul(torch.matmul(q, k.transpose(-1, -2)) * D, v) / math.sqrt(dh)
+        mean = o.mean(-1, keepdim=True)
+        var = ((o - mean) ** 2).mean(-1, keepdim=True)
+        o = _merge((o - mean) / torch.sqrt(var + self.eps)) * self.gn_weight + self.gn_bias
+        return F.linear(F.silu(F.linear(h, self.wg)) * o, self.wo)
+
+    def export(self):
+        out = {n: getattr(self, n) for n in self.tensor_names}
+        out["decay"] = self.decay
+        return out
+
+    def load(self, tensors, p, put):
+        for n in self.tensor_names:
+            put(getattr(self, n), p + n)
+        put(self.decay, p + "decay")
+
+
+def favor_omega(m, dh, seed):
+    """The fixed, seeded FAVOR+ projection [m, dh]: blocks of dh orthogonal
+    Gaussian directions with chi-distributed norms (Choromanski et al.)."""
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    while len(rows) * dh < m:
+        qm, _ = torch.linalg.qr(torch.randn(dh, dh, generator=g, dtype=torch.float64))
+        rows.append(qm.T)
+    w = torch.cat(rows, 0)[:m]
+    norms = torch.randn(m, dh, generator=g, dtype=torch.float64).norm(dim=1)
+    return (w * norms[:, None]).float()
+
+
+class PerformerMixer(nn.Module):
+    """FAVOR+ linear attention: phi(x)_f = exp(w_f.x^ - |x^|^2/2)/sqrt(m),
+    x^ = x dh^-1/4; o_t = sum_j (phi(q_t).phi(k_j)) v_j / (sum_j phi(q_t).phi(k_j) + attn_eps).
+    Computed with the same shifts as the C side (a query by its own max
+    exponent, keys by max_f |w_f|^2/2), which cancel in the ratio."""
+    tensor_names = ("wq", "wk", "wv", "wo")
+
+    def __init__(self, d, H, dh, m, eps, n_layers, seed):
+        super().__init__()
+        self.H, self.dh, self.m, self.eps = H, dh, m, eps
+        self.wq, self.wk, self.wv = (_proj(d, H * dh) for _ in range(3))
+        self.wo = _proj(H * dh, d, 0.02 / math.sqrt(2 * n_layers))
+        self.register_buffer("omega", favor_omega(m, dh, seed))
+
+    def features(self, x, is_q):
+        xs = x * self.dh ** -0.25
+        u = torch.matmul(xs, self.omega.to(x.dtype).T) - 0.5 * (xs * xs).sum(-1, keepdim=True)
+        if is_q:
+            c = u.amax(-1, keepdim=True).detach()
+        else:
+            c = 0.5 * (self.omega.double() ** 2).sum(-1).max().to(x.dtype)
+        return torch.exp(u - c)
+
+    def forward(self, h):
+        H, dh = self.H, self.dh
+        q, k, v = (_heads(F.linear(h, w), H, dh) for w in (self.wq, self.wk, self.wv))
+        fq, fk = self.features(q, True), self.features(k, False)
+        T = h.shape[1]
+        mask = torch.tril(torch.ones(T, T, dtype=torch.bool, device=h.device))
+        a = torch.matmul(fq, fk.transpose(-1, -2)).masked_fill(~mask, 0.0)
+        o = torch.matmul(a, v) / (a.sum(-1, keepdim=True) + self.eps)
+        return F.linear(_merge(o), self.wo)
+
+    def export(self):
+        out = {n: getattr(self, n) for n in self.tensor_names}
+        out["omega"] = self.omega
+        return out
+
+    def load(self, tensors, p, put):
+        for n in self.tensor_names:
+            put(getattr(self, n), p + n)
+        put(self.omega, p + "omega")
+
+
+class CosformerMixer(nn.Module):
+    """cosFormer: weight relu(q_t).relu(k_j) * w(t-j), w = cos(pi/2 (t-j)/M)
+    (horizon; sequences of at most M tokens) or 1 + cos(pi (t-j)/M) (periodic)."""
+    tensor_names = ("wq", "wk", "wv", "wo")
+
+    def __init__(self, d, H, dh, M, periodic, eps, n_layers):
+        super().__init__()
+        self.H, self.dh, self.M, self.periodic, self.eps = H, dh, M, periodic, eps
+        self.wq, self.wk, self.wv = (_proj(d, H * dh) for _ in range(3))
+        self.wo = _proj(H * dh, d, 0.02 / math.sqrt(2 * n_layers))
+
+    def forward(self, h):
+        H, dh, T = self.H, self.dh, h.shape[1]
+        if not self.periodic and T > self.M:
+            raise ValueError("cosformer: %d tokens is past the horizon %d" % (T, self.M))
+        q, k, v = (_heads(F.linear(h, w), H, dh) for w in (self.wq, self.wk, self.wv))
+        t = torch.arange(T, device=h.device, dtype=h.dtype)
+        dist = t[:, None] - t[None, :]
+        if self.periodic:
+            w = 1.0 + torch.cos(math.pi * dist / self.M)
+        else:
+            w = torch.cos(0.5 * math.pi * dist / self.M)
+        w = torch.where(dist >= 0, w, torch.zeros((), dtype=h.dtype))
+        a = torch.matmul(F.relu(q), F.relu(k).transpose(-1, -2)) * w
+        o = torch.matmul(a, v) / (a.sum(-1, keepdim=True) + self.eps)
+        return F.linear(_merge(o), self.wo)
+
+    def export(self):
+        return {n: getattr(self, n) for n in self.tensor_names}
+
+    def load(self, tensors, p, put):
+        for n in self.tensor_names:
+            put(getattr(self, n), p + n)
+
+
+class LinformerMixer(nn.Module):
+    """Causal Linformer: s_t = sum_{j<=t} (q_t.k_j/sqrt(dh)) E[j],
+    o_t = softmax(s_t) . sum_{j<=t} F[j] v_j^T; E, F [max_len, proj_len]."""
+    tensor_names = ("wq", "wk", "wv", "wo", "proj_k", "proj_v")
+
+    def __init__(self, d, H, dh, kp, N, n_layers):
+        super().__init__()
+        self.H, self.dh, self.kp, self.N = H, dh, kp, N
+        self.wq, self.wk, self.wv = (_proj(d, H * dh) for _ in range(3))
+        self.wo = _proj(H * dh, d, 0.02 / math.sqrt(2 * n_layers))
+        self.proj_k = nn.Parameter(torch.randn(N, kp) / math.sqrt(kp))
+        self.proj_v = nn.Parameter(torch.randn(N, kp) / math.sqrt(kp))
+
+    def forward(self, h):
+        H, dh, T = self.H, self.dh, h.shape[1]
+        if T > self.N:
+            raise ValueError("linformer: %d tokens is past max_len %d" % (T, self.N))
+        q, k, v = (_heads(F.linear(h, w), H, dh) for w in (self.wq, self.wk, self.wv))
+        mask = torch.tril(torch.ones(T, T, dtype=torch.bool, device=h.device))
+        A = (torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(dh)).masked_fill(~mask, 0.0)
+        E, Fv = self.proj_k[:T].to(h.dtype), self.proj_v[:T].to(h.dtype)
+        s = torch.matmul(A, E)                                   # [B, H, T, kp]
+        a = torch.softmax(s, -1)
+        # o_t = sum_p a_tp sum_{j<=t} F[j, p] v_j = sum_{j<=t} (a_t . F[j]) v_j
+        w = torch.matmul(a, Fv.T).masked_fill(~mask, 0.0)        # [B, H, T, T]
+        return F.linear(_merge(torch.matmul(w, v)), self.wo)
+
+    def export(self):
+        return {n: getattr(self, n) for n in self.tensor_names}
+
+    def load(self, tensors, p, put):
+        for n in self.tensor_names:
+            put(getattr(self, n), p + n)
+
+
+def family_mixer(kind, cfg, i):
+    """One of the four, from flat-form config keys (top level), or None."""
+    d, H, dh, L = cfg["d_model"], cfg.get("n_heads"), cfg.get("d_head"), cfg["n_layers"]
+    if kind == "retnet":
+        return RetnetMixer(d, H, dh, cfg.get("group_norm_eps", 1e-5), L)
+    if kind == "performer":
+        return PerformerMixer(d, H, dh, cfg["n_features"], cfg.get("attn_eps", 0.0), L, cfg.get("seed", 0) + i)
+    if kind == "cosformer":
+        return CosformerMixer(d, H, dh, cfg["horizon"], cfg.get("cos_mode", "horizon") == "periodic",
+                              cfg.get("attn_eps", 1e-6), L)
+    if kind == "linformer":
+        return LinformerMixer(d, H, dh, cfg["proj_len"], cfg["max_len"], L)
+    return None
 
 
 class Block(nn.Module):
@@ -350,7 +555,9 @@ class Block(nn.Module):
         elif kind in WINDOW_MIXERS:
             self.mixer = WINDOW_MIXERS[kind](cfg, i)
         else:
-            raise ValueError("unknown mixer %r" % kind)
+            self.mixer = family_mixer(kind, cfg, i)
+            if self.mixer is None:
+                raise ValueError("unknown mixer %r" % kind)
         self.w1 = nn.Linear(d, cfg["d_ff"])
         self.w2 = nn.Linear(cfg["d_ff"], d)
         nn.init.normal_(self.w1.weight, std=0.02)
@@ -366,8 +573,11 @@ class Block(nn.Module):
 class Model(nn.Module):
     def __init__(self, cfg):
         super().__init__()
-        assert cfg["vocab_size"] == 256 and cfg["feature_map"] == "elu1"
-        assert cfg["token_shift"] is True and cfg["aft_variant"] == "decay"
+        assert cfg["vocab_size"] == 256
+        if "linear" in cfg["mixers"]:
+            assert cfg["feature_map"] == "elu1" and cfg["token_shift"] is True
+        if "aft" in cfg["mixers"]:
+            assert cfg["token_shift"] is True and cfg["aft_variant"] == "decay"
         assert len(cfg["mixers"]) == cfg["n_layers"]
         self.cfg = cfg
         d = cfg["d_model"]
@@ -428,6 +638,8 @@ class Model(nn.Module):
                 elif hasattr(mx, "exported_params"):
                     for n, prm in mx.exported_params().items():
                         put(prm, p + "mixer." + n)
+                elif hasattr(mx, "load"):
+                    mx.load(tensors, p + "mixer.", put)
                 else:
                     for n in ("wr", "wk", "wv", "wo", "mu_r", "mu_k", "mu_v", "time_first"):
                         put(getattr(mx, n), p + "mixer." + n)

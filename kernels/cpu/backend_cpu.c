@@ -729,6 +729,137 @@ static void win_part(void *arg, int part, int nparts) {
     }
 }
 
+/* ---- retention (RetNet) -----------------------------------------------------
+ * Split by (run, head) like delta_step: a session's heads are independent, a
+ * run's rows go in order. The S update and column sums are lin_head() with
+ * φ = identity (lind_lin_s, the i-order of lind_lin_column). */
+typedef struct ret_job {
+    cpu *c;
+    const float *in, *gamma, *norm;
+    float *out;
+    double *tmp;   /* dh doubles per part */
+    size_t off;
+    int H, dh;
+    float eps;
+} ret_job;
+
+static void ret_part(void *arg, int part, int nparts) {
+    const ret_job *j = arg;
+    int H = j->H, dh = j->dh, hd = H * dh, lo, hi;
+    part_range(j->c->nruns * H, part, nparts, &lo, &hi);
+    double *o = j->tmp + (size_t)part * dh, scale = 1.0 / sqrt((double)dh);
+    for (int unit = lo; unit < hi; unit++) {
+        int run = unit / H, h = unit % H;
+        double g = (double)j->gamma[h];
+        for (int b = j->c->run[run]; b < j->c->run[run + 1]; b++) {
+            double *S = (double *)(slot_ptr(j->c, j->c->slots[b]) + j->off) + (size_t)h * dh * dh;
+            const float *row = j->in + (size_t)b * 4 * hd;
+            lin_head(S, o, row + hd + h * dh, row + h * dh, row + 2 * hd + h * dh, g, dh);
+            double mean = 0.0, var = 0.0;
+            for (int i = 0; i < dh; i++) {
+                o[i] *= scale;
+                mean += o[i];
+            }
+            mean /= dh;
+            for (int i = 0; i < dh; i++) var += (o[i] - mean) * (o[i] - mean);
+            double rs = lind_gn_rstd(var / dh, j->eps);
+            float *out = j->out + (size_t)b * hd + (size_t)h * dh;
+            const float *gt = row + 3 * hd + h * dh, *w = j->norm + h * dh, *bias = j->norm + hd + h * dh;
+            for (int i = 0; i < dh; i++) out[i] = lind_retention_out(o[i], mean, rs, w[i], bias[i], gt[i]);
+        }
+    }
+}
+
+static int cpu_retention_step(backend *be, const backend_buf *in, const backend_buf *gamma, const backend_buf *norm,
+                              backend_buf *out, size_t state_off, int H, int dh, float eps) {
+    cpu *c = (cpu *)be;
+    int parts = row_parts(c, c->nruns * H, (size_t)2 * dh * dh * c->B / c->nruns);
+    double *t = (double *)tmp_get(c, 2 * (size_t)parts * dh);
+    if (!t) return -ENOMEM;
+    ret_job j = {c, in->p, gamma->p, norm->p, out->p, t, state_off, H, dh, eps};
+    cpu_pool_run(c->threads, ret_part, &j, parts);
+    return 0;
+}
+
+/* ---- FAVOR+ features (row-wise) ---------------------------------------------- */
+typedef struct favor_job {
+    cpu *c;
+    const float *in, *omega;
+    float *out;
+    int ldi, ldo, H, dh, m;
+    float ck;
+} favor_job;
+
+static void favor_part(void *arg, int part, int nparts) {
+    const favor_job *j = arg;
+    int lo, hi;
+    part_range(j->c->B, part, nparts, &lo, &hi);
+    for (int r = lo; r < hi; r++)
+        for (int p = 0; p < 2; p++)
+            for (int h = 0; h < j->H; h++)
+                lind_favor_head(j->out + (size_t)r * j->ldo + (size_t)(p * j->H + h) * j->m,
+                                j->in + (size_t)r * j->ldi + (size_t)(p * j->H + h) * j->dh, j->omega, j->dh, j->m,
+                                p == 0, j->ck);
+}
+
+static int cpu_favor_features(backend *be, const backend_buf *in, int ldi, const backend_buf *omega,
+                              backend_buf *out, int ldo, int H, int dh, int m, float ck) {
+    cpu *c = (cpu *)be;
+    favor_job j = {c, in->p, omega->p, out->p, ldi, ldo, H, dh, m, ck};
+    cpu_pool_run(c->threads, favor_part, &j, row_parts(c, c->B, (size_t)6 * H * m * dh));
+    return 0;
+}
+
+/* ---- cosFormer -----------------------------------------------------------------
+ * Split by (run, head); each (S, z) pair through lin_z_head()/lin_head() with
+ * γ = 1 and the pair's features, the pairs' sums added in pair order. The
+ * position counters are read by every head of a run and advanced after the
+ * parallel part. */
+static size_t cos_tmp_floats(int dh) { return (size_t)2 * LIND_COS_PAIRS_MAX * dh + 4 * (size_t)dh; }
+
+typedef struct cos_job {
+    cpu *c;
+    const float *in;
+    float *out, *tmp;
+    size_t off, pos_off;
+    int H, dh, M, periodic;
+    float eps;
+} cos_job;
+
+static void cos_part(void *arg, int part, int nparts) {
+    const cos_job *j = arg;
+    int H = j->H, dh = j->dh, hd = H * dh, P = j->periodic ? 3 : 2, lo, hi;
+    part_range(j->c->nruns * H, part, nparts, &lo, &hi);
+    float *phiq = j->tmp + (size_t)part * cos_tmp_floats(dh), *phik = phiq + LIND_COS_PAIRS_MAX * dh;
+    double *num = (double *)(phik + LIND_COS_PAIRS_MAX * dh), *term = num + dh;
+    for (int unit = lo; unit < hi; unit++) {
+        int run = unit / H, h = unit % H, r0 = j->c->run[run];
+        uint8_t *st = slot_ptr(j->c, j->c->slots[r0]);
+        int64_t pos;
+        memcpy(&pos, st + j->pos_off, sizeof pos);
+        for (int b = r0; b < j->c->run[run + 1]; b++) {
+            const float *q = j->in + (size_t)b * 3 * hd + h * dh, *k = q + hd, *v = q + 2 * hd;
+            /* unsigned sum: any stored position (periodic form) wraps instead of overflowing */
+            double th = lind_cos_theta((long long)(int64_t)((uint64_t)pos + (uint64_t)(b - r0)), j->M, j->periodic),
+                   den = 0.0, acc[1024];
+            for (int i = 0; i < dh; i++) acc[i] = 0.0;
+            for (int p = 0; p < P; p++) {
+                float mult = lind_cos_mult(th, p);
+                for (int i = 0; i < dh; i++) {
+                    phiq[i] = lind_cos_feature(q[i], mult);
+                    phik[i] = lind_cos_feature(k[i], mult);
+                }
+                double *S = (double *)(st + j->off) + ((size_t)p * H + h) * dh * dh;
+                double *z = (double *)(st + j->off) + (size_t)P * hd * dh + ((size_t)p * H + h) * dh;
+                den += lin_z_head(z, term, phik, phiq, 1.0, dh);
+                lin_head(S, num, phik, phiq, v, 1.0, dh);
+                for (int i = 0; i < dh; i++) acc[i] += num[i];
+            }
+            lin_out_head(j->out + (size_t)b * hd + (size_t)h * dh, acc, den, j->eps, dh);
+        }
+    }
+}
+
 static int cpu_window_step(backend *be, const backend_buf *in, const backend_buf *slopes, backend_buf *out,
                            size_t ring_off, size_t glob_off, size_t pos_off, int H, int dh, int w, int dil, int g,
                            float rope_base) {
@@ -747,6 +878,33 @@ static int cpu_window_step(backend *be, const backend_buf *in, const backend_buf
         uint8_t *st = slot_ptr(c, c->slots[c->run[k]]);
         uint64_t pos = slot_u64(st, pos_off) + (uint64_t)(c->run[k + 1] - c->run[k]);
         memcpy(st + pos_off, &pos, sizeof pos);
+    }
+    return 0;
+}
+
+static int cpu_cosformer_step(backend *be, const backend_buf *in, backend_buf *out, size_t state_off, size_t pos_off,
+                              int H, int dh, int M, int periodic, float eps) {
+    cpu *c = (cpu *)be;
+    if (dh > 1024 || M < 1) return -EINVAL;
+    /* the horizon form's refusal; the periodic form reads any position
+     * (reduced mod 2M, C's remainder: a negative one is a valid angle too) */
+    for (int r = 0; r < c->nruns && !periodic; r++) {
+        int64_t pos;
+        memcpy(&pos, slot_ptr(c, c->slots[c->run[r]]) + pos_off, sizeof pos);
+        if (pos < 0) return -EINVAL;   /* not a count of tokens: a damaged state */
+        if (pos + (c->run[r + 1] - c->run[r]) > M) return -EOVERFLOW;
+    }
+    int parts = row_parts(c, c->nruns * H, (size_t)3 * dh * dh * c->B / c->nruns);
+    float *t = tmp_get(c, (size_t)parts * cos_tmp_floats(dh));
+    if (!t) return -ENOMEM;
+    cos_job j = {c, in->p, out->p, t, state_off, pos_off, H, dh, M, periodic, eps};
+    cpu_pool_run(c->threads, cos_part, &j, parts);
+    for (int r = 0; r < c->nruns; r++) {
+        uint8_t *p = slot_ptr(c, c->slots[c->run[r]]) + pos_off;
+        int64_t pos;
+        memcpy(&pos, p, sizeof pos);
+        pos = (int64_t)((uint64_t)pos + (uint64_t)(c->run[r + 1] - c->run[r]));
+        memcpy(p, &pos, sizeof pos);
     }
     return 0;
 }
@@ -790,6 +948,76 @@ static int cpu_aft_window_step(backend *be, const backend_buf *in, const backend
     if (s < 2 || d < 1 || H < 1 || d % H) return -EINVAL;
     aftw_job j = {c, in->p, w->p, out->p, acc_off, ring_off, pos_off, d, s, H};
     cpu_pool_run(c->threads, aftw_part, &j, row_parts(c, c->nruns, (size_t)d * s * 8 * c->B / c->nruns));
+    return 0;
+}
+
+/* ---- causal Linformer ---------------------------------------------------------
+ * Split by (run, head); positions checked before and advanced after, as
+ * cosformer_step. */
+typedef struct linf_job {
+    cpu *c;
+    const float *in, *ef;
+    float *out;
+    double *tmp;   /* kp doubles per part */
+    size_t off, pos_off;
+    int H, dh, kp, N;
+} linf_job;
+
+static void linf_part(void *arg, int part, int nparts) {
+    const linf_job *j = arg;
+    int H = j->H, dh = j->dh, hd = H * dh, kp = j->kp, lo, hi;
+    part_range(j->c->nruns * H, part, nparts, &lo, &hi);
+    double *sp = j->tmp + (size_t)part * kp;
+    for (int unit = lo; unit < hi; unit++) {
+        int run = unit / H, h = unit % H, r0 = j->c->run[run];
+        uint8_t *st = slot_ptr(j->c, j->c->slots[r0]);
+        int64_t pos;
+        memcpy(&pos, st + j->pos_off, sizeof pos);
+        double *Kb = (double *)(st + j->off) + (size_t)h * kp * dh, *Vb = Kb + (size_t)hd * kp;
+        for (int b = r0; b < j->c->run[run + 1]; b++) {
+            const float *q = j->in + (size_t)b * 3 * hd + h * dh, *k = q + hd, *v = q + 2 * hd;
+            size_t t = (size_t)(pos + (b - r0));
+            const float *e = j->ef + t * kp, *f = j->ef + ((size_t)j->N + t) * kp;
+            double mx = -1e308, sum = 0.0;
+            for (int p = 0; p < kp; p++) {
+                sp[p] = lind_linf_row(Kb + (size_t)p * dh, Vb + (size_t)p * dh, k, v, q, e[p], f[p], dh);
+                mx = sp[p] > mx ? sp[p] : mx;
+            }
+            for (int p = 0; p < kp; p++) {
+                sp[p] = lind_exp(sp[p] - mx);
+                sum += sp[p];
+            }
+            float *o = j->out + (size_t)b * hd + (size_t)h * dh;
+            for (int i = 0; i < dh; i++) {
+                double acc = 0.0;
+                for (int p = 0; p < kp; p++) acc += sp[p] * Vb[(size_t)p * dh + i];
+                o[i] = (float)(acc / sum);
+            }
+        }
+    }
+}
+
+static int cpu_linformer_step(backend *be, const backend_buf *in, const backend_buf *ef, backend_buf *out,
+                              size_t state_off, size_t pos_off, int H, int dh, int kp, int N) {
+    cpu *c = (cpu *)be;
+    for (int r = 0; r < c->nruns; r++) {
+        int64_t pos;
+        memcpy(&pos, slot_ptr(c, c->slots[c->run[r]]) + pos_off, sizeof pos);
+        if (pos < 0) return -EINVAL;   /* not a count of tokens: a damaged state */
+        if (pos + (c->run[r + 1] - c->run[r]) > N) return -EOVERFLOW;
+    }
+    int parts = row_parts(c, c->nruns * H, (size_t)4 * kp * dh * c->B / c->nruns);
+    double *t = (double *)tmp_get(c, 2 * (size_t)parts * kp);
+    if (!t) return -ENOMEM;
+    linf_job j = {c, in->p, ef->p, out->p, t, state_off, pos_off, H, dh, kp, N};
+    cpu_pool_run(c->threads, linf_part, &j, parts);
+    for (int r = 0; r < c->nruns; r++) {
+        uint8_t *p = slot_ptr(c, c->slots[c->run[r]]) + pos_off;
+        int64_t pos;
+        memcpy(&pos, p, sizeof pos);
+        pos = (int64_t)((uint64_t)pos + (uint64_t)(c->run[r + 1] - c->run[r]));
+        memcpy(p, &pos, sizeof pos);
+    }
     return 0;
 }
 
@@ -865,6 +1093,10 @@ static const backend_ops cpu_ops = {
     .weight_new_half = cpu_weight_new_half,
     .window_step = cpu_window_step,
     .aft_window_step = cpu_aft_window_step,
+    .retention_step = cpu_retention_step,
+    .favor_features = cpu_favor_features,
+    .cosformer_step = cpu_cosformer_step,
+    .linformer_step = cpu_linformer_step,
 };
 
 /* "model name" from /proc/cpuinfo, else "cpu". */

@@ -701,6 +701,111 @@ static int g_weight_new_half(backend *be, int N, int K, const uint16_t *W, int w
     return 0;
 }
 
+static int g_retention_step(backend *be, const backend_buf *in, const backend_buf *gamma, const backend_buf *norm,
+                            backend_buf *out, size_t state_off, int H, int dh, float eps) {
+    gridbe *g = G(be);
+    int B = g->B, rc;
+    if (H < 1 || dh < 1 || dh > KB_MAX_BLOCK) return fail(g, -EINVAL, "retention_step: %d heads of width %d", H, dh);
+    if (in == out) return fail(g, -EINVAL, "retention_step: out is in (other heads still read the row)");
+    size_t hd = (size_t)H * dh;
+    if ((rc = region_fits(g, state_off, hd * dh * sizeof(double), sizeof(double), "retention_step")) < 0 ||
+        (rc = fits(g, in, (size_t)B * 4 * hd, "retention_step", "in")) < 0 ||
+        (rc = fits(g, out, (size_t)B * hd, "retention_step", "out")) < 0 ||
+        (rc = fits(g, gamma, H, "retention_step", "gamma")) < 0 ||
+        (rc = fits(g, norm, 2 * hd, "retention_step", "norm")) < 0)
+        return rc;
+    if (B == 0) return 0;
+    kb_retention_args a = { F(in), F(gamma), F(norm), F(out), g->pool, g->stride, state_off, g->d_slots, g->d_runs,
+                            H, dh, eps };
+    return launch(g, KB_RETENTION_STEP, kb_retention_launch(g->nruns, H, dh), &a, "retention_step");
+}
+
+static int g_favor_features(backend *be, const backend_buf *in, int ldi, const backend_buf *omega, backend_buf *out,
+                            int ldo, int H, int dh, int m, float ck) {
+    gridbe *g = G(be);
+    int B = g->B, rc;
+    if (H < 1 || dh < 1 || m < 1 || ldi < 2 * H * dh || ldo < 2 * H * m)
+        return fail(g, -EINVAL, "favor_features: %d heads of width %d, %d features, ldi %d, ldo %d", H, dh, m, ldi, ldo);
+    if (in == out) return fail(g, -EINVAL, "favor_features: out is in");
+    if (B == 0) return 0;
+    if ((rc = fits(g, in, (size_t)(B - 1) * ldi + 2 * (size_t)H * dh, "favor_features", "in")) < 0 ||
+        (rc = fits(g, out, (size_t)(B - 1) * ldo + 2 * (size_t)H * m, "favor_features", "out")) < 0 ||
+        (rc = fits(g, omega, (size_t)m * dh, "favor_features", "omega")) < 0)
+        return rc;
+    kb_favor_args a = { F(in), F(omega), F(out), ldi, ldo, H, dh, m, ck };
+    return launch(g, KB_FAVOR, kb_favor_launch(B, H), &a, "favor_features");
+}
+
+/* The horizon form's refusal needs each run's position, which lives on the
+ * device: it is read back (two small synchronous copies per run, only when
+ * not periodic) before anything is launched, so a refused call changes
+ * nothing. */
+static int g_cosformer_step(backend *be, const backend_buf *in, backend_buf *out, size_t state_off, size_t pos_off,
+                            int H, int dh, int M, int periodic, float eps) {
+    gridbe *g = G(be);
+    int B = g->B, rc, P = periodic ? 3 : 2;
+    if (H < 1 || dh < 1 || dh > KB_MAX_BLOCK || M < 1)
+        return fail(g, -EINVAL, "cosformer_step: %d heads of width %d, horizon %d", H, dh, M);
+    if (in == out) return fail(g, -EINVAL, "cosformer_step: out is in (other heads still read the row)");
+    size_t hd = (size_t)H * dh;
+    if ((rc = region_fits(g, state_off, P * hd * (dh + 1) * sizeof(double), sizeof(double), "cosformer_step")) < 0 ||
+        (rc = region_fits(g, pos_off, sizeof(int64_t), sizeof(int64_t), "cosformer_step position")) < 0 ||
+        (rc = fits(g, in, (size_t)B * 3 * hd, "cosformer_step", "in")) < 0 ||
+        (rc = fits(g, out, (size_t)B * hd, "cosformer_step", "out")) < 0)
+        return rc;
+    if (B == 0) return 0;
+    for (int k = 0; k < g->nruns && !periodic; k++) {
+        int slot;
+        int64_t pos;
+        if ((rc = g->dev->d2h(g->dev, &slot, g->d_slots + g->runs[k], sizeof slot)) < 0 ||
+            (rc = g->dev->d2h(g->dev, &pos, g->pool + (size_t)slot * g->stride + pos_off, sizeof pos)) < 0)
+            return dev_rc(g, rc, "cosformer_step position");
+        if (pos < 0) return fail(g, -EINVAL, "cosformer_step: slot %d: position %lld", slot, (long long)pos);
+        if (pos + (g->runs[k + 1] - g->runs[k]) > M) return -EOVERFLOW;
+    }
+    kb_cosformer_args a = { F(in), F(out), g->pool, g->stride, state_off, pos_off, g->d_slots, g->d_runs,
+                            H, dh, M, periodic, eps };
+    if ((rc = launch(g, KB_COSFORMER_STEP, kb_cosformer_launch(g->nruns, H, dh), &a, "cosformer_step")) < 0) return rc;
+    kb_pos_advance_args v = { g->pool, g->stride, pos_off, g->d_slots, g->d_runs, g->nruns };
+    return launch(g, KB_POS_ADVANCE, kb_pos_advance_launch(g->nruns), &v, "cosformer_step position");
+}
+
+/* Positions are read back before anything is launched, as cosformer_step's
+ * horizon form (two small synchronous copies per run). */
+static int g_linformer_step(backend *be, const backend_buf *in, const backend_buf *ef, backend_buf *out,
+                            size_t state_off, size_t pos_off, int H, int dh, int kp, int N) {
+    gridbe *g = G(be);
+    int B = g->B, rc;
+    /* ≤ 512 threads: k_linformer_step uses 72 registers, 1024 × 72 is over the 64 K file */
+    if (H < 1 || dh < 1 || dh > 512 || kp < 1 || kp > 512 || N < 1)
+        return fail(g, -EINVAL, "linformer_step: %d heads of width %d, %d projections, length %d (width and "
+                    "projections at most 512)", H, dh, kp, N);
+    if (in == out) return fail(g, -EINVAL, "linformer_step: out is in (other heads still read the row)");
+    size_t hd = (size_t)H * dh;
+    if ((rc = region_fits(g, state_off, 2 * hd * kp * sizeof(double), sizeof(double), "linformer_step")) < 0 ||
+        (rc = region_fits(g, pos_off, sizeof(int64_t), sizeof(int64_t), "linformer_step position")) < 0 ||
+        (rc = fits(g, in, (size_t)B * 3 * hd, "linformer_step", "in")) < 0 ||
+        (rc = fits(g, out, (size_t)B * hd, "linformer_step", "out")) < 0 ||
+        (rc = fits(g, ef, 2 * (size_t)N * kp, "linformer_step", "ef")) < 0)
+        return rc;
+    if (B == 0) return 0;
+    for (int k = 0; k < g->nruns; k++) {
+        int slot;
+        int64_t pos;
+        if ((rc = g->dev->d2h(g->dev, &slot, g->d_slots + g->runs[k], sizeof slot)) < 0 ||
+            (rc = g->dev->d2h(g->dev, &pos, g->pool + (size_t)slot * g->stride + pos_off, sizeof pos)) < 0)
+            return dev_rc(g, rc, "linformer_step position");
+        if (pos < 0) return fail(g, -EINVAL, "linformer_step: slot %d: position %lld", slot, (long long)pos);
+        if (pos + (g->runs[k + 1] - g->runs[k]) > N) return -EOVERFLOW;
+    }
+    kb_linformer_args a = { F(in), F(ef), F(out), g->pool, g->stride, state_off, pos_off, g->d_slots, g->d_runs,
+                            H, dh, kp, N };
+    if ((rc = launch(g, KB_LINFORMER_STEP, kb_linformer_launch(g->nruns, H, dh, kp), &a, "linformer_step")) < 0)
+        return rc;
+    kb_pos_advance_args v = { g->pool, g->stride, pos_off, g->d_slots, g->d_runs, g->nruns };
+    return launch(g, KB_POS_ADVANCE, kb_pos_advance_launch(g->nruns), &v, "linformer_step position");
+}
+
 static const backend_ops grid_ops = {
     .name = "grid",
     .free = g_free,
@@ -729,6 +834,10 @@ static const backend_ops grid_ops = {
     .delta_step = g_delta_step,
     .window_step = g_window_step,
     .aft_window_step = g_aft_window_step,
+    .retention_step = g_retention_step,
+    .favor_features = g_favor_features,
+    .cosformer_step = g_cosformer_step,
+    .linformer_step = g_linformer_step,
 };
 
 int grid_backend_set_weights(backend *be, const char *precision, char *err, size_t errlen) {

@@ -31,6 +31,10 @@ static int run_delta(const lind_thread *t, int p, const void *a) { return kb_del
 static int run_window(const lind_thread *t, int p, const void *a) { return kb_window_step(t, p, (const kb_window_args *)a); }
 static int run_pos_advance(const lind_thread *t, int p, const void *a) { return kb_pos_advance(t, p, (const kb_pos_advance_args *)a); }
 static int run_aftw(const lind_thread *t, int p, const void *a) { return kb_aftw_step(t, p, (const kb_aftw_args *)a); }
+static int run_retention(const lind_thread *t, int p, const void *a) { return kb_retention_step(t, p, (const kb_retention_args *)a); }
+static int run_favor(const lind_thread *t, int p, const void *a) { return kb_favor(t, p, (const kb_favor_args *)a); }
+static int run_cosformer(const lind_thread *t, int p, const void *a) { return kb_cosformer_step(t, p, (const kb_cosformer_args *)a); }
+static int run_linformer(const lind_thread *t, int p, const void *a) { return kb_linformer_step(t, p, (const kb_linformer_args *)a); }
 
 static const body_fn bodies[KB_NKERNELS] = {
     [KB_EMBED] = run_embed,
@@ -52,6 +56,10 @@ static const body_fn bodies[KB_NKERNELS] = {
     [KB_WINDOW_STEP] = run_window,
     [KB_POS_ADVANCE] = run_pos_advance,
     [KB_AFTW_STEP] = run_aftw,
+    [KB_RETENTION_STEP] = run_retention,
+    [KB_FAVOR] = run_favor,
+    [KB_COSFORMER_STEP] = run_cosformer,
+    [KB_LINFORMER_STEP] = run_linformer,
 };
 
 /* A body that never says it is done is a bug the harness reports rather than

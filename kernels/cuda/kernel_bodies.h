@@ -54,6 +54,7 @@ enum kb_kernel {
     KB_GATED_ADD, KB_WIDEN_HALF, KB_GEMV_HALF, KB_SHORT_CONV, KB_CONV_ADVANCE,
     KB_DELTA_STEP,
     KB_WINDOW_STEP, KB_POS_ADVANCE, KB_AFTW_STEP,
+    KB_RETENTION_STEP, KB_FAVOR, KB_COSFORMER_STEP, KB_LINFORMER_STEP,
     KB_NKERNELS
 };
 
@@ -819,6 +820,226 @@ LIND_HD static inline int kb_gemv_half(const lind_thread *t, int phase, const kb
         *y = (a->beta ? *y : 0.0f) + red[l * KB_GEMV_LANES];
     }
     return 0;
+}
+
+/* ---- retention (RetNet): one block per (head, run) ------------------------
+ * Block of T = kb_linear_threads(dh) threads (lg = log2 T); the run's rows
+ * one after the other, each in 2·lg + 3 phases with a barrier between every
+ * two (also between rows). Per row of head h:
+ *   0            thread j < dh: o_j = dh^−½ · lind_lin_column() (φ = identity:
+ *                S column j updated and summed with q), kept in ov, summed
+ *   1..lg        tree sum of o (red)
+ *   lg+1         thread j: (o_j − mean)² into red2
+ *   lg+2..2lg+1  tree sum of the squares
+ *   2lg+2        thread j < dh: out = lind_retention_out()
+ * Shared: red [T], red2 [T], ov [T] doubles. */
+typedef struct kb_retention_args {
+    const float *in;        /* [R × 4·hd]: q | k | v | g */
+    const float *gamma;     /* [H] */
+    const float *norm;      /* [2·hd]: group norm weight, then bias */
+    float *out;             /* [R × hd] */
+    unsigned char *pool;
+    size_t stride, state_off;
+    const int *slots, *runs;
+    int H, dh;
+    float eps;
+} kb_retention_args;
+
+static inline lind_launch kb_retention_launch(int nruns, int H, int dh) {
+    int T = kb_linear_threads(dh);
+    lind_launch L = { H, nruns, T, 3 * (size_t)T * sizeof(double) };
+    return L;
+}
+
+LIND_HD static inline int kb_retention_step(const lind_thread *t, int phase, const kb_retention_args *a) {
+    int T = t->bdim, lg = kb_log2(T), tx = t->tx, h = t->bx, per = 2 * lg + 3;
+    int r0 = a->runs[t->by], n = a->runs[t->by + 1] - r0, sub = phase % per, b = r0 + phase / per;
+    int dh = a->dh, hd = a->H * dh;
+    double *red = (double *)t->smem, *red2 = red + T, *ov = red2 + T;
+    const float *row = a->in + (size_t)b * 4 * hd;
+    if (sub == 0) {
+        double o = 0.0;
+        if (tx < dh) {
+            double *S = (double *)(KB_SLOT(a->pool, a->stride, a->slots, r0) + a->state_off) + (size_t)h * dh * dh;
+            o = lind_lin_column(S, dh, tx, dh, row + hd + h * dh, row + h * dh, row[2 * hd + h * dh + tx],
+                                (double)a->gamma[h]) * (1.0 / sqrt((double)dh));
+        }
+        ov[tx] = o;
+        red[tx] = o;
+        return 1;
+    }
+    if (sub <= lg) { kb_tree_step(red, tx, T, sub); return 1; }
+    double mean = red[0] / dh;
+    if (sub == lg + 1) {
+        double e = tx < dh ? ov[tx] - mean : 0.0;
+        red2[tx] = e * e;
+        return 1;
+    }
+    if (sub <= 2 * lg + 1) { kb_tree_step(red2, tx, T, sub - lg - 1); return 1; }
+    if (tx < dh) {
+        int c = h * dh + tx;
+        double rs = lind_gn_rstd(red2[0] / dh, a->eps);
+        a->out[(size_t)b * hd + c] = lind_retention_out(ov[tx], mean, rs, a->norm[c], a->norm[hd + c], row[3 * hd + c]);
+    }
+    return b - r0 + 1 < n;   /* another row: barrier first */
+}
+
+/* ---- FAVOR+ log-features: one thread per (row, part·H + head) -------------
+ * Row-wise (no slot state): thread u of row r calls lind_favor_head() for
+ * part p = u / H (0 queries, 1 keys) and head u % H. */
+typedef struct kb_favor_args {
+    const float *in;        /* [R × ldi]: q at 0, k at H·dh */
+    const float *omega;     /* [m × dh] */
+    float *out;             /* [R × ldo]: q features at 0, k features at H·m */
+    int ldi, ldo, H, dh, m;
+    float ck;
+} kb_favor_args;
+
+#define KB_FAVOR_BLOCK 64
+
+static inline lind_launch kb_favor_launch(int R, int H) {
+    lind_launch L = { kb_ceil_div((size_t)2 * H, KB_FAVOR_BLOCK), R, KB_FAVOR_BLOCK, 0 };
+    return L;
+}
+
+LIND_HD static inline int kb_favor(const lind_thread *t, int phase, const kb_favor_args *a) {
+    (void)phase;
+    int u = t->bx * t->bdim + t->tx, r = t->by;
+    if (u < 2 * a->H)
+        lind_favor_head(a->out + (size_t)r * a->ldo + (size_t)u * a->m, a->in + (size_t)r * a->ldi + (size_t)u * a->dh,
+                        a->omega, a->dh, a->m, u < a->H, a->ck);
+    return 0;
+}
+
+/* ---- cosFormer: one block per (head, run) ---------------------------------
+ * kb_linear_step's decomposition over P = 2 or 3 (S, z) pairs: per row,
+ *   0       thread i < dh: the pairs' features φq_p[i], φk_p[i] into shared
+ *           memory, z_p[i] updated, Σ_p φq_p[i]·z_p[i] into red
+ *   1..lg   tree sum (the denominator)
+ *   lg+1    thread j < dh: Σ_p lind_lin_column(S_p, ...) (γ = 1), o_j
+ * The position (int64 at pos_off) is only read here: the row's is pos plus
+ * its index in the run; kb_pos_advance, launched after, stores pos + n.
+ * Shared: red [T] doubles, φq, φk [P][T] floats. */
+typedef struct kb_cosformer_args {
+    const float *in;        /* [R × 3·hd]: q | k | v */
+    float *out;             /* [R × hd] */
+    unsigned char *pool;
+    size_t stride, state_off, pos_off;
+    const int *slots, *runs;
+    int H, dh, M, periodic;
+    float eps;
+} kb_cosformer_args;
+
+static inline lind_launch kb_cosformer_launch(int nruns, int H, int dh) {
+    int T = kb_linear_threads(dh);
+    lind_launch L = { H, nruns, T, (size_t)T * sizeof(double) + 2 * LIND_COS_PAIRS_MAX * (size_t)T * sizeof(float) };
+    return L;
+}
+
+LIND_HD static inline int kb_cosformer_step(const lind_thread *t, int phase, const kb_cosformer_args *a) {
+    int T = t->bdim, lg = kb_log2(T), tx = t->tx, h = t->bx, per = lg + 2;
+    int r0 = a->runs[t->by], n = a->runs[t->by + 1] - r0, sub = phase % per, b = r0 + phase / per;
+    int H = a->H, dh = a->dh, hd = H * dh, P = a->periodic ? 3 : 2;
+    double *red = (double *)t->smem;
+    float *phiq = (float *)(red + T), *phik = phiq + LIND_COS_PAIRS_MAX * T;
+    unsigned char *slot = KB_SLOT(a->pool, a->stride, a->slots, r0);
+    double *S = (double *)(slot + a->state_off), *Z = S + (size_t)P * hd * dh;
+    const float *row = a->in + (size_t)b * 3 * hd;
+    if (sub == 0) {
+        double term = 0.0;
+        if (tx < dh) {
+            int64_t pos;
+            memcpy(&pos, slot + a->pos_off, sizeof pos);
+            double th = lind_cos_theta((long long)(int64_t)((uint64_t)pos + (uint64_t)(b - r0)), a->M, a->periodic);
+            for (int p = 0; p < P; p++) {
+                float mult = lind_cos_mult(th, p);
+                float fq = lind_cos_feature(row[h * dh + tx], mult), fk = lind_cos_feature(row[hd + h * dh + tx], mult);
+                phiq[p * T + tx] = fq;
+                phik[p * T + tx] = fk;
+                term += lind_lin_z(&Z[((size_t)p * H + h) * dh + tx], fk, fq, 1.0);
+            }
+        }
+        red[tx] = term;
+        return 1;
+    }
+    if (sub <= lg) { kb_tree_step(red, tx, T, sub); return 1; }
+    if (tx < dh) {
+        double num = 0.0;
+        for (int p = 0; p < P; p++)
+            num += lind_lin_column(S + ((size_t)p * H + h) * dh * dh, dh, tx, dh, phik + p * T, phiq + p * T,
+                                   row[2 * hd + h * dh + tx], 1.0);
+        a->out[(size_t)b * hd + h * dh + tx] = lind_lin_out(num, red[0], a->eps);
+    }
+    return b - r0 + 1 < n;   /* another row: barrier first */
+}
+
+/* After kb_cosformer_step the position advances by kb_pos_advance (above). */
+
+/* ---- causal Linformer: one block per (head, run) ---------------------------
+ * Block of T = kb_linear_threads(max(kp, dh)) threads (lg = log2 T); per row
+ * of the run, 2·lg + 3 phases:
+ *   0            thread p < kp: lind_linf_row() on rows p of K̄ and V̄ → s_p
+ *   1..lg        tree max of s
+ *   lg+1         thread p: e_p = lind_exp(s_p − max) into sp and red2
+ *   lg+2..2lg+1  tree sum of e
+ *   2lg+2        thread j < dh: o_j = Σ_p e_p V̄[p][j] / Σe (p order)
+ * The position is only read; kb_pos_advance, launched after, stores it.
+ * Shared: red, red2, sp [T] doubles. */
+typedef struct kb_linformer_args {
+    const float *in;        /* [R × 3·hd]: q | k | v */
+    const float *ef;        /* [2 × N × kp] */
+    float *out;             /* [R × hd] */
+    unsigned char *pool;
+    size_t stride, state_off, pos_off;
+    const int *slots, *runs;
+    int H, dh, kp, N;
+} kb_linformer_args;
+
+static inline lind_launch kb_linformer_launch(int nruns, int H, int dh, int kp) {
+    int T = kb_linear_threads(kp > dh ? kp : dh);
+    lind_launch L = { H, nruns, T, 3 * (size_t)T * sizeof(double) };
+    return L;
+}
+
+LIND_HD static inline int kb_linformer_step(const lind_thread *t, int phase, const kb_linformer_args *a) {
+    int T = t->bdim, lg = kb_log2(T), tx = t->tx, h = t->bx, per = 2 * lg + 3;
+    int r0 = a->runs[t->by], n = a->runs[t->by + 1] - r0, sub = phase % per, b = r0 + phase / per;
+    int dh = a->dh, hd = a->H * dh, kp = a->kp;
+    double *red = (double *)t->smem, *red2 = red + T, *sp = red2 + T;
+    unsigned char *slot = KB_SLOT(a->pool, a->stride, a->slots, r0);
+    double *Kb = (double *)(slot + a->state_off) + (size_t)h * kp * dh, *Vb = Kb + (size_t)hd * kp;
+    if (sub == 0) {
+        double s = -1e308;
+        if (tx < kp) {
+            int64_t pos;
+            memcpy(&pos, slot + a->pos_off, sizeof pos);
+            size_t tpos = (size_t)(pos + (b - r0));
+            const float *row = a->in + (size_t)b * 3 * hd + h * dh;
+            s = lind_linf_row(Kb + (size_t)tx * dh, Vb + (size_t)tx * dh, row + hd, row + 2 * hd, row,
+                              a->ef[tpos * kp + tx], a->ef[((size_t)a->N + tpos) * kp + tx], dh);
+        }
+        sp[tx] = s;
+        red[tx] = s;
+        return 1;
+    }
+    if (sub <= lg) {
+        int half = T >> sub;
+        if (tx < half && red[tx + half] > red[tx]) red[tx] = red[tx + half];
+        return 1;
+    }
+    if (sub == lg + 1) {
+        double e = tx < kp ? lind_exp(sp[tx] - red[0]) : 0.0;
+        sp[tx] = e;
+        red2[tx] = e;
+        return 1;
+    }
+    if (sub <= 2 * lg + 1) { kb_tree_step(red2, tx, T, sub - lg - 1); return 1; }
+    if (tx < dh) {
+        double acc = 0.0;
+        for (int p = 0; p < kp; p++) acc += sp[p] * Vb[(size_t)p * dh + tx];
+        a->out[(size_t)b * hd + h * dh + tx] = (float)(acc / red2[0]);
+    }
+    return b - r0 + 1 < n;   /* another row: barrier first */
 }
 
 #endif

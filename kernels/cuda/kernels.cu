@@ -38,6 +38,10 @@ LIND_KERNEL(k_delta_step, kb_delta_step, kb_delta_args)
 LIND_KERNEL(k_window_step, kb_window_step, kb_window_args)
 LIND_KERNEL(k_pos_advance, kb_pos_advance, kb_pos_advance_args)
 LIND_KERNEL(k_aftw_step, kb_aftw_step, kb_aftw_args)
+LIND_KERNEL(k_retention_step, kb_retention_step, kb_retention_args)
+LIND_KERNEL(k_favor, kb_favor, kb_favor_args)
+LIND_KERNEL(k_cosformer_step, kb_cosformer_step, kb_cosformer_args)
+LIND_KERNEL(k_linformer_step, kb_linformer_step, kb_linformer_args)
 
 __global__ void k_probe(int *flag) { *flag = 1; }
 
@@ -64,6 +68,10 @@ extern "C" int lind_cuda_launch(int kernel, const lind_launch *L, const void *ar
     case KB_WINDOW_STEP: k_window_step<<<grid, block, L->smem, s>>>(*(const kb_window_args *)args); break;
     case KB_POS_ADVANCE: k_pos_advance<<<grid, block, L->smem, s>>>(*(const kb_pos_advance_args *)args); break;
     case KB_AFTW_STEP:   k_aftw_step<<<grid, block, L->smem, s>>>(*(const kb_aftw_args *)args); break;
+    case KB_RETENTION_STEP: k_retention_step<<<grid, block, L->smem, s>>>(*(const kb_retention_args *)args); break;
+    case KB_FAVOR:       k_favor<<<grid, block, L->smem, s>>>(*(const kb_favor_args *)args); break;
+    case KB_COSFORMER_STEP: k_cosformer_step<<<grid, block, L->smem, s>>>(*(const kb_cosformer_args *)args); break;
+    case KB_LINFORMER_STEP: k_linformer_step<<<grid, block, L->smem, s>>>(*(const kb_linformer_args *)args); break;
     default: return (int)cudaErrorInvalidValue;
     }
     return (int)cudaGetLastError();

@@ -1,0 +1,1018 @@
+/* tests/test_core_mixers_linear.c — the linear-attention family's mixer kinds
+ * beyond "linear" (recurrent/mixer_retnet.c, recurrent/mixer_performer.c)
+ * end to end.
+ *
+ * A plain-C double-precision reference computes each model over a 300-token
+ * sequence in PARALLEL (quadratic) form, never materializing a state:
+ *   retnet     o_t = dh^−½ Σ_{j≤t} γ^{t−j} (q_t·k_j) v_j, group norm per
+ *              head, SiLU(g) gate
+ *   performer  o_t = Σ_{j≤t} (φ(q_t)·φ(k_j)) v_j / Σ_{j≤t} φ(q_t)·φ(k_j)
+ *              with φ_f(x) = exp(ω_fᵀx̂ − ‖x̂‖²/2)/√m taken literally (no
+ *              shift), x̂ = x·dh^−¼
+ * The engine's recurrent logits (one model_step per token) must match at
+ * every position within 1e-4 relative to the largest logit there. Also, per
+ * kind: batched prefill (model_forward runs of 1, 3, 7, 64, 150 tokens and
+ * two sessions' runs in one call) gives bit for bit the logits and states of
+ * one-token steps; sessions stepped together equal the same sessions alone;
+ * the state round-trips through model_slot_read/write and
+ * state_encode/decode and continues identically; bad tensors are refused by
+ * name; the CUDA backend's code under the host harness matches the CPU
+ * backend. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kernels/backend.h"
+#include "recurrent/model.h"
+#include "recurrent/safetensors.h"
+#include "state/format.h"
+#include "tests/check.h"
+#include "tests/testmodel.h"
+
+#define T 300
+#define V 256
+
+static char tmpdir[256];
+static int round_bf16;   /* write_model: matrices rounded to bf16-exact values */
+static const char *cfg_extra;   /* write_model: appended to layer 0's keys */
+
+typedef struct lspec {
+    const char *mixer;   /* "retnet", "performer", "cosformer", "linformer" */
+    int H, dh, m;        /* m: n_features (performer), horizon (cosformer), proj_len (linformer) */
+    const char *mode;    /* cos_mode (cosformer) */
+    int N;               /* max_len (linformer) */
+} lspec;
+
+typedef struct mspec {
+    int d, ff, nl;
+    lspec L[4];
+} mspec;
+
+/* config.json + model.safetensors with random weights; `bad` (may be NULL)
+ * names a tensor of layer 0 whose first value is set to `badval`. */
+static int write_model(const char *dir, const mspec *m, uint64_t seed, const char *bad, float badval) {
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST) return -errno;
+    char path[600], js[4096];
+    size_t n = 0;
+    n += (size_t)snprintf(js + n, sizeof js - n,
+                          "{\"vocab_size\": %d, \"d_model\": %d, \"n_layers\": %d, \"norm_eps\": 1e-5, \"layers\": [",
+                          V, m->d, m->nl);
+    for (int i = 0; i < m->nl; i++) {
+        const lspec *l = &m->L[i];
+        n += (size_t)snprintf(js + n, sizeof js - n, "%s{\"mixer\": \"%s\", \"ffn\": \"gelu_mlp\", \"n_heads\": %d, "
+                              "\"d_head\": %d, \"d_ff\": %d", i ? ", " : "", l->mixer, l->H, l->dh, m->ff);
+        if (!strcmp(l->mixer, "performer")) n += (size_t)snprintf(js + n, sizeof js - n, ", \"n_features\": %d", l->m);
+        if (!strcmp(l->mixer, "cosformer"))
+            n += (size_t)snprintf(js + n, sizeof js - n, ", \"horizon\": %d, \"cos_mode\": \"%s\"", l->m, l->mode);
+        if (!strcmp(l->mixer, "linformer"))
+            n += (size_t)snprintf(js + n, sizeof js - n, ", \"proj_len\": %d, \"max_len\": %d", l->m, l->N);
+        if (i == 0 && cfg_extra) n += (size_t)snprintf(js + n, sizeof js - n, ", %s", cfg_extra);
+        n += (size_t)snprintf(js + n, sizeof js - n, "}");
+    }
+    snprintf(js + n, sizeof js - n, "]}\n");
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return -errno;
+    int ok = fputs(js, f) >= 0;
+    if (fclose(f) != 0 || !ok) return -EIO;
+
+    int maxn = 4 + m->nl * 24, nt = 0, rc = 0;
+    testmodel_tensor *t = calloc((size_t)maxn, sizeof *t);
+    float **bufs = calloc((size_t)maxn, sizeof *bufs);
+    if (!t || !bufs) { free(t); free(bufs); return -ENOMEM; }
+    uint64_t rng = seed * 0x2545f4914f6cdd1dull + 1;
+    int d = m->d, ff = m->ff;
+    double sd = 1 / sqrt((double)d), sff = 1 / sqrt((double)ff);
+    char nm[96];
+#define ADD(name, d0, d1, kind, a, b)                                                         \
+    do {                                                                                      \
+        if (rc == 0) rc = testmodel_add_(t, &nt, bufs, &rng, name, d0, d1, kind, a, b);       \
+        if (rc == 0 && round_bf16 && (d1) > 0 && !strstr(name, "omega") && !strstr(name, "proj_")) \
+            for (int z_ = 0; z_ < (d0) * (d1); z_++) {                                        \
+                uint32_t u_;                                                                  \
+                memcpy(&u_, &bufs[nt - 1][z_], 4);                                            \
+                u_ &= 0xFFFF0000u;                                                            \
+                memcpy(&bufs[nt - 1][z_], &u_, 4);                                            \
+            }                                                                                 \
+        if (rc == 0 && bad && i == 0 && !strcmp(name + strlen("layers.0.mixer."), bad) &&     \
+            !strncmp(name, "layers.0.mixer.", 15))                                            \
+            bufs[nt - 1][0] = badval;                                                         \
+    } while (0)
+#define L(s) (snprintf(nm, sizeof nm, "layers.%d.%s", i, s), nm)
+    int i = -1;
+    ADD("embed.weight", V, d, TESTMODEL_UNIFORM, 1.0, 0);
+    ADD("ln_f.weight", d, 0, TESTMODEL_ONE_PLUS, 0.1, 0);
+    ADD("ln_f.bias", d, 0, TESTMODEL_UNIFORM, 0.1, 0);
+    ADD("head.weight", V, d, TESTMODEL_UNIFORM, sd, 0);
+    for (i = 0; i < m->nl && rc == 0; i++) {
+        const lspec *l = &m->L[i];
+        int hd = l->H * l->dh;
+        double shd = 1 / sqrt((double)hd);
+        ADD(L("ln1.weight"), d, 0, TESTMODEL_ONE_PLUS, 0.1, 0);
+        ADD(L("ln1.bias"), d, 0, TESTMODEL_UNIFORM, 0.1, 0);
+        ADD(L("ln2.weight"), d, 0, TESTMODEL_ONE_PLUS, 0.1, 0);
+        ADD(L("ln2.bias"), d, 0, TESTMODEL_UNIFORM, 0.1, 0);
+        ADD(L("ffn.w1"), ff, d, TESTMODEL_UNIFORM, sd, 0);
+        ADD(L("ffn.b1"), ff, 0, TESTMODEL_UNIFORM, 0.1, 0);
+        ADD(L("ffn.w2"), d, ff, TESTMODEL_UNIFORM, sff, 0);
+        ADD(L("ffn.b2"), d, 0, TESTMODEL_UNIFORM, 0.1, 0);
+        ADD(L("mixer.wq"), hd, d, TESTMODEL_UNIFORM, 2 * sd, 0);
+        ADD(L("mixer.wk"), hd, d, TESTMODEL_UNIFORM, 2 * sd, 0);
+        ADD(L("mixer.wv"), hd, d, TESTMODEL_UNIFORM, 2 * sd, 0);
+        ADD(L("mixer.wo"), d, hd, TESTMODEL_UNIFORM, shd, 0);
+        if (!strcmp(l->mixer, "retnet")) {
+            ADD(L("mixer.wg"), hd, d, TESTMODEL_UNIFORM, 2 * sd, 0);
+            ADD(L("mixer.decay"), l->H, 0, TESTMODEL_RANGE, 0.8, 0.995);
+            ADD(L("mixer.gn_weight"), hd, 0, TESTMODEL_ONE_PLUS, 0.1, 0);
+            ADD(L("mixer.gn_bias"), hd, 0, TESTMODEL_UNIFORM, 0.1, 0);
+        } else if (!strcmp(l->mixer, "performer")) {
+            ADD(L("mixer.omega"), l->m, l->dh, TESTMODEL_UNIFORM, 1.5, 0);
+        } else if (!strcmp(l->mixer, "linformer")) {
+            ADD(L("mixer.proj_k"), l->N, l->m, TESTMODEL_UNIFORM, 0.3, 0);
+            ADD(L("mixer.proj_v"), l->N, l->m, TESTMODEL_UNIFORM, 0.3, 0);
+        }
+    }
+#undef L
+#undef ADD
+    if (rc == 0) {
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        rc = testmodel_st_write(path, t, nt);
+    }
+    for (int j = 0; j < nt; j++) free(bufs[j]);
+    free(bufs);
+    free(t);
+    return rc;
+}
+
+/* ---- the parallel-form reference, in double ------------------------------- */
+
+typedef struct ref {
+    st_file st;
+    const mspec *m;
+} ref;
+
+static double *W(ref *r, const char *fmt, int layer) {
+    char name[128];
+    snprintf(name, sizeof name, fmt, layer);
+    st_tensor *t = st_find(&r->st, name);
+    if (!t) return NULL;
+    float *f = malloc(t->numel * sizeof *f);
+    double *d = malloc(t->numel * sizeof *d);
+    st_read_f32(&r->st, t, f);
+    for (size_t i = 0; i < t->numel; i++) d[i] = f[i];
+    free(f);
+    return d;
+}
+
+/* y[t][n] = Σ_k x[t][k] w[n][k] (+ b[n]) */
+static void lin(const double *x, int K, const double *w, const double *b, int N, double *y) {
+    for (int t = 0; t < T; t++)
+        for (int n = 0; n < N; n++) {
+            double s = b ? b[n] : 0.0;
+            for (int k = 0; k < K; k++) s += x[(size_t)t * K + k] * w[(size_t)n * K + k];
+            y[(size_t)t * N + n] = s;
+        }
+}
+
+static void ln(const double *x, int d, const double *w, const double *b, double eps, double *y) {
+    for (int t = 0; t < T; t++) {
+        const double *xr = x + (size_t)t * d;
+        double mu = 0, v = 0;
+        for (int i = 0; i < d; i++) mu += xr[i];
+        mu /= d;
+        for (int i = 0; i < d; i++) v += (xr[i] - mu) * (xr[i] - mu);
+        v /= d;
+        for (int i = 0; i < d; i++) y[(size_t)t * d + i] = (xr[i] - mu) / sqrt(v + eps) * w[i] + b[i];
+    }
+}
+
+/* q, k, v (and more) of layer l: [T × hd] each, caller frees. */
+static double *proj(ref *r, const char *name, int l, const double *h, int hd) {
+    double *w = W(r, name, l), *y = malloc(sizeof(double) * T * hd);
+    lin(h, r->m->d, w, NULL, hd, y);
+    free(w);
+    return y;
+}
+
+static void ref_retnet(ref *r, int l, const double *h, double *o) {
+    const lspec *ls = &r->m->L[l];
+    int H = ls->H, dh = ls->dh, hd = H * dh;
+    double *q = proj(r, "layers.%d.mixer.wq", l, h, hd), *k = proj(r, "layers.%d.mixer.wk", l, h, hd);
+    double *v = proj(r, "layers.%d.mixer.wv", l, h, hd), *g = proj(r, "layers.%d.mixer.wg", l, h, hd);
+    double *gam = W(r, "layers.%d.mixer.decay", l), *gw = W(r, "layers.%d.mixer.gn_weight", l),
+           *gb = W(r, "layers.%d.mixer.gn_bias", l);
+    for (int hh = 0; hh < H; hh++)
+        for (int t = 0; t < T; t++) {
+            double y[1024] = {0}, mean = 0, var = 0;
+            for (int j = 0; j <= t; j++) {
+                double a = 0;
+                for (int e = 0; e < dh; e++) a += q[(size_t)t * hd + hh * dh + e] * k[(size_t)j * hd + hh * dh + e];
+                a *= pow(gam[hh], t - j) / sqrt((double)dh);
+                for (int e = 0; e < dh; e++) y[e] += a * v[(size_t)j * hd + hh * dh + e];
+            }
+            for (int e = 0; e < dh; e++) mean += y[e] / dh;
+            for (int e = 0; e < dh; e++) var += (y[e] - mean) * (y[e] - mean) / dh;
+            for (int e = 0; e < dh; e++) {
+                size_t c = (size_t)hh * dh + e;
+                double gg = g[(size_t)t * hd + c];
+                o[(size_t)t * hd + c] = ((y[e] - mean) / sqrt(var + 1e-5) * gw[c] + gb[c]) * gg / (1 + exp(-gg));
+            }
+        }
+    free(q); free(k); free(v); free(g); free(gam); free(gw); free(gb);
+}
+
+/* φ(x) for one head, literally: exp(ωᵀx̂ − ‖x̂‖²/2)/√m. */
+static void favor(const double *x, const double *om, int dh, int m, double *phi) {
+    double s = pow((double)dh, -0.25), n2 = 0;
+    for (int i = 0; i < dh; i++) n2 += x[i] * s * x[i] * s;
+    for (int f = 0; f < m; f++) {
+        double dot = 0;
+        for (int i = 0; i < dh; i++) dot += om[(size_t)f * dh + i] * x[i] * s;
+        phi[f] = exp(dot - n2 / 2) / sqrt((double)m);
+    }
+}
+
+static void ref_performer(ref *r, int l, const double *h, double *o) {
+    const lspec *ls = &r->m->L[l];
+    int H = ls->H, dh = ls->dh, hd = H * dh, m = ls->m;
+    double *q = proj(r, "layers.%d.mixer.wq", l, h, hd), *k = proj(r, "layers.%d.mixer.wk", l, h, hd);
+    double *v = proj(r, "layers.%d.mixer.wv", l, h, hd), *om = W(r, "layers.%d.mixer.omega", l);
+    double *pq = malloc(sizeof(double) * T * H * m), *pk = malloc(sizeof(double) * T * H * m);
+    for (int t = 0; t < T; t++)
+        for (int hh = 0; hh < H; hh++) {
+            favor(q + (size_t)t * hd + hh * dh, om, dh, m, pq + ((size_t)t * H + hh) * m);
+            favor(k + (size_t)t * hd + hh * dh, om, dh, m, pk + ((size_t)t * H + hh) * m);
+        }
+    for (int hh = 0; hh < H; hh++)
+        for (int t = 0; t < T; t++) {
+            double num[1024] = {0}, den = 0;
+            for (int j = 0; j <= t; j++) {
+                double a = 0;
+                for (int f = 0; f < m; f++) a += pq[((size_t)t * H + hh) * m + f] * pk[((size_t)j * H + hh) * m + f];
+                den += a;
+                for (int e = 0; e < dh; e++) num[e] += a * v[(size_t)j * hd + hh * dh + e];
+            }
+            for (int e = 0; e < dh; e++) o[(size_t)t * hd + hh * dh + e] = num[e] / den;
+        }
+    free(q); free(k); free(v); free(om); free(pq); free(pk);
+}
+
+/* cosFormer, quadratic: the weight w(t − j) taken literally. */
+static void ref_cosformer(ref *r, int l, const double *h, double *o) {
+    const lspec *ls = &r->m->L[l];
+    int H = ls->H, dh = ls->dh, hd = H * dh, M = ls->m, periodic = !strcmp(ls->mode, "periodic");
+    double *q = proj(r, "layers.%d.mixer.wq", l, h, hd), *k = proj(r, "layers.%d.mixer.wk", l, h, hd);
+    double *v = proj(r, "layers.%d.mixer.wv", l, h, hd);
+    const double pi = 3.14159265358979323846;
+    for (int hh = 0; hh < H; hh++)
+        for (int t = 0; t < T; t++) {
+            double num[1024] = {0}, den = 0;
+            for (int j = 0; j <= t; j++) {
+                double a = 0, w = periodic ? 1 + cos(pi * (t - j) / M) : cos(pi / 2 * (t - j) / M);
+                for (int e = 0; e < dh; e++)
+                    a += fmax(q[(size_t)t * hd + hh * dh + e], 0) * fmax(k[(size_t)j * hd + hh * dh + e], 0);
+                a *= w;
+                den += a;
+                for (int e = 0; e < dh; e++) num[e] += a * v[(size_t)j * hd + hh * dh + e];
+            }
+            for (int e = 0; e < dh; e++) o[(size_t)t * hd + hh * dh + e] = num[e] / (den + 1e-6);
+        }
+    free(q); free(k); free(v);
+}
+
+/* Causal Linformer through the masked attention matrix: s_t = Σ_{j≤t}
+ * (q_t·k_j/√dh) E[j] (never forming K̄), V̄_t = Σ_{j≤t} F[j] v_jᵀ. */
+static void ref_linformer(ref *r, int l, const double *h, double *o) {
+    const lspec *ls = &r->m->L[l];
+    int H = ls->H, dh = ls->dh, hd = H * dh, kp = ls->m;
+    double *q = proj(r, "layers.%d.mixer.wq", l, h, hd), *k = proj(r, "layers.%d.mixer.wk", l, h, hd);
+    double *v = proj(r, "layers.%d.mixer.wv", l, h, hd);
+    double *E = W(r, "layers.%d.mixer.proj_k", l), *F = W(r, "layers.%d.mixer.proj_v", l);
+    for (int hh = 0; hh < H; hh++)
+        for (int t = 0; t < T; t++) {
+            double s[256] = {0}, a[256], mx = -1e308, sum = 0;
+            for (int j = 0; j <= t; j++) {
+                double qk = 0;
+                for (int e = 0; e < dh; e++) qk += q[(size_t)t * hd + hh * dh + e] * k[(size_t)j * hd + hh * dh + e];
+                for (int p = 0; p < kp; p++) s[p] += qk / sqrt((double)dh) * E[(size_t)j * kp + p];
+            }
+            for (int p = 0; p < kp; p++) mx = fmax(mx, s[p]);
+            for (int p = 0; p < kp; p++) sum += a[p] = exp(s[p] - mx);
+            for (int e = 0; e < dh; e++) {
+                double acc = 0;
+                for (int j = 0; j <= t; j++) {
+                    double w = 0;
+                    for (int p = 0; p < kp; p++) w += a[p] * F[(size_t)j * kp + p];
+                    acc += w * v[(size_t)j * hd + hh * dh + e];
+                }
+                o[(size_t)t * hd + hh * dh + e] = acc / sum;
+            }
+        }
+    free(q); free(k); free(v); free(E); free(F);
+}
+
+static void ref_forward(ref *r, const int *tok, double *logits) {
+    const mspec *m = r->m;
+    int d = m->d, ff = m->ff, wmax = 0;
+    for (int l = 0; l < m->nl; l++)
+        if (m->L[l].H * m->L[l].dh > wmax) wmax = m->L[l].H * m->L[l].dh;
+    double *x = calloc((size_t)T * d, 8), *h = calloc((size_t)T * d, 8), *y = calloc((size_t)T * d, 8);
+    double *o = calloc((size_t)T * wmax, 8), *f = calloc((size_t)T * ff, 8);
+    double *E = W(r, "embed.weight", 0);
+    for (int t = 0; t < T; t++) memcpy(x + (size_t)t * d, E + (size_t)tok[t] * d, (size_t)d * 8);
+    free(E);
+    for (int l = 0; l < m->nl; l++) {
+        int hd = m->L[l].H * m->L[l].dh;
+        double *l1w = W(r, "layers.%d.ln1.weight", l), *l1b = W(r, "layers.%d.ln1.bias", l);
+        ln(x, d, l1w, l1b, 1e-5, h);
+        if (!strcmp(m->L[l].mixer, "retnet")) ref_retnet(r, l, h, o);
+        else if (!strcmp(m->L[l].mixer, "performer")) ref_performer(r, l, h, o);
+        else if (!strcmp(m->L[l].mixer, "cosformer")) ref_cosformer(r, l, h, o);
+        else ref_linformer(r, l, h, o);
+        double *wo = W(r, "layers.%d.mixer.wo", l);
+        lin(o, hd, wo, NULL, d, y);
+        for (size_t i = 0; i < (size_t)T * d; i++) x[i] += y[i];
+        double *l2w = W(r, "layers.%d.ln2.weight", l), *l2b = W(r, "layers.%d.ln2.bias", l);
+        ln(x, d, l2w, l2b, 1e-5, h);
+        double *w1 = W(r, "layers.%d.ffn.w1", l), *b1 = W(r, "layers.%d.ffn.b1", l);
+        double *w2 = W(r, "layers.%d.ffn.w2", l), *b2 = W(r, "layers.%d.ffn.b2", l);
+        lin(h, d, w1, b1, ff, f);
+        for (size_t i = 0; i < (size_t)T * ff; i++) f[i] = 0.5 * f[i] * (1 + erf(f[i] / sqrt(2.0)));
+        lin(f, ff, w2, b2, d, y);
+        for (size_t i = 0; i < (size_t)T * d; i++) x[i] += y[i];
+        free(l1w); free(l1b); free(l2w); free(l2b); free(wo); free(w1); free(b1); free(w2); free(b2);
+    }
+    double *lw = W(r, "ln_f.weight", 0), *lb = W(r, "ln_f.bias", 0), *hw = W(r, "head.weight", 0);
+    ln(x, d, lw, lb, 1e-5, h);
+    lin(h, d, hw, NULL, V, logits);
+    free(lw); free(lb); free(hw); free(x); free(h); free(y); free(o); free(f);
+}
+
+/* ---- helpers ---------------------------------------------------------------- */
+
+static void random_tokens(int32_t *tok, int n, uint64_t seed) {
+    tok[0] = LIND_BOS;
+    for (int t = 1; t < n; t++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        tok[t] = (int32_t)(seed >> 56);
+    }
+}
+
+static model *load_model(const char *name, const mspec *ms, uint64_t seed, const char *backend) {
+    char dir[512], err[512] = "";
+    snprintf(dir, sizeof dir, "%s/%s", tmpdir, name);
+    int rc = write_model(dir, ms, seed, NULL, 0);
+    CHECK(rc == 0, "write_model: %d", rc);
+    model *m = NULL;
+    rc = model_load(dir, backend, &m, err, sizeof err);
+    CHECK(rc == 0, "model_load: %s", err);
+    return m;
+}
+
+/* Per kind: two layers of different shapes (one head of 24 and heads of 8). */
+static const mspec retnet2 = {32, 64, 2, {{"retnet", 2, 16, 0, NULL, 0}, {"retnet", 4, 8, 0, NULL, 0}}};
+static const mspec performer2 = {32, 64, 2, {{"performer", 2, 16, 24, NULL, 0}, {"performer", 4, 8, 8, NULL, 0}}};
+/* the horizon form within its horizon (300 tokens of 400; the oldest token's
+ * weight cos(π/2·299/400) = 0.38); the periodic form past many periods */
+static const mspec cos_horizon = {32, 64, 2, {{"cosformer", 2, 16, 400, "horizon", 0}, {"cosformer", 4, 8, 400, "horizon", 0}}};
+static const mspec linformer2 = {32, 64, 2, {{"linformer", 2, 16, 12, NULL, 320}, {"linformer", 4, 8, 40, NULL, 300}}};
+static const mspec cos_periodic = {32, 64, 2, {{"cosformer", 2, 16, 50, "periodic", 0}, {"cosformer", 4, 8, 37, "periodic", 0}}};
+
+/* ---- cases -------------------------------------------------------------- */
+
+static void parallel_case(const char *name, const mspec *ms, uint64_t seed) {
+    model *m = load_model(name, ms, seed, "cpu");
+    if (!m) return;
+    char path[600], err[512];
+    snprintf(path, sizeof path, "%s/%s/model.safetensors", tmpdir, name);
+    ref r = {.m = ms};
+    CHECK(st_open(&r.st, path, err, sizeof err) == 0, "st_open: %s", err);
+    int32_t tok[T];
+    int itok[T];
+    random_tokens(tok, T, seed * 31);
+    for (int t = 0; t < T; t++) itok[t] = tok[t];
+    double *want = malloc(sizeof(double) * T * V);
+    ref_forward(&r, itok, want);
+    CHECK(model_slots_reserve(m, 1) == 0 && model_slot_reset(m, 0) == 0, "slots");
+    float got[V];
+    double worst = 0, mean = 0;
+    int worst_t = -1, slot = 0;
+    for (int t = 0; t < T; t++) {
+        CHECK(model_step(m, &slot, &tok[t], 1, got) == 0, "model_step at %d", t);
+        double scale = 0, diff = 0;
+        for (int i = 0; i < V; i++) {
+            double w = want[(size_t)t * V + i];
+            if (fabs(w) > scale) scale = fabs(w);
+            double e = fabs(got[i] - w);
+            if (!(e <= diff)) diff = e;
+        }
+        double rel = diff / (scale > 1e-30 ? scale : 1e-30);
+        mean += rel / T;
+        if (!(rel <= worst)) { worst = rel; worst_t = t; }
+    }
+    CHECK(worst <= 1e-4, "max relative logit error %.3g at position %d (tolerance 1e-4)", worst, worst_t);
+    printf("NOTE %s: recurrent vs parallel form over %d tokens: max relative logit error %.2e (position %d), "
+           "mean %.2e\n", name, T, worst, worst_t, mean);
+    free(want);
+    st_close(&r.st);
+    model_free(m);
+}
+
+/* model_forward over runs = one model_step per token, bit for bit. */
+static void prefill_case(const char *name, const mspec *ms, uint64_t seed) {
+    model *m = load_model(name, ms, seed, "cpu");
+    if (!m) return;
+    enum { N = 150 };
+    size_t sb = model_state_bytes(m);
+    int32_t tok[N];
+    random_tokens(tok, N, 99);
+    float *ref = malloc(sizeof(float) * N * V), *got = malloc(sizeof(float) * N * V);
+    unsigned char *sref = malloc(sb), *sgot = malloc(sb);
+    CHECK(model_slots_reserve(m, 8) == 0, "reserve");
+    int slot = 0;
+    for (int t = 0; t < N; t++) CHECK(model_step(m, &slot, &tok[t], 1, ref + (size_t)t * V) == 0, "step");
+    model_slot_read(m, 0, sref);
+    int chunks[] = {1, 3, 7, 64, N};
+    for (int ci = 0; ci < 5; ci++) {
+        int s = 1 + ci, ch = chunks[ci], slots[N], rows[N];
+        for (int t0 = 0; t0 < N; t0 += ch) {
+            int n = N - t0 < ch ? N - t0 : ch;
+            for (int r = 0; r < n; r++) { slots[r] = s; rows[r] = r; }
+            CHECK(model_forward(m, slots, tok + t0, n, rows, n, got + (size_t)t0 * V) == 0, "forward");
+        }
+        CHECK(!memcmp(got, ref, sizeof(float) * N * V), "chunks of %d: logits differ from one-token steps", ch);
+        model_slot_read(m, s, sgot);
+        CHECK(!memcmp(sgot, sref, sb), "chunks of %d: final state differs", ch);
+    }
+    int slots[106], rows[2] = {4, 105};
+    int32_t toks[106];
+    for (int r = 0; r < 5; r++) { slots[r] = 6; toks[r] = tok[r]; }
+    for (int r = 0; r < 101; r++) { slots[5 + r] = 7; toks[5 + r] = tok[r]; }
+    float lg[2 * V];
+    CHECK(model_forward(m, slots, toks, 106, rows, 2, lg) == 0, "mixed forward");
+    CHECK(!memcmp(lg, ref + 4 * V, V * sizeof(float)), "run of 5: last row differs");
+    CHECK(!memcmp(lg + V, ref + 100 * V, V * sizeof(float)), "run of 101: last row differs");
+    for (int t = 101; t < N; t++) { int s7 = 7; model_step(m, &s7, &tok[t], 1, NULL); }
+    model_slot_read(m, 7, sgot);
+    CHECK(!memcmp(sgot, sref, sb), "prefill then steps: final state differs");
+    free(ref); free(got); free(sref); free(sgot);
+    model_free(m);
+}
+
+/* Sessions stepped together (starting at different times, batch rows not in
+ * slot order) equal the same sessions stepped alone, logits and states. */
+static void batch_case(const char *name, const mspec *ms, uint64_t seed) {
+    model *m = load_model(name, ms, seed, "cpu");
+    if (!m) return;
+    enum { NS = 6, STEPS = 40 };
+    CHECK(model_slots_reserve(m, 2 * NS) == 0, "reserve");
+    int32_t tok[NS][STEPS];
+    for (int s = 0; s < NS; s++) random_tokens(tok[s], STEPS, 500 + (uint64_t)s);
+    float lb[NS * V], l1[V];
+    int same = 1;
+    for (int step = 0; step < STEPS + NS; step++) {
+        int bs[NS], nb = 0, who[NS];
+        int32_t bt[NS];
+        for (int s = NS - 1; s >= 0; s--) {
+            int pos = step - s;
+            if (pos < 0 || pos >= STEPS) continue;
+            bs[nb] = 2 * s;
+            bt[nb] = tok[s][pos];
+            who[nb++] = s;
+        }
+        if (!nb) continue;
+        CHECK(model_step(m, bs, bt, nb, lb) == 0, "batched step");
+        for (int b = 0; b < nb; b++) {
+            int slot = 2 * who[b] + 1;
+            CHECK(model_step(m, &slot, &bt[b], 1, l1) == 0, "single step");
+            same &= !memcmp(lb + b * V, l1, sizeof l1);
+        }
+    }
+    CHECK(same, "batched logits differ from single-session logits");
+    size_t sb = model_state_bytes(m);
+    char *a = malloc(sb), *b = malloc(sb);
+    for (int s = 0; s < NS; s++) {
+        model_slot_read(m, 2 * s, a);
+        model_slot_read(m, 2 * s + 1, b);
+        CHECK(!memcmp(a, b, sb), "session %d: batched state differs", s);
+    }
+    free(a);
+    free(b);
+    model_free(m);
+}
+
+/* The state blob through model_slot_read/write and state_encode/decode: the
+ * copy continues identically; a NaN in the matrix state is refused naming it; a reset slot
+ * is the empty history. */
+static void state_case(const char *name, const mspec *ms, uint64_t seed) {
+    model *m = load_model(name, ms, seed, "cpu");
+    if (!m) return;
+    model_state_region reg[16];
+    int nr = model_state_regions(m, reg, 16);
+    const model_state_region *S = NULL;
+    size_t tiled = 0, sb = model_state_bytes(m);
+    for (int i = 0; i < nr; i++) {
+        tiled += reg[i].count * reg[i].elem_bytes;
+        if (!S && reg[i].layer == 0 && reg[i].type == LIND_EL_F64) S = &reg[i];
+    }
+    CHECK(S && S->offset % 8 == 0, "layer 0 has an aligned fp64 matrix-state region");
+    CHECK(tiled == sb, "regions tile the state: %zu of %zu bytes", tiled, sb);
+    if (!S) { model_free(m); return; }
+    enum { N1 = 23, N2 = 17 };
+    int32_t tok[N1 + N2];
+    random_tokens(tok, N1 + N2, 77);
+    CHECK(model_slots_reserve(m, 4) == 0, "reserve");
+    int s0 = 0, s1 = 1, s2 = 2;
+    for (int t = 0; t < N1; t++) model_step(m, &s0, &tok[t], 1, NULL);
+    unsigned char *blob = malloc(sb), *b2 = malloc(sb), *b3 = malloc(sb);
+    model_slot_read(m, 0, blob);
+    model_slot_write(m, 1, blob);
+    state_meta meta = {.tokens = N1, .pending_token = -1};
+    sampler_params sp = sampler_defaults();
+    sampler_init(&meta.sampler, &sp);
+    uint8_t *enc = NULL;
+    size_t enclen = 0;
+    char err[256] = "";
+    int rc = state_encode(m, &meta, blob, &enc, &enclen, err, sizeof err);
+    CHECK(rc == 0, "state_encode: %s", err);
+    state_meta back;
+    if (rc == 0) {
+        rc = state_decode(m, enc, enclen, &back, b2, err, sizeof err);
+        CHECK(rc == 0 && !memcmp(b2, blob, sb), "state_decode: %s", err);
+        free(enc);
+    }
+    model_slot_write(m, 2, b2);
+    memcpy(b3, blob, sb);
+    double dn = NAN;
+    memcpy(b3 + S->offset + 8 * 5, &dn, 8);
+    rc = state_encode(m, &meta, b3, &enc, &enclen, err, sizeof err);
+    CHECK(rc == STATE_E_NONFINITE && strstr(err, S->name), "NaN in %s: rc %d, \"%s\"", S->name, rc, err);
+    if (rc == 0) free(enc);
+    float l0[V], l1[V], l2[V];
+    int same1 = 1, same2 = 1;
+    for (int t = N1; t < N1 + N2; t++) {
+        model_step(m, &s0, &tok[t], 1, l0);
+        model_step(m, &s1, &tok[t], 1, l1);
+        model_step(m, &s2, &tok[t], 1, l2);
+        same1 &= !memcmp(l0, l1, sizeof l0);
+        same2 &= !memcmp(l0, l2, sizeof l0);
+    }
+    CHECK(same1, "a slot written from the read blob continues differently");
+    CHECK(same2, "a slot written from the decoded state continues differently");
+    model_slot_read(m, 0, blob);
+    model_slot_read(m, 1, b2);
+    model_slot_read(m, 2, b3);
+    CHECK(!memcmp(blob, b2, sb) && !memcmp(blob, b3, sb), "states differ after continuing");
+    model_slot_reset(m, 3);
+    int s3 = 3;
+    model_step(m, &s3, &tok[0], 1, l1);
+    model *fresh = load_model(name, ms, seed, "cpu");
+    if (fresh) {
+        model_slots_reserve(fresh, 1);
+        int z = 0;
+        model_step(fresh, &z, &tok[0], 1, l2);
+        CHECK(!memcmp(l1, l2, sizeof l1), "a reset slot is not the empty history");
+        model_free(fresh);
+    }
+    free(blob); free(b2); free(b3);
+    model_free(m);
+}
+
+/* A bad tensor value is refused naming the tensor. */
+static void refuse_case(const char *name, const mspec *ms, const char *tensor, float val, const char *want) {
+    char dir[512], err[512] = "";
+    snprintf(dir, sizeof dir, "%s/%s", tmpdir, name);
+    CHECK(write_model(dir, ms, 3, tensor, val) == 0, "write_model");
+    model *m = NULL;
+    int rc = model_load(dir, "cpu", &m, err, sizeof err);
+    CHECK(rc < 0 && strstr(err, want), "%s = %g: rc %d, \"%s\" (want \"%s\")", tensor, (double)val, rc, err, want);
+    model_free(m);
+}
+
+/* A model big enough that the CPU backend splits the op by (run, head) across
+ * threads: 1 and 3 threads agree bit for bit (32 sessions, one-token steps
+ * and runs of 3). */
+static void threads_case(const char *name, const mspec *ms, uint64_t seed) {
+    char dir[512], err[512] = "";
+    snprintf(dir, sizeof dir, "%s/%s", tmpdir, name);
+    CHECK(write_model(dir, ms, seed, NULL, 0) == 0, "write_model");
+    model *m[2] = {0};
+    const char *nt[2] = {"1", "3"};
+    for (int i = 0; i < 2; i++) {
+        setenv("LIND_CPU_THREADS", nt[i], 1);
+        CHECK(model_load(dir, "cpu", &m[i], err, sizeof err) == 0, "model_load: %s", err);
+    }
+    unsetenv("LIND_CPU_THREADS");
+    if (!m[0] || !m[1]) { model_free(m[0]); model_free(m[1]); return; }
+    enum { NB = 32 };
+    int slots[NB * 3];
+    int32_t toks[NB * 3];
+    float *l[2];
+    for (int i = 0; i < 2; i++) {
+        l[i] = malloc(sizeof(float) * NB * 3 * V);
+        model_slots_reserve(m[i], NB);
+    }
+    uint64_t sd = 5;
+    int same = 1;
+    for (int step = 0; step < 8; step++) {
+        int per = step % 2 ? 3 : 1, R = NB * per;
+        for (int r = 0; r < R; r++) {
+            slots[r] = (r / per * 7 + step) % NB;
+            sd = sd * 6364136223846793005ull + 1;
+            toks[r] = (int32_t)(sd >> 56);
+        }
+        for (int i = 0; i < 2; i++) CHECK(model_forward(m[i], slots, toks, R, NULL, R, l[i]) == 0, "forward");
+        same &= !memcmp(l[0], l[1], sizeof(float) * R * V);
+    }
+    CHECK(same, "1 vs 3 threads: logits differ");
+    size_t sb = model_state_bytes(m[0]);
+    char *a = malloc(sb), *b = malloc(sb);
+    for (int s = 0; s < NB; s++) {
+        model_slot_read(m[0], s, a);
+        model_slot_read(m[1], s, b);
+        CHECK(!memcmp(a, b, sb), "1 vs 3 threads: slot %d state differs", s);
+    }
+    free(a); free(b); free(l[0]); free(l[1]);
+    model_free(m[0]);
+    model_free(m[1]);
+}
+
+static void threads_all_kinds(void) {
+    static const mspec ms[4] = {
+        {128, 128, 1, {{"retnet", 4, 32, 0, NULL, 0}}},
+        {128, 128, 1, {{"performer", 4, 32, 48, NULL, 0}}},
+        {128, 128, 1, {{"cosformer", 4, 32, 40, "periodic", 0}}},
+        {128, 128, 1, {{"linformer", 4, 32, 16, NULL, 64}}},
+    };
+    for (int i = 0; i < 4; i++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "threads%d", i);
+        threads_case(nm, &ms[i], 60 + (uint64_t)i);
+    }
+}
+
+/* Matrix weights held as bf16 (the kinds' half paths: kind_matrix3, and the
+ * performer's zero-padded Wv and Wo built from the half data): on weights
+ * that are bf16-exact, the bf16-held model gives bit for bit the fp32
+ * model's logits (the half GEMM equals the fp32 one on widened weights). */
+static void bf16_all_kinds(void) {
+    const mspec *ms[4] = {&retnet2, &performer2, &cos_periodic, &linformer2};
+    round_bf16 = 1;
+    for (int k = 0; k < 4; k++) {
+        char dir[512], err[512] = "";
+        snprintf(dir, sizeof dir, "%s/bf16_%d", tmpdir, k);
+        CHECK(write_model(dir, ms[k], 70 + (uint64_t)k, NULL, 0) == 0, "write_model");
+        model *m[2] = {0};
+        model_opts o[2] = {{"cpu", LIND_DT_F32}, {"cpu", LIND_DT_BF16}};
+        for (int i = 0; i < 2; i++) CHECK(model_load_opts(dir, &o[i], &m[i], err, sizeof err) == 0, "load: %s", err);
+        if (m[0] && m[1]) {
+            CHECK(model_weights_dtype(m[1]) == LIND_DT_BF16, "%s: weights held as %s", ms[k]->L[0].mixer,
+                  lind_dtype_name(model_weights_dtype(m[1])));
+            int32_t tok[30];
+            random_tokens(tok, 30, 9);
+            float a[V], b[V];
+            int s = 0, same = 1;
+            for (int i = 0; i < 2; i++) model_slots_reserve(m[i], 1);
+            for (int t = 0; t < 30; t++) {
+                model_step(m[0], &s, &tok[t], 1, a);
+                model_step(m[1], &s, &tok[t], 1, b);
+                same &= !memcmp(a, b, sizeof a);
+            }
+            CHECK(same, "%s: bf16-held weights give other logits than fp32", ms[k]->L[0].mixer);
+        }
+        model_free(m[0]);
+        model_free(m[1]);
+    }
+    round_bf16 = 0;
+}
+
+/* Bad configuration values are refused naming the key. */
+static void bad_config_refused(void) {
+    static const struct { const mspec *ms; const char *extra, *want; } cases[] = {
+        {&performer2, "\"n_features\": 8", "n_features"},
+        {&cos_periodic, "\"cos_mode\": \"sliding\"", "cos_mode"},
+        {&cos_periodic, "\"horizon\": 0", "horizon"},
+        {&linformer2, "\"proj_len\": 513", "proj_len"},
+        {&linformer2, "\"max_len\": 0", "max_len"},
+        {&retnet2, "\"group_norm_eps\": -1", "group_norm_eps"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char dir[512], err[512] = "";
+        snprintf(dir, sizeof dir, "%s/badcfg%zu", tmpdir, i);
+        cfg_extra = cases[i].extra;
+        CHECK(write_model(dir, cases[i].ms, 3, NULL, 0) == 0, "write_model");
+        cfg_extra = NULL;
+        model *m = NULL;
+        int rc = model_load(dir, "cpu", &m, err, sizeof err);
+        CHECK(rc < 0 && strstr(err, cases[i].want), "%s: rc %d, \"%s\"", cases[i].extra, rc, err);
+        printf("NOTE %s: %s\n", cases[i].extra, err);
+        model_free(m);
+    }
+}
+
+static double rel_row(const float *a, const float *b, int n) {
+    double scale = 0, e = 0;
+    for (int i = 0; i < n; i++) {
+        if (fabs(b[i]) > scale) scale = fabs(b[i]);
+        if (!(fabs((double)a[i] - b[i]) <= e)) e = fabs((double)a[i] - b[i]);
+    }
+    return e / (scale > 1e-30 ? scale : 1e-30);
+}
+
+/* The CUDA backend's code under the host harness matches the CPU backend:
+ * three sessions stepped 40 tokens in one batch, one prefilled as a run of
+ * 40 and as chunks of 7; logits within 1e-4 of the row's largest, final
+ * states within 1e-5 of each region's largest value. */
+static void harness_case(const char *name, const mspec *ms, uint64_t seed) {
+    enum { N = 40, NS = 3 };
+    char err[512] = "", dir[512];
+    snprintf(dir, sizeof dir, "%s/%s", tmpdir, name);
+    CHECK(write_model(dir, ms, seed, NULL, 0) == 0, "write_model");
+    model *m[2] = {0};
+    const char *names[2] = {"harness", "cpu"};
+    for (int k = 0; k < 2; k++)
+        CHECK(model_load(dir, names[k], &m[k], err, sizeof err) == 0, "model_load on %s: %s", names[k], err);
+    if (!m[0] || !m[1]) { model_free(m[0]); model_free(m[1]); return; }
+    size_t sb = model_state_bytes(m[1]);
+    int32_t tok[NS][N];
+    for (int s = 0; s < NS; s++) random_tokens(tok[s], N, 3 + (uint64_t)s);
+    float *lg[2], *pf[2];
+    unsigned char *st[2][NS + 2];
+    for (int k = 0; k < 2; k++) {
+        lg[k] = malloc(sizeof(float) * N * NS * V);
+        pf[k] = malloc(sizeof(float) * N * V);
+        for (int s = 0; s < NS + 2; s++) st[k][s] = malloc(sb);
+        CHECK(model_slots_reserve(m[k], NS + 2) == 0, "reserve");
+        int slots[NS] = {2, 0, 1};
+        for (int t = 0; t < N; t++) {
+            int32_t bt[NS];
+            for (int s = 0; s < NS; s++) bt[s] = tok[s][t];
+            CHECK(model_step(m[k], slots, bt, NS, lg[k] + (size_t)t * NS * V) == 0, "%s: step %d", names[k], t);
+        }
+        int ps[N], rows[N];
+        for (int r = 0; r < N; r++) { ps[r] = 3; rows[r] = r; }
+        CHECK(model_forward(m[k], ps, tok[0], N, rows, N, pf[k]) == 0, "%s: forward", names[k]);
+        for (int t0 = 0; t0 < N; t0 += 7) {
+            int n = N - t0 < 7 ? N - t0 : 7;
+            for (int r = 0; r < n; r++) ps[r] = 4;
+            CHECK(model_forward(m[k], ps, tok[0] + t0, n, NULL, 0, NULL) == 0, "%s: forward chunk", names[k]);
+        }
+        for (int s = 0; s < NS + 2; s++) model_slot_read(m[k], s, st[k][s]);
+    }
+    double worst = 0, wpf = 0, wst = 0;
+    for (int r = 0; r < N * NS; r++) {
+        double e = rel_row(lg[0] + (size_t)r * V, lg[1] + (size_t)r * V, V);
+        if (!(e <= worst)) worst = e;
+    }
+    for (int t = 0; t < N; t++) {
+        double e = rel_row(pf[0] + (size_t)t * V, pf[1] + (size_t)t * V, V);
+        if (!(e <= wpf)) wpf = e;
+    }
+    model_state_region reg[16];
+    int nr = model_state_regions(m[1], reg, 16);
+    for (int s = 0; s < NS + 2; s++)
+        for (int i = 0; i < nr; i++) {
+            const unsigned char *a = st[0][s] + reg[i].offset, *b = st[1][s] + reg[i].offset;
+            double diff = 0, scale = 0;
+            for (size_t j = 0; j < reg[i].count; j++) {
+                double x, y;
+                if (reg[i].type == LIND_EL_F64) { memcpy(&x, a + 8 * j, 8); memcpy(&y, b + 8 * j, 8); }
+                else if (reg[i].type == LIND_EL_F32) {
+                    float fx, fy;
+                    memcpy(&fx, a + 4 * j, 4); memcpy(&fy, b + 4 * j, 4);
+                    x = fx; y = fy;
+                } else {
+                    CHECK(!memcmp(a + reg[i].elem_bytes * j, b + reg[i].elem_bytes * j, reg[i].elem_bytes),
+                          "slot %d region %s: integers differ", s, reg[i].name);
+                    continue;
+                }
+                if (!(fabs(x - y) <= diff)) diff = fabs(x - y);
+                if (fabs(y) > scale) scale = fabs(y);
+            }
+            double e = scale > 0 ? diff / scale : diff;
+            if (!(e <= wst)) wst = e;
+        }
+    CHECK(worst <= 1e-4, "harness vs cpu, stepped: %.3g", worst);
+    CHECK(wpf <= 1e-4, "harness vs cpu, prefilled: %.3g", wpf);
+    CHECK(wst <= 1e-5, "harness vs cpu, final states: %.3g", wst);
+    CHECK(!memcmp(st[0][3], st[0][4], sb), "harness: a run of 40 and chunks of 7 leave different states");
+    printf("NOTE %s: harness vs cpu: logits %.2e stepped, %.2e prefilled; states %.2e\n", name, worst, wpf, wst);
+    for (int k = 0; k < 2; k++) {
+        free(lg[k]);
+        free(pf[k]);
+        for (int s = 0; s < NS + 2; s++) free(st[k][s]);
+        model_free(m[k]);
+    }
+}
+
+static void retnet_parallel(void) { parallel_case("retnet_par", &retnet2, 11); }
+static void retnet_prefill(void) { prefill_case("retnet_pre", &retnet2, 13); }
+static void retnet_batch(void) { batch_case("retnet_batch", &retnet2, 14); }
+static void retnet_state(void) { state_case("retnet_state", &retnet2, 16); }
+static void retnet_refuse(void) { refuse_case("retnet_bad", &retnet2, "decay", 1.5f, "layers.0.mixer.decay"); }
+static void retnet_harness(void) { harness_case("retnet_harness", &retnet2, 18); }
+static void performer_parallel(void) { parallel_case("perf_par", &performer2, 21); }
+static void performer_prefill(void) { prefill_case("perf_pre", &performer2, 23); }
+static void performer_batch(void) { batch_case("perf_batch", &performer2, 24); }
+static void performer_state(void) { state_case("perf_state", &performer2, 26); }
+static void performer_refuse(void) { refuse_case("perf_bad", &performer2, "omega", INFINITY, "layers.0.mixer.omega"); }
+static void performer_harness(void) { harness_case("perf_harness", &performer2, 28); }
+
+static void cosformer_parallel(void) { parallel_case("cos_par", &cos_horizon, 31); }
+static void cosformer_periodic_parallel(void) { parallel_case("cos_per", &cos_periodic, 32); }
+static void cosformer_prefill(void) { prefill_case("cos_pre", &cos_periodic, 33); }
+static void cosformer_batch(void) { batch_case("cos_batch", &cos_periodic, 34); }
+static void cosformer_state(void) { state_case("cos_state", &cos_horizon, 36); }
+static void cosformer_harness(void) { harness_case("cos_harness", &cos_periodic, 38); }
+
+/* The horizon form refuses to pass position M with -EOVERFLOW, leaving every
+ * slot of the refused call as it was; the pos region counts tokens. */
+static void horizon_refused(const char *name, const mspec *ms) {
+    const char *bk[2] = {"cpu", "harness"};
+    for (int k = 0; k < 2; k++) {
+        char nm[64];
+        snprintf(nm, sizeof nm, "%s_%s", name, bk[k]);
+        model *m = load_model(nm, ms, 40, bk[k]);
+        if (!m) return;
+        size_t sb = model_state_bytes(m);
+        model_state_region reg[8];
+        int nr = model_state_regions(m, reg, 8);
+        const model_state_region *pos = NULL;
+        for (int i = 0; i < nr; i++)
+            if (!strcmp(reg[i].name, "pos")) pos = &reg[i];
+        CHECK(pos && pos->type == LIND_EL_I64 && pos->count == 1, "%s: region pos: one int64", bk[k]);
+        CHECK(model_max_tokens(m) == 20, "%s: model_max_tokens %lld, want 20", bk[k], model_max_tokens(m));
+        int32_t tok[25];
+        random_tokens(tok, 25, 5);
+        CHECK(model_slots_reserve(m, 3) == 0, "reserve");
+        int s0 = 0, rc = 0;
+        for (int t = 0; t < 20; t++) rc |= model_step(m, &s0, &tok[t], 1, NULL);
+        CHECK(rc == 0, "%s: 20 tokens within the horizon of 20: rc %d", bk[k], rc);
+        unsigned char *a = malloc(sb), *b = malloc(sb), *c1 = malloc(sb), *c2 = malloc(sb);
+        model_slot_read(m, 0, a);
+        int64_t pv = -1;
+        if (pos) memcpy(&pv, a + pos->offset, 8);
+        CHECK(pv == 20, "%s: pos after 20 tokens is %lld", bk[k], (long long)pv);
+        rc = model_step(m, &s0, &tok[20], 1, NULL);
+        CHECK(rc == -EOVERFLOW, "%s: the 21st token: rc %d, want -EOVERFLOW", bk[k], rc);
+        model_slot_read(m, 0, b);
+        CHECK(!memcmp(a, b, sb), "%s: a refused step changed the state", bk[k]);
+        /* a run of 3 on slot 1 with the full slot 0 in the same call: refused whole */
+        int sl[4] = {1, 1, 1, 0};
+        model_slot_read(m, 1, c1);
+        rc = model_forward(m, sl, tok, 4, NULL, 0, NULL);
+        model_slot_read(m, 1, c2);
+        CHECK(rc == -EOVERFLOW && !memcmp(c1, c2, sb), "%s: a call with one session past the horizon: rc %d, other "
+              "session %s", bk[k], rc, memcmp(c1, c2, sb) ? "changed" : "unchanged");
+        /* a prefill run crossing the horizon is refused too; one that ends on it is not */
+        int sl25[25];
+        for (int i = 0; i < 25; i++) sl25[i] = 2;
+        rc = model_forward(m, sl25, tok, 21, NULL, 0, NULL);
+        CHECK(rc == -EOVERFLOW, "%s: a prefill run of 21: rc %d", bk[k], rc);
+        rc = model_forward(m, sl25, tok, 20, NULL, 0, NULL);
+        CHECK(rc == 0, "%s: a prefill run of 20: rc %d", bk[k], rc);
+        model_slot_read(m, 2, c2);
+        CHECK(!memcmp(a, c2, sb), "%s: a prefill of 20 differs from 20 steps", bk[k]);
+        /* a negative position is a damaged state: refused with -EINVAL */
+        if (pos) {
+            int64_t neg = -5;
+            memcpy(b, a, sb);
+            memcpy(b + pos->offset, &neg, 8);
+            model_slot_write(m, 1, b);
+            int s1 = 1;
+            rc = model_step(m, &s1, &tok[0], 1, NULL);
+            CHECK(rc == -EINVAL, "%s: a negative position: rc %d, want -EINVAL", bk[k], rc);
+        }
+        free(a); free(b); free(c1); free(c2);
+        model_free(m);
+    }
+}
+
+/* The periodic form reads any position modulo 2M: a state whose position is
+ * moved by a multiple of 2M (to 4·10^10 + t, or below zero) continues bit for
+ * bit like the original, on the CPU backend and the harness. */
+static void cosformer_periodic_any_position(void) {
+    static const mspec ms = {32, 64, 1, {{"cosformer", 2, 16, 20, "periodic", 0}}};
+    const char *bk[2] = {"cpu", "harness"};
+    for (int k = 0; k < 2; k++) {
+        char nm[64];
+        snprintf(nm, sizeof nm, "cos_anypos_%s", bk[k]);
+        model *m = load_model(nm, &ms, 41, bk[k]);
+        if (!m) return;
+        size_t sb = model_state_bytes(m);
+        model_state_region reg[8];
+        int nr = model_state_regions(m, reg, 8);
+        const model_state_region *pos = NULL;
+        for (int i = 0; i < nr; i++)
+            if (!strcmp(reg[i].name, "pos")) pos = &reg[i];
+        CHECK(pos != NULL, "region pos");
+        if (!pos) { model_free(m); return; }
+        int32_t tok[60];
+        random_tokens(tok, 60, 6);
+        CHECK(model_slots_reserve(m, 3) == 0, "reserve");
+        int s0 = 0, s1 = 1, s2 = 2;
+        for (int t = 0; t < 23; t++) model_step(m, &s0, &tok[t], 1, NULL);
+        unsigned char *a = malloc(sb);
+        model_slot_read(m, 0, a);
+        int64_t p0, p1, p2;
+        memcpy(&p0, a + pos->offset, 8);
+        p1 = p0 + 40LL * 1000000000LL;
+        p2 = p0 - 40;
+        memcpy(a + pos->offset, &p1, 8);
+        model_slot_write(m, 1, a);
+        memcpy(a + pos->offset, &p2, 8);
+        model_slot_write(m, 2, a);
+        float l0[V], l1[V], l2[V];
+        int same = 1, rc = 0;
+        for (int t = 23; t < 60; t++) {
+            rc |= model_step(m, &s0, &tok[t], 1, l0);
+            rc |= model_step(m, &s1, &tok[t], 1, l1);
+            rc |= model_step(m, &s2, &tok[t], 1, l2);
+            same &= !memcmp(l0, l1, sizeof l0) && !memcmp(l0, l2, sizeof l0);
+        }
+        CHECK(rc == 0 && same, "%s: positions %lld, %lld and %lld (≡ mod 40) continue differently (rc %d)", bk[k],
+              (long long)p0, (long long)p1, (long long)p2, rc);
+        free(a);
+        model_free(m);
+    }
+}
+
+static void cosformer_horizon_refused(void) {
+    static const mspec ms = {32, 64, 1, {{"cosformer", 2, 16, 20, "horizon", 0}}};
+    horizon_refused("cos_ref", &ms);
+}
+
+/* Unbounded kinds and the periodic form report no maximum length. */
+static void max_tokens_unbounded(void) {
+    const mspec *ms[3] = {&retnet2, &performer2, &cos_periodic};
+    for (int i = 0; i < 3; i++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "maxtok%d", i);
+        model *m = load_model(nm, ms[i], 50, "cpu");
+        if (!m) continue;
+        CHECK(model_max_tokens(m) == 0, "%s: model_max_tokens %lld, want 0", ms[i]->L[0].mixer, model_max_tokens(m));
+        model_free(m);
+    }
+    model *m = load_model("maxtok_linf", &linformer2, 50, "cpu");
+    if (m) {
+        CHECK(model_max_tokens(m) == 300, "linformer layers of 320 and 300: model_max_tokens %lld", model_max_tokens(m));
+        model_free(m);
+    }
+}
+
+static void linformer_parallel(void) { parallel_case("linf_par", &linformer2, 41); }
+static void linformer_prefill(void) { prefill_case("linf_pre", &linformer2, 43); }
+static void linformer_batch(void) { batch_case("linf_batch", &linformer2, 44); }
+static void linformer_state(void) { state_case("linf_state", &linformer2, 46); }
+static void linformer_refuse(void) { refuse_case("linf_bad", &linformer2, "proj_v", NAN, "layers.0.mixer.proj_v"); }
+static void linformer_harness(void) { harness_case("linf_harness", &linformer2, 48); }
+static void linformer_max_len_refused(void) {
+    static const mspec ms = {32, 64, 1, {{"linformer", 2, 16, 8, NULL, 20}}};
+    horizon_refused("linf_ref", &ms);
+}
+
+int main(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/lind_mixlin.XXXXXX");
+    if (!mkdtemp(tmpdir)) {
+        printf("FAIL setup: mkdtemp\n");
+        return 1;
+    }
+    RUN(retnet_parallel);
+    RUN(retnet_prefill);
+    RUN(retnet_batch);
+    RUN(retnet_state);
+    RUN(retnet_refuse);
+    RUN(retnet_harness);
+    RUN(performer_parallel);
+    RUN(performer_prefill);
+    RUN(performer_batch);
+    RUN(performer_state);
+    RUN(performer_refuse);
+    RUN(performer_harness);
+    RUN(cosformer_parallel);
+    RUN(cosformer_periodic_parallel);
+    RUN(cosformer_prefill);
+    RUN(cosformer_batch);
+    RUN(cosformer_state);
+    RUN(cosformer_horizon_refused);
+    RUN(cosformer_periodic_any_position);
+    RUN(cosformer_harness);
+    RUN(linformer_parallel);
+    RUN(linformer_prefill);
+    RUN(linformer_batch);
+    RUN(linformer_state);
+    RUN(linformer_refuse);
+    RUN(linformer_max_len_refused);
+    RUN(linformer_harness);
+    RUN(max_tokens_unbounded);
+    RUN(threads_all_kinds);
+    RUN(bf16_all_kinds);
+    RUN(bad_config_refused);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) printf("NOTE could not remove %s\n", tmpdir);
+    return check_exit();
+}
