@@ -28,6 +28,7 @@ static int run_gemv_half(const lind_thread *t, int p, const void *a) { return kb
 static int run_short_conv(const lind_thread *t, int p, const void *a) { return kb_short_conv(t, p, (const kb_short_conv_args *)a); }
 static int run_conv_advance(const lind_thread *t, int p, const void *a) { return kb_conv_advance(t, p, (const kb_conv_advance_args *)a); }
 static int run_delta(const lind_thread *t, int p, const void *a) { return kb_delta_step(t, p, (const kb_delta_args *)a); }
+static int run_nonfinite(const lind_thread *t, int p, const void *a) { return kb_nonfinite(t, p, (const kb_nonfinite_args *)a); }
 
 static const body_fn bodies[KB_NKERNELS] = {
     [KB_EMBED] = run_embed,
@@ -46,6 +47,7 @@ static const body_fn bodies[KB_NKERNELS] = {
     [KB_SHORT_CONV] = run_short_conv,
     [KB_CONV_ADVANCE] = run_conv_advance,
     [KB_DELTA_STEP] = run_delta,
+    [KB_NONFINITE] = run_nonfinite,
 };
 
 /* A body that never says it is done is a bug the harness reports rather than
@@ -107,11 +109,21 @@ int harness_launch(int order, int kernel, const lind_launch *L, const void *args
 typedef struct hdev {
     lind_device dev;   /* first */
     int order;
+    long fault_in;     /* launches until a simulated sticky error; 0: never */
 } hdev;
+
+/* What a CUDA device does after a sticky error: every call fails with it. */
+static int h_dead(lind_device *d, const char *what) {
+    snprintf(d->err, sizeof d->err, "%s: an illegal memory access was encountered (cudaErrorIllegalAddress; "
+             "simulated by LIND_HARNESS_FAULT)", what);
+    return -EIO;
+}
 
 static void h_free(lind_device *d) { free(d); }
 
 static int h_alloc(lind_device *d, size_t bytes, void **out) {
+    *out = NULL;
+    if (d->dead) return h_dead(d, "cudaMalloc");
     void *p = malloc(bytes ? bytes : 1);
     if (!p) {
         snprintf(d->err, sizeof d->err, "harness: cannot allocate %zu bytes", bytes);
@@ -125,18 +137,21 @@ static int h_alloc(lind_device *d, size_t bytes, void **out) {
 static void h_release(lind_device *d, void *p) { (void)d; free(p); }
 
 static int h_copy(lind_device *d, void *dst, const void *src, size_t bytes) {
-    (void)d;
+    if (d->dead) return h_dead(d, "copy");
     memmove(dst, src, bytes);
     return 0;
 }
 
 static int h_zero(lind_device *d, void *dst, size_t bytes) {
-    (void)d;
+    if (d->dead) return h_dead(d, "cudaMemsetAsync");
     memset(dst, 0, bytes);
     return 0;
 }
 
 static int h_launch(lind_device *d, int kernel, const lind_launch *L, const void *args) {
+    hdev *h = (hdev *)d;
+    if (h->fault_in > 0 && --h->fault_in == 0) d->dead = 1;
+    if (d->dead) return h_dead(d, "kernel launch");
     return harness_launch(((hdev *)d)->order, kernel, L, args, d->err, sizeof d->err);
 }
 
@@ -154,7 +169,7 @@ static void colwise_sgemm(int transa, int transb, int m, int n, int k, float alp
 
 static int h_sgemm(lind_device *d, int transa, int transb, int m, int n, int k, float alpha,
                    const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
-    (void)d;
+    if (d->dead) return h_dead(d, "cublasSgemm");
     colwise_sgemm(transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
     return 0;
 }
@@ -172,6 +187,7 @@ static float *widen(const uint16_t *A, int ld, int rows, int cols) {
 
 static int h_gemm_bf16(lind_device *d, int transa, int transb, int m, int n, int k, float alpha,
                        const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc) {
+    if (d->dead) return h_dead(d, "cublasGemmEx (bf16)");
     float *a = widen(A, lda, transa ? k : m, transa ? m : k), *b = widen(B, ldb, transb ? n : k, transb ? k : n);
     if (!a || !b) {
         free(a);
@@ -194,6 +210,17 @@ int harness_device_new(int order, lind_device **out, char *err, size_t errlen) {
     hdev *h = calloc(1, sizeof *h);
     if (!h) { snprintf(err, errlen, "harness: out of memory"); return -ENOMEM; }
     h->order = order;
+    const char *f = getenv("LIND_HARNESS_FAULT");
+    if (f && *f) {
+        char *end;
+        long n = strtol(f, &end, 10);
+        if (*end || n < 1) {
+            free(h);
+            snprintf(err, errlen, "harness: LIND_HARNESS_FAULT=%s is not a launch count ≥ 1", f);
+            return -EINVAL;
+        }
+        h->fault_in = n;
+    }
     snprintf(h->dev.name, sizeof h->dev.name, "host emulation of the CUDA kernels (%s thread order)",
              order == HARNESS_REVERSE ? "reverse" : "forward");
     h->dev.free = h_free;

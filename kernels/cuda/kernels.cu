@@ -35,6 +35,7 @@ LIND_KERNEL(k_gemv_half, kb_gemv_half, kb_gemv_half_args)
 LIND_KERNEL(k_short_conv, kb_short_conv, kb_short_conv_args)
 LIND_KERNEL(k_conv_advance, kb_conv_advance, kb_conv_advance_args)
 LIND_KERNEL(k_delta_step, kb_delta_step, kb_delta_args)
+LIND_KERNEL(k_nonfinite, kb_nonfinite, kb_nonfinite_args)
 
 __global__ void k_probe(int *flag) { *flag = 1; }
 
@@ -58,6 +59,7 @@ extern "C" int lind_cuda_launch(int kernel, const lind_launch *L, const void *ar
     case KB_SHORT_CONV:  k_short_conv<<<grid, block, L->smem, s>>>(*(const kb_short_conv_args *)args); break;
     case KB_CONV_ADVANCE: k_conv_advance<<<grid, block, L->smem, s>>>(*(const kb_conv_advance_args *)args); break;
     case KB_DELTA_STEP:  k_delta_step<<<grid, block, L->smem, s>>>(*(const kb_delta_args *)args); break;
+    case KB_NONFINITE:   k_nonfinite<<<grid, block, L->smem, s>>>(*(const kb_nonfinite_args *)args); break;
     default: return (int)cudaErrorInvalidValue;
     }
     return (int)cudaGetLastError();
