@@ -211,7 +211,8 @@ typedef struct backend_ops {
     const char *(*last_error)(backend *be);
     /* Nonzero once the device has failed in a way no later call recovers
      * from (a sticky CUDA error: the context is lost, every later op fails).
-     * The CPU backend never is; a poisoned backend fails every op. */
+     * The CPU backend never is; on a poisoned backend every device call
+     * fails, and model_forward refuses to step. */
     int (*poisoned)(backend *be);
 } backend_ops;
 
