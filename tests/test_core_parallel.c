@@ -250,7 +250,7 @@ static void compare_k(const char *mixers, int shift, const char *aft_variant, fl
         if (!(rel <= worst)) { worst = rel; worst_t = t; }
     }
     CHECK(worst <= tol, "max relative logit error %.3g at position %d (tolerance %.1g)", worst, worst_t, tol);
-    printf("NOTE %s shift=%d %s γmin=%g keys×%g: max relative error %.2e (tolerance %.0e)\n", mixers, shift,
+    printf("NOTE %s shift=%d %s γmin=%g keys×%g: max relative error %.2e (tolerance %.2g)\n", mixers, shift,
            aft_variant ? aft_variant : "-", (double)gamma_min, kscale, worst, tol);
     free(want);
     st_close(&r.st);
