@@ -15,6 +15,7 @@ static const char *const code_names[] = {
     [PE_NOT_FOUND] = "not_found", [PE_EXISTS] = "exists", [PE_BUSY] = "busy",
     [PE_LIMIT] = "limit", [PE_BAD_STATE] = "bad_state", [PE_IO] = "io",
     [PE_SHUTTING_DOWN] = "shutting_down", [PE_INTERNAL] = "internal",
+    [PE_UNAVAILABLE] = "unavailable",
 };
 
 const char *proto_code_name(proto_code c)

@@ -92,6 +92,7 @@ struct scheduler {
     pthread_cond_t  cv;
     int      ready;            /* 0 starting, 1 serving, <0 failed */
     char     err[1024];
+    int      dead_logged;      /* the lost device was logged (fail_batch) */
 };
 
 /* ---- connections --------------------------------------------------------- */
@@ -586,16 +587,39 @@ static void reap(scheduler *S)
     if (S->rr >= S->nactive) S->rr = 0;
 }
 
+/* A failed step. -EDOM: the step completed but some runs went non-finite
+ * (model_last_nonfinite): only their turns fail, with bad_state, and their
+ * sessions drop the poisoned slot to resume from the last commit; the other
+ * turns go on (round_once skips finished turns). Any other code fails the
+ * whole batch, naming the backend's error; a lost device (model_poisoned)
+ * is logged once and answered `unavailable` from then on (on_request). */
 static void fail_batch(scheduler *S, int B, int rc)
 {
-    for (int b = 0; b < B; b++) {
+    const unsigned char *bad = NULL;
+    if (rc == -EDOM) model_last_nonfinite(S->m, &bad);
+    int dead = model_poisoned(S->m);
+    if (dead && !S->dead_logged) {
+        S->dead_logged = 1;
+        fprintf(stderr, "lind serve: ERROR: the compute device failed: %s. Every request now gets "
+                "`unavailable`; restart lind.\n", model_last_error(S->m));
+    }
+    for (int b = 0, row = 0; b < B; row += S->b_n[b], b++) {
         turn *t = S->b_turns[b];
+        int hit = 0;
+        for (int j = 0; bad && j < S->b_n[b]; j++) hit |= bad[row + j];
+        if (bad && !hit) continue;
         msgpack_sbuffer *sb = cconn_out(S, t->c);
         if (sb) {
-            char msg[200];
-            snprintf(msg, sizeof msg, "model step failed (%d); session '%s' stays at its last "
-                     "committed turn", rc, t->s->name);
-            proto_pack_error(sb, t->req_id, PE_INTERNAL, msg);
+            char msg[600];
+            if (bad)
+                snprintf(msg, sizeof msg, "session '%s': the model produced a non-finite value (NaN or "
+                         "infinity) in this turn; its state was discarded and the session stays at its "
+                         "last committed turn", t->s->name);
+            else
+                snprintf(msg, sizeof msg, "model step failed (%d%s%.400s); session '%s' stays at its last "
+                         "committed turn", rc, *model_last_error(S->m) ? ": " : "", model_last_error(S->m),
+                         t->s->name);
+            proto_pack_error(sb, t->req_id, bad ? PE_BAD_STATE : dead ? PE_UNAVAILABLE : PE_INTERNAL, msg);
             t->c->out->finals++;
         }
         t->finished = 1;
@@ -710,7 +734,8 @@ static int round_once(scheduler *S)
     }
     int rc = logits_reserve(S, nl);
     if (rc == 0) rc = model_forward(S->m, S->b_slots, S->b_toks, R, S->b_lrows, nl, nl ? S->logits : NULL);
-    if (rc != 0) {
+    if (rc == -EDOM) fail_batch(S, B, rc);   /* only the non-finite runs' turns */
+    else if (rc != 0) {
         fail_batch(S, B, rc);
         flush_round(S);
         reap(S);
@@ -719,6 +744,7 @@ static int round_once(scheduler *S)
     uint64_t fed = 0, out = 0;
     for (int b = 0; b < B; b++) {
         turn *t = S->b_turns[b];
+        if (t->finished) continue;   /* failed by fail_batch (-EDOM) */
         t->s->meta.tokens += (uint64_t)S->b_n[b];
         if (!t->generating) {
             t->feed_pos += (size_t)S->b_n[b];
@@ -827,6 +853,15 @@ static void on_request(scheduler *S, dmsg *m)
 {
     proto_request *r = &m->req;
     session *s;
+    /* A lost device: nothing can run (fail_batch logged it). The store still
+     * answers list, export and stats, so sessions can be saved elsewhere
+     * (docs/PROTOCOL.md, `unavailable`). */
+    if (model_poisoned(S->m) && r->op != OP_LIST && r->op != OP_EXPORT && r->op != OP_STATS) {
+        reply_error(S, m->conn, r->id, PE_UNAVAILABLE, "the compute device failed (%.400s); restart the server",
+                    model_last_error(S->m));
+        dmsg_free(m);
+        return;
+    }
     switch (r->op) {
     case OP_GENERATE: case OP_APPEND:
         start_turn_request(S, m);

@@ -287,6 +287,25 @@ typedef struct backend_ops {
      * before any state changes (the whole call is refused). */
     int (*linformer_step)(backend *be, const backend_buf *in, const backend_buf *ef, backend_buf *out,
                           size_t state_off, size_t pos_off, int H, int dh, int kp, int N);
+    /* ---- health ----------------------------------------------------------
+     * Optional (NULL: never anything to report). */
+
+    /* bad[r] = 1 when row r of x [R × d] (R the current batch's rows, row
+     * stride d) holds a NaN or ±inf, else 0; bad is a host array of R bytes.
+     * Synchronous, like buf_download. The model checks its residual with it
+     * after the last block, so one session's overflow fails that session
+     * only (docs/NUMERICS.md). */
+    int (*rows_nonfinite)(backend *be, const backend_buf *x, int d, unsigned char *bad);
+    /* What the last failed op reported (the device's own text, e.g. "kernel
+     * launch: an illegal memory access was encountered
+     * (cudaErrorIllegalAddress)"), or "" when none failed. Owned by the
+     * backend, valid until its next op. */
+    const char *(*last_error)(backend *be);
+    /* Nonzero once the device has failed in a way no later call recovers
+     * from (a sticky CUDA error: the context is lost, every later op fails).
+     * The CPU backend never is; on a poisoned backend every device call
+     * fails, and model_forward refuses to step. */
+    int (*poisoned)(backend *be);
 } backend_ops;
 
 /* Every backend struct starts with this. */

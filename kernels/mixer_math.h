@@ -234,7 +234,8 @@ LIND_HD static inline float lind_lin_out(double num, double den, float eps) {
  * After the first token den ≥ 1 (the largest term is scaled to 1).
  *
  * Returns wkv_t (before the σ(r) gate) and advances the state:
- *   a ← e^{−w}·a + e^{k}·v,   b ← e^{−w}·b + e^{k}. */
+ *   a ← e^{−w}·a + e^{k}·v,   b ← e^{−w}·b + e^{k}.
+ * Returns NaN when the advanced state is not finite (see the end). */
 LIND_HD static inline float lind_aft_channel(double *num, double *den, double *mx,
                                              float k, float v, float w, float u) {
     double a = *num, b = *den, p = *mx;
@@ -256,7 +257,15 @@ LIND_HD static inline float lind_aft_channel(double *num, double *den, double *m
     *num = f1 * a + f2 * (double)v;
     *den = f1 * b + f2;
     *mx = empty ? kk : (pw >= kk ? pw : kk);
-    return (float)wkv;
+    /* A non-finite key or value (k = +inf makes max +inf; a second one then
+     * gives inf − inf) leaves a state no later token can repair, while the
+     * output may still look finite (a past of +inf keys outweighs every new
+     * token). Make it visible: s − s is 0 for a finite s and NaN otherwise,
+     * so the output turns NaN exactly when the new state is not finite, and
+     * the step's non-finite check (model_forward) fails that session's turn.
+     * Branch-free, so the loop still vectorizes. */
+    double bad = (*num - *num) + (*den - *den) + (*mx - *mx);
+    return (float)(wkv + bad);
 }
 
 /* ---- short causal convolution (Mamba / Gated DeltaNet) -----------------

@@ -55,6 +55,8 @@ struct model {
     uint64_t fingerprint;
     int nslots;
     uint32_t *mark, stamp;             /* per slot: the call that last saw it (run check) */
+    unsigned char *bad;                /* [bad_cap] last step's non-finite rows (model_last_nonfinite) */
+    int bad_cap, nbad, bad_rows;
     int cap, lcap;                     /* rows the activations / gathered rows hold */
     size_t scratch_floats;             /* per row, the widest part's */
     backend_buf *x, *h, *hrows, *logits, *scratch[3];
@@ -449,6 +451,7 @@ void model_free(model *m) {
     tokenizer_free(m->tok);
     free(m->regions);
     free(m->mark);
+    free(m->bad);
     free(m);
 }
 
@@ -585,10 +588,48 @@ static int check_rows(model *m, const int *slots, const int32_t *tokens, int R, 
     return 0;
 }
 
+/* Which rows' residual x went non-finite (a NaN or ±inf anywhere in a block
+ * reaches x through the residual adds; the AFT math turns a non-finite state
+ * into a NaN output, mixer_math.h). 1 if any did, 0 if none, <0 on a backend
+ * error. One pass over R × d floats after the blocks: ≪ the step's GEMMs. */
+static int check_finite(model *m, int R) {
+    m->nbad = 0;
+    m->bad_rows = R;
+    if (!m->be->ops->rows_nonfinite) {
+        memset(m->bad, 0, (size_t)R);
+        return 0;
+    }
+    int rc = m->be->ops->rows_nonfinite(m->be, m->x, m->cfg.d_model, m->bad);
+    if (rc < 0) return rc;
+    for (int r = 0; r < R; r++) m->nbad += m->bad[r];
+    return m->nbad > 0;
+}
+
+int model_last_nonfinite(const model *m, const unsigned char **rows) {
+    if (rows) *rows = m->bad;
+    return m->nbad;
+}
+
+const char *model_last_error(const model *m) {
+    const char *e = m->be->ops->last_error ? m->be->ops->last_error(m->be) : NULL;
+    return e ? e : "";
+}
+
+int model_poisoned(const model *m) { return m->be->ops->poisoned ? m->be->ops->poisoned(m->be) != 0 : 0; }
+
 int model_forward(model *m, const int *slots, const int32_t *tokens, int R, const int *logit_rows, int nlogits,
                   float *logits) {
     int rc = check_rows(m, slots, tokens, R, logit_rows, nlogits);
     if (rc < 0) return rc;
+    m->nbad = 0;
+    m->bad_rows = 0;
+    if (R > m->bad_cap) {
+        unsigned char *b = realloc(m->bad, (size_t)R);
+        if (!b) return -ENOMEM;
+        m->bad = b;
+        m->bad_cap = R;
+    }
+    if (model_poisoned(m)) return -EIO;
     if ((rc = ensure_cap(m, R)) < 0) return rc;
     const lind_config *c = &m->cfg;
     backend *be = m->be;
@@ -610,7 +651,10 @@ int model_forward(model *m, const int *slots, const int32_t *tokens, int R, cons
         if (c->rescale_every && (i + 1) % c->rescale_every == 0 && (rc = o->scale_rows(be, m->x, d, 0.5f)) < 0)
             return rc;
     }
-    if (!nlogits) return 0;
+    if (!nlogits) {
+        rc = check_finite(m, R);
+        return rc < 0 ? rc : rc ? -EDOM : 0;
+    }
     if ((rc = o->layernorm(be, m->x, m->h, m->lnf_w, m->lnf_b, d, c->final_norm_eps)) < 0) return rc;
     const backend_buf *hx = m->h;
     int all = !logit_rows || nlogits == R;
@@ -621,7 +665,11 @@ int model_forward(model *m, const int *slots, const int32_t *tokens, int R, cons
         hx = m->hrows;
     }
     if ((rc = o->matmul(be, hx, 0, d, m->head, NULL, m->logits, 0, V, nlogits, V, d, 0)) < 0) return rc;
-    return o->buf_download(be, m->logits, 0, logits, (size_t)nlogits * (size_t)V);
+    /* after the head is queued, so a device waits once for the whole step */
+    int bad = check_finite(m, R);
+    if (bad < 0) return bad;
+    if ((rc = o->buf_download(be, m->logits, 0, logits, (size_t)nlogits * (size_t)V)) < 0) return rc;
+    return bad ? -EDOM : 0;
 }
 
 int model_step(model *m, const int *slots, const int32_t *tokens, int B, float *logits) {

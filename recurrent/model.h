@@ -141,9 +141,35 @@ int  model_step(model *m, const int *slots, const int32_t *tokens, int B, float 
  * one model_step at a time. logits (if nlogits > 0) receives nlogits×vocab
  * floats: row i for row index logit_rows[i] (any rows, in any order;
  * logit_rows NULL with nlogits = R means every row).
- * -EINVAL for a bad slot, token, run order or logit row. */
+ * -EINVAL for a bad slot, token, run order or logit row.
+ *
+ * Non-finite numbers: after the blocks the step checks every row's residual
+ * for NaN/±inf (a NaN or overflow anywhere in a block reaches it; an AFT
+ * state that turns non-finite makes its output NaN). If any row has one,
+ * the step still completes — every other run's state and logits are valid —
+ * and returns -EDOM; model_last_nonfinite() then names the rows. The slot of
+ * a bad run holds a state that must not be used or saved: reset it or write
+ * a saved state back (docs/NUMERICS.md). -EIO when the backend is poisoned
+ * (model_poisoned), without touching any slot. */
 int  model_forward(model *m, const int *slots, const int32_t *tokens, int R,
                    const int *logit_rows, int nlogits, float *logits);
+
+/* After a model_forward/model_step: the number of its rows whose residual
+ * went non-finite (0 when it returned 0), and in *rows (if non-NULL) one
+ * flag per row of that call (1 = non-finite), owned by the model and valid
+ * until the next step. A run with a flagged row is a session whose turn
+ * failed. */
+int  model_last_nonfinite(const model *m, const unsigned char **rows);
+
+/* The backend's message for the last failed op, naming the device error
+ * (e.g. "kernel launch: an illegal memory access was encountered
+ * (cudaErrorIllegalAddress)"); "" when it has none. Owned by the backend,
+ * valid until the next call on the model. */
+const char *model_last_error(const model *m);
+/* Nonzero once the backend's device has failed for good (a sticky CUDA
+ * error): every later step fails with -EIO; nothing short of a new process
+ * recovers. The CPU backend never is. */
+int  model_poisoned(const model *m);
 
 /* The backend the model runs on (kernels/backend.h), for benchmarks that
  * measure the same device's primitive rates. Owned by the model. */

@@ -10,7 +10,7 @@
  *         triangular solve, G the cumulative log-gates)
  *   o_t = Σ_{i≤t} e^{G_t − G_i} (q_t·k_i) u_i
  * The engine's recurrent logits (one model_step per token, S updated by the
- * delta rule) must match at every position within 1e-4 relative to the
+ * delta rule) must match at every position within 1e-5 relative to the
  * largest logit there. Also: batched prefill (model_forward runs) and
  * batched sessions give bit for bit the logits and states of one-token
  * steps; 1 and 3 CPU threads agree bit for bit; the state blob round-trips
@@ -388,7 +388,8 @@ static void parallel_case(const char *name, const mspec *ms, uint64_t seed) {
         mean += rel / T;
         if (!(rel <= worst)) { worst = rel; worst_t = t; }
     }
-    CHECK(worst <= 1e-4, "max relative logit error %.3g at position %d (tolerance 1e-4)", worst, worst_t);
+    /* achieved ≤ 1.9e-6 (delta_k2): 5× margin (was 1e-4) */
+    CHECK(worst <= 1e-5, "max relative logit error %.3g at position %d (tolerance 1e-5)", worst, worst_t);
     printf("NOTE %s: recurrent vs parallel form over %d tokens: max relative logit error %.2e (position %d), "
            "mean %.2e\n", name, T, worst, worst_t, mean);
     free(want);
@@ -705,8 +706,8 @@ static void bad_input_refused(void) {
  * short_conv and delta_step: the model loads there and matches the CPU
  * backend, stepped (three sessions in one batch, 40 tokens) and prefilled
  * (model_forward over a run of 40 rows and over chunks of 7), logits within
- * 1e-4 relative to the row's largest, final states within 1e-5 relative to
- * each region's largest value: the states integrate fp32 activations, which
+ * 4e-6 relative to the row's largest (achieved 6.7e-7), final states within
+ * 2e-6 relative to each region's largest value (achieved 3.6e-7): the states integrate fp32 activations, which
  * differ by rounding (the harness's layer norm sums in double, the CPU's in
  * float); the ops alone agree to 1e-12 (tests/test_cuda_harness.c). */
 static double rel_row(const float *a, const float *b, int n) {
@@ -797,9 +798,9 @@ static void harness_matches_cpu(void) {
             double e = scale > 0 ? diff / scale : diff;
             if (!(e <= wst)) wst = e;
         }
-    CHECK(worst <= 1e-4, "harness vs cpu, stepped: %.3g", worst);
-    CHECK(wpf <= 1e-4, "harness vs cpu, prefilled: %.3g", wpf);
-    CHECK(wst <= 1e-5, "harness vs cpu, final states: %.3g", wst);
+    CHECK(worst <= 4e-6, "harness vs cpu, stepped: %.3g", worst);
+    CHECK(wpf <= 4e-6, "harness vs cpu, prefilled: %.3g", wpf);
+    CHECK(wst <= 2e-6, "harness vs cpu, final states: %.3g", wst);
     CHECK(!memcmp(st[0][3], st[0][4], sb), "harness: a run of 40 and chunks of 7 leave different states");
     printf("NOTE harness vs cpu: logits %.2e stepped, %.2e prefilled; states %.2e\n", worst, wpf, wst);
     for (int k = 0; k < 2; k++) {

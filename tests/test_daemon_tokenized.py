@@ -575,18 +575,13 @@ def batched_prefill_mixed_with_decode_equals_one_at_a_time():
     for chunk in ("7", "64"):
         many = Server(TMP, MODEL, "many-" + chunk, "--prompt-chunk", chunk).start()
         got = {}
-
-        def run(name, r):
-            cl = many.client()
-            got[name] = cl.call("generate", session=name, **r)[0]
-            cl.close()
-        # the short ones start first so their decoding overlaps the long prompts
-        ths = [threading.Thread(target=run, args=nr) for nr in reqs[::-1]]
-        for t in ths:
-            t.start()
-            time.sleep(0.01)
-        for t in ths:
-            t.join(300)
+        # every request pipelined on one connection, the short ones first, so
+        # their decoding overlaps the long prompts however fast a step is
+        cl = many.client()
+        ids = [(name, cl.send("generate", session=name, **r)) for name, r in reqs[::-1]]
+        for name, rid in ids:
+            got[name] = cl.wait(rid)[0]
+        cl.close()
         _, st = many.client().call("stats")
         many.stop()
         for name, _ in reqs:

@@ -7,7 +7,7 @@
  * reference logits after every one of them (tools/rwkv4_ref.py: HF's eval-mode
  * semantics, rescale_every included). For each fixture:
  *   - model_load (CPU) reads the HF config the way HF does;
- *   - one model_step per token: every position's logits within 1e-4 relative
+ *   - one model_step per token: every position's logits within 4e-6 relative
  *     (max|a-b| over the row / max|b| over the row) of the reference;
  *   - model_forward in prefill chunks of 1, 7, 64 and 512 tokens, logits for
  *     every row: bit-identical to the step path;
@@ -34,7 +34,7 @@
 #include <unistd.h>
 
 #define POS 512
-#define TOL 1e-4
+#define TOL 4e-6   /* achieved ≤ 6.3e-7 on every fixture: 6× margin (was 1e-4) */
 
 #ifdef LIND_MAX_VOCAB
 

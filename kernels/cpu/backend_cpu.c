@@ -1053,6 +1053,25 @@ static int cpu_gated_add(backend *be, backend_buf *x, const backend_buf *g, size
     return 0;
 }
 
+/* The largest exponent field of a row is all ones iff the row holds a NaN
+ * or ±inf; an unsigned max reduction vectorizes (no float compares). */
+__attribute__((noinline)) static int row_nonfinite(const float *restrict x, int d) {
+    uint32_t top = 0;
+    for (int i = 0; i < d; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], sizeof u);
+        u &= 0x7f800000u;
+        top = u > top ? u : top;
+    }
+    return top == 0x7f800000u;
+}
+
+static int cpu_rows_nonfinite(backend *be, const backend_buf *x, int d, unsigned char *bad) {
+    cpu *c = (cpu *)be;
+    for (int r = 0; r < c->B; r++) bad[r] = (unsigned char)row_nonfinite(x->p + (size_t)r * d, d);
+    return 0;
+}
+
 static void cpu_free(backend *be) {
     cpu *c = (cpu *)be;
     if (!c) return;
@@ -1097,6 +1116,7 @@ static const backend_ops cpu_ops = {
     .favor_features = cpu_favor_features,
     .cosformer_step = cpu_cosformer_step,
     .linformer_step = cpu_linformer_step,
+    .rows_nonfinite = cpu_rows_nonfinite,
 };
 
 /* "model name" from /proc/cpuinfo, else "cpu". */

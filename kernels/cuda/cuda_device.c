@@ -26,8 +26,22 @@ typedef struct cdev {
 
 static cdev *C(lind_device *d) { return (cdev *)d; }
 
+/* Errors after which the context is unusable: every later call returns them
+ * again (CUDA Runtime API, cudaError_t), so the device is dead. */
+static int sticky(cudaError_t e) {
+    switch (e) {
+    case cudaErrorIllegalAddress: case cudaErrorLaunchFailure: case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction: case cudaErrorMisalignedAddress: case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc: case cudaErrorAssert: case cudaErrorLaunchTimeout: case cudaErrorECCUncorrectable:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 static int cuda_rc(lind_device *d, cudaError_t e, const char *what) {
     if (e == cudaSuccess) return 0;
+    if (sticky(e)) d->dead = 1;
     snprintf(d->err, sizeof d->err, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
     return e == cudaErrorMemoryAllocation ? -ENOMEM : -EIO;
 }
@@ -81,6 +95,7 @@ static int c_sgemm(lind_device *d, int transa, int transb, int m, int n, int k, 
                                    transb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, A, lda, B, ldb,
                                    &beta, Cm, ldc);
     if (s == CUBLAS_STATUS_SUCCESS) return 0;
+    if (sticky(cudaPeekAtLastError())) d->dead = 1;
     snprintf(d->err, sizeof d->err, "cublasSgemm: %s", cublasGetStatusString(s));
     return -EIO;
 }
@@ -92,6 +107,7 @@ static int c_gemm_bf16(lind_device *d, int transa, int transb, int m, int n, int
                                     B, CUDA_R_16BF, ldb, &beta, Cm, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
                                     CUBLAS_GEMM_DEFAULT);
     if (s == CUBLAS_STATUS_SUCCESS) return 0;
+    if (sticky(cudaPeekAtLastError())) d->dead = 1;
     snprintf(d->err, sizeof d->err, "cublasGemmEx (bf16): %s", cublasGetStatusString(s));
     return -EIO;
 }

@@ -25,6 +25,9 @@ typedef struct lind_device lind_device;
 struct lind_device {
     char name[256];          /* e.g. "NVIDIA H100 80GB HBM3 (sm_90, 79 GiB)" */
     char err[256];           /* message of the last failure */
+    int  dead;               /* set by a failure no later call recovers from
+                                (a sticky CUDA error: the context is lost);
+                                every later call fails */
     void (*free)(lind_device *dev);
     int  (*alloc)(lind_device *dev, size_t bytes, void **out);
     void (*release)(lind_device *dev, void *p);          /* NULL is a no-op */

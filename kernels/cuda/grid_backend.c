@@ -54,6 +54,9 @@ typedef struct gridbe {
     int       bf16;             /* GEMMs in bf16 (grid_backend_set_weights) */
     uint16_t *xb;               /* bf16 copy of a GEMM's activations */
     size_t    xb_n;
+
+    int   *d_bad, *h_bad;       /* rows_nonfinite's flags, device and host */
+    int    bad_cap;
 } gridbe;
 
 static gridbe *G(backend *be) { return (gridbe *)be; }
@@ -114,7 +117,9 @@ static void g_free(backend *be) {
     g->dev->release(g->dev, g->d_rows);
     g->dev->release(g->dev, g->xb);
     g->dev->release(g->dev, g->wtmp);
+    g->dev->release(g->dev, g->d_bad);
     g->dev->free(g->dev);
+    free(g->h_bad);
     free(g->seen);
     free(g->runs);
     free(g);
@@ -673,6 +678,38 @@ static int g_gated_add(backend *be, backend_buf *x, const backend_buf *gate, siz
     return launch(g, KB_GATED_ADD, kb_gated_add_launch(B, d), &a, "gated_add");
 }
 
+/* ---- health ------------------------------------------------------------------ */
+
+static int g_rows_nonfinite(backend *be, const backend_buf *x, int d, unsigned char *bad) {
+    gridbe *g = G(be);
+    int B = g->B, rc;
+    if (d < 1) return fail(g, -EINVAL, "rows_nonfinite: width %d", d);
+    if (B == 0) return 0;
+    if ((rc = fits(g, x, (size_t)B * d, "rows_nonfinite", "x")) < 0) return rc;
+    if (B > g->bad_cap) {
+        int *h = realloc(g->h_bad, (size_t)B * sizeof *h);
+        if (!h) return fail(g, -ENOMEM, "rows_nonfinite: out of host memory");
+        g->h_bad = h;
+        g->dev->release(g->dev, g->d_bad);
+        g->d_bad = NULL;
+        g->bad_cap = 0;
+        void *p;
+        if ((rc = g->dev->alloc(g->dev, (size_t)B * sizeof(int), &p)) < 0) return dev_rc(g, rc, "rows_nonfinite");
+        g->d_bad = p;
+        g->bad_cap = B;
+    }
+    if ((rc = g->dev->zero(g->dev, g->d_bad, (size_t)B * sizeof(int))) < 0) return dev_rc(g, rc, "rows_nonfinite");
+    kb_nonfinite_args a = { F(x), g->d_bad, d };
+    if ((rc = launch(g, KB_NONFINITE, kb_nonfinite_launch(B, d), &a, "rows_nonfinite")) < 0) return rc;
+    if ((rc = g->dev->d2h(g->dev, g->h_bad, g->d_bad, (size_t)B * sizeof(int))) < 0)
+        return dev_rc(g, rc, "rows_nonfinite");
+    for (int r = 0; r < B; r++) bad[r] = g->h_bad[r] != 0;
+    return 0;
+}
+
+static const char *g_last_error(backend *be) { return G(be)->err; }
+static int g_poisoned(backend *be) { return G(be)->dev->dead; }
+
 /* A half-precision weight stays half on the device (half the memory of
  * fp32). matmul reads it directly for up to KB_GEMV_MAXB rows (kb_gemv_half),
  * widens it exactly before an fp32 GEMM over more rows (weight_widen), and
@@ -838,6 +875,9 @@ static const backend_ops grid_ops = {
     .favor_features = g_favor_features,
     .cosformer_step = g_cosformer_step,
     .linformer_step = g_linformer_step,
+    .rows_nonfinite = g_rows_nonfinite,
+    .last_error = g_last_error,
+    .poisoned = g_poisoned,
 };
 
 int grid_backend_set_weights(backend *be, const char *precision, char *err, size_t errlen) {

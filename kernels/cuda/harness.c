@@ -35,6 +35,7 @@ static int run_retention(const lind_thread *t, int p, const void *a) { return kb
 static int run_favor(const lind_thread *t, int p, const void *a) { return kb_favor(t, p, (const kb_favor_args *)a); }
 static int run_cosformer(const lind_thread *t, int p, const void *a) { return kb_cosformer_step(t, p, (const kb_cosformer_args *)a); }
 static int run_linformer(const lind_thread *t, int p, const void *a) { return kb_linformer_step(t, p, (const kb_linformer_args *)a); }
+static int run_nonfinite(const lind_thread *t, int p, const void *a) { return kb_nonfinite(t, p, (const kb_nonfinite_args *)a); }
 
 static const body_fn bodies[KB_NKERNELS] = {
     [KB_EMBED] = run_embed,
@@ -60,6 +61,7 @@ static const body_fn bodies[KB_NKERNELS] = {
     [KB_FAVOR] = run_favor,
     [KB_COSFORMER_STEP] = run_cosformer,
     [KB_LINFORMER_STEP] = run_linformer,
+    [KB_NONFINITE] = run_nonfinite,
 };
 
 /* A body that never says it is done is a bug the harness reports rather than
@@ -121,11 +123,21 @@ int harness_launch(int order, int kernel, const lind_launch *L, const void *args
 typedef struct hdev {
     lind_device dev;   /* first */
     int order;
+    long fault_in;     /* launches until a simulated sticky error; 0: never */
 } hdev;
+
+/* What a CUDA device does after a sticky error: every call fails with it. */
+static int h_dead(lind_device *d, const char *what) {
+    snprintf(d->err, sizeof d->err, "%s: an illegal memory access was encountered (cudaErrorIllegalAddress; "
+             "simulated by LIND_HARNESS_FAULT)", what);
+    return -EIO;
+}
 
 static void h_free(lind_device *d) { free(d); }
 
 static int h_alloc(lind_device *d, size_t bytes, void **out) {
+    *out = NULL;
+    if (d->dead) return h_dead(d, "cudaMalloc");
     void *p = malloc(bytes ? bytes : 1);
     if (!p) {
         snprintf(d->err, sizeof d->err, "harness: cannot allocate %zu bytes", bytes);
@@ -139,18 +151,21 @@ static int h_alloc(lind_device *d, size_t bytes, void **out) {
 static void h_release(lind_device *d, void *p) { (void)d; free(p); }
 
 static int h_copy(lind_device *d, void *dst, const void *src, size_t bytes) {
-    (void)d;
+    if (d->dead) return h_dead(d, "copy");
     memmove(dst, src, bytes);
     return 0;
 }
 
 static int h_zero(lind_device *d, void *dst, size_t bytes) {
-    (void)d;
+    if (d->dead) return h_dead(d, "cudaMemsetAsync");
     memset(dst, 0, bytes);
     return 0;
 }
 
 static int h_launch(lind_device *d, int kernel, const lind_launch *L, const void *args) {
+    hdev *h = (hdev *)d;
+    if (h->fault_in > 0 && --h->fault_in == 0) d->dead = 1;
+    if (d->dead) return h_dead(d, "kernel launch");
     return harness_launch(((hdev *)d)->order, kernel, L, args, d->err, sizeof d->err);
 }
 
@@ -168,7 +183,7 @@ static void colwise_sgemm(int transa, int transb, int m, int n, int k, float alp
 
 static int h_sgemm(lind_device *d, int transa, int transb, int m, int n, int k, float alpha,
                    const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
-    (void)d;
+    if (d->dead) return h_dead(d, "cublasSgemm");
     colwise_sgemm(transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
     return 0;
 }
@@ -186,6 +201,7 @@ static float *widen(const uint16_t *A, int ld, int rows, int cols) {
 
 static int h_gemm_bf16(lind_device *d, int transa, int transb, int m, int n, int k, float alpha,
                        const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc) {
+    if (d->dead) return h_dead(d, "cublasGemmEx (bf16)");
     float *a = widen(A, lda, transa ? k : m, transa ? m : k), *b = widen(B, ldb, transb ? n : k, transb ? k : n);
     if (!a || !b) {
         free(a);
@@ -208,6 +224,17 @@ int harness_device_new(int order, lind_device **out, char *err, size_t errlen) {
     hdev *h = calloc(1, sizeof *h);
     if (!h) { snprintf(err, errlen, "harness: out of memory"); return -ENOMEM; }
     h->order = order;
+    const char *f = getenv("LIND_HARNESS_FAULT");
+    if (f && *f) {
+        char *end;
+        long n = strtol(f, &end, 10);
+        if (*end || n < 1) {
+            free(h);
+            snprintf(err, errlen, "harness: LIND_HARNESS_FAULT=%s is not a launch count ≥ 1", f);
+            return -EINVAL;
+        }
+        h->fault_in = n;
+    }
     snprintf(h->dev.name, sizeof h->dev.name, "host emulation of the CUDA kernels (%s thread order)",
              order == HARNESS_REVERSE ? "reverse" : "forward");
     h->dev.free = h_free;

@@ -29,6 +29,11 @@ enum harness_order {
 };
 
 int harness_device_new(int order, lind_device **out, char *err, size_t errlen);
+/* Environment LIND_HARNESS_FAULT=N (N ≥ 1) makes the device's N-th kernel
+ * launch fail as a sticky CUDA error would (cudaErrorIllegalAddress): the
+ * device is dead from then on (lind_device.dead) and every later call fails
+ * with that message, so the backend's poisoned() and last_error() and the
+ * daemon's handling of a lost device are tested without a GPU. */
 
 /* The GPU backend (grid_backend.h) over the harness device, named "harness". */
 int backend_harness_new(int order, backend **out, char *err, size_t errlen);

@@ -55,6 +55,7 @@ enum kb_kernel {
     KB_DELTA_STEP,
     KB_WINDOW_STEP, KB_POS_ADVANCE, KB_AFTW_STEP,
     KB_RETENTION_STEP, KB_FAVOR, KB_COSFORMER_STEP, KB_LINFORMER_STEP,
+    KB_NONFINITE,
     KB_NKERNELS
 };
 
@@ -692,6 +693,27 @@ LIND_HD static inline int kb_scale(const lind_thread *t, int phase, const kb_sca
     (void)phase;
     size_t i = (size_t)t->bx * t->bdim + t->tx;
     if (i < a->n) a->x[i] *= a->s;
+    return 0;
+}
+
+/* ---- non-finite rows: bad[r] = 1 if x[r, :d] holds a NaN or ±inf ----------
+ * bad is zeroed before the launch; threads that find one all store the same
+ * 1, so the order of their stores does not matter. */
+typedef struct kb_nonfinite_args {
+    const float *x;
+    int *bad;
+    int d;
+} kb_nonfinite_args;
+
+static inline lind_launch kb_nonfinite_launch(int R, int d) {
+    lind_launch L = { kb_ceil_div((size_t)d, KB_EW_BLOCK), R, KB_EW_BLOCK, 0 };
+    return L;
+}
+
+LIND_HD static inline int kb_nonfinite(const lind_thread *t, int phase, const kb_nonfinite_args *a) {
+    (void)phase;
+    int c = t->bx * t->bdim + t->tx, r = t->by;
+    if (c < a->d && !isfinite(a->x[(size_t)r * a->d + c])) a->bad[r] = 1;
     return 0;
 }
 

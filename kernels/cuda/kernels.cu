@@ -42,6 +42,7 @@ LIND_KERNEL(k_retention_step, kb_retention_step, kb_retention_args)
 LIND_KERNEL(k_favor, kb_favor, kb_favor_args)
 LIND_KERNEL(k_cosformer_step, kb_cosformer_step, kb_cosformer_args)
 LIND_KERNEL(k_linformer_step, kb_linformer_step, kb_linformer_args)
+LIND_KERNEL(k_nonfinite, kb_nonfinite, kb_nonfinite_args)
 
 __global__ void k_probe(int *flag) { *flag = 1; }
 
@@ -72,6 +73,7 @@ extern "C" int lind_cuda_launch(int kernel, const lind_launch *L, const void *ar
     case KB_FAVOR:       k_favor<<<grid, block, L->smem, s>>>(*(const kb_favor_args *)args); break;
     case KB_COSFORMER_STEP: k_cosformer_step<<<grid, block, L->smem, s>>>(*(const kb_cosformer_args *)args); break;
     case KB_LINFORMER_STEP: k_linformer_step<<<grid, block, L->smem, s>>>(*(const kb_linformer_args *)args); break;
+    case KB_NONFINITE:   k_nonfinite<<<grid, block, L->smem, s>>>(*(const kb_nonfinite_args *)args); break;
     default: return (int)cudaErrorInvalidValue;
     }
     return (int)cudaGetLastError();
