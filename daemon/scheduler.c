@@ -85,6 +85,7 @@ struct scheduler {
     int32_t *b_toks;
     turn   **b_turns;
     int      max_rows, prr;
+    long long max_len;         /* model_max_tokens(): tokens a session may hold, 0 = no limit */
     uint8_t  tailbuf[TOKENIZER_TAIL_MAX];   /* a turn's new text tail */
     void    *raw;
     /* start-up handshake with the main thread */
@@ -524,7 +525,7 @@ static void cancel_turn(turn *t)
  * fed so far plus the next one as its pending token, i.e. the first
  * fed_bytes bytes of the text as this turn tokenized them; the rest of the
  * text, and the tail an append would have held back, are dropped. */
-static void stop_feed(scheduler *S, turn *t)
+static void stop_feed(scheduler *S, turn *t, const char *reason)
 {
     size_t p = t->feed_pos;                     /* < feed_len: maybe_end_feed ran */
     observe_to(S, t, p + 1);
@@ -538,7 +539,16 @@ static void stop_feed(scheduler *S, turn *t)
     if (t->fed_bytes > t->text_len) t->fed_bytes = t->text_len;
     t->tokens_in = p >= t->first ? p + 1 - t->first : 0;
     t->s->meta.tail_len = 0;
-    finish(S, t, t->feed[p], "cancelled");
+    finish(S, t, t->feed[p], reason);
+}
+
+/* A session at its model's maximum length (a Linformer's N, a cosFormer's
+ * horizon M: model_max_tokens): no row of it may be stepped, so its turn ends
+ * here with reason "max_length", keeping everything fed before. */
+static void at_max_length(scheduler *S, turn *t)
+{
+    if (t->generating) finish(S, t, t->last, "max_length");
+    else stop_feed(S, t, "max_length");
 }
 
 /* ---- a round ----------------------------------------------------------------- */
@@ -679,7 +689,8 @@ static int round_once(scheduler *S)
         if (t->generating && t->cancelled) { finish(S, t, t->last, "cancelled"); continue; }
         maybe_end_feed(S, t);
         if (t->finished) continue;
-        if (t->cancelled && t->feed_pos >= t->min_stop) { stop_feed(S, t); continue; }
+        if (t->cancelled && t->feed_pos >= t->min_stop) { stop_feed(S, t, "cancelled"); continue; }
+        if (S->max_len > 0 && t->s->meta.tokens >= (uint64_t)S->max_len) { at_max_length(S, t); continue; }
         S->b_turns[B] = t;
         S->b_n[B] = 1;
         B++;
@@ -703,6 +714,8 @@ static int round_once(scheduler *S)
         size_t want = left < (size_t)chunk ? left : (size_t)chunk;
         int more = (int)want - 1;
         if (more > extra_max - extra) more = extra_max - extra;
+        if (S->max_len > 0 && more > S->max_len - (long long)t->s->meta.tokens - 1)
+            more = (int)(S->max_len - (long long)t->s->meta.tokens - 1);   /* stop at the model's length */
         if (more <= 0) continue;
         S->b_n[b] += more;
         extra += more;
@@ -1076,6 +1089,7 @@ static int setup(scheduler *S, char *err, size_t errlen)
     S->vocab = model_vocab(S->m);
     /* one row per turn, plus the extra prompt rows (round_once) */
     S->max_rows = maxb + (maxb > o->prompt_chunk ? maxb : o->prompt_chunk);
+    S->max_len = model_max_tokens(S->m);
     S->free_slots = malloc((size_t)nres * sizeof *S->free_slots);
     S->scratch = malloc(2 * (size_t)S->vocab * sizeof *S->scratch);
     S->b_slots = malloc((size_t)S->max_rows * sizeof *S->b_slots);
