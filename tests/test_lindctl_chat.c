@@ -422,6 +422,8 @@ static void chat_multiline(void)
     term_send(&t, "\"\"\"\r");
     CHECK(term_expect(&t, "... ", 10), "block: %s", tail(&t));
     term_send(&t, "dropped\r");
+    /* as a person would: Ctrl-C at the next continuation prompt */
+    CHECK(term_expect(&t, "... ", 10), "block goes on: %s", tail(&t));
     term_send(&t, "\x03");
     CHECK(term_expect(&t, "you> ", 10), "prompt after Ctrl-C: %s", tail(&t));
     term_send(&t, "\x04");
