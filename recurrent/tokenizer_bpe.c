@@ -299,7 +299,7 @@ static int load_pre_tokenizer(bpe *t, const char *path, json_t *p, char *err, si
 static int set_token(bpe *t, const char *path, const char *what, int32_t id, const uint8_t *b, size_t n,
                      size_t *plen, size_t *pcap, char *err, size_t errlen) {
     if (t->has[id]) return errmsg_set(-EINVAL, err, errlen, "%s: %s: id %d is given twice", path, what, id);
-    if (*plen + n > *pcap) {
+    if (!t->pool || *plen + n > *pcap) {   /* allocated even for an empty first token */
         size_t nc = *pcap ? *pcap * 2 : 1 << 20;
         while (nc < *plen + n) nc *= 2;
         uint8_t *np = realloc(t->pool, nc);
@@ -307,7 +307,7 @@ static int set_token(bpe *t, const char *path, const char *what, int32_t id, con
         t->pool = np;
         *pcap = nc;
     }
-    memcpy(t->pool + *plen, b, n);
+    if (n) memcpy(t->pool + *plen, b, n);   /* an empty token: the pool may not exist yet */
     t->off[id] = *plen;
     t->len[id] = (uint32_t)n;
     t->has[id] = 1;
