@@ -1,6 +1,6 @@
 """tests/test_daemon_cancel.py — stopping turns promptly (issue 14, "Cancel
-and shutdown wait for the whole prompt", "A long prompt cannot be stopped
-from outside"):
+and shutdown wait for the whole prompt", "A long prompt cannot be stopped from
+outside"):
 
   - a cancel in the middle of a long append ends it at the next token
     boundary; the result says how much of the text the session holds

@@ -259,35 +259,35 @@ static void removed_wal_keeps_acknowledged(void)
     char path[128], wal[140];
     newdb(path, sizeof path);
     snprintf(wal, sizeof wal, "%s-wal", path);
-    int todo[2], done[2];
-    if (pipe(todo) || pipe(done)) { CHECK(0, "pipe"); return; }
+    int work[2], done[2];
+    if (pipe(work) || pipe(done)) { CHECK(0, "pipe"); return; }
     pid_t pid = fork();
     if (pid == 0) {
-        close(todo[1]); close(done[0]);
+        close(work[1]); close(done[0]);
         int rc; char err[512], c;
         store *s = open_with(path, 1, &rc, err, sizeof err);
         if (!s) _exit(2);
         int r1 = save1(s, "a", 0x11, 150000, err, sizeof err);
         if (write(done[1], &r1, sizeof r1) != sizeof r1) _exit(3);
-        if (read(todo[0], &c, 1) != 1) _exit(3);      /* the parent removed the -wal */
+        if (read(work[0], &c, 1) != 1) _exit(3);      /* the parent removed the -wal */
         int r2 = save1(s, "b", 0x22, 1000, err, sizeof err);
         if (write(done[1], &r2, sizeof r2) != sizeof r2) _exit(3);
         if (write(done[1], err, sizeof err) != sizeof err) _exit(3);
         raise(SIGKILL);                                 /* crash: no close, no checkpoint */
         _exit(9);
     }
-    close(todo[0]); close(done[1]);
+    close(work[0]); close(done[1]);
     int r1 = 1, r2 = 1;
     char err[512] = "";
     CHECK(read(done[0], &r1, sizeof r1) == sizeof r1 && r1 == 0, "first save: %d", r1);
     CHECK(unlink(wal) == 0, "remove %s: %s", wal, strerror(errno));
-    if (write(todo[1], "x", 1) != 1) CHECK(0, "pipe");
+    if (write(work[1], "x", 1) != 1) CHECK(0, "pipe");
     CHECK(read(done[0], &r2, sizeof r2) == sizeof r2 && read(done[0], err, sizeof err) == sizeof err,
           "child report");
     CHECK(r2 == -ESTALE, "save after the -wal went: rc %d (%s)", r2, err);
     CHECK(strstr(err, "write-ahead log") && strstr(err, "checkpointed"), "message: %s", err);
     waitpid(pid, NULL, 0);
-    close(todo[1]); close(done[0]);
+    close(work[1]); close(done[0]);
     int rc;
     store *s = open_with(path, 0, &rc, err, sizeof err);
     CHECK(s, "reopen: %s", err);

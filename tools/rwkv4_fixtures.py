@@ -7,7 +7,7 @@ Writes, under OUTDIR (tests/fixtures/rwkv4), one directory per fixture:
                        (tools/rwkv4_make.py)
   <name>/tokens.i32    512 token ids, int32 LE; the first is 0 (BOS)
   <name>/logits.f32    512 x vocab float32 LE: row t = logits after tokens[0..t]
-                       from a fresh session, computed in float64 by
+                       (a fresh session), computed in float64 by
                        tools/rwkv4_ref.py's recurrent form
   <name>/fixture.json  shape, seeds, checksums and the figures below
 
