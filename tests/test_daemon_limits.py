@@ -197,9 +197,21 @@ def idle_timeout_closes_an_idle_connection():
                and "--idle-timeout" in ev["message"], "idle: %r" % ev)
         expect(c.event() is None, "the connection stays open")
         expect(0.8 < took < 5, "closed after %.1f s" % took)
-        busy = Client(s.sock)   # a connection with a turn in flight is not idle
-        rid = busy.send("generate", session="long", max_tokens=3000)
-        time.sleep(2.0)
+        # A connection with a turn in flight is not idle. The turn is long enough
+        # (65,536 tokens, the server's limit) to outlast the timeout on any machine; the test reads
+        # its tokens for 2 s, twice the 1 s timeout, then cancels it.
+        busy = Client(s.sock)
+        rid = busy.send("generate", session="long", max_tokens=65536)
+        t_end = time.time() + 2.0
+        streamed = 0
+        while time.time() < t_end:
+            ev = busy.event()
+            expect(ev is not None and ev.get("event") == "token",
+                   "the busy connection's stream after %d tokens: %r" % (streamed, ev))
+            if ev is None or ev.get("event") != "token":
+                break
+            streamed += 1
+        print("NOTE the busy connection streamed %d tokens in 2.0 s" % streamed, flush=True)
         busy.call("cancel", target=rid)
         ev = busy.final(rid)
         expect(ev["event"] == "done", "in flight: %r" % ev)
