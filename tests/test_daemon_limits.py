@@ -198,7 +198,8 @@ def idle_timeout_closes_an_idle_connection():
         expect(c.event() is None, "the connection stays open")
         expect(0.8 < took < 5, "closed after %.1f s" % took)
         # A connection with a turn in flight is not idle. The turn is long enough
-        # (65,536 tokens, the server's limit) to outlast the timeout on any machine; the test reads
+        # (65,536 tokens, the server's limit: about 5 s on the 2-core development machine) to
+        # outlast the 1 s timeout; the test reads
         # its tokens for 2 s, twice the 1 s timeout, then cancels it.
         busy = Client(s.sock)
         rid = busy.send("generate", session="long", max_tokens=65536)
