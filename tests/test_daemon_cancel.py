@@ -180,10 +180,17 @@ def disconnect_mid_prompt_stops_compute():
             d.send("append", session="gone%d" % i, text=BIG)
             wait_fed(c, 100)
             d.close()
-        time.sleep(0.5)
+        # Feeding stops at the next token boundary after each close: wait (with a
+        # deadline far below the time the three whole texts would take) until
+        # tokens_in holds still for a second.
+        deadline = time.time() + 20
         n1 = c.call("stats")["tokens_in"]
-        time.sleep(1.0)
-        n2 = c.call("stats")["tokens_in"]
+        while True:
+            time.sleep(1.0)
+            n2 = c.call("stats")["tokens_in"]
+            if n2 == n1 or time.time() > deadline:
+                break
+            n1 = n2
         expect(n2 == n1, "the compute thread went on feeding for nobody: %d -> %d tokens" % (n1, n2))
         for i in range(3):   # each holds a prefix of what was sent, and is usable
             info = c.call("info", session="gone%d" % i)
