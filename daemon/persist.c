@@ -134,6 +134,26 @@ static void do_saves(worker *W, dmsg **v, int n)
                                  "session '%s': saving the turn failed, it is lost "
                                  "(the session resumes from its last done): %s",
                                  m->name, m->err);
+        if (o && m->rc == 0) {
+            if (res->is_append) {
+                msgpack_packer pk;
+                proto_result_begin(&pk, &o->sb, res->done.id, 4);
+                proto_pack_key(&pk, "session_tokens");
+                msgpack_pack_uint64(&pk, res->done.session_tokens);
+                proto_pack_key(&pk, "tokens_in");
+                msgpack_pack_uint64(&pk, res->done.tokens_in);
+                proto_pack_key(&pk, "fed_bytes");
+                msgpack_pack_uint64(&pk, res->done.fed_bytes);
+                proto_pack_key(&pk, "cancelled");
+                if (res->cancelled) msgpack_pack_true(&pk); else msgpack_pack_false(&pk);
+            } else {
+                proto_done d = res->done;
+                d.ms_save = ms_save;
+                d.ms_total = (double)(now_ns() - res->t_recv_ns) / 1e6;
+                proto_pack_done(&o->sb, &d);
+            }
+            o->finals = 1;
+        }
         reqlog_turn_info li = {
             .session = m->name, .op = res->is_append ? "append" : "generate",
             .tokens_in = res->done.tokens_in, .tokens_out = res->done.tokens_out,
