@@ -42,6 +42,7 @@ typedef struct worker {
     lease_set leases;
     uint64_t  renew_at_ns;    /* next lease renewal due (0: none held) */
     wait_load *waits;
+    qnode    *done_head, *done_tail;   /* M_LOADED held until the batch ends */
     store_record recs[SAVE_GROUP_MAX];
     uint64_t  expect[SAVE_GROUP_MAX];
     store_save_result res[SAVE_GROUP_MAX];
@@ -359,10 +360,26 @@ static void lease_lost(void *arg, const char *name, const char *holder)
     queue_push(&W->P->srv->schedq, &m->node);
 }
 
+/* Loads answered in one batch reach the compute thread together (each
+ * took a lease, a commit of its own), so sessions asked for together start
+ * in the same round and are stepped together, as they were when a load was
+ * a read alone. */
 static void loaded(worker *W, dmsg *m)
 {
     m->kind = M_LOADED;
-    queue_push(&W->P->srv->schedq, &m->node);
+    m->node.next = NULL;
+    if (W->done_tail) W->done_tail->next = &m->node; else W->done_head = &m->node;
+    W->done_tail = &m->node;
+}
+
+static void flush_loaded(worker *W)
+{
+    for (qnode *n = W->done_head; n; ) {
+        qnode *next = n->next;
+        queue_push(&W->P->srv->schedq, n);
+        n = next;
+    }
+    W->done_head = W->done_tail = NULL;
 }
 
 /* Take the session's lease, then load it (the order matters: a load before
@@ -517,10 +534,11 @@ static void *worker_main(void *arg)
                 do_release(W, m);
                 break;
             case M_REQUEST:
-                if (m->sess) { barrier *b = m->sess; m->sess = NULL; barrier_run(W, b, m); }
+                if (m->sess) { barrier *b = m->sess; m->sess = NULL; flush_loaded(W); barrier_run(W, b, m); }
                 else do_request(W, m);
                 break;
             case M_BARRIER:
+                flush_loaded(W);
                 barrier_arrive(m->sess);
                 dmsg_free(m);
                 break;
@@ -534,6 +552,7 @@ static void *worker_main(void *arg)
             }
         }
         if (ng) do_saves(W, group, ng);
+        flush_loaded(W);
         uint64_t now = now_ns();
         int renew_ms = -1;
         if (W->renew_at_ns && now >= W->renew_at_ns) {
@@ -543,6 +562,7 @@ static void *worker_main(void *arg)
         if (W->renew_at_ns) renew_ms = (int)((W->renew_at_ns - now + 999999) / 1000000);
         if (renew_ms == 0) renew_ms = 1;
         wait_ms = min_wait(renew_ms, retry_waits(W));
+        flush_loaded(W);
     }
     /* Loads still waiting for a lease at shutdown: the compute thread
      * waits for every load, so answer them (moved). */
@@ -552,6 +572,7 @@ static void *worker_main(void *arg)
         try_load(W, wl->m, 0);
         free(wl);
     }
+    flush_loaded(W);
     lease_set_release_all(&W->leases, W->st);
     store_close(W->st);
     W->st = NULL;
