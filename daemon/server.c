@@ -543,6 +543,8 @@ int server_main(int argc, char **argv)
         fprintf(stderr, "lind serve: cannot open the store: %s\n", err);
         goto out;
     }
+    char where[600];   /* the store as logs may show it: a URI without its password */
+    snprintf(where, sizeof where, "%s", store_where(st));
     if ((rc = listen_on(srv, err, sizeof err)) != 0) {
         fprintf(stderr, "lind serve: %s\n", err);
         goto out;
@@ -559,7 +561,7 @@ int server_main(int argc, char **argv)
     uv_timer_start(&srv->tick, on_tick, 250, 250);
     fprintf(stderr, "lind serve: %s (%s, %zu params, %zu state bytes/session) on %s, store %s\n",
             srv->model_path, srv->backend, srv->params, srv->state_bytes,
-            srv->opt.socket_path, srv->opt.db_path);
+            srv->opt.socket_path, where);
     fprintf(stderr, "lind serve: node '%s', leases of %d ms, %d store connection%s\n", srv->node_id,
             srv->opt.lease_ms, srv->opt.store_conns, srv->opt.store_conns > 1 ? "s" : "");
     uv_run(&loop, UV_RUN_DEFAULT);
