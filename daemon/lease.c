@@ -15,11 +15,11 @@ int lease_store_shared(const char *db)
 void lease_node_id(const char *given, int shared, char *out, size_t len)
 {
     if (given) { snprintf(out, len, "%s", given); return; }
+    if (!shared) { snprintf(out, len, "local"); return; }
     char host[256] = "";
     if (gethostname(host, sizeof host - 1) != 0 || !host[0]) snprintf(host, sizeof host, "localhost");
     host[sizeof host - 1] = 0;
-    if (shared) snprintf(out, len, "%.100s:%ld", host, (long)getpid());
-    else snprintf(out, len, "%.120s", host);
+    snprintf(out, len, "%.100s:%ld", host, (long)getpid());
 }
 
 static size_t hash_name(const char *s)

@@ -24,12 +24,12 @@
 int lease_store_shared(const char *db);
 
 /* The lease owner this node writes as: `given` (--node-id) when not NULL,
- * else "HOST:PID" on a shared store (several nodes may run on one host, and
- * a node restarted with the same default must not take over leases its dead
- * predecessor still holds until they expire... which is what a restart of a
- * node with a fixed --node-id does: it reclaims its own leases at once), or
- * "HOST" on SQLite (one node per database file anyway, guarded by the file
- * lock, so a restarted daemon resumes its own leases without waiting). */
+ * else "HOST:PID" on a shared store (several nodes may run on one host; a
+ * restarted node with this default waits for its predecessor's leases to
+ * expire, while one with a fixed --node-id takes its own leases back at
+ * once), or "local" on SQLite (one node per database file, guarded by the
+ * file lock, so a restarted daemon, also in a new container with another
+ * host name, resumes its own leases without waiting). */
 void lease_node_id(const char *given, int shared, char *out, size_t len);
 
 typedef struct lease_ent {

@@ -102,7 +102,7 @@ void server_usage(FILE *f)
         "                         warn, error: no request log\n"
         "  --log-file PATH        append the request log there (default stderr)\n"
         "  --node-id ID           this node's name in session leases (default hostname:pid on\n"
-        "                         PostgreSQL, hostname on SQLite); another node's `moved` error\n"
+        "                         PostgreSQL, local on SQLite); another node's `moved` error\n"
         "                         names it, so make it what clients use to reach this node\n"
         "  --lease-ms MS          a session's lease lasts MS ms, renewed every MS/3 while it is\n"
         "                         resident (default 10000)\n"
