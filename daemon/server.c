@@ -31,7 +31,7 @@ server_options server_defaults(void)
         .max_message = 1u << 20, .max_output = 256u << 10, .max_tokens = 65536,
         .max_inflight = 1024, .max_conn_bytes = 4u << 20, .max_total_bytes = 64u << 20,
         .max_waiting = 4096, .idle_timeout = 0, .write_timeout = 60, .pause_timeout = 60, .sync = STORE_SYNC_FULL, .transcript_bytes = 4096,
-        .log_level = REQLOG_INFO, .lease_ms = 10000,
+        .log_level = REQLOG_INFO,
     };
 }
 
@@ -105,7 +105,7 @@ void server_usage(FILE *f)
         "                         PostgreSQL, local on SQLite); another node's `moved` error\n"
         "                         names it, so make it what clients use to reach this node\n"
         "  --lease-ms MS          a session's lease lasts MS ms, renewed every MS/3 while it is\n"
-        "                         resident (default 10000)\n"
+        "                         resident (default 10000 on PostgreSQL, 600000 on SQLite)\n"
         "  --lease-wait MS        a session leased by another node: wait up to MS ms for the\n"
         "                         lease before answering `moved` (default 0: answer at once)\n"
         "  --store-conns N        store connections, sessions spread over them by name\n"
@@ -535,6 +535,10 @@ int server_main(int argc, char **argv)
         goto out;
     }
     if (srv->opt.store_conns == 0) srv->opt.store_conns = shared ? 4 : 1;
+    /* Each renewal is a commit (an fsync on SQLite). On SQLite no other node
+     * can take a lease (one daemon per file) and a restart reclaims its own
+     * ("local"), so a long lease costs nothing and renews rarely. */
+    if (srv->opt.lease_ms == 0) srv->opt.lease_ms = shared ? 10000 : 600000;
     store_options so = store_defaults();
     so.sync = srv->opt.sync;
     so.exclusive = 1;   /* a second daemon on this database is refused, naming our pid */

@@ -54,7 +54,8 @@ typedef struct server_options {
     /* several nodes on one store (docs/SCALE.md) */
     const char *node_id;       /* --node-id: lease owner; NULL (default): hostname:pid on a
                                   PostgreSQL store, "local" on SQLite (daemon/lease.h) */
-    int      lease_ms;         /* --lease-ms: lease expiry, renewed every third of it, default 10000 */
+    int      lease_ms;         /* --lease-ms: lease expiry, renewed every third of it; 0 (default):
+                                  10000 on PostgreSQL, 600000 on SQLite */
     int      lease_wait_ms;    /* --lease-wait: wait that long for another node's lease, default 0 */
     int      store_conns;      /* --store-conns: store connections; 0 (default): 4 on
                                   PostgreSQL, 1 on SQLite (one writer anyway) */
