@@ -26,6 +26,10 @@
 #   daemon_bench, end to end through `lind serve` with 1..256 sessions
 #   (tokens/s, latency percentiles, ratio to the in-process rate, RSS over a
 #   10^6-token stream), reads MODEL and BENCH_QUICK from the environment.
+#   scale_bench, several nodes on one store: versioned, lease-fenced saves
+#   and lease + load resumes on PostgreSQL vs SQLite, PostgreSQL saves/s
+#   from 1/2/4 connections, tokens/s of 1 node vs 3 nodes on one database
+#   (starts its own PostgreSQL like the tests; rows left out without one).
 set -u
 B=${1:-build}
 FILTER=${2:-}

@@ -15,6 +15,9 @@ static const lind_error table[] = {
     { -ENOSPC,    PE_IO,        "the disk is full" },
     { -EIO,       PE_IO,        "the store failed" },
     { -ESTALE,    PE_IO,        "the database file was removed or replaced under the server" },
+    /* several nodes on one store (docs/SCALE.md) */
+    { LIND_E_MOVED,    PE_MOVED,    "the session is leased by another node" },
+    { LIND_E_CONFLICT, PE_CONFLICT, "the session changed in the store or its lease was lost; the turn was not saved" },
     /* the daemon itself */
     { -ENOMEM,    PE_INTERNAL,  "out of memory" },
     { -ENOSYS,    PE_INTERNAL,  "operation routed to the wrong thread" },

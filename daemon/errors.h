@@ -13,6 +13,14 @@
 
 #include "daemon/protocol.h"
 
+/* Ownership on a shared store (docs/SCALE.md), daemon codes apart from
+ * errno's and STATE_E_*: another node holds the session's lease (the store's
+ * -EAGAIN from a lease acquire), and a turn whose save was refused because
+ * this node lost the lease or the stored session moved past the version it
+ * loaded (the store's -ENOLCK / -ECANCELED from a versioned save). */
+#define LIND_E_MOVED    (-4201)
+#define LIND_E_CONFLICT (-4202)
+
 /* The wire code for an internal code (0 gives PE_OK). */
 proto_code  lind_wire_code(int code);
 /* A short description of an internal code (static storage). */

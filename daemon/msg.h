@@ -30,6 +30,9 @@ typedef enum dmsg_kind {
     M_SAVE,         /* compute → store: commit rec, then answer the turn */
     M_SAVED,        /* store → compute: rc (0 = committed) */
     M_STOP,         /* compute → store: nothing more will come */
+    M_RELEASE,      /* compute → store: session `name` left the slots: give its lease back */
+    M_LEASE_LOST,   /* store → compute: the lease on `name` was lost to lease.owner */
+    M_BARRIER,      /* store dispatcher → a store connection: wait for an op on all (persist.c) */
 } dmsg_kind;
 
 /* What a finished turn tells its client once its state is committed. */
@@ -62,6 +65,9 @@ typedef struct dmsg {
     proto_code code;          /* M_SAVED failure: the error code sent */
     char     err[512];
     store_loaded loaded;      /* M_LOADED */
+    /* M_LOADED: -EAGAIN, the lease's holder; M_LEASE_LOST: the new holder */
+    store_lease lease;
+    uint64_t version;         /* M_SAVE: the version loaded (expected); M_SAVED: the new one */
     /* M_SAVE */
     uint8_t *state; size_t state_len;
     uint8_t *transcript; size_t transcript_len;

@@ -1,4 +1,4 @@
-/* daemon/persist.c — the store thread. See persist.h. */
+/* daemon/persist.c — the store threads. See persist.h. */
 #include "daemon/persist.h"
 
 #include <errno.h>
@@ -7,18 +7,55 @@
 #include <stdlib.h>
 #include <string.h>
 #include "daemon/errors.h"
+#include "daemon/lease.h"
 #include "daemon/msg.h"
 #include "state/format.h"
 #include "state/transcript.h"
 
 #define SAVE_GROUP_MAX 512
 
+/* An op that must see every connection's earlier work (list, stats, fork):
+ * connection 0 runs it once the others have reached it, and they wait
+ * until it is done. */
+typedef struct barrier {
+    pthread_mutex_t mu;
+    pthread_cond_t  cv;
+    int need, arrived, done, refs;
+} barrier;
+
+/* A load waiting for another node's lease (--lease-wait). */
+typedef struct wait_load {
+    dmsg    *m;
+    uint64_t deadline_ns;
+    struct wait_load *next;
+} wait_load;
+
+/* One store connection and its thread. */
+typedef struct worker {
+    struct persist *P;
+    int       idx;
+    store    *st;
+    queue     q;              /* its own queue (with a dispatcher) */
+    queue    *in;             /* &q, or the server's persistq when alone */
+    pthread_t th;
+    int       started;
+    lease_set leases;
+    uint64_t  renew_at_ns;    /* next lease renewal due (0: none held) */
+    wait_load *waits;
+    qnode    *done_head, *done_tail;   /* M_LOADED held until the batch ends */
+    store_record recs[SAVE_GROUP_MAX];
+    uint64_t  expect[SAVE_GROUP_MAX];
+    store_save_result res[SAVE_GROUP_MAX];
+} worker;
+
 struct persist {
     server   *srv;
-    store    *st;
-    pthread_t th;
-    int       stop;
-    store_record recs[SAVE_GROUP_MAX];
+    int       n;
+    worker   *w;
+    pthread_t disp;           /* the dispatcher, when n > 1 */
+    int       has_disp;
+    pthread_mutex_t mu;
+    int       running;        /* workers not yet finished; the last sends exit */
 };
 
 static void send_out(persist *P, outmsg *o)
@@ -26,41 +63,78 @@ static void send_out(persist *P, outmsg *o)
     if (o) queue_push(&P->srv->loopq, &o->node);
 }
 
-/* Commit a run of saves, then answer each turn. */
-static void do_saves(persist *P, dmsg **v, int n)
+static size_t name_hash(const char *s)
 {
+    size_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* Commit a run of saves, then answer each turn. Every save is a
+ * compare-and-swap on the version the session was loaded at, fenced by this
+ * node's lease (state/store.h): a session another node wrote meanwhile, or
+ * whose lease this node lost, is not written, and its client is told
+ * (`conflict`). */
+static void do_saves(worker *W, dmsg **v, int n)
+{
+    persist *P = W->P;
     char err[512] = "";
+    const char *owner = P->srv->node_id;
     for (int i = 0; i < n; i++) {
-        P->recs[i] = (store_record){ .name = v[i]->name, .state = v[i]->state,
+        W->recs[i] = (store_record){ .name = v[i]->name, .state = v[i]->state,
                                      .state_len = v[i]->state_len,
                                      .transcript = v[i]->transcript,
                                      .transcript_len = v[i]->transcript_len,
                                      .tokens = v[i]->tokens };
+        W->expect[i] = v[i]->version;
         v[i]->rc = 1;   /* not yet committed */
     }
     uint64_t t0 = now_ns();
-    int rc = store_save(P->st, P->recs, n, err, sizeof err);
-    if (rc == 0) {
-        for (int i = 0; i < n; i++) v[i]->rc = 0;
-        stats_save(&P->srv->st, (double)(now_ns() - t0) / 1e6, n);
-    } else {
-        /* One bad record must not sink the others: retry one by one. */
-        for (int i = 0; i < n; i++) {
-            uint64_t t1 = now_ns();
-            v[i]->rc = n > 1 ? store_save(P->st, &P->recs[i], 1, v[i]->err, sizeof v[i]->err) : rc;
-            if (n == 1) snprintf(v[i]->err, sizeof v[i]->err, "%s", err);
-            if (v[i]->rc == 0) stats_save(&P->srv->st, (double)(now_ns() - t1) / 1e6, 1);
+    int rc = store_save_versioned(W->st, W->recs, W->expect, n, owner, W->res, err, sizeof err);
+    if (rc < 0 && rc != -ECANCELED && rc != -ENOLCK && n > 1) {
+        /* The group failed as a whole: one bad record must not sink the
+         * others, retry one by one. */
+        for (int i = 0; i < n; i++)
+            store_save_versioned(W->st, &W->recs[i], &W->expect[i], 1, owner, &W->res[i],
+                                 v[i]->err, sizeof v[i]->err);
+    } else if (rc < 0) {
+        for (int i = 0; i < n; i++)
+            if (W->res[i].rc != 0) snprintf(v[i]->err, sizeof v[i]->err, "%s", err);
+    }
+    int saved = 0;
+    for (int i = 0; i < n; i++) {
+        dmsg *m = v[i];
+        store_save_result *r = &W->res[i];
+        m->rc = r->rc;
+        if (r->rc == 0) { m->version = r->version; saved++; continue; }
+        if (r->rc == -ECANCELED) {
+            m->rc = LIND_E_CONFLICT;
+            snprintf(m->err, sizeof m->err, "the session changed in the store since node '%s' "
+                     "loaded it (version %llu expected, the store has %s%llu): another node wrote it",
+                     owner, (unsigned long long)m->version, r->version ? "" : "no session, ",
+                     (unsigned long long)r->version);
+        } else if (r->rc == -ENOLCK) {
+            m->rc = LIND_E_CONFLICT;
+            lease_set_remove(&W->leases, m->name);
+            snprintf(m->err, sizeof m->err, "node '%s' no longer holds the session's lease "
+                     "(it expired and another node took it, or it was released)", owner);
         }
     }
+    if (saved) stats_save(&P->srv->st, (double)(now_ns() - t0) / 1e6, saved);
     double ms_save = (double)(now_ns() - t0) / 1e6;
     for (int i = 0; i < n; i++) {
         dmsg *m = v[i];
         turn_result *res = &m->result;
         outmsg *o = m->rc == 0 ? outmsg_new(m->conn)
-                               : outmsg_error(m->conn, res->done.id, PE_IO,
-                                              "session '%s': saving the turn failed, it is lost "
-                                              "(the session resumes from its last done): %s",
-                                              m->name, m->err);
+                  : m->rc == LIND_E_CONFLICT
+                  ? outmsg_error(m->conn, res->done.id, PE_CONFLICT,
+                                 "session '%s': the turn was not saved and this node dropped its copy: %s; "
+                                 "the session resumes from its last saved turn, retry the turn",
+                                 m->name, m->err)
+                  : outmsg_error(m->conn, res->done.id, PE_IO,
+                                 "session '%s': saving the turn failed, it is lost "
+                                 "(the session resumes from its last done): %s",
+                                 m->name, m->err);
         if (o && m->rc == 0) {
             if (res->is_append) {
                 msgpack_packer pk;
@@ -88,7 +162,7 @@ static void do_saves(persist *P, dmsg **v, int n)
             .total_ms = (double)(now_ns() - res->t_recv_ns) / 1e6,
             .queue_ms = res->done.ms_queue, .prompt_ms = res->done.ms_prompt,
             .generate_ms = res->done.ms_generate, .save_ms = ms_save,
-            .outcome = m->rc == 0 ? res->done.reason : "io",
+            .outcome = m->rc == 0 ? res->done.reason : m->rc == LIND_E_CONFLICT ? "conflict" : "io",
         };
         reqlog_turn(&P->srv->log, &li);
         /* The compute thread learns of the commit before the client does,
@@ -127,8 +201,9 @@ static void pack_transcript(msgpack_packer *pk, const uint8_t *data, size_t len)
     transcript_free(&t);
 }
 
-static void do_request(persist *P, dmsg *m)
+static void do_request(worker *W, dmsg *m)
 {
+    persist *P = W->P;
     proto_request *r = &m->req;
     char err[512] = "";
     int rc = 0;
@@ -139,7 +214,7 @@ static void do_request(persist *P, dmsg *m)
     case OP_LIST: {
         store_info *v = NULL;
         size_t n = 0;
-        if ((rc = store_list(P->st, &v, &n, err, sizeof err)) != 0) break;
+        if ((rc = store_list(W->st, &v, &n, err, sizeof err)) != 0) break;
         proto_result_begin(&pk, &o->sb, r->id, 1);
         proto_pack_key(&pk, "sessions");
         msgpack_pack_array(&pk, n);
@@ -158,7 +233,7 @@ static void do_request(persist *P, dmsg *m)
     case OP_EXPORT: {
         uint8_t *data = NULL;
         size_t len = 0;
-        if ((rc = store_export(P->st, r->session, &data, &len, err, sizeof err)) != 0) break;
+        if ((rc = store_export(W->st, r->session, &data, &len, err, sizeof err)) != 0) break;
         proto_result_begin(&pk, &o->sb, r->id, 2);
         proto_pack_key(&pk, "session");
         proto_pack_str(&pk, r->session);
@@ -167,14 +242,32 @@ static void do_request(persist *P, dmsg *m)
         free(data);
         break;
     }
-    case OP_DELETE:
-        if ((rc = store_delete(P->st, r->session, err, sizeof err)) != 0) break;
+    case OP_DELETE: {
+        /* Not under another node's feet: delete under the lease. */
+        store_lease cur;
+        int held = lease_set_has(&W->leases, r->session);
+        if (!held && (rc = store_lease_acquire(W->st, r->session, P->srv->node_id,
+                                               P->srv->opt.lease_ms, &cur, err, sizeof err)) != 0) {
+            if (rc == -EAGAIN) {
+                rc = LIND_E_MOVED;
+                snprintf(err, sizeof err, "session '%s' is leased by node '%s'; delete it there",
+                         r->session, cur.owner);
+            }
+            break;
+        }
+        rc = store_delete(W->st, r->session, err, sizeof err);
+        if (!held) {
+            char e2[256];
+            store_lease_release(W->st, r->session, P->srv->node_id, e2, sizeof e2);
+        }
+        if (rc != 0) break;
         proto_result_begin(&pk, &o->sb, r->id, 1);
         proto_pack_key(&pk, "deleted");
         msgpack_pack_true(&pk);
         break;
+    }
     case OP_FORK:
-        if ((rc = store_fork(P->st, r->session, r->to, err, sizeof err)) != 0) break;
+        if ((rc = store_fork(W->st, r->session, r->to, err, sizeof err)) != 0) break;
         proto_result_begin(&pk, &o->sb, r->id, 2);
         proto_pack_key(&pk, "session");
         proto_pack_str(&pk, r->session);
@@ -182,7 +275,7 @@ static void do_request(persist *P, dmsg *m)
         proto_pack_str(&pk, r->to);
         break;
     case OP_IMPORT:
-        if ((rc = store_import(P->st, r->session, r->data, r->data_len, err, sizeof err)) != 0) {
+        if ((rc = store_import(W->st, r->session, r->data, r->data_len, err, sizeof err)) != 0) {
             if (rc == -EINVAL) { rc = -EBADMSG; }
             break;
         }
@@ -195,7 +288,7 @@ static void do_request(persist *P, dmsg *m)
     case OP_INFO: {
         store_loaded ld;
         memset(&ld, 0, sizeof ld);
-        rc = store_load(P->st, r->session, &ld, err, sizeof err);
+        rc = store_load(W->st, r->session, &ld, err, sizeof err);
         int known = m->rinfo.resident || m->rinfo.busy;
         if (rc != 0 && !(rc == -ENOENT && known)) break;
         int stored = rc == 0;
@@ -231,7 +324,7 @@ static void do_request(persist *P, dmsg *m)
     }
     case OP_STATS: {
         size_t n = 0;
-        if ((rc = store_count(P->st, &n, err, sizeof err)) != 0) break;
+        if ((rc = store_count(W->st, &n, err, sizeof err)) != 0) break;
         proto_result_begin(&pk, &o->sb, r->id, STATS_FIELDS);
         stats_pack(&P->srv->st, &pk, n, P->srv->backend);
         break;
@@ -254,33 +347,203 @@ static void do_request(persist *P, dmsg *m)
     dmsg_free(m);
 }
 
-static void *store_main(void *arg)
+
+/* ---- leases and loads ------------------------------------------------------ */
+
+static void lease_lost(void *arg, const char *name, const char *holder)
 {
-    persist *P = arg;
+    worker *W = arg;
+    dmsg *m = dmsg_new(M_LEASE_LOST, 0);
+    if (!m) return;
+    snprintf(m->name, sizeof m->name, "%s", name);
+    snprintf(m->lease.owner, sizeof m->lease.owner, "%s", holder);
+    queue_push(&W->P->srv->schedq, &m->node);
+}
+
+/* Loads answered in one batch reach the compute thread together (each
+ * took a lease, a commit of its own), so sessions asked for together start
+ * in the same round and are stepped together, as they were when a load was
+ * a read alone. */
+static void loaded(worker *W, dmsg *m)
+{
+    m->kind = M_LOADED;
+    m->node.next = NULL;
+    if (W->done_tail) W->done_tail->next = &m->node; else W->done_head = &m->node;
+    W->done_tail = &m->node;
+}
+
+static void flush_loaded(worker *W)
+{
+    for (qnode *n = W->done_head; n; ) {
+        qnode *next = n->next;
+        queue_push(&W->P->srv->schedq, n);
+        n = next;
+    }
+    W->done_head = W->done_tail = NULL;
+}
+
+/* Take the session's lease, then load it (the order matters: a load before
+ * the lease could read a version that the previous holder's last save is
+ * about to replace). Returns 1 when the load must wait for the lease. */
+static int try_load(worker *W, dmsg *m, int may_wait)
+{
+    persist *P = W->P;
+    store_lease cur;
+    int rc = store_lease_acquire(W->st, m->name, P->srv->node_id, P->srv->opt.lease_ms, &cur,
+                                 m->err, sizeof m->err);
+    if (rc == -EAGAIN) {
+        if (may_wait) return 1;
+        long long left = (long long)(cur.expires_ms - wall_ms());
+        m->rc = LIND_E_MOVED;
+        m->lease = cur;
+        snprintf(m->err, sizeof m->err, "session '%s' is leased by node '%s' (for about %lld ms more "
+                 "unless renewed); send the request there", m->name, cur.owner, left > 0 ? left : 0);
+        loaded(W, m);
+        return 0;
+    }
+    if (rc != 0) { m->rc = rc; loaded(W, m); return 0; }
+    if (lease_set_add(&W->leases, m->name, now_ns()) != 0) {
+        store_lease_release(W->st, m->name, P->srv->node_id, m->err, sizeof m->err);
+        m->rc = -ENOMEM;
+        snprintf(m->err, sizeof m->err, "out of memory");
+        loaded(W, m);
+        return 0;
+    }
+    if (!W->renew_at_ns) W->renew_at_ns = now_ns() + (uint64_t)P->srv->opt.lease_ms * 1000000ull / 3;
+    m->rc = store_load(W->st, m->name, &m->loaded, m->err, sizeof m->err);
+    if (m->rc != 0 && m->rc != -ENOENT) {   /* nothing will be served: give it back */
+        char e2[256];
+        lease_set_remove(&W->leases, m->name);
+        store_lease_release(W->st, m->name, P->srv->node_id, e2, sizeof e2);
+    }
+    loaded(W, m);
+    return 0;
+}
+
+static void do_load(worker *W, dmsg *m)
+{
+    int wait_ms = W->P->srv->opt.lease_wait_ms;
+    if (!try_load(W, m, wait_ms > 0)) return;
+    wait_load *wl = calloc(1, sizeof *wl);
+    if (!wl) { try_load(W, m, 0); return; }
+    wl->m = m;
+    wl->deadline_ns = now_ns() + (uint64_t)wait_ms * 1000000ull;
+    wl->next = W->waits;
+    W->waits = wl;
+}
+
+/* Try the waiting loads again; those past --lease-wait get `moved`. The ms
+ * until the next try (-1: none waiting). A lease is given back when its
+ * holder evicts the session or stops, or when it expires; polled, since the
+ * holder is another process that cannot wake this one. */
+static int retry_waits(worker *W)
+{
+    if (!W->waits) return -1;
+    int period = W->P->srv->opt.lease_ms / 20;
+    if (period < 5) period = 5;
+    if (period > 100) period = 100;
+    wait_load **pp = &W->waits;
+    while (*pp) {
+        wait_load *wl = *pp;
+        uint64_t now = now_ns();
+        if (!try_load(W, wl->m, now < wl->deadline_ns)) { *pp = wl->next; free(wl); }
+        else pp = &wl->next;
+    }
+    return W->waits ? period : -1;
+}
+
+static void do_release(worker *W, dmsg *m)
+{
+    if (lease_set_remove(&W->leases, m->name)) {
+        char err[256];
+        store_lease_release(W->st, m->name, W->P->srv->node_id, err, sizeof err);
+    }
+    dmsg_free(m);
+}
+
+/* ---- barriers ------------------------------------------------------------------ */
+
+static void barrier_put(barrier *b)
+{
+    pthread_mutex_lock(&b->mu);
+    int last = --b->refs == 0;
+    pthread_mutex_unlock(&b->mu);
+    if (!last) return;
+    pthread_cond_destroy(&b->cv);
+    pthread_mutex_destroy(&b->mu);
+    free(b);
+}
+
+/* A connection other than 0 reached the barrier: wait for the op. */
+static void barrier_arrive(barrier *b)
+{
+    pthread_mutex_lock(&b->mu);
+    b->arrived++;
+    pthread_cond_broadcast(&b->cv);
+    while (!b->done) pthread_cond_wait(&b->cv, &b->mu);
+    pthread_mutex_unlock(&b->mu);
+    barrier_put(b);
+}
+
+/* Connection 0 runs the op once every other connection is there. */
+static void barrier_run(worker *W, barrier *b, dmsg *m)
+{
+    pthread_mutex_lock(&b->mu);
+    while (b->arrived < b->need) pthread_cond_wait(&b->cv, &b->mu);
+    pthread_mutex_unlock(&b->mu);
+    do_request(W, m);
+    pthread_mutex_lock(&b->mu);
+    b->done = 1;
+    pthread_cond_broadcast(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+    barrier_put(b);
+}
+
+/* ---- the threads --------------------------------------------------------------- */
+
+static int min_wait(int a, int b)
+{
+    if (a < 0) return b;
+    if (b < 0) return a;
+    return a < b ? a : b;
+}
+
+static void *worker_main(void *arg)
+{
+    worker *W = arg;
+    persist *P = W->P;
     dmsg *group[SAVE_GROUP_MAX];
-    while (!P->stop) {
-        qnode *n = queue_take_all(&P->srv->persistq, -1);
+    int stop = 0, wait_ms = -1;
+    while (!stop) {
+        qnode *n = queue_take_all(W->in, wait_ms);
         int ng = 0;
         while (n) {
             dmsg *m = (dmsg *)n;
             n = n->next;
             if (m->kind == M_SAVE) {
                 group[ng++] = m;
-                if (ng == SAVE_GROUP_MAX) { do_saves(P, group, ng); ng = 0; }
+                if (ng == SAVE_GROUP_MAX) { do_saves(W, group, ng); ng = 0; }
                 continue;
             }
-            if (ng) { do_saves(P, group, ng); ng = 0; }
+            if (ng) { do_saves(W, group, ng); ng = 0; }
             switch (m->kind) {
             case M_LOAD:
-                m->rc = store_load(P->st, m->name, &m->loaded, m->err, sizeof m->err);
-                m->kind = M_LOADED;
-                queue_push(&P->srv->schedq, &m->node);
+                do_load(W, m);
+                break;
+            case M_RELEASE:
+                do_release(W, m);
                 break;
             case M_REQUEST:
-                do_request(P, m);
+                if (m->sess) { barrier *b = m->sess; m->sess = NULL; flush_loaded(W); barrier_run(W, b, m); }
+                else do_request(W, m);
+                break;
+            case M_BARRIER:
+                flush_loaded(W);
+                barrier_arrive(m->sess);
+                dmsg_free(m);
                 break;
             case M_STOP:
-                P->stop = 1;
+                stop = 1;
                 dmsg_free(m);
                 break;
             default:
@@ -288,22 +551,201 @@ static void *store_main(void *arg)
                 break;
             }
         }
-        if (ng) do_saves(P, group, ng);
+        if (ng) do_saves(W, group, ng);
+        flush_loaded(W);
+        uint64_t now = now_ns();
+        int renew_ms = -1;
+        if (W->renew_at_ns && now >= W->renew_at_ns) {
+            int ms = lease_set_renew(&W->leases, W->st, now, lease_lost, W);
+            W->renew_at_ns = ms < 0 ? 0 : now + (uint64_t)ms * 1000000ull;
+        }
+        if (W->renew_at_ns) renew_ms = (int)((W->renew_at_ns - now + 999999) / 1000000);
+        if (renew_ms == 0) renew_ms = 1;
+        wait_ms = min_wait(renew_ms, retry_waits(W));
+        flush_loaded(W);
     }
-    store_close(P->st);
-    P->st = NULL;
-    outmsg *o = outmsg_new(0);
-    if (o) { o->exit = 1; send_out(P, o); }
+    /* Loads still waiting for a lease at shutdown: the compute thread
+     * waits for every load, so answer them (moved). */
+    while (W->waits) {
+        wait_load *wl = W->waits;
+        W->waits = wl->next;
+        try_load(W, wl->m, 0);
+        free(wl);
+    }
+    flush_loaded(W);
+    lease_set_release_all(&W->leases, W->st);
+    store_close(W->st);
+    W->st = NULL;
+    pthread_mutex_lock(&P->mu);
+    int last = --P->running == 0;
+    pthread_mutex_unlock(&P->mu);
+    if (last) {
+        outmsg *o = outmsg_new(0);
+        if (o) { o->exit = 1; send_out(P, o); }
+    }
     return NULL;
 }
 
-int persist_start(server *srv, store *st, persist **out)
+/* Which connection serves a message: the session's (by name), so saves of
+ * one session stay in order and loads see them; ops over every session
+ * (list, stats) and fork (two sessions) go through a barrier. -1: all. */
+static int route(persist *P, dmsg *m, int *all)
 {
+    *all = 0;
+    switch (m->kind) {
+    case M_LOAD: case M_SAVE: case M_RELEASE:
+        return (int)(name_hash(m->name) % (size_t)P->n);
+    case M_STOP:
+        return -1;
+    case M_REQUEST:
+        switch (m->req.op) {
+        case OP_LIST: case OP_STATS: case OP_FORK:
+            *all = 1;
+            return 0;
+        default:
+            return (int)(name_hash(m->req.session) % (size_t)P->n);
+        }
+    default:
+        return 0;
+    }
+}
+
+static void *dispatch_main(void *arg)
+{
+    persist *P = arg;
+    for (int stop = 0; !stop; ) {
+        qnode *n = queue_take_all(&P->srv->persistq, -1);
+        while (n) {
+            dmsg *m = (dmsg *)n;
+            n = n->next;
+            int all, k = route(P, m, &all);
+            if (k < 0) {   /* M_STOP: one for every connection */
+                for (int j = 1; j < P->n; j++) {
+                    dmsg *c = dmsg_new(M_STOP, 0);
+                    if (c) queue_push(&P->w[j].q, &c->node);
+                }
+                queue_push(&P->w[0].q, &m->node);
+                stop = 1;
+                continue;
+            }
+            if (all) {
+                barrier *b = calloc(1, sizeof *b);
+                dmsg **bm = calloc((size_t)P->n, sizeof *bm);
+                int ok = b && bm;
+                for (int j = 1; ok && j < P->n; j++) ok = (bm[j] = dmsg_new(M_BARRIER, 0)) != NULL;
+                if (!ok) {   /* out of memory: run it unsynchronised rather than not at all */
+                    for (int j = 1; bm && j < P->n; j++) dmsg_free(bm[j]);
+                    free(bm);
+                    free(b);
+                    queue_push(&P->w[0].q, &m->node);
+                    continue;
+                }
+                pthread_mutex_init(&b->mu, NULL);
+                pthread_cond_init(&b->cv, NULL);
+                b->need = P->n - 1;
+                b->refs = P->n;
+                m->sess = b;
+                for (int j = 1; j < P->n; j++) {
+                    bm[j]->sess = b;
+                    queue_push(&P->w[j].q, &bm[j]->node);
+                }
+                free(bm);
+            }
+            queue_push(&P->w[k].q, &m->node);
+        }
+    }
+    return NULL;
+}
+
+static void free_workers(persist *P)
+{
+    for (int i = 0; i < P->n; i++) {
+        worker *W = &P->w[i];
+        if (W->st) store_close(W->st);
+        if (P->n > 1) {
+            for (qnode *n = queue_take_all(&W->q, 0); n; ) {
+                qnode *next = n->next;
+                dmsg_free((dmsg *)n);
+                n = next;
+            }
+            queue_destroy(&W->q);
+        }
+        lease_set_free(&W->leases);
+    }
+    free(P->w);
+    pthread_mutex_destroy(&P->mu);
+    free(P);
+}
+
+int persist_start(server *srv, store *st, persist **out, char *err, size_t errlen)
+{
+    int n = srv->opt.store_conns > 0 ? srv->opt.store_conns : 1;
     persist *P = calloc(1, sizeof *P);
-    if (!P) return -ENOMEM;
+    worker *w = calloc((size_t)n, sizeof *w);
+    if (!P || !w) {
+        free(P);
+        free(w);
+        store_close(st);
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
     P->srv = srv;
-    P->st = st;
-    if (pthread_create(&P->th, NULL, store_main, P) != 0) { free(P); return -EAGAIN; }
+    P->n = n;
+    P->w = w;
+    w[0].st = st;
+    pthread_mutex_init(&P->mu, NULL);
+    store_options so = store_defaults();
+    so.sync = srv->opt.sync;
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        worker *W = &w[i];
+        W->P = P;
+        W->idx = i;
+        if (lease_set_init(&W->leases, srv->node_id, srv->opt.lease_ms) != 0) {
+            snprintf(err, errlen, "out of memory");
+            rc = -ENOMEM;
+            break;
+        }
+        if (n > 1 && queue_init(&W->q, NULL) != 0) {
+            snprintf(err, errlen, "out of memory");
+            rc = -ENOMEM;
+            break;
+        }
+        W->in = n > 1 ? &W->q : &srv->persistq;
+        if (i > 0 && (rc = store_open(srv->opt.db_path, &so, &W->st, err, errlen)) != 0) break;
+    }
+    if (rc != 0) {
+        free_workers(P);
+        return rc;
+    }
+    P->running = n;
+    for (int i = 0; i < n; i++) {
+        if (pthread_create(&w[i].th, NULL, worker_main, &w[i]) != 0) {
+            /* Those started stop at once: they own their stores now. */
+            for (int j = 0; j < i; j++) {
+                dmsg *m = dmsg_new(M_STOP, 0);
+                if (m) queue_push(w[j].in, &m->node);
+                pthread_join(w[j].th, NULL);
+            }
+            free_workers(P);
+            snprintf(err, errlen, "cannot create a store thread");
+            return -EAGAIN;
+        }
+        w[i].started = 1;
+    }
+    if (n > 1) {
+        if (pthread_create(&P->disp, NULL, dispatch_main, P) != 0) {
+            for (int j = 0; j < n; j++) {
+                dmsg *m = dmsg_new(M_STOP, 0);
+                if (m) queue_push(w[j].in, &m->node);
+                pthread_join(w[j].th, NULL);
+            }
+            free_workers(P);
+            snprintf(err, errlen, "cannot create the store dispatcher thread");
+            return -EAGAIN;
+        }
+        P->has_disp = 1;
+    }
     *out = P;
     return 0;
 }
@@ -311,7 +753,8 @@ int persist_start(server *srv, store *st, persist **out)
 void persist_join(persist *P)
 {
     if (!P) return;
-    pthread_join(P->th, NULL);
-    if (P->st) store_close(P->st);
-    free(P);
+    if (P->has_disp) pthread_join(P->disp, NULL);
+    for (int i = 0; i < P->n; i++)
+        if (P->w[i].started) pthread_join(P->w[i].th, NULL);
+    free_workers(P);
 }

@@ -16,6 +16,7 @@ static const char *const code_names[] = {
     [PE_LIMIT] = "limit", [PE_BAD_STATE] = "bad_state", [PE_IO] = "io",
     [PE_SHUTTING_DOWN] = "shutting_down", [PE_INTERNAL] = "internal",
     [PE_UNAVAILABLE] = "unavailable",
+    [PE_MOVED] = "moved", [PE_CONFLICT] = "conflict",
 };
 
 const char *proto_code_name(proto_code c)

@@ -33,6 +33,7 @@ typedef enum proto_code {
     PE_OK = 0, PE_BAD_REQUEST, PE_UNKNOWN_OP, PE_TOO_LARGE, PE_DECODE,
     PE_BAD_NAME, PE_NOT_FOUND, PE_EXISTS, PE_BUSY, PE_LIMIT, PE_BAD_STATE,
     PE_IO, PE_SHUTTING_DOWN, PE_INTERNAL, PE_UNAVAILABLE,
+    PE_MOVED, PE_CONFLICT,   /* several nodes on one store (docs/SCALE.md) */
 } proto_code;
 
 const char *proto_code_name(proto_code c);

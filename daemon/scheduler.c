@@ -148,6 +148,13 @@ static void reply_error(scheduler *S, uint64_t conn, uint64_t id, proto_code cod
 
 static void drop_session(scheduler *S, session *s)
 {
+    if (s->leased) {   /* the session leaves this node: give its lease back */
+        dmsg *r = dmsg_new(M_RELEASE, 0);
+        if (r) {
+            snprintf(r->name, sizeof r->name, "%s", s->name);
+            queue_push(&S->srv->persistq, &r->node);
+        }
+    }
     session_remove(&S->tab, s);
     if (s->slot >= 0) S->free_slots[S->nfree++] = s->slot;
     session_free(s);
@@ -431,6 +438,7 @@ static void finish(scheduler *S, turn *t, int pending, const char *reason)
     m->state = blob; m->state_len = blen;
     m->transcript = tr; m->transcript_len = tlen;
     m->tokens = session_tokens(s);
+    m->version = s->version;   /* saved only if the store is still there */
     turn_result *res = &m->result;
     res->is_append = t->is_append;
     res->t_recv_ns = t->t_recv;
@@ -980,8 +988,11 @@ static void on_loaded(scheduler *S, dmsg *m)
     S->loads_inflight--;
     if (m->rc < 0 && m->rc != -ENOENT) {
         dmsg *w = s->waiting;
-        send_out(S, outmsg_error(w->conn, w->req.id, lind_wire_code(m->rc) == PE_INTERNAL ? PE_IO
-                                 : lind_wire_code(m->rc), "loading session '%s' failed: %s", s->name, m->err));
+        if (m->rc == LIND_E_MOVED)   /* leased by another node: the message names it */
+            send_out(S, outmsg_error(w->conn, w->req.id, PE_MOVED, "%s", m->err));
+        else
+            send_out(S, outmsg_error(w->conn, w->req.id, lind_wire_code(m->rc) == PE_INTERNAL ? PE_IO
+                                     : lind_wire_code(m->rc), "loading session '%s' failed: %s", s->name, m->err));
         cconn *c = cconn_get(S, w->conn);
         S->nwaiting--;
         drop_session(S, s);
@@ -989,6 +1000,8 @@ static void on_loaded(scheduler *S, dmsg *m)
         dmsg_free(m);
         return;
     }
+    s->leased = 1;
+    s->version = m->rc == 0 ? m->loaded.version : STORE_VERSION_NEW;
     s->loaded = m;
     place(S, s);
 }
@@ -999,7 +1012,8 @@ static void on_saved(scheduler *S, dmsg *m)
     S->saves_inflight--;
     s->busy = 0;
     s->last_use = ++S->clock;
-    if (m->rc != 0) drop_session(S, s);   /* resume from the last commit next time */
+    if (m->rc == 0) s->version = m->version;
+    else drop_session(S, s);   /* resume from the last commit next time */
     dmsg_free(m);
     serve_waiters(S);
 }
@@ -1034,6 +1048,16 @@ static void handle(scheduler *S, dmsg *m)
             c->paused = m->kind == M_PAUSE;
             c->refs++;
             cconn_release(S, c);
+        }
+        break;
+    }
+    case M_LEASE_LOST: {
+        /* Another node serves it now: an idle copy goes at once; a busy
+         * one's save will be refused (fenced) and drop it then. */
+        session *s = session_find(&S->tab, m->name);
+        if (s && s->leased) {
+            s->leased = 0;
+            if (!s->busy && s->phase == SESS_READY) drop_session(S, s);
         }
         break;
     }

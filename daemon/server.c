@@ -15,6 +15,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 #include "daemon/conn.h"
+#include "daemon/lease.h"
 #include "daemon/msg.h"
 #include "daemon/persist.h"
 #include "daemon/scheduler.h"
@@ -55,7 +56,8 @@ static const char usage[] =
     "                  [--max-output BYTES] [--prompt-chunk N] [--max-inflight N]\n"
     "                  [--max-conn-bytes BYTES] [--max-total-bytes BYTES] [--max-waiting N]\n"
     "                  [--idle-timeout S] [--write-timeout S] [--pause-timeout S]\n"
-    "                  [--dtype f32|bf16|f16] [--log-level error|warn|info|debug] [--log-file PATH]";
+    "                  [--dtype f32|bf16|f16] [--log-level error|warn|info|debug] [--log-file PATH]\n"
+    "                  [--node-id ID] [--lease-ms MS] [--lease-wait MS] [--store-conns N]";
 
 void server_usage(FILE *f)
 {
@@ -99,6 +101,15 @@ void server_usage(FILE *f)
         "                         debug: also the time split (queue, prompt, generate, save);\n"
         "                         warn, error: no request log\n"
         "  --log-file PATH        append the request log there (default stderr)\n"
+        "  --node-id ID           this node's name in session leases (default hostname:pid on\n"
+        "                         PostgreSQL, local on SQLite); another node's `moved` error\n"
+        "                         names it, so make it what clients use to reach this node\n"
+        "  --lease-ms MS          a session's lease lasts MS ms, renewed every MS/3 while it is\n"
+        "                         resident (default 10000 on PostgreSQL, 600000 on SQLite)\n"
+        "  --lease-wait MS        a session leased by another node: wait up to MS ms for the\n"
+        "                         lease before answering `moved` (default 0: answer at once)\n"
+        "  --store-conns N        store connections, sessions spread over them by name\n"
+        "                         (default 4 on PostgreSQL, 1 on SQLite; SQLite takes only 1)\n"
         "  -h, --help             this text\n"
         "\n"
         "SIGTERM, SIGINT or SIGHUP stop it gracefully: turns end at a token boundary and\n"
@@ -208,6 +219,19 @@ int server_parse_args(int argc, char **argv, server_options *o, char *err, size_
                 return -EINVAL;
             }
             o->log_level = (int)lv;
+        } else if (!strcmp(a, "--node-id")) {
+            char why[200];
+            if (store_name_check(v, why, sizeof why) != 0) {
+                snprintf(err, errlen, "--node-id '%s' is not usable as a lease owner: %s", v, why);
+                return -EINVAL;
+            }
+            o->node_id = v;
+        } else if (!strcmp(a, "--lease-ms")) {
+            if (!(rc = parse_num(a, v, 100, 3600000, &x, err, errlen))) o->lease_ms = (int)x;
+        } else if (!strcmp(a, "--lease-wait")) {
+            if (!(rc = parse_num(a, v, 0, 3600000, &x, err, errlen))) o->lease_wait_ms = (int)x;
+        } else if (!strcmp(a, "--store-conns")) {
+            if (!(rc = parse_num(a, v, 1, 64, &x, err, errlen))) o->store_conns = (int)x;
         } else if (!strcmp(a, "--transcript-bytes")) {
             if (!(rc = parse_num(a, v, 0, TRANSCRIPT_LIMIT_MAX, &x, err, errlen)))
                 o->transcript_bytes = (size_t)x;
@@ -503,6 +527,18 @@ int server_main(int argc, char **argv)
         fprintf(stderr, "lind serve: cannot load model: %s\n", err);
         goto out;
     }
+    int shared = lease_store_shared(srv->opt.db_path);
+    lease_node_id(srv->opt.node_id, shared, srv->node_id, sizeof srv->node_id);
+    if (!shared && srv->opt.store_conns > 1) {
+        fprintf(stderr, "lind serve: --store-conns %d: an SQLite store takes one connection (it has one "
+                "writer); more are for a PostgreSQL store\n", srv->opt.store_conns);
+        goto out;
+    }
+    if (srv->opt.store_conns == 0) srv->opt.store_conns = shared ? 4 : 1;
+    /* Each renewal is a commit (an fsync on SQLite). On SQLite no other node
+     * can take a lease (one daemon per file) and a restart reclaims its own
+     * ("local"), so a long lease costs nothing and renews rarely. */
+    if (srv->opt.lease_ms == 0) srv->opt.lease_ms = shared ? 10000 : 600000;
     store_options so = store_defaults();
     so.sync = srv->opt.sync;
     so.exclusive = 1;   /* a second daemon on this database is refused, naming our pid */
@@ -511,22 +547,27 @@ int server_main(int argc, char **argv)
         fprintf(stderr, "lind serve: cannot open the store: %s\n", err);
         goto out;
     }
+    char where[600];   /* the store as logs may show it: a URI without its password */
+    snprintf(where, sizeof where, "%s", store_where(st));
     if ((rc = listen_on(srv, err, sizeof err)) != 0) {
         fprintf(stderr, "lind serve: %s\n", err);
         goto out;
     }
-    if ((rc = persist_start(srv, st, &pers)) != 0) {
-        fprintf(stderr, "lind serve: cannot start the store thread: %s\n", strerror(-rc));
+    rc = persist_start(srv, st, &pers, err, sizeof err);
+    st = NULL;   /* the store threads own it now (closed if they failed to start) */
+    if (rc != 0) {
+        fprintf(stderr, "lind serve: cannot start the store threads: %s\n", err);
         goto out;
     }
-    st = NULL;   /* the store thread owns it now */
     uv_signal_start(&srv->sigterm, on_signal, SIGTERM);
     uv_signal_start(&srv->sigint, on_signal, SIGINT);
     uv_signal_start(&srv->sighup, on_signal, SIGHUP);   /* a closed terminal: stop as cleanly */
     uv_timer_start(&srv->tick, on_tick, 250, 250);
     fprintf(stderr, "lind serve: %s (%s, %zu params, %zu state bytes/session) on %s, store %s\n",
             srv->model_path, srv->backend, srv->params, srv->state_bytes,
-            srv->opt.socket_path, srv->opt.db_path);
+            srv->opt.socket_path, where);
+    fprintf(stderr, "lind serve: node '%s', leases of %d ms, %d store connection%s\n", srv->node_id,
+            srv->opt.lease_ms, srv->opt.store_conns, srv->opt.store_conns > 1 ? "s" : "");
     uv_run(&loop, UV_RUN_DEFAULT);
     scheduler_join(sched);
     sched = NULL;

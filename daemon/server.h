@@ -51,6 +51,14 @@ typedef struct server_options {
     size_t   transcript_bytes; /* transcript tail per session, default 4 KiB */
     const char *log_file;      /* --log-file: request log and notices; NULL = stderr */
     int      log_level;        /* --log-level: a reqlog_level, default info */
+    /* several nodes on one store (docs/SCALE.md) */
+    const char *node_id;       /* --node-id: lease owner; NULL (default): hostname:pid on a
+                                  PostgreSQL store, "local" on SQLite (daemon/lease.h) */
+    int      lease_ms;         /* --lease-ms: lease expiry, renewed every third of it; 0 (default):
+                                  10000 on PostgreSQL, 600000 on SQLite */
+    int      lease_wait_ms;    /* --lease-wait: wait that long for another node's lease, default 0 */
+    int      store_conns;      /* --store-conns: store connections; 0 (default): 4 on
+                                  PostgreSQL, 1 on SQLite (one writer anyway) */
 } server_options;
 
 server_options server_defaults(void);
@@ -80,6 +88,7 @@ typedef struct server {
     int            vocab;
     char           tokenizer[16];  /* the model's tokenizer kind */
     char           dtype[8];       /* weights in memory: "f32", "bf16", "f16" */
+    char           node_id[STORE_NAME_MAX + 1];   /* the lease owner this node writes as */
 
     queue          loopq;          /* outmsg → loop */
     queue          schedq;         /* dmsg → compute */

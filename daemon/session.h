@@ -33,6 +33,8 @@ typedef struct session {
     struct dmsg  *loaded;        /* M_LOADED kept while waiting for a slot */
     uint64_t      last_use;      /* LRU clock */
     int64_t       created_ms;
+    uint64_t      version;       /* the stored version this copy is at (STORE_VERSION_NEW: none) */
+    int           leased;        /* this node holds the session's lease (give it back on drop) */
     struct session *hnext;       /* hash chain */
     struct session *wnext;       /* slot wait list */
 } session;

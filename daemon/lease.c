@@ -1,0 +1,142 @@
+/* daemon/lease.c — see lease.h. */
+#include "daemon/lease.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int lease_store_shared(const char *db)
+{
+    return db && (!strncmp(db, "postgres://", 11) || !strncmp(db, "postgresql://", 13));
+}
+
+void lease_node_id(const char *given, int shared, char *out, size_t len)
+{
+    if (given) { snprintf(out, len, "%s", given); return; }
+    if (!shared) { snprintf(out, len, "local"); return; }
+    char host[256] = "";
+    if (gethostname(host, sizeof host - 1) != 0 || !host[0]) snprintf(host, sizeof host, "localhost");
+    host[sizeof host - 1] = 0;
+    snprintf(out, len, "%.100s:%ld", host, (long)getpid());
+}
+
+static size_t hash_name(const char *s)
+{
+    size_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+int lease_set_init(lease_set *ls, const char *owner, int64_t ttl_ms)
+{
+    memset(ls, 0, sizeof *ls);
+    ls->nbuckets = 256;
+    ls->buckets = calloc(ls->nbuckets, sizeof *ls->buckets);
+    ls->owner = owner;
+    ls->ttl_ms = ttl_ms;
+    return ls->buckets ? 0 : -ENOMEM;
+}
+
+void lease_set_free(lease_set *ls)
+{
+    for (size_t i = 0; ls->buckets && i < ls->nbuckets; i++)
+        for (lease_ent *e = ls->buckets[i]; e; ) {
+            lease_ent *n = e->next;
+            free(e);
+            e = n;
+        }
+    free(ls->buckets);
+    memset(ls, 0, sizeof *ls);
+}
+
+static lease_ent **slot(const lease_set *ls, const char *name)
+{
+    lease_ent **pp = &ls->buckets[hash_name(name) % ls->nbuckets];
+    while (*pp && strcmp((*pp)->name, name)) pp = &(*pp)->next;
+    return pp;
+}
+
+/* Renew at a third of the ttl: two renewals may fail (a slow round trip, a
+ * database restart) before the lease runs out. */
+static uint64_t period_ns(const lease_set *ls)
+{
+    return (uint64_t)ls->ttl_ms * 1000000ull / 3;
+}
+
+int lease_set_add(lease_set *ls, const char *name, uint64_t now)
+{
+    lease_ent **pp = slot(ls, name);
+    if (!*pp) {
+        lease_ent *e = calloc(1, sizeof *e);
+        if (!e) return -ENOMEM;
+        snprintf(e->name, sizeof e->name, "%s", name);
+        *pp = e;
+        ls->count++;
+    }
+    (*pp)->due_ns = now + period_ns(ls);
+    return 0;
+}
+
+int lease_set_remove(lease_set *ls, const char *name)
+{
+    lease_ent **pp = slot(ls, name);
+    if (!*pp) return 0;
+    lease_ent *e = *pp;
+    *pp = e->next;
+    free(e);
+    ls->count--;
+    return 1;
+}
+
+int lease_set_has(const lease_set *ls, const char *name)
+{
+    return *slot(ls, name) != NULL;
+}
+
+int lease_set_renew(lease_set *ls, store *st, uint64_t now,
+                    void (*lost)(void *arg, const char *name, const char *holder), void *arg)
+{
+    uint64_t next = 0;
+    for (size_t i = 0; i < ls->nbuckets; i++) {
+        lease_ent **pp = &ls->buckets[i];
+        while (*pp) {
+            lease_ent *e = *pp;
+            if (e->due_ns <= now) {
+                store_lease cur;
+                char err[256];
+                int rc = store_lease_renew(st, e->name, ls->owner, ls->ttl_ms, &cur, err, sizeof err);
+                if (rc == -ENOLCK) {
+                    *pp = e->next;
+                    ls->count--;
+                    if (lost) lost(arg, e->name, cur.owner);
+                    free(e);
+                    continue;
+                }
+                /* renewed; or the store failed: try again in a tenth of
+                 * the ttl (a save meanwhile is fenced by the lease anyway) */
+                e->due_ns = now + (rc == 0 ? period_ns(ls) : (uint64_t)ls->ttl_ms * 100000ull);
+            }
+            if (!next || e->due_ns < next) next = e->due_ns;
+            pp = &e->next;
+        }
+    }
+    if (!next) return -1;
+    uint64_t ms = (next - now + 999999) / 1000000;
+    return ms < 1 ? 1 : ms > 3600000 ? 3600000 : (int)ms;
+}
+
+void lease_set_release_all(lease_set *ls, store *st)
+{
+    for (size_t i = 0; i < ls->nbuckets; i++)
+        for (lease_ent *e = ls->buckets[i]; e; ) {
+            lease_ent *n = e->next;
+            char err[256];
+            store_lease_release(st, e->name, ls->owner, err, sizeof err);
+            free(e);
+            e = n;
+        }
+    memset(ls->buckets, 0, ls->nbuckets * sizeof *ls->buckets);
+    ls->count = 0;
+}

@@ -1,0 +1,66 @@
+/* daemon/lease.h — the leases one store connection of the daemon holds.
+ *
+ * Several `lind serve` nodes share a store (docs/SCALE.md): a node serves a
+ * session only under a lease (state/store.h: owner, expiry) that it takes
+ * before loading the session, renews every third of --lease-ms while the
+ * session is resident, and gives back when the session leaves its slots
+ * (eviction, delete, a failed save) and at shutdown. Each store connection
+ * (daemon/persist.c) keeps the set of session names whose lease it holds
+ * in a lease_set, on that connection's thread only; lease_set_renew is its
+ * timer: it renews every lease that is due and reports the ones found lost
+ * (taken over by another node after expiring, or released behind its back),
+ * which the node must then stop serving.
+ *
+ * The node's identity is the lease owner string: --node-id, else a default
+ * (lease_node_id). */
+#ifndef LIND_DAEMON_LEASE_H
+#define LIND_DAEMON_LEASE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "state/store.h"
+
+/* Is db (the --db value) a store several nodes share (a PostgreSQL URI)? */
+int lease_store_shared(const char *db);
+
+/* The lease owner this node writes as: `given` (--node-id) when not NULL,
+ * else "HOST:PID" on a shared store (several nodes may run on one host; a
+ * restarted node with this default waits for its predecessor's leases to
+ * expire, while one with a fixed --node-id takes its own leases back at
+ * once), or "local" on SQLite (one node per database file, guarded by the
+ * file lock, so a restarted daemon, also in a new container with another
+ * host name, resumes its own leases without waiting). */
+void lease_node_id(const char *given, int shared, char *out, size_t len);
+
+typedef struct lease_ent {
+    char     name[STORE_NAME_MAX + 1];
+    uint64_t due_ns;           /* monotonic time of the next renewal */
+    struct lease_ent *next;
+} lease_ent;
+
+typedef struct lease_set {
+    lease_ent **buckets;
+    size_t      nbuckets, count;
+    const char *owner;         /* the node id (not owned) */
+    int64_t     ttl_ms;
+} lease_set;
+
+int  lease_set_init(lease_set *ls, const char *owner, int64_t ttl_ms);
+void lease_set_free(lease_set *ls);
+/* Record that the lease on `name` was just taken or renewed (0, -ENOMEM). */
+int  lease_set_add(lease_set *ls, const char *name, uint64_t now);
+/* Forget `name` (no store call); 1 if it was there. */
+int  lease_set_remove(lease_set *ls, const char *name);
+int  lease_set_has(const lease_set *ls, const char *name);
+
+/* Renew every lease due at `now` through st. A lease found lost (-ENOLCK)
+ * is forgotten and passed to lost(arg, name, holder) with the holder's name
+ * ("" when nobody holds it); a store failure (-EIO: the database is
+ * unreachable) leaves the lease to be retried soon (its save is fenced
+ * anyway). Returns the ms until the next renewal is due (-1: none held). */
+int  lease_set_renew(lease_set *ls, store *st, uint64_t now,
+                     void (*lost)(void *arg, const char *name, const char *holder), void *arg);
+/* Release every lease held (shutdown) and forget them. */
+void lease_set_release_all(lease_set *ls, store *st);
+
+#endif

@@ -1,0 +1,355 @@
+"""tests/scale_nodes.py — the cases of tests/test_daemon_scale.c: several
+`lind serve` nodes on one PostgreSQL database (docs/SCALE.md). Not run on
+its own: test_daemon_scale starts the database server and runs this with
+LIND_PG_URI set (a libpq URI with %s for the database name).
+
+- scale_moving_pg: three nodes, 64 sessions, clients pick a node at random
+  for every turn; `moved` sends them to the named owner. Nodes keep few
+  sessions resident, so evictions give leases back and sessions really move.
+  At the end every acknowledged turn is in the store, in order, nothing
+  else is, and every stream equals an uninterrupted one on a single node.
+- scale_failover_pg: a node is SIGKILLed mid-turn; its leases expire; another
+  node (waiting for them with --lease-wait) continues its sessions: every
+  acknowledged turn present and the continued streams byte-identical to
+  uninterrupted ones (fixed seeds, sampling at temperature 0.8).
+- scale_race_pg: two nodes get the same new session at the same moment:
+  exactly one serves it, the other answers `moved` naming it; and a node
+  frozen (SIGSTOP) mid-turn past its lease loses the session to the other
+  node, which serves the next turn, and the frozen node's turn, once it
+  runs on, is refused (`conflict`), never acknowledged over the newer one.
+
+Waits are on events (a final answer, a token, a process exit); lease expiry
+is waited for by the nodes themselves (--lease-wait) or by retrying `moved`
+until a deadline."""
+import os
+import random
+import re
+import signal
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from daemon_harness import Server, Client, case, expect, finish, SLOW  # noqa: E402
+
+URI = os.environ.get("LIND_PG_URI", "")
+OWNER = re.compile(r"leased by node '([^']*)'")
+TR = ["--transcript-bytes", "1048576"]   # the whole history stays in the transcript
+
+if not URI:
+    print("SKIP scale_pg: LIND_PG_URI is not set (run build/tests/test_daemon_scale)")
+    sys.exit(0)
+
+
+def node(name, db, nid, lease_ms, extra=()):
+    return Server(name, extra=["--node-id", nid, "--lease-ms", str(lease_ms)] + TR + list(extra),
+                  db=db).start()
+
+
+def turn(c, session, text, max_tokens, seed=None):
+    """One generate: ("done", bytes) / ("moved", owner) / (code, message)."""
+    f = {"session": session, "text": text, "max_tokens": max_tokens, "temperature": 0.8}
+    if seed is not None:
+        f["seed"] = seed
+    toks = []
+    ev = c.final(c.send("generate", **f), toks)
+    if ev["event"] == "done":
+        return "done", b"".join(toks)
+    expect(ev["event"] == "error", "unexpected final %r" % ev)
+    if ev["code"] == "moved":
+        m = OWNER.search(ev["message"])
+        expect(m, "a moved error names no owner: %r" % ev["message"])
+        return "moved", m.group(1)
+    return ev["code"], ev["message"]
+
+
+def merged(entries):
+    """Transcript entries with consecutive same-role entries joined."""
+    out = []
+    for role, text in entries:
+        if not text:
+            continue
+        if out and out[-1][0] == role:
+            out[-1] = (role, out[-1][1] + text)
+        else:
+            out.append((role, text))
+    return out
+
+
+def stored(c, session):
+    ev = c.call("info", session=session)
+    expect(ev["event"] == "result", "info %s: %r" % (session, ev))
+    return merged([(e["role"], bytes(e["text"])) for e in ev["transcript"]])
+
+
+def expected(turns):
+    """The transcript a list of acknowledged (text, output) turns leaves."""
+    return merged([x for t, o in turns for x in (("in", t), ("out", o))])
+
+
+def replay(ref, session, reqs):
+    """Run the requests (text, max_tokens, seed) on one uninterrupted node:
+    the outputs."""
+    c = Client(ref.sock)
+    outs = []
+    for text, mt, seed in reqs:
+        st, out = turn(c, session, text, mt, seed)
+        expect(st == "done", "reference turn on %s: %s %r" % (session, st, out))
+        outs.append(out)
+    c.close()
+    return outs
+
+
+def stop_all(nodes):
+    for n in nodes:
+        if n.proc:
+            n.stop()
+
+
+@case
+def scale_moving_pg():
+    db = URI % "scale_moving"
+    lease = 3000 * SLOW
+    ids = ["n0", "n1", "n2"]
+    nodes = [node("mv%d" % i, db, ids[i], lease, ["--max-resident", "16"]) for i in range(3)]
+    where = {ids[i]: nodes[i].sock for i in range(3)}
+    sessions = ["mv-%02d" % i for i in range(64)]
+    rounds = 4 if SLOW == 1 else 2
+    acked = {s: [] for s in sessions}      # (text, output) in order
+    reqs = {s: [] for s in sessions}       # (text, max_tokens, seed) of acknowledged turns
+    served_by = {s: set() for s in sessions}
+    errors = []
+    moved = [0]
+    lock = threading.Lock()
+
+    def client(k):
+        r = random.Random(1000 + k)
+        conns = {nid: Client(where[nid]) for nid in ids}
+        try:
+            for rnd in range(rounds):
+                for s in sessions[k::8]:
+                    text = ("%s turn %d. " % (s, rnd)).encode()
+                    seed = 7 + sessions.index(s) if rnd == 0 else None
+                    target = r.choice(ids)
+                    for attempt in range(200):
+                        st, v = turn(conns[target], s, text, 6, seed)
+                        if st == "done":
+                            acked[s].append((text, v))
+                            reqs[s].append((text, 6, seed))
+                            served_by[s].add(target)
+                            break
+                        if st == "moved":
+                            with lock:
+                                moved[0] += 1
+                            expect(v in where, "moved names an unknown node %r" % v)
+                            target = v
+                            continue
+                        raise AssertionError("turn %d of %s on %s: %s %s" % (rnd, s, target, st, v))
+                    else:
+                        raise AssertionError("turn %d of %s never found its node" % (rnd, s))
+        except Exception as e:   # reported by the main thread
+            errors.append(repr(e))
+        finally:
+            for c in conns.values():
+                c.close()
+
+    # First, on quiet nodes: a session resident on n0 is `moved` on the others.
+    pin = "mv-pin"
+    pc = {nid: Client(where[nid]) for nid in ids}
+    st, out = turn(pc["n0"], pin, b"pinned. ", 6, 3)
+    expect(st == "done", "pin on n0: %s %r" % (st, out))
+    pinned = [(b"pinned. ", out)]
+    for nid in ("n1", "n2"):
+        st, v = turn(pc[nid], pin, b"elsewhere. ", 6)
+        expect(st == "moved" and v == "n0", "pin asked of %s: %s %r" % (nid, st, v))
+    for c in pc.values():
+        c.close()
+    th = [threading.Thread(target=client, args=(k,)) for k in range(8)]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join()
+    try:
+        expect(not errors, "client errors: %s" % errors[:3])
+        print("NOTE scale_moving_pg: %d turns, %d moved answers, %d of %d sessions served by 2+ nodes"
+              % (sum(len(v) for v in acked.values()), moved[0],
+                 sum(len(v) > 1 for v in served_by.values()), len(sessions)), flush=True)
+        expect(any(len(v) > 1 for v in served_by.values()), "no session moved between nodes")
+        c = Client(nodes[1].sock)
+        for s in sessions:
+            expect(len(acked[s]) == rounds, "%s: %d turns acknowledged" % (s, len(acked[s])))
+            expect(stored(c, s) == expected(acked[s]), "%s: the store does not hold exactly the "
+                   "acknowledged turns" % s)
+        expect(stored(c, pin) == expected(pinned), "the pinned session holds its one turn")
+        c.close()
+    finally:
+        stop_all(nodes)
+    # The streams equal those of one node serving each session throughout.
+    ref = Server("mvref", extra=TR).start()
+    try:
+        for s in sessions:
+            outs = replay(ref, s, reqs[s])
+            expect(outs == [o for _, o in acked[s]], "%s: the moved stream differs from one node's" % s)
+    finally:
+        ref.stop()
+
+
+@case
+def scale_failover_pg():
+    db = URI % "scale_failover"
+    lease = 2000 * SLOW
+    a = node("fo0", db, "n0", lease)
+    b = node("fo1", db, "n1", lease, ["--lease-wait", str(120000 * SLOW)])
+    c = node("fo2", db, "n2", lease)
+    nodes = [a, b, c]
+    sessions = ["fo-%d" % i for i in range(8)]
+    reqs = {s: [] for s in sessions}
+    acked = {s: [] for s in sessions}
+    try:
+        ca = Client(a.sock)
+        for s in sessions:
+            for k in range(2):
+                req = (("%s before %d. " % (s, k)).encode(), 8, 500 + sessions.index(s) if k == 0 else None)
+                st, out = turn(ca, s, *req)
+                expect(st == "done", "on n0: %s %r" % (st, out))
+                reqs[s].append(req)
+                acked[s].append((req[0], out))
+        # Long turns on every session, then SIGKILL once each is streaming.
+        killed = {}
+        rid = {}
+        for s in sessions:
+            killed[s] = (("%s killed turn. " % s).encode(), 20000, None)
+            rid[ca.send("generate", session=s, text=killed[s][0], max_tokens=20000, temperature=0.8)] = s
+        streaming = set()
+        while len(streaming) < len(sessions):
+            ev = ca.event()
+            expect(ev is not None, "n0 closed before streaming")
+            expect(ev["event"] == "token", "before the kill: %r" % ev)
+            streaming.add(ev["id"])
+        a.proc.send_signal(signal.SIGKILL)
+        a.proc.wait()
+        a.proc = None
+        t_kill = time.time()
+        ca.close()
+        # Another node names the dead owner while its leases last. Should
+        # n0's lease have run out already (a slow machine), n2 serves the
+        # probe: an acknowledged turn like any other; n2 then stops, giving
+        # the lease back.
+        cc = Client(c.sock)
+        probe = (b"probe. ", 1, None)
+        st, v = turn(cc, sessions[0], *probe)
+        cc.close()
+        if (time.time() - t_kill) * 1000 < lease / 2:
+            expect(st == "moved" and v == "n0", "within the lease: %s %r" % (st, v))
+        expect(st in ("moved", "done"), "probe: %s %r" % (st, v))
+        if st == "done":
+            reqs[sessions[0]].append(probe)
+            acked[sessions[0]].append((probe[0], v))
+        c.stop()
+        # n1 waits for the expired leases and continues every session.
+        cb = Client(b.sock)
+        for k in range(2):
+            ids = {}
+            for s in sessions:
+                req = (("%s after %d. " % (s, k)).encode(), 8, None)
+                ids[cb.send("generate", session=s, text=req[0], max_tokens=8, temperature=0.8)] = (s, req)
+            for i, (s, req) in ids.items():
+                toks = []
+                ev = cb.final(i, toks)
+                expect(ev["event"] == "done", "n1 continuing %s: %r" % (s, ev))
+                reqs[s].append(req)
+                acked[s].append((req[0], b"".join(toks)))
+        history = {s: stored(cb, s) for s in sessions}
+        cb.close()
+    finally:
+        stop_all(nodes)
+    ref = Server("foref", extra=TR).start()
+    try:
+        for s in sessions:
+            h = history[s]
+            # The killed turn was not acknowledged: it is either absent (the
+            # usual case) or, had it committed before the kill, whole; the
+            # reference then runs it too.
+            full, want = list(reqs[s]), list(acked[s])
+            rest = h[len(expected(acked[s][:2])):]
+            if rest and rest[0] == ("in", killed[s][0]):
+                print("NOTE scale_failover_pg: %s: the killed turn had committed" % s, flush=True)
+                full.insert(2, killed[s])
+                want.insert(2, (killed[s][0], None))
+            outs = replay(ref, s, full)
+            for i, (t, o) in enumerate(want):
+                if o is not None:
+                    expect(outs[i] == o, "%s turn %d: the continued stream differs from the "
+                           "uninterrupted one" % (s, i))
+            expect(h == expected([(t, outs[i]) for i, (t, _) in enumerate(want)]),
+                   "%s: the store does not hold exactly the acknowledged turns" % s)
+    finally:
+        ref.stop()
+
+
+@case
+def scale_race_pg():
+    db = URI % "scale_race"
+    lease = 1500 * SLOW
+    a = node("ra0", db, "n0", lease)
+    b = node("ra1", db, "n1", lease)
+    nodes = [a, b]
+    try:
+        ca, cb = Client(a.sock), Client(b.sock)
+        # Both nodes asked for one new session at the same moment.
+        for i in range(16):
+            s = "race-%d" % i
+            f = {"session": s, "text": b"who serves? ", "max_tokens": 4, "seed": 3}
+            ra, rb = ca.send("generate", **f), cb.send("generate", **f)
+            ea, eb = ca.final(ra), cb.final(rb)
+            done = [e for e in (ea, eb) if e["event"] == "done"]
+            expect(len(done) == 1, "%s: %d nodes acknowledged the turn: %r %r" % (s, len(done), ea, eb))
+            other = eb if ea["event"] == "done" else ea
+            winner = "n0" if ea["event"] == "done" else "n1"
+            expect(other["code"] == "moved" and OWNER.search(other["message"]).group(1) == winner,
+                   "%s: the loser said %r" % (s, other))
+        # A node frozen mid-turn past its lease.
+        s = "frozen"
+        st, out1 = turn(ca, s, b"first. ", 8, 11)
+        expect(st == "done", "first turn: %s %r" % (st, out1))
+        long_id = ca.send("generate", session=s, text=b"long. ", max_tokens=20000, temperature=0.8)
+        ev = ca.event()
+        expect(ev["event"] == "token" and ev["id"] == long_id, "the long turn: %r" % ev)
+        a.proc.send_signal(signal.SIGSTOP)
+        try:
+            deadline = time.time() + 120 * SLOW
+            while True:   # n1 answers moved until n0's lease expires
+                st, out2 = turn(cb, s, b"second. ", 8)
+                if st == "done":
+                    break
+                expect(st == "moved" and out2 == "n0", "while n0 is frozen: %s %r" % (st, out2))
+                expect(time.time() < deadline, "n0's lease never expired")
+                time.sleep(0.05)
+        finally:
+            a.proc.send_signal(signal.SIGCONT)
+        # n0 runs on: its turn must not be acknowledged over n1's.
+        ca.send("cancel", session=s)
+        while True:
+            ev = ca.event()
+            if ev["id"] == long_id and ev["event"] in ("done", "error"):
+                break
+        expect(ev["event"] == "error" and ev["code"] == "conflict",
+               "the frozen node's turn ended with %r" % ev)
+        expect(stored(cb, s) == expected([(b"first. ", out1), (b"second. ", out2)]),
+               "the store does not hold exactly the two acknowledged turns")
+        # And it goes on from n1's turn: a third turn anywhere continues it.
+        st, v = turn(ca, s, b"third. ", 4)
+        expect(st == "moved" and v == "n1", "n0 after losing the session: %s %r" % (st, v))
+        ca.close()
+        cb.close()
+    finally:
+        stop_all(nodes)
+    ref = Server("raref", extra=TR).start()
+    try:
+        outs = replay(ref, s, [(b"first. ", 8, 11), (b"second. ", 8, None)])
+        expect(outs == [out1, out2], "the turns differ from one node's")
+    finally:
+        ref.stop()
+
+
+finish()
