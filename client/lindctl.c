@@ -33,7 +33,9 @@ static void usage(FILE *f)
 "  daemon refused as bad_request); 3 no daemon at the socket;\n"
 "  4 connection lost; 5 request refused (bad_name, too_large, unknown_op, ...);\n"
 "  6 not_found; 7 exists; 8 busy; 9 limit; 10 bad_state; 11 io (daemon's store);\n"
-"  12 shutting_down; 13 local file error; 130 interrupted (Ctrl-C)\n"
+"  12 shutting_down; 13 local file error; 14 unavailable (device failed);\n"
+"  15 moved (another node holds the session); 16 conflict (save refused);\n"
+"  130 interrupted (Ctrl-C)\n"
 "\n"
 "documents: docs/LINDCTL.md (this program), docs/PROTOCOL.md (the wire protocol)\n",
             CTL_DEFAULT_SOCKET);

@@ -26,6 +26,9 @@ enum {
     EXIT_IO = 11,          /* the daemon's store failed */
     EXIT_SHUTTING_DOWN = 12,
     EXIT_LOCAL_FILE = 13,  /* a local file could not be read or written */
+    EXIT_UNAVAILABLE = 14, /* the daemon's compute device failed for good */
+    EXIT_MOVED = 15,       /* another node holds the session's lease */
+    EXIT_CONFLICT = 16,    /* the turn's save was refused: the session changed elsewhere */
     EXIT_INTERRUPTED = 130 /* Ctrl-C */
 };
 

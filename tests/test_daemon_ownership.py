@@ -14,11 +14,12 @@ daemon's back with Python's sqlite3 (a non-exclusive handle, as tools use):
   lease expires and then runs."""
 import os
 import sqlite3
+import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from daemon_harness import Server, Client, case, expect, finish, SLOW  # noqa: E402
+from daemon_harness import Server, Client, case, expect, finish, SLOW, LINDCTL  # noqa: E402
 
 
 def gen(c, session, text, n=4, seed=None):
@@ -80,6 +81,11 @@ def leased_elsewhere_is_moved():
         expect("leased by node 'node-b'" in ev["message"], "names the owner: %r" % ev["message"])
         expect(db.execute("SELECT count(*) FROM sessions WHERE name = 't'").fetchone()[0] == 0,
                "nothing ran")
+        # lindctl gives `moved` its own exit status (docs/LINDCTL.md) and shows the owner.
+        r = subprocess.run([LINDCTL, "--socket", srv.sock, "generate", "t", "hi", "-n", "4"],
+                           capture_output=True, text=True, timeout=60)
+        expect(r.returncode == 15 and "moved" in r.stderr and "node-b" in r.stderr,
+               "lindctl on a moved session: exit %d, %r" % (r.returncode, r.stderr))
         db.execute("DELETE FROM leases WHERE name = 't'")   # node-b gave it back
         ev, _ = gen(c, "t", b"hi ")
         expect(ev["event"] == "done", "free again: %r" % ev)
