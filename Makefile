@@ -128,6 +128,14 @@ $(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(BUILD)/liblind.a
 # calloc and realloc call in the engine archive goes to its __wrap_* hooks.
 $(BUILD)/tests/test_state_faults: LDFLAGS += -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc
 
+# The fault-injection daemon (make test-faults): lind with tests/fault_shim.c
+# linked in, whose malloc family and SQLite VFS fail the N-th allocation or
+# store write when LIND_FAULT_* say so (docs/DAEMON.md, "Fault injection").
+$(BUILD)/lind-faults: $(BUILD)/daemon/main.o $(BUILD)/tests/fault_shim.o $(BUILD)/liblinddaemon.a $(BUILD)/liblind.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -ldl
+# The shim's malloc runs before the sanitizer runtime is initialised: not instrumented.
+$(BUILD)/tests/fault_shim.o: CFLAGS += -fno-sanitize=all
+
 # Benchmark programs (bench/*_bench.c) link everything; `make bench` runs
 # bench/run.sh (BENCH_QUICK=1: a fast smoke run at small sizes).
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BENCH_OBJS) $(BUILD)/liblinddaemon.a $(BUILD)/liblindclient.a $(BUILD)/liblind.a

@@ -545,6 +545,10 @@ void conn_tick(server *srv)
 {
     const server_options *o = &srv->opt;
     uint64_t now = uv_now(srv->loop);
+    /* A read buffer that could not be allocated (on_alloc) stops reading
+     * like the byte budget does, but no freed bytes will wake it: retry
+     * here (those still short of budget wait again). */
+    wake_starved(srv);
     conn_table *t = srv->conns;
     for (uint32_t i = 0; i < t->cap; i++) {
         conn *c = t->v[i];
