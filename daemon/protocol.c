@@ -415,7 +415,8 @@ proto_code proto_parse(const uint8_t *msg, size_t len, const proto_limits *lim,
     proto_code c;
     if (ur != MSGPACK_UNPACK_SUCCESS || off != len)
         c = fail(err, PE_DECODE, "bytes do not decode as msgpack (%s)",
-                 ur == MSGPACK_UNPACK_NOMEM_ERROR ? "nested too deeply or too large" : "malformed");
+                 ur == MSGPACK_UNPACK_NOMEM_ERROR ? "nested too deeply or too large, or the server"
+                 " is out of memory" : "malformed");
     else
         c = proto_decode(&up.data, lim, req, err);
     msgpack_unpacked_destroy(&up);

@@ -80,6 +80,14 @@ class Unanswered(Exception):
     pass
 
 
+class ConnError(Exception):
+    """An error on id 0 (about the connection, not one request), then the
+    connection closes."""
+    def __init__(self, code, message):
+        Exception.__init__(self, "%s: %s" % (code, message))
+        self.code, self.message = code, message
+
+
 class Daemon:
     """One lind-faults process on a fresh socket; db is kept across restarts."""
 
@@ -163,7 +171,7 @@ class Conn:
         while True:
             for ev in self.up:
                 if ev.get("id") == 0 and ev.get("event") == "error":
-                    raise Unanswered("%s: connection-level error %s: %s" % (op, ev.get("code"), ev.get("message")))
+                    raise ConnError(ev.get("code"), ev.get("message", ""))
                 if ev.get("id") != rid:
                     continue
                 if ev["event"] == "token":
@@ -326,8 +334,18 @@ def check_run(kind, n):
         for i, (ci, op, sess, f) in enumerate(WORKLOAD if conns else []):
             fields = request_fields(op, sess, f, REF["export_b"])
             try:
-                ev, toks = conns[ci].call(op, **fields)
-            except Unanswered as e:
+                try:
+                    ev, toks = conns[ci].call(op, **fields)
+                except ConnError as e:
+                    # Out of memory taking the connection or decoding the
+                    # request: said on id 0, the connection closes, the
+                    # request was not run. Go on with a new connection.
+                    if "out of memory" not in e.message:
+                        raise Unanswered("unexpected connection-level error %s" % e)
+                    conns[ci].close()
+                    conns[ci] = Conn(dm.sock)
+                    ev, toks = {"event": "error", "code": "internal", "message": e.message}, b""
+            except (Unanswered, OSError) as e:
                 unanswered = "request %d (%s) got no final event: %s" % (i, op, e)
                 break
             answered += 1
