@@ -19,6 +19,8 @@ struct persist {
     pthread_t th;
     int       stop;
     store_record recs[SAVE_GROUP_MAX];
+    outmsg   *answers[SAVE_GROUP_MAX];   /* do_saves: each turn's answer, made before the commit */
+    outmsg   *exit_msg;   /* the loop's "store done", allocated at start: shutdown cannot fail */
 };
 
 static void send_out(persist *P, outmsg *o)
@@ -26,41 +28,58 @@ static void send_out(persist *P, outmsg *o)
     if (o) queue_push(&P->srv->loopq, &o->node);
 }
 
-/* Commit a run of saves, then answer each turn. */
+/* Commit a run of saves, then answer each turn. A turn whose answer cannot
+ * be made (out of memory) is not committed: it fails like a failed save. */
 static void do_saves(persist *P, dmsg **v, int n)
 {
     char err[512] = "";
+    int k = 0;
     for (int i = 0; i < n; i++) {
-        P->recs[i] = (store_record){ .name = v[i]->name, .state = v[i]->state,
-                                     .state_len = v[i]->state_len,
-                                     .transcript = v[i]->transcript,
-                                     .transcript_len = v[i]->transcript_len,
-                                     .tokens = v[i]->tokens };
+        outmsg *o = outmsg_new(v[i]->conn);
+        if (!o || proto_reserve(&o->sb, 512) != 0) {
+            outmsg_free(o);
+            v[i]->rc = -ENOMEM;
+            snprintf(v[i]->err, sizeof v[i]->err, "out of memory for the turn's answer");
+            continue;
+        }
+        P->answers[i] = o;
+        P->recs[k++] = (store_record){ .name = v[i]->name, .state = v[i]->state,
+                                       .state_len = v[i]->state_len,
+                                       .transcript = v[i]->transcript,
+                                       .transcript_len = v[i]->transcript_len,
+                                       .tokens = v[i]->tokens };
         v[i]->rc = 1;   /* not yet committed */
     }
+    /* From here on recs[j] is the j-th of v with an answer (rc 1). */
+    dmsg *sv[SAVE_GROUP_MAX];
+    for (int i = 0, j = 0; i < n; i++)
+        if (v[i]->rc == 1) sv[j++] = v[i];
     uint64_t t0 = now_ns();
-    int rc = store_save(P->st, P->recs, n, err, sizeof err);
+    int rc = k ? store_save(P->st, P->recs, k, err, sizeof err) : 0;
     if (rc == 0) {
-        for (int i = 0; i < n; i++) v[i]->rc = 0;
-        stats_save(&P->srv->st, (double)(now_ns() - t0) / 1e6, n);
+        for (int j = 0; j < k; j++) sv[j]->rc = 0;
+        if (k) stats_save(&P->srv->st, (double)(now_ns() - t0) / 1e6, k);
     } else {
         /* One bad record must not sink the others: retry one by one. */
-        for (int i = 0; i < n; i++) {
+        for (int j = 0; j < k; j++) {
             uint64_t t1 = now_ns();
-            v[i]->rc = n > 1 ? store_save(P->st, &P->recs[i], 1, v[i]->err, sizeof v[i]->err) : rc;
-            if (n == 1) snprintf(v[i]->err, sizeof v[i]->err, "%s", err);
-            if (v[i]->rc == 0) stats_save(&P->srv->st, (double)(now_ns() - t1) / 1e6, 1);
+            sv[j]->rc = k > 1 ? store_save(P->st, &P->recs[j], 1, sv[j]->err, sizeof sv[j]->err) : rc;
+            if (k == 1) snprintf(sv[j]->err, sizeof sv[j]->err, "%s", err);
+            if (sv[j]->rc == 0) stats_save(&P->srv->st, (double)(now_ns() - t1) / 1e6, 1);
         }
     }
     double ms_save = (double)(now_ns() - t0) / 1e6;
     for (int i = 0; i < n; i++) {
         dmsg *m = v[i];
         turn_result *res = &m->result;
-        outmsg *o = m->rc == 0 ? outmsg_new(m->conn)
-                               : outmsg_error(m->conn, res->done.id, PE_IO,
-                                              "session '%s': saving the turn failed, it is lost "
-                                              "(the session resumes from its last done): %s",
-                                              m->name, m->err);
+        outmsg *o = P->answers[i];
+        P->answers[i] = NULL;
+        if (m->rc != 0) {
+            outmsg_free(o);
+            o = outmsg_error(m->conn, res->done.id, m->rc == -ENOMEM ? PE_INTERNAL : PE_IO,
+                             "session '%s': saving the turn failed, it is lost "
+                             "(the session resumes from its last done): %s", m->name, m->err);
+        }
         if (o && m->rc == 0) {
             if (res->is_append) {
                 msgpack_packer pk;
@@ -132,14 +151,30 @@ static void do_request(persist *P, dmsg *m)
     proto_request *r = &m->req;
     char err[512] = "";
     int rc = 0;
+    /* Room for the answer (or an error) before anything runs, so a change
+     * is never made without its answer; list, export and info reserve
+     * their variable part below. */
     outmsg *o = outmsg_new(m->conn);
-    if (!o) { dmsg_free(m); return; }
+    if (!o || proto_reserve(&o->sb, 4096) != 0) {
+        outmsg_free(o);
+        o = NULL;
+        rc = -ENOMEM;
+        snprintf(err, sizeof err, "out of memory for the answer to '%s'; nothing was done",
+                 proto_op_name(r->op));
+        goto answer;
+    }
     msgpack_packer pk;
     switch (r->op) {
     case OP_LIST: {
         store_info *v = NULL;
         size_t n = 0;
         if ((rc = store_list(P->st, &v, &n, err, sizeof err)) != 0) break;
+        if (proto_reserve(&o->sb, 64 + n * (STORE_NAME_MAX + 64)) != 0) {
+            free(v);
+            rc = -ENOMEM;
+            snprintf(err, sizeof err, "out of memory for the list of %zu sessions", n);
+            break;
+        }
         proto_result_begin(&pk, &o->sb, r->id, 1);
         proto_pack_key(&pk, "sessions");
         msgpack_pack_array(&pk, n);
@@ -159,6 +194,12 @@ static void do_request(persist *P, dmsg *m)
         uint8_t *data = NULL;
         size_t len = 0;
         if ((rc = store_export(P->st, r->session, &data, &len, err, sizeof err)) != 0) break;
+        if (proto_reserve(&o->sb, len + STORE_NAME_MAX + 64) != 0) {
+            free(data);
+            rc = -ENOMEM;
+            snprintf(err, sizeof err, "out of memory for the export of '%s' (%zu bytes)", r->session, len);
+            break;
+        }
         proto_result_begin(&pk, &o->sb, r->id, 2);
         proto_pack_key(&pk, "session");
         proto_pack_str(&pk, r->session);
@@ -202,6 +243,13 @@ static void do_request(persist *P, dmsg *m)
         rc = 0;
         /* the seed: the resident session's, else the one its stored state
          * records (omitted only when neither is there) */
+        size_t trl = m->rinfo.resident ? m->rinfo.transcript_len : ld.transcript_len;
+        if (proto_reserve(&o->sb, 1024 + 3 * trl) != 0) {   /* entries: map + keys + bin header */
+            store_loaded_free(&ld);
+            rc = -ENOMEM;
+            snprintf(err, sizeof err, "out of memory for the info of '%s'", r->session);
+            break;
+        }
         uint64_t seed = m->rinfo.seed;
         int has_seed = m->rinfo.resident || (stored && state_peek_seed(ld.state, ld.state_len, &seed) == 0);
         proto_result_begin(&pk, &o->sb, r->id, has_seed ? 9 : 8);
@@ -241,6 +289,7 @@ static void do_request(persist *P, dmsg *m)
         snprintf(err, sizeof err, "op '%s' reached the store thread", proto_op_name(r->op));
         break;
     }
+answer:
     if (rc != 0) {
         outmsg_free(o);
         /* A store failure the table does not name is still the store's: io. */
@@ -292,8 +341,8 @@ static void *store_main(void *arg)
     }
     store_close(P->st);
     P->st = NULL;
-    outmsg *o = outmsg_new(0);
-    if (o) { o->exit = 1; send_out(P, o); }
+    send_out(P, P->exit_msg);
+    P->exit_msg = NULL;
     return NULL;
 }
 
@@ -303,7 +352,14 @@ int persist_start(server *srv, store *st, persist **out)
     if (!P) return -ENOMEM;
     P->srv = srv;
     P->st = st;
-    if (pthread_create(&P->th, NULL, store_main, P) != 0) { free(P); return -EAGAIN; }
+    P->exit_msg = outmsg_new(0);
+    if (!P->exit_msg) { free(P); return -ENOMEM; }
+    P->exit_msg->exit = 1;
+    if (pthread_create(&P->th, NULL, store_main, P) != 0) {
+        outmsg_free(P->exit_msg);
+        free(P);
+        return -EAGAIN;
+    }
     *out = P;
     return 0;
 }
@@ -313,5 +369,6 @@ void persist_join(persist *P)
     if (!P) return;
     pthread_join(P->th, NULL);
     if (P->st) store_close(P->st);
+    outmsg_free(P->exit_msg);
     free(P);
 }
