@@ -441,6 +441,10 @@ static void on_tick(uv_timer_t *t)
     conn_tick((server *)t->data);
 }
 
+/* The shutdown message, allocated before serving: a signal must stop the
+ * daemon even when memory has run out. */
+static dmsg *shutdown_msg;
+
 static void on_signal(uv_signal_t *h, int signum)
 {
     server *srv = h->data;
@@ -450,8 +454,8 @@ static void on_signal(uv_signal_t *h, int signum)
             strsignal(signum));
     close_handle((uv_handle_t *)&srv->listener);
     uv_timer_stop(&srv->tick);   /* no timeouts while stopping: the exit timer bounds it */
-    dmsg *m = dmsg_new(M_SHUTDOWN, 0);
-    if (m) queue_push(&srv->schedq, &m->node);
+    queue_push(&srv->schedq, &shutdown_msg->node);
+    shutdown_msg = NULL;
 }
 
 static void on_wake(uv_async_t *a)
@@ -544,6 +548,10 @@ int server_main(int argc, char **argv)
         fprintf(stderr, "lind serve: out of memory\n");
         goto out;
     }
+    if (!(shutdown_msg = dmsg_new(M_SHUTDOWN, 0))) {
+        fprintf(stderr, "lind serve: out of memory\n");
+        goto out;
+    }
     if ((rc = scheduler_start(srv, &sched, err, sizeof err)) != 0) {
         fprintf(stderr, "lind serve: cannot load model: %s\n", err);
         goto out;
@@ -582,10 +590,12 @@ int server_main(int argc, char **argv)
     fprintf(stderr, "lind serve: stopped; every session saved\n");
 out:
     if (sched) {   /* start-up failed after the model loaded: stop the compute thread */
-        dmsg *m = dmsg_new(M_SHUTDOWN, 0);
-        if (m) queue_push(&srv->schedq, &m->node);
+        queue_push(&srv->schedq, &shutdown_msg->node);
+        shutdown_msg = NULL;
         scheduler_join(sched);
     }
+    dmsg_free(shutdown_msg);   /* unsent: start-up failed before the model loaded */
+    shutdown_msg = NULL;
     if (st) store_close(st);
     /* Drain what was left for threads that no longer run (e.g. the
      * connection-closed notes of the final close). */
