@@ -175,16 +175,22 @@ asan:
 	    NO_CUDA=1 all
 	@LIND_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1 sh tests/run.sh build-asan
 
-# Fault injection into the store layer (tests/test_state_faults.c): every
-# allocation, write and fsync position of a fixed workload, under
+# Fault injection (docs/DAEMON.md, "Fault injection"), under
 # AddressSanitizer (so a leak on an error path fails too; the build is
-# make asan's, so after it nothing is recompiled). `make test` runs
-# the same program with every 7th allocation position.
+# make asan's, so after it only the shim and lind-faults are compiled):
+#  - the store layer (tests/test_state_faults.c): every allocation, write
+#    and fsync position of a fixed workload (`make test` runs it with every
+#    7th allocation position);
+#  - the whole daemon (tests/test_daemon_faults.py on build-asan/lind-faults):
+#    a fixed socket workload with the N-th allocation or store write failing,
+#    over a fixed (LIND_FAULTS_SEED) sample of N.
+# Each program is bounded by LIND_TEST_TIMEOUT.
 test-faults:
 	@$(MAKE) --no-print-directory BUILD=build-asan OPT=-O1 \
 	    SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
-	    NO_CUDA=1 build-asan/tests/test_state_faults
-	@LIND_FAULTS_FULL=1 LIND_TEST_TIMEOUT=600 ASAN_OPTIONS=detect_leaks=1 sh tests/run.sh build-asan test_state_faults
+	    NO_CUDA=1 build-asan/tests/test_state_faults build-asan/lind-faults
+	@LIND_FAULTS_FULL=1 LIND_FAULTS_DAEMON=1 LIND_TEST_TIMEOUT=600 ASAN_OPTIONS=detect_leaks=1 \
+	    sh tests/run.sh build-asan _faults
 
 # ThreadSanitizer: the daemon (its compute, store and loop threads), the
 # tests that drive it, and the engine's threaded tests (the CPU worker pool,

@@ -18,13 +18,18 @@
  *   LIND_FAULT_ALLOC=N      fail the N-th allocation (1-based; 0 or unset: none)
  *   LIND_FAULT_ALLOC_FROM=  "serve" (default): count allocations from the
  *                           moment the daemon starts listening (its first
- *                           listen(2)); "start": from process start
+ *                           listen(2)); "start": from main() on (after the
+ *                           shared libraries' constructors, which run first)
  *   LIND_FAULT_WRITE=N      fail the N-th store write, counted from start
  *   LIND_FAULT_WRITE_ERR=   "ioerr" (default) or "full" (disk full, for xWrite)
  *   LIND_FAULT_REPORT=PATH  at exit, write the counts there: one line
  *                           "allocs_start A allocs_serve S writes W fired F
  *                           kinds K", K one letter per store write in order:
  *                           w (xWrite), s (xSync), t (xTruncate)
+ * Allocations the sanitizer runtime makes, and those of a new thread before
+ * its start routine runs (pthread_create is wrapped to mark that moment),
+ * are never failed: the runtime aborts on them, which is not lind's to
+ * handle; the fault moves on to the next allocation.
  * When a fault fires the shim prints "lind-fault: failing allocation N ..."
  * and the stack (AddressSanitizer's unwinder) to stderr, so a failing N can
  * be repeated and read. The daemon is threaded: with N fixed, which call
@@ -35,6 +40,7 @@
 #endif
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +57,7 @@ static long alloc_at, write_at;
 static int from_start, write_full;
 static const char *report_path;
 static long n_alloc, n_alloc_serve, n_write, n_fired;   /* atomics (__atomic_*) */
+static long alloc_base;   /* n_alloc when the constructor ran: "start" counts from there */
 static int serving;
 
 /* ---- allocation shim ------------------------------------------------------- */
@@ -99,18 +106,21 @@ static void fired(const char *what, long n, size_t size)
 }
 
 /* Allocations a failure of which is not the program's to handle: the
- * sanitizer runtime's own and glibc's thread-attribute calls it makes while
- * a new thread starts (it aborts with "CHECK failed" on them). The fault
- * moves on to the next allocation instead. */
+ * sanitizer runtime's own, and everything a new thread does before its
+ * start routine runs (the runtime's thread set-up calls glibc's
+ * pthread_getattr_np, and aborts with "CHECK failed" when that fails).
+ * The fault moves on to the next allocation instead. A thread runs the
+ * program's code once `in_program` is set: by the constructor for the main
+ * thread, by the pthread_create trampoline below for the others. */
+static __thread int in_program;
+
 static int exempt(void *caller)
 {
+    if (!in_program) return 1;
     Dl_info di;
     if (!caller || !dladdr(caller, &di)) return 0;
-    if (di.dli_fname && (strstr(di.dli_fname, "libasan") || strstr(di.dli_fname, "libubsan") ||
-                         strstr(di.dli_fname, "liblsan")))
-        return 1;
-    return di.dli_sname && (strstr(di.dli_sname, "pthread_getattr_np") ||
-                            strstr(di.dli_sname, "pthread_attr_setaffinity_np"));
+    return di.dli_fname && (strstr(di.dli_fname, "libasan") || strstr(di.dli_fname, "libubsan") ||
+                            strstr(di.dli_fname, "liblsan"));
 }
 
 /* 1 when this allocation is the one to fail. */
@@ -122,7 +132,7 @@ static int alloc_fails(size_t size, void *caller)
         s = __atomic_add_fetch(&n_alloc_serve, 1, __ATOMIC_RELAXED);
     long at = __atomic_load_n(&alloc_at, __ATOMIC_RELAXED);
     if (!at) return 0;
-    long pos = from_start ? n : s;
+    long pos = from_start ? n - alloc_base : s;
     if (pos != at) return 0;
     if (exempt(caller)) {
         __atomic_store_n(&alloc_at, at + 1, __ATOMIC_RELAXED);
@@ -199,6 +209,30 @@ void *memalign(size_t align, size_t n)
 {
     if (!real_memalign) resolve();
     return alloc_fails(n, CALLER) ? NULL : real_memalign(align, n);
+}
+
+typedef struct tramp { void *(*fn)(void *); void *arg; } tramp;
+static void *trampoline(void *p)
+{
+    tramp t = *(tramp *)p;
+    free(p);
+    in_program = 1;
+    return t.fn(t.arg);
+}
+
+int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
+{
+    static int (*real_create)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+    if (!real_create)
+        real_create = (int (*)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *))
+                          dlsym(RTLD_NEXT, "pthread_create");
+    tramp *t = malloc(sizeof *t);   /* may be the failing allocation: then EAGAIN, as glibc's own */
+    if (!t) return EAGAIN;
+    t->fn = fn;
+    t->arg = arg;
+    int rc = real_create(th, attr, trampoline, t);
+    if (rc) free(t);
+    return rc;
 }
 
 /* The daemon starts serving at its listen(2) (libuv's uv_listen). */
@@ -292,7 +326,8 @@ static void report(void)
     FILE *f = fopen(report_path, "w");
     if (!f) return;
     fprintf(f, "allocs_start %ld allocs_serve %ld writes %ld fired %ld kinds %s\n",
-            __atomic_load_n(&n_alloc, __ATOMIC_RELAXED) - __atomic_load_n(&n_alloc_serve, __ATOMIC_RELAXED),
+            __atomic_load_n(&n_alloc, __ATOMIC_RELAXED) - alloc_base -
+                __atomic_load_n(&n_alloc_serve, __ATOMIC_RELAXED),
             __atomic_load_n(&n_alloc_serve, __ATOMIC_RELAXED), __atomic_load_n(&n_write, __ATOMIC_RELAXED),
             __atomic_load_n(&n_fired, __ATOMIC_RELAXED), write_kinds[0] ? write_kinds : "-");
     fclose(f);
@@ -333,5 +368,7 @@ __attribute__((constructor)) static void fault_init(void)
         if (write(2, msg, sizeof msg - 1) < 0) _exit(70);
         _exit(70);
     }
+    in_program = 1;
+    alloc_base = __atomic_load_n(&n_alloc, __ATOMIC_RELAXED);
     alloc_at = a;   /* armed last: the shim's own set-up never fails */
 }
