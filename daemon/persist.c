@@ -120,30 +120,33 @@ static void do_saves(persist *P, dmsg **v, int n)
     }
 }
 
-static void pack_transcript(msgpack_packer *pk, const uint8_t *data, size_t len)
+/* A transcript for `info`: a corrupt one is shown empty, one that does not
+ * fit in memory fails the answer (-ENOMEM) rather than show as empty. */
+static int decode_transcript(transcript *t, const uint8_t *data, size_t len)
 {
-    transcript t;
     char err[128];
-    if (transcript_init(&t, TRANSCRIPT_LIMIT_MAX) != 0 ||
-        transcript_decode(&t, data, len, err, sizeof err) != 0) {
-        msgpack_pack_array(pk, 0);
-        transcript_free(&t);
-        return;
-    }
-    size_t n = transcript_count(&t);
+    transcript_init(t, TRANSCRIPT_LIMIT_MAX);
+    int rc = transcript_decode(t, data, len, err, sizeof err);
+    if (rc == -ENOMEM) { transcript_free(t); return rc; }
+    if (rc != 0) transcript_clear(t);
+    return 0;
+}
+
+static void pack_transcript(msgpack_packer *pk, const transcript *t)
+{
+    size_t n = transcript_count(t);
     msgpack_pack_array(pk, n);
     for (size_t i = 0; i < n; i++) {
         transcript_role role;
         const uint8_t *b;
         size_t bl;
-        transcript_entry_at(&t, i, &role, &b, &bl);
+        transcript_entry_at(t, i, &role, &b, &bl);
         msgpack_pack_map(pk, 2);
         proto_pack_key(pk, "role");
         proto_pack_str(pk, role == TRANSCRIPT_IN ? "in" : "out");
         proto_pack_key(pk, "text");
         proto_pack_bin(pk, b, bl);
     }
-    transcript_free(&t);
 }
 
 static void do_request(persist *P, dmsg *m)
@@ -244,7 +247,10 @@ static void do_request(persist *P, dmsg *m)
         /* the seed: the resident session's, else the one its stored state
          * records (omitted only when neither is there) */
         size_t trl = m->rinfo.resident ? m->rinfo.transcript_len : ld.transcript_len;
-        if (proto_reserve(&o->sb, 1024 + 3 * trl) != 0) {   /* entries: map + keys + bin header */
+        transcript tr;
+        if (decode_transcript(&tr, m->rinfo.resident ? m->rinfo.transcript : ld.transcript, trl) != 0 ||
+            proto_reserve(&o->sb, 1024 + 3 * trl) != 0) {   /* entries: map + keys + bin header */
+            transcript_free(&tr);
             store_loaded_free(&ld);
             rc = -ENOMEM;
             snprintf(err, sizeof err, "out of memory for the info of '%s'", r->session);
@@ -272,8 +278,8 @@ static void do_request(persist *P, dmsg *m)
         proto_pack_key(&pk, "busy");
         if (m->rinfo.busy) msgpack_pack_true(&pk); else msgpack_pack_false(&pk);
         proto_pack_key(&pk, "transcript");
-        if (m->rinfo.resident) pack_transcript(&pk, m->rinfo.transcript, m->rinfo.transcript_len);
-        else pack_transcript(&pk, ld.transcript, ld.transcript_len);
+        pack_transcript(&pk, &tr);
+        transcript_free(&tr);
         store_loaded_free(&ld);
         break;
     }

@@ -940,7 +940,13 @@ static void on_request(scheduler *S, dmsg *m)
             m->rinfo.tokens = s->phase == SESS_READY ? session_tokens(s) : 0;
             m->rinfo.created_ms = s->created_ms;
             if (s->phase == SESS_READY) {
-                transcript_encode(&s->tr, &m->rinfo.transcript, &m->rinfo.transcript_len);
+                if (transcript_encode(&s->tr, &m->rinfo.transcript, &m->rinfo.transcript_len) != 0) {
+                    /* not an empty transcript in the answer: say why there is none */
+                    reply_error(S, m->conn, r->id, PE_INTERNAL,
+                                "out of memory encoding the transcript of '%s'", r->session);
+                    dmsg_free(m);
+                    return;
+                }
                 m->rinfo.seed = s->meta.sampler.p.seed;
             }
         }
