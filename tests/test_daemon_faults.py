@@ -30,8 +30,8 @@ Each run must:
     failed, a later one was acknowledged) must hold the token count its
     last answer reported and end with the text it streamed.
 The sweep is fixed by LIND_FAULTS_SEED (default 1) and printed as NOTE lines.
-LIND_FAULTS_ONLY=alloc:N (or start:N, write:N, full:N) repeats one run and
-keeps its files under /tmp. Without build-asan/lind-faults or outside
+LIND_FAULTS_ONLY=alloc:N (or start:N, write:N, full:N) repeats one run; a
+failed run keeps its database and logs (the FAIL line names the directory). Without build-asan/lind-faults or outside
 `make test-faults` (LIND_FAULTS_DAEMON=1) it SKIPs.
 """
 import os
@@ -73,7 +73,7 @@ if not os.access(LIND, os.X_OK):
     say("FAIL setup: %s is not built (make test-faults builds it)" % LIND)
     sys.exit(1)
 
-TMP = tempfile.mkdtemp(prefix="lind-faults-", dir="/dev/shm" if os.access("/dev/shm", os.W_OK) else None)
+TMP = tempfile.mkdtemp(prefix="lind-dfaults-", dir="/dev/shm" if os.access("/dev/shm", os.W_OK) else None)
 
 
 class Unanswered(Exception):
@@ -440,7 +440,7 @@ def check_run(kind, n):
         lines = [l for l in text.splitlines() if l.startswith("lind serve:")]
         if rc != 1 or not lines:
             problems.append("start-up ended with status %s and no message: %s" % (rc, text[-1500:]))
-        return fired, problems, d
+        # and the database it may have begun must still serve (below)
     elif rc != 0:
         problems.append("the daemon exited with %s (expected 0 after SIGTERM): %s" % (rc, text[-3000:]))
     if closed_by_server and "out of memory queuing" not in text:
@@ -568,10 +568,11 @@ def main():
                 quiet.append(n)
             if problems:
                 bad.append(n)
-                say("FAIL %s_%d: %s (repeat: LIND_FAULTS_ONLY=%s:%d make test-faults; files in %s)"
+                say("FAIL %s_%d: %s (repeat: LIND_BUILD=build-asan LIND_FAULTS_ONLY=%s:%d"
+                    " /usr/bin/python3 tests/test_daemon_faults.py; files in %s)"
                     % (kind, n, "; ".join(problems)[:4000], kind, n, d))
                 failures += 1
-            elif not ONLY:
+            else:
                 subprocess.call(["rm", "-rf", d])
         if quiet:
             say("NOTE %s: no fault fired at N = %s (the run made fewer such calls)" % (kind, compress(quiet)))
@@ -581,7 +582,7 @@ def main():
             say("FAIL %s_faults: no fault fired in %d runs" % (kind, len(ns)))
             failures += 1
     say("NOTE %d runs in %.0f s" % (len(plan), time.time() - t0))
-    if not ONLY:
+    if not failures:
         subprocess.call(["rm", "-rf", TMP])
     return 1 if failures else 0
 
