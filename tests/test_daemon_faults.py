@@ -8,17 +8,21 @@ fork, an export and an import, a delete, list, info, stats — once per N of a
 sweep, with
   - the N-th allocation failing (counted from the moment the daemon listens;
     a seeded sample of those positions), or
-  - the N-th allocation of the whole process failing (a seeded sample of the
-    start-up positions: model load, store open), or
+  - the N-th allocation from main() on failing (a seeded sample of the
+    start-up positions: model load, store open, threads), or
   - the N-th store write (SQLite xWrite/xSync/xTruncate) failing with an I/O
-    error (every position), or with "disk full" (every other position).
+    error (every xSync and xTruncate; of each run of xWrite calls the first,
+    second, last and one at random), or with "disk full" (the first and last
+    xWrite of each run): see sweep_plan().
 Each run must:
   - never crash: no signal death, no sanitizer report (a leak included);
     a daemon whose start-up failed exits with status 1 and a message naming
     what failed;
   - answer every request with its final event: success, or an error with a
-    specific code and a message (`io`, `internal`; `not_found`/`exists`/
-    `busy` only where an earlier failure made that the right answer);
+    specific code and a message (`io`, `internal`; `not_found`/`exists`
+    only where an earlier failure made that the right answer), or, when
+    memory ran out on the loop thread, an `internal` error on id 0 or a
+    close the daemon logs; never a malformed event, never silence;
   - stop on SIGTERM with status 0;
   - lose no acknowledged turn: a normal (unarmed) daemon restarted on the
     same database must hold, for every session, what the fault-free
@@ -31,8 +35,8 @@ Each run must:
     last answer reported and end with the text it streamed.
 The sweep is fixed by LIND_FAULTS_SEED (default 1) and printed as NOTE lines.
 LIND_FAULTS_ONLY=alloc:N (or start:N, write:N, full:N) repeats one run; a
-failed run keeps its database and logs (the FAIL line names the directory). Without build-asan/lind-faults or outside
-`make test-faults` (LIND_FAULTS_DAEMON=1) it SKIPs.
+failed run keeps its database and logs (the FAIL line names the
+directory). Outside `make test-faults` (LIND_FAULTS_DAEMON=1) it SKIPs.
 """
 import os
 import random
