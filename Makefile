@@ -128,6 +128,14 @@ $(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(BUILD)/liblind.a
 # calloc and realloc call in the engine archive goes to its __wrap_* hooks.
 $(BUILD)/tests/test_state_faults: LDFLAGS += -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc
 
+# The fault-injection daemon (make test-faults): lind with tests/fault_shim.c
+# linked in, whose malloc family and SQLite VFS fail the N-th allocation or
+# store write when LIND_FAULT_* say so (docs/DAEMON.md, "Fault injection").
+$(BUILD)/lind-faults: $(BUILD)/daemon/main.o $(BUILD)/tests/fault_shim.o $(BUILD)/liblinddaemon.a $(BUILD)/liblind.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -ldl
+# The shim's malloc runs before the sanitizer runtime is initialised: not instrumented.
+$(BUILD)/tests/fault_shim.o: CFLAGS += -fno-sanitize=all
+
 # Benchmark programs (bench/*_bench.c) link everything; `make bench` runs
 # bench/run.sh (BENCH_QUICK=1: a fast smoke run at small sizes).
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BENCH_OBJS) $(BUILD)/liblinddaemon.a $(BUILD)/liblindclient.a $(BUILD)/liblind.a
@@ -167,16 +175,22 @@ asan:
 	    NO_CUDA=1 all
 	@LIND_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1 sh tests/run.sh build-asan
 
-# Fault injection into the store layer (tests/test_state_faults.c): every
-# allocation, write and fsync position of a fixed workload, under
+# Fault injection (docs/DAEMON.md, "Fault injection"), under
 # AddressSanitizer (so a leak on an error path fails too; the build is
-# make asan's, so after it nothing is recompiled). `make test` runs
-# the same program with every 7th allocation position.
+# make asan's, so after it only the shim and lind-faults are compiled):
+#  - the store layer (tests/test_state_faults.c): every allocation, write
+#    and fsync position of a fixed workload (`make test` runs it with every
+#    7th allocation position);
+#  - the whole daemon (tests/test_daemon_faults.py on build-asan/lind-faults):
+#    a fixed socket workload with the N-th allocation or store write failing,
+#    over a fixed (LIND_FAULTS_SEED) sample of N.
+# Each program is bounded by LIND_TEST_TIMEOUT.
 test-faults:
 	@$(MAKE) --no-print-directory BUILD=build-asan OPT=-O1 \
 	    SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
-	    NO_CUDA=1 build-asan/tests/test_state_faults
-	@LIND_FAULTS_FULL=1 LIND_TEST_TIMEOUT=600 ASAN_OPTIONS=detect_leaks=1 sh tests/run.sh build-asan test_state_faults
+	    NO_CUDA=1 build-asan/tests/test_state_faults build-asan/lind-faults
+	@LIND_FAULTS_FULL=1 LIND_FAULTS_DAEMON=1 LIND_TEST_TIMEOUT=600 ASAN_OPTIONS=detect_leaks=1 \
+	    sh tests/run.sh build-asan _faults
 
 # ThreadSanitizer: the daemon (its compute, store and loop threads), the
 # tests that drive it, and the engine's threaded tests (the CPU worker pool,

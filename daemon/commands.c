@@ -10,6 +10,9 @@ static void hello(server *srv, conn *c, uint64_t id)
     msgpack_sbuffer sb;
     msgpack_packer pk;
     msgpack_sbuffer_init(&sb);
+    /* Room first, so the event cannot be packed half-way. */
+    size_t need = 2048 + strlen(srv->model_path) + (srv->chat_template ? strlen(srv->chat_template) : 0);
+    if (proto_reserve(&sb, need) != 0) { conn_out_of_memory(c, need); return; }
     proto_result_begin(&pk, &sb, id, 5);
     proto_pack_key(&pk, "protocol");
     msgpack_pack_int(&pk, PROTO_VERSION);
@@ -67,6 +70,7 @@ static void reply_error(conn *c, uint64_t id, proto_code code, const char *msg)
 {
     msgpack_sbuffer sb;
     msgpack_sbuffer_init(&sb);
+    if (proto_reserve(&sb, strlen(msg) + 64) != 0) { conn_out_of_memory(c, strlen(msg) + 64); return; }
     proto_pack_error(&sb, id, code, msg);
     conn_send(c, sb.data, sb.size);
     msgpack_sbuffer_destroy(&sb);

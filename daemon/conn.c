@@ -344,11 +344,20 @@ static void flush(conn *c)
     if (rc < 0) { c->writing = 0; c->wbuf.size = 0; conn_close(c); }
 }
 
+void conn_out_of_memory(conn *c, size_t len)
+{
+    char msg[160];
+    snprintf(msg, sizeof msg, "out of memory queuing %zu bytes of answers for a client; closing its"
+             " connection (its turns are cancelled)", len);
+    conn_log_refusal(msg);
+    conn_close(c);
+}
+
 void conn_send(conn *c, const char *data, size_t len)
 {
     if (c->closed || len == 0) return;
     if (!conn_unsent(c)) c->last_out_ms = uv_now(c->srv->loop);   /* the write clock starts */
-    if (msgpack_sbuffer_write(&c->pend, data, len) != 0) { conn_close(c); return; }
+    if (msgpack_sbuffer_write(&c->pend, data, len) != 0) { conn_out_of_memory(c, len); return; }
     flush(c);
     check_pressure(c);
 }
@@ -384,6 +393,7 @@ static void send_error(conn *c, uint64_t id, proto_code code, const char *msg)
 {
     msgpack_sbuffer sb;
     msgpack_sbuffer_init(&sb);
+    if (proto_reserve(&sb, strlen(msg) + 64) != 0) { conn_out_of_memory(c, strlen(msg) + 64); return; }
     proto_pack_error(&sb, id, code, msg);
     conn_send(c, sb.data, sb.size);
     msgpack_sbuffer_destroy(&sb);
@@ -545,6 +555,10 @@ void conn_tick(server *srv)
 {
     const server_options *o = &srv->opt;
     uint64_t now = uv_now(srv->loop);
+    /* A read buffer that could not be allocated (on_alloc) stops reading
+     * like the byte budget does, but no freed bytes will wake it: retry
+     * here (those still short of budget wait again). */
+    wake_starved(srv);
     conn_table *t = srv->conns;
     for (uint32_t i = 0; i < t->cap; i++) {
         conn *c = t->v[i];

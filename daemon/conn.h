@@ -98,6 +98,9 @@ void  conn_send(conn *c, const char *data, size_t len);
 void  conn_deliver(server *srv, outmsg *o);
 /* Close now (turns are cancelled by the compute thread). */
 void  conn_close(conn *c);
+/* Answers of `len` bytes could not be queued (out of memory): log it and
+ * close, so the client sees the connection end rather than wait forever. */
+void  conn_out_of_memory(conn *c, size_t len);
 /* After a fatal input error: write what is pending (the error), shut the
  * write side, and read-and-discard until the client closes (a bounded
  * amount), so the client reads the error instead of a connection reset. */

@@ -52,6 +52,8 @@ outmsg *outmsg_error(uint64_t conn, uint64_t id, proto_code code, const char *fm
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    /* Room first: an error event must not reach the client half-packed. */
+    if (proto_reserve(&o->sb, strlen(msg) + 64) != 0) { outmsg_free(o); return NULL; }
     proto_pack_error(&o->sb, id, code, msg);
     o->finals = 1;
     return o;

@@ -91,7 +91,8 @@ typedef struct outmsg {
 
 outmsg *outmsg_new(uint64_t conn);
 void    outmsg_free(outmsg *o);
-/* One-event helpers: a new outmsg holding an error / nothing yet. */
+/* One-event helpers: a new outmsg holding an error / nothing yet (NULL when
+ * out of memory, never a half-packed event). */
 outmsg *outmsg_error(uint64_t conn, uint64_t id, proto_code code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 

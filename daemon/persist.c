@@ -46,6 +46,7 @@ typedef struct worker {
     store_record recs[SAVE_GROUP_MAX];
     uint64_t  expect[SAVE_GROUP_MAX];
     store_save_result res[SAVE_GROUP_MAX];
+    outmsg   *answers[SAVE_GROUP_MAX];   /* do_saves: each turn's answer, made before the commit */
 } worker;
 
 struct persist {
@@ -56,6 +57,7 @@ struct persist {
     int       has_disp;
     pthread_mutex_t mu;
     int       running;        /* workers not yet finished; the last sends exit */
+    outmsg   *exit_msg;       /* the loop's "store done", allocated at start: shutdown cannot fail */
 };
 
 static void send_out(persist *P, outmsg *o)
@@ -74,37 +76,50 @@ static size_t name_hash(const char *s)
  * compare-and-swap on the version the session was loaded at, fenced by this
  * node's lease (state/store.h): a session another node wrote meanwhile, or
  * whose lease this node lost, is not written, and its client is told
- * (`conflict`). */
+ * (`conflict`). A turn whose answer cannot be made (out of memory) is not
+ * committed: it fails like a failed save. */
 static void do_saves(worker *W, dmsg **v, int n)
 {
     persist *P = W->P;
     char err[512] = "";
     const char *owner = P->srv->node_id;
+    dmsg *sv[SAVE_GROUP_MAX];   /* sv[j]: the j-th of v with an answer, recs[j] its record */
+    int k = 0;
     for (int i = 0; i < n; i++) {
-        W->recs[i] = (store_record){ .name = v[i]->name, .state = v[i]->state,
+        outmsg *o = outmsg_new(v[i]->conn);
+        if (!o || proto_reserve(&o->sb, 512) != 0) {
+            outmsg_free(o);
+            W->answers[i] = NULL;
+            v[i]->rc = -ENOMEM;
+            snprintf(v[i]->err, sizeof v[i]->err, "out of memory for the turn's answer");
+            continue;
+        }
+        W->answers[i] = o;
+        W->recs[k] = (store_record){ .name = v[i]->name, .state = v[i]->state,
                                      .state_len = v[i]->state_len,
                                      .transcript = v[i]->transcript,
                                      .transcript_len = v[i]->transcript_len,
                                      .tokens = v[i]->tokens };
-        W->expect[i] = v[i]->version;
+        W->expect[k] = v[i]->version;
         v[i]->rc = 1;   /* not yet committed */
+        sv[k++] = v[i];
     }
     uint64_t t0 = now_ns();
-    int rc = store_save_versioned(W->st, W->recs, W->expect, n, owner, W->res, err, sizeof err);
-    if (rc < 0 && rc != -ECANCELED && rc != -ENOLCK && n > 1) {
+    int rc = k ? store_save_versioned(W->st, W->recs, W->expect, k, owner, W->res, err, sizeof err) : 0;
+    if (rc < 0 && rc != -ECANCELED && rc != -ENOLCK && k > 1) {
         /* The group failed as a whole: one bad record must not sink the
          * others, retry one by one. */
-        for (int i = 0; i < n; i++)
-            store_save_versioned(W->st, &W->recs[i], &W->expect[i], 1, owner, &W->res[i],
-                                 v[i]->err, sizeof v[i]->err);
+        for (int j = 0; j < k; j++)
+            store_save_versioned(W->st, &W->recs[j], &W->expect[j], 1, owner, &W->res[j],
+                                 sv[j]->err, sizeof sv[j]->err);
     } else if (rc < 0) {
-        for (int i = 0; i < n; i++)
-            if (W->res[i].rc != 0) snprintf(v[i]->err, sizeof v[i]->err, "%s", err);
+        for (int j = 0; j < k; j++)
+            if (W->res[j].rc != 0) snprintf(sv[j]->err, sizeof sv[j]->err, "%s", err);
     }
     int saved = 0;
-    for (int i = 0; i < n; i++) {
-        dmsg *m = v[i];
-        store_save_result *r = &W->res[i];
+    for (int j = 0; j < k; j++) {
+        dmsg *m = sv[j];
+        store_save_result *r = &W->res[j];
         m->rc = r->rc;
         if (r->rc == 0) { m->version = r->version; saved++; continue; }
         if (r->rc == -ECANCELED) {
@@ -125,16 +140,20 @@ static void do_saves(worker *W, dmsg **v, int n)
     for (int i = 0; i < n; i++) {
         dmsg *m = v[i];
         turn_result *res = &m->result;
-        outmsg *o = m->rc == 0 ? outmsg_new(m->conn)
-                  : m->rc == LIND_E_CONFLICT
-                  ? outmsg_error(m->conn, res->done.id, PE_CONFLICT,
-                                 "session '%s': the turn was not saved and this node dropped its copy: %s; "
-                                 "the session resumes from its last saved turn, retry the turn",
-                                 m->name, m->err)
-                  : outmsg_error(m->conn, res->done.id, PE_IO,
-                                 "session '%s': saving the turn failed, it is lost "
-                                 "(the session resumes from its last done): %s",
-                                 m->name, m->err);
+        outmsg *o = W->answers[i];
+        W->answers[i] = NULL;
+        if (m->rc != 0) {
+            outmsg_free(o);
+            o = m->rc == LIND_E_CONFLICT
+                ? outmsg_error(m->conn, res->done.id, PE_CONFLICT,
+                               "session '%s': the turn was not saved and this node dropped its copy: %s; "
+                               "the session resumes from its last saved turn, retry the turn",
+                               m->name, m->err)
+                : outmsg_error(m->conn, res->done.id, m->rc == -ENOMEM ? PE_INTERNAL : PE_IO,
+                               "session '%s': saving the turn failed, it is lost "
+                               "(the session resumes from its last done): %s",
+                               m->name, m->err);
+        }
         if (o && m->rc == 0) {
             if (res->is_append) {
                 msgpack_packer pk;
@@ -175,30 +194,33 @@ static void do_saves(worker *W, dmsg **v, int n)
     }
 }
 
-static void pack_transcript(msgpack_packer *pk, const uint8_t *data, size_t len)
+/* A transcript for `info`: a corrupt one is shown empty, one that does not
+ * fit in memory fails the answer (-ENOMEM) rather than show as empty. */
+static int decode_transcript(transcript *t, const uint8_t *data, size_t len)
 {
-    transcript t;
     char err[128];
-    if (transcript_init(&t, TRANSCRIPT_LIMIT_MAX) != 0 ||
-        transcript_decode(&t, data, len, err, sizeof err) != 0) {
-        msgpack_pack_array(pk, 0);
-        transcript_free(&t);
-        return;
-    }
-    size_t n = transcript_count(&t);
+    transcript_init(t, TRANSCRIPT_LIMIT_MAX);
+    int rc = transcript_decode(t, data, len, err, sizeof err);
+    if (rc == -ENOMEM) { transcript_free(t); return rc; }
+    if (rc != 0) transcript_clear(t);
+    return 0;
+}
+
+static void pack_transcript(msgpack_packer *pk, const transcript *t)
+{
+    size_t n = transcript_count(t);
     msgpack_pack_array(pk, n);
     for (size_t i = 0; i < n; i++) {
         transcript_role role;
         const uint8_t *b;
         size_t bl;
-        transcript_entry_at(&t, i, &role, &b, &bl);
+        transcript_entry_at(t, i, &role, &b, &bl);
         msgpack_pack_map(pk, 2);
         proto_pack_key(pk, "role");
         proto_pack_str(pk, role == TRANSCRIPT_IN ? "in" : "out");
         proto_pack_key(pk, "text");
         proto_pack_bin(pk, b, bl);
     }
-    transcript_free(&t);
 }
 
 static void do_request(worker *W, dmsg *m)
@@ -207,14 +229,30 @@ static void do_request(worker *W, dmsg *m)
     proto_request *r = &m->req;
     char err[512] = "";
     int rc = 0;
+    /* Room for the answer (or an error) before anything runs, so a change
+     * is never made without its answer; list, export and info reserve
+     * their variable part below. */
     outmsg *o = outmsg_new(m->conn);
-    if (!o) { dmsg_free(m); return; }
+    if (!o || proto_reserve(&o->sb, 4096) != 0) {
+        outmsg_free(o);
+        o = NULL;
+        rc = -ENOMEM;
+        snprintf(err, sizeof err, "out of memory for the answer to '%s'; nothing was done",
+                 proto_op_name(r->op));
+        goto answer;
+    }
     msgpack_packer pk;
     switch (r->op) {
     case OP_LIST: {
         store_info *v = NULL;
         size_t n = 0;
         if ((rc = store_list(W->st, &v, &n, err, sizeof err)) != 0) break;
+        if (proto_reserve(&o->sb, 64 + n * (STORE_NAME_MAX + 64)) != 0) {
+            free(v);
+            rc = -ENOMEM;
+            snprintf(err, sizeof err, "out of memory for the list of %zu sessions", n);
+            break;
+        }
         proto_result_begin(&pk, &o->sb, r->id, 1);
         proto_pack_key(&pk, "sessions");
         msgpack_pack_array(&pk, n);
@@ -234,6 +272,12 @@ static void do_request(worker *W, dmsg *m)
         uint8_t *data = NULL;
         size_t len = 0;
         if ((rc = store_export(W->st, r->session, &data, &len, err, sizeof err)) != 0) break;
+        if (proto_reserve(&o->sb, len + STORE_NAME_MAX + 64) != 0) {
+            free(data);
+            rc = -ENOMEM;
+            snprintf(err, sizeof err, "out of memory for the export of '%s' (%zu bytes)", r->session, len);
+            break;
+        }
         proto_result_begin(&pk, &o->sb, r->id, 2);
         proto_pack_key(&pk, "session");
         proto_pack_str(&pk, r->session);
@@ -295,6 +339,16 @@ static void do_request(worker *W, dmsg *m)
         rc = 0;
         /* the seed: the resident session's, else the one its stored state
          * records (omitted only when neither is there) */
+        size_t trl = m->rinfo.resident ? m->rinfo.transcript_len : ld.transcript_len;
+        transcript tr;
+        if (decode_transcript(&tr, m->rinfo.resident ? m->rinfo.transcript : ld.transcript, trl) != 0 ||
+            proto_reserve(&o->sb, 1024 + 3 * trl) != 0) {   /* entries: map + keys + bin header */
+            transcript_free(&tr);
+            store_loaded_free(&ld);
+            rc = -ENOMEM;
+            snprintf(err, sizeof err, "out of memory for the info of '%s'", r->session);
+            break;
+        }
         uint64_t seed = m->rinfo.seed;
         int has_seed = m->rinfo.resident || (stored && state_peek_seed(ld.state, ld.state_len, &seed) == 0);
         proto_result_begin(&pk, &o->sb, r->id, has_seed ? 9 : 8);
@@ -317,8 +371,8 @@ static void do_request(worker *W, dmsg *m)
         proto_pack_key(&pk, "busy");
         if (m->rinfo.busy) msgpack_pack_true(&pk); else msgpack_pack_false(&pk);
         proto_pack_key(&pk, "transcript");
-        if (m->rinfo.resident) pack_transcript(&pk, m->rinfo.transcript, m->rinfo.transcript_len);
-        else pack_transcript(&pk, ld.transcript, ld.transcript_len);
+        pack_transcript(&pk, &tr);
+        transcript_free(&tr);
         store_loaded_free(&ld);
         break;
     }
@@ -334,6 +388,7 @@ static void do_request(worker *W, dmsg *m)
         snprintf(err, sizeof err, "op '%s' reached the store thread", proto_op_name(r->op));
         break;
     }
+answer:
     if (rc != 0) {
         outmsg_free(o);
         /* A store failure the table does not name is still the store's: io. */
@@ -580,8 +635,8 @@ static void *worker_main(void *arg)
     int last = --P->running == 0;
     pthread_mutex_unlock(&P->mu);
     if (last) {
-        outmsg *o = outmsg_new(0);
-        if (o) { o->exit = 1; send_out(P, o); }
+        send_out(P, P->exit_msg);
+        P->exit_msg = NULL;
     }
     return NULL;
 }
@@ -674,6 +729,7 @@ static void free_workers(persist *P)
     }
     free(P->w);
     pthread_mutex_destroy(&P->mu);
+    outmsg_free(P->exit_msg);
     free(P);
 }
 
@@ -694,6 +750,13 @@ int persist_start(server *srv, store *st, persist **out, char *err, size_t errle
     P->w = w;
     w[0].st = st;
     pthread_mutex_init(&P->mu, NULL);
+    P->exit_msg = outmsg_new(0);
+    if (!P->exit_msg) {
+        free_workers(P);   /* closes w[0].st */
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    P->exit_msg->exit = 1;
     store_options so = store_defaults();
     so.sync = srv->opt.sync;
     int rc = 0;

@@ -2,6 +2,7 @@
  * See protocol.h for the contract and docs/PROTOCOL.md for the wire format. */
 #include "daemon/protocol.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -416,7 +417,8 @@ proto_code proto_parse(const uint8_t *msg, size_t len, const proto_limits *lim,
     proto_code c;
     if (ur != MSGPACK_UNPACK_SUCCESS || off != len)
         c = fail(err, PE_DECODE, "bytes do not decode as msgpack (%s)",
-                 ur == MSGPACK_UNPACK_NOMEM_ERROR ? "nested too deeply or too large" : "malformed");
+                 ur == MSGPACK_UNPACK_NOMEM_ERROR ? "nested too deeply or too large, or the server"
+                 " is out of memory" : "malformed");
     else
         c = proto_decode(&up.data, lim, req, err);
     msgpack_unpacked_destroy(&up);
@@ -459,6 +461,19 @@ static void head(msgpack_packer *pk, msgpack_sbuffer *sb, uint64_t id, const cha
     msgpack_pack_uint64(pk, id);
     proto_pack_key(pk, "event");
     proto_pack_str(pk, event);
+}
+
+int proto_reserve(msgpack_sbuffer *sb, size_t n)
+{
+    if (sb->alloc - sb->size >= n) return 0;
+    size_t want = sb->size + n;
+    size_t cap = sb->alloc ? sb->alloc : MSGPACK_SBUFFER_INIT_SIZE;
+    while (cap < want) cap *= 2;
+    char *p = realloc(sb->data, cap);
+    if (!p) return -ENOMEM;
+    sb->data = p;
+    sb->alloc = cap;
+    return 0;
 }
 
 void proto_pack_error(msgpack_sbuffer *sb, uint64_t id, proto_code code, const char *msg)

@@ -92,6 +92,11 @@ void proto_request_free(proto_request *req);
 
 /* ---- events ------------------------------------------------------------- */
 
+/* Make room for n more bytes in sb: 0, or -ENOMEM (sb unchanged). Packing
+ * an event of at most n bytes after it cannot fail half-way (msgpack-c's
+ * sbuffer drops a piece it cannot grow for, which would leave a truncated
+ * event in the stream). */
+int  proto_reserve(msgpack_sbuffer *sb, size_t n);
 void proto_pack_error(msgpack_sbuffer *sb, uint64_t id, proto_code code, const char *msg);
 void proto_pack_token(msgpack_sbuffer *sb, uint64_t id, const uint8_t *bytes, size_t n);
 /* `progress` (only to requests that asked with `progress: true`): `fed` of

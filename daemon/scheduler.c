@@ -57,6 +57,7 @@ typedef struct turn {
     uint64_t t_recv, t_start, t_prompt, t_end;
     int      progress;         /* the request asked for `progress` events */
     size_t   progress_next;    /* feed_pos at which the next one is due */
+    int      out_lost;         /* a token event or transcript text could not be kept (out of memory) */
 } turn;
 
 struct scheduler {
@@ -94,6 +95,7 @@ struct scheduler {
     int      ready;            /* 0 starting, 1 serving, <0 failed */
     char     err[1024];
     int      dead_logged;      /* the lost device was logged (fail_batch) */
+    dmsg    *stop_msg;         /* M_STOP for the store thread, allocated at start */
 };
 
 /* ---- connections --------------------------------------------------------- */
@@ -120,8 +122,10 @@ static void cconn_release(scheduler *S, cconn *c)
     free(c);
 }
 
-/* The round's output buffer of a connection (NULL when it is gone). */
-static msgpack_sbuffer *cconn_out(scheduler *S, cconn *c)
+/* The round's output buffer of a connection, with room for an event of up
+ * to `need` bytes (NULL when the connection is gone or memory is short:
+ * then the event must not be packed, or it could reach the client cut). */
+static msgpack_sbuffer *cconn_out(scheduler *S, cconn *c, size_t need)
 {
     if (c->closed) return NULL;
     if (!c->out) {
@@ -130,6 +134,7 @@ static msgpack_sbuffer *cconn_out(scheduler *S, cconn *c)
         c->fnext = S->flush;
         S->flush = c;
     }
+    if (proto_reserve(&c->out->sb, need) != 0) return NULL;
     return &c->out->sb;
 }
 
@@ -210,6 +215,15 @@ static void place(scheduler *S, session *s)
         int rc = state_decode(S->m, ld->loaded.state, ld->loaded.state_len, &s->meta, S->raw,
                               err, sizeof err);
         if (rc == 0) rc = model_slot_write(S->m, slot, S->raw);
+        if (rc == 0) {
+            /* A bad transcript is dropped (the tail is a convenience; the
+             * state is intact), but one that did not fit in memory must not
+             * be: the next save would erase it. */
+            int trc = transcript_decode(&s->tr, ld->loaded.transcript, ld->loaded.transcript_len,
+                                        err, sizeof err);
+            if (trc == -ENOMEM) rc = trc;
+            else if (trc != 0) transcript_clear(&s->tr);
+        }
         if (rc != 0) {
             send_out(S, outmsg_error(w->conn, w->req.id, lind_wire_code(rc),
                                      "session '%s': the stored state cannot be used (%s): %s",
@@ -220,9 +234,6 @@ static void place(scheduler *S, session *s)
             if (c) cconn_release(S, c);
             return;
         }
-        if (transcript_decode(&s->tr, ld->loaded.transcript, ld->loaded.transcript_len,
-                              err, sizeof err) != 0)
-            transcript_clear(&s->tr);   /* the tail is a convenience; the state is intact */
         s->created_ms = ld->loaded.created_ms;
     }
     dmsg_free(ld);
@@ -384,7 +395,8 @@ static void log_text(turn *t)
     if (t->text_logged) return;
     t->text_logged = 1;
     size_t n = t->fed_bytes < t->text_len ? (size_t)t->fed_bytes : t->text_len;
-    if (n) transcript_append(&t->s->tr, TRANSCRIPT_IN, t->text, n);
+    if (n && transcript_append(&t->s->tr, TRANSCRIPT_IN, t->text, n) != 0)
+        t->out_lost = 1;   /* out of memory: the turn must not be saved without it (finish) */
 }
 
 static uint64_t session_tokens(const session *s)
@@ -415,17 +427,23 @@ static void finish(scheduler *S, turn *t, int pending, const char *reason)
         rc = -ENOMEM;
         snprintf(err, sizeof err, "out of memory encoding the transcript");
     }
+    if (rc == 0 && t->out_lost) {
+        rc = -ENOMEM;
+        snprintf(err, sizeof err, "a token event or the transcript's text could not be kept");
+    }
     dmsg *m = rc == 0 ? dmsg_new(M_SAVE, t->c->id) : NULL;
     if (!m) {
-        /* Never save a poisoned state over a good one: report, and drop the
-         * resident copy so the next use resumes from the last commit. */
-        msgpack_sbuffer *sb = cconn_out(S, t->c);
+        /* Never save a poisoned state over a good one, nor one the client
+         * was not told all of: report, and drop the resident copy so the
+         * next use resumes from the last commit. Memory running out is
+         * `internal`, a poisoned state `bad_state`. */
+        msgpack_sbuffer *sb = cconn_out(S, t->c, 1024);
         if (sb) {
             char msg[800];
             snprintf(msg, sizeof msg, "session '%s': the turn's state was not saved (%s): %s; "
                      "the session stays at its last committed turn", s->name,
-                     rc < 0 ? lind_strerror(rc) : "error", rc == 0 ? "out of memory" : err);
-            proto_pack_error(sb, t->req_id, PE_BAD_STATE, msg);
+                     rc < 0 ? lind_strerror(rc) : "out of memory", rc == 0 ? "out of memory" : err);
+            proto_pack_error(sb, t->req_id, rc == 0 || rc == -ENOMEM ? PE_INTERNAL : PE_BAD_STATE, msg);
             t->c->out->finals++;
         }
         free(blob);
@@ -490,9 +508,19 @@ static void emit_token(scheduler *S, turn *t, int32_t tok)
     if (!b) { b = none; n = 0; }   /* an id the tokenizer has no text for (padded vocabularies) */
     sampler_observe(&s->meta.sampler, tok);
     t->produced++;
-    msgpack_sbuffer *sb = cconn_out(S, t->c);
+    msgpack_sbuffer *sb = cconn_out(S, t->c, n + 64);
     if (sb) proto_pack_token(sb, t->req_id, b, n);
-    if (n) transcript_append(&s->tr, TRANSCRIPT_OUT, b, n);
+    else if (!t->c->closed) {
+        /* The client would miss this token: the turn ends here, unsaved (finish). */
+        t->out_lost = 1;
+        finish(S, t, tok, "length");
+        return;
+    }
+    if (n && transcript_append(&s->tr, TRANSCRIPT_OUT, b, n) != 0) {
+        t->out_lost = 1;   /* the transcript would miss it: end unsaved (finish) */
+        finish(S, t, tok, "length");
+        return;
+    }
     t->stop_hit = stop_match(t, b, n);
     /* keep the last PROTO_MAX_STOP_LEN bytes of the output */
     if (n >= PROTO_MAX_STOP_LEN) {
@@ -626,7 +654,7 @@ static void fail_batch(scheduler *S, int B, int rc)
         int hit = 0;
         for (int j = 0; bad && j < S->b_n[b]; j++) hit |= bad[row + j];
         if (bad && !hit) continue;
-        msgpack_sbuffer *sb = cconn_out(S, t->c);
+        msgpack_sbuffer *sb = cconn_out(S, t->c, 1024);
         if (sb) {
             char msg[600];
             if (bad)
@@ -656,7 +684,7 @@ static void report_progress(scheduler *S)
         size_t step = t->feed_len / 50 > 256 ? t->feed_len / 50 : 256;
         if (!t->progress_next) t->progress_next = step;
         if (t->feed_pos < t->progress_next) continue;
-        msgpack_sbuffer *sb = cconn_out(S, t->c);
+        msgpack_sbuffer *sb = cconn_out(S, t->c, 128);
         if (sb) proto_pack_progress(sb, t->req_id, t->feed_pos, t->feed_len);
         t->progress_next = t->feed_pos + step;
     }
@@ -920,7 +948,13 @@ static void on_request(scheduler *S, dmsg *m)
             m->rinfo.tokens = s->phase == SESS_READY ? session_tokens(s) : 0;
             m->rinfo.created_ms = s->created_ms;
             if (s->phase == SESS_READY) {
-                transcript_encode(&s->tr, &m->rinfo.transcript, &m->rinfo.transcript_len);
+                if (transcript_encode(&s->tr, &m->rinfo.transcript, &m->rinfo.transcript_len) != 0) {
+                    /* not an empty transcript in the answer: say why there is none */
+                    reply_error(S, m->conn, r->id, PE_INTERNAL,
+                                "out of memory encoding the transcript of '%s'", r->session);
+                    dmsg_free(m);
+                    return;
+                }
                 m->rinfo.seed = s->meta.sampler.p.seed;
             }
         }
@@ -1159,8 +1193,8 @@ static void *compute_main(void *arg)
             break;
         idle = round_once(S) == 0;
     }
-    dmsg *stop = dmsg_new(M_STOP, 0);
-    if (stop) queue_push(&S->srv->persistq, &stop->node);
+    queue_push(&S->srv->persistq, &S->stop_msg->node);   /* allocated at start: it cannot fail now */
+    S->stop_msg = NULL;
     model_free(S->m);
     S->m = S->srv->m = NULL;
     return NULL;
@@ -1171,12 +1205,15 @@ int scheduler_start(server *srv, scheduler **out, char *err, size_t errlen)
     scheduler *S = calloc(1, sizeof *S);
     if (!S) { snprintf(err, errlen, "out of memory"); return -ENOMEM; }
     S->srv = srv;
+    S->stop_msg = dmsg_new(M_STOP, 0);
+    if (!S->stop_msg) { free(S); snprintf(err, errlen, "out of memory"); return -ENOMEM; }
     pthread_mutex_init(&S->mu, NULL);
     pthread_cond_init(&S->cv, NULL);
     if (pthread_create(&S->th, NULL, compute_main, S) != 0) {
         snprintf(err, errlen, "cannot create the compute thread");
         pthread_cond_destroy(&S->cv);
         pthread_mutex_destroy(&S->mu);
+        dmsg_free(S->stop_msg);
         free(S);
         return -EAGAIN;
     }
@@ -1221,6 +1258,7 @@ void scheduler_join(scheduler *S)
     free(S->b_lrows);
     free(S->b_turns);
     free(S->raw);
+    dmsg_free(S->stop_msg);   /* unsent when start-up failed */
     pthread_cond_destroy(&S->cv);
     pthread_mutex_destroy(&S->mu);
     free(S);

@@ -270,6 +270,48 @@ static int clear_stale_socket(const char *path, char *err, size_t errlen)
     return 0;
 }
 
+/* conn_accept failed (out of memory): the client is still queued, and
+ * libuv accepts no other connection until it is taken. Take it into a
+ * spare handle, tell it why (an `internal` error on id 0, packed without
+ * allocating) and close it. */
+typedef struct fixbuf { char b[200]; size_t n; } fixbuf;
+static int fixbuf_write(void *d, const char *p, size_t n)
+{
+    fixbuf *f = d;
+    if (n > sizeof f->b - f->n) return -1;
+    memcpy(f->b + f->n, p, n);
+    f->n += n;
+    return 0;
+}
+static uv_pipe_t spare;
+static int spare_busy;
+static void spare_closed(uv_handle_t *h) { (void)h; spare_busy = 0; }
+static void refuse_unaccepted(server *srv)
+{
+    if (spare_busy || uv_pipe_init(srv->loop, &spare, 0) != 0) return;
+    spare_busy = 1;
+    if (uv_accept((uv_stream_t *)&srv->listener, (uv_stream_t *)&spare) == 0) {
+        static const char *const kv[6] = { "id", NULL, "event", "error", "code", "internal" };
+        static const char msg[] = "the server is out of memory and cannot take this connection;"
+                                  " try again later";
+        fixbuf f = { .n = 0 };
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &f, fixbuf_write);
+        msgpack_pack_map(&pk, 4);
+        for (int i = 0; i < 6; i += 2) {
+            msgpack_pack_str_with_body(&pk, kv[i], strlen(kv[i]));
+            if (kv[i + 1]) msgpack_pack_str_with_body(&pk, kv[i + 1], strlen(kv[i + 1]));
+            else msgpack_pack_uint64(&pk, 0);
+        }
+        msgpack_pack_str_with_body(&pk, "message", 7);
+        msgpack_pack_str_with_body(&pk, msg, sizeof msg - 1);
+        uv_os_fd_t fd;
+        if (uv_fileno((uv_handle_t *)&spare, &fd) == 0 &&
+            send(fd, f.b, f.n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) { /* the client left: nothing to tell */ }
+    }
+    uv_close((uv_handle_t *)&spare, spare_closed);
+}
+
 static void on_connection(uv_stream_t *l, int status)
 {
     server *srv = l->data;
@@ -286,7 +328,10 @@ static void on_connection(uv_stream_t *l, int status)
     }
     if (srv->stopping) return;
     int rc = conn_accept(srv);
-    if (rc < 0) fprintf(stderr, "lind serve: accepting a connection failed: %s\n", uv_strerror(rc));
+    if (rc < 0) {
+        fprintf(stderr, "lind serve: accepting a connection failed: %s\n", uv_strerror(rc));
+        refuse_unaccepted(srv);
+    }
 }
 
 /* bind() says "permission denied" for a missing directory too: name the
@@ -420,6 +465,10 @@ static void on_tick(uv_timer_t *t)
     conn_tick((server *)t->data);
 }
 
+/* The shutdown message, allocated before serving: a signal must stop the
+ * daemon even when memory has run out. */
+static dmsg *shutdown_msg;
+
 static void on_signal(uv_signal_t *h, int signum)
 {
     server *srv = h->data;
@@ -429,8 +478,8 @@ static void on_signal(uv_signal_t *h, int signum)
             strsignal(signum));
     close_handle((uv_handle_t *)&srv->listener);
     uv_timer_stop(&srv->tick);   /* no timeouts while stopping: the exit timer bounds it */
-    dmsg *m = dmsg_new(M_SHUTDOWN, 0);
-    if (m) queue_push(&srv->schedq, &m->node);
+    queue_push(&srv->schedq, &shutdown_msg->node);
+    shutdown_msg = NULL;
 }
 
 static void on_wake(uv_async_t *a)
@@ -523,6 +572,10 @@ int server_main(int argc, char **argv)
         fprintf(stderr, "lind serve: out of memory\n");
         goto out;
     }
+    if (!(shutdown_msg = dmsg_new(M_SHUTDOWN, 0))) {
+        fprintf(stderr, "lind serve: out of memory\n");
+        goto out;
+    }
     if ((rc = scheduler_start(srv, &sched, err, sizeof err)) != 0) {
         fprintf(stderr, "lind serve: cannot load model: %s\n", err);
         goto out;
@@ -578,10 +631,12 @@ int server_main(int argc, char **argv)
     fprintf(stderr, "lind serve: stopped; every session saved\n");
 out:
     if (sched) {   /* start-up failed after the model loaded: stop the compute thread */
-        dmsg *m = dmsg_new(M_SHUTDOWN, 0);
-        if (m) queue_push(&srv->schedq, &m->node);
+        queue_push(&srv->schedq, &shutdown_msg->node);
+        shutdown_msg = NULL;
         scheduler_join(sched);
     }
+    dmsg_free(shutdown_msg);   /* unsent: start-up failed before the model loaded */
+    shutdown_msg = NULL;
     if (st) store_close(st);
     /* Drain what was left for threads that no longer run (e.g. the
      * connection-closed notes of the final close). */
