@@ -120,8 +120,8 @@ static void cconn_release(scheduler *S, cconn *c)
     free(c);
 }
 
-/* The round's output buffer of a connection (NULL when it is gone). */
-static msgpack_sbuffer *cconn_out(scheduler *S, cconn *c)
+/* The round's events for a connection (NULL when it is gone). */
+static evlist *cconn_out(scheduler *S, cconn *c)
 {
     if (c->closed) return NULL;
     if (!c->out) {
@@ -130,7 +130,7 @@ static msgpack_sbuffer *cconn_out(scheduler *S, cconn *c)
         c->fnext = S->flush;
         S->flush = c;
     }
-    return &c->out->sb;
+    return &c->out->ev;
 }
 
 static void send_out(scheduler *S, outmsg *o)
@@ -412,14 +412,13 @@ static void finish(scheduler *S, turn *t, int pending, const char *reason)
     if (!m) {
         /* Never save a poisoned state over a good one: report, and drop the
          * resident copy so the next use resumes from the last commit. */
-        msgpack_sbuffer *sb = cconn_out(S, t->c);
-        if (sb) {
+        evlist *ev = cconn_out(S, t->c);
+        if (ev) {
             char msg[800];
             snprintf(msg, sizeof msg, "session '%s': the turn's state was not saved (%s): %s; "
                      "the session stays at its last committed turn", s->name,
                      rc < 0 ? lind_strerror(rc) : "error", rc == 0 ? "out of memory" : err);
-            proto_pack_error(sb, t->req_id, PE_BAD_STATE, msg);
-            t->c->out->finals++;
+            if (evlist_error(ev, t->req_id, PE_BAD_STATE, msg) == 0) t->c->out->finals++;
         }
         free(blob);
         free(tr);
@@ -482,8 +481,8 @@ static void emit_token(scheduler *S, turn *t, int32_t tok)
     if (!b) { b = none; n = 0; }   /* an id the tokenizer has no text for (padded vocabularies) */
     sampler_observe(&s->meta.sampler, tok);
     t->produced++;
-    msgpack_sbuffer *sb = cconn_out(S, t->c);
-    if (sb) proto_pack_token(sb, t->req_id, b, n);
+    evlist *ev = cconn_out(S, t->c);
+    if (ev) evlist_token(ev, t->req_id, b, n);
     if (n) transcript_append(&s->tr, TRANSCRIPT_OUT, b, n);
     t->stop_hit = stop_match(t, b, n);
     /* keep the last PROTO_MAX_STOP_LEN bytes of the output */
@@ -618,8 +617,8 @@ static void fail_batch(scheduler *S, int B, int rc)
         int hit = 0;
         for (int j = 0; bad && j < S->b_n[b]; j++) hit |= bad[row + j];
         if (bad && !hit) continue;
-        msgpack_sbuffer *sb = cconn_out(S, t->c);
-        if (sb) {
+        evlist *ev = cconn_out(S, t->c);
+        if (ev) {
             char msg[600];
             if (bad)
                 snprintf(msg, sizeof msg, "session '%s': the model produced a non-finite value (NaN or "
@@ -629,8 +628,9 @@ static void fail_batch(scheduler *S, int B, int rc)
                 snprintf(msg, sizeof msg, "model step failed (%d%s%.400s); session '%s' stays at its last "
                          "committed turn", rc, *model_last_error(S->m) ? ": " : "", model_last_error(S->m),
                          t->s->name);
-            proto_pack_error(sb, t->req_id, bad ? PE_BAD_STATE : dead ? PE_UNAVAILABLE : PE_INTERNAL, msg);
-            t->c->out->finals++;
+            if (evlist_error(ev, t->req_id, bad ? PE_BAD_STATE : dead ? PE_UNAVAILABLE : PE_INTERNAL,
+                             msg) == 0)
+                t->c->out->finals++;
         }
         t->finished = 1;
         t->s->turn = NULL;
@@ -648,8 +648,8 @@ static void report_progress(scheduler *S)
         size_t step = t->feed_len / 50 > 256 ? t->feed_len / 50 : 256;
         if (!t->progress_next) t->progress_next = step;
         if (t->feed_pos < t->progress_next) continue;
-        msgpack_sbuffer *sb = cconn_out(S, t->c);
-        if (sb) proto_pack_progress(sb, t->req_id, t->feed_pos, t->feed_len);
+        evlist *ev = cconn_out(S, t->c);
+        if (ev) evlist_progress(ev, t->req_id, t->feed_pos, t->feed_len);
         t->progress_next = t->feed_pos + step;
     }
 }
@@ -1130,6 +1130,7 @@ static void *compute_main(void *arg)
             handle(S, (dmsg *)n);
             n = next;
         }
+        stats_queue(&S->srv->st, (uint64_t)S->nactive, (uint64_t)S->nwaiting);
         if (S->shutting && S->nactive == 0 && S->saves_inflight == 0 &&
             S->loads_inflight == 0 && !S->wait_head)
             break;

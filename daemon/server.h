@@ -51,6 +51,11 @@ typedef struct server_options {
     size_t   transcript_bytes; /* transcript tail per session, default 4 KiB */
     const char *log_file;      /* --log-file: request log and notices; NULL = stderr */
     int      log_level;        /* --log-level: a reqlog_level, default info */
+    const char *http_addr;     /* --http [ADDR:]PORT: the HTTP front door (docs/HTTP.md); NULL = off */
+    const char *http_token_file; /* --http-token-file: clients must send this bearer token */
+    size_t   http_max_body;    /* --http-max-body: request body bytes, default 1 MiB */
+    size_t   http_max_header;  /* --http-max-header: request header bytes, default 16 KiB */
+    unsigned http_idle_timeout; /* --http-idle-timeout S: close an idle or slow-sending client, default 30 */
 } server_options;
 
 server_options server_defaults(void);
@@ -63,6 +68,7 @@ void server_usage(FILE *f);
 struct conn_table;
 struct scheduler;
 struct persist;
+struct http_server;
 
 typedef struct server {
     /* read-only after start */
@@ -101,6 +107,7 @@ typedef struct server {
     int            stopping;       /* SIGTERM/SIGINT seen */
     int            store_done;     /* the store thread has finished */
     int            exit_code;
+    struct http_server *http;      /* the HTTP front door (daemon/http.h), or NULL */
 } server;
 
 /* Run the daemon until SIGTERM/SIGINT; returns the process exit code.
