@@ -41,7 +41,9 @@ typedef struct http_server {
     h2o_context_t ctx;
     h2o_accept_ctx_t accept;
     uv_tcp_t listener;
-    int      listening, ctx_ready;
+    int      listening, ctx_ready, closed;
+    int      leaked;           /* h2o connections were force-closed at exit (http_close) */
+    int      freeing;          /* http_free: nothing more goes to the other threads */
     char     token[256];       /* bearer token, "" = none */
     chat_template tpl;
     char     model_id[128];
@@ -53,6 +55,7 @@ typedef struct http_server {
     uint64_t http_tokens;
     lat_hist ttft;             /* HTTP time to first token (request arrival to first byte sent) */
     uv_timer_t reaper;         /* frees requests h2o has disposed (never inside an h2o call) */
+    uv_timer_t tick;           /* --pause-timeout for readers that stopped reading */
     struct hreq *dead;
     /* the last stop string a session's reply ended on (loop memory only) */
     struct { char name[STORE_NAME_MAX + 1]; uint8_t tail[PROTO_MAX_STOP_LEN]; uint8_t len; } *tails;
@@ -72,6 +75,8 @@ typedef struct hreq {
     hstage    stage;
     int       stream, include_usage;
     int       started, sending, final_queued, paused, pending_backend;
+    int       pause_cancelled; /* cancelled for --pause-timeout */
+    uint64_t  paused_ms;       /* uv_now when it paused */
     hbuf      pend, wbuf;      /* SSE bytes not yet handed to h2o, and those in flight */
     hbuf      text;            /* the reply's bytes */
     size_t    emitted;         /* text bytes already streamed */
@@ -139,6 +144,7 @@ static void unlink_req(http_server *hs, hreq *h)
 
 static void post_sched(http_server *hs, uint64_t id, dmsg_kind kind)
 {
+    if (hs->freeing) return;   /* the compute thread has ended */
     dmsg *m = dmsg_new(kind, id);
     if (m) queue_push(&hs->srv->schedq, &m->node);
 }
@@ -815,9 +821,26 @@ void http_deliver(server *srv, outmsg *o)
         send_pending(h);
         if (!h->paused && h->pend.n > srv->opt.max_output) {
             h->paused = 1;
+            h->paused_ms = uv_now(srv->loop);
             post_sched(hs, h->id, M_PAUSE);
         }
     }
+}
+
+/* A stream paused by --max-output for --pause-timeout: its client does not
+ * read, so its turn is cancelled (as conn_tick does for the socket). */
+static void on_tick(uv_timer_t *t)
+{
+    http_server *hs = t->data;
+    unsigned limit = hs->srv->opt.pause_timeout;
+    if (!limit) return;
+    uint64_t now = uv_now(hs->srv->loop);
+    for (size_t b = 0; b < HREQ_BUCKETS; b++)
+        for (hreq *h = hs->tab[b]; h; h = h->hnext)
+            if (h->paused && !h->pause_cancelled && now - h->paused_ms >= 1000ull * limit) {
+                h->pause_cancelled = 1;
+                post_sched(hs, h->id, M_CANCEL_CONN);
+            }
 }
 
 /* ---- requests ------------------------------------------------------------------------------- */
@@ -1104,7 +1127,8 @@ static void begin(http_server *hs, h2o_req_t *req, hkind kind)
             size_t tl = cont ? tail_get(hs, cont, tail) : 0;
             char *txt = NULL;
             size_t n = 0;
-            if (!rc && (rc = chat_render(&hs->tpl, msgs, from, from > 0 || prev[0], tail, tl, from == 0 && !prev[0],
+            if (!rc && (rc = chat_render(&hs->tpl, msgs, from, from > 0 || prev[0], tail, tl,
+                                         from == 0 && !prev[0] && !name[0],
                                          &txt, &n, err, sizeof err)) != 0)
                 rc = bad(&e, "messages", "%s", err);
             if (!rc) { h->new_text = (uint8_t *)txt; h->new_len = n; }
@@ -1343,6 +1367,9 @@ int http_start(server *srv, char *err, size_t errlen)
     srv->http = hs;
     uv_timer_init(srv->loop, &hs->reaper);
     hs->reaper.data = hs;
+    uv_timer_init(srv->loop, &hs->tick);
+    hs->tick.data = hs;
+    uv_timer_start(&hs->tick, on_tick, 1000, 1000);
     h2o_config_init(&hs->config);
     hs->config.server_name = h2o_iovec_init(H2O_STRLIT("lind"));
     /* h2o refuses a larger body itself (413); the handler's own check answers
@@ -1390,6 +1417,7 @@ void http_stop_listening(server *srv)
     if (!hs || !hs->listening) return;
     hs->listening = 0;
     uv_close((uv_handle_t *)&hs->listener, NULL);
+    uv_timer_stop(&hs->tick);
 }
 
 static void close_walk(uv_handle_t *h, void *arg)
@@ -1403,16 +1431,42 @@ static void close_walk(uv_handle_t *h, void *arg)
 void http_close(server *srv)
 {
     http_server *hs = srv->http;
-    if (!hs) return;
+    if (!hs || hs->closed) return;
+    hs->closed = 1;
     http_stop_listening(srv);
+    if (!uv_is_closing((uv_handle_t *)&hs->tick)) uv_close((uv_handle_t *)&hs->tick, NULL);
     if (!uv_is_closing((uv_handle_t *)&hs->reaper)) {
         on_reap(&hs->reaper);
         uv_close((uv_handle_t *)&hs->reaper, NULL);
     }
-    if (hs->ctx_ready && !n_sockets) {
+    if (!hs->ctx_ready) return;
+    if (!n_sockets) {
         hs->ctx_ready = 0;
-        h2o_context_dispose(&hs->ctx);
+        h2o_context_dispose(&hs->ctx);   /* closes its timers */
+        return;
     }
-    /* Anything h2o still holds open would keep the loop alive. */
+    /* Connections h2o still holds (HTTP/1 in libh2o 2.2 has no graceful
+     * close): every turn is saved by now, their clients just lose the
+     * connection. Their memory stays h2o's until the process ends. */
+    hs->leaked = 1;
     uv_walk(srv->loop, close_walk, NULL);
+}
+
+/* Kept reachable when h2o's connections could not be closed cleanly. */
+static http_server *leftover;
+
+void http_free(server *srv)
+{
+    http_server *hs = srv->http;
+    if (!hs) return;
+    srv->http = NULL;
+    hs->freeing = 1;
+    for (size_t b = 0; b < HREQ_BUCKETS; b++)
+        while (hs->tab[b]) hreq_free(hs->tab[b]);
+    if (hs->leaked) { leftover = hs; return; }
+    if (hs->ctx_ready) h2o_context_dispose(&hs->ctx);
+    h2o_config_dispose(&hs->config);
+    chat_template_free(&hs->tpl);
+    free(hs->tails);
+    free(hs);
 }

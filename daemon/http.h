@@ -29,7 +29,10 @@ int  http_start(server *srv, char *err, size_t errlen);
 void http_deliver(server *srv, outmsg *o);
 /* Shutdown began: stop accepting connections; requests get 503. */
 void http_stop_listening(server *srv);
-/* The loop is ending: close every HTTP handle and free the front door. */
+/* The loop is ending: close every HTTP handle (their close callbacks run in
+ * the loop's last run). */
 void http_close(server *srv);
+/* After the loop closed: free the front door (srv->http becomes NULL). */
+void http_free(server *srv);
 
 #endif

@@ -588,6 +588,7 @@ out:
         }
     if (uv_loop_alive(&loop)) { close_everything(srv); uv_run(&loop, UV_RUN_DEFAULT); }
     uv_loop_close(&loop);
+    http_free(srv);
     conn_table_free(&conns);
     queue_destroy(&srv->loopq);
     queue_destroy(&srv->schedq);
