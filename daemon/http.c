@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <utf8proc.h>
 #include <xxhash.h>
 #include <h2o.h>
@@ -76,6 +77,7 @@ typedef struct hreq {
     int       stream, include_usage;
     int       started, sending, final_queued, paused, pending_backend;
     int       pause_cancelled; /* cancelled for --pause-timeout */
+    int       gone_posted;     /* its client was seen gone (on_tick) */
     uint64_t  paused_ms;       /* uv_now when it paused */
     hbuf      pend, wbuf;      /* SSE bytes not yet handed to h2o, and those in flight */
     hbuf      text;            /* the reply's bytes */
@@ -182,7 +184,7 @@ static void on_pool_dispose(void *p)
 {
     hreq *h = *(hreq **)p;
     if (!h) return;
-    if (h->req && h->pending_backend) h->hs->req_total[OC_GONE]++;
+    if (h->req && h->pending_backend && !h->gone_posted) h->hs->req_total[OC_GONE]++;
     h->req = NULL;
     h->pending_backend = 0;
     h->dead_next = h->hs->dead;
@@ -194,7 +196,7 @@ static void on_stop(h2o_generator_t *g, h2o_req_t *req)
 {
     (void)req;
     hreq *h = (hreq *)((char *)g - offsetof(hreq, gen));
-    if (h->pending_backend) h->hs->req_total[OC_GONE]++;
+    if (h->pending_backend && !h->gone_posted) h->hs->req_total[OC_GONE]++;
     h->req = NULL;   /* h2o disposes the request next (on_pool_dispose frees h) */
     h->pending_backend = 0;
 }
@@ -514,7 +516,8 @@ static void complete(hreq *h)
 {
     http_server *hs = h->hs;
     const char *fr = h->finish;
-    hs->req_total[!strcmp(fr, "stop") ? OC_STOP : !strcmp(fr, "length") ? OC_LENGTH
+    if (!h->gone_posted)   /* a client seen gone is counted as disconnected */
+        hs->req_total[!strcmp(fr, "stop") ? OC_STOP : !strcmp(fr, "length") ? OC_LENGTH
                   : !strcmp(fr, "cancelled") ? OC_CANCELLED : OC_OTHER]++;
     h->pending_backend = 0;
     if (!h->req) return;
@@ -827,20 +830,42 @@ void http_deliver(server *srv, outmsg *o)
     }
 }
 
-/* A stream paused by --max-output for --pause-timeout: its client does not
- * read, so its turn is cancelled (as conn_tick does for the socket). */
+/* Has the client of a request still waiting for its answer closed its
+ * connection? libh2o does not read an HTTP/1 connection while its request
+ * is being answered, so it would learn only when the answer is written:
+ * look at the socket (a peek reads 0 bytes at the peer's close). */
+static int client_gone(hreq *h)
+{
+    h2o_conn_t *c = h->req ? h->req->conn : NULL;
+    h2o_socket_t *sock = c && c->callbacks->get_socket ? c->callbacks->get_socket(c) : NULL;
+    int fd = sock ? h2o_socket_get_fd(sock) : -1;
+    if (fd < 0) return 0;
+    char b;
+    ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/* Every second: a client gone while its turn runs cancels the turn (as a
+ * closed socket connection does); a stream paused by --max-output for
+ * --pause-timeout has a client that does not read, so its turn is cancelled
+ * too (as conn_tick does for the socket). */
 static void on_tick(uv_timer_t *t)
 {
     http_server *hs = t->data;
     unsigned limit = hs->srv->opt.pause_timeout;
-    if (!limit) return;
     uint64_t now = uv_now(hs->srv->loop);
     for (size_t b = 0; b < HREQ_BUCKETS; b++)
-        for (hreq *h = hs->tab[b]; h; h = h->hnext)
-            if (h->paused && !h->pause_cancelled && now - h->paused_ms >= 1000ull * limit) {
+        for (hreq *h = hs->tab[b]; h; h = h->hnext) {
+            if (h->pending_backend && !h->gone_posted && client_gone(h)) {
+                h->gone_posted = 1;
+                hs->req_total[OC_GONE]++;
+                post_sched(hs, h->id, M_CONN_CLOSED);
+            }
+            if (limit && h->paused && !h->pause_cancelled && now - h->paused_ms >= 1000ull * limit) {
                 h->pause_cancelled = 1;
                 post_sched(hs, h->id, M_CANCEL_CONN);
             }
+        }
 }
 
 /* ---- requests ------------------------------------------------------------------------------- */

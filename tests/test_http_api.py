@@ -345,6 +345,26 @@ def disconnect_mid_stream_cancels_and_saves():
 
 
 @case
+def disconnect_while_waiting_cancels():
+    # A non-streaming request's client leaves before the answer: no write
+    # would notice, the server must see the closed socket itself.
+    c = socket.create_connection(("127.0.0.1", PORT))
+    body = json.dumps({"prompt": "Let there be light", "max_tokens": 4000, "seed": 1}).encode()
+    c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Lind-Session: gone-2\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    deadline = time.time() + 60 * SLOW
+    while info("gone-2").get("tokens", 0) < 20:   # the turn is running
+        expect(time.time() < deadline, "the turn did not start")
+    c.close()
+    while True:
+        r = info("gone-2")
+        if not r["busy"]:
+            break
+        expect(time.time() < deadline, "the turn of the departed client did not end: %r" % r)
+    expect(r["tokens"] < 4000, "cancelled before max_tokens: %r" % r)
+
+
+@case
 def streamed_text_is_valid_utf8_json():
     # Multi-byte prompts push a byte-level model to emit partial sequences.
     body = {"prompt": "Ünïcödé ✓ 漢字 — ", "max_tokens": 200, "seed": 13, "temperature": 1.5}
