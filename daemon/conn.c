@@ -372,7 +372,7 @@ void conn_deliver(server *srv, outmsg *o)
             msgpack_sbuffer enc;
             msgpack_sbuffer_init(&enc);
             for (size_t i = 0; i < o->ev.n; i++) event_pack_msgpack(&enc, &o->ev, &o->ev.v[i]);
-            msgpack_sbuffer_write(&enc, o->sb.data, o->sb.size);
+            if (o->sb.size) msgpack_sbuffer_write(&enc, o->sb.data, o->sb.size);
             conn_send(c, enc.data, enc.size);
             msgpack_sbuffer_destroy(&enc);
         } else {

@@ -125,7 +125,7 @@ void event_pack_msgpack(msgpack_sbuffer *sb, const evlist *l, const event *e)
         /* proto_pack_error wants a C string; messages never hold NUL. */
         char *msg = malloc(e->len + 1);
         if (msg) {
-            memcpy(msg, event_bytes(l, e), e->len);
+            if (e->len) memcpy(msg, event_bytes(l, e), e->len);
             msg[e->len] = 0;
         }
         proto_pack_error(sb, e->id, e->code, msg ? msg : "out of memory");

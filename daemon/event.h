@@ -53,10 +53,11 @@ int  evlist_done(evlist *l, const proto_done *d);       /* copies d->stop */
 int  evlist_appended(evlist *l, uint64_t id, uint64_t session_tokens, uint64_t tokens_in,
                      uint64_t fed_bytes, int cancelled);
 int  evlist_error(evlist *l, uint64_t id, proto_code code, const char *msg);
-/* The event's bytes (token, message, stop string). */
+/* The event's bytes (token, message, stop string); never NULL. */
 static inline const uint8_t *event_bytes(const evlist *l, const event *e)
 {
-    return l->arena + e->off;
+    static const uint8_t none[1];   /* no event of the list has bytes yet */
+    return l->arena ? l->arena + e->off : none;
 }
 /* Does this event end its request? */
 static inline int event_is_final(const event *e)

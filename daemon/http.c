@@ -788,7 +788,7 @@ void http_deliver(server *srv, outmsg *o)
             break;
         case EV_DONE:
             h->done = e->done;
-            memcpy(h->stop_tail, b, e->len < sizeof h->stop_tail ? e->len : sizeof h->stop_tail);
+            if (e->len) memcpy(h->stop_tail, b, e->len < sizeof h->stop_tail ? e->len : sizeof h->stop_tail);
             h->done.stop = h->stop_tail;
             h->done.stop_len = e->len < sizeof h->stop_tail ? e->len : sizeof h->stop_tail;
             snprintf(h->finish, sizeof h->finish, "%s", finish_reason(e->done.reason));
@@ -799,7 +799,7 @@ void http_deliver(server *srv, outmsg *o)
         case EV_ERROR: {
             char msg[1024];
             size_t n = e->len < sizeof msg - 1 ? e->len : sizeof msg - 1;
-            memcpy(msg, b, n);
+            if (n) memcpy(msg, b, n);
             msg[n] = 0;
             if (h->stage == ST_FORK_IN && e->code == PE_NOT_FOUND && !h->fork_required) {
                 start_generate(h, 0);   /* no stored prefix: feed the whole conversation */
@@ -1397,9 +1397,10 @@ int http_start(server *srv, char *err, size_t errlen)
     uv_timer_start(&hs->tick, on_tick, 1000, 1000);
     h2o_config_init(&hs->config);
     hs->config.server_name = h2o_iovec_init(H2O_STRLIT("lind"));
-    /* h2o refuses a larger body itself (413); the handler's own check answers
-     * with an error object below that. */
-    hs->config.max_request_entity_size = srv->opt.http_max_body;
+    /* libh2o refuses a body over its limit itself, with a plain-text 413;
+     * up to twice --http-max-body reaches the handler, whose 413 carries an
+     * error object. */
+    hs->config.max_request_entity_size = 2 * srv->opt.http_max_body;
     hs->config.http1.req_timeout = 1000ull * srv->opt.http_idle_timeout;
     hs->config.http2.idle_timeout = 1000ull * srv->opt.http_idle_timeout;
     h2o_hostconf_t *host = h2o_config_register_host(&hs->config, h2o_iovec_init(H2O_STRLIT("default")), 65535);

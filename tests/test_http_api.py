@@ -283,7 +283,9 @@ def bad_requests_get_error_objects():
 @case
 def size_limits():
     st, out = curl("/v1/completions", raw=b'{"prompt": "' + b"a" * 70000 + b'"}')
-    expect(st == 413, "a body over --http-max-body: %d %r" % (st, out[:200]))
+    expect_error(st, json.loads(out), 413)
+    st, out = curl("/v1/completions", raw=b'{"prompt": "' + b"a" * 140000 + b'"}')
+    expect(st == 413, "a body over twice --http-max-body (libh2o's own 413): %d %r" % (st, out[:200]))
     st, out = curl("/v1/models", headers=["X-Big: " + "b" * 20000])
     expect_error(st, json.loads(out), 431)
 
