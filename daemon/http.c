@@ -81,6 +81,7 @@ typedef struct hreq {
     uint64_t  paused_ms;       /* uv_now when it paused */
     hbuf      pend, wbuf;      /* SSE bytes not yet handed to h2o, and those in flight */
     hbuf      text;            /* the reply's bytes */
+    hbuf      pre, post;       /* a text chunk's SSE bytes around its text (chunk_template) */
     size_t    emitted;         /* text bytes already streamed */
     size_t    stop_at;         /* text is cut here (a stop string starts), or SIZE_MAX */
     size_t    searched;        /* text searched for stop strings up to here */
@@ -124,6 +125,19 @@ static int hbuf_put(hbuf *b, const void *p, size_t n)
     return 0;
 }
 
+/* Room for n more bytes (and a NUL). */
+static int hbuf_reserve(hbuf *b, size_t n)
+{
+    if (b->n + n + 1 <= b->cap) return 0;
+    size_t nc = b->cap ? b->cap : 512;
+    while (nc < b->n + n + 1) nc *= 2;
+    char *np = realloc(b->p, nc);
+    if (!np) return -ENOMEM;
+    b->p = np;
+    b->cap = nc;
+    return 0;
+}
+
 static void hbuf_free(hbuf *b)
 {
     free(b->p);
@@ -160,6 +174,8 @@ static void hreq_free(hreq *h)
     hbuf_free(&h->pend);
     hbuf_free(&h->wbuf);
     hbuf_free(&h->text);
+    hbuf_free(&h->pre);
+    hbuf_free(&h->post);
     free(h->full_text);
     free(h->new_text);
     json_decref(h->messages);
@@ -490,6 +506,24 @@ static json_t *chunk(hreq *h, const char *text, size_t n, const char *finish)
                      (json_int_t)h->created, "model", h->hs->model_id, "choices", choice);
 }
 
+/* The text chunk's bytes before and after its text, cut from a chunk
+ * written by chunk() around a marker text, once per request. */
+static int chunk_template(hreq *h)
+{
+    if (h->pre.p) return 0;
+    json_t *j = chunk(h, "\x01", 1, NULL);
+    char *d = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    char *m = d ? strstr(d, "\"\\u0001\"") : NULL;
+    int rc = -ENOMEM;
+    if (m && hbuf_put(&h->pre, "data: ", 6) == 0 && hbuf_put(&h->pre, d, (size_t)(m - d)) == 0 &&
+        hbuf_put(&h->post, m + 8, strlen(m + 8)) == 0 && hbuf_put(&h->post, "\n\n", 2) == 0)
+        rc = 0;
+    free(d);
+    if (rc) { hbuf_free(&h->pre); hbuf_free(&h->post); }
+    return rc;
+}
+
 /* Stream the text that may go now as one chunk. */
 static void stream_text(hreq *h, int final)
 {
@@ -497,7 +531,20 @@ static void stream_text(hreq *h, int final)
     if (lim <= h->emitted) return;
     hbuf s = { 0 };
     if (put_utf8(&s, (const uint8_t *)h->text.p + h->emitted, lim - h->emitted) == 0 && s.p) {
-        sse_event(h, chunk(h, s.p, s.n, NULL));
+        if (h->got_token && chunk_template(h) == 0) {
+            /* The chunk as chunk() would write it, with only the text
+             * encoded per token: the loop's cost per streamed token. */
+            json_t *str = json_stringn_nocheck(s.p, s.n);
+            size_t need = str ? json_dumpb(str, NULL, 0, JSON_ENCODE_ANY) : 0;
+            if (need && hbuf_reserve(&h->pend, h->pre.n + need + h->post.n) == 0) {
+                hbuf_put(&h->pend, h->pre.p, h->pre.n);
+                h->pend.n += json_dumpb(str, h->pend.p + h->pend.n, need, JSON_ENCODE_ANY);
+                hbuf_put(&h->pend, h->post.p, h->post.n);
+            }
+            json_decref(str);
+        } else {
+            sse_event(h, chunk(h, s.p, s.n, NULL));
+        }
         h->got_token = 1;
     }
     hbuf_free(&s);
