@@ -1362,8 +1362,7 @@ static void on_accept(uv_stream_t *l, int status)
     h2o_accept(&hs->accept, sock);
 }
 
-/* "PORT", "ADDR:PORT" or "[V6]:PORT". */
-static int parse_addr(const char *s, struct sockaddr_storage *sa, char *err, size_t errlen)
+int http_parse_addr(const char *s, struct sockaddr_storage *sa, char *err, size_t errlen)
 {
     char host[64] = "127.0.0.1";
     const char *port = s;
@@ -1417,7 +1416,7 @@ int http_start(server *srv, char *err, size_t errlen)
     if (!srv->opt.http_addr) return 0;
     struct sockaddr_storage sa;
     memset(&sa, 0, sizeof sa);
-    int rc = parse_addr(srv->opt.http_addr, &sa, err, errlen);
+    int rc = http_parse_addr(srv->opt.http_addr, &sa, err, errlen);
     if (rc) return rc;
     http_server *hs = calloc(1, sizeof *hs);
     if (!hs) { snprintf(err, errlen, "out of memory"); return -ENOMEM; }

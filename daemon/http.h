@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include "daemon/msg.h"
 #include "daemon/server.h"
 
@@ -25,6 +26,9 @@
  * srv->opt.http_token_file when set. 0, or a negative code with the reason
  * in err. */
 int  http_start(server *srv, char *err, size_t errlen);
+/* Parse --http's value ("PORT", "ADDR:PORT", "[V6ADDR]:PORT") into *sa.
+ * 0, or -EINVAL with the reason in err. */
+int  http_parse_addr(const char *s, struct sockaddr_storage *sa, char *err, size_t errlen);
 /* Events for an HTTP connection id (frees o). */
 void http_deliver(server *srv, outmsg *o);
 /* Shutdown began: stop accepting connections; requests get 503. */

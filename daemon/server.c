@@ -212,7 +212,8 @@ int server_parse_args(int argc, char **argv, server_options *o, char *err, size_
         } else if (!strcmp(a, "--pause-timeout")) {
             if (!(rc = parse_num(a, v, 0, 1 << 24, &x, err, errlen))) o->pause_timeout = (unsigned)x;
         } else if (!strcmp(a, "--http")) {
-            o->http_addr = v;
+            struct sockaddr_storage sa;
+            if ((rc = http_parse_addr(v, &sa, err, errlen)) == 0) o->http_addr = v;
         } else if (!strcmp(a, "--http-token-file")) {
             o->http_token_file = v;
         } else if (!strcmp(a, "--http-max-body")) {
