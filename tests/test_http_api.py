@@ -367,6 +367,34 @@ def disconnect_while_waiting_cancels():
 
 
 @case
+def reader_that_stops_reading_is_paused_then_cancelled():
+    # A client that sends its request and never reads: the stream's output
+    # passes --max-output, the turn pauses, and --pause-timeout cancels it.
+    P = Server("http-pause", extra=["--http", "0", "--max-output", "1024", "--pause-timeout", "1",
+                                    "--max-tokens", "100000"]).start()
+    try:
+        pport = http_port(P)
+        c = socket.socket()
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        c.connect(("127.0.0.1", pport))
+        body = json.dumps({"prompt": "a", "max_tokens": 50000, "stream": True}).encode()
+        c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Lind-Session: stuck\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        deadline = time.time() + 120 * SLOW
+        while True:
+            cc = Client(P.sock)
+            r = cc.call("info", session="stuck")
+            cc.close()
+            if r["event"] == "result" and r["tokens"] > 0 and not r["busy"]:
+                break
+            expect(time.time() < deadline, "the turn of a client that does not read did not end: %r" % r)
+        expect(r["tokens"] < 50000, "paused and cancelled, not run to max_tokens: %r" % r)
+        c.close()
+    finally:
+        P.stop()
+
+
+@case
 def streamed_text_is_valid_utf8_json():
     # Multi-byte prompts push a byte-level model to emit partial sequences.
     body = {"prompt": "Ünïcödé ✓ 漢字 — ", "max_tokens": 200, "seed": 13, "temperature": 1.5}
