@@ -24,11 +24,12 @@ LDFLAGS += $(SAN)
 # lindctl links only what it uses: no BLAS (OpenBLAS starts worker threads at
 # load time, and a Ctrl-C delivered to one of them would never interrupt chat).
 CTL_LDLIBS = -ledit -lmsgpackc -ljansson -lm -lpthread
-LDLIBS  += -lopenblas -luv -lmsgpackc -lsqlite3 -lpq -ljansson -lxxhash -lpcre2-8 -lutf8proc -lm -lpthread
+LDLIBS  += -lopenblas -lh2o -luv -lmsgpackc -lsqlite3 -lpq -ljansson -lxxhash -lpcre2-8 -lutf8proc -lm -lpthread
 
 DEPS_PKGS = libuv1-dev libmsgpack-dev libsqlite3-dev libopenblas-dev libedit-dev \
             libjansson-dev libxxhash-dev pkg-config python3-msgpack bible-kjv \
-            gnuplot-nox tmux clang python3-numpy libpcre2-dev libutf8proc-dev nodejs help2man
+            gnuplot-nox tmux clang python3-numpy libpcre2-dev libutf8proc-dev nodejs help2man \
+            libh2o-dev curl libcurl4-openssl-dev
 # npm runs tests/test_tokenizer_npm.py's reference; a nodejs that bundles npm
 # (NodeSource's) conflicts with Debian's npm package, so ask for it only when
 # there is no npm command.
@@ -140,6 +141,9 @@ $(BUILD)/tests/fault_shim.o: CFLAGS += -fno-sanitize=all
 # bench/run.sh (BENCH_QUICK=1: a fast smoke run at small sizes).
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BENCH_OBJS) $(BUILD)/liblinddaemon.a $(BUILD)/liblindclient.a $(BUILD)/liblind.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# http_bench drives the HTTP front door with libcurl's multi interface.
+$(BUILD)/bench/http_bench: LDLIBS += -lcurl
 
 # store_bench measures the engine's store alone: it links no daemon.
 $(BUILD)/bench/store_bench: $(BUILD)/bench/store_bench.o $(BENCH_OBJS) $(BUILD)/liblind.a

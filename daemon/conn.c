@@ -369,10 +369,32 @@ void conn_deliver(server *srv, outmsg *o)
         c->inflight -= o->finals;
         size_t before = srv->inflight_bytes;
         if (o->finals > 0) {
+            for (size_t i = 0; i < o->ev.n; i++)
+                if (event_is_final(&o->ev.v[i]) && c->ids_n)
+                    mem_sub(c, 0, (size_t)ids_del(c, o->ev.v[i].id));
             ids_forget_finals(c, o->sb.data, o->sb.size);
             c->last_in_ms = uv_now(srv->loop);
         }
-        conn_send(c, o->sb.data, o->sb.size);
+        if (o->ev.n) {
+            /* The typed events in this protocol's encoding, then the
+             * already-encoded admin result. */
+            msgpack_sbuffer enc;
+            msgpack_sbuffer_init(&enc);
+            /* Room for all of it first (an event's fixed fields take well
+             * under 512 bytes): an event must never reach the client cut. */
+            size_t need = o->sb.size;
+            for (size_t i = 0; i < o->ev.n; i++) need += o->ev.v[i].len + 512;
+            if (proto_reserve(&enc, need) != 0) {
+                conn_out_of_memory(c, need);
+            } else {
+                for (size_t i = 0; i < o->ev.n; i++) event_pack_msgpack(&enc, &o->ev, &o->ev.v[i]);
+                if (o->sb.size) msgpack_sbuffer_write(&enc, o->sb.data, o->sb.size);
+                conn_send(c, enc.data, enc.size);
+            }
+            msgpack_sbuffer_destroy(&enc);
+        } else {
+            conn_send(c, o->sb.data, o->sb.size);
+        }
         if (!c->closed && c->held && !c->starved) { set_waiting(c, 0, 0); consume(c); }
         if (srv->inflight_bytes < before) wake_starved(srv);
     }

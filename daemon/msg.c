@@ -32,6 +32,7 @@ outmsg *outmsg_new(uint64_t conn)
     outmsg *o = calloc(1, sizeof *o);
     if (!o) return NULL;
     o->conn = conn;
+    evlist_init(&o->ev);
     msgpack_sbuffer_init(&o->sb);
     return o;
 }
@@ -39,6 +40,7 @@ outmsg *outmsg_new(uint64_t conn)
 void outmsg_free(outmsg *o)
 {
     if (!o) return;
+    evlist_free(&o->ev);
     msgpack_sbuffer_destroy(&o->sb);
     free(o);
 }
@@ -52,9 +54,10 @@ outmsg *outmsg_error(uint64_t conn, uint64_t id, proto_code code, const char *fm
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    /* Room first: an error event must not reach the client half-packed. */
-    if (proto_reserve(&o->sb, strlen(msg) + 64) != 0) { outmsg_free(o); return NULL; }
-    proto_pack_error(&o->sb, id, code, msg);
+    if (evlist_error(&o->ev, id, code, msg) != 0) {
+        outmsg_free(o);
+        return NULL;
+    }
     o->finals = 1;
     return o;
 }

@@ -5,7 +5,7 @@
  *   loop  → store   : list, export, stats                       (dmsg)
  *   compute → store : load, save (a finished turn), admin ops   (dmsg)
  *   store → compute : loaded, saved                             (dmsg)
- *   any   → loop    : encoded events for one connection, exit   (outmsg)
+ *   any   → loop    : typed events for one connection, exit     (outmsg)
  *
  * Ownership passes with the message: the receiver frees it (dmsg_free /
  * outmsg_free), including every buffer it points to. */
@@ -14,6 +14,7 @@
 
 #include <stdint.h>
 #include <msgpack.h>
+#include "daemon/event.h"
 #include "daemon/queue.h"
 #include "daemon/protocol.h"
 #include "state/store.h"
@@ -79,13 +80,18 @@ typedef struct dmsg {
 dmsg *dmsg_new(dmsg_kind kind, uint64_t conn);
 void  dmsg_free(dmsg *m);
 
-/* Encoded events for one connection. `finals` counts the final events
- * (result/done/error) inside, so the loop knows requests that ended. */
+/* Events for one connection: the typed events `ev` (daemon/event.h), which
+ * the connection encodes in its own protocol, then `sb`: the msgpack
+ * `result` of an admin op (hello-less ops only the msgpack socket asks:
+ * info, list, export, delete, fork, import, stats, cancel), already encoded.
+ * `finals` counts the final events in both, so the loop knows requests that
+ * ended. */
 typedef struct outmsg {
     qnode    node;
     uint64_t conn;
     int      finals;
     int      exit;            /* the store thread is done: the loop may end */
+    evlist   ev;
     msgpack_sbuffer sb;
 } outmsg;
 

@@ -155,24 +155,17 @@ static void do_saves(worker *W, dmsg **v, int n)
                                m->name, m->err);
         }
         if (o && m->rc == 0) {
+            int erc;
             if (res->is_append) {
-                msgpack_packer pk;
-                proto_result_begin(&pk, &o->sb, res->done.id, 4);
-                proto_pack_key(&pk, "session_tokens");
-                msgpack_pack_uint64(&pk, res->done.session_tokens);
-                proto_pack_key(&pk, "tokens_in");
-                msgpack_pack_uint64(&pk, res->done.tokens_in);
-                proto_pack_key(&pk, "fed_bytes");
-                msgpack_pack_uint64(&pk, res->done.fed_bytes);
-                proto_pack_key(&pk, "cancelled");
-                if (res->cancelled) msgpack_pack_true(&pk); else msgpack_pack_false(&pk);
+                erc = evlist_appended(&o->ev, res->done.id, res->done.session_tokens,
+                                      res->done.tokens_in, res->done.fed_bytes, res->cancelled);
             } else {
                 proto_done d = res->done;
                 d.ms_save = ms_save;
                 d.ms_total = (double)(now_ns() - res->t_recv_ns) / 1e6;
-                proto_pack_done(&o->sb, &d);
+                erc = evlist_done(&o->ev, &d);
             }
-            o->finals = 1;
+            if (erc == 0) o->finals = 1;
         }
         reqlog_turn_info li = {
             .session = m->name, .op = res->is_append ? "append" : "generate",
@@ -184,6 +177,8 @@ static void do_saves(worker *W, dmsg **v, int n)
             .outcome = m->rc == 0 ? res->done.reason : m->rc == LIND_E_CONFLICT ? "conflict" : "io",
         };
         reqlog_turn(&P->srv->log, &li);
+        if (m->rc == 0 && !res->is_append && res->done.tokens_out)
+            stats_ttft(&P->srv->st, li.ttft_ms);
         /* The compute thread learns of the commit before the client does,
          * so a request sent after `done` never finds the session busy. */
         free(m->state); m->state = NULL;

@@ -122,10 +122,8 @@ static void cconn_release(scheduler *S, cconn *c)
     free(c);
 }
 
-/* The round's output buffer of a connection, with room for an event of up
- * to `need` bytes (NULL when the connection is gone or memory is short:
- * then the event must not be packed, or it could reach the client cut). */
-static msgpack_sbuffer *cconn_out(scheduler *S, cconn *c, size_t need)
+/* The round's events for a connection (NULL when it is gone). */
+static evlist *cconn_out(scheduler *S, cconn *c)
 {
     if (c->closed) return NULL;
     if (!c->out) {
@@ -134,8 +132,7 @@ static msgpack_sbuffer *cconn_out(scheduler *S, cconn *c, size_t need)
         c->fnext = S->flush;
         S->flush = c;
     }
-    if (proto_reserve(&c->out->sb, need) != 0) return NULL;
-    return &c->out->sb;
+    return &c->out->ev;
 }
 
 static void send_out(scheduler *S, outmsg *o)
@@ -437,14 +434,15 @@ static void finish(scheduler *S, turn *t, int pending, const char *reason)
          * was not told all of: report, and drop the resident copy so the
          * next use resumes from the last commit. Memory running out is
          * `internal`, a poisoned state `bad_state`. */
-        msgpack_sbuffer *sb = cconn_out(S, t->c, 1024);
-        if (sb) {
+        evlist *ev = cconn_out(S, t->c);
+        if (ev) {
             char msg[800];
             snprintf(msg, sizeof msg, "session '%s': the turn's state was not saved (%s): %s; "
                      "the session stays at its last committed turn", s->name,
                      rc < 0 ? lind_strerror(rc) : "out of memory", rc == 0 ? "out of memory" : err);
-            proto_pack_error(sb, t->req_id, rc == 0 || rc == -ENOMEM ? PE_INTERNAL : PE_BAD_STATE, msg);
-            t->c->out->finals++;
+            if (evlist_error(ev, t->req_id, rc == 0 || rc == -ENOMEM ? PE_INTERNAL : PE_BAD_STATE,
+                             msg) == 0)
+                t->c->out->finals++;
         }
         free(blob);
         free(tr);
@@ -508,9 +506,8 @@ static void emit_token(scheduler *S, turn *t, int32_t tok)
     if (!b) { b = none; n = 0; }   /* an id the tokenizer has no text for (padded vocabularies) */
     sampler_observe(&s->meta.sampler, tok);
     t->produced++;
-    msgpack_sbuffer *sb = cconn_out(S, t->c, n + 64);
-    if (sb) proto_pack_token(sb, t->req_id, b, n);
-    else if (!t->c->closed) {
+    evlist *ev = cconn_out(S, t->c);
+    if (ev ? evlist_token(ev, t->req_id, b, n) != 0 : !t->c->closed) {
         /* The client would miss this token: the turn ends here, unsaved (finish). */
         t->out_lost = 1;
         finish(S, t, tok, "length");
@@ -654,8 +651,8 @@ static void fail_batch(scheduler *S, int B, int rc)
         int hit = 0;
         for (int j = 0; bad && j < S->b_n[b]; j++) hit |= bad[row + j];
         if (bad && !hit) continue;
-        msgpack_sbuffer *sb = cconn_out(S, t->c, 1024);
-        if (sb) {
+        evlist *ev = cconn_out(S, t->c);
+        if (ev) {
             char msg[600];
             if (bad)
                 snprintf(msg, sizeof msg, "session '%s': the model produced a non-finite value (NaN or "
@@ -665,8 +662,9 @@ static void fail_batch(scheduler *S, int B, int rc)
                 snprintf(msg, sizeof msg, "model step failed (%d%s%.400s); session '%s' stays at its last "
                          "committed turn", rc, *model_last_error(S->m) ? ": " : "", model_last_error(S->m),
                          t->s->name);
-            proto_pack_error(sb, t->req_id, bad ? PE_BAD_STATE : dead ? PE_UNAVAILABLE : PE_INTERNAL, msg);
-            t->c->out->finals++;
+            if (evlist_error(ev, t->req_id, bad ? PE_BAD_STATE : dead ? PE_UNAVAILABLE : PE_INTERNAL,
+                             msg) == 0)
+                t->c->out->finals++;
         }
         t->finished = 1;
         t->s->turn = NULL;
@@ -684,8 +682,8 @@ static void report_progress(scheduler *S)
         size_t step = t->feed_len / 50 > 256 ? t->feed_len / 50 : 256;
         if (!t->progress_next) t->progress_next = step;
         if (t->feed_pos < t->progress_next) continue;
-        msgpack_sbuffer *sb = cconn_out(S, t->c, 128);
-        if (sb) proto_pack_progress(sb, t->req_id, t->feed_pos, t->feed_len);
+        evlist *ev = cconn_out(S, t->c);
+        if (ev) evlist_progress(ev, t->req_id, t->feed_pos, t->feed_len);
         t->progress_next = t->feed_pos + step;
     }
 }
@@ -1188,6 +1186,7 @@ static void *compute_main(void *arg)
             handle(S, (dmsg *)n);
             n = next;
         }
+        stats_queue(&S->srv->st, (uint64_t)S->nactive, (uint64_t)S->nwaiting);
         if (S->shutting && S->nactive == 0 && S->saves_inflight == 0 &&
             S->loads_inflight == 0 && !S->wait_head)
             break;

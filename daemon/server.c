@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include "daemon/conn.h"
 #include "daemon/lease.h"
+#include "daemon/http.h"
 #include "daemon/msg.h"
 #include "daemon/persist.h"
 #include "daemon/scheduler.h"
@@ -32,6 +33,7 @@ server_options server_defaults(void)
         .max_inflight = 1024, .max_conn_bytes = 4u << 20, .max_total_bytes = 64u << 20,
         .max_waiting = 4096, .idle_timeout = 0, .write_timeout = 60, .pause_timeout = 60, .sync = STORE_SYNC_FULL, .transcript_bytes = 4096,
         .log_level = REQLOG_INFO,
+        .http_max_body = 1u << 20, .http_max_header = 16u << 10, .http_idle_timeout = 30,
     };
 }
 
@@ -57,7 +59,9 @@ static const char usage[] =
     "                  [--max-conn-bytes BYTES] [--max-total-bytes BYTES] [--max-waiting N]\n"
     "                  [--idle-timeout S] [--write-timeout S] [--pause-timeout S]\n"
     "                  [--dtype f32|bf16|f16] [--log-level error|warn|info|debug] [--log-file PATH]\n"
-    "                  [--node-id ID] [--lease-ms MS] [--lease-wait MS] [--store-conns N]";
+    "                  [--node-id ID] [--lease-ms MS] [--lease-wait MS] [--store-conns N]\n"
+    "                  [--http [ADDR:]PORT] [--http-token-file PATH] [--http-max-body BYTES]\n"
+    "                  [--http-max-header BYTES] [--http-idle-timeout S]";
 
 void server_usage(FILE *f)
 {
@@ -110,6 +114,14 @@ void server_usage(FILE *f)
         "                         lease before answering `moved` (default 0: answer at once)\n"
         "  --store-conns N        store connections, sessions spread over them by name\n"
         "                         (default 4 on PostgreSQL, 1 on SQLite; SQLite takes only 1)\n"
+        "  --http [ADDR:]PORT     also serve HTTP (OpenAI-compatible, docs/HTTP.md) on that port;\n"
+        "                         a bare PORT binds 127.0.0.1 only (default: off)\n"
+        "  --http-token-file PATH HTTP clients must send 'Authorization: Bearer' with the\n"
+        "                         token this file holds (first line)\n"
+        "  --http-max-body BYTES  HTTP request body limit (default 1048576)\n"
+        "  --http-max-header BYTES HTTP request header limit (default 16384)\n"
+        "  --http-idle-timeout S  close an HTTP connection idle, or sending its request, for S s\n"
+        "                         (default 30)\n"
         "  -h, --help             this text\n"
         "\n"
         "SIGTERM, SIGINT or SIGHUP stop it gracefully: turns end at a token boundary and\n"
@@ -210,6 +222,17 @@ int server_parse_args(int argc, char **argv, server_options *o, char *err, size_
             if (!(rc = parse_num(a, v, 0, 1 << 24, &x, err, errlen))) o->write_timeout = (unsigned)x;
         } else if (!strcmp(a, "--pause-timeout")) {
             if (!(rc = parse_num(a, v, 0, 1 << 24, &x, err, errlen))) o->pause_timeout = (unsigned)x;
+        } else if (!strcmp(a, "--http")) {
+            struct sockaddr_storage sa;
+            if ((rc = http_parse_addr(v, &sa, err, errlen)) == 0) o->http_addr = v;
+        } else if (!strcmp(a, "--http-token-file")) {
+            o->http_token_file = v;
+        } else if (!strcmp(a, "--http-max-body")) {
+            if (!(rc = parse_num(a, v, 1024, 1ll << 30, &x, err, errlen))) o->http_max_body = (size_t)x;
+        } else if (!strcmp(a, "--http-max-header")) {
+            if (!(rc = parse_num(a, v, 1024, 1 << 20, &x, err, errlen))) o->http_max_header = (size_t)x;
+        } else if (!strcmp(a, "--http-idle-timeout")) {
+            if (!(rc = parse_num(a, v, 1, 1 << 20, &x, err, errlen))) o->http_idle_timeout = (unsigned)x;
         } else if (!strcmp(a, "--log-file")) {
             o->log_file = v;
         } else if (!strcmp(a, "--log-level")) {
@@ -424,6 +447,7 @@ static void close_everything(server *srv)
     close_handle((uv_handle_t *)&srv->exit_timer);
     close_handle((uv_handle_t *)&srv->tick);
     close_handle((uv_handle_t *)&srv->listener);
+    http_close(srv);
 }
 
 /* EXIT_FLUSH_MS after the last commit, clients that have not taken their
@@ -477,6 +501,7 @@ static void on_signal(uv_signal_t *h, int signum)
     fprintf(stderr, "lind serve: %s: finishing turns at a token boundary and saving\n",
             strsignal(signum));
     close_handle((uv_handle_t *)&srv->listener);
+    http_stop_listening(srv);
     uv_timer_stop(&srv->tick);   /* no timeouts while stopping: the exit timer bounds it */
     queue_push(&srv->schedq, &shutdown_msg->node);
     shutdown_msg = NULL;
@@ -493,6 +518,8 @@ static void on_wake(uv_async_t *a)
             srv->store_done = 1;
             outmsg_free(o);
             finish_exit(srv);
+        } else if (o->conn & HTTP_CONN_BIT) {
+            http_deliver(srv, o);
         } else {
             conn_deliver(srv, o);
         }
@@ -606,6 +633,10 @@ int server_main(int argc, char **argv)
         fprintf(stderr, "lind serve: %s\n", err);
         goto out;
     }
+    if ((rc = http_start(srv, err, sizeof err)) != 0) {
+        fprintf(stderr, "lind serve: %s\n", err);
+        goto out;
+    }
     rc = persist_start(srv, st, &pers, err, sizeof err);
     st = NULL;   /* the store threads own it now (closed if they failed to start) */
     if (rc != 0) {
@@ -654,6 +685,7 @@ out:
         }
     if (uv_loop_alive(&loop)) { close_everything(srv); uv_run(&loop, UV_RUN_DEFAULT); }
     uv_loop_close(&loop);
+    http_free(srv);
     conn_table_free(&conns);
     queue_destroy(&srv->loopq);
     queue_destroy(&srv->schedq);

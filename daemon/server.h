@@ -59,6 +59,11 @@ typedef struct server_options {
     int      lease_wait_ms;    /* --lease-wait: wait that long for another node's lease, default 0 */
     int      store_conns;      /* --store-conns: store connections; 0 (default): 4 on
                                   PostgreSQL, 1 on SQLite (one writer anyway) */
+    const char *http_addr;     /* --http [ADDR:]PORT: the HTTP front door (docs/HTTP.md); NULL = off */
+    const char *http_token_file; /* --http-token-file: clients must send this bearer token */
+    size_t   http_max_body;    /* --http-max-body: request body bytes, default 1 MiB */
+    size_t   http_max_header;  /* --http-max-header: request header bytes, default 16 KiB */
+    unsigned http_idle_timeout; /* --http-idle-timeout S: close an idle or slow-sending client, default 30 */
 } server_options;
 
 server_options server_defaults(void);
@@ -71,6 +76,7 @@ void server_usage(FILE *f);
 struct conn_table;
 struct scheduler;
 struct persist;
+struct http_server;
 
 typedef struct server {
     /* read-only after start */
@@ -110,6 +116,7 @@ typedef struct server {
     int            stopping;       /* SIGTERM/SIGINT seen */
     int            store_done;     /* the store thread has finished */
     int            exit_code;
+    struct http_server *http;      /* the HTTP front door (daemon/http.h), or NULL */
 } server;
 
 /* Run the daemon until SIGTERM/SIGINT; returns the process exit code.

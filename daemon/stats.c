@@ -15,6 +15,18 @@ int stats_init(stats *s)
 
 void stats_destroy(stats *s) { pthread_mutex_destroy(&s->mu); }
 
+const double stats_hist_le[STATS_HIST_N] = { 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000,
+                                             2500, 10000, 1e300 };
+
+static void hist_add(lat_hist *h, double ms)
+{
+    int i = 0;
+    while (i < STATS_HIST_N - 1 && ms > stats_hist_le[i]) i++;
+    h->count[i]++;
+    h->n++;
+    h->sum_ms += ms;
+}
+
 static void lat_add(lat_series *l, double ms)
 {
     l->ms[l->pos] = (float)ms;
@@ -33,6 +45,7 @@ void stats_step(stats *s, int batch, double ms, uint64_t tokens_in, uint64_t tok
     s->tokens_in += tokens_in;
     s->tokens_out += tokens_out;
     lat_add(&s->step, ms);
+    hist_add(&s->step_h, ms);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -41,6 +54,7 @@ void stats_save(stats *s, double ms, int sessions)
     pthread_mutex_lock(&s->mu);
     s->saves += (uint64_t)sessions;
     lat_add(&s->save, ms);
+    hist_add(&s->save_h, ms);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -57,6 +71,29 @@ void stats_resident(stats *s, uint64_t n)
     pthread_mutex_lock(&s->mu);
     s->sessions_resident = n;
     pthread_mutex_unlock(&s->mu);
+}
+
+void stats_ttft(stats *s, double ms)
+{
+    pthread_mutex_lock(&s->mu);
+    hist_add(&s->ttft_h, ms);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void stats_queue(stats *s, uint64_t active, uint64_t waiting)
+{
+    pthread_mutex_lock(&s->mu);
+    s->turns_active = active;
+    s->turns_waiting = waiting;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void stats_snapshot(stats *s, stats *out)
+{
+    pthread_mutex_lock(&s->mu);
+    memcpy(out, s, sizeof *out);
+    pthread_mutex_unlock(&s->mu);
+    memset(&out->mu, 0, sizeof out->mu);   /* a copy, not a lock */
 }
 
 static int cmpf(const void *a, const void *b)

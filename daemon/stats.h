@@ -21,6 +21,17 @@ typedef struct lat_series {
     double   max;
 } lat_series;
 
+/* Cumulative latency histograms over the whole uptime, for Prometheus
+ * (GET /metrics, daemon/http.c): count[i] counts samples <= stats_hist_le[i]
+ * ms (the last bound is +Inf); not cumulative across buckets. */
+#define STATS_HIST_N 14
+extern const double stats_hist_le[STATS_HIST_N];
+typedef struct lat_hist {
+    uint64_t count[STATS_HIST_N];
+    uint64_t n;
+    double   sum_ms;
+} lat_hist;
+
 typedef struct stats {
     pthread_mutex_t mu;
     uint64_t start_ns;
@@ -29,6 +40,8 @@ typedef struct stats {
     uint64_t connections, connections_total;
     uint64_t sessions_resident;
     lat_series step, save;
+    lat_hist step_h, save_h, ttft_h;   /* step time, store commit, time to first token */
+    uint64_t turns_active, turns_waiting;   /* queue depth at the last round */
 } stats;
 
 int  stats_init(stats *s);
@@ -37,6 +50,12 @@ void stats_step(stats *s, int batch, double ms, uint64_t tokens_in, uint64_t tok
 void stats_save(stats *s, double ms, int sessions);
 void stats_connections(stats *s, int delta);
 void stats_resident(stats *s, uint64_t n);
+/* A generate's time to first token (queue + prompt). */
+void stats_ttft(stats *s, double ms);
+/* The compute thread's queue: turns running, sessions waiting for a load or a slot. */
+void stats_queue(stats *s, uint64_t active, uint64_t waiting);
+/* A consistent copy of everything (taken under the lock). */
+void stats_snapshot(stats *s, stats *out);
 /* Pack the `stats` result fields (count: stats_pack_fields) after the caller
  * packed the result header; `stored` and `backend` come from the caller. */
 #define STATS_FIELDS 12

@@ -1,0 +1,336 @@
+/* bench/http_bench.c — the HTTP front door beside the msgpack socket, in
+ * one run on one daemon.
+ *
+ * For 1, 8 and 64 streams at once: aggregate tokens/s and time to first
+ * token (p50, p99 over the streams) through the msgpack socket (one client
+ * connection, every generate in flight together, as daemon_bench) and
+ * through HTTP (POST /v1/completions with stream:true, one connection per
+ * stream, libcurl's multi interface, tokens counted from the answer's
+ * usage), and the ratio HTTP/socket. Each stream starts a fresh session
+ * with the same prompt, seed and length on both sides. Prints markdown.
+ * Not a test: the figures depend on the machine and its load (clients and
+ * daemon share the CPU here).
+ *
+ *   usage: http_bench [--lind PATH] [--model DIR] [--quick]
+ *     --lind   the lind binary (default: ../lind next to this program)
+ *     --model  default: $MODEL when it has weights, else models/default
+ *     --quick  fewer tokens per stream (also when BENCH_QUICK is set) */
+#include <curl/curl.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client/lindclient.h"
+
+static char workdir[256], model_dir[512], sock_path[300], db_path[300], lind_bin[512];
+static char wal_path[320], shm_path[320];
+static int port;
+static volatile sig_atomic_t daemon_pid;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void cleanup(void)
+{
+    pid_t pid = (pid_t)daemon_pid;
+    if (pid > 0) {
+        int st;
+        kill(pid, SIGTERM);
+        waitpid(pid, &st, 0);
+        daemon_pid = 0;
+    }
+    if (!workdir[0]) return;
+    const char *files[] = { db_path, wal_path, shm_path, sock_path };
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) unlink(files[i]);
+    rmdir(workdir);
+}
+
+static void on_signal(int sig)
+{
+    cleanup();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void die(const char *what, const char *why)
+{
+    fprintf(stderr, "http_bench: %s: %s\n", what, why);
+    cleanup();
+    exit(1);
+}
+
+/* A port nobody listens on now (the kernel's pick, released again). */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t len = sizeof sa;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) || getsockname(fd, (struct sockaddr *)&sa, &len))
+        die("free_port", strerror(errno));
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+static void start_daemon(void)
+{
+    port = free_port();
+    char http[16];
+    snprintf(http, sizeof http, "%d", port);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl(lind_bin, lind_bin, "serve", "--model", model_dir, "--socket", sock_path, "--db",
+              db_path, "--backend", "cpu", "--max-batch", "256", "--max-resident", "512",
+              "--max-tokens", "100000", "--log-level", "warn", "--http", http, (char *)NULL);
+        _exit(127);
+    }
+    if (pid < 0) die("fork", strerror(errno));
+    daemon_pid = pid;
+    for (int i = 0; i < 3000; i++) {
+        lindc *c;
+        if (lindc_connect(&c, sock_path, NULL, 0) == 0) { lindc_free(c); return; }
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid) die("lind serve", "exited at start");
+        usleep(10000);
+    }
+    die("lind serve", "did not start");
+}
+
+static int cmpd(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct run_result { double tok_s, ttft_p50, ttft_p99; long tokens; } run_result;
+
+static void ttft_stats(run_result *r, double *ttft, int S)
+{
+    qsort(ttft, (size_t)S, sizeof *ttft, cmpd);
+    r->ttft_p50 = ttft[(S - 1) / 2] * 1e3;
+    r->ttft_p99 = ttft[(int)(0.99 * (S - 1))] * 1e3;
+}
+
+static long seq;   /* unique session names across runs */
+
+static run_result socket_run(int S, int per)
+{
+    run_result r = { 0 };
+    lindc *c;
+    char err[256];
+    if (lindc_connect(&c, sock_path, err, sizeof err) != 0) die("connect", err);
+    uint64_t *ids = malloc(sizeof *ids * (size_t)S);
+    double *ttft = calloc((size_t)S, sizeof *ttft);
+    double t0 = now_s();
+    for (int i = 0; i < S; i++) {
+        char name[48];
+        snprintf(name, sizeof name, "sock-%ld", ++seq);
+        lindc_gen_opts o;
+        lindc_gen_opts_init(&o);
+        o.session = name;
+        o.text = "The ";
+        o.text_len = 4;
+        o.max_tokens = per;
+        o.has_seed = 1;
+        o.seed = (uint64_t)i;
+        if (lindc_generate(c, &o, &ids[i]) != 0) die("generate", "send failed");
+    }
+    int done = 0;
+    while (done < S) {
+        lindc_event ev;
+        int rc = lindc_next(c, &ev, 60000);
+        if (rc != 0) die("events", lindc_strerror(rc));
+        int i = (int)(ev.id - ids[0]);
+        if (i < 0 || i >= S) continue;
+        if (ev.kind == LINDC_EV_TOKEN) {
+            if (!ttft[i]) ttft[i] = now_s() - t0;
+            r.tokens++;
+        } else if (ev.final) {
+            if (ev.kind != LINDC_EV_DONE) die("generate", ev.message);
+            done++;
+        }
+    }
+    r.tok_s = (double)r.tokens / (now_s() - t0);
+    ttft_stats(&r, ttft, S);
+    lindc_free(c);
+    free(ids);
+    free(ttft);
+    return r;
+}
+
+typedef struct stream {
+    double t0, ttft;
+    long tokens;      /* from the usage chunk */
+    char tail[256];   /* the last bytes seen, for the usage figure */
+    size_t tail_len;
+    int text_seen;
+} stream;
+
+/* Body bytes of one SSE stream: the first `"text":"` with content is the
+ * first token; completion_tokens comes in the usage chunk at the end. */
+static size_t on_data(char *p, size_t sz, size_t n, void *arg)
+{
+    stream *s = arg;
+    size_t len = sz * n;
+    if (!s->text_seen && memmem(p, len, "\"text\":\"", 8)) {
+        const char *t = memmem(p, len, "\"text\":\"", 8);
+        if (t + 8 < p + len && t[8] != '"') { s->text_seen = 1; s->ttft = now_s() - s->t0; }
+    }
+    /* keep the last bytes: the usage chunk is small and comes last */
+    if (len >= sizeof s->tail) {
+        memcpy(s->tail, p + len - (sizeof s->tail - 1), sizeof s->tail - 1);
+        s->tail_len = sizeof s->tail - 1;
+    } else {
+        size_t keep = s->tail_len + len > sizeof s->tail - 1 ? sizeof s->tail - 1 - len : s->tail_len;
+        memmove(s->tail, s->tail + s->tail_len - keep, keep);
+        memcpy(s->tail + keep, p, len);
+        s->tail_len = keep + len;
+    }
+    s->tail[s->tail_len] = 0;
+    return len;
+}
+
+static run_result http_run(int S, int per)
+{
+    run_result r = { 0 };
+    CURLM *multi = curl_multi_init();
+    CURL **easy = calloc((size_t)S, sizeof *easy);
+    stream *st = calloc((size_t)S, sizeof *st);
+    char (*body)[160] = calloc((size_t)S, sizeof *body);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/completions", port);
+    struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
+    double t0 = now_s();
+    for (int i = 0; i < S; i++) {
+        snprintf(body[i], sizeof body[i], "{\"prompt\":\"The \",\"max_tokens\":%d,\"seed\":%d,"
+                 "\"stream\":true,\"stream_options\":{\"include_usage\":true}}", per, i);
+        easy[i] = curl_easy_init();
+        curl_easy_setopt(easy[i], CURLOPT_URL, url);
+        curl_easy_setopt(easy[i], CURLOPT_POSTFIELDS, body[i]);
+        curl_easy_setopt(easy[i], CURLOPT_HTTPHEADER, hdr);
+        curl_easy_setopt(easy[i], CURLOPT_WRITEFUNCTION, on_data);
+        curl_easy_setopt(easy[i], CURLOPT_WRITEDATA, &st[i]);
+        curl_easy_setopt(easy[i], CURLOPT_TCP_NODELAY, 1L);
+        st[i].t0 = t0;
+        curl_multi_add_handle(multi, easy[i]);
+    }
+    int running = 1;
+    while (running) {
+        if (curl_multi_perform(multi, &running) != CURLM_OK) die("curl", "multi_perform failed");
+        if (running) curl_multi_poll(multi, NULL, 0, 1000, NULL);
+    }
+    double wall = now_s() - t0;
+    CURLMsg *m;
+    int left;
+    while ((m = curl_multi_info_read(multi, &left)))
+        if (m->msg == CURLMSG_DONE && m->data.result != CURLE_OK)
+            die("curl", curl_easy_strerror(m->data.result));
+    double *ttft = calloc((size_t)S, sizeof *ttft);
+    for (int i = 0; i < S; i++) {
+        long code = 0;
+        curl_easy_getinfo(easy[i], CURLINFO_RESPONSE_CODE, &code);
+        const char *u = strstr(st[i].tail, "\"completion_tokens\":");
+        if (code != 200 || !u) die("http", st[i].tail);
+        r.tokens += atol(u + 20);
+        ttft[i] = st[i].ttft;
+        curl_multi_remove_handle(multi, easy[i]);
+        curl_easy_cleanup(easy[i]);
+    }
+    r.tok_s = (double)r.tokens / wall;
+    ttft_stats(&r, ttft, S);
+    curl_slist_free_all(hdr);
+    curl_multi_cleanup(multi);
+    free(easy); free(st); free(body); free(ttft);
+    return r;
+}
+
+/* The median run of three, by tokens/s. */
+static run_result median(run_result *v)
+{
+    int idx[3] = { 0, 1, 2 };
+    for (int a = 1; a < 3; a++)
+        for (int b = a; b > 0 && v[idx[b]].tok_s < v[idx[b - 1]].tok_s; b--) {
+            int t = idx[b]; idx[b] = idx[b - 1]; idx[b - 1] = t;
+        }
+    return v[idx[1]];
+}
+
+int main(int argc, char **argv)
+{
+    int quick = 0;
+    const char *model_arg = NULL;
+    snprintf(lind_bin, sizeof lind_bin, "%s", argv[0]);
+    char *slash = strrchr(lind_bin, '/');
+    if (slash) snprintf(slash, sizeof lind_bin - (size_t)(slash - lind_bin), "/../lind");
+    else snprintf(lind_bin, sizeof lind_bin, "build/lind");
+    const char *bq = getenv("BENCH_QUICK"), *env_model = getenv("MODEL");
+    if (bq && *bq) quick = 1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--lind") && i + 1 < argc) snprintf(lind_bin, sizeof lind_bin, "%s", argv[++i]);
+        else if (!strcmp(argv[i], "--model") && i + 1 < argc) model_arg = argv[++i];
+        else { fprintf(stderr, "usage: http_bench [--lind PATH] [--model DIR] [--quick]\n"); return 2; }
+    }
+    struct stat sb;
+    char probe[600];
+    snprintf(probe, sizeof probe, "%s/model.safetensors", env_model ? env_model : "");
+    if (model_arg) snprintf(model_dir, sizeof model_dir, "%s", model_arg);
+    else if (env_model && *env_model && stat(probe, &sb) == 0) snprintf(model_dir, sizeof model_dir, "%s", env_model);
+    else snprintf(model_dir, sizeof model_dir, "models/default");
+    snprintf(probe, sizeof probe, "%s/model.safetensors", model_dir);
+    if (stat(probe, &sb) != 0) die(model_dir, "no model.safetensors (http_bench needs a model with weights)");
+    snprintf(workdir, sizeof workdir, "/tmp/lind-http-bench-XXXXXX");
+    if (!mkdtemp(workdir)) die("mkdtemp", strerror(errno));
+    snprintf(sock_path, sizeof sock_path, "%s/lind.sock", workdir);
+    snprintf(db_path, sizeof db_path, "%s/lind.db", workdir);
+    snprintf(wal_path, sizeof wal_path, "%s-wal", db_path);
+    snprintf(shm_path, sizeof shm_path, "%s-shm", db_path);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    signal(SIGHUP, on_signal);
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    start_daemon();
+    struct utsname u;
+    uname(&u);
+    printf("# HTTP front door beside the msgpack socket\n\nModel: %s. Machine: %s %s, %ld CPUs. "
+           "Daemon: %s, --max-batch 256, durability full, one daemon for both sides. Socket: one "
+           "connection, every generate in flight at once. HTTP: POST /v1/completions with "
+           "stream:true, one connection per stream (libcurl multi). Every stream: a fresh session, "
+           "prompt \"The \", its own seed.\n\n", model_dir, u.sysname, u.machine,
+           sysconf(_SC_NPROCESSORS_ONLN), lind_bin);
+    printf("Each row: the median of three runs per side (by tokens/s), sides alternated. Time to "
+           "first token: from sending the request(s) to a stream's first text, p50/p99 over the "
+           "streams.\n\n");
+    printf("| streams | tokens/stream | socket tokens/s | HTTP tokens/s | HTTP/socket | socket TTFT "
+           "p50/p99 ms | HTTP TTFT p50/p99 ms |\n|---:|---:|---:|---:|---:|---:|---:|\n");
+    const int sizes[] = { 1, 8, 64 };
+    for (int k = 0; k < 3; k++) {
+        int S = sizes[k];
+        int per = (quick ? 4000 : 32000) / S;
+        if (per < (quick ? 50 : 300)) per = quick ? 50 : 300;
+        run_result sv[3], hv[3];
+        for (int rep = 0; rep < 3; rep++) {
+            sv[rep] = socket_run(S, per);
+            hv[rep] = http_run(S, per);
+        }
+        run_result s = median(sv), h = median(hv);
+        printf("| %d | %d | %.0f | %.0f | %.0f%% | %.1f / %.1f | %.1f / %.1f |\n", S, per, s.tok_s,
+               h.tok_s, 100.0 * h.tok_s / s.tok_s, s.ttft_p50, s.ttft_p99, h.ttft_p50, h.ttft_p99);
+        fflush(stdout);
+    }
+    cleanup();
+    curl_global_cleanup();
+    return 0;
+}

@@ -1,0 +1,1584 @@
+/* daemon/http.c — the HTTP front door on libh2o. See http.h and docs/HTTP.md.
+ *
+ * A request for the model goes through up to three stages, each a request
+ * of its own to the compute/store threads on the request's connection id:
+ *   fork in   (a continued conversation: previous_response_id, or a stored
+ *              session whose conversation is this request's prefix) copies
+ *              that session to the one this response writes;
+ *   generate  the turn itself, streamed as it comes;
+ *   fork out  (stateless chat, named sessions) snapshots the result under
+ *              the name a later request will look for.
+ * The response ends (JSON answer, or `data: [DONE]`) once the last stage is
+ * committed, so what it names is durable when the client has it. */
+#include "daemon/http.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <utf8proc.h>
+#include <xxhash.h>
+#include <h2o.h>
+#include "daemon/chat.h"
+#include "daemon/errors.h"
+
+#define HREQ_BUCKETS 1024
+#define TAIL_SLOTS   4096   /* remembered stop tails (see tail_cache) */
+
+typedef enum { HK_COMPLETION = 1, HK_CHAT, HK_METRICS } hkind;
+typedef enum { ST_FORK_IN = 1, ST_GENERATE, ST_FORK_OUT, ST_STATS } hstage;
+
+/* A growing byte buffer. */
+typedef struct hbuf { char *p; size_t n, cap; } hbuf;
+
+struct hreq;
+
+typedef struct http_server {
+    server  *srv;
+    h2o_globalconf_t config;
+    h2o_context_t ctx;
+    h2o_accept_ctx_t accept;
+    uv_tcp_t listener;
+    int      listening, ctx_ready, closed;
+    int      leaked;           /* h2o connections were force-closed at exit (http_close) */
+    int      freeing;          /* http_free: nothing more goes to the other threads */
+    char     token[256];       /* bearer token, "" = none */
+    chat_template tpl;
+    char     model_id[128];
+    uint64_t seq;
+    struct hreq *tab[HREQ_BUCKETS];
+    unsigned nreq;
+    /* metrics (loop thread) */
+    uint64_t req_total[8];     /* by outcome (outcome_names) */
+    uint64_t http_tokens;
+    lat_hist ttft;             /* HTTP time to first token (request arrival to first byte sent) */
+    uv_timer_t reaper;         /* frees requests h2o has disposed (never inside an h2o call) */
+    uv_timer_t tick;           /* --pause-timeout for readers that stopped reading */
+    struct hreq *dead;
+    /* the last stop string a session's reply ended on (loop memory only) */
+    struct { char name[STORE_NAME_MAX + 1]; uint8_t tail[PROTO_MAX_STOP_LEN]; uint8_t len; } *tails;
+} http_server;
+
+static const char *const outcome_names[8] = { "stop", "length", "cancelled", "client_error",
+                                              "server_error", "disconnected", "other", "ok" };
+enum { OC_STOP, OC_LENGTH, OC_CANCELLED, OC_CLIENT_ERR, OC_SERVER_ERR, OC_GONE, OC_OTHER, OC_OK };
+
+typedef struct hreq {
+    http_server *hs;
+    uint64_t  id;              /* connection id for the other threads */
+    h2o_req_t *req;            /* NULL once the client is gone */
+    h2o_generator_t gen;
+    struct hreq *hnext;
+    hkind     kind;
+    hstage    stage;
+    int       stream, include_usage;
+    int       started, sending, final_queued, paused, pending_backend;
+    int       pause_cancelled; /* cancelled for --pause-timeout */
+    int       gone_posted;     /* its client was seen gone (on_tick) */
+    uint64_t  paused_ms;       /* uv_now when it paused */
+    hbuf      pend, wbuf;      /* SSE bytes not yet handed to h2o, and those in flight */
+    hbuf      text;            /* the reply's bytes */
+    hbuf      pre, post;       /* a text chunk's SSE bytes around its text (chunk_template) */
+    size_t    emitted;         /* text bytes already streamed */
+    size_t    stop_at;         /* text is cut here (a stop string starts), or SIZE_MAX */
+    size_t    searched;        /* text searched for stop strings up to here */
+    int       n_stop;
+    uint8_t   stop[PROTO_MAX_STOPS][PROTO_MAX_STOP_LEN];
+    uint8_t   stop_len[PROTO_MAX_STOPS];
+    size_t    max_stop;
+    char      resp_id[40];     /* this response's id, also the session it leaves */
+    char      session[STORE_NAME_MAX + 1];   /* the session the turn runs on */
+    char      fork_from[STORE_NAME_MAX + 1]; /* ST_FORK_IN source */
+    char      fork_to[STORE_NAME_MAX + 1];   /* ST_FORK_OUT destination, "" = none */
+    int       fork_required;   /* previous_response_id: a missing source is an error */
+    uint8_t  *full_text, *new_text;   /* the turn's text: whole conversation / only new messages */
+    size_t    full_len, new_len;
+    json_t   *messages;        /* chat: the request's messages (for the fork-out hash) */
+    proto_request gen_req;     /* the generate request, sent after the fork in */
+    proto_done done;
+    uint8_t   stop_tail[PROTO_MAX_STOP_LEN];   /* done.stop points here */
+    char      finish[16];
+    struct hreq *dead_next;    /* on the reaper's list */
+    int64_t   created;
+    uint64_t  t_recv_ns;
+    int       got_token;
+} hreq;
+
+/* ---- small helpers ---------------------------------------------------------- */
+
+static int hbuf_put(hbuf *b, const void *p, size_t n)
+{
+    if (b->n + n + 1 > b->cap) {
+        size_t nc = b->cap ? b->cap : 512;
+        while (nc < b->n + n + 1) nc *= 2;
+        char *np = realloc(b->p, nc);
+        if (!np) return -ENOMEM;
+        b->p = np;
+        b->cap = nc;
+    }
+    if (n) memcpy(b->p + b->n, p, n);
+    b->n += n;
+    b->p[b->n] = 0;
+    return 0;
+}
+
+/* Room for n more bytes (and a NUL). */
+static int hbuf_reserve(hbuf *b, size_t n)
+{
+    if (b->n + n + 1 <= b->cap) return 0;
+    size_t nc = b->cap ? b->cap : 512;
+    while (nc < b->n + n + 1) nc *= 2;
+    char *np = realloc(b->p, nc);
+    if (!np) return -ENOMEM;
+    b->p = np;
+    b->cap = nc;
+    return 0;
+}
+
+static void hbuf_free(hbuf *b)
+{
+    free(b->p);
+    memset(b, 0, sizeof *b);
+}
+
+static hreq *lookup(http_server *hs, uint64_t id)
+{
+    for (hreq *h = hs->tab[id % HREQ_BUCKETS]; h; h = h->hnext)
+        if (h->id == id) return h;
+    return NULL;
+}
+
+static void unlink_req(http_server *hs, hreq *h)
+{
+    hreq **pp = &hs->tab[h->id % HREQ_BUCKETS];
+    while (*pp && *pp != h) pp = &(*pp)->hnext;
+    if (*pp) { *pp = h->hnext; hs->nreq--; }
+}
+
+static void post_sched(http_server *hs, uint64_t id, dmsg_kind kind)
+{
+    if (hs->freeing) return;   /* the compute thread has ended */
+    dmsg *m = dmsg_new(kind, id);
+    if (m) queue_push(&hs->srv->schedq, &m->node);
+}
+
+/* Free a request's state; the compute thread forgets its connection. */
+static void hreq_free(hreq *h)
+{
+    http_server *hs = h->hs;
+    unlink_req(hs, h);
+    post_sched(hs, h->id, M_CONN_CLOSED);
+    hbuf_free(&h->pend);
+    hbuf_free(&h->wbuf);
+    hbuf_free(&h->text);
+    hbuf_free(&h->pre);
+    hbuf_free(&h->post);
+    free(h->full_text);
+    free(h->new_text);
+    json_decref(h->messages);
+    proto_request_free(&h->gen_req);
+    free(h);
+}
+
+static void on_reap(uv_timer_t *t)
+{
+    http_server *hs = t->data;
+    while (hs->dead) {
+        hreq *h = hs->dead;
+        hs->dead = h->dead_next;
+        hreq_free(h);
+    }
+}
+
+/* The h2o request is gone (answered and done, or the client left): if the
+ * turn is still running, closing its connection cancels it. Freed from the
+ * loop's next turn, as h2o may dispose a request inside a call of ours. */
+static void on_pool_dispose(void *p)
+{
+    hreq *h = *(hreq **)p;
+    if (!h) return;
+    if (h->req && h->pending_backend && !h->gone_posted) h->hs->req_total[OC_GONE]++;
+    h->req = NULL;
+    h->pending_backend = 0;
+    h->dead_next = h->hs->dead;
+    h->hs->dead = h;
+    uv_timer_start(&h->hs->reaper, on_reap, 0, 0);
+}
+
+static void on_stop(h2o_generator_t *g, h2o_req_t *req)
+{
+    (void)req;
+    hreq *h = (hreq *)((char *)g - offsetof(hreq, gen));
+    if (h->pending_backend && !h->gone_posted) h->hs->req_total[OC_GONE]++;
+    h->req = NULL;   /* h2o disposes the request next (on_pool_dispose frees h) */
+    h->pending_backend = 0;
+}
+
+static void add_header(h2o_req_t *req, const char *name, const char *val)
+{
+    h2o_iovec_t v = h2o_strdup(&req->pool, val, strlen(val));
+    h2o_add_header_by_str(&req->pool, &req->res.headers, name, strlen(name), 0, NULL, v.base, v.len);
+}
+
+/* Answer with a JSON body (the request ends). */
+static void send_json(h2o_req_t *req, int status, const char *reason, json_t *j)
+{
+    char *body = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    req->res.status = status;
+    req->res.reason = reason;
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
+                   H2O_STRLIT("application/json"));
+    h2o_send_inline(req, body ? body : "{}", body ? strlen(body) : 2);
+    free(body);
+}
+
+static const char *status_reason(int status)
+{
+    switch (status) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 409: return "Conflict";
+    case 413: return "Payload Too Large";
+    case 421: return "Misdirected Request";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 503: return "Service Unavailable";
+    default:  return "Internal Server Error";
+    }
+}
+
+static json_t *error_object(const char *message, const char *type, const char *code, const char *param)
+{
+    return json_pack("{s:{s:s, s:s, s:s?, s:s?}}", "error", "message", message, "type", type,
+                     "param", param, "code", code);
+}
+
+/* An OpenAI-style error answer. */
+static void send_error(http_server *hs, h2o_req_t *req, int status, const char *code,
+                       const char *param, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static void send_error(http_server *hs, h2o_req_t *req, int status, const char *code,
+                       const char *param, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    const char *type = status == 401 ? "authentication_error" : status == 429 ? "rate_limit_error"
+                     : status >= 500 ? "server_error" : "invalid_request_error";
+    hs->req_total[status >= 500 ? OC_SERVER_ERR : OC_CLIENT_ERR]++;
+    send_json(req, status, status_reason(status), error_object(msg, type, code, param));
+}
+
+/* A lind error code as an HTTP status. */
+static int code_status(proto_code c)
+{
+    switch (c) {
+    case PE_BAD_REQUEST: case PE_DECODE: case PE_BAD_NAME: case PE_UNKNOWN_OP: return 400;
+    case PE_TOO_LARGE: return 413;
+    case PE_NOT_FOUND: return 404;
+    case PE_EXISTS: case PE_BUSY: return 409;
+    case PE_LIMIT: return 429;
+    case PE_SHUTTING_DOWN: case PE_UNAVAILABLE: return 503;
+    case PE_MOVED: return 421;      /* Misdirected Request: another node holds the session */
+    case PE_CONFLICT: return 409;   /* the session changed elsewhere; the turn was not saved */
+    default: return 500;
+    }
+}
+
+/* A fresh unique name: resp- and 16 random hex digits. */
+static void new_resp_id(char *out, size_t n)
+{
+    uint64_t r = 0;
+    if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r) r = now_ns() ^ ((uint64_t)wall_ms() << 20);
+    snprintf(out, n, "resp-%016llx", (unsigned long long)r);
+}
+
+/* ---- remembered stop tails ------------------------------------------------------ */
+
+static size_t tail_slot(const char *name)
+{
+    return (size_t)(XXH64(name, strlen(name), 0) % TAIL_SLOTS);
+}
+
+static void tail_set(http_server *hs, const char *name, const uint8_t *t, size_t n)
+{
+    if (!hs->tails) return;
+    size_t i = tail_slot(name);
+    snprintf(hs->tails[i].name, sizeof hs->tails[i].name, "%s", name);
+    if (n > PROTO_MAX_STOP_LEN) n = PROTO_MAX_STOP_LEN;
+    memcpy(hs->tails[i].tail, t, n);
+    hs->tails[i].len = (uint8_t)n;
+}
+
+static size_t tail_get(http_server *hs, const char *name, uint8_t *out)
+{
+    if (!hs->tails) return 0;
+    size_t i = tail_slot(name);
+    if (strcmp(hs->tails[i].name, name)) return 0;
+    memcpy(out, hs->tails[i].tail, hs->tails[i].len);
+    return hs->tails[i].len;
+}
+
+/* ---- conversation hashes ------------------------------------------------------- */
+
+/* The name of the stored session holding a conversation: chat- and the
+ * xxh64 of its messages (role, NUL, text, NUL each). -EINVAL for a
+ * message without text (the caller validated them already). */
+static int conv_name(json_t *messages, size_t n, const char *reply, size_t reply_len, char *out,
+                     size_t outlen)
+{
+    XXH64_state_t *st = XXH64_createState();
+    if (!st) return -ENOMEM;
+    XXH64_reset(st, 0x6c696e64);   /* "lind" */
+    for (size_t i = 0; i < n; i++) {
+        json_t *m = json_array_get(messages, i);
+        const char *role = json_string_value(json_object_get(m, "role"));
+        char *text, err[64];
+        size_t len;
+        if (!role || chat_message_text(m, i, &text, &len, err, sizeof err)) {
+            XXH64_freeState(st);
+            return -EINVAL;
+        }
+        XXH64_update(st, role, strlen(role) + 1);
+        XXH64_update(st, text, len + 1);
+        free(text);
+    }
+    if (reply) {
+        XXH64_update(st, "assistant", 10);
+        XXH64_update(st, reply, reply_len);
+        XXH64_update(st, "", 1);
+    }
+    snprintf(out, outlen, "chat-%016llx", (unsigned long long)XXH64_digest(st));
+    XXH64_freeState(st);
+    return 0;
+}
+
+/* ---- streaming text ----------------------------------------------------------------- */
+
+/* Append bytes to a JSON-bound buffer as valid UTF-8: each invalid byte
+ * becomes U+FFFD. */
+static int put_utf8(hbuf *b, const uint8_t *p, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t k = utf8proc_iterate(p + i, (utf8proc_ssize_t)(n - i), &cp);
+        if (k > 0) {
+            if (hbuf_put(b, p + i, (size_t)k)) return -ENOMEM;
+            i += (size_t)k;
+        } else {
+            if (hbuf_put(b, "\xEF\xBF\xBD", 3)) return -ENOMEM;
+            i++;
+        }
+    }
+    return 0;
+}
+
+/* How many bytes of p[0..n) end on a UTF-8 boundary: an incomplete
+ * sequence at the end waits for the next token. */
+static size_t utf8_complete(const uint8_t *p, size_t n)
+{
+    size_t i = n, back = 0;
+    while (i > 0 && back < 3 && (p[i - 1] & 0xC0) == 0x80) { i--; back++; }
+    if (i == 0) return n;
+    uint8_t lead = p[i - 1];
+    size_t need = lead >= 0xF0 && lead <= 0xF4 ? 4 : lead >= 0xE0 && lead <= 0xEF ? 3
+                : lead >= 0xC2 && lead <= 0xDF ? 2 : 1;
+    if (need > 1 && back + 1 < need) return i - 1;   /* the sequence is not complete yet */
+    return n;
+}
+
+/* Look for the request's stop strings in the text that arrived: the reply
+ * is cut where the first one starts (OpenAI returns text without it). */
+static void find_stop(hreq *h)
+{
+    if (!h->n_stop || h->stop_at != SIZE_MAX) return;
+    size_t from = h->searched > h->max_stop ? h->searched - h->max_stop : 0;
+    size_t best = SIZE_MAX;
+    for (int i = 0; i < h->n_stop; i++) {
+        const uint8_t *hit = memmem(h->text.p + from, h->text.n - from, h->stop[i], h->stop_len[i]);
+        if (hit && (size_t)(hit - (uint8_t *)h->text.p) < best) best = (size_t)(hit - (uint8_t *)h->text.p);
+    }
+    h->stop_at = best;
+    h->searched = h->text.n;
+}
+
+/* How much of the text may be streamed now: never past a stop string, not
+ * the last bytes that could still begin one, not into a UTF-8 sequence. */
+static size_t streamable(hreq *h, int final)
+{
+    size_t lim = h->text.n;
+    if (h->stop_at != SIZE_MAX) lim = h->stop_at;
+    else if (!final && h->max_stop > 1) lim = lim > h->max_stop - 1 ? lim - (h->max_stop - 1) : 0;
+    if (!final) lim = utf8_complete((const uint8_t *)h->text.p, lim);
+    return lim < h->emitted ? h->emitted : lim;
+}
+
+/* ---- responses ------------------------------------------------------------------------ */
+
+static void send_pending(hreq *h);
+
+static void on_proceed(h2o_generator_t *g, h2o_req_t *req)
+{
+    (void)req;
+    hreq *h = (hreq *)((char *)g - offsetof(hreq, gen));
+    h->sending = 0;
+    h->wbuf.n = 0;
+    if (h->paused && h->pend.n <= h->hs->srv->opt.max_output / 4) {
+        h->paused = 0;
+        post_sched(h->hs, h->id, M_RESUME);
+    }
+    send_pending(h);
+}
+
+static void start_stream(hreq *h)
+{
+    if (h->started || !h->req) return;
+    h->started = 1;
+    h2o_req_t *req = h->req;
+    req->res.status = 200;
+    req->res.reason = "OK";
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
+                   H2O_STRLIT("text/event-stream"));
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL, H2O_STRLIT("no-cache"));
+    add_header(req, "x-lind-session", h->session);
+    h->gen.proceed = on_proceed;
+    h->gen.stop = on_stop;
+    h2o_start_response(req, &h->gen);
+}
+
+/* Hand what is pending to h2o (one send in flight at a time). */
+static void send_pending(hreq *h)
+{
+    if (!h->req || !h->started || h->sending) return;
+    if (!h->pend.n && !h->final_queued) return;
+    hbuf t = h->wbuf;
+    h->wbuf = h->pend;
+    h->pend = t;
+    h->pend.n = 0;
+    h2o_iovec_t iov = h2o_iovec_init(h->wbuf.p, h->wbuf.n);
+    h->sending = 1;
+    int final = h->final_queued;
+    h2o_req_t *req = h->req;
+    if (final) h->req = NULL;   /* h2o may dispose it from here on; h lives until then */
+    h2o_send(req, &iov, h->wbuf.n ? 1 : 0, final ? H2O_SEND_STATE_FINAL : H2O_SEND_STATE_IN_PROGRESS);
+}
+
+static void sse_event(hreq *h, json_t *j)
+{
+    char *s = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    if (!s) return;
+    hbuf_put(&h->pend, "data: ", 6);
+    hbuf_put(&h->pend, s, strlen(s));
+    hbuf_put(&h->pend, "\n\n", 2);
+    free(s);
+}
+
+static json_t *usage_object(const hreq *h)
+{
+    return json_pack("{s:I, s:I, s:I}", "prompt_tokens", (json_int_t)h->done.tokens_in,
+                     "completion_tokens", (json_int_t)h->done.tokens_out, "total_tokens",
+                     (json_int_t)(h->done.tokens_in + h->done.tokens_out));
+}
+
+/* One streamed chunk: text (n bytes, may be 0) and maybe the finish reason. */
+static json_t *chunk(hreq *h, const char *text, size_t n, const char *finish)
+{
+    json_t *choice;
+    if (h->kind == HK_CHAT) {
+        json_t *delta = json_object();
+        if (!h->got_token) json_object_set_new(delta, "role", json_string("assistant"));
+        if (n || !finish) json_object_set_new(delta, "content", json_stringn(text, n));
+        choice = json_pack("{s:i, s:o, s:o, s:n}", "index", 0, "delta", delta, "finish_reason",
+                           finish ? json_string(finish) : json_null(), "logprobs");
+    } else {
+        choice = json_pack("{s:i, s:s%, s:o, s:n}", "index", 0, "text", text, n, "finish_reason",
+                           finish ? json_string(finish) : json_null(), "logprobs");
+    }
+    return json_pack("{s:s, s:s, s:I, s:s, s:[o]}", "id", h->resp_id, "object",
+                     h->kind == HK_CHAT ? "chat.completion.chunk" : "text_completion", "created",
+                     (json_int_t)h->created, "model", h->hs->model_id, "choices", choice);
+}
+
+/* The text chunk's bytes before and after its text, cut from a chunk
+ * written by chunk() around a marker text, once per request. */
+static int chunk_template(hreq *h)
+{
+    if (h->pre.p) return 0;
+    json_t *j = chunk(h, "\x01", 1, NULL);
+    char *d = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    char *m = d ? strstr(d, "\"\\u0001\"") : NULL;
+    int rc = -ENOMEM;
+    if (m && hbuf_put(&h->pre, "data: ", 6) == 0 && hbuf_put(&h->pre, d, (size_t)(m - d)) == 0 &&
+        hbuf_put(&h->post, m + 8, strlen(m + 8)) == 0 && hbuf_put(&h->post, "\n\n", 2) == 0)
+        rc = 0;
+    free(d);
+    if (rc) { hbuf_free(&h->pre); hbuf_free(&h->post); }
+    return rc;
+}
+
+/* Stream the text that may go now as one chunk. */
+static void stream_text(hreq *h, int final)
+{
+    size_t lim = streamable(h, final);
+    if (lim <= h->emitted) return;
+    hbuf s = { 0 };
+    if (put_utf8(&s, (const uint8_t *)h->text.p + h->emitted, lim - h->emitted) == 0 && s.p) {
+        if (h->got_token && chunk_template(h) == 0) {
+            /* The chunk as chunk() would write it, with only the text
+             * encoded per token: the loop's cost per streamed token. */
+            json_t *str = json_stringn_nocheck(s.p, s.n);
+            size_t need = str ? json_dumpb(str, NULL, 0, JSON_ENCODE_ANY) : 0;
+            if (need && hbuf_reserve(&h->pend, h->pre.n + need + h->post.n) == 0) {
+                hbuf_put(&h->pend, h->pre.p, h->pre.n);
+                h->pend.n += json_dumpb(str, h->pend.p + h->pend.n, need, JSON_ENCODE_ANY);
+                hbuf_put(&h->pend, h->post.p, h->post.n);
+            }
+            json_decref(str);
+        } else {
+            sse_event(h, chunk(h, s.p, s.n, NULL));
+        }
+        h->got_token = 1;
+    }
+    hbuf_free(&s);
+    h->emitted = lim;
+}
+
+static const char *finish_reason(const char *reason)
+{
+    if (!strcmp(reason, "stop")) return "stop";
+    if (!strcmp(reason, "length") || !strcmp(reason, "max_length")) return "length";
+    return reason;
+}
+
+/* The response's end, once every stage is committed. */
+static void complete(hreq *h)
+{
+    http_server *hs = h->hs;
+    const char *fr = h->finish;
+    if (!h->gone_posted)   /* a client seen gone is counted as disconnected */
+        hs->req_total[!strcmp(fr, "stop") ? OC_STOP : !strcmp(fr, "length") ? OC_LENGTH
+                  : !strcmp(fr, "cancelled") ? OC_CANCELLED : OC_OTHER]++;
+    h->pending_backend = 0;
+    if (!h->req) return;
+    size_t end = h->stop_at != SIZE_MAX ? h->stop_at : h->text.n;
+    if (h->stream) {
+        start_stream(h);
+        stream_text(h, 1);
+        sse_event(h, chunk(h, "", 0, fr));
+        if (h->include_usage) {
+            json_t *u = json_pack("{s:s, s:s, s:I, s:s, s:[], s:o}", "id", h->resp_id, "object",
+                                  h->kind == HK_CHAT ? "chat.completion.chunk" : "text_completion",
+                                  "created", (json_int_t)h->created, "model", hs->model_id,
+                                  "choices", "usage", usage_object(h));
+            sse_event(h, u);
+        }
+        hbuf_put(&h->pend, "data: [DONE]\n\n", 14);
+        h->final_queued = 1;
+        send_pending(h);
+        return;
+    }
+    hbuf s = { 0 };
+    put_utf8(&s, (const uint8_t *)h->text.p, end);
+    json_t *choice;
+    if (h->kind == HK_CHAT)
+        choice = json_pack("{s:i, s:{s:s, s:s%}, s:s, s:n}", "index", 0, "message", "role", "assistant",
+                           "content", s.p ? s.p : "", s.n, "finish_reason", fr, "logprobs");
+    else
+        choice = json_pack("{s:i, s:s%, s:s, s:n}", "index", 0, "text", s.p ? s.p : "", s.n,
+                           "finish_reason", fr, "logprobs");
+    hbuf_free(&s);
+    json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o, s:{s:s, s:I}}", "id", h->resp_id,
+                          "object", h->kind == HK_CHAT ? "chat.completion" : "text_completion",
+                          "created", (json_int_t)h->created, "model", hs->model_id, "choices", choice,
+                          "usage", usage_object(h), "lind", "session", h->session, "session_tokens",
+                          (json_int_t)h->done.session_tokens);
+    h2o_req_t *req = h->req;
+    h->req = NULL;
+    add_header(req, "x-lind-session", h->session);
+    send_json(req, 200, "OK", j);
+}
+
+/* A lind error ends the request. */
+static void fail(hreq *h, proto_code code, const char *msg)
+{
+    http_server *hs = h->hs;
+    h->pending_backend = 0;
+    if (!h->req) return;
+    int status = code_status(code);
+    if (!h->started) {
+        h2o_req_t *req = h->req;
+        h->req = NULL;
+        send_error(hs, req, status, proto_code_name(code), NULL, "%s", msg);
+        return;
+    }
+    /* Mid-stream: an error event, then the end of the stream. */
+    hs->req_total[status >= 500 ? OC_SERVER_ERR : OC_CLIENT_ERR]++;
+    const char *type = status >= 500 ? "server_error" : "invalid_request_error";
+    sse_event(h, error_object(msg, type, proto_code_name(code), NULL));
+    hbuf_put(&h->pend, "data: [DONE]\n\n", 14);
+    h->final_queued = 1;
+    send_pending(h);
+}
+
+/* ---- stages ------------------------------------------------------------------------------ */
+
+static void send_request(hreq *h, proto_request *r)
+{
+    dmsg *m = dmsg_new(M_REQUEST, h->id);
+    if (!m) { proto_request_free(r); fail(h, PE_INTERNAL, "out of memory"); return; }
+    m->req = *r;
+    memset(r, 0, sizeof *r);
+    m->t_recv_ns = now_ns();
+    h->pending_backend = 1;
+    queue_push(&h->hs->srv->schedq, &m->node);
+}
+
+static void fork_request(hreq *h, const char *from, const char *to)
+{
+    proto_request r;
+    memset(&r, 0, sizeof r);
+    r.op = OP_FORK;
+    r.id = 1;
+    snprintf(r.session, sizeof r.session, "%s", from);
+    snprintf(r.to, sizeof r.to, "%s", to);
+    send_request(h, &r);
+}
+
+static void start_generate(hreq *h, int continued)
+{
+    h->stage = ST_GENERATE;
+    proto_request *r = &h->gen_req;
+    snprintf(r->session, sizeof r->session, "%s", h->session);
+    /* The text: only the new messages when the session holds the rest. */
+    uint8_t **src = continued ? &h->new_text : &h->full_text;
+    size_t *len = continued ? &h->new_len : &h->full_len;
+    r->text = *src;
+    r->text_len = *len;
+    *src = NULL;
+    *len = 0;
+    proto_request copy = *r;
+    memset(r, 0, sizeof *r);
+    send_request(h, &copy);
+}
+
+/* The turn is committed: snapshot it where a later request will look. */
+static void after_generate(hreq *h)
+{
+    if (h->kind == HK_CHAT && !h->fork_to[0] && h->messages) {
+        /* The reply as the client reads it (valid UTF-8, cut at the stop). */
+        size_t end = h->stop_at != SIZE_MAX ? h->stop_at : h->text.n;
+        hbuf r = { 0 };
+        put_utf8(&r, (const uint8_t *)h->text.p, end);
+        if (conv_name(h->messages, json_array_size(h->messages), r.p ? r.p : "", r.n,
+                      h->fork_to, sizeof h->fork_to) != 0)
+            h->fork_to[0] = 0;
+        hbuf_free(&r);
+    }
+    if (h->done.stop_len) tail_set(h->hs, h->session, h->done.stop, h->done.stop_len);
+    if (!strcmp(h->finish, "cancelled") || !h->req) {   /* the client is gone or we stop */
+        complete(h);
+        return;
+    }
+    if (h->fork_to[0] && strcmp(h->fork_to, h->session)) {
+        if (h->done.stop_len) tail_set(h->hs, h->fork_to, h->done.stop, h->done.stop_len);
+        h->stage = ST_FORK_OUT;
+        fork_request(h, h->session, h->fork_to);
+        return;
+    }
+    complete(h);
+}
+
+/* ---- metrics ------------------------------------------------------------------------------ */
+
+static void put_hist(hbuf *b, const char *name, const char *help, const lat_hist *l)
+{
+    char line[256];
+    int n = snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    hbuf_put(b, line, (size_t)n);
+    uint64_t cum = 0;
+    for (int i = 0; i < STATS_HIST_N; i++) {
+        cum += l->count[i];
+        if (i == STATS_HIST_N - 1)
+            n = snprintf(line, sizeof line, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
+        else
+            n = snprintf(line, sizeof line, "%s_bucket{le=\"%g\"} %llu\n", name,
+                         stats_hist_le[i] / 1000.0, (unsigned long long)cum);
+        hbuf_put(b, line, (size_t)n);
+    }
+    n = snprintf(line, sizeof line, "%s_sum %.6f\n%s_count %llu\n", name, l->sum_ms / 1000.0, name,
+                 (unsigned long long)l->n);
+    hbuf_put(b, line, (size_t)n);
+}
+
+static void put_metric(hbuf *b, const char *name, const char *type, const char *help, double v)
+{
+    char line[320];
+    int n = snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name,
+                     type, name, v);
+    hbuf_put(b, line, (size_t)n);
+}
+
+/* The stats request came back with the store's session count. */
+static void send_metrics(hreq *h, const msgpack_sbuffer *sb)
+{
+    http_server *hs = h->hs;
+    uint64_t stored = 0;
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t off = 0;
+    if (msgpack_unpack_next(&u, sb->data, sb->size, &off) == MSGPACK_UNPACK_SUCCESS &&
+        u.data.type == MSGPACK_OBJECT_MAP)
+        for (uint32_t i = 0; i < u.data.via.map.size; i++) {
+            const msgpack_object *k = &u.data.via.map.ptr[i].key, *v = &u.data.via.map.ptr[i].val;
+            if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == 15 &&
+                !memcmp(k->via.str.ptr, "sessions_stored", 15) &&
+                v->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+                stored = v->via.u64;
+        }
+    msgpack_unpacked_destroy(&u);
+    stats *st = malloc(sizeof *st);
+    if (!st) { fail(h, PE_INTERNAL, "out of memory"); return; }
+    stats_snapshot(&hs->srv->st, st);
+    hbuf b = { 0 };
+    put_metric(&b, "lind_tokens_generated_total", "counter", "tokens sampled, all protocols",
+               (double)st->tokens_out);
+    put_metric(&b, "lind_tokens_prompt_total", "counter", "input tokens fed, all protocols",
+               (double)st->tokens_in);
+    put_metric(&b, "lind_http_tokens_generated_total", "counter", "tokens sampled for HTTP requests",
+               (double)hs->http_tokens);
+    const char *rname = "lind_http_requests_total";
+    char line[256];
+    int n = snprintf(line, sizeof line, "# HELP %s HTTP completion requests by outcome\n# TYPE %s counter\n",
+                     rname, rname);
+    hbuf_put(&b, line, (size_t)n);
+    for (int i = 0; i < 7; i++) {
+        n = snprintf(line, sizeof line, "%s{outcome=\"%s\"} %llu\n", rname, outcome_names[i],
+                     (unsigned long long)hs->req_total[i]);
+        hbuf_put(&b, line, (size_t)n);
+    }
+    put_hist(&b, "lind_step_seconds", "time of one batched model step", &st->step_h);
+    put_hist(&b, "lind_time_to_first_token_seconds", "queue + prompt time of generates, all protocols",
+             &st->ttft_h);
+    put_hist(&b, "lind_http_time_to_first_token_seconds",
+             "HTTP request arrival to its first text on the wire", &hs->ttft);
+    put_hist(&b, "lind_store_commit_seconds", "store commit latency (one group of turns)", &st->save_h);
+    put_metric(&b, "lind_sessions_resident", "gauge", "sessions in model slots or loading",
+               (double)st->sessions_resident);
+    put_metric(&b, "lind_sessions_stored", "gauge", "sessions in the store", (double)stored);
+    put_metric(&b, "lind_turns_running", "gauge", "turns in the compute thread's batch",
+               (double)st->turns_active);
+    put_metric(&b, "lind_queue_depth", "gauge", "sessions waiting for a load or a model slot",
+               (double)st->turns_waiting);
+    put_metric(&b, "lind_connections", "gauge", "open msgpack socket connections",
+               (double)st->connections);
+    put_metric(&b, "lind_http_requests_in_flight", "gauge", "HTTP requests being answered",
+               (double)hs->nreq);
+    put_metric(&b, "lind_uptime_seconds", "gauge", "seconds since start",
+               (double)(now_ns() - st->start_ns) / 1e9);
+    free(st);
+    h->pending_backend = 0;
+    if (!h->req) { hbuf_free(&b); return; }
+    h2o_req_t *req = h->req;
+    h->req = NULL;
+    req->res.status = 200;
+    req->res.reason = "OK";
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
+                   H2O_STRLIT("text/plain; version=0.0.4"));
+    h2o_send_inline(req, b.p ? b.p : "", b.n);
+    hbuf_free(&b);
+}
+
+/* ---- events from the other threads ------------------------------------------------------ */
+
+static void on_token(hreq *h, const uint8_t *b, size_t n)
+{
+    http_server *hs = h->hs;
+    hs->http_tokens++;
+    if (hbuf_put(&h->text, b, n)) return;
+    find_stop(h);
+    if (!h->stream || !h->req) return;
+    if (!h->started) start_stream(h);
+    size_t before = h->emitted;
+    stream_text(h, 0);
+    if (h->emitted > before && h->t_recv_ns) {
+        double ms = (double)(now_ns() - h->t_recv_ns) / 1e6;
+        int i = 0;
+        while (i < STATS_HIST_N - 1 && ms > stats_hist_le[i]) i++;
+        hs->ttft.count[i]++;
+        hs->ttft.n++;
+        hs->ttft.sum_ms += ms;
+        h->t_recv_ns = 0;   /* counted once */
+    }
+}
+
+/* Is the pre-encoded answer in sb an `error` event? Its code and message. */
+static int sb_error(const msgpack_sbuffer *sb, proto_code *code, char *msg, size_t msglen)
+{
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t off = 0;
+    int is_error = 0;
+    if (msgpack_unpack_next(&u, sb->data, sb->size, &off) == MSGPACK_UNPACK_SUCCESS &&
+        u.data.type == MSGPACK_OBJECT_MAP) {
+        *code = PE_INTERNAL;
+        for (uint32_t i = 0; i < u.data.via.map.size; i++) {
+            const msgpack_object *k = &u.data.via.map.ptr[i].key, *v = &u.data.via.map.ptr[i].val;
+            if (k->type != MSGPACK_OBJECT_STR || v->type != MSGPACK_OBJECT_STR) continue;
+            const char *vs = v->via.str.ptr;
+            uint32_t vn = v->via.str.size;
+            if (k->via.str.size == 5 && !memcmp(k->via.str.ptr, "event", 5))
+                is_error = vn == 5 && !memcmp(vs, "error", 5);
+            else if (k->via.str.size == 7 && !memcmp(k->via.str.ptr, "message", 7))
+                snprintf(msg, msglen, "%.*s", (int)vn, vs);
+            else if (k->via.str.size == 4 && !memcmp(k->via.str.ptr, "code", 4))
+                for (int c = PE_BAD_REQUEST; c <= PE_LAST; c++)
+                    if (strlen(proto_code_name((proto_code)c)) == vn &&
+                        !memcmp(proto_code_name((proto_code)c), vs, vn))
+                        *code = (proto_code)c;
+        }
+    }
+    msgpack_unpacked_destroy(&u);
+    return is_error;
+}
+
+void http_deliver(server *srv, outmsg *o)
+{
+    http_server *hs = srv->http;
+    hreq *h = hs ? lookup(hs, o->conn) : NULL;
+    if (!h) { outmsg_free(o); return; }
+    for (size_t i = 0; i < o->ev.n; i++) {
+        const event *e = &o->ev.v[i];
+        const uint8_t *b = event_bytes(&o->ev, e);
+        switch (e->kind) {
+        case EV_TOKEN:
+            on_token(h, b, e->len);
+            break;
+        case EV_PROGRESS:
+            break;
+        case EV_DONE:
+            h->done = e->done;
+            if (e->len) memcpy(h->stop_tail, b, e->len < sizeof h->stop_tail ? e->len : sizeof h->stop_tail);
+            h->done.stop = h->stop_tail;
+            h->done.stop_len = e->len < sizeof h->stop_tail ? e->len : sizeof h->stop_tail;
+            snprintf(h->finish, sizeof h->finish, "%s", finish_reason(e->done.reason));
+            after_generate(h);
+            break;
+        case EV_APPENDED:
+            break;
+        case EV_ERROR: {
+            char msg[1024];
+            size_t n = e->len < sizeof msg - 1 ? e->len : sizeof msg - 1;
+            if (n) memcpy(msg, b, n);
+            msg[n] = 0;
+            if (h->stage == ST_FORK_IN && e->code == PE_NOT_FOUND && !h->fork_required) {
+                start_generate(h, 0);   /* no stored prefix: feed the whole conversation */
+            } else if (h->stage == ST_FORK_OUT) {
+                /* The turn is saved on h->session; only the snapshot failed. */
+                h->fork_to[0] = 0;
+                complete(h);
+            } else {
+                fail(h, e->code, msg);
+            }
+            break;
+        }
+        }
+    }
+    proto_code sb_code = PE_OK;
+    char sb_msg[512] = "";
+    if (o->sb.size && o->finals && sb_error(&o->sb, &sb_code, sb_msg, sizeof sb_msg)) {
+        /* An error packed as msgpack by an admin path: as a typed one. */
+        if (h->stage == ST_FORK_IN && sb_code == PE_NOT_FOUND && !h->fork_required) start_generate(h, 0);
+        else if (h->stage == ST_FORK_OUT) { h->fork_to[0] = 0; complete(h); }
+        else fail(h, sb_code, sb_msg);
+    } else if (o->sb.size && o->finals) {   /* a fork's or stats' result */
+        if (h->stage == ST_FORK_IN) start_generate(h, 1);
+        else if (h->stage == ST_FORK_OUT) complete(h);
+        else if (h->stage == ST_STATS) send_metrics(h, &o->sb);
+    }
+    outmsg_free(o);
+    if (h->req && h->stream && h->started) {
+        send_pending(h);
+        if (!h->paused && h->pend.n > srv->opt.max_output) {
+            h->paused = 1;
+            h->paused_ms = uv_now(srv->loop);
+            post_sched(hs, h->id, M_PAUSE);
+        }
+    }
+}
+
+/* Has the client of a request still waiting for its answer closed its
+ * connection? libh2o does not read an HTTP/1 connection while its request
+ * is being answered, so it would learn only when the answer is written:
+ * look at the socket (a peek reads 0 bytes at the peer's close). */
+static int client_gone(hreq *h)
+{
+    h2o_conn_t *c = h->req ? h->req->conn : NULL;
+    h2o_socket_t *sock = c && c->callbacks->get_socket ? c->callbacks->get_socket(c) : NULL;
+    int fd = sock ? h2o_socket_get_fd(sock) : -1;
+    if (fd < 0) return 0;
+    char b;
+    ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/* Every second: a client gone while its turn runs cancels the turn (as a
+ * closed socket connection does); a stream paused by --max-output for
+ * --pause-timeout has a client that does not read, so its turn is cancelled
+ * too (as conn_tick does for the socket). */
+static void on_tick(uv_timer_t *t)
+{
+    http_server *hs = t->data;
+    unsigned limit = hs->srv->opt.pause_timeout;
+    uint64_t now = uv_now(hs->srv->loop);
+    for (size_t b = 0; b < HREQ_BUCKETS; b++)
+        for (hreq *h = hs->tab[b]; h; h = h->hnext) {
+            if (h->pending_backend && !h->gone_posted && client_gone(h)) {
+                h->gone_posted = 1;
+                hs->req_total[OC_GONE]++;
+                post_sched(hs, h->id, M_CONN_CLOSED);
+            }
+            if (limit && h->paused && !h->pause_cancelled && now - h->paused_ms >= 1000ull * limit) {
+                h->pause_cancelled = 1;
+                post_sched(hs, h->id, M_CANCEL_CONN);
+            }
+        }
+}
+
+/* ---- requests ------------------------------------------------------------------------------- */
+
+typedef struct handler {
+    h2o_handler_t super;
+    http_server  *hs;
+} handler;
+
+static int path_is(const h2o_req_t *req, const char *p)
+{
+    return h2o_memis(req->path_normalized.base, req->path_normalized.len, p, strlen(p));
+}
+
+static int method_is(const h2o_req_t *req, const char *m)
+{
+    return h2o_memis(req->method.base, req->method.len, m, strlen(m));
+}
+
+/* A request header's value, or NULL (h2o lowercases names). */
+static const h2o_iovec_t *header(const h2o_req_t *req, const char *name)
+{
+    ssize_t i = h2o_find_header_by_str(&req->headers, name, strlen(name), -1);
+    return i < 0 ? NULL : &req->headers.entries[i].value;
+}
+
+static int token_ok(const http_server *hs, const h2o_req_t *req)
+{
+    if (!hs->token[0]) return 1;
+    ssize_t i = h2o_find_header(&req->headers, H2O_TOKEN_AUTHORIZATION, -1);
+    if (i < 0) return 0;
+    const h2o_iovec_t *v = &req->headers.entries[i].value;
+    size_t tl = strlen(hs->token);
+    if (v->len != 7 + tl || strncasecmp(v->base, "Bearer ", 7)) return 0;
+    unsigned diff = 0;   /* compare in constant time */
+    for (size_t k = 0; k < tl; k++) diff |= (unsigned char)v->base[7 + k] ^ (unsigned char)hs->token[k];
+    return diff == 0;
+}
+
+/* A request field check failed: status 400 naming the parameter. */
+typedef struct perr { char msg[512]; const char *param; } perr;
+
+static int bad(perr *e, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int bad(perr *e, const char *param, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    e->param = param;
+    return -EINVAL;
+}
+
+static const char *jtype(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a number";
+    case JSON_TRUE: case JSON_FALSE: return "a boolean";
+    default: return "null";
+    }
+}
+
+static int get_num(json_t *j, const char *key, double lo, double hi, float *out, perr *e)
+{
+    json_t *v = json_object_get(j, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_number(v)) return bad(e, key, "'%s' must be a number, got %s", key, jtype(v));
+    double x = json_number_value(v);
+    if (!(x >= lo && x <= hi)) return bad(e, key, "'%s' must be in %g..%g, got %g", key, lo, hi, x);
+    *out = (float)x;
+    return 0;
+}
+
+static int get_int(json_t *j, const char *key, long long lo, long long hi, long long *out, int *has,
+                   perr *e)
+{
+    json_t *v = json_object_get(j, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_integer(v)) return bad(e, key, "'%s' must be an integer, got %s", key, jtype(v));
+    long long x = json_integer_value(v);
+    if (x < lo || x > hi) return bad(e, key, "'%s' must be in %lld..%lld, got %lld", key, lo, hi, x);
+    *out = x;
+    if (has) *has = 1;
+    return 0;
+}
+
+static int get_bool(json_t *j, const char *key, int *out, perr *e)
+{
+    json_t *v = json_object_get(j, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_boolean(v)) return bad(e, key, "'%s' must be a boolean, got %s", key, jtype(v));
+    *out = json_is_true(v);
+    return 0;
+}
+
+static int get_name(json_t *j, const char *key, char *out, perr *e)
+{
+    json_t *v = json_object_get(j, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_string(v)) return bad(e, key, "'%s' must be a string, got %s", key, jtype(v));
+    const char *s = json_string_value(v);
+    char why[160];
+    if (json_string_length(v) > STORE_NAME_MAX || strlen(s) != json_string_length(v) ||
+        store_name_check(s, why, sizeof why))
+        return bad(e, key, "'%s' cannot name a session: %s", key,
+                   json_string_length(v) > STORE_NAME_MAX ? "longer than 128 bytes" : why);
+    snprintf(out, STORE_NAME_MAX + 1, "%s", s);
+    return 0;
+}
+
+static int add_stop(hreq *h, const char *s, size_t n, perr *e)
+{
+    if (n < 1 || n > PROTO_MAX_STOP_LEN)
+        return bad(e, "stop", "each stop string must be 1..%d bytes, got %zu", PROTO_MAX_STOP_LEN, n);
+    if (h->n_stop == PROTO_MAX_STOPS)
+        return bad(e, "stop", "at most %d stop strings (the chat template's included)", PROTO_MAX_STOPS);
+    memcpy(h->stop[h->n_stop], s, n);
+    h->stop_len[h->n_stop++] = (uint8_t)n;
+    if (n > h->max_stop) h->max_stop = n;
+    return 0;
+}
+
+/* The fields completions and chat share, into h and h->gen_req. */
+static int parse_common(http_server *hs, json_t *j, hreq *h, perr *e)
+{
+    server *srv = hs->srv;
+    proto_request *r = &h->gen_req;
+    r->op = OP_GENERATE;
+    r->id = 1;
+    r->sp = (sampler_params){ .temperature = 0.8f, .top_k = 0, .top_p = 1.0f, .rep_penalty = 1.0f,
+                              .rep_window = 64, .seed = 0 };
+    json_t *v;
+    if ((v = json_object_get(j, "model")) && !json_is_string(v))
+        return bad(e, "model", "'model' must be a string, got %s", jtype(v));
+    long long x = h->kind == HK_CHAT ? (srv->opt.max_tokens < 256 ? srv->opt.max_tokens : 256)
+                                     : (srv->opt.max_tokens < 16 ? srv->opt.max_tokens : 16);
+    const char *mt = h->kind == HK_CHAT && json_object_get(j, "max_completion_tokens") ?
+                     "max_completion_tokens" : "max_tokens";
+    if ((v = json_object_get(j, mt)) && json_is_integer(v) && json_integer_value(v) > srv->opt.max_tokens)
+        return bad(e, mt, "'%s' %lld is over the server's limit of %u", mt,
+                   (long long)json_integer_value(v), srv->opt.max_tokens);
+    if (get_int(j, mt, 0, srv->opt.max_tokens, &x, NULL, e)) return -EINVAL;
+    r->max_tokens = (uint32_t)x;
+    if (get_num(j, "temperature", 0, 100, &r->sp.temperature, e)) return -EINVAL;
+    if (get_num(j, "top_p", 0, 1, &r->sp.top_p, e)) return -EINVAL;
+    x = 0;
+    int has = 0;
+    if (get_int(j, "top_k", 0, srv->vocab > 0 ? srv->vocab : LIND_MAX_VOCAB, &x, &has, e)) return -EINVAL;
+    if (has) r->sp.top_k = (int)x;
+    has = 0;
+    if (get_int(j, "seed", 0, INT64_MAX, &x, &has, e)) return -EINVAL;
+    if (has) { r->sp.seed = (uint64_t)x; r->has_seed = 1; }
+    x = 1;
+    if (get_int(j, "n", 1, 1, &x, NULL, e)) return -EINVAL;
+    if (get_bool(j, "stream", &h->stream, e)) return -EINVAL;
+    if ((v = json_object_get(j, "stream_options")) && !json_is_null(v)) {
+        if (!json_is_object(v)) return bad(e, "stream_options", "'stream_options' must be an object");
+        if (get_bool(v, "include_usage", &h->include_usage, e)) return -EINVAL;
+    }
+    int lp = 0;
+    if ((v = json_object_get(j, "logprobs")) && !json_is_null(v) && !json_is_false(v) &&
+        !(json_is_integer(v) && json_integer_value(v) == 0))
+        lp = 1;
+    if (lp) return bad(e, "logprobs", "logprobs are not supported");
+    int echo = 0;
+    if (get_bool(j, "echo", &echo, e)) return -EINVAL;
+    if (echo) return bad(e, "echo", "echo is not supported");
+    v = json_object_get(j, "stop");
+    if (json_is_string(v)) {
+        if (add_stop(h, json_string_value(v), json_string_length(v), e)) return -EINVAL;
+    } else if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            json_t *s = json_array_get(v, i);
+            if (!json_is_string(s)) return bad(e, "stop", "stop[%zu] must be a string, got %s", i, jtype(s));
+            if (add_stop(h, json_string_value(s), json_string_length(s), e)) return -EINVAL;
+        }
+    } else if (v && !json_is_null(v)) {
+        return bad(e, "stop", "'stop' must be a string or an array of strings, got %s", jtype(v));
+    }
+    return 0;
+}
+
+/* Text for the generate request (a copy, malloc'd). */
+static int set_text(uint8_t **dst, size_t *len, const char *s, size_t n)
+{
+    *dst = malloc(n ? n : 1);
+    if (!*dst) return -ENOMEM;
+    memcpy(*dst, s, n);
+    *len = n;
+    return 0;
+}
+
+static void begin(http_server *hs, h2o_req_t *req, hkind kind)
+{
+    server *srv = hs->srv;
+    if (srv->stopping) {
+        send_error(hs, req, 503, "shutting_down", NULL, "the server is shutting down");
+        return;
+    }
+    json_error_t je;
+    json_t *j = json_loadb(req->entity.base ? req->entity.base : "", req->entity.len,
+                           JSON_REJECT_DUPLICATES, &je);
+    if (!j) {
+        send_error(hs, req, 400, "invalid_json", NULL, "the request body is not valid JSON: %s "
+                   "(line %d, column %d)", je.text, je.line, je.column);
+        return;
+    }
+    if (!json_is_object(j)) {
+        send_error(hs, req, 400, "invalid_json", NULL, "the request body must be a JSON object, got %s",
+                   jtype(j));
+        json_decref(j);
+        return;
+    }
+    hreq *h = calloc(1, sizeof *h);
+    if (!h) { json_decref(j); send_error(hs, req, 500, "internal", NULL, "out of memory"); return; }
+    h->hs = hs;
+    h->kind = kind;
+    h->stop_at = SIZE_MAX;
+    h->created = wall_ms() / 1000;
+    h->t_recv_ns = now_ns();
+    h->id = HTTP_CONN_BIT | ++hs->seq;
+    perr e = { "", NULL };
+    int rc = parse_common(hs, j, h, &e);
+    char name[STORE_NAME_MAX + 1] = "", prev[STORE_NAME_MAX + 1] = "", sess[STORE_NAME_MAX + 1] = "";
+    if (!rc) rc = get_name(j, "user", name, &e);
+    if (!rc) rc = get_name(j, "session", sess, &e);
+    if (!rc) rc = get_name(j, "previous_response_id", prev, &e);
+    if (!rc && sess[0]) snprintf(name, sizeof name, "%s", sess);
+    const h2o_iovec_t *hv = header(req, "x-lind-session");
+    if (!rc && hv) {
+        char why[160];
+        if (hv->len == 0 || hv->len > STORE_NAME_MAX) {
+            rc = bad(&e, NULL, "header X-Lind-Session must be 1..%d bytes", STORE_NAME_MAX);
+        } else {
+            memcpy(name, hv->base, hv->len);
+            name[hv->len] = 0;
+            if (strlen(name) != hv->len || store_name_check(name, why, sizeof why))
+                rc = bad(&e, NULL, "header X-Lind-Session cannot name a session: %s", why);
+        }
+    }
+    if (!rc && prev[0] && name[0])
+        rc = bad(&e, "previous_response_id", "'previous_response_id' continues a response's own "
+                 "session; it cannot be combined with a session name (session, user, X-Lind-Session)");
+    new_resp_id(h->resp_id, sizeof h->resp_id);
+    /* The text: a prompt, or messages rendered with the chat template. */
+    size_t k = 0;   /* chat: messages before k are what the session holds */
+    if (!rc && kind == HK_COMPLETION) {
+        json_t *p = json_object_get(j, "prompt");
+        if (json_is_array(p) && json_array_size(p) == 1) p = json_array_get(p, 0);
+        if (!p) rc = bad(&e, "prompt", "'prompt' is required");
+        else if (!json_is_string(p))
+            rc = bad(&e, "prompt", "'prompt' must be a string (or an array of one string), got %s",
+                     jtype(p));
+        else if (set_text(&h->new_text, &h->new_len, json_string_value(p), json_string_length(p)))
+            rc = bad(&e, NULL, "out of memory");
+    } else if (!rc) {
+        json_t *msgs = json_object_get(j, "messages");
+        if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
+            rc = bad(&e, "messages", "'messages' must be a non-empty array of {role, content}");
+        } else {
+            h->messages = json_incref(msgs);
+            for (size_t i = 0; i < json_array_size(msgs); i++) {
+                const char *role = json_string_value(json_object_get(json_array_get(msgs, i), "role"));
+                if (role && !strcmp(role, "assistant")) k = i + 1;
+            }
+            for (int i = 0; !rc && i < hs->tpl.n_stop; i++) {
+                int dup = 0;
+                for (int s2 = 0; s2 < h->n_stop; s2++)
+                    dup |= h->stop_len[s2] == strlen(hs->tpl.stop[i]) &&
+                           !memcmp(h->stop[s2], hs->tpl.stop[i], h->stop_len[s2]);
+                if (!dup) rc = add_stop(h, hs->tpl.stop[i], strlen(hs->tpl.stop[i]), &e);
+            }
+            char err[512];
+            uint8_t tail[PROTO_MAX_STOP_LEN];
+            const char *cont = prev[0] ? prev : name[0] ? name : NULL;
+            char prefix[STORE_NAME_MAX + 1] = "";
+            if (!rc && !cont && k > 0 && conv_name(msgs, k, NULL, 0, prefix, sizeof prefix) == 0)
+                cont = prefix;
+            size_t from = prev[0] ? 0 : k;
+            size_t tl = cont ? tail_get(hs, cont, tail) : 0;
+            char *txt = NULL;
+            size_t n = 0;
+            if (!rc && (rc = chat_render(&hs->tpl, msgs, from, from > 0 || prev[0], tail, tl,
+                                         from == 0 && !prev[0] && !name[0],
+                                         &txt, &n, err, sizeof err)) != 0)
+                rc = bad(&e, "messages", "%s", err);
+            if (!rc) { h->new_text = (uint8_t *)txt; h->new_len = n; }
+            if (!rc && !prev[0] && !name[0] && k > 0) {
+                /* Stateless with history: the whole conversation, in case no
+                 * stored session holds its prefix. */
+                if ((rc = chat_render(&hs->tpl, msgs, 0, 0, NULL, 0, 1, &txt, &n, err, sizeof err)) != 0)
+                    rc = bad(&e, "messages", "%s", err);
+                else { h->full_text = (uint8_t *)txt; h->full_len = n; }
+                snprintf(h->fork_from, sizeof h->fork_from, "%s", prefix);
+            }
+        }
+    }
+    json_decref(j);
+    if (rc) {
+        send_error(hs, req, 400, "invalid_request", e.param, "%s", e.msg);
+        h->hs = hs;
+        json_decref(h->messages);
+        h->messages = NULL;
+        free(h->new_text);
+        free(h->full_text);
+        proto_request_free(&h->gen_req);
+        free(h);
+        return;
+    }
+    memcpy(h->gen_req.stop, h->stop, sizeof h->stop);
+    memcpy(h->gen_req.stop_len, h->stop_len, sizeof h->stop_len);
+    h->gen_req.n_stop = h->n_stop;
+    /* Which session the turn runs on, and what stays afterwards. */
+    if (prev[0]) {
+        snprintf(h->session, sizeof h->session, "%s", h->resp_id);
+        snprintf(h->fork_from, sizeof h->fork_from, "%s", prev);
+        h->fork_required = 1;
+    } else if (name[0]) {
+        snprintf(h->session, sizeof h->session, "%s", name);
+        snprintf(h->fork_to, sizeof h->fork_to, "%s", h->resp_id);   /* previous_response_id's snapshot */
+    } else {
+        snprintf(h->session, sizeof h->session, "%s", h->resp_id);
+    }
+    h->req = req;
+    hreq **hook = h2o_mem_alloc_shared(&req->pool, sizeof *hook, on_pool_dispose);
+    *hook = h;
+    h->hnext = hs->tab[h->id % HREQ_BUCKETS];
+    hs->tab[h->id % HREQ_BUCKETS] = h;
+    hs->nreq++;
+    if (h->fork_from[0]) {
+        h->stage = ST_FORK_IN;
+        fork_request(h, h->fork_from, h->session);
+    } else {
+        /* The text when the session goes on: the new part (new_text) for
+         * a named session and a completion, the whole for a fresh chat. */
+        start_generate(h, 1);
+    }
+}
+
+static void models(http_server *hs, h2o_req_t *req)
+{
+    json_t *m = json_pack("{s:s, s:s, s:I, s:s}", "id", hs->model_id, "object", "model", "created",
+                          (json_int_t)0, "owned_by", "lind");
+    send_json(req, 200, "OK", json_pack("{s:s, s:[o]}", "object", "list", "data", m));
+}
+
+static void metrics(http_server *hs, h2o_req_t *req)
+{
+    hreq *h = calloc(1, sizeof *h);
+    if (!h) { send_error(hs, req, 500, "internal", NULL, "out of memory"); return; }
+    h->hs = hs;
+    h->kind = HK_METRICS;
+    h->stage = ST_STATS;
+    h->stop_at = SIZE_MAX;
+    h->id = HTTP_CONN_BIT | ++hs->seq;
+    h->req = req;
+    hreq **hook = h2o_mem_alloc_shared(&req->pool, sizeof *hook, on_pool_dispose);
+    *hook = h;
+    h->hnext = hs->tab[h->id % HREQ_BUCKETS];
+    hs->tab[h->id % HREQ_BUCKETS] = h;
+    hs->nreq++;
+    dmsg *m = dmsg_new(M_REQUEST, h->id);
+    if (!m) { fail(h, PE_INTERNAL, "out of memory"); return; }
+    m->req.op = OP_STATS;
+    m->req.id = 1;
+    m->t_recv_ns = now_ns();
+    h->pending_backend = 1;
+    queue_push(&hs->srv->persistq, &m->node);   /* stats go straight to the store, as commands.c does */
+}
+
+static int on_req(h2o_handler_t *self, h2o_req_t *req)
+{
+    http_server *hs = ((handler *)self)->hs;
+    size_t hbytes = req->path.len + req->method.len;
+    for (size_t i = 0; i < req->headers.size; i++)
+        hbytes += req->headers.entries[i].name->len + req->headers.entries[i].value.len + 4;
+    if (hbytes > hs->srv->opt.http_max_header) {
+        send_error(hs, req, 431, "headers_too_large", NULL, "the request line and headers are %zu bytes,"
+                   " over the limit of %zu (--http-max-header)", hbytes, hs->srv->opt.http_max_header);
+        return 0;
+    }
+    int get = method_is(req, "GET") || method_is(req, "HEAD"), post = method_is(req, "POST");
+    if (path_is(req, "/health")) {
+        if (!get) send_error(hs, req, 405, "method_not_allowed", NULL, "/health takes GET");
+        else if (hs->srv->stopping)
+            send_json(req, 503, "Service Unavailable", json_pack("{s:s}", "status", "stopping"));
+        else send_json(req, 200, "OK", json_pack("{s:s, s:s}", "status", "ok", "model", hs->model_id));
+        return 0;
+    }
+    if (!token_ok(hs, req)) {
+        add_header(req, "www-authenticate", "Bearer");
+        send_error(hs, req, 401, "invalid_api_key", NULL, "this server wants 'Authorization: Bearer"
+                   " <token>' with the token of its --http-token-file");
+        return 0;
+    }
+    static const struct { const char *path; int post; } routes[] = {
+        { "/v1/models", 0 }, { "/metrics", 0 }, { "/v1/completions", 1 }, { "/v1/chat/completions", 1 },
+    };
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+        if (!path_is(req, routes[i].path)) continue;
+        if (routes[i].post ? !post : !get) {
+            add_header(req, "allow", routes[i].post ? "POST" : "GET, HEAD");
+            send_error(hs, req, 405, "method_not_allowed", NULL, "%s takes %s", routes[i].path,
+                       routes[i].post ? "POST" : "GET");
+        } else if (i == 0) models(hs, req);
+        else if (i == 1) metrics(hs, req);
+        else if (req->entity.len > hs->srv->opt.http_max_body) {
+            send_error(hs, req, 413, "body_too_large", NULL, "the request body is %zu bytes, over the "
+                       "limit of %zu (--http-max-body)", req->entity.len, hs->srv->opt.http_max_body);
+        } else begin(hs, req, i == 2 ? HK_COMPLETION : HK_CHAT);
+        return 0;
+    }
+    send_error(hs, req, 404, "not_found", NULL, "no such endpoint: %.*s (there are /v1/completions, "
+               "/v1/chat/completions, /v1/models, /health, /metrics)", (int)req->path_normalized.len,
+               req->path_normalized.base);
+    return 0;
+}
+
+/* ---- connections ------------------------------------------------------------------------------ */
+
+static unsigned n_sockets;   /* accepted TCP handles not yet closed (one front door per process) */
+
+static void on_socket_closed(uv_handle_t *h)
+{
+    n_sockets--;
+    free(h);
+}
+
+static void on_accept(uv_stream_t *l, int status)
+{
+    http_server *hs = l->data;
+    if (status < 0) return;
+    uv_tcp_t *c = calloc(1, sizeof *c);
+    if (!c) return;
+    uv_tcp_init(l->loop, c);
+    n_sockets++;
+    if (uv_accept(l, (uv_stream_t *)c) != 0) {
+        uv_close((uv_handle_t *)c, on_socket_closed);
+        return;
+    }
+    uv_tcp_nodelay(c, 1);   /* a streamed token goes out at once */
+    h2o_socket_t *sock = h2o_uv_socket_create((uv_stream_t *)c, on_socket_closed);
+    h2o_accept(&hs->accept, sock);
+}
+
+int http_parse_addr(const char *s, struct sockaddr_storage *sa, char *err, size_t errlen)
+{
+    char host[64] = "127.0.0.1";
+    const char *port = s;
+    const char *colon = strrchr(s, ':');
+    if (colon) {
+        size_t hl = (size_t)(colon - s);
+        const char *h = s;
+        if (hl >= 2 && s[0] == '[' && s[hl - 1] == ']') { h = s + 1; hl -= 2; }
+        if (hl == 0 || hl >= sizeof host) {
+            snprintf(err, errlen, "--http wants [ADDR:]PORT, got '%s'", s);
+            return -EINVAL;
+        }
+        memcpy(host, h, hl);
+        host[hl] = 0;
+        port = colon + 1;
+    }
+    char *end;
+    long p = strtol(port, &end, 10);
+    if (!*port || *end || p < 0 || p > 65535) {
+        snprintf(err, errlen, "--http wants [ADDR:]PORT with a port in 0..65535, got '%s'", s);
+        return -EINVAL;
+    }
+    if (uv_ip4_addr(host, (int)p, (struct sockaddr_in *)sa) != 0 &&
+        uv_ip6_addr(host, (int)p, (struct sockaddr_in6 *)sa) != 0) {
+        snprintf(err, errlen, "--http: '%s' is not an IPv4 or IPv6 address", host);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static int read_token(const char *path, char *out, size_t outlen, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, errlen, "--http-token-file %s: %s", path, strerror(errno));
+        return -errno;
+    }
+    if (!fgets(out, (int)outlen, f)) out[0] = 0;
+    fclose(f);
+    out[strcspn(out, "\r\n")] = 0;
+    if (strlen(out) < 8 || strlen(out) >= outlen - 1) {
+        snprintf(err, errlen, "--http-token-file %s: the token (its first line) must be 8..%zu bytes",
+                 path, outlen - 2);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+int http_start(server *srv, char *err, size_t errlen)
+{
+    if (!srv->opt.http_addr) return 0;
+    struct sockaddr_storage sa;
+    memset(&sa, 0, sizeof sa);
+    int rc = http_parse_addr(srv->opt.http_addr, &sa, err, errlen);
+    if (rc) return rc;
+    http_server *hs = calloc(1, sizeof *hs);
+    if (!hs) { snprintf(err, errlen, "out of memory"); return -ENOMEM; }
+    hs->srv = srv;
+    hs->tails = calloc(TAIL_SLOTS, sizeof *hs->tails);
+    if (srv->opt.http_token_file &&
+        (rc = read_token(srv->opt.http_token_file, hs->token, sizeof hs->token, err, errlen))) {
+        free(hs->tails);
+        free(hs);
+        return rc;
+    }
+    if ((rc = chat_template_parse(&hs->tpl, srv->chat_template, err, errlen)) != 0) {
+        free(hs->tails);
+        free(hs);
+        return rc;
+    }
+    const char *base = strrchr(srv->model_path, '/');
+    snprintf(hs->model_id, sizeof hs->model_id, "%.127s", base && base[1] ? base + 1 : srv->model_path);
+    srv->http = hs;
+    uv_timer_init(srv->loop, &hs->reaper);
+    hs->reaper.data = hs;
+    uv_timer_init(srv->loop, &hs->tick);
+    hs->tick.data = hs;
+    uv_timer_start(&hs->tick, on_tick, 1000, 1000);
+    h2o_config_init(&hs->config);
+    hs->config.server_name = h2o_iovec_init(H2O_STRLIT("lind"));
+    /* libh2o refuses a body over its limit itself, with a plain-text 413;
+     * up to twice --http-max-body reaches the handler, whose 413 carries an
+     * error object. */
+    hs->config.max_request_entity_size = 2 * srv->opt.http_max_body;
+    hs->config.http1.req_timeout = 1000ull * srv->opt.http_idle_timeout;
+    hs->config.http2.idle_timeout = 1000ull * srv->opt.http_idle_timeout;
+    h2o_hostconf_t *host = h2o_config_register_host(&hs->config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
+    h2o_pathconf_t *path = h2o_config_register_path(host, "/", 0);
+    handler *hd = (handler *)h2o_create_handler(path, sizeof *hd);
+    hd->super.on_req = on_req;
+    hd->hs = hs;
+    h2o_context_init(&hs->ctx, srv->loop, &hs->config);
+    hs->ctx_ready = 1;
+    hs->accept.ctx = &hs->ctx;
+    hs->accept.hosts = hs->config.hosts;
+    uv_tcp_init(srv->loop, &hs->listener);
+    hs->listener.data = hs;
+    hs->listening = 1;
+    if ((rc = uv_tcp_bind(&hs->listener, (struct sockaddr *)&sa, 0)) != 0 ||
+        (rc = uv_listen((uv_stream_t *)&hs->listener, 511, on_accept)) != 0) {
+        snprintf(err, errlen, "HTTP: listening on %s: %s", srv->opt.http_addr, uv_strerror(rc));
+        return rc;
+    }
+    struct sockaddr_storage bound;
+    int blen = sizeof bound;
+    char ip[64] = "?";
+    int port = 0;
+    if (uv_tcp_getsockname(&hs->listener, (struct sockaddr *)&bound, &blen) == 0) {
+        if (bound.ss_family == AF_INET6) {
+            uv_ip6_name((struct sockaddr_in6 *)&bound, ip, sizeof ip);
+            port = ntohs(((struct sockaddr_in6 *)&bound)->sin6_port);
+        } else {
+            uv_ip4_name((struct sockaddr_in *)&bound, ip, sizeof ip);
+            port = ntohs(((struct sockaddr_in *)&bound)->sin_port);
+        }
+    }
+    fprintf(stderr, "lind serve: HTTP on %s:%d%s\n", ip, port, hs->token[0] ? " (bearer token)" : "");
+    return 0;
+}
+
+void http_stop_listening(server *srv)
+{
+    http_server *hs = srv->http;
+    if (!hs || !hs->listening) return;
+    hs->listening = 0;
+    uv_close((uv_handle_t *)&hs->listener, NULL);
+    uv_timer_stop(&hs->tick);
+}
+
+static void close_walk(uv_handle_t *h, void *arg)
+{
+    (void)arg;
+    /* What is left of h2o's (client sockets, its timers) when the loop ends:
+     * every turn is saved by now, the clients just lose the connection. */
+    if (!uv_is_closing(h) && (h->type == UV_TCP || h->type == UV_TIMER)) uv_close(h, NULL);
+}
+
+void http_close(server *srv)
+{
+    http_server *hs = srv->http;
+    if (!hs || hs->closed) return;
+    hs->closed = 1;
+    http_stop_listening(srv);
+    if (!uv_is_closing((uv_handle_t *)&hs->tick)) uv_close((uv_handle_t *)&hs->tick, NULL);
+    if (!uv_is_closing((uv_handle_t *)&hs->reaper)) {
+        on_reap(&hs->reaper);
+        uv_close((uv_handle_t *)&hs->reaper, NULL);
+    }
+    if (!hs->ctx_ready) return;
+    if (!n_sockets) {
+        hs->ctx_ready = 0;
+        h2o_context_dispose(&hs->ctx);   /* closes its timers */
+        return;
+    }
+    /* Connections h2o still holds (HTTP/1 in libh2o 2.2 has no graceful
+     * close): every turn is saved by now, their clients just lose the
+     * connection. Their memory stays h2o's until the process ends. */
+    hs->leaked = 1;
+    uv_walk(srv->loop, close_walk, NULL);
+}
+
+/* Kept reachable when h2o's connections could not be closed cleanly. */
+static http_server *leftover;
+
+void http_free(server *srv)
+{
+    http_server *hs = srv->http;
+    if (!hs) return;
+    srv->http = NULL;
+    hs->freeing = 1;
+    for (size_t b = 0; b < HREQ_BUCKETS; b++)
+        while (hs->tab[b]) hreq_free(hs->tab[b]);
+    if (hs->leaked) { leftover = hs; return; }
+    if (hs->ctx_ready) h2o_context_dispose(&hs->ctx);
+    h2o_config_dispose(&hs->config);
+    chat_template_free(&hs->tpl);
+    free(hs->tails);
+    free(hs);
+}

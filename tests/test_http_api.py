@@ -1,0 +1,431 @@
+"""tests/test_http_api.py — the HTTP front door (docs/HTTP.md) end to end:
+`lind serve --http 0` on the shipped model, driven with curl and raw sockets.
+
+Answers are checked against the msgpack socket (the same turn through both
+gives the same text), streaming against non-streaming, sessions by what the
+store holds afterwards, every refused request by its status and its
+OpenAI-style error object, and slow or vanishing clients by the server
+staying correct (the disconnected turn is cancelled, its session saved).
+No case sleeps: each waits for the event it needs."""
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from daemon_harness import (Client, Server, case, expect, finish, TMP, SLOW)  # noqa: E402
+
+
+def http_port(srv, timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        m = re.search(r"HTTP on [0-9.]+:(\d+)", srv.log())
+        if m:
+            return int(m.group(1))
+        time.sleep(0.02)
+    raise RuntimeError("no HTTP port in the log: " + srv.log())
+
+
+TOKEN = "s3cret-token-for-tests"
+token_file = os.path.join(TMP, "token")
+with open(token_file, "w") as f:
+    f.write(TOKEN + "\n")
+
+S = Server("http", extra=["--http", "0", "--http-idle-timeout", "2", "--http-max-body", "65536",
+                          "--max-tokens", "100000"]).start()
+PORT = http_port(S)
+BASE = "http://127.0.0.1:%d" % PORT
+A = Server("http-auth", extra=["--http", "127.0.0.1:0", "--http-token-file", token_file]).start()
+APORT = http_port(A)
+
+
+def curl(path, body=None, headers=(), method=None, base=None, raw=None):
+    """(status, body bytes) through curl."""
+    cmd = ["curl", "-s", "-S", "-o", "-", "-w", "\n%{http_code}", "--max-time", str(60 * SLOW)]
+    if method:
+        cmd += ["-X", method]
+    for h in headers:
+        cmd += ["-H", h]
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    if data is not None:
+        cmd += ["-H", "Content-Type: application/json", "--data-binary", "@-"]
+    cmd.append((base or BASE) + path)
+    r = subprocess.run(cmd, input=data, capture_output=True, timeout=120 * SLOW)
+    out, _, code = r.stdout.rpartition(b"\n")
+    return int(code or 0), out
+
+
+def post(path, body, **kw):
+    st, out = curl(path, body, **kw)
+    return st, json.loads(out) if out.startswith(b"{") else out
+
+
+def sse(path, body, headers=()):
+    """The data payloads of a streamed answer (raw bytes each)."""
+    st, out = curl(path, dict(body, stream=True), headers=headers)
+    expect(st == 200, "stream status %d: %r" % (st, out[:300]))
+    events = [e for e in out.split(b"\n\n") if e.strip()]
+    for e in events:
+        expect(e.startswith(b"data: "), "an SSE event not 'data: ': %r" % e[:100])
+    return [e[6:] for e in events]
+
+
+def expect_error(st, j, status, param=None):
+    expect(st == status, "status %d, want %d: %r" % (st, status, j))
+    expect(isinstance(j, dict) and isinstance(j.get("error"), dict), "no error object: %r" % (j,))
+    e = j["error"]
+    for k in ("message", "type", "code"):
+        expect(isinstance(e.get(k), str) and e[k], "error.%s missing: %r" % (k, e))
+    if param:
+        expect(e.get("param") == param, "error.param %r, want %r" % (e.get("param"), param))
+
+
+def socket_generate(session, text, **f):
+    c = Client(S.sock)
+    toks = []
+    done = c.final(c.send("generate", session=session, text=text, **f), toks)
+    c.close()
+    return b"".join(toks), done
+
+
+def info(session):
+    c = Client(S.sock)
+    r = c.call("info", session=session)
+    c.close()
+    return r
+
+
+@case
+def health_models_and_unknown_paths():
+    st, j = post("/health", None)
+    expect(st == 200 and j["status"] == "ok", "health: %d %r" % (st, j))
+    st, j = post("/v1/models", None)
+    expect(st == 200 and j["object"] == "list" and j["data"][0]["id"] == "default", "models %r" % j)
+    st, j = post("/v1/nothing", None)
+    expect_error(st, j, 404)
+    st, j = post("/v1/completions", None, method="GET")
+    expect_error(st, j, 405)
+    st, j = post("/v1/models", {"x": 1})
+    expect_error(st, j, 405)
+
+
+@case
+def completion_matches_the_socket():
+    st, j = post("/v1/completions", {"model": "default", "prompt": "Once upon a time",
+                                     "max_tokens": 24, "seed": 7, "temperature": 0.9, "top_p": 0.95,
+                                     "top_k": 40})
+    expect(st == 200, "status %d %r" % (st, j))
+    expect(j["object"] == "text_completion" and j["id"].startswith("resp-"), "shape %r" % j)
+    ch = j["choices"][0]
+    expect(ch["finish_reason"] == "length", "finish_reason %r" % ch["finish_reason"])
+    u = j["usage"]
+    expect(u["completion_tokens"] == 24 and u["total_tokens"] == u["prompt_tokens"] + 24, "usage %r" % u)
+    out, done = socket_generate("sock-twin", "Once upon a time", max_tokens=24, seed=7,
+                                temperature=0.9, top_p=0.95, top_k=40)
+    expect(done["tokens_in"] == u["prompt_tokens"], "prompt tokens %d vs %d" % (done["tokens_in"],
+                                                                               u["prompt_tokens"]))
+    expect(ch["text"] == out.decode("utf-8", errors="replace"),
+           "HTTP text %r != socket text %r" % (ch["text"], out))
+
+
+@case
+def streaming_equals_non_streaming():
+    body = {"prompt": "In the beginning", "max_tokens": 40, "seed": 11}
+    st, j = post("/v1/completions", body)
+    expect(st == 200, "status %d" % st)
+    ev = sse("/v1/completions", dict(body, stream_options={"include_usage": True}))
+    expect(ev[-1] == b"[DONE]", "no [DONE] at the end: %r" % ev[-1:])
+    chunks = [json.loads(e.decode("utf-8")) for e in ev[:-1]]
+    text = "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
+    expect(text == j["choices"][0]["text"], "streamed %r != %r" % (text, j["choices"][0]["text"]))
+    fin = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]]
+    expect(fin[-1] == "length" and all(f is None for f in fin[:-1]), "finish reasons %r" % fin)
+    expect(chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 40,
+           "usage chunk %r" % chunks[-1])
+
+
+@case
+def chat_streams_deltas():
+    body = {"messages": [{"role": "system", "content": "Be brief."},
+                         {"role": "user", "content": "Tell me of Moses"}], "max_tokens": 30, "seed": 5}
+    st, j = post("/v1/chat/completions", body)
+    expect(st == 200 and j["object"] == "chat.completion", "%d %r" % (st, j))
+    msg = j["choices"][0]["message"]
+    expect(msg["role"] == "assistant" and isinstance(msg["content"], str), "message %r" % msg)
+    ev = sse("/v1/chat/completions", body)
+    chunks = [json.loads(e) for e in ev[:-1]]
+    expect(chunks[0]["choices"][0]["delta"].get("role") == "assistant", "first delta %r" % chunks[0])
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+    expect(text == msg["content"], "chat stream %r != %r" % (text, msg["content"]))
+    expect(all(c["object"] == "chat.completion.chunk" for c in chunks), "chunk objects")
+
+
+@case
+def stop_strings_end_and_are_cut():
+    # Find a stop string the model will produce: two bytes of an unstopped reply.
+    body = {"prompt": "And God said", "max_tokens": 60, "seed": 3}
+    st, j = post("/v1/completions", body)
+    full = j["choices"][0]["text"]
+    stop = full[20:23]
+    expect(len(stop.encode()) == 3, "picked stop %r" % stop)
+    st, j = post("/v1/completions", dict(body, stop=[stop, "zzzzq"]))
+    ch = j["choices"][0]
+    expect(ch["finish_reason"] == "stop", "finish_reason %r (%r)" % (ch["finish_reason"], j))
+    expect(ch["text"] == full[:full.index(stop)], "text %r, want %r" % (ch["text"], full[:full.index(stop)]))
+    ev = sse("/v1/completions", dict(body, stop=stop))
+    text = "".join(json.loads(e)["choices"][0]["text"] for e in ev[:-1])
+    expect(text == ch["text"], "streamed with stop %r != %r" % (text, ch["text"]))
+
+
+@case
+def named_session_feeds_only_new_text():
+    h = ["X-Lind-Session: named-1"]
+    st, j1 = post("/v1/completions", {"prompt": "The LORD is my shepherd", "max_tokens": 10, "seed": 1},
+                  headers=h)
+    expect(st == 200, "first %d %r" % (st, j1))
+    r = info("named-1")
+    expect(r["event"] == "result" and r["tokens"] == j1["lind"]["session_tokens"],
+           "after the first response the store holds %r, the response said %r" % (r, j1["lind"]))
+    st, j2 = post("/v1/completions", {"prompt": " I shall", "max_tokens": 10}, headers=h)
+    expect(j2["usage"]["prompt_tokens"] < 10, "only the new text is fed: %r" % j2["usage"])
+    expect(j2["lind"]["session_tokens"] > j1["lind"]["session_tokens"] + 10, "the session grew: %r" % j2)
+    # The same two turns over the socket give the same second answer.
+    socket_generate("named-twin", "The LORD is my shepherd", max_tokens=10, seed=1)
+    out, _ = socket_generate("named-twin", " I shall", max_tokens=10)
+    expect(j2["choices"][0]["text"] == out.decode("utf-8", errors="replace"),
+           "continued %r != socket %r" % (j2["choices"][0]["text"], out))
+    # `session` and `user` name sessions too.
+    st, j3 = post("/v1/completions", {"prompt": "x", "max_tokens": 2, "user": "named-1"})
+    expect(j3["lind"]["session"] == "named-1", "user names the session: %r" % j3["lind"])
+
+
+@case
+def previous_response_id_forks():
+    st, a = post("/v1/completions", {"prompt": "Blessed are the meek", "max_tokens": 8, "seed": 2})
+    rid = a["id"]
+    st, b1 = post("/v1/completions", {"prompt": ", for they", "max_tokens": 12, "seed": 9,
+                                      "previous_response_id": rid})
+    st2, b2 = post("/v1/completions", {"prompt": ", for they", "max_tokens": 12, "seed": 9,
+                                       "previous_response_id": rid})
+    expect(st == 200 and st2 == 200, "statuses %d %d: %r" % (st, st2, b1))
+    expect(b1["choices"][0]["text"] == b2["choices"][0]["text"],
+           "the same fork point twice gives the same text: %r %r" % (b1, b2))
+    expect(b1["usage"]["prompt_tokens"] < 12, "only the new text is fed: %r" % b1["usage"])
+    expect(info(rid)["tokens"] == a["lind"]["session_tokens"], "the forked-from response is unchanged")
+    st, j = post("/v1/completions", {"prompt": "x", "previous_response_id": "resp-0000000000000000"})
+    expect_error(st, j, 404)
+
+
+@case
+def stateless_chat_reuses_its_stored_prefix():
+    m1 = [{"role": "user", "content": "Who was Noah"}]
+    st, r1 = post("/v1/chat/completions", {"messages": m1, "max_tokens": 12, "seed": 4})
+    reply = r1["choices"][0]["message"]["content"]
+    m2 = m1 + [{"role": "assistant", "content": reply}, {"role": "user", "content": "And then"}]
+    st, r2 = post("/v1/chat/completions", {"messages": m2, "max_tokens": 12, "seed": 4})
+    expect(st == 200, "%d %r" % (st, r2))
+    # A history nobody stored (the reply changed) is fed whole.
+    m3 = m1 + [{"role": "assistant", "content": reply + "!"}, {"role": "user", "content": "And then"}]
+    st, r3 = post("/v1/chat/completions", {"messages": m3, "max_tokens": 12, "seed": 4})
+    p2, p3 = r2["usage"]["prompt_tokens"], r3["usage"]["prompt_tokens"]
+    expect(p2 < p3 and p2 <= len("And then\n") + 1, "prefix reuse fed %d tokens, a fresh one %d" % (p2, p3))
+
+
+@case
+def bad_requests_get_error_objects():
+    cases = [
+        ({"prompt": 5}, "prompt"), ({"max_tokens": 5}, "prompt"),
+        ({"prompt": "a", "max_tokens": "ten"}, "max_tokens"),
+        ({"prompt": "a", "max_tokens": -1}, "max_tokens"),
+        ({"prompt": "a", "max_tokens": 200000}, "max_tokens"),
+        ({"prompt": "a", "temperature": "hot"}, "temperature"),
+        ({"prompt": "a", "top_p": 2}, "top_p"),
+        ({"prompt": "a", "seed": -4}, "seed"),
+        ({"prompt": "a", "seed": 1.5}, "seed"),
+        ({"prompt": "a", "stop": 5}, "stop"),
+        ({"prompt": "a", "stop": ["x" * 65]}, "stop"),
+        ({"prompt": "a", "stop": [str(i) for i in range(9)]}, "stop"),
+        ({"prompt": "a", "stream": "yes"}, "stream"),
+        ({"prompt": "a", "n": 2}, "n"),
+        ({"prompt": "a", "session": ""}, "session"),
+        ({"prompt": "a", "user": 7}, "user"),
+        ({"prompt": "a", "logprobs": 3}, "logprobs"),
+    ]
+    for body, param in cases:
+        st, j = post("/v1/completions", body)
+        expect_error(st, j, 400, param)
+    for body, param in [({"messages": "hi"}, "messages"), ({"messages": []}, "messages"),
+                        ({"messages": [{"role": "wizard", "content": "x"}]}, "messages"),
+                        ({"messages": [{"role": "user", "content": 5}]}, "messages"),
+                        ({"messages": [{"content": "x"}]}, "messages")]:
+        st, j = post("/v1/chat/completions", body)
+        expect_error(st, j, 400, param)
+    for raw in [b"{", b"not json", b"[1,2]", b"", b'{"prompt": "a", "prompt": "b"}', b"\xff\xfe"]:
+        st, out = curl("/v1/completions", raw=raw)
+        expect_error(st, json.loads(out), 400)
+    st, j = post("/v1/completions", {"prompt": "a", "session": "s"}, headers=["X-Lind-Session: t"])
+    expect(st == 200 and j["lind"]["session"] == "t", "the header names the session: %r" % (j,))
+    st, j = post("/v1/completions", {"prompt": "a", "session": "s", "previous_response_id": "resp-1"})
+    expect_error(st, j, 400, "previous_response_id")
+    # A session already in a turn is busy: a long turn on a named session, then another.
+    c = socket.create_connection(("127.0.0.1", PORT))
+    body = json.dumps({"prompt": "a", "max_tokens": 50000, "stream": True, "session": "busy-1"}).encode()
+    c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    expect(b"data: " in c.recv(4096), "the long turn streams")
+    st, j = post("/v1/completions", {"prompt": "b", "session": "busy-1"})
+    expect_error(st, j, 409)
+    c.close()
+
+
+@case
+def size_limits():
+    st, out = curl("/v1/completions", raw=b'{"prompt": "' + b"a" * 70000 + b'"}')
+    expect_error(st, json.loads(out), 413)
+    st, out = curl("/v1/completions", raw=b'{"prompt": "' + b"a" * 140000 + b'"}')
+    expect(st == 413, "a body over twice --http-max-body (libh2o's own 413): %d %r" % (st, out[:200]))
+    st, out = curl("/v1/models", headers=["X-Big: " + "b" * 20000])
+    expect_error(st, json.loads(out), 431)
+
+
+@case
+def bearer_token():
+    base = "http://127.0.0.1:%d" % APORT
+    st, out = curl("/v1/models", base=base)
+    expect_error(st, json.loads(out), 401)
+    st, out = curl("/v1/models", base=base, headers=["Authorization: Bearer wrong-token-xxxxxx"])
+    expect_error(st, json.loads(out), 401)
+    st, out = curl("/v1/models", base=base, headers=["Authorization: Bearer " + TOKEN])
+    expect(st == 200, "with the token: %d" % st)
+    st, out = curl("/health", base=base)
+    expect(st == 200, "health needs no token: %d" % st)
+
+
+@case
+def idle_and_slow_clients_are_closed():
+    # Half a request line, then nothing: closed after --http-idle-timeout (2 s).
+    c = socket.create_connection(("127.0.0.1", PORT))
+    c.settimeout(30 * SLOW)
+    c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Len")
+    t0 = time.time()
+    data = c.recv(4096)
+    while data:
+        data = c.recv(4096)
+    expect(time.time() - t0 < 25 * SLOW, "closed by the idle timeout")
+    c.close()
+    st, j = post("/health", None)
+    expect(st == 200, "still serving")
+
+
+@case
+def disconnect_mid_stream_cancels_and_saves():
+    c = socket.create_connection(("127.0.0.1", PORT))
+    c.settimeout(30 * SLOW)
+    body = json.dumps({"prompt": "Let there be light", "max_tokens": 50000, "stream": True,
+                       "seed": 1}).encode()
+    c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Lind-Session: gone-1\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    got = b""
+    while got.count(b"data: ") < 3:
+        got += c.recv(4096)
+    c.close()
+    # The turn is cancelled at a token boundary and saved: wait for it.
+    deadline = time.time() + 60 * SLOW
+    while True:
+        r = info("gone-1")
+        if r["event"] == "result" and not r["busy"]:
+            break
+        expect(time.time() < deadline, "the disconnected turn did not end: %r" % r)
+    expect(r["tokens"] < 50000, "cancelled, not run to max_tokens: %r" % r)
+    streamed = got.count(b"data: ")
+    expect(r["tokens"] >= len("Let there be light") // 4 + streamed - 1,
+           "the session holds what was streamed: %r" % r)
+    st, j = post("/v1/completions", {"prompt": " again", "max_tokens": 3}, headers=["X-Lind-Session: gone-1"])
+    expect(st == 200, "the session goes on: %d %r" % (st, j))
+
+
+@case
+def disconnect_while_waiting_cancels():
+    # A non-streaming request's client leaves before the answer: no write
+    # would notice, the server must see the closed socket itself.
+    c = socket.create_connection(("127.0.0.1", PORT))
+    body = json.dumps({"prompt": "Let there be light", "max_tokens": 50000, "seed": 1}).encode()
+    c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Lind-Session: gone-2\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    deadline = time.time() + 60 * SLOW
+    while info("gone-2").get("tokens", 0) < 20:   # the turn is running
+        expect(time.time() < deadline, "the turn did not start")
+    c.close()
+    while True:
+        r = info("gone-2")
+        if not r["busy"]:
+            break
+        expect(time.time() < deadline, "the turn of the departed client did not end: %r" % r)
+    expect(r["tokens"] < 50000, "cancelled before max_tokens: %r" % r)
+
+
+@case
+def reader_that_stops_reading_is_paused_then_cancelled():
+    # A client that sends its request and never reads: the stream's output
+    # passes --max-output, the turn pauses, and --pause-timeout cancels it.
+    P = Server("http-pause", extra=["--http", "0", "--max-output", "1024", "--pause-timeout", "1",
+                                    "--max-tokens", "100000"]).start()
+    try:
+        pport = http_port(P)
+        c = socket.socket()
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        c.connect(("127.0.0.1", pport))
+        body = json.dumps({"prompt": "a", "max_tokens": 50000, "stream": True}).encode()
+        c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Lind-Session: stuck\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        deadline = time.time() + 120 * SLOW
+        while True:
+            cc = Client(P.sock)
+            r = cc.call("info", session="stuck")
+            cc.close()
+            if r["event"] == "result" and r["tokens"] > 0 and not r["busy"]:
+                break
+            expect(time.time() < deadline, "the turn of a client that does not read did not end: %r" % r)
+        expect(r["tokens"] < 50000, "paused and cancelled, not run to max_tokens: %r" % r)
+        c.close()
+    finally:
+        P.stop()
+
+
+@case
+def streamed_text_is_valid_utf8_json():
+    # Multi-byte prompts push a byte-level model to emit partial sequences.
+    body = {"prompt": "Ünïcödé ✓ 漢字 — ", "max_tokens": 200, "seed": 13, "temperature": 1.5}
+    ev = sse("/v1/completions", body)
+    text = ""
+    for e in ev[:-1]:
+        e.decode("utf-8")   # strict: raises on a split sequence
+        text += json.loads(e)["choices"][0]["text"]
+    st, j = post("/v1/completions", body)
+    expect(text == j["choices"][0]["text"], "streamed pieces join to the answer")
+
+
+@case
+def metrics_are_prometheus_text():
+    st, out = curl("/metrics")
+    expect(st == 200, "metrics status %d" % st)
+    txt = out.decode()
+    for name in ("lind_tokens_generated_total", "lind_http_requests_total{outcome=\"length\"}",
+                 "lind_step_seconds_bucket", "lind_time_to_first_token_seconds_count",
+                 "lind_store_commit_seconds_sum", "lind_sessions_resident", "lind_sessions_stored",
+                 "lind_queue_depth"):
+        expect(name in txt, "metrics lack %s" % name)
+    for line in txt.splitlines():
+        expect(line.startswith("#") or re.match(r"^[a-z_]+(\{[^}]*\})? [0-9.e+-]+$", line),
+               "not Prometheus text: %r" % line)
+    vals = dict(l.rsplit(" ", 1) for l in txt.splitlines() if not l.startswith("#"))
+    expect(float(vals["lind_tokens_generated_total"]) > 0, "tokens counted")
+    expect(float(vals["lind_sessions_stored"]) >= 3, "stored sessions counted")
+    expect(float(vals['lind_http_requests_total{outcome="client_error"}']) > 0, "errors counted")
+
+
+S.stop()
+A.stop()
+finish()
