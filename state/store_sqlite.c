@@ -413,8 +413,12 @@ static int step_ints(sqlite3_stmt *st, int64_t *v, int cols, int *got)
     *got = rc == SQLITE_ROW;
     for (int c = 0; *got && c < cols; c++)
         v[c] = sqlite3_column_int64(st, c);
-    sqlite3_reset(st);
+    if (*got)   /* to the statement's end: an autocommit one commits there (see lease_step) */
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {}
+    int rr = sqlite3_reset(st);
     sqlite3_clear_bindings(st);
+    if (rc == SQLITE_DONE && rr != SQLITE_OK) rc = rr;
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW) *got = 0;
     return rc == SQLITE_DONE || rc == SQLITE_ROW ? SQLITE_OK : rc;
 }
 
@@ -666,9 +670,16 @@ static int lease_step(sqlite_store *s, int q, const char *name, const char *owne
     if (*got) {
         snprintf(out->owner, sizeof out->owner, "%s", (const char *)sqlite3_column_text(st, 0));
         out->expires_ms = sqlite3_column_int64(st, 1);
+        /* With RETURNING the row comes before the statement ends: its
+         * (autocommit) commit happens at the next step, and may fail there
+         * (the daemon's fault sweep found a lease reported held whose commit
+         * had failed). Step to the end so a failed commit is seen. */
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {}
     }
-    sqlite3_reset(st);
+    int rr = sqlite3_reset(st);
     sqlite3_clear_bindings(st);
+    if (rc == SQLITE_DONE && rr != SQLITE_OK) rc = rr;
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) *got = 0;
     return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
