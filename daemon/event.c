@@ -17,6 +17,27 @@ void evlist_free(evlist *l)
     memset(l, 0, sizeof *l);
 }
 
+int evlist_reserve(evlist *l, size_t events, size_t bytes)
+{
+    if (l->n + events > l->cap) {
+        size_t nc = l->cap ? l->cap : 16;
+        while (nc < l->n + events) nc *= 2;
+        event *nv = realloc(l->v, nc * sizeof *nv);
+        if (!nv) return -ENOMEM;
+        l->v = nv;
+        l->cap = nc;
+    }
+    if (l->arena_len + bytes > l->arena_cap) {
+        size_t nc = l->arena_cap ? l->arena_cap : 256;
+        while (nc < l->arena_len + bytes) nc *= 2;
+        uint8_t *na = realloc(l->arena, nc);
+        if (!na) return -ENOMEM;
+        l->arena = na;
+        l->arena_cap = nc;
+    }
+    return 0;
+}
+
 /* A new event with n bytes copied into the arena (NULL: out of memory). */
 static event *push(evlist *l, ev_kind kind, uint64_t id, const void *bytes, size_t n)
 {

@@ -46,6 +46,9 @@ typedef struct evlist {
 
 void evlist_init(evlist *l);
 void evlist_free(evlist *l);
+/* Room for `events` more events holding `bytes` more bytes, so that
+ * appending them cannot fail: 0 or -ENOMEM. */
+int  evlist_reserve(evlist *l, size_t events, size_t bytes);
 /* Append an event; each returns 0 or -ENOMEM (nothing added). */
 int  evlist_token(evlist *l, uint64_t id, const uint8_t *bytes, size_t n);
 int  evlist_progress(evlist *l, uint64_t id, uint64_t fed, uint64_t total);

@@ -87,7 +87,7 @@ static void do_saves(worker *W, dmsg **v, int n)
     int k = 0;
     for (int i = 0; i < n; i++) {
         outmsg *o = outmsg_new(v[i]->conn);
-        if (!o || proto_reserve(&o->sb, 512) != 0) {
+        if (!o || evlist_reserve(&o->ev, 1, PROTO_MAX_STOP_LEN) != 0) {   /* its done / result */
             outmsg_free(o);
             W->answers[i] = NULL;
             v[i]->rc = -ENOMEM;

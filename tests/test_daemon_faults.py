@@ -174,6 +174,17 @@ class Conn:
         try:
             self.s.sendall(msgpack.packb(req, use_bin_type=True))
         except OSError as e:
+            # A connection the daemon refused (out of memory accepting it) is
+            # answered on id 0 and closed, maybe before this send: its answer
+            # is still there to read.
+            try:
+                self.s.settimeout(1.0)
+                self.up.feed(self.s.recv(1 << 16))
+            except OSError:
+                pass
+            for ev in self.up:
+                if isinstance(ev, dict) and ev.get("id") == 0 and ev.get("event") == "error":
+                    raise ConnError(ev.get("code"), ev.get("message", ""))
             raise Unanswered("%s: sending failed: %s" % (op, e))
         out = b""
         while True:
