@@ -12,7 +12,9 @@ daemon's back with Python's sqlite3 (a non-exclusive handle, as tools use):
   `local`), renewed, and given back on eviction and at a clean stop;
 - --lease-wait: a request for a session leased elsewhere waits until the
   lease expires and then runs."""
+import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -92,6 +94,45 @@ def leased_elsewhere_is_moved():
         owner, exp = db.execute("SELECT owner, expires_ms FROM leases WHERE name = 't'").fetchone()
         expect(owner == "local" and exp > now_ms(), "resident under our lease: %r %r" % (owner, exp))
         c.close()
+        db.close()
+    finally:
+        srv.stop()
+
+
+@case
+def http_moved_and_conflict_statuses():
+    """Through the HTTP front door: a session leased elsewhere is 421 with
+    code `moved` naming the owner; a stale save is 409 with `conflict`."""
+    srv = Server("own-http", extra=["--http", "0"]).start()
+    try:
+        deadline = time.time() + 30
+        port = None
+        while port is None and time.time() < deadline:
+            m = re.search(r"HTTP on [0-9.]+:(\d+)", srv.log())
+            port = int(m.group(1)) if m else None
+            time.sleep(0.02)
+        expect(port is not None, "no HTTP port in the log: %s" % srv.log())
+
+        def complete(session, prompt):
+            r = subprocess.run(["curl", "-s", "-S", "-o", "-", "-w", "\n%{http_code}", "--max-time", "60",
+                                "-H", "Content-Type: application/json", "--data-binary", "@-",
+                                "http://127.0.0.1:%d/v1/completions" % port],
+                               input=json.dumps({"prompt": prompt, "max_tokens": 4, "session": session}).encode(),
+                               capture_output=True, timeout=120)
+            out, _, code = r.stdout.rpartition(b"\n")
+            return int(code or 0), json.loads(out)
+        db = db_of(srv)
+        db.execute("INSERT INTO leases(name, owner, expires_ms) VALUES('h', 'node-b', ?)",
+                   (now_ms() + 3600000,))
+        st, body = complete("h", "hi ")
+        expect(st == 421 and body["error"]["code"] == "moved" and "node-b" in body["error"]["message"],
+               "leased elsewhere over HTTP: %d %r" % (st, body))
+        db.execute("DELETE FROM leases WHERE name = 'h'")
+        st, body = complete("h", "hi ")
+        expect(st == 200, "free again: %d %r" % (st, body))
+        db.execute("UPDATE sessions SET version = version + 1 WHERE name = 'h'")
+        st, body = complete("h", "again ")
+        expect(st == 409 and body["error"]["code"] == "conflict", "stale save over HTTP: %d %r" % (st, body))
         db.close()
     finally:
         srv.stop()
