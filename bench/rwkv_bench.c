@@ -1,7 +1,9 @@
 /* bench/rwkv_bench.c — a real-sized RWKV-4 model on this machine's CPU:
  * decode at batch 1, aggregate decode at batch 8/32/64 and batched prefill of
- * a 2,000-token prompt, with fp32 and bf16 weights, against the memory
- * bandwidth floor measured in the same run.
+ * a 2,000-token prompt, with fp32 weights, bf16 weights (exact fp32 math on
+ * them) and bf16 weights with bf16 math (--compute bf16, where the CPU has
+ * AVX512_BF16), against the memory bandwidth floor and the arithmetic
+ * ceilings measured in the same run.
  *
  * The model has RWKV-4 169M's shape (d 768, 12 layers, ffn 3072, vocab
  * 50277, emb_norm, rescale_every 6) with random weights, written in lind's own
@@ -156,14 +158,14 @@ static void write_model(const char *dir, shape s) {
 /* ---- measurements ------------------------------------------------------------ */
 
 typedef struct row {
-    const char *dtype;
+    const char *dtype, *compute;
     double weight_mb, floor_ms, b1_ms, tps[3], prefill_tps;
 } row;
 
 static const int batches[3] = {8, 32, 64};
 
-static void measure(const char *dir, lind_dtype dt, int quick, double gbs, row *r) {
-    model_opts o = {.backend = "cpu", .weights = dt};
+static void measure(const char *dir, lind_dtype dt, lind_compute cm, int quick, double gbs, row *r) {
+    model_opts o = {.backend = "cpu", .weights = dt, .compute = cm};
     model *m = NULL;
     char err[512];
     if (model_load_opts(dir, &o, &m, err, sizeof err) < 0) die("model_load", err);
@@ -171,6 +173,7 @@ static void measure(const char *dir, lind_dtype dt, int quick, double gbs, row *
     size_t wbytes;
     model_costs(m, NULL, NULL, &wbytes);
     r->dtype = lind_dtype_name(model_weights_dtype(m));
+    r->compute = lind_compute_name(model_compute(m));
     r->weight_mb = (double)wbytes / 1e6;
     r->floor_ms = (double)wbytes / (gbs * 1e9) * 1e3;
     int maxb = 64;
@@ -296,19 +299,33 @@ int main(int argc, char **argv) {
         }
         return 0;
     }
-    double gbs = bench_read_gbs();
-    printf("Read bandwidth (bench_read_gbs: 2 threads reading 1 GiB, best of several): %.1f GB/s\n\n", gbs);
-    row rows[2];
-    measure(dir, LIND_DT_F32, quick, gbs, &rows[0]);
-    measure(dir, LIND_DT_BF16, quick, gbs, &rows[1]);
-    printf("| weights | matrix bytes (MB) | bandwidth floor (ms/token) | batch 1 (ms/token) | vs floor |"
+    char how[128];
+    double gbs = bench_read_gbs_how(how, sizeof how);
+    long nt = sysconf(_SC_NPROCESSORS_ONLN);
+    const char *te = getenv("LIND_CPU_THREADS");
+    if (te && *te) nt = strtol(te, NULL, 10);
+    if (nt < 1) nt = 1;
+    double fma = bench_fma_gflops((int)nt, 0, quick ? 1 : 3), dot = bench_fma_gflops((int)nt, 1, quick ? 1 : 3);
+    printf("Read bandwidth (bench_read_gbs: 2 threads reading 1 GiB, the best of several read strategies: %s): "
+           "%.1f GB/s\n\n", how, gbs);
+    printf("Arithmetic ceilings (%ld threads, independent chains from registers, best of 3): fp32 FMA %.0f GFLOP/s, "
+           "vdpbf16ps %.0f GFLOP/s%s\n\n", nt, fma, dot, dot > 0 ? "" : " (no AVX512_BF16)");
+    fflush(stdout);
+    /* fp32 weights and math; bf16 weights, exact fp32 math on them; bf16
+     * weights and bf16 math (--compute bf16), where the CPU has it */
+    row rows[3];
+    int nrows = 0;
+    measure(dir, LIND_DT_F32, LIND_COMPUTE_F32, quick, gbs, &rows[nrows++]);
+    measure(dir, LIND_DT_BF16, LIND_COMPUTE_F32, quick, gbs, &rows[nrows++]);
+    if (dot > 0) measure(dir, LIND_DT_BF16, LIND_COMPUTE_BF16, quick, gbs, &rows[nrows++]);
+    printf("| weights | compute | matrix bytes (MB) | bandwidth floor (ms/token) | batch 1 (ms/token) | vs floor |"
            " batch 8 (tok/s) | batch 32 (tok/s) | batch 64 (tok/s) | prefill %d tokens (tok/s) |\n",
            quick ? 512 : 2000);
-    printf("|---|---|---|---|---|---|---|---|---|\n");
-    for (int i = 0; i < 2; i++)
-        printf("| %s | %.1f | %.2f | %.2f | %.2fx | %.0f | %.0f | %.0f | %.0f |\n", rows[i].dtype, rows[i].weight_mb,
-               rows[i].floor_ms, rows[i].b1_ms, rows[i].b1_ms / rows[i].floor_ms, rows[i].tps[0], rows[i].tps[1],
-               rows[i].tps[2], rows[i].prefill_tps);
+    printf("|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < nrows; i++)
+        printf("| %s | %s | %.1f | %.2f | %.2f | %.2fx | %.0f | %.0f | %.0f | %.0f |\n", rows[i].dtype,
+               rows[i].compute, rows[i].weight_mb, rows[i].floor_ms, rows[i].b1_ms, rows[i].b1_ms / rows[i].floor_ms,
+               rows[i].tps[0], rows[i].tps[1], rows[i].tps[2], rows[i].prefill_tps);
     printf("\nReference points measured on this machine (2 threads), rwkv.cpp with the RWKV-4 169M shape: "
            "9.6 ms/token FP32, 6.0 FP16, 4.8 Q8_0; chunked prefill 345–371 tokens/s.\n");
     printf("Targets: batch 1 within 1.3x of the floor; batch 64 >= 10x rwkv.cpp's one-sequence rate "
