@@ -127,21 +127,22 @@ static void *rb_thread(void *arg) {
     return NULL;
 }
 
-/* GB/s of one strategy, best of `passes`: the caller reads one half, a
- * second thread the other (its start, some microseconds, is inside the
- * ~30 ms timed). */
-static double rb_run(uint64_t *buf, int streams, int pf, int passes) {
+/* GB/s of one strategy with `threads` (1 or 2) threads, best of `passes`:
+ * with 2, the caller reads one half, a second thread the other (its start,
+ * some microseconds, is inside the ~30 ms timed). */
+static double rb_run(uint64_t *buf, int threads, int streams, int pf, int passes) {
     double best = 0;
-    size_t half = RB_BYTES / sizeof(uint64_t) / 2;
+    size_t words = RB_BYTES / sizeof(uint64_t), part = words / (size_t)threads;
     for (int pass = 0; pass < passes; pass++) {
-        rb_arg a = {buf + half, half, streams, pf, 0}, me = {buf, half, streams, pf, 0};
+        rb_arg a = {buf + part, part, streams, pf, 0}, me = {buf, part, streams, pf, 0};
         pthread_t th;
         double t0 = bench_now();
-        if (pthread_create(&th, NULL, rb_thread, &a)) return 0;
+        if (threads == 2 && pthread_create(&th, NULL, rb_thread, &a)) return 0;
         rb_thread(&me);
-        pthread_join(th, NULL);
+        if (threads == 2) pthread_join(th, NULL);
         double dt = bench_now() - t0;
-        if (me.sum + a.sum != (uint64_t)0x0101010101010101ull * 2 * half) fprintf(stderr, "read bandwidth: bad sum\n");
+        uint64_t sum = me.sum + (threads == 2 ? a.sum : 0);
+        if (sum != (uint64_t)0x0101010101010101ull * words) fprintf(stderr, "read bandwidth: bad sum\n");
         double gbs = (double)RB_BYTES / dt / 1e9;
         if (gbs > best) best = gbs;
     }
@@ -161,31 +162,27 @@ double bench_read_gbs_how(char *how, size_t howlen) {
     __builtin_cpu_init();
     zmm = __builtin_cpu_supports("avx512f");
 #endif
-    static const int S[] = {1, 2, 4, 8}, PF[] = {0, 512};
+    static const int S[] = {0, 1, 2, 4, 8}, PF[] = {0, 512};   /* streams 0: the scalar sums */
     double best = 0;
     /* two rounds over the strategies, so a burst of load elsewhere on a
      * shared machine does not decide which one wins */
-    for (int round = 0; round < 2; round++) {
-        double g = rb_run(buf, 0, 0, 3);
-        if (g > best) {
-            best = g;
-            if (how) snprintf(how, howlen, "scalar sums, 1 stream per thread");
-        }
-        for (size_t si = 0; zmm && si < sizeof S / sizeof *S; si++)
-            for (size_t pi = 0; pi < sizeof PF / sizeof *PF; pi++) {
-                g = rb_run(buf, S[si], PF[pi], 3);
-                if (g > best) {
+    for (int round = 0; round < 2; round++)
+        for (int threads = 2; threads >= 1; threads--)
+            for (size_t si = 0; si < sizeof S / sizeof *S; si++)
+                for (size_t pi = 0; pi < sizeof PF / sizeof *PF; pi++) {
+                    if ((S[si] && !zmm) || (!S[si] && PF[pi])) continue;
+                    double g = rb_run(buf, threads, S[si], PF[pi], 3);
+                    if (g <= best) continue;
                     best = g;
-                    if (how) {
-                        if (PF[pi])
-                            snprintf(how, howlen, "64-byte loads, %d streams per thread, prefetch %d B ahead", S[si],
-                                     PF[pi]);
-                        else
-                            snprintf(how, howlen, "64-byte loads, %d streams per thread", S[si]);
-                    }
+                    if (!how) continue;
+                    if (!S[si])
+                        snprintf(how, howlen, "%d thread%s, scalar sums, 1 stream each", threads,
+                                 threads > 1 ? "s" : "");
+                    else
+                        snprintf(how, howlen, "%d thread%s, 64-byte loads from %d stream%s each%s", threads,
+                                 threads > 1 ? "s" : "", S[si], S[si] > 1 ? "s" : "",
+                                 PF[pi] ? ", prefetch 512 B ahead" : "");
                 }
-            }
-    }
     free(buf);
     return best;
 }

@@ -27,6 +27,8 @@
 #include "tests/check.h"
 #include "recurrent/model.h"
 #include "kernels/cpu/gemm.h"
+#include "recurrent/sampler.h"
+#include "state/format.h"
 
 #include <errno.h>
 #include <dirent.h>
@@ -369,6 +371,45 @@ static void dot_fixture(const fixture *f) {
     model_free(w);
 }
 
+/* A state saved by a bf16-compute model is refused by the same weights
+ * with fp32 compute (and the other way round), naming the fingerprints. */
+static void dot_state_refused(void) {
+    fixture *c = &fx[FX_C];
+    if (!c->ok) { CHECK(0, "fixture missing"); return; }
+    model *m[2] = { load_dot(c->model_dir), load(c->model_dir, LIND_DT_AUTO) };
+    if (m[0] && m[1]) {
+        for (int i = 0; i < 2; i++) {
+            model *from = m[i], *to = m[1 - i];
+            int slot = 0;
+            int32_t tok = 5;
+            size_t n = model_state_bytes(from);
+            uint8_t *raw = malloc(n), *blob = NULL, *back = malloc(n);
+            size_t len = 0;
+            char err[512] = "";
+            state_meta meta;
+            memset(&meta, 0, sizeof meta);
+            meta.tokens = 1;
+            meta.pending_token = -1;
+            sampler_params sp = sampler_defaults();
+            sampler_init(&meta.sampler, &sp);
+            CHECK(model_slots_reserve(from, 1) == 0 && model_slot_reset(from, 0) == 0 &&
+                  model_step(from, &slot, &tok, 1, NULL) == 0 && model_slot_read(from, 0, raw) == 0, "step");
+            int rc = state_encode(from, &meta, raw, &blob, &len, err, sizeof err);
+            CHECK(rc == 0, "state_encode: %s", err);
+            if (rc == 0) {
+                rc = state_decode(to, blob, len, &meta, back, err, sizeof err);
+                CHECK(rc == STATE_E_MODEL && strstr(err, "another model"), "%s compute state into %s: %d '%s'",
+                      lind_compute_name(model_compute(from)), lind_compute_name(model_compute(to)), rc, err);
+                rc = state_decode(from, blob, len, &meta, back, err, sizeof err);
+                CHECK(rc == 0, "the same mode's state refused: %s", err);
+            }
+            free(raw); free(blob); free(back);
+        }
+    }
+    model_free(m[0]);
+    model_free(m[1]);
+}
+
 static void rwkv4_dot_a_f32(void)     { dot_fixture(&fx[FX_A]); }
 static void rwkv4_dot_b_sharded(void) { dot_fixture(&fx[FX_B]); }
 static void rwkv4_dot_c_bf16(void)    { dot_fixture(&fx[FX_C]); }
@@ -548,6 +589,7 @@ int main(void) {
         RUN(rwkv4_dot_b_sharded);
         RUN(rwkv4_dot_c_bf16);
         RUN(rwkv4_dot_refusals);
+        RUN(dot_state_refused);
     } else {
         printf("SKIP rwkv4_dot: this CPU has no AVX512_BF16 (bf16 compute is refused here)\n");
     }
