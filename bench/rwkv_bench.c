@@ -160,6 +160,7 @@ static void write_model(const char *dir, shape s) {
 typedef struct row {
     const char *dtype, *compute;
     double weight_mb, floor_ms, b1_ms, tps[3], prefill_tps;
+    double block_flops, head_flops;   /* per token: 2 × multiply-adds */
 } row;
 
 static const int batches[3] = {8, 32, 64};
@@ -171,7 +172,10 @@ static void measure(const char *dir, lind_dtype dt, lind_compute cm, int quick, 
     if (model_load_opts(dir, &o, &m, err, sizeof err) < 0) die("model_load", err);
     int V = model_vocab(m);
     size_t wbytes;
-    model_costs(m, NULL, NULL, &wbytes);
+    size_t bmacs, hmacs;
+    model_costs(m, &bmacs, &hmacs, &wbytes);
+    r->block_flops = 2.0 * (double)bmacs;
+    r->head_flops = 2.0 * (double)hmacs;
     r->dtype = lind_dtype_name(model_weights_dtype(m));
     r->compute = lind_compute_name(model_compute(m));
     r->weight_mb = (double)wbytes / 1e6;
@@ -333,13 +337,21 @@ int main(int argc, char **argv) {
     printf("Each figure is the best of %d runs (batch 1: runs of %d tokens; batch 8/32/64: %d steps; prefill: the "
            "whole prompt in chunks of 256).\n\n", quick ? 1 : 3, quick ? 8 : 32, quick ? 3 : 10);
     printf("| weights | compute | matrix bytes (MB) | bandwidth floor (ms/token) | batch 1 (ms/token) | vs floor |"
-           " batch 8 (tok/s) | batch 32 (tok/s) | batch 64 (tok/s) | prefill %d tokens (tok/s) |\n",
-           quick ? 512 : 2000);
-    printf("|---|---|---|---|---|---|---|---|---|---|\n");
-    for (int i = 0; i < nrows; i++)
-        printf("| %s | %s | %.1f | %.2f | %.2f | %.2fx | %.0f | %.0f | %.0f | %.0f |\n", rows[i].dtype,
+           " batch 8 (tok/s) | batch 32 (tok/s) | batch 64 (tok/s) | batch 64 GFLOP/s | prefill %d tokens (tok/s) |"
+           " prefill GFLOP/s |\n", quick ? 512 : 2000);
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < nrows; i++) {
+        /* the products' FLOPs: every token runs the head at batch 64, one
+         * token per prompt in prefill */
+        double g64 = rows[i].tps[2] * (rows[i].block_flops + rows[i].head_flops) / 1e9;
+        double gpf = rows[i].prefill_tps * (rows[i].block_flops + rows[i].head_flops / (quick ? 512 : 2000)) / 1e9;
+        printf("| %s | %s | %.1f | %.2f | %.2f | %.2fx | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", rows[i].dtype,
                rows[i].compute, rows[i].weight_mb, rows[i].floor_ms, rows[i].b1_ms, rows[i].b1_ms / rows[i].floor_ms,
-               rows[i].tps[0], rows[i].tps[1], rows[i].tps[2], rows[i].prefill_tps);
+               rows[i].tps[0], rows[i].tps[1], rows[i].tps[2], g64, rows[i].prefill_tps, gpf);
+    }
+    printf("\nGFLOP/s: 2 × the products' multiply-adds per token (model_costs) × tokens/s, against the ceilings "
+           "above; the rest of a step (layer norms, token shift, the AFT recurrence, the head's logits copy) is in "
+           "the time but not in the FLOPs.\n");
     printf("\nReference points measured on this machine (2 threads), rwkv.cpp with the RWKV-4 169M shape: "
            "9.6 ms/token FP32, 6.0 FP16, 4.8 Q8_0; chunked prefill 345–371 tokens/s.\n");
     printf("Targets: batch 1 within 1.3x of the floor; batch 64 >= 10x rwkv.cpp's one-sequence rate "
