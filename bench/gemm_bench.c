@@ -15,10 +15,11 @@
  * Each product's figure is the best of 7 timed runs, a token's the best of
  * 30 (and the median).
  *
- *   usage: gemm_bench [--quick] [--token-only]
+ *   usage: gemm_bench [--quick] [--token-only] [--compute-bf16]
  * --quick (or BENCH_QUICK=1 in the environment): B = 1 and 64 only, short
  * runs — a smoke test of the program, not figures to quote. --token-only:
- * skip the per-product table. */
+ * skip the per-product table. --compute-bf16: the backend in bf16 compute
+ * mode (lind's --compute bf16), so the bf16 rows are its vdpbf16ps kernel. */
 #include <errno.h>
 #include <immintrin.h>
 #include <pthread.h>
@@ -230,14 +231,16 @@ static int bench_token(backend *be, double read_gbs, int tokens) {
 
 int main(int argc, char **argv) {
     const char *q = getenv("BENCH_QUICK");
-    int quick = q && *q && strcmp(q, "0"), token_only = 0;
+    int quick = q && *q && strcmp(q, "0"), token_only = 0, dotc = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {
             quick = 1;
         } else if (!strcmp(argv[i], "--token-only")) {
             token_only = 1;
+        } else if (!strcmp(argv[i], "--compute-bf16")) {
+            dotc = 1;
         } else {
-            fprintf(stderr, "usage: gemm_bench [--quick] [--token-only]\n");
+            fprintf(stderr, "usage: gemm_bench [--quick] [--token-only] [--compute-bf16]\n");
             return 2;
         }
     }
@@ -248,7 +251,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "gemm_bench: %s\n", err);
         return 1;
     }
-    printf("Backend: %s\n\n", be->ops->device_name(be));
+    if (dotc && (!be->ops->set_compute || be->ops->set_compute(be, BACKEND_COMPUTE_BF16, err, sizeof err) < 0)) {
+        fprintf(stderr, "gemm_bench: --compute-bf16: %s\n", be->ops->set_compute ? err : "not on this backend");
+        backend_free(be);
+        return 1;
+    }
+    printf("Backend: %s%s\n\n", be->ops->device_name(be),
+           dotc ? "; bf16 compute (--compute-bf16): the bf16 rows round x to bf16 and run vdpbf16ps" : "");
     char how[128];
     double gbs = bench_read_gbs_how(how, sizeof how);
     printf("DRAM read bandwidth (bench_read_gbs: 2 threads reading a 1 GiB buffer, best of several read strategies: "
