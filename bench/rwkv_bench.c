@@ -322,7 +322,7 @@ int main(int argc, char **argv) {
     if (te && *te) nt = strtol(te, NULL, 10);
     if (nt < 1) nt = 1;
     double fma = bench_fma_gflops((int)nt, 0, quick ? 1 : 3), dot = bench_fma_gflops((int)nt, 1, quick ? 1 : 3);
-    printf("Read bandwidth (bench_read_gbs: 2 threads reading 1 GiB, the best of several read strategies: %s): "
+    printf("Read bandwidth (bench_read_gbs: reading 1 GiB, the best of several read strategies; this time %s): "
            "%.1f GB/s\n\n", how, gbs);
     printf("Arithmetic ceilings (%ld threads, independent chains from registers, best of 3): fp32 FMA %.0f GFLOP/s, "
            "vdpbf16ps %.0f GFLOP/s%s\n\n", nt, fma, dot, dot > 0 ? "" : " (no AVX512_BF16)");
