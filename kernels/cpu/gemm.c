@@ -445,9 +445,6 @@ void cpu_gemm_run(cpu_gemm_isa isa, cpu_gemm_wtype wtype, const float *x, int ld
  * The AVX-512 scheme with k pairs: each pair loads the panel's two vectors
  * of 16 (k, k+1) pairs and broadcasts one row's activation pair (32 bits)
  * per row; one vdpbf16ps per accumulator adds both products. */
-#ifndef DOT_PF_BYTES
-#define DOT_PF_BYTES 0   /* software prefetch distance of rowdot (0: none; docs/CPU.md) */
-#endif
 #define TGTDOT __attribute__((target("avx512f,avx512bw,avx512bf16,fma")))
 
 int cpu_gemm_dot_supported(void) {
@@ -545,10 +542,6 @@ TGTDOT INLINE void rowdot(int KP, const uint16_t *xb, const uint16_t *panels, si
         UNROLL_ROWS
         for (int g = 0; g < G1; g++) {
             const uint16_t *pp = panels + (size_t)g * pstride + (size_t)q * 2 * NR512;
-#if DOT_PF_BYTES
-            _mm_prefetch((const char *)pp + DOT_PF_BYTES, _MM_HINT_T0);
-            _mm_prefetch((const char *)pp + DOT_PF_BYTES + 64, _MM_HINT_T0);
-#endif
             c0[g] = _mm512_dpbf16_ps(c0[g], a, (__m512bh)_mm512_load_si512(pp));
             c1[g] = _mm512_dpbf16_ps(c1[g], a, (__m512bh)_mm512_load_si512(pp + NR512));
         }
