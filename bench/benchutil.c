@@ -1,10 +1,13 @@
 /* bench/benchutil.c — see benchutil.h. */
 #include "bench/benchutil.h"
 
+#include <immintrin.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
@@ -70,13 +73,27 @@ void bench_header(FILE *f, int argc, char **argv) {
             (double)meminfo_kib("MemAvailable") / (1 << 20), load[0], load[1], load[2], u.sysname, u.release, when);
 }
 
-/* ---- read bandwidth ------------------------------------------------------- */
+/* ---- read bandwidth --------------------------------------------------------
+ * Several ways to read a buffer, the best of which is the floor a
+ * bandwidth-bound kernel is judged against: a reader that gets less than
+ * another reasonable one would flatter the kernel. Each strategy runs with
+ * 2 threads, each reading its half of a 1 GiB buffer:
+ *   scalar:    the compiler's vectorization of eight running sums (the
+ *              probe lind used first);
+ *   zmm×S:     explicit 64-byte loads from S ∈ {1, 2, 4, 8} streams at once
+ *              (S evenly spaced pieces of the half, as the batch-1 GEMM
+ *              reads G1 panels at once), optionally with a software prefetch
+ *              PF bytes ahead in each stream.
+ * The buffer is asked for transparent huge pages (MADV_HUGEPAGE; the kernel
+ * may ignore it) and every page is touched before timing. */
+
 
 #define RB_BYTES ((size_t)1 << 30)
 
 typedef struct rb_arg {
     const uint64_t *p;
     size_t n;        /* uint64 words */
+    int streams, pf; /* 0 streams: the scalar loop */
     uint64_t sum;    /* kept so the loads are not optimized away */
 } rb_arg;
 
@@ -88,35 +105,164 @@ __attribute__((noinline)) static uint64_t rb_sum(const uint64_t *restrict p, siz
     return s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
 }
 
+/* S streams of 128 bytes per step each (n a multiple of S·16 words). */
+__attribute__((target("avx512f"), noinline)) static uint64_t rb_zmm(const uint64_t *p, size_t n, int S, int pf) {
+    __m512i acc[8];
+    for (int i = 0; i < 8; i++) acc[i] = _mm512_setzero_si512();
+    size_t per = n / (size_t)S;   /* words per stream */
+    for (size_t off = 0; off < per; off += 16)
+        for (int j = 0; j < S; j++) {
+            const uint64_t *q = p + (size_t)j * per + off;
+            if (pf) _mm_prefetch((const char *)q + pf, _MM_HINT_T0);
+            acc[(2 * j) & 7] = _mm512_add_epi64(acc[(2 * j) & 7], _mm512_load_si512(q));
+            acc[(2 * j + 1) & 7] = _mm512_add_epi64(acc[(2 * j + 1) & 7], _mm512_load_si512(q + 8));
+        }
+    for (int i = 1; i < 8; i++) acc[0] = _mm512_add_epi64(acc[0], acc[i]);
+    return (uint64_t)_mm512_reduce_add_epi64(acc[0]);
+}
+
 static void *rb_thread(void *arg) {
     rb_arg *a = arg;
-    a->sum = rb_sum(a->p, a->n);
+    a->sum = a->streams ? rb_zmm(a->p, a->n, a->streams, a->pf) : rb_sum(a->p, a->n);
     return NULL;
 }
 
-/* The caller sums one half, a second thread the other (its start, some
- * microseconds, is inside the ~15 ms timed). */
-double bench_read_gbs(void) {
-    uint64_t *buf = NULL;
-    if (posix_memalign((void **)&buf, 4096, RB_BYTES)) return 0;
-    memset(buf, 1, RB_BYTES);   /* fault every page in before timing */
+/* GB/s of one strategy with `threads` (1 or 2) threads, best of `passes`:
+ * with 2, the caller reads one half, a second thread the other (its start,
+ * some microseconds, is inside the ~30 ms timed). */
+static double rb_run(uint64_t *buf, int threads, int streams, int pf, int passes) {
     double best = 0;
-    size_t half = RB_BYTES / sizeof(uint64_t) / 2;
-    for (int pass = 0; pass < 5; pass++) {
-        rb_arg a = {buf + half, half, 0};
+    size_t words = RB_BYTES / sizeof(uint64_t), part = words / (size_t)threads;
+    for (int pass = 0; pass < passes; pass++) {
+        rb_arg a = {buf + part, part, streams, pf, 0}, me = {buf, part, streams, pf, 0};
         pthread_t th;
         double t0 = bench_now();
-        if (pthread_create(&th, NULL, rb_thread, &a)) {
-            best = 0;
-            break;
-        }
-        uint64_t mine = rb_sum(buf, half);
-        pthread_join(th, NULL);
+        if (threads == 2 && pthread_create(&th, NULL, rb_thread, &a)) return 0;
+        rb_thread(&me);
+        if (threads == 2) pthread_join(th, NULL);
         double dt = bench_now() - t0;
-        if (mine + a.sum != (uint64_t)0x0101010101010101ull * 2 * half) fprintf(stderr, "read bandwidth: bad sum\n");
+        uint64_t sum = me.sum + (threads == 2 ? a.sum : 0);
+        if (sum != (uint64_t)0x0101010101010101ull * words) fprintf(stderr, "read bandwidth: bad sum\n");
         double gbs = (double)RB_BYTES / dt / 1e9;
         if (gbs > best) best = gbs;
     }
+    return best;
+}
+
+double bench_read_gbs_how(char *how, size_t howlen) {
+    uint64_t *buf = NULL;
+    if (how && howlen) how[0] = 0;
+    if (posix_memalign((void **)&buf, (size_t)2 << 20, RB_BYTES)) return 0;
+#ifdef MADV_HUGEPAGE
+    madvise(buf, RB_BYTES, MADV_HUGEPAGE);   /* a hint: fewer TLB misses where granted */
+#endif
+    memset(buf, 1, RB_BYTES);   /* fault every page in before timing */
+    int zmm = 0;
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    zmm = __builtin_cpu_supports("avx512f");
+#endif
+    static const int S[] = {0, 1, 2, 4, 8}, PF[] = {0, 512};   /* streams 0: the scalar sums */
+    double best = 0;
+    /* two rounds over the strategies, so a burst of load elsewhere on a
+     * shared machine does not decide which one wins */
+    for (int round = 0; round < 2; round++)
+        for (int threads = 2; threads >= 1; threads--)
+            for (size_t si = 0; si < sizeof S / sizeof *S; si++)
+                for (size_t pi = 0; pi < sizeof PF / sizeof *PF; pi++) {
+                    if ((S[si] && !zmm) || (!S[si] && PF[pi])) continue;
+                    double g = rb_run(buf, threads, S[si], PF[pi], 3);
+                    if (g <= best) continue;
+                    best = g;
+                    if (!how) continue;
+                    if (!S[si])
+                        snprintf(how, howlen, "%d thread%s, scalar sums, 1 stream each", threads,
+                                 threads > 1 ? "s" : "");
+                    else
+                        snprintf(how, howlen, "%d thread%s, 64-byte loads from %d stream%s each%s", threads,
+                                 threads > 1 ? "s" : "", S[si], S[si] > 1 ? "s" : "",
+                                 PF[pi] ? ", prefetch 512 B ahead" : "");
+                }
     free(buf);
+    return best;
+}
+
+double bench_read_gbs(void) { return bench_read_gbs_how(NULL, 0); }
+
+/* ---- arithmetic ceilings ------------------------------------------------------
+ * 12 independent accumulator chains (more than the FMA pipes × latency of
+ * current cores) per thread; each returns the FLOPs it did. */
+#define FMA_ITERS 20000000L
+__attribute__((target("avx512f,fma"))) static double fma512(float seed) {
+    __m512 c[12], a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(seed);
+    for (int i = 0; i < 12; i++) c[i] = _mm512_set1_ps((float)i);
+    for (long it = 0; it < FMA_ITERS; it++)
+        _Pragma("GCC unroll 12") for (int i = 0; i < 12; i++) c[i] = _mm512_fmadd_ps(a, c[i], b);
+    float s = 0;
+    for (int i = 0; i < 12; i++) s += _mm512_reduce_add_ps(c[i]);
+    if (s == 1.0f) fprintf(stderr, "(unlikely)\n");   /* keeps the sums */
+    return 2.0 * 16 * 12 * FMA_ITERS;
+}
+__attribute__((target("avx2,fma"))) static double fma256(float seed) {
+    __m256 c[12], a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(seed);
+    for (int i = 0; i < 12; i++) c[i] = _mm256_set1_ps((float)i);
+    for (long it = 0; it < FMA_ITERS; it++)
+        _Pragma("GCC unroll 12") for (int i = 0; i < 12; i++) c[i] = _mm256_fmadd_ps(a, c[i], b);
+    float t[8], s = 0;
+    for (int i = 0; i < 12; i++) {
+        _mm256_storeu_ps(t, c[i]);
+        for (int l = 0; l < 8; l++) s += t[l];
+    }
+    if (s == 1.0f) fprintf(stderr, "(unlikely)\n");
+    return 2.0 * 8 * 12 * FMA_ITERS;
+}
+/* vdpbf16ps: 32 bf16 products summed in pairs into 16 fp32 lanes per
+ * instruction, counted as 64 FLOPs. */
+__attribute__((target("avx512f,avx512bf16"))) static double dpbf16(float seed) {
+    __m512 c[12];
+    __m512bh a = (__m512bh)_mm512_set1_epi32(0x3F803F80), b = (__m512bh)_mm512_set1_epi32(0x3C003C00);
+    for (int i = 0; i < 12; i++) c[i] = _mm512_set1_ps(seed * (float)i);
+    for (long it = 0; it < FMA_ITERS; it++)
+        _Pragma("GCC unroll 12") for (int i = 0; i < 12; i++) c[i] = _mm512_dpbf16_ps(c[i], a, b);
+    float s = 0;
+    for (int i = 0; i < 12; i++) s += _mm512_reduce_add_ps(c[i]);
+    if (s == 1.0f) fprintf(stderr, "(unlikely)\n");
+    return 2.0 * 32 * 12 * FMA_ITERS;
+}
+
+static void *fma_thread(void *arg) {
+    double *io = arg;   /* in: the kind (0 AVX-512, 1 AVX2, 2 vdpbf16ps); out: FLOPs */
+    int kind = (int)io[0];
+    io[0] = kind == 2 ? dpbf16(0.001f) : kind == 0 ? fma512(0.001f) : fma256(0.001f);
+    return NULL;
+}
+
+double bench_fma_gflops(int threads, int dot, int runs) {
+    int kind = -1;
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (dot) kind = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16") ? 2 : -1;
+    else if (__builtin_cpu_supports("avx512f")) kind = 0;
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) kind = 1;
+#endif
+    if (kind < 0) return 0;
+    if (threads > 64) threads = 64;
+    double best = 0;
+    for (int run = 0; run < runs; run++) {
+        pthread_t th[64];
+        double io[64], t0 = bench_now();
+        int n = 0;
+        for (; n < threads; n++) {
+            io[n] = kind;
+            if (pthread_create(&th[n], NULL, fma_thread, &io[n])) break;
+        }
+        double sum = 0;
+        for (int i = 0; i < n; i++) {
+            pthread_join(th[i], NULL);
+            sum += io[i];
+        }
+        double g = sum / (bench_now() - t0) / 1e9;
+        if (g > best) best = g;
+    }
     return best;
 }

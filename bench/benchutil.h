@@ -16,9 +16,19 @@ double bench_median(double *v, size_t n);
 void bench_header(FILE *f, int argc, char **argv);
 /* Bytes of MemAvailable from /proc/meminfo, or 0 when unknown. */
 size_t bench_mem_available(void);
-/* DRAM read bandwidth in GB/s (10^9 bytes/s): 2 threads summing halves of a
- * 1 GiB buffer, best of 5 passes. 0 when the buffer or threads cannot be
- * had. Takes about a second. */
-double bench_read_gbs(void);
+/* DRAM read bandwidth in GB/s (10^9 bytes/s): reading a 1 GiB buffer, the
+ * best of several read strategies (2 threads each reading one half, or 1
+ * thread; the compiler's vectorized sums, or explicit 64-byte loads from 1,
+ * 2, 4 or 8 streams per thread with and without software prefetch), best of
+ * 3 passes each, two rounds; how (if non-NULL) names the winning strategy.
+ * 0 when the buffer cannot be had. Takes several seconds. */
+double bench_read_gbs_how(char *how, size_t howlen);
+double bench_read_gbs(void);   /* the same without the name */
+/* The arithmetic ceiling in GFLOP/s of `threads` threads running 12
+ * independent chains each, no memory traffic, best of `runs` (each ~0.1–1 s):
+ * dot = 0, fp32 FMA in the widest vectors the CPU has (AVX-512, else AVX2;
+ * 2 FLOPs per lane); dot = 1, AVX512_BF16's vdpbf16ps (64 FLOPs per
+ * instruction). 0 when the CPU has neither. */
+double bench_fma_gflops(int threads, int dot, int runs);
 
 #endif

@@ -15,10 +15,11 @@
  * Each product's figure is the best of 7 timed runs, a token's the best of
  * 30 (and the median).
  *
- *   usage: gemm_bench [--quick] [--token-only]
+ *   usage: gemm_bench [--quick] [--token-only] [--compute-bf16]
  * --quick (or BENCH_QUICK=1 in the environment): B = 1 and 64 only, short
  * runs — a smoke test of the program, not figures to quote. --token-only:
- * skip the per-product table. */
+ * skip the per-product table. --compute-bf16: the backend in bf16 compute
+ * mode (lind's --compute bf16), so the bf16 rows are its vdpbf16ps kernel. */
 #include <errno.h>
 #include <immintrin.h>
 #include <pthread.h>
@@ -74,86 +75,9 @@ static int weight_new(backend *be, int wt, int N, int K, const void *host, backe
     return be->ops->weight_new_half(be, N, K, host, wt, out);
 }
 
-/* ---- FMA ceiling ----------------------------------------------------------
- * 12 independent accumulator chains (more than the FMA pipes × latency of
- * current cores) per thread; returns the FLOPs done. */
-#define FMA_ITERS 20000000L
-__attribute__((target("avx512f,fma"))) static double fma512(float seed) {
-    __m512 c[12], a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(seed);
-    for (int i = 0; i < 12; i++) c[i] = _mm512_set1_ps((float)i);
-    for (long it = 0; it < FMA_ITERS; it++)
-        _Pragma("GCC unroll 12") for (int i = 0; i < 12; i++) c[i] = _mm512_fmadd_ps(a, c[i], b);
-    float s = 0;
-    for (int i = 0; i < 12; i++) s += _mm512_reduce_add_ps(c[i]);
-    if (s == 1.0f) fprintf(stderr, "(unlikely)\n");   /* keeps the sums */
-    return 2.0 * 16 * 12 * FMA_ITERS;
-}
-__attribute__((target("avx2,fma"))) static double fma256(float seed) {
-    __m256 c[12], a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(seed);
-    for (int i = 0; i < 12; i++) c[i] = _mm256_set1_ps((float)i);
-    for (long it = 0; it < FMA_ITERS; it++)
-        _Pragma("GCC unroll 12") for (int i = 0; i < 12; i++) c[i] = _mm256_fmadd_ps(a, c[i], b);
-    float t[8], s = 0;
-    for (int i = 0; i < 12; i++) {
-        _mm256_storeu_ps(t, c[i]);
-        for (int l = 0; l < 8; l++) s += t[l];
-    }
-    if (s == 1.0f) fprintf(stderr, "(unlikely)\n");
-    return 2.0 * 8 * 12 * FMA_ITERS;
-}
-
-/* The same with AVX512_BF16's vdpbf16ps: 32 bf16 products summed in pairs
- * into 16 fp32 lanes per instruction (counted as 64 FLOPs). What a bf16
- * dot-product kernel could reach; lind's kernels do not use it (docs/CPU.md). */
-__attribute__((target("avx512f,avx512bf16"))) static double dpbf16(float seed) {
-    __m512 c[12];
-    __m512bh a = (__m512bh)_mm512_set1_epi32(0x3F803F80), b = (__m512bh)_mm512_set1_epi32(0x3C003C00);
-    for (int i = 0; i < 12; i++) c[i] = _mm512_set1_ps(seed * (float)i);
-    for (long it = 0; it < FMA_ITERS; it++)
-        _Pragma("GCC unroll 12") for (int i = 0; i < 12; i++) c[i] = _mm512_dpbf16_ps(c[i], a, b);
-    float s = 0;
-    for (int i = 0; i < 12; i++) s += _mm512_reduce_add_ps(c[i]);
-    if (s == 1.0f) fprintf(stderr, "(unlikely)\n");
-    return 2.0 * 32 * 12 * FMA_ITERS;
-}
-
-static int fma_kind;   /* 0: the backend's FMA width, 1: vdpbf16ps */
-static cpu_gemm_isa fma_isa;
-static void *fma_thread(void *arg) {
-    double *flops = arg;
-    *flops = fma_kind ? dpbf16(0.001f) : fma_isa == CPU_GEMM_AVX512 ? fma512(0.001f) : fma256(0.001f);
-    return NULL;
-}
-
-static int has_dpbf16(void) {
-    __builtin_cpu_init();
-    return cpu_gemm_detect() == CPU_GEMM_AVX512 && __builtin_cpu_supports("avx512bf16");
-}
-
-/* GFLOP/s of `threads` threads at once, best of `runs`; 0 without
- * AVX2/AVX-512 (or, for kind 1, AVX512_BF16). */
-static double fma_ceiling(int threads, int kind, int runs) {
-    fma_isa = cpu_gemm_detect();
-    fma_kind = kind;
-    if (fma_isa == CPU_GEMM_NONE || (kind && !has_dpbf16())) return 0;
-    if (threads > 64) threads = 64;
-    double best = 0;
-    for (int run = 0; run < runs; run++) {
-        pthread_t th[64];
-        double flops[64] = {0}, t0 = bench_now();
-        int n = 0;
-        for (; n < threads; n++)
-            if (pthread_create(&th[n], NULL, fma_thread, &flops[n])) break;
-        double sum = 0;
-        for (int i = 0; i < n; i++) {
-            pthread_join(th[i], NULL);
-            sum += flops[i];
-        }
-        double g = sum / (bench_now() - t0) / 1e9;
-        if (g > best) best = g;
-    }
-    return best;
-}
+/* ---- FMA ceiling: bench_fma_gflops (bench/benchutil.h); kind 1 is
+ * vdpbf16ps, the rate lind's bf16 compute mode (--compute bf16) runs at. */
+static double fma_ceiling(int threads, int kind, int runs) { return bench_fma_gflops(threads, kind, runs); }
 
 /* Best of 7 runs of at least min_s each: µs per call, calls cycling through
  * the ncopy weights. (Many short runs: on a shared machine the best one
@@ -307,14 +231,16 @@ static int bench_token(backend *be, double read_gbs, int tokens) {
 
 int main(int argc, char **argv) {
     const char *q = getenv("BENCH_QUICK");
-    int quick = q && *q && strcmp(q, "0"), token_only = 0;
+    int quick = q && *q && strcmp(q, "0"), token_only = 0, dotc = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {
             quick = 1;
         } else if (!strcmp(argv[i], "--token-only")) {
             token_only = 1;
+        } else if (!strcmp(argv[i], "--compute-bf16")) {
+            dotc = 1;
         } else {
-            fprintf(stderr, "usage: gemm_bench [--quick] [--token-only]\n");
+            fprintf(stderr, "usage: gemm_bench [--quick] [--token-only] [--compute-bf16]\n");
             return 2;
         }
     }
@@ -325,16 +251,25 @@ int main(int argc, char **argv) {
         fprintf(stderr, "gemm_bench: %s\n", err);
         return 1;
     }
-    printf("Backend: %s\n\n", be->ops->device_name(be));
-    double gbs = bench_read_gbs();
-    printf("DRAM read bandwidth (2 threads summing a 1 GiB buffer, best of 5): %.1f GB/s\n\n", gbs);
+    if (dotc && (!be->ops->set_compute || be->ops->set_compute(be, BACKEND_COMPUTE_BF16, err, sizeof err) < 0)) {
+        fprintf(stderr, "gemm_bench: --compute-bf16: %s\n", be->ops->set_compute ? err : "not on this backend");
+        backend_free(be);
+        return 1;
+    }
+    printf("Backend: %s%s\n\n", be->ops->device_name(be),
+           dotc ? "; bf16 compute (--compute-bf16): the bf16 rows round x to bf16 and run vdpbf16ps" : "");
+    char how[128];
+    double gbs = bench_read_gbs_how(how, sizeof how);
+    printf("DRAM read bandwidth (bench_read_gbs: 2 threads reading a 1 GiB buffer, best of several read strategies: "
+           "%s): %.1f GB/s\n\n", how, gbs);
     const char *te = getenv("LIND_CPU_THREADS");
     long nt = te && *te ? strtol(te, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
     printf("FMA ceiling (%ld threads, %s fused multiply-adds from registers, best of 3): %.1f GFLOP/s\n\n", nt,
            cpu_gemm_isa_name(cpu_gemm_detect()), fma_ceiling(nt < 1 ? 1 : (int)nt, 0, 3));
-    if (has_dpbf16())
-        printf("vdpbf16ps ceiling (the same, AVX512_BF16 bf16-pair dot products, not used by lind): %.1f GFLOP/s\n\n",
-               fma_ceiling(nt < 1 ? 1 : (int)nt, 1, 3));
+    double dot = fma_ceiling(nt < 1 ? 1 : (int)nt, 1, 3);
+    if (dot > 0)
+        printf("vdpbf16ps ceiling (the same, AVX512_BF16 bf16-pair dot products, lind's --compute bf16): "
+               "%.1f GFLOP/s\n\n", dot);
     static const int full[] = {1, 8, 32, 64, 256}, small[] = {1, 64};
     int threads = nt < 1 ? 1 : (int)nt;
     int rc = token_only ? 0 : quick ? bench_shapes(be, small, 2, 0.02, threads) : bench_shapes(be, full, 5, 0.1, threads);

@@ -41,10 +41,11 @@ typedef struct opts {
     sampler_params sp;
     int seed_set;
     lind_dtype dtype;
+    lind_compute compute;
 } opts;
 
 enum { O_BACKEND = 1000, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_AFTER, O_REP, O_REPWIN, O_MAXB, O_SECS,
-       O_DTYPE, O_TOKENS, O_OUT, O_CHUNK };
+       O_DTYPE, O_TOKENS, O_OUT, O_CHUNK, O_COMPUTE };
 
 static int parse_long(const char *s, long lo, long hi, long *out) {
     char *end;
@@ -75,6 +76,7 @@ static int parse(int argc, char **argv, const char *cmd, opts *o) {
         {"max-batch", required_argument, 0, O_MAXB}, {"seconds", required_argument, 0, O_SECS},
         {"dtype", required_argument, 0, O_DTYPE},  {"tokens", required_argument, 0, O_TOKENS},
         {"out", required_argument, 0, O_OUT},      {"chunk", required_argument, 0, O_CHUNK},
+        {"compute", required_argument, 0, O_COMPUTE},
         {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->sp = sampler_defaults();
@@ -113,6 +115,14 @@ static int parse(int argc, char **argv, const char *cmd, opts *o) {
             else if (!strcmp(optarg, "f16")) o->dtype = LIND_DT_F16;
             else {
                 fprintf(stderr, "lind %s: --dtype wants f32, bf16 or f16, got \"%s\"\n", cmd, optarg);
+                return 2;
+            }
+            break;
+        case O_COMPUTE:
+            if (!strcmp(optarg, "f32")) o->compute = LIND_COMPUTE_F32;
+            else if (!strcmp(optarg, "bf16")) o->compute = LIND_COMPUTE_BF16;
+            else {
+                fprintf(stderr, "lind %s: --compute wants f32 or bf16, got \"%s\"\n", cmd, optarg);
                 return 2;
             }
             break;
@@ -169,7 +179,7 @@ static int parse(int argc, char **argv, const char *cmd, opts *o) {
 static model *load(const opts *o, const char *cmd) {
     char err[512];
     model *m = NULL;
-    model_opts mo = {o->backend, o->dtype};
+    model_opts mo = {o->backend, o->dtype, o->compute};
     if (model_load_opts(o->model, &mo, &m, err, sizeof err) < 0) {
         fprintf(stderr, "lind %s: %s\n", cmd, err);
         return NULL;
@@ -206,6 +216,7 @@ int cli_info(int argc, char **argv) {
     printf("norm_eps:     %g\nemb_norm:     %s\nrescale_every: %d\n", (double)c->norm_eps,
            c->emb_norm ? "true" : "false", c->rescale_every);
     printf("weights:      %s (%zu bytes of matrices)\n", lind_dtype_name(model_weights_dtype(m)), wbytes);
+    printf("compute:      %s\n", lind_compute_name(model_compute(m)));
     printf("macs/token:   %zu (blocks %zu, head %zu)\n", block_macs + head_macs, block_macs, head_macs);
     printf("parameters:   %zu\n", model_param_count(m));
     printf("state_bytes:  %zu per session\n", model_state_bytes(m));

@@ -31,7 +31,8 @@ static const command commands[] = {
      "options:\n"
      "  -m, --model DIR        model directory (docs/MODEL.md), required\n"
      "  --backend B            cpu, cuda or auto (default auto)\n"
-     "  --dtype T              matrix weights in memory: f32, bf16 or f16 (default: as stored)\n"},
+     "  --dtype T              matrix weights in memory: f32, bf16 or f16 (default: as stored)\n"
+     "  --compute C            products' arithmetic: f32 (default, exact) or bf16 (AVX512_BF16)\n"},
     {"score", cli_score, "score --model DIR FILE [--after-generate N --seed S --temperature T]   bits/byte of FILE",
      "usage: lind score --model DIR [options] FILE\n"
      "\n"
@@ -42,6 +43,7 @@ static const command commands[] = {
      "  -m, --model DIR        model directory, required\n"
      "  --backend B            cpu, cuda or auto (default auto)\n"
      "  --dtype T              matrix weights in memory: f32, bf16 or f16 (default: as stored)\n"
+     "  --compute C            products' arithmetic: f32 (default, exact) or bf16 (AVX512_BF16)\n"
      "  --chunk N              prompt tokens fed per batched pass (default 64; the bits do not change)\n"
      "  --after-generate N     generate N tokens first, then score FILE\n"
      SAMPLING_HELP},
@@ -56,6 +58,7 @@ static const command commands[] = {
      "  --backend B            cpu, cuda or auto (default auto)\n"
      "  -p, --prompt TEXT      text fed first (default none)\n"
      "  --dtype T              matrix weights in memory: f32, bf16 or f16 (default: as stored)\n"
+     "  --compute C            products' arithmetic: f32 (default, exact) or bf16 (AVX512_BF16)\n"
      "  -n N                   tokens to generate (default 256)\n"
      SAMPLING_HELP},
     {"logits", cli_logits, "logits --model DIR --tokens FILE --out FILE [--chunk N]   float32 logits after every int32 token",
@@ -72,6 +75,7 @@ static const command commands[] = {
      "  --out FILE             where the logits go, required\n"
      "  --chunk N              tokens per batched pass (default 64; the logits do not change)\n"
      "  --dtype T              matrix weights in memory: f32, bf16 or f16 (default: as stored)\n"
+     "  --compute C            products' arithmetic: f32 (default, exact) or bf16 (AVX512_BF16)\n"
      "  --backend B            cpu, cuda or auto (default auto)\n"},
     {"serve", server_main, "serve [--model DIR --socket PATH --db PATH ...]   the daemon (docs/DAEMON.md)", NULL},
     {"bench-step", cli_bench_step, "bench-step --model DIR [--max-batch 64 --seconds S]   step time, tokens/s vs SGEMM",
@@ -85,7 +89,8 @@ static const command commands[] = {
      "  --backend B            cpu, cuda or auto (default auto)\n"
      "  --max-batch N          largest batch timed, 1..4096 (default 64)\n"
      "  --seconds S            time spent per measurement (default 1)\n"
-     "  --dtype T              matrix weights in memory: f32, bf16 or f16 (default: as stored)\n"},
+     "  --dtype T              matrix weights in memory: f32, bf16 or f16 (default: as stored)\n"
+     "  --compute C            products' arithmetic: f32 (default, exact) or bf16 (AVX512_BF16)\n"},
     {"tokenize", cli_tokenize,
      "tokenize --tokenizer KIND[:PATH] [--decode] [--chunk N] [--lines] [FILE...]   token ids of a text",
      "usage: lind tokenize --tokenizer KIND[:PATH] [--decode] [--chunk N] [--lines] [FILE...]\n"

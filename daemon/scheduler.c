@@ -1114,7 +1114,7 @@ static void handle(scheduler *S, dmsg *m)
 static int setup(scheduler *S, char *err, size_t errlen)
 {
     server *srv = S->srv;
-    model_opts mo = { srv->opt.backend, srv->opt.dtype };
+    model_opts mo = { srv->opt.backend, srv->opt.dtype, srv->opt.compute };
     int rc = model_load_opts(srv->opt.model_dir, &mo, &S->m, err, errlen);
     if (rc != 0) return rc;
     srv->m = S->m;

@@ -33,6 +33,7 @@ typedef struct server_options {
     const char *backend;       /* "cpu", "cuda", "auto" (default) */
     lind_dtype  dtype;         /* matrix weights in memory: LIND_DT_AUTO (as stored, default),
                                   F32, BF16, F16 (--dtype) */
+    lind_compute compute;      /* products' arithmetic: LIND_COMPUTE_F32 (default) or BF16 (--compute) */
     int      max_batch;        /* sessions per step, default 256 */
     int      max_resident;     /* sessions kept in slots; 0 (default): 1024, or fewer if
                                   their states would pass 1 GiB */

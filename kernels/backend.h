@@ -49,6 +49,9 @@ typedef struct backend_buf backend_buf;   /* defined by each backend */
 /* weight_new_half precisions */
 enum { BACKEND_W_F16 = 1, BACKEND_W_BF16 = 2 };
 
+/* set_compute modes */
+enum { BACKEND_COMPUTE_F32 = 0, BACKEND_COMPUTE_BF16 = 1 };
+
 /* matmul flags */
 enum { BACKEND_MM_ACCUMULATE = 1, BACKEND_MM_GELU = 2, BACKEND_MM_RELU2 = 4, BACKEND_MM_SIGMOID = 8 };
 
@@ -306,6 +309,16 @@ typedef struct backend_ops {
      * The CPU backend never is; on a poisoned backend every device call
      * fails, and model_forward refuses to step. */
     int (*poisoned)(backend *be);
+
+    /* ---- compute precision -----------------------------------------------
+     * Optional (NULL: BACKEND_COMPUTE_F32 only). Called once, before any
+     * weight is made. BACKEND_COMPUTE_F32 (the default): products are exact
+     * fp32 math on the (widened) weights. BACKEND_COMPUTE_BF16: products
+     * with a bf16 weight (weight_new_half, BACKEND_W_BF16) round each
+     * activation row to bf16 and accumulate bf16·bf16 products in fp32
+     * (still batch-invariant; docs/NUMERICS.md). 0, or a negative code with
+     * err saying why the device cannot (e.g. no AVX512_BF16). */
+    int (*set_compute)(backend *be, int mode, char *err, size_t errlen);
 } backend_ops;
 
 /* Every backend struct starts with this. */

@@ -50,6 +50,7 @@ struct model {
     layer L[LIND_MAX_LAYERS];
     size_t state_bytes, params, block_macs, head_macs, weight_bytes;
     lind_dtype wdtype;
+    lind_compute compute;           /* the products' arithmetic (model_opts) */
     model_state_region *regions;
     int nregions;
     uint64_t fingerprint;
@@ -330,7 +331,7 @@ static int load_tokenizer(model *m, const char *dir, char *err, size_t errlen) {
 }
 
 int model_load(const char *dir, const char *backend_name, model **out, char *err, size_t errlen) {
-    model_opts o = {.backend = backend_name, .weights = LIND_DT_AUTO};
+    model_opts o = {.backend = backend_name, .weights = LIND_DT_AUTO, .compute = LIND_COMPUTE_F32};
     return model_load_opts(dir, &o, out, err, errlen);
 }
 
@@ -350,6 +351,24 @@ int model_load_opts(const char *dir, const model_opts *o, model **out, char *err
     if ((rc = load_tokenizer(m, dir, err, errlen)) < 0) goto out;
     if ((rc = st_set_open(&ld.st, dir, err, errlen)) < 0) goto out;
     if ((rc = backend_new(o ? o->backend : NULL, &m->be, err, errlen)) < 0) goto out;
+    m->compute = o ? o->compute : LIND_COMPUTE_F32;
+    if (m->compute == LIND_COMPUTE_BF16) {   /* every matrix in bf16, multiplied in bf16 */
+        if (ld.want != LIND_DT_AUTO && ld.want != LIND_DT_BF16) {
+            rc = errmsg_set(-EINVAL, err, errlen, "bf16 compute multiplies bf16 weights: weights %s conflicts with it",
+                            lind_dtype_name(ld.want));
+            goto out;
+        }
+        ld.want = LIND_DT_BF16;
+        if (!m->be->ops->set_compute) {
+            rc = errmsg_set(-ENOTSUP, err, errlen, "backend %s: no bf16 compute mode (it is the CPU backend's, "
+                            "with AVX512_BF16)", m->be->ops->name);
+            goto out;
+        }
+        if ((rc = m->be->ops->set_compute(m->be, BACKEND_COMPUTE_BF16, err, errlen)) < 0) goto out;
+    } else if (m->compute != LIND_COMPUTE_F32) {
+        rc = errmsg_set(-EINVAL, err, errlen, "unknown compute mode %d", (int)m->compute);
+        goto out;
+    }
 
     const lind_config *c = &m->cfg;
     int d = c->d_model, V = c->vocab_size;
@@ -399,6 +418,11 @@ int model_load_opts(const char *dir, const model_opts *o, model **out, char *err
     if (m->wdtype != LIND_DT_F32) {   /* fp32 models keep the fingerprint they always had */
         char tag[32];
         int n = snprintf(tag, sizeof tag, "weights=%s", lind_dtype_name(m->wdtype));
+        XXH64_update(xs, tag, (size_t)n);
+    }
+    if (m->compute != LIND_COMPUTE_F32) {   /* a bf16-math state is not an fp32-math one: refused */
+        char tag[32];
+        int n = snprintf(tag, sizeof tag, "compute=%s", lind_compute_name(m->compute));
         XXH64_update(xs, tag, (size_t)n);
     }
     m->fingerprint = XXH64_digest(xs);
@@ -465,6 +489,8 @@ int model_vocab(const model *m) { return m->cfg.vocab_size; }
 int model_bos(const model *m) { return m->cfg.bos; }
 const struct tokenizer *model_tokenizer(const model *m) { return m->tok; }
 lind_dtype model_weights_dtype(const model *m) { return m->wdtype; }
+lind_compute model_compute(const model *m) { return m->compute; }
+const char *lind_compute_name(lind_compute c) { return c == LIND_COMPUTE_BF16 ? "bf16" : "f32"; }
 size_t model_state_bytes(const model *m) { return m->state_bytes; }
 long long model_max_tokens(const model *m) {
     long long n = 0;

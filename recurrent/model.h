@@ -60,9 +60,18 @@ typedef struct lind_config {
 /* Weight precision in memory (matrix weights; vectors are always fp32). */
 typedef enum lind_dtype { LIND_DT_AUTO = 0, LIND_DT_F32, LIND_DT_F16, LIND_DT_BF16 } lind_dtype;
 
+/* Arithmetic of the matrix products. F32 (the default, 0): exact fp32
+ * math on the weights' (widened) values. BF16: every matrix held in bf16
+ * and multiplied in bf16 with fp32 sums (AVX512_BF16's vdpbf16ps; the CPU
+ * backend only, refused elsewhere) — about twice the arithmetic rate, at
+ * the accuracy docs/NUMERICS.md measures; still batch-invariant. */
+typedef enum lind_compute { LIND_COMPUTE_F32 = 0, LIND_COMPUTE_BF16 = 1 } lind_compute;
+
 typedef struct model_opts {
     const char *backend;             /* "cpu", "cuda", "auto"; NULL = "auto" */
-    lind_dtype  weights;             /* AUTO: as stored (fp16/bf16 stay half) */
+    lind_dtype  weights;             /* AUTO: as stored (fp16/bf16 stay half);
+                                        with compute BF16: AUTO or BF16 only */
+    lind_compute compute;            /* LIND_COMPUTE_F32 unless asked */
 } model_opts;
 
 typedef struct model model;
@@ -86,6 +95,9 @@ const struct tokenizer *model_tokenizer(const model *m);
 /* Precision the matrix weights are held in (LIND_DT_F32/F16/BF16). */
 lind_dtype model_weights_dtype(const model *m);
 const char *lind_dtype_name(lind_dtype t);           /* "f32", "f16", "bf16", "auto" */
+/* The compute mode the model was loaded with, and its name ("f32", "bf16"). */
+lind_compute model_compute(const model *m);
+const char *lind_compute_name(lind_compute c);
 /* Bytes of one session's recurrent state (all layers), as read and written
  * by model_slot_read/model_slot_write. Independent of stream length. */
 size_t   model_state_bytes(const model *m);
@@ -99,9 +111,10 @@ long long model_max_tokens(const model *m);
  * bytes of all matrix weights as held in memory (benchmark figures). */
 void     model_costs(const model *m, size_t *block_macs, size_t *head_macs, size_t *weight_bytes);
 /* 64-bit fingerprint of the model: xxh64 over config.json and the tensor
- * data, and the in-memory weight precision when it is not fp32 (a state made
- * with bf16 weights is not the state fp32 weights would make). A saved state
- * is only ever loaded into the model it came from. */
+ * data, the in-memory weight precision when it is not fp32 (a state made
+ * with bf16 weights is not the state fp32 weights would make) and the
+ * compute mode when it is not fp32 (nor is a state made with bf16 math). A
+ * saved state is only ever loaded into the model it came from. */
 uint64_t model_fingerprint(const model *m);
 
 /* The raw state described as typed regions (for the state format's header,

@@ -958,7 +958,7 @@ static int cmp_batch_invariant = 0;
 static lind_dtype cmp_weights = LIND_DT_AUTO;
 
 static int cmp_load(const char *dir, const char *be, model **out, char *err, size_t errlen) {
-    model_opts o = { be, cmp_weights };
+    model_opts o = { .backend = be, .weights = cmp_weights };
     return model_load_opts(dir, &o, out, err, errlen);
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "kernels/cpu/gemm.h"
 #include "recurrent/model.h"
 #include "recurrent/sampler.h"
 #include "tests/check.h"
@@ -49,7 +50,7 @@ static void info_reports_model(void) {
     CHECK(strstr(out, "mixers:       linear,aft") && strstr(out, "backend:      cpu"), "config/backend missing:\n%s", out);
     const char *lines[] = {"format:       lind", "tokenizer:    bytes", "vocab_size:   256", "bos:          0",
                            "ffns:         gelu_mlp,gelu_mlp", "layer 1       mixer aft, ffn gelu_mlp",
-                           "weights:      f32"};
+                           "weights:      f32", "compute:      f32"};
     for (size_t i = 0; i < sizeof lines / sizeof *lines; i++)
         CHECK(strstr(out, lines[i]), "no \"%s\" in:\n%s", lines[i], out);
     model_free(m);
@@ -57,6 +58,18 @@ static void info_reports_model(void) {
     CHECK(rc == 0 && strstr(out, "weights:      bf16"), "--dtype bf16: exit %d:\n%s", rc, out);
     rc = run(out, sizeof out, "%s info --model %s --dtype f8", lind, mdir);
     CHECK(rc == 2 && strstr(out, "--dtype wants f32, bf16 or f16"), "--dtype f8: exit %d: %s", rc, out);
+    rc = run(out, sizeof out, "%s info --model %s --compute f8", lind, mdir);
+    CHECK(rc == 2 && strstr(out, "--compute wants f32 or bf16"), "--compute f8: exit %d: %s", rc, out);
+    /* bf16 compute: bf16 weights and another fingerprint, or refused with a reason */
+    rc = run(out, sizeof out, "%s info --model %s --backend cpu --compute bf16", lind, mdir);
+    if (cpu_gemm_dot_supported())
+        CHECK(rc == 0 && strstr(out, "compute:      bf16") && strstr(out, "weights:      bf16"),
+              "--compute bf16: exit %d:\n%s", rc, out);
+    else
+        CHECK(rc == 1 && strstr(out, "AVX512_BF16"), "--compute bf16 without AVX512_BF16: exit %d: %s", rc, out);
+    rc = run(out, sizeof out, "%s info --model %s --backend cpu --compute bf16 --dtype f16", lind, mdir);
+    CHECK(rc == 1 && strstr(out, "bf16 compute multiplies bf16 weights"), "--compute bf16 --dtype f16: exit %d: %s",
+          rc, out);
 }
 
 /* `lind logits` writes exactly the logits model_step gives after each

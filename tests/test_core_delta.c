@@ -650,7 +650,7 @@ static void bf16_weights(void) {
     snprintf(dir, sizeof dir, "%s/bf16", tmpdir);
     CHECK(write_model(dir, &two_layer, 19, NULL, 0, NULL) == 0, "write_model");
     model *m[2] = {0};
-    model_opts o[2] = {{"cpu", LIND_DT_F32}, {"cpu", LIND_DT_BF16}};
+    model_opts o[2] = {{.backend = "cpu", .weights = LIND_DT_F32}, {.backend = "cpu", .weights = LIND_DT_BF16}};
     for (int i = 0; i < 2; i++) CHECK(model_load_opts(dir, &o[i], &m[i], err, sizeof err) == 0, "load: %s", err);
     if (!m[0] || !m[1]) { model_free(m[0]); model_free(m[1]); return; }
     CHECK(model_weights_dtype(m[1]) == LIND_DT_BF16, "weights held as %s", lind_dtype_name(model_weights_dtype(m[1])));

@@ -7,7 +7,9 @@
  * for bit equal to the fp32 kernel on the widened weights (every row block,
  * the single-row kernel, tails, flags, both kernels); and the backend's
  * matmul flags (fused GELU, ReLU², sigmoid) and weight_new_half on each of
- * its GEMM paths. */
+ * its GEMM paths; the bf16 compute kernels (vdpbf16ps, where the CPU has
+ * AVX512_BF16): rounding, accuracy against a long-double sum of the same
+ * bf16 values, batch invariance, the backend's set_compute. */
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -390,6 +392,191 @@ static void test_isas_agree(void) {
     }
 }
 
+
+/* ---- bf16 compute (vdpbf16ps) -------------------------------------------- */
+
+#include "kernels/half.h"
+
+static uint16_t *dot_packed_new(const uint16_t *W, int N, int K) {
+    uint16_t *Wp = aligned_alloc(64, ((cpu_gemm_dot_packed_elems(N, K) * sizeof(uint16_t) + 63) / 64) * 64);
+    cpu_gemm_pack_dot(W, N, K, Wp);
+    return Wp;
+}
+
+/* Activations rounded as the scalar reference rounds (nearest even) for
+ * normal numbers, zero for fp32 subnormals (the instruction flushes them),
+ * and the row padded with zeros up to its stride. */
+static void test_dot_round(void) {
+    enum { B = 3, K = 77 };
+    int ld = cpu_gemm_dot_ld(K);
+    CHECK(ld >= K + 1 && ld % 32 == 0, "ld %d for K %d", ld, K);
+    float x[B * K];
+    uint16_t xb[B * 96];
+    unsigned seed = 3;
+    for (int i = 0; i < B * K; i++) x[i] = frand(&seed) * ldexpf(1.0f, (int)(i % 40) - 20);
+    x[5] = 1.0f + ldexpf(1.0f, -8);                    /* a tie: to even (1.0) */
+    x[6] = 1.0f + 3 * ldexpf(1.0f, -8);                /* a tie: to even (1 + 2^-6) */
+    x[7] = ldexpf(1.0f, -130);                         /* subnormal: 0 */
+    x[8] = -0.0f;
+    memset(xb, 0xAB, sizeof xb);
+    cpu_gemm_round_bf16(x, K, B, K, xb, ld);
+    int bad = 0;
+    for (int b = 0; b < B; b++)
+        for (int k = 0; k < ld; k++) {
+            float v = k < K ? x[b * K + k] : 0.0f;
+            uint16_t want = fpclassify(v) == FP_SUBNORMAL ? (uint16_t)(signbit(v) ? 0x8000 : 0) : lind_f32_to_bf16(v);
+            if (xb[b * ld + k] != want && bad++ < 5)
+                CHECK(0, "row %d k %d: %a rounded to %04x, want %04x", b, k, v, xb[b * ld + k], want);
+        }
+    CHECK(xb[5] == 0x3f80 && xb[6] == 0x3f82, "ties: %04x %04x", xb[5], xb[6]);
+    CHECK(bad == 0, "%d elements rounded wrongly", bad);
+}
+
+/* y = (acc ? y0 : 0) + bias + bf16(x)·Wᵀ against a long-double sum of the
+ * same bf16 values (the products are exact in fp32; only the fp32 sums
+ * round), for row blocks, panel tails, odd K (a padded last pair), strides,
+ * flags; columns beyond N untouched. Returns the worst relative error. */
+static double dot_case(int B, int N, int K, int ldx, int ldy, int with_bias, int flags, unsigned seed) {
+    int ld = cpu_gemm_dot_ld(K);
+    float *x = malloc(sizeof(float) * (size_t)B * ldx), *bias = malloc(sizeof(float) * N);
+    float *y = malloc(sizeof(float) * (size_t)B * ldy), *y0 = malloc(sizeof(float) * (size_t)B * ldy);
+    uint16_t *W = malloc(sizeof(uint16_t) * (size_t)N * K), *xb = malloc(sizeof(uint16_t) * (size_t)B * ld);
+    for (int i = 0; i < B * ldx; i++) x[i] = frand(&seed);
+    for (int i = 0; i < N * K; i++) W[i] = hrand(CPU_GEMM_BF16, &seed);
+    for (int i = 0; i < N; i++) bias[i] = frand(&seed);
+    for (int i = 0; i < B * ldy; i++) y[i] = y0[i] = (i % ldy) < N ? frand(&seed) : 12345.0f;
+    uint16_t *Wp = dot_packed_new(W, N, K);
+    cpu_gemm_round_bf16(x, ldx, B, K, xb, ld);
+    cpu_gemm_run_dot(xb, ld, Wp, with_bias ? bias : NULL, y, ldy, B, N, K, 0, cpu_gemm_panels(CPU_GEMM_AVX512, N),
+                     flags);
+    double worst = 0;
+    int acc = flags & CPU_GEMM_ACCUMULATE;
+    for (int b = 0; b < B; b++) {
+        for (int n = 0; n < N; n++) {
+            long double s = with_bias ? bias[n] : 0, mag = fabsl(s);
+            for (int k = 0; k < K; k++) {
+                long double t = (long double)ref_bf16(xb[b * ld + k]) * ref_bf16(W[n * K + k]);
+                s += t;
+                mag += fabsl(t);
+            }
+            double ref = (double)s, got = y[b * ldy + n];
+            if (acc) {
+                ref += y0[b * ldy + n];
+                mag += fabsl((long double)y0[b * ldy + n]);
+            } else if (flags & CPU_GEMM_ACTIVATIONS) {
+                /* the sum's error scaled by the activation's slope (≤ 2|s| + 1.2
+                 * for GELU, ReLU², sigmoid), plus the activation's own rounding */
+                mag = mag * (2 * fabsl((long double)ref) + 1.2L);
+                ref = act_ref(flags, ref);
+                mag += fabsl((long double)ref);
+            }
+            double err = fabs(got - ref) / (double)(mag + 1e-30L);
+            if (err > worst) worst = err;
+        }
+        for (int n = N; n < ldy; n++)
+            CHECK(y[b * ldy + n] == 12345.0f, "B=%d N=%d K=%d: column %d beyond N was written", B, N, K, n);
+    }
+    free(x); free(bias); free(y); free(y0); free(W); free(xb); free(Wp);
+    return worst;
+}
+
+static void test_dot_shapes(void) {
+    static const int Bs[] = {1, 2, 5, 11, 12, 13, 25, 37, 64};
+    static const int Ns[] = {1, 17, 32, 33, 100, 160, 200};
+    static const int Ks[] = {1, 2, 7, 64, 193};
+    static const int Fs[] = {0, CPU_GEMM_ACCUMULATE, CPU_GEMM_GELU, CPU_GEMM_RELU2, CPU_GEMM_SIGMOID};
+    unsigned seed = 101;
+    double worst = 0;
+    int i = 0;
+    for (size_t bi = 0; bi < sizeof Bs / sizeof *Bs; bi++)
+        for (size_t ni = 0; ni < sizeof Ns / sizeof *Ns; ni++)
+            for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++, i++) {
+                int B = Bs[bi], N = Ns[ni], K = Ks[ki], odd = i % 3 == 0, flags = Fs[i % 5];
+                double e = dot_case(B, N, K, K + odd, N + 2 * odd, i % 2, flags, seed++);
+                if (e > worst) worst = e;
+                CHECK(e < 1e-5, "B=%d N=%d K=%d flags %d: relative error %.3g", B, N, K, flags, e);
+            }
+    printf("NOTE dot shapes: worst relative error %.3g (fp32 sums of exact bf16 products vs long double)\n", worst);
+}
+
+/* Batch invariance, the property prefill relies on: row b of any batch is
+ * bit for bit the row alone (the single-row kernel), whatever the panel
+ * range a thread is given. */
+static void test_dot_batch_invariance(void) {
+    int N = 300, K = 193, ld = cpu_gemm_dot_ld(K), P = cpu_gemm_panels(CPU_GEMM_AVX512, N);
+    static const int Bs[] = {2, 7, 12, 13, 37, 64};
+    unsigned seed = 55;
+    float *x = malloc(sizeof(float) * 64 * K), *bias = malloc(sizeof(float) * N);
+    float *yb = malloc(sizeof(float) * 64 * N), *y1 = malloc(sizeof(float) * N);
+    uint16_t *W = malloc(sizeof(uint16_t) * N * K), *xb = malloc(sizeof(uint16_t) * 64 * ld);
+    for (int i = 0; i < 64 * K; i++) x[i] = frand(&seed);
+    for (int i = 0; i < N * K; i++) W[i] = hrand(CPU_GEMM_BF16, &seed);
+    for (int i = 0; i < N; i++) bias[i] = frand(&seed);
+    uint16_t *Wp = dot_packed_new(W, N, K);
+    cpu_gemm_round_bf16(x, K, 64, K, xb, ld);
+    for (size_t bi = 0; bi < sizeof Bs / sizeof *Bs; bi++) {
+        int B = Bs[bi];
+        /* two callers splitting the panels at an odd place */
+        cpu_gemm_run_dot(xb, ld, Wp, bias, yb, N, B, N, K, 0, 3, 0);
+        cpu_gemm_run_dot(xb, ld, Wp, bias, yb, N, B, N, K, 3, P, 0);
+        for (int b = 0; b < B; b++) {
+            cpu_gemm_run_dot(xb + (size_t)b * ld, ld, Wp, bias, y1, N, 1, N, K, 0, P, 0);
+            CHECK(!memcmp(y1, yb + (size_t)b * N, sizeof(float) * N), "row %d of a batch of %d differs from the row alone",
+                  b, B);
+        }
+    }
+    free(x); free(bias); free(yb); free(y1); free(W); free(xb); free(Wp);
+}
+
+/* Through the backend: set_compute(BF16) makes bf16 weights run the dot
+ * kernel (equal to cpu_gemm_run_dot on the same rounding, every flag, B = 1
+ * and 40), leaves fp16 weights exact, and is refused on the AVX2 kernel. */
+static void test_backend_dot(void) {
+    enum { BM = 40, N = 150, K = 65 };
+    backend *be;
+    char err[256];
+    CHECK(backend_new("cpu", &be, err, sizeof err) == 0, "%s", err);
+    const backend_ops *o = be->ops;
+    CHECK(o->set_compute && o->set_compute(be, BACKEND_COMPUTE_BF16, err, sizeof err) == 0, "set_compute: %s", err);
+    unsigned seed = 9;
+    int ld = cpu_gemm_dot_ld(K);
+    static float x[BM * K], bias[N], y0[BM * N], y1[BM * N], y2[BM * N];
+    static uint16_t Wh[N * K], xb[BM * 96];
+    for (int i = 0; i < BM * K; i++) x[i] = frand(&seed);
+    for (int i = 0; i < N; i++) bias[i] = frand(&seed);
+    for (int i = 0; i < BM * N; i++) y0[i] = frand(&seed);
+    for (int i = 0; i < N * K; i++) Wh[i] = hrand(CPU_GEMM_BF16, &seed);
+    uint16_t *Wp = dot_packed_new(Wh, N, K);
+    cpu_gemm_round_bf16(x, K, BM, K, xb, ld);
+    backend_buf *bx = NULL, *bb = NULL, *by = NULL, *bH = NULL;
+    CHECK(o->buf_new(be, BM * K, &bx) == 0 && o->buf_new(be, N, &bb) == 0 && o->buf_new(be, BM * N, &by) == 0 &&
+          o->weight_new_half(be, N, K, Wh, BACKEND_W_BF16, &bH) == 0, "buffers");
+    o->buf_upload(be, bx, 0, x, BM * K);
+    o->buf_upload(be, bb, 0, bias, N);
+    static const int Fs[] = {0, BACKEND_MM_ACCUMULATE, BACKEND_MM_GELU, BACKEND_MM_RELU2, BACKEND_MM_SIGMOID};
+    for (int B = 1; B <= BM; B += BM - 1)
+        for (size_t f = 0; f < sizeof Fs / sizeof *Fs; f++) {
+            memcpy(y1, y0, sizeof y1);
+            cpu_gemm_run_dot(xb, ld, Wp, bias, y1, N, B, N, K, 0, cpu_gemm_panels(CPU_GEMM_AVX512, N), Fs[f]);
+            o->buf_upload(be, by, 0, y0, BM * N);
+            CHECK(o->matmul(be, bx, 0, K, bH, bb, by, 0, N, B, N, K, Fs[f]) == 0, "matmul");
+            o->buf_download(be, by, 0, y2, BM * N);
+            CHECK(!memcmp(y1, y2, sizeof y1), "B=%d flags %d: backend differs from the dot kernel", B, Fs[f]);
+        }
+    o->buf_free(be, bx); o->buf_free(be, bb); o->buf_free(be, by); o->buf_free(be, bH);
+    free(Wp);
+    backend_free(be);
+    /* the AVX2 kernel has no bf16 compute: refused, saying why */
+    setenv("LIND_CPU_GEMM", "avx2", 1);
+    int rc = backend_new("cpu", &be, err, sizeof err);
+    unsetenv("LIND_CPU_GEMM");
+    if (rc == 0) {
+        rc = be->ops->set_compute(be, BACKEND_COMPUTE_BF16, err, sizeof err);
+        CHECK(rc == -ENOTSUP && strstr(err, "AVX-512"), "on AVX2: rc %d, '%s'", rc, err);
+        backend_free(be);
+    }
+}
+
 static void test_backend_flags_avx512(void) { backend_flags_case("avx512"); }
 static void test_backend_flags_avx2(void) { backend_flags_case("avx2"); }
 static void test_backend_flags_openblas(void) { backend_flags_case("openblas"); }
@@ -447,6 +634,14 @@ int main(void) {
         printf("SKIP gemm_avx2: this CPU has no AVX2+FMA\n");
     }
     if (cpu_gemm_supported(CPU_GEMM_AVX512) && cpu_gemm_supported(CPU_GEMM_AVX2)) RUN(test_isas_agree);
+    if (cpu_gemm_dot_supported()) {
+        RUN(test_dot_round);
+        RUN(test_dot_shapes);
+        RUN(test_dot_batch_invariance);
+        RUN(test_backend_dot);
+    } else {
+        printf("SKIP gemm_dot: this CPU has no AVX512_BF16 (bf16 compute is refused here)\n");
+    }
     if (!any) printf("NOTE the CPU backend uses OpenBLAS for every product on this CPU\n");
     return check_exit();
 }

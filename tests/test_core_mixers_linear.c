@@ -666,7 +666,7 @@ static void bf16_all_kinds(void) {
         snprintf(dir, sizeof dir, "%s/bf16_%d", tmpdir, k);
         CHECK(write_model(dir, ms[k], 70 + (uint64_t)k, NULL, 0) == 0, "write_model");
         model *m[2] = {0};
-        model_opts o[2] = {{"cpu", LIND_DT_F32}, {"cpu", LIND_DT_BF16}};
+        model_opts o[2] = {{.backend = "cpu", .weights = LIND_DT_F32}, {.backend = "cpu", .weights = LIND_DT_BF16}};
         for (int i = 0; i < 2; i++) CHECK(model_load_opts(dir, &o[i], &m[i], err, sizeof err) == 0, "load: %s", err);
         if (m[0] && m[1]) {
             CHECK(model_weights_dtype(m[1]) == LIND_DT_BF16, "%s: weights held as %s", ms[k]->L[0].mixer,

@@ -7,13 +7,16 @@
  * tokens through model_forward in chunks of several sizes, several sessions'
  * runs mixed in one call and rows asking for logits anywhere in a run; every
  * logit row and every final state byte must equal the reference's. Also the
- * run rules are enforced (a slot in two runs, a bad logit row: -EINVAL). */
+ * run rules are enforced (a slot in two runs, a bad logit row: -EINVAL).
+ * Where the CPU has AVX512_BF16 the cases run again with bf16 compute
+ * (model_opts.compute): the same equalities hold within that mode. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "kernels/cpu/gemm.h"
 #include "recurrent/model.h"
 #include "tests/check.h"
 #include "tests/testmodel.h"
@@ -22,6 +25,7 @@
 #define V LIND_BYTE_VOCAB
 
 static char tmpdir[256];
+static lind_compute COMPUTE;   /* the cases run in each compute mode the CPU has */
 
 static int load(const char *mixers, int shift, const char *variant, model **m) {
     char dir[400], err[512];
@@ -29,8 +33,9 @@ static int load(const char *mixers, int shift, const char *variant, model **m) {
     testmodel_cfg c = testmodel_config(32, 3, 4, 8, 64, mixers, shift, variant);
     testmodel_opts o = {0.9f, 1};
     if (testmodel_write(dir, &c, 7, &o) < 0) return -1;
-    int rc = model_load(dir, "cpu", m, err, sizeof err);
-    CHECK(rc == 0, "model_load: %s", err);
+    model_opts mo = {.backend = "cpu", .weights = LIND_DT_AUTO, .compute = COMPUTE};
+    int rc = model_load_opts(dir, &mo, m, err, sizeof err);
+    CHECK(rc == 0, "model_load (compute %s): %s", lind_compute_name(COMPUTE), err);
     return rc;
 }
 
@@ -99,6 +104,9 @@ static void prefill_linear(void) { run_case("linear", 0, NULL); }
 static void prefill_linear_shift(void) { run_case("linear", 1, NULL); }
 static void prefill_aft_decay_shift(void) { run_case("aft,linear", 1, "decay"); }
 static void prefill_aft_simple(void) { run_case("aft", 0, "simple"); }
+static void prefill_linear_bf16_compute(void) { run_case("linear", 1, NULL); }
+static void prefill_aft_decay_shift_bf16_compute(void) { run_case("aft,linear", 1, "decay"); }
+static void prefill_aft_simple_bf16_compute(void) { run_case("aft", 0, "simple"); }
 
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/lind_prefill.XXXXXX");
@@ -107,6 +115,15 @@ int main(void) {
     RUN(prefill_linear_shift);
     RUN(prefill_aft_decay_shift);
     RUN(prefill_aft_simple);
+    /* bf16 compute is batch-invariant too: the same bit-for-bit equalities */
+    if (cpu_gemm_dot_supported() && cpu_gemm_detect() == CPU_GEMM_AVX512) {
+        COMPUTE = LIND_COMPUTE_BF16;
+        RUN(prefill_linear_bf16_compute);
+        RUN(prefill_aft_decay_shift_bf16_compute);
+        RUN(prefill_aft_simple_bf16_compute);
+    } else {
+        printf("SKIP prefill_bf16_compute: this CPU has no AVX512_BF16\n");
+    }
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd)) return 1;

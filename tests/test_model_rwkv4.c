@@ -19,11 +19,18 @@
  * weights really are rounded), and c_bf16 widened to fp32 matches its
  * reference. And bad directories fail with a message naming the culprit: a
  * missing shard, an index pointing at a file without the tensor, a tensor of
- * the wrong shape, a config.json without hidden_size.
+ * the wrong shape, a config.json without hidden_size. And bf16 compute
+ * (model_opts.compute, AVX512_BF16 only): accuracy bound, batch invariance
+ * (prefill bit-identical to stepping within the mode), fingerprint,
+ * refusals.
  * LIND_RWKV4_FIXTURES overrides the fixture directory. */
 #include "tests/check.h"
 #include "recurrent/model.h"
+#include "kernels/cpu/gemm.h"
+#include "recurrent/sampler.h"
+#include "state/format.h"
 
+#include <errno.h>
 #include <dirent.h>
 #include <math.h>
 #include <stdint.h>
@@ -316,6 +323,122 @@ static void rwkv4_c_bf16_as_f32(void) {
     model_free(m);
 }
 
+
+/* ---- bf16 compute (--compute bf16) ----------------------------------------
+ * Activations rounded to bf16 and multiplied with vdpbf16ps (the CPU
+ * backend, AVX512_BF16). Per fixture: the logits stay within DOT_TOL of the
+ * float64 reference (c_bf16's reference is exact for its bf16 weights, so
+ * there the whole error is the activations' rounding), prefill in chunks and
+ * mixed sessions stay bit-identical to the step path within the mode, and
+ * the fingerprint differs from fp32 compute's (a state made in one mode is
+ * refused by the other). */
+#define DOT_TOL 0.02   /* measured worst 6.8e-3 (b_sharded; c_bf16, the rounding of activations alone: 5.3e-3): 3x */
+
+static model *load_dot(const char *dir) {
+    char err[512] = "";
+    model *m = NULL;
+    model_opts o = { .backend = "cpu", .weights = LIND_DT_AUTO, .compute = LIND_COMPUTE_BF16 };
+    int rc = model_load_opts(dir, &o, &m, err, sizeof err);
+    CHECK(rc == 0 && m, "model_load(%s, compute bf16): %d: %s", dir, rc, err);
+    return rc == 0 ? m : NULL;
+}
+
+static void dot_fixture(const fixture *f) {
+    if (!f->ok) { CHECK(0, "%s: fixture files missing", f->name); return; }
+    model *m = load_dot(f->model_dir), *w = load(f->model_dir, LIND_DT_BF16);
+    if (m && w) {
+        CHECK(model_compute(m) == LIND_COMPUTE_BF16 && model_weights_dtype(m) == LIND_DT_BF16,
+              "%s: compute %s weights %s, want bf16 bf16", f->name, lind_compute_name(model_compute(m)),
+              lind_dtype_name(model_weights_dtype(m)));
+        CHECK(model_fingerprint(m) != model_fingerprint(w), "%s: bf16 compute has fp32 compute's fingerprint", f->name);
+        float *st = run_steps(m, f), *sw = run_steps(w, f);
+        if (st && sw) {
+            int at, at2;
+            double e = worst_err(st, f->ref, f->vocab, &at), e2 = worst_err(sw, f->ref, f->vocab, &at2);
+            printf("NOTE rwkv4 %s, bf16 compute: worst relative error vs the float64 reference %.3g (position %d); "
+                   "bf16 weights with fp32 math: %.3g\n", f->name, e, at, e2);
+            CHECK(e <= DOT_TOL, "%s: bf16 compute: relative error %.3g at position %d > %g", f->name, e, at, DOT_TOL);
+            CHECK(memcmp(st, sw, sizeof(float) * POS * (size_t)f->vocab) != 0,
+                  "%s: bf16 compute gives fp32 compute's logits bit for bit: not in effect?", f->name);
+            static const int chunks[] = {1, 7, 64, 512};
+            for (int i = 0; i < 4; i++) check_chunks(m, f, st, chunks[i]);
+            check_sessions(m, f, st);
+        }
+        free(st);
+        free(sw);
+    }
+    model_free(m);
+    model_free(w);
+}
+
+/* A state saved by a bf16-compute model is refused by the same weights
+ * with fp32 compute (and the other way round), naming the fingerprints. */
+static void dot_state_refused(void) {
+    fixture *c = &fx[FX_C];
+    if (!c->ok) { CHECK(0, "fixture missing"); return; }
+    model *m[2] = { load_dot(c->model_dir), load(c->model_dir, LIND_DT_AUTO) };
+    if (m[0] && m[1]) {
+        for (int i = 0; i < 2; i++) {
+            model *from = m[i], *to = m[1 - i];
+            int slot = 0;
+            int32_t tok = 5;
+            size_t n = model_state_bytes(from);
+            uint8_t *raw = malloc(n), *blob = NULL, *back = malloc(n);
+            size_t len = 0;
+            char err[512] = "";
+            state_meta meta;
+            memset(&meta, 0, sizeof meta);
+            meta.tokens = 1;
+            meta.pending_token = -1;
+            sampler_params sp = sampler_defaults();
+            sampler_init(&meta.sampler, &sp);
+            CHECK(model_slots_reserve(from, 1) == 0 && model_slot_reset(from, 0) == 0 &&
+                  model_step(from, &slot, &tok, 1, NULL) == 0 && model_slot_read(from, 0, raw) == 0, "step");
+            int rc = state_encode(from, &meta, raw, &blob, &len, err, sizeof err);
+            CHECK(rc == 0, "state_encode: %s", err);
+            if (rc == 0) {
+                rc = state_decode(to, blob, len, &meta, back, err, sizeof err);
+                CHECK(rc == STATE_E_MODEL && strstr(err, "another model"), "%s compute state into %s: %d '%s'",
+                      lind_compute_name(model_compute(from)), lind_compute_name(model_compute(to)), rc, err);
+                rc = state_decode(from, blob, len, &meta, back, err, sizeof err);
+                CHECK(rc == 0, "the same mode's state refused: %s", err);
+            }
+            free(raw); free(blob); free(back);
+        }
+    }
+    model_free(m[0]);
+    model_free(m[1]);
+}
+
+static void rwkv4_dot_a_f32(void)     { dot_fixture(&fx[FX_A]); }
+static void rwkv4_dot_b_sharded(void) { dot_fixture(&fx[FX_B]); }
+static void rwkv4_dot_c_bf16(void)    { dot_fixture(&fx[FX_C]); }
+
+/* Refused with a reason: fp16 weights (bf16 compute multiplies bf16), the
+ * AVX2 kernel (no vdpbf16ps), the CUDA backend's code (the host harness). */
+static void rwkv4_dot_refusals(void) {
+    fixture *a = &fx[FX_A];
+    if (!a->ok) { CHECK(0, "fixture missing"); return; }
+    char err[512] = "";
+    model *m = NULL;
+    model_opts o = { .backend = "cpu", .weights = LIND_DT_F16, .compute = LIND_COMPUTE_BF16 };
+    int rc = model_load_opts(a->model_dir, &o, &m, err, sizeof err);
+    CHECK(rc == -EINVAL && strstr(err, "bf16 compute") && strstr(err, "f16"), "weights f16: %d '%s'", rc, err);
+    model_free(m);
+    m = NULL;
+    setenv("LIND_CPU_GEMM", "avx2", 1);
+    o.weights = LIND_DT_AUTO;
+    rc = model_load_opts(a->model_dir, &o, &m, err, sizeof err);
+    unsetenv("LIND_CPU_GEMM");
+    CHECK(rc == -ENOTSUP && strstr(err, "bf16 compute"), "AVX2 kernel: %d '%s'", rc, err);
+    model_free(m);
+    m = NULL;
+    o.backend = "harness";
+    rc = model_load_opts(a->model_dir, &o, &m, err, sizeof err);
+    CHECK(rc == -ENOTSUP && strstr(err, "no bf16 compute mode"), "CUDA harness: %d '%s'", rc, err);
+    model_free(m);
+}
+
 /* ---- bad directories ---------------------------------------------------- */
 
 static char tmpdir[256];
@@ -461,6 +584,15 @@ int main(void) {
     RUN(rwkv4_c_bf16);
     RUN(rwkv4_bf16_weights_accuracy);
     RUN(rwkv4_c_bf16_as_f32);
+    if (cpu_gemm_dot_supported() && cpu_gemm_detect() == CPU_GEMM_AVX512) {
+        RUN(rwkv4_dot_a_f32);
+        RUN(rwkv4_dot_b_sharded);
+        RUN(rwkv4_dot_c_bf16);
+        RUN(rwkv4_dot_refusals);
+        RUN(dot_state_refused);
+    } else {
+        printf("SKIP rwkv4_dot: this CPU has no AVX512_BF16 (bf16 compute is refused here)\n");
+    }
     RUN(rwkv4_rejects_missing_shard);
     RUN(rwkv4_rejects_index_pointing_at_wrong_shard);
     RUN(rwkv4_rejects_wrong_shape);

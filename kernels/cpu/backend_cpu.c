@@ -25,13 +25,15 @@
 #include "kernels/cpu/pool.h"
 #include "kernels/mixer_math.h"
 
-enum { BUF_PLAIN, BUF_WT, BUF_PACKED };
+enum { BUF_PLAIN, BUF_WT, BUF_PACKED, BUF_DOT };
 
 struct backend_buf {
     float *p;
     size_t n;
     int kind;        /* made by weight_new: BUF_WT, p holds Wᵀ [K × N] for
-                        OpenBLAS; BUF_PACKED, p holds kernels/cpu/gemm.h panels */
+                        OpenBLAS; BUF_PACKED, p holds kernels/cpu/gemm.h panels;
+                        BUF_DOT (bf16 compute), p holds cpu_gemm_pack_dot's bf16
+                        pair panels */
     int wtype;       /* BUF_PACKED: cpu_gemm_wtype of the panels (F16/BF16:
                         p holds uint16_t elements, made by weight_new_half) */
 };
@@ -48,6 +50,9 @@ typedef struct cpu {
     size_t tmp_n;
     cpu_pool *threads;      /* every op runs across these */
     cpu_gemm_isa isa;       /* kernels/cpu/gemm.c kernel weights are packed for; NONE: OpenBLAS */
+    int dot;                /* compute mode BACKEND_COMPUTE_BF16: bf16 weights become BUF_DOT */
+    uint16_t *xb;           /* BUF_DOT products: the activations rounded to bf16 */
+    size_t xb_n;            /* uint16 elements of xb */
     char device[128];
 } cpu;
 
@@ -111,14 +116,18 @@ static int cpu_weight_new_half(backend *be, int N, int K, const uint16_t *W, int
         free(wide);
         return rc;
     }
-    size_t n = cpu_gemm_packed_floats(c->isa, N, K);
+    int dot = c->dot && wtype == BACKEND_W_BF16;   /* bf16 compute: vdpbf16ps pair panels */
+    size_t n = dot ? cpu_gemm_dot_packed_elems(N, K) : cpu_gemm_packed_floats(c->isa, N, K);
     backend_buf *b = malloc(sizeof *b);
     if (!b) return -ENOMEM;
     b->p = amalloc(n * sizeof(uint16_t));
     if (!b->p) { free(b); return -ENOMEM; }
-    cpu_gemm_pack_half(c->isa, W, N, K, (uint16_t *)b->p);
+    if (dot)
+        cpu_gemm_pack_dot(W, N, K, (uint16_t *)b->p);
+    else
+        cpu_gemm_pack_half(c->isa, W, N, K, (uint16_t *)b->p);
     b->n = n / 2;   /* floats' worth (never uploaded to or downloaded from) */
-    b->kind = BUF_PACKED;
+    b->kind = dot ? BUF_DOT : BUF_PACKED;
     b->wtype = wtype;
     *out = b;
     return 0;
@@ -317,6 +326,50 @@ static void mm_packed_part(void *arg, int part, int nparts) {
                  scr);
 }
 
+/* bf16 compute: rows [lo, hi) of x rounded into xb, then panels of W. */
+typedef struct dot_job {
+    const float *x;
+    const uint16_t *W;
+    uint16_t *xb;
+    const float *bias;
+    float *y;
+    int ldx, ldxb, ldy, B, N, K, flags;
+} dot_job;
+
+static void dot_round_part(void *arg, int part, int nparts) {
+    const dot_job *j = arg;
+    int lo, hi;
+    part_range(j->B, part, nparts, &lo, &hi);
+    cpu_gemm_round_bf16(j->x + (size_t)lo * j->ldx, j->ldx, hi - lo, j->K, j->xb + (size_t)lo * j->ldxb, j->ldxb);
+}
+
+static void dot_part(void *arg, int part, int nparts) {
+    const dot_job *j = arg;
+    int p0, p1;
+    part_range(cpu_gemm_panels(CPU_GEMM_AVX512, j->N), part, nparts, &p0, &p1);
+    cpu_gemm_run_dot(j->xb, j->ldxb, j->W, j->bias, j->y, j->ldy, j->B, j->N, j->K, p0, p1, j->flags);
+}
+
+static int dot_matmul(cpu *c, const float *x, int ldx, const backend_buf *W, const float *bias, float *y, int ldy,
+                      int B, int N, int K, int flags) {
+    int ldxb = cpu_gemm_dot_ld(K);
+    size_t need = (size_t)B * (size_t)ldxb;
+    if (need > c->xb_n) {
+        uint16_t *t = amalloc(need * sizeof *t);
+        if (!t) return -ENOMEM;
+        free(c->xb);
+        c->xb = t;
+        c->xb_n = need;
+    }
+    dot_job j = {x, (const uint16_t *)W->p, c->xb, bias, y, ldx, ldxb, ldy, B, N, K, flags};
+    cpu_pool_run(c->threads, dot_round_part, &j, row_parts(c, B, (size_t)K));
+    int parts = cpu_pool_size(c->threads), panels = cpu_gemm_panels(CPU_GEMM_AVX512, N);
+    if ((double)B * N * K < (double)(1 << 14)) parts = 1;   /* as cpu_matmul */
+    if (parts > panels) parts = panels;
+    cpu_pool_run(c->threads, dot_part, &j, parts);
+    return 0;
+}
+
 /* Output columns [n0, n1) of y = x·Wᵀ (+ bias, + y) through OpenBLAS. */
 static void mm_part(void *arg, int part, int nparts) {
     const mm_job *j = arg;
@@ -351,6 +404,7 @@ static int cpu_matmul(backend *be, const backend_buf *x, size_t xo, int ldx, con
                       int flags) {
     cpu *c = (cpu *)be;
     if (!backend_mm_flags_ok(flags, ldy, N)) return -EINVAL;
+    if (W->kind == BUF_DOT) return dot_matmul(c, x->p + xo, ldx, W, bias ? bias->p : NULL, y->p + yo, ldy, B, N, K, flags);
     mm_job j = {x->p + xo, W->p, bias ? bias->p : NULL, y->p + yo, ldx, ldy, B, N, K, W->kind, flags, c->isa,
                 (cpu_gemm_wtype)W->wtype, NULL};
     int parts = cpu_pool_size(c->threads);
@@ -1080,8 +1134,36 @@ static void cpu_free(backend *be) {
     free(c->tokens);
     free(c->run);
     free(c->tmp);
+    free(c->xb);
     cpu_pool_free(c->threads);
     free(c);
+}
+
+/* BACKEND_COMPUTE_BF16 needs the vdpbf16ps kernels (AVX512_BF16) and the
+ * AVX-512 packed GEMM (not LIND_CPU_GEMM=avx2/openblas); there is no
+ * emulation (it would not give the instruction's results bit for bit). */
+static int cpu_set_compute(backend *be, int mode, char *err, size_t errlen) {
+    cpu *c = (cpu *)be;
+    if (mode == BACKEND_COMPUTE_F32) {
+        c->dot = 0;
+        return 0;
+    }
+    if (mode != BACKEND_COMPUTE_BF16) {
+        snprintf(err, errlen, "backend cpu: unknown compute mode %d", mode);
+        return -EINVAL;
+    }
+    if (!cpu_gemm_dot_supported()) {
+        snprintf(err, errlen, "backend cpu: bf16 compute needs a CPU with AVX512_BF16 (vdpbf16ps); this one (%s) "
+                 "has none: run without --compute bf16", c->device);
+        return -ENOTSUP;
+    }
+    if (c->isa != CPU_GEMM_AVX512) {
+        snprintf(err, errlen, "backend cpu: bf16 compute runs on the AVX-512 packed GEMM, not %s "
+                 "(unset LIND_CPU_GEMM)", c->isa == CPU_GEMM_NONE ? "OpenBLAS" : cpu_gemm_isa_name(c->isa));
+        return -ENOTSUP;
+    }
+    c->dot = 1;
+    return 0;
 }
 
 static const backend_ops cpu_ops = {
@@ -1117,6 +1199,7 @@ static const backend_ops cpu_ops = {
     .cosformer_step = cpu_cosformer_step,
     .linformer_step = cpu_linformer_step,
     .rows_nonfinite = cpu_rows_nonfinite,
+    .set_compute = cpu_set_compute,
 };
 
 /* "model name" from /proc/cpuinfo, else "cpu". */

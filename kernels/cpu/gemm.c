@@ -440,3 +440,154 @@ void cpu_gemm_run(cpu_gemm_isa isa, cpu_gemm_wtype wtype, const float *x, int ld
         }
     }
 }
+
+/* ---- bf16 compute: vdpbf16ps, 12 rows × 32 columns --------------------------
+ * The AVX-512 scheme with k pairs: each pair loads the panel's two vectors
+ * of 16 (k, k+1) pairs and broadcasts one row's activation pair (32 bits)
+ * per row; one vdpbf16ps per accumulator adds both products. */
+#define TGTDOT __attribute__((target("avx512f,avx512bw,avx512bf16,fma")))
+
+int cpu_gemm_dot_supported(void) {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512bf16");
+#else
+    return 0;
+#endif
+}
+
+static int pairs_of(int K) { return (K + 1) / 2; }
+
+size_t cpu_gemm_dot_packed_elems(int N, int K) {
+    return (size_t)((N + NR512 - 1) / NR512) * NR512 * 2 * (size_t)pairs_of(K);
+}
+
+void cpu_gemm_pack_dot(const uint16_t *W, int N, int K, uint16_t *dst) {
+    int np = (N + NR512 - 1) / NR512, kp = pairs_of(K);
+    for (int p = 0; p < np; p++) {
+        uint16_t *panel = dst + (size_t)p * NR512 * 2 * kp;
+        for (int q = 0; q < kp; q++)
+            for (int j = 0; j < NR512; j++)
+                for (int e = 0; e < 2; e++) {
+                    int n = p * NR512 + j, k = 2 * q + e;
+                    panel[(size_t)q * 2 * NR512 + 2 * j + e] = n < N && k < K ? W[(size_t)n * K + k] : 0;
+                }
+    }
+}
+
+int cpu_gemm_dot_ld(int K) { return (K + 31) / 32 * 32; }
+
+TGTDOT void cpu_gemm_round_bf16(const float *x, int ldx, int B, int K, uint16_t *dst, int ldd) {
+    for (int b = 0; b < B; b++) {
+        const float *xr = x + (size_t)b * ldx;
+        uint16_t *dr = dst + (size_t)b * ldd;
+        int k = 0;
+        for (; k + 16 <= K; k += 16) {
+            __m256bh h = _mm512_cvtneps_pbh(_mm512_loadu_ps(xr + k));
+            _mm256_storeu_si256((__m256i *)(dr + k), (__m256i)h);
+        }
+        if (k < K) {
+            __mmask16 m = (__mmask16)((1u << (K - k)) - 1);
+            __m256bh h = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, xr + k));   /* masked lanes: +0 */
+            _mm256_storeu_si256((__m256i *)(dr + k), (__m256i)h);
+            k += 16;
+        }
+        for (; k < ldd; k++) dr[k] = 0;
+    }
+}
+
+/* The activation pair q of a rounded row, broadcast to every lane. */
+TGTDOT INLINE __m512bh xpair(const uint16_t *xr, int q) {
+    int32_t v;
+    memcpy(&v, xr + 2 * q, 4);
+    return (__m512bh)_mm512_set1_epi32(v);
+}
+
+TGTDOT INLINE void microdot(const int mr, int KP, const uint16_t *xb, int ldxb, const uint16_t *panel,
+                            const float *bias, float *y, int ldy, int ncols, int flags) {
+    __m512 c0[MR512], c1[MR512];
+    UNROLL_ROWS
+    for (int r = 0; r < mr; r++) {
+        c0[r] = _mm512_setzero_ps();
+        c1[r] = _mm512_setzero_ps();
+    }
+    UNROLL_K
+    for (int q = 0; q < KP; q++) {
+        __m512bh w0 = (__m512bh)_mm512_load_si512(panel + (size_t)q * 2 * NR512);
+        __m512bh w1 = (__m512bh)_mm512_load_si512(panel + (size_t)q * 2 * NR512 + NR512);
+        UNROLL_ROWS
+        for (int r = 0; r < mr; r++) {
+            __m512bh a = xpair(xb + (size_t)r * ldxb, q);
+            c0[r] = _mm512_dpbf16_ps(c0[r], a, w0);
+            c1[r] = _mm512_dpbf16_ps(c1[r], a, w1);
+        }
+    }
+    __mmask16 m0 = mask512_lo(ncols), m1 = mask512_hi(ncols);
+    __m512 b0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
+    __m512 b1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
+    UNROLL_ROWS
+    for (int r = 0; r < mr; r++) store512(y + (size_t)r * ldy, c0[r], c1[r], b0, b1, m0, m1, flags);
+}
+
+/* One row against G1 full consecutive panels: 2·G1 independent chains, the
+ * same per element as microdot's. */
+TGTDOT INLINE void rowdot(int KP, const uint16_t *xb, const uint16_t *panels, size_t pstride, const float *bias,
+                          float *y, int flags) {
+    __m512 c0[G1], c1[G1];
+    for (int g = 0; g < G1; g++) c0[g] = c1[g] = _mm512_setzero_ps();
+    UNROLL_K
+    for (int q = 0; q < KP; q++) {
+        __m512bh a = xpair(xb, q);
+        UNROLL_ROWS
+        for (int g = 0; g < G1; g++) {
+            const uint16_t *pp = panels + (size_t)g * pstride + (size_t)q * 2 * NR512;
+            c0[g] = _mm512_dpbf16_ps(c0[g], a, (__m512bh)_mm512_load_si512(pp));
+            c1[g] = _mm512_dpbf16_ps(c1[g], a, (__m512bh)_mm512_load_si512(pp + NR512));
+        }
+    }
+    for (int g = 0; g < G1; g++) {
+        __m512 b0 = bias ? _mm512_loadu_ps(bias + g * NR512) : _mm512_setzero_ps();
+        __m512 b1 = bias ? _mm512_loadu_ps(bias + g * NR512 + 16) : _mm512_setzero_ps();
+        store512(y + g * NR512, c0[g], c1[g], b0, b1, 0xFFFF, 0xFFFF, flags);
+    }
+}
+
+#define CASEDOT(n) case n: microdot(n, KP, xb, ldxb, panel, bias, y, ldy, ncols, flags); break;
+TGTDOT static void microdot_any(int mr, int KP, const uint16_t *xb, int ldxb, const uint16_t *panel,
+                                const float *bias, float *y, int ldy, int ncols, int flags) {
+    switch (mr) {
+        ROWS12(CASEDOT)
+    default: break;
+    }
+}
+TGTDOT static void rowdot_any(int KP, const uint16_t *xb, const uint16_t *panels, size_t pstride, const float *bias,
+                              float *y, int flags) {
+    rowdot(KP, xb, panels, pstride, bias, y, flags);
+}
+
+void cpu_gemm_run_dot(const uint16_t *xb, int ldxb, const uint16_t *Wp, const float *bias, float *y, int ldy, int B,
+                      int N, int K, int p0, int p1, int flags) {
+    const int KP = pairs_of(K), nb = (B + MR512 - 1) / MR512;
+    const size_t pstride = (size_t)NR512 * 2 * KP;
+    int p = p0;
+    if (B == 1) {   /* groups of G1 full panels, the rest below */
+        int full = N / NR512 < p1 ? N / NR512 : p1;
+        for (; p + G1 <= full; p += G1) {
+            float *yt = y + (size_t)p * NR512;
+            rowdot_any(KP, xb, Wp + (size_t)p * pstride, pstride, bias ? bias + (size_t)p * NR512 : NULL, yt, flags);
+            if (flags & CPU_GEMM_ACTIVATIONS) cpu_gemm_activate(yt, ldy, 1, G1 * NR512, flags);
+        }
+    }
+    for (; p < p1; p++) {
+        const uint16_t *panel = Wp + (size_t)p * pstride;
+        int ncols = N - p * NR512 < NR512 ? N - p * NR512 : NR512;
+        const float *bp = bias ? bias + (size_t)p * NR512 : NULL;
+        for (int i = 0; i < nb; i++) {
+            int r0 = row0(B, nb, i), mr = row0(B, nb, i + 1) - r0;
+            float *yt = y + (size_t)r0 * ldy + (size_t)p * NR512;
+            microdot_any(mr, KP, xb + (size_t)r0 * ldxb, ldxb, panel, bp, yt, ldy, ncols, flags);
+            if (flags & CPU_GEMM_ACTIVATIONS) cpu_gemm_activate(yt, ldy, mr, ncols, flags);
+        }
+    }
+}

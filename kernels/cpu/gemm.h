@@ -106,4 +106,45 @@ void cpu_gemm_activate(float *y, int ldy, int rows, int cols, int flags);
  * weights at load with it). */
 void cpu_gemm_widen(cpu_gemm_wtype wtype, const uint16_t *src, float *dst, size_t n);
 
+/* ---- bf16 compute (opt-in, AVX512_BF16) -----------------------------------
+ * The fast mode for bf16 weights: each activation row is rounded once to
+ * bf16 (round to nearest even; vcvtneps2bf16, which also flushes fp32
+ * subnormal inputs to zero) and multiplied with vdpbf16ps, which adds two
+ * bf16·bf16 products per fp32 lane into an fp32 accumulator: twice the FMA
+ * rate, activations half the bytes. Not exact fp32 math on the widened
+ * weights (the default kernels are): docs/NUMERICS.md states the error.
+ *
+ * Panels are NR512 = 32 columns of k *pairs* (the instruction's operand):
+ *
+ *   panel p, element (k, j) at [(k/2)·64 + 2·j + k%2] = W[p·32 + j, k]
+ *   (zero for p·32 + j ≥ N and, when K is odd, for k = K)
+ *
+ * Each output element is one fp32 chain of vdpbf16ps over the pairs k/2 =
+ * 0…⌈K/2⌉−1 in order, whatever the batch size, the row block or the
+ * thread, so the mode is batch-invariant like the fp32 kernels (prefill
+ * stays bit-identical to token-by-token decode). The chains' rounding is
+ * the instruction's, so results can differ between CPU vendors, never
+ * between runs or batch shapes on one CPU. */
+
+/* 1 if this CPU runs the bf16 compute kernels (AVX-512F and AVX512_BF16). */
+int cpu_gemm_dot_supported(void);
+/* uint16 elements of the packed form of an N × K weight. */
+size_t cpu_gemm_dot_packed_elems(int N, int K);
+/* Pack bf16 bits W [N × K] row-major into dst (cpu_gemm_dot_packed_elems()
+ * elements, caller-owned, 64-byte aligned). Runs on any CPU. */
+void cpu_gemm_pack_dot(const uint16_t *W, int N, int K, uint16_t *dst);
+/* Row stride (uint16 elements) of the rounded activations of a K-wide row:
+ * K rounded up to 32 (64 bytes, and an even count for the last pair). */
+int cpu_gemm_dot_ld(int K);
+/* dst[b·ldd + k] = bf16(x[b·ldx + k]) (round to nearest even, subnormals to
+ * zero) for b < B, k < K, and dst[b·ldd + k] = 0 for K ≤ k < ldd; ldd ≥
+ * cpu_gemm_dot_ld(K). Needs cpu_gemm_dot_supported(). */
+void cpu_gemm_round_bf16(const float *x, int ldx, int B, int K, uint16_t *dst, int ldd);
+/* cpu_gemm_run's product (same flags, bias, panel range [p0, p1) of 32
+ * columns, tiles, epilogue) with the rounded activations xb (row stride
+ * ldxb, from cpu_gemm_round_bf16) and a weight packed by cpu_gemm_pack_dot.
+ * Needs cpu_gemm_dot_supported(). */
+void cpu_gemm_run_dot(const uint16_t *xb, int ldxb, const uint16_t *Wp, const float *bias, float *y, int ldy, int B,
+                      int N, int K, int p0, int p1, int flags);
+
 #endif
