@@ -36,7 +36,7 @@ static double cpu_s(void) {
 /* Options every subcommand shares plus each one's own. */
 typedef struct opts {
     const char *model, *backend, *prompt, *tokens, *out;
-    long n, after_generate, max_batch, chunk;
+    long n, after_generate, max_batch, chunk, segment;
     double seconds;
     sampler_params sp;
     int seed_set;
@@ -44,7 +44,7 @@ typedef struct opts {
 } opts;
 
 enum { O_BACKEND = 1000, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_AFTER, O_REP, O_REPWIN, O_MAXB, O_SECS,
-       O_DTYPE, O_TOKENS, O_OUT, O_CHUNK };
+       O_DTYPE, O_TOKENS, O_OUT, O_CHUNK, O_SEGMENT };
 
 static int parse_long(const char *s, long lo, long hi, long *out) {
     char *end;
@@ -75,7 +75,7 @@ static int parse(int argc, char **argv, const char *cmd, opts *o) {
         {"max-batch", required_argument, 0, O_MAXB}, {"seconds", required_argument, 0, O_SECS},
         {"dtype", required_argument, 0, O_DTYPE},  {"tokens", required_argument, 0, O_TOKENS},
         {"out", required_argument, 0, O_OUT},      {"chunk", required_argument, 0, O_CHUNK},
-        {0, 0, 0, 0}};
+        {"segment", required_argument, 0, O_SEGMENT}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->sp = sampler_defaults();
     o->n = 256;
@@ -120,6 +120,9 @@ static int parse(int argc, char **argv, const char *cmd, opts *o) {
         case O_OUT: o->out = optarg; break;
         case O_CHUNK:
             if (parse_long(optarg, 1, 1 << 16, &o->chunk)) goto bad;
+            break;
+        case O_SEGMENT:
+            if (parse_long(optarg, 2, 1L << 40, &o->segment)) goto bad;
             break;
         case O_TOPK:
             if (parse_long(optarg, 0, LIND_MAX_VOCAB, &l)) goto bad;
@@ -313,6 +316,27 @@ int cli_score(int argc, char **argv) {
         goto out;
     }
     for (long i = 0; i < C; i++) { slots[i] = 0; rows[i] = (int)i; }
+    /* A kind with a maximum length (linformer's max_len, cosformer's
+     * horizon) refuses the token past it: say so up front, with the way out. */
+    long long maxt = model_max_tokens(m);
+    if (o.segment && o.after_generate) {
+        fprintf(stderr, "lind score: --segment and --after-generate do not go together (each segment "
+                        "starts from a fresh state)\n");
+        rc = 2;
+        goto out;
+    }
+    if (maxt > 0 && (o.segment ? (unsigned long long)o.segment > (unsigned long long)maxt
+                               : 1 + (unsigned long long)o.after_generate + ntoks > (unsigned long long)maxt)) {
+        if (o.segment)
+            fprintf(stderr, "lind score: --segment %ld is longer than the model's maximum length of %lld tokens "
+                            "per session (a kind's max_len or horizon)\n", o.segment, maxt);
+        else
+            fprintf(stderr, "lind score: the model holds at most %lld tokens per session (a kind's max_len or "
+                            "horizon) and this needs %llu (BOS, %ld generated, %zu of %s); score it in fresh "
+                            "segments with --segment %lld\n", maxt,
+                    1 + (unsigned long long)o.after_generate + ntoks, o.after_generate, ntoks, path, maxt);
+        goto out;
+    }
     if (model_slots_reserve(m, 1) < 0 || model_slot_reset(m, 0) < 0) goto fail;
     double t0 = now_s();
     if (model_step(m, &slot, &tok, 1, prev) < 0) goto fail;
@@ -328,14 +352,24 @@ int cli_score(int argc, char **argv) {
      * figure does not depend on the chunk size. */
     double t1 = now_s(), bits = 0.0, t_prog = 0;
     int prog = isatty(2);
-    for (size_t i = 0; i < ntoks; i += (size_t)C) {
+    /* --segment S: the text in pieces of S − 1 tokens, each after a reset
+     * and BOS (S tokens per session, as training windows are). */
+    size_t seg = o.segment ? (size_t)o.segment - 1 : ntoks, seg_end = seg;
+    for (size_t i = 0; i < ntoks;) {
         if (prog) score_progress(i, ntoks, t1, &t_prog, 0);
-        int k = ntoks - i < (size_t)C ? (int)(ntoks - i) : (int)C;
+        if (o.segment && i == seg_end) {
+            tok = model_bos(m);
+            if (model_slot_reset(m, 0) < 0 || model_step(m, &slot, &tok, 1, prev) < 0) goto fail;
+            seg_end += seg;
+        }
+        size_t lim = seg_end < ntoks ? seg_end : ntoks;
+        int k = lim - i < (size_t)C ? (int)(lim - i) : (int)C;
         bits += bits_of(prev, V, toks[i]);
-        int nl = i + (size_t)k < ntoks ? k : k - 1;   /* the text's last row predicts nothing */
+        int nl = i + (size_t)k < lim ? k : k - 1;   /* the text's (segment's) last row predicts nothing */
         if (model_forward(m, slots, toks + i, k, rows, nl, nl ? lg : NULL) < 0) goto fail;
         for (int j = 1; j < k; j++) bits += bits_of(lg + (size_t)(j - 1) * V, V, toks[i + (size_t)j]);
         if (nl == k) memcpy(prev, lg + (size_t)(k - 1) * V, sizeof(float) * (size_t)V);
+        i += (size_t)k;
     }
     double t2 = now_s(), dt = t2 - t1 > 0 ? t2 - t1 : 1e-9;
     if (prog) score_progress(ntoks, ntoks, t1, &t_prog, 1);
@@ -343,6 +377,8 @@ int cli_score(int argc, char **argv) {
            tokenizer_kind_name(model_tokenizer(m)));
     if (o.after_generate) printf("after_generate: %ld tokens (seed %llu, temperature %g)\n", o.after_generate,
                                  (unsigned long long)o.sp.seed, (double)o.sp.temperature);
+    if (o.segment) printf("segments: %zu of at most %ld tokens, each from a fresh state\n",
+                          ntoks ? (ntoks + seg - 1) / seg : 0, o.segment);
     printf("bits_per_byte: %.6f\n", len ? bits / (double)len : 0.0);
     printf("bits_per_token: %.6f\n", ntoks ? bits / (double)ntoks : 0.0);
     printf("seconds: %.3f (%.0f bytes/s, %.0f tokens/s scored)\n", t2 - t1 + (o.after_generate ? 0 : t1 - t0),

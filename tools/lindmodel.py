@@ -660,13 +660,17 @@ class Model(nn.Module):
 
 # ---- safetensors (numpy only) ----------------------------------------------
 
-def save_safetensors(path, tensors):
+def save_safetensors(path, tensors, half=False):
     """Write float32 tensors: 8-byte LE header length, JSON header padded with
-    spaces to a multiple of 8, then the raw little-endian data."""
+    spaces to a multiple of 8, then the raw little-endian data. half: every
+    2-D tensor as F16 instead (half the file; lind keeps matrices half in
+    memory and widens tables to fp32 when it loads them)."""
     header, blobs, off = {}, [], 0
     for name in sorted(tensors):
-        a = np.ascontiguousarray(tensors[name], dtype="<f4")
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
+        f16 = half and np.ndim(tensors[name]) == 2
+        a = np.ascontiguousarray(tensors[name], dtype="<f2" if f16 else "<f4")
+        header[name] = {"dtype": "F16" if f16 else "F32", "shape": list(a.shape),
+                        "data_offsets": [off, off + a.nbytes]}
         blobs.append(a.tobytes())
         off += a.nbytes
     h = json.dumps(header, separators=(",", ":")).encode()
@@ -688,10 +692,11 @@ def load_safetensors(path):
     for name, meta in header.items():
         if name == "__metadata__":
             continue
-        if meta["dtype"] != "F32":
-            raise ValueError("%s: dtype %s (only F32 here)" % (name, meta["dtype"]))
+        if meta["dtype"] not in ("F32", "F16"):
+            raise ValueError("%s: dtype %s (only F32 and F16 here)" % (name, meta["dtype"]))
         s, e = meta["data_offsets"]
-        out[name] = np.frombuffer(data[base + s:base + e], dtype="<f4").reshape(meta["shape"])
+        dt = "<f4" if meta["dtype"] == "F32" else "<f2"
+        out[name] = np.frombuffer(data[base + s:base + e], dtype=dt).astype(np.float32).reshape(meta["shape"])
     return out
 
 
