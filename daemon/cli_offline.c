@@ -36,7 +36,7 @@ static double cpu_s(void) {
 /* Options every subcommand shares plus each one's own. */
 typedef struct opts {
     const char *model, *backend, *prompt, *tokens, *out;
-    long n, after_generate, max_batch, chunk, segment;
+    long n, after_generate, max_batch, chunk, segment, warm;
     double seconds;
     sampler_params sp;
     int seed_set;
@@ -44,7 +44,7 @@ typedef struct opts {
 } opts;
 
 enum { O_BACKEND = 1000, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_AFTER, O_REP, O_REPWIN, O_MAXB, O_SECS,
-       O_DTYPE, O_TOKENS, O_OUT, O_CHUNK, O_SEGMENT };
+       O_DTYPE, O_TOKENS, O_OUT, O_CHUNK, O_SEGMENT, O_WARM };
 
 static int parse_long(const char *s, long lo, long hi, long *out) {
     char *end;
@@ -75,13 +75,15 @@ static int parse(int argc, char **argv, const char *cmd, opts *o) {
         {"max-batch", required_argument, 0, O_MAXB}, {"seconds", required_argument, 0, O_SECS},
         {"dtype", required_argument, 0, O_DTYPE},  {"tokens", required_argument, 0, O_TOKENS},
         {"out", required_argument, 0, O_OUT},      {"chunk", required_argument, 0, O_CHUNK},
-        {"segment", required_argument, 0, O_SEGMENT}, {0, 0, 0, 0}};
+        {"segment", required_argument, 0, O_SEGMENT}, {"warm", required_argument, 0, O_WARM},
+        {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->sp = sampler_defaults();
     o->n = 256;
     o->max_batch = 64;
     o->seconds = 1.0;
     o->chunk = 64;
+    o->warm = 3;
     optind = 1;
     int c;
     double f;
@@ -120,6 +122,9 @@ static int parse(int argc, char **argv, const char *cmd, opts *o) {
         case O_OUT: o->out = optarg; break;
         case O_CHUNK:
             if (parse_long(optarg, 1, 1 << 16, &o->chunk)) goto bad;
+            break;
+        case O_WARM:
+            if (parse_long(optarg, 0, 1L << 30, &o->warm)) goto bad;
             break;
         case O_SEGMENT:
             if (parse_long(optarg, 2, 1L << 40, &o->segment)) goto bad;
@@ -758,9 +763,15 @@ int cli_bench_step(int argc, char **argv) {
     printf("%6s %10s %10s %10s %9s %11s %9s %9s\n", "batch", "step ms", "us/token", "tokens/s", "GFLOP/s",
            "GEMM-alone", "vs GEMM", "vs peak");
     unsigned seed = 1;
+    /* A kind with a maximum length refuses the token past it: the sessions
+     * (all at the same length) start over when they reach it, and --warm
+     * stops short of it. */
+    long long maxt = model_max_tokens(m), held = 0;
+    if (maxt > 0) printf("sessions reset every %lld tokens (the model's maximum length)\n", maxt);
     for (int B = 1; B <= maxb; B *= 2) {
         for (int b = 0; b < B; b++) model_slot_reset(m, b);
-        for (int w = 0; w < 3; w++) {
+        held = 0;
+        for (long w = 0; w < o.warm && (maxt <= 0 || held + 1 < maxt); w++, held++) {
             for (int b = 0; b < B; b++) toks[b] = (int32_t)(((seed = seed * 1103515245u + 12345u) >> 16) % (unsigned)V);
             if (model_step(m, slots, toks, B, logits) < 0) goto out;
         }
@@ -769,9 +780,14 @@ int cli_bench_step(int argc, char **argv) {
             long steps = 0;
             double t0 = now_s(), c0 = cpu_s(), t;
             do {
+                if (maxt > 0 && held >= maxt) {
+                    for (int b = 0; b < B; b++) model_slot_reset(m, b);
+                    held = 0;
+                }
                 for (int b = 0; b < B; b++) toks[b] = (int32_t)(((seed = seed * 1103515245u + 12345u) >> 16) % (unsigned)V);
                 if (model_step(m, slots, toks, B, logits) < 0) goto out;
                 steps++;
+                held++;
             } while ((t = now_s() - t0) < o.seconds / BENCH_TRIALS);
             double cpu = cpu_s() - c0;
             if (t / steps * 1e3 < step_ms) step_ms = t / steps * 1e3;

@@ -89,6 +89,8 @@ static const command commands[] = {
      "  --backend B            cpu, cuda or auto (default auto)\n"
      "  --max-batch N          largest batch timed, 1..4096 (default 64)\n"
      "  --seconds S            time spent per measurement (default 1)\n"
+     "  --warm T               tokens fed to every session before timing (default 3;\n"
+     "                         a window kind's cost grows until its ring is full)\n"
      "  --dtype T              matrix weights in memory: f32, bf16 or f16 (default: as stored)\n"},
     {"tokenize", cli_tokenize,
      "tokenize --tokenizer KIND[:PATH] [--decode] [--chunk N] [--lines] [FILE...]   token ids of a text",
