@@ -735,7 +735,7 @@ int cli_bench_step(int argc, char **argv) {
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)maxb);
     float *logits = malloc(sizeof(float) * (size_t)V * (size_t)maxb);
     gemm_shape *g = malloc(sizeof *g * (size_t)(c->n_layers + 1));
-    struct { int B; double step_cpu_gf, alone_cpu_gf; } rows[16];
+    struct { int B; double step_cpu_gf, alone_cpu_gf, cpu_us_token; } rows[16];
     if (!slots || !toks || !logits || !g || model_slots_reserve(m, maxb) < 0) goto out;
     for (int b = 0; b < maxb; b++) slots[b] = b;
     int ng = step_gemms(m, g);
@@ -801,16 +801,19 @@ int cli_bench_step(int argc, char **argv) {
         if (nrows < 16) {
             rows[nrows].B = B;
             rows[nrows].step_cpu_gf = B * fpt * 1e-9 / (step_cpu_ms * 1e-3);
+            rows[nrows].cpu_us_token = step_cpu_ms * 1e3 / B;
             rows[nrows++].alone_cpu_gf = alone.cpu;
         }
         if (B < maxb && B * 2 > maxb) B = maxb / 2;   /* end on max_batch exactly */
     }
     printf("\nper CPU-second of this process (all its threads; unaffected by other jobs taking the CPUs):\n"
            "SGEMM 1024x1024x1024: %.1f GFLOP per CPU-s\n", peak.cpu);
-    printf("%6s %12s %12s %9s %9s\n", "batch", "step GF/cpu-s", "GEMM GF/cpu-s", "vs GEMM", "vs peak");
+    printf("%6s %12s %12s %9s %9s %13s\n", "batch", "step GF/cpu-s", "GEMM GF/cpu-s", "vs GEMM", "vs peak",
+           "cpu-us/token");
     for (int i = 0; i < nrows; i++)
-        printf("%6d %12.1f %12.1f %8.0f%% %8.0f%%\n", rows[i].B, rows[i].step_cpu_gf, rows[i].alone_cpu_gf,
-               100.0 * rows[i].step_cpu_gf / rows[i].alone_cpu_gf, 100.0 * rows[i].step_cpu_gf / peak.cpu);
+        printf("%6d %12.1f %12.1f %8.0f%% %8.0f%% %13.1f\n", rows[i].B, rows[i].step_cpu_gf, rows[i].alone_cpu_gf,
+               100.0 * rows[i].step_cpu_gf / rows[i].alone_cpu_gf, 100.0 * rows[i].step_cpu_gf / peak.cpu,
+               rows[i].cpu_us_token);
     rc = 0;
 out:
     if (rc) fprintf(stderr, "lind bench-step: failed\n");

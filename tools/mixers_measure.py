@@ -43,10 +43,16 @@ def load():
         return {}
 
 
-def save(db):
-    with open(JS, "w") as f:
-        json.dump(db, f, indent=1, sort_keys=True)
+def save(db, key):
+    """Write db[key] into the file as it is now (other keys as another
+    process left them: quality and cost runs may overlap), atomically."""
+    cur = load()
+    cur[key] = db[key]
+    tmp = JS + ".tmp%d" % os.getpid()
+    with open(tmp, "w") as f:
+        json.dump(cur, f, indent=1, sort_keys=True)
         f.write("\n")
+    os.replace(tmp, JS)
 
 
 def loadavg():
@@ -103,7 +109,7 @@ def quality(rows):
         rc, out = run(base + ["--after-generate", str(AFTER), "--seed", str(GEN_SEED), HELD])
         d["after_generate"] = field(out, "bits_per_byte") if rc == 0 else None
         d["after_generate_note"] = "" if rc == 0 else out.strip().splitlines()[-1]
-        save(db)
+        save(db, row)
         print(row, json.dumps(d), flush=True)
 
 
@@ -113,7 +119,6 @@ def bench(mdir, max_batch, warm, seconds=1.0):
                    "--seconds", str(seconds), "--warm", str(warm)])
     if rc != 0:
         raise SystemExit("bench-step failed on %s:\n%s" % (mdir, out))
-    fpt = float(re.search(r"matrix FLOPs per token: ([0-9.]+) M", out).group(1)) * 1e6
     wall, cpu = {}, {}
     part = out.split("per CPU-second")
     for line in part[0].splitlines():
@@ -122,8 +127,8 @@ def bench(mdir, max_batch, warm, seconds=1.0):
             wall[int(f[0])] = (float(f[2]), float(f[3]))
     for line in part[1].splitlines():
         f = line.split()
-        if len(f) == 5 and f[0].isdigit():
-            cpu[int(f[0])] = fpt / (float(f[1]) * 1e9) * 1e6     # µs of CPU per token
+        if len(f) == 6 and f[0].isdigit():
+            cpu[int(f[0])] = float(f[5])          # µs of CPU per token (cpu-us/token)
     return {b: (wall[b][0], wall[b][1], cpu.get(b)) for b in wall}
 
 
@@ -137,7 +142,7 @@ def speed(rows):
         _, d["tok_s_b64"], cpu64 = r[64]
         d["cpu_tok_s_b64"] = 1e6 / cpu64 if cpu64 else None
         d["speed_load"] = loadavg()
-        save(db)
+        save(db, row)
         print(row, json.dumps(d), flush=True)
 
 
@@ -161,7 +166,7 @@ def cost():
     db = load()
     out = db.setdefault("_cost", {})
     with tempfile.TemporaryDirectory() as tmp:
-        for w in (32, 128, 512, 2048, 8192):
+        for w in (32, 128, 512, 2048):
             p = os.path.join(tmp, "window_%d" % w)
             random_model(p, "window", {"window": w, "global": 4})
             rc, o = run([LIND, "info", "--model", p, "--backend", "cpu"])
@@ -169,7 +174,7 @@ def cost():
             r = bench(p, 1, w + 8, 1.0)     # the ring full: every step attends to w + g keys
             out["window_w%d" % w] = {"w": w, "state_bytes": sb, "us_token_b1": r[1][0],
                                      "cpu_us_token_b1": r[1][2], "load": loadavg()}
-            save(db)
+            save(db, "_cost")
             print("window", w, out["window_w%d" % w], flush=True)
         for n in (128, 1024, 8192, 65536):
             p = os.path.join(tmp, "linformer_%d" % n)
@@ -181,7 +186,7 @@ def cost():
                                         "cpu_us_token_b1": r[1][2], "params": int(field(o, "parameters")),
                                         "model_file_bytes": os.path.getsize(os.path.join(p, "model.safetensors")),
                                         "load": loadavg()}
-            save(db)
+            save(db, "_cost")
             print("linformer", n, out["linformer_N%d" % n], flush=True)
 
 
