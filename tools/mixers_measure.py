@@ -4,6 +4,7 @@
 
     mixers_measure.py quality ROW...   held-out bits/byte: whole text in one session, in fresh
                                        128-token segments, and after 100,000 generated tokens
+    mixers_measure.py prefix ROW...    bits/byte of the held-out text's first 128 … 32768 bytes
     mixers_measure.py speed ROW...     lind bench-step, one CPU thread: µs/token at batch 1,
                                        tokens/s at batch 64; state bytes (lind info)
     mixers_measure.py cost             window (w) and linformer (N) cost as they grow, on
@@ -113,6 +114,30 @@ def quality(rows):
         print(row, json.dumps(d), flush=True)
 
 
+PREFIXES = (128, 512, 2048, 8192, 32768)
+
+
+def prefix(rows):
+    """Bits/byte of the held-out text's first n bytes, one session each:
+    how a kind does as the stream grows past the 128-token training window."""
+    with open(HELD, "rb") as f:
+        held = f.read()
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in PREFIXES:
+            with open(os.path.join(tmp, "first%d.txt" % n), "wb") as f:
+                f.write(held[:n])
+        for row in rows:
+            db = load()
+            d = db.setdefault(row, {})
+            d["prefix"] = {}
+            for n in PREFIXES:
+                rc, out = run([LIND, "score", "--model", model_dir(row), "--backend", "cpu",
+                               os.path.join(tmp, "first%d.txt" % n)])
+                d["prefix"][str(n)] = field(out, "bits_per_byte") if rc == 0 else None
+            save(db, row)
+            print(row, d["prefix"], flush=True)
+
+
 def bench(mdir, max_batch, warm, seconds=1.0):
     """{batch: (us/token wall, tokens/s wall, us/token per CPU-second)} from bench-step."""
     rc, out = run([LIND, "bench-step", "--model", mdir, "--backend", "cpu", "--max-batch", str(max_batch),
@@ -220,6 +245,14 @@ def table():
             fmt(d.get("us_token_b1"), "%.0f"), fmt(d.get("cpu_us_token_b1"), "%.0f"),
             fmt(d.get("tok_s_b64"), "%.0f"), fmt(d.get("cpu_tok_s_b64"), "%.0f"),
             "{:,}".format(d["state_bytes"]) if d.get("state_bytes") else "—"))
+    pre = [r for r in rows if db[r].get("prefix")]
+    if pre:
+        L += ["", "## Held-out bits/byte of the first n bytes, one session (training window: 128)", "",
+              "| row | " + " | ".join("n = %d" % n for n in PREFIXES) + " |",
+              "|---|" + "---|" * len(PREFIXES)]
+        for r in pre:
+            p = db[r]["prefix"]
+            L.append("| %s | %s |" % (r, " | ".join(fmt(p.get(str(n)), "%.3f") for n in PREFIXES)))
     c = db.get("_cost", {})
     if c:
         L += ["", "## Cost as the window w or the Linformer length N grows (random weights, same shape)", "",
@@ -237,10 +270,11 @@ def table():
 
 
 def main():
-    if len(sys.argv) < 2 or sys.argv[1] not in ("quality", "speed", "cost", "table"):
+    if len(sys.argv) < 2 or sys.argv[1] not in ("quality", "prefix", "speed", "cost", "table"):
         raise SystemExit(__doc__)
     os.makedirs(RES, exist_ok=True)
-    {"quality": lambda: quality(sys.argv[2:]), "speed": lambda: speed(sys.argv[2:]),
+    {"quality": lambda: quality(sys.argv[2:]), "prefix": lambda: prefix(sys.argv[2:]),
+     "speed": lambda: speed(sys.argv[2:]),
      "cost": cost, "table": table}[sys.argv[1]]()
 
 

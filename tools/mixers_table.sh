@@ -4,7 +4,7 @@
 #
 #   tools/mixers_table.sh train [ROW...]    train models/<row>/ (default: every row)
 #   tools/mixers_table.sh measure [ROW...]  quality (bits/byte) + speed, then the table
-#   tools/mixers_table.sh quality|speed [ROW...]   one half of measure
+#   tools/mixers_table.sh quality|prefix|speed [ROW...]   one part of measure
 #   tools/mixers_table.sh cost              window / linformer cost as w or N grows (random weights)
 #   tools/mixers_table.sh all               everything above, in order
 # Results: bench/results/mixers.md (the table), mixers.json (figures),
@@ -62,10 +62,12 @@ cmd=${1:-}
 case $cmd in
 train) train "$@" ;;
 quality) $PY tools/mixers_measure.py quality "$@" ;;
+prefix) $PY tools/mixers_measure.py prefix "$@" ;;
 speed) $PY tools/mixers_measure.py speed "$@" ;;
-measure) $PY tools/mixers_measure.py quality "$@" && $PY tools/mixers_measure.py speed "$@" &&
+measure) $PY tools/mixers_measure.py quality "$@" && $PY tools/mixers_measure.py prefix "$@" &&
+         $PY tools/mixers_measure.py speed "$@" &&
          $PY tools/mixers_measure.py table ;;
 cost) $PY tools/mixers_measure.py cost && $PY tools/mixers_measure.py table ;;
 all) train "$@" && $0 measure "$@" && $0 cost ;;
-*) echo "usage: tools/mixers_table.sh train|measure|quality|speed|cost|all [ROW...]" >&2; exit 2 ;;
+*) echo "usage: tools/mixers_table.sh train|measure|quality|prefix|speed|cost|all [ROW...]" >&2; exit 2 ;;
 esac
