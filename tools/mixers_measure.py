@@ -45,10 +45,13 @@ def load():
 
 
 def save(db, key):
-    """Write db[key] into the file as it is now (other keys as another
-    process left them: quality and cost runs may overlap), atomically."""
+    """Write db[key] into the file as it is now (other keys, and a row's
+    other fields, as another process left them: runs may overlap), atomically."""
     cur = load()
-    cur[key] = db[key]
+    if isinstance(cur.get(key), dict) and key != "_cost":
+        cur[key].update(db[key])     # fields this run measured; the others kept
+    else:
+        cur[key] = db[key]
     tmp = JS + ".tmp%d" % os.getpid()
     with open(tmp, "w") as f:
         json.dump(cur, f, indent=1, sort_keys=True)
