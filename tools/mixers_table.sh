@@ -22,7 +22,7 @@ CTX=128
 BUDGET="--d-model 128 --n-layers 4 --n-heads 4 --d-ff 512 --ctx $CTX --batch 16 --steps 800 \
  --warmup 80 --lr 3e-3 --min-lr 1e-4 --seed 1234 --threads 1 --time-budget 0 \
  --eval-every 100 --eval-windows 8 --final-windows 64 --half"
-ALL="linear aft window aft_local aft_conv performer cosformer retnet linformer window_linear"
+ALL="linear aft delta window aft_local aft_conv performer cosformer retnet linformer window_linear"
 
 # row -> mixers per layer and the kind's own config keys
 row_mixers() {
