@@ -36,7 +36,7 @@ static double cpu_s(void) {
 /* Options every subcommand shares plus each one's own. */
 typedef struct opts {
     const char *model, *backend, *prompt, *tokens, *out;
-    long n, after_generate, max_batch, chunk;
+    long n, after_generate, max_batch, chunk, segment, warm;
     double seconds;
     sampler_params sp;
     int seed_set;
@@ -45,7 +45,7 @@ typedef struct opts {
 } opts;
 
 enum { O_BACKEND = 1000, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_AFTER, O_REP, O_REPWIN, O_MAXB, O_SECS,
-       O_DTYPE, O_TOKENS, O_OUT, O_CHUNK, O_COMPUTE };
+       O_DTYPE, O_TOKENS, O_OUT, O_CHUNK, O_COMPUTE, O_SEGMENT, O_WARM };
 
 static int parse_long(const char *s, long lo, long hi, long *out) {
     char *end;
@@ -77,6 +77,7 @@ static int parse(int argc, char **argv, const char *cmd, opts *o) {
         {"dtype", required_argument, 0, O_DTYPE},  {"tokens", required_argument, 0, O_TOKENS},
         {"out", required_argument, 0, O_OUT},      {"chunk", required_argument, 0, O_CHUNK},
         {"compute", required_argument, 0, O_COMPUTE},
+        {"segment", required_argument, 0, O_SEGMENT}, {"warm", required_argument, 0, O_WARM},
         {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->sp = sampler_defaults();
@@ -84,6 +85,7 @@ static int parse(int argc, char **argv, const char *cmd, opts *o) {
     o->max_batch = 64;
     o->seconds = 1.0;
     o->chunk = 64;
+    o->warm = 3;
     optind = 1;
     int c;
     double f;
@@ -130,6 +132,12 @@ static int parse(int argc, char **argv, const char *cmd, opts *o) {
         case O_OUT: o->out = optarg; break;
         case O_CHUNK:
             if (parse_long(optarg, 1, 1 << 16, &o->chunk)) goto bad;
+            break;
+        case O_WARM:
+            if (parse_long(optarg, 0, 1L << 30, &o->warm)) goto bad;
+            break;
+        case O_SEGMENT:
+            if (parse_long(optarg, 2, 1L << 40, &o->segment)) goto bad;
             break;
         case O_TOPK:
             if (parse_long(optarg, 0, LIND_MAX_VOCAB, &l)) goto bad;
@@ -324,6 +332,27 @@ int cli_score(int argc, char **argv) {
         goto out;
     }
     for (long i = 0; i < C; i++) { slots[i] = 0; rows[i] = (int)i; }
+    /* A kind with a maximum length (linformer's max_len, cosformer's
+     * horizon) refuses the token past it: say so up front, with the way out. */
+    long long maxt = model_max_tokens(m);
+    if (o.segment && o.after_generate) {
+        fprintf(stderr, "lind score: --segment and --after-generate do not go together (each segment "
+                        "starts from a fresh state)\n");
+        rc = 2;
+        goto out;
+    }
+    if (maxt > 0 && (o.segment ? (unsigned long long)o.segment > (unsigned long long)maxt
+                               : 1 + (unsigned long long)o.after_generate + ntoks > (unsigned long long)maxt)) {
+        if (o.segment)
+            fprintf(stderr, "lind score: --segment %ld is longer than the model's maximum length of %lld tokens "
+                            "per session (a kind's max_len or horizon)\n", o.segment, maxt);
+        else
+            fprintf(stderr, "lind score: the model holds at most %lld tokens per session (a kind's max_len or "
+                            "horizon) and this needs %llu (BOS, %ld generated, %zu of %s); score it in fresh "
+                            "segments with --segment %lld\n", maxt,
+                    1 + (unsigned long long)o.after_generate + ntoks, o.after_generate, ntoks, path, maxt);
+        goto out;
+    }
     if (model_slots_reserve(m, 1) < 0 || model_slot_reset(m, 0) < 0) goto fail;
     double t0 = now_s();
     if (model_step(m, &slot, &tok, 1, prev) < 0) goto fail;
@@ -339,14 +368,24 @@ int cli_score(int argc, char **argv) {
      * figure does not depend on the chunk size. */
     double t1 = now_s(), bits = 0.0, t_prog = 0;
     int prog = isatty(2);
-    for (size_t i = 0; i < ntoks; i += (size_t)C) {
+    /* --segment S: the text in pieces of S − 1 tokens, each after a reset
+     * and BOS (S tokens per session, as training windows are). */
+    size_t seg = o.segment ? (size_t)o.segment - 1 : ntoks, seg_end = seg;
+    for (size_t i = 0; i < ntoks;) {
         if (prog) score_progress(i, ntoks, t1, &t_prog, 0);
-        int k = ntoks - i < (size_t)C ? (int)(ntoks - i) : (int)C;
+        if (o.segment && i == seg_end) {
+            tok = model_bos(m);
+            if (model_slot_reset(m, 0) < 0 || model_step(m, &slot, &tok, 1, prev) < 0) goto fail;
+            seg_end += seg;
+        }
+        size_t lim = seg_end < ntoks ? seg_end : ntoks;
+        int k = lim - i < (size_t)C ? (int)(lim - i) : (int)C;
         bits += bits_of(prev, V, toks[i]);
-        int nl = i + (size_t)k < ntoks ? k : k - 1;   /* the text's last row predicts nothing */
+        int nl = i + (size_t)k < lim ? k : k - 1;   /* the text's (segment's) last row predicts nothing */
         if (model_forward(m, slots, toks + i, k, rows, nl, nl ? lg : NULL) < 0) goto fail;
         for (int j = 1; j < k; j++) bits += bits_of(lg + (size_t)(j - 1) * V, V, toks[i + (size_t)j]);
         if (nl == k) memcpy(prev, lg + (size_t)(k - 1) * V, sizeof(float) * (size_t)V);
+        i += (size_t)k;
     }
     double t2 = now_s(), dt = t2 - t1 > 0 ? t2 - t1 : 1e-9;
     if (prog) score_progress(ntoks, ntoks, t1, &t_prog, 1);
@@ -354,6 +393,8 @@ int cli_score(int argc, char **argv) {
            tokenizer_kind_name(model_tokenizer(m)));
     if (o.after_generate) printf("after_generate: %ld tokens (seed %llu, temperature %g)\n", o.after_generate,
                                  (unsigned long long)o.sp.seed, (double)o.sp.temperature);
+    if (o.segment) printf("segments: %zu of at most %ld tokens, each from a fresh state\n",
+                          ntoks ? (ntoks + seg - 1) / seg : 0, o.segment);
     printf("bits_per_byte: %.6f\n", len ? bits / (double)len : 0.0);
     printf("bits_per_token: %.6f\n", ntoks ? bits / (double)ntoks : 0.0);
     printf("seconds: %.3f (%.0f bytes/s, %.0f tokens/s scored)\n", t2 - t1 + (o.after_generate ? 0 : t1 - t0),
@@ -705,7 +746,7 @@ int cli_bench_step(int argc, char **argv) {
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)maxb);
     float *logits = malloc(sizeof(float) * (size_t)V * (size_t)maxb);
     gemm_shape *g = malloc(sizeof *g * (size_t)(c->n_layers + 1));
-    struct { int B; double step_cpu_gf, alone_cpu_gf; } rows[16];
+    struct { int B; double step_cpu_gf, alone_cpu_gf, cpu_us_token; } rows[16];
     if (!slots || !toks || !logits || !g || model_slots_reserve(m, maxb) < 0) goto out;
     for (int b = 0; b < maxb; b++) slots[b] = b;
     int ng = step_gemms(m, g);
@@ -733,9 +774,15 @@ int cli_bench_step(int argc, char **argv) {
     printf("%6s %10s %10s %10s %9s %11s %9s %9s\n", "batch", "step ms", "us/token", "tokens/s", "GFLOP/s",
            "GEMM-alone", "vs GEMM", "vs peak");
     unsigned seed = 1;
+    /* A kind with a maximum length refuses the token past it: the sessions
+     * (all at the same length) start over when they reach it, and --warm
+     * stops short of it. */
+    long long maxt = model_max_tokens(m), held = 0;
+    if (maxt > 0) printf("sessions reset every %lld tokens (the model's maximum length)\n", maxt);
     for (int B = 1; B <= maxb; B *= 2) {
         for (int b = 0; b < B; b++) model_slot_reset(m, b);
-        for (int w = 0; w < 3; w++) {
+        held = 0;
+        for (long w = 0; w < o.warm && (maxt <= 0 || held + 1 < maxt); w++, held++) {
             for (int b = 0; b < B; b++) toks[b] = (int32_t)(((seed = seed * 1103515245u + 12345u) >> 16) % (unsigned)V);
             if (model_step(m, slots, toks, B, logits) < 0) goto out;
         }
@@ -744,9 +791,14 @@ int cli_bench_step(int argc, char **argv) {
             long steps = 0;
             double t0 = now_s(), c0 = cpu_s(), t;
             do {
+                if (maxt > 0 && held >= maxt) {
+                    for (int b = 0; b < B; b++) model_slot_reset(m, b);
+                    held = 0;
+                }
                 for (int b = 0; b < B; b++) toks[b] = (int32_t)(((seed = seed * 1103515245u + 12345u) >> 16) % (unsigned)V);
                 if (model_step(m, slots, toks, B, logits) < 0) goto out;
                 steps++;
+                held++;
             } while ((t = now_s() - t0) < o.seconds / BENCH_TRIALS);
             double cpu = cpu_s() - c0;
             if (t / steps * 1e3 < step_ms) step_ms = t / steps * 1e3;
@@ -760,16 +812,19 @@ int cli_bench_step(int argc, char **argv) {
         if (nrows < 16) {
             rows[nrows].B = B;
             rows[nrows].step_cpu_gf = B * fpt * 1e-9 / (step_cpu_ms * 1e-3);
+            rows[nrows].cpu_us_token = step_cpu_ms * 1e3 / B;
             rows[nrows++].alone_cpu_gf = alone.cpu;
         }
         if (B < maxb && B * 2 > maxb) B = maxb / 2;   /* end on max_batch exactly */
     }
     printf("\nper CPU-second of this process (all its threads; unaffected by other jobs taking the CPUs):\n"
            "SGEMM 1024x1024x1024: %.1f GFLOP per CPU-s\n", peak.cpu);
-    printf("%6s %12s %12s %9s %9s\n", "batch", "step GF/cpu-s", "GEMM GF/cpu-s", "vs GEMM", "vs peak");
+    printf("%6s %12s %12s %9s %9s %13s\n", "batch", "step GF/cpu-s", "GEMM GF/cpu-s", "vs GEMM", "vs peak",
+           "cpu-us/token");
     for (int i = 0; i < nrows; i++)
-        printf("%6d %12.1f %12.1f %8.0f%% %8.0f%%\n", rows[i].B, rows[i].step_cpu_gf, rows[i].alone_cpu_gf,
-               100.0 * rows[i].step_cpu_gf / rows[i].alone_cpu_gf, 100.0 * rows[i].step_cpu_gf / peak.cpu);
+        printf("%6d %12.1f %12.1f %8.0f%% %8.0f%% %13.1f\n", rows[i].B, rows[i].step_cpu_gf, rows[i].alone_cpu_gf,
+               100.0 * rows[i].step_cpu_gf / rows[i].alone_cpu_gf, 100.0 * rows[i].step_cpu_gf / peak.cpu,
+               rows[i].cpu_us_token);
     rc = 0;
 out:
     if (rc) fprintf(stderr, "lind bench-step: failed\n");

@@ -45,7 +45,11 @@ static const command commands[] = {
      "  --dtype T              matrix weights in memory: f32, bf16 or f16 (default: as stored)\n"
      "  --compute C            products' arithmetic: f32 (default, exact) or bf16 (AVX512_BF16)\n"
      "  --chunk N              prompt tokens fed per batched pass (default 64; the bits do not change)\n"
-     "  --after-generate N     generate N tokens first, then score FILE\n"
+     "  --after-generate N     generate N tokens first (sampled as below), then score FILE\n"
+     "                         in the same session, continuing that state\n"
+     "  --segment S            score FILE in pieces of S-1 tokens, each from a fresh\n"
+     "                         state (BOS first): for a model with a maximum length\n"
+     "                         (linformer's max_len), or to match training windows\n"
      SAMPLING_HELP},
     {"generate", cli_generate, "generate --model DIR --prompt TEXT -n N [--seed S --temperature T --top-k K --top-p P]",
      "usage: lind generate --model DIR [--prompt TEXT] [-n N] [options]\n"
@@ -89,6 +93,8 @@ static const command commands[] = {
      "  --backend B            cpu, cuda or auto (default auto)\n"
      "  --max-batch N          largest batch timed, 1..4096 (default 64)\n"
      "  --seconds S            time spent per measurement (default 1)\n"
+     "  --warm T               tokens fed to every session before timing (default 3;\n"
+     "                         a window kind's cost grows until its ring is full)\n"
      "  --dtype T              matrix weights in memory: f32, bf16 or f16 (default: as stored)\n"
      "  --compute C            products' arithmetic: f32 (default, exact) or bf16 (AVX512_BF16)\n"},
     {"tokenize", cli_tokenize,

@@ -1,7 +1,7 @@
 """tests/daemon_harness.py — a `lind serve` process and a msgpack client for
 the daemon's Python tests (not a test itself: run.sh runs tests/test_*.py).
 
-Server(name, extra=[...]).start() serves the shipped model (or $LIND_MODEL)
+Server(name, extra=[...], model=DIR).start() serves DIR (default: the shipped model)
 on a fresh socket and database in a temporary directory; Client(path) speaks
 docs/PROTOCOL.md; case() runs one test function and prints PASS/FAIL."""
 import os
@@ -27,7 +27,8 @@ SLOW = 5 if SANITIZED else 1
 
 
 class Server:
-    def __init__(self, name, extra=(), db=None):
+    def __init__(self, name, extra=(), db=None, model=None):
+        self.model = model or MODEL
         self.dir = os.path.join(TMP, name)
         os.makedirs(self.dir, exist_ok=True)
         self.sock = os.path.join(self.dir, "lind.sock")
@@ -38,7 +39,7 @@ class Server:
 
     def start(self, timeout=60):
         log = open(self.logpath, "ab")
-        self.proc = subprocess.Popen([LIND, "serve", "--model", MODEL, "--socket", self.sock,
+        self.proc = subprocess.Popen([LIND, "serve", "--model", self.model, "--socket", self.sock,
                                       "--db", self.db, "--backend", "cpu"] + self.extra,
                                      stdout=log, stderr=log)
         log.close()

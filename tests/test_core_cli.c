@@ -1,5 +1,5 @@
 /* tests/test_core_cli.c — the offline `lind` commands: info, generate, score
- * (with --after-generate and any --chunk), logits, and their errors, run as a
+ * (with --after-generate, --segment and any --chunk), logits, and their errors, run as a
  * user would, with the numbers checked against the C API doing the same thing
  * in-process (a BPE model's CLI is checked by tests/test_daemon_tokenized.py). */
 #include <math.h>
@@ -226,6 +226,63 @@ static void score_matches_api(void) {
     CHECK(strstr(out, "tokens: 2110 (bytes tokenizer)"), "no token count in:\n%s", out);
 }
 
+/* bits/byte of a file scored in pieces of seg-1 tokens, each after a reset
+ * and BOS, through the C API one token at a time. */
+static double api_bpb_segments(const char *path, size_t seg) {
+    model *m = NULL;
+    char err[256];
+    if (model_load(mdir, "cpu", &m, err, sizeof err) < 0) return -1;
+    FILE *f = fopen(path, "rb");
+    unsigned char buf[8192];
+    size_t len = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    model_slots_reserve(m, 1);
+    int slot = 0, tok;
+    float l[256];
+    double bits = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (i % (seg - 1) == 0) {
+            model_slot_reset(m, 0);
+            tok = LIND_BOS;
+            model_step(m, &slot, &tok, 1, l);
+        }
+        double mx = l[0], z = 0;
+        for (int k = 1; k < 256; k++)
+            if (l[k] > mx) mx = l[k];
+        for (int k = 0; k < 256; k++) z += exp(l[k] - mx);
+        bits += (log(z) + mx - l[buf[i]]) / log(2.0);
+        tok = buf[i];
+        model_step(m, &slot, &tok, 1, l);
+    }
+    model_free(m);
+    return bits / (double)len;
+}
+
+/* --segment S scores the text in fresh sessions of S tokens (BOS + S-1),
+ * whatever the chunk; a segment longer than the text is plain scoring. */
+static void score_segments(void) {
+    char path[400], out[4096], out2[4096];
+    snprintf(path, sizeof path, "%s/text.txt", tmpdir);
+    int rc = run(out, sizeof out, "%s score --model %s --segment 100 %s", lind, mdir, path);
+    const char *k = strstr(out, "bits_per_byte: ");
+    CHECK(rc == 0 && k && strstr(out, "segments: 22 of at most 100 tokens"), "exit %d:\n%s", rc, out);
+    if (k) {
+        double got = atof(k + 15), want = api_bpb_segments(path, 100), whole = api_bpb(path, 0, 0);
+        CHECK(fabs(got - want) < 2e-6, "CLI %.6f vs API %.6f bits/byte in segments of 100", got, want);
+        CHECK(got - whole > 1e-3, "segments (%.6f) should score worse than one stream (%.6f)", got, whole);
+    }
+    rc = run(out2, sizeof out2, "%s score --model %s --segment 100 --chunk 7 %s", lind, mdir, path);
+    const char *k2 = strstr(out2, "bits_per_byte: ");
+    CHECK(rc == 0 && k && k2 && !strncmp(k, k2, 24), "--chunk 7 changed the figure:\n%s\n%s", out, out2);
+    rc = run(out, sizeof out, "%s score --model %s --segment 5000 %s", lind, mdir, path);
+    k = strstr(out, "bits_per_byte: ");
+    CHECK(rc == 0 && k && fabs(atof(k + 15) - api_bpb(path, 0, 0)) < 2e-6, "one long segment:\n%s", out);
+    rc = run(out, sizeof out, "%s score --model %s --segment 50 --after-generate 5 %s", lind, mdir, path);
+    CHECK(rc == 2 && strstr(out, "do not go together"), "--segment with --after-generate: exit %d: %s", rc, out);
+    rc = run(out, sizeof out, "%s score --model %s --segment 1 %s", lind, mdir, path);
+    CHECK(rc == 2 && strstr(out, "bad value"), "--segment 1: exit %d: %s", rc, out);
+}
+
 static void errors_are_reported(void) {
     char out[4096];
     int rc = run(out, sizeof out, "%s score %s/text.txt", lind, tmpdir);
@@ -268,6 +325,7 @@ int main(void) {
     RUN(info_reports_model);
     RUN(generate_matches_api);
     RUN(score_matches_api);
+    RUN(score_segments);
     RUN(logits_match_api);
     RUN(errors_are_reported);
     char cmd[300];

@@ -6,7 +6,8 @@ Linformer's max_len N; a cosFormer's horizon M): model_max_tokens(). The
 daemon must stop such a session's turn at that length with `done` reason
 `max_length` (everything fed before kept and committed, a later turn ending at
 once the same way), and never let the step refuse a whole batch — another
-session stepping beside it continues normally."""
+session stepping beside it continues normally. Also the offline commands
+on such a model (lind score's up-front refusal and --segment, bench-step)."""
 import json
 import os
 import struct
@@ -94,4 +95,27 @@ try:
 finally:
     if srv.proc and srv.proc.poll() is None:
         srv.proc.kill()
+
+# The offline commands on the same model: `lind score` refuses a text longer
+# than max_len up front, naming the limit and --segment; scores it in fresh
+# segments of at most N tokens; `lind bench-step` restarts its sessions at N.
+import subprocess  # noqa: E402
+text = os.path.join(dh.TMP, "text.txt")
+with open(text, "wb") as f:
+    f.write(dh.text_of(300, seed=3))
+p = subprocess.run([dh.LIND, "score", "--model", model, "--backend", "cpu", text], capture_output=True)
+report("score_refuses_past_max_length", p.returncode == 1 and b"at most %d tokens per session" % N in p.stderr
+       and b"--segment %d" % N in p.stderr, p.stderr)
+p = subprocess.run([dh.LIND, "score", "--model", model, "--backend", "cpu", "--segment", str(N), text],
+                   capture_output=True)
+report("score_in_segments", p.returncode == 0 and b"segments: 8 of at most %d tokens" % N in p.stdout
+       and b"bits_per_byte: " in p.stdout, p)
+p = subprocess.run([dh.LIND, "score", "--model", model, "--backend", "cpu", "--segment", str(N + 1), text],
+                   capture_output=True)
+report("segment_longer_than_max_length", p.returncode == 1 and b"longer than the model's maximum length"
+       in p.stderr, p.stderr)
+p = subprocess.run([dh.LIND, "bench-step", "--model", model, "--backend", "cpu", "--max-batch", "2",
+                    "--seconds", "0.05", "--warm", "100"], capture_output=True)
+report("bench_step_restarts_at_max_length", p.returncode == 0 and b"sessions reset every %d tokens" % N
+       in p.stdout and b"\n     2 " in p.stdout, p)
 sys.exit(1 if failures else 0)

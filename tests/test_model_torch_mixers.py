@@ -1,5 +1,6 @@
 """tests/test_model_torch_mixers.py — the PyTorch parallel forms of the
-retnet, performer, cosformer and linformer mixers (tools/lindmodel.py)
+retnet, performer, cosformer and linformer mixers and the delta mixer's
+training form (tools/lindmodel.py)
 compute what lind's C engine computes in recurrent form.
 
 For each kind: a small random two-layer model built in PyTorch, exported
@@ -112,4 +113,6 @@ run_case("performer", "performer", {"n_features": 24, "seed": 7}, 2)
 run_case("cosformer", "cosformer", {"horizon": 256}, 3)
 run_case("cosformer_periodic", "cosformer", {"horizon": 40, "cos_mode": "periodic"}, 4)
 run_case("linformer", "linformer", {"proj_len": 12, "max_len": 256}, 5)
+run_case("delta", "delta", {"conv_size": 4}, 6)
+run_case("delta_k2", "delta", {"conv_size": 2, "head_norm_eps": 1e-3}, 7)
 sys.exit(1 if failed else 0)

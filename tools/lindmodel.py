@@ -15,7 +15,8 @@ recurrent form (see issue "Recurrent core" and docs/MODEL.md):
       y = Wo (sigmoid(r) * wkv)
 
   retnet, performer, cosformer, linformer mixers (docs/KINDS.md): the
-  parallel forms below (RetnetMixer ... LinformerMixer), flat-form config
+  parallel forms below (RetnetMixer ... LinformerMixer; DeltaMixer steps
+  the gated delta rule token by token), flat-form config
   keys at the top level as the C loader reads them.
 
 The learnable parameters are reparametrized for training (gamma and w through
@@ -526,6 +527,62 @@ class LinformerMixer(nn.Module):
             put(getattr(self, n), p + n)
 
 
+class DeltaMixer(nn.Module):
+    """Gated DeltaNet (recurrent/mixer_delta.c, docs/KINDS.md), per head:
+    q, k, v = SiLU(conv_K(W·h)); q <- q/|q| dh^-1/2, k <- k/|k| (|x| = sqrt(sum x^2 + 1e-6));
+    beta = sigmoid(Wb h), alpha = exp(-exp(a_log) softplus(Wa h + a_bias));
+    S_t = alpha S_{t-1} (I - beta k k^T) + beta v k^T (S indexed [k][v]), o = S_t^T q;
+    y = Wo concat_h(RMSNorm(o_h) * o_norm). The recurrence is stepped token by
+    token (T small in training; exact, no chunked form needed here)."""
+    tensor_names = ("wq", "wk", "wv", "wb", "wa", "wo", "conv_q", "conv_k", "conv_v", "a_log", "a_bias", "o_norm")
+
+    def __init__(self, d, H, dh, K, eps, n_layers):
+        super().__init__()
+        self.H, self.dh, self.K, self.eps = H, dh, K, eps
+        self.wq, self.wk, self.wv = (_proj(d, H * dh) for _ in range(3))
+        self.wb, self.wa = _proj(d, H), _proj(d, H)
+        self.wo = _proj(H * dh, d, 0.02 / math.sqrt(2 * n_layers))
+        self.conv_q, self.conv_k, self.conv_v = (nn.Parameter(torch.randn(H * dh, K) / math.sqrt(K))
+                                                 for _ in range(3))
+        # Mamba-2 / Gated DeltaNet initialisation: A in [1, 16], dt in [1e-3, 1e-1]
+        self.a_log = nn.Parameter(torch.log(torch.linspace(1.0, 16.0, H)))
+        dt = torch.exp(torch.linspace(math.log(1e-3), math.log(1e-1), H))
+        self.a_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))   # softplus^-1(dt)
+        self.o_norm = nn.Parameter(torch.ones(dh))
+
+    def forward(self, h):
+        B, T, _ = h.shape
+        H, dh, K = self.H, self.dh, self.K
+
+        def conv(x, w):   # causal depthwise, w[:, K-1] weighs the current input
+            return F.conv1d(F.pad(x.transpose(1, 2), (K - 1, 0)), w[:, None, :], groups=w.shape[0]).transpose(1, 2)
+        q, k, v = (F.silu(conv(F.linear(h, w), c)).view(B, T, H, dh)
+                   for w, c in ((self.wq, self.conv_q), (self.wk, self.conv_k), (self.wv, self.conv_v)))
+        q = q / torch.sqrt((q * q).sum(-1, keepdim=True) + 1e-6) / math.sqrt(dh)
+        k = k / torch.sqrt((k * k).sum(-1, keepdim=True) + 1e-6)
+        beta = torch.sigmoid(F.linear(h, self.wb))                                  # [B, T, H]
+        alpha = torch.exp(-torch.exp(self.a_log) * F.softplus(F.linear(h, self.wa) + self.a_bias))
+        S = torch.zeros(B, H, dh, dh, dtype=h.dtype, device=h.device)
+        outs = []
+        for t in range(T):
+            kt, vt, qt = k[:, t], v[:, t], q[:, t]                                  # [B, H, dh]
+            a, b = alpha[:, t, :, None], beta[:, t, :, None]
+            sk = torch.einsum("bhij,bhi->bhj", S, kt)
+            u = b * (vt - a * sk)
+            S = a[..., None] * S + kt[..., :, None] * u[..., None, :]
+            outs.append(torch.einsum("bhij,bhi->bhj", S, qt))
+        o = torch.stack(outs, 1)                                                    # [B, T, H, dh]
+        o = o / torch.sqrt((o * o).mean(-1, keepdim=True) + self.eps) * self.o_norm
+        return F.linear(o.reshape(B, T, H * dh), self.wo)
+
+    def export(self):
+        return {n: getattr(self, n) for n in self.tensor_names}
+
+    def load(self, tensors, p, put):
+        for n in self.tensor_names:
+            put(getattr(self, n), p + n)
+
+
 def family_mixer(kind, cfg, i):
     """One of the four, from flat-form config keys (top level), or None."""
     d, H, dh, L = cfg["d_model"], cfg.get("n_heads"), cfg.get("d_head"), cfg["n_layers"]
@@ -538,6 +595,8 @@ def family_mixer(kind, cfg, i):
                               cfg.get("attn_eps", 1e-6), L)
     if kind == "linformer":
         return LinformerMixer(d, H, dh, cfg["proj_len"], cfg["max_len"], L)
+    if kind == "delta":
+        return DeltaMixer(d, H, dh, cfg.get("conv_size", 4), cfg.get("head_norm_eps", 1e-5), L)
     return None
 
 
@@ -660,13 +719,17 @@ class Model(nn.Module):
 
 # ---- safetensors (numpy only) ----------------------------------------------
 
-def save_safetensors(path, tensors):
+def save_safetensors(path, tensors, half=False):
     """Write float32 tensors: 8-byte LE header length, JSON header padded with
-    spaces to a multiple of 8, then the raw little-endian data."""
+    spaces to a multiple of 8, then the raw little-endian data. half: every
+    2-D tensor as F16 instead (half the file; lind keeps matrices half in
+    memory and widens tables to fp32 when it loads them)."""
     header, blobs, off = {}, [], 0
     for name in sorted(tensors):
-        a = np.ascontiguousarray(tensors[name], dtype="<f4")
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
+        f16 = half and np.ndim(tensors[name]) == 2
+        a = np.ascontiguousarray(tensors[name], dtype="<f2" if f16 else "<f4")
+        header[name] = {"dtype": "F16" if f16 else "F32", "shape": list(a.shape),
+                        "data_offsets": [off, off + a.nbytes]}
         blobs.append(a.tobytes())
         off += a.nbytes
     h = json.dumps(header, separators=(",", ":")).encode()
@@ -688,10 +751,11 @@ def load_safetensors(path):
     for name, meta in header.items():
         if name == "__metadata__":
             continue
-        if meta["dtype"] != "F32":
-            raise ValueError("%s: dtype %s (only F32 here)" % (name, meta["dtype"]))
+        if meta["dtype"] not in ("F32", "F16"):
+            raise ValueError("%s: dtype %s (only F32 and F16 here)" % (name, meta["dtype"]))
         s, e = meta["data_offsets"]
-        out[name] = np.frombuffer(data[base + s:base + e], dtype="<f4").reshape(meta["shape"])
+        dt = "<f4" if meta["dtype"] == "F32" else "<f2"
+        out[name] = np.frombuffer(data[base + s:base + e], dtype=dt).astype(np.float32).reshape(meta["shape"])
     return out
 
 

@@ -70,6 +70,9 @@ def main():
     ap.add_argument("--n-heads", type=int, default=6)
     ap.add_argument("--d-ff", type=int, default=768)
     ap.add_argument("--mixers", default="linear,aft,linear,aft")
+    ap.add_argument("--kind-config", default="{}", metavar="JSON",
+                    help="extra config keys, merged into config.json at the top level (the "
+                         "mixer kinds' keys, docs/KINDS.md), e.g. '{\"window\": 64}'")
     ap.add_argument("--ctx", type=int, default=256, help="bytes per training window")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--steps", type=int, default=1500)
@@ -82,6 +85,8 @@ def main():
     ap.add_argument("--eval-windows", type=int, default=16)
     ap.add_argument("--final-windows", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--half", action="store_true",
+                    help="store the 2-D tensors as F16 in model.safetensors (half the size)")
     ap.add_argument("--lr-from", metavar="CSV",
                     help="replay the per-step learning rates of an earlier run's train_steps.csv "
                          "(its step count, no time budget): the same seed then gives the same model")
@@ -107,6 +112,7 @@ def main():
            "d_head": a.d_model // a.n_heads, "d_ff": a.d_ff, "mixers": mixers,
            "feature_map": "elu1", "token_shift": True, "norm_eps": 1e-5,
            "aft_variant": "decay", "attn_eps": 1e-6}
+    cfg.update(json.loads(a.kind_config))
     model = lindmodel.Model(cfg)
     for blk in model.layers:
         if isinstance(blk.mixer, lindmodel.AftMixer):
@@ -177,7 +183,7 @@ def main():
     with open(os.path.join(a.out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=1)
         f.write("\n")
-    lindmodel.save_safetensors(os.path.join(a.out, "model.safetensors"), tensors)
+    lindmodel.save_safetensors(os.path.join(a.out, "model.safetensors"), tensors, a.half)
     final_hb = evaluate(model, held, a.ctx, a.final_windows)
     final = {"seed": a.seed, "steps": step + 1, "steps_planned": a.steps,
              "schedule": ("replayed from %s" % a.lr_from) if replay else
@@ -186,6 +192,7 @@ def main():
              "tokens_trained": (step + 1) * a.batch * a.ctx, "lr": a.lr, "min_lr": a.min_lr,
              "warmup": a.warmup, "weight_decay": a.wd, "params": nparams,
              "train_seconds": round(train_s, 1), "threads": a.threads,
+             "weights_stored": "F16 (2-D tensors)" if a.half else "F32",
              "heldout_bpb_windows": round(final_hb, 4),
              "heldout_windows": "%d windows of %d bytes, each from a fresh state" % (a.final_windows, a.ctx),
              "model_bytes": os.path.getsize(os.path.join(a.out, "model.safetensors")),

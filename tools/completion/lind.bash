@@ -13,7 +13,7 @@ _lind()
         --backend) COMPREPLY=($(compgen -W "cpu cuda auto" -- "$cur")); return ;;
         --sync) COMPREPLY=($(compgen -W "full normal" -- "$cur")); return ;;
         -p|--prompt|-n|--temperature|--top-k|--top-p|--seed|--rep-penalty|--rep-window|\
-        --after-generate|--max-batch|--seconds|--max-resident|--max-message|--max-tokens|\
+        --after-generate|--segment|--warm|--max-batch|--seconds|--max-resident|--max-message|--max-tokens|\
         --transcript-bytes|--max-output|--prompt-chunk|--max-inflight) return ;;
     esac
     if ((COMP_CWORD == 1)); then
@@ -26,7 +26,7 @@ _lind()
         info) COMPREPLY=($(compgen -W "--model --backend --help" -- "$cur")) ;;
         score)
             if [[ $cur == -* ]]; then
-                COMPREPLY=($(compgen -W "--model --backend --after-generate $sampling --help" -- "$cur"))
+                COMPREPLY=($(compgen -W "--model --backend --after-generate --segment $sampling --help" -- "$cur"))
             else
                 COMPREPLY=($(compgen -f -- "$cur"))
             fi ;;
@@ -34,7 +34,7 @@ _lind()
         serve) COMPREPLY=($(compgen -W "--model --socket --db --backend --max-batch --max-resident
                    --max-message --max-tokens --sync --transcript-bytes --max-output --prompt-chunk
                    --max-inflight --help --version" -- "$cur")) ;;
-        bench-step) COMPREPLY=($(compgen -W "--model --backend --max-batch --seconds --help" -- "$cur")) ;;
+        bench-step) COMPREPLY=($(compgen -W "--model --backend --max-batch --seconds --warm --help" -- "$cur")) ;;
     esac
 }
 complete -F _lind lind
