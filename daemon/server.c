@@ -587,7 +587,13 @@ int server_main(int argc, char **argv)
     persist *pers = NULL;
     store *st = NULL;
     int code = 1, rc;
-    uv_loop_init(&loop);
+    if ((rc = uv_loop_init(&loop)) != 0) {   /* e.g. out of memory: nothing else is set up yet */
+        fprintf(stderr, "lind serve: cannot start the event loop: %s\n", uv_strerror(rc));
+        free(srv->chat_template);
+        reqlog_close(&srv->log);
+        free(srv);
+        return 1;
+    }
     srv->loop = &loop;
     srv->conns = &conns;
     uv_async_init(&loop, &srv->wake, on_wake);
