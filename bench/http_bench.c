@@ -114,7 +114,26 @@ static int cmpd(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-typedef struct run_result { double tok_s, ttft_p50, ttft_p99; long tokens; } run_result;
+typedef struct run_result { double tok_s, ttft_p50, ttft_p99, batch, wall; long tokens; } run_result;
+
+/* The daemon's steps and tokens_out so far (from `stats`), so that each run
+ * can report the mean batch it got: the model's cost per step is nearly
+ * flat in the batch here, so a front door that starts or stops streams
+ * unevenly loses throughput through smaller batches. */
+static void daemon_counts(uint64_t *steps, uint64_t *tokens)
+{
+    lindc *c;
+    char err[256];
+    if (lindc_connect(&c, sock_path, err, sizeof err) != 0) die("connect", err);
+    lindc_req r;
+    lindc_req_init(&r, "stats");
+    lindc_event ev;
+    if (lindc_call(c, &r, &ev, 10000) != 0 || lindc_get_u64(ev.map, "steps", steps) != 0 ||
+        lindc_get_u64(ev.map, "tokens_out", tokens) != 0)
+        die("stats", "no steps/tokens_out in the answer");
+    lindc_req_free(&r);
+    lindc_free(c);
+}
 
 static void ttft_stats(run_result *r, double *ttft, int S)
 {
@@ -133,6 +152,8 @@ static run_result socket_run(int S, int per)
     if (lindc_connect(&c, sock_path, err, sizeof err) != 0) die("connect", err);
     uint64_t *ids = malloc(sizeof *ids * (size_t)S);
     double *ttft = calloc((size_t)S, sizeof *ttft);
+    uint64_t st0, tk0, st1, tk1;
+    daemon_counts(&st0, &tk0);
     double t0 = now_s();
     for (int i = 0; i < S; i++) {
         char name[48];
@@ -162,7 +183,10 @@ static run_result socket_run(int S, int per)
             done++;
         }
     }
-    r.tok_s = (double)r.tokens / (now_s() - t0);
+    r.wall = now_s() - t0;
+    r.tok_s = (double)r.tokens / r.wall;
+    daemon_counts(&st1, &tk1);
+    r.batch = st1 > st0 ? (double)(tk1 - tk0) / (double)(st1 - st0) : 0;
     ttft_stats(&r, ttft, S);
     lindc_free(c);
     free(ids);
@@ -212,6 +236,8 @@ static run_result http_run(int S, int per)
     char url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/completions", port);
     struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
+    uint64_t st0, tk0, st1, tk1;
+    daemon_counts(&st0, &tk0);
     double t0 = now_s();
     for (int i = 0; i < S; i++) {
         snprintf(body[i], sizeof body[i], "{\"prompt\":\"The \",\"max_tokens\":%d,\"seed\":%d,"
@@ -232,6 +258,9 @@ static run_result http_run(int S, int per)
         if (running) curl_multi_poll(multi, NULL, 0, 1000, NULL);
     }
     double wall = now_s() - t0;
+    r.wall = wall;
+    daemon_counts(&st1, &tk1);
+    r.batch = st1 > st0 ? (double)(tk1 - tk0) / (double)(st1 - st0) : 0;
     CURLMsg *m;
     int left;
     while ((m = curl_multi_info_read(multi, &left)))
@@ -314,7 +343,7 @@ int main(int argc, char **argv)
            "first token: from sending the request(s) to a stream's first text, p50/p99 over the "
            "streams.\n\n");
     printf("| streams | tokens/stream | socket tokens/s | HTTP tokens/s | HTTP/socket | socket TTFT "
-           "p50/p99 ms | HTTP TTFT p50/p99 ms |\n|---:|---:|---:|---:|---:|---:|---:|\n");
+           "p50/p99 ms | HTTP TTFT p50/p99 ms | mean batch socket / HTTP |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     const int sizes[] = { 1, 8, 64 };
     for (int k = 0; k < 3; k++) {
         int S = sizes[k];
@@ -326,8 +355,9 @@ int main(int argc, char **argv)
             hv[rep] = http_run(S, per);
         }
         run_result s = median(sv), h = median(hv);
-        printf("| %d | %d | %.0f | %.0f | %.0f%% | %.1f / %.1f | %.1f / %.1f |\n", S, per, s.tok_s,
-               h.tok_s, 100.0 * h.tok_s / s.tok_s, s.ttft_p50, s.ttft_p99, h.ttft_p50, h.ttft_p99);
+        printf("| %d | %d | %.0f | %.0f | %.0f%% | %.1f / %.1f | %.1f / %.1f | %.1f / %.1f |\n", S, per, s.tok_s,
+               h.tok_s, 100.0 * h.tok_s / s.tok_s, s.ttft_p50, s.ttft_p99, h.ttft_p50, h.ttft_p99,
+               s.batch, h.batch);
         fflush(stdout);
     }
     cleanup();

@@ -57,6 +57,7 @@ typedef struct http_server {
     lat_hist ttft;             /* HTTP time to first token (request arrival to first byte sent) */
     uv_timer_t reaper;         /* frees requests h2o has disposed (never inside an h2o call) */
     uv_timer_t tick;           /* --pause-timeout for readers that stopped reading */
+    uv_timer_t flush;          /* --http-stream-interval: hands held stream bytes to h2o */
     struct hreq *dead;
     /* the last stop string a session's reply ended on (loop memory only) */
     struct { char name[STORE_NAME_MAX + 1]; uint8_t tail[PROTO_MAX_STOP_LEN]; uint8_t len; } *tails;
@@ -105,6 +106,7 @@ typedef struct hreq {
     int64_t   created;
     uint64_t  t_recv_ns;
     int       got_token;
+    int       sent_text;       /* a text chunk went out: later ones may wait for the flush timer */
 } hreq;
 
 /* ---- small helpers ---------------------------------------------------------- */
@@ -425,6 +427,7 @@ static size_t streamable(hreq *h, int final)
 /* ---- responses ------------------------------------------------------------------------ */
 
 static void send_pending(hreq *h);
+static void send_soon(hreq *h);
 
 static void on_proceed(h2o_generator_t *g, h2o_req_t *req)
 {
@@ -436,7 +439,7 @@ static void on_proceed(h2o_generator_t *g, h2o_req_t *req)
         h->paused = 0;
         post_sched(h->hs, h->id, M_RESUME);
     }
-    send_pending(h);
+    send_soon(h);
 }
 
 static void start_stream(hreq *h)
@@ -460,6 +463,7 @@ static void send_pending(hreq *h)
 {
     if (!h->req || !h->started || h->sending) return;
     if (!h->pend.n && !h->final_queued) return;
+    if (h->got_token) h->sent_text = 1;
     hbuf t = h->wbuf;
     h->wbuf = h->pend;
     h->pend = t;
@@ -470,6 +474,34 @@ static void send_pending(hreq *h)
     h2o_req_t *req = h->req;
     if (final) h->req = NULL;   /* h2o may dispose it from here on; h lives until then */
     h2o_send(req, &iov, h->wbuf.n ? 1 : 0, final ? H2O_SEND_STATE_FINAL : H2O_SEND_STATE_IN_PROGRESS);
+}
+
+/* Every --http-stream-interval ms while some stream holds bytes: hand them
+ * to h2o, all streams in the same tick. Stops itself when none holds any. */
+static void on_flush(uv_timer_t *t)
+{
+    http_server *hs = t->data;
+    int held = 0;
+    for (size_t b = 0; b < HREQ_BUCKETS; b++)
+        for (hreq *h = hs->tab[b]; h; h = h->hnext)
+            if (h->req && h->started && h->pend.n) {
+                if (h->sending) held = 1;
+                else send_pending(h);
+            }
+    if (!held) uv_timer_stop(t);
+}
+
+/* A stream's new bytes: the first text chunk and the end go out at once;
+ * with --http-stream-interval the rest waits for the flush timer, so that
+ * one write (and one wake-up of the client) carries every token a stream
+ * made in that interval instead of one write per token. */
+static void send_soon(hreq *h)
+{
+    http_server *hs = h->hs;
+    unsigned ms = hs->srv->opt.http_stream_ms;
+    if (!ms || !h->sent_text || h->final_queued) { send_pending(h); return; }
+    if (h->pend.n && !uv_is_active((uv_handle_t *)&hs->flush) && !uv_is_closing((uv_handle_t *)&hs->flush))
+        uv_timer_start(&hs->flush, on_flush, ms, ms);
 }
 
 static void sse_event(hreq *h, json_t *j)
@@ -908,7 +940,7 @@ void http_deliver(server *srv, outmsg *o)
     }
     outmsg_free(o);
     if (h->req && h->stream && h->started) {
-        send_pending(h);
+        send_soon(h);
         if (!h->paused && h->pend.n > srv->opt.max_output) {
             h->paused = 1;
             h->paused_ms = uv_now(srv->loop);
@@ -1481,6 +1513,8 @@ int http_start(server *srv, char *err, size_t errlen)
     uv_timer_init(srv->loop, &hs->tick);
     hs->tick.data = hs;
     uv_timer_start(&hs->tick, on_tick, 1000, 1000);
+    uv_timer_init(srv->loop, &hs->flush);
+    hs->flush.data = hs;
     h2o_config_init(&hs->config);
     hs->config.server_name = h2o_iovec_init(H2O_STRLIT("lind"));
     /* libh2o refuses a body over its limit itself, with a plain-text 413;
@@ -1547,6 +1581,7 @@ void http_close(server *srv)
     hs->closed = 1;
     http_stop_listening(srv);
     if (!uv_is_closing((uv_handle_t *)&hs->tick)) uv_close((uv_handle_t *)&hs->tick, NULL);
+    if (!uv_is_closing((uv_handle_t *)&hs->flush)) uv_close((uv_handle_t *)&hs->flush, NULL);
     if (!uv_is_closing((uv_handle_t *)&hs->reaper)) {
         on_reap(&hs->reaper);
         uv_close((uv_handle_t *)&hs->reaper, NULL);

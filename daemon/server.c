@@ -33,7 +33,7 @@ server_options server_defaults(void)
         .max_inflight = 1024, .max_conn_bytes = 4u << 20, .max_total_bytes = 64u << 20,
         .max_waiting = 4096, .idle_timeout = 0, .write_timeout = 60, .pause_timeout = 60, .sync = STORE_SYNC_FULL, .transcript_bytes = 4096,
         .log_level = REQLOG_INFO,
-        .http_max_body = 1u << 20, .http_max_header = 16u << 10, .http_idle_timeout = 30,
+        .http_max_body = 1u << 20, .http_max_header = 16u << 10, .http_idle_timeout = 30, .http_stream_ms = 20,
     };
 }
 
@@ -62,7 +62,8 @@ static const char usage[] =
     "                  [--log-level error|warn|info|debug] [--log-file PATH]\n"
     "                  [--node-id ID] [--lease-ms MS] [--lease-wait MS] [--store-conns N]\n"
     "                  [--http [ADDR:]PORT] [--http-token-file PATH] [--http-max-body BYTES]\n"
-    "                  [--http-max-header BYTES] [--http-idle-timeout S]";
+    "                  [--http-max-header BYTES] [--http-idle-timeout S]\n"
+    "                  [--http-stream-interval MS]";
 
 void server_usage(FILE *f)
 {
@@ -125,6 +126,8 @@ void server_usage(FILE *f)
         "  --http-max-header BYTES HTTP request header limit (default 16384)\n"
         "  --http-idle-timeout S  close an HTTP connection idle, or sending its request, for S s\n"
         "                         (default 30)\n"
+        "  --http-stream-interval MS write a stream's chunks after its first at most every MS\n"
+        "                         ms, together (default 20; 0 = a write per token)\n"
         "  -h, --help             this text\n"
         "\n"
         "SIGTERM, SIGINT or SIGHUP stop it gracefully: turns end at a token boundary and\n"
@@ -240,6 +243,8 @@ int server_parse_args(int argc, char **argv, server_options *o, char *err, size_
             if (!(rc = parse_num(a, v, 1024, 1 << 20, &x, err, errlen))) o->http_max_header = (size_t)x;
         } else if (!strcmp(a, "--http-idle-timeout")) {
             if (!(rc = parse_num(a, v, 1, 1 << 20, &x, err, errlen))) o->http_idle_timeout = (unsigned)x;
+        } else if (!strcmp(a, "--http-stream-interval")) {
+            if (!(rc = parse_num(a, v, 0, 1000, &x, err, errlen))) o->http_stream_ms = (unsigned)x;
         } else if (!strcmp(a, "--log-file")) {
             o->log_file = v;
         } else if (!strcmp(a, "--log-level")) {

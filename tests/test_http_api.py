@@ -16,7 +16,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from daemon_harness import (Client, Server, case, expect, finish, TMP, SLOW)  # noqa: E402
+from daemon_harness import (Client, Server, case, expect, finish, TMP, SLOW, LIND)  # noqa: E402
 
 
 def http_port(srv, timeout=30):
@@ -405,6 +405,37 @@ def streamed_text_is_valid_utf8_json():
         text += json.loads(e)["choices"][0]["text"]
     st, j = post("/v1/completions", body)
     expect(text == j["choices"][0]["text"], "streamed pieces join to the answer")
+
+
+@case
+def stream_interval_groups_writes_not_chunks():
+    # --http-stream-interval (default 20 ms) only groups a stream's chunks
+    # into fewer writes: the chunks themselves are the same as with 0 (a
+    # write per token), one per token, in the same order.
+    B = Server("http-each", extra=["--http", "0", "--http-stream-interval", "0"]).start()
+    try:
+        body = {"prompt": "And God said", "max_tokens": 300, "seed": 21,
+                "stream_options": {"include_usage": True}}
+
+        def texts(base):
+            st, out = curl("/v1/completions", dict(body, stream=True), base=base)
+            expect(st == 200, "stream status %d" % st)
+            ev = [e[6:] for e in out.split(b"\n\n") if e.strip()]
+            expect(ev[-1] == b"[DONE]", "no [DONE]: %r" % ev[-1:])
+            ch = [json.loads(e) for e in ev[:-1]]
+            return ([c["choices"][0]["text"] for c in ch if c["choices"]],
+                    ch[-1]["usage"]["completion_tokens"])
+        grouped, n1 = texts(BASE)
+        each, n0 = texts("http://127.0.0.1:%d" % http_port(B))
+        expect(n1 == n0 == 300, "completion tokens %d / %d" % (n1, n0))
+        expect(grouped == each, "chunks differ: %r vs %r" % (grouped[:5], each[:5]))
+        expect(len(each) >= 250, "a chunk per token (ASCII-heavy text): %d chunks" % len(each))
+    finally:
+        B.stop()
+    r = subprocess.run([LIND, "serve", "--http-stream-interval", "1001"],
+                       capture_output=True, timeout=60)
+    expect(r.returncode == 2 and b"--http-stream-interval" in r.stderr,
+           "an out-of-range interval is refused: %d %r" % (r.returncode, r.stderr[-200:]))
 
 
 @case
