@@ -425,37 +425,63 @@ static int cpu_matmul(backend *be, const backend_buf *x, size_t xo, int ldx, con
     return 0;
 }
 
+/* Work items of a per-channel recurrence: (run, channel slice). A run's rows
+ * go in order through one session's state, but every channel's state is
+ * its own, so with fewer runs than threads (one long prompt fed in chunks)
+ * the channels are split too: the same arithmetic per element, in the same
+ * order, on either thread. Slices are multiples of 16 channels (a whole
+ * vector) or more; runs of a few rows (decode) are not split. */
+static int chan_slices(const cpu *c, int d) {
+    int n = cpu_pool_size(c->threads);
+    if (c->nruns >= n || c->B < 8 * c->nruns) return 1;   /* decode: a row is too little to split */
+    int s = (n + c->nruns - 1) / c->nruns;
+    while (s > 1 && d / s < 16) s--;
+    return s;
+}
+
+static void chan_range(int d, int s, int slices, int *c0, int *c1) {
+    *c0 = s ? (int)((long)d * s / slices) & ~15 : 0;
+    *c1 = s + 1 == slices ? d : (int)((long)d * (s + 1) / slices) & ~15;
+}
+
 typedef struct shift_job {
     cpu *c;
     const float *h, *mu;
     float *out;
     size_t off;
-    int d, nmix;
+    int d, nmix, slices;
 } shift_job;
 
-/* One row: out[p·d + i] for p < nmix, then prev ← h. */
+/* One row's channels [0, n) of d: out[p·d + i] for p < nmix, then prev ← h. */
 __attribute__((noinline)) static void shift_row(float *restrict out, float *restrict prev, const float *restrict h,
-                                                const float *restrict mu, int d, int nmix) {
+                                                const float *restrict mu, int d, int n, int nmix) {
     for (int p = 0; p < nmix; p++)
-        for (int i = 0; i < d; i++) out[p * d + i] = lind_shift_mix(h[i], prev[i], mu[p * d + i]);
-    for (int i = 0; i < d; i++) prev[i] = h[i];
+        for (int i = 0; i < n; i++) out[p * d + i] = lind_shift_mix(h[i], prev[i], mu[p * d + i]);
+    for (int i = 0; i < n; i++) prev[i] = h[i];
 }
 
-/* Parts split runs, never a run: its rows go in order through one state. */
+/* Parts split (run, channel slice) items, never a run's rows: they go in
+ * order through one state. */
 static void shift_part(void *arg, int part, int nparts) {
     const shift_job *j = arg;
     int lo, hi, d = j->d;
-    part_range(j->c->nruns, part, nparts, &lo, &hi);
-    for (int b = j->c->run[lo]; b < j->c->run[hi]; b++)
-        shift_row(j->out + (size_t)b * j->nmix * d, (float *)(slot_ptr(j->c, j->c->slots[b]) + j->off),
-                  j->h + (size_t)b * d, j->mu, d, j->nmix);
+    part_range(j->c->nruns * j->slices, part, nparts, &lo, &hi);
+    for (int it = lo; it < hi; it++) {
+        int k = it / j->slices, c0, c1;
+        chan_range(d, it % j->slices, j->slices, &c0, &c1);
+        for (int b = j->c->run[k]; b < j->c->run[k + 1]; b++)
+            shift_row(j->out + (size_t)b * j->nmix * d + c0, (float *)(slot_ptr(j->c, j->c->slots[b]) + j->off) + c0,
+                      j->h + (size_t)b * d + c0, j->mu + c0, d, c1 - c0, j->nmix);
+    }
 }
 
 static int cpu_shift_mix(backend *be, const backend_buf *h, const backend_buf *mu, backend_buf *out,
                          size_t shift_off, int d, int nmix) {
     cpu *c = (cpu *)be;
-    shift_job j = {c, h->p, mu->p, out->p, shift_off, d, nmix};
-    cpu_pool_run(c->threads, shift_part, &j, row_parts(c, c->nruns, (size_t)d * nmix * 2 * c->B / c->nruns));
+    int slices = chan_slices(c, d);
+    shift_job j = {c, h->p, mu->p, out->p, shift_off, d, nmix, slices};
+    cpu_pool_run(c->threads, shift_part, &j,
+                 row_parts(c, c->nruns * slices, (size_t)d * nmix * 2 * c->B / c->nruns / slices));
     return 0;
 }
 
@@ -559,17 +585,23 @@ typedef struct aft_job {
     const float *in, *w, *u;
     float *out;
     size_t off;
-    int d;
+    int d, slices;
 } aft_job;
 
+/* Parts split (run, channel slice) items, as shift_part. */
 static void aft_part(void *arg, int part, int nparts) {
     const aft_job *j = arg;
     int lo, hi, d = j->d;
-    part_range(j->c->nruns, part, nparts, &lo, &hi);
-    for (int b = j->c->run[lo]; b < j->c->run[hi]; b++) {
-        double *num = (double *)(slot_ptr(j->c, j->c->slots[b]) + j->off), *den = num + d, *mx = den + d;
-        const float *r = j->in + (size_t)b * 3 * d;
-        aft_row(j->out + (size_t)b * d, num, den, mx, r, r + d, r + 2 * d, j->w, j->u, d);
+    part_range(j->c->nruns * j->slices, part, nparts, &lo, &hi);
+    for (int it = lo; it < hi; it++) {
+        int k = it / j->slices, c0, c1;
+        chan_range(d, it % j->slices, j->slices, &c0, &c1);
+        for (int b = j->c->run[k]; b < j->c->run[k + 1]; b++) {
+            double *num = (double *)(slot_ptr(j->c, j->c->slots[b]) + j->off), *den = num + d, *mx = den + d;
+            const float *r = j->in + (size_t)b * 3 * d;
+            aft_row(j->out + (size_t)b * d + c0, num + c0, den + c0, mx + c0, r + c0, r + d + c0, r + 2 * d + c0,
+                    j->w + c0, j->u + c0, c1 - c0);
+        }
     }
 }
 
@@ -584,8 +616,9 @@ static int cpu_aft_step(backend *be, const backend_buf *in, const backend_buf *w
         if (!wp) wp = zeros;
         if (!up) up = zeros;
     }
-    aft_job j = {c, in->p, wp, up, out->p, state_off, d};
-    cpu_pool_run(c->threads, aft_part, &j, row_parts(c, c->nruns, (size_t)d * 16 * c->B / c->nruns));
+    int slices = chan_slices(c, d);
+    aft_job j = {c, in->p, wp, up, out->p, state_off, d, slices};
+    cpu_pool_run(c->threads, aft_part, &j, row_parts(c, c->nruns * slices, (size_t)d * 16 * c->B / c->nruns / slices));
     return 0;
 }
 
