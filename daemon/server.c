@@ -601,11 +601,26 @@ int server_main(int argc, char **argv)
     }
     srv->loop = &loop;
     srv->conns = &conns;
-    uv_async_init(&loop, &srv->wake, on_wake);
+    /* The wake-up (an eventfd) and the signal watchers (a pipe) take file
+     * descriptors: without them the daemon could not hear its threads or a
+     * SIGTERM, so it does not start. */
+    uv_handle_t *made[4];
+    int nmade = 0;
+    if ((rc = uv_async_init(&loop, &srv->wake, on_wake)) == 0) made[nmade++] = (uv_handle_t *)&srv->wake;
+    if (!rc && (rc = uv_signal_init(&loop, &srv->sigterm)) == 0) made[nmade++] = (uv_handle_t *)&srv->sigterm;
+    if (!rc && (rc = uv_signal_init(&loop, &srv->sigint)) == 0) made[nmade++] = (uv_handle_t *)&srv->sigint;
+    if (!rc && (rc = uv_signal_init(&loop, &srv->sighup)) == 0) made[nmade++] = (uv_handle_t *)&srv->sighup;
+    if (rc != 0) {
+        fprintf(stderr, "lind serve: cannot start the event loop: %s\n", uv_strerror(rc));
+        for (int i = 0; i < nmade; i++) uv_close(made[i], NULL);
+        uv_run(&loop, UV_RUN_NOWAIT);
+        uv_loop_close(&loop);
+        free(srv->chat_template);
+        reqlog_close(&srv->log);
+        free(srv);
+        return 1;
+    }
     srv->wake.data = srv;
-    uv_signal_init(&loop, &srv->sigterm);
-    uv_signal_init(&loop, &srv->sigint);
-    uv_signal_init(&loop, &srv->sighup);
     uv_timer_init(&loop, &srv->exit_timer);
     uv_timer_init(&loop, &srv->tick);
     srv->tick.data = srv;
