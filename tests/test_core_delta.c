@@ -31,6 +31,7 @@
 #include "recurrent/safetensors.h"
 #include "state/format.h"
 #include "tests/check.h"
+#include "tests/kindcheck.h"
 #include "tests/testmodel.h"
 
 #define T 300
@@ -119,7 +120,7 @@ static int write_model(const char *dir, const mspec *m, uint64_t seed, const cha
             ADD(L("mixer.conv_q"), hd, l->K, TESTMODEL_UNIFORM, sk, 0);
             ADD(L("mixer.conv_k"), hd, l->K, TESTMODEL_UNIFORM, sk, 0);
             ADD(L("mixer.conv_v"), hd, l->K, TESTMODEL_UNIFORM, sk, 0);
-            /* α = e^{−A·softplus(x + bias)} spans about 0.3 … 0.99 */
+            /* α = e^{−A·kc_softplus(x + bias)} spans about 0.3 … 0.99 */
             ADD(L("mixer.a_log"), l->H, 0, TESTMODEL_RANGE, -2.0, 0.5);
             if (i == 0 && alog != 0 && rc == 0 && !skip) bufs[nt - 1][0] = alog;
             ADD(L("mixer.a_bias"), l->H, 0, TESTMODEL_RANGE, -3.0, 0.0);
@@ -145,44 +146,6 @@ typedef struct ref {
     const mspec *m;
 } ref;
 
-static double *W(ref *r, const char *fmt, int layer) {
-    char name[128];
-    snprintf(name, sizeof name, fmt, layer);
-    st_tensor *t = st_find(&r->st, name);
-    if (!t) return NULL;
-    float *f = malloc(t->numel * sizeof *f);
-    double *d = malloc(t->numel * sizeof *d);
-    st_read_f32(&r->st, t, f);
-    for (size_t i = 0; i < t->numel; i++) d[i] = f[i];
-    free(f);
-    return d;
-}
-
-/* y[t][n] = Σ_k x[t][k] w[n][k] (+ b[n]) */
-static void lin(const double *x, int K, const double *w, const double *b, int N, double *y) {
-    for (int t = 0; t < T; t++)
-        for (int n = 0; n < N; n++) {
-            double s = b ? b[n] : 0.0;
-            for (int k = 0; k < K; k++) s += x[(size_t)t * K + k] * w[(size_t)n * K + k];
-            y[(size_t)t * N + n] = s;
-        }
-}
-
-static void ln(const double *x, int d, const double *w, const double *b, double eps, double *y) {
-    for (int t = 0; t < T; t++) {
-        const double *xr = x + (size_t)t * d;
-        double mu = 0, v = 0;
-        for (int i = 0; i < d; i++) mu += xr[i];
-        mu /= d;
-        for (int i = 0; i < d; i++) v += (xr[i] - mu) * (xr[i] - mu);
-        v /= d;
-        for (int i = 0; i < d; i++) y[(size_t)t * d + i] = (xr[i] - mu) / sqrt(v + eps) * w[i] + b[i];
-    }
-}
-
-static double sigm(double x) { return 1 / (1 + exp(-x)); }
-static double softplus(double x) { return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x)); }
-
 /* Causal depthwise conv then SiLU, in place over [T × n]: the explicit sum
  * over positions t−K+1 … t (zero before the start). */
 static void conv_silu(double *x, int n, const double *w, int K) {
@@ -194,7 +157,7 @@ static void conv_silu(double *x, int n, const double *w, int K) {
                 int tt = t - (K - 1) + j;
                 if (tt >= 0) s += w[(size_t)c * K + j] * x[(size_t)tt * n + c];
             }
-            y[(size_t)t * n + c] = s * sigm(s);
+            y[(size_t)t * n + c] = s * kc_sigm(s);
         }
     memcpy(x, y, (size_t)T * n * sizeof *y);
     free(y);
@@ -211,19 +174,19 @@ static void ref_delta(ref *r, int l, const double *h, double *o) {
     for (int p = 0; p < 3; p++) {
         char nm[64];
         snprintf(nm, sizeof nm, "layers.%%d.mixer.w%s", pn[p]);
-        double *w = W(r, nm, l);
-        lin(h, d, w, NULL, hd, outs[p]);
+        double *w = kc_tensor(&r->st, nm, l);
+        kc_lin(h, T, d, w, NULL, hd, outs[p]);
         free(w);
         snprintf(nm, sizeof nm, "layers.%%d.mixer.conv_%s", pn[p]);
-        double *cw = W(r, nm, l);
+        double *cw = kc_tensor(&r->st, nm, l);
         conv_silu(outs[p], hd, cw, K);
         free(cw);
     }
-    double *wb = W(r, "layers.%d.mixer.wb", l), *wa = W(r, "layers.%d.mixer.wa", l);
-    lin(h, d, wb, NULL, H, bl);
-    lin(h, d, wa, NULL, H, al);
-    double *alog = W(r, "layers.%d.mixer.a_log", l), *abias = W(r, "layers.%d.mixer.a_bias", l);
-    double *onorm = W(r, "layers.%d.mixer.o_norm", l);
+    double *wb = kc_tensor(&r->st, "layers.%d.mixer.wb", l), *wa = kc_tensor(&r->st, "layers.%d.mixer.wa", l);
+    kc_lin(h, T, d, wb, NULL, H, bl);
+    kc_lin(h, T, d, wa, NULL, H, al);
+    double *alog = kc_tensor(&r->st, "layers.%d.mixer.a_log", l), *abias = kc_tensor(&r->st, "layers.%d.mixer.a_bias", l);
+    double *onorm = kc_tensor(&r->st, "layers.%d.mixer.o_norm", l);
     double *u = malloc(sizeof(double) * T * dh), *G = malloc(sizeof(double) * T), *beta = malloc(sizeof(double) * T);
     double *qn = malloc(sizeof(double) * T * dh), *kn = malloc(sizeof(double) * T * dh);
     for (int hh = 0; hh < H; hh++) {
@@ -238,8 +201,8 @@ static void ref_delta(ref *r, int l, const double *h, double *o) {
                 qn[(size_t)t * dh + i] = q[(size_t)t * hd + hh * dh + i] / sqrt(sq + 1e-6) / sqrt((double)dh);
                 kn[(size_t)t * dh + i] = k[(size_t)t * hd + hh * dh + i] / sqrt(sk + 1e-6);
             }
-            beta[t] = sigm(bl[(size_t)t * H + hh]);
-            g += -A * softplus(al[(size_t)t * H + hh] + abias[hh]);
+            beta[t] = kc_sigm(bl[(size_t)t * H + hh]);
+            g += -A * kc_softplus(al[(size_t)t * H + hh] + abias[hh]);
             G[t] = g;
         }
         /* pseudo values: the lower-triangular system (I + A) U = diag(β) V */
@@ -278,10 +241,10 @@ static void ref_linear(ref *r, int l, const double *h, double *o) {
     const lspec *ls = &r->m->L[l];
     int d = r->m->d, H = ls->H, dh = ls->dh, hd = H * dh;
     double *q = malloc(sizeof(double) * T * hd), *k = malloc(sizeof(double) * T * hd), *v = malloc(sizeof(double) * T * hd);
-    double *wq = W(r, "layers.%d.mixer.wq", l), *wk = W(r, "layers.%d.mixer.wk", l), *wv = W(r, "layers.%d.mixer.wv", l);
-    lin(h, d, wq, NULL, hd, q);
-    lin(h, d, wk, NULL, hd, k);
-    lin(h, d, wv, NULL, hd, v);
+    double *wq = kc_tensor(&r->st, "layers.%d.mixer.wq", l), *wk = kc_tensor(&r->st, "layers.%d.mixer.wk", l), *wv = kc_tensor(&r->st, "layers.%d.mixer.wv", l);
+    kc_lin(h, T, d, wq, NULL, hd, q);
+    kc_lin(h, T, d, wk, NULL, hd, k);
+    kc_lin(h, T, d, wv, NULL, hd, v);
     for (int hh = 0; hh < H; hh++)
         for (int t = 0; t < T; t++) {
             double num[1024] = {0}, den = 0;
@@ -304,43 +267,35 @@ static void ref_forward(ref *r, const int *tok, double *logits) {
         if (m->L[l].H * m->L[l].dh > wmax) wmax = m->L[l].H * m->L[l].dh;
     double *x = calloc((size_t)T * d, 8), *h = calloc((size_t)T * d, 8), *y = calloc((size_t)T * d, 8);
     double *o = calloc((size_t)T * wmax, 8), *f = calloc((size_t)T * ff, 8);
-    double *E = W(r, "embed.weight", 0);
+    double *E = kc_tensor(&r->st, "embed.weight", 0);
     for (int t = 0; t < T; t++) memcpy(x + (size_t)t * d, E + (size_t)tok[t] * d, (size_t)d * 8);
     free(E);
     for (int l = 0; l < m->nl; l++) {
         int hd = m->L[l].H * m->L[l].dh;
-        double *l1w = W(r, "layers.%d.ln1.weight", l), *l1b = W(r, "layers.%d.ln1.bias", l);
-        ln(x, d, l1w, l1b, 1e-5, h);
+        double *l1w = kc_tensor(&r->st, "layers.%d.ln1.weight", l), *l1b = kc_tensor(&r->st, "layers.%d.ln1.bias", l);
+        kc_ln(x, T, d, l1w, l1b, 1e-5, h);
         if (!strcmp(m->L[l].mixer, "delta")) ref_delta(r, l, h, o);
         else ref_linear(r, l, h, o);
-        double *wo = W(r, "layers.%d.mixer.wo", l);
-        lin(o, hd, wo, NULL, d, y);
+        double *wo = kc_tensor(&r->st, "layers.%d.mixer.wo", l);
+        kc_lin(o, T, hd, wo, NULL, d, y);
         for (size_t i = 0; i < (size_t)T * d; i++) x[i] += y[i];
-        double *l2w = W(r, "layers.%d.ln2.weight", l), *l2b = W(r, "layers.%d.ln2.bias", l);
-        ln(x, d, l2w, l2b, 1e-5, h);
-        double *w1 = W(r, "layers.%d.ffn.w1", l), *b1 = W(r, "layers.%d.ffn.b1", l);
-        double *w2 = W(r, "layers.%d.ffn.w2", l), *b2 = W(r, "layers.%d.ffn.b2", l);
-        lin(h, d, w1, b1, ff, f);
+        double *l2w = kc_tensor(&r->st, "layers.%d.ln2.weight", l), *l2b = kc_tensor(&r->st, "layers.%d.ln2.bias", l);
+        kc_ln(x, T, d, l2w, l2b, 1e-5, h);
+        double *w1 = kc_tensor(&r->st, "layers.%d.ffn.w1", l), *b1 = kc_tensor(&r->st, "layers.%d.ffn.b1", l);
+        double *w2 = kc_tensor(&r->st, "layers.%d.ffn.w2", l), *b2 = kc_tensor(&r->st, "layers.%d.ffn.b2", l);
+        kc_lin(h, T, d, w1, b1, ff, f);
         for (size_t i = 0; i < (size_t)T * ff; i++) f[i] = 0.5 * f[i] * (1 + erf(f[i] / sqrt(2.0)));
-        lin(f, ff, w2, b2, d, y);
+        kc_lin(f, T, ff, w2, b2, d, y);
         for (size_t i = 0; i < (size_t)T * d; i++) x[i] += y[i];
         free(l1w); free(l1b); free(l2w); free(l2b); free(wo); free(w1); free(b1); free(w2); free(b2);
     }
-    double *lw = W(r, "ln_f.weight", 0), *lb = W(r, "ln_f.bias", 0), *hw = W(r, "head.weight", 0);
-    ln(x, d, lw, lb, 1e-5, h);
-    lin(h, d, hw, NULL, V, logits);
+    double *lw = kc_tensor(&r->st, "ln_f.weight", 0), *lb = kc_tensor(&r->st, "ln_f.bias", 0), *hw = kc_tensor(&r->st, "head.weight", 0);
+    kc_ln(x, T, d, lw, lb, 1e-5, h);
+    kc_lin(h, T, d, hw, NULL, V, logits);
     free(lw); free(lb); free(hw); free(x); free(h); free(y); free(o); free(f);
 }
 
 /* ---- helpers ---------------------------------------------------------------- */
-
-static void random_tokens(int32_t *tok, int n, uint64_t seed) {
-    tok[0] = LIND_BOS;
-    for (int t = 1; t < n; t++) {
-        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-        tok[t] = (int32_t)(seed >> 56);
-    }
-}
 
 static model *load_model(const char *name, const mspec *ms, uint64_t seed, const char *backend) {
     char dir[512], err[512] = "";
@@ -367,27 +322,13 @@ static void parallel_case(const char *name, const mspec *ms, uint64_t seed) {
     CHECK(st_open(&r.st, path, err, sizeof err) == 0, "st_open: %s", err);
     int32_t tok[T];
     int itok[T];
-    random_tokens(tok, T, seed * 31);
+    kc_random_tokens(tok, T, seed * 31);
     for (int t = 0; t < T; t++) itok[t] = tok[t];
     double *want = malloc(sizeof(double) * T * V);
     ref_forward(&r, itok, want);
-    CHECK(model_slots_reserve(m, 1) == 0 && model_slot_reset(m, 0) == 0, "slots");
-    float got[V];
-    double worst = 0, mean = 0;
-    int worst_t = -1, slot = 0;
-    for (int t = 0; t < T; t++) {
-        CHECK(model_step(m, &slot, &tok[t], 1, got) == 0, "model_step at %d", t);
-        double scale = 0, diff = 0;
-        for (int i = 0; i < V; i++) {
-            double w = want[(size_t)t * V + i];
-            if (fabs(w) > scale) scale = fabs(w);
-            double e = fabs(got[i] - w);
-            if (!(e <= diff)) diff = e;
-        }
-        double rel = diff / (scale > 1e-30 ? scale : 1e-30);
-        mean += rel / T;
-        if (!(rel <= worst)) { worst = rel; worst_t = t; }
-    }
+    double worst, mean;
+    int worst_t;
+    kc_steps_vs_reference(m, tok, want, T, V, &worst, &worst_t, &mean);
     /* achieved ≤ 1.9e-6 (delta_k2): 5× margin (was 1e-4) */
     CHECK(worst <= 1e-5, "max relative logit error %.3g at position %d (tolerance 1e-5)", worst, worst_t);
     printf("NOTE %s: recurrent vs parallel form over %d tokens: max relative logit error %.2e (position %d), "
@@ -404,88 +345,19 @@ static void parallel_delta_k2(void) {
     parallel_case("delta_k2", &ms, 12);
 }
 
-/* model_forward over runs = one model_step per token, bit for bit. */
+/* Chunked prefill equals one-token steps, bit for bit (tests/kindcheck.h). */
 static void prefill_bitwise(void) {
     model *m = load_model("prefill", &two_layer, 13, "cpu");
     if (!m) return;
-    enum { N = 150 };
-    size_t sb = model_state_bytes(m);
-    int32_t tok[N];
-    random_tokens(tok, N, 99);
-    float *ref = malloc(sizeof(float) * N * V), *got = malloc(sizeof(float) * N * V);
-    unsigned char *sref = malloc(sb), *sgot = malloc(sb);
-    CHECK(model_slots_reserve(m, 8) == 0, "reserve");
-    int slot = 0;
-    for (int t = 0; t < N; t++) CHECK(model_step(m, &slot, &tok[t], 1, ref + (size_t)t * V) == 0, "step");
-    model_slot_read(m, 0, sref);
-    int chunks[] = {1, 3, 7, 64, N};
-    for (int ci = 0; ci < 5; ci++) {
-        int s = 1 + ci, ch = chunks[ci], slots[N], rows[N];
-        for (int t0 = 0; t0 < N; t0 += ch) {
-            int n = N - t0 < ch ? N - t0 : ch;
-            for (int r = 0; r < n; r++) { slots[r] = s; rows[r] = r; }
-            CHECK(model_forward(m, slots, tok + t0, n, rows, n, got + (size_t)t0 * V) == 0, "forward");
-        }
-        CHECK(!memcmp(got, ref, sizeof(float) * N * V), "chunks of %d: logits differ from one-token steps", ch);
-        model_slot_read(m, s, sgot);
-        CHECK(!memcmp(sgot, sref, sb), "chunks of %d: final state differs", ch);
-    }
-    /* two sessions' runs in one call (lengths 5 and 101, the ring index at
-     * different phases), logits of each run's last row */
-    int slots[106], rows[2] = {4, 105};
-    int32_t toks[106];
-    for (int r = 0; r < 5; r++) { slots[r] = 6; toks[r] = tok[r]; }
-    for (int r = 0; r < 101; r++) { slots[5 + r] = 7; toks[5 + r] = tok[r]; }
-    float lg[2 * V];
-    CHECK(model_forward(m, slots, toks, 106, rows, 2, lg) == 0, "mixed forward");
-    CHECK(!memcmp(lg, ref + 4 * V, V * sizeof(float)), "run of 5: last row differs");
-    CHECK(!memcmp(lg + V, ref + 100 * V, V * sizeof(float)), "run of 101: last row differs");
-    for (int t = 101; t < N; t++) { int s7 = 7; model_step(m, &s7, &tok[t], 1, NULL); }
-    model_slot_read(m, 7, sgot);
-    CHECK(!memcmp(sgot, sref, sb), "prefill then steps: final state differs");
-    free(ref); free(got); free(sref); free(sgot);
+    kc_prefill_bitwise(m, V);
     model_free(m);
 }
 
-/* Sessions stepped together (starting at different times, batch rows not in
- * slot order) equal the same sessions stepped alone, logits and states. */
+/* A batch equals its sessions stepped alone, bit for bit (tests/kindcheck.h). */
 static void batched_equals_unbatched(void) {
     model *m = load_model("batch", &two_layer, 14, "cpu");
     if (!m) return;
-    enum { NS = 6, STEPS = 40 };
-    CHECK(model_slots_reserve(m, 2 * NS) == 0, "reserve");
-    int32_t tok[NS][STEPS];
-    for (int s = 0; s < NS; s++) random_tokens(tok[s], STEPS, 500 + (uint64_t)s);
-    float lb[NS * V], l1[V];
-    int same = 1;
-    for (int step = 0; step < STEPS + NS; step++) {
-        int bs[NS], nb = 0, who[NS];
-        int32_t bt[NS];
-        for (int s = NS - 1; s >= 0; s--) {
-            int pos = step - s;
-            if (pos < 0 || pos >= STEPS) continue;
-            bs[nb] = 2 * s;
-            bt[nb] = tok[s][pos];
-            who[nb++] = s;
-        }
-        if (!nb) continue;
-        CHECK(model_step(m, bs, bt, nb, lb) == 0, "batched step");
-        for (int b = 0; b < nb; b++) {
-            int slot = 2 * who[b] + 1;
-            CHECK(model_step(m, &slot, &bt[b], 1, l1) == 0, "single step");
-            same &= !memcmp(lb + b * V, l1, sizeof l1);
-        }
-    }
-    CHECK(same, "batched logits differ from single-session logits");
-    size_t sb = model_state_bytes(m);
-    char *a = malloc(sb), *b = malloc(sb);
-    for (int s = 0; s < NS; s++) {
-        model_slot_read(m, 2 * s, a);
-        model_slot_read(m, 2 * s + 1, b);
-        CHECK(!memcmp(a, b, sb), "session %d: batched state differs", s);
-    }
-    free(a);
-    free(b);
+    kc_batched_equals_unbatched(m, V);
     model_free(m);
 }
 
@@ -493,49 +365,10 @@ static void batched_equals_unbatched(void) {
  * and the convolution by runs across threads: 1 and 3 threads agree. */
 static void threads_equal_single(void) {
     static const mspec big = {256, 256, 1, {{"delta", 8, 32, 4}}};
-    char dir[512], err[512] = "";
+    char dir[512];
     snprintf(dir, sizeof dir, "%s/threads", tmpdir);
     CHECK(write_model(dir, &big, 15, NULL, 0, NULL) == 0, "write_model");
-    model *m[2] = {0};
-    const char *nt[2] = {"1", "3"};
-    for (int i = 0; i < 2; i++) {
-        setenv("LIND_CPU_THREADS", nt[i], 1);
-        CHECK(model_load(dir, "cpu", &m[i], err, sizeof err) == 0, "model_load: %s", err);
-    }
-    unsetenv("LIND_CPU_THREADS");
-    if (!m[0] || !m[1]) { model_free(m[0]); model_free(m[1]); return; }
-    enum { NB = 32 };
-    int slots[NB * 3];
-    int32_t toks[NB * 3];
-    float *l[2];
-    for (int i = 0; i < 2; i++) {
-        l[i] = malloc(sizeof(float) * NB * 3 * V);
-        model_slots_reserve(m[i], NB);
-    }
-    uint64_t seed = 5;
-    int same = 1;
-    for (int step = 0; step < 12; step++) {
-        /* one-token steps of 32 sessions, and prefill runs of 3 tokens */
-        int per = step % 2 ? 3 : 1, R = NB * per;
-        for (int r = 0; r < R; r++) {
-            slots[r] = (r / per * 7 + step) % NB;
-            seed = seed * 6364136223846793005ull + 1;
-            toks[r] = (int32_t)(seed >> 56);
-        }
-        for (int i = 0; i < 2; i++) CHECK(model_forward(m[i], slots, toks, R, NULL, R, l[i]) == 0, "forward");
-        same &= !memcmp(l[0], l[1], sizeof(float) * R * V);
-    }
-    CHECK(same, "1 vs 3 threads: logits differ");
-    size_t sb = model_state_bytes(m[0]);
-    char *a = malloc(sb), *b = malloc(sb);
-    for (int s = 0; s < NB; s++) {
-        model_slot_read(m[0], s, a);
-        model_slot_read(m[1], s, b);
-        CHECK(!memcmp(a, b, sb), "1 vs 3 threads: slot %d state differs", s);
-    }
-    free(a); free(b); free(l[0]); free(l[1]);
-    model_free(m[0]);
-    model_free(m[1]);
+    kc_threads_agree(dir, V, 12);
 }
 
 static const model_state_region *find_region(const model_state_region *r, int n, int layer, const char *name) {
@@ -566,7 +399,7 @@ static void state_roundtrip(void) {
 
     enum { N1 = 23, N2 = 30 };
     int32_t tok[N1 + N2];
-    random_tokens(tok, N1 + N2, 77);
+    kc_random_tokens(tok, N1 + N2, 77);
     CHECK(model_slots_reserve(m, 4) == 0, "reserve");
     int s0 = 0, s1 = 1, s2 = 2;
     for (int t = 0; t < N1; t++) model_step(m, &s0, &tok[t], 1, NULL);
@@ -655,7 +488,7 @@ static void bf16_weights(void) {
     if (!m[0] || !m[1]) { model_free(m[0]); model_free(m[1]); return; }
     CHECK(model_weights_dtype(m[1]) == LIND_DT_BF16, "weights held as %s", lind_dtype_name(model_weights_dtype(m[1])));
     int32_t tok[60];
-    random_tokens(tok, 60, 8);
+    kc_random_tokens(tok, 60, 8);
     float a[V], b[V];
     double worst = 0, diff = 0;
     int s = 0;
@@ -710,17 +543,7 @@ static void bad_input_refused(void) {
  * 2e-6 relative to each region's largest value (achieved 3.6e-7): the states integrate fp32 activations, which
  * differ by rounding (the harness's layer norm sums in double, the CPU's in
  * float); the ops alone agree to 1e-12 (tests/test_cuda_harness.c). */
-static double rel_row(const float *a, const float *b, int n) {
-    double scale = 0, e = 0;
-    for (int i = 0; i < n; i++) {
-        if (fabs(b[i]) > scale) scale = fabs(b[i]);
-        if (!(fabs((double)a[i] - b[i]) <= e)) e = fabs((double)a[i] - b[i]);
-    }
-    return e / (scale > 1e-30 ? scale : 1e-30);
-}
-
 static void harness_matches_cpu(void) {
-    enum { N = 40, NS = 3 };
     backend *be = NULL;
     char err[512] = "", dir[512];
     CHECK(backend_new("harness", &be, err, sizeof err) == 0, "harness backend: %s", err);
@@ -729,86 +552,7 @@ static void harness_matches_cpu(void) {
     backend_free(be);
     snprintf(dir, sizeof dir, "%s/harness", tmpdir);
     CHECK(write_model(dir, &two_layer, 18, NULL, 0, NULL) == 0, "write_model");
-    model *m[2] = {0};
-    const char *names[2] = {"harness", "cpu"};
-    for (int k = 0; k < 2; k++)
-        CHECK(model_load(dir, names[k], &m[k], err, sizeof err) == 0, "model_load on %s: %s", names[k], err);
-    if (!m[0] || !m[1]) { model_free(m[0]); model_free(m[1]); return; }
-    size_t sb = model_state_bytes(m[1]);
-    int32_t tok[NS][N];
-    for (int s = 0; s < NS; s++) random_tokens(tok[s], N, 3 + (uint64_t)s);
-    float *lg[2], *pf[2];
-    unsigned char *st[2][NS + 2];
-    for (int k = 0; k < 2; k++) {
-        lg[k] = malloc(sizeof(float) * N * NS * V);
-        pf[k] = malloc(sizeof(float) * N * V);
-        for (int s = 0; s < NS + 2; s++) st[k][s] = malloc(sb);
-        CHECK(model_slots_reserve(m[k], NS + 2) == 0, "reserve");
-        /* stepped: sessions in slots 2, 0, 1 of one batch */
-        int slots[NS] = {2, 0, 1};
-        for (int t = 0; t < N; t++) {
-            int32_t bt[NS];
-            for (int s = 0; s < NS; s++) bt[s] = tok[s][t];
-            CHECK(model_step(m[k], slots, bt, NS, lg[k] + (size_t)t * NS * V) == 0, "%s: step %d", names[k], t);
-        }
-        /* prefilled: session 0's tokens as one run (slot 3) and as chunks of 7 (slot 4) */
-        int ps[N], rows[N];
-        for (int r = 0; r < N; r++) { ps[r] = 3; rows[r] = r; }
-        CHECK(model_forward(m[k], ps, tok[0], N, rows, N, pf[k]) == 0, "%s: forward", names[k]);
-        for (int t0 = 0; t0 < N; t0 += 7) {
-            int n = N - t0 < 7 ? N - t0 : 7;
-            for (int r = 0; r < n; r++) ps[r] = 4;
-            CHECK(model_forward(m[k], ps, tok[0] + t0, n, NULL, 0, NULL) == 0, "%s: forward chunk", names[k]);
-        }
-        for (int s = 0; s < NS + 2; s++) model_slot_read(m[k], s, st[k][s]);
-    }
-    double worst = 0, wpf = 0, wst = 0;
-    for (int r = 0; r < N * NS; r++) {
-        double e = rel_row(lg[0] + (size_t)r * V, lg[1] + (size_t)r * V, V);
-        if (!(e <= worst)) worst = e;
-    }
-    for (int t = 0; t < N; t++) {
-        double e = rel_row(pf[0] + (size_t)t * V, pf[1] + (size_t)t * V, V);
-        if (!(e <= wpf)) wpf = e;
-    }
-    /* the states: S (fp64) and the ring (fp32) of layer 0, the linear layer's S and z */
-    model_state_region reg[16];
-    int nr = model_state_regions(m[1], reg, 16);
-    CHECK(nr > 0, "state regions");
-    for (int s = 0; s < NS + 2; s++)
-        for (int i = 0; i < nr; i++) {
-            const unsigned char *a = st[0][s] + reg[i].offset, *b = st[1][s] + reg[i].offset;
-            double diff = 0, scale = 0;
-            for (size_t j = 0; j < reg[i].count; j++) {
-                double x, y;
-                if (reg[i].type == LIND_EL_F64) { memcpy(&x, a + 8 * j, 8); memcpy(&y, b + 8 * j, 8); }
-                else if (reg[i].type == LIND_EL_F32) {
-                    float fx, fy;
-                    memcpy(&fx, a + 4 * j, 4); memcpy(&fy, b + 4 * j, 4);
-                    x = fx; y = fy;
-                } else {
-                    int32_t ix, iy;
-                    memcpy(&ix, a + 4 * j, 4); memcpy(&iy, b + 4 * j, 4);
-                    CHECK(ix == iy, "slot %d region %s: int %d vs %d", s, reg[i].name, ix, iy);
-                    continue;
-                }
-                if (!(fabs(x - y) <= diff)) diff = fabs(x - y);
-                if (fabs(y) > scale) scale = fabs(y);
-            }
-            double e = scale > 0 ? diff / scale : diff;
-            if (!(e <= wst)) wst = e;
-        }
-    CHECK(worst <= 4e-6, "harness vs cpu, stepped: %.3g", worst);
-    CHECK(wpf <= 4e-6, "harness vs cpu, prefilled: %.3g", wpf);
-    CHECK(wst <= 2e-6, "harness vs cpu, final states: %.3g", wst);
-    CHECK(!memcmp(st[0][3], st[0][4], sb), "harness: a run of 40 and chunks of 7 leave different states");
-    printf("NOTE harness vs cpu: logits %.2e stepped, %.2e prefilled; states %.2e\n", worst, wpf, wst);
-    for (int k = 0; k < 2; k++) {
-        free(lg[k]);
-        free(pf[k]);
-        for (int s = 0; s < NS + 2; s++) free(st[k][s]);
-        model_free(m[k]);
-    }
+    kc_harness_vs_cpu("harness", dir, V, 4e-6, 2e-6);
 }
 
 int main(void) {

@@ -18,6 +18,7 @@
 #include "recurrent/model.h"
 #include "recurrent/safetensors.h"
 #include "tests/check.h"
+#include "tests/kindcheck.h"
 #include "tests/testmodel.h"
 
 #define T 300
@@ -30,42 +31,6 @@ typedef struct ref {
     st_file st;
     testmodel_cfg c;
 } ref;
-
-/* The tensor `name` as a malloc'd double array (NULL if absent). */
-static double *W(ref *r, const char *fmt, int layer) {
-    char name[128];
-    snprintf(name, sizeof name, fmt, layer);
-    st_tensor *t = st_find(&r->st, name);
-    if (!t) return NULL;
-    float *f = malloc(t->numel * sizeof *f);
-    double *d = malloc(t->numel * sizeof *d);
-    st_read_f32(&r->st, t, f);
-    for (size_t i = 0; i < t->numel; i++) d[i] = f[i];
-    free(f);
-    return d;
-}
-
-/* y[t][n] = Σ_k x[t][k] w[n][k] (+ b[n]) for all t. */
-static void lin(const double *x, int K, const double *w, const double *b, int N, double *y) {
-    for (int t = 0; t < T; t++)
-        for (int n = 0; n < N; n++) {
-            double s = b ? b[n] : 0.0;
-            for (int k = 0; k < K; k++) s += x[(size_t)t * K + k] * w[(size_t)n * K + k];
-            y[(size_t)t * N + n] = s;
-        }
-}
-
-static void ln(const double *x, int d, const double *w, const double *b, double eps, double *y) {
-    for (int t = 0; t < T; t++) {
-        const double *xr = x + (size_t)t * d;
-        double m = 0, v = 0;
-        for (int i = 0; i < d; i++) m += xr[i];
-        m /= d;
-        for (int i = 0; i < d; i++) v += (xr[i] - m) * (xr[i] - m);
-        v /= d;
-        for (int i = 0; i < d; i++) y[(size_t)t * d + i] = (xr[i] - m) / sqrt(v + eps) * w[i] + b[i];
-    }
-}
 
 /* x_p[t] = μ⊙h[t] + (1−μ)⊙h[t−1], h[−1] = 0; mu NULL: x_p = h. */
 static void shift(const double *h, int d, const double *mu, double *out) {
@@ -86,12 +51,12 @@ static void ref_forward(ref *r, const int *tok, double *logits) {
     int wmax = hd > d ? hd : d;
     double *q = calloc((size_t)T * wmax, 8), *k = calloc((size_t)T * wmax, 8), *v = calloc((size_t)T * wmax, 8);
     double *o = calloc((size_t)T * wmax, 8), *y = calloc((size_t)T * d, 8), *f = calloc((size_t)T * ff, 8);
-    double *E = W(r, "embed.weight", 0);
+    double *E = kc_tensor(&r->st, "embed.weight", 0);
     for (int t = 0; t < T; t++) memcpy(x + (size_t)t * d, E + (size_t)tok[t] * d, (size_t)d * 8);
     free(E);
     for (int l = 0; l < c->n_layers; l++) {
-        double *l1w = W(r, "layers.%d.ln1.weight", l), *l1b = W(r, "layers.%d.ln1.bias", l);
-        ln(x, d, l1w, l1b, c->norm_eps, h);
+        double *l1w = kc_tensor(&r->st, "layers.%d.ln1.weight", l), *l1b = kc_tensor(&r->st, "layers.%d.ln1.bias", l);
+        kc_ln(x, T, d, l1w, l1b, c->norm_eps, h);
         int is_lin = !strcmp(c->mixers[l], "linear");
         const char *pn[3] = {is_lin ? "q" : "r", "k", "v"};
         double *outs[3] = {q, k, v};
@@ -99,16 +64,16 @@ static void ref_forward(ref *r, const int *tok, double *logits) {
         for (int p = 0; p < 3; p++) {
             char nm[64];
             snprintf(nm, sizeof nm, "layers.%%d.mixer.mu_%s", pn[p]);
-            double *mu = W(r, nm, l);
+            double *mu = kc_tensor(&r->st, nm, l);
             shift(h, d, mu, hp);
             snprintf(nm, sizeof nm, "layers.%%d.mixer.w%s", pn[p]);
-            double *w = W(r, nm, l);
-            lin(hp, d, w, NULL, N, outs[p]);
+            double *w = kc_tensor(&r->st, nm, l);
+            kc_lin(hp, T, d, w, NULL, N, outs[p]);
             free(mu);
             free(w);
         }
         if (is_lin) {
-            double *g = W(r, "layers.%d.mixer.decay", l);
+            double *g = kc_tensor(&r->st, "layers.%d.mixer.decay", l);
             for (int hh = 0; hh < H; hh++) {
                 double gam = g ? g[hh] : 1.0;
                 for (int t = 0; t < T; t++) {
@@ -126,7 +91,7 @@ static void ref_forward(ref *r, const int *tok, double *logits) {
             }
             free(g);
         } else {
-            double *td = W(r, "layers.%d.mixer.time_decay", l), *tf = W(r, "layers.%d.mixer.time_first", l);
+            double *td = kc_tensor(&r->st, "layers.%d.mixer.time_decay", l), *tf = kc_tensor(&r->st, "layers.%d.mixer.time_first", l);
             for (int ch = 0; ch < d; ch++) {
                 /* w = exp(time_decay); the engine keeps w as fp32 */
                 double w = td ? (double)(float)exp(td[ch]) : 0.0, u = tf ? tf[ch] : 0.0;
@@ -151,36 +116,28 @@ static void ref_forward(ref *r, const int *tok, double *logits) {
             free(td);
             free(tf);
         }
-        double *wo = W(r, "layers.%d.mixer.wo", l);
-        lin(o, N, wo, NULL, d, y);
+        double *wo = kc_tensor(&r->st, "layers.%d.mixer.wo", l);
+        kc_lin(o, T, N, wo, NULL, d, y);
         for (size_t i = 0; i < (size_t)T * d; i++) x[i] += y[i];
-        double *l2w = W(r, "layers.%d.ln2.weight", l), *l2b = W(r, "layers.%d.ln2.bias", l);
-        ln(x, d, l2w, l2b, c->norm_eps, h);
-        double *w1 = W(r, "layers.%d.ffn.w1", l), *b1 = W(r, "layers.%d.ffn.b1", l);
-        double *w2 = W(r, "layers.%d.ffn.w2", l), *b2 = W(r, "layers.%d.ffn.b2", l);
-        lin(h, d, w1, b1, ff, f);
+        double *l2w = kc_tensor(&r->st, "layers.%d.ln2.weight", l), *l2b = kc_tensor(&r->st, "layers.%d.ln2.bias", l);
+        kc_ln(x, T, d, l2w, l2b, c->norm_eps, h);
+        double *w1 = kc_tensor(&r->st, "layers.%d.ffn.w1", l), *b1 = kc_tensor(&r->st, "layers.%d.ffn.b1", l);
+        double *w2 = kc_tensor(&r->st, "layers.%d.ffn.w2", l), *b2 = kc_tensor(&r->st, "layers.%d.ffn.b2", l);
+        kc_lin(h, T, d, w1, b1, ff, f);
         for (size_t i = 0; i < (size_t)T * ff; i++) f[i] = 0.5 * f[i] * (1 + erf(f[i] / sqrt(2.0)));
-        lin(f, ff, w2, b2, d, y);
+        kc_lin(f, T, ff, w2, b2, d, y);
         for (size_t i = 0; i < (size_t)T * d; i++) x[i] += y[i];
         free(l1w); free(l1b); free(l2w); free(l2b); free(wo);
         free(w1); free(b1); free(w2); free(b2);
     }
-    double *lw = W(r, "ln_f.weight", 0), *lb = W(r, "ln_f.bias", 0), *hw = W(r, "head.weight", 0);
-    ln(x, d, lw, lb, c->norm_eps, h);
-    lin(h, d, hw, NULL, 256, logits);
+    double *lw = kc_tensor(&r->st, "ln_f.weight", 0), *lb = kc_tensor(&r->st, "ln_f.bias", 0), *hw = kc_tensor(&r->st, "head.weight", 0);
+    kc_ln(x, T, d, lw, lb, c->norm_eps, h);
+    kc_lin(h, T, d, hw, NULL, 256, logits);
     free(lw); free(lb); free(hw);
     free(x); free(h); free(hp); free(q); free(k); free(v); free(o); free(y); free(f);
 }
 
 /* ---- cases ---------------------------------------------------------------- */
-
-static void random_tokens(int *tok, int n, uint64_t seed) {
-    tok[0] = LIND_BOS;
-    for (int t = 1; t < n; t++) {
-        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-        tok[t] = (int)(seed >> 56);
-    }
-}
 
 /* Multiply every layer's key projection (layers.L.mixer.wk) in place by
  * kscale: keys of extreme size while everything else stays ordinary. */
@@ -230,7 +187,7 @@ static void compare_k(const char *mixers, int shift, const char *aft_variant, fl
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     CHECK(st_open(&r.st, path, err, sizeof err) == 0, "st_open: %s", err);
     int tok[T];
-    random_tokens(tok, T, (uint64_t)n * 77);
+    kc_random_tokens(tok, T, (uint64_t)n * 77);
     double *want = malloc(sizeof(double) * T * 256);
     ref_forward(&r, tok, want);
     CHECK(model_slots_reserve(m, 2) == 0 && model_slot_reset(m, 1) == 0, "slots");
@@ -304,7 +261,7 @@ static void batched_equals_unbatched(void) {
     CHECK(model_slots_reserve(m, 2 * NS) == 0, "reserve");
     int slots_b[NS], tok[NS][STEPS];
     for (int s = 0; s < NS; s++) {
-        random_tokens(tok[s], STEPS, 1000 + (uint64_t)s);
+        kc_random_tokens(tok[s], STEPS, 1000 + (uint64_t)s);
         slots_b[s] = 2 * s;                        /* batched copy in even slots */
         model_slot_reset(m, 2 * s);
         model_slot_reset(m, 2 * s + 1);            /* single copy in odd slots */
