@@ -18,155 +18,15 @@ Runs the daemon from $LIND_BUILD (default build) on the shipped model.
 import json
 import os
 import shutil
-import signal
-import socket
 import struct
-import subprocess
 import sys
-import tempfile
 import time
 import traceback
 
-import msgpack
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BUILD = os.environ.get("LIND_BUILD", "build")
-LIND = os.path.join(ROOT, BUILD, "lind") if not os.path.isabs(BUILD) else os.path.join(BUILD, "lind")
-MODEL = os.path.join(ROOT, "models", "default")
-if not os.access(LIND, os.X_OK):
-    print("FAIL setup: %s is not built" % LIND)
-    sys.exit(1)
-TMP = tempfile.mkdtemp(prefix="lind-device-")
-
-
-class Server:
-    def __init__(self, name, db=None, sock=None, extra=(), preexec=None, model=None, backend="cpu", env=None):
-        self.dir = os.path.join(TMP, name)
-        os.makedirs(self.dir, exist_ok=True)
-        self.sock = sock or os.path.join(self.dir, "lind.sock")
-        self.db = db or os.path.join(self.dir, "lind.db")
-        self.logpath = os.path.join(self.dir, "server.log")
-        self.extra = list(extra)
-        self.preexec = preexec
-        self.model = model or MODEL
-        self.backend = backend
-        self.env = env
-        self.proc = None
-
-    def args(self):
-        return [LIND, "serve", "--model", self.model, "--socket", self.sock, "--db", self.db,
-                "--backend", self.backend] + self.extra
-
-    def start(self, expect_fail=False, timeout=60):
-        log = open(self.logpath, "ab")
-        env = dict(os.environ)
-        env.update(self.env or {})
-        self.proc = subprocess.Popen(self.args(), stdout=log, stderr=log, preexec_fn=self.preexec, env=env)
-        log.close()
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                if expect_fail:
-                    rc = self.proc.returncode
-                    self.proc = None
-                    return rc
-                raise RuntimeError("server exited with %d: %s" % (self.proc.returncode, self.log()))
-            if not expect_fail:
-                try:
-                    s = socket.socket(socket.AF_UNIX)
-                    s.connect(self.sock)
-                    s.close()
-                    return self
-                except OSError:
-                    pass
-            time.sleep(0.02)
-        raise RuntimeError("server neither started nor failed: " + self.log())
-
-    def log(self):
-        try:
-            with open(self.logpath, "rb") as f:
-                return f.read()[-4000:].decode(errors="replace")
-        except OSError:
-            return ""
-
-    def stop(self, sig=signal.SIGTERM):
-        if self.proc:
-            self.proc.send_signal(sig)
-            rc = self.proc.wait(timeout=60)
-            self.proc = None
-            return rc
-        return None
-
-
-class Client:
-    def __init__(self, path):
-        self.s = socket.socket(socket.AF_UNIX)
-        self.s.connect(path)
-        self.s.settimeout(60)
-        self.up = msgpack.Unpacker(raw=False)
-        self.next_id = 1
-        self.pending = []
-
-    def send(self, op, **f):
-        rid = f.pop("id", None)
-        if rid is None:
-            rid = self.next_id
-            self.next_id += 1
-        req = {"op": op, "id": rid}
-        req.update(f)
-        self.s.sendall(msgpack.packb(req, use_bin_type=True))
-        return rid
-
-    def event(self):
-        if self.pending:
-            return self.pending.pop(0)
-        while True:
-            for ev in self.up:
-                return ev
-            data = self.s.recv(1 << 16)
-            if not data:
-                return None
-            self.up.feed(data)
-
-    def final(self, rid):
-        """Events until rid's final one, which is returned; others kept."""
-        held = []
-        while True:
-            ev = self.event()
-            if ev is None:
-                raise EOFError("closed while waiting for %d" % rid)
-            if ev["id"] == rid and ev["event"] in ("result", "done", "error"):
-                self.pending = held + self.pending
-                return ev
-            if ev["id"] != rid:
-                held.append(ev)
-
-    def call(self, op, **f):
-        return self.final(self.send(op, **f))
-
-    def close(self):
-        self.s.close()
-
-
-failures = 0
-
-
-def case(fn):
-    global failures
-    try:
-        fn()
-        print("PASS", fn.__name__, flush=True)
-    except Exception as e:
-        failures += 1
-        tb = traceback.extract_tb(e.__traceback__)[-1]
-        print("FAIL %s: %s (line %d)" % (fn.__name__, repr(e)[:600], tb.lineno), flush=True)
-    return fn
-
-
-def expect(cond, what):
-    if not cond:
-        raise AssertionError(what)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from daemon_harness import Server, Client, case, expect, finish, MODEL, TMP  # noqa: E402
 
 
 failures = 0
@@ -314,5 +174,4 @@ def lost_device_answers_unavailable():
         srv.stop()
 
 
-shutil.rmtree(TMP, ignore_errors=True)
-sys.exit(1 if failures else 0)
+finish()
