@@ -28,8 +28,8 @@ static void hello(server *srv, conn *c, uint64_t id)
     evlist_put_i64(&l, "vocab", srv->vocab);
     evlist_put_str(&l, "tokenizer", srv->tokenizer);
     evlist_put_str(&l, "weights", srv->dtype);
-    evlist_put_str(&l, "backend", srv->backend);
     evlist_close(&l);
+    evlist_put_str(&l, "backend", srv->backend);   /* top level, beside model (docs/PROTOCOL.md) */
     evlist_open_record(&l, "limits");
     evlist_put_u64(&l, "max_message", srv->opt.max_message);
     evlist_put_i64(&l, "max_batch", srv->opt.max_batch);
