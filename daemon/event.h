@@ -4,8 +4,9 @@
  * A turn's stream is token* (progress interleaved while its text is fed),
  * then one final event: done (generate), appended (append's result) or
  * error. Every other request (hello, list, info, export, delete, fork,
- * import, stats, cancel) ends with one final event: result or error. The threads that produce them know nothing of wire formats; each
- * kind of connection encodes them itself (event_pack_msgpack for the
+ * import, stats, cancel) ends with one final event: result or error. The
+ * threads that produce them know nothing of wire formats; each kind of
+ * connection encodes them itself (event_pack_msgpack for the
  * msgpack socket, daemon/http.c for HTTP), so there is one encoder per
  * protocol and no hand-counted map sizes on the producing side.
  *
