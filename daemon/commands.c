@@ -5,65 +5,53 @@
 #include <string.h>
 #include "daemon/msg.h"
 
+/* `hello`, answered on the loop: built as a typed result like every admin
+ * answer, then encoded for this (msgpack) connection. */
 static void hello(server *srv, conn *c, uint64_t id)
 {
-    msgpack_sbuffer sb;
-    msgpack_packer pk;
-    msgpack_sbuffer_init(&sb);
-    /* Room first, so the event cannot be packed half-way. */
-    size_t need = 2048 + strlen(srv->model_path) + (srv->chat_template ? strlen(srv->chat_template) : 0);
-    if (proto_reserve(&sb, need) != 0) { conn_out_of_memory(c, need); return; }
-    proto_result_begin(&pk, &sb, id, 5);
-    proto_pack_key(&pk, "protocol");
-    msgpack_pack_int(&pk, PROTO_VERSION);
-    proto_pack_key(&pk, "server");
-    proto_pack_str(&pk, LIND_SERVER_VERSION);
-    proto_pack_key(&pk, "model");
-    msgpack_pack_map(&pk, srv->chat_template ? 10 : 9);
-    if (srv->chat_template) {   /* optional: lindctl chat frames turns with it */
-        proto_pack_key(&pk, "chat_template");
-        proto_pack_str(&pk, srv->chat_template);
-    }
-    proto_pack_key(&pk, "path");
-    proto_pack_str(&pk, srv->model_path);
+    evlist l;
+    evlist_init(&l);
+    evlist_result_begin(&l, id);
+    evlist_put_i64(&l, "protocol", PROTO_VERSION);
+    evlist_put_str(&l, "server", LIND_SERVER_VERSION);
+    evlist_open_record(&l, "model");
+    if (srv->chat_template)   /* optional: lindctl chat frames turns with it */
+        evlist_put_str(&l, "chat_template", srv->chat_template);
+    evlist_put_str(&l, "path", srv->model_path);
     char fp[17];
     snprintf(fp, sizeof fp, "%016llx", (unsigned long long)srv->fingerprint);
-    proto_pack_key(&pk, "fingerprint");
-    proto_pack_str(&pk, fp);
-    proto_pack_key(&pk, "d_model");
-    msgpack_pack_int(&pk, srv->d_model);
-    proto_pack_key(&pk, "n_layers");
-    msgpack_pack_int(&pk, srv->n_layers);
-    proto_pack_key(&pk, "params");
-    msgpack_pack_uint64(&pk, srv->params);
-    proto_pack_key(&pk, "state_bytes");
-    msgpack_pack_uint64(&pk, srv->state_bytes);
-    proto_pack_key(&pk, "vocab");
-    msgpack_pack_int(&pk, srv->vocab);
-    proto_pack_key(&pk, "tokenizer");
-    proto_pack_str(&pk, srv->tokenizer);
-    proto_pack_key(&pk, "weights");
-    proto_pack_str(&pk, srv->dtype);
-    proto_pack_key(&pk, "backend");
-    proto_pack_str(&pk, srv->backend);
-    proto_pack_key(&pk, "limits");
-    msgpack_pack_map(&pk, 7);
-    proto_pack_key(&pk, "max_message");
-    msgpack_pack_uint64(&pk, srv->opt.max_message);
-    proto_pack_key(&pk, "max_batch");
-    msgpack_pack_int(&pk, srv->opt.max_batch);
-    proto_pack_key(&pk, "max_tokens");
-    msgpack_pack_uint32(&pk, srv->opt.max_tokens);
-    proto_pack_key(&pk, "max_name");
-    msgpack_pack_int(&pk, STORE_NAME_MAX);
-    proto_pack_key(&pk, "max_resident");
-    msgpack_pack_int(&pk, srv->opt.max_resident);
-    proto_pack_key(&pk, "max_inflight");
-    msgpack_pack_int(&pk, srv->opt.max_inflight);
-    proto_pack_key(&pk, "max_output");
-    msgpack_pack_uint64(&pk, srv->opt.max_output);
-    conn_send(c, sb.data, sb.size);
+    evlist_put_str(&l, "fingerprint", fp);
+    evlist_put_i64(&l, "d_model", srv->d_model);
+    evlist_put_i64(&l, "n_layers", srv->n_layers);
+    evlist_put_u64(&l, "params", srv->params);
+    evlist_put_u64(&l, "state_bytes", srv->state_bytes);
+    evlist_put_i64(&l, "vocab", srv->vocab);
+    evlist_put_str(&l, "tokenizer", srv->tokenizer);
+    evlist_put_str(&l, "weights", srv->dtype);
+    evlist_close(&l);
+    evlist_put_str(&l, "backend", srv->backend);   /* top level, beside model (docs/PROTOCOL.md) */
+    evlist_open_record(&l, "limits");
+    evlist_put_u64(&l, "max_message", srv->opt.max_message);
+    evlist_put_i64(&l, "max_batch", srv->opt.max_batch);
+    evlist_put_u64(&l, "max_tokens", srv->opt.max_tokens);
+    evlist_put_i64(&l, "max_name", STORE_NAME_MAX);
+    evlist_put_i64(&l, "max_resident", srv->opt.max_resident);
+    evlist_put_i64(&l, "max_inflight", srv->opt.max_inflight);
+    evlist_put_u64(&l, "max_output", srv->opt.max_output);
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    /* Room first, so the event cannot be packed half-way. */
+    int rc = evlist_result_end(&l);
+    size_t need = rc == 0 ? event_msgpack_bound(&l, &l.v[0])
+                          : 2048 + strlen(srv->model_path) + (srv->chat_template ? strlen(srv->chat_template) : 0);
+    if (rc != 0 || proto_reserve(&sb, need) != 0) {
+        conn_out_of_memory(c, need);
+    } else {
+        event_pack_msgpack(&sb, &l, &l.v[0]);
+        conn_send(c, sb.data, sb.size);
+    }
     msgpack_sbuffer_destroy(&sb);
+    evlist_free(&l);
 }
 
 static void reply_error(conn *c, uint64_t id, proto_code code, const char *msg)

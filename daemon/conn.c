@@ -239,33 +239,6 @@ static uint64_t ids_del(conn *c, uint64_t id)
     return bytes;
 }
 
-/* The final events (result, done, error) in a batch of events from another
- * thread end their requests: forget those ids. */
-static void ids_forget_finals(conn *c, const char *data, size_t len)
-{
-    msgpack_unpacked u;
-    msgpack_unpacked_init(&u);
-    size_t off = 0;
-    while (c->ids_n && msgpack_unpack_next(&u, data, len, &off) == MSGPACK_UNPACK_SUCCESS) {
-        const msgpack_object *o = &u.data;
-        if (o->type != MSGPACK_OBJECT_MAP) continue;
-        uint64_t id = 0;
-        int final = 0;
-        for (uint32_t i = 0; i < o->via.map.size; i++) {
-            const msgpack_object *k = &o->via.map.ptr[i].key, *v = &o->via.map.ptr[i].val;
-            if (k->type != MSGPACK_OBJECT_STR) continue;
-            if (k->via.str.size == 2 && !memcmp(k->via.str.ptr, "id", 2) &&
-                v->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
-                id = v->via.u64;
-            else if (k->via.str.size == 5 && !memcmp(k->via.str.ptr, "event", 5) &&
-                     v->type == MSGPACK_OBJECT_STR)
-                final = !(v->via.str.size == 5 && !memcmp(v->via.str.ptr, "token", 5));
-        }
-        if (final && id) mem_sub(c, 0, (size_t)ids_del(c, id));
-    }
-    msgpack_unpacked_destroy(&u);
-}
-
 void conn_close(conn *c)
 {
     if (c->closed) return;
@@ -372,28 +345,23 @@ void conn_deliver(server *srv, outmsg *o)
             for (size_t i = 0; i < o->ev.n; i++)
                 if (event_is_final(&o->ev.v[i]) && c->ids_n)
                     mem_sub(c, 0, (size_t)ids_del(c, o->ev.v[i].id));
-            ids_forget_finals(c, o->sb.data, o->sb.size);
             c->last_in_ms = uv_now(srv->loop);
         }
         if (o->ev.n) {
-            /* The typed events in this protocol's encoding, then the
-             * already-encoded admin result. */
+            /* The typed events in this protocol's encoding. */
             msgpack_sbuffer enc;
             msgpack_sbuffer_init(&enc);
-            /* Room for all of it first (an event's fixed fields take well
-             * under 512 bytes): an event must never reach the client cut. */
-            size_t need = o->sb.size;
-            for (size_t i = 0; i < o->ev.n; i++) need += o->ev.v[i].len + 512;
+            /* Room for all of it first: an event must never reach the
+             * client cut. */
+            size_t need = 0;
+            for (size_t i = 0; i < o->ev.n; i++) need += event_msgpack_bound(&o->ev, &o->ev.v[i]);
             if (proto_reserve(&enc, need) != 0) {
                 conn_out_of_memory(c, need);
             } else {
                 for (size_t i = 0; i < o->ev.n; i++) event_pack_msgpack(&enc, &o->ev, &o->ev.v[i]);
-                if (o->sb.size) msgpack_sbuffer_write(&enc, o->sb.data, o->sb.size);
                 conn_send(c, enc.data, enc.size);
             }
             msgpack_sbuffer_destroy(&enc);
-        } else {
-            conn_send(c, o->sb.data, o->sb.size);
         }
         if (!c->closed && c->held && !c->starved) { set_waiting(c, 0, 0); consume(c); }
         if (srv->inflight_bytes < before) wake_starved(srv);

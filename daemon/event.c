@@ -1,4 +1,5 @@
-/* daemon/event.c — typed events and their msgpack encoding. See event.h. */
+/* daemon/event.c — typed events, admin results as typed records, and their
+ * msgpack encoding. See event.h. */
 #include "daemon/event.h"
 
 #include <errno.h>
@@ -14,6 +15,7 @@ void evlist_free(evlist *l)
 {
     free(l->v);
     free(l->arena);
+    free(l->f);
     memset(l, 0, sizeof *l);
 }
 
@@ -113,6 +115,235 @@ int evlist_error(evlist *l, uint64_t id, proto_code code, const char *msg)
     return 0;
 }
 
+/* ---- results ------------------------------------------------------------- */
+
+static int grow_fields(evlist *l, size_t more)
+{
+    if (l->nf + more <= l->fcap) return 0;
+    size_t nc = l->fcap ? l->fcap : 32;
+    while (nc < l->nf + more) nc *= 2;
+    ev_field *nf = realloc(l->f, nc * sizeof *nf);
+    if (!nf) return -ENOMEM;
+    l->f = nf;
+    l->fcap = nc;
+    return 0;
+}
+
+static int grow_arena(evlist *l, size_t bytes)
+{
+    if (l->arena_len + bytes <= l->arena_cap) return 0;
+    size_t nc = l->arena_cap ? 2 * l->arena_cap : 256;
+    while (nc < l->arena_len + bytes) nc *= 2;
+    uint8_t *na = realloc(l->arena, nc);
+    if (!na) return -ENOMEM;
+    l->arena = na;
+    l->arena_cap = nc;
+    return 0;
+}
+
+int evlist_reserve_result(evlist *l, size_t fields, size_t bytes)
+{
+    int rc = evlist_reserve(l, 1, bytes);
+    return rc ? rc : grow_fields(l, fields + 1);
+}
+
+/* A new field in the innermost open container (NULL: the sticky failure
+ * is set, or was). */
+static ev_field *add(evlist *l, const char *key, ev_vtype type)
+{
+    if (!l->depth || l->rfail) return NULL;
+    if (grow_fields(l, 1) != 0) { l->rfail = -ENOMEM; return NULL; }
+    ev_field *f = &l->f[l->nf];
+    memset(f, 0, sizeof *f);
+    f->key = key;
+    f->type = type;
+    l->f[l->open[l->depth - 1]].n++;
+    l->nf++;
+    return f;
+}
+
+/* What a put returns: 0, the sticky failure, or -EINVAL outside a result. */
+static int put_rc(const evlist *l)
+{
+    return !l->depth ? -EINVAL : l->rfail;
+}
+
+int evlist_result_begin(evlist *l, uint64_t id)
+{
+    if (l->depth) return -EINVAL;
+    l->mark_n = l->n;
+    l->mark_nf = l->nf;
+    l->mark_arena = l->arena_len;
+    l->rfail = 0;
+    l->depth = 1;
+    l->open[0] = l->nf;
+    event *e = push(l, EV_RESULT, id, NULL, 0);
+    if (!e || grow_fields(l, 1) != 0) { l->rfail = -ENOMEM; return l->rfail; }
+    e->rec = l->nf;
+    memset(&l->f[l->nf], 0, sizeof l->f[l->nf]);
+    l->f[l->nf].type = EVV_RECORD;
+    l->nf++;
+    return 0;
+}
+
+int evlist_put_nil(evlist *l, const char *key)
+{
+    add(l, key, EVV_NIL);
+    return put_rc(l);
+}
+
+int evlist_put_bool(evlist *l, const char *key, int v)
+{
+    ev_field *f = add(l, key, EVV_BOOL);
+    if (f) f->v.b = v != 0;
+    return put_rc(l);
+}
+
+int evlist_put_u64(evlist *l, const char *key, uint64_t v)
+{
+    ev_field *f = add(l, key, EVV_U64);
+    if (f) f->v.u = v;
+    return put_rc(l);
+}
+
+int evlist_put_i64(evlist *l, const char *key, int64_t v)
+{
+    ev_field *f = add(l, key, EVV_I64);
+    if (f) f->v.i = v;
+    return put_rc(l);
+}
+
+int evlist_put_f64(evlist *l, const char *key, double v)
+{
+    ev_field *f = add(l, key, EVV_F64);
+    if (f) f->v.f = v;
+    return put_rc(l);
+}
+
+static int put_span(evlist *l, const char *key, ev_vtype type, const void *p, size_t n)
+{
+    if (!l->depth || l->rfail) return put_rc(l);
+    if (grow_arena(l, n) != 0) { l->rfail = -ENOMEM; return l->rfail; }
+    ev_field *f = add(l, key, type);
+    if (!f) return put_rc(l);
+    f->v.s.off = l->arena_len;
+    f->v.s.len = n;
+    if (n) memcpy(l->arena + l->arena_len, p, n);
+    l->arena_len += n;
+    return 0;
+}
+
+int evlist_put_str(evlist *l, const char *key, const char *s)
+{
+    return put_span(l, key, EVV_STR, s, s ? strlen(s) : 0);
+}
+
+int evlist_put_bytes(evlist *l, const char *key, const void *p, size_t n)
+{
+    return put_span(l, key, EVV_BYTES, p, n);
+}
+
+static int open_container(evlist *l, const char *key, ev_vtype type)
+{
+    if (!l->depth || l->rfail) return put_rc(l);
+    if (l->depth == EV_RESULT_DEPTH) { l->rfail = -EOVERFLOW; return l->rfail; }
+    size_t at = l->nf;
+    if (!add(l, key, type)) return put_rc(l);
+    l->open[l->depth++] = at;
+    return 0;
+}
+
+int evlist_open_record(evlist *l, const char *key)
+{
+    return open_container(l, key, EVV_RECORD);
+}
+
+int evlist_open_array(evlist *l, const char *key)
+{
+    return open_container(l, key, EVV_ARRAY);
+}
+
+int evlist_close(evlist *l)
+{
+    if (!l->depth || l->rfail) return put_rc(l);
+    if (l->depth == 1) { l->rfail = -EINVAL; return l->rfail; }   /* the root: evlist_result_end */
+    l->f[l->open[--l->depth]].end = l->nf;
+    return 0;
+}
+
+int evlist_result_end(evlist *l)
+{
+    if (!l->depth) return -EINVAL;
+    int rc = l->rfail;
+    if (rc) {   /* as if it had never begun */
+        l->n = l->mark_n;
+        l->nf = l->mark_nf;
+        l->arena_len = l->mark_arena;
+    } else {
+        while (l->depth > 0) l->f[l->open[--l->depth]].end = l->nf;
+        event *e = &l->v[l->mark_n];
+        e->len = l->arena_len - e->off;   /* its strings, for event_msgpack_bound */
+    }
+    l->depth = 0;
+    l->rfail = 0;
+    return rc;
+}
+
+const ev_field *event_result_field(const evlist *l, const event *e, const char *key)
+{
+    if (e->kind != EV_RESULT) return NULL;
+    const ev_field *root = &l->f[e->rec];
+    for (size_t i = e->rec + 1; i < root->end; ) {
+        const ev_field *f = &l->f[i];
+        if (f->key && !strcmp(f->key, key)) return f;
+        i = f->type == EVV_ARRAY || f->type == EVV_RECORD ? f->end : i + 1;
+    }
+    return NULL;
+}
+
+/* ---- msgpack ----------------------------------------------------------------- */
+
+/* A result's fields in prefix order are exactly msgpack's order: a map or
+ * array header with its count, then its contents. */
+static void pack_result(msgpack_sbuffer *sb, const evlist *l, const event *e)
+{
+    const ev_field *root = &l->f[e->rec];
+    msgpack_packer pk;
+    proto_result_begin(&pk, sb, e->id, (int)root->n);
+    for (size_t i = e->rec + 1; i < root->end; i++) {
+        const ev_field *f = &l->f[i];
+        if (f->key) proto_pack_key(&pk, f->key);
+        switch (f->type) {
+        case EVV_NIL:    msgpack_pack_nil(&pk); break;
+        case EVV_BOOL:   if (f->v.b) msgpack_pack_true(&pk); else msgpack_pack_false(&pk); break;
+        case EVV_U64:    msgpack_pack_uint64(&pk, f->v.u); break;
+        case EVV_I64:    msgpack_pack_int64(&pk, f->v.i); break;
+        case EVV_F64:    msgpack_pack_double(&pk, f->v.f); break;
+        case EVV_STR:
+            msgpack_pack_str(&pk, f->v.s.len);
+            msgpack_pack_str_body(&pk, ev_field_bytes(l, f), f->v.s.len);
+            break;
+        case EVV_BYTES:  proto_pack_bin(&pk, ev_field_bytes(l, f), f->v.s.len); break;
+        case EVV_ARRAY:  msgpack_pack_array(&pk, f->n); break;
+        case EVV_RECORD: msgpack_pack_map(&pk, f->n); break;
+        }
+    }
+}
+
+size_t event_msgpack_bound(const evlist *l, const event *e)
+{
+    if (e->kind != EV_RESULT) return e->len + 512;   /* fixed fields take well under 512 bytes */
+    size_t n = 64;   /* map header, id, event: result */
+    const ev_field *root = &l->f[e->rec];
+    for (size_t i = e->rec + 1; i < root->end; i++) {
+        const ev_field *f = &l->f[i];
+        if (f->key) n += strlen(f->key) + 5;
+        n += 9;   /* a scalar, or a container's header */
+        if (f->type == EVV_STR || f->type == EVV_BYTES) n += f->v.s.len;
+    }
+    return n;
+}
+
 void event_pack_msgpack(msgpack_sbuffer *sb, const evlist *l, const event *e)
 {
     switch (e->kind) {
@@ -153,5 +384,8 @@ void event_pack_msgpack(msgpack_sbuffer *sb, const evlist *l, const event *e)
         free(msg);
         break;
     }
+    case EV_RESULT:
+        pack_result(sb, l, e);
+        break;
     }
 }

@@ -761,24 +761,13 @@ static void put_metric(hbuf *b, const char *name, const char *type, const char *
     hbuf_put(b, line, (size_t)n);
 }
 
-/* The stats request came back with the store's session count. */
-static void send_metrics(hreq *h, const msgpack_sbuffer *sb)
+/* The stats request came back with the store's session count (the typed
+ * `stats` result e of l). */
+static void send_metrics(hreq *h, const evlist *l, const event *e)
 {
     http_server *hs = h->hs;
-    uint64_t stored = 0;
-    msgpack_unpacked u;
-    msgpack_unpacked_init(&u);
-    size_t off = 0;
-    if (msgpack_unpack_next(&u, sb->data, sb->size, &off) == MSGPACK_UNPACK_SUCCESS &&
-        u.data.type == MSGPACK_OBJECT_MAP)
-        for (uint32_t i = 0; i < u.data.via.map.size; i++) {
-            const msgpack_object *k = &u.data.via.map.ptr[i].key, *v = &u.data.via.map.ptr[i].val;
-            if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == 15 &&
-                !memcmp(k->via.str.ptr, "sessions_stored", 15) &&
-                v->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
-                stored = v->via.u64;
-        }
-    msgpack_unpacked_destroy(&u);
+    const ev_field *sf = event_result_field(l, e, "sessions_stored");
+    uint64_t stored = sf && sf->type == EVV_U64 ? sf->v.u : 0;
     stats *st = malloc(sizeof *st);
     if (!st) { fail(h, PE_INTERNAL, "out of memory"); return; }
     stats_snapshot(&hs->srv->st, st);
@@ -854,36 +843,6 @@ static void on_token(hreq *h, const uint8_t *b, size_t n)
     }
 }
 
-/* Is the pre-encoded answer in sb an `error` event? Its code and message. */
-static int sb_error(const msgpack_sbuffer *sb, proto_code *code, char *msg, size_t msglen)
-{
-    msgpack_unpacked u;
-    msgpack_unpacked_init(&u);
-    size_t off = 0;
-    int is_error = 0;
-    if (msgpack_unpack_next(&u, sb->data, sb->size, &off) == MSGPACK_UNPACK_SUCCESS &&
-        u.data.type == MSGPACK_OBJECT_MAP) {
-        *code = PE_INTERNAL;
-        for (uint32_t i = 0; i < u.data.via.map.size; i++) {
-            const msgpack_object *k = &u.data.via.map.ptr[i].key, *v = &u.data.via.map.ptr[i].val;
-            if (k->type != MSGPACK_OBJECT_STR || v->type != MSGPACK_OBJECT_STR) continue;
-            const char *vs = v->via.str.ptr;
-            uint32_t vn = v->via.str.size;
-            if (k->via.str.size == 5 && !memcmp(k->via.str.ptr, "event", 5))
-                is_error = vn == 5 && !memcmp(vs, "error", 5);
-            else if (k->via.str.size == 7 && !memcmp(k->via.str.ptr, "message", 7))
-                snprintf(msg, msglen, "%.*s", (int)vn, vs);
-            else if (k->via.str.size == 4 && !memcmp(k->via.str.ptr, "code", 4))
-                for (int c = PE_BAD_REQUEST; c <= PE_LAST; c++)
-                    if (strlen(proto_code_name((proto_code)c)) == vn &&
-                        !memcmp(proto_code_name((proto_code)c), vs, vn))
-                        *code = (proto_code)c;
-        }
-    }
-    msgpack_unpacked_destroy(&u);
-    return is_error;
-}
-
 void http_deliver(server *srv, outmsg *o)
 {
     http_server *hs = srv->http;
@@ -924,19 +883,12 @@ void http_deliver(server *srv, outmsg *o)
             }
             break;
         }
+        case EV_RESULT:   /* a fork's or stats' result */
+            if (h->stage == ST_FORK_IN) start_generate(h, 1);
+            else if (h->stage == ST_FORK_OUT) complete(h);
+            else if (h->stage == ST_STATS) send_metrics(h, &o->ev, e);
+            break;
         }
-    }
-    proto_code sb_code = PE_OK;
-    char sb_msg[512] = "";
-    if (o->sb.size && o->finals && sb_error(&o->sb, &sb_code, sb_msg, sizeof sb_msg)) {
-        /* An error packed as msgpack by an admin path: as a typed one. */
-        if (h->stage == ST_FORK_IN && sb_code == PE_NOT_FOUND && !h->fork_required) start_generate(h, 0);
-        else if (h->stage == ST_FORK_OUT) { h->fork_to[0] = 0; complete(h); }
-        else fail(h, sb_code, sb_msg);
-    } else if (o->sb.size && o->finals) {   /* a fork's or stats' result */
-        if (h->stage == ST_FORK_IN) start_generate(h, 1);
-        else if (h->stage == ST_FORK_OUT) complete(h);
-        else if (h->stage == ST_STATS) send_metrics(h, &o->sb);
     }
     outmsg_free(o);
     if (h->req && h->stream && h->started) {

@@ -33,7 +33,6 @@ outmsg *outmsg_new(uint64_t conn)
     if (!o) return NULL;
     o->conn = conn;
     evlist_init(&o->ev);
-    msgpack_sbuffer_init(&o->sb);
     return o;
 }
 
@@ -41,7 +40,6 @@ void outmsg_free(outmsg *o)
 {
     if (!o) return;
     evlist_free(&o->ev);
-    msgpack_sbuffer_destroy(&o->sb);
     free(o);
 }
 

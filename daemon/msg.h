@@ -13,7 +13,6 @@
 #define LIND_DAEMON_MSG_H
 
 #include <stdint.h>
-#include <msgpack.h>
 #include "daemon/event.h"
 #include "daemon/queue.h"
 #include "daemon/protocol.h"
@@ -80,19 +79,16 @@ typedef struct dmsg {
 dmsg *dmsg_new(dmsg_kind kind, uint64_t conn);
 void  dmsg_free(dmsg *m);
 
-/* Events for one connection: the typed events `ev` (daemon/event.h), which
- * the connection encodes in its own protocol, then `sb`: the msgpack
- * `result` of an admin op (hello-less ops only the msgpack socket asks:
- * info, list, export, delete, fork, import, stats, cancel), already encoded.
- * `finals` counts the final events in both, so the loop knows requests that
- * ended. */
+/* Events for one connection: typed events (daemon/event.h) — a turn's
+ * stream, an admin op's result or an error — which the connection encodes
+ * in its own protocol. `finals` counts the final events, so the loop knows
+ * requests that ended. */
 typedef struct outmsg {
     qnode    node;
     uint64_t conn;
     int      finals;
     int      exit;            /* the store thread is done: the loop may end */
     evlist   ev;
-    msgpack_sbuffer sb;
 } outmsg;
 
 outmsg *outmsg_new(uint64_t conn);

@@ -201,22 +201,29 @@ static int decode_transcript(transcript *t, const uint8_t *data, size_t len)
     return 0;
 }
 
-static void pack_transcript(msgpack_packer *pk, const transcript *t)
+static void put_transcript(evlist *l, const transcript *t)
 {
     size_t n = transcript_count(t);
-    msgpack_pack_array(pk, n);
+    evlist_open_array(l, "transcript");
     for (size_t i = 0; i < n; i++) {
         transcript_role role;
         const uint8_t *b;
         size_t bl;
         transcript_entry_at(t, i, &role, &b, &bl);
-        msgpack_pack_map(pk, 2);
-        proto_pack_key(pk, "role");
-        proto_pack_str(pk, role == TRANSCRIPT_IN ? "in" : "out");
-        proto_pack_key(pk, "text");
-        proto_pack_bin(pk, b, bl);
+        evlist_open_record(l, NULL);
+        evlist_put_str(l, "role", role == TRANSCRIPT_IN ? "in" : "out");
+        evlist_put_bytes(l, "text", b, bl);
+        evlist_close(l);
     }
+    evlist_close(l);
 }
+
+/* Room reserved for every answer before its op runs: a result this small
+ * (delete, fork, import, stats) or an error (err[] below, 512 bytes at
+ * most) cannot then fail to be built; list, export and info reserve their
+ * variable part once they know it. */
+#define ANSWER_FIELDS 64
+#define ANSWER_BYTES  (1024 + 2 * STORE_NAME_MAX)
 
 static void do_request(worker *W, dmsg *m)
 {
@@ -225,10 +232,9 @@ static void do_request(worker *W, dmsg *m)
     char err[512] = "";
     int rc = 0;
     /* Room for the answer (or an error) before anything runs, so a change
-     * is never made without its answer; list, export and info reserve
-     * their variable part below. */
+     * is never made without its answer. */
     outmsg *o = outmsg_new(m->conn);
-    if (!o || proto_reserve(&o->sb, 4096) != 0) {
+    if (!o || evlist_reserve_result(&o->ev, ANSWER_FIELDS, ANSWER_BYTES) != 0) {
         outmsg_free(o);
         o = NULL;
         rc = -ENOMEM;
@@ -236,30 +242,30 @@ static void do_request(worker *W, dmsg *m)
                  proto_op_name(r->op));
         goto answer;
     }
-    msgpack_packer pk;
+    evlist *l = &o->ev;
     switch (r->op) {
     case OP_LIST: {
         store_info *v = NULL;
         size_t n = 0;
         if ((rc = store_list(W->st, &v, &n, err, sizeof err)) != 0) break;
-        if (proto_reserve(&o->sb, 64 + n * (STORE_NAME_MAX + 64)) != 0) {
+        size_t bytes = 0;
+        for (size_t i = 0; i < n; i++) bytes += strlen(v[i].name);
+        if (evlist_reserve_result(l, 1 + 4 * n, bytes) != 0) {
             free(v);
             rc = -ENOMEM;
             snprintf(err, sizeof err, "out of memory for the list of %zu sessions", n);
             break;
         }
-        proto_result_begin(&pk, &o->sb, r->id, 1);
-        proto_pack_key(&pk, "sessions");
-        msgpack_pack_array(&pk, n);
+        evlist_result_begin(l, r->id);
+        evlist_open_array(l, "sessions");
         for (size_t i = 0; i < n; i++) {
-            msgpack_pack_map(&pk, 3);
-            proto_pack_key(&pk, "session");
-            proto_pack_str(&pk, v[i].name);
-            proto_pack_key(&pk, "tokens");
-            msgpack_pack_uint64(&pk, v[i].tokens);
-            proto_pack_key(&pk, "updated_ms");
-            msgpack_pack_int64(&pk, v[i].updated_ms);
+            evlist_open_record(l, NULL);
+            evlist_put_str(l, "session", v[i].name);
+            evlist_put_u64(l, "tokens", v[i].tokens);
+            evlist_put_i64(l, "updated_ms", v[i].updated_ms);
+            evlist_close(l);
         }
+        evlist_close(l);
         free(v);
         break;
     }
@@ -267,17 +273,15 @@ static void do_request(worker *W, dmsg *m)
         uint8_t *data = NULL;
         size_t len = 0;
         if ((rc = store_export(W->st, r->session, &data, &len, err, sizeof err)) != 0) break;
-        if (proto_reserve(&o->sb, len + STORE_NAME_MAX + 64) != 0) {
+        if (evlist_reserve_result(l, 2, len + STORE_NAME_MAX) != 0) {
             free(data);
             rc = -ENOMEM;
             snprintf(err, sizeof err, "out of memory for the export of '%s' (%zu bytes)", r->session, len);
             break;
         }
-        proto_result_begin(&pk, &o->sb, r->id, 2);
-        proto_pack_key(&pk, "session");
-        proto_pack_str(&pk, r->session);
-        proto_pack_key(&pk, "data");
-        proto_pack_bin(&pk, data, len);
+        evlist_result_begin(l, r->id);
+        evlist_put_str(l, "session", r->session);
+        evlist_put_bytes(l, "data", data, len);
         free(data);
         break;
     }
@@ -300,29 +304,24 @@ static void do_request(worker *W, dmsg *m)
             store_lease_release(W->st, r->session, P->srv->node_id, e2, sizeof e2);
         }
         if (rc != 0) break;
-        proto_result_begin(&pk, &o->sb, r->id, 1);
-        proto_pack_key(&pk, "deleted");
-        msgpack_pack_true(&pk);
+        evlist_result_begin(l, r->id);
+        evlist_put_bool(l, "deleted", 1);
         break;
     }
     case OP_FORK:
         if ((rc = store_fork(W->st, r->session, r->to, err, sizeof err)) != 0) break;
-        proto_result_begin(&pk, &o->sb, r->id, 2);
-        proto_pack_key(&pk, "session");
-        proto_pack_str(&pk, r->session);
-        proto_pack_key(&pk, "to");
-        proto_pack_str(&pk, r->to);
+        evlist_result_begin(l, r->id);
+        evlist_put_str(l, "session", r->session);
+        evlist_put_str(l, "to", r->to);
         break;
     case OP_IMPORT:
         if ((rc = store_import(W->st, r->session, r->data, r->data_len, err, sizeof err)) != 0) {
             if (rc == -EINVAL) { rc = -EBADMSG; }
             break;
         }
-        proto_result_begin(&pk, &o->sb, r->id, 2);
-        proto_pack_key(&pk, "session");
-        proto_pack_str(&pk, r->session);
-        proto_pack_key(&pk, "tokens");
-        msgpack_pack_uint64(&pk, m->tokens);
+        evlist_result_begin(l, r->id);
+        evlist_put_str(l, "session", r->session);
+        evlist_put_u64(l, "tokens", m->tokens);
         break;
     case OP_INFO: {
         store_loaded ld;
@@ -337,7 +336,8 @@ static void do_request(worker *W, dmsg *m)
         size_t trl = m->rinfo.resident ? m->rinfo.transcript_len : ld.transcript_len;
         transcript tr;
         if (decode_transcript(&tr, m->rinfo.resident ? m->rinfo.transcript : ld.transcript, trl) != 0 ||
-            proto_reserve(&o->sb, 1024 + 3 * trl) != 0) {   /* entries: map + keys + bin header */
+            evlist_reserve_result(l, 16 + 3 * transcript_count(&tr),
+                                  STORE_NAME_MAX + 3 * transcript_count(&tr) + trl) != 0) {
             transcript_free(&tr);
             store_loaded_free(&ld);
             rc = -ENOMEM;
@@ -346,27 +346,16 @@ static void do_request(worker *W, dmsg *m)
         }
         uint64_t seed = m->rinfo.seed;
         int has_seed = m->rinfo.resident || (stored && state_peek_seed(ld.state, ld.state_len, &seed) == 0);
-        proto_result_begin(&pk, &o->sb, r->id, has_seed ? 9 : 8);
-        if (has_seed) {
-            proto_pack_key(&pk, "seed");
-            msgpack_pack_uint64(&pk, seed);
-        }
-        proto_pack_key(&pk, "session");
-        proto_pack_str(&pk, r->session);
-        proto_pack_key(&pk, "tokens");
-        msgpack_pack_uint64(&pk, m->rinfo.resident ? m->rinfo.tokens : ld.tokens);
-        proto_pack_key(&pk, "state_bytes");
-        msgpack_pack_uint64(&pk, P->srv->state_bytes);
-        proto_pack_key(&pk, "created_ms");
-        msgpack_pack_int64(&pk, stored ? ld.created_ms : m->rinfo.created_ms);
-        proto_pack_key(&pk, "updated_ms");
-        msgpack_pack_int64(&pk, stored ? ld.updated_ms : 0);
-        proto_pack_key(&pk, "resident");
-        if (m->rinfo.resident) msgpack_pack_true(&pk); else msgpack_pack_false(&pk);
-        proto_pack_key(&pk, "busy");
-        if (m->rinfo.busy) msgpack_pack_true(&pk); else msgpack_pack_false(&pk);
-        proto_pack_key(&pk, "transcript");
-        pack_transcript(&pk, &tr);
+        evlist_result_begin(l, r->id);
+        if (has_seed) evlist_put_u64(l, "seed", seed);
+        evlist_put_str(l, "session", r->session);
+        evlist_put_u64(l, "tokens", m->rinfo.resident ? m->rinfo.tokens : ld.tokens);
+        evlist_put_u64(l, "state_bytes", P->srv->state_bytes);
+        evlist_put_i64(l, "created_ms", stored ? ld.created_ms : m->rinfo.created_ms);
+        evlist_put_i64(l, "updated_ms", stored ? ld.updated_ms : 0);
+        evlist_put_bool(l, "resident", m->rinfo.resident);
+        evlist_put_bool(l, "busy", m->rinfo.busy);
+        put_transcript(l, &tr);
         transcript_free(&tr);
         store_loaded_free(&ld);
         break;
@@ -374,8 +363,8 @@ static void do_request(worker *W, dmsg *m)
     case OP_STATS: {
         size_t n = 0;
         if ((rc = store_count(W->st, &n, err, sizeof err)) != 0) break;
-        proto_result_begin(&pk, &o->sb, r->id, STATS_FIELDS);
-        stats_pack(&P->srv->st, &pk, n, P->srv->backend);
+        evlist_result_begin(l, r->id);
+        stats_result(&P->srv->st, l, n, P->srv->backend);
         break;
     }
     default:
@@ -383,13 +372,21 @@ static void do_request(worker *W, dmsg *m)
         snprintf(err, sizeof err, "op '%s' reached the store thread", proto_op_name(r->op));
         break;
     }
+    /* Within the room reserved above the result cannot fail; were it to,
+     * it is gone whole and the client hears why. */
+    if (rc == 0 && evlist_result_end(l) != 0) {
+        rc = -ENOMEM;
+        snprintf(err, sizeof err, "out of memory building the answer to '%s'", proto_op_name(r->op));
+    }
 answer:
     if (rc != 0) {
-        outmsg_free(o);
         /* A store failure the table does not name is still the store's: io. */
         proto_code c = lind_wire_code(rc);
         if (c == PE_INTERNAL && rc != -ENOSYS && rc != -ENOMEM) c = PE_IO;
-        o = outmsg_error(m->conn, r->id, c, "%s", err[0] ? err : lind_strerror(rc));
+        const char *msg = err[0] ? err : lind_strerror(rc);
+        if (!o) o = outmsg_error(m->conn, r->id, c, "%s", msg);
+        else if (evlist_error(&o->ev, r->id, c, msg) == 0) o->finals = 1;   /* fits the reserved room */
+        else { outmsg_free(o); o = NULL; }
     } else {
         o->finals = 1;
     }

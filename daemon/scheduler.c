@@ -914,6 +914,15 @@ static void on_request(scheduler *S, dmsg *m)
         start_turn_request(S, m);
         return;
     case OP_CANCEL: {
+        /* Room for the answer before anything is cancelled. */
+        outmsg *o = outmsg_new(m->conn);
+        if (!o || evlist_reserve_result(&o->ev, 1, 0) != 0) {
+            outmsg_free(o);
+            reply_error(S, m->conn, r->id, PE_INTERNAL, "out of memory for the answer to '%s'; "
+                        "nothing was cancelled", "cancel");
+            dmsg_free(m);
+            return;
+        }
         turn *t = NULL;
         int hit = 0;
         if (r->session[0]) {   /* by name: the session's turn, from any connection */
@@ -926,12 +935,12 @@ static void on_request(scheduler *S, dmsg *m)
             session_foreach(&S->tab, waiting_visit, &f);
             if (f.hit) { f.hit->rc = -ECANCELED; hit = 1; }
         }
-        outmsg *o = outmsg_new(m->conn);
-        if (o) {
-            msgpack_packer pk;
-            proto_result_begin(&pk, &o->sb, r->id, 1);
-            proto_pack_key(&pk, "cancelled");
-            if (hit) msgpack_pack_true(&pk); else msgpack_pack_false(&pk);
+        evlist_result_begin(&o->ev, r->id);
+        evlist_put_bool(&o->ev, "cancelled", hit);
+        if (evlist_result_end(&o->ev) != 0) {   /* cannot be: it fits the room reserved */
+            outmsg_free(o);
+            reply_error(S, m->conn, r->id, PE_INTERNAL, "out of memory for the answer to '%s'", "cancel");
+        } else {
             o->finals = 1;
             send_out(S, o);
         }

@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include "daemon/msg.h"
-#include "daemon/protocol.h"
 
 int stats_init(stats *s)
 {
@@ -102,71 +101,53 @@ static int cmpf(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static void pack_lat(msgpack_packer *pk, const lat_series *l, float *tmp)
+static void put_lat(evlist *ev, const char *key, const lat_series *l, float *tmp)
 {
     memcpy(tmp, l->ms, l->n * sizeof(float));
     qsort(tmp, l->n, sizeof(float), cmpf);
-    const char *names[] = { "p50", "p90", "p99" };
+    static const char *const names[] = { "p50", "p90", "p99" };
     const double q[] = { 0.50, 0.90, 0.99 };
-    msgpack_pack_map(pk, 5);
+    evlist_open_record(ev, key);
     for (int i = 0; i < 3; i++) {
-        proto_pack_key(pk, names[i]);
         double v = 0;
         if (l->n) {
             size_t k = (size_t)(q[i] * (double)(l->n - 1) + 0.5);
             v = tmp[k];
         }
-        msgpack_pack_double(pk, v);
+        evlist_put_f64(ev, names[i], v);
     }
-    proto_pack_key(pk, "max");
-    msgpack_pack_double(pk, l->max);
-    proto_pack_key(pk, "samples");
-    msgpack_pack_uint32(pk, l->n);
+    evlist_put_f64(ev, "max", l->max);
+    evlist_put_u64(ev, "samples", l->n);
+    evlist_close(ev);
 }
 
-void stats_pack(stats *s, msgpack_packer *pk, uint64_t stored, const char *backend)
+int stats_result(stats *s, evlist *ev, uint64_t stored, const char *backend)
 {
-    static const char *bucket[STATS_BUCKETS] = {
+    static const char *const bucket[STATS_BUCKETS] = {
         "1", "2-3", "4-7", "8-15", "16-31", "32-63", "64-127", "128-255",
         "256-511", "512-1023", "1024-2047", "2048+" };
     float *tmp = malloc(STATS_WINDOW * sizeof(float));
     pthread_mutex_lock(&s->mu);
-    proto_pack_key(pk, "uptime_s");
-    msgpack_pack_double(pk, (double)(now_ns() - s->start_ns) / 1e9);
-    proto_pack_key(pk, "connections");
-    msgpack_pack_uint64(pk, s->connections);
-    proto_pack_key(pk, "sessions_resident");
-    msgpack_pack_uint64(pk, s->sessions_resident);
-    proto_pack_key(pk, "sessions_stored");
-    msgpack_pack_uint64(pk, stored);
-    proto_pack_key(pk, "tokens_in");
-    msgpack_pack_uint64(pk, s->tokens_in);
-    proto_pack_key(pk, "tokens_out");
-    msgpack_pack_uint64(pk, s->tokens_out);
-    proto_pack_key(pk, "steps");
-    msgpack_pack_uint64(pk, s->steps);
-    proto_pack_key(pk, "saves");
-    msgpack_pack_uint64(pk, s->saves);
-    int nb = 0;
-    for (int i = 0; i < STATS_BUCKETS; i++) nb += s->batch_hist[i] != 0;
-    proto_pack_key(pk, "batch_hist");
-    msgpack_pack_map(pk, nb);
-    for (int i = 0; i < STATS_BUCKETS; i++) {
-        if (!s->batch_hist[i]) continue;
-        proto_pack_key(pk, bucket[i]);
-        msgpack_pack_uint64(pk, s->batch_hist[i]);
-    }
+    evlist_put_f64(ev, "uptime_s", (double)(now_ns() - s->start_ns) / 1e9);
+    evlist_put_u64(ev, "connections", s->connections);
+    evlist_put_u64(ev, "sessions_resident", s->sessions_resident);
+    evlist_put_u64(ev, "sessions_stored", stored);
+    evlist_put_u64(ev, "tokens_in", s->tokens_in);
+    evlist_put_u64(ev, "tokens_out", s->tokens_out);
+    evlist_put_u64(ev, "steps", s->steps);
+    evlist_put_u64(ev, "saves", s->saves);
+    evlist_open_record(ev, "batch_hist");   /* the buckets that were hit */
+    for (int i = 0; i < STATS_BUCKETS; i++)
+        if (s->batch_hist[i]) evlist_put_u64(ev, bucket[i], s->batch_hist[i]);
+    evlist_close(ev);
     if (tmp) {
-        proto_pack_key(pk, "step_ms");
-        pack_lat(pk, &s->step, tmp);
-        proto_pack_key(pk, "save_ms");
-        pack_lat(pk, &s->save, tmp);
-    } else {
-        proto_pack_key(pk, "step_ms"); msgpack_pack_nil(pk);
-        proto_pack_key(pk, "save_ms"); msgpack_pack_nil(pk);
+        put_lat(ev, "step_ms", &s->step, tmp);
+        put_lat(ev, "save_ms", &s->save, tmp);
+    } else {   /* no room to sort: the percentiles are missing, not wrong */
+        evlist_put_nil(ev, "step_ms");
+        evlist_put_nil(ev, "save_ms");
     }
     pthread_mutex_unlock(&s->mu);
-    proto_pack_key(pk, "backend");
-    proto_pack_str(pk, backend);
     free(tmp);
+    return evlist_put_str(ev, "backend", backend);
 }

@@ -10,7 +10,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
-#include <msgpack.h>
+#include "daemon/event.h"
 
 #define STATS_WINDOW  4096
 #define STATS_BUCKETS 12   /* 1, 2-3, 4-7, ..., 1024-2047, 2048+ */
@@ -56,9 +56,12 @@ void stats_ttft(stats *s, double ms);
 void stats_queue(stats *s, uint64_t active, uint64_t waiting);
 /* A consistent copy of everything (taken under the lock). */
 void stats_snapshot(stats *s, stats *out);
-/* Pack the `stats` result fields (count: stats_pack_fields) after the caller
- * packed the result header; `stored` and `backend` come from the caller. */
-#define STATS_FIELDS 12
-void stats_pack(stats *s, msgpack_packer *pk, uint64_t stored, const char *backend);
+/* Put the `stats` result's fields (docs/PROTOCOL.md) into the result being
+ * built in l (evlist_result_begin); `stored` and `backend` come from the
+ * caller. At most STATS_RESULT_FIELDS fields (containers included) and
+ * strlen(backend) bytes, for evlist_reserve_result. Returns the result's
+ * sticky code (daemon/event.h). */
+#define STATS_RESULT_FIELDS (8 + 1 + STATS_BUCKETS + 2 * 6 + 1)
+int  stats_result(stats *s, evlist *l, uint64_t stored, const char *backend);
 
 #endif

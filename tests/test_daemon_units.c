@@ -115,19 +115,29 @@ static void stats_percentiles_and_buckets(void)
     stats_save(&st, 7.0, 3);
     stats_connections(&st, +2);
     stats_connections(&st, -1);
+    /* Built typed, as the store thread does, and read as a client would. */
+    evlist l;
+    evlist_init(&l);
+    CHECK(evlist_reserve_result(&l, STATS_RESULT_FIELDS, 3) == 0, "reserve");
+    ev_field *f0 = l.f;
+    evlist_result_begin(&l, 9);
+    stats_result(&st, &l, 42, "cpu");
+    CHECK(evlist_result_end(&l) == 0 && l.n == 1 && l.f == f0 && l.nf <= STATS_RESULT_FIELDS + 1,
+          "built within its reservation (%zu fields)", l.nf);
+    const ev_field *sf = event_result_field(&l, &l.v[0], "sessions_stored");
+    CHECK(sf && sf->type == EVV_U64 && sf->v.u == 42, "typed sessions_stored");
     msgpack_sbuffer sb;
-    msgpack_packer pk;
     msgpack_sbuffer_init(&sb);
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, STATS_FIELDS);
-    stats_pack(&st, &pk, 42, "cpu");
+    event_pack_msgpack(&sb, &l, &l.v[0]);
+    CHECK(sb.size <= event_msgpack_bound(&l, &l.v[0]), "within its bound");
+    evlist_free(&l);
     msgpack_unpacked up;
     msgpack_unpacked_init(&up);
     size_t off = 0;
     CHECK(msgpack_unpack_next(&up, sb.data, sb.size, &off) == MSGPACK_UNPACK_SUCCESS &&
           off == sb.size, "one map, all bytes");
     const msgpack_object *m = &up.data;
-    CHECK(m->via.map.size == STATS_FIELDS, "STATS_FIELDS fields");
+    CHECK(m->via.map.size == 2 + 12, "id, event and the 12 stats fields");
     CHECK(get(m, "steps")->via.u64 == 100 && get(m, "tokens_in")->via.u64 == 200 &&
           get(m, "tokens_out")->via.u64 == 100 && get(m, "saves")->via.u64 == 3, "counters");
     CHECK(get(m, "sessions_stored")->via.u64 == 42 && get(m, "connections")->via.u64 == 1, "gauges");
