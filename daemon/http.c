@@ -1483,6 +1483,75 @@ static int read_token(const char *path, char *out, size_t outlen, char *err, siz
     return 0;
 }
 
+/* ---- libh2o's own refusals ------------------------------------------------------------------ */
+
+/* libh2o refuses a request body before any handler runs: a Content-Length
+ * over its limit at once, a chunked body as soon as its decoded bytes pass
+ * the limit (so no more than about --http-max-body is ever buffered), and
+ * broken body framing (400) or an unknown Expect (417). It answers those
+ * with a plain-text body on the host's fallback path, which no request our
+ * handler sees is bound to: this filter on that path rewrites them into
+ * the OpenAI-style error object every other refusal carries. */
+typedef struct early_filter {
+    h2o_filter_t  super;
+    http_server  *hs;
+} early_filter;
+
+typedef struct early_ostream {
+    h2o_ostream_t super;
+    http_server  *hs;
+} early_ostream;
+
+static void early_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bufs, size_t bufcnt,
+                       h2o_send_state_t state)
+{
+    http_server *hs = ((early_ostream *)self)->hs;
+    char why[256] = "";   /* libh2o's own words */
+    size_t wn = 0;
+    for (size_t i = 0; i < bufcnt && wn < sizeof why - 1; i++) {
+        size_t k = bufs[i].len < sizeof why - 1 - wn ? bufs[i].len : sizeof why - 1 - wn;
+        memcpy(why + wn, bufs[i].base, k);
+        wn += k;
+    }
+    why[wn] = 0;
+    char msg[512];
+    const char *code = "invalid_request";
+    int status = req->res.status;
+    if (status == 413) {
+        code = "body_too_large";   /* as on_req's own 413 */
+        snprintf(msg, sizeof msg, "the request body is over the limit of %zu bytes (--http-max-body)",
+                 hs->srv->opt.http_max_body);
+    } else if (status == 417) {
+        code = "expectation_failed";
+        snprintf(msg, sizeof msg, "the Expect header is not understood (only 100-continue is): %s", why);
+    } else {
+        snprintf(msg, sizeof msg, "the request body cannot be read: %s", why);
+    }
+    hs->req_total[status >= 500 ? OC_SERVER_ERR : OC_CLIENT_ERR]++;
+    json_t *j = error_object(msg, status >= 500 ? "server_error" : "invalid_request_error", code, NULL);
+    char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    h2o_iovec_t out = body ? h2o_strdup(&req->pool, body, strlen(body)) : h2o_iovec_init(H2O_STRLIT("{}"));
+    free(body);
+    req->res.content_length = out.len;
+    h2o_ostream_send_next(self, req, &out, bufcnt ? 1 : 0, state);   /* HEAD: headers only */
+}
+
+static void early_setup(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t **slot)
+{
+    if (req->res.status >= 400) {
+        ssize_t ct = h2o_find_header(&req->res.headers, H2O_TOKEN_CONTENT_TYPE, -1);
+        if (ct >= 0) req->res.headers.entries[ct].value = h2o_iovec_init(H2O_STRLIT("application/json"));
+        else h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
+                            H2O_STRLIT("application/json"));
+        early_ostream *os = (early_ostream *)h2o_add_ostream(req, sizeof *os, slot);
+        os->super.do_send = early_send;
+        os->hs = ((early_filter *)self)->hs;
+        slot = &os->super.next;
+    }
+    h2o_setup_next_ostream(req, slot);
+}
+
 int http_start(server *srv, char *err, size_t errlen)
 {
     if (!srv->opt.http_addr) return 0;
@@ -1517,10 +1586,11 @@ int http_start(server *srv, char *err, size_t errlen)
     hs->flush.data = hs;
     h2o_config_init(&hs->config);
     hs->config.server_name = h2o_iovec_init(H2O_STRLIT("lind"));
-    /* libh2o refuses a body over its limit itself, with a plain-text 413;
-     * up to twice --http-max-body reaches the handler, whose 413 carries an
-     * error object. */
-    hs->config.max_request_entity_size = 2 * srv->opt.http_max_body;
+    /* libh2o refuses a body over its limit itself, before reading it
+     * (early_setup gives that answer its error object). Its chunked check
+     * refuses a body of exactly the limit, hence +1; a Content-Length of
+     * limit + 1 reaches on_req, which refuses it the same way. */
+    hs->config.max_request_entity_size = srv->opt.http_max_body + 1;
     hs->config.http1.req_timeout = 1000ull * srv->opt.http_idle_timeout;
     hs->config.http2.idle_timeout = 1000ull * srv->opt.http_idle_timeout;
     h2o_hostconf_t *host = h2o_config_register_host(&hs->config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
@@ -1528,6 +1598,9 @@ int http_start(server *srv, char *err, size_t errlen)
     handler *hd = (handler *)h2o_create_handler(path, sizeof *hd);
     hd->super.on_req = on_req;
     hd->hs = hs;
+    early_filter *ef = (early_filter *)h2o_create_filter(&host->fallback_path, sizeof *ef);
+    ef->super.on_setup_ostream = early_setup;
+    ef->hs = hs;
     h2o_context_init(&hs->ctx, srv->loop, &hs->config);
     hs->ctx_ready = 1;
     hs->accept.ctx = &hs->ctx;
