@@ -23,6 +23,7 @@
 #include <xxhash.h>
 #include <h2o.h>
 #include "daemon/chat.h"
+#include "daemon/conn.h"
 #include "daemon/errors.h"
 
 #define HREQ_BUCKETS 1024
@@ -107,6 +108,8 @@ typedef struct hreq {
     uint64_t  t_recv_ns;
     int       got_token;
     int       sent_text;       /* a text chunk went out: later ones may wait for the flush timer */
+    size_t    body_bytes;      /* the request body libh2o holds for it, in the byte budget */
+    size_t    acct;            /* its buffers' bytes in the byte budget (account) */
 } hreq;
 
 /* ---- small helpers ---------------------------------------------------------- */
@@ -167,6 +170,19 @@ static void post_sched(http_server *hs, uint64_t id, dmsg_kind kind)
     if (m) queue_push(&hs->srv->schedq, &m->node);
 }
 
+/* A request's bytes count in the daemon's --max-total-bytes budget as a
+ * socket connection's do (daemon/conn.h): its body (libh2o holds it until
+ * the request ends: request bytes in flight) and its buffers, the output
+ * waiting for the client (pend, wbuf) and the reply's text. Called after
+ * whatever grows or frees them. */
+static void account(hreq *h)
+{
+    size_t now = h->pend.cap + h->wbuf.cap + h->text.cap + h->pre.cap + h->post.cap;
+    if (now > h->acct) conn_budget_add(h->hs->srv, now - h->acct, 0);
+    else if (now < h->acct) conn_budget_sub(h->hs->srv, h->acct - now, 0);
+    h->acct = now;
+}
+
 /* Free a request's state; the compute thread forgets its connection. */
 static void hreq_free(hreq *h)
 {
@@ -178,6 +194,8 @@ static void hreq_free(hreq *h)
     hbuf_free(&h->text);
     hbuf_free(&h->pre);
     hbuf_free(&h->post);
+    account(h);
+    if (h->body_bytes) conn_budget_sub(hs->srv, h->body_bytes, h->body_bytes);
     free(h->full_text);
     free(h->new_text);
     json_decref(h->messages);
@@ -429,17 +447,38 @@ static size_t streamable(hreq *h, int final)
 static void send_pending(hreq *h);
 static void send_soon(hreq *h);
 
+/* Should a stream's turn pause? Its unsent bytes are over --max-output,
+ * or over CONN_SMALL_BYTES while the daemon's byte budget is spent (a
+ * socket connection under that size may always go on, so may a stream). */
+static int over_output(const hreq *h)
+{
+    const server *srv = h->hs->srv;
+    return h->pend.n > srv->opt.max_output || (h->pend.n > CONN_SMALL_BYTES && conn_budget_over(srv));
+}
+
+/* May a paused stream go on: drained to a quarter of what paused it. */
+static int may_resume(const hreq *h)
+{
+    const server *srv = h->hs->srv;
+    return h->pend.n <= srv->opt.max_output / 4 &&
+           (h->pend.n <= CONN_SMALL_BYTES / 4 || !conn_budget_over(srv));
+}
+
+#define HBUF_KEEP (64u << 10)   /* a drained output buffer bigger than this is freed */
+
 static void on_proceed(h2o_generator_t *g, h2o_req_t *req)
 {
     (void)req;
     hreq *h = (hreq *)((char *)g - offsetof(hreq, gen));
     h->sending = 0;
     h->wbuf.n = 0;
-    if (h->paused && h->pend.n <= h->hs->srv->opt.max_output / 4) {
+    if (h->wbuf.cap > HBUF_KEEP) hbuf_free(&h->wbuf);   /* what a slow reader left: back to the budget */
+    if (h->paused && may_resume(h)) {
         h->paused = 0;
         post_sched(h->hs, h->id, M_RESUME);
     }
     send_soon(h);
+    account(h);
 }
 
 static void start_stream(hreq *h)
@@ -761,6 +800,17 @@ static void put_metric(hbuf *b, const char *name, const char *type, const char *
     hbuf_put(b, line, (size_t)n);
 }
 
+/* The byte budget (daemon/conn.h): what it counts, and the socket
+ * connections waiting for it. */
+static void put_budget(hbuf *b, const server *srv)
+{
+    put_metric(b, "lind_budget_bytes", "gauge", "request and output bytes counted against "
+               "--max-total-bytes (socket read buffers and requests in flight, HTTP bodies and "
+               "buffered output)", (double)srv->mem_bytes);
+    put_metric(b, "lind_connections_waiting", "gauge", "socket connections not read until the "
+               "byte budget frees up", (double)srv->starved);
+}
+
 /* The stats request came back with the store's session count. */
 static void send_metrics(hreq *h, const msgpack_sbuffer *sb)
 {
@@ -816,6 +866,7 @@ static void send_metrics(hreq *h, const msgpack_sbuffer *sb)
                (double)st->connections);
     put_metric(&b, "lind_http_requests_in_flight", "gauge", "HTTP requests being answered",
                (double)hs->nreq);
+    put_budget(&b, hs->srv);
     put_metric(&b, "lind_uptime_seconds", "gauge", "seconds since start",
                (double)(now_ns() - st->start_ns) / 1e9);
     free(st);
@@ -939,9 +990,10 @@ void http_deliver(server *srv, outmsg *o)
         else if (h->stage == ST_STATS) send_metrics(h, &o->sb);
     }
     outmsg_free(o);
+    account(h);
     if (h->req && h->stream && h->started) {
         send_soon(h);
-        if (!h->paused && h->pend.n > srv->opt.max_output) {
+        if (!h->paused && over_output(h)) {
             h->paused = 1;
             h->paused_ms = uv_now(srv->loop);
             post_sched(hs, h->id, M_PAUSE);
@@ -1318,6 +1370,8 @@ static void begin(http_server *hs, h2o_req_t *req, hkind kind)
     h->hnext = hs->tab[h->id % HREQ_BUCKETS];
     hs->tab[h->id % HREQ_BUCKETS] = h;
     hs->nreq++;
+    h->body_bytes = req->entity.len;   /* held by libh2o until the request ends */
+    conn_budget_add(srv, h->body_bytes, h->body_bytes);
     if (h->fork_from[0]) {
         h->stage = ST_FORK_IN;
         fork_request(h, h->fork_from, h->session);

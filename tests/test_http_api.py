@@ -457,6 +457,89 @@ def reader_that_stops_reading_is_paused_then_cancelled():
         P.stop()
 
 
+def metric(base, name):
+    st, out = curl("/metrics", base=base)
+    expect(st == 200, "metrics status %d" % st)
+    for line in out.decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError("no %s in the metrics" % name)
+
+
+@case
+def http_output_counts_in_max_total_bytes():
+    # HTTP output a client does not read counts in --max-total-bytes
+    # (1 MiB here) with the socket's bytes. --max-output is 8 MiB, so only
+    # the total can pause the stream; past it the socket connections stop
+    # growing their read buffers, as they do for socket bytes (docs/DAEMON.md).
+    import msgpack
+    P = Server("http-budget", extra=["--http", "0", "--max-total-bytes", "1048576", "--max-output",
+                                     "8388608", "--pause-timeout", "1", "--max-tokens", "1000000"]).start()
+    try:
+        base = "http://127.0.0.1:%d" % http_port(P)
+        port = int(base.rsplit(":", 1)[1])
+        h = socket.socket()
+        h.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        h.connect(("127.0.0.1", port))
+        body = json.dumps({"prompt": "a", "max_tokens": 1000000, "stream": True}).encode()
+        h.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Lind-Session: unread\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        deadline = time.time() + 120 * SLOW
+        # The stream is paused by the total and then cancelled by
+        # --pause-timeout; its client still holds its buffered bytes.
+        while True:
+            cc = Client(P.sock)
+            r = cc.call("info", session="unread")
+            cc.close()
+            if r["event"] == "result" and r["tokens"] > 0 and not r["busy"]:
+                break
+            expect(time.time() < deadline, "the unread stream did not pause and end: %r" % r)
+        held = metric(base, "lind_budget_bytes")
+        expect(held > 1048576, "the unread stream's bytes are counted: %d" % held)
+        expect(held < 2 * 1048576, "paused at the total, not at --max-output (8 MiB): %d" % held)
+        # Socket connection A starts a 300 KB message and stops half way: it
+        # takes the one overdraft (a message started may finish).
+        msg = msgpack.packb({"op": "append", "id": 1, "session": "sock-b", "text": b"x" * 300000},
+                            use_bin_type=True)
+        a = socket.socket(socket.AF_UNIX)
+        a.connect(P.sock)
+        a.sendall(msgpack.packb({"op": "append", "id": 1, "session": "sock-a", "text": b"y" * 300000},
+                                use_bin_type=True)[:100000])
+        while metric(base, "lind_budget_bytes") < held + 90000:
+            expect(time.time() < deadline, "connection A was not read")
+        # Connection B's message waits unread: the budget is spent by HTTP.
+        b = Client(P.sock)
+        sender = threading.Thread(target=b.s.sendall, args=(msg,))   # it blocks until read
+        sender.start()
+        while metric(base, "lind_connections_waiting") < 1:
+            expect(time.time() < deadline, "connection B was not held back by the HTTP bytes")
+        b.s.setblocking(False)
+        try:
+            early = b.s.recv(1)
+        except BlockingIOError:
+            early = b""
+        expect(early == b"", "B was answered while waiting for the budget")
+        b.s.settimeout(60 * SLOW)
+        # The HTTP client leaves: its bytes go back, B is read and answered.
+        h.close()
+        sender.join()
+        ev = b.final(1)
+        expect(ev["event"] == "result", "B's append after the HTTP bytes were freed: %r" % ev)
+        a.sendall(msgpack.packb({"op": "append", "id": 1, "session": "sock-a", "text": b"y" * 300000},
+                                use_bin_type=True)[100000:])
+        ak = Client.__new__(Client)
+        ak.s, ak.up, ak.pending = a, msgpack.Unpacker(raw=False), []
+        a.settimeout(60 * SLOW)
+        ev = ak.final(1)
+        expect(ev["event"] == "result", "A's append: %r" % ev)
+        while metric(base, "lind_budget_bytes") > 200000:   # the HTTP request's bytes are given back
+            expect(time.time() < deadline, "the HTTP bytes were not given back")
+        a.close()
+        b.close()
+    finally:
+        P.stop()
+
+
 @case
 def streamed_text_is_valid_utf8_json():
     # Multi-byte prompts push a byte-level model to emit partial sequences.
