@@ -73,9 +73,11 @@ int chat_template_parse(chat_template *t, const char *json, char *err, size_t er
 /* A growing byte buffer. */
 typedef struct sbuf { char *p; size_t n, cap; int oom; } sbuf;
 
+/* Append n bytes (n = 0 on an empty buffer allocates it: results are
+ * never NULL, even when empty). */
 static void put(sbuf *b, const char *s, size_t n)
 {
-    if (b->oom || !n) return;
+    if (b->oom || (!n && b->p)) return;
     if (b->n + n + 1 > b->cap) {
         size_t nc = b->cap ? b->cap : 256;
         while (nc < b->n + n + 1) nc *= 2;
@@ -84,7 +86,7 @@ static void put(sbuf *b, const char *s, size_t n)
         b->p = np;
         b->cap = nc;
     }
-    memcpy(b->p + b->n, s, n);
+    if (n) memcpy(b->p + b->n, s, n);
     b->n += n;
     b->p[b->n] = 0;
 }
@@ -122,6 +124,7 @@ int chat_message_text(json_t *msg, size_t index, char **out, size_t *len, char *
     } else if (c && !json_is_null(c)) {
         snprintf(err, errlen, "messages[%zu].content must be a string or an array of text parts",
                  index);
+        free(b.p);
         return -EINVAL;
     }
     if (b.oom || !b.p) { free(b.p); snprintf(err, errlen, "out of memory"); return -ENOMEM; }

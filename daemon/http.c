@@ -25,6 +25,7 @@
 #include "daemon/chat.h"
 #include "daemon/conn.h"
 #include "daemon/errors.h"
+#include "daemon/httpreq.h"
 
 #define HREQ_BUCKETS 1024
 #define TAIL_SLOTS   4096   /* remembered stop tails (see tail_cache) */
@@ -345,40 +346,6 @@ static size_t tail_get(http_server *hs, const char *name, uint8_t *out)
     if (strcmp(hs->tails[i].name, name)) return 0;
     memcpy(out, hs->tails[i].tail, hs->tails[i].len);
     return hs->tails[i].len;
-}
-
-/* ---- conversation hashes ------------------------------------------------------- */
-
-/* The name of the stored session holding a conversation: chat- and the
- * xxh64 of its messages (role, NUL, text, NUL each). -EINVAL for a
- * message without text (the caller validated them already). */
-static int conv_name(json_t *messages, size_t n, const char *reply, size_t reply_len, char *out,
-                     size_t outlen)
-{
-    XXH64_state_t *st = XXH64_createState();
-    if (!st) return -ENOMEM;
-    XXH64_reset(st, 0x6c696e64);   /* "lind" */
-    for (size_t i = 0; i < n; i++) {
-        json_t *m = json_array_get(messages, i);
-        const char *role = json_string_value(json_object_get(m, "role"));
-        char *text, err[64];
-        size_t len;
-        if (!role || chat_message_text(m, i, &text, &len, err, sizeof err)) {
-            XXH64_freeState(st);
-            return -EINVAL;
-        }
-        XXH64_update(st, role, strlen(role) + 1);
-        XXH64_update(st, text, len + 1);
-        free(text);
-    }
-    if (reply) {
-        XXH64_update(st, "assistant", 10);
-        XXH64_update(st, reply, reply_len);
-        XXH64_update(st, "", 1);
-    }
-    snprintf(out, outlen, "chat-%016llx", (unsigned long long)XXH64_digest(st));
-    XXH64_freeState(st);
-    return 0;
 }
 
 /* ---- streaming text ----------------------------------------------------------------- */
@@ -751,8 +718,8 @@ static void after_generate(hreq *h)
         size_t end = h->stop_at != SIZE_MAX ? h->stop_at : h->text.n;
         hbuf r = { 0 };
         put_utf8(&r, (const uint8_t *)h->text.p, end);
-        if (conv_name(h->messages, json_array_size(h->messages), r.p ? r.p : "", r.n,
-                      h->fork_to, sizeof h->fork_to) != 0)
+        if (httpreq_conv_name(h->messages, json_array_size(h->messages), r.p ? r.p : "", r.n,
+                              h->fork_to, sizeof h->fork_to) != 0)
             h->fork_to[0] = 0;
         hbuf_free(&r);
     }
@@ -1076,161 +1043,10 @@ static int token_ok(const http_server *hs, const h2o_req_t *req)
     return diff == 0;
 }
 
-/* A request field check failed: status 400 naming the parameter. */
-typedef struct perr { char msg[512]; const char *param; } perr;
-
-static int bad(perr *e, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int bad(perr *e, const char *param, const char *fmt, ...)
+/* The stop string a session's last reply ended on (httpreq's lookup). */
+static size_t tail_lookup(void *ctx, const char *name, uint8_t *out)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
-    va_end(ap);
-    e->param = param;
-    return -EINVAL;
-}
-
-static const char *jtype(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
-    case JSON_TRUE: case JSON_FALSE: return "a boolean";
-    default: return "null";
-    }
-}
-
-static int get_num(json_t *j, const char *key, double lo, double hi, float *out, perr *e)
-{
-    json_t *v = json_object_get(j, key);
-    if (!v || json_is_null(v)) return 0;
-    if (!json_is_number(v)) return bad(e, key, "'%s' must be a number, got %s", key, jtype(v));
-    double x = json_number_value(v);
-    if (!(x >= lo && x <= hi)) return bad(e, key, "'%s' must be in %g..%g, got %g", key, lo, hi, x);
-    *out = (float)x;
-    return 0;
-}
-
-static int get_int(json_t *j, const char *key, long long lo, long long hi, long long *out, int *has,
-                   perr *e)
-{
-    json_t *v = json_object_get(j, key);
-    if (!v || json_is_null(v)) return 0;
-    if (!json_is_integer(v)) return bad(e, key, "'%s' must be an integer, got %s", key, jtype(v));
-    long long x = json_integer_value(v);
-    if (x < lo || x > hi) return bad(e, key, "'%s' must be in %lld..%lld, got %lld", key, lo, hi, x);
-    *out = x;
-    if (has) *has = 1;
-    return 0;
-}
-
-static int get_bool(json_t *j, const char *key, int *out, perr *e)
-{
-    json_t *v = json_object_get(j, key);
-    if (!v || json_is_null(v)) return 0;
-    if (!json_is_boolean(v)) return bad(e, key, "'%s' must be a boolean, got %s", key, jtype(v));
-    *out = json_is_true(v);
-    return 0;
-}
-
-static int get_name(json_t *j, const char *key, char *out, perr *e)
-{
-    json_t *v = json_object_get(j, key);
-    if (!v || json_is_null(v)) return 0;
-    if (!json_is_string(v)) return bad(e, key, "'%s' must be a string, got %s", key, jtype(v));
-    const char *s = json_string_value(v);
-    char why[160];
-    if (json_string_length(v) > STORE_NAME_MAX || strlen(s) != json_string_length(v) ||
-        store_name_check(s, why, sizeof why))
-        return bad(e, key, "'%s' cannot name a session: %s", key,
-                   json_string_length(v) > STORE_NAME_MAX ? "longer than 128 bytes" : why);
-    snprintf(out, STORE_NAME_MAX + 1, "%s", s);
-    return 0;
-}
-
-static int add_stop(hreq *h, const char *s, size_t n, perr *e)
-{
-    if (n < 1 || n > PROTO_MAX_STOP_LEN)
-        return bad(e, "stop", "each stop string must be 1..%d bytes, got %zu", PROTO_MAX_STOP_LEN, n);
-    if (h->n_stop == PROTO_MAX_STOPS)
-        return bad(e, "stop", "at most %d stop strings (the chat template's included)", PROTO_MAX_STOPS);
-    memcpy(h->stop[h->n_stop], s, n);
-    h->stop_len[h->n_stop++] = (uint8_t)n;
-    if (n > h->max_stop) h->max_stop = n;
-    return 0;
-}
-
-/* The fields completions and chat share, into h and h->gen_req. */
-static int parse_common(http_server *hs, json_t *j, hreq *h, perr *e)
-{
-    server *srv = hs->srv;
-    proto_request *r = &h->gen_req;
-    r->op = OP_GENERATE;
-    r->id = 1;
-    r->sp = (sampler_params){ .temperature = 0.8f, .top_k = 0, .top_p = 1.0f, .rep_penalty = 1.0f,
-                              .rep_window = 64, .seed = 0 };
-    json_t *v;
-    if ((v = json_object_get(j, "model")) && !json_is_string(v))
-        return bad(e, "model", "'model' must be a string, got %s", jtype(v));
-    long long x = h->kind == HK_CHAT ? (srv->opt.max_tokens < 256 ? srv->opt.max_tokens : 256)
-                                     : (srv->opt.max_tokens < 16 ? srv->opt.max_tokens : 16);
-    const char *mt = h->kind == HK_CHAT && json_object_get(j, "max_completion_tokens") ?
-                     "max_completion_tokens" : "max_tokens";
-    if ((v = json_object_get(j, mt)) && json_is_integer(v) && json_integer_value(v) > srv->opt.max_tokens)
-        return bad(e, mt, "'%s' %lld is over the server's limit of %u", mt,
-                   (long long)json_integer_value(v), srv->opt.max_tokens);
-    if (get_int(j, mt, 0, srv->opt.max_tokens, &x, NULL, e)) return -EINVAL;
-    r->max_tokens = (uint32_t)x;
-    if (get_num(j, "temperature", 0, 100, &r->sp.temperature, e)) return -EINVAL;
-    if (get_num(j, "top_p", 0, 1, &r->sp.top_p, e)) return -EINVAL;
-    x = 0;
-    int has = 0;
-    if (get_int(j, "top_k", 0, srv->vocab > 0 ? srv->vocab : LIND_MAX_VOCAB, &x, &has, e)) return -EINVAL;
-    if (has) r->sp.top_k = (int)x;
-    has = 0;
-    if (get_int(j, "seed", 0, INT64_MAX, &x, &has, e)) return -EINVAL;
-    if (has) { r->sp.seed = (uint64_t)x; r->has_seed = 1; }
-    x = 1;
-    if (get_int(j, "n", 1, 1, &x, NULL, e)) return -EINVAL;
-    if (get_bool(j, "stream", &h->stream, e)) return -EINVAL;
-    if ((v = json_object_get(j, "stream_options")) && !json_is_null(v)) {
-        if (!json_is_object(v)) return bad(e, "stream_options", "'stream_options' must be an object");
-        if (get_bool(v, "include_usage", &h->include_usage, e)) return -EINVAL;
-    }
-    int lp = 0;
-    if ((v = json_object_get(j, "logprobs")) && !json_is_null(v) && !json_is_false(v) &&
-        !(json_is_integer(v) && json_integer_value(v) == 0))
-        lp = 1;
-    if (lp) return bad(e, "logprobs", "logprobs are not supported");
-    int echo = 0;
-    if (get_bool(j, "echo", &echo, e)) return -EINVAL;
-    if (echo) return bad(e, "echo", "echo is not supported");
-    v = json_object_get(j, "stop");
-    if (json_is_string(v)) {
-        if (add_stop(h, json_string_value(v), json_string_length(v), e)) return -EINVAL;
-    } else if (json_is_array(v)) {
-        for (size_t i = 0; i < json_array_size(v); i++) {
-            json_t *s = json_array_get(v, i);
-            if (!json_is_string(s)) return bad(e, "stop", "stop[%zu] must be a string, got %s", i, jtype(s));
-            if (add_stop(h, json_string_value(s), json_string_length(s), e)) return -EINVAL;
-        }
-    } else if (v && !json_is_null(v)) {
-        return bad(e, "stop", "'stop' must be a string or an array of strings, got %s", jtype(v));
-    }
-    return 0;
-}
-
-/* Text for the generate request (a copy, malloc'd). */
-static int set_text(uint8_t **dst, size_t *len, const char *s, size_t n)
-{
-    *dst = malloc(n ? n : 1);
-    if (!*dst) return -ENOMEM;
-    memcpy(*dst, s, n);
-    *len = n;
-    return 0;
+    return tail_get(ctx, name, out);
 }
 
 static void begin(http_server *hs, h2o_req_t *req, hkind kind)
@@ -1240,119 +1056,45 @@ static void begin(http_server *hs, h2o_req_t *req, hkind kind)
         send_error(hs, req, 503, "shutting_down", NULL, "the server is shutting down");
         return;
     }
-    json_error_t je;
-    json_t *j = json_loadb(req->entity.base ? req->entity.base : "", req->entity.len,
-                           JSON_REJECT_DUPLICATES, &je);
-    if (!j) {
-        send_error(hs, req, 400, "invalid_json", NULL, "the request body is not valid JSON: %s "
-                   "(line %d, column %d)", je.text, je.line, je.column);
-        return;
-    }
-    if (!json_is_object(j)) {
-        send_error(hs, req, 400, "invalid_json", NULL, "the request body must be a JSON object, got %s",
-                   jtype(j));
-        json_decref(j);
+    const h2o_iovec_t *hv = header(req, "x-lind-session");
+    httpreq_limits lim = { .max_tokens = srv->opt.max_tokens, .vocab = srv->vocab, .tpl = &hs->tpl,
+                           .tail = tail_lookup, .tail_ctx = hs };
+    httpreq r;
+    httpreq_error e;
+    if (httpreq_parse(&r, kind == HK_CHAT ? HTTPREQ_CHAT : HTTPREQ_COMPLETION, req->entity.base,
+                      req->entity.len, hv ? hv->base : NULL, hv ? hv->len : 0, &lim, &e) != 0) {
+        send_error(hs, req, e.status, e.code, e.param, "%s", e.msg);
         return;
     }
     hreq *h = calloc(1, sizeof *h);
-    if (!h) { json_decref(j); send_error(hs, req, 500, "internal", NULL, "out of memory"); return; }
+    if (!h) { httpreq_free(&r); send_error(hs, req, 500, "internal", NULL, "out of memory"); return; }
     h->hs = hs;
     h->kind = kind;
     h->stop_at = SIZE_MAX;
     h->created = wall_ms() / 1000;
     h->t_recv_ns = now_ns();
     h->id = HTTP_CONN_BIT | ++hs->seq;
-    perr e = { "", NULL };
-    int rc = parse_common(hs, j, h, &e);
-    char name[STORE_NAME_MAX + 1] = "", prev[STORE_NAME_MAX + 1] = "", sess[STORE_NAME_MAX + 1] = "";
-    if (!rc) rc = get_name(j, "user", name, &e);
-    if (!rc) rc = get_name(j, "session", sess, &e);
-    if (!rc) rc = get_name(j, "previous_response_id", prev, &e);
-    if (!rc && sess[0]) snprintf(name, sizeof name, "%s", sess);
-    const h2o_iovec_t *hv = header(req, "x-lind-session");
-    if (!rc && hv) {
-        char why[160];
-        if (hv->len == 0 || hv->len > STORE_NAME_MAX) {
-            rc = bad(&e, NULL, "header X-Lind-Session must be 1..%d bytes", STORE_NAME_MAX);
-        } else {
-            memcpy(name, hv->base, hv->len);
-            name[hv->len] = 0;
-            if (strlen(name) != hv->len || store_name_check(name, why, sizeof why))
-                rc = bad(&e, NULL, "header X-Lind-Session cannot name a session: %s", why);
-        }
-    }
-    if (!rc && prev[0] && name[0])
-        rc = bad(&e, "previous_response_id", "'previous_response_id' continues a response's own "
-                 "session; it cannot be combined with a session name (session, user, X-Lind-Session)");
     new_resp_id(h->resp_id, sizeof h->resp_id);
-    /* The text: a prompt, or messages rendered with the chat template. */
-    size_t k = 0;   /* chat: messages before k are what the session holds */
-    if (!rc && kind == HK_COMPLETION) {
-        json_t *p = json_object_get(j, "prompt");
-        if (json_is_array(p) && json_array_size(p) == 1) p = json_array_get(p, 0);
-        if (!p) rc = bad(&e, "prompt", "'prompt' is required");
-        else if (!json_is_string(p))
-            rc = bad(&e, "prompt", "'prompt' must be a string (or an array of one string), got %s",
-                     jtype(p));
-        else if (set_text(&h->new_text, &h->new_len, json_string_value(p), json_string_length(p)))
-            rc = bad(&e, NULL, "out of memory");
-    } else if (!rc) {
-        json_t *msgs = json_object_get(j, "messages");
-        if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
-            rc = bad(&e, "messages", "'messages' must be a non-empty array of {role, content}");
-        } else {
-            h->messages = json_incref(msgs);
-            for (size_t i = 0; i < json_array_size(msgs); i++) {
-                const char *role = json_string_value(json_object_get(json_array_get(msgs, i), "role"));
-                if (role && !strcmp(role, "assistant")) k = i + 1;
-            }
-            for (int i = 0; !rc && i < hs->tpl.n_stop; i++) {
-                int dup = 0;
-                for (int s2 = 0; s2 < h->n_stop; s2++)
-                    dup |= h->stop_len[s2] == strlen(hs->tpl.stop[i]) &&
-                           !memcmp(h->stop[s2], hs->tpl.stop[i], h->stop_len[s2]);
-                if (!dup) rc = add_stop(h, hs->tpl.stop[i], strlen(hs->tpl.stop[i]), &e);
-            }
-            char err[512];
-            uint8_t tail[PROTO_MAX_STOP_LEN];
-            const char *cont = prev[0] ? prev : name[0] ? name : NULL;
-            char prefix[STORE_NAME_MAX + 1] = "";
-            if (!rc && !cont && k > 0 && conv_name(msgs, k, NULL, 0, prefix, sizeof prefix) == 0)
-                cont = prefix;
-            size_t from = prev[0] ? 0 : k;
-            size_t tl = cont ? tail_get(hs, cont, tail) : 0;
-            char *txt = NULL;
-            size_t n = 0;
-            if (!rc && (rc = chat_render(&hs->tpl, msgs, from, from > 0 || prev[0], tail, tl,
-                                         from == 0 && !prev[0] && !name[0],
-                                         &txt, &n, err, sizeof err)) != 0)
-                rc = bad(&e, "messages", "%s", err);
-            if (!rc) { h->new_text = (uint8_t *)txt; h->new_len = n; }
-            if (!rc && !prev[0] && !name[0] && k > 0) {
-                /* Stateless with history: the whole conversation, in case no
-                 * stored session holds its prefix. */
-                if ((rc = chat_render(&hs->tpl, msgs, 0, 0, NULL, 0, 1, &txt, &n, err, sizeof err)) != 0)
-                    rc = bad(&e, "messages", "%s", err);
-                else { h->full_text = (uint8_t *)txt; h->full_len = n; }
-                snprintf(h->fork_from, sizeof h->fork_from, "%s", prefix);
-            }
-        }
-    }
-    json_decref(j);
-    if (rc) {
-        send_error(hs, req, 400, "invalid_request", e.param, "%s", e.msg);
-        h->hs = hs;
-        json_decref(h->messages);
-        h->messages = NULL;
-        free(h->new_text);
-        free(h->full_text);
-        proto_request_free(&h->gen_req);
-        free(h);
-        return;
-    }
-    memcpy(h->gen_req.stop, h->stop, sizeof h->stop);
-    memcpy(h->gen_req.stop_len, h->stop_len, sizeof h->stop_len);
-    h->gen_req.n_stop = h->n_stop;
+    /* What the turn needs, taken from r (which keeps nothing). */
+    h->stream = r.stream;
+    h->include_usage = r.include_usage;
+    h->gen_req = r.gen;
+    memset(&r.gen, 0, sizeof r.gen);
+    h->n_stop = h->gen_req.n_stop;
+    memcpy(h->stop, h->gen_req.stop, sizeof h->stop);
+    memcpy(h->stop_len, h->gen_req.stop_len, sizeof h->stop_len);
+    h->max_stop = r.max_stop;
+    h->messages = r.messages;
+    h->new_text = r.new_text;
+    h->new_len = r.new_len;
+    h->full_text = r.full_text;
+    h->full_len = r.full_len;
+    r.messages = NULL;
+    r.new_text = r.full_text = NULL;
+    httpreq_free(&r);   /* the names stay readable */
+    const char *prev = r.prev, *name = r.name;
+    /* Stateless chat with history: continue its stored prefix when there is one. */
+    snprintf(h->fork_from, sizeof h->fork_from, "%s", r.prefix);
     /* Which session the turn runs on, and what stays afterwards. */
     if (prev[0]) {
         snprintf(h->session, sizeof h->session, "%s", h->resp_id);
