@@ -110,7 +110,8 @@ $(BUILD)/liblindclient.a: $(CLI_LIB_OBJS)
 $(BUILD)/lind: $(BUILD)/daemon/main.o $(BUILD)/liblinddaemon.a $(BUILD)/liblind.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/lindctl: $(CTL_OBJS) $(BUILD)/liblindclient.a
+# lindctl chat's templates are the daemon's module (daemon/chat.c).
+$(BUILD)/lindctl: $(CTL_OBJS) $(BUILD)/daemon/chat.o $(BUILD)/liblindclient.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(CTL_LDLIBS)
 
 # A test links what its name says it needs, so one module's work in progress
@@ -121,7 +122,7 @@ $(BUILD)/tests/test_daemon_%: $(BUILD)/tests/test_daemon_%.o $(BUILD)/liblinddae
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 $(BUILD)/tests/test_client_%: $(BUILD)/tests/test_client_%.o $(BUILD)/liblindclient.a $(BUILD)/liblind.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-$(BUILD)/tests/test_lindctl_%: $(BUILD)/tests/test_lindctl_%.o $(BUILD)/liblindclient.a $(BUILD)/liblind.a
+$(BUILD)/tests/test_lindctl_%: $(BUILD)/tests/test_lindctl_%.o $(BUILD)/daemon/chat.o $(BUILD)/liblindclient.a $(BUILD)/liblind.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 $(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(BUILD)/liblind.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)

@@ -208,7 +208,7 @@ static int parse_chat(httpreq *r, json_t *j, const httpreq_limits *lim, httpreq_
         const char *role = json_string_value(json_object_get(json_array_get(msgs, i), "role"));
         if (role && !strcmp(role, "assistant")) k = i + 1;
     }
-    for (int i = 0; i < tpl->n_stop; i++) {
+    for (size_t i = 0; i < tpl->n_stop; i++) {
         size_t sl = strlen(tpl->stop[i]);
         int dup = 0;
         for (int s2 = 0; s2 < r->gen.n_stop; s2++)
