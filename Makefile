@@ -110,7 +110,8 @@ $(BUILD)/liblindclient.a: $(CLI_LIB_OBJS)
 $(BUILD)/lind: $(BUILD)/daemon/main.o $(BUILD)/liblinddaemon.a $(BUILD)/liblind.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/lindctl: $(CTL_OBJS) $(BUILD)/liblindclient.a
+# lindctl chat's templates are the daemon's module (daemon/chat.c).
+$(BUILD)/lindctl: $(CTL_OBJS) $(BUILD)/daemon/chat.o $(BUILD)/liblindclient.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(CTL_LDLIBS)
 
 # A test links what its name says it needs, so one module's work in progress
@@ -121,7 +122,7 @@ $(BUILD)/tests/test_daemon_%: $(BUILD)/tests/test_daemon_%.o $(BUILD)/liblinddae
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 $(BUILD)/tests/test_client_%: $(BUILD)/tests/test_client_%.o $(BUILD)/liblindclient.a $(BUILD)/liblind.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-$(BUILD)/tests/test_lindctl_%: $(BUILD)/tests/test_lindctl_%.o $(BUILD)/liblindclient.a $(BUILD)/liblind.a
+$(BUILD)/tests/test_lindctl_%: $(BUILD)/tests/test_lindctl_%.o $(BUILD)/daemon/chat.o $(BUILD)/liblindclient.a $(BUILD)/liblind.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 $(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(BUILD)/liblind.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
@@ -235,7 +236,7 @@ test-torch: $(BUILD)/tests/test_model_default
 
 # libFuzzer targets (tests/fuzz_*.c), one per decoder of untrusted bytes:
 # the protocol, the state blob, the export file, the transcript,
-# safetensors headers, config.json, tokenizer files. Built with clang: the
+# safetensors headers, config.json, tokenizer files, HTTP request bodies. Built with clang: the
 # engine, the store and the protocol decoder compiled once into
 # $(FUZZ_BUILD)/libfuzz.a (sanitized, no CUDA), each driver linked against
 # it, so a driver gets exactly the sources it uses. Each runs for
@@ -247,7 +248,8 @@ FUZZ_BUILD   ?= build-fuzz
 FUZZ_SAN      = -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_CFLAGS   = -std=gnu11 -g -O1 $(ARCH) -I. -D_GNU_SOURCE -fno-strict-aliasing $(FUZZ_SAN)
 FUZZ_LIB_SRCS = $(wildcard recurrent/*.c kernels/*.c kernels/cpu/*.c state/*.c) \
-                $(filter-out kernels/cuda/cuda_%.c,$(wildcard kernels/cuda/*.c)) daemon/protocol.c
+                $(filter-out kernels/cuda/cuda_%.c,$(wildcard kernels/cuda/*.c)) daemon/protocol.c \
+                daemon/chat.c daemon/httpreq.c
 FUZZ_LIB_OBJS = $(FUZZ_LIB_SRCS:%.c=$(FUZZ_BUILD)/obj/%.o)
 FUZZ_BINS     = $(FUZZ_SRCS:tests/%.c=$(FUZZ_BUILD)/%)
 FUZZ_LDLIBS   = -lopenblas -lmsgpackc -lsqlite3 -ljansson -lxxhash -lpcre2-8 -lutf8proc -lm -lpthread

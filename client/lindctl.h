@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "client/lindclient.h"
+#include "daemon/chat.h"
 
 /* Exit statuses, one per class of failure (docs/LINDCTL.md lists them). */
 enum {
@@ -137,37 +138,6 @@ int ctl_parse_f64(const char *opt, const char *s, double *out);
 /* 0, or -EINVAL with a sentence naming the option (--top-p ...) in err. */
 int ctl_check_gen_opts(const lindc_gen_opts *o, char *err, size_t errlen);
 
-/* ---- chat templates (lindctl_template.c) ---------------------------------- */
-
-#define CTL_TEMPLATE_MAX 16384   /* bytes of a template file */
-
-/* How a chat model was trained to see a conversation (lind_chat.json,
- * docs/LINDCTL.md). Owns its strings: free with ctl_template_free(). */
-typedef struct ctl_template {
-    char  name[64];
-    char *system;          /* "...{system}..." or NULL: a system prompt is not framed */
-    char *user;            /* "...{prompt}...": one user turn, up to the reply's start */
-    char *assistant_end;   /* what closes a reply before the next user turn, or NULL */
-    char *default_system;  /* the system prompt when none is given, or NULL */
-    char *stop[CTL_MAX_STOPS];
-    size_t n_stop;
-} ctl_template;
-
-/* Parse the JSON format; `origin` names it in errors. 0 or -EINVAL. */
-int  ctl_template_from_json(ctl_template *t, const char *json, size_t len, const char *origin,
-                            char *err, size_t errlen);
-/* A built-in name ("none", "raven") or a template file's path. */
-int  ctl_template_load(ctl_template *t, const char *spec, char *err, size_t errlen);
-void ctl_template_free(ctl_template *t);
-/* Print the built-ins, one a line. */
-void ctl_template_list(FILE *f);
-/* The text to send for one typed message: assistant_end when a reply came
- * before (`after_reply`), the framed system prompt when `system` is set,
- * then the user pattern around msg (its final newline dropped). What the
- * stream already ends with (`tail`: a stop string the reply stopped on) is
- * not repeated. *out is malloc'd (caller frees). 0 or -ENOMEM. */
-int  ctl_template_format(const ctl_template *t, const char *system, int after_reply,
-                         const uint8_t *tail, size_t tail_len, const char *msg, size_t msg_len,
-                         char **out, size_t *out_len);
+/* ---- chat templates: daemon/chat.h (chat_template_load, _format, ...) ------ */
 
 #endif

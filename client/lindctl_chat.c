@@ -72,7 +72,7 @@ static void usage(FILE *f)
 "      --template T          chat template: a built-in or a lind_chat.json file\n"
 "                            (default: the model directory's lind_chat.json,\n"
 "                            else none). Built-ins:\n");
-    ctl_template_list(f);
+    chat_template_list(f);
     fprintf(f,
 "      --socket PATH         the daemon's socket (default $LIND_SOCKET, else ./lind.sock)\n");
 }
@@ -83,7 +83,7 @@ typedef struct chat {
     char session[256];
     char *stops[CTL_MAX_STOPS];   /* --stop / /set stop (owned) */
     size_t n_stop;
-    ctl_template tpl;
+    chat_template tpl;
     int tpl_chosen;         /* --template or /set template: the model's is not used */
     char *system;           /* system prompt (owned) or NULL */
     int system_pending;     /* send the system prompt before the next message */
@@ -161,14 +161,14 @@ static void notice(const char *fmt, ...)
 static void chat_use_model_template(chat *ch, int say)
 {
     if (ch->tpl_chosen || !ch->model_template) return;
-    ctl_template t;
+    chat_template t;
     char err[512];
-    if (ctl_template_from_json(&t, ch->model_template, strlen(ch->model_template),
+    if (chat_template_from_json(&t, ch->model_template, strlen(ch->model_template),
                                "the model's lind_chat.json", err, sizeof err)) {
         notice("ignoring the model's chat template: %s", err);
         return;
     }
-    ctl_template_free(&ch->tpl);
+    chat_template_free(&ch->tpl);
     ch->tpl = t;
     if (!ch->system && t.default_system) ch->system = strdup(t.default_system);
     if (say) notice("chat template \"%s\" from the model directory (--template none turns it off)", t.name);
@@ -710,12 +710,12 @@ static int chat_set(chat *ch, const char *key, char *val)
         ch->system_pending = ch->system != NULL;
         return 0;
     } else if (!strcmp(k, "template")) {
-        ctl_template t;
-        if (ctl_template_load(&t, val, err, sizeof err)) {
+        chat_template t;
+        if (chat_template_load(&t, val, err, sizeof err)) {
             fprintf(stderr, "lindctl: %s\n", err);
             return -1;
         }
-        ctl_template_free(&ch->tpl);
+        chat_template_free(&ch->tpl);
         ch->tpl = t;
         ch->tpl_chosen = 1;
         return 0;
@@ -1135,7 +1135,7 @@ int cmd_chat(const ctl_opts *g0, int argc, char **argv)
     };
     int opt, status = EXIT_USAGE;
     char err[512];
-    if (ctl_template_load(&ch.tpl, "none", err, sizeof err)) {
+    if (chat_template_load(&ch.tpl, "none", err, sizeof err)) {
         fprintf(stderr, "lindctl: %s\n", err);
         return EXIT_INTERNAL;
     }
@@ -1245,7 +1245,7 @@ int cmd_chat(const ctl_opts *g0, int argc, char **argv)
         char *text = NULL;
         size_t tlen = 0;
         if (len > 1 || ch.system_pending) {
-            if (ctl_template_format(&ch.tpl, ch.system_pending ? ch.system : NULL, ch.after_reply,
+            if (chat_template_format(&ch.tpl, ch.system_pending ? ch.system : NULL, ch.after_reply,
                                     ch.tail, ch.tail_len, msg, len, &text, &tlen)) {
                 notice("out of memory");
                 free(msg);
@@ -1272,7 +1272,7 @@ out:
     free(ch.system);
     free(ch.model_template);
     chat_clear_stops(&ch);
-    ctl_template_free(&ch.tpl);
+    chat_template_free(&ch.tpl);
     lindc_free(ch.c);
     return status;
 }

@@ -14,68 +14,187 @@ void chat_template_free(chat_template *t)
     memset(t, 0, sizeof *t);
 }
 
-static int dup_field(json_t *j, const char *key, char **out, char *err, size_t errlen)
+/* One placeholder at most, and only the one the pattern is for. */
+static int check_pattern(const char *field, const char *pat, const char *want, char *err, size_t errlen)
 {
-    json_t *v = json_object_get(j, key);
-    *out = NULL;
-    if (!v) return 0;
-    if (!json_is_string(v)) {
-        snprintf(err, errlen, "lind_chat.json: '%s' must be a string", key);
+    const char *other = !strcmp(want, "{prompt}") ? "{system}" : "{prompt}";
+    const char *hit = strstr(pat, want);
+    if (!hit) {
+        snprintf(err, errlen, "'%s' must contain %s", field, want);
         return -EINVAL;
     }
-    *out = strdup(json_string_value(v));
-    return *out ? 0 : -ENOMEM;
+    if (strstr(hit + strlen(want), want)) {
+        snprintf(err, errlen, "'%s' holds %s twice", field, want);
+        return -EINVAL;
+    }
+    if (strstr(pat, other)) {
+        snprintf(err, errlen, "'%s' may not hold %s", field, other);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static int dup_field(json_t *j, const char *key, char **out)
+{
+    const char *s = json_string_value(json_object_get(j, key));
+    *out = s ? strdup(s) : NULL;
+    return s && !*out ? -ENOMEM : 0;
+}
+
+int chat_template_from_json(chat_template *t, const char *json, size_t len, const char *origin,
+                            char *err, size_t errlen)
+{
+    memset(t, 0, sizeof *t);
+    json_error_t je;
+    json_t *j = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
+    if (!j) {
+        snprintf(err, errlen, "%s: not JSON (line %d: %s)", origin, je.line, je.text);
+        return -EINVAL;
+    }
+    int rc = -EINVAL;
+    char why[160];
+    if (!json_is_object(j)) {
+        snprintf(err, errlen, "%s: want a JSON object", origin);
+        goto out;
+    }
+    static const char *const known[] = { "name", "system", "user", "assistant_end", "stop",
+                                         "default_system" };
+    const char *key;
+    json_t *v;
+    json_object_foreach(j, key, v) {
+        size_t k = 0;
+        while (k < sizeof known / sizeof known[0] && strcmp(known[k], key)) k++;
+        if (k == sizeof known / sizeof known[0]) {
+            snprintf(err, errlen, "%s: unknown field '%s' (known: name, system, user, assistant_end, "
+                     "stop, default_system)", origin, key);
+            goto out;
+        }
+        if (strcmp(key, "stop") && !json_is_string(v)) {
+            snprintf(err, errlen, "%s: '%s' must be a string", origin, key);
+            goto out;
+        }
+        if (strcmp(key, "stop") && strlen(json_string_value(v)) != json_string_length(v)) {
+            snprintf(err, errlen, "%s: '%s' holds a NUL character", origin, key);
+            goto out;
+        }
+    }
+    const char *user = json_string_value(json_object_get(j, "user"));
+    if (!user) {
+        snprintf(err, errlen, "%s: missing the 'user' pattern (e.g. \"User: {prompt}\\n\\nAssistant:\")",
+                 origin);
+        goto out;
+    }
+    if (check_pattern("user", user, "{prompt}", why, sizeof why)) {
+        snprintf(err, errlen, "%s: %s", origin, why);
+        goto out;
+    }
+    const char *sys = json_string_value(json_object_get(j, "system"));
+    if (sys && check_pattern("system", sys, "{system}", why, sizeof why)) {
+        snprintf(err, errlen, "%s: %s", origin, why);
+        goto out;
+    }
+    const char *aend = json_string_value(json_object_get(j, "assistant_end"));
+    if (aend && (strstr(aend, "{prompt}") || strstr(aend, "{system}"))) {
+        snprintf(err, errlen, "%s: 'assistant_end' takes no placeholder", origin);
+        goto out;
+    }
+    json_t *stop = json_object_get(j, "stop");
+    if (stop && !json_is_array(stop)) {
+        snprintf(err, errlen, "%s: 'stop' must be an array of strings", origin);
+        goto out;
+    }
+    if (json_array_size(stop) > PROTO_MAX_STOPS) {
+        snprintf(err, errlen, "%s: 'stop' has %zu strings; at most %d", origin, json_array_size(stop),
+                 PROTO_MAX_STOPS);
+        goto out;
+    }
+    for (size_t i = 0; i < json_array_size(stop); i++) {
+        json_t *s = json_array_get(stop, i);
+        size_t n = json_string_length(s);
+        if (!json_is_string(s) || n < 1 || n > PROTO_MAX_STOP_LEN || strlen(json_string_value(s)) != n) {
+            snprintf(err, errlen, "%s: stop[%zu] must be a string of 1..%d bytes", origin, i,
+                     PROTO_MAX_STOP_LEN);
+            goto out;
+        }
+        memcpy(t->stop[t->n_stop++], json_string_value(s), n + 1);
+    }
+    const char *name = json_string_value(json_object_get(j, "name"));
+    snprintf(t->name, sizeof t->name, "%s", name ? name : origin);
+    if (dup_field(j, "user", &t->user) || dup_field(j, "system", &t->system) ||
+        dup_field(j, "assistant_end", &t->assistant_end) ||
+        dup_field(j, "default_system", &t->default_system)) {
+        snprintf(err, errlen, "%s: out of memory", origin);
+        rc = -ENOMEM;
+        goto out;
+    }
+    rc = 0;
+out:
+    json_decref(j);
+    if (rc) chat_template_free(t);
+    return rc;
+}
+
+/* The built-in templates, in the file format itself. */
+static const struct { const char *name, *json, *about; } builtins[] = {
+    { "none", "{\"name\":\"none\",\"user\":\"{prompt}\\n\"}",
+      "the typed text as it is, with its newline (for a plain language model)" },
+    { "raven", "{\"name\":\"raven\",\"system\":\"{system}\\n\\n\","
+               "\"user\":\"User: {prompt}\\n\\nAssistant:\",\"assistant_end\":\"\\n\\n\","
+               "\"stop\":[\"\\n\\nUser:\"]}",
+      "RWKV Raven: \"User: ...\\n\\nAssistant:\", stops at \"\\n\\nUser:\"" },
+};
+
+void chat_template_list(FILE *f)
+{
+    for (size_t i = 0; i < sizeof builtins / sizeof builtins[0]; i++)
+        fprintf(f, "  %-8s %s\n", builtins[i].name, builtins[i].about);
 }
 
 int chat_template_parse(chat_template *t, const char *json, char *err, size_t errlen)
 {
-    memset(t, 0, sizeof *t);
-    if (!json) {
-        t->user = strdup("{prompt}\n");
-        return t->user ? 0 : -ENOMEM;
+    if (!json) return chat_template_from_json(t, builtins[0].json, strlen(builtins[0].json), "none", err, errlen);
+    return chat_template_from_json(t, json, strlen(json), "lind_chat.json", err, errlen);
+}
+
+int chat_template_load(chat_template *t, const char *spec, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < sizeof builtins / sizeof builtins[0]; i++)
+        if (!strcmp(spec, builtins[i].name))
+            return chat_template_from_json(t, builtins[i].json, strlen(builtins[i].json),
+                                           builtins[i].name, err, errlen);
+    FILE *f = fopen(spec, "rb");
+    if (!f) {
+        snprintf(err, errlen, "template '%s' is neither a built-in (none, raven) nor a readable file: %s",
+                 spec, strerror(errno));
+        return -ENOENT;
     }
-    json_error_t je;
-    json_t *j = json_loads(json, 0, &je);
-    if (!j || !json_is_object(j)) {
-        snprintf(err, errlen, "lind_chat.json: not a JSON object");
-        json_decref(j);
-        return -EINVAL;
+    char *buf = malloc(CHAT_TEMPLATE_MAX + 1);
+    if (!buf) { fclose(f); snprintf(err, errlen, "out of memory"); return -ENOMEM; }
+    size_t n = fread(buf, 1, CHAT_TEMPLATE_MAX + 1, f);
+    int rd_err = ferror(f);
+    fclose(f);
+    int rc;
+    if (rd_err) {
+        snprintf(err, errlen, "cannot read template file %s", spec);
+        rc = -EIO;
+    } else if (n > CHAT_TEMPLATE_MAX) {
+        snprintf(err, errlen, "template file %s is over %d bytes", spec, CHAT_TEMPLATE_MAX);
+        rc = -EFBIG;
+    } else {
+        rc = chat_template_from_json(t, buf, n, spec, err, errlen);
     }
-    int rc = dup_field(j, "user", &t->user, err, errlen);
-    if (!rc) rc = dup_field(j, "system", &t->system, err, errlen);
-    if (!rc) rc = dup_field(j, "assistant_end", &t->assistant_end, err, errlen);
-    if (!rc) rc = dup_field(j, "default_system", &t->default_system, err, errlen);
-    if (!rc && (!t->user || !strstr(t->user, "{prompt}"))) {
-        snprintf(err, errlen, "lind_chat.json: 'user' must be a string holding {prompt}");
-        rc = -EINVAL;
-    }
-    if (!rc && t->system && !strstr(t->system, "{system}")) {
-        snprintf(err, errlen, "lind_chat.json: 'system' must hold {system}");
-        rc = -EINVAL;
-    }
-    json_t *stop = json_object_get(j, "stop");
-    for (size_t i = 0; !rc && i < json_array_size(stop); i++) {
-        const char *s = json_string_value(json_array_get(stop, i));
-        size_t n = s ? strlen(s) : 0;
-        if (!s || n < 1 || n > PROTO_MAX_STOP_LEN || t->n_stop == PROTO_MAX_STOPS) {
-            snprintf(err, errlen, "lind_chat.json: stop[%zu] must be a string of 1..%d bytes (at most %d)",
-                     i, PROTO_MAX_STOP_LEN, PROTO_MAX_STOPS);
-            rc = -EINVAL;
-            break;
-        }
-        memcpy(t->stop[t->n_stop++], s, n + 1);
-    }
-    json_decref(j);
-    if (rc) chat_template_free(t);
+    free(buf);
     return rc;
 }
 
 /* A growing byte buffer. */
 typedef struct sbuf { char *p; size_t n, cap; int oom; } sbuf;
 
+/* Append n bytes (n = 0 on an empty buffer allocates it: results are
+ * never NULL, even when empty). */
 static void put(sbuf *b, const char *s, size_t n)
 {
-    if (b->oom || !n) return;
+    if (b->oom || (!n && b->p)) return;
     if (b->n + n + 1 > b->cap) {
         size_t nc = b->cap ? b->cap : 256;
         while (nc < b->n + n + 1) nc *= 2;
@@ -84,7 +203,7 @@ static void put(sbuf *b, const char *s, size_t n)
         b->p = np;
         b->cap = nc;
     }
-    memcpy(b->p + b->n, s, n);
+    if (n) memcpy(b->p + b->n, s, n);
     b->n += n;
     b->p[b->n] = 0;
 }
@@ -122,6 +241,7 @@ int chat_message_text(json_t *msg, size_t index, char **out, size_t *len, char *
     } else if (c && !json_is_null(c)) {
         snprintf(err, errlen, "messages[%zu].content must be a string or an array of text parts",
                  index);
+        free(b.p);
         return -EINVAL;
     }
     if (b.oom || !b.p) { free(b.p); snprintf(err, errlen, "out of memory"); return -ENOMEM; }
@@ -133,6 +253,28 @@ int chat_message_text(json_t *msg, size_t index, char **out, size_t *len, char *
     *out = b.p;
     *len = b.n;
     return 0;
+}
+
+/* How many bytes at the start of s (n bytes, beginning where a reply was
+ * closed) the stream's last bytes already hold: a stop string the reply
+ * stopped on, or the part of assistant_end a reply that ran out of length
+ * wrote. Nothing else is taken as said: an ordinary last byte equal to the
+ * message's first is not dropped. */
+static size_t repeated(const chat_template *t, const uint8_t *tail, size_t tail_len, const char *s,
+                       size_t n)
+{
+    size_t skip = 0;
+    for (size_t i = 0; i < t->n_stop; i++) {
+        size_t k = strlen(t->stop[i]);
+        if (k <= tail_len && k <= n && !memcmp(tail + tail_len - k, t->stop[i], k) &&
+            !memcmp(s, t->stop[i], k) && k > skip)
+            skip = k;
+    }
+    size_t ae = t->assistant_end ? strlen(t->assistant_end) : 0;
+    if (ae > n) ae = n;
+    for (size_t k = ae < tail_len ? ae : tail_len; k > skip; k--)
+        if (!memcmp(tail + tail_len - k, s, k)) { skip = k; break; }
+    return skip;
 }
 
 int chat_render(const chat_template *t, json_t *messages, size_t from, int after_reply,
@@ -180,6 +322,8 @@ int chat_render(const chat_template *t, json_t *messages, size_t from, int after
         if (sys) {
             expand(&b, t->system ? t->system : "{system}\n", "{system}", text, len);
         } else if (user) {
+            /* The Enter that ended a typed message is not part of it; the
+             * pattern puts back what the model expects ("none": "{prompt}\n"). */
             if (len && text[len - 1] == '\n') len--;
             expand(&b, t->user, "{prompt}", text, len);
         } else {
@@ -190,18 +334,34 @@ int chat_render(const chat_template *t, json_t *messages, size_t from, int after
         first = 0;
     }
     if (b.oom) { free(b.p); snprintf(err, errlen, "out of memory"); return -ENOMEM; }
-    /* The session's reply may already end with the start of what follows
-     * it (a stop string such as "\n\nUser:"): do not say it twice. */
-    size_t skip = 0;
     if (after_reply && tail_len) {
-        const char *s = b.p + skip_from;
-        size_t avail = b.n - skip_from;
-        for (size_t k = tail_len < avail ? tail_len : avail; k > 0; k--)
-            if (!memcmp(tail + tail_len - k, s, k)) { skip = k; break; }
+        size_t skip = repeated(t, tail, tail_len, b.p + skip_from, b.n - skip_from);
         memmove(b.p + skip_from, b.p + skip_from + skip, b.n - skip_from - skip + 1);
         b.n -= skip;
     }
     *out = b.p;
     *out_len = b.n;
     return 0;
+}
+
+int chat_template_format(const chat_template *t, const char *system, int after_reply,
+                         const uint8_t *tail, size_t tail_len, const char *msg, size_t msg_len,
+                         char **out, size_t *out_len)
+{
+    if (memchr(msg, 0, msg_len)) return -EINVAL;
+    /* The same rendering as a message list's (any bytes: typed text need
+     * not be UTF-8). */
+    json_t *msgs = json_array();
+    int rc = msgs ? 0 : -ENOMEM;
+    if (!rc && system && *system &&
+        json_array_append_new(msgs, json_pack("{s:s, s:o}", "role", "system", "content",
+                                              json_stringn_nocheck(system, strlen(system)))))
+        rc = -ENOMEM;
+    if (!rc && json_array_append_new(msgs, json_pack("{s:s, s:o}", "role", "user", "content",
+                                                     json_stringn_nocheck(msg, msg_len))))
+        rc = -ENOMEM;
+    char err[256];
+    if (!rc) rc = chat_render(t, msgs, 0, after_reply, tail, tail_len, 0, out, out_len, err, sizeof err);
+    json_decref(msgs);
+    return rc;
 }

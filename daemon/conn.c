@@ -137,6 +137,21 @@ static void mem_sub(conn *c, size_t in_bytes, size_t req_bytes)
     c->inflight_bytes -= req_bytes;
 }
 
+void conn_budget_add(server *srv, size_t bytes, size_t inflight)
+{
+    srv->mem_bytes += bytes;
+    srv->inflight_bytes += inflight;
+}
+
+void conn_budget_sub(server *srv, size_t bytes, size_t inflight)
+{
+    srv->mem_bytes -= bytes;
+    srv->inflight_bytes -= inflight;
+    wake_starved(srv);
+}
+
+int conn_budget_over(const server *srv) { return srv->mem_bytes > srv->opt.max_total_bytes; }
+
 /* May this connection grow its input buffer by `grow` bytes? */
 static int mem_allow_read(conn *c, size_t grow)
 {

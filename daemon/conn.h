@@ -18,7 +18,8 @@
  * too), except that a connection using under CONN_SMALL_BYTES may always go
  * on (so a small client is never starved by big ones) and one connection at
  * a time may finish a message it started (so the budget cannot deadlock on
- * half-read messages). So the daemon holds about --max-total-bytes +
+ * half-read messages). The HTTP front door's bodies and buffered output
+ * count in the same total (conn_budget_add). So the daemon holds about --max-total-bytes +
  * --max-message + connections × (CONN_SMALL_BYTES + --max-output) of
  * request and output bytes (docs/DAEMON.md).
  *
@@ -118,5 +119,16 @@ void  conn_refuse_fd_limit(conn *c, long long limit);
 void  conn_log_refusal(const char *why);
 /* Apply the timeouts (loop thread, every 250 ms). */
 void  conn_tick(server *srv);
+
+/* Bytes held for clients outside these connections (the HTTP front door's
+ * request bodies and buffered output, daemon/http.c) in the same
+ * --max-total-bytes budget: `inflight` of `bytes` are request bytes in
+ * flight (they end by themselves), the rest output waiting for a client.
+ * conn_budget_sub gives them back and lets connections waiting for the
+ * budget read again. Loop thread only. */
+void  conn_budget_add(server *srv, size_t bytes, size_t inflight);
+void  conn_budget_sub(server *srv, size_t bytes, size_t inflight);
+/* Is the budget spent (every byte counted, over --max-total-bytes)? */
+int   conn_budget_over(const server *srv);
 
 #endif

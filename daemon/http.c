@@ -23,7 +23,9 @@
 #include <xxhash.h>
 #include <h2o.h>
 #include "daemon/chat.h"
+#include "daemon/conn.h"
 #include "daemon/errors.h"
+#include "daemon/httpreq.h"
 
 #define HREQ_BUCKETS 1024
 #define TAIL_SLOTS   4096   /* remembered stop tails (see tail_cache) */
@@ -107,6 +109,8 @@ typedef struct hreq {
     uint64_t  t_recv_ns;
     int       got_token;
     int       sent_text;       /* a text chunk went out: later ones may wait for the flush timer */
+    size_t    body_bytes;      /* the request body libh2o holds for it, in the byte budget */
+    size_t    acct;            /* its buffers' bytes in the byte budget (account) */
 } hreq;
 
 /* ---- small helpers ---------------------------------------------------------- */
@@ -167,6 +171,19 @@ static void post_sched(http_server *hs, uint64_t id, dmsg_kind kind)
     if (m) queue_push(&hs->srv->schedq, &m->node);
 }
 
+/* A request's bytes count in the daemon's --max-total-bytes budget as a
+ * socket connection's do (daemon/conn.h): its body (libh2o holds it until
+ * the request ends: request bytes in flight) and its buffers, the output
+ * waiting for the client (pend, wbuf) and the reply's text. Called after
+ * whatever grows or frees them. */
+static void account(hreq *h)
+{
+    size_t now = h->pend.cap + h->wbuf.cap + h->text.cap + h->pre.cap + h->post.cap;
+    if (now > h->acct) conn_budget_add(h->hs->srv, now - h->acct, 0);
+    else if (now < h->acct) conn_budget_sub(h->hs->srv, h->acct - now, 0);
+    h->acct = now;
+}
+
 /* Free a request's state; the compute thread forgets its connection. */
 static void hreq_free(hreq *h)
 {
@@ -178,6 +195,8 @@ static void hreq_free(hreq *h)
     hbuf_free(&h->text);
     hbuf_free(&h->pre);
     hbuf_free(&h->post);
+    account(h);
+    if (h->body_bytes) conn_budget_sub(hs->srv, h->body_bytes, h->body_bytes);
     free(h->full_text);
     free(h->new_text);
     json_decref(h->messages);
@@ -329,40 +348,6 @@ static size_t tail_get(http_server *hs, const char *name, uint8_t *out)
     return hs->tails[i].len;
 }
 
-/* ---- conversation hashes ------------------------------------------------------- */
-
-/* The name of the stored session holding a conversation: chat- and the
- * xxh64 of its messages (role, NUL, text, NUL each). -EINVAL for a
- * message without text (the caller validated them already). */
-static int conv_name(json_t *messages, size_t n, const char *reply, size_t reply_len, char *out,
-                     size_t outlen)
-{
-    XXH64_state_t *st = XXH64_createState();
-    if (!st) return -ENOMEM;
-    XXH64_reset(st, 0x6c696e64);   /* "lind" */
-    for (size_t i = 0; i < n; i++) {
-        json_t *m = json_array_get(messages, i);
-        const char *role = json_string_value(json_object_get(m, "role"));
-        char *text, err[64];
-        size_t len;
-        if (!role || chat_message_text(m, i, &text, &len, err, sizeof err)) {
-            XXH64_freeState(st);
-            return -EINVAL;
-        }
-        XXH64_update(st, role, strlen(role) + 1);
-        XXH64_update(st, text, len + 1);
-        free(text);
-    }
-    if (reply) {
-        XXH64_update(st, "assistant", 10);
-        XXH64_update(st, reply, reply_len);
-        XXH64_update(st, "", 1);
-    }
-    snprintf(out, outlen, "chat-%016llx", (unsigned long long)XXH64_digest(st));
-    XXH64_freeState(st);
-    return 0;
-}
-
 /* ---- streaming text ----------------------------------------------------------------- */
 
 /* Append bytes to a JSON-bound buffer as valid UTF-8: each invalid byte
@@ -429,17 +414,38 @@ static size_t streamable(hreq *h, int final)
 static void send_pending(hreq *h);
 static void send_soon(hreq *h);
 
+/* Should a stream's turn pause? Its unsent bytes are over --max-output,
+ * or over CONN_SMALL_BYTES while the daemon's byte budget is spent (a
+ * socket connection under that size may always go on, so may a stream). */
+static int over_output(const hreq *h)
+{
+    const server *srv = h->hs->srv;
+    return h->pend.n > srv->opt.max_output || (h->pend.n > CONN_SMALL_BYTES && conn_budget_over(srv));
+}
+
+/* May a paused stream go on: drained to a quarter of what paused it. */
+static int may_resume(const hreq *h)
+{
+    const server *srv = h->hs->srv;
+    return h->pend.n <= srv->opt.max_output / 4 &&
+           (h->pend.n <= CONN_SMALL_BYTES / 4 || !conn_budget_over(srv));
+}
+
+#define HBUF_KEEP (64u << 10)   /* a drained output buffer bigger than this is freed */
+
 static void on_proceed(h2o_generator_t *g, h2o_req_t *req)
 {
     (void)req;
     hreq *h = (hreq *)((char *)g - offsetof(hreq, gen));
     h->sending = 0;
     h->wbuf.n = 0;
-    if (h->paused && h->pend.n <= h->hs->srv->opt.max_output / 4) {
+    if (h->wbuf.cap > HBUF_KEEP) hbuf_free(&h->wbuf);   /* what a slow reader left: back to the budget */
+    if (h->paused && may_resume(h)) {
         h->paused = 0;
         post_sched(h->hs, h->id, M_RESUME);
     }
     send_soon(h);
+    account(h);
 }
 
 static void start_stream(hreq *h)
@@ -712,8 +718,8 @@ static void after_generate(hreq *h)
         size_t end = h->stop_at != SIZE_MAX ? h->stop_at : h->text.n;
         hbuf r = { 0 };
         put_utf8(&r, (const uint8_t *)h->text.p, end);
-        if (conv_name(h->messages, json_array_size(h->messages), r.p ? r.p : "", r.n,
-                      h->fork_to, sizeof h->fork_to) != 0)
+        if (httpreq_conv_name(h->messages, json_array_size(h->messages), r.p ? r.p : "", r.n,
+                              h->fork_to, sizeof h->fork_to) != 0)
             h->fork_to[0] = 0;
         hbuf_free(&r);
     }
@@ -761,6 +767,17 @@ static void put_metric(hbuf *b, const char *name, const char *type, const char *
     hbuf_put(b, line, (size_t)n);
 }
 
+/* The byte budget (daemon/conn.h): what it counts, and the socket
+ * connections waiting for it. */
+static void put_budget(hbuf *b, const server *srv)
+{
+    put_metric(b, "lind_budget_bytes", "gauge", "request and output bytes counted against "
+               "--max-total-bytes (socket read buffers and requests in flight, HTTP bodies and "
+               "buffered output)", (double)srv->mem_bytes);
+    put_metric(b, "lind_connections_waiting", "gauge", "socket connections not read until the "
+               "byte budget frees up", (double)srv->starved);
+}
+
 /* The stats request came back with the store's session count (the typed
  * `stats` result e of l). */
 static void send_metrics(hreq *h, const evlist *l, const event *e)
@@ -805,6 +822,7 @@ static void send_metrics(hreq *h, const evlist *l, const event *e)
                (double)st->connections);
     put_metric(&b, "lind_http_requests_in_flight", "gauge", "HTTP requests being answered",
                (double)hs->nreq);
+    put_budget(&b, hs->srv);
     put_metric(&b, "lind_uptime_seconds", "gauge", "seconds since start",
                (double)(now_ns() - st->start_ns) / 1e9);
     free(st);
@@ -891,9 +909,10 @@ void http_deliver(server *srv, outmsg *o)
         }
     }
     outmsg_free(o);
+    account(h);
     if (h->req && h->stream && h->started) {
         send_soon(h);
-        if (!h->paused && h->pend.n > srv->opt.max_output) {
+        if (!h->paused && over_output(h)) {
             h->paused = 1;
             h->paused_ms = uv_now(srv->loop);
             post_sched(hs, h->id, M_PAUSE);
@@ -976,161 +995,10 @@ static int token_ok(const http_server *hs, const h2o_req_t *req)
     return diff == 0;
 }
 
-/* A request field check failed: status 400 naming the parameter. */
-typedef struct perr { char msg[512]; const char *param; } perr;
-
-static int bad(perr *e, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int bad(perr *e, const char *param, const char *fmt, ...)
+/* The stop string a session's last reply ended on (httpreq's lookup). */
+static size_t tail_lookup(void *ctx, const char *name, uint8_t *out)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
-    va_end(ap);
-    e->param = param;
-    return -EINVAL;
-}
-
-static const char *jtype(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
-    case JSON_TRUE: case JSON_FALSE: return "a boolean";
-    default: return "null";
-    }
-}
-
-static int get_num(json_t *j, const char *key, double lo, double hi, float *out, perr *e)
-{
-    json_t *v = json_object_get(j, key);
-    if (!v || json_is_null(v)) return 0;
-    if (!json_is_number(v)) return bad(e, key, "'%s' must be a number, got %s", key, jtype(v));
-    double x = json_number_value(v);
-    if (!(x >= lo && x <= hi)) return bad(e, key, "'%s' must be in %g..%g, got %g", key, lo, hi, x);
-    *out = (float)x;
-    return 0;
-}
-
-static int get_int(json_t *j, const char *key, long long lo, long long hi, long long *out, int *has,
-                   perr *e)
-{
-    json_t *v = json_object_get(j, key);
-    if (!v || json_is_null(v)) return 0;
-    if (!json_is_integer(v)) return bad(e, key, "'%s' must be an integer, got %s", key, jtype(v));
-    long long x = json_integer_value(v);
-    if (x < lo || x > hi) return bad(e, key, "'%s' must be in %lld..%lld, got %lld", key, lo, hi, x);
-    *out = x;
-    if (has) *has = 1;
-    return 0;
-}
-
-static int get_bool(json_t *j, const char *key, int *out, perr *e)
-{
-    json_t *v = json_object_get(j, key);
-    if (!v || json_is_null(v)) return 0;
-    if (!json_is_boolean(v)) return bad(e, key, "'%s' must be a boolean, got %s", key, jtype(v));
-    *out = json_is_true(v);
-    return 0;
-}
-
-static int get_name(json_t *j, const char *key, char *out, perr *e)
-{
-    json_t *v = json_object_get(j, key);
-    if (!v || json_is_null(v)) return 0;
-    if (!json_is_string(v)) return bad(e, key, "'%s' must be a string, got %s", key, jtype(v));
-    const char *s = json_string_value(v);
-    char why[160];
-    if (json_string_length(v) > STORE_NAME_MAX || strlen(s) != json_string_length(v) ||
-        store_name_check(s, why, sizeof why))
-        return bad(e, key, "'%s' cannot name a session: %s", key,
-                   json_string_length(v) > STORE_NAME_MAX ? "longer than 128 bytes" : why);
-    snprintf(out, STORE_NAME_MAX + 1, "%s", s);
-    return 0;
-}
-
-static int add_stop(hreq *h, const char *s, size_t n, perr *e)
-{
-    if (n < 1 || n > PROTO_MAX_STOP_LEN)
-        return bad(e, "stop", "each stop string must be 1..%d bytes, got %zu", PROTO_MAX_STOP_LEN, n);
-    if (h->n_stop == PROTO_MAX_STOPS)
-        return bad(e, "stop", "at most %d stop strings (the chat template's included)", PROTO_MAX_STOPS);
-    memcpy(h->stop[h->n_stop], s, n);
-    h->stop_len[h->n_stop++] = (uint8_t)n;
-    if (n > h->max_stop) h->max_stop = n;
-    return 0;
-}
-
-/* The fields completions and chat share, into h and h->gen_req. */
-static int parse_common(http_server *hs, json_t *j, hreq *h, perr *e)
-{
-    server *srv = hs->srv;
-    proto_request *r = &h->gen_req;
-    r->op = OP_GENERATE;
-    r->id = 1;
-    r->sp = (sampler_params){ .temperature = 0.8f, .top_k = 0, .top_p = 1.0f, .rep_penalty = 1.0f,
-                              .rep_window = 64, .seed = 0 };
-    json_t *v;
-    if ((v = json_object_get(j, "model")) && !json_is_string(v))
-        return bad(e, "model", "'model' must be a string, got %s", jtype(v));
-    long long x = h->kind == HK_CHAT ? (srv->opt.max_tokens < 256 ? srv->opt.max_tokens : 256)
-                                     : (srv->opt.max_tokens < 16 ? srv->opt.max_tokens : 16);
-    const char *mt = h->kind == HK_CHAT && json_object_get(j, "max_completion_tokens") ?
-                     "max_completion_tokens" : "max_tokens";
-    if ((v = json_object_get(j, mt)) && json_is_integer(v) && json_integer_value(v) > srv->opt.max_tokens)
-        return bad(e, mt, "'%s' %lld is over the server's limit of %u", mt,
-                   (long long)json_integer_value(v), srv->opt.max_tokens);
-    if (get_int(j, mt, 0, srv->opt.max_tokens, &x, NULL, e)) return -EINVAL;
-    r->max_tokens = (uint32_t)x;
-    if (get_num(j, "temperature", 0, 100, &r->sp.temperature, e)) return -EINVAL;
-    if (get_num(j, "top_p", 0, 1, &r->sp.top_p, e)) return -EINVAL;
-    x = 0;
-    int has = 0;
-    if (get_int(j, "top_k", 0, srv->vocab > 0 ? srv->vocab : LIND_MAX_VOCAB, &x, &has, e)) return -EINVAL;
-    if (has) r->sp.top_k = (int)x;
-    has = 0;
-    if (get_int(j, "seed", 0, INT64_MAX, &x, &has, e)) return -EINVAL;
-    if (has) { r->sp.seed = (uint64_t)x; r->has_seed = 1; }
-    x = 1;
-    if (get_int(j, "n", 1, 1, &x, NULL, e)) return -EINVAL;
-    if (get_bool(j, "stream", &h->stream, e)) return -EINVAL;
-    if ((v = json_object_get(j, "stream_options")) && !json_is_null(v)) {
-        if (!json_is_object(v)) return bad(e, "stream_options", "'stream_options' must be an object");
-        if (get_bool(v, "include_usage", &h->include_usage, e)) return -EINVAL;
-    }
-    int lp = 0;
-    if ((v = json_object_get(j, "logprobs")) && !json_is_null(v) && !json_is_false(v) &&
-        !(json_is_integer(v) && json_integer_value(v) == 0))
-        lp = 1;
-    if (lp) return bad(e, "logprobs", "logprobs are not supported");
-    int echo = 0;
-    if (get_bool(j, "echo", &echo, e)) return -EINVAL;
-    if (echo) return bad(e, "echo", "echo is not supported");
-    v = json_object_get(j, "stop");
-    if (json_is_string(v)) {
-        if (add_stop(h, json_string_value(v), json_string_length(v), e)) return -EINVAL;
-    } else if (json_is_array(v)) {
-        for (size_t i = 0; i < json_array_size(v); i++) {
-            json_t *s = json_array_get(v, i);
-            if (!json_is_string(s)) return bad(e, "stop", "stop[%zu] must be a string, got %s", i, jtype(s));
-            if (add_stop(h, json_string_value(s), json_string_length(s), e)) return -EINVAL;
-        }
-    } else if (v && !json_is_null(v)) {
-        return bad(e, "stop", "'stop' must be a string or an array of strings, got %s", jtype(v));
-    }
-    return 0;
-}
-
-/* Text for the generate request (a copy, malloc'd). */
-static int set_text(uint8_t **dst, size_t *len, const char *s, size_t n)
-{
-    *dst = malloc(n ? n : 1);
-    if (!*dst) return -ENOMEM;
-    memcpy(*dst, s, n);
-    *len = n;
-    return 0;
+    return tail_get(ctx, name, out);
 }
 
 static void begin(http_server *hs, h2o_req_t *req, hkind kind)
@@ -1140,119 +1008,45 @@ static void begin(http_server *hs, h2o_req_t *req, hkind kind)
         send_error(hs, req, 503, "shutting_down", NULL, "the server is shutting down");
         return;
     }
-    json_error_t je;
-    json_t *j = json_loadb(req->entity.base ? req->entity.base : "", req->entity.len,
-                           JSON_REJECT_DUPLICATES, &je);
-    if (!j) {
-        send_error(hs, req, 400, "invalid_json", NULL, "the request body is not valid JSON: %s "
-                   "(line %d, column %d)", je.text, je.line, je.column);
-        return;
-    }
-    if (!json_is_object(j)) {
-        send_error(hs, req, 400, "invalid_json", NULL, "the request body must be a JSON object, got %s",
-                   jtype(j));
-        json_decref(j);
+    const h2o_iovec_t *hv = header(req, "x-lind-session");
+    httpreq_limits lim = { .max_tokens = srv->opt.max_tokens, .vocab = srv->vocab, .tpl = &hs->tpl,
+                           .tail = tail_lookup, .tail_ctx = hs };
+    httpreq r;
+    httpreq_error e;
+    if (httpreq_parse(&r, kind == HK_CHAT ? HTTPREQ_CHAT : HTTPREQ_COMPLETION, req->entity.base,
+                      req->entity.len, hv ? hv->base : NULL, hv ? hv->len : 0, &lim, &e) != 0) {
+        send_error(hs, req, e.status, e.code, e.param, "%s", e.msg);
         return;
     }
     hreq *h = calloc(1, sizeof *h);
-    if (!h) { json_decref(j); send_error(hs, req, 500, "internal", NULL, "out of memory"); return; }
+    if (!h) { httpreq_free(&r); send_error(hs, req, 500, "internal", NULL, "out of memory"); return; }
     h->hs = hs;
     h->kind = kind;
     h->stop_at = SIZE_MAX;
     h->created = wall_ms() / 1000;
     h->t_recv_ns = now_ns();
     h->id = HTTP_CONN_BIT | ++hs->seq;
-    perr e = { "", NULL };
-    int rc = parse_common(hs, j, h, &e);
-    char name[STORE_NAME_MAX + 1] = "", prev[STORE_NAME_MAX + 1] = "", sess[STORE_NAME_MAX + 1] = "";
-    if (!rc) rc = get_name(j, "user", name, &e);
-    if (!rc) rc = get_name(j, "session", sess, &e);
-    if (!rc) rc = get_name(j, "previous_response_id", prev, &e);
-    if (!rc && sess[0]) snprintf(name, sizeof name, "%s", sess);
-    const h2o_iovec_t *hv = header(req, "x-lind-session");
-    if (!rc && hv) {
-        char why[160];
-        if (hv->len == 0 || hv->len > STORE_NAME_MAX) {
-            rc = bad(&e, NULL, "header X-Lind-Session must be 1..%d bytes", STORE_NAME_MAX);
-        } else {
-            memcpy(name, hv->base, hv->len);
-            name[hv->len] = 0;
-            if (strlen(name) != hv->len || store_name_check(name, why, sizeof why))
-                rc = bad(&e, NULL, "header X-Lind-Session cannot name a session: %s", why);
-        }
-    }
-    if (!rc && prev[0] && name[0])
-        rc = bad(&e, "previous_response_id", "'previous_response_id' continues a response's own "
-                 "session; it cannot be combined with a session name (session, user, X-Lind-Session)");
     new_resp_id(h->resp_id, sizeof h->resp_id);
-    /* The text: a prompt, or messages rendered with the chat template. */
-    size_t k = 0;   /* chat: messages before k are what the session holds */
-    if (!rc && kind == HK_COMPLETION) {
-        json_t *p = json_object_get(j, "prompt");
-        if (json_is_array(p) && json_array_size(p) == 1) p = json_array_get(p, 0);
-        if (!p) rc = bad(&e, "prompt", "'prompt' is required");
-        else if (!json_is_string(p))
-            rc = bad(&e, "prompt", "'prompt' must be a string (or an array of one string), got %s",
-                     jtype(p));
-        else if (set_text(&h->new_text, &h->new_len, json_string_value(p), json_string_length(p)))
-            rc = bad(&e, NULL, "out of memory");
-    } else if (!rc) {
-        json_t *msgs = json_object_get(j, "messages");
-        if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
-            rc = bad(&e, "messages", "'messages' must be a non-empty array of {role, content}");
-        } else {
-            h->messages = json_incref(msgs);
-            for (size_t i = 0; i < json_array_size(msgs); i++) {
-                const char *role = json_string_value(json_object_get(json_array_get(msgs, i), "role"));
-                if (role && !strcmp(role, "assistant")) k = i + 1;
-            }
-            for (int i = 0; !rc && i < hs->tpl.n_stop; i++) {
-                int dup = 0;
-                for (int s2 = 0; s2 < h->n_stop; s2++)
-                    dup |= h->stop_len[s2] == strlen(hs->tpl.stop[i]) &&
-                           !memcmp(h->stop[s2], hs->tpl.stop[i], h->stop_len[s2]);
-                if (!dup) rc = add_stop(h, hs->tpl.stop[i], strlen(hs->tpl.stop[i]), &e);
-            }
-            char err[512];
-            uint8_t tail[PROTO_MAX_STOP_LEN];
-            const char *cont = prev[0] ? prev : name[0] ? name : NULL;
-            char prefix[STORE_NAME_MAX + 1] = "";
-            if (!rc && !cont && k > 0 && conv_name(msgs, k, NULL, 0, prefix, sizeof prefix) == 0)
-                cont = prefix;
-            size_t from = prev[0] ? 0 : k;
-            size_t tl = cont ? tail_get(hs, cont, tail) : 0;
-            char *txt = NULL;
-            size_t n = 0;
-            if (!rc && (rc = chat_render(&hs->tpl, msgs, from, from > 0 || prev[0], tail, tl,
-                                         from == 0 && !prev[0] && !name[0],
-                                         &txt, &n, err, sizeof err)) != 0)
-                rc = bad(&e, "messages", "%s", err);
-            if (!rc) { h->new_text = (uint8_t *)txt; h->new_len = n; }
-            if (!rc && !prev[0] && !name[0] && k > 0) {
-                /* Stateless with history: the whole conversation, in case no
-                 * stored session holds its prefix. */
-                if ((rc = chat_render(&hs->tpl, msgs, 0, 0, NULL, 0, 1, &txt, &n, err, sizeof err)) != 0)
-                    rc = bad(&e, "messages", "%s", err);
-                else { h->full_text = (uint8_t *)txt; h->full_len = n; }
-                snprintf(h->fork_from, sizeof h->fork_from, "%s", prefix);
-            }
-        }
-    }
-    json_decref(j);
-    if (rc) {
-        send_error(hs, req, 400, "invalid_request", e.param, "%s", e.msg);
-        h->hs = hs;
-        json_decref(h->messages);
-        h->messages = NULL;
-        free(h->new_text);
-        free(h->full_text);
-        proto_request_free(&h->gen_req);
-        free(h);
-        return;
-    }
-    memcpy(h->gen_req.stop, h->stop, sizeof h->stop);
-    memcpy(h->gen_req.stop_len, h->stop_len, sizeof h->stop_len);
-    h->gen_req.n_stop = h->n_stop;
+    /* What the turn needs, taken from r (which keeps nothing). */
+    h->stream = r.stream;
+    h->include_usage = r.include_usage;
+    h->gen_req = r.gen;
+    memset(&r.gen, 0, sizeof r.gen);
+    h->n_stop = h->gen_req.n_stop;
+    memcpy(h->stop, h->gen_req.stop, sizeof h->stop);
+    memcpy(h->stop_len, h->gen_req.stop_len, sizeof h->stop_len);
+    h->max_stop = r.max_stop;
+    h->messages = r.messages;
+    h->new_text = r.new_text;
+    h->new_len = r.new_len;
+    h->full_text = r.full_text;
+    h->full_len = r.full_len;
+    r.messages = NULL;
+    r.new_text = r.full_text = NULL;
+    httpreq_free(&r);   /* the names stay readable */
+    const char *prev = r.prev, *name = r.name;
+    /* Stateless chat with history: continue its stored prefix when there is one. */
+    snprintf(h->fork_from, sizeof h->fork_from, "%s", r.prefix);
     /* Which session the turn runs on, and what stays afterwards. */
     if (prev[0]) {
         snprintf(h->session, sizeof h->session, "%s", h->resp_id);
@@ -1270,6 +1064,8 @@ static void begin(http_server *hs, h2o_req_t *req, hkind kind)
     h->hnext = hs->tab[h->id % HREQ_BUCKETS];
     hs->tab[h->id % HREQ_BUCKETS] = h;
     hs->nreq++;
+    h->body_bytes = req->entity.len;   /* held by libh2o until the request ends */
+    conn_budget_add(srv, h->body_bytes, h->body_bytes);
     if (h->fork_from[0]) {
         h->stage = ST_FORK_IN;
         fork_request(h, h->fork_from, h->session);
@@ -1435,6 +1231,75 @@ static int read_token(const char *path, char *out, size_t outlen, char *err, siz
     return 0;
 }
 
+/* ---- libh2o's own refusals ------------------------------------------------------------------ */
+
+/* libh2o refuses a request body before any handler runs: a Content-Length
+ * over its limit at once, a chunked body as soon as its decoded bytes pass
+ * the limit (so no more than about --http-max-body is ever buffered), and
+ * broken body framing (400) or an unknown Expect (417). It answers those
+ * with a plain-text body on the host's fallback path, which no request our
+ * handler sees is bound to: this filter on that path rewrites them into
+ * the OpenAI-style error object every other refusal carries. */
+typedef struct early_filter {
+    h2o_filter_t  super;
+    http_server  *hs;
+} early_filter;
+
+typedef struct early_ostream {
+    h2o_ostream_t super;
+    http_server  *hs;
+} early_ostream;
+
+static void early_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bufs, size_t bufcnt,
+                       h2o_send_state_t state)
+{
+    http_server *hs = ((early_ostream *)self)->hs;
+    char why[256] = "";   /* libh2o's own words */
+    size_t wn = 0;
+    for (size_t i = 0; i < bufcnt && wn < sizeof why - 1; i++) {
+        size_t k = bufs[i].len < sizeof why - 1 - wn ? bufs[i].len : sizeof why - 1 - wn;
+        memcpy(why + wn, bufs[i].base, k);
+        wn += k;
+    }
+    why[wn] = 0;
+    char msg[512];
+    const char *code = "invalid_request";
+    int status = req->res.status;
+    if (status == 413) {
+        code = "body_too_large";   /* as on_req's own 413 */
+        snprintf(msg, sizeof msg, "the request body is over the limit of %zu bytes (--http-max-body)",
+                 hs->srv->opt.http_max_body);
+    } else if (status == 417) {
+        code = "expectation_failed";
+        snprintf(msg, sizeof msg, "the Expect header is not understood (only 100-continue is): %s", why);
+    } else {
+        snprintf(msg, sizeof msg, "the request body cannot be read: %s", why);
+    }
+    hs->req_total[status >= 500 ? OC_SERVER_ERR : OC_CLIENT_ERR]++;
+    json_t *j = error_object(msg, status >= 500 ? "server_error" : "invalid_request_error", code, NULL);
+    char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    h2o_iovec_t out = body ? h2o_strdup(&req->pool, body, strlen(body)) : h2o_iovec_init(H2O_STRLIT("{}"));
+    free(body);
+    req->res.content_length = out.len;
+    h2o_ostream_send_next(self, req, &out, bufcnt ? 1 : 0, state);   /* HEAD: headers only */
+}
+
+static void early_setup(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t **slot)
+{
+    if (req->res.status >= 400) {
+        ssize_t ct = h2o_find_header(&req->res.headers, H2O_TOKEN_CONTENT_TYPE, -1);
+        if (ct >= 0) req->res.headers.entries[ct].value = h2o_iovec_init(H2O_STRLIT("application/json"));
+        else h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
+                            H2O_STRLIT("application/json"));
+        early_ostream *os = (early_ostream *)h2o_add_ostream(req, sizeof *os, slot);
+        os->super.do_send = early_send;
+        os->hs = ((early_filter *)self)->hs;
+        slot = &os->super.next;
+    }
+    h2o_setup_next_ostream(req, slot);
+}
+
 int http_start(server *srv, char *err, size_t errlen)
 {
     if (!srv->opt.http_addr) return 0;
@@ -1469,10 +1334,11 @@ int http_start(server *srv, char *err, size_t errlen)
     hs->flush.data = hs;
     h2o_config_init(&hs->config);
     hs->config.server_name = h2o_iovec_init(H2O_STRLIT("lind"));
-    /* libh2o refuses a body over its limit itself, with a plain-text 413;
-     * up to twice --http-max-body reaches the handler, whose 413 carries an
-     * error object. */
-    hs->config.max_request_entity_size = 2 * srv->opt.http_max_body;
+    /* libh2o refuses a body over its limit itself, before reading it
+     * (early_setup gives that answer its error object). Its chunked check
+     * refuses a body of exactly the limit, hence +1; a Content-Length of
+     * limit + 1 reaches on_req, which refuses it the same way. */
+    hs->config.max_request_entity_size = srv->opt.http_max_body + 1;
     hs->config.http1.req_timeout = 1000ull * srv->opt.http_idle_timeout;
     hs->config.http2.idle_timeout = 1000ull * srv->opt.http_idle_timeout;
     h2o_hostconf_t *host = h2o_config_register_host(&hs->config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
@@ -1480,6 +1346,9 @@ int http_start(server *srv, char *err, size_t errlen)
     handler *hd = (handler *)h2o_create_handler(path, sizeof *hd);
     hd->super.on_req = on_req;
     hd->hs = hs;
+    early_filter *ef = (early_filter *)h2o_create_filter(&host->fallback_path, sizeof *ef);
+    ef->super.on_setup_ostream = early_setup;
+    ef->hs = hs;
     h2o_context_init(&hs->ctx, srv->loop, &hs->config);
     hs->ctx_ready = 1;
     hs->accept.ctx = &hs->ctx;

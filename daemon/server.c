@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
+#include "daemon/chat.h"
 #include "daemon/conn.h"
 #include "daemon/lease.h"
 #include "daemon/http.h"
@@ -91,8 +92,9 @@ void server_usage(FILE *f)
         "  --max-inflight N       requests awaiting their final event, per connection (default 1024)\n"
         "  --max-conn-bytes BYTES request bytes awaiting their final event, per connection; more\n"
         "                         waits unread (default 4194304)\n"
-        "  --max-total-bytes BYTES request bytes in flight plus read buffers, all connections;\n"
-        "                         past it connections wait unread (default 67108864)\n"
+        "  --max-total-bytes BYTES request bytes in flight plus read buffers, all connections,\n"
+        "                         and HTTP bodies and buffered output; past it connections\n"
+        "                         wait unread (default 67108864)\n"
         "  --max-waiting N        sessions waiting for a load or a model slot; more get limit\n"
         "                         (default 4096)\n"
         "  --idle-timeout S       close a connection with nothing in flight after S s without\n"
@@ -138,6 +140,20 @@ void server_usage(FILE *f)
 /* The model directory's chat template, lind_chat.json: reported in hello
  * when it is a JSON object with a "user" pattern; lindctl interprets it
  * (docs/LINDCTL.md). A broken one is reported here and not served. */
+/* The template's full checks (daemon/chat.h, which lindctl and the HTTP
+ * front door parse it with): 1 if it passes, else the reason is printed. */
+static int template_ok(const char *json, const char *path)
+{
+    chat_template t;
+    char err[512];
+    if (chat_template_parse(&t, json, err, sizeof err) != 0) {
+        fprintf(stderr, "lind serve: ignoring %s: %s\n", path, err);
+        return 0;
+    }
+    chat_template_free(&t);
+    return 1;
+}
+
 static void load_chat_template(server *srv)
 {
     char path[1100];
@@ -160,7 +176,9 @@ static void load_chat_template(server *srv)
         fprintf(stderr, "lind serve: ignoring %s: no \"user\" pattern holding {prompt}\n", path);
     else if (memchr(buf, 0, n))
         fprintf(stderr, "lind serve: ignoring %s: it holds a NUL byte\n", path);
-    else {
+    else if (!template_ok(buf, path)) {
+        /* the reason is printed; what lindctl and HTTP would refuse is not served */
+    } else {
         srv->chat_template = buf;
         buf = NULL;
     }

@@ -76,6 +76,16 @@ static void none_template_and_bad_messages(void)
     char *s = render(&t, m, 0, 0, NULL, 1);
     CHECK(s && !strcmp(s, "a\nbc\n"), "none: [%s]", s);
     free(s);
+    /* Nothing after the last reply renders to "" (not NULL); empty and
+     * null contents are empty messages, not a failure. */
+    s = render(&t, m, 3, 1, NULL, 0);
+    CHECK(s && !strcmp(s, ""), "no new messages: [%s]", s ? s : "(null)");
+    free(s);
+    json_decref(m);
+    m = json_loads("[{\"role\":\"user\",\"content\":\"\"},{\"role\":\"assistant\",\"content\":null}]", 0, NULL);
+    s = render(&t, m, 0, 0, NULL, 1);
+    CHECK(s && !strcmp(s, "\n"), "empty contents: [%s]", s ? s : "(null)");
+    free(s);
     json_decref(m);
     const char *bad[] = { "[{\"role\":\"wizard\",\"content\":\"x\"}]", "[{\"content\":\"x\"}]",
                           "[{\"role\":\"user\",\"content\":5}]", "[7]",

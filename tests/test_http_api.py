@@ -13,6 +13,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -280,14 +281,76 @@ def bad_requests_get_error_objects():
     c.close()
 
 
+def raw_exchange(head, body, chunked=False):
+    """Send a request whose body may be refused before it is read: the
+    sender runs beside the reader (the server stops reading, answers and
+    closes; the rest of the body meets a reset). (status, body bytes)."""
+    c = socket.create_connection(("127.0.0.1", PORT))
+    c.settimeout(60 * SLOW)
+
+    def send():
+        try:
+            c.sendall(head)
+            if chunked:
+                for i in range(0, len(body), 16384):
+                    part = body[i:i + 16384]
+                    c.sendall(b"%x\r\n" % len(part) + part + b"\r\n")
+                c.sendall(b"0\r\n\r\n")
+            else:
+                c.sendall(body)
+        except OSError:
+            pass   # refused: the server closed while we were sending
+    t = threading.Thread(target=send)
+    t.start()
+    got = b""
+    try:
+        while True:
+            d = c.recv(65536)
+            if not d:
+                break
+            got += d
+    except OSError:
+        pass   # the reset after the answer (Linux hands over the answer first)
+    t.join()
+    c.close()
+    head_b, _, out = got.partition(b"\r\n\r\n")
+    m = re.match(rb"HTTP/1\.1 (\d+)", head_b)
+    expect(m, "no HTTP answer: %r" % got[:300])
+    expect(b"content-type: application/json" in head_b.lower(), "not JSON: %r" % head_b)
+    return int(m.group(1)), out
+
+
 @case
 def size_limits():
+    # --http-max-body 65536: just over it reaches the handler; 10x over is
+    # refused from its Content-Length before a byte of it is read, and a
+    # chunked one once its decoded bytes pass the limit. All get the JSON
+    # error object, and the server keeps serving.
     st, out = curl("/v1/completions", raw=b'{"prompt": "' + b"a" * 70000 + b'"}')
     expect_error(st, json.loads(out), 413)
-    st, out = curl("/v1/completions", raw=b'{"prompt": "' + b"a" * 140000 + b'"}')
-    expect(st == 413, "a body over twice --http-max-body (libh2o's own 413): %d %r" % (st, out[:200]))
+    big = b'{"prompt": "' + b"a" * 655360 + b'"}'
+    st, out = raw_exchange(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                           b"Content-Length: %d\r\n\r\n" % len(big), big)
+    expect_error(st, json.loads(out), 413)
+    expect(json.loads(out)["error"]["code"] == "body_too_large", "code: %r" % out)
+    st, out = raw_exchange(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                           b"Transfer-Encoding: chunked\r\n\r\n", big, chunked=True)
+    expect_error(st, json.loads(out), 413)
+    expect(json.loads(out)["error"]["code"] == "body_too_large", "code: %r" % out)
+    # A chunked body of exactly the limit is not refused for its size.
+    exact = b'{"prompt": "' + b"a" * (65536 - 31) + b'", "max_tokens": 1}'
+    expect(len(exact) == 65536, "the body is %d bytes" % len(exact))
+    st, out = raw_exchange(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                           b"Transfer-Encoding: chunked\r\n\r\n", exact, chunked=True)
+    expect(st == 200, "a chunked body of exactly --http-max-body: %d %r" % (st, out[:300]))
+    # Broken body framing is libh2o's refusal too, with an error object.
+    st, out = raw_exchange(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                           b"Transfer-Encoding: gzip\r\n\r\n", b"")
+    expect_error(st, json.loads(out), 400)
     st, out = curl("/v1/models", headers=["X-Big: " + "b" * 20000])
     expect_error(st, json.loads(out), 431)
+    st, j = post("/health", None)
+    expect(st == 200, "still serving: %d" % st)
 
 
 @case
@@ -390,6 +453,89 @@ def reader_that_stops_reading_is_paused_then_cancelled():
             expect(time.time() < deadline, "the turn of a client that does not read did not end: %r" % r)
         expect(r["tokens"] < 50000, "paused and cancelled, not run to max_tokens: %r" % r)
         c.close()
+    finally:
+        P.stop()
+
+
+def metric(base, name):
+    st, out = curl("/metrics", base=base)
+    expect(st == 200, "metrics status %d" % st)
+    for line in out.decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError("no %s in the metrics" % name)
+
+
+@case
+def http_output_counts_in_max_total_bytes():
+    # HTTP output a client does not read counts in --max-total-bytes
+    # (1 MiB here) with the socket's bytes. --max-output is 8 MiB, so only
+    # the total can pause the stream; past it the socket connections stop
+    # growing their read buffers, as they do for socket bytes (docs/DAEMON.md).
+    import msgpack
+    P = Server("http-budget", extra=["--http", "0", "--max-total-bytes", "1048576", "--max-output",
+                                     "8388608", "--pause-timeout", "1", "--max-tokens", "1000000"]).start()
+    try:
+        base = "http://127.0.0.1:%d" % http_port(P)
+        port = int(base.rsplit(":", 1)[1])
+        h = socket.socket()
+        h.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        h.connect(("127.0.0.1", port))
+        body = json.dumps({"prompt": "a", "max_tokens": 1000000, "stream": True}).encode()
+        h.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Lind-Session: unread\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        deadline = time.time() + 120 * SLOW
+        # The stream is paused by the total and then cancelled by
+        # --pause-timeout; its client still holds its buffered bytes.
+        while True:
+            cc = Client(P.sock)
+            r = cc.call("info", session="unread")
+            cc.close()
+            if r["event"] == "result" and r["tokens"] > 0 and not r["busy"]:
+                break
+            expect(time.time() < deadline, "the unread stream did not pause and end: %r" % r)
+        held = metric(base, "lind_budget_bytes")
+        expect(held > 1048576, "the unread stream's bytes are counted: %d" % held)
+        expect(held < 2 * 1048576, "paused at the total, not at --max-output (8 MiB): %d" % held)
+        # Socket connection A starts a 300 KB message and stops half way: it
+        # takes the one overdraft (a message started may finish).
+        msg = msgpack.packb({"op": "append", "id": 1, "session": "sock-b", "text": b"x" * 300000},
+                            use_bin_type=True)
+        a = socket.socket(socket.AF_UNIX)
+        a.connect(P.sock)
+        a.sendall(msgpack.packb({"op": "append", "id": 1, "session": "sock-a", "text": b"y" * 300000},
+                                use_bin_type=True)[:100000])
+        while metric(base, "lind_budget_bytes") < held + 90000:
+            expect(time.time() < deadline, "connection A was not read")
+        # Connection B's message waits unread: the budget is spent by HTTP.
+        b = Client(P.sock)
+        sender = threading.Thread(target=b.s.sendall, args=(msg,))   # it blocks until read
+        sender.start()
+        while metric(base, "lind_connections_waiting") < 1:
+            expect(time.time() < deadline, "connection B was not held back by the HTTP bytes")
+        b.s.setblocking(False)
+        try:
+            early = b.s.recv(1)
+        except BlockingIOError:
+            early = b""
+        expect(early == b"", "B was answered while waiting for the budget")
+        b.s.settimeout(60 * SLOW)
+        # The HTTP client leaves: its bytes go back, B is read and answered.
+        h.close()
+        sender.join()
+        ev = b.final(1)
+        expect(ev["event"] == "result", "B's append after the HTTP bytes were freed: %r" % ev)
+        a.sendall(msgpack.packb({"op": "append", "id": 1, "session": "sock-a", "text": b"y" * 300000},
+                                use_bin_type=True)[100000:])
+        ak = Client.__new__(Client)
+        ak.s, ak.up, ak.pending = a, msgpack.Unpacker(raw=False), []
+        a.settimeout(60 * SLOW)
+        ev = ak.final(1)
+        expect(ev["event"] == "result", "A's append: %r" % ev)
+        while metric(base, "lind_budget_bytes") > 200000:   # the HTTP request's bytes are given back
+            expect(time.time() < deadline, "the HTTP bytes were not given back")
+        a.close()
+        b.close()
     finally:
         P.stop()
 

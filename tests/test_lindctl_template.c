@@ -1,19 +1,22 @@
-/* tests/test_lindctl_template.c — lindctl chat's templates (client/
- * lindctl_template.c, compiled in here): the JSON format's checks, the
+/* tests/test_lindctl_template.c — lindctl chat's templates (daemon/chat.c,
+ * the module the HTTP front door renders with too): the JSON format's checks, the
  * built-in raven template, and the text one typed message becomes — framed,
  * with the system prompt once, and without repeating the stop string a
  * reply already ended on. */
 #include "tests/check.h"
-#include "client/lindctl_template.c"
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include "daemon/chat.h"
 
-static ctl_template T;
+static chat_template T;
 
 /* Format msg and compare with want. */
 static int fmt_is(const char *sys, int after, const char *tail, const char *msg, const char *want)
 {
     char *out = NULL;
     size_t n = 0;
-    int rc = ctl_template_format(&T, sys, after, (const uint8_t *)tail, strlen(tail), msg, strlen(msg), &out, &n);
+    int rc = chat_template_format(&T, sys, after, (const uint8_t *)tail, strlen(tail), msg, strlen(msg), &out, &n);
     int ok = rc == 0 && n == strlen(want) && !memcmp(out, want, n);
     if (!ok) printf("   got '%.*s' want '%s'\n", (int)n, out ? out : "", want);
     free(out);
@@ -23,7 +26,7 @@ static int fmt_is(const char *sys, int after, const char *tail, const char *msg,
 static void raven_builtin(void)
 {
     char err[256];
-    CHECK(ctl_template_load(&T, "raven", err, sizeof err) == 0, "load: %s", err);
+    CHECK(chat_template_load(&T, "raven", err, sizeof err) == 0, "load: %s", err);
     CHECK(!strcmp(T.name, "raven") && T.n_stop == 1 && !strcmp(T.stop[0], "\n\nUser:"), "stop strings");
     /* First message of a new session, with a system prompt. */
     CHECK(fmt_is("Be brief.", 0, "", "Hi\n", "Be brief.\n\nUser: Hi\n\nAssistant:"), "first turn");
@@ -35,18 +38,18 @@ static void raven_builtin(void)
     CHECK(fmt_is(NULL, 1, " Hello.\n", "And?\n", "\nUser: And?\n\nAssistant:"), "after half a separator");
     /* Multi-line messages keep their inner newlines. */
     CHECK(fmt_is(NULL, 0, "", "a\nb\n", "User: a\nb\n\nAssistant:"), "multi-line");
-    ctl_template_free(&T);
+    chat_template_free(&T);
 }
 
 static void none_builtin(void)
 {
     char err[256];
-    CHECK(ctl_template_load(&T, "none", err, sizeof err) == 0, "load: %s", err);
+    CHECK(chat_template_load(&T, "none", err, sizeof err) == 0, "load: %s", err);
     /* The typed line as it is; nothing is dropped after a reply that ends
      * with the same byte the message starts with. */
     CHECK(fmt_is(NULL, 1, "...h", "hello\n", "hello\n"), "plain line");
     CHECK(fmt_is("sys", 0, "", "hi\n", "sys\nhi\n"), "unframed system prompt on its own line");
-    ctl_template_free(&T);
+    chat_template_free(&T);
 }
 
 static void file_format_errors(void)
@@ -67,19 +70,19 @@ static void file_format_errors(void)
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err[0] = 0;
-        int rc = ctl_template_from_json(&T, bad[i].json, strlen(bad[i].json), "t.json", err, sizeof err);
+        int rc = chat_template_from_json(&T, bad[i].json, strlen(bad[i].json), "t.json", err, sizeof err);
         CHECK(rc == -EINVAL && strstr(err, bad[i].needle) && !strncmp(err, "t.json: ", 8),
               "%s: rc %d, '%s' (want '%s')", bad[i].json, rc, err, bad[i].needle);
     }
-    CHECK(ctl_template_load(&T, "/nonexistent/t.json", err, sizeof err) == -ENOENT &&
+    CHECK(chat_template_load(&T, "/nonexistent/t.json", err, sizeof err) == -ENOENT &&
           strstr(err, "neither a built-in"), "missing file: %s", err);
     const char *good = "{\"name\":\"zephyr\",\"system\":\"<|system|>\\n{system}</s>\\n\","
                        "\"user\":\"<|user|>\\n{prompt}</s>\\n<|assistant|>\\n\","
                        "\"assistant_end\":\"</s>\\n\",\"stop\":[\"</s>\"],\"default_system\":\"Be kind.\"}";
-    CHECK(ctl_template_from_json(&T, good, strlen(good), "z.json", err, sizeof err) == 0, "good: %s", err);
+    CHECK(chat_template_from_json(&T, good, strlen(good), "z.json", err, sizeof err) == 0, "good: %s", err);
     CHECK(!strcmp(T.name, "zephyr") && T.default_system && !strcmp(T.default_system, "Be kind."), "fields");
     CHECK(fmt_is(NULL, 1, "Hi.</s>", "Q\n", "\n<|user|>\nQ</s>\n<|assistant|>\n"), "stop then assistant_end");
-    ctl_template_free(&T);
+    chat_template_free(&T);
 }
 
 int main(void)

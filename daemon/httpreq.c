@@ -1,0 +1,318 @@
+/* daemon/httpreq.c — see httpreq.h. */
+#include "daemon/httpreq.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+#include "recurrent/model.h"
+#include "state/store.h"
+
+/* A field check failed: status 400 naming the parameter. */
+static int bad(httpreq_error *e, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int bad(httpreq_error *e, const char *param, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    e->status = 400;
+    e->code = "invalid_request";
+    e->param = param;
+    return -EINVAL;
+}
+
+static int oom(httpreq_error *e)
+{
+    snprintf(e->msg, sizeof e->msg, "out of memory");
+    e->status = 500;
+    e->code = "internal";
+    e->param = NULL;
+    return -ENOMEM;
+}
+
+static const char *jtype(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a number";
+    case JSON_TRUE: case JSON_FALSE: return "a boolean";
+    default: return "null";
+    }
+}
+
+static int get_num(json_t *j, const char *key, double lo, double hi, float *out, httpreq_error *e)
+{
+    json_t *v = json_object_get(j, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_number(v)) return bad(e, key, "'%s' must be a number, got %s", key, jtype(v));
+    double x = json_number_value(v);
+    if (!(x >= lo && x <= hi)) return bad(e, key, "'%s' must be in %g..%g, got %g", key, lo, hi, x);
+    *out = (float)x;
+    return 0;
+}
+
+static int get_int(json_t *j, const char *key, long long lo, long long hi, long long *out, int *has,
+                   httpreq_error *e)
+{
+    json_t *v = json_object_get(j, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_integer(v)) return bad(e, key, "'%s' must be an integer, got %s", key, jtype(v));
+    long long x = json_integer_value(v);
+    if (x < lo || x > hi) return bad(e, key, "'%s' must be in %lld..%lld, got %lld", key, lo, hi, x);
+    *out = x;
+    if (has) *has = 1;
+    return 0;
+}
+
+static int get_bool(json_t *j, const char *key, int *out, httpreq_error *e)
+{
+    json_t *v = json_object_get(j, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_boolean(v)) return bad(e, key, "'%s' must be a boolean, got %s", key, jtype(v));
+    *out = json_is_true(v);
+    return 0;
+}
+
+static int get_name(json_t *j, const char *key, char *out, httpreq_error *e)
+{
+    json_t *v = json_object_get(j, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_string(v)) return bad(e, key, "'%s' must be a string, got %s", key, jtype(v));
+    const char *s = json_string_value(v);
+    char why[160];
+    if (json_string_length(v) > STORE_NAME_MAX || strlen(s) != json_string_length(v) ||
+        store_name_check(s, why, sizeof why))
+        return bad(e, key, "'%s' cannot name a session: %s", key,
+                   json_string_length(v) > STORE_NAME_MAX ? "longer than 128 bytes"
+                   : strlen(s) != json_string_length(v) ? "it holds a NUL character" : why);
+    snprintf(out, STORE_NAME_MAX + 1, "%s", s);
+    return 0;
+}
+
+static int add_stop(httpreq *r, const char *s, size_t n, httpreq_error *e)
+{
+    proto_request *g = &r->gen;
+    if (n < 1 || n > PROTO_MAX_STOP_LEN)
+        return bad(e, "stop", "each stop string must be 1..%d bytes, got %zu", PROTO_MAX_STOP_LEN, n);
+    if (g->n_stop == PROTO_MAX_STOPS)
+        return bad(e, "stop", "at most %d stop strings (the chat template's included)", PROTO_MAX_STOPS);
+    memcpy(g->stop[g->n_stop], s, n);
+    g->stop_len[g->n_stop++] = (uint8_t)n;
+    if (n > r->max_stop) r->max_stop = n;
+    return 0;
+}
+
+/* The fields completions and chat share. */
+static int parse_common(httpreq *r, json_t *j, const httpreq_limits *lim, httpreq_error *e)
+{
+    proto_request *g = &r->gen;
+    g->op = OP_GENERATE;
+    g->id = 1;
+    g->sp = (sampler_params){ .temperature = 0.8f, .top_k = 0, .top_p = 1.0f, .rep_penalty = 1.0f,
+                              .rep_window = 64, .seed = 0 };
+    json_t *v;
+    if ((v = json_object_get(j, "model")) && !json_is_string(v))
+        return bad(e, "model", "'model' must be a string, got %s", jtype(v));
+    long long x = r->kind == HTTPREQ_CHAT ? (lim->max_tokens < 256 ? lim->max_tokens : 256)
+                                          : (lim->max_tokens < 16 ? lim->max_tokens : 16);
+    const char *mt = r->kind == HTTPREQ_CHAT && json_object_get(j, "max_completion_tokens") ?
+                     "max_completion_tokens" : "max_tokens";
+    if ((v = json_object_get(j, mt)) && json_is_integer(v) && json_integer_value(v) > lim->max_tokens)
+        return bad(e, mt, "'%s' %lld is over the server's limit of %u", mt,
+                   (long long)json_integer_value(v), lim->max_tokens);
+    if (get_int(j, mt, 0, lim->max_tokens, &x, NULL, e)) return -EINVAL;
+    g->max_tokens = (uint32_t)x;
+    if (get_num(j, "temperature", 0, 100, &g->sp.temperature, e)) return -EINVAL;
+    if (get_num(j, "top_p", 0, 1, &g->sp.top_p, e)) return -EINVAL;
+    x = 0;
+    int has = 0;
+    if (get_int(j, "top_k", 0, lim->vocab > 0 ? lim->vocab : LIND_MAX_VOCAB, &x, &has, e)) return -EINVAL;
+    if (has) g->sp.top_k = (int)x;
+    has = 0;
+    if (get_int(j, "seed", 0, INT64_MAX, &x, &has, e)) return -EINVAL;
+    if (has) { g->sp.seed = (uint64_t)x; g->has_seed = 1; }
+    x = 1;
+    if (get_int(j, "n", 1, 1, &x, NULL, e)) return -EINVAL;
+    if (get_bool(j, "stream", &r->stream, e)) return -EINVAL;
+    if ((v = json_object_get(j, "stream_options")) && !json_is_null(v)) {
+        if (!json_is_object(v)) return bad(e, "stream_options", "'stream_options' must be an object");
+        if (get_bool(v, "include_usage", &r->include_usage, e)) return -EINVAL;
+    }
+    if ((v = json_object_get(j, "logprobs")) && !json_is_null(v) && !json_is_false(v) &&
+        !(json_is_integer(v) && json_integer_value(v) == 0))
+        return bad(e, "logprobs", "logprobs are not supported");
+    int echo = 0;
+    if (get_bool(j, "echo", &echo, e)) return -EINVAL;
+    if (echo) return bad(e, "echo", "echo is not supported");
+    v = json_object_get(j, "stop");
+    if (json_is_string(v)) {
+        if (add_stop(r, json_string_value(v), json_string_length(v), e)) return -EINVAL;
+    } else if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            json_t *s = json_array_get(v, i);
+            if (!json_is_string(s)) return bad(e, "stop", "stop[%zu] must be a string, got %s", i, jtype(s));
+            if (add_stop(r, json_string_value(s), json_string_length(s), e)) return -EINVAL;
+        }
+    } else if (v && !json_is_null(v)) {
+        return bad(e, "stop", "'stop' must be a string or an array of strings, got %s", jtype(v));
+    }
+    return 0;
+}
+
+int httpreq_conv_name(json_t *messages, size_t n, const char *reply, size_t reply_len, char *out,
+                      size_t outlen)
+{
+    XXH64_state_t *st = XXH64_createState();
+    if (!st) return -ENOMEM;
+    XXH64_reset(st, 0x6c696e64);   /* "lind" */
+    for (size_t i = 0; i < n; i++) {
+        json_t *m = json_array_get(messages, i);
+        const char *role = json_string_value(json_object_get(m, "role"));
+        char *text, err[64];
+        size_t len;
+        if (!role || chat_message_text(m, i, &text, &len, err, sizeof err)) {
+            XXH64_freeState(st);
+            return -EINVAL;
+        }
+        XXH64_update(st, role, strlen(role) + 1);
+        XXH64_update(st, text, len + 1);
+        free(text);
+    }
+    if (reply) {
+        XXH64_update(st, "assistant", 10);
+        XXH64_update(st, reply, reply_len);
+        XXH64_update(st, "", 1);
+    }
+    snprintf(out, outlen, "chat-%016llx", (unsigned long long)XXH64_digest(st));
+    XXH64_freeState(st);
+    return 0;
+}
+
+/* The chat text: which messages are new, the template's stop strings, and
+ * the rendering (docs/HTTP.md, "Sessions: what is fed"). */
+static int parse_chat(httpreq *r, json_t *j, const httpreq_limits *lim, httpreq_error *e)
+{
+    const chat_template *tpl = lim->tpl;
+    json_t *msgs = json_object_get(j, "messages");
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0)
+        return bad(e, "messages", "'messages' must be a non-empty array of {role, content}");
+    r->messages = json_incref(msgs);
+    size_t k = 0;   /* messages before k are what the session holds */
+    for (size_t i = 0; i < json_array_size(msgs); i++) {
+        const char *role = json_string_value(json_object_get(json_array_get(msgs, i), "role"));
+        if (role && !strcmp(role, "assistant")) k = i + 1;
+    }
+    for (size_t i = 0; i < tpl->n_stop; i++) {
+        size_t sl = strlen(tpl->stop[i]);
+        int dup = 0;
+        for (int s2 = 0; s2 < r->gen.n_stop; s2++)
+            dup |= r->gen.stop_len[s2] == sl && !memcmp(r->gen.stop[s2], tpl->stop[i], sl);
+        if (!dup && add_stop(r, tpl->stop[i], sl, e)) return -EINVAL;
+    }
+    const char *cont = r->prev[0] ? r->prev : r->name[0] ? r->name : NULL;
+    if (!cont && k > 0) {
+        int rc = httpreq_conv_name(msgs, k, NULL, 0, r->prefix, sizeof r->prefix);
+        if (rc == -ENOMEM) return oom(e);
+        if (rc) r->prefix[0] = 0;   /* a bad message: chat_render names it below */
+        else cont = r->prefix;
+    }
+    size_t from = r->prev[0] ? 0 : k;
+    uint8_t tail[PROTO_MAX_STOP_LEN];
+    size_t tl = cont && lim->tail ? lim->tail(lim->tail_ctx, cont, tail) : 0;
+    if (tl > sizeof tail) tl = sizeof tail;
+    char err[512], *txt = NULL;
+    size_t n = 0;
+    int rc = chat_render(tpl, msgs, from, from > 0 || r->prev[0], tail, tl,
+                         from == 0 && !r->prev[0] && !r->name[0], &txt, &n, err, sizeof err);
+    if (rc == -ENOMEM) return oom(e);
+    if (rc) return bad(e, "messages", "%s", err);
+    r->new_text = (uint8_t *)txt;
+    r->new_len = n;
+    if (!r->prev[0] && !r->name[0] && k > 0) {
+        /* Stateless with history: the whole conversation too, in case no
+         * stored session holds its prefix. */
+        rc = chat_render(tpl, msgs, 0, 0, NULL, 0, 1, &txt, &n, err, sizeof err);
+        if (rc == -ENOMEM) return oom(e);
+        if (rc) return bad(e, "messages", "%s", err);
+        r->full_text = (uint8_t *)txt;
+        r->full_len = n;
+    }
+    return 0;
+}
+
+static int parse_object(httpreq *r, json_t *j, const char *hdr, size_t hdr_len, const httpreq_limits *lim,
+                        httpreq_error *e)
+{
+    if (parse_common(r, j, lim, e)) return -EINVAL;
+    char sess[STORE_NAME_MAX + 1] = "";
+    if (get_name(j, "user", r->name, e) || get_name(j, "session", sess, e) ||
+        get_name(j, "previous_response_id", r->prev, e))
+        return -EINVAL;
+    if (sess[0]) snprintf(r->name, sizeof r->name, "%s", sess);
+    if (hdr) {
+        char why[160];
+        if (hdr_len == 0 || hdr_len > STORE_NAME_MAX)
+            return bad(e, NULL, "header X-Lind-Session must be 1..%d bytes", STORE_NAME_MAX);
+        memcpy(r->name, hdr, hdr_len);
+        r->name[hdr_len] = 0;
+        if (strlen(r->name) != hdr_len) return bad(e, NULL, "header X-Lind-Session holds a NUL byte");
+        if (store_name_check(r->name, why, sizeof why))
+            return bad(e, NULL, "header X-Lind-Session cannot name a session: %s", why);
+    }
+    if (r->prev[0] && r->name[0])
+        return bad(e, "previous_response_id", "'previous_response_id' continues a response's own "
+                   "session; it cannot be combined with a session name (session, user, X-Lind-Session)");
+    if (r->kind == HTTPREQ_CHAT) return parse_chat(r, j, lim, e);
+    json_t *p = json_object_get(j, "prompt");
+    if (json_is_array(p) && json_array_size(p) == 1) p = json_array_get(p, 0);
+    if (!p) return bad(e, "prompt", "'prompt' is required");
+    if (!json_is_string(p))
+        return bad(e, "prompt", "'prompt' must be a string (or an array of one string), got %s", jtype(p));
+    size_t n = json_string_length(p);
+    if (!(r->new_text = malloc(n ? n : 1))) return oom(e);
+    memcpy(r->new_text, json_string_value(p), n);
+    r->new_len = n;
+    return 0;
+}
+
+int httpreq_parse(httpreq *r, httpreq_kind kind, const char *body, size_t len, const char *hdr_session,
+                  size_t hdr_len, const httpreq_limits *lim, httpreq_error *e)
+{
+    memset(r, 0, sizeof *r);
+    memset(e, 0, sizeof *e);
+    r->kind = kind;
+    json_error_t je;
+    json_t *j = json_loadb(body ? body : "", len, JSON_REJECT_DUPLICATES, &je);
+    if (!j) {
+        bad(e, NULL, "the request body is not valid JSON: %s (line %d, column %d)", je.text, je.line,
+            je.column);
+        e->code = "invalid_json";
+        return -EINVAL;
+    }
+    if (!json_is_object(j)) {
+        bad(e, NULL, "the request body must be a JSON object, got %s", jtype(j));
+        e->code = "invalid_json";
+        json_decref(j);
+        return -EINVAL;
+    }
+    int rc = parse_object(r, j, hdr_session, hdr_len, lim, e);
+    json_decref(j);
+    if (rc) httpreq_free(r);
+    return rc;
+}
+
+void httpreq_free(httpreq *r)
+{
+    proto_request_free(&r->gen);
+    json_decref(r->messages);
+    free(r->new_text);
+    free(r->full_text);
+    r->messages = NULL;
+    r->new_text = r->full_text = NULL;
+}

@@ -1,0 +1,79 @@
+/* daemon/httpreq.h — the JSON body of an OpenAI-style completions or chat
+ * request (docs/HTTP.md), checked field by field and turned into what a
+ * turn needs: the generate request (sampler, max_tokens, stop strings),
+ * the session it names, and the text to feed (a prompt, or the messages
+ * rendered with the chat template, daemon/chat.h).
+ *
+ * No network and no server state: the HTTP front door (daemon/http.c)
+ * calls it with a request's body and its X-Lind-Session header, and
+ * tests/fuzz_http_request.c with arbitrary bytes. What it needs of the
+ * server comes in as arguments: the template, the limits, and a lookup of
+ * the stop string a session's last reply ended on. */
+#ifndef LIND_DAEMON_HTTPREQ_H
+#define LIND_DAEMON_HTTPREQ_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <jansson.h>
+#include "daemon/chat.h"
+#include "daemon/protocol.h"
+
+typedef enum { HTTPREQ_COMPLETION = 1, HTTPREQ_CHAT = 2 } httpreq_kind;
+
+/* The stop string session `name`'s last reply ended on, copied to out
+ * (PROTO_MAX_STOP_LEN bytes of room); its length, 0 when none is known. */
+typedef size_t (*httpreq_tail_fn)(void *ctx, const char *name, uint8_t *out);
+
+typedef struct httpreq_limits {
+    uint32_t max_tokens;       /* --max-tokens */
+    int      vocab;            /* the model's vocabulary (top_k's bound), <= 0: LIND_MAX_VOCAB */
+    const chat_template *tpl;  /* chat requests' template */
+    httpreq_tail_fn tail;      /* may be NULL: no tails known */
+    void    *tail_ctx;
+} httpreq_limits;
+
+/* A parsed request. Owns gen (proto_request_free), messages and the texts:
+ * release with httpreq_free (after taking what it keeps: set those to NULL). */
+typedef struct httpreq {
+    httpreq_kind kind;
+    proto_request gen;         /* OP_GENERATE: sampler, max_tokens, stop strings (the request's,
+                                * then the template's); no session or text yet */
+    size_t   max_stop;         /* the longest stop string */
+    int      stream, include_usage;
+    char     name[STORE_NAME_MAX + 1];    /* the session named: X-Lind-Session, else session, else user; "" */
+    char     prev[STORE_NAME_MAX + 1];    /* previous_response_id, "" */
+    char     prefix[STORE_NAME_MAX + 1];  /* stateless chat with history: the stored session its
+                                           * conversation before the last reply would be (chat-H), "" */
+    json_t  *messages;         /* chat: the messages array (a reference) */
+    uint8_t *new_text;         /* fed when the session goes on: the prompt, or the messages after
+                                * the last assistant message (all of them after previous_response_id) */
+    size_t   new_len;
+    uint8_t *full_text;        /* stateless chat with history: the whole conversation, fed when no
+                                * stored session holds its prefix; else NULL */
+    size_t   full_len;
+} httpreq;
+
+/* Why a request was refused: the HTTP status (400, or 500 out of memory),
+ * the error object's code and param (NULL: none), and the message. */
+typedef struct httpreq_error {
+    int         status;
+    const char *code;
+    const char *param;
+    char        msg[512];
+} httpreq_error;
+
+/* Parse body[0..len) as a request of `kind`. hdr_session (hdr_len bytes, or
+ * NULL) is the X-Lind-Session header's value. 0 and *r filled, or -EINVAL /
+ * -ENOMEM with *e filled and nothing to free. */
+int  httpreq_parse(httpreq *r, httpreq_kind kind, const char *body, size_t len, const char *hdr_session,
+                   size_t hdr_len, const httpreq_limits *lim, httpreq_error *e);
+void httpreq_free(httpreq *r);
+
+/* The name of the stored session holding a conversation: chat- and the
+ * xxh64 of messages[0..n) (role and text of each) and, when reply is not
+ * NULL, the assistant's reply. -EINVAL for a message without role or text,
+ * -ENOMEM. */
+int  httpreq_conv_name(json_t *messages, size_t n, const char *reply, size_t reply_len, char *out,
+                       size_t outlen);
+
+#endif

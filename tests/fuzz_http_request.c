@@ -1,0 +1,125 @@
+/* tests/fuzz_http_request.c — libFuzzer driver for the HTTP front door's
+ * request parsing (httpreq_parse, daemon/httpreq.h): the JSON body of
+ * /v1/completions and /v1/chat/completions, every field check, the
+ * X-Lind-Session header, and chat messages rendered with a chat template
+ * (daemon/chat.h) — what daemon/http.c runs on a request's bytes, without
+ * a network.
+ *
+ * Input: byte 0 chooses the case (bit 0: chat, else completions; bit 1: the
+ * raven template, else "none"; bit 2: bytes 1..(byte 1 % 40) are an
+ * X-Lind-Session header; bit 3: sessions are said to have ended on the
+ * template's stop string, so the tail is cut from the next turn), the rest
+ * is the body as tests/fuzz_common.h reads it (its base: a chat request
+ * using every field).
+ * Invariants: no crash, leak or UB; a refusal is 400 (or 500 out of
+ * memory) with a code and a message; an accepted request has a prompt
+ * text, stop strings within the protocol's limits, max_tokens within the
+ * server's, valid session names and not both a name and a previous
+ * response; a stateless chat with history also has the whole text, and
+ * its conversation hashes to a chat- name. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "daemon/httpreq.h"
+#include "state/store.h"
+#include "tests/fuzz_common.h"
+
+static const char *const base_json =
+    "{\"model\":\"default\",\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},"
+    "{\"role\":\"user\",\"content\":\"Hello\\n\"},{\"role\":\"assistant\",\"content\":\"Hi.\"},"
+    "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"And \"},{\"type\":\"text\",\"text\":\"you?\"}]}],"
+    "\"max_tokens\":32,\"temperature\":0.7,\"top_p\":0.9,\"top_k\":40,\"seed\":7,\"stop\":[\"\\n\\n\",\"END\"],"
+    "\"stream\":true,\"stream_options\":{\"include_usage\":true},\"n\":1,\"prompt\":[\"once\"],"
+    "\"user\":\"u-1\",\"logprobs\":null,\"echo\":false}";
+
+static chat_template none_tpl, raven_tpl;
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc; (void)argv;
+    char err[256];
+    if (chat_template_parse(&none_tpl, NULL, err, sizeof err) ||
+        chat_template_parse(&raven_tpl, "{\"system\":\"{system}\\n\\n\",\"user\":\"User: {prompt}\\n\\n"
+                            "Assistant:\",\"assistant_end\":\"\\n\\n\",\"stop\":[\"\\n\\nUser:\"],"
+                            "\"default_system\":\"You are kind.\"}", err, sizeof err))
+        abort();
+    fuzz_maybe_write_seed((const uint8_t *)base_json, strlen(base_json));
+    return 0;
+}
+
+static size_t stop_tail(void *ctx, const char *name, uint8_t *out)
+{
+    (void)name;
+    const chat_template *t = ctx;
+    if (!t->n_stop) return 0;
+    size_t n = strlen(t->stop[0]);
+    memcpy(out, t->stop[0], n);
+    return n;
+}
+
+static void check_name(const char *s)
+{
+    char why[160];
+    if (!memchr(s, 0, STORE_NAME_MAX + 1)) abort();
+    if (s[0] && store_name_check(s, why, sizeof why)) abort();
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1) return 0;
+    uint8_t sel = data[0];
+    const char *hdr = NULL;
+    size_t hlen = 0;
+    data++, size--;
+    if ((sel & 4) && size >= 1) {
+        hlen = data[0] % 40;
+        if (hlen > size - 1) hlen = size - 1;
+        hdr = (const char *)data + 1;
+        data += 1 + hlen, size -= 1 + hlen;
+    }
+    uint8_t *b;
+    int fix;
+    size_t n = fuzz_bytes(data, size, (const uint8_t *)base_json, strlen(base_json), &b, &fix);
+    const chat_template *tpl = (sel & 2) ? &raven_tpl : &none_tpl;
+    httpreq_limits lim = { .max_tokens = 4096, .vocab = 256, .tpl = tpl,
+                           .tail = (sel & 8) ? stop_tail : NULL, .tail_ctx = (void *)tpl };
+    httpreq_kind kind = (sel & 1) ? HTTPREQ_CHAT : HTTPREQ_COMPLETION;
+    httpreq r;
+    httpreq_error e;
+    int rc = httpreq_parse(&r, kind, (const char *)b, n, hdr, hlen, &lim, &e);
+    if (rc) {
+        if (!((rc == -EINVAL && e.status == 400) || (rc == -ENOMEM && e.status == 500))) abort();
+        if (!e.code || !e.msg[0] || !memchr(e.msg, 0, sizeof e.msg)) abort();
+        if (r.messages || r.new_text || r.full_text) abort();   /* nothing left to free */
+        free(b);
+        return 0;
+    }
+    if (!r.new_text || r.gen.op != OP_GENERATE || r.gen.max_tokens > lim.max_tokens) abort();
+    if (r.gen.n_stop < 0 || r.gen.n_stop > PROTO_MAX_STOPS) abort();
+    for (int i = 0; i < r.gen.n_stop; i++)
+        if (r.gen.stop_len[i] < 1 || r.gen.stop_len[i] > PROTO_MAX_STOP_LEN || r.gen.stop_len[i] > r.max_stop)
+            abort();
+    if (r.gen.sp.top_k < 0 || r.gen.sp.top_k > lim.vocab || !(r.gen.sp.top_p >= 0 && r.gen.sp.top_p <= 1))
+        abort();
+    check_name(r.name);
+    check_name(r.prev);
+    check_name(r.prefix);
+    if (r.name[0] && r.prev[0]) abort();
+    if (kind == HTTPREQ_CHAT) {
+        if (!json_is_array(r.messages) || !json_array_size(r.messages)) abort();
+        if (r.full_text && (r.name[0] || r.prev[0])) abort();
+        if (r.prefix[0] && (strncmp(r.prefix, "chat-", 5) || !r.full_text)) abort();
+        /* The fork-out hash of the conversation with a reply, as http.c
+         * takes it: every message was rendered (so checked) unless a named
+         * session holds those before the last reply. */
+        char out[STORE_NAME_MAX + 1];
+        int hr = httpreq_conv_name(r.messages, json_array_size(r.messages), "ok", 2, out, sizeof out);
+        if (hr == 0 ? strncmp(out, "chat-", 5) != 0 : (hr != -EINVAL || !r.name[0])) abort();
+    } else if (r.messages || r.full_text || r.prefix[0]) {
+        abort();
+    }
+    httpreq_free(&r);
+    free(b);
+    return 0;
+}
