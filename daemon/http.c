@@ -60,6 +60,7 @@ typedef struct http_server {
     uv_timer_t reaper;         /* frees requests h2o has disposed (never inside an h2o call) */
     uv_timer_t tick;           /* --pause-timeout for readers that stopped reading */
     uv_timer_t flush;          /* --http-stream-interval: hands held stream bytes to h2o */
+    uv_timer_t linger;         /* at exit: connections h2o has not closed by now are dropped */
     struct hreq *dead;
     /* the last stop string a session's reply ended on (loop memory only) */
     struct { char name[STORE_NAME_MAX + 1]; uint8_t tail[PROTO_MAX_STOP_LEN]; uint8_t len; } *tails;
@@ -1158,11 +1159,15 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
 /* ---- connections ------------------------------------------------------------------------------ */
 
 static unsigned n_sockets;   /* accepted TCP handles not yet closed (one front door per process) */
+static http_server *closing;  /* http_close is waiting for h2o to close its connections */
+
+static void finish_close(http_server *hs);
 
 static void on_socket_closed(uv_handle_t *h)
 {
     n_sockets--;
     free(h);
+    if (closing && !n_sockets) finish_close(closing);
 }
 
 static void on_accept(uv_stream_t *l, int status)
@@ -1332,6 +1337,8 @@ int http_start(server *srv, char *err, size_t errlen)
     uv_timer_start(&hs->tick, on_tick, 1000, 1000);
     uv_timer_init(srv->loop, &hs->flush);
     hs->flush.data = hs;
+    uv_timer_init(srv->loop, &hs->linger);
+    hs->linger.data = hs;
     h2o_config_init(&hs->config);
     hs->config.server_name = h2o_iovec_init(H2O_STRLIT("lind"));
     /* libh2o refuses a body over its limit itself, before reading it
@@ -1395,6 +1402,49 @@ static void close_walk(uv_handle_t *h, void *arg)
     if (!uv_is_closing(h) && (h->type == UV_TCP || h->type == UV_TIMER)) uv_close(h, NULL);
 }
 
+/* Every connection is closed: the reaper's last requests, then h2o's
+ * context (its timers). */
+static void finish_close(http_server *hs)
+{
+    closing = NULL;
+    if (!uv_is_closing((uv_handle_t *)&hs->linger)) uv_close((uv_handle_t *)&hs->linger, NULL);
+    if (!uv_is_closing((uv_handle_t *)&hs->reaper)) {
+        on_reap(&hs->reaper);
+        uv_close((uv_handle_t *)&hs->reaper, NULL);
+    }
+    if (hs->ctx_ready) {
+        hs->ctx_ready = 0;
+        h2o_context_dispose(&hs->ctx);   /* closes its timers */
+    }
+}
+
+/* A client socket of h2o's: shut it down both ways, so that h2o's pending
+ * write fails and its read sees the end, and h2o closes it on its own path
+ * (closing it under h2o while a write is pending makes h2o close it a
+ * second time from the write's callback, which libuv refuses by abort). */
+static void shutdown_walk(uv_handle_t *h, void *arg)
+{
+    http_server *hs = arg;
+    uv_os_fd_t fd;
+    if (h->type == UV_TCP && h != (uv_handle_t *)&hs->listener && !uv_is_closing(h) && uv_fileno(h, &fd) == 0)
+        shutdown(fd, SHUT_RDWR);
+}
+
+/* LINGER_MS after the shutdowns, connections h2o still holds are dropped
+ * as they are (their memory stays h2o's until the process ends). */
+#define LINGER_MS 2000
+static void on_linger(uv_timer_t *t)
+{
+    http_server *hs = t->data;
+    if (!closing) return;
+    fprintf(stderr, "lind serve: HTTP: %u connection(s) did not close within %d ms of shutdown; dropping them\n",
+            n_sockets, LINGER_MS);
+    closing = NULL;
+    hs->leaked = 1;
+    on_reap(&hs->reaper);
+    uv_walk(hs->srv->loop, close_walk, NULL);
+}
+
 void http_close(server *srv)
 {
     http_server *hs = srv->http;
@@ -1403,21 +1453,13 @@ void http_close(server *srv)
     http_stop_listening(srv);
     if (!uv_is_closing((uv_handle_t *)&hs->tick)) uv_close((uv_handle_t *)&hs->tick, NULL);
     if (!uv_is_closing((uv_handle_t *)&hs->flush)) uv_close((uv_handle_t *)&hs->flush, NULL);
-    if (!uv_is_closing((uv_handle_t *)&hs->reaper)) {
-        on_reap(&hs->reaper);
-        uv_close((uv_handle_t *)&hs->reaper, NULL);
-    }
-    if (!hs->ctx_ready) return;
-    if (!n_sockets) {
-        hs->ctx_ready = 0;
-        h2o_context_dispose(&hs->ctx);   /* closes its timers */
-        return;
-    }
+    if (!hs->ctx_ready || !n_sockets) { finish_close(hs); return; }
     /* Connections h2o still holds (HTTP/1 in libh2o 2.2 has no graceful
      * close): every turn is saved by now, their clients just lose the
-     * connection. Their memory stays h2o's until the process ends. */
-    hs->leaked = 1;
-    uv_walk(srv->loop, close_walk, NULL);
+     * connection, which h2o closes once its socket fails. */
+    closing = hs;
+    uv_walk(srv->loop, shutdown_walk, hs);
+    uv_timer_start(&hs->linger, on_linger, LINGER_MS, 0);
 }
 
 /* Kept reachable when h2o's connections could not be closed cleanly. */

@@ -585,6 +585,35 @@ def stream_interval_groups_writes_not_chunks():
 
 
 @case
+def sigterm_with_a_client_that_stopped_reading():
+    # SIGTERM while an HTTP client has stopped reading mid-stream: the turn
+    # ends at a token boundary and is saved, and lind exits 0 (it once
+    # closed h2o's socket under a pending write and aborted in libuv).
+    Q = Server("http-term", extra=["--http", "0", "--max-tokens", "1000000"]).start()
+    base = "http://127.0.0.1:%d" % http_port(Q)
+    h = socket.socket()
+    h.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    h.connect(("127.0.0.1", int(base.rsplit(":", 1)[1])))
+    body = json.dumps({"prompt": "a", "max_tokens": 1000000, "stream": True}).encode()
+    h.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Lind-Session: term\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    deadline = time.time() + 120 * SLOW
+    while metric(base, "lind_budget_bytes") < 256 * 1024:   # lind holds what the client does not take
+        expect(time.time() < deadline, "the unread stream's bytes did not pile up")
+    Q.stop()   # raises unless the exit status is 0
+    h.close()
+    Q.extra = ["--http", "0"]
+    Q.start()
+    try:
+        c = Client(Q.sock)
+        r = c.call("info", session="term")
+        expect(r["event"] == "result" and r["tokens"] > 1000, "the turn was saved: %r" % r)
+        c.close()
+    finally:
+        Q.stop()
+
+
+@case
 def metrics_are_prometheus_text():
     st, out = curl("/metrics")
     expect(st == 200, "metrics status %d" % st)
