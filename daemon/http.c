@@ -110,6 +110,8 @@ typedef struct hreq {
     uint64_t  t_recv_ns;
     int       got_token;
     int       sent_text;       /* a text chunk went out: later ones may wait for the flush timer */
+    int       write_closed;    /* its socket was shut down for --write-timeout */
+    uint64_t  send_ms;         /* uv_now when the write in flight was handed to h2o */
     size_t    body_bytes;      /* the request body libh2o holds for it, in the byte budget */
     size_t    acct;            /* its buffers' bytes in the byte budget (account) */
 } hreq;
@@ -477,6 +479,7 @@ static void send_pending(hreq *h)
     h->pend.n = 0;
     h2o_iovec_t iov = h2o_iovec_init(h->wbuf.p, h->wbuf.n);
     h->sending = 1;
+    h->send_ms = uv_now(h->hs->srv->loop);
     int final = h->final_queued;
     h2o_req_t *req = h->req;
     if (final) h->req = NULL;   /* h2o may dispose it from here on; h lives until then */
@@ -936,17 +939,38 @@ static int client_gone(hreq *h)
     return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
+/* A write that has not completed for --write-timeout: the client takes
+ * nothing. Its socket is shut down both ways, so that libh2o's write fails
+ * and libh2o closes the connection on its own path (which ends the request
+ * and cancels a turn still running); the bytes it held are given back. */
+static void write_timed_out(hreq *h)
+{
+    h2o_conn_t *c = h->req->conn;
+    h2o_socket_t *sock = c && c->callbacks->get_socket ? c->callbacks->get_socket(c) : NULL;
+    int fd = sock ? h2o_socket_get_fd(sock) : -1;
+    if (fd < 0) return;
+    h->write_closed = 1;
+    char msg[200];
+    snprintf(msg, sizeof msg, "closed an HTTP connection whose %zu bytes of output did not move for %u s "
+             "(--write-timeout); its turn is cancelled", h->wbuf.n + h->pend.n, h->hs->srv->opt.write_timeout);
+    conn_log_refusal(msg);
+    shutdown(fd, SHUT_RDWR);
+}
+
 /* Every second: a client gone while its turn runs cancels the turn (as a
  * closed socket connection does); a stream paused by --max-output for
  * --pause-timeout has a client that does not read, so its turn is cancelled
- * too (as conn_tick does for the socket). */
+ * too (as conn_tick does for the socket); a write stuck for --write-timeout
+ * closes the connection, as on the socket. */
 static void on_tick(uv_timer_t *t)
 {
     http_server *hs = t->data;
-    unsigned limit = hs->srv->opt.pause_timeout;
+    unsigned limit = hs->srv->opt.pause_timeout, wlimit = hs->srv->opt.write_timeout;
     uint64_t now = uv_now(hs->srv->loop);
     for (size_t b = 0; b < HREQ_BUCKETS; b++)
         for (hreq *h = hs->tab[b]; h; h = h->hnext) {
+            if (wlimit && h->req && h->sending && !h->write_closed && now - h->send_ms >= 1000ull * wlimit)
+                write_timed_out(h);
             if (h->pending_backend && !h->gone_posted && client_gone(h)) {
                 h->gone_posted = 1;
                 hs->req_total[OC_GONE]++;

@@ -614,6 +614,40 @@ def sigterm_with_a_client_that_stopped_reading():
 
 
 @case
+def write_timeout_closes_a_client_that_reads_nothing():
+    # --write-timeout holds for HTTP as for the socket: a stream whose write
+    # has not moved for that long is closed, its turn cancelled and saved,
+    # and the bytes it held are given back to --max-total-bytes.
+    W = Server("http-wto", extra=["--http", "0", "--write-timeout", "1", "--pause-timeout", "0",
+                                  "--max-tokens", "1000000"]).start()
+    try:
+        base = "http://127.0.0.1:%d" % http_port(W)
+        h = socket.socket()
+        h.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        h.connect(("127.0.0.1", int(base.rsplit(":", 1)[1])))
+        body = json.dumps({"prompt": "a", "max_tokens": 1000000, "stream": True}).encode()
+        h.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Lind-Session: wto\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        deadline = time.time() + 120 * SLOW
+        while "(--write-timeout)" not in W.log():
+            expect(time.time() < deadline, "the stuck stream was not closed: %s" % W.log()[-300:])
+            time.sleep(0.05)
+        while True:
+            c = Client(W.sock)
+            r = c.call("info", session="wto")
+            c.close()
+            if r["event"] == "result" and not r["busy"]:
+                break
+            expect(time.time() < deadline, "the turn did not end: %r" % r)
+        expect(r["tokens"] > 0, "the turn was saved: %r" % r)
+        while metric(base, "lind_budget_bytes") > 65536:
+            expect(time.time() < deadline, "the closed stream's bytes were not given back")
+        h.close()
+    finally:
+        W.stop()
+
+
+@case
 def metrics_are_prometheus_text():
     st, out = curl("/metrics")
     expect(st == 200, "metrics status %d" % st)
