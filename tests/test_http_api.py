@@ -429,6 +429,29 @@ def disconnect_while_waiting_cancels():
     expect(r["tokens"] < 50000, "cancelled before max_tokens: %r" % r)
 
 
+def unread_stream(port, session, max_tokens):
+    """A streamed completion on a raw socket whose client never reads
+    (a 4 KiB receive buffer): the socket, to close when done."""
+    h = socket.socket()
+    h.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    h.connect(("127.0.0.1", port))
+    body = json.dumps({"prompt": "a", "max_tokens": max_tokens, "stream": True}).encode()
+    h.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Lind-Session: " + session.encode() +
+              b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    return h
+
+
+def turn_ended(srv, session, deadline, what):
+    """The session's info once its turn has ended with tokens fed."""
+    while True:
+        cc = Client(srv.sock)
+        r = cc.call("info", session=session)
+        cc.close()
+        if r["event"] == "result" and r["tokens"] > 0 and not r["busy"]:
+            return r
+        expect(time.time() < deadline, "%s: %r" % (what, r))
+
+
 @case
 def reader_that_stops_reading_is_paused_then_cancelled():
     # A client that sends its request and never reads: the stream's output
@@ -436,21 +459,8 @@ def reader_that_stops_reading_is_paused_then_cancelled():
     P = Server("http-pause", extra=["--http", "0", "--max-output", "1024", "--pause-timeout", "1",
                                     "--max-tokens", "100000"]).start()
     try:
-        pport = http_port(P)
-        c = socket.socket()
-        c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        c.connect(("127.0.0.1", pport))
-        body = json.dumps({"prompt": "a", "max_tokens": 50000, "stream": True}).encode()
-        c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Lind-Session: stuck\r\n"
-                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
-        deadline = time.time() + 120 * SLOW
-        while True:
-            cc = Client(P.sock)
-            r = cc.call("info", session="stuck")
-            cc.close()
-            if r["event"] == "result" and r["tokens"] > 0 and not r["busy"]:
-                break
-            expect(time.time() < deadline, "the turn of a client that does not read did not end: %r" % r)
+        c = unread_stream(http_port(P), "stuck", 50000)
+        r = turn_ended(P, "stuck", time.time() + 120 * SLOW, "the turn of a client that does not read did not end")
         expect(r["tokens"] < 50000, "paused and cancelled, not run to max_tokens: %r" % r)
         c.close()
     finally:
@@ -477,23 +487,11 @@ def http_output_counts_in_max_total_bytes():
                                      "8388608", "--pause-timeout", "1", "--max-tokens", "1000000"]).start()
     try:
         base = "http://127.0.0.1:%d" % http_port(P)
-        port = int(base.rsplit(":", 1)[1])
-        h = socket.socket()
-        h.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        h.connect(("127.0.0.1", port))
-        body = json.dumps({"prompt": "a", "max_tokens": 1000000, "stream": True}).encode()
-        h.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Lind-Session: unread\r\n"
-                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        h = unread_stream(int(base.rsplit(":", 1)[1]), "unread", 1000000)
         deadline = time.time() + 120 * SLOW
         # The stream is paused by the total and then cancelled by
         # --pause-timeout; its client still holds its buffered bytes.
-        while True:
-            cc = Client(P.sock)
-            r = cc.call("info", session="unread")
-            cc.close()
-            if r["event"] == "result" and r["tokens"] > 0 and not r["busy"]:
-                break
-            expect(time.time() < deadline, "the unread stream did not pause and end: %r" % r)
+        turn_ended(P, "unread", deadline, "the unread stream did not pause and end")
         held = metric(base, "lind_budget_bytes")
         expect(held > 1048576, "the unread stream's bytes are counted: %d" % held)
         expect(held < 2 * 1048576, "paused at the total, not at --max-output (8 MiB): %d" % held)
@@ -591,12 +589,7 @@ def sigterm_with_a_client_that_stopped_reading():
     # closed h2o's socket under a pending write and aborted in libuv).
     Q = Server("http-term", extra=["--http", "0", "--max-tokens", "1000000"]).start()
     base = "http://127.0.0.1:%d" % http_port(Q)
-    h = socket.socket()
-    h.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    h.connect(("127.0.0.1", int(base.rsplit(":", 1)[1])))
-    body = json.dumps({"prompt": "a", "max_tokens": 1000000, "stream": True}).encode()
-    h.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Lind-Session: term\r\n"
-              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    h = unread_stream(int(base.rsplit(":", 1)[1]), "term", 1000000)
     deadline = time.time() + 120 * SLOW
     while metric(base, "lind_budget_bytes") < 256 * 1024:   # lind holds what the client does not take
         expect(time.time() < deadline, "the unread stream's bytes did not pile up")
@@ -622,24 +615,12 @@ def write_timeout_closes_a_client_that_reads_nothing():
                                   "--max-tokens", "1000000"]).start()
     try:
         base = "http://127.0.0.1:%d" % http_port(W)
-        h = socket.socket()
-        h.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        h.connect(("127.0.0.1", int(base.rsplit(":", 1)[1])))
-        body = json.dumps({"prompt": "a", "max_tokens": 1000000, "stream": True}).encode()
-        h.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Lind-Session: wto\r\n"
-                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        h = unread_stream(int(base.rsplit(":", 1)[1]), "wto", 1000000)
         deadline = time.time() + 120 * SLOW
         while "(--write-timeout)" not in W.log():
             expect(time.time() < deadline, "the stuck stream was not closed: %s" % W.log()[-300:])
             time.sleep(0.05)
-        while True:
-            c = Client(W.sock)
-            r = c.call("info", session="wto")
-            c.close()
-            if r["event"] == "result" and not r["busy"]:
-                break
-            expect(time.time() < deadline, "the turn did not end: %r" % r)
-        expect(r["tokens"] > 0, "the turn was saved: %r" % r)
+        turn_ended(W, "wto", deadline, "the turn was not ended and saved")
         while metric(base, "lind_budget_bytes") > 65536:
             expect(time.time() < deadline, "the closed stream's bytes were not given back")
         h.close()
