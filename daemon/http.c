@@ -28,6 +28,7 @@
 #include "daemon/httpreq.h"
 
 #define HREQ_BUCKETS 1024
+#define HTTP_SNDBUF  (256 << 10)   /* SO_SNDBUF of an accepted connection */
 #define TAIL_SLOTS   4096   /* remembered stop tails (see tail_cache) */
 
 typedef enum { HK_COMPLETION = 1, HK_CHAT, HK_METRICS } hkind;
@@ -1207,6 +1208,12 @@ static void on_accept(uv_stream_t *l, int status)
         return;
     }
     uv_tcp_nodelay(c, 1);   /* a streamed token goes out at once */
+    /* A fixed kernel send buffer (the kernel doubles it): with autotuning a
+     * client that stops reading could park megabytes per connection in the
+     * kernel, outside --max-output and --max-total-bytes. 256 KiB carries
+     * any one stream's rate with room to spare. */
+    int sndbuf = HTTP_SNDBUF;
+    uv_send_buffer_size((uv_handle_t *)c, &sndbuf);
     h2o_socket_t *sock = h2o_uv_socket_create((uv_stream_t *)c, on_socket_closed);
     h2o_accept(&hs->accept, sock);
 }

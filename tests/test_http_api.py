@@ -457,7 +457,7 @@ def reader_that_stops_reading_is_paused_then_cancelled():
     # A client that sends its request and never reads: the stream's output
     # passes --max-output, the turn pauses, and --pause-timeout cancels it.
     P = Server("http-pause", extra=["--http", "0", "--max-output", "1024", "--pause-timeout", "1",
-                                    "--max-tokens", "100000"]).start()
+                                    "--max-tokens", "100000", "--write-timeout", "0"]).start()
     try:
         c = unread_stream(http_port(P), "stuck", 50000)
         r = turn_ended(P, "stuck", time.time() + 120 * SLOW, "the turn of a client that does not read did not end")
@@ -483,8 +483,11 @@ def http_output_counts_in_max_total_bytes():
     # the total can pause the stream; past it the socket connections stop
     # growing their read buffers, as they do for socket bytes (docs/DAEMON.md).
     import msgpack
+    # --write-timeout 0: under a sanitizer this case outlasts the default
+    # 60 s, which would close the unread stream and give its bytes back.
     P = Server("http-budget", extra=["--http", "0", "--max-total-bytes", "1048576", "--max-output",
-                                     "8388608", "--pause-timeout", "1", "--max-tokens", "1000000"]).start()
+                                     "8388608", "--pause-timeout", "1", "--max-tokens", "1000000",
+                                     "--write-timeout", "0"]).start()
     try:
         base = "http://127.0.0.1:%d" % http_port(P)
         h = unread_stream(int(base.rsplit(":", 1)[1]), "unread", 1000000)
@@ -587,7 +590,7 @@ def sigterm_with_a_client_that_stopped_reading():
     # SIGTERM while an HTTP client has stopped reading mid-stream: the turn
     # ends at a token boundary and is saved, and lind exits 0 (it once
     # closed h2o's socket under a pending write and aborted in libuv).
-    Q = Server("http-term", extra=["--http", "0", "--max-tokens", "1000000"]).start()
+    Q = Server("http-term", extra=["--http", "0", "--max-tokens", "1000000", "--write-timeout", "0"]).start()
     base = "http://127.0.0.1:%d" % http_port(Q)
     h = unread_stream(int(base.rsplit(":", 1)[1]), "term", 1000000)
     deadline = time.time() + 120 * SLOW
