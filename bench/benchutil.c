@@ -189,27 +189,58 @@ double bench_read_gbs_how(char *how, size_t howlen) {
 
 double bench_read_gbs(void) { return bench_read_gbs_how(NULL, 0); }
 
-double bench_read_gbs_quick(void) {
-    uint64_t *buf = NULL;
-    if (posix_memalign((void **)&buf, (size_t)2 << 20, RB_BYTES)) return 0;
+/* The paired probe: a buffer of the measured thing's size, touched once;
+ * each call reads it once with the scalar loop and once with one zmm stream
+ * per thread (the two strategies that win here), both with two threads, and
+ * keeps the faster. */
+struct bench_probe {
+    uint64_t *buf;
+    size_t words;   /* a multiple of 2 threads × 16 words */
+    int zmm;
+};
+
+bench_probe *bench_probe_new(size_t bytes) {
+    bench_probe *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    p->words = bytes / sizeof(uint64_t) / 32 * 32;
+    if (p->words < 32) p->words = 32;
+    if (posix_memalign((void **)&p->buf, (size_t)2 << 20, p->words * sizeof(uint64_t))) {
+        free(p);
+        return NULL;
+    }
 #ifdef MADV_HUGEPAGE
-    madvise(buf, RB_BYTES, MADV_HUGEPAGE);
+    madvise(p->buf, p->words * sizeof(uint64_t), MADV_HUGEPAGE);
 #endif
-    memset(buf, 1, RB_BYTES);
-    int zmm = 0;
+    memset(p->buf, 1, p->words * sizeof(uint64_t));
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    zmm = __builtin_cpu_supports("avx512f");
+    p->zmm = __builtin_cpu_supports("avx512f") != 0;
 #endif
-    static const int S[] = {0, 1, 8};
+    return p;
+}
+
+double bench_probe_gbs(bench_probe *p) {
     double best = 0;
-    for (size_t si = 0; si < sizeof S / sizeof *S; si++) {
-        if (S[si] && !zmm) continue;
-        double g = rb_run(buf, 2, S[si], 0, 2);
-        if (g > best) best = g;
+    size_t part = p->words / 2;
+    for (int streams = 0; streams <= p->zmm; streams++) {
+        rb_arg a = {p->buf + part, part, streams, 0, 0}, me = {p->buf, part, streams, 0, 0};
+        pthread_t th;
+        double t0 = bench_now();
+        if (pthread_create(&th, NULL, rb_thread, &a)) return 0;
+        rb_thread(&me);
+        pthread_join(th, NULL);
+        double dt = bench_now() - t0;
+        if (me.sum + a.sum != (uint64_t)0x0101010101010101ull * 2 * part) fprintf(stderr, "read probe: bad sum\n");
+        double gbs = (double)(2 * part * sizeof(uint64_t)) / dt / 1e9;
+        if (gbs > best) best = gbs;
     }
-    free(buf);
     return best;
+}
+
+void bench_probe_free(bench_probe *p) {
+    if (!p) return;
+    free(p->buf);
+    free(p);
 }
 
 /* ---- arithmetic ceilings ------------------------------------------------------

@@ -24,10 +24,16 @@ size_t bench_mem_available(void);
  * 0 when the buffer cannot be had. Takes several seconds. */
 double bench_read_gbs_how(char *how, size_t howlen);
 double bench_read_gbs(void);   /* the same without the name */
-/* A quicker probe (~0.3 s): two threads, the scalar loop and 1 or 8 zmm
- * streams, best of 2 passes each; for pairing with a measurement taken
- * right after it, on a machine whose bandwidth varies from moment to moment. */
-double bench_read_gbs_quick(void);
+/* A read probe for pairing with a measurement taken right after it, on a
+ * machine whose bandwidth varies from moment to moment: bench_probe_new
+ * allocates and touches a buffer of `bytes` (NULL when it cannot);
+ * bench_probe_gbs reads it once with each of two strategies (two threads;
+ * the scalar sums, and one zmm stream each where AVX-512 exists) and
+ * returns the faster, in GB/s; bench_probe_free releases it. */
+typedef struct bench_probe bench_probe;
+bench_probe *bench_probe_new(size_t bytes);
+double bench_probe_gbs(bench_probe *p);
+void bench_probe_free(bench_probe *p);
 /* The arithmetic ceiling in GFLOP/s of `threads` threads running 12
  * independent chains each, no memory traffic, best of `runs` (each ~0.1–1 s):
  * dot = 0, fp32 FMA in the widest vectors the CPU has (AVX-512, else AVX2;

@@ -159,7 +159,7 @@ static void write_model(const char *dir, shape s) {
 
 typedef struct row {
     const char *dtype, *compute;
-    double weight_mb, floor_ms, b1_ms, tps[3], prefill_tps;
+    double weight_mb, floor_ms, b1_ms, b1_lo, b1_hi, tps[3], prefill_tps;
     double block_flops, head_flops;   /* per token: 2 × multiply-adds */
 } row;
 
@@ -167,10 +167,12 @@ static const int batches[3] = {8, 32, 64};
 
 /* Batch 1 against the bandwidth floor: the machine's read bandwidth varies
  * from moment to moment with the host's other tenants (25 to 67 GB/s seen
- * here), so each batch-1 run follows its own read-bandwidth probe and is
- * held to the floor of that moment; the row shows the pair whose ratio is
- * the median of B1_PAIRS. */
-#define B1_PAIRS 5
+ * here, changing within a second), so batch 1 runs in B1_ROUNDS short rounds
+ * of B1_TOKENS tokens, each right after one read of a buffer the size of the
+ * weight bytes (bench_probe), and is held to the floor of that moment; the
+ * row shows the round whose ratio is the median, and the spread of all. */
+#define B1_ROUNDS 15
+#define B1_TOKENS 4
 
 static int cmp_pair(const void *a, const void *b) {
     const double *x = a, *y = b;
@@ -198,26 +200,30 @@ static void measure(const char *dir, lind_dtype dt, lind_compute cm, int quick, 
     if (!logits || !slots || !toks || model_slots_reserve(m, maxb) < 0) die("bench", "out of memory");
     for (int i = 0; i < 2048; i++) toks[i] = (int32_t)((i * 7919 + 13) % V);
 
-    /* batch 1: B1_PAIRS runs of n tokens, each with logits, each right after
-     * a read-bandwidth probe: (ratio, ms, floor ms) per pair, the median kept */
-    int n = quick ? 8 : 32, pairs = quick ? 1 : B1_PAIRS;
+    /* batch 1: (ratio, ms, floor ms) per round, the median round kept */
+    int rounds = quick ? 3 : B1_ROUNDS;
     int slot = 0;
     model_slot_reset(m, 0);
     for (int i = 0; i < 4; i++) model_step(m, &slot, &toks[i], 1, logits);
-    double pr[B1_PAIRS][3];
-    for (int rep = 0; rep < pairs; rep++) {
-        double g = bench_read_gbs_quick();
+    bench_probe *probe = bench_probe_new(wbytes);
+    if (!probe) die("read probe", "out of memory");
+    double pr[B1_ROUNDS][3];
+    for (int rep = 0; rep < rounds; rep++) {
+        double g = bench_probe_gbs(probe);
         double t0 = bench_now();
-        for (int i = 0; i < n; i++)
-            if (model_step(m, &slot, &toks[i], 1, logits) < 0) die("step", "failed");
-        double ms = (bench_now() - t0) * 1e3 / n, floor = (double)wbytes / (g * 1e9) * 1e3;
+        for (int i = 0; i < B1_TOKENS; i++)
+            if (model_step(m, &slot, &toks[rep * B1_TOKENS + i], 1, logits) < 0) die("step", "failed");
+        double ms = (bench_now() - t0) * 1e3 / B1_TOKENS, floor = (double)wbytes / (g * 1e9) * 1e3;
         pr[rep][0] = ms / floor;
         pr[rep][1] = ms;
         pr[rep][2] = floor;
     }
-    qsort(pr, (size_t)pairs, sizeof pr[0], cmp_pair);
-    r->b1_ms = pr[pairs / 2][1];
-    r->floor_ms = pr[pairs / 2][2];
+    bench_probe_free(probe);
+    qsort(pr, (size_t)rounds, sizeof pr[0], cmp_pair);
+    r->b1_ms = pr[rounds / 2][1];
+    r->floor_ms = pr[rounds / 2][2];
+    r->b1_lo = pr[0][0];
+    r->b1_hi = pr[rounds - 1][0];
 
     /* batch 8 / 32 / 64: every session one token per step, all with logits;
      * best of `reps` runs (on a shared machine the best falls in the
@@ -350,22 +356,25 @@ int main(int argc, char **argv) {
     measure(dir, LIND_DT_BF16, LIND_COMPUTE_F32, quick, &rows[nrows++]);
     if (dot > 0) measure(dir, LIND_DT_BF16, LIND_COMPUTE_BF16, quick, &rows[nrows++]);
     printf("Read bandwidth at the start (bench_read_gbs: reading 1 GiB, the best of several read strategies; "
-           "this time %s): %.1f GB/s. Batch 1 is held to the floor of its own moment: each of %d batch-1 runs "
-           "follows a read probe (bench_read_gbs_quick), and the table shows the pair whose batch-1 time / "
-           "floor is the median.\n\n", how, gbs, quick ? 1 : B1_PAIRS);
-    printf("Batch 1: runs of %d tokens, the median pair as above. Batch 8/32/64 and prefill: the best of %d runs "
-           "(%d steps; the whole prompt in chunks of 256).\n\n", quick ? 8 : 32, quick ? 1 : 3, quick ? 3 : 10);
+           "this time %s): %.1f GB/s. Batch 1 is held to the floor of its own moment: it runs in %d rounds of "
+           "%d tokens, each right after one read of a buffer the size of the weight bytes (bench_probe: the "
+           "faster of two strategies), and the table shows the round whose batch-1 time / floor is the median, "
+           "with the lowest and highest ratio of all rounds.\n\n", how, gbs, quick ? 3 : B1_ROUNDS, B1_TOKENS);
+    printf("Batch 8/32/64 and prefill: the best of %d runs (%d steps; the whole prompt in chunks of 256).\n\n",
+           quick ? 1 : 3, quick ? 3 : 10);
     printf("| weights | compute | matrix bytes (MB) | bandwidth floor (ms/token) | batch 1 (ms/token) | vs floor |"
+           " rounds' range |"
            " batch 8 (tok/s) | batch 32 (tok/s) | batch 64 (tok/s) | batch 64 GFLOP/s | prefill %d tokens (tok/s) |"
            " prefill GFLOP/s |\n", quick ? 512 : 2000);
-    printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < nrows; i++) {
         /* the products' FLOPs: every token runs the head at batch 64, one
          * token per prompt in prefill */
         double g64 = rows[i].tps[2] * (rows[i].block_flops + rows[i].head_flops) / 1e9;
         double gpf = rows[i].prefill_tps * (rows[i].block_flops + rows[i].head_flops / (quick ? 512 : 2000)) / 1e9;
-        printf("| %s | %s | %.1f | %.2f | %.2f | %.2fx | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", rows[i].dtype,
-               rows[i].compute, rows[i].weight_mb, rows[i].floor_ms, rows[i].b1_ms, rows[i].b1_ms / rows[i].floor_ms,
+        printf("| %s | %s | %.1f | %.2f | %.2f | %.2fx | %.2f–%.2fx | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |\n",
+               rows[i].dtype, rows[i].compute, rows[i].weight_mb, rows[i].floor_ms, rows[i].b1_ms,
+               rows[i].b1_ms / rows[i].floor_ms, rows[i].b1_lo, rows[i].b1_hi,
                rows[i].tps[0], rows[i].tps[1], rows[i].tps[2], g64, rows[i].prefill_tps, gpf);
     }
     printf("\nGFLOP/s: 2 × the products' multiply-adds per token (model_costs) × tokens/s, against the ceilings "

@@ -14,6 +14,7 @@
 #endif
 #include <cblas.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -328,16 +329,41 @@ typedef struct mm_job {
     cpu_gemm_isa isa;
     cpu_gemm_wtype wtype;   /* of a BUF_PACKED W */
     float *scratch;         /* half W: cpu_gemm_scratch_floats() per part, or NULL */
+    int chunk;              /* panels per claim (panel_claim) */
+    atomic_int next;        /* the next chunk to claim */
 } mm_job;
+
+/* Parts claim chunks of panels from a shared counter instead of taking a
+ * fixed share: at batch 1 a product is a stream of weight bytes, and with
+ * fixed halves the thread that a neighbour's memory traffic slowed sets the
+ * pace while the other waits. Each panel is still computed whole by one
+ * thread, with the same arithmetic, so the result does not depend on who
+ * claims what. Chunks: CPU_GEMM_ROW_GROUP panels at batch 1 (the streaming
+ * kernel's group), else about four per part. [p0, p1) of the next chunk;
+ * 0 when none is left. */
+static int panel_chunk(int B, int panels, int parts) {
+    if (B == 1) return CPU_GEMM_ROW_GROUP;
+    int c = panels / (parts * 4);
+    return c < 1 ? 1 : c;
+}
+
+static int panel_claim(atomic_int *next, int chunk, int panels, int *p0, int *p1) {
+    int c = atomic_fetch_add_explicit(next, 1, memory_order_relaxed);
+    if ((long)c * chunk >= panels) return 0;
+    *p0 = c * chunk;
+    *p1 = *p0 + chunk < panels ? *p0 + chunk : panels;
+    return 1;
+}
 
 /* Panels [p0, p1) of a packed weight for this part. */
 static void mm_packed_part(void *arg, int part, int nparts) {
-    const mm_job *j = arg;
-    int p0, p1;
-    part_range(cpu_gemm_panels(j->isa, j->N), part, nparts, &p0, &p1);
+    mm_job *j = arg;
+    (void)nparts;
+    int p0, p1, panels = cpu_gemm_panels(j->isa, j->N);
     float *scr = j->scratch ? j->scratch + (size_t)part * cpu_gemm_scratch_floats(j->isa, j->K) : NULL;
-    cpu_gemm_run(j->isa, j->wtype, j->x, j->ldx, j->W, j->bias, j->y, j->ldy, j->B, j->N, j->K, p0, p1, j->flags,
-                 scr);
+    while (panel_claim(&j->next, j->chunk, panels, &p0, &p1))
+        cpu_gemm_run(j->isa, j->wtype, j->x, j->ldx, j->W, j->bias, j->y, j->ldy, j->B, j->N, j->K, p0, p1,
+                     j->flags, scr);
 }
 
 /* bf16 compute: rows [lo, hi) of x rounded into xb, then panels of W. */
@@ -348,6 +374,8 @@ typedef struct dot_job {
     const float *bias;
     float *y;
     int ldx, ldxb, ldy, B, N, K, flags;
+    int chunk;              /* panels per claim (panel_claim) */
+    atomic_int next;
 } dot_job;
 
 static void dot_round_part(void *arg, int part, int nparts) {
@@ -358,10 +386,12 @@ static void dot_round_part(void *arg, int part, int nparts) {
 }
 
 static void dot_part(void *arg, int part, int nparts) {
-    const dot_job *j = arg;
-    int p0, p1;
-    part_range(cpu_gemm_panels(CPU_GEMM_AVX512, j->N), part, nparts, &p0, &p1);
-    cpu_gemm_run_dot(j->xb, j->ldxb, j->W, j->bias, j->y, j->ldy, j->B, j->N, j->K, p0, p1, j->flags);
+    dot_job *j = arg;
+    (void)part;
+    (void)nparts;
+    int p0, p1, panels = cpu_gemm_panels(CPU_GEMM_AVX512, j->N);
+    while (panel_claim(&j->next, j->chunk, panels, &p0, &p1))
+        cpu_gemm_run_dot(j->xb, j->ldxb, j->W, j->bias, j->y, j->ldy, j->B, j->N, j->K, p0, p1, j->flags);
 }
 
 static int dot_matmul(cpu *c, const float *x, int ldx, const backend_buf *W, const float *bias, float *y, int ldy,
@@ -375,11 +405,13 @@ static int dot_matmul(cpu *c, const float *x, int ldx, const backend_buf *W, con
         c->xb = t;
         c->xb_n = need;
     }
-    dot_job j = {x, (const uint16_t *)W->p, c->xb, bias, y, ldx, ldxb, ldy, B, N, K, flags};
+    dot_job j = {x, (const uint16_t *)W->p, c->xb, bias, y, ldx, ldxb, ldy, B, N, K, flags, 0, 0};
     cpu_pool_run(c->threads, dot_round_part, &j, row_parts(c, B, (size_t)K));
     int parts = cpu_pool_size(c->threads), panels = cpu_gemm_panels(CPU_GEMM_AVX512, N);
     if ((double)B * N * K < (double)(1 << 14)) parts = 1;   /* as cpu_matmul */
     if (parts > panels) parts = panels;
+    j.chunk = panel_chunk(B, panels, parts);
+    atomic_init(&j.next, 0);
     cpu_pool_run(c->threads, dot_part, &j, parts);
     return 0;
 }
@@ -420,7 +452,7 @@ static int cpu_matmul(backend *be, const backend_buf *x, size_t xo, int ldx, con
     if (!backend_mm_flags_ok(flags, ldy, N)) return -EINVAL;
     if (W->kind == BUF_DOT) return dot_matmul(c, x->p + xo, ldx, W, bias ? bias->p : NULL, y->p + yo, ldy, B, N, K, flags);
     mm_job j = {x->p + xo, W->p, bias ? bias->p : NULL, y->p + yo, ldx, ldy, B, N, K, W->kind, flags, c->isa,
-                (cpu_gemm_wtype)W->wtype, NULL};
+                (cpu_gemm_wtype)W->wtype, NULL, 0, 0};
     int parts = cpu_pool_size(c->threads);
     /* below ~16k multiply-adds (about 2 µs on one core) a fork-join, about a
      * microsecond, costs more than it saves; at 2^14 rather than 2^16 the
@@ -428,6 +460,8 @@ static int cpu_matmul(backend *be, const backend_buf *x, size_t xo, int ldx, con
     if ((double)B * N * K < (double)(1 << 14)) parts = 1;
     if (W->kind == BUF_PACKED) {
         if (parts > cpu_gemm_panels(c->isa, N)) parts = cpu_gemm_panels(c->isa, N);
+        j.chunk = panel_chunk(B, cpu_gemm_panels(c->isa, N), parts);
+        atomic_init(&j.next, 0);
         /* a half weight's widened panels (the mixer ops' scratch: ops do not overlap) */
         if (W->wtype != CPU_GEMM_F32 && !(j.scratch = tmp_get(c, (size_t)parts * cpu_gemm_scratch_floats(c->isa, K))))
             return -ENOMEM;

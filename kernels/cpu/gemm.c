@@ -34,7 +34,7 @@
 #define MR256 6
 /* Panels the single-row kernels stream at once (1, 4, 8 measured: 4 was
  * fastest, docs/CPU.md). */
-#define G1 4
+#define G1 CPU_GEMM_ROW_GROUP
 /* A half panel is widened once into the caller's scratch when at least this
  * many row blocks will read it (below, widening in registers costs less). */
 #define WIDEN_MIN_BLOCKS 3
