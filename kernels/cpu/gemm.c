@@ -530,23 +530,30 @@ TGTDOT INLINE void microdot(const int mr, int KP, const uint16_t *xb, int ldxb, 
     for (int r = 0; r < mr; r++) store512(y + (size_t)r * ldy, c0[r], c1[r], b0, b1, m0, m1, flags);
 }
 
-/* One row against G1 full consecutive panels: 2·G1 independent chains, the
- * same per element as microdot's. */
+/* Panels rowdot streams at once. One: with 4 the two threads read 8
+ * streams and reached 27–28 GB/s where a plain read made 32 (paired runs of
+ * a 261 MB product, 2026-11-24); one panel at a time, 32–33. Its two chains
+ * of vdpbf16ps still retire a panel row far faster than memory delivers it.
+ * (The widening kernel row512 keeps G1 = 4: with one panel it lost 10%.) */
+#define GDOT 1
+
+/* One row against GDOT full consecutive panels: 2·GDOT independent chains,
+ * the same per element as microdot's. */
 TGTDOT INLINE void rowdot(int KP, const uint16_t *xb, const uint16_t *panels, size_t pstride, const float *bias,
                           float *y, int flags) {
-    __m512 c0[G1], c1[G1];
-    for (int g = 0; g < G1; g++) c0[g] = c1[g] = _mm512_setzero_ps();
+    __m512 c0[GDOT], c1[GDOT];
+    for (int g = 0; g < GDOT; g++) c0[g] = c1[g] = _mm512_setzero_ps();
     UNROLL_K
     for (int q = 0; q < KP; q++) {
         __m512bh a = xpair(xb, q);
         UNROLL_ROWS
-        for (int g = 0; g < G1; g++) {
+        for (int g = 0; g < GDOT; g++) {
             const uint16_t *pp = panels + (size_t)g * pstride + (size_t)q * 2 * NR512;
             c0[g] = _mm512_dpbf16_ps(c0[g], a, (__m512bh)_mm512_load_si512(pp));
             c1[g] = _mm512_dpbf16_ps(c1[g], a, (__m512bh)_mm512_load_si512(pp + NR512));
         }
     }
-    for (int g = 0; g < G1; g++) {
+    for (int g = 0; g < GDOT; g++) {
         __m512 b0 = bias ? _mm512_loadu_ps(bias + g * NR512) : _mm512_setzero_ps();
         __m512 b1 = bias ? _mm512_loadu_ps(bias + g * NR512 + 16) : _mm512_setzero_ps();
         store512(y + g * NR512, c0[g], c1[g], b0, b1, 0xFFFF, 0xFFFF, flags);
@@ -571,12 +578,12 @@ void cpu_gemm_run_dot(const uint16_t *xb, int ldxb, const uint16_t *Wp, const fl
     const int KP = pairs_of(K), nb = (B + MR512 - 1) / MR512;
     const size_t pstride = (size_t)NR512 * 2 * KP;
     int p = p0;
-    if (B == 1) {   /* groups of G1 full panels, the rest below */
+    if (B == 1) {   /* groups of GDOT full panels, the rest below */
         int full = N / NR512 < p1 ? N / NR512 : p1;
-        for (; p + G1 <= full; p += G1) {
+        for (; p + GDOT <= full; p += GDOT) {
             float *yt = y + (size_t)p * NR512;
             rowdot_any(KP, xb, Wp + (size_t)p * pstride, pstride, bias ? bias + (size_t)p * NR512 : NULL, yt, flags);
-            if (flags & CPU_GEMM_ACTIVATIONS) cpu_gemm_activate(yt, ldy, 1, G1 * NR512, flags);
+            if (flags & CPU_GEMM_ACTIVATIONS) cpu_gemm_activate(yt, ldy, 1, GDOT * NR512, flags);
         }
     }
     for (; p < p1; p++) {

@@ -95,9 +95,10 @@ void cpu_gemm_run(cpu_gemm_isa isa, cpu_gemm_wtype wtype, const float *x, int ld
                   const float *bias, float *y, int ldy, int B, int N, int K, int p0, int p1, int flags,
                   float *scratch);
 size_t cpu_gemm_scratch_floats(cpu_gemm_isa isa, int K);
-/* Panels the single-row (B = 1) kernels stream at once; a caller that
- * splits a B = 1 product into panel ranges keeps them multiples of this, so
- * every group runs in the streaming kernel. */
+/* Panels the widening single-row (B = 1) kernels stream at once (the bf16
+ * dot kernel streams one); a caller that splits a B = 1 product into panel
+ * ranges keeps them multiples of this, so every group runs in the streaming
+ * kernel. */
 #define CPU_GEMM_ROW_GROUP 4
 
 /* y[r·ldy + j] = act(y[r·ldy + j]) for r < rows, j < cols, act the
