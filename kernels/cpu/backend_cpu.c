@@ -337,8 +337,8 @@ typedef struct mm_job {
  * fixed share: at batch 1 a product is a stream of weight bytes, and with
  * fixed halves the thread that a neighbour's memory traffic slowed sets the
  * pace while the other waits (in-process A/B on the RWKV-4 169M shape, bf16
- * weights with fp32 math: 9.41 → 8.81 ms/token; the other modes within
- * noise). Each panel is still computed whole by one thread with the same
+ * weights with fp32 math: 9.4–9.7 → 8.8–9.2 ms/token; the other modes
+ * within noise). Each panel is still computed whole by one thread with the same
  * arithmetic, so the result does not depend on who claims what. Chunks:
  * about 1/8 of a part's share at batch 1 (at least, and a multiple of,
  * CPU_GEMM_ROW_GROUP panels, so each thread still streams long runs), else
