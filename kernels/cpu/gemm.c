@@ -101,7 +101,7 @@ void cpu_gemm_widen(cpu_gemm_wtype wtype, const uint16_t *src, float *dst, size_
 /* Plain functions (no target attribute) so the activations inline and the
  * loops vectorize with the file's own flags: GCC does not inline across
  * differing target options. The packed kernels call cpu_gemm_activate on
- * each finished tile while it is still in L1. */
+ * a panel's columns once all its rows are stored (B = 1: on each group). */
 __attribute__((noinline)) static void act_gelu(float *restrict y, int n) {
     for (int j = 0; j < n; j++) y[j] = lind_gelu_erf(y[j]);
 }
@@ -436,8 +436,14 @@ void cpu_gemm_run(cpu_gemm_isa isa, cpu_gemm_wtype wtype, const float *x, int ld
             int r0 = row0(B, nb, i), mr = row0(B, nb, i + 1) - r0;
             float *yt = y + (size_t)r0 * ldy + (size_t)p * nr;
             mk(mr, K, x + (size_t)r0 * ldx, ldx, panel, bp, yt, ldy, ncols, flags);
-            if (flags & CPU_GEMM_ACTIVATIONS) cpu_gemm_activate(yt, ldy, mr, ncols, flags);
         }
+        /* The activation runs over the panel's columns of all B rows once the
+         * last row block is stored, not after each block: reading back a
+         * tile just written (with masked stores, at a row stride that is a
+         * multiple of 4 KiB) waited for the stores to reach L1. In-process
+         * A/B, 2,000-token prefill: +1–5% with bf16 math, +5–18% with fp32
+         * math on bf16 weights. */
+        if (flags & CPU_GEMM_ACTIVATIONS) cpu_gemm_activate(y + (size_t)p * nr, ldy, B, ncols, flags);
     }
 }
 
@@ -594,7 +600,8 @@ void cpu_gemm_run_dot(const uint16_t *xb, int ldxb, const uint16_t *Wp, const fl
             int r0 = row0(B, nb, i), mr = row0(B, nb, i + 1) - r0;
             float *yt = y + (size_t)r0 * ldy + (size_t)p * NR512;
             microdot_any(mr, KP, xb + (size_t)r0 * ldxb, ldxb, panel, bp, yt, ldy, ncols, flags);
-            if (flags & CPU_GEMM_ACTIVATIONS) cpu_gemm_activate(yt, ldy, mr, ncols, flags);
         }
+        /* the panel's columns of every row at once, as cpu_gemm_run */
+        if (flags & CPU_GEMM_ACTIVATIONS) cpu_gemm_activate(y + (size_t)p * NR512, ldy, B, ncols, flags);
     }
 }
