@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "client/lindclient.h"
+#include "kernels/backend.h"
 #include "recurrent/model.h"
 #include "recurrent/sampler.h"
 #include "tests/testmodel.h"
@@ -38,6 +39,9 @@
 static char workdir[256], model_dir[512], sock_path[300], db_path[300], lind_bin[512];
 static char wal_path[320], shm_path[320], model_cfg[560], model_st[560];
 static int quick;
+/* The CPU backend's options: main reads them from the environment
+ * (LIND_CPU_THREADS, LIND_CPU_GEMM; backend_opts_from_env). */
+static backend_opts bench_be;
 static volatile sig_atomic_t daemon_pid;   /* the running lind serve, 0 if none */
 
 static double now_s(void)
@@ -139,7 +143,8 @@ static double inproc_rate(int S, double secs)
 {
     model *m;
     char err[256];
-    if (model_load(model_dir, "cpu", &m, err, sizeof err) != 0) die("model_load", err);
+    model_opts mo = {.backend = "cpu", .be = &bench_be};
+    if (model_load_opts(model_dir, &mo, &m, err, sizeof err) != 0) die("model_load", err);
     model_slots_reserve(m, S);
     int *slots = malloc(sizeof(int) * (size_t)S), *toks = malloc(sizeof(int) * (size_t)S);
     float *logits = malloc(sizeof(float) * LIND_BYTE_VOCAB * (size_t)S), scratch[2 * LIND_BYTE_VOCAB];
@@ -295,6 +300,10 @@ int main(int argc, char **argv)
     else snprintf(lind_bin, sizeof lind_bin, "build/lind");
     const char *bq = getenv("BENCH_QUICK"), *env_model = getenv("MODEL");
     if (bq && *bq) { quick = 1; rss_tokens = 100000; }
+    {
+        char eerr[256];
+        if (backend_opts_from_env(&bench_be, eerr, sizeof eerr) < 0) die("environment", eerr);
+    }
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) { quick = 1; rss_tokens = 100000; }
         else if (!strcmp(argv[i], "--lind") && i + 1 < argc) snprintf(lind_bin, sizeof lind_bin, "%s", argv[++i]);

@@ -21,8 +21,9 @@
  *                       [--window W] [--prefix P] [--mem-limit-gib G]
  *                       [--threads T] [--data FILE] [--stream FILE] [--quick]
  *          decode_bench --write-model DIR   (the fallback model, for run.sh)
- * --threads T (default 1) sets LIND_CPU_THREADS for both models' backends
- * and the baseline's attention threads alike. */
+ * --threads T (default 1) sets the threads of both models' CPU backends
+ * (over LIND_CPU_THREADS; the other backend variables, e.g. LIND_CPU_GEMM,
+ * are honoured) and the baseline's attention threads alike. */
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -46,6 +47,7 @@ typedef struct opts {
     long advance_max, window, prefix;
     double mem_limit_gib;
     int quick, threads;
+    backend_opts be;   /* both backends': the environment's, threads from --threads */
 } opts;
 
 typedef struct result {
@@ -215,7 +217,7 @@ static double sm_measure(sm_run *r, long W, double budget, int *steps, model *m,
 static void run_softmax(const opts *o, result *res, int nres, const char *dir, model *m) {
     char err[512];
     sm_run r = {.tok = LIND_BOS};
-    if (smax_load(dir, o->threads, &r.s, err, sizeof err) < 0) die("softmax baseline", err);
+    if (smax_load(dir, o->threads, &o->be, &r.s, err, sizeof err) < 0) die("softmax baseline", err);
     sampler_params sp = sampler_defaults();
     sp.seed = 1;
     sampler_init(&r.smp, &sp);
@@ -333,16 +335,15 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--threads")) {
             o.threads = atoi(v);
             if (o.threads < 1 || o.threads > 64) usage();
-            setenv("LIND_CPU_THREADS", v, 1);   /* the CPU backend reads it when it starts */
         } else usage();
     }
     /* One thread each by default: per-token cost on one core, and no thread
      * pools of the two models spinning against each other when they are
      * measured in alternation. Throughput on every core is bench-step's. */
-    if (!o.threads) {
-        o.threads = 1;
-        setenv("LIND_CPU_THREADS", "1", 1);
-    }
+    if (!o.threads) o.threads = 1;
+    char eerr[256];
+    if (backend_opts_from_env(&o.be, eerr, sizeof eerr) < 0) die("environment", eerr);
+    o.be.threads = o.threads;
     if (o.quick) {
         if (!positions) positions = "256,512,1024,2048,4096";
         o.window = 32;
@@ -370,13 +371,14 @@ int main(int argc, char **argv) {
                  "random weights in tools/train.py's default configuration (%s has no model.safetensors)", o.model);
     }
     model *m = NULL;
-    if (model_load(dir, "cpu", &m, err, sizeof err) < 0) die("model_load", err);
+    model_opts mo = {.backend = "cpu", .be = &o.be};
+    if (model_load_opts(dir, &mo, &m, err, sizeof err) < 0) die("model_load", err);
     const lind_config *c = model_config(m);
     printf("Model: %s: d_model %d, %d layers (", label, c->d_model, c->n_layers);
     for (int i = 0; i < c->n_layers; i++) printf("%s%s/%s", i ? "," : "", c->layers[i].mixer, c->layers[i].ffn);
     /* the attention shape, as the softmax baseline reads it from the flat config */
     smax *shape = NULL;
-    if (smax_load(dir, 1, &shape, err, sizeof err) < 0) die("softmax baseline", err);
+    if (smax_load(dir, 1, &o.be, &shape, err, sizeof err) < 0) die("softmax baseline", err);
     const smax_cfg *sc = smax_config(shape);
     printf("), %d heads x %d, d_ff %d, %zu parameters. Backend %s (%s), batch 1; the softmax attention's heads "
            "run on %d thread(s).\n\n", sc->n_heads, sc->d_head, sc->d_ff, model_param_count(m), model_backend_name(m),

@@ -247,7 +247,8 @@ int main(int argc, char **argv) {
     bench_header(stdout, argc, argv);
     backend *be;
     char err[256];
-    if (backend_new("cpu", &be, err, sizeof err) < 0) {
+    backend_opts bo;   /* LIND_CPU_THREADS, LIND_CPU_GEMM */
+    if (backend_opts_from_env(&bo, err, sizeof err) < 0 || backend_new("cpu", &bo, &be, err, sizeof err) < 0) {
         fprintf(stderr, "gemm_bench: %s\n", err);
         return 1;
     }
@@ -262,8 +263,7 @@ int main(int argc, char **argv) {
     double gbs = bench_read_gbs_how(how, sizeof how);
     printf("DRAM read bandwidth (bench_read_gbs: 2 threads reading a 1 GiB buffer, best of several read strategies: "
            "%s): %.1f GB/s\n\n", how, gbs);
-    const char *te = getenv("LIND_CPU_THREADS");
-    long nt = te && *te ? strtol(te, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+    long nt = bo.threads > 0 ? bo.threads : sysconf(_SC_NPROCESSORS_ONLN);   /* the backend's count */
     printf("FMA ceiling (%ld threads, %s fused multiply-adds from registers, best of 3): %.1f GFLOP/s\n\n", nt,
            cpu_gemm_isa_name(cpu_gemm_detect()), fma_ceiling(nt < 1 ? 1 : (int)nt, 0, 3));
     double dot = fma_ceiling(nt < 1 ? 1 : (int)nt, 1, 3);

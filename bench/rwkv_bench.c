@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "bench/benchutil.h"
+#include "kernels/backend.h"
 #include "kernels/half.h"
 #include "recurrent/model.h"
 
@@ -35,6 +36,10 @@ static void die(const char *what, const char *why) {
     fprintf(stderr, "rwkv_bench: %s: %s\n", what, why);
     exit(1);
 }
+
+/* The CPU backend's options: main reads them from the environment
+ * (LIND_CPU_THREADS, LIND_CPU_GEMM; backend_opts_from_env). */
+static backend_opts bench_be;
 
 /* ---- the model ------------------------------------------------------------ */
 
@@ -180,7 +185,7 @@ static int cmp_pair(const void *a, const void *b) {
 }
 
 static void measure(const char *dir, lind_dtype dt, lind_compute cm, int quick, row *r) {
-    model_opts o = {.backend = "cpu", .weights = dt, .compute = cm};
+    model_opts o = {.backend = "cpu", .weights = dt, .compute = cm, .be = &bench_be};
     model *m = NULL;
     char err[512];
     if (model_load_opts(dir, &o, &m, err, sizeof err) < 0) die("model_load", err);
@@ -280,7 +285,7 @@ static void load_only(const char *dir, shape s) {
     double t0 = bench_now(), rss0 = rss_mb();
     model *m = NULL;
     char err[512];
-    model_opts o = {.backend = "cpu", .weights = LIND_DT_AUTO};
+    model_opts o = {.backend = "cpu", .weights = LIND_DT_AUTO, .be = &bench_be};
     if (model_load_opts(dir, &o, &m, err, sizeof err) < 0) die("model_load", err);
     double t_load = bench_now() - t0, rss_load = rss_mb();
     size_t wbytes;
@@ -303,6 +308,10 @@ int main(int argc, char **argv) {
     shape s = {768, 12, 3072, 50277};
     const char *q = getenv("BENCH_QUICK");   /* make bench's smoke mode */
     int quick = q && *q && strcmp(q, "0"), only_load = 0;
+    {
+        char eerr[256];
+        if (backend_opts_from_env(&bench_be, eerr, sizeof eerr) < 0) die("environment", eerr);
+    }
     const char *dir = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) { quick = 1; continue; }
@@ -340,9 +349,7 @@ int main(int argc, char **argv) {
     }
     char how[128];
     double gbs = bench_read_gbs_how(how, sizeof how);
-    long nt = sysconf(_SC_NPROCESSORS_ONLN);
-    const char *te = getenv("LIND_CPU_THREADS");
-    if (te && *te) nt = strtol(te, NULL, 10);
+    long nt = bench_be.threads > 0 ? bench_be.threads : sysconf(_SC_NPROCESSORS_ONLN);   /* the backend's count */
     if (nt < 1) nt = 1;
     double fma = bench_fma_gflops((int)nt, 0, quick ? 1 : 3), dot = bench_fma_gflops((int)nt, 1, quick ? 1 : 3);
     printf("Arithmetic ceilings (%ld threads, independent chains from registers, best of 3): fp32 FMA %.0f GFLOP/s, "

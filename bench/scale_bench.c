@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "client/lindclient.h"
+#include "kernels/backend.h"
 #include "recurrent/model.h"
 #include "state/store.h"
 #include "tests/pgserver.h"
@@ -43,6 +44,9 @@
 
 static char workdir[256], model_dir[512], lind_bin[512];
 static int quick;
+/* The CPU backend's options: main reads them from the environment
+ * (LIND_CPU_THREADS, LIND_CPU_GEMM; backend_opts_from_env). */
+static backend_opts bench_be;
 static pgserver pg;
 static int have_pg;
 static char pg_why[600];
@@ -327,6 +331,10 @@ int main(int argc, char **argv)
     else snprintf(lind_bin, sizeof lind_bin, "build/lind");
     const char *bq = getenv("BENCH_QUICK"), *env_model = getenv("MODEL");
     if (bq && *bq) quick = 1;
+    {
+        char eerr[256];
+        if (backend_opts_from_env(&bench_be, eerr, sizeof eerr) < 0) die("environment", eerr);
+    }
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--lind") && i + 1 < argc) snprintf(lind_bin, sizeof lind_bin, "%s", argv[++i]);
@@ -339,7 +347,8 @@ int main(int argc, char **argv)
     if (!mkdtemp(workdir)) die("mkdtemp", strerror(errno));
     model *m;
     char err[512];
-    if (model_load(model_dir, "cpu", &m, err, sizeof err) != 0) die("model_load", err);
+    model_opts mo = {.backend = "cpu", .be = &bench_be};
+    if (model_load_opts(model_dir, &mo, &m, err, sizeof err) != 0) die("model_load", err);
     state_bytes = model_state_bytes(m);
     model_free(m);
     blob = malloc(state_bytes);

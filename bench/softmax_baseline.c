@@ -250,7 +250,7 @@ static int parse_cfg(const char *text, size_t len, const char *path, smax_cfg *c
     return 0;
 }
 
-int smax_load(const char *dir, int threads, smax **out, char *err, size_t errlen) {
+int smax_load(const char *dir, int threads, const backend_opts *be, smax **out, char *err, size_t errlen) {
     *out = NULL;
     if (threads < 1 || threads > 64) return errmsg_set(-EINVAL, err, errlen, "threads must be 1..64, not %d", threads);
     smax *s = calloc(1, sizeof *s);
@@ -279,7 +279,7 @@ int smax_load(const char *dir, int threads, smax **out, char *err, size_t errlen
     if (rc < 0) { smax_free(s); return rc; }
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     if ((rc = st_open(&ld.st, path, err, errlen)) < 0) { smax_free(s); return rc; }
-    if ((rc = backend_new("cpu", &s->be, err, errlen)) < 0) goto out;
+    if ((rc = backend_new("cpu", be, &s->be, err, errlen)) < 0) goto out;
     const smax_cfg *c = &s->cfg;
     int d = c->d_model, hd = c->n_heads * c->d_head;
     if ((rc = take_up(s, &ld, "embed.weight", c->vocab_size, d, 0, &s->embed)) < 0 ||

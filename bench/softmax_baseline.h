@@ -20,14 +20,15 @@
  * this is a cost baseline, and decode cost does not depend on weight values.
  *
  * One session, CPU backend. Errors are negative errno values with a message
- * in err. Threads: the backend's own (LIND_CPU_THREADS, read when the
- * backend starts) for the dense ops, and `threads` for the attention, whose
+ * in err. Threads: the backend's own (backend_opts.threads, given to
+ * smax_load) for the dense ops, and `threads` for the attention, whose
  * heads are split into blocks over a kernels/cpu/pool.h pool. */
 #ifndef LIND_BENCH_SOFTMAX_BASELINE_H
 #define LIND_BENCH_SOFTMAX_BASELINE_H
 
 #include <stddef.h>
 
+#include "kernels/backend.h"
 #include "recurrent/model.h"
 
 typedef struct smax smax;
@@ -41,9 +42,9 @@ typedef struct smax_cfg {
 } smax_cfg;
 
 /* Load the model directory dir (config.json + model.safetensors) onto a new
- * CPU backend; the attention runs on `threads` threads (1..64). The cache
- * starts empty with capacity 0. */
-int  smax_load(const char *dir, int threads, smax **out, char *err, size_t errlen);
+ * CPU backend made with options `be` (NULL = defaults); the attention runs
+ * on `threads` threads (1..64). The cache starts empty with capacity 0. */
+int  smax_load(const char *dir, int threads, const backend_opts *be, smax **out, char *err, size_t errlen);
 void smax_free(smax *s);
 const smax_cfg *smax_config(const smax *s);
 

@@ -23,6 +23,7 @@
  *     --compare-only  only the PostgreSQL vs SQLite section
  * The 12-layer re-feed is measured over 500 tokens (300 with --quick) and
  * scaled: a recurrent step costs the same at every position. */
+#include "kernels/backend.h"
 #include "tests/pgserver.h"
 #include "tests/testmodel.h"
 #include "state/format.h"
@@ -51,6 +52,9 @@ static void die(const char *what, const char *err)
 
 static char workdir[256];
 static int quick;
+/* The CPU backend's options: main reads them from the environment
+ * (LIND_CPU_THREADS, LIND_CPU_GEMM; backend_opts_from_env). */
+static backend_opts bench_be;
 /* Every save carries a full default-size transcript tail, as the daemon's do. */
 static uint8_t tail[4096 + 5];
 
@@ -79,7 +83,8 @@ static void prepare(bench_model *b, const char *label, const char *dir, const te
     char err[512] = "";
     if (cfg && testmodel_write(dir, cfg, 1, NULL) < 0)
         die("testmodel_write", dir);
-    if (model_load(dir, "cpu", &b->m, err, sizeof err) < 0)
+    model_opts mo = {.backend = "cpu", .be = &bench_be};
+    if (model_load_opts(dir, &mo, &b->m, err, sizeof err) < 0)
         die("model_load", err);
     b->label = label;
     model_slots_reserve(b->m, 2);
@@ -406,6 +411,10 @@ int main(int argc, char **argv)
     long hist[8] = { 10000 };
     int nhist = 1, compare_only = 0;
     const char *dir = NULL, *default_dir = "models/default";
+    {
+        char eerr[256];
+        if (backend_opts_from_env(&bench_be, eerr, sizeof eerr) < 0) die("environment", eerr);
+    }
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
         else if (!strcmp(argv[i], "--model") && i + 1 < argc) default_dir = argv[++i];

@@ -42,6 +42,7 @@ typedef struct opts {
     int seed_set;
     lind_dtype dtype;
     lind_compute compute;
+    backend_opts be;          /* LIND_CPU_THREADS, LIND_CPU_GEMM, ... (backend_opts_from_env) */
 } opts;
 
 enum { O_BACKEND = 1000, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_AFTER, O_REP, O_REPWIN, O_MAXB, O_SECS,
@@ -65,7 +66,8 @@ static int parse_float(const char *s, double *out) {
     return 0;
 }
 
-/* Parse argv; positional arguments are left in argv[optind..). 0 or 2. */
+/* Parse argv (positional arguments are left in argv[optind..)) and the
+ * backend's environment variables. 0 or 2. */
 static int parse(int argc, char **argv, const char *cmd, opts *o) {
     static const struct option lo[] = {
         {"model", required_argument, 0, 'm'},      {"backend", required_argument, 0, O_BACKEND},
@@ -181,13 +183,17 @@ static int parse(int argc, char **argv, const char *cmd, opts *o) {
         fprintf(stderr, "lind %s: %s\n", cmd, err);
         return 2;
     }
+    if (backend_opts_from_env(&o->be, err, sizeof err) < 0) {
+        fprintf(stderr, "lind %s: %s\n", cmd, err);
+        return 2;
+    }
     return 0;
 }
 
 static model *load(const opts *o, const char *cmd) {
     char err[512];
     model *m = NULL;
-    model_opts mo = {o->backend, o->dtype, o->compute};
+    model_opts mo = {o->backend, o->dtype, o->compute, &o->be};
     if (model_load_opts(o->model, &mo, &m, err, sizeof err) < 0) {
         fprintf(stderr, "lind %s: %s\n", cmd, err);
         return NULL;

@@ -1123,7 +1123,7 @@ static void handle(scheduler *S, dmsg *m)
 static int setup(scheduler *S, char *err, size_t errlen)
 {
     server *srv = S->srv;
-    model_opts mo = { srv->opt.backend, srv->opt.dtype, srv->opt.compute };
+    model_opts mo = { srv->opt.backend, srv->opt.dtype, srv->opt.compute, &srv->opt.be };
     int rc = model_load_opts(srv->opt.model_dir, &mo, &S->m, err, errlen);
     if (rc != 0) return rc;
     srv->m = S->m;

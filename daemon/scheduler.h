@@ -40,7 +40,7 @@
 typedef struct scheduler scheduler;
 
 /* Start the compute thread and wait until it is ready: it loads the model
- * (srv->opt.model_dir, srv->opt.backend) itself, so that a GPU context
+ * (srv->opt.model_dir, .backend, .be) itself, so that a GPU context
  * belongs to the thread using it, fills srv's model facts (state_bytes,
  * fingerprint, backend, ...) and settles max_resident / max_batch. 0, or a
  * negative code with the reason (model load, slots) in err. */

@@ -29,7 +29,7 @@ server_options server_defaults(void)
 {
     return (server_options){
         .model_dir = "models/default", .socket_path = "./lind.sock", .db_path = "./lind.db",
-        .backend = "auto", .max_batch = 256, .max_resident = 0, .prompt_chunk = 64,
+        .backend = "auto", .be = {.cuda_device = -1}, .max_batch = 256, .max_resident = 0, .prompt_chunk = 64,
         .max_message = 1u << 20, .max_output = 256u << 10, .max_tokens = 65536,
         .max_inflight = 1024, .max_conn_bytes = 4u << 20, .max_total_bytes = 64u << 20,
         .max_waiting = 4096, .idle_timeout = 0, .write_timeout = 60, .pause_timeout = 60, .sync = STORE_SYNC_FULL, .transcript_bytes = 4096,
@@ -587,6 +587,11 @@ int server_main(int argc, char **argv)
     }
     const char *env_sock = getenv("LIND_SOCKET");   /* as lindctl reads it */
     if (env_sock && *env_sock) srv->opt.socket_path = env_sock;
+    if (backend_opts_from_env(&srv->opt.be, err, sizeof err) < 0) {   /* the compute thread passes them on */
+        fprintf(stderr, "lind serve: %s\n", err);
+        free(srv);
+        return 2;
+    }
     if (server_parse_args(argc, argv, &srv->opt, err, sizeof err) != 0) {
         fprintf(stderr, "lind serve: %s\n", err);
         free(srv);

@@ -20,6 +20,7 @@
 #include "daemon/stats.h"
 #include "daemon/protocol.h"
 #include "daemon/reqlog.h"
+#include "kernels/backend.h"
 #include "recurrent/model.h"
 #include "state/store.h"
 
@@ -34,6 +35,8 @@ typedef struct server_options {
     lind_dtype  dtype;         /* matrix weights in memory: LIND_DT_AUTO (as stored, default),
                                   F32, BF16, F16 (--dtype) */
     lind_compute compute;      /* products' arithmetic: LIND_COMPUTE_F32 (default) or BF16 (--compute) */
+    backend_opts be;           /* the backend's options: defaults, then server_main reads
+                                  LIND_CPU_THREADS etc. (backend_opts_from_env) */
     int      max_batch;        /* sessions per step, default 256 */
     int      max_resident;     /* sessions kept in slots; 0 (default): 1024, or fewer if
                                   their states would pass 1 GiB */

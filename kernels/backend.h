@@ -348,14 +348,44 @@ static inline int backend_weight_new(backend *be, int N, int K, const float *W, 
     return rc;
 }
 
+/* Options of the backends' constructors. The constructors never read the
+ * environment: a program's entry point fills this (backend_opts_from_env)
+ * and passes it down. A NULL backend_opts * anywhere means the defaults. */
+typedef struct backend_opts {
+    int         threads;       /* CPU: threads of the pool, 1..64; 0 = every online CPU (at most 64) */
+    const char *cpu_gemm;      /* CPU: "openblas", "avx2" or "avx512"; NULL/"" = the best this CPU runs */
+    int         cuda_device;   /* CUDA: device ordinal; -1 = device 0 */
+    const char *cuda_weights;  /* CUDA/harness: GEMM precision "fp32" or "bf16"; NULL/"" = fp32 */
+} backend_opts;
+
+#define BACKEND_THREADS_MAX 64
+
+/* The defaults: {threads 0, cpu_gemm NULL, cuda_device -1, cuda_weights NULL}. */
+void backend_opts_default(backend_opts *o);
+
+/* The defaults overridden by the environment — LIND_CPU_THREADS (1..64),
+ * LIND_CPU_GEMM, LIND_CUDA_DEVICE (an ordinal ≥ 0), LIND_CUDA_WEIGHTS; an
+ * unset or empty variable leaves its default. Called by programs' entry
+ * points (main, a CLI command's function), never by constructors. Returns
+ * 0, or -EINVAL with err naming the variable and its value when
+ * LIND_CPU_THREADS or LIND_CUDA_DEVICE is not a decimal number in range.
+ * The string options point into the environment (valid while it is not
+ * changed); whether the CPU or device supports them is the constructors'
+ * check. */
+int backend_opts_from_env(backend_opts *o, char *err, size_t errlen);
+
 /* Create a backend by name: "cpu", "cuda", or "auto" (NULL = "auto": CUDA
- * when built with it and a device is usable, else CPU). On failure returns
- * <0 and fills err (e.g. "backend cuda: not built with CUDA support"). */
-int  backend_new(const char *name, backend **out, char *err, size_t errlen);
+ * when built with it and a device is usable, else CPU), with options `opts`
+ * (NULL = defaults). On failure returns <0 and fills err (e.g. "backend
+ * cuda: not built with CUDA support"). */
+int  backend_new(const char *name, const backend_opts *opts, backend **out, char *err, size_t errlen);
 void backend_free(backend *be);   /* NULL is a no-op */
 
-/* Constructors of the individual backends (kernels/cpu/, kernels/cuda/). */
-int backend_cpu_new(backend **out, char *err, size_t errlen);
-int backend_cuda_new(backend **out, char *err, size_t errlen);
+/* Constructors of the individual backends (kernels/cpu/, kernels/cuda/);
+ * opts NULL = defaults. An option value the CPU or device cannot honour
+ * (a GEMM kernel it lacks, a device ordinal past the last) fails with
+ * -EINVAL and a message naming the value. */
+int backend_cpu_new(const backend_opts *opts, backend **out, char *err, size_t errlen);
+int backend_cuda_new(const backend_opts *opts, backend **out, char *err, size_t errlen);
 
 #endif

@@ -350,7 +350,7 @@ int model_load_opts(const char *dir, const model_opts *o, model **out, char *err
     ld.hf = !strcmp(m->cfg.format, "hf-rwkv4");
     if ((rc = load_tokenizer(m, dir, err, errlen)) < 0) goto out;
     if ((rc = st_set_open(&ld.st, dir, err, errlen)) < 0) goto out;
-    if ((rc = backend_new(o ? o->backend : NULL, &m->be, err, errlen)) < 0) goto out;
+    if ((rc = backend_new(o ? o->backend : NULL, o ? o->be : NULL, &m->be, err, errlen)) < 0) goto out;
     m->compute = o ? o->compute : LIND_COMPUTE_F32;
     if (m->compute == LIND_COMPUTE_BF16) {   /* every matrix in bf16, multiplied in bf16 */
         if (ld.want != LIND_DT_AUTO && ld.want != LIND_DT_BF16) {

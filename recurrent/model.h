@@ -67,20 +67,26 @@ typedef enum lind_dtype { LIND_DT_AUTO = 0, LIND_DT_F32, LIND_DT_F16, LIND_DT_BF
  * the accuracy docs/NUMERICS.md measures; still batch-invariant. */
 typedef enum lind_compute { LIND_COMPUTE_F32 = 0, LIND_COMPUTE_BF16 = 1 } lind_compute;
 
+struct backend_opts;                 /* kernels/backend.h */
+
 typedef struct model_opts {
     const char *backend;             /* "cpu", "cuda", "auto"; NULL = "auto" */
     lind_dtype  weights;             /* AUTO: as stored (fp16/bf16 stay half);
                                         with compute BF16: AUTO or BF16 only */
     lind_compute compute;            /* LIND_COMPUTE_F32 unless asked */
+    const struct backend_opts *be;   /* the backend's options (threads, GEMM kernel,
+                                        device...); NULL = defaults. Only read
+                                        during model_load_opts. */
 } model_opts;
 
 typedef struct model model;
 
 /* Load `dir` onto the backend named `backend` ("cpu", "cuda", or "auto";
- * NULL means "auto"). On success *out is a new model the caller frees with
+ * NULL means "auto") with the backend's default options (no environment is
+ * read). On success *out is a new model the caller frees with
  * model_free(). On failure returns <0 and writes the reason into err. */
 int  model_load(const char *dir, const char *backend, model **out, char *err, size_t errlen);
-/* The same with options (precision). */
+/* The same with options (precision, the backend's options). */
 int  model_load_opts(const char *dir, const model_opts *o, model **out, char *err, size_t errlen);
 void model_free(model *m);
 

@@ -136,6 +136,12 @@ static void both_begin(const int *slots, const int *tokens, int B) {
     CHECK(P.r->ops->begin_step(P.r, slots, tokens, B) == 0, "R begin_step");
 }
 
+/* The backends' options both sides load with: the test's main fills them
+ * from the environment (LIND_CPU_THREADS, LIND_CUDA_DEVICE, ...); the CPU
+ * backend ignores the CUDA ones, so cuda_weights acts on the side under
+ * test only. */
+static backend_opts cmp_be = { .threads = 0, .cpu_gemm = NULL, .cuda_device = -1, .cuda_weights = NULL };
+
 /* The backends keep their pools: each case uses a fresh pair. */
 typedef int (*backend_ctor)(backend **out, char *err, size_t errlen);
 static backend_ctor ctor_a_;
@@ -144,7 +150,7 @@ static int fresh_pair(void) {
     backend_free(P.a);
     backend_free(P.r);
     P.a = P.r = NULL;
-    if (ctor_a_(&P.a, err, sizeof err) < 0 || backend_cpu_new(&P.r, err, sizeof err) < 0) {
+    if (ctor_a_(&P.a, err, sizeof err) < 0 || backend_cpu_new(&cmp_be, &P.r, err, sizeof err) < 0) {
         printf("FAIL %s: cannot create the backends: %s\n", P.label, err);
         return -1;
     }
@@ -958,7 +964,7 @@ static int cmp_batch_invariant = 0;
 static lind_dtype cmp_weights = LIND_DT_AUTO;
 
 static int cmp_load(const char *dir, const char *be, model **out, char *err, size_t errlen) {
-    model_opts o = { .backend = be, .weights = cmp_weights };
+    model_opts o = { .backend = be, .weights = cmp_weights, .be = &cmp_be };
     return model_load_opts(dir, &o, out, err, errlen);
 }
 
@@ -1048,7 +1054,7 @@ static void compare_prefill(const char *dir, const char *label) {
     if (rc < 0) { model_free(m[0]); return; }
     int V = model_vocab(m[1]);
     size_t sb = model_state_bytes(m[1]);
-    const char *cw = getenv("LIND_CUDA_WEIGHTS");
+    const char *cw = cmp_be.cuda_weights;
     int exact = cmp_batch_invariant && (model_weights_dtype(m[0]) == LIND_DT_F32 || (cw && !strcmp(cw, "bf16")));
     int32_t tok[T];
     for (int t = 0; t < T; t++) tok[t] = cmp_token(t, 1, V);
@@ -1368,16 +1374,17 @@ static void models_delta(void) {
     rmdir(dir);
 }
 
-/* The same with LIND_CUDA_WEIGHTS=bf16 on the side under test: GEMMs on
- * bf16-rounded operands put the logits within 2% of the fp32 CPU backend's
- * (measured through the harness: about 0.5%). */
+/* The same with cuda_weights "bf16" (LIND_CUDA_WEIGHTS=bf16) on the side
+ * under test: GEMMs on bf16-rounded operands put the logits within 2% of
+ * the fp32 CPU backend's (measured through the harness: about 0.5%). */
 static void models_random_bf16(void) {
-    setenv("LIND_CUDA_WEIGHTS", "bf16", 1);
-    printf("NOTE with LIND_CUDA_WEIGHTS=bf16:\n");
+    const char *was = cmp_be.cuda_weights;
+    cmp_be.cuda_weights = "bf16";
+    printf("NOTE with cuda_weights bf16 (LIND_CUDA_WEIGHTS=bf16):\n");
     cmp_logits_tol = 2e-2;
     models_random();
     cmp_logits_tol = 1e-4;
-    unsetenv("LIND_CUDA_WEIGHTS");
+    cmp_be.cuda_weights = was;
 }
 
 /* ---- sliding-window attention and AFT-local / AFT-conv ---------------------

@@ -180,7 +180,7 @@ static inline void kc_batched_equals_unbatched(model *m, int V) {
     free(a); free(b); free(lb); free(l1);
 }
 
-/* The model in dir loaded with 1 and with 3 CPU threads (LIND_CPU_THREADS)
+/* The model in dir loaded with 1 and with 3 CPU threads (backend_opts.threads)
  * agrees bit for bit, logits and states: 32 sessions through `steps`
  * rounds alternating one-token steps and runs of 3 (rows of a run in
  * order, sessions in a shuffled order). The model should be big enough
@@ -188,12 +188,14 @@ static inline void kc_batched_equals_unbatched(model *m, int V) {
 static inline void kc_threads_agree(const char *dir, int V, int steps) {
     char err[512] = "";
     model *m[2] = {0};
-    const char *nt[2] = {"1", "3"};
+    static const int nt[2] = {1, 3};
     for (int i = 0; i < 2; i++) {
-        setenv("LIND_CPU_THREADS", nt[i], 1);
-        CHECK(model_load(dir, "cpu", &m[i], err, sizeof err) == 0, "model_load: %s", err);
+        backend_opts bo;
+        backend_opts_default(&bo);
+        bo.threads = nt[i];
+        model_opts mo = {.backend = "cpu", .be = &bo};
+        CHECK(model_load_opts(dir, &mo, &m[i], err, sizeof err) == 0, "model_load: %s", err);
     }
-    unsetenv("LIND_CPU_THREADS");
     if (!m[0] || !m[1]) { model_free(m[0]); model_free(m[1]); return; }
     enum { NB = 32 };
     int slots[NB * 3];

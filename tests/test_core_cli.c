@@ -301,6 +301,35 @@ static void errors_are_reported(void) {
     CHECK(rc == 1 && strstr(out, "unknown backend \"tpu\""), "bad backend: exit %d: %s", rc, out);
 }
 
+/* The backend's environment variables reach the constructors through the
+ * commands' entry points (backend_opts_from_env): LIND_CPU_THREADS=2 gives
+ * a 2-thread pool, a garbage value stops the command naming it (it used to
+ * become 1 thread silently), and `lind serve` refuses it before starting
+ * anything and passes LIND_CUDA_WEIGHTS to the compute thread's backend. */
+static void backend_env_reaches_backend(void) {
+    char out[4096];
+    int rc = run(out, sizeof out, "LIND_CPU_THREADS=2 %s info --model %s --backend cpu", lind, mdir);
+    CHECK(rc == 0 && strstr(out, ", 2 threads,"), "LIND_CPU_THREADS=2: exit %d: %s", rc, out);
+    rc = run(out, sizeof out, "LIND_CPU_THREADS=1 %s info --model %s --backend cpu", lind, mdir);
+    CHECK(rc == 0 && strstr(out, ", 1 threads,"), "LIND_CPU_THREADS=1: exit %d: %s", rc, out);
+    static const char *const bad[] = {"abc", "0x", "-3", "99999"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "LIND_CPU_THREADS=%s", bad[i]);
+        rc = run(out, sizeof out, "LIND_CPU_THREADS='%s' %s score --model %s --backend cpu %s/model/config.json", bad[i],
+                 lind, mdir, tmpdir);
+        CHECK(rc == 2 && strstr(out, want), "score with %s: exit %d: %s", want, rc, out);
+    }
+    rc = run(out, sizeof out, "LIND_CPU_GEMM=avx1024 %s generate --model %s --backend cpu -n 1", lind, mdir);
+    CHECK(rc == 1 && strstr(out, "avx1024"), "LIND_CPU_GEMM=avx1024: exit %d: %s", rc, out);
+    rc = run(out, sizeof out, "LIND_CPU_THREADS=abc %s serve --model %s --socket %s/s.sock --db %s/s.db", lind, mdir,
+             tmpdir, tmpdir);
+    CHECK(rc == 2 && strstr(out, "LIND_CPU_THREADS=abc"), "serve with LIND_CPU_THREADS=abc: exit %d: %s", rc, out);
+    rc = run(out, sizeof out, "LIND_CUDA_WEIGHTS=int4 %s serve --model %s --backend harness --socket %s/s.sock --db %s/s.db",
+             lind, mdir, tmpdir, tmpdir);
+    CHECK(rc != 0 && strstr(out, "int4"), "serve with LIND_CUDA_WEIGHTS=int4: exit %d: %s", rc, out);
+}
+
 int main(void) {
     const char *b = getenv("LIND_BUILD");
     snprintf(lind, sizeof lind, "%s/lind", b && *b ? b : "build");
@@ -328,6 +357,7 @@ int main(void) {
     RUN(score_segments);
     RUN(logits_match_api);
     RUN(errors_are_reported);
+    RUN(backend_env_reaches_backend);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) printf("NOTE could not remove %s\n", tmpdir);

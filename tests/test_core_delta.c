@@ -546,7 +546,7 @@ static void bad_input_refused(void) {
 static void harness_matches_cpu(void) {
     backend *be = NULL;
     char err[512] = "", dir[512];
-    CHECK(backend_new("harness", &be, err, sizeof err) == 0, "harness backend: %s", err);
+    CHECK(backend_new("harness", NULL, &be, err, sizeof err) == 0, "harness backend: %s", err);
     if (!be) return;
     CHECK(be->ops->short_conv && be->ops->delta_step, "the harness backend lacks short_conv or delta_step");
     backend_free(be);

@@ -143,15 +143,16 @@ static double act_ref(int flags, double s) {
 
 /* matmul through the CPU backend with each activation flag (GELU, RELU2,
  * SIGMOID) equals the product followed by the activation, on the path
- * LIND_CPU_GEMM selects; flag combinations the contract refuses are
+ * opts.cpu_gemm selects; flag combinations the contract refuses are
  * refused. */
 static void backend_flags_case(const char *gemm) {
     enum { B = 19, N = 150, K = 64 };
-    setenv("LIND_CPU_GEMM", gemm, 1);
+    backend_opts bo;
+    backend_opts_default(&bo);
+    bo.cpu_gemm = gemm;
     backend *be;
     char err[256];
-    int rc = backend_new("cpu", &be, err, sizeof err);
-    unsetenv("LIND_CPU_GEMM");
+    int rc = backend_new("cpu", &bo, &be, err, sizeof err);
     CHECK(rc == 0, "%s: %s", gemm, err);
     if (rc) return;
     const backend_ops *o = be->ops;
@@ -302,14 +303,15 @@ static void test_half_exact(void) {
 
 /* The same through the backend: weight_new_half against weight_new of the
  * widened weights, equal bit for bit, for each flag, at B = 1 and 19, on the
- * path LIND_CPU_GEMM selects (the OpenBLAS path widens at load). */
+ * path opts.cpu_gemm selects (the OpenBLAS path widens at load). */
 static void backend_half_case(const char *gemm) {
     enum { BM = 40, N = 150, K = 64 };   /* B = 40: half panels widened once per panel */
-    setenv("LIND_CPU_GEMM", gemm, 1);
+    backend_opts bo;
+    backend_opts_default(&bo);
+    bo.cpu_gemm = gemm;
     backend *be;
     char err[256];
-    int rc = backend_new("cpu", &be, err, sizeof err);
-    unsetenv("LIND_CPU_GEMM");
+    int rc = backend_new("cpu", &bo, &be, err, sizeof err);
     CHECK(rc == 0, "%s: %s", gemm, err);
     if (rc) return;
     const backend_ops *o = be->ops;
@@ -535,7 +537,7 @@ static void test_backend_dot(void) {
     enum { BM = 40, N = 150, K = 65 };
     backend *be;
     char err[256];
-    CHECK(backend_new("cpu", &be, err, sizeof err) == 0, "%s", err);
+    CHECK(backend_new("cpu", NULL, &be, err, sizeof err) == 0, "%s", err);
     const backend_ops *o = be->ops;
     CHECK(o->set_compute && o->set_compute(be, BACKEND_COMPUTE_BF16, err, sizeof err) == 0, "set_compute: %s", err);
     unsigned seed = 9;
@@ -567,9 +569,10 @@ static void test_backend_dot(void) {
     free(Wp);
     backend_free(be);
     /* the AVX2 kernel has no bf16 compute: refused, saying why */
-    setenv("LIND_CPU_GEMM", "avx2", 1);
-    int rc = backend_new("cpu", &be, err, sizeof err);
-    unsetenv("LIND_CPU_GEMM");
+    backend_opts bo;
+    backend_opts_default(&bo);
+    bo.cpu_gemm = "avx2";
+    int rc = backend_new("cpu", &bo, &be, err, sizeof err);
     if (rc == 0) {
         rc = be->ops->set_compute(be, BACKEND_COMPUTE_BF16, err, sizeof err);
         CHECK(rc == -ENOTSUP && strstr(err, "AVX-512"), "on AVX2: rc %d, '%s'", rc, err);
@@ -584,15 +587,28 @@ static void test_backend_half_avx512(void) { backend_half_case("avx512"); }
 static void test_backend_half_avx2(void) { backend_half_case("avx2"); }
 static void test_backend_half_openblas(void) { backend_half_case("openblas"); }
 
-/* An unknown kernel name, or one this CPU cannot run, is refused by name. */
+/* An unknown kernel name, or one this CPU cannot run, is refused by name —
+ * given as the option, or read from LIND_CPU_GEMM by an entry point. */
 static void test_backend_bad_gemm_env(void) {
     backend *be;
     char err[256] = "";
-    setenv("LIND_CPU_GEMM", "avx1024", 1);
-    int rc = backend_new("cpu", &be, err, sizeof err);
-    unsetenv("LIND_CPU_GEMM");
-    CHECK(rc == -EINVAL && strstr(err, "LIND_CPU_GEMM=avx1024"), "rc %d, message '%s'", rc, err);
+    backend_opts bo;
+    backend_opts_default(&bo);
+    bo.cpu_gemm = "avx1024";
+    int rc = backend_new("cpu", &bo, &be, err, sizeof err);
+    CHECK(rc == -EINVAL && be == NULL && strstr(err, "\"avx1024\"") && strstr(err, "unknown"), "rc %d, message '%s'",
+          rc, err);
     if (rc == 0) backend_free(be);
+    setenv("LIND_CPU_GEMM", "avx1024", 1);
+    rc = backend_opts_from_env(&bo, err, sizeof err);   /* bo.cpu_gemm points into the environment */
+    CHECK(rc == 0 && bo.cpu_gemm && !strcmp(bo.cpu_gemm, "avx1024"), "from_env: rc %d, '%s'", rc, err);
+    if (rc == 0) {   /* the name is checked where the CPU is known: the constructor */
+        err[0] = 0;
+        rc = backend_new("cpu", &bo, &be, err, sizeof err);
+        CHECK(rc == -EINVAL && strstr(err, "avx1024"), "rc %d, message '%s'", rc, err);
+        if (rc == 0) backend_free(be);
+    }
+    unsetenv("LIND_CPU_GEMM");
 }
 
 /* Every case for one kernel, named after it. */

@@ -524,7 +524,7 @@ static void bad_input_refused(void) {
 static void harness_matches_cpu(void) {
     backend *be = NULL;
     char err[512] = "", dir[512];
-    CHECK(backend_new("harness", &be, err, sizeof err) == 0, "harness backend: %s", err);
+    CHECK(backend_new("harness", NULL, &be, err, sizeof err) == 0, "harness backend: %s", err);
     if (!be) return;
     CHECK(be->ops->window_step && be->ops->aft_window_step, "the harness backend lacks window_step or aft_window_step");
     backend_free(be);

@@ -323,7 +323,7 @@ static void batched_equals_unbatched(void) {
     model_free(m);
 }
 
-/* The CPU backend splits big ops across threads (LIND_CPU_THREADS): a model
+/* The CPU backend splits big ops across threads (backend_opts.threads): a model
  * big enough to take those paths gives the same logits with 1 and 3
  * threads, through steps of several batch sizes. */
 static void threads_equal_single(void) {
@@ -334,12 +334,14 @@ static void threads_equal_single(void) {
     CHECK(testmodel_write(dir, &c, 21, &opts) == 0, "testmodel_write");
     char err[512] = "";
     model *m[2] = {0};
-    const char *nt[2] = {"1", "3"};
+    static const int nt[2] = {1, 3};
     for (int i = 0; i < 2; i++) {
-        setenv("LIND_CPU_THREADS", nt[i], 1);
-        CHECK(model_load(dir, "cpu", &m[i], err, sizeof err) == 0, "model_load: %s", err);
+        backend_opts bo;
+        backend_opts_default(&bo);
+        bo.threads = nt[i];
+        model_opts mo = {.backend = "cpu", .be = &bo};
+        CHECK(model_load_opts(dir, &mo, &m[i], err, sizeof err) == 0, "model_load: %s", err);
     }
-    unsetenv("LIND_CPU_THREADS");
     if (!m[0] || !m[1]) { model_free(m[0]); model_free(m[1]); return; }
     CHECK(strstr(model_device_name(m[1]), "3 threads") != NULL, "device \"%s\" does not say 3 threads",
           model_device_name(m[1]));

@@ -41,7 +41,7 @@ static void linear_1e8(void) {
     enum { DH = 2 };
     backend *be = NULL;
     char err[256];
-    CHECK(backend_cpu_new(&be, err, sizeof err) == 0, "backend: %s", err);
+    CHECK(backend_cpu_new(NULL, &be, err, sizeof err) == 0, "backend: %s", err);
     if (!be) return;
     const backend_ops *o = be->ops;
     size_t sbytes = (DH * DH + DH) * sizeof(double);
@@ -109,7 +109,7 @@ static void aft_simple_1e7(void) {
     const long N = scale_down(10000000L);
     backend *be = NULL;
     char err[256];
-    CHECK(backend_cpu_new(&be, err, sizeof err) == 0, "backend: %s", err);
+    CHECK(backend_cpu_new(NULL, &be, err, sizeof err) == 0, "backend: %s", err);
     if (!be) return;
     const backend_ops *o = be->ops;
     backend_buf *in = NULL, *out = NULL;

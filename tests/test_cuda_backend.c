@@ -18,7 +18,7 @@
  *     bf16 weights, stepped and prefilled (model_forward over runs);
  *   - two delta models (short convolution + gated delta rule, the shapes of
  *     tests/test_core_delta.c), stepped and prefilled;
- *   - the random models again with LIND_CUDA_WEIGHTS=bf16, within 2%.
+ *   - the random models again with cuda_weights bf16, within 2%.
  *
  * LIND_CUDA_TEST_BACKEND=name runs the same checks with another backend in
  * the place of "cuda" (e.g. "cpu" against itself, to exercise the test). */
@@ -32,7 +32,7 @@
 static const char *under_test = "cuda";
 
 static int ctor_under_test(backend **out, char *err, size_t errlen) {
-    return backend_new(under_test, out, err, errlen);
+    return backend_new(under_test, &cmp_be, out, err, errlen);
 }
 
 /* "auto" takes the GPU when "cuda" works and the CPU when it does not; a
@@ -40,8 +40,8 @@ static int ctor_under_test(backend **out, char *err, size_t errlen) {
 static void auto_selection(void) {
     backend *cu = NULL, *au = NULL;
     char err[256] = "", aerr[256] = "";
-    int rc = backend_new("cuda", &cu, err, sizeof err);
-    CHECK(backend_new("auto", &au, aerr, sizeof aerr) == 0, "auto failed: %s", aerr);
+    int rc = backend_new("cuda", &cmp_be, &cu, err, sizeof err);
+    CHECK(backend_new("auto", &cmp_be, &au, aerr, sizeof aerr) == 0, "auto failed: %s", aerr);
     if (rc == 0) {
         CHECK(!strcmp(cu->ops->name, "cuda"), "cuda backend is named %s", cu->ops->name);
         CHECK(au && !strcmp(au->ops->name, "cuda"), "auto picked %s with a device present", au ? au->ops->name : "-");
@@ -63,10 +63,14 @@ int main(void) {
     const char *env = getenv("LIND_CUDA_TEST_BACKEND");
     if (env && *env) under_test = env;
     cmp_model_backend = under_test;
-    RUN(auto_selection);
     backend *be;
     char err[256];
-    if (backend_new(under_test, &be, err, sizeof err) < 0) {
+    if (backend_opts_from_env(&cmp_be, err, sizeof err) < 0) {   /* LIND_CUDA_DEVICE, LIND_CPU_THREADS, ... */
+        printf("FAIL environment: %s\n", err);
+        return 1;
+    }
+    RUN(auto_selection);
+    if (backend_new(under_test, &cmp_be, &be, err, sizeof err) < 0) {
         printf("SKIP cuda_backend: %s\n", err);
         return 0;
     }

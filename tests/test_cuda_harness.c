@@ -24,17 +24,17 @@
 #include "tests/cuda_compare.h"
 
 static int ctor_forward(backend **out, char *err, size_t errlen) {
-    return backend_harness_new(HARNESS_FORWARD, out, err, errlen);
+    return backend_harness_new(HARNESS_FORWARD, &cmp_be, out, err, errlen);
 }
 static int ctor_reverse(backend **out, char *err, size_t errlen) {
-    return backend_harness_new(HARNESS_REVERSE, out, err, errlen);
+    return backend_harness_new(HARNESS_REVERSE, &cmp_be, out, err, errlen);
 }
 
 /* Each refusal returns an error, says why, and leaves the state untouched. */
 static void refusals(void) {
     backend *be;
     char err[256];
-    if (backend_harness_new(HARNESS_FORWARD, &be, err, sizeof err) < 0) { CHECK(0, "%s", err); return; }
+    if (backend_harness_new(HARNESS_FORWARD, NULL, &be, err, sizeof err) < 0) { CHECK(0, "%s", err); return; }
     const backend_ops *o = be->ops;
     CHECK(!strcmp(o->name, "harness"), "name %s", o->name);
     size_t slot_bytes = 8 * (4 * 8 * 9) + 64;    /* H=4, dh=8 linear state + room */
@@ -188,7 +188,7 @@ static void ref_bf16(const float *x, int ldx, const float *W, const float *bias,
 static void bf16_matmul(void) {
     backend *be;
     char err[256];
-    if (backend_harness_new(HARNESS_REVERSE, &be, err, sizeof err) < 0) { CHECK(0, "%s", err); return; }
+    if (backend_harness_new(HARNESS_REVERSE, NULL, &be, err, sizeof err) < 0) { CHECK(0, "%s", err); return; }
     CHECK(grid_backend_set_weights(be, "bf16", err, sizeof err) == 0, "%s", err);
     CHECK(grid_backend_set_weights(be, "fp16", err, sizeof err) == -EINVAL && strstr(err, "fp16"),
           "fp16 accepted or unclear: %s", err);
@@ -278,7 +278,7 @@ static void half_widening(void) {
 static void half_matmul(void) {
     backend *be;
     char err[256];
-    if (backend_harness_new(HARNESS_REVERSE, &be, err, sizeof err) < 0) { CHECK(0, "%s", err); return; }
+    if (backend_harness_new(HARNESS_REVERSE, NULL, &be, err, sizeof err) < 0) { CHECK(0, "%s", err); return; }
     const backend_ops *o = be->ops;
     enum { BMAX = 12, N = 44, K = 80, LDY = N + 3 };
     static float x[BMAX * K], Wf[N * K], y0[BMAX * LDY], y1[BMAX * LDY], y2[BMAX * LDY], wide[N * K];
@@ -348,19 +348,33 @@ static void half_matmul(void) {
     backend_free(be);
 }
 
-/* Whole models with LIND_CUDA_WEIGHTS=bf16 stay close to the fp32 CPU
- * backend; an unknown value is refused by name. */
+/* Whole models with cuda_weights bf16 stay close to the fp32 CPU backend;
+ * an unknown value is refused by name, given as the option or read from
+ * LIND_CUDA_WEIGHTS by an entry point. */
 static void bf16_models(void) {
     char err[256];
     backend *be = NULL;
+    backend_opts bo;
+    backend_opts_default(&bo);
+    bo.cuda_weights = "int4";
+    CHECK(backend_harness_new(HARNESS_FORWARD, &bo, &be, err, sizeof err) == -EINVAL && be == NULL && strstr(err, "int4"),
+          "cuda_weights int4: %s", err);
     setenv("LIND_CUDA_WEIGHTS", "int4", 1);
-    CHECK(backend_harness_new(HARNESS_FORWARD, &be, err, sizeof err) == -EINVAL && be == NULL && strstr(err, "int4"),
-          "LIND_CUDA_WEIGHTS=int4: %s", err);
+    int rc = backend_opts_from_env(&bo, err, sizeof err);
+    CHECK(rc == 0 && bo.cuda_weights && !strcmp(bo.cuda_weights, "int4"), "from_env: %d %s", rc, err);
+    if (rc == 0)
+        CHECK(backend_new("harness", &bo, &be, err, sizeof err) == -EINVAL && be == NULL && strstr(err, "int4"),
+              "LIND_CUDA_WEIGHTS=int4: %s", err);
     unsetenv("LIND_CUDA_WEIGHTS");
     models_random_bf16();
 }
 
 int main(void) {
+    char err[256];
+    if (backend_opts_from_env(&cmp_be, err, sizeof err) < 0) {   /* LIND_CPU_THREADS, LIND_CUDA_WEIGHTS, ... */
+        printf("FAIL environment: %s\n", err);
+        return 1;
+    }
     /* fp32 results may differ from the CPU backend's only by summation order
      * (layer norm sums in double here, in float there); fp64 states run the
      * same per-element code on the same inputs. */

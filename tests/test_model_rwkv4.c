@@ -25,6 +25,7 @@
  * refusals.
  * LIND_RWKV4_FIXTURES overrides the fixture directory. */
 #include "tests/check.h"
+#include "kernels/backend.h"
 #include "recurrent/model.h"
 #include "kernels/cpu/gemm.h"
 #include "recurrent/sampler.h"
@@ -426,10 +427,13 @@ static void rwkv4_dot_refusals(void) {
     CHECK(rc == -EINVAL && strstr(err, "bf16 compute") && strstr(err, "f16"), "weights f16: %d '%s'", rc, err);
     model_free(m);
     m = NULL;
-    setenv("LIND_CPU_GEMM", "avx2", 1);
+    backend_opts bo;
+    backend_opts_default(&bo);
+    bo.cpu_gemm = "avx2";
     o.weights = LIND_DT_AUTO;
+    o.be = &bo;
     rc = model_load_opts(a->model_dir, &o, &m, err, sizeof err);
-    unsetenv("LIND_CPU_GEMM");
+    o.be = NULL;
     CHECK(rc == -ENOTSUP && strstr(err, "bf16 compute"), "AVX2 kernel: %d '%s'", rc, err);
     model_free(m);
     m = NULL;

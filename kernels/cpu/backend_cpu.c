@@ -1309,30 +1309,39 @@ static void read_cpu_name(char *out, size_t n) {
     fclose(f);
 }
 
-int backend_cpu_new(backend **out, char *err, size_t errlen) {
+int backend_cpu_new(const backend_opts *opts, backend **out, char *err, size_t errlen) {
+    *out = NULL;
+    backend_opts defaults;
+    if (!opts) {
+        backend_opts_default(&defaults);
+        opts = &defaults;
+    }
+    if (opts->threads < 0 || opts->threads > BACKEND_THREADS_MAX) {
+        snprintf(err, errlen, "backend cpu: %d threads: out of range (1..%d, or 0 for every CPU)", opts->threads,
+                 BACKEND_THREADS_MAX);
+        return -EINVAL;
+    }
     cpu *c = calloc(1, sizeof *c);
     if (!c) {
         snprintf(err, errlen, "backend cpu: out of memory");
         return -ENOMEM;
     }
     c->base.ops = &cpu_ops;
-    /* Threads: LIND_CPU_THREADS, else every online CPU. The pool splits
+    /* Threads: opts->threads, else every online CPU. The pool splits
      * every op, GEMMs included, so OpenBLAS itself runs single-threaded
      * (its own threads would spin against ours between calls). */
-    long nt = sysconf(_SC_NPROCESSORS_ONLN);
-    const char *env = getenv("LIND_CPU_THREADS");
-    if (env && *env) nt = strtol(env, NULL, 10);
+    long nt = opts->threads > 0 ? opts->threads : sysconf(_SC_NPROCESSORS_ONLN);
     if (nt < 1) nt = 1;
-    if (nt > 64) nt = 64;
+    if (nt > BACKEND_THREADS_MAX) nt = BACKEND_THREADS_MAX;
     if (cpu_pool_new((int)nt, &c->threads) < 0) {
         free(c);
         snprintf(err, errlen, "backend cpu: cannot start %ld threads", nt);
         return -EAGAIN;
     }
     openblas_set_num_threads(1);
-    /* LIND_CPU_GEMM picks the matrix kernel (for comparisons): "openblas",
-     * "avx2", "avx512"; unset or empty, the best this CPU runs. */
-    const char *g = getenv("LIND_CPU_GEMM");
+    /* opts->cpu_gemm picks the matrix kernel (for comparisons): "openblas",
+     * "avx2", "avx512"; NULL or empty, the best this CPU runs. */
+    const char *g = opts->cpu_gemm;
     c->isa = cpu_gemm_detect();
     if (g && *g) {
         cpu_gemm_isa want = !strcmp(g, "openblas") ? CPU_GEMM_NONE
@@ -1340,7 +1349,7 @@ int backend_cpu_new(backend **out, char *err, size_t errlen) {
                             : !strcmp(g, "avx512") ? CPU_GEMM_AVX512
                                                    : (cpu_gemm_isa)-1;
         if ((int)want < 0 || !cpu_gemm_supported(want)) {
-            snprintf(err, errlen, "backend cpu: LIND_CPU_GEMM=%s: %s", g,
+            snprintf(err, errlen, "backend cpu: GEMM kernel \"%s\": %s", g,
                      (int)want < 0 ? "unknown (openblas, avx2 or avx512)" : "this CPU cannot run that kernel");
             cpu_free(&c->base);
             return -EINVAL;

@@ -112,9 +112,9 @@ static int c_gemm_bf16(lind_device *d, int transa, int transb, int m, int n, int
     return -EIO;
 }
 
-int cuda_device_new(lind_device **out, char *err, size_t errlen) {
+int cuda_device_new(int ordinal, lind_device **out, char *err, size_t errlen) {
     *out = NULL;
-    int n = 0, ordinal = 0;
+    int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
         snprintf(err, errlen, "backend cuda: no usable CUDA device (cudaGetDeviceCount: %s)", cudaGetErrorString(e));
@@ -124,15 +124,10 @@ int cuda_device_new(lind_device **out, char *err, size_t errlen) {
         snprintf(err, errlen, "backend cuda: no CUDA device found");
         return -ENODEV;
     }
-    const char *env = getenv("LIND_CUDA_DEVICE");
-    if (env && *env) {
-        char *end;
-        long v = strtol(env, &end, 10);
-        if (*end || v < 0 || v >= n) {
-            snprintf(err, errlen, "backend cuda: LIND_CUDA_DEVICE=%s is not a device index below %d", env, n);
-            return -EINVAL;
-        }
-        ordinal = (int)v;
+    if (ordinal < 0) ordinal = 0;
+    else if (ordinal >= n) {
+        snprintf(err, errlen, "backend cuda: device %d is not a device index below %d", ordinal, n);
+        return -EINVAL;
     }
     struct cudaDeviceProp prop;
     if ((e = cudaSetDevice(ordinal)) != cudaSuccess || (e = cudaGetDeviceProperties(&prop, ordinal)) != cudaSuccess) {
@@ -180,10 +175,10 @@ int cuda_device_new(lind_device **out, char *err, size_t errlen) {
     return 0;
 }
 
-int backend_cuda_new(backend **out, char *err, size_t errlen) {
+int backend_cuda_new(const backend_opts *opts, backend **out, char *err, size_t errlen) {
     lind_device *dev;
     *out = NULL;
-    int rc = cuda_device_new(&dev, err, errlen);
+    int rc = cuda_device_new(opts ? opts->cuda_device : -1, &dev, err, errlen);
     if (rc < 0) return rc;
-    return grid_backend_new(dev, "cuda", out, err, errlen);
+    return grid_backend_new(dev, "cuda", opts, out, err, errlen);
 }

@@ -54,9 +54,9 @@ struct lind_device {
                       float beta, float *C, int ldc);
 };
 
-/* The CUDA device (only when built with LIND_HAVE_CUDA): device 0 or the
- * one named by env LIND_CUDA_DEVICE. Fails with a clear message when no
- * device is usable. */
-int cuda_device_new(lind_device **out, char *err, size_t errlen);
+/* The CUDA device (only when built with LIND_HAVE_CUDA): device `ordinal`
+ * (backend_opts.cuda_device; -1 = device 0). Fails with a clear message
+ * when no device is usable or the ordinal is past the last device. */
+int cuda_device_new(int ordinal, lind_device **out, char *err, size_t errlen);
 
 #endif

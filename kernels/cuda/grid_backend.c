@@ -891,7 +891,8 @@ int grid_backend_set_weights(backend *be, const char *precision, char *err, size
     return 0;
 }
 
-int grid_backend_new(lind_device *dev, const char *name, backend **out, char *err, size_t errlen) {
+int grid_backend_new(lind_device *dev, const char *name, const backend_opts *opts, backend **out, char *err,
+                     size_t errlen) {
     *out = NULL;
     gridbe *g = calloc(1, sizeof *g);
     if (!g) {
@@ -904,7 +905,7 @@ int grid_backend_new(lind_device *dev, const char *name, backend **out, char *er
     g->ops = grid_ops;
     g->ops.name = g->name;
     g->base.ops = &g->ops;
-    const char *w = getenv("LIND_CUDA_WEIGHTS");
+    const char *w = opts ? opts->cuda_weights : NULL;
     int rc = w && *w ? grid_backend_set_weights(&g->base, w, err, errlen) : 0;
     if (rc < 0) {
         g_free(&g->base);

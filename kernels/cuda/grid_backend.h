@@ -11,10 +11,11 @@
 #include "kernels/cuda/device.h"
 
 /* A backend named `name` ("cuda", "harness") over `dev`, which it takes
- * ownership of (freed by backend_free, or here on failure). Environment
- * LIND_CUDA_WEIGHTS=fp32|bf16 sets the GEMM precision (below); any other
- * value fails. */
-int grid_backend_new(lind_device *dev, const char *name, backend **out, char *err, size_t errlen);
+ * ownership of (freed by backend_free, or here on failure). opts (NULL =
+ * defaults): cuda_weights "fp32"|"bf16" sets the GEMM precision (below;
+ * NULL or empty = fp32); any other value fails. */
+int grid_backend_new(lind_device *dev, const char *name, const backend_opts *opts, backend **out, char *err,
+                     size_t errlen);
 
 /* Message of the last failed op (empty if none) — the interface's ops only
  * return codes; this says what the device reported. */

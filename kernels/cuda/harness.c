@@ -251,9 +251,9 @@ int harness_device_new(int order, lind_device **out, char *err, size_t errlen) {
     return 0;
 }
 
-int backend_harness_new(int order, backend **out, char *err, size_t errlen) {
+int backend_harness_new(int order, const backend_opts *opts, backend **out, char *err, size_t errlen) {
     lind_device *dev;
     int rc = harness_device_new(order, &dev, err, errlen);
     if (rc < 0) return rc;
-    return grid_backend_new(dev, "harness", out, err, errlen);
+    return grid_backend_new(dev, "harness", opts, out, err, errlen);
 }

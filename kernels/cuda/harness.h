@@ -35,8 +35,9 @@ int harness_device_new(int order, lind_device **out, char *err, size_t errlen);
  * with that message, so the backend's poisoned() and last_error() and the
  * daemon's handling of a lost device are tested without a GPU. */
 
-/* The GPU backend (grid_backend.h) over the harness device, named "harness". */
-int backend_harness_new(int order, backend **out, char *err, size_t errlen);
+/* The GPU backend (grid_backend.h) over the harness device, named
+ * "harness"; opts (NULL = defaults) as grid_backend_new takes them. */
+int backend_harness_new(int order, const backend_opts *opts, backend **out, char *err, size_t errlen);
 
 /* Run one kernel over L on the host (what the harness device's launch does).
  * Returns 0, or -EINVAL with err filled for a bad launch or divergent
