@@ -64,30 +64,29 @@ static void env_values_read(void) {
     clear_env();
 }
 
+/* Each of n values of variable var, alone in the environment, is refused
+ * with a message naming the variable and the value. */
+static void refuses_each(const char *var, const char *const *bad, size_t n) {
+    char err[256], want[64];
+    backend_opts o;
+    for (size_t i = 0; i < n; i++) {
+        clear_env();
+        setenv(var, bad[i], 1);
+        err[0] = 0;
+        int rc = backend_opts_from_env(&o, err, sizeof err);
+        snprintf(want, sizeof want, "%s=%s", var, bad[i]);
+        CHECK(rc == -EINVAL && strstr(err, want), "%s=%s: rc %d, message '%s'", var, bad[i], rc, err);
+    }
+    clear_env();
+}
+
 /* A value that is not a decimal number in range is refused, naming the
  * variable and the value. */
 static void env_garbage_refused(void) {
     static const char *const bad_threads[] = {"abc", "0x", "-3", "99999", "0", "65", "2x", "1.5", "99999999999999999999"};
     static const char *const bad_device[] = {"abc", "-1", "gpu0", "3 4"};
-    char err[256], want[64];
-    backend_opts o;
-    for (size_t i = 0; i < sizeof bad_threads / sizeof *bad_threads; i++) {
-        clear_env();
-        setenv("LIND_CPU_THREADS", bad_threads[i], 1);
-        err[0] = 0;
-        int rc = backend_opts_from_env(&o, err, sizeof err);
-        snprintf(want, sizeof want, "LIND_CPU_THREADS=%s", bad_threads[i]);
-        CHECK(rc == -EINVAL && strstr(err, want), "LIND_CPU_THREADS=%s: rc %d, message '%s'", bad_threads[i], rc, err);
-    }
-    for (size_t i = 0; i < sizeof bad_device / sizeof *bad_device; i++) {
-        clear_env();
-        setenv("LIND_CUDA_DEVICE", bad_device[i], 1);
-        err[0] = 0;
-        int rc = backend_opts_from_env(&o, err, sizeof err);
-        snprintf(want, sizeof want, "LIND_CUDA_DEVICE=%s", bad_device[i]);
-        CHECK(rc == -EINVAL && strstr(err, want), "LIND_CUDA_DEVICE=%s: rc %d, message '%s'", bad_device[i], rc, err);
-    }
-    clear_env();
+    refuses_each("LIND_CPU_THREADS", bad_threads, sizeof bad_threads / sizeof *bad_threads);
+    refuses_each("LIND_CUDA_DEVICE", bad_device, sizeof bad_device / sizeof *bad_device);
 }
 
 /* The constructor reads no environment: a garbage LIND_CPU_THREADS does

@@ -322,6 +322,48 @@ static int cpu_layernorm(backend *be, const backend_buf *x, backend_buf *y, cons
     return 0;
 }
 
+/* Parts claim chunks of panels from a shared counter instead of taking a
+ * fixed share: at batch 1 a product is a stream of weight bytes, and with
+ * fixed halves the thread that a neighbour's memory traffic slowed sets the
+ * pace while the other waits (in-process A/B on the RWKV-4 169M shape, bf16
+ * weights with fp32 math: 9.4–9.7 → 8.8–9.2 ms/token; the other modes
+ * within noise). Each panel is still computed whole by one thread with the
+ * same arithmetic, so the result does not depend on who claims what.
+ * Chunks: about 1/4 of a part's share; at batch 1 about 1/8, a multiple of
+ * CPU_GEMM_ROW_GROUP panels so each thread still streams long runs through
+ * the widening kernels. The bf16 dot kernel, which streams one panel at a
+ * time, takes one whole share per part at batch 1: smaller claims cost it
+ * more in stream starts than they gained in balance (in-process A/B, 40
+ * windows of 15 rounds: whole shares 1% faster at ordinary bandwidth, 3% at
+ * 55–65 GB/s). */
+typedef struct panel_claims {
+    int panels, chunk;      /* the product's panels; panels per claim */
+    atomic_int next;        /* the next chunk to claim */
+} panel_claims;
+
+static void claims_init(panel_claims *cl, int B, int panels, int parts, int one_panel_kernel) {
+    const int G = CPU_GEMM_ROW_GROUP;
+    int c;
+    if (B == 1 && one_panel_kernel)
+        c = (panels + parts - 1) / parts;
+    else if (B == 1)
+        c = panels / (parts * 8) <= G ? G : (panels / (parts * 8) + G - 1) / G * G;
+    else
+        c = panels / (parts * 4);
+    cl->panels = panels;
+    cl->chunk = c < 1 ? 1 : c;
+    atomic_init(&cl->next, 0);
+}
+
+/* [p0, p1) of the next chunk; 0 when none is left. */
+static int claims_next(panel_claims *cl, int *p0, int *p1) {
+    int c = atomic_fetch_add_explicit(&cl->next, 1, memory_order_relaxed);
+    if ((long)c * cl->chunk >= cl->panels) return 0;
+    *p0 = c * cl->chunk;
+    *p1 = *p0 + cl->chunk < cl->panels ? *p0 + cl->chunk : cl->panels;
+    return 1;
+}
+
 typedef struct mm_job {
     const float *x, *W, *bias;
     float *y;
@@ -329,46 +371,16 @@ typedef struct mm_job {
     cpu_gemm_isa isa;
     cpu_gemm_wtype wtype;   /* of a BUF_PACKED W */
     float *scratch;         /* half W: cpu_gemm_scratch_floats() per part, or NULL */
-    int chunk;              /* panels per claim (panel_claim) */
-    atomic_int next;        /* the next chunk to claim */
+    panel_claims claims;
 } mm_job;
-
-/* Parts claim chunks of panels from a shared counter instead of taking a
- * fixed share: at batch 1 a product is a stream of weight bytes, and with
- * fixed halves the thread that a neighbour's memory traffic slowed sets the
- * pace while the other waits (in-process A/B on the RWKV-4 169M shape, bf16
- * weights with fp32 math: 9.4–9.7 → 8.8–9.2 ms/token; the other modes
- * within noise). Each panel is still computed whole by one thread with the same
- * arithmetic, so the result does not depend on who claims what. Chunks:
- * about 1/8 of a part's share at batch 1 (at least, and a multiple of,
- * CPU_GEMM_ROW_GROUP panels, so each thread still streams long runs), else
- * about 1/4; the bf16 dot kernel takes whole shares at batch 1
- * (dot_matmul). panel_claim: [p0, p1) of the next chunk; 0 when none is
- * left. */
-static int panel_chunk(int B, int panels, int parts) {
-    int c = panels / (parts * (B == 1 ? 8 : 4));
-    if (B == 1) {
-        if (c < 4) c = 4;
-        c = (c + CPU_GEMM_ROW_GROUP - 1) / CPU_GEMM_ROW_GROUP * CPU_GEMM_ROW_GROUP;
-    }
-    return c < 1 ? 1 : c;
-}
-
-static int panel_claim(atomic_int *next, int chunk, int panels, int *p0, int *p1) {
-    int c = atomic_fetch_add_explicit(next, 1, memory_order_relaxed);
-    if ((long)c * chunk >= panels) return 0;
-    *p0 = c * chunk;
-    *p1 = *p0 + chunk < panels ? *p0 + chunk : panels;
-    return 1;
-}
 
 /* Panels [p0, p1) of a packed weight for this part. */
 static void mm_packed_part(void *arg, int part, int nparts) {
     mm_job *j = arg;
     (void)nparts;
-    int p0, p1, panels = cpu_gemm_panels(j->isa, j->N);
+    int p0, p1;
     float *scr = j->scratch ? j->scratch + (size_t)part * cpu_gemm_scratch_floats(j->isa, j->K) : NULL;
-    while (panel_claim(&j->next, j->chunk, panels, &p0, &p1))
+    while (claims_next(&j->claims, &p0, &p1))
         cpu_gemm_run(j->isa, j->wtype, j->x, j->ldx, j->W, j->bias, j->y, j->ldy, j->B, j->N, j->K, p0, p1,
                      j->flags, scr);
 }
@@ -381,8 +393,7 @@ typedef struct dot_job {
     const float *bias;
     float *y;
     int ldx, ldxb, ldy, B, N, K, flags;
-    int chunk;              /* panels per claim (panel_claim) */
-    atomic_int next;
+    panel_claims claims;
 } dot_job;
 
 static void dot_round_part(void *arg, int part, int nparts) {
@@ -396,8 +407,8 @@ static void dot_part(void *arg, int part, int nparts) {
     dot_job *j = arg;
     (void)part;
     (void)nparts;
-    int p0, p1, panels = cpu_gemm_panels(CPU_GEMM_AVX512, j->N);
-    while (panel_claim(&j->next, j->chunk, panels, &p0, &p1))
+    int p0, p1;
+    while (claims_next(&j->claims, &p0, &p1))
         cpu_gemm_run_dot(j->xb, j->ldxb, j->W, j->bias, j->y, j->ldy, j->B, j->N, j->K, p0, p1, j->flags);
 }
 
@@ -412,17 +423,12 @@ static int dot_matmul(cpu *c, const float *x, int ldx, const backend_buf *W, con
         c->xb = t;
         c->xb_n = need;
     }
-    dot_job j = {x, (const uint16_t *)W->p, c->xb, bias, y, ldx, ldxb, ldy, B, N, K, flags, 0, 0};
+    dot_job j = {x, (const uint16_t *)W->p, c->xb, bias, y, ldx, ldxb, ldy, B, N, K, flags, {0}};
     cpu_pool_run(c->threads, dot_round_part, &j, row_parts(c, B, (size_t)K));
     int parts = cpu_pool_size(c->threads), panels = cpu_gemm_panels(CPU_GEMM_AVX512, N);
     if ((double)B * N * K < (double)(1 << 14)) parts = 1;   /* as cpu_matmul */
     if (parts > panels) parts = panels;
-    /* B = 1 here takes one share per part: the one-panel streaming kernel
-     * lost more to the extra stream starts of smaller claims than it gained
-     * in balance (in-process A/B, 40 windows of 15 rounds: halves 1% faster
-     * at ordinary bandwidth, 3% at 55–65 GB/s) */
-    j.chunk = B == 1 ? (panels + parts - 1) / parts : panel_chunk(B, panels, parts);
-    atomic_init(&j.next, 0);
+    claims_init(&j.claims, B, panels, parts, 1);
     cpu_pool_run(c->threads, dot_part, &j, parts);
     return 0;
 }
@@ -463,7 +469,7 @@ static int cpu_matmul(backend *be, const backend_buf *x, size_t xo, int ldx, con
     if (!backend_mm_flags_ok(flags, ldy, N)) return -EINVAL;
     if (W->kind == BUF_DOT) return dot_matmul(c, x->p + xo, ldx, W, bias ? bias->p : NULL, y->p + yo, ldy, B, N, K, flags);
     mm_job j = {x->p + xo, W->p, bias ? bias->p : NULL, y->p + yo, ldx, ldy, B, N, K, W->kind, flags, c->isa,
-                (cpu_gemm_wtype)W->wtype, NULL, 0, 0};
+                (cpu_gemm_wtype)W->wtype, NULL, {0}};
     int parts = cpu_pool_size(c->threads);
     /* below ~16k multiply-adds (about 2 µs on one core) a fork-join, about a
      * microsecond, costs more than it saves; at 2^14 rather than 2^16 the
@@ -471,8 +477,7 @@ static int cpu_matmul(backend *be, const backend_buf *x, size_t xo, int ldx, con
     if ((double)B * N * K < (double)(1 << 14)) parts = 1;
     if (W->kind == BUF_PACKED) {
         if (parts > cpu_gemm_panels(c->isa, N)) parts = cpu_gemm_panels(c->isa, N);
-        j.chunk = panel_chunk(B, cpu_gemm_panels(c->isa, N), parts);
-        atomic_init(&j.next, 0);
+        claims_init(&j.claims, B, cpu_gemm_panels(c->isa, N), parts, 0);
         /* a half weight's widened panels (the mixer ops' scratch: ops do not overlap) */
         if (W->wtype != CPU_GEMM_F32 && !(j.scratch = tmp_get(c, (size_t)parts * cpu_gemm_scratch_floats(c->isa, K))))
             return -ENOMEM;

@@ -540,7 +540,8 @@ TGTDOT INLINE void microdot(const int mr, int KP, const uint16_t *xb, int ldxb, 
  * streams and reached 27–28 GB/s where a plain read made 32 (paired runs of
  * a 261 MB product, 2026-11-24); one panel at a time, 32–33. Its two chains
  * of vdpbf16ps still retire a panel row far faster than memory delivers it.
- * (The widening kernel row512 keeps G1 = 4: with one panel it lost 10%.) */
+ * (The widening kernel row512 keeps G1 = 4: with one panel it lost 3–10%,
+ * in-process A/B.) */
 #define GDOT 1
 
 /* One row against GDOT full consecutive panels: 2·GDOT independent chains,

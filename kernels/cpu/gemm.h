@@ -80,8 +80,8 @@ void cpu_gemm_pack_half(cpu_gemm_isa isa, const uint16_t *W, int N, int K, uint1
 /* Output columns of panels [p0, p1) of
  *   y[b, n] = (ACCUMULATE ? y[b, n] : 0) + (bias ? bias[n] : 0) + Σ_k x[b, k]·W[n, k]
  * or, with an activation flag, y[b, n] = act(bias[n] + Σ), applied to a
- * panel's 32 columns of all B rows once they are stored; for b < B, with x row stride ldx and y
- * row stride ldy (floats); Wp is the weight packed for the same isa (which
+ * panel's columns of all B rows once they are stored; for b < B, with x row
+ * stride ldx and y row stride ldy (floats); Wp is the weight packed for the same isa (which
  * the CPU must support), of element type wtype (const float * for F32,
  * const uint16_t * for F16/BF16). Columns n ≥ N are never written. The bias
  * is added to the finished sum: y + (bias + Σ) when accumulating. Loop
