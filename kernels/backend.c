@@ -43,6 +43,9 @@ int backend_opts_from_env(backend_opts *o, char *err, size_t errlen) {
     if (g && *g) o->cpu_gemm = g;
     const char *w = getenv("LIND_CUDA_WEIGHTS");
     if (w && *w) o->cuda_weights = w;
+    int graphs = 1;
+    if ((rc = env_int("LIND_CUDA_GRAPHS", 0, 1, &graphs, err, errlen)) < 0) return rc;
+    o->cuda_no_graphs = !graphs;
     return 0;
 }
 

@@ -52,6 +52,9 @@ enum { BACKEND_W_F16 = 1, BACKEND_W_BF16 = 2 };
 /* set_compute modes */
 enum { BACKEND_COMPUTE_F32 = 0, BACKEND_COMPUTE_BF16 = 1 };
 
+/* graph_begin / graph_end results */
+enum { BACKEND_GRAPH_EAGER = 0, BACKEND_GRAPH_RECORDING = 1, BACKEND_GRAPH_REPLAYED = 2, BACKEND_GRAPH_RETRY = 3 };
+
 /* matmul flags */
 enum { BACKEND_MM_ACCUMULATE = 1, BACKEND_MM_GELU = 2, BACKEND_MM_RELU2 = 4, BACKEND_MM_SIGMOID = 8 };
 
@@ -319,6 +322,27 @@ typedef struct backend_ops {
      * (still batch-invariant; docs/NUMERICS.md). 0, or a negative code with
      * err saying why the device cannot (e.g. no AVX512_BF16). */
     int (*set_compute)(backend *be, int mode, char *err, size_t errlen);
+
+    /* ---- recorded steps (CUDA graphs) -------------------------------------
+     * Optional (NULL: every step issues its ops). Between begin_step and the
+     * step's first synchronous op, a model brackets the ops whose launches
+     * depend only on `key` (its own description of the step: rows, logits
+     * wanted) and the batch's run layout — not on the tokens or slots, which
+     * the kernels read from the device. graph_begin(be, key) returns
+     *   BACKEND_GRAPH_REPLAYED: a recording for this key and run layout was
+     *     enqueued; the caller skips its ops;
+     *   BACKEND_GRAPH_RECORDING: the caller's ops until graph_end are
+     *     recorded, not run;
+     *   BACKEND_GRAPH_EAGER: the caller runs its ops as usual (first sight of
+     *     a key, recording off, or a key that could not be recorded);
+     *   or <0 on error. graph_end(be, rc), after recording with the ops'
+     * result rc: 0 once the recording has been enqueued; BACKEND_GRAPH_RETRY
+     * when it could not be kept (an op failed or needed a host copy, a buffer
+     * was allocated or freed meanwhile): nothing ran, so the caller issues
+     * its ops again, eagerly. A recording is dropped whenever any buffer of
+     * the backend is allocated or freed, so it never holds a stale pointer. */
+    int (*graph_begin)(backend *be, uint64_t key);
+    int (*graph_end)(backend *be, int rc);
 } backend_ops;
 
 /* Every backend struct starts with this. */
@@ -356,19 +380,22 @@ typedef struct backend_opts {
     const char *cpu_gemm;      /* CPU: "openblas", "avx2" or "avx512"; NULL/"" = the best this CPU runs */
     int         cuda_device;   /* CUDA: device ordinal; -1 = device 0 */
     const char *cuda_weights;  /* CUDA/harness: GEMM precision "fp32" or "bf16"; NULL/"" = fp32 */
+    int         cuda_no_graphs; /* CUDA/harness: 1 = never record and replay steps (graph_begin); 0 = do */
 } backend_opts;
 
 #define BACKEND_THREADS_MAX 64
 
-/* The defaults: {threads 0, cpu_gemm NULL, cuda_device -1, cuda_weights NULL}. */
+/* The defaults: {threads 0, cpu_gemm NULL, cuda_device -1, cuda_weights NULL, cuda_no_graphs 0}. */
 void backend_opts_default(backend_opts *o);
 
 /* The defaults overridden by the environment — LIND_CPU_THREADS (1..64),
- * LIND_CPU_GEMM, LIND_CUDA_DEVICE (an ordinal ≥ 0), LIND_CUDA_WEIGHTS; an
+ * LIND_CPU_GEMM, LIND_CUDA_DEVICE (an ordinal ≥ 0), LIND_CUDA_WEIGHTS,
+ * LIND_CUDA_GRAPHS (0 or 1); an
  * unset or empty variable leaves its default. Called by programs' entry
  * points (main, a CLI command's function), never by constructors. Returns
  * 0, or -EINVAL with err naming the variable and its value when
- * LIND_CPU_THREADS or LIND_CUDA_DEVICE is not a decimal number in range.
+ * LIND_CPU_THREADS or LIND_CUDA_DEVICE is not a decimal number in range,
+ * or LIND_CUDA_GRAPHS is not 0 or 1.
  * The string options point into the environment (valid while it is not
  * changed); whether the CPU or device supports them is the constructors'
  * check. */

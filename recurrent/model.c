@@ -643,6 +643,8 @@ const char *model_last_error(const model *m) {
 
 int model_poisoned(const model *m) { return m->be->ops->poisoned ? m->be->ops->poisoned(m->be) != 0 : 0; }
 
+static int forward_ops(model *m, int R, const int *logit_rows, int nlogits, int all);
+
 int model_forward(model *m, const int *slots, const int32_t *tokens, int R, const int *logit_rows, int nlogits,
                   float *logits) {
     int rc = check_rows(m, slots, tokens, R, logit_rows, nlogits);
@@ -660,8 +662,42 @@ int model_forward(model *m, const int *slots, const int32_t *tokens, int R, cons
     const lind_config *c = &m->cfg;
     backend *be = m->be;
     const backend_ops *o = be->ops;
-    int d = c->d_model, V = c->vocab_size;
+    int V = c->vocab_size;
     if ((rc = o->begin_step(be, slots, tokens, R)) < 0) return rc;
+    int all = !logit_rows || nlogits == R;
+    for (int i = 0; all && logit_rows && i < nlogits; i++) all = logit_rows[i] == i;
+    if (nlogits && (rc = ensure_lcap(m, nlogits)) < 0) return rc;
+    /* Everything up to the head depends only on R, nlogits and the runs
+     * (the tokens and slots are read on the device): a backend that records
+     * steps replays it (kernels/backend.h, graph_begin). gather_rows
+     * uploads its rows, so a step that picks rows is never recorded. */
+    int g = all && o->graph_begin ? o->graph_begin(be, ((uint64_t)(unsigned)R << 32) | (unsigned)nlogits)
+                                  : BACKEND_GRAPH_EAGER;
+    if (g < 0) return g;
+    if (g != BACKEND_GRAPH_REPLAYED) {
+        rc = forward_ops(m, R, logit_rows, nlogits, all);
+        if (g == BACKEND_GRAPH_RECORDING && (rc = o->graph_end(be, rc)) == BACKEND_GRAPH_RETRY)
+            rc = forward_ops(m, R, logit_rows, nlogits, all);
+        if (rc < 0) return rc;
+    }
+    if (!nlogits) {
+        rc = check_finite(m, R);
+        return rc < 0 ? rc : rc ? -EDOM : 0;
+    }
+    /* after the head is queued, so a device waits once for the whole step */
+    int bad = check_finite(m, R);
+    if (bad < 0) return bad;
+    if ((rc = o->buf_download(be, m->logits, 0, logits, (size_t)nlogits * (size_t)V)) < 0) return rc;
+    return bad ? -EDOM : 0;
+}
+
+/* The step's device work after begin_step: embedding, blocks, and (when
+ * logits are wanted) the final norm and the head into m->logits. */
+static int forward_ops(model *m, int R, const int *logit_rows, int nlogits, int all) {
+    const lind_config *c = &m->cfg;
+    backend *be = m->be;
+    const backend_ops *o = be->ops;
+    int d = c->d_model, V = c->vocab_size, rc;
     if ((rc = o->embed(be, m->embed, m->x, d)) < 0) return rc;
     if (c->emb_norm && (rc = o->layernorm(be, m->x, m->x, m->emb_w, m->emb_b, d, c->norm_eps)) < 0) return rc;
     layer_io io = {.be = be, .R = R, .h = m->h, .x = m->x,
@@ -677,25 +713,14 @@ int model_forward(model *m, const int *slots, const int32_t *tokens, int R, cons
         if (c->rescale_every && (i + 1) % c->rescale_every == 0 && (rc = o->scale_rows(be, m->x, d, 0.5f)) < 0)
             return rc;
     }
-    if (!nlogits) {
-        rc = check_finite(m, R);
-        return rc < 0 ? rc : rc ? -EDOM : 0;
-    }
+    if (!nlogits) return 0;
     if ((rc = o->layernorm(be, m->x, m->h, m->lnf_w, m->lnf_b, d, c->final_norm_eps)) < 0) return rc;
     const backend_buf *hx = m->h;
-    int all = !logit_rows || nlogits == R;
-    for (int i = 0; all && logit_rows && i < nlogits; i++) all = logit_rows[i] == i;
-    if ((rc = ensure_lcap(m, nlogits)) < 0) return rc;
     if (!all) {
         if ((rc = o->gather_rows(be, m->h, logit_rows, nlogits, m->hrows, d)) < 0) return rc;
         hx = m->hrows;
     }
-    if ((rc = o->matmul(be, hx, 0, d, m->head, NULL, m->logits, 0, V, nlogits, V, d, 0)) < 0) return rc;
-    /* after the head is queued, so a device waits once for the whole step */
-    int bad = check_finite(m, R);
-    if (bad < 0) return bad;
-    if ((rc = o->buf_download(be, m->logits, 0, logits, (size_t)nlogits * (size_t)V)) < 0) return rc;
-    return bad ? -EDOM : 0;
+    return o->matmul(be, hx, 0, d, m->head, NULL, m->logits, 0, V, nlogits, V, d, 0);
 }
 
 int model_step(model *m, const int *slots, const int32_t *tokens, int B, float *logits) {

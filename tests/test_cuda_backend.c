@@ -82,6 +82,8 @@ int main(void) {
     RUN(models_random);
     RUN(models_rwkv4);
     RUN(models_delta);
+    RUN(graphs_host_copy);
+    RUN(models_graphs);
     RUN(models_random_bf16);
     struct stat st;
     if (stat("models/default/config.json", &st) == 0) RUN(model_default);

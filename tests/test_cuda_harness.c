@@ -386,6 +386,8 @@ int main(void) {
     RUN(models_random);
     RUN(models_rwkv4);
     RUN(models_delta);
+    RUN(graphs_host_copy);
+    RUN(models_graphs);
     RUN(half_widening);
     RUN(half_matmul);
     RUN(bf16_matmul);

@@ -22,7 +22,13 @@ typedef struct cdev {
     int            ordinal;
     cudaStream_t   stream;
     cublasHandle_t blas;
+    void          *blas_ws;     /* cuBLAS's workspace: fixed, so a recorded GEMM never allocates */
+    int            recording;   /* inside record_begin .. record_end */
+    int            rec_failed;  /* a call failed while recording: the recording is void */
 } cdev;
+
+/* cuBLAS's recommended workspace on Hopper (cuBLAS docs, cublasSetWorkspace). */
+#define BLAS_WORKSPACE (32u << 20)
 
 static cdev *C(lind_device *d) { return (cdev *)d; }
 
@@ -41,6 +47,7 @@ static int sticky(cudaError_t e) {
 
 static int cuda_rc(lind_device *d, cudaError_t e, const char *what) {
     if (e == cudaSuccess) return 0;
+    if (C(d)->recording) C(d)->rec_failed = 1;
     if (sticky(e)) d->dead = 1;
     snprintf(d->err, sizeof d->err, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
     return e == cudaErrorMemoryAllocation ? -ENOMEM : -EIO;
@@ -49,6 +56,7 @@ static int cuda_rc(lind_device *d, cudaError_t e, const char *what) {
 static void c_free(lind_device *d) {
     cdev *c = C(d);
     if (c->blas) cublasDestroy(c->blas);
+    if (c->blas_ws) cudaFree(c->blas_ws);
     if (c->stream) cudaStreamDestroy(c->stream);
     free(c);
 }
@@ -67,11 +75,19 @@ static void c_release(lind_device *d, void *p) {
 
 /* From pageable host memory the copy is staged before the call returns, so
  * src may be reused at once (the contract of device.h). */
+static int no_host_copy(lind_device *d, const char *what) {
+    C(d)->rec_failed = 1;
+    snprintf(d->err, sizeof d->err, "%s: not allowed while recording a graph", what);
+    return -EBUSY;
+}
+
 static int c_h2d(lind_device *d, void *dst, const void *src, size_t bytes) {
+    if (C(d)->recording) return no_host_copy(d, "copy to device");
     return cuda_rc(d, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, C(d)->stream), "copy to device");
 }
 
 static int c_d2h(lind_device *d, void *dst, const void *src, size_t bytes) {
+    if (C(d)->recording) return no_host_copy(d, "copy from device");
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, C(d)->stream);
     if (e == cudaSuccess) e = cudaStreamSynchronize(C(d)->stream);
     return cuda_rc(d, e, "copy from device");
@@ -85,7 +101,8 @@ static int c_zero(lind_device *d, void *dst, size_t bytes) {
     return cuda_rc(d, cudaMemsetAsync(dst, 0, bytes, C(d)->stream), "cudaMemsetAsync");
 }
 
-static int c_launch(lind_device *d, int kernel, const lind_launch *L, const void *args) {
+static int c_launch(lind_device *d, int kernel, const lind_launch *L, const void *args, size_t args_bytes) {
+    (void)args_bytes;   /* a captured launch keeps its own copy of the parameters */
     return cuda_rc(d, (cudaError_t)lind_cuda_launch(kernel, L, args, C(d)->stream), "kernel launch");
 }
 
@@ -96,6 +113,7 @@ static int c_sgemm(lind_device *d, int transa, int transb, int m, int n, int k, 
                                    &beta, Cm, ldc);
     if (s == CUBLAS_STATUS_SUCCESS) return 0;
     if (sticky(cudaPeekAtLastError())) d->dead = 1;
+    if (C(d)->recording) C(d)->rec_failed = 1;
     snprintf(d->err, sizeof d->err, "cublasSgemm: %s", cublasGetStatusString(s));
     return -EIO;
 }
@@ -108,8 +126,58 @@ static int c_gemm_bf16(lind_device *d, int transa, int transb, int m, int n, int
                                     CUBLAS_GEMM_DEFAULT);
     if (s == CUBLAS_STATUS_SUCCESS) return 0;
     if (sticky(cudaPeekAtLastError())) d->dead = 1;
+    if (C(d)->recording) C(d)->rec_failed = 1;
     snprintf(d->err, sizeof d->err, "cublasGemmEx (bf16): %s", cublasGetStatusString(s));
     return -EIO;
+}
+
+/* Stream capture in relaxed mode: the backend may still allocate (a lazily
+ * grown scratch) while recording; it then discards the recording itself
+ * (grid_backend.c), since the graph would hold the old pointer. */
+static int c_record_begin(lind_device *d) {
+    cdev *c = C(d);
+    if (c->recording) {
+        snprintf(d->err, sizeof d->err, "record_begin: already recording");
+        return -EBUSY;
+    }
+    int rc = cuda_rc(d, cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
+    if (rc == 0) c->recording = 1, c->rec_failed = 0;
+    return rc;
+}
+
+static int c_record_end(lind_device *d, int keep, void **out) {
+    cdev *c = C(d);
+    *out = NULL;
+    if (!c->recording) {
+        snprintf(d->err, sizeof d->err, "record_end: not recording");
+        return -EINVAL;
+    }
+    cudaGraph_t graph = NULL;
+    cudaError_t e = cudaStreamEndCapture(c->stream, &graph);
+    int failed = c->rec_failed;
+    c->recording = 0;
+    c->rec_failed = 0;
+    if (e != cudaSuccess || failed || !keep) {
+        if (graph) cudaGraphDestroy(graph);
+        (void)cudaGetLastError();   /* a failed capture's error is not sticky: clear it */
+        return e != cudaSuccess && keep && !failed ? cuda_rc(d, e, "cudaStreamEndCapture") : 0;
+    }
+    cudaGraphExec_t exec = NULL;
+    e = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (e != cudaSuccess) return cuda_rc(d, e, "cudaGraphInstantiate");
+    *out = exec;
+    return 0;
+}
+
+static int c_graph_run(lind_device *d, void *graph) {
+    return cuda_rc(d, cudaGraphLaunch((cudaGraphExec_t)graph, C(d)->stream), "cudaGraphLaunch");
+}
+
+static void c_graph_free(lind_device *d, void *graph) {
+    if (!graph) return;
+    cudaStreamSynchronize(C(d)->stream);
+    cudaGraphExecDestroy((cudaGraphExec_t)graph);
 }
 
 int cuda_device_new(int ordinal, lind_device **out, char *err, size_t errlen) {
@@ -149,6 +217,10 @@ int cuda_device_new(int ordinal, lind_device **out, char *err, size_t errlen) {
     c->dev.launch = c_launch;
     c->dev.sgemm = c_sgemm;
     c->dev.gemm_bf16 = c_gemm_bf16;
+    c->dev.record_begin = c_record_begin;
+    c->dev.record_end = c_record_end;
+    c->dev.graph_run = c_graph_run;
+    c->dev.graph_free = c_graph_free;
     if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
         snprintf(err, errlen, "backend cuda: %s: cannot create a stream: %s", c->dev.name, cudaGetErrorString(e));
         c_free(&c->dev);
@@ -160,6 +232,12 @@ int cuda_device_new(int ordinal, lind_device **out, char *err, size_t errlen) {
     if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetStream(c->blas, c->stream);
     /* plain fp32 GEMMs (no TF32), so results track the CPU backend's */
     if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH);
+    if (s == CUBLAS_STATUS_SUCCESS && cudaMalloc(&c->blas_ws, BLAS_WORKSPACE) != cudaSuccess) {
+        snprintf(err, errlen, "backend cuda: %s: cannot allocate cuBLAS's workspace", c->dev.name);
+        c_free(&c->dev);
+        return -ENOMEM;
+    }
+    if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetWorkspace(c->blas, c->blas_ws, BLAS_WORKSPACE);
     if (s != CUBLAS_STATUS_SUCCESS) {
         snprintf(err, errlen, "backend cuda: %s: cuBLAS: %s", c->dev.name, cublasGetStatusString(s));
         c_free(&c->dev);

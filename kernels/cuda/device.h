@@ -39,8 +39,9 @@ struct lind_device {
     int  (*d2h)(lind_device *dev, void *dst, const void *src, size_t bytes);
     int  (*d2d)(lind_device *dev, void *dst, const void *src, size_t bytes);
     int  (*zero)(lind_device *dev, void *dst, size_t bytes);
-    /* Run kernel `kernel` (enum kb_kernel) over L with its kb_*_args. */
-    int  (*launch)(lind_device *dev, int kernel, const lind_launch *L, const void *args);
+    /* Run kernel `kernel` (enum kb_kernel) over L with its kb_*_args
+     * (args_bytes long: a recording keeps a copy). */
+    int  (*launch)(lind_device *dev, int kernel, const lind_launch *L, const void *args, size_t args_bytes);
     /* Column-major SGEMM, BLAS/cuBLAS semantics:
      *   C[m × n] = α·op(A)·op(B) + β·C, op = transpose when trans* != 0;
      * β = 0 means C is not read. */
@@ -52,6 +53,18 @@ struct lind_device {
     int  (*gemm_bf16)(lind_device *dev, int transa, int transb, int m, int n, int k,
                       float alpha, const uint16_t *A, int lda, const uint16_t *B, int ldb,
                       float beta, float *C, int ldc);
+    /* Recording (a CUDA graph; optional, NULL where the device has none).
+     * Between record_begin and record_end the launches, GEMMs, d2d and zero
+     * calls are recorded with their arguments as given, not run; h2d and d2h
+     * fail (-EBUSY: a recording cannot hold a host copy). record_end(keep)
+     * stops recording and, when keep and nothing failed, returns the
+     * recording in *out (owned by the caller: graph_free) — else NULL.
+     * graph_run enqueues a recording: the same work again, reading and
+     * writing whatever the recorded pointers hold at the time. */
+    int  (*record_begin)(lind_device *dev);
+    int  (*record_end)(lind_device *dev, int keep, void **out);
+    int  (*graph_run)(lind_device *dev, void *graph);
+    void (*graph_free)(lind_device *dev, void *graph);   /* NULL is a no-op */
 };
 
 /* The CUDA device (only when built with LIND_HAVE_CUDA): device `ordinal`

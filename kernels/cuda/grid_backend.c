@@ -16,6 +16,8 @@
 #include <string.h>
 
 #define SLOT_ALIGN 256
+/* Distinct step shapes kept recorded: decode at a few batch sizes, a prefill chunk. */
+#define GRAPH_CACHE 16
 
 struct backend_buf {
     void  *p;       /* device pointer */
@@ -57,7 +59,26 @@ typedef struct gridbe {
 
     int   *d_bad, *h_bad;       /* rows_nonfinite's flags, device and host */
     int    bad_cap;
+
+    /* Recorded steps (graph_begin): a small cache keyed by the model's key
+     * and the run layout. `gen` counts allocations and frees: a recording
+     * made under another generation may hold a freed pointer and is dropped. */
+    int      graphs;            /* recording on (device can, option allows) */
+    unsigned gen;
+    struct gstep {
+        uint64_t key;           /* 0: empty */
+        int      state;         /* GS_SEEN, GS_READY, GS_NEVER */
+        unsigned gen;
+        void    *graph;         /* GS_READY: the device's recording */
+        unsigned long used;     /* for replacing the least recently used */
+    } gcache[GRAPH_CACHE];
+    int      grec;              /* index being recorded, or -1 */
+    unsigned grec_gen;
+    unsigned long gclock;
+    long     nrecorded, nreplayed;
 } gridbe;
+
+enum { GS_SEEN = 1, GS_READY, GS_NEVER };
 
 static gridbe *G(backend *be) { return (gridbe *)be; }
 
@@ -73,6 +94,19 @@ static int fail(gridbe *g, int rc, const char *fmt, ...) {
 static int dev_rc(gridbe *g, int rc, const char *what) {
     if (rc < 0) snprintf(g->err, sizeof g->err, "%s: %s", what, g->dev->err);
     return rc;
+}
+
+/* Every device allocation and free goes through these: each one bumps the
+ * generation, which voids the recordings (they hold raw pointers). */
+static int dalloc(gridbe *g, size_t bytes, void **out) {
+    g->gen++;
+    return g->dev->alloc(g->dev, bytes, out);
+}
+
+static void drelease(gridbe *g, void *p) {
+    if (!p) return;
+    g->gen++;
+    g->dev->release(g->dev, p);
 }
 
 const char *grid_backend_error(const backend *be) { return ((const gridbe *)be)->err; }
@@ -97,27 +131,31 @@ static int region_fits(gridbe *g, size_t off, size_t bytes, size_t align, const 
     return 0;
 }
 
-static int launch(gridbe *g, int kernel, lind_launch L, const void *args, const char *op) {
+#define launch(g, kernel, L, args, op) launch_args(g, kernel, L, args, sizeof *(args), op)
+static int launch_args(gridbe *g, int kernel, lind_launch L, const void *args, size_t bytes, const char *op) {
     if (L.gx < 1 || L.gy < 1 || L.gy > KB_MAX_GRID_Y || L.block < 1 || L.block > KB_MAX_BLOCK ||
         L.smem > KB_MAX_SMEM)
         return fail(g, -EINVAL, "%s: launch %d×%d blocks of %d threads, %zu B shared is out of limits",
                     op, L.gx, L.gy, L.block, L.smem);
-    return dev_rc(g, g->dev->launch(g->dev, kernel, &L, args), op);
+    return dev_rc(g, (g->dev->launch)(g->dev, kernel, &L, args, bytes), op);
 }
 
 /* ---- lifetime ------------------------------------------------------------ */
 
+static void graphs_drop(gridbe *g);
+
 static void g_free(backend *be) {
     gridbe *g = G(be);
     if (!g) return;
-    g->dev->release(g->dev, g->pool);
-    g->dev->release(g->dev, g->d_slots);
-    g->dev->release(g->dev, g->d_tokens);
-    g->dev->release(g->dev, g->d_runs);
-    g->dev->release(g->dev, g->d_rows);
-    g->dev->release(g->dev, g->xb);
-    g->dev->release(g->dev, g->wtmp);
-    g->dev->release(g->dev, g->d_bad);
+    graphs_drop(g);
+    drelease(g, g->pool);
+    drelease(g, g->d_slots);
+    drelease(g, g->d_tokens);
+    drelease(g, g->d_runs);
+    drelease(g, g->d_rows);
+    drelease(g, g->xb);
+    drelease(g, g->wtmp);
+    drelease(g, g->d_bad);
     g->dev->free(g->dev);
     free(g->h_bad);
     free(g->seen);
@@ -135,7 +173,7 @@ static int g_buf_new(backend *be, size_t n, backend_buf **out) {
     if (n > SIZE_MAX / sizeof(float) / 2) return fail(g, -ENOMEM, "buf_new: %zu floats is too many", n);
     backend_buf *b = calloc(1, sizeof *b);
     if (!b) return fail(g, -ENOMEM, "buf_new: out of host memory");
-    int rc = g->dev->alloc(g->dev, (n ? n : 1) * sizeof(float), &b->p);
+    int rc = dalloc(g, (n ? n : 1) * sizeof(float), &b->p);
     if (rc < 0) { free(b); return dev_rc(g, rc, "buf_new"); }
     b->n = n;
     *out = b;
@@ -144,9 +182,9 @@ static int g_buf_new(backend *be, size_t n, backend_buf **out) {
 
 static void g_buf_free(backend *be, backend_buf *b) {
     if (!b) return;
-    G(be)->dev->release(G(be)->dev, b->p);
-    G(be)->dev->release(G(be)->dev, b->bf);
-    G(be)->dev->release(G(be)->dev, b->half);
+    drelease(G(be), b->p);
+    drelease(G(be), b->bf);
+    drelease(G(be), b->half);
     free(b);
 }
 
@@ -157,6 +195,7 @@ static int g_buf_upload(backend *be, backend_buf *b, size_t off, const float *sr
     int rc = fits(g, b, off + n, "buf_upload", "destination");
     if (rc < 0 || n == 0) return rc;
     b->bf_ok = 0;
+    g->gen++;   /* a recording would skip the bf16 copy's refresh (matmul_bf16) */
     return dev_rc(g, g->dev->h2d(g->dev, F(b) + off, src, n * sizeof(float)), "buf_upload");
 }
 
@@ -182,7 +221,7 @@ static int g_weight_new(backend *be, int N, int K, const float *W, backend_buf *
     int rc = g_buf_new(be, n, &b);
     if (rc < 0) return rc;
     if ((rc = g_buf_upload(be, b, 0, W, n)) == 0 && g->bf16 && (rc = refresh_bf16(g, b, "weight_new")) == 0) {
-        g->dev->release(g->dev, b->p);
+        drelease(g, b->p);
         b->p = NULL;
         b->bf_only = 1;
     }
@@ -209,13 +248,13 @@ static int g_slots_reserve(backend *be, int n, size_t slot_bytes) {
     memset(seen + g->nslots, 0, (size_t)(n - g->nslots) * sizeof *seen);
     g->seen = seen;
     void *pool;
-    int rc = g->dev->alloc(g->dev, (size_t)n * stride, &pool);
+    int rc = dalloc(g, (size_t)n * stride, &pool);
     if (rc < 0) return dev_rc(g, rc, "slots_reserve");
     size_t keep = (size_t)g->nslots * stride;
     if (keep) rc = g->dev->d2d(g->dev, pool, g->pool, keep);
     if (rc == 0) rc = g->dev->zero(g->dev, (unsigned char *)pool + keep, (size_t)n * stride - keep);
-    if (rc < 0) { g->dev->release(g->dev, pool); return dev_rc(g, rc, "slots_reserve"); }
-    g->dev->release(g->dev, g->pool);
+    if (rc < 0) { drelease(g, pool); return dev_rc(g, rc, "slots_reserve"); }
+    drelease(g, g->pool);
     g->pool = pool;
     g->nslots = n;
     g->slot_bytes = slot_bytes;
@@ -259,17 +298,17 @@ static int batch_cap(gridbe *g, int B) {
     if (!h) return fail(g, -ENOMEM, "begin_step: out of host memory");
     g->runs = h;
     void *s = NULL, *t = NULL, *r = NULL;
-    int rc = g->dev->alloc(g->dev, (size_t)cap * sizeof(int), &s);
-    if (rc == 0) rc = g->dev->alloc(g->dev, (size_t)cap * sizeof(int), &t);
-    if (rc == 0) rc = g->dev->alloc(g->dev, (size_t)(cap + 1) * sizeof(int), &r);
+    int rc = dalloc(g, (size_t)cap * sizeof(int), &s);
+    if (rc == 0) rc = dalloc(g, (size_t)cap * sizeof(int), &t);
+    if (rc == 0) rc = dalloc(g, (size_t)(cap + 1) * sizeof(int), &r);
     if (rc < 0) {
-        g->dev->release(g->dev, s);
-        g->dev->release(g->dev, t);
+        drelease(g, s);
+        drelease(g, t);
         return dev_rc(g, rc, "begin_step");
     }
-    g->dev->release(g->dev, g->d_slots);
-    g->dev->release(g->dev, g->d_tokens);
-    g->dev->release(g->dev, g->d_runs);
+    drelease(g, g->d_slots);
+    drelease(g, g->d_tokens);
+    drelease(g, g->d_runs);
     g->d_slots = s;
     g->d_tokens = t;
     g->d_runs = r;
@@ -351,7 +390,7 @@ static int refresh_bf16(gridbe *g, backend_buf *W, const char *op) {
     if (W->n > INT32_MAX) return fail(g, -EINVAL, "%s: %zu weights are too many for the bf16 path", op, W->n);
     if (!W->bf) {
         void *p;
-        if ((rc = g->dev->alloc(g->dev, (W->n ? W->n : 1) * sizeof(uint16_t), &p)) < 0) return dev_rc(g, rc, op);
+        if ((rc = dalloc(g, (W->n ? W->n : 1) * sizeof(uint16_t), &p)) < 0) return dev_rc(g, rc, op);
         W->bf = p;
     }
     if (W->n) {
@@ -375,7 +414,7 @@ static int weight_bf16(gridbe *g, backend_buf *W, const uint16_t **out, const ch
         if (!W->bf_ok) {
             if (!W->bf) {
                 void *p;
-                if ((rc = g->dev->alloc(g->dev, W->n * sizeof(uint16_t), &p)) < 0) return dev_rc(g, rc, op);
+                if ((rc = dalloc(g, W->n * sizeof(uint16_t), &p)) < 0) return dev_rc(g, rc, op);
                 W->bf = p;
             }
             kb_widen_half_args a = { W->half, NULL, W->bf, W->n, 0, 1 };
@@ -402,8 +441,8 @@ static int matmul_bf16(gridbe *g, const backend_buf *x, size_t xo, int ldx, back
     size_t xn = (size_t)B * K;
     if (xn > g->xb_n) {
         void *p;
-        if ((rc = g->dev->alloc(g->dev, xn * sizeof(uint16_t), &p)) < 0) return dev_rc(g, rc, "matmul bf16 scratch");
-        g->dev->release(g->dev, g->xb);
+        if ((rc = dalloc(g, xn * sizeof(uint16_t), &p)) < 0) return dev_rc(g, rc, "matmul bf16 scratch");
+        drelease(g, g->xb);
         g->xb = p;
         g->xb_n = xn;
     }
@@ -421,8 +460,8 @@ static int weight_widen(gridbe *g, const backend_buf *W, const float **out) {
     int rc;
     if (W->n > g->wtmp_n) {
         void *p;
-        if ((rc = g->dev->alloc(g->dev, W->n * sizeof(float), &p)) < 0) return dev_rc(g, rc, "matmul half scratch");
-        g->dev->release(g->dev, g->wtmp);
+        if ((rc = dalloc(g, W->n * sizeof(float), &p)) < 0) return dev_rc(g, rc, "matmul half scratch");
+        drelease(g, g->wtmp);
         g->wtmp = p;
         g->wtmp_n = W->n;
     }
@@ -644,8 +683,8 @@ static int g_gather_rows(backend *be, const backend_buf *src, const int *rows, i
     if (n > g->rows_cap) {
         int cap = g->rows_cap * 2 > n ? g->rows_cap * 2 : n;
         void *p;
-        if ((rc = g->dev->alloc(g->dev, (size_t)cap * sizeof(int), &p)) < 0) return dev_rc(g, rc, "gather_rows");
-        g->dev->release(g->dev, g->d_rows);
+        if ((rc = dalloc(g, (size_t)cap * sizeof(int), &p)) < 0) return dev_rc(g, rc, "gather_rows");
+        drelease(g, g->d_rows);
         g->d_rows = p;
         g->rows_cap = cap;
     }
@@ -690,11 +729,11 @@ static int g_rows_nonfinite(backend *be, const backend_buf *x, int d, unsigned c
         int *h = realloc(g->h_bad, (size_t)B * sizeof *h);
         if (!h) return fail(g, -ENOMEM, "rows_nonfinite: out of host memory");
         g->h_bad = h;
-        g->dev->release(g->dev, g->d_bad);
+        drelease(g, g->d_bad);
         g->d_bad = NULL;
         g->bad_cap = 0;
         void *p;
-        if ((rc = g->dev->alloc(g->dev, (size_t)B * sizeof(int), &p)) < 0) return dev_rc(g, rc, "rows_nonfinite");
+        if ((rc = dalloc(g, (size_t)B * sizeof(int), &p)) < 0) return dev_rc(g, rc, "rows_nonfinite");
         g->d_bad = p;
         g->bad_cap = B;
     }
@@ -705,6 +744,101 @@ static int g_rows_nonfinite(backend *be, const backend_buf *x, int d, unsigned c
         return dev_rc(g, rc, "rows_nonfinite");
     for (int r = 0; r < B; r++) bad[r] = g->h_bad[r] != 0;
     return 0;
+}
+
+/* ---- recorded steps ------------------------------------------------------ */
+
+static void graphs_drop(gridbe *g) {
+    for (int i = 0; i < GRAPH_CACHE; i++) {
+        if (g->gcache[i].graph) g->dev->graph_free(g->dev, g->gcache[i].graph);
+        memset(&g->gcache[i], 0, sizeof g->gcache[i]);
+    }
+}
+
+/* The model's key mixed with the batch's run layout (FNV-1a over the run
+ * starts; the launches' grids depend on the number of runs, the GEMMs' on
+ * the rows). Never 0, which marks an empty entry. */
+static uint64_t step_key(const gridbe *g, uint64_t key) {
+    uint64_t h = 1469598103934665603ull ^ key;
+    for (int i = 0; i <= g->nruns; i++) {
+        h ^= (uint64_t)(unsigned)g->runs[i];
+        h *= 1099511628211ull;
+    }
+    h ^= (uint64_t)(unsigned)g->B << 32;
+    return h ? h : 1;
+}
+
+/* First sight of a key: run it eagerly (lazy allocations and the bf16
+ * copies happen then, outside any recording); second: record it; then
+ * replay. Recordings of an older generation are dropped on sight. */
+static int g_graph_begin(backend *be, uint64_t key) {
+    gridbe *g = G(be);
+    g->grec = -1;
+    if (!g->graphs || g->B == 0) return BACKEND_GRAPH_EAGER;
+    uint64_t k = step_key(g, key);
+    int hit = -1, victim = 0;
+    for (int i = 0; i < GRAPH_CACHE; i++) {
+        struct gstep *e = &g->gcache[i];
+        if (e->key && e->gen != g->gen && e->state != GS_NEVER) {   /* stale pointers inside */
+            if (e->graph) g->dev->graph_free(g->dev, e->graph);
+            memset(e, 0, sizeof *e);
+        }
+        if (e->key == k) hit = i;
+        if (e->used < g->gcache[victim].used) victim = i;
+    }
+    g->gclock++;
+    if (hit < 0) {
+        struct gstep *e = &g->gcache[victim];
+        if (e->graph) g->dev->graph_free(g->dev, e->graph);
+        *e = (struct gstep){.key = k, .state = GS_SEEN, .gen = g->gen, .used = g->gclock};
+        return BACKEND_GRAPH_EAGER;
+    }
+    struct gstep *e = &g->gcache[hit];
+    e->used = g->gclock;
+    if (e->state == GS_NEVER) return BACKEND_GRAPH_EAGER;
+    if (e->state == GS_READY) {
+        int rc = dev_rc(g, g->dev->graph_run(g->dev, e->graph), "graph replay");
+        if (rc == 0) g->nreplayed++;
+        return rc < 0 ? rc : BACKEND_GRAPH_REPLAYED;
+    }
+    int rc = g->dev->record_begin(g->dev);
+    if (rc < 0) {   /* this device cannot record now: never try this key again */
+        e->state = GS_NEVER;
+        return BACKEND_GRAPH_EAGER;
+    }
+    g->grec = hit;
+    g->grec_gen = g->gen;
+    return BACKEND_GRAPH_RECORDING;
+}
+
+static int g_graph_end(backend *be, int rc) {
+    gridbe *g = G(be);
+    if (g->grec < 0) return fail(g, -EINVAL, "graph_end: not recording");
+    struct gstep *e = &g->gcache[g->grec];
+    g->grec = -1;
+    int moved = g->gen != g->grec_gen;   /* a buffer came or went: try again next time */
+    void *graph = NULL;
+    int erc = g->dev->record_end(g->dev, rc == 0 && !moved, &graph);
+    if (erc < 0 || !graph) {
+        /* an op could not be recorded (a host copy inside the step, say):
+         * this key runs eagerly from now on */
+        e->state = rc == 0 && erc == 0 && moved ? GS_SEEN : GS_NEVER;
+        e->gen = g->gen;
+        return BACKEND_GRAPH_RETRY;
+    }
+    e->graph = graph;
+    e->state = GS_READY;
+    e->gen = g->gen;
+    g->nrecorded++;
+    rc = dev_rc(g, g->dev->graph_run(g->dev, graph), "graph replay");
+    if (rc == 0) g->nreplayed++;
+    return rc < 0 ? rc : 0;
+}
+
+void grid_backend_graph_stats(const backend *be, long *recorded, long *replayed) {
+    const gridbe *g = (const gridbe *)be;
+    *recorded = g->nrecorded;
+    *replayed = g->nreplayed;
 }
 
 static const char *g_last_error(backend *be) { return G(be)->err; }
@@ -725,7 +859,7 @@ static int g_weight_new_half(backend *be, int N, int K, const uint16_t *W, int w
     backend_buf *b = calloc(1, sizeof *b);
     if (!b) return fail(g, -ENOMEM, "weight_new_half: out of host memory");
     void *p;
-    int rc = g->dev->alloc(g->dev, n * sizeof(uint16_t), &p);
+    int rc = dalloc(g, n * sizeof(uint16_t), &p);
     if (rc < 0) { free(b); return dev_rc(g, rc, "weight_new_half"); }
     b->half = p;
     b->htype = wtype;
@@ -878,10 +1012,13 @@ static const backend_ops grid_ops = {
     .rows_nonfinite = g_rows_nonfinite,
     .last_error = g_last_error,
     .poisoned = g_poisoned,
+    .graph_begin = g_graph_begin,
+    .graph_end = g_graph_end,
 };
 
 int grid_backend_set_weights(backend *be, const char *precision, char *err, size_t errlen) {
     gridbe *g = G(be);
+    g->gen++;   /* recorded steps hold the other precision's launches */
     if (!strcmp(precision, "fp32")) g->bf16 = 0;
     else if (!strcmp(precision, "bf16")) g->bf16 = 1;
     else {
@@ -905,6 +1042,8 @@ int grid_backend_new(lind_device *dev, const char *name, const backend_opts *opt
     g->ops = grid_ops;
     g->ops.name = g->name;
     g->base.ops = &g->ops;
+    g->grec = -1;
+    g->graphs = dev->record_begin && !(opts && opts->cuda_no_graphs);
     const char *w = opts ? opts->cuda_weights : NULL;
     int rc = w && *w ? grid_backend_set_weights(&g->base, w, err, errlen) : 0;
     if (rc < 0) {

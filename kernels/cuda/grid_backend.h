@@ -35,4 +35,9 @@ const char *grid_backend_error(const backend *be);
  * an fp16 one rounded to bf16 once. 0, or -EINVAL naming the bad value. */
 int grid_backend_set_weights(backend *be, const char *precision, char *err, size_t errlen);
 
+/* Recorded steps so far (graph_begin): how many step shapes were recorded,
+ * and how many steps ran as a replay of a recording (the recording's first
+ * run included). For tests and benchmarks. */
+void grid_backend_graph_stats(const backend *be, long *recorded, long *replayed);
+
 #endif

@@ -120,11 +120,61 @@ int harness_launch(int order, int kernel, const lind_launch *L, const void *args
 
 /* ---- the device ---------------------------------------------------------- */
 
+/* One recorded call: what a CUDA graph node holds — the kernel and a copy
+ * of its parameters, or a GEMM's or copy's arguments, pointers as given. */
+enum rec_op { REC_LAUNCH, REC_SGEMM, REC_GEMM_BF16, REC_D2D, REC_ZERO };
+typedef struct rec_call {
+    enum rec_op op;
+    int kernel;
+    lind_launch L;
+    void *args;                          /* REC_LAUNCH: its own copy */
+    int ta, tb, m, n, k, lda, ldb, ldc;
+    float alpha, beta;
+    const void *A, *B;
+    void *C;                             /* also d2d's / zero's destination */
+    const void *src;
+    size_t bytes;
+} rec_call;
+
+typedef struct recording {
+    rec_call *calls;
+    int n, cap;
+} recording;
+
 typedef struct hdev {
     lind_device dev;   /* first */
     int order;
     long fault_in;     /* launches until a simulated sticky error; 0: never */
+    recording *rec;    /* being recorded (record_begin .. record_end), or NULL */
+    int rec_failed;
 } hdev;
+
+static void rec_free(recording *r) {
+    if (!r) return;
+    for (int i = 0; i < r->n; i++) free(r->calls[i].args);
+    free(r->calls);
+    free(r);
+}
+
+/* Append a call to the recording; NULL (and the recording void) when out of memory. */
+static rec_call *rec_add(hdev *h, enum rec_op op) {
+    recording *r = h->rec;
+    if (r->n == r->cap) {
+        int cap = r->cap ? 2 * r->cap : 64;
+        rec_call *c = realloc(r->calls, (size_t)cap * sizeof *c);
+        if (!c) {
+            h->rec_failed = 1;
+            snprintf(h->dev.err, sizeof h->dev.err, "harness: out of memory recording");
+            return NULL;
+        }
+        r->calls = c;
+        r->cap = cap;
+    }
+    rec_call *c = &r->calls[r->n++];
+    memset(c, 0, sizeof *c);
+    c->op = op;
+    return c;
+}
 
 /* What a CUDA device does after a sticky error: every call fails with it. */
 static int h_dead(lind_device *d, const char *what) {
@@ -133,7 +183,10 @@ static int h_dead(lind_device *d, const char *what) {
     return -EIO;
 }
 
-static void h_free(lind_device *d) { free(d); }
+static void h_free(lind_device *d) {
+    rec_free(((hdev *)d)->rec);
+    free(d);
+}
 
 static int h_alloc(lind_device *d, size_t bytes, void **out) {
     *out = NULL;
@@ -156,16 +209,63 @@ static int h_copy(lind_device *d, void *dst, const void *src, size_t bytes) {
     return 0;
 }
 
+/* What the CUDA device does: a recording cannot hold a copy from or to
+ * pageable host memory. */
+static int h_host_copy(lind_device *d, void *dst, const void *src, size_t bytes) {
+    hdev *h = (hdev *)d;
+    if (h->rec) {
+        h->rec_failed = 1;
+        snprintf(d->err, sizeof d->err, "copy: not allowed while recording a graph");
+        return -EBUSY;
+    }
+    return h_copy(d, dst, src, bytes);
+}
+
+static int h_d2d(lind_device *d, void *dst, const void *src, size_t bytes) {
+    hdev *h = (hdev *)d;
+    if (h->rec && !d->dead) {
+        rec_call *c = rec_add(h, REC_D2D);
+        if (!c) return -ENOMEM;
+        c->C = dst, c->src = src, c->bytes = bytes;
+        return 0;
+    }
+    return h_copy(d, dst, src, bytes);
+}
+
 static int h_zero(lind_device *d, void *dst, size_t bytes) {
+    hdev *h = (hdev *)d;
     if (d->dead) return h_dead(d, "cudaMemsetAsync");
+    if (h->rec) {
+        rec_call *c = rec_add(h, REC_ZERO);
+        if (!c) return -ENOMEM;
+        c->C = dst, c->bytes = bytes;
+        return 0;
+    }
     memset(dst, 0, bytes);
     return 0;
 }
 
-static int h_launch(lind_device *d, int kernel, const lind_launch *L, const void *args) {
+static int h_launch(lind_device *d, int kernel, const lind_launch *L, const void *args, size_t args_bytes) {
     hdev *h = (hdev *)d;
-    if (h->fault_in > 0 && --h->fault_in == 0) d->dead = 1;
     if (d->dead) return h_dead(d, "kernel launch");
+    if (h->rec) {   /* counted for LIND_HARNESS_FAULT when it runs, not here */
+        rec_call *c = rec_add(h, REC_LAUNCH);
+        if (!c) return -ENOMEM;
+        c->kernel = kernel;
+        c->L = *L;
+        if (!(c->args = malloc(args_bytes ? args_bytes : 1))) {
+            h->rec->n--;
+            h->rec_failed = 1;
+            snprintf(d->err, sizeof d->err, "harness: out of memory recording");
+            return -ENOMEM;
+        }
+        memcpy(c->args, args, args_bytes);
+        return 0;
+    }
+    if (h->fault_in > 0 && --h->fault_in == 0) {
+        d->dead = 1;
+        return h_dead(d, "kernel launch");
+    }
     return harness_launch(((hdev *)d)->order, kernel, L, args, d->err, sizeof d->err);
 }
 
@@ -181,9 +281,23 @@ static void colwise_sgemm(int transa, int transb, int m, int n, int k, float alp
                     m, 1, k, alpha, A, lda, transb ? B + j : B + (size_t)j * ldb, ldb, beta, C + (size_t)j * ldc, ldc);
 }
 
+/* Record a GEMM (both kinds); 1 when recorded, <0 on failure, 0 when not recording. */
+static int rec_gemm(lind_device *d, enum rec_op op, int transa, int transb, int m, int n, int k, float alpha,
+                    const void *A, int lda, const void *B, int ldb, float beta, float *C, int ldc) {
+    hdev *h = (hdev *)d;
+    if (!h->rec) return 0;
+    rec_call *c = rec_add(h, op);
+    if (!c) return -ENOMEM;
+    c->ta = transa, c->tb = transb, c->m = m, c->n = n, c->k = k, c->alpha = alpha, c->beta = beta;
+    c->A = A, c->lda = lda, c->B = B, c->ldb = ldb, c->C = C, c->ldc = ldc;
+    return 1;
+}
+
 static int h_sgemm(lind_device *d, int transa, int transb, int m, int n, int k, float alpha,
                    const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
     if (d->dead) return h_dead(d, "cublasSgemm");
+    int r = rec_gemm(d, REC_SGEMM, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (r) return r < 0 ? r : 0;
     colwise_sgemm(transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
     return 0;
 }
@@ -202,6 +316,8 @@ static float *widen(const uint16_t *A, int ld, int rows, int cols) {
 static int h_gemm_bf16(lind_device *d, int transa, int transb, int m, int n, int k, float alpha,
                        const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc) {
     if (d->dead) return h_dead(d, "cublasGemmEx (bf16)");
+    int r = rec_gemm(d, REC_GEMM_BF16, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (r) return r < 0 ? r : 0;
     float *a = widen(A, lda, transa ? k : m, transa ? m : k), *b = widen(B, ldb, transb ? n : k, transb ? k : n);
     if (!a || !b) {
         free(a);
@@ -213,6 +329,64 @@ static int h_gemm_bf16(lind_device *d, int transa, int transb, int m, int n, int
     free(a);
     free(b);
     return 0;
+}
+
+static int h_record_begin(lind_device *d) {
+    hdev *h = (hdev *)d;
+    if (d->dead) return h_dead(d, "cudaStreamBeginCapture");
+    if (h->rec) {
+        snprintf(d->err, sizeof d->err, "record_begin: already recording");
+        return -EBUSY;
+    }
+    if (!(h->rec = calloc(1, sizeof *h->rec))) {
+        snprintf(d->err, sizeof d->err, "harness: out of memory");
+        return -ENOMEM;
+    }
+    h->rec_failed = 0;
+    return 0;
+}
+
+static int h_record_end(lind_device *d, int keep, void **out) {
+    hdev *h = (hdev *)d;
+    *out = NULL;
+    if (!h->rec) {
+        snprintf(d->err, sizeof d->err, "record_end: not recording");
+        return -EINVAL;
+    }
+    recording *r = h->rec;
+    h->rec = NULL;
+    if (!keep || h->rec_failed || d->dead) rec_free(r);
+    else *out = r;
+    h->rec_failed = 0;
+    return 0;
+}
+
+/* Replay: every recorded call again, in order, through the same paths. */
+static int h_graph_run(lind_device *d, void *graph) {
+    const recording *r = graph;
+    for (int i = 0; i < r->n; i++) {
+        const rec_call *c = &r->calls[i];
+        int rc = 0;
+        switch (c->op) {
+        case REC_LAUNCH: rc = h_launch(d, c->kernel, &c->L, c->args, 0); break;
+        case REC_SGEMM:
+            rc = h_sgemm(d, c->ta, c->tb, c->m, c->n, c->k, c->alpha, c->A, c->lda, c->B, c->ldb, c->beta, c->C, c->ldc);
+            break;
+        case REC_GEMM_BF16:
+            rc = h_gemm_bf16(d, c->ta, c->tb, c->m, c->n, c->k, c->alpha, c->A, c->lda, c->B, c->ldb, c->beta,
+                             c->C, c->ldc);
+            break;
+        case REC_D2D: rc = h_d2d(d, c->C, c->src, c->bytes); break;
+        case REC_ZERO: rc = h_zero(d, c->C, c->bytes); break;
+        }
+        if (rc < 0) return rc;
+    }
+    return 0;
+}
+
+static void h_graph_free(lind_device *d, void *graph) {
+    (void)d;
+    rec_free(graph);
 }
 
 int harness_device_new(int order, lind_device **out, char *err, size_t errlen) {
@@ -240,13 +414,17 @@ int harness_device_new(int order, lind_device **out, char *err, size_t errlen) {
     h->dev.free = h_free;
     h->dev.alloc = h_alloc;
     h->dev.release = h_release;
-    h->dev.h2d = h_copy;
-    h->dev.d2h = h_copy;
-    h->dev.d2d = h_copy;
+    h->dev.h2d = h_host_copy;
+    h->dev.d2h = h_host_copy;
+    h->dev.d2d = h_d2d;
     h->dev.zero = h_zero;
     h->dev.launch = h_launch;
     h->dev.sgemm = h_sgemm;
     h->dev.gemm_bf16 = h_gemm_bf16;
+    h->dev.record_begin = h_record_begin;
+    h->dev.record_end = h_record_end;
+    h->dev.graph_run = h_graph_run;
+    h->dev.graph_free = h_graph_free;
     *out = &h->dev;
     return 0;
 }
