@@ -306,3 +306,42 @@ install: $(BUILD)/lind $(BUILD)/lindctl $(BUILD)/man/lind.1
 
 clean:
 	rm -rf build build-asan build-tsan build-fuzz
+
+# ---- the GPU check (tools/gpu/check.sh, docs/CUDA.md) ------------------------
+# Programs for a lent GPU machine, which has CUDA, cuBLAS and PyTorch but none
+# of this project's Debian libraries: the engine (liblind.a) for a baseline
+# x86-64 (the CPU backend picks AVX2/AVX-512 at run time), linked statically
+# against the Debian archives it uses and cudart, dynamically only against
+# libcublas (the device's own). Sent with the tree: `carry` build-gpu.
+GPU_BUILD   = build-gpu
+GPU_ARCH    = -march=x86-64-v2
+GPU_NVFLAGS = -O3 -I. -DLIND_HAVE_CUDA -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90a,code=sm_90a \
+              -gencode arch=compute_80,code=sm_80 -Xcompiler -Wall,-Wextra,-Werror,-fPIC
+GPU_LDLIBS  = -static-libgcc -Wl,-Bstatic -lopenblas -lgfortran -lquadmath -ljansson -lxxhash -lpcre2-8 \
+              -lutf8proc -lsqlite3 -Wl,-Bdynamic -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
+              -lcublas -lcudart_static -lrt -ldl -lm -lpthread -static-libstdc++ -Wl,-Bstatic -lstdc++ -Wl,-Bdynamic
+GPU_PROGS   = $(GPU_BUILD)/tests/test_cuda_backend $(GPU_BUILD)/tools/gpu/step_bench $(GPU_BUILD)/tools/gpu/ceilings
+.PHONY: gpu-check-build gpu-check-dry
+gpu-check-build:
+ifndef HAVE_CUDA
+	@echo "gpu-check-build: needs nvcc (CUDA at /usr/local/cuda)"; exit 1
+else
+	@$(MAKE) --no-print-directory BUILD=$(GPU_BUILD) ARCH="$(GPU_ARCH)" NVFLAGS="$(GPU_NVFLAGS)" \
+	    $(GPU_BUILD)/liblind.a $(GPU_BUILD)/tests/test_cuda_backend.o $(GPU_BUILD)/tools/gpu/step_bench.o
+	$(CC) -o $(GPU_BUILD)/tests/test_cuda_backend $(GPU_BUILD)/tests/test_cuda_backend.o $(GPU_BUILD)/liblind.a $(GPU_LDLIBS)
+	$(CC) -o $(GPU_BUILD)/tools/gpu/step_bench $(GPU_BUILD)/tools/gpu/step_bench.o $(GPU_BUILD)/liblind.a $(GPU_LDLIBS)
+	$(NVCC) -O3 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 -o $(GPU_BUILD)/tools/gpu/ceilings \
+	    tools/gpu/ceilings.cu -lcublas -Xlinker -rpath,$(CUDA_HOME)/lib64
+	@# the kernels' resources as ptxas reports them for sm_90 (no device time)
+	$(NVCC) $(GPU_NVFLAGS) -Xptxas -v -c kernels/cuda/kernels.cu -o /dev/null 2> $(GPU_BUILD)/ptxas.txt
+	@sh tools/gpu/ptxas_summary.sh $(GPU_BUILD)/ptxas.txt
+	@# what travels to the device (the tree and what it carries must stay under 64 MiB)
+	@mkdir -p $(GPU_BUILD)/carry
+	@for p in $(GPU_PROGS); do strip -o $(GPU_BUILD)/carry/$$(basename $$p) $$p && xz -f -6 -T2 $(GPU_BUILD)/carry/$$(basename $$p); done
+	@cp $(GPU_BUILD)/ptxas.txt $(GPU_BUILD)/carry/
+	@du -sh $(GPU_BUILD)/carry
+endif
+# What check.sh does, here: every step that needs no device runs, the rest
+# must fail clearly (the SKIP line, "no device") and nothing may hang.
+gpu-check-dry: gpu-check-build
+	@sh tools/gpu/check.sh $(GPU_BUILD)/dry-out

@@ -18,7 +18,12 @@
  *     bf16 weights, stepped and prefilled (model_forward over runs);
  *   - two delta models (short convolution + gated delta rule, the shapes of
  *     tests/test_core_delta.c), stepped and prefilled;
- *   - the random models again with cuda_weights bf16, within 2%.
+ *   - the random models again with cuda_weights bf16, within 2%;
+ *   - recorded steps (CUDA graphs): replays bit-identical to eager steps
+ *     across batch shapes, prefill chunks, a pool growth and moved states,
+ *     and a step that needs a host copy falling back to eager.
+ * LIND_CUDA_TEST_SHORT=1 runs the op cases and the recorded steps only (the
+ * compute-sanitizer run of tools/gpu/check.sh).
  *
  * LIND_CUDA_TEST_BACKEND=name runs the same checks with another backend in
  * the place of "cuda" (e.g. "cpu" against itself, to exercise the test). */
@@ -79,6 +84,14 @@ int main(void) {
     /* the device computes expf/erff with its own (≤ 2 ulp) routines and sums
      * GEMMs in its own order */
     cmp_run_all(under_test, ctor_under_test, 5e-5, 5e-6);
+    /* LIND_CUDA_TEST_SHORT=1: the ops and the recorded steps only — the run
+     * tools/gpu/check.sh puts under compute-sanitizer */
+    const char *sh = getenv("LIND_CUDA_TEST_SHORT");
+    if (sh && *sh == '1') {
+        RUN(graphs_host_copy);
+        RUN(models_graphs);
+        return check_exit();
+    }
     RUN(models_random);
     RUN(models_rwkv4);
     RUN(models_delta);
