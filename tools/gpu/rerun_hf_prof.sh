@@ -19,7 +19,7 @@ rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
 h = rows[0]; k = h.index("Kernel Name"); v = h.index("Metric Value")
 tot = collections.Counter(); n = collections.Counter()
 for r in rows[1:]:
-    try: t = float(r[v])
+    try: t = float(r[v].replace(",", ""))
     except ValueError: continue
     name = r[k].split("(")[0][:60]; tot[name] += t; n[name] += 1
 steps = 5  # 3 warm-up + 2 timed
