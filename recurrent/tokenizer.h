@@ -71,6 +71,13 @@ const uint8_t *tokenizer_token_bytes(const tokenizer *t, int32_t id, size_t *len
 int  tokenizer_special_count(const tokenizer *t);
 int32_t tokenizer_special(const tokenizer *t, int i, const char **text);
 
+/* What the tokenizer file says goes before a text (a tokenizer.json's
+ * post_processor): 1 with *id the token it puts first, 0 when it adds
+ * nothing, -1 (and *id -1) when the file does not say (bytes and world
+ * kinds, an unknown post-processor). tokenizer_encode never adds it; the
+ * model decides (model_bos). */
+int  tokenizer_bos(const tokenizer *t, int32_t *id);
+
 /* ---- for kind implementations (recurrent/tokenizer_<kind>.c) ------------ */
 typedef struct tokenizer_kind {
     const char *name;
@@ -82,6 +89,7 @@ typedef struct tokenizer_kind {
     const uint8_t *(*token_bytes)(const void *priv, int32_t id, size_t *len);
     int  (*special_count)(const void *priv);
     int32_t (*special)(const void *priv, int i, const char **text);
+    int  (*bos)(const void *priv, int32_t *id);   /* NULL: the file does not say */
 } tokenizer_kind;
 
 /* Append one token to the caller's growable array (see tokenizer_encode):

@@ -15,8 +15,9 @@
  *                else, leftmost-longest (tokenizer_encode_literals); those
  *                marked special are the tokenizer's specials. lstrip, rstrip
  *                and single_word are refused.
- * The post-processor and decoder are not used: nothing is added around the
- * text (no BOS), and a token decodes to its bytes.
+ * The decoder is not used (a token decodes to its bytes), nor is the
+ * post-processor in encoding (nothing is added around the text); what it
+ * would put first is reported (tokenizer_bos) for the model's BOS rule.
  *
  * Text → tokens: the stretch between added tokens is NFC-normalized (when
  * asked), gets a leading space (add_prefix_space, when it lacks one), is cut
@@ -77,6 +78,8 @@ typedef struct bpe {
     int32_t byte_id[256];  /* the token of each single byte */
     int ignore_merges, nfc, add_prefix_space;
     int lossy;             /* some byte has no token: invalid UTF-8 becomes U+FFFD */
+    int post_bos;          /* post_processor: 1 puts post_bos_id first, 0 nothing, -1 unsaid */
+    int32_t post_bos_id;
     pcre2_code *re;
     /* added tokens */
     int nadded, nspecial;
@@ -314,6 +317,50 @@ static int set_token(bpe *t, const char *path, const char *what, int32_t id, con
     t->has[id] = 1;
     *plen += n;
     return 0;
+}
+
+/* What the post-processor puts before a single text (Hugging Face applies
+ * it when asked for special tokens): nothing (null, ByteLevel, a template
+ * starting with the text), or the id a template's leading SpecialToken or
+ * Roberta/Bert's cls names. Anything else leaves it unsaid (-1): lind does
+ * not add tokens after the text, so it is never a reason to refuse. */
+static void read_post_processor(bpe *t, json_t *pp) {
+    t->post_bos = -1;
+    const char *type = json_string_value(json_object_get(pp, "type"));
+    if (!pp || json_is_null(pp) || (type && !strcmp(type, "ByteLevel"))) { t->post_bos = 0; return; }
+    if (!type) return;
+    if (!strcmp(type, "Sequence")) {
+        json_t *ps = json_object_get(pp, "processors"), *q;
+        size_t i;
+        int said = 0;
+        json_array_foreach(ps, i, q) {
+            read_post_processor(t, q);
+            if (t->post_bos == 1) return;
+            if (t->post_bos < 0) said = -1;
+        }
+        t->post_bos = json_is_array(ps) ? (said < 0 ? -1 : 0) : -1;
+        return;
+    }
+    if (!strcmp(type, "RobertaProcessing") || !strcmp(type, "BertProcessing")) {
+        json_t *cls = json_object_get(pp, "cls");
+        json_t *id = json_array_get(cls, 1);
+        if (json_is_integer(id) && json_integer_value(id) >= 0 && json_integer_value(id) < t->vocab) {
+            t->post_bos = 1;
+            t->post_bos_id = (int32_t)json_integer_value(id);
+        }
+        return;
+    }
+    if (strcmp(type, "TemplateProcessing")) return;
+    json_t *first = json_array_get(json_object_get(pp, "single"), 0);
+    if (!json_is_object(first)) return;
+    if (json_object_get(first, "Sequence")) { t->post_bos = 0; return; }
+    const char *name = json_string_value(json_object_get(json_object_get(first, "SpecialToken"), "id"));
+    json_t *st = name ? json_object_get(json_object_get(pp, "special_tokens"), name) : NULL;
+    json_t *id = json_array_get(json_object_get(st, "ids"), 0);
+    if (json_is_integer(id) && json_integer_value(id) >= 0 && json_integer_value(id) < t->vocab) {
+        t->post_bos = 1;
+        t->post_bos_id = (int32_t)json_integer_value(id);
+    }
 }
 
 static int bpe_load(const char *path, void **priv, char *err, size_t errlen) {
@@ -562,6 +609,7 @@ static int bpe_load(const char *path, void **priv, char *err, size_t errlen) {
     t->lits.text = (const uint8_t *const *)t->added_text;
     t->lits.len = t->added_len;
     t->lits.id = t->added_id;
+    read_post_processor(t, json_object_get(root, "post_processor"));
 out:
     free(buf);
     json_decref(root);
@@ -1020,7 +1068,13 @@ static int32_t bpe_special(const void *priv, int i, const char **text) {
     return t->added_id[t->special_idx[i]];
 }
 
+static int bpe_bos(const void *priv, int32_t *id) {
+    const bpe *t = priv;
+    *id = t->post_bos == 1 ? t->post_bos_id : -1;
+    return t->post_bos;
+}
+
 const tokenizer_kind tokenizer_kind_bpe = {
     "bpe", bpe_load, bpe_free, bpe_vocab_size, bpe_encode,
-    bpe_token_bytes, bpe_special_count, bpe_special,
+    bpe_token_bytes, bpe_special_count, bpe_special, bpe_bos,
 };
