@@ -50,7 +50,8 @@ const char *tokenizer_kind_name(const tokenizer *t);   /* "bytes", "bpe", "world
 int  tokenizer_vocab_size(const tokenizer *t);
 
 /* Encode len bytes of text (any bytes: invalid UTF-8 is encoded too, as its
- * bytes). Appends the tokens to *toks (a malloc'd array of *cap entries the
+ * bytes; or, for a bpe vocabulary lacking tokens for bytes valid UTF-8 never
+ * holds, as U+FFFD per ill-formed subpart, as Hugging Face would see it). Appends the tokens to *toks (a malloc'd array of *cap entries the
  * function grows with realloc; *ntoks entries in use; the caller owns it and
  * may pass NULL/0/0 to start). *consumed receives the bytes tokenized: all of
  * them when final != 0, else the stream-safe prefix (see top). 0, or -ENOMEM
