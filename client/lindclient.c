@@ -252,6 +252,7 @@ void lindc_gen_opts_init(lindc_gen_opts *o)
     o->top_p = -1;
     o->repetition_penalty = -1;
     o->repetition_window = -1;
+    o->ignore_eos = -1;
 }
 
 int lindc_generate(lindc *c, const lindc_gen_opts *o, uint64_t *id)
@@ -270,6 +271,7 @@ int lindc_generate(lindc *c, const lindc_gen_opts *o, uint64_t *id)
     if (o->has_seed) lindc_req_u64(&r, "seed", o->seed);
     if (o->n_stop) lindc_req_strv(&r, "stop", o->stop, o->n_stop);
     if (o->progress) lindc_req_bool(&r, "progress", 1);
+    if (o->ignore_eos >= 0) lindc_req_bool(&r, "ignore_eos", o->ignore_eos);
     int rc = lindc_send(c, &r, id);
     lindc_req_free(&r);
     return rc;

@@ -140,6 +140,8 @@ typedef struct lindc_gen_opts {
     const char *const *stop;        /* stop strings, NUL-terminated */
     size_t n_stop;
     int progress;                   /* ask for `progress` events while a long text is fed */
+    int ignore_eos;                 /* 1: go on past the model's end token, 0: end there;
+                                       <0: server default (lind serve --ignore-eos) */
 } lindc_gen_opts;
 
 void lindc_gen_opts_init(lindc_gen_opts *o);

@@ -27,6 +27,8 @@ static void usage(FILE *f)
 "      --top-p P             nucleus sampling (1 = off)\n"
 "      --repetition-penalty R, --repetition-window W\n"
 "      --stop S              stop after S is produced (repeatable, at most %d)\n"
+"      --ignore-eos          go on past the model's end token (by default the turn\n"
+"                            ends there: done reason stop, the token not printed)\n"
 "      --json                print every event as a JSON line: token events as\n"
 "                            {\"event\":\"token\",\"id\":N,\"text\":...} (text cut on whole\n"
 "                            UTF-8 characters), then the done or error event\n"
@@ -100,7 +102,7 @@ int cmd_generate(const ctl_opts *g0, int argc, char **argv)
     const char *stops[MAX_STOPS];
     size_t nstop = 0;
     gen_state st = { .last_newline = 1 };
-    enum { O_SEED = 1, O_TOPK, O_TOPP, O_STOP, O_JSON, O_REPP, O_REPW };
+    enum { O_SEED = 1, O_TOPK, O_TOPP, O_STOP, O_JSON, O_REPP, O_REPW, O_IGNEOS };
     static const struct option longopts[] = {
         CTL_COMMON_LONGOPTS,
         { "max-tokens", required_argument, NULL, 'n' },
@@ -112,6 +114,7 @@ int cmd_generate(const ctl_opts *g0, int argc, char **argv)
         { "repetition-window", required_argument, NULL, O_REPW },
         { "stop", required_argument, NULL, O_STOP },
         { "json", no_argument, NULL, O_JSON },
+        { "ignore-eos", no_argument, NULL, O_IGNEOS },
         { "verbose", no_argument, NULL, 'v' },
         { 0, 0, 0, 0 },
     };
@@ -148,6 +151,7 @@ int cmd_generate(const ctl_opts *g0, int argc, char **argv)
             stops[nstop++] = optarg;
             break;
         case O_JSON: st.json = 1; break;
+        case O_IGNEOS: o.ignore_eos = 1; break;
         case 'v': st.verbose = 1; break;
         default: usage(stderr); return EXIT_USAGE;
         }

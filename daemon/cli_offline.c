@@ -40,13 +40,14 @@ typedef struct opts {
     double seconds;
     sampler_params sp;
     int seed_set;
+    int bos, ignore_eos;      /* --bos 1 / --no-bos -1 (model_opts.bos); --ignore-eos */
     lind_dtype dtype;
     lind_compute compute;
     backend_opts be;          /* LIND_CPU_THREADS, LIND_CPU_GEMM, ... (backend_opts_from_env) */
 } opts;
 
 enum { O_BACKEND = 1000, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_AFTER, O_REP, O_REPWIN, O_MAXB, O_SECS,
-       O_DTYPE, O_TOKENS, O_OUT, O_CHUNK, O_COMPUTE, O_SEGMENT, O_WARM };
+       O_DTYPE, O_TOKENS, O_OUT, O_CHUNK, O_COMPUTE, O_SEGMENT, O_WARM, O_BOS, O_NOBOS, O_IGNEOS };
 
 static int parse_long(const char *s, long lo, long hi, long *out) {
     char *end;
@@ -80,6 +81,8 @@ static int parse(int argc, char **argv, const char *cmd, opts *o) {
         {"out", required_argument, 0, O_OUT},      {"chunk", required_argument, 0, O_CHUNK},
         {"compute", required_argument, 0, O_COMPUTE},
         {"segment", required_argument, 0, O_SEGMENT}, {"warm", required_argument, 0, O_WARM},
+        {"bos", no_argument, 0, O_BOS},            {"no-bos", no_argument, 0, O_NOBOS},
+        {"ignore-eos", no_argument, 0, O_IGNEOS},
         {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->sp = sampler_defaults();
@@ -131,6 +134,9 @@ static int parse(int argc, char **argv, const char *cmd, opts *o) {
             }
             break;
         case O_TOKENS: o->tokens = optarg; break;
+        case O_BOS: o->bos = 1; break;
+        case O_NOBOS: o->bos = -1; break;
+        case O_IGNEOS: o->ignore_eos = 1; break;
         case O_OUT: o->out = optarg; break;
         case O_CHUNK:
             if (parse_long(optarg, 1, 1 << 16, &o->chunk)) goto bad;
@@ -193,7 +199,7 @@ static int parse(int argc, char **argv, const char *cmd, opts *o) {
 static model *load(const opts *o, const char *cmd) {
     char err[512];
     model *m = NULL;
-    model_opts mo = {o->backend, o->dtype, o->compute, &o->be};
+    model_opts mo = {o->backend, o->dtype, o->compute, &o->be, o->bos};
     if (model_load_opts(o->model, &mo, &m, err, sizeof err) < 0) {
         fprintf(stderr, "lind %s: %s\n", cmd, err);
         return NULL;
@@ -218,7 +224,11 @@ int cli_info(int argc, char **argv) {
     printf("vocab_size:   %d\n", c->vocab_size);
     printf("tokenizer:    %s%s%s (%d ids, %d special)\n", tokenizer_kind_name(tk), c->tokenizer_file[0] ? ", " : "",
            c->tokenizer_file, tokenizer_vocab_size(tk), tokenizer_special_count(tk));
-    printf("bos:          %d\n", c->bos);
+    if (model_bos(m) >= 0) printf("bos:          %d, fed first (%s)\n", c->bos, c->bos_from);
+    else printf("bos:          none: the text is fed from the zero state (%s)\n", c->bos_from);
+    printf("eos:          ");
+    for (int i = 0; i < c->n_eos; i++) printf("%s%d", i ? "," : "", c->eos[i]);
+    printf("%s(%s)\n", c->n_eos ? " " : "none ", c->eos_from);
     printf("d_model:      %d\nn_layers:     %d\n", c->d_model, c->n_layers);
     printf("mixers:       ");
     for (int i = 0; i < c->n_layers; i++) printf("%s%s", i ? "," : "", c->layers[i].mixer);
@@ -328,7 +338,7 @@ int cli_score(int argc, char **argv) {
     if (!m) { free(text); return 1; }
     int V = model_vocab(m), slot = 0, rc = 1;
     int32_t tok = model_bos(m), *toks = NULL;
-    size_t ntoks = 0;
+    size_t ntoks = 0, unscored = 0, unscored_bytes = 0;
     long C = o.chunk;
     float *prev = malloc(sizeof(float) * (size_t)V), *scratch = malloc(sizeof(float) * 2 * (size_t)V);
     float *lg = malloc(sizeof(float) * (size_t)V * (size_t)C);
@@ -347,8 +357,14 @@ int cli_score(int argc, char **argv) {
         rc = 2;
         goto out;
     }
+    if (tok < 0 && o.after_generate) {
+        fprintf(stderr, "lind score: --after-generate samples from a fresh state's logits, which a model fed no "
+                        "BOS (%s) does not have; add --bos\n", model_config(m)->bos_from);
+        rc = 2;
+        goto out;
+    }
     if (maxt > 0 && (o.segment ? (unsigned long long)o.segment > (unsigned long long)maxt
-                               : 1 + (unsigned long long)o.after_generate + ntoks > (unsigned long long)maxt)) {
+                               : (tok >= 0) + (unsigned long long)o.after_generate + ntoks > (unsigned long long)maxt)) {
         if (o.segment)
             fprintf(stderr, "lind score: --segment %ld is longer than the model's maximum length of %lld tokens "
                             "per session (a kind's max_len or horizon)\n", o.segment, maxt);
@@ -356,12 +372,22 @@ int cli_score(int argc, char **argv) {
             fprintf(stderr, "lind score: the model holds at most %lld tokens per session (a kind's max_len or "
                             "horizon) and this needs %llu (BOS, %ld generated, %zu of %s); score it in fresh "
                             "segments with --segment %lld\n", maxt,
-                    1 + (unsigned long long)o.after_generate + ntoks, o.after_generate, ntoks, path, maxt);
+                    (tok >= 0) + (unsigned long long)o.after_generate + ntoks, o.after_generate, ntoks, path, maxt);
         goto out;
     }
     if (model_slots_reserve(m, 1) < 0 || model_slot_reset(m, 0) < 0) goto fail;
     double t0 = now_s();
-    if (model_step(m, &slot, &tok, 1, prev) < 0) goto fail;
+    /* Without BOS a fresh state predicts nothing: the first token of the
+     * text (of each segment) is fed unscored, as Hugging Face's loss skips
+     * it. */
+    if (tok < 0 && ntoks) {
+        size_t bl = 0;
+        tokenizer_token_bytes(model_tokenizer(m), toks[0], &bl);
+        unscored++;
+        unscored_bytes += bl;
+        tok = toks[0];
+    }
+    if (tok >= 0 && model_step(m, &slot, &tok, 1, prev) < 0) goto fail;
     sampler smp;
     sampler_init(&smp, &o.sp);
     for (long i = 0; i < o.after_generate; i++) {
@@ -377,12 +403,22 @@ int cli_score(int argc, char **argv) {
     /* --segment S: the text in pieces of S − 1 tokens, each after a reset
      * and BOS (S tokens per session, as training windows are). */
     size_t seg = o.segment ? (size_t)o.segment - 1 : ntoks, seg_end = seg;
-    for (size_t i = 0; i < ntoks;) {
+    if (model_bos(m) < 0 && o.segment) seg++;   /* S tokens of text, the first unscored */
+    seg_end = seg;
+    for (size_t i = unscored; i < ntoks;) {
         if (prog) score_progress(i, ntoks, t1, &t_prog, 0);
         if (o.segment && i == seg_end) {
             tok = model_bos(m);
+            if (tok < 0) {
+                size_t bl = 0;
+                tokenizer_token_bytes(model_tokenizer(m), toks[i], &bl);
+                unscored++;
+                unscored_bytes += bl;
+                tok = toks[i++];
+            }
             if (model_slot_reset(m, 0) < 0 || model_step(m, &slot, &tok, 1, prev) < 0) goto fail;
             seg_end += seg;
+            if (i == ntoks) break;
         }
         size_t lim = seg_end < ntoks ? seg_end : ntoks;
         int k = lim - i < (size_t)C ? (int)(lim - i) : (int)C;
@@ -401,8 +437,12 @@ int cli_score(int argc, char **argv) {
                                  (unsigned long long)o.sp.seed, (double)o.sp.temperature);
     if (o.segment) printf("segments: %zu of at most %ld tokens, each from a fresh state\n",
                           ntoks ? (ntoks + seg - 1) / seg : 0, o.segment);
-    printf("bits_per_byte: %.6f\n", len ? bits / (double)len : 0.0);
-    printf("bits_per_token: %.6f\n", ntoks ? bits / (double)ntoks : 0.0);
+    if (unscored)
+        printf("unscored: %zu tokens, %zu bytes (no BOS: the first token of the text%s predicts nothing)\n",
+               unscored, unscored_bytes, o.segment ? " and of each segment" : "");
+    size_t sbytes = len - unscored_bytes, stoks = ntoks - unscored;
+    printf("bits_per_byte: %.6f\n", sbytes ? bits / (double)sbytes : 0.0);
+    printf("bits_per_token: %.6f\n", stoks ? bits / (double)stoks : 0.0);
     printf("seconds: %.3f (%.0f bytes/s, %.0f tokens/s scored)\n", t2 - t1 + (o.after_generate ? 0 : t1 - t0),
            len / dt, ntoks / dt);
     rc = 0;
@@ -440,14 +480,20 @@ int cli_generate(int argc, char **argv) {
     float *logits = malloc(sizeof(float) * (size_t)V), *scratch = malloc(sizeof(float) * 2 * (size_t)V);
     sampler smp;
     sampler_init(&smp, &o.sp);
-    /* BOS, then the prompt's tokens */
+    /* BOS (when the model feeds one), then the prompt's tokens */
     int32_t bos = model_bos(m);
-    size_t cap = 1, used = 0;
+    size_t cap = 1, used = 0, first = bos >= 0;
     toks = malloc(sizeof *toks);
     if (!logits || !scratch || !toks) goto out;
-    toks[n++] = bos;
+    if (bos >= 0) toks[n++] = bos;
     if (tokenizer_encode(tk, (const uint8_t *)prompt, plen, 1, &toks, &n, &cap, &used) < 0) goto out;
-    for (size_t i = 1; i < n; i++) sampler_observe(&smp, toks[i]);
+    if (n == 0) {
+        fprintf(stderr, "lind generate: nothing to generate from: the prompt is empty and the model is fed no "
+                        "BOS (%s); give --prompt or --bos\n", model_config(m)->bos_from);
+        rc = 2;
+        goto done;
+    }
+    for (size_t i = first; i < n; i++) sampler_observe(&smp, toks[i]);
     if (model_slots_reserve(m, 1) < 0 || model_slot_reset(m, 0) < 0) goto out;
     if (feed(m, toks, n, o.chunk, logits) < 0) goto out;
     fwrite(prompt, 1, plen, stdout);
@@ -455,6 +501,10 @@ int cli_generate(int argc, char **argv) {
     for (long i = 0; i < o.n; i++) {
         tok = sampler_next(&smp, logits, V, scratch);
         sampler_observe(&smp, tok);
+        if (!o.ignore_eos && model_is_eos(m, tok)) {   /* the end token ends the text, unprinted */
+            fprintf(stderr, "[stop: end token %d after %ld tokens]\n", tok, i);
+            break;
+        }
         size_t bl = 0;
         const uint8_t *b = tokenizer_token_bytes(tk, tok, &bl);
         if (b) fwrite(b, 1, bl, stdout);
@@ -465,6 +515,7 @@ int cli_generate(int argc, char **argv) {
     rc = 0;
 out:
     if (rc) fprintf(stderr, "lind generate: model step failed\n");
+done:
     free(toks);
     free(logits);
     free(scratch);

@@ -140,6 +140,10 @@ static int parse_common(httpreq *r, json_t *j, const httpreq_limits *lim, httpre
     x = 1;
     if (get_int(j, "n", 1, 1, &x, NULL, e)) return -EINVAL;
     if (get_bool(j, "stream", &r->stream, e)) return -EINVAL;
+    if ((v = json_object_get(j, "ignore_eos")) && !json_is_null(v)) {   /* vLLM's extension */
+        if (get_bool(j, "ignore_eos", &g->ignore_eos, e)) return -EINVAL;
+        g->has_ignore_eos = 1;
+    }
     if ((v = json_object_get(j, "stream_options")) && !json_is_null(v)) {
         if (!json_is_object(v)) return bad(e, "stream_options", "'stream_options' must be an object");
         if (get_bool(v, "include_usage", &r->include_usage, e)) return -EINVAL;

@@ -32,7 +32,8 @@ static const command commands[] = {
      "  -m, --model DIR        model directory (docs/MODEL.md), required\n"
      "  --backend B            cpu, cuda or auto (default auto)\n"
      "  --dtype T              matrix weights in memory: f32, bf16 or f16 (default: as stored)\n"
-     "  --compute C            products' arithmetic: f32 (default, exact) or bf16 (AVX512_BF16)\n"},
+     "  --compute C            products' arithmetic: f32 (default, exact) or bf16 (AVX512_BF16)\n"
+     "  --bos, --no-bos        show the BOS rule with this override (as score, generate, serve)\n"},
     {"score", cli_score, "score --model DIR FILE [--after-generate N --seed S --temperature T]   bits/byte of FILE",
      "usage: lind score --model DIR [options] FILE\n"
      "\n"
@@ -50,6 +51,9 @@ static const command commands[] = {
      "  --segment S            score FILE in pieces of S-1 tokens, each from a fresh\n"
      "                         state (BOS first): for a model with a maximum length\n"
      "                         (linformer's max_len), or to match training windows\n"
+     "  --bos, --no-bos        feed the model's bos first, or not, whatever its files say\n"
+     "                         (default: the model's convention, `lind info`); without BOS\n"
+     "                         the first token (of each segment) is fed unscored\n"
      SAMPLING_HELP},
     {"generate", cli_generate, "generate --model DIR --prompt TEXT -n N [--seed S --temperature T --top-k K --top-p P]",
      "usage: lind generate --model DIR [--prompt TEXT] [-n N] [options]\n"
@@ -64,6 +68,10 @@ static const command commands[] = {
      "  --dtype T              matrix weights in memory: f32, bf16 or f16 (default: as stored)\n"
      "  --compute C            products' arithmetic: f32 (default, exact) or bf16 (AVX512_BF16)\n"
      "  -n N                   tokens to generate (default 256)\n"
+     "  --bos, --no-bos        feed the model's bos before the prompt, or not, whatever its\n"
+     "                         files say (default: the model's convention, `lind info`)\n"
+     "  --ignore-eos           go on past the model's end token (default: it ends the text,\n"
+     "                         unprinted, with a note on stderr)\n"
      SAMPLING_HELP},
     {"logits", cli_logits, "logits --model DIR --tokens FILE --out FILE [--chunk N]   float32 logits after every int32 token",
      "usage: lind logits --model DIR --tokens FILE --out FILE [--chunk N] [--dtype T] [--backend B]\n"

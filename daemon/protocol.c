@@ -291,6 +291,13 @@ static proto_code decode_generate(const msgpack_object *m, const proto_limits *l
         r->sp.seed = sd->via.u64;
         r->has_seed = 1;
     }
+    const msgpack_object *ie = field(m, "ignore_eos");
+    if (ie) {
+        if (ie->type != MSGPACK_OBJECT_BOOLEAN)
+            return fail(err, PE_BAD_REQUEST, "field 'ignore_eos' must be a boolean, got %s", type_name(ie));
+        r->has_ignore_eos = 1;
+        r->ignore_eos = ie->via.boolean;
+    }
     return PE_OK;
 }
 
@@ -508,7 +515,7 @@ void proto_pack_done(msgpack_sbuffer *sb, const proto_done *d)
 {
     msgpack_packer pk;
     int stop = d->stop && d->stop_len;
-    head(&pk, sb, d->id, "done", 6 + stop);
+    head(&pk, sb, d->id, "done", 6 + stop + (d->has_stop_token ? 1 : 0));
     proto_pack_key(&pk, "reason");
     proto_pack_str(&pk, d->reason);
     proto_pack_key(&pk, "tokens_in");
@@ -529,6 +536,10 @@ void proto_pack_done(msgpack_sbuffer *sb, const proto_done *d)
     if (stop) {
         proto_pack_key(&pk, "stop");
         proto_pack_bin(&pk, d->stop, d->stop_len);
+    }
+    if (d->has_stop_token) {
+        proto_pack_key(&pk, "stop_token");
+        msgpack_pack_uint32(&pk, d->stop_token);
     }
 }
 

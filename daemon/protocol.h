@@ -64,6 +64,7 @@ typedef struct proto_request {
     sampler_params sp;                        /* generate: this turn's settings */
     int      has_seed;
     int      progress;                        /* generate/append: send `progress` events */
+    int      has_ignore_eos, ignore_eos;      /* generate: go on past the model's end token */
 } proto_request;
 
 typedef struct proto_error {
@@ -110,7 +111,9 @@ typedef struct proto_done {
     uint64_t tokens_in, tokens_out, session_tokens;
     uint64_t fed_bytes;        /* bytes of the request's text the session holds */
     double   ms_queue, ms_prompt, ms_generate, ms_save, ms_total;
-    const uint8_t *stop; size_t stop_len;  /* when reason is "stop" */
+    const uint8_t *stop; size_t stop_len;  /* when reason is "stop" by a stop string */
+    int      has_stop_token;               /* reason "stop" by the model's end token: */
+    uint32_t stop_token;                   /* its id (never sent as a token) */
 } proto_done;
 void proto_pack_done(msgpack_sbuffer *sb, const proto_done *d);
 

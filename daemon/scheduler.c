@@ -53,6 +53,8 @@ typedef struct turn {
     uint8_t  tail[PROTO_MAX_STOP_LEN];   /* the output's last bytes, for stop strings */
     size_t   tail_len;
     int      cancelled, finished, stop_hit;
+    int      ignore_eos;           /* the request's ignore_eos, else --ignore-eos */
+    int32_t  eos_hit;              /* the end token that ended the turn, -1 none */
     uint64_t tokens_in;
     uint64_t t_recv, t_start, t_prompt, t_end;
     int      progress;         /* the request asked for `progress` events */
@@ -329,6 +331,7 @@ static void begin_turn(scheduler *S, session *s, dmsg *m)
     t->t_start = now_ns();
     t->cancelled = m->rc == -ECANCELED || c->closed;
     t->progress = r->progress;
+    t->eos_hit = -1;
     if (r->op == OP_GENERATE) {
         if (r->has_seed) {
             sampler_init(&s->meta.sampler, &r->sp);
@@ -338,6 +341,7 @@ static void begin_turn(scheduler *S, session *s, dmsg *m)
             sampler_set_params(&s->meta.sampler, &p);
         }
         t->max_tokens = r->max_tokens;
+        t->ignore_eos = r->has_ignore_eos ? r->ignore_eos : S->srv->opt.ignore_eos;
         t->n_stop = r->n_stop;
         memcpy(t->stop, r->stop, sizeof t->stop);
         memcpy(t->stop_len, r->stop_len, sizeof t->stop_len);
@@ -468,7 +472,10 @@ static void finish(scheduler *S, turn *t, int pending, const char *reason)
     res->done.ms_queue = (double)(t->t_start - t->t_recv) / 1e6;
     res->done.ms_prompt = (double)(t->t_prompt - t->t_start) / 1e6;
     res->done.ms_generate = (double)(t->t_end - t->t_prompt) / 1e6;
-    if (t->stop_hit >= 0 && !strcmp(reason, "stop")) {
+    if (t->eos_hit >= 0 && !strcmp(reason, "stop")) {
+        res->done.has_stop_token = 1;
+        res->done.stop_token = (uint32_t)t->eos_hit;
+    } else if (t->stop_hit >= 0 && !strcmp(reason, "stop")) {
         memcpy(res->stop, t->stop[t->stop_hit], t->stop_len[t->stop_hit]);
         res->done.stop = res->stop;
         res->done.stop_len = t->stop_len[t->stop_hit];
@@ -500,6 +507,15 @@ static int stop_match(const turn *t, const uint8_t *b, size_t n)
 static void emit_token(scheduler *S, turn *t, int32_t tok)
 {
     session *s = t->s;
+    if (!t->ignore_eos && model_is_eos(S->m, tok)) {
+        /* The end of the text: never sent, and it stays pending like any
+         * last sampled token, so the session holds what the model produced. */
+        sampler_observe(&s->meta.sampler, tok);
+        t->produced++;
+        t->eos_hit = tok;
+        finish(S, t, tok, "stop");
+        return;
+    }
     size_t n = 0;
     const uint8_t *b = tokenizer_token_bytes(S->tok, tok, &n);
     static const uint8_t none[1];
@@ -1123,7 +1139,7 @@ static void handle(scheduler *S, dmsg *m)
 static int setup(scheduler *S, char *err, size_t errlen)
 {
     server *srv = S->srv;
-    model_opts mo = { srv->opt.backend, srv->opt.dtype, srv->opt.compute, &srv->opt.be };
+    model_opts mo = { srv->opt.backend, srv->opt.dtype, srv->opt.compute, &srv->opt.be, srv->opt.bos };
     int rc = model_load_opts(srv->opt.model_dir, &mo, &S->m, err, errlen);
     if (rc != 0) return rc;
     srv->m = S->m;

@@ -106,6 +106,11 @@ void server_usage(FILE *f)
         "  --dtype T              matrix weights in memory: f32, bf16 or f16 (default: as stored)\n"
         "  --compute C            products' arithmetic: f32 (default, exact) or bf16 (bf16 weights\n"
         "                         and activations, fp32 sums; CPU with AVX512_BF16 only; docs/CPU.md)\n"
+        "  --bos, --no-bos        feed a new session the model's bos first, or nothing, whatever\n"
+        "                         the model's files say (default: its convention, `lind info`)\n"
+        "  --ignore-eos           turns go on past the model's end token (default: a turn ends\n"
+        "                         there with reason stop, the token unsent; a request's\n"
+        "                         ignore_eos decides for its own turn)\n"
         "  --log-level L          info (default): one line per finished turn: session,\n"
         "                         tokens in/out, time to first token, total time, outcome;\n"
         "                         debug: also the time split (queue, prompt, generate, save);\n"
@@ -194,6 +199,9 @@ int server_parse_args(int argc, char **argv, server_options *o, char *err, size_
             snprintf(err, errlen, "%s", usage);
             return -EINVAL;
         }
+        /* the options without a value */
+        if (!strcmp(a, "--bos") || !strcmp(a, "--no-bos")) { o->bos = a[2] == 'b' ? 1 : -1; continue; }
+        if (!strcmp(a, "--ignore-eos")) { o->ignore_eos = 1; continue; }
         if (i + 1 >= argc) {
             snprintf(err, errlen, "unknown option or missing value: '%s'\n%s", a, usage);
             return -EINVAL;

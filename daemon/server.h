@@ -35,6 +35,9 @@ typedef struct server_options {
     lind_dtype  dtype;         /* matrix weights in memory: LIND_DT_AUTO (as stored, default),
                                   F32, BF16, F16 (--dtype) */
     lind_compute compute;      /* products' arithmetic: LIND_COMPUTE_F32 (default) or BF16 (--compute) */
+    int      bos;              /* model_opts.bos: 0 the model's convention, 1 --bos, -1 --no-bos */
+    int      ignore_eos;       /* --ignore-eos: turns go on past the model's end tokens unless a
+                                  request says ignore_eos false */
     backend_opts be;           /* the backend's options: defaults, then server_main reads
                                   LIND_CPU_THREADS etc. (backend_opts_from_env) */
     int      max_batch;        /* sessions per step, default 256 */

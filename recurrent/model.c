@@ -22,6 +22,7 @@
 #include "kernels/half.h"
 #include "recurrent/config.h"
 #include "recurrent/errmsg.h"
+#include "recurrent/conventions.h"
 #include "recurrent/hf_rwkv4.h"
 #include "recurrent/kind.h"
 #include "recurrent/safetensors.h"
@@ -349,6 +350,7 @@ int model_load_opts(const char *dir, const model_opts *o, model **out, char *err
     if ((rc = config_parse(ctext, clen, path, &m->cfg, err, errlen)) < 0) goto out;
     ld.hf = !strcmp(m->cfg.format, "hf-rwkv4");
     if ((rc = load_tokenizer(m, dir, err, errlen)) < 0) goto out;
+    if ((rc = conventions_read(dir, &m->cfg, m->tok, o ? o->bos : 0, err, errlen)) < 0) goto out;
     if ((rc = st_set_open(&ld.st, dir, err, errlen)) < 0) goto out;
     if ((rc = backend_new(o ? o->backend : NULL, o ? o->be : NULL, &m->be, err, errlen)) < 0) goto out;
     m->compute = o ? o->compute : LIND_COMPUTE_F32;
@@ -486,7 +488,18 @@ const char *model_backend_name(const model *m) { return m->be->ops->name; }
 const char *model_device_name(const model *m) { return m->be->ops->device_name(m->be); }
 size_t model_param_count(const model *m) { return m->params; }
 int model_vocab(const model *m) { return m->cfg.vocab_size; }
-int model_bos(const model *m) { return m->cfg.bos; }
+int model_bos(const model *m) { return m->cfg.add_bos ? m->cfg.bos : -1; }
+
+int model_eos(const model *m, const int32_t **ids) {
+    if (ids) *ids = m->cfg.eos;
+    return m->cfg.n_eos;
+}
+
+int model_is_eos(const model *m, int32_t tok) {
+    for (int i = 0; i < m->cfg.n_eos; i++)
+        if (m->cfg.eos[i] == tok) return 1;
+    return 0;
+}
 const struct tokenizer *model_tokenizer(const model *m) { return m->tok; }
 lind_dtype model_weights_dtype(const model *m) { return m->wdtype; }
 lind_compute model_compute(const model *m) { return m->compute; }

@@ -10,9 +10,11 @@
  * Tokens: 32-bit ids in [0, vocab_size); a model directory declares its
  * tokenizer (recurrent/tokenizer.h), which the model loads and owns. A fresh
  * session is a zeroed slot that is then fed the BOS token (config "bos",
- * default 0: NUL for byte models, <|endoftext|> for RWKV's vocabularies); the
- * logits after BOS predict the first token of text (`lind score` and the
- * trainer in tools/ both do this).
+ * default 0: NUL for byte models) when the model's convention says so:
+ * lind's own models do (the logits after BOS predict the first token of
+ * text; `lind score` and the trainer in tools/ both do this); Hugging Face
+ * RWKV-4 checkpoints feed the prompt alone from the zero state unless their
+ * files say otherwise (recurrent/conventions.h, docs/MODELS.md).
  *
  * Errors are values: functions return 0 or a negative errno-style code and,
  * where they take one, fill `err` (a caller-provided buffer) with a message
@@ -30,6 +32,7 @@
 #define LIND_BOS        0            /* the default "bos" (NUL for byte models) */
 #define LIND_MAX_VOCAB  (1 << 18)
 #define LIND_MAX_LAYERS 64
+#define LIND_MAX_EOS    8            /* end-of-text token ids a model may declare */
 #define LIND_KIND_PARAMS 16          /* uint64 words of a kind's parsed settings */
 
 /* One block: x += mixer(LN1(x)); x += ffn(LN2(x)). Each part is a kind
@@ -54,6 +57,11 @@ typedef struct lind_config {
     char  tokenizer[16];             /* "bytes", "bpe", "world" */
     char  tokenizer_file[256];       /* relative to the model directory; "" for bytes */
     char  format[16];                /* "lind" or "hf-rwkv4": where the config came from */
+    /* Filled at load (recurrent/conventions.h), not from config.json alone: */
+    int   add_bos;                   /* feed bos to a fresh session (1) or not (0) */
+    int   n_eos;                     /* end tokens: sampling one ends a turn */
+    int32_t eos[LIND_MAX_EOS];
+    char  bos_from[96], eos_from[96];   /* which file or rule decided each */
     lind_layer_cfg layers[LIND_MAX_LAYERS];
 } lind_config;
 
@@ -77,6 +85,9 @@ typedef struct model_opts {
     const struct backend_opts *be;   /* the backend's options (threads, GEMM kernel,
                                         device...); NULL = defaults. Only read
                                         during model_load_opts. */
+    int         bos;                 /* 0: the model's own BOS convention
+                                        (recurrent/conventions.h); 1: feed cfg.bos
+                                        (--bos); -1: feed nothing (--no-bos) */
 } model_opts;
 
 typedef struct model model;
@@ -95,7 +106,14 @@ const char *model_backend_name(const model *m);   /* "cpu" / "cuda" */
 const char *model_device_name(const model *m);    /* CPU model / GPU name */
 size_t   model_param_count(const model *m);
 int      model_vocab(const model *m);                /* cfg.vocab_size */
-int      model_bos(const model *m);                  /* cfg.bos */
+/* The token fed to a fresh session before its text: cfg.bos when the
+ * model's convention (or model_opts.bos) says to feed one, else -1 (the
+ * text is fed from the zero state). */
+int      model_bos(const model *m);
+/* The end-of-text tokens (cfg.eos): sampling one ends a turn. The count;
+ * *ids (may be NULL) points at them, owned by the model. */
+int      model_eos(const model *m, const int32_t **ids);
+int      model_is_eos(const model *m, int32_t tok);
 /* The tokenizer the model directory declares; owned by the model. */
 const struct tokenizer *model_tokenizer(const model *m);
 /* Precision the matrix weights are held in (LIND_DT_F32/F16/BF16). */

@@ -74,7 +74,7 @@ static int32_t bytes_special(const void *priv, int i, const char **text) {
 
 static const tokenizer_kind tokenizer_kind_bytes = {
     "bytes", bytes_load, bytes_free, bytes_vocab_size, bytes_encode,
-    bytes_token_bytes, bytes_special_count, bytes_special,
+    bytes_token_bytes, bytes_special_count, bytes_special, NULL,
 };
 
 static const tokenizer_kind *const kinds[] = {&tokenizer_kind_bytes, &tokenizer_kind_bpe, &tokenizer_kind_world};
@@ -153,6 +153,11 @@ const uint8_t *tokenizer_token_bytes(const tokenizer *t, int32_t id, size_t *len
     const uint8_t *p = t->kind->token_bytes(t->priv, id, &l);
     *len = p ? l : 0;
     return p;
+}
+
+int tokenizer_bos(const tokenizer *t, int32_t *id) {
+    *id = -1;
+    return t->kind->bos ? t->kind->bos(t->priv, id) : -1;
 }
 
 int tokenizer_special_count(const tokenizer *t) { return t->kind->special_count(t->priv); }

@@ -50,7 +50,8 @@ const char *tokenizer_kind_name(const tokenizer *t);   /* "bytes", "bpe", "world
 int  tokenizer_vocab_size(const tokenizer *t);
 
 /* Encode len bytes of text (any bytes: invalid UTF-8 is encoded too, as its
- * bytes). Appends the tokens to *toks (a malloc'd array of *cap entries the
+ * bytes; or, for a bpe vocabulary lacking tokens for bytes valid UTF-8 never
+ * holds, as U+FFFD per ill-formed subpart, as Hugging Face would see it). Appends the tokens to *toks (a malloc'd array of *cap entries the
  * function grows with realloc; *ntoks entries in use; the caller owns it and
  * may pass NULL/0/0 to start). *consumed receives the bytes tokenized: all of
  * them when final != 0, else the stream-safe prefix (see top). 0, or -ENOMEM
@@ -71,6 +72,13 @@ const uint8_t *tokenizer_token_bytes(const tokenizer *t, int32_t id, size_t *len
 int  tokenizer_special_count(const tokenizer *t);
 int32_t tokenizer_special(const tokenizer *t, int i, const char **text);
 
+/* What the tokenizer file says goes before a text (a tokenizer.json's
+ * post_processor): 1 with *id the token it puts first, 0 when it adds
+ * nothing, -1 (and *id -1) when the file does not say (bytes and world
+ * kinds, an unknown post-processor). tokenizer_encode never adds it; the
+ * model decides (model_bos). */
+int  tokenizer_bos(const tokenizer *t, int32_t *id);
+
 /* ---- for kind implementations (recurrent/tokenizer_<kind>.c) ------------ */
 typedef struct tokenizer_kind {
     const char *name;
@@ -82,6 +90,7 @@ typedef struct tokenizer_kind {
     const uint8_t *(*token_bytes)(const void *priv, int32_t id, size_t *len);
     int  (*special_count)(const void *priv);
     int32_t (*special)(const void *priv, int i, const char **text);
+    int  (*bos)(const void *priv, int32_t *id);   /* NULL: the file does not say */
 } tokenizer_kind;
 
 /* Append one token to the caller's growable array (see tokenizer_encode):

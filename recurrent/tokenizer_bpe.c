@@ -15,8 +15,9 @@
  *                else, leftmost-longest (tokenizer_encode_literals); those
  *                marked special are the tokenizer's specials. lstrip, rstrip
  *                and single_word are refused.
- * The post-processor and decoder are not used: nothing is added around the
- * text (no BOS), and a token decodes to its bytes.
+ * The decoder is not used (a token decodes to its bytes), nor is the
+ * post-processor in encoding (nothing is added around the text); what it
+ * would put first is reported (tokenizer_bos) for the model's BOS rule.
  *
  * Text → tokens: the stretch between added tokens is NFC-normalized (when
  * asked), gets a leading space (add_prefix_space, when it lacks one), is cut
@@ -76,6 +77,9 @@ typedef struct bpe {
     pairmap merges;
     int32_t byte_id[256];  /* the token of each single byte */
     int ignore_merges, nfc, add_prefix_space;
+    int lossy;             /* some byte has no token: invalid UTF-8 becomes U+FFFD */
+    int post_bos;          /* post_processor: 1 puts post_bos_id first, 0 nothing, -1 unsaid */
+    int32_t post_bos_id;
     pcre2_code *re;
     /* added tokens */
     int nadded, nspecial;
@@ -315,6 +319,50 @@ static int set_token(bpe *t, const char *path, const char *what, int32_t id, con
     return 0;
 }
 
+/* What the post-processor puts before a single text (Hugging Face applies
+ * it when asked for special tokens): nothing (null, ByteLevel, a template
+ * starting with the text), or the id a template's leading SpecialToken or
+ * Roberta/Bert's cls names. Anything else leaves it unsaid (-1): lind does
+ * not add tokens after the text, so it is never a reason to refuse. */
+static void read_post_processor(bpe *t, json_t *pp) {
+    t->post_bos = -1;
+    const char *type = json_string_value(json_object_get(pp, "type"));
+    if (!pp || json_is_null(pp) || (type && !strcmp(type, "ByteLevel"))) { t->post_bos = 0; return; }
+    if (!type) return;
+    if (!strcmp(type, "Sequence")) {
+        json_t *ps = json_object_get(pp, "processors"), *q;
+        size_t i;
+        int said = 0;
+        json_array_foreach(ps, i, q) {
+            read_post_processor(t, q);
+            if (t->post_bos == 1) return;
+            if (t->post_bos < 0) said = -1;
+        }
+        t->post_bos = json_is_array(ps) ? (said < 0 ? -1 : 0) : -1;
+        return;
+    }
+    if (!strcmp(type, "RobertaProcessing") || !strcmp(type, "BertProcessing")) {
+        json_t *cls = json_object_get(pp, "cls");
+        json_t *id = json_array_get(cls, 1);
+        if (json_is_integer(id) && json_integer_value(id) >= 0 && json_integer_value(id) < t->vocab) {
+            t->post_bos = 1;
+            t->post_bos_id = (int32_t)json_integer_value(id);
+        }
+        return;
+    }
+    if (strcmp(type, "TemplateProcessing")) return;
+    json_t *first = json_array_get(json_object_get(pp, "single"), 0);
+    if (!json_is_object(first)) return;
+    if (json_object_get(first, "Sequence")) { t->post_bos = 0; return; }
+    const char *name = json_string_value(json_object_get(json_object_get(first, "SpecialToken"), "id"));
+    json_t *st = name ? json_object_get(json_object_get(pp, "special_tokens"), name) : NULL;
+    json_t *id = json_array_get(json_object_get(st, "ids"), 0);
+    if (json_is_integer(id) && json_integer_value(id) >= 0 && json_integer_value(id) < t->vocab) {
+        t->post_bos = 1;
+        t->post_bos_id = (int32_t)json_integer_value(id);
+    }
+}
+
 static int bpe_load(const char *path, void **priv, char *err, size_t errlen) {
     *priv = NULL;
     json_error_t je;
@@ -432,13 +480,20 @@ static int bpe_load(const char *path, void **priv, char *err, size_t errlen) {
             strmap_put(t, id);
         }
     }
+    /* A byte that never occurs in valid UTF-8 (0xC0, 0xC1, 0xF5-0xFF) may
+     * lack a token (GPT-NeoX-20B's file has none for those 13): invalid
+     * UTF-8 is then replaced as Hugging Face's string input would see it
+     * (bpe_encode). Any other byte can occur in valid text and must have one. */
     for (int b = 0; b < 256; b++) {
         uint8_t one = (uint8_t)b;
-        if ((t->byte_id[b] = strmap_get(t, &one, 1)) < 0) {
-            rc = errmsg_set(-EINVAL, err, errlen, "%s: model.vocab has no token for byte 0x%02X (byte-level character U+%04X), so some text could not be encoded",
-                            path, b, b2u[b]);
-            goto out;
+        if ((t->byte_id[b] = strmap_get(t, &one, 1)) >= 0) continue;
+        if (b == 0xC0 || b == 0xC1 || b >= 0xF5) {
+            t->lossy = 1;
+            continue;
         }
+        rc = errmsg_set(-EINVAL, err, errlen, "%s: model.vocab has no token for byte 0x%02X (byte-level character U+%04X), "
+                        "which valid UTF-8 text can contain", path, b, b2u[b]);
+        goto out;
     }
 
     /* Merges: rank = index; both sides and their concatenation in the vocab. */
@@ -554,6 +609,7 @@ static int bpe_load(const char *path, void **priv, char *err, size_t errlen) {
     t->lits.text = (const uint8_t *const *)t->added_text;
     t->lits.len = t->added_len;
     t->lits.id = t->added_id;
+    read_post_processor(t, json_object_get(root, "post_processor"));
 out:
     free(buf);
     json_decref(root);
@@ -897,12 +953,85 @@ static int bpe_segment(const void *priv, const uint8_t *text, size_t n, int fina
     return 0;
 }
 
+/* Length of the maximal subpart of an ill-formed UTF-8 sequence at p (n
+ * bytes left): the longest prefix of a valid character's bytes, at least 1
+ * (Unicode's "substitution of maximal subparts", which Rust's
+ * String::from_utf8_lossy, Python's errors="replace" and WHATWG's
+ * TextDecoder all follow). 0 when a valid character starts at p; *need is
+ * that character's length, or the length a valid prefix was heading for. */
+static size_t utf8_bad_len(const uint8_t *p, size_t n, size_t *need) {
+    uint8_t c = p[0];
+    size_t want = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    *need = want;
+    if (want == 0) return 1;
+    size_t k = 1;
+    for (; k < want && k < n; k++) {
+        uint8_t lo = 0x80, hi = 0xBF;
+        if (k == 1) {   /* the second byte's range depends on the first */
+            if (c == 0xE0) lo = 0xA0;
+            else if (c == 0xED) hi = 0x9F;
+            else if (c == 0xF0) lo = 0x90;
+            else if (c == 0xF4) hi = 0x8F;
+        }
+        if (p[k] < lo || p[k] > hi) break;
+    }
+    return k == want ? 0 : k;
+}
+
+/* For a vocabulary without tokens for some bytes (lossy): text with each
+ * maximal ill-formed subpart replaced by U+FFFD, as the string Hugging Face's
+ * tokenizers would be handed. With final == 0 an incomplete character at the
+ * end is left out (it may still complete). *out and *map (map[i] = the raw
+ * offset of output byte i, map[*outlen] = the raw bytes covered) are
+ * malloc'd; *out stays NULL when the text needs no change. 0 or -ENOMEM. */
+static int lossy_utf8(const uint8_t *text, size_t len, int final, uint8_t **out, size_t **map, size_t *outlen) {
+    *out = NULL;
+    *map = NULL;
+    size_t i = 0, bad = 0, need = 0;
+    while (i < len) {   /* the common case, valid text: no copy */
+        size_t b = utf8_bad_len(text + i, len - i, &need);
+        if (b) { bad = 1; break; }
+        i += need;
+    }
+    if (!bad) {
+        *outlen = len;
+        return 0;
+    }
+    uint8_t *o = malloc(3 * len + 1);
+    size_t *m = malloc((3 * len + 2) * sizeof *m);
+    if (!o || !m) { free(o); free(m); return -ENOMEM; }
+    size_t w = 0;
+    for (i = 0; i < len;) {
+        size_t b = utf8_bad_len(text + i, len - i, &need);
+        if (!b) {
+            for (size_t k = 0; k < need; k++) { m[w] = i + k; o[w++] = text[i + k]; }
+            i += need;
+            continue;
+        }
+        if (!final && i + b == len && b < need) break;   /* may still complete */
+        static const uint8_t fffd[3] = {0xEF, 0xBF, 0xBD};
+        for (size_t k = 0; k < 3; k++) { m[w] = i; o[w++] = fffd[k]; }
+        i += b;
+    }
+    m[w] = i;
+    *out = o;
+    *map = m;
+    *outlen = w;
+    return 0;
+}
+
 static int bpe_encode(const void *priv, const uint8_t *text, size_t len, int final,
                       int32_t **toks, size_t *ntoks, size_t *cap, size_t *consumed) {
     const bpe *t = priv;
     call c = {.t = t};
     int rc = -ENOMEM;
     *consumed = 0;
+    uint8_t *clean = NULL;
+    size_t *map = NULL, clen = len;
+    if (t->lossy) {
+        if ((rc = lossy_utf8(text, len, final, &clean, &map, &clen)) < 0) return rc;
+        rc = -ENOMEM;
+    }
     if (t->re) {
         c.s.md = pcre2_match_data_create_from_pattern(t->re, NULL);
         c.s.mctx = pcre2_match_context_create(NULL);
@@ -910,9 +1039,15 @@ static int bpe_encode(const void *priv, const uint8_t *text, size_t len, int fin
         if (!c.s.md || !c.s.mctx || !c.s.jstack) goto out;
         pcre2_jit_stack_assign(c.s.mctx, NULL, c.s.jstack);
     }
-    rc = tokenizer_encode_literals(&t->lits, bpe_segment, &c, text, len, final, toks, ntoks, cap, consumed);
+    rc = tokenizer_encode_literals(&t->lits, bpe_segment, &c, clean ? clean : text, clean ? clen : len, final, toks,
+                                   ntoks, cap, consumed);
+    /* Cuts fall on character boundaries, so a cut maps to the raw offset
+     * where its character (or replaced subpart) started. */
+    if (rc == 0 && clean) *consumed = final ? len : map[*consumed];
 out:
     scratch_free(&c.s);
+    free(clean);
+    free(map);
     return rc;
 }
 
@@ -933,7 +1068,13 @@ static int32_t bpe_special(const void *priv, int i, const char **text) {
     return t->added_id[t->special_idx[i]];
 }
 
+static int bpe_bos(const void *priv, int32_t *id) {
+    const bpe *t = priv;
+    *id = t->post_bos == 1 ? t->post_bos_id : -1;
+    return t->post_bos;
+}
+
 const tokenizer_kind tokenizer_kind_bpe = {
     "bpe", bpe_load, bpe_free, bpe_vocab_size, bpe_encode,
-    bpe_token_bytes, bpe_special_count, bpe_special,
+    bpe_token_bytes, bpe_special_count, bpe_special, bpe_bos,
 };

@@ -438,5 +438,5 @@ static int32_t world_special(const void *priv, int i, const char **text) {
 
 const tokenizer_kind tokenizer_kind_world = {
     "world", world_load, world_free, world_vocab_size, world_encode,
-    world_token_bytes, world_special_count, world_special,
+    world_token_bytes, world_special_count, world_special, NULL,
 };

@@ -638,6 +638,89 @@ static void world_malformed(void) {
     expect_error("world", p, "empty.txt: no tokens", NULL);
 }
 
+/* A vocabulary without tokens for the 13 bytes valid UTF-8 never holds
+ * (0xC0, 0xC1, 0xF5-0xFF; GPT-NeoX-20B's file is one) loads, and invalid
+ * UTF-8 is then read as Hugging Face's string input would have it: each
+ * maximal ill-formed subpart becomes U+FFFD (EF BF BD) before tokenizing. */
+static void bpe_missing_bytes(void) {
+    json_t *j = bpe_json(EXTRA, 9, MERGES, 8);
+    json_t *vocab = json_object_get(json_object_get(j, "model"), "vocab");
+    for (int b = 0; b < 256; b++) {
+        if (!(b == 0xC0 || b == 0xC1 || b >= 0xF5)) continue;
+        char c[4];
+        byte_char(b, c);
+        json_object_del(vocab, c);
+    }
+    tokenizer *t = load_json(j, "nobytes.json");
+    json_decref(j);
+    CHECK(t, "a vocabulary without 0xC0, 0xC1, 0xF5-0xFF loads");
+    if (!t) return;
+    enum { R0 = 0xEF, R1 = 0xBF, R2 = 0xBD };   /* U+FFFD's bytes, one token each here */
+    EXPECT(t, "a\xC0" "b", 'a', R0, R1, R2, 'b');
+    EXPECT(t, "\xC0\xAF", R0, R1, R2, R0, R1, R2);              /* overlong: two subparts */
+    EXPECT(t, "x\xE4\xB8" "y", 'x', R0, R1, R2, 'y');           /* a truncated character: one */
+    EXPECT(t, "\xF0\x9F\x91", R0, R1, R2);                      /* truncated at the end, final */
+    EXPECT(t, "\xED\xA0\x80", R0, R1, R2, R0, R1, R2, R0, R1, R2);   /* a surrogate: three */
+    EXPECT(t, "\xFF\xFE", R0, R1, R2, R0, R1, R2);
+    EXPECT(t, "\x80", R0, R1, R2);                               /* a lone continuation byte */
+    EXPECT(t, "\xC3\xA9 the", T_E_ACUTE, T_SP_THE);             /* valid text is untouched */
+    /* Streaming: an incomplete character at the end is held back, not
+     * replaced, and every split gives the whole text's tokens. */
+    toks r = {0};
+    size_t used = 0;
+    CHECK(tokenizer_encode(t, (const uint8_t *)"ab\xE4\xB8", 4, 0, &r.v, &r.n, &r.cap, &used) == 0 && used <= 2,
+          "an incomplete character is held back (used %zu)", used);
+    free(r.v);
+    static const char mix[] = "he\xC0llo \xE4\xB8\xAD\xE4\xB8 x\xFF\xF5 \xF0\x9F\x91\x8D\xF0\x9F y\xC1\x80<|end|>\xFE";
+    check_streaming(t, "missing bytes", (const uint8_t *)mix, sizeof mix - 1);
+    /* Decoding gives the replaced text back. */
+    toks a = enc(t, "q\xC0", 2);
+    uint8_t out[16];
+    size_t o = 0;
+    for (size_t i = 0; a.n != (size_t)-1 && i < a.n; i++) {
+        size_t bl = 0;
+        const uint8_t *b = tokenizer_token_bytes(t, a.v[i], &bl);
+        if (b && o + bl <= sizeof out) { memcpy(out + o, b, bl); o += bl; }
+    }
+    CHECK(o == 4 && !memcmp(out, "q\xEF\xBF\xBD", 4), "decodes to q U+FFFD (%zu bytes)", o);
+    free(a.v);
+    tokenizer_free(t);
+}
+
+/* The genuine GPT-NeoX-20B tokenizer.json (RWKV-4 Pile/Raven), committed
+ * gzipped: it loads, and ids equal those of Hugging Face's tokenizers.js
+ * (tests/test_tokenizer_npm.py compares whole corpora; these few are its
+ * output, pinned here so the check runs without node). */
+static void bpe_neox_genuine(void) {
+    char cmd[768], line[128] = "";
+    const char *p = tmp_path("20B_tokenizer.json");
+    char path[256];
+    snprintf(path, sizeof path, "%s", p);
+    snprintf(cmd, sizeof cmd, "gzip -dc tests/fixtures/tokenizer/20B_tokenizer.json.gz > %s && md5sum %s", path, path);
+    FILE *f = popen(cmd, "r");
+    CHECK(f && fgets(line, sizeof line, f), "gunzip the fixture");
+    if (f) pclose(f);
+    CHECK(!strncmp(line, "55634e54c40440d3639fc80ef8e7bdd9", 32), "the genuine file (md5 %.32s)", line);
+    tokenizer *t = NULL;
+    char err[512];
+    CHECK(tokenizer_load("bpe", path, &t, err, sizeof err) == 0, "loads: %s", err);
+    if (!t) return;
+    CHECK(tokenizer_vocab_size(t) == 50277, "vocab %d", tokenizer_vocab_size(t));
+    const char *sp = NULL;
+    CHECK(tokenizer_special_count(t) == 2 && tokenizer_special(t, 0, &sp) == 0 && !strcmp(sp, "<|endoftext|>"),
+          "specials <|endoftext|>, <|padding|>");
+    /* NFC (e + U+0301 is é), added space runs, the special, contractions. */
+    EXPECT(t, "Hello, world! \xC3\xBCn\xC3\xAF" "c\xC3\xB6" "d\xC3\xA9 \xE4\xBD\xA0\xE5\xA5\xBD e\xCC\x81 x  <|endoftext|>      end's 1234",
+           12092, 13, 1533, 2, 15028, 79, 12589, 68, 25873, 860, 209, 24553, 34439, 3974, 1269, 50276, 0, 50272, 423,
+           434, 1249, 1706);
+    /* Invalid UTF-8: the ids HF gives for "a\uFFFD\uFFFD b \uFFFD\uFFFD x\uFFFD y". */
+    EXPECT(t, "a\xC0\xC1 b \xFF\xF5 x\xE4\xB8 y", 66, 42481, 270, 16141, 19675, 21478, 1269, 21478, 340);
+    static const char text[] = "The quick brown fox \xE2\x80\x94 jumps!\n\n  \t\xF0\x9F\x98\x80 <|padding|>42";
+    CHECK(round_trips(t, (const uint8_t *)text, sizeof text - 1), "round trip");
+    check_streaming(t, "neox", (const uint8_t *)text, sizeof text - 1);
+    tokenizer_free(t);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/lind_tok_XXXXXX");
     if (!mkdtemp(dir)) { perror("mkdtemp"); return 1; }
@@ -650,6 +733,8 @@ int main(void) {
     RUN(bpe_long_runs);
     RUN(world_kind);
     RUN(round_trip_all_kinds);
+    RUN(bpe_missing_bytes);
+    RUN(bpe_neox_genuine);
     RUN(bpe_malformed);
     RUN(world_malformed);
     char cmd[128];

@@ -174,7 +174,13 @@ static void check_config(const model *m, const fixture *f) {
           f->name, c->final_norm_eps);
     CHECK(c->rescale_every == f->rescale_every, "%s: rescale_every %d, want %d", f->name, c->rescale_every,
           f->rescale_every);
-    CHECK(model_bos(m) == 0, "%s: bos %d, want 0 (bos_token_id)", f->name, model_bos(m));
+    /* HF's RWKV-4 feeds the prompt alone; the fixture's ByteLevel
+     * post_processor says so, and config.json's eos_token_id is 0. */
+    CHECK(model_bos(m) == -1 && c->bos == 0, "%s: model_bos %d (bos %d), want -1: no BOS (%s)", f->name,
+          model_bos(m), c->bos, c->bos_from);
+    const int32_t *eos = NULL;
+    CHECK(model_eos(m, &eos) == 1 && eos[0] == 0 && model_is_eos(m, 0) && !model_is_eos(m, 1),
+          "%s: eos, want [0] (%s)", f->name, c->eos_from);
 }
 
 /* Prefill in chunks of `chunk` tokens through model_forward, logits for every
@@ -570,6 +576,94 @@ static void rwkv4_rejects_config_without_hidden_size(void) {
     remove_tmp();
 }
 
+/* Load tmpdir with model_opts.bos = bos: model_bos() and the eos list. */
+static model *load_conv(int bos, char *err, size_t errlen) {
+    model *m = NULL;
+    model_opts o = { .backend = "cpu", .bos = bos };
+    err[0] = 0;
+    return model_load_opts(tmpdir, &o, &m, err, errlen) == 0 ? m : NULL;
+}
+
+static int write_text(const char *name, const char *text) {
+    return spill(tmp_path(name), text, strlen(text));
+}
+
+/* BOS and EOS follow the files, in their order of precedence, and the
+ * overrides win; lind's own model keeps its BOS. */
+static void rwkv4_conventions(void) {
+    char err[1024];
+    model *m = NULL;
+    CHECK(model_load("models/default", "cpu", &m, err, sizeof err) == 0, "models/default: %s", err);
+    if (m) {
+        CHECK(model_bos(m) == 0 && model_eos(m, NULL) == 0, "lind's model: bos %d (want 0), %d eos (want none)",
+              model_bos(m), model_eos(m, NULL));
+        model_free(m);
+    }
+    model_opts nob = { .backend = "cpu", .bos = -1 };
+    m = NULL;
+    CHECK(model_load_opts("models/default", &nob, &m, err, sizeof err) == 0 && model_bos(m) == -1,
+          "lind's model with --no-bos: bos %d", m ? model_bos(m) : -2);
+    model_free(m);
+
+    if (copy_model(fx[FX_A].model_dir) != 0) { CHECK(0, "copy %s", fx[FX_A].model_dir); remove_tmp(); return; }
+    m = load_conv(1, err, sizeof err);
+    CHECK(m && model_bos(m) == 0, "--bos on HF RWKV-4: bos %d: %s", m ? model_bos(m) : -2, err);
+    model_free(m);
+    /* tokenizer_config.json add_bos_token true, over the post_processor. */
+    CHECK(write_text("tokenizer_config.json", "{\"add_bos_token\": true, \"bos_token\": \"<|endoftext|>\"}") == 0,
+          "write");
+    m = load_conv(0, err, sizeof err);
+    CHECK(m && model_bos(m) == 0 && strstr(model_config(m)->bos_from, "add_bos_token"),
+          "add_bos_token true: bos %d (%s) %s", m ? model_bos(m) : -2, m ? model_config(m)->bos_from : "", err);
+    model_free(m);
+    m = load_conv(-1, err, sizeof err);
+    CHECK(m && model_bos(m) == -1, "--no-bos over add_bos_token true: bos %d", m ? model_bos(m) : -2);
+    model_free(m);
+    CHECK(write_text("tokenizer_config.json", "{\"add_bos_token\": \"yes\"}") == 0, "write");
+    m = load_conv(0, err, sizeof err);
+    CHECK(!m && strstr(err, "tokenizer_config.json") && strstr(err, "add_bos_token"), "a bad add_bos_token: %s",
+          err);
+    model_free(m);
+    /* Without tokenizer_config.json: a TemplateProcessing post_processor
+     * that puts a special token first says BOS, with its id. */
+    unlink(tmp_path("tokenizer_config.json"));
+    size_t n;
+    char *tj = slurp(tmp_path("tokenizer.json"), &n);
+    char *pp = tj ? strstr(tj, "\"post_processor\"") : NULL;
+    char *end = pp ? strchr(pp, '}') : NULL;
+    CHECK(end, "tokenizer.json has a post_processor object");
+    if (end) {
+        static const char tpl[] = "\"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": "
+            "[{\"SpecialToken\": {\"id\": \"<|endoftext|>\", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", "
+            "\"type_id\": 0}}], \"pair\": [], \"special_tokens\": {\"<|endoftext|>\": {\"id\": \"<|endoftext|>\", "
+            "\"ids\": [7], \"tokens\": [\"<|endoftext|>\"]}}}";
+        size_t pre = (size_t)(pp - tj), post = n - (size_t)(end + 1 - tj);
+        char *out = malloc(pre + sizeof tpl + post);
+        memcpy(out, tj, pre);
+        memcpy(out + pre, tpl, sizeof tpl - 1);
+        memcpy(out + pre + sizeof tpl - 1, end + 1, post);
+        CHECK(spill(tmp_path("tokenizer.json"), out, pre + sizeof tpl - 1 + post) == 0, "write");
+        free(out);
+        m = load_conv(0, err, sizeof err);
+        CHECK(m && model_bos(m) == 7 && strstr(model_config(m)->bos_from, "post_processor"),
+              "TemplateProcessing: bos %d (want its id 7): %s", m ? model_bos(m) : -2, err);
+        model_free(m);
+    }
+    free(tj);
+    /* EOS: generation_config.json over config.json; ids are checked. */
+    CHECK(write_text("generation_config.json", "{\"eos_token_id\": [5, 9]}") == 0, "write");
+    m = load_conv(0, err, sizeof err);
+    const int32_t *eos = NULL;
+    CHECK(m && model_eos(m, &eos) == 2 && eos[0] == 5 && eos[1] == 9 && model_is_eos(m, 9) && !model_is_eos(m, 0),
+          "generation_config.json eos [5, 9]: %s", err);
+    model_free(m);
+    CHECK(write_text("generation_config.json", "{\"eos_token_id\": 300}") == 0, "write");
+    m = load_conv(0, err, sizeof err);
+    CHECK(!m && strstr(err, "generation_config.json") && strstr(err, "eos_token_id"), "eos 300 of 300: %s", err);
+    model_free(m);
+    remove_tmp();
+}
+
 #endif /* LIND_MAX_VOCAB */
 
 int main(void) {
@@ -597,6 +691,7 @@ int main(void) {
     } else {
         printf("SKIP rwkv4_dot: this CPU has no AVX512_BF16 (bf16 compute is refused here)\n");
     }
+    RUN(rwkv4_conventions);
     RUN(rwkv4_rejects_missing_shard);
     RUN(rwkv4_rejects_index_pointing_at_wrong_shard);
     RUN(rwkv4_rejects_wrong_shape);

