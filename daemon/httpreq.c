@@ -55,7 +55,8 @@ static int get_num(json_t *j, const char *key, double lo, double hi, int lo_open
     if (!v || json_is_null(v)) return 0;
     if (!json_is_number(v)) return bad(e, key, "'%s' must be a number, got %s", key, jtype(v));
     double x = json_number_value(v);
-    if (!isfinite(x) || x < lo || x > hi || (lo_open && x == lo))
+    /* (float)x too: top_p 1e-50 is over 0 as a double but 0 to the sampler */
+    if (!isfinite(x) || x < lo || x > hi || (lo_open && (x == lo || (float)x == (float)lo)))
         return bad(e, key, "'%s' must be in %c%g, %g], got %g", key, lo_open ? '(' : '[', lo, hi, x);
     *out = (float)x;
     return 0;
@@ -132,12 +133,15 @@ static int add_stop(httpreq *r, const char *s, size_t n, httpreq_error *e)
  * "auto", n 1), else refused by name. */
 static int parse_unsupported(json_t *j, httpreq_error *e)
 {
-    float pen = 0;
-    if (get_num(j, "frequency_penalty", -2, 2, 0, &pen, e)) return -EINVAL;
-    if (pen != 0) return unsupported(e, "frequency_penalty", "'frequency_penalty' %g", pen);
-    if (get_num(j, "presence_penalty", -2, 2, 0, &pen, e)) return -EINVAL;
-    if (pen != 0) return unsupported(e, "presence_penalty", "'presence_penalty' %g", pen);
     json_t *v;
+    static const char *const penalties[] = { "frequency_penalty", "presence_penalty" };
+    for (size_t i = 0; i < 2; i++) {
+        float unused;
+        if (get_num(j, penalties[i], -2, 2, 0, &unused, e)) return -EINVAL;
+        v = json_object_get(j, penalties[i]);   /* the double: 1e-50 is not 0 */
+        if (json_is_number(v) && json_number_value(v) != 0)
+            return unsupported(e, penalties[i], "'%s' %g", penalties[i], json_number_value(v));
+    }
     if ((v = json_object_get(j, "logit_bias")) && !json_is_null(v)) {
         if (!json_is_object(v)) return bad(e, "logit_bias", "'logit_bias' must be an object, got %s", jtype(v));
         if (json_object_size(v)) return unsupported(e, "logit_bias", "a non-empty 'logit_bias'");

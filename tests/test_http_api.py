@@ -780,13 +780,13 @@ def sampler_state_is_stored_with_the_session():
 
 
 EDGES = [
-    ({"top_p": 0}, "top_p"), ({"top_p": -0.5}, "top_p"), ({"top_p": 1.01}, "top_p"),
+    ({"top_p": 0}, "top_p"), ({"top_p": 1e-50}, "top_p"), ({"top_p": -0.5}, "top_p"), ({"top_p": 1.01}, "top_p"),
     ({"temperature": -0.1}, "temperature"), ({"temperature": 2.5}, "temperature"),
     ({"max_tokens": 0}, "max_tokens"), ({"max_tokens": -3}, "max_tokens"),
     ({"n": 0}, "n"), ({"n": 129}, "n"), ({"n": 2}, "n"), ({"best_of": 0}, "best_of"), ({"best_of": 3}, "best_of"),
     ({"frequency_penalty": 2.5}, "frequency_penalty"), ({"presence_penalty": -3}, "presence_penalty"),
     ({"frequency_penalty": 0.5}, "frequency_penalty"), ({"presence_penalty": -1}, "presence_penalty"),
-    ({"frequency_penalty": "x"}, "frequency_penalty"),
+    ({"frequency_penalty": "x"}, "frequency_penalty"), ({"frequency_penalty": 1e-50}, "frequency_penalty"),
     ({"logit_bias": {"50": 10}}, "logit_bias"), ({"logit_bias": [1]}, "logit_bias"),
     ({"logprobs": True}, "logprobs"), ({"logprobs": 2}, "logprobs"), ({"logprobs": -1}, "logprobs"),
     ({"top_logprobs": 3}, "top_logprobs"), ({"echo": True}, "echo"), ({"suffix": "end"}, "suffix"),
