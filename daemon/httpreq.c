@@ -214,8 +214,9 @@ static int field_read(const char *k, httpreq_kind kind)
 static int note_ignored(char *buf, size_t cap, int *count, const char *prefix, const char *key, size_t klen,
                         httpreq_error *e)
 {
-    if (klen > 64) return bad(e, NULL, "a field name of %zu bytes: lind names the fields it ignores in "
-                              "X-Lind-Ignored, up to 64 bytes each", klen);
+    if (klen == 0 || klen > 64)
+        return bad(e, NULL, "a field name of %zu bytes: lind names the fields it ignores in X-Lind-Ignored, "
+                   "1..64 bytes each", klen);
     if (++*count > HTTPREQ_IGNORED_MAX)
         return bad(e, NULL, "over %d fields that lind ignores (X-Lind-Ignored reports at most that many)",
                    HTTPREQ_IGNORED_MAX);

@@ -844,8 +844,12 @@ def ignored_fields_are_reported():
                                             "stream": True, "store": True}, dump=os.path.join(TMP, "ign-h"))
     with open(os.path.join(TMP, "ign-h")) as f:
         expect(re.search(r"(?im)^x-lind-ignored: store\r?$", f.read()), "a stream reports ignored fields too")
+    # More names than the header reports, a name it cannot carry: refused, not cut.
     st, j = post("/v1/completions", dict({"prompt": "a"}, **{"k%d" % i: i for i in range(33)}))
     expect_error(st, j, 400)
+    for raw in [b'{"prompt": "a", "": 1}', b'{"prompt": "a", "%s": 1}' % (b"k" * 65)]:
+        st, out = curl("/v1/completions", raw=raw)
+        expect_error(st, json.loads(out), 400)
 
 
 S.stop()
