@@ -16,9 +16,11 @@
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <dirent.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <utf8proc.h>
 #include <xxhash.h>
 #include <h2o.h>
@@ -51,6 +53,7 @@ typedef struct http_server {
     char     token[256];       /* bearer token, "" = none */
     chat_template tpl;
     char     model_id[128];
+    int64_t  model_created;    /* /v1/models' `created`: the model files' newest mtime */
     uint64_t seq;
     struct hreq *tab[HREQ_BUCKETS];
     unsigned nreq;
@@ -103,6 +106,9 @@ typedef struct hreq {
     size_t    full_len, new_len;
     json_t   *messages;        /* chat: the request's messages (for the fork-out hash) */
     proto_request gen_req;     /* the generate request, sent after the fork in */
+    uint64_t  seed;            /* the sampler's seed: the request's, or drawn fresh */
+    char      user[HTTPREQ_USER_MAX + 1];   /* OpenAI's end-user id, for the request log */
+    char     *ignored;         /* X-Lind-Ignored's value, NULL: none */
     proto_done done;
     uint8_t   stop_tail[PROTO_MAX_STOP_LEN];   /* done.stop points here */
     char      finish[16];
@@ -205,6 +211,7 @@ static void hreq_free(hreq *h)
     free(h->new_text);
     json_decref(h->messages);
     proto_request_free(&h->gen_req);
+    free(h->ignored);
     free(h);
 }
 
@@ -324,6 +331,42 @@ static void new_resp_id(char *out, size_t n)
     uint64_t r = 0;
     if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r) r = now_ns() ^ ((uint64_t)wall_ms() << 20);
     snprintf(out, n, "resp-%016llx", (unsigned long long)r);
+}
+
+/* A seed for a request that gave none: fresh randomness, so that asking
+ * twice gives two answers (as OpenAI's API does); 63 bits, so that the
+ * client may send it back as `seed` to reproduce the answer. */
+static uint64_t fresh_seed(void)
+{
+    static uint64_t fallback;
+    uint64_t r;
+    if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r) {
+        /* splitmix64 over the clock and a counter: no two requests alike */
+        uint64_t z = (fallback += 0x9e3779b97f4a7c15ull) ^ now_ns();
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        r = z ^ (z >> 31);
+    }
+    return r & INT64_MAX;
+}
+
+/* The headers every 200 answer of a turn carries. */
+static void turn_headers(hreq *h, h2o_req_t *req)
+{
+    char seed[24];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)h->seed);
+    add_header(req, "x-lind-session", h->session);
+    add_header(req, "x-lind-seed", seed);
+    if (h->ignored) add_header(req, "x-lind-ignored", h->ignored);
+}
+
+/* The request log's line for a completion or chat request. */
+static void log_request(hreq *h, int status, const char *outcome)
+{
+    if (h->kind != HK_COMPLETION && h->kind != HK_CHAT) return;
+    reqlog_http_info li = { .id = h->resp_id, .endpoint = h->kind == HK_CHAT ? "chat" : "completions",
+                            .session = h->session, .user = h->user, .status = status, .outcome = outcome };
+    reqlog_http(&h->hs->srv->log, &li);
 }
 
 /* ---- remembered stop tails ------------------------------------------------------ */
@@ -462,7 +505,7 @@ static void start_stream(hreq *h)
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
                    H2O_STRLIT("text/event-stream"));
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL, H2O_STRLIT("no-cache"));
-    add_header(req, "x-lind-session", h->session);
+    turn_headers(h, req);
     h->gen.proceed = on_proceed;
     h->gen.stop = on_stop;
     h2o_start_response(req, &h->gen);
@@ -613,6 +656,7 @@ static void complete(hreq *h)
         hs->req_total[!strcmp(fr, "stop") ? OC_STOP : !strcmp(fr, "length") ? OC_LENGTH
                   : !strcmp(fr, "cancelled") ? OC_CANCELLED : OC_OTHER]++;
     h->pending_backend = 0;
+    log_request(h, h->req ? 200 : 499, h->req ? fr : "disconnected");   /* 499: the client left */
     if (!h->req) return;
     size_t end = h->stop_at != SIZE_MAX ? h->stop_at : h->text.n;
     if (h->stream) {
@@ -646,9 +690,10 @@ static void complete(hreq *h)
                           "created", (json_int_t)h->created, "model", hs->model_id, "choices", choice,
                           "usage", usage_object(h), "lind", "session", h->session, "session_tokens",
                           (json_int_t)h->done.session_tokens);
+    json_object_set_new(json_object_get(j, "lind"), "seed", json_integer((json_int_t)h->seed));
     h2o_req_t *req = h->req;
     h->req = NULL;
-    add_header(req, "x-lind-session", h->session);
+    turn_headers(h, req);
     send_json(req, 200, "OK", j);
 }
 
@@ -657,8 +702,9 @@ static void fail(hreq *h, proto_code code, const char *msg)
 {
     http_server *hs = h->hs;
     h->pending_backend = 0;
-    if (!h->req) return;
     int status = code_status(code);
+    log_request(h, h->req ? status : 499, proto_code_name(code));
+    if (!h->req) return;
     if (!h->started) {
         h2o_req_t *req = h->req;
         h->req = NULL;
@@ -1036,7 +1082,7 @@ static void begin(http_server *hs, h2o_req_t *req, hkind kind)
     }
     const h2o_iovec_t *hv = header(req, "x-lind-session");
     httpreq_limits lim = { .max_tokens = srv->opt.max_tokens, .vocab = srv->vocab, .tpl = &hs->tpl,
-                           .tail = tail_lookup, .tail_ctx = hs };
+                           .tail = tail_lookup, .tail_ctx = hs, .model_id = hs->model_id };
     httpreq r;
     httpreq_error e;
     if (httpreq_parse(&r, kind == HK_CHAT ? HTTPREQ_CHAT : HTTPREQ_COMPLETION, req->entity.base,
@@ -1062,6 +1108,17 @@ static void begin(http_server *hs, h2o_req_t *req, hkind kind)
     memcpy(h->stop, h->gen_req.stop, sizeof h->stop);
     memcpy(h->stop_len, h->gen_req.stop_len, sizeof h->stop_len);
     h->max_stop = r.max_stop;
+    /* Without a seed, fresh randomness: the seed is then set for this turn
+     * like a client's (the sampler's state after the turn is saved with the
+     * session as always, so a resumed session continues it exactly). */
+    if (!h->gen_req.has_seed) {
+        h->gen_req.sp.seed = fresh_seed();
+        h->gen_req.has_seed = 1;
+    }
+    h->seed = h->gen_req.sp.seed;
+    memcpy(h->user, r.user, sizeof h->user);
+    h->ignored = r.ignored;
+    r.ignored = NULL;
     h->messages = r.messages;
     h->new_text = r.new_text;
     h->new_len = r.new_len;
@@ -1102,11 +1159,45 @@ static void begin(http_server *hs, h2o_req_t *req, hkind kind)
     }
 }
 
+static json_t *model_object(const http_server *hs)
+{
+    return json_pack("{s:s, s:s, s:I, s:s}", "id", hs->model_id, "object", "model", "created",
+                     (json_int_t)hs->model_created, "owned_by", "lind");
+}
+
 static void models(http_server *hs, h2o_req_t *req)
 {
-    json_t *m = json_pack("{s:s, s:s, s:I, s:s}", "id", hs->model_id, "object", "model", "created",
-                          (json_int_t)0, "owned_by", "lind");
-    send_json(req, 200, "OK", json_pack("{s:s, s:[o]}", "object", "list", "data", m));
+    send_json(req, 200, "OK", json_pack("{s:s, s:[o]}", "object", "list", "data", model_object(hs)));
+}
+
+/* GET /v1/models/{id}: the served model, or OpenAI's model_not_found. */
+static void model_get(http_server *hs, h2o_req_t *req, const char *id, size_t n)
+{
+    if (n == strlen(hs->model_id) && !memcmp(id, hs->model_id, n)) {
+        send_json(req, 200, "OK", model_object(hs));
+        return;
+    }
+    send_error(hs, req, 404, "model_not_found", "model", "the model '%.*s' does not exist (this server "
+               "serves '%s')", (int)(n > 200 ? 200 : n), id, hs->model_id);
+}
+
+/* The newest modification time of the model's files (the model directory's
+ * entries, or the file itself): when the served model was made. The
+ * daemon's start when none can be read. */
+static int64_t model_mtime(const char *path)
+{
+    struct stat st;
+    int64_t newest = 0;
+    if (stat(path, &st) == 0 && !S_ISDIR(st.st_mode)) newest = st.st_mtime;
+    DIR *d = newest ? NULL : opendir(path);
+    for (struct dirent *de; d && (de = readdir(d));) {
+        char p[2048];
+        snprintf(p, sizeof p, "%s/%s", path, de->d_name);
+        if (de->d_name[0] != '.' && stat(p, &st) == 0 && S_ISREG(st.st_mode) && st.st_mtime > newest)
+            newest = st.st_mtime;
+    }
+    if (d) closedir(d);
+    return newest > 0 ? newest : wall_ms() / 1000;
 }
 
 static void metrics(http_server *hs, h2o_req_t *req)
@@ -1175,8 +1266,19 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
         } else begin(hs, req, i == 2 ? HK_COMPLETION : HK_CHAT);
         return 0;
     }
+    static const char model_prefix[] = "/v1/models/";
+    size_t mp = sizeof model_prefix - 1;
+    if (req->path_normalized.len > mp && !memcmp(req->path_normalized.base, model_prefix, mp)) {
+        if (!get) {
+            add_header(req, "allow", "GET, HEAD");
+            send_error(hs, req, 405, "method_not_allowed", NULL, "/v1/models/{id} takes GET");
+        } else {
+            model_get(hs, req, req->path_normalized.base + mp, req->path_normalized.len - mp);
+        }
+        return 0;
+    }
     send_error(hs, req, 404, "not_found", NULL, "no such endpoint: %.*s (there are /v1/completions, "
-               "/v1/chat/completions, /v1/models, /health, /metrics)", (int)req->path_normalized.len,
+               "/v1/chat/completions, /v1/models, /v1/models/{id}, /health, /metrics)", (int)req->path_normalized.len,
                req->path_normalized.base);
     return 0;
 }
@@ -1360,6 +1462,7 @@ int http_start(server *srv, char *err, size_t errlen)
     }
     const char *base = strrchr(srv->model_path, '/');
     snprintf(hs->model_id, sizeof hs->model_id, "%.127s", base && base[1] ? base + 1 : srv->model_path);
+    hs->model_created = model_mtime(srv->model_path);
     srv->http = hs;
     uv_timer_init(srv->loop, &hs->reaper);
     hs->reaper.data = hs;

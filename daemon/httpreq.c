@@ -2,6 +2,7 @@
 #include "daemon/httpreq.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,15 +47,34 @@ static const char *jtype(const json_t *v)
     }
 }
 
-static int get_num(json_t *j, const char *key, double lo, double hi, float *out, httpreq_error *e)
+/* A number in lo..hi (lo itself excluded when lo_open); absent or null
+ * leaves *out as it is. */
+static int get_num(json_t *j, const char *key, double lo, double hi, int lo_open, float *out, httpreq_error *e)
 {
     json_t *v = json_object_get(j, key);
     if (!v || json_is_null(v)) return 0;
     if (!json_is_number(v)) return bad(e, key, "'%s' must be a number, got %s", key, jtype(v));
     double x = json_number_value(v);
-    if (!(x >= lo && x <= hi)) return bad(e, key, "'%s' must be in %g..%g, got %g", key, lo, hi, x);
+    /* (float)x too: top_p 1e-50 is over 0 as a double but 0 to the sampler */
+    if (!isfinite(x) || x < lo || x > hi || (lo_open && (x == lo || (float)x == (float)lo)))
+        return bad(e, key, "'%s' must be in %c%g, %g], got %g", key, lo_open ? '(' : '[', lo, hi, x);
     *out = (float)x;
     return 0;
+}
+
+/* A field whose value asks for what lind does not do: refused by name
+ * rather than answered as if it had been done. */
+static int unsupported(httpreq_error *e, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int unsupported(httpreq_error *e, const char *param, const char *fmt, ...)
+{
+    char what[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    bad(e, param, "%s: lind does not implement it (docs/HTTP.md lists what it does)", what);
+    e->code = "unsupported_parameter";
+    return -EINVAL;
 }
 
 static int get_int(json_t *j, const char *key, long long lo, long long hi, long long *out, int *has,
@@ -108,6 +128,144 @@ static int add_stop(httpreq *r, const char *s, size_t n, httpreq_error *e)
     return 0;
 }
 
+/* The OpenAI fields for what lind does not do: each is accepted only at a
+ * value asking for nothing (absent, null, 0, false, empty, "text", "none",
+ * "auto", n 1), else refused by name. */
+static int parse_unsupported(json_t *j, httpreq_error *e)
+{
+    json_t *v;
+    static const char *const penalties[] = { "frequency_penalty", "presence_penalty" };
+    for (size_t i = 0; i < 2; i++) {
+        float unused;
+        if (get_num(j, penalties[i], -2, 2, 0, &unused, e)) return -EINVAL;
+        v = json_object_get(j, penalties[i]);   /* the double: 1e-50 is not 0 */
+        if (json_is_number(v) && json_number_value(v) != 0)
+            return unsupported(e, penalties[i], "'%s' %g", penalties[i], json_number_value(v));
+    }
+    if ((v = json_object_get(j, "logit_bias")) && !json_is_null(v)) {
+        if (!json_is_object(v)) return bad(e, "logit_bias", "'logit_bias' must be an object, got %s", jtype(v));
+        if (json_object_size(v)) return unsupported(e, "logit_bias", "a non-empty 'logit_bias'");
+    }
+    static const char *const lists[] = { "tools", "functions" };
+    for (size_t i = 0; i < 2; i++)
+        if ((v = json_object_get(j, lists[i])) && !json_is_null(v)) {
+            if (!json_is_array(v))
+                return bad(e, lists[i], "'%s' must be an array, got %s", lists[i], jtype(v));
+            if (json_array_size(v)) return unsupported(e, lists[i], "a non-empty '%s' (tool calls)", lists[i]);
+        }
+    static const char *const choices[] = { "tool_choice", "function_call" };
+    for (size_t i = 0; i < 2; i++)
+        if ((v = json_object_get(j, choices[i])) && !json_is_null(v)) {
+            const char *c = json_string_value(v);
+            if (c && (!strcmp(c, "none") || !strcmp(c, "auto"))) continue;   /* no tools: no call either way */
+            if (json_is_object(v) || (c && !strcmp(c, "required")))
+                return unsupported(e, choices[i], "'%s' asking for a tool call", choices[i]);
+            return bad(e, choices[i], "'%s' must be \"none\", \"auto\", \"required\" or an object", choices[i]);
+        }
+    if ((v = json_object_get(j, "response_format")) && !json_is_null(v)) {
+        const char *t = json_is_object(v) ? json_string_value(json_object_get(v, "type")) : NULL;
+        if (!t) return bad(e, "response_format", "'response_format' must be an object with a string 'type'");
+        if (strcmp(t, "text"))
+            return unsupported(e, "response_format", "'response_format' of type '%.64s' (structured output)", t);
+    }
+    long long x = 1;
+    if (get_int(j, "n", 1, 128, &x, NULL, e)) return -EINVAL;
+    if (x > 1) return unsupported(e, "n", "'n' %lld (lind answers one choice)", x);
+    if (get_int(j, "best_of", 1, 20, &x, NULL, e)) return -EINVAL;
+    if (x > 1) return unsupported(e, "best_of", "'best_of' %lld", x);
+    /* logprobs: a boolean in chat, an integer in completions; either off. */
+    if ((v = json_object_get(j, "logprobs")) && !json_is_null(v) && !json_is_false(v)) {
+        if (json_is_true(v)) return unsupported(e, "logprobs", "'logprobs' true");
+        if (get_int(j, "logprobs", 0, 20, &x, NULL, e)) return -EINVAL;
+        if (x) return unsupported(e, "logprobs", "'logprobs' %lld", x);
+    }
+    x = 0;
+    if (get_int(j, "top_logprobs", 0, 20, &x, NULL, e)) return -EINVAL;
+    if (x) return unsupported(e, "top_logprobs", "'top_logprobs' %lld", x);
+    int echo = 0;
+    if (get_bool(j, "echo", &echo, e)) return -EINVAL;
+    if (echo) return unsupported(e, "echo", "'echo' true");
+    if ((v = json_object_get(j, "suffix")) && !json_is_null(v)) {
+        if (!json_is_string(v)) return bad(e, "suffix", "'suffix' must be a string, got %s", jtype(v));
+        if (json_string_length(v)) return unsupported(e, "suffix", "a non-empty 'suffix' (insertion)");
+    }
+    return 0;
+}
+
+/* The fields the parser reads (used, checked, or refused above); any other
+ * is reported in X-Lind-Ignored. */
+static int field_read(const char *k, httpreq_kind kind)
+{
+    static const char *const both[] = {
+        "model", "max_tokens", "temperature", "top_p", "top_k", "seed", "n", "stream", "stream_options",
+        "stop", "logprobs", "top_logprobs", "best_of", "echo", "suffix", "frequency_penalty",
+        "presence_penalty", "logit_bias", "tools", "tool_choice", "functions", "function_call",
+        "response_format", "user", "session", "previous_response_id", "ignore_eos",
+    };
+    for (size_t i = 0; i < sizeof both / sizeof both[0]; i++)
+        if (!strcmp(k, both[i])) return 1;
+    if (kind == HTTPREQ_CHAT) return !strcmp(k, "messages") || !strcmp(k, "max_completion_tokens");
+    return !strcmp(k, "prompt");
+}
+
+/* Add prefix+key to the ignored list (buf, at most HTTPREQ_IGNORED_MAX
+ * names): %-escaped outside [A-Za-z0-9_.-], so a key cannot break the
+ * header it is reported in. */
+static int note_ignored(char *buf, size_t cap, int *count, const char *prefix, const char *key, size_t klen,
+                        httpreq_error *e)
+{
+    if (klen == 0 || klen > 64)
+        return bad(e, NULL, "a field name of %zu bytes: lind names the fields it ignores in X-Lind-Ignored, "
+                   "1..64 bytes each", klen);
+    if (++*count > HTTPREQ_IGNORED_MAX)
+        return bad(e, NULL, "over %d fields that lind ignores (X-Lind-Ignored reports at most that many)",
+                   HTTPREQ_IGNORED_MAX);
+    size_t o = strlen(buf);
+    if (o) o += (size_t)snprintf(buf + o, cap - o, ", ");
+    o += (size_t)snprintf(buf + o, cap - o, "%s", prefix);
+    for (size_t i = 0; i < klen && o + 4 < cap; i++) {
+        unsigned char c = (unsigned char)key[i];
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+            c == '.' || c == '-')
+            buf[o++] = (char)c;
+        else
+            o += (size_t)snprintf(buf + o, cap - o, "%%%02X", c);
+    }
+    buf[o] = 0;
+    return 0;
+}
+
+/* Every field lind does not act on, for X-Lind-Ignored. */
+static int collect_ignored(httpreq *r, json_t *j, const httpreq_limits *lim, httpreq_error *e)
+{
+    char buf[HTTPREQ_IGNORED_MAX * (sizeof "stream_options." + 3 * 64 + 2) + 1] = "";
+    int count = 0;
+    const char *k;
+    void *it;
+    const char *model = json_string_value(json_object_get(j, "model"));
+    if (model && lim->model_id && strcmp(model, lim->model_id) &&
+        note_ignored(buf, sizeof buf, &count, "", "model", 5, e))
+        return -EINVAL;
+    if (r->kind == HTTPREQ_CHAT && json_object_get(j, "max_completion_tokens") &&
+        json_object_get(j, "max_tokens") && note_ignored(buf, sizeof buf, &count, "", "max_tokens", 10, e))
+        return -EINVAL;
+    for (it = json_object_iter(j); it; it = json_object_iter_next(j, it)) {
+        k = json_object_iter_key(it);
+        size_t kl = json_object_iter_key_len(it);
+        if (kl == strlen(k) && field_read(k, r->kind)) continue;
+        if (note_ignored(buf, sizeof buf, &count, "", k, kl, e)) return -EINVAL;
+    }
+    json_t *so = json_object_get(j, "stream_options");
+    for (it = json_is_object(so) ? json_object_iter(so) : NULL; it; it = json_object_iter_next(so, it)) {
+        k = json_object_iter_key(it);
+        size_t kl = json_object_iter_key_len(it);
+        if (kl == strlen(k) && !strcmp(k, "include_usage")) continue;
+        if (note_ignored(buf, sizeof buf, &count, "stream_options.", k, kl, e)) return -EINVAL;
+    }
+    if (buf[0] && !(r->ignored = strdup(buf))) return oom(e);
+    return 0;
+}
+
 /* The fields completions and chat share. */
 static int parse_common(httpreq *r, json_t *j, const httpreq_limits *lim, httpreq_error *e)
 {
@@ -126,10 +284,11 @@ static int parse_common(httpreq *r, json_t *j, const httpreq_limits *lim, httpre
     if ((v = json_object_get(j, mt)) && json_is_integer(v) && json_integer_value(v) > lim->max_tokens)
         return bad(e, mt, "'%s' %lld is over the server's limit of %u", mt,
                    (long long)json_integer_value(v), lim->max_tokens);
-    if (get_int(j, mt, 0, lim->max_tokens, &x, NULL, e)) return -EINVAL;
+    if (get_int(j, mt, 1, lim->max_tokens, &x, NULL, e)) return -EINVAL;
     g->max_tokens = (uint32_t)x;
-    if (get_num(j, "temperature", 0, 100, &g->sp.temperature, e)) return -EINVAL;
-    if (get_num(j, "top_p", 0, 1, &g->sp.top_p, e)) return -EINVAL;
+    /* OpenAI's ranges: temperature 0..2, top_p (0, 1] (0 would keep no token). */
+    if (get_num(j, "temperature", 0, 2, 0, &g->sp.temperature, e)) return -EINVAL;
+    if (get_num(j, "top_p", 0, 1, 1, &g->sp.top_p, e)) return -EINVAL;
     x = 0;
     int has = 0;
     if (get_int(j, "top_k", 0, lim->vocab > 0 ? lim->vocab : LIND_MAX_VOCAB, &x, &has, e)) return -EINVAL;
@@ -137,8 +296,6 @@ static int parse_common(httpreq *r, json_t *j, const httpreq_limits *lim, httpre
     has = 0;
     if (get_int(j, "seed", 0, INT64_MAX, &x, &has, e)) return -EINVAL;
     if (has) { g->sp.seed = (uint64_t)x; g->has_seed = 1; }
-    x = 1;
-    if (get_int(j, "n", 1, 1, &x, NULL, e)) return -EINVAL;
     if (get_bool(j, "stream", &r->stream, e)) return -EINVAL;
     if ((v = json_object_get(j, "ignore_eos")) && !json_is_null(v)) {   /* vLLM's extension */
         if (get_bool(j, "ignore_eos", &g->ignore_eos, e)) return -EINVAL;
@@ -148,12 +305,14 @@ static int parse_common(httpreq *r, json_t *j, const httpreq_limits *lim, httpre
         if (!json_is_object(v)) return bad(e, "stream_options", "'stream_options' must be an object");
         if (get_bool(v, "include_usage", &r->include_usage, e)) return -EINVAL;
     }
-    if ((v = json_object_get(j, "logprobs")) && !json_is_null(v) && !json_is_false(v) &&
-        !(json_is_integer(v) && json_integer_value(v) == 0))
-        return bad(e, "logprobs", "logprobs are not supported");
-    int echo = 0;
-    if (get_bool(j, "echo", &echo, e)) return -EINVAL;
-    if (echo) return bad(e, "echo", "echo is not supported");
+    if (parse_unsupported(j, e)) return -EINVAL;
+    if ((v = json_object_get(j, "user")) && !json_is_null(v)) {
+        if (!json_is_string(v)) return bad(e, "user", "'user' must be a string, got %s", jtype(v));
+        size_t n = json_string_length(v);
+        if (n > HTTPREQ_USER_MAX || strlen(json_string_value(v)) != n)
+            return bad(e, "user", "'user' must be at most %d bytes without NUL characters", HTTPREQ_USER_MAX);
+        memcpy(r->user, json_string_value(v), n + 1);
+    }
     v = json_object_get(j, "stop");
     if (json_is_string(v)) {
         if (add_stop(r, json_string_value(v), json_string_length(v), e)) return -EINVAL;
@@ -166,7 +325,7 @@ static int parse_common(httpreq *r, json_t *j, const httpreq_limits *lim, httpre
     } else if (v && !json_is_null(v)) {
         return bad(e, "stop", "'stop' must be a string or an array of strings, got %s", jtype(v));
     }
-    return 0;
+    return collect_ignored(r, j, lim, e);
 }
 
 int httpreq_conv_name(json_t *messages, size_t n, const char *reply, size_t reply_len, char *out,
@@ -254,11 +413,10 @@ static int parse_object(httpreq *r, json_t *j, const char *hdr, size_t hdr_len, 
                         httpreq_error *e)
 {
     if (parse_common(r, j, lim, e)) return -EINVAL;
-    char sess[STORE_NAME_MAX + 1] = "";
-    if (get_name(j, "user", r->name, e) || get_name(j, "session", sess, e) ||
-        get_name(j, "previous_response_id", r->prev, e))
+    /* `user` is OpenAI's end-user id (parse_common keeps it for the log):
+     * one user has many conversations, so it never names a session. */
+    if (get_name(j, "session", r->name, e) || get_name(j, "previous_response_id", r->prev, e))
         return -EINVAL;
-    if (sess[0]) snprintf(r->name, sizeof r->name, "%s", sess);
     if (hdr) {
         char why[160];
         if (hdr_len == 0 || hdr_len > STORE_NAME_MAX)
@@ -271,7 +429,7 @@ static int parse_object(httpreq *r, json_t *j, const char *hdr, size_t hdr_len, 
     }
     if (r->prev[0] && r->name[0])
         return bad(e, "previous_response_id", "'previous_response_id' continues a response's own "
-                   "session; it cannot be combined with a session name (session, user, X-Lind-Session)");
+                   "session; it cannot be combined with a session name (session, X-Lind-Session)");
     if (r->kind == HTTPREQ_CHAT) return parse_chat(r, j, lim, e);
     json_t *p = json_object_get(j, "prompt");
     if (json_is_array(p) && json_array_size(p) == 1) p = json_array_get(p, 0);
@@ -317,6 +475,8 @@ void httpreq_free(httpreq *r)
     json_decref(r->messages);
     free(r->new_text);
     free(r->full_text);
+    free(r->ignored);
     r->messages = NULL;
     r->new_text = r->full_text = NULL;
+    r->ignored = NULL;
 }

@@ -30,7 +30,11 @@ typedef struct httpreq_limits {
     const chat_template *tpl;  /* chat requests' template */
     httpreq_tail_fn tail;      /* may be NULL: no tails known */
     void    *tail_ctx;
+    const char *model_id;      /* the served model: another `model` is reported ignored; NULL: any */
 } httpreq_limits;
+
+#define HTTPREQ_USER_MAX    256   /* bytes of `user` (it goes to the request log) */
+#define HTTPREQ_IGNORED_MAX 32    /* fields lind ignores that one request may carry */
 
 /* A parsed request. Owns gen (proto_request_free), messages and the texts:
  * release with httpreq_free (after taking what it keeps: set those to NULL). */
@@ -40,7 +44,10 @@ typedef struct httpreq {
                                 * then the template's); no session or text yet */
     size_t   max_stop;         /* the longest stop string */
     int      stream, include_usage;
-    char     name[STORE_NAME_MAX + 1];    /* the session named: X-Lind-Session, else session, else user; "" */
+    char     name[STORE_NAME_MAX + 1];    /* the session named: X-Lind-Session, else session; "" */
+    char     user[HTTPREQ_USER_MAX + 1];  /* OpenAI's end-user id, for the request log only; "" */
+    char    *ignored;          /* the fields lind ignored, as the X-Lind-Ignored header's value
+                                * ("a, b.c", names %-escaped to [A-Za-z0-9_.-]); NULL: none */
     char     prev[STORE_NAME_MAX + 1];    /* previous_response_id, "" */
     char     prefix[STORE_NAME_MAX + 1];  /* stateless chat with history: the stored session its
                                            * conversation before the last reply would be (chat-H), "" */
@@ -63,8 +70,10 @@ typedef struct httpreq_error {
 } httpreq_error;
 
 /* Parse body[0..len) as a request of `kind`. hdr_session (hdr_len bytes, or
- * NULL) is the X-Lind-Session header's value. 0 and *r filled, or -EINVAL /
- * -ENOMEM with *e filled and nothing to free. */
+ * NULL) is the X-Lind-Session header's value. Every field is either used,
+ * refused (400 naming it: out of range, or asking for what lind lacks, such
+ * as tools or n > 1) or listed in r->ignored; none is dropped silently.
+ * 0 and *r filled, or -EINVAL / -ENOMEM with *e filled and nothing to free. */
 int  httpreq_parse(httpreq *r, httpreq_kind kind, const char *body, size_t len, const char *hdr_session,
                    size_t hdr_len, const httpreq_limits *lim, httpreq_error *e);
 void httpreq_free(httpreq *r);

@@ -44,33 +44,74 @@ void reqlog_close(reqlog *l)
     l->owned = 0;
 }
 
-/* A session name as a log field: bare when it is safe, else quoted with
- * '"' and '\' escaped. Names hold no control characters (bad_name). */
+/* A session name or user id as a log field: bare when it is safe, else
+ * quoted with '"' and '\' escaped (and control characters as \xNN: names
+ * hold none, a user id may). */
 static void put_name(char *buf, size_t cap, const char *name)
 {
-    if (*name && !strpbrk(name, " \"=\\")) {
+    int plain = *name != 0;
+    for (const char *p = name; *p && plain; p++)
+        plain = (unsigned char)*p > 0x20 && *p != 0x7f && !strchr("\"=\\", *p);
+    if (plain) {
         snprintf(buf, cap, "%s", name);
         return;
     }
     size_t o = 0;
     if (o + 1 < cap) buf[o++] = '"';
-    for (const char *p = name; *p && o + 3 < cap; p++) {
-        if (*p == '"' || *p == '\\') buf[o++] = '\\';
-        buf[o++] = *p;
+    for (const char *p = name; *p && o + 6 < cap; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (c < 0x20 || c == 0x7f) {
+            o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
+            continue;
+        }
+        if (c == '"' || c == '\\') buf[o++] = '\\';
+        buf[o++] = (char)c;
     }
     if (o + 1 < cap) buf[o++] = '"';
     buf[o] = 0;
 }
 
-void reqlog_turn(const reqlog *l, const reqlog_turn_info *t)
+/* The line's time stamp: 2026-11-23T18:40:20.123Z. */
+static void put_when(char *buf, size_t cap)
 {
-    if (!l || l->level < REQLOG_INFO) return;
     struct timeval tv;
     gettimeofday(&tv, NULL);
     struct tm tm;
     gmtime_r(&tv.tv_sec, &tm);
-    char when[40], name[300], ttft[32], detail[160] = "", line[800];
-    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
+    char s[40];
+    strftime(s, sizeof s, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(buf, cap, "%s.%03dZ", s, (int)(tv.tv_usec / 1000));
+}
+
+/* One line, one write(2); a line cut at the buffer still ends in '\n'. */
+static void put_line(const reqlog *l, char *line, size_t cap, int n)
+{
+    if (n < 0) return;
+    if ((size_t)n >= cap) {
+        n = (int)cap - 1;
+        line[n - 1] = '\n';
+    }
+    ssize_t w = write(l->fd, line, (size_t)n);
+    (void)w;   /* a full disk must not stop the daemon */
+}
+
+void reqlog_http(const reqlog *l, const reqlog_http_info *t)
+{
+    if (!l || l->level < REQLOG_INFO) return;
+    char when[48], session[300], user[1100], line[1800];
+    put_when(when, sizeof when);
+    put_name(session, sizeof session, t->session);
+    put_name(user, sizeof user, t->user);
+    int n = snprintf(line, sizeof line, "%s info http id=%s endpoint=%s session=%s user=%s status=%d outcome=%s\n",
+                     when, t->id, t->endpoint, session, user, t->status, t->outcome);
+    put_line(l, line, sizeof line, n);
+}
+
+void reqlog_turn(const reqlog *l, const reqlog_turn_info *t)
+{
+    if (!l || l->level < REQLOG_INFO) return;
+    char when[48], name[300], ttft[32], detail[160] = "", line[800];
+    put_when(when, sizeof when);
     put_name(name, sizeof name, t->session);
     if (t->ttft_ms >= 0) snprintf(ttft, sizeof ttft, "%.2f", t->ttft_ms);
     else snprintf(ttft, sizeof ttft, "-");
@@ -78,14 +119,8 @@ void reqlog_turn(const reqlog *l, const reqlog_turn_info *t)
         snprintf(detail, sizeof detail, " queue_ms=%.2f prompt_ms=%.2f generate_ms=%.2f save_ms=%.2f",
                  t->queue_ms, t->prompt_ms, t->generate_ms, t->save_ms);
     int n = snprintf(line, sizeof line,
-                     "%s.%03dZ info turn session=%s op=%s in=%llu out=%llu ttft_ms=%s total_ms=%.2f outcome=%s%s\n",
-                     when, (int)(tv.tv_usec / 1000), name, t->op, (unsigned long long)t->tokens_in,
-                     (unsigned long long)t->tokens_out, ttft, t->total_ms, t->outcome, detail);
-    if (n < 0) return;
-    if ((size_t)n >= sizeof line) {
-        n = sizeof line - 1;
-        line[n - 1] = '\n';
-    }
-    ssize_t w = write(l->fd, line, (size_t)n);
-    (void)w;   /* a full disk must not stop the daemon */
+                     "%s info turn session=%s op=%s in=%llu out=%llu ttft_ms=%s total_ms=%.2f outcome=%s%s\n",
+                     when, name, t->op, (unsigned long long)t->tokens_in, (unsigned long long)t->tokens_out,
+                     ttft, t->total_ms, t->outcome, detail);
+    put_line(l, line, sizeof line, n);
 }

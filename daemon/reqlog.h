@@ -45,4 +45,17 @@ typedef struct reqlog_turn_info {
  * queue_ms, prompt_ms, generate_ms and save_ms. */
 void reqlog_turn(const reqlog *l, const reqlog_turn_info *t);
 
+/* What one answered HTTP completion or chat request reports (daemon/http.c):
+ *   2026-11-27T14:40:20.123Z info http id=resp-0123456789abcdef
+ *     endpoint=chat session=resp-0123456789abcdef user=alice status=200 outcome=stop
+ * `user` is the request's OpenAI `user` field ("" when it had none), quoted
+ * like a session name, control characters as \xNN. */
+typedef struct reqlog_http_info {
+    const char *id, *endpoint, *session, *user;
+    int status;
+    const char *outcome;           /* finish reason, or the error code */
+} reqlog_http_info;
+
+void reqlog_http(const reqlog *l, const reqlog_http_info *t);
+
 #endif

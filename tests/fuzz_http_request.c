@@ -8,20 +8,25 @@
  * Input: byte 0 chooses the case (bit 0: chat, else completions; bit 1: the
  * raven template, else "none"; bit 2: bytes 1..(byte 1 % 40) are an
  * X-Lind-Session header; bit 3: sessions are said to have ended on the
- * template's stop string, so the tail is cut from the next turn), the rest
+ * template's stop string, so the tail is cut from the next turn; bit 4: the
+ * served model is "default", so another `model` is reported ignored), the rest
  * is the body as tests/fuzz_common.h reads it (its base: a chat request
  * using every field).
  * Invariants: no crash, leak or UB; a refusal is 400 (or 500 out of
  * memory) with a code and a message; an accepted request has a prompt
- * text, stop strings within the protocol's limits, max_tokens within the
- * server's, valid session names and not both a name and a previous
- * response; a stateless chat with history also has the whole text, and
- * its conversation hashes to a chat- name. */
+ * text, stop strings within the protocol's limits, max_tokens in
+ * 1..the server's, sampler settings in OpenAI's ranges (temperature 0..2,
+ * top_p in (0, 1]) that the sampler accepts, valid session names and not
+ * both a name and a previous response, a `user` of at most 256 bytes, and
+ * an X-Lind-Ignored value of at most 32 names made only of header-safe
+ * bytes; a stateless chat with history also has the whole text, and its
+ * conversation hashes to a chat- name. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "daemon/httpreq.h"
+#include "recurrent/sampler.h"
 #include "state/store.h"
 #include "tests/fuzz_common.h"
 
@@ -30,8 +35,10 @@ static const char *const base_json =
     "{\"role\":\"user\",\"content\":\"Hello\\n\"},{\"role\":\"assistant\",\"content\":\"Hi.\"},"
     "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"And \"},{\"type\":\"text\",\"text\":\"you?\"}]}],"
     "\"max_tokens\":32,\"temperature\":0.7,\"top_p\":0.9,\"top_k\":40,\"seed\":7,\"stop\":[\"\\n\\n\",\"END\"],"
-    "\"stream\":true,\"stream_options\":{\"include_usage\":true},\"n\":1,\"prompt\":[\"once\"],"
-    "\"user\":\"u-1\",\"logprobs\":null,\"echo\":false}";
+    "\"stream\":true,\"stream_options\":{\"include_usage\":true,\"x\":0},\"n\":1,\"prompt\":[\"once\"],"
+    "\"user\":\"u-1\",\"logprobs\":null,\"echo\":false,\"frequency_penalty\":0,\"presence_penalty\":0,"
+    "\"logit_bias\":{},\"tools\":[],\"tool_choice\":\"auto\",\"response_format\":{\"type\":\"text\"},"
+    "\"best_of\":1,\"top_logprobs\":0,\"metadata\":{\"k\":1},\"max_completion_tokens\":8}";
 
 static chat_template none_tpl, raven_tpl;
 
@@ -56,6 +63,23 @@ static size_t stop_tail(void *ctx, const char *name, uint8_t *out)
     size_t n = strlen(t->stop[0]);
     memcpy(out, t->stop[0], n);
     return n;
+}
+
+/* X-Lind-Ignored's value: "a, b" of at most HTTPREQ_IGNORED_MAX names,
+ * each 1.. bytes of [A-Za-z0-9_.-%]. */
+static void check_ignored(const char *s)
+{
+    if (!s) return;
+    int names = 1;
+    size_t run = 0;
+    for (const char *p = s; *p; p++) {
+        if (p[0] == ',' && p[1] == ' ' && run) { names++; run = 0; p++; continue; }
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              strchr("_.-%", *p)))
+            abort();
+        run++;
+    }
+    if (!run || names > HTTPREQ_IGNORED_MAX) abort();
 }
 
 static void check_name(const char *s)
@@ -83,7 +107,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t n = fuzz_bytes(data, size, (const uint8_t *)base_json, strlen(base_json), &b, &fix);
     const chat_template *tpl = (sel & 2) ? &raven_tpl : &none_tpl;
     httpreq_limits lim = { .max_tokens = 4096, .vocab = 256, .tpl = tpl,
-                           .tail = (sel & 8) ? stop_tail : NULL, .tail_ctx = (void *)tpl };
+                           .tail = (sel & 8) ? stop_tail : NULL, .tail_ctx = (void *)tpl,
+                           .model_id = (sel & 16) ? "default" : NULL };
     httpreq_kind kind = (sel & 1) ? HTTPREQ_CHAT : HTTPREQ_COMPLETION;
     httpreq r;
     httpreq_error e;
@@ -100,8 +125,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (int i = 0; i < r.gen.n_stop; i++)
         if (r.gen.stop_len[i] < 1 || r.gen.stop_len[i] > PROTO_MAX_STOP_LEN || r.gen.stop_len[i] > r.max_stop)
             abort();
-    if (r.gen.sp.top_k < 0 || r.gen.sp.top_k > lim.vocab || !(r.gen.sp.top_p >= 0 && r.gen.sp.top_p <= 1))
+    if (r.gen.max_tokens < 1 || r.gen.sp.top_k < 0 || r.gen.sp.top_k > lim.vocab ||
+        !(r.gen.sp.top_p > 0 && r.gen.sp.top_p <= 1) || !(r.gen.sp.temperature >= 0 && r.gen.sp.temperature <= 2))
         abort();
+    char why[128];
+    if (sampler_params_check(&r.gen.sp, why, sizeof why)) abort();   /* never a turn that fails its save */
+    if (!memchr(r.user, 0, sizeof r.user)) abort();
+    check_ignored(r.ignored);
     check_name(r.name);
     check_name(r.prev);
     check_name(r.prefix);

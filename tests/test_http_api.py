@@ -43,9 +43,11 @@ A = Server("http-auth", extra=["--http", "127.0.0.1:0", "--http-token-file", tok
 APORT = http_port(A)
 
 
-def curl(path, body=None, headers=(), method=None, base=None, raw=None):
-    """(status, body bytes) through curl."""
+def curl(path, body=None, headers=(), method=None, base=None, raw=None, dump=None):
+    """(status, body bytes) through curl; dump: a file for the response headers."""
     cmd = ["curl", "-s", "-S", "-o", "-", "-w", "\n%{http_code}", "--max-time", str(60 * SLOW)]
+    if dump:
+        cmd += ["-D", dump]
     if method:
         cmd += ["-X", method]
     for h in headers:
@@ -62,6 +64,20 @@ def curl(path, body=None, headers=(), method=None, base=None, raw=None):
 def post(path, body, **kw):
     st, out = curl(path, body, **kw)
     return st, json.loads(out) if out.startswith(b"{") else out
+
+
+def post_h(path, body, headers=()):
+    """(status, JSON body or raw bytes, response headers with lowercase names)."""
+    hfile = os.path.join(TMP, "headers-%d" % threading.get_ident())
+    st, out = curl(path, body, headers=headers, dump=hfile)
+    with open(hfile, "rb") as f:
+        lines = f.read().decode("latin-1").split("\r\n")
+    hd = {}
+    for ln in lines[1:]:
+        if ":" in ln:
+            k, v = ln.split(":", 1)
+            hd[k.strip().lower()] = v.strip()
+    return st, json.loads(out) if out.startswith(b"{") else out, hd
 
 
 def sse(path, body, headers=()):
@@ -110,6 +126,19 @@ def health_models_and_unknown_paths():
     st, j = post("/v1/completions", None, method="GET")
     expect_error(st, j, 405)
     st, j = post("/v1/models", {"x": 1})
+    expect_error(st, j, 405)
+    # One model by id; `created` is the model files' newest mtime.
+    mdir = S.model
+    newest = max(int(os.stat(os.path.join(mdir, f)).st_mtime) for f in os.listdir(mdir)
+                 if not f.startswith(".") and os.path.isfile(os.path.join(mdir, f)))
+    st, lst = post("/v1/models", None)
+    st, m = post("/v1/models/default", None)
+    expect(st == 200 and m == lst["data"][0], "GET /v1/models/default: %d %r vs %r" % (st, m, lst))
+    expect(m["object"] == "model" and m["created"] == newest, "created %r, the files' mtime %d" % (m, newest))
+    st, j = post("/v1/models/gpt-4o", None)
+    expect_error(st, j, 404, "model")
+    expect(j["error"]["code"] == "model_not_found", "code %r" % j)
+    st, j = post("/v1/models/default", {"x": 1})
     expect_error(st, j, 405)
 
 
@@ -190,17 +219,17 @@ def named_session_feeds_only_new_text():
     r = info("named-1")
     expect(r["event"] == "result" and r["tokens"] == j1["lind"]["session_tokens"],
            "after the first response the store holds %r, the response said %r" % (r, j1["lind"]))
-    st, j2 = post("/v1/completions", {"prompt": " I shall", "max_tokens": 10}, headers=h)
+    st, j2 = post("/v1/completions", {"prompt": " I shall", "max_tokens": 10, "seed": 6}, headers=h)
     expect(j2["usage"]["prompt_tokens"] < 10, "only the new text is fed: %r" % j2["usage"])
     expect(j2["lind"]["session_tokens"] > j1["lind"]["session_tokens"] + 10, "the session grew: %r" % j2)
     # The same two turns over the socket give the same second answer.
     socket_generate("named-twin", "The LORD is my shepherd", max_tokens=10, seed=1)
-    out, _ = socket_generate("named-twin", " I shall", max_tokens=10)
+    out, _ = socket_generate("named-twin", " I shall", max_tokens=10, seed=6)
     expect(j2["choices"][0]["text"] == out.decode("utf-8", errors="replace"),
            "continued %r != socket %r" % (j2["choices"][0]["text"], out))
-    # `session` and `user` name sessions too.
-    st, j3 = post("/v1/completions", {"prompt": "x", "max_tokens": 2, "user": "named-1"})
-    expect(j3["lind"]["session"] == "named-1", "user names the session: %r" % j3["lind"])
+    # `session` names sessions too.
+    st, j3 = post("/v1/completions", {"prompt": "x", "max_tokens": 2, "session": "named-1"})
+    expect(j3["lind"]["session"] == "named-1", "session names the session: %r" % j3["lind"])
 
 
 @case
@@ -654,6 +683,173 @@ def metrics_are_prometheus_text():
     expect(float(vals["lind_tokens_generated_total"]) > 0, "tokens counted")
     expect(float(vals["lind_sessions_stored"]) >= 3, "stored sessions counted")
     expect(float(vals['lind_http_requests_total{outcome="client_error"}']) > 0, "errors counted")
+
+
+def not_stored(name):
+    r = info(name)
+    expect(r["event"] == "error" and r["code"] == "not_found", "session %s exists: %r" % (name, r))
+
+
+@case
+def user_is_not_a_session():
+    """`user` is OpenAI's end-user id: two conversations of one user stay
+    apart, each continued from its own history, and the user is in the
+    request log, never a session."""
+    convs = {}
+    for key, q in (("a", "Who was Noah"), ("b", "Tell me of Moses")):
+        m1 = [{"role": "user", "content": q}]
+        st, r1, hd = post_h("/v1/chat/completions", {"messages": m1, "max_tokens": 12, "seed": 4,
+                                                     "user": "u-shared"})
+        expect(st == 200 and hd["x-lind-session"] == r1["id"], "%d %r %r" % (st, r1, hd))
+        # The same turn without `user` is the same turn: user changes nothing.
+        st, twin = post("/v1/chat/completions", {"messages": m1, "max_tokens": 12, "seed": 4})
+        expect(twin["choices"][0]["message"] == r1["choices"][0]["message"] and twin["usage"] == r1["usage"]
+               and twin["lind"]["session_tokens"] == r1["lind"]["session_tokens"],
+               "with user %r, without %r" % (r1, twin))
+        convs[key] = (m1, r1)
+    not_stored("u-shared")
+    expect(convs["a"][1]["lind"]["session"] != convs["b"][1]["lind"]["session"], "the conversations merged")
+    for key, (m1, r1) in convs.items():
+        m2 = m1 + [{"role": "assistant", "content": r1["choices"][0]["message"]["content"]},
+                   {"role": "user", "content": "And then"}]
+        st, r2 = post("/v1/chat/completions", {"messages": m2, "max_tokens": 12, "seed": 4, "user": "u-shared"})
+        expect(st == 200, "%d %r" % (st, r2))
+        # Its own history was found (only the new message fed) and is held.
+        u2 = r2["usage"]
+        expect(u2["prompt_tokens"] <= len("And then\n") + 1, "conversation %s fed %r" % (key, u2))
+        expect(r2["lind"]["session_tokens"] == r1["lind"]["session_tokens"] + u2["prompt_tokens"] +
+               u2["completion_tokens"], "conversation %s: %r after %r" % (key, r2["lind"], r1["lind"]))
+    log = S.log()
+    line = [l for l in log.splitlines() if "info http id=%s " % convs["a"][1]["id"] in l]
+    expect(len(line) == 1 and " user=u-shared " in line[0] and " status=200 " in line[0],
+           "the request log's line: %r" % line)
+
+
+@case
+def parallel_requests_of_one_user():
+    """A turn of user u-par in flight does not make u-par's next request busy."""
+    c = socket.create_connection(("127.0.0.1", PORT))
+    body = json.dumps({"prompt": "a", "max_tokens": 50000, "stream": True, "user": "u-par"}).encode()
+    c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    expect(b"data: " in c.recv(4096), "the long turn streams")
+    for kind, b in (("/v1/completions", {"prompt": "b", "max_tokens": 4, "user": "u-par"}),
+                    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "b"}], "max_tokens": 4,
+                                              "user": "u-par"})):
+        st, j = post(kind, b)
+        expect(st == 200, "a second request of the same user while the first runs: %d %r" % (st, j))
+    c.close()
+    not_stored("u-par")
+
+
+@case
+def fresh_randomness_without_seed():
+    body = {"prompt": "And it came to pass", "max_tokens": 64, "temperature": 1}
+    st1, a, ha = post_h("/v1/completions", body)
+    st2, b, hb = post_h("/v1/completions", body)
+    expect(st1 == 200 and st2 == 200, "%d %d" % (st1, st2))
+    ta, tb = a["choices"][0]["text"], b["choices"][0]["text"]
+    expect(ta != tb, "two requests without seed gave the same 64 tokens: %r" % ta)
+    expect(ha["x-lind-seed"] == str(a["lind"]["seed"]) and a["lind"]["seed"] != b["lind"]["seed"],
+           "seeds %r %r" % (ha, hb))
+    # The seed drawn reproduces the answer; one seed twice gives one text.
+    st, c = post("/v1/completions", dict(body, seed=a["lind"]["seed"]))
+    expect(c["choices"][0]["text"] == ta, "seed %d reproduced %r, not %r" % (a["lind"]["seed"], c, ta))
+    st, d = post("/v1/completions", dict(body, seed=77))
+    st, e = post("/v1/completions", dict(body, seed=77))
+    expect(d["choices"][0]["text"] == e["choices"][0]["text"] and d["lind"]["seed"] == 77, "seed 77: %r %r" % (d, e))
+    # Streamed answers draw fresh seeds too (the header names it).
+    st, out = curl("/v1/completions", dict(body, stream=True), dump=os.path.join(TMP, "sse-headers"))
+    with open(os.path.join(TMP, "sse-headers")) as f:
+        expect(re.search(r"(?im)^x-lind-seed: (\d+)", f.read()), "no X-Lind-Seed on a stream")
+
+
+@case
+def sampler_state_is_stored_with_the_session():
+    """A turn with a fresh seed leaves the sampler's RNG in the stored
+    session: a fork (read from the store) and the original continue alike."""
+    st, j = post("/v1/completions", {"prompt": "In the beginning", "max_tokens": 8, "temperature": 1},
+                 headers=["X-Lind-Session: rng-1"])
+    expect(st == 200, "%d %r" % (st, j))
+    c = Client(S.sock)
+    f = c.call("fork", session="rng-1", to="rng-2")
+    expect(f["event"] == "result", f)
+    c.close()
+    a, _ = socket_generate("rng-1", " and", max_tokens=40, temperature=1)
+    b, _ = socket_generate("rng-2", " and", max_tokens=40, temperature=1)
+    expect(a == b, "without a seed the socket continues the stored RNG: %r vs %r" % (a, b))
+
+
+EDGES = [
+    ({"top_p": 0}, "top_p"), ({"top_p": 1e-50}, "top_p"), ({"top_p": -0.5}, "top_p"), ({"top_p": 1.01}, "top_p"),
+    ({"temperature": -0.1}, "temperature"), ({"temperature": 2.5}, "temperature"),
+    ({"max_tokens": 0}, "max_tokens"), ({"max_tokens": -3}, "max_tokens"),
+    ({"n": 0}, "n"), ({"n": 129}, "n"), ({"n": 2}, "n"), ({"best_of": 0}, "best_of"), ({"best_of": 3}, "best_of"),
+    ({"frequency_penalty": 2.5}, "frequency_penalty"), ({"presence_penalty": -3}, "presence_penalty"),
+    ({"frequency_penalty": 0.5}, "frequency_penalty"), ({"presence_penalty": -1}, "presence_penalty"),
+    ({"frequency_penalty": "x"}, "frequency_penalty"), ({"frequency_penalty": 1e-50}, "frequency_penalty"),
+    ({"logit_bias": {"50": 10}}, "logit_bias"), ({"logit_bias": [1]}, "logit_bias"),
+    ({"logprobs": True}, "logprobs"), ({"logprobs": 2}, "logprobs"), ({"logprobs": -1}, "logprobs"),
+    ({"top_logprobs": 3}, "top_logprobs"), ({"echo": True}, "echo"), ({"suffix": "end"}, "suffix"),
+    ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"), ({"tools": {}}, "tools"),
+    ({"functions": [{"name": "f"}]}, "functions"),
+    ({"tool_choice": "required"}, "tool_choice"), ({"tool_choice": {"type": "function"}}, "tool_choice"),
+    ({"tool_choice": "maybe"}, "tool_choice"), ({"function_call": {"name": "f"}}, "function_call"),
+    ({"response_format": {"type": "json_object"}}, "response_format"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}}, "response_format"),
+    ({"response_format": "json"}, "response_format"), ({"user": "u" * 257}, "user"),
+]
+
+
+@case
+def numeric_edges_and_unsupported_fields_are_refused_up_front():
+    """Each refused by name before any turn runs: no session is made."""
+    for i, (extra, param) in enumerate(EDGES):
+        for path, base in (("/v1/completions", {"prompt": "a"}),
+                           ("/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}]})):
+            name = "edge-%d-%s" % (i, path.split("/")[-1])
+            st, j = post(path, dict(base, **extra), headers=["X-Lind-Session: " + name])
+            expect_error(st, j, 400, param)
+            not_stored(name)
+    st, j = post("/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}],
+                                          "max_completion_tokens": 0})
+    expect_error(st, j, 400, "max_completion_tokens")
+    # Numbers JSON cannot hold finitely are refused as the body's JSON.
+    for raw in [b'{"prompt": "a", "temperature": 1e999}', b'{"prompt": "a", "top_p": NaN}',
+                b'{"prompt": "a", "top_p": Infinity}']:
+        st, out = curl("/v1/completions", raw=raw)
+        expect_error(st, json.loads(out), 400)
+
+
+@case
+def ignored_fields_are_reported():
+    # Values asking for nothing beyond what lind does: used, nothing reported.
+    noop = {"prompt": "a", "max_tokens": 2, "model": "default", "n": 1, "best_of": 1, "logprobs": None,
+            "frequency_penalty": 0, "presence_penalty": 0.0, "logit_bias": {}, "tools": [], "tool_choice": "none",
+            "response_format": {"type": "text"}, "echo": False, "suffix": "", "top_logprobs": 0, "user": "u"}
+    st, j, hd = post_h("/v1/completions", noop)
+    expect(st == 200 and "x-lind-ignored" not in hd, "%d %r %r" % (st, j, hd))
+    st, j, hd = post_h("/v1/completions", dict(noop, metadata={"k": "v"}, service_tier="auto",
+                                               parallel_tool_calls=True, model="gpt-4o",
+                                               stream_options={"include_usage": False, "include_obfuscation": True},
+                                               **{"we ird": 1}))
+    expect(st == 200, "%d %r" % (st, j))
+    expect(hd.get("x-lind-ignored") == "model, metadata, service_tier, parallel_tool_calls, we%20ird, "
+           "stream_options.include_obfuscation", "X-Lind-Ignored: %r" % hd.get("x-lind-ignored"))
+    # Chat: `prompt` is not a chat field; max_tokens loses to max_completion_tokens.
+    st, j, hd = post_h("/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}], "prompt": "x",
+                                                "max_tokens": 5, "max_completion_tokens": 3})
+    expect(st == 200 and j["usage"]["completion_tokens"] <= 3, "%d %r" % (st, j))
+    expect(hd.get("x-lind-ignored") == "max_tokens, prompt", "chat X-Lind-Ignored %r" % hd.get("x-lind-ignored"))
+    st, out = curl("/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}], "max_tokens": 2,
+                                            "stream": True, "store": True}, dump=os.path.join(TMP, "ign-h"))
+    with open(os.path.join(TMP, "ign-h")) as f:
+        expect(re.search(r"(?im)^x-lind-ignored: store\r?$", f.read()), "a stream reports ignored fields too")
+    # More names than the header reports, a name it cannot carry: refused, not cut.
+    st, j = post("/v1/completions", dict({"prompt": "a"}, **{"k%d" % i: i for i in range(33)}))
+    expect_error(st, j, 400)
+    for raw in [b'{"prompt": "a", "": 1}', b'{"prompt": "a", "%s": 1}' % (b"k" * 65)]:
+        st, out = curl("/v1/completions", raw=raw)
+        expect_error(st, json.loads(out), 400)
 
 
 S.stop()

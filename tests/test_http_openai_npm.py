@@ -8,8 +8,14 @@ tests/test_tokenizer_npm.py does for its packages. Checked: completions and
 chat, each non-streaming and streaming (the client's own SSE parser), with a
 bearer token; the streamed text equals the non-streamed one and the text the
 msgpack socket gives for the same turn; usage and finish_reason as the client
-types them; models.list; a refused request surfaces as the client's
-BadRequestError with lind's error code; a bad token as AuthenticationError.
+types them; models.list and models.retrieve (NotFoundError for another id); a
+refused request surfaces as the client's BadRequestError with lind's error
+code and the field as `param` (top_p 0, temperature 3, n 2, penalties, tools,
+response_format); a bad token as AuthenticationError. What apps rely on: two
+conversations sent with one `user` stay apart and each continues its own
+history; parallel requests of one user all succeed; two requests without
+`seed` differ and two with one seed agree; fields lind ignores come back in
+X-Lind-Ignored.
 
 Prints SKIP with the reason when node/npm is missing or the registry cannot be
 reached. Environment: LIND_BUILD (build directory, default build)."""
@@ -67,6 +73,50 @@ try {
 } catch (e) {
   out.bad = { cls: e.constructor.name, status: e.status, code: e.code, type: e.type, param: e.param };
 }
+const m = await client.models.retrieve("default");
+out.model = { id: m.id, created: m.created, object: m.object };
+try {
+  await client.models.retrieve("no-such-model");
+  out.model_missing = null;
+} catch (e) {
+  out.model_missing = { cls: e.constructor.name, status: e.status, code: e.code, param: e.param };
+}
+// Two conversations of one user, each continued from its whole history (as
+// a stateless app does), and three parallel requests of that user.
+const user = "app-user-1";
+out.convs = [];
+for (const q of ["Who built the ark", "Tell me of Moses"]) {
+  const m1 = [{ role: "user", content: q }];
+  const { data: a, response: ra } = await client.chat.completions
+    .create({ model: "default", messages: m1, max_tokens: 12, seed: 4, user }).withResponse();
+  const m2 = [...m1, { role: "assistant", content: a.choices[0].message.content }, { role: "user", content: "And then" }];
+  const { data: b, response: rb } = await client.chat.completions
+    .create({ model: "default", messages: m2, max_tokens: 12, seed: 4, user }).withResponse();
+  out.convs.push({ s1: ra.headers.get("x-lind-session"), s2: rb.headers.get("x-lind-session"),
+                   t1: a.lind.session_tokens, t2: b.lind.session_tokens, u2: b.usage });
+}
+const par = await Promise.allSettled([1, 2, 3].map((i) => client.completions.create(
+  { model: "default", prompt: "Psalm " + i, max_tokens: 60, user })));
+out.parallel = par.map((p) => p.status === "fulfilled" ? "ok" : String(p.reason?.status));
+// Fresh randomness without seed, reproducible with one.
+const rnd = { model: "default", prompt: "And it came to pass", max_tokens: 64, temperature: 1 };
+const r1 = await client.completions.create(rnd), r2 = await client.completions.create(rnd);
+const s1 = await client.completions.create({ ...rnd, seed: 99 }), s2 = await client.completions.create({ ...rnd, seed: 99 });
+out.random = { a: r1.choices[0].text, b: r2.choices[0].text, s1: s1.choices[0].text, s2: s2.choices[0].text };
+out.edges = {};
+for (const [k, v] of [["top_p", 0], ["temperature", 3], ["n", 2], ["frequency_penalty", 1], ["max_tokens", 0],
+                      ["response_format", { type: "json_object" }],
+                      ["tools", [{ type: "function", function: { name: "f", parameters: {} } }]]]) {
+  try {
+    await client.chat.completions.create({ model: "default", messages: msgs, [k]: v });
+    out.edges[k] = null;
+  } catch (e) {
+    out.edges[k] = { cls: e.constructor.name, status: e.status, param: e.param };
+  }
+}
+const { response: ig } = await client.chat.completions
+  .create({ model: "default", messages: msgs, max_tokens: 2, metadata: { app: "x" }, store: false }).withResponse();
+out.ignored = ig.headers.get("x-lind-ignored");
 try {
   await new OpenAI({ baseURL: base + "/v1", apiKey: "not-the-token", maxRetries: 0 }).models.list();
   out.unauth = null;
@@ -176,6 +226,47 @@ def models_and_errors():
            and b["type"] == "invalid_request_error", "bad request as the client sees it: %r" % b)
     u = result["unauth"]
     expect(u and u["cls"] == "AuthenticationError" and u["status"] == 401, "bad token: %r" % u)
+
+
+@case
+def model_by_id():
+    need()
+    m = result["model"]
+    expect(m["id"] == "default" and m["object"] == "model" and m["created"] > 0, "models.retrieve: %r" % m)
+    x = result["model_missing"]
+    expect(x and x["cls"] == "NotFoundError" and x["status"] == 404 and x["code"] == "model_not_found",
+           "an unknown model: %r" % x)
+
+
+@case
+def one_user_two_conversations():
+    need()
+    a, b = result["convs"]
+    expect(len({a["s1"], a["s2"], b["s1"], b["s2"]}) == 4 and "app-user-1" not in (a["s1"], b["s1"]),
+           "each response its own session, none named by the user: %r %r" % (a, b))
+    for c in (a, b):
+        # The second turn continued its own stored history: fed only the new message.
+        expect(c["u2"]["prompt_tokens"] <= len("And then\n") + 1 and
+               c["t2"] == c["t1"] + c["u2"]["prompt_tokens"] + c["u2"]["completion_tokens"],
+               "history not continued: %r" % c)
+    expect(result["parallel"] == ["ok"] * 3, "parallel requests of one user: %r" % result["parallel"])
+
+
+@case
+def randomness():
+    need()
+    r = result["random"]
+    expect(r["a"] != r["b"], "two requests without seed gave one text: %r" % r["a"])
+    expect(r["s1"] == r["s2"], "one seed gave two texts: %r" % r)
+
+
+@case
+def edges_and_ignored_fields():
+    need()
+    for k, e in result["edges"].items():
+        expect(e and e["cls"] == "BadRequestError" and e["status"] == 400 and e["param"] == k,
+               "%s refused by name: %r" % (k, e))
+    expect(result["ignored"] == "metadata, store", "X-Lind-Ignored %r" % result["ignored"])
 
 
 finish()
