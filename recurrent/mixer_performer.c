@@ -9,7 +9,9 @@
  *   y = Wo·concat(o)
  * so that E[φ(q)ᵀφ(k)] = exp(qᵀk/√dh): causal softmax attention in
  * expectation. Keys: n_heads, d_head, n_features (required, m ≥ d_head),
- * attn_eps (0: the features are positive, the denominator never is 0).
+ * attn_eps (0: the features are positive, the denominator never is 0). The
+ * ε is added to the shifted form's denominator (below), as the training
+ * form adds it; in unshifted terms it is ε·e^{c_q+c_k}/m (docs/KINDS.md).
  *
  * Computed in a numerically safe way (kernels/mixer_math.h,
  * lind_favor_head): the features are formed in log form in double and

@@ -415,9 +415,11 @@ def favor_omega(m, dh, seed):
 
 class PerformerMixer(nn.Module):
     """FAVOR+ linear attention: phi(x)_f = exp(w_f.x^ - |x^|^2/2)/sqrt(m),
-    x^ = x dh^-1/4; o_t = sum_j (phi(q_t).phi(k_j)) v_j / (sum_j phi(q_t).phi(k_j) + attn_eps).
-    Computed with the same shifts as the C side (a query by its own max
-    exponent, keys by max_f |w_f|^2/2), which cancel in the ratio."""
+    x^ = x dh^-1/4; o_t = sum_j (phi~(q_t).phi~(k_j)) v_j / (sum_j phi~(q_t).phi~(k_j) + attn_eps)
+    with the shifted features phi~ = exp(u - c) of the C side (a query by its
+    own max exponent, keys by max_f |w_f|^2/2): the shifts cancel in the ratio
+    but not against attn_eps, which is defined on this shifted form
+    (docs/KINDS.md)."""
     tensor_names = ("wq", "wk", "wv", "wo")
 
     def __init__(self, d, H, dh, m, eps, n_layers, seed):
