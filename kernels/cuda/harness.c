@@ -12,56 +12,17 @@
 
 typedef int (*body_fn)(const lind_thread *t, int phase, const void *args);
 
-static int run_embed(const lind_thread *t, int p, const void *a) { return kb_embed(t, p, (const kb_embed_args *)a); }
-static int run_layernorm(const lind_thread *t, int p, const void *a) { return kb_layernorm(t, p, (const kb_layernorm_args *)a); }
-static int run_bias_rows(const lind_thread *t, int p, const void *a) { return kb_bias_rows(t, p, (const kb_bias_rows_args *)a); }
-static int run_act(const lind_thread *t, int p, const void *a) { return kb_act(t, p, (const kb_act_args *)a); }
-static int run_shift_mix(const lind_thread *t, int p, const void *a) { return kb_shift_mix(t, p, (const kb_shift_mix_args *)a); }
-static int run_linear(const lind_thread *t, int p, const void *a) { return kb_linear_step(t, p, (const kb_linear_args *)a); }
-static int run_aft(const lind_thread *t, int p, const void *a) { return kb_aft_step(t, p, (const kb_aft_args *)a); }
-static int run_to_bf16(const lind_thread *t, int p, const void *a) { return kb_to_bf16(t, p, (const kb_to_bf16_args *)a); }
-static int run_gather_rows(const lind_thread *t, int p, const void *a) { return kb_gather_rows(t, p, (const kb_gather_rows_args *)a); }
-static int run_scale(const lind_thread *t, int p, const void *a) { return kb_scale(t, p, (const kb_scale_args *)a); }
-static int run_gated_add(const lind_thread *t, int p, const void *a) { return kb_gated_add(t, p, (const kb_gated_add_args *)a); }
-static int run_widen_half(const lind_thread *t, int p, const void *a) { return kb_widen_half(t, p, (const kb_widen_half_args *)a); }
-static int run_gemv_half(const lind_thread *t, int p, const void *a) { return kb_gemv_half(t, p, (const kb_gemv_half_args *)a); }
-static int run_short_conv(const lind_thread *t, int p, const void *a) { return kb_short_conv(t, p, (const kb_short_conv_args *)a); }
-static int run_conv_advance(const lind_thread *t, int p, const void *a) { return kb_conv_advance(t, p, (const kb_conv_advance_args *)a); }
-static int run_delta(const lind_thread *t, int p, const void *a) { return kb_delta_step(t, p, (const kb_delta_args *)a); }
-static int run_window(const lind_thread *t, int p, const void *a) { return kb_window_step(t, p, (const kb_window_args *)a); }
-static int run_pos_advance(const lind_thread *t, int p, const void *a) { return kb_pos_advance(t, p, (const kb_pos_advance_args *)a); }
-static int run_aftw(const lind_thread *t, int p, const void *a) { return kb_aftw_step(t, p, (const kb_aftw_args *)a); }
-static int run_retention(const lind_thread *t, int p, const void *a) { return kb_retention_step(t, p, (const kb_retention_args *)a); }
-static int run_favor(const lind_thread *t, int p, const void *a) { return kb_favor(t, p, (const kb_favor_args *)a); }
-static int run_cosformer(const lind_thread *t, int p, const void *a) { return kb_cosformer_step(t, p, (const kb_cosformer_args *)a); }
-static int run_linformer(const lind_thread *t, int p, const void *a) { return kb_linformer_step(t, p, (const kb_linformer_args *)a); }
-static int run_nonfinite(const lind_thread *t, int p, const void *a) { return kb_nonfinite(t, p, (const kb_nonfinite_args *)a); }
+/* run_<body>: each kernel of LIND_KERNELS (kernel_bodies.h) behind one
+ * signature, and the table of them by kernel number. */
+#define LIND_KERNEL_RUNNER(e, body, Args) \
+    static int run_##body(const lind_thread *t, int p, const void *a) { return body(t, p, (const Args *)a); }
+LIND_KERNELS(LIND_KERNEL_RUNNER)
+#undef LIND_KERNEL_RUNNER
 
 static const body_fn bodies[KB_NKERNELS] = {
-    [KB_EMBED] = run_embed,
-    [KB_LAYERNORM] = run_layernorm,
-    [KB_BIAS_ROWS] = run_bias_rows,
-    [KB_ACT] = run_act,
-    [KB_SHIFT_MIX] = run_shift_mix,
-    [KB_LINEAR_STEP] = run_linear,
-    [KB_AFT_STEP] = run_aft,
-    [KB_TO_BF16] = run_to_bf16,
-    [KB_GATHER_ROWS] = run_gather_rows,
-    [KB_SCALE] = run_scale,
-    [KB_GATED_ADD] = run_gated_add,
-    [KB_WIDEN_HALF] = run_widen_half,
-    [KB_GEMV_HALF] = run_gemv_half,
-    [KB_SHORT_CONV] = run_short_conv,
-    [KB_CONV_ADVANCE] = run_conv_advance,
-    [KB_DELTA_STEP] = run_delta,
-    [KB_WINDOW_STEP] = run_window,
-    [KB_POS_ADVANCE] = run_pos_advance,
-    [KB_AFTW_STEP] = run_aftw,
-    [KB_RETENTION_STEP] = run_retention,
-    [KB_FAVOR] = run_favor,
-    [KB_COSFORMER_STEP] = run_cosformer,
-    [KB_LINFORMER_STEP] = run_linformer,
-    [KB_NONFINITE] = run_nonfinite,
+#define LIND_KERNEL_ROW(e, body, Args) [e] = run_##body,
+    LIND_KERNELS(LIND_KERNEL_ROW)
+#undef LIND_KERNEL_ROW
 };
 
 /* A body that never says it is done is a bug the harness reports rather than
