@@ -708,8 +708,11 @@ static void report_progress(scheduler *S)
 static int logits_reserve(scheduler *S, int n)
 {
     if (n <= S->logits_rows) return 0;
-    float *l = realloc(S->logits, (size_t)n * (size_t)S->vocab * sizeof *l);
+    /* the backend's own host memory: on a GPU, page-locked, so the step's
+     * download runs at the link's rate (docs/CUDA.md) */
+    float *l = model_logits_alloc(S->m, (size_t)n * (size_t)S->vocab);
     if (!l) return -ENOMEM;
+    model_logits_free(S->m, S->logits);
     S->logits = l;
     S->logits_rows = n;
     return 0;
@@ -1219,6 +1222,9 @@ static void *compute_main(void *arg)
     }
     queue_push(&S->srv->persistq, &S->stop_msg->node);   /* allocated at start: it cannot fail now */
     S->stop_msg = NULL;
+    model_logits_free(S->m, S->logits);
+    S->logits = NULL;
+    S->logits_rows = 0;
     model_free(S->m);
     S->m = S->srv->m = NULL;
     return NULL;
@@ -1273,7 +1279,7 @@ void scheduler_join(scheduler *S)
         }
     if (S->tab.buckets) session_table_free(&S->tab);
     free(S->free_slots);
-    free(S->logits);
+    /* S->logits is the compute thread's, freed there before the model */
     free(S->scratch);
     free(S->b_slots);
     free(S->b_toks);

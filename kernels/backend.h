@@ -343,6 +343,12 @@ typedef struct backend_ops {
      * the backend is allocated or freed, so it never holds a stale pointer. */
     int (*graph_begin)(backend *be, uint64_t key);
     int (*graph_end)(backend *be, int rc);
+
+    /* Host memory that buf_download fills fastest (page-locked on a GPU: the
+     * copy runs at the link's rate, not through a staging buffer). Optional
+     * (NULL: malloc/free). host_alloc returns NULL when out of memory. */
+    void *(*host_alloc)(backend *be, size_t bytes);
+    void (*host_free)(backend *be, void *p);   /* NULL is a no-op */
 } backend_ops;
 
 /* Every backend struct starts with this. */

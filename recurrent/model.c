@@ -736,6 +736,19 @@ static int forward_ops(model *m, int R, const int *logit_rows, int nlogits, int 
     return o->matmul(be, hx, 0, d, m->head, NULL, m->logits, 0, V, nlogits, V, d, 0);
 }
 
+float *model_logits_alloc(model *m, size_t n) {
+    if (n > SIZE_MAX / sizeof(float)) return NULL;
+    const backend_ops *o = m->be->ops;
+    return o->host_alloc ? o->host_alloc(m->be, n * sizeof(float)) : malloc(n ? n * sizeof(float) : 1);
+}
+
+void model_logits_free(model *m, float *p) {
+    if (!p) return;
+    const backend_ops *o = m->be->ops;
+    if (o->host_free) o->host_free(m->be, p);
+    else free(p);
+}
+
 int model_step(model *m, const int *slots, const int32_t *tokens, int B, float *logits) {
     if (B < 1) return -EINVAL;
     for (int b = 1; b < B; b++)   /* distinct slots: adjacent repeats would be a run */

@@ -188,6 +188,13 @@ int  model_step(model *m, const int *slots, const int32_t *tokens, int B, float 
  * a bad run holds a state that must not be used or saved: reset it or write
  * a saved state back (docs/NUMERICS.md). -EIO when the backend is poisoned
  * (model_poisoned), without touching any slot. */
+/* Host memory for n floats of logits (model_forward's output) that the
+ * backend downloads into fastest: page-locked on a GPU (3.7× the pageable
+ * rate on an H200, docs/CUDA.md), the plain heap on the CPU. NULL when out
+ * of memory. Free with model_logits_free, before model_free. */
+float *model_logits_alloc(model *m, size_t n);
+void   model_logits_free(model *m, float *p);   /* NULL is a no-op */
+
 int  model_forward(model *m, const int *slots, const int32_t *tokens, int R,
                    const int *logit_rows, int nlogits, float *logits);
 

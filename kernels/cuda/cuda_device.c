@@ -180,6 +180,16 @@ static void c_graph_free(lind_device *d, void *graph) {
     cudaGraphExecDestroy((cudaGraphExec_t)graph);
 }
 
+static void *c_host_alloc(lind_device *d, size_t bytes) {
+    void *p = NULL;
+    return cuda_rc(d, cudaMallocHost(&p, bytes ? bytes : 1), "cudaMallocHost") == 0 ? p : NULL;
+}
+
+static void c_host_free(lind_device *d, void *p) {
+    (void)d;
+    if (p) cudaFreeHost(p);   /* waits for copies into it, as the contract of d2h already has */
+}
+
 int cuda_device_new(int ordinal, lind_device **out, char *err, size_t errlen) {
     *out = NULL;
     int n = 0;
@@ -221,6 +231,8 @@ int cuda_device_new(int ordinal, lind_device **out, char *err, size_t errlen) {
     c->dev.record_end = c_record_end;
     c->dev.graph_run = c_graph_run;
     c->dev.graph_free = c_graph_free;
+    c->dev.host_alloc = c_host_alloc;
+    c->dev.host_free = c_host_free;
     if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
         snprintf(err, errlen, "backend cuda: %s: cannot create a stream: %s", c->dev.name, cudaGetErrorString(e));
         c_free(&c->dev);

@@ -65,6 +65,9 @@ struct lind_device {
     int  (*record_end)(lind_device *dev, int keep, void **out);
     int  (*graph_run)(lind_device *dev, void *graph);
     void (*graph_free)(lind_device *dev, void *graph);   /* NULL is a no-op */
+    /* Page-locked host memory (optional, NULL: the backend uses malloc). */
+    void *(*host_alloc)(lind_device *dev, size_t bytes);
+    void (*host_free)(lind_device *dev, void *p);
 };
 
 /* The CUDA device (only when built with LIND_HAVE_CUDA): device `ordinal`

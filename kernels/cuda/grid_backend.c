@@ -835,6 +835,17 @@ static int g_graph_end(backend *be, int rc) {
     return rc < 0 ? rc : 0;
 }
 
+static void *g_host_alloc(backend *be, size_t bytes) {
+    lind_device *d = G(be)->dev;
+    return d->host_alloc ? d->host_alloc(d, bytes) : malloc(bytes ? bytes : 1);
+}
+
+static void g_host_free(backend *be, void *p) {
+    lind_device *d = G(be)->dev;
+    if (d->host_free) d->host_free(d, p);
+    else free(p);
+}
+
 void grid_backend_graph_stats(const backend *be, long *recorded, long *replayed) {
     const gridbe *g = (const gridbe *)be;
     *recorded = g->nrecorded;
@@ -1014,6 +1025,8 @@ static const backend_ops grid_ops = {
     .poisoned = g_poisoned,
     .graph_begin = g_graph_begin,
     .graph_end = g_graph_end,
+    .host_alloc = g_host_alloc,
+    .host_free = g_host_free,
 };
 
 int grid_backend_set_weights(backend *be, const char *precision, char *err, size_t errlen) {

@@ -27,9 +27,14 @@ LIND_HD static inline int kb_embed(const lind_thread *t, int phase, const kb_emb
     return 0;
 }
 
-/* ---- layer norm: one block per row, two tree sums (mean, then variance) --
+/* ---- layer norm: one block per row, two passes (mean, then variance) ----
  * Sums are double; the per-element result is lind_ln_apply(). y may be x:
- * each thread reads and writes only its own columns. */
+ * each thread reads and writes only its own columns. Each thread leaves
+ * the partial sum of its columns in shared memory and, after one barrier,
+ * every thread adds all T partials itself in index order — the same total
+ * in every thread, with one barrier per pass where a tree needed log2 T
+ * (a 768-wide row took 19 phases, now 3). T is about d/16, at most 256, so
+ * that serial sum stays short. */
 typedef struct kb_layernorm_args {
     const float *x;
     float *y;
@@ -40,31 +45,32 @@ typedef struct kb_layernorm_args {
 
 static inline lind_launch kb_layernorm_launch(int B, int d) {
     int T = 32;
-    while (T < d && T < KB_EW_BLOCK) T *= 2;
+    while (T * 16 < d && T < KB_EW_BLOCK) T *= 2;
     lind_launch L = { B, 1, T, 2 * (size_t)T * sizeof(double) };
     return L;
 }
 
 LIND_HD static inline int kb_layernorm(const lind_thread *t, int phase, const kb_layernorm_args *a) {
-    int T = t->bdim, lg = kb_log2(T), tx = t->tx, d = a->d;
+    int T = t->bdim, tx = t->tx, d = a->d;
     double *sum = (double *)t->smem, *sq = sum + T;
     const float *x = a->x + (size_t)t->bx * d;
+    double s = 0.0;
     if (phase == 0) {
-        double s = 0.0;
         for (int c = tx; c < d; c += T) s += (double)x[c];
         sum[tx] = s;
         return 1;
     }
-    if (phase <= lg) { kb_tree_step(sum, tx, T, phase); return 1; }
-    double mean = sum[0] / d;
-    if (phase == lg + 1) {
-        double s = 0.0;
-        for (int c = tx; c < d; c += T) { double e = (double)x[c] - mean; s += e * e; }
-        sq[tx] = s;
+    for (int i = 0; i < T; i++) s += sum[i];
+    double mean = s / d;
+    if (phase == 1) {
+        double v = 0.0;
+        for (int c = tx; c < d; c += T) { double e = (double)x[c] - mean; v += e * e; }
+        sq[tx] = v;
         return 1;
     }
-    if (phase <= 2 * lg + 1) { kb_tree_step(sq, tx, T, phase - lg - 1); return 1; }
-    float rstd = lind_ln_rstd((float)(sq[0] / d), a->eps), m = (float)mean;
+    double v = 0.0;
+    for (int i = 0; i < T; i++) v += sq[i];
+    float rstd = lind_ln_rstd((float)(v / d), a->eps), m = (float)mean;
     float *y = a->y + (size_t)t->bx * d;
     for (int c = tx; c < d; c += T) y[c] = lind_ln_apply(x[c], m, rstd, a->w[c], a->b[c]);
     return 0;

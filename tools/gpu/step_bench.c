@@ -54,7 +54,7 @@ static void bench_batch(model *m, int B, int steps, const char *label) {
     if (model_slots_reserve(m, B) < 0) die("slots_reserve", model_last_error(m));
     int *slots = malloc((size_t)B * sizeof *slots);
     int32_t *tok = malloc((size_t)B * sizeof *tok);
-    float *logits = malloc((size_t)B * (size_t)V * sizeof *logits);
+    float *logits = model_logits_alloc(m, (size_t)B * (size_t)V);   /* as the daemon does */
     double *t = malloc((size_t)steps * sizeof *t);
     if (!slots || !tok || !logits || !t) die("memory", "out of host memory");
     for (int b = 0; b < B; b++) {
@@ -86,7 +86,7 @@ static void bench_batch(model *m, int B, int steps, const char *label) {
     fflush(stdout);
     free(slots);
     free(tok);
-    free(logits);
+    model_logits_free(m, logits);
     free(t);
 }
 
