@@ -26,6 +26,14 @@ kind and per model):
   c_f16    C 32 = 1 head x 32, 1 layer, ffn 96, LoRA 4/4/4/8, vocab 272,
            HalfStorage
 
+It also writes the seeds of tests/fuzz_pth.c under tests/fuzz_seeds/fuzz_pth/
+(a 0 flag byte, then a file torch.save wrote):
+  x070_tiny     a whole x070 model (C 4, 2 heads, 1 layer, f32), the
+                driver's valid base for its patch mode
+  ordered_bf16  an OrderedDict with _metadata (BUILD), BFloat16Storage
+  f16_shared    two f16 views of one storage (offset, shared persistent id)
+  patch_base    flag byte 2 and no patches: the base itself, in patch mode
+
     usage: tools/rwkv7_fixtures.py [OUTDIR]     (default tests/fixtures/rwkv7)
 """
 import hashlib
@@ -96,5 +104,37 @@ def main():
             sys.exit("variant %s moves no fixture's logits by 10x the tolerance (%.2e)" % (v, caught.get(v, 0.0)))
 
 
+def fuzz_seeds():
+    import collections
+    import tempfile
+    out = os.path.join(ROOT, "tests", "fuzz_seeds", "fuzz_pth")
+    os.makedirs(out, exist_ok=True)
+    tmp = tempfile.mkdtemp()
+
+    def seed(name, write, flag=0):
+        path = os.path.join(tmp, name + ".pth")
+        write(path)
+        with open(path, "rb") as f, open(os.path.join(out, name), "wb") as o:
+            o.write(bytes([flag]) + f.read())
+
+    seed("x070_tiny", lambda p: rwkv7_ref.make_pth(p, 8, 4, 2, 1, 4, 1, 1, 1, 1, torch.float32, seed=5))
+
+    def ordered(p):
+        d = collections.OrderedDict([("emb.weight", torch.arange(4.0).reshape(2, 2).bfloat16()),
+                                     ("blocks.0.att.r_k", torch.ones(1, 2))])
+        d._metadata = collections.OrderedDict([("", {"version": 1})])
+        torch.save(d, p)
+    seed("ordered_bf16", ordered)
+
+    def shared(p):
+        base = torch.arange(6.0).half()
+        torch.save({"a": base[2:], "b": base[:3].view(3, 1)}, p)
+    seed("f16_shared", shared)
+    with open(os.path.join(out, "patch_base"), "wb") as o:
+        o.write(bytes([2]))
+    shutil.rmtree(tmp)
+
+
 if __name__ == "__main__":
     main()
+    fuzz_seeds()
