@@ -5,11 +5,12 @@
  * steps give.
  *
  * Arithmetic: the element-wise math and every sum in double, the state S
- * stored as float (each updated element rounded once). S is bounded: the
- * decay w lies in (e^{−e^{−½}}, 1) ≈ (0.545, 1), kk has unit norm and
- * a ∈ (0, 1), so (I·diag(w) − kk(kk⊙a)ᵀ) is a contraction and S holds a
- * decaying sum of v·kᵀ terms; fp32's relative rounding per update does not
- * accumulate beyond what the decay forgets (docs/KINDS.md, rwkv7). */
+ * stored as float (each updated element rounded once), as BlinkDL's own
+ * inference code keeps it. S is a decaying sum: the decay w lies in
+ * (e^{−e^{−½}}, 1) ≈ (0.545, 1) on every channel, and the kk term (‖kk‖ = 1,
+ * a ∈ (0, 1)) removes part of S along kk rather than adding, so each
+ * update's rounding is forgotten at the rate of the decay (docs/KINDS.md,
+ * rwkv7; a long-stream fp32-vs-fp64 measurement is still to be made). */
 #include <errno.h>
 #include <math.h>
 #include <string.h>
