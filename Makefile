@@ -236,7 +236,7 @@ test-torch: $(BUILD)/tests/test_model_default
 
 # libFuzzer targets (tests/fuzz_*.c), one per decoder of untrusted bytes:
 # the protocol, the state blob, the export file, the transcript,
-# safetensors headers, config.json, tokenizer files, HTTP request bodies. Built with clang: the
+# safetensors headers, PyTorch .pth checkpoints, config.json, tokenizer files, HTTP request bodies. Built with clang: the
 # engine, the store and the protocol decoder compiled once into
 # $(FUZZ_BUILD)/libfuzz.a (sanitized, no CUDA), each driver linked against
 # it, so a driver gets exactly the sources it uses. Each runs for

@@ -293,6 +293,31 @@ typedef struct backend_ops {
      * before any state changes (the whole call is refused). */
     int (*linformer_step)(backend *be, const backend_buf *in, const backend_buf *ef, backend_buf *out,
                           size_t state_off, size_t pos_off, int H, int dh, int kp, int N);
+
+    /* RWKV-7 ("Goose", x070) time mixing after its products, for every row r
+     * in run order and head h < H (C = H·N channels, c in head c / N):
+     *   in  = [R × ldi]: r at column 0, k at C, v at 2C, the a LoRA's output
+     *         (xa·A1)·A2 at 3C, the v LoRA's (xv·V1)·V2 at 4C (read when
+     *         vmode = 2), the output gate g at 5C, the decay LoRA's inner
+     *         activations xw·W1 (dw of them, before tanh) at 6C
+     *   par = 8·C floats: w0, a0, v0, k_k, k_a, r_k ([H][N]), ln_x weight,
+     *         ln_x bias
+     *   w2  = [dw × C] fp32, the decay LoRA's second matrix
+     *   vfirst [R × C]: the value residual, row r the first layer's v of
+     *         the same token: vmode 1 writes v there, vmode 2 reads it and
+     *         mixes v ← v + (vfirst − v)·σ(v0 + v LoRA), vmode 0 neither
+     *   state in slot slots[r] at byte offset state_off: S as float
+     *         [H][N (v index i)][N (k index j)]
+     *   out[r, c] = (GroupNorm_h(o)[c] + (Σ_j r_j k_j r_k[h][j])·v_c) · g_c,
+     *         out [R × C]
+     * with w = exp(−e^{−½}·σ(w0 + tanh(xw·W1)·W2)), a = σ(a0 + a LoRA),
+     * kk = L2-normalised k⊙k_k per head, then k ← k⊙(1 + (a−1)⊙k_a),
+     * S ← S·diag(w) + (S·(−kk))(kk⊙a)ᵀ + v·kᵀ (the old S in both terms),
+     * o = S·r, GroupNorm over each head's N outputs with eps gn_eps.
+     * Optional (kernels/cpu/ops_rwkv7.c has it). */
+    int (*rwkv7_step)(backend *be, const backend_buf *in, int ldi, const backend_buf *par, const backend_buf *w2,
+                      int dw, backend_buf *vfirst, int vmode, backend_buf *out, size_t state_off, int H, int N,
+                      float gn_eps);
     /* ---- health ----------------------------------------------------------
      * Optional (NULL: never anything to report). */
 

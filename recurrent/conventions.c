@@ -85,6 +85,14 @@ int conventions_read(const char *dir, lind_config *c, const tokenizer *tok, int 
             snprintf(c->bos_from, sizeof c->bos_from, "tokenizer.json post_processor");
         }
         json_decref(tc);
+    } else if (!strcmp(c->format, "rwkv7-pth")) {
+        /* BlinkDL's RWKV-7: the prompt alone from the zero state; the World
+         * vocabulary's id 0 (<|endoftext|>) ends a turn */
+        c->add_bos = 0;
+        snprintf(c->bos_from, sizeof c->bos_from, "RWKV-7 default (the prompt alone, from the zero state)");
+        c->eos[0] = 0;
+        c->n_eos = 1;
+        snprintf(c->eos_from, sizeof c->eos_from, "RWKV-7 World default (id 0)");
     } else {
         c->add_bos = 1;
         snprintf(c->bos_from, sizeof c->bos_from, "lind model (trained after its bos)");

@@ -20,7 +20,9 @@
  *     rule) — regions are the kind's own;
  *   - steps R rows of the current batch (kernels/backend.h: rows form runs of
  *     one session's consecutive tokens; state ops honour runs), adding its
- *     output into the residual x.
+ *     output into the residual x;
+ *   - may pass per-row values to later layers through the model's carry
+ *     channel (layer_kind.carry: RWKV-7's value residual).
  */
 #ifndef LIND_RECURRENT_KIND_H
 #define LIND_RECURRENT_KIND_H
@@ -30,7 +32,7 @@
 #include "kernels/backend.h"
 #include "recurrent/model.h"
 
-#define KIND_MAX_TENSORS 16
+#define KIND_MAX_TENSORS 32   /* RWKV-7's time mixing has 26 */
 #define KIND_MAX_REGIONS 8
 
 typedef struct kind_tensor {
@@ -103,7 +105,18 @@ typedef struct layer_io {
     backend_buf *x;            /* residual stream [R × d_model]: step adds its output */
     size_t region_off[KIND_MAX_REGIONS];   /* byte offsets in a slot, declared order */
     backend_buf *scratch[3];   /* each [R × scratch floats of the widest part] */
+    backend_buf *carry;        /* the model's carry channel [R × carry floats], or
+                                  NULL when no part uses one (layer_kind.carry) */
 } layer_io;
+
+/* layer_kind.carry results. The carry channel passes per-row values from an
+ * earlier layer to later ones within one step — RWKV-7's value residual,
+ * where layer 0's v is mixed into every later layer's v. Row r of the
+ * channel belongs to row r of the batch (the same token of the same
+ * session), so a run of T rows still equals T single steps. A part that
+ * writes it fills it for every row; a part that reads it needs an earlier
+ * writer of the same width (checked at load, naming the layer). */
+enum { KIND_CARRY_NONE = 0, KIND_CARRY_WRITES = 1, KIND_CARRY_READS = 2 };
 
 typedef struct layer_kind {
     const char *name;
@@ -128,6 +141,9 @@ typedef struct layer_kind {
      * cosformer's horizon form); 0 = unbounded. A step that would feed
      * position ≥ this fails with -EOVERFLOW before the kind's state changes. */
     long long (*max_tokens)(const lind_config *c, const void *params);
+    /* Optional (NULL = KIND_CARRY_NONE): whether the part writes or reads the
+     * carry channel (layer_io.carry), and its width in floats per row. */
+    int (*carry)(const lind_config *c, const void *params, size_t *floats);
 } layer_kind;
 
 /* The kind tables. */

@@ -18,6 +18,7 @@ static const layer_kind *const kinds[] = {
     &mixer_performer,
     &mixer_cosformer,
     &mixer_linformer,
+    &mixer_rwkv7,
 };
 #define NKINDS (sizeof kinds / sizeof kinds[0])
 

@@ -36,5 +36,6 @@ extern const layer_kind mixer_retnet;
 extern const layer_kind mixer_performer;
 extern const layer_kind mixer_cosformer;
 extern const layer_kind mixer_linformer;
+extern const layer_kind mixer_rwkv7;
 
 #endif

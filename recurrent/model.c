@@ -25,6 +25,8 @@
 #include "recurrent/conventions.h"
 #include "recurrent/hf_rwkv4.h"
 #include "recurrent/kind.h"
+#include "recurrent/pth.h"
+#include "recurrent/rwkv7_pth.h"
 #include "recurrent/safetensors.h"
 #include "recurrent/tokenizer.h"
 
@@ -61,14 +63,16 @@ struct model {
     int bad_cap, nbad, bad_rows;
     int cap, lcap;                     /* rows the activations / gathered rows hold */
     size_t scratch_floats;             /* per row, the widest part's */
-    backend_buf *x, *h, *hrows, *logits, *scratch[3];
+    size_t carry_floats;               /* per row, the carry channel's (0: none) */
+    backend_buf *x, *h, *hrows, *logits, *scratch[3], *carry;
 };
 
 /* ---- loading ------------------------------------------------------------ */
 
 typedef struct loader {
     const char *dir;
-    int hf;                            /* tensor names are HF RWKV-4's */
+    /* lind name → the file's name (HF RWKV-4's, BlinkDL's .pth); NULL: as is */
+    const char *(*map)(const char *lind_name, char *buf, size_t len);
     lind_dtype want;                   /* opts.weights */
     st_set st;
     char *err;
@@ -79,7 +83,7 @@ typedef struct loader {
  * `shown` receives the name as the file spells it, for messages. */
 static st_tensor *find(loader *ld, const char *name, st_file **file, char *shown, size_t shownlen) {
     const char *n = name;
-    if (ld->hf && !(n = hf_rwkv4_tensor_name(name, shown, shownlen))) {
+    if (ld->map && !(n = ld->map(name, shown, shownlen))) {
         snprintf(shown, shownlen, "%s", name);
         return NULL;
     }
@@ -268,6 +272,25 @@ static int layout_state(model *m) {
     return 0;
 }
 
+/* The carry channel (recurrent/kind.h): every reader needs an earlier writer
+ * of the same width; the model holds one buffer of the widest. */
+static int check_carry(model *m, char *err, size_t errlen) {
+    size_t written = 0;
+    for (int i = 0; i < m->cfg.n_layers; i++)
+        for (int f = 0; f < 2; f++) {
+            part *P = f ? &m->L[i].ffn : &m->L[i].mixer;
+            size_t n = 0;
+            int use = P->kind->carry ? P->kind->carry(&m->cfg, P->params, &n) : KIND_CARRY_NONE;
+            if (use == KIND_CARRY_READS && n != written)
+                return errmsg_set(-EINVAL, err, errlen, "layer %d: %s \"%s\" reads the carry channel (%zu floats per "
+                                  "row) but no earlier layer writes %s", i, f ? "FFN" : "mixer", P->kind->name, n,
+                                  written ? "that width" : "it");
+            if (use == KIND_CARRY_WRITES) written = n;
+            if (use != KIND_CARRY_NONE && n > m->carry_floats) m->carry_floats = n;
+        }
+    return 0;
+}
+
 static char *read_file(const char *path, size_t *len, char *err, size_t errlen) {
     FILE *f = fopen(path, "rb");
     if (!f) {
@@ -343,15 +366,30 @@ int model_load_opts(const char *dir, const model_opts *o, model **out, char *err
     model *m = calloc(1, sizeof *m);
     if (!m) return errmsg_set(-ENOMEM, err, errlen, "out of memory");
     int rc;
-    snprintf(path, sizeof path, "%s/config.json", dir);
     size_t clen = 0;
-    char *ctext = read_file(path, &clen, err, errlen);
-    if (!ctext) { free(m); return -ENOENT; }
-    if ((rc = config_parse(ctext, clen, path, &m->cfg, err, errlen)) < 0) goto out;
-    ld.hf = !strcmp(m->cfg.format, "hf-rwkv4");
+    char *ctext = NULL, pth[2048], pdir[2048];
+    /* A BlinkDL .pth (the file, or a directory holding one and no
+     * config.json): its config is inferred from the tensors. */
+    if ((rc = rwkv7_locate(dir, pth, sizeof pth, pdir, sizeof pdir, err, errlen)) < 0) { free(m); return rc; }
+    if (rc == 1) {
+        dir = ld.dir = pdir;
+        if (!(ld.st.f = calloc(1, sizeof *ld.st.f))) { free(m); return errmsg_set(-ENOMEM, err, errlen, "out of memory"); }
+        if ((rc = pth_open(&ld.st.f[0], pth, err, errlen)) < 0) goto out;
+        ld.st.n = 1;
+        if ((rc = rwkv7_translate(&ld.st.f[0], &ctext, &clen, err, errlen)) < 0) goto out;
+        snprintf(path, sizeof path, "%.2000s (config inferred from its tensors)", pth);
+        if ((rc = config_parse(ctext, clen, path, &m->cfg, err, errlen)) < 0) goto out;
+        snprintf(m->cfg.format, sizeof m->cfg.format, "rwkv7-pth");
+        ld.map = rwkv7_tensor_name;
+    } else {
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        if (!(ctext = read_file(path, &clen, err, errlen))) { free(m); return -ENOENT; }
+        if ((rc = config_parse(ctext, clen, path, &m->cfg, err, errlen)) < 0) goto out;
+        if (!strcmp(m->cfg.format, "hf-rwkv4")) ld.map = hf_rwkv4_tensor_name;
+    }
     if ((rc = load_tokenizer(m, dir, err, errlen)) < 0) goto out;
     if ((rc = conventions_read(dir, &m->cfg, m->tok, o ? o->bos : 0, err, errlen)) < 0) goto out;
-    if ((rc = st_set_open(&ld.st, dir, err, errlen)) < 0) goto out;
+    if (!ld.st.n && (rc = st_set_open(&ld.st, dir, err, errlen)) < 0) goto out;
     if ((rc = backend_new(o ? o->backend : NULL, o ? o->be : NULL, &m->be, err, errlen)) < 0) goto out;
     m->compute = o ? o->compute : LIND_COMPUTE_F32;
     if (m->compute == LIND_COMPUTE_BF16) {   /* every matrix in bf16, multiplied in bf16 */
@@ -403,6 +441,7 @@ int model_load_opts(const char *dir, const model_opts *o, model **out, char *err
             }
             m->params += ld.st.f[f].t[i].numel;
         }
+    if ((rc = check_carry(m, err, errlen)) < 0) goto out;
     if ((rc = layout_state(m)) < 0) { errmsg_set(rc, err, errlen, "out of memory"); goto out; }
     m->scratch_floats = 1;
     for (int i = 0; i < c->n_layers; i++) {
@@ -446,7 +485,8 @@ static void free_acts(model *m) {
     be->ops->buf_free(be, m->x);
     be->ops->buf_free(be, m->h);
     for (int i = 0; i < 3; i++) be->ops->buf_free(be, m->scratch[i]);
-    m->x = m->h = m->scratch[0] = m->scratch[1] = m->scratch[2] = NULL;
+    be->ops->buf_free(be, m->carry);
+    m->x = m->h = m->scratch[0] = m->scratch[1] = m->scratch[2] = m->carry = NULL;
     m->cap = 0;
 }
 
@@ -585,6 +625,7 @@ static int ensure_cap(model *m, int R) {
     if ((rc = be->ops->buf_new(be, cap * d, &m->x)) < 0 || (rc = be->ops->buf_new(be, cap * d, &m->h)) < 0) goto fail;
     for (int i = 0; i < 3; i++)
         if ((rc = be->ops->buf_new(be, cap * m->scratch_floats, &m->scratch[i])) < 0) goto fail;
+    if (m->carry_floats && (rc = be->ops->buf_new(be, cap * m->carry_floats, &m->carry)) < 0) goto fail;
     m->cap = cap;
     return 0;
 fail:
@@ -714,7 +755,7 @@ static int forward_ops(model *m, int R, const int *logit_rows, int nlogits, int 
     if ((rc = o->embed(be, m->embed, m->x, d)) < 0) return rc;
     if (c->emb_norm && (rc = o->layernorm(be, m->x, m->x, m->emb_w, m->emb_b, d, c->norm_eps)) < 0) return rc;
     layer_io io = {.be = be, .R = R, .h = m->h, .x = m->x,
-                   .scratch = {m->scratch[0], m->scratch[1], m->scratch[2]}};
+                   .scratch = {m->scratch[0], m->scratch[1], m->scratch[2]}, .carry = m->carry};
     for (int i = 0; i < c->n_layers; i++) {
         layer *L = &m->L[i];
         if ((rc = o->layernorm(be, m->x, m->h, L->ln1_w, L->ln1_b, d, c->norm_eps)) < 0) return rc;

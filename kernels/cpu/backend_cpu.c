@@ -23,40 +23,10 @@
 #include <unistd.h>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/pool.h"
 #include "kernels/mixer_math.h"
-
-enum { BUF_PLAIN, BUF_WT, BUF_PACKED, BUF_DOT };
-
-struct backend_buf {
-    float *p;
-    size_t n;
-    int kind;        /* made by weight_new: BUF_WT, p holds Wᵀ [K × N] for
-                        OpenBLAS; BUF_PACKED, p holds kernels/cpu/gemm.h panels;
-                        BUF_DOT (bf16 compute), p holds cpu_gemm_pack_dot's bf16
-                        pair panels */
-    int wtype;       /* BUF_PACKED: cpu_gemm_wtype of the panels (F16/BF16:
-                        p holds uint16_t elements, made by weight_new_half) */
-};
-
-typedef struct cpu {
-    backend base;
-    uint8_t *pool;          /* nslots × stride bytes */
-    int nslots;
-    size_t slot_bytes, stride;
-    int *slots, *tokens;    /* current batch: B rows */
-    int *run;               /* nruns + 1 row indices: run k is rows [run[k], run[k+1]) */
-    int B, cap, nruns;
-    float *tmp;             /* scratch of the mixer steps */
-    size_t tmp_n;
-    cpu_pool *threads;      /* every op runs across these */
-    cpu_gemm_isa isa;       /* kernels/cpu/gemm.c kernel weights are packed for; NONE: OpenBLAS */
-    int dot;                /* compute mode BACKEND_COMPUTE_BF16: bf16 weights become BUF_DOT */
-    uint16_t *xb;           /* BUF_DOT products: the activations rounded to bf16 */
-    size_t xb_n;            /* uint16 elements of xb */
-    char device[128];
-} cpu;
 
 #define ALIGN 64
 static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
@@ -186,26 +156,24 @@ static int cpu_slots_reserve(backend *be, int n, size_t slot_bytes) {
     return 0;
 }
 
-static uint8_t *slot_ptr(cpu *c, int slot) { return c->pool + (size_t)slot * c->stride; }
-
 static int cpu_slot_zero(backend *be, int slot) {
     cpu *c = (cpu *)be;
     if (slot < 0 || slot >= c->nslots) return -ERANGE;
-    memset(slot_ptr(c, slot), 0, c->slot_bytes);
+    memset(cpu_slot_ptr(c, slot), 0, c->slot_bytes);
     return 0;
 }
 
 static int cpu_slot_read(backend *be, int slot, void *dst) {
     cpu *c = (cpu *)be;
     if (slot < 0 || slot >= c->nslots) return -ERANGE;
-    memcpy(dst, slot_ptr(c, slot), c->slot_bytes);
+    memcpy(dst, cpu_slot_ptr(c, slot), c->slot_bytes);
     return 0;
 }
 
 static int cpu_slot_write(backend *be, int slot, const void *src) {
     cpu *c = (cpu *)be;
     if (slot < 0 || slot >= c->nslots) return -ERANGE;
-    memcpy(slot_ptr(c, slot), src, c->slot_bytes);
+    memcpy(cpu_slot_ptr(c, slot), src, c->slot_bytes);
     return 0;
 }
 
@@ -235,7 +203,7 @@ static int cpu_begin_step(backend *be, const int *slots, const int *tokens, int 
     return 0;
 }
 
-static float *tmp_get(cpu *c, size_t n) {
+float *cpu_tmp_get(cpu *c, size_t n) {
     if (n > c->tmp_n) {
         float *t = amalloc(n * sizeof(float));
         if (!t) return NULL;
@@ -258,16 +226,12 @@ static int cpu_embed(backend *be, const backend_buf *E, backend_buf *x, int d) {
  * columns. Tiny ops run inline: a fork-join costs about a microsecond while
  * the workers poll (kernels/cpu/pool.c). */
 
-static int row_parts(const cpu *c, int B, size_t work_per_row) {
+int cpu_row_parts(const cpu *c, int B, size_t work_per_row) {
     int n = cpu_pool_size(c->threads);
     if ((size_t)B * work_per_row < (1u << 12)) return 1;
     return B < n ? B : n;
 }
 
-static void part_range(int total, int part, int nparts, int *lo, int *hi) {
-    *lo = (int)((long)total * part / nparts);
-    *hi = (int)((long)total * (part + 1) / nparts);
-}
 
 typedef struct ln_job {
     const float *x, *w, *bias;
@@ -310,7 +274,7 @@ __attribute__((noinline)) static void ln_row(const float *x, float *y, const flo
 static void ln_part(void *arg, int part, int nparts) {
     const ln_job *j = arg;
     int lo, hi, d = j->d;
-    part_range(j->B, part, nparts, &lo, &hi);
+    cpu_part_range(j->B, part, nparts, &lo, &hi);
     for (int b = lo; b < hi; b++) ln_row(j->x + (size_t)b * d, j->y + (size_t)b * d, j->w, j->bias, d, j->eps);
 }
 
@@ -318,7 +282,7 @@ static int cpu_layernorm(backend *be, const backend_buf *x, backend_buf *y, cons
                          const backend_buf *bias, int d, float eps) {
     cpu *c = (cpu *)be;
     ln_job j = {x->p, w->p, bias->p, y->p, c->B, d, eps};
-    cpu_pool_run(c->threads, ln_part, &j, row_parts(c, c->B, (size_t)d * 4));
+    cpu_pool_run(c->threads, ln_part, &j, cpu_row_parts(c, c->B, (size_t)d * 4));
     return 0;
 }
 
@@ -399,7 +363,7 @@ typedef struct dot_job {
 static void dot_round_part(void *arg, int part, int nparts) {
     const dot_job *j = arg;
     int lo, hi;
-    part_range(j->B, part, nparts, &lo, &hi);
+    cpu_part_range(j->B, part, nparts, &lo, &hi);
     cpu_gemm_round_bf16(j->x + (size_t)lo * j->ldx, j->ldx, hi - lo, j->K, j->xb + (size_t)lo * j->ldxb, j->ldxb);
 }
 
@@ -424,7 +388,7 @@ static int dot_matmul(cpu *c, const float *x, int ldx, const backend_buf *W, con
         c->xb_n = need;
     }
     dot_job j = {x, (const uint16_t *)W->p, c->xb, bias, y, ldx, ldxb, ldy, B, N, K, flags, {0}};
-    cpu_pool_run(c->threads, dot_round_part, &j, row_parts(c, B, (size_t)K));
+    cpu_pool_run(c->threads, dot_round_part, &j, cpu_row_parts(c, B, (size_t)K));
     int parts = cpu_pool_size(c->threads), panels = cpu_gemm_panels(CPU_GEMM_AVX512, N);
     if ((double)B * N * K < (double)(1 << 14)) parts = 1;   /* as cpu_matmul */
     if (parts > panels) parts = panels;
@@ -437,7 +401,7 @@ static int dot_matmul(cpu *c, const float *x, int ldx, const backend_buf *W, con
 static void mm_part(void *arg, int part, int nparts) {
     const mm_job *j = arg;
     int n0, n1, acc = j->flags & BACKEND_MM_ACCUMULATE;
-    part_range(j->N / 16, part, nparts, &n0, &n1);   /* 16-column aligned blocks */
+    cpu_part_range(j->N / 16, part, nparts, &n0, &n1);   /* 16-column aligned blocks */
     n0 *= 16;
     n1 = part == nparts - 1 ? j->N : n1 * 16;
     int nn = n1 - n0;
@@ -479,7 +443,7 @@ static int cpu_matmul(backend *be, const backend_buf *x, size_t xo, int ldx, con
         if (parts > cpu_gemm_panels(c->isa, N)) parts = cpu_gemm_panels(c->isa, N);
         claims_init(&j.claims, B, cpu_gemm_panels(c->isa, N), parts, 0);
         /* a half weight's widened panels (the mixer ops' scratch: ops do not overlap) */
-        if (W->wtype != CPU_GEMM_F32 && !(j.scratch = tmp_get(c, (size_t)parts * cpu_gemm_scratch_floats(c->isa, K))))
+        if (W->wtype != CPU_GEMM_F32 && !(j.scratch = cpu_tmp_get(c, (size_t)parts * cpu_gemm_scratch_floats(c->isa, K))))
             return -ENOMEM;
         cpu_pool_run(c->threads, mm_packed_part, &j, parts);
     } else {
@@ -529,12 +493,12 @@ __attribute__((noinline)) static void shift_row(float *restrict out, float *rest
 static void shift_part(void *arg, int part, int nparts) {
     const shift_job *j = arg;
     int lo, hi, d = j->d;
-    part_range(j->c->nruns * j->slices, part, nparts, &lo, &hi);
+    cpu_part_range(j->c->nruns * j->slices, part, nparts, &lo, &hi);
     for (int it = lo; it < hi; it++) {
         int k = it / j->slices, c0, c1;
         chan_range(d, it % j->slices, j->slices, &c0, &c1);
         for (int b = j->c->run[k]; b < j->c->run[k + 1]; b++)
-            shift_row(j->out + (size_t)b * j->nmix * d + c0, (float *)(slot_ptr(j->c, j->c->slots[b]) + j->off) + c0,
+            shift_row(j->out + (size_t)b * j->nmix * d + c0, (float *)(cpu_slot_ptr(j->c, j->c->slots[b]) + j->off) + c0,
                       j->h + (size_t)b * d + c0, j->mu + c0, d, c1 - c0, j->nmix);
     }
 }
@@ -545,7 +509,7 @@ static int cpu_shift_mix(backend *be, const backend_buf *h, const backend_buf *m
     int slices = chan_slices(c, d);
     shift_job j = {c, h->p, mu->p, out->p, shift_off, d, nmix, slices};
     cpu_pool_run(c->threads, shift_part, &j,
-                 row_parts(c, c->nruns * slices, (size_t)d * nmix * 2 * c->B / c->nruns / slices));
+                 cpu_row_parts(c, c->nruns * slices, (size_t)d * nmix * 2 * c->B / c->nruns / slices));
     return 0;
 }
 
@@ -606,11 +570,11 @@ __attribute__((noinline)) static void lin_out_head(float *restrict o, const doub
 static void lin_part(void *arg, int part, int nparts) {
     const lin_job *j = arg;
     int lo, hi, H = j->H, dh = j->dh, hd = H * dh;
-    part_range(j->c->nruns, part, nparts, &lo, &hi);
+    cpu_part_range(j->c->nruns, part, nparts, &lo, &hi);
     float *phiq = j->tmp + (size_t)part * lin_tmp_floats(H, dh), *phik = phiq + hd;
     double *num = (double *)(phik + hd), *term = num + dh;
     for (int b = j->c->run[lo]; b < j->c->run[hi]; b++) {
-        uint8_t *st = slot_ptr(j->c, j->c->slots[b]) + j->off;
+        uint8_t *st = cpu_slot_ptr(j->c, j->c->slots[b]) + j->off;
         const float *q = j->in + (size_t)b * 3 * hd, *k = q + hd, *v = q + 2 * hd;
         phi_row(phiq, q, hd);
         phi_row(phik, k, hd);
@@ -628,8 +592,8 @@ static void lin_part(void *arg, int part, int nparts) {
 static int cpu_linear_step(backend *be, const backend_buf *in, const backend_buf *gamma, backend_buf *out,
                            size_t state_off, int H, int dh, float eps) {
     cpu *c = (cpu *)be;
-    int parts = row_parts(c, c->nruns, (size_t)H * dh * dh * c->B / c->nruns);
-    float *t = tmp_get(c, (size_t)parts * lin_tmp_floats(H, dh));
+    int parts = cpu_row_parts(c, c->nruns, (size_t)H * dh * dh * c->B / c->nruns);
+    float *t = cpu_tmp_get(c, (size_t)parts * lin_tmp_floats(H, dh));
     if (!t) return -ENOMEM;
     lin_job j = {c, in->p, gamma ? gamma->p : NULL, out->p, t, state_off, H, dh, eps};
     cpu_pool_run(c->threads, lin_part, &j, parts);
@@ -656,12 +620,12 @@ typedef struct aft_job {
 static void aft_part(void *arg, int part, int nparts) {
     const aft_job *j = arg;
     int lo, hi, d = j->d;
-    part_range(j->c->nruns * j->slices, part, nparts, &lo, &hi);
+    cpu_part_range(j->c->nruns * j->slices, part, nparts, &lo, &hi);
     for (int it = lo; it < hi; it++) {
         int k = it / j->slices, c0, c1;
         chan_range(d, it % j->slices, j->slices, &c0, &c1);
         for (int b = j->c->run[k]; b < j->c->run[k + 1]; b++) {
-            double *num = (double *)(slot_ptr(j->c, j->c->slots[b]) + j->off), *den = num + d, *mx = den + d;
+            double *num = (double *)(cpu_slot_ptr(j->c, j->c->slots[b]) + j->off), *den = num + d, *mx = den + d;
             const float *r = j->in + (size_t)b * 3 * d;
             aft_row(j->out + (size_t)b * d + c0, num + c0, den + c0, mx + c0, r + c0, r + d + c0, r + 2 * d + c0,
                     j->w + c0, j->u + c0, c1 - c0);
@@ -674,7 +638,7 @@ static int cpu_aft_step(backend *be, const backend_buf *in, const backend_buf *w
     cpu *c = (cpu *)be;
     const float *wp = w ? w->p : NULL, *up = u ? u->p : NULL;
     if (!wp || !up) {   /* AFT-simple: w = u = 0 */
-        float *zeros = tmp_get(c, (size_t)d);
+        float *zeros = cpu_tmp_get(c, (size_t)d);
         if (!zeros) return -ENOMEM;
         memset(zeros, 0, (size_t)d * sizeof *zeros);
         if (!wp) wp = zeros;
@@ -682,7 +646,7 @@ static int cpu_aft_step(backend *be, const backend_buf *in, const backend_buf *w
     }
     int slices = chan_slices(c, d);
     aft_job j = {c, in->p, wp, up, out->p, state_off, d, slices};
-    cpu_pool_run(c->threads, aft_part, &j, row_parts(c, c->nruns * slices, (size_t)d * 16 * c->B / c->nruns / slices));
+    cpu_pool_run(c->threads, aft_part, &j, cpu_row_parts(c, c->nruns * slices, (size_t)d * 16 * c->B / c->nruns / slices));
     return 0;
 }
 
@@ -712,9 +676,9 @@ __attribute__((noinline)) static void conv_row(float *out, const float *in, floa
 static void conv_part(void *arg, int part, int nparts) {
     const conv_job *j = arg;
     int lo, hi;
-    part_range(j->c->nruns, part, nparts, &lo, &hi);
+    cpu_part_range(j->c->nruns, part, nparts, &lo, &hi);
     for (int k = lo; k < hi; k++) {
-        uint8_t *st = slot_ptr(j->c, j->c->slots[j->c->run[k]]);
+        uint8_t *st = cpu_slot_ptr(j->c, j->c->slots[j->c->run[k]]);
         float *ring = (float *)(st + j->ring_off);
         int32_t idx;
         memcpy(&idx, st + j->idx_off, sizeof idx);
@@ -733,7 +697,7 @@ static int cpu_short_conv(backend *be, const backend_buf *in, int ldi, backend_b
     cpu *c = (cpu *)be;
     if (K < 2 || n < 0 || (in == out && ldi != ldo)) return -EINVAL;
     conv_job j = {c, in->p, w->p, out->p, ring_off, idx_off, ldi, ldo, n, K, silu};
-    cpu_pool_run(c->threads, conv_part, &j, row_parts(c, c->nruns, (size_t)n * K * 2 * c->B / c->nruns));
+    cpu_pool_run(c->threads, conv_part, &j, cpu_row_parts(c, c->nruns, (size_t)n * K * 2 * c->B / c->nruns));
     return 0;
 }
 
@@ -789,14 +753,14 @@ __attribute__((noinline)) static void delta_head(double *restrict S, double *res
 static void delta_part(void *arg, int part, int nparts) {
     const delta_job *j = arg;
     int H = j->H, dh = j->dh, hd = H * dh, lo, hi;
-    part_range(j->c->nruns * H, part, nparts, &lo, &hi);
+    cpu_part_range(j->c->nruns * H, part, nparts, &lo, &hi);
     double *kn = j->tmp + (size_t)part * delta_tmp_doubles(dh), *qn = kn + dh, *sku = qn + dh, *o = sku + dh;
     double qscale = 1.0 / sqrt((double)dh);
     size_t ld = (size_t)3 * hd + 2 * (size_t)H;
     for (int unit = lo; unit < hi; unit++) {
         int run = unit / H, h = unit % H;
         for (int b = j->c->run[run]; b < j->c->run[run + 1]; b++) {
-            double *S = (double *)(slot_ptr(j->c, j->c->slots[b]) + j->off) + (size_t)h * dh * dh;
+            double *S = (double *)(cpu_slot_ptr(j->c, j->c->slots[b]) + j->off) + (size_t)h * dh * dh;
             const float *row = j->in + (size_t)b * ld;
             l2_head(qn, row + h * dh, qscale, dh);
             l2_head(kn, row + hd + h * dh, 1.0, dh);
@@ -816,8 +780,8 @@ static int cpu_delta_step(backend *be, const backend_buf *in, const backend_buf 
                           backend_buf *out, size_t state_off, int H, int dh, float eps) {
     cpu *c = (cpu *)be;
     int units = c->nruns * H;
-    int parts = row_parts(c, units, (size_t)4 * dh * dh * c->B / c->nruns);
-    double *t = (double *)tmp_get(c, 2 * (size_t)parts * delta_tmp_doubles(dh));
+    int parts = cpu_row_parts(c, units, (size_t)4 * dh * dh * c->B / c->nruns);
+    double *t = (double *)cpu_tmp_get(c, 2 * (size_t)parts * delta_tmp_doubles(dh));
     if (!t) return -ENOMEM;
     delta_job j = {c, in->p, gate->p, gate->p + H, norm_w->p, out->p, t, state_off, H, dh, eps};
     cpu_pool_run(c->threads, delta_part, &j, parts);
@@ -848,12 +812,12 @@ static void win_part(void *arg, int part, int nparts) {
     const win_job *j = arg;
     int H = j->H, dh = j->dh, hd = H * dh, lo, hi;
     long L = (long)j->w * j->dil;
-    part_range(j->c->nruns * H, part, nparts, &lo, &hi);
+    cpu_part_range(j->c->nruns * H, part, nparts, &lo, &hi);
     float *q = j->tmp + (size_t)part * 4 * dh;
     double *acc = (double *)(q + 2 * dh);
     for (int unit = lo; unit < hi; unit++) {
         int run = unit / H, h = unit % H, b0 = j->c->run[run];
-        uint8_t *st = slot_ptr(j->c, j->c->slots[b0]);
+        uint8_t *st = cpu_slot_ptr(j->c, j->c->slots[b0]);
         float *rk = (float *)(st + j->ring_off) + (size_t)h * dh, *rv = rk + (size_t)L * hd;
         float *gk = (float *)(st + j->glob_off) + (size_t)h * dh, *gv = gk + (size_t)j->g * hd;
         uint64_t t0 = slot_u64(st, j->pos_off);
@@ -897,13 +861,13 @@ typedef struct ret_job {
 static void ret_part(void *arg, int part, int nparts) {
     const ret_job *j = arg;
     int H = j->H, dh = j->dh, hd = H * dh, lo, hi;
-    part_range(j->c->nruns * H, part, nparts, &lo, &hi);
+    cpu_part_range(j->c->nruns * H, part, nparts, &lo, &hi);
     double *o = j->tmp + (size_t)part * dh, scale = 1.0 / sqrt((double)dh);
     for (int unit = lo; unit < hi; unit++) {
         int run = unit / H, h = unit % H;
         double g = (double)j->gamma[h];
         for (int b = j->c->run[run]; b < j->c->run[run + 1]; b++) {
-            double *S = (double *)(slot_ptr(j->c, j->c->slots[b]) + j->off) + (size_t)h * dh * dh;
+            double *S = (double *)(cpu_slot_ptr(j->c, j->c->slots[b]) + j->off) + (size_t)h * dh * dh;
             const float *row = j->in + (size_t)b * 4 * hd;
             lin_head(S, o, row + hd + h * dh, row + h * dh, row + 2 * hd + h * dh, g, dh);
             double mean = 0.0, var = 0.0;
@@ -924,8 +888,8 @@ static void ret_part(void *arg, int part, int nparts) {
 static int cpu_retention_step(backend *be, const backend_buf *in, const backend_buf *gamma, const backend_buf *norm,
                               backend_buf *out, size_t state_off, int H, int dh, float eps) {
     cpu *c = (cpu *)be;
-    int parts = row_parts(c, c->nruns * H, (size_t)2 * dh * dh * c->B / c->nruns);
-    double *t = (double *)tmp_get(c, 2 * (size_t)parts * dh);
+    int parts = cpu_row_parts(c, c->nruns * H, (size_t)2 * dh * dh * c->B / c->nruns);
+    double *t = (double *)cpu_tmp_get(c, 2 * (size_t)parts * dh);
     if (!t) return -ENOMEM;
     ret_job j = {c, in->p, gamma->p, norm->p, out->p, t, state_off, H, dh, eps};
     cpu_pool_run(c->threads, ret_part, &j, parts);
@@ -944,7 +908,7 @@ typedef struct favor_job {
 static void favor_part(void *arg, int part, int nparts) {
     const favor_job *j = arg;
     int lo, hi;
-    part_range(j->c->B, part, nparts, &lo, &hi);
+    cpu_part_range(j->c->B, part, nparts, &lo, &hi);
     for (int r = lo; r < hi; r++)
         for (int p = 0; p < 2; p++)
             for (int h = 0; h < j->H; h++)
@@ -957,7 +921,7 @@ static int cpu_favor_features(backend *be, const backend_buf *in, int ldi, const
                               backend_buf *out, int ldo, int H, int dh, int m, float ck) {
     cpu *c = (cpu *)be;
     favor_job j = {c, in->p, omega->p, out->p, ldi, ldo, H, dh, m, ck};
-    cpu_pool_run(c->threads, favor_part, &j, row_parts(c, c->B, (size_t)6 * H * m * dh));
+    cpu_pool_run(c->threads, favor_part, &j, cpu_row_parts(c, c->B, (size_t)6 * H * m * dh));
     return 0;
 }
 
@@ -980,12 +944,12 @@ typedef struct cos_job {
 static void cos_part(void *arg, int part, int nparts) {
     const cos_job *j = arg;
     int H = j->H, dh = j->dh, hd = H * dh, P = j->periodic ? 3 : 2, lo, hi;
-    part_range(j->c->nruns * H, part, nparts, &lo, &hi);
+    cpu_part_range(j->c->nruns * H, part, nparts, &lo, &hi);
     float *phiq = j->tmp + (size_t)part * cos_tmp_floats(dh), *phik = phiq + LIND_COS_PAIRS_MAX * dh;
     double *num = (double *)(phik + LIND_COS_PAIRS_MAX * dh), *term = num + dh;
     for (int unit = lo; unit < hi; unit++) {
         int run = unit / H, h = unit % H, r0 = j->c->run[run];
-        uint8_t *st = slot_ptr(j->c, j->c->slots[r0]);
+        uint8_t *st = cpu_slot_ptr(j->c, j->c->slots[r0]);
         int64_t pos;
         memcpy(&pos, st + j->pos_off, sizeof pos);
         for (int b = r0; b < j->c->run[run + 1]; b++) {
@@ -1019,14 +983,14 @@ static int cpu_window_step(backend *be, const backend_buf *in, const backend_buf
         (!slopes && !(rope_base > 0)))
         return -EINVAL;
     int units = c->nruns * H;
-    int parts = row_parts(c, units, (size_t)4 * dh * (size_t)(w + g) * c->B / c->nruns);
-    float *t = tmp_get(c, (size_t)parts * 4 * dh);
+    int parts = cpu_row_parts(c, units, (size_t)4 * dh * (size_t)(w + g) * c->B / c->nruns);
+    float *t = cpu_tmp_get(c, (size_t)parts * 4 * dh);
     if (!t) return -ENOMEM;
     win_job j = {c, in->p, slopes ? slopes->p : NULL, out->p, t, ring_off, glob_off, pos_off, H, dh, w, dil, g,
                  rope_base};
     cpu_pool_run(c->threads, win_part, &j, parts);
     for (int k = 0; k < c->nruns; k++) {
-        uint8_t *st = slot_ptr(c, c->slots[c->run[k]]);
+        uint8_t *st = cpu_slot_ptr(c, c->slots[c->run[k]]);
         uint64_t pos = slot_u64(st, pos_off) + (uint64_t)(c->run[k + 1] - c->run[k]);
         memcpy(st + pos_off, &pos, sizeof pos);
     }
@@ -1041,17 +1005,17 @@ static int cpu_cosformer_step(backend *be, const backend_buf *in, backend_buf *o
      * (reduced mod 2M, C's remainder: a negative one is a valid angle too) */
     for (int r = 0; r < c->nruns && !periodic; r++) {
         int64_t pos;
-        memcpy(&pos, slot_ptr(c, c->slots[c->run[r]]) + pos_off, sizeof pos);
+        memcpy(&pos, cpu_slot_ptr(c, c->slots[c->run[r]]) + pos_off, sizeof pos);
         if (pos < 0) return -EINVAL;   /* not a count of tokens: a damaged state */
         if (pos + (c->run[r + 1] - c->run[r]) > M) return -EOVERFLOW;
     }
-    int parts = row_parts(c, c->nruns * H, (size_t)3 * dh * dh * c->B / c->nruns);
-    float *t = tmp_get(c, (size_t)parts * cos_tmp_floats(dh));
+    int parts = cpu_row_parts(c, c->nruns * H, (size_t)3 * dh * dh * c->B / c->nruns);
+    float *t = cpu_tmp_get(c, (size_t)parts * cos_tmp_floats(dh));
     if (!t) return -ENOMEM;
     cos_job j = {c, in->p, out->p, t, state_off, pos_off, H, dh, M, periodic, eps};
     cpu_pool_run(c->threads, cos_part, &j, parts);
     for (int r = 0; r < c->nruns; r++) {
-        uint8_t *p = slot_ptr(c, c->slots[c->run[r]]) + pos_off;
+        uint8_t *p = cpu_slot_ptr(c, c->slots[c->run[r]]) + pos_off;
         int64_t pos;
         memcpy(&pos, p, sizeof pos);
         pos = (int64_t)((uint64_t)pos + (uint64_t)(c->run[r + 1] - c->run[r]));
@@ -1072,10 +1036,10 @@ typedef struct aftw_job {
 static void aftw_part(void *arg, int part, int nparts) {
     const aftw_job *j = arg;
     int lo, hi, d = j->d, s = j->s, S1 = s - 1, per = d / j->H;
-    part_range(j->c->nruns, part, nparts, &lo, &hi);
+    cpu_part_range(j->c->nruns, part, nparts, &lo, &hi);
     for (int k = lo; k < hi; k++) {
         int b0 = j->c->run[k];
-        uint8_t *st = slot_ptr(j->c, j->c->slots[b0]);
+        uint8_t *st = cpu_slot_ptr(j->c, j->c->slots[b0]);
         double *num = (double *)(st + j->acc_off), *den = num + d, *mx = den + d;
         float *rk = (float *)(st + j->ring_off), *rv = rk + (size_t)d * S1;
         uint64_t t0 = slot_u64(st, j->pos_off);
@@ -1098,7 +1062,7 @@ static int cpu_aft_window_step(backend *be, const backend_buf *in, const backend
     cpu *c = (cpu *)be;
     if (s < 2 || d < 1 || H < 1 || d % H) return -EINVAL;
     aftw_job j = {c, in->p, w->p, out->p, acc_off, ring_off, pos_off, d, s, H};
-    cpu_pool_run(c->threads, aftw_part, &j, row_parts(c, c->nruns, (size_t)d * s * 8 * c->B / c->nruns));
+    cpu_pool_run(c->threads, aftw_part, &j, cpu_row_parts(c, c->nruns, (size_t)d * s * 8 * c->B / c->nruns));
     return 0;
 }
 
@@ -1117,11 +1081,11 @@ typedef struct linf_job {
 static void linf_part(void *arg, int part, int nparts) {
     const linf_job *j = arg;
     int H = j->H, dh = j->dh, hd = H * dh, kp = j->kp, lo, hi;
-    part_range(j->c->nruns * H, part, nparts, &lo, &hi);
+    cpu_part_range(j->c->nruns * H, part, nparts, &lo, &hi);
     double *sp = j->tmp + (size_t)part * kp;
     for (int unit = lo; unit < hi; unit++) {
         int run = unit / H, h = unit % H, r0 = j->c->run[run];
-        uint8_t *st = slot_ptr(j->c, j->c->slots[r0]);
+        uint8_t *st = cpu_slot_ptr(j->c, j->c->slots[r0]);
         int64_t pos;
         memcpy(&pos, st + j->pos_off, sizeof pos);
         double *Kb = (double *)(st + j->off) + (size_t)h * kp * dh, *Vb = Kb + (size_t)hd * kp;
@@ -1153,17 +1117,17 @@ static int cpu_linformer_step(backend *be, const backend_buf *in, const backend_
     cpu *c = (cpu *)be;
     for (int r = 0; r < c->nruns; r++) {
         int64_t pos;
-        memcpy(&pos, slot_ptr(c, c->slots[c->run[r]]) + pos_off, sizeof pos);
+        memcpy(&pos, cpu_slot_ptr(c, c->slots[c->run[r]]) + pos_off, sizeof pos);
         if (pos < 0) return -EINVAL;   /* not a count of tokens: a damaged state */
         if (pos + (c->run[r + 1] - c->run[r]) > N) return -EOVERFLOW;
     }
-    int parts = row_parts(c, c->nruns * H, (size_t)4 * kp * dh * c->B / c->nruns);
-    double *t = (double *)tmp_get(c, 2 * (size_t)parts * kp);
+    int parts = cpu_row_parts(c, c->nruns * H, (size_t)4 * kp * dh * c->B / c->nruns);
+    double *t = (double *)cpu_tmp_get(c, 2 * (size_t)parts * kp);
     if (!t) return -ENOMEM;
     linf_job j = {c, in->p, ef->p, out->p, t, state_off, pos_off, H, dh, kp, N};
     cpu_pool_run(c->threads, linf_part, &j, parts);
     for (int r = 0; r < c->nruns; r++) {
-        uint8_t *p = slot_ptr(c, c->slots[c->run[r]]) + pos_off;
+        uint8_t *p = cpu_slot_ptr(c, c->slots[c->run[r]]) + pos_off;
         int64_t pos;
         memcpy(&pos, p, sizeof pos);
         pos = (int64_t)((uint64_t)pos + (uint64_t)(c->run[r + 1] - c->run[r]));
@@ -1295,6 +1259,7 @@ static const backend_ops cpu_ops = {
     .favor_features = cpu_favor_features,
     .cosformer_step = cpu_cosformer_step,
     .linformer_step = cpu_linformer_step,
+    .rwkv7_step = cpu_rwkv7_step,
     .rows_nonfinite = cpu_rows_nonfinite,
     .set_compute = cpu_set_compute,
 };

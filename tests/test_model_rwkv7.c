@@ -1,0 +1,372 @@
+/* tests/test_model_rwkv7.c — BlinkDL's RWKV-7 (x070) .pth checkpoints: lind
+ * computes what the published math computes.
+ *
+ * The fixtures (tests/fixtures/rwkv7/, made by tools/rwkv7_fixtures.py, see
+ * its README) are random x070 models in the .pth layout — FloatStorage in a
+ * plain dict, BFloat16Storage in an OrderedDict with _metadata, HalfStorage;
+ * 3, 5 and 1 heads; LoRA widths differing per kind — each with 512 tokens
+ * and the float64 reference logits after every one (tools/rwkv7_ref.py).
+ * For each fixture:
+ *   - model_load of the directory (one .pth + the World vocabulary) infers
+ *     the config from the tensor shapes, and of the .pth file itself too;
+ *   - one model_step per token: every position within 1e-5 relative
+ *     (max|a−b| over the row / max|b| over the row) of the reference (the
+ *     fixtures record that the easy mistakes — kk after the k_a rescale, the
+ *     bonus with the raw k, no value residual, ln_x's eps, S·kk from the
+ *     decayed S — move some fixture's logits by ≥ 10× that);
+ *   - model_forward in prefill chunks of 1, 7, 64 and 512 tokens: bit-identical
+ *     to the step path; three sessions per call at different paces too.
+ * Then refusals, each naming the file and the culprit: a global outside the
+ * whitelist (_rebuild_parameter), a disallowed opcode (INST), a compressed
+ * zip entry, a truncated file, two .pth files in one directory, a missing
+ * vocabulary; and a backend
+ * without the op (the CUDA backend's host harness) refuses the kind by name.
+ * LIND_RWKV7_FIXTURES overrides the fixture directory. */
+#include "tests/check.h"
+#include "kernels/backend.h"
+#include "recurrent/model.h"
+#include "recurrent/pth.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define POS 512
+#define TOL 1e-5
+
+typedef struct fixture {
+    const char *name;
+    int vocab, C, H, layers, ffn, lora[4], dtype;   /* lora: w, a, v, g; dtype LIND_DT_* of the file */
+    char dir[1024], model_dir[1100], pth[1300];
+    int32_t tok[POS];
+    float *ref;
+    int ok;
+} fixture;
+
+static fixture fx[] = {
+    {.name = "a_f32", .vocab = 280, .C = 48, .H = 3, .layers = 2, .ffn = 160, .lora = {16, 8, 8, 24}, .dtype = LIND_DT_F32},
+    {.name = "b_bf16", .vocab = 300, .C = 40, .H = 5, .layers = 3, .ffn = 128, .lora = {8, 12, 4, 16}, .dtype = LIND_DT_BF16},
+    {.name = "c_f16", .vocab = 272, .C = 32, .H = 1, .layers = 1, .ffn = 96, .lora = {4, 4, 4, 8}, .dtype = LIND_DT_F16},
+};
+#define NFX ((int)(sizeof fx / sizeof fx[0]))
+
+static const char *root;
+static char tmpdir[] = "/tmp/lind-rwkv7-XXXXXX";
+
+static char *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) { free(b); b = NULL; }
+    fclose(f);
+    if (b) { b[n] = 0; *len = (size_t)n; }
+    return b;
+}
+
+static int spill(const char *path, const void *buf, size_t len) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    size_t w = fwrite(buf, 1, len, f);
+    return (fclose(f) == 0 && w == len) ? 0 : -1;
+}
+
+static void load_fixture(fixture *f) {
+    snprintf(f->dir, sizeof f->dir, "%s/%s", root, f->name);
+    snprintf(f->model_dir, sizeof f->model_dir, "%s/model", f->dir);
+    snprintf(f->pth, sizeof f->pth, "%s/RWKV-x070-%s.pth", f->model_dir, f->name);
+    char p[1200];
+    size_t n = 0, nl = 0;
+    snprintf(p, sizeof p, "%s/tokens.i32", f->dir);
+    char *t = slurp(p, &n);
+    snprintf(p, sizeof p, "%s/logits.f32", f->dir);
+    char *l = slurp(p, &nl);
+    size_t want = sizeof(float) * POS * (size_t)f->vocab;
+    CHECK(t && n == sizeof(int32_t) * POS && l && nl == want, "%s: tokens %zu bytes, logits %zu bytes (want %zu, %zu)",
+          f->name, n, nl, sizeof(int32_t) * POS, want);
+    f->ok = t && l && n == sizeof(int32_t) * POS && nl == want;
+    if (f->ok) {
+        memcpy(f->tok, t, sizeof f->tok);
+        f->ref = (float *)l;
+        l = NULL;
+    }
+    free(t);
+    free(l);
+}
+
+static double row_err(const float *a, const float *b, int V) {
+    double d = 0, m = 0;
+    for (int i = 0; i < V; i++) {
+        double e = fabs((double)a[i] - (double)b[i]);
+        if (e > d || isnan(e)) d = isnan(e) ? INFINITY : e;
+        if (fabs((double)b[i]) > m) m = fabs((double)b[i]);
+    }
+    return m > 0 ? d / m : d;
+}
+
+static model *load(const char *path, char *err, size_t errlen) {
+    model *m = NULL;
+    int rc = model_load(path, "cpu", &m, err, errlen);
+    return rc == 0 ? m : NULL;
+}
+
+static float *run_steps(model *m, const fixture *f) {
+    int V = model_vocab(m), slot = 0, rc = model_slots_reserve(m, 1);
+    float *out = malloc(sizeof(float) * POS * (size_t)V);
+    if (rc == 0) rc = model_slot_reset(m, 0);
+    for (int t = 0; t < POS && rc == 0; t++) {
+        rc = model_step(m, &slot, &f->tok[t], 1, out + (size_t)t * V);
+        CHECK(rc == 0, "%s: model_step at position %d: %d", f->name, t, rc);
+    }
+    if (rc != 0) { free(out); return NULL; }
+    return out;
+}
+
+static void check_config(const model *m, const fixture *f) {
+    const lind_config *c = model_config(m);
+    CHECK(!strcmp(c->format, "rwkv7-pth"), "%s: format '%s'", f->name, c->format);
+    CHECK(c->vocab_size == f->vocab && c->d_model == f->C && c->n_layers == f->layers, "%s: vocab %d C %d layers %d",
+          f->name, c->vocab_size, c->d_model, c->n_layers);
+    CHECK(c->emb_norm && c->norm_eps == 1e-5f && c->final_norm_eps == 1e-5f, "%s: emb_norm %d eps %g/%g", f->name,
+          c->emb_norm, c->norm_eps, c->final_norm_eps);
+    for (int i = 0; i < c->n_layers; i++)
+        CHECK(!strcmp(c->layers[i].mixer, "rwkv7") && !strcmp(c->layers[i].ffn, "rwkv7_channel_mix"),
+              "%s: layer %d is %s + %s", f->name, i, c->layers[i].mixer, c->layers[i].ffn);
+    CHECK(!strcmp(c->tokenizer, "world"), "%s: tokenizer %s", f->name, c->tokenizer);
+    CHECK(model_bos(m) == -1, "%s: model_bos %d, want -1 (the prompt alone)", f->name, model_bos(m));
+    CHECK(model_is_eos(m, 0) && !model_is_eos(m, 1), "%s: eos is not World's 0", f->name);
+    CHECK(model_weights_dtype(m) == (lind_dtype)f->dtype, "%s: weights %s, want the file's %s", f->name,
+          lind_dtype_name(model_weights_dtype(m)), lind_dtype_name((lind_dtype)f->dtype));
+    /* per layer: shift (C) + S (H·N·N) floats, and the FFN's shift (C) */
+    size_t N = (size_t)(f->C / f->H);
+    size_t want = (size_t)f->layers * 4 * (2 * (size_t)f->C + (size_t)f->H * N * N);
+    CHECK(model_state_bytes(m) == want, "%s: state %zu bytes, want %zu (fp32 S)", f->name, model_state_bytes(m), want);
+}
+
+static void check_chunks(model *m, const fixture *f, const float *stepped, int chunk) {
+    int V = model_vocab(m);
+    float *lg = malloc(sizeof(float) * (size_t)chunk * V);
+    int *slots = calloc((size_t)chunk, sizeof(int)), *rows = malloc(sizeof(int) * (size_t)chunk);
+    int rc = model_slot_reset(m, 0), bad = -1;
+    for (int t0 = 0; t0 < POS && rc == 0 && bad < 0; t0 += chunk) {
+        int n = POS - t0 < chunk ? POS - t0 : chunk;
+        for (int i = 0; i < n; i++) rows[i] = i;
+        rc = model_forward(m, slots, &f->tok[t0], n, rows, n, lg);
+        CHECK(rc == 0, "%s: model_forward chunk %d at %d: %d", f->name, chunk, t0, rc);
+        for (int i = 0; i < n && rc == 0 && bad < 0; i++)
+            if (memcmp(lg + (size_t)i * V, stepped + (size_t)(t0 + i) * V, sizeof(float) * V) != 0) bad = t0 + i;
+    }
+    CHECK(bad < 0, "%s: chunks of %d: logits at position %d differ from model_step's", f->name, chunk, bad);
+    free(lg);
+    free(slots);
+    free(rows);
+}
+
+/* Three sessions at different paces in each model_forward call, logit rows in
+ * reverse: bit-identical to each session stepped alone. */
+static void check_sessions(model *m, const fixture *f, const float *stepped) {
+    enum { S = 3 };
+    static const int pace[S][4] = {{5, 1, 33, 64}, {17, 2, 100, 7}, {1, 64, 3, 250}};
+    int V = model_vocab(m), rc = model_slots_reserve(m, S);
+    for (int s = 0; s < S && rc == 0; s++) rc = model_slot_reset(m, s);
+    CHECK(rc == 0, "slots: %d", rc);
+    int R_MAX = 64 + 100 + 250, pos[S] = {0, 0, 0}, round = 0, bad = -1;
+    int *slots = malloc(sizeof(int) * R_MAX), *rows = malloc(sizeof(int) * R_MAX), *rpos = malloc(sizeof(int) * R_MAX);
+    int32_t *toks = malloc(sizeof(int32_t) * R_MAX);
+    float *lg = malloc(sizeof(float) * (size_t)R_MAX * V);
+    while (rc == 0 && bad < 0 && (pos[0] < POS || pos[1] < POS || pos[2] < POS)) {
+        int R = 0;
+        for (int k = 0; k < S; k++) {
+            int s = (k + round) % S, n = pace[s][round % 4];
+            if (n > POS - pos[s]) n = POS - pos[s];
+            for (int i = 0; i < n; i++, R++) {
+                slots[R] = s;
+                toks[R] = f->tok[pos[s] + i];
+                rpos[R] = pos[s] + i;
+            }
+            pos[s] += n;
+        }
+        for (int i = 0; i < R; i++) rows[i] = R - 1 - i;
+        rc = model_forward(m, slots, toks, R, rows, R, lg);
+        CHECK(rc == 0, "%s: model_forward round %d: %d", f->name, round, rc);
+        for (int i = 0; i < R && rc == 0 && bad < 0; i++)
+            if (memcmp(lg + (size_t)i * V, stepped + (size_t)rpos[rows[i]] * V, sizeof(float) * V) != 0)
+                bad = rpos[rows[i]];
+        round++;
+    }
+    CHECK(bad < 0, "%s: 3 sessions per model_forward: position %d differs from model_step's", f->name, bad);
+    free(slots);
+    free(rows);
+    free(rpos);
+    free(toks);
+    free(lg);
+}
+
+static void run_fixture(fixture *f) {
+    if (!f->ok) { CHECK(0, "%s: fixture files missing", f->name); return; }
+    char err[512] = "";
+    model *m = load(f->model_dir, err, sizeof err);
+    CHECK(m, "model_load(%s): %s", f->model_dir, err);
+    if (!m) return;
+    check_config(m, f);
+    float *st = model_vocab(m) == f->vocab ? run_steps(m, f) : NULL;
+    if (st) {
+        double w = 0;
+        int at = 0;
+        for (int t = 0; t < POS; t++) {
+            double e = row_err(st + (size_t)t * f->vocab, f->ref + (size_t)t * f->vocab, f->vocab);
+            if (e > w) { w = e; at = t; }
+        }
+        printf("NOTE rwkv7 %s: worst relative error vs the float64 reference %.3g (position %d of %d)\n", f->name, w,
+               at, POS);
+        CHECK(w <= TOL, "%s: relative error %.3g at position %d > %g", f->name, w, at, TOL);
+        static const int chunks[] = {1, 7, 64, 512};
+        for (int i = 0; i < 4; i++) check_chunks(m, f, st, chunks[i]);
+        check_sessions(m, f, st);
+    }
+    model_free(m);
+    /* the .pth named directly: the same model (fingerprint) */
+    model *m2 = load(f->pth, err, sizeof err);
+    CHECK(m2, "model_load(%s): %s", f->pth, err);
+    if (m2 && st) {
+        float *st2 = run_steps(m2, f);
+        CHECK(st2 && !memcmp(st, st2, sizeof(float) * POS * (size_t)f->vocab), "%s: the .pth path gives other logits",
+              f->name);
+        free(st2);
+    }
+    model_free(m2);
+    free(st);
+}
+
+static void rwkv7_a_f32(void) { run_fixture(&fx[0]); }
+static void rwkv7_b_bf16(void) { run_fixture(&fx[1]); }
+static void rwkv7_c_f16(void) { run_fixture(&fx[2]); }
+
+/* ---- refusals ------------------------------------------------------------ */
+
+static char tpath[1200];
+static const char *tmp_path(const char *name) {
+    snprintf(tpath, sizeof tpath, "%s/%s", tmpdir, name);
+    return tpath;
+}
+
+/* a_f32's .pth with `patch` applied, opened by pth_open: its message. */
+static int open_patched(void (*patch)(char *buf, size_t *len), char *err, size_t errlen) {
+    size_t n = 0;
+    char *b = slurp(fx[0].pth, &n);
+    if (!b) return -999;
+    patch(b, &n);
+    const char *p = tmp_path("RWKV-x070-bad.pth");
+    int rc = spill(p, b, n);
+    free(b);
+    if (rc) return -998;
+    st_file f;
+    rc = pth_open(&f, p, err, errlen);
+    if (rc == 0) st_close(&f);
+    return rc;
+}
+
+static char *find(char *b, size_t n, const char *s) {
+    size_t k = strlen(s);
+    for (size_t i = 0; i + k <= n; i++)
+        if (!memcmp(b + i, s, k)) return b + i;
+    return NULL;
+}
+
+static void patch_global(char *b, size_t *n) {   /* same length: the zip stays valid */
+    char *p = find(b, *n, "_rebuild_tensor_v2");
+    if (p) memcpy(p, "_rebuild_parameter", 18);
+}
+static void patch_opcode(char *b, size_t *n) {   /* the first key's BINUNICODE → INST */
+    char *p = find(b, *n, "emb.weight");
+    if (p) p[-5] = 'i';
+}
+static void patch_method(char *b, size_t *n) {   /* the first central entry says deflate */
+    char *p = find(b, *n, "PK\x01\x02");
+    if (p) p[10] = 8;
+}
+static void patch_cut(char *b, size_t *n) { (void)b; *n /= 2; }
+
+static void rwkv7_pth_refusals(void) {
+    if (!fx[0].ok) { CHECK(0, "fixture missing"); return; }
+    char err[512];
+    int rc = open_patched(patch_global, err, sizeof err);
+    CHECK(rc == -EINVAL && strstr(err, "RWKV-x070-bad.pth") && strstr(err, "torch._utils._rebuild_parameter") &&
+          strstr(err, "not allowed"), "global: %d %s", rc, err);
+    rc = open_patched(patch_opcode, err, sizeof err);
+    CHECK(rc == -EINVAL && strstr(err, "RWKV-x070-bad.pth") && strstr(err, "INST") && strstr(err, "data.pkl"),
+          "opcode: %d %s", rc, err);
+    rc = open_patched(patch_method, err, sizeof err);
+    CHECK(rc == -EINVAL && strstr(err, "compressed (method 8)"), "compressed: %d %s", rc, err);
+    rc = open_patched(patch_cut, err, sizeof err);
+    CHECK(rc == -EINVAL && strstr(err, "RWKV-x070-bad.pth") && strstr(err, "zip"), "truncated: %d %s", rc, err);
+    unlink(tmp_path("RWKV-x070-bad.pth"));
+}
+
+/* Through model_load: a directory with two .pth files is ambiguous; one
+ * .pth in a directory loads; a .pth without the World vocabulary beside it
+ * is refused naming the file. */
+static void rwkv7_load_refusals(void) {
+    if (!fx[0].ok || !fx[1].ok) { CHECK(0, "fixtures missing"); return; }
+    char err[512] = "", cmd[8192];
+    /* two .pth files in one directory: ambiguous */
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s/one.pth' && cp '%s' '%s/two.pth' && cp '%s/rwkv_vocab_v20230424.txt' '%s'",
+             fx[0].pth, tmpdir, fx[1].pth, tmpdir, fx[0].model_dir, tmpdir);
+    CHECK(system(cmd) == 0, "copy");
+    model *m = load(tmpdir, err, sizeof err);
+    CHECK(!m && strstr(err, "more than one .pth"), "two .pth: %s", err);
+    model_free(m);
+    unlink(tmp_path("two.pth"));
+    m = load(tmpdir, err, sizeof err);
+    CHECK(m != NULL, "one .pth in a directory: %s", err);
+    model_free(m);
+    /* no vocabulary beside it */
+    unlink(tmp_path("rwkv_vocab_v20230424.txt"));
+    m = load(tmp_path("one.pth"), err, sizeof err);
+    CHECK(!m && strstr(err, "rwkv_vocab_v20230424.txt"), "no vocabulary: %s", err);
+    model_free(m);
+    unlink(tmp_path("one.pth"));
+}
+
+/* The CUDA backend has no rwkv7_step yet: its host harness refuses the kind. */
+static void rwkv7_backend_without_op(void) {
+    if (!fx[0].ok) { CHECK(0, "fixture missing"); return; }
+    char err[512] = "";
+    model *m = NULL;
+    int rc = model_load(fx[0].model_dir, "harness", &m, err, sizeof err);
+    if (rc == -ENOTSUP && strstr(err, "not built")) {
+        printf("SKIP rwkv7_backend_without_op: %s\n", err);
+        return;
+    }
+    CHECK(rc == -ENOTSUP && strstr(err, "\"rwkv7\"") && strstr(err, "rwkv7_step") && strstr(err, "backend"),
+          "harness: %d %s", rc, err);
+    model_free(m);
+}
+
+int main(void) {
+    root = getenv("LIND_RWKV7_FIXTURES") ? getenv("LIND_RWKV7_FIXTURES") : "tests/fixtures/rwkv7";
+    if (!mkdtemp(tmpdir)) {
+        printf("FAIL rwkv7: mkdtemp: %s\n", strerror(errno));
+        return 1;
+    }
+    check_begin("rwkv7_fixtures_present");
+    for (int i = 0; i < NFX; i++) load_fixture(&fx[i]);
+    check_end();
+    RUN(rwkv7_a_f32);
+    RUN(rwkv7_b_bf16);
+    RUN(rwkv7_c_f16);
+    RUN(rwkv7_pth_refusals);
+    RUN(rwkv7_load_refusals);
+    RUN(rwkv7_backend_without_op);
+    for (int i = 0; i < NFX; i++) free(fx[i].ref);
+    rmdir(tmpdir);
+    return check_exit();
+}
