@@ -438,17 +438,23 @@ int main(int argc, char **argv)
     start_daemon();
     struct utsname u;
     uname(&u);
-    printf("# HTTP front door beside the msgpack socket\n\nModel: %s. Machine: %s %s, %ld CPUs. "
-           "Daemon: %s, --max-batch 256, durability full, one daemon for both sides. Socket: one "
-           "connection, every generate in flight at once. HTTP: POST /v1/completions with "
-           "stream:true, one connection per stream (libcurl multi). Every stream: a fresh session, "
-           "prompt \"The \", its own seed.\n\n", model_dir, u.sysname, u.machine,
-           sysconf(_SC_NPROCESSORS_ONLN), lind_bin);
-    printf("Each row: the median of three runs per side (by tokens/s), sides alternated. Time to "
-           "first token: from sending the request(s) to a stream's first text, p50/p99 over the "
-           "streams.\n\n");
-    printf("| streams | tokens/stream | socket tokens/s | HTTP tokens/s | HTTP/socket | socket TTFT "
-           "p50/p99 ms | HTTP TTFT p50/p99 ms | mean batch socket / HTTP |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    if (n_only) {
+        printf("# n answers from one prefill\n\nModel: %s. Machine: %s %s, %ld CPUs. Daemon: %s.\n", model_dir,
+               u.sysname, u.machine, sysconf(_SC_NPROCESSORS_ONLN), lind_bin);
+    } else {
+        printf("# HTTP front door beside the msgpack socket\n\nModel: %s. Machine: %s %s, %ld CPUs. "
+               "Daemon: %s, --max-batch 256, durability full, one daemon for both sides. Socket: one "
+               "connection, every generate in flight at once. HTTP: POST /v1/completions with "
+               "stream:true, one connection per stream (libcurl multi). Every stream: a fresh session, "
+               "prompt \"The \", its own seed.\n\n", model_dir, u.sysname, u.machine,
+               sysconf(_SC_NPROCESSORS_ONLN), lind_bin);
+        printf("Each row: the median of three runs per side (by tokens/s), sides alternated. Time to "
+               "first token: from sending the request(s) to a stream's first text, p50/p99 over the "
+               "streams.\n\n");
+        printf("| streams | tokens/stream | socket tokens/s | HTTP tokens/s | HTTP/socket | socket TTFT "
+               "p50/p99 ms | HTTP TTFT p50/p99 ms | mean batch socket / HTTP |\n"
+               "|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    }
     const int sizes[] = { 1, 8, 64 };
     for (int k = 0; k < (n_only ? 0 : 3); k++) {
         int S = sizes[k];

@@ -1446,7 +1446,7 @@ static void on_final(hreq *h, hchoice *c, const evlist *l, const event *e)
     case ST_PREFILL:
         if (e->kind != EV_APPENDED) break;
         h->prompt_tokens = e->done.tokens_in;
-        if (e->cancelled || !h->req) {   /* the client is gone or we stop */
+        if (e->cancelled || !h->req || h->gone_posted) {   /* the client is gone or we stop */
             for (int i = 0; i < h->n; i++) snprintf(h->ch[i].finish, sizeof h->ch[i].finish, "cancelled");
             complete(h);
             break;
@@ -1457,6 +1457,11 @@ static void on_final(hreq *h, hchoice *c, const evlist *l, const event *e)
         break;
     case ST_FORK_N:
         if (--h->waiting > 0) break;
+        if (!h->req || h->gone_posted) {   /* the client left: no turns for nobody */
+            for (int i = 0; i < h->n; i++) snprintf(h->ch[i].finish, sizeof h->ch[i].finish, "cancelled");
+            complete(h);
+            break;
+        }
         h->stage = ST_GENERATE;
         h->waiting = h->n;
         for (int i = 0; i < h->n && !h->over; i++) generate_choice(h, i, NULL, 0);

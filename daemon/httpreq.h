@@ -85,7 +85,7 @@ typedef struct httpreq_error {
 /* Parse body[0..len) as a request of `kind`. hdr_session (hdr_len bytes, or
  * NULL) is the X-Lind-Session header's value. Every field is either used,
  * refused (400 naming it: out of range, or asking for what lind lacks, such
- * as tools or n > 1) or listed in r->ignored; none is dropped silently.
+ * as tools or best_of > 1) or listed in r->ignored; none is dropped silently.
  * 0 and *r filled, or -EINVAL / -ENOMEM with *e filled and nothing to free. */
 int  httpreq_parse(httpreq *r, httpreq_kind kind, const char *body, size_t len, const char *hdr_session,
                    size_t hdr_len, const httpreq_limits *lim, httpreq_error *e);
