@@ -803,7 +803,7 @@ static void complete(hreq *h)
         for (int i = 0; i < h->n; i++) {
             hchoice *c = &h->ch[i];
             stream_text(h, c, 1);
-            size_t to = c->lp ? json_array_size(c->lp) : 0;
+            size_t to = c->lp ? lp_upto(c, c->stop_at != SIZE_MAX ? c->stop_at : c->text.n, 1) : 0;
             sse_event(h, chunk(h, c, "", 0, c->finish, c->lp ? c->lp_sent : 0, to));
         }
         if (h->include_usage) {
