@@ -11,10 +11,12 @@
  * Not a test: the figures depend on the machine and its load (clients and
  * daemon share the CPU here).
  *
- *   usage: http_bench [--lind PATH] [--model DIR] [--quick]
+ *   usage: http_bench [--lind PATH] [--model DIR] [--quick] [--n-only]
  *     --lind   the lind binary (default: ../lind next to this program)
  *     --model  default: $MODEL when it has weights, else models/default
- *     --quick  fewer tokens per stream (also when BENCH_QUICK is set) */
+ *     --quick  fewer tokens per stream (also when BENCH_QUICK is set)
+ *     --n-only only the second table: n answers to one prompt by one request
+ *              with `n` (one prefill, forked) against n separate requests */
 #include <curl/curl.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -114,6 +116,8 @@ static int cmpd(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+typedef struct hbuf_t { char *p; size_t n, cap; } hbuf_t;
+
 typedef struct run_result { double tok_s, ttft_p50, ttft_p99, batch, wall; long tokens; } run_result;
 
 /* The daemon's steps and tokens_out so far (from `stats`), so that each run
@@ -133,6 +137,23 @@ static void daemon_counts(uint64_t *steps, uint64_t *tokens)
         die("stats", "no steps/tokens_out in the answer");
     lindc_req_free(&r);
     lindc_free(c);
+}
+
+/* The daemon's input tokens fed so far (stats' tokens_in). */
+static uint64_t daemon_fed(void)
+{
+    lindc *c;
+    char err[256];
+    uint64_t fed = 0;
+    if (lindc_connect(&c, sock_path, err, sizeof err) != 0) die("connect", err);
+    lindc_req r;
+    lindc_req_init(&r, "stats");
+    lindc_event ev;
+    if (lindc_call(c, &r, &ev, 10000) != 0 || lindc_get_u64(ev.map, "tokens_in", &fed) != 0)
+        die("stats", "no tokens_in in the answer");
+    lindc_req_free(&r);
+    lindc_free(c);
+    return fed;
 }
 
 static void ttft_stats(run_result *r, double *ttft, int S)
@@ -285,6 +306,89 @@ static run_result http_run(int S, int per)
     return r;
 }
 
+/* n answers to one prompt: one request with n (one prefill, the state
+ * forked n ways) or n separate requests at once (n prefills), each a
+ * non-streaming POST /v1/completions of a prompt of plen bytes. The wall
+ * time until every answer is in, the tokens the model was fed, and the
+ * tokens sampled. */
+typedef struct n_result { double wall; uint64_t fed; long tokens; } n_result;
+
+static size_t on_body(char *p, size_t sz, size_t n, void *arg)
+{
+    hbuf_t *b = arg;
+    size_t len = sz * n;
+    if (b->n + len + 1 > b->cap) {
+        size_t nc = (b->n + len + 1) * 2;
+        char *q = realloc(b->p, nc);
+        if (!q) return 0;
+        b->p = q;
+        b->cap = nc;
+    }
+    memcpy(b->p + b->n, p, len);
+    b->n += len;
+    b->p[b->n] = 0;
+    return len;
+}
+
+static n_result n_run(int n, int one_request, size_t plen, int max_tokens)
+{
+    n_result r = { 0 };
+    int reqs = one_request ? 1 : n;
+    char *prompt = malloc(plen + 1);
+    for (size_t i = 0; i < plen; i++) prompt[i] = "In the beginning God created the heaven and the earth. "[i % 55];
+    prompt[plen] = 0;
+    size_t blen = plen + 200;
+    char **body = calloc((size_t)reqs, sizeof *body);
+    hbuf_t *out = calloc((size_t)reqs, sizeof *out);
+    CURL **easy = calloc((size_t)reqs, sizeof *easy);
+    CURLM *multi = curl_multi_init();
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/completions", port);
+    struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
+    uint64_t fed0 = daemon_fed();
+    double t0 = now_s();
+    for (int i = 0; i < reqs; i++) {
+        body[i] = malloc(blen);
+        snprintf(body[i], blen, "{\"prompt\":\"%s\",\"max_tokens\":%d,\"temperature\":1,\"seed\":%d,\"n\":%d}",
+                 prompt, max_tokens, i, one_request ? n : 1);
+        easy[i] = curl_easy_init();
+        curl_easy_setopt(easy[i], CURLOPT_URL, url);
+        curl_easy_setopt(easy[i], CURLOPT_POSTFIELDS, body[i]);
+        curl_easy_setopt(easy[i], CURLOPT_HTTPHEADER, hdr);
+        curl_easy_setopt(easy[i], CURLOPT_WRITEFUNCTION, on_body);
+        curl_easy_setopt(easy[i], CURLOPT_WRITEDATA, &out[i]);
+        curl_multi_add_handle(multi, easy[i]);
+    }
+    int running = 1;
+    while (running) {
+        if (curl_multi_perform(multi, &running) != CURLM_OK) die("curl", "multi_perform failed");
+        if (running) curl_multi_poll(multi, NULL, 0, 1000, NULL);
+    }
+    r.wall = now_s() - t0;
+    r.fed = daemon_fed() - fed0;
+    for (int i = 0; i < reqs; i++) {
+        long code = 0;
+        curl_easy_getinfo(easy[i], CURLINFO_RESPONSE_CODE, &code);
+        const char *u = out[i].p ? strstr(out[i].p, "\"completion_tokens\":") : NULL;
+        if (code != 200 || !u) die("http", out[i].p ? out[i].p : "no answer");
+        r.tokens += atol(u + 20);
+        curl_multi_remove_handle(multi, easy[i]);
+        curl_easy_cleanup(easy[i]);
+        free(body[i]);
+        free(out[i].p);
+    }
+    curl_slist_free_all(hdr);
+    curl_multi_cleanup(multi);
+    free(body); free(out); free(easy); free(prompt);
+    return r;
+}
+
+static int cmp_wall(const void *a, const void *b)
+{
+    double x = ((const n_result *)a)->wall, y = ((const n_result *)b)->wall;
+    return (x > y) - (x < y);
+}
+
 /* The median run of three, by tokens/s. */
 static run_result median(run_result *v)
 {
@@ -298,7 +402,7 @@ static run_result median(run_result *v)
 
 int main(int argc, char **argv)
 {
-    int quick = 0;
+    int quick = 0, n_only = 0;
     const char *model_arg = NULL;
     snprintf(lind_bin, sizeof lind_bin, "%s", argv[0]);
     char *slash = strrchr(lind_bin, '/');
@@ -308,9 +412,10 @@ int main(int argc, char **argv)
     if (bq && *bq) quick = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--n-only")) n_only = 1;
         else if (!strcmp(argv[i], "--lind") && i + 1 < argc) snprintf(lind_bin, sizeof lind_bin, "%s", argv[++i]);
         else if (!strcmp(argv[i], "--model") && i + 1 < argc) model_arg = argv[++i];
-        else { fprintf(stderr, "usage: http_bench [--lind PATH] [--model DIR] [--quick]\n"); return 2; }
+        else { fprintf(stderr, "usage: http_bench [--lind PATH] [--model DIR] [--quick] [--n-only]\n"); return 2; }
     }
     struct stat sb;
     char probe[600];
@@ -333,19 +438,25 @@ int main(int argc, char **argv)
     start_daemon();
     struct utsname u;
     uname(&u);
-    printf("# HTTP front door beside the msgpack socket\n\nModel: %s. Machine: %s %s, %ld CPUs. "
-           "Daemon: %s, --max-batch 256, durability full, one daemon for both sides. Socket: one "
-           "connection, every generate in flight at once. HTTP: POST /v1/completions with "
-           "stream:true, one connection per stream (libcurl multi). Every stream: a fresh session, "
-           "prompt \"The \", its own seed.\n\n", model_dir, u.sysname, u.machine,
-           sysconf(_SC_NPROCESSORS_ONLN), lind_bin);
-    printf("Each row: the median of three runs per side (by tokens/s), sides alternated. Time to "
-           "first token: from sending the request(s) to a stream's first text, p50/p99 over the "
-           "streams.\n\n");
-    printf("| streams | tokens/stream | socket tokens/s | HTTP tokens/s | HTTP/socket | socket TTFT "
-           "p50/p99 ms | HTTP TTFT p50/p99 ms | mean batch socket / HTTP |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    if (n_only) {
+        printf("# n answers from one prefill\n\nModel: %s. Machine: %s %s, %ld CPUs. Daemon: %s.\n", model_dir,
+               u.sysname, u.machine, sysconf(_SC_NPROCESSORS_ONLN), lind_bin);
+    } else {
+        printf("# HTTP front door beside the msgpack socket\n\nModel: %s. Machine: %s %s, %ld CPUs. "
+               "Daemon: %s, --max-batch 256, durability full, one daemon for both sides. Socket: one "
+               "connection, every generate in flight at once. HTTP: POST /v1/completions with "
+               "stream:true, one connection per stream (libcurl multi). Every stream: a fresh session, "
+               "prompt \"The \", its own seed.\n\n", model_dir, u.sysname, u.machine,
+               sysconf(_SC_NPROCESSORS_ONLN), lind_bin);
+        printf("Each row: the median of three runs per side (by tokens/s), sides alternated. Time to "
+               "first token: from sending the request(s) to a stream's first text, p50/p99 over the "
+               "streams.\n\n");
+        printf("| streams | tokens/stream | socket tokens/s | HTTP tokens/s | HTTP/socket | socket TTFT "
+               "p50/p99 ms | HTTP TTFT p50/p99 ms | mean batch socket / HTTP |\n"
+               "|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    }
     const int sizes[] = { 1, 8, 64 };
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < (n_only ? 0 : 3); k++) {
         int S = sizes[k];
         int per = (quick ? 4000 : 32000) / S;
         if (per < (quick ? 50 : 300)) per = quick ? 50 : 300;
@@ -358,6 +469,27 @@ int main(int argc, char **argv)
         printf("| %d | %d | %.0f | %.0f | %.0f%% | %.1f / %.1f | %.1f / %.1f | %.1f / %.1f |\n", S, per, s.tok_s,
                h.tok_s, 100.0 * h.tok_s / s.tok_s, s.ttft_p50, s.ttft_p99, h.ttft_p50, h.ttft_p99,
                s.batch, h.batch);
+        fflush(stdout);
+    }
+    printf("\n## n answers from one prefill\n\n%s one POST /v1/completions with `n` against `n` separate "
+           "requests sent at once (each n 1), the same prompt, non-streaming, temperature 1, a seed per "
+           "answer. Model tokens fed: the daemon's `tokens_in` over the run (one request with n: the prompt "
+           "once, then one pending token per answer). Each row: the median of %d alternated runs by wall "
+           "time.\n\n| n | prompt bytes | tokens/answer | one request: wall ms | fed | n requests: wall ms | fed "
+           "| speed-up |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n", "Each row:", 5);
+    const size_t plens[] = { 200, 2000, 8000 };
+    for (int k = 0; k < 3; k++) {
+        int n = 8, per = quick ? 16 : 32;
+        n_result one[5], sep[5];
+        for (int rep = 0; rep < 5; rep++) {
+            one[rep] = n_run(n, 1, plens[k], per);
+            sep[rep] = n_run(n, 0, plens[k], per);
+        }
+        qsort(one, 5, sizeof one[0], cmp_wall);
+        qsort(sep, 5, sizeof sep[0], cmp_wall);
+        printf("| %d | %zu | %d | %.1f | %llu | %.1f | %llu | %.2fx |\n", n, plens[k], per, one[2].wall * 1e3,
+               (unsigned long long)one[2].fed, sep[2].wall * 1e3, (unsigned long long)sep[2].fed,
+               sep[2].wall / one[2].wall);
         fflush(stdout);
     }
     cleanup();

@@ -74,6 +74,46 @@ int evlist_token(evlist *l, uint64_t id, const uint8_t *bytes, size_t n)
     return push(l, EV_TOKEN, id, bytes, n) ? 0 : -ENOMEM;
 }
 
+int evlist_token_lp(evlist *l, uint64_t id, const uint8_t *bytes, size_t n, float lp, const ev_top *top,
+                    uint32_t ntop)
+{
+    if (ntop > EV_TOP_MAX) ntop = EV_TOP_MAX;
+    size_t extra = 0;
+    for (uint32_t i = 0; i < ntop; i++) extra += sizeof(float) + 2 + (top[i].len > 65535 ? 65535 : top[i].len);
+    if (evlist_reserve(l, 1, n + extra)) return -ENOMEM;
+    event *e = push(l, EV_TOKEN, id, bytes, n);   /* cannot fail: reserved */
+    e->has_lp = 1;
+    e->lp = lp;
+    e->ntop = ntop;
+    e->lp_off = l->arena_len;
+    e->lp_len = extra;
+    uint8_t *w = l->arena + l->arena_len;
+    for (uint32_t i = 0; i < ntop; i++) {
+        uint16_t k = (uint16_t)(top[i].len > 65535 ? 65535 : top[i].len);
+        memcpy(w, &top[i].lp, sizeof(float));
+        memcpy(w + sizeof(float), &k, 2);
+        if (k) memcpy(w + sizeof(float) + 2, top[i].bytes, k);
+        w += sizeof(float) + 2 + k;
+    }
+    l->arena_len += extra;
+    return 0;
+}
+
+ev_top event_top(const evlist *l, const event *e, uint32_t i)
+{
+    ev_top t = { 0, NULL, 0 };
+    const uint8_t *r = l->arena + e->lp_off, *end = r + e->lp_len;
+    for (uint32_t k = 0; k <= i && k < e->ntop && r + sizeof(float) + 2 <= end; k++) {
+        uint16_t len;
+        memcpy(&t.lp, r, sizeof(float));
+        memcpy(&len, r + sizeof(float), 2);
+        t.bytes = r + sizeof(float) + 2;
+        t.len = len;
+        r += sizeof(float) + 2 + len;
+    }
+    return t;
+}
+
 int evlist_progress(evlist *l, uint64_t id, uint64_t fed, uint64_t total)
 {
     event *e = push(l, EV_PROGRESS, id, NULL, 0);

@@ -69,7 +69,23 @@ typedef struct event {
     int        cancelled;     /* EV_APPENDED */
     proto_code code;          /* EV_ERROR */
     size_t     rec;           /* EV_RESULT: index of its root record in the field table */
+    /* EV_TOKEN of a turn that asked for logprobs (only HTTP requests do):
+     * the token's log-probability, and ntop alternatives in the arena at
+     * lp_off (lp_len bytes), each a float, a uint16 byte count and the
+     * token's bytes (evlist_token_lp) */
+    int        has_lp;
+    float      lp;
+    uint32_t   ntop;
+    size_t     lp_off, lp_len;
 } event;
+
+#define EV_TOP_MAX 20   /* alternatives a token event may carry */
+
+typedef struct ev_top {
+    float          lp;
+    const uint8_t *bytes;
+    size_t         len;
+} ev_top;
 
 typedef struct evlist {
     event   *v;
@@ -92,6 +108,11 @@ void evlist_free(evlist *l);
 int  evlist_reserve(evlist *l, size_t events, size_t bytes);
 /* Append an event; each returns 0 or -ENOMEM (nothing added). */
 int  evlist_token(evlist *l, uint64_t id, const uint8_t *bytes, size_t n);
+/* A token with its log-probability and ntop (<= EV_TOP_MAX) alternatives. */
+int  evlist_token_lp(evlist *l, uint64_t id, const uint8_t *bytes, size_t n, float lp, const ev_top *top,
+                     uint32_t ntop);
+/* The i-th alternative of a token event with logprobs (i < e->ntop). */
+ev_top event_top(const evlist *l, const event *e, uint32_t i);
 int  evlist_progress(evlist *l, uint64_t id, uint64_t fed, uint64_t total);
 int  evlist_done(evlist *l, const proto_done *d);       /* copies d->stop */
 int  evlist_appended(evlist *l, uint64_t id, uint64_t session_tokens, uint64_t tokens_in,

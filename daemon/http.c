@@ -32,12 +32,34 @@
 #define HREQ_BUCKETS 1024
 #define HTTP_SNDBUF  (256 << 10)   /* SO_SNDBUF of an accepted connection */
 #define TAIL_SLOTS   4096   /* remembered stop tails (see tail_cache) */
+#define RESP_SLOTS   4096   /* remembered Responses API objects (resp_remember) */
 
-typedef enum { HK_COMPLETION = 1, HK_CHAT, HK_METRICS } hkind;
-typedef enum { ST_FORK_IN = 1, ST_GENERATE, ST_FORK_OUT, ST_STATS } hstage;
+typedef enum { HK_COMPLETION = 1, HK_CHAT, HK_METRICS, HK_RESPONSES, HK_RESP_ADMIN } hkind;
+typedef enum { ST_FORK_IN = 1, ST_PREFILL, ST_FORK_N, ST_GENERATE, ST_FORK_OUT, ST_DROP, ST_STATS,
+               ST_ADMIN } hstage;
 
 /* A growing byte buffer. */
 typedef struct hbuf { char *p; size_t n, cap; } hbuf;
+
+/* One choice of a response (n of them, docs/HTTP.md "n"): its text as it
+ * came, what was streamed, its logprobs, how it ended, its session. */
+typedef struct hchoice {
+    hbuf      text;            /* the reply's bytes */
+    hbuf      pre, post;       /* a text chunk's SSE bytes around its text (chunk_template) */
+    size_t    emitted;         /* text bytes already streamed */
+    size_t    stop_at;         /* text is cut here (a stop string starts), or SIZE_MAX */
+    size_t    searched;        /* text searched for stop strings up to here */
+    int       got_token;       /* a text chunk of this choice went out (chat: the role was sent) */
+    json_t   *lp;              /* logprobs asked: one {token, logprob, bytes, top_logprobs} per token */
+    hbuf      lp_end;          /* size_t each: where each token's bytes end in text */
+    size_t    lp_sent;         /* entries streamed */
+    proto_done done;
+    uint8_t   stop_tail[PROTO_MAX_STOP_LEN];   /* done.stop points here */
+    char      finish[16];
+    int       ended;           /* its generate is over */
+    char      session[STORE_NAME_MAX + 1];   /* the session its turn runs on */
+    char      fork_to[STORE_NAME_MAX + 1];   /* ST_FORK_OUT destination, "" = none */
+} hchoice;
 
 struct hreq;
 
@@ -68,6 +90,8 @@ typedef struct http_server {
     struct hreq *dead;
     /* the last stop string a session's reply ended on (loop memory only) */
     struct { char name[STORE_NAME_MAX + 1]; uint8_t tail[PROTO_MAX_STOP_LEN]; uint8_t len; } *tails;
+    /* the Responses API's objects and input items by id (loop memory only) */
+    struct { char id[STORE_NAME_MAX + 1]; json_t *obj, *items; } *resps;
 } http_server;
 
 static const char *const outcome_names[8] = { "stop", "length", "cancelled", "client_error",
@@ -88,11 +112,10 @@ typedef struct hreq {
     int       gone_posted;     /* its client was seen gone (on_tick) */
     uint64_t  paused_ms;       /* uv_now when it paused */
     hbuf      pend, wbuf;      /* SSE bytes not yet handed to h2o, and those in flight */
-    hbuf      text;            /* the reply's bytes */
-    hbuf      pre, post;       /* a text chunk's SSE bytes around its text (chunk_template) */
-    size_t    emitted;         /* text bytes already streamed */
-    size_t    stop_at;         /* text is cut here (a stop string starts), or SIZE_MAX */
-    size_t    searched;        /* text searched for stop strings up to here */
+    hchoice  *ch;              /* n choices; ch[0].session is `session` */
+    int       n, waiting;      /* choices; sub-requests of the stage not answered yet */
+    int       over;            /* answered or failed: later events are dropped */
+    uint64_t  prompt_tokens;   /* n > 1: the tokens the prefill fed */
     int       n_stop;
     uint8_t   stop[PROTO_MAX_STOPS][PROTO_MAX_STOP_LEN];
     uint8_t   stop_len[PROTO_MAX_STOPS];
@@ -100,7 +123,6 @@ typedef struct hreq {
     char      resp_id[40];     /* this response's id, also the session it leaves */
     char      session[STORE_NAME_MAX + 1];   /* the session the turn runs on */
     char      fork_from[STORE_NAME_MAX + 1]; /* ST_FORK_IN source */
-    char      fork_to[STORE_NAME_MAX + 1];   /* ST_FORK_OUT destination, "" = none */
     int       fork_required;   /* previous_response_id: a missing source is an error */
     uint8_t  *full_text, *new_text;   /* the turn's text: whole conversation / only new messages */
     size_t    full_len, new_len;
@@ -109,13 +131,18 @@ typedef struct hreq {
     uint64_t  seed;            /* the sampler's seed: the request's, or drawn fresh */
     char      user[HTTPREQ_USER_MAX + 1];   /* OpenAI's end-user id, for the request log */
     char     *ignored;         /* X-Lind-Ignored's value, NULL: none */
-    proto_done done;
-    uint8_t   stop_tail[PROTO_MAX_STOP_LEN];   /* done.stop points here */
-    char      finish[16];
+    char      finish[16];      /* choice 0's finish reason (metrics, request log) */
+    /* the Responses API */
+    json_t   *input_items;     /* POST: the input as message items; NULL for other kinds */
+    json_t   *rparams;         /* POST: the echoed parameters (instructions, temperature, ...) */
+    int       store;           /* POST: store (else the session is deleted after the answer) */
+    unsigned  seq_no;          /* POST stream: the next event's sequence_number */
+    int       admin;           /* HK_RESP_ADMIN: 1 GET, 2 DELETE, 3 GET input_items */
+    int       resp_opened;     /* POST stream: the opening events were written */
     struct hreq *dead_next;    /* on the reaper's list */
     int64_t   created;
     uint64_t  t_recv_ns;
-    int       got_token;
+    int       got_token;       /* a text chunk of any choice went out */
     int       sent_text;       /* a text chunk went out: later ones may wait for the flush timer */
     int       write_closed;    /* its socket was shut down for --write-timeout */
     uint64_t  send_ms;         /* uv_now when the write in flight was handed to h2o */
@@ -188,7 +215,9 @@ static void post_sched(http_server *hs, uint64_t id, dmsg_kind kind)
  * whatever grows or frees them. */
 static void account(hreq *h)
 {
-    size_t now = h->pend.cap + h->wbuf.cap + h->text.cap + h->pre.cap + h->post.cap;
+    size_t now = h->pend.cap + h->wbuf.cap;
+    for (int i = 0; i < h->n; i++)
+        now += h->ch[i].text.cap + h->ch[i].pre.cap + h->ch[i].post.cap + h->ch[i].lp_end.cap;
     if (now > h->acct) conn_budget_add(h->hs->srv, now - h->acct, 0);
     else if (now < h->acct) conn_budget_sub(h->hs->srv, h->acct - now, 0);
     h->acct = now;
@@ -202,10 +231,18 @@ static void hreq_free(hreq *h)
     post_sched(hs, h->id, M_CONN_CLOSED);
     hbuf_free(&h->pend);
     hbuf_free(&h->wbuf);
-    hbuf_free(&h->text);
-    hbuf_free(&h->pre);
-    hbuf_free(&h->post);
+    for (int i = 0; i < h->n; i++) {
+        hchoice *c = &h->ch[i];
+        hbuf_free(&c->text);
+        hbuf_free(&c->pre);
+        hbuf_free(&c->post);
+        hbuf_free(&c->lp_end);
+        json_decref(c->lp);
+    }
     account(h);
+    free(h->ch);
+    json_decref(h->input_items);
+    json_decref(h->rparams);
     if (h->body_bytes) conn_budget_sub(hs->srv, h->body_bytes, h->body_bytes);
     free(h->full_text);
     free(h->new_text);
@@ -353,6 +390,7 @@ static uint64_t fresh_seed(void)
 /* The headers every 200 answer of a turn carries. */
 static void turn_headers(hreq *h, h2o_req_t *req)
 {
+    if (h->kind == HK_RESP_ADMIN) return;
     char seed[24];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)h->seed);
     add_header(req, "x-lind-session", h->session);
@@ -363,8 +401,9 @@ static void turn_headers(hreq *h, h2o_req_t *req)
 /* The request log's line for a completion or chat request. */
 static void log_request(hreq *h, int status, const char *outcome)
 {
-    if (h->kind != HK_COMPLETION && h->kind != HK_CHAT) return;
-    reqlog_http_info li = { .id = h->resp_id, .endpoint = h->kind == HK_CHAT ? "chat" : "completions",
+    if (h->kind != HK_COMPLETION && h->kind != HK_CHAT && h->kind != HK_RESPONSES) return;
+    reqlog_http_info li = { .id = h->resp_id, .endpoint = h->kind == HK_CHAT ? "chat" : h->kind == HK_RESPONSES
+                            ? "responses" : "completions",
                             .session = h->session, .user = h->user, .status = status, .outcome = outcome };
     reqlog_http(&h->hs->srv->log, &li);
 }
@@ -432,28 +471,35 @@ static size_t utf8_complete(const uint8_t *p, size_t n)
 
 /* Look for the request's stop strings in the text that arrived: the reply
  * is cut where the first one starts (OpenAI returns text without it). */
-static void find_stop(hreq *h)
+static void find_stop(hreq *h, hchoice *c)
 {
-    if (!h->n_stop || h->stop_at != SIZE_MAX) return;
-    size_t from = h->searched > h->max_stop ? h->searched - h->max_stop : 0;
+    if (!h->n_stop || c->stop_at != SIZE_MAX) return;
+    size_t from = c->searched > h->max_stop ? c->searched - h->max_stop : 0;
     size_t best = SIZE_MAX;
     for (int i = 0; i < h->n_stop; i++) {
-        const uint8_t *hit = memmem(h->text.p + from, h->text.n - from, h->stop[i], h->stop_len[i]);
-        if (hit && (size_t)(hit - (uint8_t *)h->text.p) < best) best = (size_t)(hit - (uint8_t *)h->text.p);
+        const uint8_t *hit = memmem(c->text.p + from, c->text.n - from, h->stop[i], h->stop_len[i]);
+        if (hit && (size_t)(hit - (uint8_t *)c->text.p) < best) best = (size_t)(hit - (uint8_t *)c->text.p);
     }
-    h->stop_at = best;
-    h->searched = h->text.n;
+    c->stop_at = best;
+    c->searched = c->text.n;
 }
 
 /* How much of the text may be streamed now: never past a stop string, not
  * the last bytes that could still begin one, not into a UTF-8 sequence. */
-static size_t streamable(hreq *h, int final)
+static size_t streamable(hreq *h, hchoice *c, int final)
 {
-    size_t lim = h->text.n;
-    if (h->stop_at != SIZE_MAX) lim = h->stop_at;
+    size_t lim = c->text.n;
+    if (c->stop_at != SIZE_MAX) lim = c->stop_at;
     else if (!final && h->max_stop > 1) lim = lim > h->max_stop - 1 ? lim - (h->max_stop - 1) : 0;
-    if (!final) lim = utf8_complete((const uint8_t *)h->text.p, lim);
-    return lim < h->emitted ? h->emitted : lim;
+    if (!final) lim = utf8_complete((const uint8_t *)c->text.p, lim);
+    return lim < c->emitted ? c->emitted : lim;
+}
+
+/* The text of a choice as the client reads it (valid UTF-8, cut at the stop). */
+static void reply_text(const hchoice *c, hbuf *out)
+{
+    size_t end = c->stop_at != SIZE_MAX ? c->stop_at : c->text.n;
+    put_utf8(out, (const uint8_t *)c->text.p, end);
 }
 
 /* ---- responses ------------------------------------------------------------------------ */
@@ -569,26 +615,102 @@ static void sse_event(hreq *h, json_t *j)
     free(s);
 }
 
-static json_t *usage_object(const hreq *h)
+/* A Responses API stream event: `event: TYPE`, its data with the type and
+ * the stream's next sequence_number added. */
+static void resp_event(hreq *h, const char *type, json_t *j)
 {
-    return json_pack("{s:I, s:I, s:I}", "prompt_tokens", (json_int_t)h->done.tokens_in,
-                     "completion_tokens", (json_int_t)h->done.tokens_out, "total_tokens",
-                     (json_int_t)(h->done.tokens_in + h->done.tokens_out));
+    if (!j) return;
+    json_object_set_new(j, "type", json_string(type));
+    json_object_set_new(j, "sequence_number", json_integer(h->seq_no++));
+    hbuf_put(&h->pend, "event: ", 7);
+    hbuf_put(&h->pend, type, strlen(type));
+    hbuf_put(&h->pend, "\n", 1);
+    sse_event(h, j);
 }
 
-/* One streamed chunk: text (n bytes, may be 0) and maybe the finish reason. */
-static json_t *chunk(hreq *h, const char *text, size_t n, const char *finish)
+static json_t *usage_object(const hreq *h)
 {
-    json_t *choice;
+    uint64_t in = h->n > 1 ? h->prompt_tokens : h->ch[0].done.tokens_in, out = 0;
+    for (int i = 0; i < h->n; i++) out += h->ch[i].done.tokens_out;
+    if (h->kind == HK_RESPONSES)
+        return json_pack("{s:I, s:{s:i}, s:I, s:{s:i}, s:I}", "input_tokens", (json_int_t)in,
+                         "input_tokens_details", "cached_tokens", 0, "output_tokens", (json_int_t)out,
+                         "output_tokens_details", "reasoning_tokens", 0, "total_tokens", (json_int_t)(in + out));
+    return json_pack("{s:I, s:I, s:I}", "prompt_tokens", (json_int_t)in, "completion_tokens", (json_int_t)out,
+                     "total_tokens", (json_int_t)(in + out));
+}
+
+/* The bytes of a token as a JSON array of integers (logprobs' `bytes`). */
+static json_t *byte_array(const uint8_t *b, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(a, json_integer(b[i]));
+    return a;
+}
+
+/* A token as a JSON string: its bytes, each one that is not UTF-8 U+FFFD. */
+static json_t *token_string(const uint8_t *b, size_t n)
+{
+    hbuf s = { 0 };
+    put_utf8(&s, b, n);
+    json_t *j = json_stringn(s.p ? s.p : "", s.n);
+    hbuf_free(&s);
+    return j;
+}
+
+/* A choice's logprobs entries [from, to) in the answer's form: chat's
+ * {content: [...]}, completions' legacy {tokens, token_logprobs,
+ * top_logprobs, text_offset} (text_offset in bytes of the text). */
+static json_t *lp_object(hreq *h, hchoice *c, size_t from, size_t to)
+{
+    if (h->kind == HK_CHAT) {
+        json_t *content = json_array();
+        for (size_t i = from; i < to; i++) json_array_append(content, json_array_get(c->lp, i));
+        return json_pack("{s:o}", "content", content);
+    }
+    json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    const size_t *end = (const size_t *)c->lp_end.p;
+    for (size_t i = from; i < to; i++) {
+        json_t *e = json_array_get(c->lp, i), *d = json_object(), *t;
+        size_t k;
+        json_array_append(toks, json_object_get(e, "token"));
+        json_array_append(lps, json_object_get(e, "logprob"));
+        json_array_foreach(json_object_get(e, "top_logprobs"), k, t)
+            json_object_set(d, json_string_value(json_object_get(t, "token")), json_object_get(t, "logprob"));
+        json_array_append_new(tops, d);
+        json_array_append_new(offs, json_integer((json_int_t)(i ? end[i - 1] : 0)));
+    }
+    return json_pack("{s:o, s:o, s:o, s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs", tops,
+                     "text_offset", offs);
+}
+
+/* The logprobs entries a chunk streamed up to text byte lim carries: the
+ * tokens whose bytes end by then (final: every token that starts before
+ * lim, the one a stop string cuts included). */
+static size_t lp_upto(const hchoice *c, size_t lim, int final)
+{
+    size_t n = json_array_size(c->lp), i = c->lp_sent;
+    const size_t *end = (const size_t *)c->lp_end.p;
+    while (i < n && (final ? (i ? end[i - 1] : 0) < lim : end[i] <= lim)) i++;
+    return i;
+}
+
+/* One streamed chunk of choice c: text (n bytes, may be 0), the logprobs
+ * entries [lp_from, lp_to) when asked, and maybe the finish reason. */
+static json_t *chunk(hreq *h, hchoice *c, const char *text, size_t n, const char *finish, size_t lp_from,
+                     size_t lp_to)
+{
+    json_t *choice, *lp = c->lp && lp_to > lp_from ? lp_object(h, c, lp_from, lp_to) : json_null();
+    int index = (int)(c - h->ch);
     if (h->kind == HK_CHAT) {
         json_t *delta = json_object();
-        if (!h->got_token) json_object_set_new(delta, "role", json_string("assistant"));
+        if (!c->got_token) json_object_set_new(delta, "role", json_string("assistant"));
         if (n || !finish) json_object_set_new(delta, "content", json_stringn(text, n));
-        choice = json_pack("{s:i, s:o, s:o, s:n}", "index", 0, "delta", delta, "finish_reason",
-                           finish ? json_string(finish) : json_null(), "logprobs");
+        choice = json_pack("{s:i, s:o, s:o, s:o}", "index", index, "delta", delta, "finish_reason",
+                           finish ? json_string(finish) : json_null(), "logprobs", lp);
     } else {
-        choice = json_pack("{s:i, s:s%, s:o, s:n}", "index", 0, "text", text, n, "finish_reason",
-                           finish ? json_string(finish) : json_null(), "logprobs");
+        choice = json_pack("{s:i, s:s%, s:o, s:o}", "index", index, "text", text, n, "finish_reason",
+                           finish ? json_string(finish) : json_null(), "logprobs", lp);
     }
     return json_pack("{s:s, s:s, s:I, s:s, s:[o]}", "id", h->resp_id, "object",
                      h->kind == HK_CHAT ? "chat.completion.chunk" : "text_completion", "created",
@@ -596,48 +718,61 @@ static json_t *chunk(hreq *h, const char *text, size_t n, const char *finish)
 }
 
 /* The text chunk's bytes before and after its text, cut from a chunk
- * written by chunk() around a marker text, once per request. */
-static int chunk_template(hreq *h)
+ * written by chunk() around a marker text, once per choice. */
+static int chunk_template(hreq *h, hchoice *c)
 {
-    if (h->pre.p) return 0;
-    json_t *j = chunk(h, "\x01", 1, NULL);
+    if (c->pre.p) return 0;
+    json_t *j = chunk(h, c, "\x01", 1, NULL, 0, 0);
     char *d = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     char *m = d ? strstr(d, "\"\\u0001\"") : NULL;
     int rc = -ENOMEM;
-    if (m && hbuf_put(&h->pre, "data: ", 6) == 0 && hbuf_put(&h->pre, d, (size_t)(m - d)) == 0 &&
-        hbuf_put(&h->post, m + 8, strlen(m + 8)) == 0 && hbuf_put(&h->post, "\n\n", 2) == 0)
+    if (m && hbuf_put(&c->pre, "data: ", 6) == 0 && hbuf_put(&c->pre, d, (size_t)(m - d)) == 0 &&
+        hbuf_put(&c->post, m + 8, strlen(m + 8)) == 0 && hbuf_put(&c->post, "\n\n", 2) == 0)
         rc = 0;
     free(d);
-    if (rc) { hbuf_free(&h->pre); hbuf_free(&h->post); }
+    if (rc) { hbuf_free(&c->pre); hbuf_free(&c->post); }
     return rc;
 }
 
-/* Stream the text that may go now as one chunk. */
-static void stream_text(hreq *h, int final)
+static void resp_begin_stream(hreq *h);
+static void resp_msg_id(const char *resp_id, char *out, size_t n);
+
+/* Stream the text of choice c that may go now as one chunk. */
+static void stream_text(hreq *h, hchoice *c, int final)
 {
-    size_t lim = streamable(h, final);
-    if (lim <= h->emitted) return;
+    size_t lim = streamable(h, c, final);
+    if (lim <= c->emitted) return;
     hbuf s = { 0 };
-    if (put_utf8(&s, (const uint8_t *)h->text.p + h->emitted, lim - h->emitted) == 0 && s.p) {
-        if (h->got_token && chunk_template(h) == 0) {
+    if (put_utf8(&s, (const uint8_t *)c->text.p + c->emitted, lim - c->emitted) == 0 && s.p) {
+        if (h->kind == HK_RESPONSES) {
+            char mid[64];
+            resp_msg_id(h->resp_id, mid, sizeof mid);
+            resp_begin_stream(h);
+            resp_event(h, "response.output_text.delta",
+                       json_pack("{s:s, s:i, s:i, s:s%, s:[]}", "item_id", mid, "output_index", 0,
+                                 "content_index", 0, "delta", s.p, s.n, "logprobs"));
+        } else if (c->got_token && !c->lp && chunk_template(h, c) == 0) {
             /* The chunk as chunk() would write it, with only the text
              * encoded per token: the loop's cost per streamed token. */
             json_t *str = json_stringn_nocheck(s.p, s.n);
             size_t need = str ? json_dumpb(str, NULL, 0, JSON_ENCODE_ANY) : 0;
-            if (need && hbuf_reserve(&h->pend, h->pre.n + need + h->post.n) == 0) {
-                hbuf_put(&h->pend, h->pre.p, h->pre.n);
+            if (need && hbuf_reserve(&h->pend, c->pre.n + need + c->post.n) == 0) {
+                hbuf_put(&h->pend, c->pre.p, c->pre.n);
                 h->pend.n += json_dumpb(str, h->pend.p + h->pend.n, need, JSON_ENCODE_ANY);
-                hbuf_put(&h->pend, h->post.p, h->post.n);
+                hbuf_put(&h->pend, c->post.p, c->post.n);
             }
             json_decref(str);
         } else {
-            sse_event(h, chunk(h, s.p, s.n, NULL));
+            size_t to = c->lp ? lp_upto(c, lim, final) : 0;
+            sse_event(h, chunk(h, c, s.p, s.n, NULL, c->lp_sent, to));
+            if (c->lp) c->lp_sent = to;
         }
+        c->got_token = 1;
         h->got_token = 1;
     }
     hbuf_free(&s);
-    h->emitted = lim;
+    c->emitted = lim;
 }
 
 static const char *finish_reason(const char *reason)
@@ -647,22 +782,30 @@ static const char *finish_reason(const char *reason)
     return reason;
 }
 
+static void resp_complete(hreq *h);
+
 /* The response's end, once every stage is committed. */
 static void complete(hreq *h)
 {
     http_server *hs = h->hs;
-    const char *fr = h->finish;
+    const char *fr = h->ch[0].finish;
+    snprintf(h->finish, sizeof h->finish, "%s", fr);
+    h->over = 1;
     if (!h->gone_posted)   /* a client seen gone is counted as disconnected */
         hs->req_total[!strcmp(fr, "stop") ? OC_STOP : !strcmp(fr, "length") ? OC_LENGTH
                   : !strcmp(fr, "cancelled") ? OC_CANCELLED : OC_OTHER]++;
     h->pending_backend = 0;
     log_request(h, h->req ? 200 : 499, h->req ? fr : "disconnected");   /* 499: the client left */
     if (!h->req) return;
-    size_t end = h->stop_at != SIZE_MAX ? h->stop_at : h->text.n;
+    if (h->kind == HK_RESPONSES) { resp_complete(h); return; }
     if (h->stream) {
         start_stream(h);
-        stream_text(h, 1);
-        sse_event(h, chunk(h, "", 0, fr));
+        for (int i = 0; i < h->n; i++) {
+            hchoice *c = &h->ch[i];
+            stream_text(h, c, 1);
+            size_t to = c->lp ? lp_upto(c, c->stop_at != SIZE_MAX ? c->stop_at : c->text.n, 1) : 0;
+            sse_event(h, chunk(h, c, "", 0, c->finish, c->lp ? c->lp_sent : 0, to));
+        }
         if (h->include_usage) {
             json_t *u = json_pack("{s:s, s:s, s:I, s:s, s:[], s:o}", "id", h->resp_id, "object",
                                   h->kind == HK_CHAT ? "chat.completion.chunk" : "text_completion",
@@ -675,22 +818,31 @@ static void complete(hreq *h)
         send_pending(h);
         return;
     }
-    hbuf s = { 0 };
-    put_utf8(&s, (const uint8_t *)h->text.p, end);
-    json_t *choice;
-    if (h->kind == HK_CHAT)
-        choice = json_pack("{s:i, s:{s:s, s:s%}, s:s, s:n}", "index", 0, "message", "role", "assistant",
-                           "content", s.p ? s.p : "", s.n, "finish_reason", fr, "logprobs");
-    else
-        choice = json_pack("{s:i, s:s%, s:s, s:n}", "index", 0, "text", s.p ? s.p : "", s.n,
-                           "finish_reason", fr, "logprobs");
-    hbuf_free(&s);
-    json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o, s:{s:s, s:I}}", "id", h->resp_id,
+    json_t *choices = json_array(), *sessions = json_array();
+    for (int i = 0; i < h->n; i++) {
+        hchoice *c = &h->ch[i];
+        hbuf s = { 0 };
+        reply_text(c, &s);
+        size_t end = c->stop_at != SIZE_MAX ? c->stop_at : c->text.n;
+        json_t *lp = c->lp ? lp_object(h, c, 0, lp_upto(c, end, 1)) : json_null(), *choice;
+        if (h->kind == HK_CHAT)
+            choice = json_pack("{s:i, s:{s:s, s:s%}, s:s, s:o}", "index", i, "message", "role", "assistant",
+                               "content", s.p ? s.p : "", s.n, "finish_reason", c->finish, "logprobs", lp);
+        else
+            choice = json_pack("{s:i, s:s%, s:s, s:o}", "index", i, "text", s.p ? s.p : "", s.n,
+                               "finish_reason", c->finish, "logprobs", lp);
+        hbuf_free(&s);
+        json_array_append_new(choices, choice);
+        json_array_append_new(sessions, json_string(c->session));
+    }
+    json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:o, s:o, s:{s:s, s:I}}", "id", h->resp_id,
                           "object", h->kind == HK_CHAT ? "chat.completion" : "text_completion",
-                          "created", (json_int_t)h->created, "model", hs->model_id, "choices", choice,
+                          "created", (json_int_t)h->created, "model", hs->model_id, "choices", choices,
                           "usage", usage_object(h), "lind", "session", h->session, "session_tokens",
-                          (json_int_t)h->done.session_tokens);
+                          (json_int_t)h->ch[0].done.session_tokens);
     json_object_set_new(json_object_get(j, "lind"), "seed", json_integer((json_int_t)h->seed));
+    if (h->n > 1) json_object_set_new(json_object_get(j, "lind"), "sessions", sessions);
+    else json_decref(sessions);
     h2o_req_t *req = h->req;
     h->req = NULL;
     turn_headers(h, req);
@@ -702,6 +854,7 @@ static void fail(hreq *h, proto_code code, const char *msg)
 {
     http_server *hs = h->hs;
     h->pending_backend = 0;
+    h->over = 1;
     int status = code_status(code);
     log_request(h, h->req ? status : 499, proto_code_name(code));
     if (!h->req) return;
@@ -714,8 +867,12 @@ static void fail(hreq *h, proto_code code, const char *msg)
     /* Mid-stream: an error event, then the end of the stream. */
     hs->req_total[status >= 500 ? OC_SERVER_ERR : OC_CLIENT_ERR]++;
     const char *type = status >= 500 ? "server_error" : "invalid_request_error";
-    sse_event(h, error_object(msg, type, proto_code_name(code), NULL));
-    hbuf_put(&h->pend, "data: [DONE]\n\n", 14);
+    if (h->kind == HK_RESPONSES) {
+        resp_event(h, "error", json_pack("{s:s, s:s, s:n}", "code", proto_code_name(code), "message", msg, "param"));
+    } else {
+        sse_event(h, error_object(msg, type, proto_code_name(code), NULL));
+        hbuf_put(&h->pend, "data: [DONE]\n\n", 14);
+    }
     h->final_queued = 1;
     send_pending(h);
 }
@@ -733,59 +890,389 @@ static void send_request(hreq *h, proto_request *r)
     queue_push(&h->hs->srv->schedq, &m->node);
 }
 
-static void fork_request(hreq *h, const char *from, const char *to)
+static void fork_request(hreq *h, uint64_t id, const char *from, const char *to)
 {
     proto_request r;
     memset(&r, 0, sizeof r);
     r.op = OP_FORK;
-    r.id = 1;
+    r.id = id;
     snprintf(r.session, sizeof r.session, "%s", from);
     snprintf(r.to, sizeof r.to, "%s", to);
     send_request(h, &r);
 }
 
+/* Choice i's generate (request id i + 1): the request's settings, seed + i. */
+static void generate_choice(hreq *h, int i, uint8_t *text, size_t len)
+{
+    proto_request r = h->gen_req;
+    r.id = (uint64_t)i + 1;
+    r.text = text;
+    r.text_len = len;
+    r.sp.seed = (h->seed + (uint64_t)i) & INT64_MAX;
+    r.bias_id = NULL;
+    r.bias = NULL;
+    if (h->gen_req.n_bias) {   /* each turn owns its copy */
+        r.bias_id = malloc((size_t)r.n_bias * sizeof *r.bias_id);
+        r.bias = malloc((size_t)r.n_bias * sizeof *r.bias);
+        if (!r.bias_id || !r.bias) {
+            free(r.bias_id);
+            free(r.bias);
+            free(text);
+            fail(h, PE_INTERNAL, "out of memory");
+            return;
+        }
+        memcpy(r.bias_id, h->gen_req.bias_id, (size_t)r.n_bias * sizeof *r.bias_id);
+        memcpy(r.bias, h->gen_req.bias, (size_t)r.n_bias * sizeof *r.bias);
+    }
+    snprintf(r.session, sizeof r.session, "%s", h->ch[i].session);
+    send_request(h, &r);
+}
+
 static void start_generate(hreq *h, int continued)
 {
-    h->stage = ST_GENERATE;
-    proto_request *r = &h->gen_req;
-    snprintf(r->session, sizeof r->session, "%s", h->session);
     /* The text: only the new messages when the session holds the rest. */
     uint8_t **src = continued ? &h->new_text : &h->full_text;
     size_t *len = continued ? &h->new_len : &h->full_len;
-    r->text = *src;
-    r->text_len = *len;
+    uint8_t *text = *src;
+    size_t n = *len;
     *src = NULL;
     *len = 0;
-    proto_request copy = *r;
-    memset(r, 0, sizeof *r);
-    send_request(h, &copy);
+    if (h->n == 1) {
+        h->stage = ST_GENERATE;
+        h->waiting = 1;
+        generate_choice(h, 0, text, n);
+        return;
+    }
+    /* n > 1: the text is fed once (an append leaves its last token pending),
+     * the state forked to every other choice, and each choice samples from
+     * there with its own seed. */
+    h->stage = ST_PREFILL;
+    h->waiting = 1;
+    proto_request r;
+    memset(&r, 0, sizeof r);
+    r.op = OP_APPEND;
+    r.id = 1;
+    r.sp = h->gen_req.sp;   /* a new session's sampler starts from these (the generates reseed it) */
+    snprintf(r.session, sizeof r.session, "%s", h->session);
+    r.text = text;
+    r.text_len = n;
+    send_request(h, &r);
 }
+
+static void forks_done(hreq *h);
 
 /* The turn is committed: snapshot it where a later request will look. */
 static void after_generate(hreq *h)
 {
-    if (h->kind == HK_CHAT && !h->fork_to[0] && h->messages) {
-        /* The reply as the client reads it (valid UTF-8, cut at the stop). */
-        size_t end = h->stop_at != SIZE_MAX ? h->stop_at : h->text.n;
-        hbuf r = { 0 };
-        put_utf8(&r, (const uint8_t *)h->text.p, end);
-        if (httpreq_conv_name(h->messages, json_array_size(h->messages), r.p ? r.p : "", r.n,
-                              h->fork_to, sizeof h->fork_to) != 0)
-            h->fork_to[0] = 0;
-        hbuf_free(&r);
+    int gone = !h->req;
+    for (int i = 0; i < h->n; i++) {
+        hchoice *c = &h->ch[i];
+        if (c->done.stop_len) tail_set(h->hs, c->session, c->done.stop, c->done.stop_len);
+        if (!strcmp(c->finish, "cancelled")) gone = 1;
+        if (h->kind == HK_CHAT && !c->fork_to[0] && h->messages) {
+            hbuf r = { 0 };
+            reply_text(c, &r);
+            if (httpreq_conv_name(h->messages, json_array_size(h->messages), r.p ? r.p : "", r.n,
+                                  c->fork_to, sizeof c->fork_to) != 0)
+                c->fork_to[0] = 0;
+            hbuf_free(&r);
+        }
     }
-    if (h->done.stop_len) tail_set(h->hs, h->session, h->done.stop, h->done.stop_len);
-    if (!strcmp(h->finish, "cancelled") || !h->req) {   /* the client is gone or we stop */
+    if (gone) {   /* the client is gone or we stop */
         complete(h);
         return;
     }
-    if (h->fork_to[0] && strcmp(h->fork_to, h->session)) {
-        if (h->done.stop_len) tail_set(h->hs, h->fork_to, h->done.stop, h->done.stop_len);
-        h->stage = ST_FORK_OUT;
-        fork_request(h, h->session, h->fork_to);
+    h->stage = ST_FORK_OUT;
+    h->waiting = 0;
+    for (int i = 0; i < h->n; i++) {
+        hchoice *c = &h->ch[i];
+        if (!c->fork_to[0] || !strcmp(c->fork_to, c->session)) continue;
+        if (c->done.stop_len) tail_set(h->hs, c->fork_to, c->done.stop, c->done.stop_len);
+        h->waiting++;
+        fork_request(h, (uint64_t)i + 1, c->session, c->fork_to);
+    }
+    if (!h->waiting) forks_done(h);
+}
+
+/* Every snapshot is taken: the Responses API's store: false drops the
+ * response's session; then the answer. */
+static void forks_done(hreq *h)
+{
+    if (h->kind == HK_RESPONSES && !h->store && h->req) {
+        h->stage = ST_DROP;
+        h->waiting = 1;
+        proto_request r;
+        memset(&r, 0, sizeof r);
+        r.op = OP_DELETE;
+        r.id = 1;
+        snprintf(r.session, sizeof r.session, "%s", h->session);
+        send_request(h, &r);
         return;
     }
     complete(h);
+}
+
+static int method_is(const h2o_req_t *req, const char *m);
+
+/* ---- the Responses API ------------------------------------------------------------------- */
+
+/* Remembered responses: the object and its input items, for GET (loop
+ * memory; a response not held here is rebuilt from its stored session). */
+static size_t resp_slot(const char *id)
+{
+    return (size_t)(XXH64(id, strlen(id), 1) % RESP_SLOTS);
+}
+
+static void resp_forget(http_server *hs, const char *id)
+{
+    if (!hs->resps) return;
+    size_t i = resp_slot(id);
+    if (strcmp(hs->resps[i].id, id)) return;
+    json_decref(hs->resps[i].obj);
+    json_decref(hs->resps[i].items);
+    memset(&hs->resps[i], 0, sizeof hs->resps[i]);
+}
+
+static void resp_remember(http_server *hs, const char *id, json_t *obj, json_t *items)
+{
+    if (!hs->resps) return;
+    size_t i = resp_slot(id);
+    json_decref(hs->resps[i].obj);
+    json_decref(hs->resps[i].items);
+    snprintf(hs->resps[i].id, sizeof hs->resps[i].id, "%s", id);
+    hs->resps[i].obj = json_incref(obj);
+    hs->resps[i].items = json_incref(items);
+}
+
+/* The id of a response's output message. */
+static void resp_msg_id(const char *resp_id, char *out, size_t n)
+{
+    snprintf(out, n, "msg_%s", strncmp(resp_id, "resp-", 5) ? resp_id : resp_id + 5);
+}
+
+static json_t *resp_message(const char *resp_id, const char *status, const char *text, size_t n, int with_text)
+{
+    char mid[64];
+    resp_msg_id(resp_id, mid, sizeof mid);
+    json_t *content = json_array();
+    if (with_text)
+        json_array_append_new(content, json_pack("{s:s, s:s%, s:[], s:[]}", "type", "output_text", "text", text, n,
+                                                 "annotations", "logprobs"));
+    return json_pack("{s:s, s:s, s:s, s:s, s:o}", "id", mid, "type", "message", "status", status, "role",
+                     "assistant", "content", content);
+}
+
+/* The response object: status "in_progress" (no output yet), or done
+ * ("completed"; "incomplete" when max_output_tokens or a cancel ended it). */
+static json_t *resp_object(hreq *h, int done)
+{
+    hchoice *c = &h->ch[0];
+    const char *status = !done ? "in_progress" : !strcmp(c->finish, "stop") ? "completed" : "incomplete";
+    json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:n, s:s, s:[], s:b, s:s, s:[], s:{s:{s:s}}, s:s, s:n, s:o, s:{}}",
+                          "id", h->resp_id, "object", "response", "created_at", (json_int_t)h->created, "status",
+                          status, "error", "model", h->hs->model_id, "output", "parallel_tool_calls", 0,
+                          "tool_choice", "auto", "tools", "text", "format", "type", "text", "truncation",
+                          "disabled", "incomplete_details", "user", h->user[0] ? json_string(h->user) : json_null(),
+                          "metadata");
+    if (!j) return NULL;
+    json_object_update(j, h->rparams);
+    if (done) {
+        hbuf s = { 0 };
+        reply_text(c, &s);
+        json_array_append_new(json_object_get(j, "output"), resp_message(h->resp_id, "completed", s.p ? s.p : "",
+                                                                           s.n, 1));
+        json_object_set_new(j, "output_text", json_stringn(s.p ? s.p : "", s.n));
+        hbuf_free(&s);
+        if (strcmp(status, "completed"))
+            json_object_set_new(j, "incomplete_details", json_pack("{s:s}", "reason", !strcmp(c->finish, "length")
+                                                                   ? "max_output_tokens" : c->finish));
+        json_object_set_new(j, "usage", usage_object(h));
+        json_object_set_new(j, "lind", json_pack("{s:s, s:I, s:I}", "session", h->session, "session_tokens",
+                                                 (json_int_t)c->done.session_tokens, "seed", (json_int_t)h->seed));
+    } else {
+        json_object_set_new(j, "usage", json_null());
+    }
+    return j;
+}
+
+/* A streamed response's opening events, once: created, in_progress, the
+ * output message and its text part added. */
+static void resp_begin_stream(hreq *h)
+{
+    if (h->resp_opened) return;
+    h->resp_opened = 1;
+    start_stream(h);
+    json_t *o = resp_object(h, 0);
+    resp_event(h, "response.created", json_pack("{s:O}", "response", o));
+    resp_event(h, "response.in_progress", json_pack("{s:o}", "response", o));
+    char mid[64];
+    resp_msg_id(h->resp_id, mid, sizeof mid);
+    resp_event(h, "response.output_item.added", json_pack("{s:i, s:o}", "output_index", 0, "item",
+                                                          resp_message(h->resp_id, "in_progress", "", 0, 0)));
+    resp_event(h, "response.content_part.added",
+               json_pack("{s:s, s:i, s:i, s:{s:s, s:s, s:[], s:[]}}", "item_id", mid, "output_index", 0,
+                         "content_index", 0, "part", "type", "output_text", "text", "", "annotations", "logprobs"));
+}
+
+static void resp_complete(hreq *h)
+{
+    json_t *o = resp_object(h, 1);
+    if (h->store) resp_remember(h->hs, h->resp_id, o, h->input_items);
+    if (!h->stream) {
+        h2o_req_t *req = h->req;
+        h->req = NULL;
+        turn_headers(h, req);
+        send_json(req, 200, "OK", o);
+        return;
+    }
+    resp_begin_stream(h);
+    hchoice *c = &h->ch[0];
+    stream_text(h, c, 1);
+    char mid[64];
+    resp_msg_id(h->resp_id, mid, sizeof mid);
+    json_t *item = json_array_get(json_object_get(o, "output"), 0);
+    json_t *part = json_array_get(json_object_get(item, "content"), 0);
+    resp_event(h, "response.output_text.done", json_pack("{s:s, s:i, s:i, s:O, s:[]}", "item_id", mid,
+                                                         "output_index", 0, "content_index", 0, "text",
+                                                         json_object_get(part, "text"), "logprobs"));
+    resp_event(h, "response.content_part.done", json_pack("{s:s, s:i, s:i, s:O}", "item_id", mid, "output_index",
+                                                          0, "content_index", 0, "part", part));
+    resp_event(h, "response.output_item.done", json_pack("{s:i, s:O}", "output_index", 0, "item", item));
+    resp_event(h, strcmp(json_string_value(json_object_get(o, "status")), "completed") ? "response.incomplete"
+               : "response.completed", json_pack("{s:o}", "response", o));
+    h->final_queued = 1;
+    send_pending(h);
+}
+
+/* The admin answer (GET, DELETE, GET input_items) of a response not held
+ * in memory, or DELETE's, from the store's `info` / `delete` result. */
+static void resp_admin_result(hreq *h, const evlist *l, const event *e)
+{
+    http_server *hs = h->hs;
+    h->pending_backend = 0;
+    h->over = 1;
+    if (!h->req) return;
+    h2o_req_t *req = h->req;
+    h->req = NULL;
+    if (e->kind == EV_ERROR) {
+        if (e->code == PE_NOT_FOUND)
+            send_error(hs, req, 404, "not_found", NULL, "no stored response '%s'", h->session);
+        else
+            send_error(hs, req, code_status(e->code), proto_code_name(e->code), NULL, "%.*s", (int)e->len,
+                       (const char *)event_bytes(l, e));
+        return;
+    }
+    if (h->admin == 2) {
+        resp_forget(hs, h->session);
+        send_json(req, 200, "OK", json_pack("{s:s, s:s, s:b}", "id", h->session, "object", "response.deleted",
+                                            "deleted", 1));
+        return;
+    }
+    /* Rebuilt from the stored session (after a restart, or when the memory
+     * of responses lost it): its transcript's last text out is the output,
+     * the text fed before it the one input item. */
+    const ev_field *tr = event_result_field(l, e, "transcript");
+    const ev_field *cm = event_result_field(l, e, "created_ms");
+    const ev_field *tk = event_result_field(l, e, "tokens");
+    hbuf in = { 0 }, out = { 0 };
+    if (tr && tr->type == EVV_ARRAY) {
+        size_t k = (size_t)(tr - l->f) + 1;
+        while (k < tr->end) {
+            const ev_field *rec = &l->f[k];
+            const char *role = NULL;
+            const ev_field *text = NULL;
+            for (size_t q = k + 1; q < rec->end; q++) {
+                if (l->f[q].key && !strcmp(l->f[q].key, "role")) role = (const char *)ev_field_bytes(l, &l->f[q]);
+                if (l->f[q].key && !strcmp(l->f[q].key, "text")) text = &l->f[q];
+            }
+            if (role && text) {
+                int is_out = !strncmp(role, "out", 3);
+                if (!is_out && out.n) { in.n = 0; out.n = 0; }   /* a later exchange begins */
+                hbuf *b = is_out ? &out : &in;
+                put_utf8(b, ev_field_bytes(l, text), text->v.s.len);
+            }
+            k = rec->type == EVV_RECORD ? rec->end : k + 1;
+        }
+    }
+    json_t *ans;
+    if (h->admin == 3) {
+        json_t *item = json_pack("{s:s, s:s, s:s, s:s, s:[{s:s, s:s%}]}", "id", "msg_0", "type", "message", "status",
+                                 "completed", "role", "user", "content", "type", "input_text", "text",
+                                 in.p ? in.p : "", in.n);
+        ans = json_pack("{s:s, s:[o], s:s, s:s, s:b}", "object", "list", "data", item, "first_id", "msg_0",
+                        "last_id", "msg_0", "has_more", 0);
+    } else {
+        ans = json_pack("{s:s, s:s, s:I, s:s, s:n, s:n, s:s, s:[o], s:s%, s:n, s:b, s:{s:s, s:I}}", "id", h->session,
+                        "object", "response", "created_at", (json_int_t)(cm ? cm->v.i / 1000 : 0), "status",
+                        "completed", "error", "incomplete_details", "model", hs->model_id, "output",
+                        resp_message(h->session, "completed", out.p ? out.p : "", out.n, 1), "output_text",
+                        out.p ? out.p : "", out.n, "usage", "store", 1, "lind", "session", h->session,
+                        "session_tokens", (json_int_t)(tk ? tk->v.u : 0));
+    }
+    hbuf_free(&in);
+    hbuf_free(&out);
+    send_json(req, 200, "OK", ans);
+}
+
+/* GET /v1/responses/{id}, DELETE /v1/responses/{id},
+ * GET /v1/responses/{id}/input_items. */
+static void resp_admin(http_server *hs, h2o_req_t *req, const char *rest, size_t n)
+{
+    static const char items_sfx[] = "/input_items";
+    int items = n > sizeof items_sfx - 1 && !memcmp(rest + n - (sizeof items_sfx - 1), items_sfx, sizeof items_sfx - 1);
+    if (items) n -= sizeof items_sfx - 1;
+    int get = method_is(req, "GET") || method_is(req, "HEAD"), del = method_is(req, "DELETE");
+    if (!get && !(del && !items)) {
+        add_header(req, "allow", items ? "GET, HEAD" : "GET, HEAD, DELETE");
+        send_error(hs, req, 405, "method_not_allowed", NULL, "/v1/responses/{id}%s takes %s", items ? items_sfx : "",
+                   items ? "GET" : "GET or DELETE");
+        return;
+    }
+    char id[STORE_NAME_MAX + 1], why[160];
+    if (n == 0 || n > STORE_NAME_MAX || memchr(rest, '/', n)) {
+        send_error(hs, req, 404, "not_found", NULL, "no such response");
+        return;
+    }
+    memcpy(id, rest, n);
+    id[n] = 0;
+    if (strlen(id) != n || strncmp(id, "resp-", 5) || store_name_check(id, why, sizeof why)) {
+        send_error(hs, req, 404, "not_found", NULL, "no stored response '%.*s'", (int)(n > 200 ? 200 : n), rest);
+        return;
+    }
+    size_t slot = resp_slot(id);
+    if (get && hs->resps && !strcmp(hs->resps[slot].id, id) && hs->resps[slot].obj) {
+        if (!items) {
+            send_json(req, 200, "OK", json_incref(hs->resps[slot].obj));
+            return;
+        }
+        json_t *d = hs->resps[slot].items;
+        size_t k = json_array_size(d);
+        send_json(req, 200, "OK", json_pack("{s:s, s:O, s:O?, s:O?, s:b}", "object", "list", "data", d, "first_id",
+                                            k ? json_object_get(json_array_get(d, 0), "id") : NULL, "last_id",
+                                            k ? json_object_get(json_array_get(d, k - 1), "id") : NULL,
+                                            "has_more", 0));
+        return;
+    }
+    hreq *h = calloc(1, sizeof *h);
+    if (!h) { send_error(hs, req, 500, "internal", NULL, "out of memory"); return; }
+    h->hs = hs;
+    h->kind = HK_RESP_ADMIN;
+    h->stage = ST_ADMIN;
+    h->admin = del ? 2 : items ? 3 : 1;
+    h->id = HTTP_CONN_BIT | ++hs->seq;
+    snprintf(h->session, sizeof h->session, "%s", id);
+    h->req = req;
+    hreq **hook = h2o_mem_alloc_shared(&req->pool, sizeof *hook, on_pool_dispose);
+    *hook = h;
+    h->hnext = hs->tab[h->id % HREQ_BUCKETS];
+    hs->tab[h->id % HREQ_BUCKETS] = h;
+    hs->nreq++;
+    proto_request r;
+    memset(&r, 0, sizeof r);
+    r.op = del ? OP_DELETE : OP_INFO;
+    r.id = 1;
+    snprintf(r.session, sizeof r.session, "%s", id);
+    send_request(h, &r);
 }
 
 /* ---- metrics ------------------------------------------------------------------------------ */
@@ -891,17 +1378,31 @@ static void send_metrics(hreq *h, const evlist *l, const event *e)
 
 /* ---- events from the other threads ------------------------------------------------------ */
 
-static void on_token(hreq *h, const uint8_t *b, size_t n)
+static void on_token(hreq *h, hchoice *c, const evlist *l, const event *e)
 {
     http_server *hs = h->hs;
+    const uint8_t *b = event_bytes(l, e);
+    size_t n = e->len;
     hs->http_tokens++;
-    if (hbuf_put(&h->text, b, n)) return;
-    find_stop(h);
+    if (hbuf_put(&c->text, b, n)) return;
+    if (c->lp && e->has_lp) {
+        json_t *top = json_array();
+        for (uint32_t i = 0; i < e->ntop; i++) {
+            ev_top t = event_top(l, e, i);
+            json_array_append_new(top, json_pack("{s:o, s:f, s:o}", "token", token_string(t.bytes, t.len),
+                                                 "logprob", (double)t.lp, "bytes", byte_array(t.bytes, t.len)));
+        }
+        json_array_append_new(c->lp, json_pack("{s:o, s:f, s:o, s:o}", "token", token_string(b, n), "logprob",
+                                               (double)e->lp, "bytes", byte_array(b, n), "top_logprobs", top));
+        size_t end = c->text.n;
+        hbuf_put(&c->lp_end, &end, sizeof end);
+    }
+    find_stop(h, c);
     if (!h->stream || !h->req) return;
     if (!h->started) start_stream(h);
-    size_t before = h->emitted;
-    stream_text(h, 0);
-    if (h->emitted > before && h->t_recv_ns) {
+    size_t before = c->emitted;
+    stream_text(h, c, 0);
+    if (c->emitted > before && h->t_recv_ns) {
         double ms = (double)(now_ns() - h->t_recv_ns) / 1e6;
         int i = 0;
         while (i < STATS_HIST_N - 1 && ms > stats_hist_le[i]) i++;
@@ -912,51 +1413,96 @@ static void on_token(hreq *h, const uint8_t *b, size_t n)
     }
 }
 
+static void resp_admin_result(hreq *h, const evlist *l, const event *e);
+
+/* A final event of the current stage (the choice it is for: c, or NULL). */
+static void on_final(hreq *h, hchoice *c, const evlist *l, const event *e)
+{
+    const uint8_t *b = event_bytes(l, e);
+    if (e->kind == EV_ERROR) {
+        char msg[1024];
+        size_t n = e->len < sizeof msg - 1 ? e->len : sizeof msg - 1;
+        if (n) memcpy(msg, b, n);
+        msg[n] = 0;
+        if (h->stage == ST_FORK_IN && e->code == PE_NOT_FOUND && !h->fork_required) {
+            start_generate(h, 0);   /* no stored prefix: feed the whole conversation */
+        } else if (h->stage == ST_FORK_OUT) {
+            /* The turn is saved on the choice's session; only the snapshot failed. */
+            if (c) c->fork_to[0] = 0;
+            if (--h->waiting <= 0) forks_done(h);
+        } else if (h->stage == ST_DROP) {
+            complete(h);
+        } else if (h->stage == ST_ADMIN) {
+            resp_admin_result(h, l, e);
+        } else {
+            fail(h, e->code, msg);
+        }
+        return;
+    }
+    switch (h->stage) {
+    case ST_FORK_IN:
+        start_generate(h, 1);
+        break;
+    case ST_PREFILL:
+        if (e->kind != EV_APPENDED) break;
+        h->prompt_tokens = e->done.tokens_in;
+        if (e->cancelled || !h->req || h->gone_posted) {   /* the client is gone or we stop */
+            for (int i = 0; i < h->n; i++) snprintf(h->ch[i].finish, sizeof h->ch[i].finish, "cancelled");
+            complete(h);
+            break;
+        }
+        h->stage = ST_FORK_N;
+        h->waiting = h->n - 1;
+        for (int i = 1; i < h->n; i++) fork_request(h, (uint64_t)i + 1, h->session, h->ch[i].session);
+        break;
+    case ST_FORK_N:
+        if (--h->waiting > 0) break;
+        if (!h->req || h->gone_posted) {   /* the client left: no turns for nobody */
+            for (int i = 0; i < h->n; i++) snprintf(h->ch[i].finish, sizeof h->ch[i].finish, "cancelled");
+            complete(h);
+            break;
+        }
+        h->stage = ST_GENERATE;
+        h->waiting = h->n;
+        for (int i = 0; i < h->n && !h->over; i++) generate_choice(h, i, NULL, 0);
+        break;
+    case ST_GENERATE:
+        if (e->kind != EV_DONE || !c || c->ended) break;
+        c->ended = 1;
+        c->done = e->done;
+        if (e->len) memcpy(c->stop_tail, b, e->len < sizeof c->stop_tail ? e->len : sizeof c->stop_tail);
+        c->done.stop = c->stop_tail;
+        c->done.stop_len = e->len < sizeof c->stop_tail ? e->len : sizeof c->stop_tail;
+        snprintf(c->finish, sizeof c->finish, "%s", finish_reason(e->done.reason));
+        if (--h->waiting <= 0) after_generate(h);
+        break;
+    case ST_FORK_OUT:
+        if (--h->waiting <= 0) forks_done(h);
+        break;
+    case ST_DROP:
+        complete(h);
+        break;
+    case ST_STATS:
+        send_metrics(h, l, e);
+        break;
+    case ST_ADMIN:
+        resp_admin_result(h, l, e);
+        break;
+    }
+}
+
 void http_deliver(server *srv, outmsg *o)
 {
     http_server *hs = srv->http;
     hreq *h = hs ? lookup(hs, o->conn) : NULL;
     if (!h) { outmsg_free(o); return; }
-    for (size_t i = 0; i < o->ev.n; i++) {
+    for (size_t i = 0; i < o->ev.n && !h->over; i++) {
         const event *e = &o->ev.v[i];
-        const uint8_t *b = event_bytes(&o->ev, e);
-        switch (e->kind) {
-        case EV_TOKEN:
-            on_token(h, b, e->len);
-            break;
-        case EV_PROGRESS:
-            break;
-        case EV_DONE:
-            h->done = e->done;
-            if (e->len) memcpy(h->stop_tail, b, e->len < sizeof h->stop_tail ? e->len : sizeof h->stop_tail);
-            h->done.stop = h->stop_tail;
-            h->done.stop_len = e->len < sizeof h->stop_tail ? e->len : sizeof h->stop_tail;
-            snprintf(h->finish, sizeof h->finish, "%s", finish_reason(e->done.reason));
-            after_generate(h);
-            break;
-        case EV_APPENDED:
-            break;
-        case EV_ERROR: {
-            char msg[1024];
-            size_t n = e->len < sizeof msg - 1 ? e->len : sizeof msg - 1;
-            if (n) memcpy(msg, b, n);
-            msg[n] = 0;
-            if (h->stage == ST_FORK_IN && e->code == PE_NOT_FOUND && !h->fork_required) {
-                start_generate(h, 0);   /* no stored prefix: feed the whole conversation */
-            } else if (h->stage == ST_FORK_OUT) {
-                /* The turn is saved on h->session; only the snapshot failed. */
-                h->fork_to[0] = 0;
-                complete(h);
-            } else {
-                fail(h, e->code, msg);
-            }
-            break;
-        }
-        case EV_RESULT:   /* a fork's or stats' result */
-            if (h->stage == ST_FORK_IN) start_generate(h, 1);
-            else if (h->stage == ST_FORK_OUT) complete(h);
-            else if (h->stage == ST_STATS) send_metrics(h, &o->ev, e);
-            break;
+        hchoice *c = h->ch && e->id >= 1 && e->id <= (uint64_t)h->n ? &h->ch[e->id - 1] : NULL;
+        if (e->kind == EV_TOKEN) {
+            if (c) on_token(h, c, &o->ev, e);
+        } else if (event_is_final(e)) {
+            on_final(h, c, &o->ev, e);
         }
     }
     outmsg_free(o);
@@ -1085,16 +1631,29 @@ static void begin(http_server *hs, h2o_req_t *req, hkind kind)
                            .tail = tail_lookup, .tail_ctx = hs, .model_id = hs->model_id };
     httpreq r;
     httpreq_error e;
-    if (httpreq_parse(&r, kind == HK_CHAT ? HTTPREQ_CHAT : HTTPREQ_COMPLETION, req->entity.base,
+    if (httpreq_parse(&r, kind == HK_CHAT ? HTTPREQ_CHAT : kind == HK_RESPONSES ? HTTPREQ_RESPONSES
+                      : HTTPREQ_COMPLETION, req->entity.base,
                       req->entity.len, hv ? hv->base : NULL, hv ? hv->len : 0, &lim, &e) != 0) {
         send_error(hs, req, e.status, e.code, e.param, "%s", e.msg);
         return;
     }
     hreq *h = calloc(1, sizeof *h);
-    if (!h) { httpreq_free(&r); send_error(hs, req, 500, "internal", NULL, "out of memory"); return; }
+    hchoice *ch = calloc((size_t)r.n, sizeof *ch);
+    int lp_ok = 1;
+    for (int i = 0; i < r.n && ch && r.gen.logprobs; i++) lp_ok &= (ch[i].lp = json_array()) != NULL;
+    if (!h || !ch || !lp_ok) {
+        for (int i = 0; ch && i < r.n; i++) json_decref(ch[i].lp);
+        free(h);
+        free(ch);
+        httpreq_free(&r);
+        send_error(hs, req, 500, "internal", NULL, "out of memory");
+        return;
+    }
     h->hs = hs;
     h->kind = kind;
-    h->stop_at = SIZE_MAX;
+    h->ch = ch;
+    h->n = r.n;
+    for (int i = 0; i < h->n; i++) h->ch[i].stop_at = SIZE_MAX;
     h->created = wall_ms() / 1000;
     h->t_recv_ns = now_ns();
     h->id = HTTP_CONN_BIT | ++hs->seq;
@@ -1124,8 +1683,16 @@ static void begin(http_server *hs, h2o_req_t *req, hkind kind)
     h->new_len = r.new_len;
     h->full_text = r.full_text;
     h->full_len = r.full_len;
+    h->input_items = r.input_items;
+    h->rparams = r.rparams;
+    h->store = r.store;
     r.messages = NULL;
+    r.input_items = r.rparams = NULL;
     r.new_text = r.full_text = NULL;
+    if (kind == HK_RESPONSES) {   /* a Responses conversation goes on by id: no chat-H snapshots */
+        json_decref(h->messages);
+        h->messages = NULL;
+    }
     httpreq_free(&r);   /* the names stay readable */
     const char *prev = r.prev, *name = r.name;
     /* Stateless chat with history: continue its stored prefix when there is one. */
@@ -1137,10 +1704,14 @@ static void begin(http_server *hs, h2o_req_t *req, hkind kind)
         h->fork_required = 1;
     } else if (name[0]) {
         snprintf(h->session, sizeof h->session, "%s", name);
-        snprintf(h->fork_to, sizeof h->fork_to, "%s", h->resp_id);   /* previous_response_id's snapshot */
+        snprintf(h->ch[0].fork_to, sizeof h->ch[0].fork_to, "%s", h->resp_id);   /* previous_response_id's snapshot */
     } else {
         snprintf(h->session, sizeof h->session, "%s", h->resp_id);
     }
+    /* Choice 0 runs on the session; choice i on a fork of it after the
+     * prompt, named by the response id and -i. */
+    snprintf(h->ch[0].session, sizeof h->ch[0].session, "%s", h->session);
+    for (int i = 1; i < h->n; i++) snprintf(h->ch[i].session, sizeof h->ch[i].session, "%s-%d", h->resp_id, i);
     h->req = req;
     hreq **hook = h2o_mem_alloc_shared(&req->pool, sizeof *hook, on_pool_dispose);
     *hook = h;
@@ -1151,7 +1722,7 @@ static void begin(http_server *hs, h2o_req_t *req, hkind kind)
     conn_budget_add(srv, h->body_bytes, h->body_bytes);
     if (h->fork_from[0]) {
         h->stage = ST_FORK_IN;
-        fork_request(h, h->fork_from, h->session);
+        fork_request(h, 1, h->fork_from, h->session);
     } else {
         /* The text when the session goes on: the new part (new_text) for
          * a named session and a completion, the whole for a fresh chat. */
@@ -1207,7 +1778,6 @@ static void metrics(http_server *hs, h2o_req_t *req)
     h->hs = hs;
     h->kind = HK_METRICS;
     h->stage = ST_STATS;
-    h->stop_at = SIZE_MAX;
     h->id = HTTP_CONN_BIT | ++hs->seq;
     h->req = req;
     hreq **hook = h2o_mem_alloc_shared(&req->pool, sizeof *hook, on_pool_dispose);
@@ -1251,6 +1821,7 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
     }
     static const struct { const char *path; int post; } routes[] = {
         { "/v1/models", 0 }, { "/metrics", 0 }, { "/v1/completions", 1 }, { "/v1/chat/completions", 1 },
+        { "/v1/responses", 1 },
     };
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
         if (!path_is(req, routes[i].path)) continue;
@@ -1263,7 +1834,13 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
         else if (req->entity.len > hs->srv->opt.http_max_body) {
             send_error(hs, req, 413, "body_too_large", NULL, "the request body is %zu bytes, over the "
                        "limit of %zu (--http-max-body)", req->entity.len, hs->srv->opt.http_max_body);
-        } else begin(hs, req, i == 2 ? HK_COMPLETION : HK_CHAT);
+        } else begin(hs, req, i == 2 ? HK_COMPLETION : i == 3 ? HK_CHAT : HK_RESPONSES);
+        return 0;
+    }
+    static const char resp_prefix[] = "/v1/responses/";
+    size_t rp = sizeof resp_prefix - 1;
+    if (req->path_normalized.len > rp && !memcmp(req->path_normalized.base, resp_prefix, rp)) {
+        resp_admin(hs, req, req->path_normalized.base + rp, req->path_normalized.len - rp);
         return 0;
     }
     static const char model_prefix[] = "/v1/models/";
@@ -1278,7 +1855,7 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
         return 0;
     }
     send_error(hs, req, 404, "not_found", NULL, "no such endpoint: %.*s (there are /v1/completions, "
-               "/v1/chat/completions, /v1/models, /v1/models/{id}, /health, /metrics)", (int)req->path_normalized.len,
+               "/v1/chat/completions, /v1/responses, /v1/models, /v1/models/{id}, /health, /metrics)", (int)req->path_normalized.len,
                req->path_normalized.base);
     return 0;
 }
@@ -1449,13 +2026,16 @@ int http_start(server *srv, char *err, size_t errlen)
     if (!hs) { snprintf(err, errlen, "out of memory"); return -ENOMEM; }
     hs->srv = srv;
     hs->tails = calloc(TAIL_SLOTS, sizeof *hs->tails);
+    hs->resps = calloc(RESP_SLOTS, sizeof *hs->resps);
     if (srv->opt.http_token_file &&
         (rc = read_token(srv->opt.http_token_file, hs->token, sizeof hs->token, err, errlen))) {
+        free(hs->resps);
         free(hs->tails);
         free(hs);
         return rc;
     }
     if ((rc = chat_template_parse(&hs->tpl, srv->chat_template, err, errlen)) != 0) {
+        free(hs->resps);
         free(hs->tails);
         free(hs);
         return rc;
@@ -1612,5 +2192,10 @@ void http_free(server *srv)
     h2o_config_dispose(&hs->config);
     chat_template_free(&hs->tpl);
     free(hs->tails);
+    for (size_t i = 0; hs->resps && i < RESP_SLOTS; i++) {
+        json_decref(hs->resps[i].obj);
+        json_decref(hs->resps[i].items);
+    }
+    free(hs->resps);
     free(hs);
 }

@@ -134,18 +134,6 @@ static int add_stop(httpreq *r, const char *s, size_t n, httpreq_error *e)
 static int parse_unsupported(json_t *j, httpreq_error *e)
 {
     json_t *v;
-    static const char *const penalties[] = { "frequency_penalty", "presence_penalty" };
-    for (size_t i = 0; i < 2; i++) {
-        float unused;
-        if (get_num(j, penalties[i], -2, 2, 0, &unused, e)) return -EINVAL;
-        v = json_object_get(j, penalties[i]);   /* the double: 1e-50 is not 0 */
-        if (json_is_number(v) && json_number_value(v) != 0)
-            return unsupported(e, penalties[i], "'%s' %g", penalties[i], json_number_value(v));
-    }
-    if ((v = json_object_get(j, "logit_bias")) && !json_is_null(v)) {
-        if (!json_is_object(v)) return bad(e, "logit_bias", "'logit_bias' must be an object, got %s", jtype(v));
-        if (json_object_size(v)) return unsupported(e, "logit_bias", "a non-empty 'logit_bias'");
-    }
     static const char *const lists[] = { "tools", "functions" };
     for (size_t i = 0; i < 2; i++)
         if ((v = json_object_get(j, lists[i])) && !json_is_null(v)) {
@@ -169,19 +157,8 @@ static int parse_unsupported(json_t *j, httpreq_error *e)
             return unsupported(e, "response_format", "'response_format' of type '%.64s' (structured output)", t);
     }
     long long x = 1;
-    if (get_int(j, "n", 1, 128, &x, NULL, e)) return -EINVAL;
-    if (x > 1) return unsupported(e, "n", "'n' %lld (lind answers one choice)", x);
     if (get_int(j, "best_of", 1, 20, &x, NULL, e)) return -EINVAL;
     if (x > 1) return unsupported(e, "best_of", "'best_of' %lld", x);
-    /* logprobs: a boolean in chat, an integer in completions; either off. */
-    if ((v = json_object_get(j, "logprobs")) && !json_is_null(v) && !json_is_false(v)) {
-        if (json_is_true(v)) return unsupported(e, "logprobs", "'logprobs' true");
-        if (get_int(j, "logprobs", 0, 20, &x, NULL, e)) return -EINVAL;
-        if (x) return unsupported(e, "logprobs", "'logprobs' %lld", x);
-    }
-    x = 0;
-    if (get_int(j, "top_logprobs", 0, 20, &x, NULL, e)) return -EINVAL;
-    if (x) return unsupported(e, "top_logprobs", "'top_logprobs' %lld", x);
     int echo = 0;
     if (get_bool(j, "echo", &echo, e)) return -EINVAL;
     if (echo) return unsupported(e, "echo", "'echo' true");
@@ -189,6 +166,67 @@ static int parse_unsupported(json_t *j, httpreq_error *e)
         if (!json_is_string(v)) return bad(e, "suffix", "'suffix' must be a string, got %s", jtype(v));
         if (json_string_length(v)) return unsupported(e, "suffix", "a non-empty 'suffix' (insertion)");
     }
+    return 0;
+}
+
+/* OpenAI's sampling fields: the penalties, logit_bias, logprobs (chat: a
+ * boolean and top_logprobs; completions: the legacy integer) and n. */
+static int parse_sampling(httpreq *r, json_t *j, const httpreq_limits *lim, httpreq_error *e)
+{
+    proto_request *g = &r->gen;
+    json_t *v;
+    if (get_num(j, "presence_penalty", -2, 2, 0, &g->presence_penalty, e) ||
+        get_num(j, "frequency_penalty", -2, 2, 0, &g->frequency_penalty, e))
+        return -EINVAL;
+    if ((v = json_object_get(j, "logit_bias")) && !json_is_null(v)) {
+        if (!json_is_object(v)) return bad(e, "logit_bias", "'logit_bias' must be an object, got %s", jtype(v));
+        size_t n = json_object_size(v);
+        if (n > HTTPREQ_BIAS_MAX)
+            return bad(e, "logit_bias", "'logit_bias' has %zu entries, at most %d", n, HTTPREQ_BIAS_MAX);
+        if (n && (!(g->bias_id = malloc(n * sizeof *g->bias_id)) || !(g->bias = malloc(n * sizeof *g->bias))))
+            return oom(e);
+        long long vocab = lim->vocab > 0 ? lim->vocab : LIND_MAX_VOCAB;
+        const char *k;
+        json_t *b;
+        json_object_foreach(v, k, b) {
+            char *end = NULL;
+            long long id = -1;
+            if (k[0] >= '0' && k[0] <= '9' && strlen(k) <= 9) id = strtoll(k, &end, 10);
+            if (id < 0 || *end || id >= vocab)
+                return bad(e, "logit_bias", "'logit_bias' key '%.32s' must be a token id in 0..%lld", k, vocab - 1);
+            if (!json_is_number(b))
+                return bad(e, "logit_bias", "'logit_bias' of token %lld must be a number, got %s", id, jtype(b));
+            double x = json_number_value(b);
+            if (!(x >= -100 && x <= 100))
+                return bad(e, "logit_bias", "'logit_bias' of token %lld must be in [-100, 100], got %g", id, x);
+            g->bias_id[g->n_bias] = (int32_t)id;
+            g->bias[g->n_bias++] = (float)x;
+        }
+    }
+    long long x = 0;
+    if ((v = json_object_get(j, "logprobs")) && !json_is_null(v)) {
+        if (r->kind == HTTPREQ_CHAT) {
+            int on = 0;
+            if (get_bool(j, "logprobs", &on, e)) return -EINVAL;
+            if (on) g->logprobs = 1;
+        } else if (!json_is_false(v)) {   /* the legacy integer: alternatives per token */
+            if (get_int(j, "logprobs", 0, HTTPREQ_TOP_MAX, &x, NULL, e)) return -EINVAL;
+            g->logprobs = 1 + (int)x;
+        }
+    }
+    x = 0;
+    if (get_int(j, "top_logprobs", 0, HTTPREQ_TOP_MAX, &x, NULL, e)) return -EINVAL;
+    if (r->kind != HTTPREQ_CHAT && x)
+        return bad(e, "top_logprobs", "'top_logprobs' is chat's; completions take the number of alternatives "
+                   "as 'logprobs'");
+    if (r->kind == HTTPREQ_CHAT) {
+        if (x && !g->logprobs)
+            return bad(e, "top_logprobs", "'top_logprobs' %lld needs 'logprobs': true", x);
+        if (g->logprobs) g->logprobs = 1 + (int)x;
+    }
+    x = 1;
+    if (get_int(j, "n", 1, HTTPREQ_N_MAX, &x, NULL, e)) return -EINVAL;
+    r->n = (int)x;
     return 0;
 }
 
@@ -204,7 +242,8 @@ static int field_read(const char *k, httpreq_kind kind)
     };
     for (size_t i = 0; i < sizeof both / sizeof both[0]; i++)
         if (!strcmp(k, both[i])) return 1;
-    if (kind == HTTPREQ_CHAT) return !strcmp(k, "messages") || !strcmp(k, "max_completion_tokens");
+    if (kind == HTTPREQ_CHAT)
+        return !strcmp(k, "messages") || !strcmp(k, "max_completion_tokens");
     return !strcmp(k, "prompt");
 }
 
@@ -305,7 +344,7 @@ static int parse_common(httpreq *r, json_t *j, const httpreq_limits *lim, httpre
         if (!json_is_object(v)) return bad(e, "stream_options", "'stream_options' must be an object");
         if (get_bool(v, "include_usage", &r->include_usage, e)) return -EINVAL;
     }
-    if (parse_unsupported(j, e)) return -EINVAL;
+    if (parse_unsupported(j, e) || parse_sampling(r, j, lim, e)) return -EINVAL;
     if ((v = json_object_get(j, "user")) && !json_is_null(v)) {
         if (!json_is_string(v)) return bad(e, "user", "'user' must be a string, got %s", jtype(v));
         size_t n = json_string_length(v);
@@ -430,6 +469,9 @@ static int parse_object(httpreq *r, json_t *j, const char *hdr, size_t hdr_len, 
     if (r->prev[0] && r->name[0])
         return bad(e, "previous_response_id", "'previous_response_id' continues a response's own "
                    "session; it cannot be combined with a session name (session, X-Lind-Session)");
+    if (r->n > 1 && r->name[0])
+        return bad(e, "n", "'n' %d: a named session (session, X-Lind-Session) holds one conversation; "
+                   "n > 1 answers from fresh or previous_response_id sessions", r->n);
     if (r->kind == HTTPREQ_CHAT) return parse_chat(r, j, lim, e);
     json_t *p = json_object_get(j, "prompt");
     if (json_is_array(p) && json_array_size(p) == 1) p = json_array_get(p, 0);
@@ -441,6 +483,177 @@ static int parse_object(httpreq *r, json_t *j, const char *hdr, size_t hdr_len, 
     memcpy(r->new_text, json_string_value(p), n);
     r->new_len = n;
     return 0;
+}
+
+/* One Responses input item as a chat message, and as the item the
+ * response lists (input_items): {type: message, role, content: a string or
+ * parts of type input_text / output_text / text}. */
+static int response_item(json_t *it, size_t i, json_t *msgs, json_t *items, httpreq_error *e)
+{
+    char param[48];
+    snprintf(param, sizeof param, "input[%zu]", i);
+    if (!json_is_object(it)) return bad(e, "input", "%s must be an object, got %s", param, jtype(it));
+    const char *type = json_string_value(json_object_get(it, "type"));
+    if (json_object_get(it, "type") && (!type || strcmp(type, "message"))) {
+        if (!type) return bad(e, "input", "%s.type must be a string", param);
+        return unsupported(e, "input", "%s of type '%.40s' (lind takes message items)", param, type);
+    }
+    const char *role = json_string_value(json_object_get(it, "role"));
+    if (!role || (strcmp(role, "user") && strcmp(role, "system") && strcmp(role, "developer") &&
+                  strcmp(role, "assistant")))
+        return bad(e, "input", "%s.role must be user, system, developer or assistant", param);
+    json_t *c = json_object_get(it, "content"), *parts = json_array(), *text = json_array();
+    if (!parts || !text) { json_decref(parts); json_decref(text); return oom(e); }
+    const char *kind = strcmp(role, "assistant") ? "input_text" : "output_text";
+    if (json_is_string(c)) {
+        json_array_append_new(parts, json_pack("{s:s, s:O}", "type", "text", "text", c));
+        json_array_append_new(text, json_pack("{s:s, s:O}", "type", kind, "text", c));
+    } else if (json_is_array(c)) {
+        size_t k;
+        json_t *p;
+        json_array_foreach(c, k, p) {
+            const char *pt = json_string_value(json_object_get(p, "type"));
+            json_t *t = json_object_get(p, "text");
+            if (!pt || !json_is_string(t) ||
+                (strcmp(pt, "input_text") && strcmp(pt, "output_text") && strcmp(pt, "text"))) {
+                json_decref(parts);
+                json_decref(text);
+                if (pt && strcmp(pt, "input_text") && strcmp(pt, "output_text") && strcmp(pt, "text"))
+                    return unsupported(e, "input", "%s.content[%zu] of type '%.40s' (lind takes text)", param, k,
+                                       pt);
+                return bad(e, "input", "%s.content[%zu] must be {type: input_text, text: a string}", param, k);
+            }
+            json_array_append_new(parts, json_pack("{s:s, s:O}", "type", "text", "text", t));
+            json_array_append_new(text, json_pack("{s:s, s:O}", "type", pt, "text", t));
+        }
+    } else {
+        json_decref(parts);
+        json_decref(text);
+        return bad(e, "input", "%s.content must be a string or an array of text parts", param);
+    }
+    char id[40];
+    snprintf(id, sizeof id, "msg_%zu", i);
+    json_array_append_new(msgs, json_pack("{s:s, s:o}", "role", role, "content", parts));
+    json_array_append_new(items, json_pack("{s:s, s:s, s:s, s:s, s:o}", "id", id, "type", "message", "status",
+                                           "completed", "role", role, "content", text));
+    return 0;
+}
+
+/* The fields of a /v1/responses body lind reads; any other is reported in
+ * X-Lind-Ignored. */
+static int responses_field_read(const char *k)
+{
+    static const char *const read[] = {
+        "model", "input", "instructions", "previous_response_id", "store", "max_output_tokens",
+        "temperature", "top_p", "stream", "user", "text", "tools", "tool_choice", "background",
+        "top_logprobs", "seed", "top_k", "session",
+    };
+    for (size_t i = 0; i < sizeof read / sizeof read[0]; i++)
+        if (!strcmp(k, read[i])) return 1;
+    return 0;
+}
+
+/* POST /v1/responses: `instructions` and `input` become chat messages (a
+ * system message, then the items), max_output_tokens max_tokens; the body
+ * so made is parsed as a chat request. */
+static int parse_responses(httpreq *r, json_t *j, const char *hdr, size_t hdr_len, const httpreq_limits *lim,
+                           httpreq_error *e)
+{
+    json_t *c = json_object(), *msgs = json_array(), *items = json_array(), *v;
+    int rc = -EINVAL;
+    r->responses = 1;
+    r->store = 1;
+    if (!c || !msgs || !items) { rc = oom(e); goto out; }
+    if (get_bool(j, "store", &r->store, e)) goto out;
+    int bg = 0;
+    if (get_bool(j, "background", &bg, e)) goto out;
+    if (bg) { rc = unsupported(e, "background", "'background' true"); goto out; }
+    if ((v = json_object_get(j, "text")) && !json_is_null(v)) {
+        json_t *f = json_is_object(v) ? json_object_get(v, "format") : NULL;
+        const char *t = json_is_object(f) ? json_string_value(json_object_get(f, "type")) : NULL;
+        if (!json_is_object(v) || (f && !json_is_null(f) && !t)) {
+            rc = bad(e, "text", "'text' must be an object; text.format an object with a string 'type'");
+            goto out;
+        }
+        if (t && strcmp(t, "text")) {
+            rc = unsupported(e, "text", "'text.format' of type '%.64s' (structured output)", t);
+            goto out;
+        }
+    }
+    if ((v = json_object_get(j, "instructions")) && !json_is_null(v)) {
+        if (!json_is_string(v)) { rc = bad(e, "instructions", "'instructions' must be a string, got %s", jtype(v)); goto out; }
+        json_array_append_new(msgs, json_pack("{s:s, s:O}", "role", "system", "content", v));
+    }
+    v = json_object_get(j, "input");
+    if (json_is_string(v)) {
+        json_t *it = json_pack("{s:s, s:O}", "role", "user", "content", v);
+        rc = it ? response_item(it, 0, msgs, items, e) : oom(e);
+        json_decref(it);
+        if (rc) goto out;
+        rc = -EINVAL;
+    } else if (json_is_array(v) && json_array_size(v)) {
+        size_t i;
+        json_t *it;
+        json_array_foreach(v, i, it)
+            if (response_item(it, i, msgs, items, e)) goto out;
+    } else {
+        rc = bad(e, "input", "'input' must be a string or a non-empty array of message items");
+        goto out;
+    }
+    json_object_set(c, "messages", msgs);
+    static const char *const copy[] = { "model", "temperature", "top_p", "stream", "user", "previous_response_id",
+                                        "tools", "tool_choice", "seed", "top_k", "session" };
+    for (size_t i = 0; i < sizeof copy / sizeof copy[0]; i++)
+        if ((v = json_object_get(j, copy[i]))) json_object_set(c, copy[i], v);
+    if ((v = json_object_get(j, "max_output_tokens"))) {
+        if (json_is_integer(v) && json_integer_value(v) > lim->max_tokens) {
+            rc = bad(e, "max_output_tokens", "'max_output_tokens' %lld is over the server's limit of %u",
+                     (long long)json_integer_value(v), lim->max_tokens);
+            goto out;
+        }
+        long long x = 0;
+        if (get_int(j, "max_output_tokens", 1, lim->max_tokens, &x, NULL, e)) goto out;
+        json_object_set(c, "max_tokens", v);
+    }
+    if ((v = json_object_get(j, "top_logprobs")) && !json_is_null(v)) {
+        long long x = 0;
+        if (get_int(j, "top_logprobs", 0, HTTPREQ_TOP_MAX, &x, NULL, e)) goto out;
+        if (x) { rc = unsupported(e, "top_logprobs", "'top_logprobs' %lld on /v1/responses", x); goto out; }
+    }
+    if ((rc = parse_object(r, c, hdr, hdr_len, lim, e))) goto out;
+    /* What lind ignores is named as the body has it, not as translated. */
+    char buf[HTTPREQ_IGNORED_MAX * (3 * 64 + 2) + 1] = "";
+    int count = 0;
+    const char *model = json_string_value(json_object_get(j, "model"));
+    if (model && lim->model_id && strcmp(model, lim->model_id) &&
+        (rc = note_ignored(buf, sizeof buf, &count, "", "model", 5, e)))
+        goto out;
+    for (void *it = json_object_iter(j); it; it = json_object_iter_next(j, it)) {
+        const char *k = json_object_iter_key(it);
+        size_t kl = json_object_iter_key_len(it);
+        if (kl == strlen(k) && responses_field_read(k)) continue;
+        if ((rc = note_ignored(buf, sizeof buf, &count, "", k, kl, e))) goto out;
+    }
+    free(r->ignored);
+    r->ignored = NULL;
+    if (buf[0] && !(r->ignored = strdup(buf))) { rc = oom(e); goto out; }
+    json_t *ins = json_object_get(j, "instructions"), *mot = json_object_get(j, "max_output_tokens");
+    r->rparams = json_pack("{s:O, s:O, s:f, s:f, s:b, s:s?}", "instructions", ins ? ins : json_null(),
+                           "max_output_tokens", mot ? mot : json_null(), "temperature",
+                           round((double)r->gen.sp.temperature * 1e6) / 1e6, "top_p",
+                           round((double)r->gen.sp.top_p * 1e6) / 1e6, "store", r->store,
+                           "previous_response_id", r->prev[0] ? r->prev : NULL);
+    if (!r->rparams) { rc = oom(e); goto out; }
+    if (!json_object_get(r->rparams, "previous_response_id"))
+        json_object_set_new(r->rparams, "previous_response_id", json_null());
+    r->input_items = items;
+    items = NULL;
+    rc = 0;
+out:
+    json_decref(c);
+    json_decref(msgs);
+    json_decref(items);
+    return rc;
 }
 
 int httpreq_parse(httpreq *r, httpreq_kind kind, const char *body, size_t len, const char *hdr_session,
@@ -463,7 +676,13 @@ int httpreq_parse(httpreq *r, httpreq_kind kind, const char *body, size_t len, c
         json_decref(j);
         return -EINVAL;
     }
-    int rc = parse_object(r, j, hdr_session, hdr_len, lim, e);
+    int rc;
+    if (kind == HTTPREQ_RESPONSES) {
+        r->kind = HTTPREQ_CHAT;
+        rc = parse_responses(r, j, hdr_session, hdr_len, lim, e);
+    } else {
+        rc = parse_object(r, j, hdr_session, hdr_len, lim, e);
+    }
     json_decref(j);
     if (rc) httpreq_free(r);
     return rc;
@@ -476,6 +695,9 @@ void httpreq_free(httpreq *r)
     free(r->new_text);
     free(r->full_text);
     free(r->ignored);
+    json_decref(r->input_items);
+    json_decref(r->rparams);
+    r->input_items = r->rparams = NULL;
     r->messages = NULL;
     r->new_text = r->full_text = NULL;
     r->ignored = NULL;

@@ -18,7 +18,10 @@
 #include "daemon/chat.h"
 #include "daemon/protocol.h"
 
-typedef enum { HTTPREQ_COMPLETION = 1, HTTPREQ_CHAT = 2 } httpreq_kind;
+/* HTTPREQ_RESPONSES: POST /v1/responses, its input turned into chat
+ * messages (parsed as a chat request from there on: r->kind is then
+ * HTTPREQ_CHAT, r->responses 1). */
+typedef enum { HTTPREQ_COMPLETION = 1, HTTPREQ_CHAT = 2, HTTPREQ_RESPONSES = 3 } httpreq_kind;
 
 /* The stop string session `name`'s last reply ended on, copied to out
  * (PROTO_MAX_STOP_LEN bytes of room); its length, 0 when none is known. */
@@ -35,6 +38,9 @@ typedef struct httpreq_limits {
 
 #define HTTPREQ_USER_MAX    256   /* bytes of `user` (it goes to the request log) */
 #define HTTPREQ_IGNORED_MAX 32    /* fields lind ignores that one request may carry */
+#define HTTPREQ_N_MAX       16    /* choices per request (n) */
+#define HTTPREQ_TOP_MAX     20    /* top_logprobs, and completions' logprobs */
+#define HTTPREQ_BIAS_MAX    1024  /* logit_bias entries */
 
 /* A parsed request. Owns gen (proto_request_free), messages and the texts:
  * release with httpreq_free (after taking what it keeps: set those to NULL). */
@@ -44,6 +50,7 @@ typedef struct httpreq {
                                 * then the template's); no session or text yet */
     size_t   max_stop;         /* the longest stop string */
     int      stream, include_usage;
+    int      n;                /* choices: 1..HTTPREQ_N_MAX */
     char     name[STORE_NAME_MAX + 1];    /* the session named: X-Lind-Session, else session; "" */
     char     user[HTTPREQ_USER_MAX + 1];  /* OpenAI's end-user id, for the request log only; "" */
     char    *ignored;          /* the fields lind ignored, as the X-Lind-Ignored header's value
@@ -58,6 +65,12 @@ typedef struct httpreq {
     uint8_t *full_text;        /* stateless chat with history: the whole conversation, fed when no
                                 * stored session holds its prefix; else NULL */
     size_t   full_len;
+    /* the Responses API */
+    int      responses;        /* parsed from a /v1/responses body */
+    int      store;            /* `store` (default true) */
+    json_t  *input_items;      /* the input as message items {id, type, role, content: [{type, text}]} */
+    json_t  *rparams;          /* what the response object echoes: instructions, max_output_tokens,
+                                * temperature, top_p, store, previous_response_id */
 } httpreq;
 
 /* Why a request was refused: the HTTP status (400, or 500 out of memory),
@@ -72,7 +85,7 @@ typedef struct httpreq_error {
 /* Parse body[0..len) as a request of `kind`. hdr_session (hdr_len bytes, or
  * NULL) is the X-Lind-Session header's value. Every field is either used,
  * refused (400 naming it: out of range, or asking for what lind lacks, such
- * as tools or n > 1) or listed in r->ignored; none is dropped silently.
+ * as tools or best_of > 1) or listed in r->ignored; none is dropped silently.
  * 0 and *r filled, or -EINVAL / -ENOMEM with *e filled and nothing to free. */
 int  httpreq_parse(httpreq *r, httpreq_kind kind, const char *body, size_t len, const char *hdr_session,
                    size_t hdr_len, const httpreq_limits *lim, httpreq_error *e);

@@ -436,6 +436,11 @@ void proto_request_free(proto_request *r)
 {
     free(r->text);
     free(r->data);
+    free(r->bias_id);
+    free(r->bias);
+    r->bias_id = NULL;
+    r->bias = NULL;
+    r->n_bias = 0;
     r->text = r->data = NULL;
     r->text_len = r->data_len = 0;
 }

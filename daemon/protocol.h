@@ -65,6 +65,15 @@ typedef struct proto_request {
     int      has_seed;
     int      progress;                        /* generate/append: send `progress` events */
     int      has_ignore_eos, ignore_eos;      /* generate: go on past the model's end token */
+    /* generate, set only by the HTTP front door (docs/HTTP.md; the socket
+     * has no such fields): OpenAI's penalties over the tokens this turn
+     * samples, logit_bias (n_bias ids and biases, owned), and logprobs
+     * (0: off; else 1 + the number of alternatives wanted per token). */
+    float    presence_penalty, frequency_penalty;
+    int      n_bias;
+    int32_t *bias_id;
+    float   *bias;
+    int      logprobs;
 } proto_request;
 
 typedef struct proto_error {

@@ -3,6 +3,7 @@
 #include "daemon/scheduler.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +61,16 @@ typedef struct turn {
     int      progress;         /* the request asked for `progress` events */
     size_t   progress_next;    /* feed_pos at which the next one is due */
     int      out_lost;         /* a token event or transcript text could not be kept (out of memory) */
+    /* HTTP's sampling fields (proto_request): logit_bias, the penalties over
+     * the tokens this turn sampled (counts[id], the ids seen), logprobs */
+    float    pres, freq;
+    int      n_bias;
+    int32_t *bias_id;
+    float   *bias;
+    uint32_t *counts;
+    int32_t *seen;
+    uint32_t nseen;
+    int      logprobs;
 } turn;
 
 struct scheduler {
@@ -80,6 +91,7 @@ struct scheduler {
     const tokenizer *tok;      /* the model's */
     int      vocab;
     float   *logits, *scratch;     /* [logits_rows × vocab], [2 × vocab] */
+    float   *adj;                  /* [vocab]: a row after logit_bias and penalties */
     int      logits_rows;
     /* A round: up to max_batch turns (b_turns, b_n rows each, b_lidx their
      * logits row or -1) laid out as max_rows rows (b_slots, b_toks), runs of
@@ -313,6 +325,17 @@ static void begin_turn(scheduler *S, session *s, dmsg *m)
         if (na) { S->active = na; S->cap_active = nc; }
         ok = na != NULL;
     }
+    if (ok && r->op == OP_GENERATE && (r->presence_penalty != 0 || r->frequency_penalty != 0)) {
+        t->counts = calloc((size_t)S->vocab, sizeof *t->counts);
+        t->seen = malloc((size_t)(r->max_tokens < (uint32_t)S->vocab ? r->max_tokens : (uint32_t)S->vocab) *
+                         sizeof *t->seen);
+        if (!t->counts || !t->seen) {
+            free(t->counts);
+            free(t->seen);
+            trc = -ENOMEM;
+            ok = 0;
+        }
+    }
     if (!ok) {
         free(t); free(feed);
         send_out(S, outmsg_error(m->conn, r->id, lind_wire_code(trc ? trc : -ENOMEM),
@@ -343,6 +366,15 @@ static void begin_turn(scheduler *S, session *s, dmsg *m)
         t->max_tokens = r->max_tokens;
         t->ignore_eos = r->has_ignore_eos ? r->ignore_eos : S->srv->opt.ignore_eos;
         t->n_stop = r->n_stop;
+        t->pres = r->presence_penalty;
+        t->freq = r->frequency_penalty;
+        t->n_bias = r->n_bias;
+        t->bias_id = r->bias_id;
+        t->bias = r->bias;
+        r->bias_id = NULL;
+        r->bias = NULL;
+        r->n_bias = 0;
+        t->logprobs = r->logprobs;
         memcpy(t->stop, r->stop, sizeof t->stop);
         memcpy(t->stop_len, r->stop_len, sizeof t->stop_len);
     }
@@ -503,8 +535,9 @@ static int stop_match(const turn *t, const uint8_t *b, size_t n)
     return -1;
 }
 
-/* A sampled token: send its bytes, then see whether the turn has ended. */
-static void emit_token(scheduler *S, turn *t, int32_t tok)
+/* A sampled token: send its bytes (with its logprobs when the turn asked:
+ * lp, top[0..ntop)), then see whether the turn has ended. */
+static void emit_token(scheduler *S, turn *t, int32_t tok, float lp, const ev_top *top, uint32_t ntop)
 {
     session *s = t->s;
     if (!t->ignore_eos && model_is_eos(S->m, tok)) {
@@ -522,8 +555,11 @@ static void emit_token(scheduler *S, turn *t, int32_t tok)
     if (!b) { b = none; n = 0; }   /* an id the tokenizer has no text for (padded vocabularies) */
     sampler_observe(&s->meta.sampler, tok);
     t->produced++;
+    if (t->counts && tok >= 0 && tok < S->vocab && t->counts[tok]++ == 0) t->seen[t->nseen++] = tok;
     evlist *ev = cconn_out(S, t->c);
-    if (ev ? evlist_token(ev, t->req_id, b, n) != 0 : !t->c->closed) {
+    int erc = !ev ? 0 : t->logprobs ? evlist_token_lp(ev, t->req_id, b, n, lp, top, ntop)
+                                    : evlist_token(ev, t->req_id, b, n);
+    if (ev ? erc != 0 : !t->c->closed) {
         /* The client would miss this token: the turn ends here, unsaved (finish). */
         t->out_lost = 1;
         finish(S, t, tok, "length");
@@ -637,6 +673,10 @@ static void reap(scheduler *S)
             cconn_release(S, t->c);
             free(t->feed);
             free(t->text);
+            free(t->bias_id);
+            free(t->bias);
+            free(t->counts);
+            free(t->seen);
             free(t);
         } else {
             S->active[j++] = t;
@@ -702,6 +742,56 @@ static void report_progress(scheduler *S)
         if (ev) evlist_progress(ev, t->req_id, t->feed_pos, t->feed_len);
         t->progress_next = t->feed_pos + step;
     }
+}
+
+/* A turn's logits row with logit_bias added and OpenAI's penalties over the
+ * tokens the turn sampled so far (logit -= presence + frequency·count of
+ * each id sampled): into S->adj, which it returns. */
+static const float *adjust(scheduler *S, const turn *t, const float *row)
+{
+    memcpy(S->adj, row, (size_t)S->vocab * sizeof *S->adj);
+    for (int i = 0; i < t->n_bias; i++)
+        if (t->bias_id[i] < S->vocab) S->adj[t->bias_id[i]] += t->bias[i];
+    for (uint32_t i = 0; i < t->nseen; i++) {
+        int32_t id = t->seen[i];
+        S->adj[id] -= t->pres + t->freq * (float)t->counts[id];
+    }
+    return S->adj;
+}
+
+/* The log-softmax of the row the sampler drew from (after logit_bias and
+ * the penalties; before temperature, top_k and top_p): tok's value, and the
+ * t->logprobs - 1 most likely tokens (most likely first, ties by id) into
+ * top[0..*ntop). A biased logit of -inf-like size still gives a finite
+ * value (the row is finite: model_forward checks it). */
+static float logprobs(scheduler *S, const turn *t, const float *row, int32_t tok, ev_top *top,
+                      uint32_t *ntop)
+{
+    int V = S->vocab, k = t->logprobs - 1;
+    if (k > EV_TOP_MAX) k = EV_TOP_MAX;
+    if (k > V) k = V;
+    float mx = row[0];
+    for (int i = 1; i < V; i++) mx = row[i] > mx ? row[i] : mx;
+    double sum = 0.0;
+    for (int i = 0; i < V; i++) sum += exp((double)row[i] - (double)mx);
+    double lse = (double)mx + log(sum);
+    int32_t best[EV_TOP_MAX];
+    int nb = 0;
+    for (int i = 0; i < V && k > 0; i++) {
+        if (nb == k && row[i] <= row[best[nb - 1]]) continue;
+        int j = nb < k ? nb++ : nb - 1;
+        while (j > 0 && row[best[j - 1]] < row[i]) { best[j] = best[j - 1]; j--; }
+        best[j] = i;
+    }
+    for (int i = 0; i < nb; i++) {
+        size_t n = 0;
+        const uint8_t *b = tokenizer_token_bytes(S->tok, best[i], &n);
+        top[i].lp = (float)((double)row[best[i]] - lse);
+        top[i].bytes = b;
+        top[i].len = b ? n : 0;
+    }
+    *ntop = (uint32_t)nb;
+    return (float)((double)row[tok] - lse);
 }
 
 /* Grow the logits buffer to hold n rows. */
@@ -820,9 +910,13 @@ static int round_once(scheduler *S)
             t->t_prompt = now_ns();
             log_text(t);   /* the text before the first token out */
         }
-        int32_t tok = sampler_next(&t->s->meta.sampler, S->logits + (size_t)S->b_lidx[b] * (size_t)S->vocab,
-                                   S->vocab, S->scratch);
-        emit_token(S, t, tok);
+        const float *row = S->logits + (size_t)S->b_lidx[b] * (size_t)S->vocab;
+        if (t->n_bias || t->nseen) row = adjust(S, t, row);
+        int32_t tok = sampler_next(&t->s->meta.sampler, row, S->vocab, S->scratch);
+        ev_top top[EV_TOP_MAX];
+        uint32_t ntop = 0;
+        float lp = t->logprobs ? logprobs(S, t, row, tok, top, &ntop) : 0.0f;
+        emit_token(S, t, tok, lp, top, ntop);
         out++;
     }
     report_progress(S);
@@ -1176,6 +1270,7 @@ static int setup(scheduler *S, char *err, size_t errlen)
     S->max_len = model_max_tokens(S->m);
     S->free_slots = malloc((size_t)nres * sizeof *S->free_slots);
     S->scratch = malloc(2 * (size_t)S->vocab * sizeof *S->scratch);
+    S->adj = malloc((size_t)S->vocab * sizeof *S->adj);
     S->b_slots = malloc((size_t)S->max_rows * sizeof *S->b_slots);
     S->b_toks = malloc((size_t)S->max_rows * sizeof *S->b_toks);
     S->b_n = malloc((size_t)maxb * sizeof *S->b_n);
@@ -1183,7 +1278,7 @@ static int setup(scheduler *S, char *err, size_t errlen)
     S->b_lrows = malloc((size_t)maxb * sizeof *S->b_lrows);
     S->b_turns = malloc((size_t)maxb * sizeof *S->b_turns);
     S->raw = malloc(srv->state_bytes);
-    if (!S->free_slots || !S->scratch || !S->b_slots || !S->b_toks || !S->b_n || !S->b_lidx || !S->b_lrows ||
+    if (!S->free_slots || !S->scratch || !S->adj || !S->b_slots || !S->b_toks || !S->b_n || !S->b_lidx || !S->b_lrows ||
         !S->b_turns || !S->raw || logits_reserve(S, maxb < 16 ? maxb : 16) != 0 ||
         session_table_init(&S->tab) != 0) {
         snprintf(err, errlen, "out of memory sizing the compute thread");
@@ -1281,6 +1376,7 @@ void scheduler_join(scheduler *S)
     free(S->free_slots);
     /* S->logits is the compute thread's, freed there before the model */
     free(S->scratch);
+    free(S->adj);
     free(S->b_slots);
     free(S->b_toks);
     free(S->b_n);

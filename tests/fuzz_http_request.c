@@ -9,9 +9,10 @@
  * raven template, else "none"; bit 2: bytes 1..(byte 1 % 40) are an
  * X-Lind-Session header; bit 3: sessions are said to have ended on the
  * template's stop string, so the tail is cut from the next turn; bit 4: the
- * served model is "default", so another `model` is reported ignored), the rest
- * is the body as tests/fuzz_common.h reads it (its base: a chat request
- * using every field).
+ * served model is "default", so another `model` is reported ignored; bit 5:
+ * a /v1/responses body, bit 0 then ignored), the rest is the body as
+ * tests/fuzz_common.h reads it (its base: a chat request using every field,
+ * or a Responses request using every field).
  * Invariants: no crash, leak or UB; a refusal is 400 (or 500 out of
  * memory) with a code and a message; an accepted request has a prompt
  * text, stop strings within the protocol's limits, max_tokens in
@@ -19,7 +20,10 @@
  * top_p in (0, 1]) that the sampler accepts, valid session names and not
  * both a name and a previous response, a `user` of at most 256 bytes, and
  * an X-Lind-Ignored value of at most 32 names made only of header-safe
- * bytes; a stateless chat with history also has the whole text, and its
+ * bytes; n in 1..16 and never with a session name; penalties in [-2, 2];
+ * logit_bias entries naming tokens of the vocabulary with biases in
+ * [-100, 100]; logprobs off or 1 + 0..20 alternatives; a Responses
+ * request parsed as chat with its input items and echoed parameters; a stateless chat with history also has the whole text, and its
  * conversation hashes to a chat- name. */
 #include <errno.h>
 #include <stdint.h>
@@ -39,6 +43,16 @@ static const char *const base_json =
     "\"user\":\"u-1\",\"logprobs\":null,\"echo\":false,\"frequency_penalty\":0,\"presence_penalty\":0,"
     "\"logit_bias\":{},\"tools\":[],\"tool_choice\":\"auto\",\"response_format\":{\"type\":\"text\"},"
     "\"best_of\":1,\"top_logprobs\":0,\"metadata\":{\"k\":1},\"max_completion_tokens\":8}";
+
+/* Every field of /v1/responses lind reads, and one it ignores. */
+static const char *const responses_json =
+    "{\"model\":\"default\",\"instructions\":\"Be brief.\",\"input\":[{\"role\":\"user\",\"content\":\"Hi\"},"
+    "{\"type\":\"message\",\"role\":\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":\"Hello.\"}]},"
+    "{\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"More\"}]}],"
+    "\"previous_response_id\":\"resp-0123456789abcdef\",\"store\":true,\"max_output_tokens\":9,"
+    "\"temperature\":1,\"top_p\":0.5,\"stream\":true,\"user\":\"u\",\"text\":{\"format\":{\"type\":\"text\"}},"
+    "\"tools\":[],\"tool_choice\":\"none\",\"background\":false,\"top_logprobs\":0,\"seed\":3,\"top_k\":5,"
+    "\"metadata\":{}}";
 
 static chat_template none_tpl, raven_tpl;
 
@@ -104,19 +118,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     uint8_t *b;
     int fix;
-    size_t n = fuzz_bytes(data, size, (const uint8_t *)base_json, strlen(base_json), &b, &fix);
+    const char *base = (sel & 32) ? responses_json : base_json;
+    size_t n = fuzz_bytes(data, size, (const uint8_t *)base, strlen(base), &b, &fix);
     const chat_template *tpl = (sel & 2) ? &raven_tpl : &none_tpl;
     httpreq_limits lim = { .max_tokens = 4096, .vocab = 256, .tpl = tpl,
                            .tail = (sel & 8) ? stop_tail : NULL, .tail_ctx = (void *)tpl,
                            .model_id = (sel & 16) ? "default" : NULL };
-    httpreq_kind kind = (sel & 1) ? HTTPREQ_CHAT : HTTPREQ_COMPLETION;
+    httpreq_kind kind = (sel & 32) ? HTTPREQ_RESPONSES : (sel & 1) ? HTTPREQ_CHAT : HTTPREQ_COMPLETION;
     httpreq r;
     httpreq_error e;
     int rc = httpreq_parse(&r, kind, (const char *)b, n, hdr, hlen, &lim, &e);
     if (rc) {
         if (!((rc == -EINVAL && e.status == 400) || (rc == -ENOMEM && e.status == 500))) abort();
         if (!e.code || !e.msg[0] || !memchr(e.msg, 0, sizeof e.msg)) abort();
-        if (r.messages || r.new_text || r.full_text) abort();   /* nothing left to free */
+        if (r.messages || r.new_text || r.full_text || r.input_items || r.rparams || r.gen.bias_id ||
+            r.gen.bias)
+            abort();   /* nothing left to free */
         free(b);
         return 0;
     }
@@ -136,6 +153,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     check_name(r.prev);
     check_name(r.prefix);
     if (r.name[0] && r.prev[0]) abort();
+    if (r.n < 1 || r.n > HTTPREQ_N_MAX || (r.n > 1 && r.name[0])) abort();
+    if (!(r.gen.presence_penalty >= -2 && r.gen.presence_penalty <= 2) ||
+        !(r.gen.frequency_penalty >= -2 && r.gen.frequency_penalty <= 2))
+        abort();
+    if (r.gen.n_bias < 0 || r.gen.n_bias > HTTPREQ_BIAS_MAX || (r.gen.n_bias && (!r.gen.bias_id || !r.gen.bias)))
+        abort();
+    for (int i = 0; i < r.gen.n_bias; i++)
+        if (r.gen.bias_id[i] < 0 || r.gen.bias_id[i] >= lim.vocab || !(r.gen.bias[i] >= -100 && r.gen.bias[i] <= 100))
+            abort();
+    if (r.gen.logprobs < 0 || r.gen.logprobs > 1 + HTTPREQ_TOP_MAX) abort();
+    if (kind == HTTPREQ_RESPONSES) {
+        if (!r.responses || r.kind != HTTPREQ_CHAT || !json_array_size(r.input_items) || !json_is_object(r.rparams) ||
+            (r.store != 0 && r.store != 1))
+            abort();
+        kind = HTTPREQ_CHAT;   /* parsed as chat from there on */
+    } else if (r.responses || r.input_items || r.rparams) {
+        abort();
+    }
     if (kind == HTTPREQ_CHAT) {
         if (!json_is_array(r.messages) || !json_array_size(r.messages)) abort();
         if (r.full_text && (r.name[0] || r.prev[0])) abort();

@@ -225,11 +225,44 @@ static void reservation_means_no_allocation(void)
     evlist_free(&l);
 }
 
+/* A token with logprobs keeps its bytes and its alternatives, in order,
+ * beside other events of the list, and the socket encodes it as a plain
+ * token (the msgpack protocol has no logprobs). */
+static void token_logprobs_round_trip(void)
+{
+    evlist l;
+    evlist_init(&l);
+    ev_top top[3] = { { -0.5f, (const uint8_t *)"ab", 2 }, { -1.25f, (const uint8_t *)"", 0 },
+                      { -7.0f, (const uint8_t *)"\xff", 1 } };
+    CHECK(evlist_token(&l, 1, (const uint8_t *)"x", 1) == 0, "a plain token");
+    CHECK(evlist_token_lp(&l, 2, (const uint8_t *)"ab", 2, -0.5f, top, 3) == 0, "a token with logprobs");
+    CHECK(evlist_progress(&l, 2, 1, 2) == 0, "an event after it");
+    const event *e = &l.v[1];
+    CHECK(e->kind == EV_TOKEN && e->has_lp && e->lp == -0.5f && e->ntop == 3 && e->len == 2 &&
+          !memcmp(event_bytes(&l, e), "ab", 2), "the token event");
+    CHECK(!l.v[0].has_lp, "a plain token has no logprobs");
+    for (uint32_t i = 0; i < 3; i++) {
+        ev_top t = event_top(&l, e, i);
+        CHECK(t.lp == top[i].lp && t.len == top[i].len && (!t.len || !memcmp(t.bytes, top[i].bytes, t.len)),
+              "alternative %u", i);
+    }
+    msgpack_sbuffer a, b;
+    msgpack_sbuffer_init(&a);
+    msgpack_sbuffer_init(&b);
+    event_pack_msgpack(&a, &l, e);
+    proto_pack_token(&b, 2, (const uint8_t *)"ab", 2);
+    CHECK(a.size == b.size && !memcmp(a.data, b.data, a.size), "the socket sees a plain token");
+    msgpack_sbuffer_destroy(&a);
+    msgpack_sbuffer_destroy(&b);
+    evlist_free(&l);
+}
+
 int main(void)
 {
     RUN(result_encodes_as_hand_packed);
     RUN(results_side_by_side);
     RUN(failure_leaves_the_list_as_it_was);
     RUN(reservation_means_no_allocation);
+    RUN(token_logprobs_round_trip);
     return check_exit();
 }

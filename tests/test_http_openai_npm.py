@@ -10,8 +10,10 @@ bearer token; the streamed text equals the non-streamed one and the text the
 msgpack socket gives for the same turn; usage and finish_reason as the client
 types them; models.list and models.retrieve (NotFoundError for another id); a
 refused request surfaces as the client's BadRequestError with lind's error
-code and the field as `param` (top_p 0, temperature 3, n 2, penalties, tools,
-response_format); a bad token as AuthenticationError. What apps rely on: two
+code and the field as `param` (top_p 0, temperature 3, n 17, a penalty of 3, logit_bias,
+top_logprobs 30, tools, response_format); n, logprobs, penalties and logit_bias on chat and completions
+(streamed and not); the Responses API: create, retrieve, input items, a previous_response_id chain
+fed only its new input, a stream, delete; a bad token as AuthenticationError. What apps rely on: two
 conversations sent with one `user` stay apart and each continues its own
 history; parallel requests of one user all succeed; two requests without
 `seed` differ and two with one seed agree; fields lind ignores come back in
@@ -104,7 +106,8 @@ const r1 = await client.completions.create(rnd), r2 = await client.completions.c
 const s1 = await client.completions.create({ ...rnd, seed: 99 }), s2 = await client.completions.create({ ...rnd, seed: 99 });
 out.random = { a: r1.choices[0].text, b: r2.choices[0].text, s1: s1.choices[0].text, s2: s2.choices[0].text };
 out.edges = {};
-for (const [k, v] of [["top_p", 0], ["temperature", 3], ["n", 2], ["frequency_penalty", 1], ["max_tokens", 0],
+for (const [k, v] of [["top_p", 0], ["temperature", 3], ["n", 17], ["frequency_penalty", 3], ["max_tokens", 0],
+                      ["logit_bias", { "x": 1 }], ["top_logprobs", 30],
                       ["response_format", { type: "json_object" }],
                       ["tools", [{ type: "function", function: { name: "f", parameters: {} } }]]]) {
   try {
@@ -122,6 +125,52 @@ try {
   out.unauth = null;
 } catch (e) {
   out.unauth = { cls: e.constructor.name, status: e.status };
+}
+// n, logprobs, the penalties and logit_bias through the client.
+const samp = { model: "default", messages: msgs, max_tokens: 8, logprobs: true, top_logprobs: 2,
+               presence_penalty: 0.5, frequency_penalty: 0.5, logit_bias: { "65": 3 } };
+const nc = await client.chat.completions.create({ ...samp, n: 3, seed: 21 });
+out.nchat = nc.choices.map((c) => ({ index: c.index, text: c.message.content,
+                                     lp: c.logprobs.content.map((e) => [e.token, e.logprob, e.top_logprobs.length]) }));
+const one = await client.chat.completions.create({ ...samp, seed: 22 });
+out.nchat_one = one.choices[0].message.content;
+const ntexts = ["", "", ""];
+for await (const ch of await client.chat.completions.create({ ...samp, n: 3, seed: 21, stream: true }))
+  for (const c of ch.choices) ntexts[c.index] += c.delta?.content ?? "";
+out.nchat_stream = ntexts;
+const nco = await client.completions.create({ model: "default", prompt: "Once upon a time", max_tokens: 6, n: 2,
+                                              logprobs: 3, seed: 5 });
+out.ncomp = nco.choices.map((c) => ({ text: c.text, tokens: c.logprobs.tokens,
+                                      top: c.logprobs.top_logprobs.map((d) => Object.keys(d).length) }));
+// The Responses API: create, retrieve, input items, a chain, a stream, delete.
+const rs1 = await client.responses.create({ model: "default", input: "Hello", instructions: "Be brief.",
+                                           max_output_tokens: 8, temperature: 0.5 });
+out.rs1 = { id: rs1.id, object: rs1.object, status: rs1.status, text: rs1.output_text, usage: rs1.usage,
+           tokens: rs1.lind.session_tokens, instructions: rs1.instructions };
+const got = await client.responses.retrieve(rs1.id);
+out.rs1get = { id: got.id, text: got.output[0].content[0].text };
+const items = await client.responses.inputItems.list(rs1.id);
+out.items = items.data.map((i) => ({ role: i.role, text: i.content[0].text }));
+const rs2 = await client.responses.create({ model: "default", input: [{ role: "user", content: "More" }],
+                                           previous_response_id: rs1.id, max_output_tokens: 6, temperature: 0 });
+out.rs2 = { prev: rs2.previous_response_id, text: rs2.output_text, usage: rs2.usage, tokens: rs2.lind.session_tokens };
+const evs = [];
+let stext = "", sdone = null, sfinal = null;
+for await (const ev of await client.responses.create({ model: "default", input: [{ role: "user", content: "More" }],
+                                                      previous_response_id: rs1.id, max_output_tokens: 6,
+                                                      temperature: 0, stream: true })) {
+  evs.push(ev.type);
+  if (ev.type === "response.output_text.delta") stext += ev.delta;
+  if (ev.type === "response.output_text.done") sdone = ev.text;
+  if (ev.type === "response.completed" || ev.type === "response.incomplete") sfinal = ev.response.output_text;
+}
+out.rstream = { evs, text: stext, done: sdone, final: sfinal };
+await client.responses.del(rs2.id);
+try {
+  await client.responses.retrieve(rs2.id);
+  out.rs2gone = null;
+} catch (e) {
+  out.rs2gone = { cls: e.constructor.name, status: e.status };
 }
 console.log(JSON.stringify(out));
 """
@@ -267,6 +316,40 @@ def edges_and_ignored_fields():
         expect(e and e["cls"] == "BadRequestError" and e["status"] == 400 and e["param"] == k,
                "%s refused by name: %r" % (k, e))
     expect(result["ignored"] == "metadata, store", "X-Lind-Ignored %r" % result["ignored"])
+
+
+@case
+def n_logprobs_penalties_logit_bias():
+    need()
+    nc = result["nchat"]
+    expect([c["index"] for c in nc] == [0, 1, 2], "three choices: %r" % nc)
+    expect(nc[1]["text"] == result["nchat_one"], "choice 1 is seed + 1's answer: %r vs %r" %
+           (nc[1]["text"], result["nchat_one"]))
+    expect(result["nchat_stream"] == [c["text"] for c in nc], "streamed choices %r" % result["nchat_stream"])
+    for c in nc:
+        expect("".join(t for t, _, _ in c["lp"]) == c["text"] and all(lp <= 0 and k == 2 for _, lp, k in c["lp"]),
+               "logprobs of %r" % c)
+    nco = result["ncomp"]
+    expect(len(nco) == 2 and all("".join(c["tokens"]) == c["text"] and c["top"] == [3] * 6 for c in nco),
+           "completions n 2, logprobs 3: %r" % nco)
+
+
+@case
+def responses_api():
+    need()
+    r1, g = result["rs1"], result["rs1get"]
+    expect(r1["object"] == "response" and r1["id"].startswith("resp-") and r1["instructions"] == "Be brief.",
+           "create %r" % r1)
+    expect(g == {"id": r1["id"], "text": r1["text"]}, "retrieve %r vs %r" % (g, r1))
+    expect(result["items"] == [{"role": "user", "text": "Hello"}], "input items %r" % result["items"])
+    r2 = result["rs2"]
+    expect(r2["prev"] == r1["id"] and r2["tokens"] == r1["tokens"] + r2["usage"]["input_tokens"] +
+           r2["usage"]["output_tokens"], "the chain fed only its new input: %r %r" % (r1, r2))
+    s = result["rstream"]
+    expect(s["evs"][0] == "response.created" and "response.output_text.done" in s["evs"] and
+           s["evs"][-1] in ("response.completed", "response.incomplete"), "events %r" % s["evs"])
+    expect(s["text"] == s["done"] == s["final"] == r2["text"], "streamed %r vs %r" % (s, r2["text"]))
+    expect(result["rs2gone"] == {"cls": "NotFoundError", "status": 404}, "deleted: %r" % result["rs2gone"])
 
 
 finish()
