@@ -6,8 +6,9 @@ run.
 Per step of B sessions:
   memory roofline  = (weight bytes + 2 x state bytes x B) / copy bandwidth
                      (the weights read once, each state read and written);
-  host link        = B x vocab x 4 logits bytes / pageable device-to-host rate
-                     (lind downloads every row's logits to sample on the host);
+  host link        = B x vocab x 4 logits bytes / pinned device-to-host rate
+                     (lind downloads every row's logits to sample on the host,
+                     into page-locked memory: model_logits_alloc);
   arithmetic       = B x FLOP per token / cuBLAS rate (fp32, or bf16 with
                      LIND_CUDA_WEIGHTS=bf16 — label ending "bf16").
 The bound is the largest of the three; "% of bound" is bound / measured.
@@ -28,9 +29,9 @@ def main():
         elif f[0] == "STEP":
             rows.append(f[1:])
     bw = ceil.get("copy_d2d", 0) * 1e9
-    d2h = ceil.get("copy_d2h_pageable", 0) * 1e9
-    print("ceilings: copy %.0f GB/s (read + write), d2h pageable %.1f GB/s, pinned %.1f GB/s, SGEMM fp32 %.1f TFLOP/s, "
-          "bf16 %.1f TFLOP/s" % (bw / 1e9, d2h / 1e9, ceil.get("copy_d2h_pinned", 0), ceil.get("sgemm_fp32", 0),
+    d2h = ceil.get("copy_d2h_pinned", 0) * 1e9
+    print("ceilings: copy %.0f GB/s (read + write), d2h pinned %.1f GB/s (pageable %.1f), SGEMM fp32 %.1f TFLOP/s, "
+          "bf16 %.1f TFLOP/s" % (bw / 1e9, d2h / 1e9, ceil.get("copy_d2h_pageable", 0), ceil.get("sgemm_fp32", 0),
                                  ceil.get("gemm_bf16", 0)))
     print("%-22s %-5s %5s %9s %10s %9s %9s %9s %-6s %7s" % ("model", "mode", "B", "ms/step", "tok/s", "mem ms",
                                                              "d2h ms", "flop ms", "bound", "% bound"))
