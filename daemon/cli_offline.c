@@ -117,11 +117,8 @@ static int parse(int argc, char **argv, const char *cmd, opts *o) {
             o->sp.temperature = (float)f;
             break;
         case O_DTYPE:
-            if (!strcmp(optarg, "f32")) o->dtype = LIND_DT_F32;
-            else if (!strcmp(optarg, "bf16")) o->dtype = LIND_DT_BF16;
-            else if (!strcmp(optarg, "f16")) o->dtype = LIND_DT_F16;
-            else {
-                fprintf(stderr, "lind %s: --dtype wants f32, bf16 or f16, got \"%s\"\n", cmd, optarg);
+            if (lind_dtype_parse(optarg, &o->dtype) < 0) {
+                fprintf(stderr, "lind %s: --dtype wants f32, bf16, f16, q8 or q4, got \"%s\"\n", cmd, optarg);
                 return 2;
             }
             break;

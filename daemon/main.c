@@ -31,7 +31,7 @@ static const command commands[] = {
      "options:\n"
      "  -m, --model DIR        model directory (docs/MODEL.md), required\n"
      "  --backend B            cpu, cuda or auto (default auto)\n"
-     "  --dtype T              matrix weights in memory: f32, bf16 or f16 (default: as stored)\n"
+     "  --dtype T              matrix weights in memory: f32, bf16, f16, q8 or q4 (default: as stored)\n"
      "  --compute C            products' arithmetic: f32 (default, exact) or bf16 (AVX512_BF16)\n"
      "  --bos, --no-bos        show the BOS rule with this override (as score, generate, serve)\n"},
     {"score", cli_score, "score --model DIR FILE [--after-generate N --seed S --temperature T]   bits/byte of FILE",
@@ -43,7 +43,7 @@ static const command commands[] = {
      "options:\n"
      "  -m, --model DIR        model directory, required\n"
      "  --backend B            cpu, cuda or auto (default auto)\n"
-     "  --dtype T              matrix weights in memory: f32, bf16 or f16 (default: as stored)\n"
+     "  --dtype T              matrix weights in memory: f32, bf16, f16, q8 or q4 (default: as stored)\n"
      "  --compute C            products' arithmetic: f32 (default, exact) or bf16 (AVX512_BF16)\n"
      "  --chunk N              prompt tokens fed per batched pass (default 64; the bits do not change)\n"
      "  --after-generate N     generate N tokens first (sampled as below), then score FILE\n"
@@ -65,7 +65,7 @@ static const command commands[] = {
      "  -m, --model DIR        model directory, required\n"
      "  --backend B            cpu, cuda or auto (default auto)\n"
      "  -p, --prompt TEXT      text fed first (default none)\n"
-     "  --dtype T              matrix weights in memory: f32, bf16 or f16 (default: as stored)\n"
+     "  --dtype T              matrix weights in memory: f32, bf16, f16, q8 or q4 (default: as stored)\n"
      "  --compute C            products' arithmetic: f32 (default, exact) or bf16 (AVX512_BF16)\n"
      "  -n N                   tokens to generate (default 256)\n"
      "  --bos, --no-bos        feed the model's bos before the prompt, or not, whatever its\n"
@@ -86,7 +86,7 @@ static const command commands[] = {
      "  --tokens FILE          int32 token ids, required\n"
      "  --out FILE             where the logits go, required\n"
      "  --chunk N              tokens per batched pass (default 64; the logits do not change)\n"
-     "  --dtype T              matrix weights in memory: f32, bf16 or f16 (default: as stored)\n"
+     "  --dtype T              matrix weights in memory: f32, bf16, f16, q8 or q4 (default: as stored)\n"
      "  --compute C            products' arithmetic: f32 (default, exact) or bf16 (AVX512_BF16)\n"
      "  --backend B            cpu, cuda or auto (default auto)\n"},
     {"serve", server_main, "serve [--model DIR --socket PATH --db PATH ...]   the daemon (docs/DAEMON.md)", NULL},
@@ -103,7 +103,7 @@ static const command commands[] = {
      "  --seconds S            time spent per measurement (default 1)\n"
      "  --warm T               tokens fed to every session before timing (default 3;\n"
      "                         a window kind's cost grows until its ring is full)\n"
-     "  --dtype T              matrix weights in memory: f32, bf16 or f16 (default: as stored)\n"
+     "  --dtype T              matrix weights in memory: f32, bf16, f16, q8 or q4 (default: as stored)\n"
      "  --compute C            products' arithmetic: f32 (default, exact) or bf16 (AVX512_BF16)\n"},
     {"tokenize", cli_tokenize,
      "tokenize --tokenizer KIND[:PATH] [--decode] [--chunk N] [--lines] [FILE...]   token ids of a text",

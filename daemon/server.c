@@ -59,7 +59,7 @@ static const char usage[] =
     "                  [--max-output BYTES] [--prompt-chunk N] [--max-inflight N]\n"
     "                  [--max-conn-bytes BYTES] [--max-total-bytes BYTES] [--max-waiting N]\n"
     "                  [--idle-timeout S] [--write-timeout S] [--pause-timeout S]\n"
-    "                  [--dtype f32|bf16|f16] [--compute f32|bf16]\n"
+    "                  [--dtype f32|bf16|f16|q8|q4] [--compute f32|bf16]\n"
     "                  [--log-level error|warn|info|debug] [--log-file PATH]\n"
     "                  [--node-id ID] [--lease-ms MS] [--lease-wait MS] [--store-conns N]\n"
     "                  [--http [ADDR:]PORT] [--http-token-file PATH] [--http-max-body BYTES]\n"
@@ -103,7 +103,7 @@ void server_usage(FILE *f)
         "                         its turns are cancelled (default 60; 0: never)\n"
         "  --pause-timeout S      cancel the turns of a connection paused by --max-output for\n"
         "                         S s, freeing their slots (default 60; 0: never)\n"
-        "  --dtype T              matrix weights in memory: f32, bf16 or f16 (default: as stored)\n"
+        "  --dtype T              matrix weights in memory: f32, bf16, f16, q8 or q4 (default: as stored)\n"
         "  --compute C            products' arithmetic: f32 (default, exact) or bf16 (bf16 weights\n"
         "                         and activations, fp32 sums; CPU with AVX512_BF16 only; docs/CPU.md)\n"
         "  --bos, --no-bos        feed a new session the model's bos first, or nothing, whatever\n"
@@ -220,10 +220,10 @@ int server_parse_args(int argc, char **argv, server_options *o, char *err, size_
             }
             o->backend = v;
         } else if (!strcmp(a, "--dtype")) {
-            if (!strcmp(v, "f32")) o->dtype = LIND_DT_F32;
-            else if (!strcmp(v, "bf16")) o->dtype = LIND_DT_BF16;
-            else if (!strcmp(v, "f16")) o->dtype = LIND_DT_F16;
-            else { snprintf(err, errlen, "--dtype wants f32, bf16 or f16, got '%s'", v); return -EINVAL; }
+            if (lind_dtype_parse(v, &o->dtype) < 0) {
+                snprintf(err, errlen, "--dtype wants f32, bf16, f16, q8 or q4, got '%s'", v);
+                return -EINVAL;
+            }
         } else if (!strcmp(a, "--compute")) {
             if (!strcmp(v, "f32")) o->compute = LIND_COMPUTE_F32;
             else if (!strcmp(v, "bf16")) o->compute = LIND_COMPUTE_BF16;

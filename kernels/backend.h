@@ -46,8 +46,8 @@
 typedef struct backend backend;
 typedef struct backend_buf backend_buf;   /* defined by each backend */
 
-/* weight_new_half precisions */
-enum { BACKEND_W_F16 = 1, BACKEND_W_BF16 = 2 };
+/* weight_new_half precisions, and weight_new_quant formats */
+enum { BACKEND_W_F16 = 1, BACKEND_W_BF16 = 2, BACKEND_W_Q8 = 3, BACKEND_W_Q4 = 4 };
 
 /* set_compute modes */
 enum { BACKEND_COMPUTE_F32 = 0, BACKEND_COMPUTE_BF16 = 1 };
@@ -347,6 +347,18 @@ typedef struct backend_ops {
      * (still batch-invariant; docs/NUMERICS.md). 0, or a negative code with
      * err saying why the device cannot (e.g. no AVX512_BF16). */
     int (*set_compute)(backend *be, int mode, char *err, size_t errlen);
+
+    /* ---- quantized weights -------------------------------------------------
+     * Optional (NULL: the backend has none, and a model asking for them is
+     * refused). W [N × K] fp32 row-major host data quantized by the backend
+     * (BACKEND_W_Q8: 8-bit, BACKEND_W_Q4: 4-bit, one scale per block of 32
+     * along K; kernels/cpu/quant.h) and kept packed; matmul with it
+     * quantizes each activation row to 8 bits and sums exact integer block
+     * dots in fp32, batch-invariant like the other products. 0, or a
+     * negative code with err saying why (an unknown format, a value the
+     * format cannot hold). */
+    int (*weight_new_quant)(backend *be, int N, int K, const float *W, int qtype, backend_buf **out, char *err,
+                            size_t errlen);
 
     /* ---- recorded steps (CUDA graphs) -------------------------------------
      * Optional (NULL: every step issues its ops). Between begin_step and the

@@ -2,6 +2,7 @@
 #include "recurrent/kind.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,10 +36,39 @@ static int upload_half(kind_ctx *ctx, const uint16_t *h, int wtype, int N, int K
     return rc;
 }
 
+/* fp32 values quantized by the backend (BACKEND_W_Q8 / Q4). */
+static int upload_quant(kind_ctx *ctx, const float *f, int qtype, int N, int K, const char *name, backend_buf **out) {
+    backend *be = ctx->be;
+    const char *fmt = qtype == BACKEND_W_Q8 ? "q8" : "q4";
+    if (!be->ops->weight_new_quant) {
+        snprintf(ctx->err, sizeof ctx->err, "backend %s has no %s weights (quantized weights are the CPU backend's)",
+                 be->ops->name, fmt);
+        return -ENOTSUP;
+    }
+    char berr[200] = "";
+    int rc = be->ops->weight_new_quant(be, N, K, f, qtype, out, berr, sizeof berr);
+    if (rc < 0) {
+        snprintf(ctx->err, sizeof ctx->err, "tensor '%s' as %s: %s", name ? name : "?", fmt,
+                 berr[0] ? berr : "out of memory");
+        return rc;
+    }
+    /* the bytes a product streams: codes and fp16 scales (Q8 34, Q4 18 per block of 32) */
+    ctx->weight_bytes += (size_t)N * (size_t)((K + 31) / 32) * (qtype == BACKEND_W_Q8 ? 34u : 18u);
+    return 0;
+}
+
 int kind_matrix(kind_ctx *ctx, const kind_weight *w, int N, int K, float scale, backend_buf **out) {
     size_t n = (size_t)N * (size_t)K;
     int rc;
-    if (w->half) {
+    if (w->quant && w->f32) {
+        float *f = NULL;
+        if (scale != 1.0f) {
+            if (!(f = malloc(n * sizeof *f))) return -ENOMEM;
+            for (size_t i = 0; i < n; i++) f[i] = w->f32[i] * scale;
+        }
+        rc = upload_quant(ctx, f ? f : w->f32, w->quant, N, K, w->name, out);
+        free(f);
+    } else if (w->half) {
         rc = upload_half(ctx, w->half, w->wtype, N, K, scale, out);
     } else if (scale != 1.0f) {
         float *f = malloc(n * sizeof *f);
@@ -58,8 +88,15 @@ int kind_matrix(kind_ctx *ctx, const kind_weight *w, int N, int K, float scale, 
 int kind_matrix3(kind_ctx *ctx, const kind_weight *const w[3], int n, int d, backend_buf **out) {
     size_t wn = (size_t)n * (size_t)d;
     int half = w[0]->half && w[1]->half && w[2]->half && w[0]->wtype == w[1]->wtype && w[1]->wtype == w[2]->wtype;
+    int quant = w[0]->quant && w[0]->quant == w[1]->quant && w[1]->quant == w[2]->quant;
     int rc;
-    if (half) {
+    if (quant) {
+        float *cat = malloc(3 * wn * sizeof *cat);
+        if (!cat) return -ENOMEM;
+        for (int i = 0; i < 3; i++) memcpy(cat + (size_t)i * wn, w[i]->f32, wn * sizeof *cat);
+        rc = upload_quant(ctx, cat, w[0]->quant, 3 * n, d, w[0]->name, out);
+        free(cat);
+    } else if (half) {
         uint16_t *cat = malloc(3 * wn * sizeof *cat);
         if (!cat) return -ENOMEM;
         for (int i = 0; i < 3; i++) memcpy(cat + (size_t)i * wn, w[i]->half, wn * sizeof *cat);

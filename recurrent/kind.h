@@ -58,6 +58,9 @@ typedef struct kind_weight {
     const float    *f32;     /* NULL when absent or half */
     const uint16_t *half;    /* matrix tensors only */
     int             wtype;   /* BACKEND_W_F16 / BACKEND_W_BF16 when half */
+    int             quant;   /* BACKEND_W_Q8 / BACKEND_W_Q4: a matrix whose fp32
+                                values kind_matrix has the backend quantize */
+    const char     *name;    /* the tensor's name (messages), when fp32 */
     int             present;
 } kind_weight;
 
@@ -70,6 +73,8 @@ typedef struct kind_ctx {
     size_t   macs;           /* multiply-adds per row of every matmul weight
                                 uploaded through kind_matrix (bench figures) */
     size_t   weight_bytes;   /* bytes of those weights as stored in memory */
+    char     err[256];       /* why kind_matrix failed, when the backend said
+                                ("" otherwise): the model reports it */
 } kind_ctx;
 
 /* Upload a matrix weight [N × K] (fp32 or half as given) scaled by `scale`

@@ -74,6 +74,8 @@ typedef struct loader {
     /* lind name → the file's name (HF RWKV-4's, BlinkDL's .pth); NULL: as is */
     const char *(*map)(const char *lind_name, char *buf, size_t len);
     lind_dtype want;                   /* opts.weights */
+    lind_dtype head;                   /* the head's precision (Q8/Q4: see head_dtype) */
+    int matrix_want_override;          /* take(): use `head` for this matrix */
     st_set st;
     char *err;
     size_t errlen;
@@ -129,11 +131,14 @@ static int take(loader *ld, const char *name, int ndim, int d0, int d1, int opti
     t->used = 1;
     size_t n = t->numel ? t->numel : 1;
     int wtype = 0;   /* the half type to keep, 0: fp32 */
+    lind_dtype want = ld->matrix_want_override ? ld->head : ld->want;
     if (matrix) {
-        if (ld->want == LIND_DT_BF16) wtype = BACKEND_W_BF16;
-        else if (ld->want == LIND_DT_F16) wtype = BACKEND_W_F16;
-        else if (ld->want == LIND_DT_AUTO && t->dtype != ST_F32)
+        if (want == LIND_DT_BF16) wtype = BACKEND_W_BF16;
+        else if (want == LIND_DT_F16) wtype = BACKEND_W_F16;
+        else if (want == LIND_DT_AUTO && t->dtype != ST_F32)
             wtype = t->dtype == ST_BF16 ? BACKEND_W_BF16 : BACKEND_W_F16;
+        else if (want == LIND_DT_Q8 || want == LIND_DT_Q4)   /* fp32 values, quantized by the backend */
+            w->quant = want == LIND_DT_Q8 ? BACKEND_W_Q8 : BACKEND_W_Q4;
     }
     float *p = malloc(n * sizeof *p);
     if (!p) return errmsg_set(-ENOMEM, ld->err, ld->errlen, "%s: out of memory reading '%s'", f->path, shown);
@@ -146,6 +151,7 @@ static int take(loader *ld, const char *name, int ndim, int d0, int d1, int opti
         }
     if (!wtype) {
         w->f32 = p;
+        w->name = name;
     } else {
         uint16_t *h = malloc(n * sizeof *h);
         if (!h) {
@@ -170,6 +176,19 @@ static int take(loader *ld, const char *name, int ndim, int d0, int d1, int opti
     }
     w->present = 1;
     return 0;
+}
+
+/* The head's precision under each --dtype: as asked, except that the
+ * quantized formats keep the head in HEAD_Q8 / HEAD_Q4 (docs/CPU.md says
+ * what was measured). */
+#ifndef HEAD_Q8
+#define HEAD_Q8 LIND_DT_Q8
+#endif
+#ifndef HEAD_Q4
+#define HEAD_Q4 LIND_DT_Q4
+#endif
+static lind_dtype head_dtype(lind_dtype want) {
+    return want == LIND_DT_Q8 ? HEAD_Q8 : want == LIND_DT_Q4 ? HEAD_Q4 : want;
 }
 
 static void weight_free(kind_weight *w) {
@@ -209,7 +228,7 @@ static int load_part(model *m, loader *ld, int i, part *P, const char *kind_name
         char kerr[256] = "";
         kind_ctx ctx = {.be = m->be, .layer = i, .out_scale = out_scale};
         rc = P->kind->load(c, params, &ctx, w, &P->priv, kerr, sizeof kerr);
-        if (rc < 0) errmsg_set(rc, ld->err, ld->errlen, "%s: %s", ld->dir, kerr);
+        if (rc < 0) errmsg_set(rc, ld->err, ld->errlen, "%s: %s", ld->dir, ctx.err[0] ? ctx.err : kerr);
         m->block_macs += ctx.macs;
         m->weight_bytes += ctx.weight_bytes;
     }
@@ -409,6 +428,16 @@ int model_load_opts(const char *dir, const model_opts *o, model **out, char *err
         rc = errmsg_set(-EINVAL, err, errlen, "unknown compute mode %d", (int)m->compute);
         goto out;
     }
+    if ((ld.want == LIND_DT_Q8 || ld.want == LIND_DT_Q4) && !m->be->ops->weight_new_quant) {
+        rc = errmsg_set(-ENOTSUP, err, errlen, "backend %s: no %s weights (quantized weights are the CPU backend's): "
+                        "use --dtype f32, bf16 or f16, or --backend cpu", m->be->ops->name, lind_dtype_name(ld.want));
+        goto out;
+    }
+    if ((int)ld.want < LIND_DT_AUTO || ld.want > LIND_DT_Q4) {
+        rc = errmsg_set(-EINVAL, err, errlen, "unknown weights dtype %d", (int)ld.want);
+        goto out;
+    }
+    ld.head = head_dtype(ld.want);
 
     const lind_config *c = &m->cfg;
     int d = c->d_model, V = c->vocab_size;
@@ -420,12 +449,20 @@ int model_load_opts(const char *dir, const model_opts *o, model **out, char *err
     if ((rc = take_vec(m, &ld, "ln_f.bias", 1, d, 0, &m->lnf_b)) < 0) goto out;
     {
         kind_weight w;
-        if ((rc = take(&ld, "head.weight", 2, V, d, 0, 1, &w)) < 0) goto out;
+        ld.matrix_want_override = 1;
+        rc = take(&ld, "head.weight", 2, V, d, 0, 1, &w);
+        ld.matrix_want_override = 0;
+        if (rc < 0) goto out;
         kind_ctx ctx = {.be = m->be, .layer = -1, .out_scale = 1.0f};
         rc = kind_matrix(&ctx, &w, V, d, 1.0f, &m->head);
-        if (w.half) m->wdtype = w.wtype == BACKEND_W_BF16 ? LIND_DT_BF16 : LIND_DT_F16;
+        if (w.half && ld.want != LIND_DT_Q8 && ld.want != LIND_DT_Q4)
+            m->wdtype = w.wtype == BACKEND_W_BF16 ? LIND_DT_BF16 : LIND_DT_F16;
         weight_free(&w);
-        if (rc < 0) { errmsg_set(rc, err, errlen, "%s: backend could not take 'head.weight' (error %d)", dir, rc); goto out; }
+        if (rc < 0) {
+            if (ctx.err[0]) errmsg_set(rc, err, errlen, "%s: %s", dir, ctx.err);
+            else errmsg_set(rc, err, errlen, "%s: backend could not take 'head.weight' (error %d)", dir, rc);
+            goto out;
+        }
         m->head_macs = ctx.macs;
         m->weight_bytes += ctx.weight_bytes;
     }
@@ -571,8 +608,20 @@ const char *lind_dtype_name(lind_dtype t) {
     case LIND_DT_F32: return "f32";
     case LIND_DT_F16: return "f16";
     case LIND_DT_BF16: return "bf16";
+    case LIND_DT_Q8: return "q8";
+    case LIND_DT_Q4: return "q4";
     default: return "auto";
     }
+}
+
+int lind_dtype_parse(const char *s, lind_dtype *out) {
+    static const lind_dtype all[] = {LIND_DT_F32, LIND_DT_BF16, LIND_DT_F16, LIND_DT_Q8, LIND_DT_Q4};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (s && !strcmp(s, lind_dtype_name(all[i]))) {
+            *out = all[i];
+            return 0;
+        }
+    return -EINVAL;
 }
 
 int model_state_regions(const model *m, model_state_region *out, int max) {

@@ -65,8 +65,12 @@ typedef struct lind_config {
     lind_layer_cfg layers[LIND_MAX_LAYERS];
 } lind_config;
 
-/* Weight precision in memory (matrix weights; vectors are always fp32). */
-typedef enum lind_dtype { LIND_DT_AUTO = 0, LIND_DT_F32, LIND_DT_F16, LIND_DT_BF16 } lind_dtype;
+/* Weight precision in memory (matrix weights; vectors are always fp32).
+ * Q8 / Q4: quantized at load from any checkpoint precision, 8-bit or 4-bit
+ * codes with an fp16 scale per block of 32 along K (the CPU backend only,
+ * kernels/cpu/quant.h; docs/CPU.md says which matrices stay otherwise,
+ * docs/NUMERICS.md what it costs in accuracy). */
+typedef enum lind_dtype { LIND_DT_AUTO = 0, LIND_DT_F32, LIND_DT_F16, LIND_DT_BF16, LIND_DT_Q8, LIND_DT_Q4 } lind_dtype;
 
 /* Arithmetic of the matrix products. F32 (the default, 0): exact fp32
  * math on the weights' (widened) values. BF16: every matrix held in bf16
@@ -116,9 +120,12 @@ int      model_eos(const model *m, const int32_t **ids);
 int      model_is_eos(const model *m, int32_t tok);
 /* The tokenizer the model directory declares; owned by the model. */
 const struct tokenizer *model_tokenizer(const model *m);
-/* Precision the matrix weights are held in (LIND_DT_F32/F16/BF16). */
+/* Precision the matrix weights are held in (LIND_DT_F32/F16/BF16/Q8/Q4). */
 lind_dtype model_weights_dtype(const model *m);
-const char *lind_dtype_name(lind_dtype t);           /* "f32", "f16", "bf16", "auto" */
+const char *lind_dtype_name(lind_dtype t);           /* "f32", "f16", "bf16", "q8", "q4", "auto" */
+/* The dtype a --dtype argument names ("f32", "bf16", "f16", "q8", "q4"):
+ * 0, or -EINVAL for any other string. */
+int lind_dtype_parse(const char *s, lind_dtype *out);
 /* The compute mode the model was loaded with, and its name ("f32", "bf16"). */
 lind_compute model_compute(const model *m);
 const char *lind_compute_name(lind_compute c);

@@ -26,6 +26,7 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/pool.h"
+#include "kernels/cpu/quant.h"
 #include "kernels/mixer_math.h"
 
 #define ALIGN 64
@@ -114,6 +115,31 @@ static int cpu_weight_new_half(backend *be, int N, int K, const uint16_t *W, int
     b->n = n / 2;   /* floats' worth (never uploaded to or downloaded from) */
     b->kind = dot ? BUF_DOT : BUF_PACKED;
     b->wtype = wtype;
+    *out = b;
+    return 0;
+}
+
+/* Quantized panels (kernels/cpu/quant.h), on any CPU. */
+static int cpu_weight_new_quant(backend *be, int N, int K, const float *W, int qtype, backend_buf **out, char *err,
+                                size_t errlen) {
+    (void)be;
+    if (qtype != BACKEND_W_Q8 && qtype != BACKEND_W_Q4) {
+        snprintf(err, errlen, "backend cpu: unknown quantized format %d", qtype);
+        return -EINVAL;
+    }
+#ifndef LIND_Q4_FORMAT
+#define LIND_Q4_FORMAT CPU_QUANT_Q4   /* Q4M (with offsets) measured against it: docs/NUMERICS.md */
+#endif
+    cpu_quant_type t = qtype == BACKEND_W_Q8 ? CPU_QUANT_Q8 : LIND_Q4_FORMAT;
+    size_t n = cpu_quant_packed_bytes(t, N, K);
+    backend_buf *b = malloc(sizeof *b);
+    if (!b) return -ENOMEM;
+    if (!(b->p = amalloc(n))) { free(b); return -ENOMEM; }
+    int rc = cpu_quant_pack(t, W, N, K, b->p, err, errlen);
+    if (rc < 0) { free(b->p); free(b); return rc; }
+    b->n = n / sizeof(float);   /* floats' worth (never uploaded to or downloaded from) */
+    b->kind = BUF_QUANT;
+    b->wtype = t;
     *out = b;
     return 0;
 }
@@ -432,6 +458,9 @@ static int cpu_matmul(backend *be, const backend_buf *x, size_t xo, int ldx, con
     cpu *c = (cpu *)be;
     if (!backend_mm_flags_ok(flags, ldy, N)) return -EINVAL;
     if (W->kind == BUF_DOT) return dot_matmul(c, x->p + xo, ldx, W, bias ? bias->p : NULL, y->p + yo, ldy, B, N, K, flags);
+    if (W->kind == BUF_QUANT)
+        return cpu_quant_matmul(c->threads, c->qisa, (cpu_quant_type)W->wtype, x->p + xo, ldx, W->p,
+                                bias ? bias->p : NULL, y->p + yo, ldy, B, N, K, flags, &c->qs);
     mm_job j = {x->p + xo, W->p, bias ? bias->p : NULL, y->p + yo, ldx, ldy, B, N, K, W->kind, flags, c->isa,
                 (cpu_gemm_wtype)W->wtype, NULL, {0}};
     int parts = cpu_pool_size(c->threads);
@@ -1196,6 +1225,7 @@ static void cpu_free(backend *be) {
     free(c->run);
     free(c->tmp);
     free(c->xb);
+    cpu_quant_scratch_free(&c->qs);
     cpu_pool_free(c->threads);
     free(c);
 }
@@ -1262,6 +1292,7 @@ static const backend_ops cpu_ops = {
     .rwkv7_step = cpu_rwkv7_step,
     .rows_nonfinite = cpu_rows_nonfinite,
     .set_compute = cpu_set_compute,
+    .weight_new_quant = cpu_weight_new_quant,
 };
 
 /* "model name" from /proc/cpuinfo, else "cpu". */
@@ -1332,6 +1363,11 @@ int backend_cpu_new(const backend_opts *opts, backend **out, char *err, size_t e
         }
         c->isa = want;
     }
+    /* quantized products: VNNI with the AVX-512 kernel (AVX2 on an AVX-512
+     * CPU without VNNI), AVX2 with AVX2, portable C with OpenBLAS */
+    c->qisa = c->isa == CPU_GEMM_NONE ? CPU_QUANT_C
+              : c->isa == CPU_GEMM_AVX512 && cpu_quant_supported(CPU_QUANT_VNNI) ? CPU_QUANT_VNNI
+              : cpu_quant_supported(CPU_QUANT_AVX2) ? CPU_QUANT_AVX2 : CPU_QUANT_C;
     read_cpu_name(c->device, sizeof c->device);
     size_t dl = strlen(c->device);
     if (c->isa == CPU_GEMM_NONE)

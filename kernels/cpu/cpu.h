@@ -12,8 +12,9 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/pool.h"
+#include "kernels/cpu/quant.h"
 
-enum { BUF_PLAIN, BUF_WT, BUF_PACKED, BUF_DOT };
+enum { BUF_PLAIN, BUF_WT, BUF_PACKED, BUF_DOT, BUF_QUANT };
 
 struct backend_buf {
     float *p;
@@ -21,7 +22,8 @@ struct backend_buf {
     int kind;        /* made by weight_new: BUF_WT, p holds Wᵀ [K × N] for
                         OpenBLAS; BUF_PACKED, p holds kernels/cpu/gemm.h panels;
                         BUF_DOT (bf16 compute), p holds cpu_gemm_pack_dot's bf16
-                        pair panels */
+                        pair panels; BUF_QUANT, p holds kernels/cpu/quant.h
+                        panels of cpu_quant_type wtype */
     int wtype;       /* BUF_PACKED: cpu_gemm_wtype of the panels (F16/BF16:
                         p holds uint16_t elements, made by weight_new_half) */
 };
@@ -41,6 +43,8 @@ typedef struct cpu {
     int dot;                /* compute mode BACKEND_COMPUTE_BF16: bf16 weights become BUF_DOT */
     uint16_t *xb;           /* BUF_DOT products: the activations rounded to bf16 */
     size_t xb_n;            /* uint16 elements of xb */
+    cpu_quant_isa qisa;     /* BUF_QUANT products' kernel (follows isa: AVX-512 → VNNI if the CPU has it) */
+    cpu_quant_scratch qs;   /* BUF_QUANT products: the quantized activations */
     char device[128];
 } cpu;
 
