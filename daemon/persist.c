@@ -441,7 +441,7 @@ static int try_load(worker *W, dmsg *m, int may_wait)
                                  m->err, sizeof m->err);
     if (rc == -EAGAIN) {
         if (may_wait) return 1;
-        long long left = (long long)(cur.expires_ms - wall_ms());
+        long long left = (long long)(cur.expires_ms - cur.now_ms);   /* on the store's clock */
         m->rc = LIND_E_MOVED;
         m->lease = cur;
         snprintf(m->err, sizeof m->err, "session '%s' is leased by node '%s' (for about %lld ms more "

@@ -824,7 +824,11 @@ out:
     }
     dmsg_free(shutdown_msg);   /* unsent: start-up failed before the model loaded */
     shutdown_msg = NULL;
-    if (st) store_close(st);
+    if (st) {   /* start-up failed with the store open: give the node id back at once */
+        char e2[256];
+        if (srv->node_claimed) store_node_release(st, srv->node_id, srv->node_instance, e2, sizeof e2);
+        store_close(st);
+    }
     /* Drain what was left for threads that no longer run (e.g. the
      * connection-closed notes of the final close). */
     for (qnode *n = queue_take_all(&srv->loopq, 0); n; ) {

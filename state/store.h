@@ -166,6 +166,8 @@ int  store_save_versioned(store *s, const store_record *recs, const uint64_t *ex
 typedef struct store_lease {
     char    owner[STORE_NAME_MAX + 1];
     int64_t expires_ms;
+    int64_t now_ms;        /* the store's clock when this was read: how long the
+                              lease has left is expires_ms - now_ms, on one clock */
 } store_lease;
 
 /* Take the lease on `name` for `owner` for ttl_ms (> 0): succeeds (0) when

@@ -31,11 +31,12 @@
  * again, waiting up to reconnect_ms for the server, so the statement is
  * sent on a live connection. A connection lost during an operation is
  * re-opened and the operation run again when that is safe: reads and lease
- * or node statements (idempotent), and a save whose COMMIT was not sent
- * (the server rolled it back). A save whose COMMIT was sent asks the
- * database what became of its transaction (txid_status of the id it took
- * at BEGIN): committed is success, aborted is run again. A create, delete
- * or fork cut off mid-statement fails with -EIO (it may have run). */
+ * or node statements (idempotent), and a save, create, delete or fork (each
+ * a transaction) whose COMMIT was not sent (the server rolled it back). One
+ * whose COMMIT was sent asks the database what became of its transaction
+ * (txid_status of the id it took at BEGIN; after a server restart, which
+ * reuses ids, a save's rows decide): committed is success, aborted is run
+ * again, unknown is -EIO saying so. */
 #include "state/store_impl.h"
 
 #include <errno.h>
@@ -131,10 +132,10 @@ static const char *const queries[Q_N] = {
                      " expires_ms = EXCLUDED.expires_ms"
                      " WHERE lind_leases.owner = EXCLUDED.owner"
                      " OR lind_leases.expires_ms <= " PG_NOW
-                     " RETURNING owner, expires_ms",
+                     " RETURNING owner, expires_ms, " PG_NOW,
     [Q_LEASE_GET]  = "SELECT owner, expires_ms, " PG_NOW " FROM lind_leases WHERE name = $1",
     [Q_LEASE_RENEW] = "UPDATE lind_leases SET expires_ms = " PG_NOW " + $3::bigint"
-                     " WHERE name = $1 AND owner = $2 RETURNING owner, expires_ms",
+                     " WHERE name = $1 AND owner = $2 RETURNING owner, expires_ms, " PG_NOW,
     [Q_LEASE_RELEASE] = "DELETE FROM lind_leases WHERE name = $1 AND owner = $2",
     /* A save under a lease: FOR SHARE holds the lease row until the commit,
      * so a takeover (which updates the row) waits for the save, and a save
@@ -507,13 +508,11 @@ static PGresult *auto_q(pg_store *s, int q, int n, const char *const *vals, cons
     }
 }
 
-/* What a failed auto_q says, naming the statement. */
+/* What a failed statement says, naming it. */
 static int q_fail(pg_store *s, int q, const PGresult *r, char *err, size_t errlen, const char *what)
 {
     char w[200];
-    snprintf(w, sizeof w, "%s (statement %s)%s", what, qnames[q],
-             lost(s) && (q == Q_INSERT || q == Q_DELETE || q == Q_FORK)
-             ? "; it may or may not have run" : "");
+    snprintf(w, sizeof w, "%s (statement %s)", what, qnames[q]);
     return pg_fail(s, r, err, errlen, w);
 }
 
@@ -785,8 +784,12 @@ static int xact_outcome(pg_store *s, const char *xid, const char *started, const
             PQclear(r);
             if (!strcmp(v, "future"))
                 return 0;   /* never reached the WAL */
-            if (restarted)
+            if (restarted && recs)
                 return rows_outcome(s, recs, n, res, now, err, errlen);
+            if (restarted)
+                return errmsg_set(-EIO, err, errlen, "store %s: the connection was lost during"
+                                  " COMMIT and the server restarted (transaction ids are reused):"
+                                  " the statement may or may not have committed", s->desc);
             if (!strcmp(v, "committed"))
                 return 1;
             if (!strcmp(v, "aborted"))
@@ -852,6 +855,68 @@ static int pg_save(store *base, const store_record *recs, const uint64_t *expect
     return 0;
 }
 
+/* Statement q alone in a transaction of its own (BEGIN with the settings,
+ * the statement, COMMIT), for the writes that are not idempotent (create,
+ * delete, fork): a connection lost before the COMMIT runs it again on a new
+ * one; one lost during the COMMIT asks the database what became of it. The
+ * statement's result, committed or failed (the caller checks and
+ * PQclear()s it), or NULL with *code set. */
+static PGresult *tx_q(pg_store *s, int q, int n, const char *const *vals, const int *lens,
+                      const int *fmts, int *code, char *err, size_t errlen)
+{
+    for (int attempt = 0;; attempt++) {
+        int last = attempt + 1 >= PG_ATTEMPTS;
+        char xid[32], started[64];
+        if ((*code = ready(s, err, errlen)) < 0)
+            return NULL;
+        PGresult *b = run_simple(s, s->begin_sql);
+        if (PQresultStatus(b) != PGRES_TUPLES_OK || PQntuples(b) != 1) {
+            *code = q_fail(s, q, b, err, errlen, "cannot begin (BEGIN, SET LOCAL of the settings,"
+                           " txid_current())");
+            PQclear(b);
+            if (!lost(s))
+                PQclear(run_simple(s, "ROLLBACK"));
+            else if (!last) {
+                s->cnt.retries++;
+                continue;
+            }
+            return NULL;
+        }
+        snprintf(xid, sizeof xid, "%s", PQgetvalue(b, 0, 0));
+        snprintf(started, sizeof started, "%s", PQgetvalue(b, 0, 1));
+        PQclear(b);
+        PGresult *r = run_params(s, queries[q], n, vals, lens, fmts, 0);
+        ExecStatusType t = PQresultStatus(r);
+        if (t != PGRES_COMMAND_OK && t != PGRES_TUPLES_OK) {
+            if (lost(s) && !last) {   /* rolled back by the server */
+                PQclear(r);
+                s->cnt.retries++;
+                continue;
+            }
+            if (!lost(s))
+                PQclear(run_simple(s, "ROLLBACK"));
+            return r;
+        }
+        int c = exec_cmd(s, "COMMIT", err, errlen, "commit failed");
+        if (c == 0)
+            return r;
+        if (!lost(s)) {
+            PQclear(r);
+            *code = c;
+            return NULL;
+        }
+        int st = xact_outcome(s, xid, started, NULL, 0, NULL, 0, err, errlen);
+        if (st == 1)
+            return r;   /* committed: its result stands */
+        PQclear(r);
+        if (st < 0 || last) {
+            *code = st < 0 ? st : c;
+            return NULL;
+        }
+        s->cnt.retries++;
+    }
+}
+
 static int pg_create(store *base, const store_record *rec, char *err, size_t errlen)
 {
     pg_store *s = (pg_store *)base;
@@ -860,7 +925,7 @@ static int pg_create(store *base, const store_record *rec, char *err, size_t err
         return code;
     rec_params p;
     rec_bind(&p, rec, now_ms(), NULL);
-    PGresult *r = auto_q(s, Q_INSERT, 5, p.vals, p.lens, p.fmts, 0, 0, &code, err, errlen);
+    PGresult *r = tx_q(s, Q_INSERT, 5, p.vals, p.lens, p.fmts, &code, err, errlen);
     if (code < 0)
         return code;
     if (PQresultStatus(r) != PGRES_COMMAND_OK) {
@@ -977,7 +1042,7 @@ static int pg_delete(store *base, const char *name, char *err, size_t errlen)
     pg_store *s = (pg_store *)base;
     int code;
     const char *vals[1] = { name };
-    PGresult *r = auto_q(s, Q_DELETE, 1, vals, NULL, NULL, 0, 0, &code, err, errlen);
+    PGresult *r = tx_q(s, Q_DELETE, 1, vals, NULL, NULL, &code, err, errlen);
     if (code < 0)
         return code;
     if (PQresultStatus(r) != PGRES_COMMAND_OK)
@@ -995,7 +1060,7 @@ static int pg_fork(store *base, const char *src, const char *dst, char *err, siz
     char now[24];
     snprintf(now, sizeof now, "%lld", (long long)now_ms());
     const char *vals[3] = { src, dst, now };
-    PGresult *r = auto_q(s, Q_FORK, 3, vals, NULL, NULL, 0, 0, &code, err, errlen);
+    PGresult *r = tx_q(s, Q_FORK, 3, vals, NULL, NULL, &code, err, errlen);
     if (code < 0)
         return code;
     if (PQresultStatus(r) != PGRES_COMMAND_OK) {
@@ -1030,6 +1095,7 @@ static int lease_q(pg_store *s, int q, const char *name, const char *owner, int6
         *got = 1;
         snprintf(out->owner, sizeof out->owner, "%s", PQgetvalue(r, 0, 0));
         out->expires_ms = text_i64(r, 0, 1);
+        out->now_ms = text_i64(r, 0, 2);
     }
     PQclear(r);
     return code;
@@ -1052,7 +1118,7 @@ static int lease_get(pg_store *s, const char *name, store_lease *out, int64_t *s
     } else if (PQntuples(r) == 1) {
         snprintf(out->owner, sizeof out->owner, "%s", PQgetvalue(r, 0, 0));
         out->expires_ms = text_i64(r, 0, 1);
-        *server_now = text_i64(r, 0, 2);
+        *server_now = out->now_ms = text_i64(r, 0, 2);
     }
     PQclear(r);
     return code;

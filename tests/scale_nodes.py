@@ -637,6 +637,7 @@ def scale_bouncer_pg():
         conns = {nid: Client(where[nid]) for nid in ids}
         sessions = ["pb-%d" % i for i in range(8)]
         acked = {s: [] for s in sessions}
+        served_by = {s: set() for s in sessions}
         moved = 0
         for rnd in range(3):
             for i, s in enumerate(sessions):
@@ -646,6 +647,7 @@ def scale_bouncer_pg():
                     st, v = turn(conns[target], s, text, 4, 20 + i if rnd == 0 else None)
                     if st == "done":
                         acked[s].append((text, v))
+                        served_by[s].add(target)
                         break
                     expect(st == "moved" and v in where, "%s on %s: %s %s" % (s, target, st, v))
                     moved += 1
@@ -657,8 +659,10 @@ def scale_bouncer_pg():
                    " the acknowledged turns" % s)
         for c in conns.values():
             c.close()
+        both = sum(len(v) == 2 for v in served_by.values())
         print("NOTE scale_bouncer_pg: 24 turns through PgBouncer (transaction mode, pool 2), %d moved"
-              " answers" % moved, flush=True)
+              " answers, %d of 8 sessions served by both nodes" % (moved, both), flush=True)
+        expect(both > 0, "no session moved between the nodes")
     finally:
         stop_all(nodes)
         pgb.stop()

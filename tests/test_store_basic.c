@@ -918,6 +918,10 @@ static void schema_server(void)
           "missing database: %s", err);
 }
 
+/* The store's connections (libpq's fallback_application_name "lind"): not
+ * a test helper's own, which may still be exiting. */
+#define LIND_CONNS " AND application_name = 'lind'"
+
 /* Terminate every backend of database uri but the caller's (as an
  * administrator's pg_terminate_backend would); how many it ended. */
 static int terminate_backends(const char *uri, const char *extra_where)
@@ -1005,7 +1009,7 @@ static void *kill_waiting(void *arg)
         if (pg_exec(k->uri, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
                     " AND application_name = 'lind' AND wait_event_type = 'Lock'", v, sizeof v) == 0 &&
             atoi(v) > 0)
-            k->killed = terminate_backends(k->uri, " AND application_name = 'lind'");
+            k->killed = terminate_backends(k->uri, LIND_CONNS);
         else
             usleep(100000);
     }
@@ -1039,19 +1043,19 @@ static void reconnect(void)
     CHECK(store_lease_acquire(s, "r1", "me", 600000, &l, err, sizeof err) == 0, "lease: %s", err);
     store_get_counters(s, &c0);
     /* 1. Terminated while idle: every kind of operation goes through. */
-    CHECK(terminate_backends(path, NULL) == 1, "one backend terminated");
+    CHECK(terminate_backends(path, LIND_CONNS) == 1, "one backend terminated");
     CHECK(store_load(s, "r1", &ld, err, sizeof err) == 0, "load after terminate: %s", err);
     if (ld.state) store_loaded_free(&ld);
-    CHECK(terminate_backends(path, NULL) == 1, "terminated again");
+    CHECK(terminate_backends(path, LIND_CONNS) == 1, "terminated again");
     CHECK(store_save_versioned(s, r, (uint64_t[]){ 1, 1 }, 2, "me", res, err, sizeof err) == -ENOLCK,
           "versioned save after terminate: %s", err);
     CHECK(res[0].rc == 0 && res[0].version == 2 && res[1].rc == -ENOLCK,
           "r1 saved under its lease, r2 refused (no lease): %d %d", res[0].rc, res[1].rc);
-    CHECK(terminate_backends(path, NULL) == 1, "terminated again");
+    CHECK(terminate_backends(path, LIND_CONNS) == 1, "terminated again");
     CHECK(store_fork(s, "r1", "r3", err, sizeof err) == 0, "fork after terminate: %s", err);
-    CHECK(terminate_backends(path, NULL) == 1, "terminated again");
+    CHECK(terminate_backends(path, LIND_CONNS) == 1, "terminated again");
     CHECK(store_delete(s, "r3", err, sizeof err) == 0, "delete after terminate: %s", err);
-    CHECK(terminate_backends(path, NULL) == 1, "terminated again");
+    CHECK(terminate_backends(path, LIND_CONNS) == 1, "terminated again");
     CHECK(store_lease_renew(s, "r1", "me", 600000, &l, err, sizeof err) == 0, "renew: %s", err);
     store_get_counters(s, &c);
     CHECK(c.reconnects == c0.reconnects + 5, "five reconnects: %llu",
