@@ -41,6 +41,7 @@ typedef struct worker {
     int       started;
     lease_set leases;
     uint64_t  renew_at_ns;    /* next lease renewal due (0: none held) */
+    uint64_t  beat_at_ns;     /* connection 0 on a shared store: next node heartbeat */
     wait_load *waits;
     qnode    *done_head, *done_tail;   /* M_LOADED held until the batch ends */
     store_record recs[SAVE_GROUP_MAX];
@@ -440,7 +441,7 @@ static int try_load(worker *W, dmsg *m, int may_wait)
                                  m->err, sizeof m->err);
     if (rc == -EAGAIN) {
         if (may_wait) return 1;
-        long long left = (long long)(cur.expires_ms - wall_ms());
+        long long left = (long long)(cur.expires_ms - cur.now_ms);   /* on the store's clock */
         m->rc = LIND_E_MOVED;
         m->lease = cur;
         snprintf(m->err, sizeof m->err, "session '%s' is leased by node '%s' (for about %lld ms more "
@@ -555,12 +556,27 @@ static int min_wait(int a, int b)
     return a < b ? a : b;
 }
 
+/* The node's heartbeat (connection 0, a shared store): every third of
+ * --lease-ms, like a lease; after a failure again in a tenth. A claim found
+ * taken means another process claimed this node id after ours expired
+ * (this node was paused or cut off past --lease-ms): said loudly. */
+static void node_heartbeat(worker *W, uint64_t now)
+{
+    server *srv = W->P->srv;
+    char err[512];
+    int rc = store_node_beat(W->st, srv->node_id, srv->node_instance, srv->opt.lease_ms, err, sizeof err);
+    if (rc == -ENOLCK)
+        fprintf(stderr, "lind serve: ERROR: %s: another process now runs as node '%s'\n", err,
+                srv->node_id);
+    W->beat_at_ns = now + (uint64_t)srv->opt.lease_ms * (rc == 0 ? 1000000ull / 3 : 100000ull);
+}
+
 static void *worker_main(void *arg)
 {
     worker *W = arg;
     persist *P = W->P;
     dmsg *group[SAVE_GROUP_MAX];
-    int stop = 0, wait_ms = -1;
+    int stop = 0, wait_ms = 0;   /* at once: the first heartbeat, renewals */
     while (!stop) {
         qnode *n = queue_take_all(W->in, wait_ms);
         int ng = 0;
@@ -607,6 +623,11 @@ static void *worker_main(void *arg)
             W->renew_at_ns = ms < 0 ? 0 : now + (uint64_t)ms * 1000000ull;
         }
         if (W->renew_at_ns) renew_ms = (int)((W->renew_at_ns - now + 999999) / 1000000);
+        if (W->idx == 0 && P->srv->node_claimed) {
+            if (now >= W->beat_at_ns) node_heartbeat(W, now);
+            int beat_ms = (int)((W->beat_at_ns - now + 999999) / 1000000);
+            renew_ms = min_wait(renew_ms, beat_ms);
+        }
         if (renew_ms == 0) renew_ms = 1;
         wait_ms = min_wait(renew_ms, retry_waits(W));
         flush_loaded(W);
@@ -621,6 +642,10 @@ static void *worker_main(void *arg)
     }
     flush_loaded(W);
     lease_set_release_all(&W->leases, W->st);
+    if (W->idx == 0 && P->srv->node_claimed) {
+        char err[512];
+        store_node_release(W->st, P->srv->node_id, P->srv->node_instance, err, sizeof err);
+    }
     store_close(W->st);
     W->st = NULL;
     pthread_mutex_lock(&P->mu);
@@ -749,8 +774,7 @@ int persist_start(server *srv, store *st, persist **out, char *err, size_t errle
         return -ENOMEM;
     }
     P->exit_msg->exit = 1;
-    store_options so = store_defaults();
-    so.sync = srv->opt.sync;
+    store_options so = server_store_options(&srv->opt);
     int rc = 0;
     for (int i = 0; i < n && rc == 0; i++) {
         worker *W = &w[i];

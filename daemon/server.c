@@ -34,6 +34,8 @@ server_options server_defaults(void)
         .max_inflight = 1024, .max_conn_bytes = 4u << 20, .max_total_bytes = 64u << 20,
         .max_waiting = 4096, .idle_timeout = 0, .write_timeout = 60, .pause_timeout = 60, .sync = STORE_SYNC_FULL, .transcript_bytes = 4096,
         .log_level = REQLOG_INFO,
+        .db_lock_timeout_ms = 5000, .db_statement_timeout_ms = 30000, .db_idle_tx_timeout_ms = 10000,
+        .db_reconnect_ms = 10000,
         .http_max_body = 1u << 20, .http_max_header = 16u << 10, .http_idle_timeout = 30, .http_stream_ms = 20,
     };
 }
@@ -62,6 +64,8 @@ static const char usage[] =
     "                  [--dtype f32|bf16|f16|q8|q4] [--compute f32|bf16]\n"
     "                  [--log-level error|warn|info|debug] [--log-file PATH]\n"
     "                  [--node-id ID] [--lease-ms MS] [--lease-wait MS] [--store-conns N]\n"
+    "                  [--db-wait S] [--db-lock-timeout MS] [--db-statement-timeout MS]\n"
+    "                  [--db-idle-tx-timeout MS] [--db-reconnect MS]\n"
     "                  [--http [ADDR:]PORT] [--http-token-file PATH] [--http-max-body BYTES]\n"
     "                  [--http-max-header BYTES] [--http-idle-timeout S]\n"
     "                  [--http-stream-interval MS]";
@@ -125,6 +129,16 @@ void server_usage(FILE *f)
         "                         lease before answering `moved` (default 0: answer at once)\n"
         "  --store-conns N        store connections, sessions spread over them by name\n"
         "                         (default 4 on PostgreSQL, 1 on SQLite; SQLite takes only 1)\n"
+        "  --db-wait S            at start, an unreachable store is tried again for up to S s,\n"
+        "                         a log line per attempt (default 0: exit at once)\n"
+        "  --db-lock-timeout MS   PostgreSQL lock_timeout of every statement (default 5000;\n"
+        "                         SQLite: its busy timeout)\n"
+        "  --db-statement-timeout MS  PostgreSQL statement_timeout (default 30000, 0: none);\n"
+        "                         no answer within MS + 5000 drops the connection\n"
+        "  --db-idle-tx-timeout MS    PostgreSQL idle_in_transaction_session_timeout: a node\n"
+        "                         paused inside a save loses it after MS (default 10000, 0: none)\n"
+        "  --db-reconnect MS      a lost database connection is re-opened for up to MS before\n"
+        "                         the operation fails (default 10000)\n"
         "  --http [ADDR:]PORT     also serve HTTP (OpenAI-compatible, docs/HTTP.md) on that port;\n"
         "                         a bare PORT binds 127.0.0.1 only (default: off)\n"
         "  --http-token-file PATH HTTP clients must send 'Authorization: Bearer' with the\n"
@@ -291,6 +305,16 @@ int server_parse_args(int argc, char **argv, server_options *o, char *err, size_
             if (!(rc = parse_num(a, v, 100, 3600000, &x, err, errlen))) o->lease_ms = (int)x;
         } else if (!strcmp(a, "--lease-wait")) {
             if (!(rc = parse_num(a, v, 0, 3600000, &x, err, errlen))) o->lease_wait_ms = (int)x;
+        } else if (!strcmp(a, "--db-wait")) {
+            if (!(rc = parse_num(a, v, 0, 86400, &x, err, errlen))) o->db_wait_s = (int)x;
+        } else if (!strcmp(a, "--db-lock-timeout")) {
+            if (!(rc = parse_num(a, v, 1, 3600000, &x, err, errlen))) o->db_lock_timeout_ms = (int)x;
+        } else if (!strcmp(a, "--db-statement-timeout")) {
+            if (!(rc = parse_num(a, v, 0, 3600000, &x, err, errlen))) o->db_statement_timeout_ms = (int)x;
+        } else if (!strcmp(a, "--db-idle-tx-timeout")) {
+            if (!(rc = parse_num(a, v, 0, 3600000, &x, err, errlen))) o->db_idle_tx_timeout_ms = (int)x;
+        } else if (!strcmp(a, "--db-reconnect")) {
+            if (!(rc = parse_num(a, v, 0, 3600000, &x, err, errlen))) o->db_reconnect_ms = (int)x;
         } else if (!strcmp(a, "--store-conns")) {
             if (!(rc = parse_num(a, v, 1, 64, &x, err, errlen))) o->store_conns = (int)x;
         } else if (!strcmp(a, "--transcript-bytes")) {
@@ -573,6 +597,71 @@ static void store_lost_loudly(void *arg, const char *why)
     fprintf(stderr, "lind serve: ERROR: %s. Turns are no longer acknowledged; restart lind.\n", why);
 }
 
+store_options server_store_options(const server_options *o)
+{
+    store_options so = store_defaults();
+    so.sync = o->sync;
+    so.busy_timeout_ms = o->db_lock_timeout_ms;
+    so.statement_timeout_ms = o->db_statement_timeout_ms;
+    so.idle_tx_timeout_ms = o->db_idle_tx_timeout_ms;
+    so.reconnect_ms = o->db_reconnect_ms;
+    return so;
+}
+
+/* Open the store; an unreachable one (-EIO: the database is down or still
+ * starting) is tried again for up to --db-wait seconds, once a second, with
+ * a log line per failed attempt. */
+static int open_store_waiting(server *srv, const store_options *so, store **st, char *err,
+                              size_t errlen)
+{
+    int64_t start = (int64_t)(now_ns() / 1000000), limit = (int64_t)srv->opt.db_wait_s * 1000;
+    for (int attempt = 1;; attempt++) {
+        int rc = store_open(srv->opt.db_path, so, st, err, errlen);
+        int64_t waited = (int64_t)(now_ns() / 1000000) - start;
+        if (rc != -EIO || waited + 1000 > limit)
+            return rc;
+        fprintf(stderr, "lind serve: the store is not reachable (attempt %d, %lld of %d s waited,"
+                " --db-wait): %s; trying again in 1 s\n", attempt, (long long)(waited / 1000),
+                srv->opt.db_wait_s, err);
+        sleep(1);
+    }
+}
+
+/* A shared store: claim --node-id for this process (store_node_claim), so
+ * a second live node with the same id is refused. A claim held by another
+ * instance may be a predecessor that was killed: wait once for its expiry
+ * (at most a lease), then a claim still held is a live duplicate. */
+static int claim_node(server *srv, store *st, char *err, size_t errlen)
+{
+    char host[256] = "";
+    if (gethostname(host, sizeof host - 1) != 0 || !host[0]) snprintf(host, sizeof host, "localhost");
+    host[sizeof host - 1] = 0;
+    snprintf(srv->node_instance, sizeof srv->node_instance, "%.80s:%ld:%lld", host, (long)getpid(),
+             (long long)wall_ms());
+    store_node h;
+    int rc = store_node_claim(st, srv->node_id, srv->node_instance, srv->opt.lease_ms, &h, err, errlen);
+    if (rc == -EADDRINUSE) {
+        int64_t wait = h.expires_in_ms + 100;
+        if (wait > srv->opt.lease_ms + 1000) wait = srv->opt.lease_ms + 1000;
+        fprintf(stderr, "lind serve: node id '%s' is claimed by instance '%s' (last heartbeat %lld ms"
+                " ago); waiting %lld ms for the claim to expire, in case that node is gone\n",
+                srv->node_id, h.instance, (long long)h.heartbeat_age_ms, (long long)wait);
+        usleep((useconds_t)(wait > 0 ? wait : 0) * 1000);
+        rc = store_node_claim(st, srv->node_id, srv->node_instance, srv->opt.lease_ms, &h, err,
+                              errlen);
+    }
+    if (rc == -EADDRINUSE) {
+        char why[600];
+        snprintf(why, sizeof why, "%s", err);
+        snprintf(err, errlen, "--node-id '%s' is in use by another live node: %s; its heartbeat went"
+                 " on while this node waited for the claim to expire. Give every node its own"
+                 " --node-id", srv->node_id, why);
+        return rc;
+    }
+    if (rc == 0) srv->node_claimed = 1;
+    return rc;
+}
+
 /* ---- main ------------------------------------------------------------------------ */
 
 int server_main(int argc, char **argv)
@@ -683,12 +772,15 @@ int server_main(int argc, char **argv)
      * can take a lease (one daemon per file) and a restart reclaims its own
      * ("local"), so a long lease costs nothing and renews rarely. */
     if (srv->opt.lease_ms == 0) srv->opt.lease_ms = shared ? 10000 : 600000;
-    store_options so = store_defaults();
-    so.sync = srv->opt.sync;
+    store_options so = server_store_options(&srv->opt);
     so.exclusive = 1;   /* a second daemon on this database is refused, naming our pid */
     so.on_lost = store_lost_loudly;
-    if ((rc = store_open(srv->opt.db_path, &so, &st, err, sizeof err)) != 0) {
+    if ((rc = open_store_waiting(srv, &so, &st, err, sizeof err)) != 0) {
         fprintf(stderr, "lind serve: cannot open the store: %s\n", err);
+        goto out;
+    }
+    if (shared && (rc = claim_node(srv, st, err, sizeof err)) != 0) {
+        fprintf(stderr, "lind serve: %s\n", err);
         goto out;
     }
     char where[600];   /* the store as logs may show it: a URI without its password */
@@ -732,7 +824,11 @@ out:
     }
     dmsg_free(shutdown_msg);   /* unsent: start-up failed before the model loaded */
     shutdown_msg = NULL;
-    if (st) store_close(st);
+    if (st) {   /* start-up failed with the store open: give the node id back at once */
+        char e2[256];
+        if (srv->node_claimed) store_node_release(st, srv->node_id, srv->node_instance, e2, sizeof e2);
+        store_close(st);
+    }
     /* Drain what was left for threads that no longer run (e.g. the
      * connection-closed notes of the final close). */
     for (qnode *n = queue_take_all(&srv->loopq, 0); n; ) {

@@ -66,6 +66,14 @@ typedef struct server_options {
     int      lease_wait_ms;    /* --lease-wait: wait that long for another node's lease, default 0 */
     int      store_conns;      /* --store-conns: store connections; 0 (default): 4 on
                                   PostgreSQL, 1 on SQLite (one writer anyway) */
+    /* the PostgreSQL store's connections (docs/SCALE.md, "Timeouts and reconnecting") */
+    int      db_wait_s;        /* --db-wait S: at start, retry an unreachable store for S s, default 0 */
+    int      db_lock_timeout_ms;      /* --db-lock-timeout MS: lock_timeout, default 5000 */
+    int      db_statement_timeout_ms; /* --db-statement-timeout MS: statement_timeout, default 30000 */
+    int      db_idle_tx_timeout_ms;   /* --db-idle-tx-timeout MS: idle_in_transaction_session_timeout,
+                                         default 10000 */
+    int      db_reconnect_ms;  /* --db-reconnect MS: how long an operation waits for a lost
+                                  connection to come back, default 10000 */
     const char *http_addr;     /* --http [ADDR:]PORT: the HTTP front door (docs/HTTP.md); NULL = off */
     const char *http_token_file; /* --http-token-file: clients must send this bearer token */
     size_t   http_max_body;    /* --http-max-body: request body bytes, default 1 MiB */
@@ -80,6 +88,8 @@ server_options server_defaults(void);
 int server_parse_args(int argc, char **argv, server_options *o, char *err, size_t errlen);
 /* `lind serve --help`: every option with its default. */
 void server_usage(FILE *f);
+/* The store options the daemon's options make (every store connection). */
+store_options server_store_options(const server_options *o);
 
 struct conn_table;
 struct scheduler;
@@ -103,6 +113,8 @@ typedef struct server {
     char           tokenizer[16];  /* the model's tokenizer kind */
     char           dtype[8];       /* weights in memory: "f32", "bf16", "f16" */
     char           node_id[STORE_NAME_MAX + 1];   /* the lease owner this node writes as */
+    char           node_instance[STORE_NAME_MAX + 1]; /* this process's claim on node_id */
+    int            node_claimed;   /* a shared store: node_id claimed, heartbeat by the store */
 
     queue          loopq;          /* outmsg → loop */
     queue          schedq;         /* dmsg → compute */

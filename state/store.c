@@ -22,7 +22,9 @@ static const uint8_t export_magic[8] = { 'L', 'I', 'N', 'D', 'E', 'X', 0, 1 };
 
 store_options store_defaults(void)
 {
-    store_options o = { .sync = STORE_SYNC_FULL, .busy_timeout_ms = 5000 };
+    store_options o = { .sync = STORE_SYNC_FULL, .busy_timeout_ms = 5000,
+                        .statement_timeout_ms = 30000, .idle_tx_timeout_ms = 10000,
+                        .reconnect_ms = 10000 };
     return o;
 }
 
@@ -104,6 +106,13 @@ int store_open(const char *path, const store_options *opt, store **out,
     if (o.busy_timeout_ms < 0)
         return errmsg_set(-EINVAL, err, errlen, "store busy timeout %d ms is negative",
                     o.busy_timeout_ms);
+    if (o.statement_timeout_ms < 0 || o.idle_tx_timeout_ms < 0 || o.reconnect_ms < 0)
+        return errmsg_set(-EINVAL, err, errlen, "store %s %d ms is negative",
+                          o.statement_timeout_ms < 0 ? "statement timeout"
+                          : o.idle_tx_timeout_ms < 0 ? "idle-in-transaction timeout"
+                          : "reconnect time",
+                          o.statement_timeout_ms < 0 ? o.statement_timeout_ms
+                          : o.idle_tx_timeout_ms < 0 ? o.idle_tx_timeout_ms : o.reconnect_ms);
     /* A libpq URI picks PostgreSQL; anything else is an SQLite file. */
     if (strncmp(path, "postgres://", 11) == 0 || strncmp(path, "postgresql://", 13) == 0)
         return store_pg_open(path, &o, out, err, errlen);
@@ -340,6 +349,64 @@ int store_lease_release(store *s, const char *name, const char *owner, char *err
         return errmsg_set(-EINVAL, err, errlen, "store_lease_release: no store");
     int rc = check_lease_args(name, owner, 0, 0, err, errlen);
     return rc < 0 ? rc : s->ops->lease_release(s, name, owner, err, errlen);
+}
+
+/* ---- node identity ------------------------------------------------------ */
+
+static int check_node_args(const char *node, const char *instance, int64_t ttl_ms, int need_ttl,
+                           char *err, size_t errlen)
+{
+    char why[200];
+    if (store_name_check(node, why, sizeof why) < 0)
+        return errmsg_set(-EINVAL, err, errlen, "node id: %s", why);
+    if (store_name_check(instance, why, sizeof why) < 0)
+        return errmsg_set(-EINVAL, err, errlen, "node instance: %s", why);
+    if (need_ttl && ttl_ms <= 0)
+        return errmsg_set(-EINVAL, err, errlen, "node claim of %lld ms: must be positive",
+                          (long long)ttl_ms);
+    return 0;
+}
+
+int store_node_claim(store *s, const char *node, const char *instance, int64_t ttl_ms,
+                     store_node *holder, char *err, size_t errlen)
+{
+    ERRBUF(err, errlen);
+    store_node h;
+    memset(&h, 0, sizeof h);
+    if (!s)
+        return errmsg_set(-EINVAL, err, errlen, "store_node_claim: no store");
+    int rc = check_node_args(node, instance, ttl_ms, 1, err, errlen);
+    if (rc == 0 && s->ops->node_claim)
+        rc = s->ops->node_claim(s, node, instance, ttl_ms, &h, err, errlen);
+    if (holder)
+        *holder = h;
+    return rc;
+}
+
+int store_node_beat(store *s, const char *node, const char *instance, int64_t ttl_ms,
+                    char *err, size_t errlen)
+{
+    ERRBUF(err, errlen);
+    if (!s)
+        return errmsg_set(-EINVAL, err, errlen, "store_node_beat: no store");
+    int rc = check_node_args(node, instance, ttl_ms, 1, err, errlen);
+    return rc < 0 || !s->ops->node_beat ? rc : s->ops->node_beat(s, node, instance, ttl_ms, err, errlen);
+}
+
+int store_node_release(store *s, const char *node, const char *instance, char *err, size_t errlen)
+{
+    ERRBUF(err, errlen);
+    if (!s)
+        return errmsg_set(-EINVAL, err, errlen, "store_node_release: no store");
+    int rc = check_node_args(node, instance, 0, 0, err, errlen);
+    return rc < 0 || !s->ops->node_release ? rc : s->ops->node_release(s, node, instance, err, errlen);
+}
+
+void store_get_counters(const store *s, store_counters *out)
+{
+    memset(out, 0, sizeof *out);
+    if (s && s->ops->counters)
+        s->ops->counters(s, out);
 }
 
 /* ---- export format ------------------------------------------------------ */

@@ -58,7 +58,15 @@ typedef enum { STORE_SYNC_FULL = 0, STORE_SYNC_NORMAL = 1 } store_sync;
 
 typedef struct store_options {
     store_sync sync;        /* FULL (default): on disk when save returns */
-    int busy_timeout_ms;    /* default 5000 */
+    int busy_timeout_ms;    /* default 5000 (PostgreSQL: lock_timeout) */
+    /* PostgreSQL only (SQLite ignores them), applied to every transaction
+     * and statement the store runs (docs/SCALE.md, "Timeouts"): */
+    int statement_timeout_ms;   /* statement_timeout; default 30000, 0: none */
+    int idle_tx_timeout_ms;     /* idle_in_transaction_session_timeout; default 10000, 0: none */
+    /* How long an operation that finds its connection lost keeps trying to
+     * reconnect (database restart, terminated backend) before it fails
+     * with -EIO; default 10000, 0: one attempt. */
+    int reconnect_ms;
     int exclusive;          /* 1: refuse a second exclusive opener (default 0) */
     /* Called once, on the thread that found it, when the database file or
      * its -wal was removed or replaced (see Identity above), with the
@@ -158,6 +166,8 @@ int  store_save_versioned(store *s, const store_record *recs, const uint64_t *ex
 typedef struct store_lease {
     char    owner[STORE_NAME_MAX + 1];
     int64_t expires_ms;
+    int64_t now_ms;        /* the store's clock when this was read: how long the
+                              lease has left is expires_ms - now_ms, on one clock */
 } store_lease;
 
 /* Take the lease on `name` for `owner` for ttl_ms (> 0): succeeds (0) when
@@ -175,6 +185,40 @@ int  store_lease_renew(store *s, const char *name, const char *owner, int64_t tt
                        store_lease *out, char *err, size_t errlen);
 /* Give the lease up. -ENOLCK when owner does not hold it. */
 int  store_lease_release(store *s, const char *name, const char *owner, char *err, size_t errlen);
+
+/* ---- node identity -------------------------------------------------------
+ * On a shared store (PostgreSQL) each live node has a row (lind_nodes):
+ * its node id (the lease owner), the instance that claimed it (one process
+ * run, e.g. "host:pid:start-ms") and an expiry on the server's clock that
+ * the node's heartbeat moves on. A second process claiming a node id that a
+ * live instance holds is refused, so two nodes never write leases under
+ * one name. SQLite needs none of it (one daemon per file, the file lock):
+ * the three calls succeed there without doing anything. */
+typedef struct store_node {
+    char    instance[STORE_NAME_MAX + 1];
+    int64_t heartbeat_age_ms;   /* since the holder's last heartbeat */
+    int64_t expires_in_ms;      /* until its row expires unless renewed */
+} store_node;
+
+/* Claim node id `node` for `instance` for ttl_ms: 0 when free, expired, or
+ * already this instance's; -EADDRINUSE when another instance holds an
+ * unexpired claim (`holder`, may be NULL, then says which and for how long). */
+int  store_node_claim(store *s, const char *node, const char *instance, int64_t ttl_ms,
+                      store_node *holder, char *err, size_t errlen);
+/* The heartbeat: extend the claim to now + ttl_ms. -ENOLCK when the row is
+ * no longer this instance's (it expired and another instance claimed it). */
+int  store_node_beat(store *s, const char *node, const char *instance, int64_t ttl_ms,
+                     char *err, size_t errlen);
+/* Give the claim up (shutdown); -ENOLCK when not held. */
+int  store_node_release(store *s, const char *node, const char *instance, char *err, size_t errlen);
+
+/* Counters of one handle since it opened (PostgreSQL; SQLite: zeros). */
+typedef struct store_counters {
+    uint64_t reconnects;   /* connections re-opened after being lost */
+    uint64_t retries;      /* operations run again after a lost connection */
+} store_counters;
+void store_get_counters(const store *s, store_counters *out);
+
 int  store_load(store *s, const char *name, store_loaded *out, char *err, size_t errlen);
 void store_loaded_free(store_loaded *l);
 /* All sessions, sorted by name; *out is malloc'd (free()) with *n entries. */

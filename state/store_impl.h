@@ -41,6 +41,14 @@ typedef struct store_ops {
     int (*lease_renew)(store *s, const char *name, const char *owner, int64_t ttl_ms,
                        store_lease *out, char *err, size_t errlen);
     int (*lease_release)(store *s, const char *name, const char *owner, char *err, size_t errlen);
+    /* Node identity (store.h); NULL: nothing to do (SQLite). */
+    int (*node_claim)(store *s, const char *node, const char *instance, int64_t ttl_ms,
+                      store_node *holder, char *err, size_t errlen);
+    int (*node_beat)(store *s, const char *node, const char *instance, int64_t ttl_ms,
+                     char *err, size_t errlen);
+    int (*node_release)(store *s, const char *node, const char *instance, char *err, size_t errlen);
+    /* NULL: zeros. */
+    void (*counters)(const store *s, store_counters *out);
 } store_ops;
 
 struct store {

@@ -3,34 +3,58 @@
  * Chosen by store_open for a postgres:// or postgresql:// URI, so several
  * nodes can share one database. Tables lind_schema (the schema version,
  * also what marks a database as lind's), lind_sessions (one row per
- * session: bytea blobs, token count, times, version) and lind_leases. The
- * schema is created and migrated at open under a transaction-scoped
- * advisory lock, so nodes starting together migrate once. Every statement is
- * prepared once per connection; blobs travel as binary parameters and
- * results. A grouped save is one transaction (BEGIN ... COMMIT): one commit,
- * one WAL flush with synchronous_commit on.
+ * session: bytea blobs, token count, times, version), lind_leases and
+ * lind_nodes (one row per live node, kept by its heartbeat). The schema is
+ * created and migrated at open under a transaction-scoped advisory lock, so
+ * nodes starting together migrate once. Blobs travel as binary parameters
+ * and results. A grouped save is one transaction (BEGIN ... COMMIT): one
+ * commit, one WAL flush with synchronous_commit on.
+ *
+ * Poolers: no statement outlives its transaction (unnamed statements, no
+ * session-level SET), so the store works through PgBouncer in transaction
+ * pooling mode. The settings (synchronous_commit, lock_timeout,
+ * statement_timeout, idle_in_transaction_session_timeout) are set LOCAL in
+ * every transaction: a save's BEGIN carries them in the same round trip,
+ * and a single statement is sent in a pipeline behind a set_config() of
+ * them (one round trip, one implicit transaction). TCP keepalives are libpq
+ * connection keywords (the URI's own values win).
  *
  * Durability: STORE_SYNC_FULL is synchronous_commit = on (the commit is
  * flushed to the server's WAL when save returns); NORMAL is off (a server
  * crash may lose the last commits, never half of one). busy_timeout_ms
- * becomes lock_timeout. Lease times come from the server's clock, so nodes
- * with different clocks agree on expiry.
+ * becomes lock_timeout. Lease and node expiry come from the server's clock,
+ * so nodes with different clocks agree on it.
  *
- * A lost connection fails the operation in progress with -EIO and libpq's
- * message; the next operation reconnects (PQreset) and prepares the
- * statements again, so a handle outlives a server restart. */
+ * Lost connections (a database restart, a terminated backend, no answer
+ * within statement_timeout + 5 s): before each operation a connection the
+ * server closed while idle is noticed (its socket is readable) and opened
+ * again, waiting up to reconnect_ms for the server, so the statement is
+ * sent on a live connection. A connection lost during an operation is
+ * re-opened and the operation run again when that is safe: reads and lease
+ * or node statements (idempotent), and a save, create, delete or fork (each
+ * a transaction) whose COMMIT was not sent (the server rolled it back). One
+ * whose COMMIT was sent asks the database what became of its transaction
+ * (txid_status of the id it took at BEGIN; after a server restart, which
+ * reuses ids, a save's rows decide): committed is success, aborted is run
+ * again, unknown is -EIO saying so. */
 #include "state/store_impl.h"
 
 #include <errno.h>
 #include <libpq-fe.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 #include "recurrent/errmsg.h"
 
 /* Advisory lock key held while checking and migrating the schema ("LIND"). */
 #define PG_MIGRATE_LOCK 0x4c494e44
+
+/* How often an operation is run again after its connection was lost. */
+#define PG_ATTEMPTS 4
 
 /* migrations[i] takes the schema from version i to i + 1. */
 static const char *const migrations[] = {
@@ -54,6 +78,14 @@ static const char *const migrations[] = {
     "  owner      text NOT NULL,"
     "  expires_ms bigint NOT NULL"
     ");",
+    /* 1 -> 2: live nodes (store_node_claim). */
+    "CREATE TABLE lind_nodes ("
+    "  node         text COLLATE \"C\" PRIMARY KEY,"
+    "  instance     text NOT NULL,"
+    "  started_ms   bigint NOT NULL,"
+    "  heartbeat_ms bigint NOT NULL,"
+    "  expires_ms   bigint NOT NULL"
+    ");",
 };
 #define SCHEMA_VERSION ((int)(sizeof migrations / sizeof migrations[0]))
 
@@ -62,14 +94,16 @@ static const char *const migrations[] = {
 
 enum {
     Q_UPSERT, Q_INSERT_NEW, Q_CAS, Q_VERSION, Q_INSERT, Q_LOAD, Q_LIST, Q_COUNT, Q_DELETE,
-    Q_FORK, Q_LEASE_TAKE, Q_LEASE_GET, Q_LEASE_RENEW, Q_LEASE_RELEASE, Q_LEASE_HELD, Q_N
+    Q_FORK, Q_LEASE_TAKE, Q_LEASE_GET, Q_LEASE_RENEW, Q_LEASE_RELEASE, Q_LEASE_HELD,
+    Q_NODE_CLAIM, Q_NODE_GET, Q_NODE_BEAT, Q_NODE_RELEASE, Q_XACT_STATUS, Q_ROW_CHECK, Q_N
 };
 
 #define SESSION_COLS "name, state, transcript, tokens, created_ms, updated_ms"
 
 /* Parameters: $1 name, $2 state, $3 transcript, $4 tokens, $5 now (ms,
  * this machine's clock, as SQLite's times), $6 expected version; leases $3
- * the ttl in ms. A versioned save returns a row only when it wrote. */
+ * the ttl in ms; nodes $1 node, $2 instance, $3 ttl. A versioned save
+ * returns a row only when it wrote. */
 static const char *const queries[Q_N] = {
     [Q_UPSERT]     = "INSERT INTO lind_sessions(" SESSION_COLS ") VALUES($1, $2, $3, $4, $5, $5)"
                      " ON CONFLICT(name) DO UPDATE SET state = EXCLUDED.state,"
@@ -98,30 +132,81 @@ static const char *const queries[Q_N] = {
                      " expires_ms = EXCLUDED.expires_ms"
                      " WHERE lind_leases.owner = EXCLUDED.owner"
                      " OR lind_leases.expires_ms <= " PG_NOW
-                     " RETURNING owner, expires_ms",
+                     " RETURNING owner, expires_ms, " PG_NOW,
     [Q_LEASE_GET]  = "SELECT owner, expires_ms, " PG_NOW " FROM lind_leases WHERE name = $1",
     [Q_LEASE_RENEW] = "UPDATE lind_leases SET expires_ms = " PG_NOW " + $3::bigint"
-                     " WHERE name = $1 AND owner = $2 RETURNING owner, expires_ms",
+                     " WHERE name = $1 AND owner = $2 RETURNING owner, expires_ms, " PG_NOW,
     [Q_LEASE_RELEASE] = "DELETE FROM lind_leases WHERE name = $1 AND owner = $2",
     /* A save under a lease: FOR SHARE holds the lease row until the commit,
      * so a takeover (which updates the row) waits for the save, and a save
      * that waited on a takeover re-reads the row and finds the new owner. */
     [Q_LEASE_HELD] = "SELECT 1 FROM lind_leases WHERE name = $1 AND owner = $2"
                      " AND expires_ms > " PG_NOW " FOR SHARE",
+    [Q_NODE_CLAIM] = "INSERT INTO lind_nodes(node, instance, started_ms, heartbeat_ms, expires_ms)"
+                     " VALUES($1, $2, " PG_NOW ", " PG_NOW ", " PG_NOW " + $3::bigint)"
+                     " ON CONFLICT(node) DO UPDATE SET instance = EXCLUDED.instance,"
+                     " started_ms = CASE WHEN lind_nodes.instance = EXCLUDED.instance"
+                     " THEN lind_nodes.started_ms ELSE EXCLUDED.started_ms END,"
+                     " heartbeat_ms = EXCLUDED.heartbeat_ms, expires_ms = EXCLUDED.expires_ms"
+                     " WHERE lind_nodes.instance = EXCLUDED.instance"
+                     " OR lind_nodes.expires_ms <= " PG_NOW
+                     " RETURNING instance",
+    [Q_NODE_GET]   = "SELECT instance, " PG_NOW " - heartbeat_ms, expires_ms - " PG_NOW
+                     " FROM lind_nodes WHERE node = $1",
+    [Q_NODE_BEAT]  = "UPDATE lind_nodes SET heartbeat_ms = " PG_NOW ","
+                     " expires_ms = " PG_NOW " + $3::bigint"
+                     " WHERE node = $1 AND instance = $2 RETURNING instance",
+    [Q_NODE_RELEASE] = "DELETE FROM lind_nodes WHERE node = $1 AND instance = $2",
+    /* What became of a transaction whose COMMIT got no answer. */
+    /* What became of a transaction whose COMMIT got no answer: an id not
+     * yet assigned (at or past the snapshot's xmax: the transaction never
+     * reached the WAL before a crash) is 'future'; and the server's start
+     * time, to tell whether it restarted since (ids are then reused). */
+    [Q_XACT_STATUS] = "SELECT CASE WHEN $1::bigint >= txid_snapshot_xmax(txid_current_snapshot())"
+                      " THEN 'future' ELSE txid_status($1::bigint) END,"
+                      " pg_postmaster_start_time()::text",
+    [Q_ROW_CHECK]  = "SELECT version, updated_ms FROM lind_sessions WHERE name = $1",
 };
+
+/* Each statement's name in messages. */
+static const char *const qnames[Q_N] = {
+    [Q_UPSERT] = "upsert", [Q_INSERT_NEW] = "insert-new", [Q_CAS] = "compare-and-swap",
+    [Q_VERSION] = "version", [Q_INSERT] = "insert", [Q_LOAD] = "load", [Q_LIST] = "list",
+    [Q_COUNT] = "count", [Q_DELETE] = "delete", [Q_FORK] = "fork", [Q_LEASE_TAKE] = "lease-take",
+    [Q_LEASE_GET] = "lease-get", [Q_LEASE_RENEW] = "lease-renew",
+    [Q_LEASE_RELEASE] = "lease-release", [Q_LEASE_HELD] = "lease-held",
+    [Q_NODE_CLAIM] = "node-claim", [Q_NODE_GET] = "node-get", [Q_NODE_BEAT] = "node-heartbeat",
+    [Q_NODE_RELEASE] = "node-release", [Q_XACT_STATUS] = "txid_status", [Q_ROW_CHECK] = "row-check",
+};
+
+/* The settings of a single statement, set for its implicit transaction. */
+#define SETTINGS_SQL "SELECT set_config('synchronous_commit', $1, true)," \
+                     " set_config('lock_timeout', $2, true)," \
+                     " set_config('statement_timeout', $3, true)"
 
 typedef struct pg_store {
     store base;              /* first: a store * is a pg_store * */
     PGconn *conn;
+    char *uri;
     store_options opt;
-    int prepared;            /* statements prepared on this connection */
     char desc[256];          /* user@host:port/db for messages (no password) */
+    char set_vals[3][16];    /* SETTINGS_SQL's parameters */
+    char begin_sql[512];     /* BEGIN, the same settings LOCAL, the transaction's id */
+    char note[160];          /* why the connection was lost, for the next message */
+    store_counters cnt;
 } pg_store;
 
 static int64_t now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
@@ -147,10 +232,15 @@ static const char *trim(const char *msg, char *buf, size_t len)
     return buf;
 }
 
+static int lost(const pg_store *s)
+{
+    return PQstatus(s->conn) != CONNECTION_OK;
+}
+
 /* SQLSTATE -> the store's codes. A broken connection is -EIO. */
 static int map_result(pg_store *s, const PGresult *r)
 {
-    if (PQstatus(s->conn) != CONNECTION_OK)
+    if (lost(s))
         return -EIO;
     const char *st = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
     if (!st)
@@ -158,8 +248,9 @@ static int map_result(pg_store *s, const PGresult *r)
     if (!strcmp(st, "23505")) return -EEXIST;       /* unique_violation */
     if (!strcmp(st, "53100")) return -ENOSPC;       /* disk_full */
     if (!strcmp(st, "53200")) return -ENOMEM;       /* out_of_memory */
-    if (!strcmp(st, "55P03") || !strcmp(st, "40001") || !strcmp(st, "40P01"))
-        return -EBUSY;                              /* lock timeout, serialization, deadlock */
+    if (!strcmp(st, "55P03") || !strcmp(st, "40001") || !strcmp(st, "40P01") ||
+        !strcmp(st, "57014"))
+        return -EBUSY;   /* lock timeout, serialization, deadlock, statement timeout */
     return -EIO;
 }
 
@@ -170,71 +261,259 @@ static int pg_fail(pg_store *s, const PGresult *r, char *err, size_t errlen, con
     char msg[512];
     const char *m = r && *PQresultErrorMessage(r) ? PQresultErrorMessage(r) : PQerrorMessage(s->conn);
     int code = map_result(s, r);
-    return errmsg_set(code, err, errlen, "store %s: %s: %s%s", s->desc, what, trim(m, msg, sizeof msg),
-                      PQstatus(s->conn) != CONNECTION_OK ? " (connection lost)" : "");
+    return errmsg_set(code, err, errlen, "store %s: %s: %s%s%s%s%s", s->desc, what,
+                      trim(m, msg, sizeof msg), lost(s) ? " (connection lost" : "",
+                      lost(s) && s->note[0] ? "; " : "", lost(s) ? s->note : "",
+                      lost(s) ? ")" : "");
 }
 
-/* Run a plain command (no parameters); 0 or the mapped code. */
+/* A connection given up (no answer in time, a pipeline that could not be
+ * sent): shut its socket, so libpq sees it closed (a late answer must never
+ * be taken for a later statement's) and the next operation opens a new
+ * one. `why` goes into the next message. */
+static void abandon(pg_store *s, const char *why)
+{
+    snprintf(s->note, sizeof s->note, "%s", why);
+    int fd = PQsocket(s->conn);
+    if (fd >= 0)
+        shutdown(fd, SHUT_RDWR);
+    PQconsumeInput(s->conn);
+}
+
+/* The longest the store waits for an answer before giving the connection
+ * up: the server's statement_timeout ends a statement first. */
+static int64_t answer_limit(const pg_store *s)
+{
+    return s->opt.statement_timeout_ms > 0 ? (int64_t)s->opt.statement_timeout_ms + 5000
+                                           : (int64_t)24 * 3600 * 1000;
+}
+
+/* The connection's next result, waiting until `deadline` (mono_ms). */
+static PGresult *next_result(pg_store *s, int64_t start, int64_t deadline)
+{
+    while (PQisBusy(s->conn) && !lost(s)) {
+        int fd = PQsocket(s->conn);
+        int64_t left = deadline - mono_ms();
+        if (fd < 0)
+            break;
+        if (left <= 0) {
+            char why[160];
+            snprintf(why, sizeof why, "no answer in %lld ms (a busy server, or a pooler with no"
+                     " free server connection?), connection dropped",
+                     (long long)(mono_ms() - start));
+            abandon(s, why);
+            break;
+        }
+        struct pollfd p = { .fd = fd, .events = POLLIN };
+        int n = poll(&p, 1, left > 1000 ? 1000 : (int)left);
+        if (n < 0 && errno != EINTR) {
+            abandon(s, "poll failed, connection dropped");
+            break;
+        }
+        if (n > 0 && !PQconsumeInput(s->conn))
+            break;
+    }
+    return PQgetResult(s->conn);
+}
+
+/* A plain command string (one or several statements, no parameters): the
+ * first failed result, else the last one; NULL when it could not be sent. */
+static PGresult *run_simple(pg_store *s, const char *sql)
+{
+    if (!PQsendQuery(s->conn, sql))
+        return NULL;
+    int64_t start = mono_ms(), deadline = start + answer_limit(s);
+    PGresult *keep = NULL, *r;
+    while ((r = next_result(s, start, deadline))) {
+        ExecStatusType k = keep ? PQresultStatus(keep) : PGRES_COMMAND_OK;
+        if (k == PGRES_COMMAND_OK || k == PGRES_TUPLES_OK) {   /* the first error stays */
+            PQclear(keep);
+            keep = r;
+        } else {
+            PQclear(r);
+        }
+    }
+    return keep;
+}
+
+/* One statement with parameters, unnamed (nothing outlives it). */
+static PGresult *run_params(pg_store *s, const char *sql, int n, const char *const *vals,
+                            const int *lens, const int *fmts, int binary)
+{
+    if (!PQsendQueryParams(s->conn, sql, n, NULL, vals, lens, fmts, binary))
+        return NULL;
+    int64_t start = mono_ms(), deadline = start + answer_limit(s);
+    PGresult *r = next_result(s, start, deadline), *more;
+    while ((more = next_result(s, start, deadline)))
+        PQclear(more);
+    return r;
+}
+
+/* One statement on its own (autocommit), behind the settings: a pipeline
+ * of set_config() and the statement with one sync, so both run in one
+ * implicit transaction and one round trip. The statement's result, or the
+ * settings' when they failed; NULL when nothing could be sent. */
+static PGresult *run_single(pg_store *s, const char *sql, int n, const char *const *vals,
+                            const int *lens, const int *fmts, int binary)
+{
+    const char *set[3] = { s->set_vals[0], s->set_vals[1], s->set_vals[2] };
+    if (!PQenterPipelineMode(s->conn))
+        return NULL;
+    if (!PQsendQueryParams(s->conn, SETTINGS_SQL, 3, NULL, set, NULL, NULL, 0) ||
+        !PQsendQueryParams(s->conn, sql, n, NULL, vals, lens, fmts, binary) ||
+        !PQpipelineSync(s->conn)) {
+        abandon(s, "sending the statement failed");
+        PQexitPipelineMode(s->conn);
+        return NULL;
+    }
+    int64_t start = mono_ms(), deadline = start + answer_limit(s);
+    PGresult *res[2] = { NULL, NULL };
+    int seen = 0, synced = 0;
+    /* settings, NULL, statement, NULL, sync: bounded, whatever arrives */
+    for (int i = 0; i < 8 && !synced; i++) {
+        PGresult *r = next_result(s, start, deadline);
+        if (!r) {
+            if (lost(s))
+                break;
+            continue;
+        }
+        if (PQresultStatus(r) == PGRES_PIPELINE_SYNC) {
+            synced = 1;
+            PQclear(r);
+        } else if (seen < 2) {
+            res[seen++] = r;
+        } else {
+            PQclear(r);
+        }
+    }
+    if (!synced && !lost(s))
+        abandon(s, "the pipeline did not end, connection dropped");
+    PQexitPipelineMode(s->conn);
+    if (res[0] && PQresultStatus(res[0]) != PGRES_TUPLES_OK) {
+        PQclear(res[1]);
+        return res[0];
+    }
+    PQclear(res[0]);
+    return res[1];
+}
+
+/* Server notices (e.g. "terminating connection due to immediate shutdown")
+ * would go to stderr by default; a library must not write there. The
+ * failure they announce reaches the caller as an error anyway. */
+static void quiet_notices(void *arg, const char *msg)
+{
+    (void)arg;
+    (void)msg;
+}
+
+/* A new connection. A server that does not answer must not hang the caller
+ * forever; keepalives find a peer that vanished from the network. The
+ * URI's own values, if any, come later and win. */
+static PGconn *connect_now(const pg_store *s)
+{
+    const char *keys[] = { "connect_timeout", "fallback_application_name", "client_encoding",
+                           "keepalives", "keepalives_idle", "keepalives_interval",
+                           "keepalives_count", "tcp_user_timeout", "dbname", NULL };
+    const char *vals[] = { "10", "lind", "UTF8", "1", "10", "5", "3", "30000", s->uri, NULL };
+    PGconn *c = PQconnectdbParams(keys, vals, 1);
+    if (c)
+        PQsetNoticeProcessor(c, quiet_notices, NULL);
+    return c;
+}
+
+/* Open the connection again, trying for up to reconnect_ms. */
+static int reconnect(pg_store *s, char *err, size_t errlen)
+{
+    int64_t start = mono_ms(), deadline = start + s->opt.reconnect_ms;
+    int delay = 50;
+    for (int attempt = 1;; attempt++) {
+        PQfinish(s->conn);
+        s->conn = connect_now(s);
+        if (!s->conn)
+            return errmsg_set(-ENOMEM, err, errlen, "store %s: out of memory", s->desc);
+        if (!lost(s)) {
+            s->cnt.reconnects++;
+            s->note[0] = 0;
+            return 0;
+        }
+        if (mono_ms() + delay > deadline) {
+            char msg[512];
+            return errmsg_set(-EIO, err, errlen,
+                              "store %s: connection lost; %d attempt%s to reconnect in %lld ms"
+                              " failed (the store's reconnect time is %d ms), the last: %s",
+                              s->desc, attempt, attempt > 1 ? "s" : "",
+                              (long long)(mono_ms() - start), s->opt.reconnect_ms,
+                              trim(PQerrorMessage(s->conn), msg, sizeof msg));
+        }
+        usleep((useconds_t)delay * 1000);
+        delay = delay * 2 > 1000 ? 1000 : delay * 2;
+    }
+}
+
+/* Before each operation: a connection the server closed while it was idle
+ * (its socket reads as ready: the termination notice, end of file) is
+ * noticed here, before anything is sent on it, and opened again. */
+static int ready(pg_store *s, char *err, size_t errlen)
+{
+    /* The termination notice and the end of file may be read apart: read
+     * on while the socket stays ready (bounded). */
+    for (int i = 0; i < 8 && !lost(s); i++) {
+        int fd = PQsocket(s->conn);
+        struct pollfd p = { .fd = fd, .events = POLLIN };
+        if (fd < 0 || poll(&p, 1, 0) <= 0)
+            break;
+        PQconsumeInput(s->conn);
+        PGnotify *nt;
+        while ((nt = PQnotifies(s->conn)))
+            PQfreemem(nt);
+    }
+    return lost(s) ? reconnect(s, err, errlen) : 0;
+}
+
+/* Run a plain command inside the current transaction; 0 or the mapped code. */
 static int exec_cmd(pg_store *s, const char *sql, char *err, size_t errlen, const char *what)
 {
-    PGresult *r = PQexec(s->conn, sql);
+    PGresult *r = run_simple(s, sql);
     ExecStatusType t = PQresultStatus(r);
-    int code = t == PGRES_COMMAND_OK || t == PGRES_TUPLES_OK ? 0 : pg_fail(s, r, err, errlen, what);
+    int code = r && (t == PGRES_COMMAND_OK || t == PGRES_TUPLES_OK) ? 0
+               : pg_fail(s, r, err, errlen, what);
     PQclear(r);
     return code;
 }
 
-/* Per-connection settings and prepared statements (again after a reset). */
-static int session_setup(pg_store *s, char *err, size_t errlen)
-{
-    char sql[160];
-    /* lock_timeout 0 would mean "wait forever"; SQLite's 0 means "do not wait". */
-    int lt = s->opt.busy_timeout_ms > 0 ? s->opt.busy_timeout_ms : 1;
-    snprintf(sql, sizeof sql, "SET synchronous_commit = %s; SET lock_timeout = %d;"
-             " SET client_encoding = 'UTF8'",
-             s->opt.sync == STORE_SYNC_FULL ? "on" : "off", lt);
-    int code = exec_cmd(s, sql, err, errlen, "cannot configure the session");
-    if (code < 0)
-        return code;
-    for (int i = 0; i < Q_N; i++) {
-        char name[24];
-        snprintf(name, sizeof name, "lind_q%d", i);
-        PGresult *r = PQprepare(s->conn, name, queries[i], 0, NULL);
-        if (PQresultStatus(r) != PGRES_COMMAND_OK)
-            code = pg_fail(s, r, err, errlen, "cannot prepare statements");
-        PQclear(r);
-        if (code < 0)
-            return code;
-    }
-    s->prepared = 1;
-    return 0;
-}
-
-/* Before each operation: a connection that broke is re-established. */
-static int ensure_conn(pg_store *s, char *err, size_t errlen)
-{
-    if (PQstatus(s->conn) == CONNECTION_OK && s->prepared)
-        return 0;
-    s->prepared = 0;
-    if (PQstatus(s->conn) != CONNECTION_OK) {
-        PQreset(s->conn);
-        if (PQstatus(s->conn) != CONNECTION_OK) {
-            char msg[512];
-            return errmsg_set(-EIO, err, errlen, "store %s: connection lost, reconnecting failed: %s",
-                              s->desc, trim(PQerrorMessage(s->conn), msg, sizeof msg));
-        }
-    }
-    return session_setup(s, err, errlen);
-}
-
-/* Execute prepared statement q. fmts/lens may be NULL (all text). Results
- * in binary when `binary`. The caller PQclear()s the result. */
+/* Statement q inside the current transaction. fmts/lens may be NULL (all
+ * text); results in binary when `binary`. The caller PQclear()s it. */
 static PGresult *exec_q(pg_store *s, int q, int n, const char *const *vals, const int *lens,
                         const int *fmts, int binary)
 {
-    char name[24];
-    snprintf(name, sizeof name, "lind_q%d", q);
-    return PQexecPrepared(s->conn, name, n, vals, lens, fmts, binary);
+    return run_params(s, queries[q], n, vals, lens, fmts, binary);
+}
+
+/* Statement q on its own, on a live connection; run again on a new one when
+ * the connection was lost and q is `idempotent`. NULL with *code set when
+ * no connection could be had. */
+static PGresult *auto_q(pg_store *s, int q, int n, const char *const *vals, const int *lens,
+                        const int *fmts, int binary, int idempotent, int *code, char *err,
+                        size_t errlen)
+{
+    *code = 0;
+    for (int attempt = 0;; attempt++) {
+        if ((*code = ready(s, err, errlen)) < 0)
+            return NULL;
+        PGresult *r = run_single(s, queries[q], n, vals, lens, fmts, binary);
+        if (!lost(s) || !idempotent || attempt + 1 >= PG_ATTEMPTS)
+            return r;
+        PQclear(r);
+        s->cnt.retries++;
+    }
+}
+
+/* What a failed statement says, naming it. */
+static int q_fail(pg_store *s, int q, const PGresult *r, char *err, size_t errlen, const char *what)
+{
+    char w[200];
+    snprintf(w, sizeof w, "%s (statement %s)", what, qnames[q]);
+    return pg_fail(s, r, err, errlen, w);
 }
 
 static uint64_t be64(const char *p)
@@ -263,8 +542,8 @@ static int migrate(pg_store *s, char *err, size_t errlen)
     PGresult *r = NULL;
     if ((code = exec_cmd(s, sql, err, errlen, "cannot lock to check the schema")) < 0)
         goto out;
-    r = PQexec(s->conn, "SELECT to_regclass('lind_schema') IS NOT NULL,"
-                        " to_regclass('lind_sessions') IS NOT NULL");
+    r = run_simple(s, "SELECT to_regclass('lind_schema') IS NOT NULL,"
+                      " to_regclass('lind_sessions') IS NOT NULL");
     if (PQresultStatus(r) != PGRES_TUPLES_OK) {
         code = pg_fail(s, r, err, errlen, "cannot read the schema");
         goto out;
@@ -283,7 +562,7 @@ static int migrate(pg_store *s, char *err, size_t errlen)
                             "INSERT INTO lind_schema VALUES (0)", err, errlen,
                          "cannot create the schema")) < 0)
         goto out;
-    r = PQexec(s->conn, "SELECT version FROM lind_schema");
+    r = run_simple(s, "SELECT version FROM lind_schema");
     if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
         code = PQresultStatus(r) != PGRES_TUPLES_OK
                ? pg_fail(s, r, err, errlen, "cannot read the schema version")
@@ -309,8 +588,8 @@ static int migrate(pg_store *s, char *err, size_t errlen)
         code = exec_cmd(s, "COMMIT", err, errlen, "schema migration commit failed");
 out:
     PQclear(r);
-    if (code < 0 && PQstatus(s->conn) == CONNECTION_OK)
-        PQclear(PQexec(s->conn, "ROLLBACK"));
+    if (code < 0 && !lost(s))
+        PQclear(run_simple(s, "ROLLBACK"));
     return code;
 }
 
@@ -325,7 +604,13 @@ static void pg_close(store *base)
 {
     pg_store *s = (pg_store *)base;
     PQfinish(s->conn);
+    free(s->uri);
     free(s);
+}
+
+static void pg_counters(const store *base, store_counters *out)
+{
+    *out = ((const pg_store *)base)->cnt;
 }
 
 /* The six session parameters of record r ($6 = expect when non-NULL). */
@@ -369,25 +654,37 @@ static int check_sizes(const store_record *r, char *err, size_t errlen)
     return 0;
 }
 
-static int pg_save(store *base, const store_record *recs, const uint64_t *expect, int n,
-                   const char *owner, store_save_result *res, char *err, size_t errlen)
+/* One attempt at a save group: BEGIN (with the settings and the
+ * transaction's id into xid), the records, COMMIT. *commit_sent: the
+ * COMMIT went out (its outcome is then unknown if the connection broke). */
+static int save_tx(pg_store *s, const store_record *recs, const uint64_t *expect, int n,
+                   const char *owner, store_save_result *res, int64_t now, char *xid,
+                   size_t xidlen, char *started, size_t startedlen, int *commit_sent, char *err,
+                   size_t errlen)
 {
-    pg_store *s = (pg_store *)base;
-    int64_t now = now_ms();
-    int code = 0, in_tx = 0;
-    for (int i = 0; i < n && code == 0; i++)
-        code = check_sizes(&recs[i], err, errlen);
-    if (code == 0)
-        code = ensure_conn(s, err, errlen);
-    if (code == 0 && (code = exec_cmd(s, "BEGIN", err, errlen, "cannot begin the save")) == 0)
-        in_tx = 1;
+    *commit_sent = 0;
+    xid[0] = 0;
+    PGresult *r = run_simple(s, s->begin_sql);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
+        int code = pg_fail(s, r, err, errlen, "cannot begin the save (BEGIN, SET LOCAL"
+                           " synchronous_commit, lock_timeout, statement_timeout,"
+                           " idle_in_transaction_session_timeout, txid_current())");
+        PQclear(r);
+        if (!lost(s))
+            PQclear(run_simple(s, "ROLLBACK"));
+        return code;
+    }
+    snprintf(xid, xidlen, "%s", PQgetvalue(r, 0, 0));
+    snprintf(started, startedlen, "%s", PQgetvalue(r, 0, 1));
+    PQclear(r);
+    int code = 0;
     for (int i = 0; i < n && code == 0; i++) {
         int q = expect[i] == STORE_VERSION_ANY ? Q_UPSERT
                 : expect[i] == STORE_VERSION_NEW ? Q_INSERT_NEW : Q_CAS;
         rec_params p;
         rec_bind(&p, &recs[i], now, q == Q_CAS ? &expect[i] : NULL);
         int refused = -ECANCELED;   /* when the write returns no row */
-        PGresult *r = NULL;
+        r = NULL;
         if (owner) {
             const char *lv[2] = { recs[i].name, owner };
             r = exec_q(s, Q_LEASE_HELD, 2, lv, NULL, NULL, 0);
@@ -396,13 +693,15 @@ static int pg_save(store *base, const store_record *recs, const uint64_t *expect
             } else if (PQresultStatus(r) == PGRES_TUPLES_OK) {
                 PQclear(r);
                 r = NULL;
+            } else {
+                q = Q_LEASE_HELD;    /* the failed statement, for the message */
             }
         }
         if (!r)
             r = exec_q(s, q, q == Q_CAS ? 6 : 5, p.vals, p.lens, p.fmts, 0);
         if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-            char what[STORE_NAME_MAX + 32];
-            snprintf(what, sizeof what, "saving '%s'", recs[i].name);
+            char what[STORE_NAME_MAX + 64];
+            snprintf(what, sizeof what, "saving '%s' (statement %s)", recs[i].name, qnames[q]);
             code = pg_fail(s, r, err, errlen, what);
             code = code == -EEXIST ? -EIO : code;
         } else if (PQntuples(r) == 1) {
@@ -412,17 +711,141 @@ static int pg_save(store *base, const store_record *recs, const uint64_t *expect
             PQclear(r);
             r = exec_q(s, Q_VERSION, 1, p.vals, NULL, NULL, 0);
             if (PQresultStatus(r) != PGRES_TUPLES_OK)
-                code = pg_fail(s, r, err, errlen, "reading a session's version");
+                code = pg_fail(s, r, err, errlen, "reading a session's version (statement version)");
             else
                 res[i] = (store_save_result){
                     refused, PQntuples(r) ? (uint64_t)text_i64(r, 0, 0) : 0 };
         }
         PQclear(r);
     }
-    if (code == 0)
+    if (code == 0) {
+        *commit_sent = 1;
         code = exec_cmd(s, "COMMIT", err, errlen, "commit failed");
-    else if (in_tx && PQstatus(s->conn) == CONNECTION_OK)
-        PQclear(PQexec(s->conn, "ROLLBACK"));
+    } else if (!lost(s)) {
+        PQclear(run_simple(s, "ROLLBACK"));
+    }
+    return code;
+}
+
+/* After a restart transaction ids are reused, so a lost commit is judged by
+ * its rows: each record it wrote is at the version it gave it, with its
+ * update time. 1 all are, 0 none is, or -EIO. */
+static int rows_outcome(pg_store *s, const store_record *recs, int n, const store_save_result *res,
+                        int64_t now, char *err, size_t errlen)
+{
+    int ours = 0, others = 0;
+    for (int i = 0; i < n; i++) {
+        if (res[i].rc != 0)
+            continue;
+        const char *vals[1] = { recs[i].name };
+        int code;
+        PGresult *r = auto_q(s, Q_ROW_CHECK, 1, vals, NULL, NULL, 0, 1, &code, err, errlen);
+        if (code < 0)
+            return code;
+        if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+            code = q_fail(s, Q_ROW_CHECK, r, err, errlen, "the commit got no answer; checking its rows");
+            PQclear(r);
+            return code;
+        }
+        if (PQntuples(r) == 1 && (uint64_t)text_i64(r, 0, 0) == res[i].version &&
+            text_i64(r, 0, 1) == now)
+            ours++;
+        else
+            others++;
+        PQclear(r);
+    }
+    if (ours && !others)
+        return 1;
+    if (!ours)
+        return 0;
+    return errmsg_set(-EIO, err, errlen, "store %s: the connection was lost during COMMIT and the"
+                      " server restarted; %d of the group's rows are as the commit left them and %d"
+                      " are not: the save may or may not have committed", s->desc, ours, others);
+}
+
+/* What became of transaction xid (begun on a server started at `started`),
+ * whose COMMIT got no answer: 1 committed, 0 not (run it again), or a
+ * negative code (unknown). */
+static int xact_outcome(pg_store *s, const char *xid, const char *started, const store_record *recs,
+                        int n, const store_save_result *res, int64_t now, char *err, size_t errlen)
+{
+    const char *vals[1] = { xid };
+    char last[64] = "no answer";
+    for (int attempt = 0; attempt < 50; attempt++) {
+        int code = ready(s, err, errlen);
+        if (code < 0)
+            return code;
+        PGresult *r = run_params(s, queries[Q_XACT_STATUS], 1, vals, NULL, NULL, 0);
+        if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1) {
+            char v[64];
+            snprintf(v, sizeof v, "%s", PQgetisnull(r, 0, 0) ? "unknown (too old)" : PQgetvalue(r, 0, 0));
+            int restarted = strcmp(PQgetvalue(r, 0, 1), started) != 0;
+            snprintf(last, sizeof last, "%s", v);
+            PQclear(r);
+            if (!strcmp(v, "future"))
+                return 0;   /* never reached the WAL */
+            if (restarted && recs)
+                return rows_outcome(s, recs, n, res, now, err, errlen);
+            if (restarted)
+                return errmsg_set(-EIO, err, errlen, "store %s: the connection was lost during"
+                                  " COMMIT and the server restarted (transaction ids are reused):"
+                                  " the statement may or may not have committed", s->desc);
+            if (!strcmp(v, "committed"))
+                return 1;
+            if (!strcmp(v, "aborted"))
+                return 0;
+            if (strcmp(v, "in progress"))
+                break;
+            usleep(100000);   /* its backend is still ending it */
+            continue;
+        }
+        if (!lost(s)) {
+            code = pg_fail(s, r, err, errlen, "the commit got no answer; asking what became of it"
+                           " (statement txid_status)");
+            PQclear(r);
+            return code;
+        }
+        PQclear(r);
+    }
+    return errmsg_set(-EIO, err, errlen, "store %s: the connection was lost during COMMIT and the"
+                      " transaction's outcome is %s: the save may or may not have committed",
+                      s->desc, last);
+}
+
+static int pg_save(store *base, const store_record *recs, const uint64_t *expect, int n,
+                   const char *owner, store_save_result *res, char *err, size_t errlen)
+{
+    pg_store *s = (pg_store *)base;
+    int64_t now = now_ms();
+    int code = 0;
+    for (int i = 0; i < n && code == 0; i++)
+        code = check_sizes(&recs[i], err, errlen);
+    /* A save lost before its COMMIT went out was rolled back by the server:
+     * run it again on a new connection. One lost during the COMMIT is
+     * looked up by its transaction id. */
+    for (int attempt = 0; code == 0; attempt++) {
+        char xid[32], started[64];
+        int sent = 0;
+        if ((code = ready(s, err, errlen)) < 0)
+            break;
+        code = save_tx(s, recs, expect, n, owner, res, now, xid, sizeof xid, started, sizeof started,
+                       &sent, err, errlen);
+        if (code == 0 || !lost(s) || attempt + 1 >= PG_ATTEMPTS)
+            break;
+        if (sent && xid[0]) {
+            int st = xact_outcome(s, xid, started, recs, n, res, now, err, errlen);
+            if (st == 1) {
+                code = 0;   /* committed: res as the transaction computed it */
+                break;
+            }
+            if (st < 0) {
+                code = st;
+                break;
+            }
+        }
+        s->cnt.retries++;
+        code = 0;
+    }
     if (code < 0) {
         for (int i = 0; i < n; i++)
             res[i] = (store_save_result){ code, 0 };
@@ -432,17 +855,81 @@ static int pg_save(store *base, const store_record *recs, const uint64_t *expect
     return 0;
 }
 
+/* Statement q alone in a transaction of its own (BEGIN with the settings,
+ * the statement, COMMIT), for the writes that are not idempotent (create,
+ * delete, fork): a connection lost before the COMMIT runs it again on a new
+ * one; one lost during the COMMIT asks the database what became of it. The
+ * statement's result, committed or failed (the caller checks and
+ * PQclear()s it), or NULL with *code set. */
+static PGresult *tx_q(pg_store *s, int q, int n, const char *const *vals, const int *lens,
+                      const int *fmts, int *code, char *err, size_t errlen)
+{
+    for (int attempt = 0;; attempt++) {
+        int last = attempt + 1 >= PG_ATTEMPTS;
+        char xid[32], started[64];
+        if ((*code = ready(s, err, errlen)) < 0)
+            return NULL;
+        PGresult *b = run_simple(s, s->begin_sql);
+        if (PQresultStatus(b) != PGRES_TUPLES_OK || PQntuples(b) != 1) {
+            *code = q_fail(s, q, b, err, errlen, "cannot begin (BEGIN, SET LOCAL of the settings,"
+                           " txid_current())");
+            PQclear(b);
+            if (!lost(s))
+                PQclear(run_simple(s, "ROLLBACK"));
+            else if (!last) {
+                s->cnt.retries++;
+                continue;
+            }
+            return NULL;
+        }
+        snprintf(xid, sizeof xid, "%s", PQgetvalue(b, 0, 0));
+        snprintf(started, sizeof started, "%s", PQgetvalue(b, 0, 1));
+        PQclear(b);
+        PGresult *r = run_params(s, queries[q], n, vals, lens, fmts, 0);
+        ExecStatusType t = PQresultStatus(r);
+        if (t != PGRES_COMMAND_OK && t != PGRES_TUPLES_OK) {
+            if (lost(s) && !last) {   /* rolled back by the server */
+                PQclear(r);
+                s->cnt.retries++;
+                continue;
+            }
+            if (!lost(s))
+                PQclear(run_simple(s, "ROLLBACK"));
+            return r;
+        }
+        int c = exec_cmd(s, "COMMIT", err, errlen, "commit failed");
+        if (c == 0)
+            return r;
+        if (!lost(s)) {
+            PQclear(r);
+            *code = c;
+            return NULL;
+        }
+        int st = xact_outcome(s, xid, started, NULL, 0, NULL, 0, err, errlen);
+        if (st == 1)
+            return r;   /* committed: its result stands */
+        PQclear(r);
+        if (st < 0 || last) {
+            *code = st < 0 ? st : c;
+            return NULL;
+        }
+        s->cnt.retries++;
+    }
+}
+
 static int pg_create(store *base, const store_record *rec, char *err, size_t errlen)
 {
     pg_store *s = (pg_store *)base;
     int code = check_sizes(rec, err, errlen);
-    if (code < 0 || (code = ensure_conn(s, err, errlen)) < 0)
+    if (code < 0)
         return code;
     rec_params p;
     rec_bind(&p, rec, now_ms(), NULL);
-    PGresult *r = exec_q(s, Q_INSERT, 5, p.vals, p.lens, p.fmts, 0);
+    PGresult *r = tx_q(s, Q_INSERT, 5, p.vals, p.lens, p.fmts, &code, err, errlen);
+    if (code < 0)
+        return code;
     if (PQresultStatus(r) != PGRES_COMMAND_OK) {
-        code = pg_fail(s, r, err, errlen, "insert failed");
+        code = q_fail(s, Q_INSERT, r, err, errlen, "insert failed");
         if (code == -EEXIST)
             errmsg_set(-EEXIST, err, errlen, "a session named '%s' already exists", rec->name);
     }
@@ -466,13 +953,13 @@ static int copy_value(const PGresult *r, int col, uint8_t **out, size_t *len)
 static int pg_load(store *base, const char *name, store_loaded *out, char *err, size_t errlen)
 {
     pg_store *s = (pg_store *)base;
-    int code = ensure_conn(s, err, errlen);
+    int code;
+    const char *vals[1] = { name };
+    PGresult *r = auto_q(s, Q_LOAD, 1, vals, NULL, NULL, 1, 1, &code, err, errlen);
     if (code < 0)
         return code;
-    const char *vals[1] = { name };
-    PGresult *r = exec_q(s, Q_LOAD, 1, vals, NULL, NULL, 1);
     if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-        code = pg_fail(s, r, err, errlen, "load failed");
+        code = q_fail(s, Q_LOAD, r, err, errlen, "load failed");
     } else if (PQntuples(r) == 0) {
         code = errmsg_set(-ENOENT, err, errlen, "no session named '%s'", name);
     } else if (PQgetlength(r, 0, 2) != 8 || PQgetlength(r, 0, 3) != 8 ||
@@ -496,12 +983,12 @@ static int pg_load(store *base, const char *name, store_loaded *out, char *err, 
 static int pg_list(store *base, store_info **out, size_t *n, char *err, size_t errlen)
 {
     pg_store *s = (pg_store *)base;
-    int code = ensure_conn(s, err, errlen);
+    int code;
+    PGresult *r = auto_q(s, Q_LIST, 0, NULL, NULL, NULL, 0, 1, &code, err, errlen);
     if (code < 0)
         return code;
-    PGresult *r = exec_q(s, Q_LIST, 0, NULL, NULL, NULL, 0);
     if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-        code = pg_fail(s, r, err, errlen, "list failed");
+        code = q_fail(s, Q_LIST, r, err, errlen, "list failed");
         PQclear(r);
         return code;
     }
@@ -532,12 +1019,12 @@ static int pg_list(store *base, store_info **out, size_t *n, char *err, size_t e
 static int pg_count(store *base, size_t *n, char *err, size_t errlen)
 {
     pg_store *s = (pg_store *)base;
-    int code = ensure_conn(s, err, errlen);
+    int code;
+    PGresult *r = auto_q(s, Q_COUNT, 0, NULL, NULL, NULL, 0, 1, &code, err, errlen);
     if (code < 0)
         return code;
-    PGresult *r = exec_q(s, Q_COUNT, 0, NULL, NULL, NULL, 0);
     if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
-        code = pg_fail(s, r, err, errlen, "count failed");
+        code = q_fail(s, Q_COUNT, r, err, errlen, "count failed");
     else
         *n = (size_t)text_i64(r, 0, 0);
     PQclear(r);
@@ -553,13 +1040,13 @@ static long affected(const PGresult *r)
 static int pg_delete(store *base, const char *name, char *err, size_t errlen)
 {
     pg_store *s = (pg_store *)base;
-    int code = ensure_conn(s, err, errlen);
+    int code;
+    const char *vals[1] = { name };
+    PGresult *r = tx_q(s, Q_DELETE, 1, vals, NULL, NULL, &code, err, errlen);
     if (code < 0)
         return code;
-    const char *vals[1] = { name };
-    PGresult *r = exec_q(s, Q_DELETE, 1, vals, NULL, NULL, 0);
     if (PQresultStatus(r) != PGRES_COMMAND_OK)
-        code = pg_fail(s, r, err, errlen, "delete failed");
+        code = q_fail(s, Q_DELETE, r, err, errlen, "delete failed");
     else if (affected(r) == 0)
         code = errmsg_set(-ENOENT, err, errlen, "no session named '%s'", name);
     PQclear(r);
@@ -569,15 +1056,15 @@ static int pg_delete(store *base, const char *name, char *err, size_t errlen)
 static int pg_fork(store *base, const char *src, const char *dst, char *err, size_t errlen)
 {
     pg_store *s = (pg_store *)base;
-    int code = ensure_conn(s, err, errlen);
-    if (code < 0)
-        return code;
+    int code;
     char now[24];
     snprintf(now, sizeof now, "%lld", (long long)now_ms());
     const char *vals[3] = { src, dst, now };
-    PGresult *r = exec_q(s, Q_FORK, 3, vals, NULL, NULL, 0);
+    PGresult *r = tx_q(s, Q_FORK, 3, vals, NULL, NULL, &code, err, errlen);
+    if (code < 0)
+        return code;
     if (PQresultStatus(r) != PGRES_COMMAND_OK) {
-        code = pg_fail(s, r, err, errlen, "fork failed");
+        code = q_fail(s, Q_FORK, r, err, errlen, "fork failed");
         if (code == -EEXIST)
             errmsg_set(-EEXIST, err, errlen, "a session named '%s' already exists", dst);
     } else if (affected(r) == 0) {
@@ -597,15 +1084,18 @@ static int lease_q(pg_store *s, int q, const char *name, const char *owner, int6
     char t[24];
     snprintf(t, sizeof t, "%lld", (long long)ttl);
     const char *vals[3] = { name, owner, t };
-    PGresult *r = exec_q(s, q, 3, vals, NULL, NULL, 0);
-    int code = 0;
+    int code;
     *got = 0;
+    PGresult *r = auto_q(s, q, 3, vals, NULL, NULL, 0, 1, &code, err, errlen);
+    if (code < 0)
+        return code;
     if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-        code = pg_fail(s, r, err, errlen, "lease failed");
+        code = q_fail(s, q, r, err, errlen, "lease failed");
     } else if (PQntuples(r) == 1) {
         *got = 1;
         snprintf(out->owner, sizeof out->owner, "%s", PQgetvalue(r, 0, 0));
         out->expires_ms = text_i64(r, 0, 1);
+        out->now_ms = text_i64(r, 0, 2);
     }
     PQclear(r);
     return code;
@@ -617,16 +1107,18 @@ static int lease_get(pg_store *s, const char *name, store_lease *out, int64_t *s
                      char *err, size_t errlen)
 {
     const char *vals[1] = { name };
-    PGresult *r = exec_q(s, Q_LEASE_GET, 1, vals, NULL, NULL, 0);
-    int code = 0;
+    int code;
     memset(out, 0, sizeof *out);
     *server_now = 0;
+    PGresult *r = auto_q(s, Q_LEASE_GET, 1, vals, NULL, NULL, 0, 1, &code, err, errlen);
+    if (code < 0)
+        return code;
     if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-        code = pg_fail(s, r, err, errlen, "reading a lease failed");
+        code = q_fail(s, Q_LEASE_GET, r, err, errlen, "reading a lease failed");
     } else if (PQntuples(r) == 1) {
         snprintf(out->owner, sizeof out->owner, "%s", PQgetvalue(r, 0, 0));
         out->expires_ms = text_i64(r, 0, 1);
-        *server_now = text_i64(r, 0, 2);
+        *server_now = out->now_ms = text_i64(r, 0, 2);
     }
     PQclear(r);
     return code;
@@ -636,7 +1128,7 @@ static int pg_lease_acquire(store *base, const char *name, const char *owner, in
                             store_lease *out, char *err, size_t errlen)
 {
     pg_store *s = (pg_store *)base;
-    int code = ensure_conn(s, err, errlen);
+    int code = 0;
     /* Taking and reading the holder are two statements: if the holder let go
      * in between, try again. */
     for (int attempt = 0; code == 0 && attempt < 3; attempt++) {
@@ -662,9 +1154,8 @@ static int pg_lease_renew(store *base, const char *name, const char *owner, int6
     pg_store *s = (pg_store *)base;
     int got = 0;
     int64_t now;
-    int code = ensure_conn(s, err, errlen);
-    if (code < 0 ||
-        (code = lease_q(s, Q_LEASE_RENEW, name, owner, ttl_ms, out, &got, err, errlen)) < 0 || got)
+    int code = lease_q(s, Q_LEASE_RENEW, name, owner, ttl_ms, out, &got, err, errlen);
+    if (code < 0 || got)
         return code;
     if ((code = lease_get(s, name, out, &now, err, errlen)) < 0)
         return code;
@@ -677,17 +1168,99 @@ static int pg_lease_release(store *base, const char *name, const char *owner, ch
                             size_t errlen)
 {
     pg_store *s = (pg_store *)base;
-    int code = ensure_conn(s, err, errlen);
+    int code;
+    const char *vals[2] = { name, owner };
+    PGresult *r = auto_q(s, Q_LEASE_RELEASE, 2, vals, NULL, NULL, 0, 1, &code, err, errlen);
     if (code < 0)
         return code;
-    const char *vals[2] = { name, owner };
-    PGresult *r = exec_q(s, Q_LEASE_RELEASE, 2, vals, NULL, NULL, 0);
     if (PQresultStatus(r) != PGRES_COMMAND_OK)
-        code = pg_fail(s, r, err, errlen, "lease release failed");
+        code = q_fail(s, Q_LEASE_RELEASE, r, err, errlen, "lease release failed");
     else if (affected(r) == 0)
         code = errmsg_set(-ENOLCK, err, errlen, "lease of '%s' is not held by '%s'", name, owner);
     PQclear(r);
     return code;
+}
+
+/* ---- node identity ------------------------------------------------------ */
+
+static int pg_node_claim(store *base, const char *node, const char *instance, int64_t ttl_ms,
+                         store_node *holder, char *err, size_t errlen)
+{
+    pg_store *s = (pg_store *)base;
+    char t[24];
+    snprintf(t, sizeof t, "%lld", (long long)ttl_ms);
+    const char *vals[3] = { node, instance, t };
+    int code;
+    /* Claiming and reading the holder are two statements: if the holder let
+     * go in between, try again. */
+    for (int attempt = 0; attempt < 3; attempt++) {
+        PGresult *r = auto_q(s, Q_NODE_CLAIM, 3, vals, NULL, NULL, 0, 1, &code, err, errlen);
+        if (code < 0)
+            return code;
+        if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+            code = q_fail(s, Q_NODE_CLAIM, r, err, errlen, "claiming the node id failed");
+            PQclear(r);
+            return code;
+        }
+        int got = PQntuples(r) == 1;
+        PQclear(r);
+        if (got)
+            return 0;
+        r = auto_q(s, Q_NODE_GET, 1, vals, NULL, NULL, 0, 1, &code, err, errlen);
+        if (code < 0)
+            return code;
+        if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+            code = q_fail(s, Q_NODE_GET, r, err, errlen, "reading the node id's holder failed");
+            PQclear(r);
+            return code;
+        }
+        if (PQntuples(r) == 1) {
+            snprintf(holder->instance, sizeof holder->instance, "%s", PQgetvalue(r, 0, 0));
+            holder->heartbeat_age_ms = text_i64(r, 0, 1);
+            holder->expires_in_ms = text_i64(r, 0, 2);
+            PQclear(r);
+            return errmsg_set(-EADDRINUSE, err, errlen,
+                              "node id '%s' is held by a live node (instance '%s', last heartbeat"
+                              " %lld ms ago, its claim expires in %lld ms unless renewed)", node,
+                              holder->instance, (long long)holder->heartbeat_age_ms,
+                              (long long)holder->expires_in_ms);
+        }
+        PQclear(r);
+    }
+    return errmsg_set(-EBUSY, err, errlen, "node id '%s' keeps changing hands", node);
+}
+
+static int node_write(pg_store *s, int q, const char *node, const char *instance, int64_t ttl_ms,
+                      char *err, size_t errlen)
+{
+    char t[24];
+    snprintf(t, sizeof t, "%lld", (long long)ttl_ms);
+    const char *vals[3] = { node, instance, t };
+    int code;
+    PGresult *r = auto_q(s, q, q == Q_NODE_BEAT ? 3 : 2, vals, NULL, NULL, 0, 1, &code, err, errlen);
+    if (code < 0)
+        return code;
+    ExecStatusType want = q == Q_NODE_BEAT ? PGRES_TUPLES_OK : PGRES_COMMAND_OK;
+    if (PQresultStatus(r) != want)
+        code = q_fail(s, q, r, err, errlen, q == Q_NODE_BEAT ? "node heartbeat failed"
+                                                            : "releasing the node id failed");
+    else if ((q == Q_NODE_BEAT ? PQntuples(r) : atoi(PQcmdTuples(r))) == 0)
+        code = errmsg_set(-ENOLCK, err, errlen, "node id '%s' is no longer held by instance '%s'"
+                          " (its claim expired and another instance took it)", node, instance);
+    PQclear(r);
+    return code;
+}
+
+static int pg_node_beat(store *base, const char *node, const char *instance, int64_t ttl_ms,
+                        char *err, size_t errlen)
+{
+    return node_write((pg_store *)base, Q_NODE_BEAT, node, instance, ttl_ms, err, errlen);
+}
+
+static int pg_node_release(store *base, const char *node, const char *instance, char *err,
+                           size_t errlen)
+{
+    return node_write((pg_store *)base, Q_NODE_RELEASE, node, instance, 0, err, errlen);
 }
 
 static const store_ops pg_ops = {
@@ -704,16 +1277,11 @@ static const store_ops pg_ops = {
     .lease_acquire = pg_lease_acquire,
     .lease_renew = pg_lease_renew,
     .lease_release = pg_lease_release,
+    .node_claim = pg_node_claim,
+    .node_beat = pg_node_beat,
+    .node_release = pg_node_release,
+    .counters = pg_counters,
 };
-
-/* Server notices (e.g. "terminating connection due to immediate shutdown")
- * would go to stderr by default; a library must not write there. The
- * failure they announce reaches the caller as an error anyway. */
-static void quiet_notices(void *arg, const char *msg)
-{
-    (void)arg;
-    (void)msg;
-}
 
 /* "user@host:port/db" from the URI, never its password. */
 static void describe(const char *uri, char *out, size_t len)
@@ -751,15 +1319,22 @@ int store_pg_open(const char *uri, const store_options *opt, store **out, char *
     }
     PQconninfoFree(check);
     describe(uri, s->desc, sizeof s->desc);
-    /* A server that does not answer must not hang the caller forever; the
-     * URI's own connect_timeout, if any, comes later and wins. */
-    const char *keys[] = { "connect_timeout", "fallback_application_name", "dbname", NULL };
-    const char *vals[] = { "10", "lind", uri, NULL };
-    s->conn = PQconnectdbParams(keys, vals, 1);
+    /* lock_timeout 0 would mean "wait forever"; SQLite's 0 means "do not wait". */
+    int lt = s->opt.busy_timeout_ms > 0 ? s->opt.busy_timeout_ms : 1;
+    const char *sync = s->opt.sync == STORE_SYNC_FULL ? "on" : "off";
+    snprintf(s->set_vals[0], sizeof s->set_vals[0], "%s", sync);
+    snprintf(s->set_vals[1], sizeof s->set_vals[1], "%d", lt);
+    snprintf(s->set_vals[2], sizeof s->set_vals[2], "%d", s->opt.statement_timeout_ms);
+    snprintf(s->begin_sql, sizeof s->begin_sql,
+             "BEGIN; SET LOCAL synchronous_commit = %s; SET LOCAL lock_timeout = %d;"
+             " SET LOCAL statement_timeout = %d; SET LOCAL idle_in_transaction_session_timeout = %d;"
+             " SELECT txid_current(), pg_postmaster_start_time()::text", sync, lt, s->opt.statement_timeout_ms,
+             s->opt.idle_tx_timeout_ms);
     int code;
-    if (!s->conn) {
+    if (!(s->uri = strdup(uri)) || !(s->conn = connect_now(s))) {
+        free(s->uri);
         free(s);
-        return errmsg_set(-ENOMEM, err, errlen, "store %s: out of memory", uri);
+        return errmsg_set(-ENOMEM, err, errlen, "store: out of memory");
     }
     if (PQstatus(s->conn) != CONNECTION_OK) {
         char msg[512];
@@ -767,20 +1342,19 @@ int store_pg_open(const char *uri, const store_options *opt, store **out, char *
                           trim(PQerrorMessage(s->conn), msg, sizeof msg));
         goto bad;
     }
-    /* Kept across PQreset: it belongs to the PGconn. */
-    PQsetNoticeProcessor(s->conn, quiet_notices, NULL);
     const char *enc = PQparameterStatus(s->conn, "server_encoding");
     if (enc && strcmp(enc, "UTF8") && strcmp(enc, "SQL_ASCII")) {
         code = errmsg_set(-EINVAL, err, errlen,
                           "store %s: database encoding is %s; session names need UTF8", s->desc, enc);
         goto bad;
     }
-    if ((code = migrate(s, err, errlen)) < 0 || (code = session_setup(s, err, errlen)) < 0)
+    if ((code = migrate(s, err, errlen)) < 0)
         goto bad;
     *out = &s->base;
     return 0;
 bad:
     PQfinish(s->conn);
+    free(s->uri);
     free(s);
     return code;
 }

@@ -646,6 +646,7 @@ static int lease_get(sqlite_store *s, const char *name, store_lease *out)
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
     int rc = sqlite3_step(st);
     memset(out, 0, sizeof *out);
+    out->now_ms = now_ms();
     if (rc == SQLITE_ROW) {
         snprintf(out->owner, sizeof out->owner, "%s", (const char *)sqlite3_column_text(st, 0));
         out->expires_ms = sqlite3_column_int64(st, 1);
@@ -663,11 +664,13 @@ static int lease_step(sqlite_store *s, int q, const char *name, const char *owne
     sqlite3_stmt *st = s->q[q];
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, owner, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 3, now_ms());
+    int64_t now = now_ms();
+    sqlite3_bind_int64(st, 3, now);
     sqlite3_bind_int64(st, 4, ttl);
     int rc = sqlite3_step(st);
     *got = rc == SQLITE_ROW;
     if (*got) {
+        out->now_ms = now;
         snprintf(out->owner, sizeof out->owner, "%s", (const char *)sqlite3_column_text(st, 0));
         out->expires_ms = sqlite3_column_int64(st, 1);
         /* With RETURNING the row comes before the statement ends: its

@@ -17,20 +17,37 @@ LIND_PG_URI set (a libpq URI with %s for the database name).
   frozen (SIGSTOP) mid-turn past its lease loses the session to the other
   node, which serves the next turn, and the frozen node's turn, once it
   runs on, is refused (`conflict`), never acknowledged over the newer one.
+- scale_dbloss_pg: two nodes under load while their database connections
+  are terminated (pg_terminate_backend) twice and the database is restarted
+  (immediate stop, start): every turn ends `done` (no `io`), and the store
+  holds exactly the acknowledged turns.
+- scale_dbwait_pg: a node started while the database is down waits for it
+  (--db-wait, a log line per attempt) and then serves.
+- scale_dupid_pg: a second node with a live node's --node-id is refused,
+  naming it; after that node is SIGKILLed, a node with its id starts (once
+  the dead claim expires) and serves its sessions.
+- scale_bouncer_pg: two nodes through PgBouncer in transaction pooling mode
+  (a pool of 2 server connections for 6 store connections), sessions moving
+  between them; and a node through PgBouncer in session mode with a pool of
+  1 for 3 store connections fails to start with a message saying the pooler
+  had no free connection, instead of hanging. SKIP without pgbouncer.
 
 Waits are on events (a final answer, a token, a process exit); lease expiry
 is waited for by the nodes themselves (--lease-wait) or by retrying `moved`
-until a deadline."""
+until a deadline. LIND_SCALE_ONLY=case,case runs only those (debugging)."""
 import os
 import random
 import re
+import shutil
 import signal
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from daemon_harness import Server, Client, case, expect, finish, SLOW  # noqa: E402
+from daemon_harness import Server, Client, Skip, case, expect, finish, SLOW  # noqa: E402
 
 URI = os.environ.get("LIND_PG_URI", "")
 OWNER = re.compile(r"leased by node '([^']*)'")
@@ -39,6 +56,60 @@ TR = ["--transcript-bytes", "1048576"]   # the whole history stays in the transc
 if not URI:
     print("SKIP scale_pg: LIND_PG_URI is not set (run build/tests/test_daemon_scale)")
     sys.exit(0)
+
+# The server itself (tests/test_daemon_scale.c): to stop and start it.
+PGDIR = os.environ.get("LIND_PG_DIR", "")
+PGBIN = os.environ.get("LIND_PG_BINDIR", "")
+PGPORT = os.environ.get("LIND_PG_PORT", "")
+PGUID = int(os.environ.get("LIND_PG_UID", "-1"))
+PGGID = int(os.environ.get("LIND_PG_GID", "-1"))
+ONLY = [c for c in os.environ.get("LIND_SCALE_ONLY", "").split(",") if c]
+
+
+def scase(fn):
+    if ONLY and fn.__name__ not in ONLY:
+        return fn
+    return case(fn)
+
+
+def as_pg():
+    """In a child: become the server's user (PostgreSQL and PgBouncer refuse root)."""
+    if os.geteuid() == 0 and PGUID > 0:
+        os.setgroups([])
+        os.setgid(PGGID)
+        os.setuid(PGUID)
+
+
+def pg_ctl(*args):
+    r = subprocess.run([os.path.join(PGBIN, "pg_ctl"), "-D", os.path.join(PGDIR, "data")] + list(args),
+                       preexec_fn=as_pg, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       timeout=600 * SLOW)
+    expect(r.returncode == 0, "pg_ctl %s: %r" % (" ".join(args), r.stdout[-600:]))
+
+
+def pg_stop():
+    """Stop the server as a crash would (immediate: no checkpoint; clients'
+    connections drop)."""
+    pg_ctl("-m", "immediate", "-w", "stop")
+
+
+def pg_start():
+    pg_ctl("-l", os.path.join(PGDIR, "server.log"), "-w", "-t", str(600 * SLOW), "-o",
+           "-k %s -p %s -c listen_addresses=''" % (PGDIR, PGPORT), "start")
+
+
+def psql(uri, sql):
+    r = subprocess.run([os.path.join(PGBIN, "psql"), "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1",
+                        "-d", uri, "-c", sql], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       timeout=600 * SLOW)
+    expect(r.returncode == 0, "psql %s: %r" % (sql, r.stdout[-600:]))
+    return r.stdout.decode().strip()
+
+
+def terminate_lind(db):
+    """pg_terminate_backend on every lind connection to database db: how many."""
+    return int(psql(URI % db, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                              " WHERE datname = current_database() AND application_name = 'lind'"))
 
 
 def node(name, db, nid, lease_ms, extra=()):
@@ -106,7 +177,7 @@ def stop_all(nodes):
             n.stop()
 
 
-@case
+@scase
 def scale_moving_pg():
     db = URI % "scale_moving"
     lease = 3000 * SLOW
@@ -194,7 +265,7 @@ def scale_moving_pg():
         ref.stop()
 
 
-@case
+@scase
 def scale_failover_pg():
     db = URI % "scale_failover"
     lease = 2000 * SLOW
@@ -287,7 +358,7 @@ def scale_failover_pg():
         ref.stop()
 
 
-@case
+@scase
 def scale_race_pg():
     db = URI % "scale_race"
     lease = 1500 * SLOW
@@ -350,6 +421,262 @@ def scale_race_pg():
         expect(outs == [out1, out2], "the turns differ from one node's")
     finally:
         ref.stop()
+
+
+@scase
+def scale_dbloss_pg():
+    dbname = "scale_dbloss"
+    db = URI % dbname
+    lease = 60000 * SLOW   # no lease lapses while the database restarts
+    extra = ["--store-conns", "2", "--db-reconnect", str(600000 * SLOW)]
+    nodes = [node("dl%d" % i, db, "n%d" % i, lease, extra) for i in range(2)]
+    sessions = ["dl-%d" % i for i in range(8)]
+    acked = {s: [] for s in sessions}
+    errors = []
+    done = [0]
+    cv = threading.Condition()
+    stop = threading.Event()
+
+    def client(k):
+        conns = [Client(n.sock, timeout=600 * SLOW) for n in nodes]
+        try:
+            for rnd in range(400):
+                if stop.is_set():
+                    break
+                for i, s in enumerate(sessions):
+                    if i % 4 != k:
+                        continue
+                    text = ("%s turn %d. " % (s, rnd)).encode()
+                    st, v = turn(conns[i % 2], s, text, 4)
+                    if st != "done":
+                        errors.append("%s turn %d: %s %s" % (s, rnd, st, v))
+                        return
+                    acked[s].append((text, v))
+                    with cv:
+                        done[0] += 1
+                        cv.notify_all()
+        except Exception as e:   # reported by the main thread
+            errors.append(repr(e))
+        finally:
+            for c in conns:
+                c.close()
+            with cv:
+                cv.notify_all()
+
+    th = [threading.Thread(target=client, args=(k,)) for k in range(4)]
+
+    def more_turns(n, what):
+        with cv:
+            want = done[0] + n
+            ok = cv.wait_for(lambda: done[0] >= want or errors or not any(t.is_alive() for t in th),
+                             timeout=600 * SLOW)
+        expect(not errors, "%s: %s" % (what, errors[:3]))
+        expect(ok and done[0] >= want, "%s: %d more turns did not come" % (what, n))
+
+    terminated = 0
+    try:
+        for t in th:
+            t.start()
+        more_turns(8, "at first")
+        terminated += terminate_lind(dbname)
+        more_turns(8, "after the connections were terminated")
+        pg_stop()
+        pg_start()
+        more_turns(8, "after the database restarted")
+        terminated += terminate_lind(dbname)
+        more_turns(8, "after the connections were terminated again")
+    finally:
+        stop.set()
+        for t in th:
+            t.join()
+    try:
+        expect(not errors, "turns failed: %s" % errors[:3])
+        expect(terminated >= 2, "only %d connections were terminated" % terminated)
+        print("NOTE scale_dbloss_pg: %d turns acknowledged, %d connections terminated, one restart,"
+              " no turn failed" % (sum(len(v) for v in acked.values()), terminated), flush=True)
+        c = Client(nodes[0].sock)
+        for s in sessions:
+            expect(stored(c, s) == expected(acked[s]), "%s: the store does not hold exactly the "
+                   "acknowledged turns" % s)
+        c.close()
+    finally:
+        stop_all(nodes)
+
+
+def wait_socket(srv, what):
+    deadline = time.time() + 600 * SLOW
+    while True:
+        expect(srv.proc.poll() is None, "%s: the node exited: %s" % (what, srv.log()))
+        try:
+            c = Client(srv.sock)
+            return c
+        except OSError:
+            pass
+        expect(time.time() < deadline, "%s: the node never listened: %s" % (what, srv.log()))
+        time.sleep(0.05)
+
+
+@scase
+def scale_dbwait_pg():
+    db = URI % "scale_dbwait"
+    pg_stop()
+    n = Server("dw0", extra=["--node-id", "w0", "--db-wait", str(600 * SLOW)] + TR, db=db)
+    try:
+        log = open(n.logpath, "ab")
+        n.proc = subprocess.Popen(n.args(), stdout=log, stderr=log)
+        log.close()
+        deadline = time.time() + 600 * SLOW
+        while n.log().count("the store is not reachable (attempt") < 2:
+            expect(n.proc.poll() is None, "the node exited instead of waiting: %s" % n.log())
+            expect(time.time() < deadline, "no second attempt logged: %s" % n.log())
+            time.sleep(0.05)
+        expect("--db-wait" in n.log(), "the line names the option: %s" % n.log())
+    finally:
+        pg_start()
+    try:
+        c = wait_socket(n, "after the database came up")
+        st, out = turn(c, "dw-1", b"after the wait. ", 4, 5)
+        expect(st == "done", "the node serves: %s %r" % (st, out))
+        c.close()
+    finally:
+        stop_all([n])
+
+
+@scase
+def scale_dupid_pg():
+    db = URI % "scale_dupid"
+    lease = 2000 * SLOW
+    a = node("du0", db, "n0", lease)
+    nodes = [a]
+    try:
+        ca = Client(a.sock)
+        st, out = turn(ca, "du-1", b"first. ", 4, 9)
+        expect(st == "done", "n0 serves: %s %r" % (st, out))
+        b = Server("du1", extra=["--node-id", "n0", "--lease-ms", str(lease)] + TR, db=db)
+        rc = b.start(timeout=600 * SLOW, expect_fail=True)
+        expect(rc != 0 and "--node-id 'n0' is in use by another live node" in b.log(),
+               "a duplicate node id: exit %r, %s" % (rc, b.log()))
+        st, out2 = turn(ca, "du-1", b"second. ", 4)
+        expect(st == "done", "n0 still serves: %s %r" % (st, out2))
+        ca.close()
+        a.proc.send_signal(signal.SIGKILL)
+        a.proc.wait()
+        a.proc = None
+        # Its successor under the same id: the dead claim expires, it starts.
+        c = Server("du2", extra=["--node-id", "n0", "--lease-ms", str(lease)] + TR, db=db)
+        nodes.append(c.start(timeout=600 * SLOW))
+        cc = Client(c.sock)
+        st, out3 = turn(cc, "du-1", b"third. ", 4)
+        expect(st == "done", "the restarted n0 serves: %s %r" % (st, out3))
+        expect(stored(cc, "du-1") == expected([(b"first. ", out), (b"second. ", out2), (b"third. ", out3)]),
+               "the store holds the three turns")
+        cc.close()
+    finally:
+        stop_all(nodes)
+
+
+class Bouncer:
+    """PgBouncer in front of the test's server, on a Unix socket in its own
+    directory, run as the server's user; SKIP without the pgbouncer binary."""
+    def __init__(self, mode, pool, dbname):
+        exe = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+        if not os.access(exe, os.X_OK):
+            raise Skip("pgbouncer is not installed (Debian package pgbouncer; make deps)")
+        self.dir = tempfile.mkdtemp(prefix="lind-pgb-")
+        self.port = int(PGPORT) + 1
+        if os.geteuid() == 0 and PGUID > 0:
+            os.chown(self.dir, PGUID, PGGID)
+        ini = os.path.join(self.dir, "pgbouncer.ini")
+        with open(os.path.join(self.dir, "users.txt"), "w") as f:
+            f.write('"lind" ""\n')
+        with open(ini, "w") as f:
+            f.write("[databases]\n%s = host=%s port=%s dbname=%s user=lind\n"
+                    "[pgbouncer]\nunix_socket_dir = %s\nlisten_port = %d\nauth_type = trust\n"
+                    "auth_file = %s/users.txt\npool_mode = %s\ndefault_pool_size = %d\n"
+                    "max_client_conn = 200\nquery_wait_timeout = 0\nlogfile = %s/pgbouncer.log\n"
+                    "pidfile = %s/pgbouncer.pid\n"
+                    % (dbname, PGDIR, PGPORT, dbname, self.dir, self.port, self.dir, mode, pool,
+                       self.dir, self.dir))
+        self.uri = "postgresql:///%s?host=%s&port=%d&user=lind" % (dbname, self.dir, self.port)
+        self.proc = subprocess.Popen([exe, ini], preexec_fn=as_pg, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.STDOUT)
+        deadline = time.time() + 600 * SLOW
+        sock = os.path.join(self.dir, ".s.PGSQL.%d" % self.port)
+        while not os.path.exists(sock):
+            if self.proc.poll() is not None or time.time() > deadline:
+                self.stop()
+                raise AssertionError("pgbouncer did not start: %s" % self.log())
+            time.sleep(0.05)
+
+    def log(self):
+        try:
+            with open(os.path.join(self.dir, "pgbouncer.log")) as f:
+                return f.read()[-2000:]
+        except OSError:
+            return "(no log)"
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=60)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@scase
+def scale_bouncer_pg():
+    dbname = "scale_bouncer"
+    pgb = Bouncer("transaction", 2, dbname)
+    nodes = []
+    try:
+        lease = 10000 * SLOW
+        ids = ["b0", "b1"]
+        for i in range(2):
+            nodes.append(node("pb%d" % i, pgb.uri, ids[i], lease, ["--store-conns", "3",
+                                                                  "--max-resident", "2"]))
+        where = {ids[i]: nodes[i].sock for i in range(2)}
+        conns = {nid: Client(where[nid]) for nid in ids}
+        sessions = ["pb-%d" % i for i in range(8)]
+        acked = {s: [] for s in sessions}
+        served_by = {s: set() for s in sessions}
+        moved = 0
+        for rnd in range(3):
+            for i, s in enumerate(sessions):
+                text = ("%s turn %d. " % (s, rnd)).encode()
+                target = ids[(i + rnd) % 2]
+                for attempt in range(50):
+                    st, v = turn(conns[target], s, text, 4, 20 + i if rnd == 0 else None)
+                    if st == "done":
+                        acked[s].append((text, v))
+                        served_by[s].add(target)
+                        break
+                    expect(st == "moved" and v in where, "%s on %s: %s %s" % (s, target, st, v))
+                    moved += 1
+                    target = v
+                else:
+                    raise AssertionError("%s never found its node" % s)
+        for s in sessions:
+            expect(stored(conns["b0"], s) == expected(acked[s]), "%s: the store does not hold exactly"
+                   " the acknowledged turns" % s)
+        for c in conns.values():
+            c.close()
+        both = sum(len(v) == 2 for v in served_by.values())
+        print("NOTE scale_bouncer_pg: 24 turns through PgBouncer (transaction mode, pool 2), %d moved"
+              " answers, %d of 8 sessions served by both nodes" % (moved, both), flush=True)
+        expect(both > 0, "no session moved between the nodes")
+    finally:
+        stop_all(nodes)
+        pgb.stop()
+    # Session mode, a pool of 1 for 3 store connections: start-up ends with
+    # a message, not a silent hang.
+    pgb = Bouncer("session", 1, dbname)
+    try:
+        n = Server("pbs", extra=["--node-id", "s0", "--store-conns", "3",
+                                 "--db-statement-timeout", "1000"] + TR, db=pgb.uri)
+        rc = n.start(timeout=600 * SLOW, expect_fail=True)
+        expect(rc != 0 and "no free server connection" in n.log(),
+               "session mode, small pool: exit %r, %s" % (rc, n.log()))
+    finally:
+        pgb.stop()
 
 
 finish()

@@ -7,7 +7,10 @@
  * store tests' helper; SKIP when it cannot run here), creates one database
  * per case, and runs the cases themselves in tests/scale_nodes.py (Python:
  * many clients and processes are simpler to drive there), passing the
- * server as LIND_PG_URI (a URI with %s where the database name goes). The
+ * server as LIND_PG_URI (a URI with %s where the database name goes), and
+ * what stopping and starting it takes (LIND_PG_DIR, LIND_PG_PORT,
+ * LIND_PG_BINDIR, LIND_PG_UID, LIND_PG_GID: pg_ctl as pgserver_up runs it),
+ * for the cases that restart it or put PgBouncer in front of it. The
  * Python script prints the PASS/FAIL lines; the server's guardian stops it
  * and removes its directory when this program exits, however it exits. */
 #include <stdio.h>
@@ -17,7 +20,8 @@
 #include <unistd.h>
 #include "tests/pgserver.h"
 
-static const char *const cases[] = { "moving", "failover", "race" };
+static const char *const cases[] = { "moving", "failover", "race", "dbloss", "dbwait", "dupid",
+                                     "bouncer" };
 
 int main(void)
 {
@@ -52,7 +56,16 @@ int main(void)
         return 1;
     }
     if (pid == 0) {
+        char num[32];
         setenv("LIND_PG_URI", uri, 1);
+        setenv("LIND_PG_DIR", pg.dir, 1);
+        setenv("LIND_PG_BINDIR", pg.bindir, 1);
+        snprintf(num, sizeof num, "%d", pg.port);
+        setenv("LIND_PG_PORT", num, 1);
+        snprintf(num, sizeof num, "%d", (int)pg.uid);
+        setenv("LIND_PG_UID", num, 1);
+        snprintf(num, sizeof num, "%d", (int)pg.gid);
+        setenv("LIND_PG_GID", num, 1);
         close(pg.guard_fd);   /* only the parent's exit may stop the server */
         /* LIND_SCALE_SCRIPT: another script to run against the server (debugging) */
         const char *script = getenv("LIND_SCALE_SCRIPT");

@@ -842,7 +842,7 @@ static void schema_server(void)
     store *s = open_ok(path);
     if (!s) return;
     store_close(s);
-    CHECK(pg_exec(path, "SELECT version FROM lind_schema", v, sizeof v) == 0 && !strcmp(v, "1"),
+    CHECK(pg_exec(path, "SELECT version FROM lind_schema", v, sizeof v) == 0 && !strcmp(v, "2"),
           "schema version 1 (%s)", v);
     CHECK(pg_exec(path, "SELECT attstorage FROM pg_attribute WHERE attrelid = 'lind_sessions'::regclass"
                         " AND attname = 'state'", v, sizeof v) == 0 && !strcmp(v, "e"),
@@ -918,6 +918,188 @@ static void schema_server(void)
           "missing database: %s", err);
 }
 
+/* The store's connections (libpq's fallback_application_name "lind"): not
+ * a test helper's own, which may still be exiting. */
+#define LIND_CONNS " AND application_name = 'lind'"
+
+/* Terminate every backend of database uri but the caller's (as an
+ * administrator's pg_terminate_backend would); how many it ended. */
+static int terminate_backends(const char *uri, const char *extra_where)
+{
+    char sql[600], pids[400] = "";
+    snprintf(sql, sizeof sql, "SELECT coalesce(string_agg(pid::text, ','), '') FROM (SELECT pid,"
+             " pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database()"
+             " AND pid <> pg_backend_pid()%s) t", extra_where ? extra_where : "");
+    if (pg_exec(uri, sql, pids, sizeof pids) != 0)
+        return -1;
+    if (!pids[0])
+        return 0;
+    int n = 1;
+    for (const char *p = pids; *p; p++)
+        n += *p == ',';
+    /* pg_terminate_backend only signals: wait until those backends are gone
+     * (as after a restart), so the store finds its connection closed, not
+     * closing. */
+    char v[32];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM pg_stat_activity WHERE pid IN (%s)", pids);
+    for (int i = 0; i < 6000 && pg_exec(uri, sql, v, sizeof v) == 0 && atoi(v) > 0; i++)
+        usleep(10000);
+    return n;
+}
+
+/* Timeouts apply to every statement, including through a pooler's
+ * connection: a single statement (a lease) and a transaction (a save)
+ * blocked by another connection's row lock end with the lock timeout
+ * (-EBUSY), named; a transaction blocked longer than statement_timeout
+ * ends with it. */
+static void timeouts(void)
+{
+    char path[256], err[512] = "";
+    snprintf(path, sizeof path, "%s", newdb());
+    store_options o = store_defaults();
+    o.busy_timeout_ms = 100;
+    store *s = NULL;
+    CHECK(store_open(path, &o, &s, err, sizeof err) == 0, "open: %s", err);
+    if (!s) return;
+    uint8_t st[64];
+    fill(st, sizeof st, 5);
+    store_record r = { "t1", st, sizeof st, NULL, 0, 1 };
+    store_lease l;
+    CHECK(store_save(s, &r, 1, err, sizeof err) == 0, "save: %s", err);
+    CHECK(store_lease_acquire(s, "t1", "me", 60000, &l, err, sizeof err) == 0, "lease: %s", err);
+    PGconn *locker = PQconnectdb(path);
+    PGresult *x = PQexec(locker, "BEGIN; SELECT 1 FROM lind_leases WHERE name = 't1' FOR UPDATE;"
+                                 " SELECT 1 FROM lind_sessions WHERE name = 't1' FOR UPDATE");
+    CHECK(PQresultStatus(x) == PGRES_TUPLES_OK, "lock rows: %s", PQerrorMessage(locker));
+    PQclear(x);
+    int rc = store_lease_renew(s, "t1", "me", 60000, &l, err, sizeof err);
+    CHECK(rc == -EBUSY && strstr(err, "lock timeout") && strstr(err, "lease-renew"),
+          "a single statement waits lock_timeout: %d %s", rc, err);
+    rc = store_save(s, &r, 1, err, sizeof err);
+    CHECK(rc == -EBUSY && strstr(err, "lock timeout"), "a save waits lock_timeout: %d %s", rc, err);
+    store_close(s);
+    s = NULL;
+    o.busy_timeout_ms = 60000;
+    o.statement_timeout_ms = 200;
+    CHECK(store_open(path, &o, &s, err, sizeof err) == 0, "open: %s", err);
+    if (s) {
+        rc = store_save(s, &r, 1, err, sizeof err);
+        CHECK(rc == -EBUSY && strstr(err, "statement timeout"), "statement_timeout: %d %s", rc, err);
+        rc = store_lease_renew(s, "t1", "me", 60000, &l, err, sizeof err);
+        CHECK(rc == -EBUSY && strstr(err, "statement timeout"), "statement_timeout, single: %d %s",
+              rc, err);
+    }
+    PQclear(PQexec(locker, "ROLLBACK"));
+    PQfinish(locker);
+    if (s) {
+        CHECK(store_save(s, &r, 1, err, sizeof err) == 0, "unlocked: %s", err);
+        store_close(s);
+    }
+}
+
+/* A save blocked on a row lock in the store thread; another thread
+ * terminates its backend once it waits (pg_stat_activity says so) and then
+ * lets the lock go. */
+struct killer { const char *uri; PGconn *locker; int killed; };
+static void *kill_waiting(void *arg)
+{
+    struct killer *k = arg;
+    char v[32];
+    for (int i = 0; i < 6000 && k->killed <= 0; i++) {   /* at most 10 minutes */
+        if (pg_exec(k->uri, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND application_name = 'lind' AND wait_event_type = 'Lock'", v, sizeof v) == 0 &&
+            atoi(v) > 0)
+            k->killed = terminate_backends(k->uri, LIND_CONNS);
+        else
+            usleep(100000);
+    }
+    PQclear(PQexec(k->locker, "ROLLBACK"));
+    return NULL;
+}
+
+/* Lost connections cost no operation that could succeed: backends
+ * terminated while idle and a server restart are noticed before the next
+ * statement is sent, which then runs on a new connection; an operation
+ * started while the server is down waits for it (reconnect_ms); a save whose
+ * backend is terminated mid-transaction (before COMMIT) runs again. */
+static void reconnect(void)
+{
+    char path[256], err[512] = "";
+    snprintf(path, sizeof path, "%s", newdb());
+    store_options o = store_defaults();
+    o.reconnect_ms = 600000;     /* a loaded machine restarts a server slowly */
+    o.busy_timeout_ms = 600000;  /* the save below waits on a lock until the kill */
+    store *s = NULL;
+    CHECK(store_open(path, &o, &s, err, sizeof err) == 0, "open: %s", err);
+    if (!s) return;
+    uint8_t st[3000];
+    fill(st, sizeof st, 9);
+    store_record r[2] = { { "r1", st, sizeof st, NULL, 0, 1 }, { "r2", st, 100, NULL, 0, 2 } };
+    store_save_result res[2];
+    store_loaded ld;
+    store_lease l;
+    store_counters c0, c;
+    CHECK(store_save(s, r, 2, err, sizeof err) == 0, "save: %s", err);
+    CHECK(store_lease_acquire(s, "r1", "me", 600000, &l, err, sizeof err) == 0, "lease: %s", err);
+    store_get_counters(s, &c0);
+    /* 1. Terminated while idle: every kind of operation goes through. */
+    CHECK(terminate_backends(path, LIND_CONNS) == 1, "one backend terminated");
+    CHECK(store_load(s, "r1", &ld, err, sizeof err) == 0, "load after terminate: %s", err);
+    if (ld.state) store_loaded_free(&ld);
+    CHECK(terminate_backends(path, LIND_CONNS) == 1, "terminated again");
+    CHECK(store_save_versioned(s, r, (uint64_t[]){ 1, 1 }, 2, "me", res, err, sizeof err) == -ENOLCK,
+          "versioned save after terminate: %s", err);
+    CHECK(res[0].rc == 0 && res[0].version == 2 && res[1].rc == -ENOLCK,
+          "r1 saved under its lease, r2 refused (no lease): %d %d", res[0].rc, res[1].rc);
+    CHECK(terminate_backends(path, LIND_CONNS) == 1, "terminated again");
+    CHECK(store_fork(s, "r1", "r3", err, sizeof err) == 0, "fork after terminate: %s", err);
+    CHECK(terminate_backends(path, LIND_CONNS) == 1, "terminated again");
+    CHECK(store_delete(s, "r3", err, sizeof err) == 0, "delete after terminate: %s", err);
+    CHECK(terminate_backends(path, LIND_CONNS) == 1, "terminated again");
+    CHECK(store_lease_renew(s, "r1", "me", 600000, &l, err, sizeof err) == 0, "renew: %s", err);
+    store_get_counters(s, &c);
+    CHECK(c.reconnects == c0.reconnects + 5, "five reconnects: %llu",
+          (unsigned long long)(c.reconnects - c0.reconnects));
+    /* 2. The server restarted while the handle was idle. */
+    char why[512] = "";
+    CHECK(pgserver_crash(&pg) == 0 && pgserver_up(&pg, NULL, why, sizeof why) == 0, "restart: %s", why);
+    size_t n = 0;
+    CHECK(store_count(s, &n, err, sizeof err) == 0 && n == 2, "count after restart (%zu): %s", n, err);
+    /* 3. Down when the operation starts: it waits for the server, which a
+     * child brings up. */
+    CHECK(pgserver_crash(&pg) == 0, "stopped");
+    pid_t kid = fork();
+    if (kid == 0)
+        _exit(pgserver_up(&pg, NULL, why, sizeof why) == 0 ? 0 : 1);
+    CHECK(store_load(s, "r2", &ld, err, sizeof err) == 0 && ld.state_len == 100,
+          "load while the server comes back: %s", err);
+    if (ld.state) store_loaded_free(&ld);
+    int wst = 0;
+    waitpid(kid, &wst, 0);
+    CHECK(WIFEXITED(wst) && WEXITSTATUS(wst) == 0, "the server came back");
+    /* 4. Terminated inside a save transaction, before COMMIT. */
+    struct killer k = { path, PQconnectdb(path), 0 };
+    PGresult *x = PQexec(k.locker, "BEGIN; SELECT 1 FROM lind_leases WHERE name = 'r1' FOR UPDATE");
+    CHECK(PQresultStatus(x) == PGRES_TUPLES_OK, "lock: %s", PQerrorMessage(k.locker));
+    PQclear(x);
+    pthread_t th;
+    store_get_counters(s, &c0);
+    CHECK(pthread_create(&th, NULL, kill_waiting, &k) == 0, "thread");
+    /* The lease check (FOR SHARE on the lease row) waits for the locker. */
+    int rc = store_save_versioned(s, r, (uint64_t[]){ 2 }, 1, "me", res, err, sizeof err);
+    pthread_join(th, NULL);
+    PQfinish(k.locker);
+    store_get_counters(s, &c);
+    CHECK(k.killed == 1, "the waiting backend was terminated (%d)", k.killed);
+    CHECK(rc == 0 && res[0].rc == 0 && res[0].version == 3, "the save ran again and committed:"
+          " %d %d v%llu %s", rc, res[0].rc, (unsigned long long)res[0].version, err);
+    CHECK(c.retries >= c0.retries + 1, "counted as a retry");
+    CHECK(store_load(s, "r1", &ld, err, sizeof err) == 0 && ld.version == 3, "r1 at version 3: %s",
+          err);
+    if (ld.state) store_loaded_free(&ld);
+    store_close(s);
+}
+
 /* The server dies under an open handle: every operation fails with -EIO
  * and libpq's message, nothing crashes; when the server is back the same
  * handle reconnects and every committed save is there. */
@@ -925,7 +1107,10 @@ static void connection_loss(void)
 {
     char path[256], err[512] = "";
     snprintf(path, sizeof path, "%s", newdb());
-    store *s = open_ok(path);
+    store_options o = store_defaults();
+    o.reconnect_ms = 0;   /* one attempt: the server stays down */
+    store *s = NULL;
+    CHECK(store_open(path, &o, &s, err, sizeof err) == 0, "open: %s", err);
     if (!s) return;
     uint8_t st[3000];
     fill(st, sizeof st, 77);
@@ -973,6 +1158,49 @@ static void connection_loss(void)
     store_close(s);
 }
 
+/* Node ids: one live instance per id (PostgreSQL's lind_nodes); SQLite
+ * accepts every claim (one daemon per file). */
+static void nodes(void)
+{
+    char err[512] = "";
+    store *s = open_ok(newdb());
+    if (!s) return;
+    store_node h;
+    int rc = store_node_claim(s, "n0", "inst-a", 60000, &h, err, sizeof err);
+    CHECK(rc == 0, "first claim: %d %s", rc, err);
+    rc = store_node_claim(s, "n0", "inst-b", 60000, &h, err, sizeof err);
+    if (!use_pg) {
+        CHECK(rc == 0, "SQLite: nothing to claim: %d %s", rc, err);
+        CHECK(store_node_beat(s, "n0", "inst-a", 1000, err, sizeof err) == 0, "beat: %s", err);
+        CHECK(store_node_release(s, "n0", "inst-a", err, sizeof err) == 0, "release: %s", err);
+        store_close(s);
+        return;
+    }
+    CHECK(rc == -EADDRINUSE && !strcmp(h.instance, "inst-a") && h.expires_in_ms > 0 &&
+          h.expires_in_ms <= 60000 && h.heartbeat_age_ms >= 0, "a live id is refused: %d '%s' %lld",
+          rc, h.instance, (long long)h.expires_in_ms);
+    CHECK(strstr(err, "'n0'") && strstr(err, "inst-a"), "message names both: %s", err);
+    CHECK(store_node_claim(s, "n1", "inst-b", 60000, &h, err, sizeof err) == 0, "another id: %s", err);
+    CHECK(store_node_claim(s, "n0", "inst-a", 60000, &h, err, sizeof err) == 0,
+          "its own instance claims again: %s", err);
+    CHECK(store_node_beat(s, "n0", "inst-a", 60000, err, sizeof err) == 0, "heartbeat: %s", err);
+    CHECK(store_node_beat(s, "n0", "inst-b", 60000, err, sizeof err) == -ENOLCK, "not b's: %s", err);
+    CHECK(store_node_release(s, "n0", "inst-a", err, sizeof err) == 0, "release: %s", err);
+    CHECK(store_node_claim(s, "n0", "inst-b", 300, &h, err, sizeof err) == 0, "free again: %s", err);
+    CHECK(store_node_beat(s, "n0", "inst-a", 60000, err, sizeof err) == -ENOLCK && strstr(err, "inst-a"),
+          "a's heartbeat finds it taken: %s", err);
+    /* b stops beating: its claim expires on the server's clock and c gets it. */
+    rc = -EADDRINUSE;
+    for (int i = 0; i < 6000 && rc == -EADDRINUSE; i++) {   /* at most ~2 minutes */
+        rc = store_node_claim(s, "n0", "inst-c", 60000, &h, err, sizeof err);
+        if (rc == -EADDRINUSE)
+            usleep(20000);
+    }
+    CHECK(rc == 0, "an expired claim is taken over: %d %s", rc, err);
+    CHECK(store_node_claim(s, "bad\nid", "x", 1000, &h, err, sizeof err) == -EINVAL, "bad id");
+    store_close(s);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/lind-store-test-XXXXXX");
@@ -995,6 +1223,7 @@ int main(void)
     RUN(leases);
     RUN(leases_race);
     RUN(leased_saves);
+    RUN(nodes);
 
     /* The same cases against PostgreSQL (names end in _pg). */
     char why[600];
@@ -1003,7 +1232,7 @@ int main(void)
                                "grouped_save_all_or_nothing", "fork_copies", "names",
                                "export_import", "export_refusals", "versions_cas",
                                "versions_grouped", "leases", "leases_race", "leased_saves", "schema_server",
-                               "connection_loss" };
+                               "connection_loss", "timeouts", "reconnect", "nodes" };
     if (up != 0) {
         for (size_t i = 0; i < sizeof pg_cases / sizeof pg_cases[0]; i++)
             printf("%s %s_pg: %s PostgreSQL server: %s\n", up > 0 ? "SKIP" : "FAIL", pg_cases[i],
@@ -1028,6 +1257,9 @@ int main(void)
         RUN_PG(leased_saves);
         RUN_PG(schema_server);
         RUN_PG(connection_loss);
+        RUN_PG(timeouts);
+        RUN_PG(reconnect);
+        RUN_PG(nodes);
         pgserver_stop(&pg);
     }
     char cmd[128];
