@@ -30,7 +30,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from daemon_harness import Server, Client, case, expect, finish, SLOW  # noqa: E402
+from daemon_harness import Server, Client, case, expect, finish, SLOW, SANITIZED  # noqa: E402
 
 URI = os.environ.get("LIND_PG_URI", "")
 OWNER = re.compile(r"leased by node '([^']*)'")
@@ -109,12 +109,12 @@ def stop_all(nodes):
 @case
 def scale_moving_pg():
     db = URI % "scale_moving"
-    lease = 3000 * SLOW
+    lease = int(3000 * SLOW)
     ids = ["n0", "n1", "n2"]
     nodes = [node("mv%d" % i, db, ids[i], lease, ["--max-resident", "16"]) for i in range(3)]
     where = {ids[i]: nodes[i].sock for i in range(3)}
     sessions = ["mv-%02d" % i for i in range(64)]
-    rounds = 4 if SLOW == 1 else 2
+    rounds = 2 if SANITIZED else 4
     acked = {s: [] for s in sessions}      # (text, output) in order
     reqs = {s: [] for s in sessions}       # (text, max_tokens, seed) of acknowledged turns
     served_by = {s: set() for s in sessions}
@@ -197,9 +197,9 @@ def scale_moving_pg():
 @case
 def scale_failover_pg():
     db = URI % "scale_failover"
-    lease = 2000 * SLOW
+    lease = int(2000 * SLOW)
     a = node("fo0", db, "n0", lease)
-    b = node("fo1", db, "n1", lease, ["--lease-wait", str(120000 * SLOW)])
+    b = node("fo1", db, "n1", lease, ["--lease-wait", str(int(120000 * SLOW))])
     c = node("fo2", db, "n2", lease)
     nodes = [a, b, c]
     sessions = ["fo-%d" % i for i in range(8)]
@@ -290,7 +290,7 @@ def scale_failover_pg():
 @case
 def scale_race_pg():
     db = URI % "scale_race"
-    lease = 1500 * SLOW
+    lease = int(1500 * SLOW)
     a = node("ra0", db, "n0", lease)
     b = node("ra1", db, "n1", lease)
     nodes = [a, b]
