@@ -13,7 +13,7 @@
 # the last run in this build directory ($B/tests/run-times) start first.
 #
 # Each program runs under a time limit: LIND_TEST_TIMEOUT seconds (default
-# 600) times LIND_TEST_TIME_SCALE (default 1), the one multiplier every time
+# 1200) times LIND_TEST_TIME_SCALE (default 1), the one multiplier every time
 # bound of the tests scales with (docs/TESTING.md); a hung program is killed
 # and counted as one failure naming the limit and its last output line. A C
 # test that crashes in a case reports that case as failed itself
@@ -24,7 +24,7 @@ B=${1:-build}
 [ $# -gt 0 ] && shift
 FILTERS="$*"
 SCALE=${LIND_TEST_TIME_SCALE:-1}
-LIMIT=$(awk -v t="${LIND_TEST_TIMEOUT:-600}" -v s="$SCALE" \
+LIMIT=$(awk -v t="${LIND_TEST_TIMEOUT:-1200}" -v s="$SCALE" \
   'BEGIN { if (s < 1) s = 1; printf "%d", t * s }')
 JOBS=${LIND_TEST_JOBS:-$(nproc 2>/dev/null || echo 2)}
 [ "$JOBS" -ge 1 ] 2>/dev/null || JOBS=1

@@ -35,7 +35,11 @@ token_file = os.path.join(TMP, "token")
 with open(token_file, "w") as f:
     f.write(TOKEN + "\n")
 
-S = Server("http", extra=["--http", "0", "--http-idle-timeout", "2", "--http-max-body", "65536",
+# --http-idle-timeout is 10 s (times SLOW): long enough that no request of
+# these cases, sent by a thread of a loaded machine, waits that long between
+# its bytes; idle_and_slow_clients_are_closed waits it out once.
+IDLE = int(10 * SLOW)
+S = Server("http", extra=["--http", "0", "--http-idle-timeout", str(IDLE), "--http-max-body", "65536",
                           "--max-tokens", "100000"]).start()
 PORT = http_port(S)
 BASE = "http://127.0.0.1:%d" % PORT
@@ -368,7 +372,7 @@ def bearer_token():
 
 @case
 def idle_and_slow_clients_are_closed():
-    # Half a request line, then nothing: closed after --http-idle-timeout (2 s).
+    # Half a request line, then nothing: closed after --http-idle-timeout (IDLE s).
     c = socket.create_connection(("127.0.0.1", PORT))
     c.settimeout(30 * SLOW)
     c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Len")
