@@ -22,7 +22,7 @@ import time
 
 import msgpack
 
-from daemon_harness import Server, Client, case, expect, text_of, finish, SANITIZED, SLOW, Skip
+from daemon_harness import Server, Client, case, expect, text_of, finish, SANITIZED, SLOW, Skip, wait_working
 
 
 def rss_kib(pid, field):
@@ -141,7 +141,9 @@ def pause_timeout_frees_the_slot():
         time.sleep(0.5)
         c = Client(s.sock, timeout=120)
         t0 = time.time()
-        ev = c.call("generate", session="other", text=b"Hi", max_tokens=8)
+        # The stuck turn first fills the socket's buffers and --max-output
+        # (thousands of tokens), then pauses, then --pause-timeout ends it.
+        ev = c.final_working(c.send("generate", session="other", text=b"Hi", max_tokens=8), s.sock)
         took = time.time() - t0
         print("NOTE a session waited %.1f s for the slot a non-reading client held" % took, flush=True)
         expect(ev["event"] == "done" and ev["tokens_out"] == 8, "other: %r" % ev)
@@ -170,10 +172,18 @@ def write_timeout_closes_a_stalled_connection():
     try:
         k = stuck_reader(s, "stalled")
         c = Client(s.sock, timeout=120)
-        deadline = time.time() + 90 * SLOW
-        while time.time() < deadline and c.call("stats")["connections"] > 1:
-            time.sleep(0.2)
+        # It stalls once its output fills the socket's buffers and
+        # --max-output (thousands of tokens), and is closed a second later.
+        try:
+            wait_working(lambda: c.call("stats")["connections"] <= 1, s.sock, "", stall=90)
+        except AssertionError:
+            pass
         expect(c.call("stats")["connections"] == 1, "the stalled connection is still open")
+        # Its turn ends (cancelled, saved) at the next token boundary after
+        # the close: an event, no work.
+        deadline = time.time() + 60 * SLOW
+        while c.call("info", session="stalled").get("busy") and time.time() < deadline:
+            time.sleep(0.05)
         info = c.call("info", session="stalled")
         expect(info["event"] == "result" and info["tokens"] > 1 and not info["busy"],
                "the session kept what was streamed: %r" % info)
