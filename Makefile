@@ -89,7 +89,9 @@ BENCH_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(filter-out %_bench.c,$(wildcard benc
 .SECONDARY:
 # `make` builds what `make run` serves with; the test and benchmark programs
 # are built by the targets that run them (test-build: all of them).
-all: $(BUILD)/lind $(BUILD)/lindctl
+# The CUDA kernels' object (when built) is named first: nvcc's one long
+# compile then starts at once, beside the C files, not after them.
+all: $(CU_SRCS:%.cu=$(BUILD)/%.cu.o) $(BUILD)/lind $(BUILD)/lindctl
 test-build: all $(TEST_BINS) $(BENCH_BINS)
 
 $(BUILD)/%.o: %.c
