@@ -3,8 +3,12 @@
 #
 #   make          build/lind and build/lindctl (CUDA backend too when nvcc exists)
 #   make deps     install missing Debian packages (a fast no-op when present)
-#   make test     deps, build, every test; ends with "N passed, N failed"
-#   make run      deps, build, serve the shipped default model on ./lind.sock
+#   make test     deps, build lind, the tests and the benchmarks, run every test
+#                 program (in parallel); ends with "N passed, N failed"
+#   make test-long  the heavy parity work make test samples (the whole
+#                 tokenizer corpora, the long randomized loops); docs/TESTING.md
+#   make run      deps, build lind and lindctl (only), serve the shipped
+#                 default model on ./lind.sock
 #   make asan     the test suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make bench    every benchmark, results in bench/results/
 #   make install  lind, lindctl, their man pages and bash completion under
@@ -80,11 +84,16 @@ TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*_bench.c))
 BENCH_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(filter-out %_bench.c,$(wildcard bench/*.c)))
 
-.PHONY: all deps test run asan bench model test-torch test-cuda clean fuzz man install
+.PHONY: all deps test test-long test-build run asan bench model test-torch test-cuda clean fuzz man install
 # Keep object files of test and bench programs (intermediates otherwise), so
 # a second `make` has nothing to do.
 .SECONDARY:
-all: $(BUILD)/lind $(BUILD)/lindctl $(TEST_BINS) $(BENCH_BINS)
+# `make` builds what `make run` serves with; the test and benchmark programs
+# are built by the targets that run them (test-build: all of them).
+# The CUDA kernels' object (when built) is named first: nvcc's one long
+# compile then starts at once, beside the C files, not after them.
+all: $(CU_SRCS:%.cu=$(BUILD)/%.cu.o) $(BUILD)/lind $(BUILD)/lindctl
+test-build: all $(TEST_BINS) $(BENCH_BINS)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -164,21 +173,33 @@ DEPS_PKGS += python3-torch
 deps:
 	@sh tools/deps.sh $(DEPS_PKGS)
 
+# tests/run.sh runs the programs LIND_TEST_JOBS at a time (default: the
+# cores); every time bound in them scales with LIND_TEST_TIME_SCALE
+# (docs/TESTING.md).
 test: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory test-build
 	@sh tests/run.sh $(BUILD)
+
+# The long tier: the programs whose heavy parity work make test samples,
+# in full (LIND_TEST_LONG=1), each under its own limit (LONG_TIMEOUT
+# seconds, times LIND_TEST_TIME_SCALE).
+LONG_TESTS   = test_tokenizer_npm.py
+LONG_TIMEOUT ?= 3600
+test-long: deps
+	@$(MAKE) --no-print-directory test-build
+	@LIND_TEST_LONG=1 LIND_TEST_TIMEOUT=$(LONG_TIMEOUT) sh tests/run.sh $(BUILD) $(LONG_TESTS)
 
 # The CUDA backend's tests: its kernels under the host harness against the
 # CPU backend (always), and the real device against the CPU backend (a SKIP
 # line saying why when there is no nvcc build or no device).
 test-cuda: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory $(BUILD)/lind $(filter $(BUILD)/tests/test_cuda_%,$(TEST_BINS))
 	@sh tests/run.sh $(BUILD) test_cuda_
 
 asan:
 	@$(MAKE) --no-print-directory BUILD=build-asan OPT=-O1 \
 	    SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
-	    NO_CUDA=1 all
+	    NO_CUDA=1 test-build
 	@LIND_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1 sh tests/run.sh build-asan
 
 # Fault injection (docs/DAEMON.md, "Fault injection"), under
@@ -217,7 +238,10 @@ tsan:
 	    END { print "tsan: " p " passed, " f " failed" }'; [ $$ok = 1 ]
 tsan-build: $(BUILD)/lind $(BUILD)/lindctl $(TSAN_TESTS)
 
-run: deps all
+# Builds only what it runs (lind, and lindctl to talk to it), one compile
+# per core unless -j was given.
+run: deps
+	@$(MAKE) --no-print-directory $(if $(findstring -j,$(MAKEFLAGS)),,-j$(shell nproc)) all
 	$(BUILD)/lind serve --model $(MODEL) --socket ./lind.sock --db ./lind.db
 
 # The shipped model: corpus, training (at most 43 minutes on 2 cores, fixed

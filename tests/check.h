@@ -18,6 +18,22 @@ static int check_total_failed_;
 
 static const char *check_case_ = "?";
 
+/* Every time bound of a test is a number of seconds times this: the one
+ * multiplier LIND_TEST_TIME_SCALE (default 1, never below 1; CI on a loaded
+ * machine may raise it, as libuv's UV_TEST_TIMEOUT_MULTIPLIER), times 4
+ * under the sanitizers (LIND_SANITIZED=1). The Python tests' SLOW is the
+ * same number (tests/daemon_harness.py; 5 there under the sanitizers). */
+static inline double test_time_scale(void)
+{
+    const char *e = getenv("LIND_TEST_TIME_SCALE");
+    double s = e && *e ? atof(e) : 1.0;
+    if (!(s >= 1.0))
+        s = 1.0;
+    return getenv("LIND_SANITIZED") ? 4 * s : s;
+}
+/* A limit of ms milliseconds, scaled. */
+#define T_MS(ms) ((int)((ms) * test_time_scale()))
+
 /* A crash inside a case is that case's failure: a fatal signal prints
  * "FAIL <case>: crashed (signal N)" and then dies of the signal as it would
  * have; under a sanitizer its report ends the same way. Installed at the

@@ -21,9 +21,13 @@ LIND = os.path.join(ROOT, BUILD, "lind") if not os.path.isabs(BUILD) else os.pat
 LINDCTL = os.path.join(os.path.dirname(LIND), "lindctl")
 MODEL = os.path.join(ROOT, "models", "default")
 TMP = tempfile.mkdtemp(prefix="lind-test-")
-# Under `make asan` (LIND_SANITIZED=1) everything is slower: time bounds scale.
+# Every time bound in the tests is a number of seconds times SLOW: the one
+# multiplier LIND_TEST_TIME_SCALE (default 1; CI on a loaded machine may raise
+# it, as libuv's UV_TEST_TIMEOUT_MULTIPLIER), times 5 under the sanitizers
+# (`make asan`, LIND_SANITIZED=1), where everything is slower.
 SANITIZED = os.environ.get("LIND_SANITIZED") == "1"
-SLOW = 5 if SANITIZED else 1
+TIME_SCALE = max(1.0, float(os.environ.get("LIND_TEST_TIME_SCALE") or 1))
+SLOW = TIME_SCALE * (5 if SANITIZED else 1)
 
 
 class Server:
@@ -49,13 +53,13 @@ class Server:
 
     def start(self, timeout=60, expect_fail=False):
         """self once the socket accepts; with expect_fail, the exit status
-        of a server that must refuse to start."""
+        of a server that must refuse to start. timeout: seconds (times SLOW)."""
         log = open(self.logpath, "ab")
         env = dict(os.environ)
         env.update(self.env or {})
         self.proc = subprocess.Popen(self.args(), stdout=log, stderr=log, preexec_fn=self.preexec, env=env)
         log.close()
-        deadline = time.time() + timeout
+        deadline = time.time() + timeout * SLOW
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 if expect_fail:
@@ -87,7 +91,7 @@ class Server:
             return None
         t0 = time.time()
         self.proc.send_signal(sig)
-        rc = self.proc.wait(timeout=timeout)
+        rc = self.proc.wait(timeout=timeout * SLOW)
         took = time.time() - t0
         self.proc = None
         if rc != 0 and sig != signal.SIGKILL:   # a clean stop is 0; sanitizer reports (leaks) make it not
@@ -97,9 +101,11 @@ class Server:
 
 class Client:
     def __init__(self, path, timeout=60):
+        """timeout: seconds (times SLOW) a read may wait."""
+        self.path = path
         self.s = socket.socket(socket.AF_UNIX)
         self.s.connect(path)
-        self.s.settimeout(timeout)
+        self.s.settimeout(timeout * SLOW)
         self.up = msgpack.Unpacker(raw=False)
         self.next_id = 1
         self.pending = []
@@ -127,25 +133,87 @@ class Client:
 
     def final(self, rid, tokens=None):
         """Events until rid's final one, which is returned; rid's tokens go
-        to the list `tokens` if given, other requests' events are kept."""
+        to the list `tokens` if given, other requests' events are kept
+        (also when a read times out). A read that times out fails only when
+        the server also fed and generated nothing since the last one: an
+        answer that takes work takes what it takes on a loaded machine."""
         held = []
-        while True:
-            ev = self.event()
-            if ev is None:
-                raise EOFError("closed while waiting for %d" % rid)
-            if ev["id"] == rid and ev["event"] in ("result", "done", "error"):
-                self.pending = held + self.pending
-                return ev
-            if ev["id"] != rid:
-                held.append(ev)
-            elif tokens is not None and ev["event"] == "token":
-                tokens.append(ev["data"])
+        last = None
+        try:
+            while True:
+                try:
+                    ev = self.event()
+                except socket.timeout:
+                    now = progress(self.path) if getattr(self, "path", None) else None
+                    if now is None or now == last:
+                        raise
+                    last = now
+                    continue
+                if ev is None:
+                    raise EOFError("closed while waiting for %d" % rid)
+                if ev["id"] == rid and ev["event"] in ("result", "done", "error"):
+                    return ev
+                if ev["id"] != rid:
+                    held.append(ev)
+                elif tokens is not None and ev["event"] == "token":
+                    tokens.append(ev["data"])
+        finally:
+            self.pending = held + self.pending
+
+    def final_working(self, rid, sock, stall=60, tokens=None):
+        """final(rid) for a request whose answer takes work (a long prompt
+        fed, many tokens generated): waits as long as the server at `sock`
+        makes progress, and fails (TimeoutError) only after `stall` seconds
+        (times SLOW) in which it fed and generated no token at all. A slow
+        machine is not a stuck server."""
+        saved = self.s.gettimeout()
+        self.s.settimeout(min(saved or 5.0, 5.0))
+        last, since = progress(sock), time.time()
+        try:
+            while True:
+                try:
+                    return self.final(rid, tokens)
+                except socket.timeout:
+                    now = progress(sock)
+                    if now != last:
+                        last, since = now, time.time()
+                    elif time.time() - since > stall * SLOW:
+                        raise TimeoutError("no answer to %d, and the server fed and generated nothing "
+                                           "for %.0f s" % (rid, stall * SLOW))
+        finally:
+            self.s.settimeout(saved)
 
     def call(self, op, **f):
         return self.final(self.send(op, **f))
 
     def close(self):
         self.s.close()
+
+
+def progress(sock):
+    """The tokens the server at sock has fed and generated (stats), to tell
+    a slow machine from a stuck server."""
+    c = Client(sock)
+    try:
+        st = c.call("stats")
+        return st.get("tokens_in", 0) + st.get("tokens_out", 0)
+    finally:
+        c.close()
+
+
+def wait_working(cond, sock, what, stall=60, poll=0.1):
+    """Wait for cond() to hold, an event the server at sock reaches after
+    work (tokens to generate or feed): fails (AssertionError `what`) only
+    after `stall` seconds (times SLOW) in which cond() did not hold and the
+    server fed and generated no token."""
+    last, since = progress(sock), time.time()
+    while not cond():
+        time.sleep(poll)
+        now = progress(sock)
+        if now != last:
+            last, since = now, time.time()
+        elif time.time() - since > stall * SLOW:
+            raise AssertionError(what)
 
 
 failures = 0
@@ -155,8 +223,14 @@ class Skip(Exception):
     """Raised by a case that cannot run here (printed as SKIP)."""
 
 
+ONLY = os.environ.get("LIND_TEST_CASES", "").split()
+
+
 def case(fn):
+    """Run fn as a case (all of them, or those LIND_TEST_CASES names)."""
     global failures
+    if ONLY and fn.__name__ not in ONLY:
+        return fn
     try:
         fn()
         print("PASS", fn.__name__, flush=True)
@@ -164,8 +238,13 @@ def case(fn):
         print("SKIP %s: %s" % (fn.__name__, e), flush=True)
     except Exception as e:
         failures += 1
-        tb = traceback.extract_tb(e.__traceback__)[-1]
-        print("FAIL %s: %s (line %d)" % (fn.__name__, repr(e)[:600], tb.lineno), flush=True)
+        tb = traceback.extract_tb(e.__traceback__)
+        # The line in the test's own file (and the harness's, when it was there).
+        own = [f for f in tb if os.path.basename(f.filename) != "daemon_harness.py"]
+        where = "line %d" % (own or tb)[-1].lineno
+        if own and tb[-1] is not own[-1]:
+            where += ", daemon_harness.py line %d" % tb[-1].lineno
+        print("FAIL %s: %s (%s)" % (fn.__name__, repr(e)[:600], where), flush=True)
     return fn
 
 

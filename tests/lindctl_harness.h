@@ -6,6 +6,8 @@
 #ifndef LIND_TESTS_LINDCTL_HARNESS_H
 #define LIND_TESTS_LINDCTL_HARNESS_H
 
+#include "tests/check.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -28,7 +30,7 @@ typedef struct harness {
     char sock[128], db[128], model[128], log[128];
     char lind[512], lindctl[512];
     pid_t daemon;
-    int slow;              /* under sanitizers: give things more time */
+    double scale;          /* time bounds are seconds times this (test_time_scale) */
     const char *extra[8];  /* more `lind serve` options (NULL-terminated) */
 } harness;
 
@@ -54,7 +56,7 @@ static inline void harness_sleep_ms(int ms) {
 static inline int harness_init(harness *h, int d_model, int n_layers) {
     memset(h, 0, sizeof *h);
     h->daemon = -1;
-    h->slow = getenv("LIND_SANITIZED") != NULL;
+    h->scale = test_time_scale();
     snprintf(h->dir, sizeof h->dir, "/tmp/lindctl-test-XXXXXX");
     if (!mkdtemp(h->dir)) return -errno;
     snprintf(h->sock, sizeof h->sock, "%s/lind.sock", h->dir);
@@ -102,7 +104,7 @@ static inline int harness_start(harness *h) {
         _exit(127);
     }
     h->daemon = pid;
-    double deadline = harness_now() + (h->slow ? 120 : 30);
+    double deadline = harness_now() + 30 * h->scale;
     while (harness_now() < deadline) {
         int st;
         if (waitpid(pid, &st, WNOHANG) == pid) {
@@ -125,7 +127,7 @@ static inline int harness_start(harness *h) {
 static inline int harness_stop_sig(harness *h, int sig) {
     if (h->daemon <= 0) return -1;
     kill(h->daemon, sig);
-    double deadline = harness_now() + (h->slow ? 60 : 20);
+    double deadline = harness_now() + 20 * h->scale;
     int st = 0;
     while (waitpid(h->daemon, &st, WNOHANG) == 0) {
         if (harness_now() > deadline) {
@@ -203,7 +205,7 @@ static inline pid_t harness_spawn(harness *h, char *const *argv, int *in, int *o
 static inline void harness_collect(harness *h, pid_t pid, int out, int err, ctl_run *r) {
     struct pollfd p[2] = { { .fd = out, .events = POLLIN }, { .fd = err, .events = POLLIN } };
     int open_n = 2;
-    double deadline = harness_now() + (h->slow ? 600 : 180);
+    double deadline = harness_now() + 180 * h->scale;
     memset(r, 0, sizeof *r);
     r->out = calloc(1, 1);
     r->err = calloc(1, 1);

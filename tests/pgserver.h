@@ -96,6 +96,16 @@ static void pgserver_log_tail_(const char *path, char *out, size_t len)
         fclose(f);
 }
 
+/* pg_ctl's wait for the server: 120 s times LIND_TEST_TIME_SCALE (the
+ * tests' one time multiplier, tests/check.h; this header is also the
+ * benchmark's, so it reads the variable itself). */
+static int pgserver_wait_s_(void)
+{
+    const char *e = getenv("LIND_TEST_TIME_SCALE");
+    double s = e && *e ? atof(e) : 1.0;
+    return (int)(120 * (s >= 1.0 ? s : 1.0));
+}
+
 /* Start (or, after pgserver_crash, restart) the server on the existing
  * cluster. extra: more postgres options (may be NULL). */
 static int pgserver_up(pgserver *p, const char *extra, char *why, size_t whylen)
@@ -105,7 +115,9 @@ static int pgserver_up(pgserver *p, const char *extra, char *why, size_t whylen)
     snprintf(slog, sizeof slog, "%s/server.log", p->dir);
     snprintf(opts, sizeof opts, "-k %s -p %d -c listen_addresses='' %s", p->dir, p->port,
              extra ? extra : "");
-    const char *args[] = { "-D", data, "-l", slog, "-w", "-t", "120", "-o", opts, "start", NULL };
+    char wait_s[16];
+    snprintf(wait_s, sizeof wait_s, "%d", pgserver_wait_s_());
+    const char *args[] = { "-D", data, "-l", slog, "-w", "-t", wait_s, "-o", opts, "start", NULL };
     if (pgserver_run_(p, "pg_ctl", args) != 0) {
         char tail[400];
         pgserver_log_tail_(slog, tail, sizeof tail);
@@ -122,7 +134,9 @@ static int pgserver_crash(pgserver *p)
 {
     char data[128];
     snprintf(data, sizeof data, "%s/data", p->dir);
-    const char *args[] = { "-D", data, "-m", "immediate", "-w", "stop", NULL };
+    char wait_s[16];
+    snprintf(wait_s, sizeof wait_s, "%d", pgserver_wait_s_());
+    const char *args[] = { "-D", data, "-m", "immediate", "-w", "-t", wait_s, "stop", NULL };
     return pgserver_run_(p, "pg_ctl", args);
 }
 

@@ -47,7 +47,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from daemon_harness import Server, Client, Skip, case, expect, finish, SLOW  # noqa: E402
+from daemon_harness import Server, Client, Skip, case, expect, finish, SLOW, SANITIZED  # noqa: E402
 
 URI = os.environ.get("LIND_PG_URI", "")
 OWNER = re.compile(r"leased by node '([^']*)'")
@@ -94,7 +94,7 @@ def pg_stop():
 
 
 def pg_start():
-    pg_ctl("-l", os.path.join(PGDIR, "server.log"), "-w", "-t", str(600 * SLOW), "-o",
+    pg_ctl("-l", os.path.join(PGDIR, "server.log"), "-w", "-t", str(int(600 * SLOW)), "-o",
            "-k %s -p %s -c listen_addresses=''" % (PGDIR, PGPORT), "start")
 
 
@@ -180,12 +180,12 @@ def stop_all(nodes):
 @scase
 def scale_moving_pg():
     db = URI % "scale_moving"
-    lease = 3000 * SLOW
+    lease = int(3000 * SLOW)
     ids = ["n0", "n1", "n2"]
     nodes = [node("mv%d" % i, db, ids[i], lease, ["--max-resident", "16"]) for i in range(3)]
     where = {ids[i]: nodes[i].sock for i in range(3)}
     sessions = ["mv-%02d" % i for i in range(64)]
-    rounds = 4 if SLOW == 1 else 2
+    rounds = 2 if SANITIZED else 4
     acked = {s: [] for s in sessions}      # (text, output) in order
     reqs = {s: [] for s in sessions}       # (text, max_tokens, seed) of acknowledged turns
     served_by = {s: set() for s in sessions}
@@ -268,9 +268,9 @@ def scale_moving_pg():
 @scase
 def scale_failover_pg():
     db = URI % "scale_failover"
-    lease = 2000 * SLOW
+    lease = int(2000 * SLOW)
     a = node("fo0", db, "n0", lease)
-    b = node("fo1", db, "n1", lease, ["--lease-wait", str(120000 * SLOW)])
+    b = node("fo1", db, "n1", lease, ["--lease-wait", str(int(120000 * SLOW))])
     c = node("fo2", db, "n2", lease)
     nodes = [a, b, c]
     sessions = ["fo-%d" % i for i in range(8)]
@@ -361,7 +361,7 @@ def scale_failover_pg():
 @scase
 def scale_race_pg():
     db = URI % "scale_race"
-    lease = 1500 * SLOW
+    lease = int(1500 * SLOW)
     a = node("ra0", db, "n0", lease)
     b = node("ra1", db, "n1", lease)
     nodes = [a, b]
@@ -427,8 +427,8 @@ def scale_race_pg():
 def scale_dbloss_pg():
     dbname = "scale_dbloss"
     db = URI % dbname
-    lease = 60000 * SLOW   # no lease lapses while the database restarts
-    extra = ["--store-conns", "2", "--db-reconnect", str(600000 * SLOW)]
+    lease = int(60000 * SLOW)   # no lease lapses while the database restarts
+    extra = ["--store-conns", "2", "--db-reconnect", str(int(600000 * SLOW))]
     nodes = [node("dl%d" % i, db, "n%d" % i, lease, extra) for i in range(2)]
     sessions = ["dl-%d" % i for i in range(8)]
     acked = {s: [] for s in sessions}
@@ -520,7 +520,7 @@ def wait_socket(srv, what):
 def scale_dbwait_pg():
     db = URI % "scale_dbwait"
     pg_stop()
-    n = Server("dw0", extra=["--node-id", "w0", "--db-wait", str(600 * SLOW)] + TR, db=db)
+    n = Server("dw0", extra=["--node-id", "w0", "--db-wait", str(int(600 * SLOW))] + TR, db=db)
     try:
         log = open(n.logpath, "ab")
         n.proc = subprocess.Popen(n.args(), stdout=log, stderr=log)
@@ -545,7 +545,7 @@ def scale_dbwait_pg():
 @scase
 def scale_dupid_pg():
     db = URI % "scale_dupid"
-    lease = 2000 * SLOW
+    lease = int(2000 * SLOW)
     a = node("du0", db, "n0", lease)
     nodes = [a]
     try:
@@ -628,7 +628,7 @@ def scale_bouncer_pg():
     pgb = Bouncer("transaction", 2, dbname)
     nodes = []
     try:
-        lease = 10000 * SLOW
+        lease = int(10000 * SLOW)
         ids = ["b0", "b1"]
         for i in range(2):
             nodes.append(node("pb%d" % i, pgb.uri, ids[i], lease, ["--store-conns", "3",

@@ -16,7 +16,7 @@ pass() { echo "PASS $1"; }
 fail() { echo "FAIL $1: $2"; }
 
 if [ ! -x "$bin" ]; then
-  fail decode_bench_built "$bin missing (make all builds bench/*_bench.c)"
+  fail decode_bench_built "$bin missing (make test-build builds bench/*_bench.c)"
   exit 1
 fi
 

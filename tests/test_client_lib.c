@@ -374,7 +374,7 @@ static void interleaved_iterator(void)
     lindc_event ev;
     int dones = 0;
     while (dones < 2) {
-        int rc = lindc_next(c, &ev, 5000);
+        int rc = lindc_next(c, &ev, T_MS(5000));
         if (rc) { CHECK(0, "next: %s", lindc_strerror(rc)); break; }
         if (ev.kind == LINDC_EV_TOKEN) {
             CHECK(ev.len == 1, "len");
@@ -416,7 +416,7 @@ static void wait_queues_others(void)
     }
     CHECK(lindc_pending(c) == 1, "a's events should be pending");
     for (;;) {
-        int rc = lindc_next(c, &ev, 5000);
+        int rc = lindc_next(c, &ev, T_MS(5000));
         if (rc) { CHECK(0, "next: %s", lindc_strerror(rc)); break; }
         CHECK(ev.id == a, "wrong id");
         if (ev.final) break;
@@ -493,13 +493,13 @@ static void unknown_event_passes(void)
     CHECK(lindc_send(c, &r, &id) == 0, "send");
     lindc_req_free(&r);
     lindc_event ev;
-    int rc = lindc_next(c, &ev, 5000);
+    int rc = lindc_next(c, &ev, T_MS(5000));
     CHECK(rc == 0 && ev.kind == LINDC_EV_OTHER && !ev.final && ev.id == id, "unknown event: rc %d kind %d", rc, ev.kind);
     CHECK(!strncmp(ev.name, "progress_report_from_a_", strlen(ev.name)) && strlen(ev.name) == sizeof ev.name - 1,
           "name truncated: %s", ev.name);
     uint64_t pct = 0;
     CHECK(lindc_get_u64(ev.map, "pct", &pct) == 0 && pct == 50, "fields readable");
-    rc = lindc_next(c, &ev, 5000);
+    rc = lindc_next(c, &ev, T_MS(5000));
     CHECK(rc == 0 && ev.kind == LINDC_EV_RESULT && ev.final, "then the result: rc %d", rc);
     CHECK(lindc_in_flight(c) == 0, "done");
     lindc_free(c);
@@ -513,9 +513,9 @@ static void garbage_is_proto_error(void)
     lindc *c;
     CHECK(lindc_connect(&c, s.path, NULL, 0) == 0, "connect");
     lindc_event ev;
-    int rc = lindc_next(c, &ev, 5000);
+    int rc = lindc_next(c, &ev, T_MS(5000));
     CHECK(rc == LINDC_EPROTO, "rc %d %s", rc, lindc_strerror(rc));
-    rc = lindc_next(c, &ev, 5000);
+    rc = lindc_next(c, &ev, T_MS(5000));
     CHECK(rc == LINDC_EBROKEN, "then broken: %d", rc);
     lindc_req r;
     lindc_req_init(&r, "stats");
@@ -526,7 +526,7 @@ static void garbage_is_proto_error(void)
 
     server_start(&s, script_not_a_map);
     CHECK(lindc_connect(&c, s.path, NULL, 0) == 0, "connect");
-    rc = lindc_next(c, &ev, 5000);
+    rc = lindc_next(c, &ev, T_MS(5000));
     CHECK(rc == LINDC_EPROTO, "non-map message: rc %d", rc);
     lindc_free(c);
     server_stop(&s);
@@ -539,7 +539,7 @@ static void closed_connection(void)
     lindc *c;
     CHECK(lindc_connect(&c, s.path, NULL, 0) == 0, "connect");
     lindc_event ev;
-    int rc = lindc_next(c, &ev, 5000);
+    int rc = lindc_next(c, &ev, T_MS(5000));
     CHECK(rc == LINDC_ECLOSED, "rc %d %s", rc, lindc_strerror(rc));
     lindc_free(c);
     server_stop(&s);
@@ -561,7 +561,7 @@ static void timeout_and_signal(void)
     sigaction(SIGALRM, &sa, &old);
     struct itimerval it = { .it_value = { .tv_usec = 50000 } };
     setitimer(ITIMER_REAL, &it, NULL);
-    int rc = lindc_next(c, &ev, 5000);
+    int rc = lindc_next(c, &ev, T_MS(5000));
     CHECK(rc == -EINTR && got_alarm, "signal: rc %d", rc);
     sigaction(SIGALRM, &old, NULL);
     /* The connection is still usable after an interrupted wait. */

@@ -38,7 +38,8 @@ static int start_server(void)
         _exit(127);
     }
     server_pid = pid;
-    for (int i = 0; i < 3000; i++) {
+    int tries = (int)(3000 * test_time_scale());   /* 30 s at 10 ms a try */
+    for (int i = 0; i < tries; i++) {
         lindc *c;
         if (lindc_connect(&c, sock_path, NULL, 0) == 0) { lindc_free(c); return 0; }
         int st;
@@ -195,9 +196,9 @@ static void garbage_gets_error_and_close(void)
     const uint8_t junk[] = { 0xc1, 0x00, 0x01 };
     lindc_send_raw(c, junk, sizeof junk);
     lindc_event ev;
-    int rc = lindc_next(c, &ev, 10000);
+    int rc = lindc_next(c, &ev, T_MS(10000));
     CHECK(rc == 0 && ev.kind == LINDC_EV_ERROR && !strcmp(ev.code, "decode"), "decode error, rc %d", rc);
-    rc = lindc_next(c, &ev, 10000);
+    rc = lindc_next(c, &ev, T_MS(10000));
     CHECK(rc == LINDC_ECLOSED, "then closed (%d)", rc);
     lindc_free(c);
     CHECK(lindc_connect(&c, sock_path, NULL, 0) == 0, "others still served");

@@ -29,7 +29,7 @@ BIG = text_of(400_000)
 def wait_fed(c, least, timeout=30):
     """Poll stats until `least` more tokens than at the call went through the model."""
     base = c.call("stats")["tokens_in"]
-    deadline = time.time() + timeout
+    deadline = time.time() + timeout * SLOW
     while time.time() < deadline:
         ev = c.call("stats")
         if ev.get("tokens_in", 0) >= base + least:
@@ -133,11 +133,11 @@ def lindctl_cancel_by_name():
         a = Client(s.sock)
         rid = a.send("append", session="chat one", text=BIG)
         wait_fed(a, 200)
-        r = subprocess.run([LINDCTL, "--socket", s.sock, "cancel", "chat one"], capture_output=True, timeout=30)
+        r = subprocess.run([LINDCTL, "--socket", s.sock, "cancel", "chat one"], capture_output=True, timeout=30 * SLOW)
         expect(r.returncode == 0 and b"cancelled" in r.stdout, "lindctl cancel: %r" % (r,))
         ev = a.final(rid)
         expect(ev["event"] == "result" and ev["cancelled"], "append: %r" % ev)
-        r = subprocess.run([LINDCTL, "--socket", s.sock, "cancel", "chat one"], capture_output=True, timeout=30)
+        r = subprocess.run([LINDCTL, "--socket", s.sock, "cancel", "chat one"], capture_output=True, timeout=30 * SLOW)
         expect(r.returncode == 6 and b"no turn in flight" in r.stderr, "nothing to cancel: %r" % (r,))
         a.close()
     finally:
@@ -156,7 +156,7 @@ def lindctl_generate_ctrl_c_mid_prompt():
         wait_fed(w, 200)
         t0 = time.time()
         p.send_signal(signal.SIGINT)
-        p.wait(timeout=30)
+        p.wait(timeout=30 * SLOW)
         err = p.stderr.read()
         took = time.time() - t0
         expect(p.returncode == 130, "exit %r: %r" % (p.returncode, err))
@@ -183,7 +183,7 @@ def disconnect_mid_prompt_stops_compute():
         # Feeding stops at the next token boundary after each close: wait (with a
         # deadline far below the time the three whole texts would take) until
         # tokens_in holds still for a second.
-        deadline = time.time() + 20
+        deadline = time.time() + 20 * SLOW
         n1 = c.call("stats")["tokens_in"]
         while True:
             time.sleep(1.0)

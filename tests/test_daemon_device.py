@@ -26,7 +26,7 @@ import traceback
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from daemon_harness import Server, Client, case, expect, finish, MODEL, TMP  # noqa: E402
+from daemon_harness import Server, Client, case, expect, finish, MODEL, TMP, SLOW  # noqa: E402
 
 
 failures = 0
@@ -166,7 +166,10 @@ def lost_device_answers_unavailable():
         ev = c.call("list")
         expect(ev["event"] == "result", "list after the loss: %r" % ev)
         c.close()
-        time.sleep(0.2)
+        # The failure is logged by the compute thread: wait for the line.
+        deadline = time.time() + 30 * SLOW
+        while "the compute device failed" not in srv.log() and time.time() < deadline:
+            time.sleep(0.05)
         log = srv.log()
         expect(log.count("the compute device failed") == 1 and "cudaErrorIllegalAddress" in log,
                "the daemon's log: %r" % log)

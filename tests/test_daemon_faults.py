@@ -61,7 +61,9 @@ ONLY = os.environ.get("LIND_FAULTS_ONLY", "")
 SERVE_ALLOC_RUNS = int(os.environ.get("LIND_FAULTS_ALLOC_RUNS", "120"))
 START_ALLOC_RUNS = int(os.environ.get("LIND_FAULTS_START_RUNS", "16"))
 WRITES_PER_RUN = int(os.environ.get("LIND_FAULTS_WRITES_PER_RUN", "1"))
-ANSWER_TIMEOUT = 20      # seconds a request may take under ASan before it counts as unanswered
+# Time bounds scale with LIND_TEST_TIME_SCALE (tests/daemon_harness.py).
+SLOW = max(1.0, float(os.environ.get("LIND_TEST_TIME_SCALE") or 1))
+ANSWER_TIMEOUT = 20 * SLOW   # seconds a request may take under ASan before it counts as unanswered
 SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
                    "AddressSanitizer:DEADLYSIGNAL", "SUMMARY: UndefinedBehaviorSanitizer")
 
@@ -123,6 +125,7 @@ class Daemon:
 
     def wait_serving(self, timeout=60):
         """True once the socket answers; False if the process exited first."""
+        timeout *= SLOW
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -134,9 +137,10 @@ class Daemon:
                 return True
             except OSError:
                 time.sleep(0.02)
-        raise Unanswered("the daemon neither served nor exited within %d s" % timeout)
+        raise Unanswered("the daemon neither served nor exited within %.0f s" % timeout)
 
     def stop(self, timeout=60):
+        timeout *= SLOW
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         try:
@@ -144,7 +148,7 @@ class Daemon:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-            return "hung: no exit within %d s of SIGTERM" % timeout
+            return "hung: no exit within %.0f s of SIGTERM" % timeout
 
     def text(self):
         with open(self.log, "rb") as f:
@@ -202,7 +206,7 @@ class Conn:
             try:
                 data = self.s.recv(1 << 16)
             except socket.timeout:
-                raise Unanswered("%s: no answer within %d s" % (op, ANSWER_TIMEOUT))
+                raise Unanswered("%s: no answer within %.0f s" % (op, ANSWER_TIMEOUT))
             except OSError as e:
                 raise Unanswered("%s: %s" % (op, e))
             if not data:
@@ -438,7 +442,7 @@ def check_run(kind, n):
         # Start-up failed after the socket was bound (the store thread could
         # not start, say): then the daemon exits by itself.
         try:
-            dm.proc.wait(timeout=10)
+            dm.proc.wait(timeout=10 * SLOW)
             served = False
         except subprocess.TimeoutExpired:
             pass

@@ -97,7 +97,7 @@ def check_model(i, path):
 def _kill(srv):
     """SIGKILL: the stored state is whatever the last turn committed."""
     srv.proc.send_signal(signal.SIGKILL)
-    srv.proc.wait(timeout=60)
+    srv.proc.wait(timeout=60 * dh.SLOW)
     srv.proc = None
 
 

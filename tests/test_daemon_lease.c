@@ -91,7 +91,7 @@ static void renew_and_lose(void)
     /* "b" expires (not renewed in time: we wait past the ttl on the store's
      * clock, then another owner takes it) and the next renewal finds it lost. */
     lease_set_remove(&ls, "a");
-    uint64_t deadline = mono_ns() + 10000000000ull;
+    uint64_t deadline = mono_ns() + (uint64_t)(10e9 * test_time_scale());
     int rc;
     while ((rc = store_lease_acquire(st, "b", "other", 60000, &cur, err, sizeof err)) == -EAGAIN &&
            mono_ns() < deadline)

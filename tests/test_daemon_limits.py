@@ -22,7 +22,7 @@ import time
 
 import msgpack
 
-from daemon_harness import Server, Client, case, expect, text_of, finish, SANITIZED, Skip
+from daemon_harness import Server, Client, case, expect, text_of, finish, SANITIZED, SLOW, Skip, wait_working
 
 
 def rss_kib(pid, field):
@@ -76,7 +76,7 @@ def thousand_connections_that_never_read_stay_bounded():
                         pass
             if not moved:
                 time.sleep(0.05)
-        canary.s.settimeout(30)
+        canary.s.settimeout(30 * SLOW)
         toks = []
         done = canary.final(rid, toks)
         peak = rss_kib(s.proc.pid, "VmHWM")
@@ -103,7 +103,7 @@ def waiting_sessions_are_bounded():
         c = Client(s.sock)
         big = text_of(300_000)
         r0 = c.send("append", session="w0", text=big)     # holds the only slot
-        deadline = time.time() + 30
+        deadline = time.time() + 30 * SLOW
         while not c.call("info", session="w0").get("resident") and time.time() < deadline:
             time.sleep(0.02)
         r1 = c.send("append", session="w1", text=b"x")
@@ -141,12 +141,14 @@ def pause_timeout_frees_the_slot():
         time.sleep(0.5)
         c = Client(s.sock, timeout=120)
         t0 = time.time()
-        ev = c.call("generate", session="other", text=b"Hi", max_tokens=8)
+        # The stuck turn first fills the socket's buffers and --max-output
+        # (thousands of tokens), then pauses, then --pause-timeout ends it.
+        ev = c.final_working(c.send("generate", session="other", text=b"Hi", max_tokens=8), s.sock)
         took = time.time() - t0
         print("NOTE a session waited %.1f s for the slot a non-reading client held" % took, flush=True)
         expect(ev["event"] == "done" and ev["tokens_out"] == 8, "other: %r" % ev)
         # The stuck client's turn ended `cancelled`, and it can still read it.
-        k.settimeout(30)
+        k.settimeout(30 * SLOW)
         up = msgpack.Unpacker(raw=False)
         last = None
         while last is None or last["event"] == "token":
@@ -170,10 +172,18 @@ def write_timeout_closes_a_stalled_connection():
     try:
         k = stuck_reader(s, "stalled")
         c = Client(s.sock, timeout=120)
-        deadline = time.time() + 90
-        while time.time() < deadline and c.call("stats")["connections"] > 1:
-            time.sleep(0.2)
+        # It stalls once its output fills the socket's buffers and
+        # --max-output (thousands of tokens), and is closed a second later.
+        try:
+            wait_working(lambda: c.call("stats")["connections"] <= 1, s.sock, "", stall=90)
+        except AssertionError:
+            pass
         expect(c.call("stats")["connections"] == 1, "the stalled connection is still open")
+        # Its turn ends (cancelled, saved) at the next token boundary after
+        # the close: an event, no work.
+        deadline = time.time() + 60 * SLOW
+        while c.call("info", session="stalled").get("busy") and time.time() < deadline:
+            time.sleep(0.05)
         info = c.call("info", session="stalled")
         expect(info["event"] == "result" and info["tokens"] > 1 and not info["busy"],
                "the session kept what was streamed: %r" % info)
@@ -196,7 +206,7 @@ def idle_timeout_closes_an_idle_connection():
         expect(ev is not None and ev["id"] == 0 and ev["event"] == "error" and ev["code"] == "limit"
                and "--idle-timeout" in ev["message"], "idle: %r" % ev)
         expect(c.event() is None, "the connection stays open")
-        expect(0.8 < took < 5, "closed after %.1f s" % took)
+        expect(0.8 < took < 5 * SLOW, "closed after %.1f s" % took)
         # A connection with a turn in flight is not idle. The turn is long enough
         # (65,536 tokens, the server's limit: about 5 s on the 2-core development machine) to
         # outlast the 1 s timeout; the test reads

@@ -34,7 +34,7 @@ def gen(c, session, text, n=4, seed=None):
 
 
 def db_of(srv):
-    return sqlite3.connect(srv.db, timeout=30, isolation_level=None)
+    return sqlite3.connect(srv.db, timeout=30 * SLOW, isolation_level=None)
 
 
 def now_ms():
@@ -85,7 +85,7 @@ def leased_elsewhere_is_moved():
                "nothing ran")
         # lindctl gives `moved` its own exit status (docs/LINDCTL.md) and shows the owner.
         r = subprocess.run([LINDCTL, "--socket", srv.sock, "generate", "t", "hi", "-n", "4"],
-                           capture_output=True, text=True, timeout=60)
+                           capture_output=True, text=True, timeout=60 * SLOW)
         expect(r.returncode == 15 and "moved" in r.stderr and "node-b" in r.stderr,
                "lindctl on a moved session: exit %d, %r" % (r.returncode, r.stderr))
         db.execute("DELETE FROM leases WHERE name = 't'")   # node-b gave it back
@@ -105,7 +105,7 @@ def http_moved_and_conflict_statuses():
     code `moved` naming the owner; a stale save is 409 with `conflict`."""
     srv = Server("own-http", extra=["--http", "0"]).start()
     try:
-        deadline = time.time() + 30
+        deadline = time.time() + 30 * SLOW
         port = None
         while port is None and time.time() < deadline:
             m = re.search(r"HTTP on [0-9.]+:(\d+)", srv.log())
@@ -114,11 +114,11 @@ def http_moved_and_conflict_statuses():
         expect(port is not None, "no HTTP port in the log: %s" % srv.log())
 
         def complete(session, prompt):
-            r = subprocess.run(["curl", "-s", "-S", "-o", "-", "-w", "\n%{http_code}", "--max-time", "60",
+            r = subprocess.run(["curl", "-s", "-S", "-o", "-", "-w", "\n%{http_code}", "--max-time", str(60 * SLOW),
                                 "-H", "Content-Type: application/json", "--data-binary", "@-",
                                 "http://127.0.0.1:%d/v1/completions" % port],
                                input=json.dumps({"prompt": prompt, "max_tokens": 4, "session": session}).encode(),
-                               capture_output=True, timeout=120)
+                               capture_output=True, timeout=120 * SLOW)
             out, _, code = r.stdout.rpartition(b"\n")
             return int(code or 0), json.loads(out)
         db = db_of(srv)
@@ -174,7 +174,7 @@ def leases_renewed_and_given_back():
 
 @case
 def lease_wait_runs_after_expiry():
-    srv = Server("own-wait", extra=["--lease-wait", str(60000 * SLOW)]).start()
+    srv = Server("own-wait", extra=["--lease-wait", str(int(60000 * SLOW))]).start()
     try:
         db = db_of(srv)
         expiry = now_ms() + 700

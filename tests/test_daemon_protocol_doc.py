@@ -35,6 +35,9 @@ BUILD = os.environ.get("LIND_BUILD", "build")
 LIND = BUILD if os.path.isabs(BUILD) else os.path.join(ROOT, BUILD)
 LIND = os.path.join(LIND, "lind")
 DOC = os.path.join(ROOT, "docs", "PROTOCOL.md")
+# Time bounds: seconds times SLOW, as in tests/daemon_harness.py (LIND_TEST_TIME_SCALE).
+SLOW = max(1.0, float(os.environ.get("LIND_TEST_TIME_SCALE") or 1)) * \
+    (5 if os.environ.get("LIND_SANITIZED") == "1" else 1)
 VOLATILE = {"ms", "created_ms", "updated_ms", "uptime_s", "step_ms", "save_ms", "path"}
 ANY = "\0any-map"
 
@@ -155,7 +158,7 @@ def run_once(code, tmp):
                             "--socket", sock, "--db", db, "--backend", "cpu"],
                            stdout=log, stderr=log)
     try:
-        deadline = time.time() + 60
+        deadline = time.time() + 60 * SLOW
         while True:
             if srv.poll() is not None:
                 raise RuntimeError("lind serve exited with %d" % srv.returncode)
@@ -169,13 +172,13 @@ def run_once(code, tmp):
                     raise RuntimeError("lind serve did not start")
                 time.sleep(0.05)
         r = subprocess.run(["/usr/bin/python3", "-c", code, sock], capture_output=True,
-                           text=True, timeout=120)
+                           text=True, timeout=120 * SLOW)
         if r.returncode != 0:
             raise RuntimeError("the example client failed: %s" % r.stderr[-2000:])
         return r.stdout
     finally:
         srv.send_signal(signal.SIGTERM)
-        srv.wait(timeout=60)
+        srv.wait(timeout=60 * SLOW)
         log.close()
 
 

@@ -46,6 +46,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("LIND_BUILD", "build")
 LIND = os.path.join(BUILD, "lind")
 SANITIZED = os.environ.get("LIND_SANITIZED") == "1"
+# Time bounds: seconds times SLOW, as in tests/daemon_harness.py (LIND_TEST_TIME_SCALE).
+SLOW = max(1.0, float(os.environ.get("LIND_TEST_TIME_SCALE") or 1)) * (5 if SANITIZED else 1)
 
 
 # ---- the tokenizer -------------------------------------------------------------
@@ -198,7 +200,7 @@ class Server:
         args = [LIND, "serve", "--model", self.model, "--socket", self.sock, "--db", self.db,
                 "--backend", "cpu"] + self.extra
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=self.log)
-        deadline = time.time() + 60
+        deadline = time.time() + 60 * SLOW
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError("server exited with %d: %s" % (self.proc.returncode, self.tail()))
@@ -215,7 +217,7 @@ class Server:
         if not self.proc:
             return None
         self.proc.send_signal(sig)
-        rc = self.proc.wait(timeout=60)
+        rc = self.proc.wait(timeout=60 * SLOW)
         self.proc = None
         return rc
 
@@ -236,7 +238,7 @@ class Client:
     def __init__(self, path):
         self.s = socket.socket(socket.AF_UNIX)
         self.s.connect(path)
-        self.s.settimeout(120)
+        self.s.settimeout(120 * SLOW)
         self.up = msgpack.Unpacker(raw=False)
         self.next_id = 1
         self.events = []
@@ -351,7 +353,7 @@ def tokenize(text):
     with open(path, "wb") as f:
         f.write(text)
     p = subprocess.run([LIND, "tokenize", "--tokenizer", "bpe:" + os.path.join(MODEL, "tokenizer.json"), path],
-                       capture_output=True, timeout=60)
+                       capture_output=True, timeout=60 * SLOW)
     expect(p.returncode == 0, p.stderr)
     return [int(x) for x in p.stdout.split()]
 
@@ -371,7 +373,7 @@ def tokens_are_multi_byte_and_join_to_the_offline_text():
     # tokens_in counts the text's tokens (fewer than its bytes)
     expect(done["tokens_in"] == len(tokenize(TEXT)) < len(TEXT) * 0.8, (done["tokens_in"], len(TEXT)))
     p = subprocess.run([LIND, "generate", "--model", MODEL, "--backend", "cpu", "--prompt", TEXT.decode(),
-                        "-n", "60", "--temperature", "0"], capture_output=True, timeout=120)
+                        "-n", "60", "--temperature", "0"], capture_output=True, timeout=120 * SLOW)
     expect(p.returncode == 0, p.stderr)
     expect(p.stdout == TEXT + b"".join(toks) + b"\n", "offline %r vs daemon %r" % (p.stdout[len(TEXT):],
                                                                                  b"".join(toks)))
@@ -393,7 +395,7 @@ def offline_score_is_bits_per_byte_over_tokens():
     with open(xpath, "wb") as f:
         f.write(TEXT)
     p = subprocess.run([LIND, "logits", "--model", MODEL, "--backend", "cpu", "--tokens", tpath, "--out", lpath],
-                       capture_output=True, timeout=120)
+                       capture_output=True, timeout=120 * SLOW)
     expect(p.returncode == 0, p.stderr)
     lg = np.fromfile(lpath, dtype="<f4").astype(np.float64).reshape(len(ids), VOCAB)
     mx = lg.max(1, keepdims=True)
@@ -406,7 +408,7 @@ def offline_score_is_bits_per_byte_over_tokens():
                         ipath], capture_output=True, timeout=60)
     first = len(p.stdout)
     p = subprocess.run([LIND, "score", "--model", MODEL, "--backend", "cpu", xpath], capture_output=True,
-                       timeout=120, text=True)
+                       timeout=120 * SLOW, text=True)
     expect(p.returncode == 0, p.stderr)
     got = dict(line.split(": ", 1) for line in p.stdout.splitlines())
     expect(got["tokens"].startswith("%d (bpe" % len(ids)), got)

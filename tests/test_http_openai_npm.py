@@ -30,7 +30,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from daemon_harness import Client, Server, case, expect, finish, Skip, TMP  # noqa: E402
+from daemon_harness import Client, Server, case, expect, finish, Skip, TMP, SLOW  # noqa: E402
 
 CACHE = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
                      "lind-npm-openai")
@@ -186,7 +186,7 @@ def install():
     os.makedirs(CACHE, exist_ok=True)
     try:
         r = subprocess.run(["npm", "install", "--prefix", CACHE, "--no-audit", "--no-fund", PACKAGE],
-                           capture_output=True, text=True, timeout=600)
+                           capture_output=True, text=True, timeout=600 * SLOW)
     except subprocess.TimeoutExpired:
         return "npm install timed out (registry unreachable?)"
     if r.returncode != 0 or not os.path.exists(want):
@@ -203,7 +203,7 @@ if not why:
     with open(tf, "w") as f:
         f.write(token + "\n")
     S = Server("openai", extra=["--http", "0", "--http-token-file", tf]).start()
-    deadline = time.time() + 30
+    deadline = time.time() + 30 * SLOW
     port = None
     while port is None and time.time() < deadline:
         m = re.search(r"HTTP on [0-9.]+:(\d+)", S.log())
@@ -212,7 +212,7 @@ if not why:
     with open(driver, "w") as f:
         f.write(DRIVER_JS)
     r = subprocess.run(["node", driver, os.path.join(CACHE, "node_modules", "openai", "index.mjs"),
-                        "http://127.0.0.1:%d" % port, token], capture_output=True, text=True, timeout=300)
+                        "http://127.0.0.1:%d" % port, token], capture_output=True, text=True, timeout=300 * SLOW)
     if r.returncode == 0:
         result = json.loads(r.stdout.strip().splitlines()[-1])
     else:

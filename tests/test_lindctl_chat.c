@@ -70,8 +70,7 @@ static void term_pump(term *t, int ms)
 /* Wait until `needle` shows up after the mark; moves the mark past it. */
 static int term_expect(term *t, const char *needle, int timeout_s)
 {
-    if (H.slow) timeout_s *= 4;
-    double end = harness_now() + timeout_s;
+    double end = harness_now() + timeout_s * H.scale;
     size_t nl = strlen(needle);
     for (;;) {
         if (t->len >= t->mark + nl) {
@@ -89,7 +88,7 @@ static int term_expect(term *t, const char *needle, int timeout_s)
 /* Wait until at least `len` bytes have been printed in all. */
 static void term_wait_output(term *t, size_t len, int timeout_s)
 {
-    double end = harness_now() + (H.slow ? 4 : 1) * timeout_s;
+    double end = harness_now() + H.scale * timeout_s;
     while (t->len < len && harness_now() < end) term_pump(t, 50);
 }
 
@@ -101,7 +100,7 @@ static void term_send(term *t, const char *keys)
 /* Wait for exit; returns the exit status (or 128+signal, or -1 on timeout). */
 static int term_wait(term *t, int timeout_s)
 {
-    double end = harness_now() + (H.slow ? 4 : 1) * timeout_s;
+    double end = harness_now() + H.scale * timeout_s;
     int st;
     while (harness_now() < end) {
         term_pump(t, 20);

@@ -19,6 +19,9 @@ import tempfile
 import time
 
 B = os.environ.get("LIND_BUILD", "build")
+# Time bounds: seconds times SLOW, as in tests/daemon_harness.py (LIND_TEST_TIME_SCALE).
+SLOW = max(1.0, float(os.environ.get("LIND_TEST_TIME_SCALE") or 1)) * \
+    (5 if os.environ.get("LIND_SANITIZED") == "1" else 1)
 DOCS = ["README.md"] + sorted(glob.glob("docs/*.md"))
 failed = 0
 
@@ -142,7 +145,7 @@ else:
                                "--db", os.path.join(tmp, "lind.db"), "--backend", "cpu",
                                "--log-level", "warn"], stdout=log, stderr=log)
     try:
-        deadline = time.time() + 60
+        deadline = time.time() + 60 * SLOW
         up = False
         while time.time() < deadline and not up:
             try:
@@ -156,7 +159,7 @@ else:
                    PATH=os.path.abspath(B) + os.pathsep + os.environ.get("PATH", ""))
         for doc, steps in examples:
             for cmd, want in steps:
-                r = subprocess.run(["sh", "-c", cmd], capture_output=True, env=env, cwd=tmp, timeout=120)
+                r = subprocess.run(["sh", "-c", cmd], capture_output=True, env=env, cwd=tmp, timeout=120 * SLOW)
                 got = r.stdout.decode("utf-8", "replace").rstrip("\n").split("\n") if r.stdout else []
                 ok = got == want
                 report(f"doc_example {cmd[:60]}", up and ok,

@@ -728,6 +728,32 @@ static void stats_table_and_json(void)
 
 /* ---- stress ------------------------------------------------------------------- */
 
+/* The daemon's tokens_out (`lindctl stats`); 0 when it cannot be read. */
+static unsigned long long daemon_tokens_out(void)
+{
+    ctl_run r;
+    harness_ctl(&H, &r, "stats");
+    unsigned long long in = 0, out = 0;
+    const char *p = r.out ? strstr(r.out, "\ntokens ") : NULL;
+    if (!p || sscanf(p, " tokens %llu in, %llu out", &in, &out) != 2)
+        out = 0;
+    ctl_run_free(&r);
+    return out;
+}
+
+/* Wait (an event, not a time) until the daemon has streamed `more` tokens
+ * past `base`; 0 when it did, -1 at the limit (60 s times the scale). */
+static int wait_tokens_out(unsigned long long base, unsigned long long more)
+{
+    double deadline = harness_now() + 60 * H.scale;
+    while (daemon_tokens_out() < base + more) {
+        if (harness_now() > deadline)
+            return -1;
+        harness_sleep_ms(50);
+    }
+    return 0;
+}
+
 /* Ctrl-C mid-run: stress reports the windows it measured, says how many
  * it did not reach, and writes no rows of zeros to the CSV. */
 static void stress_ctrl_c(void)
@@ -737,9 +763,12 @@ static void stress_ctrl_c(void)
     char *argv[] = { "lindctl", "--socket", H.sock, "stress", "--sessions", "2", "--tokens", "2000000",
                      "--windows", "1000", "--prefix", "intr", "--csv", csv, NULL };
     int out, err;
+    unsigned long long base = daemon_tokens_out();
     pid_t pid = harness_spawn(&H, argv, NULL, &out, &err);
     CHECK(pid > 0, "spawn");
-    harness_sleep_ms(H.slow ? 8000 : 3000);
+    /* Interrupted once both sessions are well into their first 2,000-token
+     * window (a few hundred tokens on a quiet machine's old 3 s sleep). */
+    CHECK(wait_tokens_out(base, 400) == 0, "stress streamed no tokens");
     kill(pid, SIGINT);
     ctl_run r;
     harness_collect(&H, pid, out, err, &r);
@@ -906,8 +935,10 @@ static void stress_daemon_dies(void)
     char *argv[] = { "lindctl", "--socket", H.sock, "stress", "--sessions", "2", "--tokens", "100000000",
                      "--no-progress", NULL };
     int out, err;
+    unsigned long long base = daemon_tokens_out();
     pid_t pid = harness_spawn(&H, argv, NULL, &out, &err);
-    harness_sleep_ms(H.slow ? 3000 : 800);
+    /* Killed once both sessions are streaming. */
+    CHECK(wait_tokens_out(base, 200) == 0, "stress streamed no tokens");
     harness_stop_sig(&H, SIGKILL);
     ctl_run r = { 0 };
     harness_collect(&H, pid, out, err, &r);

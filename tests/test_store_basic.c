@@ -669,11 +669,14 @@ static void leases(void)
           l.owner[0] == 0 && strstr(err, "nobody"), "released lease cannot be renewed: %s", err);
     CHECK(store_lease_acquire(t, "chat", "node-b", 10000, &l, err, sizeof err) == 0, "b takes it");
     /* Expiry: a short lease lapses and another owner takes it over; the old
-     * owner then can neither renew nor release. */
-    CHECK(store_lease_acquire(s, "short", "node-a", 150, &l, err, sizeof err) == 0, "a short: %s", err);
+     * owner then can neither renew nor release. (Taken for 10 s, so that no
+     * machine is slow enough to let it lapse before the "not yet" check,
+     * then cut to 1 ms by its owner's renewal, and slept past.) */
+    CHECK(store_lease_acquire(s, "short", "node-a", 10000, &l, err, sizeof err) == 0, "a short: %s", err);
     CHECK(store_lease_acquire(t, "short", "node-b", 5000, NULL, err, sizeof err) == -EAGAIN,
           "not yet expired");
-    usleep(400000);
+    CHECK(store_lease_renew(s, "short", "node-a", 1, &l, err, sizeof err) == 0, "a cuts its lease: %s", err);
+    usleep(20000);
     CHECK(store_lease_acquire(t, "short", "node-b", 5000, &l, err, sizeof err) == 0 &&
           strcmp(l.owner, "node-b") == 0, "b takes over the expired lease: %s", err);
     CHECK(store_lease_renew(s, "short", "node-a", 5000, &l, err, sizeof err) == -ENOLCK &&
@@ -737,7 +740,9 @@ static void leased_saves(void)
 }
 
 /* Eight handles race for one free lease, then for it expired: exactly one
- * wins each time. */
+ * wins each time. The leases are long (60 s: every racer tries well within
+ * the winner's lease however loaded the machine); between the rounds the
+ * winner's own renewal cuts its lease to 1 ms, and it lapses. */
 #define RACERS 8
 typedef struct racer {
     const char *path;
@@ -755,7 +760,7 @@ static void *race(void *arg)
     r->rc = store_open(r->path, NULL, &s, err, sizeof err);
     pthread_barrier_wait(r->bar);
     if (r->rc == 0)
-        r->rc = store_lease_acquire(s, r->name, owner, 200, NULL, err, sizeof err);
+        r->rc = store_lease_acquire(s, r->name, owner, 60000, NULL, err, sizeof err);
     store_close(s);
     return NULL;
 }
@@ -765,9 +770,15 @@ static void leases_race(void)
     const char *path = newdb();
     store *s = open_ok(path);   /* creates the schema before the race */
     if (!s) return;
+    int winner = -1;
     for (int round = 0; round < 2; round++) {
-        if (round == 1)
-            usleep(400000);   /* the winner's 200 ms lease lapses */
+        if (round == 1 && winner >= 0) {   /* the winner's lease lapses */
+            char owner[32], err[256];
+            snprintf(owner, sizeof owner, "racer-%d", winner);
+            CHECK(store_lease_renew(s, "contested", owner, 1, NULL, err, sizeof err) == 0,
+                  "the winner cuts its lease: %s", err);
+            usleep(20000);
+        }
         pthread_t th[RACERS];
         racer r[RACERS];
         pthread_barrier_t bar;
@@ -781,6 +792,8 @@ static void leases_race(void)
             pthread_join(th[i], NULL);
             won += r[i].rc == 0;
             lost += r[i].rc == -EAGAIN;
+            if (r[i].rc == 0)
+                winner = i;
         }
         pthread_barrier_destroy(&bar);
         CHECK(won == 1 && lost == RACERS - 1, "round %d: %d won, %d refused of %d", round, won, lost,

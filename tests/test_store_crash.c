@@ -3,8 +3,10 @@
  * A child process saves sessions in a loop (single saves and groups of up to
  * 8), announcing each save on a pipe before calling store_save and reporting
  * it after store_save returned. The parent kills the child with SIGKILL
- * after a random delay, at least 200 times, and after each kill reopens the
- * store and checks every session:
+ * after a random delay, at least 200 times (7 in 8 of them a random 0-20 ms
+ * after the child's first save returned: an event, so that a loaded machine,
+ * slow to open the store and to save, still kills mid-save), and after each
+ * kill reopens the store and checks every session:
  *   - a session whose save had returned holds exactly that version, bit for
  *     bit — or the version of the one save in flight, when that one reached
  *     its commit; that version must itself be whole;
@@ -142,7 +144,9 @@ static void wait_server_done(int it)
 {
     PGconn *c = PQconnectdb(path);
     int others = -1;
-    for (int tries = 0; tries < 2000; tries++) {
+    /* 10 s (times the tests' time scale) at 5 ms a try. */
+    int tries_max = (int)(2000 * test_time_scale());
+    for (int tries = 0; tries < tries_max; tries++) {
         PGresult *r = PQexec(c, "SELECT count(*) FROM pg_stat_activity"
                                 " WHERE datname = current_database() AND pid <> pg_backend_pid()");
         others = PQresultStatus(r) == PGRES_TUPLES_OK ? atoi(PQgetvalue(r, 0, 0)) : -1;
@@ -185,17 +189,24 @@ static void kill_and_verify(void)
         }
         close(p[1]);
         /* One run in eight is killed 0..2 ms after the fork, often while
-         * opening the store; the others 0..20 ms after the store is open
-         * (timed from the child's 'O', so a loaded machine does not turn
-         * them into kills during start-up). */
+         * opening the store; the others 0..20 ms after the child's first
+         * save returned (timed from its 'R', read here and replayed below,
+         * so a loaded machine turns them neither into kills during start-up
+         * nor into kills before any save). */
         rnd = mix(rnd);
-        msg m, inflight;
+        msg m, inflight, pre[8];
+        int npre = 0;
         memset(&inflight, 0, sizeof inflight);
         if (rnd % 8 == 0) {
             usleep((useconds_t)((rnd >> 8) % 2000));
         } else {
             ssize_t got = read(p[0], &m, sizeof m);
             CHECK(got == sizeof m && m.kind == 'O', "iteration %d: child did not open the store", it);
+            while (npre < 8 && read(p[0], &m, sizeof m) == sizeof m) {
+                pre[npre++] = m;
+                if (m.kind == 'R' || m.kind == 'E')
+                    break;
+            }
             usleep((useconds_t)((rnd >> 8) % 20000));
         }
         kill(pid, SIGKILL);
@@ -208,8 +219,12 @@ static void kill_and_verify(void)
             wait_server_done(it);
         /* Replay the child's reports. */
         int have_inflight = 0;
-        ssize_t got;
-        while ((got = read(p[0], &m, sizeof m)) == sizeof m) {
+        ssize_t got = 0;
+        for (int j = 0;; j++) {
+            if (j < npre)
+                m = pre[j];
+            else if ((got = read(p[0], &m, sizeof m)) != sizeof m)
+                break;
             if (m.kind == 'A') {
                 inflight = m;
                 have_inflight = 1;
