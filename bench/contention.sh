@@ -8,7 +8,9 @@
 # Each round runs every (load, variant) pair once, variants in a rotated
 # order so drifts of the shared machine hit them all: a fresh `lind serve
 # --backend cpu` on the shipped model, then `lindctl stress --sessions 8
-# --tokens 1000` (the issue's measurement). "hog" is one busy shell loop per
+# --tokens 1000` (the issue's measurement), and the same variant in process,
+# `lind bench-step --max-batch 8 --seconds 0.5` (tokens/s of the batch-1 and
+# batch-8 steps: no daemon, no client). "hog" is one busy shell loop per
 # online CPU running while the daemon serves; "quiet" is without it (other
 # people's work on the machine is not ours to stop: the load average at the
 # start of each round is printed). The table gives the median and the range
@@ -64,6 +66,12 @@ try: print("%.0f" % json.load(open(sys.argv[1]))["tokens_per_s"])
 except Exception: print("fail")' "$tmp/out"
 }
 
+# step_run BUILDDIR THREADS -> "b1 b8" tokens/s of bench-step's batch 1 and 8 rows
+step_run() {
+  LIND_CPU_THREADS=$2 "$1/lind" bench-step --model "$MODEL" --backend cpu --max-batch 8 --seconds 0.5 2>/dev/null |
+    awk '$1 == 1 && NF >= 4 && !a { a = $4 } $1 == 8 && NF >= 4 && !b { b = $4 } END { print (a ? a : "fail"), (b ? b : "fail") }'
+}
+
 variants="$B:1 $B:2"
 [ -n "$O" ] && variants="$O:1 $O:2 $variants"
 nv=$(echo $variants | wc -w)
@@ -73,7 +81,9 @@ echo "\`sh bench/contention.sh $B${O:+ $O}\`, $(date -u '+%Y-%m-%d %H:%M UTC'), 
 echo "$ROUNDS rounds; each cell a fresh daemon and \`lindctl stress --sessions $SESSIONS --tokens $TOKENS\`; tokens/s."
 echo "hog = one busy loop per CPU ($CORES) beside the daemon."
 echo
-echo "| round | load avg at start | order | results (variant=tokens/s) |"
+echo "Per round: load/build/threads=daemon tokens/s (in-process batch-1, batch-8 tokens/s)."
+echo
+echo "| round | load avg at start | order | results |"
 echo "|---:|---:|---|---|"
 r=1
 while [ $r -le "$ROUNDS" ]; do
@@ -87,8 +97,11 @@ while [ $r -le "$ROUNDS" ]; do
     for v in $order; do
       bd=${v%:*}; th=${v##*:}
       t=$(one_run "$bd" "$th")
-      echo "$load $bd $th $t" >>"$tmp/all"
-      line="$line $load/$bd/t$th=$t"
+      echo "daemon $load $bd $th $t" >>"$tmp/all"
+      set -- $(step_run "$bd" "$th")
+      echo "step_b1 $load $bd $th $1" >>"$tmp/all"
+      echo "step_b8 $load $bd $th $2" >>"$tmp/all"
+      line="$line $load/$(basename "$bd")/t$th=$t ($1, $2)"
     done
     [ $load = hog ] && hog_stop
   done
@@ -96,20 +109,21 @@ while [ $r -le "$ROUNDS" ]; do
   r=$((r + 1))
 done
 echo
-echo "| load | build | threads | median tokens/s | range | runs |"
-echo "|---|---|---:|---:|---|---:|"
+echo "| measurement | load | build | threads | median tokens/s | range | runs |"
+echo "|---|---|---|---:|---:|---|---:|"
 /usr/bin/python3 - "$tmp/all" <<'EOF'
 import sys, statistics
 rows = {}
+names = {"daemon": "daemon, stress", "step_b1": "in process, batch 1", "step_b8": "in process, batch 8"}
 for ln in open(sys.argv[1]):
-    load, b, th, t = ln.split()
-    if t == "fail":
-        rows.setdefault((load, b, th), [])
-        continue
-    rows.setdefault((load, b, th), []).append(float(t))
-for (load, b, th), v in sorted(rows.items(), key=lambda kv: (kv[0][0] != "quiet", kv[0][1], kv[0][2])):
+    m, load, b, th, t = ln.split()
+    v = rows.setdefault((m, load, b, th), [])
+    if t != "fail":
+        v.append(float(t))
+order = {"daemon": 0, "step_b1": 1, "step_b8": 2}
+for (m, load, b, th), v in sorted(rows.items(), key=lambda kv: (order[kv[0][0]], kv[0][1] != "quiet", kv[0][2], kv[0][3])):
     if v:
-        print("| %s | %s | %s | %.0f | %.0f–%.0f | %d |" % (load, b, th, statistics.median(v), min(v), max(v), len(v)))
+        print("| %s | %s | %s | %s | %.0f | %.0f–%.0f | %d |" % (names[m], load, b, th, statistics.median(v), min(v), max(v), len(v)))
     else:
-        print("| %s | %s | %s | failed | | 0 |" % (load, b, th))
+        print("| %s | %s | %s | %s | failed | | 0 |" % (names[m], load, b, th))
 EOF

@@ -19,7 +19,7 @@
  * daemon between steps) sleeps. On a machine whose cores are taken by other
  * work, a spinning thread only burns its own share: nobody ever waits for a
  * thread that is not running a part (the caller claims parts no worker has
- * claimed, see cpu_pool_run). */
+ * claimed, see run_split). */
 #define SPIN_NS 50000L
 
 /* Whether splitting pays is measured, not guessed: in a trial the caller
@@ -90,7 +90,7 @@ struct cpu_pool {
     atomic_int stop;
     cpu_pool_fn fn;
     void *arg;
-    /* the caller's own (see WINDOW_JOBS) */
+    /* the caller's alone: the trials (see WINDOW_JOBS) */
     int split;                     /* the last trial's decision: split jobs (1) or not */
     int trial;                     /* a trial is running */
     unsigned window;               /* the trial's window, 0..TRIAL_WINDOWS-1 */
@@ -102,17 +102,15 @@ struct cpu_pool {
 };
 
 /* Claim and run parts of the job until none is left; whoever finishes the
- * last part wakes a sleeping caller. Returns the number of parts run. */
-static unsigned run_parts(cpu_pool *p) {
+ * last part wakes a sleeping caller. */
+static void run_parts(cpu_pool *p) {
     uint64_t c = atomic_load_explicit(&p->job, memory_order_acquire);
-    unsigned ran = 0;
     for (;;) {
         unsigned n = JOB_N(c), i = JOB_NEXT(c);
-        if (i >= n) return ran;
+        if (i >= n) return;
         if (!atomic_compare_exchange_weak_explicit(&p->job, &c, c + 1, memory_order_acq_rel,
                                                    memory_order_acquire))
             continue;
-        ran++;
         p->fn(p->arg, (int)i, (int)n);
         if (atomic_fetch_sub(&p->left, 1) == 1 && atomic_load(&p->caller_asleep)) futex_wake(&p->left);
         c = atomic_load_explicit(&p->job, memory_order_acquire);
