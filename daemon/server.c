@@ -460,7 +460,7 @@ int server_read_config(const char *path, server_options *o, char *err, size_t er
         else if (rc) snprintf(err, errlen, "--config %s line %d: %s", path, line, why);
     }
     if (rc) { free(text); return rc; }
-    free(config_text);
+    free(config_text);   /* server_main calls this once (--config twice is refused) */
     config_text = text;
     return 0;
 }
@@ -797,12 +797,21 @@ int server_main(int argc, char **argv)
         return 2;
     }
     /* defaults < environment < --config FILE < the command line */
-    for (int i = 1; i + 1 < argc; i++)
-        if (!strcmp(argv[i], "--config") && server_read_config(argv[i + 1], &srv->opt, err, sizeof err) != 0) {
-            fprintf(stderr, "lind serve: %s\n", err);
+    const char *config = NULL;
+    for (int i = 1; i + 1 < argc; i++) {
+        if (strcmp(argv[i], "--config")) continue;
+        if (config) {
+            fprintf(stderr, "lind serve: --config given twice (%s, %s); one file holds them all\n", config, argv[i + 1]);
             free(srv);
             return 2;
         }
+        config = argv[++i];
+    }
+    if (config && server_read_config(config, &srv->opt, err, sizeof err) != 0) {
+        fprintf(stderr, "lind serve: %s\n", err);
+        free(srv);
+        return 2;
+    }
     if (server_parse_args(argc, argv, &srv->opt, err, sizeof err) != 0) {
         fprintf(stderr, "lind serve: %s\n", err);
         free(srv);

@@ -169,6 +169,9 @@ def config_file_errors_name_file_line_and_key():
                             "--db", os.path.join(TMP, "never.db")], capture_output=True, timeout=60)
         err = r.stderr.decode(errors="replace")
         expect(r.returncode == 2 and all(w in err for w in want), "%s: exit %d: %r" % (name, r.returncode, err))
+    good = conf("ok.conf", "max-tokens = 7\n")
+    r = subprocess.run([LIND, "serve", "--config", good, "--config", good], capture_output=True, timeout=60)
+    expect(r.returncode == 2 and b"--config given twice" in r.stderr, "two --config: %d %r" % (r.returncode, r.stderr))
     missing = os.path.join(TMP, "missing.conf")
     r = subprocess.run([LIND, "serve", "--config", missing], capture_output=True, timeout=60)
     expect(r.returncode == 2 and missing.encode() in r.stderr and b"No such file" in r.stderr,
