@@ -11,8 +11,8 @@
 #                 default model on ./lind.sock
 #   make asan     the test suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make bench    every benchmark, results in bench/results/
-#   make install  lind, lindctl, their man pages and bash completion under
-#                 $(DESTDIR)$(PREFIX) (default /usr/local)
+#   make install  lind, lindctl, their man pages, bash completion, the shipped
+#                 model and a systemd unit under $(DESTDIR)$(PREFIX) (default /usr/local)
 
 CC      ?= cc
 BUILD   ?= build
@@ -33,7 +33,7 @@ LDLIBS  += -lopenblas -lh2o -luv -lmsgpackc -lsqlite3 -lpq -ljansson -lxxhash -l
 DEPS_PKGS = libuv1-dev libmsgpack-dev libsqlite3-dev libopenblas-dev libedit-dev \
             libjansson-dev libxxhash-dev pkg-config python3-msgpack bible-kjv \
             gnuplot-nox tmux clang python3-numpy libpcre2-dev libutf8proc-dev nodejs help2man \
-            libh2o-dev curl libcurl4-openssl-dev
+            libh2o-dev curl libcurl4-openssl-dev systemd
 # npm runs tests/test_tokenizer_npm.py's reference; a nodejs that bundles npm
 # (NodeSource's) conflicts with Debian's npm package, so ask for it only when
 # there is no npm command.
@@ -321,13 +321,22 @@ $(BUILD)/man/lind.1: $(BUILD)/lind $(BUILD)/lindctl tools/mkman.sh
 
 PREFIX  ?= /usr/local
 DESTDIR ?=
+# The shipped model goes to $(PREFIX)/share/lind/models/default, where an
+# installed `lind serve` finds it without --model (next to $(PREFIX)/bin/lind);
+# the systemd unit to $(PREFIX)/lib/systemd/system/lind.service.
+MODEL_FILES = $(MODEL)/config.json $(MODEL)/model.safetensors \
+              $(wildcard $(MODEL)/lind_chat.json $(MODEL)/tokenizer.json $(MODEL)/tokenizer_config.json)
 install: $(BUILD)/lind $(BUILD)/lindctl $(BUILD)/man/lind.1
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
-	    $(DESTDIR)$(PREFIX)/share/bash-completion/completions
+	    $(DESTDIR)$(PREFIX)/share/bash-completion/completions \
+	    $(DESTDIR)$(PREFIX)/share/lind/models/default $(DESTDIR)$(PREFIX)/lib/systemd/system
 	install -m 755 $(BUILD)/lind $(BUILD)/lindctl $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 $(BUILD)/man/lind.1 $(BUILD)/man/lindctl.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 644 tools/completion/lind.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/lind
 	install -m 644 tools/completion/lindctl.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/lindctl
+	install -m 644 $(MODEL_FILES) $(DESTDIR)$(PREFIX)/share/lind/models/default/
+	sed 's|@PREFIX@|$(PREFIX)|g' tools/systemd/lind.service.in > $(DESTDIR)$(PREFIX)/lib/systemd/system/lind.service
+	chmod 644 $(DESTDIR)$(PREFIX)/lib/systemd/system/lind.service
 
 clean:
 	rm -rf build build-asan build-tsan build-fuzz

@@ -30,6 +30,9 @@
 #   and lease + load resumes on PostgreSQL vs SQLite, PostgreSQL saves/s
 #   from 1/2/4 connections, tokens/s of 1 node vs 3 nodes on one database
 #   (starts its own PostgreSQL like the tests; rows left out without one).
+#   contention  the daemon and the in-process step with 1 and 2 threads, with
+#           and without a busy loop per CPU beside them (bench/contention.sh;
+#           give it a second build to compare two versions in one run)
 set -u
 B=${1:-build}
 FILTER=${2:-}
@@ -204,6 +207,19 @@ for p in "$B"/bench/*_bench; do
     status=1
   fi
 done
+
+# ---- contention: 1 and 2 threads beside a busy loop per CPU (bench/contention.sh) ---
+if want contention; then
+  echo "== contention"
+  rounds=3; tokens=1000
+  [ -n "$quick" ] && { rounds=1; tokens=100; }
+  if ROUNDS=$rounds TOKENS=$tokens MODEL=$MODEL sh bench/contention.sh "$B" >"$out/contention.md" 2>"$out/contention.log"; then
+    tail -n 14 "$out/contention.md"
+  else
+    echo "contention failed (status $?); see $out/contention.log"
+    status=1
+  fi
+fi
 
 # ---- the index ---------------------------------------------------------------------
 elapsed=$(( $(date +%s) - start ))

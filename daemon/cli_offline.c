@@ -47,7 +47,7 @@ typedef struct opts {
 } opts;
 
 enum { O_BACKEND = 1000, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_AFTER, O_REP, O_REPWIN, O_MAXB, O_SECS,
-       O_DTYPE, O_TOKENS, O_OUT, O_CHUNK, O_COMPUTE, O_SEGMENT, O_WARM, O_BOS, O_NOBOS, O_IGNEOS };
+       O_DTYPE, O_TOKENS, O_OUT, O_CHUNK, O_COMPUTE, O_SEGMENT, O_WARM, O_BOS, O_NOBOS, O_IGNEOS, O_THREADS };
 
 static int parse_long(const char *s, long lo, long hi, long *out) {
     char *end;
@@ -82,7 +82,7 @@ static int parse(int argc, char **argv, const char *cmd, opts *o) {
         {"compute", required_argument, 0, O_COMPUTE},
         {"segment", required_argument, 0, O_SEGMENT}, {"warm", required_argument, 0, O_WARM},
         {"bos", no_argument, 0, O_BOS},            {"no-bos", no_argument, 0, O_NOBOS},
-        {"ignore-eos", no_argument, 0, O_IGNEOS},
+        {"ignore-eos", no_argument, 0, O_IGNEOS},  {"threads", required_argument, 0, O_THREADS},
         {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->sp = sampler_defaults();
@@ -94,7 +94,7 @@ static int parse(int argc, char **argv, const char *cmd, opts *o) {
     optind = 1;
     int c;
     double f;
-    long l;
+    long l, threads = 0;
     while ((c = getopt_long(argc, argv, "m:p:n:", lo, NULL)) != -1) {
         switch (c) {
         case 'm': o->model = optarg; break;
@@ -140,6 +140,13 @@ static int parse(int argc, char **argv, const char *cmd, opts *o) {
             break;
         case O_WARM:
             if (parse_long(optarg, 0, 1L << 30, &o->warm)) goto bad;
+            break;
+        case O_THREADS:
+            if (parse_long(optarg, 1, BACKEND_THREADS_MAX, &threads)) {
+                fprintf(stderr, "lind %s: --threads wants a whole number in 1..%d, got \"%s\"\n", cmd,
+                        BACKEND_THREADS_MAX, optarg);
+                return 2;
+            }
             break;
         case O_SEGMENT:
             if (parse_long(optarg, 2, 1L << 40, &o->segment)) goto bad;
@@ -190,6 +197,7 @@ static int parse(int argc, char **argv, const char *cmd, opts *o) {
         fprintf(stderr, "lind %s: %s\n", cmd, err);
         return 2;
     }
+    if (threads) o->be.threads = (int)threads;   /* --threads wins over LIND_CPU_THREADS */
     return 0;
 }
 

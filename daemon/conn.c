@@ -510,9 +510,9 @@ void conn_log_refusal(const char *why)
     if (now == last) { unlogged++; return; }
     last = now;
     if (unlogged)
-        fprintf(stderr, "lind serve: %s (and %ld more refused in the last second)\n", why, unlogged);
+        lind_log(REQLOG_WARN, "conn", "%s (and %ld more refused in the last second)", why, unlogged);
     else
-        fprintf(stderr, "lind serve: %s\n", why);
+        lind_log(REQLOG_WARN, "conn", "%s", why);
     unlogged = 0;
 }
 

@@ -2095,7 +2095,7 @@ int http_start(server *srv, char *err, size_t errlen)
             port = ntohs(((struct sockaddr_in *)&bound)->sin_port);
         }
     }
-    fprintf(stderr, "lind serve: HTTP on %s:%d%s\n", ip, port, hs->token[0] ? " (bearer token)" : "");
+    lind_log(REQLOG_INFO, "start", "HTTP on %s:%d%s", ip, port, hs->token[0] ? " (bearer token)" : "");
     return 0;
 }
 
@@ -2151,7 +2151,7 @@ static void on_linger(uv_timer_t *t)
 {
     http_server *hs = t->data;
     if (!closing) return;
-    fprintf(stderr, "lind serve: HTTP: %u connection(s) did not close within %d ms of shutdown; dropping them\n",
+    lind_log(REQLOG_WARN, "stop", "HTTP: %u connection(s) did not close within %d ms of shutdown; dropping them",
             n_sockets, LINGER_MS);
     closing = NULL;
     hs->leaked = 1;

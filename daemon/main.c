@@ -33,7 +33,8 @@ static const command commands[] = {
      "  --backend B            cpu, cuda or auto (default auto)\n"
      "  --dtype T              matrix weights in memory: f32, bf16, f16, q8 or q4 (default: as stored)\n"
      "  --compute C            products' arithmetic: f32 (default, exact) or bf16 (AVX512_BF16)\n"
-     "  --bos, --no-bos        show the BOS rule with this override (as score, generate, serve)\n"},
+     "  --bos, --no-bos        show the BOS rule with this override (as score, generate, serve)\n"
+     "  --threads N            CPU backend threads, 1..64 (default $LIND_CPU_THREADS, else every CPU)\n"},
     {"score", cli_score, "score --model DIR FILE [--after-generate N --seed S --temperature T]   bits/byte of FILE",
      "usage: lind score --model DIR [options] FILE\n"
      "\n"
@@ -46,6 +47,7 @@ static const command commands[] = {
      "  --dtype T              matrix weights in memory: f32, bf16, f16, q8 or q4 (default: as stored)\n"
      "  --compute C            products' arithmetic: f32 (default, exact) or bf16 (AVX512_BF16)\n"
      "  --chunk N              prompt tokens fed per batched pass (default 64; the bits do not change)\n"
+     "  --threads N            CPU backend threads, 1..64 (default $LIND_CPU_THREADS, else every CPU)\n"
      "  --after-generate N     generate N tokens first (sampled as below), then score FILE\n"
      "                         in the same session, continuing that state\n"
      "  --segment S            score FILE in pieces of S-1 tokens, each from a fresh\n"
@@ -68,13 +70,14 @@ static const command commands[] = {
      "  --dtype T              matrix weights in memory: f32, bf16, f16, q8 or q4 (default: as stored)\n"
      "  --compute C            products' arithmetic: f32 (default, exact) or bf16 (AVX512_BF16)\n"
      "  -n N                   tokens to generate (default 256)\n"
+     "  --threads N            CPU backend threads, 1..64 (default $LIND_CPU_THREADS, else every CPU)\n"
      "  --bos, --no-bos        feed the model's bos before the prompt, or not, whatever its\n"
      "                         files say (default: the model's convention, `lind info`)\n"
      "  --ignore-eos           go on past the model's end token (default: it ends the text,\n"
      "                         unprinted, with a note on stderr)\n"
      SAMPLING_HELP},
     {"logits", cli_logits, "logits --model DIR --tokens FILE --out FILE [--chunk N]   float32 logits after every int32 token",
-     "usage: lind logits --model DIR --tokens FILE --out FILE [--chunk N] [--dtype T] [--backend B]\n"
+     "usage: lind logits --model DIR --tokens FILE --out FILE [--chunk N] [--dtype T] [--backend B] [--threads N]\n"
      "\n"
      "Feed the int32 little-endian token ids of FILE to a fresh session (nothing is\n"
      "prepended: start the file with the BOS id if you want one) and write the\n"
@@ -88,10 +91,11 @@ static const command commands[] = {
      "  --chunk N              tokens per batched pass (default 64; the logits do not change)\n"
      "  --dtype T              matrix weights in memory: f32, bf16, f16, q8 or q4 (default: as stored)\n"
      "  --compute C            products' arithmetic: f32 (default, exact) or bf16 (AVX512_BF16)\n"
-     "  --backend B            cpu, cuda or auto (default auto)\n"},
+     "  --backend B            cpu, cuda or auto (default auto)\n"
+     "  --threads N            CPU backend threads, 1..64 (default $LIND_CPU_THREADS, else every CPU)\n"},
     {"serve", server_main, "serve [--model DIR --socket PATH --db PATH ...]   the daemon (docs/DAEMON.md)", NULL},
     {"bench-step", cli_bench_step, "bench-step --model DIR [--max-batch 64 --seconds S]   step time, tokens/s vs SGEMM",
-     "usage: lind bench-step --model DIR [--backend B] [--max-batch N] [--seconds S]\n"
+     "usage: lind bench-step --model DIR [--backend B] [--threads N] [--max-batch N] [--seconds S]\n"
      "\n"
      "Time one batched model step at batch sizes 1..N and compare the tokens/s with\n"
      "the machine's SGEMM rate (docs/BENCHMARKS.md).\n"
@@ -104,7 +108,8 @@ static const command commands[] = {
      "  --warm T               tokens fed to every session before timing (default 3;\n"
      "                         a window kind's cost grows until its ring is full)\n"
      "  --dtype T              matrix weights in memory: f32, bf16, f16, q8 or q4 (default: as stored)\n"
-     "  --compute C            products' arithmetic: f32 (default, exact) or bf16 (AVX512_BF16)\n"},
+     "  --compute C            products' arithmetic: f32 (default, exact) or bf16 (AVX512_BF16)\n"
+     "  --threads N            CPU backend threads, 1..64 (default $LIND_CPU_THREADS, else every CPU)\n"},
     {"tokenize", cli_tokenize,
      "tokenize --tokenizer KIND[:PATH] [--decode] [--chunk N] [--lines] [FILE...]   token ids of a text",
      "usage: lind tokenize --tokenizer KIND[:PATH] [--decode] [--chunk N] [--lines] [FILE...]\n"

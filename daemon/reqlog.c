@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/time.h>
@@ -25,6 +26,7 @@ int reqlog_open(reqlog *l, const char *path, reqlog_level level, char *err, size
     l->fd = 2;
     l->owned = 0;
     l->level = level;
+    l->path = path;
     if (!path) return 0;
     int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
     if (fd < 0) {
@@ -37,6 +39,21 @@ int reqlog_open(reqlog *l, const char *path, reqlog_level level, char *err, size
     return 0;
 }
 
+int reqlog_reopen(reqlog *l, char *err, size_t errlen)
+{
+    if (!l->owned || !l->path) return 0;
+    int fd = open(l->path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+    if (fd < 0) {
+        int e = errno;
+        snprintf(err, errlen, "cannot reopen the log file %s: %s", l->path, strerror(e));
+        return -e;
+    }
+    int rc = dup3(fd, l->fd, O_CLOEXEC) < 0 ? -errno : 1;
+    if (rc < 0) snprintf(err, errlen, "cannot reopen the log file %s: %s", l->path, strerror(-rc));
+    close(fd);
+    return rc;
+}
+
 void reqlog_close(reqlog *l)
 {
     if (l->owned) close(l->fd);
@@ -47,6 +64,14 @@ void reqlog_close(reqlog *l)
 /* A session name or user id as a log field: bare when it is safe, else
  * quoted with '"' and '\' escaped (and control characters as \xNN: names
  * hold none, a user id may). */
+static void put_name(char *buf, size_t cap, const char *name);
+
+const char *reqlog_value(char *buf, size_t cap, const char *s)
+{
+    put_name(buf, cap, s);
+    return buf;
+}
+
 static void put_name(char *buf, size_t cap, const char *name)
 {
     int plain = *name != 0;
@@ -123,4 +148,53 @@ void reqlog_turn(const reqlog *l, const reqlog_turn_info *t)
                      when, name, t->op, (unsigned long long)t->tokens_in, (unsigned long long)t->tokens_out,
                      ttft, t->total_ms, t->outcome, detail);
     put_line(l, line, sizeof line, n);
+}
+
+/* ---- the daemon's notices ------------------------------------------------ */
+
+static const reqlog *notices;
+static const char *const level_names[] = { "error", "warn", "info", "debug" };
+
+void reqlog_use_for_notices(reqlog *l) { notices = l; }
+
+static void note_line(reqlog_level level, const char *kind, const char *kv)
+{
+    static const reqlog stderr_log = { 2, 0, REQLOG_INFO, NULL };
+    const reqlog *l = notices ? notices : &stderr_log;
+    if (level > l->level) return;
+    char when[48], line[4200];
+    put_when(when, sizeof when);
+    int n = snprintf(line, sizeof line, "%s %s %s %s\n", when, level_names[level], kind, kv);
+    put_line(l, line, sizeof line, n);
+    if (level == REQLOG_ERROR && l->fd != 2) put_line(&stderr_log, line, sizeof line, n);
+}
+
+void lind_log(reqlog_level level, const char *kind, const char *fmt, ...)
+{
+    char msg[2048], kv[4100];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    char *v = kv + 4;
+    memcpy(kv, "msg=", 4);
+    put_name(v, sizeof kv - 4, msg);
+    if (*v != '"') {   /* a one-word message: quoted all the same, so msg always reads alike */
+        size_t len = strlen(v);
+        memmove(v + 1, v, len);
+        v[0] = '"';
+        v[len + 1] = '"';
+        v[len + 2] = 0;
+    }
+    note_line(level, kind, kv);
+}
+
+void lind_log_kv(reqlog_level level, const char *kind, const char *fmt, ...)
+{
+    char kv[4000];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(kv, sizeof kv, fmt, ap);
+    va_end(ap);
+    note_line(level, kind, kv);
 }

@@ -699,8 +699,8 @@ static void fail_batch(scheduler *S, int B, int rc)
     int dead = model_poisoned(S->m);
     if (dead && !S->dead_logged) {
         S->dead_logged = 1;
-        fprintf(stderr, "lind serve: ERROR: the compute device failed: %s. Every request now gets "
-                "`unavailable`; restart lind.\n", model_last_error(S->m));
+        lind_log(REQLOG_ERROR, "model", "the compute device failed: %s. Every request now gets "
+                "`unavailable`; restart lind.", model_last_error(S->m));
     }
     for (int b = 0, row = 0; b < B; row += S->b_n[b], b++) {
         turn *t = S->b_turns[b];

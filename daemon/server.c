@@ -3,6 +3,7 @@
 #include "daemon/server.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <jansson.h>
 #include <limits.h>
 #include <signal.h>
@@ -28,7 +29,7 @@
 server_options server_defaults(void)
 {
     return (server_options){
-        .model_dir = "models/default", .socket_path = "./lind.sock", .db_path = "./lind.db",
+        .model_dir = NULL, .socket_path = "./lind.sock", .db_path = "./lind.db",
         .backend = "auto", .be = {.cuda_device = -1}, .max_batch = 256, .max_resident = 0, .prompt_chunk = 64,
         .max_message = 1u << 20, .max_output = 256u << 10, .max_tokens = 65536,
         .max_inflight = 1024, .max_conn_bytes = 4u << 20, .max_total_bytes = 64u << 20,
@@ -55,13 +56,13 @@ static int parse_num(const char *opt, const char *v, long long lo, long long hi,
 }
 
 static const char usage[] =
-    "usage: lind serve [--model DIR] [--socket PATH] [--db PATH] [--backend cpu|cuda|auto]\n"
+    "usage: lind serve [--config FILE] [--model DIR] [--socket PATH] [--db PATH] [--backend cpu|cuda|auto]\n"
     "                  [--max-batch N] [--max-resident N] [--max-message BYTES]\n"
     "                  [--max-tokens N] [--sync full|normal] [--transcript-bytes N]\n"
     "                  [--max-output BYTES] [--prompt-chunk N] [--max-inflight N]\n"
     "                  [--max-conn-bytes BYTES] [--max-total-bytes BYTES] [--max-waiting N]\n"
     "                  [--idle-timeout S] [--write-timeout S] [--pause-timeout S]\n"
-    "                  [--dtype f32|bf16|f16|q8|q4] [--compute f32|bf16]\n"
+    "                  [--dtype f32|bf16|f16|q8|q4] [--compute f32|bf16] [--threads N]\n"
     "                  [--log-level error|warn|info|debug] [--log-file PATH]\n"
     "                  [--node-id ID] [--lease-ms MS] [--lease-wait MS] [--store-conns N]\n"
     "                  [--db-wait S] [--db-lock-timeout MS] [--db-statement-timeout MS]\n"
@@ -77,12 +78,18 @@ void server_usage(FILE *f)
         "Serve a model to clients (lindctl, docs/PROTOCOL.md) on a Unix socket.\n"
         "\n"
         "options:\n"
-        "  --model DIR            model directory (default models/default; docs/MODEL.md).\n"
+        "  --model DIR            model directory (docs/MODEL.md); default ./models/default when\n"
+        "                         there is one, else the installed PREFIX/share/lind/models/default.\n"
         "                         Its lind_chat.json, if any, is the chat template hello reports\n"
+        "  --config FILE          read options from FILE first: lines 'key = value' whose keys are\n"
+        "                         these long options without '--' (bos = true for a flag), '#'\n"
+        "                         comments; options on the command line win\n"
         "  --socket PATH          socket (default $LIND_SOCKET, else ./lind.sock); a stale one\n"
         "                         left by a killed server is replaced, a live one refused\n"
         "  --db PATH              SQLite session store (default ./lind.db)\n"
         "  --backend B            cpu, cuda or auto (default: CUDA when built with it and a GPU is there)\n"
+        "  --threads N            CPU backend threads, 1..64 (default $LIND_CPU_THREADS, else every\n"
+        "                         CPU; docs/CPU.md: on shared cores the pool falls back to one)\n"
         "  --max-batch N          sessions per model step (default 256)\n"
         "  --max-resident N       sessions kept in model slots (default 1024, fewer when\n"
         "                         their states would pass 1 GiB)\n"
@@ -119,7 +126,8 @@ void server_usage(FILE *f)
         "                         tokens in/out, time to first token, total time, outcome;\n"
         "                         debug: also the time split (queue, prompt, generate, save);\n"
         "                         warn, error: no request log\n"
-        "  --log-file PATH        append the request log there (default stderr)\n"
+        "  --log-file PATH        append the log there (default stderr): every line, the request\n"
+        "                         log and the daemon's notices, is 'TIME LEVEL KIND key=value...'\n"
         "  --node-id ID           this node's name in session leases (default hostname:pid on\n"
         "                         PostgreSQL, local on SQLite); another node's `moved` error\n"
         "                         names it, so make it what clients use to reach this node\n"
@@ -151,9 +159,11 @@ void server_usage(FILE *f)
         "                         ms, together (default 20; 0 = a write per token)\n"
         "  -h, --help             this text\n"
         "\n"
-        "SIGTERM, SIGINT or SIGHUP stop it gracefully: turns end at a token boundary and\n"
-        "every session is saved. Exit status: 0 after a clean stop, 1 when start-up\n"
-        "failed (model, store, socket), 2 for a bad command line.\n");
+        "SIGTERM or SIGINT stop it gracefully: turns end at a token boundary and every\n"
+        "session is saved. SIGHUP reopens the --log-file (for log rotation) and serving\n"
+        "goes on. Under systemd (NOTIFY_SOCKET) it reports READY=1 once it serves\n"
+        "(Type=notify; tools/lind.service). Exit status: 0 after a clean stop, 1 when\n"
+        "start-up failed (model, store, socket), 2 for a bad command line or config file.\n");
 }
 
 /* The model directory's chat template, lind_chat.json: reported in hello
@@ -166,7 +176,7 @@ static int template_ok(const char *json, const char *path)
     chat_template t;
     char err[512];
     if (chat_template_parse(&t, json, err, sizeof err) != 0) {
-        fprintf(stderr, "lind serve: ignoring %s: %s\n", path, err);
+        lind_log(REQLOG_WARN, "model", "ignoring %s: %s", path, err);
         return 0;
     }
     chat_template_free(&t);
@@ -188,13 +198,13 @@ static void load_chat_template(server *srv)
     json_t *j = n <= 16384 ? json_loadb(buf, n, 0, &je) : NULL;
     const char *user = json_string_value(json_object_get(j, "user"));
     if (n > 16384)
-        fprintf(stderr, "lind serve: ignoring %s: over 16384 bytes\n", path);
+        lind_log(REQLOG_WARN, "model", "ignoring %s: over 16384 bytes", path);
     else if (!j)
-        fprintf(stderr, "lind serve: ignoring %s: not JSON (line %d: %s)\n", path, je.line, je.text);
+        lind_log(REQLOG_WARN, "model", "ignoring %s: not JSON (line %d: %s)", path, je.line, je.text);
     else if (!user || !strstr(user, "{prompt}"))
-        fprintf(stderr, "lind serve: ignoring %s: no \"user\" pattern holding {prompt}\n", path);
+        lind_log(REQLOG_WARN, "model", "ignoring %s: no \"user\" pattern holding {prompt}", path);
     else if (memchr(buf, 0, n))
-        fprintf(stderr, "lind serve: ignoring %s: it holds a NUL byte\n", path);
+        lind_log(REQLOG_WARN, "model", "ignoring %s: it holds a NUL byte", path);
     else if (!template_ok(buf, path)) {
         /* the reason is printed; what lindctl and HTTP would refuse is not served */
     } else {
@@ -205,6 +215,125 @@ static void load_chat_template(server *srv)
     free(buf);
 }
 
+/* One option with its value: 0, -EINVAL with a message in err, or -ENOENT
+ * for an option `lind serve` does not have. */
+static int parse_one(const char *a, const char *v, server_options *o, char *err, size_t errlen)
+{
+    long long x = 0;
+    int rc = 0;
+    if (!strcmp(a, "--model")) o->model_dir = v;
+    else if (!strcmp(a, "--socket")) o->socket_path = v;
+    else if (!strcmp(a, "--db")) o->db_path = v;
+    else if (!strcmp(a, "--backend")) {
+        /* "harness": the CUDA backend's code emulated on the host (tests) */
+        if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto") && strcmp(v, "harness")) {
+            snprintf(err, errlen, "--backend wants cpu, cuda or auto, got '%s'", v);
+            return -EINVAL;
+        }
+        o->backend = v;
+    } else if (!strcmp(a, "--dtype")) {
+        if (lind_dtype_parse(v, &o->dtype) < 0) {
+            snprintf(err, errlen, "--dtype wants f32, bf16, f16, q8 or q4, got '%s'", v);
+            return -EINVAL;
+        }
+    } else if (!strcmp(a, "--compute")) {
+        if (!strcmp(v, "f32")) o->compute = LIND_COMPUTE_F32;
+        else if (!strcmp(v, "bf16")) o->compute = LIND_COMPUTE_BF16;
+        else { snprintf(err, errlen, "--compute wants f32 or bf16, got '%s'", v); return -EINVAL; }
+    } else if (!strcmp(a, "--sync")) {
+        if (!strcmp(v, "full")) o->sync = STORE_SYNC_FULL;
+        else if (!strcmp(v, "normal")) o->sync = STORE_SYNC_NORMAL;
+        else { snprintf(err, errlen, "--sync wants full or normal, got '%s'", v); return -EINVAL; }
+    } else if (!strcmp(a, "--threads")) {
+        if (!(rc = parse_num(a, v, 1, BACKEND_THREADS_MAX, &x, err, errlen))) o->be.threads = (int)x;
+    } else if (!strcmp(a, "--max-batch")) {
+        if (!(rc = parse_num(a, v, 1, 4096, &x, err, errlen))) o->max_batch = (int)x;
+    } else if (!strcmp(a, "--max-resident")) {
+        if (!(rc = parse_num(a, v, 1, 1 << 20, &x, err, errlen))) o->max_resident = (int)x;
+    } else if (!strcmp(a, "--prompt-chunk")) {
+        if (!(rc = parse_num(a, v, 1, 4096, &x, err, errlen))) o->prompt_chunk = (int)x;
+    } else if (!strcmp(a, "--max-message")) {
+        if (!(rc = parse_num(a, v, 64, 1ll << 30, &x, err, errlen))) o->max_message = (size_t)x;
+    } else if (!strcmp(a, "--max-output")) {
+        if (!(rc = parse_num(a, v, 1024, 1ll << 32, &x, err, errlen))) o->max_output = (size_t)x;
+    } else if (!strcmp(a, "--max-tokens")) {
+        if (!(rc = parse_num(a, v, 1, UINT32_MAX, &x, err, errlen))) o->max_tokens = (uint32_t)x;
+    } else if (!strcmp(a, "--max-inflight")) {
+        if (!(rc = parse_num(a, v, 1, 1 << 20, &x, err, errlen))) o->max_inflight = (int)x;
+    } else if (!strcmp(a, "--max-conn-bytes")) {
+        if (!(rc = parse_num(a, v, 1024, 1ll << 40, &x, err, errlen))) o->max_conn_bytes = (size_t)x;
+    } else if (!strcmp(a, "--max-total-bytes")) {
+        if (!(rc = parse_num(a, v, 1 << 20, 1ll << 40, &x, err, errlen))) o->max_total_bytes = (size_t)x;
+    } else if (!strcmp(a, "--max-waiting")) {
+        if (!(rc = parse_num(a, v, 1, 1 << 24, &x, err, errlen))) o->max_waiting = (int)x;
+    } else if (!strcmp(a, "--idle-timeout")) {
+        if (!(rc = parse_num(a, v, 0, 1 << 24, &x, err, errlen))) o->idle_timeout = (unsigned)x;
+    } else if (!strcmp(a, "--write-timeout")) {
+        if (!(rc = parse_num(a, v, 0, 1 << 24, &x, err, errlen))) o->write_timeout = (unsigned)x;
+    } else if (!strcmp(a, "--pause-timeout")) {
+        if (!(rc = parse_num(a, v, 0, 1 << 24, &x, err, errlen))) o->pause_timeout = (unsigned)x;
+    } else if (!strcmp(a, "--http")) {
+        struct sockaddr_storage sa;
+        if ((rc = http_parse_addr(v, &sa, err, errlen)) == 0) o->http_addr = v;
+    } else if (!strcmp(a, "--http-token-file")) {
+        o->http_token_file = v;
+    } else if (!strcmp(a, "--http-max-body")) {
+        if (!(rc = parse_num(a, v, 1024, 1ll << 30, &x, err, errlen))) o->http_max_body = (size_t)x;
+    } else if (!strcmp(a, "--http-max-header")) {
+        if (!(rc = parse_num(a, v, 1024, 1 << 20, &x, err, errlen))) o->http_max_header = (size_t)x;
+    } else if (!strcmp(a, "--http-idle-timeout")) {
+        if (!(rc = parse_num(a, v, 1, 1 << 20, &x, err, errlen))) o->http_idle_timeout = (unsigned)x;
+    } else if (!strcmp(a, "--http-stream-interval")) {
+        if (!(rc = parse_num(a, v, 0, 1000, &x, err, errlen))) o->http_stream_ms = (unsigned)x;
+    } else if (!strcmp(a, "--log-file")) {
+        o->log_file = v;
+    } else if (!strcmp(a, "--log-level")) {
+        reqlog_level lv;
+        if (reqlog_parse_level(v, &lv)) {
+            snprintf(err, errlen, "--log-level wants error, warn, info or debug, got '%s'", v);
+            return -EINVAL;
+        }
+        o->log_level = (int)lv;
+    } else if (!strcmp(a, "--node-id")) {
+        char why[200];
+        if (store_name_check(v, why, sizeof why) != 0) {
+            snprintf(err, errlen, "--node-id '%s' is not usable as a lease owner: %s", v, why);
+            return -EINVAL;
+        }
+        o->node_id = v;
+    } else if (!strcmp(a, "--lease-ms")) {
+        if (!(rc = parse_num(a, v, 100, 3600000, &x, err, errlen))) o->lease_ms = (int)x;
+    } else if (!strcmp(a, "--lease-wait")) {
+        if (!(rc = parse_num(a, v, 0, 3600000, &x, err, errlen))) o->lease_wait_ms = (int)x;
+    } else if (!strcmp(a, "--db-wait")) {
+        if (!(rc = parse_num(a, v, 0, 86400, &x, err, errlen))) o->db_wait_s = (int)x;
+    } else if (!strcmp(a, "--db-lock-timeout")) {
+        if (!(rc = parse_num(a, v, 1, 3600000, &x, err, errlen))) o->db_lock_timeout_ms = (int)x;
+    } else if (!strcmp(a, "--db-statement-timeout")) {
+        if (!(rc = parse_num(a, v, 0, 3600000, &x, err, errlen))) o->db_statement_timeout_ms = (int)x;
+    } else if (!strcmp(a, "--db-idle-tx-timeout")) {
+        if (!(rc = parse_num(a, v, 0, 3600000, &x, err, errlen))) o->db_idle_tx_timeout_ms = (int)x;
+    } else if (!strcmp(a, "--db-reconnect")) {
+        if (!(rc = parse_num(a, v, 0, 3600000, &x, err, errlen))) o->db_reconnect_ms = (int)x;
+    } else if (!strcmp(a, "--store-conns")) {
+        if (!(rc = parse_num(a, v, 1, 64, &x, err, errlen))) o->store_conns = (int)x;
+    } else if (!strcmp(a, "--transcript-bytes")) {
+        if (!(rc = parse_num(a, v, 0, TRANSCRIPT_LIMIT_MAX, &x, err, errlen)))
+            o->transcript_bytes = (size_t)x;
+    } else {
+        return -ENOENT;
+    }
+    return rc;
+}
+
+/* The options without a value; 1 if a is one. */
+static int parse_flag(const char *a, server_options *o)
+{
+    if (!strcmp(a, "--bos") || !strcmp(a, "--no-bos")) { o->bos = a[2] == 'b' ? 1 : -1; return 1; }
+    if (!strcmp(a, "--ignore-eos")) { o->ignore_eos = 1; return 1; }
+    return 0;
+}
+
 int server_parse_args(int argc, char **argv, server_options *o, char *err, size_t errlen)
 {
     for (int i = 1; i < argc; i++) {
@@ -213,119 +342,150 @@ int server_parse_args(int argc, char **argv, server_options *o, char *err, size_
             snprintf(err, errlen, "%s", usage);
             return -EINVAL;
         }
-        /* the options without a value */
-        if (!strcmp(a, "--bos") || !strcmp(a, "--no-bos")) { o->bos = a[2] == 'b' ? 1 : -1; continue; }
-        if (!strcmp(a, "--ignore-eos")) { o->ignore_eos = 1; continue; }
+        if (parse_flag(a, o)) continue;
         if (i + 1 >= argc) {
             snprintf(err, errlen, "unknown option or missing value: '%s'\n%s", a, usage);
             return -EINVAL;
         }
-        const char *v = argv[++i];
-        long long x = 0;
-        int rc = 0;
-        if (!strcmp(a, "--model")) o->model_dir = v;
-        else if (!strcmp(a, "--socket")) o->socket_path = v;
-        else if (!strcmp(a, "--db")) o->db_path = v;
-        else if (!strcmp(a, "--backend")) {
-            /* "harness": the CUDA backend's code emulated on the host (tests) */
-            if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto") && strcmp(v, "harness")) {
-                snprintf(err, errlen, "--backend wants cpu, cuda or auto, got '%s'", v);
-                return -EINVAL;
-            }
-            o->backend = v;
-        } else if (!strcmp(a, "--dtype")) {
-            if (lind_dtype_parse(v, &o->dtype) < 0) {
-                snprintf(err, errlen, "--dtype wants f32, bf16, f16, q8 or q4, got '%s'", v);
-                return -EINVAL;
-            }
-        } else if (!strcmp(a, "--compute")) {
-            if (!strcmp(v, "f32")) o->compute = LIND_COMPUTE_F32;
-            else if (!strcmp(v, "bf16")) o->compute = LIND_COMPUTE_BF16;
-            else { snprintf(err, errlen, "--compute wants f32 or bf16, got '%s'", v); return -EINVAL; }
-        } else if (!strcmp(a, "--sync")) {
-            if (!strcmp(v, "full")) o->sync = STORE_SYNC_FULL;
-            else if (!strcmp(v, "normal")) o->sync = STORE_SYNC_NORMAL;
-            else { snprintf(err, errlen, "--sync wants full or normal, got '%s'", v); return -EINVAL; }
-        } else if (!strcmp(a, "--max-batch")) {
-            if (!(rc = parse_num(a, v, 1, 4096, &x, err, errlen))) o->max_batch = (int)x;
-        } else if (!strcmp(a, "--max-resident")) {
-            if (!(rc = parse_num(a, v, 1, 1 << 20, &x, err, errlen))) o->max_resident = (int)x;
-        } else if (!strcmp(a, "--prompt-chunk")) {
-            if (!(rc = parse_num(a, v, 1, 4096, &x, err, errlen))) o->prompt_chunk = (int)x;
-        } else if (!strcmp(a, "--max-message")) {
-            if (!(rc = parse_num(a, v, 64, 1ll << 30, &x, err, errlen))) o->max_message = (size_t)x;
-        } else if (!strcmp(a, "--max-output")) {
-            if (!(rc = parse_num(a, v, 1024, 1ll << 32, &x, err, errlen))) o->max_output = (size_t)x;
-        } else if (!strcmp(a, "--max-tokens")) {
-            if (!(rc = parse_num(a, v, 1, UINT32_MAX, &x, err, errlen))) o->max_tokens = (uint32_t)x;
-        } else if (!strcmp(a, "--max-inflight")) {
-            if (!(rc = parse_num(a, v, 1, 1 << 20, &x, err, errlen))) o->max_inflight = (int)x;
-        } else if (!strcmp(a, "--max-conn-bytes")) {
-            if (!(rc = parse_num(a, v, 1024, 1ll << 40, &x, err, errlen))) o->max_conn_bytes = (size_t)x;
-        } else if (!strcmp(a, "--max-total-bytes")) {
-            if (!(rc = parse_num(a, v, 1 << 20, 1ll << 40, &x, err, errlen))) o->max_total_bytes = (size_t)x;
-        } else if (!strcmp(a, "--max-waiting")) {
-            if (!(rc = parse_num(a, v, 1, 1 << 24, &x, err, errlen))) o->max_waiting = (int)x;
-        } else if (!strcmp(a, "--idle-timeout")) {
-            if (!(rc = parse_num(a, v, 0, 1 << 24, &x, err, errlen))) o->idle_timeout = (unsigned)x;
-        } else if (!strcmp(a, "--write-timeout")) {
-            if (!(rc = parse_num(a, v, 0, 1 << 24, &x, err, errlen))) o->write_timeout = (unsigned)x;
-        } else if (!strcmp(a, "--pause-timeout")) {
-            if (!(rc = parse_num(a, v, 0, 1 << 24, &x, err, errlen))) o->pause_timeout = (unsigned)x;
-        } else if (!strcmp(a, "--http")) {
-            struct sockaddr_storage sa;
-            if ((rc = http_parse_addr(v, &sa, err, errlen)) == 0) o->http_addr = v;
-        } else if (!strcmp(a, "--http-token-file")) {
-            o->http_token_file = v;
-        } else if (!strcmp(a, "--http-max-body")) {
-            if (!(rc = parse_num(a, v, 1024, 1ll << 30, &x, err, errlen))) o->http_max_body = (size_t)x;
-        } else if (!strcmp(a, "--http-max-header")) {
-            if (!(rc = parse_num(a, v, 1024, 1 << 20, &x, err, errlen))) o->http_max_header = (size_t)x;
-        } else if (!strcmp(a, "--http-idle-timeout")) {
-            if (!(rc = parse_num(a, v, 1, 1 << 20, &x, err, errlen))) o->http_idle_timeout = (unsigned)x;
-        } else if (!strcmp(a, "--http-stream-interval")) {
-            if (!(rc = parse_num(a, v, 0, 1000, &x, err, errlen))) o->http_stream_ms = (unsigned)x;
-        } else if (!strcmp(a, "--log-file")) {
-            o->log_file = v;
-        } else if (!strcmp(a, "--log-level")) {
-            reqlog_level lv;
-            if (reqlog_parse_level(v, &lv)) {
-                snprintf(err, errlen, "--log-level wants error, warn, info or debug, got '%s'", v);
-                return -EINVAL;
-            }
-            o->log_level = (int)lv;
-        } else if (!strcmp(a, "--node-id")) {
-            char why[200];
-            if (store_name_check(v, why, sizeof why) != 0) {
-                snprintf(err, errlen, "--node-id '%s' is not usable as a lease owner: %s", v, why);
-                return -EINVAL;
-            }
-            o->node_id = v;
-        } else if (!strcmp(a, "--lease-ms")) {
-            if (!(rc = parse_num(a, v, 100, 3600000, &x, err, errlen))) o->lease_ms = (int)x;
-        } else if (!strcmp(a, "--lease-wait")) {
-            if (!(rc = parse_num(a, v, 0, 3600000, &x, err, errlen))) o->lease_wait_ms = (int)x;
-        } else if (!strcmp(a, "--db-wait")) {
-            if (!(rc = parse_num(a, v, 0, 86400, &x, err, errlen))) o->db_wait_s = (int)x;
-        } else if (!strcmp(a, "--db-lock-timeout")) {
-            if (!(rc = parse_num(a, v, 1, 3600000, &x, err, errlen))) o->db_lock_timeout_ms = (int)x;
-        } else if (!strcmp(a, "--db-statement-timeout")) {
-            if (!(rc = parse_num(a, v, 0, 3600000, &x, err, errlen))) o->db_statement_timeout_ms = (int)x;
-        } else if (!strcmp(a, "--db-idle-tx-timeout")) {
-            if (!(rc = parse_num(a, v, 0, 3600000, &x, err, errlen))) o->db_idle_tx_timeout_ms = (int)x;
-        } else if (!strcmp(a, "--db-reconnect")) {
-            if (!(rc = parse_num(a, v, 0, 3600000, &x, err, errlen))) o->db_reconnect_ms = (int)x;
-        } else if (!strcmp(a, "--store-conns")) {
-            if (!(rc = parse_num(a, v, 1, 64, &x, err, errlen))) o->store_conns = (int)x;
-        } else if (!strcmp(a, "--transcript-bytes")) {
-            if (!(rc = parse_num(a, v, 0, TRANSCRIPT_LIMIT_MAX, &x, err, errlen)))
-                o->transcript_bytes = (size_t)x;
-        } else {
+        if (!strcmp(a, "--config")) { i++; continue; }   /* read before the others (server_read_config) */
+        int rc = parse_one(a, argv[++i], o, err, errlen);
+        if (rc == -ENOENT) {
             snprintf(err, errlen, "unknown option '%s'\n%s", a, usage);
             return -EINVAL;
         }
         if (rc) return rc;
     }
+    return 0;
+}
+
+/* ---- the default model --------------------------------------------------------- */
+
+static int is_model_dir(const char *dir)
+{
+    char p[PATH_MAX + 16];
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    return access(p, R_OK) == 0;
+}
+
+/* server.h; the order: ./models/default, PREFIX/share/lind/models/default
+ * for PREFIX/bin/lind, then BUILD/../models/default for a lind run from its
+ * source tree's build directory. */
+int server_default_model(char *out, size_t cap, char *err, size_t errlen)
+{
+    if (is_model_dir("models/default")) {   /* a source tree (make run) */
+        snprintf(out, cap, "models/default");
+        return 0;
+    }
+    /* PREFIX/bin/lind → PREFIX/share/lind/models/default (make install);
+     * a source tree's build/lind → models/default beside build/ */
+    char exe[1024];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    char installed[1100] = "";
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = 0;
+            static const char *const rel[2] = { "../share/lind/models/default", "../models/default" };
+            for (int i = 0; i < 2; i++) {
+                char cand[1100], real[PATH_MAX];
+                snprintf(cand, sizeof cand, "%s/%s", exe, rel[i]);
+                if (!i) snprintf(installed, sizeof installed, "%s", cand);
+                if (realpath(cand, real) && is_model_dir(real) && strlen(real) < cap) {
+                    snprintf(out, cap, "%s", real);
+                    return 0;
+                }
+            }
+        }
+    }
+    snprintf(err, errlen, "no --model given and no default model found: neither ./models/default nor %s "
+             "holds a config.json (`make install` puts the shipped model there; or pass --model DIR)",
+             *installed ? installed : "PREFIX/share/lind/models/default next to this program");
+    return -ENOENT;
+}
+
+/* ---- the configuration file --------------------------------------------------- */
+
+/* Its text, kept for the life of the process: options point into it. */
+static char *config_text;
+
+static char *trim(char *s)
+{
+    while (*s == ' ' || *s == '\t') s++;
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r')) s[--n] = 0;
+    return s;
+}
+
+int server_read_config(const char *path, server_options *o, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        int e = errno;
+        snprintf(err, errlen, "--config %s: %s", path, strerror(e));
+        return -e;
+    }
+    enum { CONFIG_MAX = 1 << 16 };
+    char *text = malloc(CONFIG_MAX + 1);
+    size_t n = text ? fread(text, 1, CONFIG_MAX + 1, f) : 0;
+    int rerr = ferror(f);
+    fclose(f);
+    if (!text) { snprintf(err, errlen, "--config %s: out of memory", path); return -ENOMEM; }
+    if (rerr || n > CONFIG_MAX || memchr(text, 0, n)) {
+        snprintf(err, errlen, "--config %s: %s", path,
+                 rerr ? "cannot read it" : n > CONFIG_MAX ? "over 65536 bytes" : "it holds a NUL byte");
+        free(text);
+        return -EINVAL;
+    }
+    text[n] = 0;
+    int line = 0, rc = 0;
+    for (char *p = text, *next; p && *p && !rc; p = next) {
+        line++;
+        next = strchr(p, '\n');
+        if (next) *next++ = 0;
+        char *l = trim(p);
+        if (!*l || *l == '#') continue;
+        char *eq = strchr(l, '=');
+        if (!eq) {
+            snprintf(err, errlen, "--config %s line %d: not key = value: '%s'", path, line, l);
+            rc = -EINVAL;
+            break;
+        }
+        *eq = 0;
+        char *key = trim(l), *val = trim(eq + 1);
+        size_t vn = strlen(val);
+        if (vn >= 2 && val[0] == '"' && val[vn - 1] == '"') { val[vn - 1] = 0; val++; }
+        char opt[80];
+        if (!*key || strlen(key) > 60 || key[0] == '-') {
+            snprintf(err, errlen, "--config %s line %d: '%s' is not an option name (write the long option "
+                     "without its dashes: model = DIR)", path, line, key);
+            rc = -EINVAL;
+            break;
+        }
+        snprintf(opt, sizeof opt, "--%s", key);
+        if (!strcmp(key, "config") || !strcmp(key, "help") || !strcmp(key, "version")) {
+            snprintf(err, errlen, "--config %s line %d: '%s' cannot be set in a configuration file", path, line, key);
+            rc = -EINVAL;
+            break;
+        }
+        server_options probe = *o;
+        if (parse_flag(opt, &probe)) {   /* bos, no-bos, ignore-eos: a boolean */
+            if (!strcmp(val, "true") || !strcmp(val, "yes") || !strcmp(val, "1")) parse_flag(opt, o);
+            else if (strcmp(val, "false") && strcmp(val, "no") && strcmp(val, "0")) {
+                snprintf(err, errlen, "--config %s line %d: %s wants true or false, got '%s'", path, line, key, val);
+                rc = -EINVAL;
+            }
+            continue;
+        }
+        char why[900] = "";
+        rc = parse_one(opt, val, o, why, sizeof why);
+        if (rc == -ENOENT) snprintf(err, errlen, "--config %s line %d: unknown key '%s' (keys are the long "
+                                    "options of `lind serve --help`)", path, line, key);
+        else if (rc) snprintf(err, errlen, "--config %s line %d: %s", path, line, why);
+    }
+    if (rc) { free(text); return rc; }
+    free(config_text);   /* server_main calls this once (--config twice is refused) */
+    config_text = text;
     return 0;
 }
 
@@ -414,7 +574,7 @@ static void on_connection(uv_stream_t *l, int status)
     if (srv->stopping) return;
     int rc = conn_accept(srv);
     if (rc < 0) {
-        fprintf(stderr, "lind serve: accepting a connection failed: %s\n", uv_strerror(rc));
+        lind_log(REQLOG_WARN, "conn", "accepting a connection failed: %s", uv_strerror(rc));
         refuse_unaccepted(srv);
     }
 }
@@ -462,7 +622,7 @@ static void raise_fd_limit(void)
         rl.rlim_cur = tries[i];
         if (setrlimit(RLIMIT_NOFILE, &rl) == 0) return;
     }
-    fprintf(stderr, "lind serve: cannot raise the open-file limit above %lld: %s\n",
+    lind_log(REQLOG_WARN, "start", "cannot raise the open-file limit above %lld: %s",
             (long long)old, strerror(errno));
 }
 
@@ -523,8 +683,8 @@ static void on_exit_timer(uv_timer_t *t)
     for (uint32_t i = 0; i < ct->cap; i++)
         if (ct->v[i] && !ct->v[i]->closed) { slow++; bytes += conn_unsent(ct->v[i]); }
     if (slow)
-        fprintf(stderr, "lind serve: %u client(s) did not read their last %zu bytes within %d ms"
-                " of shutdown; dropping them (every turn is saved)\n", slow, bytes, EXIT_FLUSH_MS);
+        lind_log(REQLOG_WARN, "stop", "%u client(s) did not read their last %zu bytes within %d ms"
+                 " of shutdown; dropping them (every turn is saved)", slow, bytes, EXIT_FLUSH_MS);
     close_everything(srv);
 }
 
@@ -555,13 +715,49 @@ static void on_tick(uv_timer_t *t)
  * daemon even when memory has run out. */
 static dmsg *shutdown_msg;
 
+/* systemd's readiness protocol (sd_notify(3)): one datagram to the socket
+ * $NOTIFY_SOCKET names (a path, or '@' for the abstract namespace), when
+ * there is one. A failure is logged, never fatal. */
+static void notify_systemd(const char *state)
+{
+    const char *path = getenv("NOTIFY_SOCKET");
+    if (!path || !*path) return;
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    size_t n = strlen(path);
+    if (n >= sizeof sa.sun_path || (path[0] != '/' && path[0] != '@')) {
+        lind_log(REQLOG_WARN, "notify", "NOTIFY_SOCKET=%s: not a socket path; systemd is not told '%s'", path, state);
+        return;
+    }
+    memcpy(sa.sun_path, path, n);
+    if (path[0] == '@') sa.sun_path[0] = 0;
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || sendto(fd, state, strlen(state), MSG_NOSIGNAL, (struct sockaddr *)&sa,
+                         (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n)) < 0)
+        lind_log(REQLOG_WARN, "notify", "NOTIFY_SOCKET=%s: %s; systemd is not told '%s'", path, strerror(errno), state);
+    if (fd >= 0) close(fd);
+}
+
+/* SIGHUP: reopen the log file (after logrotate moved it); the daemon goes
+ * on serving. Nothing else is reloaded: the model, the store and the limits
+ * stay as started (docs/DAEMON.md). */
+static void on_hup(uv_signal_t *h, int signum)
+{
+    (void)signum;
+    server *srv = h->data;
+    char err[600];
+    int rc = reqlog_reopen(&srv->log, err, sizeof err);
+    if (rc < 0) lind_log(REQLOG_ERROR, "signal", "SIGHUP: %s; still writing to the old file", err);
+    else if (rc == 0) lind_log(REQLOG_INFO, "signal", "SIGHUP: the log is stderr, nothing to reopen; serving on");
+    else lind_log(REQLOG_INFO, "signal", "SIGHUP: reopened the log file %s; serving on", srv->log.path);
+}
+
 static void on_signal(uv_signal_t *h, int signum)
 {
     server *srv = h->data;
     if (srv->stopping) return;
     srv->stopping = 1;
-    fprintf(stderr, "lind serve: %s: finishing turns at a token boundary and saving\n",
-            strsignal(signum));
+    notify_systemd("STOPPING=1");
+    lind_log(REQLOG_INFO, "signal", "%s: finishing turns at a token boundary and saving", strsignal(signum));
     close_handle((uv_handle_t *)&srv->listener);
     http_stop_listening(srv);
     uv_timer_stop(&srv->tick);   /* no timeouts while stopping: the exit timer bounds it */
@@ -594,7 +790,7 @@ static void on_wake(uv_async_t *a)
 static void store_lost_loudly(void *arg, const char *why)
 {
     (void)arg;
-    fprintf(stderr, "lind serve: ERROR: %s. Turns are no longer acknowledged; restart lind.\n", why);
+    lind_log(REQLOG_ERROR, "store", "%s. Turns are no longer acknowledged; restart lind.", why);
 }
 
 store_options server_store_options(const server_options *o)
@@ -620,9 +816,9 @@ static int open_store_waiting(server *srv, const store_options *so, store **st, 
         int64_t waited = (int64_t)(now_ns() / 1000000) - start;
         if (rc != -EIO || waited + 1000 > limit)
             return rc;
-        fprintf(stderr, "lind serve: the store is not reachable (attempt %d, %lld of %d s waited,"
-                " --db-wait): %s; trying again in 1 s\n", attempt, (long long)(waited / 1000),
-                srv->opt.db_wait_s, err);
+        lind_log(REQLOG_WARN, "store", "the store is not reachable (attempt %d, %lld of %d s waited,"
+                 " --db-wait): %s; trying again in 1 s", attempt, (long long)(waited / 1000),
+                 srv->opt.db_wait_s, err);
         sleep(1);
     }
 }
@@ -643,9 +839,9 @@ static int claim_node(server *srv, store *st, char *err, size_t errlen)
     if (rc == -EADDRINUSE) {
         int64_t wait = h.expires_in_ms + 100;
         if (wait > srv->opt.lease_ms + 1000) wait = srv->opt.lease_ms + 1000;
-        fprintf(stderr, "lind serve: node id '%s' is claimed by instance '%s' (last heartbeat %lld ms"
-                " ago); waiting %lld ms for the claim to expire, in case that node is gone\n",
-                srv->node_id, h.instance, (long long)h.heartbeat_age_ms, (long long)wait);
+        lind_log(REQLOG_WARN, "start", "node id '%s' is claimed by instance '%s' (last heartbeat %lld ms"
+                 " ago); waiting %lld ms for the claim to expire, in case that node is gone",
+                 srv->node_id, h.instance, (long long)h.heartbeat_age_ms, (long long)wait);
         usleep((useconds_t)(wait > 0 ? wait : 0) * 1000);
         rc = store_node_claim(st, srv->node_id, srv->node_instance, srv->opt.lease_ms, &h, err,
                               errlen);
@@ -689,10 +885,35 @@ int server_main(int argc, char **argv)
         free(srv);
         return 2;
     }
+    /* defaults < environment < --config FILE < the command line */
+    const char *config = NULL;
+    for (int i = 1; i + 1 < argc; i++) {
+        if (strcmp(argv[i], "--config")) continue;
+        if (config) {
+            fprintf(stderr, "lind serve: --config given twice (%s, %s); one file holds them all\n", config, argv[i + 1]);
+            free(srv);
+            return 2;
+        }
+        config = argv[++i];
+    }
+    if (config && server_read_config(config, &srv->opt, err, sizeof err) != 0) {
+        fprintf(stderr, "lind serve: %s\n", err);
+        free(srv);
+        return 2;
+    }
     if (server_parse_args(argc, argv, &srv->opt, err, sizeof err) != 0) {
         fprintf(stderr, "lind serve: %s\n", err);
         free(srv);
         return 2;
+    }
+    if (!srv->opt.model_dir) {
+        static char found[1100];
+        if (server_default_model(found, sizeof found, err, sizeof err) != 0) {
+            fprintf(stderr, "lind serve: %s\n", err);
+            free(srv);
+            return 1;
+        }
+        srv->opt.model_dir = found;
     }
     signal(SIGPIPE, SIG_IGN);
     if (reqlog_open(&srv->log, srv->opt.log_file, (reqlog_level)srv->opt.log_level, err, sizeof err)) {
@@ -700,6 +921,7 @@ int server_main(int argc, char **argv)
         free(srv);
         return 1;
     }
+    reqlog_use_for_notices(&srv->log);   /* from here every line is the log's (reqlog.h) */
     srv->limits = (proto_limits){ .max_message = srv->opt.max_message,
                                   .max_tokens = srv->opt.max_tokens };
     if (!realpath(srv->opt.model_dir, srv->model_path))
@@ -713,7 +935,7 @@ int server_main(int argc, char **argv)
     store *st = NULL;
     int code = 1, rc;
     if ((rc = uv_loop_init(&loop)) != 0) {   /* e.g. out of memory: nothing else is set up yet */
-        fprintf(stderr, "lind serve: cannot start the event loop: %s\n", uv_strerror(rc));
+        lind_log(REQLOG_ERROR, "start", "cannot start the event loop: %s", uv_strerror(rc));
         free(srv->chat_template);
         reqlog_close(&srv->log);
         free(srv);
@@ -731,7 +953,7 @@ int server_main(int argc, char **argv)
     if (!rc && (rc = uv_signal_init(&loop, &srv->sigint)) == 0) made[nmade++] = (uv_handle_t *)&srv->sigint;
     if (!rc && (rc = uv_signal_init(&loop, &srv->sighup)) == 0) made[nmade++] = (uv_handle_t *)&srv->sighup;
     if (rc != 0) {
-        fprintf(stderr, "lind serve: cannot start the event loop: %s\n", uv_strerror(rc));
+        lind_log(REQLOG_ERROR, "start", "cannot start the event loop: %s", uv_strerror(rc));
         for (int i = 0; i < nmade; i++) uv_close(made[i], NULL);
         uv_run(&loop, UV_RUN_NOWAIT);
         uv_loop_close(&loop);
@@ -749,22 +971,22 @@ int server_main(int argc, char **argv)
     if (conn_table_init(&conns) != 0 || stats_init(&srv->st) != 0 ||
         queue_init(&srv->loopq, &srv->wake) != 0 || queue_init(&srv->schedq, NULL) != 0 ||
         queue_init(&srv->persistq, NULL) != 0) {
-        fprintf(stderr, "lind serve: out of memory\n");
+        lind_log(REQLOG_ERROR, "start", "out of memory");
         goto out;
     }
     if (!(shutdown_msg = dmsg_new(M_SHUTDOWN, 0))) {
-        fprintf(stderr, "lind serve: out of memory\n");
+        lind_log(REQLOG_ERROR, "start", "out of memory");
         goto out;
     }
     if ((rc = scheduler_start(srv, &sched, err, sizeof err)) != 0) {
-        fprintf(stderr, "lind serve: cannot load model: %s\n", err);
+        lind_log(REQLOG_ERROR, "start", "cannot load model: %s", err);
         goto out;
     }
     int shared = lease_store_shared(srv->opt.db_path);
     lease_node_id(srv->opt.node_id, shared, srv->node_id, sizeof srv->node_id);
     if (!shared && srv->opt.store_conns > 1) {
-        fprintf(stderr, "lind serve: --store-conns %d: an SQLite store takes one connection (it has one "
-                "writer); more are for a PostgreSQL store\n", srv->opt.store_conns);
+        lind_log(REQLOG_ERROR, "start", "--store-conns %d: an SQLite store takes one connection (it has one "
+                "writer); more are for a PostgreSQL store", srv->opt.store_conns);
         goto out;
     }
     if (srv->opt.store_conns == 0) srv->opt.store_conns = shared ? 4 : 1;
@@ -776,38 +998,45 @@ int server_main(int argc, char **argv)
     so.exclusive = 1;   /* a second daemon on this database is refused, naming our pid */
     so.on_lost = store_lost_loudly;
     if ((rc = open_store_waiting(srv, &so, &st, err, sizeof err)) != 0) {
-        fprintf(stderr, "lind serve: cannot open the store: %s\n", err);
+        lind_log(REQLOG_ERROR, "start", "cannot open the store: %s", err);
         goto out;
     }
     if (shared && (rc = claim_node(srv, st, err, sizeof err)) != 0) {
-        fprintf(stderr, "lind serve: %s\n", err);
+        lind_log(REQLOG_ERROR, "start", "%s", err);
         goto out;
     }
     char where[600];   /* the store as logs may show it: a URI without its password */
     snprintf(where, sizeof where, "%s", store_where(st));
     if ((rc = listen_on(srv, err, sizeof err)) != 0) {
-        fprintf(stderr, "lind serve: %s\n", err);
+        lind_log(REQLOG_ERROR, "start", "%s", err);
         goto out;
     }
     if ((rc = http_start(srv, err, sizeof err)) != 0) {
-        fprintf(stderr, "lind serve: %s\n", err);
+        lind_log(REQLOG_ERROR, "start", "%s", err);
         goto out;
     }
     rc = persist_start(srv, st, &pers, err, sizeof err);
     st = NULL;   /* the store threads own it now (closed if they failed to start) */
     if (rc != 0) {
-        fprintf(stderr, "lind serve: cannot start the store threads: %s\n", err);
+        lind_log(REQLOG_ERROR, "start", "cannot start the store threads: %s", err);
         goto out;
     }
     uv_signal_start(&srv->sigterm, on_signal, SIGTERM);
     uv_signal_start(&srv->sigint, on_signal, SIGINT);
-    uv_signal_start(&srv->sighup, on_signal, SIGHUP);   /* a closed terminal: stop as cleanly */
+    uv_signal_start(&srv->sighup, on_hup, SIGHUP);   /* reopen the log, go on serving */
     uv_timer_start(&srv->tick, on_tick, 250, 250);
-    fprintf(stderr, "lind serve: %s (%s, %zu params, %zu state bytes/session) on %s, store %s\n",
-            srv->model_path, srv->backend, srv->params, srv->state_bytes,
-            srv->opt.socket_path, where);
-    fprintf(stderr, "lind serve: node '%s', leases of %d ms, %d store connection%s\n", srv->node_id,
-            srv->opt.lease_ms, srv->opt.store_conns, srv->opt.store_conns > 1 ? "s" : "");
+    char q[4][1200];
+    lind_log_kv(REQLOG_INFO, "start", "model=%s backend=%s params=%zu state_bytes=%zu socket=%s store=%s pid=%d",
+                reqlog_value(q[0], sizeof q[0], srv->model_path), srv->backend, srv->params, srv->state_bytes,
+                reqlog_value(q[1], sizeof q[1], srv->opt.socket_path), reqlog_value(q[2], sizeof q[2], where),
+                (int)getpid());
+    lind_log_kv(REQLOG_INFO, "start", "node=%s lease_ms=%d store_conns=%d log=%s",
+                reqlog_value(q[3], sizeof q[3], srv->node_id), srv->opt.lease_ms, srv->opt.store_conns,
+                reqlog_value(q[0], sizeof q[0], srv->opt.log_file ? srv->opt.log_file : "stderr"));
+    char ready[1400];
+    snprintf(ready, sizeof ready, "READY=1\nSTATUS=serving %s on %s\nMAINPID=%d", srv->model_path,
+             srv->opt.socket_path, (int)getpid());
+    notify_systemd(ready);
     uv_run(&loop, UV_RUN_DEFAULT);
     scheduler_join(sched);
     sched = NULL;
@@ -815,7 +1044,7 @@ int server_main(int argc, char **argv)
     pers = NULL;
     unlink(srv->opt.socket_path);
     code = 0;
-    fprintf(stderr, "lind serve: stopped; every session saved\n");
+    lind_log(REQLOG_INFO, "stop", "stopped; every session saved");
 out:
     if (sched) {   /* start-up failed after the model loaded: stop the compute thread */
         queue_push(&srv->schedq, &shutdown_msg->node);

@@ -28,7 +28,7 @@
 #define LIND_SERVER_VERSION "lind 1.0"
 
 typedef struct server_options {
-    const char *model_dir;     /* default "models/default" */
+    const char *model_dir;     /* --model; NULL (default): server_default_model */
     const char *socket_path;   /* default "./lind.sock" */
     const char *db_path;       /* default "./lind.db" */
     const char *backend;       /* "cpu", "cuda", "auto" (default) */
@@ -86,6 +86,18 @@ server_options server_defaults(void);
 /* Parse `lind serve` options (argv[0] is "serve"). 0, or -EINVAL with a
  * message in err. */
 int server_parse_args(int argc, char **argv, server_options *o, char *err, size_t errlen);
+/* --config FILE: its `key = value` lines (keys are the long options
+ * without "--", '#' starts a comment line, a value may be in double quotes,
+ * flags take true/false) applied to o as options would be. 0, or a negated
+ * errno with a message naming the file, line and key in err. The strings
+ * the options keep point into a copy of the file kept for the process. */
+int server_read_config(const char *path, server_options *o, char *err, size_t errlen);
+/* The model `lind serve` takes without --model: ./models/default if the
+ * working directory has one (a source tree), else the installed one,
+ * PREFIX/share/lind/models/default beside PREFIX/bin/lind, else the source
+ * tree's models/default beside its build directory. 0, or -ENOENT with
+ * the places looked at in err. */
+int server_default_model(char *out, size_t cap, char *err, size_t errlen);
 /* `lind serve --help`: every option with its default. */
 void server_usage(FILE *f);
 /* The store options the daemon's options make (every store connection). */

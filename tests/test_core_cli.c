@@ -336,6 +336,32 @@ static void backend_env_reaches_backend(void) {
     CHECK(rc != 0 && strstr(out, "int4"), "serve with LIND_CUDA_WEIGHTS=int4: exit %d: %s", rc, out);
 }
 
+/* --threads N on every command that builds a backend: it wins over
+ * LIND_CPU_THREADS, which stays the fallback; out-of-range values are
+ * refused naming the option; `lind serve --help` and each command's help
+ * list it. */
+static void threads_option(void) {
+    char out[8192];
+    int rc = run(out, sizeof out, "LIND_CPU_THREADS=1 %s info --model %s --backend cpu --threads 2", lind, mdir);
+    CHECK(rc == 0 && strstr(out, ", 2 threads,"), "info --threads 2 over LIND_CPU_THREADS=1: exit %d: %s", rc, out);
+    rc = run(out, sizeof out, "LIND_CPU_THREADS=2 %s info --model %s --backend cpu --threads 1", lind, mdir);
+    CHECK(rc == 0 && strstr(out, ", 1 threads,"), "info --threads 1 over LIND_CPU_THREADS=2: exit %d: %s", rc, out);
+    static const char *const bad[] = {"0", "65", "two", "-1"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        rc = run(out, sizeof out, "%s generate --model %s --backend cpu -n 1 --threads %s", lind, mdir, bad[i]);
+        CHECK(rc == 2 && strstr(out, "--threads"), "generate --threads %s: exit %d: %s", bad[i], rc, out);
+        rc = run(out, sizeof out, "%s serve --model %s --socket %s/t.sock --db %s/t.db --threads %s", lind, mdir, tmpdir,
+                 tmpdir, bad[i]);
+        CHECK(rc == 2 && strstr(out, "--threads"), "serve --threads %s: exit %d: %s", bad[i], rc, out);
+    }
+    static const char *const cmds[] = {"serve", "info", "score", "generate", "logits", "bench-step"};
+    for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
+        rc = run(out, sizeof out, "%s %s --help", lind, cmds[i]);
+        CHECK(rc == 0 && strstr(out, "--threads N") && strstr(out, "LIND_CPU_THREADS"), "%s --help: exit %d: %s",
+              cmds[i], rc, out);
+    }
+}
+
 int main(void) {
     const char *b = getenv("LIND_BUILD");
     snprintf(lind, sizeof lind, "%s/lind", b && *b ? b : "build");
@@ -364,6 +390,7 @@ int main(void) {
     RUN(logits_match_api);
     RUN(errors_are_reported);
     RUN(backend_env_reaches_backend);
+    RUN(threads_option);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) printf("NOTE could not remove %s\n", tmpdir);

@@ -39,6 +39,7 @@ failed run keeps its database and logs (the FAIL line names the
 directory). Outside `make test-faults` (LIND_FAULTS_DAEMON=1) it SKIPs.
 """
 import os
+import re
 import random
 import signal
 import socket
@@ -455,8 +456,11 @@ def check_run(kind, n):
     if rep:
         problems.append("sanitizer report (%s):\n%s" % (rep, text[-6000:]))
     elif not served:
-        # A start-up failure: status 1 and a message saying what failed.
-        lines = [l for l in text.splitlines() if l.startswith("lind serve:")]
+        # A start-up failure: status 1 and a message saying what failed: a
+        # log line (TIME error KIND msg=...) once the log is open, a plain
+        # "lind serve:" line before.
+        lines = [l for l in text.splitlines()
+                 if l.startswith("lind serve:") or re.match(r"^\S+Z error [a-z_]+ msg=", l)]
         if rc != 1 or not lines:
             problems.append("start-up ended with status %s and no message: %s" % (rc, text[-1500:]))
         # and the database it may have begun must still serve (below)

@@ -93,7 +93,7 @@ def db_removed_under_daemon():
         ev = generate(c, "s2", "new")
         expect(ev["event"] == "error" and ev["code"] == "io", "and every later turn: %r" % ev)
         log = s.log()
-        expect("ERROR" in log and "removed" in log, "the daemon logged it: %s" % log)
+        expect(" error store msg=" in log and "removed" in log, "the daemon logged it: %s" % log)
         c.close()
     finally:
         s.stop()

@@ -79,3 +79,60 @@ LIND_SOCKET="$tmp/s" "$B/lindctl" generate alpha-one "x" -n 1 >/dev/null 2>&1
 "$B/lindctl" --socket "$tmp/s" generate alpha-two "x" -n 1 >/dev/null 2>&1
 got=$(complete_words "$C/lindctl" lindctl --socket "$tmp/s" chat alpha)
 [ "$(echo $got)" = "alpha-one alpha-two" ] && pass complete_session_names || fail complete_session_names "$got"
+
+# Installed to a PREFIX of its own (no DESTDIR), `lind serve` without
+# --model finds the installed model from any working directory, and the
+# systemd unit names the installed binary and passes systemd-analyze verify.
+P2="$tmp/prefix"
+if make --no-print-directory BUILD="$B" install PREFIX="$P2" >"$tmp/log2" 2>&1; then
+  pass make_install_prefix
+else
+  fail make_install_prefix "$(tail -n 5 "$tmp/log2")"
+  exit 1
+fi
+if cmp -s models/default/model.safetensors "$P2/share/lind/models/default/model.safetensors" &&
+   cmp -s models/default/config.json "$P2/share/lind/models/default/config.json"; then
+  pass installed_model
+else
+  fail installed_model "$(ls -l "$P2/share/lind/models/default" 2>&1)"
+fi
+U="$P2/lib/systemd/system/lind.service"
+if grep -qx "ExecStart=$P2/bin/lind serve --socket /run/lind/lind.sock --db /var/lib/lind/lind.db" "$U" &&
+   grep -qx "Type=notify" "$U" && grep -qx 'ExecReload=/bin/kill -HUP $MAINPID' "$U"; then
+  pass unit_file
+else
+  fail unit_file "$(grep -E '^(ExecStart|Type|ExecReload)=' "$U" 2>&1)"
+fi
+if command -v systemd-analyze >/dev/null; then
+  out=$(systemd-analyze verify --man=no "$U" 2>&1) && pass unit_verifies || fail unit_verifies "$out"
+else
+  echo "SKIP unit_verifies: systemd-analyze is not installed (make deps installs systemd)"
+fi
+
+mkdir -p "$tmp/elsewhere"
+kill $daemon 2>/dev/null; wait $daemon 2>/dev/null
+(cd "$tmp/elsewhere" && exec "$P2/bin/lind" serve --socket "$tmp/e.sock" --db "$tmp/e.db" --backend cpu) \
+  >"$tmp/e.log" 2>&1 &
+daemon=$!
+for i in $(seq 1 600); do [ -S "$tmp/e.sock" ] && break; kill -0 $daemon 2>/dev/null || break; sleep 0.1; done
+real=$(cd "$P2/share/lind/models/default" && pwd -P)
+if [ -S "$tmp/e.sock" ] && grep -q " info start model=$real " "$tmp/e.log" &&
+   "$B/lindctl" --socket "$tmp/e.sock" generate installed "In the beginning" -n 5 >/dev/null 2>&1 &&
+   grep -q " info turn session=installed op=generate in=[0-9]* out=5 " "$tmp/e.log"; then
+  pass installed_serve_from_elsewhere
+else
+  fail installed_serve_from_elsewhere "$(tail -n 3 "$tmp/e.log")"
+fi
+kill $daemon 2>/dev/null; wait $daemon 2>/dev/null; daemon=
+
+# A lind with no model beside it and none in the working directory says
+# where it looked (it used to fail on the relative models/default alone).
+mkdir -p "$tmp/bare/bin"
+cp "$P2/bin/lind" "$tmp/bare/bin/lind"
+out=$(cd "$tmp/elsewhere" && "$tmp/bare/bin/lind" serve --socket "$tmp/b.sock" --db "$tmp/b.db" --backend cpu 2>&1)
+rc=$?
+case "$out" in
+  *"no --model given"*"$tmp/bare/bin/../share/lind/models/default"*) [ $rc = 1 ] && pass no_model_says_where ||
+      fail no_model_says_where "exit $rc: $out" ;;
+  *) fail no_model_says_where "exit $rc: $out" ;;
+esac

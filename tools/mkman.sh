@@ -21,6 +21,15 @@ for prog in lind lindctl; do
       "$B/$prog" "$s" --help | sed -e 's/\\/\\e/g' -e "s/^\([.']\)/\\\\\&\1/"
       echo ".fi"
     done
+    if [ $prog = lind ]; then
+      echo "[FILES]"
+      echo ".TP"
+      echo "PREFIX/share/lind/models/default"
+      echo "the shipped model, which lind serve takes when no --model is given and the working directory has no models/default"
+      echo ".TP"
+      echo "PREFIX/lib/systemd/system/lind.service"
+      echo "the systemd unit (Type=notify; systemctl reload sends SIGHUP, which reopens --log-file)"
+    fi
     echo "[SEE ALSO]"
     if [ $prog = lind ]; then echo "lindctl(1); README.md, docs/DAEMON.md and docs/PROTOCOL.md in the source tree"
     else echo "lind(1); docs/LINDCTL.md and docs/PROTOCOL.md in the source tree"; fi

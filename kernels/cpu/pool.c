@@ -2,21 +2,37 @@
 #include "kernels/cpu/pool.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
-/* How a thread waits for the next job or for the others to finish: it polls
- * (the ops of one step follow each other within microseconds, and waking a
- * sleeping thread costs tens of microseconds on a VM, so a fork-join stays
- * at about a microsecond), after POLL_NS it polls with sched_yield() so the
- * event loop and other threads sharing these cores get them at once, and
- * after SLEEP_NS (an idle pool, e.g. a daemon between steps) it sleeps on a
- * condition variable. */
-#define POLL_NS  20000L
-#define SLEEP_NS 2000000L
+/* How long a thread spins before it sleeps on a futex: a worker waiting for
+ * the next job, the caller waiting for parts a worker is running. The ops of
+ * one step follow each other within microseconds, so a worker that spins
+ * this long catches all of a step's ops after the first; an idle pool (a
+ * daemon between steps) sleeps. On a machine whose cores are taken by other
+ * work, a spinning thread only burns its own share: nobody ever waits for a
+ * thread that is not running a part (the caller claims parts no worker has
+ * claimed, see run_split). */
+#define SPIN_NS 50000L
+
+/* Whether splitting pays is measured, not guessed: in a trial the caller
+ * runs TRIAL_WINDOWS windows of WINDOW_JOBS jobs, split and serial
+ * alternately (S P P S S P P S... so that a drift of the machine's load hits
+ * both alike), and sums each kind's job times. The faster kind runs the
+ * next STRETCH_MIN jobs, then the next trial; a trial that confirms the last
+ * decision doubles the stretch (up to STRETCH_MAX), one that overturns it
+ * resets it. Outside trials nothing is timed. */
+#define WINDOW_JOBS   128u
+#define TRIAL_WINDOWS 8u
+#define STRETCH_MIN   4096u
+#define STRETCH_MAX   131072u
 
 static long long now_ns(void) {
     struct timespec t;
@@ -30,98 +46,119 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-typedef struct poller {
-    unsigned spins;
-    long long t0, dt;
-} poller;
-
-/* One round of waiting; 0 once the caller should sleep instead. */
-static int poll_more(poller *w) {
-    if (w->dt > POLL_NS) sched_yield();
-    else cpu_relax();
-    if ((++w->spins & (w->dt > POLL_NS ? 15u : 255u)) == 0) {
-        long long t = now_ns();
-        if (!w->t0) w->t0 = t;
-        w->dt = t - w->t0;
-    }
-    return w->dt <= SLEEP_NS;
+static void futex_wait(atomic_uint *w, unsigned v) {
+    syscall(SYS_futex, (unsigned *)w, FUTEX_WAIT_PRIVATE, v, NULL, NULL, 0);
 }
+
+static void futex_wake(atomic_uint *w) {
+    syscall(SYS_futex, (unsigned *)w, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+/* Spin until *w != v or SPIN_NS pass; 1 if it changed. */
+static int spin_while(atomic_uint *w, unsigned v) {
+    long long t0 = 0;
+    for (unsigned i = 1;; i++) {
+        if (atomic_load_explicit(w, memory_order_acquire) != v) return 1;
+        cpu_relax();
+        if ((i & 63u) == 0) {
+            long long t = now_ns();
+            if (!t0) t0 = t;
+            else if (t - t0 > SPIN_NS) return 0;
+        }
+    }
+}
+
+/* The current job is one 64-bit word, so that claiming a part names the job
+ * it belongs to: job number (32 bits) | parts n (16) | next unclaimed part
+ * (16). A part is claimed by a compare-and-swap of the whole word; a thread
+ * that arrives after the job ended (or after a later one began) finds
+ * another job number or no part left and claims nothing. While a claimed
+ * part runs, its job cannot end, so fn and arg (written before the job's
+ * word) stay that job's. */
+#define JOB(gen, n, next) (((uint64_t)(gen) << 32) | ((uint64_t)(n) << 16) | (uint64_t)(next))
+#define JOB_N(c)    ((unsigned)((c) >> 16) & 0xffffu)
+#define JOB_NEXT(c) ((unsigned)(c) & 0xffffu)
 
 struct cpu_pool {
     int size;
     pthread_t *th;
-    pthread_mutex_t mu;
-    pthread_cond_t go, done;
-    atomic_uint gen;        /* job number; workers start a job when it changes */
-    atomic_int pending;     /* workers still running the current job */
-    int sleepers;           /* workers blocked on `go` (under mu) */
+    _Atomic uint64_t job;   /* see JOB */
+    atomic_uint gen;        /* job number; workers sleep on it (futex) */
+    atomic_uint left;       /* parts of the current job not finished; the caller sleeps on it */
+    atomic_int sleepers;    /* workers asleep on gen, or about to be */
+    atomic_int caller_asleep;
+    atomic_int stop;
     cpu_pool_fn fn;
     void *arg;
-    int n, stop;
+    /* the caller's alone: the trials (see WINDOW_JOBS) */
+    int split;                     /* the last trial's decision: split jobs (1) or not */
+    int trial;                     /* a trial is running */
+    unsigned window;               /* the trial's window, 0..TRIAL_WINDOWS-1 */
+    unsigned jobs;                 /* jobs in this window, or in this stretch */
+    unsigned stretch;              /* jobs between trials */
+    long long trial_ns[2];         /* the trial's job times: serial, split */
+    unsigned long long serial_stretches;
+    int no_judging;                /* cpu_pool_set_judging(p, 0): always split */
 };
 
-typedef struct worker_arg {
-    cpu_pool *p;
-    int index;
-} worker_arg;
+/* Claim and run parts of the job until none is left; whoever finishes the
+ * last part wakes a sleeping caller. */
+static void run_parts(cpu_pool *p) {
+    uint64_t c = atomic_load_explicit(&p->job, memory_order_acquire);
+    for (;;) {
+        unsigned n = JOB_N(c), i = JOB_NEXT(c);
+        if (i >= n) return;
+        if (!atomic_compare_exchange_weak_explicit(&p->job, &c, c + 1, memory_order_acq_rel,
+                                                   memory_order_acquire))
+            continue;
+        p->fn(p->arg, (int)i, (int)n);
+        if (atomic_fetch_sub(&p->left, 1) == 1 && atomic_load(&p->caller_asleep)) futex_wake(&p->left);
+        c = atomic_load_explicit(&p->job, memory_order_acquire);
+    }
+}
 
 static void *worker(void *a) {
-    worker_arg *wa = a;
-    cpu_pool *p = wa->p;
-    int me = wa->index;
-    free(wa);
+    cpu_pool *p = a;
     unsigned seen = 0;
     for (;;) {
-        unsigned g;
-        poller w = {0, 0, 0};
-        while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen && poll_more(&w)) {}
-        if (g == seen) {
-            pthread_mutex_lock(&p->mu);
-            while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen && !p->stop) {
-                p->sleepers++;
-                pthread_cond_wait(&p->go, &p->mu);
-                p->sleepers--;
-            }
-            int stop = p->stop;
-            pthread_mutex_unlock(&p->mu);
-            if (stop) return NULL;
+        if (!spin_while(&p->gen, seen)) {
+            /* Dekker with cpu_pool_run: either it sees us in sleepers and
+             * wakes us, or we see its new gen here (both seq_cst). */
+            atomic_fetch_add(&p->sleepers, 1);
+            if (atomic_load(&p->gen) == seen) futex_wait(&p->gen, seen);
+            atomic_fetch_sub(&p->sleepers, 1);
+            continue;
         }
-        seen = g;
-        if (p->stop) return NULL;   /* written before gen was bumped */
-        /* fn, arg, n were published before gen (release/acquire) */
-        if (me < p->n) p->fn(p->arg, me, p->n);
-        if (atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel) == 1) {
-            pthread_mutex_lock(&p->mu);
-            pthread_cond_signal(&p->done);
-            pthread_mutex_unlock(&p->mu);
-        }
+        if (atomic_load(&p->stop)) return NULL;
+        seen = atomic_load_explicit(&p->gen, memory_order_acquire);
+        run_parts(p);
     }
 }
 
 int cpu_pool_new(int threads, cpu_pool **out) {
     *out = NULL;
     if (threads < 1) threads = 1;
+    if (threads > 0xffff) threads = 0xffff;
     cpu_pool *p = calloc(1, sizeof *p);
     if (!p) return -ENOMEM;
-    p->size = threads;
-    pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->go, NULL);
-    pthread_cond_init(&p->done, NULL);
+    p->size = 1;
+    atomic_init(&p->job, 0);
     atomic_init(&p->gen, 0);
-    atomic_init(&p->pending, 0);
+    atomic_init(&p->left, 0);
+    atomic_init(&p->sleepers, 0);
+    atomic_init(&p->caller_asleep, 0);
+    atomic_init(&p->stop, 0);
+    p->split = 1;
+    p->trial = 1;
+    p->stretch = STRETCH_MIN;
     p->th = calloc((size_t)threads, sizeof *p->th);
     if (!p->th) { cpu_pool_free(p); return -ENOMEM; }
     for (int i = 1; i < threads; i++) {
-        worker_arg *wa = malloc(sizeof *wa);
-        if (!wa) { p->size = i; cpu_pool_free(p); return -ENOMEM; }
-        wa->p = p;
-        wa->index = i;
-        if (pthread_create(&p->th[i], NULL, worker, wa) != 0) {
-            free(wa);
-            p->size = i;
+        if (pthread_create(&p->th[i], NULL, worker, p) != 0) {
             cpu_pool_free(p);
             return -EAGAIN;
         }
+        p->size = i + 1;
     }
     *out = p;
     return 0;
@@ -129,42 +166,87 @@ int cpu_pool_new(int threads, cpu_pool **out) {
 
 void cpu_pool_free(cpu_pool *p) {
     if (!p) return;
-    pthread_mutex_lock(&p->mu);
-    p->stop = 1;
-    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
-    pthread_cond_broadcast(&p->go);
-    pthread_mutex_unlock(&p->mu);
-    for (int i = 1; i < p->size; i++)
-        if (p->th) pthread_join(p->th[i], NULL);
-    pthread_mutex_destroy(&p->mu);
-    pthread_cond_destroy(&p->go);
-    pthread_cond_destroy(&p->done);
+    atomic_store(&p->stop, 1);
+    atomic_fetch_add(&p->gen, 1);
+    futex_wake(&p->gen);
+    for (int i = 1; i < p->size; i++) pthread_join(p->th[i], NULL);
     free(p->th);
     free(p);
 }
 
 int cpu_pool_size(const cpu_pool *p) { return p->size; }
 
-void cpu_pool_run(cpu_pool *p, cpu_pool_fn fn, void *arg, int n) {
-    if (n <= 1 || p->size <= 1) {
-        for (int i = 0; i < (n < 1 ? 1 : n); i++) fn(arg, i, n < 1 ? 1 : n);
-        return;
-    }
-    if (n > p->size) n = p->size;
+/* The trial is over: the faster kind runs the next stretch. */
+static void decide(cpu_pool *p) {
+    int split = p->trial_ns[1] < p->trial_ns[0];
+    if (split == p->split) p->stretch = p->stretch < STRETCH_MAX ? p->stretch * 2 : STRETCH_MAX;
+    else p->stretch = STRETCH_MIN;
+    p->split = split;
+    if (!split) p->serial_stretches++;
+    p->trial = 0;
+    p->jobs = 0;
+}
+
+/* The job's parts on the workers and the caller. */
+static void run_split(cpu_pool *p, cpu_pool_fn fn, void *arg, int n) {
+    /* The previous job has ended (left reached 0), so no thread reads fn or
+     * arg now; a late worker claims nothing of the old word. */
     p->fn = fn;
     p->arg = arg;
-    p->n = n;
-    atomic_store_explicit(&p->pending, p->size - 1, memory_order_relaxed);
-    pthread_mutex_lock(&p->mu);
-    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
-    if (p->sleepers) pthread_cond_broadcast(&p->go);
-    pthread_mutex_unlock(&p->mu);
-    fn(arg, 0, n);
-    poller w = {0, 0, 0};
-    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0 && poll_more(&w)) {}
-    if (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) {
-        pthread_mutex_lock(&p->mu);
-        while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) pthread_cond_wait(&p->done, &p->mu);
-        pthread_mutex_unlock(&p->mu);
+    atomic_store_explicit(&p->left, (unsigned)n, memory_order_relaxed);
+    unsigned g = atomic_load_explicit(&p->gen, memory_order_relaxed) + 1;
+    atomic_store_explicit(&p->job, JOB(g, n, 0), memory_order_release);
+    atomic_store(&p->gen, g);
+    if (atomic_load(&p->sleepers)) futex_wake(&p->gen);
+    /* The caller claims parts too: a worker that is asleep, waking, or
+     * waiting for a core never holds the job up unless it already started a
+     * part. */
+    run_parts(p);
+    for (;;) {
+        unsigned left = atomic_load_explicit(&p->left, memory_order_acquire);
+        if (!left) return;
+        if (spin_while(&p->left, left)) continue;
+        atomic_store(&p->caller_asleep, 1);   /* Dekker with run_parts' last decrement */
+        while ((left = atomic_load(&p->left)) != 0) futex_wait(&p->left, left);
+        atomic_store(&p->caller_asleep, 0);
+        return;
     }
 }
+
+void cpu_pool_run(cpu_pool *p, cpu_pool_fn fn, void *arg, int n) {
+    if (n > p->size) n = p->size;
+    if (n <= 1) {
+        fn(arg, 0, 1);
+        return;
+    }
+    if (p->no_judging) {
+        run_split(p, fn, arg, n);
+        return;
+    }
+    if (!p->trial) {
+        if (p->split) run_split(p, fn, arg, n);
+        else
+            for (int i = 0; i < n; i++) fn(arg, i, n);
+        if (++p->jobs >= p->stretch) {
+            p->trial = 1;
+            p->window = p->jobs = 0;
+            p->trial_ns[0] = p->trial_ns[1] = 0;
+        }
+        return;
+    }
+    unsigned w = p->window;
+    int split = ((w ^ (w >> 1)) & 1) != 0;   /* S P P S S P P S */
+    long long t0 = now_ns();
+    if (split) run_split(p, fn, arg, n);
+    else
+        for (int i = 0; i < n; i++) fn(arg, i, n);
+    p->trial_ns[split] += now_ns() - t0;
+    if (++p->jobs == WINDOW_JOBS) {
+        p->jobs = 0;
+        if (++p->window == TRIAL_WINDOWS) decide(p);
+    }
+}
+
+void cpu_pool_set_judging(cpu_pool *p, int on) { p->no_judging = !on; }
+
+unsigned long long cpu_pool_serial_stretches(const cpu_pool *p) { return p->serial_stretches; }

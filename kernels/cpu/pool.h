@@ -1,10 +1,15 @@
 /* kernels/cpu/pool.h — a small fork-join thread pool for the CPU backend.
  *
- * cpu_pool_run(p, fn, arg, n) runs fn(arg, i, n) for every part i < n, part 0
- * on the calling thread and the others on the pool's workers, and returns
- * when all are done. Waiting threads poll, then poll yielding the CPU, then
- * sleep on a condition variable (see pool.c for the timings). One caller at a
- * time. */
+ * cpu_pool_run(p, fn, arg, n) runs fn(arg, i, n) once for every part i < n
+ * and returns when all are done. The caller and the workers claim parts from
+ * the job as they come: a worker that is asleep, or waiting for a core that
+ * other work holds, never delays a job unless it already started a part.
+ * Waiting threads spin briefly, then sleep on a futex (see pool.c for the
+ * timings), so an idle pool uses no CPU. The pool also measures, in short
+ * trials that alternate split and serial jobs, whether splitting is faster;
+ * where it is not (the cores are shared with other work), jobs run on the
+ * caller alone until the next trial. Which thread runs a part never changes
+ * what the part computes. One caller at a time. */
 #ifndef LIND_KERNELS_CPU_POOL_H
 #define LIND_KERNELS_CPU_POOL_H
 
@@ -16,7 +21,13 @@ typedef void (*cpu_pool_fn)(void *arg, int part, int nparts);
 int  cpu_pool_new(int threads, cpu_pool **out);
 void cpu_pool_free(cpu_pool *p);   /* joins the workers; NULL is a no-op */
 int  cpu_pool_size(const cpu_pool *p);
-/* n ≤ cpu_pool_size(p); n ≤ 1 runs fn inline. */
+/* n is clipped to cpu_pool_size(p); n ≤ 1 runs fn inline. */
 void cpu_pool_run(cpu_pool *p, cpu_pool_fn fn, void *arg, int n);
+/* How many trials have found serial jobs faster than split ones, so that
+ * the stretch after them ran on the caller alone (the caller's thread only). */
+unsigned long long cpu_pool_serial_stretches(const cpu_pool *p);
+/* on 0: split every job whatever it costs (tests that need the workers to
+ * run parts at the same time); 1, the default: trials decide. */
+void cpu_pool_set_judging(cpu_pool *p, int on);
 
 #endif

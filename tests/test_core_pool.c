@@ -1,0 +1,149 @@
+/* tests/test_core_pool.c — the CPU backend's fork-join pool (kernels/cpu/pool.h):
+ *   - every part of every job runs exactly once, with the job's own arg and
+ *     part count, over many jobs of every size on pools of 2, 3 and 4
+ *     threads (n above the pool's size is clipped to it);
+ *   - workers asleep on the futex (jobs 1 ms apart, longer than their spin)
+ *     wake and take parts: each job's parts wait, bounded, until all of them
+ *     have started, which only workers running them concurrently can do;
+ *   - when parts run slowly on the workers and at once on the caller (a
+ *     worker that has no core to run on), a trial finds serial jobs faster
+ *     and the pool runs jobs on the caller (cpu_pool_serial_stretches
+ *     counts it), every part still exactly once. */
+/* (The wake-up case turns the judging off: on a busy machine a late worker
+ * makes splitting lose, and a serial stretch would leave the parts waiting
+ * for each other.) */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kernels/cpu/pool.h"
+#include "tests/check.h"
+
+#define MAXP 8
+
+typedef struct job {
+    int id, n;
+    atomic_int runs[MAXP];
+    atomic_int bad_n, bad_part;
+} job;
+
+static void count_part(void *arg, int part, int nparts) {
+    job *j = arg;
+    if (nparts != j->n) atomic_fetch_add(&j->bad_n, 1);
+    if (part < 0 || part >= MAXP) { atomic_fetch_add(&j->bad_part, 1); return; }
+    atomic_fetch_add(&j->runs[part], 1);
+}
+
+static void every_part_once(void) {
+    for (int threads = 2; threads <= 4; threads++) {
+        cpu_pool *p;
+        CHECK(cpu_pool_new(threads, &p) == 0, "cpu_pool_new(%d)", threads);
+        if (!p) return;
+        CHECK(cpu_pool_size(p) == threads, "size %d, want %d", cpu_pool_size(p), threads);
+        int bad = 0;
+        for (int k = 0; k < 30000 && !bad; k++) {
+            job j;
+            memset(&j, 0, sizeof j);
+            int asked = 1 + k % (threads + 2);
+            j.id = k;
+            j.n = asked > threads ? threads : asked;
+            cpu_pool_run(p, count_part, &j, asked);
+            for (int i = 0; i < MAXP; i++) {
+                int want = i < j.n ? 1 : 0, got = atomic_load(&j.runs[i]);
+                if (got != want) {
+                    CHECK(0, "%d threads, job %d of %d parts: part %d ran %d times", threads, k, j.n, i, got);
+                    bad = 1;
+                }
+            }
+            if (atomic_load(&j.bad_n) || atomic_load(&j.bad_part)) {
+                CHECK(0, "%d threads, job %d: a part saw the wrong part count or index", threads, k);
+                bad = 1;
+            }
+        }
+        cpu_pool_free(p);
+    }
+}
+
+typedef struct meet {
+    int n;
+    atomic_int started, gave_up;
+    pthread_t who[MAXP];
+} meet;
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Waits until every part has started: only concurrent threads get past it.
+ * Bounded (10 s) so a broken pool fails the case instead of hanging. */
+static void meet_part(void *arg, int part, int nparts) {
+    meet *m = arg;
+    (void)nparts;
+    m->who[part] = pthread_self();
+    atomic_fetch_add(&m->started, 1);
+    double t0 = now_s();
+    while (atomic_load(&m->started) < m->n)
+        if (now_s() - t0 > 10.0) { atomic_fetch_add(&m->gave_up, 1); return; }
+}
+
+static void sleeping_workers_wake(void) {
+    cpu_pool *p;
+    CHECK(cpu_pool_new(3, &p) == 0, "cpu_pool_new");
+    if (!p) return;
+    cpu_pool_set_judging(p, 0);   /* on a busy machine the pool could rightly decide to run serially */
+    for (int k = 0; k < 200; k++) {
+        usleep(1000);   /* longer than the workers spin: they are asleep */
+        meet m;
+        memset(&m, 0, sizeof m);
+        m.n = 3;
+        cpu_pool_run(p, meet_part, &m, 3);
+        if (atomic_load(&m.gave_up)) {
+            CHECK(0, "job %d: its parts never ran concurrently (%d of 3 started; %llu serial stretches)", k,
+                  atomic_load(&m.started), cpu_pool_serial_stretches(p));
+            break;
+        }
+        CHECK(!pthread_equal(m.who[0], m.who[1]) && !pthread_equal(m.who[1], m.who[2]) &&
+              !pthread_equal(m.who[0], m.who[2]), "job %d: one thread ran two parts", k);
+    }
+    cpu_pool_free(p);
+}
+
+/* A part takes 300 us on a worker and nothing on the caller. */
+static pthread_t caller;
+static void lopsided_part(void *arg, int part, int nparts) {
+    job *j = arg;
+    if (nparts != j->n) atomic_fetch_add(&j->bad_n, 1);
+    if (!pthread_equal(pthread_self(), caller)) usleep(300);
+    atomic_fetch_add(&j->runs[part], 1);
+}
+
+static void slow_workers_fall_back(void) {
+    cpu_pool *p;
+    CHECK(cpu_pool_new(2, &p) == 0, "cpu_pool_new");
+    if (!p) return;
+    CHECK(cpu_pool_serial_stretches(p) == 0, "a fresh pool is already serial");
+    caller = pthread_self();
+    for (int k = 0; k < 2000; k++) {
+        job j;
+        memset(&j, 0, sizeof j);
+        j.n = 2;
+        cpu_pool_run(p, lopsided_part, &j, 2);
+        CHECK(atomic_load(&j.runs[0]) == 1 && atomic_load(&j.runs[1]) == 1 && !atomic_load(&j.bad_n),
+              "job %d: parts ran %d and %d times", k, atomic_load(&j.runs[0]), atomic_load(&j.runs[1]));
+    }
+    CHECK(cpu_pool_serial_stretches(p) > 0, "2000 jobs whose parts take 300 us on a worker and nothing on "
+          "the caller: the pool never ran serially");
+    cpu_pool_free(p);
+}
+
+int main(void) {
+    RUN(every_part_once);
+    RUN(sleeping_workers_wake);
+    RUN(slow_workers_fall_back);
+    return check_exit();
+}
