@@ -17,8 +17,13 @@
  * that a big model fits (e.g. a 7B shape: --d 4096 --layers 32 --ffn 16384
  * --vocab 65536 --file-bf16 --load-only).
  *
+ * --b1-formats: batch 1 only, for every weight format (f32, bf16, q8, q4)
+ * loaded side by side and measured in interleaved rounds (the order rotating
+ * each round), each round held to the read bandwidth of its moment: the
+ * formats' ms/token and their weight-byte floors from the same windows.
+ *
  *   usage: rwkv_bench [--quick] [--dir DIR] [--d D --layers L --ffn F --vocab V]
- *                     [--file-bf16] [--load-only] */
+ *                     [--file-bf16] [--load-only | --b1-formats] */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -304,10 +309,79 @@ static void load_only(const char *dir, shape s) {
     model_free(m);
 }
 
+static int cmp_dbl(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* --b1-formats: the formats side by side, rounds interleaved. */
+#define NFMT 4
+static void b1_formats(const char *dir, int quick) {
+    static const lind_dtype dts[NFMT] = {LIND_DT_F32, LIND_DT_BF16, LIND_DT_Q8, LIND_DT_Q4};
+    model *m[NFMT];
+    size_t wb[NFMT];
+    bench_probe *probe[NFMT];
+    float *logits = NULL;
+    int slot = 0, rounds = quick ? 3 : 21, tokens = 8;
+    int32_t toks[64];
+    for (int i = 0; i < 64; i++) toks[i] = (int32_t)((i * 7919 + 13) % 50000);
+    for (int f = 0; f < NFMT; f++) {
+        model_opts o = {.backend = "cpu", .weights = dts[f], .compute = LIND_COMPUTE_F32, .be = &bench_be};
+        char err[512];
+        if (model_load_opts(dir, &o, &m[f], err, sizeof err) < 0) die("model_load", err);
+        model_costs(m[f], NULL, NULL, &wb[f]);
+        if (!logits && !(logits = malloc((size_t)model_vocab(m[f]) * sizeof *logits))) die("bench", "out of memory");
+        if (model_slots_reserve(m[f], 1) < 0 || model_slot_reset(m[f], 0) < 0) die("bench", "slots");
+        for (int i = 0; i < 4; i++) model_step(m[f], &slot, &toks[i], 1, logits);
+        if (!(probe[f] = bench_probe_new(wb[f]))) die("read probe", "out of memory");
+    }
+    /* per format and round: (ms / floor, ms, floor) */
+    double (*pr)[NFMT][3] = calloc((size_t)rounds, sizeof *pr);
+    if (!pr) die("bench", "out of memory");
+    for (int rep = 0; rep < rounds; rep++)
+        for (int i = 0; i < NFMT; i++) {
+            int f = (i + rep) % NFMT;
+            double g = bench_probe_gbs(probe[f]);
+            double t0 = bench_now();
+            for (int k = 0; k < tokens; k++)
+                if (model_step(m[f], &slot, &toks[(rep * tokens + k) % 64], 1, logits) < 0) die("step", "failed");
+            double ms = (bench_now() - t0) * 1e3 / tokens, floor = (double)wb[f] / (g * 1e9) * 1e3;
+            pr[rep][f][0] = ms / floor;
+            pr[rep][f][1] = ms;
+            pr[rep][f][2] = floor;
+        }
+    printf("Batch 1, the formats interleaved: %d rounds of %d tokens per format (the order rotating), each right "
+           "after one read of a buffer the size of that format's weight bytes (bench_probe); medians over the "
+           "rounds, and the ratio's range.\n\n", rounds, tokens);
+    printf("| weights | matrix bytes (MB) | floor (ms/token, median) | batch 1 (ms/token, median) | ms range | "
+           "batch 1 / floor (median) | ratio range | streamed GB/s (median) |\n|---|---|---|---|---|---|---|---|\n");
+    for (int f = 0; f < NFMT; f++) {
+        double r[64], ms[64], fl[64];
+        for (int rep = 0; rep < rounds; rep++) {
+            r[rep] = pr[rep][f][0];
+            ms[rep] = pr[rep][f][1];
+            fl[rep] = pr[rep][f][2];
+        }
+        qsort(r, (size_t)rounds, sizeof r[0], cmp_dbl);
+        qsort(ms, (size_t)rounds, sizeof ms[0], cmp_dbl);
+        qsort(fl, (size_t)rounds, sizeof fl[0], cmp_dbl);
+        printf("| %s | %.1f | %.2f | %.2f | %.2f–%.2f | %.2fx | %.2f–%.2fx | %.1f |\n", lind_dtype_name(dts[f]),
+               (double)wb[f] / 1e6, fl[rounds / 2], ms[rounds / 2], ms[0], ms[rounds - 1], r[rounds / 2], r[0],
+               r[rounds - 1], (double)wb[f] / (ms[rounds / 2] * 1e6));
+    }
+    printf("\n");
+    for (int f = 0; f < NFMT; f++) {
+        bench_probe_free(probe[f]);
+        model_free(m[f]);
+    }
+    free(pr);
+    free(logits);
+}
+
 int main(int argc, char **argv) {
     shape s = {768, 12, 3072, 50277};
     const char *q = getenv("BENCH_QUICK");   /* make bench's smoke mode */
-    int quick = q && *q && strcmp(q, "0"), only_load = 0;
+    int quick = q && *q && strcmp(q, "0"), only_load = 0, only_b1 = 0;
     {
         char eerr[256];
         if (backend_opts_from_env(&bench_be, eerr, sizeof eerr) < 0) die("environment", eerr);
@@ -317,6 +391,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--quick")) { quick = 1; continue; }
         if (!strcmp(argv[i], "--file-bf16")) { file_bf16 = 1; continue; }
         if (!strcmp(argv[i], "--load-only")) { only_load = 1; continue; }
+        if (!strcmp(argv[i], "--b1-formats")) { only_b1 = 1; continue; }
         if (i + 1 >= argc) die(argv[i], "needs a value");
         const char *v = argv[++i];
         if (!strcmp(argv[i - 1], "--dir")) dir = v;
@@ -338,8 +413,9 @@ int main(int argc, char **argv) {
            "emb_norm, rescale_every 6).\n\n", s.d, s.layers, s.ffn, s.vocab);
     fflush(stdout);
     write_model(dir, s);
-    if (only_load) {
-        load_only(dir, s);
+    if (only_load || only_b1) {
+        if (only_load) load_only(dir, s);
+        else b1_formats(dir, quick);
         if (dir == tmp) {
             char cmd[400];
             snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -111,6 +111,27 @@ static void quant_values(void) {
                   k, x[r * 70 + k], xd[r * 70 + k]);
         }
     free(xq);
+    /* every path quantizes activations to the same bytes: random rows, a
+     * NaN, an ∞, a block below 1e-30, a partial last block, exact halves */
+    if (cpu_quant_supported(CPU_QUANT_VNNI)) {
+        int K = 101, B = 6;
+        float *xr = malloc(sizeof(float) * B * K);
+        for (int i = 0; i < B * K; i++) xr[i] = frand(&s) * ldexpf(1.0f, i % 13 - 4);
+        xr[K + 3] = NAN;
+        xr[2 * K + 40] = INFINITY;
+        for (int k = 64; k < 96; k++) xr[3 * K + k] = 1e-31f;
+        for (int k = 0; k < 32; k++) xr[4 * K + k] = (float)(k - 16) * 0.5f;   /* ties at 127/8 steps */
+        size_t ab = cpu_quant_act_bytes(K);
+        unsigned char *qa = aligned_alloc(64, B * ab), *qb = aligned_alloc(64, B * ab);
+        memset(qa, 0xA5, B * ab);
+        memset(qb, 0xA5, B * ab);
+        cpu_quant_act_isa(CPU_QUANT_C, xr, K, B, K, qa);
+        cpu_quant_act_isa(CPU_QUANT_VNNI, xr, K, B, K, qb);
+        CHECK(!memcmp(qa, qb, B * ab), "AVX-512 and C activation quantization differ");
+        free(qa);
+        free(qb);
+        free(xr);
+    }
     free(W);
     free(D);
 }

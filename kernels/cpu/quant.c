@@ -227,44 +227,88 @@ static int32_t *act_sums(const void *xq, size_t row, int K) {
     return (int32_t *)(act_scales(xq, row, K) + nblocks(K));
 }
 
-void cpu_quant_act(const float *x, int ldx, int B, int K, void *xq) {
+/* One block the portable way (also the AVX-512 version's fallback for a
+ * block holding a NaN or ±inf). */
+static void act_block(const float *v, int len, int8_t *qb, float *s, int32_t *sum) {
+    float amax = 0.0f;
+    int bad = 0;
+    for (int i = 0; i < len; i++) {
+        if (!isfinite(v[i])) bad = 1;
+        amax = fabsf(v[i]) > amax ? fabsf(v[i]) : amax;
+    }
+    memset(qb, 0, QB);
+    *sum = 0;
+    if (bad) {
+        *s = NAN;
+        return;
+    }
+    if (amax < 1e-30f) {
+        *s = 0.0f;
+        return;
+    }
+    float inv = 127.0f / amax;
+    int acc = 0;
+    *s = amax / 127.0f;
+    for (int i = 0; i < len; i++) {
+        int c = qclamp(lrintf(v[i] * inv), -127, 127);
+        qb[i] = (int8_t)c;
+        acc += c;
+    }
+    *sum = acc;
+}
+
+/* The same values with AVX-512: |x|·inv rounded by vcvtps2dq in the
+ * default (nearest-even) mode, as lrintf rounds. */
+TGTVNNI static void act_row_avx512(const float *x, int K, int8_t *q, float *s, int32_t *sum) {
     int nb = nblocks(K);
-    for (int r = 0; r < B; r++) {
-        const float *xr = x + (size_t)r * ldx;
-        int8_t *q = act_codes(xq, (size_t)r, K);
-        float *s = act_scales(xq, (size_t)r, K);
-        int32_t *sum = act_sums(xq, (size_t)r, K);
+    for (int b = 0; b < nb; b++) {
+        int len = K - b * QB < QB ? K - b * QB : QB;
+        const float *v = x + (size_t)b * QB;
+        __mmask16 m0 = len >= 16 ? 0xFFFF : (__mmask16)((1u << len) - 1);
+        __mmask16 m1 = len >= 32 ? 0xFFFF : len > 16 ? (__mmask16)((1u << (len - 16)) - 1) : 0;
+        __m512 v0 = _mm512_maskz_loadu_ps(m0, v), v1 = _mm512_maskz_loadu_ps(m1, v + 16);
+        __m512 a0 = _mm512_abs_ps(v0), a1 = _mm512_abs_ps(v1), big = _mm512_set1_ps(3.40282347e38f);
+        if (_mm512_cmp_ps_mask(a0, big, _CMP_NLE_UQ) | _mm512_cmp_ps_mask(a1, big, _CMP_NLE_UQ)) {
+            act_block(v, len, q + (size_t)b * QB, &s[b], &sum[b]);
+            continue;
+        }
+        float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
+        if (amax < 1e-30f) {
+            memset(q + (size_t)b * QB, 0, QB);
+            s[b] = 0.0f;
+            sum[b] = 0;
+            continue;
+        }
+        float inv = 127.0f / amax;
+        s[b] = amax / 127.0f;
+        __m512 iv = _mm512_set1_ps(inv);
+        __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+        __m512i c0 = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v0, iv)), lo), hi);
+        __m512i c1 = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v1, iv)), lo), hi);
+        _mm_storeu_si128((__m128i *)(q + (size_t)b * QB), _mm512_cvtepi32_epi8(c0));
+        _mm_storeu_si128((__m128i *)(q + (size_t)b * QB + 16), _mm512_cvtepi32_epi8(c1));
+        sum[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(c0, c1));
+    }
+}
+
+void cpu_quant_act(const float *x, int ldx, int B, int K, void *xq) {
+    cpu_quant_act_isa(cpu_quant_detect(), x, ldx, B, K, xq);
+}
+
+void cpu_quant_act_isa(cpu_quant_isa isa, const float *x, int ldx, int B, int K, void *xq) {
+    int nb = nblocks(K);
+    if (isa == CPU_QUANT_VNNI) {
+        for (int r = 0; r < B; r++)
+            act_row_avx512(x + (size_t)r * ldx, K, act_codes(xq, (size_t)r, K), act_scales(xq, (size_t)r, K),
+                           act_sums(xq, (size_t)r, K));
+        return;
+    }
+    for (int r = 0; r < B; r++)
         for (int b = 0; b < nb; b++) {
             int len = K - b * QB < QB ? K - b * QB : QB;
-            const float *v = xr + (size_t)b * QB;
-            float amax = 0.0f;
-            int bad = 0;
-            for (int i = 0; i < len; i++) {
-                if (!isfinite(v[i])) bad = 1;
-                amax = fabsf(v[i]) > amax ? fabsf(v[i]) : amax;
-            }
-            int8_t *qb = q + (size_t)b * QB;
-            memset(qb, 0, QB);
-            sum[b] = 0;
-            if (bad) {
-                s[b] = NAN;
-                continue;
-            }
-            if (amax < 1e-30f) {
-                s[b] = 0.0f;
-                continue;
-            }
-            float inv = 127.0f / amax;
-            int acc = 0;
-            s[b] = amax / 127.0f;
-            for (int i = 0; i < len; i++) {
-                int c = qclamp(lrintf(v[i] * inv), -127, 127);
-                qb[i] = (int8_t)c;
-                acc += c;
-            }
-            sum[b] = acc;
+            act_block(x + (size_t)r * ldx + (size_t)b * QB, len, act_codes(xq, (size_t)r, K) + (size_t)b * QB,
+                      &act_scales(xq, (size_t)r, K)[b], &act_sums(xq, (size_t)r, K)[b]);
         }
-    }
 }
 
 void cpu_quant_act_values(const void *xq, int B, int K, float *x) {
@@ -397,11 +441,70 @@ TGTVNNI INLINE void vnni_tile(cpu_quant_type t, const void *xq, const uint8_t *W
     }
 }
 
+/* One row, G1_VNNI panels: each panel's block dot split over two integer
+ * accumulators (even and odd quads; integer sums, so the split changes
+ * nothing) for eight independent chains, and nothing kept in memory. */
+TGTVNNI INLINE void vnni_row1(cpu_quant_type t, const void *xq, const uint8_t *Wp, size_t pb, const float *bias,
+                              float *y, int p, int N, int K, int flags) {
+    int nb = nblocks(K);
+    size_t wb = wblock(t);
+    const int8_t *xc = act_codes(xq, 0, K);
+    const float *xs = act_scales(xq, 0, K);
+    const int32_t *xsum = act_sums(xq, 0, K);
+    const uint8_t *P = Wp + (size_t)p * pb;
+    __m512 f0 = _mm512_setzero_ps(), f1 = f0, f2 = f0, f3 = f0;
+    for (int b = 0; b < nb; b++) {
+        __m512i st = _mm512_set1_epi32(int_start(t, xsum[b])), z = _mm512_setzero_si512();
+        __m512i a0 = st, a1 = st, a2 = st, a3 = st, b0 = z, b1 = z, b2 = z, b3 = z;
+        const uint8_t *blk = P + (size_t)b * wb;
+        const int8_t *xb = xc + (size_t)b * QB;
+        UNROLL for (int q = 0; q < 8; q += 2) {
+            int32_t u, v;
+            memcpy(&u, xb + q * 4, 4);
+            memcpy(&v, xb + q * 4 + 4, 4);
+            __m512i xu = _mm512_set1_epi32(u), xv = _mm512_set1_epi32(v);
+            a0 = _mm512_dpbusd_epi32(a0, vnni_w(t, blk, q), xu);
+            a1 = _mm512_dpbusd_epi32(a1, vnni_w(t, blk + pb, q), xu);
+            a2 = _mm512_dpbusd_epi32(a2, vnni_w(t, blk + 2 * pb, q), xu);
+            a3 = _mm512_dpbusd_epi32(a3, vnni_w(t, blk + 3 * pb, q), xu);
+            b0 = _mm512_dpbusd_epi32(b0, vnni_w(t, blk, q + 1), xv);
+            b1 = _mm512_dpbusd_epi32(b1, vnni_w(t, blk + pb, q + 1), xv);
+            b2 = _mm512_dpbusd_epi32(b2, vnni_w(t, blk + 2 * pb, q + 1), xv);
+            b3 = _mm512_dpbusd_epi32(b3, vnni_w(t, blk + 3 * pb, q + 1), xv);
+        }
+        __m512 s = _mm512_set1_ps(xs[b]);
+        const uint16_t *sc = (const uint16_t *)(P + (size_t)nb * wb) + (size_t)b * NR;
+#define VNNI_FOLD(f, a, bb, g)                                                                                     \
+    do {                                                                                                          \
+        const uint16_t *sg = sc + (size_t)(g) * (pb / 2);                                                         \
+        __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)sg));                                       \
+        f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a, bb)), _mm512_mul_ps(d, s), f);                 \
+        if (t == CPU_QUANT_Q4M)                                                                                   \
+            f = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(sg + (size_t)nb * NR))),       \
+                                _mm512_set1_ps(xs[b] * (float)xsum[b]), f);                                       \
+    } while (0)
+        VNNI_FOLD(f0, a0, b0, 0);
+        VNNI_FOLD(f1, a1, b1, 1);
+        VNNI_FOLD(f2, a2, b2, 2);
+        VNNI_FOLD(f3, a3, b3, 3);
+#undef VNNI_FOLD
+    }
+    float o[4][NR];
+    _mm512_storeu_ps(o[0], f0);
+    _mm512_storeu_ps(o[1], f1);
+    _mm512_storeu_ps(o[2], f2);
+    _mm512_storeu_ps(o[3], f3);
+    for (int g = 0; g < 4; g++) {
+        int n0 = (p + g) * NR, cols = N - n0 < NR ? N - n0 : NR;
+        store_row(o[g], y + n0, bias ? bias + n0 : NULL, cols, flags);
+    }
+}
+
 #define VNNI_TILE(T)                                                                                             \
     TGTVNNI static void vnni_rows_##T(const void *xq, const uint8_t *Wp, size_t pb, const float *bias, float *y, \
                                       int ldy, int r0, int mr, int p, int g, int N, int K, int flags) {          \
         if (g == G1_VNNI) {                                                                                      \
-            vnni_tile(T, xq, Wp, pb, bias, y, ldy, r0, 1, p, G1_VNNI, N, K, flags);                              \
+            vnni_row1(T, xq, Wp, pb, bias, y, p, N, K, flags);                                                   \
             return;                                                                                              \
         }                                                                                                        \
         switch (mr) {                                                                                            \
@@ -584,7 +687,7 @@ typedef struct qjob {
 static void act_part(void *arg, int part, int nparts) {
     qjob *j = arg;
     int lo = (int)((long)j->B * part / nparts), hi = (int)((long)j->B * (part + 1) / nparts);
-    cpu_quant_act(j->x + (size_t)lo * j->ldx, j->ldx, hi - lo, j->K,
+    cpu_quant_act_isa(j->isa, j->x + (size_t)lo * j->ldx, j->ldx, hi - lo, j->K,
                   (uint8_t *)j->xq + (size_t)lo * cpu_quant_act_bytes(j->K));
 }
 

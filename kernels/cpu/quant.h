@@ -82,6 +82,9 @@ size_t cpu_quant_act_bytes(int K);
  * (its outputs are NaN, which the model's residual check reports); a block
  * whose max|x| is below 1e-30 is zero. */
 void cpu_quant_act(const float *x, int ldx, int B, int K, void *xq);
+/* The same with isa's code (VNNI: AVX-512; the others portable C): the
+ * same bytes whichever (tests compare them). */
+void cpu_quant_act_isa(cpu_quant_isa isa, const float *x, int ldx, int B, int K, void *xq);
 /* The values quantized activations stand for (tests): x [B × K]. */
 void cpu_quant_act_values(const void *xq, int B, int K, float *x);
 
