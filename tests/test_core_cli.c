@@ -56,8 +56,14 @@ static void info_reports_model(void) {
     model_free(m);
     rc = run(out, sizeof out, "%s info --model %s --backend cpu --dtype bf16", lind, mdir);
     CHECK(rc == 0 && strstr(out, "weights:      bf16"), "--dtype bf16: exit %d:\n%s", rc, out);
+    rc = run(out, sizeof out, "%s info --model %s --backend cpu --dtype q8", lind, mdir);
+    CHECK(rc == 0 && strstr(out, "weights:      q8"), "--dtype q8: exit %d:\n%s", rc, out);
+    rc = run(out, sizeof out, "%s info --model %s --backend cpu --dtype q4", lind, mdir);
+    CHECK(rc == 0 && strstr(out, "weights:      q4"), "--dtype q4: exit %d:\n%s", rc, out);
+    rc = run(out, sizeof out, "%s info --model %s --backend harness --dtype q4", lind, mdir);
+    CHECK(rc != 0 && strstr(out, "no q4 weights"), "--dtype q4 on the harness: exit %d:\n%s", rc, out);
     rc = run(out, sizeof out, "%s info --model %s --dtype f8", lind, mdir);
-    CHECK(rc == 2 && strstr(out, "--dtype wants f32, bf16 or f16"), "--dtype f8: exit %d: %s", rc, out);
+    CHECK(rc == 2 && strstr(out, "--dtype wants f32, bf16, f16, q8 or q4"), "--dtype f8: exit %d: %s", rc, out);
     rc = run(out, sizeof out, "%s info --model %s --compute f8", lind, mdir);
     CHECK(rc == 2 && strstr(out, "--compute wants f32 or bf16"), "--compute f8: exit %d: %s", rc, out);
     /* bf16 compute: bf16 weights and another fingerprint, or refused with a reason */

@@ -22,7 +22,8 @@
  * the wrong shape, a config.json without hidden_size. And bf16 compute
  * (model_opts.compute, AVX512_BF16 only): accuracy bound, batch invariance
  * (prefill bit-identical to stepping within the mode), fingerprint,
- * refusals.
+ * refusals. And quantized weights (--dtype q8 / q4): accuracy bound,
+ * prefill bit-identical to stepping within the format, fingerprint.
  * LIND_RWKV4_FIXTURES overrides the fixture directory. */
 #include "tests/check.h"
 #include "kernels/backend.h"
@@ -378,6 +379,44 @@ static void dot_fixture(const fixture *f) {
     model_free(w);
 }
 
+/* ---- quantized weights (--dtype q8 / q4) ---------------------------------
+ * Per fixture and format: the logits against the float64 reference (worst
+ * and mean row error, docs/NUMERICS.md's table), prefill in chunks and mixed
+ * sessions bit-identical to the step path within the format, and a
+ * fingerprint of its own. */
+#define Q8_TOL 0.05   /* measured worst 0.0221 (b_sharded; means 0.011–0.012): 2.3x */
+#define Q4_TOL 0.5    /* measured worst 0.219 (b_sharded; means 0.122–0.131): 2.3x */
+
+static void quant_fixture(const fixture *f, lind_dtype dt) {
+    if (!f->ok) { CHECK(0, "%s: fixture files missing", f->name); return; }
+    model *m = load(f->model_dir, dt), *w = load(f->model_dir, LIND_DT_F32);
+    if (m && w) {
+        CHECK(model_weights_dtype(m) == dt, "%s: weights %s", f->name, lind_dtype_name(model_weights_dtype(m)));
+        CHECK(model_fingerprint(m) != model_fingerprint(w), "%s: %s has f32's fingerprint", f->name,
+              lind_dtype_name(dt));
+        float *st = run_steps(m, f);
+        if (st) {
+            int at;
+            double e = worst_err(st, f->ref, f->vocab, &at), mean = 0;
+            for (int t = 0; t < POS; t++)
+                mean += row_err(st + (size_t)t * f->vocab, f->ref + (size_t)t * f->vocab, f->vocab) / POS;
+            printf("NOTE rwkv4 %s, %s weights: worst relative error vs the float64 reference %.3g (position %d), "
+                   "mean over positions %.3g\n", f->name, lind_dtype_name(dt), e, at, mean);
+            double tol = dt == LIND_DT_Q8 ? Q8_TOL : Q4_TOL;
+            CHECK(e <= tol, "%s: %s: relative error %.3g at position %d > %g", f->name, lind_dtype_name(dt), e, at, tol);
+            static const int chunks[] = {1, 7, 64, 512};
+            for (int i = 0; i < 4; i++) check_chunks(m, f, st, chunks[i]);
+            check_sessions(m, f, st);
+        }
+        free(st);
+    }
+    model_free(m);
+    model_free(w);
+}
+
+static void rwkv4_q8(void) { for (int i = 0; i < NFX; i++) quant_fixture(&fx[i], LIND_DT_Q8); }
+static void rwkv4_q4(void) { for (int i = 0; i < NFX; i++) quant_fixture(&fx[i], LIND_DT_Q4); }
+
 /* A state saved by a bf16-compute model is refused by the same weights
  * with fp32 compute (and the other way round), naming the fingerprints. */
 static void dot_state_refused(void) {
@@ -682,6 +721,8 @@ int main(void) {
     RUN(rwkv4_c_bf16);
     RUN(rwkv4_bf16_weights_accuracy);
     RUN(rwkv4_c_bf16_as_f32);
+    RUN(rwkv4_q8);
+    RUN(rwkv4_q4);
     if (cpu_gemm_dot_supported() && cpu_gemm_detect() == CPU_GEMM_AVX512) {
         RUN(rwkv4_dot_a_f32);
         RUN(rwkv4_dot_b_sharded);
