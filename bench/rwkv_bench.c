@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bench/benchutil.h"
@@ -309,6 +310,13 @@ static void load_only(const char *dir, shape s) {
     model_free(m);
 }
 
+/* CPU seconds of the whole process (every thread of the pool). */
+static double cpu_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
 static int cmp_dbl(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -335,29 +343,33 @@ static void b1_formats(const char *dir, int quick) {
         for (int i = 0; i < 4; i++) model_step(m[f], &slot, &toks[i], 1, logits);
         if (!(probe[f] = bench_probe_new(wb[f]))) die("read probe", "out of memory");
     }
-    /* per format and round: (ms / floor, ms, floor) */
-    double (*pr)[NFMT][3] = calloc((size_t)rounds, sizeof *pr);
+    /* per format and round: (ms / floor, ms, floor, CPU ms) */
+    double (*pr)[NFMT][4] = calloc((size_t)rounds, sizeof *pr);
     if (!pr) die("bench", "out of memory");
     for (int rep = 0; rep < rounds; rep++)
         for (int i = 0; i < NFMT; i++) {
             int f = (i + rep) % NFMT;
             double g = bench_probe_gbs(probe[f]);
-            double t0 = bench_now();
+            double t0 = bench_now(), c0 = cpu_now();
             for (int k = 0; k < tokens; k++)
                 if (model_step(m[f], &slot, &toks[(rep * tokens + k) % 64], 1, logits) < 0) die("step", "failed");
             double ms = (bench_now() - t0) * 1e3 / tokens, floor = (double)wb[f] / (g * 1e9) * 1e3;
+            pr[rep][f][3] = (cpu_now() - c0) * 1e3 / tokens;
             pr[rep][f][0] = ms / floor;
             pr[rep][f][1] = ms;
             pr[rep][f][2] = floor;
         }
     printf("Batch 1, the formats interleaved: %d rounds of %d tokens per format (the order rotating), each right "
            "after one read of a buffer the size of that format's weight bytes (bench_probe); medians over the "
-           "rounds, and the ratio's range.\n\n", rounds, tokens);
+           "rounds, and the ratio's range. CPU ms: the process's CPU time per token (all pool threads, their spinning "
+           "included), which a machine busy with other work distorts less than the wall clock.\n\n", rounds, tokens);
     printf("| weights | matrix bytes (MB) | floor (ms/token, median) | batch 1 (ms/token, median) | ms range | "
-           "batch 1 / floor (median) | ratio range | streamed GB/s (median) |\n|---|---|---|---|---|---|---|---|\n");
+           "batch 1 / floor (median) | ratio range | streamed GB/s (median) | CPU ms/token (median) |\n"
+           "|---|---|---|---|---|---|---|---|---|\n");
     for (int f = 0; f < NFMT; f++) {
-        double r[64], ms[64], fl[64];
+        double r[64], ms[64], fl[64], cm[64];
         for (int rep = 0; rep < rounds; rep++) {
+            cm[rep] = pr[rep][f][3];
             r[rep] = pr[rep][f][0];
             ms[rep] = pr[rep][f][1];
             fl[rep] = pr[rep][f][2];
@@ -365,9 +377,10 @@ static void b1_formats(const char *dir, int quick) {
         qsort(r, (size_t)rounds, sizeof r[0], cmp_dbl);
         qsort(ms, (size_t)rounds, sizeof ms[0], cmp_dbl);
         qsort(fl, (size_t)rounds, sizeof fl[0], cmp_dbl);
-        printf("| %s | %.1f | %.2f | %.2f | %.2f–%.2f | %.2fx | %.2f–%.2fx | %.1f |\n", lind_dtype_name(dts[f]),
+        qsort(cm, (size_t)rounds, sizeof cm[0], cmp_dbl);
+        printf("| %s | %.1f | %.2f | %.2f | %.2f–%.2f | %.2fx | %.2f–%.2fx | %.1f | %.2f |\n", lind_dtype_name(dts[f]),
                (double)wb[f] / 1e6, fl[rounds / 2], ms[rounds / 2], ms[0], ms[rounds - 1], r[rounds / 2], r[0],
-               r[rounds - 1], (double)wb[f] / (ms[rounds / 2] * 1e6));
+               r[rounds - 1], (double)wb[f] / (ms[rounds / 2] * 1e6), cm[rounds / 2]);
     }
     printf("\n");
     for (int f = 0; f < NFMT; f++) {

@@ -40,8 +40,8 @@ int cpu_quant_supported(cpu_quant_isa isa) {
     if (isa == CPU_QUANT_VNNI)
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma");
-    if (isa == CPU_QUANT_AVX2)
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    /* every AVX2 CPU has F16C (the scales' vcvtph2ps) */
+    if (isa == CPU_QUANT_AVX2) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #endif
     return isa == CPU_QUANT_C;
 }
