@@ -19,7 +19,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from daemon_harness import (Client, Server, case, expect, finish, TMP, SLOW, LIND, Skip)  # noqa: E402
+from daemon_harness import (Client, Server, case, expect, finish, TMP, SLOW, LIND, Skip, progress)  # noqa: E402
 
 
 def http_port(srv, timeout=30):
@@ -350,9 +350,19 @@ def raw_exchange(head, body, chunked=False):
     t = threading.Thread(target=send)
     t.start()
     got = b""
+    last = None
     try:
         while True:
-            d = c.recv(65536)
+            try:
+                d = c.recv(65536)
+            except socket.timeout:
+                # An answer that takes work (a 64 KB prompt fed): wait while
+                # the server makes progress.
+                now = progress(S.sock)
+                if now == last:
+                    raise
+                last = now
+                continue
             if not d:
                 break
             got += d
@@ -568,11 +578,11 @@ def http_output_counts_in_max_total_bytes():
         while metric(base, "lind_budget_bytes") < held + 90000:
             expect(time.time() < deadline, "connection A was not read")
         # Connection B's message waits unread: the budget is spent by HTTP.
-        # (B's send blocks until the budget frees, several steps below: its
-        # limit is the case's.)
+        # (B's send blocks until the budget frees, several steps below.)
         b = Client(P.sock, timeout=120)
         sender = threading.Thread(target=b.s.sendall, args=(msg,))   # it blocks until read
         sender.start()
+        deadline = time.time() + 120 * SLOW   # each wait below is for an event: its own limit
         while metric(base, "lind_connections_waiting") < 1:
             expect(time.time() < deadline, "connection B was not held back by the HTTP bytes")
         b.s.setblocking(False)
@@ -594,6 +604,7 @@ def http_output_counts_in_max_total_bytes():
         a.settimeout(60 * SLOW)
         ev = ak.final_working(1, P.sock)
         expect(ev["event"] == "result", "A's append: %r" % ev)
+        deadline = time.time() + 120 * SLOW
         while metric(base, "lind_budget_bytes") > 200000:   # the HTTP request's bytes are given back
             expect(time.time() < deadline, "the HTTP bytes were not given back")
         a.close()
