@@ -848,7 +848,7 @@ static int claim_node(server *srv, store *st, char *err, size_t errlen)
     }
     if (rc == -EADDRINUSE) {
         char why[600];
-        snprintf(why, sizeof why, "%s", err);
+        snprintf(why, sizeof why, "%.599s", err);
         snprintf(err, errlen, "--node-id '%s' is in use by another live node: %s; its heartbeat went"
                  " on while this node waited for the claim to expire. Give every node its own"
                  " --node-id", srv->node_id, why);
