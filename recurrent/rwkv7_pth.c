@@ -162,9 +162,11 @@ int rwkv7_locate(const char *path, char *pth, size_t pthlen, char *dir, size_t d
     for (struct dirent *de; (de = readdir(d));) {
         if (de->d_name[0] == '.' || !ends_pth(de->d_name)) continue;
         if (found++) {
+            /* the message first: de points into d's buffer, which closedir frees */
+            int rc = errmsg_set(-EINVAL, err, errlen, "%s: more than one .pth file (%s, %s...): name the one to load",
+                                path, pth + strlen(path) + 1, de->d_name);
             closedir(d);
-            return errmsg_set(-EINVAL, err, errlen, "%s: more than one .pth file (%s, %s...): name the one to load",
-                              path, pth + strlen(path) + 1, de->d_name);
+            return rc;
         }
         snprintf(pth, pthlen, "%s/%s", path, de->d_name);
     }

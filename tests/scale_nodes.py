@@ -428,7 +428,7 @@ def scale_dbloss_pg():
     dbname = "scale_dbloss"
     db = URI % dbname
     lease = int(60000 * SLOW)   # no lease lapses while the database restarts
-    extra = ["--store-conns", "2", "--db-reconnect", str(int(600000 * SLOW))]
+    extra = ["--store-conns", "2", "--db-reconnect", str(min(3600000, int(600000 * SLOW)))]   # the option's maximum
     nodes = [node("dl%d" % i, db, "n%d" % i, lease, extra) for i in range(2)]
     sessions = ["dl-%d" % i for i in range(8)]
     acked = {s: [] for s in sessions}
