@@ -11,6 +11,11 @@ rescale_every applies), and compare the logits at every position:
 ||lind - hf|| / ||hf|| per position, worst over positions, within 1e-4.
 
     hf_rwkv4_check.py STEP_BENCH [BACKEND]     # prints PASS/FAIL lines
+
+Runs on the lent GPU machine only (tools/gpu/check.sh), whose image has
+transformers; Debian packages no python3-transformers, so neither `make
+deps`, `make test` nor CI uses this script. Without it, it says so in one
+FAIL line.
 """
 import os
 import subprocess
