@@ -61,7 +61,8 @@ int  tokenizer_encode(const tokenizer *t, const uint8_t *text, size_t len, int f
 
 /* The bytes of token id: *len bytes at the returned pointer, owned by the
  * tokenizer. NULL (and *len = 0) for an id it does not know. Joining the
- * bytes of a text's tokens gives back the text. */
+ * bytes of a text's tokens gives back the text (a lossy vocabulary's
+ * U+FFFD in place of invalid UTF-8 aside, above). */
 const uint8_t *tokenizer_token_bytes(const tokenizer *t, int32_t id, size_t *len);
 
 /* Special tokens (added tokens marked special, e.g. "<|endoftext|>"): count,
