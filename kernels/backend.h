@@ -424,21 +424,24 @@ typedef struct backend_opts {
     int         cuda_device;   /* CUDA: device ordinal; -1 = device 0 */
     const char *cuda_weights;  /* CUDA/harness: GEMM precision "fp32" or "bf16"; NULL/"" = fp32 */
     int         cuda_no_graphs; /* CUDA/harness: 1 = never record and replay steps (graph_begin); 0 = do */
+    int         cuda_no_gemv;  /* CUDA/harness: 1 = fp32 products of ≤ 8 rows go to the GEMM too (as before
+                                  kb_gemv; batch-invariant in the harness); 0 = kb_gemv streams them */
 } backend_opts;
 
 #define BACKEND_THREADS_MAX 64
 
-/* The defaults: {threads 0, cpu_gemm NULL, cuda_device -1, cuda_weights NULL, cuda_no_graphs 0}. */
+/* The defaults: {threads 0, cpu_gemm NULL, cuda_device -1, cuda_weights NULL, cuda_no_graphs 0,
+ * cuda_no_gemv 0}. */
 void backend_opts_default(backend_opts *o);
 
 /* The defaults overridden by the environment — LIND_CPU_THREADS (1..64),
  * LIND_CPU_GEMM, LIND_CUDA_DEVICE (an ordinal ≥ 0), LIND_CUDA_WEIGHTS,
- * LIND_CUDA_GRAPHS (0 or 1); an
+ * LIND_CUDA_GRAPHS (0 or 1), LIND_CUDA_GEMV (0 or 1); an
  * unset or empty variable leaves its default. Called by programs' entry
  * points (main, a CLI command's function), never by constructors. Returns
  * 0, or -EINVAL with err naming the variable and its value when
  * LIND_CPU_THREADS or LIND_CUDA_DEVICE is not a decimal number in range,
- * or LIND_CUDA_GRAPHS is not 0 or 1.
+ * or LIND_CUDA_GRAPHS or LIND_CUDA_GEMV is not 0 or 1.
  * The string options point into the environment (valid while it is not
  * changed); whether the CPU or device supports them is the constructors'
  * check. */

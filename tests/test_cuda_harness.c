@@ -155,7 +155,7 @@ static void harness_limits(void) {
                         kb_aft_launch(65535, 1 << 16), kb_shift_mix_launch(65535, 1 << 16),
                         kb_gather_rows_launch(65535, 1 << 16), kb_gated_add_launch(65535, 1 << 16),
                         kb_scale_launch((size_t)65535 << 16), kb_widen_half_launch((size_t)1 << 34),
-                        kb_gemv_half_launch(1 << 20), kb_short_conv_launch(65535, 3 << 16),
+                        kb_gemv_launch(1 << 20), kb_short_conv_launch(65535, 3 << 16),
                         kb_conv_advance_launch(65535), kb_delta_launch(65535, 1 << 12, 1024) };
     for (size_t i = 0; i < sizeof L / sizeof *L; i++)
         CHECK(L[i].block <= KB_MAX_BLOCK && L[i].smem <= KB_MAX_SMEM && L[i].gy <= KB_MAX_GRID_Y,
@@ -270,8 +270,9 @@ static void half_widening(void) {
 /* Half weights through the GPU backend. Over more than KB_GEMV_MAXB rows in
  * fp32 mode (widened, then the fp32 GEMM) and in bf16 mode for a bf16
  * weight: exactly the products of the widened fp32 copy made by weight_new,
- * bit for bit. Over up to KB_GEMV_MAXB rows in fp32 mode (kb_gemv_half, its
- * own summation order): within 10⁻⁶ of a double-precision reference of the
+ * bit for bit. Over up to KB_GEMV_MAXB rows in fp32 mode (kb_gemv, its
+ * own summation order, for half and fp32 weights alike — bit-identical
+ * between them): within 10⁻⁶ of a double-precision reference of the
  * widened values, with accumulate, and bit-identical row by row whatever the
  * number of rows (batch-invariant). fp16 weights in bf16 mode are rounded
  * twice (fp16 → bf16): within bf16 accuracy. */
@@ -333,6 +334,9 @@ static void half_matmul(void) {
                             }
                         CHECK(worst <= 1e-6 * scale, "%s weights, B=%d accumulate=%d: error %.3g against the "
                               "reference (scale %.3g)", wn, B, acc, worst, scale);
+                        /* fp32 weights of the same values take kb_gemv too: the same sums */
+                        CHECK(!memcmp(y1, y2, sizeof y1), "%s weights, B=%d: the half and fp32 weights' few-row "
+                              "products differ", wn, B);
                         if (B == 1 && !acc) memcpy(first, y1, sizeof first);
                         else if (!acc)
                             CHECK(!memcmp(first, y1, N * sizeof(float)), "%s weights: row 0 at B=%d differs from "
@@ -369,6 +373,11 @@ static void bf16_models(void) {
     models_random_bf16();
 }
 
+/* The RWKV-4-shaped models with kb_gemv on (the CUDA device's default):
+ * steps of 7 sessions take it, prefill's 45 rows the GEMM; both within the
+ * logits tolerance of the CPU backend and of each other. */
+static void models_gemv(void) { models_rwkv4(); }
+
 int main(void) {
     char err[256];
     if (backend_opts_from_env(&cmp_be, err, sizeof err) < 0) {   /* LIND_CPU_THREADS, LIND_CUDA_WEIGHTS, ... */
@@ -382,12 +391,21 @@ int main(void) {
     cmp_run_all("harness_rev", ctor_reverse, 1e-5, 1e-12);
     /* whole models through recurrent/model.c on the "harness" backend */
     cmp_model_backend = "harness";
+    /* With every fp32 product in the GEMM (cblas here) prefill equals its
+     * own steps bit for bit; kb_gemv sums the few-row products in its own
+     * order, so with it on the models are compared within tolerance. */
+    cmp_be.cuda_no_gemv = 1;
     cmp_batch_invariant = 1;
     RUN(models_random);
     RUN(models_rwkv4);
     RUN(models_delta);
     RUN(graphs_host_copy);
     RUN(models_graphs);
+    cmp_be.cuda_no_gemv = 0;
+    cmp_batch_invariant = 0;
+    RUN(models_gemv);
+    cmp_be.cuda_no_gemv = 1;
+    cmp_batch_invariant = 1;
     RUN(half_widening);
     RUN(half_matmul);
     RUN(bf16_matmul);

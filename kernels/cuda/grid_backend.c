@@ -64,6 +64,7 @@ typedef struct gridbe {
      * and the run layout. `gen` counts allocations and frees: a recording
      * made under another generation may hold a freed pointer and is dropped. */
     int      graphs;            /* recording on (device can, option allows) */
+    int      gemv;              /* fp32 products of ≤ KB_GEMV_MAXB rows by kb_gemv, not the GEMM */
     unsigned gen;
     struct gstep {
         uint64_t key;           /* 0: empty */
@@ -499,10 +500,11 @@ static int g_matmul(backend *be, const backend_buf *x, size_t xo, int ldx, const
     }
     if (g->bf16) {
         rc = matmul_bf16(g, x, xo, ldx, (backend_buf *)W, y, yo, ldy, B, N, K, beta);
-    } else if (W->half && B <= KB_GEMV_MAXB) {   /* decode: read the half weights directly */
-        kb_gemv_half_args a = { W->half, F(x) + xo, F(y) + yo, W->htype == BACKEND_W_BF16, B, N, K, ldx, ldy,
-                                beta != 0.0f };
-        rc = launch(g, KB_GEMV_HALF, kb_gemv_half_launch(N), &a, "matmul half");
+    } else if (B <= KB_GEMV_MAXB && (W->half || g->gemv)) {   /* decode: stream W once for the few rows */
+        kb_gemv_args a = { W->half ? (const void *)W->half : (const void *)F(W), F(x) + xo, F(y) + yo,
+                           !W->half ? KB_W_F32 : W->htype == BACKEND_W_BF16 ? KB_W_BF16 : KB_W_F16,
+                           B, N, K, ldx, ldy, beta != 0.0f };
+        rc = launch(g, KB_GEMV, kb_gemv_launch(N), &a, "matmul (few rows)");
     } else {
         const float *Wf = F(W);
         if (W->half && (rc = weight_widen(g, W, &Wf)) < 0) return rc;
@@ -856,7 +858,7 @@ static const char *g_last_error(backend *be) { return G(be)->err; }
 static int g_poisoned(backend *be) { return G(be)->dev->dead; }
 
 /* A half-precision weight stays half on the device (half the memory of
- * fp32). matmul reads it directly for up to KB_GEMV_MAXB rows (kb_gemv_half),
+ * fp32). matmul reads it directly for up to KB_GEMV_MAXB rows (kb_gemv),
  * widens it exactly before an fp32 GEMM over more rows (weight_widen), and
  * hands it to the bf16 GEMMs in bf16 mode. */
 static int g_weight_new_half(backend *be, int N, int K, const uint16_t *W, int wtype, backend_buf **out) {
@@ -1057,6 +1059,7 @@ int grid_backend_new(lind_device *dev, const char *name, const backend_opts *opt
     g->base.ops = &g->ops;
     g->grec = -1;
     g->graphs = dev->record_begin && !(opts && opts->cuda_no_graphs);
+    g->gemv = !(opts && opts->cuda_no_gemv);
     const char *w = opts ? opts->cuda_weights : NULL;
     int rc = w && *w ? grid_backend_set_weights(&g->base, w, err, errlen) : 0;
     if (rc < 0) {

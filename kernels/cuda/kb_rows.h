@@ -295,42 +295,52 @@ LIND_HD static inline int kb_widen_half(const lind_thread *t, int phase, const k
     return 0;
 }
 
-/* ---- small-batch product with half weights --------------------------------
- * y[b, n] = (beta ? y[b, n] : 0) + Σ_k x[b, k] · widen(W[n, k]) for b < B ≤
- * KB_GEMV_MAXB: the decode step's products read the half weights directly
- * (2 bytes per weight, where widening first costs 2 + 4 + 4). Block of 256
- * threads = 8 groups of 32 lanes, group w on output n = 8·blockIdx.x + w:
- * lane l sums k ≡ l (mod 32) in k order for every row (fp32, widen(W) · x
- * as one fmaf), then a tree over the 32 lanes in shared memory (5 phases)
- * and lane b < B writes row b. Every output's sum has the same order
- * whatever B is, so this kernel alone is batch-invariant. */
+/* ---- small-batch product (decode) -----------------------------------------
+ * y[b, n] = (beta ? y[b, n] : 0) + Σ_k x[b, k] · W[n, k] for b < B ≤
+ * KB_GEMV_MAXB, W fp32, or fp16/bf16 widened exactly in registers (2 bytes
+ * per weight, where widening first costs 2 + 4 + 4). A GEMM library's
+ * kernels for a few rows are tuned for many (cuBLAS picked a 264-way
+ * split-K kernel for 8 rows); this one streams W once for all B rows.
+ * Block of 256 threads = 8 groups of 32 lanes, group w on output
+ * n = 8·blockIdx.x + w: lane l sums k ≡ l (mod 32) in k order for every row
+ * (fp32, W · x as one fmaf), then a tree over the 32 lanes in shared memory
+ * (5 phases) and lane b < B writes row b. Every output's sum has the same
+ * order whatever B is, so this kernel alone is batch-invariant. */
 #define KB_GEMV_MAXB  8
 #define KB_GEMV_LANES 32
 #define KB_GEMV_GROUPS 8
 
-typedef struct kb_gemv_half_args {
-    const uint16_t *W;      /* [N × K] half bits */
+enum { KB_W_F32, KB_W_F16, KB_W_BF16 };
+
+typedef struct kb_gemv_args {
+    const void *W;          /* [N × K]: fp32 (KB_W_F32) or half bits */
     const float *x;         /* row b at x + b·ldx */
     float *y;               /* row b at y + b·ldy */
-    int bf16, B, N, K, ldx, ldy, beta;
-} kb_gemv_half_args;
+    int wtype, B, N, K, ldx, ldy, beta;
+} kb_gemv_args;
 
-static inline lind_launch kb_gemv_half_launch(int N) {
+static inline lind_launch kb_gemv_launch(int N) {
     lind_launch L = { kb_ceil_div((size_t)N, KB_GEMV_GROUPS), 1, KB_GEMV_GROUPS * KB_GEMV_LANES,
                       (size_t)KB_GEMV_GROUPS * KB_GEMV_MAXB * KB_GEMV_LANES * sizeof(float) };
     return L;
 }
 
-LIND_HD static inline int kb_gemv_half(const lind_thread *t, int phase, const kb_gemv_half_args *a) {
+LIND_HD static inline float kb_gemv_w(const kb_gemv_args *a, size_t i) {
+    if (a->wtype == KB_W_F32) return ((const float *)a->W)[i];
+    uint16_t h = ((const uint16_t *)a->W)[i];
+    return a->wtype == KB_W_BF16 ? kb_bf16_to_float(h) : kb_f16_to_float(h);
+}
+
+LIND_HD static inline int kb_gemv(const lind_thread *t, int phase, const kb_gemv_args *a) {
     int w = t->tx / KB_GEMV_LANES, l = t->tx % KB_GEMV_LANES, n = t->bx * KB_GEMV_GROUPS + w;
     float *red = (float *)t->smem + (size_t)w * KB_GEMV_MAXB * KB_GEMV_LANES;   /* [MAXB][LANES] of group w */
     if (phase == 0) {
         float acc[KB_GEMV_MAXB];
         for (int b = 0; b < KB_GEMV_MAXB; b++) acc[b] = 0.0f;
         if (n < a->N) {
-            const uint16_t *Wn = a->W + (size_t)n * a->K;
+            size_t row = (size_t)n * a->K;
             for (int k = l; k < a->K; k += KB_GEMV_LANES) {
-                float wk = a->bf16 ? kb_bf16_to_float(Wn[k]) : kb_f16_to_float(Wn[k]);
+                float wk = kb_gemv_w(a, row + k);
                 for (int b = 0; b < KB_GEMV_MAXB; b++)   /* constant trip count: acc stays in registers */
                     if (b < a->B) acc[b] = fmaf(wk, a->x[(size_t)b * a->ldx + k], acc[b]);
             }

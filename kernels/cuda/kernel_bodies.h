@@ -38,7 +38,7 @@
     X(KB_SCALE,          kb_scale,          kb_scale_args)         \
     X(KB_GATED_ADD,      kb_gated_add,      kb_gated_add_args)     \
     X(KB_WIDEN_HALF,     kb_widen_half,     kb_widen_half_args)    \
-    X(KB_GEMV_HALF,      kb_gemv_half,      kb_gemv_half_args)     \
+    X(KB_GEMV,           kb_gemv,           kb_gemv_args)          \
     X(KB_SHORT_CONV,     kb_short_conv,     kb_short_conv_args)    \
     X(KB_CONV_ADVANCE,   kb_conv_advance,   kb_conv_advance_args)  \
     X(KB_DELTA_STEP,     kb_delta_step,     kb_delta_args)         \
