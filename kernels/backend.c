@@ -11,7 +11,7 @@
 
 void backend_opts_default(backend_opts *o) {
     *o = (backend_opts){.threads = 0, .cpu_gemm = NULL, .cuda_device = -1, .cuda_weights = NULL,
-                        .cuda_no_graphs = 0, .cuda_no_gemv = 0};
+                        .cuda_no_graphs = 0, .cuda_gemv = 0};
 }
 
 /* An integer variable: unset or empty leaves *out; otherwise a decimal in
@@ -47,9 +47,7 @@ int backend_opts_from_env(backend_opts *o, char *err, size_t errlen) {
     int graphs = 1;
     if ((rc = env_int("LIND_CUDA_GRAPHS", 0, 1, &graphs, err, errlen)) < 0) return rc;
     o->cuda_no_graphs = !graphs;
-    int gemv = 1;
-    if ((rc = env_int("LIND_CUDA_GEMV", 0, 1, &gemv, err, errlen)) < 0) return rc;
-    o->cuda_no_gemv = !gemv;
+    if ((rc = env_int("LIND_CUDA_GEMV", 0, 1, &o->cuda_gemv, err, errlen)) < 0) return rc;
     return 0;
 }
 

@@ -424,14 +424,15 @@ typedef struct backend_opts {
     int         cuda_device;   /* CUDA: device ordinal; -1 = device 0 */
     const char *cuda_weights;  /* CUDA/harness: GEMM precision "fp32" or "bf16"; NULL/"" = fp32 */
     int         cuda_no_graphs; /* CUDA/harness: 1 = never record and replay steps (graph_begin); 0 = do */
-    int         cuda_no_gemv;  /* CUDA/harness: 1 = fp32 products of ≤ 8 rows go to the GEMM too (as before
-                                  kb_gemv; batch-invariant in the harness); 0 = kb_gemv streams them */
+    int         cuda_gemv;     /* CUDA/harness: 1 = fp32 products of ≤ 8 rows by kb_gemv (as half weights'
+                                  always are); 0 = by the GEMM. Off by default: on an H100 it was 5.5×
+                                  faster at 8 rows of the default model, 1.9× slower on 169M (docs/CUDA.md) */
 } backend_opts;
 
 #define BACKEND_THREADS_MAX 64
 
 /* The defaults: {threads 0, cpu_gemm NULL, cuda_device -1, cuda_weights NULL, cuda_no_graphs 0,
- * cuda_no_gemv 0}. */
+ * cuda_gemv 0}. */
 void backend_opts_default(backend_opts *o);
 
 /* The defaults overridden by the environment — LIND_CPU_THREADS (1..64),

@@ -271,15 +271,18 @@ static void half_widening(void) {
  * fp32 mode (widened, then the fp32 GEMM) and in bf16 mode for a bf16
  * weight: exactly the products of the widened fp32 copy made by weight_new,
  * bit for bit. Over up to KB_GEMV_MAXB rows in fp32 mode (kb_gemv, its
- * own summation order, for half and fp32 weights alike — bit-identical
- * between them): within 10⁻⁶ of a double-precision reference of the
+ * own summation order, for half and fp32 weights alike with cuda_gemv —
+ * bit-identical between them): within 10⁻⁶ of a double-precision reference of the
  * widened values, with accumulate, and bit-identical row by row whatever the
  * number of rows (batch-invariant). fp16 weights in bf16 mode are rounded
  * twice (fp16 → bf16): within bf16 accuracy. */
 static void half_matmul(void) {
     backend *be;
     char err[256];
-    if (backend_harness_new(HARNESS_REVERSE, NULL, &be, err, sizeof err) < 0) { CHECK(0, "%s", err); return; }
+    backend_opts bo;
+    backend_opts_default(&bo);
+    bo.cuda_gemv = 1;   /* the fp32 weight's few-row products by kb_gemv too */
+    if (backend_harness_new(HARNESS_REVERSE, &bo, &be, err, sizeof err) < 0) { CHECK(0, "%s", err); return; }
     const backend_ops *o = be->ops;
     enum { BMAX = 12, N = 44, K = 80, LDY = N + 3 };
     static float x[BMAX * K], Wf[N * K], y0[BMAX * LDY], y1[BMAX * LDY], y2[BMAX * LDY], wide[N * K];
@@ -373,7 +376,7 @@ static void bf16_models(void) {
     models_random_bf16();
 }
 
-/* The RWKV-4-shaped models with kb_gemv on (the CUDA device's default):
+/* The RWKV-4-shaped models with kb_gemv on for fp32 weights (cuda_gemv):
  * steps of 7 sessions take it, prefill's 45 rows the GEMM; both within the
  * logits tolerance of the CPU backend and of each other. */
 static void models_gemv(void) { models_rwkv4(); }
@@ -391,20 +394,20 @@ int main(void) {
     cmp_run_all("harness_rev", ctor_reverse, 1e-5, 1e-12);
     /* whole models through recurrent/model.c on the "harness" backend */
     cmp_model_backend = "harness";
-    /* With every fp32 product in the GEMM (cblas here) prefill equals its
-     * own steps bit for bit; kb_gemv sums the few-row products in its own
-     * order, so with it on the models are compared within tolerance. */
-    cmp_be.cuda_no_gemv = 1;
+    /* With every fp32 product in the GEMM (cblas here; cuda_gemv off, the
+     * default) prefill equals its own steps bit for bit; kb_gemv sums the
+     * few-row products in its own order, so with it on (models_gemv) the
+     * models are compared within tolerance. */
     cmp_batch_invariant = 1;
     RUN(models_random);
     RUN(models_rwkv4);
     RUN(models_delta);
     RUN(graphs_host_copy);
     RUN(models_graphs);
-    cmp_be.cuda_no_gemv = 0;
+    cmp_be.cuda_gemv = 1;
     cmp_batch_invariant = 0;
     RUN(models_gemv);
-    cmp_be.cuda_no_gemv = 1;
+    cmp_be.cuda_gemv = 0;
     cmp_batch_invariant = 1;
     RUN(half_widening);
     RUN(half_matmul);

@@ -64,7 +64,7 @@ typedef struct gridbe {
      * and the run layout. `gen` counts allocations and frees: a recording
      * made under another generation may hold a freed pointer and is dropped. */
     int      graphs;            /* recording on (device can, option allows) */
-    int      gemv;              /* fp32 products of ≤ KB_GEMV_MAXB rows by kb_gemv, not the GEMM */
+    int      gemv;              /* fp32 products of ≤ KB_GEMV_MAXB rows by kb_gemv, not the GEMM (opt-in) */
     unsigned gen;
     struct gstep {
         uint64_t key;           /* 0: empty */
@@ -1059,7 +1059,7 @@ int grid_backend_new(lind_device *dev, const char *name, const backend_opts *opt
     g->base.ops = &g->ops;
     g->grec = -1;
     g->graphs = dev->record_begin && !(opts && opts->cuda_no_graphs);
-    g->gemv = !(opts && opts->cuda_no_gemv);
+    g->gemv = opts && opts->cuda_gemv;
     const char *w = opts ? opts->cuda_weights : NULL;
     int rc = w && *w ? grid_backend_set_weights(&g->base, w, err, errlen) : 0;
     if (rc < 0) {
