@@ -101,6 +101,11 @@ static void do_saves(worker *W, dmsg **v, int n)
                                      .transcript = v[i]->transcript,
                                      .transcript_len = v[i]->transcript_len,
                                      .tokens = v[i]->tokens };
+        if (v[i]->replay) {   /* the turn's answer, committed with it (exactly-once turns) */
+            W->recs[k].request_id = v[i]->req.request_id;
+            W->recs[k].result = v[i]->replay;
+            W->recs[k].result_len = v[i]->replay_len;
+        }
         W->expect[k] = v[i]->version;
         v[i]->rc = 1;   /* not yet committed */
         sv[k++] = v[i];
@@ -430,6 +435,25 @@ static void flush_loaded(worker *W)
     W->done_head = W->done_tail = NULL;
 }
 
+/* The answer recorded for m->req.request_id of session m->name into
+ * m->replay (none: NULL); 0 or the store's code with m->err. Read under the
+ * session's lease: nobody else can record one meanwhile. */
+static int find_answer(worker *W, dmsg *m)
+{
+    uint64_t ver = 0;
+    int rc = store_turn_get(W->st, m->name, m->req.request_id, &m->replay, &m->replay_len, &ver,
+                            m->err, sizeof m->err);
+    if (rc == -ENOENT) { m->err[0] = 0; return 0; }
+    return rc;
+}
+
+static void do_lookup(worker *W, dmsg *m)
+{
+    m->rc = find_answer(W, m);
+    m->kind = M_LOOKED;
+    queue_push(&W->P->srv->schedq, &m->node);
+}
+
 /* Take the session's lease, then load it (the order matters: a load before
  * the lease could read a version that the previous holder's last save is
  * about to replace). Returns 1 when the load must wait for the lease. */
@@ -459,6 +483,13 @@ static int try_load(worker *W, dmsg *m, int may_wait)
     }
     if (!W->renew_at_ns) W->renew_at_ns = now_ns() + (uint64_t)P->srv->opt.lease_ms * 1000000ull / 3;
     m->rc = store_load(W->st, m->name, &m->loaded, m->err, sizeof m->err);
+    if (m->rc == 0 && m->req.request_id[0]) {   /* a retry: the answer recorded under its id */
+        int trc = find_answer(W, m);
+        if (trc < 0) {
+            store_loaded_free(&m->loaded);
+            m->rc = trc;
+        }
+    }
     if (m->rc != 0 && m->rc != -ENOENT) {   /* nothing will be served: give it back */
         char e2[256];
         lease_set_remove(&W->leases, m->name);
@@ -596,6 +627,10 @@ static void *worker_main(void *arg)
             case M_RELEASE:
                 do_release(W, m);
                 break;
+            case M_LOOKUP:
+                flush_loaded(W);
+                do_lookup(W, m);
+                break;
             case M_REQUEST:
                 if (m->sess) { barrier *b = m->sess; m->sess = NULL; flush_loaded(W); barrier_run(W, b, m); }
                 else do_request(W, m);
@@ -665,7 +700,7 @@ static int route(persist *P, dmsg *m, int *all)
 {
     *all = 0;
     switch (m->kind) {
-    case M_LOAD: case M_SAVE: case M_RELEASE:
+    case M_LOAD: case M_SAVE: case M_RELEASE: case M_LOOKUP:
         return (int)(name_hash(m->name) % (size_t)P->n);
     case M_STOP:
         return -1;

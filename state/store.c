@@ -142,7 +142,43 @@ static int check_record(const store_record *r, int i, char *err, size_t errlen)
         return errmsg_set(-EINVAL, err, errlen, "record %d (%s): missing buffer", i, r->name);
     if (r->tokens > INT64_MAX)
         return errmsg_set(-EINVAL, err, errlen, "record %d (%s): token count too large", i, r->name);
+    if (r->request_id && (rc = store_request_id_check(r->request_id, why, sizeof why)) < 0)
+        return errmsg_set(rc, err, errlen, "record %d (%s): %s", i, r->name, why);
+    if (r->request_id && (!r->result || r->result_len >= (1u << 30)))
+        return errmsg_set(-EINVAL, err, errlen, "record %d (%s): a request id needs a result under 1 GiB",
+                          i, r->name);
     return 0;
+}
+
+/* ---- turn results ---------------------------------------------------------- */
+
+int store_request_id_check(const char *id, char *err, size_t errlen)
+{
+    ERRBUF(err, errlen);
+    if (!id || !id[0] || strlen(id) > STORE_REQUEST_ID_MAX)
+        return errmsg_set(-EINVAL, err, errlen, "request id must be 1..%d bytes",
+                          STORE_REQUEST_ID_MAX);
+    char why[200];
+    if (store_name_check(id, why, sizeof why) < 0)
+        return errmsg_set(-EINVAL, err, errlen, "request id must be UTF-8 without control characters");
+    return 0;
+}
+
+int store_turn_get(store *s, const char *name, const char *request_id, uint8_t **out,
+                   size_t *len, uint64_t *version, char *err, size_t errlen)
+{
+    ERRBUF(err, errlen);
+    if (!s || !out || !len || !version)
+        return errmsg_set(-EINVAL, err, errlen, "store_turn_get: missing argument");
+    *out = NULL;
+    *len = 0;
+    *version = 0;
+    int rc = store_name_check(name, err, errlen);
+    if (rc == 0)
+        rc = store_request_id_check(request_id, err, errlen);
+    if (rc < 0)
+        return rc;
+    return s->ops->turn_get(s, name, request_id, out, len, version, err, errlen);
 }
 
 /* Group sizes are bounded so the per-record scratch of store_save fits the

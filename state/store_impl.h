@@ -47,6 +47,9 @@ typedef struct store_ops {
     int (*node_beat)(store *s, const char *node, const char *instance, int64_t ttl_ms,
                      char *err, size_t errlen);
     int (*node_release)(store *s, const char *node, const char *instance, char *err, size_t errlen);
+    /* store_turn_get (store.h); arguments checked, out/len/version non-NULL. */
+    int (*turn_get)(store *s, const char *name, const char *request_id, uint8_t **out,
+                    size_t *len, uint64_t *version, char *err, size_t errlen);
     /* NULL: zeros. */
     void (*counters)(const store *s, store_counters *out);
 } store_ops;
