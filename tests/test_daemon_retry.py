@@ -19,14 +19,18 @@ is test_daemon_scale's retry case):
   naming it) and nothing runs; bad request ids are refused;
 - if_tokens: a count other than the session's is `conflict` naming the
   current one, nothing runs; 0 for a session that does not exist yet;
-- the store keeps the results of a session's last 32 turns, no more."""
+- the store keeps the results of a session's last 32 turns, no more;
+- lindctl generate, whose daemon is SIGKILLed mid-turn and restarted,
+  reconnects and sends the turn again with its request id: its output
+  and the session equal one uninterrupted run."""
 import os
 import signal
 import sqlite3
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from daemon_harness import Server, Client, case, expect, finish, wait_working, SLOW  # noqa: E402
+from daemon_harness import Server, Client, case, expect, finish, wait_working, SLOW, LINDCTL  # noqa: E402
 
 KEEP = 32   # STORE_TURNS_KEEP (state/store.h)
 
@@ -257,6 +261,31 @@ def results_kept_bounded():
         expect(c.call("delete", session="b")["event"] == "result", "deleted")
         expect(turns_rows(srv.db, "b") == 0, "a deleted session's results go with it")
         c.close()
+    finally:
+        srv.stop()
+
+
+@case
+def lindctl_retries_after_restart():
+    srv = Server("retry-lindctl").start()
+    try:
+        args = ["generate", "-n", "4000", "--seed", "5", "-t", "0.9", "--retry-for", str(int(120 * SLOW))]
+        p = subprocess.Popen([LINDCTL, "--socket", srv.sock] + args + ["s", "it was "],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        got = os.read(p.stdout.fileno(), 1)   # streaming: the turn is running (unbuffered: communicate reads the fd)
+        expect(got, "lindctl printed nothing")
+        srv.stop(signal.SIGKILL)
+        srv.start()
+        out, err = p.communicate(timeout=600 * SLOW)
+        out = got + out
+        expect(p.returncode == 0, "lindctl exit %d: %r" % (p.returncode, err[-400:]))
+        expect(b"sent the turn again" in err, "it retried: %r" % err[-400:])
+        ref = subprocess.run([LINDCTL, "--socket", srv.sock] + args + ["ref", "it was "],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600 * SLOW)
+        expect(ref.returncode == 0, "reference: %r" % ref.stderr[-400:])
+        expect(out == ref.stdout, "the output equals one uninterrupted run (%d vs %d bytes)" %
+               (len(out), len(ref.stdout)))
+        expect(tokens_of(srv.sock, "s") == tokens_of(srv.sock, "ref"), "applied once")
     finally:
         srv.stop()
 
