@@ -45,6 +45,7 @@ typedef struct worker {
     wait_load *waits;
     qnode    *done_head, *done_tail;   /* M_LOADED held until the batch ends */
     store_record recs[SAVE_GROUP_MAX];
+    store_turn_record turns[SAVE_GROUP_MAX];   /* recs[i]'s answer to record, if any */
     uint64_t  expect[SAVE_GROUP_MAX];
     store_save_result res[SAVE_GROUP_MAX];
     outmsg   *answers[SAVE_GROUP_MAX];   /* do_saves: each turn's answer, made before the commit */
@@ -101,23 +102,21 @@ static void do_saves(worker *W, dmsg **v, int n)
                                      .transcript = v[i]->transcript,
                                      .transcript_len = v[i]->transcript_len,
                                      .tokens = v[i]->tokens };
-        if (v[i]->replay) {   /* the turn's answer, committed with it (exactly-once turns) */
-            W->recs[k].request_id = v[i]->req.request_id;
-            W->recs[k].result = v[i]->replay;
-            W->recs[k].result_len = v[i]->replay_len;
-        }
+        /* the turn's answer, committed with it (exactly-once turns) */
+        W->turns[k] = (store_turn_record){ .request_id = v[i]->replay ? v[i]->req.request_id : NULL,
+                                           .result = v[i]->replay, .result_len = v[i]->replay_len };
         W->expect[k] = v[i]->version;
         v[i]->rc = 1;   /* not yet committed */
         sv[k++] = v[i];
     }
     uint64_t t0 = now_ns();
-    int rc = k ? store_save_versioned(W->st, W->recs, W->expect, k, owner, W->res, err, sizeof err) : 0;
+    int rc = k ? store_save_turns(W->st, W->recs, W->turns, W->expect, k, owner, W->res, err, sizeof err) : 0;
     if (rc < 0 && rc != -ECANCELED && rc != -ENOLCK && k > 1) {
         /* The group failed as a whole: one bad record must not sink the
          * others, retry one by one. */
         for (int j = 0; j < k; j++)
-            store_save_versioned(W->st, &W->recs[j], &W->expect[j], 1, owner, &W->res[j],
-                                 sv[j]->err, sizeof sv[j]->err);
+            store_save_turns(W->st, &W->recs[j], &W->turns[j], &W->expect[j], 1, owner, &W->res[j],
+                             sv[j]->err, sizeof sv[j]->err);
     } else if (rc < 0) {
         for (int j = 0; j < k; j++)
             if (W->res[j].rc != 0) snprintf(sv[j]->err, sizeof sv[j]->err, "%s", err);

@@ -142,11 +142,6 @@ static int check_record(const store_record *r, int i, char *err, size_t errlen)
         return errmsg_set(-EINVAL, err, errlen, "record %d (%s): missing buffer", i, r->name);
     if (r->tokens > INT64_MAX)
         return errmsg_set(-EINVAL, err, errlen, "record %d (%s): token count too large", i, r->name);
-    if (r->request_id && (rc = store_request_id_check(r->request_id, why, sizeof why)) < 0)
-        return errmsg_set(rc, err, errlen, "record %d (%s): %s", i, r->name, why);
-    if (r->request_id && (!r->result || r->result_len >= (1u << 30)))
-        return errmsg_set(-EINVAL, err, errlen, "record %d (%s): a request id needs a result under 1 GiB",
-                          i, r->name);
     return 0;
 }
 
@@ -201,6 +196,13 @@ int store_save_versioned(store *s, const store_record *recs, const uint64_t *exp
                          const char *lease_owner, store_save_result *res, char *err,
                          size_t errlen)
 {
+    return store_save_turns(s, recs, NULL, expect, n, lease_owner, res, err, errlen);
+}
+
+int store_save_turns(store *s, const store_record *recs, const store_turn_record *turns,
+                     const uint64_t *expect, int n, const char *lease_owner,
+                     store_save_result *res, char *err, size_t errlen)
+{
     ERRBUF(err, errlen);
     if (!s || !recs || !res || n < 1)
         return errmsg_set(-EINVAL, err, errlen,
@@ -211,6 +213,14 @@ int store_save_versioned(store *s, const store_record *recs, const uint64_t *exp
         rc = errmsg_set(-EINVAL, err, errlen, "lease owner: %s", why);
     for (int i = 0; rc == 0 && i < n; i++) {
         rc = check_record(&recs[i], i, err, errlen);
+        if (rc == 0 && turns && turns[i].request_id) {
+            char why2[200];
+            if ((rc = store_request_id_check(turns[i].request_id, why2, sizeof why2)) < 0)
+                errmsg_set(rc, err, errlen, "record %d (%s): %s", i, recs[i].name, why2);
+            else if (!turns[i].result || turns[i].result_len >= (1u << 30))
+                rc = errmsg_set(-EINVAL, err, errlen, "record %d (%s): a request id needs a result "
+                                "under 1 GiB", i, recs[i].name);
+        }
         /* Two versioned records of one group naming one session would swap
          * against each other's version: refused like a bad record. */
         for (int k = 0; rc == 0 && expect && k < i; k++)
@@ -231,7 +241,7 @@ int store_save_versioned(store *s, const store_record *recs, const uint64_t *exp
         for (int i = 0; i < n; i++)
             ex[i] = STORE_VERSION_ANY;
     }
-    rc = s->ops->save(s, recs, ex, n, lease_owner, res, err, errlen);
+    rc = s->ops->save(s, recs, ex, n, lease_owner, res, err, errlen, turns);
     int failed = 0, first = -1;
     for (int i = 0; rc == 0 && i < n; i++)
         if (res[i].rc < 0 && failed++ == 0)

@@ -83,11 +83,6 @@ typedef struct store_record {
     const uint8_t *state;      size_t state_len;
     const uint8_t *transcript; size_t transcript_len;
     uint64_t       tokens;
-    /* Turn results (below): when request_id is set, a versioned save that
-     * writes this record also records `result` under (name, request_id) in
-     * the same transaction. NULL: nothing recorded. */
-    const char    *request_id;
-    const uint8_t *result;     size_t result_len;
 } store_record;
 
 /* A loaded session; store_loaded_free() releases its buffers. */
@@ -218,7 +213,7 @@ int  store_node_beat(store *s, const char *node, const char *instance, int64_t t
 int  store_node_release(store *s, const char *node, const char *instance, char *err, size_t errlen);
 
 /* ---- turn results: exactly-once turns (docs/SCALE.md) ---------------------
- * A save whose record carries a request_id records its result bytes
+ * A save (store_save_turns) whose record comes with a request_id records its result bytes
  * (opaque here; the daemon's daemon/turnlog.h) in a table of its own
  * (lind_turns / turns), in the same transaction as the session's row, so a
  * turn is committed with its result or not at all. A session keeps the
@@ -228,6 +223,18 @@ int  store_node_release(store *s, const char *node, const char *instance, char *
  * Request ids are 1..STORE_REQUEST_ID_MAX bytes, checked like names. */
 #define STORE_REQUEST_ID_MAX 64
 #define STORE_TURNS_KEEP     32
+
+/* A turn's result to record with a record's save (store_save_turns). */
+typedef struct store_turn_record {
+    const char    *request_id;   /* NULL: nothing recorded */
+    const uint8_t *result;  size_t result_len;
+} store_turn_record;
+
+/* store_save_versioned, and for each record i written whose turns[i] has a
+ * request_id, its result recorded in the same transaction (turns NULL: none). */
+int  store_save_turns(store *s, const store_record *recs, const store_turn_record *turns,
+                      const uint64_t *expect, int n, const char *lease_owner,
+                      store_save_result *res, char *err, size_t errlen);
 
 /* Check a request id: as a name (UTF-8, no control chars), 1..64 bytes. */
 int  store_request_id_check(const char *id, char *err, size_t errlen);

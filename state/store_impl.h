@@ -25,7 +25,8 @@ typedef struct store_ops {
      * row's current version); store.c reports those. A negative return is
      * a failure of the whole group: nothing written (res is then ignored). */
     int (*save)(store *s, const store_record *recs, const uint64_t *expect, int n,
-                const char *owner, store_save_result *res, char *err, size_t errlen);
+                const char *owner, store_save_result *res, char *err, size_t errlen,
+                const store_turn_record *turns);   /* NULL, or n: the results to record */
     /* Insert one record; -EEXIST if the name is taken. */
     int (*create)(store *s, const store_record *rec, char *err, size_t errlen);
     int (*load)(store *s, const char *name, store_loaded *out, char *err, size_t errlen);

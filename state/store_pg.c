@@ -682,13 +682,14 @@ static int copy_value(const PGresult *r, int col, uint8_t **out, size_t *len);
 
 /* Record a saved turn's result inside the save's transaction, and drop the
  * session's results STORE_TURNS_KEEP or more versions old. */
-static int turn_put(pg_store *s, const store_record *r, uint64_t version, char *err, size_t errlen)
+static int turn_put(pg_store *s, const char *name, const store_turn_record *r, uint64_t version,
+                    char *err, size_t errlen)
 {
     static const char empty[1] = "";
     char ver[24], old[24];
     snprintf(ver, sizeof ver, "%llu", (unsigned long long)version);
     snprintf(old, sizeof old, "%lld", (long long)version - STORE_TURNS_KEEP);
-    const char *vals[4] = { r->name, r->request_id, ver, r->result_len ? (const char *)r->result : empty };
+    const char *vals[4] = { name, r->request_id, ver, r->result_len ? (const char *)r->result : empty };
     int lens[4] = { 0, 0, 0, (int)r->result_len }, fmts[4] = { 0, 0, 0, 1 };
     PGresult *q = run_params(s, TURN_PUT_SQL, 4, vals, lens, fmts, 0);
     int code = PQresultStatus(q) == PGRES_COMMAND_OK ? 0
@@ -696,7 +697,7 @@ static int turn_put(pg_store *s, const store_record *r, uint64_t version, char *
     PQclear(q);
     if (code < 0)
         return code == -EEXIST ? -EIO : code;
-    const char *pv[2] = { r->name, old };
+    const char *pv[2] = { name, old };
     q = run_params(s, TURN_PRUNE_SQL, 2, pv, NULL, NULL, 0);
     code = PQresultStatus(q) == PGRES_COMMAND_OK ? 0
            : pg_fail(s, q, err, errlen, "dropping old turn results (statement turn-prune)");
@@ -740,7 +741,8 @@ static int pg_turn_get(store *base, const char *name, const char *request_id, ui
 /* One attempt at a save group: BEGIN (with the settings and the
  * transaction's id into xid), the records, COMMIT. *commit_sent: the
  * COMMIT went out (its outcome is then unknown if the connection broke). */
-static int save_tx(pg_store *s, const store_record *recs, const uint64_t *expect, int n,
+static int save_tx(pg_store *s, const store_record *recs, const store_turn_record *turns,
+                   const uint64_t *expect, int n,
                    const char *owner, store_save_result *res, int64_t now, char *xid,
                    size_t xidlen, char *started, size_t startedlen, int *commit_sent, char *err,
                    size_t errlen)
@@ -789,8 +791,8 @@ static int save_tx(pg_store *s, const store_record *recs, const uint64_t *expect
             code = code == -EEXIST ? -EIO : code;
         } else if (PQntuples(r) == 1) {
             res[i] = (store_save_result){ 0, (uint64_t)text_i64(r, 0, 0) };
-            if (recs[i].request_id)
-                code = turn_put(s, &recs[i], res[i].version, err, errlen);
+            if (turns && turns[i].request_id)
+                code = turn_put(s, recs[i].name, &turns[i], res[i].version, err, errlen);
         } else {
             /* The swap did not happen: report where the row is instead. */
             PQclear(r);
@@ -898,7 +900,8 @@ static int xact_outcome(pg_store *s, const char *xid, const char *started, const
 }
 
 static int pg_save(store *base, const store_record *recs, const uint64_t *expect, int n,
-                   const char *owner, store_save_result *res, char *err, size_t errlen)
+                   const char *owner, store_save_result *res, char *err, size_t errlen,
+                   const store_turn_record *turns)
 {
     pg_store *s = (pg_store *)base;
     int64_t now = now_ms();
@@ -913,7 +916,7 @@ static int pg_save(store *base, const store_record *recs, const uint64_t *expect
         int sent = 0;
         if ((code = ready(s, err, errlen)) < 0)
             break;
-        code = save_tx(s, recs, expect, n, owner, res, now, xid, sizeof xid, started, sizeof started,
+        code = save_tx(s, recs, turns, expect, n, owner, res, now, xid, sizeof xid, started, sizeof started,
                        &sent, err, errlen);
         if (code == 0 || !lost(s) || attempt + 1 >= PG_ATTEMPTS)
             break;

@@ -456,10 +456,10 @@ static int copy_blob(sqlite3_stmt *st, int col, uint8_t **out, size_t *len);
 
 /* Record a saved turn's result (in the save's transaction) and drop the
  * session's results STORE_TURNS_KEEP or more versions old. */
-static int turn_put(sqlite_store *s, const store_record *r, int64_t version)
+static int turn_put(sqlite_store *s, const char *name, const store_turn_record *r, int64_t version)
 {
     sqlite3_stmt *st = s->tq[TQ_PUT];
-    sqlite3_bind_text(st, 1, r->name, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, r->request_id, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 3, version);
     int rc = r->result_len ? sqlite3_bind_blob64(st, 4, r->result, r->result_len, SQLITE_STATIC)
@@ -470,7 +470,7 @@ static int turn_put(sqlite_store *s, const store_record *r, int64_t version)
     if (rc != SQLITE_OK)
         return rc;
     st = s->tq[TQ_PRUNE];
-    sqlite3_bind_text(st, 1, r->name, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, version - STORE_TURNS_KEEP);
     rc = run(st);
     sqlite3_reset(st);
@@ -503,7 +503,8 @@ static int sq_turn_get(store *base, const char *name, const char *request_id, ui
 }
 
 static int sq_save(store *base, const store_record *recs, const uint64_t *expect, int n,
-                   const char *owner, store_save_result *res, char *err, size_t errlen)
+                   const char *owner, store_save_result *res, char *err, size_t errlen,
+                   const store_turn_record *turns)
 {
     sqlite_store *s = (sqlite_store *)base;
     int64_t now = now_ms();
@@ -546,8 +547,8 @@ static int sq_save(store *base, const store_record *recs, const uint64_t *expect
             res[i] = (store_save_result){ refused, got ? (uint64_t)v : 0 };
         } else {
             res[i] = (store_save_result){ 0, (uint64_t)v };
-            if (rc == SQLITE_OK && recs[i].request_id)
-                rc = turn_put(s, &recs[i], v);
+            if (rc == SQLITE_OK && turns && turns[i].request_id)
+                rc = turn_put(s, recs[i].name, &turns[i], v);
         }
         if (rc != SQLITE_OK) {
             char what[STORE_NAME_MAX + 32];
