@@ -116,6 +116,8 @@ struct scheduler {
     char     err[1024];
     int      dead_logged;      /* the lost device was logged (fail_batch) */
     dmsg    *stop_msg;         /* M_STOP for the store thread, allocated at start */
+    int      freed_idle;       /* a session became idle outside a commit (a replayed turn):
+                                  serve_waiters after this batch of messages */
 };
 
 /* ---- connections --------------------------------------------------------- */
@@ -360,6 +362,7 @@ static int answer_without_running(scheduler *S, session *s, dmsg *m)
     cconn *c = cconn_get(S, m->conn);
     s->busy = 0;
     s->last_use = ++S->clock;
+    S->freed_idle = 1;   /* evictable now: a session waiting for a slot may take it */
     if (c) cconn_release(S, c);
     dmsg_free(m);
     return 1;
@@ -1427,6 +1430,10 @@ static void *compute_main(void *arg)
             qnode *next = n->next;
             handle(S, (dmsg *)n);
             n = next;
+        }
+        if (S->freed_idle) {
+            S->freed_idle = 0;
+            serve_waiters(S);
         }
         stats_queue(&S->srv->st, (uint64_t)S->nactive, (uint64_t)S->nwaiting);
         if (S->shutting && S->nactive == 0 && S->saves_inflight == 0 &&
