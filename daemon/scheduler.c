@@ -334,6 +334,13 @@ static int answer_without_running(scheduler *S, session *s, dmsg *m)
         int rc = o ? turnlog_replay(m->replay, m->replay_len, r->id, turnlog_params_hash(r), ms_total,
                                     &o->ev, NULL) : -ENOMEM;
         if (rc == 0) {
+            const event *e = &o->ev.v[o->ev.n - 1];   /* done, or the append's result */
+            reqlog_turn_info li = {
+                .session = s->name, .op = r->op == OP_APPEND ? "append" : "generate",
+                .tokens_in = e->done.tokens_in, .tokens_out = e->done.tokens_out, .ttft_ms = -1.0,
+                .total_ms = ms_total, .outcome = "replayed",
+            };
+            reqlog_turn(&S->srv->log, &li);
             o->finals = 1;
             send_out(S, o);
         } else {

@@ -105,6 +105,7 @@ def retry_after_done_replays():
         expect(g3.get("replayed") is True and g3["session_tokens"] == first["session_tokens"],
                "an older id still replays its own answer: %r" % g3)
         expect(tokens_of(srv.sock, "a") == a1["session_tokens"], "applied once each")
+        expect("outcome=replayed" in srv.log(), "the request log says replayed: %r" % srv.log()[-600:])
         c.close()
         c2.close()
     finally:
