@@ -606,8 +606,15 @@ static int migrate(pg_store *s, char *err, size_t errlen)
         if ((code = exec_cmd(s, migrations[v], err, errlen, "schema migration failed")) == 0)
             code = exec_cmd(s, sql, err, errlen, "schema migration failed");
     }
-    if (code == 0)
-        code = exec_cmd(s, turns_schema, err, errlen, "creating the turn results' table failed");
+    if (code == 0) {   /* only when missing: a role without CREATE can still use a made schema */
+        r = run_simple(s, "SELECT to_regclass('lind_turns') IS NULL");
+        if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
+            code = pg_fail(s, r, err, errlen, "cannot read the schema (lind_turns)");
+        else if (PQgetvalue(r, 0, 0)[0] == 't')
+            code = exec_cmd(s, turns_schema, err, errlen, "creating the turn results' table failed");
+        PQclear(r);
+        r = NULL;
+    }
     if (code == 0)
         code = exec_cmd(s, "COMMIT", err, errlen, "schema migration commit failed");
 out:
