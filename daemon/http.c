@@ -1640,6 +1640,17 @@ static int idempotency_key(const h2o_req_t *req, httpreq *r, char *why, size_t w
         return -EINVAL;
     }
     memcpy(r->gen.request_id, key, v->len + 1);
+    /* The same request is the same body on the same path and session
+     * header: the text derived from a chat body also depends on what this
+     * server remembers of the session, which the first try changed. */
+    const h2o_iovec_t *sh = header(req, "x-lind-session");
+    uint64_t rh = 1469598103934665603ull;
+    const h2o_iovec_t parts[3] = { req->path_normalized, sh ? *sh : (h2o_iovec_t){ NULL, 0 }, req->entity };
+    for (int k = 0; k < 3; k++) {
+        for (size_t i = 0; i < parts[k].len; i++) rh = (rh ^ (unsigned char)parts[k].base[i]) * 1099511628211ull;
+        rh = (rh ^ 0xffu) * 1099511628211ull;   /* part separator */
+    }
+    r->gen.request_hash = rh ? rh : 1;
     if (!r->gen.has_seed) {
         uint64_t h = 1469598103934665603ull;
         for (size_t i = 0; i < v->len; i++) h = (h ^ (unsigned char)key[i]) * 1099511628211ull;

@@ -68,6 +68,8 @@ typedef struct proto_request {
      * request id ("" none; the HTTP front door fills it from the
      * Idempotency-Key header) and the session token count it expects. */
     char     request_id[STORE_REQUEST_ID_MAX + 1];
+    uint64_t request_hash;    /* HTTP: what identifies the request (its body), 0: none; see
+                               * turnlog_params_hash */
     int      has_if_tokens;
     uint64_t if_tokens;
     int      has_ignore_eos, ignore_eos;      /* generate: go on past the model's end token */

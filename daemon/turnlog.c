@@ -31,6 +31,7 @@ uint64_t turnlog_params_hash(const proto_request *r)
 {
     uint64_t h = 1469598103934665603ull;
     h = fnv_u64(h, (uint64_t)r->op);
+    if (r->request_hash) return fnv_u64(h, r->request_hash);
     h = fnv_u64(h, r->text_len);
     h = fnv(h, r->text, r->text_len);
     if (r->op != OP_GENERATE) return h;

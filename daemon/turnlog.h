@@ -32,8 +32,11 @@ typedef struct turnlog {
     int       failed;                     /* out of memory: the record is incomplete */
 } turnlog;
 
-/* The hash of what makes a generate/append the same turn: op, session,
- * text, and every field that changes its result (not `progress`). */
+/* The hash of what makes a generate/append the same turn: op, text, and
+ * every field that changes its result (not `progress`); or, for a request
+ * of the HTTP front door (r->request_hash set), op and the hash it made of
+ * the HTTP request, since the text it derives from a chat request also
+ * depends on what it remembers of the session. */
 uint64_t turnlog_params_hash(const proto_request *r);
 
 void turnlog_init(turnlog *t);
