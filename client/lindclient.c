@@ -4,6 +4,7 @@
 #include "client/lindclient.h"
 
 #include <errno.h>
+#include <sys/random.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -272,9 +273,25 @@ int lindc_generate(lindc *c, const lindc_gen_opts *o, uint64_t *id)
     if (o->n_stop) lindc_req_strv(&r, "stop", o->stop, o->n_stop);
     if (o->progress) lindc_req_bool(&r, "progress", 1);
     if (o->ignore_eos >= 0) lindc_req_bool(&r, "ignore_eos", o->ignore_eos);
+    if (o->request_id) lindc_req_str(&r, "request_id", o->request_id);
+    if (o->has_if_tokens) lindc_req_u64(&r, "if_tokens", o->if_tokens);
     int rc = lindc_send(c, &r, id);
     lindc_req_free(&r);
     return rc;
+}
+
+int lindc_request_id(char buf[33])
+{
+    uint8_t b[16];
+    size_t got = 0;
+    while (got < sizeof b) {
+        ssize_t n = getrandom(b + got, sizeof b - got, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return n < 0 ? -errno : -EIO;
+        got += (size_t)n;
+    }
+    for (size_t i = 0; i < sizeof b; i++) snprintf(buf + 2 * i, 3, "%02x", b[i]);
+    return 0;
 }
 
 int lindc_cancel(lindc *c, uint64_t target, uint64_t *id)

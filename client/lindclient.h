@@ -142,7 +142,18 @@ typedef struct lindc_gen_opts {
     int progress;                   /* ask for `progress` events while a long text is fed */
     int ignore_eos;                 /* 1: go on past the model's end token, 0: end there;
                                        <0: server default (lind serve --ignore-eos) */
+    /* Retries (docs/PROTOCOL.md, "Retries"): a request id (1..64 bytes;
+     * NULL: none) makes a retry of a committed turn answer with its
+     * recorded result; see lindc_request_id() for a fresh one. */
+    const char *request_id;
+    int has_if_tokens;              /* refuse (`conflict`) unless the session has if_tokens */
+    uint64_t if_tokens;
 } lindc_gen_opts;
+
+/* A fresh request id (random, 32 hex digits) into buf[33]: unique enough
+ * that two turns never share one. 0, or a negated errno when no random
+ * bytes could be had. */
+int  lindc_request_id(char buf[33]);
 
 void lindc_gen_opts_init(lindc_gen_opts *o);
 int  lindc_generate(lindc *c, const lindc_gen_opts *o, uint64_t *id);

@@ -6,6 +6,7 @@
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_STOPS 8
@@ -29,6 +30,12 @@ static void usage(FILE *f)
 "      --stop S              stop after S is produced (repeatable, at most %d)\n"
 "      --ignore-eos          go on past the model's end token (by default the turn\n"
 "                            ends there: done reason stop, the token not printed)\n"
+"      --request-id ID       the turn's request id (default: a random one); a retry\n"
+"                            with the same id gets the committed turn's answer\n"
+"      --if-tokens N         run only if the session holds N tokens (else conflict)\n"
+"      --retry-for S         when the connection is lost mid-turn, reconnect and send\n"
+"                            the turn again with its request id for up to S seconds\n"
+"                            (default 30; 0: no retry); the turn is applied once\n"
 "      --json                print every event as a JSON line: token events as\n"
 "                            {\"event\":\"token\",\"id\":N,\"text\":...} (text cut on whole\n"
 "                            UTF-8 characters), then the done or error event\n"
@@ -94,6 +101,45 @@ static void json_token(gen_state *st, uint64_t id, const uint8_t *p, size_t n, i
     }
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+    nanosleep(&ts, NULL);
+}
+
+/* A library code that means the connection is gone (not a refusal). */
+static int conn_lost(int rc)
+{
+    return rc == LINDC_ECLOSED || rc == LINDC_EBROKEN || rc == -ECONNRESET || rc == -EPIPE;
+}
+
+/* Reconnect (the daemon may be restarting: waiting up to `until`, now_s())
+ * and send the turn again: 0 with *c and *id, or the last code. */
+static int resend(const ctl_opts *g, const lindc_gen_opts *o, lindc **c, uint64_t *id, double until)
+{
+    int delay = 50, rc;
+    for (;;) {
+        char err[512];
+        rc = lindc_connect(c, g->socket, err, sizeof err);
+        if (rc == 0) {
+            rc = lindc_generate(*c, o, id);
+            if (rc == 0) return 0;
+            lindc_free(*c);
+            *c = NULL;
+        }
+        if (ctl_interrupted || now_s() + delay / 1000.0 > until) return rc;
+        sleep_ms(delay);
+        delay = delay * 2 > 1000 ? 1000 : delay * 2;
+    }
+}
+
 int cmd_generate(const ctl_opts *g0, int argc, char **argv)
 {
     ctl_opts g = *g0;
@@ -102,7 +148,10 @@ int cmd_generate(const ctl_opts *g0, int argc, char **argv)
     const char *stops[MAX_STOPS];
     size_t nstop = 0;
     gen_state st = { .last_newline = 1 };
-    enum { O_SEED = 1, O_TOPK, O_TOPP, O_STOP, O_JSON, O_REPP, O_REPW, O_IGNEOS };
+    enum { O_SEED = 1, O_TOPK, O_TOPP, O_STOP, O_JSON, O_REPP, O_REPW, O_IGNEOS, O_RID, O_IFTOK,
+           O_RETRY };
+    char rid[33];
+    double retry_for = 30;
     static const struct option longopts[] = {
         CTL_COMMON_LONGOPTS,
         { "max-tokens", required_argument, NULL, 'n' },
@@ -115,6 +164,9 @@ int cmd_generate(const ctl_opts *g0, int argc, char **argv)
         { "stop", required_argument, NULL, O_STOP },
         { "json", no_argument, NULL, O_JSON },
         { "ignore-eos", no_argument, NULL, O_IGNEOS },
+        { "request-id", required_argument, NULL, O_RID },
+        { "if-tokens", required_argument, NULL, O_IFTOK },
+        { "retry-for", required_argument, NULL, O_RETRY },
         { "verbose", no_argument, NULL, 'v' },
         { 0, 0, 0, 0 },
     };
@@ -152,6 +204,18 @@ int cmd_generate(const ctl_opts *g0, int argc, char **argv)
             break;
         case O_JSON: st.json = 1; break;
         case O_IGNEOS: o.ignore_eos = 1; break;
+        case O_RID:
+            if (!optarg[0] || strlen(optarg) > 64) {
+                fprintf(stderr, "lindctl: --request-id wants 1..64 bytes\n");
+                return EXIT_USAGE;
+            }
+            o.request_id = optarg;
+            break;
+        case O_IFTOK: if (ctl_parse_u64("--if-tokens", optarg, &o.if_tokens)) return EXIT_USAGE;
+                      o.has_if_tokens = 1; break;
+        case O_RETRY: if (ctl_parse_f64("--retry-for", optarg, &retry_for)) return EXIT_USAGE;
+                      if (retry_for < 0) { fprintf(stderr, "lindctl: --retry-for must be >= 0\n"); return EXIT_USAGE; }
+                      break;
         case 'v': st.verbose = 1; break;
         default: usage(stderr); return EXIT_USAGE;
         }
@@ -206,15 +270,33 @@ int cmd_generate(const ctl_opts *g0, int argc, char **argv)
             if (st.verbose) fprintf(stderr, "[new session \"%s\", seed %llu]\n", o.session, (unsigned long long)o.seed);
         }
     }
+    /* Every turn carries a request id, so that it can be sent again after
+     * a lost connection without being applied twice (docs/PROTOCOL.md,
+     * "Retries"). */
+    if (!o.request_id) {
+        int r = lindc_request_id(rid);
+        if (r) {
+            free(owned);
+            lindc_free(c);
+            return ctl_report_lib(r, "request id");
+        }
+        o.request_id = rid;
+    }
     uint64_t id;
-    int rc = lindc_generate(c, &o, &id);
     size_t text_len = o.text_len;
-    free(owned);
+    int rc = lindc_generate(c, &o, &id);
     if (rc) {
+        free(owned);
         lindc_free(c);
         return ctl_report_lib(rc, "generate");
     }
     int cancel_sent = 0;
+    /* After a reconnect the turn's events start again from its first
+     * token (its recorded answer, or a rerun from the same committed state
+     * and sampler): the bytes already written are skipped. */
+    size_t skip = 0;
+    int retried = 0;
+    double retry_until = now_s() + retry_for;
     status = EXIT_CONNECTION;
     for (;;) {
         if (ctl_interrupted >= 2) { status = EXIT_INTERRUPTED; break; }
@@ -227,6 +309,20 @@ int cmd_generate(const ctl_opts *g0, int argc, char **argv)
         lindc_event ev;
         rc = lindc_next(c, &ev, -1);
         if (rc == -EINTR) continue;
+        if (rc && conn_lost(rc) && !cancel_sent && now_s() < retry_until) {
+            /* The connection is gone: the turn was committed (its answer is
+             * recorded under the request id) or is lost whole. Again. */
+            lindc_free(c);
+            c = NULL;
+            rc = resend(&g, &o, &c, &id, retry_until);
+            if (rc == 0) {
+                if (!retried) fprintf(stderr, "lindctl: the connection was lost mid-turn; sent the turn "
+                                      "again with its request id %s\n", o.request_id);
+                retried = 1;
+                skip = st.bytes_out;
+                continue;
+            }
+        }
         if (rc) { status = ctl_report_lib(rc, "generate"); break; }
         /* Skip the cancel's own result; id 0 is a connection-level error. */
         if (ev.id != id && !(ev.kind == LINDC_EV_ERROR && ev.id == 0)) continue;
@@ -235,6 +331,19 @@ int cmd_generate(const ctl_opts *g0, int argc, char **argv)
             continue;
         }
         ctl_progress_line(NULL, &progress_shown);
+        if (ev.kind == LINDC_EV_TOKEN && skip) {   /* written before the reconnect */
+            size_t k = ev.len < skip ? ev.len : skip;
+            skip -= k;
+            ev.data += k;
+            ev.len -= k;
+            if (!ev.len) continue;
+        }
+        if (ev.kind == LINDC_EV_ERROR && retried && !strcmp(ev.code, "busy") && now_s() < retry_until) {
+            /* The first try is still ending on the daemon (cancelled by the
+             * lost connection, being saved): ask again shortly. */
+            sleep_ms(100);
+            if (lindc_generate(c, &o, &id) == 0) continue;
+        }
         if (ev.kind == LINDC_EV_TOKEN) {
             if (st.json) {
                 json_token(&st, id, ev.data, ev.len, 0);
@@ -267,7 +376,15 @@ int cmd_generate(const ctl_opts *g0, int argc, char **argv)
                         (unsigned long long)tin, (unsigned long long)tout,
                         (unsigned long long)stok, ms);
             }
-            if (!strcmp(reason, "cancelled")) {
+            int replayed = 0;
+            lindc_get_bool(ev.map, "replayed", &replayed);
+            if (!strcmp(reason, "cancelled") && retried && replayed && !cancel_sent) {
+                /* The daemon had cancelled the turn when the connection was
+                 * lost (docs/PROTOCOL.md, cancel) and committed that. */
+                fprintf(stderr, "lindctl: the lost connection cut the turn short; the session keeps the "
+                        "%zu bytes streamed before it\n", st.bytes_out);
+                status = EXIT_CONNECTION;
+            } else if (!strcmp(reason, "cancelled")) {
                 uint64_t fed = text_len;
                 lindc_get_u64(ev.map, "fed_bytes", &fed);
                 if (cancel_sent && fed < text_len) {
@@ -298,6 +415,7 @@ int cmd_generate(const ctl_opts *g0, int argc, char **argv)
             break;
         }
     }
+    free(owned);
     lindc_free(c);
     return status;
 }

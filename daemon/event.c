@@ -402,7 +402,7 @@ void event_pack_msgpack(msgpack_sbuffer *sb, const evlist *l, const event *e)
     }
     case EV_APPENDED: {
         msgpack_packer pk;
-        proto_result_begin(&pk, sb, e->id, 4);
+        proto_result_begin(&pk, sb, e->id, 4 + (e->done.replayed ? 1 : 0));
         proto_pack_key(&pk, "session_tokens");
         msgpack_pack_uint64(&pk, e->done.session_tokens);
         proto_pack_key(&pk, "tokens_in");
@@ -411,6 +411,10 @@ void event_pack_msgpack(msgpack_sbuffer *sb, const evlist *l, const event *e)
         msgpack_pack_uint64(&pk, e->done.fed_bytes);
         proto_pack_key(&pk, "cancelled");
         if (e->cancelled) msgpack_pack_true(&pk); else msgpack_pack_false(&pk);
+        if (e->done.replayed) {
+            proto_pack_key(&pk, "replayed");
+            msgpack_pack_true(&pk);
+        }
         break;
     }
     case EV_ERROR: {

@@ -1619,6 +1619,47 @@ static size_t tail_lookup(void *ctx, const char *name, uint8_t *out)
     return tail_get(ctx, name, out);
 }
 
+/* Idempotency-Key (docs/HTTP.md): the generate's request_id, so that a
+ * retry of a committed turn gets its recorded answer. Without a seed the
+ * turn's seed comes from the key, so the retry is the same request. 0, or
+ * -EINVAL with the reason in why. */
+static int idempotency_key(const h2o_req_t *req, httpreq *r, char *why, size_t whylen)
+{
+    const h2o_iovec_t *v = header(req, "idempotency-key");
+    if (!v) return 0;
+    char key[STORE_REQUEST_ID_MAX + 1];
+    if (v->len == 0 || v->len > STORE_REQUEST_ID_MAX || memchr(v->base, 0, v->len)) {
+        snprintf(why, whylen, "the Idempotency-Key header must be 1..%d bytes", STORE_REQUEST_ID_MAX);
+        return -EINVAL;
+    }
+    memcpy(key, v->base, v->len);
+    key[v->len] = 0;
+    if (store_request_id_check(key, why, whylen) != 0) return -EINVAL;
+    if (r->n > 1) {
+        snprintf(why, whylen, "Idempotency-Key is for one choice (n = 1); this request asks for %d", r->n);
+        return -EINVAL;
+    }
+    memcpy(r->gen.request_id, key, v->len + 1);
+    /* The same request is the same body on the same path and session
+     * header: the text derived from a chat body also depends on what this
+     * server remembers of the session, which the first try changed. */
+    const h2o_iovec_t *sh = header(req, "x-lind-session");
+    uint64_t rh = 1469598103934665603ull;
+    const h2o_iovec_t parts[3] = { req->path_normalized, sh ? *sh : (h2o_iovec_t){ NULL, 0 }, req->entity };
+    for (int k = 0; k < 3; k++) {
+        for (size_t i = 0; i < parts[k].len; i++) rh = (rh ^ (unsigned char)parts[k].base[i]) * 1099511628211ull;
+        rh = (rh ^ 0xffu) * 1099511628211ull;   /* part separator */
+    }
+    r->gen.request_hash = rh ? rh : 1;
+    if (!r->gen.has_seed) {
+        uint64_t h = 1469598103934665603ull;
+        for (size_t i = 0; i < v->len; i++) h = (h ^ (unsigned char)key[i]) * 1099511628211ull;
+        r->gen.sp.seed = h & INT64_MAX;
+        r->gen.has_seed = 1;
+    }
+    return 0;
+}
+
 static void begin(http_server *hs, h2o_req_t *req, hkind kind)
 {
     server *srv = hs->srv;
@@ -1635,6 +1676,12 @@ static void begin(http_server *hs, h2o_req_t *req, hkind kind)
                       : HTTPREQ_COMPLETION, req->entity.base,
                       req->entity.len, hv ? hv->base : NULL, hv ? hv->len : 0, &lim, &e) != 0) {
         send_error(hs, req, e.status, e.code, e.param, "%s", e.msg);
+        return;
+    }
+    char why[200];
+    if (idempotency_key(req, &r, why, sizeof why) != 0) {
+        httpreq_free(&r);
+        send_error(hs, req, 400, "invalid_request", "Idempotency-Key", "%s", why);
         return;
     }
     hreq *h = calloc(1, sizeof *h);

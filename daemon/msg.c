@@ -24,6 +24,7 @@ void dmsg_free(dmsg *m)
     free(m->state);
     free(m->transcript);
     free(m->rinfo.transcript);
+    free(m->replay);
     free(m);
 }
 

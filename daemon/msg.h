@@ -33,6 +33,9 @@ typedef enum dmsg_kind {
     M_RELEASE,      /* compute → store: session `name` left the slots: give its lease back */
     M_LEASE_LOST,   /* store → compute: the lease on `name` was lost to lease.owner */
     M_BARRIER,      /* store dispatcher → a store connection: wait for an op on all (persist.c) */
+    M_LOOKUP,       /* compute → store: a turn request (req) with a request_id on a resident
+                       session: find its recorded answer (replay) */
+    M_LOOKED,       /* store → compute: rc, replay (NULL: none recorded) */
 } dmsg_kind;
 
 /* What a finished turn tells its client once its state is committed. */
@@ -74,6 +77,11 @@ typedef struct dmsg {
     uint64_t tokens;
     turn_result result;
     resident_info rinfo;      /* M_REQUEST op info, forwarded by compute */
+    /* Exactly-once turns (daemon/turnlog.h): M_LOADED / M_LOOKED, and the
+     * turn request they start: the answer recorded under req.request_id
+     * (owned; NULL: none); M_SAVE: the turn's answer to record under
+     * req.request_id with the commit. M_LOAD carries req.request_id. */
+    uint8_t *replay; size_t replay_len;
 } dmsg;
 
 dmsg *dmsg_new(dmsg_kind kind, uint64_t conn);

@@ -45,6 +45,7 @@ typedef struct worker {
     wait_load *waits;
     qnode    *done_head, *done_tail;   /* M_LOADED held until the batch ends */
     store_record recs[SAVE_GROUP_MAX];
+    store_turn_record turns[SAVE_GROUP_MAX];   /* recs[i]'s answer to record, if any */
     uint64_t  expect[SAVE_GROUP_MAX];
     store_save_result res[SAVE_GROUP_MAX];
     outmsg   *answers[SAVE_GROUP_MAX];   /* do_saves: each turn's answer, made before the commit */
@@ -101,18 +102,21 @@ static void do_saves(worker *W, dmsg **v, int n)
                                      .transcript = v[i]->transcript,
                                      .transcript_len = v[i]->transcript_len,
                                      .tokens = v[i]->tokens };
+        /* the turn's answer, committed with it (exactly-once turns) */
+        W->turns[k] = (store_turn_record){ .request_id = v[i]->replay ? v[i]->req.request_id : NULL,
+                                           .result = v[i]->replay, .result_len = v[i]->replay_len };
         W->expect[k] = v[i]->version;
         v[i]->rc = 1;   /* not yet committed */
         sv[k++] = v[i];
     }
     uint64_t t0 = now_ns();
-    int rc = k ? store_save_versioned(W->st, W->recs, W->expect, k, owner, W->res, err, sizeof err) : 0;
+    int rc = k ? store_save_turns(W->st, W->recs, W->turns, W->expect, k, owner, W->res, err, sizeof err) : 0;
     if (rc < 0 && rc != -ECANCELED && rc != -ENOLCK && k > 1) {
         /* The group failed as a whole: one bad record must not sink the
          * others, retry one by one. */
         for (int j = 0; j < k; j++)
-            store_save_versioned(W->st, &W->recs[j], &W->expect[j], 1, owner, &W->res[j],
-                                 sv[j]->err, sizeof sv[j]->err);
+            store_save_turns(W->st, &W->recs[j], &W->turns[j], &W->expect[j], 1, owner, &W->res[j],
+                             sv[j]->err, sizeof sv[j]->err);
     } else if (rc < 0) {
         for (int j = 0; j < k; j++)
             if (W->res[j].rc != 0) snprintf(sv[j]->err, sizeof sv[j]->err, "%s", err);
@@ -430,6 +434,25 @@ static void flush_loaded(worker *W)
     W->done_head = W->done_tail = NULL;
 }
 
+/* The answer recorded for m->req.request_id of session m->name into
+ * m->replay (none: NULL); 0 or the store's code with m->err. Read under the
+ * session's lease: nobody else can record one meanwhile. */
+static int find_answer(worker *W, dmsg *m)
+{
+    uint64_t ver = 0;
+    int rc = store_turn_get(W->st, m->name, m->req.request_id, &m->replay, &m->replay_len, &ver,
+                            m->err, sizeof m->err);
+    if (rc == -ENOENT) { m->err[0] = 0; return 0; }
+    return rc;
+}
+
+static void do_lookup(worker *W, dmsg *m)
+{
+    m->rc = find_answer(W, m);
+    m->kind = M_LOOKED;
+    queue_push(&W->P->srv->schedq, &m->node);
+}
+
 /* Take the session's lease, then load it (the order matters: a load before
  * the lease could read a version that the previous holder's last save is
  * about to replace). Returns 1 when the load must wait for the lease. */
@@ -459,6 +482,13 @@ static int try_load(worker *W, dmsg *m, int may_wait)
     }
     if (!W->renew_at_ns) W->renew_at_ns = now_ns() + (uint64_t)P->srv->opt.lease_ms * 1000000ull / 3;
     m->rc = store_load(W->st, m->name, &m->loaded, m->err, sizeof m->err);
+    if (m->rc == 0 && m->req.request_id[0]) {   /* a retry: the answer recorded under its id */
+        int trc = find_answer(W, m);
+        if (trc < 0) {
+            store_loaded_free(&m->loaded);
+            m->rc = trc;
+        }
+    }
     if (m->rc != 0 && m->rc != -ENOENT) {   /* nothing will be served: give it back */
         char e2[256];
         lease_set_remove(&W->leases, m->name);
@@ -596,6 +626,10 @@ static void *worker_main(void *arg)
             case M_RELEASE:
                 do_release(W, m);
                 break;
+            case M_LOOKUP:
+                flush_loaded(W);
+                do_lookup(W, m);
+                break;
             case M_REQUEST:
                 if (m->sess) { barrier *b = m->sess; m->sess = NULL; flush_loaded(W); barrier_run(W, b, m); }
                 else do_request(W, m);
@@ -665,7 +699,7 @@ static int route(persist *P, dmsg *m, int *all)
 {
     *all = 0;
     switch (m->kind) {
-    case M_LOAD: case M_SAVE: case M_RELEASE:
+    case M_LOAD: case M_SAVE: case M_RELEASE: case M_LOOKUP:
         return (int)(name_hash(m->name) % (size_t)P->n);
     case M_STOP:
         return -1;

@@ -301,6 +301,32 @@ static proto_code decode_generate(const msgpack_object *m, const proto_limits *l
     return PE_OK;
 }
 
+/* The optional retry fields of generate/append: `request_id` (str or bin,
+ * 1..64 bytes, UTF-8 without control characters) and `if_tokens`. */
+static proto_code get_retry(const msgpack_object *o, proto_request *r, proto_error *err)
+{
+    const msgpack_object *v = field(o, "request_id");
+    if (v) {
+        if (v->type != MSGPACK_OBJECT_STR && v->type != MSGPACK_OBJECT_BIN)
+            return fail(err, PE_BAD_REQUEST, "field 'request_id' must be a string, got %s", type_name(v));
+        const char *p = v->type == MSGPACK_OBJECT_STR ? v->via.str.ptr : v->via.bin.ptr;
+        uint32_t n = v->type == MSGPACK_OBJECT_STR ? v->via.str.size : v->via.bin.size;
+        char why[160];
+        if (n == 0 || n > STORE_REQUEST_ID_MAX)
+            return fail(err, PE_BAD_REQUEST, "field 'request_id' must be 1..%d bytes, got %u",
+                        STORE_REQUEST_ID_MAX, n);
+        if (memchr(p, 0, n))
+            return fail(err, PE_BAD_REQUEST, "field 'request_id' contains a NUL byte");
+        memcpy(r->request_id, p, n);
+        r->request_id[n] = 0;
+        if (store_request_id_check(r->request_id, why, sizeof why) != 0) {
+            r->request_id[0] = 0;
+            return fail(err, PE_BAD_REQUEST, "field 'request_id': %s", why);
+        }
+    }
+    return get_uint(o, "if_tokens", 0, UINT64_MAX, 0, &r->if_tokens, &r->has_if_tokens, err);
+}
+
 /* Optional boolean `progress` of generate/append. */
 static proto_code get_progress(const msgpack_object *o, proto_request *r, proto_error *err)
 {
@@ -360,11 +386,13 @@ proto_code proto_decode(const msgpack_object *o, const proto_limits *lim,
         if ((c = get_name(o, "session", r->session, err))) goto out;
         if ((c = get_bytes(o, "text", 0, 0, &r->text, &r->text_len, err))) goto out;
         if ((c = get_progress(o, r, err))) goto out;
+        if ((c = get_retry(o, r, err))) goto out;
         c = decode_generate(o, lim, r, err);
         break;
     case OP_APPEND:
         if ((c = get_name(o, "session", r->session, err))) goto out;
         if ((c = get_progress(o, r, err))) goto out;
+        if ((c = get_retry(o, r, err))) goto out;
         c = get_bytes(o, "text", 1, 0, &r->text, &r->text_len, err);
         break;
     case OP_CANCEL: {
@@ -520,7 +548,7 @@ void proto_pack_done(msgpack_sbuffer *sb, const proto_done *d)
 {
     msgpack_packer pk;
     int stop = d->stop && d->stop_len;
-    head(&pk, sb, d->id, "done", 6 + stop + (d->has_stop_token ? 1 : 0));
+    head(&pk, sb, d->id, "done", 6 + stop + (d->has_stop_token ? 1 : 0) + (d->replayed ? 1 : 0));
     proto_pack_key(&pk, "reason");
     proto_pack_str(&pk, d->reason);
     proto_pack_key(&pk, "tokens_in");
@@ -545,6 +573,10 @@ void proto_pack_done(msgpack_sbuffer *sb, const proto_done *d)
     if (d->has_stop_token) {
         proto_pack_key(&pk, "stop_token");
         msgpack_pack_uint32(&pk, d->stop_token);
+    }
+    if (d->replayed) {
+        proto_pack_key(&pk, "replayed");
+        msgpack_pack_true(&pk);
     }
 }
 

@@ -64,6 +64,14 @@ typedef struct proto_request {
     sampler_params sp;                        /* generate: this turn's settings */
     int      has_seed;
     int      progress;                        /* generate/append: send `progress` events */
+    /* generate/append, optional (docs/PROTOCOL.md, "Retries"): the client's
+     * request id ("" none; the HTTP front door fills it from the
+     * Idempotency-Key header) and the session token count it expects. */
+    char     request_id[STORE_REQUEST_ID_MAX + 1];
+    uint64_t request_hash;    /* HTTP: what identifies the request (its body), 0: none; see
+                               * turnlog_params_hash */
+    int      has_if_tokens;
+    uint64_t if_tokens;
     int      has_ignore_eos, ignore_eos;      /* generate: go on past the model's end token */
     /* generate, set only by the HTTP front door (docs/HTTP.md; the socket
      * has no such fields): OpenAI's penalties over the tokens this turn
@@ -123,6 +131,7 @@ typedef struct proto_done {
     const uint8_t *stop; size_t stop_len;  /* when reason is "stop" by a stop string */
     int      has_stop_token;               /* reason "stop" by the model's end token: */
     uint32_t stop_token;                   /* its id (never sent as a token) */
+    int      replayed;                     /* the recorded answer of an earlier try (request_id) */
 } proto_done;
 void proto_pack_done(msgpack_sbuffer *sb, const proto_done *d);
 

@@ -11,6 +11,7 @@
 #include "daemon/errors.h"
 #include "daemon/msg.h"
 #include "daemon/session.h"
+#include "daemon/turnlog.h"
 #include "recurrent/sampler.h"
 #include "recurrent/tokenizer.h"
 #include "state/format.h"
@@ -71,6 +72,11 @@ typedef struct turn {
     int32_t *seen;
     uint32_t nseen;
     int      logprobs;
+    /* exactly-once turns: the request's id ("" none), the hash of its
+     * parameters and the token events sent, recorded with the commit */
+    char     request_id[STORE_REQUEST_ID_MAX + 1];
+    uint64_t phash;
+    turnlog  log;
 } turn;
 
 struct scheduler {
@@ -110,6 +116,8 @@ struct scheduler {
     char     err[1024];
     int      dead_logged;      /* the lost device was logged (fail_batch) */
     dmsg    *stop_msg;         /* M_STOP for the store thread, allocated at start */
+    int      freed_idle;       /* a session became idle outside a commit (a replayed turn):
+                                  serve_waiters after this batch of messages */
 };
 
 /* ---- connections --------------------------------------------------------- */
@@ -309,9 +317,68 @@ static int tokenize_turn(scheduler *S, session *s, const proto_request *r, int32
     return 0;
 }
 
+static uint64_t session_tokens(const session *s);
+
+/* A turn request that need not run (docs/PROTOCOL.md, "Retries"): a retry
+ * of a committed turn gets that turn's recorded answer again; one whose
+ * if_tokens is not the session's count gets `conflict`. 1: answered here
+ * (m consumed, the session no longer busy); 0: run it. */
+static int answer_without_running(scheduler *S, session *s, dmsg *m)
+{
+    proto_request *r = &m->req;
+    /* A session not saved yet holds nothing a client was told of: 0. */
+    uint64_t have = s->version == STORE_VERSION_NEW ? 0 : session_tokens(s);
+    if (m->replay) {
+        outmsg *o = outmsg_new(m->conn);
+        double ms_total = (double)(now_ns() - m->t_recv_ns) / 1e6;
+        int rc = o ? turnlog_replay(m->replay, m->replay_len, r->id, turnlog_params_hash(r), ms_total,
+                                    &o->ev, NULL) : -ENOMEM;
+        if (rc == 0) {
+            const event *e = &o->ev.v[o->ev.n - 1];   /* done, or the append's result */
+            reqlog_turn_info li = {
+                .session = s->name, .op = r->op == OP_APPEND ? "append" : "generate",
+                .tokens_in = e->done.tokens_in, .tokens_out = e->done.tokens_out, .ttft_ms = -1.0,
+                .total_ms = ms_total, .outcome = "replayed",
+            };
+            reqlog_turn(&S->srv->log, &li);
+            o->finals = 1;
+            send_out(S, o);
+        } else {
+            outmsg_free(o);
+            if (rc == -EINVAL)
+                send_out(S, outmsg_error(m->conn, r->id, PE_BAD_REQUEST,
+                            "request_id '%s' was already used on session '%s' by a turn with other "
+                            "parameters (op, text or settings); a retry must repeat its request "
+                            "exactly, a new turn needs a new request_id", r->request_id, s->name));
+            else if (rc == -EBADMSG)
+                send_out(S, outmsg_error(m->conn, r->id, PE_BAD_STATE,
+                            "session '%s': the answer recorded for request_id '%s' does not decode",
+                            s->name, r->request_id));
+            else
+                send_out(S, outmsg_error(m->conn, r->id, PE_INTERNAL, "out of memory replaying request_id '%s'",
+                            r->request_id));
+        }
+    } else if (r->has_if_tokens && r->if_tokens != have) {
+        send_out(S, outmsg_error(m->conn, r->id, PE_CONFLICT,
+                    "session '%s' has %llu tokens, not the %llu this request expects (if_tokens); "
+                    "nothing ran", s->name, (unsigned long long)have,
+                    (unsigned long long)r->if_tokens));
+    } else {
+        return 0;
+    }
+    cconn *c = cconn_get(S, m->conn);
+    s->busy = 0;
+    s->last_use = ++S->clock;
+    S->freed_idle = 1;   /* evictable now: a session waiting for a slot may take it */
+    if (c) cconn_release(S, c);
+    dmsg_free(m);
+    return 1;
+}
+
 static void begin_turn(scheduler *S, session *s, dmsg *m)
 {
     proto_request *r = &m->req;
+    if (answer_without_running(S, s, m)) return;
     turn *t = calloc(1, sizeof *t);
     cconn *c = cconn_get(S, m->conn);
     int32_t *feed = NULL;
@@ -349,6 +416,10 @@ static void begin_turn(scheduler *S, session *s, dmsg *m)
     t->s = s;
     t->c = c;            /* the reference taken when the request arrived */
     t->req_id = r->id;
+    if (r->request_id[0]) {   /* recorded with the commit (turnlog.h) */
+        snprintf(t->request_id, sizeof t->request_id, "%s", r->request_id);
+        t->phash = turnlog_params_hash(r);
+    }
     t->is_append = r->op == OP_APPEND;
     t->t_recv = m->t_recv_ns;
     t->t_start = now_ns();
@@ -512,6 +583,23 @@ static void finish(scheduler *S, turn *t, int pending, const char *reason)
         res->done.stop = res->stop;
         res->done.stop_len = t->stop_len[t->stop_hit];
     }
+    if (t->request_id[0]) {
+        /* The answer goes into the commit: a turn that cannot record it is
+         * not saved (a retry would run it again). */
+        int erc = turnlog_encode(&t->log, t->phash, t->is_append, res->cancelled, &res->done,
+                                 &m->replay, &m->replay_len);
+        if (erc != 0) {
+            evlist *ev = cconn_out(S, t->c);
+            if (ev && evlist_error(ev, t->req_id, PE_INTERNAL, "the turn's answer could not be "
+                                   "recorded for its request_id (out of memory); the turn was not "
+                                   "saved and the session stays at its last committed turn") == 0)
+                t->c->out->finals++;
+            dmsg_free(m);
+            drop_session(S, s);
+            return;
+        }
+        snprintf(m->req.request_id, sizeof m->req.request_id, "%s", t->request_id);
+    }
     if (S->saves_tail) S->saves_tail->node.next = &m->node; else S->saves = m;
     S->saves_tail = m;
     m->node.next = NULL;
@@ -565,6 +653,7 @@ static void emit_token(scheduler *S, turn *t, int32_t tok, float lp, const ev_to
         finish(S, t, tok, "length");
         return;
     }
+    if (t->request_id[0]) turnlog_token(&t->log, b, n);   /* a failure fails the save (finish) */
     if (n && transcript_append(&s->tr, TRANSCRIPT_OUT, b, n) != 0) {
         t->out_lost = 1;   /* the transcript would miss it: end unsaved (finish) */
         finish(S, t, tok, "length");
@@ -677,6 +766,7 @@ static void reap(scheduler *S)
             free(t->bias);
             free(t->counts);
             free(t->seen);
+            turnlog_free(&t->log);
             free(t);
         } else {
             S->active[j++] = t;
@@ -972,6 +1062,16 @@ static void start_turn_request(scheduler *S, dmsg *m)
     c->refs++;
     if (s) {
         s->busy = 1;
+        if (r->request_id[0]) {
+            /* A retry may have been committed before (by this node or the
+             * one that held the session): ask the store (on_looked). */
+            m->kind = M_LOOKUP;
+            m->sess = s;
+            snprintf(m->name, sizeof m->name, "%s", s->name);
+            S->loads_inflight++;
+            queue_push(&S->srv->persistq, &m->node);
+            return;
+        }
         begin_turn(S, s, m);
         return;
     }
@@ -999,6 +1099,7 @@ static void start_turn_request(scheduler *S, dmsg *m)
     S->nwaiting++;
     session_insert(&S->tab, s);
     snprintf(ld->name, sizeof ld->name, "%s", s->name);
+    snprintf(ld->req.request_id, sizeof ld->req.request_id, "%s", r->request_id);
     ld->sess = s;
     S->loads_inflight++;
     queue_push(&S->srv->persistq, &ld->node);
@@ -1156,8 +1257,35 @@ static void on_loaded(scheduler *S, dmsg *m)
     }
     s->leased = 1;
     s->version = m->rc == 0 ? m->loaded.version : STORE_VERSION_NEW;
+    s->waiting->replay = m->replay;   /* the answer recorded under its request_id, if any */
+    s->waiting->replay_len = m->replay_len;
+    m->replay = NULL;
     s->loaded = m;
     place(S, s);
+}
+
+/* The store's answer to M_LOOKUP (start_turn_request). */
+static void on_looked(scheduler *S, dmsg *m)
+{
+    session *s = m->sess;
+    S->loads_inflight--;
+    m->sess = NULL;
+    m->kind = M_REQUEST;
+    if (m->rc < 0 || S->shutting) {
+        if (S->shutting)
+            reply_error(S, m->conn, m->req.id, PE_SHUTTING_DOWN, "%s", "the server is shutting down");
+        else
+            send_out(S, outmsg_error(m->conn, m->req.id, lind_wire_code(m->rc) == PE_INTERNAL ? PE_IO
+                                     : lind_wire_code(m->rc), "session '%s': looking up request_id '%s' "
+                                     "failed: %s", s->name, m->req.request_id, m->err));
+        cconn *c = cconn_get(S, m->conn);
+        s->busy = 0;
+        if (c) cconn_release(S, c);
+        dmsg_free(m);
+        serve_waiters(S);
+        return;
+    }
+    begin_turn(S, s, m);
 }
 
 static void on_saved(scheduler *S, dmsg *m)
@@ -1178,6 +1306,7 @@ static void handle(scheduler *S, dmsg *m)
     case M_REQUEST: on_request(S, m); return;
     case M_LOADED:  on_loaded(S, m); return;
     case M_SAVED:   on_saved(S, m); return;
+    case M_LOOKED:  on_looked(S, m); return;
     case M_CONN_CLOSED: {
         cconn *c = cconn_get(S, m->conn);
         if (c) {
@@ -1308,6 +1437,10 @@ static void *compute_main(void *arg)
             qnode *next = n->next;
             handle(S, (dmsg *)n);
             n = next;
+        }
+        if (S->freed_idle) {
+            S->freed_idle = 0;
+            serve_waiters(S);
         }
         stats_queue(&S->srv->st, (uint64_t)S->nactive, (uint64_t)S->nwaiting);
         if (S->shutting && S->nactive == 0 && S->saves_inflight == 0 &&

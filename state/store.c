@@ -145,6 +145,37 @@ static int check_record(const store_record *r, int i, char *err, size_t errlen)
     return 0;
 }
 
+/* ---- turn results ---------------------------------------------------------- */
+
+int store_request_id_check(const char *id, char *err, size_t errlen)
+{
+    ERRBUF(err, errlen);
+    if (!id || !id[0] || strlen(id) > STORE_REQUEST_ID_MAX)
+        return errmsg_set(-EINVAL, err, errlen, "request id must be 1..%d bytes",
+                          STORE_REQUEST_ID_MAX);
+    char why[200];
+    if (store_name_check(id, why, sizeof why) < 0)
+        return errmsg_set(-EINVAL, err, errlen, "request id must be UTF-8 without control characters");
+    return 0;
+}
+
+int store_turn_get(store *s, const char *name, const char *request_id, uint8_t **out,
+                   size_t *len, uint64_t *version, char *err, size_t errlen)
+{
+    ERRBUF(err, errlen);
+    if (!s || !out || !len || !version)
+        return errmsg_set(-EINVAL, err, errlen, "store_turn_get: missing argument");
+    *out = NULL;
+    *len = 0;
+    *version = 0;
+    int rc = store_name_check(name, err, errlen);
+    if (rc == 0)
+        rc = store_request_id_check(request_id, err, errlen);
+    if (rc < 0)
+        return rc;
+    return s->ops->turn_get(s, name, request_id, out, len, version, err, errlen);
+}
+
 /* Group sizes are bounded so the per-record scratch of store_save fits the
  * stack in small groups and the heap otherwise. */
 int store_save(store *s, const store_record *recs, int n, char *err, size_t errlen)
@@ -165,6 +196,13 @@ int store_save_versioned(store *s, const store_record *recs, const uint64_t *exp
                          const char *lease_owner, store_save_result *res, char *err,
                          size_t errlen)
 {
+    return store_save_turns(s, recs, NULL, expect, n, lease_owner, res, err, errlen);
+}
+
+int store_save_turns(store *s, const store_record *recs, const store_turn_record *turns,
+                     const uint64_t *expect, int n, const char *lease_owner,
+                     store_save_result *res, char *err, size_t errlen)
+{
     ERRBUF(err, errlen);
     if (!s || !recs || !res || n < 1)
         return errmsg_set(-EINVAL, err, errlen,
@@ -175,6 +213,14 @@ int store_save_versioned(store *s, const store_record *recs, const uint64_t *exp
         rc = errmsg_set(-EINVAL, err, errlen, "lease owner: %s", why);
     for (int i = 0; rc == 0 && i < n; i++) {
         rc = check_record(&recs[i], i, err, errlen);
+        if (rc == 0 && turns && turns[i].request_id) {
+            char why2[200];
+            if ((rc = store_request_id_check(turns[i].request_id, why2, sizeof why2)) < 0)
+                errmsg_set(rc, err, errlen, "record %d (%s): %s", i, recs[i].name, why2);
+            else if (!turns[i].result || turns[i].result_len >= (1u << 30))
+                rc = errmsg_set(-EINVAL, err, errlen, "record %d (%s): a request id needs a result "
+                                "under 1 GiB", i, recs[i].name);
+        }
         /* Two versioned records of one group naming one session would swap
          * against each other's version: refused like a bad record. */
         for (int k = 0; rc == 0 && expect && k < i; k++)
@@ -195,7 +241,7 @@ int store_save_versioned(store *s, const store_record *recs, const uint64_t *exp
         for (int i = 0; i < n; i++)
             ex[i] = STORE_VERSION_ANY;
     }
-    rc = s->ops->save(s, recs, ex, n, lease_owner, res, err, errlen);
+    rc = s->ops->save(s, recs, ex, n, lease_owner, res, err, errlen, turns);
     int failed = 0, first = -1;
     for (int i = 0; rc == 0 && i < n; i++)
         if (res[i].rc < 0 && failed++ == 0)

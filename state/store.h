@@ -212,6 +212,39 @@ int  store_node_beat(store *s, const char *node, const char *instance, int64_t t
 /* Give the claim up (shutdown); -ENOLCK when not held. */
 int  store_node_release(store *s, const char *node, const char *instance, char *err, size_t errlen);
 
+/* ---- turn results: exactly-once turns (docs/SCALE.md) ---------------------
+ * A save (store_save_turns) whose record comes with a request_id records its result bytes
+ * (opaque here; the daemon's daemon/turnlog.h) in a table of its own
+ * (lind_turns / turns), in the same transaction as the session's row, so a
+ * turn is committed with its result or not at all. A session keeps the
+ * results of its last STORE_TURNS_KEEP saves: each recorded save drops the
+ * session's results recorded STORE_TURNS_KEEP or more versions before it.
+ * Deleting a session deletes its results; fork and import copy none.
+ * Request ids are 1..STORE_REQUEST_ID_MAX bytes, checked like names. */
+#define STORE_REQUEST_ID_MAX 64
+#define STORE_TURNS_KEEP     32
+
+/* A turn's result to record with a record's save (store_save_turns). */
+typedef struct store_turn_record {
+    const char    *request_id;   /* NULL: nothing recorded */
+    const uint8_t *result;  size_t result_len;
+} store_turn_record;
+
+/* store_save_versioned, and for each record i written whose turns[i] has a
+ * request_id, its result recorded in the same transaction (turns NULL: none). */
+int  store_save_turns(store *s, const store_record *recs, const store_turn_record *turns,
+                      const uint64_t *expect, int n, const char *lease_owner,
+                      store_save_result *res, char *err, size_t errlen);
+
+/* Check a request id: as a name (UTF-8, no control chars), 1..64 bytes. */
+int  store_request_id_check(const char *id, char *err, size_t errlen);
+
+/* The result recorded for (name, request_id): *out malloc'd (caller frees),
+ * *len its size, *version the session version its save produced; -ENOENT
+ * when none is (never recorded, or pruned). */
+int  store_turn_get(store *s, const char *name, const char *request_id, uint8_t **out,
+                    size_t *len, uint64_t *version, char *err, size_t errlen);
+
 /* Counters of one handle since it opened (PostgreSQL; SQLite: zeros). */
 typedef struct store_counters {
     uint64_t reconnects;   /* connections re-opened after being lost */

@@ -25,7 +25,8 @@ typedef struct store_ops {
      * row's current version); store.c reports those. A negative return is
      * a failure of the whole group: nothing written (res is then ignored). */
     int (*save)(store *s, const store_record *recs, const uint64_t *expect, int n,
-                const char *owner, store_save_result *res, char *err, size_t errlen);
+                const char *owner, store_save_result *res, char *err, size_t errlen,
+                const store_turn_record *turns);   /* NULL, or n: the results to record */
     /* Insert one record; -EEXIST if the name is taken. */
     int (*create)(store *s, const store_record *rec, char *err, size_t errlen);
     int (*load)(store *s, const char *name, store_loaded *out, char *err, size_t errlen);
@@ -47,6 +48,9 @@ typedef struct store_ops {
     int (*node_beat)(store *s, const char *node, const char *instance, int64_t ttl_ms,
                      char *err, size_t errlen);
     int (*node_release)(store *s, const char *node, const char *instance, char *err, size_t errlen);
+    /* store_turn_get (store.h); arguments checked, out/len/version non-NULL. */
+    int (*turn_get)(store *s, const char *name, const char *request_id, uint8_t **out,
+                    size_t *len, uint64_t *version, char *err, size_t errlen);
     /* NULL: zeros. */
     void (*counters)(const store *s, store_counters *out);
 } store_ops;

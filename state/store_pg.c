@@ -89,6 +89,26 @@ static const char *const migrations[] = {
 };
 #define SCHEMA_VERSION ((int)(sizeof migrations / sizeof migrations[0]))
 
+/* Turn results (store.h, "turn results"): a table of their own, created in
+ * the schema check's transaction (under its advisory lock) when missing; no
+ * schema version of its own, so a lind without it just ignores the table. */
+static const char turns_schema[] =
+    "CREATE TABLE IF NOT EXISTS lind_turns ("
+    "  name       text COLLATE \"C\" NOT NULL,"
+    "  request_id text COLLATE \"C\" NOT NULL,"
+    "  version    bigint NOT NULL,"
+    "  result     bytea NOT NULL,"
+    "  PRIMARY KEY(name, request_id)"
+    ");"
+    "CREATE INDEX IF NOT EXISTS lind_turns_by_version ON lind_turns(name, version);";
+/* $1 name, $2 request id, $3 the session version the save produced, $4 the
+ * result; the prune drops results STORE_TURNS_KEEP or more versions older. */
+#define TURN_PUT_SQL "INSERT INTO lind_turns(name, request_id, version, result)" \
+                     " VALUES($1, $2, $3, $4) ON CONFLICT(name, request_id) DO UPDATE" \
+                     " SET version = EXCLUDED.version, result = EXCLUDED.result"
+#define TURN_PRUNE_SQL "DELETE FROM lind_turns WHERE name = $1 AND version <= $2::bigint"
+#define TURN_GET_SQL "SELECT result, version FROM lind_turns WHERE name = $1 AND request_id = $2"
+
 /* The server's clock in ms since the epoch. */
 #define PG_NOW "(extract(epoch from clock_timestamp()) * 1000)::bigint"
 
@@ -122,7 +142,9 @@ static const char *const queries[Q_N] = {
     [Q_LIST]       = "SELECT name, tokens, octet_length(state), created_ms, updated_ms, version"
                      " FROM lind_sessions ORDER BY name",
     [Q_COUNT]      = "SELECT count(*) FROM lind_sessions",
-    [Q_DELETE]     = "DELETE FROM lind_sessions WHERE name = $1",
+    /* a session's turn results go with it (store.h) */
+    [Q_DELETE]     = "WITH t AS (DELETE FROM lind_turns WHERE name = $1)"
+                     " DELETE FROM lind_sessions WHERE name = $1",
     [Q_FORK]       = "INSERT INTO lind_sessions(" SESSION_COLS ")"
                      " SELECT $2, state, transcript, tokens, $3, $3 FROM lind_sessions"
                      " WHERE name = $1",
@@ -584,6 +606,15 @@ static int migrate(pg_store *s, char *err, size_t errlen)
         if ((code = exec_cmd(s, migrations[v], err, errlen, "schema migration failed")) == 0)
             code = exec_cmd(s, sql, err, errlen, "schema migration failed");
     }
+    if (code == 0) {   /* only when missing: a role without CREATE can still use a made schema */
+        r = run_simple(s, "SELECT to_regclass('lind_turns') IS NULL");
+        if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
+            code = pg_fail(s, r, err, errlen, "cannot read the schema (lind_turns)");
+        else if (PQgetvalue(r, 0, 0)[0] == 't')
+            code = exec_cmd(s, turns_schema, err, errlen, "creating the turn results' table failed");
+        PQclear(r);
+        r = NULL;
+    }
     if (code == 0)
         code = exec_cmd(s, "COMMIT", err, errlen, "schema migration commit failed");
 out:
@@ -654,10 +685,71 @@ static int check_sizes(const store_record *r, char *err, size_t errlen)
     return 0;
 }
 
+static int copy_value(const PGresult *r, int col, uint8_t **out, size_t *len);
+
+/* Record a saved turn's result inside the save's transaction, and drop the
+ * session's results STORE_TURNS_KEEP or more versions old. */
+static int turn_put(pg_store *s, const char *name, const store_turn_record *r, uint64_t version,
+                    char *err, size_t errlen)
+{
+    static const char empty[1] = "";
+    char ver[24], old[24];
+    snprintf(ver, sizeof ver, "%llu", (unsigned long long)version);
+    snprintf(old, sizeof old, "%lld", (long long)version - STORE_TURNS_KEEP);
+    const char *vals[4] = { name, r->request_id, ver, r->result_len ? (const char *)r->result : empty };
+    int lens[4] = { 0, 0, 0, (int)r->result_len }, fmts[4] = { 0, 0, 0, 1 };
+    PGresult *q = run_params(s, TURN_PUT_SQL, 4, vals, lens, fmts, 0);
+    int code = PQresultStatus(q) == PGRES_COMMAND_OK ? 0
+               : pg_fail(s, q, err, errlen, "recording the turn's result (statement turn-put)");
+    PQclear(q);
+    if (code < 0)
+        return code == -EEXIST ? -EIO : code;
+    const char *pv[2] = { name, old };
+    q = run_params(s, TURN_PRUNE_SQL, 2, pv, NULL, NULL, 0);
+    code = PQresultStatus(q) == PGRES_COMMAND_OK ? 0
+           : pg_fail(s, q, err, errlen, "dropping old turn results (statement turn-prune)");
+    PQclear(q);
+    return code;
+}
+
+static int pg_turn_get(store *base, const char *name, const char *request_id, uint8_t **out,
+                       size_t *len, uint64_t *version, char *err, size_t errlen)
+{
+    pg_store *s = (pg_store *)base;
+    const char *vals[2] = { name, request_id };
+    PGresult *r = NULL;
+    for (int attempt = 0;; attempt++) {   /* a read: run again on a new connection */
+        int code = ready(s, err, errlen);
+        if (code < 0)
+            return code;
+        r = run_single(s, TURN_GET_SQL, 2, vals, NULL, NULL, 1);
+        if (!lost(s) || attempt + 1 >= PG_ATTEMPTS)
+            break;
+        PQclear(r);
+        s->cnt.retries++;
+    }
+    int code = 0;
+    if (PQresultStatus(r) != PGRES_TUPLES_OK)
+        code = pg_fail(s, r, err, errlen, "reading a turn's result failed (statement turn-get)");
+    else if (PQntuples(r) == 0)
+        code = errmsg_set(-ENOENT, err, errlen, "no result recorded for request id '%s' of '%s'",
+                          request_id, name);
+    else if (PQgetlength(r, 0, 1) != 8)
+        code = errmsg_set(-EIO, err, errlen, "store %s: reading a turn's result: unexpected column size",
+                          s->desc);
+    else if (copy_value(r, 0, out, len) < 0)
+        code = errmsg_set(-ENOMEM, err, errlen, "loading a turn's result: out of memory");
+    else
+        *version = be64(PQgetvalue(r, 0, 1));
+    PQclear(r);
+    return code;
+}
+
 /* One attempt at a save group: BEGIN (with the settings and the
  * transaction's id into xid), the records, COMMIT. *commit_sent: the
  * COMMIT went out (its outcome is then unknown if the connection broke). */
-static int save_tx(pg_store *s, const store_record *recs, const uint64_t *expect, int n,
+static int save_tx(pg_store *s, const store_record *recs, const store_turn_record *turns,
+                   const uint64_t *expect, int n,
                    const char *owner, store_save_result *res, int64_t now, char *xid,
                    size_t xidlen, char *started, size_t startedlen, int *commit_sent, char *err,
                    size_t errlen)
@@ -706,6 +798,8 @@ static int save_tx(pg_store *s, const store_record *recs, const uint64_t *expect
             code = code == -EEXIST ? -EIO : code;
         } else if (PQntuples(r) == 1) {
             res[i] = (store_save_result){ 0, (uint64_t)text_i64(r, 0, 0) };
+            if (turns && turns[i].request_id)
+                code = turn_put(s, recs[i].name, &turns[i], res[i].version, err, errlen);
         } else {
             /* The swap did not happen: report where the row is instead. */
             PQclear(r);
@@ -813,7 +907,8 @@ static int xact_outcome(pg_store *s, const char *xid, const char *started, const
 }
 
 static int pg_save(store *base, const store_record *recs, const uint64_t *expect, int n,
-                   const char *owner, store_save_result *res, char *err, size_t errlen)
+                   const char *owner, store_save_result *res, char *err, size_t errlen,
+                   const store_turn_record *turns)
 {
     pg_store *s = (pg_store *)base;
     int64_t now = now_ms();
@@ -828,7 +923,7 @@ static int pg_save(store *base, const store_record *recs, const uint64_t *expect
         int sent = 0;
         if ((code = ready(s, err, errlen)) < 0)
             break;
-        code = save_tx(s, recs, expect, n, owner, res, now, xid, sizeof xid, started, sizeof started,
+        code = save_tx(s, recs, turns, expect, n, owner, res, now, xid, sizeof xid, started, sizeof started,
                        &sent, err, errlen);
         if (code == 0 || !lost(s) || attempt + 1 >= PG_ATTEMPTS)
             break;
@@ -1277,6 +1372,7 @@ static const store_ops pg_ops = {
     .lease_acquire = pg_lease_acquire,
     .lease_renew = pg_lease_renew,
     .lease_release = pg_lease_release,
+    .turn_get = pg_turn_get,
     .node_claim = pg_node_claim,
     .node_beat = pg_node_beat,
     .node_release = pg_node_release,

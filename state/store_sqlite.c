@@ -98,10 +98,36 @@ static const char *const queries[Q_N] = {
     [Q_LEASE_HELD] = "SELECT 1 FROM leases WHERE name = ?1 AND owner = ?2 AND expires_ms > ?3",
 };
 
+/* Turn results (store.h, "turn results"): a table of their own, created at
+ * every open if missing (no schema version of its own: a lind without it
+ * ignores the table, and the trigger deletes a session's results with it
+ * whichever lind deletes the session). */
+static const char turns_schema[] =
+    "CREATE TABLE IF NOT EXISTS turns ("
+    "  name       TEXT NOT NULL,"
+    "  request_id TEXT NOT NULL,"
+    "  version    INTEGER NOT NULL,"
+    "  result     BLOB NOT NULL,"
+    "  PRIMARY KEY(name, request_id)"
+    ");"
+    "CREATE INDEX IF NOT EXISTS turns_by_version ON turns(name, version);"
+    "CREATE TRIGGER IF NOT EXISTS turns_of_deleted AFTER DELETE ON sessions"
+    " BEGIN DELETE FROM turns WHERE name = old.name; END;";
+
+enum { TQ_PUT, TQ_PRUNE, TQ_GET, TQ_N };
+static const char *const turn_queries[TQ_N] = {
+    [TQ_PUT]   = "INSERT INTO turns(name, request_id, version, result) VALUES(?1, ?2, ?3, ?4)"
+                 " ON CONFLICT(name, request_id) DO UPDATE SET version = excluded.version,"
+                 " result = excluded.result",
+    [TQ_PRUNE] = "DELETE FROM turns WHERE name = ?1 AND version <= ?2",
+    [TQ_GET]   = "SELECT result, version FROM turns WHERE name = ?1 AND request_id = ?2",
+};
+
 typedef struct sqlite_store {
     store base;              /* first: a store * is a sqlite_store * */
     sqlite3 *db;
     sqlite3_stmt *q[Q_N];
+    sqlite3_stmt *tq[TQ_N];  /* turn results */
     int lock_fd;             /* exclusive handles: the flock()ed descriptor; else -1 */
     dev_t dev; ino_t ino;    /* the database file this handle opened */
     dev_t wal_dev; ino_t wal_ino;  /* its -wal, once it exists (wal_ino 0: not yet) */
@@ -358,6 +384,8 @@ static int migrate(sqlite_store *s, char *err, size_t errlen)
         if ((rc = run_script(db, sql)) != SQLITE_OK)
             goto fail_probe;
     }
+    if ((rc = run_script(db, turns_schema)) != SQLITE_OK)
+        goto fail_rb;
     if ((rc = run_script(db, "COMMIT")) != SQLITE_OK)
         goto fail_probe;
     return 0;
@@ -380,6 +408,8 @@ static void sq_close(store *base)
     sqlite_store *s = (sqlite_store *)base;
     for (int i = 0; i < Q_N; i++)
         sqlite3_finalize(s->q[i]);
+    for (int i = 0; i < TQ_N; i++)
+        sqlite3_finalize(s->tq[i]);
     sqlite3_close(s->db);
     if (s->lock_fd >= 0)
         close(s->lock_fd);   /* after sqlite3_close: see the top of the file */
@@ -422,8 +452,59 @@ static int step_ints(sqlite3_stmt *st, int64_t *v, int cols, int *got)
     return rc == SQLITE_DONE || rc == SQLITE_ROW ? SQLITE_OK : rc;
 }
 
+static int copy_blob(sqlite3_stmt *st, int col, uint8_t **out, size_t *len);
+
+/* Record a saved turn's result (in the save's transaction) and drop the
+ * session's results STORE_TURNS_KEEP or more versions old. */
+static int turn_put(sqlite_store *s, const char *name, const store_turn_record *r, int64_t version)
+{
+    sqlite3_stmt *st = s->tq[TQ_PUT];
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, r->request_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, version);
+    int rc = r->result_len ? sqlite3_bind_blob64(st, 4, r->result, r->result_len, SQLITE_STATIC)
+                           : sqlite3_bind_zeroblob(st, 4, 0);
+    rc = rc == SQLITE_OK ? run(st) : rc;
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    if (rc != SQLITE_OK)
+        return rc;
+    st = s->tq[TQ_PRUNE];
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, version - STORE_TURNS_KEEP);
+    rc = run(st);
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    return rc;
+}
+
+static int sq_turn_get(store *base, const char *name, const char *request_id, uint8_t **out,
+                       size_t *len, uint64_t *version, char *err, size_t errlen)
+{
+    sqlite_store *s = (sqlite_store *)base;
+    sqlite3_stmt *st = s->tq[TQ_GET];
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, request_id, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st), code = 0;
+    if (rc == SQLITE_ROW) {
+        if (copy_blob(st, 0, out, len) < 0)
+            code = errmsg_set(-ENOMEM, err, errlen, "loading a turn's result: out of memory");
+        else
+            *version = (uint64_t)sqlite3_column_int64(st, 1);
+    } else if (rc == SQLITE_DONE) {
+        code = errmsg_set(-ENOENT, err, errlen, "no result recorded for request id '%s' of '%s'",
+                          request_id, name);
+    } else {
+        code = db_fail(s, rc, err, errlen, "reading a turn's result failed");
+    }
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    return code;
+}
+
 static int sq_save(store *base, const store_record *recs, const uint64_t *expect, int n,
-                   const char *owner, store_save_result *res, char *err, size_t errlen)
+                   const char *owner, store_save_result *res, char *err, size_t errlen,
+                   const store_turn_record *turns)
 {
     sqlite_store *s = (sqlite_store *)base;
     int64_t now = now_ms();
@@ -466,6 +547,8 @@ static int sq_save(store *base, const store_record *recs, const uint64_t *expect
             res[i] = (store_save_result){ refused, got ? (uint64_t)v : 0 };
         } else {
             res[i] = (store_save_result){ 0, (uint64_t)v };
+            if (rc == SQLITE_OK && turns && turns[i].request_id)
+                rc = turn_put(s, recs[i].name, &turns[i], v);
         }
         if (rc != SQLITE_OK) {
             char what[STORE_NAME_MAX + 32];
@@ -762,6 +845,7 @@ static const store_ops sqlite_ops = {
     .lease_acquire = sq_lease_acquire,
     .lease_renew = sq_lease_renew,
     .lease_release = sq_lease_release,
+    .turn_get = sq_turn_get,
 };
 
 /* The pid an exclusive holder of `path` recorded (0 if none readable): a
@@ -889,11 +973,20 @@ int store_sqlite_open(const char *path, const store_options *opt, store **out,
             goto bad;
         }
     }
+    for (int i = 0; i < TQ_N; i++) {
+        rc = sqlite3_prepare_v3(s->db, turn_queries[i], -1, SQLITE_PREPARE_PERSISTENT, &s->tq[i], NULL);
+        if (rc != SQLITE_OK) {
+            code = db_fail(s, rc, err, errlen, "cannot prepare the turn results' statements");
+            goto bad;
+        }
+    }
     *out = &s->base;
     return 0;
 bad:
     for (int i = 0; i < Q_N; i++)
         sqlite3_finalize(s->q[i]);
+    for (int i = 0; i < TQ_N; i++)
+        sqlite3_finalize(s->tq[i]);
     sqlite3_close(s->db);
     if (s->lock_fd >= 0)
         close(s->lock_fd);

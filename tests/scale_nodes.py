@@ -17,6 +17,15 @@ LIND_PG_URI set (a libpq URI with %s for the database name).
   frozen (SIGSTOP) mid-turn past its lease loses the session to the other
   node, which serves the next turn, and the frozen node's turn, once it
   runs on, is refused (`conflict`), never acknowledged over the newer one.
+- scale_retry_pg: exactly-once turns across nodes. On n0, turns with
+  request ids: one answered, one whose answer was never read (committed:
+  watched from another connection), one SIGKILLed mid-turn; then n0 is
+  SIGKILLed. n1 (waiting for the leases) gets the same requests again: the
+  committed ones answer with the recorded result (`replayed`, the same
+  token events and done as the first answer, the session not moved on),
+  the killed one runs once and its second retry replays; a request id
+  reused with other text is refused; the store keeps at most 32 results a
+  session.
 - scale_dbloss_pg: two nodes under load while their database connections
   are terminated (pg_terminate_backend) twice and the database is restarted
   (immediate stop, start): every turn ends `done` (no `io`), and the store
@@ -421,6 +430,100 @@ def scale_race_pg():
         expect(outs == [out1, out2], "the turns differ from one node's")
     finally:
         ref.stop()
+
+
+def rturn(c, session, text, rid, max_tokens=8, seed=None):
+    """One generate with a request id: (final event, token events' bytes)."""
+    f = {"session": session, "text": text, "max_tokens": max_tokens, "temperature": 0.8,
+         "request_id": rid}
+    if seed is not None:
+        f["seed"] = seed
+    toks = []
+    ev = c.final(c.send("generate", **f), toks)
+    return ev, toks
+
+
+def same_done(a, b, what):
+    for k in ("event", "reason", "tokens_in", "tokens_out", "session_tokens", "fed_bytes"):
+        expect(a.get(k) == b.get(k), "%s: %s %r first, %r on the retry" % (what, k, a.get(k), b.get(k)))
+
+
+@scase
+def scale_retry_pg():
+    db = URI % "scale_retry"
+    lease = int(2000 * SLOW)
+    a = node("rt0", db, "n0", lease)
+    b = node("rt1", db, "n1", lease, ["--lease-wait", str(int(120000 * SLOW))])
+    nodes = [a, b]
+    sessions = ["rt-%d" % i for i in range(4)]
+    try:
+        ca = Client(a.sock)
+        first = {}
+        for i, s in enumerate(sessions):
+            first[s] = rturn(ca, s, b"answered. ", s + "/1", seed=40 + i)
+            expect(first[s][0]["event"] == "done", "n0: %r" % (first[s][0],))
+        # Committed, never read: the answer is lost with the connection.
+        unread = {}
+        for s in sessions[:2]:
+            ca.send("generate", session=s, text=b"unread. ", max_tokens=8, temperature=0.8,
+                    request_id=s + "/2")
+        watch = Client(a.sock)
+        deadline = time.time() + 120 * SLOW
+        for s in sessions[:2]:
+            while True:
+                ev = watch.call("info", session=s)
+                if not ev["busy"] and ev["tokens"] != first[s][0]["session_tokens"]:
+                    unread[s] = ev["tokens"]
+                    break
+                expect(time.time() < deadline, "the unread turn of %s never committed" % s)
+                time.sleep(0.02)
+        watch.close()
+        # Killed mid-turn: never committed.
+        mid = sessions[2]
+        ca.send("generate", session=mid, text=b"killed. ", max_tokens=20000, temperature=0.8,
+                request_id=mid + "/2")
+        while True:
+            ev = ca.event()
+            expect(ev is not None, "n0 closed before streaming")
+            if ev["event"] == "token":
+                break
+        a.proc.send_signal(signal.SIGKILL)
+        a.proc.wait()
+        a.proc = None
+        ca.close()
+        cb = Client(b.sock)
+        for s in sessions:   # the answered turns, retried on another node
+            ev, toks = rturn(cb, s, b"answered. ", s + "/1", seed=40 + sessions.index(s))
+            expect(ev.get("replayed") is True, "n1 replays %s/1: %r" % (s, ev))
+            same_done(first[s][0], ev, s + "/1")
+            expect(toks == first[s][1], "%s/1: the same token events" % s)
+        for s in sessions[:2]:
+            ev, toks = rturn(cb, s, b"unread. ", s + "/2")
+            expect(ev.get("replayed") is True and ev["session_tokens"] == unread[s],
+                   "n1 gives the committed answer of %s/2: %r" % (s, ev))
+            info = cb.call("info", session=s)
+            expect(info["tokens"] == unread[s], "%s/2 applied once" % s)
+            expect(stored(cb, s)[-1] == ("out", b"".join(toks)), "%s/2: the replayed text is the stored one" % s)
+        before = cb.call("info", session=mid)["tokens"]
+        expect(before == first[mid][0]["session_tokens"], "the killed turn was lost as a whole")
+        ev, toks = rturn(cb, mid, b"killed. ", mid + "/2", max_tokens=12)
+        expect(ev["event"] == "done" and "replayed" not in ev, "the killed turn runs on n1: %r" % ev)
+        ev2, toks2 = rturn(cb, mid, b"killed. ", mid + "/2", max_tokens=12)
+        expect(ev2.get("replayed") is True and toks2 == toks, "then replays: %r" % ev2)
+        same_done(ev, ev2, mid + "/2")
+        expect(cb.call("info", session=mid)["tokens"] == ev["session_tokens"], "applied once")
+        bad, _ = rturn(cb, mid, b"other text. ", mid + "/2")
+        expect(bad["event"] == "error" and bad["code"] == "bad_request" and mid + "/2" in bad["message"],
+               "a reused id with other text: %r" % bad)
+        s = sessions[3]
+        for k in range(40):
+            ev, _ = rturn(cb, s, b"x", "%s/b%d" % (s, k), max_tokens=0)
+            expect(ev["event"] == "done", "%r" % ev)
+        n = int(psql(db, "SELECT count(*) FROM lind_turns WHERE name = '%s'" % s))
+        expect(n == 32, "the store keeps 32 results of %s: %d" % (s, n))
+        cb.close()
+    finally:
+        stop_all(nodes)
 
 
 @scase

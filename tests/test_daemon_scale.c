@@ -1,7 +1,8 @@
 /* tests/test_daemon_scale.c — several `lind serve` nodes on one PostgreSQL
  * database (docs/SCALE.md): sessions moving between nodes, a node killed
  * mid-turn and its sessions continued elsewhere, two nodes racing for one
- * session.
+ * session, turns retried with their request ids on another node after a
+ * SIGKILL (exactly once).
  *
  * This program starts a private PostgreSQL server with tests/pgserver.h (the
  * store tests' helper; SKIP when it cannot run here), creates one database
@@ -20,8 +21,8 @@
 #include <unistd.h>
 #include "tests/pgserver.h"
 
-static const char *const cases[] = { "moving", "failover", "race", "dbloss", "dbwait", "dupid",
-                                     "bouncer" };
+static const char *const cases[] = { "moving", "failover", "race", "retry", "dbloss", "dbwait",
+                                     "dupid", "bouncer" };
 
 int main(void)
 {

@@ -1124,6 +1124,54 @@ def responses_chain_survives_sigkill():
                                                                                           q["output_text"]))
     K2.stop()
 
+
+@case
+def idempotency_key_replays():
+    """Idempotency-Key: a retried completion on a named session gets the
+    committed answer again (the session does not move on); other text under
+    the same key is refused; a bad key and n > 1 are refused."""
+    h = ["X-Lind-Session: idem-1", "Idempotency-Key: idem-key-1"]
+    body = {"prompt": "In the beginning", "max_tokens": 12, "temperature": 0.9}
+    st, j1 = post("/v1/completions", body, headers=h)
+    expect(st == 200, "first %d %r" % (st, j1))
+    n = info("idem-1")["tokens"]
+    st, j2 = post("/v1/completions", body, headers=h)
+    expect(st == 200, "retry %d %r" % (st, j2))
+    expect(j2["choices"][0]["text"] == j1["choices"][0]["text"] and
+           j2["choices"][0]["finish_reason"] == j1["choices"][0]["finish_reason"] and
+           j2["usage"] == j1["usage"], "the same answer: %r vs %r" % (j1, j2))
+    expect(info("idem-1")["tokens"] == n, "applied once")
+    # streamed, retried streamed: the same text again
+    def streamed(headers):
+        data = sse("/v1/completions", body, headers=headers)
+        return "".join(json.loads(d)["choices"][0]["text"] for d in data if d != b"[DONE]" and
+                       json.loads(d).get("choices"))
+    hs = ["X-Lind-Session: idem-1", "Idempotency-Key: idem-key-s"]
+    s1 = streamed(hs)
+    n = info("idem-1")["tokens"]
+    s2 = streamed(hs)
+    expect(s1 == s2 and info("idem-1")["tokens"] == n, "streamed retry %r vs %r" % (s1, s2))
+    for other in (dict(body, prompt="other"), dict(body, stream=True)):   # another request
+        st, j = curl("/v1/completions", other, headers=h)
+        j = json.loads(j)
+        expect_error(st, j, 400)
+        expect("idem-key-1" in j["error"]["message"], "names the key: %r" % j)
+    expect(info("idem-1")["tokens"] == n, "nothing ran")
+    # a chat turn on a named session, sent twice
+    hc = ["X-Lind-Session: idem-chat", "Idempotency-Key: idem-chat-1"]
+    cb = {"messages": [{"role": "user", "content": "Who art thou?"}], "max_tokens": 10, "temperature": 0.9}
+    st, c1 = post("/v1/chat/completions", cb, headers=hc)
+    expect(st == 200, "chat %d %r" % (st, c1))
+    n = info("idem-chat")["tokens"]
+    st, c2 = post("/v1/chat/completions", cb, headers=hc)
+    expect(st == 200 and c2["choices"][0]["message"] == c1["choices"][0]["message"] and
+           c2["usage"] == c1["usage"], "the same chat answer: %r vs %r" % (c1, c2))
+    expect(info("idem-chat")["tokens"] == n, "the chat turn applied once")
+    st, j = post("/v1/completions", body, headers=["X-Lind-Session: idem-1", "Idempotency-Key: " + "k" * 65])
+    expect_error(st, j, 400, "Idempotency-Key")
+    st, j = post("/v1/completions", dict(body, n=2), headers=["Idempotency-Key: idem-key-2"])
+    expect_error(st, j, 400, "Idempotency-Key")
+
 S.stop()
 A.stop()
 finish()

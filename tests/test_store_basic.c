@@ -1,7 +1,8 @@
 /* tests/test_store_basic.c — the session store through its public
  * interface: save/load/list/delete/fork, grouped saves, names,
  * export/import and their refusals, schema versioning, versions
- * (compare-and-swap saves) and leases. Every case that is not about SQLite's
+ * (compare-and-swap saves), leases and turn results (recorded with their
+ * save, kept for the last 32 saves, deleted with the session). Every case that is not about SQLite's
  * file runs twice: against SQLite, then (cases named *_pg) against a
  * PostgreSQL server this test starts itself (tests/pgserver.h; SKIP lines
  * when it cannot run here), plus PostgreSQL's own cases: schema, lock
@@ -1214,6 +1215,74 @@ static void nodes(void)
     store_close(s);
 }
 
+/* ---- turn results (exactly-once turns) -------------------------------- */
+
+static void turn_results(void)
+{
+    store *s = open_ok(newdb());
+    if (!s) return;
+    char err[256] = "";
+    uint8_t b[8] = { 1 }, *out = NULL;
+    size_t len = 0;
+    uint64_t ver = 0;
+    const uint8_t ans[5] = { 'h', 'e', 'l', 'l', 'o' };
+    store_record r = { "t", b, 8, NULL, 0, 3 };
+    store_turn_record tr = { "req-1", ans, sizeof ans };
+    uint64_t ex = STORE_VERSION_NEW;
+    store_save_result res[2];
+    CHECK(store_save_turns(s, &r, &tr, &ex, 1, NULL, res, err, sizeof err) == 0, "save: %s", err);
+    CHECK(store_turn_get(s, "t", "req-1", &out, &len, &ver, err, sizeof err) == 0 && len == 5 &&
+          !memcmp(out, "hello", 5) && ver == 1, "recorded with the save: %s", err);
+    free(out);
+    CHECK(store_turn_get(s, "t", "req-2", &out, &len, &ver, err, sizeof err) == -ENOENT, "none: %s", err);
+    CHECK(store_turn_get(s, "u", "req-1", &out, &len, &ver, err, sizeof err) == -ENOENT,
+          "per session: %s", err);
+    /* A save refused by its version records nothing; a group records only
+     * what it writes. */
+    store_record g[2] = { { "t", b, 8, NULL, 0, 4 }, { "v", b, 8, NULL, 0, 4 } };
+    store_turn_record gt[2] = { { "stale", ans, 5 }, { "fresh", ans, 5 } };
+    uint64_t gex[2] = { 7, STORE_VERSION_NEW };
+    CHECK(store_save_turns(s, g, gt, gex, 2, NULL, res, err, sizeof err) == -ECANCELED &&
+          res[1].rc == 0, "one stale: %s", err);
+    CHECK(store_turn_get(s, "t", "stale", &out, &len, &ver, err, sizeof err) == -ENOENT,
+          "the refused record's result is not kept");
+    CHECK(store_turn_get(s, "v", "fresh", &out, &len, &ver, err, sizeof err) == 0, "the written one's is");
+    free(out);
+    /* A bad request id refuses the whole group. */
+    store_turn_record bad = { "a\nb", ans, 5 };
+    ex = 1;
+    CHECK(store_save_turns(s, &r, &bad, &ex, 1, NULL, res, err, sizeof err) == -EINVAL, "bad id: %s", err);
+    char longid[80];
+    memset(longid, 'x', 65);
+    longid[65] = 0;
+    bad.request_id = longid;
+    CHECK(store_save_turns(s, &r, &bad, &ex, 1, NULL, res, err, sizeof err) == -EINVAL, "65 bytes");
+    /* The last STORE_TURNS_KEEP saves' results are kept. */
+    uint64_t v = 1;
+    for (int i = 0; i < STORE_TURNS_KEEP + 8; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "k%d", i);
+        store_turn_record k = { id, ans, 5 };
+        CHECK(store_save_turns(s, &r, &k, &v, 1, NULL, res, err, sizeof err) == 0, "save %d: %s", i, err);
+        v = res[0].version;
+    }
+    int kept = 0;
+    for (int i = 0; i < STORE_TURNS_KEEP + 8; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "k%d", i);
+        int rc = store_turn_get(s, "t", id, &out, &len, &ver, err, sizeof err);
+        if (rc == 0) { kept++; free(out); }
+        CHECK(rc == (i < 8 ? -ENOENT : 0), "k%d: %d", i, rc);
+    }
+    CHECK(kept == STORE_TURNS_KEEP, "%d kept", kept);
+    CHECK(store_turn_get(s, "t", "req-1", &out, &len, &ver, err, sizeof err) == -ENOENT, "the first pruned");
+    /* Deleting the session deletes its results. */
+    CHECK(store_delete(s, "t", err, sizeof err) == 0, "delete: %s", err);
+    CHECK(store_save(s, &r, 1, err, sizeof err) == 0, "recreated");
+    CHECK(store_turn_get(s, "t", "k39", &out, &len, &ver, err, sizeof err) == -ENOENT, "gone with it");
+    store_close(s);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/lind-store-test-XXXXXX");
@@ -1237,6 +1306,7 @@ int main(void)
     RUN(leases_race);
     RUN(leased_saves);
     RUN(nodes);
+    RUN(turn_results);
 
     /* The same cases against PostgreSQL (names end in _pg). */
     char why[600];
@@ -1245,7 +1315,7 @@ int main(void)
                                "grouped_save_all_or_nothing", "fork_copies", "names",
                                "export_import", "export_refusals", "versions_cas",
                                "versions_grouped", "leases", "leases_race", "leased_saves", "schema_server",
-                               "connection_loss", "timeouts", "reconnect", "nodes" };
+                               "connection_loss", "timeouts", "reconnect", "nodes", "turn_results" };
     if (up != 0) {
         for (size_t i = 0; i < sizeof pg_cases / sizeof pg_cases[0]; i++)
             printf("%s %s_pg: %s PostgreSQL server: %s\n", up > 0 ? "SKIP" : "FAIL", pg_cases[i],
@@ -1273,6 +1343,7 @@ int main(void)
         RUN_PG(timeouts);
         RUN_PG(reconnect);
         RUN_PG(nodes);
+        RUN_PG(turn_results);
         pgserver_stop(&pg);
     }
     char cmd[128];
