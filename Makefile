@@ -261,7 +261,8 @@ test-torch: $(BUILD)/tests/test_model_default
 
 # libFuzzer targets (tests/fuzz_*.c), one per decoder of untrusted bytes:
 # the protocol, the state blob, the export file, the transcript,
-# safetensors headers, PyTorch .pth checkpoints, config.json, tokenizer files, HTTP request bodies. Built with clang: the
+# safetensors headers, PyTorch .pth checkpoints, config.json, tokenizer files, HTTP request bodies,
+# recorded turn answers (turnlog). Built with clang: the
 # engine, the store and the protocol decoder compiled once into
 # $(FUZZ_BUILD)/libfuzz.a (sanitized, no CUDA), each driver linked against
 # it, so a driver gets exactly the sources it uses. Each runs for
@@ -274,7 +275,7 @@ FUZZ_SAN      = -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_CFLAGS   = -std=gnu11 -g -O1 $(ARCH) -I. -D_GNU_SOURCE -fno-strict-aliasing $(FUZZ_SAN)
 FUZZ_LIB_SRCS = $(wildcard recurrent/*.c kernels/*.c kernels/cpu/*.c state/*.c) \
                 $(filter-out kernels/cuda/cuda_%.c,$(wildcard kernels/cuda/*.c)) daemon/protocol.c \
-                daemon/chat.c daemon/httpreq.c
+                daemon/chat.c daemon/httpreq.c daemon/event.c daemon/turnlog.c
 FUZZ_LIB_OBJS = $(FUZZ_LIB_SRCS:%.c=$(FUZZ_BUILD)/obj/%.o)
 FUZZ_BINS     = $(FUZZ_SRCS:tests/%.c=$(FUZZ_BUILD)/%)
 FUZZ_LDLIBS   = -lopenblas -lmsgpackc -lsqlite3 -ljansson -lxxhash -lpcre2-8 -lutf8proc -lm -lpthread
