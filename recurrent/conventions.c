@@ -44,7 +44,8 @@ static int read_eos(json_t *root, const char *dir, const char *file, lind_config
 
 int conventions_read(const char *dir, lind_config *c, const tokenizer *tok, int bos_override, char *err,
                      size_t errlen) {
-    int hf = !strcmp(c->format, "hf-rwkv4"), rc = 0;
+    int mamba = !strcmp(c->format, "hf-mamba2");
+    int hf = !strcmp(c->format, "hf-rwkv4") || mamba, rc = 0;
     c->n_eos = 0;
     if (hf) {
         /* EOS */
@@ -61,11 +62,12 @@ int conventions_read(const char *dir, lind_config *c, const tokenizer *tok, int 
         if (!got) {
             c->eos[0] = 0;
             c->n_eos = 1;
-            snprintf(c->eos_from, sizeof c->eos_from, "RWKV default (<|endoftext|>)");
+            snprintf(c->eos_from, sizeof c->eos_from, "%s default (<|endoftext|>)", mamba ? "Mamba-2" : "RWKV");
         }
         /* BOS */
         c->add_bos = 0;
-        snprintf(c->bos_from, sizeof c->bos_from, "HF RWKV default (the prompt alone, from the zero state)");
+        snprintf(c->bos_from, sizeof c->bos_from, "HF %s default (the prompt alone, from the zero state)",
+                 mamba ? "Mamba-2" : "RWKV");
         json_t *tc = load_json(dir, "tokenizer_config.json", &rc, err, errlen);
         if (rc) return rc;
         json_t *ab = json_object_get(tc, "add_bos_token");
