@@ -219,12 +219,7 @@ static int parse_native(json_t *root, const char *path, lind_config *c, char *er
     return 0;
 }
 
-/* Python's json module writes float('inf') as a bare Infinity (and -Infinity,
- * NaN), which is not JSON: HF's Mamba-2 configs hold "time_step_limit":
- * [0.0, Infinity]. Outside strings, those tokens become the strings
- * "Infinity", "-Infinity", "NaN" (the readers that expect numbers take
- * them, recurrent/hf_mamba2.c). A new buffer (*outlen bytes), or NULL. */
-static char *quote_nonfinite(const char *text, size_t len, size_t *outlen) {
+char *config_quote_nonfinite(const char *text, size_t len, size_t *outlen) {
     static const char *const tok[] = {"-Infinity", "Infinity", "NaN"};
     char *o = malloc(len + len / 4 + 16), *p = o;
     size_t cap = len + len / 4 + 16;
@@ -268,7 +263,7 @@ int config_parse(const char *text, size_t len, const char *path, lind_config *c,
     memset(c, 0, sizeof *c);
     json_error_t je;
     size_t qlen = 0;
-    char *q = quote_nonfinite(text, len, &qlen);
+    char *q = config_quote_nonfinite(text, len, &qlen);
     if (!q) return errmsg_set(-ENOMEM, err, errlen, "%s: out of memory", path);
     json_t *root = json_loadb(q, qlen, 0, &je);
     free(q);
