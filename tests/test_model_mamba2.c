@@ -29,6 +29,7 @@
  * backend. */
 #include "tests/check.h"
 #include "kernels/backend.h"
+#include "recurrent/config.h"
 #include "recurrent/model.h"
 #include "state/format.h"
 
@@ -346,6 +347,17 @@ static int load_edited(const fixture *f, const char *from, const char *to, char 
     return rc;
 }
 
+/* Python json's bare tokens become strings outside JSON strings only. */
+static void mamba2_config_nonfinite(void) {
+    const char *in = "{\"a\": \"x Infinity \\\"NaN\\\" -Infinity\", \"b\": [0.0, Infinity, -Infinity, NaN]}";
+    const char *want = "{\"a\": \"x Infinity \\\"NaN\\\" -Infinity\", \"b\": [0.0, \"Infinity\", \"-Infinity\", "
+                       "\"NaN\"]}";
+    size_t n = 0;
+    char *q = config_quote_nonfinite(in, strlen(in), &n);
+    CHECK(q && n == strlen(want) && !memcmp(q, want, n), "quoted: %.*s", q ? (int)n : 4, q ? q : "NULL");
+    free(q);
+}
+
 static void mamba2_refusals(void) {
     if (!fx[0].ok || !fx[1].ok) { CHECK(0, "fixtures missing"); return; }
     char err[512] = "";
@@ -505,6 +517,7 @@ int main(void) {
     RUN(mamba2_a_f32);
     RUN(mamba2_b_bf16);
     RUN(mamba2_c_f16);
+    RUN(mamba2_config_nonfinite);
     RUN(mamba2_refusals);
     RUN(mamba2_harness);
     for (int i = 0; i < NFX; i++) free(fx[i].ref);
