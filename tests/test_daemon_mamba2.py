@@ -146,7 +146,8 @@ def info_state_bytes():
     out = run([LIND, "info", "--model", MODEL]).stdout.decode()
     # 3 layers × (S 6·8·8 + ring (48 + 2·3·8)·2 + index) × 4 bytes
     want = 3 * (6 * 8 * 8 + (48 + 48) * 2 + 1) * 4
-    expect(str(want) in out and "mamba2" in out and "hf-mamba2" in out, "lind info: %s" % out)
+    expect(str(want) in out and "mamba2" in out and "hf-mamba2" in out and "norm:         rms" in out and
+           "head:         head.weight" in out, "lind info: %s" % out)
 
 
 S.stop()
