@@ -242,8 +242,9 @@ int cli_info(int argc, char **argv) {
     printf("\n");
     for (int i = 0; i < c->n_layers; i++)
         printf("layer %-3d     mixer %s, ffn %s\n", i, c->layers[i].mixer, c->layers[i].ffn);
-    printf("norm_eps:     %g\nemb_norm:     %s\nrescale_every: %d\n", (double)c->norm_eps,
-           c->emb_norm ? "true" : "false", c->rescale_every);
+    printf("norm:         %s\nnorm_eps:     %g\nemb_norm:     %s\nrescale_every: %d\nhead:         %s\n",
+           c->norm_rms ? "rms" : "layernorm", (double)c->norm_eps, c->emb_norm ? "true" : "false", c->rescale_every,
+           c->tie_head ? "tied to the embedding" : "head.weight");
     printf("weights:      %s (%zu bytes of matrices)\n", lind_dtype_name(model_weights_dtype(m)), wbytes);
     printf("compute:      %s\n", lind_compute_name(model_compute(m)));
     printf("macs/token:   %zu (blocks %zu, head %zu)\n", block_macs + head_macs, block_macs, head_macs);

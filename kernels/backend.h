@@ -318,6 +318,32 @@ typedef struct backend_ops {
     int (*rwkv7_step)(backend *be, const backend_buf *in, int ldi, const backend_buf *par, const backend_buf *w2,
                       int dw, backend_buf *vfirst, int vmode, backend_buf *out, size_t state_off, int H, int N,
                       float gn_eps);
+    /* Mamba-2's selective state space step after its products and the
+     * short convolution, for every row r in run order and head h < H
+     * (P = d_head channels per head, I = H·P, N = d_state, G = n_groups,
+     * head h reads group g = h / (H/G); CD = I + 2·G·N):
+     *   in  = [R × ldi]: the convolution's outputs before bias and
+     *         activation, CD of them at column 0 (x [I], then B [G·N], then
+     *         C [G·N]), then the gate z [I] at CD, then the raw dt [H] at
+     *         CD + I
+     *   par = CD + 3·H floats: the conv bias (zeros when the model has
+     *         none), dt_bias [H], A = −exp(A_log) [H], D [H]
+     *   state in slot slots[r] at byte offset state_off: S as float
+     *         [H][P][N]
+     *   out[r, c] = y_c · SiLU(z_c), out [R × I] (the gated RMSNorm's input:
+     *         the caller applies rmsnorm over all I channels)
+     * with u = SiLU(conv + bias) (x, B, C), dt = clamp(softplus(dt_raw +
+     * dt_bias), dt_lo, dt_hi), S[h] ← exp(dt·A_h)·S[h] + dt·x_h ⊗ B_g,
+     * y_h = S[h]·C_g + D_h·x_h. Optional (kernels/cpu/ops_mamba2.c). */
+    int (*mamba2_step)(backend *be, const backend_buf *in, int ldi, const backend_buf *par, backend_buf *out,
+                       size_t state_off, int H, int P, int N, int G, float dt_lo, float dt_hi);
+
+    /* y[b, :] = x[b, :] / sqrt(mean(x[b, :]²) + eps) · w over d columns
+     * (RMSNorm: Mamba's block norms and its gated norm; T5/Llama's), the sum
+     * in double. x and y are [B × d] with ld = d; y may equal x. Optional: a
+     * model whose config asks for RMS norms is refused without it. */
+    int (*rmsnorm)(backend *be, const backend_buf *x, backend_buf *y, const backend_buf *w, int d, float eps);
+
     /* ---- health ----------------------------------------------------------
      * Optional (NULL: never anything to report). */
 

@@ -604,4 +604,23 @@ LIND_HD static inline double lind_linf_row(double *Kp, double *Vp, const float *
     return s / sqrt((double)dh);
 }
 
+/* ---- Mamba-2 (selective state space, HF modeling_mamba2's torch path) ---
+ * Per head h with scalar A_h = −exp(A_log_h) < 0 and a step
+ * dt = clamp(softplus(dt_raw + dt_bias), lo, hi):
+ *   S ← exp(dt·A)·S + dt·x ⊗ B,   y = S·C + D·x
+ * (S is P × N per head, x the head's P channels, B and C its group's N).
+ * softplus as PyTorch's (threshold 20: z above it is z itself). */
+LIND_HD static inline double lind_mamba2_dt(float raw, float bias, float lo, float hi) {
+    double z = (double)raw + (double)bias;
+    double sp = z > 20.0 ? z : log1p(lind_exp(z));
+    if (sp < (double)lo) sp = (double)lo;
+    if (sp > (double)hi) sp = (double)hi;
+    return sp;
+}
+
+/* One state element: S·dA + (dt·x)·B, in double. */
+LIND_HD static inline double lind_mamba2_s(double s, double dA, double dtx, double b) {
+    return s * dA + dtx * b;
+}
+
 #endif

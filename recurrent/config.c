@@ -8,9 +8,11 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "recurrent/errmsg.h"
+#include "recurrent/hf_mamba2.h"
 #include "recurrent/hf_rwkv4.h"
 #include "recurrent/kind.h"
 
@@ -181,6 +183,13 @@ static int parse_native(json_t *root, const char *path, lind_config *c, char *er
     json_t *en = json_object_get(root, "emb_norm");
     if (en && !json_is_boolean(en)) return errmsg_set(-EINVAL, err, errlen, "%s: field \"emb_norm\" must be true or false", path);
     c->emb_norm = en && json_is_true(en);
+    json_t *nk = json_object_get(root, "norm");
+    if (nk && (!json_is_string(nk) || (strcmp(json_string_value(nk), "layernorm") && strcmp(json_string_value(nk), "rms"))))
+        return errmsg_set(-EINVAL, err, errlen, "%s: field \"norm\" must be \"layernorm\" or \"rms\"", path);
+    c->norm_rms = nk && !strcmp(json_string_value(nk), "rms");
+    json_t *th = json_object_get(root, "tie_head");
+    if (th && !json_is_boolean(th)) return errmsg_set(-EINVAL, err, errlen, "%s: field \"tie_head\" must be true or false", path);
+    c->tie_head = th && json_is_true(th);
     if ((rc = parse_tokenizer(root, path, c, err, errlen))) return rc;
 
     json_t *layers = json_object_get(root, "layers");
@@ -210,10 +219,54 @@ static int parse_native(json_t *root, const char *path, lind_config *c, char *er
     return 0;
 }
 
+char *config_quote_nonfinite(const char *text, size_t len, size_t *outlen) {
+    static const char *const tok[] = {"-Infinity", "Infinity", "NaN"};
+    char *o = malloc(len + len / 4 + 16), *p = o;
+    size_t cap = len + len / 4 + 16;
+    if (!o) return NULL;
+    int in_str = 0;
+    for (size_t i = 0; i < len;) {
+        if ((size_t)(p - o) + 16 > cap) {
+            size_t at = (size_t)(p - o);
+            char *n = realloc(o, cap *= 2);
+            if (!n) { free(o); return NULL; }
+            o = n;
+            p = o + at;
+        }
+        char ch = text[i];
+        if (in_str) {
+            *p++ = ch;
+            if (ch == '\\' && i + 1 < len) *p++ = text[++i];
+            else if (ch == '"') in_str = 0;
+            i++;
+            continue;
+        }
+        if (ch == '"') in_str = 1;
+        size_t k = 0;
+        for (; k < 3; k++) {
+            size_t tl = strlen(tok[k]);
+            if (i + tl <= len && !memcmp(text + i, tok[k], tl)) break;
+        }
+        if (k < 3) {
+            p += sprintf(p, "\"%s\"", tok[k]);
+            i += strlen(tok[k]);
+            continue;
+        }
+        *p++ = ch;
+        i++;
+    }
+    *outlen = (size_t)(p - o);
+    return o;
+}
+
 int config_parse(const char *text, size_t len, const char *path, lind_config *c, char *err, size_t errlen) {
     memset(c, 0, sizeof *c);
     json_error_t je;
-    json_t *root = json_loadb(text, len, 0, &je);
+    size_t qlen = 0;
+    char *q = config_quote_nonfinite(text, len, &qlen);
+    if (!q) return errmsg_set(-ENOMEM, err, errlen, "%s: out of memory", path);
+    json_t *root = json_loadb(q, qlen, 0, &je);
+    free(q);
     if (!root) return errmsg_set(-EINVAL, err, errlen, "%s: bad JSON at line %d column %d: %s", path, je.line, je.column, je.text);
     int rc = -EINVAL;
     if (!json_is_object(root)) {
@@ -221,10 +274,16 @@ int config_parse(const char *text, size_t len, const char *path, lind_config *c,
         goto out;
     }
     json_t *mt = json_object_get(root, "model_type");
-    if (mt) {
+    if (mt && json_is_string(mt) && !strcmp(json_string_value(mt), "mamba2")) {
+        json_t *native = NULL;
+        if ((rc = hf_mamba2_translate(root, path, &native, err, errlen)) < 0) goto out;
+        rc = parse_native(native, path, c, err, errlen);
+        json_decref(native);
+        snprintf(c->format, sizeof c->format, "hf-mamba2");
+    } else if (mt) {
         if (!json_is_string(mt) || strcmp(json_string_value(mt), "rwkv")) {
-            errmsg_set(-EINVAL, err, errlen, "%s: model_type \"%s\" is not supported (lind reads \"rwkv\" — RWKV-4 — and "
-                       "its own format)", path, json_is_string(mt) ? json_string_value(mt) : "?");
+            errmsg_set(-EINVAL, err, errlen, "%s: model_type \"%s\" is not supported (lind reads \"rwkv\" — RWKV-4 —, "
+                       "\"mamba2\" and its own format)", path, json_is_string(mt) ? json_string_value(mt) : "?");
             goto out;
         }
         json_t *native = NULL;

@@ -23,6 +23,15 @@
 int config_parse(const char *text, size_t len, const char *path, lind_config *out,
                  char *err, size_t errlen);
 
+/* Python's json module writes float('inf') as a bare Infinity (and
+ * -Infinity, NaN), which is not JSON: HF's Mamba-2 configs hold
+ * "time_step_limit": [0.0, Infinity]. Outside strings, those tokens become
+ * the strings "Infinity", "-Infinity", "NaN" (the readers that expect
+ * numbers take them, recurrent/hf_mamba2.c). A new malloc'd buffer of
+ * *outlen bytes, or NULL when out of memory. config_parse reads every
+ * config.json through it. */
+char *config_quote_nonfinite(const char *text, size_t len, size_t *outlen);
+
 /* Does any layer use the mixer (ffn = 0) or FFN (ffn = 1) kind `kind`? */
 int config_uses(const lind_config *c, int ffn, const char *kind);
 

@@ -4,8 +4,10 @@
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "recurrent/config.h"
 #include "recurrent/errmsg.h"
 #include "recurrent/tokenizer.h"
 
@@ -16,8 +18,22 @@ static json_t *load_json(const char *dir, const char *name, int *rc, char *err, 
     snprintf(path, sizeof path, "%s/%s", dir, name);
     *rc = 0;
     json_error_t je;
-    json_t *j = json_load_file(path, 0, &je);
-    if (j || je.line < 0) return j;   /* line -1: the file could not be opened */
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;   /* absent */
+    char *text = NULL, *q = NULL;
+    size_t n = 0, qlen = 0;
+    if (fseek(f, 0, SEEK_END) == 0 && (long)(n = (size_t)ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (text = malloc(n + 1)) && fread(text, 1, n, f) == n)
+        q = config_quote_nonfinite(text, n, &qlen);   /* Python json's bare Infinity (HF Mamba-2 configs) */
+    fclose(f);
+    free(text);
+    if (!q) {
+        *rc = errmsg_set(-EIO, err, errlen, "%s: could not read it", path);
+        return NULL;
+    }
+    json_t *j = json_loadb(q, qlen, 0, &je);
+    free(q);
+    if (j) return j;
     *rc = errmsg_set(-EINVAL, err, errlen, "%s:%d:%d: bad JSON: %s", path, je.line, je.column, je.text);
     return NULL;
 }
@@ -44,7 +60,8 @@ static int read_eos(json_t *root, const char *dir, const char *file, lind_config
 
 int conventions_read(const char *dir, lind_config *c, const tokenizer *tok, int bos_override, char *err,
                      size_t errlen) {
-    int hf = !strcmp(c->format, "hf-rwkv4"), rc = 0;
+    int mamba = !strcmp(c->format, "hf-mamba2");
+    int hf = !strcmp(c->format, "hf-rwkv4") || mamba, rc = 0;
     c->n_eos = 0;
     if (hf) {
         /* EOS */
@@ -61,11 +78,12 @@ int conventions_read(const char *dir, lind_config *c, const tokenizer *tok, int 
         if (!got) {
             c->eos[0] = 0;
             c->n_eos = 1;
-            snprintf(c->eos_from, sizeof c->eos_from, "RWKV default (<|endoftext|>)");
+            snprintf(c->eos_from, sizeof c->eos_from, "%s default (<|endoftext|>)", mamba ? "Mamba-2" : "RWKV");
         }
         /* BOS */
         c->add_bos = 0;
-        snprintf(c->bos_from, sizeof c->bos_from, "HF RWKV default (the prompt alone, from the zero state)");
+        snprintf(c->bos_from, sizeof c->bos_from, "HF %s default (the prompt alone, from the zero state)",
+                 mamba ? "Mamba-2" : "RWKV");
         json_t *tc = load_json(dir, "tokenizer_config.json", &rc, err, errlen);
         if (rc) return rc;
         json_t *ab = json_object_get(tc, "add_bos_token");

@@ -9,6 +9,7 @@ static const layer_kind *const kinds[] = {
     &ffn_gelu_mlp,
     &ffn_rwkv_channel_mix,
     &ffn_rwkv7_channel_mix,
+    &ffn_none,
 };
 #define NKINDS (sizeof kinds / sizeof kinds[0])
 

@@ -138,7 +138,9 @@ typedef struct layer_kind {
      * tensor: "layers.<i>.<part>.<name>"), sets *priv. */
     int (*load)(const lind_config *c, const void *params, kind_ctx *ctx, const kind_weight *t, void **priv,
                 char *err, size_t errlen);
-    /* Rows of the current batch: io->x += part(io->h). */
+    /* Rows of the current batch: io->x += part(io->h). NULL only for the
+     * empty FFN ("none", recurrent/ffn_none.c): the block then has no second
+     * half — the model reads no ln2 and runs no FFN. */
     int (*step)(void *priv, const layer_io *io);
     void (*free)(void *priv, backend *be);
     /* Optional (NULL = unbounded): the most tokens a session may hold, for a

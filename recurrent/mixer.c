@@ -19,6 +19,7 @@ static const layer_kind *const kinds[] = {
     &mixer_cosformer,
     &mixer_linformer,
     &mixer_rwkv7,
+    &mixer_mamba2,
 };
 #define NKINDS (sizeof kinds / sizeof kinds[0])
 

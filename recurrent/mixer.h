@@ -37,5 +37,6 @@ extern const layer_kind mixer_performer;
 extern const layer_kind mixer_cosformer;
 extern const layer_kind mixer_linformer;
 extern const layer_kind mixer_rwkv7;
+extern const layer_kind mixer_mamba2;
 
 #endif

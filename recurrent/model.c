@@ -23,6 +23,8 @@
 #include "recurrent/config.h"
 #include "recurrent/errmsg.h"
 #include "recurrent/conventions.h"
+#include "recurrent/ffn.h"
+#include "recurrent/hf_mamba2.h"
 #include "recurrent/hf_rwkv4.h"
 #include "recurrent/kind.h"
 #include "recurrent/pth.h"
@@ -73,6 +75,8 @@ typedef struct loader {
     const char *dir;
     /* lind name → the file's name (HF RWKV-4's, BlinkDL's .pth); NULL: as is */
     const char *(*map)(const char *lind_name, char *buf, size_t len);
+    /* a second spelling tried when map's is absent (NULL: none) */
+    const char *(*alt)(const char *lind_name, char *buf, size_t len);
     lind_dtype want;                   /* opts.weights */
     lind_dtype head;                   /* the head's precision (Q8/Q4: see head_dtype) */
     int matrix_want_override;          /* take(): use `head` for this matrix */
@@ -90,16 +94,34 @@ static st_tensor *find(loader *ld, const char *name, st_file **file, char *shown
         return NULL;
     }
     if (n == name) snprintf(shown, shownlen, "%s", name);
-    return st_set_find(&ld->st, shown, file);
+    st_tensor *t = st_set_find(&ld->st, shown, file);
+    char alt[160];
+    if (!t && ld->alt && ld->alt(name, alt, sizeof alt) && (t = st_set_find(&ld->st, alt, file)))
+        snprintf(shown, shownlen, "%s", alt);
+    return t;
 }
 
 /* Shape check: the file's shape equals (d0[, d1]) after dropping leading
- * dimensions of size 1 (HF stores RWKV's μ vectors as [1, 1, d]). */
+ * dimensions of size 1 (HF stores RWKV's μ vectors as [1, 1, d]), or, that
+ * failing, after dropping every dimension of size 1 on both sides (a
+ * depthwise conv1d weight is [C, 1, K]: Mamba's). */
 static int shape_ok(const st_tensor *t, int ndim, int d0, int d1) {
     int k = 0;
     while (t->ndim - k > ndim && t->shape[k] == 1) k++;
-    if (t->ndim - k != ndim) return 0;
-    return t->shape[k] == d0 && (ndim == 1 || t->shape[k + 1] == d1);
+    if (t->ndim - k == ndim && t->shape[k] == d0 && (ndim == 1 || t->shape[k + 1] == d1)) return 1;
+    int64_t got[8], want[2];
+    int ng = 0, nw = 0;
+    for (int i = 0; i < t->ndim; i++)
+        if (t->shape[i] != 1) {
+            if (ng == 8) return 0;
+            got[ng++] = t->shape[i];
+        }
+    if (d0 != 1) want[nw++] = d0;
+    if (ndim == 2 && d1 != 1) want[nw++] = d1;
+    if (ng != nw) return 0;
+    for (int i = 0; i < ng; i++)
+        if (got[i] != want[i]) return 0;
+    return 1;
 }
 
 static int bad_shape(loader *ld, const st_file *f, const char *shown, const st_tensor *t, int ndim, int d0, int d1) {
@@ -243,7 +265,9 @@ static int load_layer(model *m, loader *ld, int i) {
     int rc, d = c->d_model;
     backend_buf **bufs[4] = {&L->ln1_w, &L->ln1_b, &L->ln2_w, &L->ln2_b};
     const char *names[4] = {"ln1.weight", "ln1.bias", "ln2.weight", "ln2.bias"};
+    int no_ffn = !ffn_find(c->layers[i].ffn)->step;   /* the empty FFN: no ln2 */
     for (int k = 0; k < 4; k++) {
+        if ((c->norm_rms && (k & 1)) || (no_ffn && k >= 2)) continue;   /* RMSNorm: no bias */
         snprintf(nm, sizeof nm, "layers.%d.%s", i, names[k]);
         if ((rc = take_vec(m, ld, nm, 1, d, 0, bufs[k])) < 0) return rc;
     }
@@ -405,6 +429,10 @@ int model_load_opts(const char *dir, const model_opts *o, model **out, char *err
         if (!(ctext = read_file(path, &clen, err, errlen))) { free(m); return -ENOENT; }
         if ((rc = config_parse(ctext, clen, path, &m->cfg, err, errlen)) < 0) goto out;
         if (!strcmp(m->cfg.format, "hf-rwkv4")) ld.map = hf_rwkv4_tensor_name;
+        if (!strcmp(m->cfg.format, "hf-mamba2")) {
+            ld.map = hf_mamba2_tensor_name;
+            ld.alt = hf_mamba2_tensor_alt;
+        }
     }
     if ((rc = load_tokenizer(m, dir, err, errlen)) < 0) goto out;
     if ((rc = conventions_read(dir, &m->cfg, m->tok, o ? o->bos : 0, err, errlen)) < 0) goto out;
@@ -442,15 +470,21 @@ int model_load_opts(const char *dir, const model_opts *o, model **out, char *err
     const lind_config *c = &m->cfg;
     int d = c->d_model, V = c->vocab_size;
     if ((rc = take_vec(m, &ld, "embed.weight", 2, V, d, &m->embed)) < 0) goto out;
+    if (c->norm_rms && !m->be->ops->rmsnorm) {
+        rc = errmsg_set(-ENOTSUP, err, errlen, "%s: the model's norms are RMSNorms, which the %s backend does not have "
+                        "(the rmsnorm op; use the cpu backend)", dir, m->be->ops->name);
+        goto out;
+    }
     if (c->emb_norm && ((rc = take_vec(m, &ld, "emb_norm.weight", 1, d, 0, &m->emb_w)) < 0 ||
-                        (rc = take_vec(m, &ld, "emb_norm.bias", 1, d, 0, &m->emb_b)) < 0))
+                        (!c->norm_rms && (rc = take_vec(m, &ld, "emb_norm.bias", 1, d, 0, &m->emb_b)) < 0)))
         goto out;
     if ((rc = take_vec(m, &ld, "ln_f.weight", 1, d, 0, &m->lnf_w)) < 0) goto out;
-    if ((rc = take_vec(m, &ld, "ln_f.bias", 1, d, 0, &m->lnf_b)) < 0) goto out;
+    if (!c->norm_rms && (rc = take_vec(m, &ld, "ln_f.bias", 1, d, 0, &m->lnf_b)) < 0) goto out;
     {
         kind_weight w;
         ld.matrix_want_override = 1;
-        rc = take(&ld, "head.weight", 2, V, d, 0, 1, &w);
+        /* tie_head: the embedding matrix again, as the head's matmul weight */
+        rc = take(&ld, c->tie_head ? "embed.weight" : "head.weight", 2, V, d, 0, 1, &w);
         ld.matrix_want_override = 0;
         if (rc < 0) goto out;
         kind_ctx ctx = {.be = m->be, .layer = -1, .out_scale = 1.0f};
@@ -748,6 +782,14 @@ int model_poisoned(const model *m) { return m->be->ops->poisoned ? m->be->ops->p
 
 static int forward_ops(model *m, int R, const int *logit_rows, int nlogits, int all);
 
+/* The model's norm (cfg.norm_rms: RMSNorm, weight only; else LayerNorm). */
+static int norm_rows(model *m, const backend_buf *x, backend_buf *y, const backend_buf *w, const backend_buf *b,
+                     float eps) {
+    const backend_ops *o = m->be->ops;
+    int d = m->cfg.d_model;
+    return m->cfg.norm_rms ? o->rmsnorm(m->be, x, y, w, d, eps) : o->layernorm(m->be, x, y, w, b, d, eps);
+}
+
 int model_forward(model *m, const int *slots, const int32_t *tokens, int R, const int *logit_rows, int nlogits,
                   float *logits) {
     int rc = check_rows(m, slots, tokens, R, logit_rows, nlogits);
@@ -802,22 +844,24 @@ static int forward_ops(model *m, int R, const int *logit_rows, int nlogits, int 
     const backend_ops *o = be->ops;
     int d = c->d_model, V = c->vocab_size, rc;
     if ((rc = o->embed(be, m->embed, m->x, d)) < 0) return rc;
-    if (c->emb_norm && (rc = o->layernorm(be, m->x, m->x, m->emb_w, m->emb_b, d, c->norm_eps)) < 0) return rc;
+    if (c->emb_norm && (rc = norm_rows(m, m->x, m->x, m->emb_w, m->emb_b, c->norm_eps)) < 0) return rc;
     layer_io io = {.be = be, .R = R, .h = m->h, .x = m->x,
                    .scratch = {m->scratch[0], m->scratch[1], m->scratch[2]}, .carry = m->carry};
     for (int i = 0; i < c->n_layers; i++) {
         layer *L = &m->L[i];
-        if ((rc = o->layernorm(be, m->x, m->h, L->ln1_w, L->ln1_b, d, c->norm_eps)) < 0) return rc;
+        if ((rc = norm_rows(m, m->x, m->h, L->ln1_w, L->ln1_b, c->norm_eps)) < 0) return rc;
         memcpy(io.region_off, L->mixer.region_off, sizeof io.region_off);
         if ((rc = L->mixer.kind->step(L->mixer.priv, &io)) < 0) return rc;
-        if ((rc = o->layernorm(be, m->x, m->h, L->ln2_w, L->ln2_b, d, c->norm_eps)) < 0) return rc;
-        memcpy(io.region_off, L->ffn.region_off, sizeof io.region_off);
-        if ((rc = L->ffn.kind->step(L->ffn.priv, &io)) < 0) return rc;
+        if (L->ffn.kind->step) {   /* else the empty FFN: no second half */
+            if ((rc = norm_rows(m, m->x, m->h, L->ln2_w, L->ln2_b, c->norm_eps)) < 0) return rc;
+            memcpy(io.region_off, L->ffn.region_off, sizeof io.region_off);
+            if ((rc = L->ffn.kind->step(L->ffn.priv, &io)) < 0) return rc;
+        }
         if (c->rescale_every && (i + 1) % c->rescale_every == 0 && (rc = o->scale_rows(be, m->x, d, 0.5f)) < 0)
             return rc;
     }
     if (!nlogits) return 0;
-    if ((rc = o->layernorm(be, m->x, m->h, m->lnf_w, m->lnf_b, d, c->final_norm_eps)) < 0) return rc;
+    if ((rc = norm_rows(m, m->x, m->h, m->lnf_w, m->lnf_b, c->final_norm_eps)) < 0) return rc;
     const backend_buf *hx = m->h;
     if (!all) {
         if ((rc = o->gather_rows(be, m->h, logit_rows, nlogits, m->hrows, d)) < 0) return rc;

@@ -51,12 +51,16 @@ typedef struct lind_config {
     float norm_eps;                  /* ln1, ln2 and the embedding norm */
     float final_norm_eps;            /* ln_f; default norm_eps */
     int   emb_norm;                  /* LayerNorm on the embedding (RWKV-4's pre_ln) */
+    int   norm_rms;                  /* "norm": "rms": every norm (ln1, ln2, ln_f, the
+                                        embedding's) is an RMSNorm with a weight and
+                                        no bias (Mamba); default LayerNorm */
+    int   tie_head;                  /* the head is the embedding matrix (no head.weight) */
     int   rescale_every;             /* 0, or: x halved after every n-th block and each
                                         block's output projections scaled to match
                                         (RWKV's fp16 overflow guard; same function) */
     char  tokenizer[16];             /* "bytes", "bpe", "world" */
     char  tokenizer_file[256];       /* relative to the model directory; "" for bytes */
-    char  format[16];                /* "lind" or "hf-rwkv4": where the config came from */
+    char  format[16];                /* "lind", "hf-rwkv4", "hf-mamba2", "rwkv7-pth": where the config came from */
     /* Filled at load (recurrent/conventions.h), not from config.json alone: */
     int   add_bos;                   /* feed bos to a fresh session (1) or not (0) */
     int   n_eos;                     /* end tokens: sampling one ends a turn */

@@ -1,6 +1,7 @@
 /* tests/fuzz_config.c — libFuzzer driver for the model config reader
  * (config_parse, recurrent/config.h): config.json of a model directory,
- * lind's own forms or Hugging Face RWKV-4's. The valid base is a test
+ * lind's own forms, Hugging Face RWKV-4's or Mamba-2's (seeds mamba2_hf and
+ * mamba2_nonfinite: Python json's bare Infinity/NaN). The valid base is a test
  * model's flat config (tests/testmodel.h); inputs follow tests/fuzz_common.h.
  * Invariants: no crash, leak or UB; a refusal is -EINVAL with a message; an
  * accepted config has sizes in their documented ranges, a known tokenizer

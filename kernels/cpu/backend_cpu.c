@@ -312,6 +312,37 @@ static int cpu_layernorm(backend *be, const backend_buf *x, backend_buf *y, cons
     return 0;
 }
 
+/* RMSNorm rows (Mamba's norms): the sum of squares in double, then
+ * lind_rms_apply per element. */
+typedef struct rms_job {
+    const float *x, *w;
+    float *y;
+    int B, d;
+    float eps;
+} rms_job;
+
+static void rms_part(void *arg, int part, int nparts) {
+    const rms_job *j = arg;
+    int lo, hi, d = j->d;
+    cpu_part_range(j->B, part, nparts, &lo, &hi);
+    for (int b = lo; b < hi; b++) {
+        const float *x = j->x + (size_t)b * d;
+        float *y = j->y + (size_t)b * d;
+        double ss = 0.0;
+        for (int i = 0; i < d; i++) ss += (double)x[i] * (double)x[i];
+        double rs = lind_rms_rscale(ss, d, j->eps);
+        for (int i = 0; i < d; i++) y[i] = lind_rms_apply((double)x[i], rs, j->w[i]);
+    }
+}
+
+static int cpu_rmsnorm(backend *be, const backend_buf *x, backend_buf *y, const backend_buf *w, int d, float eps) {
+    cpu *c = (cpu *)be;
+    if (d < 1) return -EINVAL;
+    rms_job j = {x->p, w->p, y->p, c->B, d, eps};
+    cpu_pool_run(c->threads, rms_part, &j, cpu_row_parts(c, c->B, (size_t)d * 4));
+    return 0;
+}
+
 /* Parts claim chunks of panels from a shared counter instead of taking a
  * fixed share: at batch 1 a product is a stream of weight bytes, and with
  * fixed halves the thread that a neighbour's memory traffic slowed sets the
@@ -1290,6 +1321,8 @@ static const backend_ops cpu_ops = {
     .cosformer_step = cpu_cosformer_step,
     .linformer_step = cpu_linformer_step,
     .rwkv7_step = cpu_rwkv7_step,
+    .mamba2_step = cpu_mamba2_step,
+    .rmsnorm = cpu_rmsnorm,
     .rows_nonfinite = cpu_rows_nonfinite,
     .set_compute = cpu_set_compute,
     .weight_new_quant = cpu_weight_new_quant,

@@ -67,5 +67,7 @@ int cpu_row_parts(const cpu *c, int B, size_t work_per_row);
 int cpu_rwkv7_step(backend *be, const backend_buf *in, int ldi, const backend_buf *par, const backend_buf *w2,
                    int dw, backend_buf *vfirst, int vmode, backend_buf *out, size_t state_off, int H, int N,
                    float gn_eps);
+int cpu_mamba2_step(backend *be, const backend_buf *in, int ldi, const backend_buf *par, backend_buf *out,
+                    size_t state_off, int H, int P, int N, int G, float dt_lo, float dt_hi);
 
 #endif

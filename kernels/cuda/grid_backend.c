@@ -620,6 +620,43 @@ static int g_delta_step(backend *be, const backend_buf *in, const backend_buf *g
     return launch(g, KB_DELTA_STEP, kb_delta_launch(g->nruns, H, dh), &a, "delta_step");
 }
 
+static int g_rmsnorm(backend *be, const backend_buf *x, backend_buf *y, const backend_buf *w, int d, float eps) {
+    gridbe *g = G(be);
+    int B = g->B, rc;
+    size_t n = (size_t)B * d;
+    if (d < 1) return fail(g, -EINVAL, "rmsnorm: width %d", d);
+    if ((rc = fits(g, x, n, "rmsnorm", "x")) < 0 || (rc = fits(g, y, n, "rmsnorm", "y")) < 0 ||
+        (rc = fits(g, w, d, "rmsnorm", "w")) < 0)
+        return rc;
+    if (B == 0) return 0;
+    kb_rmsnorm_args a = { F(x), F(y), F(w), d, eps };
+    return launch(g, KB_RMSNORM, kb_rmsnorm_launch(B, d), &a, "rmsnorm");
+}
+
+/* One thread per (run, channel of x): kb_mamba2_step. */
+static int g_mamba2_step(backend *be, const backend_buf *in, int ldi, const backend_buf *par, backend_buf *out,
+                         size_t state_off, int H, int P, int N, int ngroups, float dt_lo, float dt_hi) {
+    gridbe *g = G(be);
+    int B = g->B, rc;
+    if (H < 1 || P < 1 || N < 1 || ngroups < 1 || H % ngroups || (size_t)H * P * N > INT32_MAX / 4 ||
+        (size_t)H * P + 2 * (size_t)ngroups * N > INT32_MAX / 8 || !(dt_lo <= dt_hi))
+        return fail(g, -EINVAL, "mamba2_step: %d heads of %d, d_state %d, %d groups, dt in [%g, %g]", H, P, N, ngroups,
+                    (double)dt_lo, (double)dt_hi);
+    size_t I = (size_t)H * P, CD = I + 2 * (size_t)ngroups * N;
+    if ((size_t)ldi < CD + I + (size_t)H) return fail(g, -EINVAL, "mamba2_step: ldi %d < %zu", ldi, CD + I + H);
+    if (in == out) return fail(g, -EINVAL, "mamba2_step: out is in (other channels still read the row)");
+    if ((rc = region_fits(g, state_off, I * N * sizeof(float), sizeof(float), "mamba2_step")) < 0 ||
+        (rc = fits(g, par, CD + 3 * (size_t)H, "mamba2_step", "par")) < 0)
+        return rc;
+    if (B == 0) return 0;
+    if ((rc = fits(g, in, (size_t)(B - 1) * ldi + CD + I + H, "mamba2_step", "in")) < 0 ||
+        (rc = fits(g, out, (size_t)B * I, "mamba2_step", "out")) < 0)
+        return rc;
+    kb_mamba2_args a = { F(in), F(par), F(out), g->pool, g->stride, state_off, g->d_slots, g->d_runs, ldi, H, P, N,
+                         ngroups, dt_lo, dt_hi };
+    return launch(g, KB_MAMBA2_STEP, kb_mamba2_launch(g->nruns, (int)I), &a, "mamba2_step");
+}
+
 /* Two launches: the attention (one thread per run and head), then each run's
  * position advanced by the run's length (kb_pos_advance). */
 static int g_window_step(backend *be, const backend_buf *in, const backend_buf *slopes, backend_buf *out,
@@ -1016,6 +1053,8 @@ static const backend_ops grid_ops = {
     .weight_new_half = g_weight_new_half,
     .short_conv = g_short_conv,
     .delta_step = g_delta_step,
+    .mamba2_step = g_mamba2_step,
+    .rmsnorm = g_rmsnorm,
     .window_step = g_window_step,
     .aft_window_step = g_aft_window_step,
     .retention_step = g_retention_step,

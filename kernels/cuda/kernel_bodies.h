@@ -24,6 +24,7 @@
 #include "kernels/cuda/kb_favor.h"
 #include "kernels/cuda/kb_cosformer.h"
 #include "kernels/cuda/kb_linformer.h"
+#include "kernels/cuda/kb_mamba2.h"
 
 #define LIND_KERNELS(X)                                          \
     X(KB_EMBED,          kb_embed,          kb_embed_args)         \
@@ -49,6 +50,8 @@
     X(KB_FAVOR,          kb_favor,          kb_favor_args)         \
     X(KB_COSFORMER_STEP, kb_cosformer_step, kb_cosformer_args)     \
     X(KB_LINFORMER_STEP, kb_linformer_step, kb_linformer_args)     \
+    X(KB_RMSNORM,        kb_rmsnorm,        kb_rmsnorm_args)       \
+    X(KB_MAMBA2_STEP,    kb_mamba2_step,    kb_mamba2_args)        \
     X(KB_NONFINITE,      kb_nonfinite,      kb_nonfinite_args)
 
 enum kb_kernel {
