@@ -411,7 +411,7 @@ static void schema_and_foreign_files(void)
     sqlite3_open(path, &db);
     sqlite3_stmt *st;
     sqlite3_prepare_v2(db, "SELECT version FROM schema_version", -1, &st, NULL);
-    CHECK(sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) == 2, "schema version 2");
+    CHECK(sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) == 3, "schema version 3");
     sqlite3_finalize(st);
     sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, NULL);
     CHECK(sqlite3_step(st) == SQLITE_ROW && strcmp((const char *)sqlite3_column_text(st, 0), "wal") == 0,
@@ -444,7 +444,7 @@ static void schema_and_foreign_files(void)
     }
     sqlite3_open(v0, &db);
     sqlite3_prepare_v2(db, "SELECT version FROM schema_version", -1, &st, NULL);
-    CHECK(sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) == 2, "now version 2");
+    CHECK(sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) == 3, "now version 3");
     sqlite3_finalize(st);
     sqlite3_close(db);
 
@@ -855,8 +855,8 @@ static void schema_server(void)
     store *s = open_ok(path);
     if (!s) return;
     store_close(s);
-    CHECK(pg_exec(path, "SELECT version FROM lind_schema", v, sizeof v) == 0 && !strcmp(v, "2"),
-          "schema version 1 (%s)", v);
+    CHECK(pg_exec(path, "SELECT version FROM lind_schema", v, sizeof v) == 0 && !strcmp(v, "3"),
+          "schema version 3 (%s)", v);
     CHECK(pg_exec(path, "SELECT attstorage FROM pg_attribute WHERE attrelid = 'lind_sessions'::regclass"
                         " AND attname = 'state'", v, sizeof v) == 0 && !strcmp(v, "e"),
           "state stored uncompressed out of line (%s)", v);
