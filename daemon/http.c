@@ -358,6 +358,7 @@ static int code_status(proto_code c)
     case PE_SHUTTING_DOWN: case PE_UNAVAILABLE: return 503;
     case PE_MOVED: return 421;      /* Misdirected Request: another node holds the session */
     case PE_CONFLICT: return 409;   /* the session changed elsewhere; the turn was not saved */
+    case PE_INSUFFICIENT_STORAGE: return 507;   /* past --max-store-bytes, or the disk is full */
     default: return 500;
     }
 }

@@ -7,12 +7,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include "daemon/errors.h"
+#include "daemon/http.h"
 #include "daemon/lease.h"
 #include "daemon/msg.h"
 #include "state/format.h"
 #include "state/transcript.h"
 
 #define SAVE_GROUP_MAX 512
+/* Retention (docs/STATE.md): sessions deleted per collection step, and how
+ * often connection 0 collects when nothing asks sooner. */
+#define GC_BATCH 16
+#define GC_INTERVAL_MS 1000
 
 /* An op that must see every connection's earlier work (list, stats, fork):
  * connection 0 runs it once the others have reached it, and they wait
@@ -46,6 +51,9 @@ typedef struct worker {
     qnode    *done_head, *done_tail;   /* M_LOADED held until the batch ends */
     store_record recs[SAVE_GROUP_MAX];
     uint64_t  expect[SAVE_GROUP_MAX];
+    int       origin[SAVE_GROUP_MAX];
+    uint64_t  gc_at_ns;       /* connection 0: the next collection (0: at once) */
+    int       gc_due;         /* connection 0: collect at the end of this round */
     store_save_result res[SAVE_GROUP_MAX];
     outmsg   *answers[SAVE_GROUP_MAX];   /* do_saves: each turn's answer, made before the commit */
 } worker;
@@ -102,17 +110,21 @@ static void do_saves(worker *W, dmsg **v, int n)
                                      .transcript_len = v[i]->transcript_len,
                                      .tokens = v[i]->tokens };
         W->expect[k] = v[i]->version;
+        /* the row's origin if this save creates it (state/store.h) */
+        W->origin[k] = v[i]->conn & HTTP_CONN_BIT ? STORE_ORIGIN_HTTP : STORE_ORIGIN_SOCKET;
         v[i]->rc = 1;   /* not yet committed */
         sv[k++] = v[i];
     }
     uint64_t t0 = now_ns();
-    int rc = k ? store_save_versioned(W->st, W->recs, W->expect, k, owner, W->res, err, sizeof err) : 0;
+    int rc = k ? store_save_origin(W->st, W->recs, W->expect, W->origin, k, owner, W->res, err,
+                                   sizeof err) : 0;
+    if (k && P->srv->opt.max_store_bytes) W->gc_due = 1;   /* the quota: look after every commit */
     if (rc < 0 && rc != -ECANCELED && rc != -ENOLCK && k > 1) {
         /* The group failed as a whole: one bad record must not sink the
          * others, retry one by one. */
         for (int j = 0; j < k; j++)
-            store_save_versioned(W->st, &W->recs[j], &W->expect[j], 1, owner, &W->res[j],
-                                 sv[j]->err, sizeof sv[j]->err);
+            store_save_origin(W->st, &W->recs[j], &W->expect[j], &W->origin[j], 1, owner,
+                              &W->res[j], sv[j]->err, sizeof sv[j]->err);
     } else if (rc < 0) {
         for (int j = 0; j < k; j++)
             if (W->res[j].rc != 0) snprintf(sv[j]->err, sizeof sv[j]->err, "%s", err);
@@ -305,6 +317,7 @@ static void do_request(worker *W, dmsg *m)
             store_lease_release(W->st, r->session, P->srv->node_id, e2, sizeof e2);
         }
         if (rc != 0) break;
+        if (W->idx == 0) W->gc_due = 1;   /* the quota's verdict may change */
         evlist_result_begin(l, r->id);
         evlist_put_bool(l, "deleted", 1);
         break;
@@ -395,6 +408,61 @@ answer:
     dmsg_free(m);
 }
 
+
+/* ---- retention ---------------------------------------------------------------- */
+
+static int retention_on(const server_options *o)
+{
+    return o->response_ttl_ms || o->session_ttl_ms || o->max_store_bytes;
+}
+
+/* One collection step (state/store.h, store_gc: at most GC_BATCH sessions,
+ * each part one statement), then the quota's verdict for the compute
+ * thread: over when the sessions' bytes stay past --max-store-bytes with
+ * nothing more to collect. 1 when a full batch went (call again soon). */
+static int collect(worker *W)
+{
+    server *srv = W->P->srv;
+    const server_options *o = &srv->opt;
+    store_gc_policy p = { .response_ttl_ms = o->response_ttl_ms, .session_ttl_ms = o->session_ttl_ms,
+                          .max_bytes = o->max_store_bytes, .batch = GC_BATCH, .owner = srv->node_id };
+    store_gc_result r;
+    char err[512];
+    if (store_gc(W->st, &p, &r, err, sizeof err) != 0) {
+        lind_log(REQLOG_WARN, "store", "collecting expired sessions failed: %s", err);
+        return 0;
+    }
+    atomic_store(&srv->store_bytes, r.bytes);
+    int over = p.max_bytes && r.bytes > p.max_bytes && !r.more;
+    int was = atomic_exchange(&srv->store_over, over);
+    if (r.expired || r.evicted)
+        lind_log(REQLOG_DEBUG, "store", "collected sessions: expired=%llu quota=%llu freed_bytes=%llu"
+                 " sessions=%zu bytes=%llu", (unsigned long long)r.expired,
+                 (unsigned long long)r.evicted, (unsigned long long)r.freed, r.sessions,
+                 (unsigned long long)r.bytes);
+    if (over && !was)
+        lind_log(REQLOG_WARN, "store", "sessions hold %llu bytes, past --max-store-bytes %llu, and no"
+                 " resp-/chat- session is left to collect; new turns are refused"
+                 " (insufficient_storage) until sessions are deleted", (unsigned long long)r.bytes,
+                 (unsigned long long)p.max_bytes);
+    else if (!over && was)
+        lind_log(REQLOG_INFO, "store", "sessions hold %llu bytes, within --max-store-bytes %llu;"
+                 " turns are accepted again", (unsigned long long)r.bytes,
+                 (unsigned long long)p.max_bytes);
+    return r.more;
+}
+
+/* Connection 0, at the end of each round: collect when due. The ms until
+ * the next collection (-1: retention off, or not this connection). */
+static int maybe_collect(worker *W, uint64_t now)
+{
+    if (W->idx != 0 || !retention_on(&W->P->srv->opt)) return -1;
+    if (W->gc_due || now >= W->gc_at_ns) {
+        W->gc_due = collect(W);
+        W->gc_at_ns = now + GC_INTERVAL_MS * 1000000ull;
+    }
+    return W->gc_due ? 0 : (int)((W->gc_at_ns - now + 999999) / 1000000);
+}
 
 /* ---- leases and loads ------------------------------------------------------ */
 
@@ -628,6 +696,8 @@ static void *worker_main(void *arg)
             int beat_ms = (int)((W->beat_at_ns - now + 999999) / 1000000);
             renew_ms = min_wait(renew_ms, beat_ms);
         }
+        int gc_ms = maybe_collect(W, now);
+        if (gc_ms >= 0) renew_ms = min_wait(renew_ms, gc_ms ? gc_ms : 1);
         if (renew_ms == 0) renew_ms = 1;
         wait_ms = min_wait(renew_ms, retry_waits(W));
         flush_loaded(W);

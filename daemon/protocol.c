@@ -18,6 +18,7 @@ static const char *const code_names[] = {
     [PE_SHUTTING_DOWN] = "shutting_down", [PE_INTERNAL] = "internal",
     [PE_UNAVAILABLE] = "unavailable",
     [PE_MOVED] = "moved", [PE_CONFLICT] = "conflict",
+    [PE_INSUFFICIENT_STORAGE] = "insufficient_storage",
 };
 
 const char *proto_code_name(proto_code c)

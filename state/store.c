@@ -320,17 +320,21 @@ int store_gc(store *s, const store_gc_policy *p, store_gc_result *out, char *err
     ERRBUF(err, errlen);
     if (!s || !p || !out || p->batch < 1 || p->response_ttl_ms < 0 || p->session_ttl_ms < 0)
         return errmsg_set(-EINVAL, err, errlen, "store_gc: missing or invalid argument");
+    char why[200];
+    if (p->owner && store_name_check(p->owner, why, sizeof why) < 0)
+        return errmsg_set(-EINVAL, err, errlen, "store_gc: owner: %s", why);
     memset(out, 0, sizeof *out);
     int rc = 0;
     if (p->response_ttl_ms || p->session_ttl_ms)
-        rc = s->ops->expire(s, p->response_ttl_ms, p->session_ttl_ms, p->batch, &out->expired,
-                            &out->freed, err, errlen);
+        rc = s->ops->expire(s, p->response_ttl_ms, p->session_ttl_ms, p->batch, p->owner,
+                            &out->expired, &out->freed, err, errlen);
     if (rc == 0)
         rc = s->ops->usage(s, &out->sessions, &out->bytes, err, errlen);
     int left = p->batch - (int)out->expired;
     if (rc == 0 && p->max_bytes && out->bytes > p->max_bytes && left > 0) {
         uint64_t freed = 0;
-        rc = s->ops->evict(s, out->bytes - p->max_bytes, left, &out->evicted, &freed, err, errlen);
+        rc = s->ops->evict(s, out->bytes - p->max_bytes, left, p->owner, &out->evicted, &freed,
+                           err, errlen);
         out->freed += freed;
         if (rc == 0)
             rc = s->ops->usage(s, &out->sessions, &out->bytes, err, errlen);

@@ -258,7 +258,10 @@ int  store_usage(store *s, size_t *sessions, uint64_t *bytes, char *err, size_t 
  * "idle" is since the last save, updated_ms), oldest first; then, while
  * the sessions' bytes exceed max_bytes, ephemeral sessions least recently
  * saved first. Named sessions are never deleted for the quota. A session
- * under an unexpired lease (one a daemon is serving) is never collected.
+ * under an unexpired lease (one a daemon is serving) is not collected,
+ * except an ephemeral one whose lease `owner` holds: the node collecting
+ * serves those from memory, and a later turn on one whose row went is
+ * refused as a conflict (owner NULL: every lease protects).
  * At most `batch` sessions go per call, each step one statement (one
  * commit), so a caller that must not stall (the daemon's store thread)
  * calls again while `more`. 0 in a ttl or max_bytes: that rule is off. */
@@ -266,6 +269,7 @@ typedef struct store_gc_policy {
     int64_t  response_ttl_ms, session_ttl_ms;
     uint64_t max_bytes;
     int      batch;            /* >= 1 */
+    const char *owner;         /* the collecting node's lease owner, or NULL */
 } store_gc_policy;
 typedef struct store_gc_result {
     uint64_t expired, evicted;   /* sessions deleted: for their ttl, for the quota */

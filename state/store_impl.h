@@ -52,12 +52,14 @@ typedef struct store_ops {
      * one statement, oldest save first, adding to *n and *freed: those past
      * their ttl (expire: ttl 0 = rule off), the ephemeral ones until
      * `excess` bytes went (evict), those under a prefix and older than
-     * older_ms (remove; prefix may be ""). Leased sessions are skipped. */
+     * older_ms (remove; prefix may be ""). Leased sessions are skipped,
+     * but for expire and evict not ephemeral ones that `owner` (may be
+     * NULL) leases. */
     int (*usage)(store *s, size_t *n, uint64_t *bytes, char *err, size_t errlen);
     int (*expire)(store *s, int64_t resp_ttl_ms, int64_t sess_ttl_ms, int limit,
-                  uint64_t *n, uint64_t *freed, char *err, size_t errlen);
-    int (*evict)(store *s, uint64_t excess, int limit, uint64_t *n, uint64_t *freed,
-                 char *err, size_t errlen);
+                  const char *owner, uint64_t *n, uint64_t *freed, char *err, size_t errlen);
+    int (*evict)(store *s, uint64_t excess, int limit, const char *owner, uint64_t *n,
+                 uint64_t *freed, char *err, size_t errlen);
     int (*remove)(store *s, const char *prefix, int64_t older_ms, int limit, uint64_t *n,
                   uint64_t *freed, char *err, size_t errlen);
     /* NULL: zeros. */

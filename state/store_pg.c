@@ -111,6 +111,10 @@ enum {
 #define ORIGIN "CASE left($1, 5) WHEN 'resp-' THEN 2 WHEN 'chat-' THEN 3 ELSE $6::integer END"
 #define BYTES "(octet_length(state) + octet_length(transcript))"
 #define NOT_LEASED " AND name NOT IN (SELECT name FROM lind_leases WHERE expires_ms > " PG_NOW ")"
+/* Collection: a lease keeps a row unless the row is ephemeral and the
+ * lease is the collecting owner's (store.h). */
+#define NOT_KEPT(owner) " AND NOT EXISTS (SELECT 1 FROM lind_leases l WHERE l.name = s.name" \
+    " AND l.expires_ms > " PG_NOW " AND (s.origin < 2 OR l.owner IS DISTINCT FROM " owner "::text))"
 
 /* Parameters: $1 name, $2 state, $3 transcript, $4 tokens, $5 now (ms,
  * this machine's clock, as SQLite's times), $6 expected version (the
@@ -183,17 +187,17 @@ static const char *const queries[Q_N] = {
     [Q_ROW_CHECK]  = "SELECT version, updated_ms FROM lind_sessions WHERE name = $1",
     /* Retention: each collection is one statement in one transaction. */
     [Q_USAGE]      = "SELECT count(*), coalesce(sum(" BYTES "), 0) FROM lind_sessions",
-    /* $1 response ttl, $2 session ttl (0: off), $3 now (this machine's), $4 limit */
-    [Q_EXPIRE]     = "DELETE FROM lind_sessions WHERE name IN (SELECT name FROM lind_sessions WHERE"
+    /* $1 response ttl, $2 session ttl (0: off), $3 now (this machine's), $4 limit, $5 owner */
+    [Q_EXPIRE]     = "DELETE FROM lind_sessions WHERE name IN (SELECT name FROM lind_sessions s WHERE"
                      " ((origin >= 2 AND $1::bigint > 0 AND updated_ms < $3::bigint - $1::bigint)"
                      " OR (origin < 2 AND $2::bigint > 0 AND updated_ms < $3::bigint - $2::bigint))"
-                     NOT_LEASED " ORDER BY updated_ms LIMIT $4::integer FOR UPDATE SKIP LOCKED)"
+                     NOT_KEPT("$5") " ORDER BY updated_ms LIMIT $4::integer FOR UPDATE SKIP LOCKED)"
                      " RETURNING " BYTES,
-    /* $1 excess bytes, $2 limit */
+    /* $1 excess bytes, $2 limit, $3 owner */
     [Q_EVICT]      = "DELETE FROM lind_sessions WHERE name IN (SELECT name FROM"
                      " (SELECT name, updated_ms, sum(" BYTES ") OVER (ORDER BY updated_ms, name"
-                     " ROWS UNBOUNDED PRECEDING) - " BYTES " AS before FROM lind_sessions"
-                     " WHERE origin >= 2" NOT_LEASED ") w"
+                     " ROWS UNBOUNDED PRECEDING) - " BYTES " AS before FROM lind_sessions s"
+                     " WHERE origin >= 2" NOT_KEPT("$3") ") w"
                      " WHERE before < $1::bigint ORDER BY updated_ms, name LIMIT $2::integer)"
                      " RETURNING " BYTES,
     /* $1 prefix, $2 cutoff (updated before it; 0: any), $3 limit */
@@ -1135,27 +1139,27 @@ static int collect(pg_store *s, int q, int nv, const char *const *vals, uint64_t
     return code;
 }
 
-static int pg_expire(store *base, int64_t resp_ttl, int64_t sess_ttl, int limit, uint64_t *n,
-                     uint64_t *freed, char *err, size_t errlen)
+static int pg_expire(store *base, int64_t resp_ttl, int64_t sess_ttl, int limit,
+                     const char *owner, uint64_t *n, uint64_t *freed, char *err, size_t errlen)
 {
     char a[24], b[24], now[24], lim[16];
     snprintf(a, sizeof a, "%lld", (long long)resp_ttl);
     snprintf(b, sizeof b, "%lld", (long long)sess_ttl);
     snprintf(now, sizeof now, "%lld", (long long)now_ms());
     snprintf(lim, sizeof lim, "%d", limit);
-    const char *vals[4] = { a, b, now, lim };
-    return collect((pg_store *)base, Q_EXPIRE, 4, vals, n, freed, err, errlen,
+    const char *vals[5] = { a, b, now, lim, owner };
+    return collect((pg_store *)base, Q_EXPIRE, 5, vals, n, freed, err, errlen,
                    "collecting expired sessions failed");
 }
 
-static int pg_evict(store *base, uint64_t excess, int limit, uint64_t *n, uint64_t *freed,
-                    char *err, size_t errlen)
+static int pg_evict(store *base, uint64_t excess, int limit, const char *owner, uint64_t *n,
+                    uint64_t *freed, char *err, size_t errlen)
 {
     char ex[24], lim[16];
     snprintf(ex, sizeof ex, "%llu", (unsigned long long)(excess > INT64_MAX ? INT64_MAX : excess));
     snprintf(lim, sizeof lim, "%d", limit);
-    const char *vals[2] = { ex, lim };
-    return collect((pg_store *)base, Q_EVICT, 2, vals, n, freed, err, errlen,
+    const char *vals[3] = { ex, lim, owner };
+    return collect((pg_store *)base, Q_EVICT, 3, vals, n, freed, err, errlen,
                    "collecting sessions over the quota failed");
 }
 

@@ -68,6 +68,10 @@ enum {
 #define ORIGIN(other) "CASE substr(?1, 1, 5) WHEN 'resp-' THEN 2 WHEN 'chat-' THEN 3 ELSE " other " END"
 #define BYTES "(length(state) + length(transcript))"
 #define NOT_LEASED(now) " AND name NOT IN (SELECT name FROM leases WHERE expires_ms > " now ")"
+/* Collection: a lease keeps a row unless the row is ephemeral and the
+ * lease is the collecting owner's (store.h). */
+#define NOT_KEPT(now, owner) " AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.name = sessions.name" \
+    " AND l.expires_ms > " now " AND (sessions.origin < 2 OR l.owner IS NOT " owner "))"
 
 static const char *const queries[Q_N] = {
     [Q_BEGIN]    = "BEGIN IMMEDIATE",
@@ -113,17 +117,17 @@ static const char *const queries[Q_N] = {
     [Q_LEASE_HELD] = "SELECT 1 FROM leases WHERE name = ?1 AND owner = ?2 AND expires_ms > ?3",
     /* Retention: each collection is one statement (one commit). */
     [Q_USAGE]    = "SELECT count(*), coalesce(sum(" BYTES "), 0) FROM sessions",
-    /* ?1 response ttl, ?2 session ttl (0: off), ?3 now, ?4 limit */
+    /* ?1 response ttl, ?2 session ttl (0: off), ?3 now, ?4 limit, ?5 owner */
     [Q_EXPIRE]   = "DELETE FROM sessions WHERE name IN (SELECT name FROM sessions WHERE"
                    " ((origin >= 2 AND ?1 > 0 AND updated_ms < ?3 - ?1)"
-                   " OR (origin < 2 AND ?2 > 0 AND updated_ms < ?3 - ?2))" NOT_LEASED("?3")
+                   " OR (origin < 2 AND ?2 > 0 AND updated_ms < ?3 - ?2))" NOT_KEPT("?3", "?5")
                    " ORDER BY updated_ms LIMIT ?4) RETURNING " BYTES,
-    /* ?1 now, ?2 excess bytes, ?3 limit: the oldest ephemeral sessions
-     * until the bytes before each reach the excess */
+    /* ?1 now, ?2 excess bytes, ?3 limit, ?4 owner: the oldest ephemeral
+     * sessions until the bytes before each reach the excess */
     [Q_EVICT]    = "DELETE FROM sessions WHERE name IN (SELECT name FROM"
                    " (SELECT name, updated_ms, sum(" BYTES ") OVER (ORDER BY updated_ms, name"
                    " ROWS UNBOUNDED PRECEDING) - " BYTES " AS before FROM sessions"
-                   " WHERE origin >= 2" NOT_LEASED("?1") ")"
+                   " WHERE origin >= 2" NOT_KEPT("?1", "?4") ")"
                    " WHERE before < ?2 ORDER BY updated_ms, name LIMIT ?3) RETURNING " BYTES,
     /* ?1 prefix, ?2 cutoff (updated before it; 0: any), ?3 now, ?4 limit */
     [Q_REMOVE]   = "DELETE FROM sessions WHERE name IN (SELECT name FROM sessions WHERE"
@@ -715,8 +719,8 @@ static int collect(sqlite_store *s, int q, uint64_t *n, uint64_t *freed, char *e
     return check_identity(s, err, errlen);
 }
 
-static int sq_expire(store *base, int64_t resp_ttl, int64_t sess_ttl, int limit, uint64_t *n,
-                     uint64_t *freed, char *err, size_t errlen)
+static int sq_expire(store *base, int64_t resp_ttl, int64_t sess_ttl, int limit,
+                     const char *owner, uint64_t *n, uint64_t *freed, char *err, size_t errlen)
 {
     sqlite_store *s = (sqlite_store *)base;
     sqlite3_stmt *st = s->q[Q_EXPIRE];
@@ -724,17 +728,21 @@ static int sq_expire(store *base, int64_t resp_ttl, int64_t sess_ttl, int limit,
     sqlite3_bind_int64(st, 2, sess_ttl);
     sqlite3_bind_int64(st, 3, now_ms());
     sqlite3_bind_int(st, 4, limit);
+    if (owner)
+        sqlite3_bind_text(st, 5, owner, -1, SQLITE_STATIC);
     return collect(s, Q_EXPIRE, n, freed, err, errlen, "collecting expired sessions failed");
 }
 
-static int sq_evict(store *base, uint64_t excess, int limit, uint64_t *n, uint64_t *freed,
-                    char *err, size_t errlen)
+static int sq_evict(store *base, uint64_t excess, int limit, const char *owner, uint64_t *n,
+                    uint64_t *freed, char *err, size_t errlen)
 {
     sqlite_store *s = (sqlite_store *)base;
     sqlite3_stmt *st = s->q[Q_EVICT];
     sqlite3_bind_int64(st, 1, now_ms());
     sqlite3_bind_int64(st, 2, excess > INT64_MAX ? INT64_MAX : (int64_t)excess);
     sqlite3_bind_int(st, 3, limit);
+    if (owner)
+        sqlite3_bind_text(st, 4, owner, -1, SQLITE_STATIC);
     return collect(s, Q_EVICT, n, freed, err, errlen, "collecting sessions over the quota failed");
 }
 

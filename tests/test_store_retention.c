@@ -178,15 +178,22 @@ static void ttl_collects(void)
           "then nothing: %llu", (unsigned long long)r.expired);
     CHECK(!exists(s, "chat-b") && exists(s, "resp-leased") && exists(s, "resp-new") &&
           exists(s, "alice") && exists(s, "bob"), "kept: leased, recent, named");
-    /* Session ttl: idle named sessions go too. */
-    p = (store_gc_policy){ .response_ttl_ms = 40, .session_ttl_ms = 40, .batch = 10 };
-    CHECK(store_gc(s, &p, &r, err, sizeof err) == 0 && r.expired == 2 && r.more == 0,
+    /* Session ttl: idle named sessions go too, but not one node-a leases. */
+    CHECK(store_lease_acquire(s, "alice", "node-a", 3600000, &l, err, sizeof err) == 0,
+          "lease: %s", err);
+    p = (store_gc_policy){ .response_ttl_ms = 40, .session_ttl_ms = 40, .batch = 10,
+                           .owner = "node-b" };
+    CHECK(store_gc(s, &p, &r, err, sizeof err) == 0 && r.expired == 1 && r.more == 0,
           "named expired: %llu: %s", (unsigned long long)r.expired, err);
-    CHECK(!exists(s, "alice") && !exists(s, "bob") && exists(s, "resp-leased"), "named gone");
-    /* A released lease: collected like the others. */
-    CHECK(store_lease_release(s, "resp-leased", "node-a", err, sizeof err) == 0, "release: %s", err);
-    CHECK(store_gc(s, &p, &r, err, sizeof err) == 0 && r.expired == 1 && r.sessions == 1,
-          "released one collected: %llu", (unsigned long long)r.expired);
+    CHECK(exists(s, "alice") && !exists(s, "bob") && exists(s, "resp-leased"),
+          "another node's leases keep");
+    /* The collecting node's own lease keeps a named session, not an
+     * ephemeral one (it serves those from memory). */
+    p.owner = "node-a";
+    CHECK(store_gc(s, &p, &r, err, sizeof err) == 0 && r.expired == 1 && r.sessions == 2,
+          "own ephemeral collected: %llu", (unsigned long long)r.expired);
+    CHECK(exists(s, "alice") && !exists(s, "resp-leased") && exists(s, "resp-new"),
+          "own named one kept");
     store_close(s);
 }
 
