@@ -324,6 +324,7 @@ static void do_request(worker *W, dmsg *m)
     }
     case OP_FORK:
         if ((rc = store_fork(W->st, r->session, r->to, err, sizeof err)) != 0) break;
+        if (W->idx == 0 && P->srv->opt.max_store_bytes) W->gc_due = 1;   /* bytes were added */
         evlist_result_begin(l, r->id);
         evlist_put_str(l, "session", r->session);
         evlist_put_str(l, "to", r->to);

@@ -1,0 +1,200 @@
+"""tests/test_daemon_retention.py — retention in `lind serve` (docs/STATE.md,
+"Retention"): the copies every HTTP answer keeps (resp-, and chat- for a
+stateless chat) stay within --max-store-bytes however many requests come;
+named sessions are never deleted for the quota, and once only they are
+left new turns are refused with `insufficient_storage` (HTTP 507) while
+reads go on, until a delete brings the store back under the quota;
+--response-ttl deletes answers' copies that are not used again. The store
+is read behind the daemon's back with Python's sqlite3 (a non-exclusive
+handle, as tools use)."""
+import http.client
+import json
+import os
+import re
+import sqlite3
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from daemon_harness import Server, Client, case, expect, finish, SLOW  # noqa: E402
+
+
+def http_port(srv):
+    deadline = time.time() + 30 * SLOW
+    while time.time() < deadline:
+        m = re.search(r"HTTP on [0-9.]+:(\d+)", srv.log())
+        if m:
+            return int(m.group(1))
+        time.sleep(0.02)
+    raise AssertionError("no HTTP port in the log: %s" % srv.log())
+
+
+class Http:
+    """One keep-alive HTTP/1.1 connection to the server's front door."""
+    def __init__(self, srv):
+        self.c = http.client.HTTPConnection("127.0.0.1", http_port(srv), timeout=120 * SLOW)
+
+    def post(self, path, body):
+        self.c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+        r = self.c.getresponse()
+        data = r.read()
+        return r.status, json.loads(data) if data.startswith(b"{") else data
+
+    def close(self):
+        self.c.close()
+
+
+def usage(srv):
+    """(sessions, bytes of state and transcript, {origin: count}) in the store now."""
+    db = sqlite3.connect(srv.db, timeout=30 * SLOW)
+    try:
+        n, b = db.execute("SELECT count(*), coalesce(sum(length(state) + length(transcript)), 0)"
+                          " FROM sessions").fetchone()
+        by = dict(db.execute("SELECT origin, count(*) FROM sessions GROUP BY origin").fetchall())
+        return n, b, by
+    finally:
+        db.close()
+
+
+def wait_for(cond, what, limit=60):
+    """cond() holding; the store thread collects within a second of a commit."""
+    deadline = time.time() + limit * SLOW
+    while not cond():
+        if time.time() > deadline:
+            raise AssertionError(what)
+        time.sleep(0.02)
+
+
+def gen(c, session, text, n=2):
+    return c.call("generate", session=session, text=text, max_tokens=n, seed=1)
+
+
+@case
+def quota_bounds_http_answers():
+    """200 requests, half completions (a resp- copy each), half stateless
+    chats (resp- and chat- copies), each a different prompt so nothing is
+    shared: the sessions' bytes never pass the quota by more than what the
+    last commit added, and end within it."""
+    quota = 1000000
+    srv = Server("ret-quota", extra=["--http", "0", "--max-store-bytes", str(quota)]).start()
+    h = Http(srv)
+    try:
+        peak = peak_n = 0
+        per = None
+        n_req = 200
+        for i in range(n_req):
+            if i % 2:
+                st, j = h.post("/v1/chat/completions", {
+                    "messages": [{"role": "user", "content": "question %d" % i}], "max_tokens": 1})
+            else:
+                st, j = h.post("/v1/completions", {"prompt": "prompt %d " % i, "max_tokens": 1})
+            expect(st == 200, "request %d: %d %r" % (i, st, j))
+            n, b, _ = usage(srv)
+            if per is None:
+                per = b   # one answer's copy: the first completion's resp-
+            peak, peak_n = max(peak, b), max(peak_n, n)
+        # A commit group of one request (resp- and chat-) may be seen
+        # before the store thread's next collection step.
+        expect(peak <= quota + 2 * per, "peak %d bytes, quota %d, one copy %d" % (peak, quota, per))
+        wait_for(lambda: usage(srv)[1] <= quota, "the store stays past the quota: %r" % (usage(srv),))
+        n, b, by = usage(srv)
+        size = os.path.getsize(srv.db) + (os.path.getsize(srv.db + "-wal")
+                                         if os.path.exists(srv.db + "-wal") else 0)
+        expect(size <= 8 * quota, "database and log files hold %d bytes" % size)
+        print("NOTE %d HTTP answers (%d completions, %d stateless chats), one copy %d bytes: "
+              "without retention %d bytes; with --max-store-bytes %d the sessions peaked at %d "
+              "bytes (%d sessions) and ended at %d bytes (%d sessions); database + WAL files %d bytes"
+              % (n_req, n_req // 2, n_req // 2, per, per * (n_req + n_req // 2), quota, peak, peak_n,
+                 b, n, size), flush=True)
+        expect(set(by) <= {2, 3}, "only ephemeral copies: %r" % by)
+    finally:
+        h.close()
+        srv.stop()
+
+
+@case
+def named_sessions_refused_past_quota():
+    """Named sessions (socket and HTTP) fill the quota: none is deleted,
+    new turns get insufficient_storage (507 over HTTP), reads go on, and a
+    delete lets turns in again."""
+    srv = Server("ret-named", extra=["--http", "0", "--max-store-bytes", "300000"]).start()
+    c = Client(srv.sock)
+    h = Http(srv)
+    try:
+        for name in ("a", "b"):
+            ev = gen(c, name, "hello %s " % name)
+            expect(ev["event"] == "done", "turn on %s: %r" % (name, ev))
+        st, j = h.post("/v1/completions", {"prompt": "hi ", "max_tokens": 1, "session": "web"})
+        expect(st == 200, "HTTP named: %d %r" % (st, j))
+        db = sqlite3.connect(srv.db, timeout=30 * SLOW)
+        origins = dict(db.execute("SELECT name, origin FROM sessions WHERE name IN ('a', 'web')"))
+        db.close()
+        expect(origins == {"a": 0, "web": 1}, "origins: %r" % origins)
+
+        def refused():
+            ev = gen(c, "a", "more ")
+            return ev["event"] == "error" and ev["code"] == "insufficient_storage"
+        wait_for(refused, "no refusal past the quota: %r" % (usage(srv),))
+        ev = gen(c, "new", "x ")
+        expect(ev["event"] == "error" and ev["code"] == "insufficient_storage" and
+               "--max-store-bytes" in ev["message"], "a new session refused too: %r" % ev)
+        st, j = h.post("/v1/completions", {"prompt": "hi ", "max_tokens": 1})
+        expect(st == 507 and j["error"]["code"] == "insufficient_storage", "HTTP: %d %r" % (st, j))
+        # The named HTTP turn's resp- snapshot is collected; the named stay.
+        wait_for(lambda: usage(srv)[0] == 3, "the resp- snapshot stays: %r" % (usage(srv),))
+        n, b, by = usage(srv)
+        expect(b > 300000 and by == {0: 2, 1: 1}, "named sessions kept: %d bytes, %r" % (b, by))
+        # Reads go on.
+        info = c.call("info", session="a")
+        expect(info["event"] == "result" and info["tokens"] > 0, "info: %r" % info)
+        ls = c.call("list")
+        expect(sorted(s["session"] for s in ls["sessions"]) == ["a", "b", "web"], "list: %r" % ls)
+        ex = c.call("export", session="b")
+        expect(ex["event"] == "result" and len(ex["data"]) > 100000, "export works")
+        # A delete makes room; turns are accepted again.
+        expect(c.call("delete", session="b")["event"] == "result", "delete")
+        wait_for(lambda: gen(c, "a", "again ")["event"] == "done", "turns not accepted after a delete")
+        expect("new turns are refused" in srv.log() and "accepted again" in srv.log(),
+               "the log says why: %s" % srv.log())
+    finally:
+        h.close()
+        c.close()
+        srv.stop()
+
+
+@case
+def response_ttl_expires_copies():
+    """--response-ttl 1s: an answer's resp- copy goes once not used for a
+    second (the daemon's own lease on it does not keep it); named sessions
+    stay (--session-ttl is off)."""
+    srv = Server("ret-ttl", extra=["--http", "0", "--response-ttl", "1s"]).start()
+    c = Client(srv.sock)
+    h = Http(srv)
+    try:
+        expect(gen(c, "keep", "hello ")["event"] == "done", "named turn")
+        st, j = h.post("/v1/completions", {"prompt": "hi ", "max_tokens": 1})
+        expect(st == 200, "completion: %d %r" % (st, j))
+        rid = j["id"]
+        wait_for(lambda: usage(srv)[2].get(2, 0) == 0, "%s never expired: %r" % (rid, usage(srv)))
+        n, _, by = usage(srv)
+        expect(n == 1 and by == {0: 1}, "the named session stays: %r" % by)
+        st, j = h.post("/v1/responses", {"input": "and then", "previous_response_id": rid,
+                                         "max_output_tokens": 1})
+        expect(st == 404, "an expired response cannot be continued: %d %r" % (st, j))
+    finally:
+        h.close()
+        c.close()
+        srv.stop()
+
+
+@case
+def options_checked():
+    """Durations with units; a bad one is refused at start with the option named."""
+    for bad in (["--response-ttl", "3w"], ["--session-ttl", "-1s"], ["--max-store-bytes", "lots"]):
+        srv = Server("ret-opt", extra=bad)
+        rc = srv.start(expect_fail=True)
+        expect(rc == 2 and bad[0] in srv.log(), "%r: exit %r, %s" % (bad, rc, srv.log()[-300:]))
+
+
+
+finish()
