@@ -69,6 +69,9 @@ struct persist {
     outmsg   *exit_msg;       /* the loop's "store done", allocated at start: shutdown cannot fail */
 };
 
+struct worker;
+static int collect_step(struct worker *W, store_gc_result *res, char *err, size_t errlen);
+
 static void send_out(persist *P, outmsg *o)
 {
     if (o) queue_push(&P->srv->loopq, &o->node);
@@ -262,8 +265,8 @@ static void do_request(worker *W, dmsg *m)
         size_t n = 0;
         if ((rc = store_list(W->st, &v, &n, err, sizeof err)) != 0) break;
         size_t bytes = 0;
-        for (size_t i = 0; i < n; i++) bytes += strlen(v[i].name);
-        if (evlist_reserve_result(l, 1 + 4 * n, bytes) != 0) {
+        for (size_t i = 0; i < n; i++) bytes += strlen(v[i].name) + 8;   /* and its origin */
+        if (evlist_reserve_result(l, 1 + 8 * n, bytes) != 0) {
             free(v);
             rc = -ENOMEM;
             snprintf(err, sizeof err, "out of memory for the list of %zu sessions", n);
@@ -276,6 +279,9 @@ static void do_request(worker *W, dmsg *m)
             evlist_put_str(l, "session", v[i].name);
             evlist_put_u64(l, "tokens", v[i].tokens);
             evlist_put_i64(l, "updated_ms", v[i].updated_ms);
+            evlist_put_i64(l, "created_ms", v[i].created_ms);
+            evlist_put_u64(l, "bytes", v[i].bytes);
+            evlist_put_str(l, "origin", store_origin_name(v[i].origin));
             evlist_close(l);
         }
         evlist_close(l);
@@ -375,6 +381,20 @@ static void do_request(worker *W, dmsg *m)
         store_loaded_free(&ld);
         break;
     }
+    case OP_GC: {   /* one step; lindctl sessions gc asks again while `more` */
+        store_gc_result g;
+        if ((rc = collect_step(W, &g, err, sizeof err)) != 0) break;
+        evlist_result_begin(l, r->id);
+        evlist_put_u64(l, "expired", g.expired);
+        evlist_put_u64(l, "evicted", g.evicted);
+        evlist_put_u64(l, "freed_bytes", g.freed);
+        evlist_put_u64(l, "sessions", g.sessions);
+        evlist_put_u64(l, "bytes", g.bytes);
+        evlist_put_u64(l, "max_store_bytes", P->srv->opt.max_store_bytes);
+        evlist_put_bool(l, "over_quota", atomic_load(&P->srv->store_over));
+        evlist_put_bool(l, "more", g.more);
+        break;
+    }
     case OP_STATS: {
         size_t n = 0;
         if ((rc = store_count(W->st, &n, err, sizeof err)) != 0) break;
@@ -421,18 +441,15 @@ static int retention_on(const server_options *o)
  * each part one statement), then the quota's verdict for the compute
  * thread: over when the sessions' bytes stay past --max-store-bytes with
  * nothing more to collect. 1 when a full batch went (call again soon). */
-static int collect(worker *W)
+static int collect_step(worker *W, store_gc_result *res, char *err, size_t errlen)
 {
     server *srv = W->P->srv;
     const server_options *o = &srv->opt;
     store_gc_policy p = { .response_ttl_ms = o->response_ttl_ms, .session_ttl_ms = o->session_ttl_ms,
                           .max_bytes = o->max_store_bytes, .batch = GC_BATCH, .owner = srv->node_id };
-    store_gc_result r;
-    char err[512];
-    if (store_gc(W->st, &p, &r, err, sizeof err) != 0) {
-        lind_log(REQLOG_WARN, "store", "collecting expired sessions failed: %s", err);
-        return 0;
-    }
+    int rc = store_gc(W->st, &p, res, err, errlen);
+    if (rc != 0) return rc;
+    store_gc_result r = *res;
     atomic_store(&srv->store_bytes, r.bytes);
     int over = p.max_bytes && r.bytes > p.max_bytes && !r.more;
     int was = atomic_exchange(&srv->store_over, over);
@@ -450,6 +467,17 @@ static int collect(worker *W)
         lind_log(REQLOG_INFO, "store", "sessions hold %llu bytes, within --max-store-bytes %llu;"
                  " turns are accepted again", (unsigned long long)r.bytes,
                  (unsigned long long)p.max_bytes);
+    return 0;
+}
+
+static int collect(worker *W)
+{
+    store_gc_result r;
+    char err[512];
+    if (collect_step(W, &r, err, sizeof err) != 0) {
+        lind_log(REQLOG_WARN, "store", "collecting expired sessions failed: %s", err);
+        return 0;
+    }
     return r.more;
 }
 
@@ -742,7 +770,7 @@ static int route(persist *P, dmsg *m, int *all)
         return -1;
     case M_REQUEST:
         switch (m->req.op) {
-        case OP_LIST: case OP_STATS: case OP_FORK:
+        case OP_LIST: case OP_STATS: case OP_FORK: case OP_GC:
             *all = 1;
             return 0;
         default:

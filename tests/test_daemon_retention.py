@@ -12,11 +12,12 @@ import json
 import os
 import re
 import sqlite3
+import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from daemon_harness import Server, Client, case, expect, finish, SLOW  # noqa: E402
+from daemon_harness import Server, Client, case, expect, finish, SLOW, LINDCTL  # noqa: E402
 
 
 def http_port(srv):
@@ -181,6 +182,62 @@ def response_ttl_expires_copies():
         st, j = h.post("/v1/responses", {"input": "and then", "previous_response_id": rid,
                                          "max_output_tokens": 1})
         expect(st == 404, "an expired response cannot be continued: %d %r" % (st, j))
+    finally:
+        h.close()
+        c.close()
+        srv.stop()
+
+
+def lindctl(srv, *args):
+    r = subprocess.run([LINDCTL, "--socket", srv.sock] + list(args), capture_output=True,
+                       timeout=60 * SLOW)
+    return r.returncode, r.stdout.decode(), r.stderr.decode()
+
+
+@case
+def lindctl_ls_rm_gc():
+    """sessions ls shows origin, bytes, age and idle time; rm --prefix
+    --older-than deletes what matches; gc collects what the options allow."""
+    srv = Server("ret-ctl", extra=["--http", "0"]).start()
+    c = Client(srv.sock)
+    h = Http(srv)
+    try:
+        for name in ("keep", "tmp/a", "tmp/b"):
+            expect(gen(c, name, "hello ")["event"] == "done", "turn on " + name)
+        st, j = h.post("/v1/completions", {"prompt": "hi ", "max_tokens": 1})
+        expect(st == 200, "completion: %d %r" % (st, j))
+        rid = j["id"]
+        db = sqlite3.connect(srv.db, timeout=30 * SLOW, isolation_level=None)
+        day = 86400000
+        now = int(time.time() * 1000)
+        db.execute("UPDATE sessions SET created_ms = ?, updated_ms = ? WHERE name = 'tmp/a'",
+                   (now - 3 * day, now - 2 * day))
+        rc, out, err = lindctl(srv, "sessions", "ls")
+        expect(rc == 0, "ls: %d %s" % (rc, err))
+        lines = out.splitlines()
+        expect(lines[0].split() == ["SESSION", "ORIGIN", "TOKENS", "BYTES", "AGE", "IDLE", "UPDATED"],
+               "header: %r" % lines[0])
+        rows = {ln.split()[0]: ln.split() for ln in lines[1:-1]}
+        b = db.execute("SELECT length(state) + length(transcript) FROM sessions WHERE name = ?",
+                       (rid,)).fetchone()[0]
+        expect(rows[rid][1] == "response" and int(rows[rid][3]) == b, "resp- row: %r" % rows[rid])
+        expect(rows["keep"][1] == "socket" and rows["tmp/a"][4] == "3d0h" and rows["tmp/a"][5] == "2d0h",
+               "rows: %r" % rows)
+        expect(lines[-1].startswith("4 sessions, "), "total line: %r" % lines[-1])
+        rc, out, err = lindctl(srv, "sessions", "rm", "--prefix", "tmp/", "--older-than", "1d")
+        expect(rc == 0 and out.strip() == "deleted tmp/a", "rm: %d %r %r" % (rc, out, err))
+        rc, out, err = lindctl(srv, "sessions", "rm", "--prefix", "nothing/")
+        expect(rc == 0 and "no session matches" in out, "rm nothing: %d %r" % (rc, out))
+        rc, _, err = lindctl(srv, "sessions", "rm", "--older-than", "1d")
+        expect(rc == 2 and "--prefix" in err, "--older-than alone: %d %r" % (rc, err))
+        # 40 days idle: past the default --response-ttl of 30 days.
+        db.execute("UPDATE sessions SET updated_ms = ? WHERE name LIKE 'resp-%'", (now - 40 * day,))
+        rc, out, err = lindctl(srv, "sessions", "gc")
+        expect(rc == 0 and re.match(r"collected \d+ expired and 0 over the quota \(\d+ bytes\); "
+                                    r"2 sessions hold \d+ bytes$", out.strip()), "gc: %d %r %r" % (rc, out, err))
+        names = sorted(r[0] for r in db.execute("SELECT name FROM sessions"))
+        expect(names == ["keep", "tmp/b"], "left: %r" % names)
+        db.close()
     finally:
         h.close()
         c.close()
