@@ -71,6 +71,8 @@ struct persist {
 
 struct worker;
 static int collect_step(struct worker *W, store_gc_result *res, char *err, size_t errlen);
+static void disk_full(persist *P, const char *why);
+static void disk_room(struct worker *W);
 
 static void send_out(persist *P, outmsg *o)
 {
@@ -138,6 +140,7 @@ static void do_saves(worker *W, dmsg **v, int n)
         store_save_result *r = &W->res[j];
         m->rc = r->rc;
         if (r->rc == 0) { m->version = r->version; saved++; continue; }
+        if (r->rc == -ENOSPC) disk_full(P, m->err);
         if (r->rc == -ECANCELED) {
             m->rc = LIND_E_CONFLICT;
             snprintf(m->err, sizeof m->err, "the session changed in the store since node '%s' "
@@ -165,7 +168,8 @@ static void do_saves(worker *W, dmsg **v, int n)
                                "session '%s': the turn was not saved and this node dropped its copy: %s; "
                                "the session resumes from its last saved turn, retry the turn",
                                m->name, m->err)
-                : outmsg_error(m->conn, res->done.id, m->rc == -ENOMEM ? PE_INTERNAL : PE_IO,
+                : outmsg_error(m->conn, res->done.id, m->rc == -ENOMEM ? PE_INTERNAL
+                               : m->rc == -ENOSPC ? PE_INSUFFICIENT_STORAGE : PE_IO,
                                "session '%s': saving the turn failed, it is lost "
                                "(the session resumes from its last done): %s",
                                m->name, m->err);
@@ -324,6 +328,7 @@ static void do_request(worker *W, dmsg *m)
         }
         if (rc != 0) break;
         if (W->idx == 0) W->gc_due = 1;   /* the quota's verdict may change */
+        disk_room(W);
         evlist_result_begin(l, r->id);
         evlist_put_bool(l, "deleted", 1);
         break;
@@ -432,6 +437,33 @@ answer:
 
 /* ---- retention ---------------------------------------------------------------- */
 
+/* A write found the disk full: refuse new turns, and give the reserve's
+ * space to what frees room (daemon/reserve.h). */
+static void disk_full(persist *P, const char *why)
+{
+    server *srv = P->srv;
+    if (atomic_exchange(&srv->store_nospace, 1)) return;
+    int released = reserve_release(&srv->reserve);
+    lind_log(REQLOG_WARN, "store", "the disk holding the store is full (%s)%s%s. New turns are refused"
+             " (insufficient_storage) until sessions are deleted (lindctl sessions rm, sessions gc);"
+             " reads go on", why, released ? "; released the disk reserve " : "",
+             released ? srv->reserve.path : "");
+}
+
+/* Room was freed (a delete, a collection that deleted something). */
+static void disk_room(worker *W)
+{
+    server *srv = W->P->srv;
+    if (!atomic_load(&srv->store_nospace)) return;
+    char err[512];
+    if (store_shrink(W->st, err, sizeof err) != 0)   /* the log's space back to the disk */
+        lind_log(REQLOG_WARN, "store", "%s", err);
+    int rc = reserve_fill(&srv->reserve);
+    atomic_store(&srv->store_nospace, 0);
+    lind_log(REQLOG_INFO, "store", "sessions were deleted: new turns are accepted again%s",
+             rc ? " (the disk reserve could not be made again: the disk is still nearly full)" : "");
+}
+
 static int retention_on(const server_options *o)
 {
     return o->response_ttl_ms || o->session_ttl_ms || o->max_store_bytes;
@@ -450,6 +482,7 @@ static int collect_step(worker *W, store_gc_result *res, char *err, size_t errle
     int rc = store_gc(W->st, &p, res, err, errlen);
     if (rc != 0) return rc;
     store_gc_result r = *res;
+    if (r.expired || r.evicted) disk_room(W);
     atomic_store(&srv->store_bytes, r.bytes);
     int over = p.max_bytes && r.bytes > p.max_bytes && !r.more;
     int was = atomic_exchange(&srv->store_over, over);

@@ -957,6 +957,13 @@ static void start_turn_request(scheduler *S, dmsg *m)
         dmsg_free(m);
         return;
     }
+    if (atomic_load(&S->srv->store_nospace)) {   /* a full disk (persist.c) */
+        reply_error(S, m->conn, r->id, PE_INSUFFICIENT_STORAGE, "%s", "the disk holding the store is "
+                    "full: new turns are refused until sessions are deleted (lindctl sessions rm, "
+                    "sessions gc) or the disk has room; reads go on");
+        dmsg_free(m);
+        return;
+    }
     if (atomic_load(&S->srv->store_over)) {   /* retention: past the quota (persist.c) */
         char msg[400];
         snprintf(msg, sizeof msg, "sessions hold %llu bytes, past --max-store-bytes %llu, and only "

@@ -1034,10 +1034,27 @@ int server_main(int argc, char **argv)
     store_options so = server_store_options(&srv->opt);
     so.exclusive = 1;   /* a second daemon on this database is refused, naming our pid */
     so.on_lost = store_lost_loudly;
-    if ((rc = open_store_waiting(srv, &so, &st, err, sizeof err)) != 0) {
+    reserve_init(&srv->reserve, srv->opt.db_path, shared);
+    rc = open_store_waiting(srv, &so, &st, err, sizeof err);
+    if (rc == -ENOSPC && reserve_release(&srv->reserve)) {
+        /* A full disk: the reserve makes room for the open's commit, and
+         * the daemon serves reads and deletes, refusing turns until space
+         * is freed (docs/STATE.md, "A full disk"). */
+        lind_log(REQLOG_WARN, "store", "the disk holding the store is full (%s); released the %u-byte"
+                 " reserve %s to open it. New turns are refused (insufficient_storage) until"
+                 " sessions are deleted (lindctl sessions rm, sessions gc); reads go on", err,
+                 RESERVE_BYTES, srv->reserve.path);
+        atomic_store(&srv->store_nospace, 1);
+        rc = open_store_waiting(srv, &so, &st, err, sizeof err);
+    }
+    if (rc != 0) {
         lind_log(REQLOG_ERROR, "start", "cannot open the store: %s", err);
         goto out;
     }
+    if (!atomic_load(&srv->store_nospace) && (rc = reserve_fill(&srv->reserve)) != 0)
+        lind_log(REQLOG_WARN, "store", "cannot keep the %u-byte disk reserve %s (%s): on a full disk"
+                 " deleting sessions may fail", RESERVE_BYTES, srv->reserve.path, strerror(-rc));
+    rc = 0;
     if (shared && (rc = claim_node(srv, st, err, sizeof err)) != 0) {
         lind_log(REQLOG_ERROR, "start", "%s", err);
         goto out;

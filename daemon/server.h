@@ -21,6 +21,7 @@
 #include "daemon/stats.h"
 #include "daemon/protocol.h"
 #include "daemon/reqlog.h"
+#include "daemon/reserve.h"
 #include "kernels/backend.h"
 #include "recurrent/model.h"
 #include "state/store.h"
@@ -142,6 +143,11 @@ typedef struct server {
      * by the compute thread to refuse new turns */
     atomic_int     store_over;     /* 1: past --max-store-bytes with nothing left to collect */
     atomic_ullong  store_bytes;    /* the sessions' bytes at the last collection */
+    /* a full disk: set by the store thread when a save found no room (or
+     * at start, when the open needed the reserve), cleared when a delete
+     * or a collection freed some; new turns are refused meanwhile */
+    atomic_int     store_nospace;
+    reserve        reserve;        /* the SQLite store's disk reserve (daemon/reserve.h) */
 
     /* loop thread only */
     uv_loop_t     *loop;

@@ -343,6 +343,14 @@ int store_gc(store *s, const store_gc_policy *p, store_gc_result *out, char *err
     return rc;
 }
 
+int store_shrink(store *s, char *err, size_t errlen)
+{
+    ERRBUF(err, errlen);
+    if (!s)
+        return errmsg_set(-EINVAL, err, errlen, "store_shrink: no store");
+    return s->ops->shrink ? s->ops->shrink(s, err, errlen) : 0;
+}
+
 int store_remove_matching(store *s, const char *prefix, int64_t older_than_ms, int batch,
                           uint64_t *deleted, uint64_t *freed, char *err, size_t errlen)
 {

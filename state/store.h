@@ -279,6 +279,12 @@ typedef struct store_gc_result {
     int      more;               /* a step deleted a full batch: there may be more */
 } store_gc_result;
 int  store_gc(store *s, const store_gc_policy *p, store_gc_result *out, char *err, size_t errlen);
+/* Give back disk space the store holds beyond its rows where that is cheap:
+ * SQLite checkpoints its write-ahead log into the database and truncates
+ * it (freed pages stay in the database file, for later saves); PostgreSQL:
+ * nothing (the server's disk is its own). For a full disk (docs/STATE.md). */
+int  store_shrink(store *s, char *err, size_t errlen);
+
 /* Delete sessions whose name starts with `prefix` ("" : any) and that were
  * last saved more than older_than_ms ago (0: any age), up to `batch` per
  * call (*deleted says how many; call again while it equals batch); leased

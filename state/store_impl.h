@@ -62,6 +62,8 @@ typedef struct store_ops {
                  uint64_t *freed, char *err, size_t errlen);
     int (*remove)(store *s, const char *prefix, int64_t older_ms, int limit, uint64_t *n,
                   uint64_t *freed, char *err, size_t errlen);
+    /* store_shrink; NULL: nothing to do. */
+    int (*shrink)(store *s, char *err, size_t errlen);
     /* NULL: zeros. */
     void (*counters)(const store *s, store_counters *out);
 } store_ops;

@@ -759,6 +759,18 @@ static int sq_remove(store *base, const char *prefix, int64_t older_ms, int limi
     return collect(s, Q_REMOVE, n, freed, err, errlen, "removing sessions failed");
 }
 
+static int sq_shrink(store *base, char *err, size_t errlen)
+{
+    sqlite_store *s = (sqlite_store *)base;
+    int rc = check_identity(s, err, errlen);
+    if (rc < 0)
+        return rc;
+    rc = sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+    if (rc != SQLITE_OK)
+        return db_fail(s, rc, err, errlen, "checkpoint failed");
+    return 0;
+}
+
 /* ---- leases ------------------------------------------------------------- */
 
 /* The lease on name as it stands (owner "" when none). */
@@ -883,6 +895,7 @@ static const store_ops sqlite_ops = {
     .expire = sq_expire,
     .evict = sq_evict,
     .remove = sq_remove,
+    .shrink = sq_shrink,
     .del = sq_delete,
     .fork = sq_fork,
     .lease_acquire = sq_lease_acquire,
