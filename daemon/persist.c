@@ -419,6 +419,7 @@ static void do_request(worker *W, dmsg *m)
         snprintf(err, sizeof err, "out of memory building the answer to '%s'", proto_op_name(r->op));
     }
 answer:
+    if (rc == -ENOSPC) disk_full(P, err);
     if (rc != 0) {
         /* A store failure the table does not name is still the store's: io. */
         proto_code c = lind_wire_code(rc);
@@ -458,10 +459,11 @@ static void disk_room(worker *W)
     char err[512];
     if (store_shrink(W->st, err, sizeof err) != 0)   /* the log's space back to the disk */
         lind_log(REQLOG_WARN, "store", "%s", err);
-    int rc = reserve_fill(&srv->reserve);
+    int rc = reserve_refill(&srv->reserve);
     atomic_store(&srv->store_nospace, 0);
-    lind_log(REQLOG_INFO, "store", "sessions were deleted: new turns are accepted again%s",
-             rc ? " (the disk reserve could not be made again: the disk is still nearly full)" : "");
+    lind_log(rc ? REQLOG_WARN : REQLOG_INFO, "store", "sessions were deleted: new turns are accepted"
+             " again%s", rc ? " (the disk reserve could not be made again: the disk is still nearly"
+             " full, and a restart on a full disk would fail; free space on it)" : "");
 }
 
 static int retention_on(const server_options *o)
@@ -579,7 +581,12 @@ static int try_load(worker *W, dmsg *m, int may_wait)
         loaded(W, m);
         return 0;
     }
-    if (rc != 0) { m->rc = rc; loaded(W, m); return 0; }
+    if (rc != 0) {
+        if (rc == -ENOSPC) disk_full(P, m->err);   /* taking a lease is a write */
+        m->rc = rc;
+        loaded(W, m);
+        return 0;
+    }
     if (lease_set_add(&W->leases, m->name, now_ns()) != 0) {
         store_lease_release(W->st, m->name, P->srv->node_id, m->err, sizeof m->err);
         m->rc = -ENOMEM;

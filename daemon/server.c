@@ -1036,7 +1036,8 @@ int server_main(int argc, char **argv)
     so.on_lost = store_lost_loudly;
     reserve_init(&srv->reserve, srv->opt.db_path, shared);
     rc = open_store_waiting(srv, &so, &st, err, sizeof err);
-    if (rc == -ENOSPC && reserve_release(&srv->reserve)) {
+    if ((rc == -ENOSPC || (rc == -EIO && reserve_disk_full(&srv->reserve))) &&
+        reserve_release(&srv->reserve)) {
         /* A full disk: the reserve makes room for the open's commit, and
          * the daemon serves reads and deletes, refusing turns until space
          * is freed (docs/STATE.md, "A full disk"). */

@@ -17,7 +17,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from daemon_harness import Server, Client, case, expect, finish, SLOW, LINDCTL  # noqa: E402
+from daemon_harness import Server, Client, Skip, case, expect, finish, SLOW, LINDCTL, TMP  # noqa: E402
 
 
 def http_port(srv):
@@ -242,6 +242,134 @@ def lindctl_ls_rm_gc():
         h.close()
         c.close()
         srv.stop()
+
+
+def warnings(srv):
+    with open(srv.logpath, "rb") as f:
+        return [ln for ln in f.read().decode(errors="replace").splitlines()
+                if " warn " in ln or " error " in ln or "status=5" in ln][-6:]
+
+
+def fill_disk(path):
+    """Write a file at path until the filesystem is full; its size."""
+    n = 0
+    with open(path, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+                os.fsync(f.fileno())
+                n += 65536
+        except OSError:
+            pass
+    return n
+
+
+def tmpfs(name, size):
+    """A size-limited tmpfs under TMP (a real ENOSPC; mounting needs root:
+    Skip where it is not permitted)."""
+    mnt = os.path.join(TMP, name)
+    os.makedirs(mnt, exist_ok=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%s" % size, "tmpfs", mnt], capture_output=True)
+    if r.returncode != 0:
+        raise Skip("cannot mount a size-limited tmpfs here: %s" % r.stderr.decode().strip())
+    return mnt
+
+
+@case
+def full_disk_serves_what_it_can():
+    """The store on a 40 MiB tmpfs that answers fill: the turn that finds
+    no room is refused with insufficient_storage saying the disk is full,
+    later turns are refused at once, reads and deletes go on, and once
+    sessions are deleted turns are accepted again."""
+    mnt = tmpfs("ret-full-disk", "40m")
+    srv = None
+    try:
+        db = os.path.join(mnt, "lind.db")
+        srv = Server("ret-full", extra=["--http", "0"], db=db).start()
+        expect(os.path.getsize(db + "-reserve") == 8 << 20, "the reserve is kept")
+        c = Client(srv.sock)
+        h = Http(srv)
+        ids = []
+        for i in range(1000):
+            st, j = h.post("/v1/completions", {"prompt": "prompt %d " % i, "max_tokens": 1})
+            if st != 200:
+                break
+            ids.append(j["id"])
+        expect(st == 507 and j["error"]["code"] == "insufficient_storage" and "full" in j["error"]["message"],
+               "the full disk refused: %d %r" % (st, j))
+        expect(not os.path.exists(db + "-reserve"), "the reserve was released: %s" % warnings(srv))
+        st, j = h.post("/v1/completions", {"prompt": "more ", "max_tokens": 1})
+        expect(st == 507 and "disk holding the store is full" in j["error"]["message"],
+               "then refused at once: %d %r" % (st, j))
+        ev = gen(c, "named", "hello ")
+        expect(ev["event"] == "error" and ev["code"] == "insufficient_storage", "socket too: %r" % ev)
+        ls = c.call("list")
+        expect(ls["event"] == "result" and len(ls["sessions"]) == len(ids), "list: %d of %d" %
+               (len(ls.get("sessions", [])), len(ids)))
+        ex = c.call("export", session=ids[0])
+        expect(ex["event"] == "result", "export: %r" % ex)
+        for rid in ids[:20]:
+            d = c.call("delete", session=rid)
+            expect(d["event"] == "result", "delete on a full disk: %r %s" % (d, warnings(srv)))
+        st, j = h.post("/v1/completions", {"prompt": "after ", "max_tokens": 1})
+        expect(st == 200, "accepted after deletes: %d %r" % (st, j))
+        expect("accepted again" in srv.log(), "the log says so: %s" % warnings(srv))
+        h.close()
+        c.close()
+        print("NOTE full disk: a 40 MiB tmpfs took %d answers before the first insufficient_storage"
+              % len(ids), flush=True)
+    finally:
+        if srv:
+            srv.stop()
+        subprocess.run(["umount", "-l", mnt], capture_output=True)
+
+
+@case
+def full_disk_restart():
+    """A store whose disk another file filled to the last byte while the
+    daemon was stopped: it starts (the reserve makes room for its open),
+    says why it refuses turns, serves reads, and once there is room again
+    (the other file gone, a session deleted) serves turns and keeps its
+    reserve again."""
+    mnt = tmpfs("ret-full-restart", "24m")
+    srv = None
+    try:
+        db = os.path.join(mnt, "lind.db")
+        srv = Server("ret-restart", db=db).start()
+        c = Client(srv.sock)
+        for name in ("a", "b", "c"):
+            expect(gen(c, name, "hello ")["event"] == "done", "turn on " + name)
+        c.close()
+        srv.stop()
+        filler = os.path.join(mnt, "filler")
+        fill_disk(filler)
+        srv.start()
+        expect("released the 8388608-byte reserve" in srv.log(), "start says why: %s" % warnings(srv))
+        c = Client(srv.sock)
+        ev = gen(c, "a", "more ")
+        expect(ev["event"] == "error" and ev["code"] == "insufficient_storage" and "full" in ev["message"],
+               "turns refused after the restart: %r" % ev)
+        ls = c.call("list")
+        expect(ls["event"] == "result" and [s["session"] for s in ls["sessions"]] == ["a", "b", "c"],
+               "reads after the restart: %r" % ls)
+        info = c.call("info", session="b")
+        expect(info["event"] == "result" and info["tokens"] > 0, "info: %r" % info)
+        os.unlink(filler)
+        d = c.call("delete", session="c")
+        expect(d["event"] == "result", "delete: %r" % d)
+        ev = gen(c, "a", "more ")
+        expect(ev["event"] == "done", "turns again once there is room: %r" % ev)
+        expect(os.path.getsize(db + "-reserve") == 8 << 20, "the reserve made again")
+        c.close()
+    finally:
+        if srv and srv.proc:
+            try:
+                srv.stop()
+            except RuntimeError:
+                print("NOTE log: %s" % "\n".join(warnings(srv)))
+                raise
+        subprocess.run(["umount", "-l", mnt], capture_output=True)
 
 
 @case
