@@ -985,7 +985,7 @@ static void after_generate(hreq *h)
     }
     h->stage = ST_FORK_OUT;
     h->waiting = 0;
-    for (int i = 0; i < h->n; i++) {
+    for (int i = 0; h->store && i < h->n; i++) {   /* store: false keeps no snapshot */
         hchoice *c = &h->ch[i];
         if (!c->fork_to[0] || !strcmp(c->fork_to, c->session)) continue;
         if (c->done.stop_len) tail_set(h->hs, c->fork_to, c->done.stop, c->done.stop_len);
@@ -995,20 +995,25 @@ static void after_generate(hreq *h)
     if (!h->waiting) forks_done(h);
 }
 
-/* Every snapshot is taken: the Responses API's store: false drops the
- * response's session; then the answer. */
+/* Every snapshot is taken: store: false drops the answer's own sessions
+ * (resp-, and a choice's resp-...-i; a named session stays); then the
+ * answer. */
 static void forks_done(hreq *h)
 {
-    if (h->kind == HK_RESPONSES && !h->store && h->req) {
+    if (!h->store && h->req) {
         h->stage = ST_DROP;
-        h->waiting = 1;
-        proto_request r;
-        memset(&r, 0, sizeof r);
-        r.op = OP_DELETE;
-        r.id = 1;
-        snprintf(r.session, sizeof r.session, "%s", h->session);
-        send_request(h, &r);
-        return;
+        h->waiting = 0;
+        for (int i = 0; i < h->n; i++) {
+            if (strncmp(h->ch[i].session, "resp-", 5)) continue;
+            proto_request r;
+            memset(&r, 0, sizeof r);
+            r.op = OP_DELETE;
+            r.id = (uint64_t)i + 1;
+            snprintf(r.session, sizeof r.session, "%s", h->ch[i].session);
+            h->waiting++;
+            send_request(h, &r);
+        }
+        if (h->waiting) return;
     }
     complete(h);
 }
@@ -1432,7 +1437,7 @@ static void on_final(hreq *h, hchoice *c, const evlist *l, const event *e)
             if (c) c->fork_to[0] = 0;
             if (--h->waiting <= 0) forks_done(h);
         } else if (h->stage == ST_DROP) {
-            complete(h);
+            if (--h->waiting <= 0) complete(h);
         } else if (h->stage == ST_ADMIN) {
             resp_admin_result(h, l, e);
         } else {
@@ -1481,7 +1486,7 @@ static void on_final(hreq *h, hchoice *c, const evlist *l, const event *e)
         if (--h->waiting <= 0) forks_done(h);
         break;
     case ST_DROP:
-        complete(h);
+        if (--h->waiting <= 0) complete(h);
         break;
     case ST_STATS:
         send_metrics(h, l, e);
