@@ -61,7 +61,9 @@ static const char *const migrations[] = {
 enum {
     Q_BEGIN, Q_COMMIT, Q_ROLLBACK, Q_UPSERT, Q_INSERT, Q_LOAD, Q_LIST, Q_COUNT,
     Q_DELETE, Q_FORK, Q_INSERT_NEW, Q_CAS, Q_VERSION, Q_LEASE_TAKE, Q_LEASE_GET,
-    Q_LEASE_RENEW, Q_LEASE_RELEASE, Q_LEASE_HELD, Q_USAGE, Q_EXPIRE, Q_EVICT, Q_REMOVE, Q_N
+    Q_LEASE_RENEW, Q_LEASE_RELEASE, Q_LEASE_HELD,
+    Q_RETENTION,   /* from here on: prepared on first use (only a daemon collects) */
+    Q_USAGE = Q_RETENTION, Q_EXPIRE, Q_EVICT, Q_REMOVE, Q_N
 };
 
 /* A new row's origin (store.h): by the name's prefix, else `other`. */
@@ -681,11 +683,27 @@ static int sq_fork(store *base, const char *src, const char *dst, char *err, siz
 
 /* ---- retention ---------------------------------------------------------- */
 
+/* A retention statement, prepared the first time it is needed. */
+static sqlite3_stmt *retention_q(sqlite_store *s, int q, char *err, size_t errlen)
+{
+    if (!s->q[q]) {
+        int rc = sqlite3_prepare_v3(s->db, queries[q], -1, SQLITE_PREPARE_PERSISTENT, &s->q[q], NULL);
+        if (rc != SQLITE_OK) {
+            db_fail(s, rc, err, errlen, "cannot prepare the retention statements");
+            return NULL;
+        }
+    }
+    return s->q[q];
+}
+
 static int sq_usage(store *base, size_t *n, uint64_t *bytes, char *err, size_t errlen)
 {
     sqlite_store *s = (sqlite_store *)base;
     int64_t v[2] = { 0, 0 };
-    int got = 0, rc = step_ints(s->q[Q_USAGE], v, 2, &got);
+    sqlite3_stmt *st = retention_q(s, Q_USAGE, err, errlen);
+    if (!st)
+        return map_rc(sqlite3_errcode(s->db));
+    int got = 0, rc = step_ints(st, v, 2, &got);
     if (rc != SQLITE_OK || !got)
         return db_fail(s, rc != SQLITE_OK ? rc : SQLITE_ERROR, err, errlen, "usage failed");
     *n = (size_t)v[0];
@@ -723,7 +741,9 @@ static int sq_expire(store *base, int64_t resp_ttl, int64_t sess_ttl, int limit,
                      const char *owner, uint64_t *n, uint64_t *freed, char *err, size_t errlen)
 {
     sqlite_store *s = (sqlite_store *)base;
-    sqlite3_stmt *st = s->q[Q_EXPIRE];
+    sqlite3_stmt *st = retention_q(s, Q_EXPIRE, err, errlen);
+    if (!st)
+        return map_rc(sqlite3_errcode(s->db));
     sqlite3_bind_int64(st, 1, resp_ttl);
     sqlite3_bind_int64(st, 2, sess_ttl);
     sqlite3_bind_int64(st, 3, now_ms());
@@ -737,7 +757,9 @@ static int sq_evict(store *base, uint64_t excess, int limit, const char *owner, 
                     uint64_t *freed, char *err, size_t errlen)
 {
     sqlite_store *s = (sqlite_store *)base;
-    sqlite3_stmt *st = s->q[Q_EVICT];
+    sqlite3_stmt *st = retention_q(s, Q_EVICT, err, errlen);
+    if (!st)
+        return map_rc(sqlite3_errcode(s->db));
     sqlite3_bind_int64(st, 1, now_ms());
     sqlite3_bind_int64(st, 2, excess > INT64_MAX ? INT64_MAX : (int64_t)excess);
     sqlite3_bind_int(st, 3, limit);
@@ -750,7 +772,9 @@ static int sq_remove(store *base, const char *prefix, int64_t older_ms, int limi
                      uint64_t *freed, char *err, size_t errlen)
 {
     sqlite_store *s = (sqlite_store *)base;
-    sqlite3_stmt *st = s->q[Q_REMOVE];
+    sqlite3_stmt *st = retention_q(s, Q_REMOVE, err, errlen);
+    if (!st)
+        return map_rc(sqlite3_errcode(s->db));
     int64_t now = now_ms();
     sqlite3_bind_text(st, 1, prefix, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, older_ms ? now - older_ms : 0);
@@ -1021,7 +1045,7 @@ int store_sqlite_open(const char *path, const store_options *opt, store **out,
     if ((code = migrate(s, err, errlen)) < 0)
         goto bad;
     remember_wal(s);
-    for (int i = 0; i < Q_N; i++) {
+    for (int i = 0; i < Q_RETENTION; i++) {   /* retention's on first use (retention_q) */
         rc = sqlite3_prepare_v3(s->db, queries[i], -1, SQLITE_PREPARE_PERSISTENT, &s->q[i], NULL);
         if (rc != SQLITE_OK) {
             code = db_fail(s, rc, err, errlen, "cannot prepare statements");
