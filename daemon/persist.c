@@ -516,13 +516,23 @@ static int collect(worker *W)
     return r.more;
 }
 
-/* Connection 0, at the end of each round: collect when due. The ms until
- * the next collection (-1: retention off, or not this connection). */
+/* Connection 0, at the end of each round: collect when due; on a full
+ * disk, look whether it has room again (files removed beside the store,
+ * or a failure that was passing: the reserve can be made again with as
+ * much free beside it). The ms until the next look (-1: none needed). */
 static int maybe_collect(worker *W, uint64_t now)
 {
-    if (W->idx != 0 || !retention_on(&W->P->srv->opt)) return -1;
+    if (W->idx != 0) return -1;
+    server *srv = W->P->srv;
+    int on = retention_on(&srv->opt), full = atomic_load(&srv->store_nospace);
+    if (!on && !full) return -1;
     if (W->gc_due || now >= W->gc_at_ns) {
-        W->gc_due = collect(W);
+        if (full && reserve_refill(&srv->reserve) == 0) {
+            atomic_store(&srv->store_nospace, 0);
+            lind_log(REQLOG_INFO, "store", "the disk holding the store has room again: new turns are"
+                     " accepted");
+        }
+        W->gc_due = on ? collect(W) : 0;
         W->gc_at_ns = now + GC_INTERVAL_MS * 1000000ull;
     }
     return W->gc_due ? 0 : (int)((W->gc_at_ns - now + 999999) / 1000000);
