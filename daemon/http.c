@@ -1358,6 +1358,11 @@ static void send_metrics(hreq *h, const evlist *l, const event *e)
     put_metric(&b, "lind_sessions_resident", "gauge", "sessions in model slots or loading",
                (double)st->sessions_resident);
     put_metric(&b, "lind_sessions_stored", "gauge", "sessions in the store", (double)stored);
+    put_metric(&b, "lind_store_bytes", "gauge", "sessions' state and transcript bytes at the last "
+               "collection (retention; 0 when off)", (double)atomic_load(&hs->srv->store_bytes));
+    put_metric(&b, "lind_store_refusing_turns", "gauge", "1 while new turns get insufficient_storage "
+               "(past --max-store-bytes, or a full disk)",
+               (double)(atomic_load(&hs->srv->store_over) || atomic_load(&hs->srv->store_nospace)));
     put_metric(&b, "lind_turns_running", "gauge", "turns in the compute thread's batch",
                (double)st->turns_active);
     put_metric(&b, "lind_queue_depth", "gauge", "sessions waiting for a load or a model slot",

@@ -41,8 +41,19 @@ class Http:
         data = r.read()
         return r.status, json.loads(data) if data.startswith(b"{") else data
 
+    def get(self, path):
+        self.c.request("GET", path)
+        r = self.c.getresponse()
+        return r.status, r.read().decode()
+
     def close(self):
         self.c.close()
+
+
+def metric(h, name):
+    st, text = h.get("/metrics")
+    m = re.search(r"(?m)^%s (\S+)$" % name, text)
+    return float(m.group(1)) if st == 200 and m else None
 
 
 def usage(srv):
@@ -141,6 +152,8 @@ def named_sessions_refused_past_quota():
                "--max-store-bytes" in ev["message"], "a new session refused too: %r" % ev)
         st, j = h.post("/v1/completions", {"prompt": "hi ", "max_tokens": 1})
         expect(st == 507 and j["error"]["code"] == "insufficient_storage", "HTTP: %d %r" % (st, j))
+        expect(metric(h, "lind_store_refusing_turns") == 1 and metric(h, "lind_store_bytes") > 300000,
+               "/metrics says so")
         # The named HTTP turn's resp- snapshot is collected; the named stay.
         wait_for(lambda: usage(srv)[0] == 3, "the resp- snapshot stays: %r" % (usage(srv),))
         n, b, by = usage(srv)
@@ -155,6 +168,7 @@ def named_sessions_refused_past_quota():
         # A delete makes room; turns are accepted again.
         expect(c.call("delete", session="b")["event"] == "result", "delete")
         wait_for(lambda: gen(c, "a", "again ")["event"] == "done", "turns not accepted after a delete")
+        expect(metric(h, "lind_store_refusing_turns") == 0, "/metrics: accepting again")
         expect("new turns are refused" in srv.log() and "accepted again" in srv.log(),
                "the log says why: %s" % srv.log())
     finally:
