@@ -18,7 +18,7 @@ static void usage(FILE *f)
 "  chat SESSION              interactive chat (Ctrl-C cancels a reply, Ctrl-D quits)\n"
 "  generate SESSION [TEXT]   append TEXT and stream the continuation to stdout\n"
 "  cancel SESSION            stop the turn in flight on SESSION (from any client)\n"
-"  sessions ls|show|rm|fork|export|import   manage stored sessions\n"
+"  sessions ls|show|rm|fork|export|import|gc   manage stored sessions\n"
 "  stats                     the daemon's counters and latency figures\n"
 "  stress                    drive many sessions at once and measure\n"
 "\n"

@@ -30,6 +30,7 @@ enum {
     EXIT_UNAVAILABLE = 14, /* the daemon's compute device failed for good */
     EXIT_MOVED = 15,       /* another node holds the session's lease */
     EXIT_CONFLICT = 16,    /* the turn's save was refused: the session changed elsewhere */
+    EXIT_STORAGE = 17,     /* insufficient_storage: the store is past its quota or its disk is full */
     EXIT_INTERRUPTED = 130 /* Ctrl-C */
 };
 

@@ -48,6 +48,7 @@ int ctl_exit_for_code(const char *code)
         { "bad_state", EXIT_BAD_STATE }, { "io", EXIT_IO },
         { "shutting_down", EXIT_SHUTTING_DOWN }, { "internal", EXIT_INTERNAL },
         { "unavailable", EXIT_UNAVAILABLE }, { "moved", EXIT_MOVED }, { "conflict", EXIT_CONFLICT },
+        { "insufficient_storage", EXIT_STORAGE },
     };
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (!strcmp(map[i].code, code)) return map[i].status;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static void usage(FILE *f)
@@ -16,9 +17,16 @@ static void usage(FILE *f)
     fprintf(f,
 "usage: lindctl sessions COMMAND [options]\n"
 "\n"
-"  ls                     every stored session: name, tokens, last update\n"
+"  ls                     every stored session: name, origin, tokens, bytes, age, idle time\n"
 "  show SESSION           one session's details and transcript tail\n"
 "  rm SESSION...          delete sessions\n"
+"  rm --prefix P [--older-than D]\n"
+"                         delete every session whose name starts with P (\"\" : any) and,\n"
+"                         with --older-than, that was last saved more than D ago (30d,\n"
+"                         12h, 90m, 45s)\n"
+"  gc                     collect now what the daemon's retention options allow\n"
+"                         (--response-ttl, --session-ttl, --max-store-bytes); prints what\n"
+"                         went and what is left\n"
 "  fork SESSION NEW       copy SESSION's state to a new session NEW\n"
 "  export SESSION FILE    write SESSION's self-contained bytes to FILE (- = stdout)\n"
 "  import SESSION FILE    create SESSION from an export (FILE - = stdin)\n"
@@ -66,6 +74,43 @@ static int print_json_result(const lindc_event *ev)
     return EXIT_OK;
 }
 
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* A span of ms as the largest unit or two: 45s, 12m, 3h20m, 4d2h. */
+static void fmt_span(char *buf, size_t cap, uint64_t ms)
+{
+    uint64_t s = ms / 1000;
+    if (s < 60) snprintf(buf, cap, "%llus", (unsigned long long)s);
+    else if (s < 3600) snprintf(buf, cap, "%llum", (unsigned long long)(s / 60));
+    else if (s < 86400) snprintf(buf, cap, "%lluh%llum", (unsigned long long)(s / 3600),
+                                 (unsigned long long)(s % 3600 / 60));
+    else snprintf(buf, cap, "%llud%lluh", (unsigned long long)(s / 86400),
+                  (unsigned long long)(s % 86400 / 3600));
+}
+
+/* --older-than: a number and a unit, ms, s, m, h or d (bare: seconds). */
+static int parse_duration(const char *opt, const char *v, uint64_t *ms)
+{
+    static const struct { const char *unit; uint64_t ms; } units[] = {
+        { "", 1000 }, { "ms", 1 }, { "s", 1000 }, { "m", 60000 }, { "h", 3600000 }, { "d", 86400000 },
+    };
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    for (size_t i = 0; *v != '-' && !errno && end != v && i < sizeof units / sizeof units[0]; i++)
+        if (!strcmp(end, units[i].unit) && x <= 36500ull * 86400000 / units[i].ms) {
+            *ms = x * units[i].ms;
+            return 0;
+        }
+    fprintf(stderr, "lindctl: %s wants a duration such as 30d, 12h, 90m or 45s, got '%s'\n", opt, v);
+    return -1;
+}
+
 static int sessions_ls(lindc *c, int json)
 {
     lindc_req r;
@@ -90,16 +135,29 @@ static int sessions_ls(lindc *c, int json)
         lindc_get_strcpy(&arr->via.array.ptr[i], "session", name, sizeof name);
         if ((int)strlen(name) > w) w = (int)strlen(name);
     }
-    printf("%-*s  %10s  %s\n", w, "SESSION", "TOKENS", "UPDATED");
+    /* AGE: since created; IDLE: since the last save (what the ttls count) */
+    printf("%-*s  %-8s  %10s  %10s  %7s  %7s  %s\n", w, "SESSION", "ORIGIN", "TOKENS", "BYTES", "AGE",
+           "IDLE", "UPDATED");
+    uint64_t now = now_ms(), total = 0;
     for (uint32_t i = 0; i < arr->via.array.size; i++) {
         const msgpack_object *s = &arr->via.array.ptr[i];
-        char name[256], when[64] = "-";
-        uint64_t tokens = 0, upd = 0;
+        char name[256], origin[16] = "-", when[64] = "-", age[32] = "-", idle[32] = "-";
+        uint64_t tokens = 0, upd = 0, created = 0, bytes = 0;
         lindc_get_strcpy(s, "session", name, sizeof name);
+        lindc_get_strcpy(s, "origin", origin, sizeof origin);
         lindc_get_u64(s, "tokens", &tokens);
-        if (lindc_get_u64(s, "updated_ms", &upd) == 0 && upd) ctl_fmt_time(when, sizeof when, upd);
-        printf("%-*s  %10llu  %s\n", w, name, (unsigned long long)tokens, when);
+        lindc_get_u64(s, "bytes", &bytes);
+        total += bytes;
+        if (lindc_get_u64(s, "updated_ms", &upd) == 0 && upd) {
+            ctl_fmt_time(when, sizeof when, upd);
+            fmt_span(idle, sizeof idle, now > upd ? now - upd : 0);
+        }
+        if (lindc_get_u64(s, "created_ms", &created) == 0 && created)
+            fmt_span(age, sizeof age, now > created ? now - created : 0);
+        printf("%-*s  %-8s  %10llu  %10llu  %7s  %7s  %s\n", w, name, origin,
+               (unsigned long long)tokens, (unsigned long long)bytes, age, idle, when);
     }
+    printf("%u sessions, %llu bytes\n", arr->via.array.size, (unsigned long long)total);
     return EXIT_OK;
 }
 
@@ -164,6 +222,79 @@ static int sessions_rm(lindc *c, char **names, int n, int json)
         else printf("deleted %s\n", names[i]);
     }
     return first_fail;
+}
+
+/* rm --prefix P [--older-than D]: the daemon's list, filtered here, each
+ * match deleted through `delete` (so a resident session goes too). */
+static int sessions_rm_matching(lindc *c, const char *prefix, uint64_t older_ms, int json)
+{
+    lindc_req r;
+    lindc_event ev;
+    lindc_req_init(&r, "list");
+    int status = ctl_call(c, &r, &ev);
+    lindc_req_free(&r);
+    if (status) return status;
+    const msgpack_object *arr = lindc_get(ev.map, "sessions");
+    if (!arr || arr->type != MSGPACK_OBJECT_ARRAY) {
+        fprintf(stderr, "lindctl: the daemon's list has no sessions array\n");
+        return EXIT_CONNECTION;
+    }
+    uint64_t now = now_ms();
+    size_t n = 0, plen = strlen(prefix);
+    char **names = calloc(arr->via.array.size + 1, sizeof *names);
+    if (!names) {
+        fprintf(stderr, "lindctl: out of memory\n");
+        return EXIT_INTERNAL;
+    }
+    for (uint32_t i = 0; i < arr->via.array.size; i++) {
+        const msgpack_object *s = &arr->via.array.ptr[i];
+        char name[STORE_NAME_MAX + 1];
+        uint64_t upd = 0;
+        if (lindc_get_strcpy(s, "session", name, sizeof name) != 0 || strncmp(name, prefix, plen))
+            continue;
+        lindc_get_u64(s, "updated_ms", &upd);
+        if (older_ms && !(upd && now > upd && now - upd > older_ms)) continue;
+        if (!(names[n] = strdup(name))) break;
+        n++;
+    }
+    if (n == 0 && !json) printf("no session matches\n");
+    status = n ? sessions_rm(c, names, (int)n, json) : EXIT_OK;
+    for (size_t i = 0; i < n; i++) free(names[i]);
+    free(names);
+    return status;
+}
+
+/* gc: one collection step per request, until the daemon says no more. */
+static int sessions_gc(lindc *c, int json)
+{
+    uint64_t expired = 0, evicted = 0, freed = 0;
+    int more = 1, over = 0, status = EXIT_OK;
+    lindc_event ev;
+    while (more) {
+        lindc_req r;
+        lindc_req_init(&r, "gc");
+        status = ctl_call(c, &r, &ev);
+        lindc_req_free(&r);
+        if (status) return status;
+        uint64_t v = 0;
+        if (!lindc_get_u64(ev.map, "expired", &v)) expired += v;
+        if (!lindc_get_u64(ev.map, "evicted", &v)) evicted += v;
+        if (!lindc_get_u64(ev.map, "freed_bytes", &v)) freed += v;
+        if (lindc_get_bool(ev.map, "more", &more)) more = 0;
+    }
+    if (json) return print_json_result(&ev);
+    uint64_t sessions = 0, bytes = 0, quota = 0;
+    lindc_get_u64(ev.map, "sessions", &sessions);
+    lindc_get_u64(ev.map, "bytes", &bytes);
+    lindc_get_u64(ev.map, "max_store_bytes", &quota);
+    lindc_get_bool(ev.map, "over_quota", &over);
+    printf("collected %llu expired and %llu over the quota (%llu bytes); %llu sessions hold %llu bytes",
+           (unsigned long long)expired, (unsigned long long)evicted, (unsigned long long)freed,
+           (unsigned long long)sessions, (unsigned long long)bytes);
+    if (quota) printf(" of --max-store-bytes %llu%s", (unsigned long long)quota,
+                      over ? ": over it, new turns are refused" : "");
+    printf("\n");
+    return EXIT_OK;
 }
 
 static int sessions_fork(lindc *c, const char *from, const char *to, int json)
@@ -286,9 +417,13 @@ int cmd_sessions(const ctl_opts *g0, int argc, char **argv)
 {
     ctl_opts g = *g0;
     int json = 0;
-    enum { O_JSON = 1 };
+    const char *prefix = NULL;
+    uint64_t older_ms = 0;
+    enum { O_JSON = 1, O_PREFIX, O_OLDER };
     static const struct option longopts[] = {
-        CTL_COMMON_LONGOPTS, { "json", no_argument, NULL, O_JSON }, { 0, 0, 0, 0 },
+        CTL_COMMON_LONGOPTS, { "json", no_argument, NULL, O_JSON },
+        { "prefix", required_argument, NULL, O_PREFIX },
+        { "older-than", required_argument, NULL, O_OLDER }, { 0, 0, 0, 0 },
     };
     int opt;
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -296,6 +431,8 @@ int cmd_sessions(const ctl_opts *g0, int argc, char **argv)
         case CTL_OPT_SOCKET: g.socket = optarg; break;
         case CTL_OPT_HELP: usage(stdout); return EXIT_OK;
         case O_JSON: json = 1; break;
+        case O_PREFIX: prefix = optarg; break;
+        case O_OLDER: if (parse_duration("--older-than", optarg, &older_ms)) return EXIT_USAGE; break;
         default: usage(stderr); return EXIT_USAGE;
         }
     }
@@ -308,7 +445,7 @@ int cmd_sessions(const ctl_opts *g0, int argc, char **argv)
     int nargs = argc - optind - 1;
     static const struct { const char *name; int min, max; } subs[] = {
         { "ls", 0, 0 }, { "show", 1, 1 }, { "rm", 1, 1 << 20 }, { "fork", 2, 2 },
-        { "export", 2, 2 }, { "import", 2, 2 },
+        { "export", 2, 2 }, { "import", 2, 2 }, { "gc", 0, 0 },
     };
     size_t k;
     for (k = 0; k < sizeof subs / sizeof subs[0]; k++)
@@ -318,7 +455,15 @@ int cmd_sessions(const ctl_opts *g0, int argc, char **argv)
         usage(stderr);
         return EXIT_USAGE;
     }
-    if (nargs < subs[k].min || nargs > subs[k].max) {
+    if ((prefix || older_ms) && strcmp(sub, "rm")) {
+        fprintf(stderr, "lindctl sessions %s: --prefix and --older-than go with rm\n", sub);
+        return EXIT_USAGE;
+    }
+    if (!strcmp(sub, "rm") && (prefix || older_ms) && (nargs || !prefix)) {
+        fprintf(stderr, "lindctl sessions rm: give names, or --prefix P [--older-than D]\n");
+        return EXIT_USAGE;
+    }
+    if (!(prefix && !strcmp(sub, "rm")) && (nargs < subs[k].min || nargs > subs[k].max)) {
         fprintf(stderr, "lindctl sessions %s: wrong number of arguments\n", sub);
         usage(stderr);
         return EXIT_USAGE;
@@ -330,9 +475,11 @@ int cmd_sessions(const ctl_opts *g0, int argc, char **argv)
     switch (k) {
     case 0: status = sessions_ls(c, json); break;
     case 1: status = sessions_show(c, args[0], json); break;
-    case 2: status = sessions_rm(c, args, nargs, json); break;
+    case 2: status = prefix ? sessions_rm_matching(c, prefix, older_ms, json)
+                            : sessions_rm(c, args, nargs, json); break;
     case 3: status = sessions_fork(c, args[0], args[1], json); break;
     case 4: status = sessions_export(c, args[0], args[1], json); break;
+    case 6: status = sessions_gc(c, json); break;
     default: status = sessions_import(c, args[0], args[1], json); break;
     }
     lindc_free(c);

@@ -95,7 +95,7 @@ void commands_dispatch(server *srv, conn *c, proto_request *req, uint64_t t_recv
     m->t_recv_ns = t_recv;
     c->inflight++;
     switch (m->req.op) {
-    case OP_STATS:   /* list and export go through the compute thread: see on_request */
+    case OP_STATS: case OP_GC:   /* list and export go through the compute thread: see on_request */
         queue_push(&srv->persistq, &m->node);
         break;
     default:

@@ -12,12 +12,14 @@ static const lind_error table[] = {
     { -EINVAL,    PE_BAD_REQUEST, "invalid name or argument" },
     { -EBADMSG,   PE_BAD_STATE, "not a valid export" },
     { -EBUSY,     PE_IO,        "the database stayed locked past the busy timeout" },
-    { -ENOSPC,    PE_IO,        "the disk is full" },
+    { -ENOSPC,    PE_INSUFFICIENT_STORAGE, "the store's disk is full" },
     { -EIO,       PE_IO,        "the store failed" },
     { -ESTALE,    PE_IO,        "the database file was removed or replaced under the server" },
     /* several nodes on one store (docs/SCALE.md) */
     { LIND_E_MOVED,    PE_MOVED,    "the session is leased by another node" },
     { LIND_E_CONFLICT, PE_CONFLICT, "the session changed in the store or its lease was lost; the turn was not saved" },
+    /* retention (docs/STATE.md) */
+    { LIND_E_QUOTA,    PE_INSUFFICIENT_STORAGE, "the store is past --max-store-bytes; new turns are refused" },
     /* the daemon itself */
     { -ENOMEM,    PE_INTERNAL,  "out of memory" },
     { -ENOSYS,    PE_INTERNAL,  "operation routed to the wrong thread" },

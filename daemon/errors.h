@@ -20,6 +20,7 @@
  * loaded (the store's -ENOLCK / -ECANCELED from a versioned save). */
 #define LIND_E_MOVED    (-4201)
 #define LIND_E_CONFLICT (-4202)
+#define LIND_E_QUOTA    (-4203)   /* the store is past --max-store-bytes (retention) */
 
 /* The wire code for an internal code (0 gives PE_OK). */
 proto_code  lind_wire_code(int code);

@@ -358,6 +358,7 @@ static int code_status(proto_code c)
     case PE_SHUTTING_DOWN: case PE_UNAVAILABLE: return 503;
     case PE_MOVED: return 421;      /* Misdirected Request: another node holds the session */
     case PE_CONFLICT: return 409;   /* the session changed elsewhere; the turn was not saved */
+    case PE_INSUFFICIENT_STORAGE: return 507;   /* past --max-store-bytes, or the disk is full */
     default: return 500;
     }
 }
@@ -984,7 +985,7 @@ static void after_generate(hreq *h)
     }
     h->stage = ST_FORK_OUT;
     h->waiting = 0;
-    for (int i = 0; i < h->n; i++) {
+    for (int i = 0; h->store && i < h->n; i++) {   /* store: false keeps no snapshot */
         hchoice *c = &h->ch[i];
         if (!c->fork_to[0] || !strcmp(c->fork_to, c->session)) continue;
         if (c->done.stop_len) tail_set(h->hs, c->fork_to, c->done.stop, c->done.stop_len);
@@ -994,20 +995,25 @@ static void after_generate(hreq *h)
     if (!h->waiting) forks_done(h);
 }
 
-/* Every snapshot is taken: the Responses API's store: false drops the
- * response's session; then the answer. */
+/* Every snapshot is taken: store: false drops the answer's own sessions
+ * (resp-, and a choice's resp-...-i; a named session stays); then the
+ * answer. */
 static void forks_done(hreq *h)
 {
-    if (h->kind == HK_RESPONSES && !h->store && h->req) {
+    if (!h->store && h->req) {
         h->stage = ST_DROP;
-        h->waiting = 1;
-        proto_request r;
-        memset(&r, 0, sizeof r);
-        r.op = OP_DELETE;
-        r.id = 1;
-        snprintf(r.session, sizeof r.session, "%s", h->session);
-        send_request(h, &r);
-        return;
+        h->waiting = 0;
+        for (int i = 0; i < h->n; i++) {
+            if (strncmp(h->ch[i].session, "resp-", 5)) continue;
+            proto_request r;
+            memset(&r, 0, sizeof r);
+            r.op = OP_DELETE;
+            r.id = (uint64_t)i + 1;
+            snprintf(r.session, sizeof r.session, "%s", h->ch[i].session);
+            h->waiting++;
+            send_request(h, &r);
+        }
+        if (h->waiting) return;
     }
     complete(h);
 }
@@ -1352,6 +1358,11 @@ static void send_metrics(hreq *h, const evlist *l, const event *e)
     put_metric(&b, "lind_sessions_resident", "gauge", "sessions in model slots or loading",
                (double)st->sessions_resident);
     put_metric(&b, "lind_sessions_stored", "gauge", "sessions in the store", (double)stored);
+    put_metric(&b, "lind_store_bytes", "gauge", "sessions' state and transcript bytes at the last "
+               "collection (retention; 0 when off)", (double)atomic_load(&hs->srv->store_bytes));
+    put_metric(&b, "lind_store_refusing_turns", "gauge", "1 while new turns get insufficient_storage "
+               "(past --max-store-bytes, or a full disk)",
+               (double)(atomic_load(&hs->srv->store_over) || atomic_load(&hs->srv->store_nospace)));
     put_metric(&b, "lind_turns_running", "gauge", "turns in the compute thread's batch",
                (double)st->turns_active);
     put_metric(&b, "lind_queue_depth", "gauge", "sessions waiting for a load or a model slot",
@@ -1431,7 +1442,7 @@ static void on_final(hreq *h, hchoice *c, const evlist *l, const event *e)
             if (c) c->fork_to[0] = 0;
             if (--h->waiting <= 0) forks_done(h);
         } else if (h->stage == ST_DROP) {
-            complete(h);
+            if (--h->waiting <= 0) complete(h);
         } else if (h->stage == ST_ADMIN) {
             resp_admin_result(h, l, e);
         } else {
@@ -1480,7 +1491,7 @@ static void on_final(hreq *h, hchoice *c, const evlist *l, const event *e)
         if (--h->waiting <= 0) forks_done(h);
         break;
     case ST_DROP:
-        complete(h);
+        if (--h->waiting <= 0) complete(h);
         break;
     case ST_STATS:
         send_metrics(h, l, e);

@@ -238,7 +238,7 @@ static int field_read(const char *k, httpreq_kind kind)
         "model", "max_tokens", "temperature", "top_p", "top_k", "seed", "n", "stream", "stream_options",
         "stop", "logprobs", "top_logprobs", "best_of", "echo", "suffix", "frequency_penalty",
         "presence_penalty", "logit_bias", "tools", "tool_choice", "functions", "function_call",
-        "response_format", "user", "session", "previous_response_id", "ignore_eos",
+        "response_format", "user", "session", "previous_response_id", "ignore_eos", "store",
     };
     for (size_t i = 0; i < sizeof both / sizeof both[0]; i++)
         if (!strcmp(k, both[i])) return 1;
@@ -681,7 +681,9 @@ int httpreq_parse(httpreq *r, httpreq_kind kind, const char *body, size_t len, c
         r->kind = HTTPREQ_CHAT;
         rc = parse_responses(r, j, hdr_session, hdr_len, lim, e);
     } else {
-        rc = parse_object(r, j, hdr_session, hdr_len, lim, e);
+        r->store = 1;   /* store: false: no resp-/chat- copy is kept (docs/HTTP.md) */
+        rc = get_bool(j, "store", &r->store, e) ? -EINVAL
+             : parse_object(r, j, hdr_session, hdr_len, lim, e);
     }
     json_decref(j);
     if (rc) httpreq_free(r);

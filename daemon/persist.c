@@ -7,12 +7,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include "daemon/errors.h"
+#include "daemon/http.h"
 #include "daemon/lease.h"
 #include "daemon/msg.h"
 #include "state/format.h"
 #include "state/transcript.h"
 
 #define SAVE_GROUP_MAX 512
+/* Retention (docs/STATE.md): sessions deleted per collection step, and how
+ * often connection 0 collects when nothing asks sooner. */
+#define GC_BATCH 16
+#define GC_INTERVAL_MS 1000
 
 /* An op that must see every connection's earlier work (list, stats, fork):
  * connection 0 runs it once the others have reached it, and they wait
@@ -47,6 +52,9 @@ typedef struct worker {
     store_record recs[SAVE_GROUP_MAX];
     store_turn_record turns[SAVE_GROUP_MAX];   /* recs[i]'s answer to record, if any */
     uint64_t  expect[SAVE_GROUP_MAX];
+    int       origin[SAVE_GROUP_MAX];
+    uint64_t  gc_at_ns;       /* connection 0: the next collection (0: at once) */
+    int       gc_due;         /* connection 0: collect at the end of this round */
     store_save_result res[SAVE_GROUP_MAX];
     outmsg   *answers[SAVE_GROUP_MAX];   /* do_saves: each turn's answer, made before the commit */
 } worker;
@@ -61,6 +69,11 @@ struct persist {
     int       running;        /* workers not yet finished; the last sends exit */
     outmsg   *exit_msg;       /* the loop's "store done", allocated at start: shutdown cannot fail */
 };
+
+struct worker;
+static int collect_step(struct worker *W, store_gc_result *res, char *err, size_t errlen);
+static void disk_full(persist *P, const char *why);
+static void disk_room(struct worker *W);
 
 static void send_out(persist *P, outmsg *o)
 {
@@ -106,17 +119,21 @@ static void do_saves(worker *W, dmsg **v, int n)
         W->turns[k] = (store_turn_record){ .request_id = v[i]->replay ? v[i]->req.request_id : NULL,
                                            .result = v[i]->replay, .result_len = v[i]->replay_len };
         W->expect[k] = v[i]->version;
+        /* the row's origin if this save creates it (state/store.h) */
+        W->origin[k] = v[i]->conn & HTTP_CONN_BIT ? STORE_ORIGIN_HTTP : STORE_ORIGIN_SOCKET;
         v[i]->rc = 1;   /* not yet committed */
         sv[k++] = v[i];
     }
     uint64_t t0 = now_ns();
-    int rc = k ? store_save_turns(W->st, W->recs, W->turns, W->expect, k, owner, W->res, err, sizeof err) : 0;
+    int rc = k ? store_save_turns(W->st, W->recs, W->turns, W->expect, W->origin, k, owner, W->res, err,
+                                  sizeof err) : 0;
+    if (k && P->srv->opt.max_store_bytes) W->gc_due = 1;   /* the quota: look after every commit */
     if (rc < 0 && rc != -ECANCELED && rc != -ENOLCK && k > 1) {
         /* The group failed as a whole: one bad record must not sink the
          * others, retry one by one. */
         for (int j = 0; j < k; j++)
-            store_save_turns(W->st, &W->recs[j], &W->turns[j], &W->expect[j], 1, owner, &W->res[j],
-                             sv[j]->err, sizeof sv[j]->err);
+            store_save_turns(W->st, &W->recs[j], &W->turns[j], &W->expect[j], &W->origin[j], 1, owner,
+                             &W->res[j], sv[j]->err, sizeof sv[j]->err);
     } else if (rc < 0) {
         for (int j = 0; j < k; j++)
             if (W->res[j].rc != 0) snprintf(sv[j]->err, sizeof sv[j]->err, "%s", err);
@@ -127,6 +144,7 @@ static void do_saves(worker *W, dmsg **v, int n)
         store_save_result *r = &W->res[j];
         m->rc = r->rc;
         if (r->rc == 0) { m->version = r->version; saved++; continue; }
+        if (r->rc == -ENOSPC) disk_full(P, m->err);
         if (r->rc == -ECANCELED) {
             m->rc = LIND_E_CONFLICT;
             snprintf(m->err, sizeof m->err, "the session changed in the store since node '%s' "
@@ -154,7 +172,8 @@ static void do_saves(worker *W, dmsg **v, int n)
                                "session '%s': the turn was not saved and this node dropped its copy: %s; "
                                "the session resumes from its last saved turn, retry the turn",
                                m->name, m->err)
-                : outmsg_error(m->conn, res->done.id, m->rc == -ENOMEM ? PE_INTERNAL : PE_IO,
+                : outmsg_error(m->conn, res->done.id, m->rc == -ENOMEM ? PE_INTERNAL
+                               : m->rc == -ENOSPC ? PE_INSUFFICIENT_STORAGE : PE_IO,
                                "session '%s': saving the turn failed, it is lost "
                                "(the session resumes from its last done): %s",
                                m->name, m->err);
@@ -254,8 +273,8 @@ static void do_request(worker *W, dmsg *m)
         size_t n = 0;
         if ((rc = store_list(W->st, &v, &n, err, sizeof err)) != 0) break;
         size_t bytes = 0;
-        for (size_t i = 0; i < n; i++) bytes += strlen(v[i].name);
-        if (evlist_reserve_result(l, 1 + 4 * n, bytes) != 0) {
+        for (size_t i = 0; i < n; i++) bytes += strlen(v[i].name) + 8;   /* and its origin */
+        if (evlist_reserve_result(l, 1 + 8 * n, bytes) != 0) {
             free(v);
             rc = -ENOMEM;
             snprintf(err, sizeof err, "out of memory for the list of %zu sessions", n);
@@ -268,6 +287,9 @@ static void do_request(worker *W, dmsg *m)
             evlist_put_str(l, "session", v[i].name);
             evlist_put_u64(l, "tokens", v[i].tokens);
             evlist_put_i64(l, "updated_ms", v[i].updated_ms);
+            evlist_put_i64(l, "created_ms", v[i].created_ms);
+            evlist_put_u64(l, "bytes", v[i].bytes);
+            evlist_put_str(l, "origin", store_origin_name(v[i].origin));
             evlist_close(l);
         }
         evlist_close(l);
@@ -309,12 +331,15 @@ static void do_request(worker *W, dmsg *m)
             store_lease_release(W->st, r->session, P->srv->node_id, e2, sizeof e2);
         }
         if (rc != 0) break;
+        if (W->idx == 0) W->gc_due = 1;   /* the quota's verdict may change */
+        disk_room(W);
         evlist_result_begin(l, r->id);
         evlist_put_bool(l, "deleted", 1);
         break;
     }
     case OP_FORK:
         if ((rc = store_fork(W->st, r->session, r->to, err, sizeof err)) != 0) break;
+        if (W->idx == 0 && P->srv->opt.max_store_bytes) W->gc_due = 1;   /* bytes were added */
         evlist_result_begin(l, r->id);
         evlist_put_str(l, "session", r->session);
         evlist_put_str(l, "to", r->to);
@@ -365,6 +390,20 @@ static void do_request(worker *W, dmsg *m)
         store_loaded_free(&ld);
         break;
     }
+    case OP_GC: {   /* one step; lindctl sessions gc asks again while `more` */
+        store_gc_result g;
+        if ((rc = collect_step(W, &g, err, sizeof err)) != 0) break;
+        evlist_result_begin(l, r->id);
+        evlist_put_u64(l, "expired", g.expired);
+        evlist_put_u64(l, "evicted", g.evicted);
+        evlist_put_u64(l, "freed_bytes", g.freed);
+        evlist_put_u64(l, "sessions", g.sessions);
+        evlist_put_u64(l, "bytes", g.bytes);
+        evlist_put_u64(l, "max_store_bytes", P->srv->opt.max_store_bytes);
+        evlist_put_bool(l, "over_quota", atomic_load(&P->srv->store_over));
+        evlist_put_bool(l, "more", g.more);
+        break;
+    }
     case OP_STATS: {
         size_t n = 0;
         if ((rc = store_count(W->st, &n, err, sizeof err)) != 0) break;
@@ -384,6 +423,7 @@ static void do_request(worker *W, dmsg *m)
         snprintf(err, sizeof err, "out of memory building the answer to '%s'", proto_op_name(r->op));
     }
 answer:
+    if (rc == -ENOSPC) disk_full(P, err);
     if (rc != 0) {
         /* A store failure the table does not name is still the store's: io. */
         proto_code c = lind_wire_code(rc);
@@ -399,6 +439,108 @@ answer:
     dmsg_free(m);
 }
 
+
+/* ---- retention ---------------------------------------------------------------- */
+
+/* A write found the disk full: refuse new turns, and give the reserve's
+ * space to what frees room (daemon/reserve.h). */
+static void disk_full(persist *P, const char *why)
+{
+    server *srv = P->srv;
+    if (atomic_exchange(&srv->store_nospace, 1)) return;
+    int released = reserve_release(&srv->reserve);
+    lind_log(REQLOG_WARN, "store", "the disk holding the store is full (%s)%s%s. New turns are refused"
+             " (insufficient_storage) until sessions are deleted (lindctl sessions rm, sessions gc);"
+             " reads go on", why, released ? "; released the disk reserve " : "",
+             released ? srv->reserve.path : "");
+}
+
+/* Room was freed (a delete, a collection that deleted something). */
+static void disk_room(worker *W)
+{
+    server *srv = W->P->srv;
+    if (!atomic_load(&srv->store_nospace)) return;
+    char err[512];
+    if (store_shrink(W->st, err, sizeof err) != 0)   /* the log's space back to the disk */
+        lind_log(REQLOG_WARN, "store", "%s", err);
+    int rc = reserve_refill(&srv->reserve);
+    atomic_store(&srv->store_nospace, 0);
+    lind_log(rc ? REQLOG_WARN : REQLOG_INFO, "store", "sessions were deleted: new turns are accepted"
+             " again%s", rc ? " (the disk reserve could not be made again: the disk is still nearly"
+             " full, and a restart on a full disk would fail; free space on it)" : "");
+}
+
+static int retention_on(const server_options *o)
+{
+    return o->response_ttl_ms || o->session_ttl_ms || o->max_store_bytes;
+}
+
+/* One collection step (state/store.h, store_gc: at most GC_BATCH sessions,
+ * each part one statement), then the quota's verdict for the compute
+ * thread: over when the sessions' bytes stay past --max-store-bytes with
+ * nothing more to collect. 1 when a full batch went (call again soon). */
+static int collect_step(worker *W, store_gc_result *res, char *err, size_t errlen)
+{
+    server *srv = W->P->srv;
+    const server_options *o = &srv->opt;
+    store_gc_policy p = { .response_ttl_ms = o->response_ttl_ms, .session_ttl_ms = o->session_ttl_ms,
+                          .max_bytes = o->max_store_bytes, .batch = GC_BATCH, .owner = srv->node_id };
+    int rc = store_gc(W->st, &p, res, err, errlen);
+    if (rc != 0) return rc;
+    store_gc_result r = *res;
+    if (r.expired || r.evicted) disk_room(W);
+    atomic_store(&srv->store_bytes, r.bytes);
+    int over = p.max_bytes && r.bytes > p.max_bytes && !r.more;
+    int was = atomic_exchange(&srv->store_over, over);
+    if (r.expired || r.evicted)
+        lind_log(REQLOG_DEBUG, "store", "collected sessions: expired=%llu quota=%llu freed_bytes=%llu"
+                 " sessions=%zu bytes=%llu", (unsigned long long)r.expired,
+                 (unsigned long long)r.evicted, (unsigned long long)r.freed, r.sessions,
+                 (unsigned long long)r.bytes);
+    if (over && !was)
+        lind_log(REQLOG_WARN, "store", "sessions hold %llu bytes, past --max-store-bytes %llu, and no"
+                 " resp-/chat- session is left to collect; new turns are refused"
+                 " (insufficient_storage) until sessions are deleted", (unsigned long long)r.bytes,
+                 (unsigned long long)p.max_bytes);
+    else if (!over && was)
+        lind_log(REQLOG_INFO, "store", "sessions hold %llu bytes, within --max-store-bytes %llu;"
+                 " turns are accepted again", (unsigned long long)r.bytes,
+                 (unsigned long long)p.max_bytes);
+    return 0;
+}
+
+static int collect(worker *W)
+{
+    store_gc_result r;
+    char err[512];
+    if (collect_step(W, &r, err, sizeof err) != 0) {
+        lind_log(REQLOG_WARN, "store", "collecting expired sessions failed: %s", err);
+        return 0;
+    }
+    return r.more;
+}
+
+/* Connection 0, at the end of each round: collect when due; on a full
+ * disk, look whether it has room again (files removed beside the store,
+ * or a failure that was passing: the reserve can be made again with as
+ * much free beside it). The ms until the next look (-1: none needed). */
+static int maybe_collect(worker *W, uint64_t now)
+{
+    if (W->idx != 0) return -1;
+    server *srv = W->P->srv;
+    int on = retention_on(&srv->opt), full = atomic_load(&srv->store_nospace);
+    if (!on && !full) return -1;
+    if (W->gc_due || now >= W->gc_at_ns) {
+        if (full && reserve_refill(&srv->reserve) == 0) {
+            atomic_store(&srv->store_nospace, 0);
+            lind_log(REQLOG_INFO, "store", "the disk holding the store has room again: new turns are"
+                     " accepted");
+        }
+        W->gc_due = on ? collect(W) : 0;
+        W->gc_at_ns = now + GC_INTERVAL_MS * 1000000ull;
+    }
+    return W->gc_due ? 0 : (int)((W->gc_at_ns - now + 999999) / 1000000);
+}
 
 /* ---- leases and loads ------------------------------------------------------ */
 
@@ -472,7 +614,12 @@ static int try_load(worker *W, dmsg *m, int may_wait)
         loaded(W, m);
         return 0;
     }
-    if (rc != 0) { m->rc = rc; loaded(W, m); return 0; }
+    if (rc != 0) {
+        if (rc == -ENOSPC) disk_full(P, m->err);   /* taking a lease is a write */
+        m->rc = rc;
+        loaded(W, m);
+        return 0;
+    }
     if (lease_set_add(&W->leases, m->name, now_ns()) != 0) {
         store_lease_release(W->st, m->name, P->srv->node_id, m->err, sizeof m->err);
         m->rc = -ENOMEM;
@@ -662,6 +809,8 @@ static void *worker_main(void *arg)
             int beat_ms = (int)((W->beat_at_ns - now + 999999) / 1000000);
             renew_ms = min_wait(renew_ms, beat_ms);
         }
+        int gc_ms = maybe_collect(W, now);
+        if (gc_ms >= 0) renew_ms = min_wait(renew_ms, gc_ms ? gc_ms : 1);
         if (renew_ms == 0) renew_ms = 1;
         wait_ms = min_wait(renew_ms, retry_waits(W));
         flush_loaded(W);
@@ -705,7 +854,7 @@ static int route(persist *P, dmsg *m, int *all)
         return -1;
     case M_REQUEST:
         switch (m->req.op) {
-        case OP_LIST: case OP_STATS: case OP_FORK:
+        case OP_LIST: case OP_STATS: case OP_FORK: case OP_GC:
             *all = 1;
             return 0;
         default:

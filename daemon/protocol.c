@@ -18,6 +18,7 @@ static const char *const code_names[] = {
     [PE_SHUTTING_DOWN] = "shutting_down", [PE_INTERNAL] = "internal",
     [PE_UNAVAILABLE] = "unavailable",
     [PE_MOVED] = "moved", [PE_CONFLICT] = "conflict",
+    [PE_INSUFFICIENT_STORAGE] = "insufficient_storage",
 };
 
 const char *proto_code_name(proto_code c)
@@ -30,7 +31,7 @@ static const struct { const char *name; proto_op op; } ops[] = {
     {"hello", OP_HELLO}, {"generate", OP_GENERATE}, {"append", OP_APPEND},
     {"cancel", OP_CANCEL}, {"info", OP_INFO}, {"list", OP_LIST},
     {"delete", OP_DELETE}, {"fork", OP_FORK}, {"export", OP_EXPORT},
-    {"import", OP_IMPORT}, {"stats", OP_STATS},
+    {"import", OP_IMPORT}, {"stats", OP_STATS}, {"gc", OP_GC},
 };
 
 const char *proto_op_name(proto_op op)
@@ -380,7 +381,7 @@ proto_code proto_decode(const msgpack_object *o, const proto_limits *lim,
     r->sp = (sampler_params){ .temperature = 0.8f, .top_k = 0, .top_p = 1.0f,
                               .rep_penalty = 1.0f, .rep_window = 64, .seed = 0 };
     switch (r->op) {
-    case OP_HELLO: case OP_LIST: case OP_STATS:
+    case OP_HELLO: case OP_LIST: case OP_STATS: case OP_GC:
         break;
     case OP_GENERATE:
         if ((c = get_name(o, "session", r->session, err))) goto out;

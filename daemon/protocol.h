@@ -26,6 +26,7 @@
 typedef enum proto_op {
     OP_HELLO = 1, OP_GENERATE, OP_APPEND, OP_CANCEL, OP_INFO, OP_LIST,
     OP_DELETE, OP_FORK, OP_EXPORT, OP_IMPORT, OP_STATS,
+    OP_GC,   /* retention: one collection step now (docs/STATE.md) */
 } proto_op;
 
 /* Stable error codes; proto_code_name() gives the wire string. */
@@ -34,7 +35,8 @@ typedef enum proto_code {
     PE_BAD_NAME, PE_NOT_FOUND, PE_EXISTS, PE_BUSY, PE_LIMIT, PE_BAD_STATE,
     PE_IO, PE_SHUTTING_DOWN, PE_INTERNAL, PE_UNAVAILABLE,
     PE_MOVED, PE_CONFLICT,   /* several nodes on one store (docs/SCALE.md) */
-    PE_LAST = PE_CONFLICT    /* keep it the last code: loops over every code end here */
+    PE_INSUFFICIENT_STORAGE, /* the store is past --max-store-bytes, or its disk is full */
+    PE_LAST = PE_INSUFFICIENT_STORAGE   /* keep it the last code: loops over every code end here */
 } proto_code;
 
 const char *proto_code_name(proto_code c);

@@ -1047,6 +1047,24 @@ static void start_turn_request(scheduler *S, dmsg *m)
         dmsg_free(m);
         return;
     }
+    if (atomic_load(&S->srv->store_nospace)) {   /* a full disk (persist.c) */
+        reply_error(S, m->conn, r->id, PE_INSUFFICIENT_STORAGE, "%s", "the disk holding the store is "
+                    "full: new turns are refused until sessions are deleted (lindctl sessions rm, "
+                    "sessions gc) or the disk has room; reads go on");
+        dmsg_free(m);
+        return;
+    }
+    if (atomic_load(&S->srv->store_over)) {   /* retention: past the quota (persist.c) */
+        char msg[400];
+        snprintf(msg, sizeof msg, "sessions hold %llu bytes, past --max-store-bytes %llu, and only "
+                 "named sessions are left (they are never deleted for the quota); new turns are "
+                 "refused until sessions are deleted (lindctl sessions rm) or the quota is raised; "
+                 "reads go on", (unsigned long long)atomic_load(&S->srv->store_bytes),
+                 (unsigned long long)S->srv->opt.max_store_bytes);
+        reply_error(S, m->conn, r->id, PE_INSUFFICIENT_STORAGE, "%s", msg);
+        dmsg_free(m);
+        return;
+    }
     session *s = session_find(&S->tab, r->session);
     if (s && s->busy) {
         reply_error(S, m->conn, r->id, PE_BUSY, "session '%s' has a turn in flight", r->session);

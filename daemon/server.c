@@ -38,6 +38,7 @@ server_options server_defaults(void)
         .db_lock_timeout_ms = 5000, .db_statement_timeout_ms = 30000, .db_idle_tx_timeout_ms = 10000,
         .db_reconnect_ms = 10000,
         .http_max_body = 1u << 20, .http_max_header = 16u << 10, .http_idle_timeout = 30, .http_stream_ms = 20,
+        .response_ttl_ms = 30ll * 86400 * 1000,
     };
 }
 
@@ -55,6 +56,26 @@ static int parse_num(const char *opt, const char *v, long long lo, long long hi,
     return 0;
 }
 
+/* A duration: a number and a unit, ms, s, m, h or d (a bare number is
+ * seconds); 0 is off. */
+static int parse_duration(const char *opt, const char *v, int64_t *ms, char *err, size_t errlen)
+{
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    static const struct { const char *unit; long long ms; } units[] = {
+        { "", 1000 }, { "ms", 1 }, { "s", 1000 }, { "m", 60000 }, { "h", 3600000 }, { "d", 86400000 },
+    };
+    for (size_t i = 0; !errno && end != v && x >= 0 && i < sizeof units / sizeof units[0]; i++)
+        if (!strcmp(end, units[i].unit) && x <= 3650ll * 86400000 / units[i].ms) {
+            *ms = x * units[i].ms;
+            return 0;
+        }
+    snprintf(err, errlen, "%s wants a duration up to 10 years such as 30d, 12h, 90m, 45s or 0 (off), "
+             "got '%s'", opt, v);
+    return -EINVAL;
+}
+
 static const char usage[] =
     "usage: lind serve [--config FILE] [--model DIR] [--socket PATH] [--db PATH] [--backend cpu|cuda|auto]\n"
     "                  [--max-batch N] [--max-resident N] [--max-message BYTES]\n"
@@ -69,7 +90,8 @@ static const char usage[] =
     "                  [--db-idle-tx-timeout MS] [--db-reconnect MS]\n"
     "                  [--http [ADDR:]PORT] [--http-token-file PATH] [--http-max-body BYTES]\n"
     "                  [--http-max-header BYTES] [--http-idle-timeout S]\n"
-    "                  [--http-stream-interval MS]";
+    "                  [--http-stream-interval MS]\n"
+    "                  [--response-ttl D] [--session-ttl D] [--max-store-bytes BYTES]";
 
 void server_usage(FILE *f)
 {
@@ -157,6 +179,15 @@ void server_usage(FILE *f)
         "                         (default 30)\n"
         "  --http-stream-interval MS write a stream's chunks after its first at most every MS\n"
         "                         ms, together (default 20; 0 = a write per token)\n"
+        "  --response-ttl D       resp- and chat- sessions (what each HTTP answer keeps) not\n"
+        "                         saved for D are deleted: 30d, 12h, 90m, 45s (default 30d;\n"
+        "                         0: kept); docs/STATE.md, Retention\n"
+        "  --session-ttl D        named sessions not saved for D are deleted (default 0: kept)\n"
+        "  --max-store-bytes BYTES past BYTES of sessions (state and transcript), resp- and\n"
+        "                         chat- sessions least recently saved go first; named sessions\n"
+        "                         are never deleted for it, and when only they are left new turns\n"
+        "                         are refused (insufficient_storage) while reads go on (default 0:\n"
+        "                         no quota)\n"
         "  -h, --help             this text\n"
         "\n"
         "SIGTERM or SIGINT stop it gracefully: turns end at a token boundary and every\n"
@@ -317,6 +348,12 @@ static int parse_one(const char *a, const char *v, server_options *o, char *err,
         if (!(rc = parse_num(a, v, 0, 3600000, &x, err, errlen))) o->db_reconnect_ms = (int)x;
     } else if (!strcmp(a, "--store-conns")) {
         if (!(rc = parse_num(a, v, 1, 64, &x, err, errlen))) o->store_conns = (int)x;
+    } else if (!strcmp(a, "--response-ttl")) {
+        rc = parse_duration(a, v, &o->response_ttl_ms, err, errlen);
+    } else if (!strcmp(a, "--session-ttl")) {
+        rc = parse_duration(a, v, &o->session_ttl_ms, err, errlen);
+    } else if (!strcmp(a, "--max-store-bytes")) {
+        if (!(rc = parse_num(a, v, 0, 1ll << 50, &x, err, errlen))) o->max_store_bytes = (uint64_t)x;
     } else if (!strcmp(a, "--transcript-bytes")) {
         if (!(rc = parse_num(a, v, 0, TRANSCRIPT_LIMIT_MAX, &x, err, errlen)))
             o->transcript_bytes = (size_t)x;
@@ -997,10 +1034,28 @@ int server_main(int argc, char **argv)
     store_options so = server_store_options(&srv->opt);
     so.exclusive = 1;   /* a second daemon on this database is refused, naming our pid */
     so.on_lost = store_lost_loudly;
-    if ((rc = open_store_waiting(srv, &so, &st, err, sizeof err)) != 0) {
+    reserve_init(&srv->reserve, srv->opt.db_path, shared);
+    rc = open_store_waiting(srv, &so, &st, err, sizeof err);
+    if ((rc == -ENOSPC || (rc == -EIO && reserve_disk_full(&srv->reserve))) &&
+        reserve_release(&srv->reserve)) {
+        /* A full disk: the reserve makes room for the open's commit, and
+         * the daemon serves reads and deletes, refusing turns until space
+         * is freed (docs/STATE.md, "A full disk"). */
+        lind_log(REQLOG_WARN, "store", "the disk holding the store is full (%s); released the %u-byte"
+                 " reserve %s to open it. New turns are refused (insufficient_storage) until"
+                 " sessions are deleted (lindctl sessions rm, sessions gc); reads go on", err,
+                 RESERVE_BYTES, srv->reserve.path);
+        atomic_store(&srv->store_nospace, 1);
+        rc = open_store_waiting(srv, &so, &st, err, sizeof err);
+    }
+    if (rc != 0) {
         lind_log(REQLOG_ERROR, "start", "cannot open the store: %s", err);
         goto out;
     }
+    if (!atomic_load(&srv->store_nospace) && (rc = reserve_fill(&srv->reserve)) != 0)
+        lind_log(REQLOG_WARN, "store", "cannot keep the %u-byte disk reserve %s (%s): on a full disk"
+                 " deleting sessions may fail", RESERVE_BYTES, srv->reserve.path, strerror(-rc));
+    rc = 0;
     if (shared && (rc = claim_node(srv, st, err, sizeof err)) != 0) {
         lind_log(REQLOG_ERROR, "start", "%s", err);
         goto out;

@@ -12,6 +12,7 @@
 #ifndef LIND_DAEMON_SERVER_H
 #define LIND_DAEMON_SERVER_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdint.h>
@@ -20,6 +21,7 @@
 #include "daemon/stats.h"
 #include "daemon/protocol.h"
 #include "daemon/reqlog.h"
+#include "daemon/reserve.h"
 #include "kernels/backend.h"
 #include "recurrent/model.h"
 #include "state/store.h"
@@ -80,6 +82,11 @@ typedef struct server_options {
     size_t   http_max_header;  /* --http-max-header: request header bytes, default 16 KiB */
     unsigned http_idle_timeout; /* --http-idle-timeout S: close an idle or slow-sending client, default 30 */
     unsigned http_stream_ms;   /* --http-stream-interval MS: a stream's tokens after its first are written at most this often, 0 = each at once */
+    /* retention (docs/STATE.md, "Retention"; persist.c collects) */
+    int64_t  response_ttl_ms;  /* --response-ttl: resp-/chat- sessions idle that long go, default 30 days, 0 = kept */
+    int64_t  session_ttl_ms;   /* --session-ttl: named sessions idle that long go, default 0 = kept */
+    uint64_t max_store_bytes;  /* --max-store-bytes: sessions' bytes; past it ephemeral ones go, then turns
+                                  are refused (insufficient_storage); 0 (default) = no quota */
 } server_options;
 
 server_options server_defaults(void);
@@ -132,6 +139,15 @@ typedef struct server {
     queue          schedq;         /* dmsg → compute */
     queue          persistq;       /* dmsg → store */
     stats          st;
+    /* retention: written by store connection 0 after each collection, read
+     * by the compute thread to refuse new turns */
+    atomic_int     store_over;     /* 1: past --max-store-bytes with nothing left to collect */
+    atomic_ullong  store_bytes;    /* the sessions' bytes at the last collection */
+    /* a full disk: set by the store thread when a save found no room (or
+     * at start, when the open needed the reserve), cleared when a delete
+     * or a collection freed some; new turns are refused meanwhile */
+    atomic_int     store_nospace;
+    reserve        reserve;        /* the SQLite store's disk reserve (daemon/reserve.h) */
 
     /* loop thread only */
     uv_loop_t     *loop;

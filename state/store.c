@@ -196,11 +196,11 @@ int store_save_versioned(store *s, const store_record *recs, const uint64_t *exp
                          const char *lease_owner, store_save_result *res, char *err,
                          size_t errlen)
 {
-    return store_save_turns(s, recs, NULL, expect, n, lease_owner, res, err, errlen);
+    return store_save_turns(s, recs, NULL, expect, NULL, n, lease_owner, res, err, errlen);
 }
 
 int store_save_turns(store *s, const store_record *recs, const store_turn_record *turns,
-                     const uint64_t *expect, int n, const char *lease_owner,
+                     const uint64_t *expect, const int *origin, int n, const char *lease_owner,
                      store_save_result *res, char *err, size_t errlen)
 {
     ERRBUF(err, errlen);
@@ -241,7 +241,20 @@ int store_save_turns(store *s, const store_record *recs, const store_turn_record
         for (int i = 0; i < n; i++)
             ex[i] = STORE_VERSION_ANY;
     }
-    rc = s->ops->save(s, recs, ex, n, lease_owner, res, err, errlen, turns);
+    int olocal[16], *org = (int *)origin;
+    if (!origin) {
+        org = n <= 16 ? olocal : calloc((size_t)n, sizeof *org);
+        if (!org) {
+            if (ex != expect && ex != local)
+                free(ex);
+            return errmsg_set(-ENOMEM, err, errlen, "store_save: out of memory");
+        }
+        for (int i = 0; i < n; i++)
+            org[i] = STORE_ORIGIN_SOCKET;
+    }
+    rc = s->ops->save(s, recs, ex, org, n, lease_owner, res, err, errlen, turns);
+    if (org != origin && org != olocal)
+        free(org);
     int failed = 0, first = -1;
     for (int i = 0; rc == 0 && i < n; i++)
         if (res[i].rc < 0 && failed++ == 0)
@@ -313,6 +326,80 @@ int store_count(store *s, size_t *n, char *err, size_t errlen)
     if (!s || !n)
         return errmsg_set(-EINVAL, err, errlen, "store_count: missing argument");
     return s->ops->count(s, n, err, errlen);
+}
+
+const char *store_origin_name(int origin)
+{
+    switch (origin) {
+    case STORE_ORIGIN_SOCKET:   return "socket";
+    case STORE_ORIGIN_HTTP:     return "http";
+    case STORE_ORIGIN_RESPONSE: return "response";
+    case STORE_ORIGIN_CHAT:     return "chat";
+    default:                    return "unknown";
+    }
+}
+
+int store_origin_for(const char *name, int fallback)
+{
+    if (!strncmp(name, "resp-", 5)) return STORE_ORIGIN_RESPONSE;
+    if (!strncmp(name, "chat-", 5)) return STORE_ORIGIN_CHAT;
+    return fallback;
+}
+
+int store_usage(store *s, size_t *sessions, uint64_t *bytes, char *err, size_t errlen)
+{
+    ERRBUF(err, errlen);
+    if (!s || !sessions || !bytes)
+        return errmsg_set(-EINVAL, err, errlen, "store_usage: missing argument");
+    return s->ops->usage(s, sessions, bytes, err, errlen);
+}
+
+int store_gc(store *s, const store_gc_policy *p, store_gc_result *out, char *err, size_t errlen)
+{
+    ERRBUF(err, errlen);
+    if (!s || !p || !out || p->batch < 1 || p->response_ttl_ms < 0 || p->session_ttl_ms < 0)
+        return errmsg_set(-EINVAL, err, errlen, "store_gc: missing or invalid argument");
+    char why[200];
+    if (p->owner && store_name_check(p->owner, why, sizeof why) < 0)
+        return errmsg_set(-EINVAL, err, errlen, "store_gc: owner: %s", why);
+    memset(out, 0, sizeof *out);
+    int rc = 0;
+    if (p->response_ttl_ms || p->session_ttl_ms)
+        rc = s->ops->expire(s, p->response_ttl_ms, p->session_ttl_ms, p->batch, p->owner,
+                            &out->expired, &out->freed, err, errlen);
+    if (rc == 0)
+        rc = s->ops->usage(s, &out->sessions, &out->bytes, err, errlen);
+    int left = p->batch - (int)out->expired;
+    if (rc == 0 && p->max_bytes && out->bytes > p->max_bytes && left > 0) {
+        uint64_t freed = 0;
+        rc = s->ops->evict(s, out->bytes - p->max_bytes, left, p->owner, &out->evicted, &freed,
+                           err, errlen);
+        out->freed += freed;
+        if (rc == 0)
+            rc = s->ops->usage(s, &out->sessions, &out->bytes, err, errlen);
+    }
+    out->more = out->expired + out->evicted >= (uint64_t)p->batch;
+    return rc;
+}
+
+int store_shrink(store *s, char *err, size_t errlen)
+{
+    ERRBUF(err, errlen);
+    if (!s)
+        return errmsg_set(-EINVAL, err, errlen, "store_shrink: no store");
+    return s->ops->shrink ? s->ops->shrink(s, err, errlen) : 0;
+}
+
+int store_remove_matching(store *s, const char *prefix, int64_t older_than_ms, int batch,
+                          uint64_t *deleted, uint64_t *freed, char *err, size_t errlen)
+{
+    ERRBUF(err, errlen);
+    if (!s || !prefix || !deleted || !freed || batch < 1 || older_than_ms < 0)
+        return errmsg_set(-EINVAL, err, errlen, "store_remove_matching: missing or invalid argument");
+    if (strlen(prefix) > STORE_NAME_MAX)
+        return errmsg_set(-EINVAL, err, errlen, "prefix longer than a session name");
+    *deleted = *freed = 0;
+    return s->ops->remove(s, prefix, older_than_ms, batch, deleted, freed, err, errlen);
 }
 
 int store_delete(store *s, const char *name, char *err, size_t errlen)

@@ -85,6 +85,24 @@ typedef struct store_record {
     uint64_t       tokens;
 } store_record;
 
+/* ---- retention (docs/STATE.md, "Retention") ----------------------------
+ * Each session row records where it came from. Names beginning `resp-` or
+ * `chat-` are the HTTP front door's per-answer copies (ephemeral): the store
+ * records them as RESPONSE / CHAT whatever the caller says, on save, fork
+ * and import alike; any other name takes the origin the creating save
+ * passes (store_save_turns; SOCKET for the other calls; a fork keeps its
+ * source's). Later saves keep a row's origin. */
+typedef enum store_origin {
+    STORE_ORIGIN_SOCKET = 0,     /* named, by a socket client (or unknown: rows from before) */
+    STORE_ORIGIN_HTTP = 1,       /* named, by an HTTP request's session */
+    STORE_ORIGIN_RESPONSE = 2,   /* resp-: one answer's state */
+    STORE_ORIGIN_CHAT = 3,       /* chat-: a stateless chat's prefix */
+} store_origin;
+const char *store_origin_name(int origin);   /* "socket", "http", "response", "chat" */
+/* The origin a row named `name` gets: RESPONSE / CHAT by prefix, else fallback. */
+int  store_origin_for(const char *name, int fallback);
+#define STORE_ORIGIN_EPHEMERAL(o) ((o) >= STORE_ORIGIN_RESPONSE)
+
 /* A loaded session; store_loaded_free() releases its buffers. */
 typedef struct store_loaded {
     uint8_t *state;      size_t state_len;
@@ -98,6 +116,8 @@ typedef struct store_info {
     char     name[STORE_NAME_MAX + 1];
     uint64_t tokens;
     size_t   state_len;
+    uint64_t bytes;            /* state and transcript bytes together */
+    int      origin;           /* store_origin */
     int64_t  created_ms, updated_ms;
     uint64_t version;
 } store_info;
@@ -231,9 +251,11 @@ typedef struct store_turn_record {
 } store_turn_record;
 
 /* store_save_versioned, and for each record i written whose turns[i] has a
- * request_id, its result recorded in the same transaction (turns NULL: none). */
+ * request_id, its result recorded in the same transaction (turns NULL:
+ * none); origin[i] is the origin (store_origin) a row the save creates
+ * records (origin NULL: all SOCKET). */
 int  store_save_turns(store *s, const store_record *recs, const store_turn_record *turns,
-                      const uint64_t *expect, int n, const char *lease_owner,
+                      const uint64_t *expect, const int *origin, int n, const char *lease_owner,
                       store_save_result *res, char *err, size_t errlen);
 
 /* Check a request id: as a name (UTF-8, no control chars), 1..64 bytes. */
@@ -257,6 +279,47 @@ void store_loaded_free(store_loaded *l);
 /* All sessions, sorted by name; *out is malloc'd (free()) with *n entries. */
 int  store_list(store *s, store_info **out, size_t *n, char *err, size_t errlen);
 int  store_count(store *s, size_t *n, char *err, size_t errlen);
+/* How many sessions, and their state and transcript bytes together. */
+int  store_usage(store *s, size_t *sessions, uint64_t *bytes, char *err, size_t errlen);
+
+/* One round of collection: first sessions idle past their time to live
+ * (ephemeral ones past response_ttl_ms, named ones past session_ttl_ms;
+ * "idle" is since the last save, updated_ms), oldest first; then, while
+ * the sessions' bytes exceed max_bytes, ephemeral sessions least recently
+ * saved first. Named sessions are never deleted for the quota. A session
+ * under an unexpired lease (one a daemon is serving) is not collected,
+ * except an ephemeral one whose lease `owner` holds: the node collecting
+ * serves those from memory, and a later turn on one whose row went is
+ * refused as a conflict (owner NULL: every lease protects).
+ * At most `batch` sessions go per call, each step one statement (one
+ * commit), so a caller that must not stall (the daemon's store thread)
+ * calls again while `more`. 0 in a ttl or max_bytes: that rule is off. */
+typedef struct store_gc_policy {
+    int64_t  response_ttl_ms, session_ttl_ms;
+    uint64_t max_bytes;
+    int      batch;            /* >= 1 */
+    const char *owner;         /* the collecting node's lease owner, or NULL */
+} store_gc_policy;
+typedef struct store_gc_result {
+    uint64_t expired, evicted;   /* sessions deleted: for their ttl, for the quota */
+    uint64_t freed;              /* their bytes */
+    size_t   sessions;           /* what the store holds after the call */
+    uint64_t bytes;
+    int      more;               /* a step deleted a full batch: there may be more */
+} store_gc_result;
+int  store_gc(store *s, const store_gc_policy *p, store_gc_result *out, char *err, size_t errlen);
+/* Give back disk space the store holds beyond its rows where that is cheap:
+ * SQLite checkpoints its write-ahead log into the database and truncates
+ * it (freed pages stay in the database file, for later saves); PostgreSQL:
+ * nothing (the server's disk is its own). For a full disk (docs/STATE.md). */
+int  store_shrink(store *s, char *err, size_t errlen);
+
+/* Delete sessions whose name starts with `prefix` ("" : any) and that were
+ * last saved more than older_than_ms ago (0: any age), up to `batch` per
+ * call (*deleted says how many; call again while it equals batch); leased
+ * sessions are skipped. */
+int  store_remove_matching(store *s, const char *prefix, int64_t older_than_ms, int batch,
+                           uint64_t *deleted, uint64_t *freed, char *err, size_t errlen);
 int  store_delete(store *s, const char *name, char *err, size_t errlen);
 /* Copy src to the new name dst (-EEXIST if dst exists). */
 int  store_fork(store *s, const char *src, const char *dst, char *err, size_t errlen);

@@ -23,9 +23,10 @@ typedef struct store_ops {
      * transaction committed, with res[i] saying which records were written
      * (rc 0, the new version) and which refused (-ECANCELED / -ENOLCK, the
      * row's current version); store.c reports those. A negative return is
-     * a failure of the whole group: nothing written (res is then ignored). */
-    int (*save)(store *s, const store_record *recs, const uint64_t *expect, int n,
-                const char *owner, store_save_result *res, char *err, size_t errlen,
+     * a failure of the whole group: nothing written (res is then ignored).
+     * origin[i] is what a row the save creates records (never NULL here). */
+    int (*save)(store *s, const store_record *recs, const uint64_t *expect, const int *origin,
+                int n, const char *owner, store_save_result *res, char *err, size_t errlen,
                 const store_turn_record *turns);   /* NULL, or n: the results to record */
     /* Insert one record; -EEXIST if the name is taken. */
     int (*create)(store *s, const store_record *rec, char *err, size_t errlen);
@@ -51,6 +52,22 @@ typedef struct store_ops {
     /* store_turn_get (store.h); arguments checked, out/len/version non-NULL. */
     int (*turn_get)(store *s, const char *name, const char *request_id, uint8_t **out,
                     size_t *len, uint64_t *version, char *err, size_t errlen);
+    /* Retention (store.h): count and bytes; delete up to limit sessions in
+     * one statement, oldest save first, adding to *n and *freed: those past
+     * their ttl (expire: ttl 0 = rule off), the ephemeral ones until
+     * `excess` bytes went (evict), those under a prefix and older than
+     * older_ms (remove; prefix may be ""). Leased sessions are skipped,
+     * but for expire and evict not ephemeral ones that `owner` (may be
+     * NULL) leases. */
+    int (*usage)(store *s, size_t *n, uint64_t *bytes, char *err, size_t errlen);
+    int (*expire)(store *s, int64_t resp_ttl_ms, int64_t sess_ttl_ms, int limit,
+                  const char *owner, uint64_t *n, uint64_t *freed, char *err, size_t errlen);
+    int (*evict)(store *s, uint64_t excess, int limit, const char *owner, uint64_t *n,
+                 uint64_t *freed, char *err, size_t errlen);
+    int (*remove)(store *s, const char *prefix, int64_t older_ms, int limit, uint64_t *n,
+                  uint64_t *freed, char *err, size_t errlen);
+    /* store_shrink; NULL: nothing to do. */
+    int (*shrink)(store *s, char *err, size_t errlen);
     /* NULL: zeros. */
     void (*counters)(const store *s, store_counters *out);
 } store_ops;

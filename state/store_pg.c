@@ -86,6 +86,13 @@ static const char *const migrations[] = {
     "  heartbeat_ms bigint NOT NULL,"
     "  expires_ms   bigint NOT NULL"
     ");",
+    /* 2 -> 3: retention (store.h): where each session came from, and an
+     * index for collecting the least recently saved first. Rows from
+     * before are ephemeral by their resp-/chat- names, else socket. */
+    "ALTER TABLE lind_sessions ADD COLUMN origin integer NOT NULL DEFAULT 0;"
+    "UPDATE lind_sessions SET origin = CASE left(name, 5) WHEN 'resp-' THEN 2"
+    " WHEN 'chat-' THEN 3 ELSE 0 END;"
+    "CREATE INDEX lind_sessions_updated ON lind_sessions(updated_ms);",
 };
 #define SCHEMA_VERSION ((int)(sizeof migrations / sizeof migrations[0]))
 
@@ -115,38 +122,50 @@ static const char turns_schema[] =
 enum {
     Q_UPSERT, Q_INSERT_NEW, Q_CAS, Q_VERSION, Q_INSERT, Q_LOAD, Q_LIST, Q_COUNT, Q_DELETE,
     Q_FORK, Q_LEASE_TAKE, Q_LEASE_GET, Q_LEASE_RENEW, Q_LEASE_RELEASE, Q_LEASE_HELD,
-    Q_NODE_CLAIM, Q_NODE_GET, Q_NODE_BEAT, Q_NODE_RELEASE, Q_XACT_STATUS, Q_ROW_CHECK, Q_N
+    Q_NODE_CLAIM, Q_NODE_GET, Q_NODE_BEAT, Q_NODE_RELEASE, Q_XACT_STATUS, Q_ROW_CHECK,
+    Q_USAGE, Q_EXPIRE, Q_EVICT, Q_REMOVE, Q_N
 };
 
-#define SESSION_COLS "name, state, transcript, tokens, created_ms, updated_ms"
+#define SESSION_COLS "name, state, transcript, tokens, created_ms, updated_ms, origin"
+/* A new row's origin (store.h): by the name's prefix, else $6. */
+#define ORIGIN "CASE left($1, 5) WHEN 'resp-' THEN 2 WHEN 'chat-' THEN 3 ELSE $6::integer END"
+#define BYTES "(octet_length(state) + octet_length(transcript))"
+#define NOT_LEASED " AND name NOT IN (SELECT name FROM lind_leases WHERE expires_ms > " PG_NOW ")"
+/* Collection: a lease keeps a row unless the row is ephemeral and the
+ * lease is the collecting owner's (store.h). */
+#define NOT_KEPT(owner) " AND NOT EXISTS (SELECT 1 FROM lind_leases l WHERE l.name = s.name" \
+    " AND l.expires_ms > " PG_NOW " AND (s.origin < 2 OR l.owner IS DISTINCT FROM " owner "::text))"
 
 /* Parameters: $1 name, $2 state, $3 transcript, $4 tokens, $5 now (ms,
- * this machine's clock, as SQLite's times), $6 expected version; leases $3
+ * this machine's clock, as SQLite's times), $6 expected version (the
+ * swap) or the origin (the inserts); leases $3
  * the ttl in ms; nodes $1 node, $2 instance, $3 ttl. A versioned save
  * returns a row only when it wrote. */
 static const char *const queries[Q_N] = {
-    [Q_UPSERT]     = "INSERT INTO lind_sessions(" SESSION_COLS ") VALUES($1, $2, $3, $4, $5, $5)"
+    [Q_UPSERT]     = "INSERT INTO lind_sessions(" SESSION_COLS ") VALUES($1, $2, $3, $4, $5, $5, " ORIGIN ")"
                      " ON CONFLICT(name) DO UPDATE SET state = EXCLUDED.state,"
                      " transcript = EXCLUDED.transcript, tokens = EXCLUDED.tokens,"
                      " updated_ms = EXCLUDED.updated_ms, version = lind_sessions.version + 1"
                      " RETURNING version",
-    [Q_INSERT_NEW] = "INSERT INTO lind_sessions(" SESSION_COLS ") VALUES($1, $2, $3, $4, $5, $5)"
+    [Q_INSERT_NEW] = "INSERT INTO lind_sessions(" SESSION_COLS ") VALUES($1, $2, $3, $4, $5, $5, " ORIGIN ")"
                      " ON CONFLICT(name) DO NOTHING RETURNING version",
     [Q_CAS]        = "UPDATE lind_sessions SET state = $2, transcript = $3, tokens = $4,"
                      " updated_ms = $5, version = version + 1"
                      " WHERE name = $1 AND version = $6 RETURNING version",
     [Q_VERSION]    = "SELECT version FROM lind_sessions WHERE name = $1",
-    [Q_INSERT]     = "INSERT INTO lind_sessions(" SESSION_COLS ") VALUES($1, $2, $3, $4, $5, $5)",
+    [Q_INSERT]     = "INSERT INTO lind_sessions(" SESSION_COLS ") VALUES($1, $2, $3, $4, $5, $5, " ORIGIN ")",
     [Q_LOAD]       = "SELECT state, transcript, tokens, created_ms, updated_ms, version"
                      " FROM lind_sessions WHERE name = $1",
-    [Q_LIST]       = "SELECT name, tokens, octet_length(state), created_ms, updated_ms, version"
+    [Q_LIST]       = "SELECT name, tokens, octet_length(state), created_ms, updated_ms, version, "
+                     BYTES ", origin"
                      " FROM lind_sessions ORDER BY name",
     [Q_COUNT]      = "SELECT count(*) FROM lind_sessions",
     /* a session's turn results go with it (store.h) */
     [Q_DELETE]     = "WITH t AS (DELETE FROM lind_turns WHERE name = $1)"
                      " DELETE FROM lind_sessions WHERE name = $1",
     [Q_FORK]       = "INSERT INTO lind_sessions(" SESSION_COLS ")"
-                     " SELECT $2, state, transcript, tokens, $3, $3 FROM lind_sessions"
+                     " SELECT $2, state, transcript, tokens, $3, $3, CASE left($2, 5)"
+                     " WHEN 'resp-' THEN 2 WHEN 'chat-' THEN 3 ELSE origin END FROM lind_sessions"
                      " WHERE name = $1",
     [Q_LEASE_TAKE] = "INSERT INTO lind_leases(name, owner, expires_ms)"
                      " VALUES($1, $2, " PG_NOW " + $3::bigint)"
@@ -188,6 +207,31 @@ static const char *const queries[Q_N] = {
                       " THEN 'future' ELSE txid_status($1::bigint) END,"
                       " pg_postmaster_start_time()::text",
     [Q_ROW_CHECK]  = "SELECT version, updated_ms FROM lind_sessions WHERE name = $1",
+    /* Retention: each collection is one statement in one transaction; a
+     * collected session's recorded turn answers go with it (as Q_DELETE). */
+    [Q_USAGE]      = "SELECT count(*), coalesce(sum(" BYTES "), 0) FROM lind_sessions",
+    /* $1 response ttl, $2 session ttl (0: off), $3 now (this machine's), $4 limit, $5 owner */
+    [Q_EXPIRE]     = "WITH d AS (DELETE FROM lind_sessions WHERE name IN (SELECT name FROM lind_sessions s WHERE"
+                     " ((origin >= 2 AND $1::bigint > 0 AND updated_ms < $3::bigint - $1::bigint)"
+                     " OR (origin < 2 AND $2::bigint > 0 AND updated_ms < $3::bigint - $2::bigint))"
+                     NOT_KEPT("$5") " ORDER BY updated_ms LIMIT $4::integer FOR UPDATE SKIP LOCKED)"
+                     " RETURNING name, " BYTES " AS b),"
+                     " t AS (DELETE FROM lind_turns WHERE name IN (SELECT name FROM d)) SELECT b FROM d",
+    /* $1 excess bytes, $2 limit, $3 owner */
+    [Q_EVICT]      = "WITH d AS (DELETE FROM lind_sessions WHERE name IN (SELECT name FROM"
+                     " (SELECT name, updated_ms, sum(" BYTES ") OVER (ORDER BY updated_ms, name"
+                     " ROWS UNBOUNDED PRECEDING) - " BYTES " AS before FROM lind_sessions s"
+                     " WHERE origin >= 2" NOT_KEPT("$3") ") w"
+                     " WHERE before < $1::bigint ORDER BY updated_ms, name LIMIT $2::integer)"
+                     " RETURNING name, " BYTES " AS b),"
+                     " t AS (DELETE FROM lind_turns WHERE name IN (SELECT name FROM d)) SELECT b FROM d",
+    /* $1 prefix, $2 cutoff (updated before it; 0: any), $3 limit */
+    [Q_REMOVE]     = "WITH d AS (DELETE FROM lind_sessions WHERE name IN (SELECT name FROM lind_sessions WHERE"
+                     " left(name, length($1::text)) = $1::text"
+                     " AND ($2::bigint = 0 OR updated_ms < $2::bigint)" NOT_LEASED
+                     " ORDER BY updated_ms LIMIT $3::integer FOR UPDATE SKIP LOCKED)"
+                     " RETURNING name, " BYTES " AS b),"
+                     " t AS (DELETE FROM lind_turns WHERE name IN (SELECT name FROM d)) SELECT b FROM d",
 };
 
 /* Each statement's name in messages. */
@@ -199,6 +243,7 @@ static const char *const qnames[Q_N] = {
     [Q_LEASE_RELEASE] = "lease-release", [Q_LEASE_HELD] = "lease-held",
     [Q_NODE_CLAIM] = "node-claim", [Q_NODE_GET] = "node-get", [Q_NODE_BEAT] = "node-heartbeat",
     [Q_NODE_RELEASE] = "node-release", [Q_XACT_STATUS] = "txid_status", [Q_ROW_CHECK] = "row-check",
+    [Q_USAGE] = "usage", [Q_EXPIRE] = "expire", [Q_EVICT] = "evict", [Q_REMOVE] = "remove",
 };
 
 /* The settings of a single statement, set for its implicit transaction. */
@@ -650,8 +695,11 @@ typedef struct rec_params {
     int lens[6], fmts[6];
     char tokens[24], now[24], expect[24];
 } rec_params;
+/* All six are bound always: $6 is the expected version (expect given:
+ * the swap) or the new row's origin (the inserts). */
 
-static void rec_bind(rec_params *p, const store_record *r, int64_t now, const uint64_t *expect)
+static void rec_bind(rec_params *p, const store_record *r, int origin, int64_t now,
+                     const uint64_t *expect)
 {
     static const char empty[1] = "";
     memset(p->lens, 0, sizeof p->lens);
@@ -668,11 +716,11 @@ static void rec_bind(rec_params *p, const store_record *r, int64_t now, const ui
     p->fmts[2] = 1;
     p->vals[3] = p->tokens;
     p->vals[4] = p->now;
-    p->vals[5] = NULL;
-    if (expect) {
+    if (expect)
         snprintf(p->expect, sizeof p->expect, "%llu", (unsigned long long)*expect);
-        p->vals[5] = p->expect;
-    }
+    else
+        snprintf(p->expect, sizeof p->expect, "%d", origin);
+    p->vals[5] = p->expect;
 }
 
 static int check_sizes(const store_record *r, char *err, size_t errlen)
@@ -749,7 +797,7 @@ static int pg_turn_get(store *base, const char *name, const char *request_id, ui
  * transaction's id into xid), the records, COMMIT. *commit_sent: the
  * COMMIT went out (its outcome is then unknown if the connection broke). */
 static int save_tx(pg_store *s, const store_record *recs, const store_turn_record *turns,
-                   const uint64_t *expect, int n,
+                   const uint64_t *expect, const int *origin, int n,
                    const char *owner, store_save_result *res, int64_t now, char *xid,
                    size_t xidlen, char *started, size_t startedlen, int *commit_sent, char *err,
                    size_t errlen)
@@ -774,7 +822,7 @@ static int save_tx(pg_store *s, const store_record *recs, const store_turn_recor
         int q = expect[i] == STORE_VERSION_ANY ? Q_UPSERT
                 : expect[i] == STORE_VERSION_NEW ? Q_INSERT_NEW : Q_CAS;
         rec_params p;
-        rec_bind(&p, &recs[i], now, q == Q_CAS ? &expect[i] : NULL);
+        rec_bind(&p, &recs[i], origin[i], now, q == Q_CAS ? &expect[i] : NULL);
         int refused = -ECANCELED;   /* when the write returns no row */
         r = NULL;
         if (owner) {
@@ -790,7 +838,7 @@ static int save_tx(pg_store *s, const store_record *recs, const store_turn_recor
             }
         }
         if (!r)
-            r = exec_q(s, q, q == Q_CAS ? 6 : 5, p.vals, p.lens, p.fmts, 0);
+            r = exec_q(s, q, 6, p.vals, p.lens, p.fmts, 0);
         if (PQresultStatus(r) != PGRES_TUPLES_OK) {
             char what[STORE_NAME_MAX + 64];
             snprintf(what, sizeof what, "saving '%s' (statement %s)", recs[i].name, qnames[q]);
@@ -906,7 +954,8 @@ static int xact_outcome(pg_store *s, const char *xid, const char *started, const
                       s->desc, last);
 }
 
-static int pg_save(store *base, const store_record *recs, const uint64_t *expect, int n,
+static int pg_save(store *base, const store_record *recs, const uint64_t *expect,
+                   const int *origin, int n,
                    const char *owner, store_save_result *res, char *err, size_t errlen,
                    const store_turn_record *turns)
 {
@@ -923,8 +972,8 @@ static int pg_save(store *base, const store_record *recs, const uint64_t *expect
         int sent = 0;
         if ((code = ready(s, err, errlen)) < 0)
             break;
-        code = save_tx(s, recs, turns, expect, n, owner, res, now, xid, sizeof xid, started, sizeof started,
-                       &sent, err, errlen);
+        code = save_tx(s, recs, turns, expect, origin, n, owner, res, now, xid, sizeof xid, started,
+                       sizeof started, &sent, err, errlen);
         if (code == 0 || !lost(s) || attempt + 1 >= PG_ATTEMPTS)
             break;
         if (sent && xid[0]) {
@@ -1019,8 +1068,8 @@ static int pg_create(store *base, const store_record *rec, char *err, size_t err
     if (code < 0)
         return code;
     rec_params p;
-    rec_bind(&p, rec, now_ms(), NULL);
-    PGresult *r = tx_q(s, Q_INSERT, 5, p.vals, p.lens, p.fmts, &code, err, errlen);
+    rec_bind(&p, rec, STORE_ORIGIN_SOCKET, now_ms(), NULL);
+    PGresult *r = tx_q(s, Q_INSERT, 6, p.vals, p.lens, p.fmts, &code, err, errlen);
     if (code < 0)
         return code;
     if (PQresultStatus(r) != PGRES_COMMAND_OK) {
@@ -1100,6 +1149,8 @@ static int pg_list(store *base, store_info **out, size_t *n, char *err, size_t e
         v[i].created_ms = text_i64(r, (int)i, 3);
         v[i].updated_ms = text_i64(r, (int)i, 4);
         v[i].version = (uint64_t)text_i64(r, (int)i, 5);
+        v[i].bytes = (uint64_t)text_i64(r, (int)i, 6);
+        v[i].origin = (int)text_i64(r, (int)i, 7);
     }
     PQclear(r);
     if (cnt == 0) {
@@ -1146,6 +1197,79 @@ static int pg_delete(store *base, const char *name, char *err, size_t errlen)
         code = errmsg_set(-ENOENT, err, errlen, "no session named '%s'", name);
     PQclear(r);
     return code;
+}
+
+/* ---- retention ---------------------------------------------------------- */
+
+static int pg_usage(store *base, size_t *n, uint64_t *bytes, char *err, size_t errlen)
+{
+    pg_store *s = (pg_store *)base;
+    int code;
+    PGresult *r = auto_q(s, Q_USAGE, 0, NULL, NULL, NULL, 0, 1, &code, err, errlen);
+    if (code < 0)
+        return code;
+    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
+        code = q_fail(s, Q_USAGE, r, err, errlen, "usage failed");
+    } else {
+        *n = (size_t)text_i64(r, 0, 0);
+        *bytes = (uint64_t)text_i64(r, 0, 1);
+    }
+    PQclear(r);
+    return code;
+}
+
+/* Run one collecting DELETE ... RETURNING bytes in a transaction, counting. */
+static int collect(pg_store *s, int q, int nv, const char *const *vals, uint64_t *n,
+                   uint64_t *freed, char *err, size_t errlen, const char *what)
+{
+    int code;
+    PGresult *r = tx_q(s, q, nv, vals, NULL, NULL, &code, err, errlen);
+    if (code < 0)
+        return code;
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+        code = q_fail(s, q, r, err, errlen, what);
+    } else {
+        for (int i = 0; i < PQntuples(r); i++)
+            *freed += (uint64_t)text_i64(r, i, 0);
+        *n += (uint64_t)PQntuples(r);
+    }
+    PQclear(r);
+    return code;
+}
+
+static int pg_expire(store *base, int64_t resp_ttl, int64_t sess_ttl, int limit,
+                     const char *owner, uint64_t *n, uint64_t *freed, char *err, size_t errlen)
+{
+    char a[24], b[24], now[24], lim[16];
+    snprintf(a, sizeof a, "%lld", (long long)resp_ttl);
+    snprintf(b, sizeof b, "%lld", (long long)sess_ttl);
+    snprintf(now, sizeof now, "%lld", (long long)now_ms());
+    snprintf(lim, sizeof lim, "%d", limit);
+    const char *vals[5] = { a, b, now, lim, owner };
+    return collect((pg_store *)base, Q_EXPIRE, 5, vals, n, freed, err, errlen,
+                   "collecting expired sessions failed");
+}
+
+static int pg_evict(store *base, uint64_t excess, int limit, const char *owner, uint64_t *n,
+                    uint64_t *freed, char *err, size_t errlen)
+{
+    char ex[24], lim[16];
+    snprintf(ex, sizeof ex, "%llu", (unsigned long long)(excess > INT64_MAX ? INT64_MAX : excess));
+    snprintf(lim, sizeof lim, "%d", limit);
+    const char *vals[3] = { ex, lim, owner };
+    return collect((pg_store *)base, Q_EVICT, 3, vals, n, freed, err, errlen,
+                   "collecting sessions over the quota failed");
+}
+
+static int pg_remove(store *base, const char *prefix, int64_t older_ms, int limit, uint64_t *n,
+                     uint64_t *freed, char *err, size_t errlen)
+{
+    char cut[24], lim[16];
+    snprintf(cut, sizeof cut, "%lld", (long long)(older_ms ? now_ms() - older_ms : 0));
+    snprintf(lim, sizeof lim, "%d", limit);
+    const char *vals[3] = { prefix, cut, lim };
+    return collect((pg_store *)base, Q_REMOVE, 3, vals, n, freed, err, errlen,
+                   "removing sessions failed");
 }
 
 static int pg_fork(store *base, const char *src, const char *dst, char *err, size_t errlen)
@@ -1367,6 +1491,10 @@ static const store_ops pg_ops = {
     .load = pg_load,
     .list = pg_list,
     .count = pg_count,
+    .usage = pg_usage,
+    .expire = pg_expire,
+    .evict = pg_evict,
+    .remove = pg_remove,
     .del = pg_delete,
     .fork = pg_fork,
     .lease_acquire = pg_lease_acquire,

@@ -48,38 +48,59 @@ static const char *const migrations[] = {
     "  owner      TEXT NOT NULL,"
     "  expires_ms INTEGER NOT NULL"
     ");",
+    /* 2 -> 3: retention (store.h): where each session came from, and an
+     * index for collecting the least recently saved first. Rows from
+     * before are ephemeral by their resp-/chat- names, else socket. */
+    "ALTER TABLE sessions ADD COLUMN origin INTEGER NOT NULL DEFAULT 0;"
+    "UPDATE sessions SET origin = CASE substr(name, 1, 5) WHEN 'resp-' THEN 2"
+    " WHEN 'chat-' THEN 3 ELSE 0 END;"
+    "CREATE INDEX sessions_updated ON sessions(updated_ms);",
 };
 #define SCHEMA_VERSION ((int)(sizeof migrations / sizeof migrations[0]))
 
 enum {
     Q_BEGIN, Q_COMMIT, Q_ROLLBACK, Q_UPSERT, Q_INSERT, Q_LOAD, Q_LIST, Q_COUNT,
     Q_DELETE, Q_FORK, Q_INSERT_NEW, Q_CAS, Q_VERSION, Q_LEASE_TAKE, Q_LEASE_GET,
-    Q_LEASE_RENEW, Q_LEASE_RELEASE, Q_LEASE_HELD, Q_N
+    Q_LEASE_RENEW, Q_LEASE_RELEASE, Q_LEASE_HELD,
+    Q_RETENTION,   /* from here on: prepared on first use (only a daemon collects) */
+    Q_USAGE = Q_RETENTION, Q_EXPIRE, Q_EVICT, Q_REMOVE, Q_N
 };
+
+/* A new row's origin (store.h): by the name's prefix, else `other`. */
+#define ORIGIN(other) "CASE substr(?1, 1, 5) WHEN 'resp-' THEN 2 WHEN 'chat-' THEN 3 ELSE " other " END"
+#define BYTES "(length(state) + length(transcript))"
+#define NOT_LEASED(now) " AND name NOT IN (SELECT name FROM leases WHERE expires_ms > " now ")"
+/* Collection: a lease keeps a row unless the row is ephemeral and the
+ * lease is the collecting owner's (store.h). */
+#define NOT_KEPT(now, owner) " AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.name = sessions.name" \
+    " AND l.expires_ms > " now " AND (sessions.origin < 2 OR l.owner IS NOT " owner "))"
 
 static const char *const queries[Q_N] = {
     [Q_BEGIN]    = "BEGIN IMMEDIATE",
     [Q_COMMIT]   = "COMMIT",
     [Q_ROLLBACK] = "ROLLBACK",
-    [Q_UPSERT]   = "INSERT INTO sessions(name, state, transcript, tokens, created_ms, updated_ms)"
-                   " VALUES(?1, ?2, ?3, ?4, ?5, ?5)"
+    [Q_UPSERT]   = "INSERT INTO sessions(name, state, transcript, tokens, created_ms, updated_ms, origin)"
+                   " VALUES(?1, ?2, ?3, ?4, ?5, ?5, " ORIGIN("coalesce(?7, 0)") ")"
                    " ON CONFLICT(name) DO UPDATE SET state = excluded.state,"
                    " transcript = excluded.transcript, tokens = excluded.tokens,"
                    " updated_ms = excluded.updated_ms, version = sessions.version + 1"
                    " RETURNING version",
-    [Q_INSERT]   = "INSERT INTO sessions(name, state, transcript, tokens, created_ms, updated_ms)"
-                   " VALUES(?1, ?2, ?3, ?4, ?5, ?5)",
+    [Q_INSERT]   = "INSERT INTO sessions(name, state, transcript, tokens, created_ms, updated_ms, origin)"
+                   " VALUES(?1, ?2, ?3, ?4, ?5, ?5, " ORIGIN("coalesce(?7, 0)") ")",
     [Q_LOAD]     = "SELECT state, transcript, tokens, created_ms, updated_ms, version"
                    " FROM sessions WHERE name = ?1",
-    [Q_LIST]     = "SELECT name, tokens, length(state), created_ms, updated_ms, version"
+    [Q_LIST]     = "SELECT name, tokens, length(state), created_ms, updated_ms, version, "
+                   BYTES ", origin"
                    " FROM sessions ORDER BY name",
     [Q_COUNT]    = "SELECT count(*) FROM sessions",
     [Q_DELETE]   = "DELETE FROM sessions WHERE name = ?1",
-    [Q_FORK]     = "INSERT INTO sessions(name, state, transcript, tokens, created_ms, updated_ms)"
-                   " SELECT ?2, state, transcript, tokens, ?3, ?3 FROM sessions WHERE name = ?1",
+    [Q_FORK]     = "INSERT INTO sessions(name, state, transcript, tokens, created_ms, updated_ms, origin)"
+                   " SELECT ?2, state, transcript, tokens, ?3, ?3,"
+                   " CASE substr(?2, 1, 5) WHEN 'resp-' THEN 2 WHEN 'chat-' THEN 3 ELSE origin END"
+                   " FROM sessions WHERE name = ?1",
     /* Versioned saves: a row comes back only when the swap happened. */
-    [Q_INSERT_NEW] = "INSERT INTO sessions(name, state, transcript, tokens, created_ms, updated_ms)"
-                   " VALUES(?1, ?2, ?3, ?4, ?5, ?5) ON CONFLICT(name) DO NOTHING RETURNING version",
+    [Q_INSERT_NEW] = "INSERT INTO sessions(name, state, transcript, tokens, created_ms, updated_ms, origin)"
+                   " VALUES(?1, ?2, ?3, ?4, ?5, ?5, " ORIGIN("coalesce(?7, 0)") ") ON CONFLICT(name) DO NOTHING RETURNING version",
     [Q_CAS]      = "UPDATE sessions SET state = ?2, transcript = ?3, tokens = ?4, updated_ms = ?5,"
                    " version = version + 1 WHERE name = ?1 AND version = ?6 RETURNING version",
     [Q_VERSION]  = "SELECT version FROM sessions WHERE name = ?1",
@@ -96,6 +117,24 @@ static const char *const queries[Q_N] = {
     /* Inside a save's BEGIN IMMEDIATE: nobody can take the lease over
      * between this check and the commit. */
     [Q_LEASE_HELD] = "SELECT 1 FROM leases WHERE name = ?1 AND owner = ?2 AND expires_ms > ?3",
+    /* Retention: each collection is one statement (one commit). */
+    [Q_USAGE]    = "SELECT count(*), coalesce(sum(" BYTES "), 0) FROM sessions",
+    /* ?1 response ttl, ?2 session ttl (0: off), ?3 now, ?4 limit, ?5 owner */
+    [Q_EXPIRE]   = "DELETE FROM sessions WHERE name IN (SELECT name FROM sessions WHERE"
+                   " ((origin >= 2 AND ?1 > 0 AND updated_ms < ?3 - ?1)"
+                   " OR (origin < 2 AND ?2 > 0 AND updated_ms < ?3 - ?2))" NOT_KEPT("?3", "?5")
+                   " ORDER BY updated_ms LIMIT ?4) RETURNING " BYTES,
+    /* ?1 now, ?2 excess bytes, ?3 limit, ?4 owner: the oldest ephemeral
+     * sessions until the bytes before each reach the excess */
+    [Q_EVICT]    = "DELETE FROM sessions WHERE name IN (SELECT name FROM"
+                   " (SELECT name, updated_ms, sum(" BYTES ") OVER (ORDER BY updated_ms, name"
+                   " ROWS UNBOUNDED PRECEDING) - " BYTES " AS before FROM sessions"
+                   " WHERE origin >= 2" NOT_KEPT("?1", "?4") ")"
+                   " WHERE before < ?2 ORDER BY updated_ms, name LIMIT ?3) RETURNING " BYTES,
+    /* ?1 prefix, ?2 cutoff (updated before it; 0: any), ?3 now, ?4 limit */
+    [Q_REMOVE]   = "DELETE FROM sessions WHERE name IN (SELECT name FROM sessions WHERE"
+                   " substr(name, 1, length(?1)) = ?1 AND (?2 = 0 OR updated_ms < ?2)"
+                   NOT_LEASED("?3") " ORDER BY updated_ms LIMIT ?4) RETURNING " BYTES,
 };
 
 /* Turn results (store.h, "turn results"): a table of their own, created at
@@ -417,7 +456,7 @@ static void sq_close(store *base)
     free(s);
 }
 
-static int bind_record(sqlite3_stmt *st, const store_record *r, int64_t now)
+static int bind_record(sqlite3_stmt *st, const store_record *r, int origin, int64_t now)
 {
     int rc = sqlite3_bind_text(st, 1, r->name, -1, SQLITE_STATIC);
     /* A zero-length blob must not bind as NULL. */
@@ -432,6 +471,8 @@ static int bind_record(sqlite3_stmt *st, const store_record *r, int64_t now)
         rc = sqlite3_bind_int64(st, 4, (sqlite3_int64)r->tokens);
     if (rc == SQLITE_OK)
         rc = sqlite3_bind_int64(st, 5, now);
+    if (rc == SQLITE_OK && sqlite3_bind_parameter_count(st) >= 7)   /* the inserts */
+        rc = sqlite3_bind_int(st, 7, origin);
     return rc;
 }
 
@@ -502,7 +543,8 @@ static int sq_turn_get(store *base, const char *name, const char *request_id, ui
     return code;
 }
 
-static int sq_save(store *base, const store_record *recs, const uint64_t *expect, int n,
+static int sq_save(store *base, const store_record *recs, const uint64_t *expect,
+                   const int *origin, int n,
                    const char *owner, store_save_result *res, char *err, size_t errlen,
                    const store_turn_record *turns)
 {
@@ -530,7 +572,7 @@ static int sq_save(store *base, const store_record *recs, const uint64_t *expect
                 refused = -ENOLCK;
         }
         if (rc == SQLITE_OK && refused != -ENOLCK) {
-            rc = bind_record(st, &recs[i], now);
+            rc = bind_record(st, &recs[i], origin[i], now);
             if (rc == SQLITE_OK && st == s->q[Q_CAS])
                 rc = sqlite3_bind_int64(st, 6, (sqlite3_int64)expect[i]);
             if (rc == SQLITE_OK)
@@ -575,7 +617,7 @@ static int sq_create(store *base, const store_record *rec, char *err, size_t err
     int rc = check_identity(s, err, errlen);
     if (rc < 0)
         return rc;
-    rc = bind_record(st, rec, now_ms());
+    rc = bind_record(st, rec, STORE_ORIGIN_SOCKET, now_ms());
     if (rc == SQLITE_OK)
         rc = run(st);
     else {
@@ -658,6 +700,8 @@ static int sq_list(store *base, store_info **out, size_t *n, char *err, size_t e
         e->created_ms = sqlite3_column_int64(st, 3);
         e->updated_ms = sqlite3_column_int64(st, 4);
         e->version = (uint64_t)sqlite3_column_int64(st, 5);
+        e->bytes = (uint64_t)sqlite3_column_int64(st, 6);
+        e->origin = sqlite3_column_int(st, 7);
     }
     if (!code && rc != SQLITE_DONE)
         code = db_fail(s, rc, err, errlen, "list failed");
@@ -718,6 +762,120 @@ static int sq_fork(store *base, const char *src, const char *dst, char *err, siz
     if (sqlite3_changes(s->db) == 0)
         return errmsg_set(-ENOENT, err, errlen, "no session named '%s'", src);
     return check_identity(s, err, errlen);
+}
+
+/* ---- retention ---------------------------------------------------------- */
+
+/* A retention statement, prepared the first time it is needed. */
+static sqlite3_stmt *retention_q(sqlite_store *s, int q, char *err, size_t errlen)
+{
+    if (!s->q[q]) {
+        int rc = sqlite3_prepare_v3(s->db, queries[q], -1, SQLITE_PREPARE_PERSISTENT, &s->q[q], NULL);
+        if (rc != SQLITE_OK) {
+            db_fail(s, rc, err, errlen, "cannot prepare the retention statements");
+            return NULL;
+        }
+    }
+    return s->q[q];
+}
+
+static int sq_usage(store *base, size_t *n, uint64_t *bytes, char *err, size_t errlen)
+{
+    sqlite_store *s = (sqlite_store *)base;
+    int64_t v[2] = { 0, 0 };
+    sqlite3_stmt *st = retention_q(s, Q_USAGE, err, errlen);
+    if (!st)
+        return map_rc(sqlite3_errcode(s->db));
+    int got = 0, rc = step_ints(st, v, 2, &got);
+    if (rc != SQLITE_OK || !got)
+        return db_fail(s, rc != SQLITE_OK ? rc : SQLITE_ERROR, err, errlen, "usage failed");
+    *n = (size_t)v[0];
+    *bytes = (uint64_t)v[1];
+    return 0;
+}
+
+/* Step a bound DELETE ... RETURNING bytes to its end (its commit), counting. */
+static int collect(sqlite_store *s, int q, uint64_t *n, uint64_t *freed, char *err,
+                   size_t errlen, const char *what)
+{
+    int rc = check_identity(s, err, errlen);
+    if (rc < 0) {
+        sqlite3_reset(s->q[q]);
+        sqlite3_clear_bindings(s->q[q]);
+        return rc;
+    }
+    sqlite3_stmt *st = s->q[q];
+    uint64_t cnt = 0, sum = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        cnt++;
+        sum += (uint64_t)sqlite3_column_int64(st, 0);
+    }
+    int rr = sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    if (rc == SQLITE_DONE && rr != SQLITE_OK) rc = rr;
+    if (rc != SQLITE_DONE)
+        return db_fail(s, rc, err, errlen, what);   /* rolled back: nothing went */
+    *n += cnt;
+    *freed += sum;
+    return check_identity(s, err, errlen);
+}
+
+static int sq_expire(store *base, int64_t resp_ttl, int64_t sess_ttl, int limit,
+                     const char *owner, uint64_t *n, uint64_t *freed, char *err, size_t errlen)
+{
+    sqlite_store *s = (sqlite_store *)base;
+    sqlite3_stmt *st = retention_q(s, Q_EXPIRE, err, errlen);
+    if (!st)
+        return map_rc(sqlite3_errcode(s->db));
+    sqlite3_bind_int64(st, 1, resp_ttl);
+    sqlite3_bind_int64(st, 2, sess_ttl);
+    sqlite3_bind_int64(st, 3, now_ms());
+    sqlite3_bind_int(st, 4, limit);
+    if (owner)
+        sqlite3_bind_text(st, 5, owner, -1, SQLITE_STATIC);
+    return collect(s, Q_EXPIRE, n, freed, err, errlen, "collecting expired sessions failed");
+}
+
+static int sq_evict(store *base, uint64_t excess, int limit, const char *owner, uint64_t *n,
+                    uint64_t *freed, char *err, size_t errlen)
+{
+    sqlite_store *s = (sqlite_store *)base;
+    sqlite3_stmt *st = retention_q(s, Q_EVICT, err, errlen);
+    if (!st)
+        return map_rc(sqlite3_errcode(s->db));
+    sqlite3_bind_int64(st, 1, now_ms());
+    sqlite3_bind_int64(st, 2, excess > INT64_MAX ? INT64_MAX : (int64_t)excess);
+    sqlite3_bind_int(st, 3, limit);
+    if (owner)
+        sqlite3_bind_text(st, 4, owner, -1, SQLITE_STATIC);
+    return collect(s, Q_EVICT, n, freed, err, errlen, "collecting sessions over the quota failed");
+}
+
+static int sq_remove(store *base, const char *prefix, int64_t older_ms, int limit, uint64_t *n,
+                     uint64_t *freed, char *err, size_t errlen)
+{
+    sqlite_store *s = (sqlite_store *)base;
+    sqlite3_stmt *st = retention_q(s, Q_REMOVE, err, errlen);
+    if (!st)
+        return map_rc(sqlite3_errcode(s->db));
+    int64_t now = now_ms();
+    sqlite3_bind_text(st, 1, prefix, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, older_ms ? now - older_ms : 0);
+    sqlite3_bind_int64(st, 3, now);
+    sqlite3_bind_int(st, 4, limit);
+    return collect(s, Q_REMOVE, n, freed, err, errlen, "removing sessions failed");
+}
+
+static int sq_shrink(store *base, char *err, size_t errlen)
+{
+    sqlite_store *s = (sqlite_store *)base;
+    int rc = check_identity(s, err, errlen);
+    if (rc < 0)
+        return rc;
+    rc = sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+    if (rc != SQLITE_OK)
+        return db_fail(s, rc, err, errlen, "checkpoint failed");
+    return 0;
 }
 
 /* ---- leases ------------------------------------------------------------- */
@@ -840,6 +998,11 @@ static const store_ops sqlite_ops = {
     .load = sq_load,
     .list = sq_list,
     .count = sq_count,
+    .usage = sq_usage,
+    .expire = sq_expire,
+    .evict = sq_evict,
+    .remove = sq_remove,
+    .shrink = sq_shrink,
     .del = sq_delete,
     .fork = sq_fork,
     .lease_acquire = sq_lease_acquire,
@@ -966,7 +1129,7 @@ int store_sqlite_open(const char *path, const store_options *opt, store **out,
     if ((code = migrate(s, err, errlen)) < 0)
         goto bad;
     remember_wal(s);
-    for (int i = 0; i < Q_N; i++) {
+    for (int i = 0; i < Q_RETENTION; i++) {   /* retention's on first use (retention_q) */
         rc = sqlite3_prepare_v3(s->db, queries[i], -1, SQLITE_PREPARE_PERSISTENT, &s->q[i], NULL);
         if (rc != SQLITE_OK) {
             code = db_fail(s, rc, err, errlen, "cannot prepare statements");

@@ -19,7 +19,9 @@ Each run must:
     a daemon whose start-up failed exits with status 1 and a message naming
     what failed;
   - answer every request with its final event: success, or an error with a
-    specific code and a message (`io`, `internal`; `not_found`/`exists`
+    specific code and a message (`io`, `internal`, `insufficient_storage`
+    after a "disk full": that write's, and turns refused until the disk
+    has room again; `not_found`/`exists`
     only where an earlier failure made that the right answer), or, when
     memory ran out on the loop thread, an `internal` error on id 0 or a
     close the daemon logs; never a malformed event, never silence;
@@ -397,7 +399,7 @@ def check_run(kind, n):
                     problems.append("request %d (%s): error %s without a message" % (i, op, code))
                 # The session the request needs to exist (fork: its source).
                 need = src if op == "fork" else fields.get("session") if op in ("export", "info", "delete") else None
-                if code in ("io", "internal"):
+                if code in ("io", "internal", "insufficient_storage"):   # a disk full: refused turns too
                     if sess is not None and view[sess] == "any":
                         poss[sess].add("any")
                     elif sess is not None:   # may or may not have reached the disk

@@ -166,7 +166,7 @@ static void error_table(void)
     CHECK(lind_wire_code(-ENOENT) == PE_NOT_FOUND && lind_wire_code(-EEXIST) == PE_EXISTS &&
           lind_wire_code(-EINVAL) == PE_BAD_REQUEST && lind_wire_code(-EBADMSG) == PE_BAD_STATE &&
           lind_wire_code(-ESTALE) == PE_IO && lind_wire_code(-EBUSY) == PE_IO &&
-          lind_wire_code(-ENOSPC) == PE_IO && lind_wire_code(-EIO) == PE_IO, "store codes");
+          lind_wire_code(-ENOSPC) == PE_INSUFFICIENT_STORAGE && lind_wire_code(-EIO) == PE_IO, "store codes");
     CHECK(lind_wire_code(-ENOMEM) == PE_INTERNAL && lind_wire_code(-12345) == PE_INTERNAL, "internal");
     size_t n;
     const lind_error *t = lind_error_table(&n);

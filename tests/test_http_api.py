@@ -883,9 +883,9 @@ def ignored_fields_are_reported():
     expect(st == 200 and j["usage"]["completion_tokens"] <= 3, "%d %r" % (st, j))
     expect(hd.get("x-lind-ignored") == "max_tokens, prompt", "chat X-Lind-Ignored %r" % hd.get("x-lind-ignored"))
     st, out = curl("/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}], "max_tokens": 2,
-                                            "stream": True, "store": True}, dump=os.path.join(TMP, "ign-h"))
+                                            "stream": True, "metadata": {"k": "v"}}, dump=os.path.join(TMP, "ign-h"))
     with open(os.path.join(TMP, "ign-h")) as f:
-        expect(re.search(r"(?im)^x-lind-ignored: store\r?$", f.read()), "a stream reports ignored fields too")
+        expect(re.search(r"(?im)^x-lind-ignored: metadata\r?$", f.read()), "a stream reports ignored fields too")
     # More names than the header reports, a name it cannot carry: refused, not cut.
     st, j = post("/v1/completions", dict({"prompt": "a"}, **{"k%d" % i: i for i in range(33)}))
     expect_error(st, j, 400)

@@ -412,7 +412,7 @@ static void schema_and_foreign_files(void)
     sqlite3_open(path, &db);
     sqlite3_stmt *st;
     sqlite3_prepare_v2(db, "SELECT version FROM schema_version", -1, &st, NULL);
-    CHECK(sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) == 2, "schema version 2");
+    CHECK(sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) == 3, "schema version 3");
     sqlite3_finalize(st);
     sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, NULL);
     CHECK(sqlite3_step(st) == SQLITE_ROW && strcmp((const char *)sqlite3_column_text(st, 0), "wal") == 0,
@@ -445,7 +445,7 @@ static void schema_and_foreign_files(void)
     }
     sqlite3_open(v0, &db);
     sqlite3_prepare_v2(db, "SELECT version FROM schema_version", -1, &st, NULL);
-    CHECK(sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) == 2, "now version 2");
+    CHECK(sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) == 3, "now version 3");
     sqlite3_finalize(st);
     sqlite3_close(db);
 
@@ -856,8 +856,8 @@ static void schema_server(void)
     store *s = open_ok(path);
     if (!s) return;
     store_close(s);
-    CHECK(pg_exec(path, "SELECT version FROM lind_schema", v, sizeof v) == 0 && !strcmp(v, "2"),
-          "schema version 1 (%s)", v);
+    CHECK(pg_exec(path, "SELECT version FROM lind_schema", v, sizeof v) == 0 && !strcmp(v, "3"),
+          "schema version 3 (%s)", v);
     CHECK(pg_exec(path, "SELECT attstorage FROM pg_attribute WHERE attrelid = 'lind_sessions'::regclass"
                         " AND attname = 'state'", v, sizeof v) == 0 && !strcmp(v, "e"),
           "state stored uncompressed out of line (%s)", v);
@@ -1230,7 +1230,7 @@ static void turn_results(void)
     store_turn_record tr = { "req-1", ans, sizeof ans };
     uint64_t ex = STORE_VERSION_NEW;
     store_save_result res[2];
-    CHECK(store_save_turns(s, &r, &tr, &ex, 1, NULL, res, err, sizeof err) == 0, "save: %s", err);
+    CHECK(store_save_turns(s, &r, &tr, &ex, NULL, 1, NULL, res, err, sizeof err) == 0, "save: %s", err);
     CHECK(store_turn_get(s, "t", "req-1", &out, &len, &ver, err, sizeof err) == 0 && len == 5 &&
           !memcmp(out, "hello", 5) && ver == 1, "recorded with the save: %s", err);
     free(out);
@@ -1242,7 +1242,7 @@ static void turn_results(void)
     store_record g[2] = { { "t", b, 8, NULL, 0, 4 }, { "v", b, 8, NULL, 0, 4 } };
     store_turn_record gt[2] = { { "stale", ans, 5 }, { "fresh", ans, 5 } };
     uint64_t gex[2] = { 7, STORE_VERSION_NEW };
-    CHECK(store_save_turns(s, g, gt, gex, 2, NULL, res, err, sizeof err) == -ECANCELED &&
+    CHECK(store_save_turns(s, g, gt, gex, NULL, 2, NULL, res, err, sizeof err) == -ECANCELED &&
           res[1].rc == 0, "one stale: %s", err);
     CHECK(store_turn_get(s, "t", "stale", &out, &len, &ver, err, sizeof err) == -ENOENT,
           "the refused record's result is not kept");
@@ -1251,19 +1251,19 @@ static void turn_results(void)
     /* A bad request id refuses the whole group. */
     store_turn_record bad = { "a\nb", ans, 5 };
     ex = 1;
-    CHECK(store_save_turns(s, &r, &bad, &ex, 1, NULL, res, err, sizeof err) == -EINVAL, "bad id: %s", err);
+    CHECK(store_save_turns(s, &r, &bad, &ex, NULL, 1, NULL, res, err, sizeof err) == -EINVAL, "bad id: %s", err);
     char longid[80];
     memset(longid, 'x', 65);
     longid[65] = 0;
     bad.request_id = longid;
-    CHECK(store_save_turns(s, &r, &bad, &ex, 1, NULL, res, err, sizeof err) == -EINVAL, "65 bytes");
+    CHECK(store_save_turns(s, &r, &bad, &ex, NULL, 1, NULL, res, err, sizeof err) == -EINVAL, "65 bytes");
     /* The last STORE_TURNS_KEEP saves' results are kept. */
     uint64_t v = 1;
     for (int i = 0; i < STORE_TURNS_KEEP + 8; i++) {
         char id[32];
         snprintf(id, sizeof id, "k%d", i);
         store_turn_record k = { id, ans, 5 };
-        CHECK(store_save_turns(s, &r, &k, &v, 1, NULL, res, err, sizeof err) == 0, "save %d: %s", i, err);
+        CHECK(store_save_turns(s, &r, &k, &v, NULL, 1, NULL, res, err, sizeof err) == 0, "save %d: %s", i, err);
         v = res[0].version;
     }
     int kept = 0;

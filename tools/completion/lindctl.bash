@@ -55,9 +55,9 @@ _lindctl()
             fi ;;
         sessions)
             if [[ $cur == -* ]]; then
-                COMPREPLY=($(compgen -W "$common --json" -- "$cur"))
+                COMPREPLY=($(compgen -W "$common --json --prefix --older-than" -- "$cur"))
             elif [[ -z $sub ]]; then
-                COMPREPLY=($(compgen -W "ls show rm fork export import" -- "$cur"))
+                COMPREPLY=($(compgen -W "ls show rm fork export import gc" -- "$cur"))
             else
                 case $sub in
                     show|rm|fork) COMPREPLY=($(compgen -W "$(_lindctl_sessions)" -- "$cur")) ;;
