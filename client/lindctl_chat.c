@@ -533,6 +533,7 @@ static int chat_turn(chat *ch, const char *text, size_t len)
     o.n_stop = chat_stops(ch, stops);
     o.stop = stops;
     o.progress = isatty(2);
+    o.chat_template = ch->tpl.hash;   /* the session keeps its template; another is refused */
     int progress_shown = 0;
     uint64_t id;
     ctl_interrupted = 0;

@@ -118,6 +118,16 @@ int chat_template_from_json(chat_template *t, const char *json, size_t len, cons
         }
         memcpy(t->stop[t->n_stop++], json_string_value(s), n + 1);
     }
+    {   /* FNV-1a over what renders: each field, NUL-terminated, absent ones as "\1" */
+        const char *const parts[] = { "user", "system", "assistant_end", "default_system" };
+        uint32_t h = 2166136261u;
+        for (size_t k = 0; k < 4 + t->n_stop; k++) {
+            const char *v = k < 4 ? json_string_value(json_object_get(j, parts[k])) : t->stop[k - 4];
+            if (!v) v = "\1";
+            for (size_t i = 0; i <= strlen(v); i++) h = (h ^ (unsigned char)v[i]) * 16777619u;
+        }
+        t->hash = h ? h : 1;
+    }
     const char *name = json_string_value(json_object_get(j, "name"));
     snprintf(t->name, sizeof t->name, "%s", name ? name : origin);
     if (dup_field(j, "user", &t->user) || dup_field(j, "system", &t->system) ||
@@ -161,6 +171,21 @@ const char *chat_template_for_family(const char *format)
 {
     if (!strcmp(format, "hf-rwkv4")) return "raven";
     if (!strcmp(format, "rwkv7-pth")) return "world";
+    return NULL;
+}
+
+const char *chat_template_builtin_name(uint32_t h)
+{
+    for (size_t i = 0; i < N_BUILTINS; i++) {
+        chat_template t;
+        char err[64];
+        if (chat_template_from_json(&t, builtins[i].json, strlen(builtins[i].json), builtins[i].name, err,
+                                    sizeof err) == 0) {
+            uint32_t th = t.hash;
+            chat_template_free(&t);
+            if (th == h) return builtins[i].name;
+        }
+    }
     return NULL;
 }
 

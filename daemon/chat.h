@@ -40,6 +40,10 @@ typedef struct chat_template {
     char  *default_system;    /* the system prompt when none is given, or NULL */
     size_t n_stop;
     char   stop[PROTO_MAX_STOPS][PROTO_MAX_STOP_LEN + 1];
+    uint32_t hash;            /* what the template does (its patterns, stops and default
+                               * system prompt; not its name): never 0. A session records
+                               * the hash of the template its chat turns are framed with
+                               * (the `chat_template` field of generate/append) */
 } chat_template;
 
 /* Parse the JSON format (len bytes); `origin` names it in errors, which
@@ -63,6 +67,8 @@ const char *chat_template_builtin(const char *name);
  * models (their training text is the user's choice). */
 const char *chat_template_for_family(const char *format);
 void chat_template_free(chat_template *t);
+/* The name of the built-in whose hash is h, or NULL. */
+const char *chat_template_builtin_name(uint32_t h);
 /* Print the built-ins, one a line. */
 void chat_template_list(FILE *f);
 

@@ -436,6 +436,7 @@ static int parse_chat(httpreq *r, json_t *j, const httpreq_limits *lim, httpreq_
     if (rc) return bad(e, "messages", "%s", err);
     r->new_text = (uint8_t *)txt;
     r->new_len = n;
+    r->gen.chat_template = tpl->hash;   /* the session records it, or refuses another */
     if (!r->prev[0] && !r->name[0] && k > 0) {
         /* Stateless with history: the whole conversation too, in case no
          * stored session holds its prefix. */

@@ -1014,6 +1014,8 @@ int server_main(int argc, char **argv)
         chat_template t;
         char why[256];
         if (chat_template_parse(&t, srv->chat_template, why, sizeof why) == 0) {
+            srv->chat_template_hash = t.hash;
+            snprintf(srv->chat_template_name, sizeof srv->chat_template_name, "%s", t.name);
             lind_log(REQLOG_INFO, "model", "chat template %s (%s)", t.name, srv->chat_template_from);
             chat_template_free(&t);
         }

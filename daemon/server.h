@@ -124,6 +124,8 @@ typedef struct server {
                                     * directory's lind_chat.json, else the model family's
                                     * built-in (chat_template_for_family) */
     char           chat_template_from[128];  /* where it came from, for the start-up log */
+    uint32_t       chat_template_hash;       /* its chat_template.hash (the "none" one's when NULL) */
+    char           chat_template_name[64];
     reqlog         log;            /* one line per finished turn (daemon/reqlog.h) */
     int            d_model, n_layers;
     size_t         params;

@@ -36,14 +36,20 @@ def http_port(srv, timeout=30, nth=1):
     raise RuntimeError("no HTTP port in the log: " + srv.log())
 
 
-def chat(port, session, messages, max_tokens=3):
+def chat_raw(port, session, messages, max_tokens=3):
+    """(status, JSON answer) of a chat request on a named session."""
     body = json.dumps({"messages": messages, "max_tokens": max_tokens, "temperature": 0}).encode()
     r = subprocess.run(["curl", "-s", "-S", "--max-time", str(60 * SLOW), "-H", "Content-Type: application/json",
-                        "-H", "X-Lind-Session: " + session, "--data-binary", "@-",
+                        "-H", "X-Lind-Session: " + session, "--data-binary", "@-", "-w", "\n%{http_code}",
                         "http://127.0.0.1:%d/v1/chat/completions" % port],
                        input=body, capture_output=True, timeout=120 * SLOW)
-    j = json.loads(r.stdout)
-    expect("choices" in j, "chat answer: %r" % j)
+    out, _, code = r.stdout.rpartition(b"\n")
+    return int(code), json.loads(out)
+
+
+def chat(port, session, messages, max_tokens=3):
+    st, j = chat_raw(port, session, messages, max_tokens)
+    expect(st == 200 and "choices" in j, "chat answer: %d %r" % (st, j))
     return j["choices"][0]["message"]["content"]
 
 
@@ -126,6 +132,36 @@ def lindctl_chat_continues_an_http_session():
     new = got[len(before):]
     expect(new.endswith(b"User: again\n\nAssistant:") and b"System:" not in new, "fed by lindctl %r" % new)
     W.stop()
+
+
+@case
+def a_session_keeps_its_template():
+    """A session records the template its chat turns were framed with
+    (docs/DAEMON.md): the daemon restarted with another template refuses to
+    go on with it (409 over HTTP, conflict to lindctl chat, nothing fed),
+    and serves new sessions with the new one."""
+    s = Server("tk", model=RWKV7, extra=["--http", "0"]).start()
+    chat(http_port(s), "k1", MSGS)
+    before = fed(s, "k1")
+    s.stop()
+    s.extra += ["--template", "raven"]
+    s.start()
+    st, j = chat_raw(http_port(s, nth=2), "k1", [{"role": "user", "content": "more"}])
+    msg = j.get("error", {}).get("message", "")
+    expect(st == 409 and "was started with chat template 'world'" in msg and "'raven'" in msg,
+           "HTTP with another template: %d %r" % (st, j))
+    r = subprocess.run([LINDCTL, "chat", "k1", "--socket", s.sock, "-n", "2"], input=b"again\n",
+                       capture_output=True, timeout=120 * SLOW)
+    expect(b"was started with chat template 'world'" in r.stderr, "lindctl chat: %r" % r.stderr[-600:])
+    expect(fed(s, "k1") == before, "nothing fed: %r" % fed(s, "k1"))
+    # Continued with the template it was started with: lindctl --template world.
+    r = subprocess.run([LINDCTL, "chat", "k1", "--socket", s.sock, "-n", "2", "--template", "world"],
+                       input=b"again\n", capture_output=True, timeout=120 * SLOW)
+    expect(r.returncode == 0 and fed(s, "k1").endswith(b"User: again\n\nAssistant:"),
+           "lindctl --template world: %d %r %r" % (r.returncode, r.stderr[-600:], fed(s, "k1")))
+    chat(http_port(s, nth=2), "k2", [{"role": "user", "content": "hi"}])
+    expect(fed(s, "k2") == b"User: hi\n\nAssistant:", "a new session gets raven: %r" % fed(s, "k2"))
+    s.stop()
 
 
 @case
