@@ -375,8 +375,8 @@ static int answer_without_running(scheduler *S, session *s, dmsg *m)
         template_label(S, r->chat_template, now, sizeof now);
         send_out(S, outmsg_error(m->conn, r->id, PE_CONFLICT,
                     "session '%s' was started with chat template %s; this request frames its text with %s; "
-                    "nothing ran (a session keeps its template: continue it with that one, or fork it "
-                    "into a new session)", s->name, was, now));
+                    "nothing ran (a session keeps its template: continue it with that one, or start a "
+                    "new session)", s->name, was, now));
     } else if (r->has_if_tokens && r->if_tokens != have) {
         send_out(S, outmsg_error(m->conn, r->id, PE_CONFLICT,
                     "session '%s' has %llu tokens, not the %llu this request expects (if_tokens); "

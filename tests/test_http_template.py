@@ -40,7 +40,8 @@ def chat_raw(port, session, messages, max_tokens=3):
     """(status, JSON answer) of a chat request on a named session."""
     body = json.dumps({"messages": messages, "max_tokens": max_tokens, "temperature": 0}).encode()
     r = subprocess.run(["curl", "-s", "-S", "--max-time", str(60 * SLOW), "-H", "Content-Type: application/json",
-                        "-H", "X-Lind-Session: " + session, "--data-binary", "@-", "-w", "\n%{http_code}",
+                        "-H", "X-Lind-Session: " + session if session else "X-None: 1", "--data-binary", "@-",
+                        "-w", "\n%{http_code}",
                         "http://127.0.0.1:%d/v1/chat/completions" % port],
                        input=body, capture_output=True, timeout=120 * SLOW)
     out, _, code = r.stdout.rpartition(b"\n")
@@ -143,6 +144,9 @@ def a_session_keeps_its_template():
     s = Server("tk", model=RWKV7, extra=["--http", "0"]).start()
     chat(http_port(s), "k1", MSGS)
     before = fed(s, "k1")
+    hist = [{"role": "user", "content": "hello"}]
+    hist.append({"role": "assistant", "content": chat(http_port(s), None, hist)})
+    hist.append({"role": "user", "content": "and then"})
     s.stop()
     s.extra += ["--template", "raven"]
     s.start()
@@ -159,6 +163,13 @@ def a_session_keeps_its_template():
                        input=b"again\n", capture_output=True, timeout=120 * SLOW)
     expect(r.returncode == 0 and fed(s, "k1").endswith(b"User: again\n\nAssistant:"),
            "lindctl --template world: %d %r %r" % (r.returncode, r.stderr[-600:], fed(s, "k1")))
+    # A stateless client resending its history is not refused: under another
+    # template it is another conversation, fed whole into a fresh session.
+    st, j = chat_raw(http_port(s, nth=2), None, hist)
+    expect(st == 200, "stateless history after the change: %d %r" % (st, j))
+    got = fed(s, j["lind"]["session"])
+    expect(got.startswith(b"User: hello\n\nAssistant:") and got.endswith(b"User: and then\n\nAssistant:"),
+           "the whole conversation, as raven: %r" % got)
     chat(http_port(s, nth=2), "k2", [{"role": "user", "content": "hi"}])
     expect(fed(s, "k2") == b"User: hi\n\nAssistant:", "a new session gets raven: %r" % fed(s, "k2"))
     s.stop()
