@@ -174,6 +174,29 @@ static void chat_use_model_template(chat *ch, int say)
     if (say) notice("chat template \"%s\" served by the daemon (--template none turns it off)", t.name);
 }
 
+/* The session keeps the template it was started with (info's
+ * chat_template, docs/PROTOCOL.md): a built-in one is taken up unless the
+ * user chose a template; otherwise say that the daemon will refuse
+ * messages framed with another. */
+static void chat_keep_session_template(chat *ch, const msgpack_object *info)
+{
+    uint64_t h = 0;
+    char name[64] = "";
+    if (lindc_get_u64(info, "chat_template", &h) || !h || h == ch->tpl.hash) return;
+    lindc_get_strcpy(info, "chat_template_name", name, sizeof name);
+    chat_template t;
+    char err[256];
+    if (!ch->tpl_chosen && name[0] && chat_template_load(&t, name, err, sizeof err) == 0 && t.hash == h) {
+        chat_template_free(&ch->tpl);
+        ch->tpl = t;
+        notice("session \"%s\" was started with chat template \"%s\"; continuing with it", ch->session, name);
+        return;
+    }
+    notice("session \"%s\" was started with chat template %s%s%s(%08llx), not \"%s\": the daemon refuses "
+           "messages framed with another (--template or /set template)", ch->session, name[0] ? "\"" : "",
+           name, name[0] ? "\" " : "", (unsigned long long)h, ch->tpl.name);
+}
+
 /* Enter ch->session: ask for its info, show where it stands and set what
  * the template needs to know (is it new, how does its stream end).
  * `first`: show the transcript tail. Returns 0, or a lindc code when the
@@ -231,6 +254,7 @@ static int chat_enter(chat *ch, int first)
             ch->after_reply = !strcmp(role, "out");
         }
         ch->system_pending = ch->system != NULL && tokens <= 1;
+        chat_keep_session_template(ch, ev.map);
     } else {
         notice("reconnected; session \"%s\" is at %llu tokens", ch->session, (unsigned long long)tokens);
     }

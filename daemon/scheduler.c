@@ -1198,6 +1198,7 @@ static void on_request(scheduler *S, dmsg *m)
                     return;
                 }
                 m->rinfo.seed = s->meta.sampler.p.seed;
+                m->rinfo.chat_template = s->meta.chat_template;
             }
         }
         forward(S, m);

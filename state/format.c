@@ -440,12 +440,26 @@ int state_decode(const model *m, const uint8_t *blob, size_t len,
     return rc;
 }
 
-int state_peek_seed(const uint8_t *blob, size_t len, uint64_t *seed)
+/* The checks of a peek: magic, version, header check. */
+static int peek_ok(const uint8_t *blob, size_t len)
 {
     if (len < 96 || memcmp(blob, state_magic, 8)) return len < 96 ? STATE_E_TRUNCATED : STATE_E_MAGIC;
     uint32_t version = le_get32(blob + 8);
     if (version == 0 || version > STATE_FORMAT_VERSION) return STATE_E_VERSION;
     if (le_get32(blob + 60) != (uint32_t)XXH64(blob, 60, 0)) return STATE_E_CHECKSUM;
-    *seed = le_get64(blob + 88);   /* sampler params: ..., u32 chat template, u64 seed */
     return 0;
+}
+
+int state_peek_seed(const uint8_t *blob, size_t len, uint64_t *seed)
+{
+    int rc = peek_ok(blob, len);
+    if (rc == 0) *seed = le_get64(blob + 88);   /* sampler params: ..., u32 chat template, u64 seed */
+    return rc;
+}
+
+int state_peek_chat_template(const uint8_t *blob, size_t len, uint32_t *hash)
+{
+    int rc = peek_ok(blob, len);
+    if (rc == 0) *hash = le_get32(blob + 84);
+    return rc;
 }

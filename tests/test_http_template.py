@@ -154,15 +154,22 @@ def a_session_keeps_its_template():
     msg = j.get("error", {}).get("message", "")
     expect(st == 409 and "was started with chat template 'world'" in msg and "'raven'" in msg,
            "HTTP with another template: %d %r" % (st, j))
-    r = subprocess.run([LINDCTL, "chat", "k1", "--socket", s.sock, "-n", "2"], input=b"again\n",
-                       capture_output=True, timeout=120 * SLOW)
+    expect(fed(s, "k1") == before, "nothing fed: %r" % fed(s, "k1"))
+    c = Client(s.sock)
+    inf = c.call("info", session="k1")
+    c.close()
+    expect(inf.get("chat_template_name") == "world" and inf.get("chat_template"), "info: %r" % inf)
+    # lindctl chat told to frame with raven: refused by the daemon, nothing fed.
+    r = subprocess.run([LINDCTL, "chat", "k1", "--socket", s.sock, "-n", "2", "--template", "raven"],
+                       input=b"again\n", capture_output=True, timeout=120 * SLOW)
     expect(b"was started with chat template 'world'" in r.stderr, "lindctl chat: %r" % r.stderr[-600:])
     expect(fed(s, "k1") == before, "nothing fed: %r" % fed(s, "k1"))
-    # Continued with the template it was started with: lindctl --template world.
-    r = subprocess.run([LINDCTL, "chat", "k1", "--socket", s.sock, "-n", "2", "--template", "world"],
-                       input=b"again\n", capture_output=True, timeout=120 * SLOW)
-    expect(r.returncode == 0 and fed(s, "k1").endswith(b"User: again\n\nAssistant:"),
-           "lindctl --template world: %d %r %r" % (r.returncode, r.stderr[-600:], fed(s, "k1")))
+    # Without --template, lindctl chat takes up the session's (a built-in).
+    r = subprocess.run([LINDCTL, "chat", "k1", "--socket", s.sock, "-n", "2"], input=b"again\n",
+                       capture_output=True, timeout=120 * SLOW)
+    expect(r.returncode == 0 and b'started with chat template "world"; continuing with it' in r.stderr and
+           fed(s, "k1").endswith(b"User: again\n\nAssistant:"),
+           "lindctl chat on the session's template: %d %r %r" % (r.returncode, r.stderr[-600:], fed(s, "k1")))
     # A stateless client resending its history is not refused: under another
     # template it is another conversation, fed whole into a fresh session.
     st, j = chat_raw(http_port(s, nth=2), None, hist)
