@@ -275,6 +275,7 @@ int lindc_generate(lindc *c, const lindc_gen_opts *o, uint64_t *id)
     if (o->ignore_eos >= 0) lindc_req_bool(&r, "ignore_eos", o->ignore_eos);
     if (o->request_id) lindc_req_str(&r, "request_id", o->request_id);
     if (o->has_if_tokens) lindc_req_u64(&r, "if_tokens", o->if_tokens);
+    if (o->chat_template) lindc_req_u64(&r, "chat_template", o->chat_template);
     int rc = lindc_send(c, &r, id);
     lindc_req_free(&r);
     return rc;

@@ -46,7 +46,7 @@ static void usage(FILE *f)
 "  /set KEY VALUE            temperature, top-k, top-p, repetition-penalty,\n"
 "                            repetition-window, seed, max-tokens, stop (S... or\n"
 "                            none; \\n \\t \\\\ are escapes), system (TEXT or none),\n"
-"                            template (none, raven or a FILE)\n"
+"                            template (none, raven, world or a FILE)\n"
 "  /show session|settings|model\n"
 "  /fork NAME                copy this session to NAME (you stay here)\n"
 "  /switch NAME              go to session NAME (created on first use)\n"
@@ -171,7 +171,30 @@ static void chat_use_model_template(chat *ch, int say)
     chat_template_free(&ch->tpl);
     ch->tpl = t;
     if (!ch->system && t.default_system) ch->system = strdup(t.default_system);
-    if (say) notice("chat template \"%s\" from the model directory (--template none turns it off)", t.name);
+    if (say) notice("chat template \"%s\" served by the daemon (--template none turns it off)", t.name);
+}
+
+/* The session keeps the template it was started with (info's
+ * chat_template, docs/PROTOCOL.md): a built-in one is taken up unless the
+ * user chose a template; otherwise say that the daemon will refuse
+ * messages framed with another. */
+static void chat_keep_session_template(chat *ch, const msgpack_object *info)
+{
+    uint64_t h = 0;
+    char name[64] = "";
+    if (lindc_get_u64(info, "chat_template", &h) || !h || h == ch->tpl.hash) return;
+    lindc_get_strcpy(info, "chat_template_name", name, sizeof name);
+    chat_template t;
+    char err[256];
+    if (!ch->tpl_chosen && name[0] && chat_template_load(&t, name, err, sizeof err) == 0 && t.hash == h) {
+        chat_template_free(&ch->tpl);
+        ch->tpl = t;
+        notice("session \"%s\" was started with chat template \"%s\"; continuing with it", ch->session, name);
+        return;
+    }
+    notice("session \"%s\" was started with chat template %s%s%s(%08llx), not \"%s\": the daemon refuses "
+           "messages framed with another (--template or /set template)", ch->session, name[0] ? "\"" : "",
+           name, name[0] ? "\" " : "", (unsigned long long)h, ch->tpl.name);
 }
 
 /* Enter ch->session: ask for its info, show where it stands and set what
@@ -231,6 +254,7 @@ static int chat_enter(chat *ch, int first)
             ch->after_reply = !strcmp(role, "out");
         }
         ch->system_pending = ch->system != NULL && tokens <= 1;
+        chat_keep_session_template(ch, ev.map);
     } else {
         notice("reconnected; session \"%s\" is at %llu tokens", ch->session, (unsigned long long)tokens);
     }
@@ -533,6 +557,7 @@ static int chat_turn(chat *ch, const char *text, size_t len)
     o.n_stop = chat_stops(ch, stops);
     o.stop = stops;
     o.progress = isatty(2);
+    o.chat_template = ch->tpl.hash;   /* the session keeps its template; another is refused */
     int progress_shown = 0;
     uint64_t id;
     ctl_interrupted = 0;
@@ -777,7 +802,7 @@ static void chat_show_settings(chat *ch)
     fputc('\n', f);
     show_text(f, "system", ch->system);
     fprintf(f, "template           %s%s\n", ch->tpl.name,
-            ch->tpl_chosen ? "" : ch->model_template ? " (the model's)" : " (default)");
+            ch->tpl_chosen ? "" : ch->model_template ? " (the daemon's)" : " (default)");
     show_text(f, "  user", ch->tpl.user);
     if (ch->tpl.system) show_text(f, "  system", ch->tpl.system);
     if (ch->tpl.assistant_end) show_text(f, "  assistant_end", ch->tpl.assistant_end);
@@ -884,8 +909,19 @@ static void chat_show_model(chat *ch)
     fprintf(ch->ui, "parameters         %llu (d_model %llu, %llu layers)\n", (unsigned long long)params,
             (unsigned long long)d, (unsigned long long)layers);
     fprintf(ch->ui, "state bytes        %llu per session\n", (unsigned long long)sb);
-    fprintf(ch->ui, "chat template      %s\n", lindc_get(m, "chat_template") ? "lind_chat.json (in the model directory)"
-                                                                             : "(none in the model directory)");
+    /* The daemon's: --template, the model directory's lind_chat.json or the
+     * family's built-in (docs/DAEMON.md). */
+    chat_template t;
+    char why[256];
+    if (!ch->model_template)
+        fprintf(ch->ui, "chat template      (none: the daemon serves the typed text as it is)\n");
+    else if (chat_template_from_json(&t, ch->model_template, strlen(ch->model_template), "the daemon's",
+                                     why, sizeof why) == 0) {
+        fprintf(ch->ui, "chat template      %s (the daemon's)\n", t.name);
+        chat_template_free(&t);
+    } else {
+        fprintf(ch->ui, "chat template      (the daemon's does not parse: %s)\n", why);
+    }
 }
 
 static void chat_save(chat *ch, const char *path)

@@ -118,6 +118,16 @@ int chat_template_from_json(chat_template *t, const char *json, size_t len, cons
         }
         memcpy(t->stop[t->n_stop++], json_string_value(s), n + 1);
     }
+    {   /* FNV-1a over what renders: each field, NUL-terminated, absent ones as "\1" */
+        const char *const parts[] = { "user", "system", "assistant_end", "default_system" };
+        uint32_t h = 2166136261u;
+        for (size_t k = 0; k < 4 + t->n_stop; k++) {
+            const char *v = k < 4 ? json_string_value(json_object_get(j, parts[k])) : t->stop[k - 4];
+            if (!v) v = "\1";
+            for (size_t i = 0; i <= strlen(v); i++) h = (h ^ (unsigned char)v[i]) * 16777619u;
+        }
+        t->hash = h ? h : 1;
+    }
     const char *name = json_string_value(json_object_get(j, "name"));
     snprintf(t->name, sizeof t->name, "%s", name ? name : origin);
     if (dup_field(j, "user", &t->user) || dup_field(j, "system", &t->system) ||
@@ -142,11 +152,46 @@ static const struct { const char *name, *json, *about; } builtins[] = {
                "\"user\":\"User: {prompt}\\n\\nAssistant:\",\"assistant_end\":\"\\n\\n\","
                "\"stop\":[\"\\n\\nUser:\"]}",
       "RWKV Raven: \"User: ...\\n\\nAssistant:\", stops at \"\\n\\nUser:\"" },
+    { "world", "{\"name\":\"world\",\"system\":\"System: {system}\\n\\n\","
+               "\"user\":\"User: {prompt}\\n\\nAssistant:\",\"assistant_end\":\"\\n\\n\","
+               "\"stop\":[\"\\n\\nUser:\"]}",
+      "RWKV World/G1: \"System: ...\\n\\nUser: ...\\n\\nAssistant:\", stops at \"\\n\\nUser:\"" },
 };
+
+#define N_BUILTINS (sizeof builtins / sizeof builtins[0])
+
+const char *chat_template_builtin(const char *name)
+{
+    for (size_t i = 0; i < N_BUILTINS; i++)
+        if (!strcmp(name, builtins[i].name)) return builtins[i].json;
+    return NULL;
+}
+
+const char *chat_template_for_family(const char *format)
+{
+    if (!strcmp(format, "hf-rwkv4")) return "raven";
+    if (!strcmp(format, "rwkv7-pth")) return "world";
+    return NULL;
+}
+
+const char *chat_template_builtin_name(uint32_t h)
+{
+    for (size_t i = 0; i < N_BUILTINS; i++) {
+        chat_template t;
+        char err[64];
+        if (chat_template_from_json(&t, builtins[i].json, strlen(builtins[i].json), builtins[i].name, err,
+                                    sizeof err) == 0) {
+            uint32_t th = t.hash;
+            chat_template_free(&t);
+            if (th == h) return builtins[i].name;
+        }
+    }
+    return NULL;
+}
 
 void chat_template_list(FILE *f)
 {
-    for (size_t i = 0; i < sizeof builtins / sizeof builtins[0]; i++)
+    for (size_t i = 0; i < N_BUILTINS; i++)
         fprintf(f, "  %-8s %s\n", builtins[i].name, builtins[i].about);
 }
 
@@ -156,34 +201,61 @@ int chat_template_parse(chat_template *t, const char *json, char *err, size_t er
     return chat_template_from_json(t, json, strlen(json), "lind_chat.json", err, errlen);
 }
 
+int chat_template_read(const char *spec, char **json, char *err, size_t errlen)
+{
+    *json = NULL;
+    const char *b = chat_template_builtin(spec);
+    char *buf;
+    size_t n;
+    int rc = 0;
+    if (b) {
+        n = strlen(b);
+        if (!(buf = strdup(b))) { snprintf(err, errlen, "out of memory"); return -ENOMEM; }
+    } else {
+        FILE *f = fopen(spec, "rb");
+        if (!f) {
+            snprintf(err, errlen, "template '%s' is neither a built-in (none, raven, world) nor a readable "
+                     "file: %s", spec, strerror(errno));
+            return -ENOENT;
+        }
+        if (!(buf = malloc(CHAT_TEMPLATE_MAX + 1))) {
+            fclose(f);
+            snprintf(err, errlen, "out of memory");
+            return -ENOMEM;
+        }
+        n = fread(buf, 1, CHAT_TEMPLATE_MAX + 1, f);
+        int rd_err = ferror(f);
+        fclose(f);
+        if (rd_err) {
+            snprintf(err, errlen, "cannot read template file %s", spec);
+            rc = -EIO;
+        } else if (n > CHAT_TEMPLATE_MAX) {
+            snprintf(err, errlen, "template file %s is over %d bytes", spec, CHAT_TEMPLATE_MAX);
+            rc = -EFBIG;
+        } else if (memchr(buf, 0, n)) {
+            snprintf(err, errlen, "template file %s holds a NUL byte", spec);
+            rc = -EINVAL;
+        } else {
+            buf[n] = 0;
+        }
+    }
+    if (rc == 0) {   /* the full checks, so what is returned parses */
+        chat_template t;
+        if ((rc = chat_template_from_json(&t, buf, n, spec, err, errlen)) == 0)
+            chat_template_free(&t);
+    }
+    if (rc) free(buf);
+    else *json = buf;
+    return rc;
+}
+
 int chat_template_load(chat_template *t, const char *spec, char *err, size_t errlen)
 {
-    for (size_t i = 0; i < sizeof builtins / sizeof builtins[0]; i++)
-        if (!strcmp(spec, builtins[i].name))
-            return chat_template_from_json(t, builtins[i].json, strlen(builtins[i].json),
-                                           builtins[i].name, err, errlen);
-    FILE *f = fopen(spec, "rb");
-    if (!f) {
-        snprintf(err, errlen, "template '%s' is neither a built-in (none, raven) nor a readable file: %s",
-                 spec, strerror(errno));
-        return -ENOENT;
-    }
-    char *buf = malloc(CHAT_TEMPLATE_MAX + 1);
-    if (!buf) { fclose(f); snprintf(err, errlen, "out of memory"); return -ENOMEM; }
-    size_t n = fread(buf, 1, CHAT_TEMPLATE_MAX + 1, f);
-    int rd_err = ferror(f);
-    fclose(f);
-    int rc;
-    if (rd_err) {
-        snprintf(err, errlen, "cannot read template file %s", spec);
-        rc = -EIO;
-    } else if (n > CHAT_TEMPLATE_MAX) {
-        snprintf(err, errlen, "template file %s is over %d bytes", spec, CHAT_TEMPLATE_MAX);
-        rc = -EFBIG;
-    } else {
-        rc = chat_template_from_json(t, buf, n, spec, err, errlen);
-    }
-    free(buf);
+    char *json;
+    int rc = chat_template_read(spec, &json, err, errlen);
+    if (rc) return rc;
+    rc = chat_template_from_json(t, json, strlen(json), spec, err, errlen);
+    free(json);
     return rc;
 }
 

@@ -8,8 +8,9 @@
  * a file given to lindctl, docs/LINDCTL.md): "user" with {prompt}, optional
  * "system" with {system}, "assistant_end", "stop" (up to PROTO_MAX_STOPS
  * strings of 1..PROTO_MAX_STOP_LEN bytes), "default_system", "name". HF's
- * Jinja chat_template is not run. Built-ins: "none" ("{prompt}\n") and
- * "raven".
+ * Jinja chat_template is not run. Built-ins: "none" ("{prompt}\n"),
+ * "raven" (RWKV-4 Raven) and "world" (RWKV World / RWKV-7 G1: "System: ..."
+ * then "User: ...\n\nAssistant:" turns separated by "\n\n").
  *
  * Rendering: a system message framed by "system" (else on a line of its
  * own), a user message framed by "user" (its final newline dropped), an
@@ -39,6 +40,10 @@ typedef struct chat_template {
     char  *default_system;    /* the system prompt when none is given, or NULL */
     size_t n_stop;
     char   stop[PROTO_MAX_STOPS][PROTO_MAX_STOP_LEN + 1];
+    uint32_t hash;            /* what the template does (its patterns, stops and default
+                               * system prompt; not its name): never 0. A session records
+                               * the hash of the template its chat turns are framed with
+                               * (the `chat_template` field of generate/append) */
 } chat_template;
 
 /* Parse the JSON format (len bytes); `origin` names it in errors, which
@@ -48,10 +53,22 @@ int  chat_template_from_json(chat_template *t, const char *json, size_t len, con
 /* The daemon's: a model directory's lind_chat.json text, or the "none"
  * template when json is NULL. As chat_template_from_json. */
 int  chat_template_parse(chat_template *t, const char *json, char *err, size_t errlen);
-/* A built-in name ("none", "raven") or a template file's path: 0,
+/* A built-in name ("none", "raven", "world") or a template file's path: 0,
  * -EINVAL, -ENOENT (neither), -EIO, -EFBIG (over CHAT_TEMPLATE_MAX). */
 int  chat_template_load(chat_template *t, const char *spec, char *err, size_t errlen);
+/* As chat_template_load, but *json gets the template's JSON text (malloc'd,
+ * NUL-terminated, checked as chat_template_from_json does): what the daemon
+ * serves for `lind serve --template` and reports in hello. */
+int  chat_template_read(const char *spec, char **json, char *err, size_t errlen);
+/* A built-in's JSON text, or NULL for a name that is not one. */
+const char *chat_template_builtin(const char *name);
+/* The built-in a model family was trained with, by lind_config.format:
+ * "raven" for "hf-rwkv4", "world" for "rwkv7-pth"; NULL for lind's own
+ * models (their training text is the user's choice). */
+const char *chat_template_for_family(const char *format);
 void chat_template_free(chat_template *t);
+/* The name of the built-in whose hash is h, or NULL. */
+const char *chat_template_builtin_name(uint32_t h);
 /* Print the built-ins, one a line. */
 void chat_template_list(FILE *f);
 

@@ -974,7 +974,7 @@ static void after_generate(hreq *h)
             hbuf r = { 0 };
             reply_text(c, &r);
             if (httpreq_conv_name(h->messages, json_array_size(h->messages), r.p ? r.p : "", r.n,
-                                  c->fork_to, sizeof c->fork_to) != 0)
+                                  h->hs->tpl.hash, c->fork_to, sizeof c->fork_to) != 0)
                 c->fork_to[0] = 0;
             hbuf_free(&r);
         }

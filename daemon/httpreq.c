@@ -367,8 +367,8 @@ static int parse_common(httpreq *r, json_t *j, const httpreq_limits *lim, httpre
     return collect_ignored(r, j, lim, e);
 }
 
-int httpreq_conv_name(json_t *messages, size_t n, const char *reply, size_t reply_len, char *out,
-                      size_t outlen)
+int httpreq_conv_name(json_t *messages, size_t n, const char *reply, size_t reply_len, uint32_t tpl,
+                      char *out, size_t outlen)
 {
     XXH64_state_t *st = XXH64_createState();
     if (!st) return -ENOMEM;
@@ -391,6 +391,8 @@ int httpreq_conv_name(json_t *messages, size_t n, const char *reply, size_t repl
         XXH64_update(st, reply, reply_len);
         XXH64_update(st, "", 1);
     }
+    uint8_t th[4] = { (uint8_t)tpl, (uint8_t)(tpl >> 8), (uint8_t)(tpl >> 16), (uint8_t)(tpl >> 24) };
+    XXH64_update(st, th, 4);
     snprintf(out, outlen, "chat-%016llx", (unsigned long long)XXH64_digest(st));
     XXH64_freeState(st);
     return 0;
@@ -419,7 +421,7 @@ static int parse_chat(httpreq *r, json_t *j, const httpreq_limits *lim, httpreq_
     }
     const char *cont = r->prev[0] ? r->prev : r->name[0] ? r->name : NULL;
     if (!cont && k > 0) {
-        int rc = httpreq_conv_name(msgs, k, NULL, 0, r->prefix, sizeof r->prefix);
+        int rc = httpreq_conv_name(msgs, k, NULL, 0, tpl->hash, r->prefix, sizeof r->prefix);
         if (rc == -ENOMEM) return oom(e);
         if (rc) r->prefix[0] = 0;   /* a bad message: chat_render names it below */
         else cont = r->prefix;
@@ -436,6 +438,7 @@ static int parse_chat(httpreq *r, json_t *j, const httpreq_limits *lim, httpreq_
     if (rc) return bad(e, "messages", "%s", err);
     r->new_text = (uint8_t *)txt;
     r->new_len = n;
+    r->gen.chat_template = tpl->hash;   /* the session records it, or refuses another */
     if (!r->prev[0] && !r->name[0] && k > 0) {
         /* Stateless with history: the whole conversation too, in case no
          * stored session holds its prefix. */

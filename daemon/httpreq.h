@@ -92,10 +92,12 @@ int  httpreq_parse(httpreq *r, httpreq_kind kind, const char *body, size_t len, 
 void httpreq_free(httpreq *r);
 
 /* The name of the stored session holding a conversation: chat- and the
- * xxh64 of messages[0..n) (role and text of each) and, when reply is not
- * NULL, the assistant's reply. -EINVAL for a message without role or text,
- * -ENOMEM. */
-int  httpreq_conv_name(json_t *messages, size_t n, const char *reply, size_t reply_len, char *out,
-                       size_t outlen);
+ * xxh64 of messages[0..n) (role and text of each), when reply is not
+ * NULL the assistant's reply, and the hash of the chat template `tpl` they
+ * are rendered with (a conversation under another template is another
+ * session: a session keeps its template). -EINVAL for a message without
+ * role or text, -ENOMEM. */
+int  httpreq_conv_name(json_t *messages, size_t n, const char *reply, size_t reply_len, uint32_t tpl,
+                       char *out, size_t outlen);
 
 #endif

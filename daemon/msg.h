@@ -54,6 +54,7 @@ typedef struct resident_info {
     int64_t  created_ms;
     uint8_t *transcript; size_t transcript_len;   /* encoded, owned */
     uint64_t seed;            /* the sampler's seed, when resident */
+    uint32_t chat_template;   /* its recorded chat template hash, when resident (0: none) */
 } resident_info;
 
 typedef struct dmsg {

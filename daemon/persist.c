@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "daemon/chat.h"
 #include "daemon/errors.h"
 #include "daemon/http.h"
 #include "daemon/lease.h"
@@ -366,8 +367,8 @@ static void do_request(worker *W, dmsg *m)
         size_t trl = m->rinfo.resident ? m->rinfo.transcript_len : ld.transcript_len;
         transcript tr;
         if (decode_transcript(&tr, m->rinfo.resident ? m->rinfo.transcript : ld.transcript, trl) != 0 ||
-            evlist_reserve_result(l, 16 + 3 * transcript_count(&tr),
-                                  STORE_NAME_MAX + 3 * transcript_count(&tr) + trl) != 0) {
+            evlist_reserve_result(l, 18 + 3 * transcript_count(&tr),
+                                  STORE_NAME_MAX + 64 + 3 * transcript_count(&tr) + trl) != 0) {
             transcript_free(&tr);
             store_loaded_free(&ld);
             rc = -ENOMEM;
@@ -378,6 +379,15 @@ static void do_request(worker *W, dmsg *m)
         int has_seed = m->rinfo.resident || (stored && state_peek_seed(ld.state, ld.state_len, &seed) == 0);
         evlist_result_begin(l, r->id);
         if (has_seed) evlist_put_u64(l, "seed", seed);
+        /* the chat template it keeps (docs/PROTOCOL.md, "Chat templates") */
+        uint32_t tpl = m->rinfo.chat_template;
+        if (!m->rinfo.resident && stored && state_peek_chat_template(ld.state, ld.state_len, &tpl) != 0) tpl = 0;
+        if (tpl) {
+            const char *tn = chat_template_builtin_name(tpl);
+            if (!tn && tpl == P->srv->chat_template_hash) tn = P->srv->chat_template_name;
+            evlist_put_u64(l, "chat_template", tpl);
+            if (tn) evlist_put_str(l, "chat_template_name", tn);
+        }
         evlist_put_str(l, "session", r->session);
         evlist_put_u64(l, "tokens", m->rinfo.resident ? m->rinfo.tokens : ld.tokens);
         evlist_put_u64(l, "state_bytes", P->srv->state_bytes);

@@ -303,7 +303,9 @@ static proto_code decode_generate(const msgpack_object *m, const proto_limits *l
 }
 
 /* The optional retry fields of generate/append: `request_id` (str or bin,
- * 1..64 bytes, UTF-8 without control characters) and `if_tokens`. */
+ * 1..64 bytes, UTF-8 without control characters) and `if_tokens`; and
+ * `chat_template` (1..2^32-1: the hash of the chat template the text is
+ * framed with, daemon/chat.h). */
 static proto_code get_retry(const msgpack_object *o, proto_request *r, proto_error *err)
 {
     const msgpack_object *v = field(o, "request_id");
@@ -325,6 +327,10 @@ static proto_code get_retry(const msgpack_object *o, proto_request *r, proto_err
             return fail(err, PE_BAD_REQUEST, "field 'request_id': %s", why);
         }
     }
+    uint64_t tpl = 0;
+    proto_code c = get_uint(o, "chat_template", 1, UINT32_MAX, 0, &tpl, NULL, err);
+    if (c) return c;
+    r->chat_template = (uint32_t)tpl;
     return get_uint(o, "if_tokens", 0, UINT64_MAX, 0, &r->if_tokens, &r->has_if_tokens, err);
 }
 

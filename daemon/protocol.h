@@ -74,6 +74,9 @@ typedef struct proto_request {
                                * turnlog_params_hash */
     int      has_if_tokens;
     uint64_t if_tokens;
+    uint32_t chat_template;   /* generate/append: the hash of the chat template the text is
+                               * framed with (daemon/chat.h), 0: raw text. A session
+                               * records the first; another is refused with conflict */
     int      has_ignore_eos, ignore_eos;      /* generate: go on past the model's end token */
     /* generate, set only by the HTTP front door (docs/HTTP.md; the socket
      * has no such fields): OpenAI's penalties over the tokens this turn

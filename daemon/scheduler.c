@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "daemon/chat.h"
 #include "daemon/errors.h"
 #include "daemon/msg.h"
 #include "daemon/session.h"
@@ -319,6 +320,16 @@ static int tokenize_turn(scheduler *S, session *s, const proto_request *r, int32
 
 static uint64_t session_tokens(const session *s);
 
+/* A chat template hash as the messages name it: a built-in's name, or
+ * the daemon's own, with the hash. */
+static void template_label(const scheduler *S, uint32_t h, char *out, size_t n)
+{
+    const char *b = chat_template_builtin_name(h);
+    if (!b && h == S->srv->chat_template_hash) b = S->srv->chat_template_name;
+    if (b) snprintf(out, n, "'%s' (%08x)", b, h);
+    else snprintf(out, n, "%08x (a template file)", h);
+}
+
 /* A turn request that need not run (docs/PROTOCOL.md, "Retries"): a retry
  * of a committed turn gets that turn's recorded answer again; one whose
  * if_tokens is not the session's count gets `conflict`. 1: answered here
@@ -358,6 +369,14 @@ static int answer_without_running(scheduler *S, session *s, dmsg *m)
                 send_out(S, outmsg_error(m->conn, r->id, PE_INTERNAL, "out of memory replaying request_id '%s'",
                             r->request_id));
         }
+    } else if (r->chat_template && s->meta.chat_template && r->chat_template != s->meta.chat_template) {
+        char was[96], now[96];
+        template_label(S, s->meta.chat_template, was, sizeof was);
+        template_label(S, r->chat_template, now, sizeof now);
+        send_out(S, outmsg_error(m->conn, r->id, PE_CONFLICT,
+                    "session '%s' was started with chat template %s; this request frames its text with %s; "
+                    "nothing ran (a session keeps its template: continue it with that one, or start a "
+                    "new session)", s->name, was, now));
     } else if (r->has_if_tokens && r->if_tokens != have) {
         send_out(S, outmsg_error(m->conn, r->id, PE_CONFLICT,
                     "session '%s' has %llu tokens, not the %llu this request expects (if_tokens); "
@@ -379,6 +398,8 @@ static void begin_turn(scheduler *S, session *s, dmsg *m)
 {
     proto_request *r = &m->req;
     if (answer_without_running(S, s, m)) return;
+    if (r->chat_template && !s->meta.chat_template)
+        s->meta.chat_template = r->chat_template;   /* saved with this turn's commit */
     turn *t = calloc(1, sizeof *t);
     cconn *c = cconn_get(S, m->conn);
     int32_t *feed = NULL;
@@ -1195,6 +1216,7 @@ static void on_request(scheduler *S, dmsg *m)
                     return;
                 }
                 m->rinfo.seed = s->meta.sampler.p.seed;
+                m->rinfo.chat_template = s->meta.chat_template;
             }
         }
         forward(S, m);

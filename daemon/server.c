@@ -90,7 +90,7 @@ static const char usage[] =
     "                  [--db-idle-tx-timeout MS] [--db-reconnect MS]\n"
     "                  [--http [ADDR:]PORT] [--http-token-file PATH] [--http-max-body BYTES]\n"
     "                  [--http-max-header BYTES] [--http-idle-timeout S]\n"
-    "                  [--http-stream-interval MS]\n"
+    "                  [--http-stream-interval MS] [--template NAME|FILE]\n"
     "                  [--response-ttl D] [--session-ttl D] [--max-store-bytes BYTES]";
 
 void server_usage(FILE *f)
@@ -102,7 +102,12 @@ void server_usage(FILE *f)
         "options:\n"
         "  --model DIR            model directory (docs/MODEL.md); default ./models/default when\n"
         "                         there is one, else the installed PREFIX/share/lind/models/default.\n"
-        "                         Its lind_chat.json, if any, is the chat template hello reports\n"
+        "                         Its lind_chat.json, if any, is the chat template (see --template)\n"
+        "  --template NAME|FILE   the chat template HTTP chat and lindctl chat frame turns with\n"
+        "                         (docs/LINDCTL.md): a built-in (none, raven, world) or a JSON\n"
+        "                         file. Default: the model directory's lind_chat.json, else the\n"
+        "                         family's built-in (raven for HF RWKV-4, world for RWKV-7 .pth),\n"
+        "                         else none\n"
         "  --config FILE          read options from FILE first: lines 'key = value' whose keys are\n"
         "                         these long options without '--' (bos = true for a flag), '#'\n"
         "                         comments; options on the command line win\n"
@@ -216,6 +221,7 @@ static int template_ok(const char *json, const char *path)
 
 static void load_chat_template(server *srv)
 {
+    snprintf(srv->chat_template_from, sizeof srv->chat_template_from, "lind_chat.json");
     char path[1100];
     snprintf(path, sizeof path, "%s/lind_chat.json", srv->opt.model_dir);
     FILE *f = fopen(path, "rb");
@@ -306,6 +312,8 @@ static int parse_one(const char *a, const char *v, server_options *o, char *err,
     } else if (!strcmp(a, "--http")) {
         struct sockaddr_storage sa;
         if ((rc = http_parse_addr(v, &sa, err, errlen)) == 0) o->http_addr = v;
+    } else if (!strcmp(a, "--template")) {
+        o->chat_template = v;
     } else if (!strcmp(a, "--http-token-file")) {
         o->http_token_file = v;
     } else if (!strcmp(a, "--http-max-body")) {
@@ -963,7 +971,17 @@ int server_main(int argc, char **argv)
                                   .max_tokens = srv->opt.max_tokens };
     if (!realpath(srv->opt.model_dir, srv->model_path))
         snprintf(srv->model_path, sizeof srv->model_path, "%s", srv->opt.model_dir);
-    load_chat_template(srv);
+    if (srv->opt.chat_template) {
+        if (chat_template_read(srv->opt.chat_template, &srv->chat_template, err, sizeof err) != 0) {
+            lind_log(REQLOG_ERROR, "start", "--template: %s", err);
+            reqlog_close(&srv->log);
+            free(srv);
+            return 2;
+        }
+        snprintf(srv->chat_template_from, sizeof srv->chat_template_from, "--template");
+    } else {
+        load_chat_template(srv);
+    }
 
     uv_loop_t loop;
     conn_table conns;
@@ -1018,6 +1036,26 @@ int server_main(int argc, char **argv)
     if ((rc = scheduler_start(srv, &sched, err, sizeof err)) != 0) {
         lind_log(REQLOG_ERROR, "start", "cannot load model: %s", err);
         goto out;
+    }
+    if (!srv->chat_template) {   /* the family's built-in, now that the model says its family */
+        const char *fam = model_config(srv->m)->format;
+        const char *b = chat_template_for_family(fam);
+        if (b && !(srv->chat_template = strdup(chat_template_builtin(b)))) {
+            lind_log(REQLOG_ERROR, "start", "out of memory");
+            goto out;
+        }
+        snprintf(srv->chat_template_from, sizeof srv->chat_template_from, "%s",
+                 b ? "the model family's built-in" : "the default");
+    }
+    {
+        chat_template t;
+        char why[256];
+        if (chat_template_parse(&t, srv->chat_template, why, sizeof why) == 0) {
+            srv->chat_template_hash = t.hash;
+            snprintf(srv->chat_template_name, sizeof srv->chat_template_name, "%s", t.name);
+            lind_log(REQLOG_INFO, "model", "chat template %s (%s)", t.name, srv->chat_template_from);
+            chat_template_free(&t);
+        }
     }
     int shared = lease_store_shared(srv->opt.db_path);
     lease_node_id(srv->opt.node_id, shared, srv->node_id, sizeof srv->node_id);

@@ -78,6 +78,8 @@ typedef struct server_options {
                                   connection to come back, default 10000 */
     const char *http_addr;     /* --http [ADDR:]PORT: the HTTP front door (docs/HTTP.md); NULL = off */
     const char *http_token_file; /* --http-token-file: clients must send this bearer token */
+    const char *chat_template; /* --template NAME|FILE: the chat template, over lind_chat.json
+                                  and the family's built-in; NULL = not given */
     size_t   http_max_body;    /* --http-max-body: request body bytes, default 1 MiB */
     size_t   http_max_header;  /* --http-max-header: request header bytes, default 16 KiB */
     unsigned http_idle_timeout; /* --http-idle-timeout S: close an idle or slow-sending client, default 30 */
@@ -124,7 +126,13 @@ typedef struct server {
     uint64_t       fingerprint;
     char           backend[16];
     char           model_path[1024];
-    char          *chat_template;  /* the model directory's lind_chat.json (NUL-terminated), or NULL */
+    char          *chat_template;  /* the served chat template's JSON (NUL-terminated), or NULL
+                                    * (none: "{prompt}\n"): --template, else the model
+                                    * directory's lind_chat.json, else the model family's
+                                    * built-in (chat_template_for_family) */
+    char           chat_template_from[128];  /* where it came from, for the start-up log */
+    uint32_t       chat_template_hash;       /* its chat_template.hash (the "none" one's when NULL) */
+    char           chat_template_name[64];
     reqlog         log;            /* one line per finished turn (daemon/reqlog.h) */
     int            d_model, n_layers;
     size_t         params;

@@ -15,7 +15,10 @@
  *    60  u32 header check: low 32 bits of xxh64 of bytes 0..59, so a
  *        damaged size field reads as damage, not as truncation
  *    64  sampler params: f32 temperature, i32 top_k, f32 top_p,
- *        f32 rep_penalty, i32 rep_window, u32 zero, u64 seed
+ *        f32 rep_penalty, i32 rep_window, u32 chat template (the
+ *        hash of the template the session's chat turns are framed with,
+ *        0 = none recorded; written as 0 before lind recorded it, and
+ *        ignored by a lind that does not, so no version change), u64 seed
  *    96  sampler RNG: 4 × u64
  *   128  u32 window length, u32 window position
  *   136  window: 256 × i32 token ids
@@ -277,6 +280,7 @@ int state_encode(const model *m, const state_meta *meta, const void *raw,
     putf(b + 72, sp->p.top_p);
     putf(b + 76, sp->p.rep_penalty);
     le_put32(b + 80, (uint32_t)sp->p.rep_window);
+    le_put32(b + 84, meta->chat_template);
     le_put64(b + 88, sp->p.seed);
     for (int i = 0; i < 4; i++)
         le_put64(b + 96 + 8 * i, sp->rng[i]);
@@ -412,6 +416,7 @@ int state_decode(const model *m, const uint8_t *blob, size_t len,
     sp->p.top_p = getf(blob + 72);
     sp->p.rep_penalty = getf(blob + 76);
     sp->p.rep_window = (int32_t)le_get32(blob + 80);
+    mt->chat_template = le_get32(blob + 84);
     sp->p.seed = le_get64(blob + 88);
     for (int i = 0; i < 4; i++)
         sp->rng[i] = le_get64(blob + 96 + 8 * i);
@@ -435,12 +440,26 @@ int state_decode(const model *m, const uint8_t *blob, size_t len,
     return rc;
 }
 
-int state_peek_seed(const uint8_t *blob, size_t len, uint64_t *seed)
+/* The checks of a peek: magic, version, header check. */
+static int peek_ok(const uint8_t *blob, size_t len)
 {
     if (len < 96 || memcmp(blob, state_magic, 8)) return len < 96 ? STATE_E_TRUNCATED : STATE_E_MAGIC;
     uint32_t version = le_get32(blob + 8);
     if (version == 0 || version > STATE_FORMAT_VERSION) return STATE_E_VERSION;
     if (le_get32(blob + 60) != (uint32_t)XXH64(blob, 60, 0)) return STATE_E_CHECKSUM;
-    *seed = le_get64(blob + 88);   /* sampler params: ..., u32 zero, u64 seed */
     return 0;
+}
+
+int state_peek_seed(const uint8_t *blob, size_t len, uint64_t *seed)
+{
+    int rc = peek_ok(blob, len);
+    if (rc == 0) *seed = le_get64(blob + 88);   /* sampler params: ..., u32 chat template, u64 seed */
+    return rc;
+}
+
+int state_peek_chat_template(const uint8_t *blob, size_t len, uint32_t *hash)
+{
+    int rc = peek_ok(blob, len);
+    if (rc == 0) *hash = le_get32(blob + 84);
+    return rc;
 }

@@ -50,6 +50,10 @@ typedef struct state_meta {
                                 [0, SAMPLER_VOCAB_MAX): one the model lacks is
                                 never penalized) */
     uint32_t tail_len;  uint8_t tail[TOKENIZER_TAIL_MAX];   /* text not yet tokenized (recurrent/tokenizer.h) */
+    uint32_t chat_template;  /* the hash (daemon/chat.h chat_template.hash) of the chat
+                                template the session's chat turns are framed with;
+                                0: none recorded (raw text only, or saved before lind
+                                recorded it) */
 } state_meta;
 
 /* Encode. `raw` is model_state_bytes(m) bytes read from a slot. Fails with
@@ -79,6 +83,9 @@ int state_check_finite(const model_state_region *r, int nr, const void *raw, cha
  * a stored session): checks the magic, the version and the header check,
  * not the whole checksum. 0, or a STATE_E_* code. */
 int state_peek_seed(const uint8_t *blob, size_t len, uint64_t *seed);
+/* The chat template hash recorded in a blob (state_meta.chat_template; 0:
+ * none), read as state_peek_seed reads the seed. */
+int state_peek_chat_template(const uint8_t *blob, size_t len, uint32_t *hash);
 
 /* A short, stable, lowercase word for an error code above ("checksum", ...).
  * Checks run in this order, so the first fault found is the one reported:

@@ -179,7 +179,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
          * takes it: every message was rendered (so checked) unless a named
          * session holds those before the last reply. */
         char out[STORE_NAME_MAX + 1];
-        int hr = httpreq_conv_name(r.messages, json_array_size(r.messages), "ok", 2, out, sizeof out);
+        int hr = httpreq_conv_name(r.messages, json_array_size(r.messages), "ok", 2, 1, out, sizeof out);
         if (hr == 0 ? strncmp(out, "chat-", 5) != 0 : (hr != -EINVAL || !r.name[0])) abort();
     } else if (r.messages || r.full_text || r.prefix[0]) {
         abort();

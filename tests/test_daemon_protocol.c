@@ -119,6 +119,16 @@ static void generate_fields(void)
           && r.sp.temperature > 0.79f && r.sp.top_p == 1.0f, "defaults");
     proto_request_free(&r);
 
+    /* chat_template: the framing's hash, 1..2^32-1 (docs/PROTOCOL.md) */
+    CHECK(r.chat_template == 0, "no chat template by default");
+    begin(4); ks("op", "generate"); ku("id", 2); ks("session", "s"); ku("chat_template", 0xfeedbeefu);
+    CHECK(parse(&r, &e) == PE_OK && r.chat_template == 0xfeedbeefu, "chat_template: %s", e.msg);
+    proto_request_free(&r);
+    begin(4); ks("op", "generate"); ku("id", 2); ks("session", "s"); ku("chat_template", 0);
+    CHECK(parse(&r, &e) == PE_BAD_REQUEST && strstr(e.msg, "chat_template"), "chat_template 0: %s", e.msg);
+    begin(4); ks("op", "generate"); ku("id", 2); ks("session", "s"); ku("chat_template", 1ull << 32);
+    CHECK(parse(&r, &e) == PE_BAD_REQUEST && strstr(e.msg, "chat_template"), "chat_template 2^32: %s", e.msg);
+
     begin(4); ks("op", "generate"); ku("id", 3); ks("session", "s"); ku("max_tokens", 5000);
     CHECK(parse(&r, &e) == PE_LIMIT && e.id == 3, "max_tokens over limit: %s", e.msg);
     begin(4); ks("op", "generate"); ku("id", 3); ks("session", "s"); ks("max_tokens", "9");

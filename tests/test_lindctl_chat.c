@@ -492,14 +492,14 @@ static void chat_model_template(void)
     CHECK(harness_start(&H) == 0, "restart with the template");
     term t;
     CHECK(term_open(&t, "tm", "4") == 0, "forkpty");
-    CHECK(term_expect(&t, "chat template \"qa\" from the model directory", 20), "banner: %s", tail(&t));
+    CHECK(term_expect(&t, "chat template \"qa\" served by the daemon", 20), "banner: %s", tail(&t));
     CHECK(term_expect(&t, "you> ", 10), "prompt: %s", tail(&t));
     term_send(&t, "hi\r");
     CHECK(term_expect(&t, "you> ", 20), "reply: %s", tail(&t));
     term_send(&t, "more\r");
     CHECK(term_expect(&t, "you> ", 20), "reply: %s", tail(&t));
     term_send(&t, "/show model\r");
-    CHECK(term_expect(&t, "lind_chat.json (in the model directory)", 10), "/show model: %s", tail(&t));
+    CHECK(term_expect(&t, "chat template      qa (the daemon's)", 10), "/show model: %s", tail(&t));
     term_send(&t, "\x04");
     CHECK(term_wait(&t, 20) == 0, "exits 0");
     term_close(&t);

@@ -41,6 +41,33 @@ static void raven_builtin(void)
     chat_template_free(&T);
 }
 
+/* RWKV World / RWKV-7 G1: "System: " framing, rounds separated by "\n\n". */
+static void world_builtin(void)
+{
+    char err[256];
+    CHECK(chat_template_load(&T, "world", err, sizeof err) == 0, "load: %s", err);
+    CHECK(!strcmp(T.name, "world") && T.n_stop == 1 && !strcmp(T.stop[0], "\n\nUser:"), "stop strings");
+    CHECK(fmt_is("Be brief.", 0, "", "Hi\n", "System: Be brief.\n\nUser: Hi\n\nAssistant:"), "first turn");
+    CHECK(fmt_is(NULL, 1, " Hello.\n\nUser:", "And?\n", " And?\n\nAssistant:"), "after a stop");
+    CHECK(fmt_is(NULL, 1, " Hello and", "And?\n", "\n\nUser: And?\n\nAssistant:"), "after length");
+    chat_template_free(&T);
+}
+
+/* The daemon's default per model family, and the JSON text it serves. */
+static void family_defaults(void)
+{
+    CHECK(!strcmp(chat_template_for_family("hf-rwkv4"), "raven"), "HF RWKV-4: raven");
+    CHECK(!strcmp(chat_template_for_family("rwkv7-pth"), "world"), "RWKV-7 .pth: world");
+    CHECK(chat_template_for_family("lind") == NULL, "lind's own: none chosen");
+    CHECK(chat_template_builtin("nothing") == NULL, "not a built-in");
+    char *json = NULL, err[256];
+    CHECK(chat_template_read("world", &json, err, sizeof err) == 0 && json, "read world: %s", err);
+    CHECK(json && !strcmp(json, chat_template_builtin("world")), "the built-in's text");
+    free(json);
+    CHECK(chat_template_read("/nonexistent/t.json", &json, err, sizeof err) == -ENOENT && !json &&
+          strstr(err, "none, raven, world"), "neither: %s", err);
+}
+
 static void none_builtin(void)
 {
     char err[256];
@@ -88,6 +115,8 @@ static void file_format_errors(void)
 int main(void)
 {
     RUN(raven_builtin);
+    RUN(world_builtin);
+    RUN(family_defaults);
     RUN(none_builtin);
     RUN(file_format_errors);
     return check_exit();

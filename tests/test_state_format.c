@@ -98,6 +98,7 @@ static void resume_continues_exactly(void)
     sampler_observe(&mt.sampler, 'l');
     memcpy(mt.tail, "ld \xe2\x82", 5);   /* "ld " and the first two bytes of a UTF-8 character */
     mt.tail_len = 5;
+    mt.chat_template = 0x9e3779b9u;   /* the session's chat template hash */
     uint8_t *blob = NULL;
     size_t len = 0;
     char err[256] = "";
@@ -116,6 +117,7 @@ static void resume_continues_exactly(void)
     CHECK(mb.tokens == 11 && mb.pending_token == 'x', "tokens/pending");
     CHECK(same_sampler(&mb.sampler, &mt.sampler), "sampler (params, RNG, window) identical");
     CHECK(mb.tail_len == 5 && memcmp(mb.tail, "ld \xe2\x82", 5) == 0, "text tail: %u bytes", mb.tail_len);
+    CHECK(mb.chat_template == 0x9e3779b9u, "chat template hash: %08x", mb.chat_template);
     int w = (int)((mb.sampler.wpos + SAMPLER_WINDOW_MAX - 2) % SAMPLER_WINDOW_MAX);
     CHECK(mb.sampler.window[w] == SAMPLER_VOCAB_MAX - 1 &&
           mb.sampler.window[(w + SAMPLER_WINDOW_MAX - 1) % SAMPLER_WINDOW_MAX] == 300, "window ids > 255");
@@ -501,7 +503,8 @@ static void v1_blobs_decode(void)
         }
         const sampler *sp = &mt.sampler;
         CHECK(mt.tokens == (uint64_t)json_integer_value(json_object_get(o, "tokens")) &&
-                  mt.pending_token == (int)json_integer_value(json_object_get(o, "pending_token")) && mt.tail_len == 0,
+                  mt.pending_token == (int)json_integer_value(json_object_get(o, "pending_token")) && mt.tail_len == 0 &&
+                  mt.chat_template == 0,
               "%s: tokens %llu pending %d tail %u", names[c], (unsigned long long)mt.tokens, mt.pending_token,
               mt.tail_len);
         CHECK(sp->p.temperature == (float)json_number_value(json_object_get(o, "temperature")) &&

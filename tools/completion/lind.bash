@@ -12,6 +12,7 @@ _lind()
         --socket|--db|--config|--log-file) COMPREPLY=($(compgen -f -- "$cur")); return ;;
         --backend) COMPREPLY=($(compgen -W "cpu cuda auto" -- "$cur")); return ;;
         --sync) COMPREPLY=($(compgen -W "full normal" -- "$cur")); return ;;
+        --template) COMPREPLY=($(compgen -W "none raven world" -f -- "$cur")); return ;;
         -p|--prompt|-n|--temperature|--top-k|--top-p|--seed|--rep-penalty|--rep-window|\
         --after-generate|--segment|--warm|--max-batch|--seconds|--max-resident|--max-message|--max-tokens|\
         --transcript-bytes|--max-output|--prompt-chunk|--max-inflight|--threads) return ;;
@@ -33,7 +34,7 @@ _lind()
         generate) COMPREPLY=($(compgen -W "--model --backend --threads --prompt -n $sampling --help" -- "$cur")) ;;
         serve) COMPREPLY=($(compgen -W "--config --model --socket --db --backend --threads --log-file --max-batch --max-resident
                    --max-message --max-tokens --sync --transcript-bytes --max-output --prompt-chunk
-                   --max-inflight --help --version" -- "$cur")) ;;
+                   --max-inflight --http --template --help --version" -- "$cur")) ;;
         bench-step) COMPREPLY=($(compgen -W "--model --backend --threads --max-batch --seconds --warm --help" -- "$cur")) ;;
     esac
 }

@@ -32,7 +32,7 @@ _lindctl()
         --repetition-window|--stop|--system|--sessions|--tokens|--connections|--windows|\
         --text|--prefix) return ;;
     esac
-    if [[ $prev == --template ]]; then COMPREPLY=($(compgen -W "none raven" -f -- "$cur")); return; fi
+    if [[ $prev == --template ]]; then COMPREPLY=($(compgen -W "none raven world" -f -- "$cur")); return; fi
     local common="--socket --help"
     case $cmd in
         "")
