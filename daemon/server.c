@@ -799,7 +799,7 @@ static void on_hup(uv_signal_t *h, int signum)
 static void on_signal(uv_signal_t *h, int signum)
 {
     server *srv = h->data;
-    if (srv->stopping) return;
+    if (srv->stopping || !shutdown_msg) return;
     srv->stopping = 1;
     notify_systemd("STOPPING=1");
     lind_log(REQLOG_INFO, "signal", "%s: finishing turns at a token boundary and saving", strsignal(signum));
@@ -1100,6 +1100,13 @@ int server_main(int argc, char **argv)
     }
     char where[600];   /* the store as logs may show it: a URI without its password */
     snprintf(where, sizeof where, "%s", store_where(st));
+    /* Signals are caught from before the socket exists: a client may connect
+     * (into the backlog) as soon as it is bound and then send SIGTERM, which
+     * must stop the daemon cleanly, not kill it. The callbacks run in
+     * uv_run, after start-up; a failed start-up closes the handles first. */
+    uv_signal_start(&srv->sigterm, on_signal, SIGTERM);
+    uv_signal_start(&srv->sigint, on_signal, SIGINT);
+    uv_signal_start(&srv->sighup, on_hup, SIGHUP);   /* reopen the log, go on serving */
     if ((rc = listen_on(srv, err, sizeof err)) != 0) {
         lind_log(REQLOG_ERROR, "start", "%s", err);
         goto out;
@@ -1114,9 +1121,6 @@ int server_main(int argc, char **argv)
         lind_log(REQLOG_ERROR, "start", "cannot start the store threads: %s", err);
         goto out;
     }
-    uv_signal_start(&srv->sigterm, on_signal, SIGTERM);
-    uv_signal_start(&srv->sigint, on_signal, SIGINT);
-    uv_signal_start(&srv->sighup, on_hup, SIGHUP);   /* reopen the log, go on serving */
     uv_timer_start(&srv->tick, on_tick, 250, 250);
     char q[4][1200];
     lind_log_kv(REQLOG_INFO, "start", "model=%s backend=%s params=%zu state_bytes=%zu socket=%s store=%s pid=%d",
