@@ -1361,6 +1361,9 @@ static void send_metrics(hreq *h, const evlist *l, const event *e)
     put_metric(&b, "lind_http_requests_in_flight", "gauge", "HTTP requests being answered",
                (double)hs->nreq);
     put_budget(&b, hs->srv);
+    char *sp = NULL;   /* node id, leases, moved/conflict, store health (daemon/stats.c) */
+    size_t sn = 0;
+    if (stats_prometheus_store(st, hs->srv->node_id, &sp, &sn) == 0) { hbuf_put(&b, sp, sn); free(sp); }
     put_metric(&b, "lind_uptime_seconds", "gauge", "seconds since start",
                (double)(now_ns() - st->start_ns) / 1e9);
     free(st);

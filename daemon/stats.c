@@ -1,6 +1,8 @@
 /* daemon/stats.c — see stats.h. */
 #include "daemon/stats.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "daemon/msg.h"
@@ -85,6 +87,116 @@ void stats_queue(stats *s, uint64_t active, uint64_t waiting)
     s->turns_active = active;
     s->turns_waiting = waiting;
     pthread_mutex_unlock(&s->mu);
+}
+
+void stats_store_add(stats *s, const stats_store *d)
+{
+    pthread_mutex_lock(&s->mu);
+    stats_store *t = &s->store;
+    t->leases_held += d->leases_held;
+    t->lease_taken += d->lease_taken;
+    t->lease_renewals += d->lease_renewals;
+    t->lease_renew_failures += d->lease_renew_failures;
+    t->lease_lapses += d->lease_lapses;
+    t->reconnects += d->reconnects;
+    t->retries += d->retries;
+    t->err_connection += d->err_connection;
+    t->err_timeout += d->err_timeout;
+    t->err_other += d->err_other;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void stats_save_failed(stats *s, int sessions)
+{
+    pthread_mutex_lock(&s->mu);
+    s->save_failures += (uint64_t)sessions;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void stats_moved(stats *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->moved++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void stats_conflict(stats *s, int reason)
+{
+    if (reason < 0 || reason >= STATS_CONFLICTS) return;
+    pthread_mutex_lock(&s->mu);
+    s->conflicts[reason]++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void prom_head(FILE *f, const char *name, const char *type, const char *help)
+{
+    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void prom_one(FILE *f, const char *name, const char *type, const char *help, uint64_t v)
+{
+    prom_head(f, name, type, help);
+    fprintf(f, "%s %llu\n", name, (unsigned long long)v);
+}
+
+int stats_prometheus_store(const stats *st, const char *node_id, char **out, size_t *len)
+{
+    *out = NULL;
+    *len = 0;
+    FILE *f = open_memstream(out, len);
+    if (!f) return -ENOMEM;
+    prom_head(f, "lind_node_info", "gauge", "the node id this node takes leases as (--node-id), "
+              "always 1");
+    fputs("lind_node_info{node_id=\"", f);
+    for (const char *p = node_id ? node_id : ""; *p; p++) {   /* label value escapes */
+        if (*p == '\\' || *p == '"') fputc('\\', f);
+        if (*p == '\n') { fputs("\\n", f); continue; }
+        fputc(*p, f);
+    }
+    fputs("\"} 1\n", f);
+    const stats_store *c = &st->store;
+    prom_one(f, "lind_leases_held", "gauge", "session leases this node holds (sessions resident "
+             "or loading)", c->leases_held > 0 ? (uint64_t)c->leases_held : 0);
+    prom_one(f, "lind_leases_taken_total", "counter", "session leases taken (a session loaded "
+             "or deleted here)", c->lease_taken);
+    prom_one(f, "lind_lease_renewals_total", "counter", "lease renewals that succeeded",
+             c->lease_renewals);
+    prom_one(f, "lind_lease_renewal_failures_total", "counter", "lease renewals that could not "
+             "reach the store (retried in a tenth of --lease-ms)", c->lease_renew_failures);
+    prom_one(f, "lind_lease_lapses_total", "counter", "leases found lost (expired and taken by "
+             "another node, or released behind this node's back), at a renewal or a save",
+             c->lease_lapses);
+    prom_one(f, "lind_moved_total", "counter", "requests answered `moved` (the session is leased "
+             "by another node)", st->moved);
+    static const char *const why[STATS_CONFLICTS] = { "version", "lease", "if_tokens" };
+    prom_head(f, "lind_conflicts_total", "counter", "requests answered `conflict`, by reason: the "
+              "session's version moved on in the store, this node's lease was lost, if_tokens "
+              "did not match");
+    for (int i = 0; i < STATS_CONFLICTS; i++)
+        fprintf(f, "lind_conflicts_total{reason=\"%s\"} %llu\n", why[i],
+                (unsigned long long)st->conflicts[i]);
+    prom_one(f, "lind_store_saves_total", "counter", "sessions saved (a turn committed)", st->saves);
+    prom_one(f, "lind_store_save_failures_total", "counter", "sessions whose save failed (the "
+             "turn answered `io`; conflicts not counted)", st->save_failures);
+    prom_head(f, "lind_store_errors_total", "counter", "failed store calls by cause: the "
+              "connection lost or unreachable, a lock/statement/idle timeout (or a serialization "
+              "failure or deadlock), anything else");
+    fprintf(f, "lind_store_errors_total{kind=\"connection\"} %llu\n"
+               "lind_store_errors_total{kind=\"timeout\"} %llu\n"
+               "lind_store_errors_total{kind=\"other\"} %llu\n",
+            (unsigned long long)c->err_connection, (unsigned long long)c->err_timeout,
+            (unsigned long long)c->err_other);
+    prom_one(f, "lind_store_reconnects_total", "counter", "store connections re-opened after "
+             "being lost", c->reconnects);
+    prom_one(f, "lind_store_retries_total", "counter", "store statements run again on a new "
+             "connection after the old one was lost", c->retries);
+    if (fclose(f) != 0 || !*out) {
+        free(*out);
+        *out = NULL;
+        *len = 0;
+        return -ENOMEM;
+    }
+    return 0;
 }
 
 void stats_snapshot(stats *s, stats *out)

@@ -249,6 +249,11 @@ int  store_turn_get(store *s, const char *name, const char *request_id, uint8_t 
 typedef struct store_counters {
     uint64_t reconnects;   /* connections re-opened after being lost */
     uint64_t retries;      /* operations run again after a lost connection */
+    /* Failed calls, by cause (a name taken, -EEXIST, is an answer, not a
+     * failure): the connection lost or unreachable (reconnecting gave up
+     * included); a lock, statement or idle-in-transaction timeout, a
+     * serialization failure or deadlock (-EBUSY); anything else. */
+    uint64_t err_connection, err_timeout, err_other;
 } store_counters;
 void store_get_counters(const store *s, store_counters *out);
 
