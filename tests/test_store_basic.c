@@ -991,6 +991,12 @@ static void timeouts(void)
           "a single statement waits lock_timeout: %d %s", rc, err);
     rc = store_save(s, &r, 1, err, sizeof err);
     CHECK(rc == -EBUSY && strstr(err, "lock timeout"), "a save waits lock_timeout: %d %s", rc, err);
+    store_counters c;   /* /metrics: lind_store_errors_total{kind} */
+    store_get_counters(s, &c);
+    CHECK(c.err_timeout == 2 && c.err_connection == 0 && c.err_other == 0,
+          "two timeouts counted: timeout %llu connection %llu other %llu",
+          (unsigned long long)c.err_timeout, (unsigned long long)c.err_connection,
+          (unsigned long long)c.err_other);
     store_close(s);
     s = NULL;
     o.busy_timeout_ms = 60000;
@@ -1002,6 +1008,9 @@ static void timeouts(void)
         rc = store_lease_renew(s, "t1", "me", 60000, &l, err, sizeof err);
         CHECK(rc == -EBUSY && strstr(err, "statement timeout"), "statement_timeout, single: %d %s",
               rc, err);
+        store_get_counters(s, &c);
+        CHECK(c.err_timeout == 2 && c.err_other == 0, "statement timeouts counted: %llu %llu",
+              (unsigned long long)c.err_timeout, (unsigned long long)c.err_other);
     }
     PQclear(PQexec(locker, "ROLLBACK"));
     PQfinish(locker);
