@@ -43,8 +43,9 @@ LIND_PG_URI set (a libpq URI with %s for the database name).
 - scale_metrics_pg: the scale-out series of GET /metrics (docs/SCALE.md)
   on two nodes: node id; leases held equal to the resident sessions; a
   session another node holds answered `moved` and counted; if_tokens and a
-  lease taken from under a node (in the database) answered `conflict` and
-  counted by reason, the lease counted as lapsed and no longer held;
+  lease taken from under a node and a session written behind its back (in
+  the database) answered `conflict` and counted by reason, the lease
+  counted as lapsed;
   renewals counted; terminated database connections counted as reconnects.
 
 Waits are on events (a final answer, a token, a process exit); lease expiry
@@ -869,13 +870,22 @@ def scale_metrics_pg():
         psql(db, "UPDATE lind_leases SET owner = 'elsewhere' WHERE name = '%s'" % sessions[2])
         st, v = turn(c0, sessions[2], b"Still mine? ", 4)
         expect(st == "conflict", "a turn on a lease taken from under n0: %s %r" % (st, v))
+        # mt-1 written behind n0's back (its version moved on): conflict, reason version.
+        psql(db, "UPDATE lind_sessions SET version = version + 1 WHERE name = '%s'" % sessions[1])
+        st, v = turn(c0, sessions[1], b"Unchanged? ", 4)
+        expect(st == "conflict", "a turn on a session written elsewhere: %s %r" % (st, v))
         m = metrics(p0)
         for k, want in (('lind_conflicts_total{reason="if_tokens"}', 1),
                         ('lind_conflicts_total{reason="lease"}', 1),
-                        ('lind_conflicts_total{reason="version"}', 0),
-                        ("lind_lease_lapses_total", 1), ("lind_leases_held", 2),
+                        ('lind_conflicts_total{reason="version"}', 1),
+                        ("lind_lease_lapses_total", 1),
                         ("lind_store_saves_total", 3), ("lind_store_save_failures_total", 0)):
             expect(m[k] == want, "n0: %s is %r, not %r" % (k, m[k], want))
+        # Both copies dropped: the lapsed lease forgotten, the other given
+        # back; n0 holds mt-0 alone, its one resident session.
+        wait_metric(p0, "lind_leases_held", lambda x: x == 1, "n0 keeps only mt-0's lease")
+        m = metrics(p0)
+        expect(m["lind_sessions_resident"] == 1, "n0 resident: %r" % m["lind_sessions_resident"])
         # n1's short lease: renewed while its session stays resident.
         st, v = turn(c1, "mt-n1", b"Hello. ", 2)
         expect(st == "done", "mt-n1 on n1: %s %r" % (st, v))
