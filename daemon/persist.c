@@ -83,8 +83,8 @@ static void report(worker *W)
         .lease_taken = l->taken - o->taken, .lease_renewals = l->renewed - o->renewed,
         .lease_renew_failures = l->renew_failed - o->renew_failed, .lease_lapses = l->lost - o->lost,
         .reconnects = c.reconnects - p->reconnects, .retries = c.retries - p->retries,
-        .err_connection = c.err_connection - p->err_connection,
-        .err_timeout = c.err_timeout - p->err_timeout, .err_other = c.err_other - p->err_other,
+        .err_io = c.err_io - p->err_io,
+        .err_busy = c.err_busy - p->err_busy, .err_other = c.err_other - p->err_other,
     };
     if (!memcmp(&c, p, sizeof c) && d.leases_held == 0 && l->taken == o->taken &&
         l->renewed == o->renewed && l->renew_failed == o->renew_failed && l->lost == o->lost)

@@ -100,8 +100,8 @@ void stats_store_add(stats *s, const stats_store *d)
     t->lease_lapses += d->lease_lapses;
     t->reconnects += d->reconnects;
     t->retries += d->retries;
-    t->err_connection += d->err_connection;
-    t->err_timeout += d->err_timeout;
+    t->err_io += d->err_io;
+    t->err_busy += d->err_busy;
     t->err_other += d->err_other;
     pthread_mutex_unlock(&s->mu);
 }
@@ -178,13 +178,14 @@ int stats_prometheus_store(const stats *st, const char *node_id, char **out, siz
     prom_one(f, "lind_store_saves_total", "counter", "sessions saved (a turn committed)", st->saves);
     prom_one(f, "lind_store_save_failures_total", "counter", "sessions whose save failed (the "
              "turn answered `io`; conflicts not counted)", st->save_failures);
-    prom_head(f, "lind_store_errors_total", "counter", "failed store calls by cause: the "
-              "connection lost or unreachable, a lock/statement/idle timeout (or a serialization "
-              "failure or deadlock), anything else");
-    fprintf(f, "lind_store_errors_total{kind=\"connection\"} %llu\n"
+    prom_head(f, "lind_store_errors_total", "counter", "store calls that failed (after any "
+              "reconnect and retry), by kind: io (the database unreachable, the connection lost), "
+              "timeout (a lock, statement or busy timeout, a serialization failure or deadlock), "
+              "other");
+    fprintf(f, "lind_store_errors_total{kind=\"io\"} %llu\n"
                "lind_store_errors_total{kind=\"timeout\"} %llu\n"
                "lind_store_errors_total{kind=\"other\"} %llu\n",
-            (unsigned long long)c->err_connection, (unsigned long long)c->err_timeout,
+            (unsigned long long)c->err_io, (unsigned long long)c->err_busy,
             (unsigned long long)c->err_other);
     prom_one(f, "lind_store_reconnects_total", "counter", "store connections re-opened after "
              "being lost", c->reconnects);

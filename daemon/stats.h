@@ -40,7 +40,7 @@ enum { STATS_CONFLICT_VERSION, STATS_CONFLICT_LEASE, STATS_CONFLICT_IF_TOKENS, S
 typedef struct stats_store {
     int64_t  leases_held;
     uint64_t lease_taken, lease_renewals, lease_renew_failures, lease_lapses;
-    uint64_t reconnects, retries, err_connection, err_timeout, err_other;
+    uint64_t reconnects, retries, err_io, err_busy, err_other;
 } stats_store;
 
 typedef struct stats {

@@ -51,12 +51,13 @@ typedef struct store_ops {
     /* store_turn_get (store.h); arguments checked, out/len/version non-NULL. */
     int (*turn_get)(store *s, const char *name, const char *request_id, uint8_t **out,
                     size_t *len, uint64_t *version, char *err, size_t errlen);
-    /* NULL: zeros. */
+    /* reconnects and retries into out (NULL: zeros). */
     void (*counters)(const store *s, store_counters *out);
 } store_ops;
 
 struct store {
     const store_ops *ops;
+    uint64_t err_io, err_busy, err_other;   /* store.c: calls that failed (store_counters) */
 };
 
 /* SQLite implementation (state/store_sqlite.c). */

@@ -283,9 +283,6 @@ static int pg_fail(pg_store *s, const PGresult *r, char *err, size_t errlen, con
     char msg[512];
     const char *m = r && *PQresultErrorMessage(r) ? PQresultErrorMessage(r) : PQerrorMessage(s->conn);
     int code = map_result(s, r);
-    if (lost(s)) s->cnt.err_connection++;
-    else if (code == -EBUSY) s->cnt.err_timeout++;
-    else if (code != -EEXIST) s->cnt.err_other++;
     return errmsg_set(code, err, errlen, "store %s: %s: %s%s%s%s%s", s->desc, what,
                       trim(m, msg, sizeof msg), lost(s) ? " (connection lost" : "",
                       lost(s) && s->note[0] ? "; " : "", lost(s) ? s->note : "",
@@ -463,7 +460,6 @@ static int reconnect(pg_store *s, char *err, size_t errlen)
         }
         if (mono_ms() + delay > deadline) {
             char msg[512];
-            s->cnt.err_connection++;
             return errmsg_set(-EIO, err, errlen,
                               "store %s: connection lost; %d attempt%s to reconnect in %lld ms"
                               " failed (the store's reconnect time is %d ms), the last: %s",
@@ -645,7 +641,9 @@ static void pg_close(store *base)
 
 static void pg_counters(const store *base, store_counters *out)
 {
-    *out = ((const pg_store *)base)->cnt;
+    const pg_store *s = (const pg_store *)base;
+    out->reconnects = s->cnt.reconnects;
+    out->retries = s->cnt.retries;
 }
 
 /* The six session parameters of record r ($6 = expect when non-NULL). */
@@ -856,7 +854,6 @@ static int rows_outcome(pg_store *s, const store_record *recs, int n, const stor
         return 1;
     if (!ours)
         return 0;
-    s->cnt.err_connection++;
     return errmsg_set(-EIO, err, errlen, "store %s: the connection was lost during COMMIT and the"
                       " server restarted; %d of the group's rows are as the commit left them and %d"
                       " are not: the save may or may not have committed", s->desc, ours, others);
@@ -885,12 +882,10 @@ static int xact_outcome(pg_store *s, const char *xid, const char *started, const
                 return 0;   /* never reached the WAL */
             if (restarted && recs)
                 return rows_outcome(s, recs, n, res, now, err, errlen);
-            if (restarted) {
-                s->cnt.err_connection++;
+            if (restarted)
                 return errmsg_set(-EIO, err, errlen, "store %s: the connection was lost during"
                                   " COMMIT and the server restarted (transaction ids are reused):"
                                   " the statement may or may not have committed", s->desc);
-            }
             if (!strcmp(v, "committed"))
                 return 1;
             if (!strcmp(v, "aborted"))
@@ -908,7 +903,6 @@ static int xact_outcome(pg_store *s, const char *xid, const char *started, const
         }
         PQclear(r);
     }
-    s->cnt.err_connection++;
     return errmsg_set(-EIO, err, errlen, "store %s: the connection was lost during COMMIT and the"
                       " transaction's outcome is %s: the save may or may not have committed",
                       s->desc, last);

@@ -843,7 +843,7 @@ def scale_metrics_pg():
         for k in ("lind_leases_held", "lind_moved_total", 'lind_conflicts_total{reason="version"}',
                   'lind_conflicts_total{reason="lease"}', 'lind_conflicts_total{reason="if_tokens"}',
                   "lind_lease_renewals_total", "lind_lease_lapses_total", "lind_store_saves_total",
-                  'lind_store_errors_total{kind="connection"}', 'lind_store_errors_total{kind="timeout"}',
+                  'lind_store_errors_total{kind="io"}', 'lind_store_errors_total{kind="timeout"}',
                   "lind_store_reconnects_total", "lind_store_retries_total"):
             expect(m.get(k) == 0, "%s on a fresh node: %r" % (k, m.get(k)))
         sessions = ["mt-%d" % i for i in range(3)]
