@@ -46,7 +46,9 @@ LIND_PG_URI set (a libpq URI with %s for the database name).
   lease taken from under a node and a session written behind its back (in
   the database) answered `conflict` and counted by reason, the lease
   counted as lapsed;
-  renewals counted; terminated database connections counted as reconnects.
+  renewals counted; terminated database connections counted as reconnects
+  (and no failed call); a load failed with the database down counted as
+  an io error.
 
 Waits are on events (a final answer, a token, a process exit); lease expiry
 is waited for by the nodes themselves (--lease-wait) or by retrying `moved`
@@ -833,7 +835,7 @@ def scale_metrics_pg():
     # n0: a lease far longer than the case (never renewed, never lapsing by
     # itself); n1: a short one, renewed every third.
     n0 = node("mt0", db, "n0", int(600000 * SLOW), http)
-    n1 = node("mt1", db, "n1", int(1500 * SLOW), http)
+    n1 = node("mt1", db, "n1", int(1500 * SLOW), http + ["--db-reconnect", "300"])
     try:
         p0, p1 = http_port(n0), http_port(n1)
         c0, c1 = Client(n0.sock), Client(n1.sock)
@@ -899,6 +901,22 @@ def scale_metrics_pg():
         m = metrics(p0)
         expect(m["lind_store_reconnects_total"] >= 1, "n0 reconnects: %r" % m["lind_store_reconnects_total"])
         expect(m["lind_store_saves_total"] == 5, "saves: %r" % m["lind_store_saves_total"])
+        expect(m['lind_store_errors_total{kind="io"}'] == 0, "n0 io errors: %r" %
+               m['lind_store_errors_total{kind="io"}'])
+        # The database down: n1 (--db-reconnect 300) fails a new session's
+        # load with io, counted; the database back, n1 serves it.
+        before = metrics(p1)['lind_store_errors_total{kind="io"}']
+        pg_stop()
+        try:
+            st, v = turn(c1, "mt-down", b"Anyone? ", 2)
+            expect(st == "io", "a load with the database down: %s %r" % (st, v))
+        finally:
+            pg_start()
+        m1 = metrics(p1)   # (/metrics itself asks the store for sessions_stored)
+        expect(m1['lind_store_errors_total{kind="io"}'] >= before + 1, "n1 io errors: %r -> %r" %
+               (before, m1['lind_store_errors_total{kind="io"}']))
+        st, v = turn(c1, "mt-down", b"Anyone? ", 2)
+        expect(st == "done", "the database back: %s %r" % (st, v))
         c0.close()
         c1.close()
     finally:
