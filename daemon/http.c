@@ -1351,7 +1351,8 @@ static void send_metrics(hreq *h, const evlist *l, const event *e)
     put_hist(&b, "lind_store_commit_seconds", "store commit latency (one group of turns)", &st->save_h);
     put_metric(&b, "lind_sessions_resident", "gauge", "sessions in model slots or loading",
                (double)st->sessions_resident);
-    put_metric(&b, "lind_sessions_stored", "gauge", "sessions in the store", (double)stored);
+    if (sf && sf->type == EVV_U64)   /* nil: the store could not count them */
+        put_metric(&b, "lind_sessions_stored", "gauge", "sessions in the store", (double)stored);
     put_metric(&b, "lind_turns_running", "gauge", "turns in the compute thread's batch",
                (double)st->turns_active);
     put_metric(&b, "lind_queue_depth", "gauge", "sessions waiting for a load or a model slot",

@@ -234,7 +234,7 @@ static void put_lat(evlist *ev, const char *key, const lat_series *l, float *tmp
     evlist_close(ev);
 }
 
-int stats_result(stats *s, evlist *ev, uint64_t stored, const char *backend)
+int stats_result(stats *s, evlist *ev, const uint64_t *stored, const char *backend)
 {
     static const char *const bucket[STATS_BUCKETS] = {
         "1", "2-3", "4-7", "8-15", "16-31", "32-63", "64-127", "128-255",
@@ -244,7 +244,8 @@ int stats_result(stats *s, evlist *ev, uint64_t stored, const char *backend)
     evlist_put_f64(ev, "uptime_s", (double)(now_ns() - s->start_ns) / 1e9);
     evlist_put_u64(ev, "connections", s->connections);
     evlist_put_u64(ev, "sessions_resident", s->sessions_resident);
-    evlist_put_u64(ev, "sessions_stored", stored);
+    if (stored) evlist_put_u64(ev, "sessions_stored", *stored);
+    else evlist_put_nil(ev, "sessions_stored");   /* the store could not count them */
     evlist_put_u64(ev, "tokens_in", s->tokens_in);
     evlist_put_u64(ev, "tokens_out", s->tokens_out);
     evlist_put_u64(ev, "steps", s->steps);

@@ -81,11 +81,11 @@ int  stats_prometheus_store(const stats *snap, const char *node_id, char **out, 
 /* A consistent copy of everything (taken under the lock). */
 void stats_snapshot(stats *s, stats *out);
 /* Put the `stats` result's fields (docs/PROTOCOL.md) into the result being
- * built in l (evlist_result_begin); `stored` and `backend` come from the
- * caller. At most STATS_RESULT_FIELDS fields (containers included) and
+ * built in l (evlist_result_begin); `stored` (NULL: unknown, the store
+ * failed to count; nil in the result) and `backend` come from the caller. At most STATS_RESULT_FIELDS fields (containers included) and
  * strlen(backend) bytes, for evlist_reserve_result. Returns the result's
  * sticky code (daemon/event.h). */
 #define STATS_RESULT_FIELDS (8 + 1 + STATS_BUCKETS + 2 * 6 + 1)
-int  stats_result(stats *s, evlist *l, uint64_t stored, const char *backend);
+int  stats_result(stats *s, evlist *l, const uint64_t *stored, const char *backend);
 
 #endif

@@ -910,9 +910,11 @@ def scale_metrics_pg():
         try:
             st, v = turn(c1, "mt-down", b"Anyone? ", 2)
             expect(st == "io", "a load with the database down: %s %r" % (st, v))
+            m1 = metrics(p1)   # served with the database down, without sessions_stored
+            expect("lind_sessions_stored" not in m1 and "lind_sessions_resident" in m1,
+                   "/metrics with the database down: %r" % sorted(m1)[:8])
         finally:
             pg_start()
-        m1 = metrics(p1)   # (/metrics itself asks the store for sessions_stored)
         expect(m1['lind_store_errors_total{kind="io"}'] >= before + 1, "n1 io errors: %r -> %r" %
                (before, m1['lind_store_errors_total{kind="io"}']))
         st, v = turn(c1, "mt-down", b"Anyone? ", 2)
