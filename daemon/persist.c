@@ -408,10 +408,9 @@ static void do_request(worker *W, dmsg *m)
         /* The counters are answered with the store down too (then without
          * the stored count): that is when /metrics' store errors matter. */
         size_t n = 0;
-        uint64_t stored = 0;
         int crc = store_count(W->st, &n, err, sizeof err);
+        uint64_t stored = n;
         err[0] = 0;
-        stored = n;
         report(W);
         evlist_result_begin(l, r->id);
         stats_result(&P->srv->st, l, crc == 0 ? &stored : NULL, P->srv->backend);
