@@ -598,8 +598,11 @@ int cmd_stats(const ctl_opts *g0, int argc, char **argv)
     printf("%-14s %llu\n", "connections", (unsigned long long)v1);
     v1 = v2 = 0;
     lindc_get_u64(ev.map, "sessions_resident", &v1);
-    lindc_get_u64(ev.map, "sessions_stored", &v2);
-    printf("%-14s %llu resident, %llu stored\n", "sessions", (unsigned long long)v1, (unsigned long long)v2);
+    if (lindc_get_u64(ev.map, "sessions_stored", &v2) == 0)
+        printf("%-14s %llu resident, %llu stored\n", "sessions", (unsigned long long)v1, (unsigned long long)v2);
+    else   /* nil: the store could not count them */
+        printf("%-14s %llu resident, stored unknown (the store did not answer)\n", "sessions",
+               (unsigned long long)v1);
     v1 = v2 = 0;
     lindc_get_u64(ev.map, "tokens_in", &v1);
     lindc_get_u64(ev.map, "tokens_out", &v2);

@@ -1357,7 +1357,8 @@ static void send_metrics(hreq *h, const evlist *l, const event *e)
     put_hist(&b, "lind_store_commit_seconds", "store commit latency (one group of turns)", &st->save_h);
     put_metric(&b, "lind_sessions_resident", "gauge", "sessions in model slots or loading",
                (double)st->sessions_resident);
-    put_metric(&b, "lind_sessions_stored", "gauge", "sessions in the store", (double)stored);
+    if (sf && sf->type == EVV_U64)   /* nil: the store could not count them */
+        put_metric(&b, "lind_sessions_stored", "gauge", "sessions in the store", (double)stored);
     put_metric(&b, "lind_store_bytes", "gauge", "sessions' state and transcript bytes at the last "
                "collection (retention; 0 when off)", (double)atomic_load(&hs->srv->store_bytes));
     put_metric(&b, "lind_store_refusing_turns", "gauge", "1 while new turns get insufficient_storage "
@@ -1372,6 +1373,9 @@ static void send_metrics(hreq *h, const evlist *l, const event *e)
     put_metric(&b, "lind_http_requests_in_flight", "gauge", "HTTP requests being answered",
                (double)hs->nreq);
     put_budget(&b, hs->srv);
+    char *sp = NULL;   /* node id, leases, moved/conflict, store health (daemon/stats.c) */
+    size_t sn = 0;
+    if (stats_prometheus_store(st, hs->srv->node_id, &sp, &sn) == 0) { hbuf_put(&b, sp, sn); free(sp); }
     put_metric(&b, "lind_uptime_seconds", "gauge", "seconds since start",
                (double)(now_ns() - st->start_ns) / 1e9);
     free(st);

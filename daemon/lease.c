@@ -74,6 +74,7 @@ int lease_set_add(lease_set *ls, const char *name, uint64_t now)
         snprintf(e->name, sizeof e->name, "%s", name);
         *pp = e;
         ls->count++;
+        ls->taken++;
     }
     (*pp)->due_ns = now + period_ns(ls);
     return 0;
@@ -95,6 +96,13 @@ int lease_set_has(const lease_set *ls, const char *name)
     return *slot(ls, name) != NULL;
 }
 
+int lease_set_lost(lease_set *ls, const char *name)
+{
+    if (!lease_set_remove(ls, name)) return 0;
+    ls->lost++;
+    return 1;
+}
+
 int lease_set_renew(lease_set *ls, store *st, uint64_t now,
                     void (*lost)(void *arg, const char *name, const char *holder), void *arg)
 {
@@ -110,12 +118,14 @@ int lease_set_renew(lease_set *ls, store *st, uint64_t now,
                 if (rc == -ENOLCK) {
                     *pp = e->next;
                     ls->count--;
+                    ls->lost++;
                     if (lost) lost(arg, e->name, cur.owner);
                     free(e);
                     continue;
                 }
                 /* renewed; or the store failed: try again in a tenth of
                  * the ttl (a save meanwhile is fenced by the lease anyway) */
+                if (rc == 0) ls->renewed++; else ls->renew_failed++;
                 e->due_ns = now + (rc == 0 ? period_ns(ls) : (uint64_t)ls->ttl_ms * 100000ull);
             }
             if (!next || e->due_ns < next) next = e->due_ns;

@@ -43,6 +43,10 @@ typedef struct lease_set {
     size_t      nbuckets, count;
     const char *owner;         /* the node id (not owned) */
     int64_t     ttl_ms;
+    /* Since init, for /metrics (daemon/stats.h): leases taken (new to the
+     * set), renewed, renewals that failed (the store unreachable: retried),
+     * leases found lost (at a renewal, or by a fenced save: lease_set_lost). */
+    uint64_t    taken, renewed, renew_failed, lost;
 } lease_set;
 
 int  lease_set_init(lease_set *ls, const char *owner, int64_t ttl_ms);
@@ -52,6 +56,9 @@ int  lease_set_add(lease_set *ls, const char *name, uint64_t now);
 /* Forget `name` (no store call); 1 if it was there. */
 int  lease_set_remove(lease_set *ls, const char *name);
 int  lease_set_has(const lease_set *ls, const char *name);
+/* A save found the lease on `name` lost (refused by the store's fence):
+ * forget it, counted as lost; 1 if it was there. */
+int  lease_set_lost(lease_set *ls, const char *name);
 
 /* Renew every lease due at `now` through st. A lease found lost (-ENOLCK)
  * is forgotten and passed to lost(arg, name, holder) with the holder's name

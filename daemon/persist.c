@@ -48,6 +48,8 @@ typedef struct worker {
     lease_set leases;
     uint64_t  renew_at_ns;    /* next lease renewal due (0: none held) */
     uint64_t  beat_at_ns;     /* connection 0 on a shared store: next node heartbeat */
+    lease_set told_leases;    /* the lease counts and store counters as last reported */
+    store_counters told_store;   /* (report: only their counts are used) */
     wait_load *waits;
     qnode    *done_head, *done_tail;   /* M_LOADED held until the batch ends */
     store_record recs[SAVE_GROUP_MAX];
@@ -79,6 +81,35 @@ static void disk_room(struct worker *W);
 static void send_out(persist *P, outmsg *o)
 {
     if (o) queue_push(&P->srv->loopq, &o->node);
+}
+
+/* Add what this connection and its lease set counted since the last
+ * report to the server's stats (this thread owns both). Called before
+ * answers leave, so a client that saw an answer sees its counts. */
+static void report(worker *W)
+{
+    lease_set *l = &W->leases, *o = &W->told_leases;
+    store_counters c;
+    store_get_counters(W->st, &c);
+    const store_counters *p = &W->told_store;
+    stats_store d = {
+        .leases_held = (int64_t)l->count - (int64_t)o->count,
+        .lease_taken = l->taken - o->taken, .lease_renewals = l->renewed - o->renewed,
+        .lease_renew_failures = l->renew_failed - o->renew_failed, .lease_lapses = l->lost - o->lost,
+        .reconnects = c.reconnects - p->reconnects, .retries = c.retries - p->retries,
+        .err_io = c.err_io - p->err_io,
+        .err_busy = c.err_busy - p->err_busy, .err_other = c.err_other - p->err_other,
+    };
+    if (!memcmp(&c, p, sizeof c) && d.leases_held == 0 && l->taken == o->taken &&
+        l->renewed == o->renewed && l->renew_failed == o->renew_failed && l->lost == o->lost)
+        return;
+    stats_store_add(&W->P->srv->st, &d);
+    o->count = l->count;
+    o->taken = l->taken;
+    o->renewed = l->renewed;
+    o->renew_failed = l->renew_failed;
+    o->lost = l->lost;
+    W->told_store = c;
 }
 
 static size_t name_hash(const char *s)
@@ -148,18 +179,25 @@ static void do_saves(worker *W, dmsg **v, int n)
         if (r->rc == -ENOSPC) disk_full(P, m->err);
         if (r->rc == -ECANCELED) {
             m->rc = LIND_E_CONFLICT;
+            stats_conflict(&P->srv->st, STATS_CONFLICT_VERSION);
             snprintf(m->err, sizeof m->err, "the session changed in the store since node '%s' "
                      "loaded it (version %llu expected, the store has %s%llu): another node wrote it",
                      owner, (unsigned long long)m->version, r->version ? "" : "no session, ",
                      (unsigned long long)r->version);
         } else if (r->rc == -ENOLCK) {
             m->rc = LIND_E_CONFLICT;
-            lease_set_remove(&W->leases, m->name);
+            stats_conflict(&P->srv->st, STATS_CONFLICT_LEASE);
+            lease_set_lost(&W->leases, m->name);
             snprintf(m->err, sizeof m->err, "node '%s' no longer holds the session's lease "
                      "(it expired and another node took it, or it was released)", owner);
         }
     }
     if (saved) stats_save(&P->srv->st, (double)(now_ns() - t0) / 1e6, saved);
+    int failed = 0;
+    for (int i = 0; i < n; i++)
+        failed += v[i]->rc != 0 && v[i]->rc != LIND_E_CONFLICT;
+    if (failed) stats_save_failed(&P->srv->st, failed);
+    report(W);
     double ms_save = (double)(now_ns() - t0) / 1e6;
     for (int i = 0; i < n; i++) {
         dmsg *m = v[i];
@@ -321,6 +359,7 @@ static void do_request(worker *W, dmsg *m)
                                                P->srv->opt.lease_ms, &cur, err, sizeof err)) != 0) {
             if (rc == -EAGAIN) {
                 rc = LIND_E_MOVED;
+                stats_moved(&P->srv->st);
                 snprintf(err, sizeof err, "session '%s' is leased by node '%s'; delete it there",
                          r->session, cur.owner);
             }
@@ -415,10 +454,15 @@ static void do_request(worker *W, dmsg *m)
         break;
     }
     case OP_STATS: {
+        /* The counters are answered with the store down too (then without
+         * the stored count): that is when /metrics' store errors matter. */
         size_t n = 0;
-        if ((rc = store_count(W->st, &n, err, sizeof err)) != 0) break;
+        int crc = store_count(W->st, &n, err, sizeof err);
+        uint64_t stored = n;
+        err[0] = 0;
+        report(W);
         evlist_result_begin(l, r->id);
-        stats_result(&P->srv->st, l, n, P->srv->backend);
+        stats_result(&P->srv->st, l, crc == 0 ? &stored : NULL, P->srv->backend);
         break;
     }
     default:
@@ -445,6 +489,7 @@ answer:
     } else {
         o->finals = 1;
     }
+    report(W);
     send_out(P, o);
     dmsg_free(m);
 }
@@ -578,6 +623,7 @@ static void loaded(worker *W, dmsg *m)
 
 static void flush_loaded(worker *W)
 {
+    report(W);
     for (qnode *n = W->done_head; n; ) {
         qnode *next = n->next;
         queue_push(&W->P->srv->schedq, n);
@@ -618,6 +664,7 @@ static int try_load(worker *W, dmsg *m, int may_wait)
         if (may_wait) return 1;
         long long left = (long long)(cur.expires_ms - cur.now_ms);   /* on the store's clock */
         m->rc = LIND_E_MOVED;
+        stats_moved(&P->srv->st);
         m->lease = cur;
         snprintf(m->err, sizeof m->err, "session '%s' is leased by node '%s' (for about %lld ms more "
                  "unless renewed); send the request there", m->name, cur.owner, left > 0 ? left : 0);
@@ -835,6 +882,7 @@ static void *worker_main(void *arg)
     }
     flush_loaded(W);
     lease_set_release_all(&W->leases, W->st);
+    report(W);
     if (W->idx == 0 && P->srv->node_claimed) {
         char err[512];
         store_node_release(W->st, P->srv->node_id, P->srv->node_instance, err, sizeof err);

@@ -378,6 +378,7 @@ static int answer_without_running(scheduler *S, session *s, dmsg *m)
                     "nothing ran (a session keeps its template: continue it with that one, or start a "
                     "new session)", s->name, was, now));
     } else if (r->has_if_tokens && r->if_tokens != have) {
+        stats_conflict(&S->srv->st, STATS_CONFLICT_IF_TOKENS);
         send_out(S, outmsg_error(m->conn, r->id, PE_CONFLICT,
                     "session '%s' has %llu tokens, not the %llu this request expects (if_tokens); "
                     "nothing ran", s->name, (unsigned long long)have,

@@ -159,6 +159,20 @@ int store_request_id_check(const char *id, char *err, size_t errlen)
     return 0;
 }
 
+/* rc, an implementation's answer to a call: a failure is counted by code
+ * (store_counters); answers are not failures. */
+static int counted(store *s, int rc)
+{
+    switch (rc) {
+    case -ENOENT: case -EEXIST: case -ECANCELED: case -ENOLCK: case -EAGAIN: case -EADDRINUSE:
+        return rc;
+    case -EIO:   s->err_io++;   return rc;
+    case -EBUSY: s->err_busy++; return rc;
+    default:     if (rc < 0) s->err_other++;
+                 return rc;
+    }
+}
+
 int store_turn_get(store *s, const char *name, const char *request_id, uint8_t **out,
                    size_t *len, uint64_t *version, char *err, size_t errlen)
 {
@@ -173,7 +187,7 @@ int store_turn_get(store *s, const char *name, const char *request_id, uint8_t *
         rc = store_request_id_check(request_id, err, errlen);
     if (rc < 0)
         return rc;
-    return s->ops->turn_get(s, name, request_id, out, len, version, err, errlen);
+    return counted(s, s->ops->turn_get(s, name, request_id, out, len, version, err, errlen));
 }
 
 /* Group sizes are bounded so the per-record scratch of store_save fits the
@@ -252,7 +266,7 @@ int store_save_turns(store *s, const store_record *recs, const store_turn_record
         for (int i = 0; i < n; i++)
             org[i] = STORE_ORIGIN_SOCKET;
     }
-    rc = s->ops->save(s, recs, ex, org, n, lease_owner, res, err, errlen, turns);
+    rc = counted(s, s->ops->save(s, recs, ex, org, n, lease_owner, res, err, errlen, turns));
     if (org != origin && org != olocal)
         free(org);
     int failed = 0, first = -1;
@@ -298,7 +312,7 @@ int store_load(store *s, const char *name, store_loaded *out, char *err, size_t 
     int rc = store_name_check(name, err, errlen);
     if (rc < 0)
         return rc;
-    return s->ops->load(s, name, out, err, errlen);
+    return counted(s, s->ops->load(s, name, out, err, errlen));
 }
 
 void store_loaded_free(store_loaded *l)
@@ -317,7 +331,7 @@ int store_list(store *s, store_info **out, size_t *n, char *err, size_t errlen)
         return errmsg_set(-EINVAL, err, errlen, "store_list: missing argument");
     *out = NULL;
     *n = 0;
-    return s->ops->list(s, out, n, err, errlen);
+    return counted(s, s->ops->list(s, out, n, err, errlen));
 }
 
 int store_count(store *s, size_t *n, char *err, size_t errlen)
@@ -325,7 +339,7 @@ int store_count(store *s, size_t *n, char *err, size_t errlen)
     ERRBUF(err, errlen);
     if (!s || !n)
         return errmsg_set(-EINVAL, err, errlen, "store_count: missing argument");
-    return s->ops->count(s, n, err, errlen);
+    return counted(s, s->ops->count(s, n, err, errlen));
 }
 
 const char *store_origin_name(int origin)
@@ -351,7 +365,7 @@ int store_usage(store *s, size_t *sessions, uint64_t *bytes, char *err, size_t e
     ERRBUF(err, errlen);
     if (!s || !sessions || !bytes)
         return errmsg_set(-EINVAL, err, errlen, "store_usage: missing argument");
-    return s->ops->usage(s, sessions, bytes, err, errlen);
+    return counted(s, s->ops->usage(s, sessions, bytes, err, errlen));
 }
 
 int store_gc(store *s, const store_gc_policy *p, store_gc_result *out, char *err, size_t errlen)
@@ -379,7 +393,7 @@ int store_gc(store *s, const store_gc_policy *p, store_gc_result *out, char *err
             rc = s->ops->usage(s, &out->sessions, &out->bytes, err, errlen);
     }
     out->more = out->expired + out->evicted >= (uint64_t)p->batch;
-    return rc;
+    return counted(s, rc);
 }
 
 int store_shrink(store *s, char *err, size_t errlen)
@@ -387,7 +401,7 @@ int store_shrink(store *s, char *err, size_t errlen)
     ERRBUF(err, errlen);
     if (!s)
         return errmsg_set(-EINVAL, err, errlen, "store_shrink: no store");
-    return s->ops->shrink ? s->ops->shrink(s, err, errlen) : 0;
+    return s->ops->shrink ? counted(s, s->ops->shrink(s, err, errlen)) : 0;
 }
 
 int store_remove_matching(store *s, const char *prefix, int64_t older_than_ms, int batch,
@@ -399,7 +413,7 @@ int store_remove_matching(store *s, const char *prefix, int64_t older_than_ms, i
     if (strlen(prefix) > STORE_NAME_MAX)
         return errmsg_set(-EINVAL, err, errlen, "prefix longer than a session name");
     *deleted = *freed = 0;
-    return s->ops->remove(s, prefix, older_than_ms, batch, deleted, freed, err, errlen);
+    return counted(s, s->ops->remove(s, prefix, older_than_ms, batch, deleted, freed, err, errlen));
 }
 
 int store_delete(store *s, const char *name, char *err, size_t errlen)
@@ -410,7 +424,7 @@ int store_delete(store *s, const char *name, char *err, size_t errlen)
     int rc = store_name_check(name, err, errlen);
     if (rc < 0)
         return rc;
-    return s->ops->del(s, name, err, errlen);
+    return counted(s, s->ops->del(s, name, err, errlen));
 }
 
 int store_fork(store *s, const char *src, const char *dst, char *err, size_t errlen)
@@ -427,7 +441,7 @@ int store_fork(store *s, const char *src, const char *dst, char *err, size_t err
         return errmsg_set(rc, err, errlen, "fork target: %s", why);
     if (strcmp(src, dst) == 0)
         return errmsg_set(-EEXIST, err, errlen, "cannot fork session '%s' onto itself", src);
-    return s->ops->fork(s, src, dst, err, errlen);
+    return counted(s, s->ops->fork(s, src, dst, err, errlen));
 }
 
 /* ---- leases ------------------------------------------------------------- */
@@ -458,7 +472,7 @@ int store_lease_acquire(store *s, const char *name, const char *owner, int64_t t
     if (!s)
         return errmsg_set(-EINVAL, err, errlen, "store_lease_acquire: no store");
     int rc = check_lease_args(name, owner, ttl_ms, 1, err, errlen);
-    return rc < 0 ? rc : s->ops->lease_acquire(s, name, owner, ttl_ms, out, err, errlen);
+    return rc < 0 ? rc : counted(s, s->ops->lease_acquire(s, name, owner, ttl_ms, out, err, errlen));
 }
 
 int store_lease_renew(store *s, const char *name, const char *owner, int64_t ttl_ms,
@@ -472,7 +486,7 @@ int store_lease_renew(store *s, const char *name, const char *owner, int64_t ttl
     if (!s)
         return errmsg_set(-EINVAL, err, errlen, "store_lease_renew: no store");
     int rc = check_lease_args(name, owner, ttl_ms, 1, err, errlen);
-    return rc < 0 ? rc : s->ops->lease_renew(s, name, owner, ttl_ms, out, err, errlen);
+    return rc < 0 ? rc : counted(s, s->ops->lease_renew(s, name, owner, ttl_ms, out, err, errlen));
 }
 
 int store_lease_release(store *s, const char *name, const char *owner, char *err, size_t errlen)
@@ -481,7 +495,7 @@ int store_lease_release(store *s, const char *name, const char *owner, char *err
     if (!s)
         return errmsg_set(-EINVAL, err, errlen, "store_lease_release: no store");
     int rc = check_lease_args(name, owner, 0, 0, err, errlen);
-    return rc < 0 ? rc : s->ops->lease_release(s, name, owner, err, errlen);
+    return rc < 0 ? rc : counted(s, s->ops->lease_release(s, name, owner, err, errlen));
 }
 
 /* ---- node identity ------------------------------------------------------ */
@@ -510,7 +524,7 @@ int store_node_claim(store *s, const char *node, const char *instance, int64_t t
         return errmsg_set(-EINVAL, err, errlen, "store_node_claim: no store");
     int rc = check_node_args(node, instance, ttl_ms, 1, err, errlen);
     if (rc == 0 && s->ops->node_claim)
-        rc = s->ops->node_claim(s, node, instance, ttl_ms, &h, err, errlen);
+        rc = counted(s, s->ops->node_claim(s, node, instance, ttl_ms, &h, err, errlen));
     if (holder)
         *holder = h;
     return rc;
@@ -523,7 +537,7 @@ int store_node_beat(store *s, const char *node, const char *instance, int64_t tt
     if (!s)
         return errmsg_set(-EINVAL, err, errlen, "store_node_beat: no store");
     int rc = check_node_args(node, instance, ttl_ms, 1, err, errlen);
-    return rc < 0 || !s->ops->node_beat ? rc : s->ops->node_beat(s, node, instance, ttl_ms, err, errlen);
+    return rc < 0 || !s->ops->node_beat ? rc : counted(s, s->ops->node_beat(s, node, instance, ttl_ms, err, errlen));
 }
 
 int store_node_release(store *s, const char *node, const char *instance, char *err, size_t errlen)
@@ -532,14 +546,19 @@ int store_node_release(store *s, const char *node, const char *instance, char *e
     if (!s)
         return errmsg_set(-EINVAL, err, errlen, "store_node_release: no store");
     int rc = check_node_args(node, instance, 0, 0, err, errlen);
-    return rc < 0 || !s->ops->node_release ? rc : s->ops->node_release(s, node, instance, err, errlen);
+    return rc < 0 || !s->ops->node_release ? rc : counted(s, s->ops->node_release(s, node, instance, err, errlen));
 }
 
 void store_get_counters(const store *s, store_counters *out)
 {
     memset(out, 0, sizeof *out);
-    if (s && s->ops->counters)
+    if (!s)
+        return;
+    if (s->ops->counters)
         s->ops->counters(s, out);
+    out->err_io = s->err_io;
+    out->err_busy = s->err_busy;
+    out->err_other = s->err_other;
 }
 
 /* ---- export format ------------------------------------------------------ */
@@ -695,5 +714,5 @@ int store_import(store *s, const char *name, const uint8_t *data, size_t len,
         return rc;
     if (name)
         r.name = name;
-    return s->ops->create(s, &r, err, errlen);
+    return counted(s, s->ops->create(s, &r, err, errlen));
 }

@@ -267,10 +267,17 @@ int  store_request_id_check(const char *id, char *err, size_t errlen);
 int  store_turn_get(store *s, const char *name, const char *request_id, uint8_t **out,
                     size_t *len, uint64_t *version, char *err, size_t errlen);
 
-/* Counters of one handle since it opened (PostgreSQL; SQLite: zeros). */
+/* Counters of one handle since it opened. */
 typedef struct store_counters {
-    uint64_t reconnects;   /* connections re-opened after being lost */
-    uint64_t retries;      /* operations run again after a lost connection */
+    uint64_t reconnects;   /* connections re-opened after being lost (PostgreSQL) */
+    uint64_t retries;      /* operations run again after a lost connection (PostgreSQL) */
+    /* Calls that failed, as their callers saw them (a statement retried
+     * and then done is not one), by code: -EIO (the database unreachable,
+     * the connection lost, an error it did not name), -EBUSY (a lock,
+     * statement or busy timeout, a serialization failure, a deadlock), any
+     * other. Answers are not failures: not found, name taken, version or
+     * lease refused, lease held elsewhere, node id in use. */
+    uint64_t err_io, err_busy, err_other;
 } store_counters;
 void store_get_counters(const store *s, store_counters *out);
 

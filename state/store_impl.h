@@ -68,12 +68,13 @@ typedef struct store_ops {
                   uint64_t *freed, char *err, size_t errlen);
     /* store_shrink; NULL: nothing to do. */
     int (*shrink)(store *s, char *err, size_t errlen);
-    /* NULL: zeros. */
+    /* reconnects and retries into out (NULL: zeros). */
     void (*counters)(const store *s, store_counters *out);
 } store_ops;
 
 struct store {
     const store_ops *ops;
+    uint64_t err_io, err_busy, err_other;   /* store.c: calls that failed (store_counters) */
 };
 
 /* SQLite implementation (state/store_sqlite.c). */

@@ -686,7 +686,9 @@ static void pg_close(store *base)
 
 static void pg_counters(const store *base, store_counters *out)
 {
-    *out = ((const pg_store *)base)->cnt;
+    const pg_store *s = (const pg_store *)base;
+    out->reconnects = s->cnt.reconnects;
+    out->retries = s->cnt.retries;
 }
 
 /* The six session parameters of record r ($6 = expect when non-NULL). */

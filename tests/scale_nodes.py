@@ -40,6 +40,15 @@ LIND_PG_URI set (a libpq URI with %s for the database name).
   between them; and a node through PgBouncer in session mode with a pool of
   1 for 3 store connections fails to start with a message saying the pooler
   had no free connection, instead of hanging. SKIP without pgbouncer.
+- scale_metrics_pg: the scale-out series of GET /metrics (docs/SCALE.md)
+  on two nodes: node id; leases held equal to the resident sessions; a
+  session another node holds answered `moved` and counted; if_tokens and a
+  lease taken from under a node and a session written behind its back (in
+  the database) answered `conflict` and counted by reason, the lease
+  counted as lapsed;
+  renewals counted; terminated database connections counted as reconnects
+  (and no failed call); a load failed with the database down counted as
+  an io error.
 
 Waits are on events (a final answer, a token, a process exit); lease expiry
 is waited for by the nodes themselves (--lease-wait) or by retrying `moved`
@@ -54,6 +63,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from daemon_harness import Server, Client, Skip, case, expect, finish, SLOW, SANITIZED  # noqa: E402
@@ -780,6 +790,139 @@ def scale_bouncer_pg():
                "session mode, small pool: exit %r, %s" % (rc, n.log()))
     finally:
         pgb.stop()
+
+
+
+def http_port(srv):
+    deadline = time.time() + 60 * SLOW
+    while time.time() < deadline:
+        m = re.search(r"HTTP on [0-9.]+:(\d+)", srv.log())
+        if m:
+            return int(m.group(1))
+        time.sleep(0.02)
+    raise AssertionError("no HTTP port in the log: " + srv.log())
+
+
+def metrics(port):
+    """GET /metrics: {series (with its labels): value}."""
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=60 * SLOW) as r:
+        expect(r.status == 200, "/metrics answered %d" % r.status)
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, v = line.rpartition(" ")
+            out[name] = float(v)
+    return out
+
+
+def wait_metric(port, name, cond, what):
+    """Poll /metrics until cond(value of name) (bounded): the value."""
+    deadline = time.time() + 60 * SLOW
+    while True:
+        v = metrics(port).get(name)
+        if v is not None and cond(v):
+            return v
+        expect(time.time() < deadline, "%s: %s is %r" % (what, name, v))
+        time.sleep(0.05)
+
+
+@scase
+def scale_metrics_pg():
+    dbname = "scale_metrics"
+    db = URI % dbname
+    http = ["--http", "127.0.0.1:0", "--store-conns", "2"]
+    # n0: a lease far longer than the case (never renewed, never lapsing by
+    # itself); n1: a short one, renewed every third.
+    n0 = node("mt0", db, "n0", int(600000 * SLOW), http)
+    n1 = node("mt1", db, "n1", int(1500 * SLOW), http + ["--db-reconnect", "300"])
+    try:
+        p0, p1 = http_port(n0), http_port(n1)
+        c0, c1 = Client(n0.sock), Client(n1.sock)
+        m = metrics(p0)
+        expect(m.get('lind_node_info{node_id="n0"}') == 1, "no node_info for n0: %r" %
+               {k: v for k, v in m.items() if "node" in k})
+        for k in ("lind_leases_held", "lind_moved_total", 'lind_conflicts_total{reason="version"}',
+                  'lind_conflicts_total{reason="lease"}', 'lind_conflicts_total{reason="if_tokens"}',
+                  "lind_lease_renewals_total", "lind_lease_lapses_total", "lind_store_saves_total",
+                  'lind_store_errors_total{kind="io"}', 'lind_store_errors_total{kind="timeout"}',
+                  "lind_store_reconnects_total", "lind_store_retries_total"):
+            expect(m.get(k) == 0, "%s on a fresh node: %r" % (k, m.get(k)))
+        sessions = ["mt-%d" % i for i in range(3)]
+        for s in sessions:
+            st, v = turn(c0, s, b"Hello there. ", 4)
+            expect(st == "done", "%s on n0: %s %r" % (s, st, v))
+        m = metrics(p0)
+        expect(m["lind_leases_held"] == 3 and m["lind_sessions_resident"] == 3,
+               "n0 serves 3 sessions: leases_held %r, sessions_resident %r" %
+               (m["lind_leases_held"], m["lind_sessions_resident"]))
+        expect(m["lind_leases_taken_total"] == 3, "leases taken: %r" % m["lind_leases_taken_total"])
+        expect(m["lind_store_saves_total"] == 3, "saves: %r" % m["lind_store_saves_total"])
+        # n1 asked for a session n0 holds: moved, counted on n1.
+        st, v = turn(c1, sessions[0], b"Mine now? ", 4)
+        expect(st == "moved" and v == "n0", "n1 on n0's session: %s %r" % (st, v))
+        m1 = metrics(p1)
+        expect(m1["lind_moved_total"] == 1 and m1["lind_leases_held"] == 0,
+               "n1 after moved: moved %r, leases_held %r" % (m1["lind_moved_total"], m1["lind_leases_held"]))
+        # if_tokens that do not match: conflict, reason if_tokens.
+        ev = c0.final(c0.send("generate", session=sessions[1], text="x", max_tokens=2, if_tokens=1))
+        expect(ev["event"] == "error" and ev["code"] == "conflict", "if_tokens 1: %r" % ev)
+        # The lease of mt-2 taken from under n0 (as another node would once
+        # it expired): n0's next save there is refused, conflict (lease).
+        psql(db, "UPDATE lind_leases SET owner = 'elsewhere' WHERE name = '%s'" % sessions[2])
+        st, v = turn(c0, sessions[2], b"Still mine? ", 4)
+        expect(st == "conflict", "a turn on a lease taken from under n0: %s %r" % (st, v))
+        # mt-1 written behind n0's back (its version moved on): conflict, reason version.
+        psql(db, "UPDATE lind_sessions SET version = version + 1 WHERE name = '%s'" % sessions[1])
+        st, v = turn(c0, sessions[1], b"Unchanged? ", 4)
+        expect(st == "conflict", "a turn on a session written elsewhere: %s %r" % (st, v))
+        m = metrics(p0)
+        for k, want in (('lind_conflicts_total{reason="if_tokens"}', 1),
+                        ('lind_conflicts_total{reason="lease"}', 1),
+                        ('lind_conflicts_total{reason="version"}', 1),
+                        ("lind_lease_lapses_total", 1),
+                        ("lind_store_saves_total", 3), ("lind_store_save_failures_total", 0)):
+            expect(m[k] == want, "n0: %s is %r, not %r" % (k, m[k], want))
+        # Both copies dropped: the lapsed lease forgotten, the other given
+        # back; n0 holds mt-0 alone, its one resident session.
+        wait_metric(p0, "lind_leases_held", lambda x: x == 1, "n0 keeps only mt-0's lease")
+        m = metrics(p0)
+        expect(m["lind_sessions_resident"] == 1, "n0 resident: %r" % m["lind_sessions_resident"])
+        # n1's short lease: renewed while its session stays resident.
+        st, v = turn(c1, "mt-n1", b"Hello. ", 2)
+        expect(st == "done", "mt-n1 on n1: %s %r" % (st, v))
+        wait_metric(p1, "lind_lease_renewals_total", lambda x: x >= 2, "n1 renews its lease")
+        expect(metrics(p1)["lind_leases_held"] == 1, "n1 holds one lease")
+        # Every lind connection terminated: the next turns reconnect.
+        expect(terminate_lind(dbname) >= 2, "no connection terminated")
+        for s in sessions[:2]:
+            st, v = turn(c0, s, b"Again. ", 2)
+            expect(st == "done", "%s on n0 after the connections were terminated: %s %r" % (s, st, v))
+        m = metrics(p0)
+        expect(m["lind_store_reconnects_total"] >= 1, "n0 reconnects: %r" % m["lind_store_reconnects_total"])
+        expect(m["lind_store_saves_total"] == 5, "saves: %r" % m["lind_store_saves_total"])
+        expect(m['lind_store_errors_total{kind="io"}'] == 0, "n0 io errors: %r" %
+               m['lind_store_errors_total{kind="io"}'])
+        # The database down: n1 (--db-reconnect 300) fails a new session's
+        # load with io, counted; the database back, n1 serves it.
+        before = metrics(p1)['lind_store_errors_total{kind="io"}']
+        pg_stop()
+        try:
+            st, v = turn(c1, "mt-down", b"Anyone? ", 2)
+            expect(st == "io", "a load with the database down: %s %r" % (st, v))
+            m1 = metrics(p1)   # served with the database down, without sessions_stored
+            expect("lind_sessions_stored" not in m1 and "lind_sessions_resident" in m1,
+                   "/metrics with the database down: %r" % sorted(m1)[:8])
+        finally:
+            pg_start()
+        expect(m1['lind_store_errors_total{kind="io"}'] >= before + 1, "n1 io errors: %r -> %r" %
+               (before, m1['lind_store_errors_total{kind="io"}']))
+        st, v = turn(c1, "mt-down", b"Anyone? ", 2)
+        expect(st == "done", "the database back: %s %r" % (st, v))
+        c0.close()
+        c1.close()
+    finally:
+        stop_all([n0, n1])
 
 
 finish()

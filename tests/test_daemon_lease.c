@@ -101,6 +101,16 @@ static void renew_and_lose(void)
     CHECK(lost.n == 1 && !strcmp(lost.name, "b") && !strcmp(lost.holder, "other"),
           "lost b to other: %d '%s' '%s'", lost.n, lost.name, lost.holder);
     CHECK(ls.count == 0 && !lease_set_has(&ls, "b"), "forgotten");
+    /* What /metrics reports (docs/SCALE.md): 2 taken, 2 renewed (the first
+     * call found none due), none failed, b lost; a save fenced out counts
+     * as lost too (lease_set_lost), an unknown name does not. */
+    CHECK(ls.taken == 2 && ls.renewed == 2 && ls.renew_failed == 0 && ls.lost == 1,
+          "counts: taken %llu renewed %llu failed %llu lost %llu", (unsigned long long)ls.taken,
+          (unsigned long long)ls.renewed, (unsigned long long)ls.renew_failed,
+          (unsigned long long)ls.lost);
+    CHECK(lease_set_add(&ls, "c", mono_ns()) == 0 && lease_set_lost(&ls, "c") == 1 &&
+          lease_set_lost(&ls, "c") == 0 && ls.lost == 2 && ls.count == 0 && ls.taken == 3,
+          "a fenced save's loss counted once: lost %llu", (unsigned long long)ls.lost);
     lease_set_free(&ls);
     store_close(st);
 }

@@ -2,7 +2,7 @@
  * database (docs/SCALE.md): sessions moving between nodes, a node killed
  * mid-turn and its sessions continued elsewhere, two nodes racing for one
  * session, turns retried with their request ids on another node after a
- * SIGKILL (exactly once).
+ * SIGKILL (exactly once), the scale-out series of /metrics moving.
  *
  * This program starts a private PostgreSQL server with tests/pgserver.h (the
  * store tests' helper; SKIP when it cannot run here), creates one database
@@ -22,7 +22,7 @@
 #include "tests/pgserver.h"
 
 static const char *const cases[] = { "moving", "failover", "race", "retry", "dbloss", "dbwait",
-                                     "dupid", "bouncer" };
+                                     "dupid", "bouncer", "metrics" };
 
 int main(void)
 {

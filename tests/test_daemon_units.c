@@ -121,7 +121,7 @@ static void stats_percentiles_and_buckets(void)
     CHECK(evlist_reserve_result(&l, STATS_RESULT_FIELDS, 3) == 0, "reserve");
     ev_field *f0 = l.f;
     evlist_result_begin(&l, 9);
-    stats_result(&st, &l, 42, "cpu");
+    stats_result(&st, &l, &(uint64_t){ 42 }, "cpu");
     CHECK(evlist_result_end(&l) == 0 && l.n == 1 && l.f == f0 && l.nf <= STATS_RESULT_FIELDS + 1,
           "built within its reservation (%zu fields)", l.nf);
     const ev_field *sf = event_result_field(&l, &l.v[0], "sessions_stored");

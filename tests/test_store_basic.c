@@ -991,6 +991,12 @@ static void timeouts(void)
           "a single statement waits lock_timeout: %d %s", rc, err);
     rc = store_save(s, &r, 1, err, sizeof err);
     CHECK(rc == -EBUSY && strstr(err, "lock timeout"), "a save waits lock_timeout: %d %s", rc, err);
+    store_counters c;   /* /metrics: lind_store_errors_total{kind} */
+    store_get_counters(s, &c);
+    CHECK(c.err_busy == 2 && c.err_io == 0 && c.err_other == 0,
+          "two timeouts counted: timeout %llu connection %llu other %llu",
+          (unsigned long long)c.err_busy, (unsigned long long)c.err_io,
+          (unsigned long long)c.err_other);
     store_close(s);
     s = NULL;
     o.busy_timeout_ms = 60000;
@@ -1002,6 +1008,9 @@ static void timeouts(void)
         rc = store_lease_renew(s, "t1", "me", 60000, &l, err, sizeof err);
         CHECK(rc == -EBUSY && strstr(err, "statement timeout"), "statement_timeout, single: %d %s",
               rc, err);
+        store_get_counters(s, &c);
+        CHECK(c.err_busy == 2 && c.err_other == 0, "statement timeouts counted: %llu %llu",
+              (unsigned long long)c.err_busy, (unsigned long long)c.err_other);
     }
     PQclear(PQexec(locker, "ROLLBACK"));
     PQfinish(locker);
@@ -1074,6 +1083,8 @@ static void reconnect(void)
     store_get_counters(s, &c);
     CHECK(c.reconnects == c0.reconnects + 5, "five reconnects: %llu",
           (unsigned long long)(c.reconnects - c0.reconnects));
+    CHECK(c.err_io == c0.err_io && c.err_other == c0.err_other, "no call failed: io %llu other %llu",
+          (unsigned long long)(c.err_io - c0.err_io), (unsigned long long)(c.err_other - c0.err_other));
     /* 2. The server restarted while the handle was idle. */
     char why[512] = "";
     CHECK(pgserver_crash(&pg) == 0 && pgserver_up(&pg, NULL, why, sizeof why) == 0, "restart: %s", why);
@@ -1107,7 +1118,7 @@ static void reconnect(void)
     CHECK(k.killed == 1, "the waiting backend was terminated (%d)", k.killed);
     CHECK(rc == 0 && res[0].rc == 0 && res[0].version == 3, "the save ran again and committed:"
           " %d %d v%llu %s", rc, res[0].rc, (unsigned long long)res[0].version, err);
-    CHECK(c.retries >= c0.retries + 1, "counted as a retry");
+    CHECK(c.retries >= c0.retries + 1 && c.err_io == c0.err_io, "counted as a retry, not a failure");
     CHECK(store_load(s, "r1", &ld, err, sizeof err) == 0 && ld.version == 3, "r1 at version 3: %s",
           err);
     if (ld.state) store_loaded_free(&ld);
