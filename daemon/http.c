@@ -28,6 +28,9 @@
 #include "daemon/conn.h"
 #include "daemon/errors.h"
 #include "daemon/httpreq.h"
+#include "daemon/http_cors.h"
+#include "daemon/http_log.h"
+#include "daemon/procinfo.h"
 
 #define HREQ_BUCKETS 1024
 #define HTTP_SNDBUF  (256 << 10)   /* SO_SNDBUF of an accepted connection */
@@ -73,6 +76,7 @@ typedef struct http_server {
     int      leaked;           /* h2o connections were force-closed at exit (http_close) */
     int      freeing;          /* http_free: nothing more goes to the other threads */
     char     token[256];       /* bearer token, "" = none */
+    http_cors cors;            /* --http-cors */
     chat_template tpl;
     char     model_id[128];
     int64_t  model_created;    /* /v1/models' `created`: the model files' newest mtime */
@@ -309,6 +313,9 @@ static const char *status_reason(int status)
 {
     switch (status) {
     case 200: return "OK";
+    case 204: return "No Content";
+    case 403: return "Forbidden";
+    case 499: return "Client Closed Request";
     case 400: return "Bad Request";
     case 401: return "Unauthorized";
     case 404: return "Not Found";
@@ -1363,6 +1370,15 @@ static void send_metrics(hreq *h, const evlist *l, const event *e)
     put_budget(&b, hs->srv);
     put_metric(&b, "lind_uptime_seconds", "gauge", "seconds since start",
                (double)(now_ns() - st->start_ns) / 1e9);
+    put_metric(&b, "lind_turns_dropped_total", "counter", "turns dropped before they started: their "
+               "client or connection was gone (nothing fed, no session made)", (double)st->turns_dropped);
+    procinfo pi;
+    procinfo_read(&pi);
+    char fp[24], pbuf[2048];
+    const char *ver = strchr(LIND_SERVER_VERSION, ' ');
+    snprintf(fp, sizeof fp, "%016llx", (unsigned long long)hs->srv->fingerprint);
+    size_t pn = procinfo_metrics(&pi, ver ? ver + 1 : LIND_SERVER_VERSION, hs->model_id, fp, pbuf, sizeof pbuf);
+    hbuf_put(&b, pbuf, pn);
     free(st);
     h->pending_backend = 0;
     if (!h->req) { hbuf_free(&b); return; }
@@ -1521,15 +1537,20 @@ void http_deliver(server *srv, outmsg *o)
  * connection? libh2o does not read an HTTP/1 connection while its request
  * is being answered, so it would learn only when the answer is written:
  * look at the socket (a peek reads 0 bytes at the peer's close). */
-static int client_gone(hreq *h)
+static int req_gone(h2o_req_t *req)
 {
-    h2o_conn_t *c = h->req ? h->req->conn : NULL;
+    h2o_conn_t *c = req ? req->conn : NULL;
     h2o_socket_t *sock = c && c->callbacks->get_socket ? c->callbacks->get_socket(c) : NULL;
     int fd = sock ? h2o_socket_get_fd(sock) : -1;
     if (fd < 0) return 0;
     char b;
     ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
     return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+static int client_gone(hreq *h)
+{
+    return req_gone(h->req);
 }
 
 /* A write that has not completed for --write-timeout: the client takes
@@ -1635,6 +1656,17 @@ static void begin(http_server *hs, h2o_req_t *req, hkind kind)
                       : HTTPREQ_COMPLETION, req->entity.base,
                       req->entity.len, hv ? hv->base : NULL, hv ? hv->len : 0, &lim, &e) != 0) {
         send_error(hs, req, e.status, e.code, e.param, "%s", e.msg);
+        return;
+    }
+    if (req_gone(req)) {
+        /* Its client hung up while the request was read or waited for the
+         * loop: nobody waits for the answer, so no session is made or fed
+         * (docs/HTTP.md, "Work nobody waits for"). */
+        httpreq_free(&r);
+        hs->req_total[OC_GONE]++;
+        req->res.status = 499;
+        req->res.reason = status_reason(499);
+        h2o_send_inline(req, "", 0);
         return;
     }
     hreq *h = calloc(1, sizeof *h);
@@ -1797,6 +1829,8 @@ static void metrics(http_server *hs, h2o_req_t *req)
 static int on_req(h2o_handler_t *self, h2o_req_t *req)
 {
     http_server *hs = ((handler *)self)->hs;
+    http_log_request_id(req);
+    if (http_cors_handle(&hs->cors, req)) return 0;   /* a preflight */
     size_t hbytes = req->path.len + req->method.len;
     for (size_t i = 0; i < req->headers.size; i++)
         hbytes += req->headers.entries[i].name->len + req->headers.entries[i].value.len + 4;
@@ -2002,6 +2036,7 @@ static void early_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bufs, s
 
 static void early_setup(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t **slot)
 {
+    http_log_request_id(req);
     if (req->res.status >= 400) {
         ssize_t ct = h2o_find_header(&req->res.headers, H2O_TOKEN_CONTENT_TYPE, -1);
         if (ct >= 0) req->res.headers.entries[ct].value = h2o_iovec_init(H2O_STRLIT("application/json"));
@@ -2025,6 +2060,10 @@ int http_start(server *srv, char *err, size_t errlen)
     http_server *hs = calloc(1, sizeof *hs);
     if (!hs) { snprintf(err, errlen, "out of memory"); return -ENOMEM; }
     hs->srv = srv;
+    if (srv->opt.http_cors && (rc = http_cors_parse(srv->opt.http_cors, &hs->cors, err, errlen)) != 0) {
+        free(hs);
+        return rc;
+    }
     hs->tails = calloc(TAIL_SLOTS, sizeof *hs->tails);
     hs->resps = calloc(RESP_SLOTS, sizeof *hs->resps);
     if (srv->opt.http_token_file &&
@@ -2062,11 +2101,14 @@ int http_start(server *srv, char *err, size_t errlen)
     hs->config.max_request_entity_size = srv->opt.http_max_body + 1;
     hs->config.http1.req_timeout = 1000ull * srv->opt.http_idle_timeout;
     hs->config.http2.idle_timeout = 1000ull * srv->opt.http_idle_timeout;
+    hs->config.http1.upgrade_to_http2 = srv->opt.http2;   /* --http2: h2c by prior knowledge or Upgrade */
     h2o_hostconf_t *host = h2o_config_register_host(&hs->config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
     h2o_pathconf_t *path = h2o_config_register_path(host, "/", 0);
     handler *hd = (handler *)h2o_create_handler(path, sizeof *hd);
     hd->super.on_req = on_req;
     hd->hs = hs;
+    http_log_register(path);
+    http_log_register(&host->fallback_path);
     early_filter *ef = (early_filter *)h2o_create_filter(&host->fallback_path, sizeof *ef);
     ef->super.on_setup_ostream = early_setup;
     ef->hs = hs;

@@ -309,11 +309,29 @@ static int tokenize_turn(scheduler *S, session *s, const proto_request *r, int32
     return 0;
 }
 
+/* A turn whose connection went away before it started (an HTTP client
+ * that hung up while its request waited, a socket closed with requests
+ * queued): nobody waits for it, so it is dropped. Nothing is fed; a session
+ * this turn would have created is forgotten (the store never had it), one
+ * that was loaded stays resident as it was. */
+static void drop_unstarted(scheduler *S, session *s, cconn *c, dmsg *m)
+{
+    s->busy = 0;
+    if (s->version == STORE_VERSION_NEW && s->phase == SESS_READY) drop_session(S, s);
+    stats_dropped(&S->srv->st);
+    cconn_release(S, c);
+    dmsg_free(m);
+}
+
 static void begin_turn(scheduler *S, session *s, dmsg *m)
 {
     proto_request *r = &m->req;
-    turn *t = calloc(1, sizeof *t);
     cconn *c = cconn_get(S, m->conn);
+    if (c && c->closed) {
+        drop_unstarted(S, s, c, m);
+        return;
+    }
+    turn *t = calloc(1, sizeof *t);
     int32_t *feed = NULL;
     size_t nfeed = 0, ntext = 0;
     uint32_t tail_len = 0;

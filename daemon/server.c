@@ -19,6 +19,7 @@
 #include "daemon/conn.h"
 #include "daemon/lease.h"
 #include "daemon/http.h"
+#include "daemon/http_cors.h"
 #include "daemon/msg.h"
 #include "daemon/persist.h"
 #include "daemon/scheduler.h"
@@ -69,7 +70,7 @@ static const char usage[] =
     "                  [--db-idle-tx-timeout MS] [--db-reconnect MS]\n"
     "                  [--http [ADDR:]PORT] [--http-token-file PATH] [--http-max-body BYTES]\n"
     "                  [--http-max-header BYTES] [--http-idle-timeout S]\n"
-    "                  [--http-stream-interval MS]";
+    "                  [--http-stream-interval MS] [--http-cors ORIGIN[,ORIGIN]] [--http2 on|off]";
 
 void server_usage(FILE *f)
 {
@@ -157,6 +158,11 @@ void server_usage(FILE *f)
         "                         (default 30)\n"
         "  --http-stream-interval MS write a stream's chunks after its first at most every MS\n"
         "                         ms, together (default 20; 0 = a write per token)\n"
+        "  --http-cors ORIGIN[,ORIGIN] browser pages of these origins (https://host[:port], or\n"
+        "                         '*' for any) may call the API: CORS headers and preflights,\n"
+        "                         credentials never allowed (default: off, OPTIONS gets 405)\n"
+        "  --http2 on|off         also serve HTTP/2 cleartext (prior knowledge or Upgrade: h2c)\n"
+        "                         (default off: HTTP/1.1 only; docs/HTTP.md, \"HTTP/2\")\n"
         "  -h, --help             this text\n"
         "\n"
         "SIGTERM or SIGINT stop it gracefully: turns end at a token boundary and every\n"
@@ -285,6 +291,12 @@ static int parse_one(const char *a, const char *v, server_options *o, char *err,
         if (!(rc = parse_num(a, v, 1, 1 << 20, &x, err, errlen))) o->http_idle_timeout = (unsigned)x;
     } else if (!strcmp(a, "--http-stream-interval")) {
         if (!(rc = parse_num(a, v, 0, 1000, &x, err, errlen))) o->http_stream_ms = (unsigned)x;
+    } else if (!strcmp(a, "--http-cors")) {
+        if ((rc = http_cors_parse(v, NULL, err, errlen)) == 0) o->http_cors = v;
+    } else if (!strcmp(a, "--http2")) {
+        if (!strcmp(v, "on")) o->http2 = 1;
+        else if (!strcmp(v, "off")) o->http2 = 0;
+        else { snprintf(err, errlen, "--http2 wants on or off, got '%s'", v); return -EINVAL; }
     } else if (!strcmp(a, "--log-file")) {
         o->log_file = v;
     } else if (!strcmp(a, "--log-level")) {

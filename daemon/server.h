@@ -79,6 +79,8 @@ typedef struct server_options {
     size_t   http_max_body;    /* --http-max-body: request body bytes, default 1 MiB */
     size_t   http_max_header;  /* --http-max-header: request header bytes, default 16 KiB */
     unsigned http_idle_timeout; /* --http-idle-timeout S: close an idle or slow-sending client, default 30 */
+    const char *http_cors;     /* --http-cors ORIGIN[,ORIGIN]: browser origins allowed (daemon/http_cors.h); NULL = off */
+    int      http2;            /* --http2 on|off: serve HTTP/2 cleartext (h2c) too, default off */
     unsigned http_stream_ms;   /* --http-stream-interval MS: a stream's tokens after its first are written at most this often, 0 = each at once */
 } server_options;
 

@@ -87,6 +87,13 @@ void stats_queue(stats *s, uint64_t active, uint64_t waiting)
     pthread_mutex_unlock(&s->mu);
 }
 
+void stats_dropped(stats *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->turns_dropped++;
+    pthread_mutex_unlock(&s->mu);
+}
+
 void stats_snapshot(stats *s, stats *out)
 {
     pthread_mutex_lock(&s->mu);

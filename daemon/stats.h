@@ -42,6 +42,7 @@ typedef struct stats {
     lat_series step, save;
     lat_hist step_h, save_h, ttft_h;   /* step time, store commit, time to first token */
     uint64_t turns_active, turns_waiting;   /* queue depth at the last round */
+    uint64_t turns_dropped;   /* turns dropped unstarted: their connection was gone */
 } stats;
 
 int  stats_init(stats *s);
@@ -54,6 +55,8 @@ void stats_resident(stats *s, uint64_t n);
 void stats_ttft(stats *s, double ms);
 /* The compute thread's queue: turns running, sessions waiting for a load or a slot. */
 void stats_queue(stats *s, uint64_t active, uint64_t waiting);
+/* A turn was dropped before it started: its connection was gone. */
+void stats_dropped(stats *s);
 /* A consistent copy of everything (taken under the lock). */
 void stats_snapshot(stats *s, stats *out);
 /* Put the `stats` result's fields (docs/PROTOCOL.md) into the result being
