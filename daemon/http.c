@@ -29,6 +29,7 @@
 #include "daemon/errors.h"
 #include "daemon/httpreq.h"
 #include "daemon/http_cors.h"
+#include "daemon/http_framing.h"
 #include "daemon/http_log.h"
 #include "daemon/procinfo.h"
 
@@ -1830,6 +1831,13 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
 {
     http_server *hs = ((handler *)self)->hs;
     http_log_request_id(req);
+    const char *amb = http_framing_check(req);
+    if (amb) {
+        req->http1_is_persistent = 0;   /* what follows on the connection cannot be trusted */
+        send_error(hs, req, 400, "ambiguous_length", NULL, "the request's body length is ambiguous: %s "
+                   "(refused, and the connection closed)", amb);
+        return 0;
+    }
     if (http_cors_handle(&hs->cors, req)) return 0;   /* a preflight */
     size_t hbytes = req->path.len + req->method.len;
     for (size_t i = 0; i < req->headers.size; i++)
