@@ -115,6 +115,7 @@ typedef struct hreq {
     int       started, sending, final_queued, paused, pending_backend;
     int       pause_cancelled; /* cancelled for --pause-timeout */
     int       gone_posted;     /* its client was seen gone (on_tick) */
+    int       abandoned;       /* its client left before it was told anything (abandoned) */
     uint64_t  paused_ms;       /* uv_now when it paused */
     hbuf      pend, wbuf;      /* SSE bytes not yet handed to h2o, and those in flight */
     hchoice  *ch;              /* n choices; ch[0].session is `session` */
@@ -228,12 +229,22 @@ static void account(hreq *h)
     h->acct = now;
 }
 
+/* Its client is gone while its turn is pending: was the client told
+ * nothing, not even the session's name (nothing streamed, a session this
+ * request names afresh)? Then a session the turn made is garbage nobody can
+ * reach, and the compute thread does not keep it (M_CONN_ABANDONED). */
+static int abandoned(const hreq *h)
+{
+    return (h->kind == HK_COMPLETION || h->kind == HK_CHAT || h->kind == HK_RESPONSES) && !h->started &&
+           h->n == 1 && !h->fork_from[0] && !strcmp(h->session, h->resp_id);
+}
+
 /* Free a request's state; the compute thread forgets its connection. */
 static void hreq_free(hreq *h)
 {
     http_server *hs = h->hs;
     unlink_req(hs, h);
-    post_sched(hs, h->id, M_CONN_CLOSED);
+    post_sched(hs, h->id, h->abandoned ? M_CONN_ABANDONED : M_CONN_CLOSED);
     hbuf_free(&h->pend);
     hbuf_free(&h->wbuf);
     for (int i = 0; i < h->n; i++) {
@@ -274,7 +285,10 @@ static void on_pool_dispose(void *p)
 {
     hreq *h = *(hreq **)p;
     if (!h) return;
-    if (h->req && h->pending_backend && !h->gone_posted) h->hs->req_total[OC_GONE]++;
+    if (h->req && h->pending_backend && !h->gone_posted) {
+        h->hs->req_total[OC_GONE]++;
+        h->abandoned = abandoned(h);
+    }
     h->req = NULL;
     h->pending_backend = 0;
     h->dead_next = h->hs->dead;
@@ -286,7 +300,10 @@ static void on_stop(h2o_generator_t *g, h2o_req_t *req)
 {
     (void)req;
     hreq *h = (hreq *)((char *)g - offsetof(hreq, gen));
-    if (h->pending_backend && !h->gone_posted) h->hs->req_total[OC_GONE]++;
+    if (h->pending_backend && !h->gone_posted) {
+        h->hs->req_total[OC_GONE]++;
+        h->abandoned = abandoned(h);
+    }
     h->req = NULL;   /* h2o disposes the request next (on_pool_dispose frees h) */
     h->pending_backend = 0;
 }
@@ -1002,11 +1019,19 @@ static void after_generate(hreq *h)
     if (!h->waiting) forks_done(h);
 }
 
+static int req_gone(h2o_req_t *req);
+
 /* Every snapshot is taken: the Responses API's store: false drops the
- * response's session; then the answer. */
+ * response's session, and so does a client that left before it was told
+ * anything (abandoned: it finished before the client was seen gone); then
+ * the answer. */
 static void forks_done(hreq *h)
 {
-    if (h->kind == HK_RESPONSES && !h->store && h->req) {
+    if (h->req && !(h->kind == HK_RESPONSES && !h->store) && abandoned(h) && req_gone(h->req)) {
+        h->abandoned = 1;
+        stats_dropped(&h->hs->srv->st);
+    }
+    if (h->req && ((h->kind == HK_RESPONSES && !h->store) || h->abandoned)) {
         h->stage = ST_DROP;
         h->waiting = 1;
         proto_request r;
@@ -1589,7 +1614,8 @@ static void on_tick(uv_timer_t *t)
             if (h->pending_backend && !h->gone_posted && client_gone(h)) {
                 h->gone_posted = 1;
                 hs->req_total[OC_GONE]++;
-                post_sched(hs, h->id, M_CONN_CLOSED);
+                h->abandoned = abandoned(h);
+                post_sched(hs, h->id, h->abandoned ? M_CONN_ABANDONED : M_CONN_CLOSED);
             }
             if (limit && h->paused && !h->pause_cancelled && now - h->paused_ms >= 1000ull * limit) {
                 h->pause_cancelled = 1;

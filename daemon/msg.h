@@ -33,6 +33,8 @@ typedef enum dmsg_kind {
     M_RELEASE,      /* compute → store: session `name` left the slots: give its lease back */
     M_LEASE_LOST,   /* store → compute: the lease on `name` was lost to lease.owner */
     M_BARRIER,      /* store dispatcher → a store connection: wait for an op on all (persist.c) */
+    M_CONN_ABANDONED, /* as M_CONN_CLOSED, for an HTTP request whose client left before it was told
+                         anything: a session its turn made is not kept (nobody has its name) */
 } dmsg_kind;
 
 /* What a finished turn tells its client once its state is committed. */

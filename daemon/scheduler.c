@@ -22,6 +22,7 @@
 typedef struct cconn {
     uint64_t id;
     int      paused, closed;
+    int      discard;         /* M_CONN_ABANDONED: a session its turn made is not saved */
     int      refs;            /* turns and waiting requests of this connection */
     outmsg  *out;
     struct cconn *hnext, *fnext;
@@ -481,6 +482,15 @@ static void finish(scheduler *S, turn *t, int pending, const char *reason)
     if (rc == 0 && t->out_lost) {
         rc = -ENOMEM;
         snprintf(err, sizeof err, "a token event or the transcript's text could not be kept");
+    }
+    if (rc == 0 && t->c->discard && s->version == STORE_VERSION_NEW) {
+        /* Its HTTP client left before it was told anything, not even the
+         * session's name: nobody can reach what it fed, so it is not kept. */
+        free(blob);
+        free(tr);
+        stats_dropped(&S->srv->st);
+        drop_session(S, s);
+        return;
     }
     dmsg *m = rc == 0 ? dmsg_new(M_SAVE, t->c->id) : NULL;
     if (!m) {
@@ -1196,10 +1206,11 @@ static void handle(scheduler *S, dmsg *m)
     case M_REQUEST: on_request(S, m); return;
     case M_LOADED:  on_loaded(S, m); return;
     case M_SAVED:   on_saved(S, m); return;
-    case M_CONN_CLOSED: {
+    case M_CONN_CLOSED: case M_CONN_ABANDONED: {
         cconn *c = cconn_get(S, m->conn);
         if (c) {
             c->closed = 1;
+            if (m->kind == M_CONN_ABANDONED) c->discard = 1;
             for (int i = 0; i < S->nactive; i++)
                 if (S->active[i]->c == c) cancel_turn(S->active[i]);
             session_foreach(&S->tab, cancel_all_visit, &m->conn);
