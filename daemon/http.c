@@ -1597,6 +1597,24 @@ static void write_timed_out(hreq *h)
     shutdown(fd, SHUT_RDWR);
 }
 
+/* A request whose client is gone and whose answer has not begun: no
+ * event will come for it (the compute thread sends nothing to a closed
+ * connection), so it ends here. libh2o, not reading an HTTP/1 connection
+ * while a request is answered, learns of the close only when it writes:
+ * the answer's write fails, and libh2o closes the connection and disposes
+ * the request (on_pool_dispose frees h). */
+static void end_gone(hreq *h)
+{
+    h2o_req_t *req = h->req;
+    h->over = 1;
+    h->pending_backend = 0;
+    log_request(h, 499, "disconnected");
+    h->req = NULL;
+    req->res.status = 499;
+    req->res.reason = status_reason(499);
+    h2o_send_inline(req, "", 0);
+}
+
 /* Every second: a client gone while its turn runs cancels the turn (as a
  * closed socket connection does); a stream paused by --max-output for
  * --pause-timeout has a client that does not read, so its turn is cancelled
@@ -1616,6 +1634,7 @@ static void on_tick(uv_timer_t *t)
                 hs->req_total[OC_GONE]++;
                 h->abandoned = abandoned(h);
                 post_sched(hs, h->id, h->abandoned ? M_CONN_ABANDONED : M_CONN_CLOSED);
+                if (!h->started) end_gone(h);
             }
             if (limit && h->paused && !h->pause_cancelled && now - h->paused_ms >= 1000ull * limit) {
                 h->pause_cancelled = 1;
