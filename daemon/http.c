@@ -122,6 +122,9 @@ typedef struct hreq {
     int       n, waiting;      /* choices; sub-requests of the stage not answered yet */
     int       over;            /* answered or failed: later events are dropped */
     uint64_t  prompt_tokens;   /* n > 1: the tokens the prefill fed */
+    size_t    prompt_bytes;    /* the text the turn feeds (choice 0's, or the prefill's) */
+    uint64_t  fed_bytes;       /* of it, what the session holds once the turn ended */
+    int       prompt_cut;      /* fed_bytes < prompt_bytes: the turn was cut while it fed */
     int       n_stop;
     uint8_t   stop[PROTO_MAX_STOPS][PROTO_MAX_STOP_LEN];
     uint8_t   stop_len[PROTO_MAX_STOPS];
@@ -420,6 +423,11 @@ static void turn_headers(hreq *h, h2o_req_t *req)
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)h->seed);
     add_header(req, "x-lind-session", h->session);
     add_header(req, "x-lind-seed", seed);
+    if (h->prompt_cut) {   /* no token came, so the headers are still unsent: say how much was fed */
+        char fb[48];
+        snprintf(fb, sizeof fb, "%llu/%zu", (unsigned long long)h->fed_bytes, h->prompt_bytes);
+        add_header(req, "x-lind-prompt-cut", fb);
+    }
     if (h->ignored) add_header(req, "x-lind-ignored", h->ignored);
 }
 
@@ -829,7 +837,11 @@ static void complete(hreq *h)
             hchoice *c = &h->ch[i];
             stream_text(h, c, 1);
             size_t to = c->lp ? lp_upto(c, c->stop_at != SIZE_MAX ? c->stop_at : c->text.n, 1) : 0;
-            sse_event(h, chunk(h, c, "", 0, c->finish, c->lp ? c->lp_sent : 0, to));
+            json_t *last = chunk(h, c, "", 0, c->finish, c->lp ? c->lp_sent : 0, to);
+            if (i == 0 && h->prompt_cut)
+                json_object_set_new(last, "lind", json_pack("{s:I, s:I}", "fed_bytes", (json_int_t)h->fed_bytes,
+                                                            "prompt_bytes", (json_int_t)h->prompt_bytes));
+            sse_event(h, last);
         }
         if (h->include_usage) {
             json_t *u = json_pack("{s:s, s:s, s:I, s:s, s:[], s:o}", "id", h->resp_id, "object",
@@ -866,6 +878,8 @@ static void complete(hreq *h)
                           "usage", usage_object(h), "lind", "session", h->session, "session_tokens",
                           (json_int_t)h->ch[0].done.session_tokens);
     json_object_set_new(json_object_get(j, "lind"), "seed", json_integer((json_int_t)h->seed));
+    json_object_set_new(json_object_get(j, "lind"), "fed_bytes", json_integer((json_int_t)h->fed_bytes));
+    json_object_set_new(json_object_get(j, "lind"), "prompt_bytes", json_integer((json_int_t)h->prompt_bytes));
     if (h->n > 1) json_object_set_new(json_object_get(j, "lind"), "sessions", sessions);
     else json_decref(sessions);
     h2o_req_t *req = h->req;
@@ -950,6 +964,7 @@ static void generate_choice(hreq *h, int i, uint8_t *text, size_t len)
         memcpy(r.bias, h->gen_req.bias, (size_t)r.n_bias * sizeof *r.bias);
     }
     snprintf(r.session, sizeof r.session, "%s", h->ch[i].session);
+    if (i == 0 && h->n == 1) h->prompt_bytes = len;
     send_request(h, &r);
 }
 
@@ -981,6 +996,7 @@ static void start_generate(hreq *h, int continued)
     snprintf(r.session, sizeof r.session, "%s", h->session);
     r.text = text;
     r.text_len = n;
+    h->prompt_bytes = n;
     send_request(h, &r);
 }
 
@@ -1488,6 +1504,8 @@ static void on_final(hreq *h, hchoice *c, const evlist *l, const event *e)
     case ST_PREFILL:
         if (e->kind != EV_APPENDED) break;
         h->prompt_tokens = e->done.tokens_in;
+        h->fed_bytes = e->done.fed_bytes;
+        h->prompt_cut = h->fed_bytes < h->prompt_bytes;
         if (e->cancelled || !h->req || h->gone_posted) {   /* the client is gone or we stop */
             for (int i = 0; i < h->n; i++) snprintf(h->ch[i].finish, sizeof h->ch[i].finish, "cancelled");
             complete(h);
@@ -1516,6 +1534,10 @@ static void on_final(hreq *h, hchoice *c, const evlist *l, const event *e)
         c->done.stop = c->stop_tail;
         c->done.stop_len = e->len < sizeof c->stop_tail ? e->len : sizeof c->stop_tail;
         snprintf(c->finish, sizeof c->finish, "%s", finish_reason(e->done.reason));
+        if (h->n == 1) {
+            h->fed_bytes = e->done.fed_bytes;
+            h->prompt_cut = h->fed_bytes < h->prompt_bytes;
+        }
         if (--h->waiting <= 0) after_generate(h);
         break;
     case ST_FORK_OUT:

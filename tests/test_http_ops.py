@@ -1,7 +1,7 @@
-"""tests/test_http_flood.py — work nobody waits for is dropped (docs/HTTP.md,
-"Work nobody waits for"), and the HTTP operations around it: the access log,
+"""tests/test_http_ops.py — running the HTTP front door (docs/HTTP.md): work
+nobody waits for is dropped ("Work nobody waits for"), the access log,
 X-Request-Id, CORS, /metrics' process and build figures, ambiguous body
-lengths, the HTTP/2 switch.
+lengths, the HTTP/2 switch, and a prompt cut by shutdown reported as such.
 
 The flood: while a canary stream runs, LIND_FLOOD_N (default 2,000; 300
 under the sanitizers) completion requests are sent on their own
@@ -11,13 +11,15 @@ them (lind_http_requests_in_flight back to the canary's one), no session
 but the canary's is in the store, and the canary's worst gap between two
 writes while the flood was handled. The figures are printed as a NOTE:
 
-    LIND_BUILD=build python3 tests/test_http_flood.py
+    LIND_BUILD=build LIND_TEST_CASES=abandoned_flood_leaves_no_sessions_and_the_canary_streams \
+        /usr/bin/python3 tests/test_http_ops.py
 
 No case sleeps: each waits for the event it needs (a log line, a metric
 reaching a value, the server's answer)."""
 import json
 import os
 import re
+import signal
 import socket
 import struct
 import subprocess
@@ -326,6 +328,58 @@ def abandoned_flood_leaves_no_sessions_and_the_canary_streams():
         expect(worst < 1.0 * SLOW, "the canary's worst gap %.3f s" % worst)
     finally:
         F.stop()
+
+
+def progress_of(srv):
+    c = Client(srv.sock)
+    try:
+        return c.call("stats").get("tokens_in", 0)
+    finally:
+        c.close()
+
+
+@case
+def prompt_cut_by_shutdown_says_how_much_was_fed():
+    # SIGTERM while a long prompt is fed: the turn stops at the next chunk,
+    # the session holds what was fed, and the answer says how much of it.
+    Q = Server("http-cut", extra=["--http", "0", "--prompt-chunk", "64"]).start()
+    try:
+        port = http_port(Q)
+        prompt = ("In the beginning God created the heaven and the earth. " * 16000)[:800000]
+        body = json.dumps({"prompt": prompt, "max_tokens": 5}).encode()
+        c = socket.create_connection(("127.0.0.1", port))
+        c.settimeout(120 * SLOW)
+        c.sendall(request("POST", "/v1/completions", body, ["X-Lind-Session: cut"]))
+        wait_for(lambda: progress_of(Q) > 2000, "the prompt is not being fed")
+        Q.proc.send_signal(signal.SIGTERM)
+        got = b""
+        while True:
+            d = c.recv(65536)
+            if not d:
+                break
+            got += d
+            if got.endswith(b"\r\n0\r\n\r\n"):
+                break
+        c.close()
+        st, hd = head_of(got)
+        expect(st == 200, "status %d: %r" % (st, got[:300]))
+        raw = got.partition(b"\r\n\r\n")[2]
+        if "content-length" not in hd:
+            raw = b"".join(raw.split(b"\r\n")[1::2])   # the chunked body's data
+        j = json.loads(raw)
+        fed, total = j["lind"]["fed_bytes"], j["lind"]["prompt_bytes"]
+        expect(total == len(prompt) and 0 < fed < total, "fed %r of %r" % (fed, total))
+        expect(j["choices"][0]["finish_reason"] == "cancelled", "finish: %r" % j["choices"][0])
+        expect(hd.get("x-lind-prompt-cut") == ["%d/%d" % (fed, total)], "header: %r" % hd)
+        Q.proc.wait(timeout=60 * SLOW)
+        Q.proc = None
+        Q.start()
+        cc = Client(Q.sock)
+        r = cc.call("info", session="cut")
+        cc.close()
+        expect(r["event"] == "result" and fed <= r["tokens"] <= fed + 2, "the session holds what was fed: %r" % r)
+    finally:
+        Q.stop()
 
 
 S.stop()
