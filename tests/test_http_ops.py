@@ -330,6 +330,35 @@ def abandoned_flood_leaves_no_sessions_and_the_canary_streams():
         F.stop()
 
 
+@case
+def socket_turns_queued_on_a_closed_connection_are_dropped():
+    # One model slot, held by a long turn: five generates on fresh sessions
+    # wait for it; their connection closes; when the slot frees, none of
+    # them is fed and no session is made.
+    Q = Server("queued-drop", extra=["--http", "0", "--max-resident", "1", "--max-tokens", "1000000"]).start()
+    try:
+        port = http_port(Q)
+        a = Client(Q.sock)
+        hog = a.send("generate", session="hog", text="a", max_tokens=1000000)
+        wait_for(lambda: (metric(port, "lind_tokens_generated_total") or 0) > 10, "the long turn does not run")
+        b = Client(Q.sock)
+        for i in range(5):
+            b.send("generate", session="queued-%d" % i, text="never fed", max_tokens=5)
+        wait_for(lambda: metric(port, "lind_queue_depth") == 5, "the five turns do not wait for the slot")
+        b.close()
+        a.send("cancel", session="hog")
+        a.final(hog)
+        wait_for(lambda: metric(port, "lind_turns_dropped_total") == 5 and metric(port, "lind_queue_depth") == 0,
+                 "the queued turns of the closed connection were not dropped")
+        names = stored_sessions(Q)
+        expect(names == ["hog"], "only the long turn's session is stored: %r" % names)
+        got = a.call("info", session="queued-0")
+        expect(got["event"] == "error" and got["code"] == "not_found", "no session made: %r" % got)
+        a.close()
+    finally:
+        Q.stop()
+
+
 def progress_of(srv):
     c = Client(srv.sock)
     try:
