@@ -80,6 +80,22 @@ def head_of(resp):
     return int(m.group(1)), hd
 
 
+def body_of(resp):
+    """The body of a whole HTTP/1.1 answer (chunked or not)."""
+    head, _, raw = resp.partition(b"\r\n\r\n")
+    if b"transfer-encoding: chunked" not in head.lower():
+        return raw
+    out = b""
+    while raw:
+        size, _, rest = raw.partition(b"\r\n")
+        n = int(size, 16)
+        if n == 0:
+            break
+        out += rest[:n]
+        raw = rest[n + 2:]
+    return out
+
+
 def metric(port, name):
     got = exchange(port, request("GET", "/metrics"))
     m = re.search(rb"^" + re.escape(name.encode()) + rb"(?:\{[^}]*\})? ([0-9.e+-]+)$", got, re.M)
@@ -359,6 +375,48 @@ def socket_turns_queued_on_a_closed_connection_are_dropped():
         Q.stop()
 
 
+@case
+def queue_of_unstarted_turns_is_bounded():
+    # --max-waiting bounds the turns admitted but not started, all
+    # connections together: with the one slot held, the third HTTP request
+    # to wait gets 429 `limit` naming the option; the two admitted ones run
+    # once the slot frees.
+    Q = Server("queue-bound", extra=["--http", "0", "--max-resident", "1", "--max-waiting", "2",
+                                     "--max-tokens", "1000000"]).start()
+    try:
+        port = http_port(Q)
+        a = Client(Q.sock)
+        hog = a.send("generate", session="hog", text="a", max_tokens=1000000)
+        wait_for(lambda: (metric(port, "lind_tokens_generated_total") or 0) > 10, "the long turn does not run")
+        body = json.dumps({"prompt": "x", "max_tokens": 2}).encode()
+        held = []
+        for i in range(2):
+            c = socket.create_connection(("127.0.0.1", port))
+            c.settimeout(120 * SLOW)
+            c.sendall(request("POST", "/v1/completions", body))
+            held.append(c)
+        wait_for(lambda: metric(port, "lind_queue_depth") == 2, "the two requests do not wait for the slot")
+        got = exchange(port, request("POST", "/v1/completions", body))
+        st, _ = head_of(got)
+        j = json.loads(body_of(got))
+        expect(st == 429 and j["error"]["code"] == "limit" and "--max-waiting" in j["error"]["message"],
+               "over the bound: %d %r" % (st, j))
+        a.send("cancel", session="hog")
+        a.final(hog)
+        for c in held:
+            r = b""
+            while b"\r\n0\r\n\r\n" not in r and b'"lind"' not in r:
+                d = c.recv(65536)
+                if not d:
+                    break
+                r += d
+            expect(head_of(r)[0] == 200, "an admitted request is answered: %r" % r[:200])
+            c.close()
+        a.close()
+    finally:
+        Q.stop()
+
+
 def progress_of(srv):
     c = Client(srv.sock)
     try:
@@ -392,10 +450,7 @@ def prompt_cut_by_shutdown_says_how_much_was_fed():
         c.close()
         st, hd = head_of(got)
         expect(st == 200, "status %d: %r" % (st, got[:300]))
-        raw = got.partition(b"\r\n\r\n")[2]
-        if "content-length" not in hd:
-            raw = b"".join(raw.split(b"\r\n")[1::2])   # the chunked body's data
-        j = json.loads(raw)
+        j = json.loads(body_of(got))
         fed, total = j["lind"]["fed_bytes"], j["lind"]["prompt_bytes"]
         expect(total == len(prompt) and 0 < fed < total, "fed %r of %r" % (fed, total))
         expect(j["choices"][0]["finish_reason"] == "cancelled", "finish: %r" % j["choices"][0])
