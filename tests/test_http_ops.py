@@ -256,10 +256,14 @@ def stored_sessions(srv):
     return names
 
 
-@case
-def abandoned_flood_leaves_no_sessions_and_the_canary_streams():
-    n = int(os.environ.get("LIND_FLOOD_N") or (300 if SANITIZED else 2000))
-    F = Server("http-flood", extra=["--http", "0", "--max-tokens", "1000000"]).start()
+def flood_beside_a_canary(name, extra, n, flood, what):
+    """A daemon (extra options) with a canary stream on its own session;
+    flood(port, reqs) sends n abandoned completion requests (reqs: their
+    bodies). Waits until the daemon has ended every one, prints the
+    figures as a NOTE, and checks that no session but the canary's is
+    stored and that the canary's worst gap between two reads while the
+    flood was handled is under 1 s (times SLOW)."""
+    F = Server(name, extra=["--http", "0", "--max-tokens", "1000000"] + extra).start()
     try:
         port = http_port(F)
         # The canary: a long stream on its own session; the time of every read.
@@ -284,35 +288,11 @@ def abandoned_flood_leaves_no_sessions_and_the_canary_streams():
         t = threading.Thread(target=read_canary)
         t.start()
         wait_for(lambda: sum(k for _, k in reads) >= 20, "the canary does not stream")
-        # The flood: requests sent and given up at once (a prompt to feed and
-        # tokens to make, had anybody waited).
+        # The flood: requests a prompt to feed and tokens to make, had anybody waited.
         prompt = ("In the beginning God created the heaven and the earth. " * 8)
-        reqs = [request("POST", "/v1/completions", json.dumps({"prompt": prompt + str(i), "max_tokens": 200})
-                        .encode()) for i in range(n)]
+        reqs = [json.dumps({"prompt": prompt + str(i), "max_tokens": 200}).encode() for i in range(n)]
         t0 = time.monotonic()
-
-        def flood(part):
-            # Half give up at once (closed right after the request); half
-            # are all sent first and closed together after, so that the
-            # daemon has admitted and queued them when their clients go.
-            held = []
-            for k, r in enumerate(part):
-                try:
-                    s = socket.create_connection(("127.0.0.1", port))
-                    s.sendall(r)
-                    if k % 2:
-                        held.append(s)
-                    else:
-                        s.close()
-                except OSError:
-                    pass
-            for s in held:
-                s.close()
-        senders = [threading.Thread(target=flood, args=(reqs[i::4],)) for i in range(4)]
-        for s in senders:
-            s.start()
-        for s in senders:
-            s.join()
+        flood(port, reqs)
         t_sent = time.monotonic()
         # Every flood request seen and ended: only the canary is in flight.
         # (in flight: /metrics itself, and the canary while it streams)
@@ -336,14 +316,101 @@ def abandoned_flood_leaves_no_sessions_and_the_canary_streams():
         rss = float(re.search(r"^process_resident_memory_bytes (\S+)$", got, re.M).group(1))
         wait_for(lambda: "canary" in stored_sessions(F), "the canary's session is saved once it is closed")
         left = [s for s in stored_sessions(F) if s != "canary"]
-        print("NOTE flood of %d abandoned requests (sent in %.2f s, all ended %.2f s after the first): "
+        print("NOTE %s of %d abandoned requests (sent in %.2f s, all ended %.2f s after the first): "
               "%d sessions left besides the canary; %d seen gone by the front door, %d turns dropped "
-              "unstarted; canary: %d tokens in the window, worst gap %.3f s; RSS after %.0f MB"
-              % (n, t_sent - t0, t1 - t0, len(left), gone, dropped, tokens, worst, rss / 1e6), flush=True)
+              "unstarted or not kept; canary: %d tokens in the window, worst gap %.3f s; RSS after %.0f MB"
+              % (what, n, t_sent - t0, t1 - t0, len(left), gone, dropped, tokens, worst, rss / 1e6), flush=True)
         expect(not left, "sessions left by abandoned requests: %d (%r)" % (len(left), left[:5]))
         expect(worst < 1.0 * SLOW, "the canary's worst gap %.3f s" % worst)
     finally:
         F.stop()
+
+
+FLOOD_N = int(os.environ.get("LIND_FLOOD_N") or (300 if SANITIZED else 2000))
+
+
+@case
+def abandoned_flood_leaves_no_sessions_and_the_canary_streams():
+    def flood(port, bodies):
+        reqs = [request("POST", "/v1/completions", b) for b in bodies]
+
+        def part(rs):
+            # Half give up at once (closed right after the request); half
+            # are all sent first and closed together after, so that the
+            # daemon has admitted and queued them when their clients go.
+            held = []
+            for k, r in enumerate(rs):
+                try:
+                    s = socket.create_connection(("127.0.0.1", port))
+                    s.sendall(r)
+                    if k % 2:
+                        held.append(s)
+                    else:
+                        s.close()
+                except OSError:
+                    pass
+            for s in held:
+                s.close()
+        senders = [threading.Thread(target=part, args=(reqs[i::4],)) for i in range(4)]
+        for s in senders:
+            s.start()
+        for s in senders:
+            s.join()
+    flood_beside_a_canary("http-flood", [], FLOOD_N, flood, "HTTP/1.1 flood")
+
+
+def h2_frame(kind, flags, stream, payload=b""):
+    return struct.pack(">I", len(payload))[1:] + bytes([kind, flags]) + struct.pack(">I", stream) + payload
+
+
+def hpack_literal(name, value):
+    """A header as HPACK's literal without indexing, new name, no Huffman
+    (RFC 7541 6.2.2; both lengths under 127 here)."""
+    assert len(name) < 127 and len(value) < 127
+    return b"\x00" + bytes([len(name)]) + name + bytes([len(value)]) + value
+
+
+@case
+def http2_rapid_reset_leaves_no_sessions_and_the_canary_streams():
+    # --http2 on: one HTTP/2 connection opens FLOOD_N streams, each a
+    # completion request (HEADERS, DATA with END_STREAM) reset at once
+    # (RST_STREAM CANCEL), 50 streams per write: rapid reset.
+    def flood(port, bodies):
+        c = socket.create_connection(("127.0.0.1", port))
+        stop = threading.Event()
+
+        def drain():   # the server's frames (SETTINGS, GOAWAY, ...): read and dropped
+            c.settimeout(1.0)
+            while not stop.is_set():
+                try:
+                    if not c.recv(65536):
+                        break
+                except socket.timeout:
+                    continue
+                except OSError:
+                    break
+        d = threading.Thread(target=drain)
+        d.start()
+        c.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + h2_frame(4, 0, 0) + h2_frame(4, 1, 0))
+        out = b""
+        for i, body in enumerate(bodies):
+            sid = 2 * i + 1
+            hdr = (hpack_literal(b":method", b"POST") + hpack_literal(b":scheme", b"http") +
+                   hpack_literal(b":path", b"/v1/completions") + hpack_literal(b":authority", b"x") +
+                   hpack_literal(b"content-type", b"application/json") +
+                   hpack_literal(b"content-length", str(len(body)).encode()))
+            out += (h2_frame(1, 4, sid, hdr) + h2_frame(0, 1, sid, body) +
+                    h2_frame(3, 0, sid, struct.pack(">I", 8)))
+            if i % 50 == 49 or i == len(bodies) - 1:
+                try:
+                    c.sendall(out)
+                except OSError:
+                    break
+                out = b""
+        stop.set()
+        d.join()
+        c.close()
+    flood_beside_a_canary("http2-reset", ["--http2", "on"], FLOOD_N, flood, "HTTP/2 rapid reset")
 
 
 @case
