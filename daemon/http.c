@@ -1001,6 +1001,7 @@ static void start_generate(hreq *h, int continued)
 }
 
 static void forks_done(hreq *h);
+static int req_gone(h2o_req_t *req);
 
 /* The turn is committed: snapshot it where a later request will look. */
 static void after_generate(hreq *h)
@@ -1023,6 +1024,10 @@ static void after_generate(hreq *h)
         complete(h);
         return;
     }
+    if (abandoned(h) && req_gone(h->req)) {   /* no snapshot for nobody: forks_done deletes the session */
+        forks_done(h);
+        return;
+    }
     h->stage = ST_FORK_OUT;
     h->waiting = 0;
     for (int i = 0; i < h->n; i++) {
@@ -1034,8 +1039,6 @@ static void after_generate(hreq *h)
     }
     if (!h->waiting) forks_done(h);
 }
-
-static int req_gone(h2o_req_t *req);
 
 /* Every snapshot is taken: the Responses API's store: false drops the
  * response's session, and so does a client that left before it was told
@@ -1412,8 +1415,8 @@ static void send_metrics(hreq *h, const evlist *l, const event *e)
     put_budget(&b, hs->srv);
     put_metric(&b, "lind_uptime_seconds", "gauge", "seconds since start",
                (double)(now_ns() - st->start_ns) / 1e9);
-    put_metric(&b, "lind_turns_dropped_total", "counter", "turns dropped before they started: their "
-               "client or connection was gone (nothing fed, no session made)", (double)st->turns_dropped);
+    put_metric(&b, "lind_turns_dropped_total", "counter", "turns whose client or connection was gone: "
+               "dropped before they started, or their fresh session not kept", (double)st->turns_dropped);
     procinfo pi;
     procinfo_read(&pi);
     char fp[24], pbuf[2048];
