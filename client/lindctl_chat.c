@@ -625,7 +625,14 @@ static int chat_turn(chat *ch, const char *text, size_t len)
                 rc = !strcmp(ev.code, "shutting_down") ? LINDC_ECLOSED : 0;
                 break;
             }
-            if (!strcmp(reason, "cancelled")) notice(cancel_sent ? "cancelled" : "the daemon cancelled the reply");
+            if (!strcmp(reason, "cancelled")) {
+                uint64_t fed = len;
+                lindc_get_u64(ev.map, "fed_bytes", &fed);
+                if (fed < len)   /* a long paste cut while it was fed */
+                    notice("%s after %llu of %zu bytes; the session holds them",
+                           cancel_sent ? "cancelled" : "the daemon cancelled the turn", (unsigned long long)fed, len);
+                else notice(cancel_sent ? "cancelled" : "the daemon cancelled the reply");
+            }
             rc = 0;
             break;
         }

@@ -388,8 +388,8 @@ int cmd_generate(const ctl_opts *g0, int argc, char **argv)
                 uint64_t fed = text_len;
                 lindc_get_u64(ev.map, "fed_bytes", &fed);
                 if (cancel_sent && fed < text_len) {
-                    fprintf(stderr, "lindctl: cancelled while the text was fed; the session holds its "
-                            "first %llu of %zu bytes\n", (unsigned long long)fed, text_len);
+                    fprintf(stderr, "lindctl: cancelled after %llu of %zu bytes; the session holds them "
+                            "(send the rest again to continue)\n", (unsigned long long)fed, text_len);
                     status = EXIT_INTERRUPTED;
                 } else if (cancel_sent) {
                     fprintf(stderr, "lindctl: cancelled; the session keeps the %zu bytes streamed\n", st.bytes_out);

@@ -28,6 +28,10 @@
 #include "daemon/conn.h"
 #include "daemon/errors.h"
 #include "daemon/httpreq.h"
+#include "daemon/http_cors.h"
+#include "daemon/http_framing.h"
+#include "daemon/http_log.h"
+#include "daemon/procinfo.h"
 
 #define HREQ_BUCKETS 1024
 #define HTTP_SNDBUF  (256 << 10)   /* SO_SNDBUF of an accepted connection */
@@ -73,6 +77,7 @@ typedef struct http_server {
     int      leaked;           /* h2o connections were force-closed at exit (http_close) */
     int      freeing;          /* http_free: nothing more goes to the other threads */
     char     token[256];       /* bearer token, "" = none */
+    http_cors cors;            /* --http-cors */
     chat_template tpl;
     char     model_id[128];
     int64_t  model_created;    /* /v1/models' `created`: the model files' newest mtime */
@@ -110,12 +115,16 @@ typedef struct hreq {
     int       started, sending, final_queued, paused, pending_backend;
     int       pause_cancelled; /* cancelled for --pause-timeout */
     int       gone_posted;     /* its client was seen gone (on_tick) */
+    int       abandoned;       /* its client left before it was told anything (abandoned) */
     uint64_t  paused_ms;       /* uv_now when it paused */
     hbuf      pend, wbuf;      /* SSE bytes not yet handed to h2o, and those in flight */
     hchoice  *ch;              /* n choices; ch[0].session is `session` */
     int       n, waiting;      /* choices; sub-requests of the stage not answered yet */
     int       over;            /* answered or failed: later events are dropped */
     uint64_t  prompt_tokens;   /* n > 1: the tokens the prefill fed */
+    size_t    prompt_bytes;    /* the text the turn feeds (choice 0's, or the prefill's) */
+    uint64_t  fed_bytes;       /* of it, what the session holds once the turn ended */
+    int       prompt_cut;      /* fed_bytes < prompt_bytes: the turn was cut while it fed */
     int       n_stop;
     uint8_t   stop[PROTO_MAX_STOPS][PROTO_MAX_STOP_LEN];
     uint8_t   stop_len[PROTO_MAX_STOPS];
@@ -223,12 +232,22 @@ static void account(hreq *h)
     h->acct = now;
 }
 
+/* Its client is gone while its turn is pending: was the client told
+ * nothing, not even the session's name (nothing streamed, a session this
+ * request names afresh)? Then a session the turn made is garbage nobody can
+ * reach, and the compute thread does not keep it (M_CONN_ABANDONED). */
+static int abandoned(const hreq *h)
+{
+    return (h->kind == HK_COMPLETION || h->kind == HK_CHAT || h->kind == HK_RESPONSES) && !h->started &&
+           h->n == 1 && !h->fork_from[0] && !strcmp(h->session, h->resp_id);
+}
+
 /* Free a request's state; the compute thread forgets its connection. */
 static void hreq_free(hreq *h)
 {
     http_server *hs = h->hs;
     unlink_req(hs, h);
-    post_sched(hs, h->id, M_CONN_CLOSED);
+    post_sched(hs, h->id, h->abandoned ? M_CONN_ABANDONED : M_CONN_CLOSED);
     hbuf_free(&h->pend);
     hbuf_free(&h->wbuf);
     for (int i = 0; i < h->n; i++) {
@@ -269,7 +288,10 @@ static void on_pool_dispose(void *p)
 {
     hreq *h = *(hreq **)p;
     if (!h) return;
-    if (h->req && h->pending_backend && !h->gone_posted) h->hs->req_total[OC_GONE]++;
+    if (h->req && h->pending_backend && !h->gone_posted) {
+        h->hs->req_total[OC_GONE]++;
+        h->abandoned = abandoned(h);
+    }
     h->req = NULL;
     h->pending_backend = 0;
     h->dead_next = h->hs->dead;
@@ -281,7 +303,10 @@ static void on_stop(h2o_generator_t *g, h2o_req_t *req)
 {
     (void)req;
     hreq *h = (hreq *)((char *)g - offsetof(hreq, gen));
-    if (h->pending_backend && !h->gone_posted) h->hs->req_total[OC_GONE]++;
+    if (h->pending_backend && !h->gone_posted) {
+        h->hs->req_total[OC_GONE]++;
+        h->abandoned = abandoned(h);
+    }
     h->req = NULL;   /* h2o disposes the request next (on_pool_dispose frees h) */
     h->pending_backend = 0;
 }
@@ -309,6 +334,9 @@ static const char *status_reason(int status)
 {
     switch (status) {
     case 200: return "OK";
+    case 204: return "No Content";
+    case 403: return "Forbidden";
+    case 499: return "Client Closed Request";
     case 400: return "Bad Request";
     case 401: return "Unauthorized";
     case 404: return "Not Found";
@@ -396,6 +424,11 @@ static void turn_headers(hreq *h, h2o_req_t *req)
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)h->seed);
     add_header(req, "x-lind-session", h->session);
     add_header(req, "x-lind-seed", seed);
+    if (h->prompt_cut) {   /* no token came, so the headers are still unsent: say how much was fed */
+        char fb[48];
+        snprintf(fb, sizeof fb, "%llu/%zu", (unsigned long long)h->fed_bytes, h->prompt_bytes);
+        add_header(req, "x-lind-prompt-cut", fb);
+    }
     if (h->ignored) add_header(req, "x-lind-ignored", h->ignored);
 }
 
@@ -805,7 +838,11 @@ static void complete(hreq *h)
             hchoice *c = &h->ch[i];
             stream_text(h, c, 1);
             size_t to = c->lp ? lp_upto(c, c->stop_at != SIZE_MAX ? c->stop_at : c->text.n, 1) : 0;
-            sse_event(h, chunk(h, c, "", 0, c->finish, c->lp ? c->lp_sent : 0, to));
+            json_t *last = chunk(h, c, "", 0, c->finish, c->lp ? c->lp_sent : 0, to);
+            if (i == 0 && h->prompt_cut)
+                json_object_set_new(last, "lind", json_pack("{s:I, s:I}", "fed_bytes", (json_int_t)h->fed_bytes,
+                                                            "prompt_bytes", (json_int_t)h->prompt_bytes));
+            sse_event(h, last);
         }
         if (h->include_usage) {
             json_t *u = json_pack("{s:s, s:s, s:I, s:s, s:[], s:o}", "id", h->resp_id, "object",
@@ -842,6 +879,8 @@ static void complete(hreq *h)
                           "usage", usage_object(h), "lind", "session", h->session, "session_tokens",
                           (json_int_t)h->ch[0].done.session_tokens);
     json_object_set_new(json_object_get(j, "lind"), "seed", json_integer((json_int_t)h->seed));
+    json_object_set_new(json_object_get(j, "lind"), "fed_bytes", json_integer((json_int_t)h->fed_bytes));
+    json_object_set_new(json_object_get(j, "lind"), "prompt_bytes", json_integer((json_int_t)h->prompt_bytes));
     if (h->n > 1) json_object_set_new(json_object_get(j, "lind"), "sessions", sessions);
     else json_decref(sessions);
     h2o_req_t *req = h->req;
@@ -926,6 +965,7 @@ static void generate_choice(hreq *h, int i, uint8_t *text, size_t len)
         memcpy(r.bias, h->gen_req.bias, (size_t)r.n_bias * sizeof *r.bias);
     }
     snprintf(r.session, sizeof r.session, "%s", h->ch[i].session);
+    if (i == 0 && h->n == 1) h->prompt_bytes = len;
     send_request(h, &r);
 }
 
@@ -957,10 +997,12 @@ static void start_generate(hreq *h, int continued)
     snprintf(r.session, sizeof r.session, "%s", h->session);
     r.text = text;
     r.text_len = n;
+    h->prompt_bytes = n;
     send_request(h, &r);
 }
 
 static void forks_done(hreq *h);
+static int req_gone(h2o_req_t *req);
 
 /* The turn is committed: snapshot it where a later request will look. */
 static void after_generate(hreq *h)
@@ -983,6 +1025,10 @@ static void after_generate(hreq *h)
         complete(h);
         return;
     }
+    if (abandoned(h) && req_gone(h->req)) {   /* no snapshot for nobody: forks_done deletes the session */
+        forks_done(h);
+        return;
+    }
     h->stage = ST_FORK_OUT;
     h->waiting = 0;
     for (int i = 0; h->store && i < h->n; i++) {   /* store: false keeps no snapshot */
@@ -996,11 +1042,16 @@ static void after_generate(hreq *h)
 }
 
 /* Every snapshot is taken: store: false drops the answer's own sessions
- * (resp-, and a choice's resp-...-i; a named session stays); then the
- * answer. */
+ * (resp-, and a choice's resp-...-i; a named session stays), and so does a
+ * client that left before it was told anything (abandoned: it finished
+ * before the client was seen gone); then the answer. */
 static void forks_done(hreq *h)
 {
-    if (!h->store && h->req) {
+    if (h->req && h->store && abandoned(h) && req_gone(h->req)) {
+        h->abandoned = 1;
+        stats_dropped(&h->hs->srv->st);
+    }
+    if (h->req && (!h->store || h->abandoned)) {
         h->stage = ST_DROP;
         h->waiting = 0;
         for (int i = 0; i < h->n; i++) {
@@ -1378,6 +1429,15 @@ static void send_metrics(hreq *h, const evlist *l, const event *e)
     if (stats_prometheus_store(st, hs->srv->node_id, &sp, &sn) == 0) { hbuf_put(&b, sp, sn); free(sp); }
     put_metric(&b, "lind_uptime_seconds", "gauge", "seconds since start",
                (double)(now_ns() - st->start_ns) / 1e9);
+    put_metric(&b, "lind_turns_dropped_total", "counter", "turns whose client or connection was gone: "
+               "dropped before they started, or their fresh session not kept", (double)st->turns_dropped);
+    procinfo pi;
+    procinfo_read(&pi);
+    char fp[24], pbuf[2048];
+    const char *ver = strchr(LIND_SERVER_VERSION, ' ');
+    snprintf(fp, sizeof fp, "%016llx", (unsigned long long)hs->srv->fingerprint);
+    size_t pn = procinfo_metrics(&pi, ver ? ver + 1 : LIND_SERVER_VERSION, hs->model_id, fp, pbuf, sizeof pbuf);
+    hbuf_put(&b, pbuf, pn);
     free(st);
     h->pending_backend = 0;
     if (!h->req) { hbuf_free(&b); return; }
@@ -1461,6 +1521,8 @@ static void on_final(hreq *h, hchoice *c, const evlist *l, const event *e)
     case ST_PREFILL:
         if (e->kind != EV_APPENDED) break;
         h->prompt_tokens = e->done.tokens_in;
+        h->fed_bytes = e->done.fed_bytes;
+        h->prompt_cut = h->fed_bytes < h->prompt_bytes;
         if (e->cancelled || !h->req || h->gone_posted) {   /* the client is gone or we stop */
             for (int i = 0; i < h->n; i++) snprintf(h->ch[i].finish, sizeof h->ch[i].finish, "cancelled");
             complete(h);
@@ -1489,6 +1551,10 @@ static void on_final(hreq *h, hchoice *c, const evlist *l, const event *e)
         c->done.stop = c->stop_tail;
         c->done.stop_len = e->len < sizeof c->stop_tail ? e->len : sizeof c->stop_tail;
         snprintf(c->finish, sizeof c->finish, "%s", finish_reason(e->done.reason));
+        if (h->n == 1) {
+            h->fed_bytes = e->done.fed_bytes;
+            h->prompt_cut = h->fed_bytes < h->prompt_bytes;
+        }
         if (--h->waiting <= 0) after_generate(h);
         break;
     case ST_FORK_OUT:
@@ -1536,15 +1602,20 @@ void http_deliver(server *srv, outmsg *o)
  * connection? libh2o does not read an HTTP/1 connection while its request
  * is being answered, so it would learn only when the answer is written:
  * look at the socket (a peek reads 0 bytes at the peer's close). */
-static int client_gone(hreq *h)
+static int req_gone(h2o_req_t *req)
 {
-    h2o_conn_t *c = h->req ? h->req->conn : NULL;
+    h2o_conn_t *c = req ? req->conn : NULL;
     h2o_socket_t *sock = c && c->callbacks->get_socket ? c->callbacks->get_socket(c) : NULL;
     int fd = sock ? h2o_socket_get_fd(sock) : -1;
     if (fd < 0) return 0;
     char b;
     ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
     return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+static int client_gone(hreq *h)
+{
+    return req_gone(h->req);
 }
 
 /* A write that has not completed for --write-timeout: the client takes
@@ -1565,6 +1636,24 @@ static void write_timed_out(hreq *h)
     shutdown(fd, SHUT_RDWR);
 }
 
+/* A request whose client is gone and whose answer has not begun: no
+ * event will come for it (the compute thread sends nothing to a closed
+ * connection), so it ends here. libh2o, not reading an HTTP/1 connection
+ * while a request is answered, learns of the close only when it writes:
+ * the answer's write fails, and libh2o closes the connection and disposes
+ * the request (on_pool_dispose frees h). */
+static void end_gone(hreq *h)
+{
+    h2o_req_t *req = h->req;
+    h->over = 1;
+    h->pending_backend = 0;
+    log_request(h, 499, "disconnected");
+    h->req = NULL;
+    req->res.status = 499;
+    req->res.reason = status_reason(499);
+    h2o_send_inline(req, "", 0);
+}
+
 /* Every second: a client gone while its turn runs cancels the turn (as a
  * closed socket connection does); a stream paused by --max-output for
  * --pause-timeout has a client that does not read, so its turn is cancelled
@@ -1582,7 +1671,9 @@ static void on_tick(uv_timer_t *t)
             if (h->pending_backend && !h->gone_posted && client_gone(h)) {
                 h->gone_posted = 1;
                 hs->req_total[OC_GONE]++;
-                post_sched(hs, h->id, M_CONN_CLOSED);
+                h->abandoned = abandoned(h);
+                post_sched(hs, h->id, h->abandoned ? M_CONN_ABANDONED : M_CONN_CLOSED);
+                if (!h->started) end_gone(h);
             }
             if (limit && h->paused && !h->pause_cancelled && now - h->paused_ms >= 1000ull * limit) {
                 h->pause_cancelled = 1;
@@ -1697,6 +1788,17 @@ static void begin(http_server *hs, h2o_req_t *req, hkind kind)
     if (idempotency_key(req, &r, why, sizeof why) != 0) {
         httpreq_free(&r);
         send_error(hs, req, 400, "invalid_request", "Idempotency-Key", "%s", why);
+        return;
+    }
+    if (req_gone(req)) {
+        /* Its client hung up while the request was read or waited for the
+         * loop: nobody waits for the answer, so no session is made or fed
+         * (docs/HTTP.md, "Work nobody waits for"). */
+        httpreq_free(&r);
+        hs->req_total[OC_GONE]++;
+        req->res.status = 499;
+        req->res.reason = status_reason(499);
+        h2o_send_inline(req, "", 0);
         return;
     }
     hreq *h = calloc(1, sizeof *h);
@@ -1859,6 +1961,15 @@ static void metrics(http_server *hs, h2o_req_t *req)
 static int on_req(h2o_handler_t *self, h2o_req_t *req)
 {
     http_server *hs = ((handler *)self)->hs;
+    http_log_request_id(req);
+    const char *amb = http_framing_check(req);
+    if (amb) {
+        req->http1_is_persistent = 0;   /* what follows on the connection cannot be trusted */
+        send_error(hs, req, 400, "ambiguous_length", NULL, "the request's body length is ambiguous: %s "
+                   "(refused, and the connection closed)", amb);
+        return 0;
+    }
+    if (http_cors_handle(&hs->cors, req)) return 0;   /* a preflight */
     size_t hbytes = req->path.len + req->method.len;
     for (size_t i = 0; i < req->headers.size; i++)
         hbytes += req->headers.entries[i].name->len + req->headers.entries[i].value.len + 4;
@@ -2064,6 +2175,7 @@ static void early_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bufs, s
 
 static void early_setup(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t **slot)
 {
+    http_log_request_id(req);
     if (req->res.status >= 400) {
         ssize_t ct = h2o_find_header(&req->res.headers, H2O_TOKEN_CONTENT_TYPE, -1);
         if (ct >= 0) req->res.headers.entries[ct].value = h2o_iovec_init(H2O_STRLIT("application/json"));
@@ -2087,6 +2199,10 @@ int http_start(server *srv, char *err, size_t errlen)
     http_server *hs = calloc(1, sizeof *hs);
     if (!hs) { snprintf(err, errlen, "out of memory"); return -ENOMEM; }
     hs->srv = srv;
+    if (srv->opt.http_cors && (rc = http_cors_parse(srv->opt.http_cors, &hs->cors, err, errlen)) != 0) {
+        free(hs);
+        return rc;
+    }
     hs->tails = calloc(TAIL_SLOTS, sizeof *hs->tails);
     hs->resps = calloc(RESP_SLOTS, sizeof *hs->resps);
     if (srv->opt.http_token_file &&
@@ -2124,11 +2240,14 @@ int http_start(server *srv, char *err, size_t errlen)
     hs->config.max_request_entity_size = srv->opt.http_max_body + 1;
     hs->config.http1.req_timeout = 1000ull * srv->opt.http_idle_timeout;
     hs->config.http2.idle_timeout = 1000ull * srv->opt.http_idle_timeout;
+    hs->config.http1.upgrade_to_http2 = srv->opt.http2;   /* --http2: h2c by prior knowledge or Upgrade */
     h2o_hostconf_t *host = h2o_config_register_host(&hs->config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
     h2o_pathconf_t *path = h2o_config_register_path(host, "/", 0);
     handler *hd = (handler *)h2o_create_handler(path, sizeof *hd);
     hd->super.on_req = on_req;
     hd->hs = hs;
+    http_log_register(path);
+    http_log_register(&host->fallback_path);
     early_filter *ef = (early_filter *)h2o_create_filter(&host->fallback_path, sizeof *ef);
     ef->super.on_setup_ostream = early_setup;
     ef->hs = hs;

@@ -36,6 +36,8 @@ typedef enum dmsg_kind {
     M_LOOKUP,       /* compute → store: a turn request (req) with a request_id on a resident
                        session: find its recorded answer (replay) */
     M_LOOKED,       /* store → compute: rc, replay (NULL: none recorded) */
+    M_CONN_ABANDONED, /* as M_CONN_CLOSED, for an HTTP request whose client left before it was told
+                         anything: a session its turn made is not kept (nobody has its name) */
 } dmsg_kind;
 
 /* What a finished turn tells its client once its state is committed. */

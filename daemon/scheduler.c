@@ -24,6 +24,7 @@
 typedef struct cconn {
     uint64_t id;
     int      paused, closed;
+    int      discard;         /* M_CONN_ABANDONED: a session its turn made is not saved */
     int      refs;            /* turns and waiting requests of this connection */
     outmsg  *out;
     struct cconn *hnext, *fnext;
@@ -395,14 +396,32 @@ static int answer_without_running(scheduler *S, session *s, dmsg *m)
     return 1;
 }
 
+/* A turn whose connection went away before it started (an HTTP client
+ * that hung up while its request waited, a socket closed with requests
+ * queued): nobody waits for it, so it is dropped. Nothing is fed; a session
+ * this turn would have created is forgotten (the store never had it), one
+ * that was loaded stays resident as it was. */
+static void drop_unstarted(scheduler *S, session *s, cconn *c, dmsg *m)
+{
+    s->busy = 0;
+    if (s->version == STORE_VERSION_NEW && s->phase == SESS_READY) drop_session(S, s);
+    stats_dropped(&S->srv->st);
+    cconn_release(S, c);
+    dmsg_free(m);
+}
+
 static void begin_turn(scheduler *S, session *s, dmsg *m)
 {
     proto_request *r = &m->req;
+    cconn *c = cconn_get(S, m->conn);
+    if (c && c->closed) {
+        drop_unstarted(S, s, c, m);
+        return;
+    }
     if (answer_without_running(S, s, m)) return;
     if (r->chat_template && !s->meta.chat_template)
         s->meta.chat_template = r->chat_template;   /* saved with this turn's commit */
     turn *t = calloc(1, sizeof *t);
-    cconn *c = cconn_get(S, m->conn);
     int32_t *feed = NULL;
     size_t nfeed = 0, ntext = 0;
     uint32_t tail_len = 0;
@@ -556,6 +575,15 @@ static void finish(scheduler *S, turn *t, int pending, const char *reason)
     if (rc == 0 && t->out_lost) {
         rc = -ENOMEM;
         snprintf(err, sizeof err, "a token event or the transcript's text could not be kept");
+    }
+    if (rc == 0 && t->c->discard && s->version == STORE_VERSION_NEW) {
+        /* Its HTTP client left before it was told anything, not even the
+         * session's name: nobody can reach what it fed, so it is not kept. */
+        free(blob);
+        free(tr);
+        stats_dropped(&S->srv->st);
+        drop_session(S, s);
+        return;
     }
     dmsg *m = rc == 0 ? dmsg_new(M_SAVE, t->c->id) : NULL;
     if (!m) {
@@ -1348,10 +1376,11 @@ static void handle(scheduler *S, dmsg *m)
     case M_LOADED:  on_loaded(S, m); return;
     case M_SAVED:   on_saved(S, m); return;
     case M_LOOKED:  on_looked(S, m); return;
-    case M_CONN_CLOSED: {
+    case M_CONN_CLOSED: case M_CONN_ABANDONED: {
         cconn *c = cconn_get(S, m->conn);
         if (c) {
             c->closed = 1;
+            if (m->kind == M_CONN_ABANDONED) c->discard = 1;
             for (int i = 0; i < S->nactive; i++)
                 if (S->active[i]->c == c) cancel_turn(S->active[i]);
             session_foreach(&S->tab, cancel_all_visit, &m->conn);

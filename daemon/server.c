@@ -19,6 +19,7 @@
 #include "daemon/conn.h"
 #include "daemon/lease.h"
 #include "daemon/http.h"
+#include "daemon/http_cors.h"
 #include "daemon/msg.h"
 #include "daemon/persist.h"
 #include "daemon/scheduler.h"
@@ -90,7 +91,8 @@ static const char usage[] =
     "                  [--db-idle-tx-timeout MS] [--db-reconnect MS]\n"
     "                  [--http [ADDR:]PORT] [--http-token-file PATH] [--http-max-body BYTES]\n"
     "                  [--http-max-header BYTES] [--http-idle-timeout S]\n"
-    "                  [--http-stream-interval MS] [--template NAME|FILE]\n"
+    "                  [--http-stream-interval MS] [--http-cors ORIGIN[,ORIGIN]] [--http2 on|off]\n"
+    "                  [--template NAME|FILE]\n"
     "                  [--response-ttl D] [--session-ttl D] [--max-store-bytes BYTES]";
 
 void server_usage(FILE *f)
@@ -150,7 +152,9 @@ void server_usage(FILE *f)
         "                         there with reason stop, the token unsent; a request's\n"
         "                         ignore_eos decides for its own turn)\n"
         "  --log-level L          info (default): one line per finished turn: session,\n"
-        "                         tokens in/out, time to first token, total time, outcome;\n"
+        "                         tokens in/out, time to first token, total time, outcome,\n"
+        "                         and one 'access' line per HTTP request (method, path,\n"
+        "                         status, bytes, duration, client, session, request id);\n"
         "                         debug: also the time split (queue, prompt, generate, save);\n"
         "                         warn, error: no request log\n"
         "  --log-file PATH        append the log there (default stderr): every line, the request\n"
@@ -184,6 +188,11 @@ void server_usage(FILE *f)
         "                         (default 30)\n"
         "  --http-stream-interval MS write a stream's chunks after its first at most every MS\n"
         "                         ms, together (default 20; 0 = a write per token)\n"
+        "  --http-cors ORIGIN[,ORIGIN] browser pages of these origins (https://host[:port], or\n"
+        "                         '*' for any) may call the API: CORS headers and preflights,\n"
+        "                         credentials never allowed (default: off, OPTIONS gets 405)\n"
+        "  --http2 on|off         also serve HTTP/2 cleartext (prior knowledge or Upgrade: h2c)\n"
+        "                         (default off: HTTP/1.1 only; docs/HTTP.md, \"HTTP/2\")\n"
         "  --response-ttl D       resp- and chat- sessions (what each HTTP answer keeps) not\n"
         "                         saved for D are deleted: 30d, 12h, 90m, 45s (default 30d;\n"
         "                         0: kept); docs/STATE.md, Retention\n"
@@ -324,6 +333,12 @@ static int parse_one(const char *a, const char *v, server_options *o, char *err,
         if (!(rc = parse_num(a, v, 1, 1 << 20, &x, err, errlen))) o->http_idle_timeout = (unsigned)x;
     } else if (!strcmp(a, "--http-stream-interval")) {
         if (!(rc = parse_num(a, v, 0, 1000, &x, err, errlen))) o->http_stream_ms = (unsigned)x;
+    } else if (!strcmp(a, "--http-cors")) {
+        if ((rc = http_cors_parse(v, NULL, err, errlen)) == 0) o->http_cors = v;
+    } else if (!strcmp(a, "--http2")) {
+        if (!strcmp(v, "on")) o->http2 = 1;
+        else if (!strcmp(v, "off")) o->http2 = 0;
+        else { snprintf(err, errlen, "--http2 wants on or off, got '%s'", v); return -EINVAL; }
     } else if (!strcmp(a, "--log-file")) {
         o->log_file = v;
     } else if (!strcmp(a, "--log-level")) {

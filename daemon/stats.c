@@ -200,6 +200,13 @@ int stats_prometheus_store(const stats *st, const char *node_id, char **out, siz
     return 0;
 }
 
+void stats_dropped(stats *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->turns_dropped++;
+    pthread_mutex_unlock(&s->mu);
+}
+
 void stats_snapshot(stats *s, stats *out)
 {
     pthread_mutex_lock(&s->mu);

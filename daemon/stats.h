@@ -57,6 +57,7 @@ typedef struct stats {
     uint64_t save_failures;                 /* sessions whose save failed (not conflicts) */
     uint64_t moved;                         /* requests answered `moved` */
     uint64_t conflicts[STATS_CONFLICTS];    /* requests answered `conflict`, by reason */
+    uint64_t turns_dropped;   /* turns dropped unstarted: their connection was gone */
 } stats;
 
 int  stats_init(stats *s);
@@ -78,6 +79,8 @@ void stats_conflict(stats *s, int reason);
 /* The scale-out and store series in Prometheus text format (docs/SCALE.md)
  * from a snapshot: *out malloc'd (caller frees), *len its size; 0 or -ENOMEM. */
 int  stats_prometheus_store(const stats *snap, const char *node_id, char **out, size_t *len);
+/* A turn was dropped before it started: its connection was gone. */
+void stats_dropped(stats *s);
 /* A consistent copy of everything (taken under the lock). */
 void stats_snapshot(stats *s, stats *out);
 /* Put the `stats` result's fields (docs/PROTOCOL.md) into the result being
