@@ -232,6 +232,70 @@ static inline void kc_threads_agree(const char *dir, int V, int steps) {
 
 /* ---- the CUDA backend's code under the host harness ------------------------- */
 
+/* Model-level checks over npos tokens against `stepped` (the logits of the
+ * same tokens fed one model_step at a time): chunked model_forward runs
+ * and three sessions at different paces per call must be bit-identical. */
+static inline void kc_chunks_equal_steps(model *m, const char *name, const int32_t *tok, int npos,
+                                         const float *stepped, int chunk) {
+    int V = model_vocab(m);
+    float *lg = malloc(sizeof(float) * (size_t)chunk * V);
+    int *slots = calloc((size_t)chunk, sizeof(int)), *rows = malloc(sizeof(int) * (size_t)chunk);
+    int rc = model_slot_reset(m, 0), bad = -1;
+    for (int t0 = 0; t0 < npos && rc == 0 && bad < 0; t0 += chunk) {
+        int n = npos - t0 < chunk ? npos - t0 : chunk;
+        for (int i = 0; i < n; i++) rows[i] = i;
+        rc = model_forward(m, slots, &tok[t0], n, rows, n, lg);
+        CHECK(rc == 0, "%s: model_forward chunk %d at %d: %d", name, chunk, t0, rc);
+        for (int i = 0; i < n && rc == 0 && bad < 0; i++)
+            if (memcmp(lg + (size_t)i * V, stepped + (size_t)(t0 + i) * V, sizeof(float) * V) != 0) bad = t0 + i;
+    }
+    CHECK(bad < 0, "%s: chunks of %d: logits at position %d differ from model_step's", name, chunk, bad);
+    free(lg);
+    free(slots);
+    free(rows);
+}
+
+/* Three sessions at different paces in each model_forward call, logit rows in
+ * reverse: bit-identical to each session stepped alone. */
+static inline void kc_sessions_equal_steps(model *m, const char *name, const int32_t *tok, int npos,
+                                           const float *stepped) {
+    enum { S = 3 };
+    static const int pace[S][4] = {{5, 1, 33, 64}, {17, 2, 100, 7}, {1, 64, 3, 250}};
+    int V = model_vocab(m), rc = model_slots_reserve(m, S);
+    for (int s = 0; s < S && rc == 0; s++) rc = model_slot_reset(m, s);
+    CHECK(rc == 0, "slots: %d", rc);
+    int R_MAX = 64 + 100 + 250, pos[S] = {0, 0, 0}, round = 0, bad = -1;
+    int *slots = malloc(sizeof(int) * R_MAX), *rows = malloc(sizeof(int) * R_MAX), *rpos = malloc(sizeof(int) * R_MAX);
+    int32_t *toks = malloc(sizeof(int32_t) * R_MAX);
+    float *lg = malloc(sizeof(float) * (size_t)R_MAX * V);
+    while (rc == 0 && bad < 0 && (pos[0] < npos || pos[1] < npos || pos[2] < npos)) {
+        int R = 0;
+        for (int k = 0; k < S; k++) {
+            int s = (k + round) % S, n = pace[s][round % 4];
+            if (n > npos - pos[s]) n = npos - pos[s];
+            for (int i = 0; i < n; i++, R++) {
+                slots[R] = s;
+                toks[R] = tok[pos[s] + i];
+                rpos[R] = pos[s] + i;
+            }
+            pos[s] += n;
+        }
+        for (int i = 0; i < R; i++) rows[i] = R - 1 - i;
+        rc = model_forward(m, slots, toks, R, rows, R, lg);
+        CHECK(rc == 0, "%s: model_forward round %d: %d", name, round, rc);
+        for (int i = 0; i < R && rc == 0 && bad < 0; i++)
+            if (memcmp(lg + (size_t)i * V, stepped + (size_t)rpos[rows[i]] * V, sizeof(float) * V) != 0)
+                bad = rpos[rows[i]];
+        round++;
+    }
+    CHECK(bad < 0, "%s: 3 sessions per model_forward: position %d differs from model_step's", name, bad);
+    free(slots);
+    free(rows);
+    free(rpos);
+    free(toks);
+    free(lg);
+}
+
 /* max |a−b| over a row, relative to the row's largest |b|. */
 static inline double kc_rel_row(const float *a, const float *b, int n) {
     double scale = 0, e = 0;

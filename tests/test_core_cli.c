@@ -341,7 +341,7 @@ static void backend_env_reaches_backend(void) {
  * refused naming the option; `lind serve --help` and each command's help
  * list it. */
 static void threads_option(void) {
-    char out[8192];
+    static char out[65536];   /* serve --help is past 8 KiB */
     int rc = run(out, sizeof out, "LIND_CPU_THREADS=1 %s info --model %s --backend cpu --threads 2", lind, mdir);
     CHECK(rc == 0 && strstr(out, ", 2 threads,"), "info --threads 2 over LIND_CPU_THREADS=1: exit %d: %s", rc, out);
     rc = run(out, sizeof out, "LIND_CPU_THREADS=2 %s info --model %s --backend cpu --threads 1", lind, mdir);

@@ -23,6 +23,7 @@
  * without the op (the CUDA backend's host harness) refuses the kind by name.
  * LIND_RWKV7_FIXTURES overrides the fixture directory. */
 #include "tests/check.h"
+#include "tests/kindcheck.h"
 #include "kernels/backend.h"
 #include "recurrent/model.h"
 #include "recurrent/pth.h"
@@ -151,65 +152,6 @@ static void check_config(const model *m, const fixture *f) {
     CHECK(model_state_bytes(m) == want, "%s: state %zu bytes, want %zu (fp32 S)", f->name, model_state_bytes(m), want);
 }
 
-static void check_chunks(model *m, const fixture *f, const float *stepped, int chunk) {
-    int V = model_vocab(m);
-    float *lg = malloc(sizeof(float) * (size_t)chunk * V);
-    int *slots = calloc((size_t)chunk, sizeof(int)), *rows = malloc(sizeof(int) * (size_t)chunk);
-    int rc = model_slot_reset(m, 0), bad = -1;
-    for (int t0 = 0; t0 < POS && rc == 0 && bad < 0; t0 += chunk) {
-        int n = POS - t0 < chunk ? POS - t0 : chunk;
-        for (int i = 0; i < n; i++) rows[i] = i;
-        rc = model_forward(m, slots, &f->tok[t0], n, rows, n, lg);
-        CHECK(rc == 0, "%s: model_forward chunk %d at %d: %d", f->name, chunk, t0, rc);
-        for (int i = 0; i < n && rc == 0 && bad < 0; i++)
-            if (memcmp(lg + (size_t)i * V, stepped + (size_t)(t0 + i) * V, sizeof(float) * V) != 0) bad = t0 + i;
-    }
-    CHECK(bad < 0, "%s: chunks of %d: logits at position %d differ from model_step's", f->name, chunk, bad);
-    free(lg);
-    free(slots);
-    free(rows);
-}
-
-/* Three sessions at different paces in each model_forward call, logit rows in
- * reverse: bit-identical to each session stepped alone. */
-static void check_sessions(model *m, const fixture *f, const float *stepped) {
-    enum { S = 3 };
-    static const int pace[S][4] = {{5, 1, 33, 64}, {17, 2, 100, 7}, {1, 64, 3, 250}};
-    int V = model_vocab(m), rc = model_slots_reserve(m, S);
-    for (int s = 0; s < S && rc == 0; s++) rc = model_slot_reset(m, s);
-    CHECK(rc == 0, "slots: %d", rc);
-    int R_MAX = 64 + 100 + 250, pos[S] = {0, 0, 0}, round = 0, bad = -1;
-    int *slots = malloc(sizeof(int) * R_MAX), *rows = malloc(sizeof(int) * R_MAX), *rpos = malloc(sizeof(int) * R_MAX);
-    int32_t *toks = malloc(sizeof(int32_t) * R_MAX);
-    float *lg = malloc(sizeof(float) * (size_t)R_MAX * V);
-    while (rc == 0 && bad < 0 && (pos[0] < POS || pos[1] < POS || pos[2] < POS)) {
-        int R = 0;
-        for (int k = 0; k < S; k++) {
-            int s = (k + round) % S, n = pace[s][round % 4];
-            if (n > POS - pos[s]) n = POS - pos[s];
-            for (int i = 0; i < n; i++, R++) {
-                slots[R] = s;
-                toks[R] = f->tok[pos[s] + i];
-                rpos[R] = pos[s] + i;
-            }
-            pos[s] += n;
-        }
-        for (int i = 0; i < R; i++) rows[i] = R - 1 - i;
-        rc = model_forward(m, slots, toks, R, rows, R, lg);
-        CHECK(rc == 0, "%s: model_forward round %d: %d", f->name, round, rc);
-        for (int i = 0; i < R && rc == 0 && bad < 0; i++)
-            if (memcmp(lg + (size_t)i * V, stepped + (size_t)rpos[rows[i]] * V, sizeof(float) * V) != 0)
-                bad = rpos[rows[i]];
-        round++;
-    }
-    CHECK(bad < 0, "%s: 3 sessions per model_forward: position %d differs from model_step's", f->name, bad);
-    free(slots);
-    free(rows);
-    free(rpos);
-    free(toks);
-    free(lg);
-}
-
 static void run_fixture(fixture *f) {
     if (!f->ok) { CHECK(0, "%s: fixture files missing", f->name); return; }
     char err[512] = "";
@@ -229,8 +171,8 @@ static void run_fixture(fixture *f) {
                at, POS);
         CHECK(w <= TOL, "%s: relative error %.3g at position %d > %g", f->name, w, at, TOL);
         static const int chunks[] = {1, 7, 64, 512};
-        for (int i = 0; i < 4; i++) check_chunks(m, f, st, chunks[i]);
-        check_sessions(m, f, st);
+        for (int i = 0; i < 4; i++) kc_chunks_equal_steps(m, f->name, f->tok, POS, st, chunks[i]);
+        kc_sessions_equal_steps(m, f->name, f->tok, POS, st);
     }
     model_free(m);
     /* the .pth named directly: the same model (fingerprint) */
