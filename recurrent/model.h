@@ -58,7 +58,8 @@ typedef struct lind_config {
     int   rescale_every;             /* 0, or: x halved after every n-th block and each
                                         block's output projections scaled to match
                                         (RWKV's fp16 overflow guard; same function) */
-    char  tokenizer[16];             /* "bytes", "bpe", "world" */
+    char  tokenizer[16];             /* "bytes", "bpe", "world"; "" from an HF config: the
+                                        directory's tokenizer file decides at load */
     char  tokenizer_file[256];       /* relative to the model directory; "" for bytes */
     char  format[16];                /* "lind", "hf-rwkv4", "hf-mamba2", "rwkv7-pth": where the config came from */
     /* Filled at load (recurrent/conventions.h), not from config.json alone: */
