@@ -132,6 +132,7 @@ def terminate_lind(db):
 
 
 def node(name, db, nid, lease_ms, extra=()):
+    lease_ms = min(int(lease_ms), 3600000)   # the option's maximum (sanitizers scale SLOW past it)
     return Server(name, extra=["--node-id", nid, "--lease-ms", str(lease_ms)] + TR + list(extra),
                   db=db).start()
 
@@ -289,7 +290,7 @@ def scale_failover_pg():
     db = URI % "scale_failover"
     lease = int(2000 * SLOW)
     a = node("fo0", db, "n0", lease)
-    b = node("fo1", db, "n1", lease, ["--lease-wait", str(int(120000 * SLOW))])
+    b = node("fo1", db, "n1", lease, ["--lease-wait", str(min(3600000, int(120000 * SLOW)))])
     c = node("fo2", db, "n2", lease)
     nodes = [a, b, c]
     sessions = ["fo-%d" % i for i in range(8)]
@@ -463,7 +464,7 @@ def scale_retry_pg():
     db = URI % "scale_retry"
     lease = int(2000 * SLOW)
     a = node("rt0", db, "n0", lease)
-    b = node("rt1", db, "n1", lease, ["--lease-wait", str(int(120000 * SLOW))])
+    b = node("rt1", db, "n1", lease, ["--lease-wait", str(min(3600000, int(120000 * SLOW)))])
     nodes = [a, b]
     sessions = ["rt-%d" % i for i in range(4)]
     try:
