@@ -78,6 +78,7 @@ typedef struct dmsg {
     uint8_t *state; size_t state_len;
     uint8_t *transcript; size_t transcript_len;
     uint64_t tokens;
+    int      creates;         /* M_SAVE / M_SAVED: this commit creates the session (version NEW) */
     turn_result result;
     resident_info rinfo;      /* M_REQUEST op info, forwarded by compute */
     /* Exactly-once turns (daemon/turnlog.h): M_LOADED / M_LOOKED, and the

@@ -612,6 +612,8 @@ static void finish(scheduler *S, turn *t, int pending, const char *reason)
     m->transcript = tr; m->transcript_len = tlen;
     m->tokens = session_tokens(s);
     m->version = s->version;   /* saved only if the store is still there */
+    m->creates = s->version == STORE_VERSION_NEW;
+    t->c->refs++;              /* until M_SAVED: its client may be seen gone meanwhile */
     turn_result *res = &m->result;
     res->is_append = t->is_append;
     res->t_recv_ns = t->t_recv;
@@ -1357,14 +1359,33 @@ static void on_looked(scheduler *S, dmsg *m)
     begin_turn(S, s, m);
 }
 
+/* A session a commit just created whose HTTP client was seen gone (told
+ * nothing) while the commit was on its way: nobody has its name, so it is
+ * deleted (as finish() drops one whose client was seen gone before). The
+ * delete answers nobody (connection 0) and goes under the lease still held. */
+static void discard_created(scheduler *S, session *s)
+{
+    dmsg *d = dmsg_new(M_REQUEST, 0);
+    if (d) {
+        d->req.op = OP_DELETE;
+        snprintf(d->req.session, sizeof d->req.session, "%s", s->name);
+        forward(S, d);
+    }
+    stats_dropped(&S->srv->st);
+    drop_session(S, s);
+}
+
 static void on_saved(scheduler *S, dmsg *m)
 {
     session *s = m->sess;
+    cconn *c = cconn_get(S, m->conn);   /* held since finish() */
     S->saves_inflight--;
     s->busy = 0;
     s->last_use = ++S->clock;
-    if (m->rc == 0) s->version = m->version;
+    if (m->rc == 0 && m->creates && c && c->discard) discard_created(S, s);
+    else if (m->rc == 0) s->version = m->version;
     else drop_session(S, s);   /* resume from the last commit next time */
+    if (c) cconn_release(S, c);
     dmsg_free(m);
     serve_waiters(S);
 }

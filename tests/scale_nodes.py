@@ -49,15 +49,22 @@ LIND_PG_URI set (a libpq URI with %s for the database name).
   renewals counted; terminated database connections counted as reconnects
   (and no failed call); a load failed with the database down counted as
   an io error.
+- scale_gone_pg: an HTTP client, told nothing yet, hangs up while its
+  answer's commit waits for a lock on lind_sessions (another transaction
+  holds it; pg_stat_activity shows the wait): once the lock goes, the
+  commit lands and the session it created, whose name nobody has, is
+  deleted (counted in lind_turns_dropped_total).
 
 Waits are on events (a final answer, a token, a process exit); lease expiry
 is waited for by the nodes themselves (--lease-wait) or by retrying `moved`
 until a deadline. LIND_SCALE_ONLY=case,case runs only those (debugging)."""
+import json
 import os
 import random
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -924,6 +931,53 @@ def scale_metrics_pg():
         c1.close()
     finally:
         stop_all([n0, n1])
+
+@scase
+def scale_gone_pg():
+    dbname = "scale_gone"
+    db = URI % dbname
+    limit = str(min(int(600000 * SLOW), 3600000))
+    n0 = node("gn0", db, "g0", int(600000 * SLOW),
+              ["--http", "127.0.0.1:0", "--db-lock-timeout", limit, "--db-statement-timeout", limit])
+    locker = None
+    try:
+        port = http_port(n0)
+        locker = subprocess.Popen([os.path.join(PGBIN, "psql"), "-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1",
+                                   "-d", db], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT)
+        locker.stdin.write(b"BEGIN;\nLOCK TABLE lind_sessions IN SHARE ROW EXCLUSIVE MODE;\nSELECT 'locked';\n")
+        locker.stdin.flush()
+        expect(locker.stdout.readline().strip() == b"locked", "the lock on lind_sessions was not taken")
+        body = json.dumps({"prompt": "Hi", "max_tokens": 1}).encode()
+        c = socket.create_connection(("127.0.0.1", port))
+        c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        # The lease is taken (lind_leases); the turn runs; its commit waits.
+        waiting = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                   "AND application_name = 'lind' AND wait_event_type = 'Lock'")
+        deadline = time.time() + 120 * SLOW
+        while psql(db, waiting) == "0":
+            expect(time.time() < deadline, "the answer's commit does not wait for the lock")
+            time.sleep(0.05)
+        c.close()
+        deadline = time.time() + 120 * SLOW
+        while "status=499" not in n0.log():
+            expect(time.time() < deadline, "the front door did not see its client gone")
+            time.sleep(0.05)
+        locker.stdin.write(b"COMMIT;\n")
+        locker.stdin.close()
+        expect(locker.wait(timeout=120 * SLOW) == 0, "psql holding the lock failed")
+        locker = None
+        wait_metric(port, "lind_turns_dropped_total", lambda x: x >= 1, "the abandoned answer's session")
+        cl = Client(n0.sock)
+        left = [x["session"] for x in cl.call("list")["sessions"]]
+        cl.close()
+        expect(left == [], "sessions left by a client gone during its commit: %r" % left)
+        expect(psql(db, "SELECT count(*) FROM lind_sessions") == "0", "the session is in the database")
+    finally:
+        if locker:
+            locker.kill()
+            locker.wait()
+        stop_all([n0])
 
 
 finish()

@@ -22,7 +22,7 @@
 #include "tests/pgserver.h"
 
 static const char *const cases[] = { "moving", "failover", "race", "retry", "dbloss", "dbwait",
-                                     "dupid", "bouncer", "metrics" };
+                                     "dupid", "bouncer", "metrics", "gone" };
 
 int main(void)
 {

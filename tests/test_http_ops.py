@@ -260,9 +260,10 @@ def flood_beside_a_canary(name, extra, n, flood, what):
     """A daemon (extra options) with a canary stream on its own session;
     flood(port, reqs) sends n abandoned completion requests (reqs: their
     bodies). Waits until the daemon has ended every one, prints the
-    figures as a NOTE, and checks that no session but the canary's is
-    stored and that the canary's worst gap between two reads while the
-    flood was handled is under 1 s (times SLOW)."""
+    figures as a NOTE, and checks that no session is stored but the
+    canary's and those of requests answered before their client left, and
+    that the canary's worst gap between two reads while the flood was
+    handled is under 1 s (times SLOW)."""
     F = Server(name, extra=["--http", "0", "--max-tokens", "1000000"] + extra).start()
     try:
         port = http_port(F)
@@ -312,15 +313,21 @@ def flood_beside_a_canary(name, extra, n, flood, what):
         got = exchange(port, request("GET", "/metrics")).decode()
         m = re.search(r'lind_http_requests_total\{outcome="disconnected"\} (\d+)', got)
         gone = int(m.group(1)) if m else -1
+        # A flood request answered before its client hung up was told its
+        # answer (the bytes went to the socket): its session is kept.
+        answered = sum(int(x) for x in re.findall(r'lind_http_requests_total\{outcome="(?:stop|length)"\} (\d+)', got))
         dropped = int(float(re.search(r"^lind_turns_dropped_total (\S+)$", got, re.M).group(1)))
         rss = float(re.search(r"^process_resident_memory_bytes (\S+)$", got, re.M).group(1))
         wait_for(lambda: "canary" in stored_sessions(F), "the canary's session is saved once it is closed")
         left = [s for s in stored_sessions(F) if s != "canary"]
         print("NOTE %s of %d abandoned requests (sent in %.2f s, all ended %.2f s after the first): "
-              "%d sessions left besides the canary; %d seen gone by the front door, %d turns dropped "
+              "%d sessions left besides the canary (%d requests answered before their client left); "
+              "%d seen gone by the front door, %d turns dropped "
               "unstarted or not kept; canary: %d tokens in the window, worst gap %.3f s; RSS after %.0f MB"
-              % (what, n, t_sent - t0, t1 - t0, len(left), gone, dropped, tokens, worst, rss / 1e6), flush=True)
-        expect(not left, "sessions left by abandoned requests: %d (%r)" % (len(left), left[:5]))
+              % (what, n, t_sent - t0, t1 - t0, len(left), answered, gone, dropped, tokens, worst, rss / 1e6),
+              flush=True)
+        expect(len(left) <= answered, "sessions left by abandoned requests: %d, %d answered (%r)"
+               % (len(left), answered, left[:5]))
         expect(worst < 1.0 * SLOW, "the canary's worst gap %.3f s" % worst)
     finally:
         F.stop()
@@ -357,6 +364,54 @@ def abandoned_flood_leaves_no_sessions_and_the_canary_streams():
         for s in senders:
             s.join()
     flood_beside_a_canary("http-flood", [], FLOOD_N, flood, "HTTP/1.1 flood")
+
+
+def sleeping_threads(pid):
+    """Threads of pid inside nanosleep or clock_nanosleep (x86-64 syscalls
+    35 and 230): /proc/PID/task/TID/syscall."""
+    out = []
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/syscall" % (pid, tid)) as f:
+                if f.read().split(" ", 1)[0] in ("35", "230"):
+                    out.append(tid)
+        except OSError:
+            pass
+    return out
+
+
+@case
+def client_gone_while_the_store_is_locked_keeps_no_session():
+    # Another writer holds the database's lock: the request's session
+    # cannot be leased (nor, had it run, its answer committed). Its client,
+    # told nothing, hangs up meanwhile; once the lock goes, no session may
+    # be left behind (nobody has its name). tests/scale_nodes.py
+    # scale_gone_pg holds the commit itself (a table lock on PostgreSQL).
+    import sqlite3
+    D = Server("http-gone-locked", extra=["--http", "0", "--db-lock-timeout", "600000"]).start()
+    lock = None
+    try:
+        port = http_port(D)
+        lock = sqlite3.connect(D.db, timeout=60 * SLOW, isolation_level=None)
+        lock.execute("BEGIN IMMEDIATE")
+        idle = set(sleeping_threads(D.proc.pid))   # a sanitizer's own thread may sleep
+        c = socket.create_connection(("127.0.0.1", port))
+        c.sendall(request("POST", "/v1/completions", json.dumps({"prompt": "Hi", "max_tokens": 1}).encode()))
+        # The store waits in SQLite's busy handler, which sleeps between tries.
+        wait_for(lambda: set(sleeping_threads(D.proc.pid)) - idle, "the store does not wait for the lock")
+        c.close()
+        wait_for(lambda: "status=499" in D.log(), "the front door did not see its client gone")
+        lock.execute("COMMIT")
+        lock.close()
+        lock = None
+        wait_for(lambda: (metric(port, "lind_turns_dropped_total") or 0) >= 1,
+                 "the abandoned turn was not dropped")
+        left = stored_sessions(D)
+        expect(left == [], "sessions left by a client gone while the store was locked: %r" % left)
+    finally:
+        if lock:
+            lock.close()
+        D.stop()
 
 
 def h2_frame(kind, flags, stream, payload=b""):
