@@ -56,7 +56,8 @@ static void usage(FILE *f)
 "\n"
 "Text typed while a reply streams is not shown inside it: it waits at the\n"
 "next prompt. If the daemon stops or restarts, chat says so, reconnects by\n"
-"itself and resumes the session from its last saved state.\n"
+"itself and resumes the session from its last saved state; a reply cut off\n"
+"that way is asked for again under the message's request id (applied once).\n"
 "\n"
 "options:\n"
 "  -n, --max-tokens N        reply length (default 200)\n"
@@ -545,6 +546,45 @@ static size_t chat_stops(const chat *ch, const char **out)
     return n;
 }
 
+static int conn_lost(int rc)
+{
+    return rc == LINDC_ECLOSED || rc == LINDC_EBROKEN || rc == -ECONNRESET || rc == -EPIPE;
+}
+
+/* The connection broke mid-turn: wait for the daemon (as for a line typed
+ * while it is away) and send the turn again under its request id. What
+ * the template knows of the stream is kept across the reconnect (the
+ * reconnect's own look at the session would see the turn as not sent).
+ * 0 with the new request's *id, else a lindc code or EXIT_INTERRUPTED. */
+static int chat_resend(chat *ch, const lindc_gen_opts *o, uint64_t *id, reply_out *ro)
+{
+    uint8_t tail[TAIL_MAX];
+    size_t tail_len = ch->tail_len;
+    int after_reply = ch->after_reply, system_pending = ch->system_pending;
+    memcpy(tail, ch->tail, tail_len);
+    if (!ro->at_line_start) { fputc('\n', stdout); ro->at_line_start = 1; }
+    chat_lost(ch, "the daemon went away mid-reply");
+    int rc = chat_wait_daemon(ch);
+    memcpy(ch->tail, tail, tail_len);
+    ch->tail_len = tail_len;
+    ch->after_reply = after_reply;
+    ch->system_pending = system_pending;
+    if (rc) return rc;
+    notice("sent the message again with its request id %s (the daemon applies it once)", o->request_id);
+    return lindc_generate(ch->c, o, id);
+}
+
+/* A resent turn met `busy`: its first try is still being cancelled or
+ * saved on the daemon. Ask again a moment later, until `until` (mono_s).
+ * 1 when asked, 0 to report the error. */
+static int chat_retry_busy(chat *ch, const lindc_gen_opts *o, uint64_t *id, double until)
+{
+    if (mono_s() > until || ctl_interrupted) return 0;
+    struct timespec ts = { 0, 100000000 };
+    nanosleep(&ts, NULL);
+    return lindc_generate(ch->c, o, id) == 0;
+}
+
 /* One turn. Returns 0 when it ended (done or an error event, both shown),
  * or a lindc code when the connection broke. */
 static int chat_turn(chat *ch, const char *text, size_t len)
@@ -558,6 +598,11 @@ static int chat_turn(chat *ch, const char *text, size_t len)
     o.stop = stops;
     o.progress = isatty(2);
     o.chat_template = ch->tpl.hash;   /* the session keeps its template; another is refused */
+    /* A request id: after a lost connection the turn is sent again and
+     * applied once (its recorded answer, or a rerun of a turn lost whole;
+     * docs/PROTOCOL.md, "Retries"). */
+    char rid[33];
+    if (lindc_request_id(rid) == 0) o.request_id = rid;
     int progress_shown = 0;
     uint64_t id;
     ctl_interrupted = 0;
@@ -572,13 +617,16 @@ static int chat_turn(chat *ch, const char *text, size_t len)
     reply_out ro = { .ch = ch, .stop = stops, .n_stop = o.n_stop, .at_line_start = 1 };
     typeahead_tty tt;
     typeahead_begin(&tt);
-    int cancel_sent = 0;
+    int cancel_sent = 0, retried = 0;
+    size_t got = 0, skip = 0;   /* reply bytes received; of a resent turn's, those to skip */
+    double busy_until = 0;
     for (;;) {
         if (ctl_interrupted && !cancel_sent) {
             cancel_sent = 1;
             if ((rc = lindc_cancel(ch->c, id, NULL))) break;
         }
         lindc_event ev;
+        if (!ch->c) break;
         if (!lindc_pending(ch->c)) {
             struct pollfd p[2] = { { .fd = lindc_fd(ch->c), .events = POLLIN },
                                    { .fd = tt.on ? 0 : -1, .events = POLLIN } };
@@ -589,6 +637,13 @@ static int chat_turn(chat *ch, const char *text, size_t len)
         }
         rc = lindc_next(ch->c, &ev, 0);
         if (rc == -EINTR || rc == -ETIMEDOUT) continue;
+        if (rc && o.request_id && !cancel_sent && conn_lost(rc)) {
+            if ((rc = chat_resend(ch, &o, &id, &ro)) != 0) break;
+            retried = 1;
+            busy_until = mono_s() + 30;
+            skip = got;   /* the answer starts again from its first token */
+            continue;
+        }
         if (rc) break;
         if (ev.kind == LINDC_EV_ERROR && ev.id == 0) {
             reply_finish(&ro, NULL, 0);
@@ -603,7 +658,17 @@ static int chat_turn(chat *ch, const char *text, size_t len)
             continue;
         }
         ctl_progress_line(NULL, &progress_shown);
+        if (ev.kind == LINDC_EV_TOKEN && skip) {   /* shown before the connection was lost */
+            size_t k = ev.len < skip ? ev.len : skip;
+            skip -= k;
+            ev.data += k;
+            ev.len -= k;
+        }
+        if (ev.kind == LINDC_EV_ERROR && retried && !strcmp(ev.code, "busy") &&
+            chat_retry_busy(ch, &o, &id, busy_until))
+            continue;   /* the first try is still ending on the daemon */
         if (ev.kind == LINDC_EV_TOKEN && ev.len) {
+            got += ev.len;
             tail_add(ch, ev.data, ev.len);
             ch->after_reply = 1;
             if ((rc = reply_add(&ro, ev.data, ev.len))) break;
@@ -625,7 +690,12 @@ static int chat_turn(chat *ch, const char *text, size_t len)
                 rc = !strcmp(ev.code, "shutting_down") ? LINDC_ECLOSED : 0;
                 break;
             }
-            if (!strcmp(reason, "cancelled")) {
+            int replayed = 0;
+            lindc_get_bool(ev.map, "replayed", &replayed);
+            if (!strcmp(reason, "cancelled") && retried && replayed && !cancel_sent) {
+                /* the daemon, alive, had cancelled the turn when the connection went */
+                notice("the lost connection cut the reply short; the session keeps what was shown");
+            } else if (!strcmp(reason, "cancelled")) {
                 uint64_t fed = len;
                 lindc_get_u64(ev.map, "fed_bytes", &fed);
                 if (fed < len)   /* a long paste cut while it was fed */

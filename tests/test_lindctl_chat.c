@@ -309,8 +309,25 @@ static void chat_utf8_input(void)
     CHECK(!strcmp(ins, "caf\xc3\xa9 \xe2\x86\x92 \xf0\x9f\x99\x82\n"), "transcript: '%s'", ins);
 }
 
+/* A stored session's token count (-1 when it cannot be read). */
+static long long session_tokens(const char *session)
+{
+    ctl_run r;
+    harness_ctl(&H, &r, "sessions", "show", session, "--json");
+    json_t *j = json_loads(r.out ? r.out : "", JSON_ALLOW_NUL, NULL);
+    json_t *v = json_object_get(j, "tokens");
+    long long n = json_is_integer(v) ? (long long)json_integer_value(v) : -1;
+    json_decref(j);
+    ctl_run_free(&r);
+    return n;
+}
+
 static void chat_daemon_dies_mid_reply(void)
 {
+    /* SIGKILLed mid-reply: nothing of the turn was committed. Once the
+     * daemon is back, chat sends the message again under its request id:
+     * the session gets it once, with the whole reply (greedy: as many
+     * tokens as an uninterrupted turn); what was shown is not shown again. */
     term t;
     CHECK(term_open(&t, "c4", "65536") == 0, "forkpty");
     CHECK(term_expect(&t, "you> ", 20), "prompt: %s", tail(&t));
@@ -324,7 +341,14 @@ static void chat_daemon_dies_mid_reply(void)
     CHECK(waitpid(t.pid, NULL, WNOHANG) == 0, "chat keeps waiting");
     CHECK(harness_start(&H) == 0, "restart");
     CHECK(term_expect(&t, "reconnected", 30), "reconnects by itself: %s", tail(&t));
-    CHECK(term_expect(&t, "you> ", 10), "prompt: %s", tail(&t));
+    CHECK(term_expect(&t, "sent the message again with its request id", 10), "resends the turn: %s", tail(&t));
+    CHECK(term_expect(&t, "you> ", 300), "the reply ends: %s", tail(&t));
+    ctl_run r;
+    harness_ctl(&H, &r, "generate", "c4-ref", "long\n", "-n", "65536", "-t", "0");
+    long long got = session_tokens("c4"), want = session_tokens("c4-ref");
+    CHECK(r.status == 0 && want > 65536 && got == want,
+          "the session holds the whole turn once: %lld tokens, an uninterrupted one %lld", got, want);
+    ctl_run_free(&r);
     term_send(&t, "\x04");
     CHECK(term_wait(&t, 20) == 0, "exits 0");
     term_close(&t);
