@@ -1144,8 +1144,10 @@ static json_t *resp_object(hreq *h, int done)
             json_object_set_new(j, "incomplete_details", json_pack("{s:s}", "reason", !strcmp(c->finish, "length")
                                                                    ? "max_output_tokens" : c->finish));
         json_object_set_new(j, "usage", usage_object(h));
-        json_object_set_new(j, "lind", json_pack("{s:s, s:I, s:I}", "session", h->session, "session_tokens",
-                                                 (json_int_t)c->done.session_tokens, "seed", (json_int_t)h->seed));
+        json_object_set_new(j, "lind", json_pack("{s:s, s:I, s:I, s:I, s:I}", "session", h->session,
+                                                 "session_tokens", (json_int_t)c->done.session_tokens, "seed",
+                                                 (json_int_t)h->seed, "fed_bytes", (json_int_t)h->fed_bytes,
+                                                 "prompt_bytes", (json_int_t)h->prompt_bytes));
     } else {
         json_object_set_new(j, "usage", json_null());
     }

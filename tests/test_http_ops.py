@@ -548,6 +548,17 @@ def progress_of(srv):
 
 
 @case
+def responses_say_how_much_was_fed():
+    got = exchange(PORT, request("POST", "/v1/responses", json.dumps({"input": "Hello there", "max_output_tokens": 3})
+                                 .encode(), ["Content-Type: application/json"]))
+    st, _ = head_of(got)
+    expect(st == 200, "status %d: %r" % (st, got[:300]))
+    lind = json.loads(body_of(got))["lind"]
+    expect(lind.get("prompt_bytes", 0) >= len("Hello there") and lind.get("fed_bytes") == lind["prompt_bytes"],
+           "the response's lind object: %r" % lind)
+
+
+@case
 def prompt_cut_by_shutdown_says_how_much_was_fed():
     # SIGTERM while a long prompt is fed: the turn stops at the next chunk,
     # the session holds what was fed, and the answer says how much of it.
