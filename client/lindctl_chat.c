@@ -53,6 +53,8 @@ static void usage(FILE *f)
 "  /save FILE                export this session to FILE\n"
 "  /load FILE [NAME]         import FILE as NAME (default: FILE's base name) and go there\n"
 "  /clear                    start afresh in a new session (SESSION-2, ...); the old one is kept\n"
+"  /undo                     the session back to before its last turn (one level; kept\n"
+"                            by the daemon while the session stays in its memory)\n"
 "\n"
 "Text typed while a reply streams is not shown inside it: it waits at the\n"
 "next prompt. If the daemon stops or restarts, chat says so, reconnects by\n"
@@ -699,7 +701,7 @@ static int chat_turn(chat *ch, const char *text, size_t len)
                 uint64_t fed = len;
                 lindc_get_u64(ev.map, "fed_bytes", &fed);
                 if (fed < len)   /* a long paste cut while it was fed */
-                    notice("%s after %llu of %zu bytes; the session holds them",
+                    notice("%s after %llu of %zu bytes; the session holds them (/undo drops the turn)",
                            cancel_sent ? "cancelled" : "the daemon cancelled the turn", (unsigned long long)fed, len);
                 else notice(cancel_sent ? "cancelled" : "the daemon cancelled the reply");
             }
@@ -1106,6 +1108,18 @@ static int chat_command(chat *ch, char *line)
         chat_load(ch, a1, a2);
     } else if (!strcmp(cmd, "clear")) {
         chat_clear(ch);
+    } else if (!strcmp(cmd, "undo")) {
+        lindc_req r;
+        lindc_event ev;
+        lindc_req_init(&r, "undo");
+        lindc_req_str(&r, "session", ch->session);
+        if (chat_request(ch, &r, &ev) == 0) {
+            uint64_t t = 0;
+            lindc_get_u64(ev.map, "session_tokens", &t);
+            notice("undone: \"%s\" is back at %llu tokens, as before its last turn", ch->session,
+                   (unsigned long long)t);
+            chat_enter(ch, 1);   /* the transcript's tail, and what the template must know */
+        }
     } else {
         notice("unknown command /%s (/help lists them; start a line with // to send a /)", cmd);
     }

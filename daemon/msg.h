@@ -44,6 +44,7 @@ typedef enum dmsg_kind {
 typedef struct turn_result {
     int      is_append;       /* answer with `result` {session_tokens, tokens_in, fed_bytes, cancelled} */
     int      cancelled;       /* the turn ended by a cancel (its text may be cut: done.fed_bytes) */
+    int      is_undo;         /* op undo: answer with `result` {session, session_tokens, undone} */
     proto_done done;          /* generate: the done event (ms_save filled by the store) */
     uint8_t  stop[PROTO_MAX_STOP_LEN];
     uint64_t t_recv_ns;       /* when the request arrived, for ms.total */

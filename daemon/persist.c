@@ -134,7 +134,8 @@ static void do_saves(worker *W, dmsg **v, int n)
     int k = 0;
     for (int i = 0; i < n; i++) {
         outmsg *o = outmsg_new(v[i]->conn);
-        if (!o || evlist_reserve(&o->ev, 1, PROTO_MAX_STOP_LEN) != 0) {   /* its done / result */
+        if (!o || evlist_reserve(&o->ev, 1, PROTO_MAX_STOP_LEN) != 0 ||   /* its done / result */
+            (v[i]->result.is_undo && evlist_reserve_result(&o->ev, 3, STORE_NAME_MAX + 1) != 0)) {
             outmsg_free(o);
             W->answers[i] = NULL;
             v[i]->rc = -ENOMEM;
@@ -204,7 +205,13 @@ static void do_saves(worker *W, dmsg **v, int n)
         turn_result *res = &m->result;
         outmsg *o = W->answers[i];
         W->answers[i] = NULL;
-        if (m->rc != 0) {
+        if (m->rc != 0 && res->is_undo) {
+            outmsg_free(o);
+            o = outmsg_error(m->conn, res->done.id, m->rc == LIND_E_CONFLICT ? PE_CONFLICT : m->rc == -ENOMEM
+                             ? PE_INTERNAL : m->rc == -ENOSPC ? PE_INSUFFICIENT_STORAGE : PE_IO,
+                             "session '%s': the undo was not saved: %s; the session stays as its last "
+                             "turn left it", m->name, m->err);
+        } else if (m->rc != 0) {
             outmsg_free(o);
             o = m->rc == LIND_E_CONFLICT
                 ? outmsg_error(m->conn, res->done.id, PE_CONFLICT,
@@ -219,7 +226,13 @@ static void do_saves(worker *W, dmsg **v, int n)
         }
         if (o && m->rc == 0) {
             int erc;
-            if (res->is_append) {
+            if (res->is_undo) {
+                evlist_result_begin(&o->ev, res->done.id);
+                evlist_put_str(&o->ev, "session", m->name);
+                evlist_put_u64(&o->ev, "session_tokens", m->tokens);
+                evlist_put_bool(&o->ev, "undone", 1);
+                erc = evlist_result_end(&o->ev);
+            } else if (res->is_append) {
                 erc = evlist_appended(&o->ev, res->done.id, res->done.session_tokens,
                                       res->done.tokens_in, res->done.fed_bytes, res->cancelled);
             } else {
@@ -231,13 +244,14 @@ static void do_saves(worker *W, dmsg **v, int n)
             if (erc == 0) o->finals = 1;
         }
         reqlog_turn_info li = {
-            .session = m->name, .op = res->is_append ? "append" : "generate",
+            .session = m->name, .op = res->is_undo ? "undo" : res->is_append ? "append" : "generate",
             .tokens_in = res->done.tokens_in, .tokens_out = res->done.tokens_out,
             .ttft_ms = res->done.tokens_out ? res->done.ms_queue + res->done.ms_prompt : -1.0,
             .total_ms = (double)(now_ns() - res->t_recv_ns) / 1e6,
             .queue_ms = res->done.ms_queue, .prompt_ms = res->done.ms_prompt,
             .generate_ms = res->done.ms_generate, .save_ms = ms_save,
-            .outcome = m->rc == 0 ? res->done.reason : m->rc == LIND_E_CONFLICT ? "conflict" : "io",
+            .outcome = m->rc == 0 ? (res->is_undo ? "undone" : res->done.reason)
+                     : m->rc == LIND_E_CONFLICT ? "conflict" : "io",
         };
         reqlog_turn(&P->srv->log, &li);
         if (m->rc == 0 && !res->is_append && res->done.tokens_out)

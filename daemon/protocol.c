@@ -31,7 +31,7 @@ static const struct { const char *name; proto_op op; } ops[] = {
     {"hello", OP_HELLO}, {"generate", OP_GENERATE}, {"append", OP_APPEND},
     {"cancel", OP_CANCEL}, {"info", OP_INFO}, {"list", OP_LIST},
     {"delete", OP_DELETE}, {"fork", OP_FORK}, {"export", OP_EXPORT},
-    {"import", OP_IMPORT}, {"stats", OP_STATS}, {"gc", OP_GC},
+    {"import", OP_IMPORT}, {"stats", OP_STATS}, {"gc", OP_GC}, {"undo", OP_UNDO},
 };
 
 const char *proto_op_name(proto_op op)
@@ -419,7 +419,7 @@ proto_code proto_decode(const msgpack_object *o, const proto_limits *lim,
         }
         break;
     }
-    case OP_INFO: case OP_DELETE: case OP_EXPORT:
+    case OP_INFO: case OP_DELETE: case OP_EXPORT: case OP_UNDO:
         c = get_name(o, "session", r->session, err);
         break;
     case OP_FORK:

@@ -27,6 +27,7 @@ typedef enum proto_op {
     OP_HELLO = 1, OP_GENERATE, OP_APPEND, OP_CANCEL, OP_INFO, OP_LIST,
     OP_DELETE, OP_FORK, OP_EXPORT, OP_IMPORT, OP_STATS,
     OP_GC,   /* retention: one collection step now (docs/STATE.md) */
+    OP_UNDO, /* a session back to its state before its last turn (docs/PROTOCOL.md) */
 } proto_op;
 
 /* Stable error codes; proto_code_name() gives the wire string. */

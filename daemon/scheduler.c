@@ -410,6 +410,60 @@ static void drop_unstarted(scheduler *S, session *s, cconn *c, dmsg *m)
     dmsg_free(m);
 }
 
+/* Before a turn changes it: keep the session as committed, for `undo`
+ * (one level). A session with nothing committed yet has none; out of
+ * memory costs only the undo. */
+static void keep_undo(scheduler *S, session *s)
+{
+    free(s->undo_state);
+    free(s->undo_tr);
+    s->undo_state = s->undo_tr = NULL;
+    if (!S->srv->opt.undo || s->version == STORE_VERSION_NEW) return;
+    char err[256];
+    uint8_t *blob = NULL, *tr = NULL;
+    size_t blen = 0, tlen = 0;
+    if (model_slot_read(S->m, s->slot, S->raw) != 0 ||
+        state_encode(S->m, &s->meta, S->raw, &blob, &blen, err, sizeof err) != 0 ||
+        transcript_encode(&s->tr, &tr, &tlen) != 0) {
+        free(blob);
+        return;
+    }
+    s->undo_state = blob;
+    s->undo_state_len = blen;
+    s->undo_tr = tr;
+    s->undo_tr_len = tlen;
+    s->undo_tokens = session_tokens(s);
+}
+
+/* Op undo: commit the kept state over the session's last turn (a save like
+ * a turn's, on the version it is at), then drop the resident copy: the next
+ * turn loads what was committed. */
+static void undo_turn(scheduler *S, session *s, dmsg *m)
+{
+    cconn *c = cconn_get(S, m->conn);
+    dmsg *sv = c ? dmsg_new(M_SAVE, m->conn) : NULL;
+    if (!sv) {
+        reply_error(S, m->conn, m->req.id, PE_INTERNAL, "out of memory for the undo of '%s'", s->name);
+        dmsg_free(m);
+        return;
+    }
+    snprintf(sv->name, sizeof sv->name, "%s", s->name);
+    sv->sess = s;
+    sv->state = s->undo_state; sv->state_len = s->undo_state_len;
+    sv->transcript = s->undo_tr; sv->transcript_len = s->undo_tr_len;
+    s->undo_state = s->undo_tr = NULL;
+    sv->tokens = s->undo_tokens;
+    sv->version = s->version;
+    sv->result.is_undo = 1;
+    sv->result.done.id = m->req.id;
+    sv->result.t_recv_ns = m->t_recv_ns;
+    c->refs++;   /* until M_SAVED, as a turn's save */
+    s->busy = 1;
+    S->saves_inflight++;
+    queue_push(&S->srv->persistq, &sv->node);
+    dmsg_free(m);
+}
+
 static void begin_turn(scheduler *S, session *s, dmsg *m)
 {
     proto_request *r = &m->req;
@@ -419,6 +473,7 @@ static void begin_turn(scheduler *S, session *s, dmsg *m)
         return;
     }
     if (answer_without_running(S, s, m)) return;
+    keep_undo(S, s);
     if (r->chat_template && !s->meta.chat_template)
         s->meta.chat_template = r->chat_template;   /* saved with this turn's commit */
     turn *t = calloc(1, sizeof *t);
@@ -1252,6 +1307,23 @@ static void on_request(scheduler *S, dmsg *m)
         }
         forward(S, m);
         return;
+    case OP_UNDO:
+        s = session_find(&S->tab, r->session);
+        if (s && s->busy) {
+            reply_error(S, m->conn, r->id, PE_BUSY, "session '%s' has a turn in flight", r->session);
+            dmsg_free(m);
+            return;
+        }
+        if (!s || s->phase != SESS_READY || !s->undo_state) {
+            reply_error(S, m->conn, r->id, PE_NOT_FOUND, "session '%s' has nothing to undo: the state "
+                        "before a turn is kept only while the session stays in this daemon's memory, for "
+                        "its last turn (not its first, not after an undo, a restart or an eviction)",
+                        r->session);
+            dmsg_free(m);
+            return;
+        }
+        undo_turn(S, s, m);
+        return;
     case OP_LIST: case OP_EXPORT:
         /* Through here rather than straight to the store: every request
          * that reaches the store does so in the order it arrived, so a
@@ -1383,6 +1455,7 @@ static void on_saved(scheduler *S, dmsg *m)
     s->busy = 0;
     s->last_use = ++S->clock;
     if (m->rc == 0 && m->creates && c && c->discard) discard_created(S, s);
+    else if (m->result.is_undo) drop_session(S, s);   /* the store has the state to go on from */
     else if (m->rc == 0) s->version = m->version;
     else drop_session(S, s);   /* resume from the last commit next time */
     if (c) cconn_release(S, c);

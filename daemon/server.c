@@ -39,7 +39,7 @@ server_options server_defaults(void)
         .db_lock_timeout_ms = 5000, .db_statement_timeout_ms = 30000, .db_idle_tx_timeout_ms = 10000,
         .db_reconnect_ms = 10000,
         .http_max_body = 1u << 20, .http_max_header = 16u << 10, .http_idle_timeout = 30, .http_stream_ms = 20,
-        .response_ttl_ms = 30ll * 86400 * 1000,
+        .response_ttl_ms = 30ll * 86400 * 1000, .undo = 1,
     };
 }
 
@@ -92,7 +92,7 @@ static const char usage[] =
     "                  [--http [ADDR:]PORT] [--http-token-file PATH] [--http-max-body BYTES]\n"
     "                  [--http-max-header BYTES] [--http-idle-timeout S]\n"
     "                  [--http-stream-interval MS] [--http-cors ORIGIN[,ORIGIN]] [--http2 on|off]\n"
-    "                  [--template NAME|FILE]\n"
+    "                  [--template NAME|FILE] [--undo on|off]\n"
     "                  [--response-ttl D] [--session-ttl D] [--max-store-bytes BYTES]";
 
 void server_usage(FILE *f)
@@ -120,6 +120,9 @@ void server_usage(FILE *f)
         "  --threads N            CPU backend threads, 1..64 (default $LIND_CPU_THREADS, else every\n"
         "                         CPU; docs/CPU.md: on shared cores the pool falls back to one)\n"
         "  --max-batch N          sessions per model step (default 256)\n"
+        "  --undo on|off          keep each resident session's state from before its last turn,\n"
+        "                         for op undo and lindctl chat's /undo (default on; one more\n"
+        "                         state in memory per session that had a turn)\n"
         "  --max-resident N       sessions kept in model slots (default 1024, fewer when\n"
         "                         their states would pass 1 GiB)\n"
         "  --max-message BYTES    request size limit (default 1048576)\n"
@@ -335,6 +338,10 @@ static int parse_one(const char *a, const char *v, server_options *o, char *err,
         if (!(rc = parse_num(a, v, 0, 1000, &x, err, errlen))) o->http_stream_ms = (unsigned)x;
     } else if (!strcmp(a, "--http-cors")) {
         if ((rc = http_cors_parse(v, NULL, err, errlen)) == 0) o->http_cors = v;
+    } else if (!strcmp(a, "--undo")) {
+        if (!strcmp(v, "on")) o->undo = 1;
+        else if (!strcmp(v, "off")) o->undo = 0;
+        else { snprintf(err, errlen, "--undo wants on or off, got '%s'", v); return -EINVAL; }
     } else if (!strcmp(a, "--http2")) {
         if (!strcmp(v, "on")) o->http2 = 1;
         else if (!strcmp(v, "off")) o->http2 = 0;

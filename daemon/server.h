@@ -85,6 +85,7 @@ typedef struct server_options {
     unsigned http_idle_timeout; /* --http-idle-timeout S: close an idle or slow-sending client, default 30 */
     const char *http_cors;     /* --http-cors ORIGIN[,ORIGIN]: browser origins allowed (daemon/http_cors.h); NULL = off */
     int      http2;            /* --http2 on|off: serve HTTP/2 cleartext (h2c) too, default off */
+    int      undo;             /* --undo on|off: keep the state before each turn (op undo), default on */
     unsigned http_stream_ms;   /* --http-stream-interval MS: a stream's tokens after its first are written at most this often, 0 = each at once */
     /* retention (docs/STATE.md, "Retention"; persist.c collects) */
     int64_t  response_ttl_ms;  /* --response-ttl: resp-/chat- sessions idle that long go, default 30 days, 0 = kept */

@@ -79,6 +79,8 @@ void session_free(session *s)
 {
     if (!s) return;
     transcript_free(&s->tr);
+    free(s->undo_state);
+    free(s->undo_tr);
     dmsg_free(s->waiting);
     dmsg_free(s->loaded);
     free(s);

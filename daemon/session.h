@@ -35,6 +35,11 @@ typedef struct session {
     int64_t       created_ms;
     uint64_t      version;       /* the stored version this copy is at (STORE_VERSION_NEW: none) */
     int           leased;        /* this node holds the session's lease (give it back on drop) */
+    /* Undo (op `undo`): the session as committed before its running or
+     * last turn — encoded state and transcript (owned), tokens; NULL: none. */
+    uint8_t      *undo_state, *undo_tr;
+    size_t        undo_state_len, undo_tr_len;
+    uint64_t      undo_tokens;
     struct session *hnext;       /* hash chain */
     struct session *wnext;       /* slot wait list */
 } session;

@@ -3,7 +3,7 @@
  * tail on resume, libedit history (Up arrow, ~/.lindctl_history), Ctrl-C
  * cancelling a reply without ending the program, Ctrl-C at the prompt
  * dropping the line, and the daemon stopping, dying mid-reply and coming
- * back while chat reconnects by itself. */
+ * back while chat reconnects by itself, and /undo. */
 #include "tests/check.h"
 #include "tests/lindctl_harness.h"
 
@@ -354,6 +354,34 @@ static void chat_daemon_dies_mid_reply(void)
     term_close(&t);
 }
 
+static void chat_undo(void)
+{
+    /* /undo: the session back to before its last turn, one level. */
+    term t;
+    CHECK(term_open(&t, "c6", "5") == 0, "forkpty");
+    CHECK(term_expect(&t, "you> ", 20), "prompt: %s", tail(&t));
+    term_send(&t, "one\r");
+    CHECK(term_expect(&t, "you> ", 20), "first reply: %s", tail(&t));
+    long long t1 = session_tokens("c6");
+    term_send(&t, "two\r");
+    CHECK(term_expect(&t, "you> ", 20), "second reply: %s", tail(&t));
+    CHECK(session_tokens("c6") > t1, "the second turn moved the session on");
+    term_send(&t, "/undo\r");
+    char want[96];
+    snprintf(want, sizeof want, "undone: \"c6\" is back at %lld tokens", t1);
+    CHECK(term_expect(&t, want, 20), "undo notice: %s", tail(&t));
+    CHECK(term_expect(&t, "you> ", 20), "prompt after undo: %s", tail(&t));
+    CHECK(session_tokens("c6") == t1, "the store has the state before the second turn");
+    char ins[256];
+    transcript_ins("c6", ins, sizeof ins);
+    CHECK(!strcmp(ins, "one\n"), "the transcript is back too: '%s'", ins);
+    term_send(&t, "/undo\r");
+    CHECK(term_expect(&t, "nothing to undo", 20), "one level only: %s", tail(&t));
+    term_send(&t, "\x04");
+    CHECK(term_wait(&t, 20) == 0, "exits 0");
+    term_close(&t);
+}
+
 /* Does `hay` hold `needle` after byte `from`? */
 static int seen_after(const term *t, size_t from, const char *needle)
 {
@@ -597,6 +625,7 @@ int main(void)
     RUN(chat_daemon_restart);
     RUN(chat_utf8_input);
     RUN(chat_daemon_dies_mid_reply);
+    RUN(chat_undo);
     RUN(chat_slash_commands);
     RUN(chat_multiline);
     RUN(chat_typeahead);
