@@ -34,6 +34,9 @@ DEPS_PKGS = libuv1-dev libmsgpack-dev libsqlite3-dev libopenblas-dev libedit-dev
             libjansson-dev libxxhash-dev pkg-config python3-msgpack bible-kjv \
             gnuplot-nox tmux clang python3-numpy libpcre2-dev libutf8proc-dev nodejs help2man \
             libh2o-dev curl libcurl4-openssl-dev systemd
+# tests/test_http_page.py drives the chat page (GET /) in headless Chromium
+# through chromedriver's WebDriver API.
+DEPS_PKGS += chromium chromium-driver
 # npm runs tests/test_tokenizer_npm.py's reference; a nodejs that bundles npm
 # (NodeSource's) conflicts with Debian's npm package, so ask for it only when
 # there is no npm command.
@@ -76,6 +79,9 @@ DEPS_PKGS += libpq-dev postgresql pgbouncer
 
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(CU_SRCS:%.cu=$(BUILD)/%.cu.o)
 DMN_OBJS  := $(filter-out $(BUILD)/daemon/main.o,$(LIND_SRCS:%.c=$(BUILD)/%.o))
+# The chat page served at GET / (daemon/http_page.c) is daemon/chat_page.html
+# compiled in as a C array: the binary needs no file at run time.
+DMN_OBJS  += $(BUILD)/gen/chat_page.o
 CLI_LIB_OBJS := $(CLI_LIB_SRCS:%.c=$(BUILD)/%.o)
 CTL_OBJS  := $(CTL_SRCS:%.c=$(BUILD)/%.o)
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
@@ -102,6 +108,20 @@ $(BUILD)/%.o: %.c
 $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -MMD -MP -c $< -o $@
+
+# daemon/chat_page.html as `const unsigned char chat_page_html[]` (od is
+# coreutils', so nothing beyond the compiler is needed).
+$(BUILD)/gen/chat_page.c: daemon/chat_page.html
+	@mkdir -p $(dir $@)
+	@{ echo '/* made from daemon/chat_page.html by the Makefile; do not edit */'; \
+	  echo '#include <stddef.h>'; \
+	  echo 'const unsigned char chat_page_html[] = {'; \
+	  od -An -v -tx1 $< | sed 's/ *\([0-9a-f][0-9a-f]\)/0x\1,/g'; \
+	  echo '};'; \
+	  echo 'const size_t chat_page_html_len = sizeof chat_page_html;'; } >$@.tmp && mv $@.tmp $@
+
+$(BUILD)/gen/chat_page.o: $(BUILD)/gen/chat_page.c
+	$(CC) $(CFLAGS) -c $< -o $@
 
 # Three libraries: the engine (recurrent, kernels, state), the daemon's
 # internals (everything in daemon/ but main.c), the client library.

@@ -31,6 +31,8 @@
 #include "daemon/http_cors.h"
 #include "daemon/http_framing.h"
 #include "daemon/http_log.h"
+#include "daemon/http_page.h"
+#include "daemon/http_sessions.h"
 #include "daemon/procinfo.h"
 
 #define HREQ_BUCKETS 1024
@@ -146,7 +148,7 @@ typedef struct hreq {
     json_t   *rparams;         /* POST: the echoed parameters (instructions, temperature, ...) */
     int       store;           /* POST: store (else the session is deleted after the answer) */
     unsigned  seq_no;          /* POST stream: the next event's sequence_number */
-    int       admin;           /* HK_RESP_ADMIN: 1 GET, 2 DELETE, 3 GET input_items */
+    int       admin;           /* HK_RESP_ADMIN: 1 GET, 2 DELETE, 3 GET input_items, 4 GET /v1/sessions[/{name}] */
     int       resp_opened;     /* POST stream: the opening events were written */
     struct hreq *dead_next;    /* on the reaper's list */
     int64_t   created;
@@ -1215,10 +1217,17 @@ static void resp_admin_result(hreq *h, const evlist *l, const event *e)
     h->req = NULL;
     if (e->kind == EV_ERROR) {
         if (e->code == PE_NOT_FOUND)
-            send_error(hs, req, 404, "not_found", NULL, "no stored response '%s'", h->session);
+            send_error(hs, req, 404, "not_found", NULL, "no stored %s '%s'", h->admin == 4 ? "session" : "response",
+                       h->session);
         else
             send_error(hs, req, code_status(e->code), proto_code_name(e->code), NULL, "%.*s", (int)e->len,
                        (const char *)event_bytes(l, e));
+        return;
+    }
+    if (h->admin == 4) {
+        json_t *j = http_sessions_json(l, e);
+        if (j) send_json(req, 200, "OK", j);
+        else send_error(hs, req, 500, "internal", NULL, "out of memory");
         return;
     }
     if (h->admin == 2) {
@@ -1273,6 +1282,26 @@ static void resp_admin_result(hreq *h, const evlist *l, const event *e)
     send_json(req, 200, "OK", ans);
 }
 
+/* A store request r for req, answered by resp_admin_result (admin: which answer). */
+static void admin_request(http_server *hs, h2o_req_t *req, int admin, proto_request *r)
+{
+    hreq *h = calloc(1, sizeof *h);
+    if (!h) { send_error(hs, req, 500, "internal", NULL, "out of memory"); return; }
+    h->hs = hs;
+    h->kind = HK_RESP_ADMIN;
+    h->stage = ST_ADMIN;
+    h->admin = admin;
+    h->id = HTTP_CONN_BIT | ++hs->seq;
+    snprintf(h->session, sizeof h->session, "%s", r->op == OP_LIST ? "(list)" : r->session);
+    h->req = req;
+    hreq **hook = h2o_mem_alloc_shared(&req->pool, sizeof *hook, on_pool_dispose);
+    *hook = h;
+    h->hnext = hs->tab[h->id % HREQ_BUCKETS];
+    hs->tab[h->id % HREQ_BUCKETS] = h;
+    hs->nreq++;
+    send_request(h, r);
+}
+
 /* GET /v1/responses/{id}, DELETE /v1/responses/{id},
  * GET /v1/responses/{id}/input_items. */
 static void resp_admin(http_server *hs, h2o_req_t *req, const char *rest, size_t n)
@@ -1312,26 +1341,27 @@ static void resp_admin(http_server *hs, h2o_req_t *req, const char *rest, size_t
                                             "has_more", 0));
         return;
     }
-    hreq *h = calloc(1, sizeof *h);
-    if (!h) { send_error(hs, req, 500, "internal", NULL, "out of memory"); return; }
-    h->hs = hs;
-    h->kind = HK_RESP_ADMIN;
-    h->stage = ST_ADMIN;
-    h->admin = del ? 2 : items ? 3 : 1;
-    h->id = HTTP_CONN_BIT | ++hs->seq;
-    snprintf(h->session, sizeof h->session, "%s", id);
-    h->req = req;
-    hreq **hook = h2o_mem_alloc_shared(&req->pool, sizeof *hook, on_pool_dispose);
-    *hook = h;
-    h->hnext = hs->tab[h->id % HREQ_BUCKETS];
-    hs->tab[h->id % HREQ_BUCKETS] = h;
-    hs->nreq++;
     proto_request r;
     memset(&r, 0, sizeof r);
     r.op = del ? OP_DELETE : OP_INFO;
     r.id = 1;
     snprintf(r.session, sizeof r.session, "%s", id);
-    send_request(h, &r);
+    admin_request(hs, req, del ? 2 : items ? 3 : 1, &r);
+}
+
+/* GET /v1/sessions, GET /v1/sessions/{name} (daemon/http_sessions.h). */
+static void sessions_get(http_server *hs, h2o_req_t *req)
+{
+    proto_request r;
+    if (!(method_is(req, "GET") || method_is(req, "HEAD"))) {
+        add_header(req, "allow", "GET, HEAD");
+        send_error(hs, req, 405, "method_not_allowed", NULL, "%s takes GET", HTTP_SESSIONS_PATH);
+    } else if (http_sessions_request(req->path.base, req->path.len, &r) != 0) {
+        send_error(hs, req, 404, "not_found", NULL, "no such session (a name is 1..%d bytes of UTF-8, no "
+                   "control characters, %%-encoded in the path)", STORE_NAME_MAX);
+    } else {
+        admin_request(hs, req, 4, &r);
+    }
 }
 
 /* ---- metrics ------------------------------------------------------------------------------ */
@@ -1988,6 +2018,11 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
         else send_json(req, 200, "OK", json_pack("{s:s, s:s}", "status", "ok", "model", hs->model_id));
         return 0;
     }
+    if (path_is(req, "/")) {   /* the chat page: it holds no secret, so no token (its API calls need one) */
+        if (!get) send_error(hs, req, 405, "method_not_allowed", NULL, "/ takes GET");
+        else http_page_send(req);
+        return 0;
+    }
     if (!token_ok(hs, req)) {
         add_header(req, "www-authenticate", "Bearer");
         send_error(hs, req, 401, "invalid_api_key", NULL, "this server wants 'Authorization: Bearer"
@@ -2018,6 +2053,12 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
         resp_admin(hs, req, req->path_normalized.base + rp, req->path_normalized.len - rp);
         return 0;
     }
+    size_t sp = strlen(HTTP_SESSIONS_PATH);
+    if (req->path_normalized.len >= sp && !memcmp(req->path_normalized.base, HTTP_SESSIONS_PATH, sp) &&
+        (req->path_normalized.len == sp || req->path_normalized.base[sp] == '/')) {
+        sessions_get(hs, req);
+        return 0;
+    }
     static const char model_prefix[] = "/v1/models/";
     size_t mp = sizeof model_prefix - 1;
     if (req->path_normalized.len > mp && !memcmp(req->path_normalized.base, model_prefix, mp)) {
@@ -2030,7 +2071,7 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
         return 0;
     }
     send_error(hs, req, 404, "not_found", NULL, "no such endpoint: %.*s (there are /v1/completions, "
-               "/v1/chat/completions, /v1/responses, /v1/models, /v1/models/{id}, /health, /metrics)", (int)req->path_normalized.len,
+               "/v1/chat/completions, /v1/responses, /v1/models, /v1/models/{id}, /v1/sessions, /health, /metrics, /)", (int)req->path_normalized.len,
                req->path_normalized.base);
     return 0;
 }
