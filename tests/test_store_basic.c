@@ -1122,6 +1122,55 @@ static void *kill_waiting(void *arg)
     return NULL;
 }
 
+/* A takeover that commits while store_lease_renew_many waits on its row:
+ * the renewal re-reads the row and leaves it (lost), and the holder it
+ * reports is the new one, not what the statement's snapshot still showed
+ * (this owner). */
+struct taker { const char *uri; PGconn *c; int done; };
+static void *commit_when_waited(void *arg)
+{
+    struct taker *t = arg;
+    char v[32];
+    for (int i = 0; i < 6000 && !t->done; i++) {   /* at most 10 minutes */
+        if (pg_exec(t->uri, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND application_name = 'lind' AND wait_event_type = 'Lock'", v, sizeof v) == 0 &&
+            atoi(v) > 0)
+            t->done = 1;
+        else
+            usleep(20000);
+    }
+    PQclear(PQexec(t->c, "COMMIT"));
+    return NULL;
+}
+
+static void leases_many_race(void)
+{
+    const char *path = newdb();
+    store *s = open_ok(path);
+    if (!s) return;
+    char err[512] = "";
+    CHECK(store_lease_acquire(s, "k", "node-a", 60000, NULL, err, sizeof err) == 0 &&
+          store_lease_acquire(s, "r", "node-a", 60000, NULL, err, sizeof err) == 0, "take: %s", err);
+    struct taker t = { path, PQconnectdb(path), 0 };
+    PGresult *x = PQexec(t.c, "BEGIN; UPDATE lind_leases SET owner = 'node-b' WHERE name = 'r'");
+    CHECK(PQresultStatus(x) == PGRES_COMMAND_OK, "takeover begun: %s", PQerrorMessage(t.c));
+    PQclear(x);
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, commit_when_waited, &t) == 0, "thread");
+    const char *names[] = { "k", "r" };
+    uint8_t lost[2];
+    store_lease held[2];
+    memset(held, 0, sizeof held);
+    int rc = store_lease_renew_many(s, names, 2, "node-a", 60000, lost, held, err, sizeof err);
+    pthread_join(th, NULL);
+    PQfinish(t.c);
+    CHECK(t.done == 1, "the renewal waited on the row lock");
+    CHECK(rc == 0 && lost[0] == 0 && lost[1] == 1, "k renewed, r lost: %d %d %d %s", rc, lost[0],
+          lost[1], err);
+    CHECK(!strcmp(held[1].owner, "node-b"), "r's holder is the new one: '%s'", held[1].owner);
+    store_close(s);
+}
+
 /* Lost connections cost no operation that could succeed: backends
  * terminated while idle and a server restart are noticed before the next
  * statement is sent, which then runs on a new connection; an operation
@@ -1410,7 +1459,8 @@ int main(void)
                                "export_import", "export_refusals", "versions_cas",
                                "versions_grouped", "leases", "leases_many", "leases_race",
                                "leased_saves", "schema_server",
-                               "connection_loss", "timeouts", "reconnect", "nodes", "turn_results" };
+                               "connection_loss", "timeouts", "reconnect", "nodes", "turn_results",
+                               "leases_many_race" };
     if (up != 0) {
         for (size_t i = 0; i < sizeof pg_cases / sizeof pg_cases[0]; i++)
             printf("%s %s_pg: %s PostgreSQL server: %s\n", up > 0 ? "SKIP" : "FAIL", pg_cases[i],
@@ -1439,6 +1489,7 @@ int main(void)
         RUN_PG(timeouts);
         RUN_PG(reconnect);
         RUN_PG(nodes);
+        RUN_PG(leases_many_race);
         RUN_PG(turn_results);
         pgserver_stop(&pg);
     }
