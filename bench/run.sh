@@ -8,7 +8,7 @@
 #
 #   usage: bench/run.sh [BUILD_DIR] [FILTER] [-- ARGS for the other programs]
 #     FILTER   run only the sections whose name contains it: decode, batch,
-#              store, or the name of another BUILD/bench/*_bench (daemon_bench)
+#              store, leases, or the name of another BUILD/bench/*_bench (daemon_bench)
 #   environment:
 #     BENCH_QUICK=1  small sizes: a smoke run of about a minute
 #     MODEL=DIR      the model (default models/default; when it has no
@@ -30,6 +30,9 @@
 #   and lease + load resumes on PostgreSQL vs SQLite, PostgreSQL saves/s
 #   from 1/2/4 connections, tokens/s of 1 node vs 3 nodes on one database
 #   (starts its own PostgreSQL like the tests; rows left out without one).
+#   leases  scale_bench --leases: lease renewal commits/s, renewals/s and
+#           lapses holding 1,000 and 10,000 leases of 2 s and 10 s, one
+#           commit per lease against batched (PostgreSQL; 20 s a row)
 #   contention  the daemon and the in-process step with 1 and 2 threads, with
 #           and without a busy loop per CPU beside them (bench/contention.sh;
 #           give it a second build to compare two versions in one run)
@@ -207,6 +210,18 @@ for p in "$B"/bench/*_bench; do
     status=1
   fi
 done
+
+# ---- leases: renewal commits/s and lapses, one commit per lease vs batched -----
+if want leases && [ -x "$B/bench/scale_bench" ]; then
+  echo "== leases"
+  secs=20; [ -n "$quick" ] && secs=5
+  if nice "$B/bench/scale_bench" --leases --lease-secs $secs >"$out/scale_leases.md" 2>"$out/scale_leases.log"; then
+    cat "$out/scale_leases.md"
+  else
+    echo "scale_bench --leases failed (status $?); see $out/scale_leases.log"
+    status=1
+  fi
+fi
 
 # ---- contention: 1 and 2 threads beside a busy loop per CPU (bench/contention.sh) ---
 if want contention; then

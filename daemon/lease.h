@@ -9,7 +9,11 @@
  * in a lease_set, on that connection's thread only; lease_set_renew is its
  * timer: it renews every lease that is due and reports the ones found lost
  * (taken over by another node after expiring, or released behind its back),
- * which the node must then stop serving.
+ * which the node must then stop serving. It renews them in batches:
+ * LEASE_RENEW_CHUNK names per statement (store_lease_renew_many, one
+ * commit), and the leases due within the next sixth of the ttl along with
+ * those due now, so a node holding 10,000 leases commits a few dozen times
+ * per ttl, not 30,000 times (docs/SCALE.md, "Leases").
  *
  * The node's identity is the lease owner string: --node-id, else a default
  * (lease_node_id). */
@@ -38,11 +42,19 @@ typedef struct lease_ent {
     struct lease_ent *next;
 } lease_ent;
 
+/* Names per renewal statement: a parameter array of ~130 KB at most. */
+#define LEASE_RENEW_CHUNK 1000
+
 typedef struct lease_set {
     lease_ent **buckets;
     size_t      nbuckets, count;
     const char *owner;         /* the node id (not owned) */
     int64_t     ttl_ms;
+    /* Names per store call (LEASE_RENEW_CHUNK from init). 1: the behaviour
+     * before batching, one store_lease_renew per lease at its own due time
+     * (bench/scale_bench.c --leases measures both). */
+    size_t      chunk;
+    uint64_t    renew_calls;   /* store calls (commits) renewals made, since init */
     /* Since init, for /metrics (daemon/stats.h): leases taken (new to the
      * set), renewed, renewals that failed (the store unreachable: retried),
      * leases found lost (at a renewal, or by a fenced save: lease_set_lost). */
@@ -60,11 +72,13 @@ int  lease_set_has(const lease_set *ls, const char *name);
  * forget it, counted as lost; 1 if it was there. */
 int  lease_set_lost(lease_set *ls, const char *name);
 
-/* Renew every lease due at `now` through st. A lease found lost (-ENOLCK)
- * is forgotten and passed to lost(arg, name, holder) with the holder's name
- * ("" when nobody holds it); a store failure (-EIO: the database is
- * unreachable) leaves the lease to be retried soon (its save is fenced
- * anyway). Returns the ms until the next renewal is due (-1: none held). */
+/* Renew every lease due at `now`, and those due within a sixth of the ttl
+ * after it, through st, in statements of `chunk` names. A lease found lost
+ * (-ENOLCK) is forgotten and passed to lost(arg, name, holder) with the
+ * holder's name ("" when nobody holds it); a store failure (-EIO: the
+ * database is unreachable) leaves the leases not renewed to be retried in a
+ * tenth of the ttl (their saves are fenced anyway). Returns the ms until the
+ * next renewal is due (-1: none held). */
 int  lease_set_renew(lease_set *ls, store *st, uint64_t now,
                      void (*lost)(void *arg, const char *name, const char *holder), void *arg);
 /* Release every lease held (shutdown) and forget them. */

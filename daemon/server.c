@@ -1087,7 +1087,7 @@ int server_main(int argc, char **argv)
         goto out;
     }
     if (srv->opt.store_conns == 0) srv->opt.store_conns = shared ? 4 : 1;
-    /* Each renewal is a commit (an fsync on SQLite). On SQLite no other node
+    /* Each renewal round is a commit (an fsync on SQLite). On SQLite no other node
      * can take a lease (one daemon per file) and a restart reclaims its own
      * ("local"), so a long lease costs nothing and renews rarely. */
     if (srv->opt.lease_ms == 0) srv->opt.lease_ms = shared ? 10000 : 600000;

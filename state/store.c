@@ -489,6 +489,30 @@ int store_lease_renew(store *s, const char *name, const char *owner, int64_t ttl
     return rc < 0 ? rc : counted(s, s->ops->lease_renew(s, name, owner, ttl_ms, out, err, errlen));
 }
 
+int store_lease_renew_many(store *s, const char *const *names, size_t n, const char *owner,
+                           int64_t ttl_ms, uint8_t *lost, store_lease *held, char *err,
+                           size_t errlen)
+{
+    ERRBUF(err, errlen);
+    if (!s)
+        return errmsg_set(-EINVAL, err, errlen, "store_lease_renew_many: no store");
+    if (n == 0)
+        return 0;
+    if (!names || !lost)
+        return errmsg_set(-EINVAL, err, errlen, "store_lease_renew_many: no %s",
+                          !names ? "names" : "lost array");
+    memset(lost, 0, n);
+    int rc = check_lease_args(names[0], owner, ttl_ms, 1, err, errlen);
+    for (size_t i = 1; rc == 0 && i < n; i++) {
+        char why[200];
+        if ((rc = store_name_check(names[i], why, sizeof why)) < 0)
+            return errmsg_set(rc, err, errlen, "lease %zu of %zu: %s", i + 1, n, why);
+    }
+    if (rc < 0)
+        return rc;
+    return counted(s, s->ops->lease_renew_many(s, names, n, owner, ttl_ms, lost, held, err, errlen));
+}
+
 int store_lease_release(store *s, const char *name, const char *owner, char *err, size_t errlen)
 {
     ERRBUF(err, errlen);

@@ -203,6 +203,21 @@ int  store_lease_acquire(store *s, const char *name, const char *owner, int64_t 
  * owner "" when none). A lease that expired but nobody took is renewed. */
 int  store_lease_renew(store *s, const char *name, const char *owner, int64_t ttl_ms,
                        store_lease *out, char *err, size_t errlen);
+/* store_lease_renew for n names at once, in one statement (PostgreSQL) or
+ * one transaction (SQLite): a node renews all the leases it holds in a
+ * handful of commits, not one per session (docs/SCALE.md, "Leases"). Every
+ * name that owner holds, expired or not if nobody took it, is extended to
+ * now + ttl_ms. Returns 0 when that committed: lost[i] is then 1 for each
+ * name owner does not hold (store_lease_renew's -ENOLCK: released, or
+ * expired and taken over), else 0; and when `held` is not NULL, held[i] of
+ * each lost name gets the lease as it stands (owner "" when nobody holds
+ * it), the others are left alone. A negative return (-EIO, -EBUSY, ...; a
+ * bad name or owner is -EINVAL naming it) renewed nothing and says nothing
+ * about lost. n == 0 does nothing (0). Names should be distinct; the
+ * caller bounds n (each is a parameter of one statement: a few thousand). */
+int  store_lease_renew_many(store *s, const char *const *names, size_t n, const char *owner,
+                            int64_t ttl_ms, uint8_t *lost, store_lease *held, char *err,
+                            size_t errlen);
 /* Give the lease up. -ENOLCK when owner does not hold it. */
 int  store_lease_release(store *s, const char *name, const char *owner, char *err, size_t errlen);
 

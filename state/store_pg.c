@@ -121,7 +121,8 @@ static const char turns_schema[] =
 
 enum {
     Q_UPSERT, Q_INSERT_NEW, Q_CAS, Q_VERSION, Q_INSERT, Q_LOAD, Q_LIST, Q_COUNT, Q_DELETE,
-    Q_FORK, Q_LEASE_TAKE, Q_LEASE_GET, Q_LEASE_RENEW, Q_LEASE_RELEASE, Q_LEASE_HELD,
+    Q_FORK, Q_LEASE_TAKE, Q_LEASE_GET, Q_LEASE_RENEW, Q_LEASE_RENEW_MANY, Q_LEASE_RELEASE,
+    Q_LEASE_HELD,
     Q_NODE_CLAIM, Q_NODE_GET, Q_NODE_BEAT, Q_NODE_RELEASE, Q_XACT_STATUS, Q_ROW_CHECK,
     Q_USAGE, Q_EXPIRE, Q_EVICT, Q_REMOVE, Q_N
 };
@@ -177,6 +178,17 @@ static const char *const queries[Q_N] = {
     [Q_LEASE_GET]  = "SELECT owner, expires_ms, " PG_NOW " FROM lind_leases WHERE name = $1",
     [Q_LEASE_RENEW] = "UPDATE lind_leases SET expires_ms = " PG_NOW " + $3::bigint"
                      " WHERE name = $1 AND owner = $2 RETURNING owner, expires_ms, " PG_NOW,
+    /* $1 the names (a text[]), $2 owner, $3 ttl: renews the owner's rows
+     * among them and returns only the names it did not renew (their index
+     * from 0, and the lease as the statement's snapshot saw it), so the
+     * usual answer is no rows. Names compare as the column does (C). */
+    [Q_LEASE_RENEW_MANY] = "WITH n AS (SELECT a.name COLLATE \"C\" AS name, a.i"
+                     " FROM unnest($1::text[]) WITH ORDINALITY AS a(name, i)),"
+                     " u AS (UPDATE lind_leases l SET expires_ms = " PG_NOW " + $3::bigint FROM n"
+                     " WHERE l.name = n.name AND l.owner = $2 RETURNING l.name)"
+                     " SELECT n.i - 1, coalesce(l.owner, ''), coalesce(l.expires_ms, 0), " PG_NOW
+                     " FROM n LEFT JOIN lind_leases l ON l.name = n.name"
+                     " WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.name = n.name)",
     [Q_LEASE_RELEASE] = "DELETE FROM lind_leases WHERE name = $1 AND owner = $2",
     /* A save under a lease: FOR SHARE holds the lease row until the commit,
      * so a takeover (which updates the row) waits for the save, and a save
@@ -240,6 +252,7 @@ static const char *const qnames[Q_N] = {
     [Q_VERSION] = "version", [Q_INSERT] = "insert", [Q_LOAD] = "load", [Q_LIST] = "list",
     [Q_COUNT] = "count", [Q_DELETE] = "delete", [Q_FORK] = "fork", [Q_LEASE_TAKE] = "lease-take",
     [Q_LEASE_GET] = "lease-get", [Q_LEASE_RENEW] = "lease-renew",
+    [Q_LEASE_RENEW_MANY] = "lease-renew-many",
     [Q_LEASE_RELEASE] = "lease-release", [Q_LEASE_HELD] = "lease-held",
     [Q_NODE_CLAIM] = "node-claim", [Q_NODE_GET] = "node-get", [Q_NODE_BEAT] = "node-heartbeat",
     [Q_NODE_RELEASE] = "node-release", [Q_XACT_STATUS] = "txid_status", [Q_ROW_CHECK] = "row-check",
@@ -1385,6 +1398,86 @@ static int pg_lease_renew(store *base, const char *name, const char *owner, int6
                       out->owner[0] ? "')" : "");
 }
 
+/* names as a text[] literal: every element quoted, '"' and backslash escaped.
+ * NULL when out of memory. */
+static char *text_array(const char *const *names, size_t n)
+{
+    size_t len = 3;
+    for (size_t i = 0; i < n; i++)
+        len += 2 * strlen(names[i]) + 3;
+    char *a = malloc(len), *p = a;
+    if (!a)
+        return NULL;
+    *p++ = '{';
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            *p++ = ',';
+        *p++ = '"';
+        for (const char *c = names[i]; *c; c++) {
+            if (*c == '"' || *c == '\\')
+                *p++ = '\\';
+            *p++ = *c;
+        }
+        *p++ = '"';
+    }
+    *p++ = '}';
+    *p = 0;
+    return a;
+}
+
+/* One statement for every name (idempotent: run again after a lost
+ * connection like the single renewal). */
+static int pg_lease_renew_many(store *base, const char *const *names, size_t n, const char *owner,
+                               int64_t ttl_ms, uint8_t *lost, store_lease *held, char *err,
+                               size_t errlen)
+{
+    pg_store *s = (pg_store *)base;
+    char t[24];
+    snprintf(t, sizeof t, "%lld", (long long)ttl_ms);
+    char *arr = text_array(names, n);
+    if (!arr)
+        return errmsg_set(-ENOMEM, err, errlen, "store %s: renewing %zu leases: out of memory",
+                          s->desc, n);
+    const char *vals[3] = { arr, owner, t };
+    int code;
+    PGresult *r = auto_q(s, Q_LEASE_RENEW_MANY, 3, vals, NULL, NULL, 0, 1, &code, err, errlen);
+    free(arr);
+    if (code < 0)
+        return code;
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+        char what[64];
+        snprintf(what, sizeof what, "renewing %zu leases failed", n);
+        code = q_fail(s, Q_LEASE_RENEW_MANY, r, err, errlen, what);
+        PQclear(r);
+        return code;
+    }
+    for (int row = 0; row < PQntuples(r); row++) {
+        long long i = text_i64(r, row, 0);
+        if (i < 0 || (size_t)i >= n)
+            continue;
+        lost[i] = 1;
+        if (!held)
+            continue;
+        snprintf(held[i].owner, sizeof held[i].owner, "%s", PQgetvalue(r, row, 1));
+        held[i].expires_ms = text_i64(r, row, 2);
+        held[i].now_ms = text_i64(r, row, 3);
+    }
+    PQclear(r);
+    /* The snapshot may still show owner's row when a takeover committed
+     * while the update waited on it: read the holder again. The renewal has
+     * committed whatever this read does, so its failure is not returned
+     * (the holder then stays as the snapshot saw it). */
+    for (size_t i = 0; held && i < n; i++) {
+        int64_t now;
+        char ignored[256];
+        store_lease again;
+        if (lost[i] && !strcmp(held[i].owner, owner) &&
+            lease_get(s, names[i], &again, &now, ignored, sizeof ignored) == 0)
+            held[i] = again;
+    }
+    return 0;
+}
+
 static int pg_lease_release(store *base, const char *name, const char *owner, char *err,
                             size_t errlen)
 {
@@ -1501,6 +1594,7 @@ static const store_ops pg_ops = {
     .fork = pg_fork,
     .lease_acquire = pg_lease_acquire,
     .lease_renew = pg_lease_renew,
+    .lease_renew_many = pg_lease_renew_many,
     .lease_release = pg_lease_release,
     .turn_get = pg_turn_get,
     .node_claim = pg_node_claim,

@@ -971,6 +971,45 @@ static int sq_lease_renew(store *base, const char *name, const char *owner, int6
                       out->owner[0] ? "')" : "");
 }
 
+/* Every name's renewal in one transaction: one commit (one fsync under
+ * STORE_SYNC_FULL) for the lot, all or nothing. */
+static int sq_lease_renew_many(store *base, const char *const *names, size_t n, const char *owner,
+                               int64_t ttl_ms, uint8_t *lost, store_lease *held, char *err,
+                               size_t errlen)
+{
+    sqlite_store *s = (sqlite_store *)base;
+    int rc = check_identity(s, err, errlen);
+    if (rc < 0)
+        return rc;
+    rc = run(s->q[Q_BEGIN]);
+    if (rc != SQLITE_OK)
+        return db_fail(s, rc, err, errlen, "cannot begin the lease renewal");
+    for (size_t i = 0; i < n && rc == SQLITE_OK; i++) {
+        store_lease cur;
+        int got = 0;
+        rc = lease_step(s, Q_LEASE_RENEW, names[i], owner, ttl_ms, &cur, &got);
+        if (rc == SQLITE_OK && !got) {
+            lost[i] = 1;
+            if (held)
+                rc = lease_get(s, names[i], &held[i]);
+        }
+        if (rc != SQLITE_OK) {
+            char what[STORE_NAME_MAX + 64];
+            snprintf(what, sizeof what, "renewing the lease of '%s'", names[i]);
+            int code = db_fail(s, rc, err, errlen, what);
+            rollback(s);
+            return code;
+        }
+    }
+    rc = run(s->q[Q_COMMIT]);
+    if (rc != SQLITE_OK) {
+        int code = db_fail(s, rc, err, errlen, "lease renewal: commit failed");
+        rollback(s);
+        return code;
+    }
+    return check_identity(s, err, errlen);
+}
+
 static int sq_lease_release(store *base, const char *name, const char *owner, char *err,
                             size_t errlen)
 {
@@ -1007,6 +1046,7 @@ static const store_ops sqlite_ops = {
     .fork = sq_fork,
     .lease_acquire = sq_lease_acquire,
     .lease_renew = sq_lease_renew,
+    .lease_renew_many = sq_lease_renew_many,
     .lease_release = sq_lease_release,
     .turn_get = sq_turn_get,
 };

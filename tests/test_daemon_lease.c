@@ -2,8 +2,9 @@
  * connection of the daemon holds, on an SQLite store (the same calls run
  * against PostgreSQL in tests/test_daemon_scale.c): renewal keeps a lease,
  * a lease taken over after expiry is reported lost with its new holder and
- * forgotten, release_all gives every lease back; the node id defaults; and
- * the wire codes of the two new errors. */
+ * forgotten, renewals go in batches (due soon with due now, chunked; chunk 1
+ * the old one-by-one way), release_all gives every lease back; the node id
+ * defaults; and the wire codes of the two new errors. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,6 +116,86 @@ static void renew_and_lose(void)
     store_close(st);
 }
 
+/* Batched renewal: the leases due within a sixth of the ttl go with the
+ * ones due now, `chunk` names per store call; chunk 1 is the old way, one
+ * call per lease at its own due time. (Times are given, not waited for:
+ * the set's clock is the caller's.) */
+static void batched(void)
+{
+    store *st = open_store("batch.db");
+    if (!st) return;
+    char err[256];
+    const char *names[] = { "a", "b", "c" };
+    for (int i = 0; i < 3; i++)
+        CHECK(store_lease_acquire(st, names[i], "me", 60000, NULL, err, sizeof err) == 0,
+              "acquire %s: %s", names[i], err);
+    const uint64_t ms = 1000000ull, t = mono_ns();
+    lease_set ls;
+    /* ttl 600 ms: due every 200 ms, 100 ms early at most. */
+    CHECK(lease_set_init(&ls, "me", 600) == 0 && ls.chunk == LEASE_RENEW_CHUNK, "init");
+    ls.chunk = 2;
+    lease_set_add(&ls, "a", t);              /* due t+200 */
+    lease_set_add(&ls, "b", t + 50 * ms);    /* due t+250 */
+    lease_set_add(&ls, "c", t + 150 * ms);   /* due t+350 */
+    struct lost_log lost = { 0 };
+    int next = lease_set_renew(&ls, st, t + 200 * ms, on_lost, &lost);
+    CHECK(ls.renewed == 2 && ls.renew_calls == 1 && next == 150,
+          "a and b in one call, c's turn in 150 ms: renewed %llu calls %llu next %d",
+          (unsigned long long)ls.renewed, (unsigned long long)ls.renew_calls, next);
+    next = lease_set_renew(&ls, st, t + 350 * ms, on_lost, &lost);
+    CHECK(ls.renewed == 5 && ls.renew_calls == 3 && next == 200 && lost.n == 0,
+          "c due, a and b (due at 400) along, in chunks of 2: renewed %llu calls %llu next %d",
+          (unsigned long long)ls.renewed, (unsigned long long)ls.renew_calls, next);
+    lease_set_free(&ls);
+    /* The old way: only what is due, one call each. */
+    CHECK(lease_set_init(&ls, "me", 600) == 0, "init");
+    ls.chunk = 1;
+    lease_set_add(&ls, "a", t);
+    lease_set_add(&ls, "b", t + 50 * ms);
+    lease_set_add(&ls, "c", t + 60 * ms);
+    next = lease_set_renew(&ls, st, t + 200 * ms, on_lost, &lost);
+    CHECK(ls.renewed == 1 && ls.renew_calls == 1 && next == 50, "a alone: renewed %llu next %d",
+          (unsigned long long)ls.renewed, next);
+    next = lease_set_renew(&ls, st, t + 260 * ms, on_lost, &lost);
+    CHECK(ls.renewed == 3 && ls.renew_calls == 3 && next == 140, "b and c, one call each: %llu %llu %d",
+          (unsigned long long)ls.renewed, (unsigned long long)ls.renew_calls, next);
+    /* A lease another owner took is lost on the old path too, with its holder. */
+    CHECK(store_lease_release(st, "a", "me", err, sizeof err) == 0 &&
+          store_lease_acquire(st, "a", "other", 60000, NULL, err, sizeof err) == 0, "a moves: %s", err);
+    lease_set_renew(&ls, st, t + 400 * ms, on_lost, &lost);
+    CHECK(lost.n == 1 && !strcmp(lost.name, "a") && !strcmp(lost.holder, "other") && ls.count == 2 &&
+          ls.lost == 1, "a lost to '%s'", lost.holder);
+    lease_set_free(&ls);
+    store_close(st);
+    /* A store that fails (its file removed: every write is refused) renews
+     * nothing: the due leases are retried in a tenth of the ttl (60 ms),
+     * one renewed early keeps its own due time, none is lost. */
+    st = open_store("gone.db");
+    if (!st) return;
+    for (int i = 0; i < 3; i++)
+        CHECK(store_lease_acquire(st, names[i], "me", 60000, NULL, err, sizeof err) == 0,
+              "acquire %s: %s", names[i], err);
+    char path[128];
+    snprintf(path, sizeof path, "%s/gone.db", dir);
+    CHECK(unlink(path) == 0, "remove %s", path);
+    CHECK(lease_set_init(&ls, "me", 600) == 0, "init");
+    lease_set_add(&ls, "a", t);              /* due t+200 */
+    lease_set_add(&ls, "b", t);              /* due t+200 */
+    lease_set_add(&ls, "c", t + 50 * ms);    /* due t+250: early at t+200 */
+    lost.n = 0;
+    next = lease_set_renew(&ls, st, t + 200 * ms, on_lost, &lost);
+    CHECK(ls.renew_failed == 3 && ls.renewed == 0 && ls.renew_calls == 1 && ls.count == 3 &&
+          lost.n == 0 && next == 50, "failed %llu renewed %llu calls %llu count %zu lost %d next %d",
+          (unsigned long long)ls.renew_failed, (unsigned long long)ls.renewed,
+          (unsigned long long)ls.renew_calls, ls.count, lost.n, next);
+    next = lease_set_renew(&ls, st, t + 250 * ms, on_lost, &lost);
+    CHECK(ls.renew_failed == 6 && next == 10 && ls.count == 3,
+          "c due, a and b along; retried at 260: failed %llu next %d",
+          (unsigned long long)ls.renew_failed, next);
+    lease_set_free(&ls);
+    store_close(st);
+}
+
 static void release_all(void)
 {
     store *st = open_store("release.db");
@@ -157,6 +238,7 @@ int main(void)
     if (!mkdtemp(dir)) { printf("FAIL lease: mkdtemp\n"); return 1; }
     RUN(node_ids);
     RUN(renew_and_lose);
+    RUN(batched);
     RUN(release_all);
     RUN(wire_codes);
     char cmd[128];

@@ -1,8 +1,9 @@
 /* tests/test_store_basic.c — the session store through its public
  * interface: save/load/list/delete/fork, grouped saves, names,
  * export/import and their refusals, schema versioning, versions
- * (compare-and-swap saves), leases and turn results (recorded with their
- * save, kept for the last 32 saves, deleted with the session). Every case that is not about SQLite's
+ * (compare-and-swap saves), leases (one at a time and many at once) and
+ * turn results (recorded with their save, kept for the last 32 saves,
+ * deleted with the session). Every case that is not about SQLite's
  * file runs twice: against SQLite, then (cases named *_pg) against a
  * PostgreSQL server this test starts itself (tests/pgserver.h; SKIP lines
  * when it cannot run here), plus PostgreSQL's own cases: schema, lock
@@ -697,6 +698,87 @@ static void leases(void)
     store_close(t);
 }
 
+/* store_lease_renew_many: one call renews every name the owner holds
+ * (names that need quoting in PostgreSQL's array syntax among them, and one
+ * expired that nobody took) and reports the others lost with their holder:
+ * one taken over after expiry, one another owner holds, one released, one
+ * never leased. */
+static void leases_many(void)
+{
+    const char *path = newdb();
+    store *s = open_ok(path), *t = open_ok(path);
+    if (!s || !t) { store_close(s); store_close(t); return; }
+    char err[256] = "";
+    store_lease l;
+    const char *mine[] = { "m0", "m\"q", "m\\b", "m,{x} y", "lapsed" };
+    for (int i = 0; i < 5; i++)
+        CHECK(store_lease_acquire(s, mine[i], "node-a", i == 4 ? 50 : 10000, NULL, err, sizeof err) == 0,
+              "a takes '%s': %s", mine[i], err);
+    CHECK(store_lease_acquire(s, "over", "node-a", 10000, NULL, err, sizeof err) == 0 &&
+          store_lease_renew(s, "over", "node-a", 1, NULL, err, sizeof err) == 0, "over: %s", err);
+    CHECK(store_lease_acquire(t, "b-holds", "node-b", 60000, NULL, err, sizeof err) == 0, "b: %s", err);
+    CHECK(store_lease_acquire(s, "released", "node-a", 10000, NULL, err, sizeof err) == 0 &&
+          store_lease_release(s, "released", "node-a", err, sizeof err) == 0, "released: %s", err);
+    usleep(150000);   /* "lapsed" and "over" expire */
+    CHECK(store_lease_acquire(t, "over", "node-b", 60000, NULL, err, sizeof err) == 0,
+          "b takes 'over' over: %s", err);
+    const char *names[] = { "m0", "m\"q", "m\\b", "m,{x} y", "lapsed", "over", "b-holds",
+                            "released", "never" };
+    const uint8_t want[] = { 0, 0, 0, 0, 0, 1, 1, 1, 1 };
+    const char *holder[] = { "", "", "", "", "", "node-b", "node-b", "", "" };
+    enum { N = sizeof names / sizeof names[0] };
+    uint8_t lost[N];
+    store_lease held[N];
+    memset(lost, 7, sizeof lost);
+    memset(held, 0, sizeof held);
+    CHECK(store_lease_renew_many(s, names, N, "node-a", 60000, lost, held, err, sizeof err) == 0,
+          "renew many: %s", err);
+    for (int i = 0; i < N; i++) {
+        CHECK(lost[i] == want[i], "'%s' lost %d, want %d", names[i], lost[i], want[i]);
+        CHECK(!want[i] || !strcmp(held[i].owner, holder[i]), "'%s' held by '%s', want '%s'",
+              names[i], held[i].owner, holder[i]);
+    }
+    /* Renewed for 60 s: b is refused with that expiry (the 10 s ones moved). */
+    for (int i = 0; i < 5; i++) {
+        CHECK(store_lease_acquire(t, mine[i], "node-b", 1000, &l, err, sizeof err) == -EAGAIN &&
+              !strcmp(l.owner, "node-a") && l.expires_ms - l.now_ms > 30000,
+              "'%s' renewed for a: '%s' %lld ms left", mine[i], l.owner,
+              (long long)(l.expires_ms - l.now_ms));
+    }
+    CHECK(store_lease_acquire(t, "released", "node-b", 1000, NULL, err, sizeof err) == 0,
+          "a renewal took no lease it did not hold: %s", err);
+    /* held may be NULL; n == 0 does nothing; a bad name or owner renews nothing. */
+    CHECK(store_lease_renew_many(s, names, N, "node-a", 60000, lost, NULL, err, sizeof err) == 0 &&
+          lost[0] == 0 && lost[5] == 1, "no holders asked: %s", err);
+    CHECK(store_lease_renew_many(s, names, 0, "node-a", 60000, NULL, NULL, err, sizeof err) == 0,
+          "nothing to renew");
+    const char *bad[] = { "m0", "m\"q", "bad\n" };
+    CHECK(store_lease_renew_many(s, bad, 3, "node-a", 60000, lost, NULL, err, sizeof err) == -EINVAL &&
+          strstr(err, "lease 3 of 3"), "bad name named: %s", err);
+    CHECK(store_lease_renew_many(s, bad, 2, "", 60000, lost, NULL, err, sizeof err) == -EINVAL &&
+          strstr(err, "owner"), "empty owner: %s", err);
+    CHECK(store_lease_renew_many(s, bad, 2, "node-a", 0, lost, NULL, err, sizeof err) == -EINVAL &&
+          strstr(err, "ttl"), "ttl 0: %s", err);
+    /* Many names at once, none lost. */
+    enum { M = 300 };
+    static char many[M][16];
+    const char *mp[M];
+    uint8_t mlost[M];
+    for (int i = 0; i < M; i++) {
+        snprintf(many[i], sizeof many[i], "s%d", i);
+        mp[i] = many[i];
+        CHECK(store_lease_acquire(s, mp[i], "node-a", 10000, NULL, err, sizeof err) == 0, "%s: %s",
+              mp[i], err);
+    }
+    CHECK(store_lease_renew_many(s, mp, M, "node-a", 60000, mlost, NULL, err, sizeof err) == 0,
+          "%d at once: %s", M, err);
+    int nlost = 0;
+    for (int i = 0; i < M; i++) nlost += mlost[i];
+    CHECK(nlost == 0, "%d of %d lost", nlost, M);
+    store_close(s);
+    store_close(t);
+}
+
 /* Saves under a lease: only the holder of an unexpired lease writes; the
  * others of the group still do. */
 static void leased_saves(void)
@@ -1040,6 +1122,55 @@ static void *kill_waiting(void *arg)
     return NULL;
 }
 
+/* A takeover that commits while store_lease_renew_many waits on its row:
+ * the renewal re-reads the row and leaves it (lost), and the holder it
+ * reports is the new one, not what the statement's snapshot still showed
+ * (this owner). */
+struct taker { const char *uri; PGconn *c; int done; };
+static void *commit_when_waited(void *arg)
+{
+    struct taker *t = arg;
+    char v[32];
+    for (int i = 0; i < 6000 && !t->done; i++) {   /* at most 10 minutes */
+        if (pg_exec(t->uri, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND application_name = 'lind' AND wait_event_type = 'Lock'", v, sizeof v) == 0 &&
+            atoi(v) > 0)
+            t->done = 1;
+        else
+            usleep(20000);
+    }
+    PQclear(PQexec(t->c, "COMMIT"));
+    return NULL;
+}
+
+static void leases_many_race(void)
+{
+    const char *path = newdb();
+    store *s = open_ok(path);
+    if (!s) return;
+    char err[512] = "";
+    CHECK(store_lease_acquire(s, "k", "node-a", 60000, NULL, err, sizeof err) == 0 &&
+          store_lease_acquire(s, "r", "node-a", 60000, NULL, err, sizeof err) == 0, "take: %s", err);
+    struct taker t = { path, PQconnectdb(path), 0 };
+    PGresult *x = PQexec(t.c, "BEGIN; UPDATE lind_leases SET owner = 'node-b' WHERE name = 'r'");
+    CHECK(PQresultStatus(x) == PGRES_COMMAND_OK, "takeover begun: %s", PQerrorMessage(t.c));
+    PQclear(x);
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, commit_when_waited, &t) == 0, "thread");
+    const char *names[] = { "k", "r" };
+    uint8_t lost[2];
+    store_lease held[2];
+    memset(held, 0, sizeof held);
+    int rc = store_lease_renew_many(s, names, 2, "node-a", 60000, lost, held, err, sizeof err);
+    pthread_join(th, NULL);
+    PQfinish(t.c);
+    CHECK(t.done == 1, "the renewal waited on the row lock");
+    CHECK(rc == 0 && lost[0] == 0 && lost[1] == 1, "k renewed, r lost: %d %d %d %s", rc, lost[0],
+          lost[1], err);
+    CHECK(!strcmp(held[1].owner, "node-b"), "r's holder is the new one: '%s'", held[1].owner);
+    store_close(s);
+}
+
 /* Lost connections cost no operation that could succeed: backends
  * terminated while idle and a server restart are noticed before the next
  * statement is sent, which then runs on a new connection; an operation
@@ -1314,6 +1445,7 @@ int main(void)
     RUN(versions_cas);
     RUN(versions_grouped);
     RUN(leases);
+    RUN(leases_many);
     RUN(leases_race);
     RUN(leased_saves);
     RUN(nodes);
@@ -1325,8 +1457,10 @@ int main(void)
     const char *pg_cases[] = { "save_load_roundtrip", "missing_and_delete", "list_sorted",
                                "grouped_save_all_or_nothing", "fork_copies", "names",
                                "export_import", "export_refusals", "versions_cas",
-                               "versions_grouped", "leases", "leases_race", "leased_saves", "schema_server",
-                               "connection_loss", "timeouts", "reconnect", "nodes", "turn_results" };
+                               "versions_grouped", "leases", "leases_many", "leases_race",
+                               "leased_saves", "schema_server",
+                               "connection_loss", "timeouts", "reconnect", "nodes", "turn_results",
+                               "leases_many_race" };
     if (up != 0) {
         for (size_t i = 0; i < sizeof pg_cases / sizeof pg_cases[0]; i++)
             printf("%s %s_pg: %s PostgreSQL server: %s\n", up > 0 ? "SKIP" : "FAIL", pg_cases[i],
@@ -1347,6 +1481,7 @@ int main(void)
         RUN_PG(versions_cas);
         RUN_PG(versions_grouped);
         RUN_PG(leases);
+        RUN_PG(leases_many);
         RUN_PG(leases_race);
         RUN_PG(leased_saves);
         RUN_PG(schema_server);
@@ -1354,6 +1489,7 @@ int main(void)
         RUN_PG(timeouts);
         RUN_PG(reconnect);
         RUN_PG(nodes);
+        RUN_PG(leases_many_race);
         RUN_PG(turn_results);
         pgserver_stop(&pg);
     }
