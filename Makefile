@@ -203,7 +203,7 @@ test: deps
 # The long tier: the programs whose heavy parity work make test samples,
 # in full (LIND_TEST_LONG=1), each under its own limit (LONG_TIMEOUT
 # seconds, times LIND_TEST_TIME_SCALE).
-LONG_TESTS   = test_tokenizer_npm.py
+LONG_TESTS   = test_tokenizer_npm.py test_core_stability
 LONG_TIMEOUT ?= 3600
 test-long: deps
 	@$(MAKE) --no-print-directory test-build

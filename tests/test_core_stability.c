@@ -13,7 +13,13 @@
  * drift. A float32 sum is frozen by the anchor from the start, so the naive
  * state fails at any length, including the shortened runs used under
  * sanitizers (LIND_SANITIZED=1: 100× fewer steps), while fp64 absorbs every
- * term. */
+ * term.
+ *
+ * RWKV-7 and Mamba-2 keep their decaying matrix states in fp32: their ops'
+ * stored states are compared with long double over 10^7 tokens (10^8 under
+ * make test-long) and must stay within 1e-5, while the same ops with the
+ * decay switched off must fail (docs/NUMERICS.md, "Decaying states kept in
+ * fp32"). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -156,8 +162,181 @@ static void aft_simple_1e7(void) {
     backend_free(be);
 }
 
+/* RWKV-7 keeps its matrix state S in float (kernels/cpu/ops_rwkv7.c):
+ * every update rounds each element once, and the decay w < 1 forgets each
+ * rounding at its rate, so the error stays bounded however long the
+ * stream. One head (N = 4) through the backend's rwkv7_step for `steps`
+ * tokens at decay w0 (w = exp(−e^{−½}·σ(w0)) on every channel) and
+ * in-context rate a = σ(a0), against the same recurrence in long double;
+ * the first token is an anchor (k and v of 2^12), the others' k and v are
+ * about 1. Returns the worst relative error of S (max |ΔS| / max |S|) over
+ * ten checkpoints; *first the one at the first checkpoint. */
+static double rwkv7_run(long steps, float w0, float a0, double *first) {
+    enum { N = 4, C = N, LDI = 6 * C };
+    backend *be = NULL;
+    char err[256];
+    double worst = -1;
+    if (backend_cpu_new(NULL, &be, err, sizeof err) != 0) { CHECK(0, "backend: %s", err); return worst; }
+    const backend_ops *o = be->ops;
+    CHECK(o->rwkv7_step != NULL, "the CPU backend has rwkv7_step");
+    backend_buf *in = NULL, *out = NULL, *par = NULL, *w2 = NULL;
+    int slot = 0, tok = 0;
+    CHECK(o->slots_reserve(be, 1, N * N * sizeof(float)) == 0 && o->buf_new(be, LDI, &in) == 0 &&
+          o->buf_new(be, C, &out) == 0 && o->buf_new(be, 8 * C, &par) == 0 && o->buf_new(be, C, &w2) == 0 &&
+          o->begin_step(be, &slot, &tok, 1) == 0 && o->slot_zero(be, 0) == 0, "setup");
+    /* par: w0, a0, v0, k_k, k_a, r_k, ln_x weight, ln_x bias */
+    const float kkw = 1.0f, ka = 1.0f;
+    float p[8 * C] = {0};
+    for (int n = 0; n < N; n++) {
+        p[n] = w0; p[C + n] = a0; p[3 * C + n] = kkw; p[4 * C + n] = ka; p[6 * C + n] = 1.0f;
+    }
+    o->buf_upload(be, par, 0, p, 8 * C);
+    long double S[N][N] = {{0}};
+    const long double wd = expl(-expl(-0.5L) / (1 + expl(-(long double)w0)));
+    const long double ad = 1 / (1 + expl(-(long double)a0));
+    float got[N * N];
+    for (long t = 0; t < steps; t++) {
+        float x[LDI] = {0};
+        for (int n = 0; n < N; n++) {
+            x[n] = 0.5f + urand();                                          /* r */
+            x[C + n] = t == 0 ? 4096.0f : 0.5f + urand();                   /* k */
+            x[2 * C + n] = t == 0 ? 4096.0f : 1.0f + urand() + (float)((double)t / (double)steps);  /* v */
+            x[5 * C + n] = 1.0f;                                            /* g */
+        }
+        o->buf_upload(be, in, 0, x, LDI);
+        CHECK(o->rwkv7_step(be, in, LDI, par, w2, 0, NULL, 0, out, 0, 1, N, 64e-5f) == 0, "rwkv7_step");
+        long double kk[N], k[N], v[N], ss = 0;
+        for (int n = 0; n < N; n++) {
+            kk[n] = (long double)x[C + n] * kkw;
+            ss += kk[n] * kk[n];
+            k[n] = (long double)x[C + n] * (1 + (ad - 1) * ka);
+            v[n] = x[2 * C + n];
+        }
+        long double nrm = sqrtl(ss);
+        for (int n = 0; n < N; n++) kk[n] /= nrm > 1e-12L ? nrm : 1e-12L;
+        for (int i = 0; i < N; i++) {
+            long double sa = 0;
+            for (int j = 0; j < N; j++) sa -= S[i][j] * kk[j];
+            for (int j = 0; j < N; j++) S[i][j] = S[i][j] * wd + sa * kk[j] * ad + v[i] * k[j];
+        }
+        if ((t + 1) % (steps / 10) == 0) {
+            o->slot_read(be, 0, got);
+            long double big = 0, diff = 0;
+            for (int i = 0; i < N; i++)
+                for (int j = 0; j < N; j++) {
+                    long double d = fabsl(got[i * N + j] - S[i][j]);
+                    if (fabsl(S[i][j]) > big) big = fabsl(S[i][j]);
+                    if (!(d <= diff)) diff = d;
+                }
+            double e = (double)(diff / big);
+            if (worst < 0 && first) *first = e;
+            if (!(e <= worst)) worst = e;
+        }
+    }
+    o->buf_free(be, in);
+    o->buf_free(be, out);
+    o->buf_free(be, par);
+    o->buf_free(be, w2);
+    backend_free(be);
+    return worst;
+}
+
+/* The long runs: 10^8 tokens under make test-long (LIND_TEST_LONG=1),
+ * 10^7 in make test; a hundredth of that under sanitizers. */
+static long long_run(void) {
+    const char *l = getenv("LIND_TEST_LONG");
+    return scale_down(l && *l && strcmp(l, "0") ? 100000000L : 10000000L);
+}
+
+static void rwkv7_fp32_state(void) {
+    const long n = long_run(), nc = scale_down(1000000L);
+    /* w0 = −8: w = 0.99980 on every channel, a memory of about 5,000
+     * tokens; a = σ(−2) = 0.12 */
+    double first = 0, worst = rwkv7_run(n, -8.0f, -2.0f, &first);
+    /* w0 = −30, a0 = −30: w = 1 − 6e-14 and a = 1e-13, nothing forgets or
+     * removes the roundings: a float state frozen by the anchor must fail,
+     * or the test could not tell */
+    double undecayed = rwkv7_run(nc, -30.0f, -30.0f, NULL);
+    printf("NOTE rwkv7 fp32 state, w0 -8, %ld steps: max rel err %.2e (%.2e at the first checkpoint); "
+           "no decay, %ld steps: %.2e\n", n, worst, first, nc, undecayed);
+    CHECK(worst >= 0 && worst < 1e-5, "fp32 state relative error %.3g ≥ 1e-5 after %ld steps", worst, n);
+    CHECK(undecayed >= 1e-5, "the undecayed float state did not fail (error %.3g): the inputs do not stress it",
+          undecayed);
+}
+
+/* Mamba-2 keeps S in float too (kernels/cpu/ops_mamba2.c), decayed by
+ * exp(dt·A) each token. One head (P = 2, N = 4) through mamba2_step with a
+ * fixed dt (dt_lo = dt_hi) and A, against long double; the first token an
+ * anchor (x and B of 2^13 before SiLU). Worst relative error of S as in
+ * rwkv7_run. */
+static double mamba2_run(long steps, float dt, float A, double *first) {
+    enum { P = 2, N = 4, I = P, CD = I + 2 * N, LDI = CD + I + 1 };
+    backend *be = NULL;
+    char err[256];
+    double worst = -1;
+    if (backend_cpu_new(NULL, &be, err, sizeof err) != 0) { CHECK(0, "backend: %s", err); return worst; }
+    const backend_ops *o = be->ops;
+    CHECK(o->mamba2_step != NULL, "the CPU backend has mamba2_step");
+    backend_buf *in = NULL, *out = NULL, *par = NULL;
+    int slot = 0, tok = 0;
+    CHECK(o->slots_reserve(be, 1, P * N * sizeof(float)) == 0 && o->buf_new(be, LDI, &in) == 0 &&
+          o->buf_new(be, I, &out) == 0 && o->buf_new(be, CD + 3, &par) == 0 &&
+          o->begin_step(be, &slot, &tok, 1) == 0 && o->slot_zero(be, 0) == 0, "setup");
+    float p[CD + 3] = {0};   /* conv bias 0, dt_bias 0, A, D 0 */
+    p[CD + 1] = A;
+    o->buf_upload(be, par, 0, p, CD + 3);
+    long double S[P][N] = {{0}};
+    const long double dA = expl((long double)dt * A);
+    float got[P * N];
+    for (long t = 0; t < steps; t++) {
+        float x[LDI] = {0};
+        for (int c = 0; c < I + N; c++) x[c] = t == 0 ? 8192.0f : 1.0f + urand();   /* x, B */
+        for (int c = I + N; c < CD; c++) x[c] = 1.0f;                                 /* C */
+        o->buf_upload(be, in, 0, x, LDI);
+        CHECK(o->mamba2_step(be, in, LDI, par, out, 0, 1, P, N, 1, dt, dt) == 0, "mamba2_step");
+        long double u[I + N];
+        for (int c = 0; c < I + N; c++) u[c] = x[c] / (1 + expl(-(long double)x[c]));   /* SiLU */
+        for (int i = 0; i < P; i++)
+            for (int j = 0; j < N; j++) S[i][j] = dA * S[i][j] + (long double)dt * u[i] * u[I + j];
+        if ((t + 1) % (steps / 10) == 0) {
+            o->slot_read(be, 0, got);
+            long double big = 0, diff = 0;
+            for (int i = 0; i < P; i++)
+                for (int j = 0; j < N; j++) {
+                    long double d = fabsl(got[i * N + j] - S[i][j]);
+                    if (fabsl(S[i][j]) > big) big = fabsl(S[i][j]);
+                    if (!(d <= diff)) diff = d;
+                }
+            double e = (double)(diff / big);
+            if (worst < 0 && first) *first = e;
+            if (!(e <= worst)) worst = e;
+        }
+    }
+    o->buf_free(be, in);
+    o->buf_free(be, out);
+    o->buf_free(be, par);
+    backend_free(be);
+    return worst;
+}
+
+static void mamba2_fp32_state(void) {
+    const long n = long_run(), nc = scale_down(1000000L);
+    /* dt = 0.001, A = −1: exp(dt·A) = 0.999, a memory of 1,000 tokens (the
+     * small end of Mamba-2's dt range [0.001, 0.1] and A = −exp(A_log) with
+     * A_log ≥ 0 as initialised) */
+    double first = 0, worst = mamba2_run(n, 0.001f, -1.0f, &first);
+    double undecayed = mamba2_run(nc, 0.001f, 0.0f, NULL);   /* A = 0: no decay, must fail */
+    printf("NOTE mamba2 fp32 state, dt 0.001 A -1, %ld steps: max rel err %.2e (%.2e at the first checkpoint); "
+           "no decay, %ld steps: %.2e\n", n, worst, first, nc, undecayed);
+    CHECK(worst >= 0 && worst < 1e-5, "fp32 state relative error %.3g ≥ 1e-5 after %ld steps", worst, n);
+    CHECK(undecayed >= 1e-5, "the undecayed float state did not fail (error %.3g): the inputs do not stress it",
+          undecayed);
+}
+
 int main(void) {
     RUN(linear_1e8);
     RUN(aft_simple_1e7);
+    RUN(rwkv7_fp32_state);
+    RUN(mamba2_fp32_state);
     return check_exit();
 }
