@@ -616,6 +616,14 @@ void conn_tick(server *srv)
                      " (--pause-timeout): its client does not read", o->pause_timeout);
             conn_log_refusal(msg);
         }
+        if (c->gated && !c->closing && now - c->last_in_ms >= CONN_HELLO_MS) {
+            /* a TCP port is reachable by strangers: one that never says
+             * hello must not hold a descriptor for ever */
+            send_error(c, 0, PE_UNAUTHORIZED, "no hello with the server's token within 10 s of"
+                       " connecting; closing the connection");
+            conn_close_after_flush(c, CONN_FLUSH_CLOSE);
+            continue;
+        }
         if (o->idle_timeout && !c->closing && !c->inflight && !unsent && !c->in_len &&
             now - c->last_in_ms >= 1000ull * o->idle_timeout) {
             char msg[160];

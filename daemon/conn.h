@@ -41,7 +41,8 @@
  * (events are small and latency-bound). With a token (--http-token-file)
  * a TCP connection is gated: its first message must be a hello whose
  * `token` matches (compared in constant time); anything else gets an
- * `unauthorized` error and the connection is closed once it is written.
+ * `unauthorized` error and the connection is closed once it is written;
+ * so is one that sends nothing for CONN_HELLO_MS.
  *
  * File descriptors: a connection accepted within CONN_FD_RESERVE of the
  * process's open-file limit is answered with a `limit` error on id 0 and
@@ -91,6 +92,7 @@ typedef struct conn {
 
 #define CONN_FD_RESERVE 16      /* descriptors kept free for the store and the loop */
 #define CONN_SMALL_BYTES (32u << 10)    /* a connection under this many bytes always reads */
+#define CONN_HELLO_MS   10000   /* a gated TCP connection without its hello is closed after this */
 
 typedef struct conn_table {
     conn   **v;

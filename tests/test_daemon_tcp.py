@@ -1,7 +1,8 @@
 """tests/test_daemon_tcp.py — the msgpack protocol over TCP (lind serve
 --listen, docs/PROTOCOL.md "TCP"): with a token (--http-token-file) the
 first message must be a hello carrying it; anything else, or a wrong
-token, gets an `unauthorized` error and the connection is closed. A
+token, gets an `unauthorized` error and the connection is closed (also
+one silent for 10 s). A
 non-loopback address without a token refuses to start; lindctl reaches the
 daemon with --socket tcp://HOST:PORT --token-file PATH."""
 import os
@@ -112,6 +113,26 @@ def refused_before_hello():
         ev = u.call("info", session="x")
         expect(ev["event"] == "error" and ev["code"] == "not_found", "a refused generate ran: %r" % ev)
         u.close()
+    finally:
+        srv.stop()
+
+
+@case
+def silent_connection_closed():
+    """A TCP connection that never says hello is closed after 10 s."""
+    srv = served("tcp_silent")
+    srv.extra += ["--http-token-file", token_file(srv)]
+    srv.start()
+    try:
+        c = TcpClient(tcp_port(srv), srv.sock, timeout=60)
+        t0 = time.time()
+        ev = c.event()
+        took = time.time() - t0
+        expect(ev and ev["event"] == "error" and ev["code"] == "unauthorized" and ev["id"] == 0,
+               "a silent connection got %r" % ev)
+        expect(9 <= took, "closed after %.1f s, before the 10 s" % took)
+        expect(c.closed(), "the connection stays open")
+        c.close()
     finally:
         srv.stop()
 
