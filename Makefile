@@ -74,8 +74,9 @@ endif
 # The PostgreSQL store (state/store_pg.c) links libpq; its tests and
 # store_bench start a private server with the postgresql package's initdb
 # and pg_ctl (tests/pgserver.h), and SKIP without them. pgbouncer: the
-# multi-node test runs nodes through it (tests/scale_nodes.py, SKIP without).
-DEPS_PKGS += libpq-dev postgresql pgbouncer
+# multi-node test runs nodes through it (tests/scale_nodes.py, SKIP without);
+# haproxy: scale_balancer_pg puts three nodes behind it (SKIP without).
+DEPS_PKGS += libpq-dev postgresql pgbouncer haproxy
 
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(CU_SRCS:%.cu=$(BUILD)/%.cu.o)
 DMN_OBJS  := $(filter-out $(BUILD)/daemon/main.o,$(LIND_SRCS:%.c=$(BUILD)/%.o))

@@ -1,4 +1,4 @@
-/* client/lindclient.c — lind's client library: one Unix-socket connection,
+/* client/lindclient.c — lind's client library: one connection (Unix socket or TCP),
  * requests encoded as msgpack maps, events decoded with a streaming
  * msgpack_unpacker. See lindclient.h for the contract. */
 #include "client/lindclient.h"
@@ -9,6 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -47,9 +50,46 @@ const char *lindc_strerror(int code)
 
 /* ---- connection ---------------------------------------------------------- */
 
-int lindc_connect(lindc **out, const char *path, char *err, size_t errlen)
+/* "tcp://HOST:PORT" (HOST may be [V6ADDR]): a connected TCP socket with
+ * TCP_NODELAY, or a negated errno with a sentence in err. */
+static int dial_tcp(const char *where, char *err, size_t errlen)
 {
-    *out = NULL;
+    const char *hp = where + 6;
+    char host[256];
+    const char *colon = strrchr(hp, ':');
+    size_t hl = colon ? (size_t)(colon - hp) : 0;
+    if (hl >= 2 && hp[0] == '[' && hp[hl - 1] == ']') { hp++; hl -= 2; }
+    if (!colon || hl == 0 || hl >= sizeof host || !colon[1]) {
+        if (err) snprintf(err, errlen, "%s: want tcp://HOST:PORT", where);
+        return -EINVAL;
+    }
+    memcpy(host, hp, hl);
+    host[hl] = 0;
+    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *ai = NULL;
+    int g = getaddrinfo(host, colon + 1, &hints, &ai);
+    if (g != 0) {
+        if (err) snprintf(err, errlen, "cannot resolve %s: %s", where, gai_strerror(g));
+        return -EHOSTUNREACH;
+    }
+    int fd = -1, e = ECONNREFUSED;
+    for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next) {
+        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0) { e = errno; continue; }
+        if (connect(fd, a->ai_addr, a->ai_addrlen) < 0) { e = errno; close(fd); fd = -1; }
+    }
+    freeaddrinfo(ai);
+    if (fd < 0) {
+        if (err) snprintf(err, errlen, "cannot connect to %s: %s%s", where, strerror(e),
+                          e == ECONNREFUSED ? " (is `lind serve --listen` running?)" : "");
+        return -e;
+    }
+    int one = 1;   /* requests are small: send each at once */
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return fd;
+}
+
+static int dial_unix(const char *path, char *err, size_t errlen)
+{
     struct sockaddr_un sa = { .sun_family = AF_UNIX };
     if (strlen(path) >= sizeof sa.sun_path) {
         if (err) snprintf(err, errlen, "socket path too long (%zu bytes, at most %zu): %s",
@@ -73,6 +113,14 @@ int lindc_connect(lindc **out, const char *path, char *err, size_t errlen)
         }
         return -e;
     }
+    return fd;
+}
+
+int lindc_connect(lindc **out, const char *path, char *err, size_t errlen)
+{
+    *out = NULL;
+    int fd = strncmp(path, "tcp://", 6) ? dial_unix(path, err, errlen) : dial_tcp(path, err, errlen);
+    if (fd < 0) return fd;
     lindc *c = calloc(1, sizeof *c);
     if (!c || !msgpack_unpacker_init(&c->up, 1 << 16)) {
         free(c);
@@ -84,6 +132,22 @@ int lindc_connect(lindc **out, const char *path, char *err, size_t errlen)
     c->next_id = 1;
     *out = c;
     return 0;
+}
+
+int lindc_hello_token(lindc *c, const char *token, char *err, size_t errlen)
+{
+    lindc_req r;
+    lindc_event ev;
+    lindc_req_init(&r, "hello");
+    lindc_req_str(&r, "token", token);
+    int rc = lindc_call(c, &r, &ev, 10000);
+    lindc_req_free(&r);
+    if (rc == LINDC_ESERVER) {
+        if (err) snprintf(err, errlen, "hello with the token refused: %s: %s", ev.code, ev.message);
+        return -EACCES;
+    }
+    if (rc && err) snprintf(err, errlen, "hello with the token: %s", lindc_strerror(rc));
+    return rc;
 }
 
 void lindc_free(lindc *c)

@@ -75,11 +75,16 @@ typedef struct lindc_event {
 
 /* ---- connection ---------------------------------------------------------- */
 
-/* Connect to the Unix socket at `path`. On success *out is a new client the
- * caller frees with lindc_free(). On failure returns a negated errno
+/* Connect to the Unix socket at `path`, or over TCP when path is
+ * "tcp://HOST:PORT" (lind serve --listen). On success *out is a new client
+ * the caller frees with lindc_free(). On failure returns a negated errno
  * (-ENOENT: no socket file; -ECONNREFUSED: nobody listening; -EACCES, ...)
  * and, when err is non-NULL, writes a sentence naming the socket into it. */
 int  lindc_connect(lindc **out, const char *path, char *err, size_t errlen);
+/* A TCP connection to a daemon with a token (--http-token-file): the first
+ * request, a hello carrying it. 0, -EACCES with the daemon's refusal in err
+ * (it then closes the connection), or another lindc code. */
+int  lindc_hello_token(lindc *c, const char *token, char *err, size_t errlen);
 void lindc_free(lindc *c);
 
 int  lindc_fd(const lindc *c);           /* for the caller's own poll() */

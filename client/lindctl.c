@@ -10,7 +10,7 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-"usage: lindctl [--socket PATH] COMMAND [ARGS...]\n"
+"usage: lindctl [--socket PATH|tcp://HOST:PORT] [--token-file PATH] COMMAND [ARGS...]\n"
 "\n"
 "Talk to a running `lind serve`.\n"
 "\n"
@@ -23,7 +23,10 @@ static void usage(FILE *f)
 "  stress                    drive many sessions at once and measure\n"
 "\n"
 "options (every command):\n"
-"  --socket PATH   the daemon's socket (default $LIND_SOCKET, else %s)\n"
+"  --socket PATH   the daemon's socket (default $LIND_SOCKET, else %s);\n"
+"                  tcp://HOST:PORT reaches one started with --listen\n"
+"  --token-file PATH  over TCP, hello with the token this file holds (its first\n"
+"                  line; default $LIND_TOKEN_FILE): the daemon's --http-token-file\n"
 "  --help          help for lindctl or for one command (lindctl CMD --help,\n"
 "                  or lindctl help CMD)\n"
 "  --version       print the version\n"
@@ -45,6 +48,7 @@ int main(int argc, char **argv)
 {
     ctl_opts g = { .socket = getenv("LIND_SOCKET") };
     if (!g.socket || !*g.socket) g.socket = CTL_DEFAULT_SOCKET;
+    g.token_file = getenv("LIND_TOKEN_FILE");
     static const struct option longopts[] = { CTL_COMMON_LONGOPTS, { "version", no_argument, NULL, 'V' },
                                                { 0, 0, 0, 0 } };
     int opt;
@@ -53,6 +57,7 @@ int main(int argc, char **argv)
         switch (opt) {
         case 'V': printf("%s\n", CTL_VERSION); return EXIT_OK;
         case CTL_OPT_SOCKET: g.socket = optarg; break;
+        case CTL_OPT_TOKEN_FILE: g.token_file = optarg; break;
         case CTL_OPT_HELP: usage(stdout); return EXIT_OK;
         default: usage(stderr); return EXIT_USAGE;
         }

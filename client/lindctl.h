@@ -40,7 +40,8 @@ enum {
 
 /* Options every command takes. */
 typedef struct ctl_opts {
-    const char *socket;    /* --socket, else $LIND_SOCKET, else ./lind.sock */
+    const char *socket;    /* --socket, else $LIND_SOCKET, else ./lind.sock; tcp://HOST:PORT: TCP */
+    const char *token_file; /* --token-file, else $LIND_TOKEN_FILE: a TCP connection's hello token */
 } ctl_opts;
 
 /* Set by the SIGINT handler that ctl_catch_sigint() installs. */
@@ -51,6 +52,9 @@ void ctl_catch_sigint(void);
 
 /* Connect, or print why not and return EXIT_UNREACHABLE. */
 int  ctl_connect(const ctl_opts *g, lindc **out);
+/* Connect and, with a token file, hello with its token: 0, or <0 with a
+ * sentence in err (reconnects use it quietly). */
+int  ctl_dial(const ctl_opts *g, lindc **out, char *err, size_t errlen);
 /* Exit status for a server error code. */
 int  ctl_exit_for_code(const char *code);
 /* Print an error event ("lindctl: not_found: no session ...") and return
@@ -99,9 +103,11 @@ int cmd_stress(const ctl_opts *g, int argc, char **argv);
  * puts CTL_COMMON_LONGOPTS first in its getopt_long table and handles the
  * two values below in its switch. */
 #define CTL_OPT_SOCKET 1000
+#define CTL_OPT_TOKEN_FILE 1001
 #define CTL_OPT_HELP   'h'
 #define CTL_COMMON_LONGOPTS \
     { "socket", required_argument, NULL, CTL_OPT_SOCKET }, \
+    { "token-file", required_argument, NULL, CTL_OPT_TOKEN_FILE }, \
     { "help", no_argument, NULL, CTL_OPT_HELP }
 
 /* Write n bytes to path through a temporary file beside it and a rename,

@@ -77,7 +77,9 @@ static void usage(FILE *f)
 "                            else none). Built-ins:\n");
     chat_template_list(f);
     fprintf(f,
-"      --socket PATH         the daemon's socket (default $LIND_SOCKET, else ./lind.sock)\n");
+"      --socket PATH         the daemon's socket (default $LIND_SOCKET, else ./lind.sock;\n"
+"                            tcp://HOST:PORT for one started with --listen)\n"
+"      --token-file PATH     over TCP, the token for hello (default $LIND_TOKEN_FILE)\n");
 }
 
 typedef struct chat {
@@ -317,7 +319,7 @@ static void chat_lost(chat *ch, const char *why)
 static int chat_try_connect(chat *ch)
 {
     char err[512];
-    if (lindc_connect(&ch->c, ch->g.socket, err, sizeof err) == 0) {
+    if (ctl_dial(&ch->g, &ch->c, err, sizeof err) == 0) {
         if (chat_greet(ch, 0) == 0) return 0;
         lindc_free(ch->c);
         ch->c = NULL;
@@ -1269,6 +1271,7 @@ int cmd_chat(const ctl_opts *g0, int argc, char **argv)
     while ((opt = getopt_long(argc, argv, "hn:t:", longopts, NULL)) != -1) {
         switch (opt) {
         case CTL_OPT_SOCKET: ch.g.socket = optarg; break;
+        case CTL_OPT_TOKEN_FILE: ch.g.token_file = optarg; break;
         case CTL_OPT_HELP: usage(stdout); status = EXIT_OK; goto out;
         case 'n': if (chat_set(&ch, "max-tokens", optarg)) goto out; break;
         case 't': if (chat_set(&ch, "temperature", optarg)) goto out; break;

@@ -29,10 +29,32 @@ void ctl_catch_sigint(void)
     sigaction(SIGINT, &sa, NULL);
 }
 
+int ctl_dial(const ctl_opts *g, lindc **out, char *err, size_t errlen)
+{
+    int rc = lindc_connect(out, g->socket, err, errlen);
+    if (rc || !g->token_file || !*g->token_file) return rc;
+    char tok[260] = "";
+    FILE *f = fopen(g->token_file, "r");
+    if (!f || !fgets(tok, sizeof tok, f)) {
+        snprintf(err, errlen, "--token-file %s: %s", g->token_file, f ? "empty" : strerror(errno));
+        if (f) fclose(f);
+        lindc_free(*out);
+        *out = NULL;
+        return -EINVAL;
+    }
+    fclose(f);
+    tok[strcspn(tok, "\r\n")] = 0;   /* the first line, as the daemon reads it */
+    if ((rc = lindc_hello_token(*out, tok, err, errlen)) != 0) {
+        lindc_free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
 int ctl_connect(const ctl_opts *g, lindc **out)
 {
     char err[512];
-    int rc = lindc_connect(out, g->socket, err, sizeof err);
+    int rc = ctl_dial(g, out, err, sizeof err);
     if (rc == 0) return EXIT_OK;
     fprintf(stderr, "lindctl: %s\n", err);
     return EXIT_UNREACHABLE;
@@ -48,7 +70,7 @@ int ctl_exit_for_code(const char *code)
         { "bad_state", EXIT_BAD_STATE }, { "io", EXIT_IO },
         { "shutting_down", EXIT_SHUTTING_DOWN }, { "internal", EXIT_INTERNAL },
         { "unavailable", EXIT_UNAVAILABLE }, { "moved", EXIT_MOVED }, { "conflict", EXIT_CONFLICT },
-        { "insufficient_storage", EXIT_STORAGE },
+        { "insufficient_storage", EXIT_STORAGE }, { "unauthorized", EXIT_REFUSED },
     };
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (!strcmp(map[i].code, code)) return map[i].status;

@@ -40,7 +40,8 @@ static void usage(FILE *f)
 "                            {\"event\":\"token\",\"id\":N,\"text\":...} (text cut on whole\n"
 "                            UTF-8 characters), then the done or error event\n"
 "  -v, --verbose             print the done summary on stderr\n"
-"      --socket PATH         the daemon's socket (default ./lind.sock)\n"
+"      --socket PATH         the daemon's socket (default ./lind.sock; tcp://HOST:PORT)\n"
+"      --token-file PATH     over TCP, the token for hello (default $LIND_TOKEN_FILE)\n"
 "\n"
 "exit status: see lindctl --help (0 ok, 3 no daemon, 6 not_found, 8 busy, ...)\n",
             MAX_STOPS);
@@ -127,7 +128,7 @@ static int resend(const ctl_opts *g, const lindc_gen_opts *o, lindc **c, uint64_
     int delay = 50, rc;
     for (;;) {
         char err[512];
-        rc = lindc_connect(c, g->socket, err, sizeof err);
+        rc = ctl_dial(g, c, err, sizeof err);
         if (rc == 0) {
             rc = lindc_generate(*c, o, id);
             if (rc == 0) return 0;
@@ -175,6 +176,7 @@ int cmd_generate(const ctl_opts *g0, int argc, char **argv)
     while ((opt = getopt_long(argc, argv, "hn:t:v", longopts, NULL)) != -1) {
         switch (opt) {
         case CTL_OPT_SOCKET: g.socket = optarg; break;
+        case CTL_OPT_TOKEN_FILE: g.token_file = optarg; break;
         case CTL_OPT_HELP: usage(stdout); return EXIT_OK;
         case 'n': if (ctl_parse_u64("--max-tokens", optarg, &u)) return EXIT_USAGE;
                   o.max_tokens = u > INT64_MAX ? INT64_MAX : (int64_t)u; break;   /* the daemon says `limit` */

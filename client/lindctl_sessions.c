@@ -33,7 +33,8 @@ static void usage(FILE *f)
 "\n"
 "options:\n"
 "  --json          print the daemon's answer as JSON\n"
-"  --socket PATH   the daemon's socket (default ./lind.sock)\n");
+"  --socket PATH   the daemon's socket (default ./lind.sock; tcp://HOST:PORT)\n"
+"  --token-file PATH  over TCP, the token for hello (default $LIND_TOKEN_FILE)\n");
 }
 
 void ctl_print_transcript(const msgpack_object *arr, FILE *f, const char *in_prefix, int raw)
@@ -429,6 +430,7 @@ int cmd_sessions(const ctl_opts *g0, int argc, char **argv)
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (opt) {
         case CTL_OPT_SOCKET: g.socket = optarg; break;
+        case CTL_OPT_TOKEN_FILE: g.token_file = optarg; break;
         case CTL_OPT_HELP: usage(stdout); return EXIT_OK;
         case O_JSON: json = 1; break;
         case O_PREFIX: prefix = optarg; break;
@@ -529,6 +531,7 @@ int cmd_stats(const ctl_opts *g0, int argc, char **argv)
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (opt) {
         case CTL_OPT_SOCKET: g.socket = optarg; break;
+        case CTL_OPT_TOKEN_FILE: g.token_file = optarg; break;
         case CTL_OPT_HELP: stats_usage(stdout); return EXIT_OK;
         case O_JSON: json = 1; break;
         default: stats_usage(stderr); return EXIT_USAGE;
@@ -668,6 +671,7 @@ int cmd_cancel(const ctl_opts *g0, int argc, char **argv)
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (opt) {
         case CTL_OPT_SOCKET: g.socket = optarg; break;
+        case CTL_OPT_TOKEN_FILE: g.token_file = optarg; break;
         case CTL_OPT_HELP: cancel_usage(stdout); return EXIT_OK;
         default: cancel_usage(stderr); return EXIT_USAGE;
         }

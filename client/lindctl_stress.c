@@ -38,7 +38,8 @@ static void usage(FILE *f)
 "  --plot FILE.png     plot latency, tokens/s and RSS against tokens (gnuplot)\n"
 "  --progress / --no-progress   live progress line (default: when stderr is a tty)\n"
 "  --json              print the report as one JSON object instead of tables\n"
-"  --socket PATH       the daemon's socket (default ./lind.sock)\n"
+"  --socket PATH       the daemon's socket (default ./lind.sock; tcp://HOST:PORT)\n"
+"  --token-file PATH   over TCP, the token for hello (default $LIND_TOKEN_FILE)\n"
 "\n"
 "exit status: 0 when every session reached M tokens with no error; else the\n"
 "status of the first error's class (see lindctl --help), 130 on Ctrl-C.\n");
@@ -631,6 +632,7 @@ int cmd_stress(const ctl_opts *g0, int argc, char **argv)
     while ((opt = getopt_long(argc, argv, "ht:", longopts, NULL)) != -1) {
         switch (opt) {
         case CTL_OPT_SOCKET: st.g.socket = optarg; break;
+        case CTL_OPT_TOKEN_FILE: st.g.token_file = optarg; break;
         case CTL_OPT_HELP: usage(stdout); return EXIT_OK;
         case O_SESS: if (ctl_parse_u64("--sessions", optarg, &st.n_sessions)) return EXIT_USAGE; break;
         case O_TOK: if (ctl_parse_u64("--tokens", optarg, &st.m_tokens)) return EXIT_USAGE; break;

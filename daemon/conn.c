@@ -93,8 +93,8 @@ static void update_reading(conn *c)
                (!c->closing && !c->paused && !c->held && !c->starved);
     if (want == c->reading) return;
     c->reading = want;
-    if (!want) uv_read_stop((uv_stream_t *)&c->pipe);
-    else if (uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read) < 0) conn_close(c);
+    if (!want) uv_read_stop(&c->h.stream);
+    else if (uv_read_start(&c->h.stream, on_alloc, on_read) < 0) conn_close(c);
 }
 
 static void set_waiting(conn *c, int held, int starved)
@@ -260,14 +260,14 @@ void conn_close(conn *c)
     c->closed = 1;
     if (c->held || c->starved) c->srv->starved--;
     c->held = c->starved = 0;
-    uv_read_stop((uv_stream_t *)&c->pipe);
+    uv_read_stop(&c->h.stream);
     mem_sub(c, c->in_cap, c->inflight_bytes);   /* the buffers go with on_close */
     if (c->srv->overdraft == c->id) c->srv->overdraft = 0;
     wake_starved(c->srv);
     post_sched(c, M_CONN_CLOSED);
     stats_connections(&c->srv->st, -1);
     table_del(c->srv->conns, c);
-    uv_close((uv_handle_t *)&c->pipe, on_close);
+    uv_close((uv_handle_t *)&c->h.stream, on_close);
 }
 
 /* Over --max-output unsent: pause the connection's turns, and stop reading
@@ -317,7 +317,7 @@ static void flush(conn *c)
         else if (c->closing == CONN_LINGER && !c->shut) {
             c->shut = 1;
             c->sreq.data = c;
-            if (uv_shutdown(&c->sreq, (uv_stream_t *)&c->pipe, on_shutdown) < 0) conn_close(c);
+            if (uv_shutdown(&c->sreq, &c->h.stream, on_shutdown) < 0) conn_close(c);
         }
         return;
     }
@@ -328,7 +328,7 @@ static void flush(conn *c)
     uv_buf_t b = uv_buf_init(c->wbuf.data, (unsigned)c->wbuf.size);
     c->wreq.data = c;
     c->writing = 1;
-    int rc = uv_write(&c->wreq, (uv_stream_t *)&c->pipe, &b, 1, on_write);
+    int rc = uv_write(&c->wreq, &c->h.stream, &b, 1, on_write);
     if (rc < 0) { c->writing = 0; c->wbuf.size = 0; conn_close(c); }
 }
 
@@ -404,6 +404,28 @@ static void send_error(conn *c, uint64_t id, proto_code code, const char *msg)
     msgpack_sbuffer_destroy(&sb);
 }
 
+/* A gated (TCP) connection's message: a hello carrying the token opens the
+ * gate and goes on to be answered (0); anything else is refused with
+ * `unauthorized` and the connection closed once that is written (1). */
+static int gate(conn *c, const proto_request *req)
+{
+    const char *tok = c->srv->tcp_token;
+    size_t tl = strlen(tok);
+    if (req->op == OP_HELLO && req->token_len == tl) {
+        unsigned diff = 0;   /* compare in constant time */
+        for (size_t k = 0; k < tl; k++) diff |= (unsigned char)req->token[k] ^ (unsigned char)tok[k];
+        if (!diff) { c->gated = 0; return 0; }
+    }
+    const char *msg = req->op != OP_HELLO
+        ? "this TCP connection must begin with a hello carrying the server's token (field 'token'); closing it"
+        : req->token_len ? "hello's token does not match the server's token; closing the connection"
+                         : "hello over TCP must carry the server's token (field 'token'); closing the connection";
+    send_error(c, req->id, PE_UNAUTHORIZED, msg);
+    conn_log_refusal("refused a TCP connection: no hello with the right token");
+    conn_close_after_flush(c, CONN_LINGER);
+    return 1;
+}
+
 /* Decode and dispatch every complete message in the input buffer. */
 static void consume(conn *c)
 {
@@ -435,8 +457,12 @@ static void consume(conn *c)
         off += (size_t)n;
         if (code != PE_OK) {
             send_error(c, err.id, code, err.msg);
-            if (code == PE_DECODE || code == PE_TOO_LARGE) conn_close_after_flush(c, CONN_LINGER);
+            if (code == PE_DECODE || code == PE_TOO_LARGE || c->gated) conn_close_after_flush(c, CONN_LINGER);
             continue;
+        }
+        if (c->gated && gate(c, &req)) {
+            proto_request_free(&req);
+            break;
         }
         if (ids_has(c, req.id)) {
             char msg[200];
@@ -527,31 +553,35 @@ void conn_refuse_fd_limit(conn *c, long long limit)
     conn_close_after_flush(c, CONN_FLUSH_CLOSE);
 }
 
-int conn_accept(server *srv)
+int conn_accept(server *srv, uv_stream_t *listener, int tcp)
 {
     conn *c = calloc(1, sizeof *c);
     if (!c) return -ENOMEM;
     c->srv = srv;
     msgpack_sbuffer_init(&c->pend);
     msgpack_sbuffer_init(&c->wbuf);
-    int rc = uv_pipe_init(srv->loop, &c->pipe, 0);
+    int rc = tcp ? uv_tcp_init(srv->loop, &c->h.tcp) : uv_pipe_init(srv->loop, &c->h.pipe, 0);
     if (rc < 0) { free(c); return rc; }
-    if ((rc = uv_accept((uv_stream_t *)&srv->listener, (uv_stream_t *)&c->pipe)) < 0 ||
+    if ((rc = uv_accept(listener, &c->h.stream)) < 0 ||
         (rc = table_add(srv->conns, c)) < 0) {
         c->closed = 1;
-        uv_close((uv_handle_t *)&c->pipe, on_close);
+        uv_close((uv_handle_t *)&c->h.stream, on_close);
         return rc;
     }
     stats_connections(&srv->st, +1);
     uv_os_fd_t fd = -1;
     struct rlimit rl;
-    if (uv_fileno((uv_handle_t *)&c->pipe, &fd) == 0 && getrlimit(RLIMIT_NOFILE, &rl) == 0 &&
+    if (uv_fileno((uv_handle_t *)&c->h.stream, &fd) == 0 && getrlimit(RLIMIT_NOFILE, &rl) == 0 &&
         rl.rlim_cur != RLIM_INFINITY && (rlim_t)fd + CONN_FD_RESERVE >= rl.rlim_cur) {
         conn_refuse_fd_limit(c, (long long)rl.rlim_cur);
         return 0;
     }
+    if (tcp) {
+        uv_tcp_nodelay(&c->h.tcp, 1);   /* small events: do not wait to fill a segment */
+        c->gated = srv->tcp_token[0] != 0;
+    }
     c->last_in_ms = c->last_out_ms = uv_now(srv->loop);
-    if ((rc = uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read)) < 0) conn_close(c);
+    if ((rc = uv_read_start(&c->h.stream, on_alloc, on_read)) < 0) conn_close(c);
     else c->reading = 1;
     return rc;
 }
@@ -585,6 +615,14 @@ void conn_tick(server *srv)
             snprintf(msg, sizeof msg, "cancelled the turns of a connection paused for %u s"
                      " (--pause-timeout): its client does not read", o->pause_timeout);
             conn_log_refusal(msg);
+        }
+        if (c->gated && !c->closing && now - c->last_in_ms >= CONN_HELLO_MS) {
+            /* a TCP port is reachable by strangers: one that never says
+             * hello must not hold a descriptor for ever */
+            send_error(c, 0, PE_UNAUTHORIZED, "no hello with the server's token within 10 s of"
+                       " connecting; closing the connection");
+            conn_close_after_flush(c, CONN_FLUSH_CLOSE);
+            continue;
         }
         if (o->idle_timeout && !c->closing && !c->inflight && !unsent && !c->in_len &&
             now - c->last_in_ms >= 1000ull * o->idle_timeout) {

@@ -37,6 +37,13 @@
  * reusing one of them is refused with `bad_request` on id 0 (an answer on
  * its own id would read as the other request's final event).
  *
+ * TCP (--listen): the same connections over uv_tcp_t, with TCP_NODELAY
+ * (events are small and latency-bound). With a token (--http-token-file)
+ * a TCP connection is gated: its first message must be a hello whose
+ * `token` matches (compared in constant time); anything else gets an
+ * `unauthorized` error and the connection is closed once it is written;
+ * so is one that sends nothing for CONN_HELLO_MS.
+ *
  * File descriptors: a connection accepted within CONN_FD_RESERVE of the
  * process's open-file limit is answered with a `limit` error on id 0 and
  * closed, and the refusal is logged, so the daemon keeps descriptors for its
@@ -51,7 +58,12 @@
 #include "daemon/server.h"
 
 typedef struct conn {
-    uv_pipe_t pipe;            /* first: the handle's address is the conn's */
+    union {                    /* first: the handle's address is the conn's */
+        uv_stream_t stream;
+        uv_pipe_t   pipe;      /* the Unix socket */
+        uv_tcp_t    tcp;       /* --listen */
+    } h;
+    int       gated;           /* TCP with a token: nothing but a hello carrying it until one did */
     server   *srv;
     uint64_t  id;
     uint8_t  *in;              /* bytes read, not yet a complete message */
@@ -80,6 +92,7 @@ typedef struct conn {
 
 #define CONN_FD_RESERVE 16      /* descriptors kept free for the store and the loop */
 #define CONN_SMALL_BYTES (32u << 10)    /* a connection under this many bytes always reads */
+#define CONN_HELLO_MS   10000   /* a gated TCP connection without its hello is closed after this */
 
 typedef struct conn_table {
     conn   **v;
@@ -91,8 +104,9 @@ int   conn_table_init(conn_table *t);
 void  conn_table_free(conn_table *t);
 conn *conn_lookup(conn_table *t, uint64_t id);
 
-/* Accept a pending connection on the listener. */
-int   conn_accept(server *srv);
+/* Accept a pending connection on a listener: the Unix socket's, or the TCP
+ * one (tcp: TCP_NODELAY, and the token gate when srv->tcp_token is set). */
+int   conn_accept(server *srv, uv_stream_t *listener, int tcp);
 /* Queue bytes for the client (the events of one outmsg). */
 void  conn_send(conn *c, const char *data, size_t len);
 /* Deliver an outmsg from another thread (frees it). */

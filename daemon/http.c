@@ -389,6 +389,7 @@ static int code_status(proto_code c)
     case PE_MOVED: return 421;      /* Misdirected Request: another node holds the session */
     case PE_CONFLICT: return 409;   /* the session changed elsewhere; the turn was not saved */
     case PE_INSUFFICIENT_STORAGE: return 507;   /* past --max-store-bytes, or the disk is full */
+    case PE_UNAUTHORIZED: return 401;
     default: return 500;
     }
 }
@@ -2113,7 +2114,7 @@ static void on_accept(uv_stream_t *l, int status)
     h2o_accept(&hs->accept, sock);
 }
 
-int http_parse_addr(const char *s, struct sockaddr_storage *sa, char *err, size_t errlen)
+int http_parse_addr(const char *opt, const char *s, struct sockaddr_storage *sa, char *err, size_t errlen)
 {
     char host[64] = "127.0.0.1";
     const char *port = s;
@@ -2123,7 +2124,7 @@ int http_parse_addr(const char *s, struct sockaddr_storage *sa, char *err, size_
         const char *h = s;
         if (hl >= 2 && s[0] == '[' && s[hl - 1] == ']') { h = s + 1; hl -= 2; }
         if (hl == 0 || hl >= sizeof host) {
-            snprintf(err, errlen, "--http wants [ADDR:]PORT, got '%s'", s);
+            snprintf(err, errlen, "%s wants [ADDR:]PORT, got '%s'", opt, s);
             return -EINVAL;
         }
         memcpy(host, h, hl);
@@ -2133,18 +2134,18 @@ int http_parse_addr(const char *s, struct sockaddr_storage *sa, char *err, size_
     char *end;
     long p = strtol(port, &end, 10);
     if (!*port || *end || p < 0 || p > 65535) {
-        snprintf(err, errlen, "--http wants [ADDR:]PORT with a port in 0..65535, got '%s'", s);
+        snprintf(err, errlen, "%s wants [ADDR:]PORT with a port in 0..65535, got '%s'", opt, s);
         return -EINVAL;
     }
     if (uv_ip4_addr(host, (int)p, (struct sockaddr_in *)sa) != 0 &&
         uv_ip6_addr(host, (int)p, (struct sockaddr_in6 *)sa) != 0) {
-        snprintf(err, errlen, "--http: '%s' is not an IPv4 or IPv6 address", host);
+        snprintf(err, errlen, "%s: '%s' is not an IPv4 or IPv6 address", opt, host);
         return -EINVAL;
     }
     return 0;
 }
 
-static int read_token(const char *path, char *out, size_t outlen, char *err, size_t errlen)
+int http_read_token(const char *path, char *out, size_t outlen, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "r");
     if (!f) {
@@ -2237,7 +2238,7 @@ int http_start(server *srv, char *err, size_t errlen)
     if (!srv->opt.http_addr) return 0;
     struct sockaddr_storage sa;
     memset(&sa, 0, sizeof sa);
-    int rc = http_parse_addr(srv->opt.http_addr, &sa, err, errlen);
+    int rc = http_parse_addr("--http", srv->opt.http_addr, &sa, err, errlen);
     if (rc) return rc;
     http_server *hs = calloc(1, sizeof *hs);
     if (!hs) { snprintf(err, errlen, "out of memory"); return -ENOMEM; }
@@ -2249,7 +2250,7 @@ int http_start(server *srv, char *err, size_t errlen)
     hs->tails = calloc(TAIL_SLOTS, sizeof *hs->tails);
     hs->resps = calloc(RESP_SLOTS, sizeof *hs->resps);
     if (srv->opt.http_token_file &&
-        (rc = read_token(srv->opt.http_token_file, hs->token, sizeof hs->token, err, errlen))) {
+        (rc = http_read_token(srv->opt.http_token_file, hs->token, sizeof hs->token, err, errlen))) {
         free(hs->resps);
         free(hs->tails);
         free(hs);

@@ -26,9 +26,14 @@
  * srv->opt.http_token_file when set. 0, or a negative code with the reason
  * in err. */
 int  http_start(server *srv, char *err, size_t errlen);
-/* Parse --http's value ("PORT", "ADDR:PORT", "[V6ADDR]:PORT") into *sa.
- * 0, or -EINVAL with the reason in err. */
-int  http_parse_addr(const char *s, struct sockaddr_storage *sa, char *err, size_t errlen);
+/* Parse --http's (or --listen's, `opt` names it) value ("PORT",
+ * "ADDR:PORT", "[V6ADDR]:PORT") into *sa. 0, or -EINVAL with the reason in
+ * err. */
+int  http_parse_addr(const char *opt, const char *s, struct sockaddr_storage *sa, char *err, size_t errlen);
+/* The bearer token of --http-token-file (its first line, 8..outlen-2
+ * bytes) into out; HTTP and the TCP socket (--listen) share it. 0, or a
+ * negative code with the reason in err. */
+int  http_read_token(const char *path, char *out, size_t outlen, char *err, size_t errlen);
 /* Events for an HTTP connection id (frees o). */
 void http_deliver(server *srv, outmsg *o);
 /* Shutdown began: stop accepting connections; requests get 503. */

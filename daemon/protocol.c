@@ -19,6 +19,7 @@ static const char *const code_names[] = {
     [PE_UNAVAILABLE] = "unavailable",
     [PE_MOVED] = "moved", [PE_CONFLICT] = "conflict",
     [PE_INSUFFICIENT_STORAGE] = "insufficient_storage",
+    [PE_UNAUTHORIZED] = "unauthorized",
 };
 
 const char *proto_code_name(proto_code c)
@@ -302,6 +303,23 @@ static proto_code decode_generate(const msgpack_object *m, const proto_limits *l
     return PE_OK;
 }
 
+/* hello's optional `token` (str or bin, up to PROTO_MAX_TOKEN bytes): what
+ * a TCP connection presents when the server has one (docs/PROTOCOL.md). */
+static proto_code get_token(const msgpack_object *o, proto_request *r, proto_error *err)
+{
+    const msgpack_object *v = field(o, "token");
+    if (!v) return PE_OK;
+    if (v->type != MSGPACK_OBJECT_STR && v->type != MSGPACK_OBJECT_BIN)
+        return fail(err, PE_BAD_REQUEST, "field 'token' must be a string, got %s", type_name(v));
+    const char *p = v->type == MSGPACK_OBJECT_STR ? v->via.str.ptr : v->via.bin.ptr;
+    uint32_t n = v->type == MSGPACK_OBJECT_STR ? v->via.str.size : v->via.bin.size;
+    if (n > PROTO_MAX_TOKEN)
+        return fail(err, PE_BAD_REQUEST, "field 'token' is %u bytes, the limit is %d", n, PROTO_MAX_TOKEN);
+    memcpy(r->token, p, n);
+    r->token_len = n;
+    return PE_OK;
+}
+
 /* The optional retry fields of generate/append: `request_id` (str or bin,
  * 1..64 bytes, UTF-8 without control characters) and `if_tokens`; and
  * `chat_template` (1..2^32-1: the hash of the chat template the text is
@@ -387,7 +405,10 @@ proto_code proto_decode(const msgpack_object *o, const proto_limits *lim,
     r->sp = (sampler_params){ .temperature = 0.8f, .top_k = 0, .top_p = 1.0f,
                               .rep_penalty = 1.0f, .rep_window = 64, .seed = 0 };
     switch (r->op) {
-    case OP_HELLO: case OP_LIST: case OP_STATS: case OP_GC:
+    case OP_HELLO:
+        c = get_token(o, r, err);
+        break;
+    case OP_LIST: case OP_STATS: case OP_GC:
         break;
     case OP_GENERATE:
         if ((c = get_name(o, "session", r->session, err))) goto out;

@@ -22,6 +22,7 @@
 #define PROTO_MAX_STOPS   8
 #define PROTO_MAX_STOP_LEN 64
 #define PROTO_ERRMSG      256
+#define PROTO_MAX_TOKEN   255   /* hello's token: --http-token-file's limit */
 
 typedef enum proto_op {
     OP_HELLO = 1, OP_GENERATE, OP_APPEND, OP_CANCEL, OP_INFO, OP_LIST,
@@ -37,7 +38,8 @@ typedef enum proto_code {
     PE_IO, PE_SHUTTING_DOWN, PE_INTERNAL, PE_UNAVAILABLE,
     PE_MOVED, PE_CONFLICT,   /* several nodes on one store (docs/SCALE.md) */
     PE_INSUFFICIENT_STORAGE, /* the store is past --max-store-bytes, or its disk is full */
-    PE_LAST = PE_INSUFFICIENT_STORAGE   /* keep it the last code: loops over every code end here */
+    PE_UNAUTHORIZED,         /* TCP: no hello with the server's token first (docs/PROTOCOL.md) */
+    PE_LAST = PE_UNAUTHORIZED   /* keep it the last code: loops over every code end here */
 } proto_code;
 
 const char *proto_code_name(proto_code c);
@@ -57,6 +59,8 @@ typedef struct proto_request {
     uint64_t id;
     char     session[STORE_NAME_MAX + 1];
     char     to[STORE_NAME_MAX + 1];          /* fork */
+    char     token[PROTO_MAX_TOKEN];          /* hello: the token a TCP client presents */
+    size_t   token_len;
     uint8_t *text;  size_t text_len;          /* generate, append */
     uint8_t *data;  size_t data_len;          /* import */
     uint64_t target;                          /* cancel */

@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -89,7 +91,8 @@ static const char usage[] =
     "                  [--node-id ID] [--lease-ms MS] [--lease-wait MS] [--store-conns N]\n"
     "                  [--db-wait S] [--db-lock-timeout MS] [--db-statement-timeout MS]\n"
     "                  [--db-idle-tx-timeout MS] [--db-reconnect MS]\n"
-    "                  [--http [ADDR:]PORT] [--http-token-file PATH] [--http-max-body BYTES]\n"
+    "                  [--listen [ADDR:]PORT] [--http [ADDR:]PORT] [--http-token-file PATH]\n"
+    "                  [--http-max-body BYTES]\n"
     "                  [--http-max-header BYTES] [--http-idle-timeout S]\n"
     "                  [--http-stream-interval MS] [--http-cors ORIGIN[,ORIGIN]] [--http2 on|off]\n"
     "                  [--template NAME|FILE] [--undo on|off]\n"
@@ -181,10 +184,15 @@ void server_usage(FILE *f)
         "                         paused inside a save loses it after MS (default 10000, 0: none)\n"
         "  --db-reconnect MS      a lost database connection is re-opened for up to MS before\n"
         "                         the operation fails (default 10000)\n"
+        "  --listen [ADDR:]PORT   also serve the socket's protocol on TCP (lindctl --socket\n"
+        "                         tcp://HOST:PORT); a bare PORT binds 127.0.0.1 only; another\n"
+        "                         address needs --http-token-file, whose token each TCP\n"
+        "                         client's first message (hello) must carry (default: off)\n"
         "  --http [ADDR:]PORT     also serve HTTP (OpenAI-compatible, docs/HTTP.md) on that port;\n"
         "                         a bare PORT binds 127.0.0.1 only (default: off)\n"
         "  --http-token-file PATH HTTP clients must send 'Authorization: Bearer' with the\n"
-        "                         token this file holds (first line)\n"
+        "                         token this file holds (first line), and TCP clients\n"
+        "                         (--listen) hello with it\n"
         "  --http-max-body BYTES  HTTP request body limit (default 1048576)\n"
         "  --http-max-header BYTES HTTP request header limit (default 16384)\n"
         "  --http-idle-timeout S  close an HTTP connection idle, or sending its request, for S s\n"
@@ -323,7 +331,10 @@ static int parse_one(const char *a, const char *v, server_options *o, char *err,
         if (!(rc = parse_num(a, v, 0, 1 << 24, &x, err, errlen))) o->pause_timeout = (unsigned)x;
     } else if (!strcmp(a, "--http")) {
         struct sockaddr_storage sa;
-        if ((rc = http_parse_addr(v, &sa, err, errlen)) == 0) o->http_addr = v;
+        if ((rc = http_parse_addr("--http", v, &sa, err, errlen)) == 0) o->http_addr = v;
+    } else if (!strcmp(a, "--listen")) {
+        struct sockaddr_storage sa;
+        if ((rc = http_parse_addr("--listen", v, &sa, err, errlen)) == 0) o->listen_addr = v;
     } else if (!strcmp(a, "--template")) {
         o->chat_template = v;
     } else if (!strcmp(a, "--http-token-file")) {
@@ -595,14 +606,15 @@ static int fixbuf_write(void *d, const char *p, size_t n)
     f->n += n;
     return 0;
 }
-static uv_pipe_t spare;
+static union { uv_pipe_t pipe; uv_tcp_t tcp; uv_stream_t stream; } spare;
 static int spare_busy;
 static void spare_closed(uv_handle_t *h) { (void)h; spare_busy = 0; }
-static void refuse_unaccepted(server *srv)
+static void refuse_unaccepted(server *srv, uv_stream_t *listener, int tcp)
 {
-    if (spare_busy || uv_pipe_init(srv->loop, &spare, 0) != 0) return;
+    if (spare_busy || (tcp ? uv_tcp_init(srv->loop, &spare.tcp) : uv_pipe_init(srv->loop, &spare.pipe, 0)) != 0)
+        return;
     spare_busy = 1;
-    if (uv_accept((uv_stream_t *)&srv->listener, (uv_stream_t *)&spare) == 0) {
+    if (uv_accept(listener, &spare.stream) == 0) {
         static const char *const kv[6] = { "id", NULL, "event", "error", "code", "internal" };
         static const char msg[] = "the server is out of memory and cannot take this connection;"
                                   " try again later";
@@ -618,10 +630,10 @@ static void refuse_unaccepted(server *srv)
         msgpack_pack_str_with_body(&pk, "message", 7);
         msgpack_pack_str_with_body(&pk, msg, sizeof msg - 1);
         uv_os_fd_t fd;
-        if (uv_fileno((uv_handle_t *)&spare, &fd) == 0 &&
+        if (uv_fileno((uv_handle_t *)&spare.stream, &fd) == 0 &&
             send(fd, f.b, f.n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) { /* the client left: nothing to tell */ }
     }
-    uv_close((uv_handle_t *)&spare, spare_closed);
+    uv_close((uv_handle_t *)&spare.stream, spare_closed);
 }
 
 static void on_connection(uv_stream_t *l, int status)
@@ -639,10 +651,11 @@ static void on_connection(uv_stream_t *l, int status)
         return;
     }
     if (srv->stopping) return;
-    int rc = conn_accept(srv);
+    int tcp = l == (uv_stream_t *)&srv->tcp_listener;
+    int rc = conn_accept(srv, l, tcp);
     if (rc < 0) {
         lind_log(REQLOG_WARN, "conn", "accepting a connection failed: %s", uv_strerror(rc));
-        refuse_unaccepted(srv);
+        refuse_unaccepted(srv, l, tcp);
     }
 }
 
@@ -717,6 +730,71 @@ fail:
     return rc;
 }
 
+static int is_loopback(const struct sockaddr_storage *sa)
+{
+    if (sa->ss_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    return sa->ss_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+}
+
+/* --listen: a TCP client reaches the daemon from wherever the address
+ * lets it, and the socket's file permissions no longer guard it; so an
+ * address other than loopback needs the token. Checked before the model
+ * loads, so a refused start is quick. */
+static int check_listen(const server_options *o, char *err, size_t errlen)
+{
+    if (!o->listen_addr) return 0;
+    struct sockaddr_storage sa;
+    memset(&sa, 0, sizeof sa);
+    int rc = http_parse_addr("--listen", o->listen_addr, &sa, err, errlen);
+    if (rc) return rc;
+    if (!is_loopback(&sa) && !o->http_token_file) {
+        snprintf(err, errlen, "--listen %s is not a loopback address: anyone who can reach it could use "
+                 "every session, so set --http-token-file PATH (TCP clients then send its token in "
+                 "hello, docs/PROTOCOL.md) or listen on 127.0.0.1", o->listen_addr);
+        return -EPERM;
+    }
+    return 0;
+}
+
+/* The msgpack protocol on TCP as well (--listen), behind the token when
+ * there is one. */
+static int listen_tcp(server *srv, char *err, size_t errlen)
+{
+    if (!srv->opt.listen_addr) return 0;
+    struct sockaddr_storage sa;
+    memset(&sa, 0, sizeof sa);
+    int rc = http_parse_addr("--listen", srv->opt.listen_addr, &sa, err, errlen);
+    if (rc) return rc;
+    if (srv->opt.http_token_file &&
+        (rc = http_read_token(srv->opt.http_token_file, srv->tcp_token, sizeof srv->tcp_token, err, errlen)))
+        return rc;
+    if ((rc = uv_tcp_init(srv->loop, &srv->tcp_listener)) < 0) goto fail;
+    srv->tcp_on = 1;
+    srv->tcp_listener.data = srv;
+    if ((rc = uv_tcp_bind(&srv->tcp_listener, (const struct sockaddr *)&sa, 0)) < 0 ||
+        (rc = uv_listen((uv_stream_t *)&srv->tcp_listener, 511, on_connection)) < 0)
+        goto fail;
+    struct sockaddr_storage got;
+    int len = sizeof got;
+    char ip[64] = "?";
+    int port = 0;
+    if (uv_tcp_getsockname(&srv->tcp_listener, (struct sockaddr *)&got, &len) == 0) {
+        if (got.ss_family == AF_INET6) {
+            uv_ip6_name((struct sockaddr_in6 *)&got, ip, sizeof ip);
+            port = ntohs(((struct sockaddr_in6 *)&got)->sin6_port);
+        } else {
+            uv_ip4_name((struct sockaddr_in *)&got, ip, sizeof ip);
+            port = ntohs(((struct sockaddr_in *)&got)->sin_port);
+        }
+    }
+    lind_log(REQLOG_INFO, "start", "TCP on %s:%d%s", ip, port, srv->tcp_token[0] ? " (token)" : "");
+    return 0;
+fail:
+    snprintf(err, errlen, "--listen %s: %s", srv->opt.listen_addr, uv_strerror(rc));
+    return rc;
+}
+
 /* ---- shutdown ------------------------------------------------------------------ */
 
 static void close_handle(uv_handle_t *h)
@@ -736,6 +814,7 @@ static void close_everything(server *srv)
     close_handle((uv_handle_t *)&srv->exit_timer);
     close_handle((uv_handle_t *)&srv->tick);
     close_handle((uv_handle_t *)&srv->listener);
+    if (srv->tcp_on) close_handle((uv_handle_t *)&srv->tcp_listener);
     http_close(srv);
 }
 
@@ -826,6 +905,7 @@ static void on_signal(uv_signal_t *h, int signum)
     notify_systemd("STOPPING=1");
     lind_log(REQLOG_INFO, "signal", "%s: finishing turns at a token boundary and saving", strsignal(signum));
     close_handle((uv_handle_t *)&srv->listener);
+    if (srv->tcp_on) close_handle((uv_handle_t *)&srv->tcp_listener);
     http_stop_listening(srv);
     uv_timer_stop(&srv->tick);   /* no timeouts while stopping: the exit timer bounds it */
     queue_push(&srv->schedq, &shutdown_msg->node);
@@ -969,6 +1049,11 @@ int server_main(int argc, char **argv)
         return 2;
     }
     if (server_parse_args(argc, argv, &srv->opt, err, sizeof err) != 0) {
+        fprintf(stderr, "lind serve: %s\n", err);
+        free(srv);
+        return 2;
+    }
+    if (check_listen(&srv->opt, err, sizeof err) != 0) {
         fprintf(stderr, "lind serve: %s\n", err);
         free(srv);
         return 2;
@@ -1130,6 +1215,10 @@ int server_main(int argc, char **argv)
     uv_signal_start(&srv->sigint, on_signal, SIGINT);
     uv_signal_start(&srv->sighup, on_hup, SIGHUP);   /* reopen the log, go on serving */
     if ((rc = listen_on(srv, err, sizeof err)) != 0) {
+        lind_log(REQLOG_ERROR, "start", "%s", err);
+        goto out;
+    }
+    if ((rc = listen_tcp(srv, err, sizeof err)) != 0) {
         lind_log(REQLOG_ERROR, "start", "%s", err);
         goto out;
     }

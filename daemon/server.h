@@ -77,7 +77,9 @@ typedef struct server_options {
     int      db_reconnect_ms;  /* --db-reconnect MS: how long an operation waits for a lost
                                   connection to come back, default 10000 */
     const char *http_addr;     /* --http [ADDR:]PORT: the HTTP front door (docs/HTTP.md); NULL = off */
-    const char *http_token_file; /* --http-token-file: clients must send this bearer token */
+    const char *http_token_file; /* --http-token-file: clients must send this bearer token
+                                  (HTTP, and hello's token on the TCP socket) */
+    const char *listen_addr;   /* --listen [ADDR:]PORT: the msgpack protocol over TCP too; NULL = off */
     const char *chat_template; /* --template NAME|FILE: the chat template, over lind_chat.json
                                   and the family's built-in; NULL = not given */
     size_t   http_max_body;    /* --http-max-body: request body bytes, default 1 MiB */
@@ -163,6 +165,9 @@ typedef struct server {
     /* loop thread only */
     uv_loop_t     *loop;
     uv_pipe_t      listener;
+    uv_tcp_t       tcp_listener;   /* --listen */
+    int            tcp_on;         /* tcp_listener is initialised */
+    char           tcp_token[256]; /* --http-token-file's token TCP clients' hello must carry, "" none */
     uv_async_t     wake;
     uv_signal_t    sigterm, sigint, sighup;
     uv_timer_t     exit_timer;

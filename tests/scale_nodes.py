@@ -55,6 +55,15 @@ LIND_PG_URI set (a libpq URI with %s for the database name).
   commit lands and the session it created, whose name nobody has, is
   deleted (counted in lind_turns_dropped_total).
 
+- scale_balancer_pg: three nodes with HTTP behind HAProxy (started by the
+  test; SKIP without it) balancing on X-Lind-Session with consistent
+  hashing and /health checks; a client that knows only the balancer sends
+  turns on 12 sessions with Idempotency-Key, the node holding the most
+  sessions is SIGKILLed under load: failed requests (502, broken
+  connections) are retried, no acknowledged turn is lost or applied twice,
+  every session goes on on the live nodes. NOTE: the counts and the resume
+  latency (the kill to the first turn answered on a session it held).
+
 Waits are on events (a final answer, a token, a process exit); lease expiry
 is waited for by the nodes themselves (--lease-wait) or by retrying `moved`
 until a deadline. LIND_SCALE_ONLY=case,case runs only those (debugging)."""
@@ -978,6 +987,227 @@ def scale_gone_pg():
             locker.kill()
             locker.wait()
         stop_all([n0])
+
+
+
+HAPROXY_CFG = """global
+    maxconn 512
+defaults
+    mode http
+    timeout connect {connect}ms
+    timeout client {slow}ms
+    timeout server {slow}ms
+    # no redispatch: a session sent to another node meanwhile would be taken
+    # there, and then again by the node its hash goes to once the dead one
+    # is down, waiting on the first one's renewed lease; the client retries
+    retries 1
+frontend lind
+    bind 127.0.0.1:{port}
+    default_backend nodes
+backend nodes
+    balance hdr(X-Lind-Session)
+    hash-type consistent
+    option httpchk GET /health
+    http-check expect status 200
+    # a dead node refuses the connection at once: the first refusal marks it
+    # down (observe layer4); a slow answer from a busy live one must not
+    # (its sessions would move and wait for its lease, which it renews)
+    timeout check {check}ms
+    default-server inter {inter}ms fastinter {fast}ms fall 2 rise 2 observe layer4 error-limit 1 on-error mark-down
+{servers}
+"""
+
+
+def free_port():
+    """A loopback port nobody listens on now (HAProxy takes no port 0)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def http_turn(port, session, key, body, timeout):
+    """POST /v1/completions through the balancer: (status, json or None);
+    status 0 for a connection that failed or broke."""
+    import http.client
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        c.request("POST", "/v1/completions", body=body,
+                  headers={"Content-Type": "application/json", "X-Lind-Session": session,
+                           "Idempotency-Key": key})
+        r = c.getresponse()
+        data = r.read()
+        try:
+            return r.status, json.loads(data)
+        except ValueError:
+            return r.status, None
+    except (OSError, http.client.HTTPException):
+        return 0, None
+    finally:
+        c.close()
+
+
+@scase
+def scale_balancer_pg():
+    """Three nodes behind HAProxy (docs/SCALE.md, "Behind a load balancer"):
+    the client knows only the balancer, which hashes X-Lind-Session onto the
+    nodes; one node is SIGKILLed under load. Its sessions rehash to the
+    others, which wait out its leases (--lease-wait) and continue from the
+    last commit; a request that failed (502, or a broken connection) is
+    sent again with its Idempotency-Key, so each turn is applied once."""
+    import shutil
+    exe = shutil.which("haproxy") or ("/usr/sbin/haproxy" if os.path.exists("/usr/sbin/haproxy") else None)
+    if not exe:
+        raise Skip("haproxy is not installed (Debian package haproxy; make deps)")
+    db = URI % "scale_balancer"
+    lease = min(3600000, int(2000 * SLOW))
+    extra = ["--http", "127.0.0.1:0", "--lease-wait", str(min(3600000, int(60000 * SLOW)))]
+    ids = ["n0", "n1", "n2"]
+    nodes = []
+    proxy = None
+    lock = threading.Lock()
+    sessions = ["lb-%02d" % i for i in range(12)]
+    acked = {s: [] for s in sessions}   # (prompt, response json) per acknowledged turn, in order
+    failed = [0]                        # requests that failed and were sent again
+    errors = []
+    stop = threading.Event()
+    kill = {"t": None, "held": set(), "resume": None}
+    try:
+        nodes = [node("lb%d" % i, db, ids[i], lease, extra) for i in range(3)]
+        ports = [http_port(n) for n in nodes]
+        port = free_port()
+        d = os.path.join(os.path.dirname(nodes[0].dir), "balancer")
+        os.makedirs(d, exist_ok=True)
+        cfg = os.path.join(d, "haproxy.cfg")
+        with open(cfg, "w") as f:
+            f.write(HAPROXY_CFG.format(
+                port=port, connect=int(1000 * SLOW), slow=int(120000 * SLOW), inter=int(500 * SLOW),
+                check=int(10000 * SLOW), fast=int(100 * SLOW),
+                servers="\n".join("    server %s 127.0.0.1:%d check" % (ids[i], ports[i]) for i in range(3))))
+        plog = open(os.path.join(d, "haproxy.log"), "wb")
+        proxy = subprocess.Popen([exe, "-f", cfg, "-db"], stdout=plog, stderr=subprocess.STDOUT)
+        plog.close()
+        deadline = time.time() + 60 * SLOW
+        while True:   # the balancer answers once its port is bound and a node is up
+            expect(proxy.poll() is None, "haproxy exited: %s" % open(os.path.join(d, "haproxy.log")).read())
+            try:
+                with urllib.request.urlopen("http://127.0.0.1:%d/health" % port, timeout=5 * SLOW) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            expect(time.time() < deadline, "haproxy did not answer /health")
+            time.sleep(0.05)
+
+        def worker(s):
+            k = 0
+            while not stop.is_set():
+                prompt = "[%s turn %d] " % (s, k)
+                body = json.dumps({"prompt": prompt, "max_tokens": 4, "seed": 7, "temperature": 0})
+                key = "%s-%d" % (s, k)
+                tries = 0
+                while True:
+                    st, j = http_turn(port, s, key, body, 120 * SLOW)
+                    if st == 200:
+                        break
+                    if st not in (0, 502, 503) or tries >= 40:
+                        with open(os.path.join(d, "haproxy.log"), errors="replace") as f:
+                            hl = [l.strip() for l in f if " is DOWN" in l or " is UP" in l]
+                        with lock:
+                            errors.append("%s turn %d: status %d %r after %d retries (haproxy: %r)" %
+                                          (s, k, st, j, tries, hl[-4:]))
+                        stop.set()
+                        return
+                    tries += 1
+                    with lock:
+                        failed[0] += 1
+                    time.sleep(0.05 * min(tries, 10))   # pacing the retries; no outcome depends on it
+                with lock:
+                    acked[s].append((prompt, j))
+                    if kill["t"] and s in kill["held"] and kill["resume"] is None:
+                        kill["resume"] = time.time() - kill["t"]
+                k += 1
+
+        threads = [threading.Thread(target=worker, args=(s,), daemon=True) for s in sessions]
+        for t in threads:
+            t.start()
+
+        def wait_for(cond, what):
+            deadline = time.time() + 300 * SLOW
+            while not cond():
+                expect(not errors, "; ".join(errors[:3]))
+                expect(time.time() < deadline, what)
+                time.sleep(0.05)
+
+        wait_for(lambda: all(len(acked[s]) >= 2 for s in sessions), "every session 2 turns before the kill")
+        # The node holding the most sessions (resident there) dies.
+        held = []
+        for n in nodes:
+            c = Client(n.sock)
+            held.append({s for s in sessions if c.call("info", session=s).get("resident")})
+            c.close()
+        victim = max(range(3), key=lambda i: len(held[i]))
+        expect(held[victim], "no node holds a session: %r" % held)
+        with lock:
+            before = {s: len(acked[s]) for s in sessions}
+            kill["held"] = held[victim]
+        nodes[victim].proc.send_signal(signal.SIGKILL)
+        kill["t"] = time.time()
+        nodes[victim].proc.wait()
+        nodes[victim].proc = None
+        wait_for(lambda: all(len(acked[s]) >= before[s] + 2 for s in sessions),
+                 "every session 2 more turns after the kill")
+        stop.set()
+        for t in threads:
+            t.join(timeout=300 * SLOW)
+        expect(not errors, "; ".join(errors[:3]))
+        live = [nodes[i] for i in range(3) if i != victim]
+        lost = dup = 0
+        for s in sessions:
+            owners = []
+            for n in live:
+                c = Client(n.sock)
+                ev = c.call("info", session=s)
+                c.close()
+                expect(ev["event"] == "result" or ev.get("code") == "moved", "info %s: %r" % (s, ev))
+                if ev.get("resident"):
+                    owners.append((n, ev))
+            expect(len(owners) == 1, "%s resident on %d live nodes" % (s, len(owners)))
+            ev = owners[0][1]
+            ins = b"".join(bytes(e["text"]) for e in ev["transcript"] if e["role"] == "in")
+            for prompt, j in acked[s]:
+                n = ins.count(prompt.encode())
+                lost += n == 0
+                dup += n > 1
+            # The session's tokens: the last acknowledged turn's count, and
+            # each turn's count the one before plus what it fed and made.
+            last = acked[s][-1][1]
+            expect(ev["tokens"] == last["lind"]["session_tokens"],
+                   "%s: %d tokens stored, the last acknowledged turn says %d" %
+                   (s, ev["tokens"], last["lind"]["session_tokens"]))
+            for (_, a), (_, b) in zip(acked[s], acked[s][1:]):
+                u = b["usage"]
+                expect(b["lind"]["session_tokens"] == a["lind"]["session_tokens"] + u["prompt_tokens"] +
+                       u["completion_tokens"], "%s: a turn counted twice or lost: %r then %r" %
+                       (s, a["lind"], b["lind"]))
+        turns = sum(len(v) for v in acked.values())
+        with open(os.path.join(d, "haproxy.log"), errors="replace") as f:
+            downs = [l.strip() for l in f if " is DOWN" in l]
+        print("NOTE scale_balancer_pg: %d sessions, %d turns acknowledged, %d requests failed and retried, "
+              "%d lost, %d duplicated; killed %s holding %d sessions; resume latency %.2f s "
+              "(lease %d ms, SLOW %g); nodes marked down: %d" %
+              (len(sessions), turns, failed[0], lost, dup, ids[victim], len(kill["held"]), kill["resume"],
+               lease, SLOW, len(downs)), flush=True)
+        expect(len(downs) == 1 and ids[victim] in downs[0], "haproxy marked down: %r" % downs)
+        expect(lost == 0 and dup == 0, "%d acknowledged turns lost, %d applied twice" % (lost, dup))
+        expect(failed[0] <= 4 * len(sessions), "%d failed requests for %d sessions" % (failed[0], len(sessions)))
+    finally:
+        stop.set()
+        if proxy:
+            proxy.terminate()
+            proxy.wait(timeout=60 * SLOW)
+        stop_all(nodes)
 
 
 finish()

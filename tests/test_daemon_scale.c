@@ -2,7 +2,8 @@
  * database (docs/SCALE.md): sessions moving between nodes, a node killed
  * mid-turn and its sessions continued elsewhere, two nodes racing for one
  * session, turns retried with their request ids on another node after a
- * SIGKILL (exactly once), the scale-out series of /metrics moving.
+ * SIGKILL (exactly once), the scale-out series of /metrics moving, three
+ * nodes behind HAProxy losing one under load.
  *
  * This program starts a private PostgreSQL server with tests/pgserver.h (the
  * store tests' helper; SKIP when it cannot run here), creates one database
@@ -22,7 +23,7 @@
 #include "tests/pgserver.h"
 
 static const char *const cases[] = { "moving", "failover", "race", "retry", "dbloss", "dbwait",
-                                     "dupid", "bouncer", "metrics", "gone" };
+                                     "dupid", "bouncer", "metrics", "gone", "balancer" };
 
 int main(void)
 {

@@ -56,7 +56,8 @@ def subcommands(prog):
 
 
 SUBS = {"lind": subcommands("lind"), "lindctl": subcommands("lindctl")}
-GLOBAL = {"lind": {"--help", "-h", "--version"}, "lindctl": {"--socket", "--help", "-h", "--version"}}
+GLOBAL = {"lind": {"--help", "-h", "--version"},
+          "lindctl": {"--socket", "--token-file", "--help", "-h", "--version"}}
 
 
 def command_lines(text):
@@ -83,7 +84,7 @@ for doc in DOCS:
         # The subcommand is the first word that is not a global option.
         i = 0
         while i < len(words) and words[i] in GLOBAL[prog]:
-            i += 2 if words[i] == "--socket" else 1
+            i += 2 if words[i] in ("--socket", "--token-file") else 1
         if i >= len(words) or not re.match(r"^[a-z-]+$", words[i]):
             continue    # prose like "lindctl's" or a bare program name
         sub = words[i]

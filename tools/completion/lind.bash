@@ -34,7 +34,7 @@ _lind()
         generate) COMPREPLY=($(compgen -W "--model --backend --threads --prompt -n $sampling --help" -- "$cur")) ;;
         serve) COMPREPLY=($(compgen -W "--config --model --socket --db --backend --threads --log-file --max-batch --max-resident
                    --max-message --max-tokens --sync --transcript-bytes --max-output --prompt-chunk
-                   --max-inflight --http --template --help --version" -- "$cur")) ;;
+                   --max-inflight --listen --http --template --help --version" -- "$cur")) ;;
         bench-step) COMPREPLY=($(compgen -W "--model --backend --threads --max-batch --seconds --warm --help" -- "$cur")) ;;
     esac
 }

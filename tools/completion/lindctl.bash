@@ -7,7 +7,8 @@ _lindctl_sessions()
 {
     local sock=() i
     for ((i = 1; i < COMP_CWORD; i++)); do
-        [[ ${COMP_WORDS[i]} == --socket ]] && sock=(--socket "${COMP_WORDS[i+1]}")
+        [[ ${COMP_WORDS[i]} == --socket || ${COMP_WORDS[i]} == --token-file ]] &&
+            sock+=("${COMP_WORDS[i]}" "${COMP_WORDS[i+1]}")
     done
     lindctl "${sock[@]}" sessions ls --json 2>/dev/null |
         grep -o '"session":"[^"]*"' | sed 's/^"session":"//; s/"$//'
@@ -20,23 +21,23 @@ _lindctl()
     prev=${COMP_WORDS[COMP_CWORD-1]}
     for ((i = 1; i < COMP_CWORD; i++)); do
         case ${COMP_WORDS[i]} in
-            --socket) ((i++)) ;;
+            --socket|--token-file) ((i++)) ;;
             -*) ;;
             *) if [[ -z $cmd ]]; then cmd=${COMP_WORDS[i]}; elif [[ -z $sub ]]; then sub=${COMP_WORDS[i]}; fi ;;
         esac
     done
     case $prev in
-        --socket|--csv) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        --socket|--token-file|--csv) COMPREPLY=($(compgen -f -- "$cur")); return ;;
         --plot) COMPREPLY=($(compgen -f -X '!*.png' -- "$cur") $(compgen -d -- "$cur")); return ;;
         -n|--max-tokens|--seed|-t|--temperature|--top-k|--top-p|--repetition-penalty|\
         --repetition-window|--stop|--system|--sessions|--tokens|--connections|--windows|\
         --text|--prefix) return ;;
     esac
     if [[ $prev == --template ]]; then COMPREPLY=($(compgen -W "none raven world" -f -- "$cur")); return; fi
-    local common="--socket --help"
+    local common="--socket --token-file --help"
     case $cmd in
         "")
-            COMPREPLY=($(compgen -W "chat generate sessions stats stress help --socket --help --version" -- "$cur")) ;;
+            COMPREPLY=($(compgen -W "chat generate sessions stats stress help --socket --token-file --help --version" -- "$cur")) ;;
         help)
             COMPREPLY=($(compgen -W "chat generate sessions stats stress" -- "$cur")) ;;
         chat)
