@@ -29,6 +29,7 @@ typedef enum proto_op {
     OP_DELETE, OP_FORK, OP_EXPORT, OP_IMPORT, OP_STATS,
     OP_GC,   /* retention: one collection step now (docs/STATE.md) */
     OP_UNDO, /* a session back to its state before its last turn (docs/PROTOCOL.md) */
+    OP_LAST = OP_UNDO   /* keep it the last op: checks over every op end here */
 } proto_op;
 
 /* Stable error codes; proto_code_name() gives the wire string. */
