@@ -10,7 +10,10 @@
  * X-Lind-Session header; bit 3: sessions are said to have ended on the
  * template's stop string, so the tail is cut from the next turn; bit 4: the
  * served model is "default", so another `model` is reported ignored; bit 5:
- * a /v1/responses body, bit 0 then ignored), the rest is the body as
+ * a /v1/responses body, bit 0 then ignored; bit 6: instead, the rest is a
+ * request target for GET /v1/sessions[/{name}], http_sessions_request,
+ * which must give a list, the info of a name the store takes, or ENOENT),
+ * the rest is the body as
  * tests/fuzz_common.h reads it (its base: a chat request using every field,
  * or a Responses request using every field).
  * Invariants: no crash, leak or UB; a refusal is 400 (or 500 out of
@@ -29,6 +32,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include "daemon/http_sessions.h"
 #include "daemon/httpreq.h"
 #include "recurrent/sampler.h"
 #include "state/store.h"
@@ -110,6 +114,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *hdr = NULL;
     size_t hlen = 0;
     data++, size--;
+    if (sel & 64) {   /* the rest is a GET target for /v1/sessions (daemon/http_sessions.h) */
+        proto_request r;
+        int rc = http_sessions_request((const char *)data, size, &r);
+        if (rc != 0 && rc != -ENOENT) abort();
+        if (rc == 0 && r.op != OP_LIST && !(r.op == OP_INFO && !store_name_check(r.session, NULL, 0)))
+            abort();   /* a list, or the info of a name the store takes */
+        return 0;
+    }
     if ((sel & 4) && size >= 1) {
         hlen = data[0] % 40;
         if (hlen > size - 1) hlen = size - 1;
