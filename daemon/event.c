@@ -87,6 +87,7 @@ int evlist_token_lp(evlist *l, uint64_t id, const uint8_t *bytes, size_t n, floa
     e->ntop = ntop;
     e->lp_off = l->arena_len;
     e->lp_len = extra;
+    if (!extra) return 0;   /* no alternatives (the arena may be unallocated yet) */
     uint8_t *w = l->arena + l->arena_len;
     for (uint32_t i = 0; i < ntop; i++) {
         uint16_t k = (uint16_t)(top[i].len > 65535 ? 65535 : top[i].len);

@@ -760,7 +760,10 @@ static void emit_token(scheduler *S, turn *t, int32_t tok, float lp, const ev_to
         finish(S, t, tok, "length");
         return;
     }
-    if (t->request_id[0]) turnlog_token(&t->log, b, n);   /* a failure fails the save (finish) */
+    if (t->request_id[0]) {   /* a failure fails the save (finish) */
+        if (t->logprobs) turnlog_token_lp(&t->log, b, n, lp, top, ntop);
+        else turnlog_token(&t->log, b, n);
+    }
     if (n && transcript_append(&s->tr, TRANSCRIPT_OUT, b, n) != 0) {
         t->out_lost = 1;   /* the transcript would miss it: end unsaved (finish) */
         finish(S, t, tok, "length");

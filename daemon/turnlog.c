@@ -69,6 +69,7 @@ void turnlog_free(turnlog *t)
 {
     free(t->bytes);
     free(t->lens);
+    free(t->lp);
     memset(t, 0, sizeof *t);
 }
 
@@ -96,6 +97,53 @@ int turnlog_token(turnlog *t, const uint8_t *b, size_t n)
     return 0;
 }
 
+static int lp_put(turnlog *t, const void *p, size_t n)
+{
+    if (t->lp_len + n > t->lp_cap) {
+        size_t nc = t->lp_cap ? t->lp_cap : 256;
+        while (nc < t->lp_len + n) nc *= 2;
+        uint8_t *nb = realloc(t->lp, nc);
+        if (!nb) { t->failed = 1; return -ENOMEM; }
+        t->lp = nb;
+        t->lp_cap = nc;
+    }
+    memcpy(t->lp + t->lp_len, p, n);
+    t->lp_len += n;
+    return 0;
+}
+
+static int lp_put_f32(turnlog *t, float f)
+{
+    uint32_t u;
+    uint8_t b[4];
+    memcpy(&u, &f, 4);
+    le_put32(b, u);
+    return lp_put(t, b, 4);
+}
+
+int turnlog_token_lp(turnlog *t, const uint8_t *b, size_t n, float lp, const ev_top *top, uint32_t ntop)
+{
+    if (turnlog_token(t, b, n) != 0) return -ENOMEM;
+    if (ntop > EV_TOP_MAX) ntop = EV_TOP_MAX;
+    t->has_lp = 1;
+    uint8_t m = (uint8_t)ntop;
+    if (lp_put_f32(t, lp) || lp_put(t, &m, 1)) return -ENOMEM;
+    for (uint32_t i = 0; i < ntop; i++) {
+        size_t k = top[i].len > 65535 ? 65535 : top[i].len;
+        uint8_t kb[2] = { (uint8_t)k, (uint8_t)(k >> 8) };
+        if (lp_put_f32(t, top[i].lp) || lp_put(t, kb, 2) || (k && lp_put(t, top[i].bytes, k))) return -ENOMEM;
+    }
+    return 0;
+}
+
+static float le_get_f32(const uint8_t *p)
+{
+    uint32_t u = le_get32(p);
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
 static const char *const reasons[] = { "length", "stop", "cancelled", "max_length", "append" };
 #define N_REASONS (sizeof reasons / sizeof *reasons)
 
@@ -111,12 +159,13 @@ int turnlog_encode(const turnlog *t, uint64_t params_hash, int is_append, int ca
     while (code < N_REASONS && strcmp(reasons[code], d->reason)) code++;
     if (code == N_REASONS) return -EINVAL;
     size_t stop_len = d->stop ? d->stop_len : 0;
-    size_t n = FIXED + stop_len + 4 * t->n + t->len;
+    size_t n = FIXED + stop_len + 4 * t->n + t->len + (t->has_lp ? t->lp_len : 0);
     uint8_t *b = malloc(n), *p = b;
     if (!b) return -ENOMEM;
     memcpy(p, "LTR1", 4); p += 4;
     le_put64(p, params_hash); p += 8;
-    *p++ = (uint8_t)((is_append ? 1 : 0) | (cancelled ? 2 : 0) | (d->has_stop_token ? 4 : 0));
+    *p++ = (uint8_t)((is_append ? 1 : 0) | (cancelled ? 2 : 0) | (d->has_stop_token ? 4 : 0) |
+                     (t->has_lp ? 8 : 0));
     *p++ = (uint8_t)code;
     le_put64(p, d->tokens_in); p += 8;
     le_put64(p, d->tokens_out); p += 8;
@@ -136,6 +185,8 @@ int turnlog_encode(const turnlog *t, uint64_t params_hash, int is_append, int ca
     le_put32(p, (uint32_t)t->n); p += 4;
     for (size_t i = 0; i < t->n; i++, p += 4) le_put32(p, t->lens[i]);
     if (t->len) memcpy(p, t->bytes, t->len);
+    p += t->len;
+    if (t->has_lp && t->lp_len) memcpy(p, t->lp, t->lp_len);
     *out = b;
     *len = n;
     return 0;
@@ -176,11 +227,47 @@ int turnlog_replay(const uint8_t *blob, size_t len, uint64_t id, uint64_t params
     const uint8_t *lens = p, *bytes = p + 4 * n;
     size_t total = 0;
     for (size_t i = 0; i < n; i++) total += le_get32(lens + 4 * i);
-    if ((size_t)(end - bytes) != total) return -EBADMSG;
-    if (evlist_reserve(ev, n + 1, total + stop_len) != 0) return -ENOMEM;
+    if ((size_t)(end - bytes) < total) return -EBADMSG;
+    /* the logprobs section: checked whole before anything is appended */
+    const uint8_t *lps = bytes + total, *q = lps;
+    size_t lp_extra = 0;
+    if (flags & 8) {
+        for (size_t i = 0; i < n; i++) {
+            if (end - q < 5) return -EBADMSG;
+            size_t m = q[4];
+            q += 5;
+            if (m > EV_TOP_MAX) return -EBADMSG;
+            for (size_t a = 0; a < m; a++) {
+                if (end - q < 6) return -EBADMSG;
+                size_t k = (size_t)q[4] | (size_t)q[5] << 8;
+                if ((size_t)(end - q - 6) < k) return -EBADMSG;
+                q += 6 + k;
+                lp_extra += sizeof(float) + 2 + k;
+            }
+        }
+    }
+    if (q != end) return -EBADMSG;
+    if (evlist_reserve(ev, n + 1, total + stop_len + lp_extra) != 0) return -ENOMEM;
+    q = lps;
     for (size_t i = 0, off = 0; i < n; i++) {
         size_t k = le_get32(lens + 4 * i);
-        if (evlist_token(ev, id, bytes + off, k) != 0) return -ENOMEM;
+        int erc;
+        if (flags & 8) {
+            ev_top top[EV_TOP_MAX];
+            float lp = le_get_f32(q);
+            uint32_t m = q[4];
+            q += 5;
+            for (uint32_t a = 0; a < m; a++) {
+                top[a].lp = le_get_f32(q);
+                top[a].len = (size_t)q[4] | (size_t)q[5] << 8;
+                top[a].bytes = q + 6;
+                q += 6 + top[a].len;
+            }
+            erc = evlist_token_lp(ev, id, bytes + off, k, lp, top, m);
+        } else {
+            erc = evlist_token(ev, id, bytes + off, k);
+        }
+        if (erc != 0) return -ENOMEM;
         off += k;
     }
     int rc;

@@ -14,10 +14,12 @@
  * same turn and is refused (turnlog_replay returns -EINVAL).
  *
  * Blob format (little-endian): "LTR1", u64 params hash, u8 flags (1 append,
- * 2 cancelled, 4 stop token), u8 reason code, u64 tokens_in, tokens_out,
- * session_tokens, fed_bytes, u32 stop_token, u8 stop length + the stop
- * string, f64 ms queue/prompt/generate, u32 token events n, n × u32 their
- * lengths, then their bytes. */
+ * 2 cancelled, 4 stop token, 8 logprobs), u8 reason code, u64 tokens_in,
+ * tokens_out, session_tokens, fed_bytes, u32 stop_token, u8 stop length +
+ * the stop string, f64 ms queue/prompt/generate, u32 token events n, n ×
+ * u32 their lengths, then their bytes; with flag 8, then for every token
+ * event its f32 log-probability, u8 alternatives m (<= EV_TOP_MAX) and m ×
+ * (f32 log-probability, u16 length, bytes). */
 #ifndef LIND_DAEMON_TURNLOG_H
 #define LIND_DAEMON_TURNLOG_H
 
@@ -29,6 +31,8 @@
 typedef struct turnlog {
     uint8_t  *bytes;  size_t len, cap;    /* token events' bytes, concatenated */
     uint32_t *lens;   size_t n, ncap;     /* each event's length */
+    uint8_t  *lp;     size_t lp_len, lp_cap;   /* logprobs section (format above), when has_lp */
+    int       has_lp;                     /* the turn asked for logprobs: every token has its record */
     int       failed;                     /* out of memory: the record is incomplete */
 } turnlog;
 
@@ -43,6 +47,9 @@ void turnlog_init(turnlog *t);
 void turnlog_free(turnlog *t);
 /* One token event's bytes; a failure sets t->failed (and returns -ENOMEM). */
 int  turnlog_token(turnlog *t, const uint8_t *b, size_t n);
+/* The same with its log-probability and ntop alternatives (a turn asking
+ * logprobs records every token this way). */
+int  turnlog_token_lp(turnlog *t, const uint8_t *b, size_t n, float lp, const ev_top *top, uint32_t ntop);
 
 /* The blob of a finished turn: d is its done (for an append: session_tokens,
  * tokens_in, fed_bytes), reason one of "length", "stop", "cancelled",

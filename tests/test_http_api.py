@@ -1128,8 +1128,9 @@ def responses_chain_survives_sigkill():
 @case
 def idempotency_key_replays():
     """Idempotency-Key: a retried completion on a named session gets the
-    committed answer again (the session does not move on); other text under
-    the same key is refused; a bad key and n > 1 are refused."""
+    committed answer again (the session does not move on), its logprobs
+    too; other text under the same key is refused; a bad key and n > 1 are
+    refused."""
     h = ["X-Lind-Session: idem-1", "Idempotency-Key: idem-key-1"]
     body = {"prompt": "In the beginning", "max_tokens": 12, "temperature": 0.9}
     st, j1 = post("/v1/completions", body, headers=h)
@@ -1167,6 +1168,18 @@ def idempotency_key_replays():
     expect(st == 200 and c2["choices"][0]["message"] == c1["choices"][0]["message"] and
            c2["usage"] == c1["usage"], "the same chat answer: %r vs %r" % (c1, c2))
     expect(info("idem-chat")["tokens"] == n, "the chat turn applied once")
+    # with logprobs: the retry's logprobs are the recorded ones, alternatives and all
+    hl = ["X-Lind-Session: idem-lp", "Idempotency-Key: idem-lp-1"]
+    lb = dict(body, logprobs=3)
+    st, l1 = post("/v1/completions", lb, headers=hl)
+    expect(st == 200 and l1["choices"][0]["logprobs"] and l1["choices"][0]["logprobs"]["top_logprobs"],
+           "logprobs %d %r" % (st, l1))
+    n = info("idem-lp")["tokens"]
+    st, l2 = post("/v1/completions", lb, headers=hl)
+    expect(st == 200 and l2["choices"][0]["logprobs"] == l1["choices"][0]["logprobs"] and
+           l2["choices"][0]["text"] == l1["choices"][0]["text"],
+           "the replayed logprobs: %r vs %r" % (l2["choices"][0]["logprobs"], l1["choices"][0]["logprobs"]))
+    expect(info("idem-lp")["tokens"] == n, "the logprobs turn applied once")
     st, j = post("/v1/completions", body, headers=["X-Lind-Session: idem-1", "Idempotency-Key: " + "k" * 65])
     expect_error(st, j, 400, "Idempotency-Key")
     st, j = post("/v1/completions", dict(body, n=2), headers=["Idempotency-Key: idem-key-2"])
