@@ -163,10 +163,23 @@ static void do_saves(worker *W, dmsg **v, int n)
     if (k && P->srv->opt.max_store_bytes) W->gc_due = 1;   /* the quota: look after every commit */
     if (rc < 0 && rc != -ECANCELED && rc != -ENOLCK && k > 1) {
         /* The group failed as a whole: one bad record must not sink the
-         * others, retry one by one. */
-        for (int j = 0; j < k; j++)
+         * others, retry one by one. An -EIO group may have committed all
+         * the same (its COMMIT sent, the connection lost, the outcome
+         * unknown: a database failing over); a record then found moved on
+         * was most likely written by that commit, not by another node, so
+         * it is not `conflict` ("not saved") but io, outcome unknown: a
+         * client retrying it with its request_id gets the recorded answer
+         * if it committed. */
+        for (int j = 0; j < k; j++) {
             store_save_turns(W->st, &W->recs[j], &W->turns[j], &W->expect[j], &W->origin[j], 1, owner,
                              &W->res[j], sv[j]->err, sizeof sv[j]->err);
+            if (rc == -EIO && W->res[j].rc == -ECANCELED) {
+                W->res[j].rc = -EIO;
+                snprintf(sv[j]->err, sizeof sv[j]->err, "the save's outcome is unknown (the session"
+                         " was saved in a group that failed, and retried alone it was found moved"
+                         " on, as that group's commit would have left it): %.300s", err);
+            }
+        }
     } else if (rc < 0) {
         for (int j = 0; j < k; j++)
             if (W->res[j].rc != 0) snprintf(sv[j]->err, sizeof sv[j]->err, "%s", err);

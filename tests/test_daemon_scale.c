@@ -12,7 +12,9 @@
  * server as LIND_PG_URI (a URI with %s where the database name goes), and
  * what stopping and starting it takes (LIND_PG_DIR, LIND_PG_PORT,
  * LIND_PG_BINDIR, LIND_PG_UID, LIND_PG_GID: pg_ctl as pgserver_up runs it),
- * for the cases that restart it or put PgBouncer in front of it. The
+ * for the cases that restart it or put PgBouncer in front of it
+ * (scale_standby_pg starts a primary and a standby of its own with those
+ * binaries and that user; its database here goes unused). The
  * Python script prints the PASS/FAIL lines; the server's guardian stops it
  * and removes its directory when this program exits, however it exits. */
 #include <stdio.h>
@@ -23,7 +25,7 @@
 #include "tests/pgserver.h"
 
 static const char *const cases[] = { "moving", "failover", "race", "retry", "dbloss", "dbwait",
-                                     "dupid", "bouncer", "metrics", "gone", "balancer" };
+                                     "dupid", "bouncer", "metrics", "gone", "balancer", "standby" };
 
 int main(void)
 {
