@@ -233,8 +233,10 @@ static void do_saves(worker *W, dmsg **v, int n)
                                m->name, m->err)
                 : outmsg_error(m->conn, res->done.id, m->rc == -ENOMEM ? PE_INTERNAL
                                : m->rc == -ENOSPC ? PE_INSUFFICIENT_STORAGE : PE_IO,
-                               "session '%s': saving the turn failed, it is lost "
-                               "(the session resumes from its last done): %s",
+                               "session '%s': saving the turn failed, it is not acknowledged "
+                               "(the session resumes from its last done; had the store committed it "
+                               "before its answer was lost, a retry with the same request_id gets "
+                               "the recorded answer): %s",
                                m->name, m->err);
         }
         if (o && m->rc == 0) {
