@@ -62,6 +62,9 @@ int  ctl_exit_for_code(const char *code);
 int  ctl_report_event(const lindc_event *ev);
 /* Print a library failure during `what` and return its exit status. */
 int  ctl_report_lib(int rc, const char *what);
+/* Is a library code the connection gone (not a refusal)? A turn sent with
+ * a request id may then be sent again. */
+int  ctl_conn_lost(int rc);
 /* Send r and wait for its result: EXIT_OK with *ev filled, or a reported
  * failure's exit status. */
 int  ctl_call(lindc *c, const lindc_req *r, lindc_event *ev);

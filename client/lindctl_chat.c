@@ -550,11 +550,6 @@ static size_t chat_stops(const chat *ch, const char **out)
     return n;
 }
 
-static int conn_lost(int rc)
-{
-    return rc == LINDC_ECLOSED || rc == LINDC_EBROKEN || rc == -ECONNRESET || rc == -EPIPE;
-}
-
 /* The connection broke mid-turn: wait for the daemon (as for a line typed
  * while it is away) and send the turn again under its request id. What
  * the template knows of the stream is kept across the reconnect (the
@@ -641,7 +636,7 @@ static int chat_turn(chat *ch, const char *text, size_t len)
         }
         rc = lindc_next(ch->c, &ev, 0);
         if (rc == -EINTR || rc == -ETIMEDOUT) continue;
-        if (rc && o.request_id && !cancel_sent && conn_lost(rc)) {
+        if (rc && o.request_id && !cancel_sent && ctl_conn_lost(rc)) {
             if ((rc = chat_resend(ch, &o, &id, &ro)) != 0) break;
             retried = 1;
             busy_until = mono_s() + 30;

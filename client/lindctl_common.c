@@ -83,6 +83,11 @@ int ctl_report_event(const lindc_event *ev)
     return ctl_exit_for_code(ev->code);
 }
 
+int ctl_conn_lost(int rc)
+{
+    return rc == LINDC_ECLOSED || rc == LINDC_EBROKEN || rc == -ECONNRESET || rc == -EPIPE;
+}
+
 int ctl_report_lib(int rc, const char *what)
 {
     if (rc == LINDC_ECLOSED || rc == LINDC_EBROKEN)

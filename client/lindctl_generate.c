@@ -115,12 +115,6 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-/* A library code that means the connection is gone (not a refusal). */
-static int conn_lost(int rc)
-{
-    return rc == LINDC_ECLOSED || rc == LINDC_EBROKEN || rc == -ECONNRESET || rc == -EPIPE;
-}
-
 /* Reconnect (the daemon may be restarting: waiting up to `until`, now_s())
  * and send the turn again: 0 with *c and *id, or the last code. */
 static int resend(const ctl_opts *g, const lindc_gen_opts *o, lindc **c, uint64_t *id, double until)
@@ -311,7 +305,7 @@ int cmd_generate(const ctl_opts *g0, int argc, char **argv)
         lindc_event ev;
         rc = lindc_next(c, &ev, -1);
         if (rc == -EINTR) continue;
-        if (rc && conn_lost(rc) && !cancel_sent && now_s() < retry_until) {
+        if (rc && ctl_conn_lost(rc) && !cancel_sent && now_s() < retry_until) {
             /* The connection is gone: the turn was committed (its answer is
              * recorded under the request id) or is lost whole. Again. */
             lindc_free(c);

@@ -162,6 +162,25 @@ static void aft_simple_1e7(void) {
     backend_free(be);
 }
 
+/* A float state against its long-double reference (n elements): max |ΔS|
+ * over max |S|. */
+static double state_err(const float *got, const long double *ref, int n) {
+    long double big = 0, diff = 0;
+    for (int i = 0; i < n; i++) {
+        long double d = fabsl(got[i] - ref[i]);
+        if (fabsl(ref[i]) > big) big = fabsl(ref[i]);
+        if (!(d <= diff)) diff = d;
+    }
+    return (double)(diff / big);
+}
+
+/* A checkpoint's error e: into the worst so far (-1: none yet) and, the
+ * first time, *first (may be NULL). */
+static void checkpoint(double e, double *worst, double *first) {
+    if (*worst < 0 && first) *first = e;
+    if (!(e <= *worst)) *worst = e;
+}
+
 /* RWKV-7 keeps its matrix state S in float (kernels/cpu/ops_rwkv7.c):
  * every update rounds each element once, and the decay w < 1 forgets each
  * rounding at its rate, so the error stays bounded however long the
@@ -221,16 +240,7 @@ static double rwkv7_run(long steps, float w0, float a0, double *first) {
         }
         if ((t + 1) % (steps / 10) == 0) {
             o->slot_read(be, 0, got);
-            long double big = 0, diff = 0;
-            for (int i = 0; i < N; i++)
-                for (int j = 0; j < N; j++) {
-                    long double d = fabsl(got[i * N + j] - S[i][j]);
-                    if (fabsl(S[i][j]) > big) big = fabsl(S[i][j]);
-                    if (!(d <= diff)) diff = d;
-                }
-            double e = (double)(diff / big);
-            if (worst < 0 && first) *first = e;
-            if (!(e <= worst)) worst = e;
+            checkpoint(state_err(got, &S[0][0], N * N), &worst, first);
         }
     }
     o->buf_free(be, in);
@@ -300,16 +310,7 @@ static double mamba2_run(long steps, float dt, float A, double *first) {
             for (int j = 0; j < N; j++) S[i][j] = dA * S[i][j] + (long double)dt * u[i] * u[I + j];
         if ((t + 1) % (steps / 10) == 0) {
             o->slot_read(be, 0, got);
-            long double big = 0, diff = 0;
-            for (int i = 0; i < P; i++)
-                for (int j = 0; j < N; j++) {
-                    long double d = fabsl(got[i * N + j] - S[i][j]);
-                    if (fabsl(S[i][j]) > big) big = fabsl(S[i][j]);
-                    if (!(d <= diff)) diff = d;
-                }
-            double e = (double)(diff / big);
-            if (worst < 0 && first) *first = e;
-            if (!(e <= worst)) worst = e;
+            checkpoint(state_err(got, &S[0][0], P * N), &worst, first);
         }
     }
     o->buf_free(be, in);
