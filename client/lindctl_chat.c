@@ -46,7 +46,7 @@ static void usage(FILE *f)
 "  /set KEY VALUE            temperature, top-k, top-p, repetition-penalty,\n"
 "                            repetition-window, seed, max-tokens, stop (S... or\n"
 "                            none; \\n \\t \\\\ are escapes), system (TEXT or none),\n"
-"                            template (none, raven, world or a FILE)\n"
+"                            template (none, raven, world, g1-think or a FILE)\n"
 "  /show session|settings|model\n"
 "  /fork NAME                copy this session to NAME (you stay here)\n"
 "  /switch NAME              go to session NAME (created on first use)\n"

@@ -156,6 +156,12 @@ static const struct { const char *name, *json, *about; } builtins[] = {
                "\"user\":\"User: {prompt}\\n\\nAssistant:\",\"assistant_end\":\"\\n\\n\","
                "\"stop\":[\"\\n\\nUser:\"]}",
       "RWKV World/G1: \"System: ...\\n\\nUser: ...\\n\\nAssistant:\", stops at \"\\n\\nUser:\"" },
+    /* RWKV7-G1's think mode: the reply starts inside "<think", so it is
+     * ">...</think>" and the answer (docs/DAEMON.md). */
+    { "g1-think", "{\"name\":\"g1-think\",\"system\":\"System: {system}\\n\\n\","
+                  "\"user\":\"User: {prompt}\\n\\nAssistant: <think\",\"assistant_end\":\"\\n\\n\","
+                  "\"stop\":[\"\\n\\nUser:\"]}",
+      "RWKV7-G1 think mode: as world, each reply opened with \"<think\"" },
 };
 
 #define N_BUILTINS (sizeof builtins / sizeof builtins[0])
@@ -214,8 +220,8 @@ int chat_template_read(const char *spec, char **json, char *err, size_t errlen)
     } else {
         FILE *f = fopen(spec, "rb");
         if (!f) {
-            snprintf(err, errlen, "template '%s' is neither a built-in (none, raven, world) nor a readable "
-                     "file: %s", spec, strerror(errno));
+            snprintf(err, errlen, "template '%s' is neither a built-in (none, raven, world, g1-think) nor a "
+                     "readable file: %s", spec, strerror(errno));
             return -ENOENT;
         }
         if (!(buf = malloc(CHAT_TEMPLATE_MAX + 1))) {

@@ -109,7 +109,7 @@ void server_usage(FILE *f)
         "                         there is one, else the installed PREFIX/share/lind/models/default.\n"
         "                         Its lind_chat.json, if any, is the chat template (see --template)\n"
         "  --template NAME|FILE   the chat template HTTP chat and lindctl chat frame turns with\n"
-        "                         (docs/LINDCTL.md): a built-in (none, raven, world) or a JSON\n"
+        "                         (docs/LINDCTL.md): a built-in (none, raven, world, g1-think) or a JSON\n"
         "                         file. Default: the model directory's lind_chat.json, else the\n"
         "                         family's built-in (raven for HF RWKV-4, world for RWKV-7 .pth),\n"
         "                         else none\n"

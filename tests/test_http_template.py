@@ -221,7 +221,7 @@ def bad_template_refused_at_start():
     s = Server("tbad", model=RWKV7, extra=["--template", "no-such-template"])
     rc = s.start(expect_fail=True)
     expect(rc == 2, "exit %r: %s" % (rc, s.log()))
-    expect("neither a built-in (none, raven, world) nor a readable file" in s.log(), "message: " + s.log())
+    expect("neither a built-in (none, raven, world, g1-think) nor a readable file" in s.log(), "message: " + s.log())
     path = os.path.join(TMP, "broken.json")
     with open(path, "w") as f:
         f.write('{"user": "no placeholder"}')

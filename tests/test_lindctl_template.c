@@ -53,6 +53,19 @@ static void world_builtin(void)
     chat_template_free(&T);
 }
 
+/* RWKV7-G1's think mode: world's framing with each reply opened by "<think"
+ * (the model writes ">...</think>" and then the answer). */
+static void g1_think_builtin(void)
+{
+    char err[256];
+    CHECK(chat_template_load(&T, "g1-think", err, sizeof err) == 0, "load: %s", err);
+    CHECK(!strcmp(T.name, "g1-think") && T.n_stop == 1 && !strcmp(T.stop[0], "\n\nUser:"), "stop strings");
+    CHECK(fmt_is(NULL, 0, "", "Hi\n", "User: Hi\n\nAssistant: <think"), "first turn");
+    CHECK(fmt_is(NULL, 1, ">\nok</think>\nHello.\n\nUser:", "And?\n", " And?\n\nAssistant: <think"),
+          "after a stop");
+    chat_template_free(&T);
+}
+
 /* The daemon's default per model family, and the JSON text it serves. */
 static void family_defaults(void)
 {
@@ -65,7 +78,7 @@ static void family_defaults(void)
     CHECK(json && !strcmp(json, chat_template_builtin("world")), "the built-in's text");
     free(json);
     CHECK(chat_template_read("/nonexistent/t.json", &json, err, sizeof err) == -ENOENT && !json &&
-          strstr(err, "none, raven, world"), "neither: %s", err);
+          strstr(err, "none, raven, world, g1-think"), "neither: %s", err);
 }
 
 static void none_builtin(void)
@@ -116,6 +129,7 @@ int main(void)
 {
     RUN(raven_builtin);
     RUN(world_builtin);
+    RUN(g1_think_builtin);
     RUN(family_defaults);
     RUN(none_builtin);
     RUN(file_format_errors);
