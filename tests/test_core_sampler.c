@@ -10,9 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "recurrent/model.h"
 #include "recurrent/sampler.h"
-#include "state/format.h"
 #include "kernels/softmax.h"
 #include "tests/check.h"
 
@@ -52,56 +50,6 @@ static void same_seed_same_tokens(void) {
         differ += sampler_next(&a, l, V, s1) != sampler_next(&c, l, V, s2);
     }
     CHECK(differ > 10, "seeds 42 and 43 agree on %d of 50 draws", 50 - differ);
-}
-
-/* A sampler saved mid-stream with a session (state/format.c: params, RNG,
- * repetition window) and restored from the blob continues identically —
- * what resuming a session after a restart relies on. The blob needs a model
- * (its fingerprint and state layout): the shipped one. */
-static void restored_state_continues(void) {
-    model *m = NULL;
-    char err[256];
-    if (model_load("models/default", "cpu", &m, err, sizeof err) < 0) {
-        printf("SKIP restored_state_continues: %s\n", err);
-        return;
-    }
-    sampler_params p = sampler_defaults();
-    p.seed = 7;
-    p.rep_penalty = 1.3f;
-    p.rep_window = 37;   /* so the ring wraps and its write position matters */
-    p.top_k = 40;
-    state_meta meta;
-    memset(&meta, 0, sizeof meta);
-    meta.pending_token = -1;
-    sampler_init(&meta.sampler, &p);
-    float l[V], s[2 * V];
-    for (int t = 0; t < 100; t++) {
-        make_logits(l, (unsigned)t * 3);
-        sampler_observe(&meta.sampler, sampler_next(&meta.sampler, l, V, s));
-    }
-    size_t sb = model_state_bytes(m), blen = 0;
-    unsigned char *raw = calloc(1, sb);
-    uint8_t *blob = NULL;
-    int rc = raw ? state_encode(m, &meta, raw, &blob, &blen, err, sizeof err) : -1;
-    CHECK(rc == 0, "encode: %s", err);
-    state_meta back;
-    memset(&back, 0xa5, sizeof back);
-    if (rc == 0) {
-        rc = state_decode(m, blob, blen, &back, raw, err, sizeof err);
-        CHECK(rc == 0, "decode: %s", err);
-    }
-    sampler *a = &meta.sampler, *b = &back.sampler;
-    for (int t = 100; t < 300 && rc == 0; t++) {
-        make_logits(l, (unsigned)t * 3);
-        int x = sampler_next(a, l, V, s), y = sampler_next(b, l, V, s);
-        CHECK(x == y, "step %d after restore: %d vs %d", t, x, y);
-        if (x != y) break;
-        sampler_observe(a, x);
-        sampler_observe(b, y);
-    }
-    free(blob);
-    free(raw);
-    model_free(m);
 }
 
 static void top_k_only_allowed(void) {
@@ -702,7 +650,6 @@ static void same_tokens_as_v1(void) {
 
 int main(void) {
     RUN(same_seed_same_tokens);
-    RUN(restored_state_continues);
     RUN(top_k_only_allowed);
     RUN(top_p_only_allowed);
     RUN(greedy_is_argmax);
