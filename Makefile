@@ -30,17 +30,31 @@ LDFLAGS += $(SAN)
 CTL_LDLIBS = -ledit -lmsgpackc -ljansson -lm -lpthread
 LDLIBS  += -lopenblas -lh2o -luv -lmsgpackc -lsqlite3 -lpq -ljansson -lxxhash -lpcre2-8 -lutf8proc -lm -lpthread
 
+# Every Debian package a build, test, tool or benchmark uses, written once
+# (`make deps`, tools/deps.sh, installs the missing ones; tests/test_deps.py
+# checks the Python imports against this list):
+#  - build: the libraries above and their headers, pkg-config, clang (the
+#    fuzzers), help2man (the man page);
+#  - tests: python3-msgpack, python3-numpy, bible-kjv (the corpus), curl and
+#    libcurl (HTTP), nodejs and npm (tests/test_tokenizer_npm.py's reference
+#    and the openai client; a nodejs that bundles npm, such as NodeSource's,
+#    conflicts with Debian's npm, so npm is asked for only when there is no
+#    npm command), chromium and chromium-driver (tests/test_http_page.py
+#    drives the chat page through WebDriver), systemd (systemd-analyze
+#    verifies the unit file);
+#  - the PostgreSQL store: libpq-dev, and postgresql's initdb and pg_ctl for
+#    the private servers of the store tests and store_bench
+#    (tests/pgserver.h, SKIP without them); pgbouncer (tests/scale_nodes.py
+#    runs nodes through it) and haproxy (scale_balancer_pg);
+#  - python3-torch: `make model`, `make test-torch` and the PyTorch agreement
+#    tests (required, not optional: tests that SKIP without it would
+#    otherwise never run on a fresh machine); gnuplot-nox (benchmark plots).
 DEPS_PKGS = libuv1-dev libmsgpack-dev libsqlite3-dev libopenblas-dev libedit-dev \
-            libjansson-dev libxxhash-dev pkg-config python3-msgpack bible-kjv \
-            gnuplot-nox tmux clang python3-numpy libpcre2-dev libutf8proc-dev nodejs help2man \
-            libh2o-dev curl libcurl4-openssl-dev systemd
-# tests/test_http_page.py drives the chat page (GET /) in headless Chromium
-# through chromedriver's WebDriver API.
-DEPS_PKGS += chromium chromium-driver
-# npm runs tests/test_tokenizer_npm.py's reference; a nodejs that bundles npm
-# (NodeSource's) conflicts with Debian's npm package, so ask for it only when
-# there is no npm command.
-DEPS_PKGS += $(if $(shell command -v npm 2>/dev/null),,npm)
+            libjansson-dev libxxhash-dev libpcre2-dev libutf8proc-dev libh2o-dev libpq-dev \
+            pkg-config clang help2man \
+            python3-msgpack python3-numpy bible-kjv curl libcurl4-openssl-dev nodejs \
+            $(if $(shell command -v npm 2>/dev/null),,npm) chromium chromium-driver systemd \
+            postgresql pgbouncer haproxy python3-torch gnuplot-nox
 MODEL   ?= models/default
 
 # ---- CUDA (optional) --------------------------------------------------------
@@ -71,13 +85,6 @@ NVFLAGS   ?= -O3 -I. -DLIND_HAVE_CUDA -gencode arch=compute_80,code=sm_80 \
              -gencode arch=compute_90,code=sm_90 -Xcompiler -Wall,-Wextra,-Werror,-fPIC
 endif
 
-# The PostgreSQL store (state/store_pg.c) links libpq; its tests and
-# store_bench start a private server with the postgresql package's initdb
-# and pg_ctl (tests/pgserver.h), and SKIP without them. pgbouncer: the
-# multi-node test runs nodes through it (tests/scale_nodes.py, SKIP without);
-# haproxy: scale_balancer_pg puts three nodes behind it (SKIP without).
-DEPS_PKGS += libpq-dev postgresql pgbouncer haproxy
-
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(CU_SRCS:%.cu=$(BUILD)/%.cu.o)
 DMN_OBJS  := $(filter-out $(BUILD)/daemon/main.o,$(LIND_SRCS:%.c=$(BUILD)/%.o))
 # The chat page served at GET / (daemon/http_page.c) is daemon/chat_page.html
@@ -91,7 +98,7 @@ TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*_bench.c))
 BENCH_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(filter-out %_bench.c,$(wildcard bench/*.c)))
 
-.PHONY: all deps test test-long test-build run asan bench model test-torch test-cuda clean fuzz man install
+.PHONY: all deps test test-long test-build run asan bench chaos model test-torch test-cuda clean fuzz man install
 # Keep object files of test and bench programs (intermediates otherwise), so
 # a second `make` has nothing to do.
 .SECONDARY:
@@ -185,12 +192,6 @@ bench: deps
 	@$(MAKE) --no-print-directory all $(BENCH_BINS)
 	@sh bench/run.sh $(BUILD)
 
-# Every package a test, benchmark or tool uses (tests/test_deps.py checks the
-# Python imports against this list). python3-torch is here, not optional:
-# `make model`, `make test-torch` and the PyTorch agreement tests need it, and
-# tests that SKIP without it would otherwise never run on a fresh machine.
-DEPS_PKGS += python3-torch
-
 deps:
 	@sh tools/deps.sh $(DEPS_PKGS)
 
@@ -209,6 +210,16 @@ LONG_TIMEOUT ?= 3600
 test-long: deps
 	@$(MAKE) --no-print-directory test-build
 	@LIND_TEST_LONG=1 LIND_TEST_TIMEOUT=$(LONG_TIMEOUT) sh tests/run.sh $(BUILD) $(LONG_TESTS)
+
+# The chaos campaign (bench/chaos.py, docs/SCALE.md "Chaos campaign"): three
+# nodes on a private PostgreSQL under SIGKILLs, freezes, database crashes and
+# terminated connections for CHAOS_SECONDS, then every acknowledged turn
+# checked. Not part of make test or CI.
+CHAOS_SECONDS ?= 120
+chaos: deps
+	@$(MAKE) --no-print-directory $(BUILD)/lind $(BUILD)/tests/test_daemon_scale
+	@LIND_BUILD=$(BUILD) LIND_SCALE_SCRIPT=bench/chaos.py LIND_CHAOS_SECONDS=$(CHAOS_SECONDS) \
+	    $(BUILD)/tests/test_daemon_scale
 
 # The CUDA backend's tests: its kernels under the host harness against the
 # CPU backend (always), and the real device against the CPU backend (a SKIP
