@@ -19,8 +19,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from daemon_harness import (Client, Server, case, expect, finish, TMP, SLOW, SANITIZED, LIND, Skip,  # noqa: E402
-                            progress)
+from daemon_harness import (Client, Server, case, expect, finish, TMP, SLOW, LIND, Skip, progress)  # noqa: E402
 
 
 def http_port(srv, timeout=30):
@@ -568,18 +567,15 @@ def http_output_counts_in_max_total_bytes():
         held = metric(base, "lind_budget_bytes")
         expect(held > 1048576, "the unread stream's bytes are counted: %d" % held)
         expect(held < 2 * 1048576, "paused at the total, not at --max-output (8 MiB): %d" % held)
-        # Socket connection A starts a 300 KB message (100 KB under a
-        # sanitizer, where feeding the two appends' bytes as tokens would
-        # take minutes; still past the 64 KiB read chunk) and stops a third
-        # of the way: it takes the one overdraft (a message started may finish).
-        size = 100000 if SANITIZED else 300000
-        msg = msgpack.packb({"op": "append", "id": 1, "session": "sock-b", "text": b"x" * size},
+        # Socket connection A starts a 300 KB message and stops half way: it
+        # takes the one overdraft (a message started may finish).
+        msg = msgpack.packb({"op": "append", "id": 1, "session": "sock-b", "text": b"x" * 300000},
                             use_bin_type=True)
         a = socket.socket(socket.AF_UNIX)
         a.connect(P.sock)
-        a.sendall(msgpack.packb({"op": "append", "id": 1, "session": "sock-a", "text": b"y" * size},
-                                use_bin_type=True)[:size // 3])
-        while metric(base, "lind_budget_bytes") < held + size * 3 // 10:
+        a.sendall(msgpack.packb({"op": "append", "id": 1, "session": "sock-a", "text": b"y" * 300000},
+                                use_bin_type=True)[:100000])
+        while metric(base, "lind_budget_bytes") < held + 90000:
             expect(time.time() < deadline, "connection A was not read")
         # Connection B's message waits unread: the budget is spent by HTTP.
         # (B's send blocks until the budget frees, several steps below.)
@@ -599,10 +595,10 @@ def http_output_counts_in_max_total_bytes():
         # The HTTP client leaves: its bytes go back, B is read and answered.
         h.close()
         sender.join()
-        ev = b.final_working(1, P.sock)   # `size` prompt tokens to feed
+        ev = b.final_working(1, P.sock)   # 300,000 prompt tokens to feed
         expect(ev["event"] == "result", "B's append after the HTTP bytes were freed: %r" % ev)
-        a.sendall(msgpack.packb({"op": "append", "id": 1, "session": "sock-a", "text": b"y" * size},
-                                use_bin_type=True)[size // 3:])
+        a.sendall(msgpack.packb({"op": "append", "id": 1, "session": "sock-a", "text": b"y" * 300000},
+                                use_bin_type=True)[100000:])
         ak = Client.__new__(Client)
         ak.s, ak.up, ak.pending = a, msgpack.Unpacker(raw=False), []
         a.settimeout(60 * SLOW)
