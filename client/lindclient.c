@@ -2,6 +2,7 @@
  * requests encoded as msgpack maps, events decoded with a streaming
  * msgpack_unpacker. See lindclient.h for the contract. */
 #include "client/lindclient.h"
+#include "kernels/clock.h"
 
 #include <errno.h>
 #include <sys/random.h>
@@ -379,15 +380,6 @@ int lindc_cancel_session(lindc *c, const char *session, uint64_t *id)
     return rc;
 }
 
-/* ---- reading --------------------------------------------------------------- */
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Decode one complete message from what is buffered. 1: got one; 0: need
  * more bytes; <0: the stream is corrupt. */
 static int decode_buffered(lindc *c, qent *out)
@@ -423,7 +415,7 @@ static int fetch(lindc *c, qent *out, int64_t deadline)
         if (rc) return rc < 0 ? rc : 0;
         int wait = -1;
         if (deadline >= 0) {
-            int64_t left = deadline - now_ms();
+            int64_t left = deadline - clock_mono_ms();
             wait = left > 0 ? (int)(left > 1 << 30 ? 1 << 30 : left) : 0;
         }
         struct pollfd pfd = { .fd = c->fd, .events = POLLIN };
@@ -528,7 +520,7 @@ static int deliver(lindc *c, qent e, lindc_event *ev)
 
 static int64_t deadline_of(int timeout_ms)
 {
-    return timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+    return timeout_ms < 0 ? -1 : clock_mono_ms() + timeout_ms;
 }
 
 int lindc_pending(lindc *c)
@@ -602,7 +594,7 @@ int lindc_call(lindc *c, const lindc_req *r, lindc_event *ev, int timeout_ms)
     for (;;) {
         int left = -1;
         if (deadline >= 0) {
-            int64_t l = deadline - now_ms();
+            int64_t l = deadline - clock_mono_ms();
             left = l > 0 ? (int)l : 0;
         }
         rc = lindc_wait(c, id, ev, left);

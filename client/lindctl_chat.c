@@ -5,6 +5,7 @@
  * goes away chat says so, reconnects by itself and picks the session up
  * where the daemon saved it. */
 #include "client/lindctl.h"
+#include "kernels/clock.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -129,13 +130,6 @@ static void tail_add(chat *ch, const void *p, size_t n)
     }
     memcpy(ch->tail + ch->tail_len, b, n);
     ch->tail_len += n;
-}
-
-static double mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static const char *prompt_fn(EditLine *el)
@@ -311,7 +305,7 @@ static void chat_lost(chat *ch, const char *why)
     ch->c = NULL;
     ch->said_down = 0;
     ch->retry_ms = 100;
-    ch->next_try = mono_s() + 0.1;
+    ch->next_try = clock_mono_s() + 0.1;
     notice("lind: %s; reconnecting to %s", why, ch->g.socket);
 }
 
@@ -327,7 +321,7 @@ static int chat_try_connect(chat *ch)
         notice("lind: the daemon is down (%s); still trying", err);
         ch->said_down = 1;
     }
-    ch->next_try = mono_s() + ch->retry_ms / 1000.0;
+    ch->next_try = clock_mono_s() + ch->retry_ms / 1000.0;
     if (ch->retry_ms < 1000) ch->retry_ms *= 2;
     return -1;
 }
@@ -339,13 +333,13 @@ static int chat_wait_daemon(chat *ch)
     notice("waiting for the daemon to send that line (Ctrl-C quits)");
     ctl_interrupted = 0;
     for (;;) {
-        double wait = ch->next_try - mono_s();
+        double wait = ch->next_try - clock_mono_s();
         if (wait > 0) {
             struct timespec ts = { (time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9) };
             nanosleep(&ts, NULL);
         }
         if (ctl_interrupted) return EXIT_INTERRUPTED;
-        if (mono_s() >= ch->next_try && chat_try_connect(ch) == 0) return 0;
+        if (clock_mono_s() >= ch->next_try && chat_try_connect(ch) == 0) return 0;
     }
 }
 
@@ -391,7 +385,7 @@ static int chat_getc(EditLine *el, wchar_t *wc)
                                { .fd = ch->c ? lindc_fd(ch->c) : -1, .events = POLLIN } };
         struct timespec ts, *tsp = NULL;
         if (!ch->c) {
-            double w = ch->next_try - mono_s();
+            double w = ch->next_try - clock_mono_s();
             if (w < 0) w = 0;
             ts.tv_sec = (time_t)w;
             ts.tv_nsec = (long)((w - (double)ts.tv_sec) * 1e9);
@@ -417,7 +411,7 @@ static int chat_getc(EditLine *el, wchar_t *wc)
             if (errno == EINTR && !ctl_interrupted) continue;   /* SIGWINCH, SIGCONT */
             return -1;
         }
-        if (!ch->c && mono_s() >= ch->next_try) chat_try_connect(ch);
+        if (!ch->c && clock_mono_s() >= ch->next_try) chat_try_connect(ch);
         if (n > 0 && p[1].revents && ch->c) {
             const char *why = chat_check_idle(ch);
             if (why) chat_lost(ch, why);
@@ -578,7 +572,7 @@ static int chat_resend(chat *ch, const lindc_gen_opts *o, uint64_t *id, reply_ou
  * 1 when asked, 0 to report the error. */
 static int chat_retry_busy(chat *ch, const lindc_gen_opts *o, uint64_t *id, double until)
 {
-    if (mono_s() > until || ctl_interrupted) return 0;
+    if (clock_mono_s() > until || ctl_interrupted) return 0;
     struct timespec ts = { 0, 100000000 };
     nanosleep(&ts, NULL);
     return lindc_generate(ch->c, o, id) == 0;
@@ -639,7 +633,7 @@ static int chat_turn(chat *ch, const char *text, size_t len)
         if (rc && o.request_id && !cancel_sent && ctl_conn_lost(rc)) {
             if ((rc = chat_resend(ch, &o, &id, &ro)) != 0) break;
             retried = 1;
-            busy_until = mono_s() + 30;
+            busy_until = clock_mono_s() + 30;
             skip = got;   /* the answer starts again from its first token */
             continue;
         }

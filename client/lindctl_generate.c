@@ -1,6 +1,7 @@
 /* client/lindctl_generate.c — `lindctl generate`: one turn, streamed to
  * stdout as raw bytes or, with --json, as JSON lines for scripts. */
 #include "client/lindctl.h"
+#include "kernels/clock.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -102,20 +103,13 @@ static void json_token(gen_state *st, uint64_t id, const uint8_t *p, size_t n, i
     }
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static void sleep_ms(int ms)
 {
     struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
     nanosleep(&ts, NULL);
 }
 
-/* Reconnect (the daemon may be restarting: waiting up to `until`, now_s())
+/* Reconnect (the daemon may be restarting: waiting up to `until`, clock_mono_s())
  * and send the turn again: 0 with *c and *id, or the last code. */
 static int resend(const ctl_opts *g, const lindc_gen_opts *o, lindc **c, uint64_t *id, double until)
 {
@@ -129,7 +123,7 @@ static int resend(const ctl_opts *g, const lindc_gen_opts *o, lindc **c, uint64_
             lindc_free(*c);
             *c = NULL;
         }
-        if (ctl_interrupted || now_s() + delay / 1000.0 > until) return rc;
+        if (ctl_interrupted || clock_mono_s() + delay / 1000.0 > until) return rc;
         sleep_ms(delay);
         delay = delay * 2 > 1000 ? 1000 : delay * 2;
     }
@@ -292,7 +286,7 @@ int cmd_generate(const ctl_opts *g0, int argc, char **argv)
      * and sampler): the bytes already written are skipped. */
     size_t skip = 0;
     int retried = 0;
-    double retry_until = now_s() + retry_for;
+    double retry_until = clock_mono_s() + retry_for;
     status = EXIT_CONNECTION;
     for (;;) {
         if (ctl_interrupted >= 2) { status = EXIT_INTERRUPTED; break; }
@@ -305,7 +299,7 @@ int cmd_generate(const ctl_opts *g0, int argc, char **argv)
         lindc_event ev;
         rc = lindc_next(c, &ev, -1);
         if (rc == -EINTR) continue;
-        if (rc && ctl_conn_lost(rc) && !cancel_sent && now_s() < retry_until) {
+        if (rc && ctl_conn_lost(rc) && !cancel_sent && clock_mono_s() < retry_until) {
             /* The connection is gone: the turn was committed (its answer is
              * recorded under the request id) or is lost whole. Again. */
             lindc_free(c);
@@ -334,7 +328,7 @@ int cmd_generate(const ctl_opts *g0, int argc, char **argv)
             ev.len -= k;
             if (!ev.len) continue;
         }
-        if (ev.kind == LINDC_EV_ERROR && retried && !strcmp(ev.code, "busy") && now_s() < retry_until) {
+        if (ev.kind == LINDC_EV_ERROR && retried && !strcmp(ev.code, "busy") && clock_mono_s() < retry_until) {
             /* The first try is still ending on the daemon (cancelled by the
              * lost connection, being saved): ask again shortly. */
             sleep_ms(100);

@@ -2,6 +2,7 @@
  * import` and `lindctl stats`: one request each, printed as a readable
  * table or, with --json, as one JSON document. */
 #include "client/lindctl.h"
+#include "kernels/clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -75,13 +76,6 @@ static int print_json_result(const lindc_event *ev)
     return EXIT_OK;
 }
 
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* A span of ms as the largest unit or two: 45s, 12m, 3h20m, 4d2h. */
 static void fmt_span(char *buf, size_t cap, uint64_t ms)
 {
@@ -139,7 +133,7 @@ static int sessions_ls(lindc *c, int json)
     /* AGE: since created; IDLE: since the last save (what the ttls count) */
     printf("%-*s  %-8s  %10s  %10s  %7s  %7s  %s\n", w, "SESSION", "ORIGIN", "TOKENS", "BYTES", "AGE",
            "IDLE", "UPDATED");
-    uint64_t now = now_ms(), total = 0;
+    uint64_t now = (uint64_t)clock_wall_ms(), total = 0;
     for (uint32_t i = 0; i < arr->via.array.size; i++) {
         const msgpack_object *s = &arr->via.array.ptr[i];
         char name[256], origin[16] = "-", when[64] = "-", age[32] = "-", idle[32] = "-";
@@ -240,7 +234,7 @@ static int sessions_rm_matching(lindc *c, const char *prefix, uint64_t older_ms,
         fprintf(stderr, "lindctl: the daemon's list has no sessions array\n");
         return EXIT_CONNECTION;
     }
-    uint64_t now = now_ms();
+    uint64_t now = (uint64_t)clock_wall_ms();
     size_t n = 0, plen = strlen(prefix);
     char **names = calloc(arr->via.array.size + 1, sizeof *names);
     if (!names) {

@@ -4,6 +4,7 @@
  * O(1)), aggregate tokens/s, the daemon's RSS, every error. Writes a CSV
  * and, through gnuplot, a PNG. */
 #include "client/lindctl.h"
+#include "kernels/clock.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -126,13 +127,6 @@ typedef struct stress {
     int first_status;
 } stress;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static double rss_mb(pid_t pid)
 {
     char path[64], line[256];
@@ -158,7 +152,7 @@ static void take_sample(stress *st)
         st->samples = p;
         st->capsamples = cap;
     }
-    st->samples[st->nsamples++] = (sample){ now_s() - st->t0, st->daemon_pid > 0 ? rss_mb(st->daemon_pid) : -1, st->total };
+    st->samples[st->nsamples++] = (sample){ clock_mono_s() - st->t0, st->daemon_pid > 0 ? rss_mb(st->daemon_pid) : -1, st->total };
 }
 
 static void record_error(stress *st, sess *s, const char *code, const char *message)
@@ -200,7 +194,7 @@ static int send_turn(stress *st, sess *s)
     uint64_t left = st->m_tokens - s->got;
     o.max_tokens = (int64_t)(left < st->max_turn ? left : st->max_turn);
     if (st->temperature >= 0) o.temperature = st->temperature;
-    s->t_last = now_s();
+    s->t_last = clock_mono_s();
     s->turns++;
     return lindc_generate(st->conns[s->conn], &o, &s->gen_id);
 }
@@ -220,7 +214,7 @@ static void fail_conn(stress *st, int ci, int rc)
 
 static void on_event(stress *st, int ci, const lindc_event *ev)
 {
-    double t = now_s();
+    double t = clock_mono_s();
     if (ev->id == 0) {
         if (ev->kind == LINDC_EV_ERROR) record_error(st, NULL, ev->code, ev->message);
         return;
@@ -318,7 +312,7 @@ static int read_stats(stress *st, lindc *c, int at_start)
 
 static int run(stress *st)
 {
-    st->t0 = now_s();
+    st->t0 = clock_mono_s();
     for (uint64_t i = 0; i < st->n_sessions; i++) {
         sess *s = &st->s[i];
         if (!st->conns[s->conn]) continue;
@@ -326,7 +320,7 @@ static int run(stress *st)
         if (rc) fail_conn(st, s->conn, rc);
     }
     take_sample(st);
-    double next_sample = now_s() + 0.2, next_progress = now_s() + 0.25;
+    double next_sample = clock_mono_s() + 0.2, next_progress = clock_mono_s() + 0.25;
     struct pollfd *pfd = calloc(st->n_conns, sizeof *pfd);
     int *pci = calloc(st->n_conns, sizeof *pci);
     if (!pfd || !pci) {
@@ -365,11 +359,11 @@ static int run(stress *st)
                 if (!st->conns[ci]) break;
             }
         }
-        double t = now_s();
+        double t = clock_mono_s();
         if (t >= next_sample) { take_sample(st); next_sample = t + 0.2; }
         if (st->progress && t >= next_progress) { progress_line(st, t); next_progress = t + 0.25; }
     }
-    st->t_end = now_s();
+    st->t_end = clock_mono_s();
     take_sample(st);
     if (st->progress) { progress_line(st, st->t_end); fputc('\n', stderr); }
     free(pfd);

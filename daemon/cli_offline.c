@@ -18,20 +18,7 @@
 #include "recurrent/model.h"
 #include "recurrent/sampler.h"
 #include "recurrent/tokenizer.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* CPU time of the whole process (all threads): rates per CPU-second do not
- * drop when other jobs take the CPUs, which wall-clock rates do. */
-static double cpu_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "kernels/clock.h"
 
 /* Options every subcommand shares plus each one's own. */
 typedef struct opts {
@@ -318,7 +305,7 @@ static void score_progress(size_t i, size_t len, double t_start, double *t_last,
         if (*t_last > 0) fputs("\r\033[K", stderr);
         return;
     }
-    double t = now_s();
+    double t = clock_mono_s();
     if (t - *t_last < 0.2) return;
     *t_last = t;
     fprintf(stderr, "\r\033[K[scored %zu of %zu tokens, %.0f%%, %.0f tokens/s]", i, len,
@@ -382,7 +369,7 @@ int cli_score(int argc, char **argv) {
         goto out;
     }
     if (model_slots_reserve(m, 1) < 0 || model_slot_reset(m, 0) < 0) goto fail;
-    double t0 = now_s();
+    double t0 = clock_mono_s();
     /* Without BOS a fresh state predicts nothing: the first token of the
      * text (of each segment) is fed unscored, as Hugging Face's loss skips
      * it. */
@@ -404,7 +391,7 @@ int cli_score(int argc, char **argv) {
     /* Token i is scored by the logits after token i-1: the last row of the
      * previous chunk, then the rows of its own chunk. Summed in order, so the
      * figure does not depend on the chunk size. */
-    double t1 = now_s(), bits = 0.0, t_prog = 0;
+    double t1 = clock_mono_s(), bits = 0.0, t_prog = 0;
     int prog = isatty(2);
     /* --segment S: the text in pieces of S − 1 tokens, each after a reset
      * and BOS (S tokens per session, as training windows are). */
@@ -435,7 +422,7 @@ int cli_score(int argc, char **argv) {
         if (nl == k) memcpy(prev, lg + (size_t)(k - 1) * V, sizeof(float) * (size_t)V);
         i += (size_t)k;
     }
-    double t2 = now_s(), dt = t2 - t1 > 0 ? t2 - t1 : 1e-9;
+    double t2 = clock_mono_s(), dt = t2 - t1 > 0 ? t2 - t1 : 1e-9;
     if (prog) score_progress(ntoks, ntoks, t1, &t_prog, 1);
     printf("file: %s\nbytes: %zu\ntokens: %zu (%s tokenizer)\n", path, len, ntoks,
            tokenizer_kind_name(model_tokenizer(m)));
@@ -667,14 +654,14 @@ static rates gemm_only_rate(backend *be, const gemm_shape *g, int n, int B, doub
     float sink;
     for (int trial = 0; trial < BENCH_TRIALS; trial++) {
         long reps = 0;
-        double t0 = now_s(), c0 = cpu_s(), t;
+        double t0 = clock_mono_s(), c0 = clock_cpu_s(), t;
         do {
             for (int i = 0; i < n; i++)
                 be->ops->matmul(be, x, 0, g[i].K, w[i], NULL, y, 0, g[i].N, B, g[i].N, g[i].K, 0);
             be->ops->buf_download(be, y, 0, &sink, 1);
             reps++;
-        } while ((t = now_s() - t0) < secs / BENCH_TRIALS);
-        double gflop = flops_per_token(g, n) * B * reps * 1e-9, c = cpu_s() - c0;
+        } while ((t = clock_mono_s() - t0) < secs / BENCH_TRIALS);
+        double gflop = flops_per_token(g, n) * B * reps * 1e-9, c = clock_cpu_s() - c0;
         if (gflop / t > rate.wall) rate.wall = gflop / t;
         if (c > 0 && gflop / c > rate.cpu) rate.cpu = gflop / c;
     }
@@ -692,12 +679,12 @@ out:
  * of `gflop` GFLOP each, finished when run returns. */
 static rates best_rate(void (*run)(void *arg, int reps), void *arg, double gflop, double secs) {
     rates best = {0, 0};
-    double start = now_s();
-    while (now_s() - start < secs) {
-        double t0 = now_s(), c0 = cpu_s();
+    double start = clock_mono_s();
+    while (clock_mono_s() - start < secs) {
+        double t0 = clock_mono_s(), c0 = clock_cpu_s();
         int reps = 4;
         run(arg, reps);
-        double g = gflop * reps, t = now_s() - t0, c = cpu_s() - c0;
+        double g = gflop * reps, t = clock_mono_s() - t0, c = clock_cpu_s() - c0;
         if (g / t > best.wall) best.wall = g / t;
         if (c > 0 && g / c > best.cpu) best.cpu = g / c;
     }
@@ -784,11 +771,11 @@ static double membw(double secs) {
     if (a && b) {
         memset(a, 1, n);
         memset(b, 2, n);
-        double start = now_s();
-        while (now_s() - start < secs) {
-            double t0 = now_s();
+        double start = clock_mono_s();
+        while (clock_mono_s() - start < secs) {
+            double t0 = clock_mono_s();
             memcpy(b, a, n);
-            double g = 2.0 * (double)n / (now_s() - t0) * 1e-9;
+            double g = 2.0 * (double)n / (clock_mono_s() - t0) * 1e-9;
             if (g > best) best = g;
             a[0]++;
         }
@@ -852,7 +839,7 @@ int cli_bench_step(int argc, char **argv) {
         double step_ms = 1e30, step_cpu_ms = 1e30;
         for (int trial = 0; trial < BENCH_TRIALS; trial++) {
             long steps = 0;
-            double t0 = now_s(), c0 = cpu_s(), t;
+            double t0 = clock_mono_s(), c0 = clock_cpu_s(), t;
             do {
                 if (maxt > 0 && held >= maxt) {
                     for (int b = 0; b < B; b++) model_slot_reset(m, b);
@@ -862,8 +849,8 @@ int cli_bench_step(int argc, char **argv) {
                 if (model_step(m, slots, toks, B, logits) < 0) goto out;
                 steps++;
                 held++;
-            } while ((t = now_s() - t0) < o.seconds / BENCH_TRIALS);
-            double cpu = cpu_s() - c0;
+            } while ((t = clock_mono_s() - t0) < o.seconds / BENCH_TRIALS);
+            double cpu = clock_cpu_s() - c0;
             if (t / steps * 1e3 < step_ms) step_ms = t / steps * 1e3;
             if (cpu > 0 && cpu / steps * 1e3 < step_cpu_ms) step_cpu_ms = cpu / steps * 1e3;
         }

@@ -13,7 +13,7 @@
 #include "daemon/conn.h"
 #include "daemon/protocol.h"
 
-/* Takes over req's buffers (req is left empty). t_recv: now_ns() at arrival. */
+/* Takes over req's buffers (req is left empty). t_recv: clock_mono_ns() at arrival. */
 void commands_dispatch(server *srv, conn *c, proto_request *req, uint64_t t_recv);
 
 #endif

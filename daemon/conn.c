@@ -9,6 +9,7 @@
 #include <time.h>
 #include "daemon/commands.h"
 #include "daemon/msg.h"
+#include "kernels/clock.h"
 
 #define CONN_IDX_BITS 24
 #define READ_CHUNK    (64 * 1024)
@@ -452,7 +453,7 @@ static void consume(conn *c)
         }
         proto_request req;
         proto_error err;
-        uint64_t t = now_ns();
+        uint64_t t = clock_mono_ns();
         proto_code code = proto_parse(c->in + off, (size_t)n, lim, &req, &err);
         off += (size_t)n;
         if (code != PE_OK) {

@@ -34,6 +34,7 @@
 #include "daemon/http_page.h"
 #include "daemon/http_sessions.h"
 #include "daemon/procinfo.h"
+#include "kernels/clock.h"
 
 #define HREQ_BUCKETS 1024
 #define HTTP_SNDBUF  (256 << 10)   /* SO_SNDBUF of an accepted connection */
@@ -398,7 +399,7 @@ static int code_status(proto_code c)
 static void new_resp_id(char *out, size_t n)
 {
     uint64_t r = 0;
-    if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r) r = now_ns() ^ ((uint64_t)wall_ms() << 20);
+    if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r) r = clock_mono_ns() ^ ((uint64_t)clock_wall_ms() << 20);
     snprintf(out, n, "resp-%016llx", (unsigned long long)r);
 }
 
@@ -411,7 +412,7 @@ static uint64_t fresh_seed(void)
     uint64_t r;
     if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r) {
         /* splitmix64 over the clock and a counter: no two requests alike */
-        uint64_t z = (fallback += 0x9e3779b97f4a7c15ull) ^ now_ns();
+        uint64_t z = (fallback += 0x9e3779b97f4a7c15ull) ^ clock_mono_ns();
         z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
         z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
         r = z ^ (z >> 31);
@@ -928,7 +929,7 @@ static void send_request(hreq *h, proto_request *r)
     if (!m) { proto_request_free(r); fail(h, PE_INTERNAL, "out of memory"); return; }
     m->req = *r;
     memset(r, 0, sizeof *r);
-    m->t_recv_ns = now_ns();
+    m->t_recv_ns = clock_mono_ns();
     h->pending_backend = 1;
     queue_push(&h->hs->srv->schedq, &m->node);
 }
@@ -1461,7 +1462,7 @@ static void send_metrics(hreq *h, const evlist *l, const event *e)
     size_t sn = 0;
     if (stats_prometheus_store(st, hs->srv->node_id, &sp, &sn) == 0) { hbuf_put(&b, sp, sn); free(sp); }
     put_metric(&b, "lind_uptime_seconds", "gauge", "seconds since start",
-               (double)(now_ns() - st->start_ns) / 1e9);
+               (double)(clock_mono_ns() - st->start_ns) / 1e9);
     put_metric(&b, "lind_turns_dropped_total", "counter", "turns whose client or connection was gone: "
                "dropped before they started, or their fresh session not kept", (double)st->turns_dropped);
     procinfo pi;
@@ -1511,7 +1512,7 @@ static void on_token(hreq *h, hchoice *c, const evlist *l, const event *e)
     size_t before = c->emitted;
     stream_text(h, c, 0);
     if (c->emitted > before && h->t_recv_ns) {
-        double ms = (double)(now_ns() - h->t_recv_ns) / 1e6;
+        double ms = (double)(clock_mono_ns() - h->t_recv_ns) / 1e6;
         int i = 0;
         while (i < STATS_HIST_N - 1 && ms > stats_hist_le[i]) i++;
         hs->ttft.count[i]++;
@@ -1851,8 +1852,8 @@ static void begin(http_server *hs, h2o_req_t *req, hkind kind)
     h->ch = ch;
     h->n = r.n;
     for (int i = 0; i < h->n; i++) h->ch[i].stop_at = SIZE_MAX;
-    h->created = wall_ms() / 1000;
-    h->t_recv_ns = now_ns();
+    h->created = clock_wall_ms() / 1000;
+    h->t_recv_ns = clock_mono_ns();
     h->id = HTTP_CONN_BIT | ++hs->seq;
     new_resp_id(h->resp_id, sizeof h->resp_id);
     /* What the turn needs, taken from r (which keeps nothing). */
@@ -1965,7 +1966,7 @@ static int64_t model_mtime(const char *path)
             newest = st.st_mtime;
     }
     if (d) closedir(d);
-    return newest > 0 ? newest : wall_ms() / 1000;
+    return newest > 0 ? newest : clock_wall_ms() / 1000;
 }
 
 static void metrics(http_server *hs, h2o_req_t *req)
@@ -1986,7 +1987,7 @@ static void metrics(http_server *hs, h2o_req_t *req)
     if (!m) { fail(h, PE_INTERNAL, "out of memory"); return; }
     m->req.op = OP_STATS;
     m->req.id = 1;
-    m->t_recv_ns = now_ns();
+    m->t_recv_ns = clock_mono_ns();
     h->pending_backend = 1;
     queue_push(&hs->srv->persistq, &m->node);   /* stats go straight to the store, as commands.c does */
 }

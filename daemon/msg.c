@@ -1,5 +1,6 @@
 /* daemon/msg.c — constructors and destructors of the inter-thread messages. */
 #include "daemon/msg.h"
+#include "kernels/clock.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -61,16 +62,3 @@ outmsg *outmsg_error(uint64_t conn, uint64_t id, proto_code code, const char *fm
     return o;
 }
 
-uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}

@@ -111,7 +111,4 @@ void    outmsg_free(outmsg *o);
 outmsg *outmsg_error(uint64_t conn, uint64_t id, proto_code code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-uint64_t now_ns(void);
-int64_t  wall_ms(void);
-
 #endif

@@ -13,6 +13,7 @@
 #include "daemon/msg.h"
 #include "state/format.h"
 #include "state/transcript.h"
+#include "kernels/clock.h"
 
 #define SAVE_GROUP_MAX 512
 /* Retention (docs/STATE.md): sessions deleted per collection step, and how
@@ -157,7 +158,7 @@ static void do_saves(worker *W, dmsg **v, int n)
         v[i]->rc = 1;   /* not yet committed */
         sv[k++] = v[i];
     }
-    uint64_t t0 = now_ns();
+    uint64_t t0 = clock_mono_ns();
     int rc = k ? store_save_turns(W->st, W->recs, W->turns, W->expect, W->origin, k, owner, W->res, err,
                                   sizeof err) : 0;
     if (k && P->srv->opt.max_store_bytes) W->gc_due = 1;   /* the quota: look after every commit */
@@ -206,13 +207,13 @@ static void do_saves(worker *W, dmsg **v, int n)
                      "(it expired and another node took it, or it was released)", owner);
         }
     }
-    if (saved) stats_save(&P->srv->st, (double)(now_ns() - t0) / 1e6, saved);
+    if (saved) stats_save(&P->srv->st, (double)(clock_mono_ns() - t0) / 1e6, saved);
     int failed = 0;
     for (int i = 0; i < n; i++)
         failed += v[i]->rc != 0 && v[i]->rc != LIND_E_CONFLICT;
     if (failed) stats_save_failed(&P->srv->st, failed);
     report(W);
-    double ms_save = (double)(now_ns() - t0) / 1e6;
+    double ms_save = (double)(clock_mono_ns() - t0) / 1e6;
     for (int i = 0; i < n; i++) {
         dmsg *m = v[i];
         turn_result *res = &m->result;
@@ -253,7 +254,7 @@ static void do_saves(worker *W, dmsg **v, int n)
             } else {
                 proto_done d = res->done;
                 d.ms_save = ms_save;
-                d.ms_total = (double)(now_ns() - res->t_recv_ns) / 1e6;
+                d.ms_total = (double)(clock_mono_ns() - res->t_recv_ns) / 1e6;
                 erc = evlist_done(&o->ev, &d);
             }
             if (erc == 0) o->finals = 1;
@@ -262,7 +263,7 @@ static void do_saves(worker *W, dmsg **v, int n)
             .session = m->name, .op = res->is_undo ? "undo" : res->is_append ? "append" : "generate",
             .tokens_in = res->done.tokens_in, .tokens_out = res->done.tokens_out,
             .ttft_ms = res->done.tokens_out ? res->done.ms_queue + res->done.ms_prompt : -1.0,
-            .total_ms = (double)(now_ns() - res->t_recv_ns) / 1e6,
+            .total_ms = (double)(clock_mono_ns() - res->t_recv_ns) / 1e6,
             .queue_ms = res->done.ms_queue, .prompt_ms = res->done.ms_prompt,
             .generate_ms = res->done.ms_generate, .save_ms = ms_save,
             .outcome = m->rc == 0 ? (res->is_undo ? "undone" : res->done.reason)
@@ -706,14 +707,14 @@ static int try_load(worker *W, dmsg *m, int may_wait)
         loaded(W, m);
         return 0;
     }
-    if (lease_set_add(&W->leases, m->name, now_ns()) != 0) {
+    if (lease_set_add(&W->leases, m->name, clock_mono_ns()) != 0) {
         store_lease_release(W->st, m->name, P->srv->node_id, m->err, sizeof m->err);
         m->rc = -ENOMEM;
         snprintf(m->err, sizeof m->err, "out of memory");
         loaded(W, m);
         return 0;
     }
-    if (!W->renew_at_ns) W->renew_at_ns = now_ns() + (uint64_t)P->srv->opt.lease_ms * 1000000ull / 3;
+    if (!W->renew_at_ns) W->renew_at_ns = clock_mono_ns() + (uint64_t)P->srv->opt.lease_ms * 1000000ull / 3;
     m->rc = store_load(W->st, m->name, &m->loaded, m->err, sizeof m->err);
     if (m->rc == 0 && m->req.request_id[0]) {   /* a retry: the answer recorded under its id */
         int trc = find_answer(W, m);
@@ -738,7 +739,7 @@ static void do_load(worker *W, dmsg *m)
     wait_load *wl = calloc(1, sizeof *wl);
     if (!wl) { try_load(W, m, 0); return; }
     wl->m = m;
-    wl->deadline_ns = now_ns() + (uint64_t)wait_ms * 1000000ull;
+    wl->deadline_ns = clock_mono_ns() + (uint64_t)wait_ms * 1000000ull;
     wl->next = W->waits;
     W->waits = wl;
 }
@@ -756,7 +757,7 @@ static int retry_waits(worker *W)
     wait_load **pp = &W->waits;
     while (*pp) {
         wait_load *wl = *pp;
-        uint64_t now = now_ns();
+        uint64_t now = clock_mono_ns();
         if (!try_load(W, wl->m, now < wl->deadline_ns)) { *pp = wl->next; free(wl); }
         else pp = &wl->next;
     }
@@ -883,7 +884,7 @@ static void *worker_main(void *arg)
         }
         if (ng) do_saves(W, group, ng);
         flush_loaded(W);
-        uint64_t now = now_ns();
+        uint64_t now = clock_mono_ns();
         int renew_ms = -1;
         if (W->renew_at_ns && now >= W->renew_at_ns) {
             int ms = lease_set_renew(&W->leases, W->st, now, lease_lost, W);

@@ -18,6 +18,7 @@
 #include "state/format.h"
 #include "state/store.h"
 #include "state/transcript.h"
+#include "kernels/clock.h"
 
 /* The compute thread's view of a connection: paused or not, and the events
  * of the current round waiting to be handed to the loop in one piece. */
@@ -231,7 +232,7 @@ static void place(scheduler *S, session *s)
         memset(&s->meta, 0, sizeof s->meta);
         s->meta.pending_token = model_bos(S->m);
         sampler_init(&s->meta.sampler, &w->req.sp);
-        s->created_ms = wall_ms();
+        s->created_ms = clock_wall_ms();
     } else {
         int rc = state_decode(S->m, ld->loaded.state, ld->loaded.state_len, &s->meta, S->raw,
                               err, sizeof err);
@@ -342,7 +343,7 @@ static int answer_without_running(scheduler *S, session *s, dmsg *m)
     uint64_t have = s->version == STORE_VERSION_NEW ? 0 : session_tokens(s);
     if (m->replay) {
         outmsg *o = outmsg_new(m->conn);
-        double ms_total = (double)(now_ns() - m->t_recv_ns) / 1e6;
+        double ms_total = (double)(clock_mono_ns() - m->t_recv_ns) / 1e6;
         int rc = o ? turnlog_replay(m->replay, m->replay_len, r->id, turnlog_params_hash(r), ms_total,
                                     &o->ev, NULL) : -ENOMEM;
         if (rc == 0) {
@@ -518,7 +519,7 @@ static void begin_turn(scheduler *S, session *s, dmsg *m)
     }
     t->is_append = r->op == OP_APPEND;
     t->t_recv = m->t_recv_ns;
-    t->t_start = now_ns();
+    t->t_start = clock_mono_ns();
     t->cancelled = m->rc == -ECANCELED || c->closed;
     t->progress = r->progress;
     t->eos_hit = -1;
@@ -611,7 +612,7 @@ static void finish(scheduler *S, turn *t, int pending, const char *reason)
     session *s = t->s;
     log_text(t);
     t->finished = 1;
-    t->t_end = now_ns();
+    t->t_end = clock_mono_ns();
     if (!t->t_prompt) t->t_prompt = t->t_end;
     s->meta.pending_token = pending;
     s->turn = NULL;
@@ -1023,7 +1024,7 @@ static int logits_reserve(scheduler *S, int n)
 static int round_once(scheduler *S)
 {
     int maxb = S->srv->opt.max_batch, B = 0;
-    uint64_t t0 = now_ns();
+    uint64_t t0 = clock_mono_ns();
     for (int k = 0; k < S->nactive && B < maxb; k++) {
         turn *t = S->active[(S->rr + k) % S->nactive];
         if (t->finished) continue;
@@ -1107,7 +1108,7 @@ static int round_once(scheduler *S)
             observe_to(S, t, t->feed_pos);
             fed += (uint64_t)S->b_n[b];
             if (S->b_lidx[b] < 0) { maybe_end_feed(S, t); continue; }
-            t->t_prompt = now_ns();
+            t->t_prompt = clock_mono_ns();
             log_text(t);   /* the text before the first token out */
         }
         const float *row = S->logits + (size_t)S->b_lidx[b] * (size_t)S->vocab;
@@ -1120,7 +1121,7 @@ static int round_once(scheduler *S)
         out++;
     }
     report_progress(S);
-    stats_step(&S->srv->st, B, (double)(now_ns() - t0) / 1e6, fed, out);
+    stats_step(&S->srv->st, B, (double)(clock_mono_ns() - t0) / 1e6, fed, out);
     flush_round(S);
     reap(S);
     return B;

@@ -26,6 +26,7 @@
 #include "daemon/persist.h"
 #include "daemon/scheduler.h"
 #include "state/transcript.h"
+#include "kernels/clock.h"
 
 #define EXIT_FLUSH_MS 3000
 
@@ -957,10 +958,10 @@ store_options server_store_options(const server_options *o)
 static int open_store_waiting(server *srv, const store_options *so, store **st, char *err,
                               size_t errlen)
 {
-    int64_t start = (int64_t)(now_ns() / 1000000), limit = (int64_t)srv->opt.db_wait_s * 1000;
+    int64_t start = (int64_t)(clock_mono_ns() / 1000000), limit = (int64_t)srv->opt.db_wait_s * 1000;
     for (int attempt = 1;; attempt++) {
         int rc = store_open(srv->opt.db_path, so, st, err, errlen);
-        int64_t waited = (int64_t)(now_ns() / 1000000) - start;
+        int64_t waited = (int64_t)(clock_mono_ns() / 1000000) - start;
         if (rc != -EIO || waited + 1000 > limit)
             return rc;
         lind_log(REQLOG_WARN, "store", "the store is not reachable (attempt %d, %lld of %d s waited,"
@@ -980,7 +981,7 @@ static int claim_node(server *srv, store *st, char *err, size_t errlen)
     if (gethostname(host, sizeof host - 1) != 0 || !host[0]) snprintf(host, sizeof host, "localhost");
     host[sizeof host - 1] = 0;
     snprintf(srv->node_instance, sizeof srv->node_instance, "%.80s:%ld:%lld", host, (long)getpid(),
-             (long long)wall_ms());
+             (long long)clock_wall_ms());
     store_node h;
     int rc = store_node_claim(st, srv->node_id, srv->node_instance, srv->opt.lease_ms, &h, err, errlen);
     if (rc == -EADDRINUSE) {

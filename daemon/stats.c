@@ -6,11 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include "daemon/msg.h"
+#include "kernels/clock.h"
 
 int stats_init(stats *s)
 {
     memset(s, 0, sizeof *s);
-    s->start_ns = now_ns();
+    s->start_ns = clock_mono_ns();
     return pthread_mutex_init(&s->mu, NULL) ? -1 : 0;
 }
 
@@ -248,7 +249,7 @@ int stats_result(stats *s, evlist *ev, const uint64_t *stored, const char *backe
         "256-511", "512-1023", "1024-2047", "2048+" };
     float *tmp = malloc(STATS_WINDOW * sizeof(float));
     pthread_mutex_lock(&s->mu);
-    evlist_put_f64(ev, "uptime_s", (double)(now_ns() - s->start_ns) / 1e9);
+    evlist_put_f64(ev, "uptime_s", (double)(clock_mono_ns() - s->start_ns) / 1e9);
     evlist_put_u64(ev, "connections", s->connections);
     evlist_put_u64(ev, "sessions_resident", s->sessions_resident);
     if (stored) evlist_put_u64(ev, "sessions_stored", *stored);

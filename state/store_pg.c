@@ -49,6 +49,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "recurrent/errmsg.h"
+#include "kernels/clock.h"
 
 /* Advisory lock key held while checking and migrating the schema ("LIND"). */
 #define PG_MIGRATE_LOCK 0x4c494e44
@@ -276,20 +277,6 @@ typedef struct pg_store {
     store_counters cnt;
 } pg_store;
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* libpq's messages span lines ("...\n\tThis probably means ...\n"); the
  * store's are one line (they end up in logs and protocol errors): line
  * breaks and the tabs after them become one space, the last one goes. */
@@ -373,14 +360,14 @@ static PGresult *next_result(pg_store *s, int64_t start, int64_t deadline)
 {
     while (PQisBusy(s->conn) && !lost(s)) {
         int fd = PQsocket(s->conn);
-        int64_t left = deadline - mono_ms();
+        int64_t left = deadline - clock_mono_ms();
         if (fd < 0)
             break;
         if (left <= 0) {
             char why[160];
             snprintf(why, sizeof why, "no answer in %lld ms (a busy server, or a pooler with no"
                      " free server connection?), connection dropped",
-                     (long long)(mono_ms() - start));
+                     (long long)(clock_mono_ms() - start));
             abandon(s, why);
             break;
         }
@@ -402,7 +389,7 @@ static PGresult *run_simple(pg_store *s, const char *sql)
 {
     if (!PQsendQuery(s->conn, sql))
         return NULL;
-    int64_t start = mono_ms(), deadline = start + answer_limit(s);
+    int64_t start = clock_mono_ms(), deadline = start + answer_limit(s);
     PGresult *keep = NULL, *r;
     while ((r = next_result(s, start, deadline))) {
         ExecStatusType k = keep ? PQresultStatus(keep) : PGRES_COMMAND_OK;
@@ -422,7 +409,7 @@ static PGresult *run_params(pg_store *s, const char *sql, int n, const char *con
 {
     if (!PQsendQueryParams(s->conn, sql, n, NULL, vals, lens, fmts, binary))
         return NULL;
-    int64_t start = mono_ms(), deadline = start + answer_limit(s);
+    int64_t start = clock_mono_ms(), deadline = start + answer_limit(s);
     PGresult *r = next_result(s, start, deadline), *more;
     while ((more = next_result(s, start, deadline)))
         PQclear(more);
@@ -446,7 +433,7 @@ static PGresult *run_single(pg_store *s, const char *sql, int n, const char *con
         PQexitPipelineMode(s->conn);
         return NULL;
     }
-    int64_t start = mono_ms(), deadline = start + answer_limit(s);
+    int64_t start = clock_mono_ms(), deadline = start + answer_limit(s);
     PGresult *res[2] = { NULL, NULL };
     int seen = 0, synced = 0;
     /* settings, NULL, statement, NULL, sync: bounded, whatever arrives */
@@ -504,7 +491,7 @@ static PGconn *connect_now(const pg_store *s)
 /* Open the connection again, trying for up to reconnect_ms. */
 static int reconnect(pg_store *s, char *err, size_t errlen)
 {
-    int64_t start = mono_ms(), deadline = start + s->opt.reconnect_ms;
+    int64_t start = clock_mono_ms(), deadline = start + s->opt.reconnect_ms;
     int delay = 50;
     for (int attempt = 1;; attempt++) {
         PQfinish(s->conn);
@@ -516,13 +503,13 @@ static int reconnect(pg_store *s, char *err, size_t errlen)
             s->note[0] = 0;
             return 0;
         }
-        if (mono_ms() + delay > deadline) {
+        if (clock_mono_ms() + delay > deadline) {
             char msg[512];
             return errmsg_set(-EIO, err, errlen,
                               "store %s: connection lost; %d attempt%s to reconnect in %lld ms"
                               " failed (the store's reconnect time is %d ms), the last: %s",
                               s->desc, attempt, attempt > 1 ? "s" : "",
-                              (long long)(mono_ms() - start), s->opt.reconnect_ms,
+                              (long long)(clock_mono_ms() - start), s->opt.reconnect_ms,
                               trim(PQerrorMessage(s->conn), msg, sizeof msg));
         }
         usleep((useconds_t)delay * 1000);
@@ -975,7 +962,7 @@ static int pg_save(store *base, const store_record *recs, const uint64_t *expect
                    const store_turn_record *turns)
 {
     pg_store *s = (pg_store *)base;
-    int64_t now = now_ms();
+    int64_t now = clock_wall_ms();
     int code = 0;
     for (int i = 0; i < n && code == 0; i++)
         code = check_sizes(&recs[i], err, errlen);
@@ -1083,7 +1070,7 @@ static int pg_create(store *base, const store_record *rec, char *err, size_t err
     if (code < 0)
         return code;
     rec_params p;
-    rec_bind(&p, rec, STORE_ORIGIN_SOCKET, now_ms(), NULL);
+    rec_bind(&p, rec, STORE_ORIGIN_SOCKET, clock_wall_ms(), NULL);
     PGresult *r = tx_q(s, Q_INSERT, 6, p.vals, p.lens, p.fmts, &code, err, errlen);
     if (code < 0)
         return code;
@@ -1258,7 +1245,7 @@ static int pg_expire(store *base, int64_t resp_ttl, int64_t sess_ttl, int limit,
     char a[24], b[24], now[24], lim[16];
     snprintf(a, sizeof a, "%lld", (long long)resp_ttl);
     snprintf(b, sizeof b, "%lld", (long long)sess_ttl);
-    snprintf(now, sizeof now, "%lld", (long long)now_ms());
+    snprintf(now, sizeof now, "%lld", (long long)clock_wall_ms());
     snprintf(lim, sizeof lim, "%d", limit);
     const char *vals[5] = { a, b, now, lim, owner };
     return collect((pg_store *)base, Q_EXPIRE, 5, vals, n, freed, err, errlen,
@@ -1280,7 +1267,7 @@ static int pg_remove(store *base, const char *prefix, int64_t older_ms, int limi
                      uint64_t *freed, char *err, size_t errlen)
 {
     char cut[24], lim[16];
-    snprintf(cut, sizeof cut, "%lld", (long long)(older_ms ? now_ms() - older_ms : 0));
+    snprintf(cut, sizeof cut, "%lld", (long long)(older_ms ? clock_wall_ms() - older_ms : 0));
     snprintf(lim, sizeof lim, "%d", limit);
     const char *vals[3] = { prefix, cut, lim };
     return collect((pg_store *)base, Q_REMOVE, 3, vals, n, freed, err, errlen,
@@ -1292,7 +1279,7 @@ static int pg_fork(store *base, const char *src, const char *dst, char *err, siz
     pg_store *s = (pg_store *)base;
     int code;
     char now[24];
-    snprintf(now, sizeof now, "%lld", (long long)now_ms());
+    snprintf(now, sizeof now, "%lld", (long long)clock_wall_ms());
     const char *vals[3] = { src, dst, now };
     PGresult *r = tx_q(s, Q_FORK, 3, vals, NULL, NULL, &code, err, errlen);
     if (code < 0)

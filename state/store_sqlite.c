@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "recurrent/errmsg.h"
+#include "kernels/clock.h"
 
 #define LIND_APPLICATION_ID 0x4c494e44   /* "LIND" in the database header */
 
@@ -175,13 +176,6 @@ typedef struct sqlite_store {
     void *on_lost_arg;
     char path[];             /* for messages */
 } sqlite_store;
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static int map_rc(int rc)
 {
@@ -549,7 +543,7 @@ static int sq_save(store *base, const store_record *recs, const uint64_t *expect
                    const store_turn_record *turns)
 {
     sqlite_store *s = (sqlite_store *)base;
-    int64_t now = now_ms();
+    int64_t now = clock_wall_ms();
     int rc = check_identity(s, err, errlen);
     if (rc < 0)
         return rc;
@@ -566,7 +560,7 @@ static int sq_save(store *base, const store_record *recs, const uint64_t *expect
             sqlite3_stmt *lq = s->q[Q_LEASE_HELD];
             sqlite3_bind_text(lq, 1, recs[i].name, -1, SQLITE_STATIC);
             sqlite3_bind_text(lq, 2, owner, -1, SQLITE_STATIC);
-            sqlite3_bind_int64(lq, 3, now_ms());
+            sqlite3_bind_int64(lq, 3, clock_wall_ms());
             rc = step_ints(lq, &v, 1, &got);
             if (rc == SQLITE_OK && !got)
                 refused = -ENOLCK;
@@ -617,7 +611,7 @@ static int sq_create(store *base, const store_record *rec, char *err, size_t err
     int rc = check_identity(s, err, errlen);
     if (rc < 0)
         return rc;
-    rc = bind_record(st, rec, STORE_ORIGIN_SOCKET, now_ms());
+    rc = bind_record(st, rec, STORE_ORIGIN_SOCKET, clock_wall_ms());
     if (rc == SQLITE_OK)
         rc = run(st);
     else {
@@ -753,7 +747,7 @@ static int sq_fork(store *base, const char *src, const char *dst, char *err, siz
         return rc;
     sqlite3_bind_text(st, 1, src, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, dst, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 3, now_ms());
+    sqlite3_bind_int64(st, 3, clock_wall_ms());
     rc = run(st);
     if ((rc & 0xFF) == SQLITE_CONSTRAINT)
         return errmsg_set(-EEXIST, err, errlen, "a session named '%s' already exists", dst);
@@ -829,7 +823,7 @@ static int sq_expire(store *base, int64_t resp_ttl, int64_t sess_ttl, int limit,
         return map_rc(sqlite3_errcode(s->db));
     sqlite3_bind_int64(st, 1, resp_ttl);
     sqlite3_bind_int64(st, 2, sess_ttl);
-    sqlite3_bind_int64(st, 3, now_ms());
+    sqlite3_bind_int64(st, 3, clock_wall_ms());
     sqlite3_bind_int(st, 4, limit);
     if (owner)
         sqlite3_bind_text(st, 5, owner, -1, SQLITE_STATIC);
@@ -843,7 +837,7 @@ static int sq_evict(store *base, uint64_t excess, int limit, const char *owner, 
     sqlite3_stmt *st = retention_q(s, Q_EVICT, err, errlen);
     if (!st)
         return map_rc(sqlite3_errcode(s->db));
-    sqlite3_bind_int64(st, 1, now_ms());
+    sqlite3_bind_int64(st, 1, clock_wall_ms());
     sqlite3_bind_int64(st, 2, excess > INT64_MAX ? INT64_MAX : (int64_t)excess);
     sqlite3_bind_int(st, 3, limit);
     if (owner)
@@ -858,7 +852,7 @@ static int sq_remove(store *base, const char *prefix, int64_t older_ms, int limi
     sqlite3_stmt *st = retention_q(s, Q_REMOVE, err, errlen);
     if (!st)
         return map_rc(sqlite3_errcode(s->db));
-    int64_t now = now_ms();
+    int64_t now = clock_wall_ms();
     sqlite3_bind_text(st, 1, prefix, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, older_ms ? now - older_ms : 0);
     sqlite3_bind_int64(st, 3, now);
@@ -887,7 +881,7 @@ static int lease_get(sqlite_store *s, const char *name, store_lease *out)
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
     int rc = sqlite3_step(st);
     memset(out, 0, sizeof *out);
-    out->now_ms = now_ms();
+    out->now_ms = clock_wall_ms();
     if (rc == SQLITE_ROW) {
         snprintf(out->owner, sizeof out->owner, "%s", (const char *)sqlite3_column_text(st, 0));
         out->expires_ms = sqlite3_column_int64(st, 1);
@@ -905,7 +899,7 @@ static int lease_step(sqlite_store *s, int q, const char *name, const char *owne
     sqlite3_stmt *st = s->q[q];
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, owner, -1, SQLITE_STATIC);
-    int64_t now = now_ms();
+    int64_t now = clock_wall_ms();
     sqlite3_bind_int64(st, 3, now);
     sqlite3_bind_int64(st, 4, ttl);
     int rc = sqlite3_step(st);
@@ -947,7 +941,7 @@ static int sq_lease_acquire(store *base, const char *name, const char *owner, in
         if (out->owner[0])
             return errmsg_set(-EAGAIN, err, errlen,
                               "session '%s' is leased by '%s' for %lld ms more", name, out->owner,
-                              (long long)(out->expires_ms - now_ms()));
+                              (long long)(out->expires_ms - clock_wall_ms()));
     }
     return errmsg_set(-EBUSY, err, errlen, "lease of '%s' keeps changing hands", name);
 }

@@ -1,5 +1,6 @@
 /* kernels/cpu/pool.c — see pool.h. */
 #include "kernels/cpu/pool.h"
+#include "kernels/clock.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -34,12 +35,6 @@
 #define STRETCH_MIN   4096u
 #define STRETCH_MAX   131072u
 
-static long long now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
-}
-
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
@@ -61,7 +56,7 @@ static int spin_while(atomic_uint *w, unsigned v) {
         if (atomic_load_explicit(w, memory_order_acquire) != v) return 1;
         cpu_relax();
         if ((i & 63u) == 0) {
-            long long t = now_ns();
+            long long t = (long long)clock_mono_ns();
             if (!t0) t0 = t;
             else if (t - t0 > SPIN_NS) return 0;
         }
@@ -236,11 +231,11 @@ void cpu_pool_run(cpu_pool *p, cpu_pool_fn fn, void *arg, int n) {
     }
     unsigned w = p->window;
     int split = ((w ^ (w >> 1)) & 1) != 0;   /* S P P S S P P S */
-    long long t0 = now_ns();
+    long long t0 = (long long)clock_mono_ns();
     if (split) run_split(p, fn, arg, n);
     else
         for (int i = 0; i < n; i++) fn(arg, i, n);
-    p->trial_ns[split] += now_ns() - t0;
+    p->trial_ns[split] += (long long)clock_mono_ns() - t0;
     if (++p->jobs == WINDOW_JOBS) {
         p->jobs = 0;
         if (++p->window == TRIAL_WINDOWS) decide(p);
