@@ -1,5 +1,6 @@
 /* daemon/chat.c — see chat.h. */
 #include "daemon/chat.h"
+#include "recurrent/file.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -218,31 +219,19 @@ int chat_template_read(const char *spec, char **json, char *err, size_t errlen)
         n = strlen(b);
         if (!(buf = strdup(b))) { snprintf(err, errlen, "out of memory"); return -ENOMEM; }
     } else {
-        FILE *f = fopen(spec, "rb");
-        if (!f) {
-            snprintf(err, errlen, "template '%s' is neither a built-in (none, raven, world, g1-think) nor a "
-                     "readable file: %s", spec, strerror(errno));
-            return -ENOENT;
-        }
-        if (!(buf = malloc(CHAT_TEMPLATE_MAX + 1))) {
-            fclose(f);
-            snprintf(err, errlen, "out of memory");
-            return -ENOMEM;
-        }
-        n = fread(buf, 1, CHAT_TEMPLATE_MAX + 1, f);
-        int rd_err = ferror(f);
-        fclose(f);
-        if (rd_err) {
-            snprintf(err, errlen, "cannot read template file %s", spec);
-            rc = -EIO;
-        } else if (n > CHAT_TEMPLATE_MAX) {
+        char ferr[64];
+        rc = file_read(spec, CHAT_TEMPLATE_MAX, &buf, &n, ferr, sizeof ferr);
+        if (rc == -EFBIG) {
             snprintf(err, errlen, "template file %s is over %d bytes", spec, CHAT_TEMPLATE_MAX);
-            rc = -EFBIG;
+        } else if (rc == -ENOMEM) {
+            snprintf(err, errlen, "out of memory");
+        } else if (rc) {
+            snprintf(err, errlen, "template '%s' is neither a built-in (none, raven, world, g1-think) nor a "
+                     "readable file: %s", spec, strerror(-rc));
+            rc = -ENOENT;
         } else if (memchr(buf, 0, n)) {
             snprintf(err, errlen, "template file %s holds a NUL byte", spec);
             rc = -EINVAL;
-        } else {
-            buf[n] = 0;
         }
     }
     if (rc == 0) {   /* the full checks, so what is returned parses */

@@ -15,6 +15,7 @@
 #include "daemon/cli.h"
 #include "kernels/backend.h"
 #include "kernels/softmax.h"
+#include "recurrent/file.h"
 #include "recurrent/model.h"
 #include "recurrent/sampler.h"
 #include "recurrent/tokenizer.h"
@@ -275,29 +276,6 @@ static int tokenize_all(const model *m, const unsigned char *text, size_t len, i
     return 0;
 }
 
-static unsigned char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    unsigned char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n == cap) {
-            cap = cap ? cap * 2 : 65536;
-            unsigned char *nb = realloc(buf, cap);
-            if (!nb) { free(buf); fclose(f); errno = ENOMEM; return NULL; }
-            buf = nb;
-        }
-        size_t r = fread(buf + n, 1, cap - n, f);
-        n += r;
-        if (r == 0) break;
-    }
-    int bad = ferror(f), e = errno;   /* e.g. EISDIR */
-    fclose(f);
-    if (bad) { free(buf); errno = e ? e : EIO; return NULL; }
-    *len = n;
-    return buf;
-}
-
 /* `lind score` on a terminal: a progress line on stderr, redrawn at most
  * five times a second; done = 1 erases it. */
 static void score_progress(size_t i, size_t len, double t_start, double *t_last, int done) {
@@ -322,9 +300,10 @@ int cli_score(int argc, char **argv) {
     }
     const char *path = argv[optind];
     size_t len = 0;
-    unsigned char *text = slurp(path, &len);
-    if (!text) {
-        fprintf(stderr, "lind score: %s: %s\n", path, strerror(errno));
+    unsigned char *text = NULL;
+    char ferr[1200];
+    if (file_read(path, 0, (char **)&text, &len, ferr, sizeof ferr) < 0) {
+        fprintf(stderr, "lind score: %s\n", ferr);
         return 1;
     }
     model *m = load(&o, "score");
@@ -531,9 +510,10 @@ int cli_logits(int argc, char **argv) {
         return 2;
     }
     size_t len = 0;
-    unsigned char *raw = slurp(o.tokens, &len);
-    if (!raw) {
-        fprintf(stderr, "lind logits: %s: %s\n", o.tokens, strerror(errno));
+    unsigned char *raw = NULL;
+    char ferr[1200];
+    if (file_read(o.tokens, 0, (char **)&raw, &len, ferr, sizeof ferr) < 0) {
+        fprintf(stderr, "lind logits: %s\n", ferr);
         return 1;
     }
     if (len % 4) {
@@ -894,9 +874,10 @@ out:
  * encodes each line (without its newline) on its own: one output line each. */
 static int tokenize_file(const tokenizer *t, const char *file, int decode, int lines, size_t chunk) {
     size_t len = 0;
-    unsigned char *text = slurp(file, &len);
-    if (!text) {
-        fprintf(stderr, "lind tokenize: %s: %s\n", file, strerror(errno));
+    unsigned char *text = NULL;
+    char ferr[1200];
+    if (file_read(file, 0, (char **)&text, &len, ferr, sizeof ferr) < 0) {
+        fprintf(stderr, "lind tokenize: %s\n", ferr);
         return 1;
     }
     int rc = 0;

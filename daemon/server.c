@@ -1,6 +1,7 @@
 /* daemon/server.c — `lind serve`: options, start-up, the event loop, signals
  * and an orderly shutdown. See server.h for the threads and what they own. */
 #include "daemon/server.h"
+#include "recurrent/file.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -245,18 +246,15 @@ static void load_chat_template(server *srv)
     snprintf(srv->chat_template_from, sizeof srv->chat_template_from, "lind_chat.json");
     char path[1100];
     snprintf(path, sizeof path, "%s/lind_chat.json", srv->opt.model_dir);
-    FILE *f = fopen(path, "rb");
-    if (!f) return;
-    char *buf = malloc(16385);
-    size_t n = buf ? fread(buf, 1, 16385, f) : 0;
-    fclose(f);
-    if (!buf) return;
-    buf[n < 16385 ? n : 16384] = 0;
+    char *buf = NULL, ferr[1200];
+    size_t n = 0;
+    int frc = file_read(path, CHAT_TEMPLATE_MAX, &buf, &n, ferr, sizeof ferr);
+    if (frc == -ENOENT) return;
     json_error_t je;
-    json_t *j = n <= 16384 ? json_loadb(buf, n, 0, &je) : NULL;
+    json_t *j = frc == 0 ? json_loadb(buf, n, 0, &je) : NULL;
     const char *user = json_string_value(json_object_get(j, "user"));
-    if (n > 16384)
-        lind_log(REQLOG_WARN, "model", "ignoring %s: over 16384 bytes", path);
+    if (frc)
+        lind_log(REQLOG_WARN, "model", "ignoring %s", ferr);
     else if (!j)
         lind_log(REQLOG_WARN, "model", "ignoring %s: not JSON (line %d: %s)", path, je.line, je.text);
     else if (!user || !strstr(user, "{prompt}"))
@@ -498,25 +496,20 @@ static char *trim(char *s)
 
 int server_read_config(const char *path, server_options *o, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        int e = errno;
-        snprintf(err, errlen, "--config %s: %s", path, strerror(e));
-        return -e;
-    }
     enum { CONFIG_MAX = 1 << 16 };
-    char *text = malloc(CONFIG_MAX + 1);
-    size_t n = text ? fread(text, 1, CONFIG_MAX + 1, f) : 0;
-    int rerr = ferror(f);
-    fclose(f);
-    if (!text) { snprintf(err, errlen, "--config %s: out of memory", path); return -ENOMEM; }
-    if (rerr || n > CONFIG_MAX || memchr(text, 0, n)) {
-        snprintf(err, errlen, "--config %s: %s", path,
-                 rerr ? "cannot read it" : n > CONFIG_MAX ? "over 65536 bytes" : "it holds a NUL byte");
+    char *text, ferr[64];
+    size_t n;
+    int frc = file_read(path, CONFIG_MAX, &text, &n, ferr, sizeof ferr);
+    if (frc == -ENOMEM) { snprintf(err, errlen, "--config %s: out of memory", path); return -ENOMEM; }
+    if (frc == -EFBIG || (frc == 0 && memchr(text, 0, n))) {
+        snprintf(err, errlen, "--config %s: %s", path, frc ? "over 65536 bytes" : "it holds a NUL byte");
         free(text);
         return -EINVAL;
     }
-    text[n] = 0;
+    if (frc) {
+        snprintf(err, errlen, "--config %s: %s", path, strerror(-frc));
+        return frc;
+    }
     int line = 0, rc = 0;
     for (char *p = text, *next; p && *p && !rc; p = next) {
         line++;

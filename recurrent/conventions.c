@@ -9,6 +9,7 @@
 
 #include "recurrent/config.h"
 #include "recurrent/errmsg.h"
+#include "recurrent/file.h"
 #include "recurrent/tokenizer.h"
 
 /* dir/name parsed, or NULL when it is absent (*rc 0) or unreadable JSON
@@ -18,14 +19,11 @@ static json_t *load_json(const char *dir, const char *name, int *rc, char *err, 
     snprintf(path, sizeof path, "%s/%s", dir, name);
     *rc = 0;
     json_error_t je;
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;   /* absent */
-    char *text = NULL, *q = NULL;
+    char *text = NULL, *q = NULL, ferr[64];
     size_t n = 0, qlen = 0;
-    if (fseek(f, 0, SEEK_END) == 0 && (long)(n = (size_t)ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
-        (text = malloc(n + 1)) && fread(text, 1, n, f) == n)
-        q = config_quote_nonfinite(text, n, &qlen);   /* Python json's bare Infinity (HF Mamba-2 configs) */
-    fclose(f);
+    int frc = file_read(path, 0, &text, &n, ferr, sizeof ferr);
+    if (frc == -ENOENT) return NULL;   /* absent */
+    if (frc == 0) q = config_quote_nonfinite(text, n, &qlen);   /* Python json's bare Infinity (HF Mamba-2 configs) */
     free(text);
     if (!q) {
         *rc = errmsg_set(-EIO, err, errlen, "%s: could not read it", path);

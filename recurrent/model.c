@@ -8,6 +8,7 @@
  *   logits = Head·LN_f(x)   for the rows that want them
  * Mixer and FFN internals live behind recurrent/kind.h. */
 #include "recurrent/model.h"
+#include "recurrent/file.h"
 
 #include <errno.h>
 #include <math.h>
@@ -334,42 +335,6 @@ static int check_carry(model *m, char *err, size_t errlen) {
     return 0;
 }
 
-static char *read_file(const char *path, size_t *len, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        errmsg_set(-errno, err, errlen, "%s: %s", path, strerror(errno));
-        return NULL;
-    }
-    char *buf = NULL;
-    size_t n = 0, capb = 0;
-    for (;;) {
-        if (n + 4096 > capb) {
-            capb = capb ? capb * 2 : 8192;
-            char *nb = realloc(buf, capb);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                errmsg_set(-ENOMEM, err, errlen, "%s: out of memory", path);
-                return NULL;
-            }
-            buf = nb;
-        }
-        size_t r = fread(buf + n, 1, capb - n - 1, f);
-        n += r;
-        if (r == 0) break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        errmsg_set(-EIO, err, errlen, "%s: read error", path);
-        return NULL;
-    }
-    buf[n] = 0;
-    *len = n;
-    return buf;
-}
-
 /* The tokenizer the directory declares (lind's config) or holds (HF). */
 static int load_tokenizer(model *m, const char *dir, char *err, size_t errlen) {
     lind_config *c = &m->cfg;
@@ -426,7 +391,7 @@ int model_load_opts(const char *dir, const model_opts *o, model **out, char *err
         ld.map = rwkv7_tensor_name;
     } else {
         snprintf(path, sizeof path, "%s/config.json", dir);
-        if (!(ctext = read_file(path, &clen, err, errlen))) { free(m); return -ENOENT; }
+        if (file_read(path, 0, &ctext, &clen, err, errlen) < 0) { free(m); return -ENOENT; }
         if ((rc = config_parse(ctext, clen, path, &m->cfg, err, errlen)) < 0) goto out;
         if (!strcmp(m->cfg.format, "hf-rwkv4")) ld.map = hf_rwkv4_tensor_name;
         if (!strcmp(m->cfg.format, "hf-mamba2")) {
