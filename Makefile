@@ -148,8 +148,8 @@ $(BUILD)/liblindclient.a: $(CLI_LIB_OBJS)
 $(BUILD)/lind: $(BUILD)/daemon/main.o $(BUILD)/liblinddaemon.a $(BUILD)/liblind.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-# lindctl chat's templates are the daemon's module (daemon/chat.c).
-$(BUILD)/lindctl: $(CTL_OBJS) $(BUILD)/daemon/chat.o $(BUILD)/recurrent/file.o $(BUILD)/liblindclient.a
+# lindctl chat's templates are recurrent/chat.c, the same module the daemon uses.
+$(BUILD)/lindctl: $(CTL_OBJS) $(BUILD)/recurrent/chat.o $(BUILD)/recurrent/file.o $(BUILD)/liblindclient.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(CTL_LDLIBS)
 
 # A test links what its name says it needs, so one module's work in progress
@@ -160,7 +160,7 @@ $(BUILD)/tests/test_daemon_%: $(BUILD)/tests/test_daemon_%.o $(BUILD)/liblinddae
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 $(BUILD)/tests/test_client_%: $(BUILD)/tests/test_client_%.o $(BUILD)/liblindclient.a $(BUILD)/liblind.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-$(BUILD)/tests/test_lindctl_%: $(BUILD)/tests/test_lindctl_%.o $(BUILD)/daemon/chat.o $(BUILD)/liblindclient.a $(BUILD)/liblind.a
+$(BUILD)/tests/test_lindctl_%: $(BUILD)/tests/test_lindctl_%.o $(BUILD)/liblindclient.a $(BUILD)/liblind.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 $(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(BUILD)/liblind.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
@@ -305,7 +305,7 @@ FUZZ_SAN      = -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_CFLAGS   = -std=gnu11 -g -O1 $(ARCH) -I. -D_GNU_SOURCE -fno-strict-aliasing $(FUZZ_SAN)
 FUZZ_LIB_SRCS = $(wildcard recurrent/*.c kernels/*.c kernels/cpu/*.c state/*.c) \
                 $(filter-out kernels/cuda/cuda_%.c,$(wildcard kernels/cuda/*.c)) daemon/protocol.c \
-                daemon/chat.c daemon/httpreq.c daemon/event.c daemon/turnlog.c daemon/http_sessions.c
+                daemon/httpreq.c daemon/event.c daemon/turnlog.c daemon/http_sessions.c
 FUZZ_LIB_OBJS = $(FUZZ_LIB_SRCS:%.c=$(FUZZ_BUILD)/obj/%.o)
 FUZZ_BINS     = $(FUZZ_SRCS:tests/%.c=$(FUZZ_BUILD)/%)
 FUZZ_LDLIBS   = -lopenblas -lmsgpackc -lsqlite3 -ljansson -lxxhash -lpcre2-8 -lutf8proc -lm -lpthread

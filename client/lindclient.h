@@ -154,7 +154,7 @@ typedef struct lindc_gen_opts {
     int has_if_tokens;              /* refuse (`conflict`) unless the session has if_tokens */
     uint64_t if_tokens;
     uint32_t chat_template;         /* the hash of the chat template the text is framed with
-                                       (daemon/chat.h); 0: raw text, not sent */
+                                       (recurrent/chat.h); 0: raw text, not sent */
 } lindc_gen_opts;
 
 /* A fresh request id (random, 32 hex digits) into buf[33]: unique enough

@@ -9,7 +9,7 @@
 #include <stdio.h>
 
 #include "client/lindclient.h"
-#include "daemon/chat.h"
+#include "recurrent/chat.h"
 
 /* Exit statuses, one per class of failure (docs/LINDCTL.md lists them). */
 enum {
@@ -140,14 +140,11 @@ void ctl_progress_line(const lindc_event *ev, int *shown);
 int ctl_parse_u64(const char *opt, const char *s, uint64_t *out);
 int ctl_parse_f64(const char *opt, const char *s, double *out);
 
-/* The daemon's limits on generate fields (docs/PROTOCOL.md), checked by
- * lindctl too so that a bad value is a bad command line (status 2) however
- * it is noticed. */
-#define CTL_MAX_STOPS 8
-#define CTL_STOP_MAX 64
-/* 0, or -EINVAL with a sentence naming the option (--top-p ...) in err. */
+/* The daemon's limits on generate fields (docs/PROTOCOL.md; the stop
+ * strings' in recurrent/stop.h), checked by lindctl too so that a bad value
+ * is a bad command line (status 2) however it is noticed: 0, or -EINVAL with a sentence naming the option (--top-p ...) in err. */
 int ctl_check_gen_opts(const lindc_gen_opts *o, char *err, size_t errlen);
 
-/* ---- chat templates: daemon/chat.h (chat_template_load, _format, ...) ------ */
+/* ---- chat templates: recurrent/chat.h (chat_template_load, _format, ...) ------ */
 
 #endif

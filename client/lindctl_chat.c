@@ -87,7 +87,7 @@ typedef struct chat {
     ctl_opts g;
     lindc_gen_opts o;       /* the settings of the next turn (o.session = session) */
     char session[256];
-    char *stops[CTL_MAX_STOPS];   /* --stop / /set stop (owned) */
+    char *stops[STOP_MAX];   /* --stop / /set stop (owned) */
     size_t n_stop;
     chat_template tpl;
     int tpl_chosen;         /* --template or /set template: the model's is not used */
@@ -535,8 +535,8 @@ static void reply_finish(reply_out *ro, const uint8_t *stop, size_t stop_len)
 static size_t chat_stops(const chat *ch, const char **out)
 {
     size_t n = 0;
-    for (size_t i = 0; i < ch->tpl.n_stop && n < CTL_MAX_STOPS; i++) out[n++] = ch->tpl.stop[i];
-    for (size_t i = 0; i < ch->n_stop && n < CTL_MAX_STOPS; i++) {
+    for (size_t i = 0; i < ch->tpl.n_stop && n < STOP_MAX; i++) out[n++] = ch->tpl.stop[i];
+    for (size_t i = 0; i < ch->n_stop && n < STOP_MAX; i++) {
         size_t j = 0;
         while (j < n && strcmp(out[j], ch->stops[i])) j++;
         if (j == n) out[n++] = ch->stops[i];
@@ -582,7 +582,7 @@ static int chat_retry_busy(chat *ch, const lindc_gen_opts *o, uint64_t *id, doub
  * or a lindc code when the connection broke. */
 static int chat_turn(chat *ch, const char *text, size_t len)
 {
-    const char *stops[CTL_MAX_STOPS];
+    const char *stops[STOP_MAX];
     lindc_gen_opts o = ch->o;
     o.session = ch->session;
     o.text = len ? text : NULL;
@@ -771,17 +771,17 @@ static int chat_set(chat *ch, const char *key, char *val)
         o.max_tokens = (int64_t)(u > INT64_MAX ? INT64_MAX : u);
     } else if (!strcmp(k, "stop")) {
         /* "/set stop A B" replaces the list; "/set stop none" empties it. */
-        char *words[CTL_MAX_STOPS + 1];
+        char *words[STOP_MAX + 1];
         size_t n = 0;
         for (char *w = strtok(val, " "); w; w = strtok(NULL, " ")) {
-            if (n == CTL_MAX_STOPS) {
-                fprintf(stderr, "lindctl: at most %d stop strings\n", CTL_MAX_STOPS);
+            if (n == STOP_MAX) {
+                fprintf(stderr, "lindctl: at most %d stop strings\n", STOP_MAX);
                 return -1;
             }
             words[n++] = w;
         }
         if (n == 1 && !strcmp(words[0], "none")) n = 0;
-        const char *all[CTL_MAX_STOPS];
+        const char *all[STOP_MAX];
         for (size_t i = 0; i < n; i++) {
             unescape(words[i]);
             all[i] = words[i];
@@ -859,7 +859,7 @@ static void chat_show_settings(chat *ch)
     else fprintf(f, "repetition-window  (daemon default, 64)\n");
     if (o->has_seed) fprintf(f, "seed               %llu (for the next turn)\n", (unsigned long long)o->seed);
     else fprintf(f, "seed               (the session's random stream goes on)\n");
-    const char *stops[CTL_MAX_STOPS];
+    const char *stops[STOP_MAX];
     size_t n = chat_stops(ch, stops);
     fprintf(f, "stop              ");
     if (!n) fputs(" (none)", f);
@@ -1268,13 +1268,13 @@ int cmd_chat(const ctl_opts *g0, int argc, char **argv)
             if (chat_set(&ch, keys[opt], optarg)) goto out;
             break;
         case O_STOP: {
-            if (ch.n_stop == CTL_MAX_STOPS) {
-                fprintf(stderr, "lindctl: at most %d --stop strings\n", CTL_MAX_STOPS);
+            if (ch.n_stop == STOP_MAX) {
+                fprintf(stderr, "lindctl: at most %d --stop strings\n", STOP_MAX);
                 goto out;
             }
             size_t n = strlen(optarg);
-            if (n < 1 || n > CTL_STOP_MAX) {
-                fprintf(stderr, "lindctl: a stop string is 1..%d bytes, got %zu\n", CTL_STOP_MAX, n);
+            if (n < 1 || n > STOP_MAX_LEN) {
+                fprintf(stderr, "lindctl: a stop string is 1..%d bytes, got %zu\n", STOP_MAX_LEN, n);
                 goto out;
             }
             ch.stops[ch.n_stop++] = strdup(optarg);

@@ -289,13 +289,13 @@ int ctl_check_gen_opts(const lindc_gen_opts *o, char *err, size_t errlen)
         snprintf(err, errlen, "--repetition-penalty wants 1..100, got %g", o->repetition_penalty);
     else if (o->repetition_window > 256)
         snprintf(err, errlen, "--repetition-window wants 0..256, got %lld", (long long)o->repetition_window);
-    else if (o->n_stop > CTL_MAX_STOPS)
-        snprintf(err, errlen, "at most %d stop strings, got %zu", CTL_MAX_STOPS, o->n_stop);
+    else if (o->n_stop > STOP_MAX)
+        snprintf(err, errlen, "at most %d stop strings, got %zu", STOP_MAX, o->n_stop);
     else {
         for (size_t i = 0; i < o->n_stop; i++) {
             size_t n = strlen(o->stop[i]);
-            if (n < 1 || n > CTL_STOP_MAX) {
-                snprintf(err, errlen, "a stop string is 1..%d bytes, got %zu ('%s')", CTL_STOP_MAX, n, o->stop[i]);
+            if (n < 1 || n > STOP_MAX_LEN) {
+                snprintf(err, errlen, "a stop string is 1..%d bytes, got %zu ('%s')", STOP_MAX_LEN, n, o->stop[i]);
                 return -EINVAL;
             }
         }

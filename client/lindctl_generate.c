@@ -10,7 +10,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_STOPS 8
 
 static void usage(FILE *f)
 {
@@ -45,7 +44,7 @@ static void usage(FILE *f)
 "      --token-file PATH     over TCP, the token for hello (default $LIND_TOKEN_FILE)\n"
 "\n"
 "exit status: see lindctl --help (0 ok, 3 no daemon, 6 not_found, 8 busy, ...)\n",
-            MAX_STOPS);
+            STOP_MAX);
 }
 
 /* Read all of stdin into a malloc'd buffer; NULL on failure. */
@@ -134,7 +133,7 @@ int cmd_generate(const ctl_opts *g0, int argc, char **argv)
     ctl_opts g = *g0;
     lindc_gen_opts o;
     lindc_gen_opts_init(&o);
-    const char *stops[MAX_STOPS];
+    const char *stops[STOP_MAX];
     size_t nstop = 0;
     gen_state st = { .last_newline = 1 };
     enum { O_SEED = 1, O_TOPK, O_TOPP, O_STOP, O_JSON, O_REPP, O_REPW, O_IGNEOS, O_RID, O_IFTOK,
@@ -186,8 +185,8 @@ int cmd_generate(const ctl_opts *g0, int argc, char **argv)
                      if (u > 256) { fprintf(stderr, "lindctl: --repetition-window wants 0..256, got %s\n", optarg); return EXIT_USAGE; }
                      o.repetition_window = (int64_t)u; break;
         case O_STOP:
-            if (nstop == MAX_STOPS) {
-                fprintf(stderr, "lindctl: at most %d --stop strings\n", MAX_STOPS);
+            if (nstop == STOP_MAX) {
+                fprintf(stderr, "lindctl: at most %d --stop strings\n", STOP_MAX);
                 return EXIT_USAGE;
             }
             stops[nstop++] = optarg;

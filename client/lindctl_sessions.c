@@ -3,6 +3,7 @@
  * table or, with --json, as one JSON document. */
 #include "client/lindctl.h"
 #include "kernels/clock.h"
+#include "state/store.h"   /* STORE_NAME_MAX */
 
 #include <errno.h>
 #include <fcntl.h>

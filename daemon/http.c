@@ -24,7 +24,7 @@
 #include <utf8proc.h>
 #include <xxhash.h>
 #include <h2o.h>
-#include "daemon/chat.h"
+#include "recurrent/chat.h"
 #include "daemon/conn.h"
 #include "daemon/errors.h"
 #include "daemon/httpreq.h"
@@ -61,7 +61,7 @@ typedef struct hchoice {
     hbuf      lp_end;          /* size_t each: where each token's bytes end in text */
     size_t    lp_sent;         /* entries streamed */
     proto_done done;
-    uint8_t   stop_tail[PROTO_MAX_STOP_LEN];   /* done.stop points here */
+    uint8_t   stop_tail[STOP_MAX_LEN];   /* done.stop points here */
     char      finish[16];
     int       ended;           /* its generate is over */
     char      session[STORE_NAME_MAX + 1];   /* the session its turn runs on */
@@ -97,7 +97,7 @@ typedef struct http_server {
     uv_timer_t linger;         /* at exit: connections h2o has not closed by now are dropped */
     struct hreq *dead;
     /* the last stop string a session's reply ended on (loop memory only) */
-    struct { char name[STORE_NAME_MAX + 1]; uint8_t tail[PROTO_MAX_STOP_LEN]; uint8_t len; } *tails;
+    struct { char name[STORE_NAME_MAX + 1]; uint8_t tail[STOP_MAX_LEN]; uint8_t len; } *tails;
     /* the Responses API's objects and input items by id (loop memory only) */
     struct { char id[STORE_NAME_MAX + 1]; json_t *obj, *items; } *resps;
 } http_server;
@@ -129,8 +129,8 @@ typedef struct hreq {
     uint64_t  fed_bytes;       /* of it, what the session holds once the turn ended */
     int       prompt_cut;      /* fed_bytes < prompt_bytes: the turn was cut while it fed */
     int       n_stop;
-    uint8_t   stop[PROTO_MAX_STOPS][PROTO_MAX_STOP_LEN];
-    uint8_t   stop_len[PROTO_MAX_STOPS];
+    uint8_t   stop[STOP_MAX][STOP_MAX_LEN];
+    uint8_t   stop_len[STOP_MAX];
     size_t    max_stop;
     char      resp_id[40];     /* this response's id, also the session it leaves */
     char      session[STORE_NAME_MAX + 1];   /* the session the turn runs on */
@@ -458,7 +458,7 @@ static void tail_set(http_server *hs, const char *name, const uint8_t *t, size_t
     if (!hs->tails) return;
     size_t i = tail_slot(name);
     snprintf(hs->tails[i].name, sizeof hs->tails[i].name, "%s", name);
-    if (n > PROTO_MAX_STOP_LEN) n = PROTO_MAX_STOP_LEN;
+    if (n > STOP_MAX_LEN) n = STOP_MAX_LEN;
     memcpy(hs->tails[i].tail, t, n);
     hs->tails[i].len = (uint8_t)n;
 }

@@ -118,10 +118,10 @@ static int get_name(json_t *j, const char *key, char *out, httpreq_error *e)
 static int add_stop(httpreq *r, const char *s, size_t n, httpreq_error *e)
 {
     proto_request *g = &r->gen;
-    if (n < 1 || n > PROTO_MAX_STOP_LEN)
-        return bad(e, "stop", "each stop string must be 1..%d bytes, got %zu", PROTO_MAX_STOP_LEN, n);
-    if (g->n_stop == PROTO_MAX_STOPS)
-        return bad(e, "stop", "at most %d stop strings (the chat template's included)", PROTO_MAX_STOPS);
+    if (n < 1 || n > STOP_MAX_LEN)
+        return bad(e, "stop", "each stop string must be 1..%d bytes, got %zu", STOP_MAX_LEN, n);
+    if (g->n_stop == STOP_MAX)
+        return bad(e, "stop", "at most %d stop strings (the chat template's included)", STOP_MAX);
     memcpy(g->stop[g->n_stop], s, n);
     g->stop_len[g->n_stop++] = (uint8_t)n;
     if (n > r->max_stop) r->max_stop = n;
@@ -427,7 +427,7 @@ static int parse_chat(httpreq *r, json_t *j, const httpreq_limits *lim, httpreq_
         else cont = r->prefix;
     }
     size_t from = r->prev[0] ? 0 : k;
-    uint8_t tail[PROTO_MAX_STOP_LEN];
+    uint8_t tail[STOP_MAX_LEN];
     size_t tl = cont && lim->tail ? lim->tail(lim->tail_ctx, cont, tail) : 0;
     if (tl > sizeof tail) tl = sizeof tail;
     char err[512], *txt = NULL;

@@ -2,7 +2,7 @@
  * request (docs/HTTP.md), checked field by field and turned into what a
  * turn needs: the generate request (sampler, max_tokens, stop strings),
  * the session it names, and the text to feed (a prompt, or the messages
- * rendered with the chat template, daemon/chat.h).
+ * rendered with the chat template, recurrent/chat.h).
  *
  * No network and no server state: the HTTP front door (daemon/http.c)
  * calls it with a request's body and its X-Lind-Session header, and
@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <jansson.h>
-#include "daemon/chat.h"
+#include "recurrent/chat.h"
 #include "daemon/protocol.h"
 
 /* HTTPREQ_RESPONSES: POST /v1/responses, its input turned into chat
@@ -24,7 +24,7 @@
 typedef enum { HTTPREQ_COMPLETION = 1, HTTPREQ_CHAT = 2, HTTPREQ_RESPONSES = 3 } httpreq_kind;
 
 /* The stop string session `name`'s last reply ended on, copied to out
- * (PROTO_MAX_STOP_LEN bytes of room); its length, 0 when none is known. */
+ * (STOP_MAX_LEN bytes of room); its length, 0 when none is known. */
 typedef size_t (*httpreq_tail_fn)(void *ctx, const char *name, uint8_t *out);
 
 typedef struct httpreq_limits {

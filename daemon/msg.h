@@ -46,7 +46,7 @@ typedef struct turn_result {
     int      cancelled;       /* the turn ended by a cancel (its text may be cut: done.fed_bytes) */
     int      is_undo;         /* op undo: answer with `result` {session, session_tokens, undone} */
     proto_done done;          /* generate: the done event (ms_save filled by the store) */
-    uint8_t  stop[PROTO_MAX_STOP_LEN];
+    uint8_t  stop[STOP_MAX_LEN];
     uint64_t t_recv_ns;       /* when the request arrived, for ms.total */
 } turn_result;
 

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "daemon/chat.h"
+#include "recurrent/chat.h"
 #include "daemon/errors.h"
 #include "daemon/http.h"
 #include "daemon/lease.h"
@@ -135,7 +135,7 @@ static void do_saves(worker *W, dmsg **v, int n)
     int k = 0;
     for (int i = 0; i < n; i++) {
         outmsg *o = outmsg_new(v[i]->conn);
-        if (!o || evlist_reserve(&o->ev, 1, PROTO_MAX_STOP_LEN) != 0 ||   /* its done / result */
+        if (!o || evlist_reserve(&o->ev, 1, STOP_MAX_LEN) != 0 ||   /* its done / result */
             (v[i]->result.is_undo && evlist_reserve_result(&o->ev, 3, STORE_NAME_MAX + 1) != 0)) {
             outmsg_free(o);
             W->answers[i] = NULL;

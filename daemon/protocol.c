@@ -259,9 +259,9 @@ static proto_code decode_generate(const msgpack_object *m, const proto_limits *l
         if (st->type != MSGPACK_OBJECT_ARRAY)
             return fail(err, PE_BAD_REQUEST, "field 'stop' must be an array of strings, got %s",
                         type_name(st));
-        if (st->via.array.size > PROTO_MAX_STOPS)
+        if (st->via.array.size > STOP_MAX)
             return fail(err, PE_BAD_REQUEST, "field 'stop' has %u strings, at most %d allowed",
-                        st->via.array.size, PROTO_MAX_STOPS);
+                        st->via.array.size, STOP_MAX);
         for (uint32_t i = 0; i < st->via.array.size; i++) {
             const msgpack_object *s = &st->via.array.ptr[i];
             const char *p; uint32_t n;
@@ -269,9 +269,9 @@ static proto_code decode_generate(const msgpack_object *m, const proto_limits *l
             else if (s->type == MSGPACK_OBJECT_BIN) { p = s->via.bin.ptr; n = s->via.bin.size; }
             else return fail(err, PE_BAD_REQUEST, "stop[%u] must be a string, got %s", i,
                              type_name(s));
-            if (n < 1 || n > PROTO_MAX_STOP_LEN)
+            if (n < 1 || n > STOP_MAX_LEN)
                 return fail(err, PE_BAD_REQUEST, "stop[%u] is %u bytes, must be 1..%d", i, n,
-                            PROTO_MAX_STOP_LEN);
+                            STOP_MAX_LEN);
             memcpy(r->stop[i], p, n);
             r->stop_len[i] = (uint8_t)n;
         }
@@ -323,7 +323,7 @@ static proto_code get_token(const msgpack_object *o, proto_request *r, proto_err
 /* The optional retry fields of generate/append: `request_id` (str or bin,
  * 1..64 bytes, UTF-8 without control characters) and `if_tokens`; and
  * `chat_template` (1..2^32-1: the hash of the chat template the text is
- * framed with, daemon/chat.h). */
+ * framed with, recurrent/chat.h). */
 static proto_code get_retry(const msgpack_object *o, proto_request *r, proto_error *err)
 {
     const msgpack_object *v = field(o, "request_id");

@@ -16,11 +16,10 @@
 #include <stdint.h>
 #include <msgpack.h>
 #include "recurrent/sampler.h"
+#include "recurrent/stop.h"
 #include "state/store.h"
 
 #define PROTO_VERSION     1
-#define PROTO_MAX_STOPS   8
-#define PROTO_MAX_STOP_LEN 64
 #define PROTO_ERRMSG      256
 #define PROTO_MAX_TOKEN   255   /* hello's token: --http-token-file's limit */
 
@@ -67,8 +66,8 @@ typedef struct proto_request {
     uint64_t target;                          /* cancel */
     uint32_t max_tokens;                      /* generate */
     int      n_stop;
-    uint8_t  stop[PROTO_MAX_STOPS][PROTO_MAX_STOP_LEN];
-    uint8_t  stop_len[PROTO_MAX_STOPS];
+    uint8_t  stop[STOP_MAX][STOP_MAX_LEN];
+    uint8_t  stop_len[STOP_MAX];
     sampler_params sp;                        /* generate: this turn's settings */
     int      has_seed;
     int      progress;                        /* generate/append: send `progress` events */
@@ -81,7 +80,7 @@ typedef struct proto_request {
     int      has_if_tokens;
     uint64_t if_tokens;
     uint32_t chat_template;   /* generate/append: the hash of the chat template the text is
-                               * framed with (daemon/chat.h), 0: raw text. A session
+                               * framed with (recurrent/chat.h), 0: raw text. A session
                                * records the first; another is refused with conflict */
     int      has_ignore_eos, ignore_eos;      /* generate: go on past the model's end token */
     /* generate, set only by the HTTP front door (docs/HTTP.md; the socket

@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "daemon/chat.h"
+#include "recurrent/chat.h"
 #include "daemon/errors.h"
 #include "daemon/msg.h"
 #include "daemon/session.h"
@@ -53,9 +53,9 @@ typedef struct turn {
     int32_t  last;             /* last sampled token */
     uint32_t max_tokens, produced;
     int      n_stop;
-    uint8_t  stop[PROTO_MAX_STOPS][PROTO_MAX_STOP_LEN];
-    uint8_t  stop_len[PROTO_MAX_STOPS];
-    uint8_t  tail[PROTO_MAX_STOP_LEN];   /* the output's last bytes, for stop strings */
+    uint8_t  stop[STOP_MAX][STOP_MAX_LEN];
+    uint8_t  stop_len[STOP_MAX];
+    uint8_t  tail[STOP_MAX_LEN];   /* the output's last bytes, for stop strings */
     size_t   tail_len;
     int      cancelled, finished, stop_hit;
     int      ignore_eos;           /* the request's ignore_eos, else --ignore-eos */
@@ -771,12 +771,12 @@ static void emit_token(scheduler *S, turn *t, int32_t tok, float lp, const ev_to
         return;
     }
     t->stop_hit = stop_match(t, b, n);
-    /* keep the last PROTO_MAX_STOP_LEN bytes of the output */
-    if (n >= PROTO_MAX_STOP_LEN) {
-        memcpy(t->tail, b + n - PROTO_MAX_STOP_LEN, PROTO_MAX_STOP_LEN);
-        t->tail_len = PROTO_MAX_STOP_LEN;
+    /* keep the last STOP_MAX_LEN bytes of the output */
+    if (n >= STOP_MAX_LEN) {
+        memcpy(t->tail, b + n - STOP_MAX_LEN, STOP_MAX_LEN);
+        t->tail_len = STOP_MAX_LEN;
     } else if (n) {
-        size_t keep = t->tail_len + n > PROTO_MAX_STOP_LEN ? PROTO_MAX_STOP_LEN - n : t->tail_len;
+        size_t keep = t->tail_len + n > STOP_MAX_LEN ? STOP_MAX_LEN - n : t->tail_len;
         memmove(t->tail, t->tail + t->tail_len - keep, keep);
         memcpy(t->tail + keep, b, n);
         t->tail_len = keep + n;

@@ -18,7 +18,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
-#include "daemon/chat.h"
+#include "recurrent/chat.h"
 #include "daemon/conn.h"
 #include "daemon/lease.h"
 #include "daemon/http.h"
@@ -227,7 +227,7 @@ void server_usage(FILE *f)
 /* The model directory's chat template, lind_chat.json: reported in hello
  * when it is a JSON object with a "user" pattern; lindctl interprets it
  * (docs/LINDCTL.md). A broken one is reported here and not served. */
-/* The template's full checks (daemon/chat.h, which lindctl and the HTTP
+/* The template's full checks (recurrent/chat.h, which lindctl and the HTTP
  * front door parse it with): 1 if it passes, else the reason is printed. */
 static int template_ok(const char *json, const char *path)
 {

@@ -209,7 +209,7 @@ int turnlog_replay(const uint8_t *blob, size_t len, uint64_t id, uint64_t params
     d.stop_token = le_get32(p); p += 4;
     d.has_stop_token = (flags & 4) != 0;
     size_t stop_len = *p++;
-    if (stop_len > PROTO_MAX_STOP_LEN || (size_t)(end - p) < stop_len + 3 * 8 + 4) return -EBADMSG;
+    if (stop_len > STOP_MAX_LEN || (size_t)(end - p) < stop_len + 3 * 8 + 4) return -EBADMSG;
     d.stop = stop_len ? p : NULL;
     d.stop_len = stop_len;
     p += stop_len;

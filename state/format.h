@@ -50,7 +50,7 @@ typedef struct state_meta {
                                 [0, SAMPLER_VOCAB_MAX): one the model lacks is
                                 never penalized) */
     uint32_t tail_len;  uint8_t tail[TOKENIZER_TAIL_MAX];   /* text not yet tokenized (recurrent/tokenizer.h) */
-    uint32_t chat_template;  /* the hash (daemon/chat.h chat_template.hash) of the chat
+    uint32_t chat_template;  /* the hash (recurrent/chat.h chat_template.hash) of the chat
                                 template the session's chat turns are framed with;
                                 0: none recorded (raw text only, or saved before lind
                                 recorded it) */

@@ -2,7 +2,7 @@
  * request parsing (httpreq_parse, daemon/httpreq.h): the JSON body of
  * /v1/completions and /v1/chat/completions, every field check, the
  * X-Lind-Session header, and chat messages rendered with a chat template
- * (daemon/chat.h) — what daemon/http.c runs on a request's bytes, without
+ * (recurrent/chat.h) — what daemon/http.c runs on a request's bytes, without
  * a network.
  *
  * Input: byte 0 chooses the case (bit 0: chat, else completions; bit 1: the
@@ -150,9 +150,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     if (!r.new_text || r.gen.op != OP_GENERATE || r.gen.max_tokens > lim.max_tokens) abort();
-    if (r.gen.n_stop < 0 || r.gen.n_stop > PROTO_MAX_STOPS) abort();
+    if (r.gen.n_stop < 0 || r.gen.n_stop > STOP_MAX) abort();
     for (int i = 0; i < r.gen.n_stop; i++)
-        if (r.gen.stop_len[i] < 1 || r.gen.stop_len[i] > PROTO_MAX_STOP_LEN || r.gen.stop_len[i] > r.max_stop)
+        if (r.gen.stop_len[i] < 1 || r.gen.stop_len[i] > STOP_MAX_LEN || r.gen.stop_len[i] > r.max_stop)
             abort();
     if (r.gen.max_tokens < 1 || r.gen.sp.top_k < 0 || r.gen.sp.top_k > lim.vocab ||
         !(r.gen.sp.top_p > 0 && r.gen.sp.top_p <= 1) || !(r.gen.sp.temperature >= 0 && r.gen.sp.temperature <= 2))

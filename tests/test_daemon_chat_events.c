@@ -1,5 +1,5 @@
 /* tests/test_daemon_chat_events.c — two small parts of the HTTP front
- * door on their own: chat rendering (daemon/chat.c) and the typed events
+ * door on their own: chat rendering (recurrent/chat.c) and the typed events
  * (daemon/event.c) with their msgpack encoding.
  *
  * Rendering: with RWKV's raven template, a conversation rendered whole
@@ -15,7 +15,7 @@
 #include <jansson.h>
 #include <msgpack.h>
 
-#include "daemon/chat.h"
+#include "recurrent/chat.h"
 #include "daemon/event.h"
 #include "tests/check.h"
 

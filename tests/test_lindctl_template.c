@@ -1,4 +1,4 @@
-/* tests/test_lindctl_template.c — lindctl chat's templates (daemon/chat.c,
+/* tests/test_lindctl_template.c — lindctl chat's templates (recurrent/chat.c,
  * the module the HTTP front door renders with too): the JSON format's checks, the
  * built-in raven template, and the text one typed message becomes — framed,
  * with the system prompt once, and without repeating the stop string a
@@ -7,7 +7,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include "daemon/chat.h"
+#include "recurrent/chat.h"
 
 static chat_template T;
 

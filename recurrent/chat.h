@@ -1,4 +1,4 @@
-/* daemon/chat.h — chat templates: how a chat model was trained to see a
+/* recurrent/chat.h — chat templates: how a chat model was trained to see a
  * conversation, and messages turned into that text. One module for both
  * users: the HTTP front door (an OpenAI message list, daemon/http.c via
  * daemon/httpreq.c) and `lindctl chat` (one typed message at a time,
@@ -6,10 +6,10 @@
  *
  * The format is lind's small JSON (lind_chat.json in a model directory, or
  * a file given to lindctl, docs/LINDCTL.md): "user" with {prompt}, optional
- * "system" with {system}, "assistant_end", "stop" (up to PROTO_MAX_STOPS
- * strings of 1..PROTO_MAX_STOP_LEN bytes), "default_system", "name". HF's
+ * "system" with {system}, "assistant_end", "stop" (up to STOP_MAX
+ * strings of 1..STOP_MAX_LEN bytes), "default_system", "name". HF's
  * Jinja chat_template is not run. Built-ins: "none" ("{prompt}\n"),
- * "raven" (RWKV-4 Raven) and "world" (RWKV World / RWKV-7 G1: "System: ..."
+ * "raven" (RWKV-4 Raven), "g1-think" and "world" (RWKV World / RWKV-7 G1: "System: ..."
  * then "User: ...\n\nAssistant:" turns separated by "\n\n").
  *
  * Rendering: a system message framed by "system" (else on a line of its
@@ -20,14 +20,14 @@
  * session be fed only the new messages. What the stream already ends with
  * is not repeated: a stop string the reply stopped on ("\n\nUser:"), or the
  * part of "assistant_end" a reply that ran out of length already holds. */
-#ifndef LIND_DAEMON_CHAT_H
-#define LIND_DAEMON_CHAT_H
+#ifndef LIND_RECURRENT_CHAT_H
+#define LIND_RECURRENT_CHAT_H
 
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <jansson.h>
-#include "daemon/protocol.h"
+#include "recurrent/stop.h"
 
 #define CHAT_TEMPLATE_MAX 16384   /* bytes of a template file */
 
@@ -39,7 +39,7 @@ typedef struct chat_template {
     char  *assistant_end;     /* what closes a reply before the next message, or NULL */
     char  *default_system;    /* the system prompt when none is given, or NULL */
     size_t n_stop;
-    char   stop[PROTO_MAX_STOPS][PROTO_MAX_STOP_LEN + 1];
+    char   stop[STOP_MAX][STOP_MAX_LEN + 1];
     uint32_t hash;            /* what the template does (its patterns, stops and default
                                * system prompt; not its name): never 0. A session records
                                * the hash of the template its chat turns are framed with

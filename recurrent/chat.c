@@ -1,5 +1,5 @@
-/* daemon/chat.c — see chat.h. */
-#include "daemon/chat.h"
+/* recurrent/chat.c — see chat.h. */
+#include "recurrent/chat.h"
 #include "recurrent/file.h"
 
 #include <errno.h>
@@ -104,17 +104,17 @@ int chat_template_from_json(chat_template *t, const char *json, size_t len, cons
         snprintf(err, errlen, "%s: 'stop' must be an array of strings", origin);
         goto out;
     }
-    if (json_array_size(stop) > PROTO_MAX_STOPS) {
+    if (json_array_size(stop) > STOP_MAX) {
         snprintf(err, errlen, "%s: 'stop' has %zu strings; at most %d", origin, json_array_size(stop),
-                 PROTO_MAX_STOPS);
+                 STOP_MAX);
         goto out;
     }
     for (size_t i = 0; i < json_array_size(stop); i++) {
         json_t *s = json_array_get(stop, i);
         size_t n = json_string_length(s);
-        if (!json_is_string(s) || n < 1 || n > PROTO_MAX_STOP_LEN || strlen(json_string_value(s)) != n) {
+        if (!json_is_string(s) || n < 1 || n > STOP_MAX_LEN || strlen(json_string_value(s)) != n) {
             snprintf(err, errlen, "%s: stop[%zu] must be a string of 1..%d bytes", origin, i,
-                     PROTO_MAX_STOP_LEN);
+                     STOP_MAX_LEN);
             goto out;
         }
         memcpy(t->stop[t->n_stop++], json_string_value(s), n + 1);
