@@ -1,13 +1,19 @@
 /* kernels/cpu/cpu.h — the CPU backend's internals, shared by its files:
- * kernels/cpu/backend_cpu.c (buffers, slots, products, the older mixer ops)
- * and one file per newer mixer's op (kernels/cpu/ops_<kind>.c), so a new
+ * kernels/cpu/backend_cpu.c (buffers, slots, begin_step, products, norms,
+ * row helpers, the ops table) and one file per op family,
+ * kernels/cpu/ops_<family>.c (the ops the kinds add: shift, linear, aft,
+ * delta, window, retention, favor, cosformer, linformer, rwkv7, mamba2 — the
+ * same families as the CUDA bodies' kernels/cuda/kb_<family>.h), so a new
  * kind's CPU op is its own file rather than more lines in backend_cpu.c.
- * Not a public interface: only kernels/cpu/ includes it. */
+ * Below: the backend's state, and the runners the op files share (the
+ * fork-join split of a batch, scratch, slot access, the linear-attention
+ * head). Not a public interface: only kernels/cpu/ includes it. */
 #ifndef LIND_KERNELS_CPU_CPU_H
 #define LIND_KERNELS_CPU_CPU_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kernels/backend.h"
 #include "kernels/cpu/gemm.h"
@@ -63,7 +69,67 @@ float *cpu_tmp_get(cpu *c, size_t n);
  * whole is too small for a fork-join to pay). */
 int cpu_row_parts(const cpu *c, int B, size_t work_per_row);
 
-/* The ops in their own files (kernels/cpu/ops_<kind>.c). */
+/* Work items of a per-channel recurrence: (run, channel slice). A run's rows
+ * go in order through one session's state, but every channel's state is
+ * its own, so with fewer runs than threads (one long prompt fed in chunks)
+ * the channels are split too: the same arithmetic per element, in the same
+ * order, on either thread. Slices are multiples of 16 channels (a whole
+ * vector) or more; runs of a few rows (decode) are not split. */
+static inline int cpu_chan_slices(const cpu *c, int d) {
+    int n = cpu_pool_size(c->threads);
+    if (c->nruns >= n || c->B < 8 * c->nruns) return 1;   /* decode: a row is too little to split */
+    int s = (n + c->nruns - 1) / c->nruns;
+    while (s > 1 && d / s < 16) s--;
+    return s;
+}
+
+static inline void cpu_chan_range(int d, int s, int slices, int *c0, int *c1) {
+    *c0 = s ? (int)((long)d * s / slices) & ~15 : 0;
+    *c1 = s + 1 == slices ? d : (int)((long)d * (s + 1) / slices) & ~15;
+}
+
+/* The int64 position counter at byte offset off of a slot, as unsigned (any
+ * bits are a valid state). */
+static inline uint64_t cpu_slot_u64(const uint8_t *st, size_t off) {
+    uint64_t v;
+    memcpy(&v, st + off, sizeof v);
+    return v;
+}
+
+/* One linear-attention head (kernels/cpu/ops_linear.c), shared with
+ * retention_step and cosformer_step: S ← γS + φk vᵀ with num_j = Σ_i φq_i
+ * S[i][j] (cpu_lin_head); z ← γz + φk returning Σ_i φq_i z_i
+ * (cpu_lin_z_head, term: dh doubles of scratch); o = num / (den + eps)
+ * (cpu_lin_out_head). */
+void   cpu_lin_head(double *restrict S, double *restrict num, const float *restrict phik,
+                    const float *restrict phiq, const float *restrict v, double g, int dh);
+double cpu_lin_z_head(double *restrict z, double *restrict term, const float *restrict phik,
+                      const float *restrict phiq, double g, int dh);
+void   cpu_lin_out_head(float *restrict o, const double *restrict num, double den, float eps, int dh);
+
+/* The ops in their own files (kernels/cpu/ops_<family>.c). */
+int cpu_shift_mix(backend *be, const backend_buf *h, const backend_buf *mu, backend_buf *out, size_t shift_off, int d,
+                  int nmix);
+int cpu_linear_step(backend *be, const backend_buf *in, const backend_buf *gamma, backend_buf *out, size_t state_off,
+                    int H, int dh, float eps);
+int cpu_aft_step(backend *be, const backend_buf *in, const backend_buf *w, const backend_buf *u, backend_buf *out,
+                 size_t state_off, int d);
+int cpu_short_conv(backend *be, const backend_buf *in, int ldi, backend_buf *out, int ldo, const backend_buf *w, int n,
+                   int K, size_t ring_off, size_t idx_off, int silu);
+int cpu_delta_step(backend *be, const backend_buf *in, const backend_buf *gate, const backend_buf *norm_w,
+                   backend_buf *out, size_t state_off, int H, int dh, float eps);
+int cpu_window_step(backend *be, const backend_buf *in, const backend_buf *slopes, backend_buf *out, size_t ring_off,
+                    size_t glob_off, size_t pos_off, int H, int dh, int w, int dil, int g, float rope_base);
+int cpu_aft_window_step(backend *be, const backend_buf *in, const backend_buf *w, backend_buf *out, size_t acc_off,
+                        size_t ring_off, size_t pos_off, int d, int s, int H);
+int cpu_retention_step(backend *be, const backend_buf *in, const backend_buf *gamma, const backend_buf *norm,
+                       backend_buf *out, size_t state_off, int H, int dh, float eps);
+int cpu_favor_features(backend *be, const backend_buf *in, int ldi, const backend_buf *omega, backend_buf *out,
+                       int ldo, int H, int dh, int m, float ck);
+int cpu_cosformer_step(backend *be, const backend_buf *in, backend_buf *out, size_t state_off, size_t pos_off, int H,
+                       int dh, int M, int periodic, float eps);
+int cpu_linformer_step(backend *be, const backend_buf *in, const backend_buf *ef, backend_buf *out, size_t state_off,
+                       size_t pos_off, int H, int dh, int kp, int N);
 int cpu_rwkv7_step(backend *be, const backend_buf *in, int ldi, const backend_buf *par, const backend_buf *w2,
                    int dw, backend_buf *vfirst, int vmode, backend_buf *out, size_t state_off, int H, int N,
                    float gn_eps);
