@@ -338,7 +338,7 @@ static void rms_part(void *arg, int part, int nparts) {
     }
 }
 
-static int cpu_rmsnorm(backend *be, const backend_buf *x, backend_buf *y, const backend_buf *w, int d, float eps) {
+int cpu_rmsnorm(backend *be, const backend_buf *x, backend_buf *y, const backend_buf *w, int d, float eps) {
     cpu *c = (cpu *)be;
     if (d < 1) return -EINVAL;
     rms_job j = {x->p, w->p, y->p, c->B, d, eps};
@@ -625,24 +625,13 @@ static const backend_ops cpu_ops = {
     .embed = cpu_embed,
     .layernorm = cpu_layernorm,
     .matmul = cpu_matmul,
-    .shift_mix = cpu_shift_mix,
-    .linear_step = cpu_linear_step,
-    .aft_step = cpu_aft_step,
     .gather_rows = cpu_gather_rows,
     .scale_rows = cpu_scale_rows,
     .gated_add = cpu_gated_add,
-    .short_conv = cpu_short_conv,
-    .delta_step = cpu_delta_step,
+#define CPU_OP_ROW(e, op) .op = cpu_##op,
+    BACKEND_KIND_OPS(CPU_OP_ROW)   /* every kind op: kernels/cpu/ops_<family>.c */
+#undef CPU_OP_ROW
     .weight_new_half = cpu_weight_new_half,
-    .window_step = cpu_window_step,
-    .aft_window_step = cpu_aft_window_step,
-    .retention_step = cpu_retention_step,
-    .favor_features = cpu_favor_features,
-    .cosformer_step = cpu_cosformer_step,
-    .linformer_step = cpu_linformer_step,
-    .rwkv7_step = cpu_rwkv7_step,
-    .mamba2_step = cpu_mamba2_step,
-    .rmsnorm = cpu_rmsnorm,
     .rows_nonfinite = cpu_rows_nonfinite,
     .set_compute = cpu_set_compute,
     .weight_new_quant = cpu_weight_new_quant,

@@ -107,33 +107,12 @@ double cpu_lin_z_head(double *restrict z, double *restrict term, const float *re
                       const float *restrict phiq, double g, int dh);
 void   cpu_lin_out_head(float *restrict o, const double *restrict num, double den, float eps, int dh);
 
-/* The ops in their own files (kernels/cpu/ops_<family>.c). */
-int cpu_shift_mix(backend *be, const backend_buf *h, const backend_buf *mu, backend_buf *out, size_t shift_off, int d,
-                  int nmix);
-int cpu_linear_step(backend *be, const backend_buf *in, const backend_buf *gamma, backend_buf *out, size_t state_off,
-                    int H, int dh, float eps);
-int cpu_aft_step(backend *be, const backend_buf *in, const backend_buf *w, const backend_buf *u, backend_buf *out,
-                 size_t state_off, int d);
-int cpu_short_conv(backend *be, const backend_buf *in, int ldi, backend_buf *out, int ldo, const backend_buf *w, int n,
-                   int K, size_t ring_off, size_t idx_off, int silu);
-int cpu_delta_step(backend *be, const backend_buf *in, const backend_buf *gate, const backend_buf *norm_w,
-                   backend_buf *out, size_t state_off, int H, int dh, float eps);
-int cpu_window_step(backend *be, const backend_buf *in, const backend_buf *slopes, backend_buf *out, size_t ring_off,
-                    size_t glob_off, size_t pos_off, int H, int dh, int w, int dil, int g, float rope_base);
-int cpu_aft_window_step(backend *be, const backend_buf *in, const backend_buf *w, backend_buf *out, size_t acc_off,
-                        size_t ring_off, size_t pos_off, int d, int s, int H);
-int cpu_retention_step(backend *be, const backend_buf *in, const backend_buf *gamma, const backend_buf *norm,
-                       backend_buf *out, size_t state_off, int H, int dh, float eps);
-int cpu_favor_features(backend *be, const backend_buf *in, int ldi, const backend_buf *omega, backend_buf *out,
-                       int ldo, int H, int dh, int m, float ck);
-int cpu_cosformer_step(backend *be, const backend_buf *in, backend_buf *out, size_t state_off, size_t pos_off, int H,
-                       int dh, int M, int periodic, float eps);
-int cpu_linformer_step(backend *be, const backend_buf *in, const backend_buf *ef, backend_buf *out, size_t state_off,
-                       size_t pos_off, int H, int dh, int kp, int N);
-int cpu_rwkv7_step(backend *be, const backend_buf *in, int ldi, const backend_buf *par, const backend_buf *w2,
-                   int dw, backend_buf *vfirst, int vmode, backend_buf *out, size_t state_off, int H, int N,
-                   float gn_eps);
-int cpu_mamba2_step(backend *be, const backend_buf *in, int ldi, const backend_buf *par, backend_buf *out,
-                    size_t state_off, int H, int P, int N, int G, float dt_lo, float dt_hi);
+/* The kinds' ops: cpu_<op> for every row of BACKEND_KIND_OPS
+ * (kernels/backend.h), each defined in its family's kernels/cpu/ops_<family>.c
+ * (rmsnorm beside layernorm in backend_cpu.c), typed by backend_<op>_fn;
+ * backend_cpu.c's ops table is made from the same list. */
+#define CPU_OP_DECL(e, op) backend_##op##_fn cpu_##op;
+BACKEND_KIND_OPS(CPU_OP_DECL)
+#undef CPU_OP_DECL
 
 #endif
