@@ -5,6 +5,14 @@
  * cuBLAS + CUDA kernels. Per-element math shared by both lives in
  * kernels/mixer_math.h.
  *
+ * The ops the layer kinds add (shift_mix, linear_step, ..., mamba2_step,
+ * rmsnorm) are one list, BACKEND_KIND_OPS below, each with its contract as a
+ * backend_<op>_fn typedef. Each backend implements them one file per op
+ * family (kernels/cpu/ops_<family>.c; kernels/cuda/kb_<family>.h for the
+ * kernel bodies and kernels/cuda/grid_<family>.c for the host side); a kind
+ * asks backend_supports() for the ones it needs. Adding a kind with a new
+ * op: docs/KINDS.md, "What a new kind touches".
+ *
  * Memory model
  *   - backend_buf: an opaque device buffer of fp32 values (host memory on
  *     the CPU backend). Ops address a buffer by (buf, float offset, row
