@@ -76,6 +76,31 @@ int backend_new(const char *name, const backend_opts *opts, backend **out, char 
     return -EINVAL;
 }
 
+const char *backend_op_name(backend_op op) {
+    static const char *const names[BACKEND_NOPS] = {
+#define BACKEND_OP_NAME(e, name) [e] = #name,
+        BACKEND_KIND_OPS(BACKEND_OP_NAME)
+#undef BACKEND_OP_NAME
+    };
+    return (unsigned)op < BACKEND_NOPS ? names[op] : "?";
+}
+
+int backend_require(const backend *be, const backend_op *ops, int n, const char *who, char *err, size_t errlen) {
+    const char *miss[BACKEND_NOPS];
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (!backend_supports(be, ops[i]) && m < BACKEND_NOPS) miss[m++] = backend_op_name(ops[i]);
+    if (!m) return 0;
+    char list[512];
+    size_t k = 0;
+    list[0] = 0;
+    for (int i = 0; i < m && k < sizeof list; i++)
+        k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", !i ? "" : i == m - 1 ? " and " : ", ", miss[i]);
+    snprintf(err, errlen, "%s needs the backend op%s %s, which the %s backend does not have (use the cpu backend)",
+             who, m > 1 ? "s" : "", list, be->ops->name);
+    return -ENOTSUP;
+}
+
 void backend_free(backend *be) {
     if (be) be->ops->free(be);
 }

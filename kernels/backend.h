@@ -5,6 +5,14 @@
  * cuBLAS + CUDA kernels. Per-element math shared by both lives in
  * kernels/mixer_math.h.
  *
+ * The ops the layer kinds add (shift_mix, linear_step, ..., mamba2_step,
+ * rmsnorm) are one list, BACKEND_KIND_OPS below, each with its contract as a
+ * backend_<op>_fn typedef. Each backend implements them one file per op
+ * family (kernels/cpu/ops_<family>.c; kernels/cuda/kb_<family>.h for the
+ * kernel bodies and kernels/cuda/grid_<family>.c for the host side); a kind
+ * asks backend_supports() for the ones it needs. Adding a kind with a new
+ * op: docs/KINDS.md, "What a new kind touches".
+ *
  * Memory model
  *   - backend_buf: an opaque device buffer of fp32 values (host memory on
  *     the CPU backend). Ops address a buffer by (buf, float offset, row
@@ -57,6 +65,245 @@ enum { BACKEND_GRAPH_EAGER = 0, BACKEND_GRAPH_RECORDING = 1, BACKEND_GRAPH_REPLA
 
 /* matmul flags */
 enum { BACKEND_MM_ACCUMULATE = 1, BACKEND_MM_GELU = 2, BACKEND_MM_RELU2 = 4, BACKEND_MM_SIGMOID = 8 };
+
+/* ---- the kinds' ops, by family -------------------------------------------
+ * The ops a layer kind adds for its state update (or, for rmsnorm, its
+ * norm). Each is a backend_<op>_fn below, with its contract, and one row of
+ * BACKEND_KIND_OPS: X(enum constant, backend_ops member). The list
+ * generates the members of backend_ops, enum backend_op with
+ * backend_supports() and backend_op_name(), and the CPU backend's table (the
+ * CPU backend has every op: cpu_<op> in kernels/cpu/ops_<family>.c, declared
+ * from the list in kernels/cpu/cpu.h). A device backend sets the members it
+ * has (kernels/cuda/grid_backend.c: bodies in kernels/cuda/kb_<family>.h).
+ * shift_mix, linear_step and aft_step every backend has; the others are
+ * optional (NULL), and a kind asks backend_supports() in load() and refuses
+ * to load without one, naming the op and the backend (kind_require_ops,
+ * recurrent/kind.h). */
+
+/* Token shift, for each row r in run order with prev = the fp32 vector of
+ * d floats at byte offset shift_off inside slot slots[r]:
+ *   out[r, p·d + c] = prev[c] + mu[p·d + c] · (h[r, c] − prev[c])   p < nmix
+ * then prev ← h[r, :]. h is [R × d], out is [R × nmix·d], mu holds nmix·d.
+ * (= μ⊙h_t + (1−μ)⊙h_{t−1}; a zeroed slot gives h_{−1} = 0.) */
+typedef int backend_shift_mix_fn(backend *be, const backend_buf *h, const backend_buf *mu, backend_buf *out,
+                                 size_t shift_off, int d, int nmix);
+
+/* Linear-attention step for every b < B and head h < H (dh = d_head):
+ *   in  = [B × 3·H·dh]: q at column 0, k at H·dh, v at 2·H·dh (raw, before φ)
+ *   state in slot slots[b] at byte offset state_off: S as double
+ *   [H][dh (k index i)][dh (v index j)], then z as double [H][dh]
+ *   gamma: H floats, or NULL for γ = 1
+ *   out[b, h·dh + j] = o_h[j] (float), out is [B × H·dh]
+ * with S ← γS + φ(k)vᵀ, z ← γz + φ(k), o = φ(q)ᵀS / (φ(q)ᵀz + eps),
+ * per element exactly as kernels/mixer_math.h (lind_lin_*). */
+typedef int backend_linear_step_fn(backend *be, const backend_buf *in, const backend_buf *gamma, backend_buf *out,
+                                   size_t state_off, int H, int dh, float eps);
+
+/* AFT (RWKV-4 form) step for every b < B and channel c < d:
+ *   in  = [B × 3·d]: r at column 0, k at d, v at 2·d
+ *   state in slot slots[b] at byte offset state_off: num, den, max, each
+ *   double[d], consecutive
+ *   w (decay, = exp(time_decay) ≥ 0) and u (bonus): d floats each, or
+ *   NULL for 0 (AFT-simple)
+ *   out[b, c] = σ(r) · wkv, out is [B × d]
+ * per element exactly as lind_aft_channel() in kernels/mixer_math.h. */
+typedef int backend_aft_step_fn(backend *be, const backend_buf *in, const backend_buf *w, const backend_buf *u,
+                                backend_buf *out, size_t state_off, int d);
+
+/* Causal depthwise convolution of kernel K ≥ 2 over the last K inputs
+ * (Mamba's and Gated DeltaNet's short convolution), for each row r in run
+ * order and channel c < n:
+ *   out[r, c] = act(Σ_{j<K} w[c·K + j] · x_{t−(K−1)+j}[c]),  x_t = in[r, c]
+ * per element as lind_conv_channel(); act is lind_silu when silu, else
+ * none. in and out have row strides ldi and ldo; out may be in (same
+ * stride: each element is read before it is written). State in slot
+ * slots[r]: the fp32 ring [n][K−1] at byte offset ring_off and its head
+ * index p (int32, the oldest entry) at idx_off, read modulo K−1 (so any
+ * bit pattern is a valid state); after a run p is stored in [0, K−1).
+ * Zeroed = all-zero past. */
+typedef int backend_short_conv_fn(backend *be, const backend_buf *in, int ldi, backend_buf *out, int ldo,
+                                  const backend_buf *w, int n, int K, size_t ring_off, size_t idx_off, int silu);
+
+/* Gated delta rule (Gated DeltaNet) for every row r in run order and head
+ * h < H (dh = d_head, hd = H·dh):
+ *   in  = [R × (3·hd + 2·H)]: q at column 0, k at hd, v at 2·hd (after
+ *         the short convolution), then the β logits (H), then the gate
+ *         logits (H)
+ *   gate: 2·H floats, A = exp(A_log) (H) then the gate bias (H)
+ *   norm_w: dh floats, the output RMS norm's weight (shared by heads)
+ *   state in slot slots[r] at byte offset state_off: S as double
+ *   [H][dh (k index i)][dh (v index j)]
+ *   out[r, h·dh + j] = RMSNorm(o_h)[j] (float), out is [R × hd]
+ * with q ← q/‖q‖·dh^−½, k ← k/‖k‖, β = σ(β logit), α =
+ * exp(−A·softplus(gate logit + bias)), S ← α S (I − β k kᵀ) + β v kᵀ,
+ * o = S q, RMS norm with eps inside the √; per element as
+ * lind_delta_column() / lind_delta_u() / lind_delta_s() and the
+ * lind_delta_* / lind_l2_* / lind_rms_* helpers of kernels/mixer_math.h. */
+typedef int backend_delta_step_fn(backend *be, const backend_buf *in, const backend_buf *gate,
+                                  const backend_buf *norm_w, backend_buf *out, size_t state_off, int H, int dh,
+                                  float eps);
+
+/* Sliding-window softmax attention (the window mixer) for every row r in
+ * run order and head h < H (dh = d_head ≤ 256, hd = H·dh, L = w·dil):
+ *   in  = [R × 3·hd]: q at column 0, k at hd, v at 2·hd (before RoPE)
+ *   slopes: H floats, the ALiBi slopes (ignored when rope_base > 0)
+ *   out[r, h·dh + j] (float), out is [R × hd]
+ * State in slot slots[r]: at ring_off the fp32 ring of keys [L][hd] then
+ * values [L][hd] (position s in row s mod L); at glob_off (when g > 0)
+ * the global keys [g][hd] then values [g][hd] (position s < g in row
+ * s); at pos_off the int64 absolute position t of the run's first token,
+ * read as unsigned (any bits are a valid state), stored + the run's
+ * length after it. Row r at position t: k (rotated by t with RoPE) and v
+ * go to ring row t mod L and, when t < g, to global row t; then
+ * lind_window_head() with q (rotated by t with RoPE), slope = slopes[h]
+ * (0 with RoPE). RoPE when rope_base > 0 (lind_rope, dh even). */
+typedef int backend_window_step_fn(backend *be, const backend_buf *in, const backend_buf *slopes, backend_buf *out,
+                                   size_t ring_off, size_t glob_off, size_t pos_off, int H, int dh, int w, int dil,
+                                   int g, float rope_base);
+
+/* AFT-local / AFT-conv (the aft_local and aft_conv mixers) for every row
+ * r in run order and channel c < d, with window s ≥ 2 and H heads (c is
+ * in head c / (d/H)):
+ *   in  = [R × 3·d]: q at column 0, k at d, v at 2·d
+ *   w:   [H × s] position biases (w[h·s + j] for the key j tokens back)
+ *   out[r, c] = σ(q) · lind_aftw_channel(…), out is [R × d]
+ * State in slot slots[r]: at acc_off num, den, max (double [d] each); at
+ * ring_off the fp32 ring of keys [d][s−1] then values [d][s−1]; at pos_off
+ * the int64 count of tokens seen (read as unsigned), stored + the run's
+ * length after it. Zeroed = the empty history. */
+typedef int backend_aft_window_step_fn(backend *be, const backend_buf *in, const backend_buf *w, backend_buf *out,
+                                       size_t acc_off, size_t ring_off, size_t pos_off, int d, int s, int H);
+
+/* Retention (RetNet) for every row r in run order and head h < H:
+ *   in  = [R × 4·hd]: q at column 0, k at hd, v at 2·hd, the gate
+ *         logits g at 3·hd
+ *   gamma: H floats, the decays γ
+ *   norm: 2·hd floats, the group norm's weight then its bias
+ *   state in slot slots[r] at byte offset state_off: S as double
+ *   [H][dh (k index i)][dh (v index j)]
+ *   out[r, h·dh + j] = SiLU(g) · GroupNorm_h(o)[j] (float), out [R × hd]
+ * with S ← γS + k vᵀ, o_j = dh^−½ Σ_i q_i S[i][j], the group norm over
+ * the head's dh outputs (mean, biased variance, eps inside the √); per
+ * element lind_lin_s() / lind_lin_column() (φ = identity),
+ * lind_gn_rstd(), lind_retention_out(). */
+typedef int backend_retention_step_fn(backend *be, const backend_buf *in, const backend_buf *gamma,
+                                      const backend_buf *norm, backend_buf *out, size_t state_off, int H, int dh,
+                                      float eps);
+
+/* FAVOR+ features in log form (Performer), row-wise (no slot state), for
+ * every row r < R, part p (0 = queries, 1 = keys) and head h < H:
+ *   out[r, p·H·m + h·m + f] = u_f  (f < m)  from x = in[r, p·hd + h·dh ...]
+ * per lind_favor_head() with omega [m × dh] (shared by the heads), the
+ * keys' shift ck = max_f ‖ω_f‖²/2. in and out have row strides ldi and
+ * ldo and must not overlap. */
+typedef int backend_favor_features_fn(backend *be, const backend_buf *in, int ldi, const backend_buf *omega,
+                                      backend_buf *out, int ldo, int H, int dh, int m, float ck);
+
+/* cosFormer step for every row r in run order and head h < H:
+ *   in  = [R × 3·hd]: q at 0, k at hd, v at 2·hd (raw, before ReLU)
+ *   state in slot slots[r]: at state_off P (S, z) pairs, S as double
+ *   [P][H][dh][dh] then z as double [P][H][dh]; at pos_off the int64
+ *   count of tokens seen (the row's position t). P = 3 when periodic,
+ *   else 2.
+ *   out[r, h·dh + j] = Σ_p φq_p·S_p[·][j] / (Σ_p φq_p·z_p + eps)
+ * after S_p += φk_p vᵀ, z_p += φk_p, φ_p(x) = lind_cos_feature(x,
+ * lind_cos_mult(lind_cos_theta(t, M, periodic), p)); the position
+ * advances by the run's length. Not periodic: a run that would reach
+ * position M is refused with -EOVERFLOW, a negative position with
+ * -EINVAL, before any state changes (the whole call is refused).
+ * Periodic: any position is valid (reduced mod 2M). */
+typedef int backend_cosformer_step_fn(backend *be, const backend_buf *in, backend_buf *out, size_t state_off,
+                                      size_t pos_off, int H, int dh, int M, int periodic, float eps);
+
+/* Causal Linformer step for every row r in run order and head h < H:
+ *   in  = [R × 3·hd]: q at 0, k at hd, v at 2·hd
+ *   ef  = [2 × N × kp]: the keys' projection rows E (row t for position
+ *         t), then the values' F
+ *   state in slot slots[r]: at state_off K̄ as double [H][kp][dh], then
+ *   V̄ as double [H][kp][dh]; at pos_off the int64 count of tokens seen
+ *   out[r, h·dh + j] = o_j (float), out [R × hd]
+ * per lind_linf_row() and a softmax over p shifted by its max (lind_exp),
+ * o_j = Σ_p e^{s_p − max} V̄[p][j] / Σ_p e^{s_p − max}, the sums in p
+ * order. A run that would reach position N is refused with -EOVERFLOW
+ * before any state changes (the whole call is refused). */
+typedef int backend_linformer_step_fn(backend *be, const backend_buf *in, const backend_buf *ef, backend_buf *out,
+                                      size_t state_off, size_t pos_off, int H, int dh, int kp, int N);
+
+/* RWKV-7 ("Goose", x070) time mixing after its products, for every row r
+ * in run order and head h < H (C = H·N channels, c in head c / N):
+ *   in  = [R × ldi]: r at column 0, k at C, v at 2C, the a LoRA's output
+ *         (xa·A1)·A2 at 3C, the v LoRA's (xv·V1)·V2 at 4C (read when
+ *         vmode = 2), the output gate g at 5C, the decay LoRA's inner
+ *         activations xw·W1 (dw of them, before tanh) at 6C
+ *   par = 8·C floats: w0, a0, v0, k_k, k_a, r_k ([H][N]), ln_x weight,
+ *         ln_x bias
+ *   w2  = [dw × C] fp32, the decay LoRA's second matrix
+ *   vfirst [R × C]: the value residual, row r the first layer's v of
+ *         the same token: vmode 1 writes v there, vmode 2 reads it and
+ *         mixes v ← v + (vfirst − v)·σ(v0 + v LoRA), vmode 0 neither
+ *   state in slot slots[r] at byte offset state_off: S as float
+ *         [H][N (v index i)][N (k index j)]
+ *   out[r, c] = (GroupNorm_h(o)[c] + (Σ_j r_j k_j r_k[h][j])·v_c) · g_c,
+ *         out [R × C]
+ * with w = exp(−e^{−½}·σ(w0 + tanh(xw·W1)·W2)), a = σ(a0 + a LoRA),
+ * kk = L2-normalised k⊙k_k per head, then k ← k⊙(1 + (a−1)⊙k_a),
+ * S ← S·diag(w) + (S·(−kk))(kk⊙a)ᵀ + v·kᵀ (the old S in both terms),
+ * o = S·r, GroupNorm over each head's N outputs with eps gn_eps.
+ * Optional (kernels/cpu/ops_rwkv7.c has it). */
+typedef int backend_rwkv7_step_fn(backend *be, const backend_buf *in, int ldi, const backend_buf *par,
+                                  const backend_buf *w2, int dw, backend_buf *vfirst, int vmode, backend_buf *out,
+                                  size_t state_off, int H, int N, float gn_eps);
+
+/* Mamba-2's selective state space step after its products and the
+ * short convolution, for every row r in run order and head h < H
+ * (P = d_head channels per head, I = H·P, N = d_state, G = n_groups,
+ * head h reads group g = h / (H/G); CD = I + 2·G·N):
+ *   in  = [R × ldi]: the convolution's outputs before bias and
+ *         activation, CD of them at column 0 (x [I], then B [G·N], then
+ *         C [G·N]), then the gate z [I] at CD, then the raw dt [H] at
+ *         CD + I
+ *   par = CD + 3·H floats: the conv bias (zeros when the model has
+ *         none), dt_bias [H], A = −exp(A_log) [H], D [H]
+ *   state in slot slots[r] at byte offset state_off: S as float
+ *         [H][P][N]
+ *   out[r, c] = y_c · SiLU(z_c), out [R × I] (the gated RMSNorm's input:
+ *         the caller applies rmsnorm over all I channels)
+ * with u = SiLU(conv + bias) (x, B, C), dt = clamp(softplus(dt_raw +
+ * dt_bias), dt_lo, dt_hi), S[h] ← exp(dt·A_h)·S[h] + dt·x_h ⊗ B_g,
+ * y_h = S[h]·C_g + D_h·x_h. Optional (kernels/cpu/ops_mamba2.c). */
+typedef int backend_mamba2_step_fn(backend *be, const backend_buf *in, int ldi, const backend_buf *par,
+                                   backend_buf *out, size_t state_off, int H, int P, int N, int G, float dt_lo,
+                                   float dt_hi);
+
+/* y[b, :] = x[b, :] / sqrt(mean(x[b, :]²) + eps) · w over d columns
+ * (RMSNorm: Mamba's block norms and its gated norm; T5/Llama's), the sum
+ * in double. x and y are [B × d] with ld = d; y may equal x. Optional: a
+ * model whose config asks for RMS norms is refused without it. */
+typedef int backend_rmsnorm_fn(backend *be, const backend_buf *x, backend_buf *y, const backend_buf *w, int d,
+                               float eps);
+
+#define BACKEND_KIND_OPS(X)                          \
+    X(BACKEND_OP_SHIFT_MIX,         shift_mix)       \
+    X(BACKEND_OP_LINEAR_STEP,       linear_step)     \
+    X(BACKEND_OP_AFT_STEP,          aft_step)        \
+    X(BACKEND_OP_SHORT_CONV,        short_conv)      \
+    X(BACKEND_OP_DELTA_STEP,        delta_step)      \
+    X(BACKEND_OP_WINDOW_STEP,       window_step)     \
+    X(BACKEND_OP_AFT_WINDOW_STEP,   aft_window_step) \
+    X(BACKEND_OP_RETENTION_STEP,    retention_step)  \
+    X(BACKEND_OP_FAVOR_FEATURES,    favor_features)  \
+    X(BACKEND_OP_COSFORMER_STEP,    cosformer_step)  \
+    X(BACKEND_OP_LINFORMER_STEP,    linformer_step)  \
+    X(BACKEND_OP_RWKV7_STEP,        rwkv7_step)      \
+    X(BACKEND_OP_MAMBA2_STEP,       mamba2_step)     \
+    X(BACKEND_OP_RMSNORM,           rmsnorm)
+
+typedef enum backend_op {
+#define BACKEND_OP_ENUM(e, op) e,
+    BACKEND_KIND_OPS(BACKEND_OP_ENUM)
+#undef BACKEND_OP_ENUM
+    BACKEND_NOPS
+} backend_op;
 
 typedef struct backend_ops {
     const char *name;                     /* "cpu", "cuda" */
@@ -123,36 +370,6 @@ typedef struct backend_ops {
                   const backend_buf *W, const backend_buf *bias,
                   backend_buf *y, size_t yo, int ldy, int B, int N, int K, int flags);
 
-    /* Token shift, for each row r in run order with prev = the fp32 vector of
-     * d floats at byte offset shift_off inside slot slots[r]:
-     *   out[r, p·d + c] = prev[c] + mu[p·d + c] · (h[r, c] − prev[c])   p < nmix
-     * then prev ← h[r, :]. h is [R × d], out is [R × nmix·d], mu holds nmix·d.
-     * (= μ⊙h_t + (1−μ)⊙h_{t−1}; a zeroed slot gives h_{−1} = 0.) */
-    int (*shift_mix)(backend *be, const backend_buf *h, const backend_buf *mu,
-                     backend_buf *out, size_t shift_off, int d, int nmix);
-
-    /* Linear-attention step for every b < B and head h < H (dh = d_head):
-     *   in  = [B × 3·H·dh]: q at column 0, k at H·dh, v at 2·H·dh (raw, before φ)
-     *   state in slot slots[b] at byte offset state_off: S as double
-     *   [H][dh (k index i)][dh (v index j)], then z as double [H][dh]
-     *   gamma: H floats, or NULL for γ = 1
-     *   out[b, h·dh + j] = o_h[j] (float), out is [B × H·dh]
-     * with S ← γS + φ(k)vᵀ, z ← γz + φ(k), o = φ(q)ᵀS / (φ(q)ᵀz + eps),
-     * per element exactly as kernels/mixer_math.h (lind_lin_*). */
-    int (*linear_step)(backend *be, const backend_buf *in, const backend_buf *gamma,
-                       backend_buf *out, size_t state_off, int H, int dh, float eps);
-
-    /* AFT (RWKV-4 form) step for every b < B and channel c < d:
-     *   in  = [B × 3·d]: r at column 0, k at d, v at 2·d
-     *   state in slot slots[b] at byte offset state_off: num, den, max, each
-     *   double[d], consecutive
-     *   w (decay, = exp(time_decay) ≥ 0) and u (bonus): d floats each, or
-     *   NULL for 0 (AFT-simple)
-     *   out[b, c] = σ(r) · wkv, out is [B × d]
-     * per element exactly as lind_aft_channel() in kernels/mixer_math.h. */
-    int (*aft_step)(backend *be, const backend_buf *in, const backend_buf *w,
-                    const backend_buf *u, backend_buf *out, size_t state_off, int d);
-
     /* ---- row helpers (no slot state) ------------------------------------ */
     /* dst[i, :d] = src[rows[i], :d] for i < n (src row stride d, rows a host
      * array of n indices < R): the rows whose logits a step wants. */
@@ -174,175 +391,13 @@ typedef struct backend_ops {
      * model widens to fp32 and calls weight_new). */
     int (*weight_new_half)(backend *be, int N, int K, const uint16_t *W, int wtype, backend_buf **out);
 
-    /* ---- constant-state mixers beyond linear attention / AFT --------------
-     * Optional: a backend without them leaves them NULL, and a kind that
-     * needs one refuses to load on it (naming the op). */
-
-    /* Causal depthwise convolution of kernel K ≥ 2 over the last K inputs
-     * (Mamba's and Gated DeltaNet's short convolution), for each row r in run
-     * order and channel c < n:
-     *   out[r, c] = act(Σ_{j<K} w[c·K + j] · x_{t−(K−1)+j}[c]),  x_t = in[r, c]
-     * per element as lind_conv_channel(); act is lind_silu when silu, else
-     * none. in and out have row strides ldi and ldo; out may be in (same
-     * stride: each element is read before it is written). State in slot
-     * slots[r]: the fp32 ring [n][K−1] at byte offset ring_off and its head
-     * index p (int32, the oldest entry) at idx_off, read modulo K−1 (so any
-     * bit pattern is a valid state); after a run p is stored in [0, K−1).
-     * Zeroed = all-zero past. */
-    int (*short_conv)(backend *be, const backend_buf *in, int ldi, backend_buf *out, int ldo,
-                      const backend_buf *w, int n, int K, size_t ring_off, size_t idx_off, int silu);
-
-    /* Gated delta rule (Gated DeltaNet) for every row r in run order and head
-     * h < H (dh = d_head, hd = H·dh):
-     *   in  = [R × (3·hd + 2·H)]: q at column 0, k at hd, v at 2·hd (after
-     *         the short convolution), then the β logits (H), then the gate
-     *         logits (H)
-     *   gate: 2·H floats, A = exp(A_log) (H) then the gate bias (H)
-     *   norm_w: dh floats, the output RMS norm's weight (shared by heads)
-     *   state in slot slots[r] at byte offset state_off: S as double
-     *   [H][dh (k index i)][dh (v index j)]
-     *   out[r, h·dh + j] = RMSNorm(o_h)[j] (float), out is [R × hd]
-     * with q ← q/‖q‖·dh^−½, k ← k/‖k‖, β = σ(β logit), α =
-     * exp(−A·softplus(gate logit + bias)), S ← α S (I − β k kᵀ) + β v kᵀ,
-     * o = S q, RMS norm with eps inside the √; per element as
-     * lind_delta_column() / lind_delta_u() / lind_delta_s() and the
-     * lind_delta_* / lind_l2_* / lind_rms_* helpers of kernels/mixer_math.h. */
-    int (*delta_step)(backend *be, const backend_buf *in, const backend_buf *gate, const backend_buf *norm_w,
-                      backend_buf *out, size_t state_off, int H, int dh, float eps);
-
-    /* Sliding-window softmax attention (the window mixer) for every row r in
-     * run order and head h < H (dh = d_head ≤ 256, hd = H·dh, L = w·dil):
-     *   in  = [R × 3·hd]: q at column 0, k at hd, v at 2·hd (before RoPE)
-     *   slopes: H floats, the ALiBi slopes (ignored when rope_base > 0)
-     *   out[r, h·dh + j] (float), out is [R × hd]
-     * State in slot slots[r]: at ring_off the fp32 ring of keys [L][hd] then
-     * values [L][hd] (position s in row s mod L); at glob_off (when g > 0)
-     * the global keys [g][hd] then values [g][hd] (position s < g in row
-     * s); at pos_off the int64 absolute position t of the run's first token,
-     * read as unsigned (any bits are a valid state), stored + the run's
-     * length after it. Row r at position t: k (rotated by t with RoPE) and v
-     * go to ring row t mod L and, when t < g, to global row t; then
-     * lind_window_head() with q (rotated by t with RoPE), slope = slopes[h]
-     * (0 with RoPE). RoPE when rope_base > 0 (lind_rope, dh even). */
-    int (*window_step)(backend *be, const backend_buf *in, const backend_buf *slopes, backend_buf *out,
-                       size_t ring_off, size_t glob_off, size_t pos_off, int H, int dh, int w, int dil, int g,
-                       float rope_base);
-
-    /* AFT-local / AFT-conv (the aft_local and aft_conv mixers) for every row
-     * r in run order and channel c < d, with window s ≥ 2 and H heads (c is
-     * in head c / (d/H)):
-     *   in  = [R × 3·d]: q at column 0, k at d, v at 2·d
-     *   w:   [H × s] position biases (w[h·s + j] for the key j tokens back)
-     *   out[r, c] = σ(q) · lind_aftw_channel(…), out is [R × d]
-     * State in slot slots[r]: at acc_off num, den, max (double [d] each); at
-     * ring_off the fp32 ring of keys [d][s−1] then values [d][s−1]; at pos_off
-     * the int64 count of tokens seen (read as unsigned), stored + the run's
-     * length after it. Zeroed = the empty history. */
-    int (*aft_window_step)(backend *be, const backend_buf *in, const backend_buf *w, backend_buf *out,
-                           size_t acc_off, size_t ring_off, size_t pos_off, int d, int s, int H);
-    /* Retention (RetNet) for every row r in run order and head h < H:
-     *   in  = [R × 4·hd]: q at column 0, k at hd, v at 2·hd, the gate
-     *         logits g at 3·hd
-     *   gamma: H floats, the decays γ
-     *   norm: 2·hd floats, the group norm's weight then its bias
-     *   state in slot slots[r] at byte offset state_off: S as double
-     *   [H][dh (k index i)][dh (v index j)]
-     *   out[r, h·dh + j] = SiLU(g) · GroupNorm_h(o)[j] (float), out [R × hd]
-     * with S ← γS + k vᵀ, o_j = dh^−½ Σ_i q_i S[i][j], the group norm over
-     * the head's dh outputs (mean, biased variance, eps inside the √); per
-     * element lind_lin_s() / lind_lin_column() (φ = identity),
-     * lind_gn_rstd(), lind_retention_out(). */
-    int (*retention_step)(backend *be, const backend_buf *in, const backend_buf *gamma, const backend_buf *norm,
-                          backend_buf *out, size_t state_off, int H, int dh, float eps);
-
-    /* FAVOR+ features in log form (Performer), row-wise (no slot state), for
-     * every row r < R, part p (0 = queries, 1 = keys) and head h < H:
-     *   out[r, p·H·m + h·m + f] = u_f  (f < m)  from x = in[r, p·hd + h·dh ...]
-     * per lind_favor_head() with omega [m × dh] (shared by the heads), the
-     * keys' shift ck = max_f ‖ω_f‖²/2. in and out have row strides ldi and
-     * ldo and must not overlap. */
-    int (*favor_features)(backend *be, const backend_buf *in, int ldi, const backend_buf *omega,
-                          backend_buf *out, int ldo, int H, int dh, int m, float ck);
-
-    /* cosFormer step for every row r in run order and head h < H:
-     *   in  = [R × 3·hd]: q at 0, k at hd, v at 2·hd (raw, before ReLU)
-     *   state in slot slots[r]: at state_off P (S, z) pairs, S as double
-     *   [P][H][dh][dh] then z as double [P][H][dh]; at pos_off the int64
-     *   count of tokens seen (the row's position t). P = 3 when periodic,
-     *   else 2.
-     *   out[r, h·dh + j] = Σ_p φq_p·S_p[·][j] / (Σ_p φq_p·z_p + eps)
-     * after S_p += φk_p vᵀ, z_p += φk_p, φ_p(x) = lind_cos_feature(x,
-     * lind_cos_mult(lind_cos_theta(t, M, periodic), p)); the position
-     * advances by the run's length. Not periodic: a run that would reach
-     * position M is refused with -EOVERFLOW, a negative position with
-     * -EINVAL, before any state changes (the whole call is refused).
-     * Periodic: any position is valid (reduced mod 2M). */
-    int (*cosformer_step)(backend *be, const backend_buf *in, backend_buf *out, size_t state_off, size_t pos_off,
-                          int H, int dh, int M, int periodic, float eps);
-
-    /* Causal Linformer step for every row r in run order and head h < H:
-     *   in  = [R × 3·hd]: q at 0, k at hd, v at 2·hd
-     *   ef  = [2 × N × kp]: the keys' projection rows E (row t for position
-     *         t), then the values' F
-     *   state in slot slots[r]: at state_off K̄ as double [H][kp][dh], then
-     *   V̄ as double [H][kp][dh]; at pos_off the int64 count of tokens seen
-     *   out[r, h·dh + j] = o_j (float), out [R × hd]
-     * per lind_linf_row() and a softmax over p shifted by its max (lind_exp),
-     * o_j = Σ_p e^{s_p − max} V̄[p][j] / Σ_p e^{s_p − max}, the sums in p
-     * order. A run that would reach position N is refused with -EOVERFLOW
-     * before any state changes (the whole call is refused). */
-    int (*linformer_step)(backend *be, const backend_buf *in, const backend_buf *ef, backend_buf *out,
-                          size_t state_off, size_t pos_off, int H, int dh, int kp, int N);
-
-    /* RWKV-7 ("Goose", x070) time mixing after its products, for every row r
-     * in run order and head h < H (C = H·N channels, c in head c / N):
-     *   in  = [R × ldi]: r at column 0, k at C, v at 2C, the a LoRA's output
-     *         (xa·A1)·A2 at 3C, the v LoRA's (xv·V1)·V2 at 4C (read when
-     *         vmode = 2), the output gate g at 5C, the decay LoRA's inner
-     *         activations xw·W1 (dw of them, before tanh) at 6C
-     *   par = 8·C floats: w0, a0, v0, k_k, k_a, r_k ([H][N]), ln_x weight,
-     *         ln_x bias
-     *   w2  = [dw × C] fp32, the decay LoRA's second matrix
-     *   vfirst [R × C]: the value residual, row r the first layer's v of
-     *         the same token: vmode 1 writes v there, vmode 2 reads it and
-     *         mixes v ← v + (vfirst − v)·σ(v0 + v LoRA), vmode 0 neither
-     *   state in slot slots[r] at byte offset state_off: S as float
-     *         [H][N (v index i)][N (k index j)]
-     *   out[r, c] = (GroupNorm_h(o)[c] + (Σ_j r_j k_j r_k[h][j])·v_c) · g_c,
-     *         out [R × C]
-     * with w = exp(−e^{−½}·σ(w0 + tanh(xw·W1)·W2)), a = σ(a0 + a LoRA),
-     * kk = L2-normalised k⊙k_k per head, then k ← k⊙(1 + (a−1)⊙k_a),
-     * S ← S·diag(w) + (S·(−kk))(kk⊙a)ᵀ + v·kᵀ (the old S in both terms),
-     * o = S·r, GroupNorm over each head's N outputs with eps gn_eps.
-     * Optional (kernels/cpu/ops_rwkv7.c has it). */
-    int (*rwkv7_step)(backend *be, const backend_buf *in, int ldi, const backend_buf *par, const backend_buf *w2,
-                      int dw, backend_buf *vfirst, int vmode, backend_buf *out, size_t state_off, int H, int N,
-                      float gn_eps);
-    /* Mamba-2's selective state space step after its products and the
-     * short convolution, for every row r in run order and head h < H
-     * (P = d_head channels per head, I = H·P, N = d_state, G = n_groups,
-     * head h reads group g = h / (H/G); CD = I + 2·G·N):
-     *   in  = [R × ldi]: the convolution's outputs before bias and
-     *         activation, CD of them at column 0 (x [I], then B [G·N], then
-     *         C [G·N]), then the gate z [I] at CD, then the raw dt [H] at
-     *         CD + I
-     *   par = CD + 3·H floats: the conv bias (zeros when the model has
-     *         none), dt_bias [H], A = −exp(A_log) [H], D [H]
-     *   state in slot slots[r] at byte offset state_off: S as float
-     *         [H][P][N]
-     *   out[r, c] = y_c · SiLU(z_c), out [R × I] (the gated RMSNorm's input:
-     *         the caller applies rmsnorm over all I channels)
-     * with u = SiLU(conv + bias) (x, B, C), dt = clamp(softplus(dt_raw +
-     * dt_bias), dt_lo, dt_hi), S[h] ← exp(dt·A_h)·S[h] + dt·x_h ⊗ B_g,
-     * y_h = S[h]·C_g + D_h·x_h. Optional (kernels/cpu/ops_mamba2.c). */
-    int (*mamba2_step)(backend *be, const backend_buf *in, int ldi, const backend_buf *par, backend_buf *out,
-                       size_t state_off, int H, int P, int N, int G, float dt_lo, float dt_hi);
-
-    /* y[b, :] = x[b, :] / sqrt(mean(x[b, :]²) + eps) · w over d columns
-     * (RMSNorm: Mamba's block norms and its gated norm; T5/Llama's), the sum
-     * in double. x and y are [B × d] with ld = d; y may equal x. Optional: a
-     * model whose config asks for RMS norms is refused without it. */
-    int (*rmsnorm)(backend *be, const backend_buf *x, backend_buf *y, const backend_buf *w, int d, float eps);
+    /* ---- the kinds' ops ----------------------------------------------------
+     * One member per row of BACKEND_KIND_OPS (above, with each op's contract):
+     *   int (*shift_mix)(...), int (*linear_step)(...), ..., int (*rmsnorm)(...)
+     * NULL for an op the backend does not have (see backend_supports). */
+#define BACKEND_OP_MEMBER(e, op) backend_##op##_fn *op;
+    BACKEND_KIND_OPS(BACKEND_OP_MEMBER)
+#undef BACKEND_OP_MEMBER
 
     /* ---- health ----------------------------------------------------------
      * Optional (NULL: never anything to report). */
@@ -418,6 +473,25 @@ typedef struct backend_ops {
 struct backend {
     const backend_ops *ops;
 };
+
+/* Whether backend be has op (a row of BACKEND_KIND_OPS): what a kind asks
+ * in load() before it uses an optional op (never a NULL check of its own). */
+static inline int backend_supports(const backend *be, backend_op op) {
+    switch (op) {
+#define BACKEND_OP_HAS(e, name) case e: return be->ops->name != NULL;
+    BACKEND_KIND_OPS(BACKEND_OP_HAS)
+#undef BACKEND_OP_HAS
+    default: return 0;
+    }
+}
+
+/* The op's name as in backend_ops ("delta_step"); "?" past the list. */
+const char *backend_op_name(backend_op op);
+
+/* 0 when be has every op of ops[0..n), else -ENOTSUP with err saying
+ * "<who> needs the backend op X (or: ops X, Y and Z: those it lacks), which
+ * the <backend> backend does not have (use the cpu backend)". */
+int backend_require(const backend *be, const backend_op *ops, int n, const char *who, char *err, size_t errlen);
 
 /* The matmul flags contract, checked the same way by every backend: known
  * flags only; an activation (GELU, RELU2 = max(0, s)², SIGMOID) at most one,

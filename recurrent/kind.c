@@ -126,3 +126,9 @@ int kind_vector(kind_ctx *ctx, const float *v, size_t n, backend_buf **out) {
     }
     return rc;
 }
+
+int kind_require_ops(const kind_ctx *ctx, const char *what, const backend_op *ops, int n, char *err, size_t errlen) {
+    char who[128];
+    snprintf(who, sizeof who, "layer %d: %s", ctx->layer, what);
+    return backend_require(ctx->be, ops, n, who, err, errlen);
+}

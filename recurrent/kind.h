@@ -80,6 +80,11 @@ typedef struct kind_ctx {
 /* Upload a matrix weight [N × K] (fp32 or half as given) scaled by `scale`
  * (1 = as is; a power of two keeps half values exact), counting it in ctx. */
 int kind_matrix(kind_ctx *ctx, const kind_weight *w, int N, int K, float scale, backend_buf **out);
+/* The backend ops (kernels/backend.h, enum backend_op) a kind needs beyond
+ * the ones every backend has: 0 when ctx's backend has all n, else -ENOTSUP
+ * with err naming the layer, `what` (e.g. "mixer \"delta\""), the ops it
+ * lacks and the backend. A kind calls it in load(), before uploading. */
+int kind_require_ops(const kind_ctx *ctx, const char *what, const backend_op *ops, int n, char *err, size_t errlen);
 /* Upload a vector of n floats. */
 int kind_vector(kind_ctx *ctx, const float *v, size_t n, backend_buf **out);
 /* Upload three matrices [n × d] as one [3n × d] (fused projections). */

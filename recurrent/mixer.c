@@ -1,5 +1,5 @@
 /* recurrent/mixer.c — the table of mixer kinds and the helpers they share.
- * Adding a kind: one file defining a `layer_kind`, one line in kinds[]. */
+ * Adding a kind: one file defining a `layer_kind`, one row in MIXER_KINDS. */
 #include "recurrent/mixer.h"
 
 #include <errno.h>
@@ -7,19 +7,30 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The mixer kinds, one row each: X(its layer_kind, defined in its
+ * recurrent/mixer_*.c); mixer_kind_names() lists them in this order. */
+#define MIXER_KINDS(X) \
+    X(mixer_linear)    \
+    X(mixer_aft)       \
+    X(mixer_delta)     \
+    X(mixer_window)    \
+    X(mixer_aft_local) \
+    X(mixer_aft_conv)  \
+    X(mixer_retnet)    \
+    X(mixer_performer) \
+    X(mixer_cosformer) \
+    X(mixer_linformer) \
+    X(mixer_rwkv7)     \
+    X(mixer_mamba2)
+
+#define MIXER_DECL(k) extern const layer_kind k;
+MIXER_KINDS(MIXER_DECL)
+#undef MIXER_DECL
+
 static const layer_kind *const kinds[] = {
-    &mixer_linear,
-    &mixer_aft,
-    &mixer_delta,
-    &mixer_window,
-    &mixer_aft_local,
-    &mixer_aft_conv,
-    &mixer_retnet,
-    &mixer_performer,
-    &mixer_cosformer,
-    &mixer_linformer,
-    &mixer_rwkv7,
-    &mixer_mamba2,
+#define MIXER_ROW(k) &k,
+    MIXER_KINDS(MIXER_ROW)
+#undef MIXER_ROW
 };
 #define NKINDS (sizeof kinds / sizeof kinds[0])
 

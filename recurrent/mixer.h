@@ -1,6 +1,6 @@
 /* recurrent/mixer.h — mixer kinds (recurrent/kind.h) and the helpers they
- * share. Adding a mixer kind: one file defining a `layer_kind`, one line in
- * the table in recurrent/mixer.c. */
+ * share. Adding a mixer kind: one file defining a `layer_kind`, one row in
+ * MIXER_KINDS in recurrent/mixer.c (docs/KINDS.md). */
 #ifndef LIND_RECURRENT_MIXER_H
 #define LIND_RECURRENT_MIXER_H
 
@@ -26,17 +26,5 @@ int  mixer_proj3_load(mixer_proj3 *p, kind_ctx *ctx, int shift, int n, int d,
 int  mixer_proj3_run(const mixer_proj3 *p, const layer_io *io, size_t shift_off, backend_buf *out);
 void mixer_proj3_free(mixer_proj3 *p, backend *be);
 
-extern const layer_kind mixer_linear;
-extern const layer_kind mixer_aft;
-extern const layer_kind mixer_delta;
-extern const layer_kind mixer_window;
-extern const layer_kind mixer_aft_local;
-extern const layer_kind mixer_aft_conv;
-extern const layer_kind mixer_retnet;
-extern const layer_kind mixer_performer;
-extern const layer_kind mixer_cosformer;
-extern const layer_kind mixer_linformer;
-extern const layer_kind mixer_rwkv7;
-extern const layer_kind mixer_mamba2;
 
 #endif

@@ -123,11 +123,11 @@ static int aftw_load(const lind_config *c, const void *params, kind_ctx *ctx, co
     const aftw_params *p = params;
     backend *be = ctx->be;
     const char *kn = p->conv ? "aft_conv" : "aft_local";
-    if (!be->ops->aft_window_step) {
-        snprintf(err, errlen, "layer %d: mixer \"%s\" needs the backend op aft_window_step, which the %s backend "
-                 "does not have (use the cpu backend)", ctx->layer, kn, be->ops->name);
+    static const backend_op need[] = {BACKEND_OP_AFT_WINDOW_STEP};
+    char what[32];
+    snprintf(what, sizeof what, "mixer \"%s\"", kn);
+    if (kind_require_ops(ctx, what, need, (int)(sizeof need / sizeof *need), err, errlen) < 0)
         return -ENOTSUP;
-    }
     int d = c->d_model, s = p->s, H = p->H, rc;
     aftw *X = calloc(1, sizeof *X);
     float *w = malloc((size_t)H * s * sizeof *w);

@@ -109,11 +109,9 @@ static int cos_load(const lind_config *c, const void *params, kind_ctx *ctx, con
                     char *err, size_t errlen) {
     const cos_params *p = params;
     backend *be = ctx->be;
-    if (!be->ops->cosformer_step) {
-        snprintf(err, errlen, "layer %d: mixer \"cosformer\" needs the backend op cosformer_step, which the %s "
-                 "backend does not have", ctx->layer, be->ops->name);
+    static const backend_op need[] = {BACKEND_OP_COSFORMER_STEP};
+    if (kind_require_ops(ctx, "mixer \"cosformer\"", need, (int)(sizeof need / sizeof *need), err, errlen) < 0)
         return -ENOTSUP;
-    }
     cosf *X = calloc(1, sizeof *X);
     if (!X) return -ENOMEM;
     X->H = p->H;

@@ -105,11 +105,9 @@ static int delta_load(const lind_config *c, const void *params, kind_ctx *ctx, c
                       char *err, size_t errlen) {
     const delta_params *p = params;
     backend *be = ctx->be;
-    if (!be->ops->short_conv || !be->ops->delta_step) {
-        snprintf(err, errlen, "layer %d: mixer \"delta\" needs the backend ops short_conv and delta_step, which the "
-                 "%s backend does not have (use the cpu backend)", ctx->layer, be->ops->name);
+    static const backend_op need[] = {BACKEND_OP_SHORT_CONV, BACKEND_OP_DELTA_STEP};
+    if (kind_require_ops(ctx, "mixer \"delta\"", need, (int)(sizeof need / sizeof *need), err, errlen) < 0)
         return -ENOTSUP;
-    }
     int H = p->H, dh = p->dh, K = p->K, hd = H * dh, rc;
     /* A = exp(A_log) must be a finite positive rate: α = e^{−A·softplus} ∈ (0, 1]. */
     float *gate = malloc(2 * (size_t)H * sizeof *gate), *conv = malloc(3 * (size_t)hd * K * sizeof *conv);

@@ -105,11 +105,9 @@ static int linf_load(const lind_config *c, const void *params, kind_ctx *ctx, co
                      char *err, size_t errlen) {
     const linf_params *p = params;
     backend *be = ctx->be;
-    if (!be->ops->linformer_step) {
-        snprintf(err, errlen, "layer %d: mixer \"linformer\" needs the backend op linformer_step, which the %s "
-                 "backend does not have", ctx->layer, be->ops->name);
+    static const backend_op need[] = {BACKEND_OP_LINFORMER_STEP};
+    if (kind_require_ops(ctx, "mixer \"linformer\"", need, (int)(sizeof need / sizeof *need), err, errlen) < 0)
         return -ENOTSUP;
-    }
     size_t n = (size_t)p->N * p->kp;
     for (int w = 0; w < 2; w++)
         for (size_t i = 0; i < n; i++)

@@ -147,12 +147,9 @@ static int mamba2_load(const lind_config *c, const void *params, kind_ctx *ctx, 
                        char *err, size_t errlen) {
     const mamba2_params *p = params;
     backend *be = ctx->be;
-    const backend_ops *o = be->ops;
-    if (!o->short_conv || !o->mamba2_step || !o->rmsnorm) {
-        snprintf(err, errlen, "layer %d: mixer \"mamba2\" needs the backend ops short_conv, mamba2_step and rmsnorm, "
-                 "which the %s backend does not all have (use the cpu backend)", ctx->layer, o->name);
+    static const backend_op need[] = {BACKEND_OP_SHORT_CONV, BACKEND_OP_MAMBA2_STEP, BACKEND_OP_RMSNORM};
+    if (kind_require_ops(ctx, "mixer \"mamba2\"", need, (int)(sizeof need / sizeof *need), err, errlen) < 0)
         return -ENOTSUP;
-    }
     int I, CD, PT, H = p->H, d = c->d_model, rc = -ENOMEM;
     dims(p, &I, &CD, &PT);
     mamba2 *X = calloc(1, sizeof *X);

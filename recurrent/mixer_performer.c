@@ -132,11 +132,9 @@ static int perf_load(const lind_config *c, const void *params, kind_ctx *ctx, co
                      char *err, size_t errlen) {
     const perf_params *p = params;
     backend *be = ctx->be;
-    if (!be->ops->favor_features || !be->ops->linear_step) {
-        snprintf(err, errlen, "layer %d: mixer \"performer\" needs the backend ops favor_features and linear_step, "
-                 "which the %s backend does not have", ctx->layer, be->ops->name);
+    static const backend_op need[] = {BACKEND_OP_FAVOR_FEATURES, BACKEND_OP_LINEAR_STEP};
+    if (kind_require_ops(ctx, "mixer \"performer\"", need, (int)(sizeof need / sizeof *need), err, errlen) < 0)
         return -ENOTSUP;
-    }
     int H = p->H, dh = p->dh, m = p->m, hd = H * dh, d = c->d_model, rc;
     const float *om = t[T_OMEGA].f32;
     double ck = 0.0;

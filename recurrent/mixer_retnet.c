@@ -94,11 +94,9 @@ static int ret_load(const lind_config *c, const void *params, kind_ctx *ctx, con
                     char *err, size_t errlen) {
     const ret_params *p = params;
     backend *be = ctx->be;
-    if (!be->ops->retention_step) {
-        snprintf(err, errlen, "layer %d: mixer \"retnet\" needs the backend op retention_step, which the %s backend "
-                 "does not have", ctx->layer, be->ops->name);
+    static const backend_op need[] = {BACKEND_OP_RETENTION_STEP};
+    if (kind_require_ops(ctx, "mixer \"retnet\"", need, (int)(sizeof need / sizeof *need), err, errlen) < 0)
         return -ENOTSUP;
-    }
     int H = p->H, hd = H * p->dh, rc;
     const float *decay = t[T_DECAY].f32;
     for (int h = 0; h < H; h++)

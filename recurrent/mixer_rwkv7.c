@@ -169,11 +169,9 @@ static int rwkv7_load(const lind_config *c, const void *params, kind_ctx *ctx, c
                       char *err, size_t errlen) {
     const rwkv7_params *p = params;
     backend *be = ctx->be;
-    if (!be->ops->rwkv7_step) {
-        snprintf(err, errlen, "layer %d: mixer \"rwkv7\" needs the backend op rwkv7_step, which the %s backend "
-                 "does not have (use the cpu backend)", ctx->layer, be->ops->name);
+    static const backend_op need[] = {BACKEND_OP_RWKV7_STEP};
+    if (kind_require_ops(ctx, "mixer \"rwkv7\"", need, (int)(sizeof need / sizeof *need), err, errlen) < 0)
         return -ENOTSUP;
-    }
     int C = c->d_model, rc = -ENOMEM;
     rwkv7 *X = calloc(1, sizeof *X);
     float *mu = malloc(6 * (size_t)C * sizeof *mu), *par = calloc(8 * (size_t)C, sizeof *par);

@@ -122,11 +122,9 @@ static int window_load(const lind_config *c, const void *params, kind_ctx *ctx, 
                        char *err, size_t errlen) {
     const window_params *p = params;
     backend *be = ctx->be;
-    if (!be->ops->window_step) {
-        snprintf(err, errlen, "layer %d: mixer \"window\" needs the backend op window_step, which the %s backend "
-                 "does not have (use the cpu backend)", ctx->layer, be->ops->name);
+    static const backend_op need[] = {BACKEND_OP_WINDOW_STEP};
+    if (kind_require_ops(ctx, "mixer \"window\"", need, (int)(sizeof need / sizeof *need), err, errlen) < 0)
         return -ENOTSUP;
-    }
     int H = p->H, hd = H * p->dh, rc;
     window *X = calloc(1, sizeof *X);
     float *slopes = malloc((size_t)H * sizeof *slopes);

@@ -435,7 +435,7 @@ int model_load_opts(const char *dir, const model_opts *o, model **out, char *err
     const lind_config *c = &m->cfg;
     int d = c->d_model, V = c->vocab_size;
     if ((rc = take_vec(m, &ld, "embed.weight", 2, V, d, &m->embed)) < 0) goto out;
-    if (c->norm_rms && !m->be->ops->rmsnorm) {
+    if (c->norm_rms && !backend_supports(m->be, BACKEND_OP_RMSNORM)) {
         rc = errmsg_set(-ENOTSUP, err, errlen, "%s: the model's norms are RMSNorms, which the %s backend does not have "
                         "(the rmsnorm op; use the cpu backend)", dir, m->be->ops->name);
         goto out;

@@ -184,11 +184,45 @@ static void threads_bit_identical(void) {
     }
 }
 
+/* backend_supports / backend_op_name / backend_require: the CPU backend has
+ * every kind op (its table is made from BACKEND_KIND_OPS); a backend without
+ * some is refused by name, naming only the ops it lacks. */
+static void op_capabilities(void) {
+    char err[512];
+    backend *be = NULL;
+    CHECK(backend_cpu_new(NULL, &be, err, sizeof err) == 0, "cpu backend: %s", err);
+    if (!be) return;
+    for (int op = 0; op < BACKEND_NOPS; op++)
+        CHECK(backend_supports(be, (backend_op)op), "cpu lacks %s", backend_op_name((backend_op)op));
+    CHECK(!strcmp(backend_op_name(BACKEND_OP_DELTA_STEP), "delta_step") &&
+              !strcmp(backend_op_name(BACKEND_OP_RMSNORM), "rmsnorm") && !strcmp(backend_op_name(BACKEND_NOPS), "?"),
+          "op names");
+    const backend_op need[] = {BACKEND_OP_SHORT_CONV, BACKEND_OP_DELTA_STEP, BACKEND_OP_RMSNORM};
+    CHECK(backend_require(be, need, 3, "layer 0: mixer \"x\"", err, sizeof err) == 0, "cpu refused: %s", err);
+    /* the same backend with some ops taken away */
+    backend_ops ops = *be->ops;
+    ops.name = "partial";
+    ops.delta_step = NULL;
+    ops.rmsnorm = NULL;
+    backend fake = {&ops};
+    CHECK(!backend_supports(&fake, BACKEND_OP_DELTA_STEP) && backend_supports(&fake, BACKEND_OP_SHORT_CONV),
+          "partial backend's capabilities");
+    int rc = backend_require(&fake, need, 3, "layer 2: mixer \"x\"", err, sizeof err);
+    CHECK(rc == -ENOTSUP && !strcmp(err, "layer 2: mixer \"x\" needs the backend ops delta_step and rmsnorm, which "
+                                          "the partial backend does not have (use the cpu backend)"),
+          "rc %d, '%s'", rc, err);
+    rc = backend_require(&fake, need, 2, "layer 2: mixer \"x\"", err, sizeof err);
+    CHECK(rc == -ENOTSUP && strstr(err, "needs the backend op delta_step, which the partial backend"), "rc %d, '%s'",
+          rc, err);
+    backend_free(be);
+}
+
 int main(void) {
     RUN(env_unset_is_default);
     RUN(env_values_read);
     RUN(env_garbage_refused);
     RUN(ctor_takes_threads);
+    RUN(op_capabilities);
     if (cpu_gemm_supported(CPU_GEMM_AVX512) || cpu_gemm_supported(CPU_GEMM_AVX2)) RUN(threads_bit_identical);
     else printf("SKIP threads_bit_identical: this CPU runs neither packed kernel (AVX-512F, AVX2+FMA)\n");
     return check_exit();

@@ -548,7 +548,8 @@ static void harness_matches_cpu(void) {
     char err[512] = "", dir[512];
     CHECK(backend_new("harness", NULL, &be, err, sizeof err) == 0, "harness backend: %s", err);
     if (!be) return;
-    CHECK(be->ops->short_conv && be->ops->delta_step, "the harness backend lacks short_conv or delta_step");
+    CHECK(backend_supports(be, BACKEND_OP_SHORT_CONV) && backend_supports(be, BACKEND_OP_DELTA_STEP),
+          "the harness backend lacks short_conv or delta_step");
     backend_free(be);
     snprintf(dir, sizeof dir, "%s/harness", tmpdir);
     CHECK(write_model(dir, &two_layer, 18, NULL, 0, NULL) == 0, "write_model");

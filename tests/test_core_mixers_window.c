@@ -526,7 +526,8 @@ static void harness_matches_cpu(void) {
     char err[512] = "", dir[512];
     CHECK(backend_new("harness", NULL, &be, err, sizeof err) == 0, "harness backend: %s", err);
     if (!be) return;
-    CHECK(be->ops->window_step && be->ops->aft_window_step, "the harness backend lacks window_step or aft_window_step");
+    CHECK(backend_supports(be, BACKEND_OP_WINDOW_STEP) && backend_supports(be, BACKEND_OP_AFT_WINDOW_STEP),
+          "the harness backend lacks window_step or aft_window_step");
     backend_free(be);
     snprintf(dir, sizeof dir, "%s/harness", tmpdir);
     CHECK(write_model(dir, &mixed, 25, NULL, NULL) == 0, "write_model");

@@ -1,13 +1,19 @@
 /* kernels/cpu/cpu.h — the CPU backend's internals, shared by its files:
- * kernels/cpu/backend_cpu.c (buffers, slots, products, the older mixer ops)
- * and one file per newer mixer's op (kernels/cpu/ops_<kind>.c), so a new
+ * kernels/cpu/backend_cpu.c (buffers, slots, begin_step, products, norms,
+ * row helpers, the ops table) and one file per op family,
+ * kernels/cpu/ops_<family>.c (the ops the kinds add: shift, linear, aft,
+ * delta, window, retention, favor, cosformer, linformer, rwkv7, mamba2 — the
+ * same families as the CUDA bodies' kernels/cuda/kb_<family>.h), so a new
  * kind's CPU op is its own file rather than more lines in backend_cpu.c.
- * Not a public interface: only kernels/cpu/ includes it. */
+ * Below: the backend's state, and the runners the op files share (the
+ * fork-join split of a batch, scratch, slot access, the linear-attention
+ * head). Not a public interface: only kernels/cpu/ includes it. */
 #ifndef LIND_KERNELS_CPU_CPU_H
 #define LIND_KERNELS_CPU_CPU_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kernels/backend.h"
 #include "kernels/cpu/gemm.h"
@@ -63,11 +69,50 @@ float *cpu_tmp_get(cpu *c, size_t n);
  * whole is too small for a fork-join to pay). */
 int cpu_row_parts(const cpu *c, int B, size_t work_per_row);
 
-/* The ops in their own files (kernels/cpu/ops_<kind>.c). */
-int cpu_rwkv7_step(backend *be, const backend_buf *in, int ldi, const backend_buf *par, const backend_buf *w2,
-                   int dw, backend_buf *vfirst, int vmode, backend_buf *out, size_t state_off, int H, int N,
-                   float gn_eps);
-int cpu_mamba2_step(backend *be, const backend_buf *in, int ldi, const backend_buf *par, backend_buf *out,
-                    size_t state_off, int H, int P, int N, int G, float dt_lo, float dt_hi);
+/* Work items of a per-channel recurrence: (run, channel slice). A run's rows
+ * go in order through one session's state, but every channel's state is
+ * its own, so with fewer runs than threads (one long prompt fed in chunks)
+ * the channels are split too: the same arithmetic per element, in the same
+ * order, on either thread. Slices are multiples of 16 channels (a whole
+ * vector) or more; runs of a few rows (decode) are not split. */
+static inline int cpu_chan_slices(const cpu *c, int d) {
+    int n = cpu_pool_size(c->threads);
+    if (c->nruns >= n || c->B < 8 * c->nruns) return 1;   /* decode: a row is too little to split */
+    int s = (n + c->nruns - 1) / c->nruns;
+    while (s > 1 && d / s < 16) s--;
+    return s;
+}
+
+static inline void cpu_chan_range(int d, int s, int slices, int *c0, int *c1) {
+    *c0 = s ? (int)((long)d * s / slices) & ~15 : 0;
+    *c1 = s + 1 == slices ? d : (int)((long)d * (s + 1) / slices) & ~15;
+}
+
+/* The int64 position counter at byte offset off of a slot, as unsigned (any
+ * bits are a valid state). */
+static inline uint64_t cpu_slot_u64(const uint8_t *st, size_t off) {
+    uint64_t v;
+    memcpy(&v, st + off, sizeof v);
+    return v;
+}
+
+/* One linear-attention head (kernels/cpu/ops_linear.c), shared with
+ * retention_step and cosformer_step: S ← γS + φk vᵀ with num_j = Σ_i φq_i
+ * S[i][j] (cpu_lin_head); z ← γz + φk returning Σ_i φq_i z_i
+ * (cpu_lin_z_head, term: dh doubles of scratch); o = num / (den + eps)
+ * (cpu_lin_out_head). */
+void   cpu_lin_head(double *restrict S, double *restrict num, const float *restrict phik,
+                    const float *restrict phiq, const float *restrict v, double g, int dh);
+double cpu_lin_z_head(double *restrict z, double *restrict term, const float *restrict phik,
+                      const float *restrict phiq, double g, int dh);
+void   cpu_lin_out_head(float *restrict o, const double *restrict num, double den, float eps, int dh);
+
+/* The kinds' ops: cpu_<op> for every row of BACKEND_KIND_OPS
+ * (kernels/backend.h), each defined in its family's kernels/cpu/ops_<family>.c
+ * (rmsnorm beside layernorm in backend_cpu.c), typed by backend_<op>_fn;
+ * backend_cpu.c's ops table is made from the same list. */
+#define CPU_OP_DECL(e, op) backend_##op##_fn cpu_##op;
+BACKEND_KIND_OPS(CPU_OP_DECL)
+#undef CPU_OP_DECL
 
 #endif

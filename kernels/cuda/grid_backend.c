@@ -5,8 +5,10 @@
  * current batch's slot, token and run arrays on the device, and maps each op
  * to a kernel launch or a GEMM. Every op validates its extents on the host before
  * anything reaches the device: a bad offset here would otherwise be a silent
- * out-of-bounds write in device memory. */
-#include "kernels/cuda/grid_backend.h"
+ * out-of-bounds write in device memory. The ops the kinds add are one file
+ * per family, kernels/cuda/grid_<family>.c, over the state and runners of
+ * kernels/cuda/grid.h; this file has the rest and the ops table. */
+#include "kernels/cuda/grid.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -14,88 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define SLOT_ALIGN 256
-/* Distinct step shapes kept recorded: decode at a few batch sizes, a prefill chunk. */
-#define GRAPH_CACHE 16
-
-struct backend_buf {
-    void  *p;       /* device pointer */
-    size_t n;       /* floats */
-    uint16_t *bf;   /* bf16 copy (weights, in bf16 mode), device pointer */
-    int    bf_ok;   /* bf holds the current contents */
-    int    bf_only; /* a weight_new weight in bf16 mode: no fp32 copy (p NULL) */
-    uint16_t *half; /* a weight_new_half weight: its n half values (p NULL) */
-    int    htype;   /* BACKEND_W_F16 / BACKEND_W_BF16 when half is set */
-};
-
-typedef struct gridbe {
-    backend      base;          /* first: backend_free() sees a backend */
-    backend_ops  ops;           /* the shared table with this backend's name */
-    char         name[16];
-    lind_device *dev;
-    char         err[320];
-
-    unsigned char *pool;        /* nslots × stride bytes */
-    int    nslots;
-    size_t slot_bytes, stride;
-
-    int   *d_slots, *d_tokens;  /* current batch on the device */
-    int   *d_runs;              /* nruns + 1 row starts (kernel_bodies.h) */
-    int   *runs;                /* the same on the host */
-    int    cap;                 /* capacity of those arrays, in rows */
-    int    B, nruns;
-    int    max_token;           /* largest token of the batch (embed's bound) */
-    unsigned *seen;             /* per slot: stamp of the last batch using it */
-    unsigned  stamp;
-    int   *d_rows;              /* gather_rows' indices on the device */
-    int    rows_cap;
-    float *wtmp;                /* fp32 widening of a half weight for one GEMM */
-    size_t wtmp_n;
-
-    int       bf16;             /* GEMMs in bf16 (grid_backend_set_weights) */
-    uint16_t *xb;               /* bf16 copy of a GEMM's activations */
-    size_t    xb_n;
-
-    int   *d_bad, *h_bad;       /* rows_nonfinite's flags, device and host */
-    int    bad_cap;
-
-    /* Recorded steps (graph_begin): a small cache keyed by the model's key
-     * and the run layout. `gen` counts allocations and frees: a recording
-     * made under another generation may hold a freed pointer and is dropped. */
-    int      graphs;            /* recording on (device can, option allows) */
-    int      gemv;              /* fp32 products of ≤ KB_GEMV_MAXB rows by kb_gemv, not the GEMM (opt-in) */
-    unsigned gen;
-    struct gstep {
-        uint64_t key;           /* 0: empty */
-        int      state;         /* GS_SEEN, GS_READY, GS_NEVER */
-        unsigned gen;
-        void    *graph;         /* GS_READY: the device's recording */
-        unsigned long used;     /* for replacing the least recently used */
-    } gcache[GRAPH_CACHE];
-    int      grec;              /* index being recorded, or -1 */
-    unsigned grec_gen;
-    unsigned long gclock;
-    long     nrecorded, nreplayed;
-} gridbe;
-
-enum { GS_SEEN = 1, GS_READY, GS_NEVER };
-
-static gridbe *G(backend *be) { return (gridbe *)be; }
-
-static int fail(gridbe *g, int rc, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(g->err, sizeof g->err, fmt, ap);
-    va_end(ap);
-    return rc;
-}
-
-/* A device call; on failure the device's message becomes ours. */
-static int dev_rc(gridbe *g, int rc, const char *what) {
-    if (rc < 0) snprintf(g->err, sizeof g->err, "%s: %s", what, g->dev->err);
-    return rc;
-}
 
 /* Every device allocation and free goes through these: each one bumps the
  * generation, which voids the recordings (they hold raw pointers). */
@@ -111,35 +31,6 @@ static void drelease(gridbe *g, void *p) {
 }
 
 const char *grid_backend_error(const backend *be) { return ((const gridbe *)be)->err; }
-
-static float *F(const backend_buf *b) { return (float *)b->p; }
-
-/* Does buffer b hold `need` floats? */
-static int fits(gridbe *g, const backend_buf *b, size_t need, const char *op, const char *what) {
-    if (!b) return fail(g, -EINVAL, "%s: %s is NULL", op, what);
-    if (need > b->n)
-        return fail(g, -EINVAL, "%s: %s needs %zu floats, buffer holds %zu", op, what, need, b->n);
-    return 0;
-}
-
-/* Does a state region of `bytes` at `off` (aligned to `align`) fit a slot? */
-static int region_fits(gridbe *g, size_t off, size_t bytes, size_t align, const char *op) {
-    if (!g->pool) return fail(g, -EINVAL, "%s: no slots reserved", op);
-    if (off % align) return fail(g, -EINVAL, "%s: state offset %zu is not %zu-byte aligned", op, off, align);
-    if (off > g->slot_bytes || bytes > g->slot_bytes - off)
-        return fail(g, -EINVAL, "%s: state region [%zu, +%zu) exceeds the slot's %zu bytes",
-                    op, off, bytes, g->slot_bytes);
-    return 0;
-}
-
-#define launch(g, kernel, L, args, op) launch_args(g, kernel, L, args, sizeof *(args), op)
-static int launch_args(gridbe *g, int kernel, lind_launch L, const void *args, size_t bytes, const char *op) {
-    if (L.gx < 1 || L.gy < 1 || L.gy > KB_MAX_GRID_Y || L.block < 1 || L.block > KB_MAX_BLOCK ||
-        L.smem > KB_MAX_SMEM)
-        return fail(g, -EINVAL, "%s: launch %d×%d blocks of %d threads, %zu B shared is out of limits",
-                    op, L.gx, L.gy, L.block, L.smem);
-    return dev_rc(g, (g->dev->launch)(g->dev, kernel, &L, args, bytes), op);
-}
 
 /* ---- lifetime ------------------------------------------------------------ */
 
@@ -521,105 +412,6 @@ static int g_matmul(backend *be, const backend_buf *x, size_t xo, int ldx, const
     return launch(g, KB_ACT, kb_act_launch(n), &a, "matmul activation");
 }
 
-static int g_shift_mix(backend *be, const backend_buf *h, const backend_buf *mu, backend_buf *out,
-                       size_t shift_off, int d, int nmix) {
-    gridbe *g = G(be);
-    int B = g->B, rc;
-    if (d < 1 || nmix < 1) return fail(g, -EINVAL, "shift_mix: width %d, %d mixes", d, nmix);
-    if ((rc = region_fits(g, shift_off, (size_t)d * sizeof(float), sizeof(float), "shift_mix")) < 0 ||
-        (rc = fits(g, h, (size_t)B * d, "shift_mix", "h")) < 0 ||
-        (rc = fits(g, mu, (size_t)nmix * d, "shift_mix", "mu")) < 0 ||
-        (rc = fits(g, out, (size_t)B * nmix * d, "shift_mix", "out")) < 0)
-        return rc;
-    if (B == 0) return 0;
-    kb_shift_mix_args a = { F(h), F(mu), F(out), g->pool, g->stride, shift_off, g->d_slots, g->d_runs, d, nmix };
-    return launch(g, KB_SHIFT_MIX, kb_shift_mix_launch(g->nruns, d), &a, "shift_mix");
-}
-
-static int g_linear_step(backend *be, const backend_buf *in, const backend_buf *gamma, backend_buf *out,
-                         size_t state_off, int H, int dh, float eps) {
-    gridbe *g = G(be);
-    int B = g->B, rc;
-    if (H < 1 || dh < 1 || dh > KB_MAX_BLOCK) return fail(g, -EINVAL, "linear_step: %d heads of width %d", H, dh);
-    size_t HD = (size_t)H * dh;
-    if ((rc = region_fits(g, state_off, HD * (dh + 1) * sizeof(double), sizeof(double), "linear_step")) < 0 ||
-        (rc = fits(g, in, (size_t)B * 3 * HD, "linear_step", "in")) < 0 ||
-        (rc = fits(g, out, (size_t)B * HD, "linear_step", "out")) < 0 ||
-        (gamma && (rc = fits(g, gamma, H, "linear_step", "gamma")) < 0))
-        return rc;
-    if (B == 0) return 0;
-    kb_linear_args a = { F(in), gamma ? F(gamma) : NULL, F(out), g->pool, g->stride, state_off,
-                         g->d_slots, g->d_runs, H, dh, eps };
-    return launch(g, KB_LINEAR_STEP, kb_linear_launch(g->nruns, H, dh), &a, "linear_step");
-}
-
-static int g_aft_step(backend *be, const backend_buf *in, const backend_buf *w, const backend_buf *u,
-                      backend_buf *out, size_t state_off, int d) {
-    gridbe *g = G(be);
-    int B = g->B, rc;
-    if (d < 1) return fail(g, -EINVAL, "aft_step: width %d", d);
-    if ((rc = region_fits(g, state_off, (size_t)3 * d * sizeof(double), sizeof(double), "aft_step")) < 0 ||
-        (rc = fits(g, in, (size_t)B * 3 * d, "aft_step", "in")) < 0 ||
-        (rc = fits(g, out, (size_t)B * d, "aft_step", "out")) < 0 ||
-        (w && (rc = fits(g, w, d, "aft_step", "w")) < 0) || (u && (rc = fits(g, u, d, "aft_step", "u")) < 0))
-        return rc;
-    if (B == 0) return 0;
-    kb_aft_args a = { F(in), w ? F(w) : NULL, u ? F(u) : NULL, F(out), g->pool, g->stride, state_off,
-                      g->d_slots, g->d_runs, d };
-    return launch(g, KB_AFT_STEP, kb_aft_launch(g->nruns, d), &a, "aft_step");
-}
-
-/* Two launches: the convolution (one thread per run and channel), then the
- * ring head index of each run's slot advanced by the run's length (see
- * kb_conv_advance: no thread of the first kernel may store it). */
-static int g_short_conv(backend *be, const backend_buf *in, int ldi, backend_buf *out, int ldo, const backend_buf *w,
-                        int n, int K, size_t ring_off, size_t idx_off, int silu) {
-    gridbe *g = G(be);
-    int B = g->B, rc;
-    if (n < 0 || K < 2 || ldi < n || ldo < n)
-        return fail(g, -EINVAL, "short_conv: %d channels, kernel %d, ldi %d, ldo %d", n, K, ldi, ldo);
-    if (in == out && ldi != ldo)
-        return fail(g, -EINVAL, "short_conv: in place with ldi %d != ldo %d", ldi, ldo);
-    if ((rc = region_fits(g, ring_off, (size_t)n * (size_t)(K - 1) * sizeof(float), sizeof(float),
-                          "short_conv ring")) < 0 ||
-        (rc = region_fits(g, idx_off, sizeof(int32_t), sizeof(int32_t), "short_conv index")) < 0 ||
-        (rc = fits(g, w, (size_t)n * K, "short_conv", "w")) < 0)
-        return rc;
-    /* blocks of a run read the index while others write the ring */
-    if (idx_off + sizeof(int32_t) > ring_off && idx_off < ring_off + (size_t)n * (size_t)(K - 1) * sizeof(float))
-        return fail(g, -EINVAL, "short_conv: index at byte %zu lies inside the ring [%zu, +%zu)", idx_off, ring_off,
-                    (size_t)n * (size_t)(K - 1) * sizeof(float));
-    if (B == 0 || n == 0) return 0;
-    if ((rc = fits(g, in, (size_t)(B - 1) * ldi + n, "short_conv", "in")) < 0 ||
-        (rc = fits(g, out, (size_t)(B - 1) * ldo + n, "short_conv", "out")) < 0)
-        return rc;
-    kb_short_conv_args a = { F(in), F(out), F(w), g->pool, g->stride, ring_off, idx_off, g->d_slots, g->d_runs,
-                             ldi, ldo, n, K, silu != 0 };
-    if ((rc = launch(g, KB_SHORT_CONV, kb_short_conv_launch(g->nruns, n), &a, "short_conv")) < 0) return rc;
-    kb_conv_advance_args v = { g->pool, g->stride, idx_off, g->d_slots, g->d_runs, g->nruns, K };
-    return launch(g, KB_CONV_ADVANCE, kb_conv_advance_launch(g->nruns), &v, "short_conv index");
-}
-
-static int g_delta_step(backend *be, const backend_buf *in, const backend_buf *gate, const backend_buf *norm_w,
-                        backend_buf *out, size_t state_off, int H, int dh, float eps) {
-    gridbe *g = G(be);
-    int B = g->B, rc;
-    if (H < 1 || dh < 1 || dh > KB_MAX_BLOCK || (size_t)H * dh > INT32_MAX / 4)
-        return fail(g, -EINVAL, "delta_step: %d heads of width %d", H, dh);
-    if (in == out) return fail(g, -EINVAL, "delta_step: out is in (other heads still read the row)");
-    size_t hd = (size_t)H * dh;
-    if ((rc = region_fits(g, state_off, hd * dh * sizeof(double), sizeof(double), "delta_step")) < 0 ||
-        (rc = fits(g, in, (size_t)B * (3 * hd + 2 * (size_t)H), "delta_step", "in")) < 0 ||
-        (rc = fits(g, out, (size_t)B * hd, "delta_step", "out")) < 0 ||
-        (rc = fits(g, gate, 2 * (size_t)H, "delta_step", "gate")) < 0 ||
-        (rc = fits(g, norm_w, dh, "delta_step", "norm_w")) < 0)
-        return rc;
-    if (B == 0) return 0;
-    kb_delta_args a = { F(in), F(gate), F(norm_w), F(out), g->pool, g->stride, state_off, g->d_slots, g->d_runs,
-                        H, dh, eps };
-    return launch(g, KB_DELTA_STEP, kb_delta_launch(g->nruns, H, dh), &a, "delta_step");
-}
-
 static int g_rmsnorm(backend *be, const backend_buf *x, backend_buf *y, const backend_buf *w, int d, float eps) {
     gridbe *g = G(be);
     int B = g->B, rc;
@@ -631,79 +423,6 @@ static int g_rmsnorm(backend *be, const backend_buf *x, backend_buf *y, const ba
     if (B == 0) return 0;
     kb_rmsnorm_args a = { F(x), F(y), F(w), d, eps };
     return launch(g, KB_RMSNORM, kb_rmsnorm_launch(B, d), &a, "rmsnorm");
-}
-
-/* One thread per (run, channel of x): kb_mamba2_step. */
-static int g_mamba2_step(backend *be, const backend_buf *in, int ldi, const backend_buf *par, backend_buf *out,
-                         size_t state_off, int H, int P, int N, int ngroups, float dt_lo, float dt_hi) {
-    gridbe *g = G(be);
-    int B = g->B, rc;
-    if (H < 1 || P < 1 || N < 1 || ngroups < 1 || H % ngroups || (size_t)H * P * N > INT32_MAX / 4 ||
-        (size_t)H * P + 2 * (size_t)ngroups * N > INT32_MAX / 8 || !(dt_lo <= dt_hi))
-        return fail(g, -EINVAL, "mamba2_step: %d heads of %d, d_state %d, %d groups, dt in [%g, %g]", H, P, N, ngroups,
-                    (double)dt_lo, (double)dt_hi);
-    size_t I = (size_t)H * P, CD = I + 2 * (size_t)ngroups * N;
-    if ((size_t)ldi < CD + I + (size_t)H) return fail(g, -EINVAL, "mamba2_step: ldi %d < %zu", ldi, CD + I + H);
-    if (in == out) return fail(g, -EINVAL, "mamba2_step: out is in (other channels still read the row)");
-    if ((rc = region_fits(g, state_off, I * N * sizeof(float), sizeof(float), "mamba2_step")) < 0 ||
-        (rc = fits(g, par, CD + 3 * (size_t)H, "mamba2_step", "par")) < 0)
-        return rc;
-    if (B == 0) return 0;
-    if ((rc = fits(g, in, (size_t)(B - 1) * ldi + CD + I + H, "mamba2_step", "in")) < 0 ||
-        (rc = fits(g, out, (size_t)B * I, "mamba2_step", "out")) < 0)
-        return rc;
-    kb_mamba2_args a = { F(in), F(par), F(out), g->pool, g->stride, state_off, g->d_slots, g->d_runs, ldi, H, P, N,
-                         ngroups, dt_lo, dt_hi };
-    return launch(g, KB_MAMBA2_STEP, kb_mamba2_launch(g->nruns, (int)I), &a, "mamba2_step");
-}
-
-/* Two launches: the attention (one thread per run and head), then each run's
- * position advanced by the run's length (kb_pos_advance). */
-static int g_window_step(backend *be, const backend_buf *in, const backend_buf *slopes, backend_buf *out,
-                         size_t ring_off, size_t glob_off, size_t pos_off, int H, int dh, int w, int dil, int gl,
-                         float rope_base) {
-    gridbe *g = G(be);
-    int B = g->B, rc;
-    if (H < 1 || dh < 1 || dh > KB_WINDOW_MAX_DH || w < 1 || dil < 1 || gl < 0 || (rope_base > 0 && dh % 2))
-        return fail(g, -EINVAL, "window_step: %d heads of width %d, window %d, dilation %d, global %d", H, dh, w,
-                    dil, gl);
-    size_t hd = (size_t)H * dh, L = (size_t)w * dil;
-    if ((rc = region_fits(g, ring_off, 2 * L * hd * sizeof(float), sizeof(float), "window_step ring")) < 0 ||
-        (gl && (rc = region_fits(g, glob_off, 2 * (size_t)gl * hd * sizeof(float), sizeof(float),
-                                 "window_step global")) < 0) ||
-        (rc = region_fits(g, pos_off, sizeof(int64_t), sizeof(int64_t), "window_step position")) < 0 ||
-        (rc = fits(g, in, (size_t)B * 3 * hd, "window_step", "in")) < 0 ||
-        (rc = fits(g, out, (size_t)B * hd, "window_step", "out")) < 0 ||
-        (!(rope_base > 0) && (rc = fits(g, slopes, (size_t)H, "window_step", "slopes")) < 0))
-        return rc;
-    if (B == 0) return 0;
-    kb_window_args a = { F(in), slopes ? F(slopes) : NULL, F(out), g->pool, g->stride, ring_off, glob_off, pos_off,
-                         g->d_slots, g->d_runs, H, dh, w, dil, gl, rope_base };
-    if ((rc = launch(g, KB_WINDOW_STEP, kb_window_launch(g->nruns, H), &a, "window_step")) < 0) return rc;
-    kb_pos_advance_args v = { g->pool, g->stride, pos_off, g->d_slots, g->d_runs, g->nruns };
-    return launch(g, KB_POS_ADVANCE, kb_pos_advance_launch(g->nruns), &v, "window_step position");
-}
-
-static int g_aft_window_step(backend *be, const backend_buf *in, const backend_buf *w, backend_buf *out,
-                             size_t acc_off, size_t ring_off, size_t pos_off, int d, int s, int H) {
-    gridbe *g = G(be);
-    int B = g->B, rc;
-    if (d < 1 || s < 2 || H < 1 || d % H)
-        return fail(g, -EINVAL, "aft_window_step: width %d, window %d, %d heads", d, s, H);
-    if ((rc = region_fits(g, acc_off, (size_t)3 * d * sizeof(double), sizeof(double), "aft_window_step sums")) < 0 ||
-        (rc = region_fits(g, ring_off, 2 * (size_t)d * (size_t)(s - 1) * sizeof(float), sizeof(float),
-                          "aft_window_step ring")) < 0 ||
-        (rc = region_fits(g, pos_off, sizeof(int64_t), sizeof(int64_t), "aft_window_step position")) < 0 ||
-        (rc = fits(g, in, (size_t)B * 3 * d, "aft_window_step", "in")) < 0 ||
-        (rc = fits(g, out, (size_t)B * d, "aft_window_step", "out")) < 0 ||
-        (rc = fits(g, w, (size_t)H * s, "aft_window_step", "w")) < 0)
-        return rc;
-    if (B == 0) return 0;
-    kb_aftw_args a = { F(in), F(w), F(out), g->pool, g->stride, acc_off, ring_off, pos_off, g->d_slots, g->d_runs,
-                       d, s, H };
-    if ((rc = launch(g, KB_AFTW_STEP, kb_aftw_launch(g->nruns, d), &a, "aft_window_step")) < 0) return rc;
-    kb_pos_advance_args v = { g->pool, g->stride, pos_off, g->d_slots, g->d_runs, g->nruns };
-    return launch(g, KB_POS_ADVANCE, kb_pos_advance_launch(g->nruns), &v, "aft_window_step position");
 }
 
 /* ---- row helpers ----------------------------------------------------------- */
@@ -922,111 +641,6 @@ static int g_weight_new_half(backend *be, int N, int K, const uint16_t *W, int w
     return 0;
 }
 
-static int g_retention_step(backend *be, const backend_buf *in, const backend_buf *gamma, const backend_buf *norm,
-                            backend_buf *out, size_t state_off, int H, int dh, float eps) {
-    gridbe *g = G(be);
-    int B = g->B, rc;
-    if (H < 1 || dh < 1 || dh > KB_MAX_BLOCK) return fail(g, -EINVAL, "retention_step: %d heads of width %d", H, dh);
-    if (in == out) return fail(g, -EINVAL, "retention_step: out is in (other heads still read the row)");
-    size_t hd = (size_t)H * dh;
-    if ((rc = region_fits(g, state_off, hd * dh * sizeof(double), sizeof(double), "retention_step")) < 0 ||
-        (rc = fits(g, in, (size_t)B * 4 * hd, "retention_step", "in")) < 0 ||
-        (rc = fits(g, out, (size_t)B * hd, "retention_step", "out")) < 0 ||
-        (rc = fits(g, gamma, H, "retention_step", "gamma")) < 0 ||
-        (rc = fits(g, norm, 2 * hd, "retention_step", "norm")) < 0)
-        return rc;
-    if (B == 0) return 0;
-    kb_retention_args a = { F(in), F(gamma), F(norm), F(out), g->pool, g->stride, state_off, g->d_slots, g->d_runs,
-                            H, dh, eps };
-    return launch(g, KB_RETENTION_STEP, kb_retention_launch(g->nruns, H, dh), &a, "retention_step");
-}
-
-static int g_favor_features(backend *be, const backend_buf *in, int ldi, const backend_buf *omega, backend_buf *out,
-                            int ldo, int H, int dh, int m, float ck) {
-    gridbe *g = G(be);
-    int B = g->B, rc;
-    if (H < 1 || dh < 1 || m < 1 || ldi < 2 * H * dh || ldo < 2 * H * m)
-        return fail(g, -EINVAL, "favor_features: %d heads of width %d, %d features, ldi %d, ldo %d", H, dh, m, ldi, ldo);
-    if (in == out) return fail(g, -EINVAL, "favor_features: out is in");
-    if (B == 0) return 0;
-    if ((rc = fits(g, in, (size_t)(B - 1) * ldi + 2 * (size_t)H * dh, "favor_features", "in")) < 0 ||
-        (rc = fits(g, out, (size_t)(B - 1) * ldo + 2 * (size_t)H * m, "favor_features", "out")) < 0 ||
-        (rc = fits(g, omega, (size_t)m * dh, "favor_features", "omega")) < 0)
-        return rc;
-    kb_favor_args a = { F(in), F(omega), F(out), ldi, ldo, H, dh, m, ck };
-    return launch(g, KB_FAVOR, kb_favor_launch(B, H), &a, "favor_features");
-}
-
-/* The horizon form's refusal needs each run's position, which lives on the
- * device: it is read back (two small synchronous copies per run, only when
- * not periodic) before anything is launched, so a refused call changes
- * nothing. */
-static int g_cosformer_step(backend *be, const backend_buf *in, backend_buf *out, size_t state_off, size_t pos_off,
-                            int H, int dh, int M, int periodic, float eps) {
-    gridbe *g = G(be);
-    int B = g->B, rc, P = periodic ? 3 : 2;
-    if (H < 1 || dh < 1 || dh > KB_MAX_BLOCK || M < 1)
-        return fail(g, -EINVAL, "cosformer_step: %d heads of width %d, horizon %d", H, dh, M);
-    if (in == out) return fail(g, -EINVAL, "cosformer_step: out is in (other heads still read the row)");
-    size_t hd = (size_t)H * dh;
-    if ((rc = region_fits(g, state_off, P * hd * (dh + 1) * sizeof(double), sizeof(double), "cosformer_step")) < 0 ||
-        (rc = region_fits(g, pos_off, sizeof(int64_t), sizeof(int64_t), "cosformer_step position")) < 0 ||
-        (rc = fits(g, in, (size_t)B * 3 * hd, "cosformer_step", "in")) < 0 ||
-        (rc = fits(g, out, (size_t)B * hd, "cosformer_step", "out")) < 0)
-        return rc;
-    if (B == 0) return 0;
-    for (int k = 0; k < g->nruns && !periodic; k++) {
-        int slot;
-        int64_t pos;
-        if ((rc = g->dev->d2h(g->dev, &slot, g->d_slots + g->runs[k], sizeof slot)) < 0 ||
-            (rc = g->dev->d2h(g->dev, &pos, g->pool + (size_t)slot * g->stride + pos_off, sizeof pos)) < 0)
-            return dev_rc(g, rc, "cosformer_step position");
-        if (pos < 0) return fail(g, -EINVAL, "cosformer_step: slot %d: position %lld", slot, (long long)pos);
-        if (pos + (g->runs[k + 1] - g->runs[k]) > M) return -EOVERFLOW;
-    }
-    kb_cosformer_args a = { F(in), F(out), g->pool, g->stride, state_off, pos_off, g->d_slots, g->d_runs,
-                            H, dh, M, periodic, eps };
-    if ((rc = launch(g, KB_COSFORMER_STEP, kb_cosformer_launch(g->nruns, H, dh), &a, "cosformer_step")) < 0) return rc;
-    kb_pos_advance_args v = { g->pool, g->stride, pos_off, g->d_slots, g->d_runs, g->nruns };
-    return launch(g, KB_POS_ADVANCE, kb_pos_advance_launch(g->nruns), &v, "cosformer_step position");
-}
-
-/* Positions are read back before anything is launched, as cosformer_step's
- * horizon form (two small synchronous copies per run). */
-static int g_linformer_step(backend *be, const backend_buf *in, const backend_buf *ef, backend_buf *out,
-                            size_t state_off, size_t pos_off, int H, int dh, int kp, int N) {
-    gridbe *g = G(be);
-    int B = g->B, rc;
-    /* ≤ 512 threads: k_linformer_step uses 72 registers, 1024 × 72 is over the 64 K file */
-    if (H < 1 || dh < 1 || dh > 512 || kp < 1 || kp > 512 || N < 1)
-        return fail(g, -EINVAL, "linformer_step: %d heads of width %d, %d projections, length %d (width and "
-                    "projections at most 512)", H, dh, kp, N);
-    if (in == out) return fail(g, -EINVAL, "linformer_step: out is in (other heads still read the row)");
-    size_t hd = (size_t)H * dh;
-    if ((rc = region_fits(g, state_off, 2 * hd * kp * sizeof(double), sizeof(double), "linformer_step")) < 0 ||
-        (rc = region_fits(g, pos_off, sizeof(int64_t), sizeof(int64_t), "linformer_step position")) < 0 ||
-        (rc = fits(g, in, (size_t)B * 3 * hd, "linformer_step", "in")) < 0 ||
-        (rc = fits(g, out, (size_t)B * hd, "linformer_step", "out")) < 0 ||
-        (rc = fits(g, ef, 2 * (size_t)N * kp, "linformer_step", "ef")) < 0)
-        return rc;
-    if (B == 0) return 0;
-    for (int k = 0; k < g->nruns; k++) {
-        int slot;
-        int64_t pos;
-        if ((rc = g->dev->d2h(g->dev, &slot, g->d_slots + g->runs[k], sizeof slot)) < 0 ||
-            (rc = g->dev->d2h(g->dev, &pos, g->pool + (size_t)slot * g->stride + pos_off, sizeof pos)) < 0)
-            return dev_rc(g, rc, "linformer_step position");
-        if (pos < 0) return fail(g, -EINVAL, "linformer_step: slot %d: position %lld", slot, (long long)pos);
-        if (pos + (g->runs[k + 1] - g->runs[k]) > N) return -EOVERFLOW;
-    }
-    kb_linformer_args a = { F(in), F(ef), F(out), g->pool, g->stride, state_off, pos_off, g->d_slots, g->d_runs,
-                            H, dh, kp, N };
-    if ((rc = launch(g, KB_LINFORMER_STEP, kb_linformer_launch(g->nruns, H, dh, kp), &a, "linformer_step")) < 0)
-        return rc;
-    kb_pos_advance_args v = { g->pool, g->stride, pos_off, g->d_slots, g->d_runs, g->nruns };
-    return launch(g, KB_POS_ADVANCE, kb_pos_advance_launch(g->nruns), &v, "linformer_step position");
-}
-
 static const backend_ops grid_ops = {
     .name = "grid",
     .free = g_free,
@@ -1044,23 +658,23 @@ static const backend_ops grid_ops = {
     .embed = g_embed,
     .layernorm = g_layernorm,
     .matmul = g_matmul,
-    .shift_mix = g_shift_mix,
-    .linear_step = g_linear_step,
-    .aft_step = g_aft_step,
+    .shift_mix = grid_shift_mix,
+    .linear_step = grid_linear_step,
+    .aft_step = grid_aft_step,
     .gather_rows = g_gather_rows,
     .scale_rows = g_scale_rows,
     .gated_add = g_gated_add,
     .weight_new_half = g_weight_new_half,
-    .short_conv = g_short_conv,
-    .delta_step = g_delta_step,
-    .mamba2_step = g_mamba2_step,
+    .short_conv = grid_short_conv,
+    .delta_step = grid_delta_step,
+    .mamba2_step = grid_mamba2_step,
     .rmsnorm = g_rmsnorm,
-    .window_step = g_window_step,
-    .aft_window_step = g_aft_window_step,
-    .retention_step = g_retention_step,
-    .favor_features = g_favor_features,
-    .cosformer_step = g_cosformer_step,
-    .linformer_step = g_linformer_step,
+    .window_step = grid_window_step,
+    .aft_window_step = grid_aft_window_step,
+    .retention_step = grid_retention_step,
+    .favor_features = grid_favor_features,
+    .cosformer_step = grid_cosformer_step,
+    .linformer_step = grid_linformer_step,
     .rows_nonfinite = g_rows_nonfinite,
     .last_error = g_last_error,
     .poisoned = g_poisoned,

@@ -1,0 +1,68 @@
+/* kernels/cpu/ops_retention.c — the CPU backend's retention_step
+ * (RetNet)
+ * (kernels/backend.h has its contract; the shared runners are in
+ * kernels/cpu/cpu.h). */
+#if defined(__GNUC__) && !defined(__clang__)
+/* as backend_cpu.c: where AVX-512 is enabled, let the element-wise loops use
+ * it (GCC defaults to 256-bit vectors on Intel) */
+#pragma GCC target("prefer-vector-width=512")
+#endif
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu.h"
+#include "kernels/mixer_math.h"
+
+/* ---- retention (RetNet) -----------------------------------------------------
+ * Split by (run, head) like delta_step: a session's heads are independent, a
+ * run's rows go in order. The S update and column sums are cpu_lin_head() with
+ * φ = identity (lind_lin_s, the i-order of lind_lin_column). */
+typedef struct ret_job {
+    cpu *c;
+    const float *in, *gamma, *norm;
+    float *out;
+    double *tmp;   /* dh doubles per part */
+    size_t off;
+    int H, dh;
+    float eps;
+} ret_job;
+
+static void ret_part(void *arg, int part, int nparts) {
+    const ret_job *j = arg;
+    int H = j->H, dh = j->dh, hd = H * dh, lo, hi;
+    cpu_part_range(j->c->nruns * H, part, nparts, &lo, &hi);
+    double *o = j->tmp + (size_t)part * dh, scale = 1.0 / sqrt((double)dh);
+    for (int unit = lo; unit < hi; unit++) {
+        int run = unit / H, h = unit % H;
+        double g = (double)j->gamma[h];
+        for (int b = j->c->run[run]; b < j->c->run[run + 1]; b++) {
+            double *S = (double *)(cpu_slot_ptr(j->c, j->c->slots[b]) + j->off) + (size_t)h * dh * dh;
+            const float *row = j->in + (size_t)b * 4 * hd;
+            cpu_lin_head(S, o, row + hd + h * dh, row + h * dh, row + 2 * hd + h * dh, g, dh);
+            double mean = 0.0, var = 0.0;
+            for (int i = 0; i < dh; i++) {
+                o[i] *= scale;
+                mean += o[i];
+            }
+            mean /= dh;
+            for (int i = 0; i < dh; i++) var += (o[i] - mean) * (o[i] - mean);
+            double rs = lind_gn_rstd(var / dh, j->eps);
+            float *out = j->out + (size_t)b * hd + (size_t)h * dh;
+            const float *gt = row + 3 * hd + h * dh, *w = j->norm + h * dh, *bias = j->norm + hd + h * dh;
+            for (int i = 0; i < dh; i++) out[i] = lind_retention_out(o[i], mean, rs, w[i], bias[i], gt[i]);
+        }
+    }
+}
+
+int cpu_retention_step(backend *be, const backend_buf *in, const backend_buf *gamma, const backend_buf *norm,
+                              backend_buf *out, size_t state_off, int H, int dh, float eps) {
+    cpu *c = (cpu *)be;
+    int parts = cpu_row_parts(c, c->nruns * H, (size_t)2 * dh * dh * c->B / c->nruns);
+    double *t = (double *)cpu_tmp_get(c, 2 * (size_t)parts * dh);
+    if (!t) return -ENOMEM;
+    ret_job j = {c, in->p, gamma->p, norm->p, out->p, t, state_off, H, dh, eps};
+    cpu_pool_run(c->threads, ret_part, &j, parts);
+    return 0;
+}
