@@ -167,14 +167,15 @@ $(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(BUILD)/liblind.a
 # The fault-injection test fails lind's own allocations too: every malloc,
 # calloc and realloc call in the engine archive goes to its __wrap_* hooks.
 $(BUILD)/tests/test_state_faults: LDFLAGS += -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc
+$(BUILD)/tests/test_state_faults: $(BUILD)/tests/fault_vfs.o
 
 # The fault-injection daemon (make test-faults): lind with tests/fault_shim.c
 # linked in, whose malloc family and SQLite VFS fail the N-th allocation or
 # store write when LIND_FAULT_* say so (docs/DAEMON.md, "Fault injection").
-$(BUILD)/lind-faults: $(BUILD)/daemon/main.o $(BUILD)/tests/fault_shim.o $(BUILD)/liblinddaemon.a $(BUILD)/liblind.a
+$(BUILD)/lind-faults: $(BUILD)/daemon/main.o $(BUILD)/tests/fault_shim.o $(BUILD)/tests/fault_vfs.o $(BUILD)/liblinddaemon.a $(BUILD)/liblind.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -ldl
 # The shim's malloc runs before the sanitizer runtime is initialised: not instrumented.
-$(BUILD)/tests/fault_shim.o: CFLAGS += -fno-sanitize=all
+$(BUILD)/tests/fault_shim.o $(BUILD)/tests/fault_vfs.o: CFLAGS += -fno-sanitize=all
 
 # Benchmark programs (bench/*_bench.c) link everything; `make bench` runs
 # bench/run.sh (BENCH_QUICK=1: a fast smoke run at small sizes).
