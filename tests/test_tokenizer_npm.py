@@ -52,6 +52,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from world_greedy import greedy_encoder  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIND = os.path.join(ROOT, os.environ.get("LIND_BUILD", "build"), "lind")
 SAMPLE = os.path.join(ROOT, "tests", "fixtures", "tokenizer", "multilingual.txt")
@@ -371,25 +374,7 @@ def world_check(tmp, gpt2_json, kjv):
             except UnicodeDecodeError:
                 lit = repr(b)
             f.write(f"{i} {lit} {len(b)}\n")
-    trie = {}
-    for i, b in toks.items():
-        node = trie
-        for c in b:
-            node = node.setdefault(c, {})
-        node[None] = i
-
-    def greedy(data):
-        out, q = [], 0
-        while q < len(data):
-            node, best, blen, k = trie, None, 0, 0
-            while q + k < len(data) and data[q + k] in node:
-                node = node[data[q + k]]
-                k += 1
-                if None in node:
-                    best, blen = node[None], k
-            out.append(best)
-            q += blen
-        return out
+    greedy = greedy_encoder(toks)
 
     text = b""
     if kjv:

@@ -26,6 +26,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from world_greedy import greedy_encoder  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIND = os.path.join(ROOT, os.environ.get("LIND_BUILD", "build"), "lind")
 VOCAB = os.path.join(ROOT, "tests", "fixtures", "tokenizer", "rwkv_vocab_v20230424.txt.gz")
@@ -52,29 +55,6 @@ def read_vocab(raw):
             raise ValueError(f"id {i}: length {n} but {len(b)} bytes")
         toks[int(i)] = b
     return toks
-
-
-def greedy_encoder(toks):
-    trie = {}
-    for i, b in toks.items():
-        node = trie
-        for c in b:
-            node = node.setdefault(c, {})
-        node[None] = i
-
-    def enc(data):
-        out, q = [], 0
-        while q < len(data):
-            node, best, blen, k = trie, None, 0, 0
-            while q + k < len(data) and data[q + k] in node:
-                node = node[data[q + k]]
-                k += 1
-                if None in node:
-                    best, blen = node[None], k
-            out.append(best)
-            q += blen
-        return out
-    return enc
 
 
 def lind(*args, data=None):
