@@ -110,6 +110,7 @@ struct scheduler {
     float   *adj;                  /* [vocab]: a row after logit_bias and penalties */
     jsonmask_vocab *jvocab;        /* structured output's index of the vocabulary, made
                                       at the first constrained turn */
+    int32_t *jids;                 /* [vocab]: the allowed ids of a sparse mask */
     int      logits_rows;
     /* A round: up to max_batch turns (b_turns, b_n rows each, b_lidx their
      * logits row or -1) laid out as max_rows rows (b_slots, b_toks), runs of
@@ -984,7 +985,7 @@ static const float *adjust(scheduler *S, const turn *t, const float *row)
  * no token that keeps the document valid (one lacking byte tokens may) —
  * the client gets an error and the session stays at its last committed
  * turn, so no invalid output is ever completed. */
-static const uint64_t *constrain_allowed(scheduler *S, turn *t)
+static const uint64_t *constrain_allowed(scheduler *S, turn *t, size_t *nallowed)
 {
     const char *why = NULL;
     if (!S->jvocab) {
@@ -997,12 +998,18 @@ static const uint64_t *constrain_allowed(scheduler *S, turn *t)
             if (jsonmask_vocab_new(S->tok, S->vocab, eos, neos, &S->jvocab, err, sizeof err)) S->jvocab = NULL;
         }
         free(eos);
+        if (S->jvocab && !(S->jids = malloc((size_t)S->vocab * sizeof *S->jids))) {
+            jsonmask_vocab_free(S->jvocab);
+    free(S->jids);
+            S->jvocab = NULL;
+        }
     }
     if (S->jvocab && !t->mask) t->mask = jsonmask_new(S->jvocab);
     size_t n = 0;
     const uint64_t *bits = t->mask ? jsonmask_allowed(t->mask, &t->fsm, &n) : NULL;
     if (!bits) why = "out of memory masking the vocabulary for structured output";
     else if (!n) why = "no token of the model's vocabulary can continue the JSON document (structured output)";
+    *nallowed = n;
     if (!why) return bits;
     evlist *ev = cconn_out(S, t->c);
     if (ev && evlist_error(ev, t->req_id, bits ? PE_BAD_REQUEST : PE_INTERNAL, why) == 0) t->c->out->finals++;
@@ -1163,19 +1170,21 @@ static int round_once(scheduler *S)
             t->t_prompt = now_ns();
             log_text(t);   /* the text before the first token out */
         }
-        const float *row = S->logits + (size_t)S->b_lidx[b] * (size_t)S->vocab;
+        float *lrow = S->logits + (size_t)S->b_lidx[b] * (size_t)S->vocab;
+        const float *row = lrow;
         const uint64_t *allowed = NULL;
-        if (t->schema && !(allowed = constrain_allowed(S, t))) continue;   /* ended with an error */
-        if (t->n_bias || t->nseen || allowed) row = adjust(S, t, row);
-        if (allowed) jsonmask_apply(allowed, S->adj, S->vocab);
-        int32_t tok = sampler_next(&t->s->meta.sampler, row, S->vocab, S->scratch);
-        if (allowed && !jsonmask_has(allowed, tok)) {
-            /* only a draw on a rounding edge lands on a masked token: take
-             * the most likely allowed one instead */
-            int32_t best = -1;
-            for (int i = 0; i < S->vocab; i++)
-                if (jsonmask_has(allowed, i) && (best < 0 || row[i] > row[best])) best = i;
-            tok = best;
+        size_t nallowed = 0;
+        if (t->schema && !(allowed = constrain_allowed(S, t, &nallowed))) continue;   /* ended with an error */
+        if (t->n_bias || t->nseen) row = adjust(S, t, row);
+        int32_t tok;
+        if (allowed) {
+            /* the row is this round's own (the logits buffer, or adj): the
+             * mask may go into it in place; logprobs read it masked */
+            float *w = row == S->adj ? S->adj : lrow;
+            tok = jsonmask_sample(&t->s->meta.sampler, allowed, nallowed, w, S->vocab, S->adj, S->jids, S->scratch,
+                                  t->logprobs != 0, NULL);
+        } else {
+            tok = sampler_next(&t->s->meta.sampler, row, S->vocab, S->scratch);
         }
         ev_top top[EV_TOP_MAX];
         uint32_t ntop = 0;

@@ -1,5 +1,6 @@
 /* recurrent/jsonmask.c — see jsonmask.h. */
 #include "recurrent/jsonmask.h"
+#include "recurrent/sampler.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -76,7 +77,38 @@ void jsonmask_vocab_free(jsonmask_vocab *v)
     free(v);
 }
 
+typedef const uint8_t *(*bytes_fn)(const void *ctx, int32_t id, size_t *len);
+
+static const uint8_t *tok_bytes(const void *ctx, int32_t id, size_t *len)
+{
+    return tokenizer_token_bytes(ctx, id, len);
+}
+
+typedef struct arrays { const uint8_t *const *b; const size_t *l; } arrays;
+static const uint8_t *arr_bytes(const void *ctx, int32_t id, size_t *len)
+{
+    const arrays *a = ctx;
+    *len = a->b[id] ? a->l[id] : 0;
+    return a->b[id];
+}
+
+static int vocab_build(bytes_fn fn, const void *ctx, int vocab, const int32_t *eos, int neos, jsonmask_vocab **out,
+                       char *err, size_t errlen);
+
 int jsonmask_vocab_new(const tokenizer *t, int vocab, const int32_t *eos, int neos, jsonmask_vocab **out,
+                       char *err, size_t errlen)
+{
+    return vocab_build(tok_bytes, t, vocab, eos, neos, out, err, errlen);
+}
+
+int jsonmask_vocab_from(int vocab, const uint8_t *const *bytes, const size_t *lens, const int32_t *eos, int neos,
+                        jsonmask_vocab **out, char *err, size_t errlen)
+{
+    arrays a = { bytes, lens };
+    return vocab_build(arr_bytes, &a, vocab, eos, neos, out, err, errlen);
+}
+
+static int vocab_build(bytes_fn fn, const void *ctx, int vocab, const int32_t *eos, int neos, jsonmask_vocab **out,
                        char *err, size_t errlen)
 {
     *out = NULL;
@@ -98,7 +130,7 @@ int jsonmask_vocab_new(const tokenizer *t, int vocab, const int32_t *eos, int ne
         int is_eos = 0;
         for (int i = 0; i < v->neos; i++) is_eos |= v->eos[i] == id;
         size_t n = 0;
-        const uint8_t *b = tokenizer_token_bytes(t, id, &n);
+        const uint8_t *b = fn(ctx, id, &n);
         if (is_eos || !b || !n || n > 65535) continue;
         v->tb[id] = b;
         v->tl[id] = (uint32_t)n;
@@ -241,14 +273,52 @@ void jsonmask_apply(const uint64_t *bits, float *row, int vocab)
 {
     int words = (vocab + 63) / 64;
     for (int w = 0; w < words; w++) {
-        uint64_t b = bits[w];
-        if (b == ~0ull) continue;
-        int base = w * 64, end = base + 64 < vocab ? base + 64 : vocab;
-        if (!b) {
-            for (int i = base; i < end; i++) row[i] = JSONMASK_NEG;
+        uint64_t z = ~bits[w];   /* the masked tokens of this word */
+        if (!z) continue;
+        int base = w * 64;
+        if (base + 64 > vocab) z &= (1ull << (vocab - base)) - 1;
+        if (z == ~0ull) {
+            for (int i = 0; i < 64; i++) row[base + i] = JSONMASK_NEG;
             continue;
         }
-        for (int i = base; i < end; i++)
-            if (!(b >> (i - base) & 1)) row[i] = JSONMASK_NEG;
+        for (; z; z &= z - 1) row[base + __builtin_ctzll(z)] = JSONMASK_NEG;
     }
+}
+
+size_t jsonmask_gather(const uint64_t *bits, const float *row, int vocab, float *vals, int32_t *ids)
+{
+    int words = (vocab + 63) / 64;
+    size_t n = 0;
+    for (int w = 0; w < words; w++)
+        for (uint64_t b = bits[w]; b; b &= b - 1) {
+            int i = w * 64 + __builtin_ctzll(b);
+            if (i >= vocab) break;
+            vals[n] = row[i];
+            ids[n++] = i;
+        }
+    return n;
+}
+
+int32_t jsonmask_sample(struct sampler *sm, const uint64_t *bits, size_t nallowed, float *row, int vocab,
+                        float *vals, int32_t *ids, float *scratch, int masked_row, int *masked)
+{
+    if (masked) *masked = 0;
+    int rep = sm->p.rep_penalty != 1.0f && sm->p.rep_window > 0;
+    if (!masked_row && !rep && nallowed <= (size_t)vocab / 2 && nallowed > 0) {
+        size_t n = jsonmask_gather(bits, row, vocab, vals, ids);
+        return ids[sampler_next(sm, vals, (int)n, scratch)];
+    }
+    int pure = sm->p.temperature > 0.0f && (sm->p.top_k <= 0 || sm->p.top_k >= vocab) && sm->p.top_p >= 1.0f;
+    if (!masked_row && pure) {
+        int32_t tok = sampler_next(sm, row, vocab, scratch);
+        if (jsonmask_has(bits, tok)) return tok;
+    }
+    jsonmask_apply(bits, row, vocab);
+    if (masked) *masked = 1;
+    int32_t tok = sampler_next(sm, row, vocab, scratch);
+    if (jsonmask_has(bits, tok)) return tok;
+    int32_t best = -1;
+    for (int i = 0; i < vocab; i++)
+        if (jsonmask_has(bits, i) && (best < 0 || row[i] > row[best])) best = i;
+    return best;
 }

@@ -38,6 +38,11 @@ typedef struct jsonmask jsonmask;
  * -ENOMEM with a message in err. */
 int  jsonmask_vocab_new(const tokenizer *t, int vocab, const int32_t *eos, int neos, jsonmask_vocab **out,
                         char *err, size_t errlen);
+/* The same from the bytes of each token: bytes[id] (lens[id] bytes; NULL or
+ * 0: a token without bytes), which must outlive the index (it keeps the
+ * pointers). */
+int  jsonmask_vocab_from(int vocab, const uint8_t *const *bytes, const size_t *lens, const int32_t *eos, int neos,
+                         jsonmask_vocab **out, char *err, size_t errlen);
 void jsonmask_vocab_free(jsonmask_vocab *v);   /* NULL is a no-op */
 int  jsonmask_vocab_size(const jsonmask_vocab *v);
 
@@ -52,6 +57,31 @@ const uint64_t *jsonmask_allowed(jsonmask *m, const jsonfsm *f, size_t *nallowed
 
 /* Set row[i] to JSONMASK_NEG for every token i not in bits (vocab entries). */
 void jsonmask_apply(const uint64_t *bits, float *row, int vocab);
+
+/* The allowed tokens' logits packed: vals[k] = row[ids[k]] for the allowed
+ * ids in increasing order; returns their count. Sampling from vals (and
+ * mapping the draw back through ids) draws as the whole row masked would,
+ * at a cost in the count instead of the vocabulary — the cheap path when
+ * few tokens are allowed. */
+size_t jsonmask_gather(const uint64_t *bits, const float *row, int vocab, float *vals, int32_t *ids);
+
+/* Draw the next token from row (vocab logits, the caller's to modify) with
+ * sampler sm among the tokens in bits (nallowed of them), the cheapest exact
+ * way (the same distribution as the masked row; the draws themselves differ
+ * by path):
+ *   - at most half the vocabulary allowed and no repetition penalty: gather
+ *     the allowed logits into vals/ids ([vocab] each) and sample those only;
+ *   - pure temperature (no top-k, no top-p), most tokens allowed: draw on the
+ *     whole row and keep the draw when allowed (rejection: exact for
+ *     temperature sampling; inside a string nearly every draw is kept);
+ *   - else, or when masked_row is set (the caller reads the row afterwards,
+ *     e.g. for logprobs): jsonmask_apply on the row, then draw.
+ * A draw that still lands on a masked token (only a rounding edge of the
+ * sampler's cumulative sum can) is replaced by the most likely allowed one.
+ * *masked (if non-NULL) is set when the row was masked in place. */
+struct sampler;
+int32_t jsonmask_sample(struct sampler *sm, const uint64_t *bits, size_t nallowed, float *row, int vocab,
+                        float *vals, int32_t *ids, float *scratch, int masked_row, int *masked);
 
 /* Whether token id is in bits. */
 static inline int jsonmask_has(const uint64_t *bits, int32_t id)

@@ -3,6 +3,7 @@
  * checked against jansson as the reference parser and a small validator of
  * the schema subset written here. */
 #include <errno.h>
+#include <math.h>
 #include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -15,6 +16,7 @@
 
 #include "recurrent/jsonfsm.h"
 #include "recurrent/jsonmask.h"
+#include "recurrent/sampler.h"
 #include "recurrent/tokenizer.h"
 #include "tests/check.h"
 
@@ -703,6 +705,52 @@ static void mask_bytes(void)
     tokenizer_free(t);
 }
 
+/* jsonmask_sample draws only allowed tokens, and with the distribution of
+ * the masked row (the softmax over the allowed tokens alone) on each of its
+ * paths: few allowed (gather), most allowed at pure temperature
+ * (rejection), top-p (mask in place), masked row wanted (logprobs). */
+static void mask_sample_distribution(void)
+{
+    enum { V = 256, DRAWS = 40000 };
+    float logits[V], row[V], vals[V], scratch[2 * V];
+    int32_t ids[V];
+    for (int i = 0; i < V; i++) logits[i] = (float)(((i * 37) % 11) * 0.3 - 1.0);
+    static const int nallow[] = { 6, 250, 250, 250 };
+    for (int c = 0; c < 4; c++) {
+        uint64_t bits[V / 64] = { 0 };
+        for (int i = 0; i < nallow[c]; i++) {
+            int id = (i * 41 + 3) % V;
+            bits[id >> 6] |= 1ull << (id & 63);
+        }
+        size_t n = 0;
+        for (int w = 0; w < V / 64; w++) n += (size_t)__builtin_popcountll(bits[w]);
+        sampler sm;
+        sampler_params p = { 1.0f, 0, c == 2 ? 0.999999f : 1.0f, 1.0f, 0, 77 };
+        sampler_init(&sm, &p);
+        double want[V] = { 0 }, z = 0;
+        for (int i = 0; i < V; i++)
+            if (jsonmask_has(bits, i)) z += want[i] = exp(logits[i]);
+        static int got[V];
+        memset(got, 0, sizeof got);
+        int bad = 0;
+        for (int d = 0; d < DRAWS; d++) {
+            memcpy(row, logits, sizeof row);
+            int masked = 0;
+            int32_t tok = jsonmask_sample(&sm, bits, n, row, V, vals, ids, scratch, c == 3, &masked);
+            if (!jsonmask_has(bits, tok)) bad++;
+            else got[tok]++;
+            if (c == 3 && !masked) bad++;
+        }
+        double worst = 0;
+        for (int i = 0; i < V; i++) {
+            double e = fabs((double)got[i] / DRAWS - want[i] / z);
+            if (e > worst) worst = e;
+        }
+        CHECK(!bad, "path %d: %d draws off the mask (or not masked for logprobs)", c, bad);
+        CHECK(worst < 0.01, "path %d: frequencies off the masked softmax by %.4f", c, worst);
+    }
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/lind_jsonfsm_%d", (int)getpid());
@@ -713,6 +761,7 @@ int main(void)
     RUN(schema_refusals);
     RUN(schema_walks_validate);
     RUN(mask_bytes);
+    RUN(mask_sample_distribution);
     RUN(mask_neox);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
