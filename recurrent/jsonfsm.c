@@ -562,6 +562,10 @@ static int add_lit(builder *b, const json_t *v, const char *ptr)
     if (grow((void **)&b->lits, &b->cl, b->nl + 1, sizeof *b->lits)) { free(s); return -ENOMEM; }
     slit *L = &b->lits[b->nl];
     L->len = (uint32_t)strlen(s);
+    if (L->len > JSONFSM_VALUE_MAX) {
+        free(s);
+        return berr(b, ptr, "an 'enum' or 'const' value is over %d bytes", JSONFSM_VALUE_MAX);
+    }
     int rc = pool_add(b, s, L->len, &L->off, ptr);
     free(s);
     if (rc) return rc;
@@ -660,6 +664,10 @@ static int compile_node(builder *b, const json_t *j, const char *ptr, int depth,
             json_decref(name);
             if (!enc) return -ENOMEM;
             size_t el = strlen(enc);
+            if (el - 2 > JSONFSM_VALUE_MAX) {
+                free(enc);
+                return berr(b, ptr, "a property name is over %d bytes", JSONFSM_VALUE_MAX);
+            }
             uint32_t off = 0;
             int rc = pool_add(b, enc + 1, el - 2, &off, ptr);   /* without the quotes */
             free(enc);

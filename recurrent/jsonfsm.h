@@ -40,6 +40,7 @@
 #define JSONFSM_ENUM_MAX    64   /* values of one enum */
 #define JSONFSM_NODES_MAX 4096   /* subschemas in one schema */
 #define JSONFSM_POOL_MAX (64 * 1024)   /* bytes of property names and enum values */
+#define JSONFSM_VALUE_MAX 4096   /* bytes of one property name or enum value (JSON form) */
 
 typedef struct jsonfsm_schema jsonfsm_schema;
 
