@@ -90,6 +90,15 @@ for (let k = 0; k < jobs.length; k += 8) {
 }
 // the same seed twice gives the same text (streamed and not)
 out.same = [(await chat(1001, false, 4, 600, rf)).map((c) => c.text), (await chat(1001, true, 4, 600, rf)).map((c) => c.text)];
+// the other sampling paths: top-p (the row masked in place) and logprobs (the masked row read back)
+out.paths = [];
+for (let i = 0; i < 6; i++) {
+  const r = await client.chat.completions.create({ model: "default", messages: msgs, temperature: 1, seed: 6000 + i,
+    n: 2, max_tokens: 600, response_format: rf, ...(i % 2 ? { top_p: 0.9 } : { logprobs: true, top_logprobs: 2 }) });
+  for (const c of r.choices)
+    out.paths.push({ text: c.message.content, finish: c.finish_reason,
+                     lp: c.logprobs ? c.logprobs.content.map((e) => [e.logprob, e.top_logprobs.length]) : null });
+}
 // cut short: max_tokens 6
 for (let i = 0; i < 10; i++) for (const c of await chat(3000 + i, i % 2 === 1, 1, 6, rf)) out.short.push(c);
 // json_object mode
@@ -366,6 +375,16 @@ def two_hundred_generations_parse_and_validate():
     # n > 1: the choices of one request differ (each its own seed)
     first = [g["text"] for g in gens if g["kind"] == "chat" and g["i"] == 0]
     expect(len(set(first)) > 1, "n = 4 gave one text four times: %r" % first)
+
+
+@case
+def top_p_and_logprobs_paths():
+    need()
+    for c in result["paths"]:
+        expect(c["finish"] == "stop" and validate(SCHEMA, parse(c["text"])), "top_p / logprobs: %r" % c)
+        if c["lp"] is not None:
+            # every sampled token was allowed: a finite logprob, never the mask's -1e30
+            expect(all(lp > -1e20 for lp, _ in c["lp"]), "a masked token's logprob: %r" % c["lp"])
 
 
 @case
