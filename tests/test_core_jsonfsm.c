@@ -316,8 +316,11 @@ static int complete_bfs(const jsonfsm *f, const char *extra, sbuf *b)
     for (int pass = 0; pass < 2; pass++)
         for (const char *c = pass ? (extra ? extra : "") : base; *c; c++)
             if (!used[(uint8_t)*c]) { used[(uint8_t)*c] = 1; alpha[na++] = (uint8_t)*c; }
-    qn *q = malloc(MAXN * sizeof *q);
-    uint64_t *seen = calloc(HS, sizeof *seen);
+    static qn *q;         /* kept from call to call: allocated once */
+    static uint64_t *seen;
+    if (!f) { free(q); free(seen); q = NULL; seen = NULL; return 0; }
+    if (!q) { q = malloc(MAXN * sizeof *q); seen = malloc(HS * sizeof *seen); }
+    memset(seen, 0, HS * sizeof *seen);
     int nq = 0, head = 0, found = -1;
     q[nq].s = *f;
     q[nq].parent = -1;
@@ -346,8 +349,6 @@ static int complete_bfs(const jsonfsm *f, const char *extra, sbuf *b)
         for (int i = found; i > 0 && n < (int)sizeof path; i = q[i].parent) path[n++] = q[i].byte;
         while (n > 0) { n--; put(b, (const char *)&path[n], 1); }
     }
-    free(q);
-    free(seen);
     return found >= 0;
 }
 
@@ -453,6 +454,7 @@ static void schema_walks_validate(void)
     json_decref(objs);
     free(o);
     free(b.p);
+    complete_bfs(NULL, NULL, NULL);   /* its buffers */
 }
 
 /* Documents a user writes against the first schema: accepted exactly when
