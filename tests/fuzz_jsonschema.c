@@ -32,6 +32,7 @@ static int limits(const uint8_t *p, size_t n, const json_error_t *e)
 {
     if (e && (strstr(e->text, "too big") || strstr(e->text, "overflow") || strstr(e->text, "NUL byte")))
         return 1;
+    if (memchr(p, 0, n)) return 1;   /* jansson reads a raw NUL as the end of the text */
     int ws = 0, num = 0, depth = 0;
     for (size_t i = 0; i < n; i++) {
         uint8_t c = p[i];
