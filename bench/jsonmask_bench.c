@@ -153,8 +153,9 @@ int main(int argc, char **argv)
     printf("|---|---|---|---|---|---|---|\n");
     double *tm = malloc(sizeof(double) * (size_t)reps);
     volatile int32_t sink = 0;
-    static const struct { const char *name; float top_p; } SET[] = { { "T 1", 1.0f }, { "T 1, top-p 0.9", 0.9f } };
-    for (int set = 0; set < 2; set++) {
+    static const struct { const char *name; float top_p; int masked_row; } SET[] = {
+        { "T 1", 1.0f, 0 }, { "T 1, logprobs (row masked in place)", 1.0f, 1 }, { "T 1, top-p 0.9", 0.9f, 0 } };
+    for (int set = 0; set < 3; set++) {
         sampler_params p = sp;
         p.top_p = SET[set].top_p;
         sampler_set_params(&sm, &p);
@@ -170,7 +171,7 @@ int main(int argc, char **argv)
         }
         double base = bench_median(tm, (size_t)reps);
         for (size_t s = 0; s < sizeof STATES / sizeof STATES[0]; s++) {
-            if (set == 1 && s > 0) break;   /* top-p changes only the dense case's path */
+            if (set > 0 && s > 0) break;   /* logprobs and top-p change only the dense case's path */
             jsonfsm f;
             jsonfsm_init(&f, schema);
             jsonfsm_feed_bytes(&f, (const uint8_t *)STATES[s].prefix, strlen(STATES[s].prefix));
@@ -184,8 +185,8 @@ int main(int argc, char **argv)
                     for (int b = 0; b < B; b++) {
                         /* the daemon's path (round_once in daemon/scheduler.c) */
                         const uint64_t *bits = jsonmask_allowed(m, &f, &n);
-                        int32_t tok = jsonmask_sample(&sm, bits, n, logits + (size_t)b * V, V, adj, ids, scratch, 0,
-                                                      NULL);
+                        int32_t tok = jsonmask_sample(&sm, bits, n, logits + (size_t)b * V, V, adj, ids, scratch,
+                                                      SET[set].masked_row, NULL);
                         sampler_observe(&sm, tok);
                         sink += tok;
                     }
