@@ -1000,7 +1000,6 @@ static const uint64_t *constrain_allowed(scheduler *S, turn *t, size_t *nallowed
         free(eos);
         if (S->jvocab && !(S->jids = malloc((size_t)S->vocab * sizeof *S->jids))) {
             jsonmask_vocab_free(S->jvocab);
-    free(S->jids);
             S->jvocab = NULL;
         }
     }
@@ -1751,6 +1750,7 @@ void scheduler_join(scheduler *S)
     free(S->scratch);
     free(S->adj);
     jsonmask_vocab_free(S->jvocab);
+    free(S->jids);
     free(S->b_slots);
     free(S->b_toks);
     free(S->b_n);
