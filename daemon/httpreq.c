@@ -688,6 +688,8 @@ static int parse_responses(httpreq *r, json_t *j, const char *hdr, size_t hdr_le
     if (!r->rparams) { rc = oom(e); goto out; }
     if (!json_object_get(r->rparams, "previous_response_id"))
         json_object_set_new(r->rparams, "previous_response_id", json_null());
+    json_t *fmt = json_object_get(c, "response_format");   /* structured output: echoed as given */
+    if (fmt && json_object_set_new(r->rparams, "text", json_pack("{s:O}", "format", fmt))) { rc = oom(e); goto out; }
     r->input_items = items;
     items = NULL;
     rc = 0;

@@ -107,7 +107,7 @@ for (let i = 0; i < 6; i++) for (const c of await comp(4000 + i, false, 1, 400, 
 for (let i = 0; i < 4; i++) {
   const r = await client.responses.create({ model: "default", input: "Describe the day.", temperature: 1, seed: 5000 + i,
     max_output_tokens: 600, text: { format: { type: "json_schema", name: "answer", schema, strict: true } } });
-  out.resp.push({ text: r.output_text, status: r.status });
+  out.resp.push({ text: r.output_text, status: r.status, format: r.text?.format?.type, name: r.text?.format?.name });
 }
 let stext = "", sfinal = null;
 for await (const ev of await client.responses.create({ model: "default", input: "Describe the day.", temperature: 1,
@@ -425,6 +425,9 @@ def responses_text_format():
         else:
             expect(r["status"] == "incomplete" and valid_prefix(r["text"]), "responses: %r" % r)
     expect(sum(r["status"] == "completed" for r in result["resp"]) >= 3, "responses: %r" % result["resp"])
+    # the response object echoes the format asked for
+    for r in result["resp"][:4]:
+        expect(r["format"] == "json_schema" and r["name"] == "answer", "text.format echoed: %r" % r)
 
 
 @case
