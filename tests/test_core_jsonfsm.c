@@ -753,6 +753,44 @@ static void mask_sample_distribution(void)
     }
 }
 
+/* A vocabulary without byte tokens can reach a state no token continues:
+ * the allowed set is then empty (the daemon ends the turn with an error
+ * rather than emit an invalid token), and the end token only when the
+ * document is complete. */
+static void mask_vocab_without_bytes(void)
+{
+    static const char *const toks[] = { "{", "\"a\":", "\"x", "}", "<end>" };
+    const uint8_t *tb[5];
+    size_t tl[5];
+    for (int i = 0; i < 5; i++) { tb[i] = (const uint8_t *)toks[i]; tl[i] = strlen(toks[i]); }
+    int32_t eos = 4;
+    jsonmask_vocab *v = NULL;
+    char err[128];
+    CHECK(jsonmask_vocab_from(5, tb, tl, &eos, 1, &v, err, sizeof err) == 0, "index: %s", err);
+    jsonmask *m = v ? jsonmask_new(v) : NULL;
+    jsonfsm_schema *s = compile_text("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},"
+                                     "\"required\":[\"a\"],\"additionalProperties\":false}", NULL);
+    if (!m || !s) return;
+    jsonfsm f;
+    jsonfsm_init(&f, s);
+    size_t n = 0;
+    const uint64_t *bits = jsonmask_allowed(m, &f, &n);
+    CHECK(n == 1 && jsonmask_has(bits, 0), "start: '{' only (%zu)", n);
+    jsonfsm_feed_bytes(&f, (const uint8_t *)"{", 1);
+    bits = jsonmask_allowed(m, &f, &n);
+    CHECK(n == 1 && jsonmask_has(bits, 1), "then the required key only (%zu)", n);
+    jsonfsm_feed_bytes(&f, (const uint8_t *)"\"a\":", 4);
+    bits = jsonmask_allowed(m, &f, &n);
+    CHECK(bits && n == 0, "an integer is due and no token starts one: nothing allowed (%zu)", n);
+    jsonfsm_init(&f, NULL);
+    jsonfsm_feed_bytes(&f, (const uint8_t *)"{}", 2);
+    bits = jsonmask_allowed(m, &f, &n);
+    CHECK(n == 1 && jsonmask_has(bits, 4), "a closed document: the end token only (%zu)", n);
+    free(s);
+    jsonmask_free(m);
+    jsonmask_vocab_free(v);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/lind_jsonfsm_%d", (int)getpid());
@@ -764,6 +802,7 @@ int main(void)
     RUN(schema_walks_validate);
     RUN(mask_bytes);
     RUN(mask_sample_distribution);
+    RUN(mask_vocab_without_bytes);
     RUN(mask_neox);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
