@@ -308,7 +308,10 @@ int32_t jsonmask_sample(struct sampler *sm, const uint64_t *bits, size_t nallowe
         size_t n = jsonmask_gather(bits, row, vocab, vals, ids);
         return ids[sampler_next(sm, vals, (int)n, scratch)];
     }
-    int pure = sm->p.temperature > 0.0f && (sm->p.top_k <= 0 || sm->p.top_k >= vocab) && sm->p.top_p >= 1.0f;
+    /* greedy, or temperature without top-k and top-p: a draw on the whole
+     * row that lands on an allowed token is a draw of the masked row */
+    int pure = sm->p.temperature == 0.0f ||
+               ((sm->p.top_k <= 0 || sm->p.top_k >= vocab) && sm->p.top_p >= 1.0f);
     if (!masked_row && pure) {
         int32_t tok = sampler_next(sm, row, vocab, scratch);
         if (jsonmask_has(bits, tok)) return tok;

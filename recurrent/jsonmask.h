@@ -71,9 +71,9 @@ size_t jsonmask_gather(const uint64_t *bits, const float *row, int vocab, float 
  * by path):
  *   - at most half the vocabulary allowed and no repetition penalty: gather
  *     the allowed logits into vals/ids ([vocab] each) and sample those only;
- *   - pure temperature (no top-k, no top-p), most tokens allowed: draw on the
- *     whole row and keep the draw when allowed (rejection: exact for
- *     temperature sampling; inside a string nearly every draw is kept);
+ *   - greedy, or temperature without top-k and top-p, most tokens allowed:
+ *     draw on the whole row and keep the draw when allowed (rejection: exact
+ *     for these; inside a string nearly every draw is kept);
  *   - else, or when masked_row is set (the caller reads the row afterwards,
  *     e.g. for logprobs): jsonmask_apply on the row, then draw.
  * A draw that still lands on a masked token (only a rounding edge of the

@@ -717,8 +717,8 @@ static void mask_sample_distribution(void)
     float logits[V], row[V], vals[V], scratch[2 * V];
     int32_t ids[V];
     for (int i = 0; i < V; i++) logits[i] = (float)(((i * 37) % 11) * 0.3 - 1.0);
-    static const int nallow[] = { 6, 250, 250, 250 };
-    for (int c = 0; c < 4; c++) {
+    static const int nallow[] = { 6, 250, 250, 250, 250, 6 };
+    for (int c = 0; c < 6; c++) {
         uint64_t bits[V / 64] = { 0 };
         for (int i = 0; i < nallow[c]; i++) {
             int id = (i * 41 + 3) % V;
@@ -727,11 +727,20 @@ static void mask_sample_distribution(void)
         size_t n = 0;
         for (int w = 0; w < V / 64; w++) n += (size_t)__builtin_popcountll(bits[w]);
         sampler sm;
-        sampler_params p = { 1.0f, 0, c == 2 ? 0.999999f : 1.0f, 1.0f, 0, 77 };
+        /* 4 and 5: greedy (rejection, gather): the most likely allowed token every time */
+        sampler_params p = { c >= 4 ? 0.0f : 1.0f, 0, c == 2 ? 0.999999f : 1.0f, 1.0f, 0, 77 };
         sampler_init(&sm, &p);
         double want[V] = { 0 }, z = 0;
+        int best = -1;
         for (int i = 0; i < V; i++)
-            if (jsonmask_has(bits, i)) z += want[i] = exp(logits[i]);
+            if (jsonmask_has(bits, i)) {
+                z += want[i] = exp(logits[i]);
+                if (best < 0 || logits[i] > logits[best]) best = i;
+            }
+        if (c >= 4) {
+            memset(want, 0, sizeof want);
+            want[best] = z = 1;
+        }
         static int got[V];
         memset(got, 0, sizeof got);
         int bad = 0;
