@@ -33,7 +33,6 @@ typedef struct centry {
 
 struct jsonmask {
     const jsonmask_vocab *v;
-    jsonfsm  *st;        /* [maxlen + 1] states along the sorted walk */
     centry    c[JSONMASK_CACHE];
     int       nc;
     uint64_t  clock, hits, computed;
@@ -165,8 +164,6 @@ jsonmask *jsonmask_new(const jsonmask_vocab *v)
     jsonmask *m = calloc(1, sizeof *m);
     if (!m) return NULL;
     m->v = v;
-    m->st = malloc(((size_t)v->maxlen + 2) * sizeof *m->st);
-    if (!m->st) { free(m); return NULL; }
     return m;
 }
 
@@ -174,7 +171,6 @@ void jsonmask_free(jsonmask *m)
 {
     if (!m) return;
     for (int i = 0; i < m->nc; i++) free(m->c[i].bits);
-    free(m->st);
     free(m);
 }
 
@@ -191,13 +187,18 @@ static size_t popcount_words(const uint64_t *b, int w)
     return n;
 }
 
-/* The allowed set of f into bits (zeroed by the caller). */
-static void compute(jsonmask *m, const jsonfsm *f, uint64_t *bits)
+/* The allowed set of f into bits (zeroed by the caller): 0, or -ENOMEM.
+ * The walk's states (one per byte of the longest token, some hundred kB
+ * for a large vocabulary) are allocated for the walk only, so an idle turn
+ * holds just its cache. */
+static int compute(jsonmask *m, const jsonfsm *f, uint64_t *bits)
 {
     const jsonmask_vocab *v = m->v;
+    jsonfsm *st = malloc(((size_t)v->maxlen + 2) * sizeof *st);
+    if (!st) return -ENOMEM;
     if (jsonfsm_is_free_string(f)) {
         memcpy(bits, v->plain, (size_t)v->words * sizeof *bits);
-        jsonfsm *s = &m->st[0];
+        jsonfsm *s = &st[0];
         for (int i = 0; i < v->nnonplain; i++) {
             int32_t id = v->nonplain[i];
             jsonfsm_copy(s, f);
@@ -206,7 +207,7 @@ static void compute(jsonmask *m, const jsonfsm *f, uint64_t *bits)
     } else {
         /* the sorted walk: st[d] is the state after the first d bytes of
          * the current token, valid for d <= valid */
-        jsonfsm_copy(&m->st[0], f);
+        jsonfsm_copy(&st[0], f);
         uint32_t valid = 0;
         int i = 0;
         while (i < v->nord) {
@@ -216,8 +217,8 @@ static void compute(jsonmask *m, const jsonfsm *f, uint64_t *bits)
             if (i == 0) d = 0;
             int alive = 1;
             while (d < len) {
-                jsonfsm_copy(&m->st[d + 1], &m->st[d]);
-                if (!jsonfsm_feed(&m->st[d + 1], b[d])) { alive = 0; break; }
+                jsonfsm_copy(&st[d + 1], &st[d]);
+                if (!jsonfsm_feed(&st[d + 1], b[d])) { alive = 0; break; }
                 d++;
             }
             valid = d;
@@ -229,6 +230,8 @@ static void compute(jsonmask *m, const jsonfsm *f, uint64_t *bits)
     }
     if (jsonfsm_is_complete(f))
         for (int i = 0; i < v->neos; i++) bits[v->eos[i] >> 6] |= 1ull << (v->eos[i] & 63);
+    free(st);
+    return 0;
 }
 
 const uint64_t *jsonmask_allowed(jsonmask *m, const jsonfsm *f, size_t *nallowed)
@@ -258,7 +261,11 @@ const uint64_t *jsonmask_allowed(jsonmask *m, const jsonfsm *f, size_t *nallowed
             if (m->c[i].age < e->age) e = &m->c[i];
     }
     memset(e->bits, 0, (size_t)v->words * sizeof *e->bits);
-    compute(m, f, e->bits);
+    if (compute(m, f, e->bits)) {
+        e->hash = 0;
+        e->keylen = 0;   /* matches no state */
+        return NULL;
+    }
     m->computed++;
     e->hash = h;
     e->keylen = kl;
