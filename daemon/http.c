@@ -35,6 +35,7 @@
 #include "daemon/http_sessions.h"
 #include "daemon/procinfo.h"
 #include "kernels/clock.h"
+#include "recurrent/jsonfsm.h"
 
 #define HREQ_BUCKETS 1024
 #define HTTP_SNDBUF  (256 << 10)   /* SO_SNDBUF of an accepted connection */
@@ -967,6 +968,14 @@ static void generate_choice(hreq *h, int i, uint8_t *text, size_t len)
         }
         memcpy(r.bias_id, h->gen_req.bias_id, (size_t)r.n_bias * sizeof *r.bias_id);
         memcpy(r.bias, h->gen_req.bias, (size_t)r.n_bias * sizeof *r.bias);
+    }
+    r.schema = NULL;
+    if (h->gen_req.schema && !(r.schema = jsonfsm_schema_clone(h->gen_req.schema))) {   /* every choice constrained */
+        free(r.bias_id);
+        free(r.bias);
+        free(text);
+        fail(h, PE_INTERNAL, "out of memory");
+        return;
     }
     snprintf(r.session, sizeof r.session, "%s", h->ch[i].session);
     if (i == 0 && h->n == 1) h->prompt_bytes = len;

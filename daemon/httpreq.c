@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
+#include "recurrent/jsonfsm.h"
 #include "recurrent/model.h"
 #include "state/store.h"
 
@@ -139,7 +140,9 @@ static int parse_unsupported(json_t *j, httpreq_error *e)
         if ((v = json_object_get(j, lists[i])) && !json_is_null(v)) {
             if (!json_is_array(v))
                 return bad(e, lists[i], "'%s' must be an array, got %s", lists[i], jtype(v));
-            if (json_array_size(v)) return unsupported(e, lists[i], "a non-empty '%s' (tool calls)", lists[i]);
+            if (json_array_size(v))
+                return unsupported(e, lists[i], "a non-empty '%s' (tool calls; for JSON output use "
+                                   "'response_format' json_schema)", lists[i]);
         }
     static const char *const choices[] = { "tool_choice", "function_call" };
     for (size_t i = 0; i < 2; i++)
@@ -147,15 +150,10 @@ static int parse_unsupported(json_t *j, httpreq_error *e)
             const char *c = json_string_value(v);
             if (c && (!strcmp(c, "none") || !strcmp(c, "auto"))) continue;   /* no tools: no call either way */
             if (json_is_object(v) || (c && !strcmp(c, "required")))
-                return unsupported(e, choices[i], "'%s' asking for a tool call", choices[i]);
+                return unsupported(e, choices[i], "'%s' asking for a tool call (tool calls; for JSON output "
+                                   "use 'response_format' json_schema)", choices[i]);
             return bad(e, choices[i], "'%s' must be \"none\", \"auto\", \"required\" or an object", choices[i]);
         }
-    if ((v = json_object_get(j, "response_format")) && !json_is_null(v)) {
-        const char *t = json_is_object(v) ? json_string_value(json_object_get(v, "type")) : NULL;
-        if (!t) return bad(e, "response_format", "'response_format' must be an object with a string 'type'");
-        if (strcmp(t, "text"))
-            return unsupported(e, "response_format", "'response_format' of type '%.64s' (structured output)", t);
-    }
     long long x = 1;
     if (get_int(j, "best_of", 1, 20, &x, NULL, e)) return -EINVAL;
     if (x > 1) return unsupported(e, "best_of", "'best_of' %lld", x);
@@ -166,6 +164,49 @@ static int parse_unsupported(json_t *j, httpreq_error *e)
         if (!json_is_string(v)) return bad(e, "suffix", "'suffix' must be a string, got %s", jtype(v));
         if (json_string_length(v)) return unsupported(e, "suffix", "a non-empty 'suffix' (insertion)");
     }
+    return 0;
+}
+
+/* Structured output: response_format {"type": "text" | "json_object" |
+ * "json_schema", "json_schema": {"name", "schema", "strict", "description"}}
+ * (on /v1/responses, text.format translated to it: param "text") compiled
+ * into g->schema (recurrent/jsonfsm.h); a schema keyword outside the subset
+ * is refused naming it. */
+static int parse_response_format(httpreq *r, json_t *j, httpreq_error *e)
+{
+    const char *param = r->responses ? "text" : "response_format";
+    const char *field = r->responses ? "text.format" : "response_format";
+    json_t *v = json_object_get(j, "response_format");
+    if (!v || json_is_null(v)) return 0;
+    const char *t = json_is_object(v) ? json_string_value(json_object_get(v, "type")) : NULL;
+    if (!t) return bad(e, param, "'%s' must be an object with a string 'type'", field);
+    if (!strcmp(t, "text")) return 0;
+    proto_request *g = &r->gen;
+    if (!strcmp(t, "json_object")) {
+        if (jsonfsm_schema_object(&g->schema)) return oom(e);
+        return 0;
+    }
+    if (strcmp(t, "json_schema"))
+        return unsupported(e, param, "'%s' of type '%.64s' (structured output takes text, json_object and "
+                           "json_schema)", field, t);
+    json_t *js = r->responses ? v : json_object_get(v, "json_schema");
+    if (!json_is_object(js))
+        return bad(e, param, "'%s' of type json_schema needs an object 'json_schema' with the schema", field);
+    json_t *name = json_object_get(js, "name"), *strict = json_object_get(js, "strict");
+    if (name && !json_is_null(name) && !json_is_string(name))
+        return bad(e, param, "the json_schema's 'name' must be a string, got %s", jtype(name));
+    if (strict && !json_is_null(strict) && !json_is_boolean(strict))
+        return bad(e, param, "the json_schema's 'strict' must be a boolean, got %s", jtype(strict));
+    json_t *schema = json_object_get(js, "schema");
+    if (!schema || json_is_null(schema)) {   /* no schema: any JSON object */
+        if (jsonfsm_schema_object(&g->schema)) return oom(e);
+        return 0;
+    }
+    char err[300];
+    int rc = jsonfsm_schema_compile(schema, &g->schema, err, sizeof err);
+    if (rc == -ENOMEM) return oom(e);
+    if (rc) return bad(e, param, "%s: %s; lind serves the subset docs/HTTP.md \"Structured output\" lists",
+                       field, err);
     return 0;
 }
 
@@ -344,7 +385,7 @@ static int parse_common(httpreq *r, json_t *j, const httpreq_limits *lim, httpre
         if (!json_is_object(v)) return bad(e, "stream_options", "'stream_options' must be an object");
         if (get_bool(v, "include_usage", &r->include_usage, e)) return -EINVAL;
     }
-    if (parse_unsupported(j, e) || parse_sampling(r, j, lim, e)) return -EINVAL;
+    if (parse_unsupported(j, e) || parse_response_format(r, j, e) || parse_sampling(r, j, lim, e)) return -EINVAL;
     if ((v = json_object_get(j, "user")) && !json_is_null(v)) {
         if (!json_is_string(v)) return bad(e, "user", "'user' must be a string, got %s", jtype(v));
         size_t n = json_string_length(v);
@@ -578,10 +619,8 @@ static int parse_responses(httpreq *r, json_t *j, const char *hdr, size_t hdr_le
             rc = bad(e, "text", "'text' must be an object; text.format an object with a string 'type'");
             goto out;
         }
-        if (t && strcmp(t, "text")) {
-            rc = unsupported(e, "text", "'text.format' of type '%.64s' (structured output)", t);
-            goto out;
-        }
+        /* text.format is response_format flattened: parsed as one */
+        if (t && strcmp(t, "text")) json_object_set(c, "response_format", f);
     }
     if ((v = json_object_get(j, "instructions")) && !json_is_null(v)) {
         if (!json_is_string(v)) { rc = bad(e, "instructions", "'instructions' must be a string, got %s", jtype(v)); goto out; }
@@ -649,6 +688,8 @@ static int parse_responses(httpreq *r, json_t *j, const char *hdr, size_t hdr_le
     if (!r->rparams) { rc = oom(e); goto out; }
     if (!json_object_get(r->rparams, "previous_response_id"))
         json_object_set_new(r->rparams, "previous_response_id", json_null());
+    json_t *fmt = json_object_get(c, "response_format");   /* structured output: echoed as given */
+    if (fmt && json_object_set_new(r->rparams, "text", json_pack("{s:O}", "format", fmt))) { rc = oom(e); goto out; }
     r->input_items = items;
     items = NULL;
     rc = 0;

@@ -494,6 +494,8 @@ void proto_request_free(proto_request *r)
     free(r->data);
     free(r->bias_id);
     free(r->bias);
+    free(r->schema);
+    r->schema = NULL;
     r->bias_id = NULL;
     r->bias = NULL;
     r->n_bias = 0;

@@ -92,6 +92,11 @@ typedef struct proto_request {
     int32_t *bias_id;
     float   *bias;
     int      logprobs;
+    /* generate, HTTP only: structured output (response_format json_object or
+     * json_schema, docs/HTTP.md "Structured output"): the compiled schema
+     * every sampled token must keep valid (recurrent/jsonfsm.h), owned (one
+     * block, free()); NULL: unconstrained. */
+    struct jsonfsm_schema *schema;
 } proto_request;
 
 typedef struct proto_error {

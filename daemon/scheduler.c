@@ -13,6 +13,8 @@
 #include "daemon/msg.h"
 #include "daemon/session.h"
 #include "daemon/turnlog.h"
+#include "recurrent/jsonfsm.h"
+#include "recurrent/jsonmask.h"
 #include "recurrent/sampler.h"
 #include "recurrent/tokenizer.h"
 #include "state/format.h"
@@ -75,6 +77,12 @@ typedef struct turn {
     int32_t *seen;
     uint32_t nseen;
     int      logprobs;
+    /* structured output (docs/HTTP.md): the schema (owned), the automaton
+     * fed every sampled token's bytes, and the turn's masker (made at its
+     * first sample); schema NULL: unconstrained */
+    jsonfsm_schema *schema;
+    jsonmask *mask;
+    jsonfsm  fsm;
     /* exactly-once turns: the request's id ("" none), the hash of its
      * parameters and the token events sent, recorded with the commit */
     char     request_id[STORE_REQUEST_ID_MAX + 1];
@@ -101,6 +109,9 @@ struct scheduler {
     int      vocab;
     float   *logits, *scratch;     /* [logits_rows × vocab], [2 × vocab] */
     float   *adj;                  /* [vocab]: a row after logit_bias and penalties */
+    jsonmask_vocab *jvocab;        /* structured output's index of the vocabulary, made
+                                      at the first constrained turn */
+    int32_t *jids;                 /* [vocab]: the allowed ids of a sparse mask */
     int      logits_rows;
     /* A round: up to max_batch turns (b_turns, b_n rows each, b_lidx their
      * logits row or -1) laid out as max_rows rows (b_slots, b_toks), runs of
@@ -543,6 +554,12 @@ static void begin_turn(scheduler *S, session *s, dmsg *m)
         r->bias = NULL;
         r->n_bias = 0;
         t->logprobs = r->logprobs;
+        t->schema = r->schema;
+        r->schema = NULL;
+        if (t->schema) {
+            jsonfsm_init(&t->fsm, t->schema);
+            t->ignore_eos = 0;   /* the end token ends a constrained turn (only once the document may end) */
+        }
         memcpy(t->stop, r->stop, sizeof t->stop);
         memcpy(t->stop_len, r->stop_len, sizeof t->stop_len);
     }
@@ -749,6 +766,7 @@ static void emit_token(scheduler *S, turn *t, int32_t tok, float lp, const ev_to
     const uint8_t *b = tokenizer_token_bytes(S->tok, tok, &n);
     static const uint8_t none[1];
     if (!b) { b = none; n = 0; }   /* an id the tokenizer has no text for (padded vocabularies) */
+    if (t->schema) jsonfsm_feed_bytes(&t->fsm, b, n);   /* allowed by the mask: keeps it alive */
     sampler_observe(&s->meta.sampler, tok);
     t->produced++;
     if (t->counts && tok >= 0 && tok < S->vocab && t->counts[tok]++ == 0) t->seen[t->nseen++] = tok;
@@ -782,6 +800,7 @@ static void emit_token(scheduler *S, turn *t, int32_t tok, float lp, const ev_to
         t->tail_len = keep + n;
     }
     if (t->stop_hit >= 0) finish(S, t, tok, "stop");
+    else if (t->schema && jsonfsm_is_closed(&t->fsm)) finish(S, t, tok, "stop");   /* the document is done */
     else if (t->produced >= t->max_tokens) finish(S, t, tok, "length");
     else if (t->cancelled) finish(S, t, tok, "cancelled");
     else { t->last = tok; t->generating = 1; }
@@ -877,6 +896,8 @@ static void reap(scheduler *S)
             free(t->bias);
             free(t->counts);
             free(t->seen);
+            free(t->schema);
+            jsonmask_free(t->mask);
             turnlog_free(&t->log);
             free(t);
         } else {
@@ -958,6 +979,44 @@ static const float *adjust(scheduler *S, const turn *t, const float *row)
         S->adj[id] -= t->pres + t->freq * (float)t->counts[id];
     }
     return S->adj;
+}
+
+/* A constrained turn's allowed tokens for its next sample (jsonmask.h), or
+ * NULL when the turn has ended instead: out of memory, or a vocabulary with
+ * no token that keeps the document valid (one lacking byte tokens may) —
+ * the client gets an error and the session stays at its last committed
+ * turn, so no invalid output is ever completed. */
+static const uint64_t *constrain_allowed(scheduler *S, turn *t, size_t *nallowed)
+{
+    const char *why = NULL;
+    if (!S->jvocab) {
+        int32_t *eos = malloc((size_t)S->vocab * sizeof *eos);
+        int neos = 0;
+        char err[200];
+        if (eos) {
+            for (int32_t i = 0; i < S->vocab; i++)
+                if (model_is_eos(S->m, i)) eos[neos++] = i;
+            if (jsonmask_vocab_new(S->tok, S->vocab, eos, neos, &S->jvocab, err, sizeof err)) S->jvocab = NULL;
+        }
+        free(eos);
+        if (S->jvocab && !(S->jids = malloc((size_t)S->vocab * sizeof *S->jids))) {
+            jsonmask_vocab_free(S->jvocab);
+            S->jvocab = NULL;
+        }
+    }
+    if (S->jvocab && !t->mask) t->mask = jsonmask_new(S->jvocab);
+    size_t n = 0;
+    const uint64_t *bits = t->mask ? jsonmask_allowed(t->mask, &t->fsm, &n) : NULL;
+    if (!bits) why = "out of memory masking the vocabulary for structured output";
+    else if (!n) why = "no token of the model's vocabulary can continue the JSON document (structured output)";
+    *nallowed = n;
+    if (!why) return bits;
+    evlist *ev = cconn_out(S, t->c);
+    if (ev && evlist_error(ev, t->req_id, bits ? PE_BAD_REQUEST : PE_INTERNAL, why) == 0) t->c->out->finals++;
+    t->finished = 1;
+    t->s->turn = NULL;
+    drop_session(S, t->s);
+    return NULL;
 }
 
 /* The log-softmax of the row the sampler drew from (after logit_bias and
@@ -1111,9 +1170,22 @@ static int round_once(scheduler *S)
             t->t_prompt = clock_mono_ns();
             log_text(t);   /* the text before the first token out */
         }
-        const float *row = S->logits + (size_t)S->b_lidx[b] * (size_t)S->vocab;
+        float *lrow = S->logits + (size_t)S->b_lidx[b] * (size_t)S->vocab;
+        const float *row = lrow;
+        const uint64_t *allowed = NULL;
+        size_t nallowed = 0;
+        if (t->schema && !(allowed = constrain_allowed(S, t, &nallowed))) continue;   /* ended with an error */
         if (t->n_bias || t->nseen) row = adjust(S, t, row);
-        int32_t tok = sampler_next(&t->s->meta.sampler, row, S->vocab, S->scratch);
+        int32_t tok;
+        if (allowed) {
+            /* the row is this round's own (the logits buffer, or adj): the
+             * mask may go into it in place; logprobs read it masked */
+            float *w = row == S->adj ? S->adj : lrow;
+            tok = jsonmask_sample(&t->s->meta.sampler, allowed, nallowed, w, S->vocab, S->adj, S->jids, S->scratch,
+                                  t->logprobs != 0, NULL);
+        } else {
+            tok = sampler_next(&t->s->meta.sampler, row, S->vocab, S->scratch);
+        }
         ev_top top[EV_TOP_MAX];
         uint32_t ntop = 0;
         float lp = t->logprobs ? logprobs(S, t, row, tok, top, &ntop) : 0.0f;
@@ -1678,6 +1750,8 @@ void scheduler_join(scheduler *S)
     /* S->logits is the compute thread's, freed there before the model */
     free(S->scratch);
     free(S->adj);
+    jsonmask_vocab_free(S->jvocab);
+    free(S->jids);
     free(S->b_slots);
     free(S->b_toks);
     free(S->b_n);

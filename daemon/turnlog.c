@@ -1,5 +1,6 @@
 /* daemon/turnlog.c — a turn's recorded answer (turnlog.h). */
 #include "daemon/turnlog.h"
+#include "recurrent/jsonfsm.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -57,6 +58,7 @@ uint64_t turnlog_params_hash(const proto_request *r)
         h = fnv_f32(h, r->bias[i]);
     }
     h = fnv_u64(h, (uint64_t)r->logprobs);
+    if (r->schema) h = fnv_u64(h, jsonfsm_schema_hash(r->schema));
     return h;
 }
 

@@ -836,8 +836,12 @@ EDGES = [
     ({"functions": [{"name": "f"}]}, "functions"),
     ({"tool_choice": "required"}, "tool_choice"), ({"tool_choice": {"type": "function"}}, "tool_choice"),
     ({"tool_choice": "maybe"}, "tool_choice"), ({"function_call": {"name": "f"}}, "function_call"),
-    ({"response_format": {"type": "json_object"}}, "response_format"),
-    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}}, "response_format"),
+    ({"response_format": {"type": "xml"}}, "response_format"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"anyOf": []}}}},
+     "response_format"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "float"}}}},
+     "response_format"),
+    ({"response_format": {"type": "json_schema"}}, "response_format"),
     ({"response_format": "json"}, "response_format"), ({"user": "u" * 257}, "user"),
 ]
 
@@ -1073,7 +1077,9 @@ def responses_api_on_stored_sessions():
     for body, param in [({}, "input"), ({"input": 5}, "input"), ({"input": [{"role": "wizard", "content": "x"}]},
                         "input"), ({"input": [{"type": "function_call_output", "output": "x"}]}, "input"),
                         ({"input": "x", "max_output_tokens": 0}, "max_output_tokens"),
-                        ({"input": "x", "text": {"format": {"type": "json_object"}}}, "text"),
+                        ({"input": "x", "text": {"format": {"type": "json_schema", "name": "x",
+                                                                    "schema": {"$ref": "#/a"}}}}, "text"),
+                        ({"input": "x", "text": {"format": {"type": "xml"}}}, "text"),
                         ({"input": "x", "store": "yes"}, "store"), ({"input": "x", "instructions": 3}, "instructions"),
                         ({"input": "x", "top_p": 0}, "top_p"), ({"input": "x", "background": True}, "background")]:
         st, j = post("/v1/responses", body)

@@ -108,7 +108,7 @@ out.random = { a: r1.choices[0].text, b: r2.choices[0].text, s1: s1.choices[0].t
 out.edges = {};
 for (const [k, v] of [["top_p", 0], ["temperature", 3], ["n", 17], ["frequency_penalty", 3], ["max_tokens", 0],
                       ["logit_bias", { "x": 1 }], ["top_logprobs", 30],
-                      ["response_format", { type: "json_object" }],
+                      ["response_format", { type: "json_schema", json_schema: { name: "x", schema: { anyOf: [] } } }],
                       ["tools", [{ type: "function", function: { name: "f", parameters: {} } }]]]) {
   try {
     await client.chat.completions.create({ model: "default", messages: msgs, [k]: v });
