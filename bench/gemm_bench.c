@@ -85,13 +85,14 @@ static double fma_ceiling(int threads, int kind, int runs) { return bench_fma_gf
 static double time_calls(backend *be, backend_buf **W, int ncopy, backend_buf *x, backend_buf *y, int B, int N,
                          int K, double min_s) {
     const backend_ops *o = be->ops;
-    for (int c = 0; c < ncopy; c++) o->matmul(be, x, 0, K, W[c], NULL, y, 0, N, B, N, K, 0);   /* warm up */
+    /* y[B × N] = x[B × K] · W[N × K]ᵀ; first each weight once, to warm up */
+    for (int c = 0; c < ncopy; c++) o->matmul(be, bmview(y, 0, N), bview(x, 0, K), W[c], NULL, B, N, K, 0);
     double best = 1e30;
     for (int run = 0; run < 7; run++) {
         long calls = 0;
         double t0 = bench_now(), dt;
         do {
-            o->matmul(be, x, 0, K, W[calls % ncopy], NULL, y, 0, N, B, N, K, 0);
+            o->matmul(be, bmview(y, 0, N), bview(x, 0, K), W[calls % ncopy], NULL, B, N, K, 0);
             calls++;
         } while ((dt = bench_now() - t0) < min_s);
         if (dt / calls < best) best = dt / calls;
@@ -200,9 +201,11 @@ static int bench_token(backend *be, double read_gbs, int tokens) {
             double t0 = bench_now();
             for (int l = 0; l < LAYERS; l++)
                 for (int p = 0; p < PER_LAYER; p++)
-                    o->matmul(be, x, 0, P[p].K, W[d][l * PER_LAYER + p], NULL, y, 0, P[p].N, 1, P[p].N, P[p].K,
-                              P[p].flags);
-            o->matmul(be, x, 0, D, W[d][NW - 1], NULL, y, 0, V, 1, V, D, 0);
+                    /* y[1 × N] = x[1 × K] · W[N × K]ᵀ */
+                    o->matmul(be, bmview(y, 0, P[p].N), bview(x, 0, P[p].K), W[d][l * PER_LAYER + p], NULL, 1, P[p].N,
+                              P[p].K, P[p].flags);
+            /* y[1 × V] = x[1 × D] · head[V × D]ᵀ */
+            o->matmul(be, bmview(y, 0, V), bview(x, 0, D), W[d][NW - 1], NULL, 1, V, D, 0);
             if (it >= 0) t[d][it] = bench_now() - t0;
         }
     }

@@ -465,15 +465,24 @@ int smax_step(smax *s, int token, float *logits) {
         if (s->pool && parts > 1) cpu_pool_run(s->pool, attn_part, &job, parts);
         else attn_part(&job, 0, 1);
         if ((rc = o->buf_upload(be, ob, 0, s->o, (size_t)hd)) < 0) return rc;
-        if ((rc = o->matmul(be, ob, 0, hd, L->wo, NULL, s->x, 0, d, 1, d, hd, BACKEND_MM_ACCUMULATE)) < 0) return rc;
+        /* x[1 × d] += o[1 × hd] · Wo[d × hd]ᵀ */
+        if ((rc = o->matmul(be, bmview(s->x, 0, d), bview(ob, 0, hd), L->wo, NULL, 1, d, hd, BACKEND_MM_ACCUMULATE)) < 0)
+            return rc;
         if ((rc = o->layernorm(be, s->x, s->h, L->ln2_w, L->ln2_b, d, c->norm_eps)) < 0) return rc;
-        if ((rc = o->matmul(be, s->h, 0, d, L->w1, L->b1, s->ff, 0, dff, 1, dff, d, BACKEND_MM_GELU)) < 0) return rc;
-        if ((rc = o->matmul(be, s->ff, 0, dff, L->w2, L->b2, s->x, 0, d, 1, d, dff, BACKEND_MM_ACCUMULATE)) < 0)
+        /* ff[1 × dff] = GELU(h[1 × d] · W1[dff × d]ᵀ + b1) */
+        if ((rc = o->matmul(be, bmview(s->ff, 0, dff), bview(s->h, 0, d), L->w1, L->b1, 1, dff, d, BACKEND_MM_GELU)) < 0)
+            return rc;
+        /* x[1 × d] += ff[1 × dff] · W2[d × dff]ᵀ + b2 */
+        if ((rc = o->matmul(be, bmview(s->x, 0, d), bview(s->ff, 0, dff), L->w2, L->b2, 1, d, dff,
+                            BACKEND_MM_ACCUMULATE)) < 0)
             return rc;
     }
     s->pos = n;
     if (!logits) return 0;
     if ((rc = o->layernorm(be, s->x, s->h, s->lnf_w, s->lnf_b, d, c->norm_eps)) < 0) return rc;
-    if ((rc = o->matmul(be, s->h, 0, d, s->head, NULL, s->logits, 0, c->vocab_size, 1, c->vocab_size, d, 0)) < 0) return rc;
+    /* logits[1 × V] = h[1 × d] · head[V × d]ᵀ */
+    if ((rc = o->matmul(be, bmview(s->logits, 0, c->vocab_size), bview(s->h, 0, d), s->head, NULL, 1, c->vocab_size, d,
+                        0)) < 0)
+        return rc;
     return o->buf_download(be, s->logits, 0, logits, c->vocab_size);
 }

@@ -636,8 +636,8 @@ static rates gemm_only_rate(backend *be, const gemm_shape *g, int n, int B, doub
         long reps = 0;
         double t0 = clock_mono_s(), c0 = clock_cpu_s(), t;
         do {
-            for (int i = 0; i < n; i++)
-                be->ops->matmul(be, x, 0, g[i].K, w[i], NULL, y, 0, g[i].N, B, g[i].N, g[i].K, 0);
+            for (int i = 0; i < n; i++)   /* y[B × N] = x[B × K] · W[N × K]ᵀ */
+                be->ops->matmul(be, bmview(y, 0, g[i].N), bview(x, 0, g[i].K), w[i], NULL, B, g[i].N, g[i].K, 0);
             be->ops->buf_download(be, y, 0, &sink, 1);
             reps++;
         } while ((t = clock_mono_s() - t0) < secs / BENCH_TRIALS);
@@ -680,8 +680,8 @@ typedef struct mm_bench {
 static void run_backend_mm(void *arg, int reps) {
     mm_bench *b = arg;
     float sink;
-    for (int r = 0; r < reps; r++)
-        b->be->ops->matmul(b->be, b->x, 0, b->K, b->w, NULL, b->y, 0, b->N, b->M, b->N, b->K, 0);
+    for (int r = 0; r < reps; r++)   /* y[M × N] = x[M × K] · W[N × K]ᵀ */
+        b->be->ops->matmul(b->be, bmview(b->y, 0, b->N), bview(b->x, 0, b->K), b->w, NULL, b->M, b->N, b->K, 0);
     b->be->ops->buf_download(b->be, b->y, 0, &sink, 1);   /* waits for a device */
 }
 

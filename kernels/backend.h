@@ -17,7 +17,8 @@
  *   - backend_buf: an opaque device buffer of fp32 values (host memory on
  *     the CPU backend). Ops address a buffer by (buf, float offset, row
  *     stride "ld" in floats) so that e.g. q, k and v can be written as
- *     column blocks of one [B × 3N] buffer.
+ *     column blocks of one [B × 3N] buffer; matmul takes the three together
+ *     as one operand, a view (backend_view, below).
  *   - The slot pool: the backend owns one contiguous array of per-session
  *     recurrent states ("slots"), each `slot_bytes` long (the model's
  *     model_state_bytes()). A slot's bytes are opaque to the backend except
@@ -65,6 +66,24 @@ enum { BACKEND_GRAPH_EAGER = 0, BACKEND_GRAPH_RECORDING = 1, BACKEND_GRAPH_REPLA
 
 /* matmul flags */
 enum { BACKEND_MM_ACCUMULATE = 1, BACKEND_MM_GELU = 2, BACKEND_MM_RELU2 = 4, BACKEND_MM_SIGMOID = 8 };
+
+/* A matmul operand: rows of a buffer, element [b, c] at buf[off + b·ld + c]
+ * (off and ld in floats), e.g. the k block of a [B × 3N] buffer is
+ * bview(qkv, N, 3 * N). backend_view is read (x), backend_mview written (y).
+ * Made where they are passed:
+ *     // y[B × N] = x[B × K] · W[N × K]ᵀ
+ *     o->matmul(be, bmview(y, 0, N), bview(x, 0, K), W, NULL, B, N, K, 0); */
+typedef struct backend_view  { const backend_buf *buf; size_t off; int ld; } backend_view;
+typedef struct backend_mview { backend_buf *buf;       size_t off; int ld; } backend_mview;
+
+static inline backend_view bview(const backend_buf *buf, size_t off, int ld) {
+    backend_view v = { buf, off, ld };
+    return v;
+}
+static inline backend_mview bmview(backend_buf *buf, size_t off, int ld) {
+    backend_mview v = { buf, off, ld };
+    return v;
+}
 
 /* ---- the kinds' ops, by family -------------------------------------------
  * The ops a layer kind adds for its state update (or, for rmsnorm, its
@@ -350,15 +369,16 @@ typedef struct backend_ops {
     int (*layernorm)(backend *be, const backend_buf *x, backend_buf *y,
                      const backend_buf *w, const backend_buf *bias, int d, float eps);
 
-    /* One GEMM over the batch:
-     *   y[b, yo + n] = (accumulate ? y[b, yo + n] : 0) + bias[n] + Σ_k x[b, xo + k] · W[n, k]
-     * for b < B, n < N, k < K; x has row stride ldx, y row stride ldy (floats),
-     * W is [N × K] row-major at offset 0 (or made by weight_new), bias
-     * (length N) may be NULL. flags:
+    /* One GEMM over the batch, y[B × N] (+)= x[B × K] · W[N × K]ᵀ + bias:
+     *   y[b, n] = (accumulate ? y[b, n] : 0) + bias[n] + Σ_k x[b, k] · W[n, k]
+     * for b < B, n < N, k < K, where x[b, k] is x.buf[x.off + b·x.ld + k] and
+     * y[b, n] is y.buf[y.off + b·y.ld + n] (backend_view above). W is
+     * [N × K] row-major at offset 0 (or made by weight_new), bias (length N)
+     * may be NULL. flags:
      *   BACKEND_MM_ACCUMULATE  add into y: how residual adds are done (x ← x + Wo·o)
      *   BACKEND_MM_GELU        y = GELU(bias + Σ) (lind_gelu_erf per element):
      *                          the feed-forward's first product with its
-     *                          activation, in one pass; needs ldy == N and no
+     *                          activation, in one pass; needs y.ld == N and no
      *                          ACCUMULATE (-EINVAL otherwise).
      *   BACKEND_MM_RELU2       y = max(0, bias + Σ)² (lind_relu2): RWKV's
      *                          channel-mix key; the same conditions as GELU.
@@ -366,9 +386,8 @@ typedef struct backend_ops {
      *                          receptance gate; the same conditions as GELU.
      * At most one of GELU, RELU2, SIGMOID. W may also come from
      * weight_new_half; the activations x and the result y stay fp32. */
-    int (*matmul)(backend *be, const backend_buf *x, size_t xo, int ldx,
-                  const backend_buf *W, const backend_buf *bias,
-                  backend_buf *y, size_t yo, int ldy, int B, int N, int K, int flags);
+    int (*matmul)(backend *be, backend_mview y, backend_view x, const backend_buf *W, const backend_buf *bias,
+                  int B, int N, int K, int flags);
 
     /* ---- row helpers (no slot state) ------------------------------------ */
     /* dst[i, :d] = src[rows[i], :d] for i < n (src row stride d, rows a host

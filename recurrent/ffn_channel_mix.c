@@ -91,9 +91,13 @@ static int cmix_step(void *priv, const layer_io *io) {
     int d = X->d, F = X->F, R = io->R, rc;
     backend_buf *mix = io->scratch[1], *k = io->scratch[0], *r = io->scratch[2];
     if ((rc = o->shift_mix(be, io->h, X->mu, mix, io->region_off[0], d, 2)) < 0 ||   /* [R × 2d] */
-        (rc = o->matmul(be, mix, 0, 2 * d, X->wk, NULL, k, 0, F, R, F, d, BACKEND_MM_RELU2)) < 0 ||
-        (rc = o->matmul(be, mix, (size_t)d, 2 * d, X->wr, NULL, r, 0, d, R, d, d, BACKEND_MM_SIGMOID)) < 0 ||
-        (rc = o->matmul(be, k, 0, F, X->wv, NULL, mix, 0, d, R, d, F, 0)) < 0)   /* v over mix: [R × d] */
+        /* k[R × F] = relu²(x_k[R × d] · Wk[F × d]ᵀ), x_k columns 0.. of mix */
+        (rc = o->matmul(be, bmview(k, 0, F), bview(mix, 0, 2 * d), X->wk, NULL, R, F, d, BACKEND_MM_RELU2)) < 0 ||
+        /* r[R × d] = σ(x_r[R × d] · Wr[d × d]ᵀ), x_r columns d.. of mix */
+        (rc = o->matmul(be, bmview(r, 0, d), bview(mix, (size_t)d, 2 * d), X->wr, NULL, R, d, d,
+                        BACKEND_MM_SIGMOID)) < 0 ||
+        /* v[R × d] = k[R × F] · Wv[d × F]ᵀ, over mix */
+        (rc = o->matmul(be, bmview(mix, 0, d), bview(k, 0, F), X->wv, NULL, R, d, F, 0)) < 0)
         return rc;
     return o->gated_add(be, io->x, r, 0, d, mix, 0, d, d);
 }

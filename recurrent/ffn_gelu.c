@@ -86,9 +86,13 @@ static int gelu_step(void *priv, const layer_io *io) {
     backend *be = io->be;
     backend_buf *ff = io->scratch[0];   /* [R × F] */
     int rc;
-    if ((rc = be->ops->matmul(be, io->h, 0, G->d, G->w1, G->b1, ff, 0, G->F, io->R, G->F, G->d, BACKEND_MM_GELU)) < 0)
+    /* ff[R × F] = GELU(h[R × d] · W1[F × d]ᵀ + b1) */
+    if ((rc = be->ops->matmul(be, bmview(ff, 0, G->F), bview(io->h, 0, G->d), G->w1, G->b1, io->R, G->F, G->d,
+                              BACKEND_MM_GELU)) < 0)
         return rc;
-    return be->ops->matmul(be, ff, 0, G->F, G->w2, G->b2, io->x, 0, G->d, io->R, G->d, G->F, BACKEND_MM_ACCUMULATE);
+    /* x[R × d] += ff[R × F] · W2[d × F]ᵀ + b2 */
+    return be->ops->matmul(be, bmview(io->x, 0, G->d), bview(ff, 0, G->F), G->w2, G->b2, io->R, G->d, G->F,
+                           BACKEND_MM_ACCUMULATE);
 }
 
 const layer_kind ffn_gelu_mlp = {

@@ -88,9 +88,11 @@ static int cmix7_step(void *priv, const layer_io *io) {
     int d = X->d, F = X->F, R = io->R, rc;
     backend_buf *mix = io->scratch[1], *k = io->scratch[0];
     if ((rc = o->shift_mix(be, io->h, X->mu, mix, io->region_off[0], d, 1)) < 0 ||
-        (rc = o->matmul(be, mix, 0, d, X->wk, NULL, k, 0, F, R, F, d, BACKEND_MM_RELU2)) < 0)
+        /* k[R × F] = relu²(mix[R × d] · Wk[F × d]ᵀ) */
+        (rc = o->matmul(be, bmview(k, 0, F), bview(mix, 0, d), X->wk, NULL, R, F, d, BACKEND_MM_RELU2)) < 0)
         return rc;
-    return o->matmul(be, k, 0, F, X->wv, NULL, io->x, 0, d, R, d, F, BACKEND_MM_ACCUMULATE);
+    /* x[R × d] += k[R × F] · Wv[d × F]ᵀ */
+    return o->matmul(be, bmview(io->x, 0, d), bview(k, 0, F), X->wv, NULL, R, d, F, BACKEND_MM_ACCUMULATE);
 }
 
 const layer_kind ffn_rwkv7_channel_mix = {

@@ -75,12 +75,14 @@ int mixer_proj3_run(const mixer_proj3 *p, const layer_io *io, size_t shift_off, 
     backend *be = io->be;
     int rc, n = p->n, d = p->d;
     if (!p->shift)
-        return be->ops->matmul(be, io->h, 0, d, p->fused, NULL, out, 0, 3 * n, io->R, 3 * n, d, 0);
+        /* out[R × 3n] = h[R × d] · W[3n × d]ᵀ */
+        return be->ops->matmul(be, bmview(out, 0, 3 * n), bview(io->h, 0, d), p->fused, NULL, io->R, 3 * n, d, 0);
     backend_buf *mix = io->scratch[1];
     if ((rc = be->ops->shift_mix(be, io->h, p->mu, mix, shift_off, d, 3)) < 0) return rc;
     for (int i = 0; i < 3; i++)
-        if ((rc = be->ops->matmul(be, mix, (size_t)i * d, 3 * d, p->w[i], NULL, out, (size_t)i * n, 3 * n,
-                                  io->R, n, d, 0)) < 0)
+        /* out[R × n] at column i·n = mix[R × d] at column i·d · W_i[n × d]ᵀ */
+        if ((rc = be->ops->matmul(be, bmview(out, (size_t)i * n, 3 * n), bview(mix, (size_t)i * d, 3 * d), p->w[i],
+                                  NULL, io->R, n, d, 0)) < 0)
             return rc;
     return 0;
 }

@@ -135,7 +135,9 @@ static int aft_step(void *priv, const layer_io *io) {
     int rc;
     if ((rc = mixer_proj3_run(&X->rkv, io, X->shift ? io->region_off[3] : 0, rkv)) < 0) return rc;
     if ((rc = be->ops->aft_step(be, rkv, X->w, X->u, o, io->region_off[0], X->A)) < 0) return rc;
-    return be->ops->matmul(be, o, 0, X->A, X->wo, NULL, io->x, 0, X->d, io->R, X->d, X->A, BACKEND_MM_ACCUMULATE);
+    /* x[R × d] += o[R × A] · Wo[d × A]ᵀ */
+    return be->ops->matmul(be, bmview(io->x, 0, X->d), bview(o, 0, X->A), X->wo, NULL, io->R, X->d, X->A,
+                           BACKEND_MM_ACCUMULATE);
 }
 
 const layer_kind mixer_aft = {

@@ -180,11 +180,13 @@ static int aftw_step(void *priv, const layer_io *io) {
     const backend_ops *o = be->ops;
     int d = X->d, R = io->R, rc;
     backend_buf *in = io->scratch[0], *out = io->scratch[2];
-    if ((rc = o->matmul(be, io->h, 0, d, X->wqkv, NULL, in, 0, 3 * d, R, 3 * d, d, 0)) < 0 ||
+    /* qkv[R × 3d] = h[R × d] · Wqkv[3d × d]ᵀ */
+    if ((rc = o->matmul(be, bmview(in, 0, 3 * d), bview(io->h, 0, d), X->wqkv, NULL, R, 3 * d, d, 0)) < 0 ||
         (rc = o->aft_window_step(be, in, X->w, out, io->region_off[R_ACC], io->region_off[R_RING],
                                  io->region_off[R_POS], d, X->s, X->H)) < 0)
         return rc;
-    return o->matmul(be, out, 0, d, X->wo, NULL, io->x, 0, d, R, d, d, BACKEND_MM_ACCUMULATE);
+    /* x[R × d] += out[R × d] · Wo[d × d]ᵀ */
+    return o->matmul(be, bmview(io->x, 0, d), bview(out, 0, d), X->wo, NULL, R, d, d, BACKEND_MM_ACCUMULATE);
 }
 
 const layer_kind mixer_aft_local = {

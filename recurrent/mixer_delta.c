@@ -161,14 +161,19 @@ static int delta_step(void *priv, const layer_io *io) {
     const backend_ops *o = be->ops;
     int H = X->H, hd = H * X->dh, d = X->d, R = io->R, ld = 3 * hd + 2 * H, rc;
     backend_buf *in = io->scratch[0], *out = io->scratch[2];
-    if ((rc = o->matmul(be, io->h, 0, d, X->wqkv, NULL, in, 0, ld, R, 3 * hd, d, 0)) < 0 ||
-        (rc = o->matmul(be, io->h, 0, d, X->wb, NULL, in, (size_t)3 * hd, ld, R, H, d, 0)) < 0 ||
-        (rc = o->matmul(be, io->h, 0, d, X->wa, NULL, in, (size_t)3 * hd + H, ld, R, H, d, 0)) < 0 ||
+    /* in [R × ld] columns: q 0, k hd, v 2hd, β logits 3hd, gate logits 3hd + H */
+    /* qkv[R × 3hd] = h[R × d] · Wqkv[3hd × d]ᵀ */
+    if ((rc = o->matmul(be, bmview(in, 0, ld), bview(io->h, 0, d), X->wqkv, NULL, R, 3 * hd, d, 0)) < 0 ||
+        /* β logits[R × H] = h[R × d] · Wb[H × d]ᵀ */
+        (rc = o->matmul(be, bmview(in, (size_t)3 * hd, ld), bview(io->h, 0, d), X->wb, NULL, R, H, d, 0)) < 0 ||
+        /* gate logits[R × H] = h[R × d] · Wa[H × d]ᵀ */
+        (rc = o->matmul(be, bmview(in, (size_t)3 * hd + H, ld), bview(io->h, 0, d), X->wa, NULL, R, H, d, 0)) < 0 ||
         (rc = o->short_conv(be, in, ld, in, ld, X->conv, 3 * hd, X->K, io->region_off[R_RING],
                             io->region_off[R_IDX], 1)) < 0 ||
         (rc = o->delta_step(be, in, X->gate, X->norm, out, io->region_off[R_S], H, X->dh, X->eps)) < 0)
         return rc;
-    return o->matmul(be, out, 0, hd, X->wo, NULL, io->x, 0, d, R, d, hd, BACKEND_MM_ACCUMULATE);
+    /* x[R × d] += out[R × hd] · Wo[d × hd]ᵀ */
+    return o->matmul(be, bmview(io->x, 0, d), bview(out, 0, hd), X->wo, NULL, R, d, hd, BACKEND_MM_ACCUMULATE);
 }
 
 const layer_kind mixer_delta = {

@@ -126,7 +126,9 @@ static int lin_step(void *priv, const layer_io *io) {
     backend_buf *qkv = io->scratch[0], *o = io->scratch[2];
     if ((rc = mixer_proj3_run(&L->qkv, io, L->shift ? io->region_off[2] : 0, qkv)) < 0) return rc;
     if ((rc = be->ops->linear_step(be, qkv, L->gamma, o, io->region_off[0], L->H, L->dh, L->eps)) < 0) return rc;
-    return be->ops->matmul(be, o, 0, hd, L->wo, NULL, io->x, 0, L->d, io->R, L->d, hd, BACKEND_MM_ACCUMULATE);
+    /* x[R × d] += o[R × hd] · Wo[d × hd]ᵀ */
+    return be->ops->matmul(be, bmview(io->x, 0, L->d), bview(o, 0, hd), L->wo, NULL, io->R, L->d, hd,
+                           BACKEND_MM_ACCUMULATE);
 }
 
 const layer_kind mixer_linear = {

@@ -151,11 +151,13 @@ static int linf_step(void *priv, const layer_io *io) {
     const backend_ops *o = be->ops;
     int hd = X->H * X->dh, d = X->d, R = io->R, rc;
     backend_buf *in = io->scratch[0], *out = io->scratch[2];
-    if ((rc = o->matmul(be, io->h, 0, d, X->wqkv, NULL, in, 0, 3 * hd, R, 3 * hd, d, 0)) < 0 ||
+    /* qkv[R × 3hd] = h[R × d] · Wqkv[3hd × d]ᵀ */
+    if ((rc = o->matmul(be, bmview(in, 0, 3 * hd), bview(io->h, 0, d), X->wqkv, NULL, R, 3 * hd, d, 0)) < 0 ||
         (rc = o->linformer_step(be, in, X->ef, out, io->region_off[R_KV], io->region_off[R_POS], X->H, X->dh, X->kp,
                                 X->N)) < 0)
         return rc;
-    return o->matmul(be, out, 0, hd, X->wo, NULL, io->x, 0, d, R, d, hd, BACKEND_MM_ACCUMULATE);
+    /* x[R × d] += out[R × hd] · Wo[d × hd]ᵀ */
+    return o->matmul(be, bmview(io->x, 0, d), bview(out, 0, hd), X->wo, NULL, R, d, hd, BACKEND_MM_ACCUMULATE);
 }
 
 static long long linf_max_tokens(const lind_config *c, const void *params) {

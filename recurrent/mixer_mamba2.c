@@ -214,14 +214,16 @@ static int mamba2_step(void *priv, const layer_io *io) {
     const backend_ops *o = be->ops;
     int I = X->H * X->P, CD = I + 2 * X->G * X->N, PT = CD + I + X->H, d = X->d, R = io->R, rc;
     backend_buf *in = io->scratch[0], *y = io->scratch[1];
-    if ((rc = o->matmul(be, io->h, 0, d, X->w_in, X->b_in, in, 0, PT, R, PT, d, 0)) < 0 ||
+    /* in[R × PT] = h[R × d] · W_in[PT × d]ᵀ + b_in */
+    if ((rc = o->matmul(be, bmview(in, 0, PT), bview(io->h, 0, d), X->w_in, X->b_in, R, PT, d, 0)) < 0 ||
         (rc = o->short_conv(be, in, PT, in, PT, X->conv, CD, X->K, io->region_off[R_RING], io->region_off[R_IDX],
                             0)) < 0 ||
         (rc = o->mamba2_step(be, in, PT, X->par, y, io->region_off[R_S], X->H, X->P, X->N, X->G, X->dt_min,
                              X->dt_max)) < 0 ||
         (rc = o->rmsnorm(be, y, y, X->norm, I, X->eps)) < 0)
         return rc;
-    return o->matmul(be, y, 0, I, X->w_out, X->b_out, io->x, 0, d, R, d, I, BACKEND_MM_ACCUMULATE);
+    /* x[R × d] += y[R × I] · W_out[d × I]ᵀ + b_out */
+    return o->matmul(be, bmview(io->x, 0, d), bview(y, 0, I), X->w_out, X->b_out, R, d, I, BACKEND_MM_ACCUMULATE);
 }
 
 const layer_kind mixer_mamba2 = {

@@ -203,12 +203,15 @@ static int perf_step(void *priv, const layer_io *io) {
     const backend_ops *o = be->ops;
     int H = X->H, hd = H * X->dh, Hm = H * X->m, d = X->d, R = io->R, rc;
     backend_buf *qk = io->scratch[0], *in = io->scratch[1], *out = io->scratch[2];
-    if ((rc = o->matmul(be, io->h, 0, d, X->wqk, NULL, qk, 0, 2 * hd, R, 2 * hd, d, 0)) < 0 ||
-        (rc = o->matmul(be, io->h, 0, d, X->wv, NULL, in, (size_t)2 * Hm, 3 * Hm, R, Hm, d, 0)) < 0 ||
+    /* qk[R × 2hd] = h[R × d] · Wqk[2hd × d]ᵀ */
+    if ((rc = o->matmul(be, bmview(qk, 0, 2 * hd), bview(io->h, 0, d), X->wqk, NULL, R, 2 * hd, d, 0)) < 0 ||
+        /* v[R × Hm] = h[R × d] · Wv[Hm × d]ᵀ, columns 2Hm.. of in [R × 3Hm] */
+        (rc = o->matmul(be, bmview(in, (size_t)2 * Hm, 3 * Hm), bview(io->h, 0, d), X->wv, NULL, R, Hm, d, 0)) < 0 ||
         (rc = o->favor_features(be, qk, 2 * hd, X->omega, in, 3 * Hm, H, X->dh, X->m, X->ck)) < 0 ||
         (rc = o->linear_step(be, in, NULL, out, io->region_off[0], H, X->m, X->eps)) < 0)
         return rc;
-    return o->matmul(be, out, 0, Hm, X->wo, NULL, io->x, 0, d, R, d, Hm, BACKEND_MM_ACCUMULATE);
+    /* x[R × d] += out[R × Hm] · Wo[d × Hm]ᵀ */
+    return o->matmul(be, bmview(io->x, 0, d), bview(out, 0, Hm), X->wo, NULL, R, d, Hm, BACKEND_MM_ACCUMULATE);
 }
 
 const layer_kind mixer_performer = {

@@ -142,11 +142,14 @@ static int ret_step(void *priv, const layer_io *io) {
     const backend_ops *o = be->ops;
     int hd = X->H * X->dh, d = X->d, R = io->R, rc;
     backend_buf *in = io->scratch[0], *out = io->scratch[2];
-    if ((rc = o->matmul(be, io->h, 0, d, X->wqkv, NULL, in, 0, 4 * hd, R, 3 * hd, d, 0)) < 0 ||
-        (rc = o->matmul(be, io->h, 0, d, X->wg, NULL, in, (size_t)3 * hd, 4 * hd, R, hd, d, 0)) < 0 ||
+    /* qkv[R × 3hd] = h[R × d] · Wqkv[3hd × d]ᵀ, columns 0.. of in [R × 4hd] */
+    if ((rc = o->matmul(be, bmview(in, 0, 4 * hd), bview(io->h, 0, d), X->wqkv, NULL, R, 3 * hd, d, 0)) < 0 ||
+        /* g[R × hd] = h[R × d] · Wg[hd × d]ᵀ, columns 3hd.. of in */
+        (rc = o->matmul(be, bmview(in, (size_t)3 * hd, 4 * hd), bview(io->h, 0, d), X->wg, NULL, R, hd, d, 0)) < 0 ||
         (rc = o->retention_step(be, in, X->gamma, X->norm, out, io->region_off[0], X->H, X->dh, X->eps)) < 0)
         return rc;
-    return o->matmul(be, out, 0, hd, X->wo, NULL, io->x, 0, d, R, d, hd, BACKEND_MM_ACCUMULATE);
+    /* x[R × d] += out[R × hd] · Wo[d × hd]ᵀ */
+    return o->matmul(be, bmview(io->x, 0, d), bview(out, 0, hd), X->wo, NULL, R, d, hd, BACKEND_MM_ACCUMULATE);
 }
 
 const layer_kind mixer_retnet = {

@@ -220,25 +220,38 @@ static int rwkv7_step(void *priv, const layer_io *io) {
     int C = X->C, R = io->R, ld = 6 * C + p->dw, m6 = 6 * C, rc;
     backend_buf *in = io->scratch[0], *mix = io->scratch[1], *tmp = io->scratch[2];
     if (p->vmode != VR_NONE && !io->carry) return -EINVAL;
-    /* mix columns: x_r 0, x_w C, x_k 2C, x_v 3C, x_a 4C, x_g 5C */
+    /* mix [R × 6C] columns: x_r 0, x_w C, x_k 2C, x_v 3C, x_a 4C, x_g 5C;
+     * in [R × ld] columns as rwkv7_step reads them: r 0, k C, v 2C, a 3C, v LoRA 4C, g 5C, xw·W1 6C */
     if ((rc = o->shift_mix(be, io->h, X->mu, mix, io->region_off[R_SHIFT], C, 6)) < 0 ||
-        (rc = o->matmul(be, mix, 0, m6, X->wr, NULL, in, 0, ld, R, C, C, 0)) < 0 ||
-        (rc = o->matmul(be, mix, 2 * (size_t)C, m6, X->wk, NULL, in, (size_t)C, ld, R, C, C, 0)) < 0 ||
-        (rc = o->matmul(be, mix, 3 * (size_t)C, m6, X->wv, NULL, in, 2 * (size_t)C, ld, R, C, C, 0)) < 0 ||
-        (rc = o->matmul(be, mix, 4 * (size_t)C, m6, X->a1, NULL, tmp, 0, p->da, R, p->da, C, 0)) < 0 ||
-        (rc = o->matmul(be, tmp, 0, p->da, X->a2, NULL, in, 3 * (size_t)C, ld, R, C, p->da, 0)) < 0 ||
-        (rc = o->matmul(be, mix, 5 * (size_t)C, m6, X->g1, NULL, tmp, 0, p->dg, R, p->dg, C, BACKEND_MM_SIGMOID)) < 0 ||
-        (rc = o->matmul(be, tmp, 0, p->dg, X->g2, NULL, in, 5 * (size_t)C, ld, R, C, p->dg, 0)) < 0 ||
-        (rc = o->matmul(be, mix, (size_t)C, m6, X->w1, NULL, in, 6 * (size_t)C, ld, R, p->dw, C, 0)) < 0)
+        /* r[R × C] = x_r[R × C] · Wr[C × C]ᵀ */
+        (rc = o->matmul(be, bmview(in, 0, ld), bview(mix, 0, m6), X->wr, NULL, R, C, C, 0)) < 0 ||
+        /* k[R × C] = x_k[R × C] · Wk[C × C]ᵀ */
+        (rc = o->matmul(be, bmview(in, (size_t)C, ld), bview(mix, 2 * (size_t)C, m6), X->wk, NULL, R, C, C, 0)) < 0 ||
+        /* v[R × C] = x_v[R × C] · Wv[C × C]ᵀ */
+        (rc = o->matmul(be, bmview(in, 2 * (size_t)C, ld), bview(mix, 3 * (size_t)C, m6), X->wv, NULL, R, C, C, 0)) < 0 ||
+        /* tmp[R × da] = x_a[R × C] · A1[da × C]ᵀ */
+        (rc = o->matmul(be, bmview(tmp, 0, p->da), bview(mix, 4 * (size_t)C, m6), X->a1, NULL, R, p->da, C, 0)) < 0 ||
+        /* a[R × C] = tmp[R × da] · A2[C × da]ᵀ */
+        (rc = o->matmul(be, bmview(in, 3 * (size_t)C, ld), bview(tmp, 0, p->da), X->a2, NULL, R, C, p->da, 0)) < 0 ||
+        /* tmp[R × dg] = σ(x_g[R × C] · G1[dg × C]ᵀ) */
+        (rc = o->matmul(be, bmview(tmp, 0, p->dg), bview(mix, 5 * (size_t)C, m6), X->g1, NULL, R, p->dg, C,
+                        BACKEND_MM_SIGMOID)) < 0 ||
+        /* g[R × C] = tmp[R × dg] · G2[C × dg]ᵀ */
+        (rc = o->matmul(be, bmview(in, 5 * (size_t)C, ld), bview(tmp, 0, p->dg), X->g2, NULL, R, C, p->dg, 0)) < 0 ||
+        /* xw·W1[R × dw] = x_w[R × C] · W1[dw × C]ᵀ */
+        (rc = o->matmul(be, bmview(in, 6 * (size_t)C, ld), bview(mix, (size_t)C, m6), X->w1, NULL, R, p->dw, C, 0)) < 0)
         return rc;
     if (p->vmode == VR_MIX &&
-        ((rc = o->matmul(be, mix, 3 * (size_t)C, m6, X->v1, NULL, tmp, 0, p->dv, R, p->dv, C, 0)) < 0 ||
-         (rc = o->matmul(be, tmp, 0, p->dv, X->v2, NULL, in, 4 * (size_t)C, ld, R, C, p->dv, 0)) < 0))
+        /* tmp[R × dv] = x_v[R × C] · V1[dv × C]ᵀ */
+        ((rc = o->matmul(be, bmview(tmp, 0, p->dv), bview(mix, 3 * (size_t)C, m6), X->v1, NULL, R, p->dv, C, 0)) < 0 ||
+         /* v LoRA[R × C] = tmp[R × dv] · V2[C × dv]ᵀ */
+         (rc = o->matmul(be, bmview(in, 4 * (size_t)C, ld), bview(tmp, 0, p->dv), X->v2, NULL, R, C, p->dv, 0)) < 0))
         return rc;
     if ((rc = o->rwkv7_step(be, in, ld, X->par, X->w2, p->dw, io->carry, p->vmode, tmp, io->region_off[R_S], p->H,
                             p->N, p->eps)) < 0)
         return rc;
-    return o->matmul(be, tmp, 0, C, X->wo, NULL, io->x, 0, C, R, C, C, BACKEND_MM_ACCUMULATE);
+    /* x[R × C] += tmp[R × C] · Wo[C × C]ᵀ */
+    return o->matmul(be, bmview(io->x, 0, C), bview(tmp, 0, C), X->wo, NULL, R, C, C, BACKEND_MM_ACCUMULATE);
 }
 
 const layer_kind mixer_rwkv7 = {

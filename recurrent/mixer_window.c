@@ -157,11 +157,13 @@ static int window_step(void *priv, const layer_io *io) {
     int hd = X->H * X->dh, d = X->d, R = io->R, rc;
     backend_buf *in = io->scratch[0], *out = io->scratch[2];
     size_t ring = io->region_off[0], glob = X->g ? io->region_off[1] : 0, pos = io->region_off[X->g ? 2 : 1];
-    if ((rc = o->matmul(be, io->h, 0, d, X->wqkv, NULL, in, 0, 3 * hd, R, 3 * hd, d, 0)) < 0 ||
+    /* qkv[R × 3hd] = h[R × d] · Wqkv[3hd × d]ᵀ */
+    if ((rc = o->matmul(be, bmview(in, 0, 3 * hd), bview(io->h, 0, d), X->wqkv, NULL, R, 3 * hd, d, 0)) < 0 ||
         (rc = o->window_step(be, in, X->slopes, out, ring, glob, pos, X->H, X->dh, X->w, X->dil, X->g,
                              X->rope_base)) < 0)
         return rc;
-    return o->matmul(be, out, 0, hd, X->wo, NULL, io->x, 0, d, R, d, hd, BACKEND_MM_ACCUMULATE);
+    /* x[R × d] += out[R × hd] · Wo[d × hd]ᵀ */
+    return o->matmul(be, bmview(io->x, 0, d), bview(out, 0, hd), X->wo, NULL, R, d, hd, BACKEND_MM_ACCUMULATE);
 }
 
 const layer_kind mixer_window = {

@@ -832,7 +832,8 @@ static int forward_ops(model *m, int R, const int *logit_rows, int nlogits, int 
         if ((rc = o->gather_rows(be, m->h, logit_rows, nlogits, m->hrows, d)) < 0) return rc;
         hx = m->hrows;
     }
-    return o->matmul(be, hx, 0, d, m->head, NULL, m->logits, 0, V, nlogits, V, d, 0);
+    /* logits[nlogits × V] = hx[nlogits × d] · head[V × d]ᵀ */
+    return o->matmul(be, bmview(m->logits, 0, V), bview(hx, 0, d), m->head, NULL, nlogits, V, d, 0);
 }
 
 float *model_logits_alloc(model *m, size_t n) {

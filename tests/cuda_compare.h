@@ -225,8 +225,11 @@ static void case_matmul(void) {
                 const backend_buf *ba = with_bias ? tb.a : NULL, *br = with_bias ? tb.r : NULL;
                 char what[80];
                 snprintf(what, sizeof what, "matmul B=%d bias=%d accumulate=%d", rows, with_bias, acc);
-                CHECK(P.a->ops->matmul(P.a, tx.a, xo, ldx, tW.a, ba, ty.a, yo, ldy, rows, N, K, acc) == 0 &&
-                      P.r->ops->matmul(P.r, tx.r, xo, ldx, tW.r, br, ty.r, yo, ldy, rows, N, K, acc) == 0,
+                /* y[rows × N] (+)= x[rows × K] · W[N × K]ᵀ (+ b), blocks of wider rows */
+                CHECK(P.a->ops->matmul(P.a, bmview(ty.a, yo, ldy), bview(tx.a, xo, ldx), tW.a, ba, rows, N, K,
+                                       acc) == 0 &&
+                      P.r->ops->matmul(P.r, bmview(ty.r, yo, ldy), bview(tx.r, xo, ldx), tW.r, br, rows, N, K,
+                                       acc) == 0,
                       "%s", what);
                 same_f(&ty, 0, yn, what);   /* the whole buffer: nothing outside the block moves */
                 twin_free(&ty);
@@ -246,8 +249,10 @@ static void case_matmul_gelu(void) {
     fill(W, (size_t)N * K, 0.5f, 0);
     fill(bias, N, 1, 0);
     twin tx = twin_new(x, xn), tW = twin_new(W, (size_t)N * K), tb = twin_new(bias, N), ty = twin_new(y, yn);
-    CHECK(P.a->ops->matmul(P.a, tx.a, 0, K, tW.a, tb.a, ty.a, yo, N, B, N, K, BACKEND_MM_GELU) == 0 &&
-          P.r->ops->matmul(P.r, tx.r, 0, K, tW.r, tb.r, ty.r, yo, N, B, N, K, BACKEND_MM_GELU) == 0, "matmul gelu");
+    /* y[B × N] = GELU(x[B × K] · W[N × K]ᵀ + b) */
+    CHECK(P.a->ops->matmul(P.a, bmview(ty.a, yo, N), bview(tx.a, 0, K), tW.a, tb.a, B, N, K, BACKEND_MM_GELU) == 0 &&
+          P.r->ops->matmul(P.r, bmview(ty.r, yo, N), bview(tx.r, 0, K), tW.r, tb.r, B, N, K, BACKEND_MM_GELU) == 0,
+          "matmul gelu");
     same_f(&ty, 0, yn, "matmul gelu");
     twin_free(&tx); twin_free(&tW); twin_free(&tb); twin_free(&ty);
     free(x); free(y); free(W); free(bias);
@@ -274,10 +279,12 @@ static void case_matmul_act(void) {
                 twin ty = twin_new(y, yn);
                 char what[64];
                 snprintf(what, sizeof what, "matmul %s B=%d bias=%d", acts[i].name, rows, with_bias);
-                CHECK(P.a->ops->matmul(P.a, tx.a, 0, K, tW.a, with_bias ? tb.a : NULL, ty.a, yo, N, rows, N, K,
-                                       acts[i].flag) == 0 &&
-                      P.r->ops->matmul(P.r, tx.r, 0, K, tW.r, with_bias ? tb.r : NULL, ty.r, yo, N, rows, N, K,
-                                       acts[i].flag) == 0, "%s", what);
+                /* y[rows × N] = act(x[rows × K] · W[N × K]ᵀ (+ b)) */
+                CHECK(P.a->ops->matmul(P.a, bmview(ty.a, yo, N), bview(tx.a, 0, K), tW.a, with_bias ? tb.a : NULL,
+                                       rows, N, K, acts[i].flag) == 0 &&
+                      P.r->ops->matmul(P.r, bmview(ty.r, yo, N), bview(tx.r, 0, K), tW.r, with_bias ? tb.r : NULL,
+                                       rows, N, K, acts[i].flag) == 0,
+                      "%s", what);
                 same_f(&ty, 0, yn, what);
                 twin_free(&ty);
             }
@@ -329,10 +336,12 @@ static void case_matmul_half(void) {
                 char what[64];
                 snprintf(what, sizeof what, "matmul %s weights B=%d mode %d", wt == BACKEND_W_BF16 ? "bf16" : "fp16",
                          rows, mode);
-                CHECK(P.a->ops->matmul(P.a, tx.a, xo, ldx, tW.a, mode ? tb.a : NULL, ty.a, yo, ly, rows, N, K,
-                                       flags) == 0 &&
-                      P.r->ops->matmul(P.r, tx.r, xo, ldx, tW.r, mode ? tb.r : NULL, ty.r, yo, ly, rows, N, K,
-                                       flags) == 0, "%s", what);
+                /* y[rows × N] (+)= x[rows × K] · W[N × K]ᵀ (+ b), W half */
+                CHECK(P.a->ops->matmul(P.a, bmview(ty.a, yo, ly), bview(tx.a, xo, ldx), tW.a, mode ? tb.a : NULL,
+                                       rows, N, K, flags) == 0 &&
+                      P.r->ops->matmul(P.r, bmview(ty.r, yo, ly), bview(tx.r, xo, ldx), tW.r, mode ? tb.r : NULL,
+                                       rows, N, K, flags) == 0,
+                      "%s", what);
                 same_f(&ty, 0, yn, what);
                 twin_free(&ty);
             }
@@ -905,24 +914,38 @@ static void case_block(void) {
                 rc = op->layernorm(be, S(x), S(h), S(ln1w), S(ln1b), d, 1e-5f);
                 if (!rc) rc = op->shift_mix(be, S(h), S(mu), S(hm), sh_off + (size_t)l * d * 4, d, 3);
                 if (l == 0) {
-                    if (!rc) rc = op->matmul(be, S(hm), 0, 3 * d, S(Wq), NULL, S(qkv), 0, 3 * HD, B, HD, d, 0);
-                    if (!rc) rc = op->matmul(be, S(hm), d, 3 * d, S(Wk), NULL, S(qkv), HD, 3 * HD, B, HD, d, 0);
-                    if (!rc) rc = op->matmul(be, S(hm), 2 * d, 3 * d, S(Wv), NULL, S(qkv), 2 * HD, 3 * HD, B, HD, d, 0);
+                    /* q, k, v [B × HD] = its block of hm[B × d] · Wq, Wk, Wv [HD × d]ᵀ, into qkv [B × 3HD] */
+                    if (!rc) rc = op->matmul(be, bmview(S(qkv), 0, 3 * HD), bview(S(hm), 0, 3 * d), S(Wq), NULL,
+                                             B, HD, d, 0);
+                    if (!rc) rc = op->matmul(be, bmview(S(qkv), HD, 3 * HD), bview(S(hm), d, 3 * d), S(Wk), NULL,
+                                             B, HD, d, 0);
+                    if (!rc) rc = op->matmul(be, bmview(S(qkv), 2 * HD, 3 * HD), bview(S(hm), 2 * d, 3 * d), S(Wv),
+                                             NULL, B, HD, d, 0);
                     if (!rc) rc = op->linear_step(be, S(qkv), S(gamma), S(o), lin_off, H, dh, 1e-6f);
-                    if (!rc) rc = op->matmul(be, S(o), 0, HD, S(Wo), NULL, S(x), 0, d, B, d, HD, 1);
+                    /* x[B × d] += o[B × HD] · Wo[d × HD]ᵀ */
+                    if (!rc) rc = op->matmul(be, bmview(S(x), 0, d), bview(S(o), 0, HD), S(Wo), NULL, B, d, HD, 1);
                 } else {
-                    if (!rc) rc = op->matmul(be, S(hm), 0, 3 * d, S(Wr), NULL, S(qkv), 0, 3 * d, B, d, d, 0);
-                    if (!rc) rc = op->matmul(be, S(hm), d, 3 * d, S(Wk2), NULL, S(qkv), d, 3 * d, B, d, d, 0);
-                    if (!rc) rc = op->matmul(be, S(hm), 2 * d, 3 * d, S(Wv2), NULL, S(qkv), 2 * d, 3 * d, B, d, d, 0);
+                    /* r, k, v [B × d] = its block of hm[B × d] · Wr, Wk, Wv [d × d]ᵀ, into qkv [B × 3d] */
+                    if (!rc) rc = op->matmul(be, bmview(S(qkv), 0, 3 * d), bview(S(hm), 0, 3 * d), S(Wr), NULL,
+                                             B, d, d, 0);
+                    if (!rc) rc = op->matmul(be, bmview(S(qkv), d, 3 * d), bview(S(hm), d, 3 * d), S(Wk2), NULL,
+                                             B, d, d, 0);
+                    if (!rc) rc = op->matmul(be, bmview(S(qkv), 2 * d, 3 * d), bview(S(hm), 2 * d, 3 * d), S(Wv2),
+                                             NULL, B, d, d, 0);
                     if (!rc) rc = op->aft_step(be, S(qkv), S(aw), S(au), S(o), aft_off, d);
-                    if (!rc) rc = op->matmul(be, S(o), 0, d, S(Wo2), NULL, S(x), 0, d, B, d, d, 1);
+                    /* x[B × d] += o[B × d] · Wo[d × d]ᵀ */
+                    if (!rc) rc = op->matmul(be, bmview(S(x), 0, d), bview(S(o), 0, d), S(Wo2), NULL, B, d, d, 1);
                 }
                 if (!rc) rc = op->layernorm(be, S(x), S(h), S(ln2w), S(ln2b), d, 1e-5f);
-                if (!rc) rc = op->matmul(be, S(h), 0, d, S(W1), S(b1), S(f), 0, F, B, F, d, BACKEND_MM_GELU);
-                if (!rc) rc = op->matmul(be, S(f), 0, F, S(W2), S(b2), S(x), 0, d, B, d, F, 1);
+                /* f[B × F] = GELU(h[B × d] · W1[F × d]ᵀ + b1) */
+                if (!rc) rc = op->matmul(be, bmview(S(f), 0, F), bview(S(h), 0, d), S(W1), S(b1), B, F, d,
+                                         BACKEND_MM_GELU);
+                /* x[B × d] += f[B × F] · W2[d × F]ᵀ + b2 */
+                if (!rc) rc = op->matmul(be, bmview(S(x), 0, d), bview(S(f), 0, F), S(W2), S(b2), B, d, F, 1);
             }
             if (!rc) rc = op->layernorm(be, S(x), S(h), S(lnfw), S(lnfb), d, 1e-5f);
-            if (!rc) rc = op->matmul(be, S(h), 0, d, S(head), NULL, S(logits), 0, V, B, V, d, 0);
+            /* logits[B × V] = h[B × d] · head[V × d]ᵀ */
+            if (!rc) rc = op->matmul(be, bmview(S(logits), 0, V), bview(S(h), 0, d), S(head), NULL, B, V, d, 0);
 #undef S
             CHECK(rc == 0, "%s: step %d failed with %d", op->name, step, rc);
         }

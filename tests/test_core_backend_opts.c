@@ -148,7 +148,8 @@ static int run_matmul(const char *gemm, int threads, const float *x, const float
     if (rc == 0) {
         op->buf_upload(be, bx, 0, x, MB * MK);
         op->buf_upload(be, bb, 0, bias, MN);
-        rc = op->matmul(be, bx, 0, MK, bw, bb, by, 0, MN, MB, MN, MK, 0);
+        /* y[MB × MN] = x[MB × MK] · W[MN × MK]ᵀ + b */
+        rc = op->matmul(be, bmview(by, 0, MN), bview(bx, 0, MK), bw, bb, MB, MN, MK, 0);
         if (rc == 0) rc = op->buf_download(be, by, 0, y, MB * MN);
     }
     CHECK(rc == 0, "%s, %d threads: matmul failed (%d)", gemm, threads, rc);

@@ -166,11 +166,14 @@ static void backend_flags_case(const char *gemm) {
           o->buf_new(be, N, &bb) == 0 && o->buf_new(be, B * N, &by) == 0, "buffers");
     o->buf_upload(be, bx, 0, x, B * K);
     o->buf_upload(be, bb, 0, bias, N);
+    backend_mview yv = bmview(by, 0, N);
+    backend_view xv = bview(bx, 0, K);
     static const struct { int flag; const char *name; } acts[] = {
         {BACKEND_MM_GELU, "GELU"}, {BACKEND_MM_RELU2, "RELU2"}, {BACKEND_MM_SIGMOID, "SIGMOID"}};
     for (size_t a = 0; a < sizeof acts / sizeof *acts; a++) {
         int f = acts[a].flag;
-        CHECK(o->matmul(be, bx, 0, K, bW, bb, by, 0, N, B, N, K, f) == 0, "%s: matmul %s", gemm, acts[a].name);
+        /* y[B × N] = act(x[B × K] · W[N × K]ᵀ + b) */
+        CHECK(o->matmul(be, yv, xv, bW, bb, B, N, K, f) == 0, "%s: matmul %s", gemm, acts[a].name);
         o->buf_download(be, by, 0, y, B * N);
         double worst = 0;
         for (int b = 0; b < B; b++)
@@ -186,16 +189,16 @@ static void backend_flags_case(const char *gemm) {
                 if (e > worst) worst = e;
             }
         CHECK(worst < 1e-5, "%s: %s(x·Wᵀ + b) off by %.3g relative", gemm, acts[a].name, worst);
-        CHECK(o->matmul(be, bx, 0, K, bW, bb, by, 0, N, B, N, K, f | BACKEND_MM_ACCUMULATE) == -EINVAL,
+        CHECK(o->matmul(be, yv, xv, bW, bb, B, N, K, f | BACKEND_MM_ACCUMULATE) == -EINVAL,
               "%s: %s with accumulate accepted", gemm, acts[a].name);
-        CHECK(o->matmul(be, bx, 0, K, bW, bb, by, 0, N + 1, B - 1, N, K, f) == -EINVAL,
+        CHECK(o->matmul(be, bmview(by, 0, N + 1), xv, bW, bb, B - 1, N, K, f) == -EINVAL,
               "%s: %s with ldy != N accepted", gemm, acts[a].name);
     }
-    CHECK(o->matmul(be, bx, 0, K, bW, bb, by, 0, N, B, N, K, BACKEND_MM_RELU2 | BACKEND_MM_SIGMOID) == -EINVAL,
+    CHECK(o->matmul(be, yv, xv, bW, bb, B, N, K, BACKEND_MM_RELU2 | BACKEND_MM_SIGMOID) == -EINVAL,
           "%s: two activations accepted", gemm);
-    CHECK(o->matmul(be, bx, 0, K, bW, bb, by, 0, N, B, N, K, BACKEND_MM_GELU | BACKEND_MM_RELU2) == -EINVAL,
+    CHECK(o->matmul(be, yv, xv, bW, bb, B, N, K, BACKEND_MM_GELU | BACKEND_MM_RELU2) == -EINVAL,
           "%s: GELU with RELU2 accepted", gemm);
-    CHECK(o->matmul(be, bx, 0, K, bW, bb, by, 0, N, B, N, K, 16) == -EINVAL, "%s: unknown flag accepted", gemm);
+    CHECK(o->matmul(be, yv, xv, bW, bb, B, N, K, 16) == -EINVAL, "%s: unknown flag accepted", gemm);
     o->buf_free(be, bx); o->buf_free(be, bW); o->buf_free(be, bb); o->buf_free(be, by);
     backend_free(be);
 }
@@ -339,10 +342,11 @@ static void backend_half_case(const char *gemm) {
         for (int B = 1; B <= BM; B += BM - 1)
             for (size_t f = 0; f < sizeof Fs / sizeof *Fs; f++) {
                 o->buf_upload(be, by, 0, y0, BM * N);
-                CHECK(o->matmul(be, bx, 0, K, bW, bb, by, 0, N, B, N, K, Fs[f]) == 0, "matmul fp32");
+                /* y[B × N] = x[B × K] · W[N × K]ᵀ + b (flags Fs[f]), W fp32 then half */
+                CHECK(o->matmul(be, bmview(by, 0, N), bview(bx, 0, K), bW, bb, B, N, K, Fs[f]) == 0, "matmul fp32");
                 o->buf_download(be, by, 0, y1, BM * N);
                 o->buf_upload(be, by, 0, y0, BM * N);
-                CHECK(o->matmul(be, bx, 0, K, bH, bb, by, 0, N, B, N, K, Fs[f]) == 0, "matmul half");
+                CHECK(o->matmul(be, bmview(by, 0, N), bview(bx, 0, K), bH, bb, B, N, K, Fs[f]) == 0, "matmul half");
                 o->buf_download(be, by, 0, y2, BM * N);
                 CHECK(!memcmp(y1, y2, sizeof y1), "%s %s B=%d flags %d: half weight differs from its fp32 widening",
                       gemm, w ? "bf16" : "f16", B, Fs[f]);
@@ -561,7 +565,8 @@ static void test_backend_dot(void) {
             memcpy(y1, y0, sizeof y1);
             cpu_gemm_run_dot(xb, ld, Wp, bias, y1, N, B, N, K, 0, cpu_gemm_panels(CPU_GEMM_AVX512, N), Fs[f]);
             o->buf_upload(be, by, 0, y0, BM * N);
-            CHECK(o->matmul(be, bx, 0, K, bH, bb, by, 0, N, B, N, K, Fs[f]) == 0, "matmul");
+            /* y[B × N] = x[B × K] · W[N × K]ᵀ + b (flags Fs[f]) */
+            CHECK(o->matmul(be, bmview(by, 0, N), bview(bx, 0, K), bH, bb, B, N, K, Fs[f]) == 0, "matmul");
             o->buf_download(be, by, 0, y2, BM * N);
             CHECK(!memcmp(y1, y2, sizeof y1), "B=%d flags %d: backend differs from the dot kernel", B, Fs[f]);
         }

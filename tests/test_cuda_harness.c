@@ -68,22 +68,25 @@ static void refusals(void) {
     CHECK(o->linear_step(be, small, NULL, out, 0, 4, 8, 1e-6f) == -EINVAL, "short input accepted");
     CHECK(o->linear_step(be, in, small, out, 0, 4, 8, 1e-6f) == 0, "gamma of 10 ≥ 4 heads refused");
     CHECK(o->aft_step(be, in, NULL, NULL, small, 0, 32) == -EINVAL, "short output accepted");
-    CHECK(o->matmul(be, in, 0, 32, small, NULL, out, 0, 32, 2, 32, 32, 0) == -EINVAL, "short W accepted");
-    CHECK(o->matmul(be, in, 170, 32, W, NULL, out, 0, 32, 2, 32, 32, 0) == -EINVAL, "x offset past end accepted");
-    CHECK(o->matmul(be, in, 0, 16, W, NULL, out, 0, 32, 2, 32, 32, 0) == -EINVAL, "ldx < K accepted");
-    CHECK(o->matmul(be, in, 0, 32, W, NULL, out, 40, 32, 2, 32, 32, 0) == -EINVAL, "y offset past end accepted");
-    CHECK(o->matmul(be, in, 0, 32, W, NULL, out, 0, 32, 2, 32, 32, 0) == 0, "good matmul: %s", grid_backend_error(be));
+    /* out[2 × 32] = in[2 × 32] · W[32 × 32]ᵀ, then views and flags it must refuse */
+    backend_mview y = bmview(out, 0, 32);
+    backend_view x = bview(in, 0, 32);
+    CHECK(o->matmul(be, y, x, small, NULL, 2, 32, 32, 0) == -EINVAL, "short W accepted");
+    CHECK(o->matmul(be, y, bview(in, 170, 32), W, NULL, 2, 32, 32, 0) == -EINVAL, "x offset past end accepted");
+    CHECK(o->matmul(be, y, bview(in, 0, 16), W, NULL, 2, 32, 32, 0) == -EINVAL, "ldx < K accepted");
+    CHECK(o->matmul(be, bmview(out, 40, 32), x, W, NULL, 2, 32, 32, 0) == -EINVAL, "y offset past end accepted");
+    CHECK(o->matmul(be, y, x, W, NULL, 2, 32, 32, 0) == 0, "good matmul: %s", grid_backend_error(be));
     CHECK(o->shift_mix(be, in, in, out, slot_bytes - 8, 32, 1) == -EINVAL, "shift region past the slot accepted");
     CHECK(o->buf_upload(be, small, 5, zeros, 6) == -EINVAL, "upload past the end accepted");
-    CHECK(o->matmul(be, in, 0, 32, W, NULL, out, 0, 32, 2, 32, 32, BACKEND_MM_GELU | BACKEND_MM_ACCUMULATE) == -EINVAL,
+    CHECK(o->matmul(be, y, x, W, NULL, 2, 32, 32, BACKEND_MM_GELU | BACKEND_MM_ACCUMULATE) == -EINVAL,
           "GELU with accumulate accepted");
-    CHECK(o->matmul(be, in, 0, 32, W, NULL, out, 0, 40, 1, 32, 32, BACKEND_MM_GELU) == -EINVAL,
+    CHECK(o->matmul(be, bmview(out, 0, 40), x, W, NULL, 1, 32, 32, BACKEND_MM_GELU) == -EINVAL,
           "GELU with ldy != N accepted");
-    CHECK(o->matmul(be, in, 0, 32, W, NULL, out, 0, 32, 2, 32, 32, BACKEND_MM_RELU2 | BACKEND_MM_SIGMOID) == -EINVAL,
+    CHECK(o->matmul(be, y, x, W, NULL, 2, 32, 32, BACKEND_MM_RELU2 | BACKEND_MM_SIGMOID) == -EINVAL,
           "two activations accepted");
-    CHECK(o->matmul(be, in, 0, 32, W, NULL, out, 0, 32, 2, 32, 32, BACKEND_MM_SIGMOID | BACKEND_MM_ACCUMULATE) ==
-          -EINVAL, "SIGMOID with accumulate accepted");
-    CHECK(o->matmul(be, in, 0, 32, W, NULL, out, 0, 32, 2, 32, 32, 64) == -EINVAL, "an unknown flag accepted");
+    CHECK(o->matmul(be, y, x, W, NULL, 2, 32, 32, BACKEND_MM_SIGMOID | BACKEND_MM_ACCUMULATE) == -EINVAL,
+          "SIGMOID with accumulate accepted");
+    CHECK(o->matmul(be, y, x, W, NULL, 2, 32, 32, 64) == -EINVAL, "an unknown flag accepted");
     int rows_bad[2] = { 0, 2 };
     CHECK(o->gather_rows(be, out, rows_bad, 2, in, 32) == -EINVAL, "gather of row 2 of a 2-row batch accepted");
     CHECK(o->gather_rows(be, out, rows_bad, 1, small, 32) == -EINVAL, "gather into a short buffer accepted");
@@ -210,7 +213,8 @@ static void bf16_matmul(void) {
         int acc = pass == 1;
         const backend_buf *bias_buf = pass == 0 ? NULL : bb;
         CHECK(o->buf_upload(be, by, 0, y0, sizeof y0 / sizeof *y0) == 0, "upload y");
-        CHECK(o->matmul(be, bx, xo, LDX, bW, bias_buf, by, yo, LDY, B, N, K, acc) == 0, "matmul: %s",
+        /* y[B × N] (+)= x[B × K] · W[N × K]ᵀ (+ b), blocks of wider rows */
+        CHECK(o->matmul(be, bmview(by, yo, LDY), bview(bx, xo, LDX), bW, bias_buf, B, N, K, acc) == 0, "matmul: %s",
               grid_backend_error(be));
         CHECK(o->buf_download(be, by, 0, got, sizeof got / sizeof *got) == 0, "download");
         memcpy(want, y0, sizeof want);
@@ -236,7 +240,9 @@ static void bf16_matmul(void) {
     CHECK(o->weight_new(be, N, K, W, &wW) == 0, "weight_new: %s", grid_backend_error(be));
     if (wW) {
         CHECK(o->buf_upload(be, by, 0, y0, sizeof y0 / sizeof *y0) == 0, "upload y");
-        CHECK(o->matmul(be, bx, xo, LDX, wW, NULL, by, yo, LDY, B, N, K, 0) == 0, "matmul: %s", grid_backend_error(be));
+        /* y[B × N] = x[B × K] · W[N × K]ᵀ */
+        CHECK(o->matmul(be, bmview(by, yo, LDY), bview(bx, xo, LDX), wW, NULL, B, N, K, 0) == 0, "matmul: %s",
+              grid_backend_error(be));
         CHECK(o->buf_download(be, by, 0, got, sizeof got / sizeof *got) == 0, "download");
         memcpy(want, y0, sizeof want);
         ref_bf16(x + xo, LDX, W, NULL, want + yo, LDY, B, N, K, 0);
@@ -246,7 +252,7 @@ static void bf16_matmul(void) {
         CHECK(o->buf_download(be, wW, 0, back, 4) == -EINVAL, "a bf16-only weight was read back");
         CHECK(o->buf_upload(be, wW, 0, back, 4) == -EINVAL, "a bf16-only weight was written");
         CHECK(grid_backend_set_weights(be, "fp32", err, sizeof err) == 0, "%s", err);
-        CHECK(o->matmul(be, bx, xo, LDX, wW, NULL, by, yo, LDY, B, N, K, 0) == -EINVAL,
+        CHECK(o->matmul(be, bmview(by, yo, LDY), bview(bx, xo, LDX), wW, NULL, B, N, K, 0) == -EINVAL,
               "an fp32 GEMM used a bf16-only weight");
         o->buf_free(be, wW);
     }
@@ -308,11 +314,12 @@ static void half_matmul(void) {
             for (size_t ri = 0; ri < sizeof rows / sizeof *rows; ri++)
                 for (int acc = 0; acc < 2; acc++) {
                     int B = rows[ri];
+                    /* y[B × N] (+)= x[B × K] · W[N × K]ᵀ, W half then fp32 */
                     CHECK(o->buf_upload(be, by, 0, y0, BMAX * LDY) == 0 &&
-                          o->matmul(be, bx, 0, K, hw, NULL, by, 0, LDY, B, N, K, acc) == 0 &&
+                          o->matmul(be, bmview(by, 0, LDY), bview(bx, 0, K), hw, NULL, B, N, K, acc) == 0 &&
                           o->buf_download(be, by, 0, y1, BMAX * LDY) == 0, "half matmul: %s", grid_backend_error(be));
                     CHECK(o->buf_upload(be, by, 0, y0, BMAX * LDY) == 0 &&
-                          o->matmul(be, bx, 0, K, fw, NULL, by, 0, LDY, B, N, K, acc) == 0 &&
+                          o->matmul(be, bmview(by, 0, LDY), bview(bx, 0, K), fw, NULL, B, N, K, acc) == 0 &&
                           o->buf_download(be, by, 0, y2, BMAX * LDY) == 0, "fp32 matmul: %s", grid_backend_error(be));
                     CHECK(!memcmp(y1 + B * LDY, y0 + B * LDY, (BMAX - B) * LDY * sizeof(float)),
                           "%s weights, B=%d: rows past the batch were written", wn, B);

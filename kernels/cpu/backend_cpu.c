@@ -486,10 +486,13 @@ static void mm_part(void *arg, int part, int nparts) {
     cpu_gemm_activate(j->y + n0, j->ldy, j->B, nn, j->flags);   /* GELU, RELU2 or SIGMOID, if any */
 }
 
-static int cpu_matmul(backend *be, const backend_buf *x, size_t xo, int ldx, const backend_buf *W,
-                      const backend_buf *bias, backend_buf *y, size_t yo, int ldy, int B, int N, int K,
-                      int flags) {
+static int cpu_matmul(backend *be, backend_mview yv, backend_view xv, const backend_buf *W, const backend_buf *bias,
+                      int B, int N, int K, int flags) {
     cpu *c = (cpu *)be;
+    const backend_buf *x = xv.buf;
+    backend_buf *y = yv.buf;
+    size_t xo = xv.off, yo = yv.off;
+    int ldx = xv.ld, ldy = yv.ld;
     if (!backend_mm_flags_ok(flags, ldy, N)) return -EINVAL;
     if (W->kind == BUF_DOT) return dot_matmul(c, x->p + xo, ldx, W, bias ? bias->p : NULL, y->p + yo, ldy, B, N, K, flags);
     if (W->kind == BUF_QUANT)

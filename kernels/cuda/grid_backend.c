@@ -367,10 +367,13 @@ static int weight_widen(gridbe *g, const backend_buf *W, const float **out) {
  * read column-major, y is yᵀ [N × B] (ld ldy), W is Wᵀ [K × N] (ld K) and
  * x is xᵀ [K × B] (ld ldx), so yᵀ = op_T(Wᵀ)·xᵀ = W·xᵀ. An activation flag
  * runs as a pass over the B·N outputs after the product (and bias). */
-static int g_matmul(backend *be, const backend_buf *x, size_t xo, int ldx, const backend_buf *W,
-                    const backend_buf *bias, backend_buf *y, size_t yo, int ldy, int B, int N, int K,
-                    int flags) {
+static int g_matmul(backend *be, backend_mview yv, backend_view xv, const backend_buf *W, const backend_buf *bias,
+                    int B, int N, int K, int flags) {
     gridbe *g = G(be);
+    const backend_buf *x = xv.buf;
+    backend_buf *y = yv.buf;
+    size_t xo = xv.off, yo = yv.off;
+    int ldx = xv.ld, ldy = yv.ld;
     int rc, accumulate = flags & BACKEND_MM_ACCUMULATE;
     if (B < 0 || N < 1 || K < 1 || ldx < K || ldy < N || B > KB_MAX_GRID_Y)
         return fail(g, -EINVAL, "matmul: bad shape B=%d N=%d K=%d ldx=%d ldy=%d", B, N, K, ldx, ldy);
