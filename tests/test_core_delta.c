@@ -90,8 +90,11 @@ static int write_model(const char *dir, const mspec *m, uint64_t seed, const cha
                  .poison_val = alog};
     return rm_write(dir, &s, seed, &o);
 }
+
 /* ---- the parallel-form reference, in double ------------------------------- */
 
+/* Each mixer kind's reference (tests/refmodel.h rm_mixer_fn): h [T × d] →
+ * o [T × n] before Wo, returning n; r->user is the test's mspec. */
 typedef rm_ref ref;
 #define MS(r) ((const mspec *)(r)->user)
 
@@ -211,7 +214,9 @@ static int ref_linear(ref *r, int l, const double *h, double *o) {
     return hd;
 }
 
+/* The kinds rm_ref_forward can run, by config name. */
 static const rm_mixer_ref kinds[] = {{"delta", ref_delta}, {"linear", ref_linear}, {NULL, NULL}};
+
 /* ---- helpers ---------------------------------------------------------------- */
 
 static model *load_model(const char *name, const mspec *ms, uint64_t seed, const char *backend) {

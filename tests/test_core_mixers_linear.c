@@ -97,6 +97,8 @@ static int write_model(const char *dir, const mspec *m, uint64_t seed, const cha
 
 /* ---- the parallel-form reference, in double ------------------------------- */
 
+/* Each mixer kind's reference (tests/refmodel.h rm_mixer_fn): h [T × d] →
+ * o [T × n] before Wo, returning n; r->user is the test's mspec. */
 typedef rm_ref ref;
 #define MS(r) ((const mspec *)(r)->user)
 
@@ -229,6 +231,7 @@ static int ref_linformer(ref *r, int l, const double *h, double *o) {
     return hd;
 }
 
+/* The kinds rm_ref_forward can run, by config name. */
 static const rm_mixer_ref kinds[] = {
     {"retnet", ref_retnet}, {"performer", ref_performer}, {"cosformer", ref_cosformer}, {"linformer", ref_linformer},
     {NULL, NULL},

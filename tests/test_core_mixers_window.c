@@ -97,8 +97,11 @@ static int write_model(const char *dir, const mspec *m, uint64_t seed, const cha
     rm_opts o = {.dist = dist, .skip = skip, .extra0 = cfg_extra};
     return rm_write(dir, &s, seed, &o);
 }
+
 /* ---- the parallel-form reference, in double ------------------------------- */
 
+/* Each mixer kind's reference (tests/refmodel.h rm_mixer_fn): h [T × d] →
+ * o [T × n] before Wo, returning n; r->user is the test's mspec. */
 typedef rm_ref ref;
 #define MS(r) ((const mspec *)(r)->user)
 
@@ -206,9 +209,11 @@ static int ref_aft(ref *r, int l, const double *h, double *o) {
     return d;
 }
 
+/* The kinds rm_ref_forward can run, by config name. */
 static const rm_mixer_ref kinds[] = {
     {"window", ref_window}, {"aft_local", ref_aft}, {"aft_conv", ref_aft}, {NULL, NULL},
 };
+
 /* ---- helpers ---------------------------------------------------------------- */
 
 static model *load_model(const char *name, const mspec *ms, uint64_t seed, const char *backend) {
