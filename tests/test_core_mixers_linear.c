@@ -31,7 +31,7 @@
 #include "state/format.h"
 #include "tests/check.h"
 #include "tests/kindcheck.h"
-#include "tests/testmodel.h"
+#include "tests/refmodel.h"
 
 #define T 300
 #define V 256
@@ -52,119 +52,66 @@ typedef struct mspec {
     lspec L[4];
 } mspec;
 
-/* config.json + model.safetensors with random weights; `bad` (may be NULL)
- * names a tensor of layer 0 whose first value is set to `badval`. */
-static int write_model(const char *dir, const mspec *m, uint64_t seed, const char *bad, float badval) {
-    if (mkdir(dir, 0755) < 0 && errno != EEXIST) return -errno;
-    char path[600], js[4096];
-    size_t n = 0;
-    n += (size_t)snprintf(js + n, sizeof js - n,
-                          "{\"vocab_size\": %d, \"d_model\": %d, \"n_layers\": %d, \"norm_eps\": 1e-5, \"layers\": [",
-                          V, m->d, m->nl);
+/* The model as tests/refmodel.h writes it: each layer's keys, and the
+ * weights' distributions beyond the defaults (projections to q, k, v, g at
+ * twice 1/√d; RetNet's γ in [0.8, 0.995]; ω and the Linformer projections
+ * at fixed scales). */
+static rm_spec spec_of(const mspec *m) {
+    rm_spec s;
+    memset(&s, 0, sizeof s);
+    s.vocab_size = V;
+    s.d_model = m->d;
+    s.n_layers = m->nl;
     for (int i = 0; i < m->nl; i++) {
         const lspec *l = &m->L[i];
-        n += (size_t)snprintf(js + n, sizeof js - n, "%s{\"mixer\": \"%s\", \"ffn\": \"gelu_mlp\", \"n_heads\": %d, "
-                              "\"d_head\": %d, \"d_ff\": %d", i ? ", " : "", l->mixer, l->H, l->dh, m->ff);
-        if (!strcmp(l->mixer, "performer")) n += (size_t)snprintf(js + n, sizeof js - n, ", \"n_features\": %d", l->m);
-        if (!strcmp(l->mixer, "cosformer"))
-            n += (size_t)snprintf(js + n, sizeof js - n, ", \"horizon\": %d, \"cos_mode\": \"%s\"", l->m, l->mode);
-        if (!strcmp(l->mixer, "linformer"))
-            n += (size_t)snprintf(js + n, sizeof js - n, ", \"proj_len\": %d, \"max_len\": %d", l->m, l->N);
-        if (i == 0 && cfg_extra) n += (size_t)snprintf(js + n, sizeof js - n, ", %s", cfg_extra);
-        n += (size_t)snprintf(js + n, sizeof js - n, "}");
+        size_t n = (size_t)snprintf(s.layer[i], sizeof s.layer[i], "\"mixer\": \"%s\", \"ffn\": \"gelu_mlp\", "
+                                    "\"n_heads\": %d, \"d_head\": %d, \"d_ff\": %d", l->mixer, l->H, l->dh, m->ff);
+        char *p = s.layer[i] + n;
+        size_t left = sizeof s.layer[i] - n;
+        if (!strcmp(l->mixer, "performer")) snprintf(p, left, ", \"n_features\": %d", l->m);
+        if (!strcmp(l->mixer, "cosformer")) snprintf(p, left, ", \"horizon\": %d, \"cos_mode\": \"%s\"", l->m, l->mode);
+        if (!strcmp(l->mixer, "linformer")) snprintf(p, left, ", \"proj_len\": %d, \"max_len\": %d", l->m, l->N);
     }
-    snprintf(js + n, sizeof js - n, "]}\n");
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "w");
-    if (!f) return -errno;
-    int ok = fputs(js, f) >= 0;
-    if (fclose(f) != 0 || !ok) return -EIO;
+    return s;
+}
 
-    int maxn = 4 + m->nl * 24, nt = 0, rc = 0;
-    testmodel_tensor *t = calloc((size_t)maxn, sizeof *t);
-    float **bufs = calloc((size_t)maxn, sizeof *bufs);
-    if (!t || !bufs) { free(t); free(bufs); return -ENOMEM; }
-    uint64_t rng = seed * 0x2545f4914f6cdd1dull + 1;
-    int d = m->d, ff = m->ff;
-    double sd = 1 / sqrt((double)d), sff = 1 / sqrt((double)ff);
-    char nm[96];
-#define ADD(name, d0, d1, kind, a, b)                                                         \
-    do {                                                                                      \
-        if (rc == 0) rc = testmodel_add_(t, &nt, bufs, &rng, name, d0, d1, kind, a, b);       \
-        if (rc == 0 && round_bf16 && (d1) > 0 && !strstr(name, "omega") && !strstr(name, "proj_")) \
-            for (int z_ = 0; z_ < (d0) * (d1); z_++) {                                        \
-                uint32_t u_;                                                                  \
-                memcpy(&u_, &bufs[nt - 1][z_], 4);                                            \
-                u_ &= 0xFFFF0000u;                                                            \
-                memcpy(&bufs[nt - 1][z_], &u_, 4);                                            \
-            }                                                                                 \
-        if (rc == 0 && bad && i == 0 && !strcmp(name + strlen("layers.0.mixer."), bad) &&     \
-            !strncmp(name, "layers.0.mixer.", 15))                                            \
-            bufs[nt - 1][0] = badval;                                                         \
-    } while (0)
-#define L(s) (snprintf(nm, sizeof nm, "layers.%d.%s", i, s), nm)
-    int i = -1;
-    ADD("embed.weight", V, d, TESTMODEL_UNIFORM, 1.0, 0);
-    ADD("ln_f.weight", d, 0, TESTMODEL_ONE_PLUS, 0.1, 0);
-    ADD("ln_f.bias", d, 0, TESTMODEL_UNIFORM, 0.1, 0);
-    ADD("head.weight", V, d, TESTMODEL_UNIFORM, sd, 0);
-    for (i = 0; i < m->nl && rc == 0; i++) {
-        const lspec *l = &m->L[i];
-        int hd = l->H * l->dh;
-        double shd = 1 / sqrt((double)hd);
-        ADD(L("ln1.weight"), d, 0, TESTMODEL_ONE_PLUS, 0.1, 0);
-        ADD(L("ln1.bias"), d, 0, TESTMODEL_UNIFORM, 0.1, 0);
-        ADD(L("ln2.weight"), d, 0, TESTMODEL_ONE_PLUS, 0.1, 0);
-        ADD(L("ln2.bias"), d, 0, TESTMODEL_UNIFORM, 0.1, 0);
-        ADD(L("ffn.w1"), ff, d, TESTMODEL_UNIFORM, sd, 0);
-        ADD(L("ffn.b1"), ff, 0, TESTMODEL_UNIFORM, 0.1, 0);
-        ADD(L("ffn.w2"), d, ff, TESTMODEL_UNIFORM, sff, 0);
-        ADD(L("ffn.b2"), d, 0, TESTMODEL_UNIFORM, 0.1, 0);
-        ADD(L("mixer.wq"), hd, d, TESTMODEL_UNIFORM, 2 * sd, 0);
-        ADD(L("mixer.wk"), hd, d, TESTMODEL_UNIFORM, 2 * sd, 0);
-        ADD(L("mixer.wv"), hd, d, TESTMODEL_UNIFORM, 2 * sd, 0);
-        ADD(L("mixer.wo"), d, hd, TESTMODEL_UNIFORM, shd, 0);
-        if (!strcmp(l->mixer, "retnet")) {
-            ADD(L("mixer.wg"), hd, d, TESTMODEL_UNIFORM, 2 * sd, 0);
-            ADD(L("mixer.decay"), l->H, 0, TESTMODEL_RANGE, 0.8, 0.995);
-            ADD(L("mixer.gn_weight"), hd, 0, TESTMODEL_ONE_PLUS, 0.1, 0);
-            ADD(L("mixer.gn_bias"), hd, 0, TESTMODEL_UNIFORM, 0.1, 0);
-        } else if (!strcmp(l->mixer, "performer")) {
-            ADD(L("mixer.omega"), l->m, l->dh, TESTMODEL_UNIFORM, 1.5, 0);
-        } else if (!strcmp(l->mixer, "linformer")) {
-            ADD(L("mixer.proj_k"), l->N, l->m, TESTMODEL_UNIFORM, 0.3, 0);
-            ADD(L("mixer.proj_v"), l->N, l->m, TESTMODEL_UNIFORM, 0.3, 0);
-        }
-    }
-#undef L
-#undef ADD
-    if (rc == 0) {
-        snprintf(path, sizeof path, "%s/model.safetensors", dir);
-        rc = testmodel_st_write(path, t, nt);
-    }
-    for (int j = 0; j < nt; j++) free(bufs[j]);
-    free(bufs);
-    free(t);
-    return rc;
+static void dist(void *ctx, const rm_tensor *t, rm_dist *d) {
+    (void)ctx;
+    if (t->part != RM_MIXER) return;
+    if (!strcmp(t->rel, "wq") || !strcmp(t->rel, "wk") || !strcmp(t->rel, "wv") || !strcmp(t->rel, "wg")) d->a *= 2;
+    else if (!strcmp(t->rel, "decay")) *d = (rm_dist){TESTMODEL_RANGE, 0.8, 0.995, 0};
+    else if (!strcmp(t->rel, "omega")) d->a = 1.5;
+    else if (!strncmp(t->rel, "proj_", 5)) d->a = 0.3;
+}
+
+/* config.json + model.safetensors with random weights; `bad` (may be NULL)
+ * names a tensor of layer 0's mixer whose first value is set to `badval`. */
+static int write_model(const char *dir, const mspec *m, uint64_t seed, const char *bad, float badval) {
+    char poison[96];
+    if (bad) snprintf(poison, sizeof poison, "layers.0.mixer.%s", bad);
+    rm_spec s = spec_of(m);
+    rm_opts o = {.dist = dist, .bf16 = round_bf16, .poison = bad ? poison : NULL, .poison_val = badval,
+                 .extra0 = cfg_extra};
+    return rm_write(dir, &s, seed, &o);
 }
 
 /* ---- the parallel-form reference, in double ------------------------------- */
 
-typedef struct ref {
-    st_file st;
-    const mspec *m;
-} ref;
+/* Each mixer kind's reference (tests/refmodel.h rm_mixer_fn): h [T × d] →
+ * o [T × n] before Wo, returning n; r->user is the test's mspec. */
+typedef rm_ref ref;
+#define MS(r) ((const mspec *)(r)->user)
 
 /* q, k, v (and more) of layer l: [T × hd] each, caller frees. */
 static double *proj(ref *r, const char *name, int l, const double *h, int hd) {
     double *w = kc_tensor(&r->st, name, l), *y = malloc(sizeof(double) * T * hd);
-    kc_lin(h, T, r->m->d, w, NULL, hd, y);
+    kc_lin(h, T, MS(r)->d, w, NULL, hd, y);
     free(w);
     return y;
 }
 
-static void ref_retnet(ref *r, int l, const double *h, double *o) {
-    const lspec *ls = &r->m->L[l];
+static int ref_retnet(ref *r, int l, const double *h, double *o) {
+    const lspec *ls = &MS(r)->L[l];
     int H = ls->H, dh = ls->dh, hd = H * dh;
     double *q = proj(r, "layers.%d.mixer.wq", l, h, hd), *k = proj(r, "layers.%d.mixer.wk", l, h, hd);
     double *v = proj(r, "layers.%d.mixer.wv", l, h, hd), *g = proj(r, "layers.%d.mixer.wg", l, h, hd);
@@ -188,6 +135,7 @@ static void ref_retnet(ref *r, int l, const double *h, double *o) {
             }
         }
     free(q); free(k); free(v); free(g); free(gam); free(gw); free(gb);
+    return hd;
 }
 
 /* φ(x) for one head, literally: exp(ωᵀx̂ − ‖x̂‖²/2)/√m. */
@@ -201,8 +149,8 @@ static void favor(const double *x, const double *om, int dh, int m, double *phi)
     }
 }
 
-static void ref_performer(ref *r, int l, const double *h, double *o) {
-    const lspec *ls = &r->m->L[l];
+static int ref_performer(ref *r, int l, const double *h, double *o) {
+    const lspec *ls = &MS(r)->L[l];
     int H = ls->H, dh = ls->dh, hd = H * dh, m = ls->m;
     double *q = proj(r, "layers.%d.mixer.wq", l, h, hd), *k = proj(r, "layers.%d.mixer.wk", l, h, hd);
     double *v = proj(r, "layers.%d.mixer.wv", l, h, hd), *om = kc_tensor(&r->st, "layers.%d.mixer.omega", l);
@@ -224,11 +172,12 @@ static void ref_performer(ref *r, int l, const double *h, double *o) {
             for (int e = 0; e < dh; e++) o[(size_t)t * hd + hh * dh + e] = num[e] / den;
         }
     free(q); free(k); free(v); free(om); free(pq); free(pk);
+    return hd;
 }
 
 /* cosFormer, quadratic: the weight w(t − j) taken literally. */
-static void ref_cosformer(ref *r, int l, const double *h, double *o) {
-    const lspec *ls = &r->m->L[l];
+static int ref_cosformer(ref *r, int l, const double *h, double *o) {
+    const lspec *ls = &MS(r)->L[l];
     int H = ls->H, dh = ls->dh, hd = H * dh, M = ls->m, periodic = !strcmp(ls->mode, "periodic");
     double *q = proj(r, "layers.%d.mixer.wq", l, h, hd), *k = proj(r, "layers.%d.mixer.wk", l, h, hd);
     double *v = proj(r, "layers.%d.mixer.wv", l, h, hd);
@@ -247,12 +196,13 @@ static void ref_cosformer(ref *r, int l, const double *h, double *o) {
             for (int e = 0; e < dh; e++) o[(size_t)t * hd + hh * dh + e] = num[e] / (den + 1e-6);
         }
     free(q); free(k); free(v);
+    return hd;
 }
 
 /* Causal Linformer through the masked attention matrix: s_t = Σ_{j≤t}
  * (q_t·k_j/√dh) E[j] (never forming K̄), V̄_t = Σ_{j≤t} F[j] v_jᵀ. */
-static void ref_linformer(ref *r, int l, const double *h, double *o) {
-    const lspec *ls = &r->m->L[l];
+static int ref_linformer(ref *r, int l, const double *h, double *o) {
+    const lspec *ls = &MS(r)->L[l];
     int H = ls->H, dh = ls->dh, hd = H * dh, kp = ls->m;
     double *q = proj(r, "layers.%d.mixer.wq", l, h, hd), *k = proj(r, "layers.%d.mixer.wk", l, h, hd);
     double *v = proj(r, "layers.%d.mixer.wv", l, h, hd);
@@ -278,44 +228,14 @@ static void ref_linformer(ref *r, int l, const double *h, double *o) {
             }
         }
     free(q); free(k); free(v); free(E); free(F);
+    return hd;
 }
 
-static void ref_forward(ref *r, const int *tok, double *logits) {
-    const mspec *m = r->m;
-    int d = m->d, ff = m->ff, wmax = 0;
-    for (int l = 0; l < m->nl; l++)
-        if (m->L[l].H * m->L[l].dh > wmax) wmax = m->L[l].H * m->L[l].dh;
-    double *x = calloc((size_t)T * d, 8), *h = calloc((size_t)T * d, 8), *y = calloc((size_t)T * d, 8);
-    double *o = calloc((size_t)T * wmax, 8), *f = calloc((size_t)T * ff, 8);
-    double *E = kc_tensor(&r->st, "embed.weight", 0);
-    for (int t = 0; t < T; t++) memcpy(x + (size_t)t * d, E + (size_t)tok[t] * d, (size_t)d * 8);
-    free(E);
-    for (int l = 0; l < m->nl; l++) {
-        int hd = m->L[l].H * m->L[l].dh;
-        double *l1w = kc_tensor(&r->st, "layers.%d.ln1.weight", l), *l1b = kc_tensor(&r->st, "layers.%d.ln1.bias", l);
-        kc_ln(x, T, d, l1w, l1b, 1e-5, h);
-        if (!strcmp(m->L[l].mixer, "retnet")) ref_retnet(r, l, h, o);
-        else if (!strcmp(m->L[l].mixer, "performer")) ref_performer(r, l, h, o);
-        else if (!strcmp(m->L[l].mixer, "cosformer")) ref_cosformer(r, l, h, o);
-        else ref_linformer(r, l, h, o);
-        double *wo = kc_tensor(&r->st, "layers.%d.mixer.wo", l);
-        kc_lin(o, T, hd, wo, NULL, d, y);
-        for (size_t i = 0; i < (size_t)T * d; i++) x[i] += y[i];
-        double *l2w = kc_tensor(&r->st, "layers.%d.ln2.weight", l), *l2b = kc_tensor(&r->st, "layers.%d.ln2.bias", l);
-        kc_ln(x, T, d, l2w, l2b, 1e-5, h);
-        double *w1 = kc_tensor(&r->st, "layers.%d.ffn.w1", l), *b1 = kc_tensor(&r->st, "layers.%d.ffn.b1", l);
-        double *w2 = kc_tensor(&r->st, "layers.%d.ffn.w2", l), *b2 = kc_tensor(&r->st, "layers.%d.ffn.b2", l);
-        kc_lin(h, T, d, w1, b1, ff, f);
-        for (size_t i = 0; i < (size_t)T * ff; i++) f[i] = 0.5 * f[i] * (1 + erf(f[i] / sqrt(2.0)));
-        kc_lin(f, T, ff, w2, b2, d, y);
-        for (size_t i = 0; i < (size_t)T * d; i++) x[i] += y[i];
-        free(l1w); free(l1b); free(l2w); free(l2b); free(wo); free(w1); free(b1); free(w2); free(b2);
-    }
-    double *lw = kc_tensor(&r->st, "ln_f.weight", 0), *lb = kc_tensor(&r->st, "ln_f.bias", 0), *hw = kc_tensor(&r->st, "head.weight", 0);
-    kc_ln(x, T, d, lw, lb, 1e-5, h);
-    kc_lin(h, T, d, hw, NULL, V, logits);
-    free(lw); free(lb); free(hw); free(x); free(h); free(y); free(o); free(f);
-}
+/* The kinds rm_ref_forward can run, by config name. */
+static const rm_mixer_ref kinds[] = {
+    {"retnet", ref_retnet}, {"performer", ref_performer}, {"cosformer", ref_cosformer}, {"linformer", ref_linformer},
+    {NULL, NULL},
+};
 
 /* ---- helpers ---------------------------------------------------------------- */
 
@@ -344,24 +264,15 @@ static const mspec cos_periodic = {32, 64, 2, {{"cosformer", 2, 16, 50, "periodi
 static void parallel_case(const char *name, const mspec *ms, uint64_t seed) {
     model *m = load_model(name, ms, seed, "cpu");
     if (!m) return;
-    char path[600], err[512];
-    snprintf(path, sizeof path, "%s/%s/model.safetensors", tmpdir, name);
-    ref r = {.m = ms};
-    CHECK(st_open(&r.st, path, err, sizeof err) == 0, "st_open: %s", err);
-    int32_t tok[T];
-    int itok[T];
-    kc_random_tokens(tok, T, seed * 31);
-    for (int t = 0; t < T; t++) itok[t] = tok[t];
-    double *want = malloc(sizeof(double) * T * V);
-    ref_forward(&r, itok, want);
-    double worst, mean;
-    int worst_t;
-    kc_steps_vs_reference(m, tok, want, T, V, &worst, &worst_t, &mean);
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/%s", tmpdir, name);
+    rm_spec s = spec_of(ms);
+    double worst = INFINITY, mean = 0;
+    int worst_t = -1;
+    rm_reference_error(m, dir, &s, ms, kinds, T, seed * 31, &worst, &worst_t, &mean);
     CHECK(worst <= 1e-4, "max relative logit error %.3g at position %d (tolerance 1e-4)", worst, worst_t);
     printf("NOTE %s: recurrent vs parallel form over %d tokens: max relative logit error %.2e (position %d), "
            "mean %.2e\n", name, T, worst, worst_t, mean);
-    free(want);
-    st_close(&r.st);
     model_free(m);
 }
 

@@ -31,7 +31,7 @@
 #include "state/format.h"
 #include "tests/check.h"
 #include "tests/kindcheck.h"
-#include "tests/testmodel.h"
+#include "tests/refmodel.h"
 
 #define T 300
 #define V 256
@@ -52,101 +52,58 @@ typedef struct mspec {
 } mspec;
 
 static int is_window(const lspec *l) { return !strcmp(l->mixer, "window"); }
-static int mix_width(const mspec *m, const lspec *l) { return is_window(l) ? l->H * l->dh : m->d; }
+
+/* The model as tests/refmodel.h writes it: each layer's keys, and the
+ * weights' distributions beyond the defaults: scores of a few units (Wq, Wk
+ * at 4/√d, Wv at 2/√d), so the softmax and e^{k} weights are far from
+ * uniform; AFT's position biases and kernels of a few units. */
+static rm_spec spec_of(const mspec *m) {
+    rm_spec s;
+    memset(&s, 0, sizeof s);
+    s.vocab_size = V;
+    s.d_model = m->d;
+    s.n_layers = m->nl;
+    for (int i = 0; i < m->nl; i++) {
+        const lspec *l = &m->L[i];
+        size_t n = (size_t)snprintf(s.layer[i], sizeof s.layer[i], "\"mixer\": \"%s\", \"ffn\": \"gelu_mlp\", "
+                                    "\"d_ff\": %d", l->mixer, m->ff);
+        char *p = s.layer[i] + n;
+        size_t left = sizeof s.layer[i] - n;
+        if (is_window(l))
+            snprintf(p, left, ", \"n_heads\": %d, \"d_head\": %d, \"window\": %d, \"dilation\": %d, \"global\": %d, "
+                     "\"position\": \"%s\"", l->H, l->dh, l->w, l->dil, l->g, l->rope ? "rope" : "alibi");
+        else if (!strcmp(l->mixer, "aft_local"))
+            snprintf(p, left, ", \"window\": %d", l->w);
+        else
+            snprintf(p, left, ", \"n_heads\": %d, \"kernel_size\": %d", l->H, l->w);
+    }
+    return s;
+}
+
+static void dist(void *ctx, const rm_tensor *t, rm_dist *d) {
+    (void)ctx;
+    if (t->part != RM_MIXER) return;
+    if (!strcmp(t->rel, "wq") || !strcmp(t->rel, "wk")) d->a *= 4;
+    else if (!strcmp(t->rel, "wv")) d->a *= 2;
+    else if (!strcmp(t->rel, "pos_bias")) d->a = 2.0;
+    else if (!strcmp(t->rel, "kernel") || !strcmp(t->rel, "kernel_bias")) d->a = 1.0;
+    else if (!strcmp(t->rel, "kernel_gain")) *d = (rm_dist){TESTMODEL_ONE_PLUS, 0.5, 0, 0};
+}
 
 /* config.json + model.safetensors with random weights; `cfg_extra` (may be
  * NULL) is added to layer 0's object; `skip` names a tensor to leave out. */
 static int write_model(const char *dir, const mspec *m, uint64_t seed, const char *skip, const char *cfg_extra) {
-    if (mkdir(dir, 0755) < 0 && errno != EEXIST) return -errno;
-    char path[600], js[4096];
-    size_t n = 0;
-    n += (size_t)snprintf(js + n, sizeof js - n,
-                          "{\"vocab_size\": %d, \"d_model\": %d, \"n_layers\": %d, \"norm_eps\": 1e-5, \"layers\": [",
-                          V, m->d, m->nl);
-    for (int i = 0; i < m->nl; i++) {
-        const lspec *l = &m->L[i];
-        n += (size_t)snprintf(js + n, sizeof js - n, "%s{\"mixer\": \"%s\", \"ffn\": \"gelu_mlp\", \"d_ff\": %d",
-                              i ? ", " : "", l->mixer, m->ff);
-        if (is_window(l))
-            n += (size_t)snprintf(js + n, sizeof js - n, ", \"n_heads\": %d, \"d_head\": %d, \"window\": %d, "
-                                  "\"dilation\": %d, \"global\": %d, \"position\": \"%s\"", l->H, l->dh, l->w,
-                                  l->dil, l->g, l->rope ? "rope" : "alibi");
-        else if (!strcmp(l->mixer, "aft_local"))
-            n += (size_t)snprintf(js + n, sizeof js - n, ", \"window\": %d", l->w);
-        else
-            n += (size_t)snprintf(js + n, sizeof js - n, ", \"n_heads\": %d, \"kernel_size\": %d", l->H, l->w);
-        if (i == 0 && cfg_extra) n += (size_t)snprintf(js + n, sizeof js - n, ", %s", cfg_extra);
-        n += (size_t)snprintf(js + n, sizeof js - n, "}");
-    }
-    snprintf(js + n, sizeof js - n, "]}\n");
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "w");
-    if (!f) return -errno;
-    int ok = fputs(js, f) >= 0;
-    if (fclose(f) != 0 || !ok) return -EIO;
-
-    int maxn = 4 + m->nl * 24, nt = 0, rc = 0;
-    testmodel_tensor *t = calloc((size_t)maxn, sizeof *t);
-    float **bufs = calloc((size_t)maxn, sizeof *bufs);
-    if (!t || !bufs) { free(t); free(bufs); return -ENOMEM; }
-    uint64_t rng = seed * 0x2545f4914f6cdd1dull + 1;
-    int d = m->d, ff = m->ff;
-    double sd = 1 / sqrt((double)d), sff = 1 / sqrt((double)ff);
-    char nm[96];
-#define ADD(name, d0, d1, kind, a, b)                                                     \
-    do {                                                                                  \
-        if (rc == 0 && !(skip && !strcmp(skip, name)))                                    \
-            rc = testmodel_add_(t, &nt, bufs, &rng, name, d0, d1, kind, a, b);            \
-    } while (0)
-#define L(s) (snprintf(nm, sizeof nm, "layers.%d.%s", i, s), nm)
-    ADD("embed.weight", V, d, TESTMODEL_UNIFORM, 1.0, 0);
-    ADD("ln_f.weight", d, 0, TESTMODEL_ONE_PLUS, 0.1, 0);
-    ADD("ln_f.bias", d, 0, TESTMODEL_UNIFORM, 0.1, 0);
-    ADD("head.weight", V, d, TESTMODEL_UNIFORM, sd, 0);
-    for (int i = 0; i < m->nl && rc == 0; i++) {
-        const lspec *l = &m->L[i];
-        int hd = mix_width(m, l);
-        double shd = 1 / sqrt((double)hd);
-        ADD(L("ln1.weight"), d, 0, TESTMODEL_ONE_PLUS, 0.1, 0);
-        ADD(L("ln1.bias"), d, 0, TESTMODEL_UNIFORM, 0.1, 0);
-        ADD(L("ln2.weight"), d, 0, TESTMODEL_ONE_PLUS, 0.1, 0);
-        ADD(L("ln2.bias"), d, 0, TESTMODEL_UNIFORM, 0.1, 0);
-        ADD(L("ffn.w1"), ff, d, TESTMODEL_UNIFORM, sd, 0);
-        ADD(L("ffn.b1"), ff, 0, TESTMODEL_UNIFORM, 0.1, 0);
-        ADD(L("ffn.w2"), d, ff, TESTMODEL_UNIFORM, sff, 0);
-        ADD(L("ffn.b2"), d, 0, TESTMODEL_UNIFORM, 0.1, 0);
-        /* scores of a few units, so the softmax and e^{k} weights are far
-         * from uniform */
-        ADD(L("mixer.wq"), hd, d, TESTMODEL_UNIFORM, 4 * sd, 0);
-        ADD(L("mixer.wk"), hd, d, TESTMODEL_UNIFORM, 4 * sd, 0);
-        ADD(L("mixer.wv"), hd, d, TESTMODEL_UNIFORM, 2 * sd, 0);
-        ADD(L("mixer.wo"), d, hd, TESTMODEL_UNIFORM, shd, 0);
-        if (!strcmp(l->mixer, "aft_local")) {
-            ADD(L("mixer.pos_bias"), l->w, 0, TESTMODEL_UNIFORM, 2.0, 0);
-        } else if (!strcmp(l->mixer, "aft_conv")) {
-            ADD(L("mixer.kernel"), l->H, l->w, TESTMODEL_UNIFORM, 1.0, 0);
-            ADD(L("mixer.kernel_gain"), l->H, 0, TESTMODEL_ONE_PLUS, 0.5, 0);
-            ADD(L("mixer.kernel_bias"), l->H, 0, TESTMODEL_UNIFORM, 1.0, 0);
-        }
-    }
-#undef L
-#undef ADD
-    if (rc == 0) {
-        snprintf(path, sizeof path, "%s/model.safetensors", dir);
-        rc = testmodel_st_write(path, t, nt);
-    }
-    for (int i = 0; i < nt; i++) free(bufs[i]);
-    free(bufs);
-    free(t);
-    return rc;
+    rm_spec s = spec_of(m);
+    rm_opts o = {.dist = dist, .skip = skip, .extra0 = cfg_extra};
+    return rm_write(dir, &s, seed, &o);
 }
 
 /* ---- the parallel-form reference, in double ------------------------------- */
 
-typedef struct ref {
-    st_file st;
-    const mspec *m;
-} ref;
+/* Each mixer kind's reference (tests/refmodel.h rm_mixer_fn): h [T × d] →
+ * o [T × n] before Wo, returning n; r->user is the test's mspec. */
+typedef rm_ref ref;
+#define MS(r) ((const mspec *)(r)->user)
 
 /* RoPE over a whole sequence [T × hd]: row t, head h rotated by angle
  * t·base^(−2i/dh) on the pairs (i, i + dh/2). */
@@ -163,7 +120,7 @@ static void rope_seq(double *x, int H, int dh, double base) {
 }
 
 static void qkv(ref *r, int l, const double *h, int n, double **q, double **k, double **v) {
-    int d = r->m->d;
+    int d = MS(r)->d;
     double *out[3];
     const char *pn[3] = {"wq", "wk", "wv"};
     for (int p = 0; p < 3; p++) {
@@ -179,8 +136,8 @@ static void qkv(ref *r, int l, const double *h, int n, double **q, double **k, d
 
 /* The window mixer of layer l: o [T × hd] (before Wo), softmax over the
  * masked positions s ≤ t. */
-static void ref_window(ref *r, int l, const double *h, double *o) {
-    const lspec *ls = &r->m->L[l];
+static int ref_window(ref *r, int l, const double *h, double *o) {
+    const lspec *ls = &MS(r)->L[l];
     int H = ls->H, dh = ls->dh, hd = H * dh;
     double *q, *k, *v, span = (double)ls->w * ls->dil;
     qkv(r, l, h, hd, &q, &k, &v);
@@ -207,12 +164,13 @@ static void ref_window(ref *r, int l, const double *h, double *o) {
         }
     }
     free(p); free(q); free(k); free(v);
+    return hd;
 }
 
 /* The AFT mixers of layer l: o [T × d] = σ(q) ⊙ the explicit biased sums. */
-static void ref_aft(ref *r, int l, const double *h, double *o) {
-    const lspec *ls = &r->m->L[l];
-    int d = r->m->d, s = ls->w, conv = !strcmp(ls->mixer, "aft_conv"), H = conv ? ls->H : 1;
+static int ref_aft(ref *r, int l, const double *h, double *o) {
+    const lspec *ls = &MS(r)->L[l];
+    int d = MS(r)->d, s = ls->w, conv = !strcmp(ls->mixer, "aft_conv"), H = conv ? ls->H : 1;
     double *q, *k, *v;
     qkv(r, l, h, d, &q, &k, &v);
     double *w = malloc(sizeof(double) * H * s);
@@ -248,42 +206,13 @@ static void ref_aft(ref *r, int l, const double *h, double *o) {
         }
     }
     free(w); free(q); free(k); free(v);
+    return d;
 }
 
-static void ref_forward(ref *r, const int *tok, double *logits) {
-    const mspec *m = r->m;
-    int d = m->d, ff = m->ff, wmax = 0;
-    for (int l = 0; l < m->nl; l++)
-        if (mix_width(m, &m->L[l]) > wmax) wmax = mix_width(m, &m->L[l]);
-    double *x = calloc((size_t)T * d, 8), *h = calloc((size_t)T * d, 8), *y = calloc((size_t)T * d, 8);
-    double *o = calloc((size_t)T * wmax, 8), *f = calloc((size_t)T * ff, 8);
-    double *E = kc_tensor(&r->st, "embed.weight", 0);
-    for (int t = 0; t < T; t++) memcpy(x + (size_t)t * d, E + (size_t)tok[t] * d, (size_t)d * 8);
-    free(E);
-    for (int l = 0; l < m->nl; l++) {
-        int hd = mix_width(m, &m->L[l]);
-        double *l1w = kc_tensor(&r->st, "layers.%d.ln1.weight", l), *l1b = kc_tensor(&r->st, "layers.%d.ln1.bias", l);
-        kc_ln(x, T, d, l1w, l1b, 1e-5, h);
-        if (is_window(&m->L[l])) ref_window(r, l, h, o);
-        else ref_aft(r, l, h, o);
-        double *wo = kc_tensor(&r->st, "layers.%d.mixer.wo", l);
-        kc_lin(o, T, hd, wo, NULL, d, y);
-        for (size_t i = 0; i < (size_t)T * d; i++) x[i] += y[i];
-        double *l2w = kc_tensor(&r->st, "layers.%d.ln2.weight", l), *l2b = kc_tensor(&r->st, "layers.%d.ln2.bias", l);
-        kc_ln(x, T, d, l2w, l2b, 1e-5, h);
-        double *w1 = kc_tensor(&r->st, "layers.%d.ffn.w1", l), *b1 = kc_tensor(&r->st, "layers.%d.ffn.b1", l);
-        double *w2 = kc_tensor(&r->st, "layers.%d.ffn.w2", l), *b2 = kc_tensor(&r->st, "layers.%d.ffn.b2", l);
-        kc_lin(h, T, d, w1, b1, ff, f);
-        for (size_t i = 0; i < (size_t)T * ff; i++) f[i] = 0.5 * f[i] * (1 + erf(f[i] / sqrt(2.0)));
-        kc_lin(f, T, ff, w2, b2, d, y);
-        for (size_t i = 0; i < (size_t)T * d; i++) x[i] += y[i];
-        free(l1w); free(l1b); free(l2w); free(l2b); free(wo); free(w1); free(b1); free(w2); free(b2);
-    }
-    double *lw = kc_tensor(&r->st, "ln_f.weight", 0), *lb = kc_tensor(&r->st, "ln_f.bias", 0), *hw = kc_tensor(&r->st, "head.weight", 0);
-    kc_ln(x, T, d, lw, lb, 1e-5, h);
-    kc_lin(h, T, d, hw, NULL, V, logits);
-    free(lw); free(lb); free(hw); free(x); free(h); free(y); free(o); free(f);
-}
+/* The kinds rm_ref_forward can run, by config name. */
+static const rm_mixer_ref kinds[] = {
+    {"window", ref_window}, {"aft_local", ref_aft}, {"aft_conv", ref_aft}, {NULL, NULL},
+};
 
 /* ---- helpers ---------------------------------------------------------------- */
 
@@ -320,24 +249,15 @@ static const mspec nope = {32, 64, 3,
 static void parallel_case(const char *name, const mspec *ms, uint64_t seed) {
     model *m = load_model(name, ms, seed, "cpu");
     if (!m) return;
-    char path[600], err[512];
-    snprintf(path, sizeof path, "%s/%s/model.safetensors", tmpdir, name);
-    ref r = {.m = ms};
-    CHECK(st_open(&r.st, path, err, sizeof err) == 0, "st_open: %s", err);
-    int32_t tok[T];
-    int itok[T];
-    kc_random_tokens(tok, T, seed * 31);
-    for (int t = 0; t < T; t++) itok[t] = tok[t];
-    double *want = malloc(sizeof(double) * T * V);
-    ref_forward(&r, itok, want);
-    double worst, mean;
-    int worst_t;
-    kc_steps_vs_reference(m, tok, want, T, V, &worst, &worst_t, &mean);
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/%s", tmpdir, name);
+    rm_spec s = spec_of(ms);
+    double worst = INFINITY, mean = 0;
+    int worst_t = -1;
+    rm_reference_error(m, dir, &s, ms, kinds, T, seed * 31, &worst, &worst_t, &mean);
     CHECK(worst <= 1e-4, "max relative logit error %.3g at position %d (tolerance 1e-4)", worst, worst_t);
     printf("NOTE %s: recurrent vs parallel form over %d tokens: max relative logit error %.2e (position %d), "
            "mean %.2e\n", name, T, worst, worst_t, mean);
-    free(want);
-    st_close(&r.st);
     model_free(m);
 }
 
