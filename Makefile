@@ -149,7 +149,7 @@ $(BUILD)/lind: $(BUILD)/daemon/main.o $(BUILD)/liblinddaemon.a $(BUILD)/liblind.
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # lindctl chat's templates are recurrent/chat.c, the same module the daemon uses.
-$(BUILD)/lindctl: $(CTL_OBJS) $(BUILD)/recurrent/chat.o $(BUILD)/recurrent/file.o $(BUILD)/liblindclient.a
+$(BUILD)/lindctl: $(CTL_OBJS) $(BUILD)/recurrent/chat.o $(BUILD)/recurrent/file.o $(BUILD)/recurrent/bytebuf.o $(BUILD)/liblindclient.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(CTL_LDLIBS)
 
 # A test links what its name says it needs, so one module's work in progress

@@ -35,6 +35,7 @@
 #include "daemon/http_sessions.h"
 #include "daemon/procinfo.h"
 #include "kernels/clock.h"
+#include "recurrent/bytebuf.h"
 #include "recurrent/jsonfsm.h"
 
 #define HREQ_BUCKETS 1024
@@ -47,19 +48,18 @@ typedef enum { ST_FORK_IN = 1, ST_PREFILL, ST_FORK_N, ST_GENERATE, ST_FORK_OUT, 
                ST_ADMIN } hstage;
 
 /* A growing byte buffer. */
-typedef struct hbuf { char *p; size_t n, cap; } hbuf;
 
 /* One choice of a response (n of them, docs/HTTP.md "n"): its text as it
  * came, what was streamed, its logprobs, how it ended, its session. */
 typedef struct hchoice {
-    hbuf      text;            /* the reply's bytes */
-    hbuf      pre, post;       /* a text chunk's SSE bytes around its text (chunk_template) */
+    bytebuf   text;            /* the reply's bytes */
+    bytebuf   pre, post;       /* a text chunk's SSE bytes around its text (chunk_template) */
     size_t    emitted;         /* text bytes already streamed */
     size_t    stop_at;         /* text is cut here (a stop string starts), or SIZE_MAX */
     size_t    searched;        /* text searched for stop strings up to here */
     int       got_token;       /* a text chunk of this choice went out (chat: the role was sent) */
     json_t   *lp;              /* logprobs asked: one {token, logprob, bytes, top_logprobs} per token */
-    hbuf      lp_end;          /* size_t each: where each token's bytes end in text */
+    bytebuf   lp_end;          /* size_t each: where each token's bytes end in text */
     size_t    lp_sent;         /* entries streamed */
     proto_done done;
     uint8_t   stop_tail[STOP_MAX_LEN];   /* done.stop points here */
@@ -121,7 +121,7 @@ typedef struct hreq {
     int       gone_posted;     /* its client was seen gone (on_tick) */
     int       abandoned;       /* its client left before it was told anything (abandoned) */
     uint64_t  paused_ms;       /* uv_now when it paused */
-    hbuf      pend, wbuf;      /* SSE bytes not yet handed to h2o, and those in flight */
+    bytebuf   pend, wbuf;      /* SSE bytes not yet handed to h2o, and those in flight */
     hchoice  *ch;              /* n choices; ch[0].session is `session` */
     int       n, waiting;      /* choices; sub-requests of the stage not answered yet */
     int       over;            /* answered or failed: later events are dropped */
@@ -164,41 +164,6 @@ typedef struct hreq {
 } hreq;
 
 /* ---- small helpers ---------------------------------------------------------- */
-
-static int hbuf_put(hbuf *b, const void *p, size_t n)
-{
-    if (b->n + n + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap : 512;
-        while (nc < b->n + n + 1) nc *= 2;
-        char *np = realloc(b->p, nc);
-        if (!np) return -ENOMEM;
-        b->p = np;
-        b->cap = nc;
-    }
-    if (n) memcpy(b->p + b->n, p, n);
-    b->n += n;
-    b->p[b->n] = 0;
-    return 0;
-}
-
-/* Room for n more bytes (and a NUL). */
-static int hbuf_reserve(hbuf *b, size_t n)
-{
-    if (b->n + n + 1 <= b->cap) return 0;
-    size_t nc = b->cap ? b->cap : 512;
-    while (nc < b->n + n + 1) nc *= 2;
-    char *np = realloc(b->p, nc);
-    if (!np) return -ENOMEM;
-    b->p = np;
-    b->cap = nc;
-    return 0;
-}
-
-static void hbuf_free(hbuf *b)
-{
-    free(b->p);
-    memset(b, 0, sizeof *b);
-}
 
 static hreq *lookup(http_server *hs, uint64_t id)
 {
@@ -252,14 +217,14 @@ static void hreq_free(hreq *h)
     http_server *hs = h->hs;
     unlink_req(hs, h);
     post_sched(hs, h->id, h->abandoned ? M_CONN_ABANDONED : M_CONN_CLOSED);
-    hbuf_free(&h->pend);
-    hbuf_free(&h->wbuf);
+    bytebuf_free(&h->pend);
+    bytebuf_free(&h->wbuf);
     for (int i = 0; i < h->n; i++) {
         hchoice *c = &h->ch[i];
-        hbuf_free(&c->text);
-        hbuf_free(&c->pre);
-        hbuf_free(&c->post);
-        hbuf_free(&c->lp_end);
+        bytebuf_free(&c->text);
+        bytebuf_free(&c->pre);
+        bytebuf_free(&c->post);
+        bytebuf_free(&c->lp_end);
         json_decref(c->lp);
     }
     account(h);
@@ -477,17 +442,17 @@ static size_t tail_get(http_server *hs, const char *name, uint8_t *out)
 
 /* Append bytes to a JSON-bound buffer as valid UTF-8: each invalid byte
  * becomes U+FFFD. */
-static int put_utf8(hbuf *b, const uint8_t *p, size_t n)
+static int put_utf8(bytebuf *b, const uint8_t *p, size_t n)
 {
     size_t i = 0;
     while (i < n) {
         utf8proc_int32_t cp;
         utf8proc_ssize_t k = utf8proc_iterate(p + i, (utf8proc_ssize_t)(n - i), &cp);
         if (k > 0) {
-            if (hbuf_put(b, p + i, (size_t)k)) return -ENOMEM;
+            if (bytebuf_put(b, p + i, (size_t)k)) return -ENOMEM;
             i += (size_t)k;
         } else {
-            if (hbuf_put(b, "\xEF\xBF\xBD", 3)) return -ENOMEM;
+            if (bytebuf_put(b, "\xEF\xBF\xBD", 3)) return -ENOMEM;
             i++;
         }
     }
@@ -535,7 +500,7 @@ static size_t streamable(hreq *h, hchoice *c, int final)
 }
 
 /* The text of a choice as the client reads it (valid UTF-8, cut at the stop). */
-static void reply_text(const hchoice *c, hbuf *out)
+static void reply_text(const hchoice *c, bytebuf *out)
 {
     size_t end = c->stop_at != SIZE_MAX ? c->stop_at : c->text.n;
     put_utf8(out, (const uint8_t *)c->text.p, end);
@@ -571,7 +536,7 @@ static void on_proceed(h2o_generator_t *g, h2o_req_t *req)
     hreq *h = (hreq *)((char *)g - offsetof(hreq, gen));
     h->sending = 0;
     h->wbuf.n = 0;
-    if (h->wbuf.cap > HBUF_KEEP) hbuf_free(&h->wbuf);   /* what a slow reader left: back to the budget */
+    if (h->wbuf.cap > HBUF_KEEP) bytebuf_free(&h->wbuf);   /* what a slow reader left: back to the budget */
     if (h->paused && may_resume(h)) {
         h->paused = 0;
         post_sched(h->hs, h->id, M_RESUME);
@@ -602,7 +567,7 @@ static void send_pending(hreq *h)
     if (!h->req || !h->started || h->sending) return;
     if (!h->pend.n && !h->final_queued) return;
     if (h->got_token) h->sent_text = 1;
-    hbuf t = h->wbuf;
+    bytebuf t = h->wbuf;
     h->wbuf = h->pend;
     h->pend = t;
     h->pend.n = 0;
@@ -648,9 +613,9 @@ static void sse_event(hreq *h, json_t *j)
     char *s = json_dumps(j, JSON_COMPACT);
     json_decref(j);
     if (!s) return;
-    hbuf_put(&h->pend, "data: ", 6);
-    hbuf_put(&h->pend, s, strlen(s));
-    hbuf_put(&h->pend, "\n\n", 2);
+    bytebuf_put(&h->pend, "data: ", 6);
+    bytebuf_put(&h->pend, s, strlen(s));
+    bytebuf_put(&h->pend, "\n\n", 2);
     free(s);
 }
 
@@ -661,9 +626,9 @@ static void resp_event(hreq *h, const char *type, json_t *j)
     if (!j) return;
     json_object_set_new(j, "type", json_string(type));
     json_object_set_new(j, "sequence_number", json_integer(h->seq_no++));
-    hbuf_put(&h->pend, "event: ", 7);
-    hbuf_put(&h->pend, type, strlen(type));
-    hbuf_put(&h->pend, "\n", 1);
+    bytebuf_put(&h->pend, "event: ", 7);
+    bytebuf_put(&h->pend, type, strlen(type));
+    bytebuf_put(&h->pend, "\n", 1);
     sse_event(h, j);
 }
 
@@ -690,10 +655,10 @@ static json_t *byte_array(const uint8_t *b, size_t n)
 /* A token as a JSON string: its bytes, each one that is not UTF-8 U+FFFD. */
 static json_t *token_string(const uint8_t *b, size_t n)
 {
-    hbuf s = { 0 };
+    bytebuf s = { 0 };
     put_utf8(&s, b, n);
     json_t *j = json_stringn(s.p ? s.p : "", s.n);
-    hbuf_free(&s);
+    bytebuf_free(&s);
     return j;
 }
 
@@ -766,11 +731,11 @@ static int chunk_template(hreq *h, hchoice *c)
     json_decref(j);
     char *m = d ? strstr(d, "\"\\u0001\"") : NULL;
     int rc = -ENOMEM;
-    if (m && hbuf_put(&c->pre, "data: ", 6) == 0 && hbuf_put(&c->pre, d, (size_t)(m - d)) == 0 &&
-        hbuf_put(&c->post, m + 8, strlen(m + 8)) == 0 && hbuf_put(&c->post, "\n\n", 2) == 0)
+    if (m && bytebuf_put(&c->pre, "data: ", 6) == 0 && bytebuf_put(&c->pre, d, (size_t)(m - d)) == 0 &&
+        bytebuf_put(&c->post, m + 8, strlen(m + 8)) == 0 && bytebuf_put(&c->post, "\n\n", 2) == 0)
         rc = 0;
     free(d);
-    if (rc) { hbuf_free(&c->pre); hbuf_free(&c->post); }
+    if (rc) { bytebuf_free(&c->pre); bytebuf_free(&c->post); }
     return rc;
 }
 
@@ -782,7 +747,7 @@ static void stream_text(hreq *h, hchoice *c, int final)
 {
     size_t lim = streamable(h, c, final);
     if (lim <= c->emitted) return;
-    hbuf s = { 0 };
+    bytebuf s = { 0 };
     if (put_utf8(&s, (const uint8_t *)c->text.p + c->emitted, lim - c->emitted) == 0 && s.p) {
         if (h->kind == HK_RESPONSES) {
             char mid[64];
@@ -796,10 +761,10 @@ static void stream_text(hreq *h, hchoice *c, int final)
              * encoded per token: the loop's cost per streamed token. */
             json_t *str = json_stringn_nocheck(s.p, s.n);
             size_t need = str ? json_dumpb(str, NULL, 0, JSON_ENCODE_ANY) : 0;
-            if (need && hbuf_reserve(&h->pend, c->pre.n + need + c->post.n) == 0) {
-                hbuf_put(&h->pend, c->pre.p, c->pre.n);
+            if (need && bytebuf_reserve(&h->pend, c->pre.n + need + c->post.n) == 0) {
+                bytebuf_put(&h->pend, c->pre.p, c->pre.n);
                 h->pend.n += json_dumpb(str, h->pend.p + h->pend.n, need, JSON_ENCODE_ANY);
-                hbuf_put(&h->pend, c->post.p, c->post.n);
+                bytebuf_put(&h->pend, c->post.p, c->post.n);
             }
             json_decref(str);
         } else {
@@ -810,7 +775,7 @@ static void stream_text(hreq *h, hchoice *c, int final)
         c->got_token = 1;
         h->got_token = 1;
     }
-    hbuf_free(&s);
+    bytebuf_free(&s);
     c->emitted = lim;
 }
 
@@ -856,7 +821,7 @@ static void complete(hreq *h)
                                   "choices", "usage", usage_object(h));
             sse_event(h, u);
         }
-        hbuf_put(&h->pend, "data: [DONE]\n\n", 14);
+        bytebuf_put(&h->pend, "data: [DONE]\n\n", 14);
         h->final_queued = 1;
         send_pending(h);
         return;
@@ -864,7 +829,7 @@ static void complete(hreq *h)
     json_t *choices = json_array(), *sessions = json_array();
     for (int i = 0; i < h->n; i++) {
         hchoice *c = &h->ch[i];
-        hbuf s = { 0 };
+        bytebuf s = { 0 };
         reply_text(c, &s);
         size_t end = c->stop_at != SIZE_MAX ? c->stop_at : c->text.n;
         json_t *lp = c->lp ? lp_object(h, c, 0, lp_upto(c, end, 1)) : json_null(), *choice;
@@ -874,7 +839,7 @@ static void complete(hreq *h)
         else
             choice = json_pack("{s:i, s:s%, s:s, s:o}", "index", i, "text", s.p ? s.p : "", s.n,
                                "finish_reason", c->finish, "logprobs", lp);
-        hbuf_free(&s);
+        bytebuf_free(&s);
         json_array_append_new(choices, choice);
         json_array_append_new(sessions, json_string(c->session));
     }
@@ -916,7 +881,7 @@ static void fail(hreq *h, proto_code code, const char *msg)
         resp_event(h, "error", json_pack("{s:s, s:s, s:n}", "code", proto_code_name(code), "message", msg, "param"));
     } else {
         sse_event(h, error_object(msg, type, proto_code_name(code), NULL));
-        hbuf_put(&h->pend, "data: [DONE]\n\n", 14);
+        bytebuf_put(&h->pend, "data: [DONE]\n\n", 14);
     }
     h->final_queued = 1;
     send_pending(h);
@@ -1026,12 +991,12 @@ static void after_generate(hreq *h)
         if (c->done.stop_len) tail_set(h->hs, c->session, c->done.stop, c->done.stop_len);
         if (!strcmp(c->finish, "cancelled")) gone = 1;
         if (h->kind == HK_CHAT && !c->fork_to[0] && h->messages) {
-            hbuf r = { 0 };
+            bytebuf r = { 0 };
             reply_text(c, &r);
             if (httpreq_conv_name(h->messages, json_array_size(h->messages), r.p ? r.p : "", r.n,
                                   h->hs->tpl.hash, c->fork_to, sizeof c->fork_to) != 0)
                 c->fork_to[0] = 0;
-            hbuf_free(&r);
+            bytebuf_free(&r);
         }
     }
     if (gone) {   /* the client is gone or we stop */
@@ -1147,12 +1112,12 @@ static json_t *resp_object(hreq *h, int done)
     if (!j) return NULL;
     json_object_update(j, h->rparams);
     if (done) {
-        hbuf s = { 0 };
+        bytebuf s = { 0 };
         reply_text(c, &s);
         json_array_append_new(json_object_get(j, "output"), resp_message(h->resp_id, "completed", s.p ? s.p : "",
                                                                            s.n, 1));
         json_object_set_new(j, "output_text", json_stringn(s.p ? s.p : "", s.n));
-        hbuf_free(&s);
+        bytebuf_free(&s);
         if (strcmp(status, "completed"))
             json_object_set_new(j, "incomplete_details", json_pack("{s:s}", "reason", !strcmp(c->finish, "length")
                                                                    ? "max_output_tokens" : c->finish));
@@ -1253,7 +1218,7 @@ static void resp_admin_result(hreq *h, const evlist *l, const event *e)
     const ev_field *tr = event_result_field(l, e, "transcript");
     const ev_field *cm = event_result_field(l, e, "created_ms");
     const ev_field *tk = event_result_field(l, e, "tokens");
-    hbuf in = { 0 }, out = { 0 };
+    bytebuf in = { 0 }, out = { 0 };
     if (tr && tr->type == EVV_ARRAY) {
         size_t k = (size_t)(tr - l->f) + 1;
         while (k < tr->end) {
@@ -1267,7 +1232,7 @@ static void resp_admin_result(hreq *h, const evlist *l, const event *e)
             if (role && text) {
                 int is_out = !strncmp(role, "out", 3);
                 if (!is_out && out.n) { in.n = 0; out.n = 0; }   /* a later exchange begins */
-                hbuf *b = is_out ? &out : &in;
+                bytebuf *b = is_out ? &out : &in;
                 put_utf8(b, ev_field_bytes(l, text), text->v.s.len);
             }
             k = rec->type == EVV_RECORD ? rec->end : k + 1;
@@ -1288,8 +1253,8 @@ static void resp_admin_result(hreq *h, const evlist *l, const event *e)
                         out.p ? out.p : "", out.n, "usage", "store", 1, "lind", "session", h->session,
                         "session_tokens", (json_int_t)(tk ? tk->v.u : 0));
     }
-    hbuf_free(&in);
-    hbuf_free(&out);
+    bytebuf_free(&in);
+    bytebuf_free(&out);
     send_json(req, 200, "OK", ans);
 }
 
@@ -1377,11 +1342,11 @@ static void sessions_get(http_server *hs, h2o_req_t *req)
 
 /* ---- metrics ------------------------------------------------------------------------------ */
 
-static void put_hist(hbuf *b, const char *name, const char *help, const lat_hist *l)
+static void put_hist(bytebuf *b, const char *name, const char *help, const lat_hist *l)
 {
     char line[256];
     int n = snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
-    hbuf_put(b, line, (size_t)n);
+    bytebuf_put(b, line, (size_t)n);
     uint64_t cum = 0;
     for (int i = 0; i < STATS_HIST_N; i++) {
         cum += l->count[i];
@@ -1390,24 +1355,24 @@ static void put_hist(hbuf *b, const char *name, const char *help, const lat_hist
         else
             n = snprintf(line, sizeof line, "%s_bucket{le=\"%g\"} %llu\n", name,
                          stats_hist_le[i] / 1000.0, (unsigned long long)cum);
-        hbuf_put(b, line, (size_t)n);
+        bytebuf_put(b, line, (size_t)n);
     }
     n = snprintf(line, sizeof line, "%s_sum %.6f\n%s_count %llu\n", name, l->sum_ms / 1000.0, name,
                  (unsigned long long)l->n);
-    hbuf_put(b, line, (size_t)n);
+    bytebuf_put(b, line, (size_t)n);
 }
 
-static void put_metric(hbuf *b, const char *name, const char *type, const char *help, double v)
+static void put_metric(bytebuf *b, const char *name, const char *type, const char *help, double v)
 {
     char line[320];
     int n = snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name,
                      type, name, v);
-    hbuf_put(b, line, (size_t)n);
+    bytebuf_put(b, line, (size_t)n);
 }
 
 /* The byte budget (daemon/conn.h): what it counts, and the socket
  * connections waiting for it. */
-static void put_budget(hbuf *b, const server *srv)
+static void put_budget(bytebuf *b, const server *srv)
 {
     put_metric(b, "lind_budget_bytes", "gauge", "request and output bytes counted against "
                "--max-total-bytes (socket read buffers and requests in flight, HTTP bodies and "
@@ -1426,7 +1391,7 @@ static void send_metrics(hreq *h, const evlist *l, const event *e)
     stats *st = malloc(sizeof *st);
     if (!st) { fail(h, PE_INTERNAL, "out of memory"); return; }
     stats_snapshot(&hs->srv->st, st);
-    hbuf b = { 0 };
+    bytebuf b = { 0 };
     put_metric(&b, "lind_tokens_generated_total", "counter", "tokens sampled, all protocols",
                (double)st->tokens_out);
     put_metric(&b, "lind_tokens_prompt_total", "counter", "input tokens fed, all protocols",
@@ -1437,11 +1402,11 @@ static void send_metrics(hreq *h, const evlist *l, const event *e)
     char line[256];
     int n = snprintf(line, sizeof line, "# HELP %s HTTP completion requests by outcome\n# TYPE %s counter\n",
                      rname, rname);
-    hbuf_put(&b, line, (size_t)n);
+    bytebuf_put(&b, line, (size_t)n);
     for (int i = 0; i < 7; i++) {
         n = snprintf(line, sizeof line, "%s{outcome=\"%s\"} %llu\n", rname, outcome_names[i],
                      (unsigned long long)hs->req_total[i]);
-        hbuf_put(&b, line, (size_t)n);
+        bytebuf_put(&b, line, (size_t)n);
     }
     put_hist(&b, "lind_step_seconds", "time of one batched model step", &st->step_h);
     put_hist(&b, "lind_time_to_first_token_seconds", "queue + prompt time of generates, all protocols",
@@ -1469,7 +1434,7 @@ static void send_metrics(hreq *h, const evlist *l, const event *e)
     put_budget(&b, hs->srv);
     char *sp = NULL;   /* node id, leases, moved/conflict, store health (daemon/stats.c) */
     size_t sn = 0;
-    if (stats_prometheus_store(st, hs->srv->node_id, &sp, &sn) == 0) { hbuf_put(&b, sp, sn); free(sp); }
+    if (stats_prometheus_store(st, hs->srv->node_id, &sp, &sn) == 0) { bytebuf_put(&b, sp, sn); free(sp); }
     put_metric(&b, "lind_uptime_seconds", "gauge", "seconds since start",
                (double)(clock_mono_ns() - st->start_ns) / 1e9);
     put_metric(&b, "lind_turns_dropped_total", "counter", "turns whose client or connection was gone: "
@@ -1480,10 +1445,10 @@ static void send_metrics(hreq *h, const evlist *l, const event *e)
     const char *ver = strchr(LIND_SERVER_VERSION, ' ');
     snprintf(fp, sizeof fp, "%016llx", (unsigned long long)hs->srv->fingerprint);
     size_t pn = procinfo_metrics(&pi, ver ? ver + 1 : LIND_SERVER_VERSION, hs->model_id, fp, pbuf, sizeof pbuf);
-    hbuf_put(&b, pbuf, pn);
+    bytebuf_put(&b, pbuf, pn);
     free(st);
     h->pending_backend = 0;
-    if (!h->req) { hbuf_free(&b); return; }
+    if (!h->req) { bytebuf_free(&b); return; }
     h2o_req_t *req = h->req;
     h->req = NULL;
     req->res.status = 200;
@@ -1491,7 +1456,7 @@ static void send_metrics(hreq *h, const evlist *l, const event *e)
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
                    H2O_STRLIT("text/plain; version=0.0.4"));
     h2o_send_inline(req, b.p ? b.p : "", b.n);
-    hbuf_free(&b);
+    bytebuf_free(&b);
 }
 
 /* ---- events from the other threads ------------------------------------------------------ */
@@ -1502,7 +1467,7 @@ static void on_token(hreq *h, hchoice *c, const evlist *l, const event *e)
     const uint8_t *b = event_bytes(l, e);
     size_t n = e->len;
     hs->http_tokens++;
-    if (hbuf_put(&c->text, b, n)) return;
+    if (bytebuf_put(&c->text, b, n)) return;
     if (c->lp && e->has_lp) {
         json_t *top = json_array();
         for (uint32_t i = 0; i < e->ntop; i++) {
@@ -1513,7 +1478,7 @@ static void on_token(hreq *h, hchoice *c, const evlist *l, const event *e)
         json_array_append_new(c->lp, json_pack("{s:o, s:f, s:o, s:o}", "token", token_string(b, n), "logprob",
                                                (double)e->lp, "bytes", byte_array(b, n), "top_logprobs", top));
         size_t end = c->text.n;
-        hbuf_put(&c->lp_end, &end, sizeof end);
+        bytebuf_put(&c->lp_end, &end, sizeof end);
     }
     find_stop(h, c);
     if (!h->stream || !h->req) return;

@@ -1,5 +1,6 @@
 /* recurrent/chat.c — see chat.h. */
 #include "recurrent/chat.h"
+#include "recurrent/bytebuf.h"
 #include "recurrent/file.h"
 
 #include <errno.h>
@@ -254,25 +255,16 @@ int chat_template_load(chat_template *t, const char *spec, char *err, size_t err
     return rc;
 }
 
-/* A growing byte buffer. */
-typedef struct sbuf { char *p; size_t n, cap; int oom; } sbuf;
+/* The rendering's bytes, with a sticky out-of-memory flag so that a
+ * rendering appends freely and checks once. */
+typedef struct sbuf { bytebuf b; int oom; } sbuf;
 
 /* Append n bytes (n = 0 on an empty buffer allocates it: results are
  * never NULL, even when empty). */
 static void put(sbuf *b, const char *s, size_t n)
 {
-    if (b->oom || (!n && b->p)) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap : 256;
-        while (nc < b->n + n + 1) nc *= 2;
-        char *np = realloc(b->p, nc);
-        if (!np) { b->oom = 1; return; }
-        b->p = np;
-        b->cap = nc;
-    }
-    if (n) memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
+    if (b->oom || (!n && b->b.p)) return;
+    if (bytebuf_put(&b->b, s, n)) b->oom = 1;
 }
 
 /* pat with its placeholder ph replaced by val. */
@@ -300,7 +292,7 @@ int chat_message_text(json_t *msg, size_t index, char **out, size_t *len, char *
             if (!type || strcmp(type, "text") || !json_is_string(text)) {
                 snprintf(err, errlen, "messages[%zu].content[%zu] must be {\"type\": \"text\", "
                          "\"text\": string} (only text is supported)", index, i);
-                free(b.p);
+                free(b.b.p);
                 return -EINVAL;
             }
             put(&b, json_string_value(text), json_string_length(text));
@@ -308,17 +300,17 @@ int chat_message_text(json_t *msg, size_t index, char **out, size_t *len, char *
     } else if (c && !json_is_null(c)) {
         snprintf(err, errlen, "messages[%zu].content must be a string or an array of text parts",
                  index);
-        free(b.p);
+        free(b.b.p);
         return -EINVAL;
     }
-    if (b.oom || !b.p) { free(b.p); snprintf(err, errlen, "out of memory"); return -ENOMEM; }
-    if (memchr(b.p, 0, b.n)) {
+    if (b.oom || !b.b.p) { free(b.b.p); snprintf(err, errlen, "out of memory"); return -ENOMEM; }
+    if (memchr(b.b.p, 0, b.b.n)) {
         snprintf(err, errlen, "messages[%zu].content holds a NUL character", index);
-        free(b.p);
+        free(b.b.p);
         return -EINVAL;
     }
-    *out = b.p;
-    *len = b.n;
+    *out = b.b.p;
+    *len = b.b.n;
     return 0;
 }
 
@@ -367,7 +359,7 @@ int chat_render(const chat_template *t, json_t *messages, size_t from, int after
         const char *role = json_string_value(json_object_get(m, "role"));
         if (!json_is_object(m) || !role) {
             snprintf(err, errlen, "messages[%zu] must be an object with a string 'role'", i);
-            free(b.p);
+            free(b.b.p);
             return -EINVAL;
         }
         int sys = !strcmp(role, "system") || !strcmp(role, "developer");
@@ -375,15 +367,15 @@ int chat_render(const chat_template *t, json_t *messages, size_t from, int after
         if (!sys && !user && !asst) {
             snprintf(err, errlen, "messages[%zu].role '%.40s' is not one of system, developer, "
                      "user, assistant", i, role);
-            free(b.p);
+            free(b.b.p);
             return -EINVAL;
         }
         char *text;
         size_t len;
         int rc = chat_message_text(m, i, &text, &len, err, errlen);
-        if (rc) { free(b.p); return rc; }
+        if (rc) { free(b.b.p); return rc; }
         if (prev_reply && !asst) {
-            if (first) skip_from = b.n;
+            if (first) skip_from = b.b.n;
             if (t->assistant_end) put(&b, t->assistant_end, strlen(t->assistant_end));
         }
         if (sys) {
@@ -400,14 +392,14 @@ int chat_render(const chat_template *t, json_t *messages, size_t from, int after
         prev_reply = asst;
         first = 0;
     }
-    if (b.oom) { free(b.p); snprintf(err, errlen, "out of memory"); return -ENOMEM; }
+    if (b.oom) { free(b.b.p); snprintf(err, errlen, "out of memory"); return -ENOMEM; }
     if (after_reply && tail_len) {
-        size_t skip = repeated(t, tail, tail_len, b.p + skip_from, b.n - skip_from);
-        memmove(b.p + skip_from, b.p + skip_from + skip, b.n - skip_from - skip + 1);
-        b.n -= skip;
+        size_t skip = repeated(t, tail, tail_len, b.b.p + skip_from, b.b.n - skip_from);
+        memmove(b.b.p + skip_from, b.b.p + skip_from + skip, b.b.n - skip_from - skip + 1);
+        b.b.n -= skip;
     }
-    *out = b.p;
-    *out_len = b.n;
+    *out = b.b.p;
+    *out_len = b.b.n;
     return 0;
 }
 
