@@ -11,6 +11,8 @@
 #                 default model on ./lind.sock
 #   make asan     the test suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make bench    every benchmark, results in bench/results/
+#   make bench-peers  lind against rwkv.cpp in one run (bench/results/peers.md;
+#                 needs bench/peers/get_rwkv_cpp.sh run once, docs/BENCHMARKS.md)
 #   make install  lind, lindctl, their man pages, bash completion, the shipped
 #                 model and a systemd unit under $(DESTDIR)$(PREFIX) (default /usr/local)
 
@@ -91,7 +93,7 @@ TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*_bench.c))
 BENCH_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(filter-out %_bench.c,$(wildcard bench/*.c)))
 
-.PHONY: all deps test test-long test-build run asan bench model test-torch test-cuda clean fuzz man install
+.PHONY: all deps test test-long test-build run asan bench bench-peers model test-torch test-cuda clean fuzz man install
 # Keep object files of test and bench programs (intermediates otherwise), so
 # a second `make` has nothing to do.
 .SECONDARY:
@@ -184,6 +186,23 @@ $(BUILD)/bench/store_bench: $(BUILD)/bench/store_bench.o $(BENCH_OBJS) $(BUILD)/
 bench: deps
 	@$(MAKE) --no-print-directory all $(BENCH_BINS)
 	@sh bench/run.sh $(BUILD)
+
+# lind against rwkv.cpp in the same run (not part of `make bench`, `make
+# test` or CI): bench/peers/run.sh measures the rwkv.cpp that
+# bench/peers/get_rwkv_cpp.sh built in the ignored build-peers/ (it fetches
+# nothing itself, and stops saying how to get it when it is absent), on
+# random weights bench/peers/make_weights.py writes in both formats; the
+# result goes to bench/results/peers.md (docs/BENCHMARKS.md). PEERS_QUICK=1:
+# a short check of the machinery; PEERS_ARGS: more options for peers_bench.
+PEERS_BENCH = $(BUILD)/bench/peers/peers_bench
+$(PEERS_BENCH): $(BUILD)/bench/peers/peers_bench.o $(BENCH_OBJS) $(BUILD)/liblind.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -ldl
+
+# bench/peers/get_rwkv_cpp.sh builds rwkv.cpp with cmake and a C++ compiler.
+DEPS_PKGS += cmake g++
+
+bench-peers: $(PEERS_BENCH)
+	@sh bench/peers/run.sh $(PEERS_BENCH)
 
 # Every package a test, benchmark or tool uses (tests/test_deps.py checks the
 # Python imports against this list). python3-torch is here, not optional:
