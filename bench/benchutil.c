@@ -220,10 +220,16 @@ bench_probe *bench_probe_new(size_t bytes) {
     return p;
 }
 
-double bench_probe_gbs(bench_probe *p) {
+double bench_probe_gbs(bench_probe *p) { return bench_probe_gbs_n(p, p->words * sizeof(uint64_t)); }
+
+double bench_probe_gbs_n(bench_probe *p, size_t bytes) {
     double best = 0;
+    size_t words = bytes / sizeof(uint64_t);
+    if (words > p->words) words = p->words;
+    words = words / 32 * 32;   /* whole 256-byte blocks, as bench_probe_new sizes it */
+    if (words < 32) words = 32;
     for (int streams = 0; streams <= p->zmm; streams++) {
-        double g = rb_run(p->buf, p->words, 2, streams, 0, 1);
+        double g = rb_run(p->buf, words, 2, streams, 0, 1);
         if (g > best) best = g;
     }
     return best;

@@ -10,7 +10,8 @@ and writes the same values as
                                RWKV-4: a Hugging Face RwkvForCausalLM directory
                                (config.json + model.safetensors, via
                                tools/rwkv4_make.py's writer);
-                               RWKV-7: BlinkDL's x070 .pth (torch.save)
+                               RWKV-7: BlinkDL's x070 .pth (torch.save) and
+                               a small World vocabulary beside it
   OUTDIR/rwkv_cpp-FP32.bin     rwkv.cpp's ggml file (magic 'ggmf', version 101)
   OUTDIR/rwkv_cpp-FP16.bin     the same with its matrices in FP16, as rwkv.cpp's
                                convert_pytorch_to_ggml.py writes them
@@ -26,6 +27,7 @@ x070 small tensors kept FP32 in the FP16 file.
 import json
 import math
 import os
+import shutil
 import struct
 import sys
 
@@ -144,6 +146,10 @@ def rwkv7(outdir, s, seed):
     sd["ln_out.bias"] = rn(C, scale=0.1)
     sd["head.weight"] = rn(V, C, scale=1.0 / math.sqrt(C))
     os.makedirs(os.path.join(outdir, "lind"), exist_ok=True)
+    # lind reads the World vocabulary beside a .pth: the small one of the
+    # tests (token ids beyond it are still valid model inputs)
+    shutil.copy(os.path.join(ROOT, "tests", "fixtures", "tokenizer", "world_small.txt"),
+                os.path.join(outdir, "lind", "rwkv_vocab_v20230424.txt"))
     torch.save({k: torch.from_numpy(v).to(torch.bfloat16) for k, v in sd.items()},
                os.path.join(outdir, "lind", "RWKV-x070-bench-%s.pth" % os.path.basename(outdir.rstrip("/"))))
     out, xcat = [], {}
