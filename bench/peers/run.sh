@@ -46,8 +46,12 @@ if [ -n "${PEERS_QUICK:-}" ] && [ "${PEERS_QUICK}" != 0 ]; then
   out=bench/results/peers-quick.log
 fi
 mkdir -p bench/results
+# The result replaces $out only when the run ends well; until then it grows
+# in a temporary file (its path printed).
+tmp=$(mktemp /tmp/lind-bench-peers-XXXXXX)
+echo "bench-peers: running; the output so far is in $tmp" >&2
 # shellcheck disable=SC2086
-"$bin" $quick --models "$models" --shapes "$shapes" --rwkv-lib "$lib" ${PEERS_ARGS:-} > "$out.tmp"
-mv "$out.tmp" "$out"
+"$bin" $quick --models "$models" --shapes "$shapes" --rwkv-lib "$lib" ${PEERS_ARGS:-} > "$tmp"
+mv "$tmp" "$out"
 cat "$out"
 echo "bench-peers: written to $out" >&2
