@@ -2,7 +2,7 @@
 """bench/peers/make_weights.py — one set of random weights in both engines'
 formats, for `make bench-peers` (bench/peers/peers_bench.c).
 
-    usage: bench/peers/make_weights.py OUTDIR {rwkv4-169m|rwkv7-0.1b|rwkv7-1.5b}
+    usage: bench/peers/make_weights.py OUTDIR {rwkv4-169m|rwkv7-0.1b|rwkv7-1.5b|mamba2-130m}
 
 Draws the model once (numpy, a fixed seed), rounds every value to bfloat16,
 and writes the same values as
@@ -15,6 +15,8 @@ and writes the same values as
   OUTDIR/rwkv_cpp-FP32.bin     rwkv.cpp's ggml file (magic 'ggmf', version 101)
   OUTDIR/rwkv_cpp-FP16.bin     the same with its matrices in FP16, as rwkv.cpp's
                                convert_pytorch_to_ggml.py writes them
+mamba2-130m: lind's directory only (a Hugging Face Mamba2ForCausalLM, via
+tools/mamba2_ref.py's writer), rwkv.cpp having no Mamba.
 (rwkv.cpp's Q8_0 and Q5_1 files are made from the FP32 one by rwkv.cpp's own
 rwkv_quantize_model_file, called by the bench.) Because the values are
 bf16-representable, the FP32 file and lind's BF16 file hold the same numbers.
@@ -44,6 +46,9 @@ SHAPES = {
     "rwkv7-0.1b": dict(arch=7, C=768, L=12, F=3072, V=65536, N=64, dw=64, da=64, dv=32, dg=128),
     # RWKV-7 World 1.5B: d 2048, 24 layers, ffn 8192, LoRA 96/96/64/256
     "rwkv7-1.5b": dict(arch=7, C=2048, L=24, F=8192, V=65536, N=64, dw=96, da=96, dv=64, dg=256),
+    # Mamba-2 130M (state-spaces/mamba2-130m): d 768, 24 layers, state 128, heads of 64, expand 2,
+    # vocab 50288, tied embeddings; lind only (rwkv.cpp has no Mamba)
+    "mamba2-130m": dict(arch="mamba2", C=768, L=24, V=50288, state=128, head_dim=64),
 }
 
 
@@ -126,9 +131,10 @@ def rwkv7(outdir, s, seed):
         sd[a + "a0"] = rn(1, 1, C, scale=0.5)
         sd[a + "a1"] = rn(C, s["da"], scale=0.1)
         sd[a + "a2"] = rn(s["da"], C, scale=0.1)
-        sd[a + "v0"] = rn(1, 1, C, scale=0.5, mean=0.5)
-        sd[a + "v1"] = rn(C, s["dv"], scale=0.1)
-        sd[a + "v2"] = rn(s["dv"], C, scale=0.1)
+        if i > 0:   # as BlinkDL's files: block 0's value is the residual's source, it has no v LoRA
+            sd[a + "v0"] = rn(1, 1, C, scale=0.5, mean=0.5)
+            sd[a + "v1"] = rn(C, s["dv"], scale=0.1)
+            sd[a + "v2"] = rn(s["dv"], C, scale=0.1)
         sd[a + "g1"] = rn(C, s["dg"], scale=0.1)
         sd[a + "g2"] = rn(s["dg"], C, scale=0.1)
         sd[a + "k_k"] = rn(1, 1, C, scale=0.1, mean=0.85)
@@ -167,13 +173,23 @@ def rwkv7(outdir, s, seed):
     return [(k, np.concatenate(xcat[k], axis=0) if v is None else v) for k, v in out]
 
 
+def mamba2(outdir, s, seed):
+    import mamba2_ref
+    mamba2_ref.make(os.path.join(outdir, "lind"), hidden=s["C"], layers=s["L"], vocab=s["V"], state=s["state"],
+                    head_dim=s["head_dim"], expand=2, n_groups=1, conv_kernel=4, tie=True, chunk_size=256,
+                    dtype="BF16", seed=seed)
+
+
 def main():
     if len(sys.argv) != 3 or sys.argv[2] not in SHAPES:
         sys.exit("usage: make_weights.py OUTDIR {%s}" % "|".join(SHAPES))
     outdir, s = sys.argv[1], SHAPES[sys.argv[2]]
     os.makedirs(outdir, exist_ok=True)
-    t = rwkv4(outdir, s, 29) if s["arch"] == 4 else rwkv7(outdir, s, 29)
-    for fp16 in (0, 1):
+    if s["arch"] == "mamba2":
+        mamba2(outdir, s, 29)
+    else:
+        t = rwkv4(outdir, s, 29) if s["arch"] == 4 else rwkv7(outdir, s, 29)
+    for fp16 in (0, 1) if s["arch"] != "mamba2" else ():
         write_ggml(os.path.join(outdir, "rwkv_cpp-%s.bin" % ("FP16" if fp16 else "FP32")), t, s["V"], s["C"],
                    s["L"], fp16)
     with open(os.path.join(outdir, "shape.json"), "w") as f:

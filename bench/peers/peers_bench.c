@@ -331,11 +331,13 @@ static void shape_run(const char *models, const char *shape, int threads, double
     snprintf(dir, sizeof dir, "%s/%s", models, shape);
     snprintf(lind_dir, sizeof lind_dir, "%s/lind", dir);
     file_ok(lind_dir);
+    /* Mamba-2: lind alone (rwkv.cpp has no Mamba), its rows without ratios */
+    int solo = !strncmp(shape, "mamba", 5);
     static const char *rq[NPAIR] = {"FP32", "FP16", "Q8_0", "Q5_1"};
     static const lind_dtype ld[NPAIR] = {LIND_DT_F32, LIND_DT_BF16, LIND_DT_Q8, LIND_DT_Q4};
     static const char *ln[NPAIR] = {"f32", "bf16", "q8", "q4"};
     for (int p = 2; p < NPAIR; p++) {   /* rwkv.cpp quantizes its own files */
-        if (!pair_on[p]) continue;
+        if (!pair_on[p] || solo) continue;
         snprintf(path, sizeof path, "%s/rwkv_cpp-%s.bin", dir, rq[p]);
         struct stat st;
         if (stat(path, &st) == 0) continue;
@@ -354,9 +356,11 @@ static void shape_run(const char *models, const char *shape, int threads, double
         if (!pair_on[p]) continue;
         if (p0 < 0) p0 = p;
         lind_load(&L[p], lind_dir, ld[p], ln[p]);
-        snprintf(path, sizeof path, "%s/rwkv_cpp-%s.bin", dir, rq[p]);
-        file_ok(path);
-        rwkv_load(&R[p], path, rq[p], threads);
+        if (!solo) {
+            snprintf(path, sizeof path, "%s/rwkv_cpp-%s.bin", dir, rq[p]);
+            file_ok(path);
+            rwkv_load(&R[p], path, rq[p], threads);
+        }
         L[p].ceil_g = R[p].ceil_g = p >= 2 && vnni > 0 ? vnni : fma;
         if (L[p].wbytes > maxb) maxb = L[p].wbytes;
         if (R[p].wbytes > maxb) maxb = R[p].wbytes;
@@ -366,13 +370,13 @@ static void shape_run(const char *models, const char *shape, int threads, double
     size_t bmacs, hmacs;
     model_costs(L[p0].m, &bmacs, &hmacs, NULL);
     const lind_config *cfg = model_config(L[p0].m);
-    if (rw.logits_len(R[p0].ctx) != (size_t)V) die(shape, "the two engines' vocabularies differ");
+    if (!solo && rw.logits_len(R[p0].ctx) != (size_t)V) die(shape, "the two engines' vocabularies differ");
     for (int i = 0; i < NTOK; i++) utoks[i] = (uint32_t)(toks[i] = (int32_t)((i * 7919 + 13) % V));
     /* The same weights: lind f32 and rwkv.cpp FP32 fed the same 8 tokens
      * from the zero state; their last logits' largest difference over the
      * largest logit. */
     double agree = 0;
-    {
+    if (!solo) {
         float *a = malloc((size_t)V * sizeof *a), *b = malloc((size_t)V * sizeof *b);
         float *st = malloc(R[p0].slen * sizeof *st);
         if (!a || !b || !st) die("agreement", "out of memory");
@@ -401,7 +405,7 @@ static void shape_run(const char *models, const char *shape, int threads, double
      * rwkv.cpp's sequence chunk: the faster of 16 and 64 */
     for (int p = 0; p < NPAIR; p++) {
         if (!pair_on[p]) continue;
-        for (eng *e = &L[p]; e; e = e == &L[p] ? &R[p] : NULL) {
+        for (eng *e = &L[p]; e; e = e == &L[p] && !solo ? &R[p] : NULL) {
             run_b1(e, 2);
             run_b64(e, 1);
             if (e->lind) {
@@ -434,6 +438,7 @@ static void shape_run(const char *models, const char *shape, int threads, double
             for (int p = 0; p < NPAIR; p++)
                 for (int j = 0; j < 2 && pair_on[p]; j++) {
                     int side = (j + r) % 2;   /* lind first in even rounds */
+                    if (solo && side) continue;
                     W[k][p][side][r] = measure(side ? &R[p] : &L[p], k, nn[k]);
                 }
             fprintf(stderr, "peers_bench: %s %s round %d/%d: %.1f s, %ld windows repeated, %ld loaded\n", shape,
@@ -443,15 +448,21 @@ static void shape_run(const char *models, const char *shape, int threads, double
     double fl_tok = 2.0 * (double)(bmacs + hmacs), fl_pf = 2.0 * ((double)bmacs + (double)hmacs / T);
     printf("### %s: d %d, %d layers, vocab %d (%.0fM parameters)\n\n", shape, cfg->d_model, cfg->n_layers, V,
            (double)model_param_count(L[p0].m) / 1e6);
-    printf("Files: `%s` (lind, BF16) and rwkv.cpp's `rwkv_cpp-{FP32,FP16,Q8_0,Q5_1}.bin` beside it, the same "
-           "random weights; loading, quantizing and warming up took %.0f s. FLOPs per token: %.2f G (batch 64), "
-           "%.2f G (prefill of %d, the head once). rwkv.cpp's sequence chunk (the faster of 16 and 64 at warm-up):",
-           lind_dir, t_load, fl_tok / 1e9, fl_pf / 1e9, T);
-    for (int p = 0; p < NPAIR; p++)
-        if (pair_on[p]) printf(" %s %d", rq[p], R[p].chunk);
-    printf(" tokens.\n\n");
-    printf("Same weights, same model: after the same 8 tokens, lind %s's and rwkv.cpp %s's logits differ by at "
-           "most %.2g of the largest logit%s.\n\n", ln[p0], rq[p0], agree, agree < 1e-3 ? "" : " (**more than 1e-3: check the writer**)");
+    if (solo)
+        printf("Files: `%s` (lind, BF16), random weights; lind alone: rwkv.cpp has no Mamba. Loading and warming up "
+               "took %.0f s. FLOPs per token: %.2f G (batch 64), %.2f G (prefill of %d, the head once).\n\n",
+               lind_dir, t_load, fl_tok / 1e9, fl_pf / 1e9, T);
+    else {
+        printf("Files: `%s` (lind, BF16) and rwkv.cpp's `rwkv_cpp-{FP32,FP16,Q8_0,Q5_1}.bin` beside it, the same "
+               "random weights; loading, quantizing and warming up took %.0f s. FLOPs per token: %.2f G (batch 64), "
+               "%.2f G (prefill of %d, the head once). rwkv.cpp's sequence chunk (the faster of 16 and 64 at warm-up):",
+               lind_dir, t_load, fl_tok / 1e9, fl_pf / 1e9, T);
+        for (int p = 0; p < NPAIR; p++)
+            if (pair_on[p]) printf(" %s %d", rq[p], R[p].chunk);
+        printf(" tokens.\n\n");
+        printf("Same weights, same model: after the same 8 tokens, lind %s's and rwkv.cpp %s's logits differ by at "
+               "most %.2g of the largest logit%s.\n\n", ln[p0], rq[p0], agree, agree < 1e-3 ? "" : " (**more than 1e-3: check the writer**)");
+    }
 
     double v[2][MAXR], fl[2][MAXR], ra[MAXR];
     int loaded[2];
@@ -474,9 +485,13 @@ static void shape_run(const char *models, const char *shape, int threads, double
         }
         stat3 a = stats(v[0], r1), b = stats(v[1], r1), fa = stats(fl[0], r1), fb = stats(fl[1], r1),
               q = stats(ra, r1);
-        printf("| %s | %s | %.1f | %.1f | %.2f (%.2f–%.2f) | %.2f (%.2f–%.2f) | %.2fx | %.2fx | **%.2fx** "
-               "(%.2f–%.2f) | %d/%d |\n", ln[p], rq[p], L[p].wbytes / 1e6, R[p].wbytes / 1e6, a.med, a.lo, a.hi,
-               b.med, b.lo, b.hi, fa.med, fb.med, q.med, q.lo, q.hi, loaded[0] + loaded[1], 2 * r1);
+        if (solo)
+            printf("| %s | — | %.1f | — | %.2f (%.2f–%.2f) | — | %.2fx | — | — | %d/%d |\n", ln[p], L[p].wbytes / 1e6,
+                   a.med, a.lo, a.hi, fa.med, loaded[0], r1);
+        else
+            printf("| %s | %s | %.1f | %.1f | %.2f (%.2f–%.2f) | %.2f (%.2f–%.2f) | %.2fx | %.2fx | **%.2fx** "
+                   "(%.2f–%.2f) | %d/%d |\n", ln[p], rq[p], L[p].wbytes / 1e6, R[p].wbytes / 1e6, a.med, a.lo,
+                   a.hi, b.med, b.lo, b.hi, fa.med, fb.med, q.med, q.lo, q.hi, loaded[0] + loaded[1], 2 * r1);
     }
     /* batch 64 and prefill */
     for (int k = 1; k < 3; k++) {
@@ -502,9 +517,13 @@ static void shape_run(const char *models, const char *shape, int threads, double
                 ra[r] = W[k][p][0][r].value / W[k][p][1][r].value;
             }
             stat3 a = stats(v[0], nr[k]), b = stats(v[1], nr[k]), q = stats(ra, nr[k]);
-            printf("| %s | %s | %.0f | %.0f | %.0f (%.0f–%.0f) | %.1f (%.1f–%.1f) | %.1fx | %.1fx | **%.1fx** "
-                   "(%.1f–%.1f) | %d/%d |\n", ln[p], rq[p], L[p].ceil_g, ftps, a.med, a.lo, a.hi, b.med, b.lo,
-                   b.hi, ftps / a.med, ftps / b.med, q.med, q.lo, q.hi, loaded[0] + loaded[1], 2 * nr[k]);
+            if (solo)
+                printf("| %s | — | %.0f | %.0f | %.0f (%.0f–%.0f) | — | %.1fx | — | — | %d/%d |\n", ln[p],
+                       L[p].ceil_g, ftps, a.med, a.lo, a.hi, ftps / a.med, loaded[0], nr[k]);
+            else
+                printf("| %s | %s | %.0f | %.0f | %.0f (%.0f–%.0f) | %.1f (%.1f–%.1f) | %.1fx | %.1fx | **%.1fx** "
+                       "(%.1f–%.1f) | %d/%d |\n", ln[p], rq[p], L[p].ceil_g, ftps, a.med, a.lo, a.hi, b.med, b.lo,
+                       b.hi, ftps / a.med, ftps / b.med, q.med, q.lo, q.hi, loaded[0] + loaded[1], 2 * nr[k]);
         }
     }
     printf("\n");

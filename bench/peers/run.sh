@@ -6,7 +6,9 @@
 #     PEERS_QUICK=1   a short check of the machinery (small rounds), written to
 #                     bench/results/peers-quick.log instead of peers.md
 #     PEERS_SHAPES    shapes to measure (default rwkv4-169m,rwkv7-0.1b; also
-#                     rwkv7-1.5b: about 3 GB of bf16 weights, 6 GB per FP32 copy)
+#                     mamba2-130m, lind alone, and rwkv7-1.5b: about 3 GB of
+#                     bf16 weights, 6 GB per FP32 copy, so with
+#                     PEERS_ARGS="--pairs bf16,q8" on a 24 GB machine)
 #     PEERS_SRC       rwkv.cpp's folder (default build-peers/src/rwkv.cpp)
 #     PEERS_MODELS    where the random weights go (default build-peers/models)
 #     PEERS_ARGS      more options for peers_bench (--retries N --load-limit CORES
@@ -34,7 +36,7 @@ fi
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
 for s in $(echo "$shapes" | tr ',' ' '); do
-  if [ ! -f "$models/$s/rwkv_cpp-FP16.bin" ]; then
+  if [ ! -f "$models/$s/shape.json" ]; then   # written last
     echo "bench-peers: writing random weights for $s in $models/$s" >&2
     "$py" bench/peers/make_weights.py "$models/$s" "$s"
   fi
