@@ -538,7 +538,7 @@ static void shape_run(const char *models, const char *shape, int threads, double
 
 int main(int argc, char **argv) {
     const char *models = "build-peers/models", *lib = "build-peers/src/rwkv.cpp/build/librwkv.so";
-    const char *shapes = "rwkv4-169m,rwkv7-0.1b";
+    const char *shapes = "rwkv4-169m,rwkv7-0.1b,mamba2-130m";
     int threads = 2;
     const char *q = getenv("BENCH_QUICK");
     quick = q && *q && strcmp(q, "0");

@@ -5,8 +5,8 @@
 #   environment:
 #     PEERS_QUICK=1   a short check of the machinery (small rounds), written to
 #                     bench/results/peers-quick.log instead of peers.md
-#     PEERS_SHAPES    shapes to measure (default rwkv4-169m,rwkv7-0.1b; also
-#                     mamba2-130m, lind alone, and rwkv7-1.5b: about 3 GB of
+#     PEERS_SHAPES    shapes to measure (default rwkv4-169m,rwkv7-0.1b,mamba2-130m;
+#                     mamba2-130m is lind alone; also rwkv7-1.5b: about 3 GB of
 #                     bf16 weights, 6 GB per FP32 copy, so with
 #                     PEERS_ARGS="--pairs bf16,q8" on a 24 GB machine)
 #     PEERS_SRC       rwkv.cpp's folder (default build-peers/src/rwkv.cpp)
@@ -20,7 +20,7 @@ set -eu
 bin=${1:?usage: bench/peers/run.sh PEERS_BENCH_BINARY}
 src=${PEERS_SRC:-build-peers/src/rwkv.cpp}
 models=${PEERS_MODELS:-build-peers/models}
-shapes=${PEERS_SHAPES:-rwkv4-169m,rwkv7-0.1b}
+shapes=${PEERS_SHAPES:-rwkv4-169m,rwkv7-0.1b,mamba2-130m}
 lib=$src/build/librwkv.so
 if [ ! -f "$lib" ]; then
   cat >&2 <<MSG
