@@ -45,8 +45,13 @@ git -C "$DEST/ggml" -c advice.detachedHead=false checkout -q "$GGML_COMMIT"
 # its AVX-512 / VNNI / BF16 paths where the CPU has them), so that it is
 # measured at its best.
 cmake -S "$DEST" -B "$DEST/build" -DCMAKE_BUILD_TYPE=Release -DRWKV_BUILD_SHARED_LIBRARY=ON \
-      -DRWKV_NATIVE=ON -DGGML_NATIVE=ON -DRWKV_STANDALONE=ON >/dev/null
-cmake --build "$DEST/build" -j "$JOBS" --target rwkv
+      -DRWKV_NATIVE=ON -DGGML_NATIVE=ON -DRWKV_STANDALONE=ON >/dev/null   # STANDALONE: without its tests and extras
+echo "get_rwkv_cpp: building (log: $DEST/build/build.log)"
+if ! cmake --build "$DEST/build" -j "$JOBS" --target rwkv >"$DEST/build/build.log" 2>&1; then
+  tail -n 30 "$DEST/build/build.log" >&2
+  echo "get_rwkv_cpp: the build failed (log: $DEST/build/build.log)" >&2
+  exit 1
+fi
 lib=$(find "$DEST/build" -name 'librwkv.so' | head -n 1)
 [ -n "$lib" ] || { echo "get_rwkv_cpp: no librwkv.so was built" >&2; exit 1; }
 echo "get_rwkv_cpp: built $lib (rwkv.cpp $RWKV_COMMIT, ggml $GGML_COMMIT)"

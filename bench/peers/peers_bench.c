@@ -583,7 +583,9 @@ int main(int argc, char **argv) {
 
     printf("## lind and rwkv.cpp in the same run (`make bench-peers`)\n\n");
     bench_header(stdout, argc, argv);
-    printf("rwkv.cpp: %s\n\n", rw.sysinfo());
+    const char *omp = getenv("OMP_WAIT_POLICY");
+    printf("rwkv.cpp: %s; its OpenMP threads' wait policy: %s\n\n", rw.sysinfo(),
+           omp && *omp ? omp : "libgomp's default (unset: spin, then sleep)");
     fflush(stdout);
     /* The ceilings, each under the same quiet check as the windows: the
      * best of the quiet attempts (of all attempts when none was quiet). */
