@@ -632,7 +632,8 @@ int main(int argc, char **argv) {
     printf("Both engines: %d threads; lind's formats with fp32 math, rwkv.cpp built by bench/peers/get_rwkv_cpp.sh. "
            "Ratios are speed ratios (lind's tokens/s over rwkv.cpp's; > 1: lind faster), each round's from its two "
            "adjacent windows. A window during which other processes used more than %.2f cores (/proc/stat less "
-           "this process) was measured again, up to %d times.\n\n", threads, load_limit, retries);
+           "this process) was measured again, up to %d times%s.\n\n", threads, load_limit, retries,
+           retries ? "" : " (--retries 0: never, each loaded window is kept and counted)");
     fflush(stdout);
     char *list = strdup(shapes);
     for (char *save = NULL, *s = strtok_r(list, ",", &save); s; s = strtok_r(NULL, ",", &save))
