@@ -465,7 +465,10 @@ static void shape_run(const char *models, const char *shape, int threads, double
             if (pair_on[p]) printf(" %s %d", rq[p], R[p].chunk);
         printf(" tokens.\n\n");
         printf("Same weights, same model: after the same 8 tokens, lind %s's and rwkv.cpp %s's logits differ by at "
-               "most %.2g of the largest logit%s.\n\n", ln[p0], rq[p0], agree, agree < 1e-3 ? "" : " (**more than 1e-3: check the writer**)");
+               "most %.2g of the largest logit%s.\n\n", ln[p0], rq[p0], agree,
+               p0 ? " (not the exact check: rwkv.cpp's FP16 and quantized formats round its activations too; put "
+                    "f32 in --pairs for the f32/FP32 one)"
+                  : agree < 1e-3 ? "" : " (**more than 1e-3: check the writer**)");
     }
 
     double v[2][MAXR], fl[2][MAXR], ra[MAXR];
