@@ -11,6 +11,8 @@
 #                 default model on ./lind.sock
 #   make asan     the test suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make bench    every benchmark, results in bench/results/
+#   make bench-peers  lind against rwkv.cpp in one run (bench/results/peers.md;
+#                 needs bench/peers/get_rwkv_cpp.sh run once, docs/BENCHMARKS.md)
 #   make install  lind, lindctl, their man pages, bash completion, the shipped
 #                 model and a systemd unit under $(DESTDIR)$(PREFIX) (default /usr/local)
 
@@ -48,13 +50,15 @@ LDLIBS  += -lopenblas -lh2o -luv -lmsgpackc -lsqlite3 -lpq -ljansson -lxxhash -l
 #    runs nodes through it) and haproxy (scale_balancer_pg);
 #  - python3-torch: `make model`, `make test-torch` and the PyTorch agreement
 #    tests (required, not optional: tests that SKIP without it would
-#    otherwise never run on a fresh machine); gnuplot-nox (benchmark plots).
+#    otherwise never run on a fresh machine); gnuplot-nox (benchmark plots);
+#    cmake and g++ (bench/peers/get_rwkv_cpp.sh builds rwkv.cpp, make
+#    bench-peers).
 DEPS_PKGS = libuv1-dev libmsgpack-dev libsqlite3-dev libopenblas-dev libedit-dev \
             libjansson-dev libxxhash-dev libpcre2-dev libutf8proc-dev libh2o-dev libpq-dev \
             pkg-config clang help2man \
             python3-msgpack python3-numpy bible-kjv curl libcurl4-openssl-dev nodejs \
             $(if $(shell command -v npm 2>/dev/null),,npm) chromium chromium-driver systemd \
-            postgresql pgbouncer haproxy python3-torch gnuplot-nox
+            postgresql pgbouncer haproxy python3-torch gnuplot-nox cmake g++
 MODEL   ?= models/default
 
 # ---- CUDA (optional) --------------------------------------------------------
@@ -98,7 +102,7 @@ TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*_bench.c))
 BENCH_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(filter-out %_bench.c,$(wildcard bench/*.c)))
 
-.PHONY: all deps test test-long test-build run asan bench chaos model test-torch test-cuda clean fuzz man install
+.PHONY: all deps test test-long test-build run asan bench bench-peers chaos model test-torch test-cuda clean fuzz man install
 # Keep object files of test and bench programs (intermediates otherwise), so
 # a second `make` has nothing to do.
 .SECONDARY:
@@ -192,6 +196,20 @@ $(BUILD)/bench/store_bench: $(BUILD)/bench/store_bench.o $(BENCH_OBJS) $(BUILD)/
 bench: deps
 	@$(MAKE) --no-print-directory all $(BENCH_BINS)
 	@sh bench/run.sh $(BUILD)
+
+# lind against rwkv.cpp in the same run (not part of `make bench`, `make
+# test` or CI): bench/peers/run.sh measures the rwkv.cpp that
+# bench/peers/get_rwkv_cpp.sh built in the ignored build-peers/ (it fetches
+# nothing itself, and stops saying how to get it when it is absent), on
+# random weights bench/peers/make_weights.py writes in both formats; the
+# result goes to bench/results/peers.md (docs/BENCHMARKS.md). PEERS_QUICK=1:
+# a short check of the machinery; PEERS_ARGS: more options for peers_bench.
+PEERS_BENCH = $(BUILD)/bench/peers/peers_bench
+$(PEERS_BENCH): $(BUILD)/bench/peers/peers_bench.o $(BENCH_OBJS) $(BUILD)/liblind.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -ldl
+
+bench-peers: $(PEERS_BENCH)
+	@sh bench/peers/run.sh $(PEERS_BENCH)
 
 deps:
 	@sh tools/deps.sh $(DEPS_PKGS)

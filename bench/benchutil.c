@@ -220,10 +220,16 @@ bench_probe *bench_probe_new(size_t bytes) {
     return p;
 }
 
-double bench_probe_gbs(bench_probe *p) {
+double bench_probe_gbs(bench_probe *p) { return bench_probe_gbs_n(p, p->words * sizeof(uint64_t)); }
+
+double bench_probe_gbs_n(bench_probe *p, size_t bytes) {
     double best = 0;
+    size_t words = bytes / sizeof(uint64_t);
+    if (words > p->words) words = p->words;
+    words = words / 32 * 32;   /* whole 256-byte blocks, as bench_probe_new sizes it */
+    if (words < 32) words = 32;
     for (int streams = 0; streams <= p->zmm; streams++) {
-        double g = rb_run(p->buf, p->words, 2, streams, 0, 1);
+        double g = rb_run(p->buf, words, 2, streams, 0, 1);
         if (g > best) best = g;
     }
     return best;
@@ -276,10 +282,23 @@ __attribute__((target("avx512f,avx512bf16"))) static double dpbf16(float seed) {
     return 2.0 * 32 * 12 * FMA_ITERS;
 }
 
+/* vpdpbusd (AVX512_VNNI): 64 u8 x s8 products summed in fours into 16 int32
+ * lanes per instruction, counted as 128 operations (the int8 kernels' rate). */
+__attribute__((target("avx512f,avx512vnni"))) static double dpbusd(float seed) {
+    __m512i c[12], a = _mm512_set1_epi32(0x01010101), b = _mm512_set1_epi32(0x02020202);
+    for (int i = 0; i < 12; i++) c[i] = _mm512_set1_epi32((int)(seed * 1000.0f) + i);
+    for (long it = 0; it < FMA_ITERS; it++)
+        _Pragma("GCC unroll 12") for (int i = 0; i < 12; i++) c[i] = _mm512_dpbusd_epi32(c[i], a, b);
+    long long s = 0;
+    for (int i = 0; i < 12; i++) s += _mm512_reduce_add_epi32(c[i]);
+    if (s == 1) fprintf(stderr, "(unlikely)\n");
+    return 2.0 * 64 * 12 * FMA_ITERS;
+}
+
 static void *fma_thread(void *arg) {
-    double *io = arg;   /* in: the kind (0 AVX-512, 1 AVX2, 2 vdpbf16ps); out: FLOPs */
+    double *io = arg;   /* in: the kind (0 AVX-512, 1 AVX2, 2 vdpbf16ps, 3 vpdpbusd); out: FLOPs */
     int kind = (int)io[0];
-    io[0] = kind == 2 ? dpbf16(0.001f) : kind == 0 ? fma512(0.001f) : fma256(0.001f);
+    io[0] = kind == 3 ? dpbusd(0.001f) : kind == 2 ? dpbf16(0.001f) : kind == 0 ? fma512(0.001f) : fma256(0.001f);
     return NULL;
 }
 
@@ -287,7 +306,8 @@ double bench_fma_gflops(int threads, int dot, int runs) {
     int kind = -1;
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    if (dot) kind = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16") ? 2 : -1;
+    if (dot == 2) kind = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni") ? 3 : -1;
+    else if (dot) kind = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16") ? 2 : -1;
     else if (__builtin_cpu_supports("avx512f")) kind = 0;
     else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) kind = 1;
 #endif

@@ -34,11 +34,16 @@ typedef struct bench_probe bench_probe;
 bench_probe *bench_probe_new(size_t bytes);
 double bench_probe_gbs(bench_probe *p);
 void bench_probe_free(bench_probe *p);
+/* The same reading only the first `bytes` of the buffer (one probe as large
+ * as the largest of several sizes serves them all). */
+double bench_probe_gbs_n(bench_probe *p, size_t bytes);
 /* The arithmetic ceiling in GFLOP/s of `threads` threads running 12
  * independent chains each, no memory traffic, best of `runs` (each ~0.1–1 s):
  * dot = 0, fp32 FMA in the widest vectors the CPU has (AVX-512, else AVX2;
  * 2 FLOPs per lane); dot = 1, AVX512_BF16's vdpbf16ps (64 FLOPs per
- * instruction). 0 when the CPU has neither. */
+ * instruction); dot = 2, AVX512_VNNI's vpdpbusd in GOP/s (64 int8
+ * multiply-adds, 128 operations per instruction: the q8/q4 kernels' rate).
+ * 0 when the CPU lacks the instruction. */
 double bench_fma_gflops(int threads, int dot, int runs);
 
 #endif
