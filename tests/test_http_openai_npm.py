@@ -23,18 +23,13 @@ Prints SKIP with the reason when node/npm is missing or the registry cannot be
 reached. Environment: LIND_BUILD (build directory, default build)."""
 import json
 import os
-import re
-import shutil
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from daemon_harness import Client, Server, case, expect, finish, Skip, TMP, SLOW  # noqa: E402
+from openai_npm import CLIENT, install, http_port  # noqa: E402
 
-CACHE = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
-                     "lind-npm-openai")
-PACKAGE = "openai@4.104.0"
 
 DRIVER_JS = r"""
 // node driver.mjs OPENAI_INDEX_MJS BASE_URL KEY: every call below, as one JSON line.
@@ -176,25 +171,6 @@ console.log(JSON.stringify(out));
 """
 
 
-def install():
-    """None, or why the package is not there."""
-    if not shutil.which("node") or not shutil.which("npm"):
-        return "node/npm not installed (make deps installs nodejs)"
-    want = os.path.join(CACHE, "node_modules", "openai", "index.mjs")
-    if os.path.exists(want):
-        return None
-    os.makedirs(CACHE, exist_ok=True)
-    try:
-        r = subprocess.run(["npm", "install", "--prefix", CACHE, "--no-audit", "--no-fund", PACKAGE],
-                           capture_output=True, text=True, timeout=600 * SLOW)
-    except subprocess.TimeoutExpired:
-        return "npm install timed out (registry unreachable?)"
-    if r.returncode != 0 or not os.path.exists(want):
-        tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["?"]
-        return "npm install failed (registry unreachable?): " + tail[0]
-    return None
-
-
 why = install()
 result = None
 if not why:
@@ -203,15 +179,11 @@ if not why:
     with open(tf, "w") as f:
         f.write(token + "\n")
     S = Server("openai", extra=["--http", "0", "--http-token-file", tf]).start()
-    deadline = time.time() + 30 * SLOW
-    port = None
-    while port is None and time.time() < deadline:
-        m = re.search(r"HTTP on [0-9.]+:(\d+)", S.log())
-        port = int(m.group(1)) if m else None
+    port = http_port(S)
     driver = os.path.join(TMP, "driver.mjs")
     with open(driver, "w") as f:
         f.write(DRIVER_JS)
-    r = subprocess.run(["node", driver, os.path.join(CACHE, "node_modules", "openai", "index.mjs"),
+    r = subprocess.run(["node", driver, CLIENT,
                         "http://127.0.0.1:%d" % port, token], capture_output=True, text=True, timeout=300 * SLOW)
     if r.returncode == 0:
         result = json.loads(r.stdout.strip().splitlines()[-1])

@@ -20,9 +20,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from daemon_harness import Server, case, expect, finish, Skip, TMP, SLOW  # noqa: E402
+from openai_npm import CLIENT, install, http_port  # noqa: E402
 
-CACHE = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "lind-npm-openai")
-PACKAGE = "openai@4.104.0"
 
 # Bounded documents: the shipped byte model (trained on the King James Bible)
 # never writes a '"' of its own, so a free string would run to max_tokens,
@@ -304,38 +303,16 @@ def valid_prefix(text):
     return True
 
 
-def install():
-    if not __import__("shutil").which("node") or not __import__("shutil").which("npm"):
-        return "node/npm not installed (make deps installs nodejs)"
-    want = os.path.join(CACHE, "node_modules", "openai", "index.mjs")
-    if os.path.exists(want):
-        return None
-    os.makedirs(CACHE, exist_ok=True)
-    try:
-        r = subprocess.run(["npm", "install", "--prefix", CACHE, "--no-audit", "--no-fund", PACKAGE],
-                           capture_output=True, text=True, timeout=600 * SLOW)
-    except subprocess.TimeoutExpired:
-        return "npm install timed out (registry unreachable?)"
-    if r.returncode != 0 or not os.path.exists(want):
-        tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["?"]
-        return "npm install failed (registry unreachable?): " + tail[0]
-    return None
-
-
 why = install()
 result = None
 if not why:
     S = Server("structured", extra=["--http", "0", "--max-batch", "32"]).start()
-    deadline = time.time() + 30 * SLOW
-    port = None
-    while port is None and time.time() < deadline:
-        m = re.search(r"HTTP on [0-9.]+:(\d+)", S.log())
-        port = int(m.group(1)) if m else None
+    port = http_port(S)
     driver = os.path.join(TMP, "driver.mjs")
     with open(driver, "w") as f:
         f.write(DRIVER_JS)
     t0 = time.time()
-    r = subprocess.run(["node", driver, os.path.join(CACHE, "node_modules", "openai", "index.mjs"),
+    r = subprocess.run(["node", driver, CLIENT,
                         "http://127.0.0.1:%d" % port, json.dumps(SCHEMA)], capture_output=True, text=True,
                        timeout=600 * SLOW)
     print("# driver ran %.1f s" % (time.time() - t0))

@@ -1,0 +1,45 @@
+"""tests/openai_npm.py — the official `openai` npm client for the tests that
+drive lind's HTTP API with it (tests/test_http_openai_npm.py,
+tests/test_http_structured_npm.py): installed once from the npm registry
+into ${XDG_CACHE_HOME:-~/.cache}/lind-npm-openai and reused, and the port of
+a daemon's HTTP listener read from its log."""
+import os
+import re
+import shutil
+import subprocess
+import time
+
+from daemon_harness import SLOW
+
+CACHE = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "lind-npm-openai")
+PACKAGE = "openai@4.104.0"
+CLIENT = os.path.join(CACHE, "node_modules", "openai", "index.mjs")
+
+
+def install():
+    """None, or why the package is not there."""
+    if not shutil.which("node") or not shutil.which("npm"):
+        return "node/npm not installed (make deps installs nodejs)"
+    if os.path.exists(CLIENT):
+        return None
+    os.makedirs(CACHE, exist_ok=True)
+    try:
+        r = subprocess.run(["npm", "install", "--prefix", CACHE, "--no-audit", "--no-fund", PACKAGE],
+                           capture_output=True, text=True, timeout=600 * SLOW)
+    except subprocess.TimeoutExpired:
+        return "npm install timed out (registry unreachable?)"
+    if r.returncode != 0 or not os.path.exists(CLIENT):
+        tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["?"]
+        return "npm install failed (registry unreachable?): " + tail[0]
+    return None
+
+
+def http_port(srv):
+    """The port of srv's HTTP listener (its start-up log line), or None."""
+    deadline = time.time() + 30 * SLOW
+    while time.time() < deadline:
+        m = re.search(r"HTTP on [0-9.]+:(\d+)", srv.log())
+        if m:
+            return int(m.group(1))
+        time.sleep(0.02)
+    return None
