@@ -819,8 +819,11 @@ def scale_gone_pg():
     dbname = "scale_gone"
     db = URI % dbname
     limit = str(min(int(600000 * SLOW), 3600000))
+    # --response-ttl 0: no retention sweep, whose DELETE would wait for the
+    # same lock (and hold the first store connection while it waits).
     n0 = node("gn0", db, "g0", int(600000 * SLOW),
-              ["--http", "127.0.0.1:0", "--db-lock-timeout", limit, "--db-statement-timeout", limit])
+              ["--http", "127.0.0.1:0", "--db-lock-timeout", limit, "--db-statement-timeout", limit,
+               "--response-ttl", "0"])
     locker = None
     try:
         port = http_port(n0)
@@ -833,9 +836,12 @@ def scale_gone_pg():
         body = json.dumps({"prompt": "Hi", "max_tokens": 1}).encode()
         c = socket.create_connection(("127.0.0.1", port))
         c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
-        # The lease is taken (lind_leases); the turn runs; its commit waits.
+        # The lease is taken (lind_leases); the turn runs; its commit (the
+        # INSERT of the new session's row) waits. Any other wait would not do:
+        # the client must hang up after its request reached the compute thread.
         waiting = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                   "AND application_name = 'lind' AND wait_event_type = 'Lock'")
+                   "AND application_name = 'lind' AND wait_event_type = 'Lock' "
+                   "AND query LIKE 'INSERT INTO lind_sessions%'")
         deadline = time.time() + 120 * SLOW
         while psql(db, waiting) == "0":
             expect(time.time() < deadline, "the answer's commit does not wait for the lock")
@@ -849,7 +855,10 @@ def scale_gone_pg():
         locker.stdin.close()
         expect(locker.wait(timeout=120 * SLOW) == 0, "psql holding the lock failed")
         locker = None
-        wait_metric(port, "lind_turns_dropped_total", lambda x: x >= 1, "the abandoned answer's session")
+        try:
+            wait_metric(port, "lind_turns_dropped_total", lambda x: x >= 1, "the abandoned answer's session")
+        except AssertionError as e:
+            raise AssertionError("%s; the node's log ends: %r" % (e, n0.log()[-1500:]))
         cl = Client(n0.sock)
         left = [x["session"] for x in cl.call("list")["sessions"]]
         cl.close()
