@@ -110,7 +110,7 @@ struct scheduler {
     float   *logits, *scratch;     /* [logits_rows × vocab], [2 × vocab] */
     float   *adj;                  /* [vocab]: a row after logit_bias and penalties */
     jsonmask_vocab *jvocab;        /* structured output's index of the vocabulary, made
-                                      at the first constrained turn */
+                                      at start-up (jvocab_build) */
     int32_t *jids;                 /* [vocab]: the allowed ids of a sparse mask */
     int      logits_rows;
     /* A round: up to max_batch turns (b_turns, b_n rows each, b_lidx their
@@ -981,6 +981,31 @@ static const float *adjust(scheduler *S, const turn *t, const float *row)
     return S->adj;
 }
 
+/* Structured output's index of the vocabulary (jsonmask.h) and the ids
+ * buffer of sparse masks, made once at start-up: indexing a 65k vocabulary
+ * takes tens of ms, which the first constrained turn would otherwise stall
+ * every stream for. 0, or -ENOMEM with a message in err. */
+static int jvocab_build(scheduler *S, char *err, size_t errlen)
+{
+    char why[200] = "out of memory";
+    int32_t *eos = malloc((size_t)S->vocab * sizeof *eos);
+    int neos = 0, rc = -ENOMEM;
+    if (eos) {
+        for (int32_t i = 0; i < S->vocab; i++)
+            if (model_is_eos(S->m, i)) eos[neos++] = i;
+        rc = jsonmask_vocab_new(S->tok, S->vocab, eos, neos, &S->jvocab, why, sizeof why);
+        if (rc) S->jvocab = NULL;
+    }
+    free(eos);
+    if (S->jvocab && !(S->jids = malloc((size_t)S->vocab * sizeof *S->jids))) {
+        jsonmask_vocab_free(S->jvocab);
+        S->jvocab = NULL;
+        rc = -ENOMEM;
+    }
+    if (rc) snprintf(err, errlen, "indexing the vocabulary for structured output: %s", why);
+    return rc;
+}
+
 /* A constrained turn's allowed tokens for its next sample (jsonmask.h), or
  * NULL when the turn has ended instead: out of memory, or a vocabulary with
  * no token that keeps the document valid (one lacking byte tokens may) —
@@ -989,22 +1014,7 @@ static const float *adjust(scheduler *S, const turn *t, const float *row)
 static const uint64_t *constrain_allowed(scheduler *S, turn *t, size_t *nallowed)
 {
     const char *why = NULL;
-    if (!S->jvocab) {
-        int32_t *eos = malloc((size_t)S->vocab * sizeof *eos);
-        int neos = 0;
-        char err[200];
-        if (eos) {
-            for (int32_t i = 0; i < S->vocab; i++)
-                if (model_is_eos(S->m, i)) eos[neos++] = i;
-            if (jsonmask_vocab_new(S->tok, S->vocab, eos, neos, &S->jvocab, err, sizeof err)) S->jvocab = NULL;
-        }
-        free(eos);
-        if (S->jvocab && !(S->jids = malloc((size_t)S->vocab * sizeof *S->jids))) {
-            jsonmask_vocab_free(S->jvocab);
-            S->jvocab = NULL;
-        }
-    }
-    if (S->jvocab && !t->mask) t->mask = jsonmask_new(S->jvocab);
+    if (!t->mask) t->mask = jsonmask_new(S->jvocab);   /* jvocab: made by setup */
     size_t n = 0;
     const uint64_t *bits = t->mask ? jsonmask_allowed(t->mask, &t->fsm, &n) : NULL;
     if (!bits) why = "out of memory masking the vocabulary for structured output";
@@ -1654,7 +1664,7 @@ static int setup(scheduler *S, char *err, size_t errlen)
         return -ENOMEM;
     }
     for (int i = 0; i < nres; i++) S->free_slots[S->nfree++] = nres - 1 - i;
-    return 0;
+    return jvocab_build(S, err, errlen);
 }
 
 static void *compute_main(void *arg)
