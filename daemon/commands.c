@@ -66,7 +66,7 @@ static void reply_error(conn *c, uint64_t id, proto_code code, const char *msg)
 
 void commands_dispatch(server *srv, conn *c, proto_request *req, uint64_t t_recv)
 {
-    if (req->op == OP_HELLO) {
+    if (op_table[req->op].entry == ENTER_LOOP) {   /* hello, the one op the loop answers */
         hello(srv, c, req->id);
         proto_request_free(req);
         return;
@@ -94,12 +94,5 @@ void commands_dispatch(server *srv, conn *c, proto_request *req, uint64_t t_recv
     memset(req, 0, sizeof *req);
     m->t_recv_ns = t_recv;
     c->inflight++;
-    switch (m->req.op) {
-    case OP_STATS: case OP_GC:   /* list and export go through the compute thread: see on_request */
-        queue_push(&srv->persistq, &m->node);
-        break;
-    default:
-        queue_push(&srv->schedq, &m->node);
-        break;
-    }
+    queue_push(op_table[m->req.op].entry == ENTER_STORE ? &srv->persistq : &srv->schedq, &m->node);
 }

@@ -1,11 +1,11 @@
 /* daemon/commands.h — where each request goes (loop thread).
  *
- * `hello` is answered on the spot from facts fixed at start-up; `list`,
- * `export` and `stats` go to the store thread; everything that touches a
- * session's live state (generate, append, cancel, info, delete, fork,
- * import) goes to the compute thread, which owns the sessions and forwards
- * to the store thread what needs it. During shutdown every op but `hello`
- * gets `shutting_down`. */
+ * The op table's entry column (daemon/ops.h) decides: `hello` is answered
+ * on the spot from facts fixed at start-up; `stats` and `gc` go straight to
+ * the store threads; everything else goes to the compute thread, which owns
+ * the sessions and forwards to the store threads what needs them. During
+ * shutdown every op but `hello` gets `shutting_down`; past --max-inflight,
+ * `limit`. */
 #ifndef LIND_DAEMON_COMMANDS_H
 #define LIND_DAEMON_COMMANDS_H
 

@@ -311,6 +311,201 @@ static void put_transcript(evlist *l, const transcript *t)
     evlist_close(l);
 }
 
+/* ---- requests: the store column of daemon/ops.h ------------------------------
+ * Each builds its answer in l (room for a small one reserved already) and
+ * returns 0, or an error code with the message in err. */
+
+static int do_list(worker *W, dmsg *m, evlist *l, char *err, size_t errlen)
+{
+    store_info *v = NULL;
+    size_t n = 0;
+    int rc = store_list(W->st, &v, &n, err, errlen);
+    if (rc != 0) return rc;
+    size_t bytes = 0;
+    for (size_t i = 0; i < n; i++) bytes += strlen(v[i].name) + 8;   /* and its origin */
+    if (evlist_reserve_result(l, 1 + 8 * n, bytes) != 0) {
+        free(v);
+        snprintf(err, errlen, "out of memory for the list of %zu sessions", n);
+        return -ENOMEM;
+    }
+    evlist_result_begin(l, m->req.id);
+    evlist_open_array(l, "sessions");
+    for (size_t i = 0; i < n; i++) {
+        evlist_open_record(l, NULL);
+        evlist_put_str(l, "session", v[i].name);
+        evlist_put_u64(l, "tokens", v[i].tokens);
+        evlist_put_i64(l, "updated_ms", v[i].updated_ms);
+        evlist_put_i64(l, "created_ms", v[i].created_ms);
+        evlist_put_u64(l, "bytes", v[i].bytes);
+        evlist_put_str(l, "origin", store_origin_name(v[i].origin));
+        evlist_close(l);
+    }
+    evlist_close(l);
+    free(v);
+    return 0;
+}
+
+static int do_export(worker *W, dmsg *m, evlist *l, char *err, size_t errlen)
+{
+    proto_request *r = &m->req;
+    uint8_t *data = NULL;
+    size_t len = 0;
+    int rc = store_export(W->st, r->session, &data, &len, err, errlen);
+    if (rc != 0) return rc;
+    if (evlist_reserve_result(l, 2, len + STORE_NAME_MAX) != 0) {
+        free(data);
+        snprintf(err, errlen, "out of memory for the export of '%s' (%zu bytes)", r->session, len);
+        return -ENOMEM;
+    }
+    evlist_result_begin(l, r->id);
+    evlist_put_str(l, "session", r->session);
+    evlist_put_bytes(l, "data", data, len);
+    free(data);
+    return 0;
+}
+
+static int do_delete(worker *W, dmsg *m, evlist *l, char *err, size_t errlen)
+{
+    persist *P = W->P;
+    proto_request *r = &m->req;
+    /* Not under another node's feet: delete under the lease. */
+    store_lease cur;
+    int rc, held = lease_set_has(&W->leases, r->session);
+    if (!held && (rc = store_lease_acquire(W->st, r->session, P->srv->node_id,
+                                           P->srv->opt.lease_ms, &cur, err, errlen)) != 0) {
+        if (rc == -EAGAIN) {
+            rc = LIND_E_MOVED;
+            stats_moved(&P->srv->st);
+            snprintf(err, errlen, "session '%s' is leased by node '%s'; delete it there",
+                     r->session, cur.owner);
+        }
+        return rc;
+    }
+    rc = store_delete(W->st, r->session, err, errlen);
+    if (!held) {
+        char e2[256];
+        store_lease_release(W->st, r->session, P->srv->node_id, e2, sizeof e2);
+    }
+    if (rc != 0) return rc;
+    if (W->idx == 0) W->gc_due = 1;   /* the quota's verdict may change */
+    disk_room(W);
+    evlist_result_begin(l, r->id);
+    evlist_put_bool(l, "deleted", 1);
+    return 0;
+}
+
+static int do_fork(worker *W, dmsg *m, evlist *l, char *err, size_t errlen)
+{
+    proto_request *r = &m->req;
+    int rc = store_fork(W->st, r->session, r->to, err, errlen);
+    if (rc != 0) return rc;
+    if (W->idx == 0 && W->P->srv->opt.max_store_bytes) W->gc_due = 1;   /* bytes were added */
+    evlist_result_begin(l, r->id);
+    evlist_put_str(l, "session", r->session);
+    evlist_put_str(l, "to", r->to);
+    return 0;
+}
+
+static int do_import(worker *W, dmsg *m, evlist *l, char *err, size_t errlen)
+{
+    proto_request *r = &m->req;
+    int rc = store_import(W->st, r->session, r->data, r->data_len, err, errlen);
+    if (rc != 0) return rc == -EINVAL ? -EBADMSG : rc;
+    evlist_result_begin(l, r->id);
+    evlist_put_str(l, "session", r->session);
+    evlist_put_u64(l, "tokens", m->tokens);
+    return 0;
+}
+
+/* The stored row, with what the compute thread added (m->rinfo: resident,
+ * busy, the live transcript). */
+static int do_info(worker *W, dmsg *m, evlist *l, char *err, size_t errlen)
+{
+    persist *P = W->P;
+    proto_request *r = &m->req;
+    store_loaded ld;
+    memset(&ld, 0, sizeof ld);
+    int rc = store_load(W->st, r->session, &ld, err, errlen);
+    int known = m->rinfo.resident || m->rinfo.busy;
+    if (rc != 0 && !(rc == -ENOENT && known)) return rc;
+    int stored = rc == 0;
+    /* the seed: the resident session's, else the one its stored state
+     * records (omitted only when neither is there) */
+    size_t trl = m->rinfo.resident ? m->rinfo.transcript_len : ld.transcript_len;
+    transcript tr;
+    if (decode_transcript(&tr, m->rinfo.resident ? m->rinfo.transcript : ld.transcript, trl) != 0 ||
+        evlist_reserve_result(l, 18 + 3 * transcript_count(&tr),
+                              STORE_NAME_MAX + 64 + 3 * transcript_count(&tr) + trl) != 0) {
+        transcript_free(&tr);
+        store_loaded_free(&ld);
+        snprintf(err, errlen, "out of memory for the info of '%s'", r->session);
+        return -ENOMEM;
+    }
+    uint64_t seed = m->rinfo.seed;
+    int has_seed = m->rinfo.resident || (stored && state_peek_seed(ld.state, ld.state_len, &seed) == 0);
+    evlist_result_begin(l, r->id);
+    if (has_seed) evlist_put_u64(l, "seed", seed);
+    /* the chat template it keeps (docs/PROTOCOL.md, "Chat templates") */
+    uint32_t tpl = m->rinfo.chat_template;
+    if (!m->rinfo.resident && stored && state_peek_chat_template(ld.state, ld.state_len, &tpl) != 0) tpl = 0;
+    if (tpl) {
+        const char *tn = chat_template_builtin_name(tpl);
+        if (!tn && tpl == P->srv->chat_template_hash) tn = P->srv->chat_template_name;
+        evlist_put_u64(l, "chat_template", tpl);
+        if (tn) evlist_put_str(l, "chat_template_name", tn);
+    }
+    evlist_put_str(l, "session", r->session);
+    evlist_put_u64(l, "tokens", m->rinfo.resident ? m->rinfo.tokens : ld.tokens);
+    evlist_put_u64(l, "state_bytes", P->srv->state_bytes);
+    evlist_put_i64(l, "created_ms", stored ? ld.created_ms : m->rinfo.created_ms);
+    evlist_put_i64(l, "updated_ms", stored ? ld.updated_ms : 0);
+    evlist_put_bool(l, "resident", m->rinfo.resident);
+    evlist_put_bool(l, "busy", m->rinfo.busy);
+    put_transcript(l, &tr);
+    transcript_free(&tr);
+    store_loaded_free(&ld);
+    return 0;
+}
+
+/* One step; lindctl sessions gc asks again while `more`. */
+static int do_gc(worker *W, dmsg *m, evlist *l, char *err, size_t errlen)
+{
+    store_gc_result g;
+    int rc = collect_step(W, &g, err, errlen);
+    if (rc != 0) return rc;
+    evlist_result_begin(l, m->req.id);
+    evlist_put_u64(l, "expired", g.expired);
+    evlist_put_u64(l, "evicted", g.evicted);
+    evlist_put_u64(l, "freed_bytes", g.freed);
+    evlist_put_u64(l, "sessions", g.sessions);
+    evlist_put_u64(l, "bytes", g.bytes);
+    evlist_put_u64(l, "max_store_bytes", W->P->srv->opt.max_store_bytes);
+    evlist_put_bool(l, "over_quota", atomic_load(&W->P->srv->store_over));
+    evlist_put_bool(l, "more", g.more);
+    return 0;
+}
+
+/* The counters are answered with the store down too (then without the
+ * stored count): that is when /metrics' store errors matter. */
+static int do_stats(worker *W, dmsg *m, evlist *l, char *err, size_t errlen)
+{
+    size_t n = 0;
+    int crc = store_count(W->st, &n, err, errlen);
+    uint64_t stored = n;
+    err[0] = 0;
+    report(W);
+    evlist_result_begin(l, m->req.id);
+    stats_result(&W->P->srv->st, l, crc == 0 ? &stored : NULL, W->P->srv->backend);
+    return 0;
+}
+
+typedef int store_handler(worker *W, dmsg *m, evlist *l, char *err, size_t errlen);
+static store_handler *const handlers[OP_COUNT] = {
+#define HANDLER(E, name, decode, entry, compute, store, spread, nodev) [OP_##E] = store,
+    LIND_OPS(HANDLER)
+#undef HANDLER
+};
+
 /* Room reserved for every answer before its op runs: a result this small
  * (delete, fork, import, stats) or an error (err[] below, 512 bytes at
  * most) cannot then fail to be built; list, export and info reserve their
@@ -324,6 +519,7 @@ static void do_request(worker *W, dmsg *m)
     proto_request *r = &m->req;
     char err[512] = "";
     int rc = 0;
+    store_handler *h = r->op > OP_NONE && r->op < OP_COUNT ? handlers[r->op] : NULL;
     /* Room for the answer (or an error) before anything runs, so a change
      * is never made without its answer. */
     outmsg *o = outmsg_new(m->conn);
@@ -331,182 +527,16 @@ static void do_request(worker *W, dmsg *m)
         outmsg_free(o);
         o = NULL;
         rc = -ENOMEM;
-        snprintf(err, sizeof err, "out of memory for the answer to '%s'; nothing was done",
-                 proto_op_name(r->op));
-        goto answer;
-    }
-    evlist *l = &o->ev;
-    switch (r->op) {
-    case OP_LIST: {
-        store_info *v = NULL;
-        size_t n = 0;
-        if ((rc = store_list(W->st, &v, &n, err, sizeof err)) != 0) break;
-        size_t bytes = 0;
-        for (size_t i = 0; i < n; i++) bytes += strlen(v[i].name) + 8;   /* and its origin */
-        if (evlist_reserve_result(l, 1 + 8 * n, bytes) != 0) {
-            free(v);
-            rc = -ENOMEM;
-            snprintf(err, sizeof err, "out of memory for the list of %zu sessions", n);
-            break;
-        }
-        evlist_result_begin(l, r->id);
-        evlist_open_array(l, "sessions");
-        for (size_t i = 0; i < n; i++) {
-            evlist_open_record(l, NULL);
-            evlist_put_str(l, "session", v[i].name);
-            evlist_put_u64(l, "tokens", v[i].tokens);
-            evlist_put_i64(l, "updated_ms", v[i].updated_ms);
-            evlist_put_i64(l, "created_ms", v[i].created_ms);
-            evlist_put_u64(l, "bytes", v[i].bytes);
-            evlist_put_str(l, "origin", store_origin_name(v[i].origin));
-            evlist_close(l);
-        }
-        evlist_close(l);
-        free(v);
-        break;
-    }
-    case OP_EXPORT: {
-        uint8_t *data = NULL;
-        size_t len = 0;
-        if ((rc = store_export(W->st, r->session, &data, &len, err, sizeof err)) != 0) break;
-        if (evlist_reserve_result(l, 2, len + STORE_NAME_MAX) != 0) {
-            free(data);
-            rc = -ENOMEM;
-            snprintf(err, sizeof err, "out of memory for the export of '%s' (%zu bytes)", r->session, len);
-            break;
-        }
-        evlist_result_begin(l, r->id);
-        evlist_put_str(l, "session", r->session);
-        evlist_put_bytes(l, "data", data, len);
-        free(data);
-        break;
-    }
-    case OP_DELETE: {
-        /* Not under another node's feet: delete under the lease. */
-        store_lease cur;
-        int held = lease_set_has(&W->leases, r->session);
-        if (!held && (rc = store_lease_acquire(W->st, r->session, P->srv->node_id,
-                                               P->srv->opt.lease_ms, &cur, err, sizeof err)) != 0) {
-            if (rc == -EAGAIN) {
-                rc = LIND_E_MOVED;
-                stats_moved(&P->srv->st);
-                snprintf(err, sizeof err, "session '%s' is leased by node '%s'; delete it there",
-                         r->session, cur.owner);
-            }
-            break;
-        }
-        rc = store_delete(W->st, r->session, err, sizeof err);
-        if (!held) {
-            char e2[256];
-            store_lease_release(W->st, r->session, P->srv->node_id, e2, sizeof e2);
-        }
-        if (rc != 0) break;
-        if (W->idx == 0) W->gc_due = 1;   /* the quota's verdict may change */
-        disk_room(W);
-        evlist_result_begin(l, r->id);
-        evlist_put_bool(l, "deleted", 1);
-        break;
-    }
-    case OP_FORK:
-        if ((rc = store_fork(W->st, r->session, r->to, err, sizeof err)) != 0) break;
-        if (W->idx == 0 && P->srv->opt.max_store_bytes) W->gc_due = 1;   /* bytes were added */
-        evlist_result_begin(l, r->id);
-        evlist_put_str(l, "session", r->session);
-        evlist_put_str(l, "to", r->to);
-        break;
-    case OP_IMPORT:
-        if ((rc = store_import(W->st, r->session, r->data, r->data_len, err, sizeof err)) != 0) {
-            if (rc == -EINVAL) { rc = -EBADMSG; }
-            break;
-        }
-        evlist_result_begin(l, r->id);
-        evlist_put_str(l, "session", r->session);
-        evlist_put_u64(l, "tokens", m->tokens);
-        break;
-    case OP_INFO: {
-        store_loaded ld;
-        memset(&ld, 0, sizeof ld);
-        rc = store_load(W->st, r->session, &ld, err, sizeof err);
-        int known = m->rinfo.resident || m->rinfo.busy;
-        if (rc != 0 && !(rc == -ENOENT && known)) break;
-        int stored = rc == 0;
-        rc = 0;
-        /* the seed: the resident session's, else the one its stored state
-         * records (omitted only when neither is there) */
-        size_t trl = m->rinfo.resident ? m->rinfo.transcript_len : ld.transcript_len;
-        transcript tr;
-        if (decode_transcript(&tr, m->rinfo.resident ? m->rinfo.transcript : ld.transcript, trl) != 0 ||
-            evlist_reserve_result(l, 18 + 3 * transcript_count(&tr),
-                                  STORE_NAME_MAX + 64 + 3 * transcript_count(&tr) + trl) != 0) {
-            transcript_free(&tr);
-            store_loaded_free(&ld);
-            rc = -ENOMEM;
-            snprintf(err, sizeof err, "out of memory for the info of '%s'", r->session);
-            break;
-        }
-        uint64_t seed = m->rinfo.seed;
-        int has_seed = m->rinfo.resident || (stored && state_peek_seed(ld.state, ld.state_len, &seed) == 0);
-        evlist_result_begin(l, r->id);
-        if (has_seed) evlist_put_u64(l, "seed", seed);
-        /* the chat template it keeps (docs/PROTOCOL.md, "Chat templates") */
-        uint32_t tpl = m->rinfo.chat_template;
-        if (!m->rinfo.resident && stored && state_peek_chat_template(ld.state, ld.state_len, &tpl) != 0) tpl = 0;
-        if (tpl) {
-            const char *tn = chat_template_builtin_name(tpl);
-            if (!tn && tpl == P->srv->chat_template_hash) tn = P->srv->chat_template_name;
-            evlist_put_u64(l, "chat_template", tpl);
-            if (tn) evlist_put_str(l, "chat_template_name", tn);
-        }
-        evlist_put_str(l, "session", r->session);
-        evlist_put_u64(l, "tokens", m->rinfo.resident ? m->rinfo.tokens : ld.tokens);
-        evlist_put_u64(l, "state_bytes", P->srv->state_bytes);
-        evlist_put_i64(l, "created_ms", stored ? ld.created_ms : m->rinfo.created_ms);
-        evlist_put_i64(l, "updated_ms", stored ? ld.updated_ms : 0);
-        evlist_put_bool(l, "resident", m->rinfo.resident);
-        evlist_put_bool(l, "busy", m->rinfo.busy);
-        put_transcript(l, &tr);
-        transcript_free(&tr);
-        store_loaded_free(&ld);
-        break;
-    }
-    case OP_GC: {   /* one step; lindctl sessions gc asks again while `more` */
-        store_gc_result g;
-        if ((rc = collect_step(W, &g, err, sizeof err)) != 0) break;
-        evlist_result_begin(l, r->id);
-        evlist_put_u64(l, "expired", g.expired);
-        evlist_put_u64(l, "evicted", g.evicted);
-        evlist_put_u64(l, "freed_bytes", g.freed);
-        evlist_put_u64(l, "sessions", g.sessions);
-        evlist_put_u64(l, "bytes", g.bytes);
-        evlist_put_u64(l, "max_store_bytes", P->srv->opt.max_store_bytes);
-        evlist_put_bool(l, "over_quota", atomic_load(&P->srv->store_over));
-        evlist_put_bool(l, "more", g.more);
-        break;
-    }
-    case OP_STATS: {
-        /* The counters are answered with the store down too (then without
-         * the stored count): that is when /metrics' store errors matter. */
-        size_t n = 0;
-        int crc = store_count(W->st, &n, err, sizeof err);
-        uint64_t stored = n;
-        err[0] = 0;
-        report(W);
-        evlist_result_begin(l, r->id);
-        stats_result(&P->srv->st, l, crc == 0 ? &stored : NULL, P->srv->backend);
-        break;
-    }
-    default:
+        snprintf(err, sizeof err, "out of memory for the answer to '%s'; nothing was done", op_name(r->op));
+    } else if (!h) {
         rc = -ENOSYS;
-        snprintf(err, sizeof err, "op '%s' reached the store thread", proto_op_name(r->op));
-        break;
-    }
-    /* Within the room reserved above the result cannot fail; were it to,
-     * it is gone whole and the client hears why. */
-    if (rc == 0 && evlist_result_end(l) != 0) {
+        snprintf(err, sizeof err, "op '%s' reached the store thread", op_name(r->op));
+    } else if ((rc = h(W, m, &o->ev, err, sizeof err)) == 0 && evlist_result_end(&o->ev) != 0) {
+        /* Within the room reserved above the result cannot fail; were it
+         * to, it is gone whole and the client hears why. */
         rc = -ENOMEM;
-        snprintf(err, sizeof err, "out of memory building the answer to '%s'", proto_op_name(r->op));
+        snprintf(err, sizeof err, "out of memory building the answer to '%s'", op_name(r->op));
     }
-answer:
     if (rc == -ENOSPC) disk_full(P, err);
     if (rc != 0) {
         /* A store failure the table does not name is still the store's: io. */
@@ -930,8 +960,8 @@ static void *worker_main(void *arg)
 }
 
 /* Which connection serves a message: the session's (by name), so saves of
- * one session stay in order and loads see them; ops over every session
- * (list, stats) and fork (two sessions) go through a barrier. -1: all. */
+ * one session stay in order and loads see them; a request whose spread
+ * (daemon/ops.h) is SPREAD_ALL goes through a barrier. -1: all. */
 static int route(persist *P, dmsg *m, int *all)
 {
     *all = 0;
@@ -941,13 +971,11 @@ static int route(persist *P, dmsg *m, int *all)
     case M_STOP:
         return -1;
     case M_REQUEST:
-        switch (m->req.op) {
-        case OP_LIST: case OP_STATS: case OP_FORK: case OP_GC:
+        if (op_table[m->req.op].spread == SPREAD_ALL) {
             *all = 1;
             return 0;
-        default:
-            return (int)(name_hash(m->req.session) % (size_t)P->n);
         }
+        return (int)(name_hash(m->req.session) % (size_t)P->n);
     default:
         return 0;
     }

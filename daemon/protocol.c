@@ -28,20 +28,6 @@ const char *proto_code_name(proto_code c)
     return code_names[c];
 }
 
-static const struct { const char *name; proto_op op; } ops[] = {
-    {"hello", OP_HELLO}, {"generate", OP_GENERATE}, {"append", OP_APPEND},
-    {"cancel", OP_CANCEL}, {"info", OP_INFO}, {"list", OP_LIST},
-    {"delete", OP_DELETE}, {"fork", OP_FORK}, {"export", OP_EXPORT},
-    {"import", OP_IMPORT}, {"stats", OP_STATS}, {"gc", OP_GC}, {"undo", OP_UNDO},
-};
-
-const char *proto_op_name(proto_op op)
-{
-    for (size_t i = 0; i < sizeof ops / sizeof *ops; i++)
-        if (ops[i].op == op) return ops[i].name;
-    return "?";
-}
-
 /* ---- framing -------------------------------------------------------------
  * msgpack is prefix-encoded, so a message is complete once every value that
  * a header announced has been seen: `need` counts values still owed. The
@@ -241,7 +227,7 @@ static proto_code get_name(const msgpack_object *m, const char *key, char *out, 
     return PE_OK;
 }
 
-static proto_code decode_generate(const msgpack_object *m, const proto_limits *lim,
+static proto_code decode_sampling(const msgpack_object *m, const proto_limits *lim,
                                   proto_request *r, proto_error *err)
 {
     proto_code c;
@@ -363,6 +349,92 @@ static proto_code get_progress(const msgpack_object *o, proto_request *r, proto_
     return PE_OK;
 }
 
+/* ---- each op's fields (the decode column of daemon/ops.h) ------------------ */
+
+static proto_code decode_hello(const msgpack_object *o, const proto_limits *lim, proto_request *r,
+                               proto_error *err)
+{
+    (void)lim;
+    return get_token(o, r, err);
+}
+
+static proto_code decode_none(const msgpack_object *o, const proto_limits *lim, proto_request *r,
+                              proto_error *err)
+{
+    (void)o; (void)lim; (void)r; (void)err;
+    return PE_OK;
+}
+
+static proto_code decode_generate(const msgpack_object *o, const proto_limits *lim, proto_request *r,
+                                  proto_error *err)
+{
+    proto_code c;
+    if ((c = get_name(o, "session", r->session, err))) return c;
+    if ((c = get_bytes(o, "text", 0, 0, &r->text, &r->text_len, err))) return c;
+    if ((c = get_progress(o, r, err))) return c;
+    if ((c = get_retry(o, r, err))) return c;
+    return decode_sampling(o, lim, r, err);
+}
+
+static proto_code decode_append(const msgpack_object *o, const proto_limits *lim, proto_request *r,
+                                proto_error *err)
+{
+    (void)lim;
+    proto_code c;
+    if ((c = get_name(o, "session", r->session, err))) return c;
+    if ((c = get_progress(o, r, err))) return c;
+    if ((c = get_retry(o, r, err))) return c;
+    return get_bytes(o, "text", 1, 0, &r->text, &r->text_len, err);
+}
+
+/* By request id on this connection (target), or by session name. */
+static proto_code decode_cancel(const msgpack_object *o, const proto_limits *lim, proto_request *r,
+                                proto_error *err)
+{
+    (void)lim;
+    int has_target = 0;
+    proto_code c;
+    if ((c = get_uint(o, "target", 0, UINT64_MAX, 0, &r->target, &has_target, err))) return c;
+    if (has_target && field(o, "session"))
+        return fail(err, PE_BAD_REQUEST, "cancel takes 'target' or 'session', not both");
+    if (has_target) return PE_OK;
+    if (!field(o, "session")) return fail(err, PE_BAD_REQUEST, "missing field 'target' (or 'session')");
+    return get_name(o, "session", r->session, err);
+}
+
+static proto_code decode_session(const msgpack_object *o, const proto_limits *lim, proto_request *r,
+                                 proto_error *err)
+{
+    (void)lim;
+    return get_name(o, "session", r->session, err);
+}
+
+static proto_code decode_fork(const msgpack_object *o, const proto_limits *lim, proto_request *r,
+                              proto_error *err)
+{
+    (void)lim;
+    proto_code c;
+    if ((c = get_name(o, "session", r->session, err))) return c;
+    return get_name(o, "to", r->to, err);
+}
+
+static proto_code decode_import(const msgpack_object *o, const proto_limits *lim, proto_request *r,
+                                proto_error *err)
+{
+    (void)lim;
+    proto_code c;
+    if ((c = get_name(o, "session", r->session, err))) return c;
+    return get_bytes(o, "data", 1, 1, &r->data, &r->data_len, err);
+}
+
+typedef proto_code decoder(const msgpack_object *o, const proto_limits *lim, proto_request *r,
+                           proto_error *err);
+static decoder *const decoders[OP_COUNT] = {
+#define DECODER(E, name, decode, entry, compute, store, spread, nodev) [OP_##E] = decode,
+    LIND_OPS(DECODER)
+#undef DECODER
+};
+
 proto_code proto_decode(const msgpack_object *o, const proto_limits *lim,
                         proto_request *r, proto_error *err)
 {
@@ -387,10 +459,7 @@ proto_code proto_decode(const msgpack_object *o, const proto_limits *lim,
         c = fail(err, PE_BAD_REQUEST, "field 'op' must be a string, got %s", type_name(opv));
         goto out;
     }
-    for (size_t i = 0; i < sizeof ops / sizeof *ops; i++)
-        if (strlen(ops[i].name) == opv->via.str.size &&
-            memcmp(ops[i].name, opv->via.str.ptr, opv->via.str.size) == 0)
-            r->op = ops[i].op;
+    r->op = op_by_name(opv->via.str.ptr, opv->via.str.size);
     if (!r->op) {
         char shown[40];
         size_t n = opv->via.str.size < 32 ? opv->via.str.size : 32;
@@ -404,54 +473,7 @@ proto_code proto_decode(const msgpack_object *o, const proto_limits *lim,
     }
     r->sp = (sampler_params){ .temperature = 0.8f, .top_k = 0, .top_p = 1.0f,
                               .rep_penalty = 1.0f, .rep_window = 64, .seed = 0 };
-    switch (r->op) {
-    case OP_HELLO:
-        c = get_token(o, r, err);
-        break;
-    case OP_LIST: case OP_STATS: case OP_GC:
-        break;
-    case OP_GENERATE:
-        if ((c = get_name(o, "session", r->session, err))) goto out;
-        if ((c = get_bytes(o, "text", 0, 0, &r->text, &r->text_len, err))) goto out;
-        if ((c = get_progress(o, r, err))) goto out;
-        if ((c = get_retry(o, r, err))) goto out;
-        c = decode_generate(o, lim, r, err);
-        break;
-    case OP_APPEND:
-        if ((c = get_name(o, "session", r->session, err))) goto out;
-        if ((c = get_progress(o, r, err))) goto out;
-        if ((c = get_retry(o, r, err))) goto out;
-        c = get_bytes(o, "text", 1, 0, &r->text, &r->text_len, err);
-        break;
-    case OP_CANCEL: {
-        /* by request id on this connection (target), or by session name */
-        int has_target = 0;
-        if ((c = get_uint(o, "target", 0, UINT64_MAX, 0, &r->target, &has_target, err))) goto out;
-        if (has_target && field(o, "session")) {
-            c = fail(err, PE_BAD_REQUEST, "cancel takes 'target' or 'session', not both");
-            goto out;
-        }
-        if (!has_target) {
-            if (!field(o, "session")) {
-                c = fail(err, PE_BAD_REQUEST, "missing field 'target' (or 'session')");
-                goto out;
-            }
-            c = get_name(o, "session", r->session, err);
-        }
-        break;
-    }
-    case OP_INFO: case OP_DELETE: case OP_EXPORT: case OP_UNDO:
-        c = get_name(o, "session", r->session, err);
-        break;
-    case OP_FORK:
-        if ((c = get_name(o, "session", r->session, err))) goto out;
-        c = get_name(o, "to", r->to, err);
-        break;
-    case OP_IMPORT:
-        if ((c = get_name(o, "session", r->session, err))) goto out;
-        c = get_bytes(o, "data", 1, 1, &r->data, &r->data_len, err);
-        break;
-    }
+    c = decoders[r->op](o, lim, r, err);
 out:
     if (c != PE_OK) {
         proto_request_free(r);

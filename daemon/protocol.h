@@ -18,18 +18,11 @@
 #include "recurrent/sampler.h"
 #include "recurrent/stop.h"
 #include "state/store.h"
+#include "daemon/ops.h"   /* proto_op: one row per op */
 
 #define PROTO_VERSION     1
 #define PROTO_ERRMSG      256
 #define PROTO_MAX_TOKEN   255   /* hello's token: --http-token-file's limit */
-
-typedef enum proto_op {
-    OP_HELLO = 1, OP_GENERATE, OP_APPEND, OP_CANCEL, OP_INFO, OP_LIST,
-    OP_DELETE, OP_FORK, OP_EXPORT, OP_IMPORT, OP_STATS,
-    OP_GC,   /* retention: one collection step now (docs/STATE.md) */
-    OP_UNDO, /* a session back to its state before its last turn (docs/PROTOCOL.md) */
-    OP_LAST = OP_UNDO   /* keep it the last op: checks over every op end here */
-} proto_op;
 
 /* Stable error codes; proto_code_name() gives the wire string. */
 typedef enum proto_code {
@@ -43,7 +36,6 @@ typedef enum proto_code {
 } proto_code;
 
 const char *proto_code_name(proto_code c);
-const char *proto_op_name(proto_op op);
 
 /* Server limits the decoder enforces. */
 typedef struct proto_limits {

@@ -1321,149 +1321,165 @@ static void forward(scheduler *S, dmsg *m)
     queue_push(&S->srv->persistq, &m->node);
 }
 
+/* ---- requests: the compute column of daemon/ops.h ---------------------------- */
+
+static void cancel_request(scheduler *S, dmsg *m)
+{
+    proto_request *r = &m->req;
+    /* Room for the answer before anything is cancelled. */
+    outmsg *o = outmsg_new(m->conn);
+    if (!o || evlist_reserve_result(&o->ev, 1, 0) != 0) {
+        outmsg_free(o);
+        reply_error(S, m->conn, r->id, PE_INTERNAL, "out of memory for the answer to '%s'; "
+                    "nothing was cancelled", "cancel");
+        dmsg_free(m);
+        return;
+    }
+    turn *t = NULL;
+    int hit = 0;
+    if (r->session[0]) {   /* by name: the session's turn, from any connection */
+        session *s = session_find(&S->tab, r->session);
+        if (s && s->turn && !s->turn->finished) { cancel_turn(s->turn); hit = 1; }
+        else if (s && s->waiting) { s->waiting->rc = -ECANCELED; hit = 1; }
+    } else if ((t = find_turn(S, m->conn, r->target))) { cancel_turn(t); hit = 1; }
+    else {
+        struct waiting_find f = { m->conn, r->target, NULL };
+        session_foreach(&S->tab, waiting_visit, &f);
+        if (f.hit) { f.hit->rc = -ECANCELED; hit = 1; }
+    }
+    evlist_result_begin(&o->ev, r->id);
+    evlist_put_bool(&o->ev, "cancelled", hit);
+    if (evlist_result_end(&o->ev) != 0) {   /* cannot be: it fits the room reserved */
+        outmsg_free(o);
+        reply_error(S, m->conn, r->id, PE_INTERNAL, "out of memory for the answer to '%s'", "cancel");
+    } else {
+        o->finals = 1;
+        send_out(S, o);
+    }
+    dmsg_free(m);
+}
+
+/* What only this thread knows (resident, busy, the live transcript), for
+ * the store thread's answer. */
+static void info_request(scheduler *S, dmsg *m)
+{
+    proto_request *r = &m->req;
+    session *s = session_find(&S->tab, r->session);
+    if (s) {
+        m->rinfo.resident = s->phase == SESS_READY;
+        m->rinfo.busy = s->busy;
+        m->rinfo.tokens = s->phase == SESS_READY ? session_tokens(s) : 0;
+        m->rinfo.created_ms = s->created_ms;
+        if (s->phase == SESS_READY) {
+            if (transcript_encode(&s->tr, &m->rinfo.transcript, &m->rinfo.transcript_len) != 0) {
+                /* not an empty transcript in the answer: say why there is none */
+                reply_error(S, m->conn, r->id, PE_INTERNAL,
+                            "out of memory encoding the transcript of '%s'", r->session);
+                dmsg_free(m);
+                return;
+            }
+            m->rinfo.seed = s->meta.sampler.p.seed;
+            m->rinfo.chat_template = s->meta.chat_template;
+        }
+    }
+    forward(S, m);
+}
+
+static void undo_request(scheduler *S, dmsg *m)
+{
+    proto_request *r = &m->req;
+    session *s = session_find(&S->tab, r->session);
+    if (s && s->busy) {
+        reply_error(S, m->conn, r->id, PE_BUSY, "session '%s' has a turn in flight", r->session);
+        dmsg_free(m);
+        return;
+    }
+    if (!s || s->phase != SESS_READY || !s->undo_state) {
+        reply_error(S, m->conn, r->id, PE_NOT_FOUND, "session '%s' has nothing to undo: the state "
+                    "before a turn is kept only while the session stays in this daemon's memory, for "
+                    "its last turn (not its first, not after an undo, a restart or an eviction)",
+                    r->session);
+        dmsg_free(m);
+        return;
+    }
+    undo_turn(S, s, m);
+}
+
+static void delete_request(scheduler *S, dmsg *m)
+{
+    proto_request *r = &m->req;
+    session *s = session_find(&S->tab, r->session);
+    if (s && s->busy) {
+        reply_error(S, m->conn, r->id, PE_BUSY, "session '%s' has a turn in flight", r->session);
+        dmsg_free(m);
+        return;
+    }
+    if (s) drop_session(S, s);
+    forward(S, m);
+}
+
+/* fork and import: a session that is resident here already exists; an
+ * import's bytes are checked against the model before the store sees them. */
+static void create_request(scheduler *S, dmsg *m)
+{
+    proto_request *r = &m->req;
+    const char *dst = r->op == OP_FORK ? r->to : r->session;
+    if (session_find(&S->tab, dst)) {
+        reply_error(S, m->conn, r->id, PE_EXISTS, "session '%s' already exists", dst);
+        dmsg_free(m);
+        return;
+    }
+    if (r->op == OP_IMPORT) {
+        store_record rec;
+        char name[STORE_NAME_MAX + 1], err[256];
+        int rc = store_export_decode(r->data, r->data_len, &rec, name, err, sizeof err);
+        state_meta meta;
+        if (rc == 0) rc = state_decode(S->m, rec.state, rec.state_len, &meta, S->raw,
+                                       err, sizeof err);
+        uint64_t held = rc == 0 ? meta.tokens + (meta.pending_token >= 0 ? 1 : 0) : 0;
+        if (rc == 0 && rec.tokens != held) {   /* info and list report the record's count */
+            snprintf(err, sizeof err, "the export records %llu tokens but its state holds %llu",
+                     (unsigned long long)rec.tokens, (unsigned long long)held);
+            rc = -EINVAL;
+        }
+        if (rc != 0) {
+            if (rc == -EINVAL) rc = -EBADMSG;   /* bytes that are not a valid export */
+            send_out(S, outmsg_error(m->conn, r->id, lind_wire_code(rc),
+                                     "cannot import into '%s': %s", r->session, err));
+            dmsg_free(m);
+            return;
+        }
+        m->tokens = rec.tokens;
+    }
+    forward(S, m);
+}
+
+typedef void compute_handler(scheduler *S, dmsg *m);
+static compute_handler *const handlers[OP_COUNT] = {
+#define HANDLER(E, name, decode, entry, compute, store, spread, nodev) [OP_##E] = compute,
+    LIND_OPS(HANDLER)
+#undef HANDLER
+};
+
 static void on_request(scheduler *S, dmsg *m)
 {
     proto_request *r = &m->req;
-    session *s;
     /* A lost device: nothing can run (fail_batch logged it). The store still
      * answers list, export and stats, so sessions can be saved elsewhere
      * (docs/PROTOCOL.md, `unavailable`). */
-    if (model_poisoned(S->m) && r->op != OP_LIST && r->op != OP_EXPORT && r->op != OP_STATS) {
+    if (model_poisoned(S->m) && !op_table[r->op].nodev) {
         reply_error(S, m->conn, r->id, PE_UNAVAILABLE, "the compute device failed (%.400s); restart the server",
                     model_last_error(S->m));
         dmsg_free(m);
         return;
     }
-    switch (r->op) {
-    case OP_GENERATE: case OP_APPEND:
-        start_turn_request(S, m);
-        return;
-    case OP_CANCEL: {
-        /* Room for the answer before anything is cancelled. */
-        outmsg *o = outmsg_new(m->conn);
-        if (!o || evlist_reserve_result(&o->ev, 1, 0) != 0) {
-            outmsg_free(o);
-            reply_error(S, m->conn, r->id, PE_INTERNAL, "out of memory for the answer to '%s'; "
-                        "nothing was cancelled", "cancel");
-            dmsg_free(m);
-            return;
-        }
-        turn *t = NULL;
-        int hit = 0;
-        if (r->session[0]) {   /* by name: the session's turn, from any connection */
-            s = session_find(&S->tab, r->session);
-            if (s && s->turn && !s->turn->finished) { cancel_turn(s->turn); hit = 1; }
-            else if (s && s->waiting) { s->waiting->rc = -ECANCELED; hit = 1; }
-        } else if ((t = find_turn(S, m->conn, r->target))) { cancel_turn(t); hit = 1; }
-        else {
-            struct waiting_find f = { m->conn, r->target, NULL };
-            session_foreach(&S->tab, waiting_visit, &f);
-            if (f.hit) { f.hit->rc = -ECANCELED; hit = 1; }
-        }
-        evlist_result_begin(&o->ev, r->id);
-        evlist_put_bool(&o->ev, "cancelled", hit);
-        if (evlist_result_end(&o->ev) != 0) {   /* cannot be: it fits the room reserved */
-            outmsg_free(o);
-            reply_error(S, m->conn, r->id, PE_INTERNAL, "out of memory for the answer to '%s'", "cancel");
-        } else {
-            o->finals = 1;
-            send_out(S, o);
-        }
+    compute_handler *h = r->op > OP_NONE && r->op < OP_COUNT ? handlers[r->op] : NULL;
+    if (!h) {
+        reply_error(S, m->conn, r->id, PE_INTERNAL, "op '%s' reached the compute thread", op_name(r->op));
         dmsg_free(m);
         return;
     }
-    case OP_INFO:
-        s = session_find(&S->tab, r->session);
-        if (s) {
-            m->rinfo.resident = s->phase == SESS_READY;
-            m->rinfo.busy = s->busy;
-            m->rinfo.tokens = s->phase == SESS_READY ? session_tokens(s) : 0;
-            m->rinfo.created_ms = s->created_ms;
-            if (s->phase == SESS_READY) {
-                if (transcript_encode(&s->tr, &m->rinfo.transcript, &m->rinfo.transcript_len) != 0) {
-                    /* not an empty transcript in the answer: say why there is none */
-                    reply_error(S, m->conn, r->id, PE_INTERNAL,
-                                "out of memory encoding the transcript of '%s'", r->session);
-                    dmsg_free(m);
-                    return;
-                }
-                m->rinfo.seed = s->meta.sampler.p.seed;
-                m->rinfo.chat_template = s->meta.chat_template;
-            }
-        }
-        forward(S, m);
-        return;
-    case OP_UNDO:
-        s = session_find(&S->tab, r->session);
-        if (s && s->busy) {
-            reply_error(S, m->conn, r->id, PE_BUSY, "session '%s' has a turn in flight", r->session);
-            dmsg_free(m);
-            return;
-        }
-        if (!s || s->phase != SESS_READY || !s->undo_state) {
-            reply_error(S, m->conn, r->id, PE_NOT_FOUND, "session '%s' has nothing to undo: the state "
-                        "before a turn is kept only while the session stays in this daemon's memory, for "
-                        "its last turn (not its first, not after an undo, a restart or an eviction)",
-                        r->session);
-            dmsg_free(m);
-            return;
-        }
-        undo_turn(S, s, m);
-        return;
-    case OP_LIST: case OP_EXPORT:
-        /* Through here rather than straight to the store: every request
-         * that reaches the store does so in the order it arrived, so a
-         * `delete` or `fork` before an `export` or `list` is seen by it. */
-        forward(S, m);
-        return;
-    case OP_DELETE:
-        s = session_find(&S->tab, r->session);
-        if (s && s->busy) {
-            reply_error(S, m->conn, r->id, PE_BUSY, "session '%s' has a turn in flight", r->session);
-            dmsg_free(m);
-            return;
-        }
-        if (s) drop_session(S, s);
-        forward(S, m);
-        return;
-    case OP_FORK: case OP_IMPORT: {
-        const char *dst = r->op == OP_FORK ? r->to : r->session;
-        if (session_find(&S->tab, dst)) {
-            reply_error(S, m->conn, r->id, PE_EXISTS, "session '%s' already exists", dst);
-            dmsg_free(m);
-            return;
-        }
-        if (r->op == OP_IMPORT) {
-            store_record rec;
-            char name[STORE_NAME_MAX + 1], err[256];
-            int rc = store_export_decode(r->data, r->data_len, &rec, name, err, sizeof err);
-            state_meta meta;
-            if (rc == 0) rc = state_decode(S->m, rec.state, rec.state_len, &meta, S->raw,
-                                           err, sizeof err);
-            uint64_t held = rc == 0 ? meta.tokens + (meta.pending_token >= 0 ? 1 : 0) : 0;
-            if (rc == 0 && rec.tokens != held) {   /* info and list report the record's count */
-                snprintf(err, sizeof err, "the export records %llu tokens but its state holds %llu",
-                         (unsigned long long)rec.tokens, (unsigned long long)held);
-                rc = -EINVAL;
-            }
-            if (rc != 0) {
-                if (rc == -EINVAL) rc = -EBADMSG;   /* bytes that are not a valid export */
-                send_out(S, outmsg_error(m->conn, r->id, lind_wire_code(rc),
-                                         "cannot import into '%s': %s", r->session, err));
-                dmsg_free(m);
-                return;
-            }
-            m->tokens = rec.tokens;
-        }
-        forward(S, m);
-        return;
-    }
-    default:
-        reply_error(S, m->conn, r->id, PE_INTERNAL, "op '%s' reached the compute thread",
-                    proto_op_name(r->op));
-        dmsg_free(m);
-        return;
-    }
+    h(S, m);
 }
 
 static void on_loaded(scheduler *S, dmsg *m)

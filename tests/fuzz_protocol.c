@@ -28,7 +28,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         proto_error e;
         proto_code c = proto_parse(data + off, (size_t)n, &lim, &r, &e);
         if (c == PE_OK) {
-            if (r.op < OP_HELLO || r.op > OP_LAST) abort();
+            if (r.op <= OP_NONE || r.op > OP_LAST) abort();
             if ((r.op == OP_GENERATE || r.op == OP_APPEND) && store_name_check(r.session, NULL, 0))
                 abort();
             if (r.op == OP_GENERATE && r.max_tokens > lim.max_tokens) abort();
