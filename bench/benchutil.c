@@ -1,5 +1,6 @@
 /* bench/benchutil.c — see benchutil.h. */
 #include "bench/benchutil.h"
+#include "kernels/clock.h"
 
 #include <immintrin.h>
 #include <pthread.h>
@@ -11,12 +12,6 @@
 #include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
-
-double bench_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -137,11 +132,11 @@ static double rb_run(uint64_t *buf, size_t words, int threads, int streams, int 
     for (int pass = 0; pass < passes; pass++) {
         rb_arg a = {buf + part, part, streams, pf, 0}, me = {buf, part, streams, pf, 0};
         pthread_t th;
-        double t0 = bench_now();
+        double t0 = clock_mono_s();
         if (threads == 2 && pthread_create(&th, NULL, rb_thread, &a)) return 0;
         rb_thread(&me);
         if (threads == 2) pthread_join(th, NULL);
-        double dt = bench_now() - t0;
+        double dt = clock_mono_s() - t0;
         uint64_t sum = me.sum + (threads == 2 ? a.sum : 0);
         if (sum != (uint64_t)0x0101010101010101ull * words) fprintf(stderr, "read bandwidth: bad sum\n");
         double gbs = (double)(words * sizeof(uint64_t)) / dt / 1e9;
@@ -316,7 +311,7 @@ double bench_fma_gflops(int threads, int dot, int runs) {
     double best = 0;
     for (int run = 0; run < runs; run++) {
         pthread_t th[64];
-        double io[64], t0 = bench_now();
+        double io[64], t0 = clock_mono_s();
         int n = 0;
         for (; n < threads; n++) {
             io[n] = kind;
@@ -327,7 +322,7 @@ double bench_fma_gflops(int threads, int dot, int runs) {
             pthread_join(th[i], NULL);
             sum += io[i];
         }
-        double g = sum / (bench_now() - t0) / 1e9;
+        double g = sum / (clock_mono_s() - t0) / 1e9;
         if (g > best) best = g;
     }
     return best;

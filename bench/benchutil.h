@@ -1,14 +1,13 @@
 /* bench/benchutil.h — small helpers shared by the benchmark programs
- * (every bench/NAME_bench.c): a monotonic clock, medians, and the header every
- * result starts with (the command line and the machine it ran on). */
+ * (every bench/NAME_bench.c): medians, and the header every result starts
+ * with (the command line and the machine it ran on). Clocks are
+ * kernels/clock.h's. */
 #ifndef LIND_BENCH_BENCHUTIL_H
 #define LIND_BENCH_BENCHUTIL_H
 
 #include <stddef.h>
 #include <stdio.h>
 
-/* Seconds on CLOCK_MONOTONIC. */
-double bench_now(void);
 /* Median of n doubles; sorts v in place. 0 for n = 0. */
 double bench_median(double *v, size_t n);
 /* Write "Command: `argv...`" and one "Machine: ..." line (CPU model, cores

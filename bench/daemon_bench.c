@@ -32,6 +32,7 @@
 
 #include "client/lindclient.h"
 #include "kernels/backend.h"
+#include "kernels/clock.h"
 #include "recurrent/model.h"
 #include "recurrent/sampler.h"
 #include "tests/testmodel.h"
@@ -43,13 +44,6 @@ static int quick;
  * (LIND_CPU_THREADS, LIND_CPU_GEMM; backend_opts_from_env). */
 static backend_opts bench_be;
 static volatile sig_atomic_t daemon_pid;   /* the running lind serve, 0 if none */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* Stop the daemon if one runs and remove everything this program created:
  * the database, its WAL files, the socket, the random model. Only
@@ -160,15 +154,15 @@ static double inproc_rate(int S, double secs)
     double t0 = 0;
     long steps = 0;
     for (int k = 0;; k++) {
-        if (k == 5) t0 = now_s();   /* a few warm-up steps */
+        if (k == 5) t0 = clock_mono_s();   /* a few warm-up steps */
         model_step(m, slots, toks, S, logits);
         for (int b = 0; b < S; b++) {
             toks[b] = sampler_next(&sm[b], logits + (size_t)b * LIND_BYTE_VOCAB, LIND_BYTE_VOCAB, scratch);
             sampler_observe(&sm[b], toks[b]);
         }
-        if (k >= 5 && ++steps >= 20 && now_s() - t0 >= secs) break;
+        if (k >= 5 && ++steps >= 20 && clock_mono_s() - t0 >= secs) break;
     }
-    double rate = (double)S * (double)steps / (now_s() - t0);
+    double rate = (double)S * (double)steps / (clock_mono_s() - t0);
     free(slots); free(toks); free(logits); free(sm);
     model_free(m);
     return rate;
@@ -193,7 +187,7 @@ static run_result daemon_run(int S, int per)
     long *seen = calloc((size_t)S, sizeof(long));
     size_t cap = (size_t)S * (size_t)per, ngaps = 0;
     double *gaps = malloc(sizeof(double) * cap);
-    double t0 = now_s();
+    double t0 = clock_mono_s();
     for (int i = 0; i < S; i++) {
         char name[32];
         snprintf(name, sizeof name, "bench-%d", i);
@@ -215,7 +209,7 @@ static run_result daemon_run(int S, int per)
         if (rc != 0) die("events", lindc_strerror(rc));
         int i = (int)(ev.id - first);
         if (i < 0 || i >= S) continue;
-        double t = now_s();
+        double t = clock_mono_s();
         if (ev.kind == LINDC_EV_TOKEN) {
             double *ring = last + (size_t)i * GAP_WINDOW;
             long k = seen[i]++;
@@ -228,7 +222,7 @@ static run_result daemon_run(int S, int per)
             done++;
         }
     }
-    r.wall_s = now_s() - t0;
+    r.wall_s = clock_mono_s() - t0;
     r.tok_s = (double)r.tokens / r.wall_s;
     qsort(gaps, ngaps, sizeof *gaps, cmpd);
     if (ngaps) {
@@ -260,7 +254,7 @@ static void rss_run(long ntok)
     uint64_t id;
     if (lindc_generate(c, &o, &id) != 0) die("generate", "send failed");
     long got = 0, next_mark = 0, base = -1, maxr = 0, minr = 1L << 40;
-    double t0 = now_s();
+    double t0 = clock_mono_s();
     printf("| tokens streamed | daemon RSS (KiB) | elapsed s |\n|---:|---:|---:|\n");
     for (;;) {
         lindc_event ev;
@@ -269,7 +263,7 @@ static void rss_run(long ntok)
         if (ev.kind == LINDC_EV_TOKEN) got += (long)ev.len;
         if (got >= next_mark || ev.final) {
             long kib = rss_kib(pid);
-            printf("| %ld | %ld | %.1f |\n", got, kib, now_s() - t0);
+            printf("| %ld | %ld | %.1f |\n", got, kib, clock_mono_s() - t0);
             fflush(stdout);
             if (got >= ntok / 10) {   /* after warm-up: buffers at their working size */
                 if (base < 0) base = kib;
@@ -285,7 +279,7 @@ static void rss_run(long ntok)
     }
     printf("\nRSS from 10%% to 100%% of the stream: min %ld KiB, max %ld KiB (spread %ld KiB) "
            "over %ld tokens in %.1f s (%.0f tokens/s).\n\n",
-           minr, maxr, maxr - minr, got, now_s() - t0, (double)got / (now_s() - t0));
+           minr, maxr, maxr - minr, got, clock_mono_s() - t0, (double)got / (clock_mono_s() - t0));
     lindc_free(c);
     stop_daemon(pid);
 }

@@ -34,6 +34,7 @@
 
 #include "bench/benchutil.h"
 #include "bench/softmax_baseline.h"
+#include "kernels/clock.h"
 #include "recurrent/model.h"
 #include "recurrent/sampler.h"
 #include "tests/testmodel.h"
@@ -95,13 +96,13 @@ static void run_recurrent(model *m, long steps, float *times, result *res, int n
     sampler smp;
     sampler_init(&smp, &sp);
     if (model_slots_reserve(m, 1) < 0 || model_slot_reset(m, 0) < 0) die("recurrent", "no slot");
-    double start = bench_now(), next_report = start + 10;
+    double start = clock_mono_s(), next_report = start + 10;
     for (long t = 0; t < steps; t++) {
         for (int i = 0; i < nres; i++)
             if (res[i].n == t && res[i].snap && model_slot_read(m, 0, res[i].snap) < 0) die("recurrent", "slot read");
-        double t0 = bench_now();
+        double t0 = clock_mono_s();
         if (model_step(m, &slot, &tok, 1, logits) < 0) die("recurrent", "model_step failed");
-        double t1 = bench_now();
+        double t1 = clock_mono_s();
         times[t] = (float)(t1 - t0);
         tok = sampler_next(&smp, logits, LIND_BYTE_VOCAB, scratch);
         sampler_observe(&smp, tok);
@@ -130,9 +131,9 @@ static void remeasure(model *m, result *res, int nres, int rounds, int per) {
             if (model_slot_write(m, 0, res[i].snap) < 0) die("remeasure", "slot write");
             for (int k = 0; k < per; k++) {
                 int tok = 32 + (r * per + k) * 37 % 95;
-                double t0 = bench_now();
+                double t0 = clock_mono_s();
                 if (model_step(m, &slot, &tok, 1, logits) < 0) die("remeasure", "model_step failed");
-                v[i][r * per + k] = bench_now() - t0;
+                v[i][r * per + k] = clock_mono_s() - t0;
             }
         }
     for (int i = 0; i < nres; i++) {
@@ -165,9 +166,9 @@ typedef struct sm_run {
 
 /* One timed decode step: feed the pending token, sample the next. */
 static double sm_step(sm_run *r) {
-    double t0 = bench_now();
+    double t0 = clock_mono_s();
     if (smax_step(r->s, r->tok, r->logits) < 0) die("softmax", "smax_step failed");
-    double dt = bench_now() - t0;
+    double dt = clock_mono_s() - t0;
     r->tok = sampler_next(&r->smp, r->logits, LIND_BYTE_VOCAB, r->scratch);
     sampler_observe(&r->smp, r->tok);
     return dt;
@@ -177,9 +178,9 @@ static double sm_step(sm_run *r) {
 static double rec_step(model *m, long k) {
     int slot = 0, tok = 32 + (int)(k * 37 % 95);
     float logits[LIND_BYTE_VOCAB];
-    double t0 = bench_now();
+    double t0 = clock_mono_s();
     if (model_step(m, &slot, &tok, 1, logits) < 0) die("recurrent", "model_step failed");
-    return bench_now() - t0;
+    return clock_mono_s() - t0;
 }
 
 /* Paired measurement: softmax and recurrent steps alternate in blocks of
@@ -197,13 +198,13 @@ static double rec_step(model *m, long k) {
 static double sm_measure(sm_run *r, long W, double budget, int *steps, model *m, const uint8_t *snap,
                          double *rec_us) {
     double *v = malloc(sizeof(double) * (size_t)W), *u = malloc(sizeof(double) * (size_t)(W + 1) * PAIR);
-    double start = bench_now();
+    double start = clock_mono_s();
     if (!v || !u) die("softmax", "out of memory");
     if (snap && model_slot_write(m, 0, snap) < 0) die("recurrent", "slot write");
     long k = 0, nu = 0;
-    while (k < W && (k < 3 || bench_now() - start < budget)) {
-        double b0 = bench_now();
-        for (int j = 0; j < PAIR && k < W && (j == 0 || bench_now() - b0 < 0.01); j++) v[k++] = sm_step(r);
+    while (k < W && (k < 3 || clock_mono_s() - start < budget)) {
+        double b0 = clock_mono_s();
+        for (int j = 0; j < PAIR && k < W && (j == 0 || clock_mono_s() - b0 < 0.01); j++) v[k++] = sm_step(r);
         for (int j = 0; snap && j < PAIR; j++, nu++) u[nu] = rec_step(m, nu);
     }
     *steps = (int)k;
@@ -280,9 +281,9 @@ static void run_softmax(const opts *o, result *res, int nres, const char *dir, m
             x->sm_note = x->sm_note_buf;
             continue;
         }
-        double f0 = bench_now();
+        double f0 = clock_mono_s();
         smax_set_position(r.s, x->n);
-        double fill = bench_now() - f0;
+        double fill = clock_mono_s() - f0;
         x->sm_us = sm_measure(&r, W, 5.0, &x->sm_steps, m, x->snap, &x->rec_pair_us);
         snprintf(x->sm_note_buf, sizeof x->sm_note_buf,
                  "rows %ld..%ld filled from the %ld stepped ones (%.1f s)", P + W, x->n - 1, P + W, fill);
@@ -408,9 +409,9 @@ int main(int argc, char **argv) {
     if (rec_end) {
         times = malloc(sizeof(float) * (size_t)rec_end);
         if (!times) die("recurrent", "out of memory for step times");
-        double t0 = bench_now();
+        double t0 = clock_mono_s();
         run_recurrent(m, rec_end, times, res, nres);
-        rec_total = bench_now() - t0;
+        rec_total = clock_mono_s() - t0;
         for (int i = 0; i < nres; i++)
             if (res[i].n + W <= rec_end) {
                 res[i].rec_us = window_us(times, res[i].n, res[i].n + W, &res[i].rec_mean_us);

@@ -32,18 +32,12 @@
 #include <unistd.h>
 
 #include "client/lindclient.h"
+#include "kernels/clock.h"
 
 static char workdir[256], model_dir[512], sock_path[300], db_path[300], lind_bin[512];
 static char wal_path[320], shm_path[320];
 static int port;
 static volatile sig_atomic_t daemon_pid;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void cleanup(void)
 {
@@ -175,7 +169,7 @@ static run_result socket_run(int S, int per)
     double *ttft = calloc((size_t)S, sizeof *ttft);
     uint64_t st0, tk0, st1, tk1;
     daemon_counts(&st0, &tk0);
-    double t0 = now_s();
+    double t0 = clock_mono_s();
     for (int i = 0; i < S; i++) {
         char name[48];
         snprintf(name, sizeof name, "sock-%ld", ++seq);
@@ -197,14 +191,14 @@ static run_result socket_run(int S, int per)
         int i = (int)(ev.id - ids[0]);
         if (i < 0 || i >= S) continue;
         if (ev.kind == LINDC_EV_TOKEN) {
-            if (!ttft[i]) ttft[i] = now_s() - t0;
+            if (!ttft[i]) ttft[i] = clock_mono_s() - t0;
             r.tokens++;
         } else if (ev.final) {
             if (ev.kind != LINDC_EV_DONE) die("generate", ev.message);
             done++;
         }
     }
-    r.wall = now_s() - t0;
+    r.wall = clock_mono_s() - t0;
     r.tok_s = (double)r.tokens / r.wall;
     daemon_counts(&st1, &tk1);
     r.batch = st1 > st0 ? (double)(tk1 - tk0) / (double)(st1 - st0) : 0;
@@ -231,7 +225,7 @@ static size_t on_data(char *p, size_t sz, size_t n, void *arg)
     size_t len = sz * n;
     if (!s->text_seen && memmem(p, len, "\"text\":\"", 8)) {
         const char *t = memmem(p, len, "\"text\":\"", 8);
-        if (t + 8 < p + len && t[8] != '"') { s->text_seen = 1; s->ttft = now_s() - s->t0; }
+        if (t + 8 < p + len && t[8] != '"') { s->text_seen = 1; s->ttft = clock_mono_s() - s->t0; }
     }
     /* keep the last bytes: the usage chunk is small and comes last */
     if (len >= sizeof s->tail) {
@@ -259,7 +253,7 @@ static run_result http_run(int S, int per)
     struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
     uint64_t st0, tk0, st1, tk1;
     daemon_counts(&st0, &tk0);
-    double t0 = now_s();
+    double t0 = clock_mono_s();
     for (int i = 0; i < S; i++) {
         snprintf(body[i], sizeof body[i], "{\"prompt\":\"The \",\"max_tokens\":%d,\"seed\":%d,"
                  "\"stream\":true,\"stream_options\":{\"include_usage\":true}}", per, i);
@@ -278,7 +272,7 @@ static run_result http_run(int S, int per)
         if (curl_multi_perform(multi, &running) != CURLM_OK) die("curl", "multi_perform failed");
         if (running) curl_multi_poll(multi, NULL, 0, 1000, NULL);
     }
-    double wall = now_s() - t0;
+    double wall = clock_mono_s() - t0;
     r.wall = wall;
     daemon_counts(&st1, &tk1);
     r.batch = st1 > st0 ? (double)(tk1 - tk0) / (double)(st1 - st0) : 0;
@@ -346,7 +340,7 @@ static n_result n_run(int n, int one_request, size_t plen, int max_tokens)
     snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/completions", port);
     struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
     uint64_t fed0 = daemon_fed();
-    double t0 = now_s();
+    double t0 = clock_mono_s();
     for (int i = 0; i < reqs; i++) {
         body[i] = malloc(blen);
         snprintf(body[i], blen, "{\"prompt\":\"%s\",\"max_tokens\":%d,\"temperature\":1,\"seed\":%d,\"n\":%d}",
@@ -364,7 +358,7 @@ static n_result n_run(int n, int one_request, size_t plen, int max_tokens)
         if (curl_multi_perform(multi, &running) != CURLM_OK) die("curl", "multi_perform failed");
         if (running) curl_multi_poll(multi, NULL, 0, 1000, NULL);
     }
-    r.wall = now_s() - t0;
+    r.wall = clock_mono_s() - t0;
     r.fed = daemon_fed() - fed0;
     for (int i = 0; i < reqs; i++) {
         long code = 0;

@@ -35,6 +35,7 @@
 #include <jansson.h>
 
 #include "bench/benchutil.h"
+#include "kernels/clock.h"
 #include "recurrent/jsonfsm.h"
 #include "recurrent/jsonmask.h"
 #include "recurrent/sampler.h"
@@ -46,13 +47,6 @@ static uint64_t lcg(uint64_t *s)
     return *s >> 11;
 }
 static double unif(uint64_t *s) { return (double)lcg(s) * 0x1.0p-53; }
-
-static double cpu_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void fill(float *l, int V, int B, uint64_t seed)
 {
@@ -126,9 +120,9 @@ int main(int argc, char **argv)
     }
     int32_t eos = 0;
     jsonmask_vocab *jv = NULL;
-    double t0 = bench_now();
+    double t0 = clock_mono_s();
     if (jsonmask_vocab_from(V, tb, tl, &eos, 1, &jv, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
-    double index_ms = (bench_now() - t0) * 1e3;
+    double index_ms = (clock_mono_s() - t0) * 1e3;
     json_t *sj = json_loads(SCHEMA, 0, NULL);
     jsonfsm_schema *schema = NULL;
     if (jsonfsm_schema_compile(sj, &schema, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
@@ -161,13 +155,13 @@ int main(int argc, char **argv)
         sampler_set_params(&sm, &p);
         memcpy(logits, pristine, sizeof(float) * (size_t)V * (size_t)B);
         for (int r = 0; r < reps; r++) {
-            double c0 = cpu_now();
+            double c0 = clock_thread_cpu_s();
             for (int k = 0; k < rounds; k++)
                 for (int b = 0; b < B; b++) {
                     int32_t tok = sampler_next(&sm, logits + (size_t)b * V, V, scratch);
                     sampler_observe(&sm, tok);
                 }
-            tm[r] = (cpu_now() - c0) / (rounds * B) * 1e6;
+            tm[r] = (clock_thread_cpu_s() - c0) / (rounds * B) * 1e6;
         }
         double base = bench_median(tm, (size_t)reps);
         for (size_t s = 0; s < sizeof STATES / sizeof STATES[0]; s++) {
@@ -180,7 +174,7 @@ int main(int argc, char **argv)
             jsonmask_allowed(m, &f, &n);   /* warm */
             memcpy(logits, pristine, sizeof(float) * (size_t)V * (size_t)B);   /* unmasked rows again */
             for (int r = 0; r < reps; r++) {
-                double c0 = cpu_now();
+                double c0 = clock_thread_cpu_s();
                 for (int k = 0; k < rounds; k++)
                     for (int b = 0; b < B; b++) {
                         /* the daemon's path (round_once in daemon/scheduler.c) */
@@ -190,18 +184,18 @@ int main(int argc, char **argv)
                         sampler_observe(&sm, tok);
                         sink += tok;
                     }
-                tm[r] = (cpu_now() - c0) / (rounds * B) * 1e6;
+                tm[r] = (clock_thread_cpu_s() - c0) / (rounds * B) * 1e6;
             }
             double masked = bench_median(tm, (size_t)reps);
             for (int r = 0; r < reps; r++) {
                 int cold = rounds < 5 ? rounds : 5;
-                double c0 = cpu_now();
+                double c0 = clock_thread_cpu_s();
                 for (int k = 0; k < cold; k++) {
                     jsonmask_free(m);
                     m = jsonmask_new(jv);
                     jsonmask_allowed(m, &f, &n);
                 }
-                tm[r] = (cpu_now() - c0) / cold * 1e6;
+                tm[r] = (clock_thread_cpu_s() - c0) / cold * 1e6;
             }
             double cold = bench_median(tm, (size_t)reps);
             printf("| %s | %s | %zu | %.2f | %.2f | %+.0f %% | %.0f |\n", SET[set].name, STATES[s].name, n, base,

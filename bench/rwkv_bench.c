@@ -35,6 +35,7 @@
 
 #include "bench/benchutil.h"
 #include "kernels/backend.h"
+#include "kernels/clock.h"
 #include "kernels/half.h"
 #include "recurrent/model.h"
 
@@ -221,10 +222,10 @@ static void measure(const char *dir, lind_dtype dt, lind_compute cm, int quick, 
     double pr[B1_ROUNDS][3];
     for (int rep = 0; rep < rounds; rep++) {
         double g = bench_probe_gbs(probe);
-        double t0 = bench_now();
+        double t0 = clock_mono_s();
         for (int i = 0; i < B1_TOKENS; i++)
             if (model_step(m, &slot, &toks[rep * B1_TOKENS + i], 1, logits) < 0) die("step", "failed");
-        double ms = (bench_now() - t0) * 1e3 / B1_TOKENS, floor = (double)wbytes / (g * 1e9) * 1e3;
+        double ms = (clock_mono_s() - t0) * 1e3 / B1_TOKENS, floor = (double)wbytes / (g * 1e9) * 1e3;
         pr[rep][0] = ms / floor;
         pr[rep][1] = ms;
         pr[rep][2] = floor;
@@ -246,10 +247,10 @@ static void measure(const char *dir, lind_dtype dt, lind_compute cm, int quick, 
         model_step(m, slots, toks, B, logits);
         r->tps[k] = 0;
         for (int rep = 0; rep < reps; rep++) {
-            double t0 = bench_now();
+            double t0 = clock_mono_s();
             for (int s = 0; s < steps; s++)
                 if (model_step(m, slots, toks + s, B, logits) < 0) die("batched step", "failed");
-            double tps = (double)B * steps / (bench_now() - t0);
+            double tps = (double)B * steps / (clock_mono_s() - t0);
             if (tps > r->tps[k]) r->tps[k] = tps;
         }
     }
@@ -261,13 +262,13 @@ static void measure(const char *dir, lind_dtype dt, lind_compute cm, int quick, 
     r->prefill_tps = 0;
     for (int rep = 0; rep < reps; rep++) {
         model_slot_reset(m, 0);
-        double t0 = bench_now();
+        double t0 = clock_mono_s();
         for (int p = 0; p < T; p += chunk) {
             int len = T - p < chunk ? T - p : chunk, last = len - 1;
             if (model_forward(m, slots, toks + p, len, p + len == T ? &last : NULL, p + len == T, logits) < 0)
                 die("prefill", "failed");
         }
-        double tps = T / (bench_now() - t0);
+        double tps = T / (clock_mono_s() - t0);
         if (tps > r->prefill_tps) r->prefill_tps = tps;
     }
     free(logits);
@@ -288,12 +289,12 @@ static double rss_mb(void) {
 }
 
 static void load_only(const char *dir, shape s) {
-    double t0 = bench_now(), rss0 = rss_mb();
+    double t0 = clock_mono_s(), rss0 = rss_mb();
     model *m = NULL;
     char err[512];
     model_opts o = {.backend = "cpu", .weights = LIND_DT_AUTO, .be = &bench_be};
     if (model_load_opts(dir, &o, &m, err, sizeof err) < 0) die("model_load", err);
-    double t_load = bench_now() - t0, rss_load = rss_mb();
+    double t_load = clock_mono_s() - t0, rss_load = rss_mb();
     size_t wbytes;
     model_costs(m, NULL, NULL, &wbytes);
     float *logits = malloc((size_t)model_vocab(m) * sizeof *logits);
@@ -308,13 +309,6 @@ static void load_only(const char *dir, shape s) {
            t_load, (rss_load - rss0) / 1024.0, (rss_step - rss0) / 1024.0);
     free(logits);
     model_free(m);
-}
-
-/* CPU seconds of the whole process (every thread of the pool). */
-static double cpu_now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
 static int cmp_dbl(const void *a, const void *b) {
@@ -350,11 +344,11 @@ static void b1_formats(const char *dir, int quick) {
         for (int i = 0; i < NFMT; i++) {
             int f = (i + rep) % NFMT;
             double g = bench_probe_gbs(probe[f]);
-            double t0 = bench_now(), c0 = cpu_now();
+            double t0 = clock_mono_s(), c0 = clock_cpu_s();
             for (int k = 0; k < tokens; k++)
                 if (model_step(m[f], &slot, &toks[(rep * tokens + k) % 64], 1, logits) < 0) die("step", "failed");
-            double ms = (bench_now() - t0) * 1e3 / tokens, floor = (double)wb[f] / (g * 1e9) * 1e3;
-            pr[rep][f][3] = (cpu_now() - c0) * 1e3 / tokens;
+            double ms = (clock_mono_s() - t0) * 1e3 / tokens, floor = (double)wb[f] / (g * 1e9) * 1e3;
+            pr[rep][f][3] = (clock_cpu_s() - c0) * 1e3 / tokens;
             pr[rep][f][0] = ms / floor;
             pr[rep][f][1] = ms;
             pr[rep][f][2] = floor;

@@ -31,6 +31,7 @@
 #include <time.h>
 
 #include "bench/benchutil.h"
+#include "kernels/clock.h"
 #include "recurrent/sampler.h"
 
 #define MAXV 8
@@ -58,12 +59,6 @@ static void fill(float *l, int V, int B, int peaked, uint64_t seed) {
         }
     }
     free(perm);
-}
-
-static double cpu_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 typedef struct setting {
@@ -149,14 +144,14 @@ int main(int argc, char **argv) {
                         p.seed = (uint64_t)(b + 1);
                         sampler_init(&sm[b], &p);
                     }
-                    double t0 = cpu_now();
+                    double t0 = clock_thread_cpu_s();
                     for (int i = 0; i < R; i++)
                         for (int b = 0; b < B; b++) {
                             int tok = sampler_next(&sm[b], l + (size_t)b * V, V, scratch);
                             sampler_observe(&sm[b], tok);
                             sink += tok;
                         }
-                    t[r] = (cpu_now() - t0) / ((double)R * B) * 1e6;
+                    t[r] = (clock_thread_cpu_s() - t0) / ((double)R * B) * 1e6;
                 }
                 printf("%.2f | ", bench_median(t, (size_t)nrep));
                 if (sink < 0) printf("?");

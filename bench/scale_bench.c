@@ -44,6 +44,7 @@
 #include "client/lindclient.h"
 #include "daemon/lease.h"
 #include "kernels/backend.h"
+#include "kernels/clock.h"
 #include "recurrent/model.h"
 #include "state/store.h"
 #include "tests/pgserver.h"
@@ -61,13 +62,6 @@ static char pg_why[600];
 static pid_t nodes[MAX_NODES];
 static size_t state_bytes;
 static uint8_t *blob, tr[4096];
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void stop_nodes(void)
 {
@@ -160,40 +154,40 @@ static store_row store_run(int pgkind)
         if (store_save_versioned(s, &rc, &ver[i], 1, "bench", res, err, sizeof err) != 0) die("save", err);
         ver[i] = res[0].version;
     }
-    double t0 = now_s();
+    double t0 = clock_mono_s();
     for (int i = 0; i < n; i++) {
         store_record rc = rec_of(names[i]);
-        double a = now_s();
+        double a = clock_mono_s();
         if (store_save_versioned(s, &rc, &ver[i], 1, "bench", res, err, sizeof err) != 0) die("save", err);
-        t[i] = (now_s() - a) * 1e3;
+        t[i] = (clock_mono_s() - a) * 1e3;
         ver[i] = res[0].version;
     }
-    r.saves1 = n / (now_s() - t0);
+    r.saves1 = n / (clock_mono_s() - t0);
     r.save_ms = median(t, n);
-    t0 = now_s();
+    t0 = clock_mono_s();
     for (int i = 0; i + 8 <= n; i += 8) {
         store_record rc[8];
         for (int j = 0; j < 8; j++) rc[j] = rec_of(names[i + j]);
         if (store_save_versioned(s, rc, &ver[i], 8, "bench", res, err, sizeof err) != 0) die("save8", err);
         for (int j = 0; j < 8; j++) ver[i + j] = res[j].version;
     }
-    r.saves8 = (n / 8 * 8) / (now_s() - t0);
+    r.saves8 = (n / 8 * 8) / (clock_mono_s() - t0);
     /* resume on a node that does not hold the lease yet: acquire + load */
     for (int i = 0; i < n; i++) store_lease_release(s, names[i], "bench", err, sizeof err);
     for (int i = 0; i < n; i++) {
         store_loaded ld;
-        double a = now_s();
+        double a = clock_mono_s();
         if (store_lease_acquire(s, names[i], "bench2", 600000, &l, err, sizeof err) != 0) die("acquire", err);
         if (store_load(s, names[i], &ld, err, sizeof err) != 0) die("load", err);
-        t[i] = (now_s() - a) * 1e3;
+        t[i] = (clock_mono_s() - a) * 1e3;
         store_loaded_free(&ld);
     }
     r.resume_ms = median(t, n);
     for (int i = 0; i < n; i++) {
         store_loaded ld;
-        double a = now_s();
+        double a = clock_mono_s();
         if (store_load(s, names[i], &ld, err, sizeof err) != 0) die("load", err);
-        t[i] = (now_s() - a) * 1e3;
+        t[i] = (clock_mono_s() - a) * 1e3;
         store_loaded_free(&ld);
     }
     r.load_ms = median(t, n);
@@ -217,12 +211,12 @@ static void *saver_main(void *arg)
     store_record rc = rec_of(name);
     if (store_save_versioned(s, &rc, &ver, 1, "bench", &res, err, sizeof err) != 0) die("save", err);
     ver = res.version;
-    double t0 = now_s();
+    double t0 = clock_mono_s();
     for (int i = 0; i < sv->n; i++) {
         if (store_save_versioned(s, &rc, &ver, 1, "bench", &res, err, sizeof err) != 0) die("save", err);
         ver = res.version;
     }
-    sv->secs = now_s() - t0;
+    sv->secs = clock_mono_s() - t0;
     store_close(s);
     return NULL;
 }
@@ -238,13 +232,13 @@ static double pool_rate(int k)
     pthread_t th[8];
     saver sv[8];
     int per = quick ? 100 : 400;
-    double t0 = now_s();
+    double t0 = clock_mono_s();
     for (int i = 0; i < k; i++) {
         sv[i] = (saver){ .path = path, .idx = i, .n = per };
         pthread_create(&th[i], NULL, saver_main, &sv[i]);
     }
     for (int i = 0; i < k; i++) pthread_join(th[i], NULL);
-    return (double)(per * k) / (now_s() - t0);
+    return (double)(per * k) / (clock_mono_s() - t0);
 }
 
 /* ---- leases (--leases) ---------------------------------------------------------
@@ -270,13 +264,6 @@ typedef struct thief {
     uint64_t taken;
     char err[256];
 } thief;
-
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 #define PG_NOW_SQL "(extract(epoch from clock_timestamp()) * 1000)::bigint"
 
@@ -322,7 +309,7 @@ static lease_row lease_run(int n, int ttl_ms, size_t chunk, double secs)
     lease_set ls;
     if (lease_set_init(&ls, "bench", ttl_ms) != 0) die("lease_set_init", "out of memory");
     ls.chunk = chunk;
-    uint64_t period = (uint64_t)ttl_ms * 1000000ull / 3, t0 = mono_ns();
+    uint64_t period = (uint64_t)ttl_ms * 1000000ull / 3, t0 = clock_mono_ns();
     for (int i = 0; i < n; i++) {
         char name[32];
         snprintf(name, sizeof name, "sess-%d", i);
@@ -335,16 +322,16 @@ static lease_row lease_run(int n, int ttl_ms, size_t chunk, double secs)
     pthread_create(&tid, NULL, thief_main, &th);
     uint64_t end = t0 + (uint64_t)(secs * 1e9), now;
     double longest = 0;
-    while ((now = mono_ns()) < end) {
+    while ((now = clock_mono_ns()) < end) {
         int ms = lease_set_renew(&ls, s, now, NULL, NULL);
-        double took = (double)(mono_ns() - now) / 1e6;
+        double took = (double)(clock_mono_ns() - now) / 1e6;
         if (took > longest) longest = took;
         if (ms < 0) break;   /* every lease lost */
-        uint64_t wake = now + (uint64_t)ms * 1000000ull, at = mono_ns();
+        uint64_t wake = now + (uint64_t)ms * 1000000ull, at = clock_mono_ns();
         if (wake > end) wake = end;
         if (wake > at) usleep((useconds_t)((wake - at) / 1000));
     }
-    row.secs = (double)(mono_ns() - t0) / 1e9;   /* a long last round may overrun */
+    row.secs = (double)(clock_mono_ns() - t0) / 1e9;   /* a long last round may overrun */
     th.stop = 1;
     pthread_join(tid, NULL);
     if (th.err[0]) die("the other node", th.err);
@@ -441,7 +428,7 @@ static double nodes_run(int k, const char *db, int S, int per)
         if (lindc_connect(&c[i], sock, err, sizeof err) != 0) die("connect", err);
     }
     long tokens = 0;
-    double t0 = now_s();
+    double t0 = clock_mono_s();
     for (int turn = 0; turn < 2; turn++) {
         int pending[MAX_NODES] = {0};
         for (int s = 0; s < S; s++) {
@@ -472,7 +459,7 @@ static double nodes_run(int k, const char *db, int S, int per)
                 }
             }
     }
-    double rate = (double)tokens / (now_s() - t0);
+    double rate = (double)tokens / (clock_mono_s() - t0);
     for (int i = 0; i < k; i++) lindc_free(c[i]);
     stop_nodes();
     return rate;

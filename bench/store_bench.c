@@ -24,6 +24,7 @@
  * The 12-layer re-feed is measured over 500 tokens (300 with --quick) and
  * scaled: a recurrent step costs the same at every position. */
 #include "kernels/backend.h"
+#include "kernels/clock.h"
 #include "tests/pgserver.h"
 #include "tests/testmodel.h"
 #include "state/format.h"
@@ -36,13 +37,6 @@
 #include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void die(const char *what, const char *err)
 {
@@ -152,20 +146,20 @@ static timings time_save_load(bench_model *b)
     uint8_t *blob;
     size_t len;
     for (int i = 0; i < reps; i++) {
-        double t0 = now_s();
+        double t0 = clock_mono_s();
         if (state_encode(b->m, &b->meta, b->raw, &blob, &len, err, sizeof err) < 0)
             die("state_encode", err);
-        t[i] = now_s() - t0;
+        t[i] = clock_mono_s() - t0;
         free(blob);
     }
     r.encode_ms = 1e3 * median(t, reps);
     uint8_t *out = malloc(b->state_bytes);
     state_meta mt;
     for (int i = 0; i < reps; i++) {
-        double t0 = now_s();
+        double t0 = clock_mono_s();
         if (state_decode(b->m, b->blob, b->blob_bytes, &mt, out, err, sizeof err) < 0)
             die("state_decode", err);
-        t[i] = now_s() - t0;
+        t[i] = clock_mono_s() - t0;
     }
     r.decode_ms = 1e3 * median(t, reps);
 
@@ -176,27 +170,27 @@ static timings time_save_load(bench_model *b)
          * state, and SQLite skips rewriting pages whose bytes are equal. */
         int slot = 0, tok = 'a' + i % 26;
         model_step(b->m, &slot, &tok, 1, NULL);
-        double t0 = now_s();
+        double t0 = clock_mono_s();
         model_slot_read(b->m, 0, b->raw);
         if (state_encode(b->m, &b->meta, b->raw, &blob, &len, err, sizeof err) < 0)
             die("state_encode", err);
         store_record rec = { "bench", blob, len, tail, sizeof tail, b->meta.tokens };
         if (store_save(s, &rec, 1, err, sizeof err) < 0)
             die("store_save", err);
-        t[i] = now_s() - t0;
+        t[i] = clock_mono_s() - t0;
         free(blob);
     }
     r.save_ms = 1e3 * median(t, reps);
     /* A load: read the row, decode, write the slot. */
     for (int i = 0; i < reps; i++) {
-        double t0 = now_s();
+        double t0 = clock_mono_s();
         store_loaded l;
         if (store_load(s, "bench", &l, err, sizeof err) < 0)
             die("store_load", err);
         if (state_decode(b->m, l.state, l.state_len, &mt, out, err, sizeof err) < 0)
             die("state_decode", err);
         model_slot_write(b->m, 1, out);
-        t[i] = now_s() - t0;
+        t[i] = clock_mono_s() - t0;
         store_loaded_free(&l);
     }
     r.load_ms = 1e3 * median(t, reps);
@@ -225,7 +219,7 @@ static double grouped_rate(bench_model *b, int g, store_sync sync)
     double t0 = 0;
     for (int round = 0; round < 2; round++) {
         if (round == 1)
-            t0 = now_s();
+            t0 = clock_mono_s();
         for (int done = 0; done < total; done += g) {
             for (int i = 0; i < g; i++) {
                 for (size_t k = (size_t)(done + i) % 512; k < b->blob_bytes; k += 512)
@@ -237,7 +231,7 @@ static double grouped_rate(bench_model *b, int g, store_sync sync)
                 die("store_save", err);
         }
     }
-    double el = now_s() - t0;
+    double el = clock_mono_s() - t0;
     store_close(s);
     for (int i = 0; i < g; i++)
         free(blobs[i]);
@@ -282,9 +276,9 @@ static void time_resume(bench_model *b, const long *hist, int nh, long cap, resu
     for (int k = 0; k < nh; k++) {
         resume *r = &out[k];
         long target = cap > 0 && hist[k] > cap ? cap : hist[k];
-        double t0 = now_s();
+        double t0 = clock_mono_s();
         feed_range(b->m, 0, fed, target);
-        elapsed += now_s() - t0;
+        elapsed += clock_mono_s() - t0;
         fed = target;
         r->history = hist[k];
         r->tokens_measured = target;
@@ -301,14 +295,14 @@ static void time_resume(bench_model *b, const long *hist, int nh, long cap, resu
             die("store_save", err);
         double t[20];
         for (int i = 0; i < 20; i++) {
-            double a = now_s();
+            double a = clock_mono_s();
             store_loaded l;
             if (store_load(s, "history", &l, err, sizeof err) < 0)
                 die("store_load", err);
             if (state_decode(b->m, l.state, l.state_len, &mt, res, err, sizeof err) < 0)
                 die("state_decode", err);
             model_slot_write(b->m, 1, res);
-            t[i] = now_s() - a;
+            t[i] = clock_mono_s() - a;
             store_loaded_free(&l);
         }
         r->resume_ms = 1e3 * median(t, 20);

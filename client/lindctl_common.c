@@ -2,6 +2,7 @@
  * with a clear message, mapping server error codes to exit statuses,
  * msgpack → JSON, UTF-8 cutting, number parsing, Ctrl-C. */
 #include "client/lindctl.h"
+#include "recurrent/bytebuf.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -351,26 +352,21 @@ int ctl_read_file(const char *path, uint8_t **out, size_t *len)
 {
     int fd = strcmp(path, "-") ? open(path, O_RDONLY | O_CLOEXEC) : 0;
     if (fd < 0) return -errno;
-    size_t cap = 1 << 16, n = 0;
-    uint8_t *buf = malloc(cap);
+    bytebuf b = {0};
     int rc = 0;
     for (;;) {
-        if (!buf) { rc = -ENOMEM; break; }
-        if (n == cap) {
-            uint8_t *p = realloc(buf, cap *= 2);
-            if (!p) { rc = -ENOMEM; break; }
-            buf = p;
-        }
-        ssize_t got = read(fd, buf + n, cap - n);
+        if (bytebuf_reserve(&b, 1 << 16)) { rc = -ENOMEM; break; }
+        ssize_t got = read(fd, b.p + b.n, b.cap - 1 - b.n);
         if (got < 0 && errno == EINTR) continue;
         if (got < 0) { rc = -errno; break; }
         if (got == 0) break;
-        n += (size_t)got;
+        b.n += (size_t)got;
+        b.p[b.n] = 0;
     }
     if (fd) close(fd);
-    if (rc) { free(buf); return rc; }
-    *out = buf;
-    *len = n;
+    if (rc) { bytebuf_free(&b); return rc; }
+    *out = (uint8_t *)b.p;
+    *len = b.n;
     return 0;
 }
 

@@ -47,28 +47,6 @@ static void usage(FILE *f)
             STOP_MAX);
 }
 
-/* Read all of stdin into a malloc'd buffer; NULL on failure. */
-static char *read_stdin(size_t *len)
-{
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (!buf) return NULL;
-        if (n == cap) {
-            char *p = realloc(buf, cap *= 2);
-            if (!p) { free(buf); return NULL; }
-            buf = p;
-        }
-        ssize_t got = read(0, buf + n, cap - n);
-        if (got < 0 && errno == EINTR) continue;
-        if (got < 0) { free(buf); return NULL; }
-        if (got == 0) break;
-        n += (size_t)got;
-    }
-    *len = n;
-    return buf;
-}
-
 typedef struct gen_state {
     int json, verbose;
     unsigned char pend[8];   /* --json: bytes of an unfinished UTF-8 character */
@@ -219,9 +197,9 @@ int cmd_generate(const ctl_opts *g0, int argc, char **argv)
     char *owned = NULL;
     if (nargs == 2) {
         if (!strcmp(argv[optind + 1], "-")) {
-            owned = read_stdin(&o.text_len);
-            if (!owned) {
-                fprintf(stderr, "lindctl: cannot read the text from stdin: %s\n", strerror(errno));
+            int rc = ctl_read_file("-", (uint8_t **)&owned, &o.text_len);
+            if (rc) {
+                fprintf(stderr, "lindctl: cannot read the text from stdin: %s\n", strerror(-rc));
                 return EXIT_LOCAL_FILE;
             }
             o.text = owned;

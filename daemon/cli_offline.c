@@ -882,11 +882,7 @@ static int tokenize_file(const tokenizer *t, const char *file, int decode, int l
     }
     int rc = 0;
     if (decode) {
-        unsigned char *z = realloc(text, len + 1);   /* NUL-terminated for strtol */
-        if (!z) { free(text); fprintf(stderr, "lind tokenize: out of memory\n"); return 1; }
-        text = z;
-        text[len] = 0;
-        char *p = (char *)text, *end;
+        char *p = (char *)text, *end;   /* NUL-terminated for strtol (file_read) */
         for (;;) {
             while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r') p++;
             if (!*p) break;

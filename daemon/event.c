@@ -14,7 +14,7 @@ void evlist_init(evlist *l)
 void evlist_free(evlist *l)
 {
     free(l->v);
-    free(l->arena);
+    bytebuf_free(&l->arena);
     free(l->f);
     memset(l, 0, sizeof *l);
 }
@@ -29,15 +29,7 @@ int evlist_reserve(evlist *l, size_t events, size_t bytes)
         l->v = nv;
         l->cap = nc;
     }
-    if (l->arena_len + bytes > l->arena_cap) {
-        size_t nc = l->arena_cap ? l->arena_cap : 256;
-        while (nc < l->arena_len + bytes) nc *= 2;
-        uint8_t *na = realloc(l->arena, nc);
-        if (!na) return -ENOMEM;
-        l->arena = na;
-        l->arena_cap = nc;
-    }
-    return 0;
+    return bytes ? bytebuf_reserve(&l->arena, bytes) : 0;   /* an empty arena stays unallocated */
 }
 
 /* A new event with n bytes copied into the arena (NULL: out of memory). */
@@ -50,22 +42,14 @@ static event *push(evlist *l, ev_kind kind, uint64_t id, const void *bytes, size
         l->v = nv;
         l->cap = nc;
     }
-    if (l->arena_len + n > l->arena_cap) {
-        size_t nc = l->arena_cap ? 2 * l->arena_cap : 256;
-        while (nc < l->arena_len + n) nc *= 2;
-        uint8_t *na = realloc(l->arena, nc);
-        if (!na) return NULL;
-        l->arena = na;
-        l->arena_cap = nc;
-    }
+    if (n && bytebuf_reserve(&l->arena, n)) return NULL;
     event *e = &l->v[l->n++];
     memset(e, 0, sizeof *e);
     e->kind = kind;
     e->id = id;
-    e->off = l->arena_len;
+    e->off = l->arena.n;
     e->len = n;
-    if (n) memcpy(l->arena + l->arena_len, bytes, n);
-    l->arena_len += n;
+    if (n) bytebuf_put(&l->arena, bytes, n);   /* cannot fail: reserved */
     return e;
 }
 
@@ -85,25 +69,21 @@ int evlist_token_lp(evlist *l, uint64_t id, const uint8_t *bytes, size_t n, floa
     e->has_lp = 1;
     e->lp = lp;
     e->ntop = ntop;
-    e->lp_off = l->arena_len;
+    e->lp_off = l->arena.n;
     e->lp_len = extra;
-    if (!extra) return 0;   /* no alternatives (the arena may be unallocated yet) */
-    uint8_t *w = l->arena + l->arena_len;
-    for (uint32_t i = 0; i < ntop; i++) {
+    for (uint32_t i = 0; i < ntop; i++) {   /* none fails: reserved */
         uint16_t k = (uint16_t)(top[i].len > 65535 ? 65535 : top[i].len);
-        memcpy(w, &top[i].lp, sizeof(float));
-        memcpy(w + sizeof(float), &k, 2);
-        if (k) memcpy(w + sizeof(float) + 2, top[i].bytes, k);
-        w += sizeof(float) + 2 + k;
+        bytebuf_put(&l->arena, &top[i].lp, sizeof(float));
+        bytebuf_put(&l->arena, &k, 2);
+        bytebuf_put(&l->arena, top[i].bytes, k);
     }
-    l->arena_len += extra;
     return 0;
 }
 
 ev_top event_top(const evlist *l, const event *e, uint32_t i)
 {
     ev_top t = { 0, NULL, 0 };
-    const uint8_t *r = l->arena + e->lp_off, *end = r + e->lp_len;
+    const uint8_t *r = (const uint8_t *)l->arena.p + e->lp_off, *end = r + e->lp_len;
     for (uint32_t k = 0; k <= i && k < e->ntop && r + sizeof(float) + 2 <= end; k++) {
         uint16_t len;
         memcpy(&t.lp, r, sizeof(float));
@@ -172,14 +152,7 @@ static int grow_fields(evlist *l, size_t more)
 
 static int grow_arena(evlist *l, size_t bytes)
 {
-    if (l->arena_len + bytes <= l->arena_cap) return 0;
-    size_t nc = l->arena_cap ? 2 * l->arena_cap : 256;
-    while (nc < l->arena_len + bytes) nc *= 2;
-    uint8_t *na = realloc(l->arena, nc);
-    if (!na) return -ENOMEM;
-    l->arena = na;
-    l->arena_cap = nc;
-    return 0;
+    return bytes ? bytebuf_reserve(&l->arena, bytes) : 0;
 }
 
 int evlist_reserve_result(evlist *l, size_t fields, size_t bytes)
@@ -214,7 +187,7 @@ int evlist_result_begin(evlist *l, uint64_t id)
     if (l->depth) return -EINVAL;
     l->mark_n = l->n;
     l->mark_nf = l->nf;
-    l->mark_arena = l->arena_len;
+    l->mark_arena = l->arena.n;
     l->rfail = 0;
     l->depth = 1;
     l->open[0] = l->nf;
@@ -267,10 +240,9 @@ static int put_span(evlist *l, const char *key, ev_vtype type, const void *p, si
     if (grow_arena(l, n) != 0) { l->rfail = -ENOMEM; return l->rfail; }
     ev_field *f = add(l, key, type);
     if (!f) return put_rc(l);
-    f->v.s.off = l->arena_len;
+    f->v.s.off = l->arena.n;
     f->v.s.len = n;
-    if (n) memcpy(l->arena + l->arena_len, p, n);
-    l->arena_len += n;
+    if (n) bytebuf_put(&l->arena, p, n);   /* cannot fail: grown above */
     return 0;
 }
 
@@ -319,11 +291,12 @@ int evlist_result_end(evlist *l)
     if (rc) {   /* as if it had never begun */
         l->n = l->mark_n;
         l->nf = l->mark_nf;
-        l->arena_len = l->mark_arena;
+        l->arena.n = l->mark_arena;
+        if (l->arena.p) l->arena.p[l->arena.n] = 0;
     } else {
         while (l->depth > 0) l->f[l->open[--l->depth]].end = l->nf;
         event *e = &l->v[l->mark_n];
-        e->len = l->arena_len - e->off;   /* its strings, for event_msgpack_bound */
+        e->len = l->arena.n - e->off;   /* its strings, for event_msgpack_bound */
     }
     l->depth = 0;
     l->rfail = 0;

@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <msgpack.h>
 #include "daemon/protocol.h"
+#include "recurrent/bytebuf.h"
 
 typedef enum ev_kind {
     EV_TOKEN = 1,   /* bytes: one sampled token's bytes (may be a partial UTF-8 sequence) */
@@ -90,8 +91,7 @@ typedef struct ev_top {
 typedef struct evlist {
     event   *v;
     size_t   n, cap;
-    uint8_t *arena;
-    size_t   arena_len, arena_cap;
+    bytebuf  arena;           /* the events' and fields' variable bytes */
     ev_field *f;              /* result fields, all results of the list */
     size_t   nf, fcap;
     /* the result being built (evlist_result_begin .. _end) */
@@ -160,13 +160,13 @@ const ev_field *event_result_field(const evlist *l, const event *e, const char *
 static inline const uint8_t *ev_field_bytes(const evlist *l, const ev_field *f)
 {
     static const uint8_t none[1];
-    return l->arena ? l->arena + f->v.s.off : none;
+    return l->arena.p ? (const uint8_t *)l->arena.p + f->v.s.off : none;
 }
 /* The event's bytes (token, message, stop string); never NULL. */
 static inline const uint8_t *event_bytes(const evlist *l, const event *e)
 {
     static const uint8_t none[1];   /* no event of the list has bytes yet */
-    return l->arena ? l->arena + e->off : none;
+    return l->arena.p ? (const uint8_t *)l->arena.p + e->off : none;
 }
 /* Does this event end its request? */
 static inline int event_is_final(const event *e)

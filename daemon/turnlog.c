@@ -69,9 +69,9 @@ void turnlog_init(turnlog *t)
 
 void turnlog_free(turnlog *t)
 {
-    free(t->bytes);
+    bytebuf_free(&t->bytes);
     free(t->lens);
-    free(t->lp);
+    bytebuf_free(&t->lp);
     memset(t, 0, sizeof *t);
 }
 
@@ -85,32 +85,14 @@ int turnlog_token(turnlog *t, const uint8_t *b, size_t n)
         t->lens = nl;
         t->ncap = nc;
     }
-    if (t->len + n > t->cap) {
-        size_t nc = t->cap ? t->cap : 256;
-        while (nc < t->len + n) nc *= 2;
-        uint8_t *nb = realloc(t->bytes, nc);
-        if (!nb) { t->failed = 1; return -ENOMEM; }
-        t->bytes = nb;
-        t->cap = nc;
-    }
-    if (n) memcpy(t->bytes + t->len, b, n);
-    t->len += n;
+    if (bytebuf_put(&t->bytes, b, n)) { t->failed = 1; return -ENOMEM; }
     t->lens[t->n++] = (uint32_t)n;
     return 0;
 }
 
 static int lp_put(turnlog *t, const void *p, size_t n)
 {
-    if (t->lp_len + n > t->lp_cap) {
-        size_t nc = t->lp_cap ? t->lp_cap : 256;
-        while (nc < t->lp_len + n) nc *= 2;
-        uint8_t *nb = realloc(t->lp, nc);
-        if (!nb) { t->failed = 1; return -ENOMEM; }
-        t->lp = nb;
-        t->lp_cap = nc;
-    }
-    memcpy(t->lp + t->lp_len, p, n);
-    t->lp_len += n;
+    if (bytebuf_put(&t->lp, p, n)) { t->failed = 1; return -ENOMEM; }
     return 0;
 }
 
@@ -161,7 +143,7 @@ int turnlog_encode(const turnlog *t, uint64_t params_hash, int is_append, int ca
     while (code < N_REASONS && strcmp(reasons[code], d->reason)) code++;
     if (code == N_REASONS) return -EINVAL;
     size_t stop_len = d->stop ? d->stop_len : 0;
-    size_t n = FIXED + stop_len + 4 * t->n + t->len + (t->has_lp ? t->lp_len : 0);
+    size_t n = FIXED + stop_len + 4 * t->n + t->bytes.n + (t->has_lp ? t->lp.n : 0);
     uint8_t *b = malloc(n), *p = b;
     if (!b) return -ENOMEM;
     memcpy(p, "LTR1", 4); p += 4;
@@ -186,9 +168,9 @@ int turnlog_encode(const turnlog *t, uint64_t params_hash, int is_append, int ca
     }
     le_put32(p, (uint32_t)t->n); p += 4;
     for (size_t i = 0; i < t->n; i++, p += 4) le_put32(p, t->lens[i]);
-    if (t->len) memcpy(p, t->bytes, t->len);
-    p += t->len;
-    if (t->has_lp && t->lp_len) memcpy(p, t->lp, t->lp_len);
+    if (t->bytes.n) memcpy(p, t->bytes.p, t->bytes.n);
+    p += t->bytes.n;
+    if (t->has_lp && t->lp.n) memcpy(p, t->lp.p, t->lp.n);
     *out = b;
     *len = n;
     return 0;

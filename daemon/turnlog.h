@@ -27,11 +27,12 @@
 #include <stdint.h>
 #include "daemon/event.h"
 #include "daemon/protocol.h"
+#include "recurrent/bytebuf.h"
 
 typedef struct turnlog {
-    uint8_t  *bytes;  size_t len, cap;    /* token events' bytes, concatenated */
+    bytebuf   bytes;                      /* token events' bytes, concatenated */
     uint32_t *lens;   size_t n, ncap;     /* each event's length */
-    uint8_t  *lp;     size_t lp_len, lp_cap;   /* logprobs section (format above), when has_lp */
+    bytebuf   lp;                         /* logprobs section (format above), when has_lp */
     int       has_lp;                     /* the turn asked for logprobs: every token has its record */
     int       failed;                     /* out of memory: the record is incomplete */
 } turnlog;

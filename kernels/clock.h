@@ -1,9 +1,9 @@
 /* kernels/clock.h — the project's one clock, for every layer (kernels is
  * the lowest): monotonic time for durations and deadlines, wall time for
  * what is stored or shown (timestamps, ages, leases' expiry as the
- * database sees it), and the process's CPU time for rates that must not
- * drop when other jobs take the CPUs. Header-only: each is one
- * clock_gettime. */
+ * database sees it), and the process's (or one thread's) CPU time for
+ * rates that must not drop when other jobs take the CPUs. Header-only: each
+ * is one clock_gettime. */
 #ifndef LIND_KERNELS_CLOCK_H
 #define LIND_KERNELS_CLOCK_H
 
@@ -34,6 +34,15 @@ static inline double clock_cpu_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* CPU seconds of the calling thread alone (single-threaded measurements
+ * that other threads' work must not inflate). */
+static inline double clock_thread_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 

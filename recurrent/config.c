@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "recurrent/bytebuf.h"
 #include "recurrent/errmsg.h"
 #include "recurrent/hf_mamba2.h"
 #include "recurrent/hf_rwkv4.h"
@@ -221,23 +222,18 @@ static int parse_native(json_t *root, const char *path, lind_config *c, char *er
 
 char *config_quote_nonfinite(const char *text, size_t len, size_t *outlen) {
     static const char *const tok[] = {"-Infinity", "Infinity", "NaN"};
-    char *o = malloc(len + len / 4 + 16), *p = o;
-    size_t cap = len + len / 4 + 16;
-    if (!o) return NULL;
-    int in_str = 0;
-    for (size_t i = 0; i < len;) {
-        if ((size_t)(p - o) + 16 > cap) {
-            size_t at = (size_t)(p - o);
-            char *n = realloc(o, cap *= 2);
-            if (!n) { free(o); return NULL; }
-            o = n;
-            p = o + at;
-        }
+    bytebuf o = {0};
+    int rc = bytebuf_reserve(&o, len + len / 4 + 16), in_str = 0;
+    for (size_t i = 0; i < len && !rc;) {
         char ch = text[i];
         if (in_str) {
-            *p++ = ch;
-            if (ch == '\\' && i + 1 < len) *p++ = text[++i];
-            else if (ch == '"') in_str = 0;
+            if (ch == '\\' && i + 1 < len) {
+                rc = bytebuf_put(&o, text + i, 2);
+                i += 2;
+                continue;
+            }
+            if (ch == '"') in_str = 0;
+            rc = bytebuf_put(&o, &ch, 1);
             i++;
             continue;
         }
@@ -248,15 +244,20 @@ char *config_quote_nonfinite(const char *text, size_t len, size_t *outlen) {
             if (i + tl <= len && !memcmp(text + i, tok[k], tl)) break;
         }
         if (k < 3) {
-            p += sprintf(p, "\"%s\"", tok[k]);
+            char q[16];
+            rc = bytebuf_put(&o, q, (size_t)snprintf(q, sizeof q, "\"%s\"", tok[k]));
             i += strlen(tok[k]);
             continue;
         }
-        *p++ = ch;
+        rc = bytebuf_put(&o, &ch, 1);
         i++;
     }
-    *outlen = (size_t)(p - o);
-    return o;
+    if (rc) {
+        bytebuf_free(&o);
+        return NULL;
+    }
+    *outlen = o.n;
+    return o.p;
 }
 
 int config_parse(const char *text, size_t len, const char *path, lind_config *c, char *err, size_t errlen) {

@@ -49,6 +49,7 @@
 #include <utf8proc.h>
 #include <xxhash.h>
 
+#include "recurrent/bytebuf.h"
 #include "recurrent/errmsg.h"
 #include "recurrent/tokenizer.h"
 
@@ -69,7 +70,7 @@ typedef struct pairmap {
 
 typedef struct bpe {
     int vocab;             /* max id + 1 */
-    uint8_t *pool;         /* every token's bytes */
+    bytebuf  pool;         /* every token's bytes */
     size_t *off;           /* [vocab] */
     uint32_t *len;         /* [vocab]; with has[] below */
     uint8_t *has;          /* [vocab] 1 when the id exists */
@@ -108,13 +109,13 @@ static int32_t strmap_get(const bpe *t, const uint8_t *s, size_t n) {
     for (size_t i = hbytes(s, n) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
         int32_t id = m->slot[i];
         if (id < 0) return -1;
-        if (t->len[id] == n && !memcmp(t->pool + t->off[id], s, n)) return id;
+        if (t->len[id] == n && !memcmp(t->pool.p + t->off[id], s, n)) return id;
     }
 }
 
 static void strmap_put(bpe *t, int32_t id) {
     strmap *m = &t->bytes2id;
-    size_t i = hbytes(t->pool + t->off[id], t->len[id]) & (m->cap - 1);
+    size_t i = hbytes((const uint8_t *)t->pool.p + t->off[id], t->len[id]) & (m->cap - 1);
     while (m->slot[i] >= 0) i = (i + 1) & (m->cap - 1);
     m->slot[i] = id;
 }
@@ -153,7 +154,7 @@ static size_t pow2_at_least(size_t n) {
 static void bpe_free(void *priv) {
     bpe *t = priv;
     if (!t) return;
-    free(t->pool); free(t->off); free(t->len); free(t->has);
+    bytebuf_free(&t->pool); free(t->off); free(t->len); free(t->has);
     free(t->bytes2id.slot);
     free(t->merges.key); free(t->merges.rank); free(t->merges.id);
     if (t->re) pcre2_code_free(t->re);
@@ -301,21 +302,13 @@ static int load_pre_tokenizer(bpe *t, const char *path, json_t *p, char *err, si
 
 /* Record id → bytes (the id must be new). */
 static int set_token(bpe *t, const char *path, const char *what, int32_t id, const uint8_t *b, size_t n,
-                     size_t *plen, size_t *pcap, char *err, size_t errlen) {
+                     char *err, size_t errlen) {
     if (t->has[id]) return errmsg_set(-EINVAL, err, errlen, "%s: %s: id %d is given twice", path, what, id);
-    if (!t->pool || *plen + n > *pcap) {   /* allocated even for an empty first token */
-        size_t nc = *pcap ? *pcap * 2 : 1 << 20;
-        while (nc < *plen + n) nc *= 2;
-        uint8_t *np = realloc(t->pool, nc);
-        if (!np) return errmsg_set(-ENOMEM, err, errlen, "%s: out of memory", path);
-        t->pool = np;
-        *pcap = nc;
-    }
-    if (n) memcpy(t->pool + *plen, b, n);   /* an empty token: the pool may not exist yet */
-    t->off[id] = *plen;
+    t->off[id] = t->pool.n;
+    if (bytebuf_put(&t->pool, b, n))   /* allocated even for an empty first token */
+        return errmsg_set(-ENOMEM, err, errlen, "%s: out of memory", path);
     t->len[id] = (uint32_t)n;
     t->has[id] = 1;
-    *plen += n;
     return 0;
 }
 
@@ -374,7 +367,6 @@ static int bpe_load(const char *path, void **priv, char *err, size_t errlen) {
     bpe *t = calloc(1, sizeof *t);
     uint8_t *buf = NULL;
     int rc = 0;
-    size_t plen = 0, pcap = 0;
     if (!t) { rc = errmsg_set(-ENOMEM, err, errlen, "%s: out of memory", path); goto out; }
     if (!json_is_object(root)) { rc = errmsg_set(-EINVAL, err, errlen, "%s: expected a JSON object at the top", path); goto out; }
     json_t *model = json_object_get(root, "model");
@@ -462,7 +454,7 @@ static int bpe_load(const char *path, void **priv, char *err, size_t errlen) {
          * added token; its bytes are its UTF-8. */
         int mapped = n >= 0;
         if (!mapped) n = (long)strlen(key);
-        if ((rc = set_token(t, path, "model.vocab", id, mapped ? buf : (const uint8_t *)key, (size_t)n, &plen, &pcap, err, errlen)) < 0) {
+        if ((rc = set_token(t, path, "model.vocab", id, mapped ? buf : (const uint8_t *)key, (size_t)n, err, errlen)) < 0) {
             if (rc == -EINVAL) {   /* name the other string with that id */
                 const char *k2, *other = "?";
                 json_t *v2;
@@ -582,11 +574,11 @@ static int bpe_load(const char *path, void **priv, char *err, size_t errlen) {
                 goto out;
             }
         if (t->has[id]) {
-            if (t->len[id] != n || memcmp(t->pool + t->off[id], s, n)) {
+            if (t->len[id] != n || memcmp(t->pool.p + t->off[id], s, n)) {
                 rc = errmsg_set(-EINVAL, err, errlen, "%s: added_tokens[%d] (\"%s\"): id %d is another string in model.vocab", path, i, (const char *)s, id);
                 goto out;
             }
-        } else if ((rc = set_token(t, path, "added_tokens", id, s, n, &plen, &pcap, err, errlen)) < 0) {
+        } else if ((rc = set_token(t, path, "added_tokens", id, s, n, err, errlen)) < 0) {
             goto out;
         }
         json_t *sp = json_object_get(a, "special");
@@ -1057,7 +1049,7 @@ static const uint8_t *bpe_token_bytes(const void *priv, int32_t id, size_t *len)
     const bpe *t = priv;
     if (id < 0 || id >= t->vocab || !t->has[id]) { *len = 0; return NULL; }
     *len = t->len[id];
-    return t->pool + t->off[id];
+    return (const uint8_t *)t->pool.p + t->off[id];
 }
 
 static int bpe_special_count(const void *priv) { return ((const bpe *)priv)->nspecial; }

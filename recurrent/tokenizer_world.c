@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "recurrent/bytebuf.h"
 #include "recurrent/errmsg.h"
 #include "recurrent/tokenizer.h"
 
@@ -24,7 +25,7 @@ static const char EOT[] = "<|endoftext|>";
 
 typedef struct world {
     int vocab;            /* max id + 1 */
-    uint8_t *pool;        /* token bytes, all ids back to back */
+    bytebuf  pool;        /* token bytes, all ids back to back */
     size_t *off;          /* [vocab] offset of id's bytes in pool */
     uint32_t *len;        /* [vocab] their length; 0: unknown id */
     /* Trie: node 0 is the root; tok[node] is the id ending there or -1;
@@ -114,7 +115,7 @@ static int trie_add(world *w, const uint8_t *s, size_t n, int32_t id, int32_t *d
 static void world_free(void *priv) {
     world *w = priv;
     if (!w) return;
-    free(w->pool); free(w->off); free(w->len);
+    bytebuf_free(&w->pool); free(w->off); free(w->len);
     free(w->tok); free(w->leaf); free(w->ekey); free(w->eval);
     free(w);
 }
@@ -239,7 +240,7 @@ static int world_load(const char *path, void **priv, char *err, size_t errlen) {
     if (!f) return errmsg_set(-errno, err, errlen, "%s: cannot open: %s", path, strerror(errno));
     world *w = calloc(1, sizeof *w);
     char *line = NULL;
-    size_t lcap = 0, pcap = 0, plen = 0, idcap = 0;
+    size_t lcap = 0, idcap = 0;
     uint8_t *buf = NULL;
     size_t bufcap = 0;
     int rc = 0;
@@ -329,18 +330,9 @@ static int world_load(const char *path, void **priv, char *err, size_t errlen) {
             rc = errmsg_set(-EINVAL, err, errlen, "%s:%ld: token %ld has the same bytes as token %d", path, lineno, id, dup);
             goto out;
         }
-        if (plen + tlen > pcap) {
-            size_t nc = pcap ? pcap * 2 : 65536;
-            while (nc < plen + tlen) nc *= 2;
-            uint8_t *np = realloc(w->pool, nc);
-            if (!np) { rc = -ENOMEM; goto oom; }
-            w->pool = np;
-            pcap = nc;
-        }
-        memcpy(w->pool + plen, buf, tlen);
-        w->off[id] = plen;
+        w->off[id] = w->pool.n;
+        if (bytebuf_put(&w->pool, buf, tlen)) { rc = -ENOMEM; goto oom; }
         w->len[id] = (uint32_t)tlen;
-        plen += tlen;
         if (id + 1 > w->vocab) w->vocab = (int)id + 1;
     }
     if (ferror(f)) {
@@ -362,13 +354,8 @@ static int world_load(const char *path, void **priv, char *err, size_t errlen) {
     /* Id 0: <|endoftext|>, outside the file. */
     {
         size_t el = sizeof EOT - 1;
-        if (plen + el > pcap) {
-            uint8_t *np = realloc(w->pool, plen + el);
-            if (!np) { rc = -ENOMEM; goto oom; }
-            w->pool = np;
-        }
-        memcpy(w->pool + plen, EOT, el);
-        w->off[0] = plen;
+        w->off[0] = w->pool.n;
+        if (bytebuf_put(&w->pool, EOT, el)) { rc = -ENOMEM; goto oom; }
         w->len[0] = (uint32_t)el;
         w->lit_text[0] = (const uint8_t *)EOT;
         w->lit_len[0] = el;
@@ -426,7 +413,7 @@ static const uint8_t *world_token_bytes(const void *priv, int32_t id, size_t *le
     const world *w = priv;
     if (id < 0 || id >= w->vocab || !w->len[id]) { *len = 0; return NULL; }
     *len = w->len[id];
-    return w->pool + w->off[id];
+    return (const uint8_t *)w->pool.p + w->off[id];
 }
 
 static int world_special_count(const void *priv) { (void)priv; return 1; }

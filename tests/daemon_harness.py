@@ -5,6 +5,7 @@ Server(name, extra=[...], model=DIR).start() serves DIR (default: the shipped mo
 on a fresh socket and database in a temporary directory; Client(path) speaks
 docs/PROTOCOL.md; case() runs one test function and prints PASS/FAIL."""
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -221,6 +222,24 @@ failures = 0
 
 class Skip(Exception):
     """Raised by a case that cannot run here (printed as SKIP)."""
+
+
+def http_port(srv, timeout=30, starts=1):
+    """The port srv's HTTP listener took ("HTTP on ADDR:PORT" in its log) at
+    its start number `starts` (a server's log is appended to by every start;
+    1: its first). Waits up to timeout seconds (times SLOW) for the line;
+    RuntimeError when it does not come."""
+    deadline = time.time() + timeout * SLOW
+    while time.time() < deadline:
+        try:
+            with open(srv.logpath, "rb") as f:   # the whole log: srv.log() is its tail
+                m = re.findall(rb"HTTP on [0-9.]+:(\d+)", f.read())
+        except OSError:
+            m = []
+        if len(m) >= starts:
+            return int(m[starts - 1])
+        time.sleep(0.02)
+    raise RuntimeError("no HTTP port in the log: " + srv.log())
 
 
 ONLY = os.environ.get("LIND_TEST_CASES", "").split()

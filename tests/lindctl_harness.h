@@ -6,6 +6,7 @@
 #ifndef LIND_TESTS_LINDCTL_HARNESS_H
 #define LIND_TESTS_LINDCTL_HARNESS_H
 
+#include "kernels/clock.h"
 #include "tests/check.h"
 
 #include <errno.h>
@@ -40,12 +41,6 @@ typedef struct ctl_run {
     char *out, *err;       /* NUL-terminated (may also contain NULs) */
     size_t out_len, err_len;
 } ctl_run;
-
-static inline double harness_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static inline void harness_sleep_ms(int ms) {
     struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
@@ -104,8 +99,8 @@ static inline int harness_start(harness *h) {
         _exit(127);
     }
     h->daemon = pid;
-    double deadline = harness_now() + 30 * h->scale;
-    while (harness_now() < deadline) {
+    double deadline = clock_mono_s() + 30 * h->scale;
+    while (clock_mono_s() < deadline) {
         int st;
         if (waitpid(pid, &st, WNOHANG) == pid) {
             h->daemon = -1;
@@ -127,10 +122,10 @@ static inline int harness_start(harness *h) {
 static inline int harness_stop_sig(harness *h, int sig) {
     if (h->daemon <= 0) return -1;
     kill(h->daemon, sig);
-    double deadline = harness_now() + 20 * h->scale;
+    double deadline = clock_mono_s() + 20 * h->scale;
     int st = 0;
     while (waitpid(h->daemon, &st, WNOHANG) == 0) {
-        if (harness_now() > deadline) {
+        if (clock_mono_s() > deadline) {
             kill(h->daemon, SIGKILL);
             waitpid(h->daemon, &st, 0);
             break;
@@ -205,11 +200,11 @@ static inline pid_t harness_spawn(harness *h, char *const *argv, int *in, int *o
 static inline void harness_collect(harness *h, pid_t pid, int out, int err, ctl_run *r) {
     struct pollfd p[2] = { { .fd = out, .events = POLLIN }, { .fd = err, .events = POLLIN } };
     int open_n = 2;
-    double deadline = harness_now() + 180 * h->scale;
+    double deadline = clock_mono_s() + 180 * h->scale;
     memset(r, 0, sizeof *r);
     r->out = calloc(1, 1);
     r->err = calloc(1, 1);
-    while (open_n && harness_now() < deadline) {
+    while (open_n && clock_mono_s() < deadline) {
         if (poll(p, 2, 1000) <= 0) continue;
         for (int i = 0; i < 2; i++) {
             if (p[i].fd < 0 || !p[i].revents) continue;

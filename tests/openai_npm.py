@@ -1,13 +1,10 @@
 """tests/openai_npm.py — the official `openai` npm client for the tests that
 drive lind's HTTP API with it (tests/test_http_openai_npm.py,
 tests/test_http_structured_npm.py): installed once from the npm registry
-into ${XDG_CACHE_HOME:-~/.cache}/lind-npm-openai and reused, and the port of
-a daemon's HTTP listener read from its log."""
+into ${XDG_CACHE_HOME:-~/.cache}/lind-npm-openai and reused."""
 import os
-import re
 import shutil
 import subprocess
-import time
 
 from daemon_harness import SLOW
 
@@ -31,15 +28,4 @@ def install():
     if r.returncode != 0 or not os.path.exists(CLIENT):
         tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["?"]
         return "npm install failed (registry unreachable?): " + tail[0]
-    return None
-
-
-def http_port(srv):
-    """The port of srv's HTTP listener (its start-up log line), or None."""
-    deadline = time.time() + 30 * SLOW
-    while time.time() < deadline:
-        m = re.search(r"HTTP on [0-9.]+:(\d+)", srv.log())
-        if m:
-            return int(m.group(1))
-        time.sleep(0.02)
     return None

@@ -96,7 +96,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from daemon_harness import Server, Client, Skip, case, expect, finish, SLOW, SANITIZED  # noqa: E402
+from daemon_harness import Server, Client, Skip, case, expect, finish, SLOW, SANITIZED, http_port  # noqa: E402
 from scale_harness import (URI, OWNER, TR, PGDIR, PGBIN, PGPORT, PGUID, PGGID, ONLY, scase,  # noqa: E402,F401
                            as_pg, pg_ctl, pg_stop, pg_start, psql, terminate_lind, node, turn, merged,
                            stored, expected, replay, stop_all, rturn, same_done)
@@ -683,16 +683,6 @@ def scale_bouncer_pg():
 
 
 
-def http_port(srv):
-    deadline = time.time() + 60 * SLOW
-    while time.time() < deadline:
-        m = re.search(r"HTTP on [0-9.]+:(\d+)", srv.log())
-        if m:
-            return int(m.group(1))
-        time.sleep(0.02)
-    raise AssertionError("no HTTP port in the log: " + srv.log())
-
-
 def metrics(port):
     """GET /metrics: {series (with its labels): value}."""
     with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=60 * SLOW) as r:
@@ -727,7 +717,7 @@ def scale_metrics_pg():
     n0 = node("mt0", db, "n0", int(600000 * SLOW), http)
     n1 = node("mt1", db, "n1", int(1500 * SLOW), http + ["--db-reconnect", "300"])
     try:
-        p0, p1 = http_port(n0), http_port(n1)
+        p0, p1 = http_port(n0, 60), http_port(n1, 60)
         c0, c1 = Client(n0.sock), Client(n1.sock)
         m = metrics(p0)
         expect(m.get('lind_node_info{node_id="n0"}') == 1, "no node_info for n0: %r" %
@@ -826,7 +816,7 @@ def scale_gone_pg():
                "--response-ttl", "0"])
     locker = None
     try:
-        port = http_port(n0)
+        port = http_port(n0, 60)
         locker = subprocess.Popen([os.path.join(PGBIN, "psql"), "-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1",
                                    "-d", db], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT)
@@ -956,7 +946,7 @@ def scale_balancer_pg():
     kill = {"t": None, "held": set(), "resume": None}
     try:
         nodes = [node("lb%d" % i, db, ids[i], lease, extra) for i in range(3)]
-        ports = [http_port(n) for n in nodes]
+        ports = [http_port(n, 60) for n in nodes]
         port = free_port()
         d = os.path.join(os.path.dirname(nodes[0].dir), "balancer")
         os.makedirs(d, exist_ok=True)

@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kernels/clock.h"
 #include "kernels/cpu/pool.h"
 #include "tests/check.h"
 
@@ -73,12 +74,6 @@ typedef struct meet {
     pthread_t who[MAXP];
 } meet;
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* Waits until every part has started: only concurrent threads get past it.
  * Bounded (10 s) so a broken pool fails the case instead of hanging. */
 static void meet_part(void *arg, int part, int nparts) {
@@ -86,9 +81,9 @@ static void meet_part(void *arg, int part, int nparts) {
     (void)nparts;
     m->who[part] = pthread_self();
     atomic_fetch_add(&m->started, 1);
-    double t0 = now_s();
+    double t0 = clock_mono_s();
     while (atomic_load(&m->started) < m->n)
-        if (now_s() - t0 > 10.0) { atomic_fetch_add(&m->gave_up, 1); return; }
+        if (clock_mono_s() - t0 > 10.0) { atomic_fetch_add(&m->gave_up, 1); return; }
 }
 
 static void sleeping_workers_wake(void) {

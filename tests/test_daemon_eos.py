@@ -23,15 +23,13 @@ seen before it, at position k. So greedy generation must:
     `lindctl generate` (and its --ignore-eos)."""
 import json
 import os
-import re
 import shutil
 import struct
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from daemon_harness import Client, Server, case, expect, finish, TMP, LIND, LINDCTL, ROOT, SLOW  # noqa: E402
+from daemon_harness import Client, Server, case, expect, finish, TMP, LIND, LINDCTL, ROOT, SLOW, http_port  # noqa: E402
 
 SRC = os.path.join(ROOT, "tests", "fixtures", "rwkv4", "a_f32", "model")
 MODEL = os.path.join(TMP, "model")
@@ -145,16 +143,6 @@ def bos_option_feeds_bos():
     expect(done["session_tokens"] == 1 + len(P) + N, "--bos: session_tokens %d, want %d (BOS fed first)"
            % (done["session_tokens"], 1 + len(P) + N))
     expect(b"".join(toks) != decode(G), "--bos gave the no-BOS continuation (the BOS was not fed?)")
-
-
-def http_port(srv, timeout=30):
-    deadline = time.time() + timeout * SLOW
-    while time.time() < deadline:
-        m = re.search(r"HTTP on [0-9.]+:(\d+)", srv.log())
-        if m:
-            return int(m.group(1))
-        time.sleep(0.02)
-    raise RuntimeError("no HTTP port in the log: " + srv.log())
 
 
 @case

@@ -144,7 +144,7 @@ static void failure_leaves_the_list_as_it_was(void)
     CHECK(evlist_put_u64(&l, "x", 1) == -EINVAL && evlist_close(&l) == -EINVAL &&
           evlist_result_end(&l) == -EINVAL, "outside a result: -EINVAL");
     CHECK(evlist_token(&l, 1, (const uint8_t *)"ab", 2) == 0, "token");
-    size_t n = l.n, nf = l.nf, arena = l.arena_len;
+    size_t n = l.n, nf = l.nf, arena = l.arena.n;
 
     /* deeper than EV_RESULT_DEPTH */
     evlist_result_begin(&l, 2);
@@ -155,14 +155,14 @@ static void failure_leaves_the_list_as_it_was(void)
     CHECK(rc == -EOVERFLOW, "too deep: %d", rc);
     CHECK(evlist_put_u64(&l, "y", 2) == -EOVERFLOW, "sticky");
     CHECK(evlist_result_end(&l) == -EOVERFLOW, "end says why");
-    CHECK(l.n == n && l.nf == nf && l.arena_len == arena, "rolled back (%zu events, %zu fields, %zu bytes)",
-          l.n, l.nf, l.arena_len);
+    CHECK(l.n == n && l.nf == nf && l.arena.n == arena, "rolled back (%zu events, %zu fields, %zu bytes)",
+          l.n, l.nf, l.arena.n);
 
     /* closing the root with evlist_close */
     evlist_result_begin(&l, 4);
     evlist_put_bool(&l, "ok", 1);
     CHECK(evlist_close(&l) == -EINVAL && evlist_result_end(&l) == -EINVAL, "the root closes at end");
-    CHECK(l.n == n && l.nf == nf && l.arena_len == arena, "rolled back again");
+    CHECK(l.n == n && l.nf == nf && l.arena.n == arena, "rolled back again");
 
     evlist_result_begin(&l, 5);
     evlist_put_bool(&l, "deleted", 1);
@@ -191,8 +191,8 @@ static void reservation_means_no_allocation(void)
     CHECK(evlist_reserve_result(&l, 1 + 3 * 40, 40 * 5) == 0, "reserve");
     const event *v = l.v;
     const ev_field *f = l.f;
-    const uint8_t *a = l.arena;
-    size_t cap = l.cap, fcap = l.fcap, acap = l.arena_cap;
+    const char *a = l.arena.p;
+    size_t cap = l.cap, fcap = l.fcap, acap = l.arena.cap;
     evlist_result_begin(&l, 1);
     evlist_open_array(&l, "sessions");
     for (int i = 0; i < 40; i++) {
@@ -203,16 +203,16 @@ static void reservation_means_no_allocation(void)
     }
     evlist_close(&l);
     CHECK(evlist_result_end(&l) == 0, "built");
-    CHECK(l.v == v && l.f == f && l.arena == a && l.cap == cap && l.fcap == fcap && l.arena_cap == acap,
+    CHECK(l.v == v && l.f == f && l.arena.p == a && l.cap == cap && l.fcap == fcap && l.arena.cap == acap,
           "no table grew");
-    CHECK(l.nf == 1 + 1 + 3 * 40 && l.arena_len == 40 * 5, "%zu fields, %zu bytes", l.nf, l.arena_len);
+    CHECK(l.nf == 1 + 1 + 3 * 40 && l.arena.n == 40 * 5, "%zu fields, %zu bytes", l.nf, l.arena.n);
     evlist_free(&l);
 
     /* the error path of persist.c: result room taken, result abandoned, error in its place */
     evlist_init(&l);
     CHECK(evlist_reserve_result(&l, 4, 600) == 0, "reserve");
     v = l.v;
-    a = l.arena;
+    a = l.arena.p;
     evlist_result_begin(&l, 2);
     evlist_put_str(&l, "session", "x");
     for (int d = 0; d < EV_RESULT_DEPTH; d++) evlist_open_array(&l, "deep");
@@ -220,7 +220,7 @@ static void reservation_means_no_allocation(void)
     char msg[512];
     memset(msg, 'e', sizeof msg - 1);
     msg[sizeof msg - 1] = 0;
-    CHECK(evlist_error(&l, 2, PE_IO, msg) == 0 && l.n == 1 && l.v == v && l.arena == a,
+    CHECK(evlist_error(&l, 2, PE_IO, msg) == 0 && l.n == 1 && l.v == v && l.arena.p == a,
           "the error took the result's room");
     evlist_free(&l);
 }

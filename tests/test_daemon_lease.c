@@ -13,14 +13,8 @@
 #include <unistd.h>
 #include "daemon/errors.h"
 #include "daemon/lease.h"
+#include "kernels/clock.h"
 #include "tests/check.h"
-
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static char dir[64];
 
@@ -69,10 +63,10 @@ static void renew_and_lose(void)
     store_lease cur;
     lease_set ls;
     CHECK(lease_set_init(&ls, "me", 300) == 0, "init");
-    CHECK(lease_set_renew(&ls, st, mono_ns(), on_lost, NULL) == -1, "nothing held: no timer");
+    CHECK(lease_set_renew(&ls, st, clock_mono_ns(), on_lost, NULL) == -1, "nothing held: no timer");
     CHECK(store_lease_acquire(st, "a", "me", 300, &cur, err, sizeof err) == 0, "acquire a: %s", err);
     CHECK(store_lease_acquire(st, "b", "me", 300, &cur, err, sizeof err) == 0, "acquire b: %s", err);
-    uint64_t t = mono_ns();
+    uint64_t t = clock_mono_ns();
     CHECK(lease_set_add(&ls, "a", t) == 0 && lease_set_add(&ls, "b", t) == 0, "add");
     CHECK(ls.count == 2 && lease_set_has(&ls, "a") && !lease_set_has(&ls, "c"), "held");
     struct lost_log lost = { 0 };
@@ -92,13 +86,13 @@ static void renew_and_lose(void)
     /* "b" expires (not renewed in time: we wait past the ttl on the store's
      * clock, then another owner takes it) and the next renewal finds it lost. */
     lease_set_remove(&ls, "a");
-    uint64_t deadline = mono_ns() + (uint64_t)(10e9 * test_time_scale());
+    uint64_t deadline = clock_mono_ns() + (uint64_t)(10e9 * test_time_scale());
     int rc;
     while ((rc = store_lease_acquire(st, "b", "other", 60000, &cur, err, sizeof err)) == -EAGAIN &&
-           mono_ns() < deadline)
+           clock_mono_ns() < deadline)
         usleep(20000);
     CHECK(rc == 0, "the other owner takes b over once it expired: %d %s", rc, err);
-    CHECK(lease_set_renew(&ls, st, mono_ns() + 1000000000ull, on_lost, &lost) == -1, "nothing left");
+    CHECK(lease_set_renew(&ls, st, clock_mono_ns() + 1000000000ull, on_lost, &lost) == -1, "nothing left");
     CHECK(lost.n == 1 && !strcmp(lost.name, "b") && !strcmp(lost.holder, "other"),
           "lost b to other: %d '%s' '%s'", lost.n, lost.name, lost.holder);
     CHECK(ls.count == 0 && !lease_set_has(&ls, "b"), "forgotten");
@@ -109,7 +103,7 @@ static void renew_and_lose(void)
           "counts: taken %llu renewed %llu failed %llu lost %llu", (unsigned long long)ls.taken,
           (unsigned long long)ls.renewed, (unsigned long long)ls.renew_failed,
           (unsigned long long)ls.lost);
-    CHECK(lease_set_add(&ls, "c", mono_ns()) == 0 && lease_set_lost(&ls, "c") == 1 &&
+    CHECK(lease_set_add(&ls, "c", clock_mono_ns()) == 0 && lease_set_lost(&ls, "c") == 1 &&
           lease_set_lost(&ls, "c") == 0 && ls.lost == 2 && ls.count == 0 && ls.taken == 3,
           "a fenced save's loss counted once: lost %llu", (unsigned long long)ls.lost);
     lease_set_free(&ls);
@@ -129,7 +123,7 @@ static void batched(void)
     for (int i = 0; i < 3; i++)
         CHECK(store_lease_acquire(st, names[i], "me", 60000, NULL, err, sizeof err) == 0,
               "acquire %s: %s", names[i], err);
-    const uint64_t ms = 1000000ull, t = mono_ns();
+    const uint64_t ms = 1000000ull, t = clock_mono_ns();
     lease_set ls;
     /* ttl 600 ms: due every 200 ms, 100 ms early at most. */
     CHECK(lease_set_init(&ls, "me", 600) == 0 && ls.chunk == LEASE_RENEW_CHUNK, "init");
@@ -208,7 +202,7 @@ static void release_all(void)
         char name[16];
         snprintf(name, sizeof name, "s%d", i);
         CHECK(store_lease_acquire(st, name, "me", 60000, &cur, err, sizeof err) == 0, "acquire %s", name);
-        CHECK(lease_set_add(&ls, name, mono_ns()) == 0, "add %s", name);
+        CHECK(lease_set_add(&ls, name, clock_mono_ns()) == 0, "add %s", name);
     }
     CHECK(ls.count == 300, "300 held");
     lease_set_release_all(&ls, st);

@@ -14,14 +14,13 @@ daemon's back with Python's sqlite3 (a non-exclusive handle, as tools use):
   lease expires and then runs."""
 import json
 import os
-import re
 import sqlite3
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from daemon_harness import Server, Client, case, expect, finish, SLOW, LINDCTL  # noqa: E402
+from daemon_harness import Server, Client, case, expect, finish, SLOW, LINDCTL, http_port  # noqa: E402
 
 
 def gen(c, session, text, n=4, seed=None):
@@ -105,13 +104,7 @@ def http_moved_and_conflict_statuses():
     code `moved` naming the owner; a stale save is 409 with `conflict`."""
     srv = Server("own-http", extra=["--http", "0"]).start()
     try:
-        deadline = time.time() + 30 * SLOW
-        port = None
-        while port is None and time.time() < deadline:
-            m = re.search(r"HTTP on [0-9.]+:(\d+)", srv.log())
-            port = int(m.group(1)) if m else None
-            time.sleep(0.02)
-        expect(port is not None, "no HTTP port in the log: %s" % srv.log())
+        port = http_port(srv)
 
         def complete(session, prompt):
             r = subprocess.run(["curl", "-s", "-S", "-o", "-", "-w", "\n%{http_code}", "--max-time", str(60 * SLOW),

@@ -17,17 +17,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from daemon_harness import Server, Client, Skip, case, expect, finish, SLOW, LINDCTL, TMP  # noqa: E402
-
-
-def http_port(srv):
-    deadline = time.time() + 30 * SLOW
-    while time.time() < deadline:
-        m = re.search(r"HTTP on [0-9.]+:(\d+)", srv.log())
-        if m:
-            return int(m.group(1))
-        time.sleep(0.02)
-    raise AssertionError("no HTTP port in the log: %s" % srv.log())
+from daemon_harness import Server, Client, Skip, case, expect, finish, SLOW, LINDCTL, TMP, http_port  # noqa: E402
 
 
 class Http:

@@ -19,17 +19,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from daemon_harness import (Client, Server, case, expect, finish, TMP, SLOW, LIND, Skip, progress)  # noqa: E402
-
-
-def http_port(srv, timeout=30):
-    deadline = time.time() + timeout * SLOW
-    while time.time() < deadline:
-        m = re.search(r"HTTP on [0-9.]+:(\d+)", srv.log())
-        if m:
-            return int(m.group(1))
-        time.sleep(0.02)
-    raise RuntimeError("no HTTP port in the log: " + srv.log())
+from daemon_harness import (Client, Server, case, expect, finish, TMP, SLOW, LIND, Skip, progress, http_port)  # noqa: E402
 
 
 TOKEN = "s3cret-token-for-tests"

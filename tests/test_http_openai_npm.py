@@ -27,8 +27,8 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from daemon_harness import Client, Server, case, expect, finish, Skip, TMP, SLOW  # noqa: E402
-from openai_npm import CLIENT, install, http_port  # noqa: E402
+from daemon_harness import Client, Server, case, expect, finish, Skip, TMP, SLOW, http_port  # noqa: E402
+from openai_npm import CLIENT, install  # noqa: E402
 
 
 DRIVER_JS = r"""

@@ -21,23 +21,10 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from daemon_harness import Client, Server, Skip, case, expect, finish, ROOT, SLOW  # noqa: E402
+from daemon_harness import Client, Server, Skip, case, expect, finish, ROOT, SLOW, http_port  # noqa: E402
 
 TOKEN = "page-test-token-0123456789"
 PAGE = os.path.join(ROOT, "daemon", "chat_page.html")
-
-
-def http_port(srv, timeout=30, starts=1):
-    """The HTTP port of the daemon's start number `starts` (its log is
-    appended to by every start)."""
-    deadline = time.time() + timeout * SLOW
-    while time.time() < deadline:
-        with open(srv.logpath, "rb") as f:   # the whole log: srv.log() is its tail
-            m = re.findall(rb"HTTP on [0-9.]+:(\d+)", f.read())
-        if len(m) >= starts:
-            return int(m[starts - 1])
-        time.sleep(0.02)
-    raise RuntimeError("no HTTP port in the log: " + srv.log())
 
 
 def http(port, method, path, body=None, token=TOKEN, headers=None, timeout=60):

@@ -19,8 +19,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from daemon_harness import Server, case, expect, finish, Skip, TMP, SLOW  # noqa: E402
-from openai_npm import CLIENT, install, http_port  # noqa: E402
+from daemon_harness import Server, case, expect, finish, Skip, TMP, SLOW, http_port  # noqa: E402
+from openai_npm import CLIENT, install  # noqa: E402
 
 
 # Bounded documents: the shipped byte model (trained on the King James Bible)

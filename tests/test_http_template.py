@@ -11,29 +11,14 @@ layout) is framed as Raven, to the RWKV-7 fixture (.pth) as World/G1;
 the same framing."""
 import json
 import os
-import re
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from daemon_harness import Client, Server, case, expect, finish, TMP, LINDCTL, ROOT, SLOW  # noqa: E402
+from daemon_harness import Client, Server, case, expect, finish, TMP, LINDCTL, ROOT, SLOW, http_port  # noqa: E402
 
 RWKV4 = os.path.join(ROOT, "tests", "fixtures", "rwkv4", "a_f32", "model")
 RWKV7 = os.path.join(ROOT, "tests", "fixtures", "rwkv7", "a_f32", "model")
-
-
-def http_port(srv, timeout=30, nth=1):
-    """The port of the nth start in srv's log (its own log file, appended to
-    at each start)."""
-    deadline = time.time() + timeout * SLOW
-    while time.time() < deadline:
-        with open(srv.logpath, "rb") as f:
-            m = re.findall(r"HTTP on [0-9.]+:(\d+)", f.read().decode(errors="replace"))
-        if len(m) >= nth:
-            return int(m[nth - 1])
-        time.sleep(0.02)
-    raise RuntimeError("no HTTP port in the log: " + srv.log())
 
 
 def chat_raw(port, session, messages, max_tokens=3):
@@ -111,7 +96,7 @@ def restart_continues_the_same_way():
     W.start()
     before = fed(W, "w1")
     msgs = MSGS + [{"role": "assistant", "content": W.reply}, {"role": "user", "content": "more"}]
-    chat(http_port(W, nth=2), "w1", msgs)
+    chat(http_port(W, starts=2), "w1", msgs)
     got = fed(W, "w1")
     expect(got.startswith(before), "the old text is kept: %r" % got)
     new = got[len(before):]
@@ -150,7 +135,7 @@ def a_session_keeps_its_template():
     s.stop()
     s.extra += ["--template", "raven"]
     s.start()
-    st, j = chat_raw(http_port(s, nth=2), "k1", [{"role": "user", "content": "more"}])
+    st, j = chat_raw(http_port(s, starts=2), "k1", [{"role": "user", "content": "more"}])
     msg = j.get("error", {}).get("message", "")
     expect(st == 409 and "was started with chat template 'world'" in msg and "'raven'" in msg,
            "HTTP with another template: %d %r" % (st, j))
@@ -172,12 +157,12 @@ def a_session_keeps_its_template():
            "lindctl chat on the session's template: %d %r %r" % (r.returncode, r.stderr[-600:], fed(s, "k1")))
     # A stateless client resending its history is not refused: under another
     # template it is another conversation, fed whole into a fresh session.
-    st, j = chat_raw(http_port(s, nth=2), None, hist)
+    st, j = chat_raw(http_port(s, starts=2), None, hist)
     expect(st == 200, "stateless history after the change: %d %r" % (st, j))
     got = fed(s, j["lind"]["session"])
     expect(got.startswith(b"User: hello\n\nAssistant:") and got.endswith(b"User: and then\n\nAssistant:"),
            "the whole conversation, as raven: %r" % got)
-    chat(http_port(s, nth=2), "k2", [{"role": "user", "content": "hi"}])
+    chat(http_port(s, starts=2), "k2", [{"role": "user", "content": "hi"}])
     expect(fed(s, "k2") == b"User: hi\n\nAssistant:", "a new session gets raven: %r" % fed(s, "k2"))
     s.stop()
 

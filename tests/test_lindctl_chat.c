@@ -56,21 +56,21 @@ static int term_open(term *t, const char *session, const char *max_tokens)
 static void term_pump(term *t, int ms)
 {
     struct pollfd p = { .fd = t->fd, .events = POLLIN };
-    double end = harness_now() + ms / 1000.0;
+    double end = clock_mono_s() + ms / 1000.0;
     do {
-        int left = (int)((end - harness_now()) * 1000);
+        int left = (int)((end - clock_mono_s()) * 1000);
         if (poll(&p, 1, left > 0 ? left : 0) <= 0) break;
         char b[65536];
         ssize_t n = read(t->fd, b, sizeof b);
         if (n <= 0) break;
         harness_buf_add(&t->buf, &t->len, b, (size_t)n);
-    } while (harness_now() < end);
+    } while (clock_mono_s() < end);
 }
 
 /* Wait until `needle` shows up after the mark; moves the mark past it. */
 static int term_expect(term *t, const char *needle, int timeout_s)
 {
-    double end = harness_now() + timeout_s * H.scale;
+    double end = clock_mono_s() + timeout_s * H.scale;
     size_t nl = strlen(needle);
     for (;;) {
         if (t->len >= t->mark + nl) {
@@ -80,7 +80,7 @@ static int term_expect(term *t, const char *needle, int timeout_s)
                 return 1;
             }
         }
-        if (harness_now() > end) return 0;
+        if (clock_mono_s() > end) return 0;
         term_pump(t, 50);
     }
 }
@@ -88,8 +88,8 @@ static int term_expect(term *t, const char *needle, int timeout_s)
 /* Wait until at least `len` bytes have been printed in all. */
 static void term_wait_output(term *t, size_t len, int timeout_s)
 {
-    double end = harness_now() + H.scale * timeout_s;
-    while (t->len < len && harness_now() < end) term_pump(t, 50);
+    double end = clock_mono_s() + H.scale * timeout_s;
+    while (t->len < len && clock_mono_s() < end) term_pump(t, 50);
 }
 
 static void term_send(term *t, const char *keys)
@@ -100,9 +100,9 @@ static void term_send(term *t, const char *keys)
 /* Wait for exit; returns the exit status (or 128+signal, or -1 on timeout). */
 static int term_wait(term *t, int timeout_s)
 {
-    double end = harness_now() + H.scale * timeout_s;
+    double end = clock_mono_s() + H.scale * timeout_s;
     int st;
-    while (harness_now() < end) {
+    while (clock_mono_s() < end) {
         term_pump(t, 20);
         if (waitpid(t->pid, &st, WNOHANG) == t->pid) {
             t->pid = -1;

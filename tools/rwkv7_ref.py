@@ -4,6 +4,7 @@ the published math (BlinkDL's RWKV-LM, RWKV-v7/rwkv_v7_demo_rnn.py and
 rwkv_v7_demo.py), and a writer of random checkpoints in the published .pth
 layout.
 
+  layout(...)           the checkpoint's tensors (names, shapes, how drawn)
   make_pth(path, ...)   a random model saved as BlinkDL's files are: torch.save
                         of a dict {name: tensor} (emb.weight, blocks.N.ln0/ln1/
                         ln2, att.x_r ... att.ln_x, ffn.x_k/key/value, ln_out,
@@ -29,55 +30,51 @@ import torch
 import torch.nn.functional as F
 
 
-def make_pth(path, vocab, C, H, layers, ffn, dw, da, dv, dg, dtype=torch.float32, seed=0, ordered=False):
-    """A random x070 checkpoint at `path` (its zip folder is the file's stem)."""
+def layout(vocab, C, H, layers, ffn, dw, da, dv, dg, emb_scale=1.0, lora_scale=0.3, block0_v_lora=True):
+    """The x070 checkpoint's tensors in BlinkDL's order, each (name, shape,
+    scale, mean) of a normal draw scale·N(0, 1) + mean, or (name, shape,
+    None, None) of a uniform one in [0, 1) (the x_* mixes): emb.weight
+    (scale emb_scale), blocks.N.ln0 (block 0) / ln1 / ln2, att.x_r ...
+    att.ln_x (the LoRA matrices w1/w2, a1/a2, v1/v2, g1/g2 scale lora_scale;
+    v0/v1/v2 in block 0 too unless block0_v_lora is false, block 0 never
+    using them), ffn.x_k/key/value, ln_out, head.weight. The random
+    checkpoints of make_pth and bench/peers/make_weights.py are drawn from
+    it, each with its own generator."""
     assert C % H == 0
-    g = torch.Generator().manual_seed(seed)
-
-    def rn(*shape, scale=1.0, mean=0.0):
-        return torch.randn(*shape, generator=g, dtype=torch.float64) * scale + mean
-
-    def un(*shape, lo=0.0, hi=1.0):
-        return torch.rand(*shape, generator=g, dtype=torch.float64) * (hi - lo) + lo
-
-    sd = collections.OrderedDict() if ordered else {}
-    sd["emb.weight"] = rn(vocab, C)
+    out = [("emb.weight", (vocab, C), emb_scale, 0.0)]
     for i in range(layers):
         b = "blocks.%d." % i
-        if i == 0:
-            sd[b + "ln0.weight"] = rn(C, scale=0.1, mean=1.0)
-            sd[b + "ln0.bias"] = rn(C, scale=0.1)
-        for n in ("ln1", "ln2"):
-            sd[b + n + ".weight"] = rn(C, scale=0.1, mean=1.0)
-            sd[b + n + ".bias"] = rn(C, scale=0.1)
+        for n in (("ln0", "ln1", "ln2") if i == 0 else ("ln1", "ln2")):
+            out += [(b + n + ".weight", (C,), 0.1, 1.0), (b + n + ".bias", (C,), 0.1, 0.0)]
         a = b + "att."
-        for n in ("x_r", "x_w", "x_k", "x_v", "x_a", "x_g"):
-            sd[a + n] = un(1, 1, C)
-        sd[a + "w0"] = rn(1, 1, C, scale=1.0, mean=-1.0)
-        sd[a + "w1"] = rn(C, dw, scale=0.3)
-        sd[a + "w2"] = rn(dw, C, scale=0.3)
-        sd[a + "a0"] = rn(1, 1, C, scale=0.5)
-        sd[a + "a1"] = rn(C, da, scale=0.3)
-        sd[a + "a2"] = rn(da, C, scale=0.3)
-        sd[a + "v0"] = rn(1, 1, C, scale=0.5, mean=0.5)
-        sd[a + "v1"] = rn(C, dv, scale=0.3)
-        sd[a + "v2"] = rn(dv, C, scale=0.3)
-        sd[a + "g1"] = rn(C, dg, scale=0.3)
-        sd[a + "g2"] = rn(dg, C, scale=0.3)
-        sd[a + "k_k"] = rn(1, 1, C, scale=0.1, mean=0.85)
-        sd[a + "k_a"] = rn(1, 1, C, scale=0.2, mean=1.0)
-        sd[a + "r_k"] = rn(H, C // H, scale=0.5)
-        for n in ("receptance", "key", "value", "output"):
-            sd[a + n + ".weight"] = rn(C, C, scale=1.0 / math.sqrt(C))
-        sd[a + "ln_x.weight"] = rn(C, scale=0.1, mean=1.0)
-        sd[a + "ln_x.bias"] = rn(C, scale=0.1)
+        out += [(a + n, (1, 1, C), None, None) for n in ("x_r", "x_w", "x_k", "x_v", "x_a", "x_g")]
+        out += [(a + "w0", (1, 1, C), 1.0, -1.0), (a + "w1", (C, dw), lora_scale, 0.0),
+                (a + "w2", (dw, C), lora_scale, 0.0), (a + "a0", (1, 1, C), 0.5, 0.0),
+                (a + "a1", (C, da), lora_scale, 0.0), (a + "a2", (da, C), lora_scale, 0.0)]
+        if i > 0 or block0_v_lora:
+            out += [(a + "v0", (1, 1, C), 0.5, 0.5), (a + "v1", (C, dv), lora_scale, 0.0),
+                    (a + "v2", (dv, C), lora_scale, 0.0)]
+        out += [(a + "g1", (C, dg), lora_scale, 0.0), (a + "g2", (dg, C), lora_scale, 0.0),
+                (a + "k_k", (1, 1, C), 0.1, 0.85), (a + "k_a", (1, 1, C), 0.2, 1.0), (a + "r_k", (H, C // H), 0.5, 0.0)]
+        out += [(a + n + ".weight", (C, C), 1.0 / math.sqrt(C), 0.0) for n in ("receptance", "key", "value", "output")]
+        out += [(a + "ln_x.weight", (C,), 0.1, 1.0), (a + "ln_x.bias", (C,), 0.1, 0.0)]
         f = b + "ffn."
-        sd[f + "x_k"] = un(1, 1, C)
-        sd[f + "key.weight"] = rn(ffn, C, scale=1.0 / math.sqrt(C))
-        sd[f + "value.weight"] = rn(C, ffn, scale=1.0 / math.sqrt(ffn))
-    sd["ln_out.weight"] = rn(C, scale=0.1, mean=1.0)
-    sd["ln_out.bias"] = rn(C, scale=0.1)
-    sd["head.weight"] = rn(vocab, C, scale=1.0 / math.sqrt(C))
+        out += [(f + "x_k", (1, 1, C), None, None), (f + "key.weight", (ffn, C), 1.0 / math.sqrt(C), 0.0),
+                (f + "value.weight", (C, ffn), 1.0 / math.sqrt(ffn), 0.0)]
+    out += [("ln_out.weight", (C,), 0.1, 1.0), ("ln_out.bias", (C,), 0.1, 0.0),
+            ("head.weight", (vocab, C), 1.0 / math.sqrt(C), 0.0)]
+    return out
+
+
+def make_pth(path, vocab, C, H, layers, ffn, dw, da, dv, dg, dtype=torch.float32, seed=0, ordered=False):
+    """A random x070 checkpoint at `path` (its zip folder is the file's stem)."""
+    g = torch.Generator().manual_seed(seed)
+    sd = collections.OrderedDict() if ordered else {}
+    for name, shp, scale, mean in layout(vocab, C, H, layers, ffn, dw, da, dv, dg):
+        if scale is None:
+            sd[name] = torch.rand(*shp, generator=g, dtype=torch.float64)
+        else:
+            sd[name] = torch.randn(*shp, generator=g, dtype=torch.float64) * scale + mean
     for k in sd:
         sd[k] = sd[k].to(dtype).contiguous()
     if ordered:   # what Module.state_dict() pickles: an OrderedDict with _metadata (a BUILD)

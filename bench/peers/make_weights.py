@@ -27,7 +27,6 @@ into att.x_rwkvag and the LoRA matrices transposed; vectors, time_* and the
 x070 small tensors kept FP32 in the FP16 file.
 """
 import json
-import math
 import os
 import shutil
 import struct
@@ -103,8 +102,8 @@ def rwkv4(outdir, s, seed):
 
 def rwkv7(outdir, s, seed):
     import torch
+    import rwkv7_ref
     C, L, F, V, N = s["C"], s["L"], s["F"], s["V"], s["N"]
-    H = C // N
     rng = np.random.default_rng(seed)
 
     def rn(*shape, scale=1.0, mean=0.0):
@@ -113,44 +112,13 @@ def rwkv7(outdir, s, seed):
     def un(*shape):
         return bf16(rng.random(shape, dtype=np.float32))
 
-    sd = {"emb.weight": rn(V, C, scale=1e-2)}
-    for i in range(L):
-        b = "blocks.%d." % i
-        if i == 0:
-            sd[b + "ln0.weight"] = rn(C, scale=0.1, mean=1.0)
-            sd[b + "ln0.bias"] = rn(C, scale=0.1)
-        for n in ("ln1", "ln2"):
-            sd[b + n + ".weight"] = rn(C, scale=0.1, mean=1.0)
-            sd[b + n + ".bias"] = rn(C, scale=0.1)
-        a = b + "att."
-        for n in ("x_r", "x_w", "x_k", "x_v", "x_a", "x_g"):
-            sd[a + n] = un(1, 1, C)
-        sd[a + "w0"] = rn(1, 1, C, mean=-1.0)
-        sd[a + "w1"] = rn(C, s["dw"], scale=0.1)
-        sd[a + "w2"] = rn(s["dw"], C, scale=0.1)
-        sd[a + "a0"] = rn(1, 1, C, scale=0.5)
-        sd[a + "a1"] = rn(C, s["da"], scale=0.1)
-        sd[a + "a2"] = rn(s["da"], C, scale=0.1)
-        if i > 0:   # as BlinkDL's files: block 0's value is the residual's source, it has no v LoRA
-            sd[a + "v0"] = rn(1, 1, C, scale=0.5, mean=0.5)
-            sd[a + "v1"] = rn(C, s["dv"], scale=0.1)
-            sd[a + "v2"] = rn(s["dv"], C, scale=0.1)
-        sd[a + "g1"] = rn(C, s["dg"], scale=0.1)
-        sd[a + "g2"] = rn(s["dg"], C, scale=0.1)
-        sd[a + "k_k"] = rn(1, 1, C, scale=0.1, mean=0.85)
-        sd[a + "k_a"] = rn(1, 1, C, scale=0.2, mean=1.0)
-        sd[a + "r_k"] = rn(H, N, scale=0.5)
-        for n in ("receptance", "key", "value", "output"):
-            sd[a + n + ".weight"] = rn(C, C, scale=1.0 / math.sqrt(C))
-        sd[a + "ln_x.weight"] = rn(C, scale=0.1, mean=1.0)
-        sd[a + "ln_x.bias"] = rn(C, scale=0.1)
-        f = b + "ffn."
-        sd[f + "x_k"] = un(1, 1, C)
-        sd[f + "key.weight"] = rn(F, C, scale=1.0 / math.sqrt(C))
-        sd[f + "value.weight"] = rn(C, F, scale=1.0 / math.sqrt(F))
-    sd["ln_out.weight"] = rn(C, scale=0.1, mean=1.0)
-    sd["ln_out.bias"] = rn(C, scale=0.1)
-    sd["head.weight"] = rn(V, C, scale=1.0 / math.sqrt(C))
+    # BlinkDL's x070 layout (tools/rwkv7_ref.py), drawn here in float32 and
+    # rounded to bf16; as BlinkDL's files, block 0 has no v LoRA (its value
+    # is the residual's source)
+    sd = {}
+    for name, shp, scale, mean in rwkv7_ref.layout(V, C, C // N, L, F, s["dw"], s["da"], s["dv"], s["dg"],
+                                                   emb_scale=1e-2, lora_scale=0.1, block0_v_lora=False):
+        sd[name] = un(*shp) if scale is None else rn(*shp, scale=scale, mean=mean)
     os.makedirs(os.path.join(outdir, "lind"), exist_ok=True)
     # lind reads the World vocabulary beside a .pth: the small one of the
     # tests (token ids beyond it are still valid model inputs)

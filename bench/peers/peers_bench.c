@@ -60,6 +60,7 @@
 
 #include "bench/benchutil.h"
 #include "kernels/backend.h"
+#include "kernels/clock.h"
 #include "recurrent/model.h"
 
 static void die(const char *what, const char *why) {
@@ -243,12 +244,6 @@ static double busy_s(void) {   /* the machine's busy CPU seconds, all CPUs */
     return (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / (double)sysconf(_SC_CLK_TCK);
 }
 
-static double self_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 static int retries = 3;
 static double load_limit = 0.15;
 static long windows_total, windows_retried, windows_loaded;
@@ -264,23 +259,23 @@ static win measure(eng *e, int k, int n) {
     for (int attempt = 0;; attempt++) {
         struct timespec gap = {0, 10 * 1000 * 1000};   /* the other engine's spinning threads settle */
         nanosleep(&gap, NULL);
-        double b0 = busy_s(), s0 = self_s(), t0 = bench_now();
+        double b0 = busy_s(), s0 = clock_cpu_s(), t0 = clock_mono_s();
         double tm;
         if (k == K_B1) {
             double g = bench_probe_gbs_n(probe, (size_t)e->wbytes);
             w.floor = e->wbytes / (g * 1e9) * 1e3;
-            double t1 = bench_now();
+            double t1 = clock_mono_s();
             run_b1(e, n);
-            tm = bench_now() - t1;
+            tm = clock_mono_s() - t1;
             w.value = tm * 1e3 / n;
         } else {
-            double t1 = bench_now();
+            double t1 = clock_mono_s();
             if (k == K_B64) run_b64(e, n);
             else run_prefill(e, n);
-            tm = bench_now() - t1;
+            tm = clock_mono_s() - t1;
             w.value = (k == K_B64 ? (double)B64 * n : (double)n) / tm;
         }
-        double wall = bench_now() - t0, other = (busy_s() - b0) - (self_s() - s0);
+        double wall = clock_mono_s() - t0, other = (busy_s() - b0) - (clock_cpu_s() - s0);
         w.other = other > 0 ? other / wall : 0;
         windows_total++;
         if (w.other <= load_limit) return w;
@@ -350,7 +345,7 @@ static void shape_run(const char *models, const char *shape, int threads, double
     eng L[NPAIR], R[NPAIR];
     memset(L, 0, sizeof L);
     memset(R, 0, sizeof R);
-    double t_load = bench_now(), maxb = 0;
+    double t_load = clock_mono_s(), maxb = 0;
     int p0 = -1;   /* the first pair measured */
     for (int p = 0; p < NPAIR; p++) {
         if (!pair_on[p]) continue;
@@ -419,16 +414,16 @@ static void shape_run(const char *models, const char *shape, int threads, double
             for (int c = 16; c <= 64; c *= 4) {
                 e->chunk = c;
                 run_prefill(e, tw);   /* builds the graphs */
-                double t0 = bench_now();
+                double t0 = clock_mono_s();
                 run_prefill(e, tw);
-                double tps = tw / (bench_now() - t0);
+                double tps = tw / (clock_mono_s() - t0);
                 if (tps > best) { best = tps; R[p].chunk = c; }
             }
             e->chunk = R[p].chunk;
         }
         for (int b = 0; b < B64; b++) model_slot_reset(L[p].m, b);
     }
-    t_load = bench_now() - t_load;
+    t_load = clock_mono_s() - t_load;
 
     /* [kind][pair][0 lind / 1 rwkv][round] */
     static win W[3][NPAIR][2][MAXR];
@@ -437,7 +432,7 @@ static void shape_run(const char *models, const char *shape, int threads, double
     for (int k = 0; k < 3; k++)
         for (int r = 0; r < nr[k]; r++) {
             long retried = windows_retried, ld0 = windows_loaded;
-            double t0 = bench_now();
+            double t0 = clock_mono_s();
             for (int p = 0; p < NPAIR; p++)
                 for (int j = 0; j < 2 && pair_on[p]; j++) {
                     int side = (j + r) % 2;   /* lind first in even rounds */
@@ -445,7 +440,7 @@ static void shape_run(const char *models, const char *shape, int threads, double
                     W[k][p][side][r] = measure(side ? &R[p] : &L[p], k, nn[k]);
                 }
             fprintf(stderr, "peers_bench: %s %s round %d/%d: %.1f s, %ld windows repeated, %ld loaded\n", shape,
-                    kname[k], r + 1, nr[k], bench_now() - t0, windows_retried - retried, windows_loaded - ld0);
+                    kname[k], r + 1, nr[k], clock_mono_s() - t0, windows_retried - retried, windows_loaded - ld0);
         }
 
     double fl_tok = 2.0 * (double)(bmacs + hmacs), fl_pf = 2.0 * ((double)bmacs + (double)hmacs / T);
@@ -602,10 +597,10 @@ int main(int argc, char **argv) {
     int runs = quick ? 1 : 3;
     for (int k = 0; k < 4; k++)
         for (int attempt = 0; attempt <= retries; attempt++) {
-            double b0 = busy_s(), s0 = self_s(), t0 = bench_now(), g;
+            double b0 = busy_s(), s0 = clock_cpu_s(), t0 = clock_mono_s(), g;
             if (k == 3) g = bench_read_gbs_how(how1, sizeof how1);
             else g = bench_fma_gflops(threads, k, runs);
-            double wall = bench_now() - t0, o = ((busy_s() - b0) - (self_s() - s0)) / wall;
+            double wall = clock_mono_s() - t0, o = ((busy_s() - b0) - (clock_cpu_s() - s0)) / wall;
             if (o < 0) o = 0;
             if (g > c[k]) c[k] = g;
             if (o <= load_limit) {
