@@ -410,7 +410,7 @@ static int do_import(worker *W, dmsg *m, evlist *l, char *err, size_t errlen)
 {
     proto_request *r = &m->req;
     int rc = store_import(W->st, r->session, r->data, r->data_len, err, errlen);
-    if (rc != 0) return rc == -EINVAL ? -EBADMSG : rc;
+    if (rc != 0) return rc;
     evlist_result_begin(l, r->id);
     evlist_put_str(l, "session", r->session);
     evlist_put_u64(l, "tokens", m->tokens);

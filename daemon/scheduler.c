@@ -1440,10 +1440,9 @@ static void create_request(scheduler *S, dmsg *m)
         if (rc == 0 && rec.tokens != held) {   /* info and list report the record's count */
             snprintf(err, sizeof err, "the export records %llu tokens but its state holds %llu",
                      (unsigned long long)rec.tokens, (unsigned long long)held);
-            rc = -EINVAL;
+            rc = -EBADMSG;
         }
         if (rc != 0) {
-            if (rc == -EINVAL) rc = -EBADMSG;   /* bytes that are not a valid export */
             send_out(S, outmsg_error(m->conn, r->id, lind_wire_code(rc),
                                      "cannot import into '%s': %s", r->session, err));
             dmsg_free(m);

@@ -630,15 +630,15 @@ int store_export_decode(const uint8_t *data, size_t len, store_record *rec,
     memset(rec, 0, sizeof *rec);
     name[0] = 0;
     if (len == 0)
-        return errmsg_set(-EINVAL, err, errlen, "session export is empty");
+        return errmsg_set(-EBADMSG, err, errlen, "session export is empty");
     if (memcmp(data, export_magic, len < 8 ? len : 8) != 0)
-        return errmsg_set(-EINVAL, err, errlen, "not a lind session export (bad magic)");
+        return errmsg_set(-EBADMSG, err, errlen, "not a lind session export (bad magic)");
     const size_t fixed = 8 + 4 + 4;
     if (len < fixed)
-        return errmsg_set(-EINVAL, err, errlen, "session export truncated: %zu bytes", len);
+        return errmsg_set(-EBADMSG, err, errlen, "session export truncated: %zu bytes", len);
     uint32_t version = le_get32(data + 8);
     if (version == 0 || version > STORE_EXPORT_VERSION)
-        return errmsg_set(-EINVAL, err, errlen,
+        return errmsg_set(-EBADMSG, err, errlen,
                     "session export has format version %u; this lind reads version %u%s",
                     version, STORE_EXPORT_VERSION,
                     version > STORE_EXPORT_VERSION ? " (written by a newer lind)" : "");
@@ -646,49 +646,49 @@ int store_export_decode(const uint8_t *data, size_t len, store_record *rec,
     size_t pos = fixed;
     uint32_t nlen = le_get32(data + 12);
     if (nlen > len - pos)
-        return errmsg_set(-EINVAL, err, errlen,
+        return errmsg_set(-EBADMSG, err, errlen,
                     "session export truncated: name of %u bytes, %zu remain", nlen, len - pos);
     const uint8_t *np = data + pos;
     pos += nlen;
     if (len - pos < 16)
-        return errmsg_set(-EINVAL, err, errlen, "session export truncated after the name");
+        return errmsg_set(-EBADMSG, err, errlen, "session export truncated after the name");
     uint64_t tokens = le_get64(data + pos);
     uint64_t slen = le_get64(data + pos + 8);
     pos += 16;
     if (slen > len - pos)
-        return errmsg_set(-EINVAL, err, errlen,
+        return errmsg_set(-EBADMSG, err, errlen,
                     "session export truncated: state of %llu bytes, %zu remain",
                     (unsigned long long)slen, len - pos);
     const uint8_t *sp = data + pos;
     pos += (size_t)slen;
     if (len - pos < 8)
-        return errmsg_set(-EINVAL, err, errlen, "session export truncated after the state");
+        return errmsg_set(-EBADMSG, err, errlen, "session export truncated after the state");
     uint64_t tlen = le_get64(data + pos);
     pos += 8;
     if (tlen > len - pos)
-        return errmsg_set(-EINVAL, err, errlen,
+        return errmsg_set(-EBADMSG, err, errlen,
                     "session export truncated: transcript of %llu bytes, %zu remain",
                     (unsigned long long)tlen, len - pos);
     const uint8_t *tp = data + pos;
     pos += (size_t)tlen;
     if (len - pos < 8)
-        return errmsg_set(-EINVAL, err, errlen, "session export truncated: checksum missing");
+        return errmsg_set(-EBADMSG, err, errlen, "session export truncated: checksum missing");
     if (len - pos > 8)
-        return errmsg_set(-EINVAL, err, errlen,
+        return errmsg_set(-EBADMSG, err, errlen,
                     "session export has %zu unexpected bytes after its checksum", len - pos - 8);
     if (XXH64(data, pos, 0) != le_get64(data + pos))
-        return errmsg_set(-EINVAL, err, errlen, "session export is damaged (checksum mismatch)");
+        return errmsg_set(-EBADMSG, err, errlen, "session export is damaged (checksum mismatch)");
     if (nlen > STORE_NAME_MAX)
-        return errmsg_set(-EINVAL, err, errlen, "session export names a session of %u bytes", nlen);
+        return errmsg_set(-EBADMSG, err, errlen, "session export names a session of %u bytes", nlen);
     memcpy(name, np, nlen);
     name[nlen] = 0;
     if (memchr(name, 0, nlen))
-        return errmsg_set(-EINVAL, err, errlen, "session export's name contains a NUL byte");
+        return errmsg_set(-EBADMSG, err, errlen, "session export's name contains a NUL byte");
     char why[200];
     if (store_name_check(name, why, sizeof why) < 0)
-        return errmsg_set(-EINVAL, err, errlen, "session export's name is invalid: %s", why);
+        return errmsg_set(-EBADMSG, err, errlen, "session export's name is invalid: %s", why);
     if (tokens > INT64_MAX)
-        return errmsg_set(-EINVAL, err, errlen, "session export's token count is out of range");
+        return errmsg_set(-EBADMSG, err, errlen, "session export's token count is out of range");
     rec->name = name;
     rec->tokens = tokens;
     rec->state = sp;

@@ -347,7 +347,8 @@ int  store_delete(store *s, const char *name, char *err, size_t errlen);
 int  store_fork(store *s, const char *src, const char *dst, char *err, size_t errlen);
 /* Export one session as a self-contained, checksummed byte string (*out is
  * malloc'd, caller frees) / import such bytes under `name` (-EEXIST if taken,
- * -EINVAL with a specific message if the bytes are not a valid export).
+ * -EBADMSG with a specific message if the bytes are not a valid export,
+ * -EINVAL for a bad name).
  * lindctl writes and reads these bytes as files. store_import with name NULL
  * uses the name recorded in the export. */
 int  store_export(store *s, const char *name, uint8_t **out, size_t *len,
@@ -358,7 +359,7 @@ int  store_import(store *s, const char *name, const uint8_t *data, size_t len,
 /* The export format itself (docs/STATE.md), without a store: encode one
  * record (*out malloc'd, caller frees), or check and parse export bytes. On
  * success rec's buffers point into `data` (valid while data is) and rec->name
- * is `name`, filled with the recorded name. -EINVAL with a specific message
+ * is `name`, filled with the recorded name. -EBADMSG with a specific message
  * (bad magic, newer version, truncated, checksum mismatch, bad name). */
 #define STORE_EXPORT_VERSION 1
 int  store_export_encode(const store_record *rec, uint8_t **out, size_t *len,
