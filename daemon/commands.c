@@ -54,16 +54,6 @@ static void hello(server *srv, conn *c, uint64_t id)
     evlist_free(&l);
 }
 
-static void reply_error(conn *c, uint64_t id, proto_code code, const char *msg)
-{
-    msgpack_sbuffer sb;
-    msgpack_sbuffer_init(&sb);
-    if (proto_reserve(&sb, strlen(msg) + 64) != 0) { conn_out_of_memory(c, strlen(msg) + 64); return; }
-    proto_pack_error(&sb, id, code, msg);
-    conn_send(c, sb.data, sb.size);
-    msgpack_sbuffer_destroy(&sb);
-}
-
 void commands_dispatch(server *srv, conn *c, proto_request *req, uint64_t t_recv)
 {
     if (op_table[req->op].entry == ENTER_LOOP) {   /* hello, the one op the loop answers */
@@ -72,7 +62,7 @@ void commands_dispatch(server *srv, conn *c, proto_request *req, uint64_t t_recv
         return;
     }
     if (srv->stopping) {
-        reply_error(c, req->id, PE_SHUTTING_DOWN, "the server is shutting down");
+        conn_send_error(c, req->id, PE_SHUTTING_DOWN, "the server is shutting down");
         proto_request_free(req);
         return;
     }
@@ -80,13 +70,13 @@ void commands_dispatch(server *srv, conn *c, proto_request *req, uint64_t t_recv
         char msg[128];
         snprintf(msg, sizeof msg, "this connection already has %d requests in flight (the limit)",
                  c->inflight);
-        reply_error(c, req->id, PE_LIMIT, msg);
+        conn_send_error(c, req->id, PE_LIMIT, msg);
         proto_request_free(req);
         return;
     }
     dmsg *m = dmsg_new(M_REQUEST, c->id);
     if (!m) {
-        reply_error(c, req->id, PE_INTERNAL, "out of memory");
+        conn_send_error(c, req->id, PE_INTERNAL, "out of memory");
         proto_request_free(req);
         return;
     }

@@ -395,7 +395,7 @@ void conn_close_after_flush(conn *c, int how)
     if (!c->closed) flush(c);
 }
 
-static void send_error(conn *c, uint64_t id, proto_code code, const char *msg)
+void conn_send_error(conn *c, uint64_t id, proto_code code, const char *msg)
 {
     msgpack_sbuffer sb;
     msgpack_sbuffer_init(&sb);
@@ -421,7 +421,7 @@ static int gate(conn *c, const proto_request *req)
         ? "this TCP connection must begin with a hello carrying the server's token (field 'token'); closing it"
         : req->token_len ? "hello's token does not match the server's token; closing the connection"
                          : "hello over TCP must carry the server's token (field 'token'); closing the connection";
-    send_error(c, req->id, PE_UNAUTHORIZED, msg);
+    conn_send_error(c, req->id, PE_UNAUTHORIZED, msg);
     conn_log_refusal("refused a TCP connection: no hello with the right token");
     conn_close_after_flush(c, CONN_LINGER);
     return 1;
@@ -447,7 +447,7 @@ static void consume(conn *c)
             else
                 snprintf(msg, sizeof msg, "bytes at offset %zu of the stream are not msgpack; "
                          "closing the connection", off);
-            send_error(c, 0, (proto_code)-n, msg);
+            conn_send_error(c, 0, (proto_code)-n, msg);
             conn_close_after_flush(c, CONN_LINGER);
             break;
         }
@@ -457,7 +457,7 @@ static void consume(conn *c)
         proto_code code = proto_parse(c->in + off, (size_t)n, lim, &req, &err);
         off += (size_t)n;
         if (code != PE_OK) {
-            send_error(c, err.id, code, err.msg);
+            conn_send_error(c, err.id, code, err.msg);
             if (code == PE_DECODE || code == PE_TOO_LARGE || c->gated) conn_close_after_flush(c, CONN_LINGER);
             continue;
         }
@@ -470,7 +470,7 @@ static void consume(conn *c)
             snprintf(msg, sizeof msg, "request id %llu is already in flight on this connection;"
                      " ids must be unique among a connection's requests in flight",
                      (unsigned long long)req.id);
-            send_error(c, 0, PE_BAD_REQUEST, msg);
+            conn_send_error(c, 0, PE_BAD_REQUEST, msg);
             proto_request_free(&req);
             continue;
         }
@@ -549,7 +549,7 @@ void conn_refuse_fd_limit(conn *c, long long limit)
     snprintf(msg, sizeof msg, "the server is at its limit of %lld open files (%d kept for its"
              " store) with %u connections; try again later", limit, CONN_FD_RESERVE,
              c->srv->conns->count - 1);
-    send_error(c, 0, PE_LIMIT, msg);
+    conn_send_error(c, 0, PE_LIMIT, msg);
     conn_log_refusal(msg);
     conn_close_after_flush(c, CONN_FLUSH_CLOSE);
 }
@@ -620,7 +620,7 @@ void conn_tick(server *srv)
         if (c->gated && !c->closing && now - c->last_in_ms >= CONN_HELLO_MS) {
             /* a TCP port is reachable by strangers: one that never says
              * hello must not hold a descriptor for ever */
-            send_error(c, 0, PE_UNAUTHORIZED, "no hello with the server's token within 10 s of"
+            conn_send_error(c, 0, PE_UNAUTHORIZED, "no hello with the server's token within 10 s of"
                        " connecting; closing the connection");
             conn_close_after_flush(c, CONN_FLUSH_CLOSE);
             continue;
@@ -630,7 +630,7 @@ void conn_tick(server *srv)
             char msg[160];
             snprintf(msg, sizeof msg, "closing the connection: no request for %u s (--idle-timeout)",
                      o->idle_timeout);
-            send_error(c, 0, PE_LIMIT, msg);
+            conn_send_error(c, 0, PE_LIMIT, msg);
             conn_close_after_flush(c, CONN_FLUSH_CLOSE);
         }
     }

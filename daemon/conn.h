@@ -109,6 +109,8 @@ conn *conn_lookup(conn_table *t, uint64_t id);
 int   conn_accept(server *srv, uv_stream_t *listener, int tcp);
 /* Queue bytes for the client (the events of one outmsg). */
 void  conn_send(conn *c, const char *data, size_t len);
+/* Queue an `error` event answering request id (0: the connection's own). */
+void  conn_send_error(conn *c, uint64_t id, proto_code code, const char *msg);
 /* Deliver an outmsg from another thread (frees it). */
 void  conn_deliver(server *srv, outmsg *o);
 /* Close now (turns are cancelled by the compute thread). */
