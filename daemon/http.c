@@ -338,20 +338,6 @@ int http_put_utf8(bytebuf *b, const uint8_t *p, size_t n)
     return 0;
 }
 
-/* How many bytes of p[0..n) end on a UTF-8 boundary: an incomplete
- * sequence at the end waits for the next token. */
-static size_t utf8_complete(const uint8_t *p, size_t n)
-{
-    size_t i = n, back = 0;
-    while (i > 0 && back < 3 && (p[i - 1] & 0xC0) == 0x80) { i--; back++; }
-    if (i == 0) return n;
-    uint8_t lead = p[i - 1];
-    size_t need = lead >= 0xF0 && lead <= 0xF4 ? 4 : lead >= 0xE0 && lead <= 0xEF ? 3
-                : lead >= 0xC2 && lead <= 0xDF ? 2 : 1;
-    if (need > 1 && back + 1 < need) return i - 1;   /* the sequence is not complete yet */
-    return n;
-}
-
 /* Look for the request's stop strings in the text that arrived: the reply
  * is cut where the first one starts (OpenAI returns text without it). */
 static void find_stop(hreq *h, hchoice *c)
@@ -368,13 +354,13 @@ static void find_stop(hreq *h, hchoice *c)
 }
 
 /* How much of the text may be streamed now: never past a stop string, not
- * the last bytes that could still begin one, not into a UTF-8 sequence. */
+ * the last bytes that could still begin one, not into a UTF-8 sequence
+ * (recurrent/stophold.h, lindctl chat's rule too). */
 static size_t streamable(hreq *h, hchoice *c, int final)
 {
-    size_t lim = c->text.n;
-    if (c->stop_at != SIZE_MAX) lim = c->stop_at;
-    else if (!final && h->max_stop > 1) lim = lim > h->max_stop - 1 ? lim - (h->max_stop - 1) : 0;
-    if (!final) lim = utf8_complete((const uint8_t *)c->text.p, lim);
+    const uint8_t *p = (const uint8_t *)c->text.p;
+    size_t lim = c->stop_at != SIZE_MAX ? c->stop_at : c->text.n;
+    if (!final) lim = c->stop_at != SIZE_MAX ? stophold_utf8(p, lim) : stophold_shown(&h->hold, p, lim);
     return lim < c->emitted ? c->emitted : lim;
 }
 
@@ -1284,6 +1270,7 @@ static void begin(http_server *hs, h2o_req_t *req, hkind kind)
     h->n_stop = h->gen_req.n_stop;
     memcpy(h->stop, h->gen_req.stop, sizeof h->stop);
     memcpy(h->stop_len, h->gen_req.stop_len, sizeof h->stop_len);
+    for (int i = 0; i < h->n_stop; i++) stophold_add(&h->hold, h->stop[i], h->stop_len[i]);
     h->max_stop = r.max_stop;
     /* Without a seed, fresh randomness: the seed is then set for this turn
      * like a client's (the sampler's state after the turn is saved with the

@@ -28,6 +28,7 @@
 #include "daemon/http_cors.h"
 #include "recurrent/bytebuf.h"
 #include "recurrent/chat.h"
+#include "recurrent/stophold.h"
 
 #define HREQ_BUCKETS 1024   /* http_server.tab: requests by connection id */
 #define TAIL_SLOTS   4096   /* remembered stop tails (http.c, tail_set) */
@@ -122,6 +123,7 @@ typedef struct hreq {
     uint8_t   stop[STOP_MAX][STOP_MAX_LEN];
     uint8_t   stop_len[STOP_MAX];
     size_t    max_stop;
+    stophold  hold;            /* stop[]: what streamed text holds back (streamable) */
     char      resp_id[40];     /* this response's id, also the session it leaves */
     char      session[STORE_NAME_MAX + 1];   /* the session the turn runs on */
     char      fork_from[STORE_NAME_MAX + 1]; /* ST_FORK_IN source */
