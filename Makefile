@@ -152,8 +152,10 @@ $(BUILD)/liblindclient.a: $(CLI_LIB_OBJS)
 $(BUILD)/lind: $(BUILD)/daemon/main.o $(BUILD)/liblinddaemon.a $(BUILD)/liblind.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-# lindctl chat's templates are recurrent/chat.c, the same module the daemon uses.
-$(BUILD)/lindctl: $(CTL_OBJS) $(BUILD)/recurrent/chat.o $(BUILD)/recurrent/file.o $(BUILD)/recurrent/bytebuf.o $(BUILD)/liblindclient.a
+# lindctl chat's templates are recurrent/chat.c, the same module the daemon uses,
+# and so is its stop-string holdback (recurrent/stophold.c).
+$(BUILD)/lindctl: $(CTL_OBJS) $(BUILD)/recurrent/chat.o $(BUILD)/recurrent/file.o $(BUILD)/recurrent/bytebuf.o \
+                  $(BUILD)/recurrent/stophold.o $(BUILD)/liblindclient.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(CTL_LDLIBS)
 
 # A test links what its name says it needs, so one module's work in progress

@@ -6,6 +6,7 @@
  * where the daemon saved it. */
 #include "client/lindctl.h"
 #include "kernels/clock.h"
+#include "recurrent/stophold.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -473,13 +474,13 @@ static void typeahead_read(chat *ch)
     }
 }
 
-/* The reply as shown: bytes that may be the start of a stop string are held
- * back until it is clear, and the stop string a reply ended on is not shown
- * (it stays in the session). */
+/* The reply as shown: bytes that may be the start of a stop string (or
+ * of a UTF-8 character) are held back until it is clear (recurrent/stophold.h,
+ * as HTTP's streamed text), and the stop string a reply ended on is not
+ * shown (it stays in the session). */
 typedef struct reply_out {
     chat *ch;
-    const char *const *stop;
-    size_t n_stop;
+    stophold stops;
     uint8_t *hold;
     size_t n, cap;
     int at_line_start;
@@ -506,16 +507,10 @@ static int reply_add(reply_out *ro, const uint8_t *p, size_t n)
     }
     memcpy(ro->hold + ro->n, p, n);
     ro->n += n;
-    /* Keep the longest end of `hold` that begins some stop string. */
-    size_t keep = 0;
-    for (size_t i = 0; i < ro->n_stop; i++) {
-        size_t sl = strlen(ro->stop[i]);
-        for (size_t k = sl < ro->n ? sl : ro->n; k > keep; k--)
-            if (!memcmp(ro->hold + ro->n - k, ro->stop[i], k)) { keep = k; break; }
-    }
-    reply_emit(ro, ro->hold, ro->n - keep);
-    memmove(ro->hold, ro->hold + ro->n - keep, keep);
-    ro->n = keep;
+    size_t show = stophold_shown(&ro->stops, ro->hold, ro->n);
+    reply_emit(ro, ro->hold, show);
+    memmove(ro->hold, ro->hold + show, ro->n - show);
+    ro->n -= show;
     return 0;
 }
 
@@ -607,7 +602,8 @@ static int chat_turn(chat *ch, const char *text, size_t len)
         ch->after_reply = 0;
         ch->system_pending = 0;
     }
-    reply_out ro = { .ch = ch, .stop = stops, .n_stop = o.n_stop, .at_line_start = 1 };
+    reply_out ro = { .ch = ch, .at_line_start = 1 };
+    for (size_t i = 0; i < o.n_stop; i++) stophold_add(&ro.stops, stops[i], strlen(stops[i]));
     typeahead_tty tt;
     typeahead_begin(&tt);
     int cancel_sent = 0, retried = 0;

@@ -1,4 +1,6 @@
-/* daemon/http.c — the HTTP front door on libh2o. See http.h and docs/HTTP.md.
+/* daemon/http.c — the HTTP front door on libh2o: routing, a request's
+ * stages, the text it streams and its answer. See http.h, docs/HTTP.md, and
+ * http_impl.h for the files it shares the work with.
  *
  * A request for the model goes through up to three stages, each a request
  * of its own to the compute/store threads on the request's connection id:
@@ -10,158 +12,26 @@
  *              the name a later request will look for.
  * The response ends (JSON answer, or `data: [DONE]`) once the last stage is
  * committed, so what it names is durable when the client has it. */
-#include "daemon/http.h"
+#include "daemon/http_impl.h"
 
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <dirent.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <utf8proc.h>
 #include <xxhash.h>
 #include <h2o.h>
-#include "recurrent/chat.h"
 #include "daemon/conn.h"
 #include "daemon/errors.h"
-#include "daemon/httpreq.h"
-#include "daemon/http_cors.h"
 #include "daemon/http_framing.h"
 #include "daemon/http_log.h"
 #include "daemon/http_page.h"
 #include "daemon/http_sessions.h"
-#include "daemon/procinfo.h"
 #include "kernels/clock.h"
-#include "recurrent/bytebuf.h"
 #include "recurrent/jsonfsm.h"
-
-#define HREQ_BUCKETS 1024
-#define HTTP_SNDBUF  (256 << 10)   /* SO_SNDBUF of an accepted connection */
-#define TAIL_SLOTS   4096   /* remembered stop tails (see tail_cache) */
-#define RESP_SLOTS   4096   /* remembered Responses API objects (resp_remember) */
-
-typedef enum { HK_COMPLETION = 1, HK_CHAT, HK_METRICS, HK_RESPONSES, HK_RESP_ADMIN } hkind;
-typedef enum { ST_FORK_IN = 1, ST_PREFILL, ST_FORK_N, ST_GENERATE, ST_FORK_OUT, ST_DROP, ST_STATS,
-               ST_ADMIN } hstage;
-
-/* A growing byte buffer. */
-
-/* One choice of a response (n of them, docs/HTTP.md "n"): its text as it
- * came, what was streamed, its logprobs, how it ended, its session. */
-typedef struct hchoice {
-    bytebuf   text;            /* the reply's bytes */
-    bytebuf   pre, post;       /* a text chunk's SSE bytes around its text (chunk_template) */
-    size_t    emitted;         /* text bytes already streamed */
-    size_t    stop_at;         /* text is cut here (a stop string starts), or SIZE_MAX */
-    size_t    searched;        /* text searched for stop strings up to here */
-    int       got_token;       /* a text chunk of this choice went out (chat: the role was sent) */
-    json_t   *lp;              /* logprobs asked: one {token, logprob, bytes, top_logprobs} per token */
-    bytebuf   lp_end;          /* size_t each: where each token's bytes end in text */
-    size_t    lp_sent;         /* entries streamed */
-    proto_done done;
-    uint8_t   stop_tail[STOP_MAX_LEN];   /* done.stop points here */
-    char      finish[16];
-    int       ended;           /* its generate is over */
-    char      session[STORE_NAME_MAX + 1];   /* the session its turn runs on */
-    char      fork_to[STORE_NAME_MAX + 1];   /* ST_FORK_OUT destination, "" = none */
-} hchoice;
-
-struct hreq;
-
-typedef struct http_server {
-    server  *srv;
-    h2o_globalconf_t config;
-    h2o_context_t ctx;
-    h2o_accept_ctx_t accept;
-    uv_tcp_t listener;
-    int      listening, ctx_ready, closed;
-    int      leaked;           /* h2o connections were force-closed at exit (http_close) */
-    int      freeing;          /* http_free: nothing more goes to the other threads */
-    char     token[256];       /* bearer token, "" = none */
-    http_cors cors;            /* --http-cors */
-    chat_template tpl;
-    char     model_id[128];
-    int64_t  model_created;    /* /v1/models' `created`: the model files' newest mtime */
-    uint64_t seq;
-    struct hreq *tab[HREQ_BUCKETS];
-    unsigned nreq;
-    /* metrics (loop thread) */
-    uint64_t req_total[8];     /* by outcome (outcome_names) */
-    uint64_t http_tokens;
-    lat_hist ttft;             /* HTTP time to first token (request arrival to first byte sent) */
-    uv_timer_t reaper;         /* frees requests h2o has disposed (never inside an h2o call) */
-    uv_timer_t tick;           /* --pause-timeout for readers that stopped reading */
-    uv_timer_t flush;          /* --http-stream-interval: hands held stream bytes to h2o */
-    uv_timer_t linger;         /* at exit: connections h2o has not closed by now are dropped */
-    struct hreq *dead;
-    /* the last stop string a session's reply ended on (loop memory only) */
-    struct { char name[STORE_NAME_MAX + 1]; uint8_t tail[STOP_MAX_LEN]; uint8_t len; } *tails;
-    /* the Responses API's objects and input items by id (loop memory only) */
-    struct { char id[STORE_NAME_MAX + 1]; json_t *obj, *items; } *resps;
-} http_server;
-
-static const char *const outcome_names[8] = { "stop", "length", "cancelled", "client_error",
-                                              "server_error", "disconnected", "other", "ok" };
-enum { OC_STOP, OC_LENGTH, OC_CANCELLED, OC_CLIENT_ERR, OC_SERVER_ERR, OC_GONE, OC_OTHER, OC_OK };
-
-typedef struct hreq {
-    http_server *hs;
-    uint64_t  id;              /* connection id for the other threads */
-    h2o_req_t *req;            /* NULL once the client is gone */
-    h2o_generator_t gen;
-    struct hreq *hnext;
-    hkind     kind;
-    hstage    stage;
-    int       stream, include_usage;
-    int       started, sending, final_queued, paused, pending_backend;
-    int       pause_cancelled; /* cancelled for --pause-timeout */
-    int       gone_posted;     /* its client was seen gone (on_tick) */
-    int       abandoned;       /* its client left before it was told anything (abandoned) */
-    uint64_t  paused_ms;       /* uv_now when it paused */
-    bytebuf   pend, wbuf;      /* SSE bytes not yet handed to h2o, and those in flight */
-    hchoice  *ch;              /* n choices; ch[0].session is `session` */
-    int       n, waiting;      /* choices; sub-requests of the stage not answered yet */
-    int       over;            /* answered or failed: later events are dropped */
-    uint64_t  prompt_tokens;   /* n > 1: the tokens the prefill fed */
-    size_t    prompt_bytes;    /* the text the turn feeds (choice 0's, or the prefill's) */
-    uint64_t  fed_bytes;       /* of it, what the session holds once the turn ended */
-    int       prompt_cut;      /* fed_bytes < prompt_bytes: the turn was cut while it fed */
-    int       n_stop;
-    uint8_t   stop[STOP_MAX][STOP_MAX_LEN];
-    uint8_t   stop_len[STOP_MAX];
-    size_t    max_stop;
-    char      resp_id[40];     /* this response's id, also the session it leaves */
-    char      session[STORE_NAME_MAX + 1];   /* the session the turn runs on */
-    char      fork_from[STORE_NAME_MAX + 1]; /* ST_FORK_IN source */
-    int       fork_required;   /* previous_response_id: a missing source is an error */
-    uint8_t  *full_text, *new_text;   /* the turn's text: whole conversation / only new messages */
-    size_t    full_len, new_len;
-    json_t   *messages;        /* chat: the request's messages (for the fork-out hash) */
-    proto_request gen_req;     /* the generate request, sent after the fork in */
-    uint64_t  seed;            /* the sampler's seed: the request's, or drawn fresh */
-    char      user[HTTPREQ_USER_MAX + 1];   /* OpenAI's end-user id, for the request log */
-    char     *ignored;         /* X-Lind-Ignored's value, NULL: none */
-    char      finish[16];      /* choice 0's finish reason (metrics, request log) */
-    /* the Responses API */
-    json_t   *input_items;     /* POST: the input as message items; NULL for other kinds */
-    json_t   *rparams;         /* POST: the echoed parameters (instructions, temperature, ...) */
-    int       store;           /* POST: store (else the session is deleted after the answer) */
-    unsigned  seq_no;          /* POST stream: the next event's sequence_number */
-    int       admin;           /* HK_RESP_ADMIN: 1 GET, 2 DELETE, 3 GET input_items, 4 GET /v1/sessions[/{name}] */
-    int       resp_opened;     /* POST stream: the opening events were written */
-    struct hreq *dead_next;    /* on the reaper's list */
-    int64_t   created;
-    uint64_t  t_recv_ns;
-    int       got_token;       /* a text chunk of any choice went out */
-    int       sent_text;       /* a text chunk went out: later ones may wait for the flush timer */
-    int       write_closed;    /* its socket was shut down for --write-timeout */
-    uint64_t  send_ms;         /* uv_now when the write in flight was handed to h2o */
-    size_t    body_bytes;      /* the request body libh2o holds for it, in the byte budget */
-    size_t    acct;            /* its buffers' bytes in the byte budget (account) */
-} hreq;
 
 /* ---- small helpers ---------------------------------------------------------- */
 
@@ -212,7 +82,7 @@ static int abandoned(const hreq *h)
 }
 
 /* Free a request's state; the compute thread forgets its connection. */
-static void hreq_free(hreq *h)
+void http_hreq_free(hreq *h)
 {
     http_server *hs = h->hs;
     unlink_req(hs, h);
@@ -240,13 +110,13 @@ static void hreq_free(hreq *h)
     free(h);
 }
 
-static void on_reap(uv_timer_t *t)
+void http_on_reap(uv_timer_t *t)
 {
     http_server *hs = t->data;
     while (hs->dead) {
         hreq *h = hs->dead;
         hs->dead = h->dead_next;
-        hreq_free(h);
+        http_hreq_free(h);
     }
 }
 
@@ -265,7 +135,18 @@ static void on_pool_dispose(void *p)
     h->pending_backend = 0;
     h->dead_next = h->hs->dead;
     h->hs->dead = h;
-    uv_timer_start(&h->hs->reaper, on_reap, 0, 0);
+    uv_timer_start(&h->hs->reaper, http_on_reap, 0, 0);
+}
+
+void http_track(hreq *h, h2o_req_t *req)
+{
+    http_server *hs = h->hs;
+    h->req = req;
+    hreq **hook = h2o_mem_alloc_shared(&req->pool, sizeof *hook, on_pool_dispose);
+    *hook = h;
+    h->hnext = hs->tab[h->id % HREQ_BUCKETS];
+    hs->tab[h->id % HREQ_BUCKETS] = h;
+    hs->nreq++;
 }
 
 static void on_stop(h2o_generator_t *g, h2o_req_t *req)
@@ -280,14 +161,14 @@ static void on_stop(h2o_generator_t *g, h2o_req_t *req)
     h->pending_backend = 0;
 }
 
-static void add_header(h2o_req_t *req, const char *name, const char *val)
+void http_add_header(h2o_req_t *req, const char *name, const char *val)
 {
     h2o_iovec_t v = h2o_strdup(&req->pool, val, strlen(val));
     h2o_add_header_by_str(&req->pool, &req->res.headers, name, strlen(name), 0, NULL, v.base, v.len);
 }
 
 /* Answer with a JSON body (the request ends). */
-static void send_json(h2o_req_t *req, int status, const char *reason, json_t *j)
+void http_send_json(h2o_req_t *req, int status, const char *reason, json_t *j)
 {
     char *body = json_dumps(j, JSON_COMPACT);
     json_decref(j);
@@ -320,17 +201,15 @@ static const char *status_reason(int status)
     }
 }
 
-static json_t *error_object(const char *message, const char *type, const char *code, const char *param)
+json_t *http_error_object(const char *message, const char *type, const char *code, const char *param)
 {
     return json_pack("{s:{s:s, s:s, s:s?, s:s?}}", "error", "message", message, "type", type,
                      "param", param, "code", code);
 }
 
 /* An OpenAI-style error answer. */
-static void send_error(http_server *hs, h2o_req_t *req, int status, const char *code,
-                       const char *param, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-static void send_error(http_server *hs, h2o_req_t *req, int status, const char *code,
-                       const char *param, const char *fmt, ...)
+void http_send_error(http_server *hs, h2o_req_t *req, int status, const char *code,
+                     const char *param, const char *fmt, ...)
 {
     char msg[1024];
     va_list ap;
@@ -340,11 +219,11 @@ static void send_error(http_server *hs, h2o_req_t *req, int status, const char *
     const char *type = status == 401 ? "authentication_error" : status == 429 ? "rate_limit_error"
                      : status >= 500 ? "server_error" : "invalid_request_error";
     hs->req_total[status >= 500 ? OC_SERVER_ERR : OC_CLIENT_ERR]++;
-    send_json(req, status, status_reason(status), error_object(msg, type, code, param));
+    http_send_json(req, status, status_reason(status), http_error_object(msg, type, code, param));
 }
 
 /* A lind error code as an HTTP status. */
-static int code_status(proto_code c)
+int http_code_status(proto_code c)
 {
     switch (c) {
     case PE_BAD_REQUEST: case PE_DECODE: case PE_BAD_NAME: case PE_UNKNOWN_OP: return 400;
@@ -387,19 +266,19 @@ static uint64_t fresh_seed(void)
 }
 
 /* The headers every 200 answer of a turn carries. */
-static void turn_headers(hreq *h, h2o_req_t *req)
+void http_turn_headers(hreq *h, h2o_req_t *req)
 {
     if (h->kind == HK_RESP_ADMIN) return;
     char seed[24];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)h->seed);
-    add_header(req, "x-lind-session", h->session);
-    add_header(req, "x-lind-seed", seed);
+    http_add_header(req, "x-lind-session", h->session);
+    http_add_header(req, "x-lind-seed", seed);
     if (h->prompt_cut) {   /* no token came, so the headers are still unsent: say how much was fed */
         char fb[48];
         snprintf(fb, sizeof fb, "%llu/%zu", (unsigned long long)h->fed_bytes, h->prompt_bytes);
-        add_header(req, "x-lind-prompt-cut", fb);
+        http_add_header(req, "x-lind-prompt-cut", fb);
     }
-    if (h->ignored) add_header(req, "x-lind-ignored", h->ignored);
+    if (h->ignored) http_add_header(req, "x-lind-ignored", h->ignored);
 }
 
 /* The request log's line for a completion or chat request. */
@@ -442,7 +321,7 @@ static size_t tail_get(http_server *hs, const char *name, uint8_t *out)
 
 /* Append bytes to a JSON-bound buffer as valid UTF-8: each invalid byte
  * becomes U+FFFD. */
-static int put_utf8(bytebuf *b, const uint8_t *p, size_t n)
+int http_put_utf8(bytebuf *b, const uint8_t *p, size_t n)
 {
     size_t i = 0;
     while (i < n) {
@@ -457,20 +336,6 @@ static int put_utf8(bytebuf *b, const uint8_t *p, size_t n)
         }
     }
     return 0;
-}
-
-/* How many bytes of p[0..n) end on a UTF-8 boundary: an incomplete
- * sequence at the end waits for the next token. */
-static size_t utf8_complete(const uint8_t *p, size_t n)
-{
-    size_t i = n, back = 0;
-    while (i > 0 && back < 3 && (p[i - 1] & 0xC0) == 0x80) { i--; back++; }
-    if (i == 0) return n;
-    uint8_t lead = p[i - 1];
-    size_t need = lead >= 0xF0 && lead <= 0xF4 ? 4 : lead >= 0xE0 && lead <= 0xEF ? 3
-                : lead >= 0xC2 && lead <= 0xDF ? 2 : 1;
-    if (need > 1 && back + 1 < need) return i - 1;   /* the sequence is not complete yet */
-    return n;
 }
 
 /* Look for the request's stop strings in the text that arrived: the reply
@@ -489,26 +354,25 @@ static void find_stop(hreq *h, hchoice *c)
 }
 
 /* How much of the text may be streamed now: never past a stop string, not
- * the last bytes that could still begin one, not into a UTF-8 sequence. */
+ * the last bytes that could still begin one, not into a UTF-8 sequence
+ * (recurrent/stophold.h, lindctl chat's rule too). */
 static size_t streamable(hreq *h, hchoice *c, int final)
 {
-    size_t lim = c->text.n;
-    if (c->stop_at != SIZE_MAX) lim = c->stop_at;
-    else if (!final && h->max_stop > 1) lim = lim > h->max_stop - 1 ? lim - (h->max_stop - 1) : 0;
-    if (!final) lim = utf8_complete((const uint8_t *)c->text.p, lim);
+    const uint8_t *p = (const uint8_t *)c->text.p;
+    size_t lim = c->stop_at != SIZE_MAX ? c->stop_at : c->text.n;
+    if (!final) lim = c->stop_at != SIZE_MAX ? stophold_utf8(p, lim) : stophold_shown(&h->hold, p, lim);
     return lim < c->emitted ? c->emitted : lim;
 }
 
 /* The text of a choice as the client reads it (valid UTF-8, cut at the stop). */
-static void reply_text(const hchoice *c, bytebuf *out)
+void http_reply_text(const hchoice *c, bytebuf *out)
 {
     size_t end = c->stop_at != SIZE_MAX ? c->stop_at : c->text.n;
-    put_utf8(out, (const uint8_t *)c->text.p, end);
+    http_put_utf8(out, (const uint8_t *)c->text.p, end);
 }
 
 /* ---- responses ------------------------------------------------------------------------ */
 
-static void send_pending(hreq *h);
 static void send_soon(hreq *h);
 
 /* Should a stream's turn pause? Its unsent bytes are over --max-output,
@@ -545,7 +409,7 @@ static void on_proceed(h2o_generator_t *g, h2o_req_t *req)
     account(h);
 }
 
-static void start_stream(hreq *h)
+void http_start_stream(hreq *h)
 {
     if (h->started || !h->req) return;
     h->started = 1;
@@ -555,14 +419,14 @@ static void start_stream(hreq *h)
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
                    H2O_STRLIT("text/event-stream"));
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL, H2O_STRLIT("no-cache"));
-    turn_headers(h, req);
+    http_turn_headers(h, req);
     h->gen.proceed = on_proceed;
     h->gen.stop = on_stop;
     h2o_start_response(req, &h->gen);
 }
 
 /* Hand what is pending to h2o (one send in flight at a time). */
-static void send_pending(hreq *h)
+void http_send_pending(hreq *h)
 {
     if (!h->req || !h->started || h->sending) return;
     if (!h->pend.n && !h->final_queued) return;
@@ -590,7 +454,7 @@ static void on_flush(uv_timer_t *t)
         for (hreq *h = hs->tab[b]; h; h = h->hnext)
             if (h->req && h->started && h->pend.n) {
                 if (h->sending) held = 1;
-                else send_pending(h);
+                else http_send_pending(h);
             }
     if (!held) uv_timer_stop(t);
 }
@@ -603,12 +467,12 @@ static void send_soon(hreq *h)
 {
     http_server *hs = h->hs;
     unsigned ms = hs->srv->opt.http_stream_ms;
-    if (!ms || !h->sent_text || h->final_queued) { send_pending(h); return; }
+    if (!ms || !h->sent_text || h->final_queued) { http_send_pending(h); return; }
     if (h->pend.n && !uv_is_active((uv_handle_t *)&hs->flush) && !uv_is_closing((uv_handle_t *)&hs->flush))
         uv_timer_start(&hs->flush, on_flush, ms, ms);
 }
 
-static void sse_event(hreq *h, json_t *j)
+void http_sse_event(hreq *h, json_t *j)
 {
     char *s = json_dumps(j, JSON_COMPACT);
     json_decref(j);
@@ -619,20 +483,7 @@ static void sse_event(hreq *h, json_t *j)
     free(s);
 }
 
-/* A Responses API stream event: `event: TYPE`, its data with the type and
- * the stream's next sequence_number added. */
-static void resp_event(hreq *h, const char *type, json_t *j)
-{
-    if (!j) return;
-    json_object_set_new(j, "type", json_string(type));
-    json_object_set_new(j, "sequence_number", json_integer(h->seq_no++));
-    bytebuf_put(&h->pend, "event: ", 7);
-    bytebuf_put(&h->pend, type, strlen(type));
-    bytebuf_put(&h->pend, "\n", 1);
-    sse_event(h, j);
-}
-
-static json_t *usage_object(const hreq *h)
+json_t *http_usage_object(const hreq *h)
 {
     uint64_t in = h->n > 1 ? h->prompt_tokens : h->ch[0].done.tokens_in, out = 0;
     for (int i = 0; i < h->n; i++) out += h->ch[i].done.tokens_out;
@@ -656,7 +507,7 @@ static json_t *byte_array(const uint8_t *b, size_t n)
 static json_t *token_string(const uint8_t *b, size_t n)
 {
     bytebuf s = { 0 };
-    put_utf8(&s, b, n);
+    http_put_utf8(&s, b, n);
     json_t *j = json_stringn(s.p ? s.p : "", s.n);
     bytebuf_free(&s);
     return j;
@@ -739,23 +590,20 @@ static int chunk_template(hreq *h, hchoice *c)
     return rc;
 }
 
-static void resp_begin_stream(hreq *h);
-static void resp_msg_id(const char *resp_id, char *out, size_t n);
-
 /* Stream the text of choice c that may go now as one chunk. */
-static void stream_text(hreq *h, hchoice *c, int final)
+void http_stream_text(hreq *h, hchoice *c, int final)
 {
     size_t lim = streamable(h, c, final);
     if (lim <= c->emitted) return;
     bytebuf s = { 0 };
-    if (put_utf8(&s, (const uint8_t *)c->text.p + c->emitted, lim - c->emitted) == 0 && s.p) {
+    if (http_put_utf8(&s, (const uint8_t *)c->text.p + c->emitted, lim - c->emitted) == 0 && s.p) {
         if (h->kind == HK_RESPONSES) {
             char mid[64];
-            resp_msg_id(h->resp_id, mid, sizeof mid);
-            resp_begin_stream(h);
-            resp_event(h, "response.output_text.delta",
-                       json_pack("{s:s, s:i, s:i, s:s%, s:[]}", "item_id", mid, "output_index", 0,
-                                 "content_index", 0, "delta", s.p, s.n, "logprobs"));
+            http_resp_msg_id(h->resp_id, mid, sizeof mid);
+            http_resp_begin_stream(h);
+            http_resp_event(h, "response.output_text.delta",
+                            json_pack("{s:s, s:i, s:i, s:s%, s:[]}", "item_id", mid, "output_index", 0,
+                                      "content_index", 0, "delta", s.p, s.n, "logprobs"));
         } else if (c->got_token && !c->lp && chunk_template(h, c) == 0) {
             /* The chunk as chunk() would write it, with only the text
              * encoded per token: the loop's cost per streamed token. */
@@ -769,7 +617,7 @@ static void stream_text(hreq *h, hchoice *c, int final)
             json_decref(str);
         } else {
             size_t to = c->lp ? lp_upto(c, lim, final) : 0;
-            sse_event(h, chunk(h, c, s.p, s.n, NULL, c->lp_sent, to));
+            http_sse_event(h, chunk(h, c, s.p, s.n, NULL, c->lp_sent, to));
             if (c->lp) c->lp_sent = to;
         }
         c->got_token = 1;
@@ -786,8 +634,6 @@ static const char *finish_reason(const char *reason)
     return reason;
 }
 
-static void resp_complete(hreq *h);
-
 /* The response's end, once every stage is committed. */
 static void complete(hreq *h)
 {
@@ -801,36 +647,36 @@ static void complete(hreq *h)
     h->pending_backend = 0;
     log_request(h, h->req ? 200 : 499, h->req ? fr : "disconnected");   /* 499: the client left */
     if (!h->req) return;
-    if (h->kind == HK_RESPONSES) { resp_complete(h); return; }
+    if (h->kind == HK_RESPONSES) { http_resp_complete(h); return; }
     if (h->stream) {
-        start_stream(h);
+        http_start_stream(h);
         for (int i = 0; i < h->n; i++) {
             hchoice *c = &h->ch[i];
-            stream_text(h, c, 1);
+            http_stream_text(h, c, 1);
             size_t to = c->lp ? lp_upto(c, c->stop_at != SIZE_MAX ? c->stop_at : c->text.n, 1) : 0;
             json_t *last = chunk(h, c, "", 0, c->finish, c->lp ? c->lp_sent : 0, to);
             if (i == 0 && h->prompt_cut)
                 json_object_set_new(last, "lind", json_pack("{s:I, s:I}", "fed_bytes", (json_int_t)h->fed_bytes,
                                                             "prompt_bytes", (json_int_t)h->prompt_bytes));
-            sse_event(h, last);
+            http_sse_event(h, last);
         }
         if (h->include_usage) {
             json_t *u = json_pack("{s:s, s:s, s:I, s:s, s:[], s:o}", "id", h->resp_id, "object",
                                   h->kind == HK_CHAT ? "chat.completion.chunk" : "text_completion",
                                   "created", (json_int_t)h->created, "model", hs->model_id,
-                                  "choices", "usage", usage_object(h));
-            sse_event(h, u);
+                                  "choices", "usage", http_usage_object(h));
+            http_sse_event(h, u);
         }
         bytebuf_put(&h->pend, "data: [DONE]\n\n", 14);
         h->final_queued = 1;
-        send_pending(h);
+        http_send_pending(h);
         return;
     }
     json_t *choices = json_array(), *sessions = json_array();
     for (int i = 0; i < h->n; i++) {
         hchoice *c = &h->ch[i];
         bytebuf s = { 0 };
-        reply_text(c, &s);
+        http_reply_text(c, &s);
         size_t end = c->stop_at != SIZE_MAX ? c->stop_at : c->text.n;
         json_t *lp = c->lp ? lp_object(h, c, 0, lp_upto(c, end, 1)) : json_null(), *choice;
         if (h->kind == HK_CHAT)
@@ -846,7 +692,7 @@ static void complete(hreq *h)
     json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:o, s:o, s:{s:s, s:I}}", "id", h->resp_id,
                           "object", h->kind == HK_CHAT ? "chat.completion" : "text_completion",
                           "created", (json_int_t)h->created, "model", hs->model_id, "choices", choices,
-                          "usage", usage_object(h), "lind", "session", h->session, "session_tokens",
+                          "usage", http_usage_object(h), "lind", "session", h->session, "session_tokens",
                           (json_int_t)h->ch[0].done.session_tokens);
     json_object_set_new(json_object_get(j, "lind"), "seed", json_integer((json_int_t)h->seed));
     json_object_set_new(json_object_get(j, "lind"), "fed_bytes", json_integer((json_int_t)h->fed_bytes));
@@ -855,44 +701,44 @@ static void complete(hreq *h)
     else json_decref(sessions);
     h2o_req_t *req = h->req;
     h->req = NULL;
-    turn_headers(h, req);
-    send_json(req, 200, "OK", j);
+    http_turn_headers(h, req);
+    http_send_json(req, 200, "OK", j);
 }
 
 /* A lind error ends the request. */
-static void fail(hreq *h, proto_code code, const char *msg)
+void http_fail(hreq *h, proto_code code, const char *msg)
 {
     http_server *hs = h->hs;
     h->pending_backend = 0;
     h->over = 1;
-    int status = code_status(code);
+    int status = http_code_status(code);
     log_request(h, h->req ? status : 499, proto_code_name(code));
     if (!h->req) return;
     if (!h->started) {
         h2o_req_t *req = h->req;
         h->req = NULL;
-        send_error(hs, req, status, proto_code_name(code), NULL, "%s", msg);
+        http_send_error(hs, req, status, proto_code_name(code), NULL, "%s", msg);
         return;
     }
     /* Mid-stream: an error event, then the end of the stream. */
     hs->req_total[status >= 500 ? OC_SERVER_ERR : OC_CLIENT_ERR]++;
     const char *type = status >= 500 ? "server_error" : "invalid_request_error";
     if (h->kind == HK_RESPONSES) {
-        resp_event(h, "error", json_pack("{s:s, s:s, s:n}", "code", proto_code_name(code), "message", msg, "param"));
+        http_resp_event(h, "error", json_pack("{s:s, s:s, s:n}", "code", proto_code_name(code), "message", msg, "param"));
     } else {
-        sse_event(h, error_object(msg, type, proto_code_name(code), NULL));
+        http_sse_event(h, http_error_object(msg, type, proto_code_name(code), NULL));
         bytebuf_put(&h->pend, "data: [DONE]\n\n", 14);
     }
     h->final_queued = 1;
-    send_pending(h);
+    http_send_pending(h);
 }
 
 /* ---- stages ------------------------------------------------------------------------------ */
 
-static void send_request(hreq *h, proto_request *r)
+void http_send_request(hreq *h, proto_request *r)
 {
     dmsg *m = dmsg_new(M_REQUEST, h->id);
-    if (!m) { proto_request_free(r); fail(h, PE_INTERNAL, "out of memory"); return; }
+    if (!m) { proto_request_free(r); http_fail(h, PE_INTERNAL, "out of memory"); return; }
     m->req = *r;
     memset(r, 0, sizeof *r);
     m->t_recv_ns = clock_mono_ns();
@@ -908,7 +754,7 @@ static void fork_request(hreq *h, uint64_t id, const char *from, const char *to)
     r.id = id;
     snprintf(r.session, sizeof r.session, "%s", from);
     snprintf(r.to, sizeof r.to, "%s", to);
-    send_request(h, &r);
+    http_send_request(h, &r);
 }
 
 /* Choice i's generate (request id i + 1): the request's settings, seed + i. */
@@ -928,7 +774,7 @@ static void generate_choice(hreq *h, int i, uint8_t *text, size_t len)
             free(r.bias_id);
             free(r.bias);
             free(text);
-            fail(h, PE_INTERNAL, "out of memory");
+            http_fail(h, PE_INTERNAL, "out of memory");
             return;
         }
         memcpy(r.bias_id, h->gen_req.bias_id, (size_t)r.n_bias * sizeof *r.bias_id);
@@ -939,12 +785,12 @@ static void generate_choice(hreq *h, int i, uint8_t *text, size_t len)
         free(r.bias_id);
         free(r.bias);
         free(text);
-        fail(h, PE_INTERNAL, "out of memory");
+        http_fail(h, PE_INTERNAL, "out of memory");
         return;
     }
     snprintf(r.session, sizeof r.session, "%s", h->ch[i].session);
     if (i == 0 && h->n == 1) h->prompt_bytes = len;
-    send_request(h, &r);
+    http_send_request(h, &r);
 }
 
 static void start_generate(hreq *h, int continued)
@@ -976,7 +822,7 @@ static void start_generate(hreq *h, int continued)
     r.text = text;
     r.text_len = n;
     h->prompt_bytes = n;
-    send_request(h, &r);
+    http_send_request(h, &r);
 }
 
 static void forks_done(hreq *h);
@@ -992,7 +838,7 @@ static void after_generate(hreq *h)
         if (!strcmp(c->finish, "cancelled")) gone = 1;
         if (h->kind == HK_CHAT && !c->fork_to[0] && h->messages) {
             bytebuf r = { 0 };
-            reply_text(c, &r);
+            http_reply_text(c, &r);
             if (httpreq_conv_name(h->messages, json_array_size(h->messages), r.p ? r.p : "", r.n,
                                   h->hs->tpl.hash, c->fork_to, sizeof c->fork_to) != 0)
                 c->fork_to[0] = 0;
@@ -1040,423 +886,11 @@ static void forks_done(hreq *h)
             r.id = (uint64_t)i + 1;
             snprintf(r.session, sizeof r.session, "%s", h->ch[i].session);
             h->waiting++;
-            send_request(h, &r);
+            http_send_request(h, &r);
         }
         if (h->waiting) return;
     }
     complete(h);
-}
-
-static int method_is(const h2o_req_t *req, const char *m);
-
-/* ---- the Responses API ------------------------------------------------------------------- */
-
-/* Remembered responses: the object and its input items, for GET (loop
- * memory; a response not held here is rebuilt from its stored session). */
-static size_t resp_slot(const char *id)
-{
-    return (size_t)(XXH64(id, strlen(id), 1) % RESP_SLOTS);
-}
-
-static void resp_forget(http_server *hs, const char *id)
-{
-    if (!hs->resps) return;
-    size_t i = resp_slot(id);
-    if (strcmp(hs->resps[i].id, id)) return;
-    json_decref(hs->resps[i].obj);
-    json_decref(hs->resps[i].items);
-    memset(&hs->resps[i], 0, sizeof hs->resps[i]);
-}
-
-static void resp_remember(http_server *hs, const char *id, json_t *obj, json_t *items)
-{
-    if (!hs->resps) return;
-    size_t i = resp_slot(id);
-    json_decref(hs->resps[i].obj);
-    json_decref(hs->resps[i].items);
-    snprintf(hs->resps[i].id, sizeof hs->resps[i].id, "%s", id);
-    hs->resps[i].obj = json_incref(obj);
-    hs->resps[i].items = json_incref(items);
-}
-
-/* The id of a response's output message. */
-static void resp_msg_id(const char *resp_id, char *out, size_t n)
-{
-    snprintf(out, n, "msg_%s", strncmp(resp_id, "resp-", 5) ? resp_id : resp_id + 5);
-}
-
-static json_t *resp_message(const char *resp_id, const char *status, const char *text, size_t n, int with_text)
-{
-    char mid[64];
-    resp_msg_id(resp_id, mid, sizeof mid);
-    json_t *content = json_array();
-    if (with_text)
-        json_array_append_new(content, json_pack("{s:s, s:s%, s:[], s:[]}", "type", "output_text", "text", text, n,
-                                                 "annotations", "logprobs"));
-    return json_pack("{s:s, s:s, s:s, s:s, s:o}", "id", mid, "type", "message", "status", status, "role",
-                     "assistant", "content", content);
-}
-
-/* The response object: status "in_progress" (no output yet), or done
- * ("completed"; "incomplete" when max_output_tokens or a cancel ended it). */
-static json_t *resp_object(hreq *h, int done)
-{
-    hchoice *c = &h->ch[0];
-    const char *status = !done ? "in_progress" : !strcmp(c->finish, "stop") ? "completed" : "incomplete";
-    json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:n, s:s, s:[], s:b, s:s, s:[], s:{s:{s:s}}, s:s, s:n, s:o, s:{}}",
-                          "id", h->resp_id, "object", "response", "created_at", (json_int_t)h->created, "status",
-                          status, "error", "model", h->hs->model_id, "output", "parallel_tool_calls", 0,
-                          "tool_choice", "auto", "tools", "text", "format", "type", "text", "truncation",
-                          "disabled", "incomplete_details", "user", h->user[0] ? json_string(h->user) : json_null(),
-                          "metadata");
-    if (!j) return NULL;
-    json_object_update(j, h->rparams);
-    if (done) {
-        bytebuf s = { 0 };
-        reply_text(c, &s);
-        json_array_append_new(json_object_get(j, "output"), resp_message(h->resp_id, "completed", s.p ? s.p : "",
-                                                                           s.n, 1));
-        json_object_set_new(j, "output_text", json_stringn(s.p ? s.p : "", s.n));
-        bytebuf_free(&s);
-        if (strcmp(status, "completed"))
-            json_object_set_new(j, "incomplete_details", json_pack("{s:s}", "reason", !strcmp(c->finish, "length")
-                                                                   ? "max_output_tokens" : c->finish));
-        json_object_set_new(j, "usage", usage_object(h));
-        json_object_set_new(j, "lind", json_pack("{s:s, s:I, s:I, s:I, s:I}", "session", h->session,
-                                                 "session_tokens", (json_int_t)c->done.session_tokens, "seed",
-                                                 (json_int_t)h->seed, "fed_bytes", (json_int_t)h->fed_bytes,
-                                                 "prompt_bytes", (json_int_t)h->prompt_bytes));
-    } else {
-        json_object_set_new(j, "usage", json_null());
-    }
-    return j;
-}
-
-/* A streamed response's opening events, once: created, in_progress, the
- * output message and its text part added. */
-static void resp_begin_stream(hreq *h)
-{
-    if (h->resp_opened) return;
-    h->resp_opened = 1;
-    start_stream(h);
-    json_t *o = resp_object(h, 0);
-    resp_event(h, "response.created", json_pack("{s:O}", "response", o));
-    resp_event(h, "response.in_progress", json_pack("{s:o}", "response", o));
-    char mid[64];
-    resp_msg_id(h->resp_id, mid, sizeof mid);
-    resp_event(h, "response.output_item.added", json_pack("{s:i, s:o}", "output_index", 0, "item",
-                                                          resp_message(h->resp_id, "in_progress", "", 0, 0)));
-    resp_event(h, "response.content_part.added",
-               json_pack("{s:s, s:i, s:i, s:{s:s, s:s, s:[], s:[]}}", "item_id", mid, "output_index", 0,
-                         "content_index", 0, "part", "type", "output_text", "text", "", "annotations", "logprobs"));
-}
-
-static void resp_complete(hreq *h)
-{
-    json_t *o = resp_object(h, 1);
-    if (h->store) resp_remember(h->hs, h->resp_id, o, h->input_items);
-    if (!h->stream) {
-        h2o_req_t *req = h->req;
-        h->req = NULL;
-        turn_headers(h, req);
-        send_json(req, 200, "OK", o);
-        return;
-    }
-    resp_begin_stream(h);
-    hchoice *c = &h->ch[0];
-    stream_text(h, c, 1);
-    char mid[64];
-    resp_msg_id(h->resp_id, mid, sizeof mid);
-    json_t *item = json_array_get(json_object_get(o, "output"), 0);
-    json_t *part = json_array_get(json_object_get(item, "content"), 0);
-    resp_event(h, "response.output_text.done", json_pack("{s:s, s:i, s:i, s:O, s:[]}", "item_id", mid,
-                                                         "output_index", 0, "content_index", 0, "text",
-                                                         json_object_get(part, "text"), "logprobs"));
-    resp_event(h, "response.content_part.done", json_pack("{s:s, s:i, s:i, s:O}", "item_id", mid, "output_index",
-                                                          0, "content_index", 0, "part", part));
-    resp_event(h, "response.output_item.done", json_pack("{s:i, s:O}", "output_index", 0, "item", item));
-    resp_event(h, strcmp(json_string_value(json_object_get(o, "status")), "completed") ? "response.incomplete"
-               : "response.completed", json_pack("{s:o}", "response", o));
-    h->final_queued = 1;
-    send_pending(h);
-}
-
-/* The admin answer (GET, DELETE, GET input_items) of a response not held
- * in memory, or DELETE's, from the store's `info` / `delete` result. */
-static void resp_admin_result(hreq *h, const evlist *l, const event *e)
-{
-    http_server *hs = h->hs;
-    h->pending_backend = 0;
-    h->over = 1;
-    if (!h->req) return;
-    h2o_req_t *req = h->req;
-    h->req = NULL;
-    if (e->kind == EV_ERROR) {
-        if (e->code == PE_NOT_FOUND)
-            send_error(hs, req, 404, "not_found", NULL, "no stored %s '%s'", h->admin == 4 ? "session" : "response",
-                       h->session);
-        else
-            send_error(hs, req, code_status(e->code), proto_code_name(e->code), NULL, "%.*s", (int)e->len,
-                       (const char *)event_bytes(l, e));
-        return;
-    }
-    if (h->admin == 4) {
-        json_t *j = http_sessions_json(l, e);
-        if (j) send_json(req, 200, "OK", j);
-        else send_error(hs, req, 500, "internal", NULL, "out of memory");
-        return;
-    }
-    if (h->admin == 2) {
-        resp_forget(hs, h->session);
-        send_json(req, 200, "OK", json_pack("{s:s, s:s, s:b}", "id", h->session, "object", "response.deleted",
-                                            "deleted", 1));
-        return;
-    }
-    /* Rebuilt from the stored session (after a restart, or when the memory
-     * of responses lost it): its transcript's last text out is the output,
-     * the text fed before it the one input item. */
-    const ev_field *tr = event_result_field(l, e, "transcript");
-    const ev_field *cm = event_result_field(l, e, "created_ms");
-    const ev_field *tk = event_result_field(l, e, "tokens");
-    bytebuf in = { 0 }, out = { 0 };
-    if (tr && tr->type == EVV_ARRAY) {
-        size_t k = (size_t)(tr - l->f) + 1;
-        while (k < tr->end) {
-            const ev_field *rec = &l->f[k];
-            const char *role = NULL;
-            const ev_field *text = NULL;
-            for (size_t q = k + 1; q < rec->end; q++) {
-                if (l->f[q].key && !strcmp(l->f[q].key, "role")) role = (const char *)ev_field_bytes(l, &l->f[q]);
-                if (l->f[q].key && !strcmp(l->f[q].key, "text")) text = &l->f[q];
-            }
-            if (role && text) {
-                int is_out = !strncmp(role, "out", 3);
-                if (!is_out && out.n) { in.n = 0; out.n = 0; }   /* a later exchange begins */
-                bytebuf *b = is_out ? &out : &in;
-                put_utf8(b, ev_field_bytes(l, text), text->v.s.len);
-            }
-            k = rec->type == EVV_RECORD ? rec->end : k + 1;
-        }
-    }
-    json_t *ans;
-    if (h->admin == 3) {
-        json_t *item = json_pack("{s:s, s:s, s:s, s:s, s:[{s:s, s:s%}]}", "id", "msg_0", "type", "message", "status",
-                                 "completed", "role", "user", "content", "type", "input_text", "text",
-                                 in.p ? in.p : "", in.n);
-        ans = json_pack("{s:s, s:[o], s:s, s:s, s:b}", "object", "list", "data", item, "first_id", "msg_0",
-                        "last_id", "msg_0", "has_more", 0);
-    } else {
-        ans = json_pack("{s:s, s:s, s:I, s:s, s:n, s:n, s:s, s:[o], s:s%, s:n, s:b, s:{s:s, s:I}}", "id", h->session,
-                        "object", "response", "created_at", (json_int_t)(cm ? cm->v.i / 1000 : 0), "status",
-                        "completed", "error", "incomplete_details", "model", hs->model_id, "output",
-                        resp_message(h->session, "completed", out.p ? out.p : "", out.n, 1), "output_text",
-                        out.p ? out.p : "", out.n, "usage", "store", 1, "lind", "session", h->session,
-                        "session_tokens", (json_int_t)(tk ? tk->v.u : 0));
-    }
-    bytebuf_free(&in);
-    bytebuf_free(&out);
-    send_json(req, 200, "OK", ans);
-}
-
-/* A store request r for req, answered by resp_admin_result (admin: which answer). */
-static void admin_request(http_server *hs, h2o_req_t *req, int admin, proto_request *r)
-{
-    hreq *h = calloc(1, sizeof *h);
-    if (!h) { send_error(hs, req, 500, "internal", NULL, "out of memory"); return; }
-    h->hs = hs;
-    h->kind = HK_RESP_ADMIN;
-    h->stage = ST_ADMIN;
-    h->admin = admin;
-    h->id = HTTP_CONN_BIT | ++hs->seq;
-    snprintf(h->session, sizeof h->session, "%s", r->op == OP_LIST ? "(list)" : r->session);
-    h->req = req;
-    hreq **hook = h2o_mem_alloc_shared(&req->pool, sizeof *hook, on_pool_dispose);
-    *hook = h;
-    h->hnext = hs->tab[h->id % HREQ_BUCKETS];
-    hs->tab[h->id % HREQ_BUCKETS] = h;
-    hs->nreq++;
-    send_request(h, r);
-}
-
-/* GET /v1/responses/{id}, DELETE /v1/responses/{id},
- * GET /v1/responses/{id}/input_items. */
-static void resp_admin(http_server *hs, h2o_req_t *req, const char *rest, size_t n)
-{
-    static const char items_sfx[] = "/input_items";
-    int items = n > sizeof items_sfx - 1 && !memcmp(rest + n - (sizeof items_sfx - 1), items_sfx, sizeof items_sfx - 1);
-    if (items) n -= sizeof items_sfx - 1;
-    int get = method_is(req, "GET") || method_is(req, "HEAD"), del = method_is(req, "DELETE");
-    if (!get && !(del && !items)) {
-        add_header(req, "allow", items ? "GET, HEAD" : "GET, HEAD, DELETE");
-        send_error(hs, req, 405, "method_not_allowed", NULL, "/v1/responses/{id}%s takes %s", items ? items_sfx : "",
-                   items ? "GET" : "GET or DELETE");
-        return;
-    }
-    char id[STORE_NAME_MAX + 1], why[160];
-    if (n == 0 || n > STORE_NAME_MAX || memchr(rest, '/', n)) {
-        send_error(hs, req, 404, "not_found", NULL, "no such response");
-        return;
-    }
-    memcpy(id, rest, n);
-    id[n] = 0;
-    if (strlen(id) != n || strncmp(id, "resp-", 5) || store_name_check(id, why, sizeof why)) {
-        send_error(hs, req, 404, "not_found", NULL, "no stored response '%.*s'", (int)(n > 200 ? 200 : n), rest);
-        return;
-    }
-    size_t slot = resp_slot(id);
-    if (get && hs->resps && !strcmp(hs->resps[slot].id, id) && hs->resps[slot].obj) {
-        if (!items) {
-            send_json(req, 200, "OK", json_incref(hs->resps[slot].obj));
-            return;
-        }
-        json_t *d = hs->resps[slot].items;
-        size_t k = json_array_size(d);
-        send_json(req, 200, "OK", json_pack("{s:s, s:O, s:O?, s:O?, s:b}", "object", "list", "data", d, "first_id",
-                                            k ? json_object_get(json_array_get(d, 0), "id") : NULL, "last_id",
-                                            k ? json_object_get(json_array_get(d, k - 1), "id") : NULL,
-                                            "has_more", 0));
-        return;
-    }
-    proto_request r;
-    memset(&r, 0, sizeof r);
-    r.op = del ? OP_DELETE : OP_INFO;
-    r.id = 1;
-    snprintf(r.session, sizeof r.session, "%s", id);
-    admin_request(hs, req, del ? 2 : items ? 3 : 1, &r);
-}
-
-/* GET /v1/sessions, GET /v1/sessions/{name} (daemon/http_sessions.h). */
-static void sessions_get(http_server *hs, h2o_req_t *req)
-{
-    proto_request r;
-    if (!(method_is(req, "GET") || method_is(req, "HEAD"))) {
-        add_header(req, "allow", "GET, HEAD");
-        send_error(hs, req, 405, "method_not_allowed", NULL, "%s takes GET", HTTP_SESSIONS_PATH);
-    } else if (http_sessions_request(req->path.base, req->path.len, &r) != 0) {
-        send_error(hs, req, 404, "not_found", NULL, "no such session (a name is 1..%d bytes of UTF-8, no "
-                   "control characters, %%-encoded in the path)", STORE_NAME_MAX);
-    } else {
-        admin_request(hs, req, 4, &r);
-    }
-}
-
-/* ---- metrics ------------------------------------------------------------------------------ */
-
-static void put_hist(bytebuf *b, const char *name, const char *help, const lat_hist *l)
-{
-    char line[256];
-    int n = snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
-    bytebuf_put(b, line, (size_t)n);
-    uint64_t cum = 0;
-    for (int i = 0; i < STATS_HIST_N; i++) {
-        cum += l->count[i];
-        if (i == STATS_HIST_N - 1)
-            n = snprintf(line, sizeof line, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
-        else
-            n = snprintf(line, sizeof line, "%s_bucket{le=\"%g\"} %llu\n", name,
-                         stats_hist_le[i] / 1000.0, (unsigned long long)cum);
-        bytebuf_put(b, line, (size_t)n);
-    }
-    n = snprintf(line, sizeof line, "%s_sum %.6f\n%s_count %llu\n", name, l->sum_ms / 1000.0, name,
-                 (unsigned long long)l->n);
-    bytebuf_put(b, line, (size_t)n);
-}
-
-static void put_metric(bytebuf *b, const char *name, const char *type, const char *help, double v)
-{
-    char line[320];
-    int n = snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name,
-                     type, name, v);
-    bytebuf_put(b, line, (size_t)n);
-}
-
-/* The byte budget (daemon/conn.h): what it counts, and the socket
- * connections waiting for it. */
-static void put_budget(bytebuf *b, const server *srv)
-{
-    put_metric(b, "lind_budget_bytes", "gauge", "request and output bytes counted against "
-               "--max-total-bytes (socket read buffers and requests in flight, HTTP bodies and "
-               "buffered output)", (double)srv->mem_bytes);
-    put_metric(b, "lind_connections_waiting", "gauge", "socket connections not read until the "
-               "byte budget frees up", (double)srv->starved);
-}
-
-/* The stats request came back with the store's session count (the typed
- * `stats` result e of l). */
-static void send_metrics(hreq *h, const evlist *l, const event *e)
-{
-    http_server *hs = h->hs;
-    const ev_field *sf = event_result_field(l, e, "sessions_stored");
-    uint64_t stored = sf && sf->type == EVV_U64 ? sf->v.u : 0;
-    stats *st = malloc(sizeof *st);
-    if (!st) { fail(h, PE_INTERNAL, "out of memory"); return; }
-    stats_snapshot(&hs->srv->st, st);
-    bytebuf b = { 0 };
-    put_metric(&b, "lind_tokens_generated_total", "counter", "tokens sampled, all protocols",
-               (double)st->tokens_out);
-    put_metric(&b, "lind_tokens_prompt_total", "counter", "input tokens fed, all protocols",
-               (double)st->tokens_in);
-    put_metric(&b, "lind_http_tokens_generated_total", "counter", "tokens sampled for HTTP requests",
-               (double)hs->http_tokens);
-    const char *rname = "lind_http_requests_total";
-    char line[256];
-    int n = snprintf(line, sizeof line, "# HELP %s HTTP completion requests by outcome\n# TYPE %s counter\n",
-                     rname, rname);
-    bytebuf_put(&b, line, (size_t)n);
-    for (int i = 0; i < 7; i++) {
-        n = snprintf(line, sizeof line, "%s{outcome=\"%s\"} %llu\n", rname, outcome_names[i],
-                     (unsigned long long)hs->req_total[i]);
-        bytebuf_put(&b, line, (size_t)n);
-    }
-    put_hist(&b, "lind_step_seconds", "time of one batched model step", &st->step_h);
-    put_hist(&b, "lind_time_to_first_token_seconds", "queue + prompt time of generates, all protocols",
-             &st->ttft_h);
-    put_hist(&b, "lind_http_time_to_first_token_seconds",
-             "HTTP request arrival to its first text on the wire", &hs->ttft);
-    put_hist(&b, "lind_store_commit_seconds", "store commit latency (one group of turns)", &st->save_h);
-    put_metric(&b, "lind_sessions_resident", "gauge", "sessions in model slots or loading",
-               (double)st->sessions_resident);
-    if (sf && sf->type == EVV_U64)   /* nil: the store could not count them */
-        put_metric(&b, "lind_sessions_stored", "gauge", "sessions in the store", (double)stored);
-    put_metric(&b, "lind_store_bytes", "gauge", "sessions' state and transcript bytes at the last "
-               "collection (retention; 0 when off)", (double)atomic_load(&hs->srv->store_bytes));
-    put_metric(&b, "lind_store_refusing_turns", "gauge", "1 while new turns get insufficient_storage "
-               "(past --max-store-bytes, or a full disk)",
-               (double)(atomic_load(&hs->srv->store_over) || atomic_load(&hs->srv->store_nospace)));
-    put_metric(&b, "lind_turns_running", "gauge", "turns in the compute thread's batch",
-               (double)st->turns_active);
-    put_metric(&b, "lind_queue_depth", "gauge", "sessions waiting for a load or a model slot",
-               (double)st->turns_waiting);
-    put_metric(&b, "lind_connections", "gauge", "open msgpack socket connections",
-               (double)st->connections);
-    put_metric(&b, "lind_http_requests_in_flight", "gauge", "HTTP requests being answered",
-               (double)hs->nreq);
-    put_budget(&b, hs->srv);
-    char *sp = NULL;   /* node id, leases, moved/conflict, store health (daemon/stats.c) */
-    size_t sn = 0;
-    if (stats_prometheus_store(st, hs->srv->node_id, &sp, &sn) == 0) { bytebuf_put(&b, sp, sn); free(sp); }
-    put_metric(&b, "lind_uptime_seconds", "gauge", "seconds since start",
-               (double)(clock_mono_ns() - st->start_ns) / 1e9);
-    put_metric(&b, "lind_turns_dropped_total", "counter", "turns whose client or connection was gone: "
-               "dropped before they started, or their fresh session not kept", (double)st->turns_dropped);
-    procinfo pi;
-    procinfo_read(&pi);
-    char fp[24], pbuf[2048];
-    const char *ver = strchr(LIND_SERVER_VERSION, ' ');
-    snprintf(fp, sizeof fp, "%016llx", (unsigned long long)hs->srv->fingerprint);
-    size_t pn = procinfo_metrics(&pi, ver ? ver + 1 : LIND_SERVER_VERSION, hs->model_id, fp, pbuf, sizeof pbuf);
-    bytebuf_put(&b, pbuf, pn);
-    free(st);
-    h->pending_backend = 0;
-    if (!h->req) { bytebuf_free(&b); return; }
-    h2o_req_t *req = h->req;
-    h->req = NULL;
-    req->res.status = 200;
-    req->res.reason = "OK";
-    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
-                   H2O_STRLIT("text/plain; version=0.0.4"));
-    h2o_send_inline(req, b.p ? b.p : "", b.n);
-    bytebuf_free(&b);
 }
 
 /* ---- events from the other threads ------------------------------------------------------ */
@@ -1482,9 +916,9 @@ static void on_token(hreq *h, hchoice *c, const evlist *l, const event *e)
     }
     find_stop(h, c);
     if (!h->stream || !h->req) return;
-    if (!h->started) start_stream(h);
+    if (!h->started) http_start_stream(h);
     size_t before = c->emitted;
-    stream_text(h, c, 0);
+    http_stream_text(h, c, 0);
     if (c->emitted > before && h->t_recv_ns) {
         double ms = (double)(clock_mono_ns() - h->t_recv_ns) / 1e6;
         int i = 0;
@@ -1495,8 +929,6 @@ static void on_token(hreq *h, hchoice *c, const evlist *l, const event *e)
         h->t_recv_ns = 0;   /* counted once */
     }
 }
-
-static void resp_admin_result(hreq *h, const evlist *l, const event *e);
 
 /* A final event of the current stage (the choice it is for: c, or NULL). */
 static void on_final(hreq *h, hchoice *c, const evlist *l, const event *e)
@@ -1516,9 +948,9 @@ static void on_final(hreq *h, hchoice *c, const evlist *l, const event *e)
         } else if (h->stage == ST_DROP) {
             if (--h->waiting <= 0) complete(h);
         } else if (h->stage == ST_ADMIN) {
-            resp_admin_result(h, l, e);
+            http_resp_admin_result(h, l, e);
         } else {
-            fail(h, e->code, msg);
+            http_fail(h, e->code, msg);
         }
         return;
     }
@@ -1572,10 +1004,10 @@ static void on_final(hreq *h, hchoice *c, const evlist *l, const event *e)
         if (--h->waiting <= 0) complete(h);
         break;
     case ST_STATS:
-        send_metrics(h, l, e);
+        http_metrics_send(h, l, e);
         break;
     case ST_ADMIN:
-        resp_admin_result(h, l, e);
+        http_resp_admin_result(h, l, e);
         break;
     }
 }
@@ -1667,7 +1099,7 @@ static void end_gone(hreq *h)
  * --pause-timeout has a client that does not read, so its turn is cancelled
  * too (as conn_tick does for the socket); a write stuck for --write-timeout
  * closes the connection, as on the socket. */
-static void on_tick(uv_timer_t *t)
+void http_on_tick(uv_timer_t *t)
 {
     http_server *hs = t->data;
     unsigned limit = hs->srv->opt.pause_timeout, wlimit = hs->srv->opt.write_timeout;
@@ -1702,7 +1134,7 @@ static int path_is(const h2o_req_t *req, const char *p)
     return h2o_memis(req->path_normalized.base, req->path_normalized.len, p, strlen(p));
 }
 
-static int method_is(const h2o_req_t *req, const char *m)
+int http_method_is(const h2o_req_t *req, const char *m)
 {
     return h2o_memis(req->method.base, req->method.len, m, strlen(m));
 }
@@ -1778,7 +1210,7 @@ static void begin(http_server *hs, h2o_req_t *req, hkind kind)
 {
     server *srv = hs->srv;
     if (srv->stopping) {
-        send_error(hs, req, 503, "shutting_down", NULL, "the server is shutting down");
+        http_send_error(hs, req, 503, "shutting_down", NULL, "the server is shutting down");
         return;
     }
     const h2o_iovec_t *hv = header(req, "x-lind-session");
@@ -1789,13 +1221,13 @@ static void begin(http_server *hs, h2o_req_t *req, hkind kind)
     if (httpreq_parse(&r, kind == HK_CHAT ? HTTPREQ_CHAT : kind == HK_RESPONSES ? HTTPREQ_RESPONSES
                       : HTTPREQ_COMPLETION, req->entity.base,
                       req->entity.len, hv ? hv->base : NULL, hv ? hv->len : 0, &lim, &e) != 0) {
-        send_error(hs, req, e.status, e.code, e.param, "%s", e.msg);
+        http_send_error(hs, req, e.status, e.code, e.param, "%s", e.msg);
         return;
     }
     char why[200];
     if (idempotency_key(req, &r, why, sizeof why) != 0) {
         httpreq_free(&r);
-        send_error(hs, req, 400, "invalid_request", "Idempotency-Key", "%s", why);
+        http_send_error(hs, req, 400, "invalid_request", "Idempotency-Key", "%s", why);
         return;
     }
     if (req_gone(req)) {
@@ -1818,7 +1250,7 @@ static void begin(http_server *hs, h2o_req_t *req, hkind kind)
         free(h);
         free(ch);
         httpreq_free(&r);
-        send_error(hs, req, 500, "internal", NULL, "out of memory");
+        http_send_error(hs, req, 500, "internal", NULL, "out of memory");
         return;
     }
     h->hs = hs;
@@ -1838,6 +1270,7 @@ static void begin(http_server *hs, h2o_req_t *req, hkind kind)
     h->n_stop = h->gen_req.n_stop;
     memcpy(h->stop, h->gen_req.stop, sizeof h->stop);
     memcpy(h->stop_len, h->gen_req.stop_len, sizeof h->stop_len);
+    for (int i = 0; i < h->n_stop; i++) stophold_add(&h->hold, h->stop[i], h->stop_len[i]);
     h->max_stop = r.max_stop;
     /* Without a seed, fresh randomness: the seed is then set for this turn
      * like a client's (the sampler's state after the turn is saved with the
@@ -1884,12 +1317,7 @@ static void begin(http_server *hs, h2o_req_t *req, hkind kind)
      * prompt, named by the response id and -i. */
     snprintf(h->ch[0].session, sizeof h->ch[0].session, "%s", h->session);
     for (int i = 1; i < h->n; i++) snprintf(h->ch[i].session, sizeof h->ch[i].session, "%s-%d", h->resp_id, i);
-    h->req = req;
-    hreq **hook = h2o_mem_alloc_shared(&req->pool, sizeof *hook, on_pool_dispose);
-    *hook = h;
-    h->hnext = hs->tab[h->id % HREQ_BUCKETS];
-    hs->tab[h->id % HREQ_BUCKETS] = h;
-    hs->nreq++;
+    http_track(h, req);
     h->body_bytes = req->entity.len;   /* held by libh2o until the request ends */
     conn_budget_add(srv, h->body_bytes, h->body_bytes);
     if (h->fork_from[0]) {
@@ -1910,60 +1338,33 @@ static json_t *model_object(const http_server *hs)
 
 static void models(http_server *hs, h2o_req_t *req)
 {
-    send_json(req, 200, "OK", json_pack("{s:s, s:[o]}", "object", "list", "data", model_object(hs)));
+    http_send_json(req, 200, "OK", json_pack("{s:s, s:[o]}", "object", "list", "data", model_object(hs)));
 }
 
 /* GET /v1/models/{id}: the served model, or OpenAI's model_not_found. */
 static void model_get(http_server *hs, h2o_req_t *req, const char *id, size_t n)
 {
     if (n == strlen(hs->model_id) && !memcmp(id, hs->model_id, n)) {
-        send_json(req, 200, "OK", model_object(hs));
+        http_send_json(req, 200, "OK", model_object(hs));
         return;
     }
-    send_error(hs, req, 404, "model_not_found", "model", "the model '%.*s' does not exist (this server "
-               "serves '%s')", (int)(n > 200 ? 200 : n), id, hs->model_id);
+    http_send_error(hs, req, 404, "model_not_found", "model", "the model '%.*s' does not exist (this server "
+                    "serves '%s')", (int)(n > 200 ? 200 : n), id, hs->model_id);
 }
 
-/* The newest modification time of the model's files (the model directory's
- * entries, or the file itself): when the served model was made. The
- * daemon's start when none can be read. */
-static int64_t model_mtime(const char *path)
+/* GET /v1/sessions, GET /v1/sessions/{name} (daemon/http_sessions.h). */
+static void sessions_get(http_server *hs, h2o_req_t *req)
 {
-    struct stat st;
-    int64_t newest = 0;
-    if (stat(path, &st) == 0 && !S_ISDIR(st.st_mode)) newest = st.st_mtime;
-    DIR *d = newest ? NULL : opendir(path);
-    for (struct dirent *de; d && (de = readdir(d));) {
-        char p[2048];
-        snprintf(p, sizeof p, "%s/%s", path, de->d_name);
-        if (de->d_name[0] != '.' && stat(p, &st) == 0 && S_ISREG(st.st_mode) && st.st_mtime > newest)
-            newest = st.st_mtime;
+    proto_request r;
+    if (!(http_method_is(req, "GET") || http_method_is(req, "HEAD"))) {
+        http_add_header(req, "allow", "GET, HEAD");
+        http_send_error(hs, req, 405, "method_not_allowed", NULL, "%s takes GET", HTTP_SESSIONS_PATH);
+    } else if (http_sessions_request(req->path.base, req->path.len, &r) != 0) {
+        http_send_error(hs, req, 404, "not_found", NULL, "no such session (a name is 1..%d bytes of UTF-8, no "
+                        "control characters, %%-encoded in the path)", STORE_NAME_MAX);
+    } else {
+        http_admin_request(hs, req, 4, &r);
     }
-    if (d) closedir(d);
-    return newest > 0 ? newest : clock_wall_ms() / 1000;
-}
-
-static void metrics(http_server *hs, h2o_req_t *req)
-{
-    hreq *h = calloc(1, sizeof *h);
-    if (!h) { send_error(hs, req, 500, "internal", NULL, "out of memory"); return; }
-    h->hs = hs;
-    h->kind = HK_METRICS;
-    h->stage = ST_STATS;
-    h->id = HTTP_CONN_BIT | ++hs->seq;
-    h->req = req;
-    hreq **hook = h2o_mem_alloc_shared(&req->pool, sizeof *hook, on_pool_dispose);
-    *hook = h;
-    h->hnext = hs->tab[h->id % HREQ_BUCKETS];
-    hs->tab[h->id % HREQ_BUCKETS] = h;
-    hs->nreq++;
-    dmsg *m = dmsg_new(M_REQUEST, h->id);
-    if (!m) { fail(h, PE_INTERNAL, "out of memory"); return; }
-    m->req.op = OP_STATS;
-    m->req.id = 1;
-    m->t_recv_ns = clock_mono_ns();
-    h->pending_backend = 1;
-    queue_push(&hs->srv->persistq, &m->node);   /* stats go straight to the store, as commands.c does */
 }
 
 static int on_req(h2o_handler_t *self, h2o_req_t *req)
@@ -1973,8 +1374,8 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
     const char *amb = http_framing_check(req);
     if (amb) {
         req->http1_is_persistent = 0;   /* what follows on the connection cannot be trusted */
-        send_error(hs, req, 400, "ambiguous_length", NULL, "the request's body length is ambiguous: %s "
-                   "(refused, and the connection closed)", amb);
+        http_send_error(hs, req, 400, "ambiguous_length", NULL, "the request's body length is ambiguous: %s "
+                        "(refused, and the connection closed)", amb);
         return 0;
     }
     if (http_cors_handle(&hs->cors, req)) return 0;   /* a preflight */
@@ -1982,27 +1383,27 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
     for (size_t i = 0; i < req->headers.size; i++)
         hbytes += req->headers.entries[i].name->len + req->headers.entries[i].value.len + 4;
     if (hbytes > hs->srv->opt.http_max_header) {
-        send_error(hs, req, 431, "headers_too_large", NULL, "the request line and headers are %zu bytes,"
-                   " over the limit of %zu (--http-max-header)", hbytes, hs->srv->opt.http_max_header);
+        http_send_error(hs, req, 431, "headers_too_large", NULL, "the request line and headers are %zu bytes,"
+                        " over the limit of %zu (--http-max-header)", hbytes, hs->srv->opt.http_max_header);
         return 0;
     }
-    int get = method_is(req, "GET") || method_is(req, "HEAD"), post = method_is(req, "POST");
+    int get = http_method_is(req, "GET") || http_method_is(req, "HEAD"), post = http_method_is(req, "POST");
     if (path_is(req, "/health")) {
-        if (!get) send_error(hs, req, 405, "method_not_allowed", NULL, "/health takes GET");
+        if (!get) http_send_error(hs, req, 405, "method_not_allowed", NULL, "/health takes GET");
         else if (hs->srv->stopping)
-            send_json(req, 503, "Service Unavailable", json_pack("{s:s}", "status", "stopping"));
-        else send_json(req, 200, "OK", json_pack("{s:s, s:s}", "status", "ok", "model", hs->model_id));
+            http_send_json(req, 503, "Service Unavailable", json_pack("{s:s}", "status", "stopping"));
+        else http_send_json(req, 200, "OK", json_pack("{s:s, s:s}", "status", "ok", "model", hs->model_id));
         return 0;
     }
     if (path_is(req, "/")) {   /* the chat page: it holds no secret, so no token (its API calls need one) */
-        if (!get) send_error(hs, req, 405, "method_not_allowed", NULL, "/ takes GET");
+        if (!get) http_send_error(hs, req, 405, "method_not_allowed", NULL, "/ takes GET");
         else http_page_send(req);
         return 0;
     }
     if (!token_ok(hs, req)) {
-        add_header(req, "www-authenticate", "Bearer");
-        send_error(hs, req, 401, "invalid_api_key", NULL, "this server wants 'Authorization: Bearer"
-                   " <token>' with the token of its --http-token-file");
+        http_add_header(req, "www-authenticate", "Bearer");
+        http_send_error(hs, req, 401, "invalid_api_key", NULL, "this server wants 'Authorization: Bearer"
+                        " <token>' with the token of its --http-token-file");
         return 0;
     }
     static const struct { const char *path; int post; } routes[] = {
@@ -2012,21 +1413,21 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
         if (!path_is(req, routes[i].path)) continue;
         if (routes[i].post ? !post : !get) {
-            add_header(req, "allow", routes[i].post ? "POST" : "GET, HEAD");
-            send_error(hs, req, 405, "method_not_allowed", NULL, "%s takes %s", routes[i].path,
-                       routes[i].post ? "POST" : "GET");
+            http_add_header(req, "allow", routes[i].post ? "POST" : "GET, HEAD");
+            http_send_error(hs, req, 405, "method_not_allowed", NULL, "%s takes %s", routes[i].path,
+                            routes[i].post ? "POST" : "GET");
         } else if (i == 0) models(hs, req);
-        else if (i == 1) metrics(hs, req);
+        else if (i == 1) http_metrics(hs, req);
         else if (req->entity.len > hs->srv->opt.http_max_body) {
-            send_error(hs, req, 413, "body_too_large", NULL, "the request body is %zu bytes, over the "
-                       "limit of %zu (--http-max-body)", req->entity.len, hs->srv->opt.http_max_body);
+            http_send_error(hs, req, 413, "body_too_large", NULL, "the request body is %zu bytes, over the "
+                            "limit of %zu (--http-max-body)", req->entity.len, hs->srv->opt.http_max_body);
         } else begin(hs, req, i == 2 ? HK_COMPLETION : i == 3 ? HK_CHAT : HK_RESPONSES);
         return 0;
     }
     static const char resp_prefix[] = "/v1/responses/";
     size_t rp = sizeof resp_prefix - 1;
     if (req->path_normalized.len > rp && !memcmp(req->path_normalized.base, resp_prefix, rp)) {
-        resp_admin(hs, req, req->path_normalized.base + rp, req->path_normalized.len - rp);
+        http_resp_admin(hs, req, req->path_normalized.base + rp, req->path_normalized.len - rp);
         return 0;
     }
     size_t sp = strlen(HTTP_SESSIONS_PATH);
@@ -2039,363 +1440,22 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
     size_t mp = sizeof model_prefix - 1;
     if (req->path_normalized.len > mp && !memcmp(req->path_normalized.base, model_prefix, mp)) {
         if (!get) {
-            add_header(req, "allow", "GET, HEAD");
-            send_error(hs, req, 405, "method_not_allowed", NULL, "/v1/models/{id} takes GET");
+            http_add_header(req, "allow", "GET, HEAD");
+            http_send_error(hs, req, 405, "method_not_allowed", NULL, "/v1/models/{id} takes GET");
         } else {
             model_get(hs, req, req->path_normalized.base + mp, req->path_normalized.len - mp);
         }
         return 0;
     }
-    send_error(hs, req, 404, "not_found", NULL, "no such endpoint: %.*s (there are /v1/completions, "
-               "/v1/chat/completions, /v1/responses, /v1/models, /v1/models/{id}, /v1/sessions, /health, /metrics, /)", (int)req->path_normalized.len,
-               req->path_normalized.base);
+    http_send_error(hs, req, 404, "not_found", NULL, "no such endpoint: %.*s (there are /v1/completions, "
+                    "/v1/chat/completions, /v1/responses, /v1/models, /v1/models/{id}, /v1/sessions, /health, /metrics, /)", (int)req->path_normalized.len,
+                    req->path_normalized.base);
     return 0;
 }
 
-/* ---- connections ------------------------------------------------------------------------------ */
-
-static unsigned n_sockets;   /* accepted TCP handles not yet closed (one front door per process) */
-static http_server *closing;  /* http_close is waiting for h2o to close its connections */
-
-static void finish_close(http_server *hs);
-
-static void on_socket_closed(uv_handle_t *h)
+void http_handler_register(h2o_pathconf_t *path, http_server *hs)
 {
-    n_sockets--;
-    free(h);
-    if (closing && !n_sockets) finish_close(closing);
-}
-
-static void on_accept(uv_stream_t *l, int status)
-{
-    http_server *hs = l->data;
-    if (status < 0) return;
-    uv_tcp_t *c = calloc(1, sizeof *c);
-    if (!c) return;
-    uv_tcp_init(l->loop, c);
-    n_sockets++;
-    if (uv_accept(l, (uv_stream_t *)c) != 0) {
-        uv_close((uv_handle_t *)c, on_socket_closed);
-        return;
-    }
-    uv_tcp_nodelay(c, 1);   /* a streamed token goes out at once */
-    /* A fixed kernel send buffer (the kernel doubles it): with autotuning a
-     * client that stops reading could park megabytes per connection in the
-     * kernel, outside --max-output and --max-total-bytes. 256 KiB carries
-     * any one stream's rate with room to spare. */
-    int sndbuf = HTTP_SNDBUF;
-    uv_send_buffer_size((uv_handle_t *)c, &sndbuf);
-    h2o_socket_t *sock = h2o_uv_socket_create((uv_stream_t *)c, on_socket_closed);
-    h2o_accept(&hs->accept, sock);
-}
-
-int http_parse_addr(const char *opt, const char *s, struct sockaddr_storage *sa, char *err, size_t errlen)
-{
-    char host[64] = "127.0.0.1";
-    const char *port = s;
-    const char *colon = strrchr(s, ':');
-    if (colon) {
-        size_t hl = (size_t)(colon - s);
-        const char *h = s;
-        if (hl >= 2 && s[0] == '[' && s[hl - 1] == ']') { h = s + 1; hl -= 2; }
-        if (hl == 0 || hl >= sizeof host) {
-            snprintf(err, errlen, "%s wants [ADDR:]PORT, got '%s'", opt, s);
-            return -EINVAL;
-        }
-        memcpy(host, h, hl);
-        host[hl] = 0;
-        port = colon + 1;
-    }
-    char *end;
-    long p = strtol(port, &end, 10);
-    if (!*port || *end || p < 0 || p > 65535) {
-        snprintf(err, errlen, "%s wants [ADDR:]PORT with a port in 0..65535, got '%s'", opt, s);
-        return -EINVAL;
-    }
-    if (uv_ip4_addr(host, (int)p, (struct sockaddr_in *)sa) != 0 &&
-        uv_ip6_addr(host, (int)p, (struct sockaddr_in6 *)sa) != 0) {
-        snprintf(err, errlen, "%s: '%s' is not an IPv4 or IPv6 address", opt, host);
-        return -EINVAL;
-    }
-    return 0;
-}
-
-int http_read_token(const char *path, char *out, size_t outlen, char *err, size_t errlen)
-{
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        snprintf(err, errlen, "--http-token-file %s: %s", path, strerror(errno));
-        return -errno;
-    }
-    if (!fgets(out, (int)outlen, f)) out[0] = 0;
-    fclose(f);
-    out[strcspn(out, "\r\n")] = 0;
-    if (strlen(out) < 8 || strlen(out) >= outlen - 1) {
-        snprintf(err, errlen, "--http-token-file %s: the token (its first line) must be 8..%zu bytes",
-                 path, outlen - 2);
-        return -EINVAL;
-    }
-    return 0;
-}
-
-/* ---- libh2o's own refusals ------------------------------------------------------------------ */
-
-/* libh2o refuses a request body before any handler runs: a Content-Length
- * over its limit at once, a chunked body as soon as its decoded bytes pass
- * the limit (so no more than about --http-max-body is ever buffered), and
- * broken body framing (400) or an unknown Expect (417). It answers those
- * with a plain-text body on the host's fallback path, which no request our
- * handler sees is bound to: this filter on that path rewrites them into
- * the OpenAI-style error object every other refusal carries. */
-typedef struct early_filter {
-    h2o_filter_t  super;
-    http_server  *hs;
-} early_filter;
-
-typedef struct early_ostream {
-    h2o_ostream_t super;
-    http_server  *hs;
-} early_ostream;
-
-static void early_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bufs, size_t bufcnt,
-                       h2o_send_state_t state)
-{
-    http_server *hs = ((early_ostream *)self)->hs;
-    char why[256] = "";   /* libh2o's own words */
-    size_t wn = 0;
-    for (size_t i = 0; i < bufcnt && wn < sizeof why - 1; i++) {
-        size_t k = bufs[i].len < sizeof why - 1 - wn ? bufs[i].len : sizeof why - 1 - wn;
-        memcpy(why + wn, bufs[i].base, k);
-        wn += k;
-    }
-    why[wn] = 0;
-    char msg[512];
-    const char *code = "invalid_request";
-    int status = req->res.status;
-    if (status == 413) {
-        code = "body_too_large";   /* as on_req's own 413 */
-        snprintf(msg, sizeof msg, "the request body is over the limit of %zu bytes (--http-max-body)",
-                 hs->srv->opt.http_max_body);
-    } else if (status == 417) {
-        code = "expectation_failed";
-        snprintf(msg, sizeof msg, "the Expect header is not understood (only 100-continue is): %s", why);
-    } else {
-        snprintf(msg, sizeof msg, "the request body cannot be read: %s", why);
-    }
-    hs->req_total[status >= 500 ? OC_SERVER_ERR : OC_CLIENT_ERR]++;
-    json_t *j = error_object(msg, status >= 500 ? "server_error" : "invalid_request_error", code, NULL);
-    char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
-    json_decref(j);
-    h2o_iovec_t out = body ? h2o_strdup(&req->pool, body, strlen(body)) : h2o_iovec_init(H2O_STRLIT("{}"));
-    free(body);
-    req->res.content_length = out.len;
-    h2o_ostream_send_next(self, req, &out, bufcnt ? 1 : 0, state);   /* HEAD: headers only */
-}
-
-static void early_setup(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t **slot)
-{
-    http_log_request_id(req);
-    if (req->res.status >= 400) {
-        ssize_t ct = h2o_find_header(&req->res.headers, H2O_TOKEN_CONTENT_TYPE, -1);
-        if (ct >= 0) req->res.headers.entries[ct].value = h2o_iovec_init(H2O_STRLIT("application/json"));
-        else h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
-                            H2O_STRLIT("application/json"));
-        early_ostream *os = (early_ostream *)h2o_add_ostream(req, sizeof *os, slot);
-        os->super.do_send = early_send;
-        os->hs = ((early_filter *)self)->hs;
-        slot = &os->super.next;
-    }
-    h2o_setup_next_ostream(req, slot);
-}
-
-int http_start(server *srv, char *err, size_t errlen)
-{
-    if (!srv->opt.http_addr) return 0;
-    struct sockaddr_storage sa;
-    memset(&sa, 0, sizeof sa);
-    int rc = http_parse_addr("--http", srv->opt.http_addr, &sa, err, errlen);
-    if (rc) return rc;
-    http_server *hs = calloc(1, sizeof *hs);
-    if (!hs) { snprintf(err, errlen, "out of memory"); return -ENOMEM; }
-    hs->srv = srv;
-    if (srv->opt.http_cors && (rc = http_cors_parse(srv->opt.http_cors, &hs->cors, err, errlen)) != 0) {
-        free(hs);
-        return rc;
-    }
-    hs->tails = calloc(TAIL_SLOTS, sizeof *hs->tails);
-    hs->resps = calloc(RESP_SLOTS, sizeof *hs->resps);
-    if (srv->opt.http_token_file &&
-        (rc = http_read_token(srv->opt.http_token_file, hs->token, sizeof hs->token, err, errlen))) {
-        free(hs->resps);
-        free(hs->tails);
-        free(hs);
-        return rc;
-    }
-    if ((rc = chat_template_parse(&hs->tpl, srv->chat_template, err, errlen)) != 0) {
-        free(hs->resps);
-        free(hs->tails);
-        free(hs);
-        return rc;
-    }
-    const char *base = strrchr(srv->model_path, '/');
-    snprintf(hs->model_id, sizeof hs->model_id, "%.127s", base && base[1] ? base + 1 : srv->model_path);
-    hs->model_created = model_mtime(srv->model_path);
-    srv->http = hs;
-    uv_timer_init(srv->loop, &hs->reaper);
-    hs->reaper.data = hs;
-    uv_timer_init(srv->loop, &hs->tick);
-    hs->tick.data = hs;
-    uv_timer_start(&hs->tick, on_tick, 1000, 1000);
-    uv_timer_init(srv->loop, &hs->flush);
-    hs->flush.data = hs;
-    uv_timer_init(srv->loop, &hs->linger);
-    hs->linger.data = hs;
-    h2o_config_init(&hs->config);
-    hs->config.server_name = h2o_iovec_init(H2O_STRLIT("lind"));
-    /* libh2o refuses a body over its limit itself, before reading it
-     * (early_setup gives that answer its error object). Its chunked check
-     * refuses a body of exactly the limit, hence +1; a Content-Length of
-     * limit + 1 reaches on_req, which refuses it the same way. */
-    hs->config.max_request_entity_size = srv->opt.http_max_body + 1;
-    hs->config.http1.req_timeout = 1000ull * srv->opt.http_idle_timeout;
-    hs->config.http2.idle_timeout = 1000ull * srv->opt.http_idle_timeout;
-    hs->config.http1.upgrade_to_http2 = srv->opt.http2;   /* --http2: h2c by prior knowledge or Upgrade */
-    h2o_hostconf_t *host = h2o_config_register_host(&hs->config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
-    h2o_pathconf_t *path = h2o_config_register_path(host, "/", 0);
     handler *hd = (handler *)h2o_create_handler(path, sizeof *hd);
     hd->super.on_req = on_req;
     hd->hs = hs;
-    http_log_register(path);
-    http_log_register(&host->fallback_path);
-    early_filter *ef = (early_filter *)h2o_create_filter(&host->fallback_path, sizeof *ef);
-    ef->super.on_setup_ostream = early_setup;
-    ef->hs = hs;
-    h2o_context_init(&hs->ctx, srv->loop, &hs->config);
-    hs->ctx_ready = 1;
-    hs->accept.ctx = &hs->ctx;
-    hs->accept.hosts = hs->config.hosts;
-    uv_tcp_init(srv->loop, &hs->listener);
-    hs->listener.data = hs;
-    hs->listening = 1;
-    if ((rc = uv_tcp_bind(&hs->listener, (struct sockaddr *)&sa, 0)) != 0 ||
-        (rc = uv_listen((uv_stream_t *)&hs->listener, 511, on_accept)) != 0) {
-        snprintf(err, errlen, "HTTP: listening on %s: %s", srv->opt.http_addr, uv_strerror(rc));
-        return rc;
-    }
-    struct sockaddr_storage bound;
-    int blen = sizeof bound;
-    char ip[64] = "?";
-    int port = 0;
-    if (uv_tcp_getsockname(&hs->listener, (struct sockaddr *)&bound, &blen) == 0) {
-        if (bound.ss_family == AF_INET6) {
-            uv_ip6_name((struct sockaddr_in6 *)&bound, ip, sizeof ip);
-            port = ntohs(((struct sockaddr_in6 *)&bound)->sin6_port);
-        } else {
-            uv_ip4_name((struct sockaddr_in *)&bound, ip, sizeof ip);
-            port = ntohs(((struct sockaddr_in *)&bound)->sin_port);
-        }
-    }
-    lind_log(REQLOG_INFO, "start", "HTTP on %s:%d%s", ip, port, hs->token[0] ? " (bearer token)" : "");
-    return 0;
-}
-
-void http_stop_listening(server *srv)
-{
-    http_server *hs = srv->http;
-    if (!hs || !hs->listening) return;
-    hs->listening = 0;
-    uv_close((uv_handle_t *)&hs->listener, NULL);
-    uv_timer_stop(&hs->tick);
-}
-
-static void close_walk(uv_handle_t *h, void *arg)
-{
-    (void)arg;
-    /* What is left of h2o's (client sockets, its timers) when the loop ends:
-     * every turn is saved by now, the clients just lose the connection. */
-    if (!uv_is_closing(h) && (h->type == UV_TCP || h->type == UV_TIMER)) uv_close(h, NULL);
-}
-
-/* Every connection is closed: the reaper's last requests, then h2o's
- * context (its timers). */
-static void finish_close(http_server *hs)
-{
-    closing = NULL;
-    if (!uv_is_closing((uv_handle_t *)&hs->linger)) uv_close((uv_handle_t *)&hs->linger, NULL);
-    if (!uv_is_closing((uv_handle_t *)&hs->reaper)) {
-        on_reap(&hs->reaper);
-        uv_close((uv_handle_t *)&hs->reaper, NULL);
-    }
-    if (hs->ctx_ready) {
-        hs->ctx_ready = 0;
-        h2o_context_dispose(&hs->ctx);   /* closes its timers */
-    }
-}
-
-/* A client socket of h2o's: shut it down both ways, so that h2o's pending
- * write fails and its read sees the end, and h2o closes it on its own path
- * (closing it under h2o while a write is pending makes h2o close it a
- * second time from the write's callback, which libuv refuses by abort). */
-static void shutdown_walk(uv_handle_t *h, void *arg)
-{
-    http_server *hs = arg;
-    uv_os_fd_t fd;
-    if (h->type == UV_TCP && h != (uv_handle_t *)&hs->listener && !uv_is_closing(h) && uv_fileno(h, &fd) == 0)
-        shutdown(fd, SHUT_RDWR);
-}
-
-/* LINGER_MS after the shutdowns, connections h2o still holds are dropped
- * as they are (their memory stays h2o's until the process ends). */
-#define LINGER_MS 2000
-static void on_linger(uv_timer_t *t)
-{
-    http_server *hs = t->data;
-    if (!closing) return;
-    lind_log(REQLOG_WARN, "stop", "HTTP: %u connection(s) did not close within %d ms of shutdown; dropping them",
-            n_sockets, LINGER_MS);
-    closing = NULL;
-    hs->leaked = 1;
-    on_reap(&hs->reaper);
-    uv_walk(hs->srv->loop, close_walk, NULL);
-}
-
-void http_close(server *srv)
-{
-    http_server *hs = srv->http;
-    if (!hs || hs->closed) return;
-    hs->closed = 1;
-    http_stop_listening(srv);
-    if (!uv_is_closing((uv_handle_t *)&hs->tick)) uv_close((uv_handle_t *)&hs->tick, NULL);
-    if (!uv_is_closing((uv_handle_t *)&hs->flush)) uv_close((uv_handle_t *)&hs->flush, NULL);
-    if (!hs->ctx_ready || !n_sockets) { finish_close(hs); return; }
-    /* Connections h2o still holds (HTTP/1 in libh2o 2.2 has no graceful
-     * close): every turn is saved by now, their clients just lose the
-     * connection, which h2o closes once its socket fails. */
-    closing = hs;
-    uv_walk(srv->loop, shutdown_walk, hs);
-    uv_timer_start(&hs->linger, on_linger, LINGER_MS, 0);
-}
-
-/* Kept reachable when h2o's connections could not be closed cleanly. */
-static http_server *leftover;
-
-void http_free(server *srv)
-{
-    http_server *hs = srv->http;
-    if (!hs) return;
-    srv->http = NULL;
-    hs->freeing = 1;
-    for (size_t b = 0; b < HREQ_BUCKETS; b++)
-        while (hs->tab[b]) hreq_free(hs->tab[b]);
-    if (hs->leaked) { leftover = hs; return; }
-    if (hs->ctx_ready) h2o_context_dispose(&hs->ctx);
-    h2o_config_dispose(&hs->config);
-    chat_template_free(&hs->tpl);
-    free(hs->tails);
-    for (size_t i = 0; hs->resps && i < RESP_SLOTS; i++) {
-        json_decref(hs->resps[i].obj);
-        json_decref(hs->resps[i].items);
-    }
-    free(hs->resps);
-    free(hs);
 }

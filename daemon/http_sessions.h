@@ -6,8 +6,8 @@
  * (X-Lind-Session, previous_response_id) and the socket's ops.
  *
  * This module only maps a path to the store request and the store's answer
- * to JSON; daemon/http.c sends the one and receives the other as it does
- * for /v1/responses/{id}. Loop thread only. */
+ * to JSON; daemon/http_responses.c sends the one and receives the other as
+ * it does for /v1/responses/{id}. Loop thread only. */
 #ifndef LIND_DAEMON_HTTP_SESSIONS_H
 #define LIND_DAEMON_HTTP_SESSIONS_H
 

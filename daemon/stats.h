@@ -22,7 +22,7 @@ typedef struct lat_series {
 } lat_series;
 
 /* Cumulative latency histograms over the whole uptime, for Prometheus
- * (GET /metrics, daemon/http.c): count[i] counts samples <= stats_hist_le[i]
+ * (GET /metrics, daemon/http_metrics.c): count[i] counts samples <= stats_hist_le[i]
  * ms (the last bound is +Inf); not cumulative across buckets. */
 #define STATS_HIST_N 14
 extern const double stats_hist_le[STATS_HIST_N];
