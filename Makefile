@@ -325,7 +325,7 @@ FUZZ_BUILD   ?= build-fuzz
 FUZZ_SAN      = -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_CFLAGS   = -std=gnu11 -g -O1 $(ARCH) -I. -D_GNU_SOURCE -fno-strict-aliasing $(FUZZ_SAN)
 FUZZ_LIB_SRCS = $(wildcard recurrent/*.c kernels/*.c kernels/cpu/*.c state/*.c) \
-                $(filter-out kernels/cuda/cuda_%.c,$(wildcard kernels/cuda/*.c)) daemon/protocol.c daemon/ops.c \
+                $(filter-out kernels/cuda/cuda_%.c,$(wildcard kernels/cuda/*.c)) daemon/protocol.c daemon/ops.c daemon/request.c \
                 daemon/httpreq.c daemon/event.c daemon/turnlog.c daemon/http_sessions.c
 FUZZ_LIB_OBJS = $(FUZZ_LIB_SRCS:%.c=$(FUZZ_BUILD)/obj/%.o)
 FUZZ_BINS     = $(FUZZ_SRCS:tests/%.c=$(FUZZ_BUILD)/%)

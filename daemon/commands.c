@@ -1,6 +1,7 @@
 /* daemon/commands.c — request routing and `hello`. See commands.h. */
 #include "daemon/commands.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include "daemon/msg.h"
@@ -54,16 +55,30 @@ static void hello(server *srv, conn *c, uint64_t id)
     evlist_free(&l);
 }
 
-void commands_dispatch(server *srv, conn *c, proto_request *req, uint64_t t_recv)
+int commands_submit(server *srv, uint64_t conn, op_request *req, uint64_t t_recv)
+{
+    dmsg *m = dmsg_new(M_REQUEST, conn);
+    if (!m) {
+        op_request_free(req);
+        return -ENOMEM;
+    }
+    m->req = *req;
+    memset(req, 0, sizeof *req);
+    m->t_recv_ns = t_recv;
+    queue_push(op_table[m->req.op].entry == ENTER_STORE ? &srv->persistq : &srv->schedq, &m->node);
+    return 0;
+}
+
+void commands_dispatch(server *srv, conn *c, op_request *req, uint64_t t_recv)
 {
     if (op_table[req->op].entry == ENTER_LOOP) {   /* hello, the one op the loop answers */
         hello(srv, c, req->id);
-        proto_request_free(req);
+        op_request_free(req);
         return;
     }
     if (srv->stopping) {
         conn_send_error(c, req->id, PE_SHUTTING_DOWN, "the server is shutting down");
-        proto_request_free(req);
+        op_request_free(req);
         return;
     }
     if (c->inflight >= srv->opt.max_inflight) {
@@ -71,18 +86,13 @@ void commands_dispatch(server *srv, conn *c, proto_request *req, uint64_t t_recv
         snprintf(msg, sizeof msg, "this connection already has %d requests in flight (the limit)",
                  c->inflight);
         conn_send_error(c, req->id, PE_LIMIT, msg);
-        proto_request_free(req);
+        op_request_free(req);
         return;
     }
-    dmsg *m = dmsg_new(M_REQUEST, c->id);
-    if (!m) {
-        conn_send_error(c, req->id, PE_INTERNAL, "out of memory");
-        proto_request_free(req);
+    uint64_t id = req->id;
+    if (commands_submit(srv, c->id, req, t_recv) != 0) {
+        conn_send_error(c, id, PE_INTERNAL, "out of memory");
         return;
     }
-    m->req = *req;
-    memset(req, 0, sizeof *req);
-    m->t_recv_ns = t_recv;
     c->inflight++;
-    queue_push(op_table[m->req.op].entry == ENTER_STORE ? &srv->persistq : &srv->schedq, &m->node);
 }

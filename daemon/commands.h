@@ -13,7 +13,16 @@
 #include "daemon/conn.h"
 #include "daemon/protocol.h"
 
-/* Takes over req's buffers (req is left empty). t_recv: clock_mono_ns() at arrival. */
-void commands_dispatch(server *srv, conn *c, proto_request *req, uint64_t t_recv);
+/* A socket connection's request. Takes over req's buffers (req is left
+ * empty). t_recv: clock_mono_ns() at arrival. */
+void commands_dispatch(server *srv, conn *c, op_request *req, uint64_t t_recv);
+
+/* The one way into the other threads, for both doors (the socket above,
+ * HTTP's request stages): req (taken over, left empty; its limits checked
+ * where it was decoded) goes to the thread its op enters by, for connection
+ * id conn. 0, or -ENOMEM (req freed, nothing sent). The socket refuses new
+ * requests while the server stops; HTTP stops taking them at its door, and
+ * the further steps of one already taken go on. */
+int commands_submit(server *srv, uint64_t conn, op_request *req, uint64_t t_recv);
 
 #endif

@@ -408,7 +408,7 @@ void conn_send_error(conn *c, uint64_t id, proto_code code, const char *msg)
 /* A gated (TCP) connection's message: a hello carrying the token opens the
  * gate and goes on to be answered (0); anything else is refused with
  * `unauthorized` and the connection closed once that is written (1). */
-static int gate(conn *c, const proto_request *req)
+static int gate(conn *c, const op_request *req)
 {
     const char *tok = c->srv->tcp_token;
     size_t tl = strlen(tok);
@@ -451,7 +451,7 @@ static void consume(conn *c)
             conn_close_after_flush(c, CONN_LINGER);
             break;
         }
-        proto_request req;
+        op_request req;
         proto_error err;
         uint64_t t = clock_mono_ns();
         proto_code code = proto_parse(c->in + off, (size_t)n, lim, &req, &err);
@@ -462,7 +462,7 @@ static void consume(conn *c)
             continue;
         }
         if (c->gated && gate(c, &req)) {
-            proto_request_free(&req);
+            op_request_free(&req);
             break;
         }
         if (ids_has(c, req.id)) {
@@ -471,7 +471,7 @@ static void consume(conn *c)
                      " ids must be unique among a connection's requests in flight",
                      (unsigned long long)req.id);
             conn_send_error(c, 0, PE_BAD_REQUEST, msg);
-            proto_request_free(&req);
+            op_request_free(&req);
             continue;
         }
         uint64_t id = req.id;

@@ -24,6 +24,7 @@
 #include <utf8proc.h>
 #include <xxhash.h>
 #include <h2o.h>
+#include "daemon/commands.h"
 #include "daemon/conn.h"
 #include "daemon/errors.h"
 #include "daemon/http_framing.h"
@@ -105,7 +106,7 @@ void http_hreq_free(hreq *h)
     free(h->full_text);
     free(h->new_text);
     json_decref(h->messages);
-    proto_request_free(&h->gen_req);
+    op_request_free(&h->gen_req);
     free(h->ignored);
     free(h);
 }
@@ -735,20 +736,18 @@ void http_fail(hreq *h, proto_code code, const char *msg)
 
 /* ---- stages ------------------------------------------------------------------------------ */
 
-void http_send_request(hreq *h, proto_request *r)
+void http_send_request(hreq *h, op_request *r)
 {
-    dmsg *m = dmsg_new(M_REQUEST, h->id);
-    if (!m) { proto_request_free(r); http_fail(h, PE_INTERNAL, "out of memory"); return; }
-    m->req = *r;
-    memset(r, 0, sizeof *r);
-    m->t_recv_ns = clock_mono_ns();
+    if (commands_submit(h->hs->srv, h->id, r, clock_mono_ns()) != 0) {
+        http_fail(h, PE_INTERNAL, "out of memory");
+        return;
+    }
     h->pending_backend = 1;
-    queue_push(&h->hs->srv->schedq, &m->node);
 }
 
 static void fork_request(hreq *h, uint64_t id, const char *from, const char *to)
 {
-    proto_request r;
+    op_request r;
     memset(&r, 0, sizeof r);
     r.op = OP_FORK;
     r.id = id;
@@ -760,7 +759,7 @@ static void fork_request(hreq *h, uint64_t id, const char *from, const char *to)
 /* Choice i's generate (request id i + 1): the request's settings, seed + i. */
 static void generate_choice(hreq *h, int i, uint8_t *text, size_t len)
 {
-    proto_request r = h->gen_req;
+    op_request r = h->gen_req;
     r.id = (uint64_t)i + 1;
     r.text = text;
     r.text_len = len;
@@ -813,7 +812,7 @@ static void start_generate(hreq *h, int continued)
      * there with its own seed. */
     h->stage = ST_PREFILL;
     h->waiting = 1;
-    proto_request r;
+    op_request r;
     memset(&r, 0, sizeof r);
     r.op = OP_APPEND;
     r.id = 1;
@@ -880,7 +879,7 @@ static void forks_done(hreq *h)
         h->waiting = 0;
         for (int i = 0; i < h->n; i++) {
             if (strncmp(h->ch[i].session, "resp-", 5)) continue;
-            proto_request r;
+            op_request r;
             memset(&r, 0, sizeof r);
             r.op = OP_DELETE;
             r.id = (uint64_t)i + 1;
@@ -1214,7 +1213,7 @@ static void begin(http_server *hs, h2o_req_t *req, hkind kind)
         return;
     }
     const h2o_iovec_t *hv = header(req, "x-lind-session");
-    httpreq_limits lim = { .max_tokens = srv->opt.max_tokens, .vocab = srv->vocab, .tpl = &hs->tpl,
+    httpreq_limits lim = { .req = &srv->limits, .tpl = &hs->tpl,
                            .tail = tail_lookup, .tail_ctx = hs, .model_id = hs->model_id };
     httpreq r;
     httpreq_error e;
@@ -1355,7 +1354,7 @@ static void model_get(http_server *hs, h2o_req_t *req, const char *id, size_t n)
 /* GET /v1/sessions, GET /v1/sessions/{name} (daemon/http_sessions.h). */
 static void sessions_get(http_server *hs, h2o_req_t *req)
 {
-    proto_request r;
+    op_request r;
     if (!(http_method_is(req, "GET") || http_method_is(req, "HEAD"))) {
         http_add_header(req, "allow", "GET, HEAD");
         http_send_error(hs, req, 405, "method_not_allowed", NULL, "%s takes GET", HTTP_SESSIONS_PATH);

@@ -131,7 +131,7 @@ typedef struct hreq {
     uint8_t  *full_text, *new_text;   /* the turn's text: whole conversation / only new messages */
     size_t    full_len, new_len;
     json_t   *messages;        /* chat: the request's messages (for the fork-out hash) */
-    proto_request gen_req;     /* the generate request, sent after the fork in */
+    op_request gen_req;     /* the generate request, sent after the fork in */
     uint64_t  seed;            /* the sampler's seed: the request's, or drawn fresh */
     char      user[HTTPREQ_USER_MAX + 1];   /* OpenAI's end-user id, for the request log */
     char     *ignored;         /* X-Lind-Ignored's value, NULL: none */
@@ -197,7 +197,7 @@ void http_stream_text(hreq *h, hchoice *c, int final);
 /* A lind error ends the request. */
 void http_fail(hreq *h, proto_code code, const char *msg);
 /* Send r (taken) to the compute thread on h's connection. */
-void http_send_request(hreq *h, proto_request *r);
+void http_send_request(hreq *h, op_request *r);
 
 /* ---- http_responses.c ------------------------------------------------------ */
 
@@ -214,7 +214,7 @@ void http_resp_complete(hreq *h);
 void http_resp_admin(http_server *hs, h2o_req_t *req, const char *rest, size_t n);
 /* A store request r (taken) for req, answered by http_resp_admin_result
  * (admin: which answer, hreq.admin). */
-void http_admin_request(http_server *hs, h2o_req_t *req, int admin, proto_request *r);
+void http_admin_request(http_server *hs, h2o_req_t *req, int admin, op_request *r);
 /* The store's answer (e of l) to an http_admin_request. */
 void http_resp_admin_result(hreq *h, const evlist *l, const event *e);
 

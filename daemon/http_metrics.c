@@ -140,11 +140,9 @@ void http_metrics(http_server *hs, h2o_req_t *req)
     h->stage = ST_STATS;
     h->id = HTTP_CONN_BIT | ++hs->seq;
     http_track(h, req);
-    dmsg *m = dmsg_new(M_REQUEST, h->id);
-    if (!m) { http_fail(h, PE_INTERNAL, "out of memory"); return; }
-    m->req.op = OP_STATS;
-    m->req.id = 1;
-    m->t_recv_ns = clock_mono_ns();
-    h->pending_backend = 1;
-    queue_push(&hs->srv->persistq, &m->node);   /* stats go straight to the store, as commands.c does */
+    op_request r;
+    memset(&r, 0, sizeof r);
+    r.op = OP_STATS;
+    r.id = 1;
+    http_send_request(h, &r);
 }

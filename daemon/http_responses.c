@@ -234,7 +234,7 @@ void http_resp_admin_result(hreq *h, const evlist *l, const event *e)
 }
 
 /* A store request r for req, answered by http_resp_admin_result (admin: which answer). */
-void http_admin_request(http_server *hs, h2o_req_t *req, int admin, proto_request *r)
+void http_admin_request(http_server *hs, h2o_req_t *req, int admin, op_request *r)
 {
     hreq *h = calloc(1, sizeof *h);
     if (!h) { http_send_error(hs, req, 500, "internal", NULL, "out of memory"); return; }
@@ -287,7 +287,7 @@ void http_resp_admin(http_server *hs, h2o_req_t *req, const char *rest, size_t n
                                                  "has_more", 0));
         return;
     }
-    proto_request r;
+    op_request r;
     memset(&r, 0, sizeof r);
     r.op = del ? OP_DELETE : OP_INFO;
     r.id = 1;

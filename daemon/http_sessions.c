@@ -13,7 +13,7 @@ static int hexval(char c)
     return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
 }
 
-int http_sessions_request(const char *target, size_t n, proto_request *r)
+int http_sessions_request(const char *target, size_t n, op_request *r)
 {
     const char *q = memchr(target, '?', n);
     if (q) n = (size_t)(q - target);

@@ -22,7 +22,7 @@
  * ignored) asks for: OP_LIST for /v1/sessions, OP_INFO naming the session
  * for /v1/sessions/{name} (name %-encoded as in any URL). 0 with *r set, or
  * -ENOENT (another path, or a name no session can have). */
-int http_sessions_request(const char *target, size_t n, proto_request *r);
+int http_sessions_request(const char *target, size_t n, op_request *r);
 
 /* The JSON answer to that request's result (new reference; NULL: out of
  * memory): the list as {"object": "list", "data": [{session, tokens,

@@ -118,7 +118,7 @@ static int get_name(json_t *j, const char *key, char *out, httpreq_error *e)
 
 static int add_stop(httpreq *r, const char *s, size_t n, httpreq_error *e)
 {
-    proto_request *g = &r->gen;
+    op_request *g = &r->gen;
     if (n < 1 || n > STOP_MAX_LEN)
         return bad(e, "stop", "each stop string must be 1..%d bytes, got %zu", STOP_MAX_LEN, n);
     if (g->n_stop == STOP_MAX)
@@ -181,7 +181,7 @@ static int parse_response_format(httpreq *r, json_t *j, httpreq_error *e)
     const char *t = json_is_object(v) ? json_string_value(json_object_get(v, "type")) : NULL;
     if (!t) return bad(e, param, "'%s' must be an object with a string 'type'", field);
     if (!strcmp(t, "text")) return 0;
-    proto_request *g = &r->gen;
+    op_request *g = &r->gen;
     if (!strcmp(t, "json_object")) {
         if (jsonfsm_schema_object(&g->schema)) return oom(e);
         return 0;
@@ -214,7 +214,7 @@ static int parse_response_format(httpreq *r, json_t *j, httpreq_error *e)
  * boolean and top_logprobs; completions: the legacy integer) and n. */
 static int parse_sampling(httpreq *r, json_t *j, const httpreq_limits *lim, httpreq_error *e)
 {
-    proto_request *g = &r->gen;
+    op_request *g = &r->gen;
     json_t *v;
     if (get_num(j, "presence_penalty", -2, 2, 0, &g->presence_penalty, e) ||
         get_num(j, "frequency_penalty", -2, 2, 0, &g->frequency_penalty, e))
@@ -226,7 +226,7 @@ static int parse_sampling(httpreq *r, json_t *j, const httpreq_limits *lim, http
             return bad(e, "logit_bias", "'logit_bias' has %zu entries, at most %d", n, HTTPREQ_BIAS_MAX);
         if (n && (!(g->bias_id = malloc(n * sizeof *g->bias_id)) || !(g->bias = malloc(n * sizeof *g->bias))))
             return oom(e);
-        long long vocab = lim->vocab > 0 ? lim->vocab : LIND_MAX_VOCAB;
+        long long vocab = lim->req->max_top_k > 0 ? lim->req->max_top_k : LIND_MAX_VOCAB;
         const char *k;
         json_t *b;
         json_object_foreach(v, k, b) {
@@ -349,7 +349,7 @@ static int collect_ignored(httpreq *r, json_t *j, const httpreq_limits *lim, htt
 /* The fields completions and chat share. */
 static int parse_common(httpreq *r, json_t *j, const httpreq_limits *lim, httpreq_error *e)
 {
-    proto_request *g = &r->gen;
+    op_request *g = &r->gen;
     g->op = OP_GENERATE;
     g->id = 1;
     g->sp = (sampler_params){ .temperature = 0.8f, .top_k = 0, .top_p = 1.0f, .rep_penalty = 1.0f,
@@ -357,21 +357,21 @@ static int parse_common(httpreq *r, json_t *j, const httpreq_limits *lim, httpre
     json_t *v;
     if ((v = json_object_get(j, "model")) && !json_is_string(v))
         return bad(e, "model", "'model' must be a string, got %s", jtype(v));
-    long long x = r->kind == HTTPREQ_CHAT ? (lim->max_tokens < 256 ? lim->max_tokens : 256)
-                                          : (lim->max_tokens < 16 ? lim->max_tokens : 16);
+    long long x = r->kind == HTTPREQ_CHAT ? (lim->req->max_tokens < 256 ? lim->req->max_tokens : 256)
+                                          : (lim->req->max_tokens < 16 ? lim->req->max_tokens : 16);
     const char *mt = r->kind == HTTPREQ_CHAT && json_object_get(j, "max_completion_tokens") ?
                      "max_completion_tokens" : "max_tokens";
-    if ((v = json_object_get(j, mt)) && json_is_integer(v) && json_integer_value(v) > lim->max_tokens)
+    if ((v = json_object_get(j, mt)) && json_is_integer(v) && json_integer_value(v) > lim->req->max_tokens)
         return bad(e, mt, "'%s' %lld is over the server's limit of %u", mt,
-                   (long long)json_integer_value(v), lim->max_tokens);
-    if (get_int(j, mt, 1, lim->max_tokens, &x, NULL, e)) return -EINVAL;
+                   (long long)json_integer_value(v), lim->req->max_tokens);
+    if (get_int(j, mt, 1, lim->req->max_tokens, &x, NULL, e)) return -EINVAL;
     g->max_tokens = (uint32_t)x;
     /* OpenAI's ranges: temperature 0..2, top_p (0, 1] (0 would keep no token). */
     if (get_num(j, "temperature", 0, 2, 0, &g->sp.temperature, e)) return -EINVAL;
     if (get_num(j, "top_p", 0, 1, 1, &g->sp.top_p, e)) return -EINVAL;
     x = 0;
     int has = 0;
-    if (get_int(j, "top_k", 0, lim->vocab > 0 ? lim->vocab : LIND_MAX_VOCAB, &x, &has, e)) return -EINVAL;
+    if (get_int(j, "top_k", 0, lim->req->max_top_k > 0 ? lim->req->max_top_k : LIND_MAX_VOCAB, &x, &has, e)) return -EINVAL;
     if (has) g->sp.top_k = (int)x;
     has = 0;
     if (get_int(j, "seed", 0, INT64_MAX, &x, &has, e)) return -EINVAL;
@@ -648,13 +648,13 @@ static int parse_responses(httpreq *r, json_t *j, const char *hdr, size_t hdr_le
     for (size_t i = 0; i < sizeof copy / sizeof copy[0]; i++)
         if ((v = json_object_get(j, copy[i]))) json_object_set(c, copy[i], v);
     if ((v = json_object_get(j, "max_output_tokens"))) {
-        if (json_is_integer(v) && json_integer_value(v) > lim->max_tokens) {
+        if (json_is_integer(v) && json_integer_value(v) > lim->req->max_tokens) {
             rc = bad(e, "max_output_tokens", "'max_output_tokens' %lld is over the server's limit of %u",
-                     (long long)json_integer_value(v), lim->max_tokens);
+                     (long long)json_integer_value(v), lim->req->max_tokens);
             goto out;
         }
         long long x = 0;
-        if (get_int(j, "max_output_tokens", 1, lim->max_tokens, &x, NULL, e)) goto out;
+        if (get_int(j, "max_output_tokens", 1, lim->req->max_tokens, &x, NULL, e)) goto out;
         json_object_set(c, "max_tokens", v);
     }
     if ((v = json_object_get(j, "top_logprobs")) && !json_is_null(v)) {
@@ -736,7 +736,7 @@ int httpreq_parse(httpreq *r, httpreq_kind kind, const char *body, size_t len, c
 
 void httpreq_free(httpreq *r)
 {
-    proto_request_free(&r->gen);
+    op_request_free(&r->gen);
     json_decref(r->messages);
     free(r->new_text);
     free(r->full_text);

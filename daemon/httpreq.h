@@ -28,8 +28,7 @@ typedef enum { HTTPREQ_COMPLETION = 1, HTTPREQ_CHAT = 2, HTTPREQ_RESPONSES = 3 }
 typedef size_t (*httpreq_tail_fn)(void *ctx, const char *name, uint8_t *out);
 
 typedef struct httpreq_limits {
-    uint32_t max_tokens;       /* --max-tokens */
-    int      vocab;            /* the model's vocabulary (top_k's bound), <= 0: LIND_MAX_VOCAB */
+    const proto_limits *req;   /* the server's, as the socket's (max_tokens, top_k's bound) */
     const chat_template *tpl;  /* chat requests' template */
     httpreq_tail_fn tail;      /* may be NULL: no tails known */
     void    *tail_ctx;
@@ -42,11 +41,11 @@ typedef struct httpreq_limits {
 #define HTTPREQ_TOP_MAX     20    /* top_logprobs, and completions' logprobs */
 #define HTTPREQ_BIAS_MAX    1024  /* logit_bias entries */
 
-/* A parsed request. Owns gen (proto_request_free), messages and the texts:
+/* A parsed request. Owns gen (op_request_free), messages and the texts:
  * release with httpreq_free (after taking what it keeps: set those to NULL). */
 typedef struct httpreq {
     httpreq_kind kind;
-    proto_request gen;         /* OP_GENERATE: sampler, max_tokens, stop strings (the request's,
+    op_request gen;         /* OP_GENERATE: sampler, max_tokens, stop strings (the request's,
                                 * then the template's); no session or text yet */
     size_t   max_stop;         /* the longest stop string */
     int      stream, include_usage;

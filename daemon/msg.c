@@ -20,7 +20,7 @@ dmsg *dmsg_new(dmsg_kind kind, uint64_t conn)
 void dmsg_free(dmsg *m)
 {
     if (!m) return;
-    proto_request_free(&m->req);
+    op_request_free(&m->req);
     store_loaded_free(&m->loaded);
     free(m->state);
     free(m->transcript);

@@ -65,7 +65,7 @@ typedef struct dmsg {
     dmsg_kind kind;
     uint64_t conn;            /* connection id (0: none) */
     uint64_t t_recv_ns;       /* monotonic time the request arrived */
-    proto_request req;        /* M_REQUEST */
+    op_request req;        /* M_REQUEST */
     void    *sess;            /* the compute thread's session, opaque elsewhere */
     char     name[STORE_NAME_MAX + 1];
     int      rc;              /* M_LOADED, M_SAVED: 0 or negative code */

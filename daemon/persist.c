@@ -347,7 +347,7 @@ static int do_list(worker *W, dmsg *m, evlist *l, char *err, size_t errlen)
 
 static int do_export(worker *W, dmsg *m, evlist *l, char *err, size_t errlen)
 {
-    proto_request *r = &m->req;
+    op_request *r = &m->req;
     uint8_t *data = NULL;
     size_t len = 0;
     int rc = store_export(W->st, r->session, &data, &len, err, errlen);
@@ -367,7 +367,7 @@ static int do_export(worker *W, dmsg *m, evlist *l, char *err, size_t errlen)
 static int do_delete(worker *W, dmsg *m, evlist *l, char *err, size_t errlen)
 {
     persist *P = W->P;
-    proto_request *r = &m->req;
+    op_request *r = &m->req;
     /* Not under another node's feet: delete under the lease. */
     store_lease cur;
     int rc, held = lease_set_has(&W->leases, r->session);
@@ -396,7 +396,7 @@ static int do_delete(worker *W, dmsg *m, evlist *l, char *err, size_t errlen)
 
 static int do_fork(worker *W, dmsg *m, evlist *l, char *err, size_t errlen)
 {
-    proto_request *r = &m->req;
+    op_request *r = &m->req;
     int rc = store_fork(W->st, r->session, r->to, err, errlen);
     if (rc != 0) return rc;
     if (W->idx == 0 && W->P->srv->opt.max_store_bytes) W->gc_due = 1;   /* bytes were added */
@@ -408,7 +408,7 @@ static int do_fork(worker *W, dmsg *m, evlist *l, char *err, size_t errlen)
 
 static int do_import(worker *W, dmsg *m, evlist *l, char *err, size_t errlen)
 {
-    proto_request *r = &m->req;
+    op_request *r = &m->req;
     int rc = store_import(W->st, r->session, r->data, r->data_len, err, errlen);
     if (rc != 0) return rc;
     evlist_result_begin(l, r->id);
@@ -422,7 +422,7 @@ static int do_import(worker *W, dmsg *m, evlist *l, char *err, size_t errlen)
 static int do_info(worker *W, dmsg *m, evlist *l, char *err, size_t errlen)
 {
     persist *P = W->P;
-    proto_request *r = &m->req;
+    op_request *r = &m->req;
     store_loaded ld;
     memset(&ld, 0, sizeof ld);
     int rc = store_load(W->st, r->session, &ld, err, errlen);
@@ -516,7 +516,7 @@ static store_handler *const handlers[OP_COUNT] = {
 static void do_request(worker *W, dmsg *m)
 {
     persist *P = W->P;
-    proto_request *r = &m->req;
+    op_request *r = &m->req;
     char err[512] = "";
     int rc = 0;
     store_handler *h = r->op > OP_NONE && r->op < OP_COUNT ? handlers[r->op] : NULL;

@@ -228,7 +228,7 @@ static proto_code get_name(const msgpack_object *m, const char *key, char *out, 
 }
 
 static proto_code decode_sampling(const msgpack_object *m, const proto_limits *lim,
-                                  proto_request *r, proto_error *err)
+                                  op_request *r, proto_error *err)
 {
     proto_code c;
     uint64_t u;
@@ -291,7 +291,7 @@ static proto_code decode_sampling(const msgpack_object *m, const proto_limits *l
 
 /* hello's optional `token` (str or bin, up to PROTO_MAX_TOKEN bytes): what
  * a TCP connection presents when the server has one (docs/PROTOCOL.md). */
-static proto_code get_token(const msgpack_object *o, proto_request *r, proto_error *err)
+static proto_code get_token(const msgpack_object *o, op_request *r, proto_error *err)
 {
     const msgpack_object *v = field(o, "token");
     if (!v) return PE_OK;
@@ -310,7 +310,7 @@ static proto_code get_token(const msgpack_object *o, proto_request *r, proto_err
  * 1..64 bytes, UTF-8 without control characters) and `if_tokens`; and
  * `chat_template` (1..2^32-1: the hash of the chat template the text is
  * framed with, recurrent/chat.h). */
-static proto_code get_retry(const msgpack_object *o, proto_request *r, proto_error *err)
+static proto_code get_retry(const msgpack_object *o, op_request *r, proto_error *err)
 {
     const msgpack_object *v = field(o, "request_id");
     if (v) {
@@ -339,7 +339,7 @@ static proto_code get_retry(const msgpack_object *o, proto_request *r, proto_err
 }
 
 /* Optional boolean `progress` of generate/append. */
-static proto_code get_progress(const msgpack_object *o, proto_request *r, proto_error *err)
+static proto_code get_progress(const msgpack_object *o, op_request *r, proto_error *err)
 {
     const msgpack_object *p = field(o, "progress");
     if (!p) return PE_OK;
@@ -351,21 +351,21 @@ static proto_code get_progress(const msgpack_object *o, proto_request *r, proto_
 
 /* ---- each op's fields (the decode column of daemon/ops.h) ------------------ */
 
-static proto_code decode_hello(const msgpack_object *o, const proto_limits *lim, proto_request *r,
+static proto_code decode_hello(const msgpack_object *o, const proto_limits *lim, op_request *r,
                                proto_error *err)
 {
     (void)lim;
     return get_token(o, r, err);
 }
 
-static proto_code decode_none(const msgpack_object *o, const proto_limits *lim, proto_request *r,
+static proto_code decode_none(const msgpack_object *o, const proto_limits *lim, op_request *r,
                               proto_error *err)
 {
     (void)o; (void)lim; (void)r; (void)err;
     return PE_OK;
 }
 
-static proto_code decode_generate(const msgpack_object *o, const proto_limits *lim, proto_request *r,
+static proto_code decode_generate(const msgpack_object *o, const proto_limits *lim, op_request *r,
                                   proto_error *err)
 {
     proto_code c;
@@ -376,7 +376,7 @@ static proto_code decode_generate(const msgpack_object *o, const proto_limits *l
     return decode_sampling(o, lim, r, err);
 }
 
-static proto_code decode_append(const msgpack_object *o, const proto_limits *lim, proto_request *r,
+static proto_code decode_append(const msgpack_object *o, const proto_limits *lim, op_request *r,
                                 proto_error *err)
 {
     (void)lim;
@@ -388,7 +388,7 @@ static proto_code decode_append(const msgpack_object *o, const proto_limits *lim
 }
 
 /* By request id on this connection (target), or by session name. */
-static proto_code decode_cancel(const msgpack_object *o, const proto_limits *lim, proto_request *r,
+static proto_code decode_cancel(const msgpack_object *o, const proto_limits *lim, op_request *r,
                                 proto_error *err)
 {
     (void)lim;
@@ -402,14 +402,14 @@ static proto_code decode_cancel(const msgpack_object *o, const proto_limits *lim
     return get_name(o, "session", r->session, err);
 }
 
-static proto_code decode_session(const msgpack_object *o, const proto_limits *lim, proto_request *r,
+static proto_code decode_session(const msgpack_object *o, const proto_limits *lim, op_request *r,
                                  proto_error *err)
 {
     (void)lim;
     return get_name(o, "session", r->session, err);
 }
 
-static proto_code decode_fork(const msgpack_object *o, const proto_limits *lim, proto_request *r,
+static proto_code decode_fork(const msgpack_object *o, const proto_limits *lim, op_request *r,
                               proto_error *err)
 {
     (void)lim;
@@ -418,7 +418,7 @@ static proto_code decode_fork(const msgpack_object *o, const proto_limits *lim, 
     return get_name(o, "to", r->to, err);
 }
 
-static proto_code decode_import(const msgpack_object *o, const proto_limits *lim, proto_request *r,
+static proto_code decode_import(const msgpack_object *o, const proto_limits *lim, op_request *r,
                                 proto_error *err)
 {
     (void)lim;
@@ -427,7 +427,7 @@ static proto_code decode_import(const msgpack_object *o, const proto_limits *lim
     return get_bytes(o, "data", 1, 1, &r->data, &r->data_len, err);
 }
 
-typedef proto_code decoder(const msgpack_object *o, const proto_limits *lim, proto_request *r,
+typedef proto_code decoder(const msgpack_object *o, const proto_limits *lim, op_request *r,
                            proto_error *err);
 static decoder *const decoders[OP_COUNT] = {
 #define DECODER(E, name, decode, entry, compute, store, spread, nodev) [OP_##E] = decode,
@@ -436,7 +436,7 @@ static decoder *const decoders[OP_COUNT] = {
 };
 
 proto_code proto_decode(const msgpack_object *o, const proto_limits *lim,
-                        proto_request *r, proto_error *err)
+                        op_request *r, proto_error *err)
 {
     memset(r, 0, sizeof *r);
     memset(err, 0, sizeof *err);
@@ -476,14 +476,14 @@ proto_code proto_decode(const msgpack_object *o, const proto_limits *lim,
     c = decoders[r->op](o, lim, r, err);
 out:
     if (c != PE_OK) {
-        proto_request_free(r);
+        op_request_free(r);
         memset(r, 0, sizeof *r);
     }
     return c;
 }
 
 proto_code proto_parse(const uint8_t *msg, size_t len, const proto_limits *lim,
-                       proto_request *req, proto_error *err)
+                       op_request *req, proto_error *err)
 {
     memset(req, 0, sizeof *req);
     memset(err, 0, sizeof *err);
@@ -508,21 +508,6 @@ proto_code proto_parse(const uint8_t *msg, size_t len, const proto_limits *lim,
         c = proto_decode(&up.data, lim, req, err);
     msgpack_unpacked_destroy(&up);
     return c;
-}
-
-void proto_request_free(proto_request *r)
-{
-    free(r->text);
-    free(r->data);
-    free(r->bias_id);
-    free(r->bias);
-    free(r->schema);
-    r->schema = NULL;
-    r->bias_id = NULL;
-    r->bias = NULL;
-    r->n_bias = 0;
-    r->text = r->data = NULL;
-    r->text_len = r->data_len = 0;
 }
 
 /* ---- encoding ------------------------------------------------------------ */

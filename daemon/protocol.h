@@ -3,7 +3,7 @@
  * Incoming: proto_scan() finds where the next msgpack message ends in a
  * connection's input bytes (and refuses one that is, or declares itself,
  * larger than the limit before anything is allocated for it); proto_parse()
- * turns one complete message into a typed proto_request, or into a stable
+ * turns one complete message into a typed op_request, or into a stable
  * error code and a message naming the field at fault. Neither touches any
  * state, so the fuzz target (tests/fuzz_protocol.c) drives them directly.
  *
@@ -18,11 +18,10 @@
 #include "recurrent/sampler.h"
 #include "recurrent/stop.h"
 #include "state/store.h"
-#include "daemon/ops.h"   /* proto_op: one row per op */
+#include "daemon/request.h"
 
 #define PROTO_VERSION     1
 #define PROTO_ERRMSG      256
-#define PROTO_MAX_TOKEN   255   /* hello's token: --http-token-file's limit */
 
 /* Stable error codes; proto_code_name() gives the wire string. */
 typedef enum proto_code {
@@ -36,60 +35,6 @@ typedef enum proto_code {
 } proto_code;
 
 const char *proto_code_name(proto_code c);
-
-/* Server limits the decoder enforces. */
-typedef struct proto_limits {
-    size_t   max_message;   /* bytes per message */
-    uint32_t max_tokens;    /* per generate */
-    int      max_top_k;     /* top_k up to the model's vocabulary; 0: LIND_MAX_VOCAB */
-} proto_limits;
-
-/* A decoded request. Byte fields are malloc'd copies owned by the request:
- * release with proto_request_free(). */
-typedef struct proto_request {
-    proto_op op;
-    uint64_t id;
-    char     session[STORE_NAME_MAX + 1];
-    char     to[STORE_NAME_MAX + 1];          /* fork */
-    char     token[PROTO_MAX_TOKEN];          /* hello: the token a TCP client presents */
-    size_t   token_len;
-    uint8_t *text;  size_t text_len;          /* generate, append */
-    uint8_t *data;  size_t data_len;          /* import */
-    uint64_t target;                          /* cancel */
-    uint32_t max_tokens;                      /* generate */
-    int      n_stop;
-    uint8_t  stop[STOP_MAX][STOP_MAX_LEN];
-    uint8_t  stop_len[STOP_MAX];
-    sampler_params sp;                        /* generate: this turn's settings */
-    int      has_seed;
-    int      progress;                        /* generate/append: send `progress` events */
-    /* generate/append, optional (docs/PROTOCOL.md, "Retries"): the client's
-     * request id ("" none; the HTTP front door fills it from the
-     * Idempotency-Key header) and the session token count it expects. */
-    char     request_id[STORE_REQUEST_ID_MAX + 1];
-    uint64_t request_hash;    /* HTTP: what identifies the request (its body), 0: none; see
-                               * turnlog_params_hash */
-    int      has_if_tokens;
-    uint64_t if_tokens;
-    uint32_t chat_template;   /* generate/append: the hash of the chat template the text is
-                               * framed with (recurrent/chat.h), 0: raw text. A session
-                               * records the first; another is refused with conflict */
-    int      has_ignore_eos, ignore_eos;      /* generate: go on past the model's end token */
-    /* generate, set only by the HTTP front door (docs/HTTP.md; the socket
-     * has no such fields): OpenAI's penalties over the tokens this turn
-     * samples, logit_bias (n_bias ids and biases, owned), and logprobs
-     * (0: off; else 1 + the number of alternatives wanted per token). */
-    float    presence_penalty, frequency_penalty;
-    int      n_bias;
-    int32_t *bias_id;
-    float   *bias;
-    int      logprobs;
-    /* generate, HTTP only: structured output (response_format json_object or
-     * json_schema, docs/HTTP.md "Structured output"): the compiled schema
-     * every sampled token must keep valid (recurrent/jsonfsm.h), owned (one
-     * block, free()); NULL: unconstrained. */
-    struct jsonfsm_schema *schema;
-} proto_request;
 
 typedef struct proto_error {
     proto_code code;
@@ -106,15 +51,14 @@ typedef struct proto_error {
 long proto_scan(const uint8_t *buf, size_t len, size_t max_message);
 
 /* Decode one complete message (as delimited by proto_scan). On success
- * returns 0 and fills *req (free it with proto_request_free). On failure
+ * returns 0 and fills *req (free it with op_request_free). On failure
  * returns the error code, fills *err and leaves *req empty. Codes PE_DECODE
  * and PE_TOO_LARGE mean the connection must be closed. */
 proto_code proto_parse(const uint8_t *msg, size_t len, const proto_limits *lim,
-                       proto_request *req, proto_error *err);
+                       op_request *req, proto_error *err);
 /* Same, from an already unpacked object. */
 proto_code proto_decode(const msgpack_object *o, const proto_limits *lim,
-                        proto_request *req, proto_error *err);
-void proto_request_free(proto_request *req);
+                        op_request *req, proto_error *err);
 
 /* ---- events ------------------------------------------------------------- */
 

@@ -67,7 +67,7 @@ typedef struct turn {
     int      progress;         /* the request asked for `progress` events */
     size_t   progress_next;    /* feed_pos at which the next one is due */
     int      out_lost;         /* a token event or transcript text could not be kept (out of memory) */
-    /* HTTP's sampling fields (proto_request): logit_bias, the penalties over
+    /* HTTP's sampling fields (op_request): logit_bias, the penalties over
      * the tokens this turn sampled (counts[id], the ids seen), logprobs */
     float    pres, freq;
     int      n_bias;
@@ -304,7 +304,7 @@ static void serve_waiters(scheduler *S)
  * (never the loop). 0, or -ENOMEM (or -EOVERFLOW: the tokenizer held back
  * more than TOKENIZER_TAIL_MAX bytes, which its contract rules out) with
  * nothing changed. */
-static int tokenize_turn(scheduler *S, session *s, const proto_request *r, int32_t **feed,
+static int tokenize_turn(scheduler *S, session *s, const op_request *r, int32_t **feed,
                          size_t *nfeed, size_t *ntext, uint8_t *tail, uint32_t *tail_len)
 {
     size_t len = s->meta.tail_len + r->text_len, cap = 1, n = 0, used = 0;
@@ -349,7 +349,7 @@ static void template_label(const scheduler *S, uint32_t h, char *out, size_t n)
  * (m consumed, the session no longer busy); 0: run it. */
 static int answer_without_running(scheduler *S, session *s, dmsg *m)
 {
-    proto_request *r = &m->req;
+    op_request *r = &m->req;
     /* A session not saved yet holds nothing a client was told of: 0. */
     uint64_t have = s->version == STORE_VERSION_NEW ? 0 : session_tokens(s);
     if (m->replay) {
@@ -478,7 +478,7 @@ static void undo_turn(scheduler *S, session *s, dmsg *m)
 
 static void begin_turn(scheduler *S, session *s, dmsg *m)
 {
-    proto_request *r = &m->req;
+    op_request *r = &m->req;
     cconn *c = cconn_get(S, m->conn);
     if (c && c->closed) {
         drop_unstarted(S, s, c, m);
@@ -1234,7 +1234,7 @@ static void cancel_all_visit(session *s, void *arg)
 
 static void start_turn_request(scheduler *S, dmsg *m)
 {
-    proto_request *r = &m->req;
+    op_request *r = &m->req;
     if (S->shutting) {
         reply_error(S, m->conn, r->id, PE_SHUTTING_DOWN, "%s", "the server is shutting down");
         dmsg_free(m);
@@ -1325,7 +1325,7 @@ static void forward(scheduler *S, dmsg *m)
 
 static void cancel_request(scheduler *S, dmsg *m)
 {
-    proto_request *r = &m->req;
+    op_request *r = &m->req;
     /* Room for the answer before anything is cancelled. */
     outmsg *o = outmsg_new(m->conn);
     if (!o || evlist_reserve_result(&o->ev, 1, 0) != 0) {
@@ -1363,7 +1363,7 @@ static void cancel_request(scheduler *S, dmsg *m)
  * the store thread's answer. */
 static void info_request(scheduler *S, dmsg *m)
 {
-    proto_request *r = &m->req;
+    op_request *r = &m->req;
     session *s = session_find(&S->tab, r->session);
     if (s) {
         m->rinfo.resident = s->phase == SESS_READY;
@@ -1387,7 +1387,7 @@ static void info_request(scheduler *S, dmsg *m)
 
 static void undo_request(scheduler *S, dmsg *m)
 {
-    proto_request *r = &m->req;
+    op_request *r = &m->req;
     session *s = session_find(&S->tab, r->session);
     if (s && s->busy) {
         reply_error(S, m->conn, r->id, PE_BUSY, "session '%s' has a turn in flight", r->session);
@@ -1407,7 +1407,7 @@ static void undo_request(scheduler *S, dmsg *m)
 
 static void delete_request(scheduler *S, dmsg *m)
 {
-    proto_request *r = &m->req;
+    op_request *r = &m->req;
     session *s = session_find(&S->tab, r->session);
     if (s && s->busy) {
         reply_error(S, m->conn, r->id, PE_BUSY, "session '%s' has a turn in flight", r->session);
@@ -1422,7 +1422,7 @@ static void delete_request(scheduler *S, dmsg *m)
  * import's bytes are checked against the model before the store sees them. */
 static void create_request(scheduler *S, dmsg *m)
 {
-    proto_request *r = &m->req;
+    op_request *r = &m->req;
     const char *dst = r->op == OP_FORK ? r->to : r->session;
     if (session_find(&S->tab, dst)) {
         reply_error(S, m->conn, r->id, PE_EXISTS, "session '%s' already exists", dst);
@@ -1462,7 +1462,7 @@ static compute_handler *const handlers[OP_COUNT] = {
 
 static void on_request(scheduler *S, dmsg *m)
 {
-    proto_request *r = &m->req;
+    op_request *r = &m->req;
     /* A lost device: nothing can run (fail_batch logged it). The store still
      * answers list, export and stats, so sessions can be saved elsewhere
      * (docs/PROTOCOL.md, `unavailable`). */

@@ -28,7 +28,7 @@ static uint64_t fnv_f32(uint64_t h, float f)
     return fnv_u64(h, u);
 }
 
-uint64_t turnlog_params_hash(const proto_request *r)
+uint64_t turnlog_params_hash(const op_request *r)
 {
     uint64_t h = 1469598103934665603ull;
     h = fnv_u64(h, (uint64_t)r->op);

@@ -42,7 +42,7 @@ typedef struct turnlog {
  * of the HTTP front door (r->request_hash set), op and the hash it made of
  * the HTTP request, since the text it derives from a chat request also
  * depends on what it remembers of the session. */
-uint64_t turnlog_params_hash(const proto_request *r);
+uint64_t turnlog_params_hash(const op_request *r);
 
 void turnlog_init(turnlog *t);
 void turnlog_free(turnlog *t);

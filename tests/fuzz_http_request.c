@@ -115,7 +115,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t hlen = 0;
     data++, size--;
     if (sel & 64) {   /* the rest is a GET target for /v1/sessions (daemon/http_sessions.h) */
-        proto_request r;
+        op_request r;
         int rc = http_sessions_request((const char *)data, size, &r);
         if (rc != 0 && rc != -ENOENT) abort();
         if (rc == 0 && r.op != OP_LIST && !(r.op == OP_INFO && !store_name_check(r.session, NULL, 0)))
@@ -133,7 +133,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *base = (sel & 32) ? responses_json : base_json;
     size_t n = fuzz_bytes(data, size, (const uint8_t *)base, strlen(base), &b, &fix);
     const chat_template *tpl = (sel & 2) ? &raven_tpl : &none_tpl;
-    httpreq_limits lim = { .max_tokens = 4096, .vocab = 256, .tpl = tpl,
+    static const proto_limits req_lim = { .max_message = 1 << 20, .max_tokens = 4096, .max_top_k = 256 };
+    httpreq_limits lim = { .req = &req_lim, .tpl = tpl,
                            .tail = (sel & 8) ? stop_tail : NULL, .tail_ctx = (void *)tpl,
                            .model_id = (sel & 16) ? "default" : NULL };
     httpreq_kind kind = (sel & 32) ? HTTPREQ_RESPONSES : (sel & 1) ? HTTPREQ_CHAT : HTTPREQ_COMPLETION;
@@ -149,12 +150,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(b);
         return 0;
     }
-    if (!r.new_text || r.gen.op != OP_GENERATE || r.gen.max_tokens > lim.max_tokens) abort();
+    if (!r.new_text || r.gen.op != OP_GENERATE || r.gen.max_tokens > lim.req->max_tokens) abort();
     if (r.gen.n_stop < 0 || r.gen.n_stop > STOP_MAX) abort();
     for (int i = 0; i < r.gen.n_stop; i++)
         if (r.gen.stop_len[i] < 1 || r.gen.stop_len[i] > STOP_MAX_LEN || r.gen.stop_len[i] > r.max_stop)
             abort();
-    if (r.gen.max_tokens < 1 || r.gen.sp.top_k < 0 || r.gen.sp.top_k > lim.vocab ||
+    if (r.gen.max_tokens < 1 || r.gen.sp.top_k < 0 || r.gen.sp.top_k > lim.req->max_top_k ||
         !(r.gen.sp.top_p > 0 && r.gen.sp.top_p <= 1) || !(r.gen.sp.temperature >= 0 && r.gen.sp.temperature <= 2))
         abort();
     char why[128];
@@ -172,7 +173,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (r.gen.n_bias < 0 || r.gen.n_bias > HTTPREQ_BIAS_MAX || (r.gen.n_bias && (!r.gen.bias_id || !r.gen.bias)))
         abort();
     for (int i = 0; i < r.gen.n_bias; i++)
-        if (r.gen.bias_id[i] < 0 || r.gen.bias_id[i] >= lim.vocab || !(r.gen.bias[i] >= -100 && r.gen.bias[i] <= 100))
+        if (r.gen.bias_id[i] < 0 || r.gen.bias_id[i] >= lim.req->max_top_k || !(r.gen.bias[i] >= -100 && r.gen.bias[i] <= 100))
             abort();
     if (r.gen.logprobs < 0 || r.gen.logprobs > 1 + HTTPREQ_TOP_MAX) abort();
     if (kind == HTTPREQ_RESPONSES) {

@@ -24,7 +24,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
          * scan gives the same answer whatever the read boundaries were. */
         if (proto_scan(data + off, (size_t)n - 1, lim.max_message) != 0) abort();
         if (proto_scan(data + off, (size_t)n / 2, lim.max_message) != 0) abort();
-        proto_request r;
+        op_request r;
         proto_error e;
         proto_code c = proto_parse(data + off, (size_t)n, &lim, &r, &e);
         if (c == PE_OK) {
@@ -33,7 +33,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 abort();
             if (r.op == OP_GENERATE && r.max_tokens > lim.max_tokens) abort();
             if (r.text_len && memchr(r.text, 0, r.text_len)) abort();
-            proto_request_free(&r);
+            op_request_free(&r);
         } else if (!e.msg[0]) {
             abort();   /* every error carries a message */
         }

@@ -22,7 +22,7 @@ static void k(const char *s) { msgpack_pack_str(&pk, strlen(s)); msgpack_pack_st
 static void ks(const char *key, const char *v) { k(key); k(v); }
 static void ku(const char *key, uint64_t v) { k(key); msgpack_pack_uint64(&pk, v); }
 
-static proto_code parse(proto_request *r, proto_error *e)
+static proto_code parse(op_request *r, proto_error *e)
 {
     proto_code c = proto_parse((const uint8_t *)sb.data, sb.size, &LIM, r, e);
     msgpack_sbuffer_destroy(&sb);
@@ -59,7 +59,7 @@ static void scan_framing(void)
 
 static void hello_and_ids(void)
 {
-    proto_request r; proto_error e;
+    op_request r; proto_error e;
     begin(2); ks("op", "hello"); ku("id", 42);
     CHECK(parse(&r, &e) == PE_OK && r.op == OP_HELLO && r.id == 42, "hello: %s", e.msg);
     begin(1); ks("op", "hello");
@@ -83,7 +83,7 @@ static void hello_and_ids(void)
 
 static void not_a_map(void)
 {
-    proto_request r; proto_error e;
+    op_request r; proto_error e;
     msgpack_sbuffer_init(&sb);
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     msgpack_pack_array(&pk, 1);
@@ -97,7 +97,7 @@ static void not_a_map(void)
 
 static void generate_fields(void)
 {
-    proto_request r; proto_error e;
+    op_request r; proto_error e;
     begin(11); ks("op", "generate"); ku("id", 1); ks("session", "chat-1");
     k("text"); msgpack_pack_bin(&pk, 3); msgpack_pack_bin_body(&pk, "abc", 3);
     ku("max_tokens", 100); k("temperature"); msgpack_pack_double(&pk, 0.0);
@@ -112,18 +112,18 @@ static void generate_fields(void)
     CHECK(r.sp.top_p == 0.5f && r.sp.rep_penalty > 1.29f && r.has_seed && r.sp.seed == 12345, "sampler");
     CHECK(r.n_stop == 2 && r.stop_len[0] == 2 && !memcmp(r.stop[1], "END", 3), "stops");
     CHECK(r.sp.rep_window == 64, "default window");
-    proto_request_free(&r);
+    op_request_free(&r);
 
     begin(3); ks("op", "generate"); ku("id", 2); ks("session", "s");
     CHECK(parse(&r, &e) == PE_OK && r.max_tokens == 256 && !r.has_seed && r.text_len == 0
           && r.sp.temperature > 0.79f && r.sp.top_p == 1.0f, "defaults");
-    proto_request_free(&r);
+    op_request_free(&r);
 
     /* chat_template: the framing's hash, 1..2^32-1 (docs/PROTOCOL.md) */
     CHECK(r.chat_template == 0, "no chat template by default");
     begin(4); ks("op", "generate"); ku("id", 2); ks("session", "s"); ku("chat_template", 0xfeedbeefu);
     CHECK(parse(&r, &e) == PE_OK && r.chat_template == 0xfeedbeefu, "chat_template: %s", e.msg);
-    proto_request_free(&r);
+    op_request_free(&r);
     begin(4); ks("op", "generate"); ku("id", 2); ks("session", "s"); ku("chat_template", 0);
     CHECK(parse(&r, &e) == PE_BAD_REQUEST && strstr(e.msg, "chat_template"), "chat_template 0: %s", e.msg);
     begin(4); ks("op", "generate"); ku("id", 2); ks("session", "s"); ku("chat_template", 1ull << 32);
@@ -144,14 +144,14 @@ static void generate_fields(void)
     CHECK(parse(&r, &e) == PE_BAD_REQUEST && strstr(e.msg, "0..256"), "top_k 300 over a 256 vocabulary: %s", e.msg);
     begin(4); ks("op", "generate"); ku("id", 3); ks("session", "s"); ku("top_k", 256);
     CHECK(parse(&r, &e) == PE_OK && r.sp.top_k == 256, "top_k 256 = the vocabulary: %s", e.msg);
-    proto_request_free(&r);
+    op_request_free(&r);
     proto_limits big = LIM;
     big.max_top_k = 50277;
     begin(4); ks("op", "generate"); ku("id", 3); ks("session", "s"); ku("top_k", 40000);
     CHECK(proto_parse((const uint8_t *)sb.data, sb.size, &big, &r, &e) == PE_OK && r.sp.top_k == 40000,
           "top_k 40000 with a 50277-token vocabulary: %s", e.msg);
     msgpack_sbuffer_destroy(&sb);
-    proto_request_free(&r);
+    op_request_free(&r);
     begin(4); ks("op", "generate"); ku("id", 3); ks("session", "s"); ku("repetition_window", 257);
     CHECK(parse(&r, &e) == PE_BAD_REQUEST, "window 257");
     begin(4); ks("op", "generate"); ku("id", 3); ks("session", "s");
@@ -169,12 +169,12 @@ static void generate_fields(void)
     CHECK(parse(&r, &e) == PE_BAD_REQUEST && strstr(e.msg, "session"), "missing session");
     begin(4); ks("op", "generate"); ku("id", 3); ks("session", "s"); ku("seed", 1);
     CHECK(parse(&r, &e) == PE_OK && r.has_seed && r.sp.seed == 1, "seed");
-    proto_request_free(&r);
+    op_request_free(&r);
 }
 
 static void names(void)
 {
-    proto_request r; proto_error e;
+    op_request r; proto_error e;
     char longname[200];
     memset(longname, 'a', 129);
     longname[129] = 0;
@@ -197,7 +197,7 @@ static void names(void)
 
 static void other_ops(void)
 {
-    proto_request r; proto_error e;
+    op_request r; proto_error e;
     begin(3); ks("op", "cancel"); ku("id", 1); ku("target", 77);
     CHECK(parse(&r, &e) == PE_OK && r.op == OP_CANCEL && r.target == 77, "cancel");
     begin(2); ks("op", "cancel"); ku("id", 1);
@@ -215,7 +215,7 @@ static void other_ops(void)
     begin(4); ks("op", "import"); ku("id", 1); ks("session", "a");
     k("data"); msgpack_pack_bin(&pk, 2); msgpack_pack_bin_body(&pk, "\0\1", 2);
     CHECK(parse(&r, &e) == PE_OK && r.data_len == 2 && r.data[1] == 1, "import keeps NUL");
-    proto_request_free(&r);
+    op_request_free(&r);
     begin(3); ks("op", "append"); ku("id", 1); ks("session", "a");
     CHECK(parse(&r, &e) == PE_BAD_REQUEST && strstr(e.msg, "text"), "append needs text");
     begin(3); ks("op", "list"); ku("id", 1); ks("extra", "ignored");
@@ -224,7 +224,7 @@ static void other_ops(void)
 
 static void too_large(void)
 {
-    proto_request r; proto_error e;
+    op_request r; proto_error e;
     proto_limits small = { .max_message = 64, .max_tokens = 10 };
     begin(3); ks("op", "append"); ku("id", 1);
     char t[100]; memset(t, 'x', 99); t[99] = 0; ks("text", t);
