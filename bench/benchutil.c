@@ -13,18 +13,21 @@
 #include <time.h>
 #include <unistd.h>
 
-static int cmp_double(const void *a, const void *b) {
+static int cmp_double(const void *a, const void *b)
+{
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
 
-double bench_median(double *v, size_t n) {
+double bench_median(double *v, size_t n)
+{
     if (!n) return 0;
     qsort(v, n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-static size_t meminfo_kib(const char *key) {
+static size_t meminfo_kib(const char *key)
+{
     FILE *f = fopen("/proc/meminfo", "r");
     char line[256];
     size_t kib = 0, kl = strlen(key);
@@ -39,7 +42,8 @@ static size_t meminfo_kib(const char *key) {
 
 size_t bench_mem_available(void) { return meminfo_kib("MemAvailable") * 1024; }
 
-void bench_header(FILE *f, int argc, char **argv) {
+void bench_header(FILE *f, int argc, char **argv)
+{
     fprintf(f, "Command: `");
     for (int i = 0; i < argc; i++) fprintf(f, "%s%s", i ? " " : "", argv[i]);
     fprintf(f, "`\n\n");
@@ -93,7 +97,8 @@ typedef struct rb_arg {
 } rb_arg;
 
 /* Eight independent sums: the loop vectorizes and the adds never limit it. */
-__attribute__((noinline)) static uint64_t rb_sum(const uint64_t *restrict p, size_t n) {
+__attribute__((noinline)) static uint64_t rb_sum(const uint64_t *restrict p, size_t n)
+{
     uint64_t s[8] = {0};
     for (size_t i = 0; i + 8 <= n; i += 8)
         for (int l = 0; l < 8; l++) s[l] += p[i + l];
@@ -101,7 +106,8 @@ __attribute__((noinline)) static uint64_t rb_sum(const uint64_t *restrict p, siz
 }
 
 /* S streams of 128 bytes per step each (n a multiple of S·16 words). */
-__attribute__((target("avx512f"), noinline)) static uint64_t rb_zmm(const uint64_t *p, size_t n, int S, int pf) {
+__attribute__((target("avx512f"), noinline)) static uint64_t rb_zmm(const uint64_t *p, size_t n, int S, int pf)
+{
     __m512i acc[8];
     for (int i = 0; i < 8; i++) acc[i] = _mm512_setzero_si512();
     size_t per = n / (size_t)S;   /* words per stream */
@@ -116,7 +122,8 @@ __attribute__((target("avx512f"), noinline)) static uint64_t rb_zmm(const uint64
     return (uint64_t)_mm512_reduce_add_epi64(acc[0]);
 }
 
-static void *rb_thread(void *arg) {
+static void *rb_thread(void *arg)
+{
     rb_arg *a = arg;
     a->sum = a->streams ? rb_zmm(a->p, a->n, a->streams, a->pf) : rb_sum(a->p, a->n);
     return NULL;
@@ -126,7 +133,8 @@ static void *rb_thread(void *arg) {
  * threads × streams × 16) with `threads` (1 or 2) threads, best of
  * `passes`: with 2, the caller reads one half, a second thread the other
  * (its start, some microseconds, is inside the time). */
-static double rb_run(uint64_t *buf, size_t words, int threads, int streams, int pf, int passes) {
+static double rb_run(uint64_t *buf, size_t words, int threads, int streams, int pf, int passes)
+{
     double best = 0;
     size_t part = words / (size_t)threads;
     for (int pass = 0; pass < passes; pass++) {
@@ -145,7 +153,8 @@ static double rb_run(uint64_t *buf, size_t words, int threads, int streams, int 
     return best;
 }
 
-double bench_read_gbs_how(char *how, size_t howlen) {
+double bench_read_gbs_how(char *how, size_t howlen)
+{
     uint64_t *buf = NULL;
     if (how && howlen) how[0] = 0;
     if (posix_memalign((void **)&buf, (size_t)2 << 20, RB_BYTES)) return 0;
@@ -195,7 +204,8 @@ struct bench_probe {
     int zmm;
 };
 
-bench_probe *bench_probe_new(size_t bytes) {
+bench_probe *bench_probe_new(size_t bytes)
+{
     bench_probe *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->words = bytes / sizeof(uint64_t) / 32 * 32;
@@ -217,7 +227,8 @@ bench_probe *bench_probe_new(size_t bytes) {
 
 double bench_probe_gbs(bench_probe *p) { return bench_probe_gbs_n(p, p->words * sizeof(uint64_t)); }
 
-double bench_probe_gbs_n(bench_probe *p, size_t bytes) {
+double bench_probe_gbs_n(bench_probe *p, size_t bytes)
+{
     double best = 0;
     size_t words = bytes / sizeof(uint64_t);
     if (words > p->words) words = p->words;
@@ -230,7 +241,8 @@ double bench_probe_gbs_n(bench_probe *p, size_t bytes) {
     return best;
 }
 
-void bench_probe_free(bench_probe *p) {
+void bench_probe_free(bench_probe *p)
+{
     if (!p) return;
     free(p->buf);
     free(p);
@@ -240,7 +252,8 @@ void bench_probe_free(bench_probe *p) {
  * 12 independent accumulator chains (more than the FMA pipes × latency of
  * current cores) per thread; each returns the FLOPs it did. */
 #define FMA_ITERS 20000000L
-__attribute__((target("avx512f,fma"))) static double fma512(float seed) {
+__attribute__((target("avx512f,fma"))) static double fma512(float seed)
+{
     __m512 c[12], a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(seed);
     for (int i = 0; i < 12; i++) c[i] = _mm512_set1_ps((float)i);
     for (long it = 0; it < FMA_ITERS; it++)
@@ -250,7 +263,8 @@ __attribute__((target("avx512f,fma"))) static double fma512(float seed) {
     if (s == 1.0f) fprintf(stderr, "(unlikely)\n");   /* keeps the sums */
     return 2.0 * 16 * 12 * FMA_ITERS;
 }
-__attribute__((target("avx2,fma"))) static double fma256(float seed) {
+__attribute__((target("avx2,fma"))) static double fma256(float seed)
+{
     __m256 c[12], a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(seed);
     for (int i = 0; i < 12; i++) c[i] = _mm256_set1_ps((float)i);
     for (long it = 0; it < FMA_ITERS; it++)
@@ -265,7 +279,8 @@ __attribute__((target("avx2,fma"))) static double fma256(float seed) {
 }
 /* vdpbf16ps: 32 bf16 products summed in pairs into 16 fp32 lanes per
  * instruction, counted as 64 FLOPs. */
-__attribute__((target("avx512f,avx512bf16"))) static double dpbf16(float seed) {
+__attribute__((target("avx512f,avx512bf16"))) static double dpbf16(float seed)
+{
     __m512 c[12];
     __m512bh a = (__m512bh)_mm512_set1_epi32(0x3F803F80), b = (__m512bh)_mm512_set1_epi32(0x3C003C00);
     for (int i = 0; i < 12; i++) c[i] = _mm512_set1_ps(seed * (float)i);
@@ -279,7 +294,8 @@ __attribute__((target("avx512f,avx512bf16"))) static double dpbf16(float seed) {
 
 /* vpdpbusd (AVX512_VNNI): 64 u8 x s8 products summed in fours into 16 int32
  * lanes per instruction, counted as 128 operations (the int8 kernels' rate). */
-__attribute__((target("avx512f,avx512vnni"))) static double dpbusd(float seed) {
+__attribute__((target("avx512f,avx512vnni"))) static double dpbusd(float seed)
+{
     __m512i c[12], a = _mm512_set1_epi32(0x01010101), b = _mm512_set1_epi32(0x02020202);
     for (int i = 0; i < 12; i++) c[i] = _mm512_set1_epi32((int)(seed * 1000.0f) + i);
     for (long it = 0; it < FMA_ITERS; it++)
@@ -290,14 +306,16 @@ __attribute__((target("avx512f,avx512vnni"))) static double dpbusd(float seed) {
     return 2.0 * 64 * 12 * FMA_ITERS;
 }
 
-static void *fma_thread(void *arg) {
+static void *fma_thread(void *arg)
+{
     double *io = arg;   /* in: the kind (0 AVX-512, 1 AVX2, 2 vdpbf16ps, 3 vpdpbusd); out: FLOPs */
     int kind = (int)io[0];
     io[0] = kind == 3 ? dpbusd(0.001f) : kind == 2 ? dpbf16(0.001f) : kind == 0 ? fma512(0.001f) : fma256(0.001f);
     return NULL;
 }
 
-double bench_fma_gflops(int threads, int dot, int runs) {
+double bench_fma_gflops(int threads, int dot, int runs)
+{
     int kind = -1;
 #if defined(__x86_64__)
     __builtin_cpu_init();

@@ -63,12 +63,14 @@ typedef struct result {
     char sm_note_buf[160];
 } result;
 
-static void die(const char *what, const char *why) {
+static void die(const char *what, const char *why)
+{
     fprintf(stderr, "decode_bench: %s: %s\n", what, why);
     exit(1);
 }
 
-static int parse_positions(const char *s, opts *o) {
+static int parse_positions(const char *s, opts *o)
+{
     o->npos = 0;
     while (*s && o->npos < MAXPOS) {
         char *end;
@@ -88,7 +90,8 @@ static int parse_positions(const char *s, opts *o) {
 /* Step one session from BOS for `steps` tokens; times[t] = seconds of the step
  * that consumed the token at position t (t = 0 is BOS). The state holding
  * exactly res[i].n tokens is copied to res[i].snap where that is allocated. */
-static void run_recurrent(model *m, long steps, float *times, result *res, int nres) {
+static void run_recurrent(model *m, long steps, float *times, result *res, int nres)
+{
     int slot = 0, tok = LIND_BOS;
     float logits[LIND_BYTE_VOCAB], scratch[2 * LIND_BYTE_VOCAB];
     sampler_params sp = sampler_defaults();
@@ -118,7 +121,8 @@ static void run_recurrent(model *m, long steps, float *times, result *res, int n
  * it. To compare positions under the same conditions, the saved states are
  * measured again in alternation: `rounds` rounds, each writing every saved
  * state into the slot in turn and timing `per` steps from it. */
-static void remeasure(model *m, result *res, int nres, int rounds, int per) {
+static void remeasure(model *m, result *res, int nres, int rounds, int per)
+{
     int slot = 0;
     float logits[LIND_BYTE_VOCAB];
     double **v = calloc((size_t)nres, sizeof *v);
@@ -145,7 +149,8 @@ static void remeasure(model *m, result *res, int nres, int rounds, int per) {
 }
 
 /* Median and mean of times[a, b) in µs. */
-static double window_us(const float *times, long a, long b, double *mean) {
+static double window_us(const float *times, long a, long b, double *mean)
+{
     double *v = malloc(sizeof(double) * (size_t)(b - a)), s = 0;
     if (!v) die("window", "out of memory");
     for (long i = a; i < b; i++) s += (v[i - a] = times[i]);
@@ -165,7 +170,8 @@ typedef struct sm_run {
 } sm_run;
 
 /* One timed decode step: feed the pending token, sample the next. */
-static double sm_step(sm_run *r) {
+static double sm_step(sm_run *r)
+{
     double t0 = clock_mono_s();
     if (smax_step(r->s, r->tok, r->logits) < 0) die("softmax", "smax_step failed");
     double dt = clock_mono_s() - t0;
@@ -175,7 +181,8 @@ static double sm_step(sm_run *r) {
 }
 
 /* One timed recurrent step of slot 0 (the paired measurement). */
-static double rec_step(model *m, long k) {
+static double rec_step(model *m, long k)
+{
     int slot = 0, tok = 32 + (int)(k * 37 % 95);
     float logits[LIND_BYTE_VOCAB];
     double t0 = clock_mono_s();
@@ -196,7 +203,8 @@ static double rec_step(model *m, long k) {
  * recurrent state (snap), blocks of softmax steps alternate with blocks of
  * PAIR recurrent steps from that state: their median in *rec_us (else -1). */
 static double sm_measure(sm_run *r, long W, double budget, int *steps, model *m, const uint8_t *snap,
-                         double *rec_us) {
+                         double *rec_us)
+{
     double *v = malloc(sizeof(double) * (size_t)W), *u = malloc(sizeof(double) * (size_t)(W + 1) * PAIR);
     double start = clock_mono_s();
     if (!v || !u) die("softmax", "out of memory");
@@ -215,7 +223,8 @@ static double sm_measure(sm_run *r, long W, double budget, int *steps, model *m,
     return med;
 }
 
-static void run_softmax(const opts *o, result *res, int nres, const char *dir, model *m) {
+static void run_softmax(const opts *o, result *res, int nres, const char *dir, model *m)
+{
     char err[512];
     sm_run r = {.tok = LIND_BOS};
     if (smax_load(dir, o->threads, &o->be, &r.s, err, sizeof err) < 0) die("softmax baseline", err);
@@ -296,20 +305,23 @@ static void run_softmax(const opts *o, result *res, int nres, const char *dir, m
 }
 
 /* tools/train.py's default configuration: what models/default holds. */
-static testmodel_cfg fallback_config(void) {
+static testmodel_cfg fallback_config(void)
+{
     return testmodel_config(192, 4, 6, 32, 768, "linear,aft", 1, "decay");
 }
 
 /* ---- main ------------------------------------------------------------------------ */
 
-static void usage(void) {
+static void usage(void)
+{
     fprintf(stderr, "usage: decode_bench [--model DIR] [--positions N,N,...] [--advance-max N] [--window W]\n"
                     "                    [--prefix P] [--mem-limit-gib G] [--threads T] [--data FILE] [--stream FILE]\n"
                     "                    [--quick]\n");
     exit(2);
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     opts o = {.model = "models/default", .advance_max = 1000000, .window = 256, .prefix = 2048,
               .mem_limit_gib = 16};
     const char *positions = NULL;

@@ -48,14 +48,16 @@ static const struct { const char *what; int N, K; } SHAPES[] = {
 #define COLD_BYTES ((size_t)96 << 20)
 
 static unsigned rng = 12345;
-static unsigned next(void) {
+static unsigned next(void)
+{
     rng = rng * 1103515245u + 12345u;
     return rng >> 8;
 }
 
 /* Host weights of one dtype: fp32 values in ±[1/16, 1), or half bits of
  * the same range (no subnormals: they would not change the timing anyway). */
-static void *host_weights(int wt, size_t n) {
+static void *host_weights(int wt, size_t n)
+{
     if (wt == WT_F32) {
         float *w = malloc(n * sizeof *w);
         for (size_t i = 0; w && i < n; i++) w[i] = ((float)(next() & 0xFFFF) / 65536.0f - 0.5f) * 0.1f;
@@ -70,7 +72,8 @@ static void *host_weights(int wt, size_t n) {
     return w;
 }
 
-static int weight_new(backend *be, int wt, int N, int K, const void *host, backend_buf **out) {
+static int weight_new(backend *be, int wt, int N, int K, const void *host, backend_buf **out)
+{
     if (wt == WT_F32) return backend_weight_new(be, N, K, host, out);
     if (!be->ops->weight_new_half) return -ENOTSUP;
     return be->ops->weight_new_half(be, N, K, host, wt, out);
@@ -84,7 +87,8 @@ static double fma_ceiling(int threads, int kind, int runs) { return bench_fma_gf
  * the ncopy weights. (Many short runs: on a shared machine the best one
  * falls in a quiet moment more often than one of a few long ones.) */
 static double time_calls(backend *be, backend_buf **W, int ncopy, backend_buf *x, backend_buf *y, int B, int N,
-                         int K, double min_s) {
+                         int K, double min_s)
+{
     const backend_ops *o = be->ops;
     /* y[B × N] = x[B × K] · W[N × K]ᵀ; first each weight once, to warm up */
     for (int c = 0; c < ncopy; c++) o->matmul(be, bmview(y, 0, N), bview(x, 0, K), W[c], NULL, B, N, K, 0);
@@ -101,7 +105,8 @@ static double time_calls(backend *be, backend_buf **W, int ncopy, backend_buf *x
     return best * 1e6;
 }
 
-static int bench_shapes(backend *be, const int *Bs, int nB, double min_s, int threads) {
+static int bench_shapes(backend *be, const int *Bs, int nB, double min_s, int threads)
+{
     const backend_ops *o = be->ops;
     printf("## Products, per call\n\n");
     printf("Weights cold (cycled through copies totalling ≥ 96 MB). GFLOP/s counts 2·B·N·K; GB/s is weight bytes "
@@ -162,7 +167,8 @@ static int bench_shapes(backend *be, const int *Bs, int nB, double min_s, int th
  * every 10 rounds and after them, and the best of all is the floor's. */
 enum { LAYERS = 12, D = 768, F = 3072, V = 50277, PER_LAYER = 7, NW = LAYERS * PER_LAYER + 1 };
 
-static int bench_token(backend *be, double read_gbs, int tokens) {
+static int bench_token(backend *be, double read_gbs, int tokens)
+{
     const backend_ops *o = be->ops;
     static const struct { int N, K, flags; } P[PER_LAYER] = {
         {D, D, BACKEND_MM_SIGMOID}, {D, D, 0}, {D, D, 0}, {D, D, BACKEND_MM_ACCUMULATE},
@@ -233,7 +239,8 @@ static int bench_token(backend *be, double read_gbs, int tokens) {
     return 0;
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     const char *q = getenv("BENCH_QUICK");
     int quick = q && *q && strcmp(q, "0"), token_only = 0, dotc = 0;
     for (int i = 1; i < argc; i++) {

@@ -39,7 +39,8 @@
 #include "kernels/half.h"
 #include "recurrent/model.h"
 
-static void die(const char *what, const char *why) {
+static void die(const char *what, const char *why)
+{
     fprintf(stderr, "rwkv_bench: %s: %s\n", what, why);
     exit(1);
 }
@@ -53,7 +54,8 @@ static backend_opts bench_be;
 typedef struct shape { int d, layers, ffn, vocab; } shape;
 
 static uint64_t rng_state = 0x1234567;
-static float urand(float a) {   /* a·U(−1, 1) */
+static float urand(float a)   /* a·U(−1, 1) */
+{
     rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
     return a * ((float)(rng_state >> 40) / (float)(1 << 23) - 1.0f);
 }
@@ -65,7 +67,8 @@ static int file_bf16;   /* --file-bf16: tensors stored as BF16 */
  * (a 7B shape) never sits in memory whole. */
 typedef struct tdesc { char name[96]; int d0, d1; float lo, hi; } tdesc;
 
-static void describe(tdesc *t, int *n, const char *name, int d0, int d1, float lo, float hi) {
+static void describe(tdesc *t, int *n, const char *name, int d0, int d1, float lo, float hi)
+{
     snprintf(t[*n].name, sizeof t[*n].name, "%s", name);
     t[*n].d0 = d0;
     t[*n].d1 = d1;
@@ -77,7 +80,8 @@ static void describe(tdesc *t, int *n, const char *name, int d0, int d1, float l
 static size_t tbytes(const tdesc *t) { return (size_t)t->d0 * (size_t)(t->d1 ? t->d1 : 1) * (file_bf16 ? 2 : 4); }
 
 /* safetensors: 8-byte header length, the JSON header, then the data. */
-static void write_tensors(const char *path, const tdesc *t, int n) {
+static void write_tensors(const char *path, const tdesc *t, int n)
+{
     size_t cap = 256 + (size_t)n * 256, len = 0, off = 0;
     char *hdr = malloc(cap);
     if (!hdr) die(path, "out of memory");
@@ -112,7 +116,8 @@ static void write_tensors(const char *path, const tdesc *t, int n) {
     if (fclose(f) != 0 || !ok) die(path, "write failed");
 }
 
-static void write_model(const char *dir, shape s) {
+static void write_model(const char *dir, shape s)
+{
     if (mkdir(dir, 0755) < 0 && errno != EEXIST) die(dir, strerror(errno));
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -186,12 +191,14 @@ static const int batches[3] = {8, 32, 64};
 #define B1_ROUNDS 15
 #define B1_TOKENS 4
 
-static int cmp_pair(const void *a, const void *b) {
+static int cmp_pair(const void *a, const void *b)
+{
     const double *x = a, *y = b;
     return (x[0] > y[0]) - (x[0] < y[0]);
 }
 
-static void measure(const char *dir, lind_dtype dt, lind_compute cm, int quick, row *r) {
+static void measure(const char *dir, lind_dtype dt, lind_compute cm, int quick, row *r)
+{
     model_opts o = {.backend = "cpu", .weights = dt, .compute = cm, .be = &bench_be};
     model *m = NULL;
     char err[512];
@@ -278,7 +285,8 @@ static void measure(const char *dir, lind_dtype dt, lind_compute cm, int quick, 
 }
 
 /* VmRSS of this process, MB. */
-static double rss_mb(void) {
+static double rss_mb(void)
+{
     FILE *f = fopen("/proc/self/status", "r");
     char line[256];
     double kb = 0;
@@ -288,7 +296,8 @@ static double rss_mb(void) {
     return kb / 1024.0;
 }
 
-static void load_only(const char *dir, shape s) {
+static void load_only(const char *dir, shape s)
+{
     double t0 = clock_mono_s(), rss0 = rss_mb();
     model *m = NULL;
     char err[512];
@@ -311,14 +320,16 @@ static void load_only(const char *dir, shape s) {
     model_free(m);
 }
 
-static int cmp_dbl(const void *a, const void *b) {
+static int cmp_dbl(const void *a, const void *b)
+{
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
 
 /* --b1-formats: the formats side by side, rounds interleaved. */
 #define NFMT 4
-static void b1_formats(const char *dir, int quick) {
+static void b1_formats(const char *dir, int quick)
+{
     static const lind_dtype dts[NFMT] = {LIND_DT_F32, LIND_DT_BF16, LIND_DT_Q8, LIND_DT_Q4};
     model *m[NFMT];
     size_t wb[NFMT];
@@ -385,7 +396,8 @@ static void b1_formats(const char *dir, int quick) {
     free(logits);
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     shape s = {768, 12, 3072, 50277};
     const char *q = getenv("BENCH_QUICK");   /* make bench's smoke mode */
     int quick = q && *q && strcmp(q, "0"), only_load = 0, only_b1 = 0;

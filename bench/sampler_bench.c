@@ -36,14 +36,16 @@
 
 #define MAXV 8
 
-static uint64_t lcg(uint64_t *s) {
+static uint64_t lcg(uint64_t *s)
+{
     *s = *s * 6364136223846793005ull + 1442695040888963407ull;
     return *s >> 11;
 }
 static double unif(uint64_t *s) { return (double)lcg(s) * 0x1.0p-53; }
 
 /* B rows of V logits of the given shape. */
-static void fill(float *l, int V, int B, int peaked, uint64_t seed) {
+static void fill(float *l, int V, int B, int peaked, uint64_t seed)
+{
     int *perm = malloc(sizeof(int) * (size_t)V);
     for (int b = 0; b < B; b++) {
         float *r = l + (size_t)b * V;
@@ -67,7 +69,8 @@ typedef struct setting {
     int top_k;
 } setting;
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     int vocabs[MAXV] = {256, 50277}, nv = 2, B = 64, rounds = 0, reps = 5;
     int quick = getenv("BENCH_QUICK") && *getenv("BENCH_QUICK");
     for (int i = 1; i < argc; i++) {

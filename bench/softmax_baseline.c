@@ -44,7 +44,8 @@ struct smax {
  * for e^r, 2^n built in the exponent bits. Relative error about 2e-7;
  * x < −87 is clamped (the result is then below 2^−125, negligible against
  * the max's e^0 = 1). */
-static inline float exp_nonpos(float x) {
+static inline float exp_nonpos(float x)
+{
     x = x < -87.0f ? -87.0f : x;
     float t = x * 1.44269504088896341f + 12582912.0f;
     float n = t - 12582912.0f;
@@ -69,7 +70,8 @@ static inline float exp_nonpos(float x) {
 /* s[i] ← e^{s[i] − max s}; returns Σ. Three simple passes, each of which
  * gcc vectorizes at -O3 (the max and the sum through explicit lanes, so no
  * reassociation flag is needed). */
-static float softmax_unnormalized(float *restrict s, long n) {
+static float softmax_unnormalized(float *restrict s, long n)
+{
     float lane[LANES];
     long i;
     for (int j = 0; j < LANES; j++) lane[j] = -INFINITY;
@@ -90,13 +92,15 @@ static float softmax_unnormalized(float *restrict s, long n) {
 
 /* One head: o = softmax(K q · scale)ᵀ V over n cached rows of dh. */
 static void attend(const float *K, const float *V, long n, int dh, const float *q, float scale, float *scores,
-                   float *o) {
+                   float *o)
+{
     cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)n, dh, scale, K, dh, q, 1, 0.0f, scores, 1);
     float sum = softmax_unnormalized(scores, n);
     cblas_sgemv(CblasRowMajor, CblasTrans, (int)n, dh, 1.0f / sum, V, dh, scores, 1, 0.0f, o, 1);
 }
 
-double smax_selfcheck(void) {
+double smax_selfcheck(void)
+{
     enum { N = 1000, DH = 32 };
     float *K = malloc(sizeof(float) * N * DH), *V = malloc(sizeof(float) * N * DH);
     float q[DH], o[DH], *sc = malloc(sizeof(float) * N);
@@ -147,7 +151,8 @@ typedef struct loader {
     size_t errlen;
 } loader;
 
-static int take(loader *ld, const char *name, int d0, int d1, float **out) {
+static int take(loader *ld, const char *name, int d0, int d1, float **out)
+{
     st_tensor *t = st_find(&ld->st, name);
     *out = NULL;
     if (!t) return errmsg_set(-ENOENT, ld->err, ld->errlen, "%s: missing tensor '%s'", ld->st.path, name);
@@ -163,7 +168,8 @@ static int take(loader *ld, const char *name, int d0, int d1, float **out) {
 }
 
 /* Read a tensor into a backend buffer; weight: a matmul W [d0 × d1]. */
-static int take_up(smax *s, loader *ld, const char *name, int d0, int d1, int weight, backend_buf **out) {
+static int take_up(smax *s, loader *ld, const char *name, int d0, int d1, int weight, backend_buf **out)
+{
     float *p;
     int rc = take(ld, name, d0, d1, &p);
     if (rc < 0) return rc;
@@ -177,7 +183,8 @@ static int take_up(smax *s, loader *ld, const char *name, int d0, int d1, int we
     return 0;
 }
 
-static int load_layer(smax *s, loader *ld, int i) {
+static int load_layer(smax *s, loader *ld, int i)
+{
     const smax_cfg *c = &s->cfg;
     smax_layer *L = &s->L[i];
     int d = c->d_model, hd = c->n_heads * c->d_head, rc;
@@ -227,7 +234,8 @@ static int load_layer(smax *s, loader *ld, int i) {
 }
 
 /* The flat config's keys the baseline needs. */
-static int parse_cfg(const char *text, size_t len, const char *path, smax_cfg *c, char *err, size_t errlen) {
+static int parse_cfg(const char *text, size_t len, const char *path, smax_cfg *c, char *err, size_t errlen)
+{
     memset(c, 0, sizeof *c);
     json_error_t je;
     json_t *root = json_loadb(text, len, 0, &je);
@@ -250,7 +258,8 @@ static int parse_cfg(const char *text, size_t len, const char *path, smax_cfg *c
     return 0;
 }
 
-int smax_load(const char *dir, int threads, const backend_opts *be, smax **out, char *err, size_t errlen) {
+int smax_load(const char *dir, int threads, const backend_opts *be, smax **out, char *err, size_t errlen)
+{
     *out = NULL;
     if (threads < 1 || threads > 64) return errmsg_set(-EINVAL, err, errlen, "threads must be 1..64, not %d", threads);
     smax *s = calloc(1, sizeof *s);
@@ -317,7 +326,8 @@ out:
     return 0;
 }
 
-void smax_free(smax *s) {
+void smax_free(smax *s)
+{
     if (!s) return;
     backend *be = s->be;
     if (be) {
@@ -346,17 +356,20 @@ void smax_free(smax *s) {
 
 const smax_cfg *smax_config(const smax *s) { return &s->cfg; }
 
-size_t smax_kv_bytes_per_token(const smax *s) {
+size_t smax_kv_bytes_per_token(const smax *s)
+{
     return 2 * (size_t)s->cfg.n_layers * (size_t)s->cfg.n_heads * (size_t)s->cfg.d_head * sizeof(float);
 }
 
-size_t smax_session_bytes(const smax *s, long n) {
+size_t smax_session_bytes(const smax *s, long n)
+{
     return smax_kv_bytes_per_token(s) * (size_t)n + (size_t)s->cfg.n_layers * (size_t)s->cfg.d_model * sizeof(float);
 }
 
 /* ---- the cache --------------------------------------------------------------- */
 
-int smax_reserve(smax *s, long cap) {
+int smax_reserve(smax *s, long cap)
+{
     if (cap <= s->cap) return 0;
     int H = s->cfg.n_heads, dh = s->cfg.d_head, nl = s->cfg.n_layers;
     size_t per = (size_t)H * (size_t)cap * (size_t)dh;
@@ -392,14 +405,16 @@ int smax_reserve(smax *s, long cap) {
     return 0;
 }
 
-void smax_reset(smax *s) {
+void smax_reset(smax *s)
+{
     s->pos = 0;
     s->be->ops->slot_zero(s->be, 0);
 }
 
 long smax_position(const smax *s) { return s->pos; }
 
-int smax_set_position(smax *s, long n) {
+int smax_set_position(smax *s, long n)
+{
     if (n < 0 || n > s->cap || (n > s->pos && s->pos == 0)) return -EINVAL;
     int H = s->cfg.n_heads, dh = s->cfg.d_head;
     for (int i = 0; i < s->cfg.n_layers; i++)
@@ -427,7 +442,8 @@ typedef struct attn_job {
     float scale;
 } attn_job;
 
-static void attn_part(void *arg, int part, int nparts) {
+static void attn_part(void *arg, int part, int nparts)
+{
     attn_job *j = arg;
     smax *s = j->s;
     int H = s->cfg.n_heads, dh = s->cfg.d_head;
@@ -436,7 +452,8 @@ static void attn_part(void *arg, int part, int nparts) {
                j->scale, s->scores + (size_t)part * s->cap, s->o + h * dh);
 }
 
-int smax_step(smax *s, int token, float *logits) {
+int smax_step(smax *s, int token, float *logits)
+{
     const smax_cfg *c = &s->cfg;
     if (token < 0 || token >= c->vocab_size || s->pos >= s->cap) return -EINVAL;
     backend *be = s->be;

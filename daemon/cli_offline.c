@@ -37,7 +37,8 @@ typedef struct opts {
 enum { O_BACKEND = 1000, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_AFTER, O_REP, O_REPWIN, O_MAXB, O_SECS,
        O_DTYPE, O_TOKENS, O_OUT, O_CHUNK, O_COMPUTE, O_SEGMENT, O_WARM, O_BOS, O_NOBOS, O_IGNEOS, O_THREADS };
 
-static int parse_long(const char *s, long lo, long hi, long *out) {
+static int parse_long(const char *s, long lo, long hi, long *out)
+{
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
@@ -46,7 +47,8 @@ static int parse_long(const char *s, long lo, long hi, long *out) {
     return 0;
 }
 
-static int parse_float(const char *s, double *out) {
+static int parse_float(const char *s, double *out)
+{
     char *end;
     errno = 0;
     double v = strtod(s, &end);
@@ -57,7 +59,8 @@ static int parse_float(const char *s, double *out) {
 
 /* Parse argv (positional arguments are left in argv[optind..)) and the
  * backend's environment variables. 0 or 2. */
-static int parse(int argc, char **argv, const char *cmd, opts *o) {
+static int parse(int argc, char **argv, const char *cmd, opts *o)
+{
     static const struct option lo[] = {
         {"model", required_argument, 0, 'm'},      {"backend", required_argument, 0, O_BACKEND},
         {"prompt", required_argument, 0, 'p'},     {"temperature", required_argument, 0, O_TEMP},
@@ -189,7 +192,8 @@ static int parse(int argc, char **argv, const char *cmd, opts *o) {
     return 0;
 }
 
-static model *load(const opts *o, const char *cmd) {
+static model *load(const opts *o, const char *cmd)
+{
     char err[512];
     model *m = NULL;
     model_opts mo = {o->backend, o->dtype, o->compute, &o->be, o->bos};
@@ -202,7 +206,8 @@ static model *load(const opts *o, const char *cmd) {
 
 /* ---- info ------------------------------------------------------------- */
 
-int cli_info(int argc, char **argv) {
+int cli_info(int argc, char **argv)
+{
     opts o;
     if (parse(argc, argv, "info", &o)) return 2;
     model *m = load(&o, "info");
@@ -251,7 +256,8 @@ static double bits_of(const float *l, int vocab, int y) { return -lind_logprob(l
 /* Feed tokens[0..n) into slot 0 through model_forward in runs of `chunk`
  * rows (bit-identical to one model_step per token). `last` (vocab floats)
  * receives the logits after the last token when non-NULL. */
-static int feed(model *m, const int32_t *tokens, size_t n, long chunk, float *last) {
+static int feed(model *m, const int32_t *tokens, size_t n, long chunk, float *last)
+{
     int slots[chunk];
     for (long i = 0; i < chunk; i++) slots[i] = 0;
     for (size_t i = 0; i < n; i += (size_t)chunk) {
@@ -264,7 +270,8 @@ static int feed(model *m, const int32_t *tokens, size_t n, long chunk, float *la
 
 /* Tokenize a whole text with the model's tokenizer; *toks is malloc'd (the
  * caller frees it). 0, or -1 out of memory. */
-static int tokenize_all(const model *m, const unsigned char *text, size_t len, int32_t **toks, size_t *n) {
+static int tokenize_all(const model *m, const unsigned char *text, size_t len, int32_t **toks, size_t *n)
+{
     size_t cap = 0, used = 0;
     *toks = NULL;
     *n = 0;
@@ -278,7 +285,8 @@ static int tokenize_all(const model *m, const unsigned char *text, size_t len, i
 
 /* `lind score` on a terminal: a progress line on stderr, redrawn at most
  * five times a second; done = 1 erases it. */
-static void score_progress(size_t i, size_t len, double t_start, double *t_last, int done) {
+static void score_progress(size_t i, size_t len, double t_start, double *t_last, int done)
+{
     if (done) {
         if (*t_last > 0) fputs("\r\033[K", stderr);
         return;
@@ -291,7 +299,8 @@ static void score_progress(size_t i, size_t len, double t_start, double *t_last,
     fflush(stderr);
 }
 
-int cli_score(int argc, char **argv) {
+int cli_score(int argc, char **argv)
+{
     opts o;
     if (parse(argc, argv, "score", &o)) return 2;
     if (optind != argc - 1) {
@@ -435,7 +444,8 @@ out:
 
 /* ---- generate ----------------------------------------------------------- */
 
-int cli_generate(int argc, char **argv) {
+int cli_generate(int argc, char **argv)
+{
     opts o;
     if (parse(argc, argv, "generate", &o)) return 2;
     if (optind != argc) {
@@ -502,7 +512,8 @@ done:
  * rows of vocab_size, in order. The state starts zeroed and nothing is added
  * (put BOS in the file if it is wanted): the reference implementations the
  * parity tests compare against start the same way. */
-int cli_logits(int argc, char **argv) {
+int cli_logits(int argc, char **argv)
+{
     opts o;
     if (parse(argc, argv, "logits", &o)) return 2;
     if (optind != argc || !o.tokens || !o.out) {
@@ -588,7 +599,8 @@ out:
  * step's products; the split into separate products is not reproduced. */
 typedef struct gemm_shape { int N, K; } gemm_shape;
 
-static int step_gemms(const model *m, gemm_shape *out) {
+static int step_gemms(const model *m, gemm_shape *out)
+{
     const lind_config *c = model_config(m);
     size_t block_macs, head_macs;
     model_costs(m, &block_macs, &head_macs, NULL);
@@ -601,7 +613,8 @@ static int step_gemms(const model *m, gemm_shape *out) {
 
 /* FLOPs of those products per token (2 per weight): what the SGEMM rates are
  * compared against. Mixer state updates are not counted. */
-static double flops_per_token(const gemm_shape *g, int n) {
+static double flops_per_token(const gemm_shape *g, int n)
+{
     double f = 0;
     for (int i = 0; i < n; i++) f += 2.0 * g[i].N * g[i].K;
     return f;
@@ -613,7 +626,8 @@ typedef struct rates { double wall, cpu; } rates;
 /* GFLOP/s of the step's GEMM sequence alone at batch B through the backend
  * (same shapes, same order, nothing else): the rate the step could reach if
  * everything but its matrix products were free. */
-static rates gemm_only_rate(backend *be, const gemm_shape *g, int n, int B, double secs) {
+static rates gemm_only_rate(backend *be, const gemm_shape *g, int n, int B, double secs)
+{
     rates rate = {0, 0};
     if (n < 1 || B < 1) return rate;
     int maxdim = 0;
@@ -657,7 +671,8 @@ out:
 
 /* Best-of rate over `secs` seconds of trials of run(arg, 4): four products
  * of `gflop` GFLOP each, finished when run returns. */
-static rates best_rate(void (*run)(void *arg, int reps), void *arg, double gflop, double secs) {
+static rates best_rate(void (*run)(void *arg, int reps), void *arg, double gflop, double secs)
+{
     rates best = {0, 0};
     double start = clock_mono_s();
     while (clock_mono_s() - start < secs) {
@@ -677,7 +692,8 @@ typedef struct mm_bench {
     int M, N, K;
 } mm_bench;
 
-static void run_backend_mm(void *arg, int reps) {
+static void run_backend_mm(void *arg, int reps)
+{
     mm_bench *b = arg;
     float sink;
     for (int r = 0; r < reps; r++)   /* y[M × N] = x[M × K] · W[N × K]ᵀ */
@@ -687,7 +703,8 @@ static void run_backend_mm(void *arg, int reps) {
 
 /* Best-of SGEMM rate of the backend's matmul on M×K · (N×K)ᵀ, GFLOP/s: the
  * yardstick on a GPU backend (cuBLAS). */
-static rates sgemm_rate(backend *be, int M, int N, int K, double secs) {
+static rates sgemm_rate(backend *be, int M, int N, int K, double secs)
+{
     mm_bench b = {be, NULL, NULL, NULL, M, N, K};
     rates best = {0, 0};
     float *init = malloc(sizeof(float) * (size_t)(M > N ? M : N) * K);
@@ -711,7 +728,8 @@ typedef struct blas_bench {
     int n;
 } blas_bench;
 
-static void run_openblas(void *arg, int reps) {
+static void run_openblas(void *arg, int reps)
+{
     blas_bench *m = arg;
     for (int r = 0; r < reps; r++)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m->n, m->n, m->n, 1.0f, m->a, m->n, m->b, m->n, 0.0f,
@@ -722,7 +740,8 @@ static void run_openblas(void *arg, int reps) {
  * backend's matmul is its packed decode kernel, which is what is being
  * measured, not what it is measured against). The backend runs OpenBLAS
  * single-threaded; that is restored afterwards. */
-static rates sgemm_rate_openblas(int n, double secs, int *threads) {
+static rates sgemm_rate_openblas(int n, double secs, int *threads)
+{
     rates best = {0, 0};
     float *a = malloc(sizeof(float) * (size_t)n * n), *b = malloc(sizeof(float) * (size_t)n * n);
     float *c = malloc(sizeof(float) * (size_t)n * n);
@@ -744,7 +763,8 @@ static rates sgemm_rate_openblas(int n, double secs, int *threads) {
 }
 
 /* Host memory bandwidth: best-of memcpy over 256 MiB, GB/s (read + write). */
-static double membw(double secs) {
+static double membw(double secs)
+{
     size_t n = 256u << 20;
     char *a = malloc(n), *b = malloc(n);
     double best = 0;
@@ -765,7 +785,8 @@ static double membw(double secs) {
     return best;
 }
 
-int cli_bench_step(int argc, char **argv) {
+int cli_bench_step(int argc, char **argv)
+{
     opts o;
     if (parse(argc, argv, "bench-step", &o)) return 2;
     model *m = load(&o, "bench-step");
@@ -872,7 +893,8 @@ out:
  * the text in N-byte pieces the way a stream does (the undecided tail
  * carried into the next piece), which must give the same ids. --lines
  * encodes each line (without its newline) on its own: one output line each. */
-static int tokenize_file(const tokenizer *t, const char *file, int decode, int lines, size_t chunk) {
+static int tokenize_file(const tokenizer *t, const char *file, int decode, int lines, size_t chunk)
+{
     size_t len = 0;
     unsigned char *text = NULL;
     char ferr[1200];
@@ -925,7 +947,8 @@ static int tokenize_file(const tokenizer *t, const char *file, int decode, int l
     return rc;
 }
 
-int cli_tokenize(int argc, char **argv) {
+int cli_tokenize(int argc, char **argv)
+{
     static const struct option lo[] = {{"tokenizer", required_argument, 0, 't'}, {"decode", no_argument, 0, 'd'},
                                        {"chunk", required_argument, 0, 'c'}, {"lines", no_argument, 0, 'l'},
                                        {0, 0, 0, 0}};

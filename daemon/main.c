@@ -125,14 +125,16 @@ static const command commands[] = {
      "  --lines                  one output line per input line\n"},
 };
 
-static void usage(FILE *f) {
+static void usage(FILE *f)
+{
     fprintf(f, "usage: lind COMMAND [options]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) fprintf(f, "  %s\n", commands[i].summary);
     fprintf(f, "\n`lind COMMAND --help` lists a command's options; `lind --version` prints the version.\n"
                "Documents: README.md, docs/DAEMON.md (lind serve), docs/LINDCTL.md (the client).\n");
 }
 
-static int wants_help(int argc, char **argv) {
+static int wants_help(int argc, char **argv)
+{
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--")) break;
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return 1;
@@ -140,7 +142,8 @@ static int wants_help(int argc, char **argv) {
     return 0;
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -9,14 +9,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-void backend_opts_default(backend_opts *o) {
+void backend_opts_default(backend_opts *o)
+{
     *o = (backend_opts){.threads = 0, .cpu_gemm = NULL, .cuda_device = -1, .cuda_weights = NULL,
                         .cuda_no_graphs = 0, .cuda_gemv = 0};
 }
 
 /* An integer variable: unset or empty leaves *out; otherwise a decimal in
  * [lo, hi] (surrounding blanks allowed) or -EINVAL naming it and its value. */
-static int env_int(const char *name, long lo, long hi, int *out, char *err, size_t errlen) {
+static int env_int(const char *name, long lo, long hi, int *out, char *err, size_t errlen)
+{
     const char *v = getenv(name);
     if (!v || !*v) return 0;
     char *end;
@@ -35,7 +37,8 @@ static int env_int(const char *name, long lo, long hi, int *out, char *err, size
     return 0;
 }
 
-int backend_opts_from_env(backend_opts *o, char *err, size_t errlen) {
+int backend_opts_from_env(backend_opts *o, char *err, size_t errlen)
+{
     backend_opts_default(o);
     int rc;
     if ((rc = env_int("LIND_CPU_THREADS", 1, BACKEND_THREADS_MAX, &o->threads, err, errlen)) < 0) return rc;
@@ -51,7 +54,8 @@ int backend_opts_from_env(backend_opts *o, char *err, size_t errlen) {
     return 0;
 }
 
-int backend_new(const char *name, const backend_opts *opts, backend **out, char *err, size_t errlen) {
+int backend_new(const char *name, const backend_opts *opts, backend **out, char *err, size_t errlen)
+{
     *out = NULL;
     if (!name || !strcmp(name, "auto")) {
 #ifdef LIND_HAVE_CUDA
@@ -76,7 +80,8 @@ int backend_new(const char *name, const backend_opts *opts, backend **out, char 
     return -EINVAL;
 }
 
-const char *backend_op_name(backend_op op) {
+const char *backend_op_name(backend_op op)
+{
     static const char *const names[BACKEND_NOPS] = {
 #define BACKEND_OP_NAME(e, name) [e] = #name,
         BACKEND_KIND_OPS(BACKEND_OP_NAME)
@@ -85,7 +90,8 @@ const char *backend_op_name(backend_op op) {
     return (unsigned)op < BACKEND_NOPS ? names[op] : "?";
 }
 
-int backend_require(const backend *be, const backend_op *ops, int n, const char *who, char *err, size_t errlen) {
+int backend_require(const backend *be, const backend_op *ops, int n, const char *who, char *err, size_t errlen)
+{
     const char *miss[BACKEND_NOPS];
     int m = 0;
     for (int i = 0; i < n; i++)
@@ -101,6 +107,7 @@ int backend_require(const backend *be, const backend_op *ops, int n, const char 
     return -ENOTSUP;
 }
 
-void backend_free(backend *be) {
+void backend_free(backend *be)
+{
     if (be) be->ops->free(be);
 }

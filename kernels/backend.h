@@ -76,11 +76,13 @@ enum { BACKEND_MM_ACCUMULATE = 1, BACKEND_MM_GELU = 2, BACKEND_MM_RELU2 = 4, BAC
 typedef struct backend_view  { const backend_buf *buf; size_t off; int ld; } backend_view;
 typedef struct backend_mview { backend_buf *buf;       size_t off; int ld; } backend_mview;
 
-static inline backend_view bview(const backend_buf *buf, size_t off, int ld) {
+static inline backend_view bview(const backend_buf *buf, size_t off, int ld)
+{
     backend_view v = { buf, off, ld };
     return v;
 }
-static inline backend_mview bmview(backend_buf *buf, size_t off, int ld) {
+static inline backend_mview bmview(backend_buf *buf, size_t off, int ld)
+{
     backend_mview v = { buf, off, ld };
     return v;
 }
@@ -495,7 +497,8 @@ struct backend {
 
 /* Whether backend be has op (a row of BACKEND_KIND_OPS): what a kind asks
  * in load() before it uses an optional op (never a NULL check of its own). */
-static inline int backend_supports(const backend *be, backend_op op) {
+static inline int backend_supports(const backend *be, backend_op op)
+{
     switch (op) {
 #define BACKEND_OP_HAS(e, name) case e: return be->ops->name != NULL;
     BACKEND_KIND_OPS(BACKEND_OP_HAS)
@@ -516,7 +519,8 @@ int backend_require(const backend *be, const backend_op *ops, int n, const char 
  * flags only; an activation (GELU, RELU2 = max(0, s)², SIGMOID) at most one,
  * only on contiguous rows and without ACCUMULATE. */
 #define BACKEND_MM_ACT (BACKEND_MM_GELU | BACKEND_MM_RELU2 | BACKEND_MM_SIGMOID)
-static inline int backend_mm_flags_ok(int flags, int ldy, int N) {
+static inline int backend_mm_flags_ok(int flags, int ldy, int N)
+{
     if (flags & ~(BACKEND_MM_ACCUMULATE | BACKEND_MM_ACT)) return 0;
     int act = flags & BACKEND_MM_ACT;
     if (act & (act - 1)) return 0;
@@ -524,7 +528,8 @@ static inline int backend_mm_flags_ok(int flags, int ldy, int N) {
 }
 
 /* Upload a matmul weight through weight_new when the backend has it. */
-static inline int backend_weight_new(backend *be, int N, int K, const float *W, backend_buf **out) {
+static inline int backend_weight_new(backend *be, int N, int K, const float *W, backend_buf **out)
+{
     if (be->ops->weight_new) return be->ops->weight_new(be, N, K, W, out);
     int rc = be->ops->buf_new(be, (size_t)N * (size_t)K, out);
     if (rc == 0 && (rc = be->ops->buf_upload(be, *out, 0, W, (size_t)N * (size_t)K)) < 0) {

@@ -14,7 +14,8 @@
 static inline float lind_bf16_to_f32(uint16_t h) { return lind_bf16_to_float(h); }
 static inline float lind_f16_to_f32(uint16_t h) { return lind_f16_to_float(h); }
 
-static inline uint16_t lind_f32_to_bf16(float f) {
+static inline uint16_t lind_f32_to_bf16(float f)
+{
     uint32_t b;
     memcpy(&b, &f, 4);
     if ((b & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((b >> 16) | 0x40);   /* quiet NaN */
@@ -22,7 +23,8 @@ static inline uint16_t lind_f32_to_bf16(float f) {
     return (uint16_t)(b >> 16);
 }
 
-static inline uint16_t lind_f32_to_f16(float f) {
+static inline uint16_t lind_f32_to_f16(float f)
+{
     uint32_t b;
     memcpy(&b, &f, 4);
     uint32_t sign = (b >> 16) & 0x8000u, a = b & 0x7fffffffu;

@@ -40,7 +40,8 @@
  * n is rounded by adding 1.5·2^23, which leaves it in the low bits of the
  * sum: no float-to-int conversion, so a NaN input gives NaN, not UB.
  * Inputs are clamped to [−87, 88] (results stay normal and finite). */
-LIND_HD static inline float lind_expf(float x) {
+LIND_HD static inline float lind_expf(float x)
+{
     x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
     const float magic = 12582912.0f;   /* 1.5·2^23 */
     float t = x * 1.44269504088896341f + magic;
@@ -65,7 +66,8 @@ LIND_HD static inline float lind_expf(float x) {
 }
 
 /* φ(x) = elu(x) + 1: x + 1 for x > 0, e^x otherwise. Always > 0. */
-LIND_HD static inline float lind_elu1(float x) {
+LIND_HD static inline float lind_elu1(float x)
+{
     return x > 0.0f ? x + 1.0f : lind_expf(x);
 }
 
@@ -73,7 +75,8 @@ LIND_HD static inline float lind_elu1(float x) {
  * Taylor polynomial (truncation < 1e-17 relative) and a two-constant split
  * of ln2: within a few ulp of exp(), branch-free, NaN in gives NaN out.
  * Clamped to [−708, 709]. */
-LIND_HD static inline double lind_exp(double x) {
+LIND_HD static inline double lind_exp(double x)
+{
     x = x < -708.0 ? -708.0 : (x > 709.0 ? 709.0 : x);
     const double magic = 6755399441055744.0;   /* 1.5·2^52 */
     double t = x * 1.4426950408889634074 + magic;
@@ -107,7 +110,8 @@ LIND_HD static inline double lind_exp(double x) {
  * Abramowitz & Stegun 7.1.26, t·(a1 + t(a2 + …)) e^{−z²} with t = 1/(1+pz)
  * (absolute error ≤ 1.5e-7); Φ is taken from erfc on both sides, so there is
  * no cancellation for negative x. Branch-free: vectorizes on the CPU. */
-LIND_HD static inline float lind_gelu_erf(float x) {
+LIND_HD static inline float lind_gelu_erf(float x)
+{
     float z = fabsf(x) * 0.70710678118654752f;
     float t = 1.0f / fmaf(0.3275911f, z, 1.0f);
     float poly = fmaf(t, 1.061405429f, -1.453152027f);
@@ -118,12 +122,14 @@ LIND_HD static inline float lind_gelu_erf(float x) {
     return x * (x >= 0.0f ? 1.0f - half_erfc : half_erfc);
 }
 
-LIND_HD static inline float lind_sigmoid(float x) {
+LIND_HD static inline float lind_sigmoid(float x)
+{
     return 1.0f / (1.0f + lind_expf(-x));
 }
 
 /* max(0, x)²: RWKV-4's channel-mix key activation. */
-LIND_HD static inline float lind_relu2(float x) {
+LIND_HD static inline float lind_relu2(float x)
+{
     float r = x > 0.0f ? x : 0.0f;
     return r * r;
 }
@@ -131,7 +137,8 @@ LIND_HD static inline float lind_relu2(float x) {
 /* ---- half-precision weights --------------------------------------------- */
 
 /* The fp32 value of bfloat16 bits (exact: bf16 is fp32's top half). */
-LIND_HD static inline float lind_bf16_to_float(unsigned short h) {
+LIND_HD static inline float lind_bf16_to_float(unsigned short h)
+{
     unsigned int bits = (unsigned int)h << 16;
     float f;
     memcpy(&f, &bits, sizeof f);
@@ -141,7 +148,8 @@ LIND_HD static inline float lind_bf16_to_float(unsigned short h) {
 /* The fp32 value of IEEE binary16 bits: exact for every finite value
  * (subnormals included) and ±inf, the values vcvtph2ps and __half2float
  * give; a NaN stays a NaN. */
-LIND_HD static inline float lind_f16_to_float(unsigned short h) {
+LIND_HD static inline float lind_f16_to_float(unsigned short h)
+{
     unsigned int sign = (unsigned int)(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu, bits;
     if (e == 0x1Fu) {
         bits = sign | 0x7F800000u | (m << 13);             /* inf / NaN (payload kept) */
@@ -165,7 +173,8 @@ LIND_HD static inline float lind_f16_to_float(unsigned short h) {
 /* ---- token shift ------------------------------------------------------- */
 
 /* μ⊙h_t + (1−μ)⊙h_{t−1}, written as prev + μ(h − prev). */
-LIND_HD static inline float lind_shift_mix(float h, float prev, float mu) {
+LIND_HD static inline float lind_shift_mix(float h, float prev, float mu)
+{
     return prev + mu * (h - prev);
 }
 
@@ -173,11 +182,13 @@ LIND_HD static inline float lind_shift_mix(float h, float prev, float mu) {
 
 /* Per element once the row statistics are known: (x − mean)·rstd·w + b,
  * rstd = 1/√(var + eps), var the biased (1/d) variance. */
-LIND_HD static inline float lind_ln_apply(float x, float mean, float rstd, float w, float b) {
+LIND_HD static inline float lind_ln_apply(float x, float mean, float rstd, float w, float b)
+{
     return (x - mean) * rstd * w + b;
 }
 
-LIND_HD static inline float lind_ln_rstd(float var, float eps) {
+LIND_HD static inline float lind_ln_rstd(float var, float eps)
+{
     return 1.0f / sqrtf(var + eps);
 }
 
@@ -194,13 +205,15 @@ LIND_HD static inline float lind_ln_rstd(float var, float eps) {
  * vectorization) with lind_lin_s(): the per-element operations and the
  * i-order of each numerator sum are the same, so results are identical. */
 /* One element of the S update: γ·s + φk_i·v_j (fp64). */
-LIND_HD static inline double lind_lin_s(double s, double gamma, float phik_i, float v_j) {
+LIND_HD static inline double lind_lin_s(double s, double gamma, float phik_i, float v_j)
+{
     return gamma * s + (double)phik_i * (double)v_j;
 }
 
 LIND_HD static inline double lind_lin_column(double *S, int ld, int j, int dh,
                                              const float *phik, const float *phiq,
-                                             float v_j, double gamma) {
+                                             float v_j, double gamma)
+{
     double num = 0.0;
     for (int i = 0; i < dh; i++) {
         double s = lind_lin_s(S[(long)i * ld + j], gamma, phik[i], v_j);
@@ -211,14 +224,16 @@ LIND_HD static inline double lind_lin_column(double *S, int ld, int j, int dh,
 }
 
 /* Update z_i in place and return its term φq_i·z_i of the denominator. */
-LIND_HD static inline double lind_lin_z(double *z_i, float phik_i, float phiq_i, double gamma) {
+LIND_HD static inline double lind_lin_z(double *z_i, float phik_i, float phiq_i, double gamma)
+{
     double z = gamma * *z_i + (double)phik_i;
     *z_i = z;
     return (double)phiq_i * z;
 }
 
 /* The head output from numerator and denominator sums. */
-LIND_HD static inline float lind_lin_out(double num, double den, float eps) {
+LIND_HD static inline float lind_lin_out(double num, double den, float eps)
+{
     return (float)(num / (den + (double)eps));
 }
 
@@ -237,7 +252,8 @@ LIND_HD static inline float lind_lin_out(double num, double den, float eps) {
  *   a ← e^{−w}·a + e^{k}·v,   b ← e^{−w}·b + e^{k}.
  * Returns NaN when the advanced state is not finite (see the end). */
 LIND_HD static inline float lind_aft_channel(double *num, double *den, double *mx,
-                                             float k, float v, float w, float u) {
+                                             float k, float v, float w, float u)
+{
     double a = *num, b = *den, p = *mx;
     int empty = !(b > 0.0);
     /* Output: past sums plus the current token with its bonus. Of the two
@@ -276,7 +292,8 @@ LIND_HD static inline float lind_aft_channel(double *num, double *den, double *m
  * for q < K−1, shared head index p (the oldest entry); a zeroed ring with
  * p = 0 is an all-zero past. Returns y_t before any activation, summing j in
  * order; the caller then stores x at ring[p] and advances p. */
-LIND_HD static inline float lind_conv_channel(const float *w, const float *ring, int p, float x, int K) {
+LIND_HD static inline float lind_conv_channel(const float *w, const float *ring, int p, float x, int K)
+{
     float acc = 0.0f;
     int q = p;
     for (int j = 0; j < K - 1; j++) {
@@ -287,7 +304,8 @@ LIND_HD static inline float lind_conv_channel(const float *w, const float *ring,
 }
 
 /* SiLU, x·σ(x). */
-LIND_HD static inline float lind_silu(float x) {
+LIND_HD static inline float lind_silu(float x)
+{
     return x / (1.0f + lind_expf(-x));
 }
 
@@ -306,31 +324,36 @@ LIND_HD static inline float lind_silu(float x) {
 #define LIND_L2_EPS 1e-6   /* inside the √ of the q/k L2 norms (as FLA's l2norm) */
 
 /* 1/‖x‖ from Σx², for the L2 norms of q and k. */
-LIND_HD static inline double lind_l2_rscale(double sumsq) {
+LIND_HD static inline double lind_l2_rscale(double sumsq)
+{
     return 1.0 / sqrt(sumsq + LIND_L2_EPS);
 }
 
 /* β = σ(x), in double. */
-LIND_HD static inline double lind_delta_beta(float x) {
+LIND_HD static inline double lind_delta_beta(float x)
+{
     return 1.0 / (1.0 + lind_exp(-(double)x));
 }
 
 /* α = exp(−A·softplus(x + bias)) with A = exp(A_log) > 0 (Mamba-2's
  * discretized decay, as Gated DeltaNet); softplus(z) = max(z, 0) +
  * log1p(e^{−|z|}) never overflows. */
-LIND_HD static inline double lind_delta_alpha(float x, float A, float bias) {
+LIND_HD static inline double lind_delta_alpha(float x, float A, float bias)
+{
     double z = (double)x + (double)bias;
     double sp = (z > 0.0 ? z : 0.0) + log1p(lind_exp(-fabs(z)));
     return lind_exp(-(double)A * sp);
 }
 
 /* u_j = β (v_j − α (S k)_j). */
-LIND_HD static inline double lind_delta_u(double sk_j, float v_j, double alpha, double beta) {
+LIND_HD static inline double lind_delta_u(double sk_j, float v_j, double alpha, double beta)
+{
     return beta * ((double)v_j - alpha * sk_j);
 }
 
 /* One element of the S update: α·s + k_i·u_j. */
-LIND_HD static inline double lind_delta_s(double s, double alpha, double k_i, double u_j) {
+LIND_HD static inline double lind_delta_s(double s, double alpha, double k_i, double u_j)
+{
     return alpha * s + k_i * u_j;
 }
 
@@ -339,7 +362,8 @@ LIND_HD static inline double lind_delta_s(double s, double alpha, double k_i, do
  * i outer, j inner in two passes with lind_delta_u() and lind_delta_s(): the
  * same operations in the same i-order, so identical results. */
 LIND_HD static inline double lind_delta_column(double *S, int ld, int j, int dh, const double *k, const double *q,
-                                               float v_j, double alpha, double beta) {
+                                               float v_j, double alpha, double beta)
+{
     double sk = 0.0;
     for (int i = 0; i < dh; i++) sk += S[(long)i * ld + j] * k[i];
     double u = lind_delta_u(sk, v_j, alpha, beta), o = 0.0;
@@ -352,11 +376,13 @@ LIND_HD static inline double lind_delta_column(double *S, int ld, int j, int dh,
 }
 
 /* The head output's RMS norm: o·rs·w with rs = 1/√(Σo²/dh + eps). */
-LIND_HD static inline double lind_rms_rscale(double sumsq, int n, float eps) {
+LIND_HD static inline double lind_rms_rscale(double sumsq, int n, float eps)
+{
     return 1.0 / sqrt(sumsq / (double)n + (double)eps);
 }
 
-LIND_HD static inline float lind_rms_apply(double o, double rs, float w) {
+LIND_HD static inline float lind_rms_apply(double o, double rs, float w)
+{
     return (float)(o * rs * (double)w);
 }
 
@@ -374,7 +400,8 @@ LIND_HD static inline float lind_rms_apply(double o, double rs, float w) {
 /* x rotated by angle pos·base^(−2i/dh) on the pairs (i, i + dh/2) (RoPE,
  * the GPT-NeoX layout); the angle is formed in double from the 64-bit
  * position. dh even. */
-LIND_HD static inline void lind_rope(float *y, const float *x, unsigned long long pos, int dh, double base) {
+LIND_HD static inline void lind_rope(float *y, const float *x, unsigned long long pos, int dh, double base)
+{
     int half = dh / 2;
     for (int i = 0; i < half; i++) {
         double th = (double)pos * exp(-2.0 * (double)i / (double)dh * log(base));
@@ -388,15 +415,18 @@ LIND_HD static inline void lind_rope(float *y, const float *x, unsigned long lon
  * then the global ones in order): returns its row (≥ 0, in the ring when
  * *in_ring, else in the globals) and its distance t − s, or −1 for a global
  * position that is also in the window (skipped). e < lind_window_count(). */
-LIND_HD static inline unsigned long long lind_window_nwin(unsigned long long t, int w, int dil) {
+LIND_HD static inline unsigned long long lind_window_nwin(unsigned long long t, int w, int dil)
+{
     unsigned long long n = t / (unsigned long long)dil + 1;
     return n < (unsigned long long)w ? n : (unsigned long long)w;
 }
-LIND_HD static inline unsigned long long lind_window_nglob(unsigned long long t, int g) {
+LIND_HD static inline unsigned long long lind_window_nglob(unsigned long long t, int g)
+{
     return t + 1 < (unsigned long long)g ? t + 1 : (unsigned long long)g;
 }
 LIND_HD static inline long long lind_window_key(unsigned long long t, unsigned long long e, int w, int dil,
-                                                int *in_ring, unsigned long long *dist) {
+                                                int *in_ring, unsigned long long *dist)
+{
     unsigned long long nw = lind_window_nwin(t, w, dil), L = (unsigned long long)w * (unsigned long long)dil;
     if (e < nw) {
         unsigned long long s = t - e * (unsigned long long)dil;
@@ -416,7 +446,8 @@ LIND_HD static inline long long lind_window_key(unsigned long long t, unsigned l
  * global rows (gk, gv, the same stride); acc holds dh doubles of scratch. */
 LIND_HD static inline void lind_window_head(float *out, double *acc, const float *q, const float *rk,
                                             const float *rv, const float *gk, const float *gv, long ld,
-                                            unsigned long long t, int w, int dil, int g, double slope, int dh) {
+                                            unsigned long long t, int w, int dil, int g, double slope, int dh)
+{
     unsigned long long n = lind_window_nwin(t, w, dil) + lind_window_nglob(t, g);
     double L = (double)w * (double)dil, scale = 1.0 / sqrt((double)dh), mx = -1e300, l = 0.0;
     for (int pass = 0; pass < 2; pass++) {
@@ -454,7 +485,8 @@ LIND_HD static inline void lind_window_head(float *out, double *acc, const float
  * token (position t−s+1) leaves into the sums and the current one takes
  * its ring entry. Returns y (before the σ(q) gate). */
 LIND_HD static inline double lind_aftw_channel(double *num, double *den, double *mx, float *rk, float *rv,
-                                               unsigned long long t, float k, float v, const float *w, int s) {
+                                               unsigned long long t, float k, float v, const float *w, int s)
+{
     unsigned long long S1 = (unsigned long long)(s - 1), np = t < S1 ? t : S1;
     double M = (double)k + (double)w[0];
     if (*den > 0.0 && *mx > M) M = *mx;
@@ -506,12 +538,14 @@ LIND_HD static inline double lind_aftw_channel(double *num, double *den, double 
  * group norm and the swish gate, per element: */
 
 /* 1/√(var + eps) of a head's group norm (var the biased variance). */
-LIND_HD static inline double lind_gn_rstd(double var, float eps) {
+LIND_HD static inline double lind_gn_rstd(double var, float eps)
+{
     return 1.0 / sqrt(var + (double)eps);
 }
 
 /* ((o − mean)·rstd·w + b) · SiLU(g). */
-LIND_HD static inline float lind_retention_out(double o, double mean, double rstd, float w, float b, float g) {
+LIND_HD static inline float lind_retention_out(double o, double mean, double rstd, float w, float b, float g)
+{
     float n = (float)((o - mean) * rstd) * w + b;
     return n * lind_silu(g);
 }
@@ -532,7 +566,8 @@ LIND_HD static inline float lind_retention_out(double o, double mean, double rst
  * mixer's step. Features below e^−87 are raised to e^−87 (lind_expf's
  * clamp): a key that far from every ω gets a weight 1e-38 instead of less. */
 LIND_HD static inline void lind_favor_head(float *out, const float *x, const float *omega, int dh, int m, int is_q,
-                                           float ck) {
+                                           float ck)
+{
     double s = 1.0 / sqrt(sqrt((double)dh)), half = 0.0;
     for (int i = 0; i < dh; i++) half += ((double)x[i] * s) * ((double)x[i] * s);
     half *= 0.5;
@@ -569,18 +604,21 @@ LIND_HD static inline void lind_favor_head(float *out, const float *x, const flo
  * Pair p's multiplier: p = 0 cos θ, 1 sin θ, 2 one. */
 #define LIND_COS_PAIRS_MAX 3
 
-LIND_HD static inline double lind_cos_theta(long long t, int M, int periodic) {
+LIND_HD static inline double lind_cos_theta(long long t, int M, int periodic)
+{
     const double pi = 3.14159265358979323846;
     if (periodic) return pi * (double)(t % (2LL * M)) / (double)M;
     return 0.5 * pi * (double)t / (double)M;
 }
 
-LIND_HD static inline float lind_cos_mult(double theta, int p) {
+LIND_HD static inline float lind_cos_mult(double theta, int p)
+{
     return p == 0 ? (float)cos(theta) : p == 1 ? (float)sin(theta) : 1.0f;
 }
 
 /* φ for pair p: multiplier · relu(x), in float. */
-LIND_HD static inline float lind_cos_feature(float x, float mult) {
+LIND_HD static inline float lind_cos_feature(float x, float mult)
+{
     return (x > 0.0f ? x : 0.0f) * mult;
 }
 
@@ -593,7 +631,8 @@ LIND_HD static inline float lind_cos_feature(float x, float mult) {
  * Row p of K̄ and V̄ is updated by its owner, who also returns s_p; the
  * softmax is shifted by max_p s_p, so no exponential overflows. */
 LIND_HD static inline double lind_linf_row(double *Kp, double *Vp, const float *k, const float *v, const float *q,
-                                           float e, float f, int dh) {
+                                           float e, float f, int dh)
+{
     double s = 0.0;
     for (int j = 0; j < dh; j++) {
         double kk = Kp[j] + (double)e * (double)k[j];
@@ -610,7 +649,8 @@ LIND_HD static inline double lind_linf_row(double *Kp, double *Vp, const float *
  *   S ← exp(dt·A)·S + dt·x ⊗ B,   y = S·C + D·x
  * (S is P × N per head, x the head's P channels, B and C its group's N).
  * softplus as PyTorch's (threshold 20: z above it is z itself). */
-LIND_HD static inline double lind_mamba2_dt(float raw, float bias, float lo, float hi) {
+LIND_HD static inline double lind_mamba2_dt(float raw, float bias, float lo, float hi)
+{
     double z = (double)raw + (double)bias;
     double sp = z > 20.0 ? z : log1p(lind_exp(z));
     if (sp < (double)lo) sp = (double)lo;
@@ -619,7 +659,8 @@ LIND_HD static inline double lind_mamba2_dt(float raw, float bias, float lo, flo
 }
 
 /* One state element: S·dA + (dt·x)·B, in double. */
-LIND_HD static inline double lind_mamba2_s(double s, double dA, double dtx, double b) {
+LIND_HD static inline double lind_mamba2_s(double s, double dA, double dtx, double b)
+{
     return s * dA + dtx * b;
 }
 

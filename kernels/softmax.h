@@ -8,7 +8,8 @@
 
 /* p[i] = e^{(l[i] − max l)·inv_temp}, unnormalized (the largest is 1);
  * returns Σ p[i] in double. p may equal l. */
-LIND_HD static inline double lind_softmax(const float *l, int n, float inv_temp, float *p) {
+LIND_HD static inline double lind_softmax(const float *l, int n, float inv_temp, float *p)
+{
     /* max over 16 interleaved lanes and the exponentials in their own loop,
      * so both vectorize; the sum stays one in-order double pass, so the
      * result is the same whatever the vector width */
@@ -28,7 +29,8 @@ LIND_HD static inline double lind_softmax(const float *l, int n, float inv_temp,
 
 /* ln p(y) under softmax(l) at temperature 1, in double: the log-likelihood
  * `lind score` sums (−ln p / ln 2 bits per byte). */
-LIND_HD static inline double lind_logprob(const float *l, int n, int y) {
+LIND_HD static inline double lind_logprob(const float *l, int n, int y)
+{
     float mx = l[0];
     for (int i = 1; i < n; i++) mx = l[i] > mx ? l[i] : mx;
     double z = 0.0;

@@ -27,13 +27,15 @@ struct kind_scope {
 
 const char *kind_scope_where(const kind_scope *s) { return s->where; }
 
-static json_t *scope_get(const kind_scope *s, const char *key) {
+static json_t *scope_get(const kind_scope *s, const char *key)
+{
     json_t *v = s->layer ? json_object_get(s->layer, key) : NULL;
     return v ? v : json_object_get(s->root, key);
 }
 
 int kind_cfg_int(const kind_scope *s, const char *key, int required, int def, int lo, int hi, int *out,
-                 char *err, size_t errlen) {
+                 char *err, size_t errlen)
+{
     json_t *v = scope_get(s, key);
     if (!v) {
         if (required) return errmsg_set(-EINVAL, err, errlen, "%s: missing field \"%s\"", s->where, key);
@@ -47,7 +49,8 @@ int kind_cfg_int(const kind_scope *s, const char *key, int required, int def, in
 }
 
 int kind_cfg_num(const kind_scope *s, const char *key, int required, double def, double lo, double hi,
-                 float *out, char *err, size_t errlen) {
+                 float *out, char *err, size_t errlen)
+{
     json_t *v = scope_get(s, key);
     if (!v) {
         if (required) return errmsg_set(-EINVAL, err, errlen, "%s: missing field \"%s\"", s->where, key);
@@ -61,7 +64,8 @@ int kind_cfg_num(const kind_scope *s, const char *key, int required, double def,
     return 0;
 }
 
-int kind_cfg_bool(const kind_scope *s, const char *key, int required, int def, int *out, char *err, size_t errlen) {
+int kind_cfg_bool(const kind_scope *s, const char *key, int required, int def, int *out, char *err, size_t errlen)
+{
     json_t *v = scope_get(s, key);
     if (!v) {
         if (required) return errmsg_set(-EINVAL, err, errlen, "%s: missing field \"%s\"", s->where, key);
@@ -74,7 +78,8 @@ int kind_cfg_bool(const kind_scope *s, const char *key, int required, int def, i
 }
 
 int kind_cfg_enum(const kind_scope *s, const char *key, int required, const char *def,
-                  const char *const *choices, char *out, size_t outlen, char *err, size_t errlen) {
+                  const char *const *choices, char *out, size_t outlen, char *err, size_t errlen)
+{
     json_t *v = scope_get(s, key);
     const char *val = def;
     if (!v) {
@@ -100,20 +105,23 @@ int kind_cfg_enum(const kind_scope *s, const char *key, int required, const char
 /* ---- model-wide keys --------------------------------------------------- */
 
 static int get_int(json_t *root, const char *path, const char *key, int required, int def, int lo, int hi, int *out,
-                   char *err, size_t errlen) {
+                   char *err, size_t errlen)
+{
     kind_scope s = {.root = root, .path = path};
     snprintf(s.where, sizeof s.where, "%s", path);
     return kind_cfg_int(&s, key, required, def, lo, hi, out, err, errlen);
 }
 
 static int get_num(json_t *root, const char *path, const char *key, int required, double def, double lo, double hi,
-                   float *out, char *err, size_t errlen) {
+                   float *out, char *err, size_t errlen)
+{
     kind_scope s = {.root = root, .path = path};
     snprintf(s.where, sizeof s.where, "%s", path);
     return kind_cfg_num(&s, key, required, def, lo, hi, out, err, errlen);
 }
 
-int config_uses(const lind_config *c, int ffn, const char *kind) {
+int config_uses(const lind_config *c, int ffn, const char *kind)
+{
     for (int i = 0; i < c->n_layers && i < LIND_MAX_LAYERS; i++)
         if (!strcmp(ffn ? c->layers[i].ffn : c->layers[i].mixer, kind)) return 1;
     return 0;
@@ -121,7 +129,8 @@ int config_uses(const lind_config *c, int ffn, const char *kind) {
 
 /* Kind name of layer i's part from "layers"[i][field] or the flat array. */
 static int layer_kind_name(json_t *root, json_t *layer, const char *path, int i, int ffn, char *out,
-                           size_t outlen, char *err, size_t errlen) {
+                           size_t outlen, char *err, size_t errlen)
+{
     const char *field = ffn ? "ffn" : "mixer", *flat = ffn ? "ffns" : "mixers";
     json_t *v = layer ? json_object_get(layer, field) : NULL;
     if (!layer) {
@@ -147,7 +156,8 @@ static int layer_kind_name(json_t *root, json_t *layer, const char *path, int i,
     return 0;
 }
 
-static int parse_tokenizer(json_t *root, const char *path, lind_config *c, char *err, size_t errlen) {
+static int parse_tokenizer(json_t *root, const char *path, lind_config *c, char *err, size_t errlen)
+{
     json_t *t = json_object_get(root, "tokenizer");
     if (!t) return 0;   /* lind's flat form: bytes; HF: found by model_load */
     json_t *kind = t, *file = NULL;
@@ -169,7 +179,8 @@ static int parse_tokenizer(json_t *root, const char *path, lind_config *c, char 
     return 0;
 }
 
-static int parse_native(json_t *root, const char *path, lind_config *c, char *err, size_t errlen) {
+static int parse_native(json_t *root, const char *path, lind_config *c, char *err, size_t errlen)
+{
     int rc;
     if ((rc = get_int(root, path, "vocab_size", 1, 0, 1, LIND_MAX_VOCAB, &c->vocab_size, err, errlen)) ||
         (rc = get_int(root, path, "d_model", 1, 0, 1, 1 << 16, &c->d_model, err, errlen)) ||
@@ -220,7 +231,8 @@ static int parse_native(json_t *root, const char *path, lind_config *c, char *er
     return 0;
 }
 
-char *config_quote_nonfinite(const char *text, size_t len, size_t *outlen) {
+char *config_quote_nonfinite(const char *text, size_t len, size_t *outlen)
+{
     static const char *const tok[] = {"-Infinity", "Infinity", "NaN"};
     bytebuf o = {0};
     int rc = bytebuf_reserve(&o, len + len / 4 + 16), in_str = 0;
@@ -260,7 +272,8 @@ char *config_quote_nonfinite(const char *text, size_t len, size_t *outlen) {
     return o.p;
 }
 
-int config_parse(const char *text, size_t len, const char *path, lind_config *c, char *err, size_t errlen) {
+int config_parse(const char *text, size_t len, const char *path, lind_config *c, char *err, size_t errlen)
+{
     memset(c, 0, sizeof *c);
     json_error_t je;
     size_t qlen = 0;

@@ -14,7 +14,8 @@
 
 /* dir/name parsed, or NULL when it is absent (*rc 0) or unreadable JSON
  * (*rc -EINVAL with the message). */
-static json_t *load_json(const char *dir, const char *name, int *rc, char *err, size_t errlen) {
+static json_t *load_json(const char *dir, const char *name, int *rc, char *err, size_t errlen)
+{
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     *rc = 0;
@@ -37,7 +38,8 @@ static json_t *load_json(const char *dir, const char *name, int *rc, char *err, 
 }
 
 /* "eos_token_id" of root (an id or a list of ids) into c; 1 when present. */
-static int read_eos(json_t *root, const char *dir, const char *file, lind_config *c, char *err, size_t errlen) {
+static int read_eos(json_t *root, const char *dir, const char *file, lind_config *c, char *err, size_t errlen)
+{
     json_t *v = json_object_get(root, "eos_token_id");
     if (!v || json_is_null(v)) return 0;
     size_t n = json_is_array(v) ? json_array_size(v) : 1;
@@ -57,7 +59,8 @@ static int read_eos(json_t *root, const char *dir, const char *file, lind_config
 }
 
 int conventions_read(const char *dir, lind_config *c, const tokenizer *tok, int bos_override, char *err,
-                     size_t errlen) {
+                     size_t errlen)
+{
     int mamba = !strcmp(c->format, "hf-mamba2");
     int hf = !strcmp(c->format, "hf-rwkv4") || mamba, rc = 0;
     c->n_eos = 0;

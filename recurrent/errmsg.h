@@ -12,7 +12,8 @@
 #include <stdio.h>
 
 __attribute__((format(printf, 4, 5)))
-static inline int errmsg_set(int code, char *err, size_t errlen, const char *fmt, ...) {
+static inline int errmsg_set(int code, char *err, size_t errlen, const char *fmt, ...)
+{
     if (err && errlen) {
         va_list ap;
         va_start(ap, fmt);

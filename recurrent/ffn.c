@@ -24,13 +24,15 @@ static const layer_kind *const kinds[] = {
 };
 #define NKINDS (sizeof kinds / sizeof kinds[0])
 
-const layer_kind *ffn_find(const char *name) {
+const layer_kind *ffn_find(const char *name)
+{
     for (size_t i = 0; i < NKINDS; i++)
         if (!strcmp(kinds[i]->name, name)) return kinds[i];
     return NULL;
 }
 
-const char *ffn_kind_names(char *buf, size_t len) {
+const char *ffn_kind_names(char *buf, size_t len)
+{
     size_t n = 0;
     if (len) buf[0] = 0;
     for (size_t i = 0; i < NKINDS && n < len; i++)

@@ -20,13 +20,15 @@ typedef struct cmix {
     int d, F;
 } cmix;
 
-static int cmix_configure(const kind_scope *s, const lind_config *c, void *params, char *err, size_t errlen) {
+static int cmix_configure(const kind_scope *s, const lind_config *c, void *params, char *err, size_t errlen)
+{
     (void)c;
     cmix_params *p = params;
     return kind_cfg_int(s, "d_ff", 1, 0, 1, 1 << 20, &p->F, err, errlen);
 }
 
-static int cmix_tensors(const lind_config *c, const void *params, kind_tensor *t) {
+static int cmix_tensors(const lind_config *c, const void *params, kind_tensor *t)
+{
     const cmix_params *p = params;
     int d = c->d_model, F = p->F;
     t[T_WK] = (kind_tensor){"wk", 2, {F, d}, 0, 1};
@@ -37,18 +39,21 @@ static int cmix_tensors(const lind_config *c, const void *params, kind_tensor *t
     return 5;
 }
 
-static int cmix_regions(const lind_config *c, const void *params, kind_region *r) {
+static int cmix_regions(const lind_config *c, const void *params, kind_region *r)
+{
     (void)params;
     r[0] = (kind_region){"shift", LIND_EL_F32, (size_t)c->d_model};
     return 1;
 }
 
-static size_t cmix_scratch(const lind_config *c, const void *params) {
+static size_t cmix_scratch(const lind_config *c, const void *params)
+{
     size_t F = (size_t)((const cmix_params *)params)->F, d2 = 2 * (size_t)c->d_model;
     return F > d2 ? F : d2;
 }
 
-static void cmix_free(void *priv, backend *be) {
+static void cmix_free(void *priv, backend *be)
+{
     cmix *X = priv;
     if (!X) return;
     be->ops->buf_free(be, X->wk);
@@ -59,7 +64,8 @@ static void cmix_free(void *priv, backend *be) {
 }
 
 static int cmix_load(const lind_config *c, const void *params, kind_ctx *ctx, const kind_weight *t, void **priv,
-                     char *err, size_t errlen) {
+                     char *err, size_t errlen)
+{
     const cmix_params *p = params;
     cmix *X = calloc(1, sizeof *X);
     float *mu = NULL;
@@ -84,7 +90,8 @@ fail:
     return rc;
 }
 
-static int cmix_step(void *priv, const layer_io *io) {
+static int cmix_step(void *priv, const layer_io *io)
+{
     cmix *X = priv;
     backend *be = io->be;
     const backend_ops *o = be->ops;

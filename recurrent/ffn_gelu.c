@@ -15,13 +15,15 @@ typedef struct gelu_mlp {
     int d, F;
 } gelu_mlp;
 
-static int gelu_configure(const kind_scope *s, const lind_config *c, void *params, char *err, size_t errlen) {
+static int gelu_configure(const kind_scope *s, const lind_config *c, void *params, char *err, size_t errlen)
+{
     (void)c;
     gelu_params *p = params;
     return kind_cfg_int(s, "d_ff", 1, 0, 1, 1 << 18, &p->F, err, errlen);
 }
 
-static int gelu_tensors(const lind_config *c, const void *params, kind_tensor *t) {
+static int gelu_tensors(const lind_config *c, const void *params, kind_tensor *t)
+{
     const gelu_params *p = params;
     int d = c->d_model, F = p->F;
     t[T_W1] = (kind_tensor){"w1", 2, {F, d}, 0, 1};
@@ -31,17 +33,20 @@ static int gelu_tensors(const lind_config *c, const void *params, kind_tensor *t
     return 4;
 }
 
-static int gelu_regions(const lind_config *c, const void *params, kind_region *r) {
+static int gelu_regions(const lind_config *c, const void *params, kind_region *r)
+{
     (void)c; (void)params; (void)r;
     return 0;
 }
 
-static size_t gelu_scratch(const lind_config *c, const void *params) {
+static size_t gelu_scratch(const lind_config *c, const void *params)
+{
     (void)c;
     return (size_t)((const gelu_params *)params)->F;
 }
 
-static void gelu_free(void *priv, backend *be) {
+static void gelu_free(void *priv, backend *be)
+{
     gelu_mlp *G = priv;
     if (!G) return;
     be->ops->buf_free(be, G->w1);
@@ -52,7 +57,8 @@ static void gelu_free(void *priv, backend *be) {
 }
 
 static int gelu_load(const lind_config *c, const void *params, kind_ctx *ctx, const kind_weight *t, void **priv,
-                     char *err, size_t errlen) {
+                     char *err, size_t errlen)
+{
     const gelu_params *p = params;
     gelu_mlp *G = calloc(1, sizeof *G);
     float *b2 = NULL;
@@ -81,7 +87,8 @@ fail:
     return rc;
 }
 
-static int gelu_step(void *priv, const layer_io *io) {
+static int gelu_step(void *priv, const layer_io *io)
+{
     gelu_mlp *G = priv;
     backend *be = io->be;
     backend_buf *ff = io->scratch[0];   /* [R × F] */

@@ -4,28 +4,33 @@
  * (recurrent/kind.h), so no ln2 tensors are read either. */
 #include "recurrent/ffn.h"
 
-static int none_configure(const kind_scope *s, const lind_config *c, void *params, char *err, size_t errlen) {
+static int none_configure(const kind_scope *s, const lind_config *c, void *params, char *err, size_t errlen)
+{
     (void)s, (void)c, (void)params, (void)err, (void)errlen;
     return 0;
 }
 
-static int none_tensors(const lind_config *c, const void *params, kind_tensor *t) {
+static int none_tensors(const lind_config *c, const void *params, kind_tensor *t)
+{
     (void)c, (void)params, (void)t;
     return 0;
 }
 
-static int none_regions(const lind_config *c, const void *params, kind_region *r) {
+static int none_regions(const lind_config *c, const void *params, kind_region *r)
+{
     (void)c, (void)params, (void)r;
     return 0;
 }
 
-static size_t none_scratch(const lind_config *c, const void *params) {
+static size_t none_scratch(const lind_config *c, const void *params)
+{
     (void)c, (void)params;
     return 0;
 }
 
 static int none_load(const lind_config *c, const void *params, kind_ctx *ctx, const kind_weight *t, void **priv,
-                     char *err, size_t errlen) {
+                     char *err, size_t errlen)
+{
     (void)c, (void)params, (void)ctx, (void)t, (void)err, (void)errlen;
     *priv = NULL;
     return 0;

@@ -21,12 +21,14 @@ typedef struct cmix7 {
     int d, F;
 } cmix7;
 
-static int cmix7_configure(const kind_scope *s, const lind_config *c, void *params, char *err, size_t errlen) {
+static int cmix7_configure(const kind_scope *s, const lind_config *c, void *params, char *err, size_t errlen)
+{
     (void)c;
     return kind_cfg_int(s, "d_ff", 1, 0, 1, 1 << 20, &((cmix7_params *)params)->F, err, errlen);
 }
 
-static int cmix7_tensors(const lind_config *c, const void *params, kind_tensor *t) {
+static int cmix7_tensors(const lind_config *c, const void *params, kind_tensor *t)
+{
     int d = c->d_model, F = ((const cmix7_params *)params)->F;
     t[T_MUK] = (kind_tensor){"x_k", 1, {d, 0}, 0, 0};
     t[T_WK] = (kind_tensor){"key.weight", 2, {F, d}, 0, 1};
@@ -34,19 +36,22 @@ static int cmix7_tensors(const lind_config *c, const void *params, kind_tensor *
     return 3;
 }
 
-static int cmix7_regions(const lind_config *c, const void *params, kind_region *r) {
+static int cmix7_regions(const lind_config *c, const void *params, kind_region *r)
+{
     (void)params;
     r[0] = (kind_region){"shift", LIND_EL_F32, (size_t)c->d_model};
     return 1;
 }
 
 /* scratch[0]: the keys [R × F]; scratch[1]: the shifted input [R × d]. */
-static size_t cmix7_scratch(const lind_config *c, const void *params) {
+static size_t cmix7_scratch(const lind_config *c, const void *params)
+{
     size_t F = (size_t)((const cmix7_params *)params)->F, d = (size_t)c->d_model;
     return F > d ? F : d;
 }
 
-static void cmix7_free(void *priv, backend *be) {
+static void cmix7_free(void *priv, backend *be)
+{
     cmix7 *X = priv;
     if (!X) return;
     be->ops->buf_free(be, X->wk);
@@ -56,7 +61,8 @@ static void cmix7_free(void *priv, backend *be) {
 }
 
 static int cmix7_load(const lind_config *c, const void *params, kind_ctx *ctx, const kind_weight *t, void **priv,
-                      char *err, size_t errlen) {
+                      char *err, size_t errlen)
+{
     cmix7 *X = calloc(1, sizeof *X);
     if (!X) return -ENOMEM;
     X->d = c->d_model;
@@ -81,7 +87,8 @@ static int cmix7_load(const lind_config *c, const void *params, kind_ctx *ctx, c
     return 0;
 }
 
-static int cmix7_step(void *priv, const layer_io *io) {
+static int cmix7_step(void *priv, const layer_io *io)
+{
     cmix7 *X = priv;
     backend *be = io->be;
     const backend_ops *o = be->ops;

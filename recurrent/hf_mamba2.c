@@ -13,7 +13,8 @@
 
 /* An integer key; def < lo means required. */
 static int m2_int(json_t *root, const char *path, const char *key, int def, int lo, int hi, int *out, char *err,
-                  size_t errlen) {
+                  size_t errlen)
+{
     json_t *v = json_object_get(root, key);
     if (!v || json_is_null(v)) {
         if (def < lo) return errmsg_set(-EINVAL, err, errlen, "%s: missing field \"%s\" (Mamba-2 config)", path, key);
@@ -26,7 +27,8 @@ static int m2_int(json_t *root, const char *path, const char *key, int def, int 
     return 0;
 }
 
-static int m2_bool(json_t *root, const char *path, const char *key, int def, int *out, char *err, size_t errlen) {
+static int m2_bool(json_t *root, const char *path, const char *key, int def, int *out, char *err, size_t errlen)
+{
     json_t *v = json_object_get(root, key);
     if (!v || json_is_null(v)) {
         *out = def;
@@ -38,7 +40,8 @@ static int m2_bool(json_t *root, const char *path, const char *key, int def, int
 }
 
 /* A number, or Python json's Infinity / -Infinity / NaN (as strings). */
-static int m2_number(json_t *v, double *out) {
+static int m2_number(json_t *v, double *out)
+{
     if (json_is_number(v)) {
         *out = json_number_value(v);
         return 1;
@@ -51,7 +54,8 @@ static int m2_number(json_t *v, double *out) {
     return 1;
 }
 
-int hf_mamba2_translate(json_t *root, const char *path, json_t **out, char *err, size_t errlen) {
+int hf_mamba2_translate(json_t *root, const char *path, json_t **out, char *err, size_t errlen)
+{
     *out = NULL;
     int hidden = 0, layers = 0, vocab = 0, state = 0, heads = 0, hdim = 0, expand = 0, groups = 0, conv = 0, bos = 0;
     int use_bias = 0, conv_bias = 1, rms = 1, tie = 0, res32 = 1, rc;
@@ -115,7 +119,8 @@ int hf_mamba2_translate(json_t *root, const char *path, json_t **out, char *err,
     return 0;
 }
 
-const char *hf_mamba2_tensor_name(const char *lind_name, char *buf, size_t len) {
+const char *hf_mamba2_tensor_name(const char *lind_name, char *buf, size_t len)
+{
     static const char *const top[][2] = {
         {"embed.weight", "backbone.embeddings.weight"},
         {"ln_f.weight", "backbone.norm_f.weight"},
@@ -134,7 +139,8 @@ const char *hf_mamba2_tensor_name(const char *lind_name, char *buf, size_t len) 
     return buf;
 }
 
-const char *hf_mamba2_tensor_alt(const char *lind_name, char *buf, size_t len) {
+const char *hf_mamba2_tensor_alt(const char *lind_name, char *buf, size_t len)
+{
     if (strcmp(lind_name, "embed.weight")) return NULL;
     snprintf(buf, len, "backbone.embedding.weight");
     return buf;

@@ -14,7 +14,8 @@ const char *const hf_rwkv4_tokenizer_files[2] = {"tokenizer.json", "rwkv_vocab_v
 const char *const hf_rwkv4_tokenizer_kinds[2] = {"bpe", "world"};
 
 static int hf_int(json_t *root, const char *path, const char *key, int def, int lo, int hi, int *out, char *err,
-                  size_t errlen) {
+                  size_t errlen)
+{
     json_t *v = json_object_get(root, key);
     if (!v || json_is_null(v)) {
         if (def < lo) return errmsg_set(-EINVAL, err, errlen, "%s: missing field \"%s\" (RWKV-4 config)", path, key);
@@ -27,7 +28,8 @@ static int hf_int(json_t *root, const char *path, const char *key, int def, int 
     return 0;
 }
 
-int hf_rwkv4_translate(json_t *root, const char *path, json_t **out, char *err, size_t errlen) {
+int hf_rwkv4_translate(json_t *root, const char *path, json_t **out, char *err, size_t errlen)
+{
     *out = NULL;
     int hidden = 0, layers = 0, att = 0, inter = 0, vocab = 0, rescale = 0, bos = 0;
     int rc;
@@ -96,7 +98,8 @@ static const char *const top_map[][2] = {
     {"head.weight", "head.weight"},
 };
 
-const char *hf_rwkv4_tensor_name(const char *lind_name, char *buf, size_t len) {
+const char *hf_rwkv4_tensor_name(const char *lind_name, char *buf, size_t len)
+{
     for (size_t i = 0; i < sizeof top_map / sizeof top_map[0]; i++)
         if (!strcmp(lind_name, top_map[i][0])) {
             snprintf(buf, len, "%s", top_map[i][1]);

@@ -12,7 +12,8 @@ static float widen(uint16_t h, int wtype) { return wtype == BACKEND_W_BF16 ? lin
 static uint16_t narrow(float f, int wtype) { return wtype == BACKEND_W_BF16 ? lind_f32_to_bf16(f) : lind_f32_to_f16(f); }
 
 /* Half weights: kept half when the backend can, else widened. */
-static int upload_half(kind_ctx *ctx, const uint16_t *h, int wtype, int N, int K, float scale, backend_buf **out) {
+static int upload_half(kind_ctx *ctx, const uint16_t *h, int wtype, int N, int K, float scale, backend_buf **out)
+{
     backend *be = ctx->be;
     size_t n = (size_t)N * (size_t)K;
     int rc;
@@ -37,7 +38,8 @@ static int upload_half(kind_ctx *ctx, const uint16_t *h, int wtype, int N, int K
 }
 
 /* fp32 values quantized by the backend (BACKEND_W_Q8 / Q4). */
-static int upload_quant(kind_ctx *ctx, const float *f, int qtype, int N, int K, const char *name, backend_buf **out) {
+static int upload_quant(kind_ctx *ctx, const float *f, int qtype, int N, int K, const char *name, backend_buf **out)
+{
     backend *be = ctx->be;
     const char *fmt = qtype == BACKEND_W_Q8 ? "q8" : "q4";
     if (!be->ops->weight_new_quant) {
@@ -57,7 +59,8 @@ static int upload_quant(kind_ctx *ctx, const float *f, int qtype, int N, int K, 
     return 0;
 }
 
-int kind_matrix(kind_ctx *ctx, const kind_weight *w, int N, int K, float scale, backend_buf **out) {
+int kind_matrix(kind_ctx *ctx, const kind_weight *w, int N, int K, float scale, backend_buf **out)
+{
     size_t n = (size_t)N * (size_t)K;
     int rc;
     if (w->quant && w->f32) {
@@ -85,7 +88,8 @@ int kind_matrix(kind_ctx *ctx, const kind_weight *w, int N, int K, float scale, 
     return rc;
 }
 
-int kind_matrix3(kind_ctx *ctx, const kind_weight *const w[3], int n, int d, backend_buf **out) {
+int kind_matrix3(kind_ctx *ctx, const kind_weight *const w[3], int n, int d, backend_buf **out)
+{
     size_t wn = (size_t)n * (size_t)d;
     int half = w[0]->half && w[1]->half && w[2]->half && w[0]->wtype == w[1]->wtype && w[1]->wtype == w[2]->wtype;
     int quant = w[0]->quant && w[0]->quant == w[1]->quant && w[1]->quant == w[2]->quant;
@@ -117,7 +121,8 @@ int kind_matrix3(kind_ctx *ctx, const kind_weight *const w[3], int n, int d, bac
     return rc;
 }
 
-int kind_vector(kind_ctx *ctx, const float *v, size_t n, backend_buf **out) {
+int kind_vector(kind_ctx *ctx, const float *v, size_t n, backend_buf **out)
+{
     backend *be = ctx->be;
     int rc = be->ops->buf_new(be, n, out);
     if (rc == 0 && (rc = be->ops->buf_upload(be, *out, 0, v, n)) < 0) {
@@ -127,7 +132,8 @@ int kind_vector(kind_ctx *ctx, const float *v, size_t n, backend_buf **out) {
     return rc;
 }
 
-int kind_require_ops(const kind_ctx *ctx, const char *what, const backend_op *ops, int n, char *err, size_t errlen) {
+int kind_require_ops(const kind_ctx *ctx, const char *what, const backend_op *ops, int n, char *err, size_t errlen)
+{
     char who[128];
     snprintf(who, sizeof who, "layer %d: %s", ctx->layer, what);
     return backend_require(ctx->be, ops, n, who, err, errlen);

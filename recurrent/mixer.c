@@ -34,13 +34,15 @@ static const layer_kind *const kinds[] = {
 };
 #define NKINDS (sizeof kinds / sizeof kinds[0])
 
-const layer_kind *mixer_find(const char *name) {
+const layer_kind *mixer_find(const char *name)
+{
     for (size_t i = 0; i < NKINDS; i++)
         if (!strcmp(kinds[i]->name, name)) return kinds[i];
     return NULL;
 }
 
-const char *mixer_kind_names(char *buf, size_t len) {
+const char *mixer_kind_names(char *buf, size_t len)
+{
     size_t n = 0;
     if (len) buf[0] = 0;
     for (size_t i = 0; i < NKINDS && n < len; i++)
@@ -49,7 +51,8 @@ const char *mixer_kind_names(char *buf, size_t len) {
 }
 
 int mixer_proj3_load(mixer_proj3 *p, kind_ctx *ctx, int shift, int n, int d, const kind_weight *const W[3],
-                     const float *const mu[3]) {
+                     const float *const mu[3])
+{
     backend *be = ctx->be;
     memset(p, 0, sizeof *p);
     p->n = n;
@@ -71,7 +74,8 @@ fail:
     return rc;
 }
 
-int mixer_proj3_run(const mixer_proj3 *p, const layer_io *io, size_t shift_off, backend_buf *out) {
+int mixer_proj3_run(const mixer_proj3 *p, const layer_io *io, size_t shift_off, backend_buf *out)
+{
     backend *be = io->be;
     int rc, n = p->n, d = p->d;
     if (!p->shift)
@@ -87,7 +91,8 @@ int mixer_proj3_run(const mixer_proj3 *p, const layer_io *io, size_t shift_off, 
     return 0;
 }
 
-void mixer_proj3_free(mixer_proj3 *p, backend *be) {
+void mixer_proj3_free(mixer_proj3 *p, backend *be)
+{
     be->ops->buf_free(be, p->fused);
     for (int i = 0; i < 3; i++) be->ops->buf_free(be, p->w[i]);
     be->ops->buf_free(be, p->mu);

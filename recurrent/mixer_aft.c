@@ -30,7 +30,8 @@ typedef struct aft {
     int d, A, shift;
 } aft;
 
-static int aft_configure(const kind_scope *s, const lind_config *c, void *params, char *err, size_t errlen) {
+static int aft_configure(const kind_scope *s, const lind_config *c, void *params, char *err, size_t errlen)
+{
     aft_params *p = params;
     static const char *const variants[] = {"simple", "decay", NULL};
     int rc;
@@ -42,7 +43,8 @@ static int aft_configure(const kind_scope *s, const lind_config *c, void *params
     return 0;
 }
 
-static int aft_tensors(const lind_config *c, const void *params, kind_tensor *t) {
+static int aft_tensors(const lind_config *c, const void *params, kind_tensor *t)
+{
     const aft_params *p = params;
     int d = c->d_model, A = p->A, n = 0;
     t[n++] = (kind_tensor){"wr", 2, {A, d}, 0, 1};
@@ -59,7 +61,8 @@ static int aft_tensors(const lind_config *c, const void *params, kind_tensor *t)
     return n;
 }
 
-static int aft_regions(const lind_config *c, const void *params, kind_region *r) {
+static int aft_regions(const lind_config *c, const void *params, kind_region *r)
+{
     const aft_params *p = params;
     size_t A = (size_t)p->A;
     r[0] = (kind_region){"num", LIND_EL_F64, A};
@@ -70,13 +73,15 @@ static int aft_regions(const lind_config *c, const void *params, kind_region *r)
     return 4;
 }
 
-static size_t aft_scratch(const lind_config *c, const void *params) {
+static size_t aft_scratch(const lind_config *c, const void *params)
+{
     const aft_params *p = params;
     size_t d = (size_t)c->d_model, A = (size_t)p->A;
     return 3 * (A > d ? A : d);
 }
 
-static void aft_free(void *priv, backend *be) {
+static void aft_free(void *priv, backend *be)
+{
     aft *X = priv;
     if (!X) return;
     mixer_proj3_free(&X->rkv, be);
@@ -87,7 +92,8 @@ static void aft_free(void *priv, backend *be) {
 }
 
 static int aft_load(const lind_config *c, const void *params, kind_ctx *ctx, const kind_weight *t, void **priv,
-                    char *err, size_t errlen) {
+                    char *err, size_t errlen)
+{
     const aft_params *p = params;
     aft *X = calloc(1, sizeof *X);
     if (!X) return -ENOMEM;
@@ -128,7 +134,8 @@ fail:
     return rc;
 }
 
-static int aft_step(void *priv, const layer_io *io) {
+static int aft_step(void *priv, const layer_io *io)
+{
     aft *X = priv;
     backend *be = io->be;
     backend_buf *rkv = io->scratch[0], *o = io->scratch[2];

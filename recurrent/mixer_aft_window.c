@@ -54,7 +54,8 @@ typedef struct aftw {
 } aftw;
 
 static int aftw_configure_(const kind_scope *sc, const lind_config *c, aftw_params *p, int conv, char *err,
-                           size_t errlen) {
+                           size_t errlen)
+{
     int rc;
     p->conv = conv;
     p->H = 1;
@@ -70,14 +71,17 @@ static int aftw_configure_(const kind_scope *sc, const lind_config *c, aftw_para
     }
     return kind_cfg_int(sc, "window", 1, 0, 2, 4096, &p->s, err, errlen);
 }
-static int aft_local_configure(const kind_scope *sc, const lind_config *c, void *params, char *err, size_t errlen) {
+static int aft_local_configure(const kind_scope *sc, const lind_config *c, void *params, char *err, size_t errlen)
+{
     return aftw_configure_(sc, c, params, 0, err, errlen);
 }
-static int aft_conv_configure(const kind_scope *sc, const lind_config *c, void *params, char *err, size_t errlen) {
+static int aft_conv_configure(const kind_scope *sc, const lind_config *c, void *params, char *err, size_t errlen)
+{
     return aftw_configure_(sc, c, params, 1, err, errlen);
 }
 
-static int aftw_tensors(const lind_config *c, const void *params, kind_tensor *t) {
+static int aftw_tensors(const lind_config *c, const void *params, kind_tensor *t)
+{
     const aftw_params *p = params;
     int d = c->d_model;
     t[T_WQ] = (kind_tensor){"wq", 2, {d, d}, 0, 1};
@@ -94,7 +98,8 @@ static int aftw_tensors(const lind_config *c, const void *params, kind_tensor *t
     return T_KBIAS + 1;
 }
 
-static int aftw_regions(const lind_config *c, const void *params, kind_region *r) {
+static int aftw_regions(const lind_config *c, const void *params, kind_region *r)
+{
     const aftw_params *p = params;
     size_t d = (size_t)c->d_model;
     r[R_ACC] = (kind_region){"acc", LIND_EL_F64, 3 * d};
@@ -104,12 +109,14 @@ static int aftw_regions(const lind_config *c, const void *params, kind_region *r
 }
 
 /* scratch[0]: q, k, v [R × 3d]; scratch[2]: y [R × d]. */
-static size_t aftw_scratch(const lind_config *c, const void *params) {
+static size_t aftw_scratch(const lind_config *c, const void *params)
+{
     (void)params;
     return 3 * (size_t)c->d_model;
 }
 
-static void aftw_free(void *priv, backend *be) {
+static void aftw_free(void *priv, backend *be)
+{
     aftw *X = priv;
     if (!X) return;
     be->ops->buf_free(be, X->wqkv);
@@ -119,7 +126,8 @@ static void aftw_free(void *priv, backend *be) {
 }
 
 static int aftw_load(const lind_config *c, const void *params, kind_ctx *ctx, const kind_weight *t, void **priv,
-                     char *err, size_t errlen) {
+                     char *err, size_t errlen)
+{
     const aftw_params *p = params;
     backend *be = ctx->be;
     const char *kn = p->conv ? "aft_conv" : "aft_local";
@@ -174,7 +182,8 @@ static int aftw_load(const lind_config *c, const void *params, kind_ctx *ctx, co
     return 0;
 }
 
-static int aftw_step(void *priv, const layer_io *io) {
+static int aftw_step(void *priv, const layer_io *io)
+{
     aftw *X = priv;
     backend *be = io->be;
     const backend_ops *o = be->ops;

@@ -50,7 +50,8 @@ typedef struct cosf {
     float eps;
 } cosf;
 
-static int cos_configure(const kind_scope *s, const lind_config *c, void *params, char *err, size_t errlen) {
+static int cos_configure(const kind_scope *s, const lind_config *c, void *params, char *err, size_t errlen)
+{
     (void)c;
     cos_params *p = params;
     static const char *const modes[] = {"horizon", "periodic", NULL};
@@ -70,7 +71,8 @@ static int cos_configure(const kind_scope *s, const lind_config *c, void *params
     return 0;
 }
 
-static int cos_tensors(const lind_config *c, const void *params, kind_tensor *t) {
+static int cos_tensors(const lind_config *c, const void *params, kind_tensor *t)
+{
     const cos_params *p = params;
     int hd = p->H * p->dh, d = c->d_model;
     t[T_WQ] = (kind_tensor){"wq", 2, {hd, d}, 0, 1};
@@ -80,7 +82,8 @@ static int cos_tensors(const lind_config *c, const void *params, kind_tensor *t)
     return T_WO + 1;
 }
 
-static int cos_regions(const lind_config *c, const void *params, kind_region *r) {
+static int cos_regions(const lind_config *c, const void *params, kind_region *r)
+{
     (void)c;
     const cos_params *p = params;
     size_t P = p->periodic ? 3 : 2, hd = (size_t)p->H * p->dh;
@@ -91,13 +94,15 @@ static int cos_regions(const lind_config *c, const void *params, kind_region *r)
 }
 
 /* scratch[0]: q | k | v [R × 3·hd]; scratch[2]: head outputs [R × hd]. */
-static size_t cos_scratch(const lind_config *c, const void *params) {
+static size_t cos_scratch(const lind_config *c, const void *params)
+{
     (void)c;
     const cos_params *p = params;
     return 3 * (size_t)p->H * (size_t)p->dh;
 }
 
-static void cos_free(void *priv, backend *be) {
+static void cos_free(void *priv, backend *be)
+{
     cosf *X = priv;
     if (!X) return;
     be->ops->buf_free(be, X->wqkv);
@@ -106,7 +111,8 @@ static void cos_free(void *priv, backend *be) {
 }
 
 static int cos_load(const lind_config *c, const void *params, kind_ctx *ctx, const kind_weight *t, void **priv,
-                    char *err, size_t errlen) {
+                    char *err, size_t errlen)
+{
     const cos_params *p = params;
     backend *be = ctx->be;
     static const backend_op need[] = {BACKEND_OP_COSFORMER_STEP};
@@ -132,7 +138,8 @@ static int cos_load(const lind_config *c, const void *params, kind_ctx *ctx, con
     return 0;
 }
 
-static int cos_step(void *priv, const layer_io *io) {
+static int cos_step(void *priv, const layer_io *io)
+{
     cosf *X = priv;
     backend *be = io->be;
     const backend_ops *o = be->ops;
@@ -147,7 +154,8 @@ static int cos_step(void *priv, const layer_io *io) {
     return o->matmul(be, bmview(io->x, 0, d), bview(out, 0, hd), X->wo, NULL, R, d, hd, BACKEND_MM_ACCUMULATE);
 }
 
-static long long cos_max_tokens(const lind_config *c, const void *params) {
+static long long cos_max_tokens(const lind_config *c, const void *params)
+{
     (void)c;
     const cos_params *p = params;
     return p->periodic ? 0 : p->M;

@@ -41,7 +41,8 @@ typedef struct delta {
     float eps;
 } delta;
 
-static int delta_configure(const kind_scope *s, const lind_config *c, void *params, char *err, size_t errlen) {
+static int delta_configure(const kind_scope *s, const lind_config *c, void *params, char *err, size_t errlen)
+{
     (void)c;
     delta_params *p = params;
     int rc;
@@ -57,7 +58,8 @@ static int delta_configure(const kind_scope *s, const lind_config *c, void *para
     return 0;
 }
 
-static int delta_tensors(const lind_config *c, const void *params, kind_tensor *t) {
+static int delta_tensors(const lind_config *c, const void *params, kind_tensor *t)
+{
     const delta_params *p = params;
     int hd = p->H * p->dh, d = c->d_model, H = p->H;
     t[T_WQ] = (kind_tensor){"wq", 2, {hd, d}, 0, 1};
@@ -75,7 +77,8 @@ static int delta_tensors(const lind_config *c, const void *params, kind_tensor *
     return T_NORM + 1;
 }
 
-static int delta_regions(const lind_config *c, const void *params, kind_region *r) {
+static int delta_regions(const lind_config *c, const void *params, kind_region *r)
+{
     (void)c;
     const delta_params *p = params;
     size_t H = (size_t)p->H, dh = (size_t)p->dh;
@@ -87,13 +90,15 @@ static int delta_regions(const lind_config *c, const void *params, kind_region *
 
 /* scratch[0]: the projections [R × (3·hd + 2H)], convolved in place;
  * scratch[2]: the normed head outputs [R × hd]. */
-static size_t delta_scratch(const lind_config *c, const void *params) {
+static size_t delta_scratch(const lind_config *c, const void *params)
+{
     (void)c;
     const delta_params *p = params;
     return 3 * (size_t)p->H * (size_t)p->dh + 2 * (size_t)p->H;
 }
 
-static void delta_free(void *priv, backend *be) {
+static void delta_free(void *priv, backend *be)
+{
     delta *X = priv;
     if (!X) return;
     backend_buf *b[] = {X->wqkv, X->wb, X->wa, X->wo, X->conv, X->gate, X->norm};
@@ -102,7 +107,8 @@ static void delta_free(void *priv, backend *be) {
 }
 
 static int delta_load(const lind_config *c, const void *params, kind_ctx *ctx, const kind_weight *t, void **priv,
-                      char *err, size_t errlen) {
+                      char *err, size_t errlen)
+{
     const delta_params *p = params;
     backend *be = ctx->be;
     static const backend_op need[] = {BACKEND_OP_SHORT_CONV, BACKEND_OP_DELTA_STEP};
@@ -155,7 +161,8 @@ out:
     return rc;
 }
 
-static int delta_step(void *priv, const layer_io *io) {
+static int delta_step(void *priv, const layer_io *io)
+{
     delta *X = priv;
     backend *be = io->be;
     const backend_ops *o = be->ops;

@@ -29,7 +29,8 @@ typedef struct lin {
     float eps;
 } lin;
 
-static int lin_configure(const kind_scope *s, const lind_config *c, void *params, char *err, size_t errlen) {
+static int lin_configure(const kind_scope *s, const lind_config *c, void *params, char *err, size_t errlen)
+{
     (void)c;
     lin_params *p = params;
     static const char *const maps[] = {"elu1", NULL};
@@ -44,7 +45,8 @@ static int lin_configure(const kind_scope *s, const lind_config *c, void *params
     return 0;
 }
 
-static int lin_tensors(const lind_config *c, const void *params, kind_tensor *t) {
+static int lin_tensors(const lind_config *c, const void *params, kind_tensor *t)
+{
     const lin_params *p = params;
     int hd = p->H * p->dh, d = c->d_model, n = 0;
     t[n++] = (kind_tensor){"wq", 2, {hd, d}, 0, 1};
@@ -60,7 +62,8 @@ static int lin_tensors(const lind_config *c, const void *params, kind_tensor *t)
     return n;
 }
 
-static int lin_regions(const lind_config *c, const void *params, kind_region *r) {
+static int lin_regions(const lind_config *c, const void *params, kind_region *r)
+{
     const lin_params *p = params;
     size_t H = (size_t)p->H, dh = (size_t)p->dh;
     r[0] = (kind_region){"S", LIND_EL_F64, H * dh * dh};
@@ -70,13 +73,15 @@ static int lin_regions(const lind_config *c, const void *params, kind_region *r)
     return 3;
 }
 
-static size_t lin_scratch(const lind_config *c, const void *params) {
+static size_t lin_scratch(const lind_config *c, const void *params)
+{
     const lin_params *p = params;
     size_t w = (size_t)c->d_model, hd = (size_t)p->H * (size_t)p->dh;
     return 3 * (hd > w ? hd : w);
 }
 
-static void lin_free(void *priv, backend *be) {
+static void lin_free(void *priv, backend *be)
+{
     lin *L = priv;
     if (!L) return;
     mixer_proj3_free(&L->qkv, be);
@@ -86,7 +91,8 @@ static void lin_free(void *priv, backend *be) {
 }
 
 static int lin_load(const lind_config *c, const void *params, kind_ctx *ctx, const kind_weight *t, void **priv,
-                    char *err, size_t errlen) {
+                    char *err, size_t errlen)
+{
     const lin_params *p = params;
     lin *L = calloc(1, sizeof *L);
     if (!L) return -ENOMEM;
@@ -119,7 +125,8 @@ fail:
     return rc;
 }
 
-static int lin_step(void *priv, const layer_io *io) {
+static int lin_step(void *priv, const layer_io *io)
+{
     lin *L = priv;
     backend *be = io->be;
     int hd = L->H * L->dh, rc;

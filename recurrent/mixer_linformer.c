@@ -49,7 +49,8 @@ typedef struct linf {
     int H, dh, d, kp, N;
 } linf;
 
-static int linf_configure(const kind_scope *s, const lind_config *c, void *params, char *err, size_t errlen) {
+static int linf_configure(const kind_scope *s, const lind_config *c, void *params, char *err, size_t errlen)
+{
     (void)c;
     linf_params *p = params;
     int rc;
@@ -65,7 +66,8 @@ static int linf_configure(const kind_scope *s, const lind_config *c, void *param
     return 0;
 }
 
-static int linf_tensors(const lind_config *c, const void *params, kind_tensor *t) {
+static int linf_tensors(const lind_config *c, const void *params, kind_tensor *t)
+{
     const linf_params *p = params;
     int hd = p->H * p->dh, d = c->d_model;
     t[T_WQ] = (kind_tensor){"wq", 2, {hd, d}, 0, 1};
@@ -77,7 +79,8 @@ static int linf_tensors(const lind_config *c, const void *params, kind_tensor *t
     return T_PV + 1;
 }
 
-static int linf_regions(const lind_config *c, const void *params, kind_region *r) {
+static int linf_regions(const lind_config *c, const void *params, kind_region *r)
+{
     (void)c;
     const linf_params *p = params;
     r[R_KV] = (kind_region){"KV", LIND_EL_F64, 2 * (size_t)p->H * p->kp * p->dh};   /* K̄ then V̄ */
@@ -86,13 +89,15 @@ static int linf_regions(const lind_config *c, const void *params, kind_region *r
 }
 
 /* scratch[0]: q | k | v [R × 3·hd]; scratch[2]: head outputs [R × hd]. */
-static size_t linf_scratch(const lind_config *c, const void *params) {
+static size_t linf_scratch(const lind_config *c, const void *params)
+{
     (void)c;
     const linf_params *p = params;
     return 3 * (size_t)p->H * (size_t)p->dh;
 }
 
-static void linf_free(void *priv, backend *be) {
+static void linf_free(void *priv, backend *be)
+{
     linf *X = priv;
     if (!X) return;
     be->ops->buf_free(be, X->wqkv);
@@ -102,7 +107,8 @@ static void linf_free(void *priv, backend *be) {
 }
 
 static int linf_load(const lind_config *c, const void *params, kind_ctx *ctx, const kind_weight *t, void **priv,
-                     char *err, size_t errlen) {
+                     char *err, size_t errlen)
+{
     const linf_params *p = params;
     backend *be = ctx->be;
     static const backend_op need[] = {BACKEND_OP_LINFORMER_STEP};
@@ -145,7 +151,8 @@ static int linf_load(const lind_config *c, const void *params, kind_ctx *ctx, co
     return 0;
 }
 
-static int linf_step(void *priv, const layer_io *io) {
+static int linf_step(void *priv, const layer_io *io)
+{
     linf *X = priv;
     backend *be = io->be;
     const backend_ops *o = be->ops;
@@ -160,7 +167,8 @@ static int linf_step(void *priv, const layer_io *io) {
     return o->matmul(be, bmview(io->x, 0, d), bview(out, 0, hd), X->wo, NULL, R, d, hd, BACKEND_MM_ACCUMULATE);
 }
 
-static long long linf_max_tokens(const lind_config *c, const void *params) {
+static long long linf_max_tokens(const lind_config *c, const void *params)
+{
     (void)c;
     const linf_params *p = params;
     return p->N;

@@ -46,14 +46,16 @@ typedef struct mamba2 {
     float dt_min, dt_max, eps;
 } mamba2;
 
-static int dims(const mamba2_params *p, int *I, int *CD, int *PT) {
+static int dims(const mamba2_params *p, int *I, int *CD, int *PT)
+{
     *I = p->H * p->P;
     *CD = *I + 2 * p->G * p->N;
     *PT = *CD + *I + p->H;
     return 0;
 }
 
-static int mamba2_configure(const kind_scope *s, const lind_config *c, void *params, char *err, size_t errlen) {
+static int mamba2_configure(const kind_scope *s, const lind_config *c, void *params, char *err, size_t errlen)
+{
     (void)c;
     mamba2_params *p = params;
     int rc;
@@ -86,7 +88,8 @@ static int mamba2_configure(const kind_scope *s, const lind_config *c, void *par
     return 0;
 }
 
-static int mamba2_tensors(const lind_config *c, const void *params, kind_tensor *t) {
+static int mamba2_tensors(const lind_config *c, const void *params, kind_tensor *t)
+{
     const mamba2_params *p = params;
     int I, CD, PT, d = c->d_model, H = p->H;
     dims(p, &I, &CD, &PT);
@@ -103,7 +106,8 @@ static int mamba2_tensors(const lind_config *c, const void *params, kind_tensor 
     return T_OUT_B + 1;
 }
 
-static int mamba2_regions(const lind_config *c, const void *params, kind_region *r) {
+static int mamba2_regions(const lind_config *c, const void *params, kind_region *r)
+{
     (void)c;
     const mamba2_params *p = params;
     int I, CD, PT;
@@ -116,14 +120,16 @@ static int mamba2_regions(const lind_config *c, const void *params, kind_region 
 
 /* scratch[0]: the products [R × (CD + I + H)], convolved in place;
  * scratch[1]: the gated outputs [R × I], normed in place. */
-static size_t mamba2_scratch(const lind_config *c, const void *params) {
+static size_t mamba2_scratch(const lind_config *c, const void *params)
+{
     (void)c;
     int I, CD, PT;
     dims(params, &I, &CD, &PT);
     return (size_t)PT;
 }
 
-static void mamba2_free(void *priv, backend *be) {
+static void mamba2_free(void *priv, backend *be)
+{
     mamba2 *X = priv;
     if (!X) return;
     backend_buf *b[] = {X->w_in, X->b_in, X->conv, X->par, X->norm, X->w_out, X->b_out};
@@ -133,7 +139,8 @@ static void mamba2_free(void *priv, backend *be) {
 
 /* in_proj's rows from HF's order [z (I) | xBC (CD) | dt (H)] to [xBC | z | dt],
  * rows of `row` bytes each; returns a malloc'd copy (NULL: out of memory). */
-static void *reorder_rows(const void *src, int I, int CD, int H, size_t row) {
+static void *reorder_rows(const void *src, int I, int CD, int H, size_t row)
+{
     char *dst = malloc((size_t)(CD + I + H) * row);
     if (!dst) return NULL;
     const char *s = src;
@@ -144,7 +151,8 @@ static void *reorder_rows(const void *src, int I, int CD, int H, size_t row) {
 }
 
 static int mamba2_load(const lind_config *c, const void *params, kind_ctx *ctx, const kind_weight *t, void **priv,
-                       char *err, size_t errlen) {
+                       char *err, size_t errlen)
+{
     const mamba2_params *p = params;
     backend *be = ctx->be;
     static const backend_op need[] = {BACKEND_OP_SHORT_CONV, BACKEND_OP_MAMBA2_STEP, BACKEND_OP_RMSNORM};
@@ -208,7 +216,8 @@ out:
     return rc;
 }
 
-static int mamba2_step(void *priv, const layer_io *io) {
+static int mamba2_step(void *priv, const layer_io *io)
+{
     mamba2 *X = priv;
     backend *be = io->be;
     const backend_ops *o = be->ops;

@@ -53,7 +53,8 @@ typedef struct perf {
     float eps, ck;        /* the keys' shift max_f ‖ω_f‖²/2 */
 } perf;
 
-static int perf_configure(const kind_scope *s, const lind_config *c, void *params, char *err, size_t errlen) {
+static int perf_configure(const kind_scope *s, const lind_config *c, void *params, char *err, size_t errlen)
+{
     (void)c;
     perf_params *p = params;
     int rc;
@@ -74,7 +75,8 @@ static int perf_configure(const kind_scope *s, const lind_config *c, void *param
     return 0;
 }
 
-static int perf_tensors(const lind_config *c, const void *params, kind_tensor *t) {
+static int perf_tensors(const lind_config *c, const void *params, kind_tensor *t)
+{
     const perf_params *p = params;
     int hd = p->H * p->dh, d = c->d_model;
     t[T_WQ] = (kind_tensor){"wq", 2, {hd, d}, 0, 1};
@@ -85,7 +87,8 @@ static int perf_tensors(const lind_config *c, const void *params, kind_tensor *t
     return T_OMEGA + 1;
 }
 
-static int perf_regions(const lind_config *c, const void *params, kind_region *r) {
+static int perf_regions(const lind_config *c, const void *params, kind_region *r)
+{
     (void)c;
     const perf_params *p = params;
     size_t H = (size_t)p->H, m = (size_t)p->m;
@@ -96,13 +99,15 @@ static int perf_regions(const lind_config *c, const void *params, kind_region *r
 
 /* scratch[0]: q | k [R × 2·hd]; scratch[1]: log-features of q, of k, and the
  * padded v [R × 3·H·m]; scratch[2]: head outputs [R × H·m]. */
-static size_t perf_scratch(const lind_config *c, const void *params) {
+static size_t perf_scratch(const lind_config *c, const void *params)
+{
     (void)c;
     const perf_params *p = params;
     return 3 * (size_t)p->H * (size_t)p->m;
 }
 
-static void perf_free(void *priv, backend *be) {
+static void perf_free(void *priv, backend *be)
+{
     perf *X = priv;
     if (!X) return;
     backend_buf *b[] = {X->wqk, X->wv, X->wo, X->omega};
@@ -113,7 +118,8 @@ static void perf_free(void *priv, backend *be) {
 /* A copy of w [N × K] (fp32 or half, element size es) with rows and columns
  * spread: element (n, k) goes to (n + pad_r·(n / blk_r), k + pad_c·(k / blk_c))
  * of [N2 × K2]; the rest is zero (0 bits are 0.0 in fp32, fp16 and bf16). */
-static void *spread(const kind_weight *w, int N, int K, int blk_r, int pad_r, int blk_c, int pad_c, int N2, int K2) {
+static void *spread(const kind_weight *w, int N, int K, int blk_r, int pad_r, int blk_c, int pad_c, int N2, int K2)
+{
     size_t es = w->half ? 2 : 4;
     const unsigned char *src = w->half ? (const void *)w->half : (const void *)w->f32;
     unsigned char *dst = calloc((size_t)N2 * K2, es);
@@ -129,7 +135,8 @@ static void *spread(const kind_weight *w, int N, int K, int blk_r, int pad_r, in
 }
 
 static int perf_load(const lind_config *c, const void *params, kind_ctx *ctx, const kind_weight *t, void **priv,
-                     char *err, size_t errlen) {
+                     char *err, size_t errlen)
+{
     const perf_params *p = params;
     backend *be = ctx->be;
     static const backend_op need[] = {BACKEND_OP_FAVOR_FEATURES, BACKEND_OP_LINEAR_STEP};
@@ -197,7 +204,8 @@ fail:
     return rc;
 }
 
-static int perf_step(void *priv, const layer_io *io) {
+static int perf_step(void *priv, const layer_io *io)
+{
     perf *X = priv;
     backend *be = io->be;
     const backend_ops *o = be->ops;

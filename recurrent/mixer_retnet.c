@@ -39,7 +39,8 @@ typedef struct ret {
     float eps;
 } ret;
 
-static int ret_configure(const kind_scope *s, const lind_config *c, void *params, char *err, size_t errlen) {
+static int ret_configure(const kind_scope *s, const lind_config *c, void *params, char *err, size_t errlen)
+{
     (void)c;
     ret_params *p = params;
     int rc;
@@ -54,7 +55,8 @@ static int ret_configure(const kind_scope *s, const lind_config *c, void *params
     return 0;
 }
 
-static int ret_tensors(const lind_config *c, const void *params, kind_tensor *t) {
+static int ret_tensors(const lind_config *c, const void *params, kind_tensor *t)
+{
     const ret_params *p = params;
     int hd = p->H * p->dh, d = c->d_model;
     t[T_WQ] = (kind_tensor){"wq", 2, {hd, d}, 0, 1};
@@ -68,7 +70,8 @@ static int ret_tensors(const lind_config *c, const void *params, kind_tensor *t)
     return T_GNB + 1;
 }
 
-static int ret_regions(const lind_config *c, const void *params, kind_region *r) {
+static int ret_regions(const lind_config *c, const void *params, kind_region *r)
+{
     (void)c;
     const ret_params *p = params;
     r[0] = (kind_region){"S", LIND_EL_F64, (size_t)p->H * p->dh * p->dh};
@@ -76,13 +79,15 @@ static int ret_regions(const lind_config *c, const void *params, kind_region *r)
 }
 
 /* scratch[0]: q | k | v | g [R × 4·hd]; scratch[2]: gated outputs [R × hd]. */
-static size_t ret_scratch(const lind_config *c, const void *params) {
+static size_t ret_scratch(const lind_config *c, const void *params)
+{
     (void)c;
     const ret_params *p = params;
     return 4 * (size_t)p->H * (size_t)p->dh;
 }
 
-static void ret_free(void *priv, backend *be) {
+static void ret_free(void *priv, backend *be)
+{
     ret *X = priv;
     if (!X) return;
     backend_buf *b[] = {X->wqkv, X->wg, X->wo, X->gamma, X->norm};
@@ -91,7 +96,8 @@ static void ret_free(void *priv, backend *be) {
 }
 
 static int ret_load(const lind_config *c, const void *params, kind_ctx *ctx, const kind_weight *t, void **priv,
-                    char *err, size_t errlen) {
+                    char *err, size_t errlen)
+{
     const ret_params *p = params;
     backend *be = ctx->be;
     static const backend_op need[] = {BACKEND_OP_RETENTION_STEP};
@@ -136,7 +142,8 @@ static int ret_load(const lind_config *c, const void *params, kind_ctx *ctx, con
     return 0;
 }
 
-static int ret_step(void *priv, const layer_io *io) {
+static int ret_step(void *priv, const layer_io *io)
+{
     ret *X = priv;
     backend *be = io->be;
     const backend_ops *o = be->ops;

@@ -55,7 +55,8 @@ typedef struct rwkv7 {
     int C;
 } rwkv7;
 
-static int rwkv7_configure(const kind_scope *s, const lind_config *c, void *params, char *err, size_t errlen) {
+static int rwkv7_configure(const kind_scope *s, const lind_config *c, void *params, char *err, size_t errlen)
+{
     rwkv7_params *p = params;
     static const char *const modes[] = {"none", "source", "mix", NULL};
     char vr[16];
@@ -82,7 +83,8 @@ static int rwkv7_configure(const kind_scope *s, const lind_config *c, void *para
     return 0;
 }
 
-static int rwkv7_tensors(const lind_config *c, const void *params, kind_tensor *t) {
+static int rwkv7_tensors(const lind_config *c, const void *params, kind_tensor *t)
+{
     const rwkv7_params *p = params;
     int C = c->d_model;
     static const char *const mu[6] = {"x_r", "x_w", "x_k", "x_v", "x_a", "x_g"};
@@ -112,7 +114,8 @@ static int rwkv7_tensors(const lind_config *c, const void *params, kind_tensor *
     return T_COUNT;
 }
 
-static int rwkv7_regions(const lind_config *c, const void *params, kind_region *r) {
+static int rwkv7_regions(const lind_config *c, const void *params, kind_region *r)
+{
     const rwkv7_params *p = params;
     r[R_SHIFT] = (kind_region){"shift", LIND_EL_F32, (size_t)c->d_model};
     r[R_S] = (kind_region){"S", LIND_EL_F32, (size_t)p->H * (size_t)p->N * (size_t)p->N};
@@ -122,7 +125,8 @@ static int rwkv7_regions(const lind_config *c, const void *params, kind_region *
 /* scratch[0]: the op's input [R × (6C + dw)]; scratch[1]: the six shifted
  * inputs [R × 6C]; scratch[2]: the LoRA inner activations (each [R × D],
  * one after the other), then the op's output [R × C]. */
-static size_t rwkv7_scratch(const lind_config *c, const void *params) {
+static size_t rwkv7_scratch(const lind_config *c, const void *params)
+{
     const rwkv7_params *p = params;
     size_t C = (size_t)c->d_model, lora = (size_t)(p->da > p->dg ? p->da : p->dg);
     if ((size_t)p->dv > lora) lora = (size_t)p->dv;
@@ -130,13 +134,15 @@ static size_t rwkv7_scratch(const lind_config *c, const void *params) {
     return n > lora ? n : lora;
 }
 
-static int rwkv7_carry(const lind_config *c, const void *params, size_t *floats) {
+static int rwkv7_carry(const lind_config *c, const void *params, size_t *floats)
+{
     *floats = (size_t)c->d_model;
     int m = ((const rwkv7_params *)params)->vmode;
     return m == VR_SOURCE ? KIND_CARRY_WRITES : m == VR_MIX ? KIND_CARRY_READS : KIND_CARRY_NONE;
 }
 
-static void rwkv7_free(void *priv, backend *be) {
+static void rwkv7_free(void *priv, backend *be)
+{
     rwkv7 *X = priv;
     if (!X) return;
     backend_buf *b[] = {X->mu, X->wr, X->wk, X->wv, X->wo, X->w1, X->a1, X->a2,
@@ -147,7 +153,8 @@ static void rwkv7_free(void *priv, backend *be) {
 
 /* Upload a file's [rows × cols] LoRA matrix (x @ W) as the backend's
  * [cols × rows] weight, in the precision it arrived in. */
-static int lora_upload(kind_ctx *ctx, const kind_weight *w, int rows, int cols, backend_buf **out) {
+static int lora_upload(kind_ctx *ctx, const kind_weight *w, int rows, int cols, backend_buf **out)
+{
     size_t n = (size_t)rows * (size_t)cols;
     kind_weight t = *w;
     void *buf = malloc(n * (w->half ? sizeof(uint16_t) : sizeof(float)));
@@ -166,7 +173,8 @@ static int lora_upload(kind_ctx *ctx, const kind_weight *w, int rows, int cols, 
 }
 
 static int rwkv7_load(const lind_config *c, const void *params, kind_ctx *ctx, const kind_weight *t, void **priv,
-                      char *err, size_t errlen) {
+                      char *err, size_t errlen)
+{
     const rwkv7_params *p = params;
     backend *be = ctx->be;
     static const backend_op need[] = {BACKEND_OP_RWKV7_STEP};
@@ -212,7 +220,8 @@ out:
     return rc;
 }
 
-static int rwkv7_step(void *priv, const layer_io *io) {
+static int rwkv7_step(void *priv, const layer_io *io)
+{
     rwkv7 *X = priv;
     backend *be = io->be;
     const backend_ops *o = be->ops;

@@ -51,7 +51,8 @@ typedef struct window {
     float rope_base;       /* 0 with ALiBi */
 } window;
 
-static int window_configure(const kind_scope *s, const lind_config *c, void *params, char *err, size_t errlen) {
+static int window_configure(const kind_scope *s, const lind_config *c, void *params, char *err, size_t errlen)
+{
     (void)c;
     window_params *p = params;
     static const char *const pos[] = {"alibi", "rope", NULL};
@@ -81,7 +82,8 @@ static int window_configure(const kind_scope *s, const lind_config *c, void *par
     return 0;
 }
 
-static int window_tensors(const lind_config *c, const void *params, kind_tensor *t) {
+static int window_tensors(const lind_config *c, const void *params, kind_tensor *t)
+{
     const window_params *p = params;
     int hd = p->H * p->dh, d = c->d_model;
     t[T_WQ] = (kind_tensor){"wq", 2, {hd, d}, 0, 1};
@@ -92,7 +94,8 @@ static int window_tensors(const lind_config *c, const void *params, kind_tensor 
 }
 
 /* ring, [global,] pos: the position is always the last region. */
-static int window_regions(const lind_config *c, const void *params, kind_region *r) {
+static int window_regions(const lind_config *c, const void *params, kind_region *r)
+{
     (void)c;
     const window_params *p = params;
     size_t hd = (size_t)p->H * (size_t)p->dh, n = 0;
@@ -103,13 +106,15 @@ static int window_regions(const lind_config *c, const void *params, kind_region 
 }
 
 /* scratch[0]: q, k, v [R × 3·hd]; scratch[2]: the heads' outputs [R × hd]. */
-static size_t window_scratch(const lind_config *c, const void *params) {
+static size_t window_scratch(const lind_config *c, const void *params)
+{
     (void)c;
     const window_params *p = params;
     return 3 * (size_t)p->H * (size_t)p->dh;
 }
 
-static void window_free(void *priv, backend *be) {
+static void window_free(void *priv, backend *be)
+{
     window *X = priv;
     if (!X) return;
     be->ops->buf_free(be, X->wqkv);
@@ -119,7 +124,8 @@ static void window_free(void *priv, backend *be) {
 }
 
 static int window_load(const lind_config *c, const void *params, kind_ctx *ctx, const kind_weight *t, void **priv,
-                       char *err, size_t errlen) {
+                       char *err, size_t errlen)
+{
     const window_params *p = params;
     backend *be = ctx->be;
     static const backend_op need[] = {BACKEND_OP_WINDOW_STEP};
@@ -150,7 +156,8 @@ static int window_load(const lind_config *c, const void *params, kind_ctx *ctx, 
     return 0;
 }
 
-static int window_step(void *priv, const layer_io *io) {
+static int window_step(void *priv, const layer_io *io)
+{
     window *X = priv;
     backend *be = io->be;
     const backend_ops *o = be->ops;

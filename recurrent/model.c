@@ -88,7 +88,8 @@ typedef struct loader {
 
 /* The tensor a lind name refers to in this checkpoint (*file set), or NULL;
  * `shown` receives the name as the file spells it, for messages. */
-static st_tensor *find(loader *ld, const char *name, st_file **file, char *shown, size_t shownlen) {
+static st_tensor *find(loader *ld, const char *name, st_file **file, char *shown, size_t shownlen)
+{
     const char *n = name;
     if (ld->map && !(n = ld->map(name, shown, shownlen))) {
         snprintf(shown, shownlen, "%s", name);
@@ -106,7 +107,8 @@ static st_tensor *find(loader *ld, const char *name, st_file **file, char *shown
  * dimensions of size 1 (HF stores RWKV's μ vectors as [1, 1, d]), or, that
  * failing, after dropping every dimension of size 1 on both sides (a
  * depthwise conv1d weight is [C, 1, K]: Mamba's). */
-static int shape_ok(const st_tensor *t, int ndim, int d0, int d1) {
+static int shape_ok(const st_tensor *t, int ndim, int d0, int d1)
+{
     int k = 0;
     while (t->ndim - k > ndim && t->shape[k] == 1) k++;
     if (t->ndim - k == ndim && t->shape[k] == d0 && (ndim == 1 || t->shape[k + 1] == d1)) return 1;
@@ -125,7 +127,8 @@ static int shape_ok(const st_tensor *t, int ndim, int d0, int d1) {
     return 1;
 }
 
-static int bad_shape(loader *ld, const st_file *f, const char *shown, const st_tensor *t, int ndim, int d0, int d1) {
+static int bad_shape(loader *ld, const st_file *f, const char *shown, const st_tensor *t, int ndim, int d0, int d1)
+{
     char got[96] = "[", want[48];
     size_t n = 1;
     for (int i = 0; i < t->ndim && n < sizeof got - 24; i++)
@@ -140,7 +143,8 @@ static int bad_shape(loader *ld, const st_file *f, const char *shown, const st_t
 /* Find `name`, check its shape, and read it: as fp32 into w->f32, or — a
  * matrix whose precision stays half — as 16-bit values into w->half. Both
  * malloc'd (the caller frees). Missing: -ENOENT unless optional. */
-static int take(loader *ld, const char *name, int ndim, int d0, int d1, int optional, int matrix, kind_weight *w) {
+static int take(loader *ld, const char *name, int ndim, int d0, int d1, int optional, int matrix, kind_weight *w)
+{
     memset(w, 0, sizeof *w);
     char shown[160];
     st_file *f = NULL;
@@ -210,18 +214,21 @@ static int take(loader *ld, const char *name, int ndim, int d0, int d1, int opti
 #ifndef HEAD_Q4
 #define HEAD_Q4 LIND_DT_Q4
 #endif
-static lind_dtype head_dtype(lind_dtype want) {
+static lind_dtype head_dtype(lind_dtype want)
+{
     return want == LIND_DT_Q8 ? HEAD_Q8 : want == LIND_DT_Q4 ? HEAD_Q4 : want;
 }
 
-static void weight_free(kind_weight *w) {
+static void weight_free(kind_weight *w)
+{
     free((void *)w->f32);
     free((void *)w->half);
     memset(w, 0, sizeof *w);
 }
 
 /* A vector or an fp32 table uploaded as a plain buffer. */
-static int take_vec(model *m, loader *ld, const char *name, int ndim, int d0, int d1, backend_buf **out) {
+static int take_vec(model *m, loader *ld, const char *name, int ndim, int d0, int d1, backend_buf **out)
+{
     kind_weight w;
     int rc = take(ld, name, ndim, d0, d1, 0, 0, &w);
     if (rc < 0) return rc;
@@ -233,7 +240,8 @@ static int take_vec(model *m, loader *ld, const char *name, int ndim, int d0, in
 }
 
 static int load_part(model *m, loader *ld, int i, part *P, const char *kind_name, const uint64_t *params,
-                     int ffn, float out_scale) {
+                     int ffn, float out_scale)
+{
     const lind_config *c = &m->cfg;
     char nm[128];
     P->kind = ffn ? ffn_find(kind_name) : mixer_find(kind_name);
@@ -259,7 +267,8 @@ static int load_part(model *m, loader *ld, int i, part *P, const char *kind_name
     return rc;
 }
 
-static int load_layer(model *m, loader *ld, int i) {
+static int load_layer(model *m, loader *ld, int i)
+{
     const lind_config *c = &m->cfg;
     layer *L = &m->L[i];
     char nm[64];
@@ -281,7 +290,8 @@ static int load_layer(model *m, loader *ld, int i) {
 
 /* Lay out the per-session state: 8-byte regions first (aligned), then 4-byte,
  * each pass layer by layer, mixer before FFN, in the order the kinds declare. */
-static int layout_state(model *m) {
+static int layout_state(model *m)
+{
     const lind_config *c = &m->cfg;
     int total = 0;
     kind_region r[KIND_MAX_REGIONS];
@@ -318,7 +328,8 @@ static int layout_state(model *m) {
 
 /* The carry channel (recurrent/kind.h): every reader needs an earlier writer
  * of the same width; the model holds one buffer of the widest. */
-static int check_carry(model *m, char *err, size_t errlen) {
+static int check_carry(model *m, char *err, size_t errlen)
+{
     size_t written = 0;
     for (int i = 0; i < m->cfg.n_layers; i++)
         for (int f = 0; f < 2; f++) {
@@ -336,7 +347,8 @@ static int check_carry(model *m, char *err, size_t errlen) {
 }
 
 /* The tokenizer the directory declares (lind's config) or holds (HF). */
-static int load_tokenizer(model *m, const char *dir, char *err, size_t errlen) {
+static int load_tokenizer(model *m, const char *dir, char *err, size_t errlen)
+{
     lind_config *c = &m->cfg;
     char path[4096];
     if (!c->tokenizer[0]) {   /* HF: whichever file is there */
@@ -362,12 +374,14 @@ static int load_tokenizer(model *m, const char *dir, char *err, size_t errlen) {
     return 0;
 }
 
-int model_load(const char *dir, const char *backend_name, model **out, char *err, size_t errlen) {
+int model_load(const char *dir, const char *backend_name, model **out, char *err, size_t errlen)
+{
     model_opts o = {.backend = backend_name, .weights = LIND_DT_AUTO, .compute = LIND_COMPUTE_F32};
     return model_load_opts(dir, &o, out, err, errlen);
 }
 
-int model_load_opts(const char *dir, const model_opts *o, model **out, char *err, size_t errlen) {
+int model_load_opts(const char *dir, const model_opts *o, model **out, char *err, size_t errlen)
+{
     *out = NULL;
     char path[4096];
     loader ld = {.dir = dir, .err = err, .errlen = errlen, .want = o ? o->weights : LIND_DT_AUTO};
@@ -516,7 +530,8 @@ out:
     return 0;
 }
 
-static void free_acts(model *m) {
+static void free_acts(model *m)
+{
     backend *be = m->be;
     be->ops->buf_free(be, m->x);
     be->ops->buf_free(be, m->h);
@@ -526,14 +541,16 @@ static void free_acts(model *m) {
     m->cap = 0;
 }
 
-static void free_logit_bufs(model *m) {
+static void free_logit_bufs(model *m)
+{
     m->be->ops->buf_free(m->be, m->hrows);
     m->be->ops->buf_free(m->be, m->logits);
     m->hrows = m->logits = NULL;
     m->lcap = 0;
 }
 
-void model_free(model *m) {
+void model_free(model *m)
+{
     if (!m) return;
     backend *be = m->be;
     if (be) {
@@ -566,12 +583,14 @@ size_t model_param_count(const model *m) { return m->params; }
 int model_vocab(const model *m) { return m->cfg.vocab_size; }
 int model_bos(const model *m) { return m->cfg.add_bos ? m->cfg.bos : -1; }
 
-int model_eos(const model *m, const int32_t **ids) {
+int model_eos(const model *m, const int32_t **ids)
+{
     if (ids) *ids = m->cfg.eos;
     return m->cfg.n_eos;
 }
 
-int model_is_eos(const model *m, int32_t tok) {
+int model_is_eos(const model *m, int32_t tok)
+{
     for (int i = 0; i < m->cfg.n_eos; i++)
         if (m->cfg.eos[i] == tok) return 1;
     return 0;
@@ -581,7 +600,8 @@ lind_dtype model_weights_dtype(const model *m) { return m->wdtype; }
 lind_compute model_compute(const model *m) { return m->compute; }
 const char *lind_compute_name(lind_compute c) { return c == LIND_COMPUTE_BF16 ? "bf16" : "f32"; }
 size_t model_state_bytes(const model *m) { return m->state_bytes; }
-long long model_max_tokens(const model *m) {
+long long model_max_tokens(const model *m)
+{
     long long n = 0;
     for (int i = 0; i < m->cfg.n_layers; i++) {
         const layer_kind *k[2] = {m->L[i].mixer.kind, m->L[i].ffn.kind};
@@ -596,13 +616,15 @@ long long model_max_tokens(const model *m) {
 uint64_t model_fingerprint(const model *m) { return m->fingerprint; }
 backend *model_backend(model *m) { return m->be; }
 
-void model_costs(const model *m, size_t *block_macs, size_t *head_macs, size_t *weight_bytes) {
+void model_costs(const model *m, size_t *block_macs, size_t *head_macs, size_t *weight_bytes)
+{
     if (block_macs) *block_macs = m->block_macs;
     if (head_macs) *head_macs = m->head_macs;
     if (weight_bytes) *weight_bytes = m->weight_bytes;
 }
 
-const char *lind_dtype_name(lind_dtype t) {
+const char *lind_dtype_name(lind_dtype t)
+{
     switch (t) {
     case LIND_DT_F32: return "f32";
     case LIND_DT_F16: return "f16";
@@ -613,7 +635,8 @@ const char *lind_dtype_name(lind_dtype t) {
     }
 }
 
-int lind_dtype_parse(const char *s, lind_dtype *out) {
+int lind_dtype_parse(const char *s, lind_dtype *out)
+{
     static const lind_dtype all[] = {LIND_DT_F32, LIND_DT_BF16, LIND_DT_F16, LIND_DT_Q8, LIND_DT_Q4};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (s && !strcmp(s, lind_dtype_name(all[i]))) {
@@ -623,14 +646,16 @@ int lind_dtype_parse(const char *s, lind_dtype *out) {
     return -EINVAL;
 }
 
-int model_state_regions(const model *m, model_state_region *out, int max) {
+int model_state_regions(const model *m, model_state_region *out, int max)
+{
     for (int i = 0; i < m->nregions && i < max; i++) out[i] = m->regions[i];
     return m->nregions;
 }
 
 /* ---- slots ------------------------------------------------------------ */
 
-int model_slots_reserve(model *m, int n) {
+int model_slots_reserve(model *m, int n)
+{
     if (n < 0) return -EINVAL;
     if (n <= m->nslots) return 0;
     uint32_t *s = realloc(m->mark, (size_t)n * sizeof *s);
@@ -645,24 +670,28 @@ int model_slots_reserve(model *m, int n) {
 
 int model_slots_count(const model *m) { return m->nslots; }
 
-int model_slot_reset(model *m, int slot) {
+int model_slot_reset(model *m, int slot)
+{
     if (slot < 0 || slot >= m->nslots) return -ERANGE;
     return m->be->ops->slot_zero(m->be, slot);
 }
 
-int model_slot_read(model *m, int slot, void *dst) {
+int model_slot_read(model *m, int slot, void *dst)
+{
     if (slot < 0 || slot >= m->nslots) return -ERANGE;
     return m->be->ops->slot_read(m->be, slot, dst);
 }
 
-int model_slot_write(model *m, int slot, const void *src) {
+int model_slot_write(model *m, int slot, const void *src)
+{
     if (slot < 0 || slot >= m->nslots) return -ERANGE;
     return m->be->ops->slot_write(m->be, slot, src);
 }
 
 /* ---- the step ---------------------------------------------------------- */
 
-static int ensure_cap(model *m, int R) {
+static int ensure_cap(model *m, int R)
+{
     if (R <= m->cap) return 0;
     int cap = m->cap ? m->cap : 1;
     while (cap < R) cap *= 2;
@@ -681,7 +710,8 @@ fail:
     return rc;
 }
 
-static int ensure_lcap(model *m, int n) {
+static int ensure_lcap(model *m, int n)
+{
     if (n <= m->lcap) return 0;
     int cap = m->lcap ? m->lcap : 1;
     while (cap < n) cap *= 2;
@@ -698,7 +728,8 @@ static int ensure_lcap(model *m, int n) {
 }
 
 /* Rows form runs: a slot's rows are consecutive and it has one run. */
-static int check_rows(model *m, const int *slots, const int32_t *tokens, int R, const int *logit_rows, int nlogits) {
+static int check_rows(model *m, const int *slots, const int32_t *tokens, int R, const int *logit_rows, int nlogits)
+{
     if (R < 1 || nlogits < 0 || nlogits > R || (nlogits && !logit_rows && nlogits != R)) return -EINVAL;
     if (++m->stamp == 0) {   /* wrapped: clear old marks */
         memset(m->mark, 0, (size_t)m->nslots * sizeof *m->mark);
@@ -720,7 +751,8 @@ static int check_rows(model *m, const int *slots, const int32_t *tokens, int R, 
  * reaches x through the residual adds; the AFT math turns a non-finite state
  * into a NaN output, mixer_math.h). 1 if any did, 0 if none, <0 on a backend
  * error. One pass over R × d floats after the blocks: ≪ the step's GEMMs. */
-static int check_finite(model *m, int R) {
+static int check_finite(model *m, int R)
+{
     m->nbad = 0;
     m->bad_rows = R;
     if (!m->be->ops->rows_nonfinite) {
@@ -733,12 +765,14 @@ static int check_finite(model *m, int R) {
     return m->nbad > 0;
 }
 
-int model_last_nonfinite(const model *m, const unsigned char **rows) {
+int model_last_nonfinite(const model *m, const unsigned char **rows)
+{
     if (rows) *rows = m->bad;
     return m->nbad;
 }
 
-const char *model_last_error(const model *m) {
+const char *model_last_error(const model *m)
+{
     const char *e = m->be->ops->last_error ? m->be->ops->last_error(m->be) : NULL;
     return e ? e : "";
 }
@@ -749,14 +783,16 @@ static int forward_ops(model *m, int R, const int *logit_rows, int nlogits, int 
 
 /* The model's norm (cfg.norm_rms: RMSNorm, weight only; else LayerNorm). */
 static int norm_rows(model *m, const backend_buf *x, backend_buf *y, const backend_buf *w, const backend_buf *b,
-                     float eps) {
+                     float eps)
+{
     const backend_ops *o = m->be->ops;
     int d = m->cfg.d_model;
     return m->cfg.norm_rms ? o->rmsnorm(m->be, x, y, w, d, eps) : o->layernorm(m->be, x, y, w, b, d, eps);
 }
 
 int model_forward(model *m, const int *slots, const int32_t *tokens, int R, const int *logit_rows, int nlogits,
-                  float *logits) {
+                  float *logits)
+{
     int rc = check_rows(m, slots, tokens, R, logit_rows, nlogits);
     if (rc < 0) return rc;
     m->nbad = 0;
@@ -803,7 +839,8 @@ int model_forward(model *m, const int *slots, const int32_t *tokens, int R, cons
 
 /* The step's device work after begin_step: embedding, blocks, and (when
  * logits are wanted) the final norm and the head into m->logits. */
-static int forward_ops(model *m, int R, const int *logit_rows, int nlogits, int all) {
+static int forward_ops(model *m, int R, const int *logit_rows, int nlogits, int all)
+{
     const lind_config *c = &m->cfg;
     backend *be = m->be;
     const backend_ops *o = be->ops;
@@ -836,20 +873,23 @@ static int forward_ops(model *m, int R, const int *logit_rows, int nlogits, int 
     return o->matmul(be, bmview(m->logits, 0, V), bview(hx, 0, d), m->head, NULL, nlogits, V, d, 0);
 }
 
-float *model_logits_alloc(model *m, size_t n) {
+float *model_logits_alloc(model *m, size_t n)
+{
     if (n > SIZE_MAX / sizeof(float)) return NULL;
     const backend_ops *o = m->be->ops;
     return o->host_alloc ? o->host_alloc(m->be, n * sizeof(float)) : malloc(n ? n * sizeof(float) : 1);
 }
 
-void model_logits_free(model *m, float *p) {
+void model_logits_free(model *m, float *p)
+{
     if (!p) return;
     const backend_ops *o = m->be->ops;
     if (o->host_free) o->host_free(m->be, p);
     else free(p);
 }
 
-int model_step(model *m, const int *slots, const int32_t *tokens, int B, float *logits) {
+int model_step(model *m, const int *slots, const int32_t *tokens, int B, float *logits)
+{
     if (B < 1) return -EINVAL;
     for (int b = 1; b < B; b++)   /* distinct slots: adjacent repeats would be a run */
         if (slots[b] == slots[b - 1]) return -EINVAL;

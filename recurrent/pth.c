@@ -34,7 +34,8 @@ typedef struct zip {
     size_t n;
 } zip;
 
-static const zentry *zip_find(const zip *z, const char *prefix, size_t plen, const uint8_t *rest, size_t rlen) {
+static const zentry *zip_find(const zip *z, const char *prefix, size_t plen, const uint8_t *rest, size_t rlen)
+{
     for (size_t i = 0; i < z->n; i++)
         if (z->e[i].nlen == plen + rlen && !memcmp(z->e[i].name, prefix, plen) &&
             !memcmp(z->e[i].name + plen, rest, rlen))
@@ -42,7 +43,8 @@ static const zentry *zip_find(const zip *z, const char *prefix, size_t plen, con
     return NULL;
 }
 
-static int zip_read(const uint8_t *m, size_t size, const char *path, zip *z, char *err, size_t errlen) {
+static int zip_read(const uint8_t *m, size_t size, const char *path, zip *z, char *err, size_t errlen)
+{
     memset(z, 0, sizeof *z);
     const char *notzip = "not a zip archive: lind reads torch.save's zip format (PyTorch ≥ 1.6), not the legacy "
                          "pickle-only format";
@@ -156,7 +158,8 @@ typedef struct pm {
     int nt, capt;
 } pm;
 
-__attribute__((format(printf, 3, 4))) static int pm_fail(pm *m, int code, const char *fmt, ...) {
+__attribute__((format(printf, 3, 4))) static int pm_fail(pm *m, int code, const char *fmt, ...)
+{
     char msg[384];
     va_list ap;
     va_start(ap, fmt);
@@ -165,7 +168,8 @@ __attribute__((format(printf, 3, 4))) static int pm_fail(pm *m, int code, const 
     return errmsg_set(code, m->err, m->errlen, "%s: %sdata.pkl, byte %zu: %s", m->path, m->prefix, m->op_at, msg);
 }
 
-static int grow(void **arr, int *cap, int need, size_t el) {
+static int grow(void **arr, int *cap, int need, size_t el)
+{
     if (need <= *cap) return 0;
     int c = *cap ? *cap : 16;
     while (c < need) {
@@ -179,14 +183,16 @@ static int grow(void **arr, int *cap, int need, size_t el) {
     return 0;
 }
 
-static int newval(pm *m, int type) {
+static int newval(pm *m, int type)
+{
     if (grow((void **)&m->v, &m->capv, m->nv + 1, sizeof *m->v) < 0) return pm_fail(m, -ENOMEM, "out of memory");
     memset(&m->v[m->nv], 0, sizeof *m->v);
     m->v[m->nv].type = type;
     return m->nv++;
 }
 
-static int push(pm *m, int vi) {
+static int push(pm *m, int vi)
+{
     if (vi < 0) return vi;
     if (grow((void **)&m->st, &m->capst, m->nst + 1, sizeof *m->st) < 0) return pm_fail(m, -ENOMEM, "out of memory");
     m->st[m->nst++] = vi;
@@ -195,13 +201,15 @@ static int push(pm *m, int vi) {
 
 static int floor_(const pm *m) { return m->nmarks ? m->marks[m->nmarks - 1] : 0; }
 
-static int pop(pm *m, int *vi) {
+static int pop(pm *m, int *vi)
+{
     if (m->nst <= floor_(m)) return pm_fail(m, -EINVAL, "stack underflow");
     *vi = m->st[--m->nst];
     return 0;
 }
 
-static int append(pm *m, int vi, int item) {
+static int append(pm *m, int vi, int item)
+{
     pval *x = &m->v[vi];
     if (grow((void **)&x->it, &x->cap, x->n + 1, sizeof *x->it) < 0) return pm_fail(m, -ENOMEM, "out of memory");
     x->it[x->n++] = item;
@@ -209,18 +217,21 @@ static int append(pm *m, int vi, int item) {
 }
 
 /* Items above the top mark into a new TUPLE (or appended to `into`), mark popped. */
-static int take_mark(pm *m, int *k) {
+static int take_mark(pm *m, int *k)
+{
     if (!m->nmarks) return pm_fail(m, -EINVAL, "no MARK on the stack");
     *k = m->marks[--m->nmarks];
     return 0;
 }
 
-static int need(pm *m, size_t k) {
+static int need(pm *m, size_t k)
+{
     if (m->n - m->pos < k) return pm_fail(m, -EINVAL, "truncated (an opcode's argument runs past the end)");
     return 0;
 }
 
-static int new_str(pm *m, size_t len) {
+static int new_str(pm *m, size_t len)
+{
     int rc = need(m, len);
     if (rc < 0) return rc;
     int vi = newval(m, V_STR);
@@ -231,11 +242,13 @@ static int new_str(pm *m, size_t len) {
     return push(m, vi);
 }
 
-static int str_is(const pval *v, const char *s) {
+static int str_is(const pval *v, const char *s)
+{
     return v->type == V_STR && v->slen == strlen(s) && !memcmp(v->s, s, v->slen);
 }
 
-static int global(pm *m, const uint8_t *mod, size_t ml, const uint8_t *name, size_t nl) {
+static int global(pm *m, const uint8_t *mod, size_t ml, const uint8_t *name, size_t nl)
+{
     static const struct { const char *mod, *name; int g; } ok[] = {
         {"collections", "OrderedDict", G_ODICT},   {"torch._utils", "_rebuild_tensor_v2", G_REBUILD},
         {"torch", "FloatStorage", G_FLOAT},        {"torch", "HalfStorage", G_HALF},
@@ -255,7 +268,8 @@ static int global(pm *m, const uint8_t *mod, size_t ml, const uint8_t *name, siz
 }
 
 /* BINPERSID: ('storage', <Float|Half|BFloat16>Storage, key, location, numel). */
-static int persid(pm *m) {
+static int persid(pm *m)
+{
     int vi = 0, rc;
     if ((rc = pop(m, &vi)) < 0) return rc;
     const pval *t = &m->v[vi];
@@ -285,7 +299,8 @@ static int persid(pm *m) {
 }
 
 /* _rebuild_tensor_v2(storage, offset, size, stride, requires_grad, hooks[, metadata]) */
-static int rebuild(pm *m, const pval *a) {
+static int rebuild(pm *m, const pval *a)
+{
     if (a->n != 6 && a->n != 7) return pm_fail(m, -EINVAL, "_rebuild_tensor_v2 with %d arguments (6 or 7)", a->n);
     const pval *st = &m->v[a->it[0]], *off = &m->v[a->it[1]], *sz = &m->v[a->it[2]], *sd = &m->v[a->it[3]],
                *hooks = &m->v[a->it[5]];
@@ -322,7 +337,8 @@ static int rebuild(pm *m, const pval *a) {
     return push(m, vi);
 }
 
-static int reduce(pm *m) {
+static int reduce(pm *m)
+{
     int fi = 0, ai = 0, rc;
     if ((rc = pop(m, &ai)) < 0 || (rc = pop(m, &fi)) < 0) return rc;
     const pval *f = &m->v[fi], *a = &m->v[ai];
@@ -333,7 +349,8 @@ static int reduce(pm *m) {
     return push(m, newval(m, V_DICT));
 }
 
-static int memo_put(pm *m, uint64_t idx) {
+static int memo_put(pm *m, uint64_t idx)
+{
     if (!m->nst) return pm_fail(m, -EINVAL, "memo put with an empty stack");
     if (idx > m->n) return pm_fail(m, -EINVAL, "memo index %llu out of range", (unsigned long long)idx);
     if (idx >= m->nmemo) {
@@ -349,13 +366,15 @@ static int memo_put(pm *m, uint64_t idx) {
     return 0;
 }
 
-static int memo_get(pm *m, uint64_t idx) {
+static int memo_get(pm *m, uint64_t idx)
+{
     if (idx >= m->nmemo || m->memo[idx] < 0)
         return pm_fail(m, -EINVAL, "memo index %llu was never set", (unsigned long long)idx);
     return push(m, m->memo[idx]);
 }
 
-static const char *opname(int op) {
+static const char *opname(int op)
+{
     static const struct { int op; const char *name; } t[] = {
         {'i', "INST"}, {'o', "OBJ"}, {0x81, "NEWOBJ"}, {0x92, "NEWOBJ_EX"}, {'p', "PUT"}, {'g', "GET"},
         {'S', "STRING"}, {'V', "UNICODE"}, {'T', "BINSTRING"}, {'U', "SHORT_BINSTRING"}, {'B', "BINBYTES"},
@@ -370,7 +389,8 @@ static const char *opname(int op) {
     return "unknown";
 }
 
-static int run(pm *m, int *result) {
+static int run(pm *m, int *result)
+{
     int rc = 0, a = 0, b = 0, k = 0;
     while (rc == 0) {
         if (m->pos >= m->n) return pm_fail(m, -EINVAL, "ends without STOP");
@@ -532,7 +552,8 @@ static int run(pm *m, int *result) {
 
 /* ---- the file --------------------------------------------------------------- */
 
-static int build(st_file *f, const char *path, char *err, size_t errlen) {
+static int build(st_file *f, const char *path, char *err, size_t errlen)
+{
     zip z;
     int rc = zip_read(f->map, f->size, path, &z, err, errlen);
     if (rc < 0) { free(z.e); return rc; }
@@ -617,7 +638,8 @@ static int build(st_file *f, const char *path, char *err, size_t errlen) {
     return rc;
 }
 
-int pth_open(st_file *f, const char *path, char *err, size_t errlen) {
+int pth_open(st_file *f, const char *path, char *err, size_t errlen)
+{
     memset(f, 0, sizeof *f);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return errmsg_set(-errno, err, errlen, "%s: %s", path, strerror(errno));

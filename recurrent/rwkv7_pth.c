@@ -15,7 +15,8 @@
 #include "recurrent/model.h"
 
 /* The tensor's shape with leading 1s dropped (x_r is stored [1, 1, C]). */
-static const st_tensor *shaped(const st_file *f, const char *name, int ndim, int64_t *d0, int64_t *d1) {
+static const st_tensor *shaped(const st_file *f, const char *name, int ndim, int64_t *d0, int64_t *d1)
+{
     const st_tensor *t = st_find((st_file *)f, name);
     if (!t) return NULL;
     int k = 0;
@@ -26,7 +27,8 @@ static const st_tensor *shaped(const st_file *f, const char *name, int ndim, int
     return t;
 }
 
-static int need2(const st_file *f, const char *name, int64_t rows, int64_t *cols, char *err, size_t errlen) {
+static int need2(const st_file *f, const char *name, int64_t rows, int64_t *cols, char *err, size_t errlen)
+{
     int64_t a, b;
     if (!shaped(f, name, 2, &a, &b) || (rows >= 0 && a != rows) || b < 1 || b > (1 << 14))
         return errmsg_set(-EINVAL, err, errlen, "%s: tensor '%s' is %s (expected [%lld, D], D ≤ 16384)", f->path, name,
@@ -35,7 +37,8 @@ static int need2(const st_file *f, const char *name, int64_t rows, int64_t *cols
     return 0;
 }
 
-int rwkv7_translate(const st_file *f, char **out, size_t *len, char *err, size_t errlen) {
+int rwkv7_translate(const st_file *f, char **out, size_t *len, char *err, size_t errlen)
+{
     *out = NULL;
     int64_t V, C, H, N, F, D;
     if (!st_find((st_file *)f, "blocks.0.att.r_k") || !st_find((st_file *)f, "blocks.0.att.k_k")) {
@@ -119,7 +122,8 @@ static const char *const top_map[][2] = {
     {"head.weight", "head.weight"},
 };
 
-const char *rwkv7_tensor_name(const char *lind_name, char *buf, size_t len) {
+const char *rwkv7_tensor_name(const char *lind_name, char *buf, size_t len)
+{
     for (size_t i = 0; i < sizeof top_map / sizeof top_map[0]; i++)
         if (!strcmp(lind_name, top_map[i][0])) {
             snprintf(buf, len, "%s", top_map[i][1]);
@@ -135,12 +139,14 @@ const char *rwkv7_tensor_name(const char *lind_name, char *buf, size_t len) {
     return buf;
 }
 
-static int ends_pth(const char *s) {
+static int ends_pth(const char *s)
+{
     size_t n = strlen(s);
     return n > 4 && !strcmp(s + n - 4, ".pth");
 }
 
-int rwkv7_locate(const char *path, char *pth, size_t pthlen, char *dir, size_t dirlen, char *err, size_t errlen) {
+int rwkv7_locate(const char *path, char *pth, size_t pthlen, char *dir, size_t dirlen, char *err, size_t errlen)
+{
     struct stat st;
     if (stat(path, &st) != 0) return 0;   /* the usual loader says what is missing */
     if (S_ISREG(st.st_mode)) {

@@ -14,7 +14,8 @@
 #include "kernels/mixer_math.h"
 #include "recurrent/errmsg.h"
 
-const char *st_dtype_name(int dtype) {
+const char *st_dtype_name(int dtype)
+{
     switch (dtype) {
     case ST_F32: return "F32";
     case ST_F16: return "F16";
@@ -27,7 +28,8 @@ static int dtype_size(int dtype) { return dtype == ST_F32 ? 4 : 2; }
 
 /* Parse one tensor entry; 0 or -EINVAL with a message. */
 static int parse_tensor(const char *path, const char *name, json_t *v, st_tensor *t,
-                        size_t data_size, char *err, size_t errlen) {
+                        size_t data_size, char *err, size_t errlen)
+{
     if (!json_is_object(v))
         return errmsg_set(-EINVAL, err, errlen, "%s: tensor '%s': header entry is not a JSON object", path, name);
     json_t *dt = json_object_get(v, "dtype"), *sh = json_object_get(v, "shape"),
@@ -78,7 +80,8 @@ static int parse_tensor(const char *path, const char *name, json_t *v, st_tensor
     return 0;
 }
 
-int st_open(st_file *f, const char *path, char *err, size_t errlen) {
+int st_open(st_file *f, const char *path, char *err, size_t errlen)
+{
     memset(f, 0, sizeof *f);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return errmsg_set(-errno, err, errlen, "%s: %s", path, strerror(errno));
@@ -145,7 +148,8 @@ out:
     return rc;
 }
 
-void st_close(st_file *f) {
+void st_close(st_file *f)
+{
     if (f->t)
         for (int i = 0; i < f->n; i++) free(f->t[i].name);
     free(f->t);
@@ -154,13 +158,15 @@ void st_close(st_file *f) {
     memset(f, 0, sizeof *f);
 }
 
-st_tensor *st_find(st_file *f, const char *name) {
+st_tensor *st_find(st_file *f, const char *name)
+{
     for (int i = 0; i < f->n; i++)
         if (!strcmp(f->t[i].name, name)) return &f->t[i];
     return NULL;
 }
 
-void st_read_f32(const st_file *f, const st_tensor *t, float *dst) {
+void st_read_f32(const st_file *f, const st_tensor *t, float *dst)
+{
     const uint8_t *p = f->data + t->begin;
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     if (t->dtype == ST_F32) {
@@ -187,21 +193,24 @@ void st_read_f32(const st_file *f, const st_tensor *t, float *dst) {
     }
 }
 
-void st_read_half(const st_file *f, const st_tensor *t, uint16_t *dst) {
+void st_read_half(const st_file *f, const st_tensor *t, uint16_t *dst)
+{
     const uint8_t *p = f->data + t->begin;
     for (size_t i = 0; i < t->numel; i++) dst[i] = (uint16_t)(p[2 * i] | p[2 * i + 1] << 8);
 }
 
 /* ---- sharded checkpoints ------------------------------------------------ */
 
-void st_set_close(st_set *s) {
+void st_set_close(st_set *s)
+{
     for (int i = 0; i < s->n; i++) st_close(&s->f[i]);
     free(s->f);
     free(s->index_path);
     memset(s, 0, sizeof *s);
 }
 
-st_tensor *st_set_find(st_set *s, const char *name, st_file **file) {
+st_tensor *st_set_find(st_set *s, const char *name, st_file **file)
+{
     for (int i = 0; i < s->n; i++) {
         st_tensor *t = st_find(&s->f[i], name);
         if (t) {
@@ -213,7 +222,8 @@ st_tensor *st_set_find(st_set *s, const char *name, st_file **file) {
 }
 
 /* Index of the shard called fname in s, opening it if new; <0 on error. */
-static int shard_open(st_set *s, const char *dir, const char *fname, char *err, size_t errlen) {
+static int shard_open(st_set *s, const char *dir, const char *fname, char *err, size_t errlen)
+{
     if (!*fname || strchr(fname, '/') || !strcmp(fname, ".") || !strcmp(fname, ".."))
         return errmsg_set(-EINVAL, err, errlen, "%s: weight_map names \"%s\": shards must be plain file names in the "
                           "model directory", s->index_path, fname);
@@ -230,7 +240,8 @@ static int shard_open(st_set *s, const char *dir, const char *fname, char *err, 
     return s->n++;
 }
 
-int st_set_open(st_set *s, const char *dir, char *err, size_t errlen) {
+int st_set_open(st_set *s, const char *dir, char *err, size_t errlen)
+{
     memset(s, 0, sizeof *s);
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);

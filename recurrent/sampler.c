@@ -42,12 +42,14 @@
 
 #define SAMPLER_EXACT_VOCAB 256
 
-sampler_params sampler_defaults(void) {
+sampler_params sampler_defaults(void)
+{
     return (sampler_params){.temperature = 0.8f, .top_k = 0, .top_p = 1.0f, .rep_penalty = 1.0f,
                             .rep_window = 64, .seed = 0};
 }
 
-int sampler_params_check(const sampler_params *p, char *err, size_t errlen) {
+int sampler_params_check(const sampler_params *p, char *err, size_t errlen)
+{
     const char *bad = NULL;
     if (!(p->temperature >= 0.0f && p->temperature <= 100.0f)) bad = "temperature must be in [0, 100]";
     else if (p->top_k < 0 || p->top_k > SAMPLER_VOCAB_MAX) bad = "top_k must be in 0..262144 (0 = off)";
@@ -59,7 +61,8 @@ int sampler_params_check(const sampler_params *p, char *err, size_t errlen) {
     return -EINVAL;
 }
 
-static uint64_t splitmix64(uint64_t *x) {
+static uint64_t splitmix64(uint64_t *x)
+{
     uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
@@ -68,7 +71,8 @@ static uint64_t splitmix64(uint64_t *x) {
 
 static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
-static uint64_t rng_next(uint64_t s[4]) {
+static uint64_t rng_next(uint64_t s[4])
+{
     uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
     s[2] ^= s[0];
     s[3] ^= s[1];
@@ -79,23 +83,27 @@ static uint64_t rng_next(uint64_t s[4]) {
     return r;
 }
 
-static void reseed(sampler *s, uint64_t seed) {
+static void reseed(sampler *s, uint64_t seed)
+{
     uint64_t x = seed;
     for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&x);
 }
 
-void sampler_init(sampler *s, const sampler_params *p) {
+void sampler_init(sampler *s, const sampler_params *p)
+{
     memset(s, 0, sizeof *s);
     s->p = *p;
     reseed(s, p->seed);
 }
 
-void sampler_set_params(sampler *s, const sampler_params *p) {
+void sampler_set_params(sampler *s, const sampler_params *p)
+{
     if (p->seed != s->p.seed) reseed(s, p->seed);
     s->p = *p;
 }
 
-void sampler_observe(sampler *s, int32_t token) {
+void sampler_observe(sampler *s, int32_t token)
+{
     s->window[s->wpos] = token;
     s->wpos = (s->wpos + 1) % SAMPLER_WINDOW_MAX;
     if (s->wlen < SAMPLER_WINDOW_MAX) s->wlen++;
@@ -103,7 +111,8 @@ void sampler_observe(sampler *s, int32_t token) {
 
 /* Penalize each distinct id among the last rep_window observed, once (a
  * 512-slot open-addressing set: the window holds at most 256 ids). */
-static void apply_penalty(const sampler *s, float *l, int vocab) {
+static void apply_penalty(const sampler *s, float *l, int vocab)
+{
     int32_t seen[2 * SAMPLER_WINDOW_MAX];
     memset(seen, 0xff, sizeof seen);   /* -1: empty */
     uint32_t n = s->wlen < (uint32_t)s->p.rep_window ? s->wlen : (uint32_t)s->p.rep_window;
@@ -120,7 +129,8 @@ static void apply_penalty(const sampler *s, float *l, int vocab) {
 
 /* The first index of the largest value (v1's strict-greater scan), with the
  * max found over 16 lanes so it vectorizes. */
-static int32_t argmax(const float *l, int n) {
+static int32_t argmax(const float *l, int n)
+{
     float lane[16];
     int i = 0;
     for (int j = 0; j < 16; j++) lane[j] = l[0];
@@ -136,13 +146,15 @@ static int32_t argmax(const float *l, int n) {
 
 /* Sort key: ascending key = probability descending, then id ascending. The
  * probabilities are in [0, 1], where float order is bit order. */
-static inline uint64_t key_of(const float *p, uint32_t id) {
+static inline uint64_t key_of(const float *p, uint32_t id)
+{
     uint32_t u;
     memcpy(&u, &p[id], 4);
     return ((uint64_t)~u << 32) | id;
 }
 
-static void insertion_sort(uint32_t *a, uint32_t n, const float *p) {
+static void insertion_sort(uint32_t *a, uint32_t n, const float *p)
+{
     for (uint32_t i = 1; i < n; i++) {
         uint32_t x = a[i], j = i;
         uint64_t kx = key_of(p, x);
@@ -160,7 +172,8 @@ static void insertion_sort(uint32_t *a, uint32_t n, const float *p) {
  * equal probabilities in id order. sort_small: up to SMALL_SORT ids, buffers
  * on the stack. */
 #define SMALL_SORT 1024
-static void sort_lsd(uint32_t *a, uint32_t n, const float *p, uint32_t *ka, uint32_t *kb, uint32_t *ib) {
+static void sort_lsd(uint32_t *a, uint32_t n, const float *p, uint32_t *ka, uint32_t *kb, uint32_t *ib)
+{
     uint32_t *k0 = ka, *k1 = kb, *i0 = a, *i1 = ib;
     for (uint32_t i = 0; i < n; i++) {
         uint32_t u;
@@ -188,7 +201,8 @@ static void sort_lsd(uint32_t *a, uint32_t n, const float *p, uint32_t *ka, uint
     if (i0 != a) memcpy(a, i0, n * sizeof *a);
 }
 
-static void sort_small(uint32_t *a, uint32_t n, const float *p) {
+static void sort_small(uint32_t *a, uint32_t n, const float *p)
+{
     uint32_t ka[SMALL_SORT], kb[SMALL_SORT], ib[SMALL_SORT];
     sort_lsd(a, n, p, ka, kb, ib);
 }
@@ -196,7 +210,8 @@ static void sort_small(uint32_t *a, uint32_t n, const float *p) {
 /* Sort ids a[0..n) by key_of, in place: MSD radix on the key byte at `shift`
  * (American flag permutation), then each bucket on the next byte down. Keys
  * are distinct (they contain the id), so the order is total. */
-static void sort_ids(uint32_t *a, uint32_t n, const float *p, int shift) {
+static void sort_ids(uint32_t *a, uint32_t n, const float *p, int shift)
+{
     while (n > 48 && shift >= 0) {
         uint32_t cnt[256] = {0}, next[256], end[256];
         for (uint32_t i = 0; i < n; i++) cnt[(key_of(p, a[i]) >> shift) & 255]++;
@@ -236,7 +251,8 @@ static void sort_ids(uint32_t *a, uint32_t n, const float *p, int shift) {
 /* Candidates (in id order, ids[] with room for `room` entries) into the
  * rule's order: LSD when its buffers fit (on the stack, or in the room after
  * the candidates), else the in-place MSD sort (gathers keys: slower). */
-static void sort_candidates(uint32_t *ids, uint32_t c, const float *p, uint32_t room) {
+static void sort_candidates(uint32_t *ids, uint32_t c, const float *p, uint32_t room)
+{
     if (c <= SMALL_SORT) sort_small(ids, c, p);
     else if (c <= room / 4) sort_lsd(ids, c, p, ids + c, ids + 2 * (size_t)c, ids + 3 * (size_t)c);
     else sort_ids(ids, c, p, 56);
@@ -246,12 +262,14 @@ static void sort_candidates(uint32_t *ids, uint32_t c, const float *p, uint32_t 
  * mantissa bits), so each band is an eighth of an octave and bands order as
  * the probabilities do (all in [0, 1], band <= 0x3f8). */
 #define NBANDS 1024
-static inline uint32_t band_of(const float *p, int i) {
+static inline uint32_t band_of(const float *p, int i)
+{
     uint32_t u;
     memcpy(&u, &p[i], 4);
     return u >> 20;
 }
-static float band_floor(uint32_t b) {
+static float band_floor(uint32_t b)
+{
     uint32_t u = b << 20;
     float f;
     memcpy(&f, &u, 4);
@@ -259,7 +277,8 @@ static float band_floor(uint32_t b) {
 }
 
 /* How many probabilities fall in each band. */
-static void band_counts(const float *p, int n, uint32_t cnt[NBANDS]) {
+static void band_counts(const float *p, int n, uint32_t cnt[NBANDS])
+{
     uint32_t h[4][NBANDS];   /* four interleaved histograms: no store-to-load chains */
     memset(h, 0, sizeof h);
     int i = 0;
@@ -270,7 +289,8 @@ static void band_counts(const float *p, int n, uint32_t cnt[NBANDS]) {
 }
 
 /* Ids with p >= tau into ids[], in id order; returns how many. */
-static uint32_t collect(const float *p, int n, float tau, uint32_t *ids) {
+static uint32_t collect(const float *p, int n, float tau, uint32_t *ids)
+{
     uint32_t c = 0;
     for (int i = 0; i < n; i++) {
         ids[c] = (uint32_t)i;
@@ -288,7 +308,8 @@ static uint32_t collect(const float *p, int n, float tau, uint32_t *ids) {
  * band, highest band first and id order within a band; each band is then
  * sorted on the probability bits below the band's (stable, so equal
  * probabilities stay in id order). Returns how many. */
-static uint32_t candidates_by_band(const float *p, int n, int k, double want, uint32_t *ids) {
+static uint32_t candidates_by_band(const float *p, int n, int k, double want, uint32_t *ids)
+{
     uint32_t cnt[NBANDS], pos[NBANDS];
     band_counts(p, n, cnt);
     int lowest = 0;
@@ -335,7 +356,8 @@ static uint32_t candidates_by_band(const float *p, int n, int k, double want, ui
  * in-order double sum of lind_softmax is one long dependency chain (~70 µs at
  * vocab 50277 here). */
 #define SUM_BLOCK 1024
-static double softmax_blocks(const float *l, int n, float inv_temp, float *p, double *bsum) {
+static double softmax_blocks(const float *l, int n, float inv_temp, float *p, double *bsum)
+{
     float lane[16];
     int i = 0;
     for (int j = 0; j < 16; j++) lane[j] = l[0];
@@ -360,7 +382,8 @@ static double softmax_blocks(const float *l, int n, float inv_temp, float *p, do
 
 /* Draw u in [0, total) over every token in id order, by blocks: the block
  * where the running sum of bsum passes u, then its tokens. */
-static int32_t draw_blocks(const float *p, int n, const double *bsum, double u) {
+static int32_t draw_blocks(const float *p, int n, const double *bsum, double u)
+{
     double acc = 0.0;
     int b = 0, nb = (n + SUM_BLOCK - 1) / SUM_BLOCK;
     while (b < nb - 1 && u >= acc + bsum[b]) acc += bsum[b++];
@@ -375,7 +398,8 @@ static int32_t draw_blocks(const float *p, int n, const double *bsum, double u) 
     return last;   /* rounding: the block's sums differ in the last bits */
 }
 
-int32_t sampler_next(sampler *s, const float *logits, int vocab, float *scratch) {
+int32_t sampler_next(sampler *s, const float *logits, int vocab, float *scratch)
+{
     if (vocab > SAMPLER_VOCAB_MAX) vocab = SAMPLER_VOCAB_MAX;   /* the contract's bound; bsum[] below */
     /* p: the probabilities, scratch[0, vocab); ids: token ids as uint32 in
      * scratch[vocab, 2·vocab) (the build uses -fno-strict-aliasing) */

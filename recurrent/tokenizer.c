@@ -18,7 +18,8 @@ struct tokenizer {
     void *priv;
 };
 
-int tokenizer_push(int32_t **toks, size_t *ntoks, size_t *cap, int32_t id) {
+int tokenizer_push(int32_t **toks, size_t *ntoks, size_t *cap, int32_t id)
+{
     if (*ntoks == *cap) {
         size_t nc = *cap ? *cap * 2 : 256;
         int32_t *n = realloc(*toks, nc * sizeof *n);
@@ -36,7 +37,8 @@ int tokenizer_push(int32_t **toks, size_t *ntoks, size_t *cap, int32_t id) {
 #define B64(n) B16(n), B16(n + 16), B16(n + 32), B16(n + 48)
 static const uint8_t byte_values[256] = {B64(0), B64(64), B64(128), B64(192)};   /* [b] = b */
 
-static int bytes_load(const char *path, void **priv, char *err, size_t errlen) {
+static int bytes_load(const char *path, void **priv, char *err, size_t errlen)
+{
     if (path && *path)
         return errmsg_set(-EINVAL, err, errlen, "tokenizer kind \"bytes\" takes no file (got \"%s\")", path);
     *priv = (void *)byte_values;   /* never written through */
@@ -45,7 +47,8 @@ static int bytes_load(const char *path, void **priv, char *err, size_t errlen) {
 static void bytes_free(void *priv) { (void)priv; }
 static int bytes_vocab_size(const void *priv) { (void)priv; return 256; }
 static int bytes_encode(const void *priv, const uint8_t *text, size_t len, int final,
-                        int32_t **toks, size_t *ntoks, size_t *cap, size_t *consumed) {
+                        int32_t **toks, size_t *ntoks, size_t *cap, size_t *consumed)
+{
     (void)priv; (void)final;
     *consumed = 0;
     if (*cap - *ntoks < len) {   /* one realloc, not one per byte */
@@ -59,14 +62,16 @@ static int bytes_encode(const void *priv, const uint8_t *text, size_t len, int f
     *consumed = len;   /* a byte's token never depends on what follows */
     return 0;
 }
-static const uint8_t *bytes_token_bytes(const void *priv, int32_t id, size_t *len) {
+static const uint8_t *bytes_token_bytes(const void *priv, int32_t id, size_t *len)
+{
     const uint8_t *b = priv;
     if (id < 0 || id > 255) { *len = 0; return NULL; }
     *len = 1;
     return b + id;
 }
 static int bytes_special_count(const void *priv) { (void)priv; return 0; }
-static int32_t bytes_special(const void *priv, int i, const char **text) {
+static int32_t bytes_special(const void *priv, int i, const char **text)
+{
     (void)priv; (void)i;
     if (text) *text = NULL;
     return -1;
@@ -80,13 +85,15 @@ static const tokenizer_kind tokenizer_kind_bytes = {
 static const tokenizer_kind *const kinds[] = {&tokenizer_kind_bytes, &tokenizer_kind_bpe, &tokenizer_kind_world};
 #define NKINDS (sizeof kinds / sizeof kinds[0])
 
-const tokenizer_kind *tokenizer_find_kind(const char *name) {
+const tokenizer_kind *tokenizer_find_kind(const char *name)
+{
     for (size_t i = 0; name && i < NKINDS; i++)
         if (!strcmp(kinds[i]->name, name)) return kinds[i];
     return NULL;
 }
 
-const char *tokenizer_kind_names(char *buf, size_t len) {
+const char *tokenizer_kind_names(char *buf, size_t len)
+{
     if (!buf || !len) return buf;
     buf[0] = 0;
     size_t off = 0;
@@ -98,7 +105,8 @@ const char *tokenizer_kind_names(char *buf, size_t len) {
     return buf;
 }
 
-int tokenizer_load(const char *kind, const char *path, tokenizer **out, char *err, size_t errlen) {
+int tokenizer_load(const char *kind, const char *path, tokenizer **out, char *err, size_t errlen)
+{
     *out = NULL;
     const tokenizer_kind *k = tokenizer_find_kind(kind);
     if (!k) {
@@ -120,7 +128,8 @@ int tokenizer_load(const char *kind, const char *path, tokenizer **out, char *er
     return 0;
 }
 
-void tokenizer_free(tokenizer *t) {
+void tokenizer_free(tokenizer *t)
+{
     if (!t) return;
     t->kind->free(t->priv);
     free(t);
@@ -130,7 +139,8 @@ const char *tokenizer_kind_name(const tokenizer *t) { return t->kind->name; }
 int tokenizer_vocab_size(const tokenizer *t) { return t->kind->vocab_size(t->priv); }
 
 int tokenizer_encode(const tokenizer *t, const uint8_t *text, size_t len, int final,
-                     int32_t **toks, size_t *ntoks, size_t *cap, size_t *consumed) {
+                     int32_t **toks, size_t *ntoks, size_t *cap, size_t *consumed)
+{
     *consumed = 0;
     int rc = t->kind->encode(t->priv, text, len, final, toks, ntoks, cap, consumed);
     if (rc < 0 || final || len - *consumed <= TOKENIZER_TAIL_MAX) return rc;
@@ -148,21 +158,24 @@ int tokenizer_encode(const tokenizer *t, const uint8_t *text, size_t len, int fi
     return 0;
 }
 
-const uint8_t *tokenizer_token_bytes(const tokenizer *t, int32_t id, size_t *len) {
+const uint8_t *tokenizer_token_bytes(const tokenizer *t, int32_t id, size_t *len)
+{
     size_t l = 0;
     const uint8_t *p = t->kind->token_bytes(t->priv, id, &l);
     *len = p ? l : 0;
     return p;
 }
 
-int tokenizer_bos(const tokenizer *t, int32_t *id) {
+int tokenizer_bos(const tokenizer *t, int32_t *id)
+{
     *id = -1;
     return t->kind->bos ? t->kind->bos(t->priv, id) : -1;
 }
 
 int tokenizer_special_count(const tokenizer *t) { return t->kind->special_count(t->priv); }
 
-int32_t tokenizer_special(const tokenizer *t, int i, const char **text) {
+int32_t tokenizer_special(const tokenizer *t, int i, const char **text)
+{
     if (i < 0 || i >= tokenizer_special_count(t)) {
         if (text) *text = NULL;
         return -1;
@@ -173,7 +186,8 @@ int32_t tokenizer_special(const tokenizer *t, int i, const char **text) {
 /* ---- literal (added/special token) matching shared by the kinds ---------- */
 
 /* The longest literal matching at text[i..len), or -1. */
-static int literal_at(const tokenizer_literals *L, const uint8_t *text, size_t len, size_t i) {
+static int literal_at(const tokenizer_literals *L, const uint8_t *text, size_t len, size_t i)
+{
     int best = -1;
     for (int k = 0; k < L->n; k++)
         if (L->len[k] <= len - i && (best < 0 || L->len[k] > L->len[best]) &&
@@ -184,7 +198,8 @@ static int literal_at(const tokenizer_literals *L, const uint8_t *text, size_t l
 
 /* The first q >= from where text[q..len) is a proper prefix of a literal
  * (so more text could complete a literal there), or len. */
-static size_t literal_pending(const tokenizer_literals *L, const uint8_t *text, size_t len, size_t from) {
+static size_t literal_pending(const tokenizer_literals *L, const uint8_t *text, size_t len, size_t from)
+{
     size_t q = len > L->maxlen ? len - L->maxlen + 1 : 0;
     if (q < from) q = from;
     for (; q < len; q++) {
@@ -197,7 +212,8 @@ static size_t literal_pending(const tokenizer_literals *L, const uint8_t *text, 
 
 int tokenizer_encode_literals(const tokenizer_literals *L, tokenizer_segment_fn seg, const void *priv,
                               const uint8_t *text, size_t len, int final,
-                              int32_t **toks, size_t *ntoks, size_t *cap, size_t *consumed) {
+                              int32_t **toks, size_t *ntoks, size_t *cap, size_t *consumed)
+{
     size_t p = 0, used;
     int rc;
     *consumed = 0;

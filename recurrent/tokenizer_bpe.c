@@ -93,7 +93,8 @@ typedef struct bpe {
 } bpe;
 
 /* ---- the GPT-2 byte ↔ unicode table ------------------------------------ */
-static void byte_level_table(uint32_t b2u[256]) {
+static void byte_level_table(uint32_t b2u[256])
+{
     int n = 0;
     for (int b = 0; b < 256; b++) {
         int keep = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
@@ -104,7 +105,8 @@ static void byte_level_table(uint32_t b2u[256]) {
 /* ---- maps ------------------------------------------------------------------ */
 static uint64_t hbytes(const uint8_t *s, size_t n) { return XXH3_64bits(s, n); }
 
-static int32_t strmap_get(const bpe *t, const uint8_t *s, size_t n) {
+static int32_t strmap_get(const bpe *t, const uint8_t *s, size_t n)
+{
     const strmap *m = &t->bytes2id;
     for (size_t i = hbytes(s, n) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
         int32_t id = m->slot[i];
@@ -113,21 +115,24 @@ static int32_t strmap_get(const bpe *t, const uint8_t *s, size_t n) {
     }
 }
 
-static void strmap_put(bpe *t, int32_t id) {
+static void strmap_put(bpe *t, int32_t id)
+{
     strmap *m = &t->bytes2id;
     size_t i = hbytes((const uint8_t *)t->pool.p + t->off[id], t->len[id]) & (m->cap - 1);
     while (m->slot[i] >= 0) i = (i + 1) & (m->cap - 1);
     m->slot[i] = id;
 }
 
-static inline size_t phash(uint64_t k, size_t cap) {
+static inline size_t phash(uint64_t k, size_t cap)
+{
     k ^= k >> 29;
     k *= 0xBF58476D1CE4E5B9ull;
     k ^= k >> 32;
     return (size_t)k & (cap - 1);
 }
 
-static int pair_get(const pairmap *m, int32_t a, int32_t b, int32_t *rank, int32_t *id) {
+static int pair_get(const pairmap *m, int32_t a, int32_t b, int32_t *rank, int32_t *id)
+{
     uint64_t k = ((uint64_t)(uint32_t)a << 32 | (uint32_t)b) + 1;
     for (size_t i = phash(k, m->cap);; i = (i + 1) & (m->cap - 1)) {
         if (m->key[i] == k) { *rank = m->rank[i]; *id = m->id[i]; return 1; }
@@ -136,7 +141,8 @@ static int pair_get(const pairmap *m, int32_t a, int32_t b, int32_t *rank, int32
 }
 
 /* A later merge of the same pair replaces the earlier (as HF's HashMap). */
-static void pair_put(pairmap *m, int32_t a, int32_t b, int32_t rank, int32_t id) {
+static void pair_put(pairmap *m, int32_t a, int32_t b, int32_t rank, int32_t id)
+{
     uint64_t k = ((uint64_t)(uint32_t)a << 32 | (uint32_t)b) + 1;
     size_t i = phash(k, m->cap);
     while (m->key[i] && m->key[i] != k) i = (i + 1) & (m->cap - 1);
@@ -145,13 +151,15 @@ static void pair_put(pairmap *m, int32_t a, int32_t b, int32_t rank, int32_t id)
     m->id[i] = id;
 }
 
-static size_t pow2_at_least(size_t n) {
+static size_t pow2_at_least(size_t n)
+{
     size_t c = 16;
     while (c < n) c *= 2;
     return c;
 }
 
-static void bpe_free(void *priv) {
+static void bpe_free(void *priv)
+{
     bpe *t = priv;
     if (!t) return;
     bytebuf_free(&t->pool); free(t->off); free(t->len); free(t->has);
@@ -169,7 +177,8 @@ static void bpe_free(void *priv) {
 
 /* Decode a vocab string from the byte-level alphabet into bytes (out has room
  * for strlen(s)); -1 when a character is outside the alphabet. */
-static long byte_level_decode(const int16_t *u2b, const char *s, uint8_t *out) {
+static long byte_level_decode(const int16_t *u2b, const char *s, uint8_t *out)
+{
     const uint8_t *p = (const uint8_t *)s;
     long o = 0;
     size_t n = strlen(s);
@@ -184,12 +193,14 @@ static long byte_level_decode(const int16_t *u2b, const char *s, uint8_t *out) {
     return o;
 }
 
-static int is_null_or(json_t *v, const char *s) {
+static int is_null_or(json_t *v, const char *s)
+{
     return !v || json_is_null(v) || (json_is_string(v) && !strcmp(json_string_value(v), s));
 }
 
 /* normalizer: null, NFC, or a Sequence of those. */
-static int load_normalizer(bpe *t, const char *path, json_t *n, char *err, size_t errlen) {
+static int load_normalizer(bpe *t, const char *path, json_t *n, char *err, size_t errlen)
+{
     if (!n || json_is_null(n)) return 0;
     const char *ty = json_string_value(json_object_get(n, "type"));
     if (!json_is_object(n) || !ty)
@@ -211,7 +222,8 @@ static int load_normalizer(bpe *t, const char *path, json_t *n, char *err, size_
     return errmsg_set(-EINVAL, err, errlen, "%s: normalizer.type \"%s\" is not supported (null, NFC or a Sequence of NFC)", path, ty);
 }
 
-static int compile_regex(bpe *t, const char *path, const char *pat, int literal, char *err, size_t errlen) {
+static int compile_regex(bpe *t, const char *path, const char *pat, int literal, char *err, size_t errlen)
+{
     int ec;
     PCRE2_SIZE eo;
     uint32_t opts = PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | (literal ? PCRE2_LITERAL : 0);
@@ -232,7 +244,8 @@ static int compile_regex(bpe *t, const char *path, const char *pat, int literal,
 
 /* One ByteLevel entry; *use_regex receives its use_regex (default true). */
 static int load_byte_level(bpe *t, const char *path, const char *where, json_t *o, int *use_regex,
-                           char *err, size_t errlen) {
+                           char *err, size_t errlen)
+{
     json_t *v = json_object_get(o, "use_regex");
     if (v && !json_is_boolean(v)) return errmsg_set(-EINVAL, err, errlen, "%s: %s.use_regex: expected true or false", path, where);
     *use_regex = v ? json_is_true(v) : 1;
@@ -242,7 +255,8 @@ static int load_byte_level(bpe *t, const char *path, const char *where, json_t *
     return 0;
 }
 
-static int load_pre_tokenizer(bpe *t, const char *path, json_t *p, char *err, size_t errlen) {
+static int load_pre_tokenizer(bpe *t, const char *path, json_t *p, char *err, size_t errlen)
+{
     const char *ty = json_is_object(p) ? json_string_value(json_object_get(p, "type")) : NULL;
     if (!ty)
         return errmsg_set(-EINVAL, err, errlen, "%s: pre_tokenizer: expected an object with a \"type\" (ByteLevel or Sequence)", path);
@@ -302,7 +316,8 @@ static int load_pre_tokenizer(bpe *t, const char *path, json_t *p, char *err, si
 
 /* Record id → bytes (the id must be new). */
 static int set_token(bpe *t, const char *path, const char *what, int32_t id, const uint8_t *b, size_t n,
-                     char *err, size_t errlen) {
+                     char *err, size_t errlen)
+{
     if (t->has[id]) return errmsg_set(-EINVAL, err, errlen, "%s: %s: id %d is given twice", path, what, id);
     t->off[id] = t->pool.n;
     if (bytebuf_put(&t->pool, b, n))   /* allocated even for an empty first token */
@@ -317,7 +332,8 @@ static int set_token(bpe *t, const char *path, const char *what, int32_t id, con
  * starting with the text), or the id a template's leading SpecialToken or
  * Roberta/Bert's cls names. Anything else leaves it unsaid (-1): lind does
  * not add tokens after the text, so it is never a reason to refuse. */
-static void read_post_processor(bpe *t, json_t *pp) {
+static void read_post_processor(bpe *t, json_t *pp)
+{
     t->post_bos = -1;
     const char *type = json_string_value(json_object_get(pp, "type"));
     if (!pp || json_is_null(pp) || (type && !strcmp(type, "ByteLevel"))) { t->post_bos = 0; return; }
@@ -356,7 +372,8 @@ static void read_post_processor(bpe *t, json_t *pp) {
     }
 }
 
-static int bpe_load(const char *path, void **priv, char *err, size_t errlen) {
+static int bpe_load(const char *path, void **priv, char *err, size_t errlen)
+{
     *priv = NULL;
     json_error_t je;
     json_t *root = json_load_file(path, JSON_DECODE_ANY, &je);
@@ -634,7 +651,8 @@ typedef struct scratch {
 #define CACHE_MAX_PIECE 64
 #define CACHE_MAX_ENTRIES 32768
 
-static void scratch_free(scratch *s) {
+static void scratch_free(scratch *s)
+{
     free(s->sym); free(s->prev); free(s->next); free(s->slen); free(s->heap);
     free(s->ce); free(s->kpool); free(s->tpool); free(s->w); free(s->wmap);
     if (s->md) pcre2_match_data_free(s->md);
@@ -642,7 +660,8 @@ static void scratch_free(scratch *s) {
     if (s->jstack) pcre2_jit_stack_free(s->jstack);
 }
 
-static int grow(void **p, size_t *cap, size_t need, size_t elt) {
+static int grow(void **p, size_t *cap, size_t need, size_t elt)
+{
     if (need <= *cap) return 0;
     size_t nc = *cap ? *cap : 64;
     while (nc < need) nc *= 2;
@@ -655,7 +674,8 @@ static int grow(void **p, size_t *cap, size_t need, size_t elt) {
 
 static inline int hless(struct hent a, struct hent b) { return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos); }
 
-static void hpush(scratch *s, struct hent e) {
+static void hpush(scratch *s, struct hent e)
+{
     size_t i = s->hn++;
     while (i) {
         size_t p = (i - 1) / 2;
@@ -666,7 +686,8 @@ static void hpush(scratch *s, struct hent e) {
     s->heap[i] = e;
 }
 
-static struct hent hpop(scratch *s) {
+static struct hent hpop(scratch *s)
+{
     struct hent top = s->heap[0], e = s->heap[--s->hn];
     size_t i = 0;
     for (;;) {
@@ -681,13 +702,15 @@ static struct hent hpop(scratch *s) {
     return top;
 }
 
-static void try_pair(const bpe *t, scratch *s, int32_t pos) {
+static void try_pair(const bpe *t, scratch *s, int32_t pos)
+{
     int32_t nx = s->next[pos], rank, id;
     if (nx >= 0 && pair_get(&t->merges, s->sym[pos], s->sym[nx], &rank, &id)) hpush(s, (struct hent){rank, pos});
 }
 
 /* The tokens of one piece (bytes b[0..n)), appended. */
-static int encode_piece(const bpe *t, scratch *s, const uint8_t *b, size_t n, int32_t **toks, size_t *ntoks, size_t *cap) {
+static int encode_piece(const bpe *t, scratch *s, const uint8_t *b, size_t n, int32_t **toks, size_t *ntoks, size_t *cap)
+{
     if (n == 1) return tokenizer_push(toks, ntoks, cap, t->byte_id[b[0]]);
     if (t->ignore_merges) {
         int32_t id = strmap_get(t, b, n);
@@ -768,7 +791,8 @@ static int encode_piece(const bpe *t, scratch *s, const uint8_t *b, size_t n, in
 
 /* Length of the valid UTF-8 character at p (n bytes left) and its code
  * point, or 0 for an invalid byte. */
-static size_t utf8_char(const uint8_t *p, size_t n, int32_t *cp) {
+static size_t utf8_char(const uint8_t *p, size_t n, int32_t *cp)
+{
     utf8proc_ssize_t l = utf8proc_iterate(p, (utf8proc_ssize_t)(n > 4 ? 4 : n), cp);
     return l > 0 ? (size_t)l : 0;
 }
@@ -777,7 +801,8 @@ static size_t utf8_char(const uint8_t *p, size_t n, int32_t *cp) {
  * its last bytes (0 when the text ends on a character boundary or on bytes
  * that can never become valid). PCRE2's partial matching would report such
  * a character too; cutting it off keeps the NFC chunking on whole ones. */
-static size_t incomplete_tail(const uint8_t *text, size_t n) {
+static size_t incomplete_tail(const uint8_t *text, size_t n)
+{
     for (size_t k = 1; k <= 3 && k <= n; k++) {
         uint8_t c = text[n - k];
         if ((c & 0xC0) == 0x80) continue;
@@ -797,7 +822,8 @@ static size_t incomplete_tail(const uint8_t *text, size_t n) {
  * is neither a mark nor a Hangul medial vowel / final consonant (the second
  * halves of canonical compositions are all marks or those jamo). Text may be
  * normalized in chunks cut before such characters. */
-static int nfc_safe_start(int32_t cp) {
+static int nfc_safe_start(int32_t cp)
+{
     if (cp < 0x80) return 1;
     if ((cp >= 0x1161 && cp <= 0x1175) || (cp >= 0x11A8 && cp <= 0x11C2)) return 0;
     const utf8proc_property_t *pr = utf8proc_get_property(cp);
@@ -814,7 +840,8 @@ static int nfc_safe_start(int32_t cp) {
  * of their own, copied as they are. With final == 0 the last chunk is left
  * out (a combining mark could still join it); *wl receives the working
  * length, *used the raw bytes normalized. */
-static int nfc_into(scratch *s, const uint8_t *text, size_t n, int final, size_t at, size_t *wl, size_t *used) {
+static int nfc_into(scratch *s, const uint8_t *text, size_t n, int final, size_t at, size_t *wl, size_t *used)
+{
     size_t o = at, i = 0;
     if (grow((void **)&s->w, &s->wcap, at + n + 1, 1) < 0 || grow((void **)&s->wmap, &s->wmapcap, at + n + 1, sizeof *s->wmap) < 0)
         return -ENOMEM;
@@ -862,7 +889,8 @@ typedef struct call {
 
 /* Encode one stretch between added tokens (see the top comment). */
 static int bpe_segment(const void *priv, const uint8_t *text, size_t n, int final,
-                       int32_t **toks, size_t *ntoks, size_t *cap, size_t *consumed) {
+                       int32_t **toks, size_t *ntoks, size_t *cap, size_t *consumed)
+{
     call *c = (call *)priv;
     const bpe *t = c->t;
     scratch *s = &c->s;
@@ -951,7 +979,8 @@ static int bpe_segment(const void *priv, const uint8_t *text, size_t n, int fina
  * String::from_utf8_lossy, Python's errors="replace" and WHATWG's
  * TextDecoder all follow). 0 when a valid character starts at p; *need is
  * that character's length, or the length a valid prefix was heading for. */
-static size_t utf8_bad_len(const uint8_t *p, size_t n, size_t *need) {
+static size_t utf8_bad_len(const uint8_t *p, size_t n, size_t *need)
+{
     uint8_t c = p[0];
     size_t want = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
     *need = want;
@@ -976,7 +1005,8 @@ static size_t utf8_bad_len(const uint8_t *p, size_t n, size_t *need) {
  * end is left out (it may still complete). *out and *map (map[i] = the raw
  * offset of output byte i, map[*outlen] = the raw bytes covered) are
  * malloc'd; *out stays NULL when the text needs no change. 0 or -ENOMEM. */
-static int lossy_utf8(const uint8_t *text, size_t len, int final, uint8_t **out, size_t **map, size_t *outlen) {
+static int lossy_utf8(const uint8_t *text, size_t len, int final, uint8_t **out, size_t **map, size_t *outlen)
+{
     *out = NULL;
     *map = NULL;
     size_t i = 0, bad = 0, need = 0;
@@ -1013,7 +1043,8 @@ static int lossy_utf8(const uint8_t *text, size_t len, int final, uint8_t **out,
 }
 
 static int bpe_encode(const void *priv, const uint8_t *text, size_t len, int final,
-                      int32_t **toks, size_t *ntoks, size_t *cap, size_t *consumed) {
+                      int32_t **toks, size_t *ntoks, size_t *cap, size_t *consumed)
+{
     const bpe *t = priv;
     call c = {.t = t};
     int rc = -ENOMEM;
@@ -1045,7 +1076,8 @@ out:
 
 static int bpe_vocab_size(const void *priv) { return ((const bpe *)priv)->vocab; }
 
-static const uint8_t *bpe_token_bytes(const void *priv, int32_t id, size_t *len) {
+static const uint8_t *bpe_token_bytes(const void *priv, int32_t id, size_t *len)
+{
     const bpe *t = priv;
     if (id < 0 || id >= t->vocab || !t->has[id]) { *len = 0; return NULL; }
     *len = t->len[id];
@@ -1054,13 +1086,15 @@ static const uint8_t *bpe_token_bytes(const void *priv, int32_t id, size_t *len)
 
 static int bpe_special_count(const void *priv) { return ((const bpe *)priv)->nspecial; }
 
-static int32_t bpe_special(const void *priv, int i, const char **text) {
+static int32_t bpe_special(const void *priv, int i, const char **text)
+{
     const bpe *t = priv;
     if (text) *text = t->special_cstr[i];
     return t->added_id[t->special_idx[i]];
 }
 
-static int bpe_bos(const void *priv, int32_t *id) {
+static int bpe_bos(const void *priv, int32_t *id)
+{
     const bpe *t = priv;
     *id = t->post_bos == 1 ? t->post_bos_id : -1;
     return t->post_bos;

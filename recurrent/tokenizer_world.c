@@ -42,12 +42,14 @@ typedef struct world {
     int32_t lit_id[1];
 } world;
 
-static inline size_t ehash(uint64_t k, size_t cap) {
+static inline size_t ehash(uint64_t k, size_t cap)
+{
     k *= 0x9E3779B97F4A7C15ull;
     return (size_t)(k >> 17) & (cap - 1);
 }
 
-static int32_t child(const world *w, int32_t node, uint8_t b) {
+static int32_t child(const world *w, int32_t node, uint8_t b)
+{
     uint64_t k = (uint64_t)node * 256 + b + 1;
     for (size_t i = ehash(k, w->ecap);; i = (i + 1) & (w->ecap - 1)) {
         if (w->ekey[i] == k) return w->eval[i];
@@ -55,7 +57,8 @@ static int32_t child(const world *w, int32_t node, uint8_t b) {
     }
 }
 
-static int grow_edges(world *w) {
+static int grow_edges(world *w)
+{
     size_t nc = w->ecap ? w->ecap * 2 : 1024;
     uint64_t *nk = calloc(nc, sizeof *nk);
     int32_t *nv = malloc(nc * sizeof *nv);
@@ -72,7 +75,8 @@ static int grow_edges(world *w) {
     return 0;
 }
 
-static int new_node(world *w) {
+static int new_node(world *w)
+{
     if (w->nnodes == w->capnodes) {
         int nc = w->capnodes ? w->capnodes * 2 : 4096;
         int32_t *t = realloc(w->tok, (size_t)nc * sizeof *t);
@@ -89,7 +93,8 @@ static int new_node(world *w) {
 }
 
 /* Insert bytes s as token id; the id already there if the bytes repeat. */
-static int trie_add(world *w, const uint8_t *s, size_t n, int32_t id, int32_t *dup) {
+static int trie_add(world *w, const uint8_t *s, size_t n, int32_t id, int32_t *dup)
+{
     int32_t node = 0;
     *dup = -1;
     for (size_t i = 0; i < n; i++) {
@@ -112,7 +117,8 @@ static int trie_add(world *w, const uint8_t *s, size_t n, int32_t id, int32_t *d
     return 0;
 }
 
-static void world_free(void *priv) {
+static void world_free(void *priv)
+{
     world *w = priv;
     if (!w) return;
     bytebuf_free(&w->pool); free(w->off); free(w->len);
@@ -120,14 +126,16 @@ static void world_free(void *priv) {
     free(w);
 }
 
-static int hexval(int c) {
+static int hexval(int c)
+{
     if (c >= '0' && c <= '9') return c - '0';
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
     if (c >= 'A' && c <= 'F') return c - 'A' + 10;
     return -1;
 }
 
-static size_t put_utf8(uint8_t *o, uint32_t c) {
+static size_t put_utf8(uint8_t *o, uint32_t c)
+{
     if (c < 0x80) { o[0] = (uint8_t)c; return 1; }
     if (c < 0x800) { o[0] = (uint8_t)(0xC0 | c >> 6); o[1] = (uint8_t)(0x80 | (c & 63)); return 2; }
     if (c < 0x10000) {
@@ -140,7 +148,8 @@ static size_t put_utf8(uint8_t *o, uint32_t c) {
 }
 
 /* Length of the valid UTF-8 character at s (n bytes left), or 0. */
-static size_t utf8_len(const uint8_t *s, size_t n) {
+static size_t utf8_len(const uint8_t *s, size_t n)
+{
     uint8_t c = s[0];
     size_t l;
     uint32_t cp;
@@ -161,7 +170,8 @@ static size_t utf8_len(const uint8_t *s, size_t n) {
 
 /* Parse the Python literal at s[0..n) into out (room for 4*n bytes); *end
  * receives the index just past the closing quote. 0 or a message. */
-static const char *parse_literal(const uint8_t *s, size_t n, uint8_t *out, size_t *outlen, size_t *end) {
+static const char *parse_literal(const uint8_t *s, size_t n, uint8_t *out, size_t *outlen, size_t *end)
+{
     size_t i = 0, o = 0;
     int bytes = 0;
     if (i < n && (s[i] == 'b' || s[i] == 'B')) { bytes = 1; i++; }
@@ -234,7 +244,8 @@ static const char *parse_literal(const uint8_t *s, size_t n, uint8_t *out, size_
     return NULL;
 }
 
-static int world_load(const char *path, void **priv, char *err, size_t errlen) {
+static int world_load(const char *path, void **priv, char *err, size_t errlen)
+{
     *priv = NULL;
     FILE *f = fopen(path, "rb");
     if (!f) return errmsg_set(-errno, err, errlen, "%s: cannot open: %s", path, strerror(errno));
@@ -379,7 +390,8 @@ static int world_vocab_size(const void *priv) { return ((const world *)priv)->vo
 
 /* Greedy longest match over a stretch with no <|endoftext|> in it. */
 static int world_segment(const void *priv, const uint8_t *text, size_t len, int final,
-                         int32_t **toks, size_t *ntoks, size_t *cap, size_t *consumed) {
+                         int32_t **toks, size_t *ntoks, size_t *cap, size_t *consumed)
+{
     const world *w = priv;
     size_t q = 0;
     int rc;
@@ -404,12 +416,14 @@ static int world_segment(const void *priv, const uint8_t *text, size_t len, int 
 }
 
 static int world_encode(const void *priv, const uint8_t *text, size_t len, int final,
-                        int32_t **toks, size_t *ntoks, size_t *cap, size_t *consumed) {
+                        int32_t **toks, size_t *ntoks, size_t *cap, size_t *consumed)
+{
     const world *w = priv;
     return tokenizer_encode_literals(&w->lits, world_segment, priv, text, len, final, toks, ntoks, cap, consumed);
 }
 
-static const uint8_t *world_token_bytes(const void *priv, int32_t id, size_t *len) {
+static const uint8_t *world_token_bytes(const void *priv, int32_t id, size_t *len)
+{
     const world *w = priv;
     if (id < 0 || id >= w->vocab || !w->len[id]) { *len = 0; return NULL; }
     *len = w->len[id];
@@ -417,7 +431,8 @@ static const uint8_t *world_token_bytes(const void *priv, int32_t id, size_t *le
 }
 
 static int world_special_count(const void *priv) { (void)priv; return 1; }
-static int32_t world_special(const void *priv, int i, const char **text) {
+static int32_t world_special(const void *priv, int i, const char **text)
+{
     (void)priv; (void)i;
     if (text) *text = EOT;
     return 0;

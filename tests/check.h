@@ -78,7 +78,8 @@ static inline void check_install_crash_handler_(void)
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
         struct sigaction old;
         if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_DFL &&
-            !(old.sa_flags & SA_SIGINFO)) {
+            !(old.sa_flags & SA_SIGINFO))
+{
             struct sigaction sa;
             memset(&sa, 0, sizeof sa);
             sa.sa_handler = check_on_fatal_;

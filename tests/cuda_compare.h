@@ -38,11 +38,13 @@ static double worst_;    /* worst relative error seen in the current case */
 /* ---- helpers ------------------------------------------------------------ */
 
 static uint64_t rng_ = 0x9e3779b97f4a7c15ull;
-static float frand(void) {   /* uniform in [-1, 1) */
+static float frand(void)   /* uniform in [-1, 1) */
+{
     rng_ ^= rng_ << 13; rng_ ^= rng_ >> 7; rng_ ^= rng_ << 17;
     return (float)((rng_ >> 40) * (1.0 / (1ull << 23)) - 1.0);
 }
-static void fill(float *p, size_t n, float scale, float shift) {
+static void fill(float *p, size_t n, float scale, float shift)
+{
     for (size_t i = 0; i < n; i++) p[i] = shift + scale * frand();
 }
 static float *fvec(size_t n) { float *p = calloc(n ? n : 1, sizeof *p); if (!p) abort(); return p; }
@@ -50,7 +52,8 @@ static float *fvec(size_t n) { float *p = calloc(n ? n : 1, sizeof *p); if (!p) 
 /* The same host data in a new buffer of each backend. */
 typedef struct twin { backend_buf *a, *r; size_t n; } twin;
 
-static twin twin_new(const float *host, size_t n) {
+static twin twin_new(const float *host, size_t n)
+{
     twin t = { NULL, NULL, n };
     int ra = P.a->ops->buf_new(P.a, n, &t.a), rr = P.r->ops->buf_new(P.r, n, &t.r);
     if (ra || rr) { printf("FAIL %s: buf_new %d %d\n", P.label, ra, rr); exit(1); }
@@ -60,12 +63,14 @@ static twin twin_new(const float *host, size_t n) {
     }
     return t;
 }
-static void twin_free(twin *t) {
+static void twin_free(twin *t)
+{
     P.a->ops->buf_free(P.a, t->a);
     P.r->ops->buf_free(P.r, t->r);
 }
 
-static double rel_err_f(const float *a, const float *r, size_t n) {
+static double rel_err_f(const float *a, const float *r, size_t n)
+{
     double d = 0, s = 0;
     for (size_t i = 0; i < n; i++) {
         double e = fabs((double)a[i] - (double)r[i]);
@@ -74,7 +79,8 @@ static double rel_err_f(const float *a, const float *r, size_t n) {
     }
     return s > 0 ? d / s : d;
 }
-static double rel_err_d(const double *a, const double *r, size_t n) {
+static double rel_err_d(const double *a, const double *r, size_t n)
+{
     double d = 0, s = 0;
     for (size_t i = 0; i < n; i++) {
         double e = fabs(a[i] - r[i]);
@@ -85,7 +91,8 @@ static double rel_err_d(const double *a, const double *r, size_t n) {
 }
 
 /* Download n floats of a twin at off from both and compare. */
-static void same_f(const twin *t, size_t off, size_t n, const char *what) {
+static void same_f(const twin *t, size_t off, size_t n, const char *what)
+{
     float *a = fvec(n), *r = fvec(n);
     int ra = P.a->ops->buf_download(P.a, t->a, off, a, n), rr = P.r->ops->buf_download(P.r, t->r, off, r, n);
     CHECK(ra == 0 && rr == 0, "%s: download failed (%d, %d)", what, ra, rr);
@@ -99,7 +106,8 @@ static void same_f(const twin *t, size_t off, size_t n, const char *what) {
 /* Compare slot `slot` of both backends: `nd` doubles at byte offset doff
  * and `nf` floats at foff (the regions a case laid out). */
 static void same_slot(int slot, size_t slot_bytes, size_t doff, size_t nd, size_t foff, size_t nf, double tol_d,
-                      const char *what) {
+                      const char *what)
+{
     unsigned char *a = calloc(1, slot_bytes), *r = calloc(1, slot_bytes);
     if (!a || !r) abort();
     int ra = P.a->ops->slot_read(P.a, slot, a), rr = P.r->ops->slot_read(P.r, slot, r);
@@ -128,11 +136,13 @@ static void same_slot(int slot, size_t slot_bytes, size_t doff, size_t nd, size_
     free(r);
 }
 
-static void both_reserve(int n, size_t bytes) {
+static void both_reserve(int n, size_t bytes)
+{
     CHECK(P.a->ops->slots_reserve(P.a, n, bytes) == 0, "A slots_reserve");
     CHECK(P.r->ops->slots_reserve(P.r, n, bytes) == 0, "R slots_reserve");
 }
-static void both_begin(const int *slots, const int *tokens, int B) {
+static void both_begin(const int *slots, const int *tokens, int B)
+{
     CHECK(P.a->ops->begin_step(P.a, slots, tokens, B) == 0, "A begin_step");
     CHECK(P.r->ops->begin_step(P.r, slots, tokens, B) == 0, "R begin_step");
 }
@@ -146,7 +156,8 @@ static backend_opts cmp_be = { .threads = 0, .cpu_gemm = NULL, .cuda_device = -1
 /* The backends keep their pools: each case uses a fresh pair. */
 typedef int (*backend_ctor)(backend **out, char *err, size_t errlen);
 static backend_ctor ctor_a_;
-static int fresh_pair(void) {
+static int fresh_pair(void)
+{
     char err[256];
     backend_free(P.a);
     backend_free(P.r);
@@ -165,7 +176,8 @@ static const int cmp_slots[] = { 6, 1, 4, 0, 7, 3 };   /* batch rows → slots, 
 #define CMP_NSLOTS 9
 
 /* Tokens are any id below the embedding's rows (here 300, past a byte). */
-static void case_embed(void) {
+static void case_embed(void)
+{
     int d = 300, V = 300, tokens[CMP_B] = { 0, 299, 17, 17, 256, 3 };
     float *E = fvec((size_t)V * d);
     fill(E, (size_t)V * d, 1, 0);
@@ -179,7 +191,8 @@ static void case_embed(void) {
     free(E);
 }
 
-static void case_layernorm(void) {
+static void case_layernorm(void)
+{
     static const int widths[] = { 1, 7, 96, 300, 1000 };
     int tokens[CMP_B] = { 0 };
     both_reserve(CMP_NSLOTS, 64);
@@ -209,7 +222,8 @@ static void case_layernorm(void) {
 
 /* Every matmul shape the model uses: column blocks of a wider buffer (offset
  * and row stride), with and without bias, overwrite and accumulate. */
-static void case_matmul(void) {
+static void case_matmul(void)
+{
     int B = CMP_B, K = 40, N = 24, ldx = 3 * K + 5, ldy = 2 * N + 3;
     size_t xo = K + 2, yo = N + 1, xn = (size_t)B * ldx + 8, yn = (size_t)B * ldy + 8;
     float *x = fvec(xn), *y = fvec(yn), *W = fvec((size_t)N * K), *bias = fvec(N);
@@ -240,7 +254,8 @@ static void case_matmul(void) {
 
 /* The feed-forward's first product with its GELU (BACKEND_MM_GELU): with
  * bias, at an offset, over contiguous rows. */
-static void case_matmul_gelu(void) {
+static void case_matmul_gelu(void)
+{
     int B = CMP_B, K = 40, N = 72;
     size_t yo = 5, xn = (size_t)B * K, yn = (size_t)B * N + 16;
     float *x = fvec(xn), *y = fvec(yn), *W = fvec((size_t)N * K), *bias = fvec(N);
@@ -261,7 +276,8 @@ static void case_matmul_gelu(void) {
 /* The activation epilogues (GELU, RELU2, SIGMOID): with bias, at an offset,
  * over contiguous rows, inputs spread so both sides of 0 (and σ's tails)
  * are hit. */
-static void case_matmul_act(void) {
+static void case_matmul_act(void)
+{
     static const struct { int flag; const char *name; } acts[] = {
         { BACKEND_MM_GELU, "gelu" }, { BACKEND_MM_RELU2, "relu2" }, { BACKEND_MM_SIGMOID, "sigmoid" },
     };
@@ -295,7 +311,8 @@ static void case_matmul_act(void) {
 /* A weight [N × K] in half precision (fp16 and bf16 bits) on a backend: its
  * weight_new_half when it has one, else widened on the host to
  * backend_weight_new — what recurrent/kind.c does. */
-static int half_weight(backend *be, int N, int K, const uint16_t *h, int wtype, backend_buf **out) {
+static int half_weight(backend *be, int N, int K, const uint16_t *h, int wtype, backend_buf **out)
+{
     if (be->ops->weight_new_half) return be->ops->weight_new_half(be, N, K, h, wtype, out);
     size_t n = (size_t)N * K;
     float *f = fvec(n);
@@ -309,7 +326,8 @@ static int half_weight(backend *be, int N, int K, const uint16_t *h, int wtype, 
  * accumulate, and with an activation, through offsets and strides; at 6 rows
  * and at 20 (a device backend may read half weights directly for a few rows
  * and widen them for many). */
-static void case_matmul_half(void) {
+static void case_matmul_half(void)
+{
     int B = 20, K = 56, N = 40, ldx = 2 * K + 3, ldy = N + 7;
     size_t xo = 3, yo = 2, xn = (size_t)B * ldx + 8, yn = (size_t)B * ldy + 8;
     float *x = fvec(xn), *y = fvec(yn), *Wf = fvec((size_t)N * K), *bias = fvec(N);
@@ -353,7 +371,8 @@ static void case_matmul_half(void) {
 
 /* gather_rows (any rows, repeated, out of order), scale_rows and gated_add
  * (column blocks of wider buffers) over a batch with runs. */
-static void case_row_ops(void) {
+static void case_row_ops(void)
+{
     enum { R = 9, d = 70 };
     const int slots[R] = { 4, 4, 4, 1, 7, 7, 0, 0, 0 }, tokens[R] = { 0 };
     both_reserve(CMP_NSLOTS, 64);
@@ -392,7 +411,8 @@ static void case_row_ops(void) {
     free(src); free(dst); free(gate); free(v);
 }
 
-static void case_shift_mix(void) {
+static void case_shift_mix(void)
+{
     int d = 300, tokens[CMP_B] = { 0 };
     size_t slot_bytes = 64 + (size_t)d * 4 + 12, off = 64;
     both_reserve(CMP_NSLOTS, slot_bytes);
@@ -421,7 +441,8 @@ static void case_shift_mix(void) {
 /* Linear attention: several head widths (a power of two, not one, wider
  * than a warp), γ = 1 and γ < 1, 25 steps on out-of-order slots, the region
  * at a nonzero offset; outputs every step, S and z at the end. */
-static void case_linear(void) {
+static void case_linear(void)
+{
     static const int dhs[] = { 8, 48, 64 };
     int H = 3, tokens[CMP_B] = { 0 };
     for (size_t di = 0; di < sizeof dhs / sizeof *dhs; di++)
@@ -455,7 +476,8 @@ static void case_linear(void) {
 
 /* AFT, simple and with decay/bonus; k spans ±60 so the running-max scaling
  * is exercised (e^60 overflows fp32). */
-static void case_aft(void) {
+static void case_aft(void)
+{
     int d = 300, tokens[CMP_B] = { 0 };
     size_t off = 64, nd = (size_t)3 * d, slot_bytes = off + nd * 8;
     for (int decay = 0; decay < 2; decay++) {
@@ -504,7 +526,8 @@ typedef struct run_bufs {
 } run_bufs;
 
 static void run_bufs_new(backend *be, run_bufs *b, int R, const float *gamma, const float *w, const float *u,
-                         const float *mu) {
+                         const float *mu)
+{
     const backend_ops *o = be->ops;
     int rc = o->buf_new(be, (size_t)R * 3 * RUN_HD, &b->lin_in) | o->buf_new(be, (size_t)R * RUN_HD, &b->lin_out) |
              o->buf_new(be, (size_t)R * 3 * RUN_D, &b->aft_in) | o->buf_new(be, (size_t)R * RUN_D, &b->aft_out) |
@@ -517,7 +540,8 @@ static void run_bufs_new(backend *be, run_bufs *b, int R, const float *gamma, co
           o->buf_upload(be, b->u, 0, u, RUN_D) == 0 && o->buf_upload(be, b->mu, 0, mu, 2 * RUN_D) == 0, "upload");
 }
 
-static void run_bufs_free(backend *be, run_bufs *b) {
+static void run_bufs_free(backend *be, run_bufs *b)
+{
     backend_buf *all[] = { b->lin_in, b->lin_out, b->aft_in, b->aft_out, b->h, b->sh_out, b->gamma, b->w, b->u, b->mu };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) be->ops->buf_free(be, all[i]);
 }
@@ -526,7 +550,8 @@ static void run_bufs_free(backend *be, run_bufs *b) {
  * of R rows with the given slots; outputs appended to the host arrays at
  * row r0. */
 static int run_ops(backend *be, run_bufs *b, const int *slots, int R, int r0, const float *lin_in,
-                   const float *aft_in, const float *h, float *lin_out, float *aft_out, float *sh_out) {
+                   const float *aft_in, const float *h, float *lin_out, float *aft_out, float *sh_out)
+{
     const backend_ops *o = be->ops;
     int tokens[64] = { 0 };
     int rc = o->begin_step(be, slots, tokens, R);
@@ -546,7 +571,8 @@ static int run_ops(backend *be, run_bufs *b, const int *slots, int R, int r0, co
  * prefill chunk (one session, 33 rows) and mixed runs of four sessions
  * (7, 1, 12 and 3 rows). Backend A runs them into slots s; A again one row
  * per call into slots s + 10; R runs them into slots s. */
-static void case_runs(void) {
+static void case_runs(void)
+{
     static const int chunk[33] = { 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5,
                                    5, 5, 5, 5, 5, 5, 5 };
     static const int mixed[23] = { 6, 6, 6, 6, 6, 6, 6, 1, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 0, 0, 0 };
@@ -625,7 +651,8 @@ static void case_runs(void) {
  * across both. */
 static const int dl_single[6] = { 6, 1, 4, 0, 7, 3 };
 static const int dl_runs[17] = { 6, 6, 6, 1, 4, 4, 4, 4, 4, 0, 7, 7, 3, 3, 3, 3, 3 };   /* 3, 1, 5, 1, 2, 5 */
-static const int *dl_layout(int step, int *R) {
+static const int *dl_layout(int step, int *R)
+{
     *R = step % 2 ? 17 : 6;
     return step % 2 ? dl_runs : dl_single;
 }
@@ -633,7 +660,8 @@ static const int *dl_layout(int step, int *R) {
 /* Every slot of both backends starts with the same random bytes in
  * [foff, foff + nf floats) and the int32 `idx` pattern at idx_off (any
  * pattern is a valid ring index: it is read modulo K − 1). */
-static void dl_seed_slots(size_t slot_bytes, size_t foff, size_t nf, size_t idx_off, int32_t idx0) {
+static void dl_seed_slots(size_t slot_bytes, size_t foff, size_t nf, size_t idx_off, int32_t idx0)
+{
     unsigned char *blob = calloc(1, slot_bytes);
     float *f = fvec(nf);
     if (!blob) abort();
@@ -650,7 +678,8 @@ static void dl_seed_slots(size_t slot_bytes, size_t foff, size_t nf, size_t idx_
 
 /* The ring index of every slot equal on both backends; in [0, K − 1) in
  * the slots the batches used (the others keep their seeded pattern). */
-static void dl_same_idx(size_t slot_bytes, size_t idx_off, int K, const char *what) {
+static void dl_same_idx(size_t slot_bytes, size_t idx_off, int K, const char *what)
+{
     unsigned char *a = malloc(slot_bytes), *r = malloc(slot_bytes);
     if (!a || !r) abort();
     for (int s = 0; s < CMP_NSLOTS; s++) {
@@ -671,7 +700,8 @@ static void dl_same_idx(size_t slot_bytes, size_t idx_off, int K, const char *wh
  * separate buffer with other strides; the ring at a nonzero offset, random
  * to start with, and ring indices from arbitrary bit patterns. Outputs every
  * step, rings and indices at the end. */
-static void case_short_conv(void) {
+static void case_short_conv(void)
+{
     static const struct { int n, K, silu, inplace; int32_t idx0; } cfgs[] = {
         { 300, 4, 1, 1, -123456789 }, { 300, 2, 0, 0, 0 }, { 24, 7, 1, 0, 2147480000 }, { 24, 4, 0, 1, 5 },
     };
@@ -713,7 +743,8 @@ static void case_short_conv(void) {
 }
 
 /* delta_step inputs: q, k, v (±2), β logits (±3), gate logits (±3). */
-static void dl_fill_in(float *in, int R, int H, int dh) {
+static void dl_fill_in(float *in, int R, int H, int dh)
+{
     int hd = H * dh, ld = 3 * hd + 2 * H;
     for (int r = 0; r < R; r++) {
         fill(in + (size_t)r * ld, (size_t)3 * hd, 2, 0);
@@ -723,7 +754,8 @@ static void dl_fill_in(float *in, int R, int H, int dh) {
 
 /* A = exp(U(−2, 0.5)) and the gate bias U(−3, 0) (α about 0.3 … 0.99, as
  * the models use), the RMS weight 1 ± 0.1. */
-static void dl_params(float *gate, float *norm_w, int H, int dh) {
+static void dl_params(float *gate, float *norm_w, int H, int dh)
+{
     for (int h = 0; h < H; h++) {
         gate[h] = expf(-0.75f + 1.25f * frand());
         gate[H + h] = -1.5f + 1.5f * frand();
@@ -735,7 +767,8 @@ static void dl_params(float *gate, float *norm_w, int H, int dh) {
  * (not a power of two: 128 threads), 3 heads, 16 steps on out-of-order
  * slots alternating one-row batches and runs, S at a nonzero offset;
  * outputs every step, S at the end. */
-static void case_delta(void) {
+static void case_delta(void)
+{
     static const int dhs[] = { 8, 48, 100 };
     int H = 3, tokens[17] = { 0 };
     for (size_t di = 0; di < sizeof dhs / sizeof *dhs && !check_failed_; di++) {
@@ -776,7 +809,8 @@ static const size_t dr_ring_off = (size_t)DR_HD * DR_DH * 8, dr_nring = (size_t)
                     dr_idx_off = (size_t)DR_HD * DR_DH * 8 + (size_t)3 * DR_HD * (DR_K - 1) * 4,
                     dr_bytes = (size_t)DR_HD * DR_DH * 8 + (size_t)3 * DR_HD * (DR_K - 1) * 4 + 4;
 
-static int dr_ops(backend *be, backend_buf *const *b, const int *slots, int R, int r0, const float *in, float *out) {
+static int dr_ops(backend *be, backend_buf *const *b, const int *slots, int R, int r0, const float *in, float *out)
+{
     const backend_ops *o = be->ops;
     int tokens[64] = { 0 };
     int rc = o->begin_step(be, slots, tokens, R);
@@ -787,7 +821,8 @@ static int dr_ops(backend *be, backend_buf *const *b, const int *slots, int R, i
     return rc;
 }
 
-static void case_delta_runs(void) {
+static void case_delta_runs(void)
+{
     static const int chunk[33] = { 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5,
                                    5, 5, 5, 5, 5, 5, 5 };
     static const int mixed[23] = { 6, 6, 6, 6, 6, 6, 6, 1, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 0, 0, 0 };
@@ -852,7 +887,8 @@ static void case_delta_runs(void) {
 
 /* The pool: growing keeps slot contents, new slots are zero, write/read
  * round-trips, zero clears. */
-static void case_slots(void) {
+static void case_slots(void)
+{
     size_t bytes = 1000;
     unsigned char *src = malloc(bytes), *got = malloc(bytes), *zero = calloc(1, bytes);
     for (size_t i = 0; i < bytes; i++) src[i] = (unsigned char)(i * 7 + 3);
@@ -875,7 +911,8 @@ static void case_slots(void) {
 /* A two-layer model (linear then AFT, token shift on) stepped through the
  * ops the way recurrent/ does, 30 tokens for a batch of sessions: logits
  * every step, every state byte at the end. */
-static void case_block(void) {
+static void case_block(void)
+{
     enum { d = 32, H = 2, dh = 16, HD = H * dh, F = 64, V = 256, L = 2, B = 4, STEPS = 30 };
     const int slots[B] = { 5, 0, 2, 7 };
     const size_t lin_off = 0, lin_n = (size_t)HD * (dh + 1), aft_off = lin_n * 8, aft_n = 3 * d,
@@ -987,14 +1024,16 @@ static int cmp_batch_invariant = 0;
 /* Weight precision both sides load with (model_opts.weights). */
 static lind_dtype cmp_weights = LIND_DT_AUTO;
 
-static int cmp_load(const char *dir, const char *be, model **out, char *err, size_t errlen) {
+static int cmp_load(const char *dir, const char *be, model **out, char *err, size_t errlen)
+{
     model_opts o = { .backend = be, .weights = cmp_weights, .be = &cmp_be };
     return model_load_opts(dir, &o, out, err, errlen);
 }
 
 /* Token t of session stream s: text bytes, and for a vocabulary past 256
  * every fifth token one of the ids above the bytes. */
-static int32_t cmp_token(int t, int s, int V) {
+static int32_t cmp_token(int t, int s, int V)
+{
     static const char text[] = "In the beginning God created the heaven and the earth. And the earth was "
                                "without form, and void; and darkness was upon the face of the deep.";
     if (t == 0) return LIND_BOS;
@@ -1006,7 +1045,8 @@ static int32_t cmp_token(int t, int s, int V) {
  * logits at every step; halfway, every session's state is read from the CPU
  * model and written into both models in reverse session order (so states
  * cross backends), and the token streams follow them. */
-static void compare_models(const char *dir, int B, int steps, const char *label) {
+static void compare_models(const char *dir, int B, int steps, const char *label)
+{
     char err[512];
     model *a = NULL, *r = NULL;
     int rc = cmp_load(dir, cmp_model_backend, &a, err, sizeof err);
@@ -1068,7 +1108,8 @@ static void compare_models(const char *dir, int B, int steps, const char *label)
  * the harness), else within the logits tolerance (cuBLAS picks its kernels
  * by shape); and everything against the CPU backend doing the same, within
  * the logits tolerance. */
-static void compare_prefill(const char *dir, const char *label) {
+static void compare_prefill(const char *dir, const char *label)
+{
     enum { T = 45 };
     char err[512];
     model *m[2] = { NULL, NULL };
@@ -1160,7 +1201,8 @@ static void compare_prefill(const char *dir, const char *label) {
  * aft_dim ≠ d_model and token shift; rwkv_channel_mix FFNs; embedding
  * LayerNorm; rescale_every 2; vocabulary 300 (ids past a byte). Weights
  * drawn from seed; matrices written as dtype ("F32", "F16" or "BF16"). */
-static int write_rwkv4(const char *dir, uint64_t seed, const char *dtype) {
+static int write_rwkv4(const char *dir, uint64_t seed, const char *dtype)
+{
     enum { V = 300, d = 32, L = 3, A = 48, F = 128 };
     if (mkdir(dir, 0755) < 0 && errno != EEXIST) return -errno;
     char path[512];

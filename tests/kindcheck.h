@@ -23,7 +23,8 @@
 /* ---- reference math, in double ---------------------------------------------- */
 
 /* The tensor named fmt % layer as a malloc'd double array (NULL if absent). */
-static inline double *kc_tensor(st_file *st, const char *fmt, int layer) {
+static inline double *kc_tensor(st_file *st, const char *fmt, int layer)
+{
     char name[128];
     snprintf(name, sizeof name, fmt, layer);
     st_tensor *t = st_find(st, name);
@@ -37,7 +38,8 @@ static inline double *kc_tensor(st_file *st, const char *fmt, int layer) {
 }
 
 /* y[t][n] = Σ_k x[t][k] w[n][k] (+ b[n]) for t < T. */
-static inline void kc_lin(const double *x, int T, int K, const double *w, const double *b, int N, double *y) {
+static inline void kc_lin(const double *x, int T, int K, const double *w, const double *b, int N, double *y)
+{
     for (int t = 0; t < T; t++)
         for (int n = 0; n < N; n++) {
             double s = b ? b[n] : 0.0;
@@ -47,7 +49,8 @@ static inline void kc_lin(const double *x, int T, int K, const double *w, const 
 }
 
 /* LayerNorm of each of T rows of d. */
-static inline void kc_ln(const double *x, int T, int d, const double *w, const double *b, double eps, double *y) {
+static inline void kc_ln(const double *x, int T, int d, const double *w, const double *b, double eps, double *y)
+{
     for (int t = 0; t < T; t++) {
         const double *xr = x + (size_t)t * d;
         double mu = 0, v = 0;
@@ -63,7 +66,8 @@ static inline double kc_sigm(double x) { return 1 / (1 + exp(-x)); }
 static inline double kc_softplus(double x) { return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x)); }
 
 /* BOS, then n−1 pseudo-random byte tokens from seed. */
-static inline void kc_random_tokens(int32_t *tok, int n, uint64_t seed) {
+static inline void kc_random_tokens(int32_t *tok, int n, uint64_t seed)
+{
     tok[0] = LIND_BOS;
     for (int t = 1; t < n; t++) {
         seed = seed * 6364136223846793005ull + 1442695040888963407ull;
@@ -75,7 +79,8 @@ static inline void kc_random_tokens(int32_t *tok, int n, uint64_t seed) {
  * by token through tok (slot 0): the largest error relative to each row's
  * largest |want| (*worst, at position *worst_t) and its mean (*mean). */
 static inline void kc_steps_vs_reference(model *m, const int32_t *tok, const double *want, int T, int V,
-                                         double *worst, int *worst_t, double *mean) {
+                                         double *worst, int *worst_t, double *mean)
+{
     *worst = 0;
     *mean = 0;
     *worst_t = -1;
@@ -105,7 +110,8 @@ static inline void kc_steps_vs_reference(model *m, const int32_t *tok, const dou
  * and the final state), then two sessions' runs of 5 and 101 in one call
  * (ring indexes at different phases; logits of each run's last row) and
  * the second stepped on to the end. V: the model's vocabulary. */
-static inline void kc_prefill_bitwise(model *m, int V) {
+static inline void kc_prefill_bitwise(model *m, int V)
+{
     enum { N = 150 };
     size_t sb = model_state_bytes(m);
     int32_t tok[N];
@@ -144,7 +150,8 @@ static inline void kc_prefill_bitwise(model *m, int V) {
 /* Sessions stepped together (starting at different times, batch rows not in
  * slot order) equal the same sessions stepped alone, logits and states, bit
  * for bit. */
-static inline void kc_batched_equals_unbatched(model *m, int V) {
+static inline void kc_batched_equals_unbatched(model *m, int V)
+{
     enum { NS = 6, STEPS = 40 };
     CHECK(model_slots_reserve(m, 2 * NS) == 0, "reserve");
     int32_t tok[NS][STEPS];
@@ -185,7 +192,8 @@ static inline void kc_batched_equals_unbatched(model *m, int V) {
  * rounds alternating one-token steps and runs of 3 (rows of a run in
  * order, sessions in a shuffled order). The model should be big enough
  * that the ops under test take their threaded paths. */
-static inline void kc_threads_agree(const char *dir, int V, int steps) {
+static inline void kc_threads_agree(const char *dir, int V, int steps)
+{
     char err[512] = "";
     model *m[2] = {0};
     static const int nt[2] = {1, 3};
@@ -236,7 +244,8 @@ static inline void kc_threads_agree(const char *dir, int V, int steps) {
  * same tokens fed one model_step at a time): chunked model_forward runs
  * and three sessions at different paces per call must be bit-identical. */
 static inline void kc_chunks_equal_steps(model *m, const char *name, const int32_t *tok, int npos,
-                                         const float *stepped, int chunk) {
+                                         const float *stepped, int chunk)
+{
     int V = model_vocab(m);
     float *lg = malloc(sizeof(float) * (size_t)chunk * V);
     int *slots = calloc((size_t)chunk, sizeof(int)), *rows = malloc(sizeof(int) * (size_t)chunk);
@@ -258,7 +267,8 @@ static inline void kc_chunks_equal_steps(model *m, const char *name, const int32
 /* Three sessions at different paces in each model_forward call, logit rows in
  * reverse: bit-identical to each session stepped alone. */
 static inline void kc_sessions_equal_steps(model *m, const char *name, const int32_t *tok, int npos,
-                                           const float *stepped) {
+                                           const float *stepped)
+{
     enum { S = 3 };
     static const int pace[S][4] = {{5, 1, 33, 64}, {17, 2, 100, 7}, {1, 64, 3, 250}};
     int V = model_vocab(m), rc = model_slots_reserve(m, S);
@@ -297,7 +307,8 @@ static inline void kc_sessions_equal_steps(model *m, const char *name, const int
 }
 
 /* max |a−b| over a row, relative to the row's largest |b|. */
-static inline double kc_rel_row(const float *a, const float *b, int n) {
+static inline double kc_rel_row(const float *a, const float *b, int n)
+{
     double scale = 0, e = 0;
     for (int i = 0; i < n; i++) {
         if (fabs(b[i]) > scale) scale = fabs(b[i]);
@@ -312,7 +323,8 @@ static inline double kc_rel_row(const float *a, const float *b, int n) {
  * 4); logits within tol_logits of each row's largest, final states within
  * tol_state of each region's largest value, integer regions equal, and the
  * run and the chunks leave the same state. name labels the NOTE line. */
-static inline void kc_harness_vs_cpu(const char *name, const char *dir, int V, double tol_logits, double tol_state) {
+static inline void kc_harness_vs_cpu(const char *name, const char *dir, int V, double tol_logits, double tol_state)
+{
     enum { N = 40, NS = 3 };
     char err[512] = "";
     model *m[2] = {0};

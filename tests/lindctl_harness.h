@@ -42,13 +42,15 @@ typedef struct ctl_run {
     size_t out_len, err_len;
 } ctl_run;
 
-static inline void harness_sleep_ms(int ms) {
+static inline void harness_sleep_ms(int ms)
+{
     struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
     while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {}
 }
 
 /* Make the directory and a model of the given width/depth in it. */
-static inline int harness_init(harness *h, int d_model, int n_layers) {
+static inline int harness_init(harness *h, int d_model, int n_layers)
+{
     memset(h, 0, sizeof *h);
     h->daemon = -1;
     h->scale = test_time_scale();
@@ -70,7 +72,8 @@ static inline int harness_init(harness *h, int d_model, int n_layers) {
 }
 
 /* True once something accepts connections on the socket. */
-static inline int harness_socket_up(const char *path) {
+static inline int harness_socket_up(const char *path)
+{
     int fd = socket(AF_UNIX, SOCK_STREAM, 0);
     struct sockaddr_un sa = { .sun_family = AF_UNIX };
     size_t l = strlen(path);
@@ -83,7 +86,8 @@ static inline int harness_socket_up(const char *path) {
 
 /* Start `lind serve` and wait until it accepts connections. 0, or -1 with
  * the reason printed. */
-static inline int harness_start(harness *h) {
+static inline int harness_start(harness *h)
+{
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
@@ -119,7 +123,8 @@ static inline int harness_start(harness *h) {
 }
 
 /* Stop the daemon: SIGTERM (or `sig`), wait; SIGKILL if it lingers. */
-static inline int harness_stop_sig(harness *h, int sig) {
+static inline int harness_stop_sig(harness *h, int sig)
+{
     if (h->daemon <= 0) return -1;
     kill(h->daemon, sig);
     double deadline = clock_mono_s() + 20 * h->scale;
@@ -137,23 +142,27 @@ static inline int harness_stop_sig(harness *h, int sig) {
 }
 static inline int harness_stop(harness *h) { return harness_stop_sig(h, SIGTERM); }
 
-static int harness_rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+static int harness_rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
     (void)sb; (void)flag; (void)ftw;
     return remove(p);
 }
 
-static inline void harness_free(harness *h) {
+static inline void harness_free(harness *h)
+{
     if (h->daemon > 0) harness_stop(h);
     nftw(h->dir, harness_rm_cb, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-static inline void ctl_run_free(ctl_run *r) {
+static inline void ctl_run_free(ctl_run *r)
+{
     free(r->out);
     free(r->err);
     memset(r, 0, sizeof *r);
 }
 
-static inline void harness_buf_add(char **buf, size_t *len, const char *p, size_t n) {
+static inline void harness_buf_add(char **buf, size_t *len, const char *p, size_t n)
+{
     char *nb = realloc(*buf, *len + n + 1);
     if (!nb) return;
     memcpy(nb + *len, p, n);
@@ -165,7 +174,8 @@ static inline void harness_buf_add(char **buf, size_t *len, const char *p, size_
 /* Start lindctl with argv (NULL-terminated; argv[0] is ignored and replaced
  * by the binary's path). Its stdin/stdout/stderr are pipes; *in, *out and
  * *err get the parent's ends (in may be NULL: stdin is /dev/null). */
-static inline pid_t harness_spawn(harness *h, char *const *argv, int *in, int *out, int *err) {
+static inline pid_t harness_spawn(harness *h, char *const *argv, int *in, int *out, int *err)
+{
     int pi[2] = { -1, -1 }, po[2], pe[2];
     if ((in && pipe(pi)) || pipe(po) || pipe(pe)) return -1;
     pid_t pid = fork();
@@ -197,7 +207,8 @@ static inline pid_t harness_spawn(harness *h, char *const *argv, int *in, int *o
 }
 
 /* Collect a spawned lindctl's output until it exits. */
-static inline void harness_collect(harness *h, pid_t pid, int out, int err, ctl_run *r) {
+static inline void harness_collect(harness *h, pid_t pid, int out, int err, ctl_run *r)
+{
     struct pollfd p[2] = { { .fd = out, .events = POLLIN }, { .fd = err, .events = POLLIN } };
     int open_n = 2;
     double deadline = clock_mono_s() + 180 * h->scale;
@@ -230,7 +241,8 @@ static inline void harness_collect(harness *h, pid_t pid, int out, int err, ctl_
 /* Run lindctl to completion: `input` (may be NULL) is fed on stdin. The
  * arguments after `r` are lindctl's, NULL-terminated; "--socket <sock>" is
  * added first unless the first argument is "--socket". */
-static inline int harness_ctl_in(harness *h, ctl_run *r, const char *input, size_t input_len, ...) {
+static inline int harness_ctl_in(harness *h, ctl_run *r, const char *input, size_t input_len, ...)
+{
     char *argv[64];
     int n = 0;
     argv[n++] = "lindctl";

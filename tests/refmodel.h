@@ -87,7 +87,8 @@ typedef struct rm_opts {
     const char *extra0;    /* appended to layer 0's keys in the written config.json */
 } rm_opts;
 
-static inline void rm_default_dist(const rm_tensor *t, rm_dist *d) {
+static inline void rm_default_dist(const rm_tensor *t, rm_dist *d)
+{
     size_t n = strlen(t->rel);
     d->skip = t->optional;
     d->b = 0;
@@ -99,7 +100,8 @@ static inline void rm_default_dist(const rm_tensor *t, rm_dist *d) {
 
 /* The config.json text of spec (layer 0 with `extra0` appended when not
  * NULL), malloc'd, or NULL. */
-static inline char *rm_config_json(const rm_spec *s, const char *extra0) {
+static inline char *rm_config_json(const rm_spec *s, const char *extra0)
+{
     size_t cap = 256 + (size_t)s->n_layers * 400 + (extra0 ? strlen(extra0) : 0), n = 0;
     char *js = malloc(cap);
     if (!js) return NULL;
@@ -114,7 +116,8 @@ static inline char *rm_config_json(const rm_spec *s, const char *extra0) {
 }
 
 /* Parse the spec's config (without extra0) as the engine does. */
-static inline int rm_parse(const rm_spec *s, lind_config *c, char *err, size_t errlen) {
+static inline int rm_parse(const rm_spec *s, lind_config *c, char *err, size_t errlen)
+{
     char *js = rm_config_json(s, NULL);
     if (!js) return -ENOMEM;
     memset(c, 0, sizeof *c);
@@ -125,7 +128,8 @@ static inline int rm_parse(const rm_spec *s, lind_config *c, char *err, size_t e
 
 /* The tensors a model of config c expects, in model.c's order; returns the
  * count (≤ cap). Names live in `names` (cap × 96 bytes). */
-static inline int rm_tensors(const lind_config *c, rm_tensor *out, char (*names)[96], int cap) {
+static inline int rm_tensors(const lind_config *c, rm_tensor *out, char (*names)[96], int cap)
+{
     int n = 0, d = c->d_model, V = c->vocab_size;
 #define RM_PUT(nm_, rel_, l_, part_, kind_, nd_, s0_, s1_, opt_, mat_)                                   \
     do {                                                                                            \
@@ -172,7 +176,8 @@ static inline int rm_tensors(const lind_config *c, rm_tensor *out, char (*names)
 
 /* Write dir/config.json and dir/model.safetensors. 0 or a negative errno
  * (-EINVAL when the spec's config does not parse: err says why, when given). */
-static inline int rm_write(const char *dir, const rm_spec *s, uint64_t seed, const rm_opts *opts) {
+static inline int rm_write(const char *dir, const rm_spec *s, uint64_t seed, const rm_opts *opts)
+{
     rm_opts o;
     memset(&o, 0, sizeof o);
     if (opts) o = *opts;
@@ -251,7 +256,8 @@ typedef struct rm_mixer_ref {
 /* The logits [T × V] of tokens tok[0..T) by the reference; table ends with
  * a NULL kind. 0, or −1 (a layer's mixer or FFN kind has no reference: a
  * CHECK fails naming it). */
-static inline int rm_ref_forward(rm_ref *r, const rm_mixer_ref *table, const int *tok, double *logits) {
+static inline int rm_ref_forward(rm_ref *r, const rm_mixer_ref *table, const int *tok, double *logits)
+{
     const lind_config *c = &r->cfg;
     int T = r->T, d = c->d_model, V = c->vocab_size, ffmax = 1, o_max = d, rc = 0;
     for (int l = 0; l < c->n_layers; l++) {   /* the widest FFN and mixer output (Wo's columns) */
@@ -310,7 +316,8 @@ static inline int rm_ref_forward(rm_ref *r, const rm_mixer_ref *table, const int
  * reference could not run (a CHECK failed). */
 static inline int rm_reference_error(model *m, const char *dir, const rm_spec *spec, const void *user,
                                      const rm_mixer_ref *table, int T, uint64_t tok_seed, double *worst,
-                                     int *worst_t, double *mean) {
+                                     int *worst_t, double *mean)
+{
     char path[4096], err[512] = "";
     rm_ref *r = calloc(1, sizeof *r);
     if (!r) return -1;

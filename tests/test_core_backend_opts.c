@@ -21,12 +21,14 @@
 
 static const char *const VARS[] = {"LIND_CPU_THREADS", "LIND_CPU_GEMM", "LIND_CUDA_DEVICE", "LIND_CUDA_WEIGHTS"};
 
-static void clear_env(void) {
+static void clear_env(void)
+{
     for (size_t i = 0; i < sizeof VARS / sizeof *VARS; i++) unsetenv(VARS[i]);
 }
 
 /* Nothing set (or set empty): the defaults. */
-static void env_unset_is_default(void) {
+static void env_unset_is_default(void)
+{
     clear_env();
     backend_opts o, d;
     char err[256] = "";
@@ -45,7 +47,8 @@ static void env_unset_is_default(void) {
 }
 
 /* Every variable read into its field. */
-static void env_values_read(void) {
+static void env_values_read(void)
+{
     clear_env();
     setenv("LIND_CPU_THREADS", "2", 1);
     setenv("LIND_CPU_GEMM", "avx2", 1);
@@ -66,7 +69,8 @@ static void env_values_read(void) {
 
 /* Each of n values of variable var, alone in the environment, is refused
  * with a message naming the variable and the value. */
-static void refuses_each(const char *var, const char *const *bad, size_t n) {
+static void refuses_each(const char *var, const char *const *bad, size_t n)
+{
     char err[256], want[64];
     backend_opts o;
     for (size_t i = 0; i < n; i++) {
@@ -82,7 +86,8 @@ static void refuses_each(const char *var, const char *const *bad, size_t n) {
 
 /* A value that is not a decimal number in range is refused, naming the
  * variable and the value. */
-static void env_garbage_refused(void) {
+static void env_garbage_refused(void)
+{
     static const char *const bad_threads[] = {"abc", "0x", "-3", "99999", "0", "65", "2x", "1.5", "99999999999999999999"};
     static const char *const bad_device[] = {"abc", "-1", "gpu0", "3 4"};
     refuses_each("LIND_CPU_THREADS", bad_threads, sizeof bad_threads / sizeof *bad_threads);
@@ -91,7 +96,8 @@ static void env_garbage_refused(void) {
 
 /* The constructor reads no environment: a garbage LIND_CPU_THREADS does
  * not reach it, opts.threads does (the device name says the count). */
-static void ctor_takes_threads(void) {
+static void ctor_takes_threads(void)
+{
     clear_env();
     setenv("LIND_CPU_THREADS", "abc", 1);
     setenv("LIND_CPU_GEMM", "avx1024", 1);
@@ -128,7 +134,8 @@ static void ctor_takes_threads(void) {
 /* y = x·Wᵀ + b through a CPU backend with `threads` threads on kernel
  * `gemm`: B = 40, N = 512, K = 192 (big enough to split across threads). */
 enum { MB = 40, MN = 512, MK = 192 };
-static int run_matmul(const char *gemm, int threads, const float *x, const float *W, const float *bias, float *y) {
+static int run_matmul(const char *gemm, int threads, const float *x, const float *W, const float *bias, float *y)
+{
     backend_opts o;
     backend_opts_default(&o);
     o.threads = threads;
@@ -163,7 +170,8 @@ static int run_matmul(const char *gemm, int threads, const float *x, const float
 
 /* One and two threads (opts.threads) give the same products bit for bit on
  * each packed kernel this CPU runs. */
-static void threads_bit_identical(void) {
+static void threads_bit_identical(void)
+{
     static float x[MB * MK], W[MN * MK], bias[MN], y1[MB * MN], y2[MB * MN];
     unsigned s = 12345;
     for (size_t i = 0; i < MB * MK; i++) x[i] = (float)((s = s * 1103515245u + 12345u) >> 8) / (float)(1u << 24) - 0.5f;
@@ -188,7 +196,8 @@ static void threads_bit_identical(void) {
 /* backend_supports / backend_op_name / backend_require: the CPU backend has
  * every kind op (its table is made from BACKEND_KIND_OPS); a backend without
  * some is refused by name, naming only the ops it lacks. */
-static void op_capabilities(void) {
+static void op_capabilities(void)
+{
     char err[512];
     backend *be = NULL;
     CHECK(backend_cpu_new(NULL, &be, err, sizeof err) == 0, "cpu backend: %s", err);
@@ -218,7 +227,8 @@ static void op_capabilities(void) {
     backend_free(be);
 }
 
-int main(void) {
+int main(void)
+{
     RUN(env_unset_is_default);
     RUN(env_values_read);
     RUN(env_garbage_refused);

@@ -18,7 +18,8 @@
 static char tmpdir[256], lind[512], mdir[300];
 
 /* Run a shell command, capture stdout+stderr into out; returns exit status. */
-static int run(char *out, size_t outlen, const char *fmt, ...) {
+static int run(char *out, size_t outlen, const char *fmt, ...)
+{
     char cmd[2048];
     va_list ap;
     va_start(ap, fmt);
@@ -34,7 +35,8 @@ static int run(char *out, size_t outlen, const char *fmt, ...) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-static void info_reports_model(void) {
+static void info_reports_model(void)
+{
     char out[4096];
     int rc = run(out, sizeof out, "%s info --model %s --backend cpu", lind, mdir);
     CHECK(rc == 0, "exit %d: %s", rc, out);
@@ -80,7 +82,8 @@ static void info_reports_model(void) {
 
 /* `lind logits` writes exactly the logits model_step gives after each
  * token of the file, whatever --chunk. */
-static void logits_match_api(void) {
+static void logits_match_api(void)
+{
     enum { T = 50, V = 256 };
     char tpath[400], opath[400], out[4096];
     snprintf(tpath, sizeof tpath, "%s/tokens.i32", tmpdir);
@@ -128,7 +131,8 @@ static void logits_match_api(void) {
 }
 
 /* Greedy generation through the CLI equals the API's greedy continuation. */
-static void generate_matches_api(void) {
+static void generate_matches_api(void)
+{
     char out[4096];
     int rc = run(out, sizeof out, "%s generate --model %s --prompt 'abc' -n 40 --temperature 0", lind, mdir);
     CHECK(rc == 0, "exit %d: %s", rc, out);
@@ -164,7 +168,8 @@ static void generate_matches_api(void) {
 }
 
 /* bits/byte of `path` after generating n tokens with seed s (n = 0: none). */
-static double api_bpb(const char *path, long n, uint64_t seed) {
+static double api_bpb(const char *path, long n, uint64_t seed)
+{
     model *m = NULL;
     char err[256];
     if (model_load(mdir, "cpu", &m, err, sizeof err) < 0) return -1;
@@ -200,7 +205,8 @@ static double api_bpb(const char *path, long n, uint64_t seed) {
     return bits / (double)len;
 }
 
-static void score_matches_api(void) {
+static void score_matches_api(void)
+{
     char path[400], out[4096];
     snprintf(path, sizeof path, "%s/text.txt", tmpdir);
     FILE *f = fopen(path, "w");
@@ -234,7 +240,8 @@ static void score_matches_api(void) {
 
 /* bits/byte of a file scored in pieces of seg-1 tokens, each after a reset
  * and BOS, through the C API one token at a time. */
-static double api_bpb_segments(const char *path, size_t seg) {
+static double api_bpb_segments(const char *path, size_t seg)
+{
     model *m = NULL;
     char err[256];
     if (model_load(mdir, "cpu", &m, err, sizeof err) < 0) return -1;
@@ -266,7 +273,8 @@ static double api_bpb_segments(const char *path, size_t seg) {
 
 /* --segment S scores the text in fresh sessions of S tokens (BOS + S-1),
  * whatever the chunk; a segment longer than the text is plain scoring. */
-static void score_segments(void) {
+static void score_segments(void)
+{
     char path[400], out[4096], out2[4096];
     snprintf(path, sizeof path, "%s/text.txt", tmpdir);
     int rc = run(out, sizeof out, "%s score --model %s --segment 100 %s", lind, mdir, path);
@@ -289,7 +297,8 @@ static void score_segments(void) {
     CHECK(rc == 2 && strstr(out, "bad value"), "--segment 1: exit %d: %s", rc, out);
 }
 
-static void errors_are_reported(void) {
+static void errors_are_reported(void)
+{
     char out[4096];
     int rc = run(out, sizeof out, "%s score %s/text.txt", lind, tmpdir);
     CHECK(rc == 2 && strstr(out, "--model DIR is required"), "missing --model: exit %d: %s", rc, out);
@@ -312,7 +321,8 @@ static void errors_are_reported(void) {
  * a 2-thread pool, a garbage value stops the command naming it (it used to
  * become 1 thread silently), and `lind serve` refuses it before starting
  * anything and passes LIND_CUDA_WEIGHTS to the compute thread's backend. */
-static void backend_env_reaches_backend(void) {
+static void backend_env_reaches_backend(void)
+{
     char out[4096];
     int rc = run(out, sizeof out, "LIND_CPU_THREADS=2 %s info --model %s --backend cpu", lind, mdir);
     CHECK(rc == 0 && strstr(out, ", 2 threads,"), "LIND_CPU_THREADS=2: exit %d: %s", rc, out);
@@ -340,7 +350,8 @@ static void backend_env_reaches_backend(void) {
  * LIND_CPU_THREADS, which stays the fallback; out-of-range values are
  * refused naming the option; `lind serve --help` and each command's help
  * list it. */
-static void threads_option(void) {
+static void threads_option(void)
+{
     static char out[65536];   /* serve --help is past 8 KiB */
     int rc = run(out, sizeof out, "LIND_CPU_THREADS=1 %s info --model %s --backend cpu --threads 2", lind, mdir);
     CHECK(rc == 0 && strstr(out, ", 2 threads,"), "info --threads 2 over LIND_CPU_THREADS=1: exit %d: %s", rc, out);
@@ -362,7 +373,8 @@ static void threads_option(void) {
     }
 }
 
-int main(void) {
+int main(void)
+{
     const char *b = getenv("LIND_BUILD");
     snprintf(lind, sizeof lind, "%s/lind", b && *b ? b : "build");
     snprintf(tmpdir, sizeof tmpdir, "/tmp/lind_cli.XXXXXX");

@@ -55,7 +55,8 @@ typedef struct mspec {
  * conv_size left to its default of 4 when `no_conv0`), and the weights'
  * distributions beyond the defaults: projections to q, k, v, β and α at
  * 2/√d; α = e^{−A·softplus(x + bias)} spanning about 0.3 … 0.99. */
-static rm_spec spec_of(const mspec *m, int no_conv0) {
+static rm_spec spec_of(const mspec *m, int no_conv0)
+{
     rm_spec s;
     memset(&s, 0, sizeof s);
     s.vocab_size = V;
@@ -71,7 +72,8 @@ static rm_spec spec_of(const mspec *m, int no_conv0) {
     return s;
 }
 
-static void dist(void *ctx, const rm_tensor *t, rm_dist *d) {
+static void dist(void *ctx, const rm_tensor *t, rm_dist *d)
+{
     (void)ctx;
     if (t->part != RM_MIXER) return;
     if (t->rel[0] == 'w' && strchr("qkvba", t->rel[1]) && !t->rel[2]) d->a *= 2;
@@ -84,7 +86,8 @@ static void dist(void *ctx, const rm_tensor *t, rm_dist *d) {
  * NULL) replaces layer 0's conv_size text, for broken configs; `skip` names
  * a tensor to leave out; `alog` (if nonzero) is layer 0's a_log[0]. */
 static int write_model(const char *dir, const mspec *m, uint64_t seed, const char *skip, float alog,
-                       const char *cfg_extra) {
+                       const char *cfg_extra)
+{
     rm_spec s = spec_of(m, cfg_extra != NULL);
     rm_opts o = {.dist = dist, .skip = skip, .extra0 = cfg_extra, .poison = alog != 0 ? "layers.0.mixer.a_log" : NULL,
                  .poison_val = alog};
@@ -100,7 +103,8 @@ typedef rm_ref ref;
 
 /* Causal depthwise conv then SiLU, in place over [T × n]: the explicit sum
  * over positions t−K+1 … t (zero before the start). */
-static void conv_silu(double *x, int n, const double *w, int K) {
+static void conv_silu(double *x, int n, const double *w, int K)
+{
     double *y = malloc((size_t)T * n * sizeof *y);
     for (int t = 0; t < T; t++)
         for (int c = 0; c < n; c++) {
@@ -116,7 +120,8 @@ static void conv_silu(double *x, int n, const double *w, int K) {
 }
 
 /* The delta mixer of layer l over h [T × d]: o [T × hd] (before Wo). */
-static int ref_delta(ref *r, int l, const double *h, double *o) {
+static int ref_delta(ref *r, int l, const double *h, double *o)
+{
     const lspec *ls = &MS(r)->L[l];
     int d = MS(r)->d, H = ls->H, dh = ls->dh, hd = H * dh, K = ls->K;
     double *q = malloc(sizeof(double) * T * hd), *k = malloc(sizeof(double) * T * hd), *v = malloc(sizeof(double) * T * hd);
@@ -190,7 +195,8 @@ static int ref_delta(ref *r, int l, const double *h, double *o) {
 static double phi(double x) { return x > 0 ? x + 1 : exp(x); }
 
 /* The linear mixer (elu+1, no decay, no shift) of layer l, quadratic form. */
-static int ref_linear(ref *r, int l, const double *h, double *o) {
+static int ref_linear(ref *r, int l, const double *h, double *o)
+{
     const lspec *ls = &MS(r)->L[l];
     int d = MS(r)->d, H = ls->H, dh = ls->dh, hd = H * dh;
     double *q = malloc(sizeof(double) * T * hd), *k = malloc(sizeof(double) * T * hd), *v = malloc(sizeof(double) * T * hd);
@@ -219,7 +225,8 @@ static const rm_mixer_ref kinds[] = {{"delta", ref_delta}, {"linear", ref_linear
 
 /* ---- helpers ---------------------------------------------------------------- */
 
-static model *load_model(const char *name, const mspec *ms, uint64_t seed, const char *backend) {
+static model *load_model(const char *name, const mspec *ms, uint64_t seed, const char *backend)
+{
     char dir[512], err[512] = "";
     snprintf(dir, sizeof dir, "%s/%s", tmpdir, name);
     int rc = write_model(dir, ms, seed, NULL, 0, NULL);
@@ -235,7 +242,8 @@ static const mspec two_layer = {32, 64, 2, {{"delta", 2, 16, 4}, {"linear", 4, 8
 
 /* ---- cases -------------------------------------------------------------- */
 
-static void parallel_case(const char *name, const mspec *ms, uint64_t seed) {
+static void parallel_case(const char *name, const mspec *ms, uint64_t seed)
+{
     model *m = load_model(name, ms, seed, "cpu");
     if (!m) return;
     char dir[600];
@@ -253,13 +261,15 @@ static void parallel_case(const char *name, const mspec *ms, uint64_t seed) {
 
 static void parallel_delta_linear(void) { parallel_case("delta_linear", &two_layer, 11); }
 
-static void parallel_delta_k2(void) {
+static void parallel_delta_k2(void)
+{
     static const mspec ms = {24, 48, 2, {{"delta", 4, 8, 2}, {"delta", 1, 24, 3}}};
     parallel_case("delta_k2", &ms, 12);
 }
 
 /* Chunked prefill equals one-token steps, bit for bit (tests/kindcheck.h). */
-static void prefill_bitwise(void) {
+static void prefill_bitwise(void)
+{
     model *m = load_model("prefill", &two_layer, 13, "cpu");
     if (!m) return;
     kc_prefill_bitwise(m, V);
@@ -267,7 +277,8 @@ static void prefill_bitwise(void) {
 }
 
 /* A batch equals its sessions stepped alone, bit for bit (tests/kindcheck.h). */
-static void batched_equals_unbatched(void) {
+static void batched_equals_unbatched(void)
+{
     model *m = load_model("batch", &two_layer, 14, "cpu");
     if (!m) return;
     kc_batched_equals_unbatched(m, V);
@@ -276,7 +287,8 @@ static void batched_equals_unbatched(void) {
 
 /* A model big enough that the CPU backend splits the delta op by (run, head)
  * and the convolution by runs across threads: 1 and 3 threads agree. */
-static void threads_equal_single(void) {
+static void threads_equal_single(void)
+{
     static const mspec big = {256, 256, 1, {{"delta", 8, 32, 4}}};
     char dir[512];
     snprintf(dir, sizeof dir, "%s/threads", tmpdir);
@@ -284,7 +296,8 @@ static void threads_equal_single(void) {
     kc_threads_agree(dir, V, 12);
 }
 
-static const model_state_region *find_region(const model_state_region *r, int n, int layer, const char *name) {
+static const model_state_region *find_region(const model_state_region *r, int n, int layer, const char *name)
+{
     for (int i = 0; i < n; i++)
         if (r[i].layer == layer && !strcmp(r[i].name, name)) return &r[i];
     return NULL;
@@ -292,7 +305,8 @@ static const model_state_region *find_region(const model_state_region *r, int n,
 
 /* The typed regions, and the state blob through slot_read/write and the
  * state format: the int32 ring index is an integer that no float check sees. */
-static void state_roundtrip(void) {
+static void state_roundtrip(void)
+{
     model *m = load_model("state", &two_layer, 16, "cpu");
     if (!m) return;
     model_state_region reg[16];
@@ -391,7 +405,8 @@ static void state_roundtrip(void) {
 
 /* Matrix weights held as bf16 (kind_matrix3 / kind_matrix half paths): the
  * model loads and tracks the fp32 one to bf16's precision. */
-static void bf16_weights(void) {
+static void bf16_weights(void)
+{
     char dir[512], err[512] = "";
     snprintf(dir, sizeof dir, "%s/bf16", tmpdir);
     CHECK(write_model(dir, &two_layer, 19, NULL, 0, NULL) == 0, "write_model");
@@ -425,7 +440,8 @@ static void bf16_weights(void) {
 }
 
 /* Bad configs and tensors are refused with messages naming what is wrong. */
-static void bad_input_refused(void) {
+static void bad_input_refused(void)
+{
     char dir[512], err[512];
     model *m = NULL;
     struct { const char *cfg, *skip; float alog; const char *want; } cases[] = {
@@ -456,7 +472,8 @@ static void bad_input_refused(void) {
  * 2e-6 relative to each region's largest value (achieved 4.0e-7): the states integrate fp32 activations, which
  * differ by rounding (the harness's layer norm sums in double, the CPU's in
  * float); the ops alone agree to 1e-12 (tests/test_cuda_harness.c). */
-static void harness_matches_cpu(void) {
+static void harness_matches_cpu(void)
+{
     backend *be = NULL;
     char err[512] = "", dir[512];
     CHECK(backend_new("harness", NULL, &be, err, sizeof err) == 0, "harness backend: %s", err);
@@ -469,7 +486,8 @@ static void harness_matches_cpu(void) {
     kc_harness_vs_cpu("harness", dir, V, 4e-6, 2e-6);
 }
 
-int main(void) {
+int main(void)
+{
     snprintf(tmpdir, sizeof tmpdir, "/tmp/lind_delta.XXXXXX");
     if (!mkdtemp(tmpdir)) {
         printf("FAIL setup: mkdtemp\n");

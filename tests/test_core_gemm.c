@@ -23,13 +23,15 @@
 
 static cpu_gemm_isa ISA;   /* the kernel under test */
 
-static float *packed_new(cpu_gemm_isa isa, const float *W, int N, int K) {
+static float *packed_new(cpu_gemm_isa isa, const float *W, int N, int K)
+{
     float *Wp = aligned_alloc(64, ((cpu_gemm_packed_floats(isa, N, K) * sizeof(float) + 63) / 64) * 64);
     cpu_gemm_pack(isa, W, N, K, Wp);
     return Wp;
 }
 
-static float frand(unsigned *s) {
+static float frand(unsigned *s)
+{
     *s = *s * 1103515245u + 12345u;
     return (float)((*s >> 8) & 0xFFFF) / 32768.0f - 1.0f;
 }
@@ -37,7 +39,8 @@ static float frand(unsigned *s) {
 /* One product y = (acc ? y0 : 0) + bias + x·Wᵀ through cpu_gemm_run over all
  * panels, checked element by element; the padding columns of y (ldy > N)
  * must keep their sentinel. Returns the worst relative error. */
-static double run_case(int B, int N, int K, int ldx, int ldy, int with_bias, int acc, unsigned seed) {
+static double run_case(int B, int N, int K, int ldx, int ldy, int with_bias, int acc, unsigned seed)
+{
     float *x = malloc(sizeof(float) * (size_t)B * ldx), *W = malloc(sizeof(float) * (size_t)N * K);
     float *bias = malloc(sizeof(float) * (size_t)N), *y = malloc(sizeof(float) * (size_t)B * ldy);
     float *y0 = malloc(sizeof(float) * (size_t)B * ldy);
@@ -69,7 +72,8 @@ static double run_case(int B, int N, int K, int ldx, int ldy, int with_bias, int
 
 /* Every row-block size 1…12 and the splits of bigger batches, N on and off
  * the 32-column panel edge, K from 1 up. */
-static void test_shapes(void) {
+static void test_shapes(void)
+{
     static const int Bs[] = {1, 2, 3, 5, 7, 11, 12, 13, 24, 25, 32, 37, 64, 100};
     static const int Ns[] = {1, 15, 16, 17, 31, 32, 33, 48, 64, 96, 192};
     static const int Ks[] = {1, 3, 16, 33, 192};
@@ -89,14 +93,16 @@ static void test_shapes(void) {
 
 /* Row strides wider than the product (q, k, v as column blocks of one
  * buffer) and y padding that must stay untouched. */
-static void test_strides(void) {
+static void test_strides(void)
+{
     CHECK(run_case(9, 40, 50, 77, 53, 1, 1, 3) < 1e-5, "strided, bias, accumulate");
     CHECK(run_case(33, 64, 192, 576, 200, 0, 0, 4) < 1e-5, "strided, plain");
 }
 
 /* Splitting panels between callers (the backend's threads) covers each
  * column exactly once, with the same values as one call. */
-static void test_panel_ranges(void) {
+static void test_panel_ranges(void)
+{
     int B = 20, N = 100, K = 40, P = cpu_gemm_panels(ISA, N);
     unsigned seed = 11;
     float *x = malloc(sizeof(float) * B * K), *W = malloc(sizeof(float) * N * K);
@@ -116,7 +122,8 @@ static void test_panel_ranges(void) {
 /* A session's logits must not depend on who shares its step: row b of a
  * batch is bit-identical to the same row computed alone (every element is
  * one FMA chain over k in order, whatever the row block). */
-static void test_batch_invariance(void) {
+static void test_batch_invariance(void)
+{
     int N = 300, K = 192, B = 37;   /* B = 1 runs the single-row kernel on groups of panels */
     unsigned seed = 5;
     float *x = malloc(sizeof(float) * B * K), *W = malloc(sizeof(float) * N * K), *bias = malloc(sizeof(float) * N);
@@ -134,7 +141,8 @@ static void test_batch_invariance(void) {
 }
 
 /* The activation a matmul flag asks for, as the reference applies it. */
-static double act_ref(int flags, double s) {
+static double act_ref(int flags, double s)
+{
     if (flags & BACKEND_MM_GELU) return lind_gelu_erf((float)s);
     if (flags & BACKEND_MM_RELU2) return s > 0 ? s * s : 0;
     if (flags & BACKEND_MM_SIGMOID) return 1.0 / (1.0 + exp(-s));
@@ -145,7 +153,8 @@ static double act_ref(int flags, double s) {
  * SIGMOID) equals the product followed by the activation, on the path
  * opts.cpu_gemm selects; flag combinations the contract refuses are
  * refused. */
-static void backend_flags_case(const char *gemm) {
+static void backend_flags_case(const char *gemm)
+{
     enum { B = 19, N = 150, K = 64 };
     backend_opts bo;
     backend_opts_default(&bo);
@@ -206,12 +215,14 @@ static void backend_flags_case(const char *gemm) {
 /* ---- half-precision weights ---------------------------------------------- */
 
 /* Independent references for the two 16-bit formats. */
-static float ref_f16(uint16_t h) {
+static float ref_f16(uint16_t h)
+{
     int e = (h >> 10) & 31, m = h & 1023;
     float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(1024 + m), e - 25);
     return (h & 0x8000) ? -v : v;
 }
-static float ref_bf16(uint16_t h) {
+static float ref_bf16(uint16_t h)
+{
     uint32_t u = (uint32_t)h << 16;
     float f;
     memcpy(&f, &u, sizeof f);
@@ -221,21 +232,24 @@ static float ref_half(cpu_gemm_wtype wt, uint16_t h) { return wt == CPU_GEMM_F16
 
 /* Random finite half bits of moderate size, with subnormals and zeros
  * (exponent 0) now and then. */
-static uint16_t hrand(cpu_gemm_wtype wt, unsigned *s) {
+static uint16_t hrand(cpu_gemm_wtype wt, unsigned *s)
+{
     *s = *s * 1103515245u + 12345u;
     unsigned r = *s >> 4, e = (r >> 16) % 12;
     if (wt == CPU_GEMM_F16) return (uint16_t)((r & 0x83FF) | (e ? (e + 6) << 10 : 0));       /* 2^-8 … 2^2 */
     return (uint16_t)((r & 0x807F) | (e ? (e + 118) << 7 : 0));                             /* 2^-8 … 2^2 */
 }
 
-static uint16_t *half_packed_new(cpu_gemm_isa isa, const uint16_t *W, int N, int K) {
+static uint16_t *half_packed_new(cpu_gemm_isa isa, const uint16_t *W, int N, int K)
+{
     uint16_t *Wp = aligned_alloc(64, ((cpu_gemm_packed_floats(isa, N, K) * sizeof(uint16_t) + 63) / 64) * 64);
     cpu_gemm_pack_half(isa, W, N, K, Wp);
     return Wp;
 }
 
 /* Every half pattern widens to its exact value. */
-static void test_widen(void) {
+static void test_widen(void)
+{
     static uint16_t h[65536];
     static float f[65536];
     for (int i = 0; i < 65536; i++) h[i] = (uint16_t)i;
@@ -256,7 +270,8 @@ static void test_widen(void) {
 /* One product with half weights against the fp32 kernel on the widened
  * weights: equal bit for bit. Returns 1 when equal. */
 static int half_case(cpu_gemm_wtype wt, int B, int N, int K, int ldx, int ldy, int with_bias, int flags, int p0,
-                     int p1, unsigned seed) {
+                     int p1, unsigned seed)
+{
     float *x = malloc(sizeof(float) * (size_t)B * ldx), *Wf = malloc(sizeof(float) * (size_t)N * K);
     uint16_t *Wh = malloc(sizeof(uint16_t) * (size_t)N * K);
     float *bias = malloc(sizeof(float) * (size_t)N), *yf = malloc(sizeof(float) * (size_t)B * ldy);
@@ -280,7 +295,8 @@ static int half_case(cpu_gemm_wtype wt, int B, int N, int K, int ldx, int ldy, i
 /* Both formats, every row-block size and bigger batches, B = 1 on groups of
  * panels and single panels, N on and off the panel edge, strides, bias,
  * every flag, panel ranges starting off a group boundary. */
-static void test_half_exact(void) {
+static void test_half_exact(void)
+{
     static const int Bs[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 24, 25, 37, 64};
     static const int Ns[] = {1, 17, 32, 33, 100, 200};
     static const int Ks[] = {1, 7, 64};
@@ -307,7 +323,8 @@ static void test_half_exact(void) {
 /* The same through the backend: weight_new_half against weight_new of the
  * widened weights, equal bit for bit, for each flag, at B = 1 and 19, on the
  * path opts.cpu_gemm selects (the OpenBLAS path widens at load). */
-static void backend_half_case(const char *gemm) {
+static void backend_half_case(const char *gemm)
+{
     enum { BM = 40, N = 150, K = 64 };   /* B = 40: half panels widened once per panel */
     backend_opts bo;
     backend_opts_default(&bo);
@@ -361,7 +378,8 @@ static void backend_half_case(const char *gemm) {
 
 /* The AVX2 and AVX-512 kernels compute every element as the same FMA chain:
  * equal bit for bit, with bias and accumulate, on an odd shape. */
-static void test_isas_agree(void) {
+static void test_isas_agree(void)
+{
     enum { B = 29, N = 75, K = 131 };
     unsigned seed = 21;
     float x[B * K], W[N * K], bias[N], y1[B * N], y2[B * N];
@@ -403,7 +421,8 @@ static void test_isas_agree(void) {
 
 #include "kernels/half.h"
 
-static uint16_t *dot_packed_new(const uint16_t *W, int N, int K) {
+static uint16_t *dot_packed_new(const uint16_t *W, int N, int K)
+{
     uint16_t *Wp = aligned_alloc(64, ((cpu_gemm_dot_packed_elems(N, K) * sizeof(uint16_t) + 63) / 64) * 64);
     cpu_gemm_pack_dot(W, N, K, Wp);
     return Wp;
@@ -412,7 +431,8 @@ static uint16_t *dot_packed_new(const uint16_t *W, int N, int K) {
 /* Activations rounded as the scalar reference rounds (nearest even) for
  * normal numbers, zero for fp32 subnormals (the instruction flushes them),
  * and the row padded with zeros up to its stride. */
-static void test_dot_round(void) {
+static void test_dot_round(void)
+{
     enum { B = 3, K = 77 };
     int ld = cpu_gemm_dot_ld(K);
     CHECK(ld >= K + 1 && ld % 32 == 0, "ld %d for K %d", ld, K);
@@ -442,7 +462,8 @@ static void test_dot_round(void) {
  * same bf16 values (the products are exact in fp32; only the fp32 sums
  * round), for row blocks, panel tails, odd K (a padded last pair), strides,
  * flags; columns beyond N untouched. Returns the worst relative error. */
-static double dot_case(int B, int N, int K, int ldx, int ldy, int with_bias, int flags, unsigned seed) {
+static double dot_case(int B, int N, int K, int ldx, int ldy, int with_bias, int flags, unsigned seed)
+{
     int ld = cpu_gemm_dot_ld(K);
     float *x = malloc(sizeof(float) * (size_t)B * ldx), *bias = malloc(sizeof(float) * N);
     float *y = malloc(sizeof(float) * (size_t)B * ldy), *y0 = malloc(sizeof(float) * (size_t)B * ldy);
@@ -486,7 +507,8 @@ static double dot_case(int B, int N, int K, int ldx, int ldy, int with_bias, int
     return worst;
 }
 
-static void test_dot_shapes(void) {
+static void test_dot_shapes(void)
+{
     static const int Bs[] = {1, 2, 5, 11, 12, 13, 25, 37, 64};
     static const int Ns[] = {1, 17, 32, 33, 100, 160, 200};
     static const int Ks[] = {1, 2, 7, 64, 193};
@@ -508,7 +530,8 @@ static void test_dot_shapes(void) {
 /* Batch invariance, the property prefill relies on: row b of any batch is
  * bit for bit the row alone (the single-row kernel), whatever the panel
  * range a thread is given. */
-static void test_dot_batch_invariance(void) {
+static void test_dot_batch_invariance(void)
+{
     int N = 300, K = 193, ld = cpu_gemm_dot_ld(K), P = cpu_gemm_panels(CPU_GEMM_AVX512, N);
     static const int Bs[] = {2, 7, 12, 13, 37, 64};
     unsigned seed = 55;
@@ -537,7 +560,8 @@ static void test_dot_batch_invariance(void) {
 /* Through the backend: set_compute(BF16) makes bf16 weights run the dot
  * kernel (equal to cpu_gemm_run_dot on the same rounding, every flag, B = 1
  * and 40), leaves fp16 weights exact, and is refused on the AVX2 kernel. */
-static void test_backend_dot(void) {
+static void test_backend_dot(void)
+{
     enum { BM = 40, N = 150, K = 65 };
     backend *be;
     char err[256];
@@ -594,7 +618,8 @@ static void test_backend_half_openblas(void) { backend_half_case("openblas"); }
 
 /* An unknown kernel name, or one this CPU cannot run, is refused by name —
  * given as the option, or read from LIND_CPU_GEMM by an entry point. */
-static void test_backend_bad_gemm_env(void) {
+static void test_backend_bad_gemm_env(void)
+{
     backend *be;
     char err[256] = "";
     backend_opts bo;
@@ -617,7 +642,8 @@ static void test_backend_bad_gemm_env(void) {
 }
 
 /* Every case for one kernel, named after it. */
-static void run_isa(cpu_gemm_isa isa) {
+static void run_isa(cpu_gemm_isa isa)
+{
     static const struct { const char *name; void (*fn)(void); } cases[] = {
         {"shapes", test_shapes}, {"strides", test_strides}, {"panel_ranges", test_panel_ranges},
         {"batch_invariance", test_batch_invariance}, {"half_exact", test_half_exact},
@@ -632,7 +658,8 @@ static void run_isa(cpu_gemm_isa isa) {
     }
 }
 
-int main(void) {
+int main(void)
+{
     RUN(test_widen);
     RUN(test_backend_flags_openblas);
     RUN(test_backend_half_openblas);

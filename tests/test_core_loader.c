@@ -17,7 +17,8 @@ static char tmpdir[256];
 static int ncase;
 
 /* A valid model directory; returns its path in a static buffer. */
-static const char *valid_model(const char *mixers, const char *variant, char *dir, size_t n) {
+static const char *valid_model(const char *mixers, const char *variant, char *dir, size_t n)
+{
     snprintf(dir, n, "%s/m%d", tmpdir, ncase++);
     testmodel_cfg c = testmodel_config(16, 2, 2, 8, 32, mixers, 1, variant);
     testmodel_opts o = {0.9f, 1};
@@ -32,7 +33,8 @@ typedef struct tlist {
     int n;
 } tlist;
 
-static int tlist_read(const char *dir, tlist *L) {
+static int tlist_read(const char *dir, tlist *L)
+{
     char path[600], err[256];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     st_file st;
@@ -55,24 +57,28 @@ static int tlist_read(const char *dir, tlist *L) {
     return 0;
 }
 
-static int tlist_write(const char *dir, tlist *L) {
+static int tlist_write(const char *dir, tlist *L)
+{
     char path[600];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     return testmodel_st_write(path, L->t, L->n);
 }
 
-static void tlist_free(tlist *L) {
+static void tlist_free(tlist *L)
+{
     for (int i = 0; i < L->n; i++) free(L->mem[i]);
     L->n = 0;
 }
 
-static testmodel_tensor *tfind(tlist *L, const char *name) {
+static testmodel_tensor *tfind(tlist *L, const char *name)
+{
     for (int i = 0; i < L->n; i++)
         if (!strcmp(L->t[i].name, name)) return &L->t[i];
     return NULL;
 }
 
-static void tremove(tlist *L, const char *name) {
+static void tremove(tlist *L, const char *name)
+{
     for (int i = 0; i < L->n; i++)
         if (!strcmp(L->t[i].name, name)) {
             free(L->mem[i]);

@@ -56,7 +56,8 @@ typedef struct mspec {
  * weights' distributions beyond the defaults (projections to q, k, v, g at
  * twice 1/√d; RetNet's γ in [0.8, 0.995]; ω and the Linformer projections
  * at fixed scales). */
-static rm_spec spec_of(const mspec *m) {
+static rm_spec spec_of(const mspec *m)
+{
     rm_spec s;
     memset(&s, 0, sizeof s);
     s.vocab_size = V;
@@ -75,7 +76,8 @@ static rm_spec spec_of(const mspec *m) {
     return s;
 }
 
-static void dist(void *ctx, const rm_tensor *t, rm_dist *d) {
+static void dist(void *ctx, const rm_tensor *t, rm_dist *d)
+{
     (void)ctx;
     if (t->part != RM_MIXER) return;
     if (!strcmp(t->rel, "wq") || !strcmp(t->rel, "wk") || !strcmp(t->rel, "wv") || !strcmp(t->rel, "wg")) d->a *= 2;
@@ -86,7 +88,8 @@ static void dist(void *ctx, const rm_tensor *t, rm_dist *d) {
 
 /* config.json + model.safetensors with random weights; `bad` (may be NULL)
  * names a tensor of layer 0's mixer whose first value is set to `badval`. */
-static int write_model(const char *dir, const mspec *m, uint64_t seed, const char *bad, float badval) {
+static int write_model(const char *dir, const mspec *m, uint64_t seed, const char *bad, float badval)
+{
     char poison[96];
     if (bad) snprintf(poison, sizeof poison, "layers.0.mixer.%s", bad);
     rm_spec s = spec_of(m);
@@ -103,14 +106,16 @@ typedef rm_ref ref;
 #define MS(r) ((const mspec *)(r)->user)
 
 /* q, k, v (and more) of layer l: [T × hd] each, caller frees. */
-static double *proj(ref *r, const char *name, int l, const double *h, int hd) {
+static double *proj(ref *r, const char *name, int l, const double *h, int hd)
+{
     double *w = kc_tensor(&r->st, name, l), *y = malloc(sizeof(double) * T * hd);
     kc_lin(h, T, MS(r)->d, w, NULL, hd, y);
     free(w);
     return y;
 }
 
-static int ref_retnet(ref *r, int l, const double *h, double *o) {
+static int ref_retnet(ref *r, int l, const double *h, double *o)
+{
     const lspec *ls = &MS(r)->L[l];
     int H = ls->H, dh = ls->dh, hd = H * dh;
     double *q = proj(r, "layers.%d.mixer.wq", l, h, hd), *k = proj(r, "layers.%d.mixer.wk", l, h, hd);
@@ -139,7 +144,8 @@ static int ref_retnet(ref *r, int l, const double *h, double *o) {
 }
 
 /* φ(x) for one head, literally: exp(ωᵀx̂ − ‖x̂‖²/2)/√m. */
-static void favor(const double *x, const double *om, int dh, int m, double *phi) {
+static void favor(const double *x, const double *om, int dh, int m, double *phi)
+{
     double s = pow((double)dh, -0.25), n2 = 0;
     for (int i = 0; i < dh; i++) n2 += x[i] * s * x[i] * s;
     for (int f = 0; f < m; f++) {
@@ -149,7 +155,8 @@ static void favor(const double *x, const double *om, int dh, int m, double *phi)
     }
 }
 
-static int ref_performer(ref *r, int l, const double *h, double *o) {
+static int ref_performer(ref *r, int l, const double *h, double *o)
+{
     const lspec *ls = &MS(r)->L[l];
     int H = ls->H, dh = ls->dh, hd = H * dh, m = ls->m;
     double *q = proj(r, "layers.%d.mixer.wq", l, h, hd), *k = proj(r, "layers.%d.mixer.wk", l, h, hd);
@@ -176,7 +183,8 @@ static int ref_performer(ref *r, int l, const double *h, double *o) {
 }
 
 /* cosFormer, quadratic: the weight w(t − j) taken literally. */
-static int ref_cosformer(ref *r, int l, const double *h, double *o) {
+static int ref_cosformer(ref *r, int l, const double *h, double *o)
+{
     const lspec *ls = &MS(r)->L[l];
     int H = ls->H, dh = ls->dh, hd = H * dh, M = ls->m, periodic = !strcmp(ls->mode, "periodic");
     double *q = proj(r, "layers.%d.mixer.wq", l, h, hd), *k = proj(r, "layers.%d.mixer.wk", l, h, hd);
@@ -201,7 +209,8 @@ static int ref_cosformer(ref *r, int l, const double *h, double *o) {
 
 /* Causal Linformer through the masked attention matrix: s_t = Σ_{j≤t}
  * (q_t·k_j/√dh) E[j] (never forming K̄), V̄_t = Σ_{j≤t} F[j] v_jᵀ. */
-static int ref_linformer(ref *r, int l, const double *h, double *o) {
+static int ref_linformer(ref *r, int l, const double *h, double *o)
+{
     const lspec *ls = &MS(r)->L[l];
     int H = ls->H, dh = ls->dh, hd = H * dh, kp = ls->m;
     double *q = proj(r, "layers.%d.mixer.wq", l, h, hd), *k = proj(r, "layers.%d.mixer.wk", l, h, hd);
@@ -239,7 +248,8 @@ static const rm_mixer_ref kinds[] = {
 
 /* ---- helpers ---------------------------------------------------------------- */
 
-static model *load_model(const char *name, const mspec *ms, uint64_t seed, const char *backend) {
+static model *load_model(const char *name, const mspec *ms, uint64_t seed, const char *backend)
+{
     char dir[512], err[512] = "";
     snprintf(dir, sizeof dir, "%s/%s", tmpdir, name);
     int rc = write_model(dir, ms, seed, NULL, 0);
@@ -261,7 +271,8 @@ static const mspec cos_periodic = {32, 64, 2, {{"cosformer", 2, 16, 50, "periodi
 
 /* ---- cases -------------------------------------------------------------- */
 
-static void parallel_case(const char *name, const mspec *ms, uint64_t seed) {
+static void parallel_case(const char *name, const mspec *ms, uint64_t seed)
+{
     model *m = load_model(name, ms, seed, "cpu");
     if (!m) return;
     char dir[600];
@@ -277,7 +288,8 @@ static void parallel_case(const char *name, const mspec *ms, uint64_t seed) {
 }
 
 /* Chunked prefill equals one-token steps, bit for bit (tests/kindcheck.h). */
-static void prefill_case(const char *name, const mspec *ms, uint64_t seed) {
+static void prefill_case(const char *name, const mspec *ms, uint64_t seed)
+{
     model *m = load_model(name, ms, seed, "cpu");
     if (!m) return;
     kc_prefill_bitwise(m, V);
@@ -285,7 +297,8 @@ static void prefill_case(const char *name, const mspec *ms, uint64_t seed) {
 }
 
 /* A batch equals its sessions stepped alone, bit for bit (tests/kindcheck.h). */
-static void batch_case(const char *name, const mspec *ms, uint64_t seed) {
+static void batch_case(const char *name, const mspec *ms, uint64_t seed)
+{
     model *m = load_model(name, ms, seed, "cpu");
     if (!m) return;
     kc_batched_equals_unbatched(m, V);
@@ -295,7 +308,8 @@ static void batch_case(const char *name, const mspec *ms, uint64_t seed) {
 /* The state blob through model_slot_read/write and state_encode/decode: the
  * copy continues identically; a NaN in the matrix state is refused naming it; a reset slot
  * is the empty history. */
-static void state_case(const char *name, const mspec *ms, uint64_t seed) {
+static void state_case(const char *name, const mspec *ms, uint64_t seed)
+{
     model *m = load_model(name, ms, seed, "cpu");
     if (!m) return;
     model_state_region reg[16];
@@ -370,7 +384,8 @@ static void state_case(const char *name, const mspec *ms, uint64_t seed) {
 }
 
 /* A bad tensor value is refused naming the tensor. */
-static void refuse_case(const char *name, const mspec *ms, const char *tensor, float val, const char *want) {
+static void refuse_case(const char *name, const mspec *ms, const char *tensor, float val, const char *want)
+{
     char dir[512], err[512] = "";
     snprintf(dir, sizeof dir, "%s/%s", tmpdir, name);
     CHECK(write_model(dir, ms, 3, tensor, val) == 0, "write_model");
@@ -383,14 +398,16 @@ static void refuse_case(const char *name, const mspec *ms, const char *tensor, f
 /* A model big enough that the CPU backend splits the op by (run, head) across
  * threads: 1 and 3 threads agree bit for bit (32 sessions, one-token steps
  * and runs of 3). */
-static void threads_case(const char *name, const mspec *ms, uint64_t seed) {
+static void threads_case(const char *name, const mspec *ms, uint64_t seed)
+{
     char dir[512];
     snprintf(dir, sizeof dir, "%s/%s", tmpdir, name);
     CHECK(write_model(dir, ms, seed, NULL, 0) == 0, "write_model");
     kc_threads_agree(dir, V, 8);
 }
 
-static void threads_all_kinds(void) {
+static void threads_all_kinds(void)
+{
     static const mspec ms[4] = {
         {128, 128, 1, {{"retnet", 4, 32, 0, NULL, 0}}},
         {128, 128, 1, {{"performer", 4, 32, 48, NULL, 0}}},
@@ -408,7 +425,8 @@ static void threads_all_kinds(void) {
  * performer's zero-padded Wv and Wo built from the half data): on weights
  * that are bf16-exact, the bf16-held model gives bit for bit the fp32
  * model's logits (the half GEMM equals the fp32 one on widened weights). */
-static void bf16_all_kinds(void) {
+static void bf16_all_kinds(void)
+{
     const mspec *ms[4] = {&retnet2, &performer2, &cos_periodic, &linformer2};
     round_bf16 = 1;
     for (int k = 0; k < 4; k++) {
@@ -440,7 +458,8 @@ static void bf16_all_kinds(void) {
 }
 
 /* Bad configuration values are refused naming the key. */
-static void bad_config_refused(void) {
+static void bad_config_refused(void)
+{
     static const struct { const mspec *ms; const char *extra, *want; } cases[] = {
         {&performer2, "\"n_features\": 8", "n_features"},
         {&cos_periodic, "\"cos_mode\": \"sliding\"", "cos_mode"},
@@ -466,7 +485,8 @@ static void bad_config_refused(void) {
 /* The CUDA backend's code under the host harness matches the CPU backend
  * (tests/kindcheck.h): logits within 1e-4 of the row's largest, final
  * states within 1e-5 of each region's largest value. */
-static void harness_case(const char *name, const mspec *ms, uint64_t seed) {
+static void harness_case(const char *name, const mspec *ms, uint64_t seed)
+{
     char dir[512];
     snprintf(dir, sizeof dir, "%s/%s", tmpdir, name);
     CHECK(write_model(dir, ms, seed, NULL, 0) == 0, "write_model");
@@ -495,7 +515,8 @@ static void cosformer_harness(void) { harness_case("cos_harness", &cos_periodic,
 
 /* The horizon form refuses to pass position M with -EOVERFLOW, leaving every
  * slot of the refused call as it was; the pos region counts tokens. */
-static void horizon_refused(const char *name, const mspec *ms) {
+static void horizon_refused(const char *name, const mspec *ms)
+{
     const char *bk[2] = {"cpu", "harness"};
     for (int k = 0; k < 2; k++) {
         char nm[64];
@@ -559,7 +580,8 @@ static void horizon_refused(const char *name, const mspec *ms) {
 /* The periodic form reads any position modulo 2M: a state whose position is
  * moved by a multiple of 2M (to 4·10^10 + t, or below zero) continues bit for
  * bit like the original, on the CPU backend and the harness. */
-static void cosformer_periodic_any_position(void) {
+static void cosformer_periodic_any_position(void)
+{
     static const mspec ms = {32, 64, 1, {{"cosformer", 2, 16, 20, "periodic", 0}}};
     const char *bk[2] = {"cpu", "harness"};
     for (int k = 0; k < 2; k++) {
@@ -605,13 +627,15 @@ static void cosformer_periodic_any_position(void) {
     }
 }
 
-static void cosformer_horizon_refused(void) {
+static void cosformer_horizon_refused(void)
+{
     static const mspec ms = {32, 64, 1, {{"cosformer", 2, 16, 20, "horizon", 0}}};
     horizon_refused("cos_ref", &ms);
 }
 
 /* Unbounded kinds and the periodic form report no maximum length. */
-static void max_tokens_unbounded(void) {
+static void max_tokens_unbounded(void)
+{
     const mspec *ms[3] = {&retnet2, &performer2, &cos_periodic};
     for (int i = 0; i < 3; i++) {
         char nm[32];
@@ -634,12 +658,14 @@ static void linformer_batch(void) { batch_case("linf_batch", &linformer2, 44); }
 static void linformer_state(void) { state_case("linf_state", &linformer2, 46); }
 static void linformer_refuse(void) { refuse_case("linf_bad", &linformer2, "proj_v", NAN, "layers.0.mixer.proj_v"); }
 static void linformer_harness(void) { harness_case("linf_harness", &linformer2, 48); }
-static void linformer_max_len_refused(void) {
+static void linformer_max_len_refused(void)
+{
     static const mspec ms = {32, 64, 1, {{"linformer", 2, 16, 8, NULL, 20}}};
     horizon_refused("linf_ref", &ms);
 }
 
-int main(void) {
+int main(void)
+{
     snprintf(tmpdir, sizeof tmpdir, "/tmp/lind_mixlin.XXXXXX");
     if (!mkdtemp(tmpdir)) {
         printf("FAIL setup: mkdtemp\n");

@@ -57,7 +57,8 @@ static int is_window(const lspec *l) { return !strcmp(l->mixer, "window"); }
  * weights' distributions beyond the defaults: scores of a few units (Wq, Wk
  * at 4/√d, Wv at 2/√d), so the softmax and e^{k} weights are far from
  * uniform; AFT's position biases and kernels of a few units. */
-static rm_spec spec_of(const mspec *m) {
+static rm_spec spec_of(const mspec *m)
+{
     rm_spec s;
     memset(&s, 0, sizeof s);
     s.vocab_size = V;
@@ -80,7 +81,8 @@ static rm_spec spec_of(const mspec *m) {
     return s;
 }
 
-static void dist(void *ctx, const rm_tensor *t, rm_dist *d) {
+static void dist(void *ctx, const rm_tensor *t, rm_dist *d)
+{
     (void)ctx;
     if (t->part != RM_MIXER) return;
     if (!strcmp(t->rel, "wq") || !strcmp(t->rel, "wk")) d->a *= 4;
@@ -92,7 +94,8 @@ static void dist(void *ctx, const rm_tensor *t, rm_dist *d) {
 
 /* config.json + model.safetensors with random weights; `cfg_extra` (may be
  * NULL) is added to layer 0's object; `skip` names a tensor to leave out. */
-static int write_model(const char *dir, const mspec *m, uint64_t seed, const char *skip, const char *cfg_extra) {
+static int write_model(const char *dir, const mspec *m, uint64_t seed, const char *skip, const char *cfg_extra)
+{
     rm_spec s = spec_of(m);
     rm_opts o = {.dist = dist, .skip = skip, .extra0 = cfg_extra};
     return rm_write(dir, &s, seed, &o);
@@ -107,7 +110,8 @@ typedef rm_ref ref;
 
 /* RoPE over a whole sequence [T × hd]: row t, head h rotated by angle
  * t·base^(−2i/dh) on the pairs (i, i + dh/2). */
-static void rope_seq(double *x, int H, int dh, double base) {
+static void rope_seq(double *x, int H, int dh, double base)
+{
     int hd = H * dh, half = dh / 2;
     for (int t = 0; t < T; t++)
         for (int h = 0; h < H; h++)
@@ -119,7 +123,8 @@ static void rope_seq(double *x, int H, int dh, double base) {
             }
 }
 
-static void qkv(ref *r, int l, const double *h, int n, double **q, double **k, double **v) {
+static void qkv(ref *r, int l, const double *h, int n, double **q, double **k, double **v)
+{
     int d = MS(r)->d;
     double *out[3];
     const char *pn[3] = {"wq", "wk", "wv"};
@@ -136,7 +141,8 @@ static void qkv(ref *r, int l, const double *h, int n, double **q, double **k, d
 
 /* The window mixer of layer l: o [T × hd] (before Wo), softmax over the
  * masked positions s ≤ t. */
-static int ref_window(ref *r, int l, const double *h, double *o) {
+static int ref_window(ref *r, int l, const double *h, double *o)
+{
     const lspec *ls = &MS(r)->L[l];
     int H = ls->H, dh = ls->dh, hd = H * dh;
     double *q, *k, *v, span = (double)ls->w * ls->dil;
@@ -168,7 +174,8 @@ static int ref_window(ref *r, int l, const double *h, double *o) {
 }
 
 /* The AFT mixers of layer l: o [T × d] = σ(q) ⊙ the explicit biased sums. */
-static int ref_aft(ref *r, int l, const double *h, double *o) {
+static int ref_aft(ref *r, int l, const double *h, double *o)
+{
     const lspec *ls = &MS(r)->L[l];
     int d = MS(r)->d, s = ls->w, conv = !strcmp(ls->mixer, "aft_conv"), H = conv ? ls->H : 1;
     double *q, *k, *v;
@@ -216,7 +223,8 @@ static const rm_mixer_ref kinds[] = {
 
 /* ---- helpers ---------------------------------------------------------------- */
 
-static model *load_model(const char *name, const mspec *ms, uint64_t seed, const char *backend) {
+static model *load_model(const char *name, const mspec *ms, uint64_t seed, const char *backend)
+{
     char dir[512], err[512] = "";
     snprintf(dir, sizeof dir, "%s/%s", tmpdir, name);
     int rc = write_model(dir, ms, seed, NULL, NULL);
@@ -246,7 +254,8 @@ static const mspec nope = {32, 64, 3,
                             {"aft_local", 0, 0, 5, 0, 0, 0},
                             {"aft_conv", 2, 0, 4, 0, 0, 0}}};
 
-static void parallel_case(const char *name, const mspec *ms, uint64_t seed) {
+static void parallel_case(const char *name, const mspec *ms, uint64_t seed)
+{
     model *m = load_model(name, ms, seed, "cpu");
     if (!m) return;
     char dir[600];
@@ -268,7 +277,8 @@ static void parallel_aft_conv(void) { parallel_case("aft_conv", &aft_conv2, 14);
 static void parallel_mixed(void) { parallel_case("mixed", &mixed, 15); }
 
 /* Chunked prefill equals one-token steps, bit for bit (tests/kindcheck.h). */
-static void prefill_bitwise(void) {
+static void prefill_bitwise(void)
+{
     model *m = load_model("prefill", &mixed, 21, "cpu");
     if (!m) return;
     kc_prefill_bitwise(m, V);
@@ -276,7 +286,8 @@ static void prefill_bitwise(void) {
 }
 
 /* A batch equals its sessions stepped alone, bit for bit (tests/kindcheck.h). */
-static void batched_equals_unbatched(void) {
+static void batched_equals_unbatched(void)
+{
     model *m = load_model("batch", &mixed, 22, "cpu");
     if (!m) return;
     kc_batched_equals_unbatched(m, V);
@@ -285,7 +296,8 @@ static void batched_equals_unbatched(void) {
 
 /* Big enough that the CPU backend splits window_step by (run, head) and
  * aft_window_step by runs across threads: 1 and 3 threads agree. */
-static void threads_equal_single(void) {
+static void threads_equal_single(void)
+{
     static const mspec big = {256, 256, 2, {{"window", 8, 32, 16, 2, 4, 1}, {"aft_conv", 8, 0, 8, 0, 0, 0}}};
     char dir[512];
     snprintf(dir, sizeof dir, "%s/threads", tmpdir);
@@ -293,7 +305,8 @@ static void threads_equal_single(void) {
     kc_threads_agree(dir, V, 24);
 }
 
-static const model_state_region *find_region(const model_state_region *r, int n, int layer, const char *name) {
+static const model_state_region *find_region(const model_state_region *r, int n, int layer, const char *name)
+{
     for (int i = 0; i < n; i++)
         if (r[i].layer == layer && !strcmp(r[i].name, name)) return &r[i];
     return NULL;
@@ -301,7 +314,8 @@ static const model_state_region *find_region(const model_state_region *r, int n,
 
 /* The typed regions, and the state blob through slot_read/write and the
  * state format: the int64 positions are integers that no float check sees. */
-static void state_roundtrip(void) {
+static void state_roundtrip(void)
+{
     model *m = load_model("state", &nope, 24, "cpu");
     if (!m) return;
     model_state_region reg[16];
@@ -404,7 +418,8 @@ static void state_roundtrip(void) {
 }
 
 /* Bad configs and tensors are refused with messages naming what is wrong. */
-static void bad_input_refused(void) {
+static void bad_input_refused(void)
+{
     char dir[512], err[512];
     model *m = NULL;
     static const mspec win1 = {32, 64, 1, {{"window", 4, 8, 6, 1, 0, 0}}};
@@ -441,7 +456,8 @@ static void bad_input_refused(void) {
  * prefilled (one run of 40 rows, chunks of 7), logits within 1e-4 relative
  * to the row's largest, float states within 1e-5 of each region's largest
  * value, the int64 positions equal. */
-static void harness_matches_cpu(void) {
+static void harness_matches_cpu(void)
+{
     backend *be = NULL;
     char err[512] = "", dir[512];
     CHECK(backend_new("harness", NULL, &be, err, sizeof err) == 0, "harness backend: %s", err);
@@ -454,7 +470,8 @@ static void harness_matches_cpu(void) {
     kc_harness_vs_cpu("harness", dir, V, 1e-4, 1e-5);
 }
 
-int main(void) {
+int main(void)
+{
     snprintf(tmpdir, sizeof tmpdir, "/tmp/lind_mixwin.XXXXXX");
     if (!mkdtemp(tmpdir)) {
         printf("FAIL setup: mkdtemp\n");

@@ -26,7 +26,8 @@
 
 static const char *MODEL = "models/default";
 
-static void aft_channel_flags_bad_state(void) {
+static void aft_channel_flags_bad_state(void)
+{
     /* a state with a past, then the keys */
     double num = 0, den = 0, mx = 0;
     float o = lind_aft_channel(&num, &den, &mx, 0.5f, 1.0f, 0.3f, 0.1f);
@@ -57,7 +58,8 @@ static void aft_channel_flags_bad_state(void) {
 }
 
 /* The byte offset of the first element of the first AFT region `name`. */
-static size_t aft_region(model *m, const char *name) {
+static size_t aft_region(model *m, const char *name)
+{
     model_state_region rg[256];
     int n = model_state_regions(m, rg, 256);
     for (int i = 0; i < n && i < 256; i++)
@@ -66,7 +68,8 @@ static size_t aft_region(model *m, const char *name) {
 }
 
 /* Three sessions, rows [0,0,0 | 1,1 | 2]: slot 1's state is crafted bad. */
-static void bad_run_on(const char *backend, const char *region, double value) {
+static void bad_run_on(const char *backend, const char *region, double value)
+{
     char err[512];
     model *m = NULL;
     int rc = model_load(MODEL, backend, &m, err, sizeof err);
@@ -138,7 +141,8 @@ static void harness_inf_max(void) { bad_run_on("harness", "max", INFINITY); }
 
 /* The CUDA backend's code with a simulated sticky error at its 7th launch
  * (inside the first step). */
-static void harness_sticky_error(void) {
+static void harness_sticky_error(void)
+{
     char err[512];
     model *m = NULL;
     setenv("LIND_HARNESS_FAULT", "7", 1);
@@ -173,7 +177,8 @@ static void harness_sticky_error(void) {
     model_free(m);
 }
 
-int main(void) {
+int main(void)
+{
     if (access(MODEL, R_OK) != 0) {
         printf("FAIL setup: %s missing (run from the repository root)\n", MODEL);
         return 1;

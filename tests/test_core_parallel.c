@@ -33,7 +33,8 @@ typedef struct ref {
 } ref;
 
 /* x_p[t] = μ⊙h[t] + (1−μ)⊙h[t−1], h[−1] = 0; mu NULL: x_p = h. */
-static void shift(const double *h, int d, const double *mu, double *out) {
+static void shift(const double *h, int d, const double *mu, double *out)
+{
     for (int t = 0; t < T; t++)
         for (int i = 0; i < d; i++) {
             double cur = h[(size_t)t * d + i], prev = t ? h[(size_t)(t - 1) * d + i] : 0.0;
@@ -44,7 +45,8 @@ static void shift(const double *h, int d, const double *mu, double *out) {
 static double phi(double x) { return x > 0 ? x + 1 : exp(x); }
 
 /* Whole-model logits [T × 256] for tokens tok[0..T). */
-static void ref_forward(ref *r, const int *tok, double *logits) {
+static void ref_forward(ref *r, const int *tok, double *logits)
+{
     const testmodel_cfg *c = &r->c;
     int d = c->d_model, H = c->n_heads, dh = c->d_head, hd = H * dh, ff = c->d_ff;
     double *x = calloc((size_t)T * d, 8), *h = calloc((size_t)T * d, 8), *hp = calloc((size_t)T * d, 8);
@@ -141,7 +143,8 @@ static void ref_forward(ref *r, const int *tok, double *logits) {
 
 /* Multiply every layer's key projection (layers.L.mixer.wk) in place by
  * kscale: keys of extreme size while everything else stays ordinary. */
-static int scale_keys(const char *dir, int n_layers, double kscale) {
+static int scale_keys(const char *dir, int n_layers, double kscale)
+{
     char path[600], err[256];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     st_file st;
@@ -170,7 +173,8 @@ static int scale_keys(const char *dir, int n_layers, double kscale) {
  * recurrent engine, compare: every position's logits within tol of the
  * reference, relative to that position's largest logit. */
 static void compare_k(const char *mixers, int shift, const char *aft_variant, float gamma_min, double kscale,
-                      double tol) {
+                      double tol)
+{
     char dir[512];
     static int n;
     snprintf(dir, sizeof dir, "%s/m%d", tmpdir, n++);
@@ -218,7 +222,8 @@ static void compare_k(const char *mixers, int shift, const char *aft_variant, fl
  * states); the tolerance leaves 5× for other compilers and the ASan -O1
  * build, and is 50× below what one wrong term would give. */
 #define TOL 2e-6
-static void compare(const char *mixers, int shift, const char *aft_variant, float gamma_min) {
+static void compare(const char *mixers, int shift, const char *aft_variant, float gamma_min)
+{
     compare_k(mixers, shift, aft_variant, gamma_min, 1, TOL);
 }
 
@@ -247,7 +252,8 @@ static void mixed_extreme_keys(void) { compare_k("linear,aft", 1, "decay", 0.85f
 
 /* B sessions stepped together give the logits of each stepped alone. The
  * sessions start at different times, so their positions differ. */
-static void batched_equals_unbatched(void) {
+static void batched_equals_unbatched(void)
+{
     char dir[512];
     snprintf(dir, sizeof dir, "%s/batch", tmpdir);
     testmodel_cfg c = testmodel_config(48, 2, 4, 12, 96, "linear,aft", 1, "decay");
@@ -326,7 +332,8 @@ static void batched_equals_unbatched(void) {
 /* The CPU backend splits big ops across threads (backend_opts.threads): a model
  * big enough to take those paths gives the same logits with 1 and 3
  * threads, through steps of several batch sizes. */
-static void threads_equal_single(void) {
+static void threads_equal_single(void)
+{
     char dir[512];
     snprintf(dir, sizeof dir, "%s/threads", tmpdir);
     testmodel_cfg c = testmodel_config(256, 2, 8, 32, 512, "linear,aft", 1, "decay");
@@ -377,7 +384,8 @@ static void threads_equal_single(void) {
 }
 
 /* Bad calls are refused, not crashes: repeated slot, slot out of range, bad token. */
-static void step_rejects_bad_batches(void) {
+static void step_rejects_bad_batches(void)
+{
     char dir[512];
     snprintf(dir, sizeof dir, "%s/bad", tmpdir);
     testmodel_cfg c = testmodel_config(16, 1, 2, 8, 32, "linear", 0, NULL);
@@ -398,7 +406,8 @@ static void step_rejects_bad_batches(void) {
     model_free(m);
 }
 
-int main(void) {
+int main(void)
+{
     snprintf(tmpdir, sizeof tmpdir, "/tmp/lind_parallel.XXXXXX");
     if (!mkdtemp(tmpdir)) {
         printf("FAIL setup: mkdtemp\n");

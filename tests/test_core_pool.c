@@ -31,14 +31,16 @@ typedef struct job {
     atomic_int bad_n, bad_part;
 } job;
 
-static void count_part(void *arg, int part, int nparts) {
+static void count_part(void *arg, int part, int nparts)
+{
     job *j = arg;
     if (nparts != j->n) atomic_fetch_add(&j->bad_n, 1);
     if (part < 0 || part >= MAXP) { atomic_fetch_add(&j->bad_part, 1); return; }
     atomic_fetch_add(&j->runs[part], 1);
 }
 
-static void every_part_once(void) {
+static void every_part_once(void)
+{
     for (int threads = 2; threads <= 4; threads++) {
         cpu_pool *p;
         CHECK(cpu_pool_new(threads, &p) == 0, "cpu_pool_new(%d)", threads);
@@ -76,7 +78,8 @@ typedef struct meet {
 
 /* Waits until every part has started: only concurrent threads get past it.
  * Bounded (10 s) so a broken pool fails the case instead of hanging. */
-static void meet_part(void *arg, int part, int nparts) {
+static void meet_part(void *arg, int part, int nparts)
+{
     meet *m = arg;
     (void)nparts;
     m->who[part] = pthread_self();
@@ -86,7 +89,8 @@ static void meet_part(void *arg, int part, int nparts) {
         if (clock_mono_s() - t0 > 10.0) { atomic_fetch_add(&m->gave_up, 1); return; }
 }
 
-static void sleeping_workers_wake(void) {
+static void sleeping_workers_wake(void)
+{
     cpu_pool *p;
     CHECK(cpu_pool_new(3, &p) == 0, "cpu_pool_new");
     if (!p) return;
@@ -110,14 +114,16 @@ static void sleeping_workers_wake(void) {
 
 /* A part takes 300 us on a worker and nothing on the caller. */
 static pthread_t caller;
-static void lopsided_part(void *arg, int part, int nparts) {
+static void lopsided_part(void *arg, int part, int nparts)
+{
     job *j = arg;
     if (nparts != j->n) atomic_fetch_add(&j->bad_n, 1);
     if (!pthread_equal(pthread_self(), caller)) usleep(300);
     atomic_fetch_add(&j->runs[part], 1);
 }
 
-static void slow_workers_fall_back(void) {
+static void slow_workers_fall_back(void)
+{
     cpu_pool *p;
     CHECK(cpu_pool_new(2, &p) == 0, "cpu_pool_new");
     if (!p) return;
@@ -136,7 +142,8 @@ static void slow_workers_fall_back(void) {
     cpu_pool_free(p);
 }
 
-int main(void) {
+int main(void)
+{
     RUN(every_part_once);
     RUN(sleeping_workers_wake);
     RUN(slow_workers_fall_back);

@@ -27,7 +27,8 @@
 static char tmpdir[256];
 static lind_compute COMPUTE;   /* the cases run in each compute mode the CPU has */
 
-static int load(const char *mixers, int shift, const char *variant, model **m) {
+static int load(const char *mixers, int shift, const char *variant, model **m)
+{
     char dir[400], err[512];
     snprintf(dir, sizeof dir, "%s/%s-%d", tmpdir, mixers, shift);
     testmodel_cfg c = testmodel_config(32, 3, 4, 8, 64, mixers, shift, variant);
@@ -39,7 +40,8 @@ static int load(const char *mixers, int shift, const char *variant, model **m) {
     return rc;
 }
 
-static void run_case(const char *mixers, int shift, const char *variant) {
+static void run_case(const char *mixers, int shift, const char *variant)
+{
     model *m = NULL;
     if (load(mixers, shift, variant, &m) < 0) return;
     size_t sb = model_state_bytes(m);
@@ -108,7 +110,8 @@ static void prefill_linear_bf16_compute(void) { run_case("linear", 1, NULL); }
 static void prefill_aft_decay_shift_bf16_compute(void) { run_case("aft,linear", 1, "decay"); }
 static void prefill_aft_simple_bf16_compute(void) { run_case("aft", 0, "simple"); }
 
-int main(void) {
+int main(void)
+{
     snprintf(tmpdir, sizeof tmpdir, "/tmp/lind_prefill.XXXXXX");
     if (!mkdtemp(tmpdir)) return 1;
     RUN(prefill_linear);

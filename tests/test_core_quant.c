@@ -36,12 +36,14 @@
 static const cpu_quant_type TYPES[] = {CPU_QUANT_Q8, CPU_QUANT_Q4, CPU_QUANT_Q4M};
 static const cpu_quant_isa ISAS[] = {CPU_QUANT_C, CPU_QUANT_AVX2, CPU_QUANT_VNNI};
 
-static float frand(unsigned *s) {
+static float frand(unsigned *s)
+{
     *s = *s * 1103515245u + 12345u;
     return (float)((*s >> 8) & 0xFFFF) / 32768.0f - 1.0f;
 }
 
-static void *packed(cpu_quant_type t, const float *W, int N, int K) {
+static void *packed(cpu_quant_type t, const float *W, int N, int K)
+{
     size_t n = (cpu_quant_packed_bytes(t, N, K) + 63) / 64 * 64;
     void *p = aligned_alloc(64, n);
     char err[200] = "";
@@ -52,7 +54,8 @@ static void *packed(cpu_quant_type t, const float *W, int N, int K) {
 
 /* Random weights whose rows have different magnitudes (scales 2^-6…2^3)
  * and a few outliers, as trained weights do. */
-static void fill_w(float *W, int N, int K, unsigned *s) {
+static void fill_w(float *W, int N, int K, unsigned *s)
+{
     for (int n = 0; n < N; n++) {
         float sc = ldexpf(1.0f, n % 10 - 6);
         for (int k = 0; k < K; k++) W[(size_t)n * K + k] = sc * frand(s) * ((k * 7 + n) % 29 == 0 ? 6.0f : 1.0f);
@@ -60,7 +63,8 @@ static void fill_w(float *W, int N, int K, unsigned *s) {
 }
 
 /* The packed values stay within a step of the originals. */
-static void quant_values(void) {
+static void quant_values(void)
+{
     unsigned s = 11;
     int N = 37, K = 200;
     float *W = malloc(sizeof(float) * N * K), *D = malloc(sizeof(float) * N * K);
@@ -138,7 +142,8 @@ static void quant_values(void) {
 
 /* y through cpu_quant_run over panels [0, P) in two calls (split at P/2). */
 static void run_split(cpu_quant_isa isa, cpu_quant_type t, const void *xq, const void *Wp, const float *bias,
-                      float *y, int ldy, int B, int N, int K, int flags) {
+                      float *y, int ldy, int B, int N, int K, int flags)
+{
     int P = (N + CPU_QUANT_NR - 1) / CPU_QUANT_NR;
     cpu_quant_run(isa, t, xq, Wp, bias, y, ldy, B, N, K, 0, P / 2, flags);
     cpu_quant_run(isa, t, xq, Wp, bias, y, ldy, B, N, K, P / 2, P, flags);
@@ -146,7 +151,8 @@ static void run_split(cpu_quant_isa isa, cpu_quant_type t, const void *xq, const
 
 /* Every path against the double sum over the dequantized operands, and
  * against each other bit for bit. */
-static void quant_products(void) {
+static void quant_products(void)
+{
     static const int shapes[][3] = {{1, 67, 100}, {1, 128, 256}, {2, 16, 32}, {5, 50, 77},
                                     {9, 33, 64},  {13, 80, 96},  {17, 7, 300}};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
@@ -242,7 +248,8 @@ static void quant_products(void) {
 
 /* A NaN in a row's activations makes that row's outputs NaN (the model's
  * residual check then names the session); the other rows are untouched. */
-static void quant_nonfinite(void) {
+static void quant_nonfinite(void)
+{
     int B = 3, N = 20, K = 64;
     unsigned s = 5;
     float x[3 * 64], W[20 * 64], y[3 * 20], y1[20];
@@ -270,7 +277,8 @@ static void quant_nonfinite(void) {
 }
 
 /* A weight whose block scale overflows fp16 is refused, naming its row. */
-static void quant_range(void) {
+static void quant_range(void)
+{
     float W[2 * 40] = {0};
     W[40 + 35] = 3e9f;
     for (size_t ti = 0; ti < 3; ti++) {
@@ -290,7 +298,8 @@ static void quant_range(void) {
 static char tmpdir[256];
 
 static model *load(lind_dtype dt, const char *gemm, lind_compute compute, char *err, size_t errlen, int *rc,
-                   const char *backend) {
+                   const char *backend)
+{
     char dir[400];
     snprintf(dir, sizeof dir, "%s/m", tmpdir);
     backend_opts bo;
@@ -305,7 +314,8 @@ static model *load(lind_dtype dt, const char *gemm, lind_compute compute, char *
 
 /* Prefill equals stepping for q8 and q4 on every GEMM path; the paths give
  * the same logits. */
-static void quant_prefill(void) {
+static void quant_prefill(void)
+{
     static const char *gemms[] = {"openblas", "avx2", "avx512"};
     static const lind_dtype dts[] = {LIND_DT_Q8, LIND_DT_Q4};
     int32_t tok[T];
@@ -374,7 +384,8 @@ static void quant_prefill(void) {
     free(ref); free(got); free(first); free(f32);
 }
 
-static void quant_fingerprint(void) {
+static void quant_fingerprint(void)
+{
     static const lind_dtype dts[] = {LIND_DT_F32, LIND_DT_BF16, LIND_DT_Q8, LIND_DT_Q4};
     uint64_t fp[4];
     size_t wb[4];
@@ -400,7 +411,8 @@ static void quant_fingerprint(void) {
           wb[1], wb[2], wb[3]);
 }
 
-static void quant_refused(void) {
+static void quant_refused(void)
+{
     char err[512] = "";
     int rc;
     model *m;
@@ -424,7 +436,8 @@ static void quant_refused(void) {
     model_free(m);
 }
 
-int main(void) {
+int main(void)
+{
     for (size_t i = 0; i < 3; i++)
         if (!cpu_quant_supported(ISAS[i])) printf("SKIP quant_%s: this CPU cannot run it\n", cpu_quant_isa_name(ISAS[i]));
         else printf("NOTE quant kernels: %s path tested\n", cpu_quant_isa_name(ISAS[i]));

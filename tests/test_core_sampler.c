@@ -16,14 +16,16 @@
 
 #define V 256
 
-static void make_logits(float *l, unsigned seed) {
+static void make_logits(float *l, unsigned seed)
+{
     for (int i = 0; i < V; i++) {
         seed = seed * 1103515245u + 12345u;
         l[i] = (float)((seed >> 8) % 10000) / 1000.0f - 5.0f;
     }
 }
 
-static void same_seed_same_tokens(void) {
+static void same_seed_same_tokens(void)
+{
     sampler_params p = sampler_defaults();
     p.seed = 42;
     p.temperature = 1.0f;
@@ -52,7 +54,8 @@ static void same_seed_same_tokens(void) {
     CHECK(differ > 10, "seeds 42 and 43 agree on %d of 50 draws", 50 - differ);
 }
 
-static void top_k_only_allowed(void) {
+static void top_k_only_allowed(void)
+{
     float l[V], s[2 * V];
     sampler_params p = sampler_defaults();
     p.temperature = 2.0f;   /* flatten: every token would otherwise be likely */
@@ -79,7 +82,8 @@ static void top_k_only_allowed(void) {
     CHECK(distinct >= 3, "top-k 5 at temperature 2 only ever drew %d distinct tokens", distinct);
 }
 
-static void top_p_only_allowed(void) {
+static void top_p_only_allowed(void)
+{
     float l[V], s[2 * V];
     for (int i = 0; i < V; i++) l[i] = -20.0f;
     /* probabilities ∝ e^3, e^2, e^1.5, e^1, rest negligible */
@@ -106,7 +110,8 @@ static void top_p_only_allowed(void) {
     CHECK(n20 > 0, "token 20 never drawn");
 }
 
-static void greedy_is_argmax(void) {
+static void greedy_is_argmax(void)
+{
     float l[V], s[2 * V];
     sampler_params p = sampler_defaults();
     p.temperature = 0;
@@ -121,7 +126,8 @@ static void greedy_is_argmax(void) {
     }
 }
 
-static void repetition_penalty_applies(void) {
+static void repetition_penalty_applies(void)
+{
     float l[V], s[2 * V];
     for (int i = 0; i < V; i++) l[i] = 0.0f;
     l[65] = 2.0f;
@@ -140,7 +146,8 @@ static void repetition_penalty_applies(void) {
     CHECK(l[65] == 2.0f, "caller's logits modified");
 }
 
-static void params_checked(void) {
+static void params_checked(void)
+{
     char err[128];
     sampler_params p = sampler_defaults();
     CHECK(sampler_params_check(&p, err, sizeof err) == 0, "defaults rejected: %s", err);
@@ -173,7 +180,8 @@ static void params_checked(void) {
 #define BIG 50277
 
 /* Chi-square critical value at significance 1e-4 (Wilson-Hilferty). */
-static double chi2_crit(int df) {
+static double chi2_crit(int df)
+{
     double h = 2.0 / (9.0 * df);
     return df * pow(1.0 - h + 3.719 * sqrt(h), 3.0);
 }
@@ -183,7 +191,8 @@ static double chi2_crit(int df) {
  * with q = 0 must never come; tokens expected >= 10 times are their own bin,
  * the rest one pooled bin. Returns the statistic (<0 when a q=0 token came),
  * its degrees of freedom in *df. */
-static double chi2_of(const float *l, int nv, sampler_params p, const double *q, int n, int *df) {
+static double chi2_of(const float *l, int nv, sampler_params p, const double *q, int n, int *df)
+{
     sampler a;
     sampler_init(&a, &p);
     float *scratch = malloc(sizeof(float) * 2 * (size_t)nv);
@@ -220,12 +229,14 @@ static double chi2_of(const float *l, int nv, sampler_params p, const double *q,
 /* The rule's probabilities in double: softmax(l / T), then top-k, then top-p
  * (order by probability, ties by id), renormalized. */
 static const double *cmp_desc_q;
-static int cmp_desc(const void *x, const void *y) {
+static int cmp_desc(const void *x, const void *y)
+{
     int a = *(const int *)x, b = *(const int *)y;
     if (cmp_desc_q[a] != cmp_desc_q[b]) return cmp_desc_q[a] > cmp_desc_q[b] ? -1 : 1;
     return a < b ? -1 : 1;
 }
-static void rule_probs(const float *l, int nv, float T, int top_k, float top_p, double *q) {
+static void rule_probs(const float *l, int nv, float T, int top_k, float top_p, double *q)
+{
     double mx = l[0], z = 0.0;
     for (int i = 1; i < nv; i++) mx = l[i] > mx ? l[i] : mx;
     for (int i = 0; i < nv; i++) z += q[i] = exp(((double)l[i] - mx) / T);
@@ -252,7 +263,8 @@ static void rule_probs(const float *l, int nv, float T, int top_k, float top_p, 
 }
 
 /* Logits a language model might give: Zipf-like over shuffled ids. */
-static void zipf_logits(float *l, int nv, unsigned seed) {
+static void zipf_logits(float *l, int nv, unsigned seed)
+{
     for (int i = 0; i < nv; i++) l[i] = (float)(-1.1 * log(1.0 + i));
     for (int i = nv - 1; i > 0; i--) {
         seed = seed * 1103515245u + 12345u;
@@ -263,7 +275,8 @@ static void zipf_logits(float *l, int nv, unsigned seed) {
 
 /* Frequencies follow softmax(l / T): a sampler that multiplied by T, skipped
  * the temperature, or mis-normalized fails at T 0.5 or 2. */
-static void frequencies_follow_softmax(void) {
+static void frequencies_follow_softmax(void)
+{
     int Vs[2] = {V, BIG};
     float Ts[3] = {0.5f, 1.0f, 2.0f};
     for (int vi = 0; vi < 2; vi++) {
@@ -312,7 +325,8 @@ static void frequencies_follow_softmax(void) {
 /* Draw n tokens; count how often each of the listed ids came and how many
  * draws were none of them. */
 static void tally(const float *l, int n_vocab, sampler_params p, int draws, const int *ids, int nids, int *hits,
-                  int *other) {
+                  int *other)
+{
     sampler a;
     sampler_init(&a, &p);
     float *scratch = malloc(sizeof(float) * 2 * (size_t)n_vocab);
@@ -330,7 +344,8 @@ static void tally(const float *l, int n_vocab, sampler_params p, int draws, cons
 /* The token that brings the mass to >= p is kept, the next is not; equal
  * probabilities are ordered by id. At 256 and 50277 (ids > 255), since the
  * two sizes take different paths. */
-static void top_p_boundary_exact(void) {
+static void top_p_boundary_exact(void)
+{
     int sizes[2] = {V, BIG};
     for (int si = 0; si < 2; si++) {
         int n = sizes[si];
@@ -372,7 +387,8 @@ static void top_p_boundary_exact(void) {
 }
 
 /* Top-k at 50277 keeps exactly the k largest (all of them come at T 2). */
-static void top_k_exact_big(void) {
+static void top_k_exact_big(void)
+{
     float *l = malloc(sizeof(float) * BIG), *scratch = malloc(sizeof(float) * 2 * BIG);
     zipf_logits(l, BIG, 3u);
     /* flatten the top so every one of the 40 is likely: the 40 largest are ranks 0..39 */
@@ -432,7 +448,8 @@ static void top_k_exact_big(void) {
 
 /* The penalty works on ids, not bytes: id 300 is not id 44 (300 mod 256);
  * a token seen three times is penalized once; negative logits are multiplied. */
-static void penalty_on_big_ids(void) {
+static void penalty_on_big_ids(void)
+{
     float *l = calloc(BIG, sizeof(float)), *scratch = malloc(sizeof(float) * 2 * BIG);
     sampler_params p = sampler_defaults();
     p.temperature = 0;
@@ -474,7 +491,8 @@ static void penalty_on_big_ids(void) {
  * than a thousand candidates, the k-th / nucleus boundary inside one band of
  * five close probabilities whose ids run opposite to their order must still
  * keep the two most likely of the five. */
-static void order_within_a_band(void) {
+static void order_within_a_band(void)
+{
     enum { NV = 4000, FILL = 1100 };
     float *l = malloc(sizeof(float) * NV), *scratch = malloc(sizeof(float) * 2 * NV);
     for (int i = 0; i < NV; i++) l[i] = -30.0f;
@@ -515,7 +533,8 @@ static void order_within_a_band(void) {
 
 /* The 256-entry ring wraps: a token leaves the window exactly when 256 newer
  * ones have been observed. */
-static void window_wraps(void) {
+static void window_wraps(void)
+{
     float *l = calloc(BIG, sizeof(float)), *scratch = malloc(sizeof(float) * 2 * BIG);
     sampler_params p = sampler_defaults();
     p.temperature = 0;
@@ -555,7 +574,8 @@ static void window_wraps(void) {
 #define V1_STEPS 200
 #define V1_REAL_ROWS 513
 
-static void v1_logits(float *l, const float *real, int setting, int step) {
+static void v1_logits(float *l, const float *real, int setting, int step)
+{
     unsigned seed = (unsigned)(setting * 7919 + step * 104729 + 1);
     if (real && step % 2 == 0) {
         memcpy(l, real + (size_t)((setting * 37 + step * 11) % V1_REAL_ROWS) * V, sizeof(float) * V);
@@ -572,7 +592,8 @@ static void v1_logits(float *l, const float *real, int setting, int step) {
     }
 }
 
-static sampler_params v1_params(int setting) {
+static sampler_params v1_params(int setting)
+{
     static const float temps[5] = {0.0f, 0.5f, 0.8f, 1.0f, 1.7f};
     static const int topk[5] = {0, 1, 3, 40, 255};
     static const float topp[4] = {1.0f, 0.95f, 0.6f, 0.2f};
@@ -591,7 +612,8 @@ static sampler_params v1_params(int setting) {
 
 #define V1_SETTINGS 300
 
-static void same_tokens_as_v1(void) {
+static void same_tokens_as_v1(void)
+{
     const char *rec = getenv("LIND_SAMPLER_RECORD");
     const char *fdir = getenv("LIND_FIXTURE_DIR") ? getenv("LIND_FIXTURE_DIR") : "tests/fixtures";
     char path[512];
@@ -648,7 +670,8 @@ static void same_tokens_as_v1(void) {
     free(want);
 }
 
-int main(void) {
+int main(void)
+{
     RUN(same_seed_same_tokens);
     RUN(top_k_only_allowed);
     RUN(top_p_only_allowed);

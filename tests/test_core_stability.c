@@ -29,20 +29,23 @@
 #include "kernels/mixer_math.h"
 #include "tests/check.h"
 
-static long scale_down(long n) {
+static long scale_down(long n)
+{
     const char *s = getenv("LIND_SANITIZED");
     return s && *s && strcmp(s, "0") ? n / 100 : n;
 }
 
 static uint64_t rng = 88172645463325252ull;
-static float urand(void) {   /* [0, 1) */
+static float urand(void)   /* [0, 1) */
+{
     rng ^= rng << 13;
     rng ^= rng >> 7;
     rng ^= rng << 17;
     return (float)(rng >> 40) * 0x1.0p-24f;
 }
 
-static void linear_1e8(void) {
+static void linear_1e8(void)
+{
     const long N = scale_down(100000000L);
     enum { DH = 2 };
     backend *be = NULL;
@@ -111,7 +114,8 @@ static void linear_1e8(void) {
     backend_free(be);
 }
 
-static void aft_simple_1e7(void) {
+static void aft_simple_1e7(void)
+{
     const long N = scale_down(10000000L);
     backend *be = NULL;
     char err[256];
@@ -164,7 +168,8 @@ static void aft_simple_1e7(void) {
 
 /* A float state against its long-double reference (n elements): max |ΔS|
  * over max |S|. */
-static double state_err(const float *got, const long double *ref, int n) {
+static double state_err(const float *got, const long double *ref, int n)
+{
     long double big = 0, diff = 0;
     for (int i = 0; i < n; i++) {
         long double d = fabsl(got[i] - ref[i]);
@@ -176,7 +181,8 @@ static double state_err(const float *got, const long double *ref, int n) {
 
 /* A checkpoint's error e: into the worst so far (-1: none yet) and, the
  * first time, *first (may be NULL). */
-static void checkpoint(double e, double *worst, double *first) {
+static void checkpoint(double e, double *worst, double *first)
+{
     if (*worst < 0 && first) *first = e;
     if (!(e <= *worst)) *worst = e;
 }
@@ -190,7 +196,8 @@ static void checkpoint(double e, double *worst, double *first) {
  * the first token is an anchor (k and v of 2^12), the others' k and v are
  * about 1. Returns the worst relative error of S (max |ΔS| / max |S|) over
  * ten checkpoints; *first the one at the first checkpoint. */
-static double rwkv7_run(long steps, float w0, float a0, double *first) {
+static double rwkv7_run(long steps, float w0, float a0, double *first)
+{
     enum { N = 4, C = N, LDI = 6 * C };
     backend *be = NULL;
     char err[256];
@@ -253,12 +260,14 @@ static double rwkv7_run(long steps, float w0, float a0, double *first) {
 
 /* The long runs: 10^8 tokens under make test-long (LIND_TEST_LONG=1),
  * 10^7 in make test; a hundredth of that under sanitizers. */
-static long long_run(void) {
+static long long_run(void)
+{
     const char *l = getenv("LIND_TEST_LONG");
     return scale_down(l && *l && strcmp(l, "0") ? 100000000L : 10000000L);
 }
 
-static void rwkv7_fp32_state(void) {
+static void rwkv7_fp32_state(void)
+{
     const long n = long_run(), nc = scale_down(1000000L);
     /* w0 = −8: w = 0.99980 on every channel, a memory of about 5,000
      * tokens; a = σ(−2) = 0.12 */
@@ -279,7 +288,8 @@ static void rwkv7_fp32_state(void) {
  * fixed dt (dt_lo = dt_hi) and A, against long double; the first token an
  * anchor (x and B of 2^13 before SiLU). Worst relative error of S as in
  * rwkv7_run. */
-static double mamba2_run(long steps, float dt, float A, double *first) {
+static double mamba2_run(long steps, float dt, float A, double *first)
+{
     enum { P = 2, N = 4, I = P, CD = I + 2 * N, LDI = CD + I + 1 };
     backend *be = NULL;
     char err[256];
@@ -320,7 +330,8 @@ static double mamba2_run(long steps, float dt, float A, double *first) {
     return worst;
 }
 
-static void mamba2_fp32_state(void) {
+static void mamba2_fp32_state(void)
+{
     const long n = long_run(), nc = scale_down(1000000L);
     /* dt = 0.001, A = −1: exp(dt·A) = 0.999, a memory of 1,000 tokens (the
      * small end of Mamba-2's dt range [0.001, 0.1] and A = −exp(A_log) with
@@ -334,7 +345,8 @@ static void mamba2_fp32_state(void) {
           undecayed);
 }
 
-int main(void) {
+int main(void)
+{
     RUN(linear_1e8);
     RUN(aft_simple_1e7);
     RUN(rwkv7_fp32_state);

@@ -20,12 +20,14 @@
 static char dir[64];
 static char path_buf[256];
 
-static const char *tmp_path(const char *name) {
+static const char *tmp_path(const char *name)
+{
     snprintf(path_buf, sizeof path_buf, "%s/%s", dir, name);
     return path_buf;
 }
 
-static const char *write_file(const char *name, const char *text) {
+static const char *write_file(const char *name, const char *text)
+{
     const char *p = tmp_path(name);
     FILE *f = fopen(p, "wb");
     if (!f) { perror(p); exit(1); }
@@ -40,21 +42,24 @@ typedef struct toks {
     size_t n, cap;
 } toks;
 
-static toks enc(const tokenizer *t, const void *text, size_t len) {
+static toks enc(const tokenizer *t, const void *text, size_t len)
+{
     toks r = {0};
     size_t used = 0;
     if (tokenizer_encode(t, text, len, 1, &r.v, &r.n, &r.cap, &used) < 0 || used != len) r.n = (size_t)-1;
     return r;
 }
 
-static int eq_ids(toks a, const int32_t *want, size_t n) {
+static int eq_ids(toks a, const int32_t *want, size_t n)
+{
     if (a.n != n) return 0;
     for (size_t i = 0; i < n; i++)
         if (a.v[i] != want[i]) return 0;
     return 1;
 }
 
-static void show(const char *what, toks a) {
+static void show(const char *what, toks a)
+{
     printf("   %s:", what);
     for (size_t i = 0; i < a.n && i < 40; i++) printf(" %d", a.v[i]);
     printf("\n");

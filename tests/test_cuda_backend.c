@@ -36,13 +36,15 @@
 
 static const char *under_test = "cuda";
 
-static int ctor_under_test(backend **out, char *err, size_t errlen) {
+static int ctor_under_test(backend **out, char *err, size_t errlen)
+{
     return backend_new(under_test, &cmp_be, out, err, errlen);
 }
 
 /* "auto" takes the GPU when "cuda" works and the CPU when it does not; a
  * failing "cuda" says why, under its own name. */
-static void auto_selection(void) {
+static void auto_selection(void)
+{
     backend *cu = NULL, *au = NULL;
     char err[256] = "", aerr[256] = "";
     int rc = backend_new("cuda", &cmp_be, &cu, err, sizeof err);
@@ -60,11 +62,13 @@ static void auto_selection(void) {
     backend_free(au);
 }
 
-static void model_default(void) {
+static void model_default(void)
+{
     compare_models("models/default", 16, 64, "models/default");
 }
 
-int main(void) {
+int main(void)
+{
     const char *env = getenv("LIND_CUDA_TEST_BACKEND");
     if (env && *env) under_test = env;
     cmp_model_backend = under_test;

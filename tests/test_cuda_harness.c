@@ -23,15 +23,18 @@
 #include "kernels/cuda/harness.h"
 #include "tests/cuda_compare.h"
 
-static int ctor_forward(backend **out, char *err, size_t errlen) {
+static int ctor_forward(backend **out, char *err, size_t errlen)
+{
     return backend_harness_new(HARNESS_FORWARD, &cmp_be, out, err, errlen);
 }
-static int ctor_reverse(backend **out, char *err, size_t errlen) {
+static int ctor_reverse(backend **out, char *err, size_t errlen)
+{
     return backend_harness_new(HARNESS_REVERSE, &cmp_be, out, err, errlen);
 }
 
 /* Each refusal returns an error, says why, and leaves the state untouched. */
-static void refusals(void) {
+static void refusals(void)
+{
     backend *be;
     char err[256];
     if (backend_harness_new(HARNESS_FORWARD, NULL, &be, err, sizeof err) < 0) { CHECK(0, "%s", err); return; }
@@ -145,7 +148,8 @@ done:
 }
 
 /* The harness itself refuses launches a GPU would refuse. */
-static void harness_limits(void) {
+static void harness_limits(void)
+{
     char err[256];
     kb_act_args a = { NULL, 0, KB_ACT_GELU };
     lind_launch big = { 1, 1, 2048, 0 }, smem = { 1, 1, 32, 64 * 1024 }, gy = { 1, 70000, 32, 0 };
@@ -167,7 +171,8 @@ static void harness_limits(void) {
 
 /* bf16 rounding written independently of kb_bf16(): keep 8 significant
  * bits, ties to even (rintf in the default rounding mode). */
-static float round_bf16(float f) {
+static float round_bf16(float f)
+{
     int e;
     float m = frexpf(f, &e);
     return ldexpf(rintf(ldexpf(m, 8)), e - 8);
@@ -175,7 +180,8 @@ static float round_bf16(float f) {
 
 /* y = round(x)·round(W)ᵀ (+ bias, + y) in the test, by plain loops in double. */
 static void ref_bf16(const float *x, int ldx, const float *W, const float *bias, float *y, int ldy, int B, int N,
-                     int K, int acc) {
+                     int K, int acc)
+{
     for (int b = 0; b < B; b++)
         for (int n = 0; n < N; n++) {
             double s = (acc ? y[(size_t)b * ldy + n] : 0) + (bias ? bias[n] : 0);
@@ -188,7 +194,8 @@ static void ref_bf16(const float *x, int ldx, const float *W, const float *bias,
 /* The bf16 GEMM path: exactly the product of the bf16-rounded operands
  * (fp32 sums), through offsets and strides, with bias and accumulation, and
  * the weights' bf16 copy refreshed when the weights are uploaded again. */
-static void bf16_matmul(void) {
+static void bf16_matmul(void)
+{
     backend *be;
     char err[256];
     if (backend_harness_new(HARNESS_REVERSE, NULL, &be, err, sizeof err) < 0) { CHECK(0, "%s", err); return; }
@@ -262,7 +269,8 @@ static void bf16_matmul(void) {
 
 /* The device's half → fp32 widening equals the host's (kernels/half.h) for
  * every one of the 65536 fp16 and bf16 bit patterns (NaNs as NaNs). */
-static void half_widening(void) {
+static void half_widening(void)
+{
     int bad[2] = { 0, 0 };
     for (uint32_t h = 0; h < 65536; h++) {
         float dev[2] = { kb_f16_to_float((uint16_t)h), kb_bf16_to_float((uint16_t)h) };
@@ -282,7 +290,8 @@ static void half_widening(void) {
  * widened values, with accumulate, and bit-identical row by row whatever the
  * number of rows (batch-invariant). fp16 weights in bf16 mode are rounded
  * twice (fp16 → bf16): within bf16 accuracy. */
-static void half_matmul(void) {
+static void half_matmul(void)
+{
     backend *be;
     char err[256];
     backend_opts bo;
@@ -365,7 +374,8 @@ static void half_matmul(void) {
 /* Whole models with cuda_weights bf16 stay close to the fp32 CPU backend;
  * an unknown value is refused by name, given as the option or read from
  * LIND_CUDA_WEIGHTS by an entry point. */
-static void bf16_models(void) {
+static void bf16_models(void)
+{
     char err[256];
     backend *be = NULL;
     backend_opts bo;
@@ -388,7 +398,8 @@ static void bf16_models(void) {
  * logits tolerance of the CPU backend and of each other. */
 static void models_gemv(void) { models_rwkv4(); }
 
-int main(void) {
+int main(void)
+{
     char err[256];
     if (backend_opts_from_env(&cmp_be, err, sizeof err) < 0) {   /* LIND_CPU_THREADS, LIND_CUDA_WEIGHTS, ... */
         printf("FAIL environment: %s\n", err);

@@ -23,7 +23,8 @@ static unsigned char sample[SAMPLE];
 static float *ref;          /* POS × 256 */
 static int have_fixture;
 
-static long read_file(const char *dir, const char *name, void *buf, long want) {
+static long read_file(const char *dir, const char *name, void *buf, long want)
+{
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     FILE *f = fopen(path, "rb");
@@ -33,7 +34,8 @@ static long read_file(const char *dir, const char *name, void *buf, long want) {
     return n;
 }
 
-static void load_fixture(void) {
+static void load_fixture(void)
+{
     ref = malloc(sizeof(float) * POS * 256);
     float *spill = malloc(sizeof(float) * POS * 256 + 1);
     long ns = read_file(fixture_dir, "default_sample.bin", spill, SAMPLE);
@@ -48,7 +50,8 @@ static void load_fixture(void) {
 }
 
 /* log2 probability of byte y under logits row l. */
-static double log2_prob(const float *l, int y) {
+static double log2_prob(const float *l, int y)
+{
     double mx = l[0];
     for (int i = 1; i < 256; i++) if (l[i] > mx) mx = l[i];
     double s = 0.0;
@@ -57,7 +60,8 @@ static double log2_prob(const float *l, int y) {
 }
 
 /* The recurrent logits at every position agree with PyTorch's parallel form. */
-static void recurrent_matches_pytorch(void) {
+static void recurrent_matches_pytorch(void)
+{
     load_fixture();
     if (!have_fixture) return;
     model *m = NULL;
@@ -106,7 +110,8 @@ static void recurrent_matches_pytorch(void) {
     model_free(m);
 }
 
-int main(void) {
+int main(void)
+{
     model_dir = getenv("LIND_MODEL_DIR") ? getenv("LIND_MODEL_DIR") : "models/default";
     fixture_dir = getenv("LIND_FIXTURE_DIR") ? getenv("LIND_FIXTURE_DIR") : "tests/fixtures";
     RUN(recurrent_matches_pytorch);

@@ -67,7 +67,8 @@ static fixture fx[] = {
 static const char *root;
 static char tmpdir[] = "/tmp/lind-mamba2-XXXXXX";
 
-static char *slurp(const char *path, size_t *len) {
+static char *slurp(const char *path, size_t *len)
+{
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
     fseek(f, 0, SEEK_END);
@@ -80,14 +81,16 @@ static char *slurp(const char *path, size_t *len) {
     return b;
 }
 
-static int spill(const char *path, const void *buf, size_t len) {
+static int spill(const char *path, const void *buf, size_t len)
+{
     FILE *f = fopen(path, "wb");
     if (!f) return -1;
     size_t w = fwrite(buf, 1, len, f);
     return (fclose(f) == 0 && w == len) ? 0 : -1;
 }
 
-static void load_fixture(fixture *f) {
+static void load_fixture(fixture *f)
+{
     snprintf(f->dir, sizeof f->dir, "%s/%s", root, f->name);
     snprintf(f->model_dir, sizeof f->model_dir, "%s/model", f->dir);
     char p[1200];
@@ -109,7 +112,8 @@ static void load_fixture(fixture *f) {
     free(l);
 }
 
-static double row_err(const float *a, const float *b, int V) {
+static double row_err(const float *a, const float *b, int V)
+{
     double d = 0, m = 0;
     for (int i = 0; i < V; i++) {
         double e = fabs((double)a[i] - (double)b[i]);
@@ -119,14 +123,16 @@ static double row_err(const float *a, const float *b, int V) {
     return m > 0 ? d / m : d;
 }
 
-static model *load(const char *path, char *err, size_t errlen) {
+static model *load(const char *path, char *err, size_t errlen)
+{
     model *m = NULL;
     int rc = model_load(path, "cpu", &m, err, errlen);
     return rc == 0 ? m : NULL;
 }
 
 /* Steps tokens [from, to) of slot `slot` one model_step each into out rows. */
-static int step_range(model *m, const fixture *f, int slot, int from, int to, float *out) {
+static int step_range(model *m, const fixture *f, int slot, int from, int to, float *out)
+{
     int V = model_vocab(m), rc = 0;
     for (int t = from; t < to && rc == 0; t++) {
         rc = model_step(m, &slot, &f->tok[t], 1, out + (size_t)t * V);
@@ -135,7 +141,8 @@ static int step_range(model *m, const fixture *f, int slot, int from, int to, fl
     return rc;
 }
 
-static float *run_steps(model *m, const fixture *f) {
+static float *run_steps(model *m, const fixture *f)
+{
     int V = model_vocab(m), rc = model_slots_reserve(m, 1);
     float *out = malloc(sizeof(float) * POS * (size_t)V);
     if (rc == 0) rc = model_slot_reset(m, 0);
@@ -144,7 +151,8 @@ static float *run_steps(model *m, const fixture *f) {
     return out;
 }
 
-static void check_config(const model *m, const fixture *f) {
+static void check_config(const model *m, const fixture *f)
+{
     const lind_config *c = model_config(m);
     CHECK(!strcmp(c->format, "hf-mamba2"), "%s: format '%s'", f->name, c->format);
     CHECK(c->vocab_size == f->vocab && c->d_model == f->d && c->n_layers == f->layers, "%s: vocab %d d %d layers %d",
@@ -177,7 +185,8 @@ static void check_config(const model *m, const fixture *f) {
 
 /* Prefill 300 tokens in one run, save the slot through the state format,
  * restore it into another slot and step on: the long run's logits. */
-static void check_carried(model *m, const fixture *f, const float *stepped) {
+static void check_carried(model *m, const fixture *f, const float *stepped)
+{
     enum { CUT = 300 };
     int V = model_vocab(m), rc = model_slots_reserve(m, 2), zero = 0;
     size_t sb = model_state_bytes(m);
@@ -215,7 +224,8 @@ static void check_carried(model *m, const fixture *f, const float *stepped) {
     free(slots);
 }
 
-static void run_fixture(fixture *f) {
+static void run_fixture(fixture *f)
+{
     if (!f->ok) { CHECK(0, "%s: fixture files missing", f->name); return; }
     char err[512] = "";
     model *m = load(f->model_dir, err, sizeof err);
@@ -249,14 +259,16 @@ static void mamba2_c_f16(void) { run_fixture(&fx[2]); }
 /* ---- refusals ------------------------------------------------------------ */
 
 static char tpath[1200];
-static const char *tmp_path(const char *name) {
+static const char *tmp_path(const char *name)
+{
     snprintf(tpath, sizeof tpath, "%s/%s", tmpdir, name);
     return tpath;
 }
 
 /* A copy of fixture f's model directory in tmpdir/m with config.json's text
  * `from` replaced by `to` (from NULL: unchanged); model_load's result. */
-static int load_edited(const fixture *f, const char *from, const char *to, char *err, size_t errlen) {
+static int load_edited(const fixture *f, const char *from, const char *to, char *err, size_t errlen)
+{
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "rm -rf '%s/m' && cp -r '%s' '%s/m'", tmpdir, f->model_dir, tmpdir);
     if (system(cmd) != 0) return -999;
@@ -290,7 +302,8 @@ static int load_edited(const fixture *f, const char *from, const char *to, char 
 }
 
 /* Python json's bare tokens become strings outside JSON strings only. */
-static void mamba2_config_nonfinite(void) {
+static void mamba2_config_nonfinite(void)
+{
     const char *in = "{\"a\": \"x Infinity \\\"NaN\\\" -Infinity\", \"b\": [0.0, Infinity, -Infinity, NaN]}";
     const char *want = "{\"a\": \"x Infinity \\\"NaN\\\" -Infinity\", \"b\": [0.0, \"Infinity\", \"-Infinity\", "
                        "\"NaN\"]}";
@@ -300,7 +313,8 @@ static void mamba2_config_nonfinite(void) {
     free(q);
 }
 
-static void mamba2_refusals(void) {
+static void mamba2_refusals(void)
+{
     if (!fx[0].ok || !fx[1].ok) { CHECK(0, "fixtures missing"); return; }
     char err[512] = "";
     int rc;
@@ -358,7 +372,8 @@ static void mamba2_refusals(void) {
  * reference), its own prefill bit-identical to its steps (chunks of 7; of 37
  * with fp32 weights, within 1e-5 with half ones), and the final state within 1e-5 of each region's largest value, ring
  * indices equal. */
-static void harness_fixture(fixture *f) {
+static void harness_fixture(fixture *f)
+{
     char err[512] = "";
     model *h = NULL, *c = NULL;
     int rc = model_load(f->model_dir, "harness", &h, err, sizeof err);
@@ -442,12 +457,14 @@ static void harness_fixture(fixture *f) {
     model_free(c);
 }
 
-static void mamba2_harness(void) {
+static void mamba2_harness(void)
+{
     for (int i = 0; i < NFX; i++)
         if (fx[i].ok) harness_fixture(&fx[i]);
 }
 
-int main(void) {
+int main(void)
+{
     root = getenv("LIND_MAMBA2_FIXTURES") ? getenv("LIND_MAMBA2_FIXTURES") : "tests/fixtures/mamba2";
     if (!mkdtemp(tmpdir)) {
         printf("FAIL mamba2: mkdtemp: %s\n", strerror(errno));

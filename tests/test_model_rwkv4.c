@@ -70,7 +70,8 @@ enum { FX_A = 0, FX_B = 1, FX_C = 2 };
 static const char *root;
 
 /* Whole file into a malloc'd buffer (caller frees); NULL if unreadable. */
-static char *slurp(const char *path, size_t *len) {
+static char *slurp(const char *path, size_t *len)
+{
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
     fseek(f, 0, SEEK_END);
@@ -83,14 +84,16 @@ static char *slurp(const char *path, size_t *len) {
     return b;
 }
 
-static int spill(const char *path, const void *buf, size_t len) {
+static int spill(const char *path, const void *buf, size_t len)
+{
     FILE *f = fopen(path, "wb");
     if (!f) return -1;
     size_t w = fwrite(buf, 1, len, f);
     return (fclose(f) == 0 && w == len) ? 0 : -1;
 }
 
-static void load_fixture(fixture *f) {
+static void load_fixture(fixture *f)
+{
     snprintf(f->dir, sizeof f->dir, "%s/%s", root, f->name);
     snprintf(f->model_dir, sizeof f->model_dir, "%s/model", f->dir);
     char p[1200];
@@ -113,7 +116,8 @@ static void load_fixture(fixture *f) {
 }
 
 /* max|a-b| / max|b| over one row of V. */
-static double row_err(const float *a, const float *b, int V) {
+static double row_err(const float *a, const float *b, int V)
+{
     double d = 0, m = 0;
     for (int i = 0; i < V; i++) {
         double e = fabs((double)a[i] - (double)b[i]);
@@ -124,7 +128,8 @@ static double row_err(const float *a, const float *b, int V) {
 }
 
 /* Worst row_err over POS rows; *at gets its position. */
-static double worst_err(const float *a, const float *b, int V, int *at) {
+static double worst_err(const float *a, const float *b, int V, int *at)
+{
     double w = 0;
     *at = 0;
     for (int t = 0; t < POS; t++) {
@@ -136,7 +141,8 @@ static double worst_err(const float *a, const float *b, int V, int *at) {
 
 /* Feed the fixture's tokens one model_step at a time into a fresh slot 0;
  * returns POS × V logits (caller frees) or NULL. */
-static float *run_steps(model *m, const fixture *f) {
+static float *run_steps(model *m, const fixture *f)
+{
     int V = model_vocab(m);
     float *out = malloc(sizeof(float) * POS * (size_t)V);
     int slot = 0, rc = model_slots_reserve(m, 1);
@@ -151,7 +157,8 @@ static float *run_steps(model *m, const fixture *f) {
     return out;
 }
 
-static model *load(const char *dir, lind_dtype w) {
+static model *load(const char *dir, lind_dtype w)
+{
     char err[512] = "";
     model *m = NULL;
     model_opts o = { .backend = "cpu", .weights = w };
@@ -163,7 +170,8 @@ static model *load(const char *dir, lind_dtype w) {
 
 /* The config HF would read: hidden_size, layers, vocab, pre_ln, the config
  * epsilon for ln1/ln2/pre_ln but 1e-5 for ln_out, rescale_every. */
-static void check_config(const model *m, const fixture *f) {
+static void check_config(const model *m, const fixture *f)
+{
     const lind_config *c = model_config(m);
     CHECK(model_vocab(m) == f->vocab, "%s: vocab %d, want %d", f->name, model_vocab(m), f->vocab);
     CHECK(c->d_model == f->hidden && c->n_layers == f->layers, "%s: d_model %d n_layers %d, want %d %d",
@@ -186,7 +194,8 @@ static void check_config(const model *m, const fixture *f) {
 
 /* Prefill in chunks of `chunk` tokens through model_forward, logits for every
  * row; compare bit for bit with the step path. */
-static void check_chunks(model *m, const fixture *f, const float *stepped, int chunk) {
+static void check_chunks(model *m, const fixture *f, const float *stepped, int chunk)
+{
     int V = model_vocab(m);
     float *lg = malloc(sizeof(float) * (size_t)chunk * V);
     int *slots = calloc((size_t)chunk, sizeof(int)), *rows = malloc(sizeof(int) * (size_t)chunk);
@@ -209,7 +218,8 @@ static void check_chunks(model *m, const fixture *f, const float *stepped, int c
 /* Three sessions at different paces in each model_forward call: every call
  * carries one run per unfinished slot (run lengths cycle through a per-slot
  * pattern, the slots' order rotates), logit rows asked for in reverse. */
-static void check_sessions(model *m, const fixture *f, const float *stepped) {
+static void check_sessions(model *m, const fixture *f, const float *stepped)
+{
     enum { S = 3 };
     static const int pace[S][4] = { {5, 1, 33, 64}, {17, 2, 100, 7}, {1, 64, 3, 250} };
     int V = model_vocab(m), rc = model_slots_reserve(m, S);
@@ -253,7 +263,8 @@ static void check_sessions(model *m, const fixture *f, const float *stepped) {
 }
 
 /* One fixture through load, steps, chunked prefill and mixed sessions. */
-static void run_fixture(const fixture *f) {
+static void run_fixture(const fixture *f)
+{
     if (!f->ok) { CHECK(0, "%s: fixture files missing", f->name); return; }
     model *m = load(f->model_dir, LIND_DT_AUTO);
     if (!m) return;
@@ -276,7 +287,8 @@ static void run_fixture(const fixture *f) {
 
 static void rwkv4_a_f32(void)     { run_fixture(&fx[FX_A]); }
 static void rwkv4_b_sharded(void) { run_fixture(&fx[FX_B]); }
-static void rwkv4_c_bf16(void)    {
+static void rwkv4_c_bf16(void)
+{
     run_fixture(&fx[FX_C]);
     model *m = fx[FX_C].ok ? load(fx[FX_C].model_dir, LIND_DT_AUTO) : NULL;
     if (m) {
@@ -291,7 +303,8 @@ static void rwkv4_c_bf16(void)    {
  * because lind's rounding (matrices only, fp32 arithmetic) is a different
  * draw of errors of the same size; tools/rwkv4_fixtures.py records the
  * matrices-only cost (6.0e-3) under the all-weights one (7.6e-3). */
-static void rwkv4_bf16_weights_accuracy(void) {
+static void rwkv4_bf16_weights_accuracy(void)
+{
     fixture *a = &fx[FX_A], *c = &fx[FX_C];
     if (!a->ok || !c->ok) { CHECK(0, "fixtures missing"); return; }
     int at;
@@ -314,7 +327,8 @@ static void rwkv4_bf16_weights_accuracy(void) {
 }
 
 /* c_bf16 widened to fp32 on load computes its own reference. */
-static void rwkv4_c_bf16_as_f32(void) {
+static void rwkv4_c_bf16_as_f32(void)
+{
     fixture *c = &fx[FX_C];
     if (!c->ok) { CHECK(0, "fixture missing"); return; }
     model *m = load(c->model_dir, LIND_DT_F32);
@@ -342,7 +356,8 @@ static void rwkv4_c_bf16_as_f32(void) {
  * refused by the other). */
 #define DOT_TOL 0.02   /* measured worst 6.8e-3 (b_sharded; c_bf16, the rounding of activations alone: 5.3e-3): 3x */
 
-static model *load_dot(const char *dir) {
+static model *load_dot(const char *dir)
+{
     char err[512] = "";
     model *m = NULL;
     model_opts o = { .backend = "cpu", .weights = LIND_DT_AUTO, .compute = LIND_COMPUTE_BF16 };
@@ -351,7 +366,8 @@ static model *load_dot(const char *dir) {
     return rc == 0 ? m : NULL;
 }
 
-static void dot_fixture(const fixture *f) {
+static void dot_fixture(const fixture *f)
+{
     if (!f->ok) { CHECK(0, "%s: fixture files missing", f->name); return; }
     model *m = load_dot(f->model_dir), *w = load(f->model_dir, LIND_DT_BF16);
     if (m && w) {
@@ -387,7 +403,8 @@ static void dot_fixture(const fixture *f) {
 #define Q8_TOL 0.05   /* measured worst 0.0221 (b_sharded; means 0.011–0.012): 2.3x */
 #define Q4_TOL 0.5    /* measured worst 0.219 (b_sharded; means 0.122–0.131): 2.3x */
 
-static void quant_fixture(const fixture *f, lind_dtype dt) {
+static void quant_fixture(const fixture *f, lind_dtype dt)
+{
     if (!f->ok) { CHECK(0, "%s: fixture files missing", f->name); return; }
     model *m = load(f->model_dir, dt), *w = load(f->model_dir, LIND_DT_F32);
     if (m && w) {
@@ -419,7 +436,8 @@ static void rwkv4_q4(void) { for (int i = 0; i < NFX; i++) quant_fixture(&fx[i],
 
 /* A state saved by a bf16-compute model is refused by the same weights
  * with fp32 compute (and the other way round), naming the fingerprints. */
-static void dot_state_refused(void) {
+static void dot_state_refused(void)
+{
     fixture *c = &fx[FX_C];
     if (!c->ok) { CHECK(0, "fixture missing"); return; }
     model *m[2] = { load_dot(c->model_dir), load(c->model_dir, LIND_DT_AUTO) };
@@ -462,7 +480,8 @@ static void rwkv4_dot_c_bf16(void)    { dot_fixture(&fx[FX_C]); }
 
 /* Refused with a reason: fp16 weights (bf16 compute multiplies bf16), the
  * AVX2 kernel (no vdpbf16ps), the CUDA backend's code (the host harness). */
-static void rwkv4_dot_refusals(void) {
+static void rwkv4_dot_refusals(void)
+{
     fixture *a = &fx[FX_A];
     if (!a->ok) { CHECK(0, "fixture missing"); return; }
     char err[512] = "";
@@ -493,7 +512,8 @@ static void rwkv4_dot_refusals(void) {
 static char tmpdir[256];
 
 /* Copy the files of src (flat) into a fresh tmpdir; 0 on success. */
-static int copy_model(const char *src) {
+static int copy_model(const char *src)
+{
     snprintf(tmpdir, sizeof tmpdir, "/tmp/lind_rwkv4_XXXXXX");
     if (!mkdtemp(tmpdir)) return -1;
     DIR *d = opendir(src);
@@ -514,7 +534,8 @@ static int copy_model(const char *src) {
     return rc;
 }
 
-static void remove_tmp(void) {
+static void remove_tmp(void)
+{
     DIR *d = opendir(tmpdir);
     if (!d) return;
     struct dirent *e;
@@ -529,7 +550,8 @@ static void remove_tmp(void) {
 }
 
 /* Load tmpdir; it must fail with a message containing every needle. */
-static void expect_failure(const char *what, const char *needle1, const char *needle2) {
+static void expect_failure(const char *what, const char *needle1, const char *needle2)
+{
     char err[1024] = "";
     model *m = NULL;
     int rc = model_load(tmpdir, "cpu", &m, err, sizeof err);
@@ -540,13 +562,15 @@ static void expect_failure(const char *what, const char *needle1, const char *ne
     CHECK(!needle2 || strstr(err, needle2), "%s: error \"%s\" does not name '%s'", what, err, needle2);
 }
 
-static char *tmp_path(const char *name) {
+static char *tmp_path(const char *name)
+{
     static char p[600];
     snprintf(p, sizeof p, "%s/%s", tmpdir, name);
     return p;
 }
 
-static void rwkv4_rejects_missing_shard(void) {
+static void rwkv4_rejects_missing_shard(void)
+{
     if (copy_model(fx[FX_B].model_dir) != 0) { CHECK(0, "copy %s", fx[FX_B].model_dir); remove_tmp(); return; }
     CHECK(unlink(tmp_path("model-00002-of-00003.safetensors")) == 0, "unlink shard 2");
     expect_failure("missing shard", "model-00002-of-00003.safetensors", NULL);
@@ -554,7 +578,8 @@ static void rwkv4_rejects_missing_shard(void) {
 }
 
 /* index.json says the tensor lives in a shard that does not hold it. */
-static void rwkv4_rejects_index_pointing_at_wrong_shard(void) {
+static void rwkv4_rejects_index_pointing_at_wrong_shard(void)
+{
     static const char key[] = "\"rwkv.blocks.1.attention.key.weight\"";
     if (copy_model(fx[FX_B].model_dir) != 0) { CHECK(0, "copy %s", fx[FX_B].model_dir); remove_tmp(); return; }
     size_t n;
@@ -573,7 +598,8 @@ static void rwkv4_rejects_index_pointing_at_wrong_shard(void) {
 }
 
 /* A transposed FFN key: same bytes, shape [64,256] instead of [256,64]. */
-static void rwkv4_rejects_wrong_shape(void) {
+static void rwkv4_rejects_wrong_shape(void)
+{
     static const char key[] = "\"rwkv.blocks.0.feed_forward.key.weight\":{\"dtype\":\"F32\",\"shape\":[256,64]";
     if (copy_model(fx[FX_A].model_dir) != 0) { CHECK(0, "copy %s", fx[FX_A].model_dir); remove_tmp(); return; }
     size_t n;
@@ -597,7 +623,8 @@ static void rwkv4_rejects_wrong_shape(void) {
     remove_tmp();
 }
 
-static void rwkv4_rejects_config_without_hidden_size(void) {
+static void rwkv4_rejects_config_without_hidden_size(void)
+{
     if (copy_model(fx[FX_A].model_dir) != 0) { CHECK(0, "copy %s", fx[FX_A].model_dir); remove_tmp(); return; }
     size_t n;
     char *cfg = slurp(tmp_path("config.json"), &n);
@@ -616,20 +643,23 @@ static void rwkv4_rejects_config_without_hidden_size(void) {
 }
 
 /* Load tmpdir with model_opts.bos = bos: model_bos() and the eos list. */
-static model *load_conv(int bos, char *err, size_t errlen) {
+static model *load_conv(int bos, char *err, size_t errlen)
+{
     model *m = NULL;
     model_opts o = { .backend = "cpu", .bos = bos };
     err[0] = 0;
     return model_load_opts(tmpdir, &o, &m, err, errlen) == 0 ? m : NULL;
 }
 
-static int write_text(const char *name, const char *text) {
+static int write_text(const char *name, const char *text)
+{
     return spill(tmp_path(name), text, strlen(text));
 }
 
 /* BOS and EOS follow the files, in their order of precedence, and the
  * overrides win; lind's own model keeps its BOS. */
-static void rwkv4_conventions(void) {
+static void rwkv4_conventions(void)
+{
     char err[1024];
     model *m = NULL;
     CHECK(model_load("models/default", "cpu", &m, err, sizeof err) == 0, "models/default: %s", err);
@@ -705,7 +735,8 @@ static void rwkv4_conventions(void) {
 
 #endif /* LIND_MAX_VOCAB */
 
-int main(void) {
+int main(void)
+{
 #ifndef LIND_MAX_VOCAB
     /* recurrent/model.h predates the Hugging Face loader (model_load_opts,
      * model_vocab, lind_config.format): nothing to test on this tree. */

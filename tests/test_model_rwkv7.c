@@ -60,7 +60,8 @@ static fixture fx[] = {
 static const char *root;
 static char tmpdir[] = "/tmp/lind-rwkv7-XXXXXX";
 
-static char *slurp(const char *path, size_t *len) {
+static char *slurp(const char *path, size_t *len)
+{
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
     fseek(f, 0, SEEK_END);
@@ -73,14 +74,16 @@ static char *slurp(const char *path, size_t *len) {
     return b;
 }
 
-static int spill(const char *path, const void *buf, size_t len) {
+static int spill(const char *path, const void *buf, size_t len)
+{
     FILE *f = fopen(path, "wb");
     if (!f) return -1;
     size_t w = fwrite(buf, 1, len, f);
     return (fclose(f) == 0 && w == len) ? 0 : -1;
 }
 
-static void load_fixture(fixture *f) {
+static void load_fixture(fixture *f)
+{
     snprintf(f->dir, sizeof f->dir, "%s/%s", root, f->name);
     snprintf(f->model_dir, sizeof f->model_dir, "%s/model", f->dir);
     snprintf(f->pth, sizeof f->pth, "%s/RWKV-x070-%s.pth", f->model_dir, f->name);
@@ -103,7 +106,8 @@ static void load_fixture(fixture *f) {
     free(l);
 }
 
-static double row_err(const float *a, const float *b, int V) {
+static double row_err(const float *a, const float *b, int V)
+{
     double d = 0, m = 0;
     for (int i = 0; i < V; i++) {
         double e = fabs((double)a[i] - (double)b[i]);
@@ -113,13 +117,15 @@ static double row_err(const float *a, const float *b, int V) {
     return m > 0 ? d / m : d;
 }
 
-static model *load(const char *path, char *err, size_t errlen) {
+static model *load(const char *path, char *err, size_t errlen)
+{
     model *m = NULL;
     int rc = model_load(path, "cpu", &m, err, errlen);
     return rc == 0 ? m : NULL;
 }
 
-static float *run_steps(model *m, const fixture *f) {
+static float *run_steps(model *m, const fixture *f)
+{
     int V = model_vocab(m), slot = 0, rc = model_slots_reserve(m, 1);
     float *out = malloc(sizeof(float) * POS * (size_t)V);
     if (rc == 0) rc = model_slot_reset(m, 0);
@@ -131,7 +137,8 @@ static float *run_steps(model *m, const fixture *f) {
     return out;
 }
 
-static void check_config(const model *m, const fixture *f) {
+static void check_config(const model *m, const fixture *f)
+{
     const lind_config *c = model_config(m);
     CHECK(!strcmp(c->format, "rwkv7-pth"), "%s: format '%s'", f->name, c->format);
     CHECK(c->vocab_size == f->vocab && c->d_model == f->C && c->n_layers == f->layers, "%s: vocab %d C %d layers %d",
@@ -152,7 +159,8 @@ static void check_config(const model *m, const fixture *f) {
     CHECK(model_state_bytes(m) == want, "%s: state %zu bytes, want %zu (fp32 S)", f->name, model_state_bytes(m), want);
 }
 
-static void run_fixture(fixture *f) {
+static void run_fixture(fixture *f)
+{
     if (!f->ok) { CHECK(0, "%s: fixture files missing", f->name); return; }
     char err[512] = "";
     model *m = load(f->model_dir, err, sizeof err);
@@ -195,13 +203,15 @@ static void rwkv7_c_f16(void) { run_fixture(&fx[2]); }
 /* ---- refusals ------------------------------------------------------------ */
 
 static char tpath[1200];
-static const char *tmp_path(const char *name) {
+static const char *tmp_path(const char *name)
+{
     snprintf(tpath, sizeof tpath, "%s/%s", tmpdir, name);
     return tpath;
 }
 
 /* a_f32's .pth with `patch` applied, opened by pth_open: its message. */
-static int open_patched(void (*patch)(char *buf, size_t *len), char *err, size_t errlen) {
+static int open_patched(void (*patch)(char *buf, size_t *len), char *err, size_t errlen)
+{
     size_t n = 0;
     char *b = slurp(fx[0].pth, &n);
     if (!b) return -999;
@@ -216,28 +226,33 @@ static int open_patched(void (*patch)(char *buf, size_t *len), char *err, size_t
     return rc;
 }
 
-static char *find(char *b, size_t n, const char *s) {
+static char *find(char *b, size_t n, const char *s)
+{
     size_t k = strlen(s);
     for (size_t i = 0; i + k <= n; i++)
         if (!memcmp(b + i, s, k)) return b + i;
     return NULL;
 }
 
-static void patch_global(char *b, size_t *n) {   /* same length: the zip stays valid */
+static void patch_global(char *b, size_t *n)   /* same length: the zip stays valid */
+{
     char *p = find(b, *n, "_rebuild_tensor_v2");
     if (p) memcpy(p, "_rebuild_parameter", 18);
 }
-static void patch_opcode(char *b, size_t *n) {   /* the first key's BINUNICODE → INST */
+static void patch_opcode(char *b, size_t *n)   /* the first key's BINUNICODE → INST */
+{
     char *p = find(b, *n, "emb.weight");
     if (p) p[-5] = 'i';
 }
-static void patch_method(char *b, size_t *n) {   /* the first central entry says deflate */
+static void patch_method(char *b, size_t *n)   /* the first central entry says deflate */
+{
     char *p = find(b, *n, "PK\x01\x02");
     if (p) p[10] = 8;
 }
 static void patch_cut(char *b, size_t *n) { (void)b; *n /= 2; }
 
-static void rwkv7_pth_refusals(void) {
+static void rwkv7_pth_refusals(void)
+{
     if (!fx[0].ok) { CHECK(0, "fixture missing"); return; }
     char err[512];
     int rc = open_patched(patch_global, err, sizeof err);
@@ -256,7 +271,8 @@ static void rwkv7_pth_refusals(void) {
 /* Through model_load: a directory with two .pth files is ambiguous; one
  * .pth in a directory loads; a .pth without the World vocabulary beside it
  * is refused naming the file. */
-static void rwkv7_load_refusals(void) {
+static void rwkv7_load_refusals(void)
+{
     if (!fx[0].ok || !fx[1].ok) { CHECK(0, "fixtures missing"); return; }
     char err[512] = "", cmd[8192];
     /* two .pth files in one directory: ambiguous */
@@ -279,7 +295,8 @@ static void rwkv7_load_refusals(void) {
 }
 
 /* The CUDA backend has no rwkv7_step yet: its host harness refuses the kind. */
-static void rwkv7_backend_without_op(void) {
+static void rwkv7_backend_without_op(void)
+{
     if (!fx[0].ok) { CHECK(0, "fixture missing"); return; }
     char err[512] = "";
     model *m = NULL;
@@ -293,7 +310,8 @@ static void rwkv7_backend_without_op(void) {
     model_free(m);
 }
 
-int main(void) {
+int main(void)
+{
     root = getenv("LIND_RWKV7_FIXTURES") ? getenv("LIND_RWKV7_FIXTURES") : "tests/fixtures/rwkv7";
     if (!mkdtemp(tmpdir)) {
         printf("FAIL rwkv7: mkdtemp: %s\n", strerror(errno));

@@ -52,7 +52,8 @@ typedef struct testmodel_tensor {
  * over the layers ("linear", "aft", "linear,aft"...). aft_variant may be
  * NULL when no layer is aft. norm_eps 1e-5, attn_eps 1e-6. */
 static inline testmodel_cfg testmodel_config(int d_model, int n_layers, int n_heads, int d_head, int d_ff,
-                                           const char *mixers, int token_shift, const char *aft_variant) {
+                                           const char *mixers, int token_shift, const char *aft_variant)
+{
     testmodel_cfg c;
     memset(&c, 0, sizeof c);
     c.vocab_size = 256;
@@ -82,7 +83,8 @@ static inline testmodel_cfg testmodel_config(int d_model, int n_layers, int n_he
 }
 
 /* Write a safetensors file holding tensors t[0..n) packed in order. */
-static inline int testmodel_st_write(const char *path, const testmodel_tensor *t, int n) {
+static inline int testmodel_st_write(const char *path, const testmodel_tensor *t, int n)
+{
     size_t cap = 256 + (size_t)n * 256, len = 0, off = 0;
     char *hdr = malloc(cap);
     if (!hdr) return -ENOMEM;
@@ -108,7 +110,8 @@ static inline int testmodel_st_write(const char *path, const testmodel_tensor *t
     return ok ? 0 : -EIO;
 }
 
-static inline double testmodel_u01_(uint64_t *s) {
+static inline double testmodel_u01_(uint64_t *s)
+{
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
@@ -121,7 +124,8 @@ enum { TESTMODEL_UNIFORM, TESTMODEL_ONE_PLUS, TESTMODEL_RANGE };
 /* Append one F32 tensor filled with random values: kind UNIFORM: a·U(−1,1);
  * ONE_PLUS: 1 + a·U(−1,1); RANGE: U(a, b). */
 static inline int testmodel_add_(testmodel_tensor *t, int *n, float **bufs, uint64_t *rng, const char *name,
-                                 int d0, int d1, int kind, double a, double b) {
+                                 int d0, int d1, int kind, double a, double b)
+{
     size_t numel = (size_t)d0 * (size_t)(d1 ? d1 : 1);
     float *p = malloc(numel * sizeof *p + 1);
     if (!p) return -ENOMEM;
@@ -145,7 +149,8 @@ static inline int testmodel_add_(testmodel_tensor *t, int *n, float **bufs, uint
 /* Write dir/config.json and dir/model.safetensors (creating dir) with
  * weights drawn from `seed`. 0 or a negative errno. */
 /* config.json text for cfg (malloc'd, caller frees), or NULL. */
-static inline char *testmodel_config_json(const testmodel_cfg *c) {
+static inline char *testmodel_config_json(const testmodel_cfg *c)
+{
     size_t cap = 512 + (size_t)c->n_layers * 24, n = 0;
     char *s = malloc(cap);
     if (!s) return NULL;
@@ -161,7 +166,8 @@ static inline char *testmodel_config_json(const testmodel_cfg *c) {
     return s;
 }
 
-static inline int testmodel_write(const char *dir, const testmodel_cfg *cfg, uint64_t seed, const testmodel_opts *opts) {
+static inline int testmodel_write(const char *dir, const testmodel_cfg *cfg, uint64_t seed, const testmodel_opts *opts)
+{
     testmodel_opts o = {0, 1};
     if (opts) o = *opts;
     if (o.scale == 0) o.scale = 1;

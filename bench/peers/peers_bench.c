@@ -63,7 +63,8 @@
 #include "kernels/clock.h"
 #include "recurrent/model.h"
 
-static void die(const char *what, const char *why) {
+static void die(const char *what, const char *why)
+{
     fprintf(stderr, "peers_bench: %s: %s\n", what, why);
     exit(1);
 }
@@ -82,7 +83,8 @@ static struct {
     const char *(*sysinfo)(void);
 } rw;
 
-static void rwkv_open(const char *lib) {
+static void rwkv_open(const char *lib)
+{
     void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
     if (!h) die(lib, dlerror());
 #define SYM(f, n) \
@@ -102,7 +104,8 @@ static void rwkv_open(const char *lib) {
 /* Bytes of the tensors an rwkv.cpp file holds that a token streams: every
  * tensor of 2 or more dimensions but the embedding (only its row is read),
  * from the file's own headers (rwkv_file_format.inc). */
-static double rwkv_file_matrix_bytes(const char *path) {
+static double rwkv_file_matrix_bytes(const char *path)
+{
     FILE *f = fopen(path, "rb");
     if (!f) die(path, strerror(errno));
     int32_t h[6], th[3], dims[3];
@@ -159,7 +162,8 @@ static uint32_t utoks[NTOK];
 static float *logits;         /* B64 × vocab */
 static int slots[B64], pslots[256];
 
-static void lind_load(eng *e, const char *dir, lind_dtype dt, const char *name) {
+static void lind_load(eng *e, const char *dir, lind_dtype dt, const char *name)
+{
     model_opts o = {.backend = "cpu", .weights = dt, .compute = LIND_COMPUTE_F32, .be = &be_opts};
     char err[512];
     memset(e, 0, sizeof *e);
@@ -172,7 +176,8 @@ static void lind_load(eng *e, const char *dir, lind_dtype dt, const char *name) 
     if (model_slots_reserve(e->m, B64) < 0) die("lind", "slots");
 }
 
-static void rwkv_load(eng *e, const char *path, const char *name, int threads) {
+static void rwkv_load(eng *e, const char *path, const char *name, int threads)
+{
     memset(e, 0, sizeof *e);
     e->name = name;
     if (!(e->ctx = rw.init(path, (uint32_t)threads, 0))) die(path, "rwkv_init_from_file failed");
@@ -183,7 +188,8 @@ static void rwkv_load(eng *e, const char *path, const char *name, int threads) {
     e->chunk = 16;
 }
 
-static void eng_free(eng *e) {
+static void eng_free(eng *e)
+{
     if (e->m) model_free(e->m);
     if (e->ctx) rw.free_ctx(e->ctx);
     free(e->states);
@@ -192,7 +198,8 @@ static void eng_free(eng *e) {
 static int rpos;   /* rotates the tokens fed */
 
 /* n batch-1 tokens, logits each */
-static void run_b1(eng *e, int n) {
+static void run_b1(eng *e, int n)
+{
     for (int i = 0; i < n; i++) {
         int32_t t = toks[rpos++ % NTOK];
         if (e->lind) {
@@ -204,7 +211,8 @@ static void run_b1(eng *e, int n) {
 }
 
 /* `steps` steps of B64 sequences, one token each, logits for all */
-static void run_b64(eng *e, int steps) {
+static void run_b64(eng *e, int steps)
+{
     for (int s = 0; s < steps; s++) {
         const int32_t *t = &toks[(rpos += B64) % (NTOK - B64)];
         if (e->lind) {
@@ -218,7 +226,8 @@ static void run_b64(eng *e, int steps) {
 }
 
 /* a T-token prompt from the zero state, logits for its last token */
-static void run_prefill(eng *e, int T) {
+static void run_prefill(eng *e, int T)
+{
     if (e->lind) {
         model_slot_reset(e->m, 0);
         for (int p = 0; p < T; p += 256) {
@@ -232,7 +241,8 @@ static void run_prefill(eng *e, int T) {
 
 /* ---- the quiet check ------------------------------------------------------------ */
 
-static double busy_s(void) {   /* the machine's busy CPU seconds, all CPUs */
+static double busy_s(void)   /* the machine's busy CPU seconds, all CPUs */
+{
     FILE *f = fopen("/proc/stat", "r");
     unsigned long long v[8] = {0};
     if (!f) return 0;
@@ -254,7 +264,8 @@ typedef struct win { double value, floor, other; int loaded; } win;
 /* One measured window of kind k: b1 → ms/token (and the floor ms of the
  * moment), b64 / prefill → tokens/s. Repeated while other processes used
  * more than load_limit cores, at most `retries` times. */
-static win measure(eng *e, int k, int n) {
+static win measure(eng *e, int k, int n)
+{
     win w = {0};
     for (int attempt = 0;; attempt++) {
         struct timespec gap = {0, 10 * 1000 * 1000};   /* the other engine's spinning threads settle */
@@ -290,12 +301,14 @@ static win measure(eng *e, int k, int n) {
 
 /* ---- statistics ----------------------------------------------------------------- */
 
-static int cmp_dbl(const void *a, const void *b) {
+static int cmp_dbl(const void *a, const void *b)
+{
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
 typedef struct stat3 { double med, lo, hi; } stat3;
-static stat3 stats(const double *v, int n) {
+static stat3 stats(const double *v, int n)
+{
     double s[256];
     memcpy(s, v, (size_t)n * sizeof *s);
     qsort(s, (size_t)n, sizeof *s, cmp_dbl);
@@ -312,7 +325,8 @@ static int quick;
 static int pair_on[4] = {1, 1, 1, 1};   /* --pairs: f32, bf16, q8, q4 */
 static int rounds_b1 = 11, rounds_b64 = 5, rounds_pf = 5, prefill_T = 2000;
 
-static void file_ok(const char *path) {
+static void file_ok(const char *path)
+{
     struct stat st;
     if (stat(path, &st) < 0) {
         fprintf(stderr, "peers_bench: %s: %s (make bench-peers writes it with bench/peers/make_weights.py)\n", path,
@@ -321,7 +335,8 @@ static void file_ok(const char *path) {
     }
 }
 
-static void shape_run(const char *models, const char *shape, int threads, double fma, double vnni) {
+static void shape_run(const char *models, const char *shape, int threads, double fma, double vnni)
+{
     char dir[1024], lind_dir[1100], path[1100];
     snprintf(dir, sizeof dir, "%s/%s", models, shape);
     snprintf(lind_dir, sizeof lind_dir, "%s/lind", dir);
@@ -538,7 +553,8 @@ static void shape_run(const char *models, const char *shape, int threads, double
     probe = NULL;
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     const char *models = "build-peers/models", *lib = "build-peers/src/rwkv.cpp/build/librwkv.so";
     const char *shapes = "rwkv4-169m,rwkv7-0.1b,mamba2-130m";
     int threads = 2;

@@ -42,7 +42,8 @@ static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
  * streamed once per token then crosses a page every 2 MiB instead of every
  * 4 KiB (fewer TLB walks, and the hardware prefetcher, which stops at a
  * page's end, keeps running). A hint only: where THP is off nothing changes. */
-static void *amalloc(size_t n) {
+static void *amalloc(size_t n)
+{
     void *p = NULL;
     if (posix_memalign(&p, ALIGN, round_up(n ? n : 1, ALIGN))) return NULL;
 #ifdef MADV_HUGEPAGE
@@ -56,7 +57,8 @@ static void *amalloc(size_t n) {
 
 static const char *cpu_device_name(backend *be) { return ((cpu *)be)->device; }
 
-static int cpu_buf_new(backend *be, size_t n, backend_buf **out) {
+static int cpu_buf_new(backend *be, size_t n, backend_buf **out)
+{
     (void)be;
     backend_buf *b = malloc(sizeof *b);
     if (!b) return -ENOMEM;
@@ -72,7 +74,8 @@ static int cpu_buf_new(backend *be, size_t n, backend_buf **out) {
 /* Packed panels for kernels/cpu/gemm.c when the CPU runs it; otherwise Wᵀ,
  * so y = x·Wᵀ runs as a NoTrans·NoTrans SGEMM, which OpenBLAS does faster
  * than NoTrans·Trans for the small M (batch) of a decode step. */
-static int cpu_weight_new(backend *be, int N, int K, const float *W, backend_buf **out) {
+static int cpu_weight_new(backend *be, int N, int K, const float *W, backend_buf **out)
+{
     cpu *c = (cpu *)be;
     if (c->isa != CPU_GEMM_NONE) {
         int rc = cpu_buf_new(be, cpu_gemm_packed_floats(c->isa, N, K), out);
@@ -93,7 +96,8 @@ static int cpu_weight_new(backend *be, int N, int K, const float *W, backend_buf
 /* Half-precision panels when the CPU runs the packed kernels (they widen in
  * registers); on a CPU with neither AVX2 nor AVX-512, widened to fp32 here
  * and kept as weight_new keeps it (OpenBLAS multiplies fp32 only). */
-static int cpu_weight_new_half(backend *be, int N, int K, const uint16_t *W, int wtype, backend_buf **out) {
+static int cpu_weight_new_half(backend *be, int N, int K, const uint16_t *W, int wtype, backend_buf **out)
+{
     cpu *c = (cpu *)be;
     if (wtype != BACKEND_W_F16 && wtype != BACKEND_W_BF16) return -EINVAL;
     size_t nk = (size_t)N * (size_t)K;
@@ -124,7 +128,8 @@ static int cpu_weight_new_half(backend *be, int N, int K, const uint16_t *W, int
 
 /* Quantized panels (kernels/cpu/quant.h), on any CPU. */
 static int cpu_weight_new_quant(backend *be, int N, int K, const float *W, int qtype, backend_buf **out, char *err,
-                                size_t errlen) {
+                                size_t errlen)
+{
     (void)be;
     if (qtype != BACKEND_W_Q8 && qtype != BACKEND_W_Q4) {
         snprintf(err, errlen, "backend cpu: unknown quantized format %d", qtype);
@@ -147,28 +152,32 @@ static int cpu_weight_new_quant(backend *be, int N, int K, const float *W, int q
     return 0;
 }
 
-static void cpu_buf_free(backend *be, backend_buf *b) {
+static void cpu_buf_free(backend *be, backend_buf *b)
+{
     (void)be;
     if (!b) return;
     free(b->p);
     free(b);
 }
 
-static int cpu_buf_upload(backend *be, backend_buf *b, size_t off, const float *src, size_t n) {
+static int cpu_buf_upload(backend *be, backend_buf *b, size_t off, const float *src, size_t n)
+{
     (void)be;
     if (off > b->n || n > b->n - off) return -ERANGE;
     memcpy(b->p + off, src, n * sizeof(float));
     return 0;
 }
 
-static int cpu_buf_download(backend *be, const backend_buf *b, size_t off, float *dst, size_t n) {
+static int cpu_buf_download(backend *be, const backend_buf *b, size_t off, float *dst, size_t n)
+{
     (void)be;
     if (off > b->n || n > b->n - off) return -ERANGE;
     memcpy(dst, b->p + off, n * sizeof(float));
     return 0;
 }
 
-static int cpu_slots_reserve(backend *be, int n, size_t slot_bytes) {
+static int cpu_slots_reserve(backend *be, int n, size_t slot_bytes)
+{
     cpu *c = (cpu *)be;
     if (c->nslots && slot_bytes != c->slot_bytes) return -EINVAL;
     if (n <= c->nslots) return 0;
@@ -185,28 +194,32 @@ static int cpu_slots_reserve(backend *be, int n, size_t slot_bytes) {
     return 0;
 }
 
-static int cpu_slot_zero(backend *be, int slot) {
+static int cpu_slot_zero(backend *be, int slot)
+{
     cpu *c = (cpu *)be;
     if (slot < 0 || slot >= c->nslots) return -ERANGE;
     memset(cpu_slot_ptr(c, slot), 0, c->slot_bytes);
     return 0;
 }
 
-static int cpu_slot_read(backend *be, int slot, void *dst) {
+static int cpu_slot_read(backend *be, int slot, void *dst)
+{
     cpu *c = (cpu *)be;
     if (slot < 0 || slot >= c->nslots) return -ERANGE;
     memcpy(dst, cpu_slot_ptr(c, slot), c->slot_bytes);
     return 0;
 }
 
-static int cpu_slot_write(backend *be, int slot, const void *src) {
+static int cpu_slot_write(backend *be, int slot, const void *src)
+{
     cpu *c = (cpu *)be;
     if (slot < 0 || slot >= c->nslots) return -ERANGE;
     memcpy(cpu_slot_ptr(c, slot), src, c->slot_bytes);
     return 0;
 }
 
-static int cpu_begin_step(backend *be, const int *slots, const int *tokens, int B) {
+static int cpu_begin_step(backend *be, const int *slots, const int *tokens, int B)
+{
     cpu *c = (cpu *)be;
     if (B > c->cap) {
         int *s = realloc(c->slots, (size_t)B * sizeof *s);
@@ -232,7 +245,8 @@ static int cpu_begin_step(backend *be, const int *slots, const int *tokens, int 
     return 0;
 }
 
-float *cpu_tmp_get(cpu *c, size_t n) {
+float *cpu_tmp_get(cpu *c, size_t n)
+{
     if (n > c->tmp_n) {
         float *t = amalloc(n * sizeof(float));
         if (!t) return NULL;
@@ -243,7 +257,8 @@ float *cpu_tmp_get(cpu *c, size_t n) {
     return c->tmp;
 }
 
-static int cpu_embed(backend *be, const backend_buf *E, backend_buf *x, int d) {
+static int cpu_embed(backend *be, const backend_buf *E, backend_buf *x, int d)
+{
     cpu *c = (cpu *)be;
     for (int b = 0; b < c->B; b++)
         memcpy(x->p + (size_t)b * d, E->p + (size_t)c->tokens[b] * d, (size_t)d * sizeof(float));
@@ -255,7 +270,8 @@ static int cpu_embed(backend *be, const backend_buf *E, backend_buf *x, int d) {
  * columns. Tiny ops run inline: a fork-join costs about a microsecond while
  * the workers poll (kernels/cpu/pool.c). */
 
-int cpu_row_parts(const cpu *c, int B, size_t work_per_row) {
+int cpu_row_parts(const cpu *c, int B, size_t work_per_row)
+{
     int n = cpu_pool_size(c->threads);
     if ((size_t)B * work_per_row < (1u << 12)) return 1;
     return B < n ? B : n;
@@ -274,7 +290,8 @@ typedef struct ln_job {
  * order differs from the CUDA kernel's tree reduction in the last bits, as
  * any two reductions do. */
 #define LN_LANES 16
-static inline float lane_sum(const float *x, float mean, int sq, int d) {
+static inline float lane_sum(const float *x, float mean, int sq, int d)
+{
     float acc[LN_LANES] = {0};
     int i = 0;
     for (; i + LN_LANES <= d; i += LN_LANES)
@@ -294,13 +311,15 @@ static inline float lane_sum(const float *x, float mean, int sq, int d) {
 /* One row; y may equal x (each element is read before it is written). Not
  * inlined into the part loop: as its own function the loops vectorize. */
 __attribute__((noinline)) static void ln_row(const float *x, float *y, const float *restrict w,
-                                             const float *restrict bias, int d, float eps) {
+                                             const float *restrict bias, int d, float eps)
+{
     float mean = lane_sum(x, 0.0f, 0, d) / (float)d;
     float rstd = lind_ln_rstd(lane_sum(x, mean, 1, d) / (float)d, eps);
     for (int i = 0; i < d; i++) y[i] = lind_ln_apply(x[i], mean, rstd, w[i], bias[i]);
 }
 
-static void ln_part(void *arg, int part, int nparts) {
+static void ln_part(void *arg, int part, int nparts)
+{
     const ln_job *j = arg;
     int lo, hi, d = j->d;
     cpu_part_range(j->B, part, nparts, &lo, &hi);
@@ -308,7 +327,8 @@ static void ln_part(void *arg, int part, int nparts) {
 }
 
 static int cpu_layernorm(backend *be, const backend_buf *x, backend_buf *y, const backend_buf *w,
-                         const backend_buf *bias, int d, float eps) {
+                         const backend_buf *bias, int d, float eps)
+{
     cpu *c = (cpu *)be;
     ln_job j = {x->p, w->p, bias->p, y->p, c->B, d, eps};
     cpu_pool_run(c->threads, ln_part, &j, cpu_row_parts(c, c->B, (size_t)d * 4));
@@ -324,7 +344,8 @@ typedef struct rms_job {
     float eps;
 } rms_job;
 
-static void rms_part(void *arg, int part, int nparts) {
+static void rms_part(void *arg, int part, int nparts)
+{
     const rms_job *j = arg;
     int lo, hi, d = j->d;
     cpu_part_range(j->B, part, nparts, &lo, &hi);
@@ -338,7 +359,8 @@ static void rms_part(void *arg, int part, int nparts) {
     }
 }
 
-int cpu_rmsnorm(backend *be, const backend_buf *x, backend_buf *y, const backend_buf *w, int d, float eps) {
+int cpu_rmsnorm(backend *be, const backend_buf *x, backend_buf *y, const backend_buf *w, int d, float eps)
+{
     cpu *c = (cpu *)be;
     if (d < 1) return -EINVAL;
     rms_job j = {x->p, w->p, y->p, c->B, d, eps};
@@ -365,7 +387,8 @@ typedef struct panel_claims {
     atomic_int next;        /* the next chunk to claim */
 } panel_claims;
 
-static void claims_init(panel_claims *cl, int B, int panels, int parts, int one_panel_kernel) {
+static void claims_init(panel_claims *cl, int B, int panels, int parts, int one_panel_kernel)
+{
     const int G = CPU_GEMM_ROW_GROUP;
     int c;
     if (B == 1 && one_panel_kernel)
@@ -380,7 +403,8 @@ static void claims_init(panel_claims *cl, int B, int panels, int parts, int one_
 }
 
 /* [p0, p1) of the next chunk; 0 when none is left. */
-static int claims_next(panel_claims *cl, int *p0, int *p1) {
+static int claims_next(panel_claims *cl, int *p0, int *p1)
+{
     int c = atomic_fetch_add_explicit(&cl->next, 1, memory_order_relaxed);
     if ((long)c * cl->chunk >= cl->panels) return 0;
     *p0 = c * cl->chunk;
@@ -399,7 +423,8 @@ typedef struct mm_job {
 } mm_job;
 
 /* Panels [p0, p1) of a packed weight for this part. */
-static void mm_packed_part(void *arg, int part, int nparts) {
+static void mm_packed_part(void *arg, int part, int nparts)
+{
     mm_job *j = arg;
     (void)nparts;
     int p0, p1;
@@ -420,14 +445,16 @@ typedef struct dot_job {
     panel_claims claims;
 } dot_job;
 
-static void dot_round_part(void *arg, int part, int nparts) {
+static void dot_round_part(void *arg, int part, int nparts)
+{
     const dot_job *j = arg;
     int lo, hi;
     cpu_part_range(j->B, part, nparts, &lo, &hi);
     cpu_gemm_round_bf16(j->x + (size_t)lo * j->ldx, j->ldx, hi - lo, j->K, j->xb + (size_t)lo * j->ldxb, j->ldxb);
 }
 
-static void dot_part(void *arg, int part, int nparts) {
+static void dot_part(void *arg, int part, int nparts)
+{
     dot_job *j = arg;
     (void)part;
     (void)nparts;
@@ -437,7 +464,8 @@ static void dot_part(void *arg, int part, int nparts) {
 }
 
 static int dot_matmul(cpu *c, const float *x, int ldx, const backend_buf *W, const float *bias, float *y, int ldy,
-                      int B, int N, int K, int flags) {
+                      int B, int N, int K, int flags)
+{
     int ldxb = cpu_gemm_dot_ld(K);
     size_t need = (size_t)B * (size_t)ldxb;
     if (need > c->xb_n) {
@@ -458,7 +486,8 @@ static int dot_matmul(cpu *c, const float *x, int ldx, const backend_buf *W, con
 }
 
 /* Output columns [n0, n1) of y = x·Wᵀ (+ bias, + y) through OpenBLAS. */
-static void mm_part(void *arg, int part, int nparts) {
+static void mm_part(void *arg, int part, int nparts)
+{
     const mm_job *j = arg;
     int n0, n1, acc = j->flags & BACKEND_MM_ACCUMULATE;
     cpu_part_range(j->N / 16, part, nparts, &n0, &n1);   /* 16-column aligned blocks */
@@ -487,7 +516,8 @@ static void mm_part(void *arg, int part, int nparts) {
 }
 
 static int cpu_matmul(backend *be, backend_mview yv, backend_view xv, const backend_buf *W, const backend_buf *bias,
-                      int B, int N, int K, int flags) {
+                      int B, int N, int K, int flags)
+{
     cpu *c = (cpu *)be;
     const backend_buf *x = xv.buf;
     backend_buf *y = yv.buf;
@@ -521,7 +551,8 @@ static int cpu_matmul(backend *be, backend_mview yv, backend_view xv, const back
 
 /* ---- row helpers ------------------------------------------------------------ */
 
-static int cpu_gather_rows(backend *be, const backend_buf *src, const int *rows, int n, backend_buf *dst, int d) {
+static int cpu_gather_rows(backend *be, const backend_buf *src, const int *rows, int n, backend_buf *dst, int d)
+{
     cpu *c = (cpu *)be;
     for (int i = 0; i < n; i++) {
         if (rows[i] < 0 || rows[i] >= c->B) return -ERANGE;
@@ -530,7 +561,8 @@ static int cpu_gather_rows(backend *be, const backend_buf *src, const int *rows,
     return 0;
 }
 
-static int cpu_scale_rows(backend *be, backend_buf *x, int d, float s) {
+static int cpu_scale_rows(backend *be, backend_buf *x, int d, float s)
+{
     cpu *c = (cpu *)be;
     size_t n = (size_t)c->B * (size_t)d;
     float *restrict p = x->p;
@@ -539,12 +571,14 @@ static int cpu_scale_rows(backend *be, backend_buf *x, int d, float s) {
 }
 
 __attribute__((noinline)) static void gated_row(float *restrict x, const float *restrict g, const float *restrict v,
-                                                int d) {
+                                                int d)
+{
     for (int i = 0; i < d; i++) x[i] += g[i] * v[i];
 }
 
 static int cpu_gated_add(backend *be, backend_buf *x, const backend_buf *g, size_t go, int ldg, const backend_buf *v,
-                         size_t vo, int ldv, int d) {
+                         size_t vo, int ldv, int d)
+{
     cpu *c = (cpu *)be;
     for (int r = 0; r < c->B; r++)
         gated_row(x->p + (size_t)r * d, g->p + go + (size_t)r * ldg, v->p + vo + (size_t)r * ldv, d);
@@ -553,7 +587,8 @@ static int cpu_gated_add(backend *be, backend_buf *x, const backend_buf *g, size
 
 /* The largest exponent field of a row is all ones iff the row holds a NaN
  * or ±inf; an unsigned max reduction vectorizes (no float compares). */
-__attribute__((noinline)) static int row_nonfinite(const float *restrict x, int d) {
+__attribute__((noinline)) static int row_nonfinite(const float *restrict x, int d)
+{
     uint32_t top = 0;
     for (int i = 0; i < d; i++) {
         uint32_t u;
@@ -564,13 +599,15 @@ __attribute__((noinline)) static int row_nonfinite(const float *restrict x, int 
     return top == 0x7f800000u;
 }
 
-static int cpu_rows_nonfinite(backend *be, const backend_buf *x, int d, unsigned char *bad) {
+static int cpu_rows_nonfinite(backend *be, const backend_buf *x, int d, unsigned char *bad)
+{
     cpu *c = (cpu *)be;
     for (int r = 0; r < c->B; r++) bad[r] = (unsigned char)row_nonfinite(x->p + (size_t)r * d, d);
     return 0;
 }
 
-static void cpu_free(backend *be) {
+static void cpu_free(backend *be)
+{
     cpu *c = (cpu *)be;
     if (!c) return;
     free(c->pool);
@@ -587,7 +624,8 @@ static void cpu_free(backend *be) {
 /* BACKEND_COMPUTE_BF16 needs the vdpbf16ps kernels (AVX512_BF16) and the
  * AVX-512 packed GEMM (not LIND_CPU_GEMM=avx2/openblas); there is no
  * emulation (it would not give the instruction's results bit for bit). */
-static int cpu_set_compute(backend *be, int mode, char *err, size_t errlen) {
+static int cpu_set_compute(backend *be, int mode, char *err, size_t errlen)
+{
     cpu *c = (cpu *)be;
     if (mode == BACKEND_COMPUTE_F32) {
         c->dot = 0;
@@ -641,7 +679,8 @@ static const backend_ops cpu_ops = {
 };
 
 /* "model name" from /proc/cpuinfo, else "cpu". */
-static void read_cpu_name(char *out, size_t n) {
+static void read_cpu_name(char *out, size_t n)
+{
     snprintf(out, n, "cpu");
     FILE *f = fopen("/proc/cpuinfo", "r");
     if (!f) return;
@@ -661,7 +700,8 @@ static void read_cpu_name(char *out, size_t n) {
     fclose(f);
 }
 
-int backend_cpu_new(const backend_opts *opts, backend **out, char *err, size_t errlen) {
+int backend_cpu_new(const backend_opts *opts, backend **out, char *err, size_t errlen)
+{
     *out = NULL;
     backend_opts defaults;
     if (!opts) {

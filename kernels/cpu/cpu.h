@@ -57,7 +57,8 @@ typedef struct cpu {
 static inline uint8_t *cpu_slot_ptr(cpu *c, int slot) { return c->pool + (size_t)slot * c->stride; }
 
 /* Items [0, total) split into nparts contiguous shares. */
-static inline void cpu_part_range(int total, int part, int nparts, int *lo, int *hi) {
+static inline void cpu_part_range(int total, int part, int nparts, int *lo, int *hi)
+{
     *lo = (int)((long)total * part / nparts);
     *hi = (int)((long)total * (part + 1) / nparts);
 }
@@ -75,7 +76,8 @@ int cpu_row_parts(const cpu *c, int B, size_t work_per_row);
  * the channels are split too: the same arithmetic per element, in the same
  * order, on either thread. Slices are multiples of 16 channels (a whole
  * vector) or more; runs of a few rows (decode) are not split. */
-static inline int cpu_chan_slices(const cpu *c, int d) {
+static inline int cpu_chan_slices(const cpu *c, int d)
+{
     int n = cpu_pool_size(c->threads);
     if (c->nruns >= n || c->B < 8 * c->nruns) return 1;   /* decode: a row is too little to split */
     int s = (n + c->nruns - 1) / c->nruns;
@@ -83,14 +85,16 @@ static inline int cpu_chan_slices(const cpu *c, int d) {
     return s;
 }
 
-static inline void cpu_chan_range(int d, int s, int slices, int *c0, int *c1) {
+static inline void cpu_chan_range(int d, int s, int slices, int *c0, int *c1)
+{
     *c0 = s ? (int)((long)d * s / slices) & ~15 : 0;
     *c1 = s + 1 == slices ? d : (int)((long)d * (s + 1) / slices) & ~15;
 }
 
 /* The int64 position counter at byte offset off of a slot, as unsigned (any
  * bits are a valid state). */
-static inline uint64_t cpu_slot_u64(const uint8_t *st, size_t off) {
+static inline uint64_t cpu_slot_u64(const uint8_t *st, size_t off)
+{
     uint64_t v;
     memcpy(&v, st + off, sizeof v);
     return v;

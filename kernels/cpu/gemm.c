@@ -39,7 +39,8 @@
  * many row blocks will read it (below, widening in registers costs less). */
 #define WIDEN_MIN_BLOCKS 3
 
-int cpu_gemm_supported(cpu_gemm_isa isa) {
+int cpu_gemm_supported(cpu_gemm_isa isa)
+{
 #if defined(__x86_64__)
     __builtin_cpu_init();
     if (isa == CPU_GEMM_AVX512) return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
@@ -49,13 +50,15 @@ int cpu_gemm_supported(cpu_gemm_isa isa) {
     return isa == CPU_GEMM_NONE;
 }
 
-cpu_gemm_isa cpu_gemm_detect(void) {
+cpu_gemm_isa cpu_gemm_detect(void)
+{
     if (cpu_gemm_supported(CPU_GEMM_AVX512)) return CPU_GEMM_AVX512;
     if (cpu_gemm_supported(CPU_GEMM_AVX2)) return CPU_GEMM_AVX2;
     return CPU_GEMM_NONE;
 }
 
-const char *cpu_gemm_isa_name(cpu_gemm_isa isa) {
+const char *cpu_gemm_isa_name(cpu_gemm_isa isa)
+{
     return isa == CPU_GEMM_AVX512 ? "AVX-512" : isa == CPU_GEMM_AVX2 ? "AVX2" : "none";
 }
 
@@ -63,11 +66,13 @@ int cpu_gemm_nr(cpu_gemm_isa isa) { return isa == CPU_GEMM_AVX512 ? NR512 : NR25
 
 int cpu_gemm_panels(cpu_gemm_isa isa, int N) { return (N + cpu_gemm_nr(isa) - 1) / cpu_gemm_nr(isa); }
 
-size_t cpu_gemm_packed_floats(cpu_gemm_isa isa, int N, int K) {
+size_t cpu_gemm_packed_floats(cpu_gemm_isa isa, int N, int K)
+{
     return (size_t)cpu_gemm_panels(isa, N) * (size_t)cpu_gemm_nr(isa) * (size_t)K;
 }
 
-void cpu_gemm_pack(cpu_gemm_isa isa, const float *W, int N, int K, float *dst) {
+void cpu_gemm_pack(cpu_gemm_isa isa, const float *W, int N, int K, float *dst)
+{
     int nr = cpu_gemm_nr(isa);
     for (int p = 0; p < cpu_gemm_panels(isa, N); p++) {
         float *panel = dst + (size_t)p * nr * K;
@@ -79,7 +84,8 @@ void cpu_gemm_pack(cpu_gemm_isa isa, const float *W, int N, int K, float *dst) {
     }
 }
 
-void cpu_gemm_pack_half(cpu_gemm_isa isa, const uint16_t *W, int N, int K, uint16_t *dst) {
+void cpu_gemm_pack_half(cpu_gemm_isa isa, const uint16_t *W, int N, int K, uint16_t *dst)
+{
     int nr = cpu_gemm_nr(isa);
     for (int p = 0; p < cpu_gemm_panels(isa, N); p++) {
         uint16_t *panel = dst + (size_t)p * nr * K;
@@ -91,7 +97,8 @@ void cpu_gemm_pack_half(cpu_gemm_isa isa, const uint16_t *W, int N, int K, uint1
     }
 }
 
-void cpu_gemm_widen(cpu_gemm_wtype wtype, const uint16_t *src, float *dst, size_t n) {
+void cpu_gemm_widen(cpu_gemm_wtype wtype, const uint16_t *src, float *dst, size_t n)
+{
     if (wtype == CPU_GEMM_BF16)
         for (size_t i = 0; i < n; i++) dst[i] = lind_bf16_to_float(src[i]);
     else
@@ -102,17 +109,21 @@ void cpu_gemm_widen(cpu_gemm_wtype wtype, const uint16_t *src, float *dst, size_
  * loops vectorize with the file's own flags: GCC does not inline across
  * differing target options. The packed kernels call cpu_gemm_activate on
  * a panel's columns once all its rows are stored (B = 1: on each group). */
-__attribute__((noinline)) static void act_gelu(float *restrict y, int n) {
+__attribute__((noinline)) static void act_gelu(float *restrict y, int n)
+{
     for (int j = 0; j < n; j++) y[j] = lind_gelu_erf(y[j]);
 }
-__attribute__((noinline)) static void act_relu2(float *restrict y, int n) {
+__attribute__((noinline)) static void act_relu2(float *restrict y, int n)
+{
     for (int j = 0; j < n; j++) y[j] = lind_relu2(y[j]);
 }
-__attribute__((noinline)) static void act_sigmoid(float *restrict y, int n) {
+__attribute__((noinline)) static void act_sigmoid(float *restrict y, int n)
+{
     for (int j = 0; j < n; j++) y[j] = lind_sigmoid(y[j]);
 }
 
-void cpu_gemm_activate(float *y, int ldy, int rows, int cols, int flags) {
+void cpu_gemm_activate(float *y, int ldy, int rows, int cols, int flags)
+{
     void (*f)(float *restrict, int) = (flags & CPU_GEMM_GELU)      ? act_gelu
                                       : (flags & CPU_GEMM_RELU2)   ? act_relu2
                                       : (flags & CPU_GEMM_SIGMOID) ? act_sigmoid
@@ -129,7 +140,8 @@ void cpu_gemm_activate(float *y, int ldy, int rows, int cols, int flags) {
  * multiply-adds when a thread's share of N is a few panels). */
 
 /* Panel row k as two vectors of 16 floats: columns 0–15 and 16–31. */
-TGT512 INLINE void wload512(const cpu_gemm_wtype wt, const void *panel, size_t k, __m512 *w0, __m512 *w1) {
+TGT512 INLINE void wload512(const cpu_gemm_wtype wt, const void *panel, size_t k, __m512 *w0, __m512 *w1)
+{
     if (wt == CPU_GEMM_F32) {
         const float *p = (const float *)panel + k * NR512;
         *w0 = _mm512_load_ps(p);
@@ -148,16 +160,19 @@ TGT512 INLINE void wload512(const cpu_gemm_wtype wt, const void *panel, size_t k
 }
 
 /* Lane masks of a panel's first ncols columns. */
-TGT512 INLINE __mmask16 mask512_lo(int ncols) {
+TGT512 INLINE __mmask16 mask512_lo(int ncols)
+{
     return ncols >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << ncols) - 1);
 }
-TGT512 INLINE __mmask16 mask512_hi(int ncols) {
+TGT512 INLINE __mmask16 mask512_hi(int ncols)
+{
     return ncols >= NR512 ? (__mmask16)0xFFFF : ncols > 16 ? (__mmask16)((1u << (ncols - 16)) - 1) : 0;
 }
 
 /* One finished row of a tile: y = (ACCUMULATE ? y : 0) + (bias + Σ). */
 TGT512 INLINE void store512(float *yr, __m512 c0, __m512 c1, __m512 b0, __m512 b1, __mmask16 m0, __mmask16 m1,
-                            int flags) {
+                            int flags)
+{
     __m512 o0 = _mm512_add_ps(c0, b0), o1 = _mm512_add_ps(c1, b1);
     if (flags & CPU_GEMM_ACCUMULATE) {
         o0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, yr), o0);
@@ -168,7 +183,8 @@ TGT512 INLINE void store512(float *yr, __m512 c0, __m512 c1, __m512 b0, __m512 b
 }
 
 TGT512 INLINE void micro512(const int mr, const cpu_gemm_wtype wt, int K, const float *x, int ldx, const void *panel,
-                            const float *bias, float *y, int ldy, int ncols, int flags) {
+                            const float *bias, float *y, int ldy, int ncols, int flags)
+{
     __m512 c0[MR512], c1[MR512];
     UNROLL_ROWS
     for (int r = 0; r < mr; r++) {
@@ -200,7 +216,8 @@ TGT512 INLINE void micro512(const int mr, const cpu_gemm_wtype wt, int K, const 
  * 1–2 KB ahead measured slower for half weights (docs/CPU.md). The
  * per-element chains are micro512's. */
 TGT512 INLINE void row512(const cpu_gemm_wtype wt, int K, const float *x, const void *panels, size_t pstride,
-                          const float *bias, float *y, int flags) {
+                          const float *bias, float *y, int flags)
+{
     const char *pp[G1];
     __m512 c0[G1], c1[G1];
     for (int g = 0; g < G1; g++) {
@@ -249,7 +266,8 @@ DEF_ANY512(CPU_GEMM_F16, f16)
 DEF_ANY512(CPU_GEMM_BF16, bf16)
 
 /* A whole half panel widened into an fp32 one (dst: K·NR512 floats). */
-TGT512 static void widen512(cpu_gemm_wtype wt, int K, const void *panel, float *dst) {
+TGT512 static void widen512(cpu_gemm_wtype wt, int K, const void *panel, float *dst)
+{
     for (int k = 0; k < K; k++) {
         __m512 w0, w1;
         if (wt == CPU_GEMM_F16)
@@ -265,12 +283,14 @@ TGT512 static void widen512(cpu_gemm_wtype wt, int K, const void *panel, float *
  * The same scheme in 8-float vectors: 2·mr ≤ 12 accumulators, two panel
  * vectors and one broadcast fill the 16 registers. Partial panels are
  * masked with an integer lane mask. */
-TGT256 INLINE __m256i lane_mask256(int n) {
+TGT256 INLINE __m256i lane_mask256(int n)
+{
     const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), idx);   /* lane i on when i < n */
 }
 
-TGT256 INLINE void wload256(const cpu_gemm_wtype wt, const void *panel, size_t k, __m256 *w0, __m256 *w1) {
+TGT256 INLINE void wload256(const cpu_gemm_wtype wt, const void *panel, size_t k, __m256 *w0, __m256 *w1)
+{
     if (wt == CPU_GEMM_F32) {
         const float *p = (const float *)panel + k * NR256;
         *w0 = _mm256_load_ps(p);
@@ -289,7 +309,8 @@ TGT256 INLINE void wload256(const cpu_gemm_wtype wt, const void *panel, size_t k
 }
 
 TGT256 INLINE void store256(float *yr, __m256 c0, __m256 c1, __m256 b0, __m256 b1, __m256i m0, __m256i m1,
-                            int flags) {
+                            int flags)
+{
     __m256 o0 = _mm256_add_ps(c0, b0), o1 = _mm256_add_ps(c1, b1);
     if (flags & CPU_GEMM_ACCUMULATE) {
         o0 = _mm256_add_ps(_mm256_maskload_ps(yr, m0), o0);
@@ -300,7 +321,8 @@ TGT256 INLINE void store256(float *yr, __m256 c0, __m256 c1, __m256 b0, __m256 b
 }
 
 TGT256 INLINE void micro256(const int mr, const cpu_gemm_wtype wt, int K, const float *x, int ldx, const void *panel,
-                            const float *bias, float *y, int ldy, int ncols, int flags) {
+                            const float *bias, float *y, int ldy, int ncols, int flags)
+{
     __m256 c0[MR256], c1[MR256];
     UNROLL_ROWS
     for (int r = 0; r < mr; r++) {
@@ -327,7 +349,8 @@ TGT256 INLINE void micro256(const int mr, const cpu_gemm_wtype wt, int K, const 
 
 /* AVX2's single-row kernel: G1 panels, 2·G1 chains of 8 floats. */
 TGT256 INLINE void row256(const cpu_gemm_wtype wt, int K, const float *x, const void *panels, size_t pstride,
-                          const float *bias, float *y, int flags) {
+                          const float *bias, float *y, int flags)
+{
     const char *pp[G1];
     __m256 c0[G1], c1[G1];
     for (int g = 0; g < G1; g++) {
@@ -372,7 +395,8 @@ DEF_ANY256(CPU_GEMM_F32, f32)
 DEF_ANY256(CPU_GEMM_F16, f16)
 DEF_ANY256(CPU_GEMM_BF16, bf16)
 
-TGT256 static void widen256(cpu_gemm_wtype wt, int K, const void *panel, float *dst) {
+TGT256 static void widen256(cpu_gemm_wtype wt, int K, const void *panel, float *dst)
+{
     for (int k = 0; k < K; k++) {
         __m256 w0, w1;
         if (wt == CPU_GEMM_F16)
@@ -399,7 +423,8 @@ size_t cpu_gemm_scratch_floats(cpu_gemm_isa isa, int K) { return (size_t)cpu_gem
 
 void cpu_gemm_run(cpu_gemm_isa isa, cpu_gemm_wtype wtype, const float *x, int ldx, const void *Wp,
                   const float *bias, float *y, int ldy, int B, int N, int K, int p0, int p1, int flags,
-                  float *scratch) {
+                  float *scratch)
+{
     const int is512 = isa == CPU_GEMM_AVX512, nr = cpu_gemm_nr(isa), mrmax = is512 ? MR512 : MR256;
     const int wt = (int)wtype;
     micro_fn micro = is512 ? (wt == CPU_GEMM_F32 ? micro512_f32 : wt == CPU_GEMM_F16 ? micro512_f16 : micro512_bf16)
@@ -453,7 +478,8 @@ void cpu_gemm_run(cpu_gemm_isa isa, cpu_gemm_wtype wtype, const float *x, int ld
  * per row; one vdpbf16ps per accumulator adds both products. */
 #define TGTDOT __attribute__((target("avx512f,avx512bw,avx512bf16,fma")))
 
-int cpu_gemm_dot_supported(void) {
+int cpu_gemm_dot_supported(void)
+{
 #if defined(__x86_64__)
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -465,11 +491,13 @@ int cpu_gemm_dot_supported(void) {
 
 static int pairs_of(int K) { return (K + 1) / 2; }
 
-size_t cpu_gemm_dot_packed_elems(int N, int K) {
+size_t cpu_gemm_dot_packed_elems(int N, int K)
+{
     return (size_t)((N + NR512 - 1) / NR512) * NR512 * 2 * (size_t)pairs_of(K);
 }
 
-void cpu_gemm_pack_dot(const uint16_t *W, int N, int K, uint16_t *dst) {
+void cpu_gemm_pack_dot(const uint16_t *W, int N, int K, uint16_t *dst)
+{
     int np = (N + NR512 - 1) / NR512, kp = pairs_of(K);
     for (int p = 0; p < np; p++) {
         uint16_t *panel = dst + (size_t)p * NR512 * 2 * kp;
@@ -484,7 +512,8 @@ void cpu_gemm_pack_dot(const uint16_t *W, int N, int K, uint16_t *dst) {
 
 int cpu_gemm_dot_ld(int K) { return (K + 31) / 32 * 32; }
 
-TGTDOT void cpu_gemm_round_bf16(const float *x, int ldx, int B, int K, uint16_t *dst, int ldd) {
+TGTDOT void cpu_gemm_round_bf16(const float *x, int ldx, int B, int K, uint16_t *dst, int ldd)
+{
     for (int b = 0; b < B; b++) {
         const float *xr = x + (size_t)b * ldx;
         uint16_t *dr = dst + (size_t)b * ldd;
@@ -504,14 +533,16 @@ TGTDOT void cpu_gemm_round_bf16(const float *x, int ldx, int B, int K, uint16_t 
 }
 
 /* The activation pair q of a rounded row, broadcast to every lane. */
-TGTDOT INLINE __m512bh xpair(const uint16_t *xr, int q) {
+TGTDOT INLINE __m512bh xpair(const uint16_t *xr, int q)
+{
     int32_t v;
     memcpy(&v, xr + 2 * q, 4);
     return (__m512bh)_mm512_set1_epi32(v);
 }
 
 TGTDOT INLINE void microdot(const int mr, int KP, const uint16_t *xb, int ldxb, const uint16_t *panel,
-                            const float *bias, float *y, int ldy, int ncols, int flags) {
+                            const float *bias, float *y, int ldy, int ncols, int flags)
+{
     __m512 c0[MR512], c1[MR512];
     UNROLL_ROWS
     for (int r = 0; r < mr; r++) {
@@ -547,7 +578,8 @@ TGTDOT INLINE void microdot(const int mr, int KP, const uint16_t *xb, int ldxb, 
 /* One row against GDOT full consecutive panels: 2·GDOT independent chains,
  * the same per element as microdot's. */
 TGTDOT INLINE void rowdot(int KP, const uint16_t *xb, const uint16_t *panels, size_t pstride, const float *bias,
-                          float *y, int flags) {
+                          float *y, int flags)
+{
     __m512 c0[GDOT], c1[GDOT];
     for (int g = 0; g < GDOT; g++) c0[g] = c1[g] = _mm512_setzero_ps();
     UNROLL_K
@@ -569,19 +601,22 @@ TGTDOT INLINE void rowdot(int KP, const uint16_t *xb, const uint16_t *panels, si
 
 #define CASEDOT(n) case n: microdot(n, KP, xb, ldxb, panel, bias, y, ldy, ncols, flags); break;
 TGTDOT static void microdot_any(int mr, int KP, const uint16_t *xb, int ldxb, const uint16_t *panel,
-                                const float *bias, float *y, int ldy, int ncols, int flags) {
+                                const float *bias, float *y, int ldy, int ncols, int flags)
+{
     switch (mr) {
         ROWS12(CASEDOT)
     default: break;
     }
 }
 TGTDOT static void rowdot_any(int KP, const uint16_t *xb, const uint16_t *panels, size_t pstride, const float *bias,
-                              float *y, int flags) {
+                              float *y, int flags)
+{
     rowdot(KP, xb, panels, pstride, bias, y, flags);
 }
 
 void cpu_gemm_run_dot(const uint16_t *xb, int ldxb, const uint16_t *Wp, const float *bias, float *y, int ldy, int B,
-                      int N, int K, int p0, int p1, int flags) {
+                      int N, int K, int p0, int p1, int flags)
+{
     const int KP = pairs_of(K), nb = (B + MR512 - 1) / MR512;
     const size_t pstride = (size_t)NR512 * 2 * KP;
     int p = p0;

@@ -18,7 +18,8 @@
 /* One session's AFT channels; restrict lets the loop vectorize. */
 __attribute__((noinline)) static void aft_row(float *restrict o, double *restrict num, double *restrict den, double *restrict mx,
                     const float *restrict r, const float *restrict k, const float *restrict v,
-                    const float *restrict w, const float *restrict u, int d) {
+                    const float *restrict w, const float *restrict u, int d)
+{
     for (int i = 0; i < d; i++)
         o[i] = lind_sigmoid(r[i]) * lind_aft_channel(&num[i], &den[i], &mx[i], k[i], v[i], w[i], u[i]);
 }
@@ -32,7 +33,8 @@ typedef struct aft_job {
 } aft_job;
 
 /* Parts split (run, channel slice) items, as shift_part. */
-static void aft_part(void *arg, int part, int nparts) {
+static void aft_part(void *arg, int part, int nparts)
+{
     const aft_job *j = arg;
     int lo, hi, d = j->d;
     cpu_part_range(j->c->nruns * j->slices, part, nparts, &lo, &hi);
@@ -49,7 +51,8 @@ static void aft_part(void *arg, int part, int nparts) {
 }
 
 int cpu_aft_step(backend *be, const backend_buf *in, const backend_buf *w, const backend_buf *u,
-                        backend_buf *out, size_t state_off, int d) {
+                        backend_buf *out, size_t state_off, int d)
+{
     cpu *c = (cpu *)be;
     const float *wp = w ? w->p : NULL, *up = u ? u->p : NULL;
     if (!wp || !up) {   /* AFT-simple: w = u = 0 */
@@ -74,7 +77,8 @@ typedef struct aftw_job {
 } aftw_job;
 
 /* Parts split runs, never a run: the position is per session. */
-static void aftw_part(void *arg, int part, int nparts) {
+static void aftw_part(void *arg, int part, int nparts)
+{
     const aftw_job *j = arg;
     int lo, hi, d = j->d, s = j->s, S1 = s - 1, per = d / j->H;
     cpu_part_range(j->c->nruns, part, nparts, &lo, &hi);
@@ -99,7 +103,8 @@ static void aftw_part(void *arg, int part, int nparts) {
 }
 
 int cpu_aft_window_step(backend *be, const backend_buf *in, const backend_buf *w, backend_buf *out,
-                               size_t acc_off, size_t ring_off, size_t pos_off, int d, int s, int H) {
+                               size_t acc_off, size_t ring_off, size_t pos_off, int d, int s, int H)
+{
     cpu *c = (cpu *)be;
     if (s < 2 || d < 1 || H < 1 || d % H) return -EINVAL;
     aftw_job j = {c, in->p, w->p, out->p, acc_off, ring_off, pos_off, d, s, H};

@@ -29,7 +29,8 @@ typedef struct cos_job {
     float eps;
 } cos_job;
 
-static void cos_part(void *arg, int part, int nparts) {
+static void cos_part(void *arg, int part, int nparts)
+{
     const cos_job *j = arg;
     int H = j->H, dh = j->dh, hd = H * dh, P = j->periodic ? 3 : 2, lo, hi;
     cpu_part_range(j->c->nruns * H, part, nparts, &lo, &hi);
@@ -64,7 +65,8 @@ static void cos_part(void *arg, int part, int nparts) {
 }
 
 int cpu_cosformer_step(backend *be, const backend_buf *in, backend_buf *out, size_t state_off, size_t pos_off,
-                              int H, int dh, int M, int periodic, float eps) {
+                              int H, int dh, int M, int periodic, float eps)
+{
     cpu *c = (cpu *)be;
     if (dh > 1024 || M < 1) return -EINVAL;
     /* the horizon form's refusal; the periodic form reads any position

@@ -26,7 +26,8 @@ typedef struct conv_job {
 
 /* One row of one session: out[c] for c < n, ring[c][p] ← in[c]. */
 __attribute__((noinline)) static void conv_row(float *out, const float *in, float *restrict ring,
-                                               const float *restrict w, int p, int n, int K, int silu) {
+                                               const float *restrict w, int p, int n, int K, int silu)
+{
     int K1 = K - 1;
     for (int c = 0; c < n; c++) {
         float x = in[c];   /* read before out[c] is written: out may be in */
@@ -37,7 +38,8 @@ __attribute__((noinline)) static void conv_row(float *out, const float *in, floa
 }
 
 /* Parts split runs, never a run: its rows go in order through one ring. */
-static void conv_part(void *arg, int part, int nparts) {
+static void conv_part(void *arg, int part, int nparts)
+{
     const conv_job *j = arg;
     int lo, hi;
     cpu_part_range(j->c->nruns, part, nparts, &lo, &hi);
@@ -57,7 +59,8 @@ static void conv_part(void *arg, int part, int nparts) {
 }
 
 int cpu_short_conv(backend *be, const backend_buf *in, int ldi, backend_buf *out, int ldo, const backend_buf *w,
-                          int n, int K, size_t ring_off, size_t idx_off, int silu) {
+                          int n, int K, size_t ring_off, size_t idx_off, int silu)
+{
     cpu *c = (cpu *)be;
     if (K < 2 || n < 0 || (in == out && ldi != ldo)) return -EINVAL;
     conv_job j = {c, in->p, w->p, out->p, ring_off, idx_off, ldi, ldo, n, K, silu};
@@ -79,7 +82,8 @@ typedef struct delta_job {
 } delta_job;
 
 /* x/‖x‖·scale over one head's dh values, as doubles. */
-static void l2_head(double *restrict y, const float *restrict x, double scale, int dh) {
+static void l2_head(double *restrict y, const float *restrict x, double scale, int dh)
+{
     double ss = 0.0;
     for (int i = 0; i < dh; i++) ss += (double)x[i] * (double)x[i];
     double rs = lind_l2_rscale(ss) * scale;
@@ -92,7 +96,8 @@ static void l2_head(double *restrict y, const float *restrict x, double scale, i
  * lind_delta_column(). */
 __attribute__((noinline)) static void delta_head(double *restrict S, double *restrict sku, double *restrict o,
                                                  const double *restrict k, const double *restrict q,
-                                                 const float *restrict v, double alpha, double beta, int dh) {
+                                                 const float *restrict v, double alpha, double beta, int dh)
+{
     for (int j = 0; j < dh; j++) sku[j] = 0.0;
     for (int i = 0; i < dh; i++) {
         const double *restrict Si = S + (size_t)i * dh;
@@ -114,7 +119,8 @@ __attribute__((noinline)) static void delta_head(double *restrict S, double *res
 
 /* Work units are (run, head) pairs: a head of a session is independent of
  * its other heads, and a run's rows go through it in order. */
-static void delta_part(void *arg, int part, int nparts) {
+static void delta_part(void *arg, int part, int nparts)
+{
     const delta_job *j = arg;
     int H = j->H, dh = j->dh, hd = H * dh, lo, hi;
     cpu_part_range(j->c->nruns * H, part, nparts, &lo, &hi);
@@ -141,7 +147,8 @@ static void delta_part(void *arg, int part, int nparts) {
 }
 
 int cpu_delta_step(backend *be, const backend_buf *in, const backend_buf *gate, const backend_buf *norm_w,
-                          backend_buf *out, size_t state_off, int H, int dh, float eps) {
+                          backend_buf *out, size_t state_off, int H, int dh, float eps)
+{
     cpu *c = (cpu *)be;
     int units = c->nruns * H;
     int parts = cpu_row_parts(c, units, (size_t)4 * dh * dh * c->B / c->nruns);

@@ -22,7 +22,8 @@ typedef struct favor_job {
     float ck;
 } favor_job;
 
-static void favor_part(void *arg, int part, int nparts) {
+static void favor_part(void *arg, int part, int nparts)
+{
     const favor_job *j = arg;
     int lo, hi;
     cpu_part_range(j->c->B, part, nparts, &lo, &hi);
@@ -35,7 +36,8 @@ static void favor_part(void *arg, int part, int nparts) {
 }
 
 int cpu_favor_features(backend *be, const backend_buf *in, int ldi, const backend_buf *omega,
-                              backend_buf *out, int ldo, int H, int dh, int m, float ck) {
+                              backend_buf *out, int ldo, int H, int dh, int m, float ck)
+{
     cpu *c = (cpu *)be;
     favor_job j = {c, in->p, omega->p, out->p, ldi, ldo, H, dh, m, ck};
     cpu_pool_run(c->threads, favor_part, &j, cpu_row_parts(c, c->B, (size_t)6 * H * m * dh));

@@ -20,7 +20,8 @@
  * over contiguous rows of S so it vectorizes; the same per-element operation
  * (lind_lin_s) and i-order as lind_lin_column() in kernels/mixer_math.h. */
 __attribute__((noinline)) void cpu_lin_head(double *restrict S, double *restrict num, const float *restrict phik,
-                                            const float *restrict phiq, const float *restrict v, double g, int dh) {
+                                            const float *restrict phiq, const float *restrict v, double g, int dh)
+{
     for (int j = 0; j < dh; j++) num[j] = 0.0;
     for (int i = 0; i < dh; i++) {
         double *restrict Si = S + (size_t)i * dh;
@@ -49,7 +50,8 @@ typedef struct lin_job {
 } lin_job;
 
 /* φ over n values (both branches are computed, so the loop vectorizes). */
-__attribute__((noinline)) static void phi_row(float *restrict out, const float *restrict x, int n) {
+__attribute__((noinline)) static void phi_row(float *restrict out, const float *restrict x, int n)
+{
     for (int i = 0; i < n; i++) out[i] = lind_elu1(x[i]);
 }
 
@@ -57,7 +59,8 @@ __attribute__((noinline)) static void phi_row(float *restrict out, const float *
  * i order (the order of the CUDA kernel's reference); the updates vectorize,
  * the sum is a separate pass over term. */
 __attribute__((noinline)) double cpu_lin_z_head(double *restrict z, double *restrict term, const float *restrict phik,
-                                               const float *restrict phiq, double g, int dh) {
+                                               const float *restrict phiq, double g, int dh)
+{
     for (int i = 0; i < dh; i++) term[i] = lind_lin_z(&z[i], phik[i], phiq[i], g);
     double den = 0.0;
     for (int i = 0; i < dh; i++) den += term[i];
@@ -65,11 +68,13 @@ __attribute__((noinline)) double cpu_lin_z_head(double *restrict z, double *rest
 }
 
 __attribute__((noinline)) void cpu_lin_out_head(float *restrict o, const double *restrict num, double den, float eps,
-                                                int dh) {
+                                                int dh)
+{
     for (int i = 0; i < dh; i++) o[i] = lind_lin_out(num[i], den, eps);
 }
 
-static void lin_part(void *arg, int part, int nparts) {
+static void lin_part(void *arg, int part, int nparts)
+{
     const lin_job *j = arg;
     int lo, hi, H = j->H, dh = j->dh, hd = H * dh;
     cpu_part_range(j->c->nruns, part, nparts, &lo, &hi);
@@ -92,7 +97,8 @@ static void lin_part(void *arg, int part, int nparts) {
 }
 
 int cpu_linear_step(backend *be, const backend_buf *in, const backend_buf *gamma, backend_buf *out,
-                           size_t state_off, int H, int dh, float eps) {
+                           size_t state_off, int H, int dh, float eps)
+{
     cpu *c = (cpu *)be;
     int parts = cpu_row_parts(c, c->nruns, (size_t)H * dh * dh * c->B / c->nruns);
     float *t = cpu_tmp_get(c, (size_t)parts * lin_tmp_floats(H, dh));

@@ -26,7 +26,8 @@ typedef struct linf_job {
     int H, dh, kp, N;
 } linf_job;
 
-static void linf_part(void *arg, int part, int nparts) {
+static void linf_part(void *arg, int part, int nparts)
+{
     const linf_job *j = arg;
     int H = j->H, dh = j->dh, hd = H * dh, kp = j->kp, lo, hi;
     cpu_part_range(j->c->nruns * H, part, nparts, &lo, &hi);
@@ -61,7 +62,8 @@ static void linf_part(void *arg, int part, int nparts) {
 }
 
 int cpu_linformer_step(backend *be, const backend_buf *in, const backend_buf *ef, backend_buf *out,
-                              size_t state_off, size_t pos_off, int H, int dh, int kp, int N) {
+                              size_t state_off, size_t pos_off, int H, int dh, int kp, int N)
+{
     cpu *c = (cpu *)be;
     for (int r = 0; r < c->nruns; r++) {
         int64_t pos;

@@ -35,7 +35,8 @@ static double silu(double x) { return x / (1.0 + lind_exp(-x)); }
 __attribute__((noinline)) static void mamba2_state(float *restrict S, float *restrict out, const double *restrict x,
                                                    const double *restrict B, const double *restrict C,
                                                    const float *restrict z, double dA, double dt, double D, int P,
-                                                   int N) {
+                                                   int N)
+{
     for (int p = 0; p < P; p++) {
         float *restrict Sp = S + (size_t)p * N;
         double dtx = dt * x[p], y = 0.0;
@@ -49,7 +50,8 @@ __attribute__((noinline)) static void mamba2_state(float *restrict S, float *res
     }
 }
 
-static void mamba2_head(const mamba2_job *j, float *S, const float *row, float *out, int h, double *t) {
+static void mamba2_head(const mamba2_job *j, float *S, const float *row, float *out, int h, double *t)
+{
     int H = j->H, P = j->P, N = j->N, G = j->G, I = H * P, GN = G * N, CD = I + 2 * GN;
     int g = h / (H / G);
     const float *cb = j->par, *dtb = j->par + CD, *A = dtb + H, *D = A + H;
@@ -68,7 +70,8 @@ static void mamba2_head(const mamba2_job *j, float *S, const float *row, float *
     mamba2_state(S, out + (size_t)h * P, x, B, C, row + CD + (size_t)h * P, dA, dt, (double)D[h], P, N);
 }
 
-static void mamba2_part(void *arg, int part, int nparts) {
+static void mamba2_part(void *arg, int part, int nparts)
+{
     const mamba2_job *j = arg;
     int H = j->H, I = H * j->P, lo, hi;
     cpu_part_range(j->c->nruns * H, part, nparts, &lo, &hi);
@@ -83,7 +86,8 @@ static void mamba2_part(void *arg, int part, int nparts) {
 }
 
 int cpu_mamba2_step(backend *be, const backend_buf *in, int ldi, const backend_buf *par, backend_buf *out,
-                    size_t state_off, int H, int P, int N, int G, float dt_lo, float dt_hi) {
+                    size_t state_off, int H, int P, int N, int G, float dt_lo, float dt_hi)
+{
     cpu *c = (cpu *)be;
     if (H < 1 || P < 1 || N < 1 || G < 1 || H % G || ldi < 2 * H * P + 2 * G * N + H || !(dt_lo <= dt_hi))
         return -EINVAL;

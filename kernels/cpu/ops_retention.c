@@ -29,7 +29,8 @@ typedef struct ret_job {
     float eps;
 } ret_job;
 
-static void ret_part(void *arg, int part, int nparts) {
+static void ret_part(void *arg, int part, int nparts)
+{
     const ret_job *j = arg;
     int H = j->H, dh = j->dh, hd = H * dh, lo, hi;
     cpu_part_range(j->c->nruns * H, part, nparts, &lo, &hi);
@@ -57,7 +58,8 @@ static void ret_part(void *arg, int part, int nparts) {
 }
 
 int cpu_retention_step(backend *be, const backend_buf *in, const backend_buf *gamma, const backend_buf *norm,
-                              backend_buf *out, size_t state_off, int H, int dh, float eps) {
+                              backend_buf *out, size_t state_off, int H, int dh, float eps)
+{
     cpu *c = (cpu *)be;
     int parts = cpu_row_parts(c, c->nruns * H, (size_t)2 * dh * dh * c->B / c->nruns);
     double *t = (double *)cpu_tmp_get(c, 2 * (size_t)parts * dh);

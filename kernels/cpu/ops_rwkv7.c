@@ -36,7 +36,8 @@ static double sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 __attribute__((noinline)) static void rwkv7_state(float *restrict S, double *restrict o, const double *restrict w,
                                                   const double *restrict kk, const double *restrict a,
                                                   const double *restrict k, const double *restrict v,
-                                                  const double *restrict r, int N) {
+                                                  const double *restrict r, int N)
+{
     for (int i = 0; i < N; i++) {
         float *restrict Si = S + (size_t)i * N;
         double sa = 0.0;   /* (S·(−kk))_i from the old S */
@@ -51,7 +52,8 @@ __attribute__((noinline)) static void rwkv7_state(float *restrict S, double *res
     }
 }
 
-static void rwkv7_head(const rwkv7_job *j, float *S, const float *row, float *vf, float *out, int h, double *t) {
+static void rwkv7_head(const rwkv7_job *j, float *S, const float *row, float *vf, float *out, int h, double *t)
+{
     int N = j->N, C = j->H * N, c0 = h * N;
     const float *par = j->par;
     const float *w0 = par, *a0 = par + C, *v0 = par + 2 * C, *kkw = par + 3 * C, *ka = par + 4 * C,
@@ -97,7 +99,8 @@ static void rwkv7_head(const rwkv7_job *j, float *S, const float *row, float *vf
     }
 }
 
-static void rwkv7_part(void *arg, int part, int nparts) {
+static void rwkv7_part(void *arg, int part, int nparts)
+{
     const rwkv7_job *j = arg;
     int H = j->H, C = H * j->N, lo, hi;
     cpu_part_range(j->c->nruns * H, part, nparts, &lo, &hi);
@@ -114,7 +117,8 @@ static void rwkv7_part(void *arg, int part, int nparts) {
 
 int cpu_rwkv7_step(backend *be, const backend_buf *in, int ldi, const backend_buf *par, const backend_buf *w2,
                    int dw, backend_buf *vfirst, int vmode, backend_buf *out, size_t state_off, int H, int N,
-                   float gn_eps) {
+                   float gn_eps)
+{
     cpu *c = (cpu *)be;
     if (H < 1 || N < 1 || dw < 0 || vmode < 0 || vmode > 2 || (vmode && !vfirst) || ldi < 6 * H * N + dw)
         return -EINVAL;

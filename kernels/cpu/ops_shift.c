@@ -23,7 +23,8 @@ typedef struct shift_job {
 
 /* One row's channels [0, n) of d: out[p·d + i] for p < nmix, then prev ← h. */
 __attribute__((noinline)) static void shift_row(float *restrict out, float *restrict prev, const float *restrict h,
-                                                const float *restrict mu, int d, int n, int nmix) {
+                                                const float *restrict mu, int d, int n, int nmix)
+{
     for (int p = 0; p < nmix; p++)
         for (int i = 0; i < n; i++) out[p * d + i] = lind_shift_mix(h[i], prev[i], mu[p * d + i]);
     for (int i = 0; i < n; i++) prev[i] = h[i];
@@ -31,7 +32,8 @@ __attribute__((noinline)) static void shift_row(float *restrict out, float *rest
 
 /* Parts split (run, channel slice) items, never a run's rows: they go in
  * order through one state. */
-static void shift_part(void *arg, int part, int nparts) {
+static void shift_part(void *arg, int part, int nparts)
+{
     const shift_job *j = arg;
     int lo, hi, d = j->d;
     cpu_part_range(j->c->nruns * j->slices, part, nparts, &lo, &hi);
@@ -45,7 +47,8 @@ static void shift_part(void *arg, int part, int nparts) {
 }
 
 int cpu_shift_mix(backend *be, const backend_buf *h, const backend_buf *mu, backend_buf *out,
-                         size_t shift_off, int d, int nmix) {
+                         size_t shift_off, int d, int nmix)
+{
     cpu *c = (cpu *)be;
     int slices = cpu_chan_slices(c, d);
     shift_job j = {c, h->p, mu->p, out->p, shift_off, d, nmix, slices};

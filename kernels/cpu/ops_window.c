@@ -26,7 +26,8 @@ typedef struct win_job {
 /* Work units are (run, head) pairs: heads touch disjoint columns of the
  * rings, a run's rows go through one head in order. The position is only
  * read here; cpu_window_step advances it after every unit is done. */
-static void win_part(void *arg, int part, int nparts) {
+static void win_part(void *arg, int part, int nparts)
+{
     const win_job *j = arg;
     int H = j->H, dh = j->dh, hd = H * dh, lo, hi;
     long L = (long)j->w * j->dil;
@@ -64,7 +65,8 @@ static void win_part(void *arg, int part, int nparts) {
 
 int cpu_window_step(backend *be, const backend_buf *in, const backend_buf *slopes, backend_buf *out,
                            size_t ring_off, size_t glob_off, size_t pos_off, int H, int dh, int w, int dil, int g,
-                           float rope_base) {
+                           float rope_base)
+{
     cpu *c = (cpu *)be;
     if (H < 1 || dh < 1 || dh > 256 || w < 1 || dil < 1 || g < 0 || (rope_base > 0 && dh % 2) ||
         (!slopes && !(rope_base > 0)))

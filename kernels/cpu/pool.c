@@ -35,22 +35,26 @@
 #define STRETCH_MIN   4096u
 #define STRETCH_MAX   131072u
 
-static inline void cpu_relax(void) {
+static inline void cpu_relax(void)
+{
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #endif
 }
 
-static void futex_wait(atomic_uint *w, unsigned v) {
+static void futex_wait(atomic_uint *w, unsigned v)
+{
     syscall(SYS_futex, (unsigned *)w, FUTEX_WAIT_PRIVATE, v, NULL, NULL, 0);
 }
 
-static void futex_wake(atomic_uint *w) {
+static void futex_wake(atomic_uint *w)
+{
     syscall(SYS_futex, (unsigned *)w, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
 /* Spin until *w != v or SPIN_NS pass; 1 if it changed. */
-static int spin_while(atomic_uint *w, unsigned v) {
+static int spin_while(atomic_uint *w, unsigned v)
+{
     long long t0 = 0;
     for (unsigned i = 1;; i++) {
         if (atomic_load_explicit(w, memory_order_acquire) != v) return 1;
@@ -98,7 +102,8 @@ struct cpu_pool {
 
 /* Claim and run parts of the job until none is left; whoever finishes the
  * last part wakes a sleeping caller. */
-static void run_parts(cpu_pool *p) {
+static void run_parts(cpu_pool *p)
+{
     uint64_t c = atomic_load_explicit(&p->job, memory_order_acquire);
     for (;;) {
         unsigned n = JOB_N(c), i = JOB_NEXT(c);
@@ -112,7 +117,8 @@ static void run_parts(cpu_pool *p) {
     }
 }
 
-static void *worker(void *a) {
+static void *worker(void *a)
+{
     cpu_pool *p = a;
     unsigned seen = 0;
     for (;;) {
@@ -130,7 +136,8 @@ static void *worker(void *a) {
     }
 }
 
-int cpu_pool_new(int threads, cpu_pool **out) {
+int cpu_pool_new(int threads, cpu_pool **out)
+{
     *out = NULL;
     if (threads < 1) threads = 1;
     if (threads > 0xffff) threads = 0xffff;
@@ -159,7 +166,8 @@ int cpu_pool_new(int threads, cpu_pool **out) {
     return 0;
 }
 
-void cpu_pool_free(cpu_pool *p) {
+void cpu_pool_free(cpu_pool *p)
+{
     if (!p) return;
     atomic_store(&p->stop, 1);
     atomic_fetch_add(&p->gen, 1);
@@ -172,7 +180,8 @@ void cpu_pool_free(cpu_pool *p) {
 int cpu_pool_size(const cpu_pool *p) { return p->size; }
 
 /* The trial is over: the faster kind runs the next stretch. */
-static void decide(cpu_pool *p) {
+static void decide(cpu_pool *p)
+{
     int split = p->trial_ns[1] < p->trial_ns[0];
     if (split == p->split) p->stretch = p->stretch < STRETCH_MAX ? p->stretch * 2 : STRETCH_MAX;
     else p->stretch = STRETCH_MIN;
@@ -183,7 +192,8 @@ static void decide(cpu_pool *p) {
 }
 
 /* The job's parts on the workers and the caller. */
-static void run_split(cpu_pool *p, cpu_pool_fn fn, void *arg, int n) {
+static void run_split(cpu_pool *p, cpu_pool_fn fn, void *arg, int n)
+{
     /* The previous job has ended (left reached 0), so no thread reads fn or
      * arg now; a late worker claims nothing of the old word. */
     p->fn = fn;
@@ -208,7 +218,8 @@ static void run_split(cpu_pool *p, cpu_pool_fn fn, void *arg, int n) {
     }
 }
 
-void cpu_pool_run(cpu_pool *p, cpu_pool_fn fn, void *arg, int n) {
+void cpu_pool_run(cpu_pool *p, cpu_pool_fn fn, void *arg, int n)
+{
     if (n > p->size) n = p->size;
     if (n <= 1) {
         fn(arg, 0, 1);

@@ -34,7 +34,8 @@
 #define G1_VNNI 4
 #define G1_AVX2 2
 
-int cpu_quant_supported(cpu_quant_isa isa) {
+int cpu_quant_supported(cpu_quant_isa isa)
+{
 #if defined(__x86_64__)
     __builtin_cpu_init();
     if (isa == CPU_QUANT_VNNI)
@@ -46,17 +47,20 @@ int cpu_quant_supported(cpu_quant_isa isa) {
     return isa == CPU_QUANT_C;
 }
 
-cpu_quant_isa cpu_quant_detect(void) {
+cpu_quant_isa cpu_quant_detect(void)
+{
     if (cpu_quant_supported(CPU_QUANT_VNNI)) return CPU_QUANT_VNNI;
     if (cpu_quant_supported(CPU_QUANT_AVX2)) return CPU_QUANT_AVX2;
     return CPU_QUANT_C;
 }
 
-const char *cpu_quant_isa_name(cpu_quant_isa isa) {
+const char *cpu_quant_isa_name(cpu_quant_isa isa)
+{
     return isa == CPU_QUANT_VNNI ? "VNNI" : isa == CPU_QUANT_AVX2 ? "AVX2" : "C";
 }
 
-const char *cpu_quant_type_name(cpu_quant_type t) {
+const char *cpu_quant_type_name(cpu_quant_type t)
+{
     return t == CPU_QUANT_Q8 ? "q8" : t == CPU_QUANT_Q4 ? "q4" : t == CPU_QUANT_Q4M ? "q4m" : "?";
 }
 
@@ -67,16 +71,19 @@ static size_t wblock(cpu_quant_type t) { return t == CPU_QUANT_Q8 ? 512 : 256; }
 /* fp16 tables per block: scales, and (Q4M) offsets. */
 static int ntables(cpu_quant_type t) { return t == CPU_QUANT_Q4M ? 2 : 1; }
 
-size_t cpu_quant_panel_bytes(cpu_quant_type t, int K) {
+size_t cpu_quant_panel_bytes(cpu_quant_type t, int K)
+{
     size_t nb = (size_t)nblocks(K);
     return round64(nb * wblock(t) + nb * 32 * (size_t)ntables(t));
 }
 
-size_t cpu_quant_packed_bytes(cpu_quant_type t, int N, int K) {
+size_t cpu_quant_packed_bytes(cpu_quant_type t, int N, int K)
+{
     return (size_t)((N + NR - 1) / NR) * cpu_quant_panel_bytes(t, K);
 }
 
-size_t cpu_quant_data_bytes(cpu_quant_type t, int N, int K) {
+size_t cpu_quant_data_bytes(cpu_quant_type t, int N, int K)
+{
     size_t per = (t == CPU_QUANT_Q8 ? 32 : 16) + 2 * (size_t)ntables(t);
     return (size_t)N * (size_t)nblocks(K) * per;
 }
@@ -85,7 +92,8 @@ size_t cpu_quant_data_bytes(cpu_quant_type t, int N, int K) {
 
 /* Byte offset of weight (j, kk) (column j of the panel, kk < 32 in the
  * block) inside a block, and (Q4) whether it is the high nibble. */
-static size_t woff(cpu_quant_type t, int j, int kk, int *hi) {
+static size_t woff(cpu_quant_type t, int j, int kk, int *hi)
+{
     if (t == CPU_QUANT_Q8) {
         *hi = 0;
         return (size_t)(kk / 4) * 64 + (size_t)j * 4 + (size_t)(kk % 4);
@@ -99,7 +107,8 @@ static int qclamp(long v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : (
 
 /* Quantize one block w[0..n) (n ≤ 32, the rest zero): codes q[32] (Q8:
  * −127…127; Q4/Q4M: 0…15) and the fp16 scale / offset. 0, or -ERANGE. */
-static int quant_block(cpu_quant_type t, const float *w, int n, int q[QB], uint16_t *dh, uint16_t *mh) {
+static int quant_block(cpu_quant_type t, const float *w, int n, int q[QB], uint16_t *dh, uint16_t *mh)
+{
     float v[QB];
     for (int i = 0; i < QB; i++) v[i] = i < n ? w[i] : 0.0f;
     *mh = 0;
@@ -153,7 +162,8 @@ static int quant_block(cpu_quant_type t, const float *w, int n, int q[QB], uint1
     return 0;
 }
 
-int cpu_quant_pack(cpu_quant_type t, const float *W, int N, int K, void *dst, char *err, size_t errlen) {
+int cpu_quant_pack(cpu_quant_type t, const float *W, int N, int K, void *dst, char *err, size_t errlen)
+{
     int nb = nblocks(K), panels = (N + NR - 1) / NR;
     size_t pb = cpu_quant_panel_bytes(t, K), wb = wblock(t);
     memset(dst, 0, (size_t)panels * pb);
@@ -190,7 +200,8 @@ int cpu_quant_pack(cpu_quant_type t, const float *W, int N, int K, void *dst, ch
     return 0;
 }
 
-void cpu_quant_dequant(cpu_quant_type t, const void *Wp, int N, int K, float *W) {
+void cpu_quant_dequant(cpu_quant_type t, const void *Wp, int N, int K, float *W)
+{
     int nb = nblocks(K);
     size_t pb = cpu_quant_panel_bytes(t, K), wb = wblock(t);
     for (int n = 0; n < N; n++) {
@@ -217,19 +228,23 @@ void cpu_quant_dequant(cpu_quant_type t, const void *Wp, int N, int K, float *W)
 
 size_t cpu_quant_act_bytes(int K) { return round64((size_t)nblocks(K) * (QB + 8)); }
 
-static int8_t *act_codes(const void *xq, size_t row, int K) {
+static int8_t *act_codes(const void *xq, size_t row, int K)
+{
     return (int8_t *)xq + row * cpu_quant_act_bytes(K);
 }
-static float *act_scales(const void *xq, size_t row, int K) {
+static float *act_scales(const void *xq, size_t row, int K)
+{
     return (float *)(act_codes(xq, row, K) + (size_t)nblocks(K) * QB);
 }
-static int32_t *act_sums(const void *xq, size_t row, int K) {
+static int32_t *act_sums(const void *xq, size_t row, int K)
+{
     return (int32_t *)(act_scales(xq, row, K) + nblocks(K));
 }
 
 /* One block the portable way (also the AVX-512 version's fallback for a
  * block holding a NaN or ±inf). */
-static void act_block(const float *v, int len, int8_t *qb, float *s, int32_t *sum) {
+static void act_block(const float *v, int len, int8_t *qb, float *s, int32_t *sum)
+{
     float amax = 0.0f;
     int bad = 0;
     for (int i = 0; i < len; i++) {
@@ -259,7 +274,8 @@ static void act_block(const float *v, int len, int8_t *qb, float *s, int32_t *su
 
 /* The same values with AVX-512: |x|·inv rounded by vcvtps2dq in the
  * default (nearest-even) mode, as lrintf rounds. */
-TGTVNNI static void act_row_avx512(const float *x, int K, int8_t *q, float *s, int32_t *sum) {
+TGTVNNI static void act_row_avx512(const float *x, int K, int8_t *q, float *s, int32_t *sum)
+{
     int nb = nblocks(K);
     for (int b = 0; b < nb; b++) {
         int len = K - b * QB < QB ? K - b * QB : QB;
@@ -291,11 +307,13 @@ TGTVNNI static void act_row_avx512(const float *x, int K, int8_t *q, float *s, i
     }
 }
 
-void cpu_quant_act(const float *x, int ldx, int B, int K, void *xq) {
+void cpu_quant_act(const float *x, int ldx, int B, int K, void *xq)
+{
     cpu_quant_act_isa(cpu_quant_detect(), x, ldx, B, K, xq);
 }
 
-void cpu_quant_act_isa(cpu_quant_isa isa, const float *x, int ldx, int B, int K, void *xq) {
+void cpu_quant_act_isa(cpu_quant_isa isa, const float *x, int ldx, int B, int K, void *xq)
+{
     int nb = nblocks(K);
     if (isa == CPU_QUANT_VNNI) {
         for (int r = 0; r < B; r++)
@@ -311,7 +329,8 @@ void cpu_quant_act_isa(cpu_quant_isa isa, const float *x, int ldx, int B, int K,
         }
 }
 
-void cpu_quant_act_values(const void *xq, int B, int K, float *x) {
+void cpu_quant_act_values(const void *xq, int B, int K, float *x)
+{
     for (int r = 0; r < B; r++)
         for (int k = 0; k < K; k++)
             x[(size_t)r * K + k] =
@@ -321,7 +340,8 @@ void cpu_quant_act_values(const void *xq, int B, int K, float *x) {
 /* ---- the epilogue (shared by every path) ------------------------------- */
 
 /* Store a row's sums s[0..cols) of one panel at y (column n0). */
-static inline void store_row(const float *s, float *y, const float *bias, int cols, int flags) {
+static inline void store_row(const float *s, float *y, const float *bias, int cols, int flags)
+{
     for (int j = 0; j < cols; j++) {
         float v = bias ? bias[j] + s[j] : s[j];
         y[j] = (flags & CPU_GEMM_ACCUMULATE) ? y[j] + v : v;
@@ -330,14 +350,16 @@ static inline void store_row(const float *s, float *y, const float *bias, int co
 
 /* What a block's integer sum starts from: Σ (stored code)·xq minus the
  * code offset times Σ xq (Q8 codes are stored + 128; Q4's w is q − 8). */
-static inline int32_t int_start(cpu_quant_type t, int32_t sum) {
+static inline int32_t int_start(cpu_quant_type t, int32_t sum)
+{
     return t == CPU_QUANT_Q8 ? -128 * sum : t == CPU_QUANT_Q4 ? -8 * sum : 0;
 }
 
 /* ---- portable C ------------------------------------------------------- */
 
 static void run_c(cpu_quant_type t, const void *xq, const void *Wp, const float *bias, float *y, int ldy, int B,
-                  int N, int K, int p0, int p1, int flags) {
+                  int N, int K, int p0, int p1, int flags)
+{
     int nb = nblocks(K);
     size_t pb = cpu_quant_panel_bytes(t, K), wb = wblock(t);
     for (int p = p0; p < p1; p++) {
@@ -378,7 +400,8 @@ static void run_c(cpu_quant_type t, const void *xq, const void *Wp, const float 
  * take 8 vpdpbusd (weights unsigned, activations' quads broadcast, signed),
  * and are folded into the fp32 chain with the scale d·s. */
 
-TGTVNNI INLINE __m512i vnni_w(cpu_quant_type t, const uint8_t *blk, int g) {
+TGTVNNI INLINE __m512i vnni_w(cpu_quant_type t, const uint8_t *blk, int g)
+{
     if (t == CPU_QUANT_Q8) return _mm512_load_si512((const void *)(blk + (size_t)g * 64));
     __m512i v = _mm512_load_si512((const void *)(blk + (size_t)(g / 2) * 64));
     if (g & 1) v = _mm512_srli_epi16(v, 4);
@@ -386,7 +409,8 @@ TGTVNNI INLINE __m512i vnni_w(cpu_quant_type t, const uint8_t *blk, int g) {
 }
 
 TGTVNNI INLINE void vnni_tile(cpu_quant_type t, const void *xq, const uint8_t *Wp, size_t pb, const float *bias,
-                              float *y, int ldy, int r0, const int MR, int p, const int G, int N, int K, int flags) {
+                              float *y, int ldy, int r0, const int MR, int p, const int G, int N, int K, int flags)
+{
     int nb = nblocks(K);
     size_t wb = wblock(t), ab = cpu_quant_act_bytes(K);
     __m512 acc[MR * G];
@@ -445,7 +469,8 @@ TGTVNNI INLINE void vnni_tile(cpu_quant_type t, const void *xq, const uint8_t *W
  * accumulators (even and odd quads; integer sums, so the split changes
  * nothing) for eight independent chains, and nothing kept in memory. */
 TGTVNNI INLINE void vnni_row1(cpu_quant_type t, const void *xq, const uint8_t *Wp, size_t pb, const float *bias,
-                              float *y, int p, int N, int K, int flags) {
+                              float *y, int p, int N, int K, int flags)
+{
     int nb = nblocks(K);
     size_t wb = wblock(t);
     const int8_t *xc = act_codes(xq, 0, K);
@@ -528,7 +553,8 @@ VNNI_TILE(CPU_QUANT_Q4M)
  * onto it and vpmaddubsw multiplies |xq| by it (pairs ≤ 2·127², no
  * saturation); Q4: nibbles (unsigned) times xq directly (≤ 2·15·127). */
 
-TGT256 INLINE __m256i avx2_dot(cpu_quant_type t, __m256i w, __m256i x) {
+TGT256 INLINE __m256i avx2_dot(cpu_quant_type t, __m256i w, __m256i x)
+{
     __m256i p;
     if (t == CPU_QUANT_Q8) {
         __m256i ws = _mm256_xor_si256(w, _mm256_set1_epi8((char)0x80));
@@ -539,7 +565,8 @@ TGT256 INLINE __m256i avx2_dot(cpu_quant_type t, __m256i w, __m256i x) {
     return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
-TGT256 INLINE __m256i avx2_w(cpu_quant_type t, const uint8_t *blk, int g, int half) {
+TGT256 INLINE __m256i avx2_w(cpu_quant_type t, const uint8_t *blk, int g, int half)
+{
     if (t == CPU_QUANT_Q8) return _mm256_load_si256((const __m256i *)(blk + (size_t)g * 64 + (size_t)half * 32));
     __m256i v = _mm256_load_si256((const __m256i *)(blk + (size_t)(g / 2) * 64 + (size_t)half * 32));
     if (g & 1) v = _mm256_srli_epi16(v, 4);
@@ -547,7 +574,8 @@ TGT256 INLINE __m256i avx2_w(cpu_quant_type t, const uint8_t *blk, int g, int ha
 }
 
 TGT256 INLINE void avx2_tile(cpu_quant_type t, const void *xq, const uint8_t *Wp, size_t pb, const float *bias,
-                             float *y, int ldy, int r0, const int MR, int p, const int G, int N, int K, int flags) {
+                             float *y, int ldy, int r0, const int MR, int p, const int G, int N, int K, int flags)
+{
     int nb = nblocks(K);
     size_t wb = wblock(t), ab = cpu_quant_act_bytes(K);
     __m256 acc[MR * G * 2];
@@ -629,7 +657,8 @@ typedef void (*rows_fn)(const void *, const uint8_t *, size_t, const float *, fl
                         int, int, int);
 
 void cpu_quant_run(cpu_quant_isa isa, cpu_quant_type t, const void *xq, const void *Wp, const float *bias,
-                   float *y, int ldy, int B, int N, int K, int p0, int p1, int flags) {
+                   float *y, int ldy, int B, int N, int K, int p0, int p1, int flags)
+{
     if (isa == CPU_QUANT_C) {
         run_c(t, xq, Wp, bias, y, ldy, B, N, K, p0, p1, flags);
         return;
@@ -667,7 +696,8 @@ void cpu_quant_run(cpu_quant_isa isa, cpu_quant_type t, const void *xq, const vo
 
 /* ---- on the pool --------------------------------------------------------- */
 
-void cpu_quant_scratch_free(cpu_quant_scratch *s) {
+void cpu_quant_scratch_free(cpu_quant_scratch *s)
+{
     free(s->p);
     s->p = NULL;
     s->n = 0;
@@ -684,7 +714,8 @@ typedef struct qjob {
     atomic_int next;
 } qjob;
 
-static void act_part(void *arg, int part, int nparts) {
+static void act_part(void *arg, int part, int nparts)
+{
     qjob *j = arg;
     int lo = (int)((long)j->B * part / nparts), hi = (int)((long)j->B * (part + 1) / nparts);
     cpu_quant_act_isa(j->isa, j->x + (size_t)lo * j->ldx, j->ldx, hi - lo, j->K,
@@ -694,7 +725,8 @@ static void act_part(void *arg, int part, int nparts) {
 /* Parts claim chunks of panels (as the backend's fp32 products do): each
  * panel is computed whole by one thread, so who claims what never changes
  * a result. */
-static void run_part(void *arg, int part, int nparts) {
+static void run_part(void *arg, int part, int nparts)
+{
     qjob *j = arg;
     (void)part;
     (void)nparts;
@@ -708,7 +740,8 @@ static void run_part(void *arg, int part, int nparts) {
 }
 
 int cpu_quant_matmul(cpu_pool *pool, cpu_quant_isa isa, cpu_quant_type t, const float *x, int ldx, const void *Wp,
-                     const float *bias, float *y, int ldy, int B, int N, int K, int flags, cpu_quant_scratch *s) {
+                     const float *bias, float *y, int ldy, int B, int N, int K, int flags, cpu_quant_scratch *s)
+{
     size_t need = (size_t)B * cpu_quant_act_bytes(K);
     if (need > s->n) {
         void *p = NULL;

@@ -34,7 +34,8 @@ static cdev *C(lind_device *d) { return (cdev *)d; }
 
 /* Errors after which the context is unusable: every later call returns them
  * again (CUDA Runtime API, cudaError_t), so the device is dead. */
-static int sticky(cudaError_t e) {
+static int sticky(cudaError_t e)
+{
     switch (e) {
     case cudaErrorIllegalAddress: case cudaErrorLaunchFailure: case cudaErrorHardwareStackError:
     case cudaErrorIllegalInstruction: case cudaErrorMisalignedAddress: case cudaErrorInvalidAddressSpace:
@@ -45,7 +46,8 @@ static int sticky(cudaError_t e) {
     }
 }
 
-static int cuda_rc(lind_device *d, cudaError_t e, const char *what) {
+static int cuda_rc(lind_device *d, cudaError_t e, const char *what)
+{
     if (e == cudaSuccess) return 0;
     if (C(d)->recording) C(d)->rec_failed = 1;
     if (sticky(e)) d->dead = 1;
@@ -53,7 +55,8 @@ static int cuda_rc(lind_device *d, cudaError_t e, const char *what) {
     return e == cudaErrorMemoryAllocation ? -ENOMEM : -EIO;
 }
 
-static void c_free(lind_device *d) {
+static void c_free(lind_device *d)
+{
     cdev *c = C(d);
     if (c->blas) cublasDestroy(c->blas);
     if (c->blas_ws) cudaFree(c->blas_ws);
@@ -61,13 +64,15 @@ static void c_free(lind_device *d) {
     free(c);
 }
 
-static int c_alloc(lind_device *d, size_t bytes, void **out) {
+static int c_alloc(lind_device *d, size_t bytes, void **out)
+{
     *out = NULL;
     return cuda_rc(d, cudaMalloc(out, bytes ? bytes : 1), "cudaMalloc");
 }
 
 /* Wait for the stream first: work queued on it may still use p. */
-static void c_release(lind_device *d, void *p) {
+static void c_release(lind_device *d, void *p)
+{
     if (!p) return;
     cudaStreamSynchronize(C(d)->stream);
     cudaFree(p);
@@ -75,39 +80,46 @@ static void c_release(lind_device *d, void *p) {
 
 /* From pageable host memory the copy is staged before the call returns, so
  * src may be reused at once (the contract of device.h). */
-static int no_host_copy(lind_device *d, const char *what) {
+static int no_host_copy(lind_device *d, const char *what)
+{
     C(d)->rec_failed = 1;
     snprintf(d->err, sizeof d->err, "%s: not allowed while recording a graph", what);
     return -EBUSY;
 }
 
-static int c_h2d(lind_device *d, void *dst, const void *src, size_t bytes) {
+static int c_h2d(lind_device *d, void *dst, const void *src, size_t bytes)
+{
     if (C(d)->recording) return no_host_copy(d, "copy to device");
     return cuda_rc(d, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, C(d)->stream), "copy to device");
 }
 
-static int c_d2h(lind_device *d, void *dst, const void *src, size_t bytes) {
+static int c_d2h(lind_device *d, void *dst, const void *src, size_t bytes)
+{
     if (C(d)->recording) return no_host_copy(d, "copy from device");
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, C(d)->stream);
     if (e == cudaSuccess) e = cudaStreamSynchronize(C(d)->stream);
     return cuda_rc(d, e, "copy from device");
 }
 
-static int c_d2d(lind_device *d, void *dst, const void *src, size_t bytes) {
+static int c_d2d(lind_device *d, void *dst, const void *src, size_t bytes)
+{
     return cuda_rc(d, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, C(d)->stream), "device copy");
 }
 
-static int c_zero(lind_device *d, void *dst, size_t bytes) {
+static int c_zero(lind_device *d, void *dst, size_t bytes)
+{
     return cuda_rc(d, cudaMemsetAsync(dst, 0, bytes, C(d)->stream), "cudaMemsetAsync");
 }
 
-static int c_launch(lind_device *d, int kernel, const lind_launch *L, const void *args, size_t args_bytes) {
+static int c_launch(lind_device *d, int kernel, const lind_launch *L, const void *args, size_t args_bytes)
+{
     (void)args_bytes;   /* a captured launch keeps its own copy of the parameters */
     return cuda_rc(d, (cudaError_t)lind_cuda_launch(kernel, L, args, C(d)->stream), "kernel launch");
 }
 
 static int c_sgemm(lind_device *d, int transa, int transb, int m, int n, int k, float alpha,
-                   const float *A, int lda, const float *B, int ldb, float beta, float *Cm, int ldc) {
+                   const float *A, int lda, const float *B, int ldb, float beta, float *Cm, int ldc)
+{
     cublasStatus_t s = cublasSgemm(C(d)->blas, transa ? CUBLAS_OP_T : CUBLAS_OP_N,
                                    transb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, A, lda, B, ldb,
                                    &beta, Cm, ldc);
@@ -119,7 +131,8 @@ static int c_sgemm(lind_device *d, int transa, int transb, int m, int n, int k, 
 }
 
 static int c_gemm_bf16(lind_device *d, int transa, int transb, int m, int n, int k, float alpha,
-                       const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta, float *Cm, int ldc) {
+                       const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta, float *Cm, int ldc)
+{
     cublasStatus_t s = cublasGemmEx(C(d)->blas, transa ? CUBLAS_OP_T : CUBLAS_OP_N,
                                     transb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, A, CUDA_R_16BF, lda,
                                     B, CUDA_R_16BF, ldb, &beta, Cm, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
@@ -134,7 +147,8 @@ static int c_gemm_bf16(lind_device *d, int transa, int transb, int m, int n, int
 /* Stream capture in relaxed mode: the backend may still allocate (a lazily
  * grown scratch) while recording; it then discards the recording itself
  * (grid_backend.c), since the graph would hold the old pointer. */
-static int c_record_begin(lind_device *d) {
+static int c_record_begin(lind_device *d)
+{
     cdev *c = C(d);
     if (c->recording) {
         snprintf(d->err, sizeof d->err, "record_begin: already recording");
@@ -145,7 +159,8 @@ static int c_record_begin(lind_device *d) {
     return rc;
 }
 
-static int c_record_end(lind_device *d, int keep, void **out) {
+static int c_record_end(lind_device *d, int keep, void **out)
+{
     cdev *c = C(d);
     *out = NULL;
     if (!c->recording) {
@@ -170,27 +185,32 @@ static int c_record_end(lind_device *d, int keep, void **out) {
     return 0;
 }
 
-static int c_graph_run(lind_device *d, void *graph) {
+static int c_graph_run(lind_device *d, void *graph)
+{
     return cuda_rc(d, cudaGraphLaunch((cudaGraphExec_t)graph, C(d)->stream), "cudaGraphLaunch");
 }
 
-static void c_graph_free(lind_device *d, void *graph) {
+static void c_graph_free(lind_device *d, void *graph)
+{
     if (!graph) return;
     cudaStreamSynchronize(C(d)->stream);
     cudaGraphExecDestroy((cudaGraphExec_t)graph);
 }
 
-static void *c_host_alloc(lind_device *d, size_t bytes) {
+static void *c_host_alloc(lind_device *d, size_t bytes)
+{
     void *p = NULL;
     return cuda_rc(d, cudaMallocHost(&p, bytes ? bytes : 1), "cudaMallocHost") == 0 ? p : NULL;
 }
 
-static void c_host_free(lind_device *d, void *p) {
+static void c_host_free(lind_device *d, void *p)
+{
     (void)d;
     if (p) cudaFreeHost(p);   /* waits for copies into it, as the contract of d2h already has */
 }
 
-int cuda_device_new(int ordinal, lind_device **out, char *err, size_t errlen) {
+int cuda_device_new(int ordinal, lind_device **out, char *err, size_t errlen)
+{
     *out = NULL;
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
@@ -265,7 +285,8 @@ int cuda_device_new(int ordinal, lind_device **out, char *err, size_t errlen) {
     return 0;
 }
 
-int backend_cuda_new(const backend_opts *opts, backend **out, char *err, size_t errlen) {
+int backend_cuda_new(const backend_opts *opts, backend **out, char *err, size_t errlen)
+{
     lind_device *dev;
     *out = NULL;
     int rc = cuda_device_new(opts ? opts->cuda_device : -1, &dev, err, errlen);

@@ -86,7 +86,8 @@ enum { GS_SEEN = 1, GS_READY, GS_NEVER };
 
 static inline gridbe *G(backend *be) { return (gridbe *)be; }
 
-static inline int fail(gridbe *g, int rc, const char *fmt, ...) {
+static inline int fail(gridbe *g, int rc, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(g->err, sizeof g->err, fmt, ap);
@@ -95,7 +96,8 @@ static inline int fail(gridbe *g, int rc, const char *fmt, ...) {
 }
 
 /* A device call; on failure the device's message becomes ours. */
-static inline int dev_rc(gridbe *g, int rc, const char *what) {
+static inline int dev_rc(gridbe *g, int rc, const char *what)
+{
     if (rc < 0) snprintf(g->err, sizeof g->err, "%s: %s", what, g->dev->err);
     return rc;
 }
@@ -103,7 +105,8 @@ static inline int dev_rc(gridbe *g, int rc, const char *what) {
 static inline float *F(const backend_buf *b) { return (float *)b->p; }
 
 /* Does buffer b hold `need` floats? */
-static inline int fits(gridbe *g, const backend_buf *b, size_t need, const char *op, const char *what) {
+static inline int fits(gridbe *g, const backend_buf *b, size_t need, const char *op, const char *what)
+{
     if (!b) return fail(g, -EINVAL, "%s: %s is NULL", op, what);
     if (need > b->n)
         return fail(g, -EINVAL, "%s: %s needs %zu floats, buffer holds %zu", op, what, need, b->n);
@@ -111,7 +114,8 @@ static inline int fits(gridbe *g, const backend_buf *b, size_t need, const char 
 }
 
 /* Does a state region of `bytes` at `off` (aligned to `align`) fit a slot? */
-static inline int region_fits(gridbe *g, size_t off, size_t bytes, size_t align, const char *op) {
+static inline int region_fits(gridbe *g, size_t off, size_t bytes, size_t align, const char *op)
+{
     if (!g->pool) return fail(g, -EINVAL, "%s: no slots reserved", op);
     if (off % align) return fail(g, -EINVAL, "%s: state offset %zu is not %zu-byte aligned", op, off, align);
     if (off > g->slot_bytes || bytes > g->slot_bytes - off)
@@ -121,7 +125,8 @@ static inline int region_fits(gridbe *g, size_t off, size_t bytes, size_t align,
 }
 
 #define launch(g, kernel, L, args, op) launch_args(g, kernel, L, args, sizeof *(args), op)
-static inline int launch_args(gridbe *g, int kernel, lind_launch L, const void *args, size_t bytes, const char *op) {
+static inline int launch_args(gridbe *g, int kernel, lind_launch L, const void *args, size_t bytes, const char *op)
+{
     if (L.gx < 1 || L.gy < 1 || L.gy > KB_MAX_GRID_Y || L.block < 1 || L.block > KB_MAX_BLOCK ||
         L.smem > KB_MAX_SMEM)
         return fail(g, -EINVAL, "%s: launch %d×%d blocks of %d threads, %zu B shared is out of limits",

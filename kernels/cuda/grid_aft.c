@@ -10,7 +10,8 @@
 #include "kernels/cuda/grid.h"
 
 int grid_aft_step(backend *be, const backend_buf *in, const backend_buf *w, const backend_buf *u,
-                  backend_buf *out, size_t state_off, int d) {
+                  backend_buf *out, size_t state_off, int d)
+{
     gridbe *g = G(be);
     int B = g->B, rc;
     if (d < 1) return fail(g, -EINVAL, "aft_step: width %d", d);
@@ -26,7 +27,8 @@ int grid_aft_step(backend *be, const backend_buf *in, const backend_buf *w, cons
 }
 
 int grid_aft_window_step(backend *be, const backend_buf *in, const backend_buf *w, backend_buf *out,
-                         size_t acc_off, size_t ring_off, size_t pos_off, int d, int s, int H) {
+                         size_t acc_off, size_t ring_off, size_t pos_off, int d, int s, int H)
+{
     gridbe *g = G(be);
     int B = g->B, rc;
     if (d < 1 || s < 2 || H < 1 || d % H)

@@ -19,12 +19,14 @@
 
 /* Every device allocation and free goes through these: each one bumps the
  * generation, which voids the recordings (they hold raw pointers). */
-static int dalloc(gridbe *g, size_t bytes, void **out) {
+static int dalloc(gridbe *g, size_t bytes, void **out)
+{
     g->gen++;
     return g->dev->alloc(g->dev, bytes, out);
 }
 
-static void drelease(gridbe *g, void *p) {
+static void drelease(gridbe *g, void *p)
+{
     if (!p) return;
     g->gen++;
     g->dev->release(g->dev, p);
@@ -36,7 +38,8 @@ const char *grid_backend_error(const backend *be) { return ((const gridbe *)be)-
 
 static void graphs_drop(gridbe *g);
 
-static void g_free(backend *be) {
+static void g_free(backend *be)
+{
     gridbe *g = G(be);
     if (!g) return;
     graphs_drop(g);
@@ -59,7 +62,8 @@ static const char *g_device_name(backend *be) { return G(be)->dev->name; }
 
 /* ---- buffers --------------------------------------------------------------- */
 
-static int g_buf_new(backend *be, size_t n, backend_buf **out) {
+static int g_buf_new(backend *be, size_t n, backend_buf **out)
+{
     gridbe *g = G(be);
     *out = NULL;
     if (n > SIZE_MAX / sizeof(float) / 2) return fail(g, -ENOMEM, "buf_new: %zu floats is too many", n);
@@ -72,7 +76,8 @@ static int g_buf_new(backend *be, size_t n, backend_buf **out) {
     return 0;
 }
 
-static void g_buf_free(backend *be, backend_buf *b) {
+static void g_buf_free(backend *be, backend_buf *b)
+{
     if (!b) return;
     drelease(G(be), b->p);
     drelease(G(be), b->bf);
@@ -80,7 +85,8 @@ static void g_buf_free(backend *be, backend_buf *b) {
     free(b);
 }
 
-static int g_buf_upload(backend *be, backend_buf *b, size_t off, const float *src, size_t n) {
+static int g_buf_upload(backend *be, backend_buf *b, size_t off, const float *src, size_t n)
+{
     gridbe *g = G(be);
     if (off > SIZE_MAX - n) return fail(g, -EINVAL, "buf_upload: offset overflows");
     if (b && (b->bf_only || b->half)) return fail(g, -EINVAL, "buf_upload: a bf16 or half weight cannot be written");
@@ -91,7 +97,8 @@ static int g_buf_upload(backend *be, backend_buf *b, size_t off, const float *sr
     return dev_rc(g, g->dev->h2d(g->dev, F(b) + off, src, n * sizeof(float)), "buf_upload");
 }
 
-static int g_buf_download(backend *be, const backend_buf *b, size_t off, float *dst, size_t n) {
+static int g_buf_download(backend *be, const backend_buf *b, size_t off, float *dst, size_t n)
+{
     gridbe *g = G(be);
     if (off > SIZE_MAX - n) return fail(g, -EINVAL, "buf_download: offset overflows");
     if (b && (b->bf_only || b->half)) return fail(g, -EINVAL, "buf_download: a bf16 or half weight cannot be read back");
@@ -104,7 +111,8 @@ static int refresh_bf16(gridbe *g, backend_buf *W, const char *op);
 
 /* A matmul weight. In bf16 mode only its bf16 copy stays on the device
  * (half the memory of fp32 instead of one and a half). */
-static int g_weight_new(backend *be, int N, int K, const float *W, backend_buf **out) {
+static int g_weight_new(backend *be, int N, int K, const float *W, backend_buf **out)
+{
     gridbe *g = G(be);
     *out = NULL;
     if (N < 1 || K < 1) return fail(g, -EINVAL, "weight_new: shape %d × %d", N, K);
@@ -127,7 +135,8 @@ static int g_weight_new(backend *be, int N, int K, const float *W, backend_buf *
 
 /* ---- slot pool ----------------------------------------------------------- */
 
-static int g_slots_reserve(backend *be, int n, size_t slot_bytes) {
+static int g_slots_reserve(backend *be, int n, size_t slot_bytes)
+{
     gridbe *g = G(be);
     if (n < 0 || slot_bytes == 0) return fail(g, -EINVAL, "slots_reserve: bad count %d or size %zu", n, slot_bytes);
     if (g->slot_bytes && slot_bytes != g->slot_bytes)
@@ -154,7 +163,8 @@ static int g_slots_reserve(backend *be, int n, size_t slot_bytes) {
     return 0;
 }
 
-static int slot_ok(gridbe *g, int slot, const char *op) {
+static int slot_ok(gridbe *g, int slot, const char *op)
+{
     if (slot < 0 || slot >= g->nslots)
         return fail(g, -EINVAL, "%s: slot %d out of range (pool has %d)", op, slot, g->nslots);
     return 0;
@@ -162,19 +172,22 @@ static int slot_ok(gridbe *g, int slot, const char *op) {
 
 static unsigned char *slot_ptr(gridbe *g, int slot) { return g->pool + (size_t)slot * g->stride; }
 
-static int g_slot_zero(backend *be, int slot) {
+static int g_slot_zero(backend *be, int slot)
+{
     gridbe *g = G(be);
     int rc = slot_ok(g, slot, "slot_zero");
     return rc < 0 ? rc : dev_rc(g, g->dev->zero(g->dev, slot_ptr(g, slot), g->slot_bytes), "slot_zero");
 }
 
-static int g_slot_read(backend *be, int slot, void *dst) {
+static int g_slot_read(backend *be, int slot, void *dst)
+{
     gridbe *g = G(be);
     int rc = slot_ok(g, slot, "slot_read");
     return rc < 0 ? rc : dev_rc(g, g->dev->d2h(g->dev, dst, slot_ptr(g, slot), g->slot_bytes), "slot_read");
 }
 
-static int g_slot_write(backend *be, int slot, const void *src) {
+static int g_slot_write(backend *be, int slot, const void *src)
+{
     gridbe *g = G(be);
     int rc = slot_ok(g, slot, "slot_write");
     return rc < 0 ? rc : dev_rc(g, g->dev->h2d(g->dev, slot_ptr(g, slot), src, g->slot_bytes), "slot_write");
@@ -183,7 +196,8 @@ static int g_slot_write(backend *be, int slot, const void *src) {
 /* ---- the step ------------------------------------------------------------ */
 
 /* Grow the batch arrays to hold B rows (and B + 1 run starts). */
-static int batch_cap(gridbe *g, int B) {
+static int batch_cap(gridbe *g, int B)
+{
     if (B <= g->cap) return 0;
     int cap = g->cap * 2 > B ? g->cap * 2 : B;
     int *h = realloc(g->runs, (size_t)(cap + 1) * sizeof *h);
@@ -212,7 +226,8 @@ static int batch_cap(gridbe *g, int B) {
  * checked here since a slot in two runs would be two blocks racing on one
  * state. Tokens must be ≥ 0; their upper bound is the embedding's rows,
  * checked by embed (the only op that indexes by token). */
-static int g_begin_step(backend *be, const int *slots, const int *tokens, int B) {
+static int g_begin_step(backend *be, const int *slots, const int *tokens, int B)
+{
     gridbe *g = G(be);
     if (B < 0 || B > KB_MAX_GRID_Y) return fail(g, -EINVAL, "begin_step: batch of %d (max %d)", B, KB_MAX_GRID_Y);
     g->B = g->nruns = 0;
@@ -247,7 +262,8 @@ static int g_begin_step(backend *be, const int *slots, const int *tokens, int B)
     return 0;
 }
 
-static int g_embed(backend *be, const backend_buf *E, backend_buf *x, int d) {
+static int g_embed(backend *be, const backend_buf *E, backend_buf *x, int d)
+{
     gridbe *g = G(be);
     int B = g->B, rc;
     if (d < 1) return fail(g, -EINVAL, "embed: width %d", d);
@@ -262,7 +278,8 @@ static int g_embed(backend *be, const backend_buf *E, backend_buf *x, int d) {
 }
 
 static int g_layernorm(backend *be, const backend_buf *x, backend_buf *y, const backend_buf *w,
-                       const backend_buf *bias, int d, float eps) {
+                       const backend_buf *bias, int d, float eps)
+{
     gridbe *g = G(be);
     int B = g->B, rc;
     size_t n = (size_t)B * d;
@@ -276,7 +293,8 @@ static int g_layernorm(backend *be, const backend_buf *x, backend_buf *y, const 
 }
 
 /* Make W's bf16 copy current (allocated on first use). */
-static int refresh_bf16(gridbe *g, backend_buf *W, const char *op) {
+static int refresh_bf16(gridbe *g, backend_buf *W, const char *op)
+{
     int rc;
     if (W->bf_ok) return 0;
     if (W->n > INT32_MAX) return fail(g, -EINVAL, "%s: %zu weights are too many for the bf16 path", op, W->n);
@@ -295,7 +313,8 @@ static int refresh_bf16(gridbe *g, backend_buf *W, const char *op) {
 
 /* The bf16 operand of W: a bf16 half weight as it is; an fp16 one rounded
  * to bf16 once (kept in W->bf); an fp32 one through refresh_bf16. */
-static int weight_bf16(gridbe *g, backend_buf *W, const uint16_t **out, const char *op) {
+static int weight_bf16(gridbe *g, backend_buf *W, const uint16_t **out, const char *op)
+{
     int rc;
     *out = NULL;
     if (W->half && W->htype == BACKEND_W_BF16) {
@@ -326,7 +345,8 @@ static int weight_bf16(gridbe *g, backend_buf *W, const uint16_t **out, const ch
  * the fp32 call below. W is the const argument of matmul: its bf16 copy is
  * a cache, not its contents. */
 static int matmul_bf16(gridbe *g, const backend_buf *x, size_t xo, int ldx, backend_buf *W, backend_buf *y,
-                       size_t yo, int ldy, int B, int N, int K, float beta) {
+                       size_t yo, int ldy, int B, int N, int K, float beta)
+{
     int rc;
     const uint16_t *Wb;
     if ((rc = weight_bf16(g, W, &Wb, "matmul bf16 weights")) < 0) return rc;
@@ -348,7 +368,8 @@ static int matmul_bf16(gridbe *g, const backend_buf *x, size_t xo, int ldx, back
  * scratch, so the GEMM that follows is the fp32 GEMM of the same values —
  * what the model would get by widening on the host, at half the device
  * memory for the weight and one extra pass over it per product. */
-static int weight_widen(gridbe *g, const backend_buf *W, const float **out) {
+static int weight_widen(gridbe *g, const backend_buf *W, const float **out)
+{
     int rc;
     if (W->n > g->wtmp_n) {
         void *p;
@@ -368,7 +389,8 @@ static int weight_widen(gridbe *g, const backend_buf *W, const float **out) {
  * x is xᵀ [K × B] (ld ldx), so yᵀ = op_T(Wᵀ)·xᵀ = W·xᵀ. An activation flag
  * runs as a pass over the B·N outputs after the product (and bias). */
 static int g_matmul(backend *be, backend_mview yv, backend_view xv, const backend_buf *W, const backend_buf *bias,
-                    int B, int N, int K, int flags) {
+                    int B, int N, int K, int flags)
+{
     gridbe *g = G(be);
     const backend_buf *x = xv.buf;
     backend_buf *y = yv.buf;
@@ -415,7 +437,8 @@ static int g_matmul(backend *be, backend_mview yv, backend_view xv, const backen
     return launch(g, KB_ACT, kb_act_launch(n), &a, "matmul activation");
 }
 
-static int g_rmsnorm(backend *be, const backend_buf *x, backend_buf *y, const backend_buf *w, int d, float eps) {
+static int g_rmsnorm(backend *be, const backend_buf *x, backend_buf *y, const backend_buf *w, int d, float eps)
+{
     gridbe *g = G(be);
     int B = g->B, rc;
     size_t n = (size_t)B * d;
@@ -430,7 +453,8 @@ static int g_rmsnorm(backend *be, const backend_buf *x, backend_buf *y, const ba
 
 /* ---- row helpers ----------------------------------------------------------- */
 
-static int g_gather_rows(backend *be, const backend_buf *src, const int *rows, int n, backend_buf *dst, int d) {
+static int g_gather_rows(backend *be, const backend_buf *src, const int *rows, int n, backend_buf *dst, int d)
+{
     gridbe *g = G(be);
     int rc;
     if (d < 1 || n < 0 || n > KB_MAX_GRID_Y) return fail(g, -EINVAL, "gather_rows: %d rows of width %d", n, d);
@@ -454,7 +478,8 @@ static int g_gather_rows(backend *be, const backend_buf *src, const int *rows, i
     return launch(g, KB_GATHER_ROWS, kb_gather_rows_launch(n, d), &a, "gather_rows");
 }
 
-static int g_scale_rows(backend *be, backend_buf *x, int d, float s) {
+static int g_scale_rows(backend *be, backend_buf *x, int d, float s)
+{
     gridbe *g = G(be);
     int rc;
     if (d < 1) return fail(g, -EINVAL, "scale_rows: width %d", d);
@@ -465,7 +490,8 @@ static int g_scale_rows(backend *be, backend_buf *x, int d, float s) {
 }
 
 static int g_gated_add(backend *be, backend_buf *x, const backend_buf *gate, size_t go, int ldg, const backend_buf *v,
-                       size_t vo, int ldv, int d) {
+                       size_t vo, int ldv, int d)
+{
     gridbe *g = G(be);
     int B = g->B, rc;
     if (d < 1 || ldg < d || ldv < d) return fail(g, -EINVAL, "gated_add: width %d, ldg %d, ldv %d", d, ldg, ldv);
@@ -480,7 +506,8 @@ static int g_gated_add(backend *be, backend_buf *x, const backend_buf *gate, siz
 
 /* ---- health ------------------------------------------------------------------ */
 
-static int g_rows_nonfinite(backend *be, const backend_buf *x, int d, unsigned char *bad) {
+static int g_rows_nonfinite(backend *be, const backend_buf *x, int d, unsigned char *bad)
+{
     gridbe *g = G(be);
     int B = g->B, rc;
     if (d < 1) return fail(g, -EINVAL, "rows_nonfinite: width %d", d);
@@ -509,7 +536,8 @@ static int g_rows_nonfinite(backend *be, const backend_buf *x, int d, unsigned c
 
 /* ---- recorded steps ------------------------------------------------------ */
 
-static void graphs_drop(gridbe *g) {
+static void graphs_drop(gridbe *g)
+{
     for (int i = 0; i < GRAPH_CACHE; i++) {
         if (g->gcache[i].graph) g->dev->graph_free(g->dev, g->gcache[i].graph);
         memset(&g->gcache[i], 0, sizeof g->gcache[i]);
@@ -519,7 +547,8 @@ static void graphs_drop(gridbe *g) {
 /* The model's key mixed with the batch's run layout (FNV-1a over the run
  * starts; the launches' grids depend on the number of runs, the GEMMs' on
  * the rows). Never 0, which marks an empty entry. */
-static uint64_t step_key(const gridbe *g, uint64_t key) {
+static uint64_t step_key(const gridbe *g, uint64_t key)
+{
     uint64_t h = 1469598103934665603ull ^ key;
     for (int i = 0; i <= g->nruns; i++) {
         h ^= (uint64_t)(unsigned)g->runs[i];
@@ -532,7 +561,8 @@ static uint64_t step_key(const gridbe *g, uint64_t key) {
 /* First sight of a key: run it eagerly (lazy allocations and the bf16
  * copies happen then, outside any recording); second: record it; then
  * replay. Recordings of an older generation are dropped on sight. */
-static int g_graph_begin(backend *be, uint64_t key) {
+static int g_graph_begin(backend *be, uint64_t key)
+{
     gridbe *g = G(be);
     g->grec = -1;
     if (!g->graphs || g->B == 0) return BACKEND_GRAPH_EAGER;
@@ -572,7 +602,8 @@ static int g_graph_begin(backend *be, uint64_t key) {
     return BACKEND_GRAPH_RECORDING;
 }
 
-static int g_graph_end(backend *be, int rc) {
+static int g_graph_end(backend *be, int rc)
+{
     gridbe *g = G(be);
     if (g->grec < 0) return fail(g, -EINVAL, "graph_end: not recording");
     struct gstep *e = &g->gcache[g->grec];
@@ -596,18 +627,21 @@ static int g_graph_end(backend *be, int rc) {
     return rc < 0 ? rc : 0;
 }
 
-static void *g_host_alloc(backend *be, size_t bytes) {
+static void *g_host_alloc(backend *be, size_t bytes)
+{
     lind_device *d = G(be)->dev;
     return d->host_alloc ? d->host_alloc(d, bytes) : malloc(bytes ? bytes : 1);
 }
 
-static void g_host_free(backend *be, void *p) {
+static void g_host_free(backend *be, void *p)
+{
     lind_device *d = G(be)->dev;
     if (d->host_free) d->host_free(d, p);
     else free(p);
 }
 
-void grid_backend_graph_stats(const backend *be, long *recorded, long *replayed) {
+void grid_backend_graph_stats(const backend *be, long *recorded, long *replayed)
+{
     const gridbe *g = (const gridbe *)be;
     *recorded = g->nrecorded;
     *replayed = g->nreplayed;
@@ -620,7 +654,8 @@ static int g_poisoned(backend *be) { return G(be)->dev->dead; }
  * fp32). matmul reads it directly for up to KB_GEMV_MAXB rows (kb_gemv),
  * widens it exactly before an fp32 GEMM over more rows (weight_widen), and
  * hands it to the bf16 GEMMs in bf16 mode. */
-static int g_weight_new_half(backend *be, int N, int K, const uint16_t *W, int wtype, backend_buf **out) {
+static int g_weight_new_half(backend *be, int N, int K, const uint16_t *W, int wtype, backend_buf **out)
+{
     gridbe *g = G(be);
     *out = NULL;
     if (N < 1 || K < 1) return fail(g, -EINVAL, "weight_new_half: shape %d × %d", N, K);
@@ -687,7 +722,8 @@ static const backend_ops grid_ops = {
     .host_free = g_host_free,
 };
 
-int grid_backend_set_weights(backend *be, const char *precision, char *err, size_t errlen) {
+int grid_backend_set_weights(backend *be, const char *precision, char *err, size_t errlen)
+{
     gridbe *g = G(be);
     g->gen++;   /* recorded steps hold the other precision's launches */
     if (!strcmp(precision, "fp32")) g->bf16 = 0;
@@ -700,7 +736,8 @@ int grid_backend_set_weights(backend *be, const char *precision, char *err, size
 }
 
 int grid_backend_new(lind_device *dev, const char *name, const backend_opts *opts, backend **out, char *err,
-                     size_t errlen) {
+                     size_t errlen)
+{
     *out = NULL;
     gridbe *g = calloc(1, sizeof *g);
     if (!g) {

@@ -14,7 +14,8 @@
  * not periodic) before anything is launched, so a refused call changes
  * nothing. */
 int grid_cosformer_step(backend *be, const backend_buf *in, backend_buf *out, size_t state_off, size_t pos_off,
-                        int H, int dh, int M, int periodic, float eps) {
+                        int H, int dh, int M, int periodic, float eps)
+{
     gridbe *g = G(be);
     int B = g->B, rc, P = periodic ? 3 : 2;
     if (H < 1 || dh < 1 || dh > KB_MAX_BLOCK || M < 1)

@@ -13,7 +13,8 @@
  * ring head index of each run's slot advanced by the run's length (see
  * kb_conv_advance: no thread of the first kernel may store it). */
 int grid_short_conv(backend *be, const backend_buf *in, int ldi, backend_buf *out, int ldo, const backend_buf *w,
-                    int n, int K, size_t ring_off, size_t idx_off, int silu) {
+                    int n, int K, size_t ring_off, size_t idx_off, int silu)
+{
     gridbe *g = G(be);
     int B = g->B, rc;
     if (n < 0 || K < 2 || ldi < n || ldo < n)
@@ -41,7 +42,8 @@ int grid_short_conv(backend *be, const backend_buf *in, int ldi, backend_buf *ou
 }
 
 int grid_delta_step(backend *be, const backend_buf *in, const backend_buf *gate, const backend_buf *norm_w,
-                    backend_buf *out, size_t state_off, int H, int dh, float eps) {
+                    backend_buf *out, size_t state_off, int H, int dh, float eps)
+{
     gridbe *g = G(be);
     int B = g->B, rc;
     if (H < 1 || dh < 1 || dh > KB_MAX_BLOCK || (size_t)H * dh > INT32_MAX / 4)

@@ -10,7 +10,8 @@
 #include "kernels/cuda/grid.h"
 
 int grid_favor_features(backend *be, const backend_buf *in, int ldi, const backend_buf *omega, backend_buf *out,
-                        int ldo, int H, int dh, int m, float ck) {
+                        int ldo, int H, int dh, int m, float ck)
+{
     gridbe *g = G(be);
     int B = g->B, rc;
     if (H < 1 || dh < 1 || m < 1 || ldi < 2 * H * dh || ldo < 2 * H * m)

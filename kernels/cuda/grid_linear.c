@@ -10,7 +10,8 @@
 #include "kernels/cuda/grid.h"
 
 int grid_linear_step(backend *be, const backend_buf *in, const backend_buf *gamma, backend_buf *out,
-                     size_t state_off, int H, int dh, float eps) {
+                     size_t state_off, int H, int dh, float eps)
+{
     gridbe *g = G(be);
     int B = g->B, rc;
     if (H < 1 || dh < 1 || dh > KB_MAX_BLOCK) return fail(g, -EINVAL, "linear_step: %d heads of width %d", H, dh);

@@ -12,7 +12,8 @@
 /* Positions are read back before anything is launched, as cosformer_step's
  * horizon form (two small synchronous copies per run). */
 int grid_linformer_step(backend *be, const backend_buf *in, const backend_buf *ef, backend_buf *out,
-                        size_t state_off, size_t pos_off, int H, int dh, int kp, int N) {
+                        size_t state_off, size_t pos_off, int H, int dh, int kp, int N)
+{
     gridbe *g = G(be);
     int B = g->B, rc;
     /* ≤ 512 threads: k_linformer_step uses 72 registers, 1024 × 72 is over the 64 K file */

@@ -12,7 +12,8 @@
 
 /* One thread per (run, channel of x): kb_mamba2_step. */
 int grid_mamba2_step(backend *be, const backend_buf *in, int ldi, const backend_buf *par, backend_buf *out,
-                     size_t state_off, int H, int P, int N, int ngroups, float dt_lo, float dt_hi) {
+                     size_t state_off, int H, int P, int N, int ngroups, float dt_lo, float dt_hi)
+{
     gridbe *g = G(be);
     int B = g->B, rc;
     if (H < 1 || P < 1 || N < 1 || ngroups < 1 || H % ngroups || (size_t)H * P * N > INT32_MAX / 4 ||

@@ -10,7 +10,8 @@
 #include "kernels/cuda/grid.h"
 
 int grid_retention_step(backend *be, const backend_buf *in, const backend_buf *gamma, const backend_buf *norm,
-                        backend_buf *out, size_t state_off, int H, int dh, float eps) {
+                        backend_buf *out, size_t state_off, int H, int dh, float eps)
+{
     gridbe *g = G(be);
     int B = g->B, rc;
     if (H < 1 || dh < 1 || dh > KB_MAX_BLOCK) return fail(g, -EINVAL, "retention_step: %d heads of width %d", H, dh);

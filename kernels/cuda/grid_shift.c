@@ -9,7 +9,8 @@
 #include "kernels/cuda/grid.h"
 
 int grid_shift_mix(backend *be, const backend_buf *h, const backend_buf *mu, backend_buf *out,
-                   size_t shift_off, int d, int nmix) {
+                   size_t shift_off, int d, int nmix)
+{
     gridbe *g = G(be);
     int B = g->B, rc;
     if (d < 1 || nmix < 1) return fail(g, -EINVAL, "shift_mix: width %d, %d mixes", d, nmix);

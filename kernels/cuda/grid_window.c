@@ -13,7 +13,8 @@
  * position advanced by the run's length (kb_pos_advance). */
 int grid_window_step(backend *be, const backend_buf *in, const backend_buf *slopes, backend_buf *out,
                      size_t ring_off, size_t glob_off, size_t pos_off, int H, int dh, int w, int dil, int gl,
-                     float rope_base) {
+                     float rope_base)
+{
     gridbe *g = G(be);
     int B = g->B, rc;
     if (H < 1 || dh < 1 || dh > KB_WINDOW_MAX_DH || w < 1 || dil < 1 || gl < 0 || (rope_base > 0 && dh % 2))

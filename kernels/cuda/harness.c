@@ -33,7 +33,8 @@ static const body_fn bodies[KB_NKERNELS] = {
 /* Index i of n in the given order. */
 static int ordered(int order, int i, int n) { return order == HARNESS_REVERSE ? n - 1 - i : i; }
 
-int harness_launch(int order, int kernel, const lind_launch *L, const void *args, char *err, size_t errlen) {
+int harness_launch(int order, int kernel, const lind_launch *L, const void *args, char *err, size_t errlen)
+{
     if (kernel < 0 || kernel >= KB_NKERNELS || !bodies[kernel]) {
         snprintf(err, errlen, "harness: no kernel %d", kernel);
         return -EINVAL;
@@ -110,7 +111,8 @@ typedef struct hdev {
     int rec_failed;
 } hdev;
 
-static void rec_free(recording *r) {
+static void rec_free(recording *r)
+{
     if (!r) return;
     for (int i = 0; i < r->n; i++) free(r->calls[i].args);
     free(r->calls);
@@ -118,7 +120,8 @@ static void rec_free(recording *r) {
 }
 
 /* Append a call to the recording; NULL (and the recording void) when out of memory. */
-static rec_call *rec_add(hdev *h, enum rec_op op) {
+static rec_call *rec_add(hdev *h, enum rec_op op)
+{
     recording *r = h->rec;
     if (r->n == r->cap) {
         int cap = r->cap ? 2 * r->cap : 64;
@@ -138,18 +141,21 @@ static rec_call *rec_add(hdev *h, enum rec_op op) {
 }
 
 /* What a CUDA device does after a sticky error: every call fails with it. */
-static int h_dead(lind_device *d, const char *what) {
+static int h_dead(lind_device *d, const char *what)
+{
     snprintf(d->err, sizeof d->err, "%s: an illegal memory access was encountered (cudaErrorIllegalAddress; "
              "simulated by LIND_HARNESS_FAULT)", what);
     return -EIO;
 }
 
-static void h_free(lind_device *d) {
+static void h_free(lind_device *d)
+{
     rec_free(((hdev *)d)->rec);
     free(d);
 }
 
-static int h_alloc(lind_device *d, size_t bytes, void **out) {
+static int h_alloc(lind_device *d, size_t bytes, void **out)
+{
     *out = NULL;
     if (d->dead) return h_dead(d, "cudaMalloc");
     void *p = malloc(bytes ? bytes : 1);
@@ -164,7 +170,8 @@ static int h_alloc(lind_device *d, size_t bytes, void **out) {
 
 static void h_release(lind_device *d, void *p) { (void)d; free(p); }
 
-static int h_copy(lind_device *d, void *dst, const void *src, size_t bytes) {
+static int h_copy(lind_device *d, void *dst, const void *src, size_t bytes)
+{
     if (d->dead) return h_dead(d, "copy");
     memmove(dst, src, bytes);
     return 0;
@@ -172,7 +179,8 @@ static int h_copy(lind_device *d, void *dst, const void *src, size_t bytes) {
 
 /* What the CUDA device does: a recording cannot hold a copy from or to
  * pageable host memory. */
-static int h_host_copy(lind_device *d, void *dst, const void *src, size_t bytes) {
+static int h_host_copy(lind_device *d, void *dst, const void *src, size_t bytes)
+{
     hdev *h = (hdev *)d;
     if (h->rec) {
         h->rec_failed = 1;
@@ -182,7 +190,8 @@ static int h_host_copy(lind_device *d, void *dst, const void *src, size_t bytes)
     return h_copy(d, dst, src, bytes);
 }
 
-static int h_d2d(lind_device *d, void *dst, const void *src, size_t bytes) {
+static int h_d2d(lind_device *d, void *dst, const void *src, size_t bytes)
+{
     hdev *h = (hdev *)d;
     if (h->rec && !d->dead) {
         rec_call *c = rec_add(h, REC_D2D);
@@ -193,7 +202,8 @@ static int h_d2d(lind_device *d, void *dst, const void *src, size_t bytes) {
     return h_copy(d, dst, src, bytes);
 }
 
-static int h_zero(lind_device *d, void *dst, size_t bytes) {
+static int h_zero(lind_device *d, void *dst, size_t bytes)
+{
     hdev *h = (hdev *)d;
     if (d->dead) return h_dead(d, "cudaMemsetAsync");
     if (h->rec) {
@@ -206,7 +216,8 @@ static int h_zero(lind_device *d, void *dst, size_t bytes) {
     return 0;
 }
 
-static int h_launch(lind_device *d, int kernel, const lind_launch *L, const void *args, size_t args_bytes) {
+static int h_launch(lind_device *d, int kernel, const lind_launch *L, const void *args, size_t args_bytes)
+{
     hdev *h = (hdev *)d;
     if (d->dead) return h_dead(d, "kernel launch");
     if (h->rec) {   /* counted for LIND_HARNESS_FAULT when it runs, not here */
@@ -236,7 +247,8 @@ static int h_launch(lind_device *d, int kernel, const lind_launch *L, const void
  * tests can require batched prefill to equal one-row steps bit for bit on
  * the harness. (cuBLAS promises no such thing; see docs/CUDA.md.) */
 static void colwise_sgemm(int transa, int transb, int m, int n, int k, float alpha, const float *A, int lda,
-                          const float *B, int ldb, float beta, float *C, int ldc) {
+                          const float *B, int ldb, float beta, float *C, int ldc)
+{
     for (int j = 0; j < n; j++)
         cblas_sgemm(CblasColMajor, transa ? CblasTrans : CblasNoTrans, transb ? CblasTrans : CblasNoTrans,
                     m, 1, k, alpha, A, lda, transb ? B + j : B + (size_t)j * ldb, ldb, beta, C + (size_t)j * ldc, ldc);
@@ -244,7 +256,8 @@ static void colwise_sgemm(int transa, int transb, int m, int n, int k, float alp
 
 /* Record a GEMM (both kinds); 1 when recorded, <0 on failure, 0 when not recording. */
 static int rec_gemm(lind_device *d, enum rec_op op, int transa, int transb, int m, int n, int k, float alpha,
-                    const void *A, int lda, const void *B, int ldb, float beta, float *C, int ldc) {
+                    const void *A, int lda, const void *B, int ldb, float beta, float *C, int ldc)
+{
     hdev *h = (hdev *)d;
     if (!h->rec) return 0;
     rec_call *c = rec_add(h, op);
@@ -255,7 +268,8 @@ static int rec_gemm(lind_device *d, enum rec_op op, int transa, int transb, int 
 }
 
 static int h_sgemm(lind_device *d, int transa, int transb, int m, int n, int k, float alpha,
-                   const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+                   const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
+{
     if (d->dead) return h_dead(d, "cublasSgemm");
     int r = rec_gemm(d, REC_SGEMM, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
     if (r) return r < 0 ? r : 0;
@@ -266,7 +280,8 @@ static int h_sgemm(lind_device *d, int transa, int transb, int m, int n, int k, 
 /* A column-major bf16 matrix of rows × cols (ld ≥ rows) widened to fp32:
  * every bf16 product is exact in fp32, so cblas on the widened values is
  * the bf16 GEMM with fp32 accumulation. */
-static float *widen(const uint16_t *A, int ld, int rows, int cols) {
+static float *widen(const uint16_t *A, int ld, int rows, int cols)
+{
     float *w = calloc((size_t)ld * (size_t)cols + 1, sizeof *w);
     if (!w) return NULL;
     for (int c = 0; c < cols; c++)
@@ -275,7 +290,8 @@ static float *widen(const uint16_t *A, int ld, int rows, int cols) {
 }
 
 static int h_gemm_bf16(lind_device *d, int transa, int transb, int m, int n, int k, float alpha,
-                       const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc) {
+                       const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc)
+{
     if (d->dead) return h_dead(d, "cublasGemmEx (bf16)");
     int r = rec_gemm(d, REC_GEMM_BF16, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
     if (r) return r < 0 ? r : 0;
@@ -292,7 +308,8 @@ static int h_gemm_bf16(lind_device *d, int transa, int transb, int m, int n, int
     return 0;
 }
 
-static int h_record_begin(lind_device *d) {
+static int h_record_begin(lind_device *d)
+{
     hdev *h = (hdev *)d;
     if (d->dead) return h_dead(d, "cudaStreamBeginCapture");
     if (h->rec) {
@@ -307,7 +324,8 @@ static int h_record_begin(lind_device *d) {
     return 0;
 }
 
-static int h_record_end(lind_device *d, int keep, void **out) {
+static int h_record_end(lind_device *d, int keep, void **out)
+{
     hdev *h = (hdev *)d;
     *out = NULL;
     if (!h->rec) {
@@ -323,7 +341,8 @@ static int h_record_end(lind_device *d, int keep, void **out) {
 }
 
 /* Replay: every recorded call again, in order, through the same paths. */
-static int h_graph_run(lind_device *d, void *graph) {
+static int h_graph_run(lind_device *d, void *graph)
+{
     const recording *r = graph;
     for (int i = 0; i < r->n; i++) {
         const rec_call *c = &r->calls[i];
@@ -345,12 +364,14 @@ static int h_graph_run(lind_device *d, void *graph) {
     return 0;
 }
 
-static void h_graph_free(lind_device *d, void *graph) {
+static void h_graph_free(lind_device *d, void *graph)
+{
     (void)d;
     rec_free(graph);
 }
 
-int harness_device_new(int order, lind_device **out, char *err, size_t errlen) {
+int harness_device_new(int order, lind_device **out, char *err, size_t errlen)
+{
     *out = NULL;
     if (order != HARNESS_FORWARD && order != HARNESS_REVERSE) {
         snprintf(err, errlen, "harness: unknown thread order %d", order);
@@ -390,7 +411,8 @@ int harness_device_new(int order, lind_device **out, char *err, size_t errlen) {
     return 0;
 }
 
-int backend_harness_new(int order, const backend_opts *opts, backend **out, char *err, size_t errlen) {
+int backend_harness_new(int order, const backend_opts *opts, backend **out, char *err, size_t errlen)
+{
     lind_device *dev;
     int rc = harness_device_new(order, &dev, err, errlen);
     if (rc < 0) return rc;

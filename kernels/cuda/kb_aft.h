@@ -19,12 +19,14 @@ typedef struct kb_aft_args {
     int d;
 } kb_aft_args;
 
-static inline lind_launch kb_aft_launch(int nruns, int d) {
+static inline lind_launch kb_aft_launch(int nruns, int d)
+{
     lind_launch L = { kb_ceil_div((size_t)d, KB_EW_BLOCK), nruns, KB_EW_BLOCK, 0 };
     return L;
 }
 
-LIND_HD static inline int kb_aft_step(const lind_thread *t, int phase, const kb_aft_args *a) {
+LIND_HD static inline int kb_aft_step(const lind_thread *t, int phase, const kb_aft_args *a)
+{
     (void)phase;
     int c = t->bx * t->bdim + t->tx, r0 = a->runs[t->by], r1 = a->runs[t->by + 1], d = a->d;
     if (c >= d) return 0;
@@ -56,12 +58,14 @@ typedef struct kb_aftw_args {
     int d, s, H;
 } kb_aftw_args;
 
-static inline lind_launch kb_aftw_launch(int nruns, int d) {
+static inline lind_launch kb_aftw_launch(int nruns, int d)
+{
     lind_launch L = { kb_ceil_div((size_t)d, KB_EW_BLOCK), nruns, KB_EW_BLOCK, 0 };
     return L;
 }
 
-LIND_HD static inline int kb_aftw_step(const lind_thread *t, int phase, const kb_aftw_args *a) {
+LIND_HD static inline int kb_aftw_step(const lind_thread *t, int phase, const kb_aftw_args *a)
+{
     (void)phase;
     int c = t->bx * t->bdim + t->tx, r0 = a->runs[t->by], r1 = a->runs[t->by + 1], d = a->d, S1 = a->s - 1;
     if (c >= d) return 0;

@@ -61,7 +61,8 @@ typedef struct lind_launch {
  * and walk its rows in order, so a run of T rows computes exactly what T
  * one-row steps would, bit for bit; runs are independent of each other. */
 
-LIND_HD static inline int kb_log2(int n) {
+LIND_HD static inline int kb_log2(int n)
+{
     int l = 0;
     while ((1 << l) < n) l++;
     return l;
@@ -70,14 +71,16 @@ LIND_HD static inline int kb_log2(int n) {
 /* One step of a shared-memory tree sum over bdim (a power of two) doubles:
  * step s ≥ 1 folds the upper half of the remaining 2·(bdim >> s) values onto
  * the lower half. After steps 1..log2(bdim), red[0] holds the total. */
-LIND_HD static inline void kb_tree_step(double *red, int tx, int bdim, int s) {
+LIND_HD static inline void kb_tree_step(double *red, int tx, int bdim, int s)
+{
     int half = bdim >> s;
     if (tx < half) red[tx] += red[tx + half];
 }
 
 /* A slot's int64 position (the positional kinds: window, AFT-local/conv,
  * cosFormer, Linformer), read without assuming its alignment. */
-LIND_HD static inline unsigned long long kb_slot_pos(const unsigned char *slot, size_t pos_off) {
+LIND_HD static inline unsigned long long kb_slot_pos(const unsigned char *slot, size_t pos_off)
+{
     unsigned long long p;
     memcpy(&p, slot + pos_off, sizeof p);
     return p;
@@ -85,7 +88,8 @@ LIND_HD static inline unsigned long long kb_slot_pos(const unsigned char *slot, 
 
 /* Threads of a per-(head, run) block: a power of two ≥ max(32, d_head)
  * (the linear, delta, retention, cosFormer and Linformer steps). */
-static inline int kb_linear_threads(int dh) {
+static inline int kb_linear_threads(int dh)
+{
     int T = 32;
     while (T < dh) T *= 2;
     return T;

@@ -25,13 +25,15 @@ typedef struct kb_cosformer_args {
     float eps;
 } kb_cosformer_args;
 
-static inline lind_launch kb_cosformer_launch(int nruns, int H, int dh) {
+static inline lind_launch kb_cosformer_launch(int nruns, int H, int dh)
+{
     int T = kb_linear_threads(dh);
     lind_launch L = { H, nruns, T, (size_t)T * sizeof(double) + 2 * LIND_COS_PAIRS_MAX * (size_t)T * sizeof(float) };
     return L;
 }
 
-LIND_HD static inline int kb_cosformer_step(const lind_thread *t, int phase, const kb_cosformer_args *a) {
+LIND_HD static inline int kb_cosformer_step(const lind_thread *t, int phase, const kb_cosformer_args *a)
+{
     int T = t->bdim, lg = kb_log2(T), tx = t->tx, h = t->bx, per = lg + 2;
     int r0 = a->runs[t->by], n = a->runs[t->by + 1] - r0, sub = phase % per, b = r0 + phase / per;
     int H = a->H, dh = a->dh, hd = H * dh, P = a->periodic ? 3 : 2;

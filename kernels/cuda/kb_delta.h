@@ -27,20 +27,23 @@ typedef struct kb_short_conv_args {
     int ldi, ldo, n, K, silu;
 } kb_short_conv_args;
 
-static inline lind_launch kb_short_conv_launch(int nruns, int n) {
+static inline lind_launch kb_short_conv_launch(int nruns, int n)
+{
     lind_launch L = { kb_ceil_div((size_t)n, KB_EW_BLOCK), nruns, KB_EW_BLOCK, 0 };
     return L;
 }
 
 /* The ring head index of a slot, read modulo K − 1 as the CPU backend does
  * (any bit pattern is a valid state). */
-LIND_HD static inline int kb_conv_head(const unsigned char *slot, size_t idx_off, int K) {
+LIND_HD static inline int kb_conv_head(const unsigned char *slot, size_t idx_off, int K)
+{
     int32_t idx;
     memcpy(&idx, slot + idx_off, sizeof idx);
     return (int)((uint32_t)idx % (uint32_t)(K - 1));
 }
 
-LIND_HD static inline int kb_short_conv(const lind_thread *t, int phase, const kb_short_conv_args *a) {
+LIND_HD static inline int kb_short_conv(const lind_thread *t, int phase, const kb_short_conv_args *a)
+{
     (void)phase;
     int c = t->bx * t->bdim + t->tx, r0 = a->runs[t->by], r1 = a->runs[t->by + 1], K = a->K, K1 = K - 1;
     if (c >= a->n) return 0;
@@ -67,12 +70,14 @@ typedef struct kb_conv_advance_args {
     int nruns, K;
 } kb_conv_advance_args;
 
-static inline lind_launch kb_conv_advance_launch(int nruns) {
+static inline lind_launch kb_conv_advance_launch(int nruns)
+{
     lind_launch L = { kb_ceil_div((size_t)nruns, KB_EW_BLOCK), 1, KB_EW_BLOCK, 0 };
     return L;
 }
 
-LIND_HD static inline int kb_conv_advance(const lind_thread *t, int phase, const kb_conv_advance_args *a) {
+LIND_HD static inline int kb_conv_advance(const lind_thread *t, int phase, const kb_conv_advance_args *a)
+{
     (void)phase;
     int k = t->bx * t->bdim + t->tx;
     if (k >= a->nruns) return 0;
@@ -112,13 +117,15 @@ typedef struct kb_delta_args {
     float eps;
 } kb_delta_args;
 
-static inline lind_launch kb_delta_launch(int nruns, int H, int dh) {
+static inline lind_launch kb_delta_launch(int nruns, int H, int dh)
+{
     int T = kb_linear_threads(dh);
     lind_launch L = { H, nruns, T, 4 * (size_t)T * sizeof(double) };
     return L;
 }
 
-LIND_HD static inline int kb_delta_step(const lind_thread *t, int phase, const kb_delta_args *a) {
+LIND_HD static inline int kb_delta_step(const lind_thread *t, int phase, const kb_delta_args *a)
+{
     int T = t->bdim, lg = kb_log2(T), tx = t->tx, h = t->bx, per = 2 * lg + 4;
     int r0 = a->runs[t->by], n = a->runs[t->by + 1] - r0, sub = phase % per, b = r0 + phase / per;
     int H = a->H, dh = a->dh, hd = H * dh;

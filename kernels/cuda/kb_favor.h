@@ -19,12 +19,14 @@ typedef struct kb_favor_args {
 
 #define KB_FAVOR_BLOCK 64
 
-static inline lind_launch kb_favor_launch(int R, int H) {
+static inline lind_launch kb_favor_launch(int R, int H)
+{
     lind_launch L = { kb_ceil_div((size_t)2 * H, KB_FAVOR_BLOCK), R, KB_FAVOR_BLOCK, 0 };
     return L;
 }
 
-LIND_HD static inline int kb_favor(const lind_thread *t, int phase, const kb_favor_args *a) {
+LIND_HD static inline int kb_favor(const lind_thread *t, int phase, const kb_favor_args *a)
+{
     (void)phase;
     int u = t->bx * t->bdim + t->tx, r = t->by;
     if (u < 2 * a->H)

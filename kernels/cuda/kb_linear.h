@@ -26,13 +26,15 @@ typedef struct kb_linear_args {
     float eps;
 } kb_linear_args;
 
-static inline lind_launch kb_linear_launch(int nruns, int H, int dh) {
+static inline lind_launch kb_linear_launch(int nruns, int H, int dh)
+{
     int T = kb_linear_threads(dh);
     lind_launch L = { H, nruns, T, (size_t)T * sizeof(double) + 2 * (size_t)T * sizeof(float) };
     return L;
 }
 
-LIND_HD static inline int kb_linear_step(const lind_thread *t, int phase, const kb_linear_args *a) {
+LIND_HD static inline int kb_linear_step(const lind_thread *t, int phase, const kb_linear_args *a)
+{
     int T = t->bdim, lg = kb_log2(T), tx = t->tx, h = t->bx, per = lg + 2;
     int r0 = a->runs[t->by], n = a->runs[t->by + 1] - r0, sub = phase % per, b = r0 + phase / per;
     int H = a->H, dh = a->dh, HD = H * dh;

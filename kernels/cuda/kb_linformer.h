@@ -26,13 +26,15 @@ typedef struct kb_linformer_args {
     int H, dh, kp, N;
 } kb_linformer_args;
 
-static inline lind_launch kb_linformer_launch(int nruns, int H, int dh, int kp) {
+static inline lind_launch kb_linformer_launch(int nruns, int H, int dh, int kp)
+{
     int T = kb_linear_threads(kp > dh ? kp : dh);
     lind_launch L = { H, nruns, T, 3 * (size_t)T * sizeof(double) };
     return L;
 }
 
-LIND_HD static inline int kb_linformer_step(const lind_thread *t, int phase, const kb_linformer_args *a) {
+LIND_HD static inline int kb_linformer_step(const lind_thread *t, int phase, const kb_linformer_args *a)
+{
     int T = t->bdim, lg = kb_log2(T), tx = t->tx, h = t->bx, per = 2 * lg + 3;
     int r0 = a->runs[t->by], n = a->runs[t->by + 1] - r0, sub = phase % per, b = r0 + phase / per;
     int dh = a->dh, hd = a->H * dh, kp = a->kp;

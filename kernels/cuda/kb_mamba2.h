@@ -20,14 +20,16 @@ typedef struct kb_rmsnorm_args {
     float eps;
 } kb_rmsnorm_args;
 
-static inline lind_launch kb_rmsnorm_launch(int B, int d) {
+static inline lind_launch kb_rmsnorm_launch(int B, int d)
+{
     int T = 32;
     while (T * 16 < d && T < KB_EW_BLOCK) T *= 2;
     lind_launch L = { B, 1, T, (size_t)T * sizeof(double) };
     return L;
 }
 
-LIND_HD static inline int kb_rmsnorm(const lind_thread *t, int phase, const kb_rmsnorm_args *a) {
+LIND_HD static inline int kb_rmsnorm(const lind_thread *t, int phase, const kb_rmsnorm_args *a)
+{
     int T = t->bdim, tx = t->tx, d = a->d;
     double *sq = (double *)t->smem;
     const float *x = a->x + (size_t)t->bx * d;
@@ -63,14 +65,16 @@ typedef struct kb_mamba2_args {
     float lo, hi;
 } kb_mamba2_args;
 
-static inline lind_launch kb_mamba2_launch(int nruns, int I) {
+static inline lind_launch kb_mamba2_launch(int nruns, int I)
+{
     lind_launch L = { kb_ceil_div((size_t)I, KB_EW_BLOCK), nruns, KB_EW_BLOCK, 0 };
     return L;
 }
 
 LIND_HD static inline double kb_silu_d(double x) { return x / (1.0 + lind_exp(-x)); }
 
-LIND_HD static inline int kb_mamba2_step(const lind_thread *t, int phase, const kb_mamba2_args *a) {
+LIND_HD static inline int kb_mamba2_step(const lind_thread *t, int phase, const kb_mamba2_args *a)
+{
     (void)phase;
     int H = a->H, P = a->P, N = a->N, G = a->G, I = H * P, GN = G * N, CD = I + 2 * GN;
     int c = t->bx * t->bdim + t->tx, r0 = a->runs[t->by], r1 = a->runs[t->by + 1];

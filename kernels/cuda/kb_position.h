@@ -15,12 +15,14 @@ typedef struct kb_pos_advance_args {
     int nruns;
 } kb_pos_advance_args;
 
-static inline lind_launch kb_pos_advance_launch(int nruns) {
+static inline lind_launch kb_pos_advance_launch(int nruns)
+{
     lind_launch L = { kb_ceil_div((size_t)nruns, KB_EW_BLOCK), 1, KB_EW_BLOCK, 0 };
     return L;
 }
 
-LIND_HD static inline int kb_pos_advance(const lind_thread *t, int phase, const kb_pos_advance_args *a) {
+LIND_HD static inline int kb_pos_advance(const lind_thread *t, int phase, const kb_pos_advance_args *a)
+{
     (void)phase;
     int k = t->bx * t->bdim + t->tx;
     if (k >= a->nruns) return 0;

@@ -15,12 +15,14 @@ typedef struct kb_embed_args {
     int d;
 } kb_embed_args;
 
-static inline lind_launch kb_embed_launch(int B, int d) {
+static inline lind_launch kb_embed_launch(int B, int d)
+{
     lind_launch L = { kb_ceil_div((size_t)d, KB_EW_BLOCK), B, KB_EW_BLOCK, 0 };
     return L;
 }
 
-LIND_HD static inline int kb_embed(const lind_thread *t, int phase, const kb_embed_args *a) {
+LIND_HD static inline int kb_embed(const lind_thread *t, int phase, const kb_embed_args *a)
+{
     (void)phase;
     int c = t->bx * t->bdim + t->tx, b = t->by;
     if (c < a->d) a->x[(size_t)b * a->d + c] = a->E[(size_t)a->tokens[b] * a->d + c];
@@ -43,14 +45,16 @@ typedef struct kb_layernorm_args {
     float eps;
 } kb_layernorm_args;
 
-static inline lind_launch kb_layernorm_launch(int B, int d) {
+static inline lind_launch kb_layernorm_launch(int B, int d)
+{
     int T = 32;
     while (T * 16 < d && T < KB_EW_BLOCK) T *= 2;
     lind_launch L = { B, 1, T, 2 * (size_t)T * sizeof(double) };
     return L;
 }
 
-LIND_HD static inline int kb_layernorm(const lind_thread *t, int phase, const kb_layernorm_args *a) {
+LIND_HD static inline int kb_layernorm(const lind_thread *t, int phase, const kb_layernorm_args *a)
+{
     int T = t->bdim, tx = t->tx, d = a->d;
     double *sum = (double *)t->smem, *sq = sum + T;
     const float *x = a->x + (size_t)t->bx * d;
@@ -84,12 +88,14 @@ typedef struct kb_bias_rows_args {
     int ldy, N, accumulate;
 } kb_bias_rows_args;
 
-static inline lind_launch kb_bias_rows_launch(int B, int N) {
+static inline lind_launch kb_bias_rows_launch(int B, int N)
+{
     lind_launch L = { kb_ceil_div((size_t)N, KB_EW_BLOCK), B, KB_EW_BLOCK, 0 };
     return L;
 }
 
-LIND_HD static inline int kb_bias_rows(const lind_thread *t, int phase, const kb_bias_rows_args *a) {
+LIND_HD static inline int kb_bias_rows(const lind_thread *t, int phase, const kb_bias_rows_args *a)
+{
     (void)phase;
     int n = t->bx * t->bdim + t->tx;
     if (n < a->N) {
@@ -112,12 +118,14 @@ typedef struct kb_act_args {
     int act;
 } kb_act_args;
 
-static inline lind_launch kb_act_launch(size_t n) {
+static inline lind_launch kb_act_launch(size_t n)
+{
     lind_launch L = { kb_ceil_div(n, KB_EW_BLOCK), 1, KB_EW_BLOCK, 0 };
     return L;
 }
 
-LIND_HD static inline int kb_act(const lind_thread *t, int phase, const kb_act_args *a) {
+LIND_HD static inline int kb_act(const lind_thread *t, int phase, const kb_act_args *a)
+{
     (void)phase;
     size_t i = (size_t)t->bx * t->bdim + t->tx;
     if (i < a->n) {
@@ -130,7 +138,8 @@ LIND_HD static inline int kb_act(const lind_thread *t, int phase, const kb_act_a
 /* ---- fp32 → bf16 (for the bf16-weights option) --------------------------
  * Round to nearest, ties to even; NaN stays a (quiet) NaN. bf16 keeps fp32's
  * exponent range, so nothing overflows that did not in fp32. */
-LIND_HD static inline uint16_t kb_bf16(float f) {
+LIND_HD static inline uint16_t kb_bf16(float f)
+{
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
@@ -138,7 +147,8 @@ LIND_HD static inline uint16_t kb_bf16(float f) {
     return (uint16_t)(u >> 16);
 }
 
-LIND_HD static inline float kb_bf16_to_float(uint16_t h) {
+LIND_HD static inline float kb_bf16_to_float(uint16_t h)
+{
     uint32_t u = (uint32_t)h << 16;
     float f;
     memcpy(&f, &u, sizeof f);
@@ -152,12 +162,14 @@ typedef struct kb_to_bf16_args {
     int ldx, ldy, cols;
 } kb_to_bf16_args;
 
-static inline lind_launch kb_to_bf16_launch(int rows, int cols) {
+static inline lind_launch kb_to_bf16_launch(int rows, int cols)
+{
     lind_launch L = { kb_ceil_div((size_t)cols, KB_EW_BLOCK), rows, KB_EW_BLOCK, 0 };
     return L;
 }
 
-LIND_HD static inline int kb_to_bf16(const lind_thread *t, int phase, const kb_to_bf16_args *a) {
+LIND_HD static inline int kb_to_bf16(const lind_thread *t, int phase, const kb_to_bf16_args *a)
+{
     (void)phase;
     int c = t->bx * t->bdim + t->tx, r = t->by;
     if (c < a->cols) a->y[(size_t)r * a->ldy + c] = kb_bf16(a->x[(size_t)r * a->ldx + c]);
@@ -172,12 +184,14 @@ typedef struct kb_gather_rows_args {
     int d;
 } kb_gather_rows_args;
 
-static inline lind_launch kb_gather_rows_launch(int n, int d) {
+static inline lind_launch kb_gather_rows_launch(int n, int d)
+{
     lind_launch L = { kb_ceil_div((size_t)d, KB_EW_BLOCK), n, KB_EW_BLOCK, 0 };
     return L;
 }
 
-LIND_HD static inline int kb_gather_rows(const lind_thread *t, int phase, const kb_gather_rows_args *a) {
+LIND_HD static inline int kb_gather_rows(const lind_thread *t, int phase, const kb_gather_rows_args *a)
+{
     (void)phase;
     int c = t->bx * t->bdim + t->tx, i = t->by;
     if (c < a->d) a->dst[(size_t)i * a->d + c] = a->src[(size_t)a->rows[i] * a->d + c];
@@ -191,12 +205,14 @@ typedef struct kb_scale_args {
     float s;
 } kb_scale_args;
 
-static inline lind_launch kb_scale_launch(size_t n) {
+static inline lind_launch kb_scale_launch(size_t n)
+{
     lind_launch L = { kb_ceil_div(n, KB_EW_BLOCK), 1, KB_EW_BLOCK, 0 };
     return L;
 }
 
-LIND_HD static inline int kb_scale(const lind_thread *t, int phase, const kb_scale_args *a) {
+LIND_HD static inline int kb_scale(const lind_thread *t, int phase, const kb_scale_args *a)
+{
     (void)phase;
     size_t i = (size_t)t->bx * t->bdim + t->tx;
     if (i < a->n) a->x[i] *= a->s;
@@ -212,12 +228,14 @@ typedef struct kb_nonfinite_args {
     int d;
 } kb_nonfinite_args;
 
-static inline lind_launch kb_nonfinite_launch(int R, int d) {
+static inline lind_launch kb_nonfinite_launch(int R, int d)
+{
     lind_launch L = { kb_ceil_div((size_t)d, KB_EW_BLOCK), R, KB_EW_BLOCK, 0 };
     return L;
 }
 
-LIND_HD static inline int kb_nonfinite(const lind_thread *t, int phase, const kb_nonfinite_args *a) {
+LIND_HD static inline int kb_nonfinite(const lind_thread *t, int phase, const kb_nonfinite_args *a)
+{
     (void)phase;
     int c = t->bx * t->bdim + t->tx, r = t->by;
     if (c < a->d && !isfinite(a->x[(size_t)r * a->d + c])) a->bad[r] = 1;
@@ -234,12 +252,14 @@ typedef struct kb_gated_add_args {
     int ldg, ldv, d;
 } kb_gated_add_args;
 
-static inline lind_launch kb_gated_add_launch(int R, int d) {
+static inline lind_launch kb_gated_add_launch(int R, int d)
+{
     lind_launch L = { kb_ceil_div((size_t)d, KB_EW_BLOCK), R, KB_EW_BLOCK, 0 };
     return L;
 }
 
-LIND_HD static inline int kb_gated_add(const lind_thread *t, int phase, const kb_gated_add_args *a) {
+LIND_HD static inline int kb_gated_add(const lind_thread *t, int phase, const kb_gated_add_args *a)
+{
     (void)phase;
     int c = t->bx * t->bdim + t->tx, r = t->by;
     if (c < a->d) {
@@ -252,7 +272,8 @@ LIND_HD static inline int kb_gated_add(const lind_thread *t, int phase, const kb
 /* ---- half → fp32 (half-precision weights) ----------------------------------
  * Exact: every fp16 and bf16 value is an fp32 value. fp16 subnormals are
  * m·2^-24 (m < 1024), computed as a float product, which is exact too. */
-LIND_HD static inline float kb_f16_to_float(uint16_t h) {
+LIND_HD static inline float kb_f16_to_float(uint16_t h)
+{
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, bits;
     if (e == 0x1fu) {
         bits = sign | 0x7f800000u | (m << 13);
@@ -279,12 +300,14 @@ typedef struct kb_widen_half_args {
     int bf16, to_bf16;
 } kb_widen_half_args;
 
-static inline lind_launch kb_widen_half_launch(size_t n) {
+static inline lind_launch kb_widen_half_launch(size_t n)
+{
     lind_launch L = { kb_ceil_div(n, KB_EW_BLOCK), 1, KB_EW_BLOCK, 0 };
     return L;
 }
 
-LIND_HD static inline int kb_widen_half(const lind_thread *t, int phase, const kb_widen_half_args *a) {
+LIND_HD static inline int kb_widen_half(const lind_thread *t, int phase, const kb_widen_half_args *a)
+{
     (void)phase;
     size_t i = (size_t)t->bx * t->bdim + t->tx;
     if (i < a->n) {
@@ -319,19 +342,22 @@ typedef struct kb_gemv_args {
     int wtype, B, N, K, ldx, ldy, beta;
 } kb_gemv_args;
 
-static inline lind_launch kb_gemv_launch(int N) {
+static inline lind_launch kb_gemv_launch(int N)
+{
     lind_launch L = { kb_ceil_div((size_t)N, KB_GEMV_GROUPS), 1, KB_GEMV_GROUPS * KB_GEMV_LANES,
                       (size_t)KB_GEMV_GROUPS * KB_GEMV_MAXB * KB_GEMV_LANES * sizeof(float) };
     return L;
 }
 
-LIND_HD static inline float kb_gemv_w(const kb_gemv_args *a, size_t i) {
+LIND_HD static inline float kb_gemv_w(const kb_gemv_args *a, size_t i)
+{
     if (a->wtype == KB_W_F32) return ((const float *)a->W)[i];
     uint16_t h = ((const uint16_t *)a->W)[i];
     return a->wtype == KB_W_BF16 ? kb_bf16_to_float(h) : kb_f16_to_float(h);
 }
 
-LIND_HD static inline int kb_gemv(const lind_thread *t, int phase, const kb_gemv_args *a) {
+LIND_HD static inline int kb_gemv(const lind_thread *t, int phase, const kb_gemv_args *a)
+{
     int w = t->tx / KB_GEMV_LANES, l = t->tx % KB_GEMV_LANES, n = t->bx * KB_GEMV_GROUPS + w;
     float *red = (float *)t->smem + (size_t)w * KB_GEMV_MAXB * KB_GEMV_LANES;   /* [MAXB][LANES] of group w */
     if (phase == 0) {

@@ -20,12 +20,14 @@ typedef struct kb_shift_mix_args {
     int d, nmix;
 } kb_shift_mix_args;
 
-static inline lind_launch kb_shift_mix_launch(int nruns, int d) {
+static inline lind_launch kb_shift_mix_launch(int nruns, int d)
+{
     lind_launch L = { kb_ceil_div((size_t)d, KB_EW_BLOCK), nruns, KB_EW_BLOCK, 0 };
     return L;
 }
 
-LIND_HD static inline int kb_shift_mix(const lind_thread *t, int phase, const kb_shift_mix_args *a) {
+LIND_HD static inline int kb_shift_mix(const lind_thread *t, int phase, const kb_shift_mix_args *a)
+{
     (void)phase;
     int c = t->bx * t->bdim + t->tx, r0 = a->runs[t->by], r1 = a->runs[t->by + 1], d = a->d;
     if (c >= d) return 0;

@@ -26,12 +26,14 @@ typedef struct kb_window_args {
     float rope_base;        /* > 0: RoPE, slopes unused */
 } kb_window_args;
 
-static inline lind_launch kb_window_launch(int nruns, int H) {
+static inline lind_launch kb_window_launch(int nruns, int H)
+{
     lind_launch L = { kb_ceil_div((size_t)H, 32), nruns, 32, 0 };
     return L;
 }
 
-LIND_HD static inline int kb_window_step(const lind_thread *t, int phase, const kb_window_args *a) {
+LIND_HD static inline int kb_window_step(const lind_thread *t, int phase, const kb_window_args *a)
+{
     (void)phase;
     int h = t->bx * t->bdim + t->tx, r0 = a->runs[t->by], r1 = a->runs[t->by + 1];
     if (h >= a->H) return 0;

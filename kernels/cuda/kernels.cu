@@ -26,7 +26,8 @@ LIND_KERNELS(LIND_KERNEL_GLOBAL)
 
 __global__ void k_probe(int *flag) { *flag = 1; }
 
-extern "C" int lind_cuda_launch(int kernel, const lind_launch *L, const void *args, void *stream) {
+extern "C" int lind_cuda_launch(int kernel, const lind_launch *L, const void *args, void *stream)
+{
     dim3 grid((unsigned)L->gx, (unsigned)L->gy), block((unsigned)L->block);
     cudaStream_t s = (cudaStream_t)stream;
     switch (kernel) {
@@ -39,7 +40,8 @@ extern "C" int lind_cuda_launch(int kernel, const lind_launch *L, const void *ar
     return (int)cudaGetLastError();
 }
 
-extern "C" int lind_cuda_probe(void *stream) {
+extern "C" int lind_cuda_probe(void *stream)
+{
     int *flag = NULL, host = 0;
     cudaStream_t s = (cudaStream_t)stream;
     cudaError_t e = cudaMalloc((void **)&flag, sizeof *flag);

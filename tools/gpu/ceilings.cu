@@ -35,7 +35,8 @@
         }                                                                                  \
     } while (0)
 
-__global__ void fill_f32(float *p, size_t n, unsigned seed) {
+__global__ void fill_f32(float *p, size_t n, unsigned seed)
+{
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         unsigned x = (unsigned)i * 2654435761u ^ seed;
         x ^= x >> 15; x *= 2246822519u; x ^= x >> 13;
@@ -43,7 +44,8 @@ __global__ void fill_f32(float *p, size_t n, unsigned seed) {
     }
 }
 
-__global__ void fill_bf16(__nv_bfloat16 *p, size_t n, unsigned seed) {
+__global__ void fill_bf16(__nv_bfloat16 *p, size_t n, unsigned seed)
+{
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         unsigned x = (unsigned)i * 2654435761u ^ seed;
         x ^= x >> 15; x *= 2246822519u; x ^= x >> 13;
@@ -52,7 +54,8 @@ __global__ void fill_bf16(__nv_bfloat16 *p, size_t n, unsigned seed) {
 }
 
 // Median of `reps` timed runs of f after `warm` untimed ones, in ms.
-template <class F> static double time_ms(F f, int warm, int reps) {
+template <class F> static double time_ms(F f, int warm, int reps)
+{
     cudaEvent_t a, b;
     CK(cudaEventCreate(&a));
     CK(cudaEventCreate(&b));
@@ -72,7 +75,8 @@ template <class F> static double time_ms(F f, int warm, int reps) {
     return t[t.size() / 2];
 }
 
-int main() {
+int main()
+{
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     printf("# %s, sm_%d%d, %d SMs, %.1f GiB, L2 %d MiB\n", prop.name, prop.major, prop.minor,

@@ -29,22 +29,26 @@
 #include "kernels/cuda/grid_backend.h"
 #include "recurrent/model.h"
 
-static void die(const char *what, const char *why) {
+static void die(const char *what, const char *why)
+{
     fprintf(stderr, "step_bench: %s: %s\n", what, why);
     exit(1);
 }
 
-static int cmp_d(const void *a, const void *b) {
+static int cmp_d(const void *a, const void *b)
+{
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
 }
 
-static int is_grid(const model *m) {
+static int is_grid(const model *m)
+{
     const char *n = model_backend_name(m);
     return !strcmp(n, "cuda") || !strcmp(n, "harness");
 }
 
-static void bench_batch(model *m, int B, int steps, const char *label) {
+static void bench_batch(model *m, int B, int steps, const char *label)
+{
     int V = model_vocab(m);
     if (model_slots_reserve(m, B) < 0) die("slots_reserve", model_last_error(m));
     int *slots = malloc((size_t)B * sizeof *slots);
@@ -85,7 +89,8 @@ static void bench_batch(model *m, int B, int steps, const char *label) {
     free(t);
 }
 
-static void dump_logits(model *m, const char *tokfile, const char *out) {
+static void dump_logits(model *m, const char *tokfile, const char *out)
+{
     FILE *f = fopen(tokfile, "rb");
     if (!f) die(tokfile, strerror(errno));
     int32_t tok[4096];
@@ -106,7 +111,8 @@ static void dump_logits(model *m, const char *tokfile, const char *out) {
     printf("LOGITS %zu positions × %d on %s (%s)\n", T, V, model_backend_name(m), model_device_name(m));
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     const char *dir = NULL, *backend = "cuda", *batches = "1,8,64,256,1024", *label = NULL;
     const char *tokfile = NULL, *out = NULL;
     int steps = 30;
