@@ -292,32 +292,6 @@ static void log_request(hreq *h, int status, const char *outcome)
     reqlog_http(&h->hs->srv->log, &li);
 }
 
-/* ---- remembered stop tails ------------------------------------------------------ */
-
-static size_t tail_slot(const char *name)
-{
-    return (size_t)(XXH64(name, strlen(name), 0) % TAIL_SLOTS);
-}
-
-static void tail_set(http_server *hs, const char *name, const uint8_t *t, size_t n)
-{
-    if (!hs->tails) return;
-    size_t i = tail_slot(name);
-    snprintf(hs->tails[i].name, sizeof hs->tails[i].name, "%s", name);
-    if (n > STOP_MAX_LEN) n = STOP_MAX_LEN;
-    memcpy(hs->tails[i].tail, t, n);
-    hs->tails[i].len = (uint8_t)n;
-}
-
-static size_t tail_get(http_server *hs, const char *name, uint8_t *out)
-{
-    if (!hs->tails) return 0;
-    size_t i = tail_slot(name);
-    if (strcmp(hs->tails[i].name, name)) return 0;
-    memcpy(out, hs->tails[i].tail, hs->tails[i].len);
-    return hs->tails[i].len;
-}
-
 /* ---- streaming text ----------------------------------------------------------------- */
 
 /* Append bytes to a JSON-bound buffer as valid UTF-8: each invalid byte
@@ -801,6 +775,9 @@ static void start_generate(hreq *h, int continued)
     size_t n = *len;
     *src = NULL;
     *len = 0;
+    /* After a reply the compute thread drops what the stream already ends with. */
+    const chat_template *reply_tpl = continued && h->after_reply ? &h->hs->tpl : NULL;
+    h->gen_req.reply_tpl = reply_tpl;
     if (h->n == 1) {
         h->stage = ST_GENERATE;
         h->waiting = 1;
@@ -820,6 +797,7 @@ static void start_generate(hreq *h, int continued)
     snprintf(r.session, sizeof r.session, "%s", h->session);
     r.text = text;
     r.text_len = n;
+    r.reply_tpl = reply_tpl;
     h->prompt_bytes = n;
     http_send_request(h, &r);
 }
@@ -833,7 +811,6 @@ static void after_generate(hreq *h)
     int gone = !h->req;
     for (int i = 0; i < h->n; i++) {
         hchoice *c = &h->ch[i];
-        if (c->done.stop_len) tail_set(h->hs, c->session, c->done.stop, c->done.stop_len);
         if (!strcmp(c->finish, "cancelled")) gone = 1;
         if (h->kind == HK_CHAT && !c->fork_to[0] && h->messages) {
             bytebuf r = { 0 };
@@ -857,7 +834,6 @@ static void after_generate(hreq *h)
     for (int i = 0; h->store && i < h->n; i++) {   /* store: false keeps no snapshot */
         hchoice *c = &h->ch[i];
         if (!c->fork_to[0] || !strcmp(c->fork_to, c->session)) continue;
-        if (c->done.stop_len) tail_set(h->hs, c->fork_to, c->done.stop, c->done.stop_len);
         h->waiting++;
         fork_request(h, (uint64_t)i + 1, c->session, c->fork_to);
     }
@@ -1158,12 +1134,6 @@ static int token_ok(const http_server *hs, const h2o_req_t *req)
     return diff == 0;
 }
 
-/* The stop string a session's last reply ended on (httpreq's lookup). */
-static size_t tail_lookup(void *ctx, const char *name, uint8_t *out)
-{
-    return tail_get(ctx, name, out);
-}
-
 /* Idempotency-Key (docs/HTTP.md): the generate's request_id, so that a
  * retry of a committed turn gets its recorded answer. Without a seed the
  * turn's seed comes from the key, so the retry is the same request. 0, or
@@ -1214,7 +1184,7 @@ static void begin(http_server *hs, h2o_req_t *req, hkind kind)
     }
     const h2o_iovec_t *hv = header(req, "x-lind-session");
     httpreq_limits lim = { .req = &srv->limits, .tpl = &hs->tpl,
-                           .tail = tail_lookup, .tail_ctx = hs, .model_id = hs->model_id };
+                           .model_id = hs->model_id };
     httpreq r;
     httpreq_error e;
     if (httpreq_parse(&r, kind == HK_CHAT ? HTTPREQ_CHAT : kind == HK_RESPONSES ? HTTPREQ_RESPONSES
@@ -1285,6 +1255,7 @@ static void begin(http_server *hs, h2o_req_t *req, hkind kind)
     h->messages = r.messages;
     h->new_text = r.new_text;
     h->new_len = r.new_len;
+    h->after_reply = r.after_reply;
     h->full_text = r.full_text;
     h->full_len = r.full_len;
     h->input_items = r.input_items;

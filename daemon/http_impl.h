@@ -31,7 +31,6 @@
 #include "recurrent/stophold.h"
 
 #define HREQ_BUCKETS 1024   /* http_server.tab: requests by connection id */
-#define TAIL_SLOTS   4096   /* remembered stop tails (http.c, tail_set) */
 #define RESP_SLOTS   4096   /* remembered Responses API objects (http_responses.c) */
 
 typedef enum { HK_COMPLETION = 1, HK_CHAT, HK_METRICS, HK_RESPONSES, HK_RESP_ADMIN } hkind;
@@ -86,8 +85,6 @@ typedef struct http_server {
     uv_timer_t flush;          /* --http-stream-interval: hands held stream bytes to h2o */
     uv_timer_t linger;         /* at exit: connections h2o has not closed by now are dropped */
     struct hreq *dead;
-    /* the last stop string a session's reply ended on (loop memory only; http.c) */
-    struct { char name[STORE_NAME_MAX + 1]; uint8_t tail[STOP_MAX_LEN]; uint8_t len; } *tails;
     /* the Responses API's objects and input items by id (loop memory only;
      * http_responses.c) */
     struct { char id[STORE_NAME_MAX + 1]; json_t *obj, *items; } *resps;
@@ -130,6 +127,7 @@ typedef struct hreq {
     int       fork_required;   /* previous_response_id: a missing source is an error */
     uint8_t  *full_text, *new_text;   /* the turn's text: whole conversation / only new messages */
     size_t    full_len, new_len;
+    int       after_reply;     /* new_text begins where the session's reply was closed (httpreq.h) */
     json_t   *messages;        /* chat: the request's messages (for the fork-out hash) */
     op_request gen_req;     /* the generate request, sent after the fork in */
     uint64_t  seed;            /* the sampler's seed: the request's, or drawn fresh */

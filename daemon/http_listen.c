@@ -207,18 +207,15 @@ int http_start(server *srv, char *err, size_t errlen)
         free(hs);
         return rc;
     }
-    hs->tails = calloc(TAIL_SLOTS, sizeof *hs->tails);
     hs->resps = calloc(RESP_SLOTS, sizeof *hs->resps);
     if (srv->opt.http_token_file &&
         (rc = http_read_token(srv->opt.http_token_file, hs->token, sizeof hs->token, err, errlen))) {
         free(hs->resps);
-        free(hs->tails);
         free(hs);
         return rc;
     }
     if ((rc = chat_template_parse(&hs->tpl, srv->chat_template, err, errlen)) != 0) {
         free(hs->resps);
-        free(hs->tails);
         free(hs);
         return rc;
     }
@@ -374,7 +371,6 @@ void http_free(server *srv)
     if (hs->ctx_ready) h2o_context_dispose(&hs->ctx);
     h2o_config_dispose(&hs->config);
     chat_template_free(&hs->tpl);
-    free(hs->tails);
     for (size_t i = 0; hs->resps && i < RESP_SLOTS; i++) {
         json_decref(hs->resps[i].obj);
         json_decref(hs->resps[i].items);

@@ -468,12 +468,12 @@ static int parse_chat(httpreq *r, json_t *j, const httpreq_limits *lim, httpreq_
         else cont = r->prefix;
     }
     size_t from = r->prev[0] ? 0 : k;
-    uint8_t tail[STOP_MAX_LEN];
-    size_t tl = cont && lim->tail ? lim->tail(lim->tail_ctx, cont, tail) : 0;
-    if (tl > sizeof tail) tl = sizeof tail;
     char err[512], *txt = NULL;
     size_t n = 0;
-    int rc = chat_render(tpl, msgs, from, from > 0 || r->prev[0], tail, tl,
+    /* After a reply, what the session's stream already ends with is dropped
+     * where the stream is known, on the compute thread (op_request.reply_tpl). */
+    r->after_reply = cont && (from > 0 || r->prev[0]);
+    int rc = chat_render(tpl, msgs, from, from > 0 || r->prev[0], NULL, 0,
                          from == 0 && !r->prev[0] && !r->name[0], &txt, &n, err, sizeof err);
     if (rc == -ENOMEM) return oom(e);
     if (rc) return bad(e, "messages", "%s", err);

@@ -23,15 +23,10 @@
  * HTTPREQ_CHAT, r->responses 1). */
 typedef enum { HTTPREQ_COMPLETION = 1, HTTPREQ_CHAT = 2, HTTPREQ_RESPONSES = 3 } httpreq_kind;
 
-/* The stop string session `name`'s last reply ended on, copied to out
- * (STOP_MAX_LEN bytes of room); its length, 0 when none is known. */
-typedef size_t (*httpreq_tail_fn)(void *ctx, const char *name, uint8_t *out);
 
 typedef struct httpreq_limits {
     const proto_limits *req;   /* the server's, as the socket's (max_tokens, top_k's bound) */
     const chat_template *tpl;  /* chat requests' template */
-    httpreq_tail_fn tail;      /* may be NULL: no tails known */
-    void    *tail_ctx;
     const char *model_id;      /* the served model: another `model` is reported ignored; NULL: any */
 } httpreq_limits;
 
@@ -61,6 +56,9 @@ typedef struct httpreq {
     uint8_t *new_text;         /* fed when the session goes on: the prompt, or the messages after
                                 * the last assistant message (all of them after previous_response_id) */
     size_t   new_len;
+    int      after_reply;      /* new_text begins where the session's reply was closed (with the
+                                * template's assistant_end): what the stream already ends with
+                                * goes on the compute thread (op_request.reply_tpl) */
     uint8_t *full_text;        /* stateless chat with history: the whole conversation, fed when no
                                 * stored session holds its prefix; else NULL */
     size_t   full_len;

@@ -68,6 +68,12 @@ typedef struct op_request {
      * every sampled token must keep valid (recurrent/jsonfsm.h), owned (one
      * block, free()); NULL: unconstrained. */
     struct jsonfsm_schema *schema;
+    /* generate/append, HTTP only: the text begins where the session's reply
+     * was closed (a chat continued after an assistant message), framed by
+     * this template (the server's, not owned): the compute thread drops what
+     * the session's stream already ends with (chat_repeated over its
+     * transcript's last bytes, e.g. the stop string the reply stopped on). */
+    const struct chat_template *reply_tpl;
 } op_request;
 
 /* Free what the request owns and leave it empty of buffers (its other

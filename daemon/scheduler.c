@@ -51,6 +51,7 @@ typedef struct turn {
     size_t   text_len;
     uint32_t old_tail;         /* bytes of the session's tail put in front of the text */
     uint64_t fed_bytes;        /* bytes of the text the session holds after the turn */
+    size_t   skipped;          /* bytes dropped from the text's front: the stream held them (drop_repeated) */
     int      text_logged;      /* the text went into the transcript */
     int32_t  last;             /* last sampled token */
     uint32_t max_tokens, produced;
@@ -476,6 +477,23 @@ static void undo_turn(scheduler *S, session *s, dmsg *m)
     dmsg_free(m);
 }
 
+/* A chat continued after a reply (r->reply_tpl, HTTP): drop from the front
+ * of the text what the session's stream already ends with, e.g. the stop
+ * string the reply stopped on (recurrent/chat.h, chat_repeated). The stream
+ * is the transcript, so this holds after a restart too; a transcript kept
+ * shorter than the stop strings (--transcript-bytes) drops nothing. How
+ * many bytes went. */
+static size_t drop_repeated(const session *s, op_request *r)
+{
+    if (!r->reply_tpl || !r->text_len) return 0;
+    uint8_t tail[STOP_MAX_LEN];
+    size_t tl = transcript_tail(&s->tr, tail, sizeof tail);
+    size_t skip = chat_repeated(r->reply_tpl, tail, tl, r->text, r->text_len);
+    memmove(r->text, r->text + skip, r->text_len - skip);
+    r->text_len -= skip;
+    return skip;
+}
+
 static void begin_turn(scheduler *S, session *s, dmsg *m)
 {
     op_request *r = &m->req;
@@ -488,6 +506,8 @@ static void begin_turn(scheduler *S, session *s, dmsg *m)
     keep_undo(S, s);
     if (r->chat_template && !s->meta.chat_template)
         s->meta.chat_template = r->chat_template;   /* saved with this turn's commit */
+    uint64_t phash = r->request_id[0] ? turnlog_params_hash(r) : 0;   /* of the request as sent */
+    size_t skipped = drop_repeated(s, r);
     turn *t = calloc(1, sizeof *t);
     int32_t *feed = NULL;
     size_t nfeed = 0, ntext = 0;
@@ -526,8 +546,9 @@ static void begin_turn(scheduler *S, session *s, dmsg *m)
     t->req_id = r->id;
     if (r->request_id[0]) {   /* recorded with the commit (turnlog.h) */
         snprintf(t->request_id, sizeof t->request_id, "%s", r->request_id);
-        t->phash = turnlog_params_hash(r);
+        t->phash = phash;
     }
+    t->skipped = skipped;
     t->is_append = r->op == OP_APPEND;
     t->t_recv = m->t_recv_ns;
     t->t_start = clock_mono_ns();
@@ -693,7 +714,7 @@ static void finish(scheduler *S, turn *t, int pending, const char *reason)
     res->done.id = t->req_id;
     res->done.reason = reason;
     res->done.tokens_in = t->tokens_in;
-    res->done.fed_bytes = t->fed_bytes;
+    res->done.fed_bytes = t->fed_bytes + t->skipped;   /* of the request's text: the session held the skipped */
     res->cancelled = !strcmp(reason, "cancelled");
     res->done.tokens_out = t->produced;
     res->done.session_tokens = m->tokens;

@@ -314,13 +314,7 @@ int chat_message_text(json_t *msg, size_t index, char **out, size_t *len, char *
     return 0;
 }
 
-/* How many bytes at the start of s (n bytes, beginning where a reply was
- * closed) the stream's last bytes already hold: a stop string the reply
- * stopped on, or the part of assistant_end a reply that ran out of length
- * wrote. Nothing else is taken as said: an ordinary last byte equal to the
- * message's first is not dropped. */
-static size_t repeated(const chat_template *t, const uint8_t *tail, size_t tail_len, const char *s,
-                       size_t n)
+size_t chat_repeated(const chat_template *t, const uint8_t *tail, size_t tail_len, const uint8_t *s, size_t n)
 {
     size_t skip = 0;
     for (size_t i = 0; i < t->n_stop; i++) {
@@ -394,7 +388,7 @@ int chat_render(const chat_template *t, json_t *messages, size_t from, int after
     }
     if (b.oom) { free(b.b.p); snprintf(err, errlen, "out of memory"); return -ENOMEM; }
     if (after_reply && tail_len) {
-        size_t skip = repeated(t, tail, tail_len, b.b.p + skip_from, b.b.n - skip_from);
+        size_t skip = chat_repeated(t, tail, tail_len, (const uint8_t *)b.b.p + skip_from, b.b.n - skip_from);
         memmove(b.b.p + skip_from, b.b.p + skip_from + skip, b.b.n - skip_from - skip + 1);
         b.b.n -= skip;
     }

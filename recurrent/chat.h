@@ -90,6 +90,15 @@ int  chat_render(const chat_template *t, json_t *messages, size_t from, int afte
                  const uint8_t *tail, size_t tail_len, int fresh, char **out, size_t *out_len,
                  char *err, size_t errlen);
 
+/* How many bytes at the start of s (n bytes, beginning where a reply was
+ * closed: assistant_end, then the next message) the stream's last bytes
+ * (tail) already hold: a stop string the reply stopped on, or the part of
+ * assistant_end a reply that ran out of length wrote. Nothing else is taken
+ * as said: an ordinary last byte equal to the message's first is not
+ * dropped. chat_render applies it to its tail; the daemon applies it on the
+ * compute thread to a session's stream (its transcript's last bytes). */
+size_t chat_repeated(const chat_template *t, const uint8_t *tail, size_t tail_len, const uint8_t *s, size_t n);
+
 /* One typed message (msg_len bytes, any bytes but NUL): the system prompt
  * `system` (NULL: none) then msg as a user message, rendered as chat_render
  * does after a reply or not. 0, -EINVAL (a NUL in msg) or -ENOMEM. */

@@ -37,6 +37,13 @@ void transcript_clear(transcript *t)
 
 size_t transcript_count(const transcript *t) { return t->n; }
 
+size_t transcript_tail(const transcript *t, uint8_t *out, size_t max)
+{
+    size_t n = t->len < max ? t->len : max;
+    if (n) memcpy(out, t->text + t->len - n, n);
+    return n;
+}
+
 int transcript_entry_at(const transcript *t, size_t i, transcript_role *role,
                         const uint8_t **bytes, size_t *len)
 {

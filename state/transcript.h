@@ -57,6 +57,10 @@ size_t transcript_count(const transcript *t);
 int  transcript_entry_at(const transcript *t, size_t i, transcript_role *role,
                          const uint8_t **bytes, size_t *len);
 
+/* The stream's last bytes (the text of every entry, back to back): at most
+ * max of them into out; how many. */
+size_t transcript_tail(const transcript *t, uint8_t *out, size_t max);
+
 /* Serialize: *out is malloc'd (caller frees), *outlen bytes. 0 or -ENOMEM. */
 int  transcript_encode(const transcript *t, uint8_t **out, size_t *outlen);
 /* Replace t's contents by the serialized `data` (t keeps its limit; a longer

@@ -73,16 +73,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0;
 }
 
-static size_t stop_tail(void *ctx, const char *name, uint8_t *out)
-{
-    (void)name;
-    const chat_template *t = ctx;
-    if (!t->n_stop) return 0;
-    size_t n = strlen(t->stop[0]);
-    memcpy(out, t->stop[0], n);
-    return n;
-}
-
 /* X-Lind-Ignored's value: "a, b" of at most HTTPREQ_IGNORED_MAX names,
  * each 1.. bytes of [A-Za-z0-9_.-%]. */
 static void check_ignored(const char *s)
@@ -135,7 +125,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const chat_template *tpl = (sel & 2) ? &raven_tpl : &none_tpl;
     static const proto_limits req_lim = { .max_message = 1 << 20, .max_tokens = 4096, .max_top_k = 256 };
     httpreq_limits lim = { .req = &req_lim, .tpl = tpl,
-                           .tail = (sel & 8) ? stop_tail : NULL, .tail_ctx = (void *)tpl,
                            .model_id = (sel & 16) ? "default" : NULL };
     httpreq_kind kind = (sel & 32) ? HTTPREQ_RESPONSES : (sel & 1) ? HTTPREQ_CHAT : HTTPREQ_COMPLETION;
     httpreq r;
@@ -194,7 +183,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         char out[STORE_NAME_MAX + 1];
         int hr = httpreq_conv_name(r.messages, json_array_size(r.messages), "ok", 2, 1, out, sizeof out);
         if (hr == 0 ? strncmp(out, "chat-", 5) != 0 : (hr != -EINVAL || !r.name[0])) abort();
-    } else if (r.messages || r.full_text || r.prefix[0]) {
+        /* After a reply, what the compute thread drops from the text's front
+         * (the stream ending on the template's first stop string). */
+        if ((sel & 8) && r.after_reply && tpl->n_stop) {
+            size_t sk = chat_repeated(tpl, (const uint8_t *)tpl->stop[0], strlen(tpl->stop[0]), r.new_text,
+                                      r.new_len);
+            if (sk > r.new_len || sk > strlen(tpl->stop[0])) abort();
+        }
+    } else if (r.messages || r.full_text || r.prefix[0] || r.after_reply) {
         abort();
     }
     httpreq_free(&r);

@@ -168,6 +168,38 @@ def a_session_keeps_its_template():
 
 
 @case
+def stop_string_not_repeated_after_a_restart():
+    """What the session's stream already ends with is not fed again when a
+    chat goes on after the reply: the compute thread reads it from the
+    session's transcript, so it holds across a restart. The session's
+    stream ends on Raven's stop string (written here with an append, as a
+    reply that stopped on it leaves it); the next message's framing begins
+    with that string, and only the rest of it is fed."""
+    s = Server("tstop", model=RWKV4, extra=["--http", "0"]).start()
+    try:
+        c = Client(s.sock)
+        r = c.call("append", session="st1", text=b"User: hi\n\nAssistant: Hello.\n\nUser:")
+        c.close()
+        expect(r.get("fed_bytes") == 34, "append: %r" % r)
+        before = fed(s, "st1")
+        s.stop()
+        s.start()
+        msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello."},
+                {"role": "user", "content": "more"}]
+        st, j = chat_raw(http_port(s, starts=2), "st1", msgs)
+        expect(st == 200, "chat after the restart: %d %r" % (st, j))
+        got = fed(s, "st1")
+        expect(got.startswith(before), "the old text is kept: %r" % got)
+        new = got[len(before):]
+        expect(new == b" more\n\nAssistant:", "fed after the stop string: %r" % new)
+        n = len(b"\n\nUser: more\n\nAssistant:")   # the text rendered, what the stream held included
+        expect(j["lind"]["prompt_bytes"] == n and j["lind"]["fed_bytes"] == n,
+               "fed_bytes counts the held bytes, the prompt is whole: %r" % j["lind"])
+    finally:
+        s.stop()
+
+
+@case
 def template_option_wins():
     path = os.path.join(TMP, "qa.json")
     with open(path, "w") as f:
