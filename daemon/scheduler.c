@@ -361,7 +361,7 @@ static int answer_without_running(scheduler *S, session *s, dmsg *m)
         if (rc == 0) {
             const event *e = &o->ev.v[o->ev.n - 1];   /* done, or the append's result */
             reqlog_turn_info li = {
-                .session = s->name, .op = r->op == OP_APPEND ? "append" : "generate",
+                .session = s->name, .op = op_name(r->op),
                 .tokens_in = e->done.tokens_in, .tokens_out = e->done.tokens_out, .ttft_ms = -1.0,
                 .total_ms = ms_total, .outcome = "replayed",
             };
