@@ -32,37 +32,52 @@ SLOW = TIME_SCALE * (5 if SANITIZED else 1)
 
 
 class Server:
-    """`lind serve` on a fresh socket and database under TMP/name (or the
-    given db / sock); extra: more options; preexec: run in the child before
-    exec (e.g. to lower a limit); env: variables added to the environment."""
-    def __init__(self, name, extra=(), db=None, model=None, sock=None, preexec=None, backend="cpu", env=None):
+    """`lind serve` on a fresh socket and database under TMP/name (name may
+    also be an absolute directory; or the given db / sock); extra: more
+    options; preexec: run in the child before exec (e.g. to lower a limit);
+    env: variables added to the environment (None: the variable removed);
+    lind: the program to run instead of $LIND_BUILD/lind (the fault tests'
+    lind-faults); logpath: where the server's output goes (default
+    DIR/server.log, appended to by every start)."""
+    def __init__(self, name, extra=(), db=None, model=None, sock=None, preexec=None, backend="cpu", env=None,
+                 lind=None, logpath=None):
         self.model = model or MODEL
         self.dir = os.path.join(TMP, name)
         os.makedirs(self.dir, exist_ok=True)
         self.sock = sock or os.path.join(self.dir, "lind.sock")
         self.db = db or os.path.join(self.dir, "lind.db")
-        self.logpath = os.path.join(self.dir, "server.log")
+        self.logpath = logpath or os.path.join(self.dir, "server.log")
         self.extra = list(extra)
         self.preexec = preexec
         self.backend = backend
         self.env = env
+        self.lind = lind or LIND
         self.proc = None
+        self.returncode = None
 
     def args(self):
-        return [LIND, "serve", "--model", self.model, "--socket", self.sock, "--db", self.db,
+        return [self.lind, "serve", "--model", self.model, "--socket", self.sock, "--db", self.db,
                 "--backend", self.backend] + self.extra
 
-    def start(self, timeout=60, expect_fail=False):
+    def start(self, timeout=60, expect_fail=False, may_fail=False):
         """self once the socket accepts; with expect_fail, the exit status
-        of a server that must refuse to start. timeout: seconds (times SLOW)."""
+        of a server that must refuse to start; with may_fail, None when the
+        server exits before its socket accepts (stop() then reads its
+        status). timeout: seconds (times SLOW)."""
         log = open(self.logpath, "ab")
         env = dict(os.environ)
-        env.update(self.env or {})
+        for k, v in (self.env or {}).items():
+            if v is None:
+                env.pop(k, None)
+            else:
+                env[k] = v
         self.proc = subprocess.Popen(self.args(), stdout=log, stderr=log, preexec_fn=self.preexec, env=env)
         log.close()
         deadline = time.time() + timeout * SLOW
         while time.time() < deadline:
             if self.proc.poll() is not None:
+                if may_fail:
+                    return None
                 if expect_fail:
                     rc = self.proc.returncode
                     self.proc = None
@@ -79,15 +94,20 @@ class Server:
             time.sleep(0.02)
         raise RuntimeError("server neither started nor failed: " + self.log())
 
-    def log(self):
+    def log(self, tail=4000):
+        """The last `tail` bytes of the log, as text (None: all of it)."""
         try:
             with open(self.logpath, "rb") as f:
-                return f.read()[-4000:].decode(errors="replace")
+                data = f.read()
         except OSError:
             return ""
+        return (data if tail is None else data[-tail:]).decode(errors="replace")
 
-    def stop(self, sig=signal.SIGTERM, timeout=60):
-        """Signal the server; the seconds it took to exit (which must be with status 0)."""
+    def stop(self, sig=signal.SIGTERM, timeout=60, check=True):
+        """Signal the server (one that already exited is not); the seconds
+        it took to exit, which must be with status 0 unless sig is SIGKILL
+        or check is False. The status is kept in self.returncode. A server
+        that does not exit within timeout seconds (times SLOW): TimeoutExpired."""
         if not self.proc:
             return None
         t0 = time.time()
@@ -95,15 +115,25 @@ class Server:
         rc = self.proc.wait(timeout=timeout * SLOW)
         took = time.time() - t0
         self.proc = None
-        if rc != 0 and sig != signal.SIGKILL:   # a clean stop is 0; sanitizer reports (leaks) make it not
+        self.returncode = rc
+        if check and rc != 0 and sig != signal.SIGKILL:   # a clean stop is 0; sanitizer reports (leaks) make it not
             raise RuntimeError("the server exited with %d: %s" % (rc, self.log()))
         return took
 
 
 class Client:
-    def __init__(self, path, timeout=60):
-        """timeout: seconds (times SLOW) a read may wait."""
+    ask_progress = True   # (a class default too: test_http_api builds one with __new__)
+
+    def __init__(self, path, timeout=60, ask_progress=True):
+        """timeout: seconds (times SLOW) a read may wait; a read that times
+        out in final() fails only when the server did no work meanwhile
+        (it asks, with a stats request on a connection of its own), or at
+        once (socket.timeout) with ask_progress False: for a server that
+        must see no request but the test's (the fault tests count its
+        allocations). The socket is self.s, the unpacker of what was read
+        from it self.up."""
         self.path = path
+        self.ask_progress = ask_progress
         self.s = socket.socket(socket.AF_UNIX)
         self.s.connect(path)
         self.s.settimeout(timeout * SLOW)
@@ -137,7 +167,8 @@ class Client:
         to the list `tokens` if given, other requests' events are kept
         (also when a read times out). A read that times out fails only when
         the server also fed and generated nothing since the last one: an
-        answer that takes work takes what it takes on a loaded machine."""
+        answer that takes work takes what it takes on a loaded machine.
+        A read that is not an event (a map with id and event): ValueError."""
         held = []
         last = None
         try:
@@ -145,13 +176,15 @@ class Client:
                 try:
                     ev = self.event()
                 except socket.timeout:
-                    now = progress(self.path) if getattr(self, "path", None) else None
+                    now = progress(self.path) if self.ask_progress and getattr(self, "path", None) else None
                     if now is None or now == last:
                         raise
                     last = now
                     continue
                 if ev is None:
                     raise EOFError("closed while waiting for %d" % rid)
+                if not isinstance(ev, dict) or "id" not in ev or "event" not in ev:
+                    raise ValueError("a malformed event while waiting for %d: %r" % (rid, ev))
                 if ev["id"] == rid and ev["event"] in ("result", "done", "error"):
                     return ev
                 if ev["id"] != rid:

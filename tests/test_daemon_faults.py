@@ -2,7 +2,8 @@
 (`make test-faults`; docs/DAEMON.md, "Fault injection").
 
 Drives build-asan/lind-faults (lind with tests/fault_shim.c linked in, under
-AddressSanitizer + LeakSanitizer + UBSan) through one fixed workload over the
+AddressSanitizer + LeakSanitizer + UBSan; started by tests/daemon_harness.py's
+Server, driven by its Client) through one fixed workload over the
 socket — two connections, four sessions: appends and greedy generates, a
 fork, an export and an import, a delete, list, info, stats — once per N of a
 sweep, with
@@ -43,6 +44,7 @@ directory). Outside `make test-faults` (LIND_FAULTS_DAEMON=1) it SKIPs.
 import os
 import re
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -51,22 +53,18 @@ import tempfile
 import time
 import traceback
 
-import msgpack
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import daemon_harness as H  # noqa: E402
+from daemon_harness import SLOW  # noqa: E402   time bounds: seconds times SLOW (LIND_TEST_TIME_SCALE)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BUILD = os.environ.get("LIND_BUILD", "build")
-BDIR = BUILD if os.path.isabs(BUILD) else os.path.join(ROOT, BUILD)
-LIND = os.path.join(BDIR, "lind-faults")
-MODEL = os.path.join(ROOT, "models", "default")
+LIND = os.path.join(os.path.dirname(H.LIND), "lind-faults")
 SEED = int(os.environ.get("LIND_FAULTS_SEED", "1"))
 ONLY = os.environ.get("LIND_FAULTS_ONLY", "")
 # How many allocation positions are tried (the store-write positions are all tried).
 SERVE_ALLOC_RUNS = int(os.environ.get("LIND_FAULTS_ALLOC_RUNS", "120"))
 START_ALLOC_RUNS = int(os.environ.get("LIND_FAULTS_START_RUNS", "16"))
 WRITES_PER_RUN = int(os.environ.get("LIND_FAULTS_WRITES_PER_RUN", "1"))
-# Time bounds scale with LIND_TEST_TIME_SCALE (tests/daemon_harness.py).
-SLOW = max(1.0, float(os.environ.get("LIND_TEST_TIME_SCALE") or 1))
-ANSWER_TIMEOUT = 20 * SLOW   # seconds a request may take under ASan before it counts as unanswered
+ANSWER_SECONDS = 20          # a request may take this long (times SLOW) under ASan before it counts as unanswered
 SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
                    "AddressSanitizer:DEADLYSIGNAL", "SUMMARY: UndefinedBehaviorSanitizer")
 
@@ -77,11 +75,13 @@ def say(line):
 
 if not (os.environ.get("LIND_FAULTS_DAEMON") == "1" or ONLY):
     say("SKIP daemon_fault_sweep: run by `make test-faults` (on build-asan/lind-faults)")
-    sys.exit(0)
+    H.finish()
 if not os.access(LIND, os.X_OK):
     say("FAIL setup: %s is not built (make test-faults builds it)" % LIND)
-    sys.exit(1)
+    H.failures += 1
+    H.finish()
 
+# The runs' directories: in memory where it can be (SQLite syncs on every commit).
 TMP = tempfile.mkdtemp(prefix="lind-dfaults-", dir="/dev/shm" if os.access("/dev/shm", os.W_OK) else None)
 
 
@@ -101,123 +101,81 @@ class ConnError(Exception):
         self.code, self.message = code, message
 
 
-class Daemon:
-    """One lind-faults process on a fresh socket; db is kept across restarts."""
+def daemon(d, faults):
+    """A started lind-faults (H.Server) on d's database (kept across
+    restarts) with the faults armed (LIND_FAULT_* variables; none from the
+    caller's environment), its output in a log of its own (d/log-N.txt) and
+    its report in d/report.txt; and whether it serves (False: it exited
+    first)."""
+    env = {k: None for k in os.environ if k.startswith("LIND_FAULT_")}
+    env.update(faults)
+    env["LIND_FAULT_REPORT"] = os.path.join(d, "report.txt")
+    env["ASAN_OPTIONS"] = "detect_leaks=1:abort_on_error=0:exitcode=23"
+    env["UBSAN_OPTIONS"] = "print_stacktrace=1"
+    env["LIND_CPU_THREADS"] = "1"     # fewer threads: allocation order varies less
+    dm = H.Server(d, lind=LIND, env=env, logpath=os.path.join(d, "log-%d.txt" % len(os.listdir(d))))
+    return dm, dm.start(may_fail=True) is not None
 
-    def __init__(self, d, env):
-        self.dir = d
-        self.sock = os.path.join(d, "s.sock")
-        self.db = os.path.join(d, "lind.db")
-        self.log = os.path.join(d, "log-%d.txt" % len(os.listdir(d)))
-        self.report = os.path.join(d, "report.txt")
-        e = dict(os.environ)
-        for k in list(e):
-            if k.startswith("LIND_FAULT_"):
-                del e[k]
-        e.update(env)
-        e["LIND_FAULT_REPORT"] = self.report
-        e["ASAN_OPTIONS"] = "detect_leaks=1:abort_on_error=0:exitcode=23"
-        e["UBSAN_OPTIONS"] = "print_stacktrace=1"
-        e["LIND_CPU_THREADS"] = "1"     # fewer threads: allocation order varies less
-        if os.path.exists(self.sock):
-            os.unlink(self.sock)
-        with open(self.log, "wb") as f:
-            self.proc = subprocess.Popen([LIND, "serve", "--model", MODEL, "--socket", self.sock,
-                                          "--db", self.db, "--backend", "cpu"],
-                                         stdout=f, stderr=subprocess.STDOUT, env=e)
 
-    def wait_serving(self, timeout=60):
-        """True once the socket answers; False if the process exited first."""
-        timeout *= SLOW
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                return False
-            try:
-                s = socket.socket(socket.AF_UNIX)
-                s.connect(self.sock)
-                s.close()
-                return True
-            except OSError:
-                time.sleep(0.02)
-        raise Unanswered("the daemon neither served nor exited within %.0f s" % timeout)
+def stop(dm):
+    """SIGTERM; the exit status, or why there is none (killed then)."""
+    try:
+        dm.stop(check=False)
+    except subprocess.TimeoutExpired:
+        dm.stop(signal.SIGKILL)
+        return "hung: no exit within %.0f s of SIGTERM" % (60 * SLOW)
+    return dm.returncode
 
-    def stop(self, timeout=60):
-        timeout *= SLOW
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+
+def counts(d):
+    """The fault shim's report of the daemon that last ran on d."""
+    with open(os.path.join(d, "report.txt")) as f:
+        w = f.read().split()
+    return {w[i]: w[i + 1] if w[i] == "kinds" else int(w[i + 1]) for i in range(0, len(w), 2)}
+
+
+def connect(dm):
+    """An H.Client whose reads wait ANSWER_SECONDS, and never ask the
+    daemon anything the test did not (its allocations are counted)."""
+    return H.Client(dm.sock, timeout=ANSWER_SECONDS, ask_progress=False)
+
+
+def call(c, op, **f):
+    """(final event, bytes of the token events) of a request on Client c.
+    Raises Unanswered when the connection ends or times out before the
+    final event, ConnError when the daemon answered on id 0 instead."""
+    toks = []
+    sent, why = False, None
+    try:
+        rid = c.send(op, **f)
+        sent = True
+        ev = c.final(rid, toks)
+    except (OSError, EOFError, ValueError) as e:   # ValueError: a malformed event
+        why = e
+    if not sent:
+        # A connection the daemon refused (out of memory accepting it) is
+        # answered on id 0 and closed, maybe before this send: its answer
+        # is still there to read.
         try:
-            return self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            return "hung: no exit within %.0f s of SIGTERM" % timeout
-
-    def text(self):
-        with open(self.log, "rb") as f:
-            return f.read().decode(errors="replace")
-
-    def counts(self):
-        with open(self.report) as f:
-            w = f.read().split()
-        return {w[i]: w[i + 1] if w[i] == "kinds" else int(w[i + 1]) for i in range(0, len(w), 2)}
-
-
-class Conn:
-    def __init__(self, path):
-        self.s = socket.socket(socket.AF_UNIX)
-        self.s.connect(path)
-        self.s.settimeout(ANSWER_TIMEOUT)
-        self.up = msgpack.Unpacker(raw=False)
-        self.next_id = 1
-
-    def call(self, op, **f):
-        """(final event, bytes of the token events). Raises Unanswered when
-        the connection ends or times out before the final event."""
-        rid = self.next_id
-        self.next_id += 1
-        req = {"op": op, "id": rid}
-        req.update(f)
-        try:
-            self.s.sendall(msgpack.packb(req, use_bin_type=True))
-        except OSError as e:
-            # A connection the daemon refused (out of memory accepting it) is
-            # answered on id 0 and closed, maybe before this send: its answer
-            # is still there to read.
-            try:
-                self.s.settimeout(1.0)
-                self.up.feed(self.s.recv(1 << 16))
-            except OSError:
-                pass
-            for ev in self.up:
-                if isinstance(ev, dict) and ev.get("id") == 0 and ev.get("event") == "error":
-                    raise ConnError(ev.get("code"), ev.get("message", ""))
-            raise Unanswered("%s: sending failed: %s" % (op, e))
-        out = b""
-        while True:
-            for ev in self.up:
-                if not isinstance(ev, dict) or "id" not in ev or "event" not in ev:
-                    raise Unanswered("%s: the stream carried a malformed event %r" % (op, ev))
-                if ev.get("id") == 0 and ev.get("event") == "error":
-                    raise ConnError(ev.get("code"), ev.get("message", ""))
-                if ev.get("id") != rid:
-                    continue
-                if ev["event"] == "token":
-                    out += ev["data"]
-                elif ev["event"] in ("result", "done", "error"):
-                    return ev, out
-            try:
-                data = self.s.recv(1 << 16)
-            except socket.timeout:
-                raise Unanswered("%s: no answer within %.0f s" % (op, ANSWER_TIMEOUT))
-            except OSError as e:
-                raise Unanswered("%s: %s" % (op, e))
-            if not data:
-                raise Closed("%s: the connection closed before its final event" % op)
-            self.up.feed(data)
-
-    def close(self):
-        self.s.close()
+            c.s.settimeout(1.0)
+            c.up.feed(c.s.recv(1 << 16))
+        except OSError:
+            pass
+        c.pending += list(c.up)
+    # An error on id 0 read before the final event (kept aside by final()):
+    # the request was not run.
+    for e0 in c.pending:
+        if isinstance(e0, dict) and e0.get("id") == 0 and e0.get("event") == "error":
+            raise ConnError(e0.get("code"), e0.get("message", ""))
+    if why is None:
+        return ev, b"".join(toks)
+    if not sent:
+        raise Unanswered("%s: sending failed: %s" % (op, why))
+    if isinstance(why, EOFError):
+        raise Closed("%s: the connection closed before its final event" % op)
+    if isinstance(why, socket.timeout):
+        raise Unanswered("%s: no answer within %.0f s" % (op, ANSWER_SECONDS * SLOW))
+    raise Unanswered("%s: %s" % (op, why))
 
 
 # ---- the workload ------------------------------------------------------------
@@ -257,12 +215,12 @@ def request_fields(op, sess, f, ref_export):
 
 def snapshot(c, name):
     """(tokens, transcript, export bytes) of a session, or ABSENT."""
-    ev, _ = c.call("info", session=name)
+    ev, _ = call(c, "info", session=name)
     if ev["event"] == "error":
         if ev["code"] == "not_found":
             return ABSENT
         raise AssertionError("info %s: %s %s" % (name, ev["code"], ev.get("message")))
-    ex, _ = c.call("export", session=name)
+    ex, _ = call(c, "export", session=name)
     if ex["event"] == "error":
         raise AssertionError("export %s: %s %s" % (name, ex["code"], ex.get("message")))
     tr = tuple((e["role"], bytes(e["text"])) for e in ev["transcript"])
@@ -280,18 +238,18 @@ def run_reference():
     out = {}
     for with_snaps in (False, True):
         d = tempfile.mkdtemp(dir=TMP, prefix="ref-")
-        dm = Daemon(d, {})
-        if not dm.wait_serving():
-            raise AssertionError("reference daemon failed: " + dm.text()[-2000:])
-        conns = [Conn(dm.sock), Conn(dm.sock)]
-        obs = Conn(dm.sock) if with_snaps else None
+        dm, served = daemon(d, {})
+        if not served:
+            raise AssertionError("reference daemon failed: " + dm.log(2000))
+        conns = [connect(dm), connect(dm)]
+        obs = connect(dm) if with_snaps else None
         snaps = {}       # (name, k): snapshot after the name's k-th change
         kth = {n: 0 for n in NAMES}
         snaps.update({(n, 0): ABSENT for n in NAMES})
         answers = []
         export_b = out.get("export_b")
         for ci, op, sess, f in WORKLOAD:
-            ev, toks = conns[ci].call(op, **request_fields(op, sess, f, export_b))
+            ev, toks = call(conns[ci], op, **request_fields(op, sess, f, export_b))
             if ev["event"] == "error":
                 raise AssertionError("reference run: %s failed: %s %s" % (op, ev["code"], ev.get("message")))
             if op == "export":
@@ -303,12 +261,12 @@ def run_reference():
                     snaps[(sess, kth[sess])] = snapshot(obs, sess)
         for c in conns + ([obs] if obs else []):
             c.close()
-        rc = dm.stop()
-        text = dm.text()
+        rc = stop(dm)
+        text = dm.log(None)
         if rc != 0 or sanitizer_report(text):
             raise AssertionError("reference daemon exited with %s: %s" % (rc, text[-3000:]))
         if not with_snaps:
-            out["counts"] = dm.counts()
+            out["counts"] = counts(d)
             out["export_b"] = export_b
             out["answers"] = answers
         else:
@@ -329,8 +287,7 @@ def check_run(kind, n):
            "write": {"LIND_FAULT_WRITE": str(n)},
            "full": {"LIND_FAULT_WRITE": str(n), "LIND_FAULT_WRITE_ERR": "full"}}[kind]
     problems = []
-    dm = Daemon(d, env)
-    served = dm.wait_serving()
+    dm, served = daemon(d, env)
     # Per session: the daemon's committed view (a possibility key) and the
     # set of keys it may hold on disk. Keys: ("ref", k) = the reference's
     # snapshot after its k-th change; ("div", tokens, out) = diverged, known
@@ -356,7 +313,7 @@ def check_run(kind, n):
 
     if served:
         try:
-            conns = [Conn(dm.sock), Conn(dm.sock)]
+            conns = [connect(dm), connect(dm)]
         except OSError as e:
             problems.append("connecting: %s" % e)
             conns = None
@@ -364,7 +321,7 @@ def check_run(kind, n):
             fields = request_fields(op, sess, f, REF["export_b"])
             try:
                 try:
-                    ev, toks = conns[ci].call(op, **fields)
+                    ev, toks = call(conns[ci], op, **fields)
                 except ConnError as e:
                     # Out of memory taking the connection or decoding the
                     # request: said on id 0, the connection closes, the
@@ -372,7 +329,7 @@ def check_run(kind, n):
                     if "out of memory" not in e.message:
                         raise Unanswered("unexpected connection-level error %s" % e)
                     conns[ci].close()
-                    conns[ci] = Conn(dm.sock)
+                    conns[ci] = connect(dm)
                     ev, toks = {"event": "error", "code": "internal", "message": e.message}, b""
                 except Closed as e:
                     # Out of memory queuing answers on the loop thread: the
@@ -382,7 +339,7 @@ def check_run(kind, n):
                     if sess is not None:   # a turn cut by the close is saved as cancelled: unknown
                         view[sess] = "any"
                     conns[ci].close()
-                    conns[ci] = Conn(dm.sock)
+                    conns[ci] = connect(dm)
                     ev, toks = {"event": "error", "code": "internal", "message": str(e)}, b""
             except (Unanswered, OSError) as e:
                 unanswered = "request %d (%s) got no final event: %s" % (i, op, e)
@@ -451,8 +408,8 @@ def check_run(kind, n):
             pass
     if unanswered and served:
         problems.append(unanswered)
-    rc = dm.stop()
-    text = dm.text()
+    rc = stop(dm)
+    text = dm.log(None)
     fired = "lind-fault: failing" in text
     rep = sanitizer_report(text)
     if rep:
@@ -473,11 +430,11 @@ def check_run(kind, n):
     if answered == 0 and served and not problems:
         problems.append("no request was answered")
     # Restart unarmed on the same database: nothing acknowledged is lost.
-    vd = Daemon(d, {})
-    if not vd.wait_serving():
-        problems.append("restart without faults failed: %s" % vd.text()[-2000:])
+    vd, vserved = daemon(d, {})
+    if not vserved:
+        problems.append("restart without faults failed: %s" % vd.log(2000))
         return fired, problems, d
-    c = Conn(vd.sock)
+    c = connect(vd)
     for s in NAMES:
         try:
             got = snapshot(c, s)
@@ -507,8 +464,8 @@ def check_run(kind, n):
             problems.append("after restart session %s is %s, not what its acknowledged history allows %s"
                             % (s, desc, sorted(map(str, poss[s]))))
     c.close()
-    rc2 = vd.stop()
-    t2 = vd.text()
+    rc2 = stop(vd)
+    t2 = vd.log(None)
     if rc2 != 0 or sanitizer_report(t2):
         problems.append("the restarted daemon exited with %s: %s" % (rc2, t2[-3000:]))
     return fired, problems, d
@@ -612,4 +569,8 @@ def main():
     return 1 if failures else 0
 
 
-sys.exit(main())
+try:
+    rc = main()
+finally:
+    shutil.rmtree(H.TMP, ignore_errors=True)   # the harness's own directory (the runs' are in TMP)
+sys.exit(rc)

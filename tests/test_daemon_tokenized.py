@@ -31,23 +31,15 @@ import random
 import re
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import sys
-import tempfile
-import time
-import traceback
 
-import msgpack
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BUILD = os.environ.get("LIND_BUILD", "build")
-LIND = os.path.join(BUILD, "lind")
-SANITIZED = os.environ.get("LIND_SANITIZED") == "1"
-# Time bounds: seconds times SLOW, as in tests/daemon_harness.py (LIND_TEST_TIME_SCALE).
-SLOW = max(1.0, float(os.environ.get("LIND_TEST_TIME_SCALE") or 1)) * (5 if SANITIZED else 1)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import daemon_harness as dh  # noqa: E402
+from daemon_harness import Client, Server, case, expect, LIND, SANITIZED, SLOW, TMP  # noqa: E402
 
 
 # ---- the tokenizer -------------------------------------------------------------
@@ -186,123 +178,21 @@ def write_model(path, merges_text, seed=5, H=48, L=2, n_merges=300, pad=3):
     return V, tv
 
 
-# ---- the server and a client ------------------------------------------------------
+# ---- a client ------------------------------------------------------------------
 
-class Server:
-    def __init__(self, tmp, model, name, *extra):
-        self.sock = os.path.join(tmp, name + ".sock")
-        self.db = os.path.join(tmp, name + ".db")
-        self.logpath = os.path.join(tmp, name + ".log")
-        self.model, self.extra, self.proc = model, list(extra), None
-        self.log = open(self.logpath, "ab")
-
-    def start(self):
-        args = [LIND, "serve", "--model", self.model, "--socket", self.sock, "--db", self.db,
-                "--backend", "cpu"] + self.extra
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=self.log)
-        deadline = time.time() + 60 * SLOW
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError("server exited with %d: %s" % (self.proc.returncode, self.tail()))
-            try:
-                s = socket.socket(socket.AF_UNIX)
-                s.connect(self.sock)
-                s.close()
-                return self
-            except OSError:
-                time.sleep(0.02)
-        raise RuntimeError("server did not start: " + self.tail())
-
-    def stop(self, sig=signal.SIGTERM):
-        if not self.proc:
-            return None
-        self.proc.send_signal(sig)
-        rc = self.proc.wait(timeout=60 * SLOW)
-        self.proc = None
-        return rc
-
-    def restart(self, sig=signal.SIGTERM):
-        self.stop(sig)
-        return self.start()
-
-    def tail(self):
-        self.log.flush()
-        with open(self.logpath, "rb") as f:
-            return f.read()[-2000:].decode(errors="replace")
-
-    def client(self):
-        return Client(self.sock)
+def connect(srv):
+    """A daemon_harness Client of srv whose reads may wait 120 s (times SLOW)."""
+    return Client(srv.sock, timeout=120)
 
 
-class Client:
-    def __init__(self, path):
-        self.s = socket.socket(socket.AF_UNIX)
-        self.s.connect(path)
-        self.s.settimeout(120 * SLOW)
-        self.up = msgpack.Unpacker(raw=False)
-        self.next_id = 1
-        self.events = []
-
-    def send(self, op, **fields):
-        rid = self.next_id
-        self.next_id += 1
-        req = {"op": op, "id": rid}
-        req.update(fields)
-        self.s.sendall(msgpack.packb(req, use_bin_type=True))
-        return rid
-
-    def read_event(self):
-        while True:
-            for ev in self.up:
-                return ev
-            data = self.s.recv(1 << 16)
-            if not data:
-                return None
-            self.up.feed(data)
-
-    def wait(self, rid):
-        """Request rid's token events (a list of bytes, one per token) and its final event."""
-        toks, i = [], 0
-        while True:
-            while i < len(self.events):
-                ev = self.events[i]
-                if ev["id"] == rid:
-                    del self.events[i]
-                    if ev["event"] == "token":
-                        toks.append(bytes(ev["data"]))
-                        continue
-                    return toks, ev
-                i += 1
-            ev = self.read_event()
-            if ev is None:
-                raise EOFError("connection closed while waiting for %d" % rid)
-            self.events.append(ev)
-
-    def call(self, op, **fields):
-        return self.wait(self.send(op, **fields))
-
-    def close(self):
-        self.s.close()
+def wait(c, rid):
+    """Request rid's token events (a list of bytes, one per token) and its final event."""
+    toks = []
+    return toks, c.final(rid, toks)
 
 
-failures = 0
-
-
-def case(fn):
-    global failures
-    try:
-        fn()
-        print("PASS", fn.__name__, flush=True)
-    except Exception as e:
-        failures += 1
-        tb = traceback.extract_tb(e.__traceback__)[-1]
-        print("FAIL %s: %s (line %d)" % (fn.__name__, repr(e)[:600], tb.lineno), flush=True)
-    return fn
-
-
-def expect(cond, what):
-    if not cond:
-        raise AssertionError(what)
+def call(c, op, **fields):
+    return wait(c, c.send(op, **fields))
 
 
 # ---- setup -------------------------------------------------------------------------
@@ -312,7 +202,6 @@ def expect(cond, what):
 # whose every edit moved where greedy decoding met the end token).
 with open(os.path.abspath(__file__), encoding="utf-8") as f:
     CORPUS = f.read()
-TMP = tempfile.mkdtemp(prefix="lind-tok-")
 MODEL = os.path.join(TMP, "model")
 VOCAB, TOK_VOCAB = write_model(MODEL, CORPUS)
 
@@ -328,22 +217,22 @@ TEXT = ("The recurrent state of a session is a constant size whatever the length
 GEN = dict(max_tokens=40, temperature=0.9, top_k=VOCAB, top_p=0.95, repetition_penalty=1.3,
            repetition_window=200)
 
-srv = Server(TMP, MODEL, "a", "--max-tokens", "100000").start()
+srv = Server("a", ["--max-tokens", "100000"], model=MODEL).start()
 
 
 @case
 def hello_reports_tokenizer():
-    c = srv.client()
-    _, r = c.call("hello")
+    c = connect(srv)
+    _, r = call(c, "hello")
     m = r["model"]
     expect(m["vocab"] == VOCAB and m["tokenizer"] == "bpe" and m["weights"] == "f32", m)
     c.close()
     # --dtype bf16 keeps the matrix weights in bf16: another fingerprint (a
     # state is tied to the precision that made it), and still a working model
-    half = Server(TMP, MODEL, "bf16", "--dtype", "bf16").start()
-    c = half.client()
-    _, h = c.call("hello")
-    toks, done = c.call("generate", session="h", text=TEXT, max_tokens=10, temperature=0)
+    half = Server("bf16", ["--dtype", "bf16"], model=MODEL).start()
+    c = connect(half)
+    _, h = call(c, "hello")
+    toks, done = call(c, "generate", session="h", text=TEXT, max_tokens=10, temperature=0)
     c.close()
     half.stop()
     expect(h["model"]["weights"] == "bf16" and h["model"]["fingerprint"] != m["fingerprint"], h["model"])
@@ -362,14 +251,14 @@ def tokenize(text):
 
 
 def whole(c, name, text=TEXT, **gen):
-    toks, done = c.call("generate", session=name, text=text, **(gen or GEN))
+    toks, done = call(c, "generate", session=name, text=text, **(gen or GEN))
     expect(done["event"] == "done", done)
     return toks, done
 
 
 @case
 def tokens_are_multi_byte_and_join_to_the_offline_text():
-    c = srv.client()
+    c = connect(srv)
     # past the end token: 60 tokens whatever the random model does
     toks, done = whole(c, "mb", max_tokens=60, temperature=0, ignore_eos=True)
     expect(done["tokens_out"] == len(toks) == 60, (done, len(toks)))
@@ -381,7 +270,7 @@ def tokens_are_multi_byte_and_join_to_the_offline_text():
     expect(p.returncode == 0, p.stderr)
     expect(p.stdout == TEXT + b"".join(toks) + b"\n", "offline %r vs daemon %r" % (p.stdout[len(TEXT):],
                                                                                  b"".join(toks)))
-    _, info = c.call("info", session="mb")
+    _, info = call(c, "info", session="mb")
     out = [e["text"] for e in info["transcript"] if e["role"] == "out"]
     expect(out == [b"".join(toks)], (out, b"".join(toks)))
     c.close()
@@ -424,25 +313,25 @@ def offline_score_is_bits_per_byte_over_tokens():
 def split_run(name, cuts, restarts):
     """Append TEXT in pieces cut at `cuts`, restarting the server (by the
     signal in restarts[i]) after piece i when given, then generate."""
-    global srv
-    c = srv.client()
+    c = connect(srv)
     pieces = [TEXT[a:b] for a, b in zip([0] + cuts, cuts + [len(TEXT)])]
     tokens_in = 0
     for i, p in enumerate(pieces):
-        _, r = c.call("append", session=name, text=p)
+        _, r = call(c, "append", session=name, text=p)
         expect(r["event"] == "result", r)
         if i in restarts:
             c.close()
-            srv.restart(restarts[i])
-            c = srv.client()
-    toks, done = c.call("generate", session=name, text=b"", **GEN)
+            srv.stop(restarts[i])
+            srv.start()
+            c = connect(srv)
+    toks, done = call(c, "generate", session=name, text=b"", **GEN)
     c.close()
     return toks, done
 
 
 @case
 def split_appends_with_restarts_equal_one_generate():
-    c = srv.client()
+    c = connect(srv)
     ref, rdone = whole(c, "whole")
     c.close()
     rnd = random.Random(7)
@@ -468,13 +357,13 @@ def appends_hold_back_an_undecided_tail():
     # feeds "The daemon" and keeps " reads" back, so the session holds the
     # tokens of "The daemon" (the last of them pending; no BOS: an HF RWKV-4
     # model feeds the text alone).
-    c = srv.client()
-    _, r1 = c.call("append", session="tail", text=b"The daemon reads")
+    c = connect(srv)
+    _, r1 = call(c, "append", session="tail", text=b"The daemon reads")
     expect(r1["session_tokens"] == len(tokenize(b"The daemon")), (r1, tokenize(b"The daemon")))
-    _, r2 = c.call("append", session="tail", text=b"ide")
-    toks, d = c.call("generate", session="tail", text=b" the text", max_tokens=5, temperature=0)
+    _, r2 = call(c, "append", session="tail", text=b"ide")
+    toks, d = call(c, "generate", session="tail", text=b" the text", max_tokens=5, temperature=0)
     whole_text = b"The daemon readside the text"
-    wt, w = c.call("generate", session="tail-whole", text=whole_text, max_tokens=5, temperature=0)
+    wt, w = call(c, "generate", session="tail-whole", text=whole_text, max_tokens=5, temperature=0)
     expect(toks == wt and d["session_tokens"] == w["session_tokens"], (r2, d, w))
     expect(w["tokens_in"] == len(tokenize(whole_text)) and w["session_tokens"] == w["tokens_in"] + 5, w)
     c.close()
@@ -486,12 +375,12 @@ def cancel_mid_text_keeps_the_acknowledged_tail():
     # next (long) append, arriving before any of it is fed, still feeds it.
     # The session then holds the first tokens_in tokens of " reads" + text
     # (fed_bytes of the text), nothing after.
-    c = srv.client()
-    _, r1 = c.call("append", session="cut", text=b"The daemon reads")
+    c = connect(srv)
+    _, r1 = call(c, "append", session="cut", text=b"The daemon reads")
     reads = len(tokenize(b" reads and"))
     rid = c.send("append", session="cut", text=b" and " + TEXT * 3000)
     c.send("cancel", target=rid)
-    _, r2 = c.wait(rid)
+    _, r2 = wait(c, rid)
     expect(r2["event"] == "result" and r2["cancelled"], r2)
     expect(r2["tokens_in"] >= reads - 1 and r2["session_tokens"] == r1["session_tokens"] + r2["tokens_in"],
            (r1, r2, reads))
@@ -502,15 +391,15 @@ def cancel_mid_text_keeps_the_acknowledged_tail():
     full = b"The daemon reads" + b" and " + TEXT * 3000
     cut = len(b"The daemon reads") + r2["fed_bytes"]
     if full[cut:cut + 1] in (b" ", b"\n"):
-        _, w = c.call("generate", session="cut-whole", text=full[:cut], max_tokens=0)
-        _, d = c.call("generate", session="cut", max_tokens=0)
+        _, w = call(c, "generate", session="cut-whole", text=full[:cut], max_tokens=0)
+        _, d = call(c, "generate", session="cut", max_tokens=0)
         expect(d["session_tokens"] == w["session_tokens"], (d, w, full[cut - 20:cut]))
     c.close()
 
 
 @case
 def stop_strings_across_and_inside_tokens():
-    c = srv.client()
+    c = connect(srv)
     ref, _ = whole(c, "stop-ref", max_tokens=80, temperature=0)
     out = b"".join(ref)
     ends = np.cumsum([len(t) for t in ref])
@@ -525,7 +414,7 @@ def stop_strings_across_and_inside_tokens():
         if not first < ends[i - 1] < first + len(s):
             continue   # its first occurrence does not span this boundary
         n_tok = int(np.searchsorted(ends, first + len(s) - 1, side="right")) + 1
-        toks, done = c.call("generate", session="stop-a-%d" % i, text=TEXT, max_tokens=80, temperature=0,
+        toks, done = call(c, "generate", session="stop-a-%d" % i, text=TEXT, max_tokens=80, temperature=0,
                             stop=[s])
         expect(done["reason"] == "stop" and done["stop"] == s, done)
         expect(toks == ref[:n_tok], "stop %r: %d tokens, want %d" % (s, len(toks), n_tok))
@@ -537,7 +426,7 @@ def stop_strings_across_and_inside_tokens():
     inside = 0
     for i, t in enumerate(ref):
         if len(t) >= 3 and out.find(t[1:-1]) == ends[i] - len(t) + 1:
-            toks, done = c.call("generate", session="stop-in", text=TEXT, max_tokens=80, temperature=0,
+            toks, done = call(c, "generate", session="stop-in", text=TEXT, max_tokens=80, temperature=0,
                                 stop=[t[1:-1]])
             expect(done["reason"] == "stop" and toks == ref[:i + 1], (done, toks, ref[:i + 1]))
             inside = 1
@@ -548,15 +437,15 @@ def stop_strings_across_and_inside_tokens():
 
 @case
 def resume_after_restart_is_byte_identical():
-    global srv
-    c = srv.client()
-    a1, _ = c.call("generate", session="res-a", text=TEXT, max_tokens=30, temperature=0.8, seed=3)
-    b1, _ = c.call("generate", session="res-b", text=TEXT, max_tokens=30, temperature=0.8, seed=3)
-    b2, bd = c.call("generate", session="res-b", text=b" and more", max_tokens=30, temperature=0.8)
+    c = connect(srv)
+    a1, _ = call(c, "generate", session="res-a", text=TEXT, max_tokens=30, temperature=0.8, seed=3)
+    b1, _ = call(c, "generate", session="res-b", text=TEXT, max_tokens=30, temperature=0.8, seed=3)
+    b2, bd = call(c, "generate", session="res-b", text=b" and more", max_tokens=30, temperature=0.8)
     c.close()
-    srv.restart(signal.SIGKILL)
-    c = srv.client()
-    a2, ad = c.call("generate", session="res-a", text=b" and more", max_tokens=30, temperature=0.8)
+    srv.stop(signal.SIGKILL)
+    srv.start()
+    c = connect(srv)
+    a2, ad = call(c, "generate", session="res-a", text=b" and more", max_tokens=30, temperature=0.8)
     expect(a1 == b1 and a2 == b2, "%r vs %r" % (b"".join(a2), b"".join(b2)))
     expect(ad["session_tokens"] == bd["session_tokens"], (ad, bd))
     c.close()
@@ -581,23 +470,23 @@ def batched_prefill_mixed_with_decode_equals_one_at_a_time():
     reqs = requests(4, 4) if not SANITIZED else requests(2, 2)
     results = {}
     # alone: one request at a time, token by token prompts (--prompt-chunk 1)
-    one = Server(TMP, MODEL, "one", "--prompt-chunk", "1").start()
-    c = one.client()
+    one = Server("one", ["--prompt-chunk", "1"], model=MODEL).start()
+    c = connect(one)
     for name, r in reqs:
-        results[name] = c.call("generate", session=name, **r)[0]
+        results[name] = call(c, "generate", session=name, **r)[0]
     c.close()
     one.stop()
     for chunk in ("7", "64"):
-        many = Server(TMP, MODEL, "many-" + chunk, "--prompt-chunk", chunk).start()
+        many = Server("many-" + chunk, ["--prompt-chunk", chunk], model=MODEL).start()
         got = {}
         # every request pipelined on one connection, the short ones first, so
         # their decoding overlaps the long prompts however fast a step is
-        cl = many.client()
+        cl = connect(many)
         ids = [(name, cl.send("generate", session=name, **r)) for name, r in reqs[::-1]]
         for name, rid in ids:
-            got[name] = cl.wait(rid)[0]
+            got[name] = wait(cl, rid)[0]
         cl.close()
-        _, st = many.client().call("stats")
+        _, st = call(connect(many), "stats")
         many.stop()
         for name, _ in reqs:
             expect(got.get(name) == results[name], "--prompt-chunk %s: %s differs: %r vs %r" % (
@@ -607,14 +496,13 @@ def batched_prefill_mixed_with_decode_equals_one_at_a_time():
 
 
 try:
-    rc = srv.stop()
-    expect(rc == 0, "exit status %r" % rc)
+    srv.stop()   # raises unless the exit status is 0
     print("PASS final_shutdown")
 except Exception as e:
     print("FAIL final_shutdown: %r" % e)
-    failures += 1
-if failures:
-    print("server log tail:\n" + srv.tail())
-else:
-    shutil.rmtree(TMP, ignore_errors=True)
-sys.exit(1 if failures else 0)
+    dh.failures += 1
+if dh.failures:
+    print("server log tail:\n" + srv.log())
+    sys.exit(1)
+shutil.rmtree(TMP, ignore_errors=True)
+sys.exit(0)
