@@ -3,6 +3,7 @@
 #include "kernels/clock.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdint.h>
@@ -344,4 +345,35 @@ double bench_fma_gflops(int threads, int dot, int runs)
         if (g > best) best = g;
     }
     return best;
+}
+
+uint64_t bench_lcg(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return *s >> 11;
+}
+
+static double unif(uint64_t *s)
+{
+    return (double)bench_lcg(s) * 0x1.0p-53;
+}
+
+/* B rows of V logits of the given shape. */
+void bench_fill_logits(float *l, int V, int B, int peaked, uint64_t seed)
+{
+    int *perm = malloc(sizeof(int) * (size_t)V);
+    for (int b = 0; b < B; b++) {
+        float *r = l + (size_t)b * V;
+        for (int i = 0; i < V; i++) perm[i] = i;
+        for (int i = V - 1; i > 0; i--) {
+            int j = (int)(bench_lcg(&seed) % (uint64_t)(i + 1)), t = perm[i];
+            perm[i] = perm[j];
+            perm[j] = t;
+        }
+        for (int i = 0; i < V; i++) {
+            double g = unif(&seed) + unif(&seed) + unif(&seed) + unif(&seed) - 2.0;   /* σ ≈ 0.58 */
+            r[perm[i]] = peaked ? (float)(-1.1 * log(1.0 + i) + 0.3 * g) : (float)(g * 1.73);
+        }
+    }
+    free(perm);
 }

@@ -6,6 +6,7 @@
 #define LIND_BENCH_BENCHUTIL_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 /* Median of n doubles; sorts v in place. 0 for n = 0. */
@@ -44,5 +45,11 @@ double bench_probe_gbs_n(bench_probe *p, size_t bytes);
  * multiply-adds, 128 operations per instruction: the q8/q4 kernels' rate).
  * 0 when the CPU lacks the instruction. */
 double bench_fma_gflops(int threads, int dot, int runs);
+
+/* A 64-bit LCG step (seed in *s): 53 random bits. */
+uint64_t bench_lcg(uint64_t *s);
+/* B rows of V logits from seed: peaked (Zipf-like, -1.1·ln(1+rank) plus
+ * noise, ranks shuffled) or flat (noise of σ ≈ 1). */
+void bench_fill_logits(float *l, int V, int B, int peaked, uint64_t seed);
 
 #endif

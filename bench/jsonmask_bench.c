@@ -41,32 +41,6 @@
 #include "recurrent/sampler.h"
 #include "recurrent/tokenizer.h"
 
-static uint64_t lcg(uint64_t *s)
-{
-    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-    return *s >> 11;
-}
-static double unif(uint64_t *s) { return (double)lcg(s) * 0x1.0p-53; }
-
-static void fill(float *l, int V, int B, uint64_t seed)
-{
-    int *perm = malloc(sizeof(int) * (size_t)V);
-    for (int b = 0; b < B; b++) {
-        float *r = l + (size_t)b * V;
-        for (int i = 0; i < V; i++) perm[i] = i;
-        for (int i = V - 1; i > 0; i--) {
-            int j = (int)(lcg(&seed) % (uint64_t)(i + 1)), t = perm[i];
-            perm[i] = perm[j];
-            perm[j] = t;
-        }
-        for (int i = 0; i < V; i++) {
-            double g = unif(&seed) + unif(&seed) + unif(&seed) + unif(&seed) - 2.0;
-            r[perm[i]] = (float)(-1.1 * log(1.0 + i) + 0.3 * g);
-        }
-    }
-    free(perm);
-}
-
 static const char *SCHEMA =
     "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"age\":{\"type\":\"integer\"},"
     "\"city\":{\"type\":\"string\"},\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}},"
@@ -110,8 +84,8 @@ int main(int argc, char **argv)
     for (int id = 0; id < V; id++) {
         if (id < NV) { tb[id] = tokenizer_token_bytes(t, id, &tl[id]); continue; }
         size_t la = 0, lb = 0;
-        const uint8_t *a = tokenizer_token_bytes(t, 1000 + (int)(lcg(&seed) % 49000), &la);
-        const uint8_t *b = tokenizer_token_bytes(t, 1000 + (int)(lcg(&seed) % 49000), &lb);
+        const uint8_t *a = tokenizer_token_bytes(t, 1000 + (int)(bench_lcg(&seed) % 49000), &la);
+        const uint8_t *b = tokenizer_token_bytes(t, 1000 + (int)(bench_lcg(&seed) % 49000), &lb);
         own[id] = malloc(la + lb);
         memcpy(own[id], a, la);
         memcpy(own[id] + la, b, lb);
@@ -132,7 +106,7 @@ int main(int argc, char **argv)
     float *adj = malloc(sizeof(float) * (size_t)V);
     float *scratch = malloc(sizeof(float) * 2 * (size_t)V);
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)V);
-    fill(logits, V, B, 42);
+    bench_fill_logits(logits, V, B, 1, 42);
     float *pristine = malloc(sizeof(float) * (size_t)V * (size_t)B);
     memcpy(pristine, logits, sizeof(float) * (size_t)V * (size_t)B);
     sampler sm;

@@ -36,33 +36,6 @@
 
 #define MAXV 8
 
-static uint64_t lcg(uint64_t *s)
-{
-    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-    return *s >> 11;
-}
-static double unif(uint64_t *s) { return (double)lcg(s) * 0x1.0p-53; }
-
-/* B rows of V logits of the given shape. */
-static void fill(float *l, int V, int B, int peaked, uint64_t seed)
-{
-    int *perm = malloc(sizeof(int) * (size_t)V);
-    for (int b = 0; b < B; b++) {
-        float *r = l + (size_t)b * V;
-        for (int i = 0; i < V; i++) perm[i] = i;
-        for (int i = V - 1; i > 0; i--) {
-            int j = (int)(lcg(&seed) % (uint64_t)(i + 1)), t = perm[i];
-            perm[i] = perm[j];
-            perm[j] = t;
-        }
-        for (int i = 0; i < V; i++) {
-            double g = unif(&seed) + unif(&seed) + unif(&seed) + unif(&seed) - 2.0;   /* σ ≈ 0.58 */
-            r[perm[i]] = peaked ? (float)(-1.1 * log(1.0 + i) + 0.3 * g) : (float)(g * 1.73);
-        }
-    }
-    free(perm);
-}
-
 typedef struct setting {
     const char *name;
     float temperature, top_p, rep_penalty;
@@ -130,7 +103,7 @@ int main(int argc, char **argv)
         float *l = malloc(sizeof(float) * (size_t)V * (size_t)B);
         float *scratch = malloc(sizeof(float) * 2 * (size_t)V);
         for (int shape = 1; shape >= 0; shape--) {
-            fill(l, V, B, shape, 12345u + (uint64_t)V);
+            bench_fill_logits(l, V, B, shape, 12345u + (uint64_t)V);
             printf("| %d | %s | ", V, shape ? "peaked" : "flat");
             for (int k = 0; k < ns; k++) {
                 sampler_params p = sampler_defaults();

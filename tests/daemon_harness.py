@@ -130,8 +130,8 @@ class Client:
         (it asks, with a stats request on a connection of its own), or at
         once (socket.timeout) with ask_progress False: for a server that
         must see no request but the test's (the fault tests count its
-        allocations). The socket is self.s, the unpacker of what was read
-        from it self.up."""
+        allocations). The socket is self.s; self.up unpacks what was
+        read from the socket."""
         self.path = path
         self.ask_progress = ask_progress
         self.s = socket.socket(socket.AF_UNIX)

@@ -23,12 +23,11 @@ Prints SKIP with the reason when node/npm is missing or the registry cannot be
 reached. Environment: LIND_BUILD (build directory, default build)."""
 import json
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from daemon_harness import Client, Server, case, expect, finish, Skip, TMP, SLOW, http_port  # noqa: E402
-from openai_npm import CLIENT, install  # noqa: E402
+from daemon_harness import Client, Server, case, expect, finish, Skip, TMP, http_port  # noqa: E402
+from openai_npm import install, run_driver  # noqa: E402
 
 
 DRIVER_JS = r"""
@@ -180,15 +179,7 @@ if not why:
         f.write(token + "\n")
     S = Server("openai", extra=["--http", "0", "--http-token-file", tf]).start()
     port = http_port(S)
-    driver = os.path.join(TMP, "driver.mjs")
-    with open(driver, "w") as f:
-        f.write(DRIVER_JS)
-    r = subprocess.run(["node", driver, CLIENT,
-                        "http://127.0.0.1:%d" % port, token], capture_output=True, text=True, timeout=300 * SLOW)
-    if r.returncode == 0:
-        result = json.loads(r.stdout.strip().splitlines()[-1])
-    else:
-        result = {"error": (r.stderr or r.stdout)[-1500:]}
+    result = run_driver(DRIVER_JS, ["http://127.0.0.1:%d" % port, token], 300)
     c = Client(S.sock)
     toks = []
     c.final(c.send("generate", session="twin", text="Once upon a time", max_tokens=24, seed=3), toks)

@@ -14,13 +14,12 @@ cannot be reached. Environment: LIND_BUILD (build directory, default build)."""
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from daemon_harness import Server, case, expect, finish, Skip, TMP, SLOW, http_port  # noqa: E402
-from openai_npm import CLIENT, install  # noqa: E402
+from daemon_harness import Server, case, expect, finish, Skip, http_port  # noqa: E402
+from openai_npm import install, run_driver  # noqa: E402
 
 
 # Bounded documents: the shipped byte model (trained on the King James Bible)
@@ -308,18 +307,9 @@ result = None
 if not why:
     S = Server("structured", extra=["--http", "0", "--max-batch", "32"]).start()
     port = http_port(S)
-    driver = os.path.join(TMP, "driver.mjs")
-    with open(driver, "w") as f:
-        f.write(DRIVER_JS)
     t0 = time.time()
-    r = subprocess.run(["node", driver, CLIENT,
-                        "http://127.0.0.1:%d" % port, json.dumps(SCHEMA)], capture_output=True, text=True,
-                       timeout=600 * SLOW)
+    result = run_driver(DRIVER_JS, ["http://127.0.0.1:%d" % port, json.dumps(SCHEMA)], 600)
     print("# driver ran %.1f s" % (time.time() - t0))
-    if r.returncode == 0:
-        result = json.loads(r.stdout.strip().splitlines()[-1])
-    else:
-        result = {"error": (r.stderr or r.stdout)[-1500:]}
     S.stop()
 
 
