@@ -8,7 +8,10 @@
  *   - when parts run slowly on the workers and at once on the caller (a
  *     worker that has no core to run on), a trial finds serial jobs faster
  *     and the pool runs jobs on the caller (cpu_pool_serial_stretches
- *     counts it), every part still exactly once. */
+ *     counts it), every part still exactly once;
+ *   - that trial ends as soon as its split jobs have taken longer than its
+ *     serial window did (cpu_pool_trials_cut), so only a few parts ever run
+ *     on the slow worker, not the trial's four split windows of them. */
 /* (The wake-up case turns the judging off: on a busy machine a late worker
  * makes splitting lose, and a serial stretch would leave the parts waiting
  * for each other.) */
@@ -114,11 +117,15 @@ static void sleeping_workers_wake(void)
 
 /* A part takes 300 us on a worker and nothing on the caller. */
 static pthread_t caller;
+static atomic_int worker_parts;
 static void lopsided_part(void *arg, int part, int nparts)
 {
     job *j = arg;
     if (nparts != j->n) atomic_fetch_add(&j->bad_n, 1);
-    if (!pthread_equal(pthread_self(), caller)) usleep(300);
+    if (!pthread_equal(pthread_self(), caller)) {
+        atomic_fetch_add(&worker_parts, 1);
+        usleep(300);
+    }
     atomic_fetch_add(&j->runs[part], 1);
 }
 
@@ -142,10 +149,42 @@ static void slow_workers_fall_back(void)
     cpu_pool_free(p);
 }
 
+/* The pool starts with a trial: window 0 serial (128 jobs of nothing),
+ * then split windows whose jobs wait 300 us whenever the worker takes a
+ * part. The first such part already outlasts the serial window, so the
+ * trial ends there; without the cut the trial would run its 512 split jobs
+ * and the worker would take a part of most of them. */
+static void losing_trial_ends_early(void)
+{
+    cpu_pool *p;
+    CHECK(cpu_pool_new(2, &p) == 0, "cpu_pool_new");
+    if (!p) return;
+    caller = pthread_self();
+    atomic_store(&worker_parts, 0);
+    int k = 0;
+    for (; k < 5000 && !cpu_pool_serial_stretches(p); k++) {
+        job j;
+        memset(&j, 0, sizeof j);
+        j.n = 2;
+        cpu_pool_run(p, lopsided_part, &j, 2);
+        CHECK(atomic_load(&j.runs[0]) == 1 && atomic_load(&j.runs[1]) == 1, "job %d: parts ran %d and %d times",
+              k, atomic_load(&j.runs[0]), atomic_load(&j.runs[1]));
+    }
+    CHECK(cpu_pool_serial_stretches(p) == 1 && cpu_pool_trials_cut(p) == 1,
+          "after %d jobs: %llu serial stretches, %llu trials cut (want 1 and 1)", k,
+          cpu_pool_serial_stretches(p), cpu_pool_trials_cut(p));
+    /* a scheduler slice lost by the caller inside the serial window lets a
+     * few more worker parts in before the cut; a window's worth cannot */
+    CHECK(atomic_load(&worker_parts) <= 32, "the losing trial ran %d parts on the slow worker before it ended",
+          atomic_load(&worker_parts));
+    cpu_pool_free(p);
+}
+
 int main(void)
 {
     RUN(every_part_once);
     RUN(sleeping_workers_wake);
     RUN(slow_workers_fall_back);
+    RUN(losing_trial_ends_early);
     return check_exit();
 }

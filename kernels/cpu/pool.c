@@ -29,7 +29,14 @@
  * both alike), and sums each kind's job times. The faster kind runs the
  * next STRETCH_MIN jobs, then the next trial; a trial that confirms the last
  * decision doubles the stretch (up to STRETCH_MAX), one that overturns it
- * resets it. Outside trials nothing is timed. */
+ * resets it. Outside trials nothing is timed.
+ *
+ * A split window that has already taken longer than the serial windows
+ * take on average cannot win, so the trial ends there and then with a
+ * serial decision: on shared cores, where a worker that claimed a part can
+ * lose its core for a whole scheduler slice, the split half of a trial
+ * would otherwise cost several times what serial jobs cost, once per trial,
+ * and a short run pays for several trials. */
 #define WINDOW_JOBS   128u
 #define TRIAL_WINDOWS 8u
 #define STRETCH_MIN   4096u
@@ -97,6 +104,7 @@ struct cpu_pool {
     unsigned stretch;              /* jobs between trials */
     long long trial_ns[2];         /* the trial's job times: serial, split */
     unsigned long long serial_stretches;
+    unsigned long long trials_cut;   /* trials ended in a split window that lost (split_lost) */
     int no_judging;                /* cpu_pool_set_judging(p, 0): always split */
 };
 
@@ -179,16 +187,32 @@ void cpu_pool_free(cpu_pool *p)
 
 int cpu_pool_size(const cpu_pool *p) { return p->size; }
 
-/* The trial is over: the faster kind runs the next stretch. */
-static void decide(cpu_pool *p)
+/* The trial is over: `split` runs the next stretch. */
+static void decide(cpu_pool *p, int split)
 {
-    int split = p->trial_ns[1] < p->trial_ns[0];
     if (split == p->split) p->stretch = p->stretch < STRETCH_MAX ? p->stretch * 2 : STRETCH_MAX;
     else p->stretch = STRETCH_MIN;
     p->split = split;
     if (!split) p->serial_stretches++;
     p->trial = 0;
     p->jobs = 0;
+}
+
+/* Window w of a trial splits its jobs: S P P S S P P S. */
+static int window_splits(unsigned w) { return ((w ^ (w >> 1)) & 1) != 0; }
+
+/* In split window w: the split windows so far (this one included, however
+ * far it got) already took longer than as many serial windows do on
+ * average, so splitting cannot win this trial. */
+static int split_lost(const cpu_pool *p, unsigned w)
+{
+    long long serial = 0, split = 0;
+    for (unsigned i = 0; i <= w; i++) {
+        if (window_splits(i)) split++;
+        else if (i < w) serial++;
+    }
+    if (!serial) return 0;   /* window 0 is serial: never the case */
+    return p->trial_ns[1] * serial > p->trial_ns[0] * split;
 }
 
 /* The job's parts on the workers and the caller. */
@@ -241,18 +265,25 @@ void cpu_pool_run(cpu_pool *p, cpu_pool_fn fn, void *arg, int n)
         return;
     }
     unsigned w = p->window;
-    int split = ((w ^ (w >> 1)) & 1) != 0;   /* S P P S S P P S */
+    int split = window_splits(w);
     long long t0 = (long long)clock_mono_ns();
     if (split) run_split(p, fn, arg, n);
     else
         for (int i = 0; i < n; i++) fn(arg, i, n);
     p->trial_ns[split] += (long long)clock_mono_ns() - t0;
+    if (split && split_lost(p, w)) {
+        p->trials_cut++;
+        decide(p, 0);
+        return;
+    }
     if (++p->jobs == WINDOW_JOBS) {
         p->jobs = 0;
-        if (++p->window == TRIAL_WINDOWS) decide(p);
+        if (++p->window == TRIAL_WINDOWS) decide(p, p->trial_ns[1] < p->trial_ns[0]);
     }
 }
 
 void cpu_pool_set_judging(cpu_pool *p, int on) { p->no_judging = !on; }
 
 unsigned long long cpu_pool_serial_stretches(const cpu_pool *p) { return p->serial_stretches; }
+
+unsigned long long cpu_pool_trials_cut(const cpu_pool *p) { return p->trials_cut; }

@@ -26,6 +26,9 @@ void cpu_pool_run(cpu_pool *p, cpu_pool_fn fn, void *arg, int n);
 /* How many trials have found serial jobs faster than split ones, so that
  * the stretch after them ran on the caller alone (the caller's thread only). */
 unsigned long long cpu_pool_serial_stretches(const cpu_pool *p);
+/* How many of those trials ended early, in a split window that had already
+ * taken longer than the serial windows (see pool.c). */
+unsigned long long cpu_pool_trials_cut(const cpu_pool *p);
 /* on 0: split every job whatever it costs (tests that need the workers to
  * run parts at the same time); 1, the default: trials decide. */
 void cpu_pool_set_judging(cpu_pool *p, int on);
