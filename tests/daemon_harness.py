@@ -300,6 +300,55 @@ def case(fn):
     return fn
 
 
+def run_tool(cmd, **kw):
+    """cmd (lind's offline commands, curl...) run to completion: its
+    CompletedProcess, or a RuntimeError carrying its stderr."""
+    r = subprocess.run(cmd, capture_output=True, timeout=120 * SLOW, **kw)
+    if r.returncode != 0:
+        raise RuntimeError("%s: exit %d: %s" % (" ".join(cmd[:2]), r.returncode, r.stderr.decode(errors="replace")))
+    return r
+
+
+class Offline:
+    """A model directory with a tokenizer.json, through `lind tokenize` and
+    `lind logits` alone: what the daemon's answers are checked against."""
+
+    def __init__(self, model):
+        self.model = model
+        self.tok = "bpe:" + os.path.join(model, "tokenizer.json")
+        self.dir = tempfile.mkdtemp(dir=TMP)
+
+    def tokenize(self, text):
+        p = os.path.join(self.dir, "text")
+        with open(p, "wb") as f:
+            f.write(text)
+        return [int(x) for x in run_tool([LIND, "tokenize", "--tokenizer", self.tok, p]).stdout.split()]
+
+    def greedy(self, ids, n):
+        """n greedy tokens after ids from a fresh state."""
+        import struct
+        ids, out = list(ids), []
+        tp, lp = os.path.join(self.dir, "toks.i32"), os.path.join(self.dir, "logits.f32")
+        for _ in range(n):
+            with open(tp, "wb") as f:
+                f.write(struct.pack("<%di" % len(ids), *ids))
+            run_tool([LIND, "logits", "--model", self.model, "--backend", "cpu", "--tokens", tp, "--out", lp])
+            with open(lp, "rb") as f:
+                data = f.read()
+            V = len(data) // 4 // len(ids)
+            row = struct.unpack("<%df" % V, data[-4 * V:])
+            best = max(range(V), key=lambda i: (row[i], -i))   # the sampler's argmax keeps the lowest id on ties
+            out.append(best)
+            ids.append(best)
+        return out
+
+    def decode(self, ids):
+        p = os.path.join(self.dir, "ids.txt")
+        with open(p, "w") as f:
+            f.write(" ".join(map(str, ids)))
+        return run_tool([LIND, "tokenize", "--tokenizer", self.tok, "--decode", p]).stdout
+
+
 def expect(cond, what):
     if not cond:
         raise AssertionError(what)

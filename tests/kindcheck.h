@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "kernels/backend.h"
+#include "recurrent/file.h"
 #include "recurrent/model.h"
 #include "recurrent/safetensors.h"
 #include "state/format.h"
@@ -306,15 +307,93 @@ static inline void kc_sessions_equal_steps(model *m, const char *name, const int
     free(lg);
 }
 
-/* max |a−b| over a row, relative to the row's largest |b|. */
+/* max |a−b| over a row, relative to the row's largest |b|; a NaN anywhere
+ * in a or b makes it +inf, so no bound can pass it. */
 static inline double kc_rel_row(const float *a, const float *b, int n)
 {
     double scale = 0, e = 0;
     for (int i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (isnan(d)) return INFINITY;
         if (fabs(b[i]) > scale) scale = fabs(b[i]);
-        if (!(fabs((double)a[i] - b[i]) <= e)) e = fabs((double)a[i] - b[i]);
+        if (d > e) e = d;
     }
     return e / (scale > 1e-30 ? scale : 1e-30);
+}
+
+/* The worst kc_rel_row over T rows of V; *at gets its row. */
+static inline double kc_worst_rows(const float *a, const float *b, int T, int V, int *at)
+{
+    double w = 0;
+    *at = 0;
+    for (int t = 0; t < T; t++) {
+        double e = kc_rel_row(a + (size_t)t * V, b + (size_t)t * V, V);
+        if (e > w) { w = e; *at = t; }
+    }
+    return w;
+}
+
+/* ---- the model families' parity fixtures -------------------------------------
+ * (test_model_rwkv4, test_model_rwkv7, test_model_mamba2: a directory per
+ * fixture with T tokens and the float64 reference's logits after each.) */
+
+/* path's bytes, malloc'd (the caller frees), *len set; NULL if unreadable. */
+static inline char *kc_read(const char *path, size_t *len)
+{
+    char err[256], *b = NULL;
+    *len = 0;
+    return file_read(path, 0, &b, len, err, sizeof err) == 0 ? b : NULL;
+}
+
+/* buf as the whole of path: 0, or -1. */
+static inline int kc_write(const char *path, const void *buf, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    size_t w = fwrite(buf, 1, len, f);
+    return (fclose(f) == 0 && w == len) ? 0 : -1;
+}
+
+/* dir/tokens.i32 (T tokens, little-endian as every lind file) into tok and
+ * dir/logits.f32 (T × V floats) into *ref (malloc'd, the caller frees): 1,
+ * or a failed CHECK naming the file and its size, and 0. */
+static inline int kc_fixture_load(const char *dir, int T, int V, int32_t *tok, float **ref)
+{
+    char p[1200];
+    size_t n = 0, nl = 0;
+    snprintf(p, sizeof p, "%s/tokens.i32", dir);
+    char *t = kc_read(p, &n);
+    CHECK(t && n == sizeof(int32_t) * (size_t)T, "%s: %zu bytes, want %zu", p, n, sizeof(int32_t) * (size_t)T);
+    snprintf(p, sizeof p, "%s/logits.f32", dir);
+    char *l = kc_read(p, &nl);
+    size_t want = sizeof(float) * (size_t)T * (size_t)V;
+    CHECK(l && nl == want, "%s: %zu bytes, want %zu", p, nl, want);
+    int ok = t && l && n == sizeof(int32_t) * (size_t)T && nl == want;
+    *ref = NULL;
+    if (ok) {
+        memcpy(tok, t, n);
+        *ref = (float *)l;
+        l = NULL;
+    }
+    free(t);
+    free(l);
+    return ok;
+}
+
+/* tok[0..T) fed one model_step at a time into a fresh slot 0: T × V logits
+ * (malloc'd, the caller frees), or NULL after a failed CHECK. */
+static inline float *kc_steps(model *m, const char *name, const int32_t *tok, int T)
+{
+    int V = model_vocab(m), slot = 0, rc = model_slots_reserve(m, 1);
+    CHECK(rc == 0, "%s: model_slots_reserve: %d", name, rc);
+    float *out = malloc(sizeof(float) * (size_t)T * (size_t)V);
+    if (rc == 0) rc = model_slot_reset(m, 0);
+    for (int t = 0; t < T && rc == 0; t++) {
+        rc = model_step(m, &slot, &tok[t], 1, out + (size_t)t * V);
+        CHECK(rc == 0, "%s: model_step at position %d: %d", name, t, rc);
+    }
+    if (rc != 0) { free(out); return NULL; }
+    return out;
 }
 
 /* The model in dir loaded on the host harness (kernels/cuda/) and on the

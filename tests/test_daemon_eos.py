@@ -24,12 +24,10 @@ seen before it, at position k. So greedy generation must:
 import json
 import os
 import shutil
-import struct
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from daemon_harness import Client, Server, case, expect, finish, TMP, LIND, LINDCTL, ROOT, SLOW, http_port  # noqa: E402
+from daemon_harness import Client, Offline, Server, run_tool, case, expect, finish, TMP, LIND, LINDCTL, ROOT, SLOW, http_port  # noqa: E402
 
 SRC = os.path.join(ROOT, "tests", "fixtures", "rwkv4", "a_f32", "model")
 MODEL = os.path.join(TMP, "model")
@@ -37,51 +35,10 @@ PROMPT = b"the quick brown fox"
 N = 12
 
 
-def run(cmd, **kw):
-    r = subprocess.run(cmd, capture_output=True, timeout=120 * SLOW, **kw)
-    if r.returncode != 0:
-        raise RuntimeError("%s: exit %d: %s" % (" ".join(cmd[:2]), r.returncode, r.stderr.decode(errors="replace")))
-    return r
-
-
-def prompt_ids():
-    p = os.path.join(TMP, "prompt.txt")
-    with open(p, "wb") as f:
-        f.write(PROMPT)
-    out = run([LIND, "tokenize", "--tokenizer", "bpe:" + os.path.join(MODEL, "tokenizer.json"), p]).stdout
-    return [int(x) for x in out.split()]
-
-
-def greedy(ids, n):
-    """n greedy tokens after ids from a fresh state, by `lind logits`."""
-    ids = list(ids)
-    out = []
-    tp, lp = os.path.join(TMP, "toks.i32"), os.path.join(TMP, "logits.f32")
-    for _ in range(n):
-        with open(tp, "wb") as f:
-            f.write(struct.pack("<%di" % len(ids), *ids))
-        run([LIND, "logits", "--model", MODEL, "--backend", "cpu", "--tokens", tp, "--out", lp])
-        with open(lp, "rb") as f:
-            data = f.read()
-        V = len(data) // 4 // len(ids)
-        row = struct.unpack("<%df" % V, data[-4 * V:])
-        best = max(range(V), key=lambda i: (row[i], -i))   # the sampler's argmax keeps the lowest id on ties
-        out.append(best)
-        ids.append(best)
-    return out
-
-
-def decode(ids):
-    p = os.path.join(TMP, "ids.txt")
-    with open(p, "w") as f:
-        f.write(" ".join(map(str, ids)))
-    return run([LIND, "tokenize", "--tokenizer", "bpe:" + os.path.join(MODEL, "tokenizer.json"), "--decode",
-                p]).stdout
-
-
 shutil.copytree(SRC, MODEL)
-P = prompt_ids()
-G = greedy(P, N)
+OFF = Offline(MODEL)
+P = OFF.tokenize(PROMPT)
+G = OFF.greedy(P, N)
 K = next((k for k in range(2, N) if G[k] not in G[:k]), None)   # at least two tokens before it
 if K is None:
     print("FAIL setup: the fixture's greedy continuation repeats one token: %r" % G)
@@ -89,7 +46,7 @@ if K is None:
 EOS = G[K]
 with open(os.path.join(MODEL, "generation_config.json"), "w") as f:
     json.dump({"eos_token_id": EOS}, f)
-BEFORE = decode(G[:K])
+BEFORE = OFF.decode(G[:K])
 print("NOTE prompt %d tokens, greedy %r, end token %d at %d" % (len(P), G, EOS, K))
 
 S = Server("eos", model=MODEL, extra=["--http", "0"]).start()
@@ -121,8 +78,8 @@ def ignore_eos_request_goes_on():
     toks, done = gen(C, "b", ignore_eos=True)
     expect(done["reason"] == "length" and "stop_token" not in done and len(toks) == N, "done %r, %d tokens"
            % (done, len(toks)))
-    expect(b"".join(toks) == decode(G), "tokens %r, want the greedy %r" % (b"".join(toks), decode(G)))
-    expect(toks[K] == decode([EOS]), "token %d: %r, want the end token's text %r" % (K, toks[K], decode([EOS])))
+    expect(b"".join(toks) == OFF.decode(G), "tokens %r, want the greedy %r" % (b"".join(toks), OFF.decode(G)))
+    expect(toks[K] == OFF.decode([EOS]), "token %d: %r, want the end token's text %r" % (K, toks[K], OFF.decode([EOS])))
 
 
 @case
@@ -142,7 +99,7 @@ def bos_option_feeds_bos():
     toks, done = gen(CB, "f", ignore_eos=True)
     expect(done["session_tokens"] == 1 + len(P) + N, "--bos: session_tokens %d, want %d (BOS fed first)"
            % (done["session_tokens"], 1 + len(P) + N))
-    expect(b"".join(toks) != decode(G), "--bos gave the no-BOS continuation (the BOS was not fed?)")
+    expect(b"".join(toks) != OFF.decode(G), "--bos gave the no-BOS continuation (the BOS was not fed?)")
 
 
 @case
@@ -150,7 +107,7 @@ def http_finish_reason():
     port = http_port(S)
 
     def post(body):
-        r = run(["curl", "-s", "-S", "--max-time", str(60 * SLOW), "-H", "Content-Type: application/json",
+        r = run_tool(["curl", "-s", "-S", "--max-time", str(60 * SLOW), "-H", "Content-Type: application/json",
                  "--data-binary", "@-", "http://127.0.0.1:%d/v1/completions" % port], input=json.dumps(body).encode())
         return json.loads(r.stdout)
     body = {"prompt": PROMPT.decode(), "max_tokens": N, "temperature": 0}
@@ -170,23 +127,23 @@ def http_finish_reason():
 def offline_generate():
     base = [LIND, "generate", "--model", MODEL, "--backend", "cpu", "--prompt", PROMPT.decode(), "-n", str(N),
             "--temperature", "0"]
-    r = run(base)
+    r = run_tool(base)
     expect(r.stdout == PROMPT + BEFORE + b"\n", "lind generate: %r" % r.stdout)
     expect(b"[stop: end token %d" % EOS in r.stderr, "no stop note: %r" % r.stderr)
-    r = run(base + ["--ignore-eos"])
-    expect(r.stdout == PROMPT + decode(G) + b"\n", "lind generate --ignore-eos: %r" % r.stdout)
-    r = run(base + ["--bos", "--ignore-eos"])
-    expect(r.stdout != PROMPT + decode(G) + b"\n", "lind generate --bos: the no-BOS text")
+    r = run_tool(base + ["--ignore-eos"])
+    expect(r.stdout == PROMPT + OFF.decode(G) + b"\n", "lind generate --ignore-eos: %r" % r.stdout)
+    r = run_tool(base + ["--bos", "--ignore-eos"])
+    expect(r.stdout != PROMPT + OFF.decode(G) + b"\n", "lind generate --bos: the no-BOS text")
 
 
 @case
 def lindctl_generate():
     base = [LINDCTL, "generate", "--socket", S.sock, "-n", str(N), "-t", "0", "-v"]
-    r = run(base + ["g", PROMPT.decode()])
+    r = run_tool(base + ["g", PROMPT.decode()])
     expect(r.stdout.rstrip(b"\n") == BEFORE.rstrip(b"\n") and b"[stop:" in r.stderr,
            "lindctl: %r %r" % (r.stdout, r.stderr))
-    r = run(base + ["--ignore-eos", "h", PROMPT.decode()])
-    expect(r.stdout.rstrip(b"\n") == decode(G).rstrip(b"\n") and b"[length:" in r.stderr,
+    r = run_tool(base + ["--ignore-eos", "h", PROMPT.decode()])
+    expect(r.stdout.rstrip(b"\n") == OFF.decode(G).rstrip(b"\n") and b"[length:" in r.stderr,
            "lindctl --ignore-eos: %r %r" % (r.stdout, r.stderr))
 
 

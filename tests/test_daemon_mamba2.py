@@ -21,12 +21,10 @@ fresh state, nothing prepended: HF's convention), then through the daemon:
 import os
 import shutil
 import signal
-import struct
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from daemon_harness import Client, Server, case, expect, finish, TMP, LIND, ROOT, SLOW  # noqa: E402
+from daemon_harness import Client, Offline, Server, run_tool, case, expect, finish, TMP, LIND, ROOT  # noqa: E402
 
 SRC = os.path.join(ROOT, "tests", "fixtures", "mamba2", "b_bf16", "model")
 MODEL = os.path.join(TMP, "model")
@@ -34,52 +32,11 @@ PROMPT = b"the state space of the river"
 N, N1 = 14, 5
 
 
-def run(cmd, **kw):
-    r = subprocess.run(cmd, capture_output=True, timeout=120 * SLOW, **kw)
-    if r.returncode != 0:
-        raise RuntimeError("%s: exit %d: %s" % (" ".join(cmd[:2]), r.returncode, r.stderr.decode(errors="replace")))
-    return r
-
-
-def prompt_ids():
-    p = os.path.join(TMP, "prompt.txt")
-    with open(p, "wb") as f:
-        f.write(PROMPT)
-    out = run([LIND, "tokenize", "--tokenizer", "bpe:" + os.path.join(MODEL, "tokenizer.json"), p]).stdout
-    return [int(x) for x in out.split()]
-
-
-def greedy(ids, n):
-    """n greedy tokens after ids from a fresh state, by `lind logits`."""
-    ids = list(ids)
-    out = []
-    tp, lp = os.path.join(TMP, "toks.i32"), os.path.join(TMP, "logits.f32")
-    for _ in range(n):
-        with open(tp, "wb") as f:
-            f.write(struct.pack("<%di" % len(ids), *ids))
-        run([LIND, "logits", "--model", MODEL, "--backend", "cpu", "--tokens", tp, "--out", lp])
-        with open(lp, "rb") as f:
-            data = f.read()
-        V = len(data) // 4 // len(ids)
-        row = struct.unpack("<%df" % V, data[-4 * V:])
-        best = max(range(V), key=lambda i: (row[i], -i))   # the sampler's argmax keeps the lowest id on ties
-        out.append(best)
-        ids.append(best)
-    return out
-
-
-def decode(ids):
-    p = os.path.join(TMP, "ids.txt")
-    with open(p, "w") as f:
-        f.write(" ".join(map(str, ids)))
-    return run([LIND, "tokenize", "--tokenizer", "bpe:" + os.path.join(MODEL, "tokenizer.json"), "--decode",
-                p]).stdout
-
-
 shutil.copytree(SRC, MODEL)
-P = prompt_ids()
-G = greedy(P, N)
-WANT = decode(G)
+OFF = Offline(MODEL)
+P = OFF.tokenize(PROMPT)
+G = OFF.greedy(P, N)
+WANT = OFF.decode(G)
 print("NOTE prompt %d tokens, greedy %r" % (len(P), G))
 S = Server("mamba2", model=MODEL).start()
 
@@ -143,7 +100,7 @@ def restart_sigkill_equals_uninterrupted():
 
 @case
 def info_state_bytes():
-    out = run([LIND, "info", "--model", MODEL]).stdout.decode()
+    out = run_tool([LIND, "info", "--model", MODEL]).stdout.decode()
     # 3 layers × (S 6·8·8 + ring (48 + 2·3·8)·2 + index) × 4 bytes
     want = 3 * (6 * 8 * 8 + (48 + 48) * 2 + 1) * 4
     expect(str(want) in out and "mamba2" in out and "hf-mamba2" in out and "norm:         rms" in out and

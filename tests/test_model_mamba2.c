@@ -67,60 +67,11 @@ static fixture fx[] = {
 static const char *root;
 static char tmpdir[] = "/tmp/lind-mamba2-XXXXXX";
 
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) { free(b); b = NULL; }
-    fclose(f);
-    if (b) { b[n] = 0; *len = (size_t)n; }
-    return b;
-}
-
-static int spill(const char *path, const void *buf, size_t len)
-{
-    FILE *f = fopen(path, "wb");
-    if (!f) return -1;
-    size_t w = fwrite(buf, 1, len, f);
-    return (fclose(f) == 0 && w == len) ? 0 : -1;
-}
-
 static void load_fixture(fixture *f)
 {
     snprintf(f->dir, sizeof f->dir, "%s/%s", root, f->name);
     snprintf(f->model_dir, sizeof f->model_dir, "%s/model", f->dir);
-    char p[1200];
-    size_t n = 0, nl = 0;
-    snprintf(p, sizeof p, "%s/tokens.i32", f->dir);
-    char *t = slurp(p, &n);
-    snprintf(p, sizeof p, "%s/logits.f32", f->dir);
-    char *l = slurp(p, &nl);
-    size_t want = sizeof(float) * POS * (size_t)f->vocab;
-    CHECK(t && n == sizeof(int32_t) * POS && l && nl == want, "%s: tokens %zu bytes, logits %zu bytes (want %zu, %zu)",
-          f->name, n, nl, sizeof(int32_t) * POS, want);
-    f->ok = t && l && n == sizeof(int32_t) * POS && nl == want;
-    if (f->ok) {
-        memcpy(f->tok, t, sizeof f->tok);
-        f->ref = (float *)l;
-        l = NULL;
-    }
-    free(t);
-    free(l);
-}
-
-static double row_err(const float *a, const float *b, int V)
-{
-    double d = 0, m = 0;
-    for (int i = 0; i < V; i++) {
-        double e = fabs((double)a[i] - (double)b[i]);
-        if (e > d || isnan(e)) d = isnan(e) ? INFINITY : e;
-        if (fabs((double)b[i]) > m) m = fabs((double)b[i]);
-    }
-    return m > 0 ? d / m : d;
+    f->ok = kc_fixture_load(f->dir, POS, f->vocab, f->tok, &f->ref);
 }
 
 static model *load(const char *path, char *err, size_t errlen)
@@ -139,16 +90,6 @@ static int step_range(model *m, const fixture *f, int slot, int from, int to, fl
         CHECK(rc == 0, "%s: model_step at position %d: %d", f->name, t, rc);
     }
     return rc;
-}
-
-static float *run_steps(model *m, const fixture *f)
-{
-    int V = model_vocab(m), rc = model_slots_reserve(m, 1);
-    float *out = malloc(sizeof(float) * POS * (size_t)V);
-    if (rc == 0) rc = model_slot_reset(m, 0);
-    if (rc == 0) rc = step_range(m, f, 0, 0, POS, out);
-    if (rc != 0) { free(out); return NULL; }
-    return out;
 }
 
 static void check_config(const model *m, const fixture *f)
@@ -232,14 +173,10 @@ static void run_fixture(fixture *f)
     CHECK(m, "model_load(%s): %s", f->model_dir, err);
     if (!m) return;
     check_config(m, f);
-    float *st = model_vocab(m) == f->vocab ? run_steps(m, f) : NULL;
+    float *st = model_vocab(m) == f->vocab ? kc_steps(m, f->name, f->tok, POS) : NULL;
     if (st) {
-        double w = 0;
         int at = 0;
-        for (int t = 0; t < POS; t++) {
-            double e = row_err(st + (size_t)t * f->vocab, f->ref + (size_t)t * f->vocab, f->vocab);
-            if (e > w) { w = e; at = t; }
-        }
+        double w = kc_worst_rows(st, f->ref, POS, f->vocab, &at);
         printf("NOTE mamba2 %s: worst relative error vs the float64 reference %.3g (position %d of %d)\n", f->name, w,
                at, POS);
         CHECK(w <= TOL, "%s: relative error %.3g at position %d > %g", f->name, w, at, TOL);
@@ -273,7 +210,7 @@ static int load_edited(const fixture *f, const char *from, const char *to, char 
     snprintf(cmd, sizeof cmd, "rm -rf '%s/m' && cp -r '%s' '%s/m'", tmpdir, f->model_dir, tmpdir);
     if (system(cmd) != 0) return -999;
     size_t n = 0;
-    char *c = slurp(tmp_path("m/config.json"), &n);
+    char *c = kc_read(tmp_path("m/config.json"), &n);
     if (!c) return -998;
     char *p = from ? strstr(c, from) : NULL;
     if (from && !p) {
@@ -291,7 +228,7 @@ static int load_edited(const fixture *f, const char *from, const char *to, char 
     } else {
         strcpy(o, c);
     }
-    int rc = spill(tmp_path("m/config.json"), o, strlen(o));
+    int rc = kc_write(tmp_path("m/config.json"), o, strlen(o));
     free(c);
     free(o);
     if (rc) return -996;
@@ -397,7 +334,7 @@ static void harness_fixture(fixture *f)
     CHECK(rc == 0, "%s: stepping: %d (%s)", f->name, rc, model_last_error(h));
     double w = 0;
     for (int t = 0; t < T && rc == 0; t++) {
-        double e = row_err(lh + (size_t)t * V, lc + (size_t)t * V, V);
+        double e = kc_rel_row(lh + (size_t)t * V, lc + (size_t)t * V, V);
         if (e > w) w = e;
     }
     /* prefill on the harness: chunks of 7 (≤ 8 rows: half weights stay on
@@ -416,7 +353,7 @@ static void harness_fixture(fixture *f)
         }
         int same = rc == 0 && !memcmp(lp, lh, sizeof(float) * T * V);
         for (int t = 0; t < T && pass; t++) {
-            double e = row_err(lp + (size_t)t * V, lh + (size_t)t * V, V);
+            double e = kc_rel_row(lp + (size_t)t * V, lh + (size_t)t * V, V);
             if (e > pw) pw = e;
         }
         CHECK(rc == 0 && (same || (pass && f->dtype != LIND_DT_F32 && pw <= TOL)),

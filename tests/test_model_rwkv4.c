@@ -26,6 +26,7 @@
  * prefill bit-identical to stepping within the format, fingerprint.
  * LIND_RWKV4_FIXTURES overrides the fixture directory. */
 #include "tests/check.h"
+#include "tests/kindcheck.h"
 #include "kernels/backend.h"
 #include "recurrent/model.h"
 #include "kernels/cpu/gemm.h"
@@ -44,8 +45,6 @@
 
 #define POS 512
 #define TOL 4e-6   /* achieved ≤ 6.3e-7 on every fixture: 6× margin (was 1e-4) */
-
-#ifdef LIND_MAX_VOCAB
 
 /* What tools/rwkv4_fixtures.py wrote (its FIXTURES table). */
 typedef struct fixture {
@@ -69,92 +68,11 @@ enum { FX_A = 0, FX_B = 1, FX_C = 2 };
 
 static const char *root;
 
-/* Whole file into a malloc'd buffer (caller frees); NULL if unreadable. */
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) { free(b); b = NULL; }
-    fclose(f);
-    if (b) { b[n] = 0; *len = (size_t)n; }
-    return b;
-}
-
-static int spill(const char *path, const void *buf, size_t len)
-{
-    FILE *f = fopen(path, "wb");
-    if (!f) return -1;
-    size_t w = fwrite(buf, 1, len, f);
-    return (fclose(f) == 0 && w == len) ? 0 : -1;
-}
-
 static void load_fixture(fixture *f)
 {
     snprintf(f->dir, sizeof f->dir, "%s/%s", root, f->name);
     snprintf(f->model_dir, sizeof f->model_dir, "%s/model", f->dir);
-    char p[1200];
-    size_t n = 0, nl = 0;
-    snprintf(p, sizeof p, "%s/tokens.i32", f->dir);
-    char *t = slurp(p, &n);
-    CHECK(t && n == sizeof(int32_t) * POS, "%s: %zu bytes, want %zu", p, n, sizeof(int32_t) * POS);
-    snprintf(p, sizeof p, "%s/logits.f32", f->dir);
-    char *l = slurp(p, &nl);
-    size_t want = sizeof(float) * POS * (size_t)f->vocab;
-    CHECK(l && nl == want, "%s: %zu bytes, want %zu", p, nl, want);
-    f->ok = t && l && n == sizeof(int32_t) * POS && nl == want;
-    if (f->ok) {
-        memcpy(f->tok, t, sizeof f->tok);       /* little-endian host assumed, as everywhere in lind */
-        f->ref = (float *)l;
-        l = NULL;
-    }
-    free(t);
-    free(l);
-}
-
-/* max|a-b| / max|b| over one row of V. */
-static double row_err(const float *a, const float *b, int V)
-{
-    double d = 0, m = 0;
-    for (int i = 0; i < V; i++) {
-        double e = fabs((double)a[i] - (double)b[i]);
-        if (e > d || isnan(e)) d = isnan(e) ? INFINITY : e;
-        if (fabs((double)b[i]) > m) m = fabs((double)b[i]);
-    }
-    return m > 0 ? d / m : d;
-}
-
-/* Worst row_err over POS rows; *at gets its position. */
-static double worst_err(const float *a, const float *b, int V, int *at)
-{
-    double w = 0;
-    *at = 0;
-    for (int t = 0; t < POS; t++) {
-        double e = row_err(a + (size_t)t * V, b + (size_t)t * V, V);
-        if (e > w) { w = e; *at = t; }
-    }
-    return w;
-}
-
-/* Feed the fixture's tokens one model_step at a time into a fresh slot 0;
- * returns POS × V logits (caller frees) or NULL. */
-static float *run_steps(model *m, const fixture *f)
-{
-    int V = model_vocab(m);
-    float *out = malloc(sizeof(float) * POS * (size_t)V);
-    int slot = 0, rc = model_slots_reserve(m, 1);
-    CHECK(rc == 0, "model_slots_reserve: %d", rc);
-    rc = model_slot_reset(m, 0);
-    CHECK(rc == 0, "model_slot_reset: %d", rc);
-    for (int t = 0; t < POS && rc == 0; t++) {
-        rc = model_step(m, &slot, &f->tok[t], 1, out + (size_t)t * V);
-        CHECK(rc == 0, "%s: model_step at position %d: %d", f->name, t, rc);
-    }
-    if (rc != 0) { free(out); return NULL; }
-    return out;
+    f->ok = kc_fixture_load(f->dir, POS, f->vocab, f->tok, &f->ref);
 }
 
 static model *load(const char *dir, lind_dtype w)
@@ -192,76 +110,6 @@ static void check_config(const model *m, const fixture *f)
           "%s: eos, want [0] (%s)", f->name, c->eos_from);
 }
 
-/* Prefill in chunks of `chunk` tokens through model_forward, logits for every
- * row; compare bit for bit with the step path. */
-static void check_chunks(model *m, const fixture *f, const float *stepped, int chunk)
-{
-    int V = model_vocab(m);
-    float *lg = malloc(sizeof(float) * (size_t)chunk * V);
-    int *slots = calloc((size_t)chunk, sizeof(int)), *rows = malloc(sizeof(int) * (size_t)chunk);
-    int rc = model_slot_reset(m, 0);
-    CHECK(rc == 0, "model_slot_reset: %d", rc);
-    int bad = -1;
-    for (int t0 = 0; t0 < POS && rc == 0 && bad < 0; t0 += chunk) {
-        int n = POS - t0 < chunk ? POS - t0 : chunk;
-        for (int i = 0; i < n; i++) rows[i] = i;
-        rc = model_forward(m, slots, &f->tok[t0], n, rows, n, lg);
-        CHECK(rc == 0, "%s: model_forward chunk %d at %d: %d", f->name, chunk, t0, rc);
-        for (int i = 0; i < n && rc == 0 && bad < 0; i++)
-            if (memcmp(lg + (size_t)i * V, stepped + (size_t)(t0 + i) * V, sizeof(float) * V) != 0) bad = t0 + i;
-    }
-    CHECK(bad < 0, "%s: chunks of %d: logits at position %d differ from model_step's (rel %.3g)", f->name,
-          chunk, bad, bad < 0 ? 0.0 : row_err(lg + (size_t)(bad % chunk) * V, stepped + (size_t)bad * V, V));
-    free(lg); free(slots); free(rows);
-}
-
-/* Three sessions at different paces in each model_forward call: every call
- * carries one run per unfinished slot (run lengths cycle through a per-slot
- * pattern, the slots' order rotates), logit rows asked for in reverse. */
-static void check_sessions(model *m, const fixture *f, const float *stepped)
-{
-    enum { S = 3 };
-    static const int pace[S][4] = { {5, 1, 33, 64}, {17, 2, 100, 7}, {1, 64, 3, 250} };
-    int V = model_vocab(m), rc = model_slots_reserve(m, S);
-    CHECK(rc == 0 && model_slots_count(m) >= S, "model_slots_reserve(%d): %d, count %d", S, rc,
-          model_slots_count(m));
-    for (int s = 0; s < S && rc == 0; s++) {
-        rc = model_slot_reset(m, s);
-        CHECK(rc == 0, "model_slot_reset(%d): %d", s, rc);
-    }
-    int R_MAX = 64 + 100 + 250, pos[S] = {0, 0, 0}, round = 0, bad_slot = -1, bad_pos = -1;
-    int *slots = malloc(sizeof(int) * R_MAX), *rows = malloc(sizeof(int) * R_MAX);
-    int *rslot = malloc(sizeof(int) * R_MAX), *rpos = malloc(sizeof(int) * R_MAX);
-    int32_t *toks = malloc(sizeof(int32_t) * R_MAX);
-    float *lg = malloc(sizeof(float) * (size_t)R_MAX * V);
-    while (rc == 0 && bad_slot < 0 && (pos[0] < POS || pos[1] < POS || pos[2] < POS)) {
-        int R = 0;
-        for (int k = 0; k < S; k++) {
-            int s = (k + round) % S;
-            int n = pace[s][round % 4];
-            if (n > POS - pos[s]) n = POS - pos[s];
-            for (int i = 0; i < n; i++) {
-                slots[R] = s; toks[R] = f->tok[pos[s] + i]; rslot[R] = s; rpos[R] = pos[s] + i; R++;
-            }
-            pos[s] += n;
-        }
-        for (int i = 0; i < R; i++) rows[i] = R - 1 - i;
-        rc = model_forward(m, slots, toks, R, rows, R, lg);
-        CHECK(rc == 0, "%s: model_forward round %d (%d rows, 3 slots): %d", f->name, round, R, rc);
-        for (int i = 0; i < R && rc == 0; i++) {
-            int r = rows[i];
-            if (memcmp(lg + (size_t)i * V, stepped + (size_t)rpos[r] * V, sizeof(float) * V) != 0) {
-                bad_slot = rslot[r]; bad_pos = rpos[r];
-                break;
-            }
-        }
-        round++;
-    }
-    CHECK(bad_slot < 0, "%s: 3 sessions in one model_forward: slot %d position %d differs from model_step's",
-          f->name, bad_slot, bad_pos);
-    free(slots); free(rows); free(rslot); free(rpos); free(toks); free(lg);
-}
-
 /* One fixture through load, steps, chunked prefill and mixed sessions. */
 static void run_fixture(const fixture *f)
 {
@@ -270,16 +118,16 @@ static void run_fixture(const fixture *f)
     if (!m) return;
     check_config(m, f);
     CHECK(model_vocab(m) == f->vocab, "vocab");
-    float *st = model_vocab(m) == f->vocab ? run_steps(m, f) : NULL;
+    float *st = model_vocab(m) == f->vocab ? kc_steps(m, f->name, f->tok, POS) : NULL;
     if (st) {
         int at;
-        double e = worst_err(st, f->ref, f->vocab, &at);
+        double e = kc_worst_rows(st, f->ref, POS, f->vocab, &at);
         printf("NOTE rwkv4 %s (weights %s): worst relative error vs the float64 reference %.3g (position %d)\n",
                f->name, lind_dtype_name(model_weights_dtype(m)), e, at);
         CHECK(e <= TOL, "%s: relative error %.3g at position %d > %g", f->name, e, at, TOL);
         static const int chunks[] = {1, 7, 64, 512};
-        for (int i = 0; i < 4; i++) check_chunks(m, f, st, chunks[i]);
-        check_sessions(m, f, st);
+        for (int i = 0; i < 4; i++) kc_chunks_equal_steps(m, f->name, f->tok, POS, st, chunks[i]);
+        kc_sessions_equal_steps(m, f->name, f->tok, POS, st);
     }
     free(st);
     model_free(m);
@@ -308,14 +156,14 @@ static void rwkv4_bf16_weights_accuracy(void)
     fixture *a = &fx[FX_A], *c = &fx[FX_C];
     if (!a->ok || !c->ok) { CHECK(0, "fixtures missing"); return; }
     int at;
-    double cost = worst_err(c->ref, a->ref, a->vocab, &at);
+    double cost = kc_worst_rows(c->ref, a->ref, POS, a->vocab, &at);
     CHECK(cost > TOL, "c_bf16 and a_f32 references differ by only %.3g: not bf16-rounded?", cost);
     model *m = load(a->model_dir, LIND_DT_BF16);
     if (!m) return;
     CHECK(model_weights_dtype(m) == LIND_DT_BF16, "weights %s, want bf16", lind_dtype_name(model_weights_dtype(m)));
-    float *st = run_steps(m, a);
+    float *st = kc_steps(m, a->name, a->tok, POS);
     if (st) {
-        double e = worst_err(st, a->ref, a->vocab, &at);
+        double e = kc_worst_rows(st, a->ref, POS, a->vocab, &at);
         printf("NOTE rwkv4 a_f32 with bf16 weights: worst relative error vs the fp32 reference %.3g (position %d); "
                "bound 2 x %.3g (float64 cost of bf16-rounding all weights)\n", e, at, cost);
         CHECK(e <= 2 * cost, "bf16 weights: relative error %.3g at position %d > %.3g", e, at, 2 * cost);
@@ -334,10 +182,10 @@ static void rwkv4_c_bf16_as_f32(void)
     model *m = load(c->model_dir, LIND_DT_F32);
     if (!m) return;
     CHECK(model_weights_dtype(m) == LIND_DT_F32, "weights %s, want f32", lind_dtype_name(model_weights_dtype(m)));
-    float *st = run_steps(m, c);
+    float *st = kc_steps(m, c->name, c->tok, POS);
     if (st) {
         int at;
-        double e = worst_err(st, c->ref, c->vocab, &at);
+        double e = kc_worst_rows(st, c->ref, POS, c->vocab, &at);
         printf("NOTE rwkv4 c_bf16 widened to f32: worst relative error %.3g (position %d)\n", e, at);
         CHECK(e <= TOL, "relative error %.3g at position %d > %g", e, at, TOL);
     }
@@ -375,18 +223,18 @@ static void dot_fixture(const fixture *f)
               "%s: compute %s weights %s, want bf16 bf16", f->name, lind_compute_name(model_compute(m)),
               lind_dtype_name(model_weights_dtype(m)));
         CHECK(model_fingerprint(m) != model_fingerprint(w), "%s: bf16 compute has fp32 compute's fingerprint", f->name);
-        float *st = run_steps(m, f), *sw = run_steps(w, f);
+        float *st = kc_steps(m, f->name, f->tok, POS), *sw = kc_steps(w, f->name, f->tok, POS);
         if (st && sw) {
             int at, at2;
-            double e = worst_err(st, f->ref, f->vocab, &at), e2 = worst_err(sw, f->ref, f->vocab, &at2);
+            double e = kc_worst_rows(st, f->ref, POS, f->vocab, &at), e2 = kc_worst_rows(sw, f->ref, POS, f->vocab, &at2);
             printf("NOTE rwkv4 %s, bf16 compute: worst relative error vs the float64 reference %.3g (position %d); "
                    "bf16 weights with fp32 math: %.3g\n", f->name, e, at, e2);
             CHECK(e <= DOT_TOL, "%s: bf16 compute: relative error %.3g at position %d > %g", f->name, e, at, DOT_TOL);
             CHECK(memcmp(st, sw, sizeof(float) * POS * (size_t)f->vocab) != 0,
                   "%s: bf16 compute gives fp32 compute's logits bit for bit: not in effect?", f->name);
             static const int chunks[] = {1, 7, 64, 512};
-            for (int i = 0; i < 4; i++) check_chunks(m, f, st, chunks[i]);
-            check_sessions(m, f, st);
+            for (int i = 0; i < 4; i++) kc_chunks_equal_steps(m, f->name, f->tok, POS, st, chunks[i]);
+            kc_sessions_equal_steps(m, f->name, f->tok, POS, st);
         }
         free(st);
         free(sw);
@@ -411,19 +259,19 @@ static void quant_fixture(const fixture *f, lind_dtype dt)
         CHECK(model_weights_dtype(m) == dt, "%s: weights %s", f->name, lind_dtype_name(model_weights_dtype(m)));
         CHECK(model_fingerprint(m) != model_fingerprint(w), "%s: %s has f32's fingerprint", f->name,
               lind_dtype_name(dt));
-        float *st = run_steps(m, f);
+        float *st = kc_steps(m, f->name, f->tok, POS);
         if (st) {
             int at;
-            double e = worst_err(st, f->ref, f->vocab, &at), mean = 0;
+            double e = kc_worst_rows(st, f->ref, POS, f->vocab, &at), mean = 0;
             for (int t = 0; t < POS; t++)
-                mean += row_err(st + (size_t)t * f->vocab, f->ref + (size_t)t * f->vocab, f->vocab) / POS;
+                mean += kc_rel_row(st + (size_t)t * f->vocab, f->ref + (size_t)t * f->vocab, f->vocab) / POS;
             printf("NOTE rwkv4 %s, %s weights: worst relative error vs the float64 reference %.3g (position %d), "
                    "mean over positions %.3g\n", f->name, lind_dtype_name(dt), e, at, mean);
             double tol = dt == LIND_DT_Q8 ? Q8_TOL : Q4_TOL;
             CHECK(e <= tol, "%s: %s: relative error %.3g at position %d > %g", f->name, lind_dtype_name(dt), e, at, tol);
             static const int chunks[] = {1, 7, 64, 512};
-            for (int i = 0; i < 4; i++) check_chunks(m, f, st, chunks[i]);
-            check_sessions(m, f, st);
+            for (int i = 0; i < 4; i++) kc_chunks_equal_steps(m, f->name, f->tok, POS, st, chunks[i]);
+            kc_sessions_equal_steps(m, f->name, f->tok, POS, st);
         }
         free(st);
     }
@@ -526,8 +374,8 @@ static int copy_model(const char *src)
         snprintf(a, sizeof a, "%s/%s", src, e->d_name);
         snprintf(b, sizeof b, "%s/%s", tmpdir, e->d_name);
         size_t n;
-        char *buf = slurp(a, &n);
-        rc = buf ? spill(b, buf, n) : -1;
+        char *buf = kc_read(a, &n);
+        rc = buf ? kc_write(b, buf, n) : -1;
         free(buf);
     }
     closedir(d);
@@ -583,14 +431,14 @@ static void rwkv4_rejects_index_pointing_at_wrong_shard(void)
     static const char key[] = "\"rwkv.blocks.1.attention.key.weight\"";
     if (copy_model(fx[FX_B].model_dir) != 0) { CHECK(0, "copy %s", fx[FX_B].model_dir); remove_tmp(); return; }
     size_t n;
-    char *idx = slurp(tmp_path("model.safetensors.index.json"), &n);
+    char *idx = kc_read(tmp_path("model.safetensors.index.json"), &n);
     char *k = idx ? strstr(idx, key) : NULL;
     char *f = k ? strstr(k + sizeof key - 1, "model-0000") : NULL;
     CHECK(f, "index.json has no entry for %s", key);
     if (f) {
         char *digit = f + strlen("model-0000");
         *digit = (char)('1' + (*digit - '1' + 1) % 3);      /* the next shard */
-        CHECK(spill(tmp_path("model.safetensors.index.json"), idx, n) == 0, "rewrite index");
+        CHECK(kc_write(tmp_path("model.safetensors.index.json"), idx, n) == 0, "rewrite index");
         expect_failure("index names the wrong shard", "rwkv.blocks.1.attention.key.weight", NULL);
     }
     free(idx);
@@ -603,7 +451,7 @@ static void rwkv4_rejects_wrong_shape(void)
     static const char key[] = "\"rwkv.blocks.0.feed_forward.key.weight\":{\"dtype\":\"F32\",\"shape\":[256,64]";
     if (copy_model(fx[FX_A].model_dir) != 0) { CHECK(0, "copy %s", fx[FX_A].model_dir); remove_tmp(); return; }
     size_t n;
-    char *st = slurp(tmp_path("model.safetensors"), &n);
+    char *st = kc_read(tmp_path("model.safetensors"), &n);
     uint64_t hl = 0;
     if (st && n > 8) memcpy(&hl, st, 8);
     char *k = NULL;
@@ -616,7 +464,7 @@ static void rwkv4_rejects_wrong_shape(void)
     CHECK(k, "model.safetensors header has no %s", key);
     if (k) {
         memcpy(k + sizeof key - 1 - strlen("[256,64]"), "[64,256]", 8);
-        CHECK(spill(tmp_path("model.safetensors"), st, n) == 0, "rewrite safetensors");
+        CHECK(kc_write(tmp_path("model.safetensors"), st, n) == 0, "rewrite safetensors");
         expect_failure("wrong shape", "rwkv.blocks.0.feed_forward.key.weight", NULL);
     }
     free(st);
@@ -627,7 +475,7 @@ static void rwkv4_rejects_config_without_hidden_size(void)
 {
     if (copy_model(fx[FX_A].model_dir) != 0) { CHECK(0, "copy %s", fx[FX_A].model_dir); remove_tmp(); return; }
     size_t n;
-    char *cfg = slurp(tmp_path("config.json"), &n);
+    char *cfg = kc_read(tmp_path("config.json"), &n);
     char *k = cfg ? strstr(cfg, "\"hidden_size\"") : NULL;
     CHECK(k, "config.json has no hidden_size line");
     if (k) {
@@ -635,7 +483,7 @@ static void rwkv4_rejects_config_without_hidden_size(void)
         while (b > cfg && b[-1] != '\n') b--;
         if (e) memmove(b, e + 1, strlen(e + 1) + 1);
         CHECK(strstr(cfg, "\"hidden_size\"") == NULL, "config.json still has hidden_size after the edit");
-        CHECK(spill(tmp_path("config.json"), cfg, strlen(cfg)) == 0, "rewrite config.json");
+        CHECK(kc_write(tmp_path("config.json"), cfg, strlen(cfg)) == 0, "rewrite config.json");
         expect_failure("config without hidden_size", "hidden_size", NULL);
     }
     free(cfg);
@@ -653,7 +501,7 @@ static model *load_conv(int bos, char *err, size_t errlen)
 
 static int write_text(const char *name, const char *text)
 {
-    return spill(tmp_path(name), text, strlen(text));
+    return kc_write(tmp_path(name), text, strlen(text));
 }
 
 /* BOS and EOS follow the files, in their order of precedence, and the
@@ -697,7 +545,7 @@ static void rwkv4_conventions(void)
      * that puts a special token first says BOS, with its id. */
     unlink(tmp_path("tokenizer_config.json"));
     size_t n;
-    char *tj = slurp(tmp_path("tokenizer.json"), &n);
+    char *tj = kc_read(tmp_path("tokenizer.json"), &n);
     char *pp = tj ? strstr(tj, "\"post_processor\"") : NULL;
     char *end = pp ? strchr(pp, '}') : NULL;
     CHECK(end, "tokenizer.json has a post_processor object");
@@ -711,7 +559,7 @@ static void rwkv4_conventions(void)
         memcpy(out, tj, pre);
         memcpy(out + pre, tpl, sizeof tpl - 1);
         memcpy(out + pre + sizeof tpl - 1, end + 1, post);
-        CHECK(spill(tmp_path("tokenizer.json"), out, pre + sizeof tpl - 1 + post) == 0, "write");
+        CHECK(kc_write(tmp_path("tokenizer.json"), out, pre + sizeof tpl - 1 + post) == 0, "write");
         free(out);
         m = load_conv(0, err, sizeof err);
         CHECK(m && model_bos(m) == 7 && strstr(model_config(m)->bos_from, "post_processor"),
@@ -733,16 +581,9 @@ static void rwkv4_conventions(void)
     remove_tmp();
 }
 
-#endif /* LIND_MAX_VOCAB */
 
 int main(void)
 {
-#ifndef LIND_MAX_VOCAB
-    /* recurrent/model.h predates the Hugging Face loader (model_load_opts,
-     * model_vocab, lind_config.format): nothing to test on this tree. */
-    printf("SKIP rwkv4: recurrent/model.h has no Hugging Face RWKV-4 loader API yet\n");
-    return 0;
-#else
     root = getenv("LIND_RWKV4_FIXTURES") ? getenv("LIND_RWKV4_FIXTURES") : "tests/fixtures/rwkv4";
     check_begin("rwkv4_fixtures_present");
     for (int i = 0; i < NFX; i++) load_fixture(&fx[i]);
@@ -770,5 +611,4 @@ int main(void)
     RUN(rwkv4_rejects_config_without_hidden_size);
     for (int i = 0; i < NFX; i++) free(fx[i].ref);
     return check_exit();
-#endif
 }

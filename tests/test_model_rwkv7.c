@@ -60,61 +60,12 @@ static fixture fx[] = {
 static const char *root;
 static char tmpdir[] = "/tmp/lind-rwkv7-XXXXXX";
 
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) { free(b); b = NULL; }
-    fclose(f);
-    if (b) { b[n] = 0; *len = (size_t)n; }
-    return b;
-}
-
-static int spill(const char *path, const void *buf, size_t len)
-{
-    FILE *f = fopen(path, "wb");
-    if (!f) return -1;
-    size_t w = fwrite(buf, 1, len, f);
-    return (fclose(f) == 0 && w == len) ? 0 : -1;
-}
-
 static void load_fixture(fixture *f)
 {
     snprintf(f->dir, sizeof f->dir, "%s/%s", root, f->name);
     snprintf(f->model_dir, sizeof f->model_dir, "%s/model", f->dir);
     snprintf(f->pth, sizeof f->pth, "%s/RWKV-x070-%s.pth", f->model_dir, f->name);
-    char p[1200];
-    size_t n = 0, nl = 0;
-    snprintf(p, sizeof p, "%s/tokens.i32", f->dir);
-    char *t = slurp(p, &n);
-    snprintf(p, sizeof p, "%s/logits.f32", f->dir);
-    char *l = slurp(p, &nl);
-    size_t want = sizeof(float) * POS * (size_t)f->vocab;
-    CHECK(t && n == sizeof(int32_t) * POS && l && nl == want, "%s: tokens %zu bytes, logits %zu bytes (want %zu, %zu)",
-          f->name, n, nl, sizeof(int32_t) * POS, want);
-    f->ok = t && l && n == sizeof(int32_t) * POS && nl == want;
-    if (f->ok) {
-        memcpy(f->tok, t, sizeof f->tok);
-        f->ref = (float *)l;
-        l = NULL;
-    }
-    free(t);
-    free(l);
-}
-
-static double row_err(const float *a, const float *b, int V)
-{
-    double d = 0, m = 0;
-    for (int i = 0; i < V; i++) {
-        double e = fabs((double)a[i] - (double)b[i]);
-        if (e > d || isnan(e)) d = isnan(e) ? INFINITY : e;
-        if (fabs((double)b[i]) > m) m = fabs((double)b[i]);
-    }
-    return m > 0 ? d / m : d;
+    f->ok = kc_fixture_load(f->dir, POS, f->vocab, f->tok, &f->ref);
 }
 
 static model *load(const char *path, char *err, size_t errlen)
@@ -122,19 +73,6 @@ static model *load(const char *path, char *err, size_t errlen)
     model *m = NULL;
     int rc = model_load(path, "cpu", &m, err, errlen);
     return rc == 0 ? m : NULL;
-}
-
-static float *run_steps(model *m, const fixture *f)
-{
-    int V = model_vocab(m), slot = 0, rc = model_slots_reserve(m, 1);
-    float *out = malloc(sizeof(float) * POS * (size_t)V);
-    if (rc == 0) rc = model_slot_reset(m, 0);
-    for (int t = 0; t < POS && rc == 0; t++) {
-        rc = model_step(m, &slot, &f->tok[t], 1, out + (size_t)t * V);
-        CHECK(rc == 0, "%s: model_step at position %d: %d", f->name, t, rc);
-    }
-    if (rc != 0) { free(out); return NULL; }
-    return out;
 }
 
 static void check_config(const model *m, const fixture *f)
@@ -167,14 +105,10 @@ static void run_fixture(fixture *f)
     CHECK(m, "model_load(%s): %s", f->model_dir, err);
     if (!m) return;
     check_config(m, f);
-    float *st = model_vocab(m) == f->vocab ? run_steps(m, f) : NULL;
+    float *st = model_vocab(m) == f->vocab ? kc_steps(m, f->name, f->tok, POS) : NULL;
     if (st) {
-        double w = 0;
         int at = 0;
-        for (int t = 0; t < POS; t++) {
-            double e = row_err(st + (size_t)t * f->vocab, f->ref + (size_t)t * f->vocab, f->vocab);
-            if (e > w) { w = e; at = t; }
-        }
+        double w = kc_worst_rows(st, f->ref, POS, f->vocab, &at);
         printf("NOTE rwkv7 %s: worst relative error vs the float64 reference %.3g (position %d of %d)\n", f->name, w,
                at, POS);
         CHECK(w <= TOL, "%s: relative error %.3g at position %d > %g", f->name, w, at, TOL);
@@ -187,7 +121,7 @@ static void run_fixture(fixture *f)
     model *m2 = load(f->pth, err, sizeof err);
     CHECK(m2, "model_load(%s): %s", f->pth, err);
     if (m2 && st) {
-        float *st2 = run_steps(m2, f);
+        float *st2 = kc_steps(m2, f->name, f->tok, POS);
         CHECK(st2 && !memcmp(st, st2, sizeof(float) * POS * (size_t)f->vocab), "%s: the .pth path gives other logits",
               f->name);
         free(st2);
@@ -213,11 +147,11 @@ static const char *tmp_path(const char *name)
 static int open_patched(void (*patch)(char *buf, size_t *len), char *err, size_t errlen)
 {
     size_t n = 0;
-    char *b = slurp(fx[0].pth, &n);
+    char *b = kc_read(fx[0].pth, &n);
     if (!b) return -999;
     patch(b, &n);
     const char *p = tmp_path("RWKV-x070-bad.pth");
-    int rc = spill(p, b, n);
+    int rc = kc_write(p, b, n);
     free(b);
     if (rc) return -998;
     st_file f;
