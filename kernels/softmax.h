@@ -6,13 +6,10 @@
 
 #include "kernels/mixer_math.h"
 
-/* p[i] = e^{(l[i] − max l)·inv_temp}, unnormalized (the largest is 1);
- * returns Σ p[i] in double. p may equal l. */
-LIND_HD static inline double lind_softmax(const float *l, int n, float inv_temp, float *p)
+/* The largest of l[0..n), n ≥ 1, over 16 interleaved lanes so that it
+ * vectorizes (max is exact: the lanes change nothing but the speed). */
+LIND_HD static inline float lind_maxf(const float *l, int n)
 {
-    /* max over 16 interleaved lanes and the exponentials in their own loop,
-     * so both vectorize; the sum stays one in-order double pass, so the
-     * result is the same whatever the vector width */
     float lane[16];
     int i = 0;
     for (int j = 0; j < 16; j++) lane[j] = l[0];
@@ -21,9 +18,20 @@ LIND_HD static inline double lind_softmax(const float *l, int n, float inv_temp,
     float mx = lane[0];
     for (int j = 1; j < 16; j++) mx = lane[j] > mx ? lane[j] : mx;
     for (; i < n; i++) mx = l[i] > mx ? l[i] : mx;
-    for (i = 0; i < n; i++) p[i] = lind_expf((l[i] - mx) * inv_temp);
+    return mx;
+}
+
+/* p[i] = e^{(l[i] − max l)·inv_temp}, unnormalized (the largest is 1);
+ * returns Σ p[i] in double. p may equal l. */
+LIND_HD static inline double lind_softmax(const float *l, int n, float inv_temp, float *p)
+{
+    /* the max and the exponentials in loops of their own, so both
+     * vectorize; the sum stays one in-order double pass, so the result is
+     * the same whatever the vector width */
+    float mx = lind_maxf(l, n);
+    for (int i = 0; i < n; i++) p[i] = lind_expf((l[i] - mx) * inv_temp);
     double total = 0.0;
-    for (i = 0; i < n; i++) total += p[i];
+    for (int i = 0; i < n; i++) total += p[i];
     return total;
 }
 
@@ -31,8 +39,7 @@ LIND_HD static inline double lind_softmax(const float *l, int n, float inv_temp,
  * `lind score` sums (−ln p / ln 2 bits per byte). */
 LIND_HD static inline double lind_logprob(const float *l, int n, int y)
 {
-    float mx = l[0];
-    for (int i = 1; i < n; i++) mx = l[i] > mx ? l[i] : mx;
+    float mx = lind_maxf(l, n);
     double z = 0.0;
     for (int i = 0; i < n; i++) z += exp((double)l[i] - (double)mx);
     return (double)l[y] - (double)mx - log(z);

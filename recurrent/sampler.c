@@ -127,19 +127,11 @@ static void apply_penalty(const sampler *s, float *l, int vocab)
     }
 }
 
-/* The first index of the largest value (v1's strict-greater scan), with the
- * max found over 16 lanes so it vectorizes. */
+/* The first index of the largest value (v1's strict-greater scan). */
 static int32_t argmax(const float *l, int n)
 {
-    float lane[16];
-    int i = 0;
-    for (int j = 0; j < 16; j++) lane[j] = l[0];
-    for (; i + 16 <= n; i += 16)
-        for (int j = 0; j < 16; j++) lane[j] = l[i + j] > lane[j] ? l[i + j] : lane[j];
-    float mx = lane[0];
-    for (int j = 1; j < 16; j++) mx = lane[j] > mx ? lane[j] : mx;
-    for (; i < n; i++) mx = l[i] > mx ? l[i] : mx;
-    for (i = 0; i < n; i++)
+    float mx = lind_maxf(l, n);
+    for (int i = 0; i < n; i++)
         if (l[i] == mx) return i;
     return 0;
 }
@@ -358,20 +350,14 @@ static uint32_t candidates_by_band(const float *p, int n, int k, double want, ui
 #define SUM_BLOCK 1024
 static double softmax_blocks(const float *l, int n, float inv_temp, float *p, double *bsum)
 {
-    float lane[16];
-    int i = 0;
-    for (int j = 0; j < 16; j++) lane[j] = l[0];
-    for (; i + 16 <= n; i += 16)
-        for (int j = 0; j < 16; j++) lane[j] = l[i + j] > lane[j] ? l[i + j] : lane[j];
-    float mx = lane[0];
-    for (int j = 1; j < 16; j++) mx = lane[j] > mx ? lane[j] : mx;
-    for (; i < n; i++) mx = l[i] > mx ? l[i] : mx;
-    for (i = 0; i < n; i++) p[i] = lind_expf((l[i] - mx) * inv_temp);
+    float mx = lind_maxf(l, n);
+    for (int i = 0; i < n; i++) p[i] = lind_expf((l[i] - mx) * inv_temp);
     double total = 0.0;
     for (int b = 0; b * SUM_BLOCK < n; b++) {
         int lo = b * SUM_BLOCK, hi = lo + SUM_BLOCK < n ? lo + SUM_BLOCK : n;
         double acc[8] = {0};
-        for (i = lo; i + 8 <= hi; i += 8)
+        int i = lo;
+        for (; i + 8 <= hi; i += 8)
             for (int j = 0; j < 8; j++) acc[j] += p[i + j];
         for (; i < hi; i++) acc[0] += p[i];
         bsum[b] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
