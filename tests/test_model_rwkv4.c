@@ -24,6 +24,8 @@
  * (prefill bit-identical to stepping within the mode), fingerprint,
  * refusals. And quantized weights (--dtype q8 / q4): accuracy bound,
  * prefill bit-identical to stepping within the format, fingerprint.
+ * And the state: fp32 sums for the fixtures, fp64 for a layer with a slow
+ * channel, and a session saved with fp64 sums by an older lind resumes.
  * LIND_RWKV4_FIXTURES overrides the fixture directory. */
 #include "tests/check.h"
 #include "kernels/backend.h"
@@ -715,6 +717,51 @@ static void rwkv4_state_precision(void)
     remove_tmp();
 }
 
+/* A session of a_f32 saved by lind 96bccdf, whose AFT sums were fp64
+ * (tests/fixtures/rwkv4_fp64_state): it decodes into today's fp32 layout,
+ * the resumed session's logits for tokens 256..511 match the float64
+ * reference within TOL as a fresh run's do, and its next save is in the new
+ * layout and reads back unchanged. */
+static void rwkv4_fp64_state_resumes(void)
+{
+    fixture *a = &fx[FX_A];
+    if (!a->ok) { CHECK(0, "fixture missing"); return; }
+    char p[1200], err[512] = "";
+    snprintf(p, sizeof p, "%s/../rwkv4_fp64_state/a_f32.state", root);
+    size_t len = 0;
+    uint8_t *blob = (uint8_t *)slurp(p, &len);
+    CHECK(blob && len == 5748, "%s: %zu bytes, want 5748", p, len);
+    model *m = blob ? load(a->model_dir, LIND_DT_AUTO) : NULL;
+    if (!m) { free(blob); return; }
+    size_t n = model_state_bytes(m);
+    uint8_t *raw = malloc(n), *back = malloc(n), *b2 = NULL;
+    state_meta meta;
+    int rc = state_decode(m, blob, len, &meta, raw, err, sizeof err);
+    CHECK(rc == 0 && meta.tokens == 256 && n == 2560, "decode the fp64 state (%zu state bytes): %d %s", n, rc, err);
+    if (rc == 0) {
+        int V = model_vocab(m), slot = 0;
+        float *lg = malloc(sizeof(float) * (size_t)V);
+        double worst = 0;
+        rc = model_slots_reserve(m, 1) == 0 && model_slot_write(m, 0, raw) == 0 ? 0 : -1;
+        for (int t = 256; t < POS && rc == 0 && lg; t++) {
+            rc = model_step(m, &slot, &a->tok[t], 1, lg);
+            double e = row_err(lg, a->ref + (size_t)t * V, V);
+            if (!(e <= worst)) worst = e;
+        }
+        printf("NOTE rwkv4 a_f32 resumed from an fp64-sums state at 256: worst relative error vs the float64 "
+               "reference %.3g over positions 256..511\n", worst);
+        CHECK(rc == 0 && worst <= TOL, "resumed session: %d, relative error %.3g > %g", rc, worst, TOL);
+        free(lg);
+        size_t l2 = 0;
+        rc = state_encode(m, &meta, raw, &b2, &l2, err, sizeof err);
+        CHECK(rc == 0 && l2 == len - (4096 - 2560) && state_decode(m, b2, l2, &meta, back, err, sizeof err) == 0 &&
+                  !memcmp(raw, back, n),
+              "re-encoded in the fp32 layout: %d, %zu bytes: %s", rc, l2, err);
+    }
+    free(raw); free(back); free(b2); free(blob);
+    model_free(m);
+}
+
 /* Load tmpdir with model_opts.bos = bos: model_bos() and the eos list. */
 static model *load_conv(int bos, char *err, size_t errlen)
 {
@@ -838,6 +885,7 @@ int main(void)
     }
     RUN(rwkv4_conventions);
     RUN(rwkv4_state_precision);
+    RUN(rwkv4_fp64_state_resumes);
     RUN(rwkv4_rejects_missing_shard);
     RUN(rwkv4_rejects_index_pointing_at_wrong_shard);
     RUN(rwkv4_rejects_wrong_shape);
