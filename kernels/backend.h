@@ -123,13 +123,15 @@ typedef int backend_linear_step_fn(backend *be, const backend_buf *in, const bac
 /* AFT (RWKV-4 form) step for every b < B and channel c < d:
  *   in  = [B × 3·d]: r at column 0, k at d, v at 2·d
  *   state in slot slots[b] at byte offset state_off: num, den, max, each
- *   double[d], consecutive
+ *   double[d] (f32 = 0) or float[d] (f32 = 1, a decaying state: the
+ *   mixer decides at load), consecutive
  *   w (decay, = exp(time_decay) ≥ 0) and u (bonus): d floats each, or
  *   NULL for 0 (AFT-simple)
  *   out[b, c] = σ(r) · wkv, out is [B × d]
- * per element exactly as lind_aft_channel() in kernels/mixer_math.h. */
+ * per element exactly as lind_aft_channel() in kernels/mixer_math.h
+ * (lind_aft_channel_f32() for a float state). */
 typedef int backend_aft_step_fn(backend *be, const backend_buf *in, const backend_buf *w, const backend_buf *u,
-                                backend_buf *out, size_t state_off, int d);
+                                backend_buf *out, size_t state_off, int d, int f32);
 
 /* Causal depthwise convolution of kernel K ≥ 2 over the last K inputs
  * (Mamba's and Gated DeltaNet's short convolution), for each row r in run

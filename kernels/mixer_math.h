@@ -5,7 +5,9 @@
  * explicitly handed), so the two backends agree on what a step computes and
  * the tests' reference (tests/test_core_parallel.c) can check the formulas
  * once. Accumulators are fp64 (see docs/NUMERICS.md): inputs and outputs of
- * a step are fp32, the sums that grow with stream length are double.
+ * a step are fp32, the sums that grow with stream length are double (the
+ * sums of a decaying state are computed in double and may be stored as
+ * float: lind_aft_channel_f32, RWKV-7, Mamba-2).
  *
  * Parallel decomposition this is written for:
  *   - linear mixer: one CUDA block per (session, head); thread j owns column
@@ -282,6 +284,27 @@ LIND_HD static inline float lind_aft_channel(double *num, double *den, double *m
      * Branch-free, so the loop still vectorizes. */
     double bad = (*num - *num) + (*den - *den) + (*mx - *mx);
     return (float)(wkv + bad);
+}
+
+/* lind_aft_channel() on a float state, for a decaying channel
+ * (docs/NUMERICS.md, "Decaying states kept in fp32"): computed in double,
+ * each element rounded once per step. The max is rounded first and the sums
+ * multiplied by e^{max − fl(max)}, so the three floats still stand for the
+ * same a and b: the max's rounding (relative to |max|, which can be tens)
+ * costs nothing, and only num and den carry one float rounding each. The
+ * factor is taken as 1 + δ: |δ| ≤ 2^-24·|max|, so δ²/2 is far below a
+ * float's precision. A non-finite max gives δ = NaN, so the state stays
+ * visibly bad (the output is NaN already). */
+LIND_HD static inline float lind_aft_channel_f32(float *num, float *den, float *mx, float k, float v, float w, float u)
+{
+    double a = *num, b = *den, p = *mx;
+    float o = lind_aft_channel(&a, &b, &p, k, v, w, u);
+    float p32 = (float)p;
+    double s = 1.0 + (p - (double)p32);
+    *num = (float)(a * s);
+    *den = (float)(b * s);
+    *mx = p32;
+    return o;
 }
 
 /* ---- short causal convolution (Mamba / Gated DeltaNet) -----------------

@@ -39,8 +39,9 @@ static int cmix_tensors(const lind_config *c, const void *params, kind_tensor *t
     return 5;
 }
 
-static int cmix_regions(const lind_config *c, const void *params, kind_region *r)
+static int cmix_regions(const lind_config *c, const void *params, const void *priv, kind_region *r)
 {
+    (void)priv;   /* the layout follows from the configuration alone */
     (void)params;
     r[0] = (kind_region){"shift", LIND_EL_F32, (size_t)c->d_model};
     return 1;

@@ -33,8 +33,9 @@ static int gelu_tensors(const lind_config *c, const void *params, kind_tensor *t
     return 4;
 }
 
-static int gelu_regions(const lind_config *c, const void *params, kind_region *r)
+static int gelu_regions(const lind_config *c, const void *params, const void *priv, kind_region *r)
 {
+    (void)priv;   /* the layout follows from the configuration alone */
     (void)c; (void)params; (void)r;
     return 0;
 }

@@ -16,8 +16,9 @@ static int none_tensors(const lind_config *c, const void *params, kind_tensor *t
     return 0;
 }
 
-static int none_regions(const lind_config *c, const void *params, kind_region *r)
+static int none_regions(const lind_config *c, const void *params, const void *priv, kind_region *r)
 {
+    (void)priv;   /* the layout follows from the configuration alone */
     (void)c, (void)params, (void)r;
     return 0;
 }

@@ -36,8 +36,9 @@ static int cmix7_tensors(const lind_config *c, const void *params, kind_tensor *
     return 3;
 }
 
-static int cmix7_regions(const lind_config *c, const void *params, kind_region *r)
+static int cmix7_regions(const lind_config *c, const void *params, const void *priv, kind_region *r)
 {
+    (void)priv;   /* the layout follows from the configuration alone */
     (void)params;
     r[0] = (kind_region){"shift", LIND_EL_F32, (size_t)c->d_model};
     return 1;

@@ -135,8 +135,10 @@ typedef struct layer_kind {
     /* Tensors expected (exactly these; anything else under the part's prefix
      * is refused). Returns the count (≤ KIND_MAX_TENSORS). */
     int (*tensors)(const lind_config *c, const void *params, kind_tensor *out);
-    /* Per-session state regions. Returns the count (≤ KIND_MAX_REGIONS). */
-    int (*regions)(const lind_config *c, const void *params, kind_region *out);
+    /* Per-session state regions. Returns the count (≤ KIND_MAX_REGIONS).
+     * Called after load(), with its *priv: a layout may follow from the
+     * weights (the AFT state's precision, decided from the decay). */
+    int (*regions)(const lind_config *c, const void *params, const void *priv, kind_region *out);
     /* Floats per row each of layer_io's scratch buffers must hold. */
     size_t (*scratch_floats)(const lind_config *c, const void *params);
     /* Upload weights: t[i] for tensors()[i]. Validates values (naming the

@@ -6,8 +6,10 @@
  *   y = Wo·(σ(r) ⊙ wkv)
  * with w = exp(time_decay), u = time_first for aft_variant "decay", and
  * w = u = 0 for "simple". Keys: aft_variant (required), aft_dim, token_shift.
- * State per session: num, den, max (A doubles each), and with token shift
- * h_{t−1} (d floats). */
+ * State per session: num, den, max (A each), and with token shift h_{t−1}
+ * (d floats). num, den and max are floats when every channel decays fast
+ * enough (decided at load from time_decay, AFT_F32_MEMORY below), doubles
+ * otherwise and always for "simple" (docs/NUMERICS.md). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -28,7 +30,16 @@ typedef struct aft {
     mixer_proj3 rkv;
     backend_buf *wo, *w, *u;   /* wo [d × A]; w, u [A], NULL for AFT-simple */
     int d, A, shift;
+    int f32;                   /* num, den, max kept as floats */
 } aft;
+
+/* The longest memory, 1/(1 − e^{−w}) tokens, for which a channel's sums are
+ * kept in fp32. Each step rounds num and den once (≤ 2^-24 relative) and the
+ * decay forgets a rounding at the rate e^{−w}, so the error carried is at
+ * most memory·2^-24 even if every rounding went the same way: 2^-10 here,
+ * and about √memory·2^-24 = 2^-17 when the signs alternate. time_decay ≥
+ * ln(−ln(1 − 2^-14)) ≈ −9.70 on every channel of the layer. */
+#define AFT_F32_MEMORY 16384.0
 
 static int aft_configure(const kind_scope *s, const lind_config *c, void *params, char *err, size_t errlen)
 {
@@ -61,13 +72,15 @@ static int aft_tensors(const lind_config *c, const void *params, kind_tensor *t)
     return n;
 }
 
-static int aft_regions(const lind_config *c, const void *params, kind_region *r)
+static int aft_regions(const lind_config *c, const void *params, const void *priv, kind_region *r)
 {
     const aft_params *p = params;
+    const aft *X = priv;
     size_t A = (size_t)p->A;
-    r[0] = (kind_region){"num", LIND_EL_F64, A};
-    r[1] = (kind_region){"den", LIND_EL_F64, A};
-    r[2] = (kind_region){"max", LIND_EL_F64, A};
+    int el = X && X->f32 ? LIND_EL_F32 : LIND_EL_F64;
+    r[0] = (kind_region){"num", el, A};
+    r[1] = (kind_region){"den", el, A};
+    r[2] = (kind_region){"max", el, A};
     if (!p->shift) return 3;
     r[3] = (kind_region){"shift", LIND_EL_F32, (size_t)c->d_model};
     return 4;
@@ -105,6 +118,7 @@ static int aft_load(const lind_config *c, const void *params, kind_ctx *ctx, con
     if (p->decay) {
         w = malloc((size_t)A * sizeof *w);
         if (!w) { free(X); return -ENOMEM; }
+        X->f32 = 1;
         for (int i = 0; i < A; i++) {
             w[i] = expf(t[T_TD].f32[i]);
             if (!isfinite(w[i]) || !isfinite(t[T_TF].f32[i])) {
@@ -114,6 +128,8 @@ static int aft_load(const lind_config *c, const void *params, kind_ctx *ctx, con
                 free(X);
                 return -EINVAL;
             }
+            /* memory 1/(1 − e^{−w}); w = 0 (or below double's reach) is unbounded */
+            if (!(-expm1(-(double)w[i]) * AFT_F32_MEMORY >= 1.0)) X->f32 = 0;
         }
     }
     const kind_weight *W[3] = {&t[T_WR], &t[T_WK], &t[T_WV]};
@@ -141,7 +157,7 @@ static int aft_step(void *priv, const layer_io *io)
     backend_buf *rkv = io->scratch[0], *o = io->scratch[2];
     int rc;
     if ((rc = mixer_proj3_run(&X->rkv, io, X->shift ? io->region_off[3] : 0, rkv)) < 0) return rc;
-    if ((rc = be->ops->aft_step(be, rkv, X->w, X->u, o, io->region_off[0], X->A)) < 0) return rc;
+    if ((rc = be->ops->aft_step(be, rkv, X->w, X->u, o, io->region_off[0], X->A, X->f32)) < 0) return rc;
     /* x[R × d] += o[R × A] · Wo[d × A]ᵀ */
     return be->ops->matmul(be, bmview(io->x, 0, X->d), bview(o, 0, X->A), X->wo, NULL, io->R, X->d, X->A,
                            BACKEND_MM_ACCUMULATE);

@@ -98,8 +98,9 @@ static int aftw_tensors(const lind_config *c, const void *params, kind_tensor *t
     return T_KBIAS + 1;
 }
 
-static int aftw_regions(const lind_config *c, const void *params, kind_region *r)
+static int aftw_regions(const lind_config *c, const void *params, const void *priv, kind_region *r)
 {
+    (void)priv;   /* the layout follows from the configuration alone */
     const aftw_params *p = params;
     size_t d = (size_t)c->d_model;
     r[R_ACC] = (kind_region){"acc", LIND_EL_F64, 3 * d};

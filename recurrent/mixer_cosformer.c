@@ -82,8 +82,9 @@ static int cos_tensors(const lind_config *c, const void *params, kind_tensor *t)
     return T_WO + 1;
 }
 
-static int cos_regions(const lind_config *c, const void *params, kind_region *r)
+static int cos_regions(const lind_config *c, const void *params, const void *priv, kind_region *r)
 {
+    (void)priv;   /* the layout follows from the configuration alone */
     (void)c;
     const cos_params *p = params;
     size_t P = p->periodic ? 3 : 2, hd = (size_t)p->H * p->dh;

@@ -77,8 +77,9 @@ static int delta_tensors(const lind_config *c, const void *params, kind_tensor *
     return T_NORM + 1;
 }
 
-static int delta_regions(const lind_config *c, const void *params, kind_region *r)
+static int delta_regions(const lind_config *c, const void *params, const void *priv, kind_region *r)
 {
+    (void)priv;   /* the layout follows from the configuration alone */
     (void)c;
     const delta_params *p = params;
     size_t H = (size_t)p->H, dh = (size_t)p->dh;

@@ -62,8 +62,9 @@ static int lin_tensors(const lind_config *c, const void *params, kind_tensor *t)
     return n;
 }
 
-static int lin_regions(const lind_config *c, const void *params, kind_region *r)
+static int lin_regions(const lind_config *c, const void *params, const void *priv, kind_region *r)
 {
+    (void)priv;   /* the layout follows from the configuration alone */
     const lin_params *p = params;
     size_t H = (size_t)p->H, dh = (size_t)p->dh;
     r[0] = (kind_region){"S", LIND_EL_F64, H * dh * dh};

@@ -79,8 +79,9 @@ static int linf_tensors(const lind_config *c, const void *params, kind_tensor *t
     return T_PV + 1;
 }
 
-static int linf_regions(const lind_config *c, const void *params, kind_region *r)
+static int linf_regions(const lind_config *c, const void *params, const void *priv, kind_region *r)
 {
+    (void)priv;   /* the layout follows from the configuration alone */
     (void)c;
     const linf_params *p = params;
     r[R_KV] = (kind_region){"KV", LIND_EL_F64, 2 * (size_t)p->H * p->kp * p->dh};   /* K̄ then V̄ */

@@ -106,8 +106,9 @@ static int mamba2_tensors(const lind_config *c, const void *params, kind_tensor 
     return T_OUT_B + 1;
 }
 
-static int mamba2_regions(const lind_config *c, const void *params, kind_region *r)
+static int mamba2_regions(const lind_config *c, const void *params, const void *priv, kind_region *r)
 {
+    (void)priv;   /* the layout follows from the configuration alone */
     (void)c;
     const mamba2_params *p = params;
     int I, CD, PT;

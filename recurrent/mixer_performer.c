@@ -87,8 +87,9 @@ static int perf_tensors(const lind_config *c, const void *params, kind_tensor *t
     return T_OMEGA + 1;
 }
 
-static int perf_regions(const lind_config *c, const void *params, kind_region *r)
+static int perf_regions(const lind_config *c, const void *params, const void *priv, kind_region *r)
 {
+    (void)priv;   /* the layout follows from the configuration alone */
     (void)c;
     const perf_params *p = params;
     size_t H = (size_t)p->H, m = (size_t)p->m;

@@ -70,8 +70,9 @@ static int ret_tensors(const lind_config *c, const void *params, kind_tensor *t)
     return T_GNB + 1;
 }
 
-static int ret_regions(const lind_config *c, const void *params, kind_region *r)
+static int ret_regions(const lind_config *c, const void *params, const void *priv, kind_region *r)
 {
+    (void)priv;   /* the layout follows from the configuration alone */
     (void)c;
     const ret_params *p = params;
     r[0] = (kind_region){"S", LIND_EL_F64, (size_t)p->H * p->dh * p->dh};

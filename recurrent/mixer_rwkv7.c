@@ -114,8 +114,9 @@ static int rwkv7_tensors(const lind_config *c, const void *params, kind_tensor *
     return T_COUNT;
 }
 
-static int rwkv7_regions(const lind_config *c, const void *params, kind_region *r)
+static int rwkv7_regions(const lind_config *c, const void *params, const void *priv, kind_region *r)
 {
+    (void)priv;   /* the layout follows from the configuration alone */
     const rwkv7_params *p = params;
     r[R_SHIFT] = (kind_region){"shift", LIND_EL_F32, (size_t)c->d_model};
     r[R_S] = (kind_region){"S", LIND_EL_F32, (size_t)p->H * (size_t)p->N * (size_t)p->N};

@@ -94,8 +94,9 @@ static int window_tensors(const lind_config *c, const void *params, kind_tensor 
 }
 
 /* ring, [global,] pos: the position is always the last region. */
-static int window_regions(const lind_config *c, const void *params, kind_region *r)
+static int window_regions(const lind_config *c, const void *params, const void *priv, kind_region *r)
 {
+    (void)priv;   /* the layout follows from the configuration alone */
     (void)c;
     const window_params *p = params;
     size_t hd = (size_t)p->H * (size_t)p->dh, n = 0;

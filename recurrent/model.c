@@ -296,8 +296,8 @@ static int layout_state(model *m)
     int total = 0;
     kind_region r[KIND_MAX_REGIONS];
     for (int i = 0; i < c->n_layers; i++)
-        total += m->L[i].mixer.kind->regions(c, m->L[i].mixer.params, r) +
-                 m->L[i].ffn.kind->regions(c, m->L[i].ffn.params, r);
+        total += m->L[i].mixer.kind->regions(c, m->L[i].mixer.params, m->L[i].mixer.priv, r) +
+                 m->L[i].ffn.kind->regions(c, m->L[i].ffn.params, m->L[i].ffn.priv, r);
     m->regions = calloc((size_t)total + 1, sizeof *m->regions);
     if (!m->regions) return -ENOMEM;
     size_t off = 0;
@@ -306,7 +306,7 @@ static int layout_state(model *m)
         for (int i = 0; i < c->n_layers; i++)
             for (int f = 0; f < 2; f++) {
                 part *P = f ? &m->L[i].ffn : &m->L[i].mixer;
-                int nr = P->kind->regions(c, P->params, r);
+                int nr = P->kind->regions(c, P->params, P->priv, r);
                 for (int k = 0; k < nr; k++) {
                     int eb = (r[k].type == LIND_EL_F64 || r[k].type == LIND_EL_I64) ? 8 : 4;
                     if (eb != pass) continue;

@@ -307,6 +307,64 @@ int state_encode(const model *m, const state_meta *meta, const void *raw,
     return 0;
 }
 
+/* The blob's region table entry e (layout L) as a model_state_region. */
+static model_state_region blob_region(const uint8_t *e, const layout *L)
+{
+    model_state_region g;
+    memset(&g, 0, sizeof g);
+    g.layer = (int32_t)le_get32(e);
+    g.elem_bytes = (int)le_get32(e + 4);
+    memcpy(g.name, e + 8, 16);
+    g.name[sizeof g.name - 1] = 0;
+    g.offset = (size_t)le_get64(e + 24);
+    g.count = (size_t)le_get64(e + 32);
+    /* v1 regions were all float: their type follows from the size */
+    g.type = L->typed ? (int)le_get32(e + 40) : g.elem_bytes == 8 ? LIND_EL_F64 : LIND_EL_F32;
+    return g;
+}
+
+/* A state whose layout differs from the model's only in regions it holds
+ * as fp64 where the model keeps fp32 — an AFT state saved before lind kept
+ * decaying sums in fp32 (docs/NUMERICS.md) — is converted into dst (the
+ * model's layout): each such element rounded once, as a step would have
+ * stored it, every other region copied. Regions are matched by layer and
+ * name, each once. 0 when converted, -1 when the layouts differ otherwise
+ * or not at all (the caller then checks them region by region). */
+static int convert_regions(const uint8_t *table, const layout *L, int n, const uint8_t *src, uint64_t src_bytes,
+                           const model_state_region *r, uint8_t *dst)
+{
+    uint8_t *done = calloc((size_t)n + 1, 1);
+    if (!done) return -1;
+    int rc = 0, narrowed = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        model_state_region g = blob_region(table + (size_t)i * L->region_bytes, L);
+        int j = 0;
+        while (j < n && (r[j].layer != g.layer || strncmp(r[j].name, g.name, sizeof g.name) != 0)) j++;
+        int narrow = g.type == LIND_EL_F64 && r[j < n ? j : 0].type == LIND_EL_F32;
+        if (j == n || done[j] || g.count != r[j].count || (g.type != r[j].type && !narrow) ||
+            g.elem_bytes != (g.type == LIND_EL_F64 || g.type == LIND_EL_I64 ? 8 : 4) ||
+            (L->typed && le_get32(table + (size_t)i * L->region_bytes + 44) != 0) || g.offset > src_bytes ||
+            g.count > (src_bytes - g.offset) / (uint64_t)g.elem_bytes) {
+            rc = -1;
+            break;
+        }
+        done[j] = 1;
+        narrowed += narrow;
+        if (!narrow) {
+            memcpy(dst + r[j].offset, src + g.offset, g.count * (size_t)g.elem_bytes);
+            continue;
+        }
+        for (size_t k = 0; k < g.count; k++) {
+            double v;
+            memcpy(&v, src + g.offset + 8 * k, 8);
+            float f = (float)v;
+            memcpy(dst + r[j].offset + 4 * k, &f, 4);
+        }
+    }
+    free(done);
+    return rc == 0 && narrowed ? 0 : -1;
+}
+
 int state_decode(const model *m, const uint8_t *blob, size_t len,
                  state_meta *meta, void *raw, char *err, size_t errlen)
 {
@@ -373,14 +431,22 @@ int state_decode(const model *m, const uint8_t *blob, size_t len,
     int rc = model_regions(m, &r, &mnr, why, sizeof why);
     if (rc < 0)
         return errmsg_set(rc, err, errlen, "state_decode: %s", why);
-    if (raw_bytes != model_state_bytes(m) || nr != (uint64_t)mnr) {
+    size_t sb = model_state_bytes(m);
+    uint8_t *conv = calloc(1, sb ? sb : 1);
+    if (!conv) {
         free(r);
+        return errmsg_set(-ENOMEM, err, errlen, "state_decode: out of memory");
+    }
+    int converted = nr == (uint64_t)mnr && convert_regions(blob + table, L, mnr, blob + hdr, raw_bytes, r, conv) == 0;
+    if (!converted && (raw_bytes != sb || nr != (uint64_t)mnr)) {
+        free(r);
+        free(conv);
         return errmsg_set(STATE_E_MODEL, err, errlen,
                     "state layout differs from the model's: %llu bytes in %llu regions,"
                     " the model has %zu bytes in %d", (unsigned long long)raw_bytes,
                     (unsigned long long)nr, model_state_bytes(m), mnr);
     }
-    for (int i = 0; i < mnr; i++) {
+    for (int i = 0; i < mnr && !converted; i++) {
         const uint8_t *e = blob + table + (size_t)i * L->region_bytes;
         /* v1 regions were all float: their type follows from the size */
         int type = L->typed ? (int)le_get32(e + 40) : le_get32(e + 4) == 8 ? LIND_EL_F64 : LIND_EL_F32;
@@ -398,6 +464,7 @@ int state_decode(const model *m, const uint8_t *blob, size_t len,
                       r[i].count * (size_t)r[i].elem_bytes, r[i].offset,
                       L->typed ? "" : " (a version-1 state: its regions are all float)");
             free(r);
+            free(conv);
             return rc;
         }
     }
@@ -406,6 +473,7 @@ int state_decode(const model *m, const uint8_t *blob, size_t len,
     state_meta *mt = calloc(1, sizeof *mt);
     if (!mt) {
         free(r);
+        free(conv);
         return errmsg_set(-ENOMEM, err, errlen, "state_decode: out of memory");
     }
     mt->tokens = le_get64(blob + 40);
@@ -429,13 +497,14 @@ int state_decode(const model *m, const uint8_t *blob, size_t len,
     rc = check_meta(mt, vocab_of(m), "state's", err, errlen);
     if (rc == 0) {
         memcpy(mt->tail, blob + L->fixed, mt->tail_len);
-        rc = check_finite(r, mnr, blob + hdr, "state refused", err, errlen);
+        rc = check_finite(r, mnr, converted ? conv : blob + hdr, "state refused", err, errlen);
     }
     free(r);
     if (rc == 0) {
-        memcpy(raw, blob + hdr, (size_t)raw_bytes);
+        memcpy(raw, converted ? conv : blob + hdr, sb);
         *meta = *mt;
     }
+    free(conv);
     free(mt);
     return rc;
 }

@@ -474,13 +474,15 @@ static void case_linear(void)
         }
 }
 
-/* AFT, simple and with decay/bonus; k spans ±60 so the running-max scaling
- * is exercised (e^60 overflows fp32). */
+/* AFT, simple and with decay/bonus, the latter with a double and a float
+ * state; k spans ±60 so the running-max scaling is exercised (e^60
+ * overflows fp32). */
 static void case_aft(void)
 {
     int d = 300, tokens[CMP_B] = { 0 };
     size_t off = 64, nd = (size_t)3 * d, slot_bytes = off + nd * 8;
-    for (int decay = 0; decay < 2; decay++) {
+    for (int variant = 0; variant < 3; variant++) {
+        int decay = variant > 0, f32 = variant == 2;
         if (fresh_pair() < 0) return;
         both_reserve(CMP_NSLOTS, slot_bytes);
         float *w = fvec(d), *u = fvec(d), *in = fvec((size_t)CMP_B * 3 * d);
@@ -498,14 +500,16 @@ static void case_aft(void)
                   P.r->ops->buf_upload(P.r, tin.r, 0, in, tin.n) == 0, "upload");
             both_begin(cmp_slots, tokens, CMP_B);
             char what[64];
-            snprintf(what, sizeof what, "aft decay=%d step %d", decay, step);
-            CHECK(P.a->ops->aft_step(P.a, tin.a, decay ? tw.a : NULL, decay ? tu.a : NULL, tout.a, off, d) == 0 &&
-                  P.r->ops->aft_step(P.r, tin.r, decay ? tw.r : NULL, decay ? tu.r : NULL, tout.r, off, d) == 0,
+            snprintf(what, sizeof what, "aft decay=%d f32=%d step %d", decay, f32, step);
+            CHECK(P.a->ops->aft_step(P.a, tin.a, decay ? tw.a : NULL, decay ? tu.a : NULL, tout.a, off, d, f32) == 0 &&
+                  P.r->ops->aft_step(P.r, tin.r, decay ? tw.r : NULL, decay ? tu.r : NULL, tout.r, off, d, f32) == 0,
                   "%s", what);
             same_f(&tout, 0, tout.n, what);
             if (check_failed_) break;
         }
-        for (int s = 0; s < CMP_NSLOTS; s++) same_slot(s, slot_bytes, off, nd, 0, 0, P.tol_s, "aft num,den,max");
+        for (int s = 0; s < CMP_NSLOTS; s++)
+            same_slot(s, slot_bytes, off, f32 ? 0 : nd, off, f32 ? nd : 0, P.tol_s,
+                      f32 ? "aft num,den,max (float)" : "aft num,den,max");
         twin_free(&tw); twin_free(&tu); twin_free(&tin); twin_free(&tout);
         free(w); free(u); free(in);
     }
@@ -559,7 +563,7 @@ static int run_ops(backend *be, run_bufs *b, const int *slots, int R, int r0, co
     if (!rc) rc = o->buf_upload(be, b->aft_in, 0, aft_in + (size_t)r0 * 3 * RUN_D, (size_t)R * 3 * RUN_D);
     if (!rc) rc = o->buf_upload(be, b->h, 0, h + (size_t)r0 * RUN_D, (size_t)R * RUN_D);
     if (!rc) rc = o->linear_step(be, b->lin_in, b->gamma, b->lin_out, 0, RUN_H, RUN_DH, 1e-6f);
-    if (!rc) rc = o->aft_step(be, b->aft_in, b->w, b->u, b->aft_out, run_aft_off, RUN_D);
+    if (!rc) rc = o->aft_step(be, b->aft_in, b->w, b->u, b->aft_out, run_aft_off, RUN_D, 0);
     if (!rc) rc = o->shift_mix(be, b->h, b->mu, b->sh_out, run_sh_off, RUN_D, 2);
     if (!rc) rc = o->buf_download(be, b->lin_out, 0, lin_out + (size_t)r0 * RUN_HD, (size_t)R * RUN_HD);
     if (!rc) rc = o->buf_download(be, b->aft_out, 0, aft_out + (size_t)r0 * RUN_D, (size_t)R * RUN_D);
@@ -969,7 +973,7 @@ static void case_block(void)
                                              B, d, d, 0);
                     if (!rc) rc = op->matmul(be, bmview(S(qkv), 2 * d, 3 * d), bview(S(hm), 2 * d, 3 * d), S(Wv2),
                                              NULL, B, d, d, 0);
-                    if (!rc) rc = op->aft_step(be, S(qkv), S(aw), S(au), S(o), aft_off, d);
+                    if (!rc) rc = op->aft_step(be, S(qkv), S(aw), S(au), S(o), aft_off, d, 0);
                     /* x[B × d] += o[B × d] · Wo[d × d]ᵀ */
                     if (!rc) rc = op->matmul(be, bmview(S(x), 0, d), bview(S(o), 0, d), S(Wo2), NULL, B, d, d, 1);
                 }

@@ -57,13 +57,33 @@ static void aft_channel_flags_bad_state(void)
     CHECK(isnan(o) || !isfinite(o), "a +inf value: output %g", o);
 }
 
-/* The byte offset of the first element of the first AFT region `name`. */
-static size_t aft_region(model *m, const char *name)
+/* The same on a float state (lind_aft_channel_f32): a +inf key gives NaN
+ * output and a state that stays non-finite, so the save-time check sees it. */
+static void aft_channel_f32_flags_bad_state(void)
+{
+    float num = 0, den = 0, mx = 0;
+    for (int i = 0; i < 20; i++) (void)lind_aft_channel_f32(&num, &den, &mx, 80.0f - i, 2.0f, 0.3f, 0.1f);
+    float o = lind_aft_channel_f32(&num, &den, &mx, 88.0f, -3.0f, 0.3f, 0.1f);
+    CHECK(isfinite(o) && isfinite(num) && isfinite(den) && isfinite(mx), "a key of 88 gave output %g, max %g", o,
+          mx);
+    o = lind_aft_channel_f32(&num, &den, &mx, INFINITY, 1.0f, 0.3f, 0.1f);
+    CHECK(isnan(o), "one +inf key: output %g", o);
+    CHECK(!(isfinite(num) && isfinite(den) && isfinite(mx)), "a +inf key left a finite float state");
+    o = lind_aft_channel_f32(&num, &den, &mx, 0.5f, 1.0f, 0.3f, 0.1f);
+    CHECK(isnan(o), "an ordinary key after a +inf one: output %g", o);
+}
+
+/* The byte offset of the first element of the first AFT region `name`,
+ * and its element size (the sums are floats where the layer decays). */
+static size_t aft_region(model *m, const char *name, int *elem)
 {
     model_state_region rg[256];
     int n = model_state_regions(m, rg, 256);
     for (int i = 0; i < n && i < 256; i++)
-        if (!strcmp(rg[i].name, name) && rg[i].type == LIND_EL_F64) return rg[i].offset;
+        if (!strcmp(rg[i].name, name) && (rg[i].type == LIND_EL_F64 || rg[i].type == LIND_EL_F32)) {
+            *elem = rg[i].elem_bytes;
+            return rg[i].offset;
+        }
     return (size_t)-1;
 }
 
@@ -75,7 +95,8 @@ static void bad_run_on(const char *backend, const char *region, double value)
     int rc = model_load(MODEL, backend, &m, err, sizeof err);
     CHECK(rc == 0, "%s: load: %s", backend, err);
     if (rc) return;
-    size_t sb = model_state_bytes(m), off = aft_region(m, region);
+    int elem = 0;
+    size_t sb = model_state_bytes(m), off = aft_region(m, region, &elem);
     CHECK(off != (size_t)-1, "no AFT region %s in %s", region, MODEL);
     int V = model_vocab(m);
     CHECK(model_slots_reserve(m, 4) == 0, "reserve");
@@ -88,7 +109,9 @@ static void bad_run_on(const char *backend, const char *region, double value)
     unsigned char *st = malloc(sb), *ref0 = malloc(sb), *got0 = malloc(sb), *ref2 = malloc(sb), *got2 = malloc(sb);
     CHECK(model_slot_read(m, 1, st) == 0, "read slot 1");
     double v = value;
-    memcpy(st + off, &v, sizeof v);   /* channel 0 of the first AFT layer */
+    float vf = (float)value;
+    if (elem == 8) memcpy(st + off, &v, sizeof v);   /* channel 0 of the first AFT layer */
+    else memcpy(st + off, &vf, sizeof vf);
     /* references: slots 0 and 2 stepped without the bad one beside them */
     unsigned char *s0 = malloc(sb), *s2 = malloc(sb);
     model_slot_read(m, 0, s0);
@@ -184,6 +207,7 @@ int main(void)
         return 1;
     }
     RUN(aft_channel_flags_bad_state);
+    RUN(aft_channel_f32_flags_bad_state);
     RUN(cpu_inf_max);
     RUN(cpu_nan_num);
     RUN(harness_inf_max);

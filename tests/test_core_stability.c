@@ -15,8 +15,8 @@
  * sanitizers (LIND_SANITIZED=1: 100× fewer steps), while fp64 absorbs every
  * term.
  *
- * RWKV-7 and Mamba-2 keep their decaying matrix states in fp32: their ops'
- * stored states are compared with long double over 10^7 tokens (10^8 under
+ * RWKV-7 and Mamba-2 keep their decaying matrix states in fp32, and so does
+ * RWKV-4's AFT when it decays (rwkv4_fp32_state): their ops' stored states are compared with long double over 10^7 tokens (10^8 under
  * make test-long) and must stay within 1e-5, while the same ops with the
  * decay switched off must fail (docs/NUMERICS.md, "Decaying states kept in
  * fp32"). */
@@ -136,7 +136,7 @@ static void aft_simple_1e7(void)
         float v = 1.0f + urand() + (float)((double)t / (double)N);
         float x[3] = {r, k, v};
         o->buf_upload(be, in, 0, x, 3);
-        o->aft_step(be, in, NULL, NULL, out, 0, 1);
+        o->aft_step(be, in, NULL, NULL, out, 0, 1, 0);
         /* reference output includes the current token (u = 0, w = 0) */
         a += expl((long double)k) * v;
         b += expl((long double)k);
@@ -345,11 +345,113 @@ static void mamba2_fp32_state(void)
           undecayed);
 }
 
+/* RWKV-4's AFT state (num, den, max per channel) is kept in float when
+ * every channel decays (recurrent/mixer_aft.c): the op computes in double
+ * and rounds each element once, the max with its rounding folded into the
+ * sums (lind_aft_channel_f32). One channel through the backend's aft_step
+ * (float state) for `steps` tokens with decay w and bonus u = 0.5, against
+ * the sums a = Σ e^{−(t−i)w + k_i} v_i and b = Σ e^{−(t−i)w + k_i} in long
+ * double; the first token an anchor (k = 20: e^20 ≈ 2^29), the others' k in
+ * ±0.3 and v drifting. The error at a point is the worst relative error of
+ * the state's meaning (num·e^max against a, den·e^max against b) and of the
+ * output. While the anchor outweighs a new term by more than 2^24 the
+ * float sums drop the new terms, an error of up to memory·2^-24 that the
+ * decay then forgets: r->peak is the worst error over the anchor's life
+ * (t·w < 25, every half memory), r->worst the worst over the ten
+ * checkpoints after it (t = steps/10, 2·steps/10, ...), r->first the first
+ * of those; r->plain the same state with the three values merely rounded
+ * (no folding of the max's rounding), for comparison. */
+typedef struct rwkv4_err {
+    double peak, worst, first, plain;
+} rwkv4_err;
+
+static rwkv4_err rwkv4_run(long steps, float w)
+{
+    backend *be = NULL;
+    char err[256];
+    rwkv4_err R = {-1, -1, -1, -1};
+    if (backend_cpu_new(NULL, &be, err, sizeof err) != 0) { CHECK(0, "backend: %s", err); return R; }
+    const backend_ops *o = be->ops;
+    backend_buf *in = NULL, *out = NULL, *bw = NULL, *bu = NULL;
+    int slot = 0, tok = 0;
+    const float u = 0.5f, r = 2.0f;
+    CHECK(o->slots_reserve(be, 1, 3 * sizeof(float)) == 0 && o->buf_new(be, 3, &in) == 0 &&
+          o->buf_new(be, 1, &out) == 0 && o->buf_new(be, 1, &bw) == 0 && o->buf_new(be, 1, &bu) == 0 &&
+          o->begin_step(be, &slot, &tok, 1) == 0 && o->slot_zero(be, 0) == 0, "setup");
+    o->buf_upload(be, bw, 0, &w, 1);
+    o->buf_upload(be, bu, 0, &u, 1);
+    long double a = 0, b = 0;
+    const long double decay = expl(-(long double)w);
+    const long life = w > 0 ? (long)(25.0 / w) : 0, half = w > 0 ? (long)(0.5 / w) + 1 : steps;
+    float pn = 0, pd = 0, pm = 0;   /* the merely rounded state */
+    for (long t = 0; t < steps; t++) {
+        float k = t == 0 ? 20.0f : -0.3f + 0.6f * urand();
+        float v = 1.0f + urand() + (float)((double)t / (double)steps);
+        float x[3] = {r, k, v};
+        o->buf_upload(be, in, 0, x, 3);
+        CHECK(o->aft_step(be, in, bw, bu, out, 0, 1, 1) == 0, "aft_step");
+        long double eu = expl((long double)u + k);
+        long double want = (a + eu * v) / (b + eu) / (1 + expl(-(long double)r));
+        a = decay * a + expl((long double)k) * v;
+        b = decay * b + expl((long double)k);
+        double pa = pn, pb = pd, pp = pm;
+        float po = lind_sigmoid(r) * lind_aft_channel(&pa, &pb, &pp, k, v, w, u);
+        pn = (float)pa, pd = (float)pb, pm = (float)pp;
+        int at_check = (t + 1) % (steps / 10) == 0 && t >= life, in_life = t < life && (t + 1) % half == 0;
+        if (at_check || in_life) {
+            float st[3], got;
+            o->slot_read(be, 0, st);
+            o->buf_download(be, out, 0, &got, 1);
+            long double sc = expl((long double)st[2]), psc = expl((long double)pm);
+            double e = fmax(fmax((double)fabsl((st[0] * sc - a) / a), (double)fabsl((st[1] * sc - b) / b)),
+                            (double)fabsl((got - want) / want));
+            double ep = fmax(fmax((double)fabsl((pn * psc - a) / a), (double)fabsl((pd * psc - b) / b)),
+                             (double)fabsl((po - want) / want));
+            if (in_life) {
+                checkpoint(e, &R.peak, NULL);
+            } else {
+                checkpoint(e, &R.worst, &R.first);
+                checkpoint(ep, &R.plain, NULL);
+            }
+        }
+    }
+    o->buf_free(be, in);
+    o->buf_free(be, out);
+    o->buf_free(be, bw);
+    o->buf_free(be, bu);
+    backend_free(be);
+    return R;
+}
+
+static void rwkv4_fp32_state(void)
+{
+    const long n = long_run(), nc = scale_down(1000000L);
+    /* w = 3e-4 (time_decay −8.11): a memory of 1/(1 − e^{−w}) ≈ 3,300
+     * tokens, within the 16,384 for which recurrent/mixer_aft.c keeps a
+     * layer's state in float */
+    const float w = 3e-4f;
+    const double memory = 1.0 / -expm1(-(double)w);
+    rwkv4_err e = rwkv4_run(n, w);
+    /* w = 0 (AFT-simple, always kept in double): nothing forgets the
+     * roundings, and a float state frozen by the anchor must fail */
+    rwkv4_err u = rwkv4_run(nc, 0.0f);
+    printf("NOTE rwkv4 fp32 state, w 3e-4, %ld steps: max rel err %.2e (%.2e at the first checkpoint; merely "
+           "rounded %.2e); while the anchor lasts %.2e (bound memory·2^-24 = %.2e); no decay, %ld steps: %.2e\n",
+           n, e.worst, e.first, e.plain, e.peak, memory * 0x1p-24, nc, u.worst);
+    CHECK(e.worst >= 0 && e.worst < 1e-5, "fp32 state relative error %.3g ≥ 1e-5 after %ld steps", e.worst, n);
+    /* a and b each within the bound; the output a/b within twice it */
+    CHECK(e.peak >= 0 && e.peak <= 2 * memory * 0x1p-24, "fp32 state error %.3g while the anchor lasts, above "
+          "2·memory·2^-24 = %.3g", e.peak, 2 * memory * 0x1p-24);
+    CHECK(u.worst >= 1e-5, "the undecayed float state did not fail (error %.3g): the inputs do not stress it",
+          u.worst);
+}
+
 int main(void)
 {
     RUN(linear_1e8);
     RUN(aft_simple_1e7);
     RUN(rwkv7_fp32_state);
     RUN(mamba2_fp32_state);
+    RUN(rwkv4_fp32_state);
     return check_exit();
 }

@@ -70,7 +70,7 @@ static void refusals(void)
     CHECK(strstr(grid_backend_error(be), "exceeds") != NULL, "message: %s", grid_backend_error(be));
     CHECK(o->linear_step(be, small, NULL, out, 0, 4, 8, 1e-6f) == -EINVAL, "short input accepted");
     CHECK(o->linear_step(be, in, small, out, 0, 4, 8, 1e-6f) == 0, "gamma of 10 ≥ 4 heads refused");
-    CHECK(o->aft_step(be, in, NULL, NULL, small, 0, 32) == -EINVAL, "short output accepted");
+    CHECK(o->aft_step(be, in, NULL, NULL, small, 0, 32, 0) == -EINVAL, "short output accepted");
     /* out[2 × 32] = in[2 × 32] · W[32 × 32]ᵀ, then views and flags it must refuse */
     backend_mview y = bmview(out, 0, 32);
     backend_view x = bview(in, 0, 32);

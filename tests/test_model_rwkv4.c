@@ -24,6 +24,8 @@
  * (prefill bit-identical to stepping within the mode), fingerprint,
  * refusals. And quantized weights (--dtype q8 / q4): accuracy bound,
  * prefill bit-identical to stepping within the format, fingerprint.
+ * And the state: fp32 sums for the fixtures, fp64 for a layer with a slow
+ * channel, and a session saved with fp64 sums by an older lind resumes.
  * LIND_RWKV4_FIXTURES overrides the fixture directory. */
 #include "tests/check.h"
 #include "tests/kindcheck.h"
@@ -490,6 +492,124 @@ static void rwkv4_rejects_config_without_hidden_size(void)
     remove_tmp();
 }
 
+/* The element type of layer L's AFT region `name` (-1: none). */
+static int aft_type(const model *m, int L, const char *name)
+{
+    model_state_region r[64];
+    int n = model_state_regions(m, r, 64);
+    for (int i = 0; i < n && i < 64; i++)
+        if (r[i].layer == L && !strcmp(r[i].name, name)) return r[i].type;
+    return -1;
+}
+
+/* The WKV sums (num, den, max) are floats when every channel of the layer
+ * decays within 16,384 tokens (recurrent/mixer_aft.c): the fixtures' do
+ * (time_decay ≥ −5.9), so a session is 5 float vectors of d per layer, as
+ * rwkv.cpp's. One channel of layer 1 set to time_decay −12 (a memory of
+ * 163,000 tokens) keeps that layer in double, layer 0 still in float, and
+ * its prefill stays bit-identical to stepping. */
+static void rwkv4_state_precision(void)
+{
+    fixture *a = &fx[FX_A];
+    if (!a->ok) { CHECK(0, "fixture missing"); return; }
+    model *m = load(a->model_dir, LIND_DT_AUTO);
+    if (!m) return;
+    const char *names[3] = {"num", "den", "max"};
+    for (int L = 0; L < 2; L++)
+        for (int k = 0; k < 3; k++)
+            CHECK(aft_type(m, L, names[k]) == LIND_EL_F32, "a_f32 layer %d %s: type %d, want f32", L, names[k],
+                  aft_type(m, L, names[k]));
+    CHECK(model_state_bytes(m) == (size_t)a->layers * 5 * 4 * a->hidden, "a_f32: %zu state bytes, want %d",
+          model_state_bytes(m), a->layers * 5 * 4 * a->hidden);
+    model_free(m);
+
+    static const char key[] = "\"rwkv.blocks.1.attention.time_decay\":{\"dtype\":\"F32\",\"shape\":[64],"
+                              "\"data_offsets\":[";
+    if (copy_model(a->model_dir) != 0) { CHECK(0, "copy %s", a->model_dir); remove_tmp(); return; }
+    size_t n = 0;
+    char *st = slurp(tmp_path("model.safetensors"), &n);
+    uint64_t hl = 0;
+    if (st && n > 8) memcpy(&hl, st, 8);
+    char *k = st && hl < n ? memmem(st + 8, hl, key, sizeof key - 1) : NULL;
+    size_t at = k ? 8 + hl + strtoull(k + sizeof key - 1, NULL, 10) : n;
+    CHECK(at + 4 * 64 <= n, "model.safetensors: no %s", key);
+    if (at + 4 * 64 <= n) {
+        float slow = -12.0f;
+        memcpy(st + at + 4 * 7, &slow, 4);   /* channel 7 */
+        CHECK(spill(tmp_path("model.safetensors"), st, n) == 0, "rewrite safetensors");
+        m = load(tmpdir, LIND_DT_AUTO);
+        if (m) {
+            for (int k2 = 0; k2 < 3; k2++)
+                CHECK(aft_type(m, 0, names[k2]) == LIND_EL_F32 && aft_type(m, 1, names[k2]) == LIND_EL_F64,
+                      "time_decay −12 in layer 1: %s types %d, %d, want f32 (layer 0), f64 (layer 1)", names[k2],
+                      aft_type(m, 0, names[k2]), aft_type(m, 1, names[k2]));
+            CHECK(model_state_bytes(m) == (size_t)(5 * 4 + 3 * 8 + 2 * 4) * a->hidden, "slow channel: %zu state bytes",
+                  model_state_bytes(m));
+            int V = model_vocab(m), sl[8] = {0}, rows[8];
+            float *lg = malloc(sizeof(float) * (size_t)V * 8), *pf = malloc(sizeof(float) * (size_t)V * 8);
+            int ok = lg && pf && model_slots_reserve(m, 1) == 0 && model_slot_reset(m, 0) == 0;
+            for (int t = 0; t < 8 && ok; t++) ok = model_step(m, &sl[0], &a->tok[t], 1, lg + (size_t)t * V) == 0;
+            for (int t = 0; t < 8; t++) rows[t] = t;
+            ok = ok && model_slot_reset(m, 0) == 0 && model_forward(m, sl, a->tok, 8, rows, 8, pf) == 0;
+            CHECK(ok, "slow channel: stepping and prefill");
+            int finite = 1;
+            for (size_t i = 0; ok && i < (size_t)V * 8; i++) finite &= isfinite(lg[i]);
+            CHECK(ok && finite && !memcmp(lg, pf, sizeof(float) * (size_t)V * 8),
+                  "slow channel: prefill is not bit-identical to stepping (or not finite)");
+            free(pf);
+            free(lg);
+            model_free(m);
+        }
+    }
+    free(st);
+    remove_tmp();
+}
+
+/* A session of a_f32 saved by lind 96bccdf, whose AFT sums were fp64
+ * (tests/fixtures/rwkv4_fp64_state): it decodes into today's fp32 layout,
+ * the resumed session's logits for tokens 256..511 match the float64
+ * reference within TOL as a fresh run's do, and its next save is in the new
+ * layout and reads back unchanged. */
+static void rwkv4_fp64_state_resumes(void)
+{
+    fixture *a = &fx[FX_A];
+    if (!a->ok) { CHECK(0, "fixture missing"); return; }
+    char p[1200], err[512] = "";
+    snprintf(p, sizeof p, "%s/../rwkv4_fp64_state/a_f32.state", root);
+    size_t len = 0;
+    uint8_t *blob = (uint8_t *)slurp(p, &len);
+    CHECK(blob && len == 5748, "%s: %zu bytes, want 5748", p, len);
+    model *m = blob ? load(a->model_dir, LIND_DT_AUTO) : NULL;
+    if (!m) { free(blob); return; }
+    size_t n = model_state_bytes(m);
+    uint8_t *raw = malloc(n), *back = malloc(n), *b2 = NULL;
+    state_meta meta;
+    int rc = state_decode(m, blob, len, &meta, raw, err, sizeof err);
+    CHECK(rc == 0 && meta.tokens == 256 && n == 2560, "decode the fp64 state (%zu state bytes): %d %s", n, rc, err);
+    if (rc == 0) {
+        int V = model_vocab(m), slot = 0;
+        float *lg = malloc(sizeof(float) * (size_t)V);
+        double worst = 0;
+        rc = model_slots_reserve(m, 1) == 0 && model_slot_write(m, 0, raw) == 0 ? 0 : -1;
+        for (int t = 256; t < POS && rc == 0 && lg; t++) {
+            rc = model_step(m, &slot, &a->tok[t], 1, lg);
+            double e = row_err(lg, a->ref + (size_t)t * V, V);
+            if (!(e <= worst)) worst = e;
+        }
+        printf("NOTE rwkv4 a_f32 resumed from an fp64-sums state at 256: worst relative error vs the float64 "
+               "reference %.3g over positions 256..511\n", worst);
+        CHECK(rc == 0 && worst <= TOL, "resumed session: %d, relative error %.3g > %g", rc, worst, TOL);
+        free(lg);
+        size_t l2 = 0;
+        rc = state_encode(m, &meta, raw, &b2, &l2, err, sizeof err);
+        CHECK(rc == 0 && l2 == len - (4096 - 2560) && state_decode(m, b2, l2, &meta, back, err, sizeof err) == 0 &&
+                  !memcmp(raw, back, n),
+              "re-encoded in the fp32 layout: %d, %zu bytes: %s", rc, l2, err);
+    }
+    free(raw); free(back); free(b2); free(blob);
+    model_free(m);
+}
+
 /* Load tmpdir with model_opts.bos = bos: model_bos() and the eos list. */
 static model *load_conv(int bos, char *err, size_t errlen)
 {
@@ -605,6 +725,8 @@ int main(void)
         printf("SKIP rwkv4_dot: this CPU has no AVX512_BF16 (bf16 compute is refused here)\n");
     }
     RUN(rwkv4_conventions);
+    RUN(rwkv4_state_precision);
+    RUN(rwkv4_fp64_state_resumes);
     RUN(rwkv4_rejects_missing_shard);
     RUN(rwkv4_rejects_index_pointing_at_wrong_shard);
     RUN(rwkv4_rejects_wrong_shape);

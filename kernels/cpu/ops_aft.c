@@ -24,12 +24,22 @@ __attribute__((noinline)) static void aft_row(float *restrict o, double *restric
         o[i] = lind_sigmoid(r[i]) * lind_aft_channel(&num[i], &den[i], &mx[i], k[i], v[i], w[i], u[i]);
 }
 
+/* The same on a float state (a decaying mixer's, kernels/backend.h). */
+__attribute__((noinline)) static void aft_row_f32(float *restrict o, float *restrict num, float *restrict den,
+                                                  float *restrict mx, const float *restrict r, const float *restrict k,
+                                                  const float *restrict v, const float *restrict w,
+                                                  const float *restrict u, int d)
+{
+    for (int i = 0; i < d; i++)
+        o[i] = lind_sigmoid(r[i]) * lind_aft_channel_f32(&num[i], &den[i], &mx[i], k[i], v[i], w[i], u[i]);
+}
+
 typedef struct aft_job {
     cpu *c;
     const float *in, *w, *u;
     float *out;
     size_t off;
-    int d, slices;
+    int d, slices, f32;
 } aft_job;
 
 /* Parts split (run, channel slice) items, as shift_part. */
@@ -42,16 +52,23 @@ static void aft_part(void *arg, int part, int nparts)
         int k = it / j->slices, c0, c1;
         cpu_chan_range(d, it % j->slices, j->slices, &c0, &c1);
         for (int b = j->c->run[k]; b < j->c->run[k + 1]; b++) {
-            double *num = (double *)(cpu_slot_ptr(j->c, j->c->slots[b]) + j->off), *den = num + d, *mx = den + d;
+            uint8_t *st = cpu_slot_ptr(j->c, j->c->slots[b]) + j->off;
             const float *r = j->in + (size_t)b * 3 * d;
-            aft_row(j->out + (size_t)b * d + c0, num + c0, den + c0, mx + c0, r + c0, r + d + c0, r + 2 * d + c0,
-                    j->w + c0, j->u + c0, c1 - c0);
+            if (j->f32) {
+                float *num = (float *)st, *den = num + d, *mx = den + d;
+                aft_row_f32(j->out + (size_t)b * d + c0, num + c0, den + c0, mx + c0, r + c0, r + d + c0,
+                            r + 2 * d + c0, j->w + c0, j->u + c0, c1 - c0);
+            } else {
+                double *num = (double *)st, *den = num + d, *mx = den + d;
+                aft_row(j->out + (size_t)b * d + c0, num + c0, den + c0, mx + c0, r + c0, r + d + c0, r + 2 * d + c0,
+                        j->w + c0, j->u + c0, c1 - c0);
+            }
         }
     }
 }
 
 int cpu_aft_step(backend *be, const backend_buf *in, const backend_buf *w, const backend_buf *u,
-                        backend_buf *out, size_t state_off, int d)
+                        backend_buf *out, size_t state_off, int d, int f32)
 {
     cpu *c = (cpu *)be;
     const float *wp = w ? w->p : NULL, *up = u ? u->p : NULL;
@@ -63,7 +80,7 @@ int cpu_aft_step(backend *be, const backend_buf *in, const backend_buf *w, const
         if (!up) up = zeros;
     }
     int slices = cpu_chan_slices(c, d);
-    aft_job j = {c, in->p, wp, up, out->p, state_off, d, slices};
+    aft_job j = {c, in->p, wp, up, out->p, state_off, d, slices, f32};
     cpu_pool_run(c->threads, aft_part, &j, cpu_row_parts(c, c->nruns * slices, (size_t)d * 16 * c->B / c->nruns / slices));
     return 0;
 }

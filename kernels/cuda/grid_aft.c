@@ -10,19 +10,20 @@
 #include "kernels/cuda/grid.h"
 
 int grid_aft_step(backend *be, const backend_buf *in, const backend_buf *w, const backend_buf *u,
-                  backend_buf *out, size_t state_off, int d)
+                  backend_buf *out, size_t state_off, int d, int f32)
 {
     gridbe *g = G(be);
     int B = g->B, rc;
+    size_t el = f32 ? sizeof(float) : sizeof(double);
     if (d < 1) return fail(g, -EINVAL, "aft_step: width %d", d);
-    if ((rc = region_fits(g, state_off, (size_t)3 * d * sizeof(double), sizeof(double), "aft_step")) < 0 ||
+    if ((rc = region_fits(g, state_off, (size_t)3 * d * el, el, "aft_step")) < 0 ||
         (rc = fits(g, in, (size_t)B * 3 * d, "aft_step", "in")) < 0 ||
         (rc = fits(g, out, (size_t)B * d, "aft_step", "out")) < 0 ||
         (w && (rc = fits(g, w, d, "aft_step", "w")) < 0) || (u && (rc = fits(g, u, d, "aft_step", "u")) < 0))
         return rc;
     if (B == 0) return 0;
     kb_aft_args a = { F(in), w ? F(w) : NULL, u ? F(u) : NULL, F(out), g->pool, g->stride, state_off,
-                      g->d_slots, g->d_runs, d };
+                      g->d_slots, g->d_runs, d, f32 != 0 };
     return launch(g, KB_AFT_STEP, kb_aft_launch(g->nruns, d), &a, "aft_step");
 }
 

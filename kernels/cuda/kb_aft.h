@@ -7,8 +7,10 @@
 #include "kernels/cuda/kb_common.h"
 
 /* ---- AFT step: one thread per (run, channel) -----------------------------
- * State: num, den, max as double[d] each at byte state_off of the slot, held
- * in registers across the run's rows (a double kept is the double stored). */
+ * State: num, den, max as double[d] each at byte state_off of the slot, or
+ * float[d] each when f32, held in registers across the run's rows (a value
+ * kept is the value stored: a float state is rounded after every row, as
+ * the CPU backend's is). */
 typedef struct kb_aft_args {
     const float *in;        /* [R × 3·d]: r | k | v */
     const float *w, *u;     /* d floats each, or NULL for 0 */
@@ -16,7 +18,7 @@ typedef struct kb_aft_args {
     unsigned char *pool;
     size_t stride, state_off;
     const int *slots, *runs;
-    int d;
+    int d, f32;
 } kb_aft_args;
 
 static inline lind_launch kb_aft_launch(int nruns, int d)
@@ -30,9 +32,23 @@ LIND_HD static inline int kb_aft_step(const lind_thread *t, int phase, const kb_
     (void)phase;
     int c = t->bx * t->bdim + t->tx, r0 = a->runs[t->by], r1 = a->runs[t->by + 1], d = a->d;
     if (c >= d) return 0;
-    double *st = (double *)(KB_SLOT(a->pool, a->stride, a->slots, r0) + a->state_off);
-    double num = st[c], den = st[d + c], mx = st[2 * d + c];
+    unsigned char *slot = KB_SLOT(a->pool, a->stride, a->slots, r0) + a->state_off;
     float w = a->w ? a->w[c] : 0.0f, u = a->u ? a->u[c] : 0.0f;
+    if (a->f32) {
+        float *st = (float *)slot;
+        float num = st[c], den = st[d + c], mx = st[2 * d + c];
+        for (int b = r0; b < r1; b++) {
+            const float *row = a->in + (size_t)b * 3 * d;
+            float wkv = lind_aft_channel_f32(&num, &den, &mx, row[d + c], row[2 * d + c], w, u);
+            a->out[(size_t)b * d + c] = lind_sigmoid(row[c]) * wkv;
+        }
+        st[c] = num;
+        st[d + c] = den;
+        st[2 * d + c] = mx;
+        return 0;
+    }
+    double *st = (double *)slot;
+    double num = st[c], den = st[d + c], mx = st[2 * d + c];
     for (int b = r0; b < r1; b++) {
         const float *row = a->in + (size_t)b * 3 * d;
         float wkv = lind_aft_channel(&num, &den, &mx, row[d + c], row[2 * d + c], w, u);
