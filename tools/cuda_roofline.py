@@ -12,9 +12,10 @@ a device with the given bandwidth and peak rates, and the tokens/s bound.
     /usr/bin/python3 tools/cuda_roofline.py --weights bf16     # LIND_CUDA_WEIGHTS=bf16
 
 Device defaults are the NVIDIA H100 SXM5 datasheet figures (not measured).
-The byte counts follow kernels/cuda/ exactly: fp32 weights, fp64 states
-laid out as recurrent/ lays them (S, z per linear layer; num, den, max per
-AFT layer; one fp32 token-shift vector per layer), and every activation
+The byte counts follow kernels/cuda/ exactly: fp32 weights, states laid
+out as recurrent/ lays them (S, z per linear layer in fp64; num, den, max
+per AFT layer, fp32 where the decay allows, which the shipped model's does;
+one fp32 token-shift vector per layer), and every activation
 buffer written by one kernel and read by the next through device memory.
 """
 import argparse
@@ -68,9 +69,15 @@ def step_cost(c, B, bf16=False):
         if kind == "linear":
             state += 8 * H * dh * (dh + 1)  # S and z, fp64
             mix_flops += 5 * H * dh * dh    # γS + φk·v and Σ φq·S per element
+        elif c.get("aft_variant", "decay") == "decay":
+            # num, den, max in fp32: lind keeps them so when every channel's
+            # memory is short (docs/NUMERICS.md; the shipped model's is); a
+            # config cannot say, so a slower-decaying model has 12·d more
+            state += 4 * 3 * d
         else:
-            state += 8 * 3 * d              # num, den, max
-            mix_flops += 100 * d            # ≈20 operations and 4 exp (≈20 each) per channel
+            state += 8 * 3 * d              # AFT-simple: never decays, fp64
+        if kind != "linear":
+            mix_flops += 100 * d            # ≈20 operations and 4 exp (≈20 each) per channel, in double
         if shift:
             state += 4 * d
         # floats each kernel reads + writes, per session:
