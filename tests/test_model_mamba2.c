@@ -70,7 +70,7 @@ static char tmpdir[] = "/tmp/lind-mamba2-XXXXXX";
 static void load_fixture(fixture *f)
 {
     snprintf(f->dir, sizeof f->dir, "%s/%s", root, f->name);
-    snprintf(f->model_dir, sizeof f->model_dir, "%s/model", f->dir);
+    snprintf(f->model_dir, sizeof f->model_dir, "%s/%s/model", root, f->name);
     f->ok = kc_fixture_load(f->dir, POS, f->vocab, f->tok, &f->ref);
 }
 

@@ -73,7 +73,7 @@ static const char *root;
 static void load_fixture(fixture *f)
 {
     snprintf(f->dir, sizeof f->dir, "%s/%s", root, f->name);
-    snprintf(f->model_dir, sizeof f->model_dir, "%s/model", f->dir);
+    snprintf(f->model_dir, sizeof f->model_dir, "%s/%s/model", root, f->name);
     f->ok = kc_fixture_load(f->dir, POS, f->vocab, f->tok, &f->ref);
 }
 
@@ -527,7 +527,7 @@ static void rwkv4_state_precision(void)
                               "\"data_offsets\":[";
     if (copy_model(a->model_dir) != 0) { CHECK(0, "copy %s", a->model_dir); remove_tmp(); return; }
     size_t n = 0;
-    char *st = slurp(tmp_path("model.safetensors"), &n);
+    char *st = kc_read(tmp_path("model.safetensors"), &n);
     uint64_t hl = 0;
     if (st && n > 8) memcpy(&hl, st, 8);
     char *k = st && hl < n ? memmem(st + 8, hl, key, sizeof key - 1) : NULL;
@@ -536,7 +536,7 @@ static void rwkv4_state_precision(void)
     if (at + 4 * 64 <= n) {
         float slow = -12.0f;
         memcpy(st + at + 4 * 7, &slow, 4);   /* channel 7 */
-        CHECK(spill(tmp_path("model.safetensors"), st, n) == 0, "rewrite safetensors");
+        CHECK(kc_write(tmp_path("model.safetensors"), st, n) == 0, "rewrite safetensors");
         m = load(tmpdir, LIND_DT_AUTO);
         if (m) {
             for (int k2 = 0; k2 < 3; k2++)
@@ -577,7 +577,7 @@ static void rwkv4_fp64_state_resumes(void)
     char p[1200], err[512] = "";
     snprintf(p, sizeof p, "%s/../rwkv4_fp64_state/a_f32.state", root);
     size_t len = 0;
-    uint8_t *blob = (uint8_t *)slurp(p, &len);
+    uint8_t *blob = (uint8_t *)kc_read(p, &len);
     CHECK(blob && len == 5748, "%s: %zu bytes, want 5748", p, len);
     model *m = blob ? load(a->model_dir, LIND_DT_AUTO) : NULL;
     if (!m) { free(blob); return; }
@@ -593,7 +593,7 @@ static void rwkv4_fp64_state_resumes(void)
         rc = model_slots_reserve(m, 1) == 0 && model_slot_write(m, 0, raw) == 0 ? 0 : -1;
         for (int t = 256; t < POS && rc == 0 && lg; t++) {
             rc = model_step(m, &slot, &a->tok[t], 1, lg);
-            double e = row_err(lg, a->ref + (size_t)t * V, V);
+            double e = kc_rel_row(lg, a->ref + (size_t)t * V, V);
             if (!(e <= worst)) worst = e;
         }
         printf("NOTE rwkv4 a_f32 resumed from an fp64-sums state at 256: worst relative error vs the float64 "

@@ -63,8 +63,8 @@ static char tmpdir[] = "/tmp/lind-rwkv7-XXXXXX";
 static void load_fixture(fixture *f)
 {
     snprintf(f->dir, sizeof f->dir, "%s/%s", root, f->name);
-    snprintf(f->model_dir, sizeof f->model_dir, "%s/model", f->dir);
-    snprintf(f->pth, sizeof f->pth, "%s/RWKV-x070-%s.pth", f->model_dir, f->name);
+    snprintf(f->model_dir, sizeof f->model_dir, "%s/%s/model", root, f->name);
+    snprintf(f->pth, sizeof f->pth, "%s/%s/model/RWKV-x070-%s.pth", root, f->name, f->name);
     f->ok = kc_fixture_load(f->dir, POS, f->vocab, f->tok, &f->ref);
 }
 
