@@ -101,7 +101,7 @@ while [ $r -le "$ROUNDS" ]; do
       set -- $(step_run "$bd" "$th")
       echo "step_b1 $load $bd $th $1" >>"$tmp/all"
       echo "step_b8 $load $bd $th $2" >>"$tmp/all"
-      line="$line $load/$(basename "$bd")/t$th=$t ($1, $2)"
+      line="$line $load/$bd/t$th=$t ($1, $2)"
     done
     [ $load = hog ] && hog_stop
   done
