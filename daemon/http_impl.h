@@ -36,6 +36,8 @@
 typedef enum { HK_COMPLETION = 1, HK_CHAT, HK_METRICS, HK_RESPONSES, HK_RESP_ADMIN } hkind;
 typedef enum { ST_FORK_IN = 1, ST_PREFILL, ST_FORK_N, ST_GENERATE, ST_FORK_OUT, ST_DROP, ST_STATS,
                ST_ADMIN } hstage;
+#define ST_COUNT     (ST_ADMIN + 1)
+#define ST_TURN_LAST ST_DROP   /* the stages of a completion: ST_FORK_IN..ST_DROP */
 
 /* One choice of a response (n of them, docs/HTTP.md "n"): its text as it
  * came, what was streamed, its logprobs, how it ended, its session. */
@@ -54,7 +56,10 @@ typedef struct hchoice {
     char      finish[16];
     int       ended;           /* its generate is over */
     char      session[STORE_NAME_MAX + 1];   /* the session its turn runs on */
-    char      fork_to[STORE_NAME_MAX + 1];   /* ST_FORK_OUT destination, "" = none */
+    char      fork_to[STORE_NAME_MAX + 1];   /* its copy's name: kept by its generate's commit
+                                               * (op_request.keep_as; a chat's is known only
+                                               * after the turn), forked by ST_FORK_OUT for a
+                                               * replayed answer; "" = none */
 } hchoice;
 
 struct hreq;
@@ -78,6 +83,7 @@ typedef struct http_server {
     unsigned nreq;
     /* metrics (loop thread) */
     uint64_t req_total[8];     /* by outcome (outcome_names) */
+    uint64_t stage_total[ST_COUNT];   /* requests a completion's stages sent the other threads */
     uint64_t http_tokens;
     lat_hist ttft;             /* HTTP time to first token (request arrival to first byte sent) */
     uv_timer_t reaper;         /* frees requests h2o has disposed (never inside an h2o call) */
@@ -179,8 +185,6 @@ void http_send_error(http_server *hs, h2o_req_t *req, int status, const char *co
 int  http_code_status(proto_code c);
 /* The headers every 200 answer of a turn carries. */
 void http_turn_headers(hreq *h, h2o_req_t *req);
-/* Append bytes as valid UTF-8: each invalid byte becomes U+FFFD. */
-int  http_put_utf8(bytebuf *b, const uint8_t *p, size_t n);
 /* The text of a choice as the client reads it (valid UTF-8, cut at the stop). */
 void http_reply_text(const hchoice *c, bytebuf *out);
 /* A stream's 200 and headers, once. */

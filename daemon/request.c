@@ -1,5 +1,6 @@
 /* daemon/request.c — what a request owns. See request.h. */
 #include "daemon/request.h"
+#include "daemon/httpreq.h"
 
 #include <stdlib.h>
 
@@ -11,6 +12,8 @@ void op_request_free(op_request *r)
     free(r->bias);
     free(r->schema);
     r->schema = NULL;
+    httpreq_conv_free(r->keep_conv);
+    r->keep_conv = NULL;
     r->bias_id = NULL;
     r->bias = NULL;
     r->n_bias = 0;

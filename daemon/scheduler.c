@@ -10,6 +10,7 @@
 #include <string.h>
 #include "recurrent/chat.h"
 #include "daemon/errors.h"
+#include "daemon/httpreq.h"
 #include "daemon/msg.h"
 #include "daemon/session.h"
 #include "daemon/turnlog.h"
@@ -89,6 +90,11 @@ typedef struct turn {
     char     request_id[STORE_REQUEST_ID_MAX + 1];
     uint64_t phash;
     turnlog  log;
+    /* the copy its commit keeps (op_request.keep_as / keep_conv, owned);
+     * with keep_conv, the bytes it sent, to name the copy from the reply */
+    char     keep_as[STORE_NAME_MAX + 1];
+    httpreq_conv *keep_conv;
+    bytebuf  sent;
 } turn;
 
 struct scheduler {
@@ -548,6 +554,11 @@ static void begin_turn(scheduler *S, session *s, dmsg *m)
         snprintf(t->request_id, sizeof t->request_id, "%s", r->request_id);
         t->phash = phash;
     }
+    if (r->op == OP_GENERATE) {
+        snprintf(t->keep_as, sizeof t->keep_as, "%s", r->keep_as);
+        t->keep_conv = r->keep_conv;
+        r->keep_conv = NULL;
+    }
     t->skipped = skipped;
     t->is_append = r->op == OP_APPEND;
     t->t_recv = m->t_recv_ns;
@@ -641,6 +652,24 @@ static void log_text(turn *t)
 static uint64_t session_tokens(const session *s)
 {
     return s->meta.tokens + (s->meta.pending_token >= 0 ? 1 : 0);
+}
+
+/* The name of the copy the turn's commit keeps ("" none): the request's,
+ * or a stateless chat's whole conversation, the reply as its client reads
+ * it (cut at the turn's stop strings, which are the request's). Out of
+ * memory costs only the copy. */
+static void keep_name(const turn *t, char *out, size_t n)
+{
+    out[0] = 0;
+    if (!t->keep_conv) {
+        snprintf(out, n, "%s", t->keep_as);
+        return;
+    }
+    bytebuf reply = { 0 };
+    if (httpreq_reply_text(&reply, (const uint8_t *)t->sent.p, t->sent.n, t->n_stop, t->stop, t->stop_len) != 0 ||
+        httpreq_conv_end(t->keep_conv, reply.p ? reply.p : "", reply.n, out, n) != 0)
+        out[0] = 0;
+    bytebuf_free(&reply);
 }
 
 /* End a turn at a token boundary: the state is consistent with every token
@@ -746,6 +775,7 @@ static void finish(scheduler *S, turn *t, int pending, const char *reason)
         }
         snprintf(m->req.request_id, sizeof m->req.request_id, "%s", t->request_id);
     }
+    if (!res->cancelled) keep_name(t, m->req.keep_as, sizeof m->req.keep_as);
     if (S->saves_tail) S->saves_tail->node.next = &m->node; else S->saves = m;
     S->saves_tail = m;
     m->node.next = NULL;
@@ -803,6 +833,10 @@ static void emit_token(scheduler *S, turn *t, int32_t tok, float lp, const ev_to
     if (t->request_id[0]) {   /* a failure fails the save (finish) */
         if (t->logprobs) turnlog_token_lp(&t->log, b, n, lp, top, ntop);
         else turnlog_token(&t->log, b, n);
+    }
+    if (t->keep_conv && n && bytebuf_put(&t->sent, b, n) != 0) {
+        httpreq_conv_free(t->keep_conv);   /* out of memory costs only the copy */
+        t->keep_conv = NULL;
     }
     if (n && transcript_append(&s->tr, TRANSCRIPT_OUT, b, n) != 0) {
         t->out_lost = 1;   /* the transcript would miss it: end unsaved (finish) */
@@ -920,6 +954,8 @@ static void reap(scheduler *S)
             free(t->schema);
             jsonmask_free(t->mask);
             turnlog_free(&t->log);
+            httpreq_conv_free(t->keep_conv);
+            bytebuf_free(&t->sent);
             free(t);
         } else {
             S->active[j++] = t;
