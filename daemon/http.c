@@ -2,14 +2,22 @@
  * stages, the text it streams and its answer. See http.h, docs/HTTP.md, and
  * http_impl.h for the files it shares the work with.
  *
- * A request for the model goes through up to three stages, each a request
- * of its own to the compute/store threads on the request's connection id:
- *   fork in   (a continued conversation: previous_response_id, or a stored
- *              session whose conversation is this request's prefix) copies
- *              that session to the one this response writes;
- *   generate  the turn itself, streamed as it comes;
- *   fork out  (stateless chat, named sessions) snapshots the result under
- *              the name a later request will look for.
+ * A request for the model (n = 1) is one trip, a generate to the compute
+ * thread on the request's connection id: a continued conversation
+ * (previous_response_id, or a stored session whose conversation is this
+ * request's prefix) starts from that session's stored state (start_from:
+ * when it is gone, previous_response_id fails not_found and a chat feeds
+ * its whole conversation), and the turn's commit also keeps the copy a
+ * later request looks for (keep_as: a named session's response id; a
+ * stateless chat's chat-H, named once the reply is known). Other stages,
+ * each a request of its own on that id:
+ *   prefill, fork n  (n > 1) feed the prompt once into the response's
+ *              session, copied first from the session it continues (fork
+ *              in), then fork it to every other choice's session;
+ *   fork out   a copy for a retry answered from an earlier try's record
+ *              (Idempotency-Key), which committed nothing;
+ *   drop       store: false, or a client gone before it was told anything:
+ *              the answer's sessions and copies are deleted.
  * The response ends (JSON answer, or `data: [DONE]`) once the last stage is
  * committed, so what it names is durable when the client has it. */
 #include "daemon/http_impl.h"
@@ -72,12 +80,13 @@ static void account(hreq *h)
 
 /* Its client is gone while its turn is pending: was the client told
  * nothing, not even the session's name (nothing streamed, a session this
- * request names afresh)? Then a session the turn made is garbage nobody can
+ * request names afresh; one continued from another is made by the turn's
+ * commit too, n = 1)? Then a session the turn made is garbage nobody can
  * reach, and the compute thread does not keep it (M_CONN_ABANDONED). */
 static int abandoned(const hreq *h)
 {
     return (h->kind == HK_COMPLETION || h->kind == HK_CHAT || h->kind == HK_RESPONSES) && !h->started &&
-           h->n == 1 && !h->fork_from[0] && !strcmp(h->session, h->resp_id);
+           h->n == 1 && !strcmp(h->session, h->resp_id);
 }
 
 /* Free a request's state; the compute thread forgets its connection. */
@@ -753,6 +762,21 @@ static void generate_choice(hreq *h, int i, uint8_t *text, size_t len)
     else if (h->store && h->kind == HK_CHAT && h->messages &&
              httpreq_conv_begin(h->messages, json_array_size(h->messages), h->hs->tpl.hash, &r.keep_conv) != 0)
         r.keep_conv = NULL;
+    if (i == 0 && h->n == 1 && h->fork_from[0]) {
+        /* One trip: the session starts from the stored one (fork_from) on
+         * the compute thread; when that is gone, a required one fails the
+         * turn (not_found, as a fork would) and an optional one (a chat's
+         * prefix) feeds the whole conversation instead (fresh_text). */
+        snprintf(r.start_from, sizeof r.start_from, "%s", h->fork_from);
+        r.start_required = h->fork_required;
+        if (!h->fork_required) {
+            r.fresh_text = h->full_text;
+            r.fresh_len = h->full_len;
+            h->fresh_len = h->full_len;
+            h->full_text = NULL;
+            h->full_len = 0;
+        }
+    }
     if (i == 0 && h->n == 1) h->prompt_bytes = len;
     http_send_request(h, &r);
 }
@@ -970,6 +994,7 @@ static void on_final(hreq *h, hchoice *c, const evlist *l, const event *e)
         c->done.stop_len = e->len < sizeof c->stop_tail ? e->len : sizeof c->stop_tail;
         snprintf(c->finish, sizeof c->finish, "%s", finish_reason(e->done.reason));
         if (h->n == 1) {
+            if (e->done.fed_fresh) h->prompt_bytes = h->fresh_len;   /* its prefix was gone: it fed all */
             h->fed_bytes = e->done.fed_bytes;
             h->prompt_cut = h->fed_bytes < h->prompt_bytes;
         }
@@ -1293,12 +1318,15 @@ static void begin(http_server *hs, h2o_req_t *req, hkind kind)
     http_track(h, req);
     h->body_bytes = req->entity.len;   /* held by libh2o until the request ends */
     conn_budget_add(srv, h->body_bytes, h->body_bytes);
-    if (h->fork_from[0]) {
+    if (h->fork_from[0] && h->n > 1) {
+        /* n > 1 feeds the prompt once into the response's session and forks
+         * it to the other choices: that session is copied in first. */
         h->stage = ST_FORK_IN;
         fork_request(h, 1, h->fork_from, h->session);
     } else {
         /* The text when the session goes on: the new part (new_text) for
-         * a named session and a completion, the whole for a fresh chat. */
+         * a named session, a completion and a continued conversation (its
+         * generate starts from fork_from), the whole for a fresh chat. */
         start_generate(h, 1);
     }
 }

@@ -3,8 +3,8 @@
  *
  * One front door (http_server) holds every request being answered (hreq),
  * by connection id. Who does what:
- *   http.c            routing (on_req), a request's stages (fork in,
- *                     generate, fork out), the text it streams, its answer
+ *   http.c            routing (on_req), a request's stages (one generate,
+ *                     or for n > 1 prefill and forks), the text it streams, its answer
  *                     or error, and the events the other threads send back;
  *   http_responses.c  the Responses API: its objects, stream events and
  *                     GET/DELETE /v1/responses/{id} (and the store requests
@@ -129,10 +129,12 @@ typedef struct hreq {
     stophold  hold;            /* stop[]: what streamed text holds back (streamable) */
     char      resp_id[40];     /* this response's id, also the session it leaves */
     char      session[STORE_NAME_MAX + 1];   /* the session the turn runs on */
-    char      fork_from[STORE_NAME_MAX + 1]; /* ST_FORK_IN source */
+    char      fork_from[STORE_NAME_MAX + 1]; /* the session this one continues: the generate's
+                                               * start_from (n = 1), ST_FORK_IN's source (n > 1) */
     int       fork_required;   /* previous_response_id: a missing source is an error */
     uint8_t  *full_text, *new_text;   /* the turn's text: whole conversation / only new messages */
     size_t    full_len, new_len;
+    size_t    fresh_len;       /* full_len, sent as the generate's fresh_text (prompt_bytes if fed) */
     int       after_reply;     /* new_text begins where the session's reply was closed (httpreq.h) */
     json_t   *messages;        /* chat: the request's messages (for the fork-out hash) */
     op_request gen_req;     /* the generate request, sent after the fork in */

@@ -761,6 +761,13 @@ static int try_load(worker *W, dmsg *m, int may_wait)
             m->rc = trc;
         }
     }
+    if (m->rc == -ENOENT && m->req.start_from[0]) {
+        /* A new session that starts from a stored one (op_request.start_from):
+         * that one's state, read as a fork reads its source (no lease: it is
+         * not written); the session itself is created by the turn's commit. */
+        m->rc = store_load(W->st, m->req.start_from, &m->loaded, m->err, sizeof m->err);
+        m->start = m->rc == 0 ? 1 : m->rc == -ENOENT ? -1 : 0;
+    }
     if (m->rc != 0 && m->rc != -ENOENT) {   /* nothing will be served: give it back */
         char e2[256];
         lease_set_remove(&W->leases, m->name);

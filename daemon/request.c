@@ -7,6 +7,9 @@
 void op_request_free(op_request *r)
 {
     free(r->text);
+    free(r->fresh_text);
+    r->fresh_text = NULL;
+    r->fresh_len = 0;
     free(r->data);
     free(r->bias_id);
     free(r->bias);

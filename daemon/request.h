@@ -84,6 +84,16 @@ typedef struct op_request {
      * httpreq_conv_end). A cancelled turn keeps no copy. */
     char     keep_as[STORE_NAME_MAX + 1];
     struct httpreq_conv *keep_conv;
+    /* generate, HTTP only (docs/HTTP.md "Sessions: what is fed"): a session
+     * not stored yet starts from a copy of start_from's stored state (as a
+     * fork would copy it; "" none), and the turn's commit creates it. When
+     * start_from is not stored by the time the turn starts: start_required
+     * fails the turn with not_found, as the fork would (nothing is made);
+     * else the turn starts from a zero state and feeds fresh_text (owned)
+     * instead of text, without reply_tpl (the done event's `fed_fresh`). */
+    char     start_from[STORE_NAME_MAX + 1];
+    int      start_required;
+    uint8_t *fresh_text; size_t fresh_len;
 } op_request;
 
 /* Free what the request owns and leave it empty of buffers (its other

@@ -95,6 +95,7 @@ typedef struct turn {
     char     keep_as[STORE_NAME_MAX + 1];
     httpreq_conv *keep_conv;
     bytebuf  sent;
+    int      fed_fresh;        /* its start_from was not stored: it fed fresh_text (proto_done) */
 } turn;
 
 struct scheduler {
@@ -267,14 +268,16 @@ static void place(scheduler *S, session *s)
         if (rc != 0) {
             send_out(S, outmsg_error(w->conn, w->req.id, lind_wire_code(rc),
                                      "session '%s': the stored state cannot be used (%s): %s",
-                                     s->name, lind_strerror(rc), err));
+                                     ld->start > 0 ? w->req.start_from : s->name,   /* whose it was */
+                                     lind_strerror(rc), err));
             cconn *c = cconn_get(S, w->conn);
             S->nwaiting--;
             drop_session(S, s);
             if (c) cconn_release(S, c);
             return;
         }
-        s->created_ms = ld->loaded.created_ms;
+        /* a session started from another's state is new: made now */
+        s->created_ms = ld->start > 0 ? clock_wall_ms() : ld->loaded.created_ms;
     }
     dmsg_free(ld);
     s->loaded = NULL;
@@ -560,6 +563,7 @@ static void begin_turn(scheduler *S, session *s, dmsg *m)
         r->keep_conv = NULL;
     }
     t->skipped = skipped;
+    t->fed_fresh = m->start < 0;
     t->is_append = r->op == OP_APPEND;
     t->t_recv = m->t_recv_ns;
     t->t_start = clock_mono_ns();
@@ -743,6 +747,7 @@ static void finish(scheduler *S, turn *t, int pending, const char *reason)
     res->done.id = t->req_id;
     res->done.reason = reason;
     res->done.tokens_in = t->tokens_in;
+    res->done.fed_fresh = t->fed_fresh;
     res->done.fed_bytes = t->fed_bytes + t->skipped;   /* of the request's text: the session held the skipped */
     res->cancelled = !strcmp(reason, "cancelled");
     res->done.tokens_out = t->produced;
@@ -1368,6 +1373,8 @@ static void start_turn_request(scheduler *S, dmsg *m)
     session_insert(&S->tab, s);
     snprintf(ld->name, sizeof ld->name, "%s", s->name);
     snprintf(ld->req.request_id, sizeof ld->req.request_id, "%s", r->request_id);
+    if (r->op == OP_GENERATE)   /* not stored: the state to start from (persist.c, try_load) */
+        snprintf(ld->req.start_from, sizeof ld->req.start_from, "%s", r->start_from);
     ld->sess = s;
     S->loads_inflight++;
     queue_push(&S->srv->persistq, &ld->node);
@@ -1538,6 +1545,36 @@ static void on_request(scheduler *S, dmsg *m)
     h(S, m);
 }
 
+/* The state a new session was to start from is not stored (deleted,
+ * collected, never made; op_request.start_from): a request that needs it
+ * fails as a fork from it would, with nothing made (the session's lease is
+ * given back); any other starts from a zero state and feeds its whole text
+ * (fresh_text), as a fresh session would. 1: go on; 0: answered here (m
+ * consumed). */
+static int start_fresh(scheduler *S, session *s, dmsg *m)
+{
+    dmsg *w = s->waiting;
+    op_request *r = &w->req;
+    if (r->start_required) {
+        send_out(S, outmsg_error(w->conn, r->id, PE_NOT_FOUND, "no session named '%s'", r->start_from));
+        cconn *c = cconn_get(S, w->conn);
+        S->nwaiting--;
+        drop_session(S, s);
+        if (c) cconn_release(S, c);
+        dmsg_free(m);
+        return 0;
+    }
+    if (r->fresh_text) {
+        free(r->text);
+        r->text = r->fresh_text;
+        r->text_len = r->fresh_len;
+        r->fresh_text = NULL;
+        r->fresh_len = 0;
+    }
+    r->reply_tpl = NULL;   /* no reply before it in a fresh session */
+    return 1;
+}
+
 static void on_loaded(scheduler *S, dmsg *m)
 {
     session *s = m->sess;
@@ -1557,7 +1594,10 @@ static void on_loaded(scheduler *S, dmsg *m)
         return;
     }
     s->leased = 1;
-    s->version = m->rc == 0 ? m->loaded.version : STORE_VERSION_NEW;
+    if (m->start < 0 && !start_fresh(S, s, m)) return;
+    /* started from another's state, the session is still new: its commit creates it */
+    s->version = m->rc == 0 && m->start <= 0 ? m->loaded.version : STORE_VERSION_NEW;
+    s->waiting->start = m->start;
     s->waiting->replay = m->replay;   /* the answer recorded under its request_id, if any */
     s->waiting->replay_len = m->replay_len;
     m->replay = NULL;
