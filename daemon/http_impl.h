@@ -136,8 +136,8 @@ typedef struct hreq {
     size_t    full_len, new_len;
     size_t    fresh_len;       /* full_len, sent as the generate's fresh_text (prompt_bytes if fed) */
     int       after_reply;     /* new_text begins where the session's reply was closed (httpreq.h) */
-    json_t   *messages;        /* chat: the request's messages (for the fork-out hash) */
-    op_request gen_req;     /* the generate request, sent after the fork in */
+    json_t   *messages;        /* chat: the request's messages (the chat-H copy's name) */
+    op_request gen_req;     /* the generate request's settings, every choice's */
     uint64_t  seed;            /* the sampler's seed: the request's, or drawn fresh */
     char      user[HTTPREQ_USER_MAX + 1];   /* OpenAI's end-user id, for the request log */
     char     *ignored;         /* X-Lind-Ignored's value, NULL: none */
