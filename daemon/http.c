@@ -2,14 +2,22 @@
  * stages, the text it streams and its answer. See http.h, docs/HTTP.md, and
  * http_impl.h for the files it shares the work with.
  *
- * A request for the model goes through up to three stages, each a request
- * of its own to the compute/store threads on the request's connection id:
- *   fork in   (a continued conversation: previous_response_id, or a stored
- *              session whose conversation is this request's prefix) copies
- *              that session to the one this response writes;
- *   generate  the turn itself, streamed as it comes;
- *   fork out  (stateless chat, named sessions) snapshots the result under
- *              the name a later request will look for.
+ * A request for the model (n = 1) is one trip, a generate to the compute
+ * thread on the request's connection id: a continued conversation
+ * (previous_response_id, or a stored session whose conversation is this
+ * request's prefix) starts from that session's stored state (start_from:
+ * when it is gone, previous_response_id fails not_found and a chat feeds
+ * its whole conversation), and the turn's commit also keeps the copy a
+ * later request looks for (keep_as: a named session's response id; a
+ * stateless chat's chat-H, named once the reply is known). Other stages,
+ * each a request of its own on that id:
+ *   prefill, fork n  (n > 1) feed the prompt once into the response's
+ *              session, copied first from the session it continues (fork
+ *              in), then fork it to every other choice's session;
+ *   fork out   a copy for a retry answered from an earlier try's record
+ *              (Idempotency-Key), which committed nothing;
+ *   drop       store: false, or a client gone before it was told anything:
+ *              the answer's sessions and copies are deleted.
  * The response ends (JSON answer, or `data: [DONE]`) once the last stage is
  * committed, so what it names is durable when the client has it. */
 #include "daemon/http_impl.h"
@@ -21,8 +29,6 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
-#include <utf8proc.h>
-#include <xxhash.h>
 #include <h2o.h>
 #include "daemon/commands.h"
 #include "daemon/conn.h"
@@ -74,12 +80,13 @@ static void account(hreq *h)
 
 /* Its client is gone while its turn is pending: was the client told
  * nothing, not even the session's name (nothing streamed, a session this
- * request names afresh)? Then a session the turn made is garbage nobody can
+ * request names afresh; one continued from another is made by the turn's
+ * commit too, n = 1)? Then a session the turn made is garbage nobody can
  * reach, and the compute thread does not keep it (M_CONN_ABANDONED). */
 static int abandoned(const hreq *h)
 {
     return (h->kind == HK_COMPLETION || h->kind == HK_CHAT || h->kind == HK_RESPONSES) && !h->started &&
-           h->n == 1 && !h->fork_from[0] && !strcmp(h->session, h->resp_id);
+           h->n == 1 && !strcmp(h->session, h->resp_id);
 }
 
 /* Free a request's state; the compute thread forgets its connection. */
@@ -294,25 +301,6 @@ static void log_request(hreq *h, int status, const char *outcome)
 
 /* ---- streaming text ----------------------------------------------------------------- */
 
-/* Append bytes to a JSON-bound buffer as valid UTF-8: each invalid byte
- * becomes U+FFFD. */
-int http_put_utf8(bytebuf *b, const uint8_t *p, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        utf8proc_int32_t cp;
-        utf8proc_ssize_t k = utf8proc_iterate(p + i, (utf8proc_ssize_t)(n - i), &cp);
-        if (k > 0) {
-            if (bytebuf_put(b, p + i, (size_t)k)) return -ENOMEM;
-            i += (size_t)k;
-        } else {
-            if (bytebuf_put(b, "\xEF\xBF\xBD", 3)) return -ENOMEM;
-            i++;
-        }
-    }
-    return 0;
-}
-
 /* Look for the request's stop strings in the text that arrived: the reply
  * is cut where the first one starts (OpenAI returns text without it). */
 static void find_stop(hreq *h, hchoice *c)
@@ -343,7 +331,7 @@ static size_t streamable(hreq *h, hchoice *c, int final)
 void http_reply_text(const hchoice *c, bytebuf *out)
 {
     size_t end = c->stop_at != SIZE_MAX ? c->stop_at : c->text.n;
-    http_put_utf8(out, (const uint8_t *)c->text.p, end);
+    httpreq_put_utf8(out, (const uint8_t *)c->text.p, end);
 }
 
 /* ---- responses ------------------------------------------------------------------------ */
@@ -482,7 +470,7 @@ static json_t *byte_array(const uint8_t *b, size_t n)
 static json_t *token_string(const uint8_t *b, size_t n)
 {
     bytebuf s = { 0 };
-    http_put_utf8(&s, b, n);
+    httpreq_put_utf8(&s, b, n);
     json_t *j = json_stringn(s.p ? s.p : "", s.n);
     bytebuf_free(&s);
     return j;
@@ -571,7 +559,7 @@ void http_stream_text(hreq *h, hchoice *c, int final)
     size_t lim = streamable(h, c, final);
     if (lim <= c->emitted) return;
     bytebuf s = { 0 };
-    if (http_put_utf8(&s, (const uint8_t *)c->text.p + c->emitted, lim - c->emitted) == 0 && s.p) {
+    if (httpreq_put_utf8(&s, (const uint8_t *)c->text.p + c->emitted, lim - c->emitted) == 0 && s.p) {
         if (h->kind == HK_RESPONSES) {
             char mid[64];
             http_resp_msg_id(h->resp_id, mid, sizeof mid);
@@ -716,6 +704,9 @@ void http_send_request(hreq *h, op_request *r)
         http_fail(h, PE_INTERNAL, "out of memory");
         return;
     }
+    if ((h->kind == HK_COMPLETION || h->kind == HK_CHAT || h->kind == HK_RESPONSES) &&
+        h->stage >= ST_FORK_IN && h->stage <= ST_TURN_LAST)
+        h->hs->stage_total[h->stage]++;   /* the trips a completion takes (/metrics) */
     h->pending_backend = 1;
 }
 
@@ -762,6 +753,30 @@ static void generate_choice(hreq *h, int i, uint8_t *text, size_t len)
         return;
     }
     snprintf(r.session, sizeof r.session, "%s", h->ch[i].session);
+    /* The commit keeps the choice's copy (store: false keeps none): a named
+     * session's under the response id, a chat's under its conversation's
+     * name once the reply is known (a message the hash cannot take, or no
+     * memory: no copy, as when the name cannot be made). */
+    if (h->store && h->ch[i].fork_to[0] && strcmp(h->ch[i].fork_to, h->ch[i].session))
+        snprintf(r.keep_as, sizeof r.keep_as, "%s", h->ch[i].fork_to);
+    else if (h->store && h->kind == HK_CHAT && h->messages &&
+             httpreq_conv_begin(h->messages, json_array_size(h->messages), h->hs->tpl.hash, &r.keep_conv) != 0)
+        r.keep_conv = NULL;
+    if (i == 0 && h->n == 1 && h->fork_from[0]) {
+        /* One trip: the session starts from the stored one (fork_from) on
+         * the compute thread; when that is gone, a required one fails the
+         * turn (not_found, as a fork would) and an optional one (a chat's
+         * prefix) feeds the whole conversation instead (fresh_text). */
+        snprintf(r.start_from, sizeof r.start_from, "%s", h->fork_from);
+        r.start_required = h->fork_required;
+        if (!h->fork_required) {
+            r.fresh_text = h->full_text;
+            r.fresh_len = h->full_len;
+            h->fresh_len = h->full_len;
+            h->full_text = NULL;
+            h->full_len = 0;
+        }
+    }
     if (i == 0 && h->n == 1) h->prompt_bytes = len;
     http_send_request(h, &r);
 }
@@ -805,17 +820,23 @@ static void start_generate(hreq *h, int continued)
 static void forks_done(hreq *h);
 static int req_gone(h2o_req_t *req);
 
-/* The turn is committed: snapshot it where a later request will look. */
+/* The turn is committed, and with it each choice's copy where a later
+ * request will look (generate_choice). Only a retry answered with an
+ * earlier try's recorded answer (Idempotency-Key) committed nothing: its
+ * copy is forked here, from the session as it is. */
 static void after_generate(hreq *h)
 {
     int gone = !h->req;
     for (int i = 0; i < h->n; i++) {
         hchoice *c = &h->ch[i];
         if (!strcmp(c->finish, "cancelled")) gone = 1;
+        /* A chat copy's name, as the compute thread made it: for that
+         * fork, and for forks_done's drop of one nobody was told of. */
         if (h->kind == HK_CHAT && !c->fork_to[0] && h->messages) {
             bytebuf r = { 0 };
-            http_reply_text(c, &r);
-            if (httpreq_conv_name(h->messages, json_array_size(h->messages), r.p ? r.p : "", r.n,
+            if (httpreq_reply_text(&r, (const uint8_t *)c->text.p, c->text.n, h->n_stop,
+                                   (const uint8_t (*)[STOP_MAX_LEN])h->stop, h->stop_len) != 0 ||
+                httpreq_conv_name(h->messages, json_array_size(h->messages), r.p ? r.p : "", r.n,
                                   h->hs->tpl.hash, c->fork_to, sizeof c->fork_to) != 0)
                 c->fork_to[0] = 0;
             bytebuf_free(&r);
@@ -825,15 +846,15 @@ static void after_generate(hreq *h)
         complete(h);
         return;
     }
-    if (abandoned(h) && req_gone(h->req)) {   /* no snapshot for nobody: forks_done deletes the session */
+    if (abandoned(h) && req_gone(h->req)) {   /* a copy for nobody: forks_done deletes it and the session */
         forks_done(h);
         return;
     }
     h->stage = ST_FORK_OUT;
     h->waiting = 0;
-    for (int i = 0; h->store && i < h->n; i++) {   /* store: false keeps no snapshot */
+    for (int i = 0; h->store && i < h->n; i++) {   /* store: false keeps no copy */
         hchoice *c = &h->ch[i];
-        if (!c->fork_to[0] || !strcmp(c->fork_to, c->session)) continue;
+        if (!c->done.replayed || !c->fork_to[0] || !strcmp(c->fork_to, c->session)) continue;
         h->waiting++;
         fork_request(h, (uint64_t)i + 1, c->session, c->fork_to);
     }
@@ -854,14 +875,20 @@ static void forks_done(hreq *h)
         h->stage = ST_DROP;
         h->waiting = 0;
         for (int i = 0; i < h->n; i++) {
-            if (strncmp(h->ch[i].session, "resp-", 5)) continue;
-            op_request r;
-            memset(&r, 0, sizeof r);
-            r.op = OP_DELETE;
-            r.id = (uint64_t)i + 1;
-            snprintf(r.session, sizeof r.session, "%s", h->ch[i].session);
-            h->waiting++;
-            http_send_request(h, &r);
+            /* the answer's own session, and the copy its commit made (none
+             * under store: false; a taken name was left as it was) */
+            const char *drop[2] = { strncmp(h->ch[i].session, "resp-", 5) ? NULL : h->ch[i].session,
+                                    h->ch[i].done.kept ? h->ch[i].fork_to : NULL };
+            for (int k = 0; k < 2; k++) {
+                if (!drop[k] || !drop[k][0]) continue;
+                op_request r;
+                memset(&r, 0, sizeof r);
+                r.op = OP_DELETE;
+                r.id = (uint64_t)i + 1;
+                snprintf(r.session, sizeof r.session, "%s", drop[k]);
+                h->waiting++;
+                http_send_request(h, &r);
+            }
         }
         if (h->waiting) return;
     }
@@ -967,6 +994,7 @@ static void on_final(hreq *h, hchoice *c, const evlist *l, const event *e)
         c->done.stop_len = e->len < sizeof c->stop_tail ? e->len : sizeof c->stop_tail;
         snprintf(c->finish, sizeof c->finish, "%s", finish_reason(e->done.reason));
         if (h->n == 1) {
+            if (e->done.fed_fresh) h->prompt_bytes = h->fresh_len;   /* its prefix was gone: it fed all */
             h->fed_bytes = e->done.fed_bytes;
             h->prompt_cut = h->fed_bytes < h->prompt_bytes;
         }
@@ -1290,12 +1318,15 @@ static void begin(http_server *hs, h2o_req_t *req, hkind kind)
     http_track(h, req);
     h->body_bytes = req->entity.len;   /* held by libh2o until the request ends */
     conn_budget_add(srv, h->body_bytes, h->body_bytes);
-    if (h->fork_from[0]) {
+    if (h->fork_from[0] && h->n > 1) {
+        /* n > 1 feeds the prompt once into the response's session and forks
+         * it to the other choices: that session is copied in first. */
         h->stage = ST_FORK_IN;
         fork_request(h, 1, h->fork_from, h->session);
     } else {
         /* The text when the session goes on: the new part (new_text) for
-         * a named session and a completion, the whole for a fresh chat. */
+         * a named session, a completion and a continued conversation (its
+         * generate starts from fork_from), the whole for a fresh chat. */
         start_generate(h, 1);
     }
 }

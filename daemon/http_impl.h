@@ -3,8 +3,8 @@
  *
  * One front door (http_server) holds every request being answered (hreq),
  * by connection id. Who does what:
- *   http.c            routing (on_req), a request's stages (fork in,
- *                     generate, fork out), the text it streams, its answer
+ *   http.c            routing (on_req), a request's stages (one generate,
+ *                     or for n > 1 prefill and forks), the text it streams, its answer
  *                     or error, and the events the other threads send back;
  *   http_responses.c  the Responses API: its objects, stream events and
  *                     GET/DELETE /v1/responses/{id} (and the store requests
@@ -36,6 +36,8 @@
 typedef enum { HK_COMPLETION = 1, HK_CHAT, HK_METRICS, HK_RESPONSES, HK_RESP_ADMIN } hkind;
 typedef enum { ST_FORK_IN = 1, ST_PREFILL, ST_FORK_N, ST_GENERATE, ST_FORK_OUT, ST_DROP, ST_STATS,
                ST_ADMIN } hstage;
+#define ST_COUNT     (ST_ADMIN + 1)
+#define ST_TURN_LAST ST_DROP   /* the stages of a completion: ST_FORK_IN..ST_DROP */
 
 /* One choice of a response (n of them, docs/HTTP.md "n"): its text as it
  * came, what was streamed, its logprobs, how it ended, its session. */
@@ -54,7 +56,10 @@ typedef struct hchoice {
     char      finish[16];
     int       ended;           /* its generate is over */
     char      session[STORE_NAME_MAX + 1];   /* the session its turn runs on */
-    char      fork_to[STORE_NAME_MAX + 1];   /* ST_FORK_OUT destination, "" = none */
+    char      fork_to[STORE_NAME_MAX + 1];   /* its copy's name: kept by its generate's commit
+                                               * (op_request.keep_as; a chat's is known only
+                                               * after the turn), forked by ST_FORK_OUT for a
+                                               * replayed answer; "" = none */
 } hchoice;
 
 struct hreq;
@@ -78,6 +83,7 @@ typedef struct http_server {
     unsigned nreq;
     /* metrics (loop thread) */
     uint64_t req_total[8];     /* by outcome (outcome_names) */
+    uint64_t stage_total[ST_COUNT];   /* requests a completion's stages sent the other threads */
     uint64_t http_tokens;
     lat_hist ttft;             /* HTTP time to first token (request arrival to first byte sent) */
     uv_timer_t reaper;         /* frees requests h2o has disposed (never inside an h2o call) */
@@ -123,13 +129,15 @@ typedef struct hreq {
     stophold  hold;            /* stop[]: what streamed text holds back (streamable) */
     char      resp_id[40];     /* this response's id, also the session it leaves */
     char      session[STORE_NAME_MAX + 1];   /* the session the turn runs on */
-    char      fork_from[STORE_NAME_MAX + 1]; /* ST_FORK_IN source */
+    char      fork_from[STORE_NAME_MAX + 1]; /* the session this one continues: the generate's
+                                               * start_from (n = 1), ST_FORK_IN's source (n > 1) */
     int       fork_required;   /* previous_response_id: a missing source is an error */
     uint8_t  *full_text, *new_text;   /* the turn's text: whole conversation / only new messages */
     size_t    full_len, new_len;
+    size_t    fresh_len;       /* full_len, sent as the generate's fresh_text (prompt_bytes if fed) */
     int       after_reply;     /* new_text begins where the session's reply was closed (httpreq.h) */
-    json_t   *messages;        /* chat: the request's messages (for the fork-out hash) */
-    op_request gen_req;     /* the generate request, sent after the fork in */
+    json_t   *messages;        /* chat: the request's messages (the chat-H copy's name) */
+    op_request gen_req;     /* the generate request's settings, every choice's */
     uint64_t  seed;            /* the sampler's seed: the request's, or drawn fresh */
     char      user[HTTPREQ_USER_MAX + 1];   /* OpenAI's end-user id, for the request log */
     char     *ignored;         /* X-Lind-Ignored's value, NULL: none */
@@ -179,8 +187,6 @@ void http_send_error(http_server *hs, h2o_req_t *req, int status, const char *co
 int  http_code_status(proto_code c);
 /* The headers every 200 answer of a turn carries. */
 void http_turn_headers(hreq *h, h2o_req_t *req);
-/* Append bytes as valid UTF-8: each invalid byte becomes U+FFFD. */
-int  http_put_utf8(bytebuf *b, const uint8_t *p, size_t n);
 /* The text of a choice as the client reads it (valid UTF-8, cut at the stop). */
 void http_reply_text(const hchoice *c, bytebuf *out);
 /* A stream's 200 and headers, once. */

@@ -80,6 +80,21 @@ void http_metrics_send(hreq *h, const evlist *l, const event *e)
                      (unsigned long long)hs->req_total[i]);
         bytebuf_put(&b, line, (size_t)n);
     }
+    /* Each stage's requests to the compute and store threads: a stateless
+     * chat is one generate (docs/HTTP.md, "Sessions: what is fed"). */
+    static const char *const stage_names[ST_TURN_LAST + 1] = {
+        [ST_FORK_IN] = "fork_in", [ST_PREFILL] = "prefill", [ST_FORK_N] = "fork_n",
+        [ST_GENERATE] = "generate", [ST_FORK_OUT] = "fork_out", [ST_DROP] = "drop",
+    };
+    rname = "lind_http_stage_requests_total";
+    n = snprintf(line, sizeof line, "# HELP %s requests the stages of HTTP completions sent to the compute "
+                 "and store threads\n# TYPE %s counter\n", rname, rname);
+    bytebuf_put(&b, line, (size_t)n);
+    for (int i = ST_FORK_IN; i <= ST_TURN_LAST; i++) {
+        n = snprintf(line, sizeof line, "%s{stage=\"%s\"} %llu\n", rname, stage_names[i],
+                     (unsigned long long)hs->stage_total[i]);
+        bytebuf_put(&b, line, (size_t)n);
+    }
     put_hist(&b, "lind_step_seconds", "time of one batched model step", &st->step_h);
     put_hist(&b, "lind_time_to_first_token_seconds", "queue + prompt time of generates, all protocols",
              &st->ttft_h);

@@ -208,7 +208,7 @@ void http_resp_admin_result(hreq *h, const evlist *l, const event *e)
                 int is_out = !strncmp(role, "out", 3);
                 if (!is_out && out.n) { in.n = 0; out.n = 0; }   /* a later exchange begins */
                 bytebuf *b = is_out ? &out : &in;
-                http_put_utf8(b, ev_field_bytes(l, text), text->v.s.len);
+                httpreq_put_utf8(b, ev_field_bytes(l, text), text->v.s.len);
             }
             k = rec->type == EVV_RECORD ? rec->end : k + 1;
         }

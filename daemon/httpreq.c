@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 #include <xxhash.h>
 #include "recurrent/jsonfsm.h"
 #include "recurrent/model.h"
@@ -408,35 +409,109 @@ static int parse_common(httpreq *r, json_t *j, const httpreq_limits *lim, httpre
     return collect_ignored(r, j, lim, e);
 }
 
-int httpreq_conv_name(json_t *messages, size_t n, const char *reply, size_t reply_len, uint32_t tpl,
-                      char *out, size_t outlen)
+struct httpreq_conv {
+    XXH64_state_t *st;   /* after the messages */
+    uint32_t tpl;
+};
+
+void httpreq_conv_free(httpreq_conv *c)
 {
-    XXH64_state_t *st = XXH64_createState();
-    if (!st) return -ENOMEM;
-    XXH64_reset(st, 0x6c696e64);   /* "lind" */
+    if (!c) return;
+    XXH64_freeState(c->st);
+    free(c);
+}
+
+int httpreq_conv_begin(json_t *messages, size_t n, uint32_t tpl, httpreq_conv **out)
+{
+    *out = NULL;
+    httpreq_conv *c = calloc(1, sizeof *c);
+    if (!c || !(c->st = XXH64_createState())) {
+        free(c);
+        return -ENOMEM;
+    }
+    c->tpl = tpl;
+    XXH64_reset(c->st, 0x6c696e64);   /* "lind" */
     for (size_t i = 0; i < n; i++) {
         json_t *m = json_array_get(messages, i);
         const char *role = json_string_value(json_object_get(m, "role"));
         char *text, err[64];
         size_t len;
         if (!role || chat_message_text(m, i, &text, &len, err, sizeof err)) {
-            XXH64_freeState(st);
+            httpreq_conv_free(c);
             return -EINVAL;
         }
-        XXH64_update(st, role, strlen(role) + 1);
-        XXH64_update(st, text, len + 1);
+        XXH64_update(c->st, role, strlen(role) + 1);
+        XXH64_update(c->st, text, len + 1);
         free(text);
     }
-    if (reply) {
-        XXH64_update(st, "assistant", 10);
-        XXH64_update(st, reply, reply_len);
-        XXH64_update(st, "", 1);
-    }
-    uint8_t th[4] = { (uint8_t)tpl, (uint8_t)(tpl >> 8), (uint8_t)(tpl >> 16), (uint8_t)(tpl >> 24) };
-    XXH64_update(st, th, 4);
-    snprintf(out, outlen, "chat-%016llx", (unsigned long long)XXH64_digest(st));
-    XXH64_freeState(st);
+    *out = c;
     return 0;
+}
+
+httpreq_conv *httpreq_conv_dup(const httpreq_conv *c)
+{
+    httpreq_conv *d = calloc(1, sizeof *d);
+    if (!d || !(d->st = XXH64_createState())) {
+        free(d);
+        return NULL;
+    }
+    XXH64_copyState(d->st, c->st);
+    d->tpl = c->tpl;
+    return d;
+}
+
+int httpreq_conv_end(const httpreq_conv *c, const char *reply, size_t reply_len, char *out, size_t outlen)
+{
+    httpreq_conv *d = httpreq_conv_dup(c);   /* c stays as it was */
+    if (!d) return -ENOMEM;
+    if (reply) {
+        XXH64_update(d->st, "assistant", 10);
+        XXH64_update(d->st, reply, reply_len);
+        XXH64_update(d->st, "", 1);
+    }
+    uint8_t th[4] = { (uint8_t)d->tpl, (uint8_t)(d->tpl >> 8), (uint8_t)(d->tpl >> 16), (uint8_t)(d->tpl >> 24) };
+    XXH64_update(d->st, th, 4);
+    snprintf(out, outlen, "chat-%016llx", (unsigned long long)XXH64_digest(d->st));
+    httpreq_conv_free(d);
+    return 0;
+}
+
+int httpreq_conv_name(json_t *messages, size_t n, const char *reply, size_t reply_len, uint32_t tpl,
+                      char *out, size_t outlen)
+{
+    httpreq_conv *c;
+    int rc = httpreq_conv_begin(messages, n, tpl, &c);
+    if (rc == 0) rc = httpreq_conv_end(c, reply, reply_len, out, outlen);
+    httpreq_conv_free(c);
+    return rc;
+}
+
+int httpreq_put_utf8(bytebuf *b, const uint8_t *p, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t k = utf8proc_iterate(p + i, (utf8proc_ssize_t)(n - i), &cp);
+        if (k > 0) {
+            if (bytebuf_put(b, p + i, (size_t)k)) return -ENOMEM;
+            i += (size_t)k;
+        } else {
+            if (bytebuf_put(b, "\xEF\xBF\xBD", 3)) return -ENOMEM;
+            i++;
+        }
+    }
+    return 0;
+}
+
+int httpreq_reply_text(bytebuf *b, const uint8_t *text, size_t n, int n_stop,
+                       const uint8_t stop[][STOP_MAX_LEN], const uint8_t *stop_len)
+{
+    size_t end = n;
+    for (int i = 0; i < n_stop; i++) {
+        const uint8_t *hit = n ? memmem(text, n, stop[i], stop_len[i]) : NULL;
+        if (hit && (size_t)(hit - text) < end) end = (size_t)(hit - text);
+    }
+    return httpreq_put_utf8(b, text, end);
 }
 
 /* The chat text: which messages are new, the template's stop strings, and

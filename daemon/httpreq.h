@@ -15,7 +15,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <jansson.h>
+#include "recurrent/bytebuf.h"
 #include "recurrent/chat.h"
+#include "recurrent/stop.h"
 #include "daemon/protocol.h"
 
 /* HTTPREQ_RESPONSES: POST /v1/responses, its input turned into chat
@@ -96,5 +98,30 @@ void httpreq_free(httpreq *r);
  * role or text, -ENOMEM. */
 int  httpreq_conv_name(json_t *messages, size_t n, const char *reply, size_t reply_len, uint32_t tpl,
                        char *out, size_t outlen);
+
+/* The same name in two steps, for a stateless chat whose copy is kept by
+ * its turn's commit (docs/HTTP.md, "Sessions: what is fed"): the messages
+ * are hashed where the request is read (httpreq_conv_begin: 0, -EINVAL as
+ * above, -ENOMEM; *out owned by the caller, httpreq_conv_free), the reply
+ * added where the turn ends (httpreq_conv_end, which leaves c as it was, so
+ * any thread may end a copy it owns). */
+typedef struct httpreq_conv httpreq_conv;
+int  httpreq_conv_begin(json_t *messages, size_t n, uint32_t tpl, httpreq_conv **out);
+/* The name for reply[0..reply_len) (reply NULL: none). 0 or -ENOMEM. */
+int  httpreq_conv_end(const httpreq_conv *c, const char *reply, size_t reply_len, char *out, size_t outlen);
+/* A copy (NULL: out of memory). */
+httpreq_conv *httpreq_conv_dup(const httpreq_conv *c);
+void httpreq_conv_free(httpreq_conv *c);
+
+/* A reply as the client reads it, appended to b: text[0..n) cut where the
+ * first of the stop strings starts (OpenAI returns text without it), each
+ * invalid UTF-8 byte as U+FFFD (what http.c's answer holds). The compute
+ * thread names a stateless chat's copy from it, and so does the loop when
+ * it needs that name: the two agree. 0 or -ENOMEM. */
+int  httpreq_reply_text(bytebuf *b, const uint8_t *text, size_t n, int n_stop,
+                        const uint8_t stop[][STOP_MAX_LEN], const uint8_t *stop_len);
+/* Append p[0..n) to b as valid UTF-8: each invalid byte becomes U+FFFD.
+ * 0 or -ENOMEM. */
+int  httpreq_put_utf8(bytebuf *b, const uint8_t *p, size_t n);
 
 #endif

@@ -87,6 +87,11 @@ typedef struct dmsg {
      * (owned; NULL: none); M_SAVE: the turn's answer to record under
      * req.request_id with the commit. M_LOAD carries req.request_id. */
     uint8_t *replay; size_t replay_len;
+    /* M_LOADED of a session not stored whose request starts from another
+     * (op_request.start_from, carried by M_LOAD's req): 1 loaded is that
+     * one's state, -1 it is not stored either (rc -ENOENT), 0 neither; the
+     * turn request it starts takes the same value. */
+    int      start;
 } dmsg;
 
 dmsg *dmsg_new(dmsg_kind kind, uint64_t conn);

@@ -55,6 +55,7 @@ typedef struct worker {
     qnode    *done_head, *done_tail;   /* M_LOADED held until the batch ends */
     store_record recs[SAVE_GROUP_MAX];
     store_turn_record turns[SAVE_GROUP_MAX];   /* recs[i]'s answer to record, if any */
+    const char *keep_as[SAVE_GROUP_MAX];       /* recs[i]'s copy to keep, if any */
     uint64_t  expect[SAVE_GROUP_MAX];
     int       origin[SAVE_GROUP_MAX];
     uint64_t  gc_at_ns;       /* connection 0: the next collection (0: at once) */
@@ -152,6 +153,8 @@ static void do_saves(worker *W, dmsg **v, int n)
         /* the turn's answer, committed with it (exactly-once turns) */
         W->turns[k] = (store_turn_record){ .request_id = v[i]->replay ? v[i]->req.request_id : NULL,
                                            .result = v[i]->replay, .result_len = v[i]->replay_len };
+        /* the copy the request asked for (op_request.keep_as), in the same commit */
+        W->keep_as[k] = v[i]->req.keep_as[0] ? v[i]->req.keep_as : NULL;
         W->expect[k] = v[i]->version;
         /* the row's origin if this save creates it (state/store.h) */
         W->origin[k] = v[i]->conn & HTTP_CONN_BIT ? STORE_ORIGIN_HTTP : STORE_ORIGIN_SOCKET;
@@ -159,8 +162,8 @@ static void do_saves(worker *W, dmsg **v, int n)
         sv[k++] = v[i];
     }
     uint64_t t0 = clock_mono_ns();
-    int rc = k ? store_save_turns(W->st, W->recs, W->turns, W->expect, W->origin, k, owner, W->res, err,
-                                  sizeof err) : 0;
+    int rc = k ? store_save_keep(W->st, W->recs, W->turns, W->keep_as, W->expect, W->origin, k, owner,
+                                 W->res, err, sizeof err) : 0;
     if (k && P->srv->opt.max_store_bytes) W->gc_due = 1;   /* the quota: look after every commit */
     if (rc < 0 && rc != -ECANCELED && rc != -ENOLCK && k > 1) {
         /* The group failed as a whole: one bad record must not sink the
@@ -172,8 +175,8 @@ static void do_saves(worker *W, dmsg **v, int n)
          * client retrying it with its request_id gets the recorded answer
          * if it committed. */
         for (int j = 0; j < k; j++) {
-            store_save_turns(W->st, &W->recs[j], &W->turns[j], &W->expect[j], &W->origin[j], 1, owner,
-                             &W->res[j], sv[j]->err, sizeof sv[j]->err);
+            store_save_keep(W->st, &W->recs[j], &W->turns[j], &W->keep_as[j], &W->expect[j], &W->origin[j],
+                            1, owner, &W->res[j], sv[j]->err, sizeof sv[j]->err);
             if (rc == -EIO && W->res[j].rc == -ECANCELED) {
                 W->res[j].rc = -EIO;
                 snprintf(sv[j]->err, sizeof sv[j]->err, "the save's outcome is unknown (the session"
@@ -190,7 +193,12 @@ static void do_saves(worker *W, dmsg **v, int n)
         dmsg *m = sv[j];
         store_save_result *r = &W->res[j];
         m->rc = r->rc;
-        if (r->rc == 0) { m->version = r->version; saved++; continue; }
+        if (r->rc == 0) {
+            m->version = r->version;
+            m->result.done.kept = r->kept;
+            saved++;
+            continue;
+        }
         if (r->rc == -ENOSPC) disk_full(P, m->err);
         if (r->rc == -ECANCELED) {
             m->rc = LIND_E_CONFLICT;
@@ -752,6 +760,13 @@ static int try_load(worker *W, dmsg *m, int may_wait)
             store_loaded_free(&m->loaded);
             m->rc = trc;
         }
+    }
+    if (m->rc == -ENOENT && m->req.start_from[0]) {
+        /* A new session that starts from a stored one (op_request.start_from):
+         * that one's state, read as a fork reads its source (no lease: it is
+         * not written); the session itself is created by the turn's commit. */
+        m->rc = store_load(W->st, m->req.start_from, &m->loaded, m->err, sizeof m->err);
+        m->start = m->rc == 0 ? 1 : m->rc == -ENOENT ? -1 : 0;
     }
     if (m->rc != 0 && m->rc != -ENOENT) {   /* nothing will be served: give it back */
         char e2[256];

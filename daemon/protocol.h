@@ -83,6 +83,10 @@ typedef struct proto_done {
     int      has_stop_token;               /* reason "stop" by the model's end token: */
     uint32_t stop_token;                   /* its id (never sent as a token) */
     int      replayed;                     /* the recorded answer of an earlier try (request_id) */
+    int      kept;     /* in the daemon only, never on the wire: the commit also made the copy
+                        * the request asked for (op_request.keep_as / keep_conv) */
+    int      fed_fresh;   /* in the daemon only: start_from was not stored, the turn fed
+                           * op_request.fresh_text from a zero state */
 } proto_done;
 void proto_pack_done(msgpack_sbuffer *sb, const proto_done *d);
 

@@ -74,6 +74,26 @@ typedef struct op_request {
      * the session's stream already ends with (chat_repeated over its
      * transcript's last bytes, e.g. the stop string the reply stopped on). */
     const struct chat_template *reply_tpl;
+    /* generate, HTTP only (docs/HTTP.md "Sessions: what is fed"): the turn's
+     * commit also keeps a copy of the session, in the same transaction,
+     * where the name is free (a taken one is left as it is; the done event's
+     * `kept` says which). Under keep_as ("" none: a named session's
+     * response id); or, keep_conv non-NULL (owned), under the name of the
+     * stateless chat's whole conversation, its messages hashed there and
+     * the reply added when the turn ends (daemon/httpreq.h,
+     * httpreq_conv_end). A cancelled turn keeps no copy. */
+    char     keep_as[STORE_NAME_MAX + 1];
+    struct httpreq_conv *keep_conv;
+    /* generate, HTTP only (docs/HTTP.md "Sessions: what is fed"): a session
+     * not stored yet starts from a copy of start_from's stored state (as a
+     * fork would copy it; "" none), and the turn's commit creates it. When
+     * start_from is not stored by the time the turn starts: start_required
+     * fails the turn with not_found, as the fork would (nothing is made);
+     * else the turn starts from a zero state and feeds fresh_text (owned)
+     * instead of text, without reply_tpl (the done event's `fed_fresh`). */
+    char     start_from[STORE_NAME_MAX + 1];
+    int      start_required;
+    uint8_t *fresh_text; size_t fresh_len;
 } op_request;
 
 /* Free what the request owns and leave it empty of buffers (its other

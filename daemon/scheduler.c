@@ -10,6 +10,7 @@
 #include <string.h>
 #include "recurrent/chat.h"
 #include "daemon/errors.h"
+#include "daemon/httpreq.h"
 #include "daemon/msg.h"
 #include "daemon/session.h"
 #include "daemon/turnlog.h"
@@ -89,6 +90,12 @@ typedef struct turn {
     char     request_id[STORE_REQUEST_ID_MAX + 1];
     uint64_t phash;
     turnlog  log;
+    /* the copy its commit keeps (op_request.keep_as / keep_conv, owned);
+     * with keep_conv, the bytes it sent, to name the copy from the reply */
+    char     keep_as[STORE_NAME_MAX + 1];
+    httpreq_conv *keep_conv;
+    bytebuf  sent;
+    int      fed_fresh;        /* its start_from was not stored: it fed fresh_text (proto_done) */
 } turn;
 
 struct scheduler {
@@ -261,14 +268,16 @@ static void place(scheduler *S, session *s)
         if (rc != 0) {
             send_out(S, outmsg_error(w->conn, w->req.id, lind_wire_code(rc),
                                      "session '%s': the stored state cannot be used (%s): %s",
-                                     s->name, lind_strerror(rc), err));
+                                     ld->start > 0 ? w->req.start_from : s->name,   /* whose it was */
+                                     lind_strerror(rc), err));
             cconn *c = cconn_get(S, w->conn);
             S->nwaiting--;
             drop_session(S, s);
             if (c) cconn_release(S, c);
             return;
         }
-        s->created_ms = ld->loaded.created_ms;
+        /* a session started from another's state is new: made now */
+        s->created_ms = ld->start > 0 ? clock_wall_ms() : ld->loaded.created_ms;
     }
     dmsg_free(ld);
     s->loaded = NULL;
@@ -548,7 +557,13 @@ static void begin_turn(scheduler *S, session *s, dmsg *m)
         snprintf(t->request_id, sizeof t->request_id, "%s", r->request_id);
         t->phash = phash;
     }
+    if (r->op == OP_GENERATE) {
+        snprintf(t->keep_as, sizeof t->keep_as, "%s", r->keep_as);
+        t->keep_conv = r->keep_conv;
+        r->keep_conv = NULL;
+    }
     t->skipped = skipped;
+    t->fed_fresh = m->start < 0;
     t->is_append = r->op == OP_APPEND;
     t->t_recv = m->t_recv_ns;
     t->t_start = clock_mono_ns();
@@ -643,6 +658,24 @@ static uint64_t session_tokens(const session *s)
     return s->meta.tokens + (s->meta.pending_token >= 0 ? 1 : 0);
 }
 
+/* The name of the copy the turn's commit keeps ("" none): the request's,
+ * or a stateless chat's whole conversation, the reply as its client reads
+ * it (cut at the turn's stop strings, which are the request's). Out of
+ * memory costs only the copy. */
+static void keep_name(const turn *t, char *out, size_t n)
+{
+    out[0] = 0;
+    if (!t->keep_conv) {
+        snprintf(out, n, "%s", t->keep_as);
+        return;
+    }
+    bytebuf reply = { 0 };
+    if (httpreq_reply_text(&reply, (const uint8_t *)t->sent.p, t->sent.n, t->n_stop, t->stop, t->stop_len) != 0 ||
+        httpreq_conv_end(t->keep_conv, reply.p ? reply.p : "", reply.n, out, n) != 0)
+        out[0] = 0;
+    bytebuf_free(&reply);
+}
+
 /* End a turn at a token boundary: the state is consistent with every token
  * emitted. Encode it and queue the commit; `done` follows the commit. */
 static void finish(scheduler *S, turn *t, int pending, const char *reason)
@@ -714,6 +747,7 @@ static void finish(scheduler *S, turn *t, int pending, const char *reason)
     res->done.id = t->req_id;
     res->done.reason = reason;
     res->done.tokens_in = t->tokens_in;
+    res->done.fed_fresh = t->fed_fresh;
     res->done.fed_bytes = t->fed_bytes + t->skipped;   /* of the request's text: the session held the skipped */
     res->cancelled = !strcmp(reason, "cancelled");
     res->done.tokens_out = t->produced;
@@ -746,6 +780,7 @@ static void finish(scheduler *S, turn *t, int pending, const char *reason)
         }
         snprintf(m->req.request_id, sizeof m->req.request_id, "%s", t->request_id);
     }
+    if (!res->cancelled) keep_name(t, m->req.keep_as, sizeof m->req.keep_as);
     if (S->saves_tail) S->saves_tail->node.next = &m->node; else S->saves = m;
     S->saves_tail = m;
     m->node.next = NULL;
@@ -803,6 +838,10 @@ static void emit_token(scheduler *S, turn *t, int32_t tok, float lp, const ev_to
     if (t->request_id[0]) {   /* a failure fails the save (finish) */
         if (t->logprobs) turnlog_token_lp(&t->log, b, n, lp, top, ntop);
         else turnlog_token(&t->log, b, n);
+    }
+    if (t->keep_conv && n && bytebuf_put(&t->sent, b, n) != 0) {
+        httpreq_conv_free(t->keep_conv);   /* out of memory costs only the copy */
+        t->keep_conv = NULL;
     }
     if (n && transcript_append(&s->tr, TRANSCRIPT_OUT, b, n) != 0) {
         t->out_lost = 1;   /* the transcript would miss it: end unsaved (finish) */
@@ -920,6 +959,8 @@ static void reap(scheduler *S)
             free(t->schema);
             jsonmask_free(t->mask);
             turnlog_free(&t->log);
+            httpreq_conv_free(t->keep_conv);
+            bytebuf_free(&t->sent);
             free(t);
         } else {
             S->active[j++] = t;
@@ -1332,6 +1373,8 @@ static void start_turn_request(scheduler *S, dmsg *m)
     session_insert(&S->tab, s);
     snprintf(ld->name, sizeof ld->name, "%s", s->name);
     snprintf(ld->req.request_id, sizeof ld->req.request_id, "%s", r->request_id);
+    if (r->op == OP_GENERATE)   /* not stored: the state to start from (persist.c, try_load) */
+        snprintf(ld->req.start_from, sizeof ld->req.start_from, "%s", r->start_from);
     ld->sess = s;
     S->loads_inflight++;
     queue_push(&S->srv->persistq, &ld->node);
@@ -1502,6 +1545,36 @@ static void on_request(scheduler *S, dmsg *m)
     h(S, m);
 }
 
+/* The state a new session was to start from is not stored (deleted,
+ * collected, never made; op_request.start_from): a request that needs it
+ * fails as a fork from it would, with nothing made (the session's lease is
+ * given back); any other starts from a zero state and feeds its whole text
+ * (fresh_text), as a fresh session would. 1: go on; 0: answered here (m
+ * consumed). */
+static int start_fresh(scheduler *S, session *s, dmsg *m)
+{
+    dmsg *w = s->waiting;
+    op_request *r = &w->req;
+    if (r->start_required) {
+        send_out(S, outmsg_error(w->conn, r->id, PE_NOT_FOUND, "no session named '%s'", r->start_from));
+        cconn *c = cconn_get(S, w->conn);
+        S->nwaiting--;
+        drop_session(S, s);
+        if (c) cconn_release(S, c);
+        dmsg_free(m);
+        return 0;
+    }
+    if (r->fresh_text) {
+        free(r->text);
+        r->text = r->fresh_text;
+        r->text_len = r->fresh_len;
+        r->fresh_text = NULL;
+        r->fresh_len = 0;
+    }
+    r->reply_tpl = NULL;   /* no reply before it in a fresh session */
+    return 1;
+}
+
 static void on_loaded(scheduler *S, dmsg *m)
 {
     session *s = m->sess;
@@ -1521,7 +1594,10 @@ static void on_loaded(scheduler *S, dmsg *m)
         return;
     }
     s->leased = 1;
-    s->version = m->rc == 0 ? m->loaded.version : STORE_VERSION_NEW;
+    if (m->start < 0 && !start_fresh(S, s, m)) return;
+    /* started from another's state, the session is still new: its commit creates it */
+    s->version = m->rc == 0 && m->start <= 0 ? m->loaded.version : STORE_VERSION_NEW;
+    s->waiting->start = m->start;
     s->waiting->replay = m->replay;   /* the answer recorded under its request_id, if any */
     s->waiting->replay_len = m->replay_len;
     m->replay = NULL;

@@ -217,6 +217,13 @@ int store_save_turns(store *s, const store_record *recs, const store_turn_record
                      const uint64_t *expect, const int *origin, int n, const char *lease_owner,
                      store_save_result *res, char *err, size_t errlen)
 {
+    return store_save_keep(s, recs, turns, NULL, expect, origin, n, lease_owner, res, err, errlen);
+}
+
+int store_save_keep(store *s, const store_record *recs, const store_turn_record *turns,
+                    const char *const *keep_as, const uint64_t *expect, const int *origin, int n,
+                    const char *lease_owner, store_save_result *res, char *err, size_t errlen)
+{
     ERRBUF(err, errlen);
     if (!s || !recs || !res || n < 1)
         return errmsg_set(-EINVAL, err, errlen,
@@ -235,6 +242,14 @@ int store_save_turns(store *s, const store_record *recs, const store_turn_record
                 rc = errmsg_set(-EINVAL, err, errlen, "record %d (%s): a request id needs a result "
                                 "under 1 GiB", i, recs[i].name);
         }
+        if (rc == 0 && keep_as && keep_as[i]) {
+            char why2[200];
+            if ((rc = store_name_check(keep_as[i], why2, sizeof why2)) < 0)
+                errmsg_set(rc, err, errlen, "record %d (%s): its copy's name: %s", i, recs[i].name, why2);
+            else if (!strcmp(keep_as[i], recs[i].name))
+                rc = errmsg_set(-EINVAL, err, errlen, "record %d (%s): a copy under its own name",
+                                i, recs[i].name);
+        }
         /* Two versioned records of one group naming one session would swap
          * against each other's version: refused like a bad record. */
         for (int k = 0; rc == 0 && expect && k < i; k++)
@@ -244,7 +259,7 @@ int store_save_turns(store *s, const store_record *recs, const store_turn_record
     }
     if (rc < 0) {
         for (int k = 0; k < n; k++)
-            res[k] = (store_save_result){ rc, 0 };
+            res[k] = (store_save_result){ .rc = rc };
         return rc;
     }
     uint64_t local[16], *ex = (uint64_t *)expect;
@@ -266,7 +281,7 @@ int store_save_turns(store *s, const store_record *recs, const store_turn_record
         for (int i = 0; i < n; i++)
             org[i] = STORE_ORIGIN_SOCKET;
     }
-    rc = counted(s, s->ops->save(s, recs, ex, org, n, lease_owner, res, err, errlen, turns));
+    rc = counted(s, s->ops->save(s, recs, ex, org, n, lease_owner, res, err, errlen, turns, keep_as));
     if (org != origin && org != olocal)
         free(org);
     int failed = 0, first = -1;
@@ -275,7 +290,7 @@ int store_save_turns(store *s, const store_record *recs, const store_turn_record
             first = i;
     if (rc < 0) {
         for (int i = 0; i < n; i++)
-            res[i] = (store_save_result){ rc, 0 };
+            res[i] = (store_save_result){ .rc = rc };
     } else if (failed) {
         rc = res[first].rc;
         char want[40], have[40];

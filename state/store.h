@@ -158,6 +158,8 @@ typedef struct store_save_result {
                          * session's lease; or the group's error */
     uint64_t version;   /* rc 0: the new version; -ECANCELED / -ENOLCK: the
                          * row's current version (0 = no such session) */
+    int      kept;      /* rc 0 and a keep_as (store_save_keep): 1 the copy
+                         * was made, 0 that name was taken (left as it was) */
 } store_save_result;
 
 /* Save n sessions in one transaction, record i only if its row is at
@@ -272,6 +274,15 @@ typedef struct store_turn_record {
 int  store_save_turns(store *s, const store_record *recs, const store_turn_record *turns,
                       const uint64_t *expect, const int *origin, int n, const char *lease_owner,
                       store_save_result *res, char *err, size_t errlen);
+/* store_save_turns, and for each record i written whose keep_as[i] is not
+ * NULL, a copy of the row as written under that name, in the same
+ * transaction (keep_as NULL: none). The copy is made as store_fork makes
+ * one (its origin by its name, else the row's; no turn results), but only
+ * where the name is free: a taken name is left as it is, and res[i].kept
+ * says which. keep_as[i] must be a valid name other than the record's. */
+int  store_save_keep(store *s, const store_record *recs, const store_turn_record *turns,
+                     const char *const *keep_as, const uint64_t *expect, const int *origin, int n,
+                     const char *lease_owner, store_save_result *res, char *err, size_t errlen);
 
 /* Check a request id: as a name (UTF-8, no control chars), 1..64 bytes. */
 int  store_request_id_check(const char *id, char *err, size_t errlen);

@@ -27,7 +27,8 @@ typedef struct store_ops {
      * origin[i] is what a row the save creates records (never NULL here). */
     int (*save)(store *s, const store_record *recs, const uint64_t *expect, const int *origin,
                 int n, const char *owner, store_save_result *res, char *err, size_t errlen,
-                const store_turn_record *turns);   /* NULL, or n: the results to record */
+                const store_turn_record *turns,    /* NULL, or n: the results to record */
+                const char *const *keep_as);       /* NULL, or n: the copies (store_save_keep) */
     /* Insert one record; -EEXIST if the name is taken. */
     int (*create)(store *s, const store_record *rec, char *err, size_t errlen);
     int (*load)(store *s, const char *name, store_loaded *out, char *err, size_t errlen);

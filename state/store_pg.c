@@ -116,6 +116,13 @@ static const char turns_schema[] =
                      " SET version = EXCLUDED.version, result = EXCLUDED.result"
 #define TURN_PRUNE_SQL "DELETE FROM lind_turns WHERE name = $1 AND version <= $2::bigint"
 #define TURN_GET_SQL "SELECT result, version FROM lind_turns WHERE name = $1 AND request_id = $2"
+/* A save's copy (store_save_keep), inside its transaction: $1
+ * the saved row, $2 the copy's name, $3 now (ms); a fork where the name is
+ * free. */
+#define KEEP_SQL "INSERT INTO lind_sessions(name, state, transcript, tokens, created_ms, updated_ms, origin)" \
+                 " SELECT $2, state, transcript, tokens, $3, $3, CASE left($2, 5)" \
+                 " WHEN 'resp-' THEN 2 WHEN 'chat-' THEN 3 ELSE origin END FROM lind_sessions" \
+                 " WHERE name = $1 ON CONFLICT(name) DO NOTHING"
 
 /* The server's clock in ms since the epoch. */
 #define PG_NOW "(extract(epoch from clock_timestamp()) * 1000)::bigint"
@@ -762,6 +769,23 @@ static int turn_put(pg_store *s, const char *name, const store_turn_record *r, u
     return code;
 }
 
+static long affected(const PGresult *r);
+
+/* A saved row's copy under keep_as, inside the save's transaction
+ * (store_save_keep); res->kept says whether it was made. */
+static int keep_put(pg_store *s, const char *name, const char *keep_as, const char *now,
+                    store_save_result *res, char *err, size_t errlen)
+{
+    const char *vals[3] = { name, keep_as, now };
+    PGresult *q = run_params(s, KEEP_SQL, 3, vals, NULL, NULL, 0);
+    int code = PQresultStatus(q) == PGRES_COMMAND_OK ? 0
+               : pg_fail(s, q, err, errlen, "copying the saved session (statement keep)");
+    if (code == 0)
+        res->kept = affected(q) > 0;
+    PQclear(q);
+    return code == -EEXIST ? -EIO : code;
+}
+
 static int pg_turn_get(store *base, const char *name, const char *request_id, uint8_t **out,
                        size_t *len, uint64_t *version, char *err, size_t errlen)
 {
@@ -799,6 +823,7 @@ static int pg_turn_get(store *base, const char *name, const char *request_id, ui
  * transaction's id into xid), the records, COMMIT. *commit_sent: the
  * COMMIT went out (its outcome is then unknown if the connection broke). */
 static int save_tx(pg_store *s, const store_record *recs, const store_turn_record *turns,
+                   const char *const *keep_as,
                    const uint64_t *expect, const int *origin, int n,
                    const char *owner, store_save_result *res, int64_t now, char *xid,
                    size_t xidlen, char *started, size_t startedlen, int *commit_sent, char *err,
@@ -847,9 +872,11 @@ static int save_tx(pg_store *s, const store_record *recs, const store_turn_recor
             code = pg_fail(s, r, err, errlen, what);
             code = code == -EEXIST ? -EIO : code;
         } else if (PQntuples(r) == 1) {
-            res[i] = (store_save_result){ 0, (uint64_t)text_i64(r, 0, 0) };
+            res[i] = (store_save_result){ .version = (uint64_t)text_i64(r, 0, 0) };
             if (turns && turns[i].request_id)
                 code = turn_put(s, recs[i].name, &turns[i], res[i].version, err, errlen);
+            if (code == 0 && keep_as && keep_as[i])
+                code = keep_put(s, recs[i].name, keep_as[i], p.now, &res[i], err, errlen);
         } else {
             /* The swap did not happen: report where the row is instead. */
             PQclear(r);
@@ -858,7 +885,7 @@ static int save_tx(pg_store *s, const store_record *recs, const store_turn_recor
                 code = pg_fail(s, r, err, errlen, "reading a session's version (statement version)");
             else
                 res[i] = (store_save_result){
-                    refused, PQntuples(r) ? (uint64_t)text_i64(r, 0, 0) : 0 };
+                    .rc = refused, .version = PQntuples(r) ? (uint64_t)text_i64(r, 0, 0) : 0 };
         }
         PQclear(r);
     }
@@ -959,7 +986,7 @@ static int xact_outcome(pg_store *s, const char *xid, const char *started, const
 static int pg_save(store *base, const store_record *recs, const uint64_t *expect,
                    const int *origin, int n,
                    const char *owner, store_save_result *res, char *err, size_t errlen,
-                   const store_turn_record *turns)
+                   const store_turn_record *turns, const char *const *keep_as)
 {
     pg_store *s = (pg_store *)base;
     int64_t now = clock_wall_ms();
@@ -974,7 +1001,7 @@ static int pg_save(store *base, const store_record *recs, const uint64_t *expect
         int sent = 0;
         if ((code = ready(s, err, errlen)) < 0)
             break;
-        code = save_tx(s, recs, turns, expect, origin, n, owner, res, now, xid, sizeof xid, started,
+        code = save_tx(s, recs, turns, keep_as, expect, origin, n, owner, res, now, xid, sizeof xid, started,
                        sizeof started, &sent, err, errlen);
         if (code == 0 || !lost(s) || attempt + 1 >= PG_ATTEMPTS)
             break;
@@ -994,7 +1021,7 @@ static int pg_save(store *base, const store_record *recs, const uint64_t *expect
     }
     if (code < 0) {
         for (int i = 0; i < n; i++)
-            res[i] = (store_save_result){ code, 0 };
+            res[i] = (store_save_result){ .rc = code };
         return code;
     }
     /* Records refused by their checks are in res; store.c reports them. */

@@ -61,7 +61,7 @@ static const char *const migrations[] = {
 
 enum {
     Q_BEGIN, Q_COMMIT, Q_ROLLBACK, Q_UPSERT, Q_INSERT, Q_LOAD, Q_LIST, Q_COUNT,
-    Q_DELETE, Q_FORK, Q_INSERT_NEW, Q_CAS, Q_VERSION, Q_LEASE_TAKE, Q_LEASE_GET,
+    Q_DELETE, Q_FORK, Q_KEEP, Q_INSERT_NEW, Q_CAS, Q_VERSION, Q_LEASE_TAKE, Q_LEASE_GET,
     Q_LEASE_RENEW, Q_LEASE_RELEASE, Q_LEASE_HELD,
     Q_RETENTION,   /* from here on: prepared on first use (only a daemon collects) */
     Q_USAGE = Q_RETENTION, Q_EXPIRE, Q_EVICT, Q_REMOVE, Q_N
@@ -99,6 +99,11 @@ static const char *const queries[Q_N] = {
                    " SELECT ?2, state, transcript, tokens, ?3, ?3,"
                    " CASE substr(?2, 1, 5) WHEN 'resp-' THEN 2 WHEN 'chat-' THEN 3 ELSE origin END"
                    " FROM sessions WHERE name = ?1",
+    /* A save's copy (store_save_keep): a fork where the name is free. */
+    [Q_KEEP]     = "INSERT INTO sessions(name, state, transcript, tokens, created_ms, updated_ms, origin)"
+                   " SELECT ?2, state, transcript, tokens, ?3, ?3,"
+                   " CASE substr(?2, 1, 5) WHEN 'resp-' THEN 2 WHEN 'chat-' THEN 3 ELSE origin END"
+                   " FROM sessions WHERE name = ?1 ON CONFLICT(name) DO NOTHING",
     /* Versioned saves: a row comes back only when the swap happened. */
     [Q_INSERT_NEW] = "INSERT INTO sessions(name, state, transcript, tokens, created_ms, updated_ms, origin)"
                    " VALUES(?1, ?2, ?3, ?4, ?5, ?5, " ORIGIN("coalesce(?7, 0)") ") ON CONFLICT(name) DO NOTHING RETURNING version",
@@ -540,7 +545,7 @@ static int sq_turn_get(store *base, const char *name, const char *request_id, ui
 static int sq_save(store *base, const store_record *recs, const uint64_t *expect,
                    const int *origin, int n,
                    const char *owner, store_save_result *res, char *err, size_t errlen,
-                   const store_turn_record *turns)
+                   const store_turn_record *turns, const char *const *keep_as)
 {
     sqlite_store *s = (sqlite_store *)base;
     int64_t now = clock_wall_ms();
@@ -580,11 +585,19 @@ static int sq_save(store *base, const store_record *recs, const uint64_t *expect
             /* Not written: report where the row is instead. */
             sqlite3_bind_text(s->q[Q_VERSION], 1, recs[i].name, -1, SQLITE_STATIC);
             rc = step_ints(s->q[Q_VERSION], &v, 1, &got);
-            res[i] = (store_save_result){ refused, got ? (uint64_t)v : 0 };
+            res[i] = (store_save_result){ .rc = refused, .version = got ? (uint64_t)v : 0 };
         } else {
-            res[i] = (store_save_result){ 0, (uint64_t)v };
+            res[i] = (store_save_result){ .version = (uint64_t)v };
             if (rc == SQLITE_OK && turns && turns[i].request_id)
                 rc = turn_put(s, recs[i].name, &turns[i], v);
+            if (rc == SQLITE_OK && keep_as && keep_as[i]) {
+                sqlite3_stmt *kq = s->q[Q_KEEP];
+                sqlite3_bind_text(kq, 1, recs[i].name, -1, SQLITE_STATIC);
+                sqlite3_bind_text(kq, 2, keep_as[i], -1, SQLITE_STATIC);
+                sqlite3_bind_int64(kq, 3, now);
+                rc = run(kq);
+                res[i].kept = rc == SQLITE_OK && sqlite3_changes(s->db) > 0;
+            }
         }
         if (rc != SQLITE_OK) {
             char what[STORE_NAME_MAX + 32];

@@ -1425,6 +1425,66 @@ static void turn_results(void)
     store_close(s);
 }
 
+/* store_save_keep: the copy is written in the save's transaction, as a
+ * fork of the row as saved, only where its name is free; a refused record
+ * keeps no copy, and a bad copy name refuses the group. */
+static void save_keeps_a_copy(void)
+{
+    store *s = open_ok(newdb());
+    if (!s) return;
+    char err[256] = "";
+    uint8_t st[300], tr[20];
+    fill(st, sizeof st, 11);
+    fill(tr, sizeof tr, 12);
+    store_record r = { "resp-a", st, sizeof st, tr, sizeof tr, 9 };
+    const char *keep[2] = { "chat-0000000000000001", NULL };
+    uint64_t ex = STORE_VERSION_NEW;
+    store_save_result res[2];
+    CHECK(store_save_keep(s, &r, NULL, keep, &ex, NULL, 1, NULL, res, err, sizeof err) == 0 &&
+          res[0].rc == 0 && res[0].kept == 1, "save with a copy: %s", err);
+    store_loaded a, b;
+    CHECK(store_load(s, "chat-0000000000000001", &b, err, sizeof err) == 0, "the copy loads: %s", err);
+    store_load(s, "resp-a", &a, NULL, 0);
+    CHECK(b.state_len == a.state_len && !memcmp(a.state, b.state, a.state_len) && b.tokens == 9 &&
+          b.transcript_len == a.transcript_len && !memcmp(a.transcript, b.transcript, a.transcript_len),
+          "the copy is the saved row");
+    CHECK(b.version == 1, "a new row: version %llu", (unsigned long long)b.version);
+    store_loaded_free(&a);
+    store_loaded_free(&b);
+    store_info *v = NULL;
+    size_t n = 0;
+    CHECK(store_list(s, &v, &n, err, sizeof err) == 0 && n == 2, "two rows: %s", err);
+    for (size_t i = 0; i < n; i++)
+        CHECK(v[i].origin == (!strncmp(v[i].name, "chat-", 5) ? STORE_ORIGIN_CHAT : STORE_ORIGIN_RESPONSE),
+              "%s's origin %d", v[i].name, v[i].origin);
+    free(v);
+    /* A taken name is left as it is; the save still commits. */
+    uint8_t st2[10];
+    fill(st2, sizeof st2, 13);
+    store_record r2 = { "resp-b", st2, sizeof st2, NULL, 0, 3 };
+    CHECK(store_save_keep(s, &r2, NULL, keep, &ex, NULL, 1, NULL, res, err, sizeof err) == 0 &&
+          res[0].rc == 0 && res[0].kept == 0, "a taken name: %s", err);
+    store_load(s, "chat-0000000000000001", &b, NULL, 0);
+    CHECK(b.tokens == 9 && b.state_len == sizeof st, "the taken name keeps its row");
+    store_loaded_free(&b);
+    CHECK(store_load(s, "resp-b", &a, NULL, 0) == 0 && a.tokens == 3, "the record itself saved");
+    store_loaded_free(&a);
+    /* A record refused by its version keeps no copy. */
+    const char *keep2[1] = { "chat-0000000000000002" };
+    uint64_t stale = 42;
+    CHECK(store_save_keep(s, &r, NULL, keep2, &stale, NULL, 1, NULL, res, err, sizeof err) == -ECANCELED,
+          "stale: %s", err);
+    CHECK(store_load(s, "chat-0000000000000002", &b, NULL, 0) == -ENOENT, "no copy of a refused save");
+    /* A copy under the record's own name, or a bad name, refuses the group. */
+    const char *self[1] = { "resp-a" }, *bad[1] = { "" };
+    uint64_t one = 1;
+    CHECK(store_save_keep(s, &r, NULL, self, &one, NULL, 1, NULL, res, err, sizeof err) == -EINVAL,
+          "its own name: %s", err);
+    CHECK(store_save_keep(s, &r, NULL, bad, &one, NULL, 1, NULL, res, err, sizeof err) == -EINVAL &&
+          strstr(err, "copy") != NULL, "a bad name: %s", err);
+    store_close(s);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/lind-store-test-XXXXXX");
@@ -1450,6 +1510,7 @@ int main(void)
     RUN(leased_saves);
     RUN(nodes);
     RUN(turn_results);
+    RUN(save_keeps_a_copy);
 
     /* The same cases against PostgreSQL (names end in _pg). */
     char why[600];
@@ -1460,7 +1521,7 @@ int main(void)
                                "versions_grouped", "leases", "leases_many", "leases_race",
                                "leased_saves", "schema_server",
                                "connection_loss", "timeouts", "reconnect", "nodes", "turn_results",
-                               "leases_many_race" };
+                               "leases_many_race", "save_keeps_a_copy" };
     if (up != 0) {
         for (size_t i = 0; i < sizeof pg_cases / sizeof pg_cases[0]; i++)
             printf("%s %s_pg: %s PostgreSQL server: %s\n", up > 0 ? "SKIP" : "FAIL", pg_cases[i],
@@ -1491,6 +1552,7 @@ int main(void)
         RUN_PG(nodes);
         RUN_PG(leases_many_race);
         RUN_PG(turn_results);
+        RUN_PG(save_keeps_a_copy);
         pgserver_stop(&pg);
     }
     char cmd[128];
