@@ -88,7 +88,9 @@ TGT512 static inline void transpose8(__m512d r[8])
  * 8 × 8 tile of S with columns in the lanes, then the tile transposed so
  * each lane adds its row's eight terms in n order. Every multiply-add is
  * fused, as mamba2_state compiled for a CPU with FMA. Needs N ≥ 8; the
- * rows left over (P % 8) are mamba2_state's. */
+ * rows left over (P % 8) are mamba2_state's. The eight rows are read across,
+ * eight short streams the hardware prefetcher does not follow, so each tile
+ * prefetches its share of the next eight rows (the next 32·N bytes of S). */
 TGT512 static void mamba2_state512(float *restrict S, float *restrict out, const double *restrict x,
                                    const double *restrict B, const double *restrict C, const float *restrict z,
                                    double dA, double dt, double D, int P, int N)
@@ -103,6 +105,8 @@ TGT512 static void mamba2_state512(float *restrict S, float *restrict out, const
         for (int k = 0; k < 8; k++) vdtx[k] = _mm512_set1_pd(dtx[k]);
         for (int n0 = 0; n0 < N8; n0 += 8) {
             __m512d vB = _mm512_loadu_pd(B + n0);
+            const char *next = (const char *)(S0 + (size_t)8 * N) + (size_t)n0 * 32;   /* 256 of its 32·N bytes */
+            for (int i = 0; i < 4; i++) _mm_prefetch(next + 64 * i, _MM_HINT_T0);
             for (int k = 0; k < 8; k++) {   /* lind_mamba2_s: S·dA + (dt·x)·B */
                 float *Sk = S0 + (size_t)k * N + n0;
                 r[k] = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm256_loadu_ps(Sk)), vdA, _mm512_mul_pd(vdtx[k], vB));
@@ -125,7 +129,9 @@ TGT512 static void mamba2_state512(float *restrict S, float *restrict out, const
 }
 #endif
 
-static void mamba2_head(const mamba2_job *j, float *S, const float *row, float *out, int h, double *t)
+/* One head of one row; B and C (its group's) are computed only when
+ * fresh_bc: a part's heads of one row share them group by group. */
+static void mamba2_head(const mamba2_job *j, float *S, const float *row, float *out, int h, double *t, int fresh_bc)
 {
     int H = j->H, P = j->P, N = j->N, G = j->G, I = H * P, GN = G * N, CD = I + 2 * GN;
     int g = h / (H / G);
@@ -135,7 +141,7 @@ static void mamba2_head(const mamba2_job *j, float *S, const float *row, float *
         int c = h * P + p;
         x[p] = silu((double)row[c] + (double)cb[c]);
     }
-    for (int n = 0; n < N; n++) {
+    for (int n = 0; n < N && fresh_bc; n++) {
         int cB = I + g * N + n, cC = I + GN + g * N + n;
         B[n] = silu((double)row[cB] + (double)cb[cB]);
         C[n] = silu((double)row[cC] + (double)cb[cC]);
@@ -157,14 +163,17 @@ static void mamba2_head(const mamba2_job *j, float *S, const float *row, float *
 static void mamba2_part(void *arg, int part, int nparts)
 {
     const mamba2_job *j = arg;
-    int H = j->H, I = H * j->P, lo, hi;
+    int H = j->H, I = H * j->P, lo, hi, bc_row = -1, bc_g = -1;   /* whose B and C t holds */
     cpu_part_range(j->c->nruns * H, part, nparts, &lo, &hi);
     double *t = j->tmp + (size_t)part * mamba2_tmp_doubles(j->P, j->N);
     for (int unit = lo; unit < hi; unit++) {
-        int run = unit / H, h = unit % H;
+        int run = unit / H, h = unit % H, g = h / (H / j->G);
         for (int b = j->c->run[run]; b < j->c->run[run + 1]; b++) {
             float *S = (float *)(cpu_slot_ptr(j->c, j->c->slots[b]) + j->off) + (size_t)h * j->P * j->N;
-            mamba2_head(j, S, j->in + (size_t)b * j->ldi, j->out + (size_t)b * I, h, t);
+            int fresh = b != bc_row || g != bc_g;
+            mamba2_head(j, S, j->in + (size_t)b * j->ldi, j->out + (size_t)b * I, h, t, fresh);
+            bc_row = b;
+            bc_g = g;
         }
     }
 }
