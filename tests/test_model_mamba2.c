@@ -24,9 +24,10 @@
  * Then refusals, each naming the file and the culprit: a missing tensor, a
  * misshapen one, an untied config over a tied file, unsupported config
  * values (rms_norm false, hidden_act, n_groups not dividing num_heads,
- * num_heads × head_dim ≠ expand × hidden_size, time_step_limit). Last,
+ * num_heads × head_dim ≠ expand × hidden_size, time_step_limit). Then
  * the CUDA backend's kernel bodies through the host harness against the CPU
- * backend. */
+ * backend; last, the CPU op's AVX-512 and portable paths against each
+ * other. */
 #include "tests/check.h"
 #include "tests/kindcheck.h"
 #include "kernels/backend.h"
@@ -394,6 +395,79 @@ static void harness_fixture(fixture *f)
     model_free(c);
 }
 
+/* kernels/cpu/ops_mamba2.c sums eight rows of S at once with AVX-512
+ * (mamba2_state512) and one row at a time otherwise (mamba2_state), each row
+ * in n order with the same roundings: the op on a backend with cpu_gemm
+ * "avx512" and on one with "avx2" gives the same outputs and state bit for
+ * bit, over three steps of a run of two rows and a run of one, on a shape
+ * with rows and columns left over from the blocks of 8 (P 20, N 13, two
+ * groups) and on one without (P 16, N 16). Only where this build fuses
+ * multiply-adds (__FMA__), as the AVX-512 path always does. */
+static void mamba2_state_paths(void)
+{
+#ifndef __FMA__
+    printf("SKIP mamba2_state_paths: this build does not fuse multiply-adds\n");
+#else
+    static const struct { int H, P, N, G; } sh[] = {{4, 20, 13, 2}, {2, 16, 16, 1}};
+    enum { R = 3, STEPS = 3 };
+    const int slots[R] = {0, 0, 1}, toks[R] = {0, 0, 0};
+    for (size_t k = 0; k < sizeof sh / sizeof *sh; k++) {
+        int H = sh[k].H, P = sh[k].P, N = sh[k].N, G = sh[k].G, I = H * P, CD = I + 2 * G * N, ldi = CD + I + H;
+        size_t sn = (size_t)I * N;
+        float *in = malloc(sizeof(float) * R * ldi), par[2048], *out[2], *st[2][2];
+        srand(7 + (unsigned)k);
+        for (int i = 0; i < CD + 3 * H; i++) par[i] = (float)(rand() / (double)RAND_MAX) - 0.5f;
+        for (int h = 0; h < H; h++) par[CD + H + h] = -0.1f - (float)h / H;   /* A < 0 */
+        for (int e = 0; e < 2; e++) {
+            out[e] = malloc(sizeof(float) * R * I * STEPS);
+            st[e][0] = malloc(sizeof(float) * sn);
+            st[e][1] = malloc(sizeof(float) * sn);
+        }
+        for (int e = 0; e < 2; e++) {
+            backend_opts bo;
+            backend_opts_default(&bo);
+            bo.threads = 2;
+            bo.cpu_gemm = e ? "avx2" : "avx512";
+            backend *be = NULL;
+            backend_buf *bin = NULL, *bout = NULL, *bpar = NULL;
+            char err[256];
+            if (backend_cpu_new(&bo, &be, err, sizeof err) != 0) {
+                printf("SKIP mamba2_state_paths: %s: %s\n", bo.cpu_gemm, err);
+                goto next;
+            }
+            const backend_ops *o = be->ops;
+            int rc = o->slots_reserve(be, 2, sn * sizeof(float)) || o->buf_new(be, (size_t)R * ldi, &bin) ||
+                     o->buf_new(be, (size_t)R * I, &bout) || o->buf_new(be, (size_t)CD + 3 * H, &bpar) ||
+                     o->slot_zero(be, 0) || o->slot_zero(be, 1) || o->begin_step(be, slots, toks, R) ||
+                     o->buf_upload(be, bpar, 0, par, (size_t)CD + 3 * H);
+            srand(11 + (unsigned)k);
+            for (int t = 0; t < STEPS && !rc; t++) {
+                for (int i = 0; i < R * ldi; i++) in[i] = 4.0f * ((float)(rand() / (double)RAND_MAX) - 0.5f);
+                rc = o->buf_upload(be, bin, 0, in, (size_t)R * ldi) ||
+                     o->mamba2_step(be, bin, ldi, bpar, bout, 0, H, P, N, G, 0.0f, INFINITY) ||
+                     o->buf_download(be, bout, 0, out[e] + (size_t)t * R * I, (size_t)R * I);
+            }
+            rc = rc || o->slot_read(be, 0, st[e][0]) || o->slot_read(be, 1, st[e][1]);
+            CHECK(!rc, "P %d N %d: %s backend ops failed", P, N, bo.cpu_gemm);
+            o->buf_free(be, bin);
+            o->buf_free(be, bout);
+            o->buf_free(be, bpar);
+            backend_free(be);
+        }
+        CHECK(!memcmp(out[0], out[1], sizeof(float) * R * I * STEPS), "P %d N %d: outputs differ", P, N);
+        CHECK(!memcmp(st[0][0], st[1][0], sizeof(float) * sn) && !memcmp(st[0][1], st[1][1], sizeof(float) * sn),
+              "P %d N %d: states differ", P, N);
+    next:
+        for (int e = 0; e < 2; e++) {
+            free(out[e]);
+            free(st[e][0]);
+            free(st[e][1]);
+        }
+        free(in);
+    }
+#endif
+}
+
 static void mamba2_harness(void)
 {
     for (int i = 0; i < NFX; i++)
@@ -416,6 +490,7 @@ int main(void)
     RUN(mamba2_config_nonfinite);
     RUN(mamba2_refusals);
     RUN(mamba2_harness);
+    RUN(mamba2_state_paths);
     for (int i = 0; i < NFX; i++) free(fx[i].ref);
     rmdir(tmpdir);
     return check_exit();

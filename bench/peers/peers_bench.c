@@ -32,7 +32,9 @@
  * that stayed loaded is kept and counted in the row's "loaded" column, and
  * the run's summary says how many there were.
  *
- * Floors: batch 1, matrix bytes / read bandwidth (the moment's probe);
+ * Floors: batch 1, matrix bytes / read bandwidth (the moment's probe), and
+ * beside it the same with a session's state added twice (a token reads it
+ * and writes it back; it weighs where the state is large, as Mamba-2's S);
  * batch 64 and prefill, the FLOPs a token needs (2 × multiply-adds of the
  * products, model_costs: the same model for both engines) over the ceiling
  * measured in this run for the arithmetic the format uses (fp32 FMA for
@@ -151,6 +153,7 @@ typedef struct eng {
     size_t slen;
     int chunk;                /* rwkv.cpp's sequence chunk */
     double wbytes;
+    double sbytes;            /* one session's state, read and written each token */
     double ceil_g;            /* the ceiling its batch-64 / prefill floors use */
 } eng;
 
@@ -173,6 +176,7 @@ static void lind_load(eng *e, const char *dir, lind_dtype dt, const char *name)
     size_t wb;
     model_costs(e->m, NULL, NULL, &wb);
     e->wbytes = (double)wb;
+    e->sbytes = (double)model_state_bytes(e->m);
     if (model_slots_reserve(e->m, B64) < 0) die("lind", "slots");
 }
 
@@ -185,6 +189,7 @@ static void rwkv_load(eng *e, const char *path, const char *name, int threads)
     if (!(e->states = malloc(B64 * e->slen * sizeof(float)))) die("rwkv.cpp states", "out of memory");
     for (int b = 0; b < B64; b++) rw.init_state(e->ctx, e->states + (size_t)b * e->slen);
     e->wbytes = rwkv_file_matrix_bytes(path);
+    e->sbytes = (double)e->slen * sizeof(float);
     e->chunk = 16;
 }
 
@@ -259,11 +264,12 @@ static double load_limit = 0.15;
 static long windows_total, windows_retried, windows_loaded;
 
 enum { K_B1, K_B64, K_PF };
-typedef struct win { double value, floor, other; int loaded; } win;
+typedef struct win { double value, floor, floor_s, other; int loaded; } win;
 
 /* One measured window of kind k: b1 → ms/token (and the floor ms of the
- * moment), b64 / prefill → tokens/s. Repeated while other processes used
- * more than load_limit cores, at most `retries` times. */
+ * moment, without and with the state's bytes), b64 / prefill → tokens/s.
+ * Repeated while other processes used more than load_limit cores, at most
+ * `retries` times. */
 static win measure(eng *e, int k, int n)
 {
     win w = {0};
@@ -275,6 +281,7 @@ static win measure(eng *e, int k, int n)
         if (k == K_B1) {
             double g = bench_probe_gbs_n(probe, (size_t)e->wbytes);
             w.floor = e->wbytes / (g * 1e9) * 1e3;
+            w.floor_s = (e->wbytes + 2 * e->sbytes) / (g * 1e9) * 1e3;
             double t1 = clock_mono_s();
             run_b1(e, n);
             tm = clock_mono_s() - t1;
@@ -481,14 +488,18 @@ static void shape_run(const char *models, const char *shape, int threads, double
                   : agree < 1e-3 ? "" : " (**more than 1e-3: check the writer**)");
     }
 
-    double v[2][MAXR], fl[2][MAXR], ra[MAXR];
+    double v[2][MAXR], fl[2][MAXR], fs[2][MAXR], ra[MAXR];
     int loaded[2];
     /* batch 1 */
     printf("**Batch 1** (ms/token with logits; %d rounds of %d tokens; floor = matrix bytes / the read bandwidth "
-           "probed right before the window)\n\n", r1, n1);
+           "probed right before the window; floor + state adds a session's state, read and written once a token, "
+           "at the same bandwidth: lind %.2f MB", r1, n1, L[p0].sbytes / 1e6);
+    if (!solo) printf(", rwkv.cpp %.2f MB", R[p0].sbytes / 1e6);
+    printf(")\n\n");
     printf("| lind | rwkv.cpp | lind MB | rwkv.cpp MB | lind ms (median, range) | rwkv.cpp ms (median, range) | "
-           "lind x floor | rwkv.cpp x floor | speed ratio lind : rwkv.cpp (median, range) | loaded windows |\n"
-           "|---|---|---|---|---|---|---|---|---|---|\n");
+           "lind x floor | rwkv.cpp x floor | lind x floor + state | rwkv.cpp x floor + state | speed ratio lind : "
+           "rwkv.cpp (median, range) | loaded windows |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int p = 0; p < NPAIR; p++) {
         if (!pair_on[p]) continue;
         loaded[0] = loaded[1] = 0;
@@ -496,19 +507,21 @@ static void shape_run(const char *models, const char *shape, int threads, double
             for (int s = 0; s < 2; s++) {
                 v[s][r] = W[0][p][s][r].value;
                 fl[s][r] = W[0][p][s][r].value / W[0][p][s][r].floor;
+                fs[s][r] = W[0][p][s][r].value / W[0][p][s][r].floor_s;
                 loaded[s] += W[0][p][s][r].loaded;
             }
             ra[r] = W[0][p][1][r].value / W[0][p][0][r].value;
         }
         stat3 a = stats(v[0], r1), b = stats(v[1], r1), fa = stats(fl[0], r1), fb = stats(fl[1], r1),
-              q = stats(ra, r1);
+              sa = stats(fs[0], r1), sb = stats(fs[1], r1), q = stats(ra, r1);
         if (solo)
-            printf("| %s | — | %.1f | — | %.2f (%.2f–%.2f) | — | %.2fx | — | — | %d/%d |\n", ln[p], L[p].wbytes / 1e6,
-                   a.med, a.lo, a.hi, fa.med, loaded[0], r1);
+            printf("| %s | — | %.1f | — | %.2f (%.2f–%.2f) | — | %.2fx | — | %.2fx | — | — | %d/%d |\n", ln[p],
+                   L[p].wbytes / 1e6, a.med, a.lo, a.hi, fa.med, sa.med, loaded[0], r1);
         else
-            printf("| %s | %s | %.1f | %.1f | %.2f (%.2f–%.2f) | %.2f (%.2f–%.2f) | %.2fx | %.2fx | **%.2fx** "
-                   "(%.2f–%.2f) | %d/%d |\n", ln[p], rq[p], L[p].wbytes / 1e6, R[p].wbytes / 1e6, a.med, a.lo,
-                   a.hi, b.med, b.lo, b.hi, fa.med, fb.med, q.med, q.lo, q.hi, loaded[0] + loaded[1], 2 * r1);
+            printf("| %s | %s | %.1f | %.1f | %.2f (%.2f–%.2f) | %.2f (%.2f–%.2f) | %.2fx | %.2fx | %.2fx | %.2fx | "
+                   "**%.2fx** (%.2f–%.2f) | %d/%d |\n", ln[p], rq[p], L[p].wbytes / 1e6, R[p].wbytes / 1e6, a.med,
+                   a.lo, a.hi, b.med, b.lo, b.hi, fa.med, fb.med, sa.med, sb.med, q.med, q.lo, q.hi,
+                   loaded[0] + loaded[1], 2 * r1);
     }
     /* batch 64 and prefill */
     for (int k = 1; k < 3; k++) {

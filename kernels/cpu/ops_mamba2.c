@@ -8,10 +8,21 @@
  * stored as float (each updated element rounded once), as Hugging Face and
  * mamba_ssm keep it. S decays: A = −exp(A_log) < 0 and dt ≥ 0 make the
  * factor exp(dt·A) ∈ (0, 1], so an update's rounding is forgotten at the
- * rate of the decay. */
+ * rate of the decay.
+ *
+ * y_p = Σ_n S[p][n]·C_n is one chain of dependent additions per row p, in
+ * n order (the CUDA body's order too). Summed one row at a time, a step
+ * waits on that chain; with AVX-512 (mamba2_state512) eight rows are summed
+ * at once, one per lane, each lane in the same n order: the same sums. */
 #include <errno.h>
 #include <math.h>
 #include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define MAMBA2_AVX512 1
+#define TGT512 __attribute__((target("avx512f,fma")))
+#endif
 
 #include "kernels/cpu/cpu.h"
 #include "kernels/mixer_math.h"
@@ -23,6 +34,7 @@ typedef struct mamba2_job {
     double *tmp;          /* mamba2_tmp_doubles() per part */
     size_t off;
     int ldi, H, P, N, G;
+    int avx512;           /* mamba2_state512 for the rows it takes */
     float lo, hi;
 } mamba2_job;
 
@@ -50,7 +62,76 @@ __attribute__((noinline)) static void mamba2_state(float *restrict S, float *res
     }
 }
 
-static void mamba2_head(const mamba2_job *j, float *S, const float *row, float *out, int h, double *t)
+#ifdef MAMBA2_AVX512
+/* The 8 × 8 block r[k] (lanes: columns) transposed in place (lanes: rows). */
+TGT512 static inline void transpose8(__m512d r[8])
+{
+    __m512d t[8], u[8];
+    for (int k = 0; k < 8; k += 2) {
+        t[k] = _mm512_unpacklo_pd(r[k], r[k + 1]);
+        t[k + 1] = _mm512_unpackhi_pd(r[k], r[k + 1]);
+    }
+    for (int k = 0; k < 8; k += 4)
+        for (int i = 0; i < 2; i++) {
+            u[k + 2 * i] = _mm512_shuffle_f64x2(t[k + i], t[k + i + 2], 0x88);
+            u[k + 2 * i + 1] = _mm512_shuffle_f64x2(t[k + i], t[k + i + 2], 0xDD);
+        }
+    /* u[0..3] hold columns {0,4}, {2,6}, {1,5}, {3,7} of rows 0-3; u[4..7] of rows 4-7 */
+    static const int col[4] = {0, 2, 1, 3};
+    for (int i = 0; i < 4; i++) {
+        r[col[i]] = _mm512_shuffle_f64x2(u[i], u[i + 4], 0x88);
+        r[col[i] + 4] = _mm512_shuffle_f64x2(u[i], u[i + 4], 0xDD);
+    }
+}
+
+/* mamba2_state for rows [0, P − P % 8), eight at a time: the updates of an
+ * 8 × 8 tile of S with columns in the lanes, then the tile transposed so
+ * each lane adds its row's eight terms in n order. Every multiply-add is
+ * fused, as mamba2_state compiled for a CPU with FMA. Needs N ≥ 8; the
+ * rows left over (P % 8) are mamba2_state's. The eight rows are read across,
+ * eight short streams the hardware prefetcher does not follow, so each tile
+ * prefetches its share of the next eight rows (the next 32·N bytes of S). */
+TGT512 static void mamba2_state512(float *restrict S, float *restrict out, const double *restrict x,
+                                   const double *restrict B, const double *restrict C, const float *restrict z,
+                                   double dA, double dt, double D, int P, int N)
+{
+    __m512d vdA = _mm512_set1_pd(dA);
+    int N8 = N - N % 8;
+    for (int p0 = 0; p0 + 8 <= P; p0 += 8) {
+        float *restrict S0 = S + (size_t)p0 * N;
+        double dtx[8], y[8];
+        for (int k = 0; k < 8; k++) dtx[k] = dt * x[p0 + k];
+        __m512d vy = _mm512_setzero_pd(), vdtx[8], r[8];
+        for (int k = 0; k < 8; k++) vdtx[k] = _mm512_set1_pd(dtx[k]);
+        for (int n0 = 0; n0 < N8; n0 += 8) {
+            __m512d vB = _mm512_loadu_pd(B + n0);
+            const char *next = (const char *)(S0 + (size_t)8 * N) + (size_t)n0 * 32;   /* 256 of its 32·N bytes */
+            for (int i = 0; i < 4; i++) _mm_prefetch(next + 64 * i, _MM_HINT_T0);
+            for (int k = 0; k < 8; k++) {   /* lind_mamba2_s: S·dA + (dt·x)·B */
+                float *Sk = S0 + (size_t)k * N + n0;
+                r[k] = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm256_loadu_ps(Sk)), vdA, _mm512_mul_pd(vdtx[k], vB));
+                _mm256_storeu_ps(Sk, _mm512_cvtpd_ps(r[k]));
+            }
+            transpose8(r);
+            for (int i = 0; i < 8; i++) vy = _mm512_fmadd_pd(r[i], _mm512_set1_pd(C[n0 + i]), vy);
+        }
+        _mm512_storeu_pd(y, vy);
+        for (int k = 0; k < 8; k++) {
+            float *Sk = S0 + (size_t)k * N;
+            for (int n = N8; n < N; n++) {
+                double s = fma((double)Sk[n], dA, dtx[k] * B[n]);
+                Sk[n] = (float)s;
+                y[k] = fma(s, C[n], y[k]);
+            }
+            out[p0 + k] = (float)(fma(D, x[p0 + k], y[k]) * silu((double)z[p0 + k]));
+        }
+    }
+}
+#endif
+
+/* One head of one row; B and C (its group's) are computed only when
+ * fresh_bc: a part's heads of one row share them group by group. */
+static void mamba2_head(const mamba2_job *j, float *S, const float *row, float *out, int h, double *t, int fresh_bc)
 {
     int H = j->H, P = j->P, N = j->N, G = j->G, I = H * P, GN = G * N, CD = I + 2 * GN;
     int g = h / (H / G);
@@ -60,27 +141,39 @@ static void mamba2_head(const mamba2_job *j, float *S, const float *row, float *
         int c = h * P + p;
         x[p] = silu((double)row[c] + (double)cb[c]);
     }
-    for (int n = 0; n < N; n++) {
+    for (int n = 0; n < N && fresh_bc; n++) {
         int cB = I + g * N + n, cC = I + GN + g * N + n;
         B[n] = silu((double)row[cB] + (double)cb[cB]);
         C[n] = silu((double)row[cC] + (double)cb[cC]);
     }
     double dt = lind_mamba2_dt(row[CD + I + h], dtb[h], j->lo, j->hi);
     double dA = lind_exp(dt * (double)A[h]);
-    mamba2_state(S, out + (size_t)h * P, x, B, C, row + CD + (size_t)h * P, dA, dt, (double)D[h], P, N);
+    const float *z = row + CD + (size_t)h * P;
+    out += (size_t)h * P;
+    int p0 = 0;
+#ifdef MAMBA2_AVX512
+    if (j->avx512 && N >= 8) {
+        mamba2_state512(S, out, x, B, C, z, dA, dt, (double)D[h], P, N);
+        p0 = P - P % 8;
+    }
+#endif
+    mamba2_state(S + (size_t)p0 * N, out + p0, x + p0, B, C, z + p0, dA, dt, (double)D[h], P - p0, N);
 }
 
 static void mamba2_part(void *arg, int part, int nparts)
 {
     const mamba2_job *j = arg;
-    int H = j->H, I = H * j->P, lo, hi;
+    int H = j->H, I = H * j->P, lo, hi, bc_row = -1, bc_g = -1;   /* whose B and C t holds */
     cpu_part_range(j->c->nruns * H, part, nparts, &lo, &hi);
     double *t = j->tmp + (size_t)part * mamba2_tmp_doubles(j->P, j->N);
     for (int unit = lo; unit < hi; unit++) {
-        int run = unit / H, h = unit % H;
+        int run = unit / H, h = unit % H, g = h / (H / j->G);
         for (int b = j->c->run[run]; b < j->c->run[run + 1]; b++) {
             float *S = (float *)(cpu_slot_ptr(j->c, j->c->slots[b]) + j->off) + (size_t)h * j->P * j->N;
-            mamba2_head(j, S, j->in + (size_t)b * j->ldi, j->out + (size_t)b * I, h, t);
+            int fresh = b != bc_row || g != bc_g;
+            mamba2_head(j, S, j->in + (size_t)b * j->ldi, j->out + (size_t)b * I, h, t, fresh);
+            bc_row = b;
+            bc_g = g;
         }
     }
 }
@@ -95,7 +188,7 @@ int cpu_mamba2_step(backend *be, const backend_buf *in, int ldi, const backend_b
     int parts = cpu_row_parts(c, units, (size_t)4 * P * N * c->B / c->nruns);
     double *t = (double *)cpu_tmp_get(c, 2 * (size_t)parts * mamba2_tmp_doubles(P, N));
     if (!t) return -ENOMEM;
-    mamba2_job j = {c, in->p, par->p, out->p, t, state_off, ldi, H, P, N, G, dt_lo, dt_hi};
+    mamba2_job j = {c, in->p, par->p, out->p, t, state_off, ldi, H, P, N, G, c->isa == CPU_GEMM_AVX512, dt_lo, dt_hi};
     cpu_pool_run(c->threads, mamba2_part, &j, parts);
     return 0;
 }
