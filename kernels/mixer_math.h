@@ -295,15 +295,20 @@ LIND_HD static inline float lind_aft_channel(double *num, double *den, double *m
  * factor is taken as 1 + δ: |δ| ≤ 2^-24·|max|, so δ²/2 is far below a
  * float's precision. A non-finite max gives δ = NaN, so the state stays
  * visibly bad (the output is NaN already). */
-LIND_HD static inline float lind_aft_channel_f32(float *num, float *den, float *mx, float k, float v, float w, float u)
+LIND_HD static inline void lind_aft_round_f32(double a, double b, double p, float *num, float *den, float *mx)
 {
-    double a = *num, b = *den, p = *mx;
-    float o = lind_aft_channel(&a, &b, &p, k, v, w, u);
     float p32 = (float)p;
     double s = 1.0 + (p - (double)p32);
     *num = (float)(a * s);
     *den = (float)(b * s);
     *mx = p32;
+}
+
+LIND_HD static inline float lind_aft_channel_f32(float *num, float *den, float *mx, float k, float v, float w, float u)
+{
+    double a = *num, b = *den, p = *mx;
+    float o = lind_aft_channel(&a, &b, &p, k, v, w, u);
+    lind_aft_round_f32(a, b, p, num, den, mx);
     return o;
 }
 
