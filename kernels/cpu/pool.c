@@ -31,22 +31,16 @@
  * decision doubles the stretch (up to STRETCH_MAX), one that overturns it
  * resets it. Outside trials nothing is timed.
  *
- * Splitting must save at least 1/SPLIT_GAIN of the serial time to be
- * chosen: its costs outside the timed jobs (a worker spinning between jobs
- * takes a core that the daemon's other threads, or the client, could use)
- * are not in the sums, and a near tie is how shared cores look.
- *
- * A split window that has already taken that much longer than the serial
- * windows take on average cannot win, so the trial ends there and then with
- * a serial decision: on shared cores, where a worker that claimed a part
- * can lose its core for a whole scheduler slice, the split half of a trial
+ * A split window that has already taken longer than the serial windows
+ * take on average cannot win, so the trial ends there and then with a
+ * serial decision: on shared cores, where a worker that claimed a part can
+ * lose its core for a whole scheduler slice, the split half of a trial
  * would otherwise cost several times what serial jobs cost, once per trial,
  * and a short run pays for several trials. */
 #define WINDOW_JOBS   128u
 #define TRIAL_WINDOWS 8u
 #define STRETCH_MIN   4096u
 #define STRETCH_MAX   131072u
-#define SPLIT_GAIN    10
 
 static inline void cpu_relax(void)
 {
@@ -207,16 +201,9 @@ static void decide(cpu_pool *p, int split)
 /* Window w of a trial splits its jobs: S P P S S P P S. */
 static int window_splits(unsigned w) { return ((w ^ (w >> 1)) & 1) != 0; }
 
-/* Split jobs, timed `split` ns, beat serial ones, `serial` ns for as many
- * jobs, by the margin SPLIT_GAIN asks. */
-static int split_wins(long long split, long long serial)
-{
-    return split * SPLIT_GAIN < serial * (SPLIT_GAIN - 1);
-}
-
 /* In split window w: the split windows so far (this one included, however
- * far it got) already took too long against as many serial windows on
- * average for splitting to win this trial. */
+ * far it got) already took longer than as many serial windows do on
+ * average, so splitting cannot win this trial. */
 static int split_lost(const cpu_pool *p, unsigned w)
 {
     long long serial = 0, split = 0;
@@ -225,7 +212,7 @@ static int split_lost(const cpu_pool *p, unsigned w)
         else if (i < w) serial++;
     }
     if (!serial) return 0;   /* window 0 is serial: never the case */
-    return !split_wins(p->trial_ns[1] * serial, p->trial_ns[0] * split);
+    return p->trial_ns[1] * serial > p->trial_ns[0] * split;
 }
 
 /* The job's parts on the workers and the caller. */
@@ -291,7 +278,7 @@ void cpu_pool_run(cpu_pool *p, cpu_pool_fn fn, void *arg, int n)
     }
     if (++p->jobs == WINDOW_JOBS) {
         p->jobs = 0;
-        if (++p->window == TRIAL_WINDOWS) decide(p, split_wins(p->trial_ns[1], p->trial_ns[0]));
+        if (++p->window == TRIAL_WINDOWS) decide(p, p->trial_ns[1] < p->trial_ns[0]);
     }
 }
 
