@@ -377,8 +377,11 @@ def client_gone_while_the_store_is_locked_keeps_no_session():
     # told nothing, hangs up meanwhile; once the lock goes, no session may
     # be left behind (nobody has its name). tests/scale_nodes.py
     # scale_gone_pg holds the commit itself (a table lock on PostgreSQL).
+    # Retention is off: its once-a-second sweep would wait on the lock too,
+    # maybe already when the idle threads are taken below, and hold the
+    # store thread the request's load needs (as in scale_gone_pg).
     import sqlite3
-    D = Server("http-gone-locked", extra=["--http", "0", "--db-lock-timeout", "600000"]).start()
+    D = Server("http-gone-locked", extra=["--http", "0", "--db-lock-timeout", "600000", "--response-ttl", "0"]).start()
     lock = None
     try:
         port = http_port(D)

@@ -8,6 +8,7 @@
 #include "tests/testmodel.h"
 #include "state/format.h"
 #include "state/le.h"
+#include "recurrent/file.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -438,22 +439,11 @@ static void text_tail(void)
 
 /* ---- version 1, as lind wrote it for the shipped model ------------------- */
 
+/* path's bytes (malloc'd, the caller frees); NULL if unreadable. */
 static uint8_t *slurp(const char *path, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc(n > 0 ? (size_t)n : 1);
-    if (n < 0 || fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    *len = (size_t)n;
-    return b;
+    char err[256], *b = NULL;
+    return file_read(path, 0, &b, len, err, sizeof err) == 0 ? (uint8_t *)b : NULL;
 }
 
 static uint64_t hex64(json_t *o, const char *k)
