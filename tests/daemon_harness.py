@@ -300,6 +300,29 @@ def case(fn):
     return fn
 
 
+class Http:
+    """One keep-alive HTTP/1.1 connection to a server's front door."""
+    def __init__(self, srv):
+        import http.client
+        self.c = http.client.HTTPConnection("127.0.0.1", http_port(srv), timeout=120 * SLOW)
+
+    def post(self, path, body):
+        """JSON body; (status, the parsed JSON answer or the raw bytes)."""
+        import json
+        self.c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+        r = self.c.getresponse()
+        data = r.read()
+        return r.status, json.loads(data) if data.startswith(b"{") else data
+
+    def get(self, path):
+        self.c.request("GET", path)
+        r = self.c.getresponse()
+        return r.status, r.read().decode()
+
+    def close(self):
+        self.c.close()
+
+
 def run_tool(cmd, **kw):
     """cmd (lind's offline commands, curl...) run to completion: its
     CompletedProcess, or a RuntimeError carrying its stderr."""

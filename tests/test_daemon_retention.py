@@ -7,8 +7,6 @@ reads go on, until a delete brings the store back under the quota;
 --response-ttl deletes answers' copies that are not used again. The store
 is read behind the daemon's back with Python's sqlite3 (a non-exclusive
 handle, as tools use)."""
-import http.client
-import json
 import os
 import re
 import sqlite3
@@ -17,27 +15,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from daemon_harness import Server, Client, Skip, case, expect, finish, SLOW, LINDCTL, TMP, http_port  # noqa: E402
-
-
-class Http:
-    """One keep-alive HTTP/1.1 connection to the server's front door."""
-    def __init__(self, srv):
-        self.c = http.client.HTTPConnection("127.0.0.1", http_port(srv), timeout=120 * SLOW)
-
-    def post(self, path, body):
-        self.c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
-        r = self.c.getresponse()
-        data = r.read()
-        return r.status, json.loads(data) if data.startswith(b"{") else data
-
-    def get(self, path):
-        self.c.request("GET", path)
-        r = self.c.getresponse()
-        return r.status, r.read().decode()
-
-    def close(self):
-        self.c.close()
+from daemon_harness import Http, Server, Client, Skip, case, expect, finish, SLOW, LINDCTL, TMP  # noqa: E402
 
 
 def metric(h, name):

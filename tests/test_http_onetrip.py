@@ -7,39 +7,21 @@ session it continues is gone by the time its turn loads it, an optional
 one (a stateless chat's prefix) feeds the whole conversation from a zero
 state, and a required one (previous_response_id) is 404 with nothing made.
 The store is read behind the daemon's back with Python's sqlite3."""
-import http.client
-import json
 import os
 import re
 import sqlite3
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from daemon_harness import Server, Client, case, expect, finish, SLOW, http_port  # noqa: E402
+from daemon_harness import Http, Server, Client, case, expect, finish, SLOW  # noqa: E402
 
 
-class Http:
-    """One keep-alive HTTP/1.1 connection to a server's front door."""
-    def __init__(self, srv):
-        self.c = http.client.HTTPConnection("127.0.0.1", http_port(srv), timeout=120 * SLOW)
-
-    def post(self, path, body):
-        self.c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
-        r = self.c.getresponse()
-        data = r.read()
-        return r.status, json.loads(data) if data.startswith(b"{") else data
-
-    def stages(self):
-        """lind_http_stage_requests_total by stage."""
-        self.c.request("GET", "/metrics")
-        r = self.c.getresponse()
-        text = r.read().decode()
-        expect(r.status == 200, "metrics: %d" % r.status)
-        return {k: int(float(v)) for k, v in
-                re.findall(r'(?m)^lind_http_stage_requests_total\{stage="(\w+)"\} (\S+)$', text)}
-
-    def close(self):
-        self.c.close()
+def stages(h):
+    """lind_http_stage_requests_total by stage."""
+    st, text = h.get("/metrics")
+    expect(st == 200, "metrics: %d" % st)
+    return {k: int(float(v)) for k, v in
+            re.findall(r'(?m)^lind_http_stage_requests_total\{stage="(\w+)"\} (\S+)$', text)}
 
 
 def rows(srv):
@@ -70,10 +52,10 @@ def chat(messages, **kw):
 
 @case
 def stateless_chat_is_one_generate():
-    before, names = H.stages(), set(rows(S))
+    before, names = stages(H), set(rows(S))
     r1 = chat(M1)
-    expect(delta(before, H.stages()) == {"generate": 1},
-           "a fresh chat took %r (one generate, no fork)" % delta(before, H.stages()))
+    expect(delta(before, stages(H)) == {"generate": 1},
+           "a fresh chat took %r (one generate, no fork)" % delta(before, stages(H)))
     new = {n: v for n, v in rows(S).items() if n not in names}
     chats = [n for n in new if n.startswith("chat-")]
     expect(r1["id"] in new and len(chats) == 1 and len(new) == 2,
@@ -86,10 +68,10 @@ def stateless_chat_is_one_generate():
     # generate again, and only the new message is fed.
     reply = r1["choices"][0]["message"]["content"]
     m2 = M1 + [{"role": "assistant", "content": reply}, {"role": "user", "content": "And then"}]
-    before = H.stages()
+    before = stages(H)
     r2 = chat(m2)
-    expect(delta(before, H.stages()) == {"generate": 1},
-           "a continued chat took %r (one generate, no fork)" % delta(before, H.stages()))
+    expect(delta(before, stages(H)) == {"generate": 1},
+           "a continued chat took %r (one generate, no fork)" % delta(before, stages(H)))
     expect(r2["usage"]["prompt_tokens"] <= len("And then\n") + 1,
            "the stored prefix was continued: %r" % r2["usage"])
     expect(r2["lind"]["fed_bytes"] == r2["lind"]["prompt_bytes"], "nothing cut: %r" % r2["lind"])
@@ -102,14 +84,14 @@ def stateless_chat_is_one_generate():
 
 @case
 def named_session_and_previous_response_are_one_generate():
-    before = H.stages()
+    before = stages(H)
     st, a = H.post("/v1/completions", {"prompt": "Blessed are the meek", "max_tokens": 6, "seed": 2,
                                        "session": "onetrip-named"})
     expect(st == 200, "%d %r" % (st, a))
     st, b = H.post("/v1/completions", {"prompt": ", for they", "max_tokens": 6, "seed": 2,
                                        "previous_response_id": a["id"]})
     expect(st == 200, "%d %r" % (st, b))
-    expect(delta(before, H.stages()) == {"generate": 2}, "two turns took %r" % delta(before, H.stages()))
+    expect(delta(before, stages(H)) == {"generate": 2}, "two turns took %r" % delta(before, stages(H)))
     c = Client(S.sock)
     ia, ib = c.call("info", session=a["id"]), c.call("info", session=b["id"])
     c.close()
@@ -132,9 +114,9 @@ def prefix_gone_feeds_the_whole_conversation():
     d = c.call("delete", session=copies[0])
     c.close()
     expect(d["event"] == "result", "deleted: %r" % d)
-    before = H.stages()
+    before = stages(H)
     r2 = chat(m2, seed=7, max_tokens=6)
-    expect(delta(before, H.stages()) == {"generate": 1}, "took %r" % delta(before, H.stages()))
+    expect(delta(before, stages(H)) == {"generate": 1}, "took %r" % delta(before, stages(H)))
     expect(r2["usage"]["prompt_tokens"] > len("Say more") and
            r2["lind"]["fed_bytes"] == r2["lind"]["prompt_bytes"] and
            r2["lind"]["prompt_bytes"] >= sum(len(m["content"].encode()) for m in m2),
@@ -176,10 +158,10 @@ def n_choices_continue_through_a_fork():
     r1 = chat(M1, seed=5, max_tokens=5)
     reply = r1["choices"][0]["message"]["content"]
     m2 = M1 + [{"role": "assistant", "content": reply}, {"role": "user", "content": "Why"}]
-    before, names = H.stages(), set(rows(S))
+    before, names = stages(H), set(rows(S))
     r2 = chat(m2, seed=5, max_tokens=5, n=2)
-    expect(delta(before, H.stages()) == {"fork_in": 1, "prefill": 1, "fork_n": 1, "generate": 2},
-           "took %r" % delta(before, H.stages()))
+    expect(delta(before, stages(H)) == {"fork_in": 1, "prefill": 1, "fork_n": 1, "generate": 2},
+           "took %r" % delta(before, stages(H)))
     new = set(rows(S)) - names
     expect(len([n for n in new if n.startswith("chat-")]) == len({c["message"]["content"] for c in r2["choices"]})
            and set(r2["lind"]["sessions"]) <= new, "each choice's session and copy: %r %r" % (sorted(new), r2["lind"]))
