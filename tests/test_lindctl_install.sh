@@ -114,11 +114,24 @@ kill $daemon 2>/dev/null; wait $daemon 2>/dev/null
 (cd "$tmp/elsewhere" && exec "$P2/bin/lind" serve --socket "$tmp/e.sock" --db "$tmp/e.db" --backend cpu) \
   >"$tmp/e.log" 2>&1 &
 daemon=$!
-for i in $(seq 1 600); do [ -S "$tmp/e.sock" ] && break; kill -0 $daemon 2>/dev/null || break; sleep 0.1; done
+# Waits for events, not for time: the socket can exist before the start
+# line is written, and a turn's line can follow its answer to the client.
+wait_until() {   # shell condition; 0 once it holds (up to 60 s times LIND_TEST_TIME_SCALE)
+  n=$(awk "BEGIN { print int(600 * ${LIND_TEST_TIME_SCALE:-1}) }")
+  i=0
+  while [ $i -lt "$n" ]; do
+    eval "$1" && return 0
+    kill -0 $daemon 2>/dev/null || { eval "$1"; return $?; }
+    sleep 0.1
+    i=$((i + 1))
+  done
+  return 1
+}
+wait_until '[ -S "$tmp/e.sock" ] && grep -q " info start model=" "$tmp/e.log"'
 real=$(cd "$P2/share/lind/models/default" && pwd -P)
 if [ -S "$tmp/e.sock" ] && grep -q " info start model=$real " "$tmp/e.log" &&
    "$B/lindctl" --socket "$tmp/e.sock" generate installed "In the beginning" -n 5 >/dev/null 2>&1 &&
-   grep -q " info turn session=installed op=generate in=[0-9]* out=5 " "$tmp/e.log"; then
+   wait_until 'grep -q " info turn session=installed op=generate in=[0-9]* out=5 " "$tmp/e.log"'; then
   pass installed_serve_from_elsewhere
 else
   fail installed_serve_from_elsewhere "$(tail -n 3 "$tmp/e.log")"
