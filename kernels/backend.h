@@ -202,16 +202,18 @@ typedef int backend_aft_window_step_fn(backend *be, const backend_buf *in, const
  *         logits g at 3·hd
  *   gamma: H floats, the decays γ
  *   norm: 2·hd floats, the group norm's weight then its bias
- *   state in slot slots[r] at byte offset state_off: S as double
+ *   state in slot slots[r] at byte offset state_off: S as double (f32 =
+ *   0) or float (f32 = 1, every head decays: the mixer decides at load)
  *   [H][dh (k index i)][dh (v index j)]
  *   out[r, h·dh + j] = SiLU(g) · GroupNorm_h(o)[j] (float), out [R × hd]
  * with S ← γS + k vᵀ, o_j = dh^−½ Σ_i q_i S[i][j], the group norm over
  * the head's dh outputs (mean, biased variance, eps inside the √); per
- * element lind_lin_s() / lind_lin_column() (φ = identity),
- * lind_gn_rstd(), lind_retention_out(). */
+ * element lind_lin_s() / lind_lin_column() (φ = identity;
+ * lind_lin_column_f32() for a float S), lind_gn_rstd(),
+ * lind_retention_out(). */
 typedef int backend_retention_step_fn(backend *be, const backend_buf *in, const backend_buf *gamma,
                                       const backend_buf *norm, backend_buf *out, size_t state_off, int H, int dh,
-                                      float eps);
+                                      float eps, int f32);
 
 /* FAVOR+ features in log form (Performer), row-wise (no slot state), for
  * every row r < R, part p (0 = queries, 1 = keys) and head h < H:

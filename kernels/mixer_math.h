@@ -7,7 +7,7 @@
  * once. Accumulators are fp64 (see docs/NUMERICS.md): inputs and outputs of
  * a step are fp32, the sums that grow with stream length are double (the
  * sums of a decaying state are computed in double and may be stored as
- * float: lind_aft_channel_f32, RWKV-7, Mamba-2).
+ * float: lind_aft_channel_f32, lind_lin_column_f32, RWKV-7, Mamba-2).
  *
  * Parallel decomposition this is written for:
  *   - linear mixer: one CUDA block per (session, head); thread j owns column
@@ -220,6 +220,23 @@ LIND_HD static inline double lind_lin_column(double *S, int ld, int j, int dh,
     for (int i = 0; i < dh; i++) {
         double s = lind_lin_s(S[(long)i * ld + j], gamma, phik[i], v_j);
         S[(long)i * ld + j] = s;
+        num += (double)phiq[i] * s;
+    }
+    return num;
+}
+
+/* lind_lin_column() on a float S, for a decaying state (RetNet's retention
+ * where every head forgets: docs/NUMERICS.md): each element computed in
+ * double as lind_lin_s(), stored rounded once, and the numerator summed from
+ * the unrounded doubles in the same i-order. */
+LIND_HD static inline double lind_lin_column_f32(float *S, int ld, int j, int dh,
+                                                 const float *phik, const float *phiq,
+                                                 float v_j, double gamma)
+{
+    double num = 0.0;
+    for (int i = 0; i < dh; i++) {
+        double s = lind_lin_s((double)S[(long)i * ld + j], gamma, phik[i], v_j);
+        S[(long)i * ld + j] = (float)s;
         num += (double)phiq[i] * s;
     }
     return num;
@@ -562,7 +579,8 @@ LIND_HD static inline double lind_aftw_channel(double *num, double *den, double 
  * Per head, no feature map and no normalizer, decay γ ∈ (0, 1]:
  *   S ← γS + k vᵀ,   o_j = dh^−½ Σ_i q_i S[i][j]
  * (the linear mixer's S update and column sum with φ = identity:
- * lind_lin_s() / lind_lin_column() with φk = k, φq = q), then the head's
+ * lind_lin_s() / lind_lin_column() with φk = k, φq = q; on a float S,
+ * lind_lin_column_f32()), then the head's
  * group norm and the swish gate, per element: */
 
 /* 1/√(var + eps) of a head's group norm (var the biased variance). */

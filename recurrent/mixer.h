@@ -26,5 +26,17 @@ int  mixer_proj3_load(mixer_proj3 *p, kind_ctx *ctx, int shift, int n, int d,
 int  mixer_proj3_run(const mixer_proj3 *p, const layer_io *io, size_t shift_off, backend_buf *out);
 void mixer_proj3_free(mixer_proj3 *p, backend *be);
 
+/* The longest memory, 1/(1 − decay) tokens, for which a decaying state (RWKV-4's
+ * AFT sums, RetNet's S) is kept in fp32: each step rounds each element once and
+ * the decay forgets a rounding at its rate, so the error carried is at most
+ * memory·2^-24 relative even if every rounding went the same way
+ * (docs/NUMERICS.md). */
+#define MIXER_F32_MEMORY 16384.0
+
+/* Whether a state that forgets `forget` = 1 − decay of itself per token
+ * (computed without cancellation) may be kept in fp32; never for forget = 0
+ * (no decay) or NaN. */
+static inline int mixer_f32_ok(double forget) { return forget * MIXER_F32_MEMORY >= 1.0; }
+
 
 #endif

@@ -8,7 +8,7 @@
  * w = u = 0 for "simple". Keys: aft_variant (required), aft_dim, token_shift.
  * State per session: num, den, max (A each), and with token shift h_{t−1}
  * (d floats). num, den and max are floats when every channel decays fast
- * enough (decided at load from time_decay, AFT_F32_MEMORY below), doubles
+ * enough (decided at load from time_decay, mixer_f32_ok()), doubles
  * otherwise and always for "simple" (docs/NUMERICS.md). */
 #include <errno.h>
 #include <math.h>
@@ -32,14 +32,6 @@ typedef struct aft {
     int d, A, shift;
     int f32;                   /* num, den, max kept as floats */
 } aft;
-
-/* The longest memory, 1/(1 − e^{−w}) tokens, for which a channel's sums are
- * kept in fp32. Each step rounds num and den once (≤ 2^-24 relative) and the
- * decay forgets a rounding at the rate e^{−w}, so the error carried is at
- * most memory·2^-24 even if every rounding went the same way: 2^-10 here,
- * and about √memory·2^-24 = 2^-17 when the signs alternate. time_decay ≥
- * ln(−ln(1 − 2^-14)) ≈ −9.70 on every channel of the layer. */
-#define AFT_F32_MEMORY 16384.0
 
 static int aft_configure(const kind_scope *s, const lind_config *c, void *params, char *err, size_t errlen)
 {
@@ -128,8 +120,8 @@ static int aft_load(const lind_config *c, const void *params, kind_ctx *ctx, con
                 free(X);
                 return -EINVAL;
             }
-            /* memory 1/(1 − e^{−w}); w = 0 (or below double's reach) is unbounded */
-            if (!(-expm1(-(double)w[i]) * AFT_F32_MEMORY >= 1.0)) X->f32 = 0;
+            /* forgets 1 − e^{−w}; w = 0 (or below double's reach) is no decay */
+            if (!mixer_f32_ok(-expm1(-(double)w[i]))) X->f32 = 0;
         }
     }
     const kind_weight *W[3] = {&t[T_WR], &t[T_WK], &t[T_WV]};

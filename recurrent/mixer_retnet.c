@@ -8,12 +8,15 @@
  * what tools/lindmodel.py writes). No xPos / rotary rotation of q and k: the
  * retention of the paper's recurrent form with Θ = 0.
  * Keys: n_heads, d_head (required), group_norm_eps (1e-5).
- * State per session: S (H·dh·dh doubles). Backend op: retention_step.
+ * State per session: S (H·dh·dh). Backend op: retention_step.
  *
  * Long streams: S is a decayed sum, ‖S‖ ≤ max‖k vᵀ‖ / (1 − γ) — bounded for
  * γ < 1; with γ = 1 it grows linearly with t (as the linear mixer's S). S is
- * fp64 (docs/NUMERICS.md): the per-token increments stay resolved against
- * the sum for ~10^15 tokens' worth of growth; inputs and outputs of a step
+ * fp32 when every head of the layer forgets fast enough (mixer_f32_ok() on
+ * 1 − γ, decided at load): the op computes in double and rounds each element
+ * once per step, and the decay forgets the roundings. Otherwise, and always
+ * when a head has γ = 1, S is fp64, whose per-token increments stay resolved
+ * against an undecayed sum (docs/NUMERICS.md). Inputs and outputs of a step
  * are fp32; the group norm's mean and variance are taken in double. */
 #include <errno.h>
 #include <stdio.h>
@@ -37,6 +40,7 @@ typedef struct ret {
     backend_buf *norm;    /* [2·hd]: group norm weight, then bias */
     int H, dh, d;
     float eps;
+    int f32;              /* S kept as floats */
 } ret;
 
 static int ret_configure(const kind_scope *s, const lind_config *c, void *params, char *err, size_t errlen)
@@ -72,10 +76,10 @@ static int ret_tensors(const lind_config *c, const void *params, kind_tensor *t)
 
 static int ret_regions(const lind_config *c, const void *params, const void *priv, kind_region *r)
 {
-    (void)priv;   /* the layout follows from the configuration alone */
     (void)c;
     const ret_params *p = params;
-    r[0] = (kind_region){"S", LIND_EL_F64, (size_t)p->H * p->dh * p->dh};
+    const ret *X = priv;
+    r[0] = (kind_region){"S", X && X->f32 ? LIND_EL_F32 : LIND_EL_F64, (size_t)p->H * p->dh * p->dh};
     return 1;
 }
 
@@ -123,6 +127,9 @@ static int ret_load(const lind_config *c, const void *params, kind_ctx *ctx, con
     X->dh = p->dh;
     X->d = c->d_model;
     X->eps = p->eps;
+    X->f32 = 1;
+    for (int h = 0; h < H; h++)
+        if (!mixer_f32_ok(1.0 - (double)decay[h])) X->f32 = 0;   /* exact for a float γ in (0, 1] */
     for (int i = 0; i < hd; i++) {
         norm[i] = t[T_GNW].f32[i];
         norm[hd + i] = t[T_GNB].f32[i];
@@ -154,7 +161,8 @@ static int ret_step(void *priv, const layer_io *io)
     if ((rc = o->matmul(be, bmview(in, 0, 4 * hd), bview(io->h, 0, d), X->wqkv, NULL, R, 3 * hd, d, 0)) < 0 ||
         /* g[R × hd] = h[R × d] · Wg[hd × d]ᵀ, columns 3hd.. of in */
         (rc = o->matmul(be, bmview(in, (size_t)3 * hd, 4 * hd), bview(io->h, 0, d), X->wg, NULL, R, hd, d, 0)) < 0 ||
-        (rc = o->retention_step(be, in, X->gamma, X->norm, out, io->region_off[0], X->H, X->dh, X->eps)) < 0)
+        (rc = o->retention_step(be, in, X->gamma, X->norm, out, io->region_off[0], X->H, X->dh, X->eps,
+                                   X->f32)) < 0)
         return rc;
     /* x[R × d] += out[R × hd] · Wo[d × hd]ᵀ */
     return o->matmul(be, bmview(io->x, 0, d), bview(out, 0, hd), X->wo, NULL, R, d, hd, BACKEND_MM_ACCUMULATE);

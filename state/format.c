@@ -324,10 +324,10 @@ static model_state_region blob_region(const uint8_t *e, const layout *L)
 }
 
 /* A state whose layout differs from the model's only in regions it holds
- * as fp64 where the model keeps fp32 — an AFT state saved before lind kept
- * decaying sums in fp32 (docs/NUMERICS.md) — is converted into dst (the
- * model's layout): each such element rounded once, as a step would have
- * stored it, every other region copied. Regions are matched by layer and
+ * as fp64 where the model keeps fp32 — an AFT or RetNet state saved before
+ * lind kept decaying states in fp32 (docs/NUMERICS.md) — is converted into
+ * dst (the model's layout): each such element rounded once, as a step would
+ * have stored it, every other region copied. Regions are matched by layer and
  * name, each once. 0 when converted, -1 when the layouts differ otherwise
  * or not at all (the caller then checks them region by region). */
 static int convert_regions(const uint8_t *table, const layout *L, int n, const uint8_t *src, uint64_t src_bytes,

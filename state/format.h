@@ -16,8 +16,8 @@
  * state_decode() also reads version 1 (byte windows, no tail, untyped
  * regions: all float), as lind wrote it before 32-bit token ids, and
  * converts a region saved as f64 that the model now keeps as f32 (the AFT
- * sums of a decaying layer, docs/STATE.md), matching regions by layer and
- * name.
+ * sums or the RetNet S of a decaying layer, docs/STATE.md), matching
+ * regions by layer and name.
  */
 #ifndef LIND_STATE_FORMAT_H
 #define LIND_STATE_FORMAT_H

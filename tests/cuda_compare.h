@@ -1734,13 +1734,14 @@ static void case_window(void) {
     }
 }
 
-/* retention_step: head widths 8, 48, 100; 3 heads. */
+/* retention_step: head widths 8, 48, 100; 3 heads; a double S, and for
+ * width 48 also a float S. */
 static void case_retention(void) {
-    static const int dhs[] = { 8, 48, 100 };
+    static const int dhs[] = { 8, 48, 100, 48 };
     int H = 3, tokens[17] = { 0 };
     for (size_t di = 0; di < sizeof dhs / sizeof *dhs && !check_failed_; di++) {
         if (fresh_pair() < 0) return;
-        int dh = dhs[di], hd = H * dh, ld = 4 * hd;
+        int dh = dhs[di], hd = H * dh, ld = 4 * hd, f32 = di == 3;
         size_t off = 64, nd = (size_t)hd * dh, slot_bytes = off + nd * 8 + 24;
         both_reserve(CMP_NSLOTS, slot_bytes);
         float gamma[3] = { 0.9f, 0.97f, 1.0f }, *norm = fvec(2 * (size_t)hd), *in = fvec((size_t)17 * ld);
@@ -1756,12 +1757,14 @@ static void case_retention(void) {
                   P.r->ops->buf_upload(P.r, tin.r, 0, in, (size_t)R * ld) == 0, "upload");
             both_begin(sl, tokens, R);
             char what[80];
-            snprintf(what, sizeof what, "retention_step dh=%d step %d (%d rows)", dh, step, R);
-            CHECK(P.a->ops->retention_step(P.a, tin.a, tg.a, tn.a, tout.a, off, H, dh, 1e-5f) == 0 &&
-                  P.r->ops->retention_step(P.r, tin.r, tg.r, tn.r, tout.r, off, H, dh, 1e-5f) == 0, "%s", what);
+            snprintf(what, sizeof what, "retention_step dh=%d f32=%d step %d (%d rows)", dh, f32, step, R);
+            CHECK(P.a->ops->retention_step(P.a, tin.a, tg.a, tn.a, tout.a, off, H, dh, 1e-5f, f32) == 0 &&
+                  P.r->ops->retention_step(P.r, tin.r, tg.r, tn.r, tout.r, off, H, dh, 1e-5f, f32) == 0, "%s", what);
             same_f(&tout, 0, (size_t)R * hd, what);
         }
-        for (int s = 0; s < CMP_NSLOTS; s++) same_slot(s, slot_bytes, off, nd, 0, 0, P.tol_s, "retention_step S");
+        for (int s = 0; s < CMP_NSLOTS; s++)
+            same_slot(s, slot_bytes, off, f32 ? 0 : nd, off, f32 ? nd : 0, P.tol_s,
+                      f32 ? "retention_step S (float)" : "retention_step S");
         twin_free(&tg); twin_free(&tn); twin_free(&tin); twin_free(&tout);
         free(norm); free(in);
     }

@@ -17,7 +17,9 @@
  * the state round-trips through model_slot_read/write and
  * state_encode/decode and continues identically; bad tensors are refused by
  * name; the CUDA backend's code under the host harness matches the CPU
- * backend. */
+ * backend. And RetNet's S: fp32 when every head decays within 16,384
+ * tokens, fp64 otherwise, and a session of models/retnet saved with an fp64
+ * S by an older lind resumes. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -29,6 +31,7 @@
 #include "recurrent/model.h"
 #include "recurrent/safetensors.h"
 #include "state/format.h"
+#include "state/le.h"
 #include "tests/check.h"
 #include "tests/kindcheck.h"
 #include "tests/refmodel.h"
@@ -318,9 +321,9 @@ static void state_case(const char *name, const mspec *ms, uint64_t seed)
     size_t tiled = 0, sb = model_state_bytes(m);
     for (int i = 0; i < nr; i++) {
         tiled += reg[i].count * reg[i].elem_bytes;
-        if (!S && reg[i].layer == 0 && reg[i].type == LIND_EL_F64) S = &reg[i];
+        if (!S && reg[i].layer == 0 && (reg[i].type == LIND_EL_F64 || reg[i].type == LIND_EL_F32)) S = &reg[i];
     }
-    CHECK(S && S->offset % 8 == 0, "layer 0 has an aligned fp64 matrix-state region");
+    CHECK(S && S->offset % S->elem_bytes == 0, "layer 0 has an aligned float matrix-state region");
     CHECK(tiled == sb, "regions tile the state: %zu of %zu bytes", tiled, sb);
     if (!S) { model_free(m); return; }
     enum { N1 = 23, N2 = 17 };
@@ -349,7 +352,9 @@ static void state_case(const char *name, const mspec *ms, uint64_t seed)
     model_slot_write(m, 2, b2);
     memcpy(b3, blob, sb);
     double dn = NAN;
-    memcpy(b3 + S->offset + 8 * 5, &dn, 8);
+    float fn = NAN;
+    if (S->elem_bytes == 8) memcpy(b3 + S->offset + 8 * 5, &dn, 8);
+    else memcpy(b3 + S->offset + 4 * 5, &fn, 4);
     rc = state_encode(m, &meta, b3, &enc, &enclen, err, sizeof err);
     CHECK(rc == STATE_E_NONFINITE && strstr(err, S->name), "NaN in %s: rc %d, \"%s\"", S->name, rc, err);
     if (rc == 0) free(enc);
@@ -491,6 +496,145 @@ static void harness_case(const char *name, const mspec *ms, uint64_t seed)
     snprintf(dir, sizeof dir, "%s/%s", tmpdir, name);
     CHECK(write_model(dir, ms, seed, NULL, 0) == 0, "write_model");
     kc_harness_vs_cpu(name, dir, V, 1e-4, 1e-5);
+}
+
+/* The element type of layer L's region `name` (-1: none). */
+static int region_type(const model *m, int L, const char *name)
+{
+    model_state_region r[16];
+    int n = model_state_regions(m, r, 16);
+    for (int i = 0; i < n && i < 16; i++)
+        if (r[i].layer == L && !strcmp(r[i].name, name)) return r[i].type;
+    return -1;
+}
+
+/* RetNet's S is float when every head of the layer forgets within 16,384
+ * tokens, 1/(1 − γ) (recurrent/mixer_retnet.c): retnet2's γ are in [0.8,
+ * 0.995]. Layer 0's first γ set to 1 − 2^-14 (exactly that memory) keeps it
+ * float; to 1 − 2^-15 or 1 (no decay) makes layer 0's S double beside layer
+ * 1's float one, and that model's prefill is bit-identical to stepping, a
+ * batch equals its sessions alone, and the harness matches the CPU. */
+static void retnet_state_precision(void)
+{
+    static const struct { float g0; int f64; } cases[] = {
+        {-1.0f, 0}, {1.0f - 0x1p-14f, 0}, {1.0f - 0x1p-15f, 1}, {1.0f, 1},
+    };
+    const size_t s0 = 2 * 16 * 16, s1 = 4 * 8 * 8;   /* S elements of layers 0 and 1 */
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char dir[512], nm[64], err[512] = "";
+        snprintf(nm, sizeof nm, "retnet_prec%zu", i);
+        snprintf(dir, sizeof dir, "%s/%s", tmpdir, nm);
+        int poisoned = cases[i].g0 > 0;
+        CHECK(write_model(dir, &retnet2, 19, poisoned ? "decay" : NULL, cases[i].g0) == 0, "write_model");
+        model *m = NULL;
+        CHECK(model_load(dir, "cpu", &m, err, sizeof err) == 0, "model_load: %s", err);
+        if (!m) continue;
+        int want0 = cases[i].f64 ? LIND_EL_F64 : LIND_EL_F32;
+        size_t want_bytes = s0 * (cases[i].f64 ? 8 : 4) + s1 * 4;
+        CHECK(region_type(m, 0, "S") == want0 && region_type(m, 1, "S") == LIND_EL_F32 &&
+                  model_state_bytes(m) == want_bytes,
+              "γ[0] = %.9g: S types %d, %d and %zu state bytes, want %d, %d and %zu", (double)cases[i].g0,
+              region_type(m, 0, "S"), region_type(m, 1, "S"), model_state_bytes(m), want0, LIND_EL_F32, want_bytes);
+        if (cases[i].f64 && cases[i].g0 == 1.0f) {
+            kc_prefill_bitwise(m, V);
+            model_free(m);
+            m = NULL;
+            CHECK(model_load(dir, "cpu", &m, err, sizeof err) == 0, "model_load: %s", err);   /* fresh slots */
+            if (m) kc_batched_equals_unbatched(m, V);
+        }
+        model_free(m);
+        if (cases[i].f64 && cases[i].g0 == 1.0f) kc_harness_vs_cpu(nm, dir, V, 1e-4, 1e-5);
+    }
+}
+
+/* A session of models/retnet saved by lind 6a0cd67, whose retention state
+ * was fp64 (tests/fixtures/retnet_fp64_state): it decodes into today's
+ * layout, each S element that double rounded once and every other byte as
+ * saved; resumed, its logits for the next 32 tokens match what 6a0cd67 gave
+ * continuing the same session; its next save is in the new layout and reads
+ * back unchanged. */
+static void retnet_fp64_state_resumes(void)
+{
+    const char *fdir = "tests/fixtures/retnet_fp64_state";
+    enum { N = 288, SAVED = 256 };
+    char p[600], err[512] = "";
+    size_t len = 0, tl = 0, ll = 0;
+    snprintf(p, sizeof p, "%s/retnet.state", fdir);
+    uint8_t *blob = (uint8_t *)kc_read(p, &len);
+    snprintf(p, sizeof p, "%s/tokens.i32", fdir);
+    int32_t *tok = (int32_t *)kc_read(p, &tl);
+    snprintf(p, sizeof p, "%s/logits.f32", fdir);
+    float *ref = (float *)kc_read(p, &ll);
+    model *m = NULL;
+    int rc = model_load("models/retnet", "cpu", &m, err, sizeof err);
+    CHECK(rc == 0, "model_load models/retnet: %s", err);
+    CHECK(blob && len > 64 && tok && tl == N * 4 && ref && ll == (size_t)(N - SAVED) * V * 4, "fixture files in %s",
+          fdir);
+    if (!m || !blob || len <= 64 || !tok || tl != N * 4 || !ref || ll != (size_t)(N - SAVED) * V * 4) {
+        free(blob); free(tok); free(ref); model_free(m);
+        return;
+    }
+    CHECK(model_fingerprint(m) == le_get64(blob + 24), "models/retnet is not the model the fixture was saved from");
+    size_t n = model_state_bytes(m);
+    uint8_t *raw = malloc(n), *back = malloc(n), *b2 = NULL;
+    state_meta meta;
+    rc = state_decode(m, blob, len, &meta, raw, err, sizeof err);
+    CHECK(rc == 0 && meta.tokens == SAVED, "decode the fp64 state: %d %s", rc, err);
+    if (rc == 0) {
+        /* the blob's table (48-byte entries before the raw state) against the model's regions */
+        uint32_t hdr = le_get32(blob + 16), bnr = le_get32(blob + 20);
+        model_state_region mr[16];
+        int mnr = model_state_regions(m, mr, 16), narrowed = 0, same = mnr == (int)bnr && mnr <= 16;
+        for (int i = 0; same && i < mnr; i++) {
+            const uint8_t *e = NULL;
+            for (uint32_t q = 0; q < bnr && !e; q++) {
+                const uint8_t *x = blob + hdr - 48 * (bnr - q);
+                if ((int32_t)le_get32(x) == mr[i].layer && !strncmp((const char *)x + 8, mr[i].name, 16)) e = x;
+            }
+            if (!e || le_get64(e + 32) != mr[i].count) { same = 0; break; }
+            const uint8_t *src = blob + hdr + le_get64(e + 24);
+            if (le_get32(e + 40) == LIND_EL_F64 && mr[i].type == LIND_EL_F32) {
+                narrowed++;
+                for (size_t k = 0; k < mr[i].count; k++) {
+                    double dv;
+                    float fv;
+                    memcpy(&dv, src + 8 * k, 8);
+                    memcpy(&fv, raw + mr[i].offset + 4 * k, 4);
+                    same &= fv == (float)dv;
+                }
+            } else {
+                same &= le_get32(e + 4) == (uint32_t)mr[i].elem_bytes &&
+                        !memcmp(src, raw + mr[i].offset, mr[i].count * (size_t)mr[i].elem_bytes);
+            }
+        }
+        CHECK(same && narrowed == 4, "the decoded state is not the saved one in this layout (%d regions narrowed, "
+              "want 4: S of each layer)", narrowed);
+        int slot = 0;
+        float *lg = malloc(sizeof(float) * V);
+        double worst = 0;
+        rc = lg && model_slots_reserve(m, 1) == 0 && model_slot_write(m, 0, raw) == 0 ? 0 : -1;
+        for (int t = SAVED; t < N && rc == 0; t++) {
+            rc = model_step(m, &slot, &tok[t], 1, lg);
+            const float *r = ref + (size_t)(t - SAVED) * V;
+            double big = 0, d = 0;
+            for (int k = 0; k < V; k++) {
+                big = fmax(big, fabs(r[k]));
+                d = fmax(d, fabs((double)lg[k] - r[k]));
+            }
+            if (!(d / big <= worst)) worst = d / big;
+        }
+        printf("NOTE models/retnet resumed from a state saved with fp64 S at token %d: logits for tokens %d..%d "
+               "within %.3g of the fp64 build's (relative to each row's largest)\n", SAVED, SAVED, N - 1, worst);
+        CHECK(rc == 0 && worst <= 1e-4, "resumed session: %d, relative error %.3g > 1e-4", rc, worst);
+        free(lg);
+        size_t l2 = 0;
+        rc = state_encode(m, &meta, raw, &b2, &l2, err, sizeof err);
+        CHECK(rc == 0 && l2 < len && state_decode(m, b2, l2, &meta, back, err, sizeof err) == 0 &&
+                  !memcmp(raw, back, n),
+              "re-encoded in the new layout: %d, %zu bytes (was %zu): %s", rc, l2, len, err);
+    }
+    free(raw); free(back); free(b2); free(blob); free(tok); free(ref);
+    model_free(m);
 }
 
 static void retnet_parallel(void) { parallel_case("retnet_par", &retnet2, 11); }
@@ -677,6 +821,8 @@ int main(void)
     RUN(retnet_state);
     RUN(retnet_refuse);
     RUN(retnet_harness);
+    RUN(retnet_state_precision);
+    RUN(retnet_fp64_state_resumes);
     RUN(performer_parallel);
     RUN(performer_prefill);
     RUN(performer_batch);

@@ -15,8 +15,10 @@
  * sanitizers (LIND_SANITIZED=1: 100× fewer steps), while fp64 absorbs every
  * term.
  *
- * RWKV-7 and Mamba-2 keep their decaying matrix states in fp32, and so does
- * RWKV-4's AFT when it decays (rwkv4_fp32_state): their ops' stored states are compared with long double over 10^7 tokens (10^8 under
+ * RWKV-7 and Mamba-2 keep their decaying matrix states in fp32, and so do
+ * RWKV-4's AFT and RetNet's retention when they decay (rwkv4_fp32_state,
+ * retnet_fp32_state): their ops' stored states are compared with long
+ * double over 10^7 tokens (10^8 under
  * make test-long) and must stay within 1e-5, while the same ops with the
  * decay switched off must fail (docs/NUMERICS.md, "Decaying states kept in
  * fp32"). */
@@ -446,6 +448,110 @@ static void rwkv4_fp32_state(void)
           u.worst);
 }
 
+/* RetNet's S is kept in float when every head of the layer decays
+ * (recurrent/mixer_retnet.c): the op computes each element in double and
+ * rounds it once per step (lind_lin_column_f32). Two heads (dh = 2) through
+ * the backend's retention_step (float state) for `steps` tokens, head h with
+ * decay g[h], against S ← γS + k vᵀ in long double; the first token an
+ * anchor (k and v of 2^13: a term 2^26 times the others'), the others' k in
+ * [0.5, 1.5) and v drifting from [1, 2) to [2, 3). The error of a head at a
+ * point is max |ΔS| / max |S| over its elements. While the anchor dominates,
+ * each rounding is relative to it and new terms fall below its float's
+ * resolution: r->peak[h] is the worst error over the anchor's life
+ * (t·(1 − γ) < 20, after which the anchor and the roundings made at its
+ * scale are below 10^-7 of S; every half memory), r->worst[h] the worst over
+ * the ten checkpoints after it, r->first[h] the first of those. */
+typedef struct retnet_err {
+    double peak[2], worst[2], first[2];
+} retnet_err;
+
+static retnet_err retnet_run(long steps, const float g[2])
+{
+    enum { H = 2, DH = 2, HD = H * DH };
+    backend *be = NULL;
+    char err[256];
+    retnet_err R = {{-1, -1}, {-1, -1}, {-1, -1}};
+    if (backend_cpu_new(NULL, &be, err, sizeof err) != 0) { CHECK(0, "backend: %s", err); return R; }
+    const backend_ops *o = be->ops;
+    backend_buf *in = NULL, *out = NULL, *bg = NULL, *bn = NULL;
+    int slot = 0, tok = 0;
+    float norm[2 * HD];
+    for (int i = 0; i < HD; i++) norm[i] = 1.0f, norm[HD + i] = 0.0f;
+    CHECK(o->slots_reserve(be, 1, H * DH * DH * sizeof(float)) == 0 && o->buf_new(be, 4 * HD, &in) == 0 &&
+          o->buf_new(be, HD, &out) == 0 && o->buf_new(be, H, &bg) == 0 && o->buf_new(be, 2 * HD, &bn) == 0 &&
+          o->begin_step(be, &slot, &tok, 1) == 0 && o->slot_zero(be, 0) == 0, "setup");
+    o->buf_upload(be, bg, 0, g, H);
+    o->buf_upload(be, bn, 0, norm, 2 * HD);
+    long double S[H][DH][DH] = {{{0}}};
+    long life[H], half[H];
+    for (int h = 0; h < H; h++) {
+        double f = 1.0 - (double)g[h];
+        life[h] = f > 0 ? (long)(20.0 / f) : 0;
+        half[h] = f > 0 ? (long)(0.5 / f) + 1 : steps;
+    }
+    float got[H * DH * DH];
+    for (long t = 0; t < steps; t++) {
+        float x[4 * HD];
+        for (int c = 0; c < HD; c++) {
+            x[c] = 0.5f;                                                                    /* q */
+            x[HD + c] = t == 0 ? 8192.0f : 0.5f + urand();                                  /* k */
+            x[2 * HD + c] = t == 0 ? 8192.0f : 1.0f + urand() + (float)((double)t / (double)steps);   /* v */
+            x[3 * HD + c] = 1.0f;                                                           /* gate */
+        }
+        o->buf_upload(be, in, 0, x, 4 * HD);
+        CHECK(o->retention_step(be, in, bg, bn, out, 0, H, DH, 1e-5f, 1) == 0, "retention_step");
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < DH; i++)
+                for (int j = 0; j < DH; j++)
+                    S[h][i][j] = g[h] * S[h][i][j] + (long double)x[HD + h * DH + i] * x[2 * HD + h * DH + j];
+        int at_check = (t + 1) % (steps / 10) == 0, read = 0;
+        for (int h = 0; h < H; h++) {
+            int in_life = t < life[h] && (t + 1) % half[h] == 0, after = at_check && t >= life[h];
+            if (!in_life && !after) continue;
+            if (!read++) o->slot_read(be, 0, got);
+            double e = state_err(got + h * DH * DH, &S[h][0][0], DH * DH);
+            if (after) checkpoint(e, &R.worst[h], &R.first[h]);
+            else checkpoint(e, &R.peak[h], NULL);
+        }
+    }
+    o->buf_free(be, in);
+    o->buf_free(be, out);
+    o->buf_free(be, bg);
+    o->buf_free(be, bn);
+    backend_free(be);
+    return R;
+}
+
+static void retnet_fp32_state(void)
+{
+    const long n = long_run(), nc = scale_down(1000000L);
+    /* γ = 1 − 2^-12 and 1 − 2^-14: memories of 4,096 tokens and of 16,384,
+     * the longest for which recurrent/mixer_retnet.c keeps S in float */
+    const float g[2] = {1.0f - 0x1p-12f, 1.0f - 0x1p-14f}, one[2] = {1.0f, 1.0f};
+    retnet_err e = retnet_run(n, g);
+    /* γ = 1 (always kept in double): nothing forgets the roundings, and a
+     * float S frozen by the anchor must fail */
+    retnet_err u = retnet_run(nc, one);
+    for (int h = 0; h < 2; h++) {
+        double memory = 1.0 / (1.0 - (double)g[h]);
+        char after[96] = "none: the anchor outlives the run";
+        if (e.worst[h] >= 0)
+            snprintf(after, sizeof after, "%.2e (%.2e at the first checkpoint)", e.worst[h], e.first[h]);
+        printf("NOTE retnet fp32 state, memory %.0f, %ld steps: max rel err %s; while the anchor lasts %.2e (bound "
+               "memory·2^-24 = %.2e)\n", memory, n, after, e.peak[h], memory * 0x1p-24);
+        CHECK(e.peak[h] >= 0 && e.peak[h] <= memory * 0x1p-24, "memory %.0f: fp32 state error %.3g while the anchor "
+              "lasts, above memory·2^-24", memory, e.peak[h]);
+        /* after it, roundings of either sign: about √memory·2^-24 */
+        CHECK(e.worst[h] <= 2 * sqrt(memory) * 0x1p-24, "memory %.0f: fp32 state relative error %.3g above "
+              "2·√memory·2^-24 = %.3g", memory, e.worst[h], 2 * sqrt(memory) * 0x1p-24);
+    }
+    printf("NOTE retnet no decay, %ld steps: %.2e\n", nc, u.worst[0]);
+    CHECK(e.worst[0] >= 0 && e.worst[0] < 1e-5, "fp32 state relative error %.3g ≥ 1e-5 after %ld steps", e.worst[0],
+          n);
+    CHECK(u.worst[0] >= 1e-5, "the undecayed float state did not fail (error %.3g): the inputs do not stress it",
+          u.worst[0]);
+}
+
 int main(void)
 {
     RUN(linear_1e8);
@@ -453,5 +559,6 @@ int main(void)
     RUN(rwkv7_fp32_state);
     RUN(mamba2_fp32_state);
     RUN(rwkv4_fp32_state);
+    RUN(retnet_fp32_state);
     return check_exit();
 }

@@ -18,16 +18,37 @@
 /* ---- retention (RetNet) -----------------------------------------------------
  * Split by (run, head) like delta_step: a session's heads are independent, a
  * run's rows go in order. The S update and column sums are cpu_lin_head() with
- * φ = identity (lind_lin_s, the i-order of lind_lin_column). */
+ * φ = identity (lind_lin_s, the i-order of lind_lin_column), or ret_head_f32()
+ * on a float S. */
 typedef struct ret_job {
     cpu *c;
     const float *in, *gamma, *norm;
     float *out;
     double *tmp;   /* dh doubles per part */
     size_t off;
-    int H, dh;
+    int H, dh, f32;
     float eps;
 } ret_job;
+
+/* cpu_lin_head() with φ = identity on a float S (a decaying state,
+ * kernels/backend.h): each element widened, updated in double by
+ * lind_lin_s(), stored rounded once, and the numerator summed from the
+ * double, as lind_lin_column_f32() does column by column. */
+__attribute__((noinline)) static void ret_head_f32(float *restrict S, double *restrict num, const float *restrict k,
+                                                   const float *restrict q, const float *restrict v, double g, int dh)
+{
+    for (int j = 0; j < dh; j++) num[j] = 0.0;
+    for (int i = 0; i < dh; i++) {
+        float *restrict Si = S + (size_t)i * dh;
+        float ki = k[i];
+        double qi = (double)q[i];
+        for (int j = 0; j < dh; j++) {
+            double s = lind_lin_s((double)Si[j], g, ki, v[j]);
+            Si[j] = (float)s;
+            num[j] += qi * s;
+        }
+    }
+}
 
 static void ret_part(void *arg, int part, int nparts)
 {
@@ -39,9 +60,14 @@ static void ret_part(void *arg, int part, int nparts)
         int run = unit / H, h = unit % H;
         double g = (double)j->gamma[h];
         for (int b = j->c->run[run]; b < j->c->run[run + 1]; b++) {
-            double *S = (double *)(cpu_slot_ptr(j->c, j->c->slots[b]) + j->off) + (size_t)h * dh * dh;
+            uint8_t *st = cpu_slot_ptr(j->c, j->c->slots[b]) + j->off;
             const float *row = j->in + (size_t)b * 4 * hd;
-            cpu_lin_head(S, o, row + hd + h * dh, row + h * dh, row + 2 * hd + h * dh, g, dh);
+            if (j->f32)
+                ret_head_f32((float *)st + (size_t)h * dh * dh, o, row + hd + h * dh, row + h * dh,
+                             row + 2 * hd + h * dh, g, dh);
+            else
+                cpu_lin_head((double *)st + (size_t)h * dh * dh, o, row + hd + h * dh, row + h * dh,
+                             row + 2 * hd + h * dh, g, dh);
             double mean = 0.0, var = 0.0;
             for (int i = 0; i < dh; i++) {
                 o[i] *= scale;
@@ -58,13 +84,13 @@ static void ret_part(void *arg, int part, int nparts)
 }
 
 int cpu_retention_step(backend *be, const backend_buf *in, const backend_buf *gamma, const backend_buf *norm,
-                              backend_buf *out, size_t state_off, int H, int dh, float eps)
+                              backend_buf *out, size_t state_off, int H, int dh, float eps, int f32)
 {
     cpu *c = (cpu *)be;
     int parts = cpu_row_parts(c, c->nruns * H, (size_t)2 * dh * dh * c->B / c->nruns);
     double *t = (double *)cpu_tmp_get(c, 2 * (size_t)parts * dh);
     if (!t) return -ENOMEM;
-    ret_job j = {c, in->p, gamma->p, norm->p, out->p, t, state_off, H, dh, eps};
+    ret_job j = {c, in->p, gamma->p, norm->p, out->p, t, state_off, H, dh, f32, eps};
     cpu_pool_run(c->threads, ret_part, &j, parts);
     return 0;
 }

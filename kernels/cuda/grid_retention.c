@@ -10,14 +10,14 @@
 #include "kernels/cuda/grid.h"
 
 int grid_retention_step(backend *be, const backend_buf *in, const backend_buf *gamma, const backend_buf *norm,
-                        backend_buf *out, size_t state_off, int H, int dh, float eps)
+                        backend_buf *out, size_t state_off, int H, int dh, float eps, int f32)
 {
     gridbe *g = G(be);
     int B = g->B, rc;
     if (H < 1 || dh < 1 || dh > KB_MAX_BLOCK) return fail(g, -EINVAL, "retention_step: %d heads of width %d", H, dh);
     if (in == out) return fail(g, -EINVAL, "retention_step: out is in (other heads still read the row)");
-    size_t hd = (size_t)H * dh;
-    if ((rc = region_fits(g, state_off, hd * dh * sizeof(double), sizeof(double), "retention_step")) < 0 ||
+    size_t hd = (size_t)H * dh, el = f32 ? sizeof(float) : sizeof(double);
+    if ((rc = region_fits(g, state_off, hd * dh * el, el, "retention_step")) < 0 ||
         (rc = fits(g, in, (size_t)B * 4 * hd, "retention_step", "in")) < 0 ||
         (rc = fits(g, out, (size_t)B * hd, "retention_step", "out")) < 0 ||
         (rc = fits(g, gamma, H, "retention_step", "gamma")) < 0 ||
@@ -25,6 +25,6 @@ int grid_retention_step(backend *be, const backend_buf *in, const backend_buf *g
         return rc;
     if (B == 0) return 0;
     kb_retention_args a = { F(in), F(gamma), F(norm), F(out), g->pool, g->stride, state_off, g->d_slots, g->d_runs,
-                            H, dh, eps };
+                            H, dh, eps, f32 != 0 };
     return launch(g, KB_RETENTION_STEP, kb_retention_launch(g->nruns, H, dh), &a, "retention_step");
 }

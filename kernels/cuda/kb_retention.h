@@ -11,7 +11,8 @@
  * one after the other, each in 2·lg + 3 phases with a barrier between every
  * two (also between rows). Per row of head h:
  *   0            thread j < dh: o_j = dh^−½ · lind_lin_column() (φ = identity:
- *                S column j updated and summed with q), kept in ov, summed
+ *                S column j updated and summed with q; lind_lin_column_f32()
+ *                on a float S, f32), kept in ov, summed
  *   1..lg        tree sum of o (red)
  *   lg+1         thread j: (o_j − mean)² into red2
  *   lg+2..2lg+1  tree sum of the squares
@@ -27,6 +28,7 @@ typedef struct kb_retention_args {
     const int *slots, *runs;
     int H, dh;
     float eps;
+    int f32;                /* S is float (a decaying state), else double */
 } kb_retention_args;
 
 static inline lind_launch kb_retention_launch(int nruns, int H, int dh)
@@ -46,9 +48,13 @@ LIND_HD static inline int kb_retention_step(const lind_thread *t, int phase, con
     if (sub == 0) {
         double o = 0.0;
         if (tx < dh) {
-            double *S = (double *)(KB_SLOT(a->pool, a->stride, a->slots, r0) + a->state_off) + (size_t)h * dh * dh;
-            o = lind_lin_column(S, dh, tx, dh, row + hd + h * dh, row + h * dh, row[2 * hd + h * dh + tx],
-                                (double)a->gamma[h]) * (1.0 / sqrt((double)dh));
+            unsigned char *st = KB_SLOT(a->pool, a->stride, a->slots, r0) + a->state_off;
+            const float *k = row + hd + h * dh, *q = row + h * dh;
+            float v = row[2 * hd + h * dh + tx];
+            double g = (double)a->gamma[h];
+            o = (a->f32 ? lind_lin_column_f32((float *)st + (size_t)h * dh * dh, dh, tx, dh, k, q, v, g)
+                        : lind_lin_column((double *)st + (size_t)h * dh * dh, dh, tx, dh, k, q, v, g)) *
+                (1.0 / sqrt((double)dh));
         }
         ov[tx] = o;
         red[tx] = o;
