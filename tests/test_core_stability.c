@@ -450,9 +450,9 @@ static void rwkv4_fp32_state(void)
 
 /* RetNet's S is kept in float when every head of the layer decays
  * (recurrent/mixer_retnet.c): the op computes each element in double and
- * rounds it once per step (lind_lin_column_f32). Two heads (dh = 2) through
- * the backend's retention_step (float state) for `steps` tokens, head h with
- * decay g[h], against S ← γS + k vᵀ in long double; the first token an
+ * rounds it once per step (lind_lin_column_f32). Two heads (dh = 4, a
+ * block of the CPU loop's four rows) through the backend's retention_step
+ * (float state) for `steps` tokens, head h with decay g[h], against S ← γS + k vᵀ in long double; the first token an
  * anchor (k and v of 2^13: a term 2^26 times the others'), the others' k in
  * [0.5, 1.5) and v drifting from [1, 2) to [2, 3). The error of a head at a
  * point is max |ΔS| / max |S| over its elements. While the anchor dominates,
@@ -467,7 +467,7 @@ typedef struct retnet_err {
 
 static retnet_err retnet_run(long steps, const float g[2])
 {
-    enum { H = 2, DH = 2, HD = H * DH };
+    enum { H = 2, DH = 4, HD = H * DH };
     backend *be = NULL;
     char err[256];
     retnet_err R = {{-1, -1}, {-1, -1}, {-1, -1}};

@@ -33,12 +33,35 @@ typedef struct ret_job {
 /* cpu_lin_head() with φ = identity on a float S (a decaying state,
  * kernels/backend.h): each element widened, updated in double by
  * lind_lin_s(), stored rounded once, and the numerator summed from the
- * double, as lind_lin_column_f32() does column by column. */
+ * double in i order, as lind_lin_column_f32() does column by column. Four
+ * rows at a time, their terms added to num[j] one after the other (the same
+ * order, so the same bits): num is loaded and stored once per four rows,
+ * which pays for the widening and rounding (docs/NUMERICS.md). */
 __attribute__((noinline)) static void ret_head_f32(float *restrict S, double *restrict num, const float *restrict k,
                                                    const float *restrict q, const float *restrict v, double g, int dh)
 {
     for (int j = 0; j < dh; j++) num[j] = 0.0;
-    for (int i = 0; i < dh; i++) {
+    int i = 0;
+    for (; i + 4 <= dh; i += 4) {
+        float *restrict S0 = S + (size_t)i * dh, *restrict S1 = S0 + dh, *restrict S2 = S1 + dh, *restrict S3 = S2 + dh;
+        float k0 = k[i], k1 = k[i + 1], k2 = k[i + 2], k3 = k[i + 3];
+        double q0 = q[i], q1 = q[i + 1], q2 = q[i + 2], q3 = q[i + 3];
+        for (int j = 0; j < dh; j++) {
+            double s0 = lind_lin_s((double)S0[j], g, k0, v[j]), s1 = lind_lin_s((double)S1[j], g, k1, v[j]);
+            double s2 = lind_lin_s((double)S2[j], g, k2, v[j]), s3 = lind_lin_s((double)S3[j], g, k3, v[j]);
+            S0[j] = (float)s0;
+            S1[j] = (float)s1;
+            S2[j] = (float)s2;
+            S3[j] = (float)s3;
+            double n = num[j];
+            n += q0 * s0;
+            n += q1 * s1;
+            n += q2 * s2;
+            n += q3 * s3;
+            num[j] = n;
+        }
+    }
+    for (; i < dh; i++) {
         float *restrict Si = S + (size_t)i * dh;
         float ki = k[i];
         double qi = (double)q[i];
