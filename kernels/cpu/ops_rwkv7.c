@@ -22,6 +22,7 @@
 
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/transpose8.h"
+#include "kernels/mixer_math.h"
 
 #ifdef CPU_TRANSPOSE8_AVX512
 #define RWKV7_AVX512 1
@@ -41,7 +42,9 @@ typedef struct rwkv7_job {
 
 static size_t rwkv7_tmp_doubles(int N, int dw) { return 8 * (size_t)N + (size_t)dw; }
 
-static double sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+/* lind_exp rather than libm's exp: branch-free, so the channel loop below
+ * vectorizes. */
+static double sigmoid(double x) { return 1.0 / (1.0 + lind_exp(-x)); }
 
 /* One element of the updated S: S_ij·w_j + ((S·(−kk))_i·kk_j)·a_j + v_i·k_j,
  * every multiply-add fused, in this order (both paths below). */
@@ -122,7 +125,10 @@ TGT512 static void rwkv7_state512(float *restrict S, double *restrict o, const d
 }
 #endif
 
-static void rwkv7_head(const rwkv7_job *j, float *S, const float *row, float *vf, float *out, int h, double *t)
+/* One head of one row; tanh of the decay LoRA's inner activations (the
+ * row's, shared by its heads) is computed only when fresh_th. */
+static void rwkv7_head(const rwkv7_job *j, float *S, const float *row, float *vf, float *out, int h, double *t,
+                       int fresh_th)
 {
     int N = j->N, C = j->H * N, c0 = h * N;
     const float *par = j->par;
@@ -130,17 +136,23 @@ static void rwkv7_head(const rwkv7_job *j, float *S, const float *row, float *vf
                 *rk = par + 5 * C, *lw = par + 6 * C, *lb = par + 7 * C;
     double *w = t, *a = w + N, *v = a + N, *kk = v + N, *k = kk + N, *r = k + N, *o = r + N, *th = o + 2 * N;
     const float *wl = row + 6 * C;
-    for (int d = 0; d < j->dw; d++) th[d] = tanh((double)wl[d]);
+    for (int d = 0; d < j->dw && fresh_th; d++) th[d] = tanh((double)wl[d]);
     for (int n = 0; n < N; n++) w[n] = w0[c0 + n];
+    /* A head reads N floats from each of W2's dw rows, C floats apart: short
+     * runs the hardware prefetcher does not follow, so each row fetches the
+     * one W2_AHEAD rows on. */
+    enum { W2_AHEAD = 8 };
     for (int d = 0; d < j->dw; d++) {
         const float *w2r = j->w2 + (size_t)d * C + c0;
+        if (d + W2_AHEAD < j->dw)
+            for (int n = 0; n < N; n += 16) __builtin_prefetch(w2r + (size_t)W2_AHEAD * C + n);
         for (int n = 0; n < N; n++) w[n] += th[d] * (double)w2r[n];
     }
     const double emh = exp(-0.5);
     double ss = 0.0;
     for (int n = 0; n < N; n++) {
         int c = c0 + n;
-        w[n] = exp(-emh * sigmoid(w[n]));
+        w[n] = lind_exp(-emh * sigmoid(w[n]));
         a[n] = sigmoid((double)a0[c] + (double)row[3 * C + c]);
         double vv = row[2 * C + c];
         if (j->vmode == 1) vf[c] = (float)vv;
@@ -179,7 +191,7 @@ static void rwkv7_head(const rwkv7_job *j, float *S, const float *row, float *vf
 static void rwkv7_part(void *arg, int part, int nparts)
 {
     const rwkv7_job *j = arg;
-    int H = j->H, C = H * j->N, lo, hi;
+    int H = j->H, C = H * j->N, lo, hi, th_row = -1;   /* whose tanh t holds */
     cpu_part_range(j->c->nruns * H, part, nparts, &lo, &hi);
     double *t = j->tmp + (size_t)part * rwkv7_tmp_doubles(j->N, j->dw);
     for (int unit = lo; unit < hi; unit++) {
@@ -187,7 +199,8 @@ static void rwkv7_part(void *arg, int part, int nparts)
         for (int b = j->c->run[run]; b < j->c->run[run + 1]; b++) {
             float *S = (float *)(cpu_slot_ptr(j->c, j->c->slots[b]) + j->off) + (size_t)h * j->N * j->N;
             rwkv7_head(j, S, j->in + (size_t)b * j->ldi, j->vf ? j->vf + (size_t)b * C : NULL,
-                       j->out + (size_t)b * C, h, t);
+                       j->out + (size_t)b * C, h, t, b != th_row);
+            th_row = b;
         }
     }
 }
