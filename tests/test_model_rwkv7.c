@@ -271,17 +271,10 @@ static void rwkv7_state_paths(void)
             st[e][1] = malloc(sizeof(float) * sn);
         }
         for (int e = 0; e < 2; e++) {
-            backend_opts bo;
-            backend_opts_default(&bo);
-            bo.threads = 2;
-            bo.cpu_gemm = e ? "avx2" : "avx512";
+            const char *isa = e ? "avx2" : "avx512";
             backend *be = NULL;
             backend_buf *bin = NULL, *bout = NULL, *bpar = NULL, *bw2 = NULL;
-            char err[256];
-            if (backend_cpu_new(&bo, &be, err, sizeof err) != 0) {
-                printf("SKIP rwkv7_state_paths: %s: %s\n", bo.cpu_gemm, err);
-                goto next;
-            }
+            if (kc_cpu_isa_backend(isa, &be, "rwkv7_state_paths")) goto next;
             const backend_ops *o = be->ops;
             int rc = o->slots_reserve(be, 2, sn * sizeof(float)) || o->buf_new(be, (size_t)R * ldi, &bin) ||
                      o->buf_new(be, (size_t)R * C, &bout) || o->buf_new(be, (size_t)8 * C, &bpar) ||
@@ -296,16 +289,16 @@ static void rwkv7_state_paths(void)
                      o->buf_download(be, bout, 0, out[e] + (size_t)t * R * C, (size_t)R * C);
             }
             rc = rc || o->slot_read(be, 0, st[e][0]) || o->slot_read(be, 1, st[e][1]);
-            CHECK(!rc, "N %d: %s backend ops failed", N, bo.cpu_gemm);
+            CHECK(!rc, "N %d: %s backend ops failed", N, isa);
             o->buf_free(be, bin);
             o->buf_free(be, bout);
             o->buf_free(be, bpar);
             o->buf_free(be, bw2);
             backend_free(be);
         }
-        CHECK(!memcmp(out[0], out[1], sizeof(float) * R * C * STEPS), "N %d: outputs differ", N);
-        CHECK(!memcmp(st[0][0], st[1][0], sizeof(float) * sn) && !memcmp(st[0][1], st[1][1], sizeof(float) * sn),
-              "N %d: states differ", N);
+        char what[32];
+        snprintf(what, sizeof what, "N %d", N);
+        kc_paths_agree(what, out, st, (size_t)R * C * STEPS, sn);
     next:
         for (int e = 0; e < 2; e++) {
             free(out[e]);
