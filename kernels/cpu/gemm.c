@@ -222,32 +222,34 @@ TGT512 INLINE void micro512(const int mr, const cpu_gemm_wtype wt, int K, const 
     for (int r = 0; r < mr; r++) store512(y + (size_t)r * ldy, c0[r], c1[r], b0, b1, m0, m1, flags);
 }
 
-/* One row against one full group of G1 interleaved panels (B = 1: the
- * weights' bytes are the whole cost). Two chains per panel would leave the
- * loads waiting on FMA latency; G1 panels give 2·G1 independent chains, and
- * the interleaved group is one sequential stream for the hardware
- * prefetchers. No software prefetch: 1–2 KB ahead measured slower for half
- * weights (docs/CPU.md). The per-element chains are micro512's. */
-TGT512 INLINE void row512(const cpu_gemm_wtype wt, int K, const float *x, const void *group, const float *bias,
-                          float *y, int flags)
+/* One row against one group of gs interleaved panels (B = 1: the weights'
+ * bytes are the whole cost), the last of them with ncols columns. Two
+ * chains per panel would leave the loads waiting on FMA latency; a group
+ * gives 2·gs independent chains, and it is one sequential stream for the
+ * hardware prefetchers. No software prefetch: 1–2 KB ahead measured slower
+ * for half weights (docs/CPU.md). The per-element chains are micro512's. */
+TGT512 INLINE void row512(const cpu_gemm_wtype wt, const int gs, int K, const float *x, const void *group,
+                          const float *bias, float *y, int ncols, int flags)
 {
     __m512 c0[G1], c1[G1];
-    for (int g = 0; g < G1; g++) c0[g] = c1[g] = _mm512_setzero_ps();
+    for (int g = 0; g < gs; g++) c0[g] = c1[g] = _mm512_setzero_ps();
     UNROLL_K
     for (int k = 0; k < K; k++) {
         __m512 a = _mm512_set1_ps(x[k]);
         UNROLL_ROWS
-        for (int g = 0; g < G1; g++) {
+        for (int g = 0; g < gs; g++) {
             __m512 w0, w1;
-            wload512(wt, group, ((size_t)k * G1 + g) * NR512, &w0, &w1);
+            wload512(wt, group, ((size_t)k * gs + g) * NR512, &w0, &w1);
             c0[g] = _mm512_fmadd_ps(a, w0, c0[g]);
             c1[g] = _mm512_fmadd_ps(a, w1, c1[g]);
         }
     }
-    for (int g = 0; g < G1; g++) {
-        __m512 b0 = bias ? _mm512_loadu_ps(bias + g * NR512) : _mm512_setzero_ps();
-        __m512 b1 = bias ? _mm512_loadu_ps(bias + g * NR512 + 16) : _mm512_setzero_ps();
-        store512(y + g * NR512, c0[g], c1[g], b0, b1, 0xFFFF, 0xFFFF, flags);
+    for (int g = 0; g < gs; g++) {
+        int nc = g < gs - 1 ? NR512 : ncols;
+        __mmask16 m0 = mask512_lo(nc), m1 = mask512_hi(nc);
+        __m512 b0 = bias ? _mm512_maskz_loadu_ps(m0, bias + g * NR512) : _mm512_setzero_ps();
+        __m512 b1 = bias ? _mm512_maskz_loadu_ps(m1, bias + g * NR512 + 16) : _mm512_setzero_ps();
+        store512(y + g * NR512, c0[g], c1[g], b0, b1, m0, m1, flags);
     }
 }
 
@@ -263,9 +265,14 @@ TGT512 INLINE void row512(const cpu_gemm_wtype wt, int K, const float *x, const 
         default: break;                                                                                         \
         }                                                                                                       \
     }                                                                                                           \
-    TGT512 static void row512_##SUF(int K, const float *x, const void *group, const float *bias, float *y,     \
-                                    int flags) {                                                               \
-        row512(WT, K, x, group, bias, y, flags);                                                      \
+    TGT512 static void row512_##SUF(int gs, int K, const float *x, const void *group, const float *bias,        \
+                                    float *y, int ncols, int flags) {                                           \
+        switch (gs) {                                                                                           \
+        case 1: row512(WT, 1, K, x, group, bias, y, ncols, flags); break;                                       \
+        case 2: row512(WT, 2, K, x, group, bias, y, ncols, flags); break;                                       \
+        case 3: row512(WT, 3, K, x, group, bias, y, ncols, flags); break;                                       \
+        default: row512(WT, G1, K, x, group, bias, y, ncols, flags); break;                                     \
+        }                                                                                                       \
     }
 #define CASE512_f32(n) case n: micro512(n, CPU_GEMM_F32, K, x, ldx, panel, ks, bias, y, ldy, ncols, flags); break;
 #define CASE512_f16(n) case n: micro512(n, CPU_GEMM_F16, K, x, ldx, panel, ks, bias, y, ldy, ncols, flags); break;
@@ -356,28 +363,29 @@ TGT256 INLINE void micro256(const int mr, const cpu_gemm_wtype wt, int K, const 
     for (int r = 0; r < mr; r++) store256(y + (size_t)r * ldy, c0[r], c1[r], b0, b1, m0, m1, flags);
 }
 
-/* AVX2's single-row kernel: one group of G1 panels, 2·G1 chains of 8 floats. */
-TGT256 INLINE void row256(const cpu_gemm_wtype wt, int K, const float *x, const void *group, const float *bias,
-                          float *y, int flags)
+/* AVX2's single-row kernel: one group of gs panels, 2·gs chains of 8 floats. */
+TGT256 INLINE void row256(const cpu_gemm_wtype wt, const int gs, int K, const float *x, const void *group,
+                          const float *bias, float *y, int ncols, int flags)
 {
     __m256 c0[G1], c1[G1];
-    for (int g = 0; g < G1; g++) c0[g] = c1[g] = _mm256_setzero_ps();
+    for (int g = 0; g < gs; g++) c0[g] = c1[g] = _mm256_setzero_ps();
     UNROLL_K
     for (int k = 0; k < K; k++) {
         __m256 a = _mm256_broadcast_ss(x + k);
         UNROLL_ROWS
-        for (int g = 0; g < G1; g++) {
+        for (int g = 0; g < gs; g++) {
             __m256 w0, w1;
-            wload256(wt, group, ((size_t)k * G1 + g) * NR256, &w0, &w1);
+            wload256(wt, group, ((size_t)k * gs + g) * NR256, &w0, &w1);
             c0[g] = _mm256_fmadd_ps(a, w0, c0[g]);
             c1[g] = _mm256_fmadd_ps(a, w1, c1[g]);
         }
     }
-    const __m256i all = _mm256_set1_epi32(-1);
-    for (int g = 0; g < G1; g++) {
-        __m256 b0 = bias ? _mm256_loadu_ps(bias + g * NR256) : _mm256_setzero_ps();
-        __m256 b1 = bias ? _mm256_loadu_ps(bias + g * NR256 + 8) : _mm256_setzero_ps();
-        store256(y + g * NR256, c0[g], c1[g], b0, b1, all, all, flags);
+    for (int g = 0; g < gs; g++) {
+        int nc = g < gs - 1 ? NR256 : ncols;
+        __m256i m0 = lane_mask256(nc), m1 = lane_mask256(nc - 8);
+        __m256 b0 = bias ? _mm256_maskload_ps(bias + g * NR256, m0) : _mm256_setzero_ps();
+        __m256 b1 = bias ? _mm256_maskload_ps(bias + g * NR256 + 8, m1) : _mm256_setzero_ps();
+        store256(y + g * NR256, c0[g], c1[g], b0, b1, m0, m1, flags);
     }
 }
 
@@ -389,9 +397,14 @@ TGT256 INLINE void row256(const cpu_gemm_wtype wt, int K, const float *x, const 
         default: break;                                                                                         \
         }                                                                                                       \
     }                                                                                                           \
-    TGT256 static void row256_##SUF(int K, const float *x, const void *group, const float *bias, float *y,     \
-                                    int flags) {                                                               \
-        row256(WT, K, x, group, bias, y, flags);                                                      \
+    TGT256 static void row256_##SUF(int gs, int K, const float *x, const void *group, const float *bias,        \
+                                    float *y, int ncols, int flags) {                                           \
+        switch (gs) {                                                                                           \
+        case 1: row256(WT, 1, K, x, group, bias, y, ncols, flags); break;                                       \
+        case 2: row256(WT, 2, K, x, group, bias, y, ncols, flags); break;                                       \
+        case 3: row256(WT, 3, K, x, group, bias, y, ncols, flags); break;                                       \
+        default: row256(WT, G1, K, x, group, bias, y, ncols, flags); break;                                     \
+        }                                                                                                       \
     }
 #define CASE256_f32(n) case n: micro256(n, CPU_GEMM_F32, K, x, ldx, panel, ks, bias, y, ldy, ncols, flags); break;
 #define CASE256_f16(n) case n: micro256(n, CPU_GEMM_F16, K, x, ldx, panel, ks, bias, y, ldy, ncols, flags); break;
@@ -417,7 +430,8 @@ TGT256 static void widen256(cpu_gemm_wtype wt, int K, const void *panel, int ks,
 
 typedef void (*micro_fn)(int mr, int K, const float *x, int ldx, const void *panel, int ks, const float *bias,
                          float *y, int ldy, int ncols, int flags);
-typedef void (*row_fn)(int K, const float *x, const void *group, const float *bias, float *y, int flags);
+typedef void (*row_fn)(int gs, int K, const float *x, const void *group, const float *bias, float *y, int ncols,
+                       int flags);
 
 /* Row blocks of near-equal size (B = 32 with MR 12 → 10, 11, 11): block i
  * covers rows [row0(i), row0(i + 1)). */
@@ -441,12 +455,20 @@ void cpu_gemm_run(cpu_gemm_isa isa, cpu_gemm_wtype wtype, const float *x, int ld
     int nb = (B + mrmax - 1) / mrmax, p = p0;
     /* many row blocks per panel: widen each half panel once, then the fp32 kernel */
     const int widen = wt != CPU_GEMM_F32 && scratch && nb >= WIDEN_MIN_BLOCKS;
-    if (B == 1) {   /* groups of G1 full panels, the rest below */
+    if (B == 1) {   /* whole groups; the weight's last group too when [p0, p1) ends with it; the rest below */
         int full = N / nr < p1 ? N / nr : p1;
         for (; p % G1 == 0 && p + G1 <= full; p += G1) {
             float *yt = y + (size_t)p * nr;
-            row(K, x, W + panel_offset(P, nr, K, p, NULL) * esize, bias ? bias + (size_t)p * nr : NULL, yt, flags);
+            row(G1, K, x, W + panel_offset(P, nr, K, p, NULL) * esize, bias ? bias + (size_t)p * nr : NULL, yt, nr,
+                flags);
             if (flags & CPU_GEMM_ACTIVATIONS) cpu_gemm_activate(yt, ldy, 1, G1 * nr, flags);
+        }
+        if (p % G1 == 0 && p < p1 && p1 == P) {   /* P − p ≤ G1 panels, the last maybe partial */
+            float *yt = y + (size_t)p * nr;
+            row(P - p, K, x, W + panel_offset(P, nr, K, p, NULL) * esize, bias ? bias + (size_t)p * nr : NULL, yt,
+                N - (P - 1) * nr, flags);
+            if (flags & CPU_GEMM_ACTIVATIONS) cpu_gemm_activate(yt, ldy, 1, N - p * nr, flags);
+            p = P;
         }
     }
     for (; p < p1; p++) {
