@@ -77,8 +77,20 @@ size_t cpu_gemm_packed_floats(cpu_gemm_isa isa, int N, int K)
  * (k·Gs + g)·nr, so the single-row kernel reads a group as one sequential
  * stream (fewer streams per thread read faster, docs/CPU.md); the last group
  * may have fewer panels. */
-static size_t panel_offset(int P, int nr, int K, int p, int *ks)
+#ifndef GEMM_GROUPED_F32
+#define GEMM_GROUPED_F32 1
+#endif
+#ifndef GEMM_GROUPED_HALF
+#define GEMM_GROUPED_HALF 1
+#endif
+static int grouped(cpu_gemm_wtype wt) { return wt == CPU_GEMM_F32 ? GEMM_GROUPED_F32 : GEMM_GROUPED_HALF; }
+
+static size_t panel_offset(int P, int nr, int K, int p, int grp, int *ks)
 {
+    if (!grp) {
+        if (ks) *ks = nr;
+        return (size_t)p * nr * (size_t)K;
+    }
     int s = p / G1, g = p % G1, gs = P - s * G1 < G1 ? P - s * G1 : G1;
     if (ks) *ks = gs * nr;
     return (size_t)s * G1 * nr * (size_t)K + (size_t)g * nr;
@@ -88,7 +100,7 @@ void cpu_gemm_pack(cpu_gemm_isa isa, const float *W, int N, int K, float *dst)
 {
     int nr = cpu_gemm_nr(isa), P = cpu_gemm_panels(isa, N), ks;
     for (int p = 0; p < P; p++) {
-        float *panel = dst + panel_offset(P, nr, K, p, &ks);
+        float *panel = dst + panel_offset(P, nr, K, p, grouped(CPU_GEMM_F32), &ks);
         for (int k = 0; k < K; k++)
             for (int j = 0; j < nr; j++) {
                 int n = p * nr + j;
@@ -101,7 +113,7 @@ void cpu_gemm_pack_half(cpu_gemm_isa isa, const uint16_t *W, int N, int K, uint1
 {
     int nr = cpu_gemm_nr(isa), P = cpu_gemm_panels(isa, N), ks;
     for (int p = 0; p < P; p++) {
-        uint16_t *panel = dst + panel_offset(P, nr, K, p, &ks);
+        uint16_t *panel = dst + panel_offset(P, nr, K, p, grouped(CPU_GEMM_BF16), &ks);
         for (int k = 0; k < K; k++)
             for (int j = 0; j < nr; j++) {
                 int n = p * nr + j;
@@ -228,8 +240,8 @@ TGT512 INLINE void micro512(const int mr, const cpu_gemm_wtype wt, int K, const 
  * gives 2·gs independent chains, and it is one sequential stream for the
  * hardware prefetchers. No software prefetch: 1–2 KB ahead measured slower
  * for half weights (docs/CPU.md). The per-element chains are micro512's. */
-TGT512 INLINE void row512(const cpu_gemm_wtype wt, const int gs, int K, const float *x, const void *group,
-                          const float *bias, float *y, int ncols, int flags)
+TGT512 INLINE void row512(const cpu_gemm_wtype wt, const int gs, int K, const float *x, const void *first,
+                          size_t pstep, int ks, const float *bias, float *y, int ncols, int flags)
 {
     __m512 c0[G1], c1[G1];
     for (int g = 0; g < gs; g++) c0[g] = c1[g] = _mm512_setzero_ps();
@@ -239,7 +251,7 @@ TGT512 INLINE void row512(const cpu_gemm_wtype wt, const int gs, int K, const fl
         UNROLL_ROWS
         for (int g = 0; g < gs; g++) {
             __m512 w0, w1;
-            wload512(wt, group, ((size_t)k * gs + g) * NR512, &w0, &w1);
+            wload512(wt, first, g * pstep + (size_t)k * ks, &w0, &w1);
             c0[g] = _mm512_fmadd_ps(a, w0, c0[g]);
             c1[g] = _mm512_fmadd_ps(a, w1, c1[g]);
         }
@@ -265,13 +277,13 @@ TGT512 INLINE void row512(const cpu_gemm_wtype wt, const int gs, int K, const fl
         default: break;                                                                                         \
         }                                                                                                       \
     }                                                                                                           \
-    TGT512 static void row512_##SUF(int gs, int K, const float *x, const void *group, const float *bias,        \
-                                    float *y, int ncols, int flags) {                                           \
+    TGT512 static void row512_##SUF(int gs, int K, const float *x, const void *first, size_t pstep, int ks,     \
+                                    const float *bias, float *y, int ncols, int flags) {                        \
         switch (gs) {                                                                                           \
-        case 1: row512(WT, 1, K, x, group, bias, y, ncols, flags); break;                                       \
-        case 2: row512(WT, 2, K, x, group, bias, y, ncols, flags); break;                                       \
-        case 3: row512(WT, 3, K, x, group, bias, y, ncols, flags); break;                                       \
-        default: row512(WT, G1, K, x, group, bias, y, ncols, flags); break;                                     \
+        case 1: row512(WT, 1, K, x, first, pstep, ks, bias, y, ncols, flags); break;                            \
+        case 2: row512(WT, 2, K, x, first, pstep, ks, bias, y, ncols, flags); break;                            \
+        case 3: row512(WT, 3, K, x, first, pstep, ks, bias, y, ncols, flags); break;                            \
+        default: row512(WT, G1, K, x, first, pstep, ks, bias, y, ncols, flags); break;                          \
         }                                                                                                       \
     }
 #define CASE512_f32(n) case n: micro512(n, CPU_GEMM_F32, K, x, ldx, panel, ks, bias, y, ldy, ncols, flags); break;
@@ -364,8 +376,8 @@ TGT256 INLINE void micro256(const int mr, const cpu_gemm_wtype wt, int K, const 
 }
 
 /* AVX2's single-row kernel: one group of gs panels, 2·gs chains of 8 floats. */
-TGT256 INLINE void row256(const cpu_gemm_wtype wt, const int gs, int K, const float *x, const void *group,
-                          const float *bias, float *y, int ncols, int flags)
+TGT256 INLINE void row256(const cpu_gemm_wtype wt, const int gs, int K, const float *x, const void *first,
+                          size_t pstep, int ks, const float *bias, float *y, int ncols, int flags)
 {
     __m256 c0[G1], c1[G1];
     for (int g = 0; g < gs; g++) c0[g] = c1[g] = _mm256_setzero_ps();
@@ -375,7 +387,7 @@ TGT256 INLINE void row256(const cpu_gemm_wtype wt, const int gs, int K, const fl
         UNROLL_ROWS
         for (int g = 0; g < gs; g++) {
             __m256 w0, w1;
-            wload256(wt, group, ((size_t)k * gs + g) * NR256, &w0, &w1);
+            wload256(wt, first, g * pstep + (size_t)k * ks, &w0, &w1);
             c0[g] = _mm256_fmadd_ps(a, w0, c0[g]);
             c1[g] = _mm256_fmadd_ps(a, w1, c1[g]);
         }
@@ -397,13 +409,13 @@ TGT256 INLINE void row256(const cpu_gemm_wtype wt, const int gs, int K, const fl
         default: break;                                                                                         \
         }                                                                                                       \
     }                                                                                                           \
-    TGT256 static void row256_##SUF(int gs, int K, const float *x, const void *group, const float *bias,        \
-                                    float *y, int ncols, int flags) {                                           \
+    TGT256 static void row256_##SUF(int gs, int K, const float *x, const void *first, size_t pstep, int ks,     \
+                                    const float *bias, float *y, int ncols, int flags) {                        \
         switch (gs) {                                                                                           \
-        case 1: row256(WT, 1, K, x, group, bias, y, ncols, flags); break;                                       \
-        case 2: row256(WT, 2, K, x, group, bias, y, ncols, flags); break;                                       \
-        case 3: row256(WT, 3, K, x, group, bias, y, ncols, flags); break;                                       \
-        default: row256(WT, G1, K, x, group, bias, y, ncols, flags); break;                                     \
+        case 1: row256(WT, 1, K, x, first, pstep, ks, bias, y, ncols, flags); break;                            \
+        case 2: row256(WT, 2, K, x, first, pstep, ks, bias, y, ncols, flags); break;                            \
+        case 3: row256(WT, 3, K, x, first, pstep, ks, bias, y, ncols, flags); break;                            \
+        default: row256(WT, G1, K, x, first, pstep, ks, bias, y, ncols, flags); break;                          \
         }                                                                                                       \
     }
 #define CASE256_f32(n) case n: micro256(n, CPU_GEMM_F32, K, x, ldx, panel, ks, bias, y, ldy, ncols, flags); break;
@@ -430,8 +442,8 @@ TGT256 static void widen256(cpu_gemm_wtype wt, int K, const void *panel, int ks,
 
 typedef void (*micro_fn)(int mr, int K, const float *x, int ldx, const void *panel, int ks, const float *bias,
                          float *y, int ldy, int ncols, int flags);
-typedef void (*row_fn)(int gs, int K, const float *x, const void *group, const float *bias, float *y, int ncols,
-                       int flags);
+typedef void (*row_fn)(int gs, int K, const float *x, const void *first, size_t pstep, int ks, const float *bias,
+                       float *y, int ncols, int flags);
 
 /* Row blocks of near-equal size (B = 32 with MR 12 → 10, 11, 11): block i
  * covers rows [row0(i), row0(i + 1)). */
@@ -450,30 +462,32 @@ void cpu_gemm_run(cpu_gemm_isa isa, cpu_gemm_wtype wtype, const float *x, int ld
     row_fn row = is512 ? (wt == CPU_GEMM_F32 ? row512_f32 : wt == CPU_GEMM_F16 ? row512_f16 : row512_bf16)
                        : (wt == CPU_GEMM_F32 ? row256_f32 : wt == CPU_GEMM_F16 ? row256_f16 : row256_bf16);
     const size_t esize = wt == CPU_GEMM_F32 ? sizeof(float) : sizeof(uint16_t);
-    const int P = cpu_gemm_panels(isa, N);
+    const int P = cpu_gemm_panels(isa, N), grp = grouped(wtype);
+    /* a group's panel g starts pstep elements after panel 0 */
+    const size_t pstep = grp ? (size_t)nr : (size_t)nr * K;
     const char *W = Wp;
     int nb = (B + mrmax - 1) / mrmax, p = p0;
     /* many row blocks per panel: widen each half panel once, then the fp32 kernel */
     const int widen = wt != CPU_GEMM_F32 && scratch && nb >= WIDEN_MIN_BLOCKS;
+    int ks = nr;
     if (B == 1) {   /* whole groups; the weight's last group too when [p0, p1) ends with it; the rest below */
         int full = N / nr < p1 ? N / nr : p1;
         for (; p % G1 == 0 && p + G1 <= full; p += G1) {
             float *yt = y + (size_t)p * nr;
-            row(G1, K, x, W + panel_offset(P, nr, K, p, NULL) * esize, bias ? bias + (size_t)p * nr : NULL, yt, nr,
-                flags);
+            const char *first = W + panel_offset(P, nr, K, p, grp, &ks) * esize;
+            row(G1, K, x, first, pstep, ks, bias ? bias + (size_t)p * nr : NULL, yt, nr, flags);
             if (flags & CPU_GEMM_ACTIVATIONS) cpu_gemm_activate(yt, ldy, 1, G1 * nr, flags);
         }
         if (p % G1 == 0 && p < p1 && p1 == P) {   /* P − p ≤ G1 panels, the last maybe partial */
             float *yt = y + (size_t)p * nr;
-            row(P - p, K, x, W + panel_offset(P, nr, K, p, NULL) * esize, bias ? bias + (size_t)p * nr : NULL, yt,
-                N - (P - 1) * nr, flags);
+            const char *first = W + panel_offset(P, nr, K, p, grp, &ks) * esize;
+            row(P - p, K, x, first, pstep, ks, bias ? bias + (size_t)p * nr : NULL, yt, N - (P - 1) * nr, flags);
             if (flags & CPU_GEMM_ACTIVATIONS) cpu_gemm_activate(yt, ldy, 1, N - p * nr, flags);
             p = P;
         }
     }
     for (; p < p1; p++) {
-        int ks;
-        const void *panel = W + panel_offset(P, nr, K, p, &ks) * esize;
+        const void *panel = W + panel_offset(P, nr, K, p, grp, &ks) * esize;
         int ncols = N - p * nr < nr ? N - p * nr : nr;
         const float *bp = bias ? bias + (size_t)p * nr : NULL;
         micro_fn mk = micro;
