@@ -104,6 +104,31 @@ static inline void kc_steps_vs_reference(model *m, const int32_t *tok, const dou
     free(got);
 }
 
+/* ---- the CPU backend's ISA paths --------------------------------------------- */
+
+/* A 2-thread CPU backend with the kernels of isa ("avx512", "avx2") into
+ * *be: 0; or, where this CPU lacks them, a SKIP line naming test and -1. */
+static inline int kc_cpu_isa_backend(const char *isa, backend **be, const char *test)
+{
+    backend_opts bo;
+    backend_opts_default(&bo);
+    bo.threads = 2;
+    bo.cpu_gemm = isa;
+    char err[256];
+    if (backend_cpu_new(&bo, be, err, sizeof err) == 0) return 0;
+    printf("SKIP %s: %s: %s\n", test, isa, err);
+    return -1;
+}
+
+/* The two paths' outputs (n floats) and both sessions' states (sn floats
+ * each) are the same bits. */
+static inline void kc_paths_agree(const char *what, float *const out[2], float *const st[2][2], size_t n, size_t sn)
+{
+    CHECK(!memcmp(out[0], out[1], sizeof(float) * n), "%s: outputs differ", what);
+    CHECK(!memcmp(st[0][0], st[1][0], sizeof(float) * sn) && !memcmp(st[0][1], st[1][1], sizeof(float) * sn),
+          "%s: states differ", what);
+}
+
 /* ---- the checks every kind passes ------------------------------------------- */
 
 /* model_forward over runs = one model_step per token, bit for bit: one

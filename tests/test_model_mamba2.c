@@ -424,17 +424,10 @@ static void mamba2_state_paths(void)
             st[e][1] = malloc(sizeof(float) * sn);
         }
         for (int e = 0; e < 2; e++) {
-            backend_opts bo;
-            backend_opts_default(&bo);
-            bo.threads = 2;
-            bo.cpu_gemm = e ? "avx2" : "avx512";
+            const char *isa = e ? "avx2" : "avx512";
             backend *be = NULL;
             backend_buf *bin = NULL, *bout = NULL, *bpar = NULL;
-            char err[256];
-            if (backend_cpu_new(&bo, &be, err, sizeof err) != 0) {
-                printf("SKIP mamba2_state_paths: %s: %s\n", bo.cpu_gemm, err);
-                goto next;
-            }
+            if (kc_cpu_isa_backend(isa, &be, "mamba2_state_paths")) goto next;
             const backend_ops *o = be->ops;
             int rc = o->slots_reserve(be, 2, sn * sizeof(float)) || o->buf_new(be, (size_t)R * ldi, &bin) ||
                      o->buf_new(be, (size_t)R * I, &bout) || o->buf_new(be, (size_t)CD + 3 * H, &bpar) ||
@@ -448,15 +441,15 @@ static void mamba2_state_paths(void)
                      o->buf_download(be, bout, 0, out[e] + (size_t)t * R * I, (size_t)R * I);
             }
             rc = rc || o->slot_read(be, 0, st[e][0]) || o->slot_read(be, 1, st[e][1]);
-            CHECK(!rc, "P %d N %d: %s backend ops failed", P, N, bo.cpu_gemm);
+            CHECK(!rc, "P %d N %d: %s backend ops failed", P, N, isa);
             o->buf_free(be, bin);
             o->buf_free(be, bout);
             o->buf_free(be, bpar);
             backend_free(be);
         }
-        CHECK(!memcmp(out[0], out[1], sizeof(float) * R * I * STEPS), "P %d N %d: outputs differ", P, N);
-        CHECK(!memcmp(st[0][0], st[1][0], sizeof(float) * sn) && !memcmp(st[0][1], st[1][1], sizeof(float) * sn),
-              "P %d N %d: states differ", P, N);
+        char what[32];
+        snprintf(what, sizeof what, "P %d N %d", P, N);
+        kc_paths_agree(what, out, st, (size_t)R * I * STEPS, sn);
     next:
         for (int e = 0; e < 2; e++) {
             free(out[e]);

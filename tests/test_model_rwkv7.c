@@ -244,6 +244,74 @@ static void rwkv7_backend_without_op(void)
     model_free(m);
 }
 
+/* rwkv7_step's AVX-512 state update (eight rows of S at once, kernels/cpu/
+ * ops_rwkv7.c) against the one-row loop of the AVX2 backend: the same
+ * outputs and states bit for bit, for a head size with a partial tile (13)
+ * and whole ones (16), over a run of two rows of one session and a second
+ * session, three steps. A transposition that mixed rows or columns fails. */
+static void rwkv7_state_paths(void)
+{
+#ifndef __FMA__
+    printf("SKIP rwkv7_state_paths: this build does not fuse multiply-adds\n");
+#else
+    static const struct { int H, N, dw; } sh[] = {{3, 13, 5}, {2, 16, 8}};
+    enum { R = 3, STEPS = 3 };
+    const int slots[R] = {0, 0, 1}, toks[R] = {0, 0, 0};
+    for (size_t k = 0; k < sizeof sh / sizeof *sh; k++) {
+        int H = sh[k].H, N = sh[k].N, dw = sh[k].dw, C = H * N, ldi = 6 * C + dw;
+        size_t sn = (size_t)H * N * N;
+        float *in = malloc(sizeof(float) * R * ldi), *par = malloc(sizeof(float) * 8 * C),
+              *w2 = malloc(sizeof(float) * dw * C), *out[2], *st[2][2];
+        srand(5 + (unsigned)k);
+        for (int i = 0; i < 8 * C; i++) par[i] = (float)(rand() / (double)RAND_MAX) - 0.5f;
+        for (int i = 0; i < dw * C; i++) w2[i] = 0.2f * ((float)(rand() / (double)RAND_MAX) - 0.5f);
+        for (int e = 0; e < 2; e++) {
+            out[e] = malloc(sizeof(float) * R * C * STEPS);
+            st[e][0] = malloc(sizeof(float) * sn);
+            st[e][1] = malloc(sizeof(float) * sn);
+        }
+        for (int e = 0; e < 2; e++) {
+            const char *isa = e ? "avx2" : "avx512";
+            backend *be = NULL;
+            backend_buf *bin = NULL, *bout = NULL, *bpar = NULL, *bw2 = NULL;
+            if (kc_cpu_isa_backend(isa, &be, "rwkv7_state_paths")) goto next;
+            const backend_ops *o = be->ops;
+            int rc = o->slots_reserve(be, 2, sn * sizeof(float)) || o->buf_new(be, (size_t)R * ldi, &bin) ||
+                     o->buf_new(be, (size_t)R * C, &bout) || o->buf_new(be, (size_t)8 * C, &bpar) ||
+                     o->buf_new(be, (size_t)dw * C, &bw2) || o->slot_zero(be, 0) || o->slot_zero(be, 1) ||
+                     o->begin_step(be, slots, toks, R) || o->buf_upload(be, bpar, 0, par, (size_t)8 * C) ||
+                     o->buf_upload(be, bw2, 0, w2, (size_t)dw * C);
+            srand(9 + (unsigned)k);
+            for (int t = 0; t < STEPS && !rc; t++) {
+                for (int i = 0; i < R * ldi; i++) in[i] = 2.0f * ((float)(rand() / (double)RAND_MAX) - 0.5f);
+                rc = o->buf_upload(be, bin, 0, in, (size_t)R * ldi) ||
+                     o->rwkv7_step(be, bin, ldi, bpar, bw2, dw, NULL, 0, bout, 0, H, N, 64e-5f) ||
+                     o->buf_download(be, bout, 0, out[e] + (size_t)t * R * C, (size_t)R * C);
+            }
+            rc = rc || o->slot_read(be, 0, st[e][0]) || o->slot_read(be, 1, st[e][1]);
+            CHECK(!rc, "N %d: %s backend ops failed", N, isa);
+            o->buf_free(be, bin);
+            o->buf_free(be, bout);
+            o->buf_free(be, bpar);
+            o->buf_free(be, bw2);
+            backend_free(be);
+        }
+        char what[32];
+        snprintf(what, sizeof what, "N %d", N);
+        kc_paths_agree(what, out, st, (size_t)R * C * STEPS, sn);
+    next:
+        for (int e = 0; e < 2; e++) {
+            free(out[e]);
+            free(st[e][0]);
+            free(st[e][1]);
+        }
+        free(in);
+        free(par);
+        free(w2);
+    }
+#endif
+}
+
 int main(void)
 {
     root = getenv("LIND_RWKV7_FIXTURES") ? getenv("LIND_RWKV7_FIXTURES") : "tests/fixtures/rwkv7";
@@ -260,6 +328,7 @@ int main(void)
     RUN(rwkv7_pth_refusals);
     RUN(rwkv7_load_refusals);
     RUN(rwkv7_backend_without_op);
+    RUN(rwkv7_state_paths);
     for (int i = 0; i < NFX; i++) free(fx[i].ref);
     rmdir(tmpdir);
     return check_exit();

@@ -43,12 +43,14 @@
  *
  *   usage: peers_bench [--quick] [--models DIR] [--shapes A,B] [--rwkv-lib PATH]
  *                      [--threads N] [--retries N] [--load-limit CORES] [--rounds N]
- *                      [--prefill TOKENS] [--pairs f32,bf16,q8,q4]
+ *                      [--prefill TOKENS] [--pairs f32,bf16,q8,q4] [--measure b1,b64,prefill]
  * --rounds N sets the rounds of all three measurements (default 11, 5, 5);
  * --prefill the prompt's length (default 2000); --quick: 3/2/2 rounds of 4
  * tokens, 1 step and a 256-token prompt, a check of the machinery. --pairs:
  * only these pairs (f32/FP32, bf16/FP16, q8/Q8_0, q4/Q5_1), e.g. for a big
- * shape whose eight formats would not fit in memory together. */
+ * shape whose eight formats would not fit in memory together. --measure: only
+ * these measurements (warm-up included), e.g. batch 1 of a big shape, whose
+ * prefill windows take minutes. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdbool.h>
@@ -330,6 +332,7 @@ static stat3 stats(const double *v, int n)
 
 static int quick;
 static int pair_on[4] = {1, 1, 1, 1};   /* --pairs: f32, bf16, q8, q4 */
+static int meas_on[3] = {1, 1, 1};      /* --measure: b1, b64, prefill */
 static int rounds_b1 = 11, rounds_b64 = 5, rounds_pf = 5, prefill_T = 2000;
 
 static void file_ok(const char *path)
@@ -423,10 +426,10 @@ static void shape_run(const char *models, const char *shape, int threads, double
     for (int p = 0; p < NPAIR; p++) {
         if (!pair_on[p]) continue;
         for (eng *e = &L[p]; e; e = e == &L[p] && !solo ? &R[p] : NULL) {
-            run_b1(e, 2);
-            run_b64(e, 1);
-            if (e->lind) {
-                run_prefill(e, T);
+            if (meas_on[0]) run_b1(e, 2);
+            if (meas_on[1]) run_b64(e, 1);
+            if (e->lind || !meas_on[2]) {
+                if (meas_on[2]) run_prefill(e, T);
                 continue;
             }
             /* timed on a prompt of at most 512 tokens (the choice does not
@@ -452,7 +455,7 @@ static void shape_run(const char *models, const char *shape, int threads, double
     int nr[3] = {r1, r64, rpf}, nn[3] = {n1, s64, T};
     static const char *kname[3] = {"batch 1", "batch 64", "prefill"};
     for (int k = 0; k < 3; k++)
-        for (int r = 0; r < nr[k]; r++) {
+        for (int r = 0; r < nr[k] && meas_on[k]; r++) {
             long retried = windows_retried, ld0 = windows_loaded;
             double t0 = clock_mono_s();
             for (int p = 0; p < NPAIR; p++)
@@ -479,8 +482,8 @@ static void shape_run(const char *models, const char *shape, int threads, double
                "prompt of up to 512 tokens):",
                lind_dir, t_load, fl_tok / 1e9, fl_pf / 1e9, T);
         for (int p = 0; p < NPAIR; p++)
-            if (pair_on[p]) printf(" %s %d", rq[p], R[p].chunk);
-        printf(" tokens.\n\n");
+            if (pair_on[p] && meas_on[2]) printf(" %s %d", rq[p], R[p].chunk);
+        printf(meas_on[2] ? " tokens.\n\n" : " not chosen, no prefill in this run.\n\n");
         printf("Same weights, same model: after the same 8 tokens, lind %s's and rwkv.cpp %s's logits differ by at "
                "most %.2g of the largest logit%s.\n\n", ln[p0], rq[p0], agree,
                p0 ? " (not the exact check: rwkv.cpp's FP16 and quantized formats round its activations too; put "
@@ -491,40 +494,43 @@ static void shape_run(const char *models, const char *shape, int threads, double
     double v[2][MAXR], fl[2][MAXR], fs[2][MAXR], ra[MAXR];
     int loaded[2];
     /* batch 1 */
-    printf("**Batch 1** (ms/token with logits; %d rounds of %d tokens; floor = matrix bytes / the read bandwidth "
-           "probed right before the window; floor + state adds a session's state, read and written once a token, "
-           "at the same bandwidth: lind %.2f MB", r1, n1, L[p0].sbytes / 1e6);
-    if (!solo) printf(", rwkv.cpp %.2f MB", R[p0].sbytes / 1e6);
-    printf(")\n\n");
-    printf("| lind | rwkv.cpp | lind MB | rwkv.cpp MB | lind ms (median, range) | rwkv.cpp ms (median, range) | "
-           "lind x floor | rwkv.cpp x floor | lind x floor + state | rwkv.cpp x floor + state | speed ratio lind : "
-           "rwkv.cpp (median, range) | loaded windows |\n"
-           "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-    for (int p = 0; p < NPAIR; p++) {
-        if (!pair_on[p]) continue;
-        loaded[0] = loaded[1] = 0;
-        for (int r = 0; r < r1; r++) {
-            for (int s = 0; s < 2; s++) {
-                v[s][r] = W[0][p][s][r].value;
-                fl[s][r] = W[0][p][s][r].value / W[0][p][s][r].floor;
-                fs[s][r] = W[0][p][s][r].value / W[0][p][s][r].floor_s;
-                loaded[s] += W[0][p][s][r].loaded;
+    if (meas_on[0]) {
+        printf("**Batch 1** (ms/token with logits; %d rounds of %d tokens; floor = matrix bytes / the read bandwidth "
+               "probed right before the window; floor + state adds a session's state, read and written once a token, "
+               "at the same bandwidth: lind %.2f MB", r1, n1, L[p0].sbytes / 1e6);
+        if (!solo) printf(", rwkv.cpp %.2f MB", R[p0].sbytes / 1e6);
+        printf(")\n\n");
+        printf("| lind | rwkv.cpp | lind MB | rwkv.cpp MB | lind ms (median, range) | rwkv.cpp ms (median, range) | "
+               "lind x floor | rwkv.cpp x floor | lind x floor + state | rwkv.cpp x floor + state | speed ratio lind : "
+               "rwkv.cpp (median, range) | loaded windows |\n"
+               "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+        for (int p = 0; p < NPAIR; p++) {
+            if (!pair_on[p]) continue;
+            loaded[0] = loaded[1] = 0;
+            for (int r = 0; r < r1; r++) {
+                for (int s = 0; s < 2; s++) {
+                    v[s][r] = W[0][p][s][r].value;
+                    fl[s][r] = W[0][p][s][r].value / W[0][p][s][r].floor;
+                    fs[s][r] = W[0][p][s][r].value / W[0][p][s][r].floor_s;
+                    loaded[s] += W[0][p][s][r].loaded;
+                }
+                ra[r] = W[0][p][1][r].value / W[0][p][0][r].value;
             }
-            ra[r] = W[0][p][1][r].value / W[0][p][0][r].value;
+            stat3 a = stats(v[0], r1), b = stats(v[1], r1), fa = stats(fl[0], r1), fb = stats(fl[1], r1),
+                  sa = stats(fs[0], r1), sb = stats(fs[1], r1), q = stats(ra, r1);
+            if (solo)
+                printf("| %s | — | %.1f | — | %.2f (%.2f–%.2f) | — | %.2fx | — | %.2fx | — | — | %d/%d |\n", ln[p],
+                       L[p].wbytes / 1e6, a.med, a.lo, a.hi, fa.med, sa.med, loaded[0], r1);
+            else
+                printf("| %s | %s | %.1f | %.1f | %.2f (%.2f–%.2f) | %.2f (%.2f–%.2f) | %.2fx | %.2fx | %.2fx | %.2fx | "
+                       "**%.2fx** (%.2f–%.2f) | %d/%d |\n", ln[p], rq[p], L[p].wbytes / 1e6, R[p].wbytes / 1e6, a.med,
+                       a.lo, a.hi, b.med, b.lo, b.hi, fa.med, fb.med, sa.med, sb.med, q.med, q.lo, q.hi,
+                       loaded[0] + loaded[1], 2 * r1);
         }
-        stat3 a = stats(v[0], r1), b = stats(v[1], r1), fa = stats(fl[0], r1), fb = stats(fl[1], r1),
-              sa = stats(fs[0], r1), sb = stats(fs[1], r1), q = stats(ra, r1);
-        if (solo)
-            printf("| %s | — | %.1f | — | %.2f (%.2f–%.2f) | — | %.2fx | — | %.2fx | — | — | %d/%d |\n", ln[p],
-                   L[p].wbytes / 1e6, a.med, a.lo, a.hi, fa.med, sa.med, loaded[0], r1);
-        else
-            printf("| %s | %s | %.1f | %.1f | %.2f (%.2f–%.2f) | %.2f (%.2f–%.2f) | %.2fx | %.2fx | %.2fx | %.2fx | "
-                   "**%.2fx** (%.2f–%.2f) | %d/%d |\n", ln[p], rq[p], L[p].wbytes / 1e6, R[p].wbytes / 1e6, a.med,
-                   a.lo, a.hi, b.med, b.lo, b.hi, fa.med, fb.med, sa.med, sb.med, q.med, q.lo, q.hi,
-                   loaded[0] + loaded[1], 2 * r1);
     }
     /* batch 64 and prefill */
     for (int k = 1; k < 3; k++) {
+        if (!meas_on[k]) continue;
         double flops = k == 1 ? fl_tok : fl_pf;
         if (k == 1)
             printf("\n**Batch 64** (aggregate tokens/s, 64 sequences one token each, logits for all; %d rounds; "
@@ -596,6 +602,17 @@ int main(int argc, char **argv)
                 any += pair_on[p] = strstr(list, pat) != NULL;
             }
             if (!any) die("--pairs", "want a comma-separated subset of f32,bf16,q8,q4");
+        }
+        else if (!strcmp(argv[i - 1], "--measure")) {   /* a subset of b1,b64,prefill */
+            static const char *mn[3] = {"b1", "b64", "prefill"};
+            int any = 0;
+            for (int k = 0; k < 3; k++) {
+                char pat[16], list[128];
+                snprintf(pat, sizeof pat, ",%s,", mn[k]);
+                snprintf(list, sizeof list, ",%s,", v);
+                any += meas_on[k] = strstr(list, pat) != NULL;
+            }
+            if (!any) die("--measure", "want a comma-separated subset of b1,b64,prefill");
         }
         else die(argv[i - 1], "unknown option");
     }

@@ -18,14 +18,14 @@
 #include <math.h>
 #include <string.h>
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
+#include "kernels/cpu/cpu.h"
+#include "kernels/cpu/transpose8.h"
+#include "kernels/mixer_math.h"
+
+#ifdef CPU_TRANSPOSE8_AVX512
 #define MAMBA2_AVX512 1
 #define TGT512 __attribute__((target("avx512f,fma")))
 #endif
-
-#include "kernels/cpu/cpu.h"
-#include "kernels/mixer_math.h"
 
 typedef struct mamba2_job {
     cpu *c;
@@ -63,27 +63,6 @@ __attribute__((noinline)) static void mamba2_state(float *restrict S, float *res
 }
 
 #ifdef MAMBA2_AVX512
-/* The 8 × 8 block r[k] (lanes: columns) transposed in place (lanes: rows). */
-TGT512 static inline void transpose8(__m512d r[8])
-{
-    __m512d t[8], u[8];
-    for (int k = 0; k < 8; k += 2) {
-        t[k] = _mm512_unpacklo_pd(r[k], r[k + 1]);
-        t[k + 1] = _mm512_unpackhi_pd(r[k], r[k + 1]);
-    }
-    for (int k = 0; k < 8; k += 4)
-        for (int i = 0; i < 2; i++) {
-            u[k + 2 * i] = _mm512_shuffle_f64x2(t[k + i], t[k + i + 2], 0x88);
-            u[k + 2 * i + 1] = _mm512_shuffle_f64x2(t[k + i], t[k + i + 2], 0xDD);
-        }
-    /* u[0..3] hold columns {0,4}, {2,6}, {1,5}, {3,7} of rows 0-3; u[4..7] of rows 4-7 */
-    static const int col[4] = {0, 2, 1, 3};
-    for (int i = 0; i < 4; i++) {
-        r[col[i]] = _mm512_shuffle_f64x2(u[i], u[i + 4], 0x88);
-        r[col[i] + 4] = _mm512_shuffle_f64x2(u[i], u[i + 4], 0xDD);
-    }
-}
-
 /* mamba2_state for rows [0, P − P % 8), eight at a time: the updates of an
  * 8 × 8 tile of S with columns in the lanes, then the tile transposed so
  * each lane adds its row's eight terms in n order. Every multiply-add is
@@ -112,7 +91,7 @@ TGT512 static void mamba2_state512(float *restrict S, float *restrict out, const
                 r[k] = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm256_loadu_ps(Sk)), vdA, _mm512_mul_pd(vdtx[k], vB));
                 _mm256_storeu_ps(Sk, _mm512_cvtpd_ps(r[k]));
             }
-            transpose8(r);
+            cpu_transpose8_pd(r);
             for (int i = 0; i < 8; i++) vy = _mm512_fmadd_pd(r[i], _mm512_set1_pd(C[n0 + i]), vy);
         }
         _mm512_storeu_pd(y, vy);
