@@ -456,6 +456,13 @@ static void test_dot_round(void)
         }
     CHECK(xb[5] == 0x3f80 && xb[6] == 0x3f82, "ties: %04x %04x", xb[5], xb[6]);
     CHECK(bad == 0, "%d elements rounded wrongly", bad);
+    /* strides of whole lines, never a multiple of 4 KiB */
+    static const int Ks[] = {1, 31, 32, 768, 1024, 2047, 2048, 3072, 4096, 8192};
+    for (size_t i = 0; i < sizeof Ks / sizeof *Ks; i++) {
+        int l = cpu_gemm_dot_ld(Ks[i]);
+        CHECK(l >= Ks[i] + Ks[i] % 2 && l % 32 == 0 && (l * 2) % 4096 != 0 && l <= Ks[i] + 64, "ld %d for K %d", l,
+              Ks[i]);
+    }
 }
 
 /* y = (acc ? y0 : 0) + bias + bf16(x)·Wᵀ against a long-double sum of the

@@ -553,7 +553,15 @@ void cpu_gemm_pack_dot(const uint16_t *W, int N, int K, uint16_t *dst)
     }
 }
 
-int cpu_gemm_dot_ld(int K) { return (K + 31) / 32 * 32; }
+/* A stride of a multiple of 4 KiB (K = 2048, 4096, 8192: d 2048 models and
+ * their FFN keys) would put every row of a row block in the same L1 set,
+ * twelve rows against eight ways, so each activation broadcast would miss
+ * L1; one line more spreads the rows over the sets. */
+int cpu_gemm_dot_ld(int K)
+{
+    int lines = (K + 31) / 32;   /* 64-byte lines of 32 bf16 values */
+    return 32 * (lines % 64 ? lines : lines + 1);
+}
 
 TGTDOT void cpu_gemm_round_bf16(const float *x, int ldx, int B, int K, uint16_t *dst, int ldd)
 {

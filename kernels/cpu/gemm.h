@@ -145,7 +145,9 @@ size_t cpu_gemm_dot_packed_elems(int N, int K);
  * elements, caller-owned, 64-byte aligned). Runs on any CPU. */
 void cpu_gemm_pack_dot(const uint16_t *W, int N, int K, uint16_t *dst);
 /* Row stride (uint16 elements) of the rounded activations of a K-wide row:
- * K rounded up to 32 (64 bytes, and an even count for the last pair). */
+ * K rounded up to 32 (64 bytes, and an even count for the last pair), and
+ * never a multiple of 4 KiB (so a row block's rows do not all fall in one
+ * L1 set). */
 int cpu_gemm_dot_ld(int K);
 /* dst[b·ldd + k] = bf16(x[b·ldx + k]) (round to nearest even, subnormals to
  * zero) for b < B, k < K, and dst[b·ldd + k] = 0 for K ≤ k < ldd; ldd ≥
