@@ -140,7 +140,7 @@ static void slow_workers_fall_back(void)
         job j;
         memset(&j, 0, sizeof j);
         j.n = 2;
-        cpu_pool_run(p, lopsided_part, &j, 2);
+        cpu_pool_run_weighed(p, lopsided_part, &j, 2, 1.0, 0);
         CHECK(atomic_load(&j.runs[0]) == 1 && atomic_load(&j.runs[1]) == 1 && !atomic_load(&j.bad_n),
               "job %d: parts ran %d and %d times", k, atomic_load(&j.runs[0]), atomic_load(&j.runs[1]));
     }
@@ -166,7 +166,7 @@ static void losing_trial_ends_early(void)
         job j;
         memset(&j, 0, sizeof j);
         j.n = 2;
-        cpu_pool_run(p, lopsided_part, &j, 2);
+        cpu_pool_run_weighed(p, lopsided_part, &j, 2, 1.0, 0);
         CHECK(atomic_load(&j.runs[0]) == 1 && atomic_load(&j.runs[1]) == 1, "job %d: parts ran %d and %d times",
               k, atomic_load(&j.runs[0]), atomic_load(&j.runs[1]));
     }
@@ -180,11 +180,51 @@ static void losing_trial_ends_early(void)
     cpu_pool_free(p);
 }
 
+/* Parts that sleep work × 100 µs each: a split job takes about half what a
+ * serial one does, whatever else the machine is doing (sleeping needs no
+ * core). */
+typedef struct sleepy {
+    int work;
+} sleepy;
+static void sleepy_part(void *arg, int part, int nparts)
+{
+    (void)part;
+    (void)nparts;
+    const sleepy *s = arg;
+    struct timespec ts = {0, 100000L * s->work};
+    nanosleep(&ts, NULL);
+}
+
+/* The fresh pool's first trial, its windows of 128 weighed jobs serial and
+ * split as S P P S S P P S, gets small jobs (work 1) in its serial windows
+ * and 16 times larger ones in its split windows, as when a workload's jobs
+ * change size under a trial. Per unit of work splitting is about twice as
+ * fast (three times, with the serial jobs' two sleeps' overshoot), and the
+ * trial must say so however late a loaded machine wakes the worker, up to
+ * about 3 ms a job; summed without the work, the split windows took five
+ * times as long and the trial chose serial. */
+static void trial_weighs_work(void)
+{
+    cpu_pool *p;
+    CHECK(cpu_pool_new(2, &p) == 0, "cpu_pool_new");
+    if (!p) return;
+    for (unsigned k = 0; k < 8 * 128; k++) {
+        unsigned w = k / 128;
+        sleepy s = {((w ^ (w >> 1)) & 1) ? 16 : 1};
+        cpu_pool_run_weighed(p, sleepy_part, &s, 2, (double)s.work, 2);
+    }
+    CHECK(cpu_pool_serial_stretches(p) == 0 && cpu_pool_trials_cut(p) == 0,
+          "split jobs twice as fast per unit of work: %llu serial stretches, %llu trials cut (want 0 and 0)",
+          cpu_pool_serial_stretches(p), cpu_pool_trials_cut(p));
+    cpu_pool_free(p);
+}
+
 int main(void)
 {
     RUN(every_part_once);
     RUN(sleeping_workers_wake);
     RUN(slow_workers_fall_back);
     RUN(losing_trial_ends_early);
+    RUN(trial_weighs_work);
     return check_exit();
 }

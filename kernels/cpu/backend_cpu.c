@@ -481,7 +481,7 @@ static int dot_matmul(cpu *c, const float *x, int ldx, const backend_buf *W, con
     if ((double)B * N * K < (double)(1 << 14)) parts = 1;   /* as cpu_matmul */
     if (parts > panels) parts = panels;
     claims_init(&j.claims, B, panels, parts, 1);
-    cpu_pool_run(c->threads, dot_part, &j, parts);
+    cpu_pool_run_weighed(c->threads, dot_part, &j, parts, (double)B * N * K, cpu_gemm_pool_class(B));
     return 0;
 }
 
@@ -541,10 +541,10 @@ static int cpu_matmul(backend *be, backend_mview yv, backend_view xv, const back
         /* a half weight's widened panels (the mixer ops' scratch: ops do not overlap) */
         if (W->wtype != CPU_GEMM_F32 && !(j.scratch = cpu_tmp_get(c, (size_t)parts * cpu_gemm_scratch_floats(c->isa, K))))
             return -ENOMEM;
-        cpu_pool_run(c->threads, mm_packed_part, &j, parts);
+        cpu_pool_run_weighed(c->threads, mm_packed_part, &j, parts, (double)B * N * K, cpu_gemm_pool_class(B));
     } else {
         if (N < 16 * parts) parts = 1;
-        cpu_pool_run(c->threads, mm_part, &j, parts);
+        cpu_pool_run_weighed(c->threads, mm_part, &j, parts, (double)B * N * K, cpu_gemm_pool_class(B));
     }
     return 0;
 }

@@ -107,6 +107,11 @@ size_t cpu_gemm_scratch_floats(cpu_gemm_isa isa, int K);
  * every group runs in the streaming kernel. */
 #define CPU_GEMM_ROW_GROUP 4
 
+/* The thread pool's class of a product of B rows (cpu_pool_run_weighed,
+ * kernels/cpu/pool.h): one row is bound by the weights' bytes, many by the
+ * multiply-adds, a few by both, so their times per multiply-add differ. */
+static inline int cpu_gemm_pool_class(int B) { return B == 1 ? 0 : B < 16 ? 1 : 2; }
+
 /* y[r·ldy + j] = act(y[r·ldy + j]) for r < rows, j < cols, act the
  * activation flag in flags (none: nothing): the packed kernels' epilogue,
  * also applied by the backend after an OpenBLAS product. Runs on any CPU. */

@@ -24,19 +24,28 @@
 #define SPIN_NS 50000L
 
 /* Whether splitting pays is measured, not guessed: in a trial the caller
- * runs TRIAL_WINDOWS windows of WINDOW_JOBS jobs, split and serial
+ * runs TRIAL_WINDOWS windows of WINDOW_JOBS weighed jobs, split and serial
  * alternately (S P P S S P P S... so that a drift of the machine's load hits
- * both alike), and sums each kind's job times. The faster kind runs the
- * next STRETCH_MIN jobs, then the next trial; a trial that confirms the last
+ * both alike), and sums, class by class, each kind's job times and work.
+ * The kind that would have done all the trial's work sooner (each class's
+ * work at that kind's time per unit of work in that class) runs the next
+ * STRETCH_MIN jobs, then the next trial; a trial that confirms the last
  * decision doubles the stretch (up to STRETCH_MAX), one that overturns it
- * resets it. Outside trials nothing is timed.
+ * resets it. Outside trials nothing is timed; jobs that are not weighed
+ * follow the last decision, in trials too.
  *
- * A split window that has already taken longer than the serial windows
- * take on average cannot win, so the trial ends there and then with a
- * serial decision: on shared cores, where a worker that claimed a part can
- * lose its core for a whole scheduler slice, the split half of a trial
- * would otherwise cost several times what serial jobs cost, once per trial,
- * and a short run pays for several trials. */
+ * Per unit of work and per class, because the windows hold different jobs:
+ * a batch-64 step is ~180 jobs of very unequal size (the head alone ~30% of
+ * it), and a serial window of small products weighed against a split window
+ * of large ones (a prefill's 256-row products after batch-64 ones) chose
+ * serial for whole measurement windows on an idle machine.
+ *
+ * A split window after which splitting has already lost (the trial's split
+ * jobs so far took longer per unit of work than its serial ones) ends the
+ * trial there and then with a serial decision: on shared cores, where a
+ * worker that claimed a part can lose its core for a whole scheduler slice,
+ * the split half of a trial would otherwise cost several times what serial
+ * jobs cost, once per trial, and a short run pays for several trials. */
 #define WINDOW_JOBS   128u
 #define TRIAL_WINDOWS 8u
 #define STRETCH_MIN   4096u
@@ -102,7 +111,8 @@ struct cpu_pool {
     unsigned window;               /* the trial's window, 0..TRIAL_WINDOWS-1 */
     unsigned jobs;                 /* jobs in this window, or in this stretch */
     unsigned stretch;              /* jobs between trials */
-    long long trial_ns[2];         /* the trial's job times: serial, split */
+    double trial_ns[CPU_POOL_CLASSES][2];     /* the trial's weighed job times: serial, split */
+    double trial_work[CPU_POOL_CLASSES][2];   /* and their work */
     unsigned long long serial_stretches;
     unsigned long long trials_cut;   /* trials ended in a split window that lost (split_lost) */
     int no_judging;                /* cpu_pool_set_judging(p, 0): always split */
@@ -201,18 +211,34 @@ static void decide(cpu_pool *p, int split)
 /* Window w of a trial splits its jobs: S P P S S P P S. */
 static int window_splits(unsigned w) { return ((w ^ (w >> 1)) & 1) != 0; }
 
-/* In split window w: the split windows so far (this one included, however
- * far it got) already took longer than as many serial windows do on
- * average, so splitting cannot win this trial. */
-static int split_lost(const cpu_pool *p, unsigned w)
+/* The time the trial's work (of the classes both kinds have run) would
+ * take all serial (kind 0) or all split (1). */
+static void trial_estimate(const cpu_pool *p, double t[2])
 {
-    long long serial = 0, split = 0;
-    for (unsigned i = 0; i <= w; i++) {
-        if (window_splits(i)) split++;
-        else if (i < w) serial++;
+    t[0] = t[1] = 0;
+    for (int c = 0; c < CPU_POOL_CLASSES; c++) {
+        const double *ns = p->trial_ns[c], *w = p->trial_work[c];
+        if (w[0] <= 0 || w[1] <= 0) continue;
+        t[0] += (w[0] + w[1]) * (ns[0] / w[0]);
+        t[1] += (w[0] + w[1]) * (ns[1] / w[1]);
     }
-    if (!serial) return 0;   /* window 0 is serial: never the case */
-    return p->trial_ns[1] * serial > p->trial_ns[0] * split;
+}
+
+/* Splitting has lost this trial so far: its jobs took longer per unit of
+ * work than serial ones of the same classes. */
+static int split_lost(const cpu_pool *p)
+{
+    double t[2];
+    trial_estimate(p, t);
+    return t[1] > t[0];
+}
+
+static void trial_start(cpu_pool *p)
+{
+    p->trial = 1;
+    p->window = p->jobs = 0;
+    for (int c = 0; c < CPU_POOL_CLASSES; c++) p->trial_ns[c][0] = p->trial_ns[c][1] = p->trial_work[c][0] =
+        p->trial_work[c][1] = 0;
 }
 
 /* The job's parts on the workers and the caller. */
@@ -242,7 +268,14 @@ static void run_split(cpu_pool *p, cpu_pool_fn fn, void *arg, int n)
     }
 }
 
-void cpu_pool_run(cpu_pool *p, cpu_pool_fn fn, void *arg, int n)
+static void run_as(cpu_pool *p, int split, cpu_pool_fn fn, void *arg, int n)
+{
+    if (split) run_split(p, fn, arg, n);
+    else
+        for (int i = 0; i < n; i++) fn(arg, i, n);
+}
+
+void cpu_pool_run_weighed(cpu_pool *p, cpu_pool_fn fn, void *arg, int n, double work, int cls)
 {
     if (n > p->size) n = p->size;
     if (n <= 1) {
@@ -253,34 +286,32 @@ void cpu_pool_run(cpu_pool *p, cpu_pool_fn fn, void *arg, int n)
         run_split(p, fn, arg, n);
         return;
     }
-    if (!p->trial) {
-        if (p->split) run_split(p, fn, arg, n);
-        else
-            for (int i = 0; i < n; i++) fn(arg, i, n);
-        if (++p->jobs >= p->stretch) {
-            p->trial = 1;
-            p->window = p->jobs = 0;
-            p->trial_ns[0] = p->trial_ns[1] = 0;
-        }
+    if (!p->trial || !(work > 0) || cls < 0 || cls >= CPU_POOL_CLASSES) {
+        run_as(p, p->split, fn, arg, n);
+        if (!p->trial && ++p->jobs >= p->stretch) trial_start(p);
         return;
     }
-    unsigned w = p->window;
-    int split = window_splits(w);
+    int split = window_splits(p->window);
     long long t0 = (long long)clock_mono_ns();
-    if (split) run_split(p, fn, arg, n);
-    else
-        for (int i = 0; i < n; i++) fn(arg, i, n);
-    p->trial_ns[split] += (long long)clock_mono_ns() - t0;
-    if (split && split_lost(p, w)) {
+    run_as(p, split, fn, arg, n);
+    p->trial_ns[cls][split] += (double)((long long)clock_mono_ns() - t0);
+    p->trial_work[cls][split] += work;
+    if (split && split_lost(p)) {
         p->trials_cut++;
         decide(p, 0);
         return;
     }
     if (++p->jobs == WINDOW_JOBS) {
         p->jobs = 0;
-        if (++p->window == TRIAL_WINDOWS) decide(p, p->trial_ns[1] < p->trial_ns[0]);
+        if (++p->window == TRIAL_WINDOWS) {
+            double t[2];
+            trial_estimate(p, t);
+            decide(p, t[1] < t[0] || t[0] <= 0);   /* no class run both ways: keep splitting */
+        }
     }
 }
+
+void cpu_pool_run(cpu_pool *p, cpu_pool_fn fn, void *arg, int n) { cpu_pool_run_weighed(p, fn, arg, n, 0, 0); }
 
 void cpu_pool_set_judging(cpu_pool *p, int on) { p->no_judging = !on; }
 

@@ -8,8 +8,10 @@
  * timings), so an idle pool uses no CPU. The pool also measures, in short
  * trials that alternate split and serial jobs, whether splitting is faster;
  * where it is not (the cores are shared with other work), jobs run on the
- * caller alone until the next trial. Which thread runs a part never changes
- * what the part computes. One caller at a time. */
+ * caller alone until the next trial. Only jobs run with
+ * cpu_pool_run_weighed, which say how much work they are, are weighed in a
+ * trial; the others follow its outcome. Which thread runs a part never
+ * changes what the part computes. One caller at a time. */
 #ifndef LIND_KERNELS_CPU_POOL_H
 #define LIND_KERNELS_CPU_POOL_H
 
@@ -23,6 +25,14 @@ void cpu_pool_free(cpu_pool *p);   /* joins the workers; NULL is a no-op */
 int  cpu_pool_size(const cpu_pool *p);
 /* n is clipped to cpu_pool_size(p); n ≤ 1 runs fn inline. */
 void cpu_pool_run(cpu_pool *p, cpu_pool_fn fn, void *arg, int n);
+/* The same, for a job a trial weighs: `work` > 0 is its size (a matrix
+ * product's multiply-adds) and cls (0 ≤ cls < CPU_POOL_CLASSES) the class
+ * of jobs whose time per unit of work is comparable (a product's batch size
+ * class: one row, a few, many). A trial compares split and serial jobs'
+ * time per unit of work class by class, so the jobs that happen to fall in
+ * its split and its serial windows need not be alike. */
+#define CPU_POOL_CLASSES 3
+void cpu_pool_run_weighed(cpu_pool *p, cpu_pool_fn fn, void *arg, int n, double work, int cls);
 /* How many trials have found serial jobs faster than split ones, so that
  * the stretch after them ran on the caller alone (the caller's thread only). */
 unsigned long long cpu_pool_serial_stretches(const cpu_pool *p);

@@ -763,6 +763,6 @@ int cpu_quant_matmul(cpu_pool *pool, cpu_quant_isa isa, cpu_quant_type t, const 
     chunk = chunk < g ? g : (chunk + g - 1) / g * g;
     j.chunk = chunk;
     atomic_init(&j.next, 0);
-    cpu_pool_run(pool, run_part, &j, parts);
+    cpu_pool_run_weighed(pool, run_part, &j, parts, (double)B * N * K, cpu_gemm_pool_class(B));
     return 0;
 }
