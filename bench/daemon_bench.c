@@ -38,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -154,6 +155,31 @@ static int cmpd(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* CPU seconds (user + system) used so far by process pid (all its threads)
+ * and by this program: with the machine's cores all busy, CPU per token is
+ * what decides throughput, and it does not move with the load. */
+static double proc_cpu_s(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    unsigned long ut = 0, st = 0;
+    if (fgets(buf, sizeof buf, f)) {
+        const char *q = strrchr(buf, ')');
+        if (q && sscanf(q + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2) ut = st = 0;
+    }
+    fclose(f);
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static double self_cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + 1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
 /* The median and range of n values (sorts them). */
 static void med_range(double *v, int n, double *med, double *lo, double *hi)
 {
@@ -178,8 +204,11 @@ static int parse_list(const char *s, int *out, int max)
 }
 
 /* In-process: S sessions stepping together, logits on, one sample each,
- * for at least `secs` seconds. */
-static double inproc_rate(int S, double secs)
+ * `per` steps after a few unmeasured ones (at least 20): the tokens a
+ * daemon run makes, so both sides cover about the same time. */
+static double inproc_cpu_per_token;   /* inproc_rate's CPU seconds per token */
+
+static double inproc_rate(int S, int per)
 {
     model *m;
     char err[256];
@@ -198,24 +227,25 @@ static double inproc_rate(int S, double secs)
         p.seed = (uint64_t)b;
         sampler_init(&sm[b], &p);
     }
-    double t0 = 0;
+    double t0 = 0, c0 = 0;
     long steps = 0;
     for (int k = 0;; k++) {
-        if (k == 5) t0 = clock_mono_s();   /* a few warm-up steps */
+        if (k == 5) { t0 = clock_mono_s(); c0 = self_cpu_s(); }   /* a few warm-up steps */
         model_step(m, slots, toks, S, logits);
         for (int b = 0; b < S; b++) {
             toks[b] = sampler_next(&sm[b], logits + (size_t)b * (size_t)V, V, scratch);
             sampler_observe(&sm[b], toks[b]);
         }
-        if (k >= 5 && ++steps >= 20 && clock_mono_s() - t0 >= secs) break;
+        if (k >= 5 && ++steps >= (per > 20 ? per : 20)) break;
     }
     double rate = (double)S * (double)steps / (clock_mono_s() - t0);
+    inproc_cpu_per_token = (self_cpu_s() - c0) / ((double)S * (double)steps);
     free(slots); free(toks); free(logits); free(scratch); free(sm);
     model_free(m);
     return rate;
 }
 
-typedef struct run_result { double tok_s, p50_ms, p99_ms, wall_s, batch, first_s, last_s; long tokens; } run_result;
+typedef struct run_result { double tok_s, p50_ms, p99_ms, wall_s, batch, first_s, last_s, daemon_cpu, client_cpu; long tokens; } run_result;
 
 /* The daemon's steps and tokens_out so far (`stats`), and its steps by
  * batch size on stderr. */
@@ -317,7 +347,10 @@ static run_result daemon_run(int S, int per)
     streams(c, S, 8, "warm", &warm);
     uint64_t st0, tk0, st1, tk1;
     daemon_counts(c, &st0, &tk0, 0);
+    double dc0 = proc_cpu_s(pid), cc0 = self_cpu_s();
     streams(c, S, per, "bench", &r);
+    r.daemon_cpu = proc_cpu_s(pid) - dc0;
+    r.client_cpu = self_cpu_s() - cc0;
     daemon_counts(c, &st1, &tk1, 1);
     /* The mean batch the daemon stepped: sessions that start or end apart
      * run smaller batches. */
@@ -448,41 +481,51 @@ int main(int argc, char **argv)
     char when[64];
     strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", gmtime(&now));
     printf("Run: %s, %d rounds a row. Each round: one in-process run and one daemon run, one "
-           "after the other (which goes first alternates from round to round); the "
+           "after the other (which goes first alternates from round to round), each making the "
+           "row's tokens per session (the in-process one after 5 unmeasured steps, the daemon "
+           "after a warm-up of 8 tokens in as many other sessions); the "
            "ratio is the daemon's tokens/s over the in-process rate of the same round. Each "
            "figure: the median over the rounds (range lowest-highest). Latency and mean batch: "
            "the daemon run with the median tokens/s; latency is the client-side time per token "
-           "over a sliding window of %d tokens of one stream. The client (this program: one connection, a msgpack decode "
-           "per token) shares the machine with the daemon.\n\n", when, rounds, 8);
+           "over a sliding window of %d tokens of one stream. CPU: user + system seconds over the "
+           "measured part, of the in-process run (this program, all threads), of the daemon (all "
+           "threads, /proc) and of the client, per 1000 tokens; medians. The client (this program: "
+           "one connection, a msgpack decode per token) shares the machine with the daemon.\n\n",
+           when, rounds, 8);
     if (lind_b[0])
         printf("A/B: every round also runs daemon B, %s; the three runs of a round go in an order "
                "that rotates from round to round. B/A: B's tokens/s over A's in the same round.\n\n", lind_b);
     printf("| sessions | tokens/session | daemon tokens/s | per-token latency p50 ms | p99 ms "
-           "| daemon mean batch | in-process step rate tokens/s | daemon/in-process |%s\n"
-           "|---:|---:|---:|---:|---:|---:|---:|---:|%s\n",
+           "| daemon mean batch | in-process step rate tokens/s | daemon/in-process | CPU ms per 1000 "
+           "tokens: in-process / daemon / client |%s\n"
+           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|%s\n",
            lind_b[0] ? " B tokens/s | B mean batch | B/in-process | B/A |" : "",
            lind_b[0] ? "---:|---:|---:|---:|" : "");
     for (int k = 0; k < nsizes; k++) {
         int S = sizes[k];
         int per = tokens ? tokens : (quick ? 8000 : 40000) / S;
         if (!tokens && per < (quick ? 50 : 300)) per = quick ? 50 : 300;   /* start-up and final commits stay small beside the stream */
-        double secs = quick ? 1.0 : 3.0;
-        double *ipv = malloc(sizeof(double) * (size_t)rounds * 6), *dv = ipv + rounds, *ratio = dv + rounds;
+        double *ipv = malloc(sizeof(double) * (size_t)rounds * 9), *dv = ipv + rounds, *ratio = dv + rounds;
+        double *ipc = ratio + 3 * rounds, *dcpu = ipc + rounds, *ccpu = dcpu + rounds;   /* CPU ms per 1000 tokens */
         double *bv = ratio + rounds, *bratio = bv + rounds, *ab = bratio + rounds;
         run_result *rv = malloc(sizeof(run_result) * (size_t)rounds * 2), *rb = rv + rounds;
         int nruns = lind_b[0] ? 3 : 2;
         for (int rep = 0; rep < rounds; rep++) {
             for (int j = 0; j < nruns; j++) {
                 int which = (j + rep) % nruns;   /* 0 in-process, 1 daemon A, 2 daemon B */
-                if (which == 0) ipv[rep] = inproc_rate(S, secs);
+                if (which == 0) { ipv[rep] = inproc_rate(S, per); ipc[rep] = 1e6 * inproc_cpu_per_token; }
                 else if (which == 1) { daemon_bin = lind_bin; rv[rep] = daemon_run(S, per); }
                 else { daemon_bin = lind_b; rb[rep] = daemon_run(S, per); }
             }
             dv[rep] = rv[rep].tok_s;
             ratio[rep] = rv[rep].tok_s / ipv[rep];
+            dcpu[rep] = 1e6 * rv[rep].daemon_cpu / (double)rv[rep].tokens;
+            ccpu[rep] = 1e6 * rv[rep].client_cpu / (double)rv[rep].tokens;
             fprintf(stderr, "daemon_bench: %d sessions round %d: in-process %.0f, daemon %.0f tokens/s (%.1f%%), "
-                    "mean batch %.1f; first token %.3f s, last %.3f s, last done %.3f s\n", S, rep + 1, ipv[rep],
-                    rv[rep].tok_s, 100.0 * ratio[rep], rv[rep].batch, rv[rep].first_s, rv[rep].last_s, rv[rep].wall_s);
+                    "mean batch %.1f; first token %.3f s, last %.3f s, last done %.3f s; CPU ms per 1000 tokens: "
+                    "in-process %.1f, daemon %.1f, client %.1f\n", S, rep + 1, ipv[rep], rv[rep].tok_s,
+                    100.0 * ratio[rep], rv[rep].batch, rv[rep].first_s, rv[rep].last_s, rv[rep].wall_s, ipc[rep],
+                    dcpu[rep], ccpu[rep]);
             if (nruns == 3) {
                 bv[rep] = rb[rep].tok_s;
                 bratio[rep] = rb[rep].tok_s / ipv[rep];
@@ -499,9 +542,13 @@ int main(int argc, char **argv)
         int mi = 0;   /* the daemon run nearest the median, for its latencies */
         for (int rep = 1; rep < rounds; rep++)
             if (fabs(rv[rep].tok_s - dm) < fabs(rv[mi].tok_s - dm)) mi = rep;
-        printf("| %d | %d | %.0f (%.0f-%.0f) | %.3f | %.3f | %.1f | %.0f (%.0f-%.0f) | %.1f%% (%.1f-%.1f%%) |", S,
-               per, dm, dl, dh, rv[mi].p50_ms, rv[mi].p99_ms, rv[mi].batch, ipm, ipl, iph, 100.0 * rm, 100.0 * rl,
-               100.0 * rh);
+        double icm, dcm, ccm, lo, hi;
+        med_range(ipc, rounds, &icm, &lo, &hi);
+        med_range(dcpu, rounds, &dcm, &lo, &hi);
+        med_range(ccpu, rounds, &ccm, &lo, &hi);
+        printf("| %d | %d | %.0f (%.0f-%.0f) | %.3f | %.3f | %.1f | %.0f (%.0f-%.0f) | %.1f%% (%.1f-%.1f%%) "
+               "| %.1f / %.1f / %.1f |", S, per, dm, dl, dh, rv[mi].p50_ms, rv[mi].p99_ms, rv[mi].batch, ipm, ipl,
+               iph, 100.0 * rm, 100.0 * rl, 100.0 * rh, icm, dcm, ccm);
         if (nruns == 3) {
             double bm, bl, bh, brm, brl, brh, am, al, ah;
             med_range(bv, rounds, &bm, &bl, &bh);

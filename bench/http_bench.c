@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
@@ -131,7 +132,7 @@ static int cmpd(const void *a, const void *b)
 
 typedef struct hbuf_t { char *p; size_t n, cap; } hbuf_t;
 
-typedef struct run_result { double tok_s, ttft_p50, ttft_p99, batch, wall; long tokens; } run_result;
+typedef struct run_result { double tok_s, ttft_p50, ttft_p99, batch, wall, daemon_cpu, client_cpu; long tokens; } run_result;
 
 /* The daemon's steps and tokens_out so far (from `stats`), so that each run
  * can report the mean batch it got: the model's cost per step is nearly
@@ -176,6 +177,31 @@ static void ttft_stats(run_result *r, double *ttft, int S)
     r->ttft_p99 = ttft[(int)(0.99 * (S - 1))] * 1e3;
 }
 
+/* CPU seconds (user + system) used so far by the daemon (all its threads)
+ * and by this program: with the machine's cores all busy, what each front
+ * costs in CPU is what it costs in throughput. */
+static double daemon_cpu_s(void)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)daemon_pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    unsigned long ut = 0, st = 0;
+    if (fgets(buf, sizeof buf, f)) {
+        const char *q = strrchr(buf, ')');
+        if (q && sscanf(q + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2) ut = st = 0;
+    }
+    fclose(f);
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static double self_cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + 1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
 static long seq;   /* unique session names across runs */
 
 static run_result socket_run(int S, int per)
@@ -188,6 +214,7 @@ static run_result socket_run(int S, int per)
     double *ttft = calloc((size_t)S, sizeof *ttft);
     uint64_t st0, tk0, st1, tk1;
     daemon_counts(&st0, &tk0);
+    double dc0 = daemon_cpu_s(), cc0 = self_cpu_s();
     double t0 = clock_mono_s();
     for (int i = 0; i < S; i++) {
         char name[48];
@@ -218,6 +245,8 @@ static run_result socket_run(int S, int per)
         }
     }
     r.wall = clock_mono_s() - t0;
+    r.daemon_cpu = daemon_cpu_s() - dc0;
+    r.client_cpu = self_cpu_s() - cc0;
     r.tok_s = (double)r.tokens / r.wall;
     daemon_counts(&st1, &tk1);
     r.batch = st1 > st0 ? (double)(tk1 - tk0) / (double)(st1 - st0) : 0;
@@ -272,6 +301,7 @@ static run_result http_run(int S, int per)
     struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
     uint64_t st0, tk0, st1, tk1;
     daemon_counts(&st0, &tk0);
+    double dc0 = daemon_cpu_s(), cc0 = self_cpu_s();
     double t0 = clock_mono_s();
     for (int i = 0; i < S; i++) {
         snprintf(body[i], sizeof body[i], "{\"prompt\":\"The \",\"max_tokens\":%d,\"seed\":%d,"
@@ -292,6 +322,8 @@ static run_result http_run(int S, int per)
         if (running) curl_multi_poll(multi, NULL, 0, 1000, NULL);
     }
     double wall = clock_mono_s() - t0;
+    r.daemon_cpu = daemon_cpu_s() - dc0;
+    r.client_cpu = self_cpu_s() - cc0;
     r.wall = wall;
     daemon_counts(&st1, &tk1);
     r.batch = st1 > st0 ? (double)(tk1 - tk0) / (double)(st1 - st0) : 0;
@@ -496,40 +528,57 @@ int main(int argc, char **argv)
         char when[64];
         strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", gmtime(&now));
         printf("Run: %s, %d rounds a row. Each round: one socket run and one HTTP run, one after "
-               "the other (the socket first in even rounds, HTTP first in odd ones); the ratio is "
+               "the other (which goes first alternates from round to round), after an unmeasured "
+               "warm-up of 8 tokens a stream on each side; the ratio is "
                "HTTP's tokens/s over the socket's in the same round. Each figure: the median over the "
                "rounds (range lowest-highest); TTFT and mean batch from the run with the median "
-               "tokens/s. Time to first token: from sending the request(s) to a stream's first "
+               "tokens/s. CPU: user + system seconds over the run, of the daemon (all threads, "
+               "/proc) and of this program (getrusage), per 1000 tokens; medians. Time to first token: from sending the request(s) to a stream's first "
                "text, p50/p99 over the streams. The clients (this program: libcurl for HTTP, the "
                "msgpack client library for the socket) share the machine with the daemon.\n\n",
                when, rounds);
         printf("| streams | tokens/stream | socket tokens/s | HTTP tokens/s | HTTP/socket | socket TTFT "
-               "p50/p99 ms | HTTP TTFT p50/p99 ms | mean batch socket / HTTP |\n"
-               "|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+               "p50/p99 ms | HTTP TTFT p50/p99 ms | mean batch socket / HTTP | daemon CPU ms per 1000 "
+               "tokens socket / HTTP | client CPU ms per 1000 tokens socket / HTTP |\n"
+               "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     }
     for (int k = 0; k < (n_only ? 0 : nsizes); k++) {
         int S = sizes[k];
         int per = tokens ? tokens : (quick ? 4000 : 32000) / S;
         if (!tokens && per < (quick ? 50 : 300)) per = quick ? 50 : 300;
         run_result *sv = malloc(sizeof(run_result) * 2 * (size_t)rounds), *hv = sv + rounds;
-        double *sr = malloc(sizeof(double) * 3 * (size_t)rounds), *hr = sr + rounds, *ratio = hr + rounds;
+        double *sr = malloc(sizeof(double) * 7 * (size_t)rounds), *hr = sr + rounds, *ratio = hr + rounds;
+        double *sdc = ratio + rounds, *hdc = sdc + rounds, *scc = hdc + rounds, *hcc = scc + rounds;
+        socket_run(S, 8);   /* warm-up, unmeasured: the daemon's first steps and commits, the */
+        http_run(S, 8);     /* clients' first connections */
         for (int rep = 0; rep < rounds; rep++) {
             if (rep % 2 == 0) { sv[rep] = socket_run(S, per); hv[rep] = http_run(S, per); }
             else { hv[rep] = http_run(S, per); sv[rep] = socket_run(S, per); }
             sr[rep] = sv[rep].tok_s;
             hr[rep] = hv[rep].tok_s;
             ratio[rep] = hv[rep].tok_s / sv[rep].tok_s;
-            fprintf(stderr, "http_bench: %d streams round %d: socket %.0f, HTTP %.0f tokens/s (%.1f%%)\n", S,
-                    rep + 1, sv[rep].tok_s, hv[rep].tok_s, 100.0 * ratio[rep]);
+            sdc[rep] = 1e6 * sv[rep].daemon_cpu / (double)sv[rep].tokens;
+            hdc[rep] = 1e6 * hv[rep].daemon_cpu / (double)hv[rep].tokens;
+            scc[rep] = 1e6 * sv[rep].client_cpu / (double)sv[rep].tokens;
+            hcc[rep] = 1e6 * hv[rep].client_cpu / (double)hv[rep].tokens;
+            fprintf(stderr, "http_bench: %d streams round %d: socket %.0f, HTTP %.0f tokens/s (%.1f%%); CPU ms per "
+                    "1000 tokens: daemon %.1f / %.1f, client %.1f / %.1f\n", S, rep + 1, sv[rep].tok_s, hv[rep].tok_s,
+                    100.0 * ratio[rep], sdc[rep], hdc[rep], scc[rep], hcc[rep]);
         }
         double sm, sl, sh, hm, hl, hh, rm, rl, rh;
         med_range(sr, rounds, &sm, &sl, &sh);
         med_range(hr, rounds, &hm, &hl, &hh);
         med_range(ratio, rounds, &rm, &rl, &rh);
+        double sdm, hdm, scm, hcm, lo, hi;
+        med_range(sdc, rounds, &sdm, &lo, &hi);
+        med_range(hdc, rounds, &hdm, &lo, &hi);
+        med_range(scc, rounds, &scm, &lo, &hi);
+        med_range(hcc, rounds, &hcm, &lo, &hi);
         run_result s = median_run(sv, rounds, sm), h = median_run(hv, rounds, hm);
         printf("| %d | %d | %.0f (%.0f-%.0f) | %.0f (%.0f-%.0f) | %.1f%% (%.1f-%.1f%%) | %.1f / %.1f | %.1f / %.1f "
-               "| %.1f / %.1f |\n", S, per, sm, sl, sh, hm, hl, hh, 100.0 * rm, 100.0 * rl, 100.0 * rh,
-               s.ttft_p50, s.ttft_p99, h.ttft_p50, h.ttft_p99, s.batch, h.batch);
+               "| %.1f / %.1f | %.1f / %.1f | %.1f / %.1f |\n", S, per, sm, sl, sh, hm, hl, hh, 100.0 * rm,
+               100.0 * rl, 100.0 * rh, s.ttft_p50, s.ttft_p99, h.ttft_p50, h.ttft_p99, s.batch, h.batch, sdm, hdm,
+               scm, hcm);
         fflush(stdout);
         free(sv);
         free(sr);
