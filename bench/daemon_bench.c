@@ -506,8 +506,8 @@ int main(int argc, char **argv)
         int per = tokens ? tokens : (quick ? 8000 : 40000) / S;
         if (!tokens && per < (quick ? 50 : 300)) per = quick ? 50 : 300;   /* start-up and final commits stay small beside the stream */
         double *ipv = malloc(sizeof(double) * (size_t)rounds * 9), *dv = ipv + rounds, *ratio = dv + rounds;
-        double *ipc = ratio + 3 * rounds, *dcpu = ipc + rounds, *ccpu = dcpu + rounds;   /* CPU ms per 1000 tokens */
         double *bv = ratio + rounds, *bratio = bv + rounds, *ab = bratio + rounds;
+        double *ipc = ab + rounds, *dcpu = ipc + rounds, *ccpu = dcpu + rounds;   /* CPU ms per 1000 tokens */
         run_result *rv = malloc(sizeof(run_result) * (size_t)rounds * 2), *rb = rv + rounds;
         int nruns = lind_b[0] ? 3 : 2;
         for (int rep = 0; rep < rounds; rep++) {
