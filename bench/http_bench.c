@@ -271,10 +271,9 @@ static size_t on_data(char *p, size_t sz, size_t n, void *arg)
 {
     stream *s = arg;
     size_t len = sz * n;
-    if (!s->text_seen && memmem(p, len, "\"text\":\"", 8)) {
-        const char *t = memmem(p, len, "\"text\":\"", 8);
+    /* (a chunk's text may be empty: a token that ends inside a UTF-8 character) */
+    for (const char *t = p; !s->text_seen && (t = memmem(t, len - (size_t)(t - p), "\"text\":\"", 8)); t += 8)
         if (t + 8 < p + len && t[8] != '"') { s->text_seen = 1; s->ttft = clock_mono_s() - s->t0; }
-    }
     /* keep the last bytes: the usage chunk is small and comes last */
     if (len >= sizeof s->tail) {
         memcpy(s->tail, p + len - (sizeof s->tail - 1), sizeof s->tail - 1);
