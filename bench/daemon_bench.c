@@ -5,8 +5,11 @@
  * p50/p99 (the gap between consecutive tokens of one stream as the client
  * sees them), and the ratio to the in-process batched step rate — the same
  * model stepping the same batch size with model_step + sampler_next in this
- * process, no daemon, no socket. Then the daemon's RSS, sampled from
- * /proc while one session streams 10^6 tokens.
+ * process, no daemon, no socket. The two sides alternate round by round
+ * (which goes first alternates too), and the ratio is taken per round, so
+ * each ratio compares two adjacent moments of the machine; the row gives
+ * its median and range. Then the daemon's RSS, sampled from /proc while
+ * one session streams 10^6 tokens.
  *
  * The model is models/default when present, else random weights of the
  * default model's configuration (4 layers, d_model 192, 6 heads x 32,
@@ -14,16 +17,28 @@
  * the machine and its load (client and daemon share the CPU here).
  *
  *   usage: daemon_bench [--lind PATH] [--model DIR] [--quick] [--rss-tokens N]
+ *                       [--sessions N[,N...]] [--rounds N] [--tokens N]
  *     --lind        the lind binary (default: ../lind next to this program)
  *     --model       default: $MODEL, else models/default (as bench/run.sh)
  *     --quick       fewer tokens per session, 10^5 tokens for the RSS run
  *                   (also when BENCH_QUICK is set, as bench/run.sh does)
- *     --rss-tokens  length of the RSS run; 0 skips it */
+ *     --rss-tokens  length of the RSS run; 0 skips it
+ *     --sessions    the session counts to measure (default 1,8,64,256);
+ *                   given, the RSS run is skipped unless --rss-tokens is
+ *     --rounds      rounds per row, each an in-process run and a daemon run
+ *                   (default 3)
+ *     --tokens      tokens per session (default: 40000/sessions, at least
+ *                   300; --quick 8000/sessions, at least 50)
+ *     --lind-b      a second lind binary, run in every round too (the three
+ *                   runs' order rotating): an A/B of two builds in one run
+ *     --serve-arg   one more argument for lind serve (repeatable) */
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -37,12 +52,15 @@
 #include "recurrent/sampler.h"
 #include "tests/testmodel.h"
 
-static char workdir[256], model_dir[512], sock_path[300], db_path[300], lind_bin[512];
-static char wal_path[320], shm_path[320], model_cfg[560], model_st[560];
+static char workdir[256], model_dir[512], sock_path[300], db_path[300], lind_bin[512], lind_b[512];
+static const char *daemon_bin = lind_bin;   /* the binary start_daemon runs */
+static char wal_path[320], shm_path[320], reserve_path[320], model_cfg[560], model_st[560];
 static int quick;
 /* The CPU backend's options: main reads them from the environment
  * (LIND_CPU_THREADS, LIND_CPU_GEMM; backend_opts_from_env). */
 static backend_opts bench_be;
+static const char *serve_args[16];   /* --serve-arg: appended to lind serve's arguments */
+static int nserve_args;
 static volatile sig_atomic_t daemon_pid;   /* the running lind serve, 0 if none */
 
 /* Stop the daemon if one runs and remove everything this program created:
@@ -58,7 +76,7 @@ static void cleanup(void)
         daemon_pid = 0;
     }
     if (!workdir[0]) return;
-    const char *files[] = {db_path, wal_path, shm_path, sock_path, model_cfg, model_st};
+    const char *files[] = {db_path, wal_path, shm_path, reserve_path, sock_path, model_cfg, model_st};
     for (size_t i = 0; i < sizeof files / sizeof *files; i++)
         if (files[i][0]) unlink(files[i]);
     if (model_cfg[0]) rmdir(model_dir);
@@ -86,9 +104,15 @@ static pid_t start_daemon(const char *max_tokens)
     unlink(wal_path);
     pid_t pid = fork();
     if (pid == 0) {
-        execl(lind_bin, lind_bin, "serve", "--model", model_dir, "--socket", sock_path, "--db",
-              db_path, "--backend", "cpu", "--max-batch", "256", "--max-resident", "512",
-              "--max-tokens", max_tokens, "--log-level", "warn", (char *)NULL);   /* no line per turn */
+        const char *argv0[64] = {
+            daemon_bin, "serve", "--model", model_dir, "--socket", sock_path, "--db", db_path, "--backend", "cpu",
+            "--max-batch", "256", "--max-resident", "512", "--max-tokens", max_tokens,
+            "--log-level", "warn" };   /* no line per turn */
+        int n = 0;
+        while (argv0[n]) n++;
+        for (int k = 0; k < nserve_args && n < 63; k++) argv0[n++] = serve_args[k];   /* --serve-arg */
+        argv0[n] = NULL;
+        execv(daemon_bin, (char *const *)argv0);
         _exit(127);
     }
     if (pid < 0) die("fork", strerror(errno));
@@ -131,17 +155,69 @@ static int cmpd(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* CPU seconds (user + system) used so far by process pid (all its threads)
+ * and by this program: with the machine's cores all busy, CPU per token is
+ * what decides throughput, and it does not move with the load. */
+static double proc_cpu_s(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    unsigned long ut = 0, st = 0;
+    if (fgets(buf, sizeof buf, f)) {
+        const char *q = strrchr(buf, ')');
+        if (q && sscanf(q + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2) ut = st = 0;
+    }
+    fclose(f);
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static double self_cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + 1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+/* The median and range of n values (sorts them). */
+static void med_range(double *v, int n, double *med, double *lo, double *hi)
+{
+    qsort(v, (size_t)n, sizeof *v, cmpd);
+    *med = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    *lo = v[0];
+    *hi = v[n - 1];
+}
+
+/* "1,8,64" into out[0..max); the count, or -1. */
+static int parse_list(const char *s, int *out, int max)
+{
+    int n = 0;
+    while (*s) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 1 || v > 4096 || n == max || (*end && *end != ',')) return -1;
+        out[n++] = (int)v;
+        s = *end ? end + 1 : end;
+    }
+    return n ? n : -1;
+}
+
 /* In-process: S sessions stepping together, logits on, one sample each,
- * for at least `secs` seconds. */
-static double inproc_rate(int S, double secs)
+ * `per` steps after a few unmeasured ones (at least 20): the tokens a
+ * daemon run makes, so both sides cover about the same time. */
+static double inproc_cpu_per_token;   /* inproc_rate's CPU seconds per token */
+
+static double inproc_rate(int S, int per)
 {
     model *m;
     char err[256];
     model_opts mo = {.backend = "cpu", .be = &bench_be};
     if (model_load_opts(model_dir, &mo, &m, err, sizeof err) != 0) die("model_load", err);
     model_slots_reserve(m, S);
+    int V = model_vocab(m);
     int *slots = malloc(sizeof(int) * (size_t)S), *toks = malloc(sizeof(int) * (size_t)S);
-    float *logits = malloc(sizeof(float) * LIND_BYTE_VOCAB * (size_t)S), scratch[2 * LIND_BYTE_VOCAB];
+    float *logits = malloc(sizeof(float) * (size_t)V * (size_t)S), *scratch = malloc(sizeof(float) * 2 * (size_t)V);
     sampler *sm = malloc(sizeof(sampler) * (size_t)S);
     sampler_params p = sampler_defaults();
     for (int b = 0; b < S; b++) {
@@ -151,32 +227,55 @@ static double inproc_rate(int S, double secs)
         p.seed = (uint64_t)b;
         sampler_init(&sm[b], &p);
     }
-    double t0 = 0;
+    double t0 = 0, c0 = 0;
     long steps = 0;
     for (int k = 0;; k++) {
-        if (k == 5) t0 = clock_mono_s();   /* a few warm-up steps */
+        if (k == 5) { t0 = clock_mono_s(); c0 = self_cpu_s(); }   /* a few warm-up steps */
         model_step(m, slots, toks, S, logits);
         for (int b = 0; b < S; b++) {
-            toks[b] = sampler_next(&sm[b], logits + (size_t)b * LIND_BYTE_VOCAB, LIND_BYTE_VOCAB, scratch);
+            toks[b] = sampler_next(&sm[b], logits + (size_t)b * (size_t)V, V, scratch);
             sampler_observe(&sm[b], toks[b]);
         }
-        if (k >= 5 && ++steps >= 20 && clock_mono_s() - t0 >= secs) break;
+        if (k >= 5 && ++steps >= (per > 20 ? per : 20)) break;
     }
     double rate = (double)S * (double)steps / (clock_mono_s() - t0);
-    free(slots); free(toks); free(logits); free(sm);
+    inproc_cpu_per_token = (self_cpu_s() - c0) / ((double)S * (double)steps);
+    free(slots); free(toks); free(logits); free(scratch); free(sm);
     model_free(m);
     return rate;
 }
 
-typedef struct run_result { double tok_s, p50_ms, p99_ms, wall_s; long tokens; } run_result;
+typedef struct run_result { double tok_s, p50_ms, p99_ms, wall_s, batch, first_s, last_s, daemon_cpu, client_cpu; long tokens; } run_result;
 
-static run_result daemon_run(int S, int per)
+/* The daemon's steps and tokens_out so far (`stats`), and its steps by
+ * batch size on stderr. */
+static void daemon_counts(lindc *c, uint64_t *steps, uint64_t *outs, int show_hist)
 {
-    run_result r = {0};
-    pid_t pid = start_daemon("1000000");
-    lindc *c;
-    char err[256];
-    if (lindc_connect(&c, sock_path, err, sizeof err) != 0) die("connect", err);
+    lindc_req sr;
+    lindc_req_init(&sr, "stats");
+    lindc_event sev;
+    if (lindc_call(c, &sr, &sev, 10000) != 0 || lindc_get_u64(sev.map, "steps", steps) != 0 ||
+        lindc_get_u64(sev.map, "tokens_out", outs) != 0)
+        die("stats", "no steps/tokens_out in the answer");
+    lindc_req_free(&sr);
+    const msgpack_object *h = lindc_get(sev.map, "batch_hist");
+    if (show_hist && h && h->type == MSGPACK_OBJECT_MAP) {
+        char line[512];
+        size_t n = 0;
+        for (uint32_t i = 0; i < h->via.map.size && n < sizeof line - 64; i++) {
+            const msgpack_object_kv *kv = &h->via.map.ptr[i];
+            n += (size_t)snprintf(line + n, sizeof line - n, " %.*s:%llu", (int)kv->key.via.str.size,
+                                  kv->key.via.str.ptr, (unsigned long long)kv->val.via.u64);
+        }
+        fprintf(stderr, "daemon_bench: steps by batch since start:%s\n", line);
+    }
+}
+
+/* S fresh sessions (named PREFIX-i), each generating `per` tokens from
+ * "The ", all in flight at once on c. Fills tokens, wall_s, tok_s, the
+ * latencies and the times of the first and last tokens. */
+static void streams(lindc *c, int S, int per, const char *prefix, run_result *r)
+{
     uint64_t *ids = malloc(sizeof(uint64_t) * (size_t)S);
     /* Per-token latency: the time over the last GAP_WINDOW tokens of a
      * stream divided by GAP_WINDOW. Tokens reach the client in bursts (one
@@ -189,8 +288,8 @@ static run_result daemon_run(int S, int per)
     double *gaps = malloc(sizeof(double) * cap);
     double t0 = clock_mono_s();
     for (int i = 0; i < S; i++) {
-        char name[32];
-        snprintf(name, sizeof name, "bench-%d", i);
+        char name[48];
+        snprintf(name, sizeof name, "%s-%d", prefix, i);
         lindc_gen_opts o;
         lindc_gen_opts_init(&o);
         o.session = name;
@@ -211,27 +310,53 @@ static run_result daemon_run(int S, int per)
         if (i < 0 || i >= S) continue;
         double t = clock_mono_s();
         if (ev.kind == LINDC_EV_TOKEN) {
+            if (!r->tokens) r->first_s = t - t0;
+            r->last_s = t - t0;
             double *ring = last + (size_t)i * GAP_WINDOW;
             long k = seen[i]++;
             if (k >= GAP_WINDOW && ngaps < cap)
                 gaps[ngaps++] = (t - ring[k % GAP_WINDOW]) * 1e3 / GAP_WINDOW;
             ring[k % GAP_WINDOW] = t;
-            r.tokens += (long)ev.len;
+            r->tokens++;   /* one event per token (a token of a BPE model may hold several bytes, or none) */
         } else if (ev.final) {
             if (ev.kind != LINDC_EV_DONE) die("generate", ev.message);
             done++;
         }
     }
-    r.wall_s = clock_mono_s() - t0;
-    r.tok_s = (double)r.tokens / r.wall_s;
+    r->wall_s = clock_mono_s() - t0;
+    r->tok_s = (double)r->tokens / r->wall_s;
     qsort(gaps, ngaps, sizeof *gaps, cmpd);
     if (ngaps) {
-        r.p50_ms = gaps[(size_t)(0.50 * (double)(ngaps - 1))];
-        r.p99_ms = gaps[(size_t)(0.99 * (double)(ngaps - 1))];
+        r->p50_ms = gaps[(size_t)(0.50 * (double)(ngaps - 1))];
+        r->p99_ms = gaps[(size_t)(0.99 * (double)(ngaps - 1))];
     }
+    free(ids); free(last); free(seen); free(gaps);
+}
+
+/* A fresh daemon, warmed by S sessions of a few tokens (its first steps,
+ * the CPU pool's first trials, the store's first transactions: the
+ * in-process side skips its first steps too), then the measured run of S
+ * other fresh sessions, each loaded, stepped and committed as any turn. */
+static run_result daemon_run(int S, int per)
+{
+    run_result r = {0}, warm = {0};
+    pid_t pid = start_daemon("1000000");
+    lindc *c;
+    char err[256];
+    if (lindc_connect(&c, sock_path, err, sizeof err) != 0) die("connect", err);
+    streams(c, S, 8, "warm", &warm);
+    uint64_t st0, tk0, st1, tk1;
+    daemon_counts(c, &st0, &tk0, 0);
+    double dc0 = proc_cpu_s(pid), cc0 = self_cpu_s();
+    streams(c, S, per, "bench", &r);
+    r.daemon_cpu = proc_cpu_s(pid) - dc0;
+    r.client_cpu = self_cpu_s() - cc0;
+    daemon_counts(c, &st1, &tk1, 1);
+    /* The mean batch the daemon stepped: sessions that start or end apart
+     * run smaller batches. */
+    r.batch = st1 > st0 ? (double)(tk1 - tk0) / (double)(st1 - st0) : 0;
     lindc_free(c);
     stop_daemon(pid);
-    free(ids); free(last); free(seen); free(gaps);
     return r;
 }
 
@@ -260,7 +385,7 @@ static void rss_run(long ntok)
         lindc_event ev;
         int rc = lindc_wait(c, id, &ev, 60000);
         if (rc != 0) die("events", lindc_strerror(rc));
-        if (ev.kind == LINDC_EV_TOKEN) got += (long)ev.len;
+        if (ev.kind == LINDC_EV_TOKEN) got++;
         if (got >= next_mark || ev.final) {
             long kib = rss_kib(pid);
             printf("| %ld | %ld | %.1f |\n", got, kib, clock_mono_s() - t0);
@@ -288,6 +413,7 @@ int main(int argc, char **argv)
 {
     long rss_tokens = 1000000;
     const char *model_arg = NULL;
+    int sizes[16] = { 1, 8, 64, 256 }, nsizes = 4, sizes_set = 0, rss_set = 0, rounds = 3, tokens = 0;
     snprintf(lind_bin, sizeof lind_bin, "%s", argv[0]);
     char *slash = strrchr(lind_bin, '/');
     if (slash) snprintf(slash, sizeof lind_bin - (size_t)(slash - lind_bin), "/../lind");
@@ -301,16 +427,28 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) { quick = 1; rss_tokens = 100000; }
         else if (!strcmp(argv[i], "--lind") && i + 1 < argc) snprintf(lind_bin, sizeof lind_bin, "%s", argv[++i]);
+        else if (!strcmp(argv[i], "--lind-b") && i + 1 < argc) snprintf(lind_b, sizeof lind_b, "%s", argv[++i]);
         else if (!strcmp(argv[i], "--model") && i + 1 < argc) model_arg = argv[++i];
-        else if (!strcmp(argv[i], "--rss-tokens") && i + 1 < argc) rss_tokens = atol(argv[++i]);
-        else { fprintf(stderr, "usage: daemon_bench [--lind PATH] [--model DIR] [--quick] [--rss-tokens N]\n"); return 2; }
+        else if (!strcmp(argv[i], "--rss-tokens") && i + 1 < argc) { rss_tokens = atol(argv[++i]); rss_set = 1; }
+        else if (!strcmp(argv[i], "--sessions") && i + 1 < argc && (nsizes = parse_list(argv[++i], sizes, 16)) > 0) sizes_set = 1;
+        else if (!strcmp(argv[i], "--serve-arg") && i + 1 < argc && nserve_args < 16)
+            serve_args[nserve_args++] = argv[++i];
+        else if (!strcmp(argv[i], "--rounds") && i + 1 < argc && (rounds = atoi(argv[++i])) >= 1 && rounds <= 99) {}
+        else if (!strcmp(argv[i], "--tokens") && i + 1 < argc && (tokens = atoi(argv[++i])) >= 1) {}
+        else {
+            fprintf(stderr, "usage: daemon_bench [--lind PATH] [--model DIR] [--quick] [--rss-tokens N] "
+                    "[--sessions N[,N...]] [--rounds N] [--tokens N]\n");
+            return 2;
+        }
     }
+    if (sizes_set && !rss_set) rss_tokens = 0;
     snprintf(workdir, sizeof workdir, "/tmp/lind-daemon-bench-XXXXXX");
     if (!mkdtemp(workdir)) die("mkdtemp", strerror(errno));
     snprintf(sock_path, sizeof sock_path, "%s/lind.sock", workdir);
     snprintf(db_path, sizeof db_path, "%s/lind.db", workdir);
     snprintf(wal_path, sizeof wal_path, "%s-wal", db_path);
     snprintf(shm_path, sizeof shm_path, "%s-shm", db_path);
+    snprintf(reserve_path, sizeof reserve_path, "%s-reserve", db_path);   /* the daemon's disk reserve */
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     signal(SIGHUP, on_signal);
@@ -339,35 +477,93 @@ int main(int argc, char **argv)
     printf("# lind serve under load\n\nModel: %s. Machine: %s %s, %ld CPUs. Daemon: %s, "
            "--max-batch 256, durability full. One client connection; every stream in flight "
            "at once.\n\n", label, u.sysname, u.machine, sysconf(_SC_NPROCESSORS_ONLN), lind_bin);
-    printf("Each row: the median of three daemon runs and of three in-process runs, "
-           "alternated. Per-token latency is the client-side time per token over a sliding "
-           "window of %d tokens of one stream.\n\n", 8);
-    printf("| sessions | tokens/session | aggregate tokens/s | per-token latency p50 ms | p99 ms "
-           "| in-process step rate tokens/s | ratio |\n|---:|---:|---:|---:|---:|---:|---:|\n");
-    const int sizes[] = { 1, 8, 64, 256 };
-    for (int k = 0; k < 4; k++) {
+    time_t now = time(NULL);
+    char when[64];
+    strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", gmtime(&now));
+    printf("Run: %s, %d rounds a row. Each round: one in-process run and one daemon run, one "
+           "after the other (which goes first alternates from round to round), each making the "
+           "row's tokens per session (the in-process one after 5 unmeasured steps, the daemon "
+           "after a warm-up of 8 tokens in as many other sessions); the "
+           "ratio is the daemon's tokens/s over the in-process rate of the same round. Each "
+           "figure: the median over the rounds (range lowest-highest). Latency and mean batch: "
+           "the daemon run with the median tokens/s; latency is the client-side time per token "
+           "over a sliding window of %d tokens of one stream. CPU: user + system seconds over the "
+           "measured part, of the in-process run (this program, all threads), of the daemon (all "
+           "threads, /proc) and of the client, per 1000 tokens; medians. The client (this program: "
+           "one connection, a msgpack decode per token) shares the machine with the daemon.\n\n",
+           when, rounds, 8);
+    if (lind_b[0])
+        printf("A/B: every round also runs daemon B, %s; the three runs of a round go in an order "
+               "that rotates from round to round. B/A: B's tokens/s over A's in the same round.\n\n", lind_b);
+    printf("| sessions | tokens/session | daemon tokens/s | per-token latency p50 ms | p99 ms "
+           "| daemon mean batch | in-process step rate tokens/s | daemon/in-process | CPU ms per 1000 "
+           "tokens: in-process / daemon / client |%s\n"
+           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|%s\n",
+           lind_b[0] ? " B tokens/s | B mean batch | B/in-process | B/A |" : "",
+           lind_b[0] ? "---:|---:|---:|---:|" : "");
+    for (int k = 0; k < nsizes; k++) {
         int S = sizes[k];
-        int per = (quick ? 8000 : 40000) / S;
-        if (per < (quick ? 50 : 300)) per = quick ? 50 : 300;   /* start-up and final commits stay small beside the stream */
-        /* Three rounds of (in-process, daemon), alternating so that drifts
-         * in the machine's load hit both alike; each side's median run. */
-        double secs = quick ? 1.0 : 3.0, ipv[3];
-        run_result rv[3];
-        for (int rep = 0; rep < 3; rep++) {
-            ipv[rep] = inproc_rate(S, secs);
-            rv[rep] = daemon_run(S, per);
-        }
-        qsort(ipv, 3, sizeof *ipv, cmpd);
-        double ip = ipv[1];
-        int idx[3] = { 0, 1, 2 };
-        for (int a = 1; a < 3; a++)
-            for (int b = a; b > 0 && rv[idx[b]].tok_s < rv[idx[b - 1]].tok_s; b--) {
-                int t = idx[b]; idx[b] = idx[b - 1]; idx[b - 1] = t;
+        int per = tokens ? tokens : (quick ? 8000 : 40000) / S;
+        if (!tokens && per < (quick ? 50 : 300)) per = quick ? 50 : 300;   /* start-up and final commits stay small beside the stream */
+        double *ipv = malloc(sizeof(double) * (size_t)rounds * 9), *dv = ipv + rounds, *ratio = dv + rounds;
+        double *bv = ratio + rounds, *bratio = bv + rounds, *ab = bratio + rounds;
+        double *ipc = ab + rounds, *dcpu = ipc + rounds, *ccpu = dcpu + rounds;   /* CPU ms per 1000 tokens */
+        run_result *rv = malloc(sizeof(run_result) * (size_t)rounds * 2), *rb = rv + rounds;
+        int nruns = lind_b[0] ? 3 : 2;
+        for (int rep = 0; rep < rounds; rep++) {
+            for (int j = 0; j < nruns; j++) {
+                int which = (j + rep) % nruns;   /* 0 in-process, 1 daemon A, 2 daemon B */
+                if (which == 0) { ipv[rep] = inproc_rate(S, per); ipc[rep] = 1e6 * inproc_cpu_per_token; }
+                else if (which == 1) { daemon_bin = lind_bin; rv[rep] = daemon_run(S, per); }
+                else { daemon_bin = lind_b; rb[rep] = daemon_run(S, per); }
             }
-        run_result r = rv[idx[1]];
-        printf("| %d | %d | %.0f | %.3f | %.3f | %.0f | %.0f%% |\n", S, per, r.tok_s, r.p50_ms,
-               r.p99_ms, ip, 100.0 * r.tok_s / ip);
+            dv[rep] = rv[rep].tok_s;
+            ratio[rep] = rv[rep].tok_s / ipv[rep];
+            dcpu[rep] = 1e6 * rv[rep].daemon_cpu / (double)rv[rep].tokens;
+            ccpu[rep] = 1e6 * rv[rep].client_cpu / (double)rv[rep].tokens;
+            fprintf(stderr, "daemon_bench: %d sessions round %d: in-process %.0f, daemon %.0f tokens/s (%.1f%%), "
+                    "mean batch %.1f; first token %.3f s, last %.3f s, last done %.3f s; CPU ms per 1000 tokens: "
+                    "in-process %.1f, daemon %.1f, client %.1f\n", S, rep + 1, ipv[rep], rv[rep].tok_s,
+                    100.0 * ratio[rep], rv[rep].batch, rv[rep].first_s, rv[rep].last_s, rv[rep].wall_s, ipc[rep],
+                    dcpu[rep], ccpu[rep]);
+            if (nruns == 3) {
+                bv[rep] = rb[rep].tok_s;
+                bratio[rep] = rb[rep].tok_s / ipv[rep];
+                ab[rep] = rb[rep].tok_s / rv[rep].tok_s;
+                fprintf(stderr, "daemon_bench: %d sessions round %d: daemon B %.0f tokens/s (%.1f%%), mean batch %.1f; "
+                        "first token %.3f s, last %.3f s, last done %.3f s\n", S, rep + 1, rb[rep].tok_s,
+                        100.0 * bratio[rep], rb[rep].batch, rb[rep].first_s, rb[rep].last_s, rb[rep].wall_s);
+            }
+        }
+        double ipm, ipl, iph, dm, dl, dh, rm, rl, rh;
+        med_range(ipv, rounds, &ipm, &ipl, &iph);
+        med_range(dv, rounds, &dm, &dl, &dh);
+        med_range(ratio, rounds, &rm, &rl, &rh);
+        int mi = 0;   /* the daemon run nearest the median, for its latencies */
+        for (int rep = 1; rep < rounds; rep++)
+            if (fabs(rv[rep].tok_s - dm) < fabs(rv[mi].tok_s - dm)) mi = rep;
+        double icm, dcm, ccm, lo, hi;
+        med_range(ipc, rounds, &icm, &lo, &hi);
+        med_range(dcpu, rounds, &dcm, &lo, &hi);
+        med_range(ccpu, rounds, &ccm, &lo, &hi);
+        printf("| %d | %d | %.0f (%.0f-%.0f) | %.3f | %.3f | %.1f | %.0f (%.0f-%.0f) | %.1f%% (%.1f-%.1f%%) "
+               "| %.1f / %.1f / %.1f |", S, per, dm, dl, dh, rv[mi].p50_ms, rv[mi].p99_ms, rv[mi].batch, ipm, ipl,
+               iph, 100.0 * rm, 100.0 * rl, 100.0 * rh, icm, dcm, ccm);
+        if (nruns == 3) {
+            double bm, bl, bh, brm, brl, brh, am, al, ah;
+            med_range(bv, rounds, &bm, &bl, &bh);
+            med_range(bratio, rounds, &brm, &brl, &brh);
+            med_range(ab, rounds, &am, &al, &ah);
+            int bi = 0;
+            for (int rep = 1; rep < rounds; rep++)
+                if (fabs(rb[rep].tok_s - bm) < fabs(rb[bi].tok_s - bm)) bi = rep;
+            printf(" %.0f (%.0f-%.0f) | %.1f | %.1f%% (%.1f-%.1f%%) | %.1f%% (%.1f-%.1f%%) |", bm, bl, bh, rb[bi].batch,
+                   100.0 * brm, 100.0 * brl, 100.0 * brh, 100.0 * am, 100.0 * al, 100.0 * ah);
+        }
+        printf("\n");
         fflush(stdout);
+        free(ipv);
+        free(rv);
     }
     if (rss_tokens > 0) {
         printf("\n## RSS while one session streams %ld tokens\n\n", rss_tokens);

@@ -11,19 +11,31 @@
  * Not a test: the figures depend on the machine and its load (clients and
  * daemon share the CPU here).
  *
+ * The sides alternate round by round (which goes first alternates too) and
+ * the ratio is taken per round, from two adjacent runs; a row gives the
+ * median and range over the rounds.
+ *
  *   usage: http_bench [--lind PATH] [--model DIR] [--quick] [--n-only]
- *     --lind   the lind binary (default: ../lind next to this program)
- *     --model  default: $MODEL when it has weights, else models/default
- *     --quick  fewer tokens per stream (also when BENCH_QUICK is set)
- *     --n-only only the second table: n answers to one prompt by one request
- *              with `n` (one prefill, forked) against n separate requests */
+ *                     [--streams N[,N...]] [--rounds N] [--tokens N]
+ *     --lind    the lind binary (default: ../lind next to this program)
+ *     --model   default: $MODEL when it has weights, else models/default
+ *     --quick   fewer tokens per stream (also when BENCH_QUICK is set)
+ *     --n-only  only the second table: n answers to one prompt by one request
+ *               with `n` (one prefill, forked) against n separate requests
+ *     --streams the stream counts to measure (default 1,8,64); given, the
+ *               second table is skipped
+ *     --rounds  rounds per row, each a socket run and an HTTP run (default 3)
+ *     --tokens  tokens per stream (default 32000/streams, at least 300;
+ *               --quick 4000/streams, at least 50) */
 #include <curl/curl.h>
 #include <errno.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
@@ -35,8 +47,10 @@
 #include "kernels/clock.h"
 
 static char workdir[256], model_dir[512], sock_path[300], db_path[300], lind_bin[512];
-static char wal_path[320], shm_path[320];
+static char wal_path[320], shm_path[320], reserve_path[320];
 static int port;
+static const char *serve_args[16];   /* --serve-arg: appended to lind serve's arguments */
+static int nserve_args;
 static volatile sig_atomic_t daemon_pid;
 
 static void cleanup(void)
@@ -49,7 +63,7 @@ static void cleanup(void)
         daemon_pid = 0;
     }
     if (!workdir[0]) return;
-    const char *files[] = { db_path, wal_path, shm_path, sock_path };
+    const char *files[] = { db_path, wal_path, shm_path, reserve_path, sock_path };
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) unlink(files[i]);
     rmdir(workdir);
 }
@@ -87,9 +101,15 @@ static void start_daemon(void)
     snprintf(http, sizeof http, "%d", port);
     pid_t pid = fork();
     if (pid == 0) {
-        execl(lind_bin, lind_bin, "serve", "--model", model_dir, "--socket", sock_path, "--db",
-              db_path, "--backend", "cpu", "--max-batch", "256", "--max-resident", "512",
-              "--max-tokens", "100000", "--log-level", "warn", "--http", http, (char *)NULL);
+        const char *argv0[64] = {
+            lind_bin, "serve", "--model", model_dir, "--socket", sock_path, "--db", db_path, "--backend", "cpu",
+            "--max-batch", "256", "--max-resident", "512", "--max-tokens", "100000",
+            "--log-level", "warn", "--http", http };
+        int n = 0;
+        while (argv0[n]) n++;
+        for (int k = 0; k < nserve_args && n < 63; k++) argv0[n++] = serve_args[k];   /* --serve-arg */
+        argv0[n] = NULL;
+        execv(lind_bin, (char *const *)argv0);
         _exit(127);
     }
     if (pid < 0) die("fork", strerror(errno));
@@ -112,7 +132,7 @@ static int cmpd(const void *a, const void *b)
 
 typedef struct hbuf_t { char *p; size_t n, cap; } hbuf_t;
 
-typedef struct run_result { double tok_s, ttft_p50, ttft_p99, batch, wall; long tokens; } run_result;
+typedef struct run_result { double tok_s, ttft_p50, ttft_p99, batch, wall, daemon_cpu, client_cpu; long tokens; } run_result;
 
 /* The daemon's steps and tokens_out so far (from `stats`), so that each run
  * can report the mean batch it got: the model's cost per step is nearly
@@ -157,6 +177,31 @@ static void ttft_stats(run_result *r, double *ttft, int S)
     r->ttft_p99 = ttft[(int)(0.99 * (S - 1))] * 1e3;
 }
 
+/* CPU seconds (user + system) used so far by the daemon (all its threads)
+ * and by this program: with the machine's cores all busy, what each front
+ * costs in CPU is what it costs in throughput. */
+static double daemon_cpu_s(void)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)daemon_pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    unsigned long ut = 0, st = 0;
+    if (fgets(buf, sizeof buf, f)) {
+        const char *q = strrchr(buf, ')');
+        if (q && sscanf(q + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2) ut = st = 0;
+    }
+    fclose(f);
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static double self_cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + 1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
 static long seq;   /* unique session names across runs */
 
 static run_result socket_run(int S, int per)
@@ -169,6 +214,7 @@ static run_result socket_run(int S, int per)
     double *ttft = calloc((size_t)S, sizeof *ttft);
     uint64_t st0, tk0, st1, tk1;
     daemon_counts(&st0, &tk0);
+    double dc0 = daemon_cpu_s(), cc0 = self_cpu_s();
     double t0 = clock_mono_s();
     for (int i = 0; i < S; i++) {
         char name[48];
@@ -199,6 +245,8 @@ static run_result socket_run(int S, int per)
         }
     }
     r.wall = clock_mono_s() - t0;
+    r.daemon_cpu = daemon_cpu_s() - dc0;
+    r.client_cpu = self_cpu_s() - cc0;
     r.tok_s = (double)r.tokens / r.wall;
     daemon_counts(&st1, &tk1);
     r.batch = st1 > st0 ? (double)(tk1 - tk0) / (double)(st1 - st0) : 0;
@@ -223,10 +271,9 @@ static size_t on_data(char *p, size_t sz, size_t n, void *arg)
 {
     stream *s = arg;
     size_t len = sz * n;
-    if (!s->text_seen && memmem(p, len, "\"text\":\"", 8)) {
-        const char *t = memmem(p, len, "\"text\":\"", 8);
+    /* (a chunk's text may be empty: a token that ends inside a UTF-8 character) */
+    for (const char *t = p; !s->text_seen && (t = memmem(t, len - (size_t)(t - p), "\"text\":\"", 8)); t += 8)
         if (t + 8 < p + len && t[8] != '"') { s->text_seen = 1; s->ttft = clock_mono_s() - s->t0; }
-    }
     /* keep the last bytes: the usage chunk is small and comes last */
     if (len >= sizeof s->tail) {
         memcpy(s->tail, p + len - (sizeof s->tail - 1), sizeof s->tail - 1);
@@ -253,6 +300,7 @@ static run_result http_run(int S, int per)
     struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
     uint64_t st0, tk0, st1, tk1;
     daemon_counts(&st0, &tk0);
+    double dc0 = daemon_cpu_s(), cc0 = self_cpu_s();
     double t0 = clock_mono_s();
     for (int i = 0; i < S; i++) {
         snprintf(body[i], sizeof body[i], "{\"prompt\":\"The \",\"max_tokens\":%d,\"seed\":%d,"
@@ -273,6 +321,8 @@ static run_result http_run(int S, int per)
         if (running) curl_multi_poll(multi, NULL, 0, 1000, NULL);
     }
     double wall = clock_mono_s() - t0;
+    r.daemon_cpu = daemon_cpu_s() - dc0;
+    r.client_cpu = self_cpu_s() - cc0;
     r.wall = wall;
     daemon_counts(&st1, &tk1);
     r.batch = st1 > st0 ? (double)(tk1 - tk0) / (double)(st1 - st0) : 0;
@@ -383,20 +433,41 @@ static int cmp_wall(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* The median run of three, by tokens/s. */
-static run_result median(run_result *v)
+/* The median and range of n values (sorts them). */
+static void med_range(double *v, int n, double *med, double *lo, double *hi)
 {
-    int idx[3] = { 0, 1, 2 };
-    for (int a = 1; a < 3; a++)
-        for (int b = a; b > 0 && v[idx[b]].tok_s < v[idx[b - 1]].tok_s; b--) {
-            int t = idx[b]; idx[b] = idx[b - 1]; idx[b - 1] = t;
-        }
-    return v[idx[1]];
+    qsort(v, (size_t)n, sizeof *v, cmpd);
+    *med = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    *lo = v[0];
+    *hi = v[n - 1];
+}
+
+/* The run nearest the median tokens/s, for its other figures. */
+static run_result median_run(const run_result *v, int n, double med)
+{
+    int mi = 0;
+    for (int i = 1; i < n; i++)
+        if (fabs(v[i].tok_s - med) < fabs(v[mi].tok_s - med)) mi = i;
+    return v[mi];
+}
+
+/* "1,8,64" into out[0..max); the count, or -1. */
+static int parse_list(const char *s, int *out, int max)
+{
+    int n = 0;
+    while (*s) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 1 || v > 4096 || n == max || (*end && *end != ',')) return -1;
+        out[n++] = (int)v;
+        s = *end ? end + 1 : end;
+    }
+    return n ? n : -1;
 }
 
 int main(int argc, char **argv)
 {
-    int quick = 0, n_only = 0;
+    int quick = 0, n_only = 0, sizes[16] = { 1, 8, 64 }, nsizes = 3, sizes_set = 0, rounds = 3, tokens = 0;
     const char *model_arg = NULL;
     snprintf(lind_bin, sizeof lind_bin, "%s", argv[0]);
     char *slash = strrchr(lind_bin, '/');
@@ -409,7 +480,16 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--n-only")) n_only = 1;
         else if (!strcmp(argv[i], "--lind") && i + 1 < argc) snprintf(lind_bin, sizeof lind_bin, "%s", argv[++i]);
         else if (!strcmp(argv[i], "--model") && i + 1 < argc) model_arg = argv[++i];
-        else { fprintf(stderr, "usage: http_bench [--lind PATH] [--model DIR] [--quick] [--n-only]\n"); return 2; }
+        else if (!strcmp(argv[i], "--streams") && i + 1 < argc && (nsizes = parse_list(argv[++i], sizes, 16)) > 0) sizes_set = 1;
+        else if (!strcmp(argv[i], "--serve-arg") && i + 1 < argc && nserve_args < 16)
+            serve_args[nserve_args++] = argv[++i];
+        else if (!strcmp(argv[i], "--rounds") && i + 1 < argc && (rounds = atoi(argv[++i])) >= 1 && rounds <= 99) {}
+        else if (!strcmp(argv[i], "--tokens") && i + 1 < argc && (tokens = atoi(argv[++i])) >= 1) {}
+        else {
+            fprintf(stderr, "usage: http_bench [--lind PATH] [--model DIR] [--quick] [--n-only] "
+                    "[--streams N[,N...]] [--rounds N] [--tokens N]\n");
+            return 2;
+        }
     }
     struct stat sb;
     char probe[600];
@@ -425,6 +505,7 @@ int main(int argc, char **argv)
     snprintf(db_path, sizeof db_path, "%s/lind.db", workdir);
     snprintf(wal_path, sizeof wal_path, "%s-wal", db_path);
     snprintf(shm_path, sizeof shm_path, "%s-shm", db_path);
+    snprintf(reserve_path, sizeof reserve_path, "%s-reserve", db_path);   /* the daemon's disk reserve */
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     signal(SIGHUP, on_signal);
@@ -442,28 +523,69 @@ int main(int argc, char **argv)
                "stream:true, one connection per stream (libcurl multi). Every stream: a fresh session, "
                "prompt \"The \", its own seed.\n\n", model_dir, u.sysname, u.machine,
                sysconf(_SC_NPROCESSORS_ONLN), lind_bin);
-        printf("Each row: the median of three runs per side (by tokens/s), sides alternated. Time to "
-               "first token: from sending the request(s) to a stream's first text, p50/p99 over the "
-               "streams.\n\n");
+        time_t now = time(NULL);
+        char when[64];
+        strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", gmtime(&now));
+        printf("Run: %s, %d rounds a row. Each round: one socket run and one HTTP run, one after "
+               "the other (which goes first alternates from round to round), after an unmeasured "
+               "warm-up of 8 tokens a stream on each side; the ratio is "
+               "HTTP's tokens/s over the socket's in the same round. Each figure: the median over the "
+               "rounds (range lowest-highest); TTFT and mean batch from the run with the median "
+               "tokens/s. CPU: user + system seconds over the run, of the daemon (all threads, "
+               "/proc) and of this program (getrusage), per 1000 tokens; medians. Time to first token: from sending the request(s) to a stream's first "
+               "text, p50/p99 over the streams. The clients (this program: libcurl for HTTP, the "
+               "msgpack client library for the socket) share the machine with the daemon.\n\n",
+               when, rounds);
         printf("| streams | tokens/stream | socket tokens/s | HTTP tokens/s | HTTP/socket | socket TTFT "
-               "p50/p99 ms | HTTP TTFT p50/p99 ms | mean batch socket / HTTP |\n"
-               "|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+               "p50/p99 ms | HTTP TTFT p50/p99 ms | mean batch socket / HTTP | daemon CPU ms per 1000 "
+               "tokens socket / HTTP | client CPU ms per 1000 tokens socket / HTTP |\n"
+               "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     }
-    const int sizes[] = { 1, 8, 64 };
-    for (int k = 0; k < (n_only ? 0 : 3); k++) {
+    for (int k = 0; k < (n_only ? 0 : nsizes); k++) {
         int S = sizes[k];
-        int per = (quick ? 4000 : 32000) / S;
-        if (per < (quick ? 50 : 300)) per = quick ? 50 : 300;
-        run_result sv[3], hv[3];
-        for (int rep = 0; rep < 3; rep++) {
-            sv[rep] = socket_run(S, per);
-            hv[rep] = http_run(S, per);
+        int per = tokens ? tokens : (quick ? 4000 : 32000) / S;
+        if (!tokens && per < (quick ? 50 : 300)) per = quick ? 50 : 300;
+        run_result *sv = malloc(sizeof(run_result) * 2 * (size_t)rounds), *hv = sv + rounds;
+        double *sr = malloc(sizeof(double) * 7 * (size_t)rounds), *hr = sr + rounds, *ratio = hr + rounds;
+        double *sdc = ratio + rounds, *hdc = sdc + rounds, *scc = hdc + rounds, *hcc = scc + rounds;
+        socket_run(S, 8);   /* warm-up, unmeasured: the daemon's first steps and commits, the */
+        http_run(S, 8);     /* clients' first connections */
+        for (int rep = 0; rep < rounds; rep++) {
+            if (rep % 2 == 0) { sv[rep] = socket_run(S, per); hv[rep] = http_run(S, per); }
+            else { hv[rep] = http_run(S, per); sv[rep] = socket_run(S, per); }
+            sr[rep] = sv[rep].tok_s;
+            hr[rep] = hv[rep].tok_s;
+            ratio[rep] = hv[rep].tok_s / sv[rep].tok_s;
+            sdc[rep] = 1e6 * sv[rep].daemon_cpu / (double)sv[rep].tokens;
+            hdc[rep] = 1e6 * hv[rep].daemon_cpu / (double)hv[rep].tokens;
+            scc[rep] = 1e6 * sv[rep].client_cpu / (double)sv[rep].tokens;
+            hcc[rep] = 1e6 * hv[rep].client_cpu / (double)hv[rep].tokens;
+            fprintf(stderr, "http_bench: %d streams round %d: socket %.0f, HTTP %.0f tokens/s (%.1f%%); CPU ms per "
+                    "1000 tokens: daemon %.1f / %.1f, client %.1f / %.1f\n", S, rep + 1, sv[rep].tok_s, hv[rep].tok_s,
+                    100.0 * ratio[rep], sdc[rep], hdc[rep], scc[rep], hcc[rep]);
         }
-        run_result s = median(sv), h = median(hv);
-        printf("| %d | %d | %.0f | %.0f | %.0f%% | %.1f / %.1f | %.1f / %.1f | %.1f / %.1f |\n", S, per, s.tok_s,
-               h.tok_s, 100.0 * h.tok_s / s.tok_s, s.ttft_p50, s.ttft_p99, h.ttft_p50, h.ttft_p99,
-               s.batch, h.batch);
+        double sm, sl, sh, hm, hl, hh, rm, rl, rh;
+        med_range(sr, rounds, &sm, &sl, &sh);
+        med_range(hr, rounds, &hm, &hl, &hh);
+        med_range(ratio, rounds, &rm, &rl, &rh);
+        double sdm, hdm, scm, hcm, lo, hi;
+        med_range(sdc, rounds, &sdm, &lo, &hi);
+        med_range(hdc, rounds, &hdm, &lo, &hi);
+        med_range(scc, rounds, &scm, &lo, &hi);
+        med_range(hcc, rounds, &hcm, &lo, &hi);
+        run_result s = median_run(sv, rounds, sm), h = median_run(hv, rounds, hm);
+        printf("| %d | %d | %.0f (%.0f-%.0f) | %.0f (%.0f-%.0f) | %.1f%% (%.1f-%.1f%%) | %.1f / %.1f | %.1f / %.1f "
+               "| %.1f / %.1f | %.1f / %.1f | %.1f / %.1f |\n", S, per, sm, sl, sh, hm, hl, hh, 100.0 * rm,
+               100.0 * rl, 100.0 * rh, s.ttft_p50, s.ttft_p99, h.ttft_p50, h.ttft_p99, s.batch, h.batch, sdm, hdm,
+               scm, hcm);
         fflush(stdout);
+        free(sv);
+        free(sr);
+    }
+    if (sizes_set && !n_only) {
+        cleanup();
+        curl_global_cleanup();
+        return 0;
     }
     printf("\n## n answers from one prefill\n\n%s one POST /v1/completions with `n` against `n` separate "
            "requests sent at once (each n 1), the same prompt, non-streaming, temperature 1, a seed per "

@@ -16,6 +16,7 @@
 #include "kernels/clock.h"
 
 #define SAVE_GROUP_MAX 512
+#define LOAD_GROUP_MAX 256   /* loads whose leases one commit takes (do_loads) */
 /* Retention (docs/STATE.md): sessions deleted per collection step, and how
  * often connection 0 collects when nothing asks sooner. */
 #define GC_BATCH 16
@@ -62,6 +63,9 @@ typedef struct worker {
     int       gc_due;         /* connection 0: collect at the end of this round */
     store_save_result res[SAVE_GROUP_MAX];
     outmsg   *answers[SAVE_GROUP_MAX];   /* do_saves: each turn's answer, made before the commit */
+    const char *load_names[LOAD_GROUP_MAX];   /* do_loads */
+    int       load_rcs[LOAD_GROUP_MAX];
+    store_lease load_cur[LOAD_GROUP_MAX];
 } worker;
 
 struct persist {
@@ -722,20 +726,29 @@ static void do_lookup(worker *W, dmsg *m)
 /* Take the session's lease, then load it (the order matters: a load before
  * the lease could read a version that the previous holder's last save is
  * about to replace). Returns 1 when the load must wait for the lease. */
+static int load_leased(worker *W, dmsg *m, int rc, const store_lease *cur, int may_wait);
+
 static int try_load(worker *W, dmsg *m, int may_wait)
 {
-    persist *P = W->P;
     store_lease cur;
-    int rc = store_lease_acquire(W->st, m->name, P->srv->node_id, P->srv->opt.lease_ms, &cur,
+    int rc = store_lease_acquire(W->st, m->name, W->P->srv->node_id, W->P->srv->opt.lease_ms, &cur,
                                  m->err, sizeof m->err);
+    return load_leased(W, m, rc, &cur, may_wait);
+}
+
+/* try_load once the lease was asked for: rc is store_lease_acquire's code
+ * (m->err its message), cur the lease as it stands. */
+static int load_leased(worker *W, dmsg *m, int rc, const store_lease *cur, int may_wait)
+{
+    persist *P = W->P;
     if (rc == -EAGAIN) {
         if (may_wait) return 1;
-        long long left = (long long)(cur.expires_ms - cur.now_ms);   /* on the store's clock */
+        long long left = (long long)(cur->expires_ms - cur->now_ms);   /* on the store's clock */
         m->rc = LIND_E_MOVED;
         stats_moved(&P->srv->st);
-        m->lease = cur;
+        m->lease = *cur;
         snprintf(m->err, sizeof m->err, "session '%s' is leased by node '%s' (for about %lld ms more "
-                 "unless renewed); send the request there", m->name, cur.owner, left > 0 ? left : 0);
+                 "unless renewed); send the request there", m->name, cur->owner, left > 0 ? left : 0);
         loaded(W, m);
         return 0;
     }
@@ -777,16 +790,44 @@ static int try_load(worker *W, dmsg *m, int may_wait)
     return 0;
 }
 
-static void do_load(worker *W, dmsg *m)
+/* A load whose lease another node holds waits for it (--lease-wait). */
+static void wait_for_lease(worker *W, dmsg *m)
 {
     int wait_ms = W->P->srv->opt.lease_wait_ms;
-    if (!try_load(W, m, wait_ms > 0)) return;
     wait_load *wl = calloc(1, sizeof *wl);
     if (!wl) { try_load(W, m, 0); return; }
     wl->m = m;
     wl->deadline_ns = clock_mono_ns() + (uint64_t)wait_ms * 1000000ull;
     wl->next = W->waits;
     W->waits = wl;
+}
+
+static void do_load(worker *W, dmsg *m)
+{
+    if (try_load(W, m, W->P->srv->opt.lease_wait_ms > 0)) wait_for_lease(W, m);
+}
+
+/* Loads that arrived together take their leases in one commit
+ * (store_lease_acquire_many), then load one by one: with a commit each, n
+ * new sessions asked for at once would reach the compute thread spread over
+ * n commits' time and run their first steps in smaller batches. If the
+ * batch fails, each load goes alone and meets its own error. */
+static void do_loads(worker *W, dmsg **group, int n)
+{
+    if (n == 1) { do_load(W, group[0]); return; }
+    server *srv = W->P->srv;
+    char err[256];
+    for (int i = 0; i < n; i++) W->load_names[i] = group[i]->name;
+    if (store_lease_acquire_many(W->st, W->load_names, (size_t)n, srv->node_id, srv->opt.lease_ms, W->load_rcs,
+                                 W->load_cur, err, sizeof err) != 0) {
+        for (int i = 0; i < n; i++) do_load(W, group[i]);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        group[i]->err[0] = 0;
+        if (load_leased(W, group[i], W->load_rcs[i], &W->load_cur[i], srv->opt.lease_wait_ms > 0))
+            wait_for_lease(W, group[i]);
+    }
 }
 
 /* Try the waiting loads again; those past --lease-wait get `moved`. The ms
@@ -884,14 +925,17 @@ static void *worker_main(void *arg)
 {
     worker *W = arg;
     persist *P = W->P;
-    dmsg *group[SAVE_GROUP_MAX];
+    dmsg *group[SAVE_GROUP_MAX], *loads[LOAD_GROUP_MAX];
     int stop = 0, wait_ms = 0;   /* at once: the first heartbeat, renewals */
     while (!stop) {
         qnode *n = queue_take_all(W->in, wait_ms);
-        int ng = 0;
+        int ng = 0, nl = 0;
         while (n) {
             dmsg *m = (dmsg *)n;
             n = n->next;
+            /* Runs of saves, and of loads, each go as one group; the order
+             * of everything else is kept. */
+            if (m->kind != M_LOAD && nl) { do_loads(W, loads, nl); nl = 0; }
             if (m->kind == M_SAVE) {
                 group[ng++] = m;
                 if (ng == SAVE_GROUP_MAX) { do_saves(W, group, ng); ng = 0; }
@@ -900,7 +944,8 @@ static void *worker_main(void *arg)
             if (ng) { do_saves(W, group, ng); ng = 0; }
             switch (m->kind) {
             case M_LOAD:
-                do_load(W, m);
+                loads[nl++] = m;
+                if (nl == LOAD_GROUP_MAX) { do_loads(W, loads, nl); nl = 0; }
                 break;
             case M_RELEASE:
                 do_release(W, m);
@@ -928,6 +973,7 @@ static void *worker_main(void *arg)
             }
         }
         if (ng) do_saves(W, group, ng);
+        if (nl) do_loads(W, loads, nl);
         flush_loaded(W);
         uint64_t now = clock_mono_ns();
         int renew_ms = -1;

@@ -490,6 +490,48 @@ int store_lease_acquire(store *s, const char *name, const char *owner, int64_t t
     return rc < 0 ? rc : counted(s, s->ops->lease_acquire(s, name, owner, ttl_ms, out, err, errlen));
 }
 
+int store_lease_acquire_many(store *s, const char *const *names, size_t n, const char *owner,
+                             int64_t ttl_ms, int *rcs, store_lease *out, char *err, size_t errlen)
+{
+    ERRBUF(err, errlen);
+    if (!s)
+        return errmsg_set(-EINVAL, err, errlen, "store_lease_acquire_many: no store");
+    if (n == 0)
+        return 0;
+    if (!names || !rcs)
+        return errmsg_set(-EINVAL, err, errlen, "store_lease_acquire_many: no %s",
+                          !names ? "names" : "result array");
+    int rc = check_lease_args(names[0], owner, ttl_ms, 1, err, errlen);
+    for (size_t i = 1; rc == 0 && i < n; i++) {
+        char why[200];
+        if ((rc = store_name_check(names[i], why, sizeof why)) < 0)
+            return errmsg_set(rc, err, errlen, "lease %zu of %zu: %s", i + 1, n, why);
+    }
+    if (rc < 0)
+        return rc;
+    store_lease scratch;
+    if (s->ops->lease_acquire_many) {
+        store_lease *cur = out ? out : malloc(n * sizeof *cur);
+        if (!cur)
+            return errmsg_set(-ENOMEM, err, errlen, "store_lease_acquire_many: out of memory");
+        memset(cur, 0, n * sizeof *cur);
+        rc = counted(s, s->ops->lease_acquire_many(s, names, n, owner, ttl_ms, rcs, cur, err, errlen));
+        if (cur != out)
+            free(cur);
+        return rc;
+    }
+    for (size_t i = 0; i < n; i++) {
+        store_lease *cur = out ? &out[i] : &scratch;
+        memset(cur, 0, sizeof *cur);
+        rc = counted(s, s->ops->lease_acquire(s, names[i], owner, ttl_ms, cur, err, errlen));
+        if (rc < 0 && rc != -EAGAIN)
+            return rc;
+        rcs[i] = rc;
+    }
+    err[0] = 0;   /* an -EAGAIN's message is rcs[i]'s, not the call's */
+    return 0;
+}
+
 int store_lease_renew(store *s, const char *name, const char *owner, int64_t ttl_ms,
                       store_lease *out, char *err, size_t errlen)
 {

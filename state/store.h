@@ -200,6 +200,17 @@ typedef struct store_lease {
  * owners racing for a free or expired lease exactly one gets it. */
 int  store_lease_acquire(store *s, const char *name, const char *owner, int64_t ttl_ms,
                          store_lease *out, char *err, size_t errlen);
+/* store_lease_acquire for n names at once: in one transaction on SQLite (one
+ * commit for the lot, where one each would cost a commit apiece: a node
+ * asked for many new sessions together starts them together); a backend
+ * without it (PostgreSQL) takes them one at a time. Returns 0 when every
+ * name was tried: rcs[i] is then name i's store_lease_acquire code (0 or
+ * -EAGAIN) and out[i] (out may be NULL) its lease as it stands. A negative
+ * return (-EIO, -EBUSY, ...; a bad name or owner is -EINVAL naming it) says
+ * nothing about rcs, and some leases may have been taken (SQLite: none):
+ * taking each again one at a time renews those. n == 0 does nothing (0). */
+int  store_lease_acquire_many(store *s, const char *const *names, size_t n, const char *owner,
+                              int64_t ttl_ms, int *rcs, store_lease *out, char *err, size_t errlen);
 /* Extend owner's lease to now + ttl_ms. -ENOLCK when owner does not hold it
  * (released, or expired and taken over; `out` then gets the current holder,
  * owner "" when none). A lease that expired but nobody took is renewed. */

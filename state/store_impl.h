@@ -49,6 +49,10 @@ typedef struct store_ops {
     int (*lease_renew_many)(store *s, const char *const *names, size_t n, const char *owner,
                             int64_t ttl_ms, uint8_t *lost, store_lease *held, char *err,
                             size_t errlen);
+    /* store_lease_acquire_many: n >= 1, names and owner checked, rcs and
+     * out never NULL; NULL: store.c takes them one at a time. */
+    int (*lease_acquire_many)(store *s, const char *const *names, size_t n, const char *owner,
+                              int64_t ttl_ms, int *rcs, store_lease *out, char *err, size_t errlen);
     /* Node identity (store.h); NULL: nothing to do (SQLite). */
     int (*node_claim)(store *s, const char *node, const char *instance, int64_t ttl_ms,
                       store_node *holder, char *err, size_t errlen);

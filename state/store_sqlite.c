@@ -959,6 +959,45 @@ static int sq_lease_acquire(store *base, const char *name, const char *owner, in
     return errmsg_set(-EBUSY, err, errlen, "lease of '%s' keeps changing hands", name);
 }
 
+/* Every name's lease taken in one transaction: one commit (one fsync under
+ * STORE_SYNC_FULL) for the lot, all or nothing. Inside it nobody can let a
+ * lease go between the take and the read of its holder. */
+static int sq_lease_acquire_many(store *base, const char *const *names, size_t n, const char *owner,
+                                 int64_t ttl_ms, int *rcs, store_lease *out, char *err,
+                                 size_t errlen)
+{
+    sqlite_store *s = (sqlite_store *)base;
+    int rc = check_identity(s, err, errlen);   /* a replaced file holds no lease of ours */
+    if (rc < 0)
+        return rc;
+    rc = run(s->q[Q_BEGIN]);
+    if (rc != SQLITE_OK)
+        return db_fail(s, rc, err, errlen, "cannot begin taking the leases");
+    for (size_t i = 0; i < n; i++) {
+        int got = 0;
+        rc = lease_step(s, Q_LEASE_TAKE, names[i], owner, ttl_ms, &out[i], &got);
+        if (rc == SQLITE_OK && !got)
+            rc = lease_get(s, names[i], &out[i]);
+        if (rc == SQLITE_OK && !got && !out[i].owner[0])
+            rc = SQLITE_BUSY;   /* not taken, yet nobody holds it: cannot be in one transaction */
+        if (rc != SQLITE_OK) {
+            char what[STORE_NAME_MAX + 64];
+            snprintf(what, sizeof what, "taking the lease of '%s'", names[i]);
+            int code = db_fail(s, rc, err, errlen, what);
+            rollback(s);
+            return code;
+        }
+        rcs[i] = got ? 0 : -EAGAIN;
+    }
+    rc = run(s->q[Q_COMMIT]);
+    if (rc != SQLITE_OK) {
+        int code = db_fail(s, rc, err, errlen, "taking the leases: commit failed");
+        rollback(s);
+        return code;
+    }
+    return check_identity(s, err, errlen);
+}
+
 static int sq_lease_renew(store *base, const char *name, const char *owner, int64_t ttl_ms,
                           store_lease *out, char *err, size_t errlen)
 {
@@ -1052,6 +1091,7 @@ static const store_ops sqlite_ops = {
     .del = sq_delete,
     .fork = sq_fork,
     .lease_acquire = sq_lease_acquire,
+    .lease_acquire_many = sq_lease_acquire_many,
     .lease_renew = sq_lease_renew,
     .lease_renew_many = sq_lease_renew_many,
     .lease_release = sq_lease_release,

@@ -779,6 +779,66 @@ static void leases_many(void)
     store_close(t);
 }
 
+/* store_lease_acquire_many: free names, one this owner holds already (a
+ * renewal) and one expired are taken; one another owner holds is -EAGAIN
+ * with its holder; the others then see ours. */
+static void leases_acquire_many(void)
+{
+    const char *path = newdb();
+    store *s = open_ok(path), *t = open_ok(path);
+    if (!s || !t) { store_close(s); store_close(t); return; }
+    char err[256] = "";
+    store_lease l;
+    CHECK(store_lease_acquire(s, "mine", "node-a", 10000, NULL, err, sizeof err) == 0, "a: %s", err);
+    CHECK(store_lease_acquire(t, "b-holds", "node-b", 60000, NULL, err, sizeof err) == 0, "b: %s", err);
+    CHECK(store_lease_acquire(t, "lapsed", "node-b", 50, NULL, err, sizeof err) == 0, "b lapsed: %s", err);
+    usleep(150000);   /* "lapsed" expires */
+    const char *names[] = { "n0", "mine", "b-holds", "m\"q", "lapsed" };
+    const int want[] = { 0, 0, -EAGAIN, 0, 0 };
+    enum { N = sizeof names / sizeof names[0] };
+    int rcs[N];
+    store_lease cur[N];
+    memset(cur, 0, sizeof cur);
+    CHECK(store_lease_acquire_many(s, names, N, "node-a", 60000, rcs, cur, err, sizeof err) == 0,
+          "acquire many: %s", err);
+    for (int i = 0; i < N; i++) {
+        CHECK(rcs[i] == want[i], "'%s' rc %d, want %d", names[i], rcs[i], want[i]);
+        CHECK(!strcmp(cur[i].owner, want[i] ? "node-b" : "node-a") && cur[i].expires_ms > cur[i].now_ms,
+              "'%s' held by '%s' for %lld ms", names[i], cur[i].owner,
+              (long long)(cur[i].expires_ms - cur[i].now_ms));
+        int mine = want[i] == 0;
+        CHECK(store_lease_acquire(t, names[i], "node-b", 1000, &l, err, sizeof err) == (mine ? -EAGAIN : 0) &&
+              !strcmp(l.owner, mine ? "node-a" : "node-b"), "b sees '%s' held by '%s'", names[i], l.owner);
+    }
+    /* out may be NULL; n == 0 does nothing; a bad name or owner takes nothing. */
+    const char *more[] = { "n1", "n2" };
+    CHECK(store_lease_acquire_many(s, more, 2, "node-a", 60000, rcs, NULL, err, sizeof err) == 0 &&
+          rcs[0] == 0 && rcs[1] == 0, "no leases asked back: %s", err);
+    CHECK(store_lease_acquire_many(s, more, 0, "node-a", 60000, NULL, NULL, err, sizeof err) == 0, "nothing");
+    const char *bad[] = { "n3", "bad\n" };
+    CHECK(store_lease_acquire_many(s, bad, 2, "node-a", 60000, rcs, NULL, err, sizeof err) == -EINVAL &&
+          strstr(err, "lease 2 of 2"), "bad name named: %s", err);
+    CHECK(store_lease_acquire_many(s, bad, 1, "", 60000, rcs, NULL, err, sizeof err) == -EINVAL &&
+          strstr(err, "owner"), "empty owner: %s", err);
+    CHECK(store_lease_acquire(t, "n3", "node-b", 1000, NULL, err, sizeof err) == 0,
+          "a refused call took no lease: %s", err);
+    /* Many at once. */
+    enum { M = 300 };
+    static char many[M][16];
+    const char *mp[M];
+    static int mrc[M];
+    for (int i = 0; i < M; i++) {
+        snprintf(many[i], sizeof many[i], "s%d", i);
+        mp[i] = many[i];
+    }
+    CHECK(store_lease_acquire_many(s, mp, M, "node-a", 60000, mrc, NULL, err, sizeof err) == 0, "%d: %s", M, err);
+    int taken = 0;
+    for (int i = 0; i < M; i++) taken += mrc[i] == 0;
+    CHECK(taken == M, "%d of %d taken", taken, M);
+    store_close(s);
+    store_close(t);
+}
+
 /* Saves under a lease: only the holder of an unexpired lease writes; the
  * others of the group still do. */
 static void leased_saves(void)
@@ -1506,6 +1566,7 @@ int main(void)
     RUN(versions_grouped);
     RUN(leases);
     RUN(leases_many);
+    RUN(leases_acquire_many);
     RUN(leases_race);
     RUN(leased_saves);
     RUN(nodes);
@@ -1518,7 +1579,7 @@ int main(void)
     const char *pg_cases[] = { "save_load_roundtrip", "missing_and_delete", "list_sorted",
                                "grouped_save_all_or_nothing", "fork_copies", "names",
                                "export_import", "export_refusals", "versions_cas",
-                               "versions_grouped", "leases", "leases_many", "leases_race",
+                               "versions_grouped", "leases", "leases_many", "leases_acquire_many", "leases_race",
                                "leased_saves", "schema_server",
                                "connection_loss", "timeouts", "reconnect", "nodes", "turn_results",
                                "leases_many_race", "save_keeps_a_copy" };
@@ -1543,6 +1604,7 @@ int main(void)
         RUN_PG(versions_grouped);
         RUN_PG(leases);
         RUN_PG(leases_many);
+        RUN_PG(leases_acquire_many);
         RUN_PG(leases_race);
         RUN_PG(leased_saves);
         RUN_PG(schema_server);
