@@ -71,53 +71,28 @@ size_t cpu_gemm_packed_floats(cpu_gemm_isa isa, int N, int K)
     return (size_t)cpu_gemm_panels(isa, N) * (size_t)cpu_gemm_nr(isa) * (size_t)K;
 }
 
-/* Element offset of panel p's row 0 in the packed weight (P panels of nr
- * columns, K rows), and in *ks its row stride: the panels of a group of G1
- * lie row-interleaved, row k of panel g of a group of Gs panels at
- * (k·Gs + g)·nr, so the single-row kernel reads a group as one sequential
- * stream (fewer streams per thread read faster, docs/CPU.md); the last group
- * may have fewer panels. */
-#ifndef GEMM_GROUPED_F32
-#define GEMM_GROUPED_F32 1
-#endif
-#ifndef GEMM_GROUPED_HALF
-#define GEMM_GROUPED_HALF 1
-#endif
-static int grouped(cpu_gemm_wtype wt) { return wt == CPU_GEMM_F32 ? GEMM_GROUPED_F32 : GEMM_GROUPED_HALF; }
-
-static size_t panel_offset(int P, int nr, int K, int p, int grp, int *ks)
-{
-    if (!grp) {
-        if (ks) *ks = nr;
-        return (size_t)p * nr * (size_t)K;
-    }
-    int s = p / G1, g = p % G1, gs = P - s * G1 < G1 ? P - s * G1 : G1;
-    if (ks) *ks = gs * nr;
-    return (size_t)s * G1 * nr * (size_t)K + (size_t)g * nr;
-}
-
 void cpu_gemm_pack(cpu_gemm_isa isa, const float *W, int N, int K, float *dst)
 {
-    int nr = cpu_gemm_nr(isa), P = cpu_gemm_panels(isa, N), ks;
-    for (int p = 0; p < P; p++) {
-        float *panel = dst + panel_offset(P, nr, K, p, grouped(CPU_GEMM_F32), &ks);
+    int nr = cpu_gemm_nr(isa);
+    for (int p = 0; p < cpu_gemm_panels(isa, N); p++) {
+        float *panel = dst + (size_t)p * nr * K;
         for (int k = 0; k < K; k++)
             for (int j = 0; j < nr; j++) {
                 int n = p * nr + j;
-                panel[(size_t)k * ks + j] = n < N ? W[(size_t)n * K + k] : 0.0f;
+                panel[(size_t)k * nr + j] = n < N ? W[(size_t)n * K + k] : 0.0f;
             }
     }
 }
 
 void cpu_gemm_pack_half(cpu_gemm_isa isa, const uint16_t *W, int N, int K, uint16_t *dst)
 {
-    int nr = cpu_gemm_nr(isa), P = cpu_gemm_panels(isa, N), ks;
-    for (int p = 0; p < P; p++) {
-        uint16_t *panel = dst + panel_offset(P, nr, K, p, grouped(CPU_GEMM_BF16), &ks);
+    int nr = cpu_gemm_nr(isa);
+    for (int p = 0; p < cpu_gemm_panels(isa, N); p++) {
+        uint16_t *panel = dst + (size_t)p * nr * K;
         for (int k = 0; k < K; k++)
             for (int j = 0; j < nr; j++) {
                 int n = p * nr + j;
-                panel[(size_t)k * ks + j] = n < N ? W[(size_t)n * K + k] : 0;   /* +0 in both formats */
+                panel[(size_t)k * nr + j] = n < N ? W[(size_t)n * K + k] : 0;   /* +0 in both formats */
             }
     }
 }
@@ -165,15 +140,15 @@ void cpu_gemm_activate(float *y, int ldy, int rows, int cols, int flags)
  * multiply-adds when a thread's share of N is a few panels). */
 
 /* Panel row k as two vectors of 16 floats: columns 0–15 and 16–31. */
-TGT512 INLINE void wload512(const cpu_gemm_wtype wt, const void *panel, size_t off, __m512 *w0, __m512 *w1)
+TGT512 INLINE void wload512(const cpu_gemm_wtype wt, const void *panel, size_t k, __m512 *w0, __m512 *w1)
 {
     if (wt == CPU_GEMM_F32) {
-        const float *p = (const float *)panel + off;
+        const float *p = (const float *)panel + k * NR512;
         *w0 = _mm512_load_ps(p);
         *w1 = _mm512_load_ps(p + 16);
         return;
     }
-    const __m256i *p = (const __m256i *)((const uint16_t *)panel + off);
+    const __m256i *p = (const __m256i *)((const uint16_t *)panel + k * NR512);
     __m256i h0 = _mm256_load_si256(p), h1 = _mm256_load_si256(p + 1);
     if (wt == CPU_GEMM_F16) {
         *w0 = _mm512_cvtph_ps(h0);
@@ -208,7 +183,7 @@ TGT512 INLINE void store512(float *yr, __m512 c0, __m512 c1, __m512 b0, __m512 b
 }
 
 TGT512 INLINE void micro512(const int mr, const cpu_gemm_wtype wt, int K, const float *x, int ldx, const void *panel,
-                            int ks, const float *bias, float *y, int ldy, int ncols, int flags)
+                            const float *bias, float *y, int ldy, int ncols, int flags)
 {
     __m512 c0[MR512], c1[MR512];
     UNROLL_ROWS
@@ -219,7 +194,7 @@ TGT512 INLINE void micro512(const int mr, const cpu_gemm_wtype wt, int K, const 
     UNROLL_K
     for (int k = 0; k < K; k++) {
         __m512 w0, w1;
-        wload512(wt, panel, (size_t)k * ks, &w0, &w1);
+        wload512(wt, panel, (size_t)k, &w0, &w1);
         UNROLL_ROWS
         for (int r = 0; r < mr; r++) {
             __m512 a = _mm512_set1_ps(x[(size_t)r * ldx + k]);
@@ -234,24 +209,28 @@ TGT512 INLINE void micro512(const int mr, const cpu_gemm_wtype wt, int K, const 
     for (int r = 0; r < mr; r++) store512(y + (size_t)r * ldy, c0[r], c1[r], b0, b1, m0, m1, flags);
 }
 
-/* One row against one group of gs interleaved panels (B = 1: the weights'
- * bytes are the whole cost), the last of them with ncols columns. Two
- * chains per panel would leave the loads waiting on FMA latency; a group
- * gives 2·gs independent chains, and it is one sequential stream for the
- * hardware prefetchers. No software prefetch: 1–2 KB ahead measured slower
+/* One row against gs ≤ G1 consecutive panels (B = 1: the weights' bytes
+ * are the whole cost), the last of them with ncols columns. Two chains per
+ * panel would leave the loads waiting on FMA latency; gs panels give 2·gs
+ * independent chains. No software prefetch: the hardware prefetchers follow
+ * these sequential streams, and prefetching 1–2 KB ahead measured slower
  * for half weights (docs/CPU.md). The per-element chains are micro512's. */
-TGT512 INLINE void row512(const cpu_gemm_wtype wt, const int gs, int K, const float *x, const void *first,
-                          size_t pstep, int ks, const float *bias, float *y, int ncols, int flags)
+TGT512 INLINE void row512(const cpu_gemm_wtype wt, const int gs, int K, const float *x, const void *panels,
+                          size_t pstride, const float *bias, float *y, int ncols, int flags)
 {
+    const char *pp[G1];
     __m512 c0[G1], c1[G1];
-    for (int g = 0; g < gs; g++) c0[g] = c1[g] = _mm512_setzero_ps();
+    for (int g = 0; g < gs; g++) {
+        pp[g] = (const char *)panels + (size_t)g * pstride;
+        c0[g] = c1[g] = _mm512_setzero_ps();
+    }
     UNROLL_K
     for (int k = 0; k < K; k++) {
         __m512 a = _mm512_set1_ps(x[k]);
         UNROLL_ROWS
         for (int g = 0; g < gs; g++) {
             __m512 w0, w1;
-            wload512(wt, first, g * pstep + (size_t)k * ks, &w0, &w1);
+            wload512(wt, pp[g], (size_t)k, &w0, &w1);
             c0[g] = _mm512_fmadd_ps(a, w0, c0[g]);
             c1[g] = _mm512_fmadd_ps(a, w1, c1[g]);
         }
@@ -270,38 +249,38 @@ TGT512 INLINE void row512(const cpu_gemm_wtype wt, const int gs, int K, const fl
 #define ROWS6(M) M(1) M(2) M(3) M(4) M(5) M(6)
 
 #define DEF_ANY512(WT, SUF)                                                                                     \
-    TGT512 static void micro512_##SUF(int mr, int K, const float *x, int ldx, const void *panel, int ks,      \
+    TGT512 static void micro512_##SUF(int mr, int K, const float *x, int ldx, const void *panel,              \
                                       const float *bias, float *y, int ldy, int ncols, int flags) {             \
         switch (mr) {                                                                                           \
             ROWS12(CASE512_##SUF)                                                                               \
         default: break;                                                                                         \
         }                                                                                                       \
     }                                                                                                           \
-    TGT512 static void row512_##SUF(int gs, int K, const float *x, const void *first, size_t pstep, int ks,     \
+    TGT512 static void row512_##SUF(int gs, int K, const float *x, const void *panels, size_t pstride,          \
                                     const float *bias, float *y, int ncols, int flags) {                        \
         switch (gs) {                                                                                           \
-        case 1: row512(WT, 1, K, x, first, pstep, ks, bias, y, ncols, flags); break;                            \
-        case 2: row512(WT, 2, K, x, first, pstep, ks, bias, y, ncols, flags); break;                            \
-        case 3: row512(WT, 3, K, x, first, pstep, ks, bias, y, ncols, flags); break;                            \
-        default: row512(WT, G1, K, x, first, pstep, ks, bias, y, ncols, flags); break;                          \
+        case 1: row512(WT, 1, K, x, panels, pstride, bias, y, ncols, flags); break;                             \
+        case 2: row512(WT, 2, K, x, panels, pstride, bias, y, ncols, flags); break;                             \
+        case 3: row512(WT, 3, K, x, panels, pstride, bias, y, ncols, flags); break;                             \
+        default: row512(WT, G1, K, x, panels, pstride, bias, y, ncols, flags); break;                           \
         }                                                                                                       \
     }
-#define CASE512_f32(n) case n: micro512(n, CPU_GEMM_F32, K, x, ldx, panel, ks, bias, y, ldy, ncols, flags); break;
-#define CASE512_f16(n) case n: micro512(n, CPU_GEMM_F16, K, x, ldx, panel, ks, bias, y, ldy, ncols, flags); break;
-#define CASE512_bf16(n) case n: micro512(n, CPU_GEMM_BF16, K, x, ldx, panel, ks, bias, y, ldy, ncols, flags); break;
+#define CASE512_f32(n) case n: micro512(n, CPU_GEMM_F32, K, x, ldx, panel, bias, y, ldy, ncols, flags); break;
+#define CASE512_f16(n) case n: micro512(n, CPU_GEMM_F16, K, x, ldx, panel, bias, y, ldy, ncols, flags); break;
+#define CASE512_bf16(n) case n: micro512(n, CPU_GEMM_BF16, K, x, ldx, panel, bias, y, ldy, ncols, flags); break;
 DEF_ANY512(CPU_GEMM_F32, f32)
 DEF_ANY512(CPU_GEMM_F16, f16)
 DEF_ANY512(CPU_GEMM_BF16, bf16)
 
 /* A whole half panel widened into an fp32 one (dst: K·NR512 floats). */
-TGT512 static void widen512(cpu_gemm_wtype wt, int K, const void *panel, int ks, float *dst)
+TGT512 static void widen512(cpu_gemm_wtype wt, int K, const void *panel, float *dst)
 {
     for (int k = 0; k < K; k++) {
         __m512 w0, w1;
         if (wt == CPU_GEMM_F16)
-            wload512(CPU_GEMM_F16, panel, (size_t)k * ks, &w0, &w1);
+            wload512(CPU_GEMM_F16, panel, (size_t)k, &w0, &w1);
         else
-            wload512(CPU_GEMM_BF16, panel, (size_t)k * ks, &w0, &w1);
+            wload512(CPU_GEMM_BF16, panel, (size_t)k, &w0, &w1);
         _mm512_store_ps(dst + (size_t)k * NR512, w0);
         _mm512_store_ps(dst + (size_t)k * NR512 + 16, w1);
     }
@@ -317,15 +296,15 @@ TGT256 INLINE __m256i lane_mask256(int n)
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), idx);   /* lane i on when i < n */
 }
 
-TGT256 INLINE void wload256(const cpu_gemm_wtype wt, const void *panel, size_t off, __m256 *w0, __m256 *w1)
+TGT256 INLINE void wload256(const cpu_gemm_wtype wt, const void *panel, size_t k, __m256 *w0, __m256 *w1)
 {
     if (wt == CPU_GEMM_F32) {
-        const float *p = (const float *)panel + off;
+        const float *p = (const float *)panel + k * NR256;
         *w0 = _mm256_load_ps(p);
         *w1 = _mm256_load_ps(p + 8);
         return;
     }
-    const __m128i *p = (const __m128i *)((const uint16_t *)panel + off);
+    const __m128i *p = (const __m128i *)((const uint16_t *)panel + k * NR256);
     __m128i h0 = _mm_load_si128(p), h1 = _mm_load_si128(p + 1);
     if (wt == CPU_GEMM_F16) {
         *w0 = _mm256_cvtph_ps(h0);
@@ -349,7 +328,7 @@ TGT256 INLINE void store256(float *yr, __m256 c0, __m256 c1, __m256 b0, __m256 b
 }
 
 TGT256 INLINE void micro256(const int mr, const cpu_gemm_wtype wt, int K, const float *x, int ldx, const void *panel,
-                            int ks, const float *bias, float *y, int ldy, int ncols, int flags)
+                            const float *bias, float *y, int ldy, int ncols, int flags)
 {
     __m256 c0[MR256], c1[MR256];
     UNROLL_ROWS
@@ -360,7 +339,7 @@ TGT256 INLINE void micro256(const int mr, const cpu_gemm_wtype wt, int K, const 
     UNROLL_K
     for (int k = 0; k < K; k++) {
         __m256 w0, w1;
-        wload256(wt, panel, (size_t)k * ks, &w0, &w1);
+        wload256(wt, panel, (size_t)k, &w0, &w1);
         UNROLL_ROWS
         for (int r = 0; r < mr; r++) {
             __m256 a = _mm256_broadcast_ss(x + (size_t)r * ldx + k);
@@ -375,19 +354,23 @@ TGT256 INLINE void micro256(const int mr, const cpu_gemm_wtype wt, int K, const 
     for (int r = 0; r < mr; r++) store256(y + (size_t)r * ldy, c0[r], c1[r], b0, b1, m0, m1, flags);
 }
 
-/* AVX2's single-row kernel: one group of gs panels, 2·gs chains of 8 floats. */
-TGT256 INLINE void row256(const cpu_gemm_wtype wt, const int gs, int K, const float *x, const void *first,
-                          size_t pstep, int ks, const float *bias, float *y, int ncols, int flags)
+/* AVX2's single-row kernel: gs ≤ G1 panels, 2·gs chains of 8 floats. */
+TGT256 INLINE void row256(const cpu_gemm_wtype wt, const int gs, int K, const float *x, const void *panels,
+                          size_t pstride, const float *bias, float *y, int ncols, int flags)
 {
+    const char *pp[G1];
     __m256 c0[G1], c1[G1];
-    for (int g = 0; g < gs; g++) c0[g] = c1[g] = _mm256_setzero_ps();
+    for (int g = 0; g < gs; g++) {
+        pp[g] = (const char *)panels + (size_t)g * pstride;
+        c0[g] = c1[g] = _mm256_setzero_ps();
+    }
     UNROLL_K
     for (int k = 0; k < K; k++) {
         __m256 a = _mm256_broadcast_ss(x + k);
         UNROLL_ROWS
         for (int g = 0; g < gs; g++) {
             __m256 w0, w1;
-            wload256(wt, first, g * pstep + (size_t)k * ks, &w0, &w1);
+            wload256(wt, pp[g], (size_t)k, &w0, &w1);
             c0[g] = _mm256_fmadd_ps(a, w0, c0[g]);
             c1[g] = _mm256_fmadd_ps(a, w1, c1[g]);
         }
@@ -402,37 +385,37 @@ TGT256 INLINE void row256(const cpu_gemm_wtype wt, const int gs, int K, const fl
 }
 
 #define DEF_ANY256(WT, SUF)                                                                                     \
-    TGT256 static void micro256_##SUF(int mr, int K, const float *x, int ldx, const void *panel, int ks,      \
+    TGT256 static void micro256_##SUF(int mr, int K, const float *x, int ldx, const void *panel,              \
                                       const float *bias, float *y, int ldy, int ncols, int flags) {             \
         switch (mr) {                                                                                           \
             ROWS6(CASE256_##SUF)                                                                                \
         default: break;                                                                                         \
         }                                                                                                       \
     }                                                                                                           \
-    TGT256 static void row256_##SUF(int gs, int K, const float *x, const void *first, size_t pstep, int ks,     \
+    TGT256 static void row256_##SUF(int gs, int K, const float *x, const void *panels, size_t pstride,          \
                                     const float *bias, float *y, int ncols, int flags) {                        \
         switch (gs) {                                                                                           \
-        case 1: row256(WT, 1, K, x, first, pstep, ks, bias, y, ncols, flags); break;                            \
-        case 2: row256(WT, 2, K, x, first, pstep, ks, bias, y, ncols, flags); break;                            \
-        case 3: row256(WT, 3, K, x, first, pstep, ks, bias, y, ncols, flags); break;                            \
-        default: row256(WT, G1, K, x, first, pstep, ks, bias, y, ncols, flags); break;                          \
+        case 1: row256(WT, 1, K, x, panels, pstride, bias, y, ncols, flags); break;                             \
+        case 2: row256(WT, 2, K, x, panels, pstride, bias, y, ncols, flags); break;                             \
+        case 3: row256(WT, 3, K, x, panels, pstride, bias, y, ncols, flags); break;                             \
+        default: row256(WT, G1, K, x, panels, pstride, bias, y, ncols, flags); break;                           \
         }                                                                                                       \
     }
-#define CASE256_f32(n) case n: micro256(n, CPU_GEMM_F32, K, x, ldx, panel, ks, bias, y, ldy, ncols, flags); break;
-#define CASE256_f16(n) case n: micro256(n, CPU_GEMM_F16, K, x, ldx, panel, ks, bias, y, ldy, ncols, flags); break;
-#define CASE256_bf16(n) case n: micro256(n, CPU_GEMM_BF16, K, x, ldx, panel, ks, bias, y, ldy, ncols, flags); break;
+#define CASE256_f32(n) case n: micro256(n, CPU_GEMM_F32, K, x, ldx, panel, bias, y, ldy, ncols, flags); break;
+#define CASE256_f16(n) case n: micro256(n, CPU_GEMM_F16, K, x, ldx, panel, bias, y, ldy, ncols, flags); break;
+#define CASE256_bf16(n) case n: micro256(n, CPU_GEMM_BF16, K, x, ldx, panel, bias, y, ldy, ncols, flags); break;
 DEF_ANY256(CPU_GEMM_F32, f32)
 DEF_ANY256(CPU_GEMM_F16, f16)
 DEF_ANY256(CPU_GEMM_BF16, bf16)
 
-TGT256 static void widen256(cpu_gemm_wtype wt, int K, const void *panel, int ks, float *dst)
+TGT256 static void widen256(cpu_gemm_wtype wt, int K, const void *panel, float *dst)
 {
     for (int k = 0; k < K; k++) {
         __m256 w0, w1;
         if (wt == CPU_GEMM_F16)
-            wload256(CPU_GEMM_F16, panel, (size_t)k * ks, &w0, &w1);
+            wload256(CPU_GEMM_F16, panel, (size_t)k, &w0, &w1);
         else
-            wload256(CPU_GEMM_BF16, panel, (size_t)k * ks, &w0, &w1);
+            wload256(CPU_GEMM_BF16, panel, (size_t)k, &w0, &w1);
         _mm256_store_ps(dst + (size_t)k * NR256, w0);
         _mm256_store_ps(dst + (size_t)k * NR256 + 8, w1);
     }
@@ -440,10 +423,10 @@ TGT256 static void widen256(cpu_gemm_wtype wt, int K, const void *panel, int ks,
 
 /* ---- driver ------------------------------------------------------------ */
 
-typedef void (*micro_fn)(int mr, int K, const float *x, int ldx, const void *panel, int ks, const float *bias,
-                         float *y, int ldy, int ncols, int flags);
-typedef void (*row_fn)(int gs, int K, const float *x, const void *first, size_t pstep, int ks, const float *bias,
-                       float *y, int ncols, int flags);
+typedef void (*micro_fn)(int mr, int K, const float *x, int ldx, const void *panel, const float *bias, float *y,
+                         int ldy, int ncols, int flags);
+typedef void (*row_fn)(int gs, int K, const float *x, const void *panels, size_t pstride, const float *bias, float *y,
+                       int ncols, int flags);
 
 /* Row blocks of near-equal size (B = 32 with MR 12 → 10, 11, 11): block i
  * covers rows [row0(i), row0(i + 1)). */
@@ -461,49 +444,44 @@ void cpu_gemm_run(cpu_gemm_isa isa, cpu_gemm_wtype wtype, const float *x, int ld
                            : (wt == CPU_GEMM_F32 ? micro256_f32 : wt == CPU_GEMM_F16 ? micro256_f16 : micro256_bf16);
     row_fn row = is512 ? (wt == CPU_GEMM_F32 ? row512_f32 : wt == CPU_GEMM_F16 ? row512_f16 : row512_bf16)
                        : (wt == CPU_GEMM_F32 ? row256_f32 : wt == CPU_GEMM_F16 ? row256_f16 : row256_bf16);
-    const size_t esize = wt == CPU_GEMM_F32 ? sizeof(float) : sizeof(uint16_t);
-    const int P = cpu_gemm_panels(isa, N), grp = grouped(wtype);
-    /* a group's panel g starts pstep elements after panel 0 */
-    const size_t pstep = grp ? (size_t)nr : (size_t)nr * K;
+    const size_t pstride = (size_t)nr * K * (wt == CPU_GEMM_F32 ? sizeof(float) : sizeof(uint16_t));
     const char *W = Wp;
     int nb = (B + mrmax - 1) / mrmax, p = p0;
     /* many row blocks per panel: widen each half panel once, then the fp32 kernel */
     const int widen = wt != CPU_GEMM_F32 && scratch && nb >= WIDEN_MIN_BLOCKS;
-    int ks = nr;
-    if (B == 1) {   /* whole groups; the weight's last group too when [p0, p1) ends with it; the rest below */
+    if (B == 1) {   /* groups of G1 full panels, then what is left when fewer: the rest below */
         int full = N / nr < p1 ? N / nr : p1;
-        for (; p % G1 == 0 && p + G1 <= full; p += G1) {
+        for (; p + G1 <= full; p += G1) {
             float *yt = y + (size_t)p * nr;
-            const char *first = W + panel_offset(P, nr, K, p, grp, &ks) * esize;
-            row(G1, K, x, first, pstep, ks, bias ? bias + (size_t)p * nr : NULL, yt, nr, flags);
+            row(G1, K, x, W + (size_t)p * pstride, pstride, bias ? bias + (size_t)p * nr : NULL, yt, nr, flags);
             if (flags & CPU_GEMM_ACTIVATIONS) cpu_gemm_activate(yt, ldy, 1, G1 * nr, flags);
         }
-        if (p % G1 == 0 && p < p1 && p1 == P) {   /* P − p ≤ G1 panels, the last maybe partial */
+        if (p < p1 && p1 - p <= G1) {   /* at most G1 panels, the last maybe partial */
             float *yt = y + (size_t)p * nr;
-            const char *first = W + panel_offset(P, nr, K, p, grp, &ks) * esize;
-            row(P - p, K, x, first, pstep, ks, bias ? bias + (size_t)p * nr : NULL, yt, N - (P - 1) * nr, flags);
-            if (flags & CPU_GEMM_ACTIVATIONS) cpu_gemm_activate(yt, ldy, 1, N - p * nr, flags);
-            p = P;
+            int ncols = N - (p1 - 1) * nr < nr ? N - (p1 - 1) * nr : nr;
+            row(p1 - p, K, x, W + (size_t)p * pstride, pstride, bias ? bias + (size_t)p * nr : NULL, yt, ncols,
+                flags);
+            if (flags & CPU_GEMM_ACTIVATIONS) cpu_gemm_activate(yt, ldy, 1, (p1 - 1 - p) * nr + ncols, flags);
+            p = p1;
         }
     }
     for (; p < p1; p++) {
-        const void *panel = W + panel_offset(P, nr, K, p, grp, &ks) * esize;
+        const void *panel = W + (size_t)p * pstride;
         int ncols = N - p * nr < nr ? N - p * nr : nr;
         const float *bp = bias ? bias + (size_t)p * nr : NULL;
         micro_fn mk = micro;
         if (widen) {
             if (is512)
-                widen512(wtype, K, panel, ks, scratch);
+                widen512(wtype, K, panel, scratch);
             else
-                widen256(wtype, K, panel, ks, scratch);
+                widen256(wtype, K, panel, scratch);
             panel = scratch;
-            ks = nr;
             mk = is512 ? micro512_f32 : micro256_f32;
         }
         for (int i = 0; i < nb; i++) {
             int r0 = row0(B, nb, i), mr = row0(B, nb, i + 1) - r0;
             float *yt = y + (size_t)r0 * ldy + (size_t)p * nr;
-            mk(mr, K, x + (size_t)r0 * ldx, ldx, panel, ks, bp, yt, ldy, ncols, flags);
+            mk(mr, K, x + (size_t)r0 * ldx, ldx, panel, bp, yt, ldy, ncols, flags);
         }
         /* The activation runs over the panel's columns of all B rows once the
          * last row block is stored, not after each block: reading back a

@@ -11,12 +11,6 @@
  *
  *   panel p, element (k, j) = W[p·NR + j, k]   (zero for p·NR + j ≥ N)
  *
- * Consecutive panels come in groups of CPU_GEMM_ROW_GROUP whose rows are
- * interleaved (row k of the group's panel g, of Gs panels, at (k·Gs + g)·NR
- * from the group's start; the last group may be smaller), so the single-row
- * kernel reads a group as one sequential stream and the tile kernel reads
- * a panel with a row stride of Gs·NR.
- *
  * Two kernels, picked at run time by what the CPU has (cpu_gemm_detect):
  *   AVX-512F: NR 32 (two 16-float vectors), MR 12, 24 accumulators;
  *   AVX2+FMA: NR 16 (two 8-float vectors),  MR 6,  12 accumulators.
@@ -101,10 +95,10 @@ void cpu_gemm_run(cpu_gemm_isa isa, cpu_gemm_wtype wtype, const float *x, int ld
                   const float *bias, float *y, int ldy, int B, int N, int K, int p0, int p1, int flags,
                   float *scratch);
 size_t cpu_gemm_scratch_floats(cpu_gemm_isa isa, int K);
-/* Panels the widening single-row (B = 1) kernels read at once, one
- * interleaved group (the bf16 dot kernel reads one panel); a caller that
- * splits a B = 1 product into panel ranges keeps them multiples of this, so
- * every group runs in the streaming kernel. */
+/* Panels the widening single-row (B = 1) kernels stream at once (the bf16
+ * dot kernel streams one); a caller that splits a B = 1 product into panel
+ * ranges keeps them multiples of this, so every group runs in the streaming
+ * kernel. */
 #define CPU_GEMM_ROW_GROUP 4
 
 /* The thread pool's class of a product of B rows (cpu_pool_run_weighed,
