@@ -149,11 +149,11 @@ static void slow_workers_fall_back(void)
     cpu_pool_free(p);
 }
 
-/* The pool starts with a trial: window 0 serial (128 jobs of nothing),
- * then split windows whose jobs wait 300 us whenever the worker takes a
- * part. The first such part already outlasts the serial window, so the
- * trial ends there; without the cut the trial would run its 512 split jobs
- * and the worker would take a part of most of them. */
+/* The pool starts with a trial: window 0 serial (CPU_POOL_WINDOW_JOBS jobs
+ * of nothing), then split windows whose jobs wait 300 us whenever the worker
+ * takes a part. The first such part already loses per unit of work, so the
+ * trial ends there; without the cut the trial would run its four windows of
+ * split jobs and the worker would take a part of most of them. */
 static void losing_trial_ends_early(void)
 {
     cpu_pool *p;
@@ -195,8 +195,8 @@ static void sleepy_part(void *arg, int part, int nparts)
     nanosleep(&ts, NULL);
 }
 
-/* The fresh pool's first trial, its windows of 128 weighed jobs serial and
- * split as S P P S S P P S, gets small jobs (work 1) in its serial windows
+/* The fresh pool's first trial, its windows of CPU_POOL_WINDOW_JOBS weighed
+ * jobs serial and split as S P P S S P P S, gets small jobs (work 1) in its serial windows
  * and 16 times larger ones in its split windows, as when a workload's jobs
  * change size under a trial. Per unit of work splitting is about twice as
  * fast (three times, with the serial jobs' two sleeps' overshoot), and the
@@ -208,14 +208,52 @@ static void trial_weighs_work(void)
     cpu_pool *p;
     CHECK(cpu_pool_new(2, &p) == 0, "cpu_pool_new");
     if (!p) return;
-    for (unsigned k = 0; k < 8 * 128; k++) {
-        unsigned w = k / 128;
+    for (unsigned k = 0; k < 8 * CPU_POOL_WINDOW_JOBS; k++) {
+        unsigned w = k / CPU_POOL_WINDOW_JOBS;
         sleepy s = {((w ^ (w >> 1)) & 1) ? 16 : 1};
         cpu_pool_run_weighed(p, sleepy_part, &s, 2, (double)s.work, 2);
     }
     CHECK(cpu_pool_serial_stretches(p) == 0 && cpu_pool_trials_cut(p) == 0,
           "split jobs twice as fast per unit of work: %llu serial stretches, %llu trials cut (want 0 and 0)",
           cpu_pool_serial_stretches(p), cpu_pool_trials_cut(p));
+    cpu_pool_free(p);
+}
+
+/* A sleepy part that says whether a worker ran it. */
+static atomic_int sleepy_on_worker;
+static void sleepy_seen_part(void *arg, int part, int nparts)
+{
+    if (!pthread_equal(pthread_self(), caller)) atomic_fetch_add(&sleepy_on_worker, 1);
+    sleepy_part(arg, part, nparts);
+}
+
+/* Two classes of weighed jobs in turn: class 0's parts wait 300 us on the
+ * worker and nothing on the caller (splitting loses), class 2's sleep 5 ms
+ * on both threads (splitting wins). Each class decides for itself: after both
+ * trials class 0 runs serially and class 2 still splits. With one decision
+ * for both, the class-0 trial's serial choice ran class 2 serially too. */
+static void classes_decide_apart(void)
+{
+    cpu_pool *p;
+    CHECK(cpu_pool_new(2, &p) == 0, "cpu_pool_new");
+    if (!p) return;
+    caller = pthread_self();
+    for (unsigned k = 0; k < 8 * CPU_POOL_WINDOW_JOBS + 8; k++) {
+        job j;
+        memset(&j, 0, sizeof j);
+        j.n = 2;
+        cpu_pool_run_weighed(p, lopsided_part, &j, 2, 1.0, 0);
+        sleepy s = {50};   /* 5 ms a part: a loaded machine's late wake-ups do not turn it */
+        cpu_pool_run_weighed(p, sleepy_seen_part, &s, 2, 50.0, 2);
+    }
+    CHECK(cpu_pool_serial_stretches(p) == 1, "%llu serial stretches (want 1: class 0's)",
+          cpu_pool_serial_stretches(p));
+    atomic_store(&sleepy_on_worker, 0);
+    for (int k = 0; k < 16; k++) {
+        sleepy s = {50};
+        cpu_pool_run_weighed(p, sleepy_seen_part, &s, 2, 50.0, 2);
+    }
+    CHECK(atomic_load(&sleepy_on_worker) > 0, "class 2 no longer splits after class 0 chose serial");
     cpu_pool_free(p);
 }
 
@@ -226,5 +264,6 @@ int main(void)
     RUN(slow_workers_fall_back);
     RUN(losing_trial_ends_early);
     RUN(trial_weighs_work);
+    RUN(classes_decide_apart);
     return check_exit();
 }

@@ -23,33 +23,47 @@
  * claimed, see run_split). */
 #define SPIN_NS 50000L
 
-/* Whether splitting pays is measured, not guessed: in a trial the caller
- * runs TRIAL_WINDOWS windows of WINDOW_JOBS weighed jobs, split and serial
- * alternately (S P P S S P P S... so that a drift of the machine's load hits
- * both alike), and sums, class by class, each kind's job times and work.
- * The kind that would have done all the trial's work sooner (each class's
- * work at that kind's time per unit of work in that class) runs the next
- * STRETCH_MIN jobs, then the next trial; a trial that confirms the last
- * decision doubles the stretch (up to STRETCH_MAX), one that overturns it
- * resets it. Outside trials nothing is timed; jobs that are not weighed
- * follow the last decision, in trials too.
+/* Whether splitting pays is measured, not guessed, for each class of
+ * weighed jobs (cpu_pool_run_weighed: a matrix product's batch-size class)
+ * on its own: in a trial the caller runs TRIAL_WINDOWS windows of
+ * CPU_POOL_WINDOW_JOBS jobs of the class, split and serial alternately
+ * (S P P S S P P S... so that a drift of the machine's load hits both
+ * alike), and sums each kind's job times and work. The kind with the
+ * shorter time per unit of work runs the class's next STRETCH_MIN jobs, then
+ * the class's next trial; a trial that confirms the last decision doubles
+ * the stretch (up to STRETCH_MAX), one that overturns it resets it. Outside
+ * trials nothing is timed. Jobs that are not weighed (norms, the mixers'
+ * recurrences) follow the decision of the class last run: the products of
+ * the same step.
  *
- * Per unit of work and per class, because the windows hold different jobs:
- * a batch-64 step is ~180 jobs of very unequal size (the head alone ~30% of
- * it), and a serial window of small products weighed against a split window
- * of large ones (a prefill's 256-row products after batch-64 ones) chose
- * serial for whole measurement windows on an idle machine.
+ * Per class and per unit of work, because a trial's windows hold different
+ * jobs: a batch-64 step is ~180 jobs of very unequal size (the head alone
+ * ~30% of it), a batch-1 product streams its weights where a batch-64 one
+ * computes, and with one decision for all, or job times summed as they
+ * came, a batch-1 trial decided batch 64's split, or a serial window of
+ * small products weighed against a split window of large ones (a prefill's
+ * 256-row products after batch-64 ones), and whole measurement windows ran
+ * serially on an idle machine.
  *
- * A split window after which splitting has already lost (the trial's split
+ * A split job after which splitting has already lost (the trial's split
  * jobs so far took longer per unit of work than its serial ones) ends the
  * trial there and then with a serial decision: on shared cores, where a
  * worker that claimed a part can lose its core for a whole scheduler slice,
  * the split half of a trial would otherwise cost several times what serial
  * jobs cost, once per trial, and a short run pays for several trials. */
-#define WINDOW_JOBS   128u
 #define TRIAL_WINDOWS 8u
 #define STRETCH_MIN   4096u
 #define STRETCH_MAX   131072u
+
+typedef struct pool_class {
+    int split;          /* the last trial's decision: split jobs (1) or not */
+    int trial;          /* a trial is running */
+    unsigned window;    /* the trial's window, 0..TRIAL_WINDOWS-1 */
+    unsigned jobs;      /* jobs in this window, or in this stretch */
+    unsigned stretch;   /* jobs between trials */
+    double ns[2];       /* the trial's job times: serial, split */
+    double work[2];     /* and their work */
+} pool_class;
 
 static inline void cpu_relax(void)
 {
@@ -105,14 +119,9 @@ struct cpu_pool {
     atomic_int stop;
     cpu_pool_fn fn;
     void *arg;
-    /* the caller's alone: the trials (see WINDOW_JOBS) */
-    int split;                     /* the last trial's decision: split jobs (1) or not */
-    int trial;                     /* a trial is running */
-    unsigned window;               /* the trial's window, 0..TRIAL_WINDOWS-1 */
-    unsigned jobs;                 /* jobs in this window, or in this stretch */
-    unsigned stretch;              /* jobs between trials */
-    double trial_ns[CPU_POOL_CLASSES][2];     /* the trial's weighed job times: serial, split */
-    double trial_work[CPU_POOL_CLASSES][2];   /* and their work */
+    /* the caller's alone: the trials (see TRIAL_WINDOWS) */
+    pool_class cls[CPU_POOL_CLASSES];
+    int last;                      /* the class of the last weighed job */
     unsigned long long serial_stretches;
     unsigned long long trials_cut;   /* trials ended in a split window that lost (split_lost) */
     int no_judging;                /* cpu_pool_set_judging(p, 0): always split */
@@ -168,9 +177,11 @@ int cpu_pool_new(int threads, cpu_pool **out)
     atomic_init(&p->sleepers, 0);
     atomic_init(&p->caller_asleep, 0);
     atomic_init(&p->stop, 0);
-    p->split = 1;
-    p->trial = 1;
-    p->stretch = STRETCH_MIN;
+    for (int c = 0; c < CPU_POOL_CLASSES; c++) {   /* each class starts with a trial */
+        p->cls[c].split = 1;
+        p->cls[c].trial = 1;
+        p->cls[c].stretch = STRETCH_MIN;
+    }
     p->th = calloc((size_t)threads, sizeof *p->th);
     if (!p->th) { cpu_pool_free(p); return -ENOMEM; }
     for (int i = 1; i < threads; i++) {
@@ -197,48 +208,31 @@ void cpu_pool_free(cpu_pool *p)
 
 int cpu_pool_size(const cpu_pool *p) { return p->size; }
 
-/* The trial is over: `split` runs the next stretch. */
-static void decide(cpu_pool *p, int split)
+/* The class's trial is over: `split` runs its next stretch. */
+static void decide(cpu_pool *p, pool_class *c, int split)
 {
-    if (split == p->split) p->stretch = p->stretch < STRETCH_MAX ? p->stretch * 2 : STRETCH_MAX;
-    else p->stretch = STRETCH_MIN;
-    p->split = split;
+    if (split == c->split) c->stretch = c->stretch < STRETCH_MAX ? c->stretch * 2 : STRETCH_MAX;
+    else c->stretch = STRETCH_MIN;
+    c->split = split;
     if (!split) p->serial_stretches++;
-    p->trial = 0;
-    p->jobs = 0;
+    c->trial = 0;
+    c->jobs = 0;
 }
 
 /* Window w of a trial splits its jobs: S P P S S P P S. */
 static int window_splits(unsigned w) { return ((w ^ (w >> 1)) & 1) != 0; }
 
-/* The time the trial's work (of the classes both kinds have run) would
- * take all serial (kind 0) or all split (1). */
-static void trial_estimate(const cpu_pool *p, double t[2])
+/* Split jobs so far took longer per unit of work than serial ones. */
+static int split_slower(const pool_class *c)
 {
-    t[0] = t[1] = 0;
-    for (int c = 0; c < CPU_POOL_CLASSES; c++) {
-        const double *ns = p->trial_ns[c], *w = p->trial_work[c];
-        if (w[0] <= 0 || w[1] <= 0) continue;
-        t[0] += (w[0] + w[1]) * (ns[0] / w[0]);
-        t[1] += (w[0] + w[1]) * (ns[1] / w[1]);
-    }
+    return c->work[0] > 0 && c->work[1] > 0 && c->ns[1] * c->work[0] > c->ns[0] * c->work[1];
 }
 
-/* Splitting has lost this trial so far: its jobs took longer per unit of
- * work than serial ones of the same classes. */
-static int split_lost(const cpu_pool *p)
+static void trial_start(pool_class *c)
 {
-    double t[2];
-    trial_estimate(p, t);
-    return t[1] > t[0];
-}
-
-static void trial_start(cpu_pool *p)
-{
-    p->trial = 1;
-    p->window = p->jobs = 0;
-    for (int c = 0; c < CPU_POOL_CLASSES; c++) p->trial_ns[c][0] = p->trial_ns[c][1] = p->trial_work[c][0] =
-        p->trial_work[c][1] = 0;
+    c->trial = 1;
+    c->window = c->jobs = 0;
+    c->ns[0] = c->ns[1] = c->work[0] = c->work[1] = 0;
 }
 
 /* The job's parts on the workers and the caller. */
@@ -286,28 +280,30 @@ void cpu_pool_run_weighed(cpu_pool *p, cpu_pool_fn fn, void *arg, int n, double 
         run_split(p, fn, arg, n);
         return;
     }
-    if (!p->trial || !(work > 0) || cls < 0 || cls >= CPU_POOL_CLASSES) {
-        run_as(p, p->split, fn, arg, n);
-        if (!p->trial && ++p->jobs >= p->stretch) trial_start(p);
+    if (!(work > 0) || cls < 0 || cls >= CPU_POOL_CLASSES) {   /* not weighed: as the last class */
+        run_as(p, p->cls[p->last].split, fn, arg, n);
         return;
     }
-    int split = window_splits(p->window);
+    pool_class *c = &p->cls[cls];
+    p->last = cls;
+    if (!c->trial) {
+        run_as(p, c->split, fn, arg, n);
+        if (++c->jobs >= c->stretch) trial_start(c);
+        return;
+    }
+    int split = window_splits(c->window);
     long long t0 = (long long)clock_mono_ns();
     run_as(p, split, fn, arg, n);
-    p->trial_ns[cls][split] += (double)((long long)clock_mono_ns() - t0);
-    p->trial_work[cls][split] += work;
-    if (split && split_lost(p)) {
+    c->ns[split] += (double)((long long)clock_mono_ns() - t0);
+    c->work[split] += work;
+    if (split && split_slower(c)) {
         p->trials_cut++;
-        decide(p, 0);
+        decide(p, c, 0);
         return;
     }
-    if (++p->jobs == WINDOW_JOBS) {
-        p->jobs = 0;
-        if (++p->window == TRIAL_WINDOWS) {
-            double t[2];
-            trial_estimate(p, t);
-            decide(p, t[1] < t[0] || t[0] <= 0);   /* no class run both ways: keep splitting */
-        }
+    if (++c->jobs == CPU_POOL_WINDOW_JOBS) {
+        c->jobs = 0;
+        if (++c->window == TRIAL_WINDOWS) decide(p, c, !split_slower(c));
     }
 }
 

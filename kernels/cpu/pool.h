@@ -9,8 +9,8 @@
  * trials that alternate split and serial jobs, whether splitting is faster;
  * where it is not (the cores are shared with other work), jobs run on the
  * caller alone until the next trial. Only jobs run with
- * cpu_pool_run_weighed, which say how much work they are, are weighed in a
- * trial; the others follow its outcome. Which thread runs a part never
+ * cpu_pool_run_weighed, which say how much work they are and of which
+ * class, are weighed; the others follow the outcome. Which thread runs a part never
  * changes what the part computes. One caller at a time. */
 #ifndef LIND_KERNELS_CPU_POOL_H
 #define LIND_KERNELS_CPU_POOL_H
@@ -25,13 +25,17 @@ void cpu_pool_free(cpu_pool *p);   /* joins the workers; NULL is a no-op */
 int  cpu_pool_size(const cpu_pool *p);
 /* n is clipped to cpu_pool_size(p); n ≤ 1 runs fn inline. */
 void cpu_pool_run(cpu_pool *p, cpu_pool_fn fn, void *arg, int n);
-/* The same, for a job a trial weighs: `work` > 0 is its size (a matrix
+/* The same, for a job the trials weigh: `work` > 0 is its size (a matrix
  * product's multiply-adds) and cls (0 ≤ cls < CPU_POOL_CLASSES) the class
- * of jobs whose time per unit of work is comparable (a product's batch size
- * class: one row, a few, many). A trial compares split and serial jobs'
- * time per unit of work class by class, so the jobs that happen to fall in
- * its split and its serial windows need not be alike. */
+ * of jobs whose time per unit of work is comparable (a product's batch-size
+ * class: one row, a few, many). Each class has its own trials, which
+ * compare split and serial jobs' time per unit of work, so the jobs that
+ * happen to fall in a trial's split and serial windows need not be alike;
+ * jobs run with cpu_pool_run follow the decision of the class last run.
+ * A trial is TRIAL_WINDOWS (8) windows of CPU_POOL_WINDOW_JOBS jobs of its
+ * class, serial and split as S P P S S P P S (pool.c). */
 #define CPU_POOL_CLASSES 3
+#define CPU_POOL_WINDOW_JOBS 32u
 void cpu_pool_run_weighed(cpu_pool *p, cpu_pool_fn fn, void *arg, int n, double work, int cls);
 /* How many trials have found serial jobs faster than split ones, so that
  * the stretch after them ran on the caller alone (the caller's thread only). */
