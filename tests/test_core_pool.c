@@ -115,7 +115,7 @@ static void sleeping_workers_wake(void)
     cpu_pool_free(p);
 }
 
-/* A part takes 300 us on a worker and nothing on the caller. */
+/* A part takes 3 ms on a worker and 20 us on the caller. */
 static pthread_t caller;
 static atomic_int worker_parts;
 static void lopsided_part(void *arg, int part, int nparts)
@@ -124,7 +124,9 @@ static void lopsided_part(void *arg, int part, int nparts)
     if (nparts != j->n) atomic_fetch_add(&j->bad_n, 1);
     if (!pthread_equal(pthread_self(), caller)) {
         atomic_fetch_add(&worker_parts, 1);
-        usleep(300);
+        usleep(3000);
+    } else {   /* a short wait on the caller too, so a spinning worker claims the other part */
+        usleep(20);
     }
     atomic_fetch_add(&j->runs[part], 1);
 }
@@ -144,16 +146,17 @@ static void slow_workers_fall_back(void)
         CHECK(atomic_load(&j.runs[0]) == 1 && atomic_load(&j.runs[1]) == 1 && !atomic_load(&j.bad_n),
               "job %d: parts ran %d and %d times", k, atomic_load(&j.runs[0]), atomic_load(&j.runs[1]));
     }
-    CHECK(cpu_pool_serial_stretches(p) > 0, "2000 jobs whose parts take 300 us on a worker and nothing on "
+    CHECK(cpu_pool_serial_stretches(p) > 0, "2000 jobs whose parts take 3 ms on a worker and 20 us on "
           "the caller: the pool never ran serially");
     cpu_pool_free(p);
 }
 
 /* The pool starts with a trial: window 0 serial (CPU_POOL_WINDOW_JOBS jobs
- * of nothing), then split windows whose jobs wait 300 us whenever the worker
- * takes a part. The first such part already loses per unit of work, so the
- * trial ends there; without the cut the trial would run its four windows of
- * split jobs and the worker would take a part of most of them. */
+ * of two short waits on the caller), then split windows whose jobs wait 3 ms
+ * whenever the worker takes a part. After the few split jobs a cut needs
+ * (8), splitting has clearly lost per unit of work, so the trial ends there;
+ * without the cut the trial would run its four windows of split jobs and
+ * the worker would take a part of most of them. */
 static void losing_trial_ends_early(void)
 {
     cpu_pool *p;
@@ -227,7 +230,7 @@ static void sleepy_seen_part(void *arg, int part, int nparts)
     sleepy_part(arg, part, nparts);
 }
 
-/* Two classes of weighed jobs in turn: class 0's parts wait 300 us on the
+/* Two classes of weighed jobs in turn: class 0's parts wait 3 ms on the
  * worker and nothing on the caller (splitting loses), class 2's sleep 5 ms
  * on both threads (splitting wins). Each class decides for itself: after both
  * trials class 0 runs serially and class 2 still splits. With one decision

@@ -45,13 +45,18 @@
  * 256-row products after batch-64 ones), and whole measurement windows ran
  * serially on an idle machine.
  *
- * A split job after which splitting has already lost (the trial's split
- * jobs so far took longer per unit of work than its serial ones) ends the
- * trial there and then with a serial decision: on shared cores, where a
- * worker that claimed a part can lose its core for a whole scheduler slice,
- * the split half of a trial would otherwise cost several times what serial
- * jobs cost, once per trial, and a short run pays for several trials. */
+ * A split job after which splitting has clearly lost (the trial's CUT_JOBS
+ * or more split jobs so far took CUT_RATIO times longer per unit of work
+ * than its serial ones) ends the trial there and then with a serial
+ * decision: on shared cores, where a worker that claimed a part can lose
+ * its core for a whole scheduler slice, the split half of a trial would
+ * otherwise cost several times what serial jobs cost, once per trial, and a
+ * short run pays for several trials. Clearly: where splitting gains little
+ * (a batch-1 product whose weights one thread nearly streams alone), a cut
+ * on any split job that came out slower chose serial on an idle machine. */
 #define TRIAL_WINDOWS 8u
+#define CUT_JOBS      8u
+#define CUT_RATIO     1.5
 #define STRETCH_MIN   4096u
 #define STRETCH_MAX   131072u
 
@@ -61,6 +66,7 @@ typedef struct pool_class {
     unsigned window;    /* the trial's window, 0..TRIAL_WINDOWS-1 */
     unsigned jobs;      /* jobs in this window, or in this stretch */
     unsigned stretch;   /* jobs between trials */
+    unsigned split_jobs;   /* the trial's split jobs so far */
     double ns[2];       /* the trial's job times: serial, split */
     double work[2];     /* and their work */
 } pool_class;
@@ -222,16 +228,17 @@ static void decide(cpu_pool *p, pool_class *c, int split)
 /* Window w of a trial splits its jobs: S P P S S P P S. */
 static int window_splits(unsigned w) { return ((w ^ (w >> 1)) & 1) != 0; }
 
-/* Split jobs so far took longer per unit of work than serial ones. */
-static int split_slower(const pool_class *c)
+/* Split jobs so far took more than `ratio` times longer per unit of work
+ * than serial ones. */
+static int split_slower(const pool_class *c, double ratio)
 {
-    return c->work[0] > 0 && c->work[1] > 0 && c->ns[1] * c->work[0] > c->ns[0] * c->work[1];
+    return c->work[0] > 0 && c->work[1] > 0 && c->ns[1] * c->work[0] > ratio * c->ns[0] * c->work[1];
 }
 
 static void trial_start(pool_class *c)
 {
     c->trial = 1;
-    c->window = c->jobs = 0;
+    c->window = c->jobs = c->split_jobs = 0;
     c->ns[0] = c->ns[1] = c->work[0] = c->work[1] = 0;
 }
 
@@ -296,14 +303,14 @@ void cpu_pool_run_weighed(cpu_pool *p, cpu_pool_fn fn, void *arg, int n, double 
     run_as(p, split, fn, arg, n);
     c->ns[split] += (double)((long long)clock_mono_ns() - t0);
     c->work[split] += work;
-    if (split && split_slower(c)) {
+    if (split && ++c->split_jobs >= CUT_JOBS && split_slower(c, CUT_RATIO)) {
         p->trials_cut++;
         decide(p, c, 0);
         return;
     }
     if (++c->jobs == CPU_POOL_WINDOW_JOBS) {
         c->jobs = 0;
-        if (++c->window == TRIAL_WINDOWS) decide(p, c, !split_slower(c));
+        if (++c->window == TRIAL_WINDOWS) decide(p, c, !split_slower(c, 1.0));
     }
 }
 
