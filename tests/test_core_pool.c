@@ -231,7 +231,7 @@ static void sleepy_seen_part(void *arg, int part, int nparts)
 }
 
 /* Two classes of weighed jobs in turn: class 0's parts wait 3 ms on the
- * worker and nothing on the caller (splitting loses), class 2's sleep 5 ms
+ * worker and 20 us on the caller (splitting loses), class 2's sleep 5 ms
  * on both threads (splitting wins). Each class decides for itself: after both
  * trials class 0 runs serially and class 2 still splits. With one decision
  * for both, the class-0 trial's serial choice ran class 2 serially too. */
