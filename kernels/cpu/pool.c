@@ -32,9 +32,10 @@
  * shorter time per unit of work runs the class's next STRETCH_MIN jobs, then
  * the class's next trial; a trial that confirms the last decision doubles
  * the stretch (up to STRETCH_MAX), one that overturns it resets it. Outside
- * trials nothing is timed. Jobs that are not weighed (norms, the mixers'
- * recurrences) follow the decision of the class last run: the products of
- * the same step.
+ * trials nothing is timed. Jobs run with cpu_pool_run (norms, the mixers'
+ * recurrences) are a class of their own, each weighing 1: on a small model
+ * they are what splitting speeds up at batch 1 (the shipped model's step
+ * 1.3x faster split, its 192-wide products alone not).
  *
  * Per class and per unit of work, because a trial's windows hold different
  * jobs: a batch-64 step is ~180 jobs of very unequal size (the head alone
@@ -45,17 +46,21 @@
  * 256-row products after batch-64 ones), and whole measurement windows ran
  * serially on an idle machine.
  *
- * A split job after which splitting has clearly lost (the trial's CUT_JOBS
- * or more split jobs so far took CUT_RATIO times longer per unit of work
- * than its serial ones) ends the trial there and then with a serial
- * decision: on shared cores, where a worker that claimed a part can lose
+ * Every CUT_JOBS split jobs, a trial in which splitting has clearly lost
+ * (its split jobs so far took CUT_RATIO times longer per unit of work than
+ * its serial ones) ends there and then with a serial decision: on shared cores, where a worker that claimed a part can lose
  * its core for a whole scheduler slice, the split half of a trial would
  * otherwise cost several times what serial jobs cost, once per trial, and a
- * short run pays for several trials. Clearly: where splitting gains little
- * (a batch-1 product whose weights one thread nearly streams alone), a cut
- * on any split job that came out slower chose serial on an idle machine. */
+ * short run pays for several trials. Clearly, and not on the first split
+ * jobs alone: the worker sleeps through a serial window, and the first jobs
+ * after it pay its wake-up (the shipped model's 192-wide products at batch
+ * 1, about 3 us each, came out twice as slow over 8 split jobs and went
+ * serial, where a whole window of them splits 1.8x faster); and where
+ * splitting gains little (a batch-1 product whose weights one thread nearly
+ * streams alone), a cut on any split job that came out slower chose serial
+ * on an idle machine. */
 #define TRIAL_WINDOWS 8u
-#define CUT_JOBS      8u
+#define CUT_JOBS      16u
 #define CUT_RATIO     1.5
 #define STRETCH_MIN   4096u
 #define STRETCH_MAX   131072u
@@ -126,8 +131,7 @@ struct cpu_pool {
     cpu_pool_fn fn;
     void *arg;
     /* the caller's alone: the trials (see TRIAL_WINDOWS) */
-    pool_class cls[CPU_POOL_CLASSES];
-    int last;                      /* the class of the last weighed job */
+    pool_class cls[CPU_POOL_CLASSES + 1];   /* the last: jobs run with cpu_pool_run */
     unsigned long long serial_stretches;
     unsigned long long trials_cut;   /* trials ended in a split window that lost (split_lost) */
     int no_judging;                /* cpu_pool_set_judging(p, 0): always split */
@@ -183,7 +187,7 @@ int cpu_pool_new(int threads, cpu_pool **out)
     atomic_init(&p->sleepers, 0);
     atomic_init(&p->caller_asleep, 0);
     atomic_init(&p->stop, 0);
-    for (int c = 0; c < CPU_POOL_CLASSES; c++) {   /* each class starts with a trial */
+    for (int c = 0; c <= CPU_POOL_CLASSES; c++) {   /* each class starts with a trial */
         p->cls[c].split = 1;
         p->cls[c].trial = 1;
         p->cls[c].stretch = STRETCH_MIN;
@@ -287,12 +291,11 @@ void cpu_pool_run_weighed(cpu_pool *p, cpu_pool_fn fn, void *arg, int n, double 
         run_split(p, fn, arg, n);
         return;
     }
-    if (!(work > 0) || cls < 0 || cls >= CPU_POOL_CLASSES) {   /* not weighed: as the last class */
-        run_as(p, p->cls[p->last].split, fn, arg, n);
-        return;
+    if (!(work > 0) || cls < 0 || cls >= CPU_POOL_CLASSES) {   /* cpu_pool_run's class */
+        work = 1.0;
+        cls = CPU_POOL_CLASSES;
     }
     pool_class *c = &p->cls[cls];
-    p->last = cls;
     if (!c->trial) {
         run_as(p, c->split, fn, arg, n);
         if (++c->jobs >= c->stretch) trial_start(c);
@@ -303,7 +306,7 @@ void cpu_pool_run_weighed(cpu_pool *p, cpu_pool_fn fn, void *arg, int n, double 
     run_as(p, split, fn, arg, n);
     c->ns[split] += (double)((long long)clock_mono_ns() - t0);
     c->work[split] += work;
-    if (split && ++c->split_jobs >= CUT_JOBS && split_slower(c, CUT_RATIO)) {
+    if (split && ++c->split_jobs % CUT_JOBS == 0 && split_slower(c, CUT_RATIO)) {
         p->trials_cut++;
         decide(p, c, 0);
         return;
@@ -314,7 +317,7 @@ void cpu_pool_run_weighed(cpu_pool *p, cpu_pool_fn fn, void *arg, int n, double 
     }
 }
 
-void cpu_pool_run(cpu_pool *p, cpu_pool_fn fn, void *arg, int n) { cpu_pool_run_weighed(p, fn, arg, n, 0, 0); }
+void cpu_pool_run(cpu_pool *p, cpu_pool_fn fn, void *arg, int n) { cpu_pool_run_weighed(p, fn, arg, n, 0, -1); }
 
 void cpu_pool_set_judging(cpu_pool *p, int on) { p->no_judging = !on; }
 
