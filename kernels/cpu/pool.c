@@ -46,21 +46,21 @@
  * 256-row products after batch-64 ones), and whole measurement windows ran
  * serially on an idle machine.
  *
- * Every CUT_JOBS split jobs, a trial in which splitting has clearly lost
- * (its split jobs so far took CUT_RATIO times longer per unit of work than
- * its serial ones) ends there and then with a serial decision: on shared cores, where a worker that claimed a part can lose
+ * A trial in which splitting has clearly lost (its CUT_JOBS or more split
+ * jobs so far took CUT_RATIO times longer per unit of work than its serial
+ * ones) ends there and then with a serial decision: on shared cores, where a worker that claimed a part can lose
  * its core for a whole scheduler slice, the split half of a trial would
  * otherwise cost several times what serial jobs cost, once per trial, and a
- * short run pays for several trials. Clearly, and not on the first split
- * jobs alone: the worker sleeps through a serial window, and the first jobs
- * after it pay its wake-up (the shipped model's 192-wide products at batch
- * 1, about 3 us each, came out twice as slow over 8 split jobs and went
- * serial, where a whole window of them splits 1.8x faster); and where
- * splitting gains little (a batch-1 product whose weights one thread nearly
- * streams alone), a cut on any split job that came out slower chose serial
- * on an idle machine. */
+ * short run pays for several trials. Clearly: where splitting gains little
+ * (a batch-1 product whose weights one thread nearly streams alone), a cut
+ * on any split job that came out slower chose serial on an idle machine.
+ * The first job of a split window after a serial one is not timed: it
+ * wakes a worker that slept through the serial window (the shipped model's
+ * 192-wide products at batch 1, about 3 us each, came out twice as slow
+ * over 8 split jobs with it and went serial, where a whole window of them
+ * splits 1.8x faster). */
 #define TRIAL_WINDOWS 8u
-#define CUT_JOBS      16u
+#define CUT_JOBS      2u
 #define CUT_RATIO     1.5
 #define STRETCH_MIN   4096u
 #define STRETCH_MAX   131072u
@@ -304,9 +304,14 @@ void cpu_pool_run_weighed(cpu_pool *p, cpu_pool_fn fn, void *arg, int n, double 
     int split = window_splits(c->window);
     long long t0 = (long long)clock_mono_ns();
     run_as(p, split, fn, arg, n);
-    c->ns[split] += (double)((long long)clock_mono_ns() - t0);
-    c->work[split] += work;
-    if (split && ++c->split_jobs % CUT_JOBS == 0 && split_slower(c, CUT_RATIO)) {
+    /* a split window's first job wakes a worker that slept through the
+     * serial one: a cost of alternating, not of splitting */
+    int first = split && (c->jobs == 0 && !window_splits(c->window - 1));
+    if (!first) {
+        c->ns[split] += (double)((long long)clock_mono_ns() - t0);
+        c->work[split] += work;
+    }
+    if (split && !first && ++c->split_jobs >= CUT_JOBS && split_slower(c, CUT_RATIO)) {
         p->trials_cut++;
         decide(p, c, 0);
         return;
