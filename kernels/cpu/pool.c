@@ -33,9 +33,9 @@
  * the class's next trial; a trial that confirms the last decision doubles
  * the stretch (up to STRETCH_MAX), one that overturns it resets it. Outside
  * trials nothing is timed. Jobs run with cpu_pool_run (norms, the mixers'
- * recurrences) are a class of their own, each weighing 1: on a small model
- * they are what splitting speeds up at batch 1 (the shipped model's step
- * 1.3x faster split, its 192-wide products alone not).
+ * recurrences) follow the decision of the class last run, the products of
+ * the same step: trials of their own cost a second trial's split windows
+ * on shared cores (batch 8 under a CPU hog, 2 threads 7-15% below 1).
  *
  * Per class and per unit of work, because a trial's windows hold different
  * jobs: a batch-64 step is ~180 jobs of very unequal size (the head alone
@@ -131,7 +131,8 @@ struct cpu_pool {
     cpu_pool_fn fn;
     void *arg;
     /* the caller's alone: the trials (see TRIAL_WINDOWS) */
-    pool_class cls[CPU_POOL_CLASSES + 1];   /* the last: jobs run with cpu_pool_run */
+    pool_class cls[CPU_POOL_CLASSES];
+    int last;                      /* the class of the last weighed job */
     unsigned long long serial_stretches;
     unsigned long long trials_cut;   /* trials ended in a split window that lost (split_lost) */
     int no_judging;                /* cpu_pool_set_judging(p, 0): always split */
@@ -187,7 +188,7 @@ int cpu_pool_new(int threads, cpu_pool **out)
     atomic_init(&p->sleepers, 0);
     atomic_init(&p->caller_asleep, 0);
     atomic_init(&p->stop, 0);
-    for (int c = 0; c <= CPU_POOL_CLASSES; c++) {   /* each class starts with a trial */
+    for (int c = 0; c < CPU_POOL_CLASSES; c++) {   /* each class starts with a trial */
         p->cls[c].split = 1;
         p->cls[c].trial = 1;
         p->cls[c].stretch = STRETCH_MIN;
@@ -291,11 +292,12 @@ void cpu_pool_run_weighed(cpu_pool *p, cpu_pool_fn fn, void *arg, int n, double 
         run_split(p, fn, arg, n);
         return;
     }
-    if (!(work > 0) || cls < 0 || cls >= CPU_POOL_CLASSES) {   /* cpu_pool_run's class */
-        work = 1.0;
-        cls = CPU_POOL_CLASSES;
+    if (!(work > 0) || cls < 0 || cls >= CPU_POOL_CLASSES) {   /* not weighed: as the last class */
+        run_as(p, p->cls[p->last].split, fn, arg, n);
+        return;
     }
     pool_class *c = &p->cls[cls];
+    p->last = cls;
     if (!c->trial) {
         run_as(p, c->split, fn, arg, n);
         if (++c->jobs >= c->stretch) trial_start(c);

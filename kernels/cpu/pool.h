@@ -9,8 +9,8 @@
  * trials that alternate split and serial jobs, whether splitting is faster;
  * where it is not (the cores are shared with other work), jobs run on the
  * caller alone until the next trial, class by class of jobs: those run
- * with cpu_pool_run_weighed say how much work they are and of which class,
- * those run with cpu_pool_run are one class, each weighing 1. Which thread runs a part never
+ * with cpu_pool_run_weighed say how much work they are and of which class;
+ * those run with cpu_pool_run follow the class last run. Which thread runs a part never
  * changes what the part computes. One caller at a time. */
 #ifndef LIND_KERNELS_CPU_POOL_H
 #define LIND_KERNELS_CPU_POOL_H
@@ -30,7 +30,8 @@ void cpu_pool_run(cpu_pool *p, cpu_pool_fn fn, void *arg, int n);
  * of jobs whose time per unit of work is comparable (a product's batch-size
  * class: one row, a few, many). Each class has its own trials, which
  * compare split and serial jobs' time per unit of work, so the jobs that
- * happen to fall in a trial's split and serial windows need not be alike.
+ * happen to fall in a trial's split and serial windows need not be alike;
+ * jobs run with cpu_pool_run follow the decision of the class last run.
  * A trial is TRIAL_WINDOWS (8) windows of CPU_POOL_WINDOW_JOBS jobs of its
  * class, serial and split as S P P S S P P S (pool.c). */
 #define CPU_POOL_CLASSES 3
