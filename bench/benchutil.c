@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
 #include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
@@ -376,4 +378,26 @@ void bench_fill_logits(float *l, int V, int B, int peaked, uint64_t seed)
         }
     }
     free(perm);
+}
+
+double bench_proc_cpu_s(int pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    unsigned long ut = 0, st = 0;
+    if (fgets(buf, sizeof buf, f)) {
+        const char *q = strrchr(buf, ')');   /* the command may hold spaces and parentheses */
+        if (q && sscanf(q + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2) ut = st = 0;
+    }
+    fclose(f);
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+double bench_self_cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + 1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
 }

@@ -52,4 +52,9 @@ uint64_t bench_lcg(uint64_t *s);
  * noise, ranks shuffled) or flat (noise of σ ≈ 1). */
 void bench_fill_logits(float *l, int V, int B, int peaked, uint64_t seed);
 
+/* CPU seconds (user + system) process pid has used (0 when it cannot be
+ * read), and this process. */
+double bench_proc_cpu_s(int pid);
+double bench_self_cpu_s(void);
+
 #endif

@@ -38,13 +38,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/benchutil.h"
 #include "client/lindclient.h"
 #include "kernels/backend.h"
 #include "kernels/clock.h"
@@ -155,31 +155,6 @@ static int cmpd(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* CPU seconds (user + system) used so far by process pid (all its threads)
- * and by this program: with the machine's cores all busy, CPU per token is
- * what decides throughput, and it does not move with the load. */
-static double proc_cpu_s(pid_t pid)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    unsigned long ut = 0, st = 0;
-    if (fgets(buf, sizeof buf, f)) {
-        const char *q = strrchr(buf, ')');
-        if (q && sscanf(q + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2) ut = st = 0;
-    }
-    fclose(f);
-    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
-}
-
-static double self_cpu_s(void)
-{
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + 1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
-}
-
 /* The median and range of n values (sorts them). */
 static void med_range(double *v, int n, double *med, double *lo, double *hi)
 {
@@ -230,7 +205,7 @@ static double inproc_rate(int S, int per)
     double t0 = 0, c0 = 0;
     long steps = 0;
     for (int k = 0;; k++) {
-        if (k == 5) { t0 = clock_mono_s(); c0 = self_cpu_s(); }   /* a few warm-up steps */
+        if (k == 5) { t0 = clock_mono_s(); c0 = bench_self_cpu_s(); }   /* a few warm-up steps */
         model_step(m, slots, toks, S, logits);
         for (int b = 0; b < S; b++) {
             toks[b] = sampler_next(&sm[b], logits + (size_t)b * (size_t)V, V, scratch);
@@ -239,7 +214,7 @@ static double inproc_rate(int S, int per)
         if (k >= 5 && ++steps >= (per > 20 ? per : 20)) break;
     }
     double rate = (double)S * (double)steps / (clock_mono_s() - t0);
-    inproc_cpu_per_token = (self_cpu_s() - c0) / ((double)S * (double)steps);
+    inproc_cpu_per_token = (bench_self_cpu_s() - c0) / ((double)S * (double)steps);
     free(slots); free(toks); free(logits); free(scratch); free(sm);
     model_free(m);
     return rate;
@@ -347,10 +322,10 @@ static run_result daemon_run(int S, int per)
     streams(c, S, 8, "warm", &warm);
     uint64_t st0, tk0, st1, tk1;
     daemon_counts(c, &st0, &tk0, 0);
-    double dc0 = proc_cpu_s(pid), cc0 = self_cpu_s();
+    double dc0 = bench_proc_cpu_s((int)pid), cc0 = bench_self_cpu_s();
     streams(c, S, per, "bench", &r);
-    r.daemon_cpu = proc_cpu_s(pid) - dc0;
-    r.client_cpu = self_cpu_s() - cc0;
+    r.daemon_cpu = bench_proc_cpu_s((int)pid) - dc0;
+    r.client_cpu = bench_self_cpu_s() - cc0;
     daemon_counts(c, &st1, &tk1, 1);
     /* The mean batch the daemon stepped: sessions that start or end apart
      * run smaller batches. */

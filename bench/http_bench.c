@@ -43,6 +43,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/benchutil.h"
 #include "client/lindclient.h"
 #include "kernels/clock.h"
 
@@ -177,31 +178,6 @@ static void ttft_stats(run_result *r, double *ttft, int S)
     r->ttft_p99 = ttft[(int)(0.99 * (S - 1))] * 1e3;
 }
 
-/* CPU seconds (user + system) used so far by the daemon (all its threads)
- * and by this program: with the machine's cores all busy, what each front
- * costs in CPU is what it costs in throughput. */
-static double daemon_cpu_s(void)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)daemon_pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    unsigned long ut = 0, st = 0;
-    if (fgets(buf, sizeof buf, f)) {
-        const char *q = strrchr(buf, ')');
-        if (q && sscanf(q + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2) ut = st = 0;
-    }
-    fclose(f);
-    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
-}
-
-static double self_cpu_s(void)
-{
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + 1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
-}
-
 static long seq;   /* unique session names across runs */
 
 static run_result socket_run(int S, int per)
@@ -214,7 +190,7 @@ static run_result socket_run(int S, int per)
     double *ttft = calloc((size_t)S, sizeof *ttft);
     uint64_t st0, tk0, st1, tk1;
     daemon_counts(&st0, &tk0);
-    double dc0 = daemon_cpu_s(), cc0 = self_cpu_s();
+    double dc0 = bench_proc_cpu_s((int)daemon_pid), cc0 = bench_self_cpu_s();
     double t0 = clock_mono_s();
     for (int i = 0; i < S; i++) {
         char name[48];
@@ -245,8 +221,8 @@ static run_result socket_run(int S, int per)
         }
     }
     r.wall = clock_mono_s() - t0;
-    r.daemon_cpu = daemon_cpu_s() - dc0;
-    r.client_cpu = self_cpu_s() - cc0;
+    r.daemon_cpu = bench_proc_cpu_s((int)daemon_pid) - dc0;
+    r.client_cpu = bench_self_cpu_s() - cc0;
     r.tok_s = (double)r.tokens / r.wall;
     daemon_counts(&st1, &tk1);
     r.batch = st1 > st0 ? (double)(tk1 - tk0) / (double)(st1 - st0) : 0;
@@ -300,7 +276,7 @@ static run_result http_run(int S, int per)
     struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
     uint64_t st0, tk0, st1, tk1;
     daemon_counts(&st0, &tk0);
-    double dc0 = daemon_cpu_s(), cc0 = self_cpu_s();
+    double dc0 = bench_proc_cpu_s((int)daemon_pid), cc0 = bench_self_cpu_s();
     double t0 = clock_mono_s();
     for (int i = 0; i < S; i++) {
         snprintf(body[i], sizeof body[i], "{\"prompt\":\"The \",\"max_tokens\":%d,\"seed\":%d,"
@@ -321,8 +297,8 @@ static run_result http_run(int S, int per)
         if (running) curl_multi_poll(multi, NULL, 0, 1000, NULL);
     }
     double wall = clock_mono_s() - t0;
-    r.daemon_cpu = daemon_cpu_s() - dc0;
-    r.client_cpu = self_cpu_s() - cc0;
+    r.daemon_cpu = bench_proc_cpu_s((int)daemon_pid) - dc0;
+    r.client_cpu = bench_self_cpu_s() - cc0;
     r.wall = wall;
     daemon_counts(&st1, &tk1);
     r.batch = st1 > st0 ? (double)(tk1 - tk0) / (double)(st1 - st0) : 0;
