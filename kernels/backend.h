@@ -342,6 +342,12 @@ typedef struct backend_ops {
     /* Copy n floats host→device at float offset off, or device→host. */
     int  (*buf_upload)(backend *be, backend_buf *b, size_t off, const float *src, size_t n);
     int  (*buf_download)(backend *be, const backend_buf *b, size_t off, float *dst, size_t n);
+    /* A buffer over n floats of host memory p that the caller owns and keeps
+     * until buf_free, which frees only the handle. Ops write into p in place:
+     * the model's head fills the caller's logits without a download (a
+     * batch-64 step's 13 MB copy on the 169M shape). Optional (NULL: a
+     * device backend; the model downloads from its own buffer). */
+    int  (*buf_host)(backend *be, float *p, size_t n, backend_buf **out);
 
     /* A weight W [N × K] (row-major host data) for use as matmul's W. The
      * backend may keep it in another layout (the CPU backend stores Wᵀ, which

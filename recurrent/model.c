@@ -67,7 +67,8 @@ struct model {
     int cap, lcap;                     /* rows the activations / gathered rows hold */
     size_t scratch_floats;             /* per row, the widest part's */
     size_t carry_floats;               /* per row, the carry channel's (0: none) */
-    backend_buf *x, *h, *hrows, *logits, *scratch[3], *carry;
+    backend_buf *x, *h, *hrows, *scratch[3], *carry;
+    backend_buf *logits;               /* the head's output; NULL where the backend has buf_host */
 };
 
 /* ---- loading ------------------------------------------------------------ */
@@ -718,8 +719,10 @@ static int ensure_lcap(model *m, int n)
     free_logit_bufs(m);
     backend *be = m->be;
     int rc;
+    /* no m->logits where the head writes the caller's (buf_host) */
     if ((rc = be->ops->buf_new(be, (size_t)cap * (size_t)m->cfg.d_model, &m->hrows)) < 0 ||
-        (rc = be->ops->buf_new(be, (size_t)cap * (size_t)m->cfg.vocab_size, &m->logits)) < 0) {
+        (!be->ops->buf_host &&
+         (rc = be->ops->buf_new(be, (size_t)cap * (size_t)m->cfg.vocab_size, &m->logits)) < 0)) {
         free_logit_bufs(m);
         return rc;
     }
@@ -779,7 +782,7 @@ const char *model_last_error(const model *m)
 
 int model_poisoned(const model *m) { return m->be->ops->poisoned ? m->be->ops->poisoned(m->be) != 0 : 0; }
 
-static int forward_ops(model *m, int R, const int *logit_rows, int nlogits, int all);
+static int forward_ops(model *m, int R, const int *logit_rows, int nlogits, int all, backend_buf *lo);
 
 /* The model's norm (cfg.norm_rms: RMSNorm, weight only; else LayerNorm). */
 static int norm_rows(model *m, const backend_buf *x, backend_buf *y, const backend_buf *w, const backend_buf *b,
@@ -808,38 +811,42 @@ int model_forward(model *m, const int *slots, const int32_t *tokens, int R, cons
     const lind_config *c = &m->cfg;
     backend *be = m->be;
     const backend_ops *o = be->ops;
-    int V = c->vocab_size;
-    if ((rc = o->begin_step(be, slots, tokens, R)) < 0) return rc;
+    size_t nl = (size_t)nlogits * (size_t)c->vocab_size;
+    /* The head writes the caller's logits in place where the backend can
+     * address host memory (buf_host); else m->logits, downloaded below. */
+    backend_buf *host = NULL;
+    if (nlogits && o->buf_host && (rc = o->buf_host(be, logits, nl, &host)) < 0) return rc;
+    if (nlogits && (rc = ensure_lcap(m, nlogits)) < 0) goto out;
+    if ((rc = o->begin_step(be, slots, tokens, R)) < 0) goto out;
     int all = !logit_rows || nlogits == R;
     for (int i = 0; all && logit_rows && i < nlogits; i++) all = logit_rows[i] == i;
-    if (nlogits && (rc = ensure_lcap(m, nlogits)) < 0) return rc;
     /* Everything up to the head depends only on R, nlogits and the runs
      * (the tokens and slots are read on the device): a backend that records
      * steps replays it (kernels/backend.h, graph_begin). gather_rows
      * uploads its rows, so a step that picks rows is never recorded. */
     int g = all && o->graph_begin ? o->graph_begin(be, ((uint64_t)(unsigned)R << 32) | (unsigned)nlogits)
                                   : BACKEND_GRAPH_EAGER;
-    if (g < 0) return g;
+    if (g < 0) { rc = g; goto out; }
+    backend_buf *lo = host ? host : m->logits;
     if (g != BACKEND_GRAPH_REPLAYED) {
-        rc = forward_ops(m, R, logit_rows, nlogits, all);
+        rc = forward_ops(m, R, logit_rows, nlogits, all, lo);
         if (g == BACKEND_GRAPH_RECORDING && (rc = o->graph_end(be, rc)) == BACKEND_GRAPH_RETRY)
-            rc = forward_ops(m, R, logit_rows, nlogits, all);
-        if (rc < 0) return rc;
-    }
-    if (!nlogits) {
-        rc = check_finite(m, R);
-        return rc < 0 ? rc : rc ? -EDOM : 0;
+            rc = forward_ops(m, R, logit_rows, nlogits, all, lo);
+        if (rc < 0) goto out;
     }
     /* after the head is queued, so a device waits once for the whole step */
     int bad = check_finite(m, R);
-    if (bad < 0) return bad;
-    if ((rc = o->buf_download(be, m->logits, 0, logits, (size_t)nlogits * (size_t)V)) < 0) return rc;
-    return bad ? -EDOM : 0;
+    if (bad < 0) { rc = bad; goto out; }
+    if (nlogits && !host && (rc = o->buf_download(be, m->logits, 0, logits, nl)) < 0) goto out;
+    rc = bad ? -EDOM : 0;
+out:
+    if (host) o->buf_free(be, host);
+    return rc;
 }
 
 /* The step's device work after begin_step: embedding, blocks, and (when
- * logits are wanted) the final norm and the head into m->logits. */
-static int forward_ops(model *m, int R, const int *logit_rows, int nlogits, int all)
+ * logits are wanted) the final norm and the head into lo. */
+static int forward_ops(model *m, int R, const int *logit_rows, int nlogits, int all, backend_buf *lo)
 {
     const lind_config *c = &m->cfg;
     backend *be = m->be;
@@ -870,7 +877,7 @@ static int forward_ops(model *m, int R, const int *logit_rows, int nlogits, int 
         hx = m->hrows;
     }
     /* logits[nlogits × V] = hx[nlogits × d] · head[V × d]ᵀ */
-    return o->matmul(be, bmview(m->logits, 0, V), bview(hx, 0, d), m->head, NULL, nlogits, V, d, 0);
+    return o->matmul(be, bmview(lo, 0, V), bview(hx, 0, d), m->head, NULL, nlogits, V, d, 0);
 }
 
 float *model_logits_alloc(model *m, size_t n)

@@ -152,11 +152,24 @@ static int cpu_weight_new_quant(backend *be, int N, int K, const float *W, int q
     return 0;
 }
 
+static int cpu_buf_host(backend *be, float *p, size_t n, backend_buf **out)
+{
+    (void)be;
+    backend_buf *b = malloc(sizeof *b);
+    if (!b) return -ENOMEM;
+    b->p = p;
+    b->n = n;
+    b->kind = BUF_HOST;
+    b->wtype = CPU_GEMM_F32;
+    *out = b;
+    return 0;
+}
+
 static void cpu_buf_free(backend *be, backend_buf *b)
 {
     (void)be;
     if (!b) return;
-    free(b->p);
+    if (b->kind != BUF_HOST) free(b->p);
     free(b);
 }
 
@@ -657,6 +670,7 @@ static const backend_ops cpu_ops = {
     .buf_free = cpu_buf_free,
     .buf_upload = cpu_buf_upload,
     .buf_download = cpu_buf_download,
+    .buf_host = cpu_buf_host,
     .weight_new = cpu_weight_new,
     .slots_reserve = cpu_slots_reserve,
     .slot_zero = cpu_slot_zero,

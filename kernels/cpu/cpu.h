@@ -20,12 +20,13 @@
 #include "kernels/cpu/pool.h"
 #include "kernels/cpu/quant.h"
 
-enum { BUF_PLAIN, BUF_WT, BUF_PACKED, BUF_DOT, BUF_QUANT };
+enum { BUF_PLAIN, BUF_HOST, BUF_WT, BUF_PACKED, BUF_DOT, BUF_QUANT };
 
 struct backend_buf {
     float *p;
     size_t n;
-    int kind;        /* made by weight_new: BUF_WT, p holds Wᵀ [K × N] for
+    int kind;        /* BUF_HOST: made by buf_host, p is the caller's;
+                        made by weight_new: BUF_WT, p holds Wᵀ [K × N] for
                         OpenBLAS; BUF_PACKED, p holds kernels/cpu/gemm.h panels;
                         BUF_DOT (bf16 compute), p holds cpu_gemm_pack_dot's bf16
                         pair panels; BUF_QUANT, p holds kernels/cpu/quant.h
