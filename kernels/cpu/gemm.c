@@ -35,8 +35,9 @@
 /* Panels the single-row kernels stream at once (1, 4, 8 measured: 4 was
  * fastest, docs/CPU.md). */
 #define G1 CPU_GEMM_ROW_GROUP
-/* A half panel is widened once into the caller's scratch when at least this
- * many row blocks will read it (below, widening in registers costs less). */
+/* A half panel is widened once into the caller's scratch, by its first row
+ * block, when at least this many row blocks will read it (below, widening in
+ * registers costs less; measured with a separate widening pass). */
 #define WIDEN_MIN_BLOCKS 3
 
 int cpu_gemm_supported(cpu_gemm_isa isa)
@@ -182,8 +183,11 @@ TGT512 INLINE void store512(float *yr, __m512 c0, __m512 c1, __m512 b0, __m512 b
     _mm512_mask_storeu_ps(yr + 16, m1, o1);
 }
 
-TGT512 INLINE void micro512(const int mr, const cpu_gemm_wtype wt, int K, const float *x, int ldx, const void *panel,
-                            const float *bias, float *y, int ldy, int ncols, int flags)
+/* keep (a constant): also store the panel as widened, K·NR512 floats to
+ * wide, for the next row blocks' fp32 kernel (cpu_gemm_run). */
+TGT512 INLINE void micro512k(const int mr, const cpu_gemm_wtype wt, const int keep, int K, const float *x, int ldx,
+                             const void *panel, const float *bias, float *y, int ldy, int ncols, int flags,
+                             float *wide)
 {
     __m512 c0[MR512], c1[MR512];
     UNROLL_ROWS
@@ -195,6 +199,10 @@ TGT512 INLINE void micro512(const int mr, const cpu_gemm_wtype wt, int K, const 
     for (int k = 0; k < K; k++) {
         __m512 w0, w1;
         wload512(wt, panel, (size_t)k, &w0, &w1);
+        if (keep) {
+            _mm512_store_ps(wide + (size_t)k * NR512, w0);
+            _mm512_store_ps(wide + (size_t)k * NR512 + 16, w1);
+        }
         UNROLL_ROWS
         for (int r = 0; r < mr; r++) {
             __m512 a = _mm512_set1_ps(x[(size_t)r * ldx + k]);
@@ -207,6 +215,11 @@ TGT512 INLINE void micro512(const int mr, const cpu_gemm_wtype wt, int K, const 
     __m512 b1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
     UNROLL_ROWS
     for (int r = 0; r < mr; r++) store512(y + (size_t)r * ldy, c0[r], c1[r], b0, b1, m0, m1, flags);
+}
+TGT512 INLINE void micro512(const int mr, const cpu_gemm_wtype wt, int K, const float *x, int ldx, const void *panel,
+                            const float *bias, float *y, int ldy, int ncols, int flags)
+{
+    micro512k(mr, wt, 0, K, x, ldx, panel, bias, y, ldy, ncols, flags, NULL);
 }
 
 /* One row against gs ≤ G1 consecutive panels (B = 1: the weights' bytes
@@ -272,17 +285,26 @@ DEF_ANY512(CPU_GEMM_F32, f32)
 DEF_ANY512(CPU_GEMM_F16, f16)
 DEF_ANY512(CPU_GEMM_BF16, bf16)
 
-/* A whole half panel widened into an fp32 one (dst: K·NR512 floats). */
-TGT512 static void widen512(cpu_gemm_wtype wt, int K, const void *panel, float *dst)
+/* A half panel's first row block, keeping the panel widened in wide
+ * (K·NR512 floats) for the fp32 kernel of the next blocks: the stores ride
+ * along the block's multiply-adds. A widening pass of its own waited on
+ * them instead, the scratch being larger than L1 (1 thread, batch 64 on
+ * bf16 weights: 14% of the samples). */
+#define CASE512K_f16(n) case n: micro512k(n, CPU_GEMM_F16, 1, K, x, ldx, panel, bias, y, ldy, ncols, flags, wide); break;
+#define CASE512K_bf16(n) case n: micro512k(n, CPU_GEMM_BF16, 1, K, x, ldx, panel, bias, y, ldy, ncols, flags, wide); break;
+TGT512 static void micro512_keep(cpu_gemm_wtype wt, int mr, int K, const float *x, int ldx, const void *panel,
+                                 const float *bias, float *y, int ldy, int ncols, int flags, float *wide)
 {
-    for (int k = 0; k < K; k++) {
-        __m512 w0, w1;
-        if (wt == CPU_GEMM_F16)
-            wload512(CPU_GEMM_F16, panel, (size_t)k, &w0, &w1);
-        else
-            wload512(CPU_GEMM_BF16, panel, (size_t)k, &w0, &w1);
-        _mm512_store_ps(dst + (size_t)k * NR512, w0);
-        _mm512_store_ps(dst + (size_t)k * NR512 + 16, w1);
+    if (wt == CPU_GEMM_F16) {
+        switch (mr) {
+            ROWS12(CASE512K_f16)
+        default: break;
+        }
+    } else {
+        switch (mr) {
+            ROWS12(CASE512K_bf16)
+        default: break;
+        }
     }
 }
 
@@ -327,8 +349,9 @@ TGT256 INLINE void store256(float *yr, __m256 c0, __m256 c1, __m256 b0, __m256 b
     _mm256_maskstore_ps(yr + 8, m1, o1);
 }
 
-TGT256 INLINE void micro256(const int mr, const cpu_gemm_wtype wt, int K, const float *x, int ldx, const void *panel,
-                            const float *bias, float *y, int ldy, int ncols, int flags)
+TGT256 INLINE void micro256k(const int mr, const cpu_gemm_wtype wt, const int keep, int K, const float *x, int ldx,
+                             const void *panel, const float *bias, float *y, int ldy, int ncols, int flags,
+                             float *wide)
 {
     __m256 c0[MR256], c1[MR256];
     UNROLL_ROWS
@@ -340,6 +363,10 @@ TGT256 INLINE void micro256(const int mr, const cpu_gemm_wtype wt, int K, const 
     for (int k = 0; k < K; k++) {
         __m256 w0, w1;
         wload256(wt, panel, (size_t)k, &w0, &w1);
+        if (keep) {
+            _mm256_store_ps(wide + (size_t)k * NR256, w0);
+            _mm256_store_ps(wide + (size_t)k * NR256 + 8, w1);
+        }
         UNROLL_ROWS
         for (int r = 0; r < mr; r++) {
             __m256 a = _mm256_broadcast_ss(x + (size_t)r * ldx + k);
@@ -352,6 +379,11 @@ TGT256 INLINE void micro256(const int mr, const cpu_gemm_wtype wt, int K, const 
     __m256 b1 = bias ? _mm256_maskload_ps(bias + 8, m1) : _mm256_setzero_ps();
     UNROLL_ROWS
     for (int r = 0; r < mr; r++) store256(y + (size_t)r * ldy, c0[r], c1[r], b0, b1, m0, m1, flags);
+}
+TGT256 INLINE void micro256(const int mr, const cpu_gemm_wtype wt, int K, const float *x, int ldx, const void *panel,
+                            const float *bias, float *y, int ldy, int ncols, int flags)
+{
+    micro256k(mr, wt, 0, K, x, ldx, panel, bias, y, ldy, ncols, flags, NULL);
 }
 
 /* AVX2's single-row kernel: gs ≤ G1 panels, 2·gs chains of 8 floats. */
@@ -408,16 +440,22 @@ DEF_ANY256(CPU_GEMM_F32, f32)
 DEF_ANY256(CPU_GEMM_F16, f16)
 DEF_ANY256(CPU_GEMM_BF16, bf16)
 
-TGT256 static void widen256(cpu_gemm_wtype wt, int K, const void *panel, float *dst)
+/* micro512_keep's AVX2 twin (wide: K·NR256 floats). */
+#define CASE256K_f16(n) case n: micro256k(n, CPU_GEMM_F16, 1, K, x, ldx, panel, bias, y, ldy, ncols, flags, wide); break;
+#define CASE256K_bf16(n) case n: micro256k(n, CPU_GEMM_BF16, 1, K, x, ldx, panel, bias, y, ldy, ncols, flags, wide); break;
+TGT256 static void micro256_keep(cpu_gemm_wtype wt, int mr, int K, const float *x, int ldx, const void *panel,
+                                 const float *bias, float *y, int ldy, int ncols, int flags, float *wide)
 {
-    for (int k = 0; k < K; k++) {
-        __m256 w0, w1;
-        if (wt == CPU_GEMM_F16)
-            wload256(CPU_GEMM_F16, panel, (size_t)k, &w0, &w1);
-        else
-            wload256(CPU_GEMM_BF16, panel, (size_t)k, &w0, &w1);
-        _mm256_store_ps(dst + (size_t)k * NR256, w0);
-        _mm256_store_ps(dst + (size_t)k * NR256 + 8, w1);
+    if (wt == CPU_GEMM_F16) {
+        switch (mr) {
+            ROWS6(CASE256K_f16)
+        default: break;
+        }
+    } else {
+        switch (mr) {
+            ROWS6(CASE256K_bf16)
+        default: break;
+        }
     }
 }
 
@@ -447,7 +485,7 @@ void cpu_gemm_run(cpu_gemm_isa isa, cpu_gemm_wtype wtype, const float *x, int ld
     const size_t pstride = (size_t)nr * K * (wt == CPU_GEMM_F32 ? sizeof(float) : sizeof(uint16_t));
     const char *W = Wp;
     int nb = (B + mrmax - 1) / mrmax, p = p0;
-    /* many row blocks per panel: widen each half panel once, then the fp32 kernel */
+    /* many row blocks per panel: the first widens the half panel, the others run the fp32 kernel */
     const int widen = wt != CPU_GEMM_F32 && scratch && nb >= WIDEN_MIN_BLOCKS;
     if (B == 1) {   /* groups of G1 full panels, then what is left when fewer: the rest below */
         int full = N / nr < p1 ? N / nr : p1;
@@ -470,15 +508,15 @@ void cpu_gemm_run(cpu_gemm_isa isa, cpu_gemm_wtype wtype, const float *x, int ld
         int ncols = N - p * nr < nr ? N - p * nr : nr;
         const float *bp = bias ? bias + (size_t)p * nr : NULL;
         micro_fn mk = micro;
-        if (widen) {
-            if (is512)
-                widen512(wtype, K, panel, scratch);
-            else
-                widen256(wtype, K, panel, scratch);
+        int i = 0;
+        if (widen) {   /* the first block keeps the widened panel for the others */
+            (is512 ? micro512_keep : micro256_keep)(wtype, row0(B, nb, 1), K, x, ldx, panel, bp, y + (size_t)p * nr,
+                                                    ldy, ncols, flags, scratch);
+            i = 1;
             panel = scratch;
             mk = is512 ? micro512_f32 : micro256_f32;
         }
-        for (int i = 0; i < nb; i++) {
+        for (; i < nb; i++) {
             int r0 = row0(B, nb, i), mr = row0(B, nb, i + 1) - r0;
             float *yt = y + (size_t)r0 * ldy + (size_t)p * nr;
             mk(mr, K, x + (size_t)r0 * ldx, ldx, panel, bp, yt, ldy, ncols, flags);
