@@ -29,6 +29,26 @@ double bench_median(double *v, size_t n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+void bench_med_range(double *v, size_t n, double *med, double *lo, double *hi)
+{
+    *med = bench_median(v, n);
+    *lo = v[0];
+    *hi = v[n - 1];
+}
+
+int bench_parse_list(const char *s, int *out, int max)
+{
+    int n = 0;
+    while (*s) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 1 || v > 4096 || n == max || (*end && *end != ',')) return -1;
+        out[n++] = (int)v;
+        s = *end ? end + 1 : end;
+    }
+    return n ? n : -1;
+}
+
 static size_t meminfo_kib(const char *key)
 {
     FILE *f = fopen("/proc/meminfo", "r");

@@ -11,6 +11,11 @@
 
 /* Median of n doubles; sorts v in place. 0 for n = 0. */
 double bench_median(double *v, size_t n);
+/* The median, lowest and highest of n ≥ 1 doubles; sorts v in place. */
+void bench_med_range(double *v, size_t n, double *med, double *lo, double *hi);
+/* A list of counts "1,8,64" (each 1–4096) into out[0..max): how many, or
+ * -1 when s is not such a list or holds more than max. */
+int bench_parse_list(const char *s, int *out, int max);
 /* Write "Command: `argv...`" and one "Machine: ..." line (CPU model, cores
  * online, memory, load average, kernel, date) as markdown to f. */
 void bench_header(FILE *f, int argc, char **argv);

@@ -155,29 +155,6 @@ static int cmpd(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* The median and range of n values (sorts them). */
-static void med_range(double *v, int n, double *med, double *lo, double *hi)
-{
-    qsort(v, (size_t)n, sizeof *v, cmpd);
-    *med = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-    *lo = v[0];
-    *hi = v[n - 1];
-}
-
-/* "1,8,64" into out[0..max); the count, or -1. */
-static int parse_list(const char *s, int *out, int max)
-{
-    int n = 0;
-    while (*s) {
-        char *end;
-        long v = strtol(s, &end, 10);
-        if (end == s || v < 1 || v > 4096 || n == max || (*end && *end != ',')) return -1;
-        out[n++] = (int)v;
-        s = *end ? end + 1 : end;
-    }
-    return n ? n : -1;
-}
-
 /* In-process: S sessions stepping together, logits on, one sample each,
  * `per` steps after a few unmeasured ones (at least 20): the tokens a
  * daemon run makes, so both sides cover about the same time. */
@@ -405,7 +382,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--lind-b") && i + 1 < argc) snprintf(lind_b, sizeof lind_b, "%s", argv[++i]);
         else if (!strcmp(argv[i], "--model") && i + 1 < argc) model_arg = argv[++i];
         else if (!strcmp(argv[i], "--rss-tokens") && i + 1 < argc) { rss_tokens = atol(argv[++i]); rss_set = 1; }
-        else if (!strcmp(argv[i], "--sessions") && i + 1 < argc && (nsizes = parse_list(argv[++i], sizes, 16)) > 0) sizes_set = 1;
+        else if (!strcmp(argv[i], "--sessions") && i + 1 < argc && (nsizes = bench_parse_list(argv[++i], sizes, 16)) > 0) sizes_set = 1;
         else if (!strcmp(argv[i], "--serve-arg") && i + 1 < argc && nserve_args < 16)
             serve_args[nserve_args++] = argv[++i];
         else if (!strcmp(argv[i], "--rounds") && i + 1 < argc && (rounds = atoi(argv[++i])) >= 1 && rounds <= 99) {}
@@ -511,24 +488,24 @@ int main(int argc, char **argv)
             }
         }
         double ipm, ipl, iph, dm, dl, dh, rm, rl, rh;
-        med_range(ipv, rounds, &ipm, &ipl, &iph);
-        med_range(dv, rounds, &dm, &dl, &dh);
-        med_range(ratio, rounds, &rm, &rl, &rh);
+        bench_med_range(ipv, rounds, &ipm, &ipl, &iph);
+        bench_med_range(dv, rounds, &dm, &dl, &dh);
+        bench_med_range(ratio, rounds, &rm, &rl, &rh);
         int mi = 0;   /* the daemon run nearest the median, for its latencies */
         for (int rep = 1; rep < rounds; rep++)
             if (fabs(rv[rep].tok_s - dm) < fabs(rv[mi].tok_s - dm)) mi = rep;
         double icm, dcm, ccm, lo, hi;
-        med_range(ipc, rounds, &icm, &lo, &hi);
-        med_range(dcpu, rounds, &dcm, &lo, &hi);
-        med_range(ccpu, rounds, &ccm, &lo, &hi);
+        bench_med_range(ipc, rounds, &icm, &lo, &hi);
+        bench_med_range(dcpu, rounds, &dcm, &lo, &hi);
+        bench_med_range(ccpu, rounds, &ccm, &lo, &hi);
         printf("| %d | %d | %.0f (%.0f-%.0f) | %.3f | %.3f | %.1f | %.0f (%.0f-%.0f) | %.1f%% (%.1f-%.1f%%) "
                "| %.1f / %.1f / %.1f |", S, per, dm, dl, dh, rv[mi].p50_ms, rv[mi].p99_ms, rv[mi].batch, ipm, ipl,
                iph, 100.0 * rm, 100.0 * rl, 100.0 * rh, icm, dcm, ccm);
         if (nruns == 3) {
             double bm, bl, bh, brm, brl, brh, am, al, ah;
-            med_range(bv, rounds, &bm, &bl, &bh);
-            med_range(bratio, rounds, &brm, &brl, &brh);
-            med_range(ab, rounds, &am, &al, &ah);
+            bench_med_range(bv, rounds, &bm, &bl, &bh);
+            bench_med_range(bratio, rounds, &brm, &brl, &brh);
+            bench_med_range(ab, rounds, &am, &al, &ah);
             int bi = 0;
             for (int rep = 1; rep < rounds; rep++)
                 if (fabs(rb[rep].tok_s - bm) < fabs(rb[bi].tok_s - bm)) bi = rep;

@@ -409,15 +409,6 @@ static int cmp_wall(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* The median and range of n values (sorts them). */
-static void med_range(double *v, int n, double *med, double *lo, double *hi)
-{
-    qsort(v, (size_t)n, sizeof *v, cmpd);
-    *med = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-    *lo = v[0];
-    *hi = v[n - 1];
-}
-
 /* The run nearest the median tokens/s, for its other figures. */
 static run_result median_run(const run_result *v, int n, double med)
 {
@@ -425,20 +416,6 @@ static run_result median_run(const run_result *v, int n, double med)
     for (int i = 1; i < n; i++)
         if (fabs(v[i].tok_s - med) < fabs(v[mi].tok_s - med)) mi = i;
     return v[mi];
-}
-
-/* "1,8,64" into out[0..max); the count, or -1. */
-static int parse_list(const char *s, int *out, int max)
-{
-    int n = 0;
-    while (*s) {
-        char *end;
-        long v = strtol(s, &end, 10);
-        if (end == s || v < 1 || v > 4096 || n == max || (*end && *end != ',')) return -1;
-        out[n++] = (int)v;
-        s = *end ? end + 1 : end;
-    }
-    return n ? n : -1;
 }
 
 int main(int argc, char **argv)
@@ -456,7 +433,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--n-only")) n_only = 1;
         else if (!strcmp(argv[i], "--lind") && i + 1 < argc) snprintf(lind_bin, sizeof lind_bin, "%s", argv[++i]);
         else if (!strcmp(argv[i], "--model") && i + 1 < argc) model_arg = argv[++i];
-        else if (!strcmp(argv[i], "--streams") && i + 1 < argc && (nsizes = parse_list(argv[++i], sizes, 16)) > 0) sizes_set = 1;
+        else if (!strcmp(argv[i], "--streams") && i + 1 < argc && (nsizes = bench_parse_list(argv[++i], sizes, 16)) > 0) sizes_set = 1;
         else if (!strcmp(argv[i], "--serve-arg") && i + 1 < argc && nserve_args < 16)
             serve_args[nserve_args++] = argv[++i];
         else if (!strcmp(argv[i], "--rounds") && i + 1 < argc && (rounds = atoi(argv[++i])) >= 1 && rounds <= 99) {}
@@ -541,14 +518,14 @@ int main(int argc, char **argv)
                     100.0 * ratio[rep], sdc[rep], hdc[rep], scc[rep], hcc[rep]);
         }
         double sm, sl, sh, hm, hl, hh, rm, rl, rh;
-        med_range(sr, rounds, &sm, &sl, &sh);
-        med_range(hr, rounds, &hm, &hl, &hh);
-        med_range(ratio, rounds, &rm, &rl, &rh);
+        bench_med_range(sr, rounds, &sm, &sl, &sh);
+        bench_med_range(hr, rounds, &hm, &hl, &hh);
+        bench_med_range(ratio, rounds, &rm, &rl, &rh);
         double sdm, hdm, scm, hcm, lo, hi;
-        med_range(sdc, rounds, &sdm, &lo, &hi);
-        med_range(hdc, rounds, &hdm, &lo, &hi);
-        med_range(scc, rounds, &scm, &lo, &hi);
-        med_range(hcc, rounds, &hcm, &lo, &hi);
+        bench_med_range(sdc, rounds, &sdm, &lo, &hi);
+        bench_med_range(hdc, rounds, &hdm, &lo, &hi);
+        bench_med_range(scc, rounds, &scm, &lo, &hi);
+        bench_med_range(hcc, rounds, &hcm, &lo, &hi);
         run_result s = median_run(sv, rounds, sm), h = median_run(hv, rounds, hm);
         printf("| %d | %d | %.0f (%.0f-%.0f) | %.0f (%.0f-%.0f) | %.1f%% (%.1f-%.1f%%) | %.1f / %.1f | %.1f / %.1f "
                "| %.1f / %.1f | %.1f / %.1f | %.1f / %.1f |\n", S, per, sm, sl, sh, hm, hl, hh, 100.0 * rm,

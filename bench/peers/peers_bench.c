@@ -8,7 +8,8 @@
  * rwkv_quantize_model_file when absent) it loads four lind formats (f32,
  * bf16, q8, q4: --dtype, fp32 math) and four rwkv.cpp formats (FP32, FP16,
  * Q8_0, Q5_1) side by side, paired f32/FP32, bf16/FP16, q8/Q8_0, q4/Q5_1,
- * and measures
+ * and a fifth pair, lind's bf16 weights with bf16 math (--compute bf16,
+ * where the CPU has AVX512_BF16) against FP16 again, and measures
  *   batch 1   ms/token with logits, each window right after one read of a
  *             buffer the size of that engine's matrix bytes (bench_probe):
  *             the floor of that moment is matrix bytes / read bandwidth;
@@ -39,15 +40,17 @@
  * products, model_costs: the same model for both engines) over the ceiling
  * measured in this run for the arithmetic the format uses (fp32 FMA for
  * f32/bf16/FP32/FP16, vpdpbusd for q8/q4/Q8_0/Q5_1). Each figure is given
- * as a multiple of its floor (1.00x = at the floor).
+ * as a multiple of its floor (1.00x = at the floor). The bf16-math pair's
+ * lind floors use the vdpbf16ps ceiling; its rwkv.cpp figures are FP16's.
  *
  *   usage: peers_bench [--quick] [--models DIR] [--shapes A,B] [--rwkv-lib PATH]
  *                      [--threads N] [--retries N] [--load-limit CORES] [--rounds N]
- *                      [--prefill TOKENS] [--pairs f32,bf16,q8,q4] [--measure b1,b64,prefill]
+ *                      [--prefill TOKENS] [--pairs f32,bf16,q8,q4,bf16m] [--measure b1,b64,prefill]
  * --rounds N sets the rounds of all three measurements (default 11, 5, 5);
  * --prefill the prompt's length (default 2000); --quick: 3/2/2 rounds of 4
  * tokens, 1 step and a 256-token prompt, a check of the machinery. --pairs:
- * only these pairs (f32/FP32, bf16/FP16, q8/Q8_0, q4/Q5_1), e.g. for a big
+ * only these pairs (f32/FP32, bf16/FP16, q8/Q8_0, q4/Q5_1, bf16m: bf16 math
+ * against FP16), e.g. for a big
  * shape whose eight formats would not fit in memory together. --measure: only
  * these measurements (warm-up included), e.g. batch 1 of a big shape, whose
  * prefill windows take minutes. */
@@ -167,9 +170,9 @@ static uint32_t utoks[NTOK];
 static float *logits;         /* B64 × vocab */
 static int slots[B64], pslots[256];
 
-static void lind_load(eng *e, const char *dir, lind_dtype dt, const char *name)
+static void lind_load(eng *e, const char *dir, lind_dtype dt, lind_compute cm, const char *name)
 {
-    model_opts o = {.backend = "cpu", .weights = dt, .compute = LIND_COMPUTE_F32, .be = &be_opts};
+    model_opts o = {.backend = "cpu", .weights = dt, .compute = cm, .be = &be_opts};
     char err[512];
     memset(e, 0, sizeof *e);
     e->lind = 1;
@@ -327,11 +330,11 @@ static stat3 stats(const double *v, int n)
 
 /* ---- one shape ------------------------------------------------------------------- */
 
-#define NPAIR 4
+#define NPAIR 5
 #define MAXR 64
 
 static int quick;
-static int pair_on[4] = {1, 1, 1, 1};   /* --pairs: f32, bf16, q8, q4 */
+static int pair_on[NPAIR] = {1, 1, 1, 1, 1};   /* --pairs: f32, bf16, q8, q4, bf16m */
 static int meas_on[3] = {1, 1, 1};      /* --measure: b1, b64, prefill */
 static int rounds_b1 = 11, rounds_b64 = 5, rounds_pf = 5, prefill_T = 2000;
 
@@ -345,7 +348,7 @@ static void file_ok(const char *path)
     }
 }
 
-static void shape_run(const char *models, const char *shape, int threads, double fma, double vnni)
+static void shape_run(const char *models, const char *shape, int threads, double fma, double dot, double vnni)
 {
     char dir[1024], lind_dir[1100], path[1100];
     snprintf(dir, sizeof dir, "%s/%s", models, shape);
@@ -353,9 +356,9 @@ static void shape_run(const char *models, const char *shape, int threads, double
     file_ok(lind_dir);
     /* Mamba-2: lind alone (rwkv.cpp has no Mamba), its rows without ratios */
     int solo = !strncmp(shape, "mamba", 5);
-    static const char *rq[NPAIR] = {"FP32", "FP16", "Q8_0", "Q5_1"};
-    static const lind_dtype ld[NPAIR] = {LIND_DT_F32, LIND_DT_BF16, LIND_DT_Q8, LIND_DT_Q4};
-    static const char *ln[NPAIR] = {"f32", "bf16", "q8", "q4"};
+    static const char *rq[NPAIR] = {"FP32", "FP16", "Q8_0", "Q5_1", "FP16"};
+    static const lind_dtype ld[NPAIR] = {LIND_DT_F32, LIND_DT_BF16, LIND_DT_Q8, LIND_DT_Q4, LIND_DT_BF16};
+    static const char *ln[NPAIR] = {"f32", "bf16", "q8", "q4", "bf16, bf16 math"};
     for (int p = 2; p < NPAIR; p++) {   /* rwkv.cpp quantizes its own files */
         if (!pair_on[p] || solo) continue;
         snprintf(path, sizeof path, "%s/rwkv_cpp-%s.bin", dir, rq[p]);
@@ -375,13 +378,14 @@ static void shape_run(const char *models, const char *shape, int threads, double
     for (int p = 0; p < NPAIR; p++) {
         if (!pair_on[p]) continue;
         if (p0 < 0) p0 = p;
-        lind_load(&L[p], lind_dir, ld[p], ln[p]);
+        lind_load(&L[p], lind_dir, ld[p], p == 4 ? LIND_COMPUTE_BF16 : LIND_COMPUTE_F32, ln[p]);
         if (!solo) {
             snprintf(path, sizeof path, "%s/rwkv_cpp-%s.bin", dir, rq[p]);
             file_ok(path);
             rwkv_load(&R[p], path, rq[p], threads);
         }
-        L[p].ceil_g = R[p].ceil_g = p >= 2 && vnni > 0 ? vnni : fma;
+        L[p].ceil_g = R[p].ceil_g = (p == 2 || p == 3) && vnni > 0 ? vnni : fma;
+        if (p == 4) L[p].ceil_g = dot;   /* rwkv.cpp's FP16 keeps fp32 math's */
         if (L[p].wbytes > maxb) maxb = L[p].wbytes;
         if (R[p].wbytes > maxb) maxb = R[p].wbytes;
     }
@@ -591,17 +595,17 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i - 1], "--load-limit")) load_limit = atof(v);
         else if (!strcmp(argv[i - 1], "--rounds")) rounds_b1 = rounds_b64 = rounds_pf = atoi(v);
         else if (!strcmp(argv[i - 1], "--prefill")) prefill_T = atoi(v);
-        else if (!strcmp(argv[i - 1], "--pairs")) {   /* a subset of f32,bf16,q8,q4 */
-            static const char *pn[4] = {"f32", "bf16", "q8", "q4"};
+        else if (!strcmp(argv[i - 1], "--pairs")) {   /* a subset of f32,bf16,q8,q4,bf16m */
+            static const char *pn[NPAIR] = {"f32", "bf16", "q8", "q4", "bf16m"};
             int any = 0;
-            for (int p = 0; p < 4; p++) {
+            for (int p = 0; p < NPAIR; p++) {
                 char pat[8];
                 snprintf(pat, sizeof pat, ",%s,", pn[p]);
                 char list[128];
                 snprintf(list, sizeof list, ",%s,", v);
                 any += pair_on[p] = strstr(list, pat) != NULL;
             }
-            if (!any) die("--pairs", "want a comma-separated subset of f32,bf16,q8,q4");
+            if (!any) die("--pairs", "want a comma-separated subset of f32,bf16,q8,q4,bf16m");
         }
         else if (!strcmp(argv[i - 1], "--measure")) {   /* a subset of b1,b64,prefill */
             static const char *mn[3] = {"b1", "b64", "prefill"};
@@ -666,6 +670,10 @@ int main(int argc, char **argv)
         else windows_loaded++;
     }
     double fma = c[0], dot = c[1], vnni = c[2], gbs = c[3];
+    if (dot <= 0 && pair_on[4]) {   /* no AVX512_BF16: no bf16 math to measure */
+        pair_on[4] = 0;
+        fprintf(stderr, "peers_bench: this CPU has no AVX512_BF16: the bf16m pair is left out\n");
+    }
     printf("Ceilings of this run (%d threads): fp32 FMA %.0f GFLOP/s%s, vdpbf16ps %.0f GFLOP/s%s, vpdpbusd (VNNI) "
            "%.0f GOP/s%s; DRAM read %.1f GB/s%s (bench_read_gbs: 1 GiB, the best strategy, this time %s). "
            "Measured under the quiet check below (\"loaded\": other processes took more than the limit in every "
@@ -673,7 +681,8 @@ int main(int argc, char **argv)
            "and %.2f cores during the kept attempts).\n\n", threads, fma,
            cl[0] ? " (loaded)" : "", dot, cl[1] ? " (loaded)" : "", vnni, cl[2] ? " (loaded)" : "", gbs,
            cl[3] ? " (loaded)" : "", how, oth[0], oth[1], oth[2], oth[3]);
-    printf("Both engines: %d threads; lind's formats with fp32 math, rwkv.cpp built by bench/peers/get_rwkv_cpp.sh. "
+    printf("Both engines: %d threads; lind's formats with fp32 math, and bf16 weights with bf16 math (--compute "
+           "bf16, its floors against vdpbf16ps) in the pair \"bf16, bf16 math\"; rwkv.cpp built by bench/peers/get_rwkv_cpp.sh. "
            "Ratios are speed ratios (lind's tokens/s over rwkv.cpp's; > 1: lind faster), each round's from its two "
            "adjacent windows. A window during which other processes used more than %.2f cores (/proc/stat less "
            "this process) was measured again, up to %d times%s.\n\n", threads, load_limit, retries,
@@ -681,7 +690,7 @@ int main(int argc, char **argv)
     fflush(stdout);
     char *list = strdup(shapes);
     for (char *save = NULL, *s = strtok_r(list, ",", &save); s; s = strtok_r(NULL, ",", &save))
-        shape_run(models, s, threads, fma, vnni);
+        shape_run(models, s, threads, fma, dot, vnni);
     free(list);
     printf("**Quiet check:** %ld windows measured, %ld repeated for load, %ld still loaded after %d retries%s.\n",
            windows_total, windows_retried, windows_loaded, retries,

@@ -48,12 +48,14 @@
  *
  * A trial in which splitting has clearly lost (its CUT_JOBS or more split
  * jobs so far took CUT_RATIO times longer per unit of work than its serial
- * ones) ends there and then with a serial decision: on shared cores, where a worker that claimed a part can lose
- * its core for a whole scheduler slice, the split half of a trial would
- * otherwise cost several times what serial jobs cost, once per trial, and a
- * short run pays for several trials. Clearly: where splitting gains little
- * (a batch-1 product whose weights one thread nearly streams alone), a cut
- * on any split job that came out slower chose serial on an idle machine.
+ * ones) ends there and then with a serial decision. On shared cores a
+ * worker that claimed a part can lose its core for a whole scheduler slice,
+ * and the split half of a trial would otherwise cost several times what
+ * serial jobs cost, once per trial; a short run pays for several trials.
+ * Clearly, because where splitting gains little (a batch-1 product whose
+ * weights one thread nearly streams alone) a cut on any split job that came
+ * out slower chose serial on an idle machine.
+ *
  * The first job of a split window after a serial one is not timed: it
  * wakes a worker that slept through the serial window (the shipped model's
  * 192-wide products at batch 1, about 3 us each, came out twice as slow
