@@ -7,7 +7,10 @@
  *     environment: opts.threads sets the CPU pool (its device name says
  *     so), a count outside 0..64 is refused, and one or two threads give
  *     the same matmul bit for bit on each packed kernel the CPU runs;
- *   - NULL options are the defaults.
+ *   - NULL options are the defaults;
+ *   - buf_host: a buffer over the caller's memory that a matmul fills in
+ *     place, bit for bit what a buffer of the backend's own and a download
+ *     give, and whose buf_free leaves the caller's memory alone.
  * The CLI side (`lind` refusing LIND_CPU_THREADS=abc, honouring =2) is in
  * tests/test_core_cli.c. */
 #include <errno.h>
@@ -227,6 +230,46 @@ static void op_capabilities(void)
     backend_free(be);
 }
 
+/* The head's path on the CPU backend (recurrent/model.c): the logits go
+ * straight into the caller's array. */
+static void host_buffer(void)
+{
+    enum { B = 5, N = 70, K = 48 };
+    char err[512];
+    backend *be = NULL;
+    CHECK(backend_cpu_new(NULL, &be, err, sizeof err) == 0, "cpu backend: %s", err);
+    if (!be) return;
+    const backend_ops *o = be->ops;
+    CHECK(o->buf_host != NULL, "the cpu backend has no buf_host");
+    static float W[N * K], xs[B * K], direct[B * N + 8], copied[B * N];
+    unsigned s = 12345;
+    for (int i = 0; i < N * K; i++) W[i] = (float)((s = s * 1103515245u + 12345u) >> 9) / (float)(1u << 23) - 1.0f;
+    for (int i = 0; i < B * K; i++) xs[i] = (float)((s = s * 1103515245u + 12345u) >> 9) / (float)(1u << 23) - 1.0f;
+    for (int i = 0; i < B * N + 8; i++) direct[i] = -7.0f;
+    backend_buf *w = NULL, *x = NULL, *y = NULL, *h = NULL;
+    int rc = backend_weight_new(be, N, K, W, &w);
+    if (rc == 0) rc = o->buf_new(be, B * K, &x);
+    if (rc == 0) rc = o->buf_upload(be, x, 0, xs, B * K);
+    if (rc == 0) rc = o->buf_new(be, B * N, &y);
+    if (rc == 0) rc = o->buf_host(be, direct, B * N, &h);
+    CHECK(rc == 0, "setup: rc %d", rc);
+    if (rc == 0) {
+        CHECK(o->matmul(be, bmview(y, 0, N), bview(x, 0, K), w, NULL, B, N, K, 0) == 0, "matmul into its buffer");
+        CHECK(o->matmul(be, bmview(h, 0, N), bview(x, 0, K), w, NULL, B, N, K, 0) == 0, "matmul into host memory");
+        CHECK(o->buf_download(be, y, 0, copied, B * N) == 0, "download");
+        CHECK(!memcmp(direct, copied, sizeof copied), "in place differs from the download");
+        int tail = 1;
+        for (int i = B * N; i < B * N + 8; i++) tail &= direct[i] == -7.0f;
+        CHECK(tail, "wrote past the host buffer's n floats");
+    }
+    o->buf_free(be, h);   /* the handle only: direct is static, freeing it would abort */
+    direct[0] += 1.0f;    /* still ours */
+    o->buf_free(be, y);
+    o->buf_free(be, x);
+    o->buf_free(be, w);
+    backend_free(be);
+}
+
 int main(void)
 {
     RUN(env_unset_is_default);
@@ -234,6 +277,7 @@ int main(void)
     RUN(env_garbage_refused);
     RUN(ctor_takes_threads);
     RUN(op_capabilities);
+    RUN(host_buffer);
     if (cpu_gemm_supported(CPU_GEMM_AVX512) || cpu_gemm_supported(CPU_GEMM_AVX2)) RUN(threads_bit_identical);
     else printf("SKIP threads_bit_identical: this CPU runs neither packed kernel (AVX-512F, AVX2+FMA)\n");
     return check_exit();
