@@ -1,6 +1,7 @@
 /* bench/benchutil.c — see benchutil.h. */
 #include "bench/benchutil.h"
 #include "kernels/clock.h"
+#include "kernels/cpu/gemm.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -329,11 +330,57 @@ __attribute__((target("avx512f,avx512vnni"))) static double dpbusd(float seed)
     return 2.0 * 64 * 12 * FMA_ITERS;
 }
 
+/* AMX TDPBF16PS: 16 × 16 fp32 accumulators += 16 rows × 32 bf16 by 32 × 16,
+ * 8,192 products (16,384 FLOPs) per instruction; four independent
+ * accumulator tiles from two A and two B tiles, as the kernel's 32-row
+ * blocks use them, and no memory traffic. */
+#define AMX_ITERS 2000000L
+typedef struct __attribute__((packed, aligned(64))) amx_cfg_b {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_cfg_b;
+__attribute__((target("amx-tile,amx-bf16"))) static double tdpbf16(float seed)
+{
+    static const uint16_t one[16 * 32] __attribute__((aligned(64))) = {0};
+    amx_cfg_b cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg.rows[t] = 16;
+        cfg.colsb[t] = 64;
+    }
+    _tile_loadconfig(&cfg);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_loadd(4, one, 64);
+    _tile_loadd(5, one, 64);
+    _tile_loadd(6, one, 64);
+    _tile_loadd(7, one, 64);
+    for (long it = 0; it < AMX_ITERS; it++) {
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    float out[16 * 16] __attribute__((aligned(64)));
+    _tile_stored(0, out, 64);
+    _tile_release();
+    if (out[0] == seed) fprintf(stderr, "(unlikely)\n");
+    return 16384.0 * 4 * AMX_ITERS;
+}
+
 static void *fma_thread(void *arg)
 {
-    double *io = arg;   /* in: the kind (0 AVX-512, 1 AVX2, 2 vdpbf16ps, 3 vpdpbusd); out: FLOPs */
+    double *io = arg;   /* in: the kind (0 AVX-512, 1 AVX2, 2 vdpbf16ps, 3 vpdpbusd, 4 AMX); out: FLOPs */
     int kind = (int)io[0];
-    io[0] = kind == 3 ? dpbusd(0.001f) : kind == 2 ? dpbf16(0.001f) : kind == 0 ? fma512(0.001f) : fma256(0.001f);
+    io[0] = kind == 4   ? tdpbf16(0.001f)
+            : kind == 3 ? dpbusd(0.001f)
+            : kind == 2 ? dpbf16(0.001f)
+            : kind == 0 ? fma512(0.001f)
+                        : fma256(0.001f);
     return NULL;
 }
 
@@ -342,7 +389,8 @@ double bench_fma_gflops(int threads, int dot, int runs)
     int kind = -1;
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    if (dot == 2) kind = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni") ? 3 : -1;
+    if (dot == 3) kind = cpu_gemm_amx_supported() ? 4 : -1;
+    else if (dot == 2) kind = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni") ? 3 : -1;
     else if (dot) kind = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16") ? 2 : -1;
     else if (__builtin_cpu_supports("avx512f")) kind = 0;
     else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) kind = 1;

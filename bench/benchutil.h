@@ -47,8 +47,10 @@ double bench_probe_gbs_n(bench_probe *p, size_t bytes);
  * dot = 0, fp32 FMA in the widest vectors the CPU has (AVX-512, else AVX2;
  * 2 FLOPs per lane); dot = 1, AVX512_BF16's vdpbf16ps (64 FLOPs per
  * instruction); dot = 2, AVX512_VNNI's vpdpbusd in GOP/s (64 int8
- * multiply-adds, 128 operations per instruction: the q8/q4 kernels' rate).
- * 0 when the CPU lacks the instruction. */
+ * multiply-adds, 128 operations per instruction: the q8/q4 kernels' rate);
+ * dot = 3, AMX's TDPBF16PS (16,384 FLOPs per instruction, four accumulator
+ * tiles per thread: the bf16 compute kernel where the CPU has AMX).
+ * 0 when the CPU lacks the instruction (or, for AMX, the kernel's leave). */
 double bench_fma_gflops(int threads, int dot, int runs);
 
 /* A 64-bit LCG step (seed in *s): 53 random bits. */

@@ -11,7 +11,7 @@
 
 void backend_opts_default(backend_opts *o)
 {
-    *o = (backend_opts){.threads = 0, .cpu_gemm = NULL, .cuda_device = -1, .cuda_weights = NULL,
+    *o = (backend_opts){.threads = 0, .cpu_gemm = NULL, .cpu_no_amx = 0, .cuda_device = -1, .cuda_weights = NULL,
                         .cuda_no_graphs = 0, .cuda_gemv = 0};
 }
 
@@ -45,6 +45,9 @@ int backend_opts_from_env(backend_opts *o, char *err, size_t errlen)
     if ((rc = env_int("LIND_CUDA_DEVICE", 0, INT_MAX, &o->cuda_device, err, errlen)) < 0) return rc;
     const char *g = getenv("LIND_CPU_GEMM");
     if (g && *g) o->cpu_gemm = g;
+    int amx = 1;
+    if ((rc = env_int("LIND_CPU_AMX", 0, 1, &amx, err, errlen)) < 0) return rc;
+    o->cpu_no_amx = !amx;
     const char *w = getenv("LIND_CUDA_WEIGHTS");
     if (w && *w) o->cuda_weights = w;
     int graphs = 1;

@@ -555,6 +555,8 @@ static inline int backend_weight_new(backend *be, int N, int K, const float *W, 
 typedef struct backend_opts {
     int         threads;       /* CPU: threads of the pool, 1..64; 0 = every online CPU (at most 64) */
     const char *cpu_gemm;      /* CPU: "openblas", "avx2" or "avx512"; NULL/"" = the best this CPU runs */
+    int         cpu_no_amx;    /* CPU: 1 = bf16 compute never on AMX tiles (vdpbf16ps only); 0 = on AMX
+                                  where the CPU has it (docs/CPU.md) */
     int         cuda_device;   /* CUDA: device ordinal; -1 = device 0 */
     const char *cuda_weights;  /* CUDA/harness: GEMM precision "fp32" or "bf16"; NULL/"" = fp32 */
     int         cuda_no_graphs; /* CUDA/harness: 1 = never record and replay steps (graph_begin); 0 = do */
@@ -565,18 +567,18 @@ typedef struct backend_opts {
 
 #define BACKEND_THREADS_MAX 64
 
-/* The defaults: {threads 0, cpu_gemm NULL, cuda_device -1, cuda_weights NULL, cuda_no_graphs 0,
+/* The defaults: {threads 0, cpu_gemm NULL, cpu_no_amx 0, cuda_device -1, cuda_weights NULL, cuda_no_graphs 0,
  * cuda_gemv 0}. */
 void backend_opts_default(backend_opts *o);
 
 /* The defaults overridden by the environment — LIND_CPU_THREADS (1..64),
- * LIND_CPU_GEMM, LIND_CUDA_DEVICE (an ordinal ≥ 0), LIND_CUDA_WEIGHTS,
+ * LIND_CPU_GEMM, LIND_CPU_AMX (0 or 1), LIND_CUDA_DEVICE (an ordinal ≥ 0), LIND_CUDA_WEIGHTS,
  * LIND_CUDA_GRAPHS (0 or 1), LIND_CUDA_GEMV (0 or 1); an
  * unset or empty variable leaves its default. Called by programs' entry
  * points (main, a CLI command's function), never by constructors. Returns
  * 0, or -EINVAL with err naming the variable and its value when
  * LIND_CPU_THREADS or LIND_CUDA_DEVICE is not a decimal number in range,
- * or LIND_CUDA_GRAPHS or LIND_CUDA_GEMV is not 0 or 1.
+ * or LIND_CPU_AMX, LIND_CUDA_GRAPHS or LIND_CUDA_GEMV is not 0 or 1.
  * The string options point into the environment (valid while it is not
  * changed); whether the CPU or device supports them is the constructors'
  * check. */

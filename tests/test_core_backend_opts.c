@@ -22,7 +22,8 @@
 #include "kernels/cpu/gemm.h"
 #include "tests/check.h"
 
-static const char *const VARS[] = {"LIND_CPU_THREADS", "LIND_CPU_GEMM", "LIND_CUDA_DEVICE", "LIND_CUDA_WEIGHTS"};
+static const char *const VARS[] = {"LIND_CPU_THREADS", "LIND_CPU_GEMM", "LIND_CUDA_DEVICE", "LIND_CUDA_WEIGHTS",
+                                   "LIND_CPU_AMX"};
 
 static void clear_env(void)
 {
@@ -41,11 +42,13 @@ static void env_unset_is_default(void)
           (const void *)d.cuda_weights);
     memset(&o, 0x5a, sizeof o);
     CHECK(backend_opts_from_env(&o, err, sizeof err) == 0, "unset: %s", err);
-    CHECK(o.threads == 0 && o.cpu_gemm == NULL && o.cuda_device == -1 && o.cuda_weights == NULL, "unset: not the defaults");
+    CHECK(o.threads == 0 && o.cpu_gemm == NULL && o.cuda_device == -1 && o.cuda_weights == NULL && !o.cpu_no_amx,
+          "unset: not the defaults");
     for (size_t i = 0; i < sizeof VARS / sizeof *VARS; i++) setenv(VARS[i], "", 1);
     memset(&o, 0x5a, sizeof o);
     CHECK(backend_opts_from_env(&o, err, sizeof err) == 0, "empty: %s", err);
-    CHECK(o.threads == 0 && o.cpu_gemm == NULL && o.cuda_device == -1 && o.cuda_weights == NULL, "empty: not the defaults");
+    CHECK(o.threads == 0 && o.cpu_gemm == NULL && o.cuda_device == -1 && o.cuda_weights == NULL && !o.cpu_no_amx,
+          "empty: not the defaults");
     clear_env();
 }
 
@@ -57,6 +60,7 @@ static void env_values_read(void)
     setenv("LIND_CPU_GEMM", "avx2", 1);
     setenv("LIND_CUDA_DEVICE", "1", 1);
     setenv("LIND_CUDA_WEIGHTS", "bf16", 1);
+    setenv("LIND_CPU_AMX", "0", 1);
     backend_opts o;
     char err[256] = "";
     CHECK(backend_opts_from_env(&o, err, sizeof err) == 0, "%s", err);
@@ -64,6 +68,9 @@ static void env_values_read(void)
     CHECK(o.cpu_gemm && !strcmp(o.cpu_gemm, "avx2"), "cpu_gemm %s", o.cpu_gemm ? o.cpu_gemm : "(null)");
     CHECK(o.cuda_device == 1, "cuda_device %d", o.cuda_device);
     CHECK(o.cuda_weights && !strcmp(o.cuda_weights, "bf16"), "cuda_weights %s", o.cuda_weights ? o.cuda_weights : "(null)");
+    CHECK(o.cpu_no_amx == 1, "LIND_CPU_AMX=0: cpu_no_amx %d", o.cpu_no_amx);
+    setenv("LIND_CPU_AMX", "1", 1);
+    CHECK(backend_opts_from_env(&o, err, sizeof err) == 0 && o.cpu_no_amx == 0, "LIND_CPU_AMX=1: %s", err);
     setenv("LIND_CPU_THREADS", "64", 1);   /* the top of the range */
     setenv("LIND_CUDA_DEVICE", "0", 1);
     CHECK(backend_opts_from_env(&o, err, sizeof err) == 0 && o.threads == 64 && o.cuda_device == 0, "64 / 0: %s", err);
@@ -95,6 +102,8 @@ static void env_garbage_refused(void)
     static const char *const bad_device[] = {"abc", "-1", "gpu0", "3 4"};
     refuses_each("LIND_CPU_THREADS", bad_threads, sizeof bad_threads / sizeof *bad_threads);
     refuses_each("LIND_CUDA_DEVICE", bad_device, sizeof bad_device / sizeof *bad_device);
+    static const char *const bad_amx[] = {"2", "yes", "-1", "on"};
+    refuses_each("LIND_CPU_AMX", bad_amx, sizeof bad_amx / sizeof *bad_amx);
 }
 
 /* The constructor reads no environment: a garbage LIND_CPU_THREADS does

@@ -469,7 +469,10 @@ static void test_dot_round(void)
  * same bf16 values (the products are exact in fp32; only the fp32 sums
  * round), for row blocks, panel tails, odd K (a padded last pair), strides,
  * flags; columns beyond N untouched. Returns the worst relative error. */
-static double dot_case(int B, int N, int K, int ldx, int ldy, int with_bias, int flags, unsigned seed)
+typedef void (*dot_kernel)(const uint16_t *xb, int ldxb, const uint16_t *Wp, const float *bias, float *y, int ldy,
+                           int B, int N, int K, int p0, int p1, int flags);
+
+static double dot_case(dot_kernel run, int B, int N, int K, int ldx, int ldy, int with_bias, int flags, unsigned seed)
 {
     int ld = cpu_gemm_dot_ld(K);
     float *x = malloc(sizeof(float) * (size_t)B * ldx), *bias = malloc(sizeof(float) * N);
@@ -481,8 +484,7 @@ static double dot_case(int B, int N, int K, int ldx, int ldy, int with_bias, int
     for (int i = 0; i < B * ldy; i++) y[i] = y0[i] = (i % ldy) < N ? frand(&seed) : 12345.0f;
     uint16_t *Wp = dot_packed_new(W, N, K);
     cpu_gemm_round_bf16(x, ldx, B, K, xb, ld);
-    cpu_gemm_run_dot(xb, ld, Wp, with_bias ? bias : NULL, y, ldy, B, N, K, 0, cpu_gemm_panels(CPU_GEMM_AVX512, N),
-                     flags);
+    run(xb, ld, Wp, with_bias ? bias : NULL, y, ldy, B, N, K, 0, cpu_gemm_panels(CPU_GEMM_AVX512, N), flags);
     double worst = 0;
     int acc = flags & CPU_GEMM_ACCUMULATE;
     for (int b = 0; b < B; b++) {
@@ -514,33 +516,46 @@ static double dot_case(int B, int N, int K, int ldx, int ldy, int with_bias, int
     return worst;
 }
 
-static void test_dot_shapes(void)
+static void dot_shapes(const char *what, dot_kernel run, const int *Ks, int nK)
 {
-    static const int Bs[] = {1, 2, 5, 11, 12, 13, 25, 37, 64};
+    static const int Bs[] = {1, 2, 5, 11, 12, 13, 16, 17, 25, 33, 37, 64};
     static const int Ns[] = {1, 17, 32, 33, 100, 160, 200};
-    static const int Ks[] = {1, 2, 7, 64, 193};
     static const int Fs[] = {0, CPU_GEMM_ACCUMULATE, CPU_GEMM_GELU, CPU_GEMM_RELU2, CPU_GEMM_SIGMOID};
     unsigned seed = 101;
     double worst = 0;
     int i = 0;
     for (size_t bi = 0; bi < sizeof Bs / sizeof *Bs; bi++)
         for (size_t ni = 0; ni < sizeof Ns / sizeof *Ns; ni++)
-            for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++, i++) {
+            for (int ki = 0; ki < nK; ki++, i++) {
                 int B = Bs[bi], N = Ns[ni], K = Ks[ki], odd = i % 3 == 0, flags = Fs[i % 5];
-                double e = dot_case(B, N, K, K + odd, N + 2 * odd, i % 2, flags, seed++);
+                double e = dot_case(run, B, N, K, K + odd, N + 2 * odd, i % 2, flags, seed++);
                 if (e > worst) worst = e;
-                CHECK(e < 1e-5, "B=%d N=%d K=%d flags %d: relative error %.3g", B, N, K, flags, e);
+                CHECK(e < 1e-5, "%s: B=%d N=%d K=%d flags %d: relative error %.3g", what, B, N, K, flags, e);
             }
-    printf("NOTE dot shapes: worst relative error %.3g (fp32 sums of exact bf16 products vs long double)\n", worst);
+    printf("NOTE %s shapes: worst relative error %.3g (fp32 sums of exact bf16 products vs long double)\n", what,
+           worst);
+}
+
+static void test_dot_shapes(void)
+{
+    static const int Ks[] = {1, 2, 7, 64, 193};
+    dot_shapes("dot", cpu_gemm_run_dot, Ks, 5);
+}
+
+/* The AMX kernel: K a multiple of 32 (and 32·n − 1, its last pair padded). */
+static void test_amx_shapes(void)
+{
+    static const int Ks[] = {32, 63, 64, 160};
+    dot_shapes("amx", cpu_gemm_run_dot_amx, Ks, 4);
 }
 
 /* Batch invariance, the property prefill relies on: row b of any batch is
  * bit for bit the row alone (the single-row kernel), whatever the panel
  * range a thread is given. */
-static void test_dot_batch_invariance(void)
+static void dot_batch_invariance(dot_kernel run, int K)
 {
-    int N = 300, K = 193, ld = cpu_gemm_dot_ld(K), P = cpu_gemm_panels(CPU_GEMM_AVX512, N);
-    static const int Bs[] = {2, 7, 12, 13, 37, 64};
+    int N = 300, ld = cpu_gemm_dot_ld(K), P = cpu_gemm_panels(CPU_GEMM_AVX512, N);
+    static const int Bs[] = {2, 7, 12, 13, 16, 17, 31, 33, 37, 64};
     unsigned seed = 55;
     float *x = malloc(sizeof(float) * 64 * K), *bias = malloc(sizeof(float) * N);
     float *yb = malloc(sizeof(float) * 64 * N), *y1 = malloc(sizeof(float) * N);
@@ -553,16 +568,19 @@ static void test_dot_batch_invariance(void)
     for (size_t bi = 0; bi < sizeof Bs / sizeof *Bs; bi++) {
         int B = Bs[bi];
         /* two callers splitting the panels at an odd place */
-        cpu_gemm_run_dot(xb, ld, Wp, bias, yb, N, B, N, K, 0, 3, 0);
-        cpu_gemm_run_dot(xb, ld, Wp, bias, yb, N, B, N, K, 3, P, 0);
+        run(xb, ld, Wp, bias, yb, N, B, N, K, 0, 3, 0);
+        run(xb, ld, Wp, bias, yb, N, B, N, K, 3, P, 0);
         for (int b = 0; b < B; b++) {
-            cpu_gemm_run_dot(xb + (size_t)b * ld, ld, Wp, bias, y1, N, 1, N, K, 0, P, 0);
+            run(xb + (size_t)b * ld, ld, Wp, bias, y1, N, 1, N, K, 0, P, 0);
             CHECK(!memcmp(y1, yb + (size_t)b * N, sizeof(float) * N), "row %d of a batch of %d differs from the row alone",
                   b, B);
         }
     }
     free(x); free(bias); free(yb); free(y1); free(W); free(xb); free(Wp);
 }
+
+static void test_dot_batch_invariance(void) { dot_batch_invariance(cpu_gemm_run_dot, 193); }
+static void test_amx_batch_invariance(void) { dot_batch_invariance(cpu_gemm_run_dot_amx, 160); }
 
 /* Through the backend: set_compute(BF16) makes bf16 weights run the dot
  * kernel (equal to cpu_gemm_run_dot on the same rounding, every flag, B = 1
@@ -614,6 +632,70 @@ static void test_backend_dot(void)
         CHECK(rc == -ENOTSUP && strstr(err, "AVX-512"), "on AVX2: rc %d, '%s'", rc, err);
         backend_free(be);
     }
+}
+
+/* bf16 compute through a CPU backend made with opts: y[B × N] = x · Wᵀ + b
+ * (flags), y preset to y0. */
+static void backend_dot_run(const backend_opts *opts, const float *x, const uint16_t *Wh, const float *bias,
+                            const float *y0, float *y, int B, int N, int K, int flags)
+{
+    backend *be;
+    char err[256];
+    CHECK(backend_new("cpu", opts, &be, err, sizeof err) == 0, "%s", err);
+    const backend_ops *o = be->ops;
+    CHECK(o->set_compute(be, BACKEND_COMPUTE_BF16, err, sizeof err) == 0, "set_compute: %s", err);
+    backend_buf *bx = NULL, *bb = NULL, *by = NULL, *bH = NULL;
+    CHECK(o->buf_new(be, (size_t)B * K, &bx) == 0 && o->buf_new(be, N, &bb) == 0 &&
+          o->buf_new(be, (size_t)B * N, &by) == 0 && o->weight_new_half(be, N, K, Wh, BACKEND_W_BF16, &bH) == 0,
+          "buffers");
+    o->buf_upload(be, bx, 0, x, (size_t)B * K);
+    o->buf_upload(be, bb, 0, bias, N);
+    o->buf_upload(be, by, 0, y0, (size_t)B * N);
+    CHECK(o->matmul(be, bmview(by, 0, N), bview(bx, 0, K), bH, bb, B, N, K, flags) == 0, "matmul");
+    o->buf_download(be, by, 0, y, (size_t)B * N);
+    o->buf_free(be, bx); o->buf_free(be, bb); o->buf_free(be, by); o->buf_free(be, bH);
+    backend_free(be);
+}
+
+/* Where the CPU has AMX: the backend runs bf16 compute of a K that fits on
+ * the tiles (bit for bit cpu_gemm_run_dot_amx, B = 1 and 40, every flag),
+ * and with cpu_no_amx (LIND_CPU_AMX=0) on vdpbf16ps (cpu_gemm_run_dot); the
+ * two kernels' results differ in the last bits, so each comparison tells
+ * which one ran. */
+static void test_backend_amx(void)
+{
+    enum { BM = 40, N = 150, K = 96 };
+    int ld = cpu_gemm_dot_ld(K), P = cpu_gemm_panels(CPU_GEMM_AVX512, N);
+    unsigned seed = 19;
+    static float x[BM * K], bias[N], y0[BM * N], ya[BM * N], yd[BM * N], yb[BM * N];
+    static uint16_t Wh[N * K], xb[BM * 128];
+    for (int i = 0; i < BM * K; i++) x[i] = frand(&seed);
+    for (int i = 0; i < N; i++) bias[i] = frand(&seed);
+    for (int i = 0; i < BM * N; i++) y0[i] = frand(&seed);
+    for (int i = 0; i < N * K; i++) Wh[i] = hrand(CPU_GEMM_BF16, &seed);
+    uint16_t *Wp = dot_packed_new(Wh, N, K);
+    cpu_gemm_round_bf16(x, K, BM, K, xb, ld);
+    backend_opts no;
+    backend_opts_default(&no);
+    no.cpu_no_amx = 1;
+    static const int Fs[] = {0, BACKEND_MM_ACCUMULATE, BACKEND_MM_GELU, BACKEND_MM_RELU2, BACKEND_MM_SIGMOID};
+    int differ = 0;
+    for (int B = 1; B <= BM; B += BM - 1)
+        for (size_t f = 0; f < sizeof Fs / sizeof *Fs; f++) {
+            memcpy(ya, y0, sizeof ya);
+            memcpy(yd, y0, sizeof yd);
+            cpu_gemm_run_dot_amx(xb, ld, Wp, bias, ya, N, B, N, K, 0, P, Fs[f]);
+            cpu_gemm_run_dot(xb, ld, Wp, bias, yd, N, B, N, K, 0, P, Fs[f]);
+            differ += memcmp(ya, yd, sizeof(float) * (size_t)B * N) != 0;
+            backend_dot_run(NULL, x, Wh, bias, y0, yb, B, N, K, Fs[f]);
+            CHECK(!memcmp(ya, yb, sizeof(float) * (size_t)B * N), "B=%d flags %d: backend differs from the AMX kernel",
+                  B, Fs[f]);
+            backend_dot_run(&no, x, Wh, bias, y0, yb, B, N, K, Fs[f]);
+            CHECK(!memcmp(yd, yb, sizeof(float) * (size_t)B * N),
+                  "B=%d flags %d: cpu_no_amx: backend differs from the vdpbf16ps kernel", B, Fs[f]);
+        }
+    CHECK(differ > 0, "the AMX and vdpbf16ps kernels agreed bit for bit in every case: the check tells nothing");
+    free(Wp);
 }
 
 static void test_backend_flags_avx512(void) { backend_flags_case("avx512"); }
@@ -696,6 +778,13 @@ int main(void)
         RUN(test_backend_dot);
     } else {
         printf("SKIP gemm_dot: this CPU has no AVX512_BF16 (bf16 compute is refused here)\n");
+    }
+    if (cpu_gemm_amx_supported()) {
+        RUN(test_amx_shapes);
+        RUN(test_amx_batch_invariance);
+        RUN(test_backend_amx);
+    } else {
+        printf("SKIP gemm_amx: no AMX-BF16 here (or the kernel refused tile data): bf16 compute runs on vdpbf16ps\n");
     }
     if (!any) printf("NOTE the CPU backend uses OpenBLAS for every product on this CPU\n");
     return check_exit();

@@ -41,7 +41,9 @@
  * measured in this run for the arithmetic the format uses (fp32 FMA for
  * f32/bf16/FP32/FP16, vpdpbusd for q8/q4/Q8_0/Q5_1). Each figure is given
  * as a multiple of its floor (1.00x = at the floor). The bf16-math pair's
- * lind floors use the vdpbf16ps ceiling; its rwkv.cpp figures are FP16's.
+ * lind floors use the ceiling of the instruction lind's bf16 math runs on:
+ * AMX's TDPBF16PS where the CPU has AMX (and LIND_CPU_AMX is not 0),
+ * vdpbf16ps elsewhere; its rwkv.cpp figures are FP16's.
  *
  *   usage: peers_bench [--quick] [--models DIR] [--shapes A,B] [--rwkv-lib PATH]
  *                      [--threads N] [--retries N] [--load-limit CORES] [--rounds N]
@@ -68,6 +70,7 @@
 #include "bench/benchutil.h"
 #include "kernels/backend.h"
 #include "kernels/clock.h"
+#include "kernels/cpu/gemm.h"
 #include "recurrent/model.h"
 
 static void die(const char *what, const char *why)
@@ -642,14 +645,17 @@ int main(int argc, char **argv)
     /* The ceilings, each under the same quiet check as the windows: the
      * best of the quiet attempts (of all attempts when none was quiet). */
     char how[128] = "", how1[128];
-    double c[4] = {0}, cq[4] = {0}, oth[4] = {0};
-    int cl[4] = {1, 1, 1, 1};
+    /* k: 0 fp32 FMA, 1 vdpbf16ps, 2 vpdpbusd, 3 DRAM read, 4 AMX TDPBF16PS */
+    double c[5] = {0}, cq[5] = {0}, oth[5] = {0};
+    int cl[5] = {1, 1, 1, 1, 1};
     int runs = quick ? 1 : 3;
-    for (int k = 0; k < 4; k++)
+    int amx = !be_opts.cpu_no_amx && cpu_gemm_amx_supported() &&
+              (!be_opts.cpu_gemm || !*be_opts.cpu_gemm || !strcmp(be_opts.cpu_gemm, "avx512"));
+    for (int k = 0; k < 4 + amx; k++)
         for (int attempt = 0; attempt <= retries; attempt++) {
             double b0 = busy_s(), s0 = clock_cpu_s(), t0 = clock_mono_s(), g;
             if (k == 3) g = bench_read_gbs_how(how1, sizeof how1);
-            else g = bench_fma_gflops(threads, k, runs);
+            else g = bench_fma_gflops(threads, k == 4 ? 3 : k, runs);
             double wall = clock_mono_s() - t0, o = ((busy_s() - b0) - (clock_cpu_s() - s0)) / wall;
             if (o < 0) o = 0;
             if (g > c[k]) c[k] = g;
@@ -665,27 +671,34 @@ int main(int argc, char **argv)
             oth[k] = o;
             if (k == 3 && !how[0]) snprintf(how, sizeof how, "%s", how1);
         }
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < 4 + amx; k++) {
         if (!cl[k]) c[k] = cq[k];
         else windows_loaded++;
     }
     double fma = c[0], dot = c[1], vnni = c[2], gbs = c[3];
+    char amxs[160] = "";
+    if (amx) {
+        snprintf(amxs, sizeof amxs, ", AMX TDPBF16PS %.0f GFLOP/s%s (lind's bf16 math runs on it here; %.2f cores "
+                 "of other processes)", c[4], cl[4] ? " (loaded)" : "", oth[4]);
+        if (dot > 0) dot = c[4];   /* the bf16m pair's floors */
+    }
     if (dot <= 0 && pair_on[4]) {   /* no AVX512_BF16: no bf16 math to measure */
         pair_on[4] = 0;
         fprintf(stderr, "peers_bench: this CPU has no AVX512_BF16: the bf16m pair is left out\n");
     }
-    printf("Ceilings of this run (%d threads): fp32 FMA %.0f GFLOP/s%s, vdpbf16ps %.0f GFLOP/s%s, vpdpbusd (VNNI) "
+    printf("Ceilings of this run (%d threads): fp32 FMA %.0f GFLOP/s%s, vdpbf16ps %.0f GFLOP/s%s%s, vpdpbusd (VNNI) "
            "%.0f GOP/s%s; DRAM read %.1f GB/s%s (bench_read_gbs: 1 GiB, the best strategy, this time %s). "
            "Measured under the quiet check below (\"loaded\": other processes took more than the limit in every "
            "attempt, so the ceiling reads low and the floors built on it too; other processes took %.2f, %.2f, %.2f "
            "and %.2f cores during the kept attempts).\n\n", threads, fma,
-           cl[0] ? " (loaded)" : "", dot, cl[1] ? " (loaded)" : "", vnni, cl[2] ? " (loaded)" : "", gbs,
+           cl[0] ? " (loaded)" : "", c[1], cl[1] ? " (loaded)" : "", amxs, vnni, cl[2] ? " (loaded)" : "", gbs,
            cl[3] ? " (loaded)" : "", how, oth[0], oth[1], oth[2], oth[3]);
     printf("Both engines: %d threads; lind's formats with fp32 math, and bf16 weights with bf16 math (--compute "
-           "bf16, its floors against vdpbf16ps) in the pair \"bf16, bf16 math\"; rwkv.cpp built by bench/peers/get_rwkv_cpp.sh. "
+           "bf16, its floors against %s) in the pair \"bf16, bf16 math\"; rwkv.cpp built by bench/peers/get_rwkv_cpp.sh. "
            "Ratios are speed ratios (lind's tokens/s over rwkv.cpp's; > 1: lind faster), each round's from its two "
            "adjacent windows. A window during which other processes used more than %.2f cores (/proc/stat less "
-           "this process) was measured again, up to %d times%s.\n\n", threads, load_limit, retries,
+           "this process) was measured again, up to %d times%s.\n\n", threads, amx ? "AMX TDPBF16PS" : "vdpbf16ps",
+           load_limit, retries,
            retries ? "" : " (--retries 0: never, each loaded window is kept and counted)");
     fflush(stdout);
     char *list = strdup(shapes);

@@ -454,7 +454,7 @@ typedef struct dot_job {
     uint16_t *xb;
     const float *bias;
     float *y;
-    int ldx, ldxb, ldy, B, N, K, flags;
+    int ldx, ldxb, ldy, B, N, K, flags, amx;
     panel_claims claims;
 } dot_job;
 
@@ -473,7 +473,8 @@ static void dot_part(void *arg, int part, int nparts)
     (void)nparts;
     int p0, p1;
     while (claims_next(&j->claims, &p0, &p1))
-        cpu_gemm_run_dot(j->xb, j->ldxb, j->W, j->bias, j->y, j->ldy, j->B, j->N, j->K, p0, p1, j->flags);
+        (j->amx ? cpu_gemm_run_dot_amx : cpu_gemm_run_dot)(j->xb, j->ldxb, j->W, j->bias, j->y, j->ldy, j->B, j->N,
+                                                           j->K, p0, p1, j->flags);
 }
 
 static int dot_matmul(cpu *c, const float *x, int ldx, const backend_buf *W, const float *bias, float *y, int ldy,
@@ -488,7 +489,8 @@ static int dot_matmul(cpu *c, const float *x, int ldx, const backend_buf *W, con
         c->xb = t;
         c->xb_n = need;
     }
-    dot_job j = {x, (const uint16_t *)W->p, c->xb, bias, y, ldx, ldxb, ldy, B, N, K, flags, {0}};
+    dot_job j = {x, (const uint16_t *)W->p, c->xb, bias, y, ldx, ldxb, ldy, B, N, K, flags,
+                 c->amx && cpu_gemm_amx_fits(K), {0}};
     cpu_pool_run(c->threads, dot_round_part, &j, cpu_row_parts(c, B, (size_t)K));
     int parts = cpu_pool_size(c->threads), panels = cpu_gemm_panels(CPU_GEMM_AVX512, N);
     if ((double)B * N * K < (double)(1 << 14)) parts = 1;   /* as cpu_matmul */
@@ -767,13 +769,15 @@ int backend_cpu_new(const backend_opts *opts, backend **out, char *err, size_t e
     c->qisa = c->isa == CPU_GEMM_NONE ? CPU_QUANT_C
               : c->isa == CPU_GEMM_AVX512 && cpu_quant_supported(CPU_QUANT_VNNI) ? CPU_QUANT_VNNI
               : cpu_quant_supported(CPU_QUANT_AVX2) ? CPU_QUANT_AVX2 : CPU_QUANT_C;
+    /* bf16 compute on AMX tiles where the CPU has them, unless opted out */
+    c->amx = !opts->cpu_no_amx && c->isa == CPU_GEMM_AVX512 && cpu_gemm_amx_supported();
     read_cpu_name(c->device, sizeof c->device);
     size_t dl = strlen(c->device);
     if (c->isa == CPU_GEMM_NONE)
         snprintf(c->device + dl, sizeof c->device - dl, ", %ld threads, OpenBLAS GEMM", nt);
     else
-        snprintf(c->device + dl, sizeof c->device - dl, ", %ld threads, %s packed GEMM", nt,
-                 cpu_gemm_isa_name(c->isa));
+        snprintf(c->device + dl, sizeof c->device - dl, ", %ld threads, %s packed GEMM%s", nt,
+                 cpu_gemm_isa_name(c->isa), c->amx ? " (bf16 compute on AMX tiles)" : "");
     *out = &c->base;
     return 0;
 }

@@ -48,11 +48,12 @@ typedef struct cpu {
     cpu_pool *threads;      /* every op runs across these */
     cpu_gemm_isa isa;       /* kernels/cpu/gemm.c kernel weights are packed for; NONE: OpenBLAS */
     int dot;                /* compute mode BACKEND_COMPUTE_BF16: bf16 weights become BUF_DOT */
+    int amx;                /* BUF_DOT products of a K cpu_gemm_amx_fits run on AMX tiles (opts, the CPU) */
     uint16_t *xb;           /* BUF_DOT products: the activations rounded to bf16 */
     size_t xb_n;            /* uint16 elements of xb */
     cpu_quant_isa qisa;     /* BUF_QUANT products' kernel (follows isa: AVX-512 → VNNI if the CPU has it) */
     cpu_quant_scratch qs;   /* BUF_QUANT products: the quantized activations */
-    char device[128];
+    char device[192];
 } cpu;
 
 static inline uint8_t *cpu_slot_ptr(cpu *c, int slot) { return c->pool + (size_t)slot * c->stride; }

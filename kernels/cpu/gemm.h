@@ -159,4 +159,23 @@ void cpu_gemm_round_bf16(const float *x, int ldx, int B, int K, uint16_t *dst, i
 void cpu_gemm_run_dot(const uint16_t *xb, int ldxb, const uint16_t *Wp, const float *bias, float *y, int ldy, int B,
                       int N, int K, int p0, int p1, int flags);
 
+/* ---- bf16 compute on AMX tiles (where the CPU has AMX-BF16) ---------------
+ * The same product as cpu_gemm_run_dot (same packed weight, same rounded
+ * activations, same flags and epilogue) on TDPBF16PS tiles. Each element is
+ * one fp32 accumulator over the pairs in order, batch-invariant as the
+ * vdpbf16ps kernel, but rounded by the tile unit: its results differ from
+ * cpu_gemm_run_dot's in the last bits, so a caller runs one of the two for
+ * all of a weight's products. */
+
+/* 1 if this CPU has AMX-BF16 and the kernel let this process use tile data
+ * (asked once, for every thread; Linux ARCH_REQ_XCOMP_PERM). */
+int cpu_gemm_amx_supported(void);
+/* 1 if cpu_gemm_run_dot_amx takes a K-wide weight: K a multiple of 32
+ * (whole tiles of 16 pairs; K = 32·n − 1 too, its last pair padded). */
+int cpu_gemm_amx_fits(int K);
+/* Needs cpu_gemm_amx_supported() and cpu_gemm_amx_fits(K); leaves no tile
+ * state behind (releases the tiles). */
+void cpu_gemm_run_dot_amx(const uint16_t *xb, int ldxb, const uint16_t *Wp, const float *bias, float *y, int ldy,
+                          int B, int N, int K, int p0, int p1, int flags);
+
 #endif
