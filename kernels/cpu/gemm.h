@@ -121,7 +121,8 @@ void cpu_gemm_widen(cpu_gemm_wtype wtype, const uint16_t *src, float *dst, size_
  * bf16 (round to nearest even; vcvtneps2bf16, which also flushes fp32
  * subnormal inputs to zero) and multiplied with vdpbf16ps, which adds two
  * bf16·bf16 products per fp32 lane into an fp32 accumulator: twice the FMA
- * rate, activations half the bytes. Not exact fp32 math on the widened
+ * rate on AMD's cores (half of it on Intel's, which run the AMX kernel
+ * below instead), activations half the bytes. Not exact fp32 math on the widened
  * weights (the default kernels are): docs/NUMERICS.md states the error.
  *
  * Panels are NR512 = 32 columns of k *pairs* (the instruction's operand):
