@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "bench/benchutil.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/backend.h"
 #include "kernels/clock.h"
 #include "kernels/half.h"
@@ -447,8 +448,15 @@ int main(int argc, char **argv)
     long nt = bench_be.threads > 0 ? bench_be.threads : sysconf(_SC_NPROCESSORS_ONLN);   /* the backend's count */
     if (nt < 1) nt = 1;
     double fma = bench_fma_gflops((int)nt, 0, quick ? 1 : 3), dot = bench_fma_gflops((int)nt, 1, quick ? 1 : 3);
+    /* where lind's bf16 math runs on AMX tiles, their ceiling is its own */
+    int amx = dot > 0 && !bench_be.cpu_no_amx && cpu_gemm_amx_supported() &&
+              (!bench_be.cpu_gemm || !*bench_be.cpu_gemm || !strcmp(bench_be.cpu_gemm, "avx512"));
+    double tiles = amx ? bench_fma_gflops((int)nt, 3, quick ? 1 : 3) : 0;
     printf("Arithmetic ceilings (%ld threads, independent chains from registers, best of 3): fp32 FMA %.0f GFLOP/s, "
-           "vdpbf16ps %.0f GFLOP/s%s\n\n", nt, fma, dot, dot > 0 ? "" : " (no AVX512_BF16)");
+           "vdpbf16ps %.0f GFLOP/s%s", nt, fma, dot, dot > 0 ? "" : " (no AVX512_BF16)");
+    if (amx) printf(", AMX TDPBF16PS %.0f GFLOP/s (bf16 math runs on the tiles here: its ceiling)", tiles);
+    printf("\n\n");
+    if (amx) dot = tiles;
     fflush(stdout);
     /* fp32 weights and math; bf16 weights, exact fp32 math on them; bf16
      * weights and bf16 math (--compute bf16), where the CPU has it */
