@@ -582,6 +582,20 @@ static void dot_batch_invariance(dot_kernel run, int K)
 static void test_dot_batch_invariance(void) { dot_batch_invariance(cpu_gemm_run_dot, 193); }
 static void test_amx_batch_invariance(void) { dot_batch_invariance(cpu_gemm_run_dot_amx, 160); }
 
+/* Random inputs of a backend bf16-compute case: x [B × K], bias [N], y0
+ * [B × N], bf16 Wh [N × K]; xb = x rounded (row stride ld). Returns Wh
+ * packed for the dot kernels (the caller frees it). */
+static uint16_t *dot_inputs(unsigned *seed, int B, int N, int K, float *x, float *bias, float *y0, uint16_t *Wh,
+                            uint16_t *xb, int ld)
+{
+    for (int i = 0; i < B * K; i++) x[i] = frand(seed);
+    for (int i = 0; i < N; i++) bias[i] = frand(seed);
+    for (int i = 0; i < B * N; i++) y0[i] = frand(seed);
+    for (int i = 0; i < N * K; i++) Wh[i] = hrand(CPU_GEMM_BF16, seed);
+    cpu_gemm_round_bf16(x, K, B, K, xb, ld);
+    return dot_packed_new(Wh, N, K);
+}
+
 /* Through the backend: set_compute(BF16) makes bf16 weights run the dot
  * kernel (equal to cpu_gemm_run_dot on the same rounding, every flag, B = 1
  * and 40), leaves fp16 weights exact, and is refused on the AVX2 kernel. */
@@ -597,12 +611,7 @@ static void test_backend_dot(void)
     int ld = cpu_gemm_dot_ld(K);
     static float x[BM * K], bias[N], y0[BM * N], y1[BM * N], y2[BM * N];
     static uint16_t Wh[N * K], xb[BM * 96];
-    for (int i = 0; i < BM * K; i++) x[i] = frand(&seed);
-    for (int i = 0; i < N; i++) bias[i] = frand(&seed);
-    for (int i = 0; i < BM * N; i++) y0[i] = frand(&seed);
-    for (int i = 0; i < N * K; i++) Wh[i] = hrand(CPU_GEMM_BF16, &seed);
-    uint16_t *Wp = dot_packed_new(Wh, N, K);
-    cpu_gemm_round_bf16(x, K, BM, K, xb, ld);
+    uint16_t *Wp = dot_inputs(&seed, BM, N, K, x, bias, y0, Wh, xb, ld);
     backend_buf *bx = NULL, *bb = NULL, *by = NULL, *bH = NULL;
     CHECK(o->buf_new(be, BM * K, &bx) == 0 && o->buf_new(be, N, &bb) == 0 && o->buf_new(be, BM * N, &by) == 0 &&
           o->weight_new_half(be, N, K, Wh, BACKEND_W_BF16, &bH) == 0, "buffers");
@@ -669,12 +678,7 @@ static void test_backend_amx(void)
     unsigned seed = 19;
     static float x[BM * K], bias[N], y0[BM * N], ya[BM * N], yd[BM * N], yb[BM * N];
     static uint16_t Wh[N * K], xb[BM * 128];
-    for (int i = 0; i < BM * K; i++) x[i] = frand(&seed);
-    for (int i = 0; i < N; i++) bias[i] = frand(&seed);
-    for (int i = 0; i < BM * N; i++) y0[i] = frand(&seed);
-    for (int i = 0; i < N * K; i++) Wh[i] = hrand(CPU_GEMM_BF16, &seed);
-    uint16_t *Wp = dot_packed_new(Wh, N, K);
-    cpu_gemm_round_bf16(x, K, BM, K, xb, ld);
+    uint16_t *Wp = dot_inputs(&seed, BM, N, K, x, bias, y0, Wh, xb, ld);
     backend_opts no;
     backend_opts_default(&no);
     no.cpu_no_amx = 1;
