@@ -4,8 +4,10 @@ the daemon's Python tests (not a test itself: run.sh runs tests/test_*.py).
 Server(name, extra=[...], model=DIR).start() serves DIR (default: the shipped model)
 on a fresh socket and database in a temporary directory; Client(path) speaks
 docs/PROTOCOL.md; case() runs one test function and prints PASS/FAIL."""
+import atexit
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -22,6 +24,19 @@ LIND = os.path.join(ROOT, BUILD, "lind") if not os.path.isabs(BUILD) else os.pat
 LINDCTL = os.path.join(os.path.dirname(LIND), "lindctl")
 MODEL = os.path.join(ROOT, "models", "default")
 TMP = tempfile.mkdtemp(prefix="lind-test-")
+# Every program that imports the harness removes TMP when it exits, however it
+# exits (LIND_KEEP_TMP=1 keeps it for a post-mortem): a suite run leaves
+# nothing in /tmp.
+KEEP_TMP = os.environ.get("LIND_KEEP_TMP") == "1"
+
+
+def remove_at_exit(path):
+    """Remove the directory path when the program exits (unless LIND_KEEP_TMP=1)."""
+    if not KEEP_TMP:
+        atexit.register(shutil.rmtree, path, ignore_errors=True)
+
+
+remove_at_exit(TMP)
 # Every time bound in the tests is a number of seconds times SLOW: the one
 # multiplier LIND_TEST_TIME_SCALE (default 1; CI on a loaded machine may raise
 # it, as libuv's UV_TEST_TIMEOUT_MULTIPLIER), times 5 under the sanitizers
@@ -390,8 +405,6 @@ def text_of(n, seed=1):
 
 
 def finish():
-    import shutil
-    shutil.rmtree(TMP, ignore_errors=True)
     sys.exit(1 if failures else 0)
 
 

@@ -6,8 +6,10 @@ real daemon ($LIND_BUILD/lind, default build/lind) on a temporary socket and
 database, with a small random model written here in the layout of
 docs/MODEL.md. Prints one line per case: PASS name / FAIL name: why.
 """
+import atexit
 import json
 import os
+import shutil
 import signal
 import socket
 import struct
@@ -246,7 +248,15 @@ def expect(cond, what):
         raise AssertionError(what)
 
 
-TMP = tempfile.mkdtemp(prefix="lind-e2e-")
+def scratch(prefix):
+    """A fresh directory, removed when the program exits (LIND_KEEP_TMP=1 keeps it)."""
+    d = tempfile.mkdtemp(prefix=prefix)
+    if os.environ.get("LIND_KEEP_TMP") != "1":
+        atexit.register(shutil.rmtree, d, ignore_errors=True)
+    return d
+
+
+TMP = scratch("lind-e2e-")
 write_model(os.path.join(TMP, "model"), seed=3)
 srv = Server(TMP, "--max-output", "16384", "--max-tokens", "100000").start()
 
@@ -726,7 +736,7 @@ def gen_alone_on(server, name, seed, text, n):
 @case
 def eviction_keeps_sessions():
     # a second server with room for 2 resident sessions: 5 sessions round-robin
-    t2 = tempfile.mkdtemp(prefix="lind-e2e-evict-")
+    t2 = scratch("lind-e2e-evict-")
     os.symlink(os.path.join(TMP, "model"), os.path.join(t2, "model"))
     s2 = Server(t2, "--max-resident", "2").start()
     try:
@@ -754,7 +764,7 @@ def eviction_keeps_sessions():
 @case
 def corrupt_or_foreign_state_reported_alone():
     import sqlite3
-    t3 = tempfile.mkdtemp(prefix="lind-e2e-corrupt-")
+    t3 = scratch("lind-e2e-corrupt-")
     os.symlink(os.path.join(TMP, "model"), os.path.join(t3, "model"))
     s3 = Server(t3).start()
     try:
@@ -790,7 +800,7 @@ def corrupt_or_foreign_state_reported_alone():
 
 @case
 def sync_normal_survives_process_kill():
-    t5 = tempfile.mkdtemp(prefix="lind-e2e-normal-")
+    t5 = scratch("lind-e2e-normal-")
     os.symlink(os.path.join(TMP, "model"), os.path.join(t5, "model"))
     s5 = Server(t5, "--sync", "normal", "--transcript-bytes", "16").start()
     try:
@@ -813,7 +823,7 @@ def sync_normal_survives_process_kill():
 
 @case
 def inflight_limit():
-    t4 = tempfile.mkdtemp(prefix="lind-e2e-inflight-")
+    t4 = scratch("lind-e2e-inflight-")
     os.symlink(os.path.join(TMP, "model"), os.path.join(t4, "model"))
     s4 = Server(t4, "--max-inflight", "2").start()
     try:

@@ -28,7 +28,7 @@ import time
 import msgpack
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from daemon_harness import Server, Client, case, expect, finish, TMP, SLOW  # noqa: E402
+from daemon_harness import Server, Client, case, expect, finish, remove_at_exit, TMP, SLOW  # noqa: E402
 
 
 @case
@@ -60,6 +60,7 @@ def unwritable_db_refused_at_start():
         os.chmod(TMP, 0o755)
         os.chmod(s.db, 0o644)
         sockdir = tempfile.mkdtemp(prefix="lind-harden-sock-")
+        remove_at_exit(sockdir)
         os.chmod(sockdir, 0o777)
         s.sock = os.path.join(sockdir, "s.sock")
 
