@@ -449,8 +449,7 @@ int main(int argc, char **argv)
     if (nt < 1) nt = 1;
     double fma = bench_fma_gflops((int)nt, 0, quick ? 1 : 3), dot = bench_fma_gflops((int)nt, 1, quick ? 1 : 3);
     /* where lind's bf16 math runs on AMX tiles, their ceiling is its own */
-    int amx = dot > 0 && !bench_be.cpu_no_amx && cpu_gemm_amx_supported() &&
-              (!bench_be.cpu_gemm || !*bench_be.cpu_gemm || !strcmp(bench_be.cpu_gemm, "avx512"));
+    int amx = dot > 0 && backend_cpu_amx(&bench_be);
     double tiles = amx ? bench_fma_gflops((int)nt, 3, quick ? 1 : 3) : 0;
     printf("Arithmetic ceilings (%ld threads, independent chains from registers, best of 3): fp32 FMA %.0f GFLOP/s, "
            "vdpbf16ps %.0f GFLOP/s%s", nt, fma, dot, dot > 0 ? "" : " (no AVX512_BF16)");

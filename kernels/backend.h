@@ -597,5 +597,10 @@ void backend_free(backend *be);   /* NULL is a no-op */
  * -EINVAL and a message naming the value. */
 int backend_cpu_new(const backend_opts *opts, backend **out, char *err, size_t errlen);
 int backend_cuda_new(const backend_opts *opts, backend **out, char *err, size_t errlen);
+/* 1 if the cpu backend that opts (NULL = defaults) make multiplies bf16
+ * weights in bf16 math on AMX tiles (docs/CPU.md, "On AMX tiles"); 0 if it
+ * uses vdpbf16ps, another kernel, or opts would be refused. For benchmarks,
+ * whose ceiling for that math is then the tiles'. */
+int backend_cpu_amx(const backend_opts *opts);
 
 #endif

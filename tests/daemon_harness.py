@@ -298,9 +298,11 @@ def case(fn):
     global failures
     if ONLY and fn.__name__ not in ONLY:
         return fn
+    t0 = time.monotonic()
     try:
         fn()
-        print("PASS", fn.__name__, flush=True)
+        # The case's wall time, so a slow suite shows where its minutes go.
+        print("PASS %s (%.1f s)" % (fn.__name__, time.monotonic() - t0), flush=True)
     except Skip as e:
         print("SKIP %s: %s" % (fn.__name__, e), flush=True)
     except Exception as e:

@@ -700,6 +700,17 @@ static void test_backend_amx(void)
         }
     CHECK(differ > 0, "the AMX and vdpbf16ps kernels agreed bit for bit in every case: the check tells nothing");
     free(Wp);
+    /* what the benchmarks ask (backend_cpu_amx) is what the backend does */
+    backend_opts o;
+    backend_opts_default(&o);
+    CHECK(backend_cpu_amx(NULL) && backend_cpu_amx(&o), "defaults: AMX not reported");
+    CHECK(!backend_cpu_amx(&no), "cpu_no_amx: AMX reported");
+    o.cpu_gemm = "avx2";
+    CHECK(!backend_cpu_amx(&o), "the avx2 kernel: AMX reported");
+    o.cpu_gemm = "no-such-kernel";
+    CHECK(!backend_cpu_amx(&o), "a refused kernel: AMX reported");
+    o.cpu_gemm = "avx512";
+    CHECK(backend_cpu_amx(&o), "the avx512 kernel: AMX not reported");
 }
 
 static void test_backend_flags_avx512(void) { backend_flags_case("avx512"); }

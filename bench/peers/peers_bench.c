@@ -649,8 +649,7 @@ int main(int argc, char **argv)
     double c[5] = {0}, cq[5] = {0}, oth[5] = {0};
     int cl[5] = {1, 1, 1, 1, 1};
     int runs = quick ? 1 : 3;
-    int amx = !be_opts.cpu_no_amx && cpu_gemm_amx_supported() &&
-              (!be_opts.cpu_gemm || !*be_opts.cpu_gemm || !strcmp(be_opts.cpu_gemm, "avx512"));
+    int amx = backend_cpu_amx(&be_opts);
     for (int k = 0; k < 4 + amx; k++)
         for (int attempt = 0; attempt <= retries; attempt++) {
             double b0 = busy_s(), s0 = clock_cpu_s(), t0 = clock_mono_s(), g;

@@ -716,6 +716,45 @@ static void read_cpu_name(char *out, size_t n)
     fclose(f);
 }
 
+/* opts->cpu_gemm picks the matrix kernel (for comparisons): "openblas",
+ * "avx2", "avx512"; NULL or empty, the best this CPU runs. */
+static int cpu_pick_isa(const backend_opts *opts, cpu_gemm_isa *isa, char *err, size_t errlen)
+{
+    const char *g = opts->cpu_gemm;
+    *isa = cpu_gemm_detect();
+    if (g && *g) {
+        cpu_gemm_isa want = !strcmp(g, "openblas") ? CPU_GEMM_NONE
+                            : !strcmp(g, "avx2")   ? CPU_GEMM_AVX2
+                            : !strcmp(g, "avx512") ? CPU_GEMM_AVX512
+                                                   : (cpu_gemm_isa)-1;
+        if ((int)want < 0 || !cpu_gemm_supported(want)) {
+            snprintf(err, errlen, "backend cpu: GEMM kernel \"%s\": %s", g,
+                     (int)want < 0 ? "unknown (openblas, avx2 or avx512)" : "this CPU cannot run that kernel");
+            return -EINVAL;
+        }
+        *isa = want;
+    }
+    return 0;
+}
+
+/* bf16 compute on AMX tiles where the CPU has them, unless opted out */
+static int cpu_uses_amx(const backend_opts *opts, cpu_gemm_isa isa)
+{
+    return !opts->cpu_no_amx && isa == CPU_GEMM_AVX512 && cpu_gemm_amx_supported();
+}
+
+int backend_cpu_amx(const backend_opts *opts)
+{
+    backend_opts d;
+    if (!opts) {
+        backend_opts_default(&d);
+        opts = &d;
+    }
+    cpu_gemm_isa isa;
+    char err[160];
+    return cpu_pick_isa(opts, &isa, err, sizeof err) == 0 && cpu_uses_amx(opts, isa);
+}
+
 int backend_cpu_new(const backend_opts *opts, backend **out, char *err, size_t errlen)
 {
     *out = NULL;
@@ -747,22 +786,9 @@ int backend_cpu_new(const backend_opts *opts, backend **out, char *err, size_t e
         return -EAGAIN;
     }
     openblas_set_num_threads(1);
-    /* opts->cpu_gemm picks the matrix kernel (for comparisons): "openblas",
-     * "avx2", "avx512"; NULL or empty, the best this CPU runs. */
-    const char *g = opts->cpu_gemm;
-    c->isa = cpu_gemm_detect();
-    if (g && *g) {
-        cpu_gemm_isa want = !strcmp(g, "openblas") ? CPU_GEMM_NONE
-                            : !strcmp(g, "avx2")   ? CPU_GEMM_AVX2
-                            : !strcmp(g, "avx512") ? CPU_GEMM_AVX512
-                                                   : (cpu_gemm_isa)-1;
-        if ((int)want < 0 || !cpu_gemm_supported(want)) {
-            snprintf(err, errlen, "backend cpu: GEMM kernel \"%s\": %s", g,
-                     (int)want < 0 ? "unknown (openblas, avx2 or avx512)" : "this CPU cannot run that kernel");
-            cpu_free(&c->base);
-            return -EINVAL;
-        }
-        c->isa = want;
+    if (cpu_pick_isa(opts, &c->isa, err, errlen) < 0) {
+        cpu_free(&c->base);
+        return -EINVAL;
     }
     /* quantized products: VNNI with the AVX-512 kernel (AVX2 on an AVX-512
      * CPU without VNNI), AVX2 with AVX2, portable C with OpenBLAS */
@@ -770,7 +796,7 @@ int backend_cpu_new(const backend_opts *opts, backend **out, char *err, size_t e
               : c->isa == CPU_GEMM_AVX512 && cpu_quant_supported(CPU_QUANT_VNNI) ? CPU_QUANT_VNNI
               : cpu_quant_supported(CPU_QUANT_AVX2) ? CPU_QUANT_AVX2 : CPU_QUANT_C;
     /* bf16 compute on AMX tiles where the CPU has them, unless opted out */
-    c->amx = !opts->cpu_no_amx && c->isa == CPU_GEMM_AVX512 && cpu_gemm_amx_supported();
+    c->amx = cpu_uses_amx(opts, c->isa);
     read_cpu_name(c->device, sizeof c->device);
     size_t dl = strlen(c->device);
     if (c->isa == CPU_GEMM_NONE)
