@@ -105,13 +105,16 @@ static double time_calls(backend *be, backend_buf **W, int ncopy, backend_buf *x
     return best * 1e6;
 }
 
-static int bench_shapes(backend *be, const int *Bs, int nB, double min_s, int threads)
+/* bf16k: the ceiling kind of the bf16 rows (bench_fma_gflops: 0 FMA, 1
+ * vdpbf16ps, 3 AMX tiles), the math they run on; the other rows' is FMA */
+static int bench_shapes(backend *be, const int *Bs, int nB, double min_s, int threads, int bf16k)
 {
     const backend_ops *o = be->ops;
     printf("## Products, per call\n\n");
     printf("Weights cold (cycled through copies totalling ≥ 96 MB). GFLOP/s counts 2·B·N·K; GB/s is weight bytes "
-           "per second; at B ≥ 32 \"ceiling\" is the FMA ceiling measured again right after the row's timing (on a "
-           "shared machine it moves), and %% the row's GFLOP/s against it.\n\n");
+           "per second; at B ≥ 32 \"ceiling\" is the ceiling of the row's math (FMA; %s for the bf16 rows) measured "
+           "again right after the row's timing (on a shared machine it moves), and %% the row's GFLOP/s against "
+           "it.\n\n", bf16k == 3 ? "AMX TDPBF16PS" : bf16k == 1 ? "vdpbf16ps" : "FMA");
     printf("| W (N × K) | what | dtype | B | µs | GFLOP/s | weight GB/s | ceiling | %% |\n"
            "|---|---|---|---:|---:|---:|---:|---:|---:|\n");
     int maxB = Bs[nB - 1];
@@ -142,7 +145,7 @@ static int bench_shapes(backend *be, const int *Bs, int nB, double min_s, int th
                 double us = time_calls(be, W, ncopy, x, y, B, N, K, min_s), gf = 2.0 * B * N * K / us * 1e-3;
                 printf("| %d × %d | %s | %s | %d | %.1f | %.1f | %.1f |", N, K, SHAPES[s].what, DTYPES[d].name, B, us,
                        gf, (double)wbytes / us * 1e-3);
-                double ceil = B >= 32 ? fma_ceiling(threads, 0, 1) : 0;
+                double ceil = B >= 32 ? fma_ceiling(threads, DTYPES[d].wt == BACKEND_W_BF16 ? bf16k : 0, 1) : 0;
                 if (ceil > 0)
                     printf(" %.1f | %.0f |\n", ceil, 100 * gf / ceil);
                 else
@@ -268,8 +271,10 @@ int main(int argc, char **argv)
         backend_free(be);
         return 1;
     }
+    int amx = dotc && backend_cpu_amx(&bo), bf16k = !dotc ? 0 : amx ? 3 : 1;
     printf("Backend: %s%s\n\n", be->ops->device_name(be),
-           dotc ? "; bf16 compute (--compute-bf16): the bf16 rows round x to bf16 and run vdpbf16ps" : "");
+           !dotc ? "" : amx ? "; bf16 compute (--compute-bf16): the bf16 rows round x to bf16 and run on AMX tiles"
+                        : "; bf16 compute (--compute-bf16): the bf16 rows round x to bf16 and run vdpbf16ps");
     char how[128];
     double gbs = bench_read_gbs_how(how, sizeof how);
     printf("DRAM read bandwidth (bench_read_gbs: 2 threads reading a 1 GiB buffer, best of several read strategies: "
@@ -281,9 +286,13 @@ int main(int argc, char **argv)
     if (dot > 0)
         printf("vdpbf16ps ceiling (the same, AVX512_BF16 bf16-pair dot products, lind's --compute bf16): "
                "%.1f GFLOP/s\n\n", dot);
+    if (amx)
+        printf("AMX ceiling (the same, TDPBF16PS tile products; lind's --compute bf16 runs on it here): %.1f GFLOP/s\n\n",
+               fma_ceiling(nt < 1 ? 1 : (int)nt, 3, 3));
     static const int full[] = {1, 8, 32, 64, 256}, small[] = {1, 64};
     int threads = nt < 1 ? 1 : (int)nt;
-    int rc = token_only ? 0 : quick ? bench_shapes(be, small, 2, 0.02, threads) : bench_shapes(be, full, 5, 0.1, threads);
+    int rc = token_only ? 0 : quick ? bench_shapes(be, small, 2, 0.02, threads, bf16k)
+                                         : bench_shapes(be, full, 5, 0.1, threads, bf16k);
     if (rc == 0) rc = bench_token(be, gbs, quick ? 3 : 30);
     backend_free(be);
     if (rc < 0) {
