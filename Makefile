@@ -80,6 +80,10 @@ CTL_SRCS  := $(wildcard client/lindctl*.c)
 TEST_SRCS := $(wildcard tests/test_*.c)
 FUZZ_SRCS := $(wildcard tests/fuzz_*.c)
 
+# The builds the targets below start (make test's, the sanitizers', the fuzz
+# drivers') compile one file per core unless -j was given.
+PAR = $(if $(findstring -j,$(MAKEFLAGS)),,-j$(shell nproc))
+
 ifdef HAVE_CUDA
 CU_SRCS   := $(wildcard kernels/cuda/*.cu)
 LIB_SRCS  += $(wildcard kernels/cuda/cuda_*.c)
@@ -196,7 +200,7 @@ $(BUILD)/bench/store_bench: $(BUILD)/bench/store_bench.o $(BENCH_OBJS) $(BUILD)/
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 bench: deps
-	@$(MAKE) --no-print-directory all $(BENCH_BINS)
+	@$(MAKE) --no-print-directory $(PAR) all $(BENCH_BINS)
 	@sh bench/run.sh $(BUILD)
 
 # lind against rwkv.cpp in the same run (not part of `make bench`, `make
@@ -220,7 +224,7 @@ deps:
 # cores); every time bound in them scales with LIND_TEST_TIME_SCALE
 # (docs/TESTING.md).
 test: deps
-	@$(MAKE) --no-print-directory test-build
+	@$(MAKE) --no-print-directory $(PAR) test-build
 	@sh tests/run.sh $(BUILD)
 
 # The long tier: the programs whose heavy parity work make test samples,
@@ -229,7 +233,7 @@ test: deps
 LONG_TESTS   = test_tokenizer_npm.py test_core_stability
 LONG_TIMEOUT ?= 3600
 test-long: deps
-	@$(MAKE) --no-print-directory test-build
+	@$(MAKE) --no-print-directory $(PAR) test-build
 	@LIND_TEST_LONG=1 LIND_TEST_TIMEOUT=$(LONG_TIMEOUT) sh tests/run.sh $(BUILD) $(LONG_TESTS)
 
 # The chaos campaign (bench/chaos.py, docs/SCALE.md "Chaos campaign"): three
@@ -238,7 +242,7 @@ test-long: deps
 # checked. Not part of make test or CI.
 CHAOS_SECONDS ?= 120
 chaos: deps
-	@$(MAKE) --no-print-directory $(BUILD)/lind $(BUILD)/tests/test_daemon_scale
+	@$(MAKE) --no-print-directory $(PAR) $(BUILD)/lind $(BUILD)/tests/test_daemon_scale
 	@LIND_BUILD=$(BUILD) LIND_SCALE_SCRIPT=bench/chaos.py LIND_CHAOS_SECONDS=$(CHAOS_SECONDS) \
 	    $(BUILD)/tests/test_daemon_scale
 
@@ -246,11 +250,11 @@ chaos: deps
 # CPU backend (always), and the real device against the CPU backend (a SKIP
 # line saying why when there is no nvcc build or no device).
 test-cuda: deps
-	@$(MAKE) --no-print-directory $(BUILD)/lind $(filter $(BUILD)/tests/test_cuda_%,$(TEST_BINS))
+	@$(MAKE) --no-print-directory $(PAR) $(BUILD)/lind $(filter $(BUILD)/tests/test_cuda_%,$(TEST_BINS))
 	@sh tests/run.sh $(BUILD) test_cuda_
 
 asan:
-	@$(MAKE) --no-print-directory BUILD=build-asan OPT=-O1 \
+	@$(MAKE) --no-print-directory $(PAR) BUILD=build-asan OPT=-O1 \
 	    SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 	    NO_CUDA=1 test-build
 	@LIND_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1 sh tests/run.sh build-asan
@@ -266,7 +270,7 @@ asan:
 #    over a fixed (LIND_FAULTS_SEED) sample of N.
 # Each program is bounded by LIND_TEST_TIMEOUT.
 test-faults:
-	@$(MAKE) --no-print-directory BUILD=build-asan OPT=-O1 \
+	@$(MAKE) --no-print-directory $(PAR) BUILD=build-asan OPT=-O1 \
 	    SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 	    NO_CUDA=1 build-asan/tests/test_state_faults build-asan/lind-faults
 	@LIND_FAULTS_FULL=1 LIND_FAULTS_DAEMON=1 LIND_TEST_TIMEOUT=600 ASAN_OPTIONS=detect_leaks=1 \
@@ -281,7 +285,7 @@ TSAN_TESTS = $(filter $(BUILD)/tests/test_daemon_% $(BUILD)/tests/test_core_para
                $(BUILD)/tests/test_lindctl_%,$(TEST_BINS))
 .PHONY: tsan tsan-build test-faults fuzz-build
 tsan:
-	@$(MAKE) --no-print-directory BUILD=build-tsan OPT=-O1 \
+	@$(MAKE) --no-print-directory $(PAR) BUILD=build-tsan OPT=-O1 \
 	    SAN="-fsanitize=thread -fno-omit-frame-pointer" NO_CUDA=1 tsan-build
 	@LIND_SANITIZED=1 TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/tsan.supp" \
 	    sh tests/run.sh build-tsan test_daemon_ test_http_ test_lindctl_ test_client_ test_core_parallel \
@@ -292,7 +296,7 @@ tsan-build: $(BUILD)/lind $(BUILD)/lindctl $(TSAN_TESTS)
 # Builds only what it runs (lind, and lindctl to talk to it), one compile
 # per core unless -j was given.
 run: deps
-	@$(MAKE) --no-print-directory $(if $(findstring -j,$(MAKEFLAGS)),,-j$(shell nproc)) all
+	@$(MAKE) --no-print-directory $(PAR) all
 	$(BUILD)/lind serve --model $(MODEL) --socket ./lind.sock --db ./lind.db
 
 # The shipped model: corpus, training (at most 43 minutes on 2 cores, fixed
@@ -349,7 +353,8 @@ $(FUZZ_BUILD)/fuzz_%: tests/fuzz_%.c tests/fuzz_common.h $(FUZZ_BUILD)/libfuzz.a
 
 fuzz-build: $(FUZZ_BINS)
 
-fuzz: fuzz-build
+fuzz:
+	@$(MAKE) --no-print-directory $(PAR) fuzz-build
 	@for f in $(FUZZ_BINS); do n=$$(basename $$f); \
 	  mkdir -p $(FUZZ_BUILD)/corpus/$$n; \
 	  echo "fuzz: $$n for $(FUZZ_SECONDS) s"; \
@@ -417,7 +422,7 @@ gpu-check-build:
 ifndef HAVE_CUDA
 	@echo "gpu-check-build: needs nvcc (CUDA at /usr/local/cuda)"; exit 1
 else
-	@$(MAKE) --no-print-directory BUILD=$(GPU_BUILD) ARCH="$(GPU_ARCH)" NVFLAGS="$(GPU_NVFLAGS)" \
+	@$(MAKE) --no-print-directory $(PAR) BUILD=$(GPU_BUILD) ARCH="$(GPU_ARCH)" NVFLAGS="$(GPU_NVFLAGS)" \
 	    $(GPU_BUILD)/liblind.a $(GPU_BUILD)/tests/test_cuda_backend.o $(GPU_BUILD)/tools/gpu/step_bench.o
 	$(CC) -o $(GPU_BUILD)/tests/test_cuda_backend $(GPU_BUILD)/tests/test_cuda_backend.o $(GPU_BUILD)/liblind.a $(GPU_LDLIBS)
 	$(CC) -o $(GPU_BUILD)/tools/gpu/step_bench $(GPU_BUILD)/tools/gpu/step_bench.o $(GPU_BUILD)/liblind.a $(GPU_LDLIBS)
