@@ -550,10 +550,9 @@ def http_output_counts_in_max_total_bytes():
     # growing their read buffers, as they do for socket bytes (docs/DAEMON.md).
     import msgpack
     if "TSAN_OPTIONS" in os.environ:
-        # ThreadSanitizer makes lind ~10x slower: this case's megabytes of
-        # unread stream take minutes to pile up and its socket calls time
-        # out. Its accounting is single-threaded (the loop's); make test and
-        # make asan run it.
+        # ThreadSanitizer makes lind ~10x slower: this case's megabyte of
+        # unread stream takes over two minutes to pile up. Its accounting is
+        # single-threaded (the loop's); make test and make asan run it.
         raise Skip("too slow under ThreadSanitizer (runs under make test and make asan)")
     # --write-timeout 0: under a sanitizer this case outlasts the default
     # 60 s, which would close the unread stream and give its bytes back.
