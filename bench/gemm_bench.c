@@ -7,15 +7,17 @@
  * product W [N × K] (768×768, 3072×768, 768×3072, 50277×768) at batch
  * B = 1, 8, 32, 64, 256 through backend matmul (every thread of the backend,
  * as the model runs it): µs per call, GFLOP/s (2·B·N·K per call) and GB/s of
- * weight bytes. Calls cycle through enough copies of the weight (≥ 96 MB,
- * three times the L3) that every call reads its weight from DRAM, as a
- * decode step does. Last, one token's products of the whole 169M model at
+ * weight bytes. Calls cycle through enough copies of the weight (≥ 96 MB
+ * and ≥ 3 × the L3 this process sees: 300 MiB on the Intel host) that every
+ * call reads its weight from DRAM, as a decode step does; with --warm, one
+ * copy, so a weight that fits a cache is read from it (the kernel's own
+ * rate, apart from the memory stream). Last, one token's products of the whole 169M model at
  * B = 1 (12 layers × 7 products + the head, 130.6M weights, the channel-mix
  * activations fused), against the bandwidth floor weight_bytes / read GB/s.
  * Each product's figure is the best of 7 timed runs, a token's the best of
  * 30 (and the median).
  *
- *   usage: gemm_bench [--quick] [--token-only] [--compute-bf16]
+ *   usage: gemm_bench [--quick] [--token-only] [--compute-bf16] [--warm]
  * --quick (or BENCH_QUICK=1 in the environment): B = 1 and 64 only, short
  * runs — a smoke test of the program, not figures to quote. --token-only:
  * skip the per-product table. --compute-bf16: the backend in bf16 compute
@@ -45,7 +47,9 @@ static const struct { const char *what; int N, K; } SHAPES[] = {
 };
 #define NDT (int)(sizeof DTYPES / sizeof *DTYPES)
 #define NSHAPE (int)(sizeof SHAPES / sizeof *SHAPES)
-#define COLD_BYTES ((size_t)96 << 20)
+/* the bytes of weight copies a product cycles through: ≥ 96 MB and 3 × the
+ * L3 (0: one copy, --warm) */
+static size_t cold_bytes = (size_t)96 << 20;
 
 static unsigned rng = 12345;
 static unsigned next(void)
@@ -111,7 +115,11 @@ static int bench_shapes(backend *be, const int *Bs, int nB, double min_s, int th
 {
     const backend_ops *o = be->ops;
     printf("## Products, per call\n\n");
-    printf("Weights cold (cycled through copies totalling ≥ 96 MB). GFLOP/s counts 2·B·N·K; GB/s is weight bytes "
+    if (cold_bytes)
+        printf("Weights cold (cycled through copies totalling ≥ %zu MB). ", cold_bytes >> 20);
+    else
+        printf("Weights warm (--warm: one copy, read from the caches that hold it). ");
+    printf("GFLOP/s counts 2·B·N·K; GB/s is weight bytes "
            "per second; at B ≥ 32 \"ceiling\" is the ceiling of the row's math (FMA; %s for the bf16 rows) measured "
            "again right after the row's timing (on a shared machine it moves), and %% the row's GFLOP/s against "
            "it.\n\n", bf16k == 3 ? "AMX TDPBF16PS" : bf16k == 1 ? "vdpbf16ps" : "FMA");
@@ -128,7 +136,7 @@ static int bench_shapes(backend *be, const int *Bs, int nB, double min_s, int th
         free(hx);
         for (int d = 0; d < NDT; d++) {
             size_t wbytes = (size_t)N * K * DTYPES[d].bytes;
-            int ncopy = (int)((COLD_BYTES + wbytes - 1) / wbytes);
+            int ncopy = cold_bytes ? (int)((cold_bytes + wbytes - 1) / wbytes) : 1;
             void *host = host_weights(DTYPES[d].wt, (size_t)N * K);
             backend_buf **W = calloc((size_t)ncopy, sizeof *W);
             if (!host || !W) return -ENOMEM;
@@ -253,11 +261,15 @@ int main(int argc, char **argv)
             token_only = 1;
         } else if (!strcmp(argv[i], "--compute-bf16")) {
             dotc = 1;
+        } else if (!strcmp(argv[i], "--warm")) {
+            cold_bytes = 0;
         } else {
-            fprintf(stderr, "usage: gemm_bench [--quick] [--token-only] [--compute-bf16]\n");
+            fprintf(stderr, "usage: gemm_bench [--quick] [--token-only] [--compute-bf16] [--warm]\n");
             return 2;
         }
     }
+    long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (cold_bytes && l3 > 0 && 3 * (size_t)l3 > cold_bytes) cold_bytes = 3 * (size_t)l3;
     bench_header(stdout, argc, argv);
     backend *be;
     char err[256];
