@@ -13,11 +13,14 @@
  * copy, so a weight that fits a cache is read from it (the kernel's own
  * rate, apart from the memory stream). Last, one token's products of the whole 169M model at
  * B = 1 (12 layers × 7 products + the head, 130.6M weights, the channel-mix
- * activations fused), against the bandwidth floor weight_bytes / read GB/s.
+ * activations fused), against the bandwidth floor weight_bytes / read GB/s;
+ * with --step-batch B, one batched step's products at B rows instead, in
+ * GFLOP/s against the ceiling of their math (a decode step of B sessions
+ * without the rest of the model: its layer norms, recurrences and logits).
  * Each product's figure is the best of 7 timed runs, a token's the best of
  * 30 (and the median).
  *
- *   usage: gemm_bench [--quick] [--token-only] [--compute-bf16] [--warm]
+ *   usage: gemm_bench [--quick] [--token-only] [--compute-bf16] [--warm] [--step-batch B]
  * --quick (or BENCH_QUICK=1 in the environment): B = 1 and 64 only, short
  * runs — a smoke test of the program, not figures to quote. --token-only:
  * skip the per-product table. --compute-bf16: the backend in bf16 compute
@@ -178,19 +181,51 @@ static int bench_shapes(backend *be, const int *Bs, int nB, double min_s, int th
  * every 10 rounds and after them, and the best of all is the floor's. */
 enum { LAYERS = 12, D = 768, F = 3072, V = 50277, PER_LAYER = 7, NW = LAYERS * PER_LAYER + 1 };
 
-static int bench_token(backend *be, double read_gbs, int tokens)
+/* bench_token's B > 1 table: GFLOP/s against the ceiling of each dtype's
+ * math (ceil[d]), measured before and after the section (the higher). */
+static void print_step(int B, int nt, double t[NDT][64], const double *bytes, const double *ceil, double flops)
+{
+    printf("## One batched step's products at B = %d (RWKV-4 169M)\n\n", B);
+    printf("%d layers × %d products + the %d × %d head at %d rows, %d steps per dtype taking turns; GFLOP/s counts "
+           "2·B·N·K of every product (%.1f GFLOP a step); ceiling: the dtype's math (FMA; the bf16 row's kernel with "
+           "--compute-bf16), the higher of its measurements before and after.\n\n",
+           LAYERS, PER_LAYER, V, D, B, nt, flops / 1e9);
+    printf("| dtype | weight MB | ms per step (best) | ms (median) | tokens/s (median) | GFLOP/s (median) | ceiling | %% |\n"
+           "|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (int d = 0; d < NDT; d++) {
+        double best = t[d][0];
+        for (int i = 1; i < nt; i++)
+            if (t[d][i] < best) best = t[d][i];
+        double med = bench_median(t[d], (size_t)nt), g = flops / med / 1e9;
+        printf("| %s | %.1f | %.3f | %.3f | %.0f | %.1f | %.1f | %.0f |\n", DTYPES[d].name, bytes[d] / 1e6, best * 1e3,
+               med * 1e3, B / med, g, ceil[d], ceil[d] > 0 ? 100 * g / ceil[d] : 0);
+    }
+    printf("\n");
+}
+
+/* The dtype's math ceiling for B > 1 rows (kind as bench_fma_gflops). */
+static double math_ceiling(int threads, int d, int bf16k)
+{
+    return fma_ceiling(threads, DTYPES[d].wt == BACKEND_W_BF16 ? bf16k : 0, 3);
+}
+
+static int bench_token(backend *be, double read_gbs, int tokens, int B, int threads, int bf16k)
 {
     const backend_ops *o = be->ops;
     static const struct { int N, K, flags; } P[PER_LAYER] = {
         {D, D, BACKEND_MM_SIGMOID}, {D, D, 0}, {D, D, 0}, {D, D, BACKEND_MM_ACCUMULATE},
         {D, D, BACKEND_MM_SIGMOID}, {F, D, BACKEND_MM_RELU2}, {D, F, BACKEND_MM_ACCUMULATE}};
     backend_buf *x = NULL, *y = NULL, *W[NDT][NW];
-    double bytes[NDT] = {0}, t[NDT][64];
-    if (o->buf_new(be, F, &x) || o->buf_new(be, V, &y)) return -ENOMEM;
-    float hx[F];
-    for (int i = 0; i < F; i++) hx[i] = (float)(next() & 0xFFFF) / 65536.0f - 0.5f;
-    o->buf_upload(be, x, 0, hx, F);
-    o->buf_upload(be, y, 0, hx, F);
+    double bytes[NDT] = {0}, t[NDT][64], ceil[NDT] = {0};
+    if (o->buf_new(be, (size_t)B * F, &x) || o->buf_new(be, (size_t)B * V, &y)) return -ENOMEM;
+    float *hx = malloc((size_t)B * F * sizeof *hx);
+    if (!hx) return -ENOMEM;
+    for (size_t i = 0; i < (size_t)B * F; i++) hx[i] = (float)(next() & 0xFFFF) / 65536.0f - 0.5f;
+    o->buf_upload(be, x, 0, hx, (size_t)B * F);
+    o->buf_upload(be, y, 0, hx, (size_t)B * F);
+    free(hx);
+    if (B > 1)
+        for (int d = 0; d < NDT; d++) ceil[d] = math_ceiling(threads, d, bf16k);
     for (int d = 0; d < NDT; d++) {
         void *hd = host_weights(DTYPES[d].wt, (size_t)D * D), *hf = host_weights(DTYPES[d].wt, (size_t)F * D);
         void *hv = host_weights(DTYPES[d].wt, (size_t)V * D);
@@ -211,7 +246,7 @@ static int bench_token(backend *be, double read_gbs, int tokens)
     }
     int nt = tokens < 64 ? tokens : 64;
     for (int it = -2; it < nt; it++) {   /* two untimed rounds first */
-        if (it > 0 && it % 10 == 0) {
+        if (B == 1 && it > 0 && it % 10 == 0) {
             double g = bench_read_gbs();
             if (g > read_gbs) read_gbs = g;
         }
@@ -219,13 +254,24 @@ static int bench_token(backend *be, double read_gbs, int tokens)
             double t0 = clock_mono_s();
             for (int l = 0; l < LAYERS; l++)
                 for (int p = 0; p < PER_LAYER; p++)
-                    /* y[1 × N] = x[1 × K] · W[N × K]ᵀ */
-                    o->matmul(be, bmview(y, 0, P[p].N), bview(x, 0, P[p].K), W[d][l * PER_LAYER + p], NULL, 1, P[p].N,
+                    /* y[B × N] = x[B × K] · W[N × K]ᵀ */
+                    o->matmul(be, bmview(y, 0, P[p].N), bview(x, 0, P[p].K), W[d][l * PER_LAYER + p], NULL, B, P[p].N,
                               P[p].K, P[p].flags);
-            /* y[1 × V] = x[1 × D] · head[V × D]ᵀ */
-            o->matmul(be, bmview(y, 0, V), bview(x, 0, D), W[d][NW - 1], NULL, 1, V, D, 0);
+            /* y[B × V] = x[B × D] · head[V × D]ᵀ */
+            o->matmul(be, bmview(y, 0, V), bview(x, 0, D), W[d][NW - 1], NULL, B, V, D, 0);
             if (it >= 0) t[d][it] = clock_mono_s() - t0;
         }
+    }
+    if (B > 1) {
+        for (int d = 0; d < NDT; d++) {
+            double c = math_ceiling(threads, d, bf16k);
+            if (c > ceil[d]) ceil[d] = c;
+            for (int i = 0; i < NW; i++) o->buf_free(be, W[d][i]);
+        }
+        o->buf_free(be, x);
+        o->buf_free(be, y);
+        print_step(B, nt, t, bytes, ceil, 2.0 * B * (LAYERS * ((double)5 * D * D + 2.0 * F * D) + (double)V * D));
+        return 0;
     }
     double again = bench_read_gbs();
     if (again > read_gbs) read_gbs = again;
@@ -253,7 +299,7 @@ static int bench_token(backend *be, double read_gbs, int tokens)
 int main(int argc, char **argv)
 {
     const char *q = getenv("BENCH_QUICK");
-    int quick = q && *q && strcmp(q, "0"), token_only = 0, dotc = 0;
+    int quick = q && *q && strcmp(q, "0"), token_only = 0, dotc = 0, step_b = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {
             quick = 1;
@@ -263,8 +309,11 @@ int main(int argc, char **argv)
             dotc = 1;
         } else if (!strcmp(argv[i], "--warm")) {
             cold_bytes = 0;
+        } else if (!strcmp(argv[i], "--step-batch") && i + 1 < argc && atoi(argv[i + 1]) >= 1 &&
+                   atoi(argv[i + 1]) <= 256) {
+            step_b = atoi(argv[++i]);
         } else {
-            fprintf(stderr, "usage: gemm_bench [--quick] [--token-only] [--compute-bf16] [--warm]\n");
+            fprintf(stderr, "usage: gemm_bench [--quick] [--token-only] [--compute-bf16] [--warm] [--step-batch B (1-256)]\n");
             return 2;
         }
     }
@@ -305,7 +354,7 @@ int main(int argc, char **argv)
     int threads = nt < 1 ? 1 : (int)nt;
     int rc = token_only ? 0 : quick ? bench_shapes(be, small, 2, 0.02, threads, bf16k)
                                          : bench_shapes(be, full, 5, 0.1, threads, bf16k);
-    if (rc == 0) rc = bench_token(be, gbs, quick ? 3 : 30);
+    if (rc == 0) rc = bench_token(be, gbs, quick ? 3 : 30, step_b, threads, bf16k);
     backend_free(be);
     if (rc < 0) {
         fprintf(stderr, "gemm_bench: %s\n", strerror(-rc));
