@@ -44,6 +44,44 @@
  * registers costs less; measured with a separate widening pass). */
 #define WIDEN_MIN_BLOCKS 3
 
+/* Next-panel prefetch for B > 1. A panel's first row block reads it from
+ * memory and the others from L2, so the first would wait on memory with no
+ * multiply-adds to overlap. The blocks after the first (the only block,
+ * when there is one) fetch the next panel into L2 as they go, `step` bytes
+ * of it per k step (one or two lines: enough for those blocks to cover the
+ * whole panel), spread among the multiply-adds (docs/CPU.md). */
+typedef struct pf_plan {
+    const char *next;   /* the next panel's first byte; NULL: nothing to fetch */
+    size_t bytes, done; /* its size, and how much the earlier blocks fetched */
+    int step;           /* bytes per k step: 64 or 128 */
+} pf_plan;
+
+static pf_plan pf_begin(const char *next, size_t pstride, int steps, int nb)
+{
+    int blocks = nb == 1 ? 1 : nb - 1;
+    pf_plan f = {next, pstride, 0, (size_t)blocks * steps * 64 < pstride ? 128 : 64};
+    return f;
+}
+
+/* Where block i fetches from (NULL: it fetches nothing), and counts it. */
+static const char *pf_block(pf_plan *f, int i, int nb, int steps)
+{
+    if (!f->next || (i == 0 && nb > 1) || f->done >= f->bytes) return NULL;
+    const char *at = f->next + f->done;
+    f->done += (size_t)steps * f->step;
+    return at;
+}
+
+/* One or two lines of the next panel at k step k (prefetches never fault:
+ * the last block's lines may run past the panel's end). */
+#define PF_STEP(pf, pfs, k)                                                  \
+    do {                                                                     \
+        if (pf) {                                                            \
+            _mm_prefetch((pf) + (size_t)(k) * (pfs), _MM_HINT_T1);           \
+            if ((pfs) > 64) _mm_prefetch((pf) + (size_t)(k) * (pfs) + 64, _MM_HINT_T1); \
+        }                                                                    \
+    } while (0)
+
 int cpu_gemm_supported(cpu_gemm_isa isa)
 {
 #if defined(__x86_64__)
@@ -191,7 +229,7 @@ TGT512 INLINE void store512(float *yr, __m512 c0, __m512 c1, __m512 b0, __m512 b
  * wide, for the next row blocks' fp32 kernel (cpu_gemm_run). */
 TGT512 INLINE void micro512k(const int mr, const cpu_gemm_wtype wt, const int keep, int K, const float *x, int ldx,
                              const void *panel, const float *bias, float *y, int ldy, int ncols, int flags,
-                             float *wide)
+                             float *wide, const char *pf, int pfs)
 {
     __m512 c0[MR512], c1[MR512];
     UNROLL_ROWS
@@ -202,6 +240,7 @@ TGT512 INLINE void micro512k(const int mr, const cpu_gemm_wtype wt, const int ke
     UNROLL_K
     for (int k = 0; k < K; k++) {
         __m512 w0, w1;
+        PF_STEP(pf, pfs, k);
         wload512(wt, panel, (size_t)k, &w0, &w1);
         if (keep) {
             _mm512_store_ps(wide + (size_t)k * NR512, w0);
@@ -221,9 +260,9 @@ TGT512 INLINE void micro512k(const int mr, const cpu_gemm_wtype wt, const int ke
     for (int r = 0; r < mr; r++) store512(y + (size_t)r * ldy, c0[r], c1[r], b0, b1, m0, m1, flags);
 }
 TGT512 INLINE void micro512(const int mr, const cpu_gemm_wtype wt, int K, const float *x, int ldx, const void *panel,
-                            const float *bias, float *y, int ldy, int ncols, int flags)
+                            const float *bias, float *y, int ldy, int ncols, int flags, const char *pf, int pfs)
 {
-    micro512k(mr, wt, 0, K, x, ldx, panel, bias, y, ldy, ncols, flags, NULL);
+    micro512k(mr, wt, 0, K, x, ldx, panel, bias, y, ldy, ncols, flags, NULL, pf, pfs);
 }
 
 /* One row against gs ≤ G1 consecutive panels (B = 1: the weights' bytes
@@ -267,7 +306,8 @@ TGT512 INLINE void row512(const cpu_gemm_wtype wt, const int gs, int K, const fl
 
 #define DEF_ANY512(WT, SUF)                                                                                     \
     TGT512 static void micro512_##SUF(int mr, int K, const float *x, int ldx, const void *panel,              \
-                                      const float *bias, float *y, int ldy, int ncols, int flags) {             \
+                                      const float *bias, float *y, int ldy, int ncols, int flags,               \
+                                      const char *pf, int pfs) {                                                \
         switch (mr) {                                                                                           \
             ROWS12(CASE512_##SUF)                                                                               \
         default: break;                                                                                         \
@@ -282,9 +322,9 @@ TGT512 INLINE void row512(const cpu_gemm_wtype wt, const int gs, int K, const fl
         default: row512(WT, G1, K, x, panels, pstride, bias, y, ncols, flags); break;                           \
         }                                                                                                       \
     }
-#define CASE512_f32(n) case n: micro512(n, CPU_GEMM_F32, K, x, ldx, panel, bias, y, ldy, ncols, flags); break;
-#define CASE512_f16(n) case n: micro512(n, CPU_GEMM_F16, K, x, ldx, panel, bias, y, ldy, ncols, flags); break;
-#define CASE512_bf16(n) case n: micro512(n, CPU_GEMM_BF16, K, x, ldx, panel, bias, y, ldy, ncols, flags); break;
+#define CASE512_f32(n) case n: micro512(n, CPU_GEMM_F32, K, x, ldx, panel, bias, y, ldy, ncols, flags, pf, pfs); break;
+#define CASE512_f16(n) case n: micro512(n, CPU_GEMM_F16, K, x, ldx, panel, bias, y, ldy, ncols, flags, pf, pfs); break;
+#define CASE512_bf16(n) case n: micro512(n, CPU_GEMM_BF16, K, x, ldx, panel, bias, y, ldy, ncols, flags, pf, pfs); break;
 DEF_ANY512(CPU_GEMM_F32, f32)
 DEF_ANY512(CPU_GEMM_F16, f16)
 DEF_ANY512(CPU_GEMM_BF16, bf16)
@@ -294,8 +334,8 @@ DEF_ANY512(CPU_GEMM_BF16, bf16)
  * along the block's multiply-adds. A widening pass of its own waited on
  * them instead, the scratch being larger than L1 (1 thread, batch 64 on
  * bf16 weights: 14% of the samples). */
-#define CASE512K_f16(n) case n: micro512k(n, CPU_GEMM_F16, 1, K, x, ldx, panel, bias, y, ldy, ncols, flags, wide); break;
-#define CASE512K_bf16(n) case n: micro512k(n, CPU_GEMM_BF16, 1, K, x, ldx, panel, bias, y, ldy, ncols, flags, wide); break;
+#define CASE512K_f16(n) case n: micro512k(n, CPU_GEMM_F16, 1, K, x, ldx, panel, bias, y, ldy, ncols, flags, wide, NULL, 0); break;
+#define CASE512K_bf16(n) case n: micro512k(n, CPU_GEMM_BF16, 1, K, x, ldx, panel, bias, y, ldy, ncols, flags, wide, NULL, 0); break;
 TGT512 static void micro512_keep(cpu_gemm_wtype wt, int mr, int K, const float *x, int ldx, const void *panel,
                                  const float *bias, float *y, int ldy, int ncols, int flags, float *wide)
 {
@@ -355,7 +395,7 @@ TGT256 INLINE void store256(float *yr, __m256 c0, __m256 c1, __m256 b0, __m256 b
 
 TGT256 INLINE void micro256k(const int mr, const cpu_gemm_wtype wt, const int keep, int K, const float *x, int ldx,
                              const void *panel, const float *bias, float *y, int ldy, int ncols, int flags,
-                             float *wide)
+                             float *wide, const char *pf, int pfs)
 {
     __m256 c0[MR256], c1[MR256];
     UNROLL_ROWS
@@ -366,6 +406,7 @@ TGT256 INLINE void micro256k(const int mr, const cpu_gemm_wtype wt, const int ke
     UNROLL_K
     for (int k = 0; k < K; k++) {
         __m256 w0, w1;
+        PF_STEP(pf, pfs, k);
         wload256(wt, panel, (size_t)k, &w0, &w1);
         if (keep) {
             _mm256_store_ps(wide + (size_t)k * NR256, w0);
@@ -385,9 +426,9 @@ TGT256 INLINE void micro256k(const int mr, const cpu_gemm_wtype wt, const int ke
     for (int r = 0; r < mr; r++) store256(y + (size_t)r * ldy, c0[r], c1[r], b0, b1, m0, m1, flags);
 }
 TGT256 INLINE void micro256(const int mr, const cpu_gemm_wtype wt, int K, const float *x, int ldx, const void *panel,
-                            const float *bias, float *y, int ldy, int ncols, int flags)
+                            const float *bias, float *y, int ldy, int ncols, int flags, const char *pf, int pfs)
 {
-    micro256k(mr, wt, 0, K, x, ldx, panel, bias, y, ldy, ncols, flags, NULL);
+    micro256k(mr, wt, 0, K, x, ldx, panel, bias, y, ldy, ncols, flags, NULL, pf, pfs);
 }
 
 /* AVX2's single-row kernel: gs ≤ G1 panels, 2·gs chains of 8 floats. */
@@ -422,7 +463,8 @@ TGT256 INLINE void row256(const cpu_gemm_wtype wt, const int gs, int K, const fl
 
 #define DEF_ANY256(WT, SUF)                                                                                     \
     TGT256 static void micro256_##SUF(int mr, int K, const float *x, int ldx, const void *panel,              \
-                                      const float *bias, float *y, int ldy, int ncols, int flags) {             \
+                                      const float *bias, float *y, int ldy, int ncols, int flags,               \
+                                      const char *pf, int pfs) {                                                \
         switch (mr) {                                                                                           \
             ROWS6(CASE256_##SUF)                                                                                \
         default: break;                                                                                         \
@@ -437,16 +479,16 @@ TGT256 INLINE void row256(const cpu_gemm_wtype wt, const int gs, int K, const fl
         default: row256(WT, G1, K, x, panels, pstride, bias, y, ncols, flags); break;                           \
         }                                                                                                       \
     }
-#define CASE256_f32(n) case n: micro256(n, CPU_GEMM_F32, K, x, ldx, panel, bias, y, ldy, ncols, flags); break;
-#define CASE256_f16(n) case n: micro256(n, CPU_GEMM_F16, K, x, ldx, panel, bias, y, ldy, ncols, flags); break;
-#define CASE256_bf16(n) case n: micro256(n, CPU_GEMM_BF16, K, x, ldx, panel, bias, y, ldy, ncols, flags); break;
+#define CASE256_f32(n) case n: micro256(n, CPU_GEMM_F32, K, x, ldx, panel, bias, y, ldy, ncols, flags, pf, pfs); break;
+#define CASE256_f16(n) case n: micro256(n, CPU_GEMM_F16, K, x, ldx, panel, bias, y, ldy, ncols, flags, pf, pfs); break;
+#define CASE256_bf16(n) case n: micro256(n, CPU_GEMM_BF16, K, x, ldx, panel, bias, y, ldy, ncols, flags, pf, pfs); break;
 DEF_ANY256(CPU_GEMM_F32, f32)
 DEF_ANY256(CPU_GEMM_F16, f16)
 DEF_ANY256(CPU_GEMM_BF16, bf16)
 
 /* micro512_keep's AVX2 twin (wide: K·NR256 floats). */
-#define CASE256K_f16(n) case n: micro256k(n, CPU_GEMM_F16, 1, K, x, ldx, panel, bias, y, ldy, ncols, flags, wide); break;
-#define CASE256K_bf16(n) case n: micro256k(n, CPU_GEMM_BF16, 1, K, x, ldx, panel, bias, y, ldy, ncols, flags, wide); break;
+#define CASE256K_f16(n) case n: micro256k(n, CPU_GEMM_F16, 1, K, x, ldx, panel, bias, y, ldy, ncols, flags, wide, NULL, 0); break;
+#define CASE256K_bf16(n) case n: micro256k(n, CPU_GEMM_BF16, 1, K, x, ldx, panel, bias, y, ldy, ncols, flags, wide, NULL, 0); break;
 TGT256 static void micro256_keep(cpu_gemm_wtype wt, int mr, int K, const float *x, int ldx, const void *panel,
                                  const float *bias, float *y, int ldy, int ncols, int flags, float *wide)
 {
@@ -466,7 +508,7 @@ TGT256 static void micro256_keep(cpu_gemm_wtype wt, int mr, int K, const float *
 /* ---- driver ------------------------------------------------------------ */
 
 typedef void (*micro_fn)(int mr, int K, const float *x, int ldx, const void *panel, const float *bias, float *y,
-                         int ldy, int ncols, int flags);
+                         int ldy, int ncols, int flags, const char *pf, int pfs);
 typedef void (*row_fn)(int gs, int K, const float *x, const void *panels, size_t pstride, const float *bias, float *y,
                        int ncols, int flags);
 
@@ -513,6 +555,7 @@ void cpu_gemm_run(cpu_gemm_isa isa, cpu_gemm_wtype wtype, const float *x, int ld
         const float *bp = bias ? bias + (size_t)p * nr : NULL;
         micro_fn mk = micro;
         int i = 0;
+        pf_plan f = pf_begin(p + 1 < p1 ? W + (size_t)(p + 1) * pstride : NULL, pstride, K, nb);
         if (widen) {   /* the first block keeps the widened panel for the others */
             (is512 ? micro512_keep : micro256_keep)(wtype, row0(B, nb, 1), K, x, ldx, panel, bp, y + (size_t)p * nr,
                                                     ldy, ncols, flags, scratch);
@@ -523,7 +566,7 @@ void cpu_gemm_run(cpu_gemm_isa isa, cpu_gemm_wtype wtype, const float *x, int ld
         for (; i < nb; i++) {
             int r0 = row0(B, nb, i), mr = row0(B, nb, i + 1) - r0;
             float *yt = y + (size_t)r0 * ldy + (size_t)p * nr;
-            mk(mr, K, x + (size_t)r0 * ldx, ldx, panel, bp, yt, ldy, ncols, flags);
+            mk(mr, K, x + (size_t)r0 * ldx, ldx, panel, bp, yt, ldy, ncols, flags, pf_block(&f, i, nb, K), f.step);
         }
         /* The activation runs over the panel's columns of all B rows once the
          * last row block is stored, not after each block: reading back a
@@ -612,7 +655,7 @@ TGTDOT INLINE __m512bh xpair(const uint16_t *xr, int q)
 }
 
 TGTDOT INLINE void microdot(const int mr, int KP, const uint16_t *xb, int ldxb, const uint16_t *panel,
-                            const float *bias, float *y, int ldy, int ncols, int flags)
+                            const float *bias, float *y, int ldy, int ncols, int flags, const char *pf, int pfs)
 {
     __m512 c0[MR512], c1[MR512];
     UNROLL_ROWS
@@ -622,6 +665,7 @@ TGTDOT INLINE void microdot(const int mr, int KP, const uint16_t *xb, int ldxb, 
     }
     UNROLL_K
     for (int q = 0; q < KP; q++) {
+        PF_STEP(pf, pfs, q);
         __m512bh w0 = (__m512bh)_mm512_load_si512(panel + (size_t)q * 2 * NR512);
         __m512bh w1 = (__m512bh)_mm512_load_si512(panel + (size_t)q * 2 * NR512 + NR512);
         UNROLL_ROWS
@@ -670,9 +714,9 @@ TGTDOT INLINE void rowdot(int KP, const uint16_t *xb, const uint16_t *panels, si
     }
 }
 
-#define CASEDOT(n) case n: microdot(n, KP, xb, ldxb, panel, bias, y, ldy, ncols, flags); break;
+#define CASEDOT(n) case n: microdot(n, KP, xb, ldxb, panel, bias, y, ldy, ncols, flags, pf, pfs); break;
 TGTDOT static void microdot_any(int mr, int KP, const uint16_t *xb, int ldxb, const uint16_t *panel,
-                                const float *bias, float *y, int ldy, int ncols, int flags)
+                                const float *bias, float *y, int ldy, int ncols, int flags, const char *pf, int pfs)
 {
     switch (mr) {
         ROWS12(CASEDOT)
@@ -703,10 +747,12 @@ void cpu_gemm_run_dot(const uint16_t *xb, int ldxb, const uint16_t *Wp, const fl
         const uint16_t *panel = Wp + (size_t)p * pstride;
         int ncols = N - p * NR512 < NR512 ? N - p * NR512 : NR512;
         const float *bp = bias ? bias + (size_t)p * NR512 : NULL;
+        pf_plan f = pf_begin(p + 1 < p1 ? (const char *)(panel + pstride) : NULL, pstride * sizeof *Wp, KP, nb);
         for (int i = 0; i < nb; i++) {
             int r0 = row0(B, nb, i), mr = row0(B, nb, i + 1) - r0;
             float *yt = y + (size_t)r0 * ldy + (size_t)p * NR512;
-            microdot_any(mr, KP, xb + (size_t)r0 * ldxb, ldxb, panel, bp, yt, ldy, ncols, flags);
+            microdot_any(mr, KP, xb + (size_t)r0 * ldxb, ldxb, panel, bp, yt, ldy, ncols, flags, pf_block(&f, i, nb, KP),
+                         f.step);
         }
         /* the panel's columns of every row at once, as cpu_gemm_run */
         if (flags & CPU_GEMM_ACTIVATIONS) cpu_gemm_activate(y + (size_t)p * NR512, ldy, B, ncols, flags);
