@@ -1,5 +1,6 @@
 /* bench/gemm_bench.c — the CPU backend's matrix products at RWKV-4 169M
- * shapes (d 768, ffn 3072, vocab 50277), in fp32, bf16 and fp16 weights.
+ * shapes (d 768, ffn 3072, vocab 50277), in fp32, bf16, fp16, q8 and q4
+ * weights.
  *
  * First the machine's DRAM read bandwidth (bench_read_gbs) and FMA ceiling
  * (every backend thread running independent fused multiply-adds in the
@@ -39,9 +40,11 @@
 #include "kernels/clock.h"
 #include "kernels/cpu/gemm.h"
 
-enum { WT_F32 = 0 };   /* with BACKEND_W_F16 / BACKEND_W_BF16 */
-static const struct { int wt; const char *name; int bytes; } DTYPES[] = {
-    {WT_F32, "f32", 4}, {BACKEND_W_BF16, "bf16", 2}, {BACKEND_W_F16, "f16", 2}};
+enum { WT_F32 = 0 };   /* with BACKEND_W_F16 / _BF16 / _Q8 / _Q4 */
+/* bytes per weight; q8 and q4 count their codes and one fp16 scale per 32 */
+static const struct { int wt; const char *name; double bytes; } DTYPES[] = {
+    {WT_F32, "f32", 4},       {BACKEND_W_BF16, "bf16", 2},      {BACKEND_W_F16, "f16", 2},
+    {BACKEND_W_Q8, "q8", 34.0 / 32}, {BACKEND_W_Q4, "q4", 18.0 / 32}};
 static const struct { const char *what; int N, K; } SHAPES[] = {
     {"att k/v/r/o, ffn r", 768, 768},
     {"ffn key", 3072, 768},
@@ -65,7 +68,7 @@ static unsigned next(void)
  * the same range (no subnormals: they would not change the timing anyway). */
 static void *host_weights(int wt, size_t n)
 {
-    if (wt == WT_F32) {
+    if (wt == WT_F32 || wt == BACKEND_W_Q8 || wt == BACKEND_W_Q4) {   /* quantized at weight_new */
         float *w = malloc(n * sizeof *w);
         for (size_t i = 0; w && i < n; i++) w[i] = ((float)(next() & 0xFFFF) / 65536.0f - 0.5f) * 0.1f;
         return w;
@@ -82,8 +85,21 @@ static void *host_weights(int wt, size_t n)
 static int weight_new(backend *be, int wt, int N, int K, const void *host, backend_buf **out)
 {
     if (wt == WT_F32) return backend_weight_new(be, N, K, host, out);
+    if (wt == BACKEND_W_Q8 || wt == BACKEND_W_Q4) {
+        char err[256];
+        if (!be->ops->weight_new_quant) return -ENOTSUP;
+        return be->ops->weight_new_quant(be, N, K, host, wt, out, err, sizeof err);
+    }
     if (!be->ops->weight_new_half) return -ENOTSUP;
     return be->ops->weight_new_half(be, N, K, host, wt, out);
+}
+
+/* The bench_fma_gflops kind of dtype d's math at B > 1: the bf16 rows'
+ * bf16k, vpdpbusd for q8/q4 (their integer dots), FMA for the rest. */
+static int math_kind(int d, int bf16k)
+{
+    int wt = DTYPES[d].wt;
+    return wt == BACKEND_W_BF16 ? bf16k : wt == BACKEND_W_Q8 || wt == BACKEND_W_Q4 ? 2 : 0;
 }
 
 /* ---- FMA ceiling: bench_fma_gflops (bench/benchutil.h); kind 1 is
@@ -124,8 +140,8 @@ static int bench_shapes(backend *be, const int *Bs, int nB, double min_s, int th
         printf("Weights warm (--warm: one copy, read from the caches that hold it). ");
     printf("GFLOP/s counts 2·B·N·K; GB/s is weight bytes "
            "per second; at B ≥ 32 \"ceiling\" is the ceiling of the row's math (FMA; %s for the bf16 rows) measured "
-           "again right after the row's timing (on a shared machine it moves), and %% the row's GFLOP/s against "
-           "it.\n\n", bf16k == 3 ? "AMX TDPBF16PS" : bf16k == 1 ? "vdpbf16ps" : "FMA");
+           "again right after the row's timing (on a shared machine it moves; vpdpbusd GOP/s for the q8/q4 rows), and "
+           "%% the row's GFLOP/s against it.\n\n", bf16k == 3 ? "AMX TDPBF16PS" : bf16k == 1 ? "vdpbf16ps" : "FMA");
     printf("| W (N × K) | what | dtype | B | µs | GFLOP/s | weight GB/s | ceiling | %% |\n"
            "|---|---|---|---:|---:|---:|---:|---:|---:|\n");
     int maxB = Bs[nB - 1];
@@ -138,7 +154,7 @@ static int bench_shapes(backend *be, const int *Bs, int nB, double min_s, int th
         o->buf_upload(be, x, 0, hx, (size_t)maxB * K);
         free(hx);
         for (int d = 0; d < NDT; d++) {
-            size_t wbytes = (size_t)N * K * DTYPES[d].bytes;
+            size_t wbytes = (size_t)((double)N * K * DTYPES[d].bytes);
             int ncopy = cold_bytes ? (int)((cold_bytes + wbytes - 1) / wbytes) : 1;
             void *host = host_weights(DTYPES[d].wt, (size_t)N * K);
             backend_buf **W = calloc((size_t)ncopy, sizeof *W);
@@ -156,7 +172,7 @@ static int bench_shapes(backend *be, const int *Bs, int nB, double min_s, int th
                 double us = time_calls(be, W, ncopy, x, y, B, N, K, min_s), gf = 2.0 * B * N * K / us * 1e-3;
                 printf("| %d × %d | %s | %s | %d | %.1f | %.1f | %.1f |", N, K, SHAPES[s].what, DTYPES[d].name, B, us,
                        gf, (double)wbytes / us * 1e-3);
-                double ceil = B >= 32 ? fma_ceiling(threads, DTYPES[d].wt == BACKEND_W_BF16 ? bf16k : 0, 1) : 0;
+                double ceil = B >= 32 ? fma_ceiling(threads, math_kind(d, bf16k), 1) : 0;
                 if (ceil > 0)
                     printf(" %.1f | %.0f |\n", ceil, 100 * gf / ceil);
                 else
@@ -188,7 +204,7 @@ static void print_step(int B, int nt, double t[NDT][64], const double *bytes, co
     printf("## One batched step's products at B = %d (RWKV-4 169M)\n\n", B);
     printf("%d layers × %d products + the %d × %d head at %d rows, %d steps per dtype taking turns; GFLOP/s counts "
            "2·B·N·K of every product (%.1f GFLOP a step); ceiling: the dtype's math (FMA; the bf16 row's kernel with "
-           "--compute-bf16), the higher of its measurements before and after.\n\n",
+           "--compute-bf16; vpdpbusd for q8/q4), the higher of its measurements before and after.\n\n",
            LAYERS, PER_LAYER, V, D, B, nt, flops / 1e9);
     printf("| dtype | weight MB | ms per step (best) | ms (median) | tokens/s (median) | GFLOP/s (median) | ceiling | %% |\n"
            "|---|---:|---:|---:|---:|---:|---:|---:|\n");
@@ -204,10 +220,7 @@ static void print_step(int B, int nt, double t[NDT][64], const double *bytes, co
 }
 
 /* The dtype's math ceiling for B > 1 rows (kind as bench_fma_gflops). */
-static double math_ceiling(int threads, int d, int bf16k)
-{
-    return fma_ceiling(threads, DTYPES[d].wt == BACKEND_W_BF16 ? bf16k : 0, 3);
-}
+static double math_ceiling(int threads, int d, int bf16k) { return fma_ceiling(threads, math_kind(d, bf16k), 3); }
 
 static int bench_token(backend *be, double read_gbs, int tokens, int B, int threads, int bf16k)
 {
