@@ -33,6 +33,13 @@
 /* Panels a single row streams at once. */
 #define G1_VNNI 4
 #define G1_AVX2 2
+/* The tiles' accumulator arrays are sized by these constants, not by their
+ * MR and G arguments: an array sized by an argument is a variable-length
+ * one, which GCC keeps in memory (every vpdpbusd loaded and stored its
+ * accumulator) even once the inlined sizes are constants. Tiles: VNNI MR ≤ 8
+ * rows of one panel; AVX2 MR ≤ 3 rows of one panel or one row of G1_AVX2. */
+#define TILE_VNNI MR_VNNI
+#define TILE_AVX2 MR_AVX2
 
 int cpu_quant_supported(cpu_quant_isa isa)
 {
@@ -413,28 +420,26 @@ TGTVNNI INLINE void vnni_tile(cpu_quant_type t, const void *xq, const uint8_t *W
 {
     int nb = nblocks(K);
     size_t wb = wblock(t), ab = cpu_quant_act_bytes(K);
-    __m512 acc[MR * G];
+    __m512 acc[TILE_VNNI];   /* MR × G of them used */
     UNROLL for (int i = 0; i < MR * G; i++) acc[i] = _mm512_setzero_ps();
     const int8_t *xc = act_codes(xq, (size_t)r0, K);
     const float *xs = act_scales(xq, (size_t)r0, K);
     const int32_t *xsum = act_sums(xq, (size_t)r0, K);
     for (int b = 0; b < nb; b++) {
-        __m512i ia[MR * G];
+        __m512i ia[TILE_VNNI];
         UNROLL for (int r = 0; r < MR; r++) {
             const int32_t *sr = (const int32_t *)((const uint8_t *)xsum + (size_t)r * ab);
             __m512i st = _mm512_set1_epi32(int_start(t, sr[b]));
             UNROLL for (int g = 0; g < G; g++) ia[r * G + g] = st;
         }
         UNROLL for (int q = 0; q < 8; q++) {
-            __m512i xb[MR];
+            __m512i w[TILE_VNNI];
+            UNROLL for (int g = 0; g < G; g++) w[g] = vnni_w(t, Wp + (size_t)(p + g) * pb + (size_t)b * wb, q);
             UNROLL for (int r = 0; r < MR; r++) {
                 int32_t v;
                 memcpy(&v, xc + (size_t)r * ab + (size_t)b * QB + (size_t)q * 4, 4);
-                xb[r] = _mm512_set1_epi32(v);
-            }
-            UNROLL for (int g = 0; g < G; g++) {
-                __m512i w = vnni_w(t, Wp + (size_t)(p + g) * pb + (size_t)b * wb, q);
-                UNROLL for (int r = 0; r < MR; r++) ia[r * G + g] = _mm512_dpbusd_epi32(ia[r * G + g], w, xb[r]);
+                __m512i xr = _mm512_set1_epi32(v);
+                UNROLL for (int g = 0; g < G; g++) ia[r * G + g] = _mm512_dpbusd_epi32(ia[r * G + g], w[g], xr);
             }
         }
         UNROLL for (int g = 0; g < G; g++) {
@@ -578,20 +583,20 @@ TGT256 INLINE void avx2_tile(cpu_quant_type t, const void *xq, const uint8_t *Wp
 {
     int nb = nblocks(K);
     size_t wb = wblock(t), ab = cpu_quant_act_bytes(K);
-    __m256 acc[MR * G * 2];
+    __m256 acc[TILE_AVX2 * 2];   /* MR × G × 2 of them used */
     UNROLL for (int i = 0; i < MR * G * 2; i++) acc[i] = _mm256_setzero_ps();
     const int8_t *xc = act_codes(xq, (size_t)r0, K);
     const float *xs = act_scales(xq, (size_t)r0, K);
     const int32_t *xsum = act_sums(xq, (size_t)r0, K);
     for (int b = 0; b < nb; b++) {
-        __m256i ia[MR * G * 2];
+        __m256i ia[TILE_AVX2 * 2];
         UNROLL for (int r = 0; r < MR; r++) {
             const int32_t *sr = (const int32_t *)((const uint8_t *)xsum + (size_t)r * ab);
             __m256i st = _mm256_set1_epi32(int_start(t == CPU_QUANT_Q8 ? CPU_QUANT_Q4M : t, sr[b]));
             UNROLL for (int i = 0; i < G * 2; i++) ia[r * G * 2 + i] = st;
         }
         UNROLL for (int q = 0; q < 8; q++) {
-            __m256i xb[MR];
+            __m256i xb[TILE_AVX2];
             UNROLL for (int r = 0; r < MR; r++) {
                 int32_t v;
                 memcpy(&v, xc + (size_t)r * ab + (size_t)b * QB + (size_t)q * 4, 4);
