@@ -197,6 +197,14 @@ static int bench_shapes(backend *be, const int *Bs, int nB, double min_s, int th
  * every 10 rounds and after them, and the best of all is the floor's. */
 enum { LAYERS = 12, D = 768, F = 3072, V = 50277, PER_LAYER = 7, NW = LAYERS * PER_LAYER + 1 };
 
+static double best_of(const double *t, int n)
+{
+    double best = t[0];
+    for (int i = 1; i < n; i++)
+        if (t[i] < best) best = t[i];
+    return best;
+}
+
 /* bench_token's B > 1 table: GFLOP/s against the ceiling of each dtype's
  * math (ceil[d]), measured before and after the section (the higher). */
 static void print_step(int B, int nt, double t[NDT][64], const double *bytes, const double *ceil, double flops)
@@ -209,9 +217,7 @@ static void print_step(int B, int nt, double t[NDT][64], const double *bytes, co
     printf("| dtype | weight MB | ms per step (best) | ms (median) | tokens/s (median) | GFLOP/s (median) | ceiling | %% |\n"
            "|---|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int d = 0; d < NDT; d++) {
-        double best = t[d][0];
-        for (int i = 1; i < nt; i++)
-            if (t[d][i] < best) best = t[d][i];
+        double best = best_of(t[d], nt);
         double med = bench_median(t[d], (size_t)nt), g = flops / med / 1e9;
         printf("| %s | %.1f | %.3f | %.3f | %.0f | %.1f | %.1f | %.0f |\n", DTYPES[d].name, bytes[d] / 1e6, best * 1e3,
                med * 1e3, B / med, g, ceil[d], ceil[d] > 0 ? 100 * g / ceil[d] : 0);
@@ -295,9 +301,7 @@ static int bench_token(backend *be, double read_gbs, int tokens, int B, int thre
     printf("| dtype | weight MB | ms per token (best) | ms (median) | floor ms | best / floor | weight GB/s |\n"
            "|---|---:|---:|---:|---:|---:|---:|\n");
     for (int d = 0; d < NDT; d++) {
-        double best = t[d][0];
-        for (int i = 1; i < nt; i++)
-            if (t[d][i] < best) best = t[d][i];
+        double best = best_of(t[d], nt);
         double med = bench_median(t[d], (size_t)nt), floor_s = read_gbs > 0 ? bytes[d] / (read_gbs * 1e9) : 0;
         printf("| %s | %.1f | %.3f | %.3f | %.3f | %.2f | %.1f |\n", DTYPES[d].name, bytes[d] / 1e6, best * 1e3,
                med * 1e3, floor_s * 1e3, floor_s > 0 ? best / floor_s : 0, bytes[d] / best / 1e9);
