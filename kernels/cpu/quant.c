@@ -27,8 +27,12 @@
 #define UNROLL _Pragma("GCC unroll 16")
 #endif
 
-/* Row tiles (rows × panels ≤ the accumulators the registers hold). */
+/* Row tiles (rows × panels ≤ the accumulators the registers hold). At
+ * B > 1 the VNNI tiles are MR2_VNNI rows of two panels (each quad broadcast
+ * feeds two vpdpbusd: fewer loads per vpdpbusd, docs/CPU.md), MR_VNNI rows
+ * of the odd panel left over. */
 #define MR_VNNI 8
+#define MR2_VNNI 6
 #define MR_AVX2 3
 /* Panels a single row streams at once. */
 #define G1_VNNI 4
@@ -37,8 +41,9 @@
  * MR and G arguments: an array sized by an argument is a variable-length
  * one, which GCC keeps in memory (every vpdpbusd loaded and stored its
  * accumulator) even once the inlined sizes are constants. Tiles: VNNI MR ≤ 8
- * rows of one panel; AVX2 MR ≤ 3 rows of one panel or one row of G1_AVX2. */
-#define TILE_VNNI MR_VNNI
+ * rows of one panel or MR2_VNNI of two; AVX2 MR ≤ 3 rows of one panel or one
+ * row of G1_AVX2. */
+#define TILE_VNNI (2 * MR2_VNNI > MR_VNNI ? 2 * MR2_VNNI : MR_VNNI)
 #define TILE_AVX2 MR_AVX2
 
 int cpu_quant_supported(cpu_quant_isa isa)
@@ -537,6 +542,14 @@ TGTVNNI INLINE void vnni_row1(cpu_quant_type t, const void *xq, const uint8_t *W
             vnni_row1(T, xq, Wp, pb, bias, y, p, N, K, flags);                                                   \
             return;                                                                                              \
         }                                                                                                        \
+        if (g == 2) switch (mr) {                                                                                \
+            case 1: vnni_tile(T, xq, Wp, pb, bias, y, ldy, r0, 1, p, 2, N, K, flags); return;                    \
+            case 2: vnni_tile(T, xq, Wp, pb, bias, y, ldy, r0, 2, p, 2, N, K, flags); return;                    \
+            case 3: vnni_tile(T, xq, Wp, pb, bias, y, ldy, r0, 3, p, 2, N, K, flags); return;                    \
+            case 4: vnni_tile(T, xq, Wp, pb, bias, y, ldy, r0, 4, p, 2, N, K, flags); return;                    \
+            case 5: vnni_tile(T, xq, Wp, pb, bias, y, ldy, r0, 5, p, 2, N, K, flags); return;                    \
+            default: vnni_tile(T, xq, Wp, pb, bias, y, ldy, r0, 6, p, 2, N, K, flags); return;                   \
+            }                                                                                                    \
         switch (mr) {                                                                                            \
         case 1: vnni_tile(T, xq, Wp, pb, bias, y, ldy, r0, 1, p, 1, N, K, flags); break;                         \
         case 2: vnni_tile(T, xq, Wp, pb, bias, y, ldy, r0, 2, p, 1, N, K, flags); break;                         \
@@ -691,6 +704,13 @@ void cpu_quant_run(cpu_quant_isa isa, cpu_quant_type t, const void *xq, const vo
                 int n0 = (p + g) * NR;
                 cpu_gemm_activate(y + n0, ldy, 1, N - n0 < NR ? N - n0 : NR, flags);
             }
+        }
+    if (B > 1 && isa == CPU_QUANT_VNNI)   /* two panels a tile, the odd one below */
+        for (; p + 2 <= p1; p += 2) {
+            for (int r = 0; r < B; r += MR2_VNNI)
+                fn(xq, W, pb, bias, y, ldy, r, B - r < MR2_VNNI ? B - r : MR2_VNNI, p, 2, N, K, flags);
+            int n0 = p * NR;
+            cpu_gemm_activate(y + n0, ldy, B, N - n0 < 2 * NR ? N - n0 : 2 * NR, flags);
         }
     for (; p < p1; p++) {
         for (int r = 0; r < B; r += mr) fn(xq, W, pb, bias, y, ldy, r, B - r < mr ? B - r : mr, p, 1, N, K, flags);
