@@ -54,21 +54,22 @@ typedef struct pf_plan {
     const char *next;   /* the next panel's first byte; NULL: nothing to fetch */
     size_t bytes, done; /* its size, and how much the earlier blocks fetched */
     int step;           /* bytes per k step: 64 or 128 */
+    int steps, nb;      /* k steps per block, row blocks per panel */
 } pf_plan;
 
 static pf_plan pf_begin(const char *next, size_t pstride, int steps, int nb)
 {
     int blocks = nb == 1 ? 1 : nb - 1;
-    pf_plan f = {next, pstride, 0, (size_t)blocks * steps * 64 < pstride ? 128 : 64};
+    pf_plan f = {next, pstride, 0, (size_t)blocks * steps * 64 < pstride ? 128 : 64, steps, nb};
     return f;
 }
 
 /* Where block i fetches from (NULL: it fetches nothing), and counts it. */
-static const char *pf_block(pf_plan *f, int i, int nb, int steps)
+static const char *pf_block(pf_plan *f, int i)
 {
-    if (!f->next || (i == 0 && nb > 1) || f->done >= f->bytes) return NULL;
+    if (!f->next || (i == 0 && f->nb > 1) || f->done >= f->bytes) return NULL;
     const char *at = f->next + f->done;
-    f->done += (size_t)steps * f->step;
+    f->done += (size_t)f->steps * f->step;
     return at;
 }
 
@@ -566,7 +567,7 @@ void cpu_gemm_run(cpu_gemm_isa isa, cpu_gemm_wtype wtype, const float *x, int ld
         for (; i < nb; i++) {
             int r0 = row0(B, nb, i), mr = row0(B, nb, i + 1) - r0;
             float *yt = y + (size_t)r0 * ldy + (size_t)p * nr;
-            mk(mr, K, x + (size_t)r0 * ldx, ldx, panel, bp, yt, ldy, ncols, flags, pf_block(&f, i, nb, K), f.step);
+            mk(mr, K, x + (size_t)r0 * ldx, ldx, panel, bp, yt, ldy, ncols, flags, pf_block(&f, i), f.step);
         }
         /* The activation runs over the panel's columns of all B rows once the
          * last row block is stored, not after each block: reading back a
@@ -751,7 +752,7 @@ void cpu_gemm_run_dot(const uint16_t *xb, int ldxb, const uint16_t *Wp, const fl
         for (int i = 0; i < nb; i++) {
             int r0 = row0(B, nb, i), mr = row0(B, nb, i + 1) - r0;
             float *yt = y + (size_t)r0 * ldy + (size_t)p * NR512;
-            microdot_any(mr, KP, xb + (size_t)r0 * ldxb, ldxb, panel, bp, yt, ldy, ncols, flags, pf_block(&f, i, nb, KP),
+            microdot_any(mr, KP, xb + (size_t)r0 * ldxb, ldxb, panel, bp, yt, ldy, ncols, flags, pf_block(&f, i),
                          f.step);
         }
         /* the panel's columns of every row at once, as cpu_gemm_run */
