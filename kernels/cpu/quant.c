@@ -539,6 +539,12 @@ TGTVNNI INLINE void vnni_row1(cpu_quant_type t, const void *xq, const uint8_t *W
     }
 }
 
+/* mr (≥ 1) rows of G panels, the tile's sizes constants in each case. */
+_Static_assert(MR2_VNNI == 6 && MR_VNNI == 8, "VNNI_TILE's cases: 1-6 rows of two panels, 1-8 of one");
+#define VNNI_CASE(T, n, G) \
+    case n: vnni_tile(T, xq, Wp, pb, bias, y, ldy, r0, n, p, G, N, K, flags); return;
+#define VNNI_ROWS6(T, G) \
+    VNNI_CASE(T, 1, G) VNNI_CASE(T, 2, G) VNNI_CASE(T, 3, G) VNNI_CASE(T, 4, G) VNNI_CASE(T, 5, G) VNNI_CASE(T, 6, G)
 #define VNNI_TILE(T)                                                                                             \
     TGTVNNI static void vnni_rows_##T(const void *xq, const uint8_t *Wp, size_t pb, const float *bias, float *y, \
                                       int ldy, int r0, int mr, int p, int g, int N, int K, int flags) {          \
@@ -546,23 +552,13 @@ TGTVNNI INLINE void vnni_row1(cpu_quant_type t, const void *xq, const uint8_t *W
             vnni_row1(T, xq, Wp, pb, bias, y, p, N, K, flags);                                                   \
             return;                                                                                              \
         }                                                                                                        \
-        if (g == 2) switch (mr) {                                                                                \
-            case 1: vnni_tile(T, xq, Wp, pb, bias, y, ldy, r0, 1, p, 2, N, K, flags); return;                    \
-            case 2: vnni_tile(T, xq, Wp, pb, bias, y, ldy, r0, 2, p, 2, N, K, flags); return;                    \
-            case 3: vnni_tile(T, xq, Wp, pb, bias, y, ldy, r0, 3, p, 2, N, K, flags); return;                    \
-            case 4: vnni_tile(T, xq, Wp, pb, bias, y, ldy, r0, 4, p, 2, N, K, flags); return;                    \
-            case 5: vnni_tile(T, xq, Wp, pb, bias, y, ldy, r0, 5, p, 2, N, K, flags); return;                    \
-            default: vnni_tile(T, xq, Wp, pb, bias, y, ldy, r0, 6, p, 2, N, K, flags); return;                   \
+        if (g == 2) switch (mr < MR2_VNNI ? mr : MR2_VNNI) {                                                     \
+            VNNI_ROWS6(T, 2)                                                                                     \
             }                                                                                                    \
-        switch (mr) {                                                                                            \
-        case 1: vnni_tile(T, xq, Wp, pb, bias, y, ldy, r0, 1, p, 1, N, K, flags); break;                         \
-        case 2: vnni_tile(T, xq, Wp, pb, bias, y, ldy, r0, 2, p, 1, N, K, flags); break;                         \
-        case 3: vnni_tile(T, xq, Wp, pb, bias, y, ldy, r0, 3, p, 1, N, K, flags); break;                         \
-        case 4: vnni_tile(T, xq, Wp, pb, bias, y, ldy, r0, 4, p, 1, N, K, flags); break;                         \
-        case 5: vnni_tile(T, xq, Wp, pb, bias, y, ldy, r0, 5, p, 1, N, K, flags); break;                         \
-        case 6: vnni_tile(T, xq, Wp, pb, bias, y, ldy, r0, 6, p, 1, N, K, flags); break;                         \
-        case 7: vnni_tile(T, xq, Wp, pb, bias, y, ldy, r0, 7, p, 1, N, K, flags); break;                         \
-        default: vnni_tile(T, xq, Wp, pb, bias, y, ldy, r0, 8, p, 1, N, K, flags); break;                        \
+        switch (mr < MR_VNNI ? mr : MR_VNNI) {                                                                   \
+            VNNI_ROWS6(T, 1)                                                                                     \
+            VNNI_CASE(T, 7, 1)                                                                                   \
+            VNNI_CASE(T, 8, 1)                                                                                   \
         }                                                                                                        \
     }
 VNNI_TILE(CPU_QUANT_Q8)
