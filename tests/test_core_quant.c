@@ -153,8 +153,10 @@ static void run_split(cpu_quant_isa isa, cpu_quant_type t, const void *xq, const
  * against each other bit for bit. */
 static void quant_products(void)
 {
-    static const int shapes[][3] = {{1, 67, 100}, {1, 128, 256}, {2, 16, 32}, {5, 50, 77},
-                                    {9, 33, 64},  {13, 80, 96},  {17, 7, 300}};
+    /* B > 1 row tiles: VNNI 1-6 rows of two panels and 1-8 of the odd
+     * panel (B 22: 6,6,6,4 and 8,8,6; B 23: 6,6,6,5 and 8,8,7) */
+    static const int shapes[][3] = {{1, 67, 100}, {1, 128, 256}, {2, 16, 32}, {5, 50, 77}, {9, 33, 64},
+                                    {13, 80, 96}, {17, 7, 300},  {22, 48, 64}, {23, 50, 40}};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         int B = shapes[si][0], N = shapes[si][1], K = shapes[si][2], ldx = K + 3, ldy = N + 5;
         unsigned s = 100 + (unsigned)si;
