@@ -335,22 +335,11 @@ __attribute__((target("avx512f,avx512vnni"))) static double dpbusd(float seed)
  * accumulator tiles from two A and two B tiles, as the kernel's 32-row
  * blocks use them, and no memory traffic. */
 #define AMX_ITERS 2000000L
-typedef struct __attribute__((packed, aligned(64))) amx_cfg_b {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} amx_cfg_b;
 __attribute__((target("amx-tile,amx-bf16"))) static double tdpbf16(float seed)
 {
     static const uint16_t one[16 * 32] __attribute__((aligned(64))) = {0};
-    amx_cfg_b cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 8; t++) {
-        cfg.rows[t] = 16;
-        cfg.colsb[t] = 64;
-    }
-    _tile_loadconfig(&cfg);
+    static const int rows[8] = {16, 16, 16, 16, 16, 16, 16, 16};
+    cpu_gemm_amx_configure(rows);
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);

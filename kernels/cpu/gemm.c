@@ -809,26 +809,34 @@ int cpu_gemm_amx_supported(void)
 
 int cpu_gemm_amx_fits(int K) { return K > 0 && pairs_of(K) % 16 == 0; }
 
-/* The tile configuration (palette 1): C tiles 0, 1 (h0 rows: the panel's
- * column halves) and 2, 3 (h1 rows), A tiles 4 (h0 rows of 16 pairs) and 5
- * (h1), B tiles 6, 7 (16 pairs of a column half). */
 typedef struct __attribute__((packed, aligned(64))) amx_cfg {
     uint8_t palette, start_row, reserved[14];
     uint16_t colsb[16];
     uint8_t rows[16];
 } amx_cfg;
 
-TGTAMX static void amx_configure(int h0, int h1)
+TGTAMX void cpu_gemm_amx_configure(const int rows[8])
 {
     amx_cfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
     for (int t = 0; t < 8; t++) {
-        int rows = t == 6 || t == 7 ? 16 : t == 2 || t == 3 || t == 5 ? h1 : h0;
-        cfg.rows[t] = (uint8_t)rows;
-        cfg.colsb[t] = rows ? 64 : 0;
+        cfg.rows[t] = (uint8_t)rows[t];
+        cfg.colsb[t] = rows[t] ? 64 : 0;
     }
+    /* GCC does not count ldtilecfg as reading cfg: without this it drops
+     * the stores above (only the zeroing and the palette were kept) */
+    __asm__ volatile("" : : "m"(cfg) : "memory");
     _tile_loadconfig(&cfg);
+}
+
+/* The kernel's tiles: C tiles 0, 1 (h0 rows: the panel's column halves)
+ * and 2, 3 (h1 rows), A tiles 4 (h0 rows of 16 pairs) and 5 (h1), B tiles
+ * 6, 7 (16 pairs of a column half). */
+static void amx_configure(int h0, int h1)
+{
+    const int rows[8] = {h0, h0, h1, h1, h0, h1, 16, 16};
+    cpu_gemm_amx_configure(rows);
 }
 
 /* One panel (32 columns) against a block of h0 + h1 ≤ 32 rows (two: a

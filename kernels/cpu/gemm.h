@@ -174,6 +174,11 @@ int cpu_gemm_amx_supported(void);
 /* 1 if cpu_gemm_run_dot_amx takes a K-wide weight: K a multiple of 32
  * (whole tiles of 16 pairs; K = 32·n − 1 too, its last pair padded). */
 int cpu_gemm_amx_fits(int K);
+/* Loads a palette-1 tile configuration on the calling thread: tile t
+ * (0–7) rows[t] rows of 64 bytes, none when 0 (for cpu_gemm_run_dot_amx
+ * and the benchmarks' tile ceiling; the caller releases the tiles with
+ * _tile_release). Needs cpu_gemm_amx_supported(). */
+void cpu_gemm_amx_configure(const int rows[8]);
 /* Needs cpu_gemm_amx_supported() and cpu_gemm_amx_fits(K); leaves no tile
  * state behind (releases the tiles). */
 void cpu_gemm_run_dot_amx(const uint16_t *xb, int ldxb, const uint16_t *Wp, const float *bias, float *y, int ldy,
