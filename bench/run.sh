@@ -200,7 +200,7 @@ fi
 for p in "$B"/bench/*_bench; do
   [ -x "$p" ] && [ -f "$p" ] || continue
   name=$(basename "$p")
-  case "$name" in decode_bench|store_bench) continue ;; esac
+  case "$name" in decode_bench|store_bench|kernel_ab_bench) continue ;; esac   # kernel_ab: two builds (bench/kernel_ab.sh)
   want "$name" || continue
   echo "== $name"
   if nice "$p" "$@" >"$out/$name.md" 2>"$out/$name.log"; then

@@ -1,0 +1,315 @@
+/* bench/kernel_ab_bench.c — two builds of the CPU kernels (kernels/cpu/
+ * gemm.c, quant.c, pool.c) timed call by call in one process: an A/B of a
+ * kernel change that the host's own drift cannot bias.
+ *
+ * On the shared hosts this project runs on, a machine's speed moves by
+ * half within minutes (docs/CPU.md), so two builds measured one after the
+ * other differ by more than most kernel changes do. Here both builds are
+ * shared objects loaded side by side (bench/kernel_ab.sh builds them from
+ * two git revisions), each packs its own copies of the same weight, and
+ * their calls alternate A B B A …, every call timed: the ratio of the two
+ * medians and of the quartiles says what the change did, drift shared.
+ *
+ *   usage: kernel_ab_bench A.so B.so [--kernel f32|bf16|amx|q8|q4] [--n N]
+ *                          [--k K] [--batch B] [--threads T] [--calls C]
+ *                          [--warm]
+ *     --kernel  f32: cpu_gemm_run on fp32 weights (the best ISA); bf16:
+ *               cpu_gemm_run_dot (vdpbf16ps); amx: cpu_gemm_run_dot_amx;
+ *               q8, q4: cpu_quant_run (the best integer-dot ISA). Default amx
+ *               where the CPU has AMX, else f32.
+ *     --n, --k  the weight's shape N × K (default 768 × 768)
+ *     --batch   rows B (default 64)
+ *     --threads threads splitting the panels, as the backend's pool does
+ *               (default 2)
+ *     --calls   calls per build (default 400)
+ *     --warm    one copy of the weight per build (cache-resident when it
+ *               fits); default: copies totalling ≥ 1 GiB and ≥ 3 × L3 per
+ *               build, cycled, so that every call reads its weight from DRAM
+ *
+ * Prints one markdown line: medians (µs) of A and B, A/B of the medians
+ * and of the first and third quartiles (> 1: B is faster), GFLOP/s, and
+ * whether B's outputs equal A's bit for bit. Needs the two builds to share
+ * the kernels' C interface (kernels/cpu/gemm.h, quant.h). */
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kernels/clock.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/quant.h"
+
+typedef enum { K_F32, K_BF16, K_AMX, K_Q8, K_Q4 } kernel_kind;
+static const char *const KNAME[] = {"f32", "bf16", "amx", "q8", "q4"};
+
+/* One build: its entry points (resolved in its own object), its packed
+ * weight copies and its prepared activations. */
+typedef struct build {
+    const char *path;
+    void *so;
+    cpu_gemm_isa (*gemm_detect)(void);
+    size_t (*packed_floats)(cpu_gemm_isa, int, int);
+    void (*pack)(cpu_gemm_isa, const float *, int, int, float *);
+    void (*run)(cpu_gemm_isa, cpu_gemm_wtype, const float *, int, const void *, const float *, float *, int, int,
+                int, int, int, int, int, float *);
+    size_t (*dot_elems)(int, int);
+    void (*pack_dot)(const uint16_t *, int, int, uint16_t *);
+    int (*dot_ld)(int);
+    void (*round_bf16)(const float *, int, int, int, uint16_t *, int);
+    void (*run_dot)(const uint16_t *, int, const uint16_t *, const float *, float *, int, int, int, int, int, int,
+                    int);
+    void (*run_amx)(const uint16_t *, int, const uint16_t *, const float *, float *, int, int, int, int, int, int,
+                    int);
+    int (*amx_supported)(void);
+    cpu_quant_isa (*quant_detect)(void);
+    size_t (*quant_bytes)(cpu_quant_type, int, int);
+    int (*quant_pack)(cpu_quant_type, const float *, int, int, void *, char *, size_t);
+    size_t (*act_bytes)(int);
+    void (*quant_act)(const float *, int, int, int, void *);
+    void (*quant_run)(cpu_quant_isa, cpu_quant_type, const void *, const void *, const float *, float *, int, int,
+                      int, int, int, int, int);
+    void **w;     /* ncopy packed weights */
+    void *xa;     /* activations in the kernel's form */
+    int ldxa;     /* their row stride (elements) */
+    float *y;     /* B × N outputs */
+    cpu_gemm_isa gisa;
+    cpu_quant_isa qisa;
+} build;
+
+static void die(const char *what, const char *why)
+{
+    fprintf(stderr, "kernel_ab_bench: %s: %s\n", what, why);
+    exit(1);
+}
+
+static void *sym(build *b, const char *name)
+{
+    void *p = dlsym(b->so, name);
+    if (!p) die(b->path, dlerror());
+    return p;
+}
+
+static void load(build *b, const char *path)
+{
+    b->path = path;
+    b->so = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!b->so) die(path, dlerror());
+    *(void **)&b->gemm_detect = sym(b, "cpu_gemm_detect");
+    *(void **)&b->packed_floats = sym(b, "cpu_gemm_packed_floats");
+    *(void **)&b->pack = sym(b, "cpu_gemm_pack");
+    *(void **)&b->run = sym(b, "cpu_gemm_run");
+    *(void **)&b->dot_elems = sym(b, "cpu_gemm_dot_packed_elems");
+    *(void **)&b->pack_dot = sym(b, "cpu_gemm_pack_dot");
+    *(void **)&b->dot_ld = sym(b, "cpu_gemm_dot_ld");
+    *(void **)&b->round_bf16 = sym(b, "cpu_gemm_round_bf16");
+    *(void **)&b->amx_supported = sym(b, "cpu_gemm_amx_supported");
+    *(void **)&b->quant_detect = sym(b, "cpu_quant_detect");
+    *(void **)&b->quant_bytes = sym(b, "cpu_quant_packed_bytes");
+    *(void **)&b->quant_pack = sym(b, "cpu_quant_pack");
+    *(void **)&b->act_bytes = sym(b, "cpu_quant_act_bytes");
+    *(void **)&b->quant_act = sym(b, "cpu_quant_act");
+    *(void **)&b->quant_run = sym(b, "cpu_quant_run");
+    b->gisa = b->gemm_detect();
+    b->qisa = b->quant_detect();
+}
+
+static kernel_kind kind;
+static int N = 768, K = 768, B = 64, threads = 2, calls = 400, ncopy, panels;
+static build bld[2];
+static const float *W, *X;
+
+static uint16_t bf16_of(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
+}
+
+/* Both builds' ncopy copies of W, each packed by its own build's code, and
+ * X prepared by each. The copies are allocated in turns, A's and B's, so
+ * that neither side's memory is systematically the later (an A/B of one
+ * build against itself, with each side's copies allocated together, ran
+ * the second-allocated side 2–5% faster). */
+static void prepare(size_t per)
+{
+    uint16_t *wh = NULL;
+    if (kind == K_BF16 || kind == K_AMX) {
+        wh = malloc((size_t)N * K * sizeof *wh);
+        if (!wh) die("weights", strerror(ENOMEM));
+        for (size_t i = 0; i < (size_t)N * K; i++) wh[i] = bf16_of(W[i]);
+    }
+    for (int i = 0; i < 2; i++) {
+        bld[i].w = calloc((size_t)ncopy, sizeof *bld[i].w);
+        bld[i].y = calloc((size_t)B * N, sizeof(float));
+        if (!bld[i].w || !bld[i].y) die("buffers", strerror(ENOMEM));
+    }
+    for (int c = 0; c < ncopy; c++)
+        for (int i = 0; i < 2; i++) {
+            build *b = &bld[i];
+            char err[256];
+            if (posix_memalign(&b->w[c], 64, per)) die("weights", strerror(ENOMEM));
+            if (kind == K_F32) b->pack(b->gisa, W, N, K, b->w[c]);
+            else if (kind == K_BF16 || kind == K_AMX) b->pack_dot(wh, N, K, b->w[c]);
+            else if (b->quant_pack(kind == K_Q8 ? CPU_QUANT_Q8 : CPU_QUANT_Q4, W, N, K, b->w[c], err, sizeof err))
+                die("quant_pack", err);
+        }
+    free(wh);
+    for (int i = 0; i < 2; i++) {
+        build *b = &bld[i];
+        if (kind == K_F32) {
+            b->xa = (void *)X;
+            b->ldxa = K;
+        } else if (kind == K_BF16 || kind == K_AMX) {
+            b->ldxa = b->dot_ld(K);
+            if (posix_memalign(&b->xa, 64, (size_t)B * b->ldxa * 2)) die("activations", strerror(ENOMEM));
+            b->round_bf16(X, K, B, K, b->xa, b->ldxa);
+        } else {
+            if (posix_memalign(&b->xa, 64, (size_t)B * b->act_bytes(K))) die("activations", strerror(ENOMEM));
+            b->quant_act(X, K, B, K, b->xa);
+        }
+    }
+}
+
+static size_t copy_bytes(build *b)
+{
+    switch (kind) {
+    case K_F32: return b->packed_floats(b->gisa, N, K) * sizeof(float);
+    case K_BF16: case K_AMX: return b->dot_elems(N, K) * sizeof(uint16_t);
+    default: return b->quant_bytes(kind == K_Q8 ? CPU_QUANT_Q8 : CPU_QUANT_Q4, N, K);
+    }
+}
+
+/* Panels [p0, p1) of copy c in build b. */
+static void call(build *b, int c, int p0, int p1)
+{
+    const void *w = b->w[c];
+    switch (kind) {
+    case K_F32: b->run(b->gisa, CPU_GEMM_F32, b->xa, b->ldxa, w, NULL, b->y, N, B, N, K, p0, p1, 0, NULL); break;
+    case K_BF16: b->run_dot(b->xa, b->ldxa, w, NULL, b->y, N, B, N, K, p0, p1, 0); break;
+    case K_AMX: b->run_amx(b->xa, b->ldxa, w, NULL, b->y, N, B, N, K, p0, p1, 0); break;
+    default:
+        b->quant_run(b->qisa, kind == K_Q8 ? CPU_QUANT_Q8 : CPU_QUANT_Q4, b->xa, w, NULL, b->y, N, B, N, K, p0, p1,
+                     0);
+    }
+}
+
+/* The team: thread t runs its share of the panels of the call the main
+ * thread names, between two barriers. */
+static pthread_barrier_t bar;
+static volatile int cur_build = -1, cur_copy;
+
+static void *team(void *arg)
+{
+    int t = (int)(intptr_t)arg, p0 = panels * t / threads, p1 = panels * (t + 1) / threads;
+    for (;;) {
+        pthread_barrier_wait(&bar);
+        if (cur_build < 0) return NULL;
+        call(&bld[cur_build], cur_copy, p0, p1);
+        pthread_barrier_wait(&bar);
+    }
+}
+
+static double timed(int which, int copy)
+{
+    cur_build = which;
+    cur_copy = copy;
+    double t0 = clock_mono_s();
+    pthread_barrier_wait(&bar);
+    pthread_barrier_wait(&bar);
+    return clock_mono_s() - t0;
+}
+
+static int quartile_cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: kernel_ab_bench A.so B.so [--kernel f32|bf16|amx|q8|q4] [--n N] [--k K] "
+                        "[--batch B] [--threads T] [--calls C] [--warm]\n");
+        return 2;
+    }
+    load(&bld[0], argv[1]);
+    load(&bld[1], argv[2]);
+    int warm = 0, kset = 0;
+    for (int i = 3; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--warm")) { warm = 1; continue; }
+        if (!v) die(a, "needs a value");
+        i++;
+        if (!strcmp(a, "--kernel")) {
+            int k = 0;
+            while (k < 5 && strcmp(v, KNAME[k])) k++;
+            if (k == 5) die("--kernel", "f32, bf16, amx, q8 or q4");
+            kind = (kernel_kind)k;
+            kset = 1;
+        } else if (!strcmp(a, "--n")) N = atoi(v);
+        else if (!strcmp(a, "--k")) K = atoi(v);
+        else if (!strcmp(a, "--batch")) B = atoi(v);
+        else if (!strcmp(a, "--threads")) threads = atoi(v);
+        else if (!strcmp(a, "--calls")) calls = atoi(v);
+        else die(a, "unknown option");
+    }
+    if (N < 1 || K < 1 || B < 1 || threads < 1 || threads > 64 || calls < 4) die("options", "out of range");
+    if (!kset) kind = bld[0].amx_supported() && bld[1].amx_supported() ? K_AMX : K_F32;
+    if (kind == K_AMX) {
+        for (int i = 0; i < 2; i++) {
+            if (!bld[i].amx_supported()) die(bld[i].path, "this CPU or kernel does not allow AMX");
+            *(void **)&bld[i].run_amx = sym(&bld[i], "cpu_gemm_run_dot_amx");
+        }
+        if (K % 32) die("--k", "the AMX kernel takes K a multiple of 32");
+    }
+    if (kind == K_BF16)
+        for (int i = 0; i < 2; i++) *(void **)&bld[i].run_dot = sym(&bld[i], "cpu_gemm_run_dot");
+    int nr = kind == K_Q8 || kind == K_Q4 ? CPU_QUANT_NR : 32;
+    panels = (N + nr - 1) / nr;
+    if (threads > panels) threads = panels;
+
+    float *w = malloc((size_t)N * K * sizeof *w), *x = malloc((size_t)B * K * sizeof *x);
+    if (!w || !x) die("host data", strerror(ENOMEM));
+    unsigned r = 12345;
+    for (size_t i = 0; i < (size_t)N * K; i++) w[i] = ((float)((r = r * 1103515245u + 12345u) >> 9 & 0xFFFF) / 65536.0f - 0.5f) * 0.1f;
+    for (size_t i = 0; i < (size_t)B * K; i++) x[i] = (float)((r = r * 1103515245u + 12345u) >> 9 & 0xFFFF) / 65536.0f - 0.5f;
+    W = w;
+    X = x;
+    size_t per = copy_bytes(&bld[0]) > copy_bytes(&bld[1]) ? copy_bytes(&bld[0]) : copy_bytes(&bld[1]);
+    size_t cold = (size_t)1 << 30;
+    long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (l3 > 0 && 3 * (size_t)l3 > cold) cold = 3 * (size_t)l3;
+    ncopy = warm ? 1 : (int)(cold / per + 1);
+    prepare(per);
+
+    pthread_barrier_init(&bar, NULL, (unsigned)threads + 1);
+    pthread_t th[64];
+    for (int t = 0; t < threads; t++) pthread_create(&th[t], NULL, team, (void *)(intptr_t)t);
+    /* unmeasured: one call each, then whether B's outputs equal A's */
+    timed(0, 0);
+    timed(1, 0);
+    int same = !memcmp(bld[0].y, bld[1].y, (size_t)B * N * sizeof(float));
+    double *ta = malloc((size_t)calls * sizeof *ta), *tb = malloc((size_t)calls * sizeof *tb);
+    int copy = 0;
+    for (int i = 0; i < calls; i++) {   /* A B, then B A: neither always goes first */
+        copy = (copy + 1) % ncopy;
+        int first = i & 1;
+        double t1 = timed(first, copy), t2 = timed(!first, copy);
+        ta[i] = first ? t2 : t1;
+        tb[i] = first ? t1 : t2;
+    }
+    cur_build = -1;
+    pthread_barrier_wait(&bar);
+    for (int t = 0; t < threads; t++) pthread_join(th[t], NULL);
+    qsort(ta, (size_t)calls, sizeof *ta, quartile_cmp);
+    qsort(tb, (size_t)calls, sizeof *tb, quartile_cmp);
+    double ma = ta[calls / 2], mb = tb[calls / 2], flop = 2.0 * B * N * K;
+    printf("| %s | %d × %d | %d | %d | %s | %.1f | %.1f | %.3f | %.3f–%.3f | %.0f / %.0f | %s |\n", KNAME[kind], N, K,
+           B, threads, warm ? "warm" : "cold", ma * 1e6, mb * 1e6, ma / mb, ta[calls / 4] / tb[calls / 4],
+           ta[3 * calls / 4] / tb[3 * calls / 4], flop / ma * 1e-9, flop / mb * 1e-9, same ? "yes" : "no");
+    return 0;
+}
