@@ -152,7 +152,8 @@ static void prepare(size_t per)
             build *b = &bld[i];
             char err[256];
             if (posix_memalign(&b->w[c], 64, per)) die("weights", strerror(ENOMEM));
-            if (kind == K_F32) b->pack(b->gisa, W, N, K, b->w[c]);
+            if (c > 0) memcpy(b->w[c], b->w[0], per);   /* packing is deterministic (and q8/q4's is slow) */
+            else if (kind == K_F32) b->pack(b->gisa, W, N, K, b->w[c]);
             else if (kind == K_BF16 || kind == K_AMX) b->pack_dot(wh, N, K, b->w[c]);
             else if (b->quant_pack(kind == K_Q8 ? CPU_QUANT_Q8 : CPU_QUANT_Q4, W, N, K, b->w[c], err, sizeof err))
                 die("quant_pack", err);
