@@ -37,6 +37,13 @@
 /* Panels a single row streams at once. */
 #define G1_VNNI 4
 #define G1_AVX2 2
+/* Blocks ahead that the single-row VNNI kernel prefetches each of its
+ * panels' 4-bit weights: with twice the weights a byte and their nibbles to
+ * unpack, the hardware prefetchers fell behind those streams (q8's gained
+ * too little to pay for the prefetches when the weights are cached;
+ * docs/CPU.md, "Decode at B = 1"). Past a panel's end the lines are the
+ * next panel's (hints: they never fault). */
+#define ROW1_PF 4
 /* The tiles' accumulator arrays are sized by these constants, not by their
  * MR and G arguments: an array sized by an argument is a variable-length
  * one, which GCC keeps in memory (every vpdpbusd loaded and stored its
@@ -501,6 +508,10 @@ TGTVNNI INLINE void vnni_row1(cpu_quant_type t, const void *xq, const uint8_t *W
         __m512i a0 = st, a1 = st, a2 = st, a3 = st, b0 = z, b1 = z, b2 = z, b3 = z;
         const uint8_t *blk = P + (size_t)b * wb;
         const int8_t *xb = xc + (size_t)b * QB;
+        if (t != CPU_QUANT_Q8)   /* ROW1_PF blocks ahead in each panel's stream */
+            UNROLL for (int g = 0; g < G1_VNNI; g++)
+                UNROLL for (size_t l = 0; l < wb; l += 64)
+                    _mm_prefetch((const char *)blk + (size_t)g * pb + ROW1_PF * wb + l, _MM_HINT_T0);
         UNROLL for (int q = 0; q < 8; q += 2) {
             int32_t u, v;
             memcpy(&u, xb + q * 4, 4);
