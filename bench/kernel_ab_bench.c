@@ -42,6 +42,7 @@
 #include "kernels/clock.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/quant.h"
+#include "kernels/half.h"
 
 typedef enum { K_F32, K_BF16, K_AMX, K_Q8, K_Q4 } kernel_kind;
 static const char *const KNAME[] = {"f32", "bf16", "amx", "q8", "q4"};
@@ -106,6 +107,8 @@ static void load(build *b, const char *path)
     *(void **)&b->pack_dot = sym(b, "cpu_gemm_pack_dot");
     *(void **)&b->dot_ld = sym(b, "cpu_gemm_dot_ld");
     *(void **)&b->round_bf16 = sym(b, "cpu_gemm_round_bf16");
+    *(void **)&b->run_dot = sym(b, "cpu_gemm_run_dot");
+    *(void **)&b->run_amx = sym(b, "cpu_gemm_run_dot_amx");
     *(void **)&b->amx_supported = sym(b, "cpu_gemm_amx_supported");
     *(void **)&b->quant_detect = sym(b, "cpu_quant_detect");
     *(void **)&b->quant_bytes = sym(b, "cpu_quant_packed_bytes");
@@ -122,13 +125,6 @@ static int N = 768, K = 768, B = 64, threads = 2, calls = 400, ncopy, panels;
 static build bld[2];
 static const float *W, *X;
 
-static uint16_t bf16_of(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return (uint16_t)((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
-}
-
 /* Both builds' ncopy copies of W, each packed by its own build's code, and
  * X prepared by each. The copies are allocated in turns, A's and B's, so
  * that neither side's memory is systematically the later (an A/B of one
@@ -140,7 +136,7 @@ static void prepare(size_t per)
     if (kind == K_BF16 || kind == K_AMX) {
         wh = malloc((size_t)N * K * sizeof *wh);
         if (!wh) die("weights", strerror(ENOMEM));
-        for (size_t i = 0; i < (size_t)N * K; i++) wh[i] = bf16_of(W[i]);
+        for (size_t i = 0; i < (size_t)N * K; i++) wh[i] = lind_f32_to_bf16(W[i]);
     }
     for (int i = 0; i < 2; i++) {
         bld[i].w = calloc((size_t)ncopy, sizeof *bld[i].w);
@@ -261,14 +257,10 @@ int main(int argc, char **argv)
     if (N < 1 || K < 1 || B < 1 || threads < 1 || threads > 64 || calls < 4) die("options", "out of range");
     if (!kset) kind = bld[0].amx_supported() && bld[1].amx_supported() ? K_AMX : K_F32;
     if (kind == K_AMX) {
-        for (int i = 0; i < 2; i++) {
+        for (int i = 0; i < 2; i++)
             if (!bld[i].amx_supported()) die(bld[i].path, "this CPU or kernel does not allow AMX");
-            *(void **)&bld[i].run_amx = sym(&bld[i], "cpu_gemm_run_dot_amx");
-        }
         if (K % 32) die("--k", "the AMX kernel takes K a multiple of 32");
     }
-    if (kind == K_BF16)
-        for (int i = 0; i < 2; i++) *(void **)&bld[i].run_dot = sym(&bld[i], "cpu_gemm_run_dot");
     int nr = kind == K_Q8 || kind == K_Q4 ? CPU_QUANT_NR : 32;
     panels = (N + nr - 1) / nr;
     if (threads > panels) threads = panels;
