@@ -490,9 +490,24 @@ TGTVNNI INLINE void vnni_tile(cpu_quant_type t, const void *xq, const uint8_t *W
     }
 }
 
+/* The odd quads' weights for vnni_row1: q8's bytes, or the high nibbles
+ * left in place (16 × the code: one vpandd where vnni_w also shifts). */
+TGTVNNI INLINE __m512i vnni_w_hi(cpu_quant_type t, const uint8_t *blk, int g)
+{
+    if (t == CPU_QUANT_Q8) return vnni_w(t, blk, g);
+    return _mm512_and_si512(_mm512_load_si512((const void *)(blk + (size_t)(g / 2) * 64)),
+                            _mm512_set1_epi8((char)0xF0));
+}
+
 /* One row, G1_VNNI panels: each panel's block dot split over two integer
  * accumulators (even and odd quads; integer sums, so the split changes
- * nothing) for eight independent chains, and nothing kept in memory. */
+ * nothing) for eight independent chains, and nothing kept in memory. For
+ * the nibble formats the odd quads are the high nibbles, taken as 16 × the
+ * code (vnni_w_hi): that accumulator is a multiple of 16 (≤ 16·15·128·16
+ * in magnitude, far inside int32), so shifting it right by 4 at the fold
+ * is exact and the block's integer sum, hence every bit, is unchanged. At
+ * B = 1 the unpacking is most of the kernel's vector work (per 64 bytes:
+ * two vpdpbusd, and three shifts and ands before this, two now). */
 TGTVNNI INLINE void vnni_row1(cpu_quant_type t, const void *xq, const uint8_t *Wp, size_t pb, const float *bias,
                               float *y, int p, int N, int K, int flags)
 {
@@ -521,10 +536,10 @@ TGTVNNI INLINE void vnni_row1(cpu_quant_type t, const void *xq, const uint8_t *W
             a1 = _mm512_dpbusd_epi32(a1, vnni_w(t, blk + pb, q), xu);
             a2 = _mm512_dpbusd_epi32(a2, vnni_w(t, blk + 2 * pb, q), xu);
             a3 = _mm512_dpbusd_epi32(a3, vnni_w(t, blk + 3 * pb, q), xu);
-            b0 = _mm512_dpbusd_epi32(b0, vnni_w(t, blk, q + 1), xv);
-            b1 = _mm512_dpbusd_epi32(b1, vnni_w(t, blk + pb, q + 1), xv);
-            b2 = _mm512_dpbusd_epi32(b2, vnni_w(t, blk + 2 * pb, q + 1), xv);
-            b3 = _mm512_dpbusd_epi32(b3, vnni_w(t, blk + 3 * pb, q + 1), xv);
+            b0 = _mm512_dpbusd_epi32(b0, vnni_w_hi(t, blk, q + 1), xv);
+            b1 = _mm512_dpbusd_epi32(b1, vnni_w_hi(t, blk + pb, q + 1), xv);
+            b2 = _mm512_dpbusd_epi32(b2, vnni_w_hi(t, blk + 2 * pb, q + 1), xv);
+            b3 = _mm512_dpbusd_epi32(b3, vnni_w_hi(t, blk + 3 * pb, q + 1), xv);
         }
         __m512 s = _mm512_set1_ps(xs[b]);
         const uint16_t *sc = (const uint16_t *)(P + (size_t)nb * wb) + (size_t)b * NR;
@@ -532,7 +547,8 @@ TGTVNNI INLINE void vnni_row1(cpu_quant_type t, const void *xq, const uint8_t *W
     do {                                                                                                          \
         const uint16_t *sg = sc + (size_t)(g) * (pb / 2);                                                         \
         __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)sg));                                       \
-        f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a, bb)), _mm512_mul_ps(d, s), f);                 \
+        __m512i hi = t == CPU_QUANT_Q8 ? (bb) : _mm512_srai_epi32(bb, 4);                                          \
+        f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a, hi)), _mm512_mul_ps(d, s), f);                 \
         if (t == CPU_QUANT_Q4M)                                                                                   \
             f = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(sg + (size_t)nb * NR))),       \
                                 _mm512_set1_ps(xs[b] * (float)xsum[b]), f);                                       \
