@@ -26,6 +26,16 @@
  *               fits); default: copies totalling ≥ 1 GiB and ≥ 3 × L3 per
  *               build, cycled, so that every call reads its weight from DRAM
  *
+ *     --token   q8/q4 only: instead of one product, one token of the RWKV-4
+ *               169M shape at B = 1 (per layer 4 + 3 products, then the
+ *               50277 × 768 head; the --n/--k/--batch options are ignored),
+ *               each product through the build's own cpu_quant_matmul on its
+ *               own pool (pool.c), so that the pool's dispatch and the
+ *               activations' quantization are part of what is compared;
+ *               --calls counts tokens. The pools split every product (their
+ *               split-or-serial trials off: a trial in one build and not in
+ *               the other would bias the pair).
+ *
  * Prints one markdown line: medians (µs) of A and B, A/B of the medians
  * and of the first and third quartiles (> 1: B is faster), GFLOP/s, and
  * whether B's outputs equal A's bit for bit. Needs the two builds to share
@@ -41,6 +51,7 @@
 
 #include "kernels/clock.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/pool.h"
 #include "kernels/cpu/quant.h"
 #include "kernels/half.h"
 
@@ -73,6 +84,12 @@ typedef struct build {
     void (*quant_act)(const float *, int, int, int, void *);
     void (*quant_run)(cpu_quant_isa, cpu_quant_type, const void *, const void *, const float *, float *, int, int,
                       int, int, int, int, int);
+    int (*pool_new)(int, cpu_pool **);
+    void (*pool_judging)(cpu_pool *, int);
+    int (*quant_matmul)(cpu_pool *, cpu_quant_isa, cpu_quant_type, const float *, int, const void *, const float *,
+                        float *, int, int, int, int, int, cpu_quant_scratch *);
+    cpu_pool *pool;           /* --token: this build's pool, and its scratch */
+    cpu_quant_scratch scratch;
     void **w;     /* ncopy packed weights */
     void *xa;     /* activations in the kernel's form */
     int ldxa;     /* their row stride (elements) */
@@ -116,6 +133,9 @@ static void load(build *b, const char *path)
     *(void **)&b->act_bytes = sym(b, "cpu_quant_act_bytes");
     *(void **)&b->quant_act = sym(b, "cpu_quant_act");
     *(void **)&b->quant_run = sym(b, "cpu_quant_run");
+    *(void **)&b->pool_new = sym(b, "cpu_pool_new");
+    *(void **)&b->pool_judging = sym(b, "cpu_pool_set_judging");
+    *(void **)&b->quant_matmul = sym(b, "cpu_quant_matmul");
     b->gisa = b->gemm_detect();
     b->qisa = b->quant_detect();
 }
@@ -220,6 +240,68 @@ static double timed(int which, int copy)
     return clock_mono_s() - t0;
 }
 
+/* --token: the RWKV-4 169M token's products in order (gemm_bench's): the
+ * time mix's r (sigmoid), k, v, output (accumulate), the channel mix's r
+ * (sigmoid), key (RELU2) and value (accumulate), 12 layers, then the head. */
+enum { T_LAYERS = 12, T_D = 768, T_F = 3072, T_V = 50277, T_PER = 7, T_NW = T_LAYERS * T_PER + 1 };
+static const struct { int N, K, flags; } TP[T_PER + 1] = {
+    {T_D, T_D, CPU_GEMM_SIGMOID}, {T_D, T_D, 0}, {T_D, T_D, 0}, {T_D, T_D, CPU_GEMM_ACCUMULATE},
+    {T_D, T_D, CPU_GEMM_SIGMOID}, {T_F, T_D, CPU_GEMM_RELU2}, {T_D, T_F, CPU_GEMM_ACCUMULATE}, {T_V, T_D, 0}};
+static size_t t_off[T_NW + 1];   /* each product's weight inside a token's copy (bytes) */
+
+static int t_shape(int i) { return i == T_NW - 1 ? T_PER : i % T_PER; }
+
+static double token(int which, int copy)
+{
+    build *b = &bld[which];
+    cpu_quant_type t = kind == K_Q8 ? CPU_QUANT_Q8 : CPU_QUANT_Q4;
+    const uint8_t *w = b->w[copy];
+    double t0 = clock_mono_s();
+    for (int i = 0; i < T_NW; i++) {
+        int s = t_shape(i);
+        /* y[1 × N] = x[1 × K] · W[N × K]ᵀ */
+        if (b->quant_matmul(b->pool, b->qisa, t, X, TP[s].K, w + t_off[i], NULL, b->y, TP[s].N, 1, TP[s].N, TP[s].K,
+                            TP[s].flags, &b->scratch))
+            die("cpu_quant_matmul", strerror(ENOMEM));
+    }
+    return clock_mono_s() - t0;
+}
+
+/* A token's weights for both builds: each build packs the four shapes once
+ * and copies them into its token copies, allocated in turns as prepare()
+ * does. */
+static void prepare_token(size_t per)
+{
+    cpu_quant_type t = kind == K_Q8 ? CPU_QUANT_Q8 : CPU_QUANT_Q4;
+    for (int i = 0; i < 2; i++) {
+        build *b = &bld[i];
+        b->w = calloc((size_t)ncopy, sizeof *b->w);
+        b->y = calloc(T_V, sizeof(float));
+        if (!b->w || !b->y) die("buffers", strerror(ENOMEM));
+        if (b->pool_new(threads, &b->pool)) die("cpu_pool_new", strerror(ENOMEM));
+        b->pool_judging(b->pool, 0);
+    }
+    for (int c = 0; c < ncopy; c++)
+        for (int i = 0; i < 2; i++) {
+            build *b = &bld[i];
+            if (posix_memalign(&b->w[c], 64, per)) die("weights", strerror(ENOMEM));
+            uint8_t *dst = b->w[c];
+            if (c > 0) {
+                memcpy(dst, b->w[0], per);
+                continue;
+            }
+            for (int k = 0; k < T_NW; k++) {
+                int s = t_shape(k), first = k;
+                for (int e = 0; e < k; e++)
+                    if (TP[t_shape(e)].N == TP[s].N && TP[t_shape(e)].K == TP[s].K) { first = e; break; }
+                char err[256];
+                if (first < k) memcpy(dst + t_off[k], dst + t_off[first], t_off[k + 1] - t_off[k]);
+                else if (b->quant_pack(t, W, TP[s].N, TP[s].K, dst + t_off[k], err, sizeof err))
+                    die("quant_pack", err);
+            }
+        }
+}
+
 static int quartile_cmp(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -230,15 +312,16 @@ int main(int argc, char **argv)
 {
     if (argc < 3) {
         fprintf(stderr, "usage: kernel_ab_bench A.so B.so [--kernel f32|bf16|amx|q8|q4] [--n N] [--k K] "
-                        "[--batch B] [--threads T] [--calls C] [--warm]\n");
+                        "[--batch B] [--threads T] [--calls C] [--warm] [--token]\n");
         return 2;
     }
     load(&bld[0], argv[1]);
     load(&bld[1], argv[2]);
-    int warm = 0, kset = 0;
+    int warm = 0, kset = 0, tok = 0;
     for (int i = 3; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--warm")) { warm = 1; continue; }
+        if (!strcmp(a, "--token")) { tok = 1; continue; }
         if (!v) die(a, "needs a value");
         i++;
         if (!strcmp(a, "--kernel")) {
@@ -261,22 +344,60 @@ int main(int argc, char **argv)
             if (!bld[i].amx_supported()) die(bld[i].path, "this CPU or kernel does not allow AMX");
         if (K % 32) die("--k", "the AMX kernel takes K a multiple of 32");
     }
+    if (tok) {
+        if (kind != K_Q8 && kind != K_Q4) die("--token", "takes --kernel q8 or q4");
+        N = T_V;   /* the host weight: the largest shape's */
+        K = T_D;
+        B = 1;
+    }
     int nr = kind == K_Q8 || kind == K_Q4 ? CPU_QUANT_NR : 32;
     panels = (N + nr - 1) / nr;
     if (threads > panels) threads = panels;
 
-    float *w = malloc((size_t)N * K * sizeof *w), *x = malloc((size_t)B * K * sizeof *x);
+    size_t nx = (size_t)B * K < T_F ? T_F : (size_t)B * K;
+    float *w = malloc((size_t)N * K * sizeof *w), *x = malloc(nx * sizeof *x);
     if (!w || !x) die("host data", strerror(ENOMEM));
     unsigned r = 12345;
     for (size_t i = 0; i < (size_t)N * K; i++) w[i] = ((float)((r = r * 1103515245u + 12345u) >> 9 & 0xFFFF) / 65536.0f - 0.5f) * 0.1f;
-    for (size_t i = 0; i < (size_t)B * K; i++) x[i] = (float)((r = r * 1103515245u + 12345u) >> 9 & 0xFFFF) / 65536.0f - 0.5f;
+    for (size_t i = 0; i < nx; i++) x[i] = (float)((r = r * 1103515245u + 12345u) >> 9 & 0xFFFF) / 65536.0f - 0.5f;
     W = w;
     X = x;
     size_t per = copy_bytes(&bld[0]) > copy_bytes(&bld[1]) ? copy_bytes(&bld[0]) : copy_bytes(&bld[1]);
+    if (tok)
+        for (int i = 0; i < T_NW; i++) {
+            int sh = t_shape(i);
+            size_t a = bld[0].quant_bytes(kind == K_Q8 ? CPU_QUANT_Q8 : CPU_QUANT_Q4, TP[sh].N, TP[sh].K),
+                   b = bld[1].quant_bytes(kind == K_Q8 ? CPU_QUANT_Q8 : CPU_QUANT_Q4, TP[sh].N, TP[sh].K);
+            t_off[i + 1] = t_off[i] + ((a > b ? a : b) + 63) / 64 * 64;
+            per = t_off[i + 1];
+        }
     size_t cold = (size_t)1 << 30;
     long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
     if (l3 > 0 && 3 * (size_t)l3 > cold) cold = 3 * (size_t)l3;
     ncopy = warm ? 1 : (int)(cold / per + 1);
+    if (tok) {
+        prepare_token(per);
+        token(0, 0);   /* unmeasured, then whether B's outputs equal A's */
+        token(1, 0);
+        int same = !memcmp(bld[0].y, bld[1].y, (size_t)T_V * sizeof(float));
+        double *ta = malloc((size_t)calls * sizeof *ta), *tb = malloc((size_t)calls * sizeof *tb);
+        if (!ta || !tb) die("timings", strerror(ENOMEM));
+        for (int i = 0, copy = 0; i < calls; i++) {   /* A B, then B A */
+            copy = (copy + 1) % ncopy;
+            int first = i & 1;
+            double t1 = token(first, copy), t2 = token(!first, copy);
+            ta[i] = first ? t2 : t1;
+            tb[i] = first ? t1 : t2;
+        }
+        qsort(ta, (size_t)calls, sizeof *ta, quartile_cmp);
+        qsort(tb, (size_t)calls, sizeof *tb, quartile_cmp);
+        double ma = ta[calls / 2], mb = tb[calls / 2], gb = per / 1e9;
+        printf("| %s | token (169M, %d products) | 1 | %d | %s | %.1f | %.1f | %.3f | %.3f–%.3f | %.1f / %.1f GB/s | %s |\n",
+               KNAME[kind], T_NW, threads, warm ? "warm" : "cold", ma * 1e6, mb * 1e6, ma / mb,
+               ta[calls / 4] / tb[calls / 4], ta[3 * calls / 4] / tb[3 * calls / 4], gb / ma, gb / mb,
+               same ? "yes" : "no");
+        return 0;
+    }
     prepare(per);
 
     pthread_barrier_init(&bar, NULL, (unsigned)threads + 1);
