@@ -154,9 +154,13 @@ static void run_split(cpu_quant_isa isa, cpu_quant_type t, const void *xq, const
 static void quant_products(void)
 {
     /* B > 1 row tiles: VNNI 1-6 rows of two panels and 1-8 of the odd
-     * panel (B 22: 6,6,6,4 and 8,8,6; B 23: 6,6,6,5 and 8,8,7) */
+     * panel (B 22: 6,6,6,4 and 8,8,6; B 23: 6,6,6,5 and 8,8,7). The
+     * single-row kernel streams 8 panels (VNNI) or 2 (AVX2) at once: B 1
+     * N 300 (19 panels, split 9 + 10) and the rows of B 3 N 272 (17, split
+     * 8 + 9) run it in both halves, and the panels it leaves one by one. */
     static const int shapes[][3] = {{1, 67, 100}, {1, 128, 256}, {2, 16, 32}, {5, 50, 77}, {9, 33, 64},
-                                    {13, 80, 96}, {17, 7, 300},  {22, 48, 64}, {23, 50, 40}};
+                                    {13, 80, 96}, {17, 7, 300},  {22, 48, 64}, {23, 50, 40}, {1, 300, 96},
+                                    {3, 272, 64}};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         int B = shapes[si][0], N = shapes[si][1], K = shapes[si][2], ldx = K + 3, ldy = N + 5;
         unsigned s = 100 + (unsigned)si;
