@@ -45,7 +45,7 @@
  * AMX's TDPBF16PS where the CPU has AMX (and LIND_CPU_AMX is not 0),
  * vdpbf16ps elsewhere; its rwkv.cpp figures are FP16's.
  *
- *   usage: peers_bench [--quick] [--models DIR] [--shapes A,B] [--rwkv-lib PATH]
+ *   usage: peers_bench [--quick] [--b1-cold] [--models DIR] [--shapes A,B] [--rwkv-lib PATH]
  *                      [--threads N] [--retries N] [--load-limit CORES] [--rounds N]
  *                      [--prefill TOKENS] [--pairs f32,bf16,q8,q4,bf16m] [--measure b1,b64,prefill]
  * --rounds N sets the rounds of all three measurements (default 11, 5, 5);
@@ -55,7 +55,11 @@
  * against FP16), e.g. for a big
  * shape whose eight formats would not fit in memory together. --measure: only
  * these measurements (warm-up included), e.g. batch 1 of a big shape, whose
- * prefill windows take minutes. */
+ * prefill windows take minutes. --b1-cold: every batch-1 token is timed
+ * alone, after an untimed read of max(1 GiB, 3 × L3) that evicts the
+ * weights: on a host whose last-level cache holds a small model (the Intel
+ * hosts' 300 MiB) the window's later tokens otherwise read it from there,
+ * and the figure drops below a floor that assumes memory. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdbool.h>
@@ -211,16 +215,29 @@ static void eng_free(eng *e)
 static int rpos;   /* rotates the tokens fed */
 
 /* n batch-1 tokens, logits each */
-static void run_b1(eng *e, int n)
+static bench_probe *evict;      /* --b1-cold: read before every batch-1 token, untimed */
+static size_t evict_bytes;
+
+/* n tokens of one sequence; returns the seconds they took (with --b1-cold
+ * each token is timed alone, after a read of evict_bytes that leaves none
+ * of the weights in any cache) */
+static double run_b1(eng *e, int n)
 {
+    double sum = 0, t0 = clock_mono_s();
     for (int i = 0; i < n; i++) {
         int32_t t = toks[rpos++ % NTOK];
+        if (evict) {
+            bench_probe_gbs_n(evict, evict_bytes);
+            t0 = clock_mono_s();
+        }
         if (e->lind) {
             int s = 0;
             if (model_step(e->m, &s, &t, 1, logits) < 0) die(e->name, "model_step failed");
         } else if (!rw.eval(e->ctx, (uint32_t)t, e->states, e->states, logits))
             die(e->name, "rwkv_eval failed");
+        if (evict) sum += clock_mono_s() - t0;
     }
+    return evict ? sum : clock_mono_s() - t0;
 }
 
 /* `steps` steps of B64 sequences, one token each, logits for all */
@@ -290,9 +307,7 @@ static win measure(eng *e, int k, int n)
             double g = bench_probe_gbs_n(probe, (size_t)e->wbytes);
             w.floor = e->wbytes / (g * 1e9) * 1e3;
             w.floor_s = (e->wbytes + 2 * e->sbytes) / (g * 1e9) * 1e3;
-            double t1 = clock_mono_s();
-            run_b1(e, n);
-            tm = clock_mono_s() - t1;
+            tm = run_b1(e, n);
             w.value = tm * 1e3 / n;
         } else {
             double t1 = clock_mono_s();
@@ -339,6 +354,7 @@ static stat3 stats(const double *v, int n)
 static int quick;
 static int pair_on[NPAIR] = {1, 1, 1, 1, 1};   /* --pairs: f32, bf16, q8, q4, bf16m */
 static int meas_on[3] = {1, 1, 1};      /* --measure: b1, b64, prefill */
+static int b1_cold;   /* --b1-cold */
 static int rounds_b1 = 11, rounds_b64 = 5, rounds_pf = 5, prefill_T = 2000;
 
 static void file_ok(const char *path)
@@ -393,6 +409,12 @@ static void shape_run(const char *models, const char *shape, int threads, double
         if (R[p].wbytes > maxb) maxb = R[p].wbytes;
     }
     if (!(probe = bench_probe_new((size_t)maxb))) die("read probe", "out of memory");
+    if (b1_cold && !evict) {   /* 1 GiB, or 3 × the last-level cache if larger */
+        long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+        evict_bytes = (size_t)1 << 30;
+        if (l3 > 0 && 3 * (size_t)l3 > evict_bytes) evict_bytes = 3 * (size_t)l3;
+        if (!(evict = bench_probe_new(evict_bytes))) die("--b1-cold", "out of memory");
+    }
     int V = model_vocab(L[p0].m);
     size_t bmacs, hmacs;
     model_costs(L[p0].m, &bmacs, &hmacs, NULL);
@@ -502,9 +524,13 @@ static void shape_run(const char *models, const char *shape, int threads, double
     int loaded[2];
     /* batch 1 */
     if (meas_on[0]) {
-        printf("**Batch 1** (ms/token with logits; %d rounds of %d tokens; floor = matrix bytes / the read bandwidth "
+        printf("**Batch 1** (ms/token with logits; %d rounds of %d tokens", r1, n1);
+        if (evict)
+            printf(", each token timed alone right after a read of %.0f MB (--b1-cold: no weights left in any cache, "
+                   "on a host whose last-level cache could hold a model)", evict_bytes / 1e6);
+        printf("; floor = matrix bytes / the read bandwidth "
                "probed right before the window; floor + state adds a session's state, read and written once a token, "
-               "at the same bandwidth: lind %.2f MB", r1, n1, L[p0].sbytes / 1e6);
+               "at the same bandwidth: lind %.2f MB", L[p0].sbytes / 1e6);
         if (!solo) printf(", rwkv.cpp %.2f MB", R[p0].sbytes / 1e6);
         printf(")\n\n");
         printf("| lind | rwkv.cpp | lind MB | rwkv.cpp MB | lind ms (median, range) | rwkv.cpp ms (median, range) | "
@@ -588,6 +614,7 @@ int main(int argc, char **argv)
     quick = q && *q && strcmp(q, "0");
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) { quick = 1; continue; }
+        if (!strcmp(argv[i], "--b1-cold")) { b1_cold = 1; continue; }
         if (i + 1 >= argc) die(argv[i], "needs a value");
         const char *v = argv[++i];
         if (!strcmp(argv[i - 1], "--models")) models = v;
@@ -709,5 +736,6 @@ int main(int argc, char **argv)
            windows_loaded ? ": this run saw load (the loaded windows are counted per row); rerun on a quiet machine"
                           : " (a quiet run)");
     free(logits);
+    bench_probe_free(evict);
     return 0;
 }
