@@ -32,9 +32,10 @@ double bench_read_gbs(void);   /* the same without the name */
 /* A read probe for pairing with a measurement taken right after it, on a
  * machine whose bandwidth varies from moment to moment: bench_probe_new
  * allocates and touches a buffer of `bytes` (NULL when it cannot);
- * bench_probe_gbs reads it once with each of two strategies (two threads;
- * the scalar sums, and one zmm stream each where AVX-512 exists) and
- * returns the faster, in GB/s; bench_probe_free releases it. */
+ * bench_probe_gbs reads it once with each of three strategies (two
+ * threads; the scalar sums, and one and eight zmm streams each where
+ * AVX-512 exists) and returns the fastest, in GB/s; bench_probe_free
+ * releases it. */
 typedef struct bench_probe bench_probe;
 bench_probe *bench_probe_new(size_t bytes);
 double bench_probe_gbs(bench_probe *p);

@@ -467,7 +467,7 @@ int main(int argc, char **argv)
     printf("Read bandwidth at the start (bench_read_gbs: reading 1 GiB, the best of several read strategies; "
            "this time %s): %.1f GB/s. Batch 1 is held to the floor of its own moment: it runs in %d rounds of "
            "%d tokens, each right after one read of a buffer the size of the weight bytes (bench_probe: the "
-           "faster of two strategies), and the table shows the round whose batch-1 time / floor is the median, "
+           "fastest of three strategies), and the table shows the round whose batch-1 time / floor is the median, "
            "with the lowest and highest ratio of all rounds.\n\n", how, gbs, quick ? 3 : B1_ROUNDS, B1_TOKENS);
     printf("Batch 8/32/64 and prefill: the best of %d runs (%d steps; the whole prompt in chunks of 256).\n\n",
            quick ? 1 : 3, quick ? 3 : 10);
