@@ -31,7 +31,8 @@ double bench_read_gbs_how(char *how, size_t howlen);
 double bench_read_gbs(void);   /* the same without the name */
 /* A read probe for pairing with a measurement taken right after it, on a
  * machine whose bandwidth varies from moment to moment: bench_probe_new
- * allocates and touches a buffer of `bytes` (NULL when it cannot);
+ * allocates and touches a buffer of `bytes`, or of 3 × the last-level
+ * cache if that is more (NULL when it cannot);
  * bench_probe_gbs reads it once with each of three strategies (two
  * threads; the scalar sums, and one and eight zmm streams each where
  * AVX-512 exists) and returns the fastest, in GB/s; bench_probe_free
@@ -40,8 +41,9 @@ typedef struct bench_probe bench_probe;
 bench_probe *bench_probe_new(size_t bytes);
 double bench_probe_gbs(bench_probe *p);
 void bench_probe_free(bench_probe *p);
-/* The same reading only the first `bytes` of the buffer (one probe as large
- * as the largest of several sizes serves them all). */
+/* The same reading only the first `bytes` of the buffer, or 3 × the
+ * last-level cache if that is more (one probe as large as the largest of
+ * several sizes serves them all). */
 double bench_probe_gbs_n(bench_probe *p, size_t bytes);
 /* The arithmetic ceiling in GFLOP/s of `threads` threads running 12
  * independent chains each, no memory traffic, best of `runs` (each ~0.1–1 s):

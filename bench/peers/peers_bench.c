@@ -529,7 +529,7 @@ static void shape_run(const char *models, const char *shape, int threads, double
             printf(", each token timed alone right after a read of %.0f MB (--b1-cold: no weights left in any cache, "
                    "on a host whose last-level cache could hold a model)", evict_bytes / 1e6);
         printf("; floor = matrix bytes / the read bandwidth "
-               "probed right before the window; floor + state adds a session's state, read and written once a token, "
+               "probed right before the window (reading the engine's matrix bytes, or 3 × the last-level cache if more); floor + state adds a session's state, read and written once a token, "
                "at the same bandwidth: lind %.2f MB", L[p0].sbytes / 1e6);
         if (!solo) printf(", rwkv.cpp %.2f MB", R[p0].sbytes / 1e6);
         printf(")\n\n");
