@@ -11,8 +11,9 @@
  * and a fifth pair, lind's bf16 weights with bf16 math (--compute bf16,
  * where the CPU has AVX512_BF16) against FP16 again, and measures
  *   batch 1   ms/token with logits, each window right after one read of a
- *             buffer the size of that engine's matrix bytes (bench_probe):
- *             the floor of that moment is matrix bytes / read bandwidth;
+ *             buffer the size of that engine's matrix bytes, or 3 × the
+ *             last-level cache if more (bench_probe): the floor of that
+ *             moment is matrix bytes / read bandwidth;
  *   batch 64  aggregate tokens/s of 64 sequences one token each with logits:
  *             lind in one model_step of 64 rows; rwkv.cpp has no batching
  *             across sequences, so its best is the 64 one after another
