@@ -145,6 +145,8 @@ static int N = 768, K = 768, B = 64, threads = 2, calls = 400, ncopy, panels;
 static build bld[2];
 static const float *W, *X;
 
+static cpu_quant_type qtype(void) { return kind == K_Q8 ? CPU_QUANT_Q8 : CPU_QUANT_Q4; }   /* --kernel q8/q4 */
+
 /* Both builds' ncopy copies of W, each packed by its own build's code, and
  * X prepared by each. The copies are allocated in turns, A's and B's, so
  * that neither side's memory is systematically the later (an A/B of one
@@ -171,7 +173,7 @@ static void prepare(size_t per)
             if (c > 0) memcpy(b->w[c], b->w[0], per);   /* packing is deterministic (and q8/q4's is slow) */
             else if (kind == K_F32) b->pack(b->gisa, W, N, K, b->w[c]);
             else if (kind == K_BF16 || kind == K_AMX) b->pack_dot(wh, N, K, b->w[c]);
-            else if (b->quant_pack(kind == K_Q8 ? CPU_QUANT_Q8 : CPU_QUANT_Q4, W, N, K, b->w[c], err, sizeof err))
+            else if (b->quant_pack(qtype(), W, N, K, b->w[c], err, sizeof err))
                 die("quant_pack", err);
         }
     free(wh);
@@ -196,7 +198,7 @@ static size_t copy_bytes(build *b)
     switch (kind) {
     case K_F32: return b->packed_floats(b->gisa, N, K) * sizeof(float);
     case K_BF16: case K_AMX: return b->dot_elems(N, K) * sizeof(uint16_t);
-    default: return b->quant_bytes(kind == K_Q8 ? CPU_QUANT_Q8 : CPU_QUANT_Q4, N, K);
+    default: return b->quant_bytes(qtype(), N, K);
     }
 }
 
@@ -209,7 +211,7 @@ static void call(build *b, int c, int p0, int p1)
     case K_BF16: b->run_dot(b->xa, b->ldxa, w, NULL, b->y, N, B, N, K, p0, p1, 0); break;
     case K_AMX: b->run_amx(b->xa, b->ldxa, w, NULL, b->y, N, B, N, K, p0, p1, 0); break;
     default:
-        b->quant_run(b->qisa, kind == K_Q8 ? CPU_QUANT_Q8 : CPU_QUANT_Q4, b->xa, w, NULL, b->y, N, B, N, K, p0, p1,
+        b->quant_run(b->qisa, qtype(), b->xa, w, NULL, b->y, N, B, N, K, p0, p1,
                      0);
     }
 }
@@ -254,13 +256,12 @@ static int t_shape(int i) { return i == T_NW - 1 ? T_PER : i % T_PER; }
 static double token(int which, int copy)
 {
     build *b = &bld[which];
-    cpu_quant_type t = kind == K_Q8 ? CPU_QUANT_Q8 : CPU_QUANT_Q4;
     const uint8_t *w = b->w[copy];
     double t0 = clock_mono_s();
     for (int i = 0; i < T_NW; i++) {
         int s = t_shape(i);
         /* y[1 × N] = x[1 × K] · W[N × K]ᵀ */
-        if (b->quant_matmul(b->pool, b->qisa, t, X, TP[s].K, w + t_off[i], NULL, b->y, TP[s].N, 1, TP[s].N, TP[s].K,
+        if (b->quant_matmul(b->pool, b->qisa, qtype(), X, TP[s].K, w + t_off[i], NULL, b->y, TP[s].N, 1, TP[s].N, TP[s].K,
                             TP[s].flags, &b->scratch))
             die("cpu_quant_matmul", strerror(ENOMEM));
     }
@@ -272,7 +273,6 @@ static double token(int which, int copy)
  * does. */
 static void prepare_token(size_t per)
 {
-    cpu_quant_type t = kind == K_Q8 ? CPU_QUANT_Q8 : CPU_QUANT_Q4;
     for (int i = 0; i < 2; i++) {
         build *b = &bld[i];
         b->w = calloc((size_t)ncopy, sizeof *b->w);
@@ -296,7 +296,7 @@ static void prepare_token(size_t per)
                     if (TP[t_shape(e)].N == TP[s].N && TP[t_shape(e)].K == TP[s].K) { first = e; break; }
                 char err[256];
                 if (first < k) memcpy(dst + t_off[k], dst + t_off[first], t_off[k + 1] - t_off[k]);
-                else if (b->quant_pack(t, W, TP[s].N, TP[s].K, dst + t_off[k], err, sizeof err))
+                else if (b->quant_pack(qtype(), W, TP[s].N, TP[s].K, dst + t_off[k], err, sizeof err))
                     die("quant_pack", err);
             }
         }
@@ -366,8 +366,8 @@ int main(int argc, char **argv)
     if (tok)
         for (int i = 0; i < T_NW; i++) {
             int sh = t_shape(i);
-            size_t a = bld[0].quant_bytes(kind == K_Q8 ? CPU_QUANT_Q8 : CPU_QUANT_Q4, TP[sh].N, TP[sh].K),
-                   b = bld[1].quant_bytes(kind == K_Q8 ? CPU_QUANT_Q8 : CPU_QUANT_Q4, TP[sh].N, TP[sh].K);
+            size_t a = bld[0].quant_bytes(qtype(), TP[sh].N, TP[sh].K),
+                   b = bld[1].quant_bytes(qtype(), TP[sh].N, TP[sh].K);
             t_off[i + 1] = t_off[i] + ((a > b ? a : b) + 63) / 64 * 64;
             per = t_off[i + 1];
         }

@@ -215,11 +215,10 @@ static void eng_free(eng *e)
 
 static int rpos;   /* rotates the tokens fed */
 
-/* n batch-1 tokens, logits each */
 static bench_probe *evict;      /* --b1-cold: read before every batch-1 token, untimed */
 static size_t evict_bytes;
 
-/* n tokens of one sequence; returns the seconds they took (with --b1-cold
+/* n batch-1 tokens, logits each; returns the seconds they took (with --b1-cold
  * each token is timed alone, after a read of evict_bytes that leaves none
  * of the weights in any cache) */
 static double run_b1(eng *e, int n)
