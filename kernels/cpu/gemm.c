@@ -74,13 +74,27 @@ static const char *pf_block(pf_plan *f, int i)
 }
 
 /* One or two lines of the next panel at k step k (prefetches never fault:
- * the last block's lines may run past the panel's end). */
+ * the last block's lines may run past the panel's end). pfs is a
+ * compile-time constant in every kernel (PF_CALL): 0, 64 or 128. */
 #define PF_STEP(pf, pfs, k)                                                  \
     do {                                                                     \
-        if (pf) {                                                            \
+        if (pfs) {                                                           \
             _mm_prefetch((pf) + (size_t)(k) * (pfs), _MM_HINT_T1);           \
             if ((pfs) > 64) _mm_prefetch((pf) + (size_t)(k) * (pfs) + 64, _MM_HINT_T1); \
         }                                                                    \
+    } while (0)
+
+/* KERNEL(args..., pf, pfs) with pfs a constant: the k loops carry no
+ * prefetch tests (with them, a test and one or two branches a k step, and
+ * a stack reload of pfs: 2–4% slower at B = 64, docs/CPU.md). */
+#define PF_CALL(KERNEL, pf, pfs, ...)                                        \
+    do {                                                                     \
+        if (!(pf))                                                           \
+            KERNEL(__VA_ARGS__, NULL, 0);                                    \
+        else if ((pfs) > 64)                                                 \
+            KERNEL(__VA_ARGS__, pf, 128);                                    \
+        else                                                                 \
+            KERNEL(__VA_ARGS__, pf, 64);                                     \
     } while (0)
 
 int cpu_gemm_supported(cpu_gemm_isa isa)
@@ -230,7 +244,7 @@ TGT512 INLINE void store512(float *yr, __m512 c0, __m512 c1, __m512 b0, __m512 b
  * wide, for the next row blocks' fp32 kernel (cpu_gemm_run). */
 TGT512 INLINE void micro512k(const int mr, const cpu_gemm_wtype wt, const int keep, int K, const float *x, int ldx,
                              const void *panel, const float *bias, float *y, int ldy, int ncols, int flags,
-                             float *wide, const char *pf, int pfs)
+                             float *wide, const char *pf, const int pfs)
 {
     __m512 c0[MR512], c1[MR512];
     UNROLL_ROWS
@@ -263,7 +277,7 @@ TGT512 INLINE void micro512k(const int mr, const cpu_gemm_wtype wt, const int ke
 TGT512 INLINE void micro512(const int mr, const cpu_gemm_wtype wt, int K, const float *x, int ldx, const void *panel,
                             const float *bias, float *y, int ldy, int ncols, int flags, const char *pf, int pfs)
 {
-    micro512k(mr, wt, 0, K, x, ldx, panel, bias, y, ldy, ncols, flags, NULL, pf, pfs);
+    PF_CALL(micro512k, pf, pfs, mr, wt, 0, K, x, ldx, panel, bias, y, ldy, ncols, flags, NULL);
 }
 
 /* One row against gs ≤ G1 consecutive panels (B = 1: the weights' bytes
@@ -396,7 +410,7 @@ TGT256 INLINE void store256(float *yr, __m256 c0, __m256 c1, __m256 b0, __m256 b
 
 TGT256 INLINE void micro256k(const int mr, const cpu_gemm_wtype wt, const int keep, int K, const float *x, int ldx,
                              const void *panel, const float *bias, float *y, int ldy, int ncols, int flags,
-                             float *wide, const char *pf, int pfs)
+                             float *wide, const char *pf, const int pfs)
 {
     __m256 c0[MR256], c1[MR256];
     UNROLL_ROWS
@@ -429,7 +443,7 @@ TGT256 INLINE void micro256k(const int mr, const cpu_gemm_wtype wt, const int ke
 TGT256 INLINE void micro256(const int mr, const cpu_gemm_wtype wt, int K, const float *x, int ldx, const void *panel,
                             const float *bias, float *y, int ldy, int ncols, int flags, const char *pf, int pfs)
 {
-    micro256k(mr, wt, 0, K, x, ldx, panel, bias, y, ldy, ncols, flags, NULL, pf, pfs);
+    PF_CALL(micro256k, pf, pfs, mr, wt, 0, K, x, ldx, panel, bias, y, ldy, ncols, flags, NULL);
 }
 
 /* AVX2's single-row kernel: gs ≤ G1 panels, 2·gs chains of 8 floats. */
@@ -655,8 +669,8 @@ TGTDOT INLINE __m512bh xpair(const uint16_t *xr, int q)
     return (__m512bh)_mm512_set1_epi32(v);
 }
 
-TGTDOT INLINE void microdot(const int mr, int KP, const uint16_t *xb, int ldxb, const uint16_t *panel,
-                            const float *bias, float *y, int ldy, int ncols, int flags, const char *pf, int pfs)
+TGTDOT INLINE void microdotp(const int mr, int KP, const uint16_t *xb, int ldxb, const uint16_t *panel,
+                             const float *bias, float *y, int ldy, int ncols, int flags, const char *pf, const int pfs)
 {
     __m512 c0[MR512], c1[MR512];
     UNROLL_ROWS
@@ -681,6 +695,12 @@ TGTDOT INLINE void microdot(const int mr, int KP, const uint16_t *xb, int ldxb, 
     __m512 b1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
     UNROLL_ROWS
     for (int r = 0; r < mr; r++) store512(y + (size_t)r * ldy, c0[r], c1[r], b0, b1, m0, m1, flags);
+}
+
+TGTDOT INLINE void microdot(const int mr, int KP, const uint16_t *xb, int ldxb, const uint16_t *panel,
+                            const float *bias, float *y, int ldy, int ncols, int flags, const char *pf, int pfs)
+{
+    PF_CALL(microdotp, pf, pfs, mr, KP, xb, ldxb, panel, bias, y, ldy, ncols, flags);
 }
 
 /* Panels rowdot streams at once. One: with 4 the two threads read 8
