@@ -43,6 +43,12 @@
  * block, when at least this many row blocks will read it (below, widening in
  * registers costs less; measured with a separate widening pass). */
 #define WIDEN_MIN_BLOCKS 3
+/* B > 1: bytes ahead in its own panel each k step prefetches into L1. The
+ * panel comes from L2 (or memory, in the first row block) and a tile
+ * broadcasts from twelve rows of x besides; the hardware's L1 prefetch
+ * alone left it waiting (in-process A/B on 2 threads, 1,024–4,096 ahead:
+ * 1.01–1.12 by shape, 2,048 the best overall; docs/CPU.md). */
+#define PANEL_AHEAD 2048
 
 /* Next-panel prefetch for B > 1. A panel's first row block reads it from
  * memory and the others from L2, so the first would wait on memory with no
@@ -256,6 +262,11 @@ TGT512 INLINE void micro512k(const int mr, const cpu_gemm_wtype wt, const int ke
     for (int k = 0; k < K; k++) {
         __m512 w0, w1;
         PF_STEP(pf, pfs, k);
+        if (!keep) {   /* a panel row: 128 bytes in fp32, 64 in half */
+            const size_t rb = wt == CPU_GEMM_F32 ? NR512 * 4 : NR512 * 2;
+            _mm_prefetch((const char *)panel + (size_t)k * rb + PANEL_AHEAD, _MM_HINT_T0);
+            if (rb > 64) _mm_prefetch((const char *)panel + (size_t)k * rb + PANEL_AHEAD + 64, _MM_HINT_T0);
+        }
         wload512(wt, panel, (size_t)k, &w0, &w1);
         if (keep) {
             _mm512_store_ps(wide + (size_t)k * NR512, w0);
