@@ -10,10 +10,12 @@
  * their calls alternate A B B A …, every call timed: the ratio of the two
  * medians and of the quartiles says what the change did, drift shared.
  *
- *   usage: kernel_ab_bench A.so B.so [--kernel f32|bf16|amx|q8|q4] [--n N]
+ *   usage: kernel_ab_bench A.so B.so [--kernel f32|w16|bf16|amx|q8|q4] [--n N]
  *                          [--k K] [--batch B] [--threads T] [--calls C]
  *                          [--warm]
- *     --kernel  f32: cpu_gemm_run on fp32 weights (the best ISA); bf16:
+ *     --kernel  f32: cpu_gemm_run on fp32 weights (the best ISA); w16: the
+ *               same on bf16 weights (fp32 math, the half panel widened
+ *               once per panel into each thread's scratch at B > 24); bf16:
  *               cpu_gemm_run_dot (vdpbf16ps); amx: cpu_gemm_run_dot_amx;
  *               q8, q4: cpu_quant_run (the best integer-dot ISA). Default amx
  *               where the CPU has AMX, else f32.
@@ -55,8 +57,10 @@
 #include "kernels/cpu/quant.h"
 #include "kernels/half.h"
 
-typedef enum { K_F32, K_BF16, K_AMX, K_Q8, K_Q4 } kernel_kind;
-static const char *const KNAME[] = {"f32", "bf16", "amx", "q8", "q4"};
+typedef enum { K_F32, K_BF16, K_AMX, K_Q8, K_Q4, K_W16 } kernel_kind;
+static const char *const KNAME[] = {"f32", "bf16", "amx", "q8", "q4", "w16"};
+#define NKIND 6
+#define MAXT 64
 
 /* One build: its entry points (resolved in its own object), its packed
  * weight copies and its prepared activations. */
@@ -66,6 +70,8 @@ typedef struct build {
     cpu_gemm_isa (*gemm_detect)(void);
     size_t (*packed_floats)(cpu_gemm_isa, int, int);
     void (*pack)(cpu_gemm_isa, const float *, int, int, float *);
+    void (*pack_half)(cpu_gemm_isa, const uint16_t *, int, int, uint16_t *);
+    size_t (*scratch_floats)(cpu_gemm_isa, int);
     void (*run)(cpu_gemm_isa, cpu_gemm_wtype, const float *, int, const void *, const float *, float *, int, int,
                 int, int, int, int, int, float *);
     size_t (*dot_elems)(int, int);
@@ -94,6 +100,7 @@ typedef struct build {
     void *xa;     /* activations in the kernel's form */
     int ldxa;     /* their row stride (elements) */
     float *y;     /* B × N outputs */
+    float *scr[MAXT];   /* w16: each team thread's widening scratch */
     cpu_gemm_isa gisa;
     cpu_quant_isa qisa;
 } build;
@@ -119,6 +126,8 @@ static void load(build *b, const char *path)
     *(void **)&b->gemm_detect = sym(b, "cpu_gemm_detect");
     *(void **)&b->packed_floats = sym(b, "cpu_gemm_packed_floats");
     *(void **)&b->pack = sym(b, "cpu_gemm_pack");
+    *(void **)&b->pack_half = sym(b, "cpu_gemm_pack_half");
+    *(void **)&b->scratch_floats = sym(b, "cpu_gemm_scratch_floats");
     *(void **)&b->run = sym(b, "cpu_gemm_run");
     *(void **)&b->dot_elems = sym(b, "cpu_gemm_dot_packed_elems");
     *(void **)&b->pack_dot = sym(b, "cpu_gemm_pack_dot");
@@ -155,7 +164,7 @@ static cpu_quant_type qtype(void) { return kind == K_Q8 ? CPU_QUANT_Q8 : CPU_QUA
 static void prepare(size_t per)
 {
     uint16_t *wh = NULL;
-    if (kind == K_BF16 || kind == K_AMX) {
+    if (kind == K_BF16 || kind == K_AMX || kind == K_W16) {
         wh = malloc((size_t)N * K * sizeof *wh);
         if (!wh) die("weights", strerror(ENOMEM));
         for (size_t i = 0; i < (size_t)N * K; i++) wh[i] = lind_f32_to_bf16(W[i]);
@@ -172,6 +181,7 @@ static void prepare(size_t per)
             if (posix_memalign(&b->w[c], 64, per)) die("weights", strerror(ENOMEM));
             if (c > 0) memcpy(b->w[c], b->w[0], per);   /* packing is deterministic (and q8/q4's is slow) */
             else if (kind == K_F32) b->pack(b->gisa, W, N, K, b->w[c]);
+            else if (kind == K_W16) b->pack_half(b->gisa, wh, N, K, b->w[c]);
             else if (kind == K_BF16 || kind == K_AMX) b->pack_dot(wh, N, K, b->w[c]);
             else if (b->quant_pack(qtype(), W, N, K, b->w[c], err, sizeof err))
                 die("quant_pack", err);
@@ -179,9 +189,12 @@ static void prepare(size_t per)
     free(wh);
     for (int i = 0; i < 2; i++) {
         build *b = &bld[i];
-        if (kind == K_F32) {
+        if (kind == K_F32 || kind == K_W16) {
             b->xa = (void *)X;
             b->ldxa = K;
+            for (int t = 0; kind == K_W16 && t < threads; t++)
+                if (posix_memalign((void **)&b->scr[t], 64, b->scratch_floats(b->gisa, K) * sizeof(float)))
+                    die("scratch", strerror(ENOMEM));
         } else if (kind == K_BF16 || kind == K_AMX) {
             b->ldxa = b->dot_ld(K);
             if (posix_memalign(&b->xa, 64, (size_t)B * b->ldxa * 2)) die("activations", strerror(ENOMEM));
@@ -197,17 +210,19 @@ static size_t copy_bytes(build *b)
 {
     switch (kind) {
     case K_F32: return b->packed_floats(b->gisa, N, K) * sizeof(float);
+    case K_W16: return b->packed_floats(b->gisa, N, K) * sizeof(uint16_t);
     case K_BF16: case K_AMX: return b->dot_elems(N, K) * sizeof(uint16_t);
     default: return b->quant_bytes(qtype(), N, K);
     }
 }
 
-/* Panels [p0, p1) of copy c in build b. */
-static void call(build *b, int c, int p0, int p1)
+/* Panels [p0, p1) of copy c in build b, by team thread t. */
+static void call(build *b, int c, int p0, int p1, int t)
 {
     const void *w = b->w[c];
     switch (kind) {
     case K_F32: b->run(b->gisa, CPU_GEMM_F32, b->xa, b->ldxa, w, NULL, b->y, N, B, N, K, p0, p1, 0, NULL); break;
+    case K_W16: b->run(b->gisa, CPU_GEMM_BF16, b->xa, b->ldxa, w, NULL, b->y, N, B, N, K, p0, p1, 0, b->scr[t]); break;
     case K_BF16: b->run_dot(b->xa, b->ldxa, w, NULL, b->y, N, B, N, K, p0, p1, 0); break;
     case K_AMX: b->run_amx(b->xa, b->ldxa, w, NULL, b->y, N, B, N, K, p0, p1, 0); break;
     default:
@@ -227,7 +242,7 @@ static void *team(void *arg)
     for (;;) {
         pthread_barrier_wait(&bar);
         if (cur_build < 0) return NULL;
-        call(&bld[cur_build], cur_copy, p0, p1);
+        call(&bld[cur_build], cur_copy, p0, p1, t);
         pthread_barrier_wait(&bar);
     }
 }
@@ -311,7 +326,7 @@ static int quartile_cmp(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: kernel_ab_bench A.so B.so [--kernel f32|bf16|amx|q8|q4] [--n N] [--k K] "
+        fprintf(stderr, "usage: kernel_ab_bench A.so B.so [--kernel f32|w16|bf16|amx|q8|q4] [--n N] [--k K] "
                         "[--batch B] [--threads T] [--calls C] [--warm] [--token]\n");
         return 2;
     }
@@ -326,8 +341,8 @@ int main(int argc, char **argv)
         i++;
         if (!strcmp(a, "--kernel")) {
             int k = 0;
-            while (k < 5 && strcmp(v, KNAME[k])) k++;
-            if (k == 5) die("--kernel", "f32, bf16, amx, q8 or q4");
+            while (k < NKIND && strcmp(v, KNAME[k])) k++;
+            if (k == NKIND) die("--kernel", "f32, w16, bf16, amx, q8 or q4");
             kind = (kernel_kind)k;
             kset = 1;
         } else if (!strcmp(a, "--n")) N = atoi(v);
@@ -350,7 +365,10 @@ int main(int argc, char **argv)
         K = T_D;
         B = 1;
     }
-    int nr = kind == K_Q8 || kind == K_Q4 ? CPU_QUANT_NR : 32;
+    /* the fp32 kernels' panels are 16 columns wide on an AVX2-only CPU */
+    int nr = kind == K_Q8 || kind == K_Q4                                   ? CPU_QUANT_NR
+             : (kind == K_F32 || kind == K_W16) && bld[0].gisa != CPU_GEMM_AVX512 ? 16
+                                                                               : 32;
     panels = (N + nr - 1) / nr;
     if (threads > panels) threads = panels;
 
