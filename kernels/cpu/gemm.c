@@ -262,7 +262,7 @@ TGT512 INLINE void micro512k(const int mr, const cpu_gemm_wtype wt, const int ke
     for (int k = 0; k < K; k++) {
         __m512 w0, w1;
         PF_STEP(pf, pfs, k);
-        if (!keep) {   /* a panel row: 128 bytes in fp32, 64 in half */
+        {   /* a panel row: 128 bytes in fp32, 64 in half */
             const size_t rb = wt == CPU_GEMM_F32 ? NR512 * 4 : NR512 * 2;
             _mm_prefetch((const char *)panel + (size_t)k * rb + PANEL_AHEAD, _MM_HINT_T0);
             if (rb > 64) _mm_prefetch((const char *)panel + (size_t)k * rb + PANEL_AHEAD + 64, _MM_HINT_T0);
