@@ -66,7 +66,7 @@ typedef struct pf_plan {
 static pf_plan pf_begin(const char *next, size_t pstride, int steps, int nb)
 {
     int blocks = nb == 1 ? 1 : nb - 1;
-    pf_plan f = {next, pstride, 0, (size_t)blocks * steps * 64 < pstride ? 128 : 64, steps, nb};
+    pf_plan f = {next, pstride, 0, (size_t)blocks * steps * 64 < pstride ? 128 : (size_t)blocks * steps * 32 < pstride ? 64 : 32, steps, nb};
     return f;
 }
 
@@ -99,8 +99,10 @@ static const char *pf_block(pf_plan *f, int i)
             KERNEL(__VA_ARGS__, NULL, 0);                                    \
         else if ((pfs) > 64)                                                 \
             KERNEL(__VA_ARGS__, pf, 128);                                    \
-        else                                                                 \
+        else if ((pfs) > 32)                                                 \
             KERNEL(__VA_ARGS__, pf, 64);                                     \
+        else                                                                 \
+            KERNEL(__VA_ARGS__, pf, 32);                                     \
     } while (0)
 
 int cpu_gemm_supported(cpu_gemm_isa isa)
