@@ -54,19 +54,23 @@
  * memory and the others from L2, so the first would wait on memory with no
  * multiply-adds to overlap. The blocks after the first (the only block,
  * when there is one) fetch the next panel into L2 as they go, `step` bytes
- * of it per k step (one or two lines: enough for those blocks to cover the
- * whole panel), spread among the multiply-adds (docs/CPU.md). */
+ * of it per k step (32: a line every second step; 64 or 128 where the
+ * later blocks have too few steps for that to cover the panel), spread
+ * among the multiply-adds and over as many blocks as it takes
+ * (docs/CPU.md). */
 typedef struct pf_plan {
     const char *next;   /* the next panel's first byte; NULL: nothing to fetch */
     size_t bytes, done; /* its size, and how much the earlier blocks fetched */
-    int step;           /* bytes per k step: 64 or 128 */
+    int step;           /* bytes per k step: 32, 64 or 128 */
     int steps, nb;      /* k steps per block, row blocks per panel */
 } pf_plan;
 
 static pf_plan pf_begin(const char *next, size_t pstride, int steps, int nb)
 {
     int blocks = nb == 1 ? 1 : nb - 1;
-    pf_plan f = {next, pstride, 0, (size_t)blocks * steps * 64 < pstride ? 128 : (size_t)blocks * steps * 32 < pstride ? 64 : 32, steps, nb};
+    size_t cover = (size_t)blocks * steps;   /* × step: what the blocks could fetch */
+    int step = cover * 32 >= pstride ? 32 : cover * 64 >= pstride ? 64 : 128;
+    pf_plan f = {next, pstride, 0, step, steps, nb};
     return f;
 }
 
@@ -79,9 +83,10 @@ static const char *pf_block(pf_plan *f, int i)
     return at;
 }
 
-/* One or two lines of the next panel at k step k (prefetches never fault:
- * the last block's lines may run past the panel's end). pfs is a
- * compile-time constant in every kernel (PF_CALL): 0, 64 or 128. */
+/* The next panel's line(s) at k step k (prefetches never fault: the last
+ * block's lines may run past the panel's end; at 32 bytes a step each line
+ * is asked for twice, the second time a hit). pfs is a compile-time
+ * constant in every kernel (PF_CALL): 0, 32, 64 or 128. */
 #define PF_STEP(pf, pfs, k)                                                  \
     do {                                                                     \
         if (pfs) {                                                           \
