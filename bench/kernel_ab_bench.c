@@ -59,8 +59,8 @@
 
 typedef enum { K_F32, K_BF16, K_AMX, K_Q8, K_Q4, K_W16 } kernel_kind;
 static const char *const KNAME[] = {"f32", "bf16", "amx", "q8", "q4", "w16"};
-#define NKIND 6
-#define MAXT 64
+#define NKIND (int)(sizeof KNAME / sizeof *KNAME)
+#define MAXT 64   /* --threads at most */
 
 /* One build: its entry points (resolved in its own object), its packed
  * weight copies and its prepared activations. */
@@ -352,7 +352,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--calls")) calls = atoi(v);
         else die(a, "unknown option");
     }
-    if (N < 1 || K < 1 || B < 1 || threads < 1 || threads > 64 || calls < 4) die("options", "out of range");
+    if (N < 1 || K < 1 || B < 1 || threads < 1 || threads > MAXT || calls < 4) die("options", "out of range");
     if (!kset) kind = bld[0].amx_supported() && bld[1].amx_supported() ? K_AMX : K_F32;
     if (kind == K_AMX) {
         for (int i = 0; i < 2; i++)
