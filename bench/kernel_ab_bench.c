@@ -28,15 +28,18 @@
  *               fits); default: copies totalling ≥ 1 GiB and ≥ 3 × L3 per
  *               build, cycled, so that every call reads its weight from DRAM
  *
- *     --token   q8/q4 only: instead of one product, one token of the RWKV-4
- *               169M shape at B = 1 (per layer 4 + 3 products, then the
- *               50277 × 768 head; the --n/--k/--batch options are ignored),
- *               each product through the build's own cpu_quant_matmul on its
- *               own pool (pool.c), so that the pool's dispatch and the
- *               activations' quantization are part of what is compared;
- *               --calls counts tokens. The pools split every product (their
- *               split-or-serial trials off: a trial in one build and not in
- *               the other would bias the pair).
+ *     --token   q8, q4, f32, w16: instead of one product, one token of the
+ *               RWKV-4 169M shape at B = 1 (per layer 4 + 3 products, then
+ *               the 50277 × 768 head; the --n/--k/--batch options are
+ *               ignored), each product on the build's own pool (pool.c):
+ *               q8/q4 through its cpu_quant_matmul, so that the pool's
+ *               dispatch and the activations' quantization are part of what
+ *               is compared; f32/w16 through its cpu_gemm_run, the threads
+ *               claiming chunks of panels as the backend does at B = 1
+ *               (backend_cpu.c's claims, this program's copy of their
+ *               rule). --calls counts tokens. The pools split every product
+ *               (their split-or-serial trials off: a trial in one build and
+ *               not in the other would bias the pair).
  *
  * Prints one markdown line: medians (µs) of A and B, A/B of the medians
  * and of the first and third quartiles (> 1: B is faster), GFLOP/s, and
@@ -45,6 +48,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,6 +95,7 @@ typedef struct build {
     void (*quant_run)(cpu_quant_isa, cpu_quant_type, const void *, const void *, const float *, float *, int, int,
                       int, int, int, int, int);
     int (*pool_new)(int, cpu_pool **);
+    void (*pool_run)(cpu_pool *, cpu_pool_fn, void *, int);
     void (*pool_judging)(cpu_pool *, int);
     int (*quant_matmul)(cpu_pool *, cpu_quant_isa, cpu_quant_type, const float *, int, const void *, const float *,
                         float *, int, int, int, int, int, cpu_quant_scratch *);
@@ -143,6 +148,7 @@ static void load(build *b, const char *path)
     *(void **)&b->quant_act = sym(b, "cpu_quant_act");
     *(void **)&b->quant_run = sym(b, "cpu_quant_run");
     *(void **)&b->pool_new = sym(b, "cpu_pool_new");
+    *(void **)&b->pool_run = sym(b, "cpu_pool_run");
     *(void **)&b->pool_judging = sym(b, "cpu_pool_set_judging");
     *(void **)&b->quant_matmul = sym(b, "cpu_quant_matmul");
     b->gisa = b->gemm_detect();
@@ -268,6 +274,31 @@ static size_t t_off[T_NW + 1];   /* each product's weight inside a token's copy 
 
 static int t_shape(int i) { return i == T_NW - 1 ? T_PER : i % T_PER; }
 
+/* One fp32/w16 product of a token on a build's pool: parts claim chunks of
+ * panels as backend_cpu.c's claims do at B = 1 (about 1/8 of a part's
+ * share, a multiple of CPU_GEMM_ROW_GROUP: this program's value, the same
+ * for both builds). */
+typedef struct gjob {
+    build *b;
+    const void *w;
+    int n, k, flags, panels, chunk;
+    atomic_int next;
+} gjob;
+
+static void gemm_part(void *arg, int part, int nparts)
+{
+    gjob *j = arg;
+    (void)part;
+    (void)nparts;
+    for (;;) {
+        int p0 = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed) * j->chunk;
+        if (p0 >= j->panels) return;
+        int p1 = p0 + j->chunk < j->panels ? p0 + j->chunk : j->panels;
+        j->b->run(j->b->gisa, kind == K_F32 ? CPU_GEMM_F32 : CPU_GEMM_BF16, X, j->k, j->w, NULL, j->b->y, j->n, 1,
+                  j->n, j->k, p0, p1, j->flags, NULL);
+    }
+}
+
 static double token(int which, int copy)
 {
     build *b = &bld[which];
@@ -275,6 +306,16 @@ static double token(int which, int copy)
     double t0 = clock_mono_s();
     for (int i = 0; i < T_NW; i++) {
         int s = t_shape(i);
+        if (kind == K_F32 || kind == K_W16) {
+            const int G = CPU_GEMM_ROW_GROUP, nr = b->gisa == CPU_GEMM_AVX512 ? 32 : 16;
+            gjob j = {.b = b, .w = w + t_off[i], .n = TP[s].N, .k = TP[s].K, .flags = TP[s].flags,
+                      .panels = (TP[s].N + nr - 1) / nr};
+            int parts = threads < j.panels ? threads : j.panels, c = j.panels / (parts * 8);
+            j.chunk = c <= G ? G : (c + G - 1) / G * G;
+            atomic_init(&j.next, 0);
+            b->pool_run(b->pool, gemm_part, &j, parts);   /* y[1 × N] = x[1 × K] · W[N × K]ᵀ */
+            continue;
+        }
         /* y[1 × N] = x[1 × K] · W[N × K]ᵀ */
         if (b->quant_matmul(b->pool, b->qisa, qtype(), X, TP[s].K, w + t_off[i], NULL, b->y, TP[s].N, 1, TP[s].N, TP[s].K,
                             TP[s].flags, &b->scratch))
@@ -288,6 +329,12 @@ static double token(int which, int copy)
  * does. */
 static void prepare_token(size_t per)
 {
+    uint16_t *wh = NULL;
+    if (kind == K_W16) {
+        wh = malloc((size_t)N * K * sizeof *wh);
+        if (!wh) die("weights", strerror(ENOMEM));
+        for (size_t i = 0; i < (size_t)N * K; i++) wh[i] = lind_f32_to_bf16(W[i]);
+    }
     for (int i = 0; i < 2; i++) {
         build *b = &bld[i];
         b->w = calloc((size_t)ncopy, sizeof *b->w);
@@ -311,10 +358,13 @@ static void prepare_token(size_t per)
                     if (TP[t_shape(e)].N == TP[s].N && TP[t_shape(e)].K == TP[s].K) { first = e; break; }
                 char err[256];
                 if (first < k) memcpy(dst + t_off[k], dst + t_off[first], t_off[k + 1] - t_off[k]);
+                else if (kind == K_F32) b->pack(b->gisa, W, TP[s].N, TP[s].K, (float *)(dst + t_off[k]));
+                else if (kind == K_W16) b->pack_half(b->gisa, wh, TP[s].N, TP[s].K, (uint16_t *)(dst + t_off[k]));
                 else if (b->quant_pack(qtype(), W, TP[s].N, TP[s].K, dst + t_off[k], err, sizeof err))
                     die("quant_pack", err);
             }
         }
+    free(wh);
 }
 
 static int quartile_cmp(const void *a, const void *b)
@@ -360,7 +410,8 @@ int main(int argc, char **argv)
         if (K % 32) die("--k", "the AMX kernel takes K a multiple of 32");
     }
     if (tok) {
-        if (kind != K_Q8 && kind != K_Q4) die("--token", "takes --kernel q8 or q4");
+        if (kind != K_Q8 && kind != K_Q4 && kind != K_F32 && kind != K_W16)
+            die("--token", "takes --kernel q8, q4, f32 or w16");
         N = T_V;   /* the host weight: the largest shape's */
         K = T_D;
         B = 1;
@@ -384,8 +435,15 @@ int main(int argc, char **argv)
     if (tok)
         for (int i = 0; i < T_NW; i++) {
             int sh = t_shape(i);
-            size_t a = bld[0].quant_bytes(qtype(), TP[sh].N, TP[sh].K),
-                   b = bld[1].quant_bytes(qtype(), TP[sh].N, TP[sh].K);
+            size_t a, b;
+            if (kind == K_F32 || kind == K_W16) {
+                size_t el = kind == K_F32 ? sizeof(float) : sizeof(uint16_t);
+                a = bld[0].packed_floats(bld[0].gisa, TP[sh].N, TP[sh].K) * el;
+                b = bld[1].packed_floats(bld[1].gisa, TP[sh].N, TP[sh].K) * el;
+            } else {
+                a = bld[0].quant_bytes(qtype(), TP[sh].N, TP[sh].K);
+                b = bld[1].quant_bytes(qtype(), TP[sh].N, TP[sh].K);
+            }
             t_off[i + 1] = t_off[i] + ((a > b ? a : b) + 63) / 64 * 64;
             per = t_off[i + 1];
         }

@@ -124,8 +124,13 @@ static void test_panel_ranges(void)
  * one FMA chain over k in order, whatever the row block). */
 static void test_batch_invariance(void)
 {
-    int N = 300, K = 192, B = 37;   /* B = 1 runs the single-row kernel on groups of panels */
-    unsigned seed = 5;
+    /* B = 1 runs the single-row kernel on groups of panels: with AVX-512's
+     * 32-column panels N = 300 is a group of 8 and one of 2 (partial), 170
+     * one of 6, 520 two of 8 and one of 1 */
+    static const int Ns[] = {300, 170, 520};
+    for (size_t ni = 0; ni < sizeof Ns / sizeof *Ns; ni++) {
+    int N = Ns[ni], K = 192, B = 37;
+    unsigned seed = 5 + (unsigned)ni;
     float *x = malloc(sizeof(float) * B * K), *W = malloc(sizeof(float) * N * K), *bias = malloc(sizeof(float) * N);
     float *yb = malloc(sizeof(float) * B * N), *y1 = malloc(sizeof(float) * N);
     for (int i = 0; i < B * K; i++) x[i] = frand(&seed);
@@ -135,9 +140,10 @@ static void test_batch_invariance(void)
     cpu_gemm_run(ISA, CPU_GEMM_F32, x, K, Wp, bias, yb, N, B, N, K, 0, cpu_gemm_panels(ISA, N), 0, NULL);
     for (int b = 0; b < B; b++) {
         cpu_gemm_run(ISA, CPU_GEMM_F32, x + b * K, K, Wp, bias, y1, N, 1, N, K, 0, cpu_gemm_panels(ISA, N), 0, NULL);
-        CHECK(!memcmp(y1, yb + b * N, sizeof(float) * N), "row %d of a batch of %d differs from the row alone", b, B);
+        CHECK(!memcmp(y1, yb + b * N, sizeof(float) * N), "N %d: row %d of a batch of %d differs from the row alone", N, b, B);
     }
     free(x); free(W); free(bias); free(yb); free(y1); free(Wp);
+    }
 }
 
 /* The activation a matmul flag asks for, as the reference applies it. */

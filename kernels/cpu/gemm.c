@@ -36,9 +36,14 @@
 #define MR512 12
 #define NR256 16
 #define MR256 6
-/* Panels the single-row kernels stream at once (1, 4, 8 measured: 4 was
- * fastest, docs/CPU.md). */
-#define G1 CPU_GEMM_ROW_GROUP
+/* Panels the single-row kernels stream at once: AVX-512 eight (16 chains;
+ * on the Intel host eight streams read faster than four, docs/CPU.md
+ * "Decode at B = 1"), AVX2 four (its 16 registers hold 8 chains and their
+ * loads). A B = 1 caller's ranges are multiples of CPU_GEMM_ROW_GROUP; what
+ * is left of a range after whole groups runs as one smaller group. */
+#define G1_512 8
+#define G1_256 4
+_Static_assert(G1_256 == CPU_GEMM_ROW_GROUP && G1_512 % CPU_GEMM_ROW_GROUP == 0, "B = 1 groups");
 /* A half panel is widened once into the caller's scratch, by its first row
  * block, when at least this many row blocks will read it (below, widening in
  * registers costs less; measured with a separate widening pass). */
@@ -298,7 +303,7 @@ TGT512 INLINE void micro512(const int mr, const cpu_gemm_wtype wt, int K, const 
     PF_CALL(micro512k, pf, pfs, mr, wt, 0, K, x, ldx, panel, bias, y, ldy, ncols, flags, NULL);
 }
 
-/* One row against gs ≤ G1 consecutive panels (B = 1: the weights' bytes
+/* One row against gs ≤ G1_512 consecutive panels (B = 1: the weights' bytes
  * are the whole cost), the last of them with ncols columns. Two chains per
  * panel would leave the loads waiting on FMA latency; gs panels give 2·gs
  * independent chains. No software prefetch: the hardware prefetchers follow
@@ -307,8 +312,8 @@ TGT512 INLINE void micro512(const int mr, const cpu_gemm_wtype wt, int K, const 
 TGT512 INLINE void row512(const cpu_gemm_wtype wt, const int gs, int K, const float *x, const void *panels,
                           size_t pstride, const float *bias, float *y, int ncols, int flags)
 {
-    const char *pp[G1];
-    __m512 c0[G1], c1[G1];
+    const char *pp[G1_512];
+    __m512 c0[G1_512], c1[G1_512];
     for (int g = 0; g < gs; g++) {
         pp[g] = (const char *)panels + (size_t)g * pstride;
         c0[g] = c1[g] = _mm512_setzero_ps();
@@ -352,7 +357,11 @@ TGT512 INLINE void row512(const cpu_gemm_wtype wt, const int gs, int K, const fl
         case 1: row512(WT, 1, K, x, panels, pstride, bias, y, ncols, flags); break;                             \
         case 2: row512(WT, 2, K, x, panels, pstride, bias, y, ncols, flags); break;                             \
         case 3: row512(WT, 3, K, x, panels, pstride, bias, y, ncols, flags); break;                             \
-        default: row512(WT, G1, K, x, panels, pstride, bias, y, ncols, flags); break;                           \
+        case 4: row512(WT, 4, K, x, panels, pstride, bias, y, ncols, flags); break;                             \
+        case 5: row512(WT, 5, K, x, panels, pstride, bias, y, ncols, flags); break;                             \
+        case 6: row512(WT, 6, K, x, panels, pstride, bias, y, ncols, flags); break;                             \
+        case 7: row512(WT, 7, K, x, panels, pstride, bias, y, ncols, flags); break;                             \
+        default: row512(WT, G1_512, K, x, panels, pstride, bias, y, ncols, flags); break;                           \
         }                                                                                                       \
     }
 #define CASE512_f32(n) case n: micro512(n, CPU_GEMM_F32, K, x, ldx, panel, bias, y, ldy, ncols, flags, pf, pfs); break;
@@ -464,12 +473,12 @@ TGT256 INLINE void micro256(const int mr, const cpu_gemm_wtype wt, int K, const 
     PF_CALL(micro256k, pf, pfs, mr, wt, 0, K, x, ldx, panel, bias, y, ldy, ncols, flags, NULL);
 }
 
-/* AVX2's single-row kernel: gs ≤ G1 panels, 2·gs chains of 8 floats. */
+/* AVX2's single-row kernel: gs ≤ G1_256 panels, 2·gs chains of 8 floats. */
 TGT256 INLINE void row256(const cpu_gemm_wtype wt, const int gs, int K, const float *x, const void *panels,
                           size_t pstride, const float *bias, float *y, int ncols, int flags)
 {
-    const char *pp[G1];
-    __m256 c0[G1], c1[G1];
+    const char *pp[G1_256];
+    __m256 c0[G1_256], c1[G1_256];
     for (int g = 0; g < gs; g++) {
         pp[g] = (const char *)panels + (size_t)g * pstride;
         c0[g] = c1[g] = _mm256_setzero_ps();
@@ -509,7 +518,7 @@ TGT256 INLINE void row256(const cpu_gemm_wtype wt, const int gs, int K, const fl
         case 1: row256(WT, 1, K, x, panels, pstride, bias, y, ncols, flags); break;                             \
         case 2: row256(WT, 2, K, x, panels, pstride, bias, y, ncols, flags); break;                             \
         case 3: row256(WT, 3, K, x, panels, pstride, bias, y, ncols, flags); break;                             \
-        default: row256(WT, G1, K, x, panels, pstride, bias, y, ncols, flags); break;                           \
+        default: row256(WT, G1_256, K, x, panels, pstride, bias, y, ncols, flags); break;                           \
         }                                                                                                       \
     }
 #define CASE256_f32(n) case n: micro256(n, CPU_GEMM_F32, K, x, ldx, panel, bias, y, ldy, ncols, flags, pf, pfs); break;
@@ -566,14 +575,15 @@ void cpu_gemm_run(cpu_gemm_isa isa, cpu_gemm_wtype wtype, const float *x, int ld
     int nb = (B + mrmax - 1) / mrmax, p = p0;
     /* many row blocks per panel: the first widens the half panel, the others run the fp32 kernel */
     const int widen = wt != CPU_GEMM_F32 && scratch && nb >= WIDEN_MIN_BLOCKS;
-    if (B == 1) {   /* groups of G1 full panels, then what is left when fewer: the rest below */
+    if (B == 1) {   /* groups of g1 full panels, then what is left when fewer: the rest below */
+        const int g1 = is512 ? G1_512 : G1_256;
         int full = N / nr < p1 ? N / nr : p1;
-        for (; p + G1 <= full; p += G1) {
+        for (; p + g1 <= full; p += g1) {
             float *yt = y + (size_t)p * nr;
-            row(G1, K, x, W + (size_t)p * pstride, pstride, bias ? bias + (size_t)p * nr : NULL, yt, nr, flags);
-            if (flags & CPU_GEMM_ACTIVATIONS) cpu_gemm_activate(yt, ldy, 1, G1 * nr, flags);
+            row(g1, K, x, W + (size_t)p * pstride, pstride, bias ? bias + (size_t)p * nr : NULL, yt, nr, flags);
+            if (flags & CPU_GEMM_ACTIVATIONS) cpu_gemm_activate(yt, ldy, 1, g1 * nr, flags);
         }
-        if (p < p1 && p1 - p <= G1) {   /* at most G1 panels, the last maybe partial */
+        if (p < p1 && p1 - p <= g1) {   /* at most g1 panels, the last maybe partial */
             float *yt = y + (size_t)p * nr;
             int ncols = N - (p1 - 1) * nr < nr ? N - (p1 - 1) * nr : nr;
             row(p1 - p, K, x, W + (size_t)p * pstride, pstride, bias ? bias + (size_t)p * nr : NULL, yt, ncols,
@@ -725,7 +735,7 @@ TGTDOT INLINE void microdot(const int mr, int KP, const uint16_t *xb, int ldxb, 
  * streams and reached 27–28 GB/s where a plain read made 32 (paired runs of
  * a 261 MB product, 2026-11-24); one panel at a time, 32–33. Its two chains
  * of vdpbf16ps still retire a panel row far faster than memory delivers it.
- * (The widening kernel row512 keeps G1 = 4: with one panel it lost 3–10%,
+ * (The widening kernel row512 streams several: with one panel it lost 3–10%,
  * in-process A/B.) */
 #define GDOT 1
 

@@ -95,10 +95,11 @@ void cpu_gemm_run(cpu_gemm_isa isa, cpu_gemm_wtype wtype, const float *x, int ld
                   const float *bias, float *y, int ldy, int B, int N, int K, int p0, int p1, int flags,
                   float *scratch);
 size_t cpu_gemm_scratch_floats(cpu_gemm_isa isa, int K);
-/* Panels the widening single-row (B = 1) kernels stream at once (the bf16
- * dot kernel streams one); a caller that splits a B = 1 product into panel
- * ranges keeps them multiples of this, so every group runs in the streaming
- * kernel. */
+/* A caller that splits a B = 1 product into panel ranges keeps them
+ * multiples of this, so every panel runs in a widening single-row kernel:
+ * AVX2's streams 4 panels at once, AVX-512's up to 8 of a range (the rest
+ * as one smaller group); the bf16 dot kernel streams one. (Ranges of 8 made
+ * two threads' shares of a 24-panel product uneven: docs/CPU.md.) */
 #define CPU_GEMM_ROW_GROUP 4
 
 /* The thread pool's class of a product of B rows (cpu_pool_run_weighed,
