@@ -131,7 +131,9 @@ static void load(build *b, const char *path)
     *(void **)&b->gemm_detect = sym(b, "cpu_gemm_detect");
     *(void **)&b->packed_floats = sym(b, "cpu_gemm_packed_floats");
     *(void **)&b->pack = sym(b, "cpu_gemm_pack");
-    *(void **)&b->pack_half = sym(b, "cpu_gemm_pack_half");
+    /* w16's bf16 weights: cpu_gemm_pack_bf16 where the build has it (before
+     * it, bf16 used cpu_gemm_pack_half's layout) */
+    if (!(*(void **)&b->pack_half = dlsym(b->so, "cpu_gemm_pack_bf16"))) *(void **)&b->pack_half = sym(b, "cpu_gemm_pack_half");
     *(void **)&b->scratch_floats = sym(b, "cpu_gemm_scratch_floats");
     *(void **)&b->run = sym(b, "cpu_gemm_run");
     *(void **)&b->dot_elems = sym(b, "cpu_gemm_dot_packed_elems");

@@ -246,10 +246,12 @@ static uint16_t hrand(cpu_gemm_wtype wt, unsigned *s)
     return (uint16_t)((r & 0x807F) | (e ? (e + 118) << 7 : 0));                             /* 2^-8 … 2^2 */
 }
 
-static uint16_t *half_packed_new(cpu_gemm_isa isa, const uint16_t *W, int N, int K)
+/* Half weights packed as the backend packs them: bf16 with its columns
+ * interleaved (cpu_gemm_pack_bf16), fp16 in order. */
+static uint16_t *half_packed_new(cpu_gemm_isa isa, cpu_gemm_wtype wt, const uint16_t *W, int N, int K)
 {
     uint16_t *Wp = aligned_alloc(64, ((cpu_gemm_packed_floats(isa, N, K) * sizeof(uint16_t) + 63) / 64) * 64);
-    cpu_gemm_pack_half(isa, W, N, K, Wp);
+    (wt == CPU_GEMM_BF16 ? cpu_gemm_pack_bf16 : cpu_gemm_pack_half)(isa, W, N, K, Wp);
     return Wp;
 }
 
@@ -288,7 +290,7 @@ static int half_case(cpu_gemm_wtype wt, int B, int N, int K, int ldx, int ldy, i
     for (int i = 0; i < N; i++) bias[i] = frand(&seed);
     for (int i = 0; i < B * ldy; i++) yf[i] = yh[i] = yw[i] = frand(&seed);
     float *pf = packed_new(ISA, Wf, N, K);
-    uint16_t *ph = half_packed_new(ISA, Wh, N, K);
+    uint16_t *ph = half_packed_new(ISA, wt, Wh, N, K);
     const float *bp = with_bias ? bias : NULL;
     cpu_gemm_run(ISA, CPU_GEMM_F32, x, ldx, pf, bp, yf, ldy, B, N, K, p0, p1, flags, NULL);
     cpu_gemm_run(ISA, wt, x, ldx, ph, bp, yh, ldy, B, N, K, p0, p1, flags, NULL);      /* widened in registers */
@@ -407,7 +409,7 @@ static void test_isas_agree(void)
     for (int w = 0; w < 2; w++) {
         cpu_gemm_wtype wt = w ? CPU_GEMM_BF16 : CPU_GEMM_F16;
         for (int i = 0; i < N * K; i++) Wh[i] = hrand(wt, &seed);
-        uint16_t *h512 = half_packed_new(CPU_GEMM_AVX512, Wh, N, K), *h256 = half_packed_new(CPU_GEMM_AVX2, Wh, N, K);
+        uint16_t *h512 = half_packed_new(CPU_GEMM_AVX512, wt, Wh, N, K), *h256 = half_packed_new(CPU_GEMM_AVX2, wt, Wh, N, K);
         for (int b = 1; b <= B; b += B - 1) {
             memcpy(y3, y1, sizeof y3);
             memcpy(y4, y1, sizeof y4);

@@ -117,6 +117,8 @@ static int cpu_weight_new_half(backend *be, int N, int K, const uint16_t *W, int
     if (!b->p) { free(b); return -ENOMEM; }
     if (dot)
         cpu_gemm_pack_dot(W, N, K, (uint16_t *)b->p);
+    else if (wtype == BACKEND_W_BF16)
+        cpu_gemm_pack_bf16(c->isa, W, N, K, (uint16_t *)b->p);
     else
         cpu_gemm_pack_half(c->isa, W, N, K, (uint16_t *)b->p);
     b->n = n / 2;   /* floats' worth (never uploaded to or downloaded from) */

@@ -173,6 +173,19 @@ void cpu_gemm_pack_half(cpu_gemm_isa isa, const uint16_t *W, int N, int K, uint1
     }
 }
 
+void cpu_gemm_pack_bf16(cpu_gemm_isa isa, const uint16_t *W, int N, int K, uint16_t *dst)
+{
+    int nr = cpu_gemm_nr(isa), h = nr / 2;
+    for (int p = 0; p < cpu_gemm_panels(isa, N); p++) {
+        uint16_t *panel = dst + (size_t)p * nr * K;
+        for (int k = 0; k < K; k++)
+            for (int j = 0; j < nr; j++) {
+                int n = p * nr + j;
+                panel[(size_t)k * nr + (j < h ? 2 * j : 2 * (j - h) + 1)] = n < N ? W[(size_t)n * K + k] : 0;
+            }
+    }
+}
+
 void cpu_gemm_widen(cpu_gemm_wtype wtype, const uint16_t *src, float *dst, size_t n)
 {
     if (wtype == CPU_GEMM_BF16)
@@ -224,14 +237,14 @@ TGT512 INLINE void wload512(const cpu_gemm_wtype wt, const void *panel, size_t k
         *w1 = _mm512_load_ps(p + 16);
         return;
     }
-    const __m256i *p = (const __m256i *)((const uint16_t *)panel + k * NR512);
-    __m256i h0 = _mm256_load_si256(p), h1 = _mm256_load_si256(p + 1);
     if (wt == CPU_GEMM_F16) {
-        *w0 = _mm512_cvtph_ps(h0);
-        *w1 = _mm512_cvtph_ps(h1);
-    } else {   /* bf16 → fp32: the 16 bits become the top half */
-        *w0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h0), 16));
-        *w1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h1), 16));
+        const __m256i *p = (const __m256i *)((const uint16_t *)panel + k * NR512);
+        *w0 = _mm512_cvtph_ps(_mm256_load_si256(p));
+        *w1 = _mm512_cvtph_ps(_mm256_load_si256(p + 1));
+    } else {   /* bf16 → fp32, the 16 bits become the top half: lane j holds columns j (low) and 16 + j (high) */
+        __m512i v = _mm512_load_si512((const void *)((const uint16_t *)panel + k * NR512));
+        *w0 = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+        *w1 = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xFFFF0000u)));
     }
 }
 
@@ -412,14 +425,14 @@ TGT256 INLINE void wload256(const cpu_gemm_wtype wt, const void *panel, size_t k
         *w1 = _mm256_load_ps(p + 8);
         return;
     }
-    const __m128i *p = (const __m128i *)((const uint16_t *)panel + k * NR256);
-    __m128i h0 = _mm_load_si128(p), h1 = _mm_load_si128(p + 1);
     if (wt == CPU_GEMM_F16) {
-        *w0 = _mm256_cvtph_ps(h0);
-        *w1 = _mm256_cvtph_ps(h1);
-    } else {
-        *w0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h0), 16));
-        *w1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h1), 16));
+        const __m128i *p = (const __m128i *)((const uint16_t *)panel + k * NR256);
+        *w0 = _mm256_cvtph_ps(_mm_load_si128(p));
+        *w1 = _mm256_cvtph_ps(_mm_load_si128(p + 1));
+    } else {   /* as wload512: lane j holds columns j and 8 + j */
+        __m256i v = _mm256_load_si256((const __m256i *)((const uint16_t *)panel + k * NR256));
+        *w0 = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+        *w1 = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xFFFF0000u)));
     }
 }
 

@@ -72,10 +72,14 @@ int    cpu_gemm_panels(cpu_gemm_isa isa, int N);
 size_t cpu_gemm_packed_floats(cpu_gemm_isa isa, int N, int K);
 
 /* Pack W [N × K] row-major into dst (cpu_gemm_packed_floats() elements,
- * caller-owned, 64-byte aligned): fp32, or 16-bit half-precision bits
- * (fp16 or bf16, the layout does not depend on which). */
+ * caller-owned, 64-byte aligned): fp32; fp16 bits (cpu_gemm_pack_half: a
+ * panel's columns in order at each k); bf16 bits (cpu_gemm_pack_bf16: at
+ * each k the panel's two column halves interleaved, column j at 2j and
+ * column nr/2 + j at 2j + 1, so that one shift and one mask of the 32-bit
+ * lanes widen them, in order, to fp32). */
 void cpu_gemm_pack(cpu_gemm_isa isa, const float *W, int N, int K, float *dst);
 void cpu_gemm_pack_half(cpu_gemm_isa isa, const uint16_t *W, int N, int K, uint16_t *dst);
+void cpu_gemm_pack_bf16(cpu_gemm_isa isa, const uint16_t *W, int N, int K, uint16_t *dst);
 
 /* Output columns of panels [p0, p1) of
  *   y[b, n] = (ACCUMULATE ? y[b, n] : 0) + (bias ? bias[n] : 0) + Σ_k x[b, k]·W[n, k]
