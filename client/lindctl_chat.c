@@ -453,6 +453,7 @@ static void typeahead_begin(typeahead_tty *t)
     if (!isatty(0) || tcgetattr(0, &t->saved) != 0) return;
     struct termios raw = t->saved;
     raw.c_lflag &= (tcflag_t)~(ECHO | ICANON);   /* ISIG stays: Ctrl-C still cancels */
+    raw.c_lflag |= NOFLSH;   /* and does not flush what was typed but not yet read */
     raw.c_cc[VMIN] = 0;
     raw.c_cc[VTIME] = 0;
     if (tcsetattr(0, TCSANOW, &raw) == 0) t->on = 1;
@@ -616,6 +617,10 @@ static int chat_turn(chat *ch, const char *text, size_t len)
         }
         lindc_event ev;
         if (!ch->c) break;
+        if (tt.on && lindc_pending(ch->c)) {   /* a fast reply never waits in poll: look at the keys anyway */
+            struct pollfd k = { .fd = 0, .events = POLLIN };
+            if (poll(&k, 1, 0) > 0) typeahead_read(ch);
+        }
         if (!lindc_pending(ch->c)) {
             struct pollfd p[2] = { { .fd = lindc_fd(ch->c), .events = POLLIN },
                                    { .fd = tt.on ? 0 : -1, .events = POLLIN } };
@@ -699,6 +704,14 @@ static int chat_turn(chat *ch, const char *text, size_t len)
     if (ro.hold) {   /* the connection broke: show what came */
         reply_finish(&ro, NULL, 0);
         if (!ro.at_line_start) fputc('\n', stdout);
+    }
+    if (tt.on) {   /* what was typed last, before the terminal's mode goes back */
+        struct pollfd k = { .fd = 0, .events = POLLIN };
+        while (poll(&k, 1, 0) > 0 && (k.revents & POLLIN)) {
+            size_t before = ch->ta_len;
+            typeahead_read(ch);
+            if (ch->ta_len == before) break;
+        }
     }
     typeahead_end(&tt);
     return rc;

@@ -528,6 +528,25 @@ static void chat_typeahead(void)
     ctl_run_free(&r);
 }
 
+/* Keys typed and Ctrl-C at once, before chat has read them: the terminal
+ * would flush its input on the interrupt (NOFLSH keeps it), so the text
+ * must still wait at the next prompt. */
+static void chat_typeahead_then_ctrl_c(void)
+{
+    term t;
+    CHECK(term_open(&t, "tc", "65536") == 0, "forkpty");
+    CHECK(term_expect(&t, "you> ", 20), "prompt: %s", tail(&t));
+    term_send(&t, "go\r");
+    CHECK(term_expect(&t, "go", 10), "echo");
+    term_wait_output(&t, t.len + 200, 10);
+    term_send(&t, "quick\x03");
+    CHECK(term_expect(&t, "[cancelled]", 30), "cancel: %s", tail(&t));
+    CHECK(term_expect(&t, "you> quick", 10), "the text typed before Ctrl-C waits at the next prompt: %s", tail(&t));
+    term_send(&t, "\x15\x04");   /* kill the line, then end of input */
+    CHECK(term_wait(&t, 20) == 0, "exits 0");
+    term_close(&t);
+}
+
 /* The model directory's lind_chat.json: the daemon reports it, chat frames
  * messages with it; --template and --system override. */
 static void chat_model_template(void)
@@ -629,6 +648,7 @@ int main(void)
     RUN(chat_slash_commands);
     RUN(chat_multiline);
     RUN(chat_typeahead);
+    RUN(chat_typeahead_then_ctrl_c);
     RUN(chat_model_template);
     RUN(chat_piped);
     harness_free(&H);
