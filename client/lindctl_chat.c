@@ -475,6 +475,17 @@ static void typeahead_read(chat *ch)
     }
 }
 
+/* Whatever the terminal holds now, without waiting. */
+static void typeahead_drain(chat *ch)
+{
+    struct pollfd k = { .fd = 0, .events = POLLIN };
+    while (poll(&k, 1, 0) > 0 && (k.revents & POLLIN)) {
+        size_t before = ch->ta_len;
+        typeahead_read(ch);
+        if (ch->ta_len == before) break;   /* the buffer is full, or end of input */
+    }
+}
+
 /* The reply as shown: bytes that may be the start of a stop string (or
  * of a UTF-8 character) are held back until it is clear (recurrent/stophold.h,
  * as HTTP's streamed text), and the stop string a reply ended on is not
@@ -617,10 +628,7 @@ static int chat_turn(chat *ch, const char *text, size_t len)
         }
         lindc_event ev;
         if (!ch->c) break;
-        if (tt.on && lindc_pending(ch->c)) {   /* a fast reply never waits in poll: look at the keys anyway */
-            struct pollfd k = { .fd = 0, .events = POLLIN };
-            if (poll(&k, 1, 0) > 0) typeahead_read(ch);
-        }
+        if (tt.on && lindc_pending(ch->c)) typeahead_drain(ch);   /* a fast reply never waits in poll */
         if (!lindc_pending(ch->c)) {
             struct pollfd p[2] = { { .fd = lindc_fd(ch->c), .events = POLLIN },
                                    { .fd = tt.on ? 0 : -1, .events = POLLIN } };
@@ -705,14 +713,7 @@ static int chat_turn(chat *ch, const char *text, size_t len)
         reply_finish(&ro, NULL, 0);
         if (!ro.at_line_start) fputc('\n', stdout);
     }
-    if (tt.on) {   /* what was typed last, before the terminal's mode goes back */
-        struct pollfd k = { .fd = 0, .events = POLLIN };
-        while (poll(&k, 1, 0) > 0 && (k.revents & POLLIN)) {
-            size_t before = ch->ta_len;
-            typeahead_read(ch);
-            if (ch->ta_len == before) break;
-        }
-    }
+    if (tt.on) typeahead_drain(ch);   /* what was typed last, before the terminal's mode goes back */
     typeahead_end(&tt);
     return rc;
 }

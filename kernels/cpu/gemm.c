@@ -160,30 +160,30 @@ void cpu_gemm_pack(cpu_gemm_isa isa, const float *W, int N, int K, float *dst)
     }
 }
 
-void cpu_gemm_pack_half(cpu_gemm_isa isa, const uint16_t *W, int N, int K, uint16_t *dst)
-{
-    int nr = cpu_gemm_nr(isa);
-    for (int p = 0; p < cpu_gemm_panels(isa, N); p++) {
-        uint16_t *panel = dst + (size_t)p * nr * K;
-        for (int k = 0; k < K; k++)
-            for (int j = 0; j < nr; j++) {
-                int n = p * nr + j;
-                panel[(size_t)k * nr + j] = n < N ? W[(size_t)n * K + k] : 0;   /* +0 in both formats */
-            }
-    }
-}
-
-void cpu_gemm_pack_bf16(cpu_gemm_isa isa, const uint16_t *W, int N, int K, uint16_t *dst)
+/* 16-bit panels: column j of a panel row at slot j, or (interleaved, bf16)
+ * the two column halves alternating: j < nr/2 at 2j, the others at
+ * 2(j − nr/2) + 1. */
+static void pack16(cpu_gemm_isa isa, const uint16_t *W, int N, int K, uint16_t *dst, int interleaved)
 {
     int nr = cpu_gemm_nr(isa), h = nr / 2;
     for (int p = 0; p < cpu_gemm_panels(isa, N); p++) {
         uint16_t *panel = dst + (size_t)p * nr * K;
         for (int k = 0; k < K; k++)
             for (int j = 0; j < nr; j++) {
-                int n = p * nr + j;
-                panel[(size_t)k * nr + (j < h ? 2 * j : 2 * (j - h) + 1)] = n < N ? W[(size_t)n * K + k] : 0;
+                int n = p * nr + j, slot = !interleaved ? j : j < h ? 2 * j : 2 * (j - h) + 1;
+                panel[(size_t)k * nr + slot] = n < N ? W[(size_t)n * K + k] : 0;   /* +0 in both formats */
             }
     }
+}
+
+void cpu_gemm_pack_half(cpu_gemm_isa isa, const uint16_t *W, int N, int K, uint16_t *dst)
+{
+    pack16(isa, W, N, K, dst, 0);
+}
+
+void cpu_gemm_pack_bf16(cpu_gemm_isa isa, const uint16_t *W, int N, int K, uint16_t *dst)
+{
+    pack16(isa, W, N, K, dst, 1);
 }
 
 void cpu_gemm_widen(cpu_gemm_wtype wtype, const uint16_t *src, float *dst, size_t n)
